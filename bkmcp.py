@@ -1139,10 +1139,11 @@ class SseDecoder:
 
     def _dispatch(self, events: list[SseEvent]) -> None:
         self.last_event_id = self._id_buffer
-        if not self._data:
+        data = self._data[0] if len(self._data) == 1 else "\n".join(self._data)
+        if not data:  # no data line, or one empty data line (WHATWG: an empty data buffer is not dispatched)
+            self._data = []
             self._event = ""
             return
-        data = self._data[0] if len(self._data) == 1 else "\n".join(self._data)
         events.append(SseEvent(self._event or "message", data, self._id_buffer))
         self._data = []
         self._event = ""
