@@ -1901,6 +1901,7 @@ class McpClient:
         self.server_requests: list[str] = []
         self._transport: Any = None
         self._next_id = 0
+        self._reinitialized = False
 
     def __enter__(self) -> McpClient:
         return self
@@ -2096,7 +2097,8 @@ class McpClient:
             try:
                 answer = self._exchange(message, rules, method)
             except HttpStatus as exc:
-                if exc.session_lost and attempt == 0 and rules.handshake:
+                if exc.session_lost and attempt == 0 and rules.handshake and not self._reinitialized:
+                    self._reinitialized = True  # once per operation: a server that keeps losing it is an error
                     self.log.debug(f"the server lost the session (HTTP {exc.status}); re-initializing once")
                     self._transport.session_id = None
                     self._initialize(rules.version)
