@@ -47,12 +47,11 @@ import asyncio
 import enum
 import json
 import sys
-from typing import Annotated, Any, Literal, Optional
-
-from pydantic import BaseModel, Field
+from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import BaseModel, Field
 
 VARIANTS = ("stateful-sse", "stateless-json", "legacy-pinned")
 HOST = "127.0.0.1"
@@ -79,7 +78,7 @@ class Shape(BaseModel):
     name: str
     points: list[Point]
     closed: bool = False
-    tags: Optional[list[str]] = None
+    tags: list[str] | None = None
 
 
 class WeatherReport(BaseModel):
@@ -108,7 +107,7 @@ def build_server(name: str) -> MCPServer:
         return out.upper() if upper else out
 
     @mcp.tool(structured_output=False)
-    def greet(name: str, title: Optional[str] = None) -> str:
+    def greet(name: str, title: str | None = None) -> str:
         """Greet someone; title is optional and nullable (anyOf string/null). Unstructured: no outputSchema."""
         return f"Hello, {title + ' ' if title else ''}{name}!"
 
@@ -118,7 +117,7 @@ def build_server(name: str) -> MCPServer:
         return {"mode": mode, "color": color.value}
 
     @mcp.tool()
-    def summarize(values: list[int], shape: Shape, weights: Optional[dict[str, float]] = None) -> dict[str, Any]:
+    def summarize(values: list[int], shape: Shape, weights: dict[str, float] | None = None) -> dict[str, Any]:
         """Array of integers plus a nested pydantic model ($defs/$ref)."""
         return {
             "count": len(values),
@@ -273,7 +272,7 @@ async def _serve_stdio_legacy(mcp: MCPServer) -> None:
             )
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--port", type=int, default=0, help="TCP port on 127.0.0.1 (HTTP variants; required unless --stdio)")
     p.add_argument("--variant", choices=VARIANTS, default="stateful-sse")
