@@ -40,6 +40,7 @@ Everything here is Python 3.9 compatible and only ever binds/connects 127.0.0.1.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
@@ -103,6 +104,14 @@ def interop_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env["NO_COLOR"] = "1"
     if extra:
         env.update(extra)
+    return env
+
+
+def _http_env(extra: dict[str, str] | None) -> dict[str, str]:
+    env = interop_env(extra)
+    # sdk_server.py and force_localhost.cjs exit within ~1 s once their parent (this pytest process) is gone,
+    # so a SIGKILLed test run leaves no listener behind. Not set for stdio argv: there the parent is bkmcp.
+    env["BKMCP_INTEROP_PARENT_PID"] = str(os.getpid())
     return env
 
 
@@ -232,22 +241,32 @@ def _read(path: Path) -> str:
         return ""
 
 
+_LIVE: set[subprocess.Popen[bytes]] = set()
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    """Last resort if pytest dies before session teardown (e.g. a second Ctrl-C)."""
+    for proc in list(_LIVE):
+        terminate_tree(proc, grace=2.0)
+
+
 def terminate_tree(proc: subprocess.Popen[bytes], grace: float = TERM_GRACE_S) -> None:
     """SIGTERM the process group (the server was started in its own session), then SIGKILL."""
-    if proc.poll() is not None:
-        return
+    _LIVE.discard(proc)
     use_group = hasattr(os, "killpg")
-    try:
-        if use_group:
-            os.killpg(proc.pid, signal.SIGTERM)
-        else:  # pragma: no cover - non-POSIX
-            proc.terminate()
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        pass
+    if proc.poll() is None:
+        try:
+            if use_group:
+                os.killpg(proc.pid, signal.SIGTERM)
+            else:  # pragma: no cover - non-POSIX
+                proc.terminate()
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
     # Kill stragglers in the group even if the leader already exited.
     try:
         if use_group:
@@ -332,9 +351,10 @@ def start_http_server(
                 stdout=out,
                 stderr=err,
                 cwd=str(INTEROP_DIR),
-                env=interop_env(env_extra(port) if env_extra else None),
+                env=_http_env(env_extra(port) if env_extra else None),
                 start_new_session=True,
             )
+        _LIVE.add(proc)
         server = InteropServer(name, argv, port, proc, stdout_path, stderr_path)
         marker = ready_marker(port)
         deadline = min(time.monotonic() + timeout, deadline_total)

@@ -37,7 +37,8 @@ legacy-pinned   The SDK has NO switch to turn the 2026-07-28 era off (the sessio
 Readiness: HTTP variants log uvicorn's ``Uvicorn running on http://127.0.0.1:N``
 line on stderr once the socket is bound, and this script first prints
 ``sdk_server: starting variant=... url=...`` on stderr.  Poll the TCP port.
-The server binds 127.0.0.1 only.
+The server binds 127.0.0.1 only. With BKMCP_INTEROP_PARENT_PID=<pid> it exits once its parent
+process is no longer that pid (set by the pytest fixtures for HTTP servers).
 """
 
 from __future__ import annotations
@@ -46,7 +47,10 @@ import argparse
 import asyncio
 import enum
 import json
+import os
 import sys
+import threading
+import time
 from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -272,6 +276,26 @@ async def _serve_stdio_legacy(mcp: MCPServer) -> None:
             )
 
 
+def _exit_with_parent() -> None:
+    """If BKMCP_INTEROP_PARENT_PID is set (the pytest fixtures set it), exit once that parent is gone.
+
+    Keeps a server from outliving a test run that was SIGKILLed before its teardown.
+    """
+    raw = os.environ.get("BKMCP_INTEROP_PARENT_PID", "")
+    if not raw.isdigit():
+        return
+    parent = int(raw)
+
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent:
+                print("sdk_server: parent process gone, exiting", file=sys.stderr, flush=True)
+                os._exit(0)
+
+    threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--port", type=int, default=0, help="TCP port on 127.0.0.1 (HTTP variants; required unless --stdio)")
@@ -280,6 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     args = p.parse_args(argv)
 
+    _exit_with_parent()
     mcp = build_server(f"bkmcp-interop-sdk-{args.variant}")
     if args.stdio:
         print(f"sdk_server: starting variant={args.variant} transport=stdio", file=sys.stderr, flush=True)
