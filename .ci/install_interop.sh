@@ -2,17 +2,18 @@
 # Install the third-party MCP servers used by bkmcp's interop tests
 # (tests/integration/conftest_interop.py). Idempotent: a second run only verifies.
 #
-#   .ci/install_interop.sh [VENV]        # VENV defaults to .venv (the project's test venv)
+#   .ci/install_interop.sh [VENV]     # VENV: where the Python SDK goes; default .venv
+#   .ci/install_interop.sh .venv-sdk  # what .ci/run does: a venv of its own for the SDK
 #
 # 1. npm ci in tests/interop_servers/node  -> @modelcontextprotocol/server-everything@2026.8.31
 #    (skipped when node_modules already holds exactly that version; FORCE=1 reinstalls).
-# 2. pip install 'mcp==2.3.0' into VENV, if VENV's Python is >= 3.10. If VENV is older
-#    (the project supports 3.9), the SDK goes into tests/interop_servers/.venv-sdk, created
-#    with the first python3.13/3.12/3.11/3.10 found (or $BKMCP_SDK_BASE_PYTHON), and the
-#    script prints the BKMCP_SDK_PYTHON value the tests need.
-# If VENV does not exist it is created with python3 (the Makefile normally creates it).
+# 2. pip install 'mcp==2.3.0' into VENV (created if missing, with python3 if >= 3.10, else python3.11/3.12/3.13/3.10
+#    found, or $BKMCP_SDK_BASE_PYTHON). If VENV exists but its Python is older than 3.10 (the project
+#    supports 3.9), the SDK goes into <repo>/.venv-sdk instead.
+# The fixtures find the SDK in the test interpreter itself or in <repo>/.venv-sdk, else via
+# BKMCP_SDK_PYTHON; the script prints which.
 #
-# Needs: bash, Node.js >= 20 + npm, Python >= 3.10 somewhere. Network: the npm registry and PyPI.
+# Needs: bash, coreutils timeout, Node.js >= 20 + npm, a Python >= 3.10. Network: npm registry, PyPI.
 set -euo pipefail
 
 SDK_PIN="mcp==2.3.0"
@@ -24,7 +25,7 @@ cd "$ROOT"
 VENV="${1:-.venv}"
 NODE_DIR="$ROOT/tests/interop_servers/node"
 EVERYTHING_PKG="$NODE_DIR/node_modules/@modelcontextprotocol/server-everything/package.json"
-SDK_VENV_FALLBACK="$ROOT/tests/interop_servers/.venv-sdk"
+SDK_VENV_FALLBACK="$ROOT/.venv-sdk"
 
 start=$(date +%s)
 log() { printf 'install_interop: %s\n' "$*" >&2; }
@@ -68,42 +69,44 @@ install_sdk() {  # $1 = venv dir
   fi
 }
 
+find_base_python() {  # python3 if >= 3.10, else python3.11/3.12/3.13/3.10 (or $BKMCP_SDK_BASE_PYTHON)
+  if [ -n "${BKMCP_SDK_BASE_PYTHON:-}" ]; then echo "$BKMCP_SDK_BASE_PYTHON"; return; fi
+  local cand
+  for cand in python3 python3.11 python3.12 python3.13 python3.10; do
+    if command -v "$cand" >/dev/null 2>&1 && py_ok "$(command -v "$cand")"; then command -v "$cand"; return; fi
+  done
+}
+
 if [ ! -x "$VENV/bin/python" ]; then
-  log "creating venv $VENV with $(command -v python3) ($(python3 --version 2>&1))"
-  python3 -m venv "$VENV"
+  base="$(find_base_python)"
+  [ -n "$base" ] || die "no Python >= 3.10 found to create $VENV (set BKMCP_SDK_BASE_PYTHON)"
+  log "creating venv $VENV with $base ($("$base" --version 2>&1))"
+  timeout 300 "$base" -m venv "$VENV"
 fi
 VENV_ABS="$(cd "$VENV" && pwd)"
 
 if py_ok "$VENV_ABS/bin/python"; then
   install_sdk "$VENV_ABS"
   SDK_PY="$VENV_ABS/bin/python"
-  sdk_note="BKMCP_SDK_PYTHON not needed when the tests run with $SDK_PY (it is the default)"
 else
+  [ "$VENV_ABS" != "$SDK_VENV_FALLBACK" ] || die "$VENV uses $("$VENV_ABS/bin/python" --version 2>&1); the SDK needs Python >= 3.10 (remove it, set BKMCP_SDK_BASE_PYTHON)"
   log "$VENV uses $("$VENV_ABS/bin/python" --version 2>&1); the SDK needs Python >= 3.10 -> $SDK_VENV_FALLBACK"
-  base="${BKMCP_SDK_BASE_PYTHON:-}"
-  if [ -z "$base" ]; then
-    for cand in python3.13 python3.12 python3.11 python3.10 python3; do
-      if command -v "$cand" >/dev/null 2>&1 && py_ok "$(command -v "$cand")"; then base="$(command -v "$cand")"; break; fi
-    done
-  fi
-  [ -n "$base" ] || die "no Python >= 3.10 found for the SDK (set BKMCP_SDK_BASE_PYTHON)"
   if [ ! -x "$SDK_VENV_FALLBACK/bin/python" ]; then
-    "$base" -m venv "$SDK_VENV_FALLBACK"
+    base="$(find_base_python)"
+    [ -n "$base" ] || die "no Python >= 3.10 found for the SDK (set BKMCP_SDK_BASE_PYTHON)"
+    timeout 300 "$base" -m venv "$SDK_VENV_FALLBACK"
   fi
   install_sdk "$SDK_VENV_FALLBACK"
   SDK_PY="$SDK_VENV_FALLBACK/bin/python"
-  sdk_note="the fixtures find $SDK_PY by themselves (or: export BKMCP_SDK_PYTHON=$SDK_PY)"
 fi
-
-# pytest itself is the Makefile's job; make sure the venv can at least run the smoke tests.
-if ! "$VENV_ABS/bin/python" -c 'import pytest' >/dev/null 2>&1; then
-  log "pytest missing in $VENV: pip install pytest"
-  timeout 600 "$VENV_ABS/bin/python" -m pip install --quiet --disable-pip-version-check pytest
-fi
+case "$SDK_PY" in
+  "$SDK_VENV_FALLBACK/bin/python") sdk_note="the fixtures find $SDK_PY by themselves (no BKMCP_SDK_PYTHON needed)" ;;
+  *) sdk_note="tests run by $SDK_PY find the SDK in-process; any other test interpreter needs: export BKMCP_SDK_PYTHON=$SDK_PY" ;;
+esac
 
 end=$(date +%s)
 log "done in $((end - start)) s"
 log "server-everything $installed_version: $NODE_DIR  (BKMCP_EVERYTHING_DIR default)"
 log "mcp $SDK_VERSION: $SDK_PY ($("$SDK_PY" --version 2>&1))"
 log "$sdk_note"
-log "smoke: $VENV/bin/python -m pytest -p tests.integration.conftest_interop tests/integration/test_interop_smoke.py"
+log "smoke: <test venv>/bin/python -m pytest tests/integration/test_interop_smoke.py"

@@ -29,7 +29,7 @@ Run them with ``env=interop_env()`` (fixture ``interop_subprocess_env``).
 Environment:
 
 * ``BKMCP_SDK_PYTHON``      interpreter that has ``mcp==2.3.0`` (default: ``sys.executable`` if it has it,
-  else ``tests/interop_servers/.venv-sdk/bin/python`` if that exists; else skip).  Python >= 3.10.
+  else ``<repo>/.venv-sdk/bin/python`` if that exists; else skip).  Python >= 3.10.
 * ``BKMCP_EVERYTHING_DIR``  directory where ``npm ci`` installed server-everything
   (default ``tests/interop_servers/node``).
 * ``BKMCP_NODE``            node binary (default: ``node`` on PATH; Node >= 20).
@@ -64,13 +64,16 @@ PORT_ATTEMPTS = 4
 TERM_GRACE_S = 5.0
 PROBE_TIMEOUT_S = 30.0
 
-INTEROP_DIR = Path(__file__).resolve().parent.parent / "interop_servers"
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+INTEROP_DIR = REPO_ROOT / "tests" / "interop_servers"
+SDK_VENV = REPO_ROOT / ".venv-sdk"  # where `.ci/install_interop.sh .venv-sdk` puts the SDK
 SDK_SERVER_SCRIPT = INTEROP_DIR / "sdk_server.py"
 FORCE_LOCALHOST = INTEROP_DIR / "force_localhost.cjs"
 EVERYTHING_REL_ENTRY = Path("node_modules/@modelcontextprotocol/server-everything/dist/index.js")
 
 INSTALL_HINT = (
-    "`.ci/install_interop.sh [VENV]` installs both (npm ci in tests/interop_servers/node, pip install 'mcp==2.3.0')"
+    "`.ci/install_interop.sh .venv-sdk` installs both (npm ci in tests/interop_servers/node, "
+    "pip install 'mcp==2.3.0' into .venv-sdk)"
 )
 
 
@@ -147,8 +150,7 @@ def resolve_sdk_python() -> str:
     """Interpreter with the official SDK installed; raises InteropUnavailable with an install hint.
 
     Order: ``$BKMCP_SDK_PYTHON`` (only that one, if set); else the test interpreter; else
-    ``tests/interop_servers/.venv-sdk/bin/python`` (made by .ci/install_interop.sh when the
-    project venv is older than Python 3.10).
+    ``<repo>/.venv-sdk/bin/python`` (the SDK venv made by ``.ci/install_interop.sh .venv-sdk``).
     """
     if "ok" in _SDK_PYTHON_CACHE:
         return str(_SDK_PYTHON_CACHE["ok"])
@@ -159,11 +161,17 @@ def resolve_sdk_python() -> str:
         candidates = [(explicit, "BKMCP_SDK_PYTHON=" + explicit)]
     else:
         candidates = [(sys.executable, "the test interpreter " + sys.executable)]
-        fallback = INTEROP_DIR / ".venv-sdk" / "bin" / "python"
+        fallback = SDK_VENV / "bin" / "python"
         if fallback.exists():
             candidates.append((str(fallback), str(fallback)))
+        else:
+            candidates_note = f"{fallback} does not exist"
+            candidates.append(("", candidates_note))
     reasons = []
     for python, source in candidates:
+        if not python:
+            reasons.append(source)
+            continue
         reason = _check_sdk_python(python, source)
         if reason is None:
             _SDK_PYTHON_CACHE["ok"] = python
