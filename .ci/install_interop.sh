@@ -2,8 +2,10 @@
 # Install the third-party MCP servers used by bkmcp's interop tests
 # (tests/integration/conftest_interop.py). Idempotent: a second run only verifies.
 #
-#   .ci/install_interop.sh [VENV]     # VENV: where the Python SDK goes; default .venv
-#   .ci/install_interop.sh .venv-sdk  # what .ci/run does: a venv of its own for the SDK
+#   .ci/install_interop.sh [VENV]     # VENV: where the Python SDK goes; default .venv-sdk (what .ci/run passes)
+#
+# Do not point VENV at the test venv (.venv): mcp 2.3.0 requires jsonschema>=4.20 and pip would upgrade
+# bkmcp's pinned jsonschema==4.17.3 there. The SDK server only ever runs from its own venv.
 #
 # 1. npm ci in tests/interop_servers/node  -> @modelcontextprotocol/server-everything@2026.8.31
 #    (skipped when node_modules already holds exactly that version; FORCE=1 reinstalls).
@@ -22,7 +24,7 @@ EVERYTHING_VERSION="2026.8.31"
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-VENV="${1:-.venv}"
+VENV="${1:-.venv-sdk}"
 NODE_DIR="$ROOT/tests/interop_servers/node"
 EVERYTHING_PKG="$NODE_DIR/node_modules/@modelcontextprotocol/server-everything/package.json"
 SDK_VENV_FALLBACK="$ROOT/.venv-sdk"
