@@ -58,8 +58,9 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any, Callable, Iterable, Mapping, Sequence
+from typing import IO, Any
 
 __version__ = "0.1.0"
 
@@ -1362,7 +1363,7 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
             if name in _FLAG_OPTIONS:
                 raise UsageError(f"option {name} takes no value")
             if inv.tool is None or not token.startswith("--") or len(name) <= 2:
-                where = "" if inv.tool is None else f" (tool options look like --name value or --name=value)"
+                where = "" if inv.tool is None else " (tool options look like --name value or --name=value)"
                 raise UsageError(f"unknown option {name}{where}", hint="run bkmcp --help")
             flag = name[2:]
             if eq:
@@ -1567,18 +1568,19 @@ class _Runner:
             assert inv.tool is not None and inv.body is not None
             arguments = read_body(inv.body, envr.stdin, envr.cwd)
             return self.emit_envelope(build_success(build_dry_run(server, inv.tool, arguments)), jq, EXIT_OK)
-        arguments = None
+        arguments: dict[str, Any] | None = None
         if inv.tool is not None and not inv.help and inv.body is not None:
             arguments = read_body(inv.body, envr.stdin, envr.cwd)
         timeout = parse_duration(inv.timeout) if inv.timeout is not None else DEFAULT_TIMEOUT
         deadline = Deadline(timeout)
-        common = {"deadline": deadline, "insecure": inv.insecure, "log": self.log}
         try:
             self.remote_started = True
             if inv.check:
-                return self.emit_envelope(build_success(run_check(server, **common)), jq, EXIT_OK)
+                data = run_check(server, deadline=deadline, insecure=inv.insecure, log=self.log)
+                return self.emit_envelope(build_success(data), jq, EXIT_OK)
             if inv.tools:
-                return self.emit_envelope(build_success(run_tools(server, **common)), jq, EXIT_OK)
+                data = run_tools(server, deadline=deadline, insecure=inv.insecure, log=self.log)
+                return self.emit_envelope(build_success(data), jq, EXIT_OK)
             assert inv.tool is not None
             return self.run_tool(server, inv.tool, arguments, jq, deadline)
         except RemoteError as exc:
