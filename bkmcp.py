@@ -1566,8 +1566,8 @@ class _Runner:
             self.redactor.add(secret)
         if inv.dry_run:
             assert inv.tool is not None and inv.body is not None
-            arguments = read_body(inv.body, envr.stdin, envr.cwd)
-            return self.emit_envelope(build_success(build_dry_run(server, inv.tool, arguments)), jq, EXIT_OK)
+            preview = read_body(inv.body, envr.stdin, envr.cwd)
+            return self.emit_envelope(build_success(build_dry_run(server, inv.tool, preview)), jq, EXIT_OK)
         arguments: dict[str, Any] | None = None
         if inv.tool is not None and not inv.help and inv.body is not None:
             arguments = read_body(inv.body, envr.stdin, envr.cwd)
