@@ -331,7 +331,13 @@ def dump_json(value: Any, *, indent: int | None = None, sort_keys: bool = False)
     if raws:
         pattern = re.compile('"' + re.escape(_RAW_MARK + nonce) + r"-(\d+)\ue001" + '"')
         out = pattern.sub(lambda m: raws[int(m.group(1))], out)
+    if _SURROGATE.search(out):
+        # JSON allows "\udcff" escapes that are not valid Unicode; written raw they make every UTF-8 stream fail.
+        out = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", out)
     return out
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _decimal_text(number: decimal.Decimal) -> str:
@@ -394,7 +400,7 @@ class Redactor:
 
 # -- durations and deadlines ---------------------------------------------------------------------------
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?|\.\d+)(ms|s|m|h)?$")
+_DURATION = re.compile(r"^([0-9]+(?:\.[0-9]+)?|\.[0-9]+)(ms|s|m|h)?$")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
 
@@ -1449,6 +1455,10 @@ def read_body(source: str, stdin: IO[str], cwd: str) -> dict[str, Any]:
     else:
         label = "--body"
         raw = source
+        try:
+            raw.encode("utf-8")
+        except UnicodeEncodeError:  # undecodable argv bytes arrive as lone surrogates (PEP 383)
+            raise InvalidArgumentsError("--body from --body is not valid JSON: input is not valid UTF-8") from None
     if not (raw.strip() if isinstance(raw, str) else raw.strip()):
         raise InvalidArgumentsError(f"--body from {label} is empty", hint="use --body '{}' for no arguments")
     try:
