@@ -551,7 +551,11 @@ def resolve_config_path(option: str | None, env: Mapping[str, str], cwd: str) ->
     if option is not None:
         if not option:
             raise UsageError("--config needs a file path")
-        path = os.path.expanduser(option) if option.startswith("~") else option
+        path = option
+        if option == "~" or option.startswith("~/"):  # the injected HOME, like the default path below
+            path = (env.get("HOME") or os.path.expanduser("~")) + option[1:]
+        elif option.startswith("~"):
+            path = os.path.expanduser(option)
     elif env.get("BK_CLI_CONFIG_DIR"):
         path = os.path.join(env["BK_CLI_CONFIG_DIR"], CONFIG_FILE_NAME)
     else:
