@@ -1504,7 +1504,7 @@ def check_invocation(inv: Invocation) -> None:
             raise UsageError(f"{mode} takes no --body")
         if inv.dry_run:
             raise UsageError(f"--dry-run cannot be combined with {mode}")
-    if inv.body is not None and inv.tool is None and not modes:
+    if inv.body is not None and inv.tool is None and not modes and not inv.help:
         raise UsageError("--body needs a tool: bkmcp <server> <tool> --body JSON|@FILE|-")
     if (inv.check or inv.tools or inv.tool) and inv.server is None:
         raise UsageError("a server name is required", hint="bkmcp <server> --check")
