@@ -256,7 +256,8 @@ _INT_DIGITS_LIMIT = 4000  # below CPython's int/str conversion limit (4300 digit
 
 
 def _parse_int(text: str) -> Any:
-    return int(text) if len(text) <= _INT_DIGITS_LIMIT else JsonNumber(text)
+    # "-0" as an int would be written back as "0": keep its text (it still compares equal to 0)
+    return int(text) if len(text) <= _INT_DIGITS_LIMIT and text != "-0" else JsonNumber(text)
 
 
 def _strict_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
