@@ -2170,6 +2170,10 @@ def _compact_json(value: Any) -> str:
     return dump_json(value)
 
 
+def _plain(text: str) -> str:
+    return re.sub(r"[\s_\-]+", "", text).lower()
+
+
 def _flag_details(flag: ToolFlag) -> list[str]:
     lines: list[str] = []
     schema = flag.schema
@@ -2178,7 +2182,7 @@ def _flag_details(flag: ToolFlag) -> list[str]:
     description = schema.get("description")
     if isinstance(description, str) and description.strip():
         lines += _wrap(description.strip(), HELP_WIDTH, indent, indent)
-    elif isinstance(title, str) and title.strip():
+    elif isinstance(title, str) and _plain(title) != _plain(flag.name):  # pydantic titles just echo the name
         lines += _wrap(title.strip(), HELP_WIDTH, indent, indent)
     enum = schema.get("enum")
     if isinstance(enum, list) and enum:
