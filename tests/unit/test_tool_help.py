@@ -6,11 +6,10 @@ import shlex
 from typing import Any
 
 import pytest
+from test_schema_flags import ALL_TYPES, PYDANTIC, ZOD, make_tool
 
 import bkmcp
 from bkmcp import parse_json, render_tool_help, validate_arguments
-
-from test_schema_flags import ALL_TYPES, PYDANTIC, ZOD, make_tool
 
 RICH = {
     "name": "search_reports",
@@ -105,7 +104,8 @@ def test_d02_body_example_placeholders() -> None:
 
 def test_d02_pydantic_nested_example() -> None:
     """D02: local $ref models expand in the example (pydantic $defs)."""
-    tool = make_tool({"shape": {"$ref": "#/$defs/Shape"}}, required=["shape"], **{"$defs": PYDANTIC["inputSchema"]["$defs"]})
+    defs = PYDANTIC["inputSchema"]["$defs"]
+    tool = make_tool({"shape": {"$ref": "#/$defs/Shape"}}, required=["shape"], **{"$defs": defs})
     example = body_example(render_tool_help("s", tool))
     assert example == {"shape": {"name": "<name>", "points": [{"x": 1, "y": 0}]}}
     validate_arguments(tool, example)
