@@ -64,6 +64,15 @@ NATIVE_PACKAGES = ("jq",)
 _DROP_DIRS = {"tests", "test", "testing", "benchmarks", "bin", "__pycache__"}
 _DROP_SUFFIXES = (".pyi", ".pyc", ".pyo", ".c", ".h", ".pyx", ".pxd")
 _DROP_NAMES = {"py.typed"}
+# Patches to vendored files, kept minimal and exceptional (docs/building.md). The build fails when a patch no
+# longer applies, so a pin bump forces a look.
+PATCHES: dict[str, list[tuple[bytes, bytes, str]]] = {
+    "jsonschema/validators.py": [(
+        b'package.joinpath("schemas", "vocabularies")',
+        b'package.joinpath("schemas").joinpath("vocabularies")',
+        "Python 3.9's zipfile.Path.joinpath takes one argument; importlib.resources gives one inside a zip",
+    )],
+}
 _LICENCE_RE = re.compile(r"(^|/)(LICEN[CS]E|COPYING|NOTICE|AUTHORS)[^/]*$|/licenses/", re.I)
 
 
@@ -298,9 +307,15 @@ def collect(source: Path, support: Path, pins: list[Pin], natives: list[Pin], pl
             cache: Path, epoch: int, with_pyc: bool) -> dict[str, bytes]:
     files: dict[str, bytes] = {}
     dists = []
+    patched: list[dict[str, str]] = []
     for pin in pins:
         members = wheel_members(fetch_wheel(pin, cache, platforms))
         for name, data in members.items():
+            for old, new, why in PATCHES.get(name, []):
+                if data.count(old) != 1:
+                    raise BuildError(f"patch for {name} ({why}) no longer applies: review it after the bump")
+                data = data.replace(old, new)
+                patched.append({"file": name, "reason": why})
             if name in files and files[name] != data:
                 raise BuildError(f"{name} comes from two wheels")
             files[name] = data
@@ -353,6 +368,7 @@ def collect(source: Path, support: Path, pins: list[Pin], natives: list[Pin], pl
         "requires_python": ">=3.9",
         "jq_targets": {"pythons": sorted({p.tags()[0] for p in natives}), "platforms": platforms},
         "natives": dict(sorted(native_hashes.items())),
+        "patches": patched,
         "vendored": sorted(dists, key=lambda d: str(d["name"]).lower()),
     }
     files["BUILD-INFO.json"] = (json.dumps(info, indent=2, sort_keys=True) + "\n").encode()

@@ -48,11 +48,11 @@ def zipapp_cache_dir(build_id: str) -> str | None:
     xdg = os.environ.get("XDG_CACHE_HOME", "")
     base = xdg if os.path.isabs(xdg) else os.path.join(os.path.expanduser("~"), ".cache")
     uid = os.getuid() if hasattr(os, "getuid") else os.environ.get("USERNAME", "user")
-    for root in (os.path.join(base, "bkmcp"), os.path.join(tempfile.gettempdir(), "bkmcp-%s" % uid)):
+    for root in (os.path.join(base, "bkmcp"), os.path.join(tempfile.gettempdir(), f"bkmcp-{uid}")):
         if _private_dir(root) and _private_dir(os.path.join(root, build_id)):
             return os.path.join(root, build_id)
     try:  # last resort: private to this run (mkdtemp is 0700), not reused
-        return tempfile.mkdtemp(prefix="bkmcp-%s-" % build_id)
+        return tempfile.mkdtemp(prefix=f"bkmcp-{build_id}-")
     except OSError:
         return None
 
@@ -200,7 +200,7 @@ def _native_folders() -> list[str]:
             glibc = False
         return ["linux"] if glibc else ["linux-musl"]
     machine = platform.machine().lower()
-    return ["%s-%s" % (sys.platform, machine), sys.platform]
+    return [f"{sys.platform}-{machine}", sys.platform]
 
 
 def load_native_module(name: str):  # type: ignore[no-untyped-def]
@@ -223,7 +223,7 @@ def load_native_module(name: str):  # type: ignore[no-untyped-def]
     natives = info.get("natives", {})
     for folder in _native_folders():
         for suffix in EXTENSION_SUFFIXES:
-            member = "_bkmcp_native/%s/%s%s" % (folder, name, suffix)
+            member = f"_bkmcp_native/{folder}/{name}{suffix}"
             digest = natives.get(member)
             if digest is None:
                 continue
@@ -276,7 +276,7 @@ def _import_extension(name: str, path: str):  # type: ignore[no-untyped-def]
 
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
-        raise ImportError("cannot load %s" % path)
+        raise ImportError(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     try:
@@ -323,7 +323,7 @@ class JqProgram:
         else:
             proc = _run_jq_executable(self.executable or "jq", ["-c", _jq_arg(self.expr)], json_text)
             if proc.returncode != 0:
-                raise JqFailure("runtime", _jq_stderr(proc) or "jq exited with status %d" % proc.returncode)
+                raise JqFailure("runtime", _jq_stderr(proc) or f"jq exited with status {proc.returncode}")
             outputs = [line for line in proc.stdout.split("\n") if line]
         return restore_number_literals(json_text, outputs)
 
@@ -379,13 +379,13 @@ def compile_jq(expr: str) -> JqProgram:
     if executable is None:
         raise JqFailure(
             "unavailable",
-            "--jq needs the jq module, which this build of bkmcp does not carry for %s on %s"
-            % (_interpreter_tag(), sys.platform),
+            f"--jq needs the jq module, which this build of bkmcp does not carry for {_interpreter_tag()} "
+            f"on {sys.platform}",
             "install jq (a `jq` executable on PATH is enough), run bkmcp with a Python it carries "
             "(`unzip -p bkmcp.pyz BUILD-INFO.json`), or drop --jq and filter the JSON output yourself",
         )
     # jq has no compile-only switch: a never-taken branch compiles EXPR without running it (exit 3 = compile error).
-    proc = _run_jq_executable(executable, ["-n", "if false then (\n%s\n) else empty end" % expr], "")
+    proc = _run_jq_executable(executable, ["-n", f"if false then (\n{expr}\n) else empty end"], "")
     if proc.returncode != 0:
         raise JqFailure("compile", _jq_stderr(proc) or "jq rejected the expression")
     return JqProgram(expr, executable=executable)
@@ -394,8 +394,8 @@ def compile_jq(expr: str) -> JqProgram:
 def _interpreter_tag() -> str:
     import platform
 
-    return "%s %d.%d (%s)" % (
-        sys.implementation.name, sys.version_info[0], sys.version_info[1], platform.machine() or "?")
+    major, minor = sys.version_info[:2]
+    return f"{sys.implementation.name} {major}.{minor} ({platform.machine() or '?'})"
 
 
 def _jq_arg(expr: str) -> str:
@@ -410,7 +410,7 @@ def _run_jq_executable(executable: str, args: list[str], stdin_text: str):  # ty
             [executable, *args], input=stdin_text, capture_output=True, text=True, encoding="utf-8",
             check=False)
     except OSError as exc:
-        raise JqFailure("unavailable", "cannot run %s: %s" % (executable, exc)) from exc
+        raise JqFailure("unavailable", f"cannot run {executable}: {exc}") from exc
 
 
 def _jq_stderr(proc) -> str:  # type: ignore[no-untyped-def]
