@@ -1,0 +1,50 @@
+# bkmcp — two commands on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+PYZ    := dist/bkmcp.pyz
+
+.PHONY: demo test venv lint unit integration artifact build scenario bench clean
+
+venv: $(VENV)/.installed
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $@
+
+build:
+	$(PYTHON) build_zipapp.py
+
+demo: build
+	$(PYTHON) mock_server/demo.py $(PYZ)
+
+lint: venv
+	$(BIN)/ruff check bkmcp.py build_zipapp.py mock_server tests bench
+	$(BIN)/mypy bkmcp.py build_zipapp.py
+
+test: venv lint build
+	$(BIN)/python -m pytest -q -p no:cacheprovider --cov=bkmcp --cov-branch --cov-report=term-missing:skip-covered \
+		--cov-fail-under=90 tests
+
+unit: venv
+	$(BIN)/python -m pytest -q tests/unit
+
+integration: venv
+	$(BIN)/python -m pytest -q tests/integration
+
+artifact: venv build
+	$(BIN)/python -m pytest -q tests/artifact
+
+# make scenario S=MCP-001
+scenario: venv
+	$(BIN)/python -m pytest -q tests/integration -m "scenario" -k "$(S)"
+
+bench: venv build
+	$(BIN)/python bench/startup.py
+	$(BIN)/python bench/roundtrips.py
+	$(BIN)/python bench/latency.py
+	$(BIN)/python bench/flags.py
+
+clean:
+	rm -rf dist build .pytest_cache .mypy_cache .ruff_cache .coverage htmlcov

@@ -1,0 +1,97 @@
+"""Shared test helpers: run bkmcp in-process (httpie style), temp configs, and a network guard."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import socket
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import bkmcp  # noqa: E402
+
+pytest_plugins = ["tests.integration.conftest_interop"]
+
+
+@dataclass
+class Result:
+    exit_status: int
+    stdout: str
+    stderr: str
+
+    @property
+    def json(self) -> Any:
+        """The envelope: stdout for success/remote failure, the last stderr line for local failure."""
+        text = self.stdout.strip() or self.stderr.strip().splitlines()[-1]
+        return bkmcp.parse_json(text, strict_keys=False)
+
+    @property
+    def error_code(self) -> str | None:
+        env = self.json
+        return env.get("error", {}).get("code") if isinstance(env, dict) else None
+
+
+class _Stdin(io.TextIOWrapper):
+    """A text stdin over bytes that counts reads, to prove stdin is read at most once (P04, D01)."""
+
+    reads = 0
+
+    def read(self, *args: Any) -> str:  # type: ignore[override]
+        type(self).reads += 1
+        return super().read(*args)
+
+
+def run_bkmcp(*args: str, env: dict[str, str] | None = None, stdin: bytes | str = b"", cwd: str | None = None) -> Result:
+    """Run ``bkmcp.main`` in-process and capture exit status, stdout and stderr."""
+    raw = stdin.encode() if isinstance(stdin, str) else stdin
+    out, err = io.StringIO(), io.StringIO()
+    base_env = {"HOME": os.environ.get("HOME", "/nonexistent"), "PATH": os.environ.get("PATH", "")}
+    if env:
+        base_env.update(env)
+    status = bkmcp.main(
+        list(args),
+        stdin=io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8"),
+        stdout=out,
+        stderr=err,
+        env=base_env,
+        cwd=cwd or os.getcwd(),
+    )
+    return Result(status, out.getvalue(), err.getvalue())
+
+
+@pytest.fixture
+def write_config(tmp_path: Path):
+    """Write an mcp.json (dict or raw text) and return its path."""
+
+    def write(content: Any, name: str = "mcp.json", mode: int = 0o600) -> Path:
+        path = tmp_path / name
+        path.write_text(content if isinstance(content, str) else json.dumps(content), encoding="utf-8")
+        path.chmod(mode)
+        return path
+
+    return write
+
+
+@pytest.fixture
+def no_network(monkeypatch: pytest.MonkeyPatch):
+    """Fail the test if anything opens a network connection (zero-network guarantees: O02, D01, C02, A03)."""
+    attempts: list[Any] = []
+
+    def guard(self: socket.socket, address: Any, *a: Any, **k: Any) -> Any:
+        attempts.append(address)
+        raise AssertionError(f"unexpected network connection to {address!r}")
+
+    monkeypatch.setattr(socket.socket, "connect", guard)
+    monkeypatch.setattr(socket.socket, "connect_ex", guard)
+    monkeypatch.setattr(socket, "create_connection", lambda *a, **k: guard(None, a[0] if a else None))  # type: ignore[arg-type]
+    yield attempts
+    assert not attempts, f"network connections attempted: {attempts}"
