@@ -65,6 +65,7 @@ import binascii
 import copy
 import decimal
 import json
+import os
 import queue
 import re
 import secrets
@@ -1276,6 +1277,7 @@ class _Server(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # small header + body writes must not wait for delayed ACKs
     server_version = "mcp-mock/1.0"
     timeout = HANDLER_TIMEOUT_S
     server: _Server
@@ -1353,6 +1355,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "era": None,
                 "fault": None,
                 "response_headers": {},
+                "done": False,
             }
         )
         try:
@@ -1361,6 +1364,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.entry["fault"] = self.entry.get("fault") or "client_gone"
             self.close_connection = True
         finally:
+            self.entry["done"] = True
             core.log.changed()
             core.log.emit(self.entry)
 
@@ -1699,7 +1703,7 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             self._initialize(inits[0])
             return
-        ctx = self._legacy_session(messages[0].get("id") if not is_batch else None)
+        ctx = self._legacy_session()  # transport-level errors carry "id": null, like the TS SDK
         if ctx is None:
             return
         if is_batch and ctx.version != "2025-03-26":
@@ -1933,6 +1937,7 @@ class StdioServer:
                 "rpc_method": rpc_method,
                 "rpc_id": rpc_id,
                 "era": self.era,
+                "done": True,
             }
         )
         self.core.log.emit(entry)
@@ -2027,6 +2032,19 @@ class StdioServer:
 # ############################################################################################################
 
 
+def _filter_entries(entries: list[dict], rpc_method: str | None, http_method: str | None) -> list[dict]:
+    out = []
+    for entry in entries:
+        if http_method is not None and entry.get("http_method") != http_method:
+            continue
+        if rpc_method is not None:
+            methods = entry.get("rpc_method")
+            if not (methods == rpc_method or (isinstance(methods, list) and rpc_method in methods)):
+                continue
+        out.append(entry)
+    return out
+
+
 class MockServer:
     """In-process HTTP mock: ``url = srv.start()``, ``srv.log``, ``srv.requests(...)``, ``srv.stop()``."""
 
@@ -2085,22 +2103,17 @@ class MockServer:
 
     def requests(self, rpc_method: str | None = None, http_method: str | None = None) -> list[dict]:
         """Log entries, optionally only those with this JSON-RPC method (batches match any member) / HTTP verb."""
-        out = []
-        for entry in self.log_store.snapshot():
-            if http_method is not None and entry.get("http_method") != http_method:
-                continue
-            if rpc_method is not None:
-                methods = entry.get("rpc_method")
-                if not (methods == rpc_method or (isinstance(methods, list) and rpc_method in methods)):
-                    continue
-            out.append(entry)
-        return out
+        return _filter_entries(self.log_store.snapshot(), rpc_method, http_method)
 
     def wait_for(
         self, rpc_method: str | None = None, count: int = 1, timeout: float = 5.0, http_method: str | None = None
     ) -> list[dict]:
-        """Block (bounded) until at least ``count`` matching entries exist; returns them (maybe fewer)."""
-        self.log_store.wait(lambda _: len(self.requests(rpc_method, http_method)) >= count, timeout)
+        """Block (bounded) until ``count`` matching entries are complete ("done"); returns the matches."""
+
+        def ready(entries: list[dict]) -> bool:
+            return sum(1 for e in _filter_entries(entries, rpc_method, http_method) if e.get("done")) >= count
+
+        self.log_store.wait(ready, timeout)
         return self.requests(rpc_method, http_method)
 
     def reset_log(self) -> None:
@@ -2200,7 +2213,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.stdio:
         status = StdioServer(core, sys.stdin.buffer, sys.stdout.buffer, sys.stderr.buffer).run()
         core.log.close()
-        return status
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        # The stdin reader thread may still be blocked in readline(); interpreter shutdown would then abort
+        # (SIGABRT on the buffered-reader lock), so leave without running it.
+        os._exit(status)
     done = threading.Event()
 
     def _on_signal(signum: int, frame: Any) -> None:
