@@ -69,6 +69,7 @@ import os
 import queue
 import re
 import secrets
+import select
 import signal
 import socket
 import sys
@@ -296,6 +297,8 @@ DEFAULTS: dict[str, Any] = {
     "stdio_unknown_method": "error",
     "stdio_drop": "exit",
     "stderr_lines": [],
+    "stdout_lines": [],
+    "require_env": {},
     "faults": {},
 }
 
@@ -331,6 +334,7 @@ BEHAVIOURS = (
     "unknown_result_type",
     "image",
     "progress",
+    "env",
 )
 
 
@@ -542,6 +546,10 @@ class Sink:
     def ask_client(self, request: dict, timeout: float) -> dict | None:  # pragma: no cover - interface
         raise NotImplementedError
 
+    def client_closed(self) -> bool:
+        """True once the client has gone away (modern cancellation = closing the stream)."""
+        return False
+
 
 def _encode_cursor(page: int) -> str:
     return base64.urlsafe_b64encode(f"mock-page:{page}".encode()).decode().rstrip("=")
@@ -581,6 +589,7 @@ class Core:
         self.server_request_counter = 0
         self.waiters: dict[str, dict] = {}  # server request id -> {"event", "response"}
         self.client_responses: list[dict] = []
+        self.cancelled: set = set()
         self.base_url = ""
 
     # -- scenario views -----------------------------------------------------------------------------------
@@ -605,14 +614,35 @@ class Core:
         self.sc = normalize_scenario(raw)
 
     # -- small services -----------------------------------------------------------------------------------
-    def sleep_ms(self, ms: Any) -> None:
-        """Bounded, stop()-interruptible sleep."""
+    def sleep_ms(self, ms: Any, abort: Callable[[], bool] | None = None) -> bool:
+        """Bounded sleep, interrupted by stop() or by ``abort()`` (polled); True when interrupted."""
         try:
             seconds = float(_num_text(ms) or 0) / 1000.0
         except ValueError:
             seconds = 0.0
-        if seconds > 0:
-            self.stopping.wait(min(seconds, MAX_SLEEP_S))
+        deadline = time.monotonic() + min(max(seconds, 0.0), MAX_SLEEP_S)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            if self.stopping.wait(min(left, 0.05)):
+                return True
+            if abort is not None and abort():
+                return True
+
+    @staticmethod
+    def _cancel_key(scope: str | None, rid: Any) -> str:
+        text = rid.text if isinstance(rid, RawNumber) else dump_json(rid)
+        return f"{scope}|{text}"
+
+    def cancel(self, scope: str | None, rid: Any) -> None:
+        """Record a notifications/cancelled (scope = session id, or None for stdio / stateless)."""
+        with self.lock:
+            self.cancelled.add(self._cancel_key(scope, rid))
+
+    def is_cancelled(self, scope: str | None, rid: Any) -> bool:
+        with self.lock:
+            return self._cancel_key(scope, rid) in self.cancelled
 
     def next_event_id(self) -> str:
         with self.lock:
@@ -759,7 +789,7 @@ class Core:
         if method == "tools/list":
             reply = self.tools_list(params)
         elif method == "tools/call":
-            reply = self.tools_call(ctx, params, sink)
+            reply = self.tools_call(ctx, params, sink, msg.get("id"))
         elif method == "server/discover" and modern:
             reply = Reply("result", self.discover_result())
         elif method == "ping" and not modern:
@@ -840,7 +870,7 @@ class Core:
         return Reply("result", result)
 
     # -- tools/call ---------------------------------------------------------------------------------------
-    def tools_call(self, ctx: Ctx, params: dict, sink: Sink) -> Reply:
+    def tools_call(self, ctx: Ctx, params: dict, sink: Sink, rid: Any = None) -> Reply:
         name = params.get("name")
         args = params.get("arguments")
         if args is None:
@@ -857,7 +887,7 @@ class Core:
         if srv_req and ctx.era == "legacy":
             answered = self._ask(sink, srv_req)
         behaviour = tool.get("x-mock", "echo")
-        reply = self._behave(behaviour, tool, ctx, params, args, sink)
+        reply = self._behave(behaviour, tool, ctx, params, args, sink, rid)
         if answered is not None and reply.kind == "result" and isinstance(reply.value, dict):
             reply.value.setdefault("content", []).append(
                 {"type": "text", "text": "client answered: " + dump_json(answered)}
@@ -893,11 +923,31 @@ class Core:
         response = sink.ask_client(request, self.sc["server_request_wait_ms"] / 1000.0)
         return response if response is not None else {"no_answer": True, "request_id": request["id"]}
 
-    def _behave(self, behaviour: str, tool: dict, ctx: Ctx, params: dict, args: Any, sink: Sink) -> Reply:
+    def _behave(self, behaviour: str, tool: dict, ctx: Ctx, params: dict, args: Any, sink: Sink, rid: Any) -> Reply:
         modern = ctx.era == "modern"
         if behaviour == "slow":
-            self.sleep_ms(tool.get("x-mock-ms", 1000))
+            scope = ctx.session.sid if ctx.session else None
+
+            def gone() -> bool:
+                return sink.client_closed() or self.is_cancelled(scope, rid)
+
+            if self.sleep_ms(tool.get("x-mock-ms", 1000), gone):
+                # Legacy: cancelled → no response (spec); modern: the client closed the stream.
+                return Reply("drop", "cancelled" if self.is_cancelled(scope, rid) else "client_closed")
             behaviour = "echo"
+        if behaviour == "env":
+            names = tool.get("x-mock-vars")
+            if names is None:
+                names = args.get("names", []) if isinstance(args, dict) else []
+            env = {str(n): os.environ.get(str(n)) for n in names}
+            return Reply(
+                "result",
+                {
+                    "content": [{"type": "text", "text": dump_json(env)}],
+                    "structuredContent": {"env": env},
+                    "isError": False,
+                },
+            )
         if behaviour == "echo":
             return Reply(
                 "result",
@@ -1162,6 +1212,14 @@ class _HttpSink(Sink):
             self.h.close_connection = True
 
     # -- Sink interface -----------------------------------------------------------------------------------
+    def client_closed(self) -> bool:
+        sock = self.h.connection
+        try:
+            readable, _, _ = select.select([sock], [], [], 0)
+            return bool(readable) and sock.recv(1, socket.MSG_PEEK) == b""
+        except (OSError, ValueError):
+            return True
+
     def notify(self, message: dict) -> None:
         self.start()
         self.event(dump_bytes(message))
@@ -1176,7 +1234,7 @@ class _HttpSink(Sink):
     def finish(self, reply: Reply) -> None:
         h = self.h
         if reply.kind == "drop":
-            h.entry["fault"] = "drop"
+            h.entry["fault"] = reply.value or "drop"
             h.close_connection = True
             if self.started:  # cut the stream without its terminating chunk
                 h.abort()
@@ -1717,6 +1775,8 @@ class _Handler(BaseHTTPRequestHandler):
             elif "id" not in m:
                 if method == "notifications/initialized" and ctx.session is not None:
                     ctx.session.initialized = True
+                elif method == "notifications/cancelled" and isinstance(m.get("params"), dict):
+                    core.cancel(ctx.session.sid if ctx.session else None, m["params"].get("requestId"))
             else:
                 requests.append(m)
         if not requests:
@@ -1872,15 +1932,30 @@ class StdioServer:
     def _reader(self) -> None:
         try:
             for line in iter(self.stdin.readline, b""):
+                if b"notifications/cancelled" in line:  # seen early so that a running slow call can stop
+                    try:
+                        note = parse_wire(line.decode("utf-8"))
+                        self.core.cancel(None, note["params"]["requestId"])
+                    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+                        pass
                 self.lines.put(line)
         except (OSError, ValueError):
             pass
         self.lines.put(None)
 
     def run(self) -> int:
-        for line in self.core.sc["stderr_lines"]:
+        sc = self.core.sc
+        for name, expected in (sc["require_env"] or {}).items():
+            value = os.environ.get(name)
+            if not value or (expected is not None and value != expected):
+                self.stderr.write(f"mcp_mock: environment variable {name} is missing or wrong\n".encode())
+                self.stderr.flush()
+                return 1
+        for line in sc["stderr_lines"]:
             self.stderr.write((line + "\n").encode("utf-8", errors="replace"))
         self.stderr.flush()
+        for line in sc["stdout_lines"]:
+            self.write(line.encode("utf-8", errors="replace"))
         threading.Thread(target=self._reader, name="mcp-mock-stdin", daemon=True).start()
         try:
             while True:
@@ -2016,7 +2091,7 @@ class StdioServer:
         if reply.kind == "resume":
             reply = reply.value
         if reply.kind == "drop":
-            if self.core.sc["stdio_drop"] == "exit":
+            if reply.value != "cancelled" and self.core.sc["stdio_drop"] == "exit":
                 raise _StdioExit(3)
             return
         if reply.kind == "malformed":
@@ -2149,6 +2224,7 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--port", type=int, default=0, help="HTTP port on 127.0.0.1 (0 = any free port)")
     p.add_argument("--stdio", action="store_true", help="serve newline-delimited JSON-RPC on stdin/stdout")
     p.add_argument("--scenario", metavar="FILE", help="scenario JSON file")
+    p.add_argument("--scenario-json", metavar="JSON", help="scenario as inline JSON (applied after --scenario)")
     p.add_argument("--log", metavar="FILE", help="append the request log here as JSON lines")
     p.add_argument("--quiet", action="store_true", help="stdio: do not mirror the log to stderr")
     p.add_argument("--versions", help="comma-separated protocol versions")
@@ -2174,6 +2250,8 @@ def scenario_from_args(args: argparse.Namespace) -> dict:
     if args.scenario:
         with open(args.scenario, encoding="utf-8") as fh:
             scenario.update(json.load(fh))
+    if args.scenario_json:
+        scenario.update(json.loads(args.scenario_json))
     if args.versions:
         scenario["versions"] = [v.strip() for v in args.versions.split(",") if v.strip()]
     if args.response_mode:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import shutil
 import socket
 import subprocess
@@ -1211,3 +1210,73 @@ def test_runs_on_python39():
     s.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25"}})
     assert json.loads(s.recv())["id"] == 1
     assert s.close() == 0
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Cancellation, closed streams, environment
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_modern_stream_close_is_seen_by_slow_tool(server):
+    srv = server({"tools": [mock_tool("slow", "slow", ms=20000)]})
+    c = Client(srv.url, timeout=0.3)
+    with pytest.raises(socket.timeout):
+        c.modern("tools/call", {"name": "slow", "arguments": {}})
+    t0 = time.monotonic()
+    c.close()  # modern cancellation: close the stream
+    entry = srv.wait_for("tools/call", timeout=5)[0]
+    assert entry["done"] and entry["fault"] == "client_closed"
+    assert time.monotonic() - t0 < 2
+
+
+def test_legacy_cancelled_notification_stops_slow_call(server):
+    import threading
+
+    srv = server({"tools": [mock_tool("slow", "slow", ms=20000)]})
+    c = Client(srv.url, timeout=10)
+    c.initialize()
+    outcome = {}
+
+    def call():
+        c2 = Client(srv.url, timeout=10)
+        c2.session, c2.version = c.session, c.version
+        try:
+            c2.rpc("tools/call", {"name": "slow", "arguments": {}}, rid=42)
+        except Exception as exc:  # noqa: BLE001 - any disconnect is the expected outcome
+            outcome["exc"] = exc
+        c2.close()
+
+    t = threading.Thread(target=call)
+    t.start()
+    srv.log_store.wait(lambda es: any(e["rpc_method"] == "tools/call" for e in es), 5)
+    t0 = time.monotonic()
+    assert c.rpc("notifications/cancelled", {"requestId": 42, "reason": "ctrl-c"}, notify=True).status == 202
+    t.join(5)
+    assert not t.is_alive() and "exc" in outcome
+    assert time.monotonic() - t0 < 2
+    assert srv.wait_for("tools/call")[0]["fault"] == "cancelled"
+
+
+def test_stdio_cancel_env_and_extras(monkeypatch):
+    monkeypatch.setenv("MOCK_TOKEN", "s3cret")
+    scen = {"tools": [mock_tool("slow", "slow", ms=20000), mock_tool("env", "env")],
+            "stdout_lines": ["not json-rpc banner"], "require_env": {"MOCK_TOKEN": None}}
+    s = Stdio("--quiet", "--scenario-json", json.dumps(scen))
+    assert s.recv() == "not json-rpc banner"
+    s.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25"}})
+    s.recv()
+    s.send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "slow"}})
+    s.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2}})
+    s.send({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+            "params": {"name": "env", "arguments": {"names": ["MOCK_TOKEN", "NOPE"]}}})
+    res = json.loads(s.recv(timeout=3))  # no answer for the cancelled id 2
+    assert res["id"] == 3 and res["result"]["structuredContent"] == {"env": {"MOCK_TOKEN": "s3cret", "NOPE": None}}
+    assert s.close() == 0
+
+
+def test_stdio_require_env_missing(monkeypatch):
+    monkeypatch.delenv("MOCK_TOKEN", raising=False)
+    s = Stdio("--quiet", "--set", 'require_env={"MOCK_TOKEN": "x"}')
+    assert s.proc.wait(5) == 1
+    assert b"MOCK_TOKEN" in s.proc.stderr.read()
+    s.close()
