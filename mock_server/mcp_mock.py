@@ -44,14 +44,19 @@ unknown_tool               "rpc_error" (default, -32602) or "is_error"
 server_request_wait_ms     how long to wait for the client's answer to a server request (default 3000)
 stdio_unknown_method       stdio, before the era is locked: "error" (default, -32601), "silent", "exit"
 stdio_drop                 stdio "drop": "exit" (default, exit status 3) or "silent"
-stderr_lines               stdio: lines written to stderr at start-up
+stderr_lines, stdout_lines stdio: lines written to stderr / stdout at start-up
+require_env                stdio: {NAME: value or null}; otherwise exit 1 at start-up
 faults                     {duplicate_cursor, cursor_cycle, infinite_pages, fail_on_page, duplicate_tool_names,
                             redirect, slow_ms, drop_on_call, malformed_json, rpc_error_on, status_on,
                             expire_session_after, sse_retry_resume, server_request_on_call}
 
 Tool behaviours (mock-only key ``"x-mock"`` on a tool, stripped from tools/list together with every other key
 starting with ``x-mock``): echo (default), add, is_error, rpc_error, input_required, task, url_elicitation,
-malformed, slow, drop, big, unknown_result_type, image, progress.
+malformed, slow, drop, big, unknown_result_type, image, progress, env.
+
+Request log entry (HTTP): seq, time, transport, http_method, path, headers (lower-case names), body (raw text),
+json (ints exact, other numbers Decimal), rpc_method, rpc_id, status, session_id, era, fault, response_headers,
+peer_port, done.
 
 Sections: constants → JSON helpers → scenario → request log → protocol core → HTTP transport → stdio transport
 → MockServer (in-process API) → CLI.
@@ -1414,6 +1419,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "fault": None,
                 "response_headers": {},
                 "done": False,
+                "peer_port": self.client_address[1],
             }
         )
         try:

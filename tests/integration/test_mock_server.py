@@ -979,6 +979,7 @@ def test_keep_alive_reuses_connection(client):
     c.rpc("ping")
     ports.add(c.conn.sock.getsockname()[1])
     assert len(ports) == 1
+    assert {e["peer_port"] for e in srv.log} == ports
 
 
 def test_context_manager_and_chunked_request():
@@ -1280,3 +1281,17 @@ def test_stdio_require_env_missing(monkeypatch):
     assert s.proc.wait(5) == 1
     assert b"MOCK_TOKEN" in s.proc.stderr.read()
     s.close()
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "mock_server" / "scenarios").glob("*.json")))
+def test_bundled_scenarios(name):
+    srv = MockServer.from_file(str(ROOT / "mock_server" / "scenarios" / name))
+    with srv:
+        c = Client(srv.url)
+        if srv.core.legacy_versions:
+            c.initialize()
+            r = c.rpc("tools/list")
+        else:
+            r = c.modern("tools/list")
+        assert r.status == 200 and "tools" in r.json["result"]
+        c.close()
