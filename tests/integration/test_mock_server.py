@@ -1295,3 +1295,70 @@ def test_bundled_scenarios(name):
             r = c.modern("tools/list")
         assert r.status == 200 and "tools" in r.json["result"]
         c.close()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Interop: the official Python SDK client (mcp 2.x) talks to the mock — proves the wire is real MCP
+# ----------------------------------------------------------------------------------------------------------
+
+
+def _sdk_call(target, mode, tool="echo", args=None):
+    import asyncio
+
+    from mcp.client import Client as SdkClient
+
+    async def run():
+        async with SdkClient(target, mode=mode, read_timeout_seconds=5) as c:
+            tools = await c.list_tools()
+            res = await c.call_tool(tool, args if args is not None else {"text": "hi", "count": 3})
+            return [t.name for t in tools.tools], res
+
+    return asyncio.run(asyncio.wait_for(run(), 20))
+
+
+SDK_CASES = [
+    ({}, "auto", ["server/discover", "tools/list", "tools/call"]),
+    ({}, "legacy", ["initialize", "notifications/initialized", "tools/list", "tools/call"]),
+    ({"response_mode": "sse", "sse_crlf": True, "sse_priming": True, "sse_comments": True}, "2026-07-28",
+     ["tools/list", "tools/call"]),
+    ({"versions": ["2025-03-26", "2025-06-18", "2025-11-25"], "response_mode": "sse"}, "auto",
+     ["server/discover", "initialize", "notifications/initialized", "tools/list", "tools/call"]),
+    ({"versions": ["2026-07-28"]}, "auto", ["server/discover", "tools/list", "tools/call"]),
+    ({"versions": ["2025-11-25"], "faults": {"sse_retry_resume": True}}, "legacy",
+     ["initialize", "notifications/initialized", "tools/list", "tools/call"]),
+]
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize("scenario,mode,methods", SDK_CASES)
+def test_python_sdk_client_http(scenario, mode, methods):
+    pytest.importorskip("mcp.client")
+    with MockServer(scenario) as srv:
+        names, res = _sdk_call(srv.url, mode)
+        assert names == [t["name"] for t in DEFAULT_TOOLS]
+        assert res.structured_content == {"arguments": {"text": "hi", "count": 3}} and not res.is_error
+        assert [m for m in (e["rpc_method"] for e in srv.log) if m] == methods
+        # 400 only for the modern probe of a legacy-only server; 405 for the SDK's optional GET stream
+        assert all(e["status"] in (200, 202, 405) or e["rpc_method"] == "server/discover" for e in srv.log)
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize("versions,mode", [(None, "auto"), (None, "legacy"), ("2025-11-25", "auto"),
+                                           ("2026-07-28", "auto")])
+def test_python_sdk_client_stdio(versions, mode):
+    pytest.importorskip("mcp.client")
+    from mcp.client.stdio import StdioServerParameters
+
+    args = [str(MOCK), "--stdio", "--quiet"] + (["--versions", versions] if versions else [])
+    names, res = _sdk_call(StdioServerParameters(command=sys.executable, args=args), mode)
+    assert len(names) == len(DEFAULT_TOOLS)
+    assert res.structured_content == {"arguments": {"text": "hi", "count": 3}}
+
+
+@pytest.mark.interop
+def test_python_sdk_client_answers_server_ping():
+    pytest.importorskip("mcp.client")
+    with MockServer({"faults": {"server_request_on_call": "ping"}}) as srv:
+        _, res = _sdk_call(srv.url, "legacy")
+        assert srv.client_responses == [{"jsonrpc": "2.0", "id": "mock-srv-1", "result": {}}]
+        assert "client answered" in res.content[-1].text
