@@ -40,7 +40,7 @@ require_headers            {name: value}: otherwise 401 + WWW-Authenticate
 forbid_headers_403         {name: value}: 403 when the header has that value
 forbidden_message          the safe error text of the 403 body
 allowed_origins            list; an Origin header outside it gets 403
-unknown_tool               "rpc_error" (default, -32602) or "is_error"
+unknown_tool               "is_error" (default, like both SDKs) or "rpc_error" (-32602)
 server_request_wait_ms     how long to wait for the client's answer to a server request (default 3000)
 stdio_unknown_method       stdio, before the era is locked: "error" (default, -32601), "silent", "exit"
 stdio_drop                 stdio "drop": "exit" (default, exit status 3) or "silent"
@@ -297,7 +297,7 @@ DEFAULTS: dict[str, Any] = {
     "forbid_headers_403": {},
     "forbidden_message": "Access denied: this principal may not use this MCP server",
     "allowed_origins": None,
-    "unknown_tool": "rpc_error",
+    "unknown_tool": "is_error",
     "server_request_wait_ms": 3000,
     "stdio_unknown_method": "error",
     "stdio_drop": "exit",
@@ -755,7 +755,7 @@ class Core:
             status=400,
         )
 
-    def check_modern_meta(self, params: Any) -> Reply | None:
+    def check_modern_meta(self, params: Any, check_version: bool = True) -> Reply | None:
         """-32602 for missing required _meta keys, -32022 for an unsupported _meta version."""
         meta = params.get("_meta") if isinstance(params, dict) else None
         if not isinstance(meta, dict):
@@ -765,7 +765,7 @@ class Core:
             return Reply.error(-32602, "Missing required _meta field(s): " + ", ".join(missing), status=400)
         if not isinstance(meta.get(META_CAPS), dict):
             return Reply.error(-32602, f"_meta {META_CAPS} must be an object", status=400)
-        if meta[META_VERSION] not in self.modern_versions:
+        if check_version and meta[META_VERSION] not in self.modern_versions:
             return self.unsupported_version_reply(meta[META_VERSION])
         return None
 
@@ -1640,18 +1640,21 @@ class _Handler(BaseHTTPRequestHandler):
                 rid,
             )
             return
-        problem = core.check_modern_meta(msg.get("params"))
+        problem = core.check_modern_meta(msg.get("params"), check_version=False)
         if problem is not None:
             self.send_reply_error(problem, rid)
             return
         meta_version = params["_meta"][META_VERSION]
-        if header_version != meta_version:
+        if header_version != meta_version:  # checked before the version itself, like the Python SDK
             self.send_rpc_error(
                 400,
                 -32020,
                 f"Header mismatch: MCP-Protocol-Version {header_version!r} does not match _meta {meta_version!r}",
                 rid,
             )
+            return
+        if meta_version not in core.modern_versions:
+            self.send_reply_error(core.unsupported_version_reply(meta_version), rid)
             return
         if self.header("mcp-method") != method:
             self.send_rpc_error(
@@ -1738,7 +1741,7 @@ class _Handler(BaseHTTPRequestHandler):
             return None
         version = session.version
         if header_version is None:
-            if version >= "2025-06-18":
+            if version >= "2025-06-18" and sc["strict_version_header"]:
                 self.send_rpc_error(400, -32000, "Bad Request: MCP-Protocol-Version header is required", rid)
                 return None
         elif header_version not in supported or (
