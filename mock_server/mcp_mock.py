@@ -1200,6 +1200,8 @@ class _HttpSink(Sink):
 
     def event(self, payload: bytes, event_id: str | None = None) -> None:
         nl = self.nl
+        if event_id is None and self.core.sc["sse_priming"]:
+            event_id = self.core.next_event_id()  # a server with an event store ids every event (TS SDK)
         head = ""
         if event_id is not None:
             head += "id: " + event_id + nl
@@ -1816,7 +1818,8 @@ class _Handler(BaseHTTPRequestHandler):
             sink.start()
             for note in batch_sink.notes:
                 sink.event(dump_bytes(note))
-            sink.event(dump_bytes(responses))
+            for response in responses:  # one event per response, like the TS SDK
+                sink.event(dump_bytes(response))
             sink.end()
         else:
             self.send_body(200, dump_bytes(responses), "application/json")

@@ -486,6 +486,7 @@ def test_sse_variants(client):
     assert r.headers.get("connection") == "close"
     evs = r.events
     assert evs[0]["id"] and evs[0]["data"] == ""  # priming event: id + empty data
+    assert len({e["id"] for e in evs}) == len(evs) == 4  # with priming (an event store) every event has an id
     assert all(e["event"] is None for e in evs)
     msgs = r.messages
     assert [m.get("method") for m in msgs] == ["notifications/message", "notifications/progress", None]
@@ -1373,3 +1374,11 @@ def test_python_sdk_client_answers_server_ping():
         _, res = _sdk_call(srv.url, "legacy")
         assert srv.client_responses == [{"jsonrpc": "2.0", "id": "mock-srv-1", "result": {}}]
         assert "client answered" in res.content[-1].text
+
+
+def test_legacy_batch_sse_one_event_per_response(client):
+    srv, c = client({"versions": ["2025-03-26"], "response_mode": "sse"})
+    c.initialize("2025-03-26")
+    r = c.http("POST", [{"jsonrpc": "2.0", "id": 5, "method": "ping"},
+                        {"jsonrpc": "2.0", "id": 6, "method": "tools/list"}])
+    assert r.is_sse and [m["id"] for m in r.messages] == [5, 6]
