@@ -1310,6 +1310,7 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
     allow_reuse_address = True
+    request_queue_size = 1024  # listen backlog: many concurrent clients (resident-mode tests) must not be reset
 
     def __init__(self, address: tuple, core: Core) -> None:
         self.core = core

@@ -1382,3 +1382,28 @@ def test_legacy_batch_sse_one_event_per_response(client):
     r = c.http("POST", [{"jsonrpc": "2.0", "id": 5, "method": "ping"},
                         {"jsonrpc": "2.0", "id": 6, "method": "tools/list"}])
     assert r.is_sse and [m["id"] for m in r.messages] == [5, 6]
+
+
+def test_many_concurrent_clients(server):
+    """A listen backlog of 5 (the socketserver default) resets connections under load; the mock uses 1024."""
+    import threading
+
+    srv = server()
+    errors = []
+
+    def worker():
+        try:
+            c = Client(srv.url, timeout=10)
+            c.initialize()
+            assert c.rpc("tools/call", {"name": "echo", "arguments": {"text": "x"}}).status == 200
+            c.close()
+        except Exception as exc:  # noqa: BLE001 - collected and asserted below
+            errors.append(repr(exc))
+
+    threads = [threading.Thread(target=worker) for _ in range(200)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert errors == []
+    assert len(srv.requests("tools/call")) == 200 and len(srv.sessions) == 200
