@@ -48,7 +48,7 @@ stderr_lines, stdout_lines stdio: lines written to stderr / stdout at start-up
 require_env                stdio: {NAME: value or null}; otherwise exit 1 at start-up
 faults                     {duplicate_cursor, cursor_cycle, infinite_pages, fail_on_page, duplicate_tool_names,
                             redirect, slow_ms, drop_on_call, malformed_json, rpc_error_on, status_on,
-                            expire_session_after, sse_retry_resume, server_request_on_call}
+                            expire_session_after, sse_retry_resume, server_request_on_call, slow_on, html_on}
 
 Tool behaviours (mock-only key ``"x-mock"`` on a tool, stripped from tools/list together with every other key
 starting with ``x-mock``): echo (default), add, is_error, rpc_error, input_required, task, url_elicitation,
@@ -321,6 +321,8 @@ FAULT_KEYS = (
     "status_on",
     "expire_session_after",
     "sse_retry_resume",
+    "slow_on",
+    "html_on",
     "server_request_on_call",
 )
 
@@ -789,6 +791,9 @@ class Core:
             return Reply("malformed")
         if method == "tools/call" and faults.get("drop_on_call"):
             return Reply("drop")
+        delay = (faults.get("slow_on") or {}).get(method)
+        if delay and self.sleep_ms(delay, sink.client_closed):
+            return Reply("drop", "client_closed")
         self._notifications_before(method, params, sink)
         modern = ctx.era == "modern"
         if method == "tools/list":
@@ -1606,6 +1611,10 @@ class _Handler(BaseHTTPRequestHandler):
             self.entry["fault"] = "status_on"
             rid = msg.get("id")
             self.send_rpc_error(int(status_on[method]), -32603, f"mock HTTP {status_on[method]} on {method}", rid)
+            return
+        if method in _method_set(core.faults.get("html_on")):  # e.g. a login page served by a proxy
+            self.entry["fault"] = "html_on"
+            self.send_body(200, b"<!doctype html><html><body>Please log in</body></html>", "text/html; charset=utf-8")
             return
         version_header = self.header("mcp-protocol-version")
         modern = bool(core.modern_versions) and (

@@ -1548,3 +1548,14 @@ def test_many_concurrent_clients(server):
         t.join(20)
     assert errors == []
     assert len(srv.requests("tools/call")) == 200 and len(srv.sessions) == 200
+
+
+def test_fault_slow_on_and_html_on(client):
+    srv, c = client({"page_size": 2, "faults": {"slow_on": {"tools/list": 150}, "html_on": "ping"}})
+    c.initialize()
+    t0 = time.monotonic()
+    assert len(list_pages(c)) == 3
+    assert time.monotonic() - t0 >= 0.44  # three slow pages
+    r = c.rpc("ping")
+    assert r.status == 200 and r.headers["content-type"].startswith("text/html") and b"<html>" in r.body
+    assert srv.log[-1]["fault"] == "html_on"
