@@ -1132,11 +1132,14 @@ class JqProgram:
         try:
             outputs = self._project(envelope, nonce, exact_protect)
         except ValueError as exc:
+            data = envelope.get("data")
+            dry = isinstance(data, dict) and data.get("dry_run") is True
             raise JqError(
                 f"--jq failed on the result: {_first_line(exc)}",
-                hint="the remote operation already happened; do not retry it blindly, fix the expression and "
-                "re-run it on saved output (data keeps the unprojected result)",
-                data=envelope.get("data"),
+                hint="nothing was sent (dry run); fix the expression" if dry else "the remote operation already "
+                "happened; do not retry it blindly, fix the expression and re-run it on saved output (data keeps "
+                "the unprojected result)",
+                data=data,
                 details={} if envelope.get("ok") else {"unprojected_error": envelope.get("error")},
             ) from None
         if _any_number(envelope, lambda n: text_protect(n) and not exact_protect(n)):
@@ -1534,7 +1537,7 @@ def read_body(source: str, stdin: IO[str], cwd: str) -> dict[str, Any]:
         label = "stdin"
         try:
             raw: str | bytes = stdin.buffer.read() if hasattr(stdin, "buffer") else stdin.read()
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, AttributeError) as exc:  # AttributeError: no stdin at all (fd 0 closed)
             raise UsageError(f"cannot read --body from stdin: {exc}") from None
     elif source.startswith("@"):
         path = os.path.normpath(os.path.join(cwd, os.path.expanduser(source[1:])))

@@ -324,6 +324,20 @@ def test_c03_context_is_unsupported_even_without_a_config_file(args, tmp_path, n
     assert calls == []
 
 
+def test_c03_broken_or_switched_bk_cli_contexts_do_not_matter(tmp_path, no_network):
+    """C03: bk-cli's own context files (missing, switched, corrupt) never affect MCP config or identity."""
+    home = _home_with_config(tmp_path, server="s")
+    bk = home / ".bk-cli"
+    results = [dry("s", env={"HOME": str(home)}).stdout]
+    (bk / "config.json").write_text('{"current_context": "prod", "broken": ')
+    (bk / "contexts" / "prod").mkdir(parents=True)
+    (bk / "contexts" / "prod" / "mcp.json").write_text('{"mcpServers": {"s": {"type": "http", "url": "https://evil/"}}}')
+    (bk / "contexts" / "prod" / "credentials").write_text("Bearer ctx-token-123")
+    results.append(dry("s", env={"HOME": str(home), "BK_CLI_CONTEXT": "prod"}).stdout)
+    assert results[0] == results[1] and results[0]
+    assert "ctx-token" not in results[1] and "evil" not in results[1]
+
+
 def test_c03_bk_cli_variables_are_never_read(write_config, no_network):
     """C03/§4: BK_CLI_* identity variables are ignored unless the config references them."""
     path = write_config(cfg(a=http()))

@@ -106,7 +106,7 @@ def test_o01_runtime_error_is_jq_error_exit_2_and_keeps_the_result(config, no_ne
     assert res.exit_status == 2 and res.stderr == ""
     env = bkmcp.parse_json(res.stdout)
     assert env["ok"] is False and env["error"]["code"] == "jq_error"
-    assert "do not retry it blindly" in env["error"]["hint"]
+    assert "nothing was sent" in env["error"]["hint"]  # a dry run: no remote operation happened
     assert env["data"]["arguments"]["n"][0] == 123456789012345678901234567890  # unprojected data kept
     assert dry(config, "--jq", ".data.arguments.n + 1").json["error"]["code"] == "jq_error"
 
@@ -128,6 +128,7 @@ def test_o01_jq_applies_to_the_failure_envelope_once(write_config, monkeypatch, 
     assert res.exit_status == 2 and env["error"]["code"] == "jq_error"
     assert env["error"]["unprojected_error"]["code"] == "mcp_discovery_incomplete"  # the failure is not hidden
     assert env["data"] == {"pages": 2, "big": bkmcp.JsonNumber("1e400")}
+    assert "do not retry it blindly" in env["error"]["hint"]
     assert len(calls) == 2  # one remote operation per run, never retried because of jq
 
 
