@@ -19,6 +19,8 @@ if str(ROOT) not in sys.path:
 
 import bkmcp  # noqa: E402
 
+pytest_plugins = ["tests.integration.conftest_interop"]
+
 
 @dataclass
 class Result:
