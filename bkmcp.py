@@ -332,13 +332,14 @@ def dump_json(value: Any, *, indent: int | None = None, sort_keys: bool = False)
     if raws:
         pattern = re.compile('"' + re.escape(_RAW_MARK + nonce) + r"-(\d+)\ue001" + '"')
         out = pattern.sub(lambda m: raws[int(m.group(1))], out)
-    if _SURROGATE.search(out):
+    if _ESCAPE_ALWAYS.search(out):
         # JSON allows "\udcff" escapes that are not valid Unicode; written raw they make every UTF-8 stream fail.
-        out = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", out)
+        # U+0085/U+2028/U+2029 are line breaks to many readers: escaped, an envelope stays one line everywhere.
+        out = _ESCAPE_ALWAYS.sub(lambda m: f"\\u{ord(m.group()):04x}", out)
     return out
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
+_ESCAPE_ALWAYS = re.compile("[\ud800-\udfff\u0085\u2028\u2029]")
 
 
 def _decimal_text(number: decimal.Decimal) -> str:
