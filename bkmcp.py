@@ -3047,6 +3047,19 @@ class JqProgram:
         too; that answer is used only when it equals, value for value, the answer computed with real numbers
         (so comparisons and arithmetic keep jq's meaning). A runtime error is ``jq_error``.
         """
+        # The number walks below recurse about twice per JSON level; any depth parse_json accepted must fit.
+        limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(max(limit, 10_000))
+        try:
+            return self._apply(envelope)
+        except RecursionError:
+            raise JqError(
+                "--jq failed on the result: it is nested too deeply", data=envelope.get("data")
+            ) from None
+        finally:
+            sys.setrecursionlimit(limit)
+
+    def _apply(self, envelope: dict[str, Any]) -> list[str]:
         nonce = os.urandom(4).hex()
         if self._literal is not None:
             exact_protect, text_protect = _jq_beyond_decimal, _jq_literal_differs
@@ -3086,7 +3099,11 @@ class JqProgram:
             if proc.returncode != 0:
                 raise ValueError(_first_line(proc.stderr))
             texts = proc.stdout.split("\n")
-        return [_jq_restore(parse_json(item, strict_keys=False), table, nonce) for item in texts if item.strip()]
+        try:
+            values = [parse_json(item, strict_keys=False) for item in texts if item.strip()]
+        except JsonInputError:
+            raise ValueError("jq printed a value that is not JSON (jq cuts values nested over 256 levels)") from None
+        return [_jq_restore(value, table, nonce) for value in values]
 
 
 _JQ_LITERALS: dict[int, bool] = {}

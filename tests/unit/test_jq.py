@@ -187,3 +187,15 @@ def test_jq_unavailable(write_config, monkeypatch, no_network):
     monkeypatch.setattr(shutil, "which", lambda name: None)
     res = dry(config, "--jq", ".")
     assert res.exit_status == 1 and res.error_code == "jq_unavailable"
+
+
+@pytest.mark.parametrize("depth", [200, 500, 980])
+def test_deeply_nested_results_are_jq_error_never_internal(depth, config, no_network):
+    body = '{"a": ' + "[" * depth + "1" + "]" * depth + "}"
+    res = dry(config, "--jq", ".data.arguments", body=body)
+    if res.exit_status == 0:
+        assert res.stdout == body.replace(" ", "") + "\n"
+    elif res.exit_status == 1:  # the parser's own nesting limit (it depends on the stack depth of the caller)
+        assert res.error_code == "invalid_mcp_arguments" and "nesting too deep" in res.stderr
+    else:
+        assert res.exit_status == 2 and res.json["error"]["code"] == "jq_error", res.stdout + res.stderr
