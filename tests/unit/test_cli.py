@@ -206,9 +206,10 @@ def test_version(no_network):
     assert res.exit_status == 0 and res.stdout == f"bkmcp {bkmcp.__version__}\n"
 
 
-def test_resident_is_a_stable_unsupported_error(no_network):
-    res = run_bkmcp("--resident")
-    assert res.exit_status == 1 and res.error_code == "unsupported_option"
+@pytest.mark.parametrize("args", [("--resident", "srv"), ("--resident", "--check"), ("--registry", "r.db")])
+def test_resident_option_combinations(args, tmp_path, no_network):
+    res = run_bkmcp(*args, env={"HOME": str(tmp_path)})
+    assert res.exit_status == 1 and res.error_code == "usage_error" and res.stdout == ""
 
 
 # -- D01: help ---------------------------------------------------------------------------------------------
