@@ -719,7 +719,12 @@ def _check_headers(where: str, headers: Any) -> tuple[tuple[str, str], ...]:
     seen: dict[str, str] = {}
     for name, value in headers.items():
         if not _HEADER_NAME.match(name):
-            raise InvalidConfigError(f"{where}: header name {name!r} is not a valid HTTP header name")
+            # never echo the whole name: a pasted "Authorization: Bearer <token>" key would print the token
+            prefix = re.match(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]*", name).group()[:40]  # type: ignore[union-attr]
+            raise InvalidConfigError(
+                f"{where}: header name {prefix + '…'!r} is not a valid HTTP header name",
+                hint="header names are tokens without spaces, ':' or control characters; values go after them",
+            )
         if not isinstance(value, str):
             raise InvalidConfigError(f"{where}: header {name!r} must have a string value")
         if "\r" in value or "\n" in value or "\x00" in value:

@@ -199,6 +199,8 @@ def test_c02_messages_never_echo_values():
         + secret + '",}}}}',
         json.dumps(cfg(a=http(headers={"X-Token": secret, "Host": "h"}))),
         json.dumps(cfg(a=http(headers={"X-Token": secret, "Bad Name": "v"}))),
+        json.dumps(cfg(a=http(headers={f"Authorization: Bearer {secret}": ""}))),
+        json.dumps(cfg(a=http(headers={f"X-Api-Key={secret}": "x"}))),
         json.dumps(cfg(a=http(headers={"X-Token": secret + "\n"}))),
         json.dumps(cfg(a=http(url=f"https://user:{secret}@x/"))),
         json.dumps(cfg(a=http(url=f"https://x/#{secret}"))),
@@ -457,3 +459,12 @@ def test_no_warning_for_private_files_or_references(mode, headers, write_config,
     path = write_config(cfg(a=http(headers=headers)), mode=mode)
     res = dry("--config", str(path), "a", env={"TOK": "t-123456"})
     assert res.exit_status == 0 and res.stderr == ""
+
+
+def test_c02_config_encoding_and_positions(write_config, no_network):
+    assert parse_config(b'\xef\xbb\xbf{"mcpServers": {}}', "/f").servers == {}
+    with pytest.raises(InvalidConfigError, match="UTF-8"):
+        parse_config(b'{"mcpServers": {"a\xff": {}}}', "/f")
+    with pytest.raises(InvalidConfigError, match="line 3 column"):
+        parse_config('{\n "mcpServers": {\n  "a": 1,}}', "/f")
+    assert run_bkmcp("--config=", "a").error_code == "usage_error"
