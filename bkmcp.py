@@ -601,12 +601,20 @@ def parse_config(raw: str | bytes, path: str) -> ConfigFile:
         )
     extra = sorted(set(document) - {"mcpServers"})
     if extra:
-        raise InvalidConfigError(f"{path}: unsupported top-level field(s): {', '.join(map(repr, extra))}")
+        shown = ", ".join(repr(_safe_name(k)) for k in extra)
+        raise InvalidConfigError(f"{path}: unsupported top-level field(s): {shown}")
     entries = document["mcpServers"]
     if not isinstance(entries, dict):
         raise InvalidConfigError(f"{path}: \"mcpServers\" must be an object of named servers")
     servers = {name: _parse_server(path, name, entry) for name, entry in entries.items()}
     return ConfigFile(path, servers)
+
+
+def _safe_name(name: str) -> str:
+    """A config key as diagnostics may show it: up to its first character outside a header token, so a pasted
+    ``Authorization: Bearer <token>`` or ``API_KEY=<value>`` key never prints its secret part (A05)."""
+    prefix = re.match(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]*", name).group()  # type: ignore[union-attr]
+    return name if prefix == name and len(name) <= 64 else prefix[:64] + "…"
 
 
 def check_server_name(name: str) -> str | None:
@@ -639,7 +647,7 @@ def _parse_server(path: str, name: str, entry: Any) -> ServerConfig:
     unknown = sorted(set(entry) - allowed)
     if unknown:
         raise InvalidConfigError(
-            f"{where}: unknown field(s) {', '.join(map(repr, unknown))} for type {kind!r}",
+            f"{where}: unknown field(s) {', '.join(repr(_safe_name(k)) for k in unknown)} for type {kind!r}",
             hint=f"known fields: {', '.join(sorted(allowed))}",
         )
     version = entry.get("protocolVersion")
@@ -667,7 +675,7 @@ def _parse_server(path: str, name: str, entry: Any) -> ServerConfig:
         raise InvalidConfigError(f"{where}: field \"env\" must be an object of string values")
     for key in env:
         if not _ENV_NAME.match(key):
-            raise InvalidConfigError(f"{where}: field \"env\" has an invalid variable name {key!r}")
+            raise InvalidConfigError(f"{where}: field \"env\" has an invalid variable name {_safe_name(key)!r}")
     cwd = entry.get("cwd")
     if cwd is not None and (not isinstance(cwd, str) or not cwd):
         raise InvalidConfigError(f"{where}: field \"cwd\" must be a non-empty string")
@@ -720,9 +728,8 @@ def _check_headers(where: str, headers: Any) -> tuple[tuple[str, str], ...]:
     for name, value in headers.items():
         if not _HEADER_NAME.match(name):
             # never echo the whole name: a pasted "Authorization: Bearer <token>" key would print the token
-            prefix = re.match(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]*", name).group()[:40]  # type: ignore[union-attr]
             raise InvalidConfigError(
-                f"{where}: header name {prefix + '…'!r} is not a valid HTTP header name",
+                f"{where}: header name {_safe_name(name)!r} is not a valid HTTP header name",
                 hint="header names are tokens without spaces, ':' or control characters; values go after them",
             )
         if not isinstance(value, str):
