@@ -3956,7 +3956,9 @@ class _Runner:
         if inv.server is None:
             if inv.help or not any((inv.check, inv.tools, inv.tool)):
                 return self.emit_text(render_root_help(config_path))
-        jq = compile_jq(inv.jq) if inv.jq is not None and not inv.help else None
+        # help (root, server, tool; bare `bkmcp <server>` too) is never projected, so --jq is not even compiled
+        projected = inv.jq is not None and not inv.help and (inv.check or inv.tools or inv.tool is not None)
+        jq = compile_jq(inv.jq) if projected and inv.jq is not None else None
         self.log.debug(f"config file: {config_path}")
         config = load_config(config_path)
         _warn_literal_credentials(config, self.log)

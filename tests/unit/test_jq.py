@@ -146,7 +146,8 @@ def test_o01_success_projection_after_remote_runs_once(write_config, monkeypatch
 
 
 def test_o01_help_is_never_projected(config, no_network):
-    for args in (("--help", "--jq", ".["), ("--config", str(config), "a", "--help", "--jq", ".x")):
+    for args in (("--help", "--jq", ".["), ("--config", str(config), "a", "--help", "--jq", ".x"), ("--jq", ".["),
+                 ("--config", str(config), "a", "--jq", ".[")):
         res = run_bkmcp(*args)
         assert res.exit_status == 0 and res.stdout.startswith("bkmcp")
 
