@@ -1433,7 +1433,7 @@ def _basic_problems(schema: dict[str, Any], arguments: Mapping[str, Any]) -> lis
         path = json_path([name])
         declared = prop.get("type")
         types = [declared] if isinstance(declared, str) else declared if isinstance(declared, list) else []
-        known = [t for t in types if t in _TYPE_TESTS]
+        known = [t for t in types if isinstance(t, str) and t in _TYPE_TESTS]
         if known and len(known) == len(types) and not any(_TYPE_TESTS[t](value) for t in known):
             problems.append({"path": path, "message": f"expected {' or '.join(known)}, got {_json_type(value)}"})
             continue
@@ -1472,7 +1472,7 @@ def _validator_class(schema: dict[str, Any]) -> Any:
     from jsonschema import validators  # lazily: only the call path validates
 
     dialect = schema.get("$schema")
-    if dialect is not None:
+    if "$schema" in schema:
         base = validators.validator_for(schema, default=None) if isinstance(dialect, str) else None
         if base is None:
             raise _NotLocal(f"unknown $schema dialect {_short(dialect)}")
@@ -1537,7 +1537,17 @@ def _schema_problems(schema: dict[str, Any], arguments: Mapping[str, Any]) -> li
         raise
     except (Exception, RecursionError) as exc:  # a validator bug or an exotic keyword must not crash the call
         raise _NotLocal(f"local validation failed ({type(exc).__name__})") from None
-    return [_problem_from_error(e) for e in errors]
+    return [p for e in errors for p in _problems_from_error(e)]
+
+
+def _problems_from_error(error: Any) -> list[dict[str, str]]:
+    """Readable problems for one jsonschema error (JSON paths, JSON values, never Python reprs)."""
+    if error.validator == "required" and isinstance(error.validator_value, list) and isinstance(error.instance, dict):
+        missing = [r for r in error.validator_value if isinstance(r, str) and r not in error.instance]
+        if missing:  # one problem per missing property, at the path where it belongs
+            base = list(error.absolute_path)
+            return [{"path": json_path([*base, name]), "message": "required property is missing"} for name in missing]
+    return [_problem_from_error(error)]
 
 
 def _problem_from_error(error: Any) -> dict[str, str]:
@@ -1545,13 +1555,6 @@ def _problem_from_error(error: Any) -> dict[str, str]:
     keyword = error.validator
     value = error.validator_value
     instance = error.instance
-    if keyword == "required" and isinstance(error.message, str):
-        missing = [r for r in value if isinstance(instance, dict) and r not in instance] if isinstance(value, list) \
-            else []
-        if missing:
-            return {"path": json_path([*path, missing[0]]) if len(missing) == 1 else json_path(path),
-                    "message": "required property is missing" if len(missing) == 1
-                    else f"required properties are missing: {', '.join(missing)}"}
     if keyword == "type":
         types = value if isinstance(value, list) else [value]
         return {"path": json_path(path),
