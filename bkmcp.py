@@ -904,19 +904,968 @@ def resolve_server(server: ServerConfig, env: Mapping[str, str]) -> ResolvedServ
 # ======================================================================================================
 # 5. Protocol core (sans-IO)
 # ======================================================================================================
-# ENGINE-PLACEHOLDER-5: JSON-RPC framing, incremental SSE decoder, era table, request building, response
-# classification. Imports neither httpx nor sockets (STYLE.md: the h11 model).
+# Everything here is pure: it turns bytes into events and dicts into wire messages and back, and decides
+# what an answer means. It imports neither httpx nor sockets nor subprocess (STYLE.md: the h11 model); the
+# transports of section 6 own the I/O and drive these functions message by message.
+
+LEGACY_VERSIONS = ("2025-03-26", "2025-06-18", "2025-11-25")
+MODERN_VERSIONS = ("2026-07-28",)
+LATEST_LEGACY_VERSION = "2025-11-25"
+LATEST_MODERN_VERSION = "2026-07-28"
+CLIENT_INFO = {"name": "bkmcp", "version": __version__}
+META_PROTOCOL_VERSION = "io.modelcontextprotocol/protocolVersion"
+META_CLIENT_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
+META_CLIENT_INFO = "io.modelcontextprotocol/clientInfo"
+
+MAX_PAGES = 1000
+MAX_TOOLS = 100_000
+
+
+@dataclass(frozen=True)
+class EraRules:
+    """What one protocol version changes on the wire (protocol-notes.md §0). Flows read this table, not ifs."""
+
+    version: str
+    era: str  # "legacy" | "modern"
+    handshake: bool  # initialize + notifications/initialized
+    version_header: bool  # MCP-Protocol-Version on requests after the handshake (every request when modern)
+    sessions: bool  # Mcp-Session-Id issued by initialize, DELETE at close
+    request_meta: bool  # params._meta protocolVersion / clientCapabilities / clientInfo on every request
+    method_headers: bool  # Mcp-Method, Mcp-Name, Mcp-Param-*
+    sse_resumption: bool  # GET + Last-Event-ID when a POST's stream closes early
+    server_requests: bool  # server -> client requests may arrive on a stream
+    cancel_notification: bool  # Ctrl-C sends notifications/cancelled (modern HTTP closes the stream)
+
+
+ERA_TABLE: dict[str, EraRules] = {
+    "2025-03-26": EraRules("2025-03-26", "legacy", True, False, True, False, False, True, True, True),
+    "2025-06-18": EraRules("2025-06-18", "legacy", True, True, True, False, False, True, True, True),
+    "2025-11-25": EraRules("2025-11-25", "legacy", True, True, True, False, False, True, True, True),
+    "2026-07-28": EraRules("2026-07-28", "modern", False, True, False, True, True, False, False, False),
+}
+
+
+def era_rules(version: str) -> EraRules:
+    try:
+        return ERA_TABLE[version]
+    except KeyError:
+        raise ProtocolError(f"protocol version {version!r} is not supported by bkmcp "
+                            f"(supported: {', '.join(SUPPORTED_VERSIONS)})") from None
+
+
+# -- JSON-RPC framing ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Message:
+    """One decoded JSON-RPC message. ``kind``: request | notification | result | error."""
+
+    kind: str
+    id: Any = None
+    method: str | None = None
+    params: Any = None
+    result: Any = None
+    error: dict[str, Any] | None = None
+
+
+def _is_rpc_id(value: Any) -> bool:
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def same_id(a: Any, b: Any) -> bool:
+    """JSON-RPC ids match only with the same type and value (``1`` is not ``"1"``, ``True`` is no id)."""
+    return _is_rpc_id(a) and _is_rpc_id(b) and type(a) is type(b) and a == b
+
+
+def parse_message(value: Any) -> Message:
+    """Classify one decoded JSON value as a JSON-RPC 2.0 message; ``ProtocolError`` says what is wrong."""
+    if not isinstance(value, dict):
+        raise ProtocolError(f"the server sent a JSON-RPC message that is {_json_kind(value)}, not an object")
+    if value.get("jsonrpc") != "2.0":
+        raise ProtocolError('the server sent a message without "jsonrpc": "2.0"')
+    has_id = "id" in value
+    msg_id = value.get("id")
+    if "method" in value:
+        method = value["method"]
+        if not isinstance(method, str) or not method:
+            raise ProtocolError('the server sent a message whose "method" is not a non-empty string')
+        params = value.get("params")
+        if params is not None and not isinstance(params, (dict, list)):
+            raise ProtocolError(f"the server sent {method!r} with params that are {_json_kind(params)}")
+        if has_id and msg_id is not None:
+            if not _is_rpc_id(msg_id):
+                raise ProtocolError(f"the server sent request {method!r} with an invalid id ({_json_kind(msg_id)})")
+            return Message("request", id=msg_id, method=method, params=params)
+        return Message("notification", method=method, params=params)
+    if "result" in value and "error" not in value:
+        if not _is_rpc_id(msg_id):
+            raise ProtocolError(f"the server sent a result with an invalid id ({_json_kind(msg_id)})")
+        return Message("result", id=msg_id, result=value["result"])
+    if "error" in value and "result" not in value:
+        error = value["error"]
+        if msg_id is not None and not _is_rpc_id(msg_id):
+            raise ProtocolError(f"the server sent an error with an invalid id ({_json_kind(msg_id)})")
+        if not isinstance(error, dict):
+            raise ProtocolError(f"the server sent a JSON-RPC error that is {_json_kind(error)}, not an object")
+        code = error.get("code")
+        if not isinstance(code, int) or isinstance(code, bool):
+            raise ProtocolError("the server sent a JSON-RPC error without an integer code")
+        if not isinstance(error.get("message"), str):
+            raise ProtocolError(f"the server sent JSON-RPC error {code} without a message string")
+        return Message("error", id=msg_id, error=error)
+    raise ProtocolError("the server sent a JSON object that is neither a request, a notification nor a response")
+
+
+def decode_messages(text: str | bytes) -> list[Message]:
+    """A response body or SSE data: one message, or (2025-03-26) a batch array of them."""
+    try:
+        value = parse_json(text, strict_keys=False)
+    except JsonInputError as exc:
+        raise ProtocolError(f"the server sent invalid JSON: {exc}") from None
+    if isinstance(value, list):
+        if not value:
+            raise ProtocolError("the server sent an empty JSON-RPC batch")
+        return [parse_message(item) for item in value]
+    return [parse_message(value)]
+
+
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float, decimal.Decimal)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object" if isinstance(value, dict) else type(value).__name__
+
+
+# -- SSE decoding --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SseEvent:
+    event: str
+    data: str
+    id: str | None = None
+
+
+_SSE_EOL = re.compile(r"\r\n|\r|\n")
+_RETRY_MAX_MS = 600_000
+
+
+class SseDecoder:
+    """Incremental ``text/event-stream`` decoder (WHATWG rules) fed with chunks as they arrive.
+
+    LF, CRLF and CR line ends (a CRLF split across chunks counts once); ``:`` comments ignored; ``data``
+    lines joined with ``\\n``; events with empty data are not dispatched (MCP priming events) but their ``id``
+    still becomes ``last_event_id``; ``retry`` kept in ``retry_ms``. Each input character is scanned once and
+    a long line is kept as a list of pieces joined once, so a 50 MB event costs linear time and memory.
+    """
+
+    def __init__(self) -> None:
+        import codecs
+
+        self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
+        self._pieces: list[str] = []
+        self._skip_lf = False
+        self._started = False
+        self._data: list[str] = []
+        self._event = ""
+        self._id_buffer: str | None = None
+        self.last_event_id: str | None = None
+        self.retry_ms: int | None = None
+
+    def feed(self, chunk: bytes | str) -> list[SseEvent]:
+        text = self._utf8.decode(chunk) if isinstance(chunk, bytes) else chunk
+        if not text:
+            return []
+        if not self._started:
+            self._started = True
+            if text.startswith("\ufeff"):
+                text = text[1:]
+        events: list[SseEvent] = []
+        pos = 0
+        if self._skip_lf and text:
+            self._skip_lf = False
+            if text[0] == "\n":
+                pos = 1
+        for match in _SSE_EOL.finditer(text, pos):
+            start = match.start()
+            if self._pieces:
+                self._pieces.append(text[pos:start])
+                line = "".join(self._pieces)
+                self._pieces = []
+            else:
+                line = text[pos:start]
+            pos = match.end()
+            if match.group() == "\r" and pos == len(text):
+                self._skip_lf = True  # a "\n" opening the next chunk belongs to this line end
+            self._line(line, events)
+        if pos < len(text):
+            self._pieces.append(text[pos:])
+        return events
+
+    def close(self) -> list[SseEvent]:
+        """End of stream: an unterminated event is discarded (WHATWG), nothing else to flush."""
+        tail = self._utf8.decode(b"", final=True)
+        events = self.feed(tail) if tail else []
+        self._pieces = []
+        self._data = []
+        return events
+
+    def _line(self, line: str, events: list[SseEvent]) -> None:
+        if not line:
+            self._dispatch(events)
+            return
+        if line[0] == ":":
+            return
+        name, colon, value = line.partition(":")
+        if colon and value[:1] == " ":
+            value = value[1:]
+        if name == "data":
+            self._data.append(value)
+        elif name == "event":
+            self._event = value
+        elif name == "id":
+            if "\x00" not in value:
+                self._id_buffer = value
+        elif name == "retry":
+            if value.isascii() and value.isdigit():
+                self.retry_ms = min(int(value[:9]), _RETRY_MAX_MS)
+
+    def _dispatch(self, events: list[SseEvent]) -> None:
+        self.last_event_id = self._id_buffer
+        data = self._data[0] if len(self._data) == 1 else "\n".join(self._data)
+        if not data:  # no data line, or one empty data line (WHATWG: an empty data buffer is not dispatched)
+            self._data = []
+            self._event = ""
+            return
+        events.append(SseEvent(self._event or "message", data, self._id_buffer))
+        self._data = []
+        self._event = ""
+
+
+# -- request building ----------------------------------------------------------------------------------
+
+
+def build_request(request_id: int, method: str, params: dict[str, Any] | None, rules: EraRules) -> dict[str, Any]:
+    """A JSON-RPC request; modern requests carry the per-request ``_meta`` keys (protocol-notes.md §3.1)."""
+    message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+    params = _with_meta(params, rules)
+    if params is not None:
+        message["params"] = params
+    return message
+
+
+def build_notification(method: str, params: dict[str, Any] | None, rules: EraRules) -> dict[str, Any]:
+    message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+    params = _with_meta(params, rules)
+    if params is not None:
+        message["params"] = params
+    return message
+
+
+def build_response(request_id: Any, *, result: Any = None, error: dict[str, Any] | None = None) -> dict[str, Any]:
+    if error is not None:
+        return {"jsonrpc": "2.0", "id": request_id, "error": error}
+    return {"jsonrpc": "2.0", "id": request_id, "result": result if result is not None else {}}
+
+
+def _with_meta(params: dict[str, Any] | None, rules: EraRules) -> dict[str, Any] | None:
+    if not rules.request_meta:
+        return params
+    params = dict(params or {})
+    meta = dict(params.get("_meta") or {})
+    meta[META_PROTOCOL_VERSION] = rules.version
+    meta[META_CLIENT_CAPABILITIES] = {}
+    meta[META_CLIENT_INFO] = dict(CLIENT_INFO)
+    params["_meta"] = meta
+    return params
+
+
+def build_initialize_params(version: str) -> dict[str, Any]:
+    return {"protocolVersion": version, "capabilities": {}, "clientInfo": dict(CLIENT_INFO)}
+
+
+_SENTINEL_PREFIX = "=?base64?"
+_SENTINEL_SUFFIX = "?="
+_HEADER_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+
+
+def encode_header_value(value: Any) -> str | None:
+    """A value for ``Mcp-Name`` / ``Mcp-Param-*``; None means "omit the header" (null, absent, non-scalar).
+
+    Plain visible ASCII without surrounding whitespace goes as is; anything else, or a value that itself looks
+    like the sentinel, is sent as ``=?base64?<base64 of UTF-8>?=`` (2026-07-28 streamable-http §Request Metadata).
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        text = "true" if value else "false"
+    elif isinstance(value, int):
+        text = str(value)
+    elif isinstance(value, str):
+        text = value
+    else:
+        return None
+    plain = all(" " <= ch <= "~" for ch in text) and text == text.strip()
+    looks_encoded = text.startswith("=?") and text.endswith(_SENTINEL_SUFFIX)
+    if plain and not looks_encoded:
+        return text
+    import base64
+
+    return _SENTINEL_PREFIX + base64.b64encode(text.encode("utf-8")).decode("ascii") + _SENTINEL_SUFFIX
+
+
+def build_param_headers(tool: Mapping[str, Any] | None, arguments: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``Mcp-Param-{Name}`` headers for the arguments whose top-level property declares ``x-mcp-header``.
+
+    Only valid declarations count: an RFC 9110 token, unique ignoring case, on a string/integer/boolean
+    property. Invalid ones are skipped (the server still gets the argument in the body).
+    """
+    schema = tool.get("inputSchema") if isinstance(tool, Mapping) else None
+    props = schema.get("properties") if isinstance(schema, Mapping) else None
+    if not isinstance(props, Mapping):
+        return []
+    headers: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for prop, prop_schema in props.items():
+        if not isinstance(prop_schema, Mapping):
+            continue
+        name = prop_schema.get("x-mcp-header")
+        if not isinstance(name, str) or not _HEADER_TOKEN.match(name) or name.lower() in seen:
+            continue
+        if prop_schema.get("type") not in ("string", "integer", "boolean"):
+            continue
+        seen.add(name.lower())
+        encoded = encode_header_value(arguments.get(prop))
+        if encoded is not None:
+            headers.append((f"Mcp-Param-{name}", encoded))
+    return headers
+
+
+def build_headers(
+    rules: EraRules | None,
+    *,
+    configured: Mapping[str, str],
+    message: Mapping[str, Any] | None = None,
+    session_id: str | None = None,
+    handshake_done: bool = True,
+    extra: Iterable[tuple[str, str]] = (),
+    accept: str = "application/json, text/event-stream",
+) -> list[tuple[str, str]]:
+    """Headers of one HTTP request: the configured ones (identical on every request), then the managed ones.
+
+    ``rules`` is None for the probe-free legacy ``initialize`` (no version header yet).
+    """
+    headers = list(configured.items())
+    headers.append(("Accept", accept))
+    if message is not None:
+        headers.append(("Content-Type", "application/json"))
+    if rules is not None and rules.version_header and (handshake_done or not rules.handshake):
+        headers.append(("MCP-Protocol-Version", rules.version))
+    if session_id is not None and (rules is None or rules.sessions):
+        headers.append(("Mcp-Session-Id", session_id))
+    if rules is not None and rules.method_headers and message is not None and "method" in message:
+        method = message["method"]
+        headers.append(("Mcp-Method", method))
+        params = message.get("params") or {}
+        name_key = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}.get(method)
+        if name_key and isinstance(params, Mapping):
+            encoded = encode_header_value(params.get(name_key))
+            if encoded is not None:
+                headers.append(("Mcp-Name", encoded))
+        headers.extend(extra)
+    return headers
+
+
+# -- answers: era evidence, results, errors ------------------------------------------------------------
+
+
+def classify_discover(status: int, message: Message | None, requested: str) -> tuple[str, Any]:
+    """What a ``server/discover`` probe's answer says about the server's era (SPEC §5).
+
+    Returns ``("modern", version)``, ``("retry", version)`` (``-32022`` naming another modern version we
+    speak), ``("legacy", None)`` or ``("incompatible", supported)``. 401/403, redirects, timeouts and
+    connection failures never reach this function: the transport raises them (they are no era evidence).
+    """
+    if message is not None and message.kind == "result" and 200 <= status < 300:
+        result = message.result if isinstance(message.result, dict) else {}
+        offered = result.get("supportedVersions")
+        if isinstance(offered, list):
+            mutual = [v for v in MODERN_VERSIONS if v in offered]
+            if mutual:
+                return "modern", (requested if requested in mutual else mutual[-1])
+        return "legacy", None  # e.g. a dual-era server that lists no modern version, or any stub result
+    if message is not None and message.kind == "error" and message.error is not None:
+        code = message.error.get("code")
+        data = message.error.get("data")
+        supported = data.get("supported") if isinstance(data, dict) else None
+        if code == -32022 and isinstance(supported, list) and all(isinstance(v, str) for v in supported):
+            modern = [v for v in MODERN_VERSIONS if v in supported and v != requested]
+            if modern:
+                return "retry", modern[-1]
+            if requested in supported:
+                return "modern", requested
+            if any(v in LEGACY_VERSIONS for v in supported):
+                return "legacy", None
+            return "incompatible", list(supported)
+        if code == -32601 and status == 404:
+            return "modern", requested
+    return "legacy", None
+
+
+def check_initialize_result(result: Any, offered: str) -> str:
+    """The version a legacy server chose; ``ProtocolError`` when bkmcp does not speak it."""
+    if not isinstance(result, dict):
+        raise ProtocolError(f"initialize returned {_json_kind(result)}, not an InitializeResult object")
+    version = result.get("protocolVersion")
+    if not isinstance(version, str):
+        raise ProtocolError("initialize result has no protocolVersion string")
+    if version not in LEGACY_VERSIONS:
+        raise ProtocolError(
+            f"the server chose protocol version {version!r}; bkmcp offered {offered!r} and speaks "
+            f"{', '.join(SUPPORTED_VERSIONS)}",
+            hint="pin a version the server supports with \"protocolVersion\" in the config, or upgrade the server",
+            details={"server_version": version, "client_versions": list(SUPPORTED_VERSIONS)},
+        )
+    return version
+
+
+def rpc_error_exception(method: str, error: Mapping[str, Any]) -> RemoteError:
+    """A JSON-RPC error answering ``method``, as the error bkmcp reports (rpc code/message/data kept)."""
+    code = error.get("code")
+    text = _clip(str(error.get("message", "")), 500)
+    data = error.get("data")
+    rpc = {"code": code, "message": text}
+    if data is not None:
+        rpc["data"] = data
+    if code == -32042:  # 2025-11-25 URLElicitationRequired
+        elicitations = data.get("elicitations") if isinstance(data, dict) else None
+        urls = [e.get("url") for e in elicitations or [] if isinstance(e, dict) and isinstance(e.get("url"), str)]
+        return CapabilityUnsupportedError(
+            f"{method}: the server requires URL elicitation, which bkmcp does not support ({text})",
+            hint="open the URL(s) yourself if you trust them; bkmcp never answers elicitation interactively",
+            details={"capability": "elicitation.url", "urls": urls, "rpc_error": rpc},
+        )
+    if code == -32021:  # 2026-07-28 MissingRequiredClientCapability
+        required = data.get("requiredCapabilities") if isinstance(data, dict) else None
+        return CapabilityUnsupportedError(
+            f"{method}: the server requires client capabilities bkmcp does not have ({text})",
+            details={"capability": "client_capabilities", "required": required, "rpc_error": rpc},
+        )
+    return ProtocolError(
+        f"the server answered {method} with JSON-RPC error {code}: {text}",
+        details={"rpc_error": rpc},
+    )
+
+
+def check_result(method: str, message: Message) -> dict[str, Any]:
+    """The result of ``method`` if it is one bkmcp can report as complete; otherwise the error to raise.
+
+    ``resultType`` absent/``complete`` is a result; ``input_required``, ``task`` (and legacy ``{"task": …}``)
+    need capabilities bkmcp lacks (raw result kept in ``data``); anything else is a protocol error.
+    """
+    if message.kind == "error":
+        raise rpc_error_exception(method, message.error or {})
+    result = message.result
+    if not isinstance(result, dict):
+        raise ProtocolError(f"{method} returned {_json_kind(result)} instead of a result object",
+                            data={"result": result})
+    result_type = result.get("resultType", "complete")
+    if result_type == "input_required":
+        requests = result.get("inputRequests")
+        wanted = sorted({str(r.get("method")) for r in requests.values() if isinstance(r, dict)}) \
+            if isinstance(requests, dict) else []
+        raise CapabilityUnsupportedError(
+            f"{method}: the server needs input from the client ({', '.join(wanted) or 'requestState only'}), "
+            "which bkmcp does not support",
+            hint="bkmcp declares no elicitation/sampling/roots capability and never answers interactively",
+            details={"result_type": "input_required", "input_requests": wanted},
+            data={"result": result},
+        )
+    if result_type == "task" or (method == "tools/call" and isinstance(result.get("task"), dict)
+                                 and "content" not in result):
+        task = result.get("task") if result_type != "task" else result
+        task_id = task.get("taskId") if isinstance(task, dict) else None
+        raise CapabilityUnsupportedError(
+            f"{method}: the server answered with a task{f' ({task_id})' if task_id else ''}; bkmcp does not "
+            "support tasks and never polls them",
+            hint="the work may continue on the server; do not re-run blindly",
+            details={"result_type": "task", "task_id": task_id},
+            data={"result": result},
+        )
+    if result_type != "complete":
+        raise ProtocolError(f"{method} returned an unknown resultType {_clip(repr(result_type), 80)}",
+                            data={"result": result})
+    if method == "tools/call":
+        if not isinstance(result.get("content"), list):
+            raise ProtocolError("tools/call result has no content array (malformed CallToolResult)",
+                                data={"result": result})
+        if "isError" in result and not isinstance(result["isError"], bool):
+            raise ProtocolError("tools/call result has a non-boolean isError", data={"result": result})
+    elif method == "tools/list":
+        tools = result.get("tools")
+        if not isinstance(tools, list):
+            raise ProtocolError("tools/list result has no tools array")
+        for index, tool in enumerate(tools):
+            if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
+                raise ProtocolError(f"tools/list entry {index} is not a tool object with a string name")
+        cursor = result.get("nextCursor")
+        if cursor is not None and not isinstance(cursor, str):
+            raise ProtocolError("tools/list nextCursor is not a string")
+    return result
+
+
+def _clip(text: str, limit: int) -> str:
+    text = _CONTROL.sub(" ", text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def parse_www_authenticate(value: str) -> dict[str, str]:
+    """``Bearer resource_metadata="…", scope="…", error="…"`` -> its params (plus ``scheme``)."""
+    out: dict[str, str] = {}
+    value = value.strip()
+    scheme = re.match(r"^([A-Za-z][A-Za-z0-9!#$%&'*+.^_`|~-]*)(?:\s+|$)", value)
+    if scheme and "=" not in scheme.group(1):
+        out["scheme"] = scheme.group(1)
+        value = value[scheme.end():]
+    for match in re.finditer(r'([A-Za-z0-9_.-]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s,]*))', value):
+        key = match.group(1).lower()
+        raw = match.group(2) if match.group(2) is not None else match.group(3)
+        out.setdefault(key, re.sub(r"\\(.)", r"\1", raw))
+    return out
+
+
+def strip_url_credentials(url: str) -> str:
+    """A URL safe to print: no userinfo, no query, no fragment."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        if ":" in host:
+            host = f"[{host}]"
+        netloc = f"{host}:{parts.port}" if parts.port else host
+    except ValueError:
+        return "(unparsable location)"
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 # ======================================================================================================
 # 6. Transports
 # ======================================================================================================
-# ENGINE-PLACEHOLDER-6: HTTP over httpx (sync, one client per operation, no redirects), stdio via subprocess.
+# A transport moves section-5 messages; it decides nothing about eras. Interface (stdio plugs in the same way):
+#   ``exchange(message, *, rules, deadline) -> Iterable[Message]``  send one request, yield what arrives for it
+#       (notifications, server requests, then the response, last); never resends.
+#   ``send_message(message, *, rules, deadline)``  a notification or a response to a server request.
+#   ``end_session(deadline)``, ``close()``; attributes ``session_id``, ``responses`` (answers received).
+# Foreign exceptions are translated once, here, with ``raise … from exc`` (STYLE.md: the httpx model).
+
+
+class HttpStatus(Exception):
+    """A non-2xx HTTP answer that is not 3xx/401/403. Internal: flows turn it into era evidence, a lost
+    session, or a ``ProtocolError`` via ``status_error`` — it never reaches ``main``."""
+
+    def __init__(self, status: int, message: Message | None, text: str, with_session: bool) -> None:
+        super().__init__(f"HTTP {status}")
+        self.status = status
+        self.message = message
+        self.text = text
+        self.with_session = with_session
+
+    @property
+    def session_lost(self) -> bool:
+        """404 on a request carrying a session id (spec), or server-everything's 400 "No valid session ID"."""
+        if not self.with_session:
+            return False
+        if self.status == 404:
+            return True
+        error = self.message.error if self.message is not None and self.message.kind == "error" else None
+        return self.status == 400 and bool(error) and "session" in str((error or {}).get("message", "")).lower()
+
+
+def status_error(exc: HttpStatus, method: str) -> RemoteError:
+    details: dict[str, Any] = {"http_status": exc.status}
+    if exc.message is not None and exc.message.kind == "error" and exc.message.error is not None:
+        inner = rpc_error_exception(method, exc.message.error)
+        inner.details["http_status"] = exc.status
+        if isinstance(inner, ProtocolError):
+            inner.message = f"the server answered {method} with HTTP {exc.status} and JSON-RPC error " \
+                            f"{exc.message.error.get('code')}: {_clip(str(exc.message.error.get('message')), 300)}"
+        return inner
+    snippet = f": {_clip(exc.text.strip(), 200)}" if exc.text.strip() else ""
+    return ProtocolError(f"the server answered {method} with HTTP {exc.status}{snippet}", details=details)
+
+
+def _mark(error: BkmcpError, *, sent: bool) -> BkmcpError:
+    error.request_sent = sent  # type: ignore[attr-defined]
+    return error
+
+
+def request_was_sent(error: BaseException) -> bool:
+    return bool(getattr(error, "request_sent", True))
+
+
+_ERROR_BODY_LIMIT = 64 * 1024
+_RESUME_DEFAULT_MS = 1000
+_RESUME_MAX_IDLE = 20
+
+
+class HttpTransport:
+    """Streamable HTTP over one ``httpx.Client`` per operation (keep-alive, no redirects, TLS verified)."""
+
+    kind = "http"
+
+    def __init__(self, server: ResolvedServer, *, insecure: bool, log: Log) -> None:
+        assert server.url is not None
+        self.server = server
+        self.url = server.url
+        self.configured = dict(server.headers)
+        self.insecure = insecure
+        self.log = log
+        self.session_id: str | None = None
+        self.responses = 0
+        self._client: Any = None
+
+    # -- plumbing --------------------------------------------------------------------------------------
+
+    def _http(self) -> Any:
+        if self._client is None:
+            import httpx
+
+            # trust_env=False: no proxies from the environment and, above all, no ~/.netrc credentials —
+            # the server's configured headers are the only identity (SPEC §4).
+            self._client = httpx.Client(follow_redirects=False, verify=not self.insecure, trust_env=False)
+        return self._client
+
+    @staticmethod
+    def _timeout(deadline: Deadline, cap: float | None = None) -> Any:
+        import httpx
+
+        left = deadline.remaining()
+        return httpx.Timeout(min(left, cap) if cap else left)
+
+    def _log_request(self, verb: str, headers: list[tuple[str, str]], message: Mapping[str, Any] | None) -> None:
+        if not self.log.verbose:
+            return
+        rpc = ""
+        if message is not None:
+            rpc = f" [{message.get('method', 'response')}" + (f" id={message['id']}]" if "id" in message else "]")
+        shown = ", ".join(f"{k}: {v}" for k, v in redact_headers(headers).items())
+        self.log.debug(f"-> {verb} {self.url}{rpc} {{{shown}}}")
+
+    def _log_response(self, response: Any, started: float) -> None:
+        self.responses += 1
+        if self.log.verbose:
+            ctype = response.headers.get("content-type", "-")
+            ms = (time.monotonic() - started) * 1000
+            self.log.debug(f"<- HTTP {response.status_code} {ctype} ({ms:.0f} ms)")
+
+    def _translate(self, exc: Exception, deadline: Deadline) -> BkmcpError:
+        """httpx exception -> bkmcp error (the one boundary where foreign exceptions are converted)."""
+        import httpx
+
+        target = strip_url_credentials(self.url)
+        if isinstance(exc, httpx.TimeoutException):
+            sent = not isinstance(exc, (httpx.ConnectTimeout, httpx.PoolTimeout))
+            return _mark(McpTimeoutError(
+                f"no answer from {target} within --timeout {format_duration(deadline.seconds)}",
+                hint="raise --timeout if the server is slow, or run with -v to see which step waits",
+            ), sent=sent)
+        chain: list[BaseException] = []
+        cursor: BaseException | None = exc
+        while cursor is not None and len(chain) < 10:
+            chain.append(cursor)
+            cursor = cursor.__cause__ or cursor.__context__
+        import socket
+        import ssl
+
+        if isinstance(exc, httpx.ConnectError):
+            if any(isinstance(e, ssl.SSLError) for e in chain) or "SSL" in str(exc) or "TLS" in str(exc):
+                return _mark(ConnectionFailedError(
+                    f"TLS handshake with {target} failed: {_clip(str(exc), 200)}",
+                    hint="check the URL scheme and the server certificate; --insecure skips verification "
+                    "(only for servers you trust)",
+                ), sent=False)
+            if any(isinstance(e, socket.gaierror) for e in chain) or "name resolution" in str(exc).lower() \
+                    or "name or service not known" in str(exc).lower():
+                return _mark(ConnectionFailedError(
+                    f"cannot resolve the host of {target}: {_clip(str(exc), 200)}",
+                    hint="check the host name in the server's \"url\"",
+                ), sent=False)
+            return _mark(ConnectionFailedError(
+                f"cannot connect to {target}: {_clip(str(exc), 200) or 'connection failed'}",
+                hint="is the server running and the URL right?",
+            ), sent=False)
+        if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError, httpx.CloseError)):
+            return _mark(ConnectionFailedError(
+                f"the connection to {target} broke before the answer was complete: "
+                f"{_clip(str(exc), 200) or type(exc).__name__}",
+            ), sent=True)
+        return _mark(ConnectionFailedError(f"HTTP request to {target} failed: {type(exc).__name__}: "
+                                           f"{_clip(str(exc), 200)}"), sent=True)
+
+    def _check_status(self, response: Any, *, with_session: bool) -> None:
+        status = response.status_code
+        if 200 <= status < 300:
+            return
+        target = strip_url_credentials(self.url)
+        where = f"server {self.server.name!r} in {self.server.config_file}"
+        if 300 <= status < 400:
+            location = response.headers.get("location")
+            shown = strip_url_credentials(location) if location else "(no Location header)"
+            raise _mark(ConnectionFailedError(
+                f"{target} answered HTTP {status} redirecting to {shown}; bkmcp never follows redirects",
+                hint=f"update \"url\" of {where} if the endpoint moved",
+                details={"http_status": status, "location": shown},
+            ), sent=True)
+        text = self._read_error_body(response)
+        message = _decode_error_message(text)
+        if status == 401:
+            params = parse_www_authenticate(response.headers.get("www-authenticate", ""))
+            details: dict[str, Any] = {"http_status": 401}
+            details.update({k: v for k, v in params.items()
+                            if k in ("scheme", "resource_metadata", "scope", "error", "error_description")})
+            raise _mark(AuthRequiredError(
+                f"{target} requires authentication (HTTP 401)"
+                + (f": {_clip(params['error_description'], 200)}" if params.get("error_description") else ""),
+                hint=f"fix the headers (or the environment variables they use) of {where}; the credentials are "
+                "missing, expired or not accepted",
+                details=details,
+            ), sent=False)
+        if status == 403:
+            params = parse_www_authenticate(response.headers.get("www-authenticate", ""))
+            reason = params.get("error_description") or (
+                str(message.error.get("message")) if message is not None and message.error else text.strip())
+            details = {"http_status": 403}
+            details.update({k: v for k, v in params.items() if k in ("scope", "error", "resource_metadata")})
+            raise _mark(PermissionDeniedError(
+                f"{target} refused the request (HTTP 403)" + (f": {_clip(reason, 300)}" if reason else ""),
+                hint=f"the identity in {where} lacks permission for this server, tool or resource",
+                details=details,
+            ), sent=False)
+        raise HttpStatus(status, message, text, with_session)
+
+    @staticmethod
+    def _read_error_body(response: Any) -> str:
+        chunks: list[bytes] = []
+        size = 0
+        for chunk in response.iter_bytes():
+            chunks.append(chunk)
+            size += len(chunk)
+            if size >= _ERROR_BODY_LIMIT:
+                break
+        return b"".join(chunks)[:_ERROR_BODY_LIMIT].decode("utf-8", "replace")
+
+    # -- the interface ---------------------------------------------------------------------------------
+
+    def exchange(self, message: dict[str, Any], *, rules: EraRules | None, deadline: Deadline,
+                 extra_headers: Iterable[tuple[str, str]] = ()) -> Iterable[Message]:
+        """POST one request and yield every message that arrives for it; the matching response comes last."""
+        import httpx
+
+        request_id = message["id"]
+        is_initialize = message.get("method") == "initialize"
+        headers = build_headers(
+            rules, configured=self.configured, message=message, session_id=self.session_id, extra=extra_headers,
+        )
+        body = dump_json(message).encode("utf-8")
+        decoder: SseDecoder | None = None
+        try:
+            timeout = self._timeout(deadline)
+        except McpTimeoutError as exc:
+            raise _mark(exc, sent=False) from None
+        started = time.monotonic()
+        self._log_request("POST", headers, message)
+        try:
+            with self._http().stream("POST", self.url, content=body, headers=headers,
+                                     timeout=timeout) as response:
+                self._log_response(response, started)
+                self._check_status(response, with_session=self.session_id is not None)
+                if is_initialize:
+                    issued = response.headers.get("mcp-session-id")
+                    if issued:
+                        self.session_id = issued
+                ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
+                if ctype == "text/event-stream":
+                    decoder = SseDecoder()
+                    for incoming in self._read_sse(response, decoder, deadline):
+                        yield incoming
+                        if incoming.kind in ("result", "error") and (same_id(incoming.id, request_id)
+                                                                     or incoming.id is None):
+                            return
+                elif ctype == "application/json" or ctype.endswith("+json"):
+                    raw = response.read()
+                    deadline.remaining()
+                    for incoming in decode_messages(raw):
+                        if incoming.kind in ("result", "error") and not (
+                                same_id(incoming.id, request_id) or incoming.id is None):
+                            raise ProtocolError(
+                                f"the server answered request id {request_id} with a response for id "
+                                f"{_clip(repr(incoming.id), 60)}")
+                        yield incoming
+                        if incoming.kind in ("result", "error"):
+                            return
+                    raise ProtocolError(f"the server's JSON answer to {message.get('method')} has no response "
+                                        f"for request id {request_id}")
+                elif response.status_code == 202 or not ctype:
+                    raise ProtocolError(
+                        f"the server answered request {message.get('method')} with HTTP {response.status_code} "
+                        "and no JSON-RPC response")
+                else:
+                    raise ProtocolError(f"the server answered with unsupported content type {ctype!r} "
+                                        "(expected application/json or text/event-stream)")
+        except httpx.HTTPError as exc:
+            raise self._translate(exc, deadline) from exc
+        # The POST's event stream ended before the response (SPEC §5: 2025-11-25 resumption).
+        if rules is not None and rules.sse_resumption and decoder is not None and decoder.last_event_id:
+            yield from self._resume(decoder, request_id, rules, deadline)
+            return
+        raise _mark(ConnectionFailedError(
+            f"the server closed the event stream before answering {message.get('method')} (id {request_id})",
+        ), sent=True)
+
+    def _read_sse(self, response: Any, decoder: SseDecoder, deadline: Deadline) -> Iterable[Message]:
+        for chunk in response.iter_bytes():
+            for event in decoder.feed(chunk):
+                if event.event != "message":
+                    self.log.debug(f"ignoring SSE event of type {_clip(event.event, 40)!r}")
+                    continue
+                yield from decode_messages(event.data)
+            deadline.remaining()
+        for event in decoder.close():  # pragma: no cover - close() never dispatches (unterminated events drop)
+            if event.event == "message":
+                yield from decode_messages(event.data)
+
+    def _resume(self, decoder: SseDecoder, request_id: Any, rules: EraRules, deadline: Deadline
+                ) -> Iterable[Message]:
+        """GET + Last-Event-ID after the server's ``retry`` delay, until the response or the budget ends."""
+        import httpx
+
+        idle = 0
+        while True:
+            delay = (decoder.retry_ms if decoder.retry_ms is not None else _RESUME_DEFAULT_MS) / 1000
+            if delay >= deadline.remaining():
+                raise _mark(McpTimeoutError(
+                    f"the server closed the event stream and its retry delay ({delay:g}s) exceeds the time left",
+                    hint="raise --timeout",
+                ), sent=True)
+            time.sleep(delay)
+            last_id = decoder.last_event_id
+            assert last_id is not None
+            headers = build_headers(rules, configured=self.configured, session_id=self.session_id,
+                                    accept="text/event-stream", extra=())
+            headers.append(("Last-Event-ID", last_id))
+            started = time.monotonic()
+            self._log_request("GET", headers, None)
+            try:
+                with self._http().stream("GET", self.url, headers=headers,
+                                         timeout=self._timeout(deadline)) as response:
+                    self._log_response(response, started)
+                    try:
+                        self._check_status(response, with_session=self.session_id is not None)
+                    except HttpStatus as exc:
+                        raise _mark(ConnectionFailedError(
+                            f"the server closed the event stream early and refused to resume it "
+                            f"(GET with Last-Event-ID: HTTP {exc.status})",
+                        ), sent=True) from None
+                    ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
+                    if ctype != "text/event-stream":
+                        raise _mark(ConnectionFailedError(
+                            f"resuming the event stream returned {ctype or 'no content type'}, not "
+                            "text/event-stream"), sent=True)
+                    for incoming in self._read_sse(response, decoder, deadline):
+                        yield incoming
+                        if incoming.kind in ("result", "error") and same_id(incoming.id, request_id):
+                            return
+            except httpx.HTTPError as exc:
+                raise self._translate(exc, deadline) from exc
+            idle = 0 if decoder.last_event_id != last_id else idle + 1
+            if idle >= _RESUME_MAX_IDLE:
+                raise _mark(ConnectionFailedError(
+                    "the server keeps closing the resumed event stream without sending anything"), sent=True)
+
+    def send_message(self, message: dict[str, Any], *, rules: EraRules | None, deadline: Deadline,
+                     strict: bool = True) -> None:
+        """POST a notification or a response; expects 202 (any 2xx accepted)."""
+        import httpx
+
+        headers = build_headers(rules, configured=self.configured, message=message, session_id=self.session_id)
+        started = time.monotonic()
+        self._log_request("POST", headers, message)
+        try:
+            with self._http().stream("POST", self.url, content=dump_json(message).encode("utf-8"),
+                                     headers=headers, timeout=self._timeout(deadline)) as response:
+                self._log_response(response, started)
+                if strict:
+                    self._check_status(response, with_session=self.session_id is not None)
+        except httpx.HTTPError as exc:
+            if strict:
+                raise self._translate(exc, deadline) from exc
+            self.log.debug(f"sending {message.get('method', 'a response')} failed: {type(exc).__name__}")
+
+    def end_session(self, deadline: Deadline, rules: EraRules | None = None) -> None:
+        """DELETE the legacy session (405 is fine); best effort, never raises."""
+        if self.session_id is None or self._client is None:
+            return
+        import httpx
+
+        headers = build_headers(rules, configured=self.configured, session_id=self.session_id)
+        started = time.monotonic()
+        self._log_request("DELETE", headers, None)
+        try:
+            response = self._client.request("DELETE", self.url, headers=headers,
+                                            timeout=self._timeout(deadline, cap=2.0))
+            self._log_response(response, started)
+        except (httpx.HTTPError, BkmcpError) as exc:
+            self.log.debug(f"ending the session failed: {type(exc).__name__}")
+        self.session_id = None
+
+    def close(self) -> None:
+        if self._client is not None:
+            try:
+                self._client.close()
+            finally:
+                self._client = None
+
+
+def _decode_error_message(text: str) -> Message | None:
+    """The JSON-RPC message in an error body, if there is one."""
+    stripped = text.strip()
+    if not stripped.startswith("{"):
+        return None
+    try:
+        messages = decode_messages(stripped)
+    except ProtocolError:
+        return None
+    return messages[0] if len(messages) == 1 else None
+
+
+def open_transport(server: ResolvedServer, *, insecure: bool, log: Log) -> Any:
+    """The transport for ``server.type`` (a registry: the stdio transport plugs in as ``TRANSPORTS["stdio"]``)."""
+    factory = TRANSPORTS.get(server.type)
+    if factory is None:
+        raise ConnectionFailedError(
+            f"{server.type} transport is not implemented in this build of bkmcp (server {server.name!r})",
+            hint="use an http server entry, or a build of bkmcp with the stdio transport",
+        )
+    return factory(server, insecure=insecure, log=log)
+
+
+TRANSPORTS: dict[str, Callable[..., Any]] = {"http": HttpTransport}
 
 
 # ======================================================================================================
 # 7. Client flows
 # ======================================================================================================
+
+_CANCEL_BUDGET = 1.0
+_DECLINED_CAPABILITIES = {"sampling/createMessage": "sampling", "elicitation/create": "elicitation"}
 
 
 class McpClient:
@@ -925,11 +1874,14 @@ class McpClient:
     Contract used by the CLI (section 11):
       ``with McpClient(server, deadline=…, insecure=…, log=…) as client:``
       ``client.connect()``            era negotiation (SPEC §5); sets era, protocol_version, server_info,
-                                      capabilities, instructions
+                                      capabilities, instructions. ``connect(server_info=True)`` makes a pinned
+                                      modern client ask ``server/discover`` too (``--check`` reports it).
       ``client.list_tools()``         the complete catalogue (pagination guards) as a list of tool dicts
       ``client.call_tool(name, args)``  sends tools/call exactly once; returns the raw result dict
       leaving the block closes the session (DELETE for legacy HTTP sessions) and the transport.
     Remote failures raise ``RemoteError`` subclasses whose ``data`` keeps what was completed.
+    Extra state for reports: ``pages`` (tools/list pages read), ``notifications`` (kept for -v),
+    ``server_requests`` (server -> client requests seen and declined).
     """
 
     def __init__(self, server: ResolvedServer, *, deadline: Deadline, insecure: bool, log: Log) -> None:
@@ -942,6 +1894,14 @@ class McpClient:
         self.server_info: dict[str, Any] = {}
         self.capabilities: dict[str, Any] = {}
         self.instructions: str | None = None
+        self.rules: EraRules | None = None
+        self.pages = 0
+        self.tools: list[dict[str, Any]] | None = None
+        self.notifications: list[dict[str, Any]] = []
+        self.server_requests: list[str] = []
+        self._transport: Any = None
+        self._next_id = 0
+        self._reinitialized = False
 
     def __enter__(self) -> McpClient:
         return self
@@ -949,27 +1909,393 @@ class McpClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def close(self) -> None:
-        pass
+    @property
+    def transport(self) -> Any:
+        if self._transport is None:
+            self._transport = open_transport(self.server, insecure=self.insecure, log=self.log)
+        return self._transport
 
-    def connect(self) -> None:
-        raise ConnectionFailedError("ENGINE-PLACEHOLDER: the MCP engine is not wired in yet")
+    @property
+    def responses(self) -> int:
+        """HTTP answers (or stdio messages) received so far: evidence that the connection stage passed."""
+        return int(getattr(self._transport, "responses", 0)) if self._transport is not None else 0
+
+    def close(self) -> None:
+        if self._transport is None:
+            return
+        try:
+            if self.rules is not None and self.rules.sessions and getattr(self._transport, "session_id", None):
+                try:
+                    left = self.deadline.end - time.monotonic()
+                    budget = Deadline(max(min(left, 2.0), 0.2))
+                    self._transport.end_session(budget, rules=self.rules)
+                except Exception as exc:  # cleanup never replaces the operation's own outcome
+                    self.log.debug(f"session cleanup failed: {type(exc).__name__}")
+        finally:
+            self._transport.close()
+
+    # -- negotiation (SPEC §5) -------------------------------------------------------------------------
+
+    def connect(self, *, server_info: bool = False) -> None:
+        pinned = self.server.protocol_version
+        if pinned is not None:
+            rules = era_rules(pinned)
+            self.log.debug(f"protocol version pinned to {pinned} ({rules.era}); no era probe")
+            if rules.era == "modern":
+                self._use(rules)
+                if server_info:
+                    self._discover(rules, probing=False)
+            else:
+                self._initialize(pinned)
+            return
+        self._probe()
+
+    def _probe(self) -> None:
+        requested = LATEST_MODERN_VERSION
+        for _attempt in range(2):
+            verdict, value = self._discover(era_rules(requested), probing=True)
+            if verdict == "modern":
+                return
+            if verdict == "retry" and value != requested:
+                self.log.debug(f"era probe: server supports {value}; retrying server/discover once with it")
+                requested = value
+                continue
+            if verdict == "incompatible":
+                raise ProtocolError(
+                    f"the server supports protocol versions {', '.join(map(str, value))}; bkmcp speaks "
+                    f"{', '.join(SUPPORTED_VERSIONS)}",
+                    details={"server_versions": value, "client_versions": list(SUPPORTED_VERSIONS)},
+                )
+            break
+        self.log.debug(f"era probe: no modern answer; falling back to legacy initialize ({LATEST_LEGACY_VERSION})")
+        self._initialize(LATEST_LEGACY_VERSION)
+
+    def _discover(self, rules: EraRules, *, probing: bool) -> tuple[str, Any]:
+        """``server/discover`` with the modern headers and ``_meta``; when probing, its answer is era evidence."""
+        message = build_request(self._new_id(), "server/discover", None, rules)
+        if probing:
+            self.log.debug(f"era probe: server/discover at {rules.version}")
+        status = 200
+        answer: Message | None
+        try:
+            answer = self._exchange(message, rules, "server/discover")
+            if not probing and answer.kind == "error":
+                raise rpc_error_exception("server/discover", answer.error or {})
+        except HttpStatus as exc:
+            status, answer = exc.status, exc.message
+            if not probing and not (exc.status == 404 and answer is not None and answer.kind == "error"
+                                    and (answer.error or {}).get("code") == -32601):
+                raise status_error(exc, "server/discover") from None
+        except ProtocolError:
+            if not probing:
+                raise
+            answer = None  # an unparsable answer from a non-MCP or legacy endpoint: not modern evidence
+        verdict, value = classify_discover(status, answer, rules.version)
+        if probing:
+            self.log.debug(f"era probe verdict: {verdict}" + (f" {value}" if value else ""))
+        if verdict == "modern" or not probing:
+            self._use(era_rules(value or rules.version))
+            if answer is not None and answer.kind == "result" and isinstance(answer.result, dict):
+                result = answer.result
+                meta = result.get("_meta")
+                info = meta.get("io.modelcontextprotocol/serverInfo") if isinstance(meta, dict) else None
+                self.server_info = info if isinstance(info, dict) else {}
+                caps = result.get("capabilities")
+                self.capabilities = caps if isinstance(caps, dict) else {}
+                instructions = result.get("instructions")
+                self.instructions = instructions if isinstance(instructions, str) else None
+        return verdict, value
+
+    def _initialize(self, offer: str) -> None:
+        self.rules = None
+        message = build_request(self._new_id(), "initialize", build_initialize_params(offer), era_rules(offer))
+        try:
+            answer = self._exchange(message, None, "initialize")
+        except HttpStatus as exc:
+            raise status_error(exc, "initialize") from None
+        if answer.kind == "error":
+            raise rpc_error_exception("initialize", answer.error or {})
+        version = check_initialize_result(answer.result, offer)
+        result = answer.result
+        if version != offer:
+            self.log.debug(f"the server chose {version} (offered {offer})")
+        rules = era_rules(version)
+        self._use(rules)
+        info = result.get("serverInfo")
+        self.server_info = info if isinstance(info, dict) else {}
+        caps = result.get("capabilities")
+        self.capabilities = caps if isinstance(caps, dict) else {}
+        instructions = result.get("instructions")
+        self.instructions = instructions if isinstance(instructions, str) else None
+        try:
+            self.transport.send_message(build_notification("notifications/initialized", None, rules),
+                                        rules=rules, deadline=self.deadline)
+        except HttpStatus as exc:
+            raise status_error(exc, "notifications/initialized") from None
+
+    def _use(self, rules: EraRules) -> None:
+        self.rules = rules
+        self.era = rules.era
+        self.protocol_version = rules.version
+        self.log.debug(f"protocol: {rules.version} ({rules.era} era)")
+
+    def _new_id(self) -> int:
+        self._next_id += 1
+        return self._next_id
+
+    # -- one request -----------------------------------------------------------------------------------
+
+    def _exchange(self, message: dict[str, Any], rules: EraRules | None, method: str,
+                  extra_headers: Iterable[tuple[str, str]] = ()) -> Message:
+        """Send one request and return its response; handle what arrives before it. Raises ``HttpStatus``."""
+        for incoming in self.transport.exchange(message, rules=rules, deadline=self.deadline,
+                                                 extra_headers=extra_headers):
+            if incoming.kind in ("result", "error"):
+                if incoming.id is None or same_id(incoming.id, message["id"]):
+                    return incoming
+                self.log.debug(f"ignoring a response for another request id ({_clip(repr(incoming.id), 40)})")
+            elif incoming.kind == "notification":
+                self._on_notification(incoming)
+            else:
+                self._on_server_request(incoming, rules)
+        raise ConnectionFailedError(f"no response to {method}")  # pragma: no cover - transports raise first
+
+    def _on_notification(self, note: Message) -> None:
+        self.notifications.append({"method": note.method, "params": note.params})
+        params = note.params if isinstance(note.params, dict) else {}
+        if note.method == "notifications/progress":
+            total = params.get("total")
+            text = f"progress {params.get('progress')}" + (f"/{total}" if total is not None else "")
+            if isinstance(params.get("message"), str):
+                text += f": {_clip(params['message'], 200)}"
+            self.log.progress(text)
+        elif note.method == "notifications/message":
+            self.log.debug(f"server log [{params.get('level')}]: {_clip(dump_json(params.get('data')), 500)}")
+        else:
+            self.log.debug(f"notification {note.method}")
+
+    def _on_server_request(self, request: Message, rules: EraRules | None) -> None:
+        """Legacy server -> client request: ``ping`` gets ``{}``, anything else ``-32601`` (and is reported)."""
+        if request.method == "ping":
+            reply = build_response(request.id, result={})
+        else:
+            self.server_requests.append(str(request.method))
+            self.log.warn(f"the server sent a {request.method!r} request; bkmcp declares no client capabilities "
+                          "and declined it (-32601)")
+            reply = build_response(request.id, error={"code": -32601, "message": "Method not found"})
+        try:
+            self.transport.send_message(reply, rules=rules, deadline=self.deadline, strict=False)
+        except BkmcpError as exc:
+            self.log.debug(f"answering the server request failed: {exc.message}")
+
+    def _request(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+        """A non-call request after negotiation; a lost legacy session is re-initialized once (SPEC §5)."""
+        assert self.rules is not None
+        for attempt in range(2):
+            rules = self.rules
+            message = build_request(self._new_id(), method, params, rules)
+            try:
+                answer = self._exchange(message, rules, method)
+            except HttpStatus as exc:
+                if exc.session_lost and attempt == 0 and rules.handshake and not self._reinitialized:
+                    self._reinitialized = True  # once per operation: a server that keeps losing it is an error
+                    self.log.debug(f"the server lost the session (HTTP {exc.status}); re-initializing once")
+                    self._transport.session_id = None
+                    self._initialize(rules.version)
+                    continue
+                raise status_error(exc, method) from None
+            return check_result(method, answer)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # -- discovery -------------------------------------------------------------------------------------
 
     def list_tools(self) -> list[dict[str, Any]]:
-        raise ConnectionFailedError("ENGINE-PLACEHOLDER: the MCP engine is not wired in yet")
+        """Every page of ``tools/list`` with the SPEC §5 guards; the catalogue exactly as received."""
+        tools: list[dict[str, Any]] = []
+        names: dict[str, int] = {}
+        cursors: list[str] = []
+        cursor: str | None = None
+        self.pages = 0
+
+        def incomplete(reason: str, cause: BkmcpError | None = None) -> DiscoveryIncompleteError:
+            details: dict[str, Any] = {"pages": self.pages, "tools_seen": len(tools)}
+            if cause is not None:
+                details["cause"] = {"code": cause.code, "message": cause.message, **cause.details}
+            return DiscoveryIncompleteError(
+                f"tool discovery is incomplete: {reason} (after {self.pages} page(s), {len(tools)} tool(s))",
+                hint="the server's catalogue could not be read to the end; nothing is reported as complete",
+                details=details,
+                data={"pages": self.pages, "tool_count": len(tools), "complete": False, "tools": tools},
+            )
+
+        while True:
+            if self.pages >= MAX_PAGES:
+                raise incomplete(f"more than {MAX_PAGES} pages")
+            try:
+                result = self._request("tools/list", {"cursor": cursor} if cursor is not None else None)
+            except RemoteError as exc:
+                if self.pages == 0:
+                    raise
+                raise incomplete(f"page {self.pages + 1} failed: {exc.message}", exc) from exc
+            self.pages += 1
+            for tool in result["tools"]:
+                name = tool["name"]
+                if name in names:
+                    raise ProtocolError(
+                        f"the server listed tool {name!r} twice (pages {names[name]} and {self.pages})",
+                        hint="the catalogue is ambiguous; bkmcp never picks one of two tools with the same name",
+                        details={"duplicate": name},
+                    )
+                names[name] = self.pages
+                tools.append(tool)
+            if len(tools) > MAX_TOOLS:
+                raise incomplete(f"more than {MAX_TOOLS} tools")
+            next_cursor = result.get("nextCursor")
+            if next_cursor is None:
+                break
+            if next_cursor == cursor:
+                raise incomplete(f"the server repeated cursor {_clip(repr(next_cursor), 60)}")
+            if next_cursor in cursors:
+                raise incomplete(f"the cursors form a cycle (cursor {_clip(repr(next_cursor), 60)} came back)")
+            cursors.append(next_cursor)
+            cursor = next_cursor
+        self.log.debug(f"discovered {len(tools)} tool(s) in {self.pages} page(s)")
+        self.tools = tools
+        return tools
+
+    # -- the call --------------------------------------------------------------------------------------
 
     def call_tool(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        raise ConnectionFailedError("ENGINE-PLACEHOLDER: the MCP engine is not wired in yet")
+        """``tools/call`` sent exactly once, on every path; an unknown outcome is said so, never retried."""
+        assert self.rules is not None
+        rules = self.rules
+        tool = next((t for t in self.tools or [] if t.get("name") == name), None)
+        extra = build_param_headers(tool, arguments) if rules.method_headers else []
+        message = build_request(self._new_id(), "tools/call", {"name": name, "arguments": arguments}, rules)
+        base = {"server": self.server.name, "tool": name}
+        self.server_requests = []
+        try:
+            answer = self._exchange(message, rules, "tools/call", extra_headers=extra)
+        except KeyboardInterrupt:
+            self._cancel(message["id"], rules)
+            raise
+        except HttpStatus as exc:
+            error = status_error(exc, "tools/call")
+            if exc.session_lost:
+                error = ConnectionFailedError(
+                    f"the server lost the session (HTTP {exc.status}) while tools/call was in flight; "
+                    "bkmcp never resends a call",
+                    hint="the tool may or may not have run; check before calling again",
+                    details={"http_status": exc.status},
+                )
+            if exc.status >= 500 or exc.session_lost:
+                error.details["outcome"] = "unknown"
+            error.data = dict(base)
+            raise error from None
+        except RemoteError as exc:
+            if request_was_sent(exc) and not isinstance(exc, (AuthRequiredError, PermissionDeniedError)):
+                exc.details["outcome"] = "unknown"
+                exc.hint = (exc.hint + "; " if exc.hint else "") + \
+                    "the call was sent and its outcome is unknown: check before calling again"
+            exc.data = {**base, **(exc.data or {})}
+            raise
+        declined = [m for m in self.server_requests if m in _DECLINED_CAPABILITIES]
+        try:
+            result = check_result("tools/call", answer)
+        except RemoteError as exc:
+            if isinstance(exc, ProtocolError) and answer.kind == "result":
+                exc.details["outcome"] = "unknown"
+            if declined:
+                exc = CapabilityUnsupportedError(
+                    f"the tool asked for {', '.join(_DECLINED_CAPABILITIES[m] for m in declined)}, which bkmcp "
+                    f"does not support ({exc.message})",
+                    details={"server_requests": declined, **exc.details},
+                )
+            exc.data = {**base, **(exc.data or {})}
+            raise exc from None
+        if declined:
+            raise CapabilityUnsupportedError(
+                f"the tool asked for {', '.join(_DECLINED_CAPABILITIES[m] for m in declined)} while running, which "
+                "bkmcp declined; its result may be incomplete",
+                hint="the raw result is in data.result; bkmcp never answers sampling or elicitation",
+                details={"server_requests": declined},
+                data={**base, "result": result},
+            )
+        return result
+
+    def _cancel(self, request_id: Any, rules: EraRules) -> None:
+        """Ctrl-C: legacy sends ``notifications/cancelled`` (short bounded attempt); modern already closed the
+        stream by unwinding out of it."""
+        if not rules.cancel_notification:
+            return
+        try:
+            note = build_notification("notifications/cancelled",
+                                      {"requestId": request_id, "reason": "interrupted by the user (Ctrl-C)"}, rules)
+            self.transport.send_message(note, rules=rules, deadline=Deadline(_CANCEL_BUDGET), strict=False)
+        except BaseException as exc:  # noqa: B036 - a second Ctrl-C or any failure must not mask the first
+            self.log.debug(f"sending notifications/cancelled failed: {type(exc).__name__}")
+
+
+def _staged_failure(error: RemoteError, data: dict[str, Any]) -> RemoteError:
+    extra = error.data or {}
+    data = dict(data)
+    for key in ("pages", "tool_count", "complete"):
+        if key in extra:
+            data[key] = extra[key]
+    error.data = data
+    return error
 
 
 def run_check(server: ResolvedServer, *, deadline: Deadline, insecure: bool, log: Log) -> dict[str, Any]:
     """``--check`` data (SPEC §7); on failure raises a RemoteError whose ``data`` has the staged ``checks``."""
-    raise ConnectionFailedError("ENGINE-PLACEHOLDER: the MCP engine is not wired in yet")
+    checks = {"config": "passed", "connection": "not_run", "protocol": "not_run", "tools": "not_run"}
+    data: dict[str, Any] = {
+        "server": server.name, "config_file": server.config_file, "transport": server.type,
+        "protocol_version": None, "era": None, "server_info": {}, "capabilities": {}, "checks": checks,
+        "authentication": {"source": server.auth_source, "discovery_accepted": False},
+        "tool_count": 0, "complete": False, "elapsed_ms": 0,
+    }
+    stage = "connection"
+    with McpClient(server, deadline=deadline, insecure=insecure, log=log) as client:
+        try:
+            try:
+                client.connect(server_info=True)
+            finally:
+                if client.responses:
+                    checks["connection"] = "passed"
+                    stage = "protocol"
+            checks["protocol"] = "passed"
+            data.update(protocol_version=client.protocol_version, era=client.era, server_info=client.server_info,
+                        capabilities=client.capabilities)
+            if client.instructions is not None:
+                data["instructions"] = client.instructions
+            stage = "tools"
+            tools = client.list_tools()
+            checks["tools"] = "passed"
+            data.update(tool_count=len(tools), complete=True)
+            data["authentication"]["discovery_accepted"] = True
+        except RemoteError as exc:
+            checks[stage] = "failed"
+            data.update(protocol_version=client.protocol_version, era=client.era)
+            data["elapsed_ms"] = deadline.elapsed_ms()
+            raise _staged_failure(exc, data) from None
+    data["elapsed_ms"] = deadline.elapsed_ms()
+    return data
 
 
 def run_tools(server: ResolvedServer, *, deadline: Deadline, insecure: bool, log: Log) -> dict[str, Any]:
     """``--tools`` data (SPEC §7): server, protocol_version, tool_count, complete, tools (as received)."""
-    raise ConnectionFailedError("ENGINE-PLACEHOLDER: the MCP engine is not wired in yet")
+    with McpClient(server, deadline=deadline, insecure=insecure, log=log) as client:
+        try:
+            client.connect()
+            tools = client.list_tools()
+        except RemoteError as exc:
+            partial = (exc.data or {}).get("tools", [])
+            exc.data = {"server": server.name, "protocol_version": client.protocol_version,
+                        "tool_count": len(partial), "complete": False, "tools": partial}
+            raise
+    return {"server": server.name, "protocol_version": client.protocol_version, "tool_count": len(tools),
+            "complete": True, "tools": tools}
 
 
 # ======================================================================================================
