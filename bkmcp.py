@@ -58,8 +58,9 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any, Callable, Iterable, Mapping, Sequence
+from typing import IO, Any
 
 __version__ = "0.1.0"
 
@@ -255,7 +256,8 @@ _INT_DIGITS_LIMIT = 4000  # below CPython's int/str conversion limit (4300 digit
 
 
 def _parse_int(text: str) -> Any:
-    return int(text) if len(text) <= _INT_DIGITS_LIMIT else JsonNumber(text)
+    # "-0" as an int would be written back as "0": keep its text (it still compares equal to 0)
+    return int(text) if len(text) <= _INT_DIGITS_LIMIT and text != "-0" else JsonNumber(text)
 
 
 def _strict_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -330,7 +332,13 @@ def dump_json(value: Any, *, indent: int | None = None, sort_keys: bool = False)
     if raws:
         pattern = re.compile('"' + re.escape(_RAW_MARK + nonce) + r"-(\d+)\ue001" + '"')
         out = pattern.sub(lambda m: raws[int(m.group(1))], out)
+    if _SURROGATE.search(out):
+        # JSON allows "\udcff" escapes that are not valid Unicode; written raw they make every UTF-8 stream fail.
+        out = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", out)
     return out
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _decimal_text(number: decimal.Decimal) -> str:
@@ -393,7 +401,7 @@ class Redactor:
 
 # -- durations and deadlines ---------------------------------------------------------------------------
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?|\.\d+)(ms|s|m|h)?$")
+_DURATION = re.compile(r"^([0-9]+(?:\.[0-9]+)?|\.[0-9]+)(ms|s|m|h)?$")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
 
@@ -544,7 +552,11 @@ def resolve_config_path(option: str | None, env: Mapping[str, str], cwd: str) ->
     if option is not None:
         if not option:
             raise UsageError("--config needs a file path")
-        path = os.path.expanduser(option) if option.startswith("~") else option
+        path = option
+        if option == "~" or option.startswith("~/"):  # the injected HOME, like the default path below
+            path = (env.get("HOME") or os.path.expanduser("~")) + option[1:]
+        elif option.startswith("~"):
+            path = os.path.expanduser(option)
     elif env.get("BK_CLI_CONFIG_DIR"):
         path = os.path.join(env["BK_CLI_CONFIG_DIR"], CONFIG_FILE_NAME)
     else:
@@ -2994,11 +3006,17 @@ class JqProgram:
         self._executable: str | None = None
         if not expression.strip():
             raise InvalidJqExpressionError("--jq expression is empty")
+        self._literal: Any = None  # the program wrapped in tojson, when jq keeps number literals (jq >= 1.7)
         if self._module is not None:
             try:
                 self._program = self._module.compile(expression)
             except ValueError as exc:
                 raise InvalidJqExpressionError(f"invalid --jq expression: {_first_line(exc)}") from None
+            if _jq_keeps_literals(self._module):
+                try:
+                    self._literal = self._module.compile(f"({expression}\n) | tojson")
+                except ValueError:  # e.g. a leading import/include directive: no literal mode, still exact
+                    self._literal = None
             return
         import shutil
 
@@ -3009,7 +3027,7 @@ class JqProgram:
                 "is on PATH",
                 hint="install jq (e.g. apt install jq) or drop --jq and filter the JSON output yourself",
             )
-        proc = self._run_executable(["-n", f"if false then ({expression}) else empty end"], "")
+        proc = self._run_executable(["-n", f"if false then ({expression}\n) else empty end"], "")
         if proc.returncode != 0:
             raise InvalidJqExpressionError(f"invalid --jq expression: {_first_line(proc.stderr)}")
 
@@ -3022,30 +3040,66 @@ class JqProgram:
         )
 
     def apply(self, envelope: dict[str, Any]) -> list[str]:
-        """Run once over the final envelope; each output value as one compact JSON line, numbers preserved."""
-        table: list[str] = []
+        """Run over the final envelope; each output value as one compact JSON line, numbers preserved.
+
+        jq computes with doubles. jq >= 1.7 keeps the literal text of a number it did not compute with, which
+        ``tojson`` reveals: that is the "literal" mode, used when the binding has it. Otherwise numbers a double
+        cannot hold (big integers, ``1e400``) travel as marker strings and come back exact. Numbers jq would only
+        re-spell (``1E+2``, ``-0.0`` without literals; ``1e400`` -> ``1E+400`` with them) are tried as markers
+        too; that answer is used only when it equals, value for value, the answer computed with real numbers
+        (so comparisons and arithmetic keep jq's meaning). A runtime error is ``jq_error``.
+        """
         nonce = os.urandom(4).hex()
-        text = dump_json(_jq_protect(envelope, table, nonce))
+        if self._literal is not None:
+            exact_protect, text_protect = _jq_beyond_decimal, _jq_literal_differs
+        else:
+            exact_protect, text_protect = _jq_value_differs, _jq_text_differs
         try:
-            if self._module is not None:
-                raw_lines = self._program.input_text(text).text().split("\n") if text else []
-            else:
-                proc = self._run_executable(["-c", self.expression], text)
-                if proc.returncode != 0:
-                    raise ValueError(_first_line(proc.stderr))
-                raw_lines = proc.stdout.split("\n")
+            outputs = self._project(envelope, nonce, exact_protect)
         except ValueError as exc:
             raise JqError(
                 f"--jq failed on the result: {_first_line(exc)}",
                 hint="the remote operation already happened; do not retry it blindly, fix the expression and "
-                "re-run it on saved output",
+                "re-run it on saved output (data keeps the unprojected result)",
+                data=envelope.get("data"),
+                details={} if envelope.get("ok") else {"unprojected_error": envelope.get("error")},
             ) from None
-        outputs = []
-        for line in raw_lines:
-            if line.strip():
-                value = _jq_restore(parse_json(line, strict_keys=False), table, nonce)
-                outputs.append(dump_json(value))
-        return outputs
+        if _any_number(envelope, lambda n: text_protect(n) and not exact_protect(n)):
+            try:
+                respelled = self._project(envelope, nonce, text_protect)
+            except ValueError:
+                respelled = None
+            if respelled is not None and _same_json(respelled, outputs):
+                outputs = respelled
+        return [dump_json(value) for value in outputs]
+
+    def _project(self, envelope: dict[str, Any], nonce: str, protect: Callable[[Any], bool]) -> list[Any]:
+        table: list[str] = []
+        text = dump_json(_jq_protect(envelope, table, nonce, protect))
+        if self._literal is not None:
+            texts = [str(item) for item in self._literal.input_text(text).all()]
+        elif self._module is not None:
+            texts = self._program.input_text(text).text().split("\n")
+        else:
+            proc = self._run_executable(["-c", self.expression], text)
+            if proc.returncode != 0:
+                raise ValueError(_first_line(proc.stderr))
+            texts = proc.stdout.split("\n")
+        return [_jq_restore(parse_json(item, strict_keys=False), table, nonce) for item in texts if item.strip()]
+
+
+_JQ_LITERALS: dict[int, bool] = {}
+
+
+def _jq_keeps_literals(module: Any) -> bool:
+    """Whether this jq keeps number literals (built with decNumber), probed once per process."""
+    if id(module) not in _JQ_LITERALS:
+        probe = "100000000000000000001"
+        try:
+            _JQ_LITERALS[id(module)] = module.compile("tojson").input_text(probe).all() == [probe]
+        except Exception:  # any surprise from the binding just means: no literal mode
+            _JQ_LITERALS[id(module)] = False
+    return _JQ_LITERALS[id(module)]
 
 
 def _first_line(error: object) -> str:
@@ -3053,7 +3107,8 @@ def _first_line(error: object) -> str:
     return text.splitlines()[0] if text else "unknown error"
 
 
-def _needs_protection(number: Any) -> bool:
+def _jq_value_differs(number: Any) -> bool:
+    """True when a double cannot hold ``number`` exactly (jq would change its value)."""
     if isinstance(number, bool):
         return False
     if isinstance(number, int):
@@ -3069,13 +3124,57 @@ def _needs_protection(number: Any) -> bool:
     return False
 
 
-def _jq_protect(value: Any, table: list[str], nonce: str) -> Any:
-    """Replace numbers a double cannot hold with marker strings, so jq moves them without rounding."""
+def _jq_text_differs(number: Any) -> bool:
+    """True when jq would print ``number`` differently from its JSON text (value change or re-spelling)."""
+    if _jq_value_differs(number):
+        return True
+    if isinstance(number, JsonNumber):
+        # jq prints the shortest round-trip form, like repr(float), but integral values without ".0"
+        text = number.text
+        return text != repr(float(text)) or "e" in text or text.endswith(".0")
+    return False
+
+
+def _jq_beyond_decimal(number: Any) -> bool:
+    """With literal-keeping jq: True for exponents its decNumber cannot hold (they would become doubles)."""
+    return isinstance(number, decimal.Decimal) and (not number.is_finite() or abs(number.adjusted()) > 999_999_000)
+
+
+def _jq_literal_differs(number: Any) -> bool:
+    """With literal-keeping jq: True when it would re-spell the literal (``1e400`` -> ``1E+400``)."""
+    if _jq_beyond_decimal(number):
+        return True
+    return isinstance(number, JsonNumber) and str(decimal.Decimal(number.text)) != number.text
+
+
+def _any_number(value: Any, predicate: Callable[[Any], bool]) -> bool:
     if isinstance(value, dict):
-        return {k: _jq_protect(v, table, nonce) for k, v in value.items()}
+        return any(_any_number(v, predicate) for v in value.values())
     if isinstance(value, list):
-        return [_jq_protect(v, table, nonce) for v in value]
-    if _needs_protection(value):
+        return any(_any_number(v, predicate) for v in value)
+    return isinstance(value, (int, decimal.Decimal)) and not isinstance(value, bool) and predicate(value)
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    """JSON equality: numbers by value, but never a number equal to a boolean or a string."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, (int, decimal.Decimal)) and isinstance(b, (int, decimal.Decimal)):
+        return bool(a == b)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same_json(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return list(a) == list(b) and all(_same_json(a[k], b[k]) for k in a)
+    return type(a) is type(b) and a == b
+
+
+def _jq_protect(value: Any, table: list[str], nonce: str, protect: Callable[[Any], bool] = _jq_value_differs) -> Any:
+    """Replace the numbers ``protect`` selects with marker strings, so jq moves them without touching them."""
+    if isinstance(value, dict):
+        return {k: _jq_protect(v, table, nonce, protect) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_jq_protect(v, table, nonce, protect) for v in value]
+    if not isinstance(value, (str, bool)) and value is not None and protect(value):
         table.append(value.text if isinstance(value, JsonNumber) else str(value))
         return f"{_JQ_MARK}{nonce}-{len(table) - 1}\ue001"
     return value
@@ -3614,11 +3713,11 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
             seen.add(attr)
             if eq:
                 value = inline
-            elif i < len(tokens):
+            elif i < len(tokens) and not _is_bkmcp_option(tokens[i]):
                 value = tokens[i]
                 i += 1
-            else:
-                raise UsageError(f"option {name} needs a value")
+            else:  # `--body --dry-run` must not silently make "--dry-run" the body (and skip the dry run)
+                raise UsageError(f"option {name} needs a value", hint=f"write {name}=VALUE for a value starting with -")
             setattr(inv, attr, value)
         elif token in _FLAG_OPTIONS:
             attr = _FLAG_OPTIONS[token]
@@ -3632,7 +3731,7 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
             if name in _FLAG_OPTIONS:
                 raise UsageError(f"option {name} takes no value")
             if inv.tool is None or not token.startswith("--") or len(name) <= 2:
-                where = "" if inv.tool is None else f" (tool options look like --name value or --name=value)"
+                where = "" if inv.tool is None else " (tool options look like --name value or --name=value)"
                 raise UsageError(f"unknown option {name}{where}", hint="run bkmcp --help")
             flag = name[2:]
             if eq:
@@ -3676,6 +3775,8 @@ def check_invocation(inv: Invocation) -> None:
             raise UsageError(f"{mode} takes no --body")
         if inv.dry_run:
             raise UsageError(f"--dry-run cannot be combined with {mode}")
+    if inv.body is not None and inv.tool is None and not modes and not inv.help:
+        raise UsageError("--body needs a tool: bkmcp <server> <tool> --body JSON|@FILE|-")
     if (inv.check or inv.tools or inv.tool) and inv.server is None:
         raise UsageError("a server name is required", hint="bkmcp <server> --check")
     if inv.dry_run:
@@ -3718,6 +3819,10 @@ def read_body(source: str, stdin: IO[str], cwd: str) -> dict[str, Any]:
     else:
         label = "--body"
         raw = source
+        try:
+            raw.encode("utf-8")
+        except UnicodeEncodeError:  # undecodable argv bytes arrive as lone surrogates (PEP 383)
+            raise InvalidArgumentsError("--body from --body is not valid JSON: input is not valid UTF-8") from None
     if not (raw.strip() if isinstance(raw, str) else raw.strip()):
         raise InvalidArgumentsError(f"--body from {label} is empty", hint="use --body '{}' for no arguments")
     try:
@@ -3835,20 +3940,21 @@ class _Runner:
             self.redactor.add(secret)
         if inv.dry_run:
             assert inv.tool is not None and inv.body is not None
-            arguments = read_body(inv.body, envr.stdin, envr.cwd)
-            return self.emit_envelope(build_success(build_dry_run(server, inv.tool, arguments)), jq, EXIT_OK)
-        arguments = None
+            preview = read_body(inv.body, envr.stdin, envr.cwd)
+            return self.emit_envelope(build_success(build_dry_run(server, inv.tool, preview)), jq, EXIT_OK)
+        arguments: dict[str, Any] | None = None
         if inv.tool is not None and not inv.help and inv.body is not None:
             arguments = read_body(inv.body, envr.stdin, envr.cwd)
         timeout = parse_duration(inv.timeout) if inv.timeout is not None else DEFAULT_TIMEOUT
         deadline = Deadline(timeout)
-        common = {"deadline": deadline, "insecure": inv.insecure, "log": self.log}
         try:
             self.remote_started = True
             if inv.check:
-                return self.emit_envelope(build_success(run_check(server, **common)), jq, EXIT_OK)
+                data = run_check(server, deadline=deadline, insecure=inv.insecure, log=self.log)
+                return self.emit_envelope(build_success(data), jq, EXIT_OK)
             if inv.tools:
-                return self.emit_envelope(build_success(run_tools(server, **common)), jq, EXIT_OK)
+                data = run_tools(server, deadline=deadline, insecure=inv.insecure, log=self.log)
+                return self.emit_envelope(build_success(data), jq, EXIT_OK)
             assert inv.tool is not None
             return self.run_tool(server, inv.tool, arguments, jq, deadline)
         except RemoteError as exc:
