@@ -3536,11 +3536,9 @@ def render_tool_help(server_name: str, tool: Mapping[str, Any]) -> str:
     if _cell_width(one_line) <= HELP_WIDTH:
         out.append(one_line)
     else:
-        fields = [f"  {_compact_json({k: v})[1:-1]}" for k, v in example.items()]
-        pretty = "{\n" + ",\n".join(fields) + "\n}"
-        body_lines = _shell_quote(pretty).split("\n")
+        body_lines = _shell_quote(_pretty_json(example, 2, HELP_WIDTH)).split("\n")
         out.append(f"  {command} --body {body_lines[0]}")
-        out += [f"  {line}" for line in body_lines[1:]]
+        out += body_lines[1:]
     if omitted:
         out.append(f"  ({omitted} more optional field{'s' if omitted != 1 else ''} not shown)")
 
@@ -3602,6 +3600,28 @@ def _plain(text: str) -> str:
     return re.sub(r"[\s_\-]+", "", text).lower()
 
 
+def _pretty_json(value: Any, indent: int, width: int, start: int | None = None) -> str:
+    """JSON that keeps short containers on one line and breaks long ones to fit ``width``.
+
+    ``indent`` is the indentation of the line the value is on, ``start`` the column where the value begins.
+    """
+    compact = _compact_json(value)
+    begin = indent if start is None else start
+    if not isinstance(value, (dict, list)) or not value or begin + _cell_width(compact) <= width:
+        return compact
+    pad = " " * (indent + 2)
+    if isinstance(value, dict):
+        items = []
+        for key, item in value.items():
+            label = f"{dump_json(key)}: "
+            items.append(label + _pretty_json(item, indent + 2, width, indent + 2 + _cell_width(label)))
+        opening, closing = "{", "}"
+    else:
+        items = [_pretty_json(item, indent + 2, width) for item in value]
+        opening, closing = "[", "]"
+    return opening + "\n" + ",\n".join(pad + item for item in items) + "\n" + " " * indent + closing
+
+
 def _flag_details(flag: ToolFlag) -> list[str]:
     lines: list[str] = []
     schema = flag.schema
@@ -3626,7 +3646,7 @@ def _flag_details(flag: ToolFlag) -> list[str]:
         ("minLength", "min length"), ("maxLength", "max length"), ("minItems", "min items"),
         ("maxItems", "max items")) if key in schema and _is_json_number(schema[key])]
     if bounds:
-        lines += _wrap("range: " + ", ".join(bounds), HELP_WIDTH, indent, indent)
+        lines += _wrap("limits: " + ", ".join(bounds), HELP_WIDTH, indent, indent)
     if flag.kind == "array":
         items = schema.get("items")
         item_type = items.get("type") if isinstance(items, dict) else None

@@ -332,3 +332,91 @@ def test_d02_unknown_tool_suggests(mock) -> None:
     assert result.exit_status == 1 and result.error_code == "mcp_tool_not_found"
     assert "search_reports" in result.json["error"]["suggestions"]
     assert target.count("tools/call") == 0
+
+
+# -- against the official MCP Python SDK server (pydantic-generated schemas) ----------------------------------
+# The SDK server does not log raw request bodies, so these assert what its tools computed from the arguments
+# (Python ints are exact, strings verbatim) and that local validation stops bad input before the call.
+
+
+@pytest.fixture
+def sdk(sdk_server_stateless, tmp_path):
+    """Run bkmcp against the SDK server (stateless JSON variant) through a temp config."""
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {"sdk": {"type": "http", "url": sdk_server_stateless.url}}}))
+    config.chmod(0o600)
+
+    def run(*args: str, stdin: bytes = b"") -> Any:
+        from conftest import run_bkmcp
+
+        return run_bkmcp("--config", str(config), "sdk", *args, stdin=stdin)
+
+    return run
+
+
+def structured(result: Any) -> Any:
+    assert result.exit_status == 0, (result.stdout, result.stderr)
+    return result.json["data"]["result"]["structuredContent"]["result"]
+
+
+@pytest.mark.interop
+def test_p02_sdk_big_integers_exact(sdk) -> None:
+    """P02 (SDK): a 40-digit integer flag reaches the pydantic server exactly (its sum is exact)."""
+    assert structured(sdk("add", "--a", BIG_INT, "--b", "1")) == int(BIG_INT) + 1
+
+
+@pytest.mark.interop
+def test_p01_sdk_string_int_bool_flags(sdk) -> None:
+    """P01/P02 (SDK): "00123" stays a string, integer and boolean flags typed; defaults not sent."""
+    assert structured(sdk("echo", "--text", "00123", "--times", "2", "--upper=true")) == "00123 00123"
+    assert structured(sdk("echo", "--text", "网关 $(x)")) == "网关 $(x)"
+
+
+@pytest.mark.interop
+def test_p05_sdk_optional_any_of_via_body(sdk) -> None:
+    """P05 (SDK): pydantic Optional (anyOf + null) has no flag: --body carries it; the flag form is refused."""
+    result = sdk("greet", "--name", "Ada")
+    assert result.exit_status == 0, result.stderr
+    assert result.json["data"]["result"]["content"][0]["text"] == "Hello, Ada!"
+    result = sdk("greet", "--body", '{"name": "Ada", "title": "Dr"}')
+    assert result.json["data"]["result"]["content"][0]["text"] == "Hello, Dr Ada!"
+    result = sdk("greet", "--name", "Ada", "--title", "Dr")
+    assert result.exit_status == 1 and result.error_code == "invalid_mcp_arguments"
+    assert "has no flag" in result.json["error"]["message"]
+
+
+@pytest.mark.interop
+def test_p05_sdk_nested_model_validated_locally(sdk) -> None:
+    """P05 (SDK): $defs/$ref models are validated locally with JSON paths before the call."""
+    body = '{"values": [1, 2, 3], "shape": {"name": "tri", "points": [{"x": 1}, {"x": 2, "y": 3}]}}'
+    result = sdk("summarize", "--body", body)
+    assert result.exit_status == 0, result.stderr
+    assert result.json["data"]["result"]["structuredContent"]["count"] == 3
+    bad = sdk("summarize", "--body", '{"values": [1, "2"], "shape": {"name": "t", "points": [{"y": 1}]}}')
+    assert bad.exit_status == 1 and bad.error_code == "invalid_mcp_arguments"
+    assert [p["path"] for p in bad.json["error"]["problems"]] == ["$.shape.points[0].x", "$.values[1]"]
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize(
+    ("args", "path"),
+    [(["choose", "--mode", "c"], "$.mode"), (["ns.tool-name_v2", "--value="], "$.value"),
+     (["ns.tool-name_v2", "--value", "x", "--count", "6"], "$.count"), (["add", "--a", "1"], "$.b")],
+)
+def test_p03_sdk_constraints_checked_before_call(sdk, args: list[str], path: str) -> None:
+    """P03 (SDK): Literal/enum, min_length, le and required from pydantic are enforced locally."""
+    result = sdk(*args)
+    assert result.exit_status == 1 and result.error_code == "invalid_mcp_arguments", result.stderr
+    assert [p["path"] for p in result.json["error"]["problems"]] == [path]
+
+
+@pytest.mark.interop
+def test_d02_sdk_tool_help(sdk) -> None:
+    """D02 (SDK): help for a pydantic tool lists flags, the $ref/anyOf fields under --body, a valid example."""
+    result = sdk("summarize", "--help")
+    assert result.exit_status == 0, result.stderr
+    text = result.stdout
+    assert "--values JSON-ARRAY" in text and "required" in text
+    section = text.split("Fields without a flag")[1]
+    assert "shape" in section and "weights" in section
+    assert all(len(line) <= 80 for line in text.splitlines())
