@@ -237,14 +237,14 @@ def wheel_members(data: bytes) -> dict[str, bytes]:
         return {i.filename: zf.read(i) for i in zf.infolist() if _keep_member(i.filename)}
 
 
-def _metadata_field(members: dict[str, bytes], field: str) -> str | None:
+def _metadata_field(members: dict[str, bytes], field: str, prefix: str = "") -> str | None:
     for name, data in members.items():
         if name.endswith(".dist-info/METADATA"):
             for line in data.decode("utf-8", "replace").splitlines():
                 if not line:
                     break
-                if line.startswith(field + ": "):
-                    return line[len(field) + 2:].strip()
+                if line.startswith(field + ": " + prefix):
+                    return line[len(field) + 2:].strip().split(" :: ")[-1]
     return None
 
 
@@ -320,7 +320,8 @@ def collect(source: Path, support: Path, pins: list[Pin], natives: list[Pin], pl
                 raise BuildError(f"{name} comes from two wheels")
             files[name] = data
         dists.append({"name": pin.name, "version": pin.version, "wheel": pin.filename, "sha256": pin.sha256,
-                      "license": _metadata_field(members, "License-Expression") or _metadata_field(members, "License"),
+                      "license": _metadata_field(members, "License-Expression") or _metadata_field(members, "License")
+                      or _metadata_field(members, "Classifier", "License :: "),
                       "license_files": sorted(n for n in members if _LICENCE_RE.search(n))})
     native_hashes: dict[str, str] = {}
     for pin in natives:
