@@ -43,14 +43,17 @@ def _private_dir(path: str) -> bool:
 
 def zipapp_cache_dir(build_id: str) -> str | None:
     """The per-user folder of this build: XDG cache, else `<tmp>/bkmcp-<uid>`, else a fresh temp dir (or None)."""
-    import tempfile
-
     xdg = os.environ.get("XDG_CACHE_HOME", "")
     base = xdg if os.path.isabs(xdg) else os.path.join(os.path.expanduser("~"), ".cache")
+    root = os.path.join(base, "bkmcp")
+    if _private_dir(root) and _private_dir(os.path.join(root, build_id)):
+        return os.path.join(root, build_id)
+    import tempfile  # only here: it imports random, whose start-up costs more than all of bkmcp --help
+
     uid = os.getuid() if hasattr(os, "getuid") else os.environ.get("USERNAME", "user")
-    for root in (os.path.join(base, "bkmcp"), os.path.join(tempfile.gettempdir(), f"bkmcp-{uid}")):
-        if _private_dir(root) and _private_dir(os.path.join(root, build_id)):
-            return os.path.join(root, build_id)
+    root = os.path.join(tempfile.gettempdir(), f"bkmcp-{uid}")
+    if _private_dir(root) and _private_dir(os.path.join(root, build_id)):
+        return os.path.join(root, build_id)
     try:  # last resort: private to this run (mkdtemp is 0700), not reused
         return tempfile.mkdtemp(prefix=f"bkmcp-{build_id}-")
     except OSError:
