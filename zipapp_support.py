@@ -61,7 +61,10 @@ def zipapp_cache_dir(build_id: str) -> str | None:
 
 
 def _zipapp_archive() -> str | None:
-    """Path of the pyz this code runs from (as bkmcp.py inside it, or as its `__main__`), else None."""
+    """Path of the pyz this code runs from (set by the pyz boot, or this module's zip, or `__main__`), else None."""
+    boot = sys.modules.get("_bkmcp_boot")
+    if getattr(boot, "ARCHIVE", None):
+        return str(boot.ARCHIVE)  # type: ignore[union-attr]
     archive = getattr(globals().get("__loader__"), "archive", None)
     if archive:
         return str(archive)
@@ -69,8 +72,7 @@ def _zipapp_archive() -> str | None:
     candidate = os.path.dirname(main_file)
     if candidate and os.path.isfile(candidate) and os.path.basename(main_file).startswith("__main__."):
         return candidate
-    boot = sys.modules.get("_bkmcp_boot")
-    return getattr(boot, "ARCHIVE", None)
+    return None
 
 
 def _zipapp_read(archive: str, name: str) -> bytes:

@@ -50,6 +50,15 @@ def test_server_help(python: str, pyz_path: Path, pyz_env: dict, tmp_path: Path)
     assert "demo" in proc.stdout
 
 
+def test_runs_through_shebang_and_relative_path(pyz_path: Path, pyz_env: dict, build_info: dict) -> None:
+    if shutil.which("python3", path=pyz_env.get("PATH")) is None:
+        pytest.skip("no python3 on PATH for the shebang")
+    proc = subprocess.run(["./" + pyz_path.name, "--version"], cwd=pyz_path.parent, capture_output=True, text=True,
+                          env=pyz_env, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert build_info["version"] in proc.stdout
+
+
 def test_vendored_imports(python: str, pyz_path: Path, pyz_env: dict) -> None:
     """Everything bkmcp imports lazily loads from the zip, not from the interpreter's site-packages (certifi
     may be preloaded by a site .pth on this machine, so only its data is checked)."""
