@@ -8,12 +8,15 @@ For each Python, medians (ms) of:
   --version   `python bkmcp.pyz --version`
   --help      `python bkmcp.pyz --help`
   srv --help  `python bkmcp.pyz --config TMP/mcp.json demo --help`
+  help src    `bkmcp.main(["--help"])` from that site-packages folder; ratio = pyz --help / this (the
+              artifact's own overhead, independent of how heavy bkmcp.py is)
   imp pyz     the `--tools` import set (bkmcp, httpx) loaded the way the pyz's __main__ loads it
   imp site    the same imports from a site-packages-like folder (`pip install --target`, with bytecode)
   jq first    extracting + importing the jq native on a fresh cache, minus the same process without jq
   jq warm     importing it from the cache, minus the same process without jq
-Ratios: the CLI runs against `pass`, `imp pyz` against `imp site`. Every measurement runs once before timing,
-so caches (the per-user compiled cache of non-build Pythons) are warm; nothing is asserted, only printed.
+Ratios: the CLI runs against `pass`, `help src` as said, `imp pyz` against `imp site`. Every command runs once
+before timing, so caches (the per-user compiled cache of non-build Pythons) are warm, then the commands of one
+Python run round-robin. Nothing is asserted, only printed.
 """
 
 from __future__ import annotations
@@ -120,7 +123,7 @@ def main() -> int:
         assert main_src.endswith(tail), "unexpected __main__.py"
         boot = f"import sys; sys.path.insert(0, {str(pyz)!r}); __file__ = {str(pyz / '__main__.py')!r}\n"
         boot += main_src[: -len(tail)]
-        header = (f"{'python':<7}{'pass':>7}{'--version':>15}{'--help':>15}{'srv --help':>15}"
+        header = (f"{'python':<7}{'pass':>7}{'--version':>15}{'--help':>15}{'srv --help':>15}{'help src':>13}"
                   f"{'imp pyz':>9}{'imp site':>9}{'ratio':>7}{'jq first':>10}{'jq warm':>9}")
         print(header)
         rows = []
@@ -134,6 +137,8 @@ def main() -> int:
                 "srv": [*py, str(pyz), "--config", str(cfg), "demo", "--help"],
                 "imp_pyz": [*py, "-c", boot + IMPORTS],
                 "imp_site": [*py, "-c", f"import sys; sys.path.insert(0, {str(site)!r}); {IMPORTS}"],
+                "help_site": [*py, "-c", f"import sys; sys.path.insert(0, {str(site)!r}); import bkmcp; "
+                              "sys.exit(bkmcp.main(['--help']))"],
             }, args.runs, env)
             base, imp_pyz, imp_site = m["pass"], m["imp_pyz"], m["imp_site"]
             cli = [m["version"], m["help"], m["srv"]]
@@ -151,7 +156,9 @@ def main() -> int:
                     pass  # no native for this Python in the pyz
             cells = [f"{c:6.1f} {c / base:4.2f}x" for c in cli]
             jq_cells = "".join(f"{v:>+9.1f}" if v is not None else f"{'n/a':>9}" for v in (jq_first, jq_warm))
+            help_site = m["help_site"]
             print(f"{version:<7}{base:7.1f}{cells[0]:>15}{cells[1]:>15}{cells[2]:>15}"
+                  f"{help_site:7.1f} {m['help'] / help_site:4.2f}x"
                   f"{imp_pyz:9.1f}{imp_site:9.1f}{imp_pyz / imp_site:6.2f}x{jq_cells:>10}")
             rows.append(version)
         missing = [f"3.{m}" for m in range(9, 15) if f"3.{m}" not in rows]
