@@ -58,8 +58,9 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any, Callable, Iterable, Mapping, Sequence
+from typing import IO, Any
 
 __version__ = "0.1.0"
 
@@ -255,7 +256,8 @@ _INT_DIGITS_LIMIT = 4000  # below CPython's int/str conversion limit (4300 digit
 
 
 def _parse_int(text: str) -> Any:
-    return int(text) if len(text) <= _INT_DIGITS_LIMIT else JsonNumber(text)
+    # "-0" as an int would be written back as "0": keep its text (it still compares equal to 0)
+    return int(text) if len(text) <= _INT_DIGITS_LIMIT and text != "-0" else JsonNumber(text)
 
 
 def _strict_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -330,7 +332,13 @@ def dump_json(value: Any, *, indent: int | None = None, sort_keys: bool = False)
     if raws:
         pattern = re.compile('"' + re.escape(_RAW_MARK + nonce) + r"-(\d+)\ue001" + '"')
         out = pattern.sub(lambda m: raws[int(m.group(1))], out)
+    if _SURROGATE.search(out):
+        # JSON allows "\udcff" escapes that are not valid Unicode; written raw they make every UTF-8 stream fail.
+        out = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", out)
     return out
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _decimal_text(number: decimal.Decimal) -> str:
@@ -393,7 +401,7 @@ class Redactor:
 
 # -- durations and deadlines ---------------------------------------------------------------------------
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?|\.\d+)(ms|s|m|h)?$")
+_DURATION = re.compile(r"^([0-9]+(?:\.[0-9]+)?|\.[0-9]+)(ms|s|m|h)?$")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
 
@@ -544,7 +552,11 @@ def resolve_config_path(option: str | None, env: Mapping[str, str], cwd: str) ->
     if option is not None:
         if not option:
             raise UsageError("--config needs a file path")
-        path = os.path.expanduser(option) if option.startswith("~") else option
+        path = option
+        if option == "~" or option.startswith("~/"):  # the injected HOME, like the default path below
+            path = (env.get("HOME") or os.path.expanduser("~")) + option[1:]
+        elif option.startswith("~"):
+            path = os.path.expanduser(option)
     elif env.get("BK_CLI_CONFIG_DIR"):
         path = os.path.join(env["BK_CLI_CONFIG_DIR"], CONFIG_FILE_NAME)
     else:
@@ -904,19 +916,968 @@ def resolve_server(server: ServerConfig, env: Mapping[str, str]) -> ResolvedServ
 # ======================================================================================================
 # 5. Protocol core (sans-IO)
 # ======================================================================================================
-# ENGINE-PLACEHOLDER-5: JSON-RPC framing, incremental SSE decoder, era table, request building, response
-# classification. Imports neither httpx nor sockets (STYLE.md: the h11 model).
+# Everything here is pure: it turns bytes into events and dicts into wire messages and back, and decides
+# what an answer means. It imports neither httpx nor sockets nor subprocess (STYLE.md: the h11 model); the
+# transports of section 6 own the I/O and drive these functions message by message.
+
+LEGACY_VERSIONS = ("2025-03-26", "2025-06-18", "2025-11-25")
+MODERN_VERSIONS = ("2026-07-28",)
+LATEST_LEGACY_VERSION = "2025-11-25"
+LATEST_MODERN_VERSION = "2026-07-28"
+CLIENT_INFO = {"name": "bkmcp", "version": __version__}
+META_PROTOCOL_VERSION = "io.modelcontextprotocol/protocolVersion"
+META_CLIENT_CAPABILITIES = "io.modelcontextprotocol/clientCapabilities"
+META_CLIENT_INFO = "io.modelcontextprotocol/clientInfo"
+
+MAX_PAGES = 1000
+MAX_TOOLS = 100_000
+
+
+@dataclass(frozen=True)
+class EraRules:
+    """What one protocol version changes on the wire (protocol-notes.md §0). Flows read this table, not ifs."""
+
+    version: str
+    era: str  # "legacy" | "modern"
+    handshake: bool  # initialize + notifications/initialized
+    version_header: bool  # MCP-Protocol-Version on requests after the handshake (every request when modern)
+    sessions: bool  # Mcp-Session-Id issued by initialize, DELETE at close
+    request_meta: bool  # params._meta protocolVersion / clientCapabilities / clientInfo on every request
+    method_headers: bool  # Mcp-Method, Mcp-Name, Mcp-Param-*
+    sse_resumption: bool  # GET + Last-Event-ID when a POST's stream closes early
+    server_requests: bool  # server -> client requests may arrive on a stream
+    cancel_notification: bool  # Ctrl-C sends notifications/cancelled (modern HTTP closes the stream)
+
+
+ERA_TABLE: dict[str, EraRules] = {
+    "2025-03-26": EraRules("2025-03-26", "legacy", True, False, True, False, False, True, True, True),
+    "2025-06-18": EraRules("2025-06-18", "legacy", True, True, True, False, False, True, True, True),
+    "2025-11-25": EraRules("2025-11-25", "legacy", True, True, True, False, False, True, True, True),
+    "2026-07-28": EraRules("2026-07-28", "modern", False, True, False, True, True, False, False, False),
+}
+
+
+def era_rules(version: str) -> EraRules:
+    try:
+        return ERA_TABLE[version]
+    except KeyError:
+        raise ProtocolError(f"protocol version {version!r} is not supported by bkmcp "
+                            f"(supported: {', '.join(SUPPORTED_VERSIONS)})") from None
+
+
+# -- JSON-RPC framing ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Message:
+    """One decoded JSON-RPC message. ``kind``: request | notification | result | error."""
+
+    kind: str
+    id: Any = None
+    method: str | None = None
+    params: Any = None
+    result: Any = None
+    error: dict[str, Any] | None = None
+
+
+def _is_rpc_id(value: Any) -> bool:
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def same_id(a: Any, b: Any) -> bool:
+    """JSON-RPC ids match only with the same type and value (``1`` is not ``"1"``, ``True`` is no id)."""
+    return _is_rpc_id(a) and _is_rpc_id(b) and type(a) is type(b) and a == b
+
+
+def parse_message(value: Any) -> Message:
+    """Classify one decoded JSON value as a JSON-RPC 2.0 message; ``ProtocolError`` says what is wrong."""
+    if not isinstance(value, dict):
+        raise ProtocolError(f"the server sent a JSON-RPC message that is {_json_kind(value)}, not an object")
+    if value.get("jsonrpc") != "2.0":
+        raise ProtocolError('the server sent a message without "jsonrpc": "2.0"')
+    has_id = "id" in value
+    msg_id = value.get("id")
+    if "method" in value:
+        method = value["method"]
+        if not isinstance(method, str) or not method:
+            raise ProtocolError('the server sent a message whose "method" is not a non-empty string')
+        params = value.get("params")
+        if params is not None and not isinstance(params, (dict, list)):
+            raise ProtocolError(f"the server sent {method!r} with params that are {_json_kind(params)}")
+        if has_id and msg_id is not None:
+            if not _is_rpc_id(msg_id):
+                raise ProtocolError(f"the server sent request {method!r} with an invalid id ({_json_kind(msg_id)})")
+            return Message("request", id=msg_id, method=method, params=params)
+        return Message("notification", method=method, params=params)
+    if "result" in value and "error" not in value:
+        if not _is_rpc_id(msg_id):
+            raise ProtocolError(f"the server sent a result with an invalid id ({_json_kind(msg_id)})")
+        return Message("result", id=msg_id, result=value["result"])
+    if "error" in value and "result" not in value:
+        error = value["error"]
+        if msg_id is not None and not _is_rpc_id(msg_id):
+            raise ProtocolError(f"the server sent an error with an invalid id ({_json_kind(msg_id)})")
+        if not isinstance(error, dict):
+            raise ProtocolError(f"the server sent a JSON-RPC error that is {_json_kind(error)}, not an object")
+        code = error.get("code")
+        if not isinstance(code, int) or isinstance(code, bool):
+            raise ProtocolError("the server sent a JSON-RPC error without an integer code")
+        if not isinstance(error.get("message"), str):
+            raise ProtocolError(f"the server sent JSON-RPC error {code} without a message string")
+        return Message("error", id=msg_id, error=error)
+    raise ProtocolError("the server sent a JSON object that is neither a request, a notification nor a response")
+
+
+def decode_messages(text: str | bytes) -> list[Message]:
+    """A response body or SSE data: one message, or (2025-03-26) a batch array of them."""
+    try:
+        value = parse_json(text, strict_keys=False)
+    except JsonInputError as exc:
+        raise ProtocolError(f"the server sent invalid JSON: {exc}") from None
+    if isinstance(value, list):
+        if not value:
+            raise ProtocolError("the server sent an empty JSON-RPC batch")
+        return [parse_message(item) for item in value]
+    return [parse_message(value)]
+
+
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float, decimal.Decimal)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object" if isinstance(value, dict) else type(value).__name__
+
+
+# -- SSE decoding --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SseEvent:
+    event: str
+    data: str
+    id: str | None = None
+
+
+_SSE_EOL = re.compile(r"\r\n|\r|\n")
+_RETRY_MAX_MS = 600_000
+
+
+class SseDecoder:
+    """Incremental ``text/event-stream`` decoder (WHATWG rules) fed with chunks as they arrive.
+
+    LF, CRLF and CR line ends (a CRLF split across chunks counts once); ``:`` comments ignored; ``data``
+    lines joined with ``\\n``; events with empty data are not dispatched (MCP priming events) but their ``id``
+    still becomes ``last_event_id``; ``retry`` kept in ``retry_ms``. Each input character is scanned once and
+    a long line is kept as a list of pieces joined once, so a 50 MB event costs linear time and memory.
+    """
+
+    def __init__(self) -> None:
+        import codecs
+
+        self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
+        self._pieces: list[str] = []
+        self._skip_lf = False
+        self._started = False
+        self._data: list[str] = []
+        self._event = ""
+        self._id_buffer: str | None = None
+        self.last_event_id: str | None = None
+        self.retry_ms: int | None = None
+
+    def feed(self, chunk: bytes | str) -> list[SseEvent]:
+        text = self._utf8.decode(chunk) if isinstance(chunk, bytes) else chunk
+        if not text:
+            return []
+        if not self._started:
+            self._started = True
+            if text.startswith("\ufeff"):
+                text = text[1:]
+        events: list[SseEvent] = []
+        pos = 0
+        if self._skip_lf and text:
+            self._skip_lf = False
+            if text[0] == "\n":
+                pos = 1
+        for match in _SSE_EOL.finditer(text, pos):
+            start = match.start()
+            if self._pieces:
+                self._pieces.append(text[pos:start])
+                line = "".join(self._pieces)
+                self._pieces = []
+            else:
+                line = text[pos:start]
+            pos = match.end()
+            if match.group() == "\r" and pos == len(text):
+                self._skip_lf = True  # a "\n" opening the next chunk belongs to this line end
+            self._line(line, events)
+        if pos < len(text):
+            self._pieces.append(text[pos:])
+        return events
+
+    def close(self) -> list[SseEvent]:
+        """End of stream: an unterminated event is discarded (WHATWG), nothing else to flush."""
+        tail = self._utf8.decode(b"", final=True)
+        events = self.feed(tail) if tail else []
+        self._pieces = []
+        self._data = []
+        return events
+
+    def _line(self, line: str, events: list[SseEvent]) -> None:
+        if not line:
+            self._dispatch(events)
+            return
+        if line[0] == ":":
+            return
+        name, colon, value = line.partition(":")
+        if colon and value[:1] == " ":
+            value = value[1:]
+        if name == "data":
+            self._data.append(value)
+        elif name == "event":
+            self._event = value
+        elif name == "id":
+            if "\x00" not in value:
+                self._id_buffer = value
+        elif name == "retry":
+            if value.isascii() and value.isdigit():
+                self.retry_ms = min(int(value[:9]), _RETRY_MAX_MS)
+
+    def _dispatch(self, events: list[SseEvent]) -> None:
+        self.last_event_id = self._id_buffer
+        data = self._data[0] if len(self._data) == 1 else "\n".join(self._data)
+        if not data:  # no data line, or one empty data line (WHATWG: an empty data buffer is not dispatched)
+            self._data = []
+            self._event = ""
+            return
+        events.append(SseEvent(self._event or "message", data, self._id_buffer))
+        self._data = []
+        self._event = ""
+
+
+# -- request building ----------------------------------------------------------------------------------
+
+
+def build_request(request_id: int, method: str, params: dict[str, Any] | None, rules: EraRules) -> dict[str, Any]:
+    """A JSON-RPC request; modern requests carry the per-request ``_meta`` keys (protocol-notes.md §3.1)."""
+    message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+    params = _with_meta(params, rules)
+    if params is not None:
+        message["params"] = params
+    return message
+
+
+def build_notification(method: str, params: dict[str, Any] | None, rules: EraRules) -> dict[str, Any]:
+    message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+    params = _with_meta(params, rules)
+    if params is not None:
+        message["params"] = params
+    return message
+
+
+def build_response(request_id: Any, *, result: Any = None, error: dict[str, Any] | None = None) -> dict[str, Any]:
+    if error is not None:
+        return {"jsonrpc": "2.0", "id": request_id, "error": error}
+    return {"jsonrpc": "2.0", "id": request_id, "result": result if result is not None else {}}
+
+
+def _with_meta(params: dict[str, Any] | None, rules: EraRules) -> dict[str, Any] | None:
+    if not rules.request_meta:
+        return params
+    params = dict(params or {})
+    meta = dict(params.get("_meta") or {})
+    meta[META_PROTOCOL_VERSION] = rules.version
+    meta[META_CLIENT_CAPABILITIES] = {}
+    meta[META_CLIENT_INFO] = dict(CLIENT_INFO)
+    params["_meta"] = meta
+    return params
+
+
+def build_initialize_params(version: str) -> dict[str, Any]:
+    return {"protocolVersion": version, "capabilities": {}, "clientInfo": dict(CLIENT_INFO)}
+
+
+_SENTINEL_PREFIX = "=?base64?"
+_SENTINEL_SUFFIX = "?="
+_HEADER_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+
+
+def encode_header_value(value: Any) -> str | None:
+    """A value for ``Mcp-Name`` / ``Mcp-Param-*``; None means "omit the header" (null, absent, non-scalar).
+
+    Plain visible ASCII without surrounding whitespace goes as is; anything else, or a value that itself looks
+    like the sentinel, is sent as ``=?base64?<base64 of UTF-8>?=`` (2026-07-28 streamable-http §Request Metadata).
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        text = "true" if value else "false"
+    elif isinstance(value, int):
+        text = str(value)
+    elif isinstance(value, str):
+        text = value
+    else:
+        return None
+    plain = all(" " <= ch <= "~" for ch in text) and text == text.strip()
+    looks_encoded = text.startswith("=?") and text.endswith(_SENTINEL_SUFFIX)
+    if plain and not looks_encoded:
+        return text
+    import base64
+
+    return _SENTINEL_PREFIX + base64.b64encode(text.encode("utf-8")).decode("ascii") + _SENTINEL_SUFFIX
+
+
+def build_param_headers(tool: Mapping[str, Any] | None, arguments: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``Mcp-Param-{Name}`` headers for the arguments whose top-level property declares ``x-mcp-header``.
+
+    Only valid declarations count: an RFC 9110 token, unique ignoring case, on a string/integer/boolean
+    property. Invalid ones are skipped (the server still gets the argument in the body).
+    """
+    schema = tool.get("inputSchema") if isinstance(tool, Mapping) else None
+    props = schema.get("properties") if isinstance(schema, Mapping) else None
+    if not isinstance(props, Mapping):
+        return []
+    headers: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for prop, prop_schema in props.items():
+        if not isinstance(prop_schema, Mapping):
+            continue
+        name = prop_schema.get("x-mcp-header")
+        if not isinstance(name, str) or not _HEADER_TOKEN.match(name) or name.lower() in seen:
+            continue
+        if prop_schema.get("type") not in ("string", "integer", "boolean"):
+            continue
+        seen.add(name.lower())
+        encoded = encode_header_value(arguments.get(prop))
+        if encoded is not None:
+            headers.append((f"Mcp-Param-{name}", encoded))
+    return headers
+
+
+def build_headers(
+    rules: EraRules | None,
+    *,
+    configured: Mapping[str, str],
+    message: Mapping[str, Any] | None = None,
+    session_id: str | None = None,
+    handshake_done: bool = True,
+    extra: Iterable[tuple[str, str]] = (),
+    accept: str = "application/json, text/event-stream",
+) -> list[tuple[str, str]]:
+    """Headers of one HTTP request: the configured ones (identical on every request), then the managed ones.
+
+    ``rules`` is None for the probe-free legacy ``initialize`` (no version header yet).
+    """
+    headers = list(configured.items())
+    headers.append(("Accept", accept))
+    if message is not None:
+        headers.append(("Content-Type", "application/json"))
+    if rules is not None and rules.version_header and (handshake_done or not rules.handshake):
+        headers.append(("MCP-Protocol-Version", rules.version))
+    if session_id is not None and (rules is None or rules.sessions):
+        headers.append(("Mcp-Session-Id", session_id))
+    if rules is not None and rules.method_headers and message is not None and "method" in message:
+        method = message["method"]
+        headers.append(("Mcp-Method", method))
+        params = message.get("params") or {}
+        name_key = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}.get(method)
+        if name_key and isinstance(params, Mapping):
+            encoded = encode_header_value(params.get(name_key))
+            if encoded is not None:
+                headers.append(("Mcp-Name", encoded))
+        headers.extend(extra)
+    return headers
+
+
+# -- answers: era evidence, results, errors ------------------------------------------------------------
+
+
+def classify_discover(status: int, message: Message | None, requested: str) -> tuple[str, Any]:
+    """What a ``server/discover`` probe's answer says about the server's era (SPEC §5).
+
+    Returns ``("modern", version)``, ``("retry", version)`` (``-32022`` naming another modern version we
+    speak), ``("legacy", None)`` or ``("incompatible", supported)``. 401/403, redirects, timeouts and
+    connection failures never reach this function: the transport raises them (they are no era evidence).
+    """
+    if message is not None and message.kind == "result" and 200 <= status < 300:
+        result = message.result if isinstance(message.result, dict) else {}
+        offered = result.get("supportedVersions")
+        if isinstance(offered, list):
+            mutual = [v for v in MODERN_VERSIONS if v in offered]
+            if mutual:
+                return "modern", (requested if requested in mutual else mutual[-1])
+        return "legacy", None  # e.g. a dual-era server that lists no modern version, or any stub result
+    if message is not None and message.kind == "error" and message.error is not None:
+        code = message.error.get("code")
+        data = message.error.get("data")
+        supported = data.get("supported") if isinstance(data, dict) else None
+        if code == -32022 and isinstance(supported, list) and all(isinstance(v, str) for v in supported):
+            modern = [v for v in MODERN_VERSIONS if v in supported and v != requested]
+            if modern:
+                return "retry", modern[-1]
+            if requested in supported:
+                return "modern", requested
+            if any(v in LEGACY_VERSIONS for v in supported):
+                return "legacy", None
+            return "incompatible", list(supported)
+        if code == -32601 and status == 404:
+            return "modern", requested
+    return "legacy", None
+
+
+def check_initialize_result(result: Any, offered: str) -> str:
+    """The version a legacy server chose; ``ProtocolError`` when bkmcp does not speak it."""
+    if not isinstance(result, dict):
+        raise ProtocolError(f"initialize returned {_json_kind(result)}, not an InitializeResult object")
+    version = result.get("protocolVersion")
+    if not isinstance(version, str):
+        raise ProtocolError("initialize result has no protocolVersion string")
+    if version not in LEGACY_VERSIONS:
+        raise ProtocolError(
+            f"the server chose protocol version {version!r}; bkmcp offered {offered!r} and speaks "
+            f"{', '.join(SUPPORTED_VERSIONS)}",
+            hint="pin a version the server supports with \"protocolVersion\" in the config, or upgrade the server",
+            details={"server_version": version, "client_versions": list(SUPPORTED_VERSIONS)},
+        )
+    return version
+
+
+def rpc_error_exception(method: str, error: Mapping[str, Any]) -> RemoteError:
+    """A JSON-RPC error answering ``method``, as the error bkmcp reports (rpc code/message/data kept)."""
+    code = error.get("code")
+    text = _clip(str(error.get("message", "")), 500)
+    data = error.get("data")
+    rpc = {"code": code, "message": text}
+    if data is not None:
+        rpc["data"] = data
+    if code == -32042:  # 2025-11-25 URLElicitationRequired
+        elicitations = data.get("elicitations") if isinstance(data, dict) else None
+        urls = [e.get("url") for e in elicitations or [] if isinstance(e, dict) and isinstance(e.get("url"), str)]
+        return CapabilityUnsupportedError(
+            f"{method}: the server requires URL elicitation, which bkmcp does not support ({text})",
+            hint="open the URL(s) yourself if you trust them; bkmcp never answers elicitation interactively",
+            details={"capability": "elicitation.url", "urls": urls, "rpc_error": rpc},
+        )
+    if code == -32021:  # 2026-07-28 MissingRequiredClientCapability
+        required = data.get("requiredCapabilities") if isinstance(data, dict) else None
+        return CapabilityUnsupportedError(
+            f"{method}: the server requires client capabilities bkmcp does not have ({text})",
+            details={"capability": "client_capabilities", "required": required, "rpc_error": rpc},
+        )
+    return ProtocolError(
+        f"the server answered {method} with JSON-RPC error {code}: {text}",
+        details={"rpc_error": rpc},
+    )
+
+
+def check_result(method: str, message: Message) -> dict[str, Any]:
+    """The result of ``method`` if it is one bkmcp can report as complete; otherwise the error to raise.
+
+    ``resultType`` absent/``complete`` is a result; ``input_required``, ``task`` (and legacy ``{"task": …}``)
+    need capabilities bkmcp lacks (raw result kept in ``data``); anything else is a protocol error.
+    """
+    if message.kind == "error":
+        raise rpc_error_exception(method, message.error or {})
+    result = message.result
+    if not isinstance(result, dict):
+        raise ProtocolError(f"{method} returned {_json_kind(result)} instead of a result object",
+                            data={"result": result})
+    result_type = result.get("resultType", "complete")
+    if result_type == "input_required":
+        requests = result.get("inputRequests")
+        wanted = sorted({str(r.get("method")) for r in requests.values() if isinstance(r, dict)}) \
+            if isinstance(requests, dict) else []
+        raise CapabilityUnsupportedError(
+            f"{method}: the server needs input from the client ({', '.join(wanted) or 'requestState only'}), "
+            "which bkmcp does not support",
+            hint="bkmcp declares no elicitation/sampling/roots capability and never answers interactively",
+            details={"result_type": "input_required", "input_requests": wanted},
+            data={"result": result},
+        )
+    if result_type == "task" or (method == "tools/call" and isinstance(result.get("task"), dict)
+                                 and "content" not in result):
+        task = result.get("task") if result_type != "task" else result
+        task_id = task.get("taskId") if isinstance(task, dict) else None
+        raise CapabilityUnsupportedError(
+            f"{method}: the server answered with a task{f' ({task_id})' if task_id else ''}; bkmcp does not "
+            "support tasks and never polls them",
+            hint="the work may continue on the server; do not re-run blindly",
+            details={"result_type": "task", "task_id": task_id},
+            data={"result": result},
+        )
+    if result_type != "complete":
+        raise ProtocolError(f"{method} returned an unknown resultType {_clip(repr(result_type), 80)}",
+                            data={"result": result})
+    if method == "tools/call":
+        if not isinstance(result.get("content"), list):
+            raise ProtocolError("tools/call result has no content array (malformed CallToolResult)",
+                                data={"result": result})
+        if "isError" in result and not isinstance(result["isError"], bool):
+            raise ProtocolError("tools/call result has a non-boolean isError", data={"result": result})
+    elif method == "tools/list":
+        tools = result.get("tools")
+        if not isinstance(tools, list):
+            raise ProtocolError("tools/list result has no tools array")
+        for index, tool in enumerate(tools):
+            if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
+                raise ProtocolError(f"tools/list entry {index} is not a tool object with a string name")
+        cursor = result.get("nextCursor")
+        if cursor is not None and not isinstance(cursor, str):
+            raise ProtocolError("tools/list nextCursor is not a string")
+    return result
+
+
+def _clip(text: str, limit: int) -> str:
+    text = _CONTROL.sub(" ", text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def parse_www_authenticate(value: str) -> dict[str, str]:
+    """``Bearer resource_metadata="…", scope="…", error="…"`` -> its params (plus ``scheme``)."""
+    out: dict[str, str] = {}
+    value = value.strip()
+    scheme = re.match(r"^([A-Za-z][A-Za-z0-9!#$%&'*+.^_`|~-]*)(?:\s+|$)", value)
+    if scheme and "=" not in scheme.group(1):
+        out["scheme"] = scheme.group(1)
+        value = value[scheme.end():]
+    for match in re.finditer(r'([A-Za-z0-9_.-]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s,]*))', value):
+        key = match.group(1).lower()
+        raw = match.group(2) if match.group(2) is not None else match.group(3)
+        out.setdefault(key, re.sub(r"\\(.)", r"\1", raw))
+    return out
+
+
+def strip_url_credentials(url: str) -> str:
+    """A URL safe to print: no userinfo, no query, no fragment."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        if ":" in host:
+            host = f"[{host}]"
+        netloc = f"{host}:{parts.port}" if parts.port else host
+    except ValueError:
+        return "(unparsable location)"
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 # ======================================================================================================
 # 6. Transports
 # ======================================================================================================
-# ENGINE-PLACEHOLDER-6: HTTP over httpx (sync, one client per operation, no redirects), stdio via subprocess.
+# A transport moves section-5 messages; it decides nothing about eras. Interface (stdio plugs in the same way):
+#   ``exchange(message, *, rules, deadline) -> Iterable[Message]``  send one request, yield what arrives for it
+#       (notifications, server requests, then the response, last); never resends.
+#   ``send_message(message, *, rules, deadline)``  a notification or a response to a server request.
+#   ``end_session(deadline)``, ``close()``; attributes ``session_id``, ``responses`` (answers received).
+# Foreign exceptions are translated once, here, with ``raise … from exc`` (STYLE.md: the httpx model).
+
+
+class HttpStatus(Exception):
+    """A non-2xx HTTP answer that is not 3xx/401/403. Internal: flows turn it into era evidence, a lost
+    session, or a ``ProtocolError`` via ``status_error`` — it never reaches ``main``."""
+
+    def __init__(self, status: int, message: Message | None, text: str, with_session: bool) -> None:
+        super().__init__(f"HTTP {status}")
+        self.status = status
+        self.message = message
+        self.text = text
+        self.with_session = with_session
+
+    @property
+    def session_lost(self) -> bool:
+        """404 on a request carrying a session id (spec), or server-everything's 400 "No valid session ID"."""
+        if not self.with_session:
+            return False
+        if self.status == 404:
+            return True
+        error = self.message.error if self.message is not None and self.message.kind == "error" else None
+        return self.status == 400 and bool(error) and "session" in str((error or {}).get("message", "")).lower()
+
+
+def status_error(exc: HttpStatus, method: str) -> RemoteError:
+    details: dict[str, Any] = {"http_status": exc.status}
+    if exc.message is not None and exc.message.kind == "error" and exc.message.error is not None:
+        inner = rpc_error_exception(method, exc.message.error)
+        inner.details["http_status"] = exc.status
+        if isinstance(inner, ProtocolError):
+            inner.message = f"the server answered {method} with HTTP {exc.status} and JSON-RPC error " \
+                            f"{exc.message.error.get('code')}: {_clip(str(exc.message.error.get('message')), 300)}"
+        return inner
+    snippet = f": {_clip(exc.text.strip(), 200)}" if exc.text.strip() else ""
+    return ProtocolError(f"the server answered {method} with HTTP {exc.status}{snippet}", details=details)
+
+
+def _mark(error: BkmcpError, *, sent: bool) -> BkmcpError:
+    error.request_sent = sent  # type: ignore[attr-defined]
+    return error
+
+
+def request_was_sent(error: BaseException) -> bool:
+    return bool(getattr(error, "request_sent", True))
+
+
+_ERROR_BODY_LIMIT = 64 * 1024
+_RESUME_DEFAULT_MS = 1000
+_RESUME_MAX_IDLE = 20
+
+
+class HttpTransport:
+    """Streamable HTTP over one ``httpx.Client`` per operation (keep-alive, no redirects, TLS verified)."""
+
+    kind = "http"
+
+    def __init__(self, server: ResolvedServer, *, insecure: bool, log: Log) -> None:
+        assert server.url is not None
+        self.server = server
+        self.url = server.url
+        self.configured = dict(server.headers)
+        self.insecure = insecure
+        self.log = log
+        self.session_id: str | None = None
+        self.responses = 0
+        self._client: Any = None
+
+    # -- plumbing --------------------------------------------------------------------------------------
+
+    def _http(self) -> Any:
+        if self._client is None:
+            import httpx
+
+            # trust_env=False: no proxies from the environment and, above all, no ~/.netrc credentials —
+            # the server's configured headers are the only identity (SPEC §4).
+            self._client = httpx.Client(follow_redirects=False, verify=not self.insecure, trust_env=False)
+        return self._client
+
+    @staticmethod
+    def _timeout(deadline: Deadline, cap: float | None = None) -> Any:
+        import httpx
+
+        left = deadline.remaining()
+        return httpx.Timeout(min(left, cap) if cap else left)
+
+    def _log_request(self, verb: str, headers: list[tuple[str, str]], message: Mapping[str, Any] | None) -> None:
+        if not self.log.verbose:
+            return
+        rpc = ""
+        if message is not None:
+            rpc = f" [{message.get('method', 'response')}" + (f" id={message['id']}]" if "id" in message else "]")
+        shown = ", ".join(f"{k}: {v}" for k, v in redact_headers(headers).items())
+        self.log.debug(f"-> {verb} {self.url}{rpc} {{{shown}}}")
+
+    def _log_response(self, response: Any, started: float) -> None:
+        self.responses += 1
+        if self.log.verbose:
+            ctype = response.headers.get("content-type", "-")
+            ms = (time.monotonic() - started) * 1000
+            self.log.debug(f"<- HTTP {response.status_code} {ctype} ({ms:.0f} ms)")
+
+    def _translate(self, exc: Exception, deadline: Deadline) -> BkmcpError:
+        """httpx exception -> bkmcp error (the one boundary where foreign exceptions are converted)."""
+        import httpx
+
+        target = strip_url_credentials(self.url)
+        if isinstance(exc, httpx.TimeoutException):
+            sent = not isinstance(exc, (httpx.ConnectTimeout, httpx.PoolTimeout))
+            return _mark(McpTimeoutError(
+                f"no answer from {target} within --timeout {format_duration(deadline.seconds)}",
+                hint="raise --timeout if the server is slow, or run with -v to see which step waits",
+            ), sent=sent)
+        chain: list[BaseException] = []
+        cursor: BaseException | None = exc
+        while cursor is not None and len(chain) < 10:
+            chain.append(cursor)
+            cursor = cursor.__cause__ or cursor.__context__
+        import socket
+        import ssl
+
+        if isinstance(exc, httpx.ConnectError):
+            if any(isinstance(e, ssl.SSLError) for e in chain) or "SSL" in str(exc) or "TLS" in str(exc):
+                return _mark(ConnectionFailedError(
+                    f"TLS handshake with {target} failed: {_clip(str(exc), 200)}",
+                    hint="check the URL scheme and the server certificate; --insecure skips verification "
+                    "(only for servers you trust)",
+                ), sent=False)
+            if any(isinstance(e, socket.gaierror) for e in chain) or "name resolution" in str(exc).lower() \
+                    or "name or service not known" in str(exc).lower():
+                return _mark(ConnectionFailedError(
+                    f"cannot resolve the host of {target}: {_clip(str(exc), 200)}",
+                    hint="check the host name in the server's \"url\"",
+                ), sent=False)
+            return _mark(ConnectionFailedError(
+                f"cannot connect to {target}: {_clip(str(exc), 200) or 'connection failed'}",
+                hint="is the server running and the URL right?",
+            ), sent=False)
+        if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError, httpx.CloseError)):
+            return _mark(ConnectionFailedError(
+                f"the connection to {target} broke before the answer was complete: "
+                f"{_clip(str(exc), 200) or type(exc).__name__}",
+            ), sent=True)
+        return _mark(ConnectionFailedError(f"HTTP request to {target} failed: {type(exc).__name__}: "
+                                           f"{_clip(str(exc), 200)}"), sent=True)
+
+    def _check_status(self, response: Any, *, with_session: bool) -> None:
+        status = response.status_code
+        if 200 <= status < 300:
+            return
+        target = strip_url_credentials(self.url)
+        where = f"server {self.server.name!r} in {self.server.config_file}"
+        if 300 <= status < 400:
+            location = response.headers.get("location")
+            shown = strip_url_credentials(location) if location else "(no Location header)"
+            raise _mark(ConnectionFailedError(
+                f"{target} answered HTTP {status} redirecting to {shown}; bkmcp never follows redirects",
+                hint=f"update \"url\" of {where} if the endpoint moved",
+                details={"http_status": status, "location": shown},
+            ), sent=True)
+        text = self._read_error_body(response)
+        message = _decode_error_message(text)
+        if status == 401:
+            params = parse_www_authenticate(response.headers.get("www-authenticate", ""))
+            details: dict[str, Any] = {"http_status": 401}
+            details.update({k: v for k, v in params.items()
+                            if k in ("scheme", "resource_metadata", "scope", "error", "error_description")})
+            raise _mark(AuthRequiredError(
+                f"{target} requires authentication (HTTP 401)"
+                + (f": {_clip(params['error_description'], 200)}" if params.get("error_description") else ""),
+                hint=f"fix the headers (or the environment variables they use) of {where}; the credentials are "
+                "missing, expired or not accepted",
+                details=details,
+            ), sent=False)
+        if status == 403:
+            params = parse_www_authenticate(response.headers.get("www-authenticate", ""))
+            reason = params.get("error_description") or (
+                str(message.error.get("message")) if message is not None and message.error else text.strip())
+            details = {"http_status": 403}
+            details.update({k: v for k, v in params.items() if k in ("scope", "error", "resource_metadata")})
+            raise _mark(PermissionDeniedError(
+                f"{target} refused the request (HTTP 403)" + (f": {_clip(reason, 300)}" if reason else ""),
+                hint=f"the identity in {where} lacks permission for this server, tool or resource",
+                details=details,
+            ), sent=False)
+        raise HttpStatus(status, message, text, with_session)
+
+    @staticmethod
+    def _read_error_body(response: Any) -> str:
+        chunks: list[bytes] = []
+        size = 0
+        for chunk in response.iter_bytes():
+            chunks.append(chunk)
+            size += len(chunk)
+            if size >= _ERROR_BODY_LIMIT:
+                break
+        return b"".join(chunks)[:_ERROR_BODY_LIMIT].decode("utf-8", "replace")
+
+    # -- the interface ---------------------------------------------------------------------------------
+
+    def exchange(self, message: dict[str, Any], *, rules: EraRules | None, deadline: Deadline,
+                 extra_headers: Iterable[tuple[str, str]] = ()) -> Iterable[Message]:
+        """POST one request and yield every message that arrives for it; the matching response comes last."""
+        import httpx
+
+        request_id = message["id"]
+        is_initialize = message.get("method") == "initialize"
+        headers = build_headers(
+            rules, configured=self.configured, message=message, session_id=self.session_id, extra=extra_headers,
+        )
+        body = dump_json(message).encode("utf-8")
+        decoder: SseDecoder | None = None
+        try:
+            timeout = self._timeout(deadline)
+        except McpTimeoutError as exc:
+            raise _mark(exc, sent=False) from None
+        started = time.monotonic()
+        self._log_request("POST", headers, message)
+        try:
+            with self._http().stream("POST", self.url, content=body, headers=headers,
+                                     timeout=timeout) as response:
+                self._log_response(response, started)
+                self._check_status(response, with_session=self.session_id is not None)
+                if is_initialize:
+                    issued = response.headers.get("mcp-session-id")
+                    if issued:
+                        self.session_id = issued
+                ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
+                if ctype == "text/event-stream":
+                    decoder = SseDecoder()
+                    for incoming in self._read_sse(response, decoder, deadline):
+                        yield incoming
+                        if incoming.kind in ("result", "error") and (same_id(incoming.id, request_id)
+                                                                     or incoming.id is None):
+                            return
+                elif ctype == "application/json" or ctype.endswith("+json"):
+                    raw = response.read()
+                    deadline.remaining()
+                    for incoming in decode_messages(raw):
+                        if incoming.kind in ("result", "error") and not (
+                                same_id(incoming.id, request_id) or incoming.id is None):
+                            raise ProtocolError(
+                                f"the server answered request id {request_id} with a response for id "
+                                f"{_clip(repr(incoming.id), 60)}")
+                        yield incoming
+                        if incoming.kind in ("result", "error"):
+                            return
+                    raise ProtocolError(f"the server's JSON answer to {message.get('method')} has no response "
+                                        f"for request id {request_id}")
+                elif response.status_code == 202 or not ctype:
+                    raise ProtocolError(
+                        f"the server answered request {message.get('method')} with HTTP {response.status_code} "
+                        "and no JSON-RPC response")
+                else:
+                    raise ProtocolError(f"the server answered with unsupported content type {ctype!r} "
+                                        "(expected application/json or text/event-stream)")
+        except httpx.HTTPError as exc:
+            raise self._translate(exc, deadline) from exc
+        # The POST's event stream ended before the response (SPEC §5: 2025-11-25 resumption).
+        if rules is not None and rules.sse_resumption and decoder is not None and decoder.last_event_id:
+            yield from self._resume(decoder, request_id, rules, deadline)
+            return
+        raise _mark(ConnectionFailedError(
+            f"the server closed the event stream before answering {message.get('method')} (id {request_id})",
+        ), sent=True)
+
+    def _read_sse(self, response: Any, decoder: SseDecoder, deadline: Deadline) -> Iterable[Message]:
+        for chunk in response.iter_bytes():
+            for event in decoder.feed(chunk):
+                if event.event != "message":
+                    self.log.debug(f"ignoring SSE event of type {_clip(event.event, 40)!r}")
+                    continue
+                yield from decode_messages(event.data)
+            deadline.remaining()
+        for event in decoder.close():  # pragma: no cover - close() never dispatches (unterminated events drop)
+            if event.event == "message":
+                yield from decode_messages(event.data)
+
+    def _resume(self, decoder: SseDecoder, request_id: Any, rules: EraRules, deadline: Deadline
+                ) -> Iterable[Message]:
+        """GET + Last-Event-ID after the server's ``retry`` delay, until the response or the budget ends."""
+        import httpx
+
+        idle = 0
+        while True:
+            delay = (decoder.retry_ms if decoder.retry_ms is not None else _RESUME_DEFAULT_MS) / 1000
+            if delay >= deadline.remaining():
+                raise _mark(McpTimeoutError(
+                    f"the server closed the event stream and its retry delay ({delay:g}s) exceeds the time left",
+                    hint="raise --timeout",
+                ), sent=True)
+            time.sleep(delay)
+            last_id = decoder.last_event_id
+            assert last_id is not None
+            headers = build_headers(rules, configured=self.configured, session_id=self.session_id,
+                                    accept="text/event-stream", extra=())
+            headers.append(("Last-Event-ID", last_id))
+            started = time.monotonic()
+            self._log_request("GET", headers, None)
+            try:
+                with self._http().stream("GET", self.url, headers=headers,
+                                         timeout=self._timeout(deadline)) as response:
+                    self._log_response(response, started)
+                    try:
+                        self._check_status(response, with_session=self.session_id is not None)
+                    except HttpStatus as exc:
+                        raise _mark(ConnectionFailedError(
+                            f"the server closed the event stream early and refused to resume it "
+                            f"(GET with Last-Event-ID: HTTP {exc.status})",
+                        ), sent=True) from None
+                    ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
+                    if ctype != "text/event-stream":
+                        raise _mark(ConnectionFailedError(
+                            f"resuming the event stream returned {ctype or 'no content type'}, not "
+                            "text/event-stream"), sent=True)
+                    for incoming in self._read_sse(response, decoder, deadline):
+                        yield incoming
+                        if incoming.kind in ("result", "error") and same_id(incoming.id, request_id):
+                            return
+            except httpx.HTTPError as exc:
+                raise self._translate(exc, deadline) from exc
+            idle = 0 if decoder.last_event_id != last_id else idle + 1
+            if idle >= _RESUME_MAX_IDLE:
+                raise _mark(ConnectionFailedError(
+                    "the server keeps closing the resumed event stream without sending anything"), sent=True)
+
+    def send_message(self, message: dict[str, Any], *, rules: EraRules | None, deadline: Deadline,
+                     strict: bool = True) -> None:
+        """POST a notification or a response; expects 202 (any 2xx accepted)."""
+        import httpx
+
+        headers = build_headers(rules, configured=self.configured, message=message, session_id=self.session_id)
+        started = time.monotonic()
+        self._log_request("POST", headers, message)
+        try:
+            with self._http().stream("POST", self.url, content=dump_json(message).encode("utf-8"),
+                                     headers=headers, timeout=self._timeout(deadline)) as response:
+                self._log_response(response, started)
+                if strict:
+                    self._check_status(response, with_session=self.session_id is not None)
+        except httpx.HTTPError as exc:
+            if strict:
+                raise self._translate(exc, deadline) from exc
+            self.log.debug(f"sending {message.get('method', 'a response')} failed: {type(exc).__name__}")
+
+    def end_session(self, deadline: Deadline, rules: EraRules | None = None) -> None:
+        """DELETE the legacy session (405 is fine); best effort, never raises."""
+        if self.session_id is None or self._client is None:
+            return
+        import httpx
+
+        headers = build_headers(rules, configured=self.configured, session_id=self.session_id)
+        started = time.monotonic()
+        self._log_request("DELETE", headers, None)
+        try:
+            response = self._client.request("DELETE", self.url, headers=headers,
+                                            timeout=self._timeout(deadline, cap=2.0))
+            self._log_response(response, started)
+        except (httpx.HTTPError, BkmcpError) as exc:
+            self.log.debug(f"ending the session failed: {type(exc).__name__}")
+        self.session_id = None
+
+    def close(self) -> None:
+        if self._client is not None:
+            try:
+                self._client.close()
+            finally:
+                self._client = None
+
+
+def _decode_error_message(text: str) -> Message | None:
+    """The JSON-RPC message in an error body, if there is one."""
+    stripped = text.strip()
+    if not stripped.startswith("{"):
+        return None
+    try:
+        messages = decode_messages(stripped)
+    except ProtocolError:
+        return None
+    return messages[0] if len(messages) == 1 else None
+
+
+def open_transport(server: ResolvedServer, *, insecure: bool, log: Log) -> Any:
+    """The transport for ``server.type`` (a registry: the stdio transport plugs in as ``TRANSPORTS["stdio"]``)."""
+    factory = TRANSPORTS.get(server.type)
+    if factory is None:
+        raise ConnectionFailedError(
+            f"{server.type} transport is not implemented in this build of bkmcp (server {server.name!r})",
+            hint="use an http server entry, or a build of bkmcp with the stdio transport",
+        )
+    return factory(server, insecure=insecure, log=log)
+
+
+TRANSPORTS: dict[str, Callable[..., Any]] = {"http": HttpTransport}
 
 
 # ======================================================================================================
 # 7. Client flows
 # ======================================================================================================
+
+_CANCEL_BUDGET = 1.0
+_DECLINED_CAPABILITIES = {"sampling/createMessage": "sampling", "elicitation/create": "elicitation"}
 
 
 class McpClient:
@@ -925,11 +1886,14 @@ class McpClient:
     Contract used by the CLI (section 11):
       ``with McpClient(server, deadline=…, insecure=…, log=…) as client:``
       ``client.connect()``            era negotiation (SPEC §5); sets era, protocol_version, server_info,
-                                      capabilities, instructions
+                                      capabilities, instructions. ``connect(server_info=True)`` makes a pinned
+                                      modern client ask ``server/discover`` too (``--check`` reports it).
       ``client.list_tools()``         the complete catalogue (pagination guards) as a list of tool dicts
       ``client.call_tool(name, args)``  sends tools/call exactly once; returns the raw result dict
       leaving the block closes the session (DELETE for legacy HTTP sessions) and the transport.
     Remote failures raise ``RemoteError`` subclasses whose ``data`` keeps what was completed.
+    Extra state for reports: ``pages`` (tools/list pages read), ``notifications`` (kept for -v),
+    ``server_requests`` (server -> client requests seen and declined).
     """
 
     def __init__(self, server: ResolvedServer, *, deadline: Deadline, insecure: bool, log: Log) -> None:
@@ -942,6 +1906,14 @@ class McpClient:
         self.server_info: dict[str, Any] = {}
         self.capabilities: dict[str, Any] = {}
         self.instructions: str | None = None
+        self.rules: EraRules | None = None
+        self.pages = 0
+        self.tools: list[dict[str, Any]] | None = None
+        self.notifications: list[dict[str, Any]] = []
+        self.server_requests: list[str] = []
+        self._transport: Any = None
+        self._next_id = 0
+        self._reinitialized = False
 
     def __enter__(self) -> McpClient:
         return self
@@ -949,27 +1921,393 @@ class McpClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def close(self) -> None:
-        pass
+    @property
+    def transport(self) -> Any:
+        if self._transport is None:
+            self._transport = open_transport(self.server, insecure=self.insecure, log=self.log)
+        return self._transport
 
-    def connect(self) -> None:
-        raise ConnectionFailedError("ENGINE-PLACEHOLDER: the MCP engine is not wired in yet")
+    @property
+    def responses(self) -> int:
+        """HTTP answers (or stdio messages) received so far: evidence that the connection stage passed."""
+        return int(getattr(self._transport, "responses", 0)) if self._transport is not None else 0
+
+    def close(self) -> None:
+        if self._transport is None:
+            return
+        try:
+            if self.rules is not None and self.rules.sessions and getattr(self._transport, "session_id", None):
+                try:
+                    left = self.deadline.end - time.monotonic()
+                    budget = Deadline(max(min(left, 2.0), 0.2))
+                    self._transport.end_session(budget, rules=self.rules)
+                except Exception as exc:  # cleanup never replaces the operation's own outcome
+                    self.log.debug(f"session cleanup failed: {type(exc).__name__}")
+        finally:
+            self._transport.close()
+
+    # -- negotiation (SPEC §5) -------------------------------------------------------------------------
+
+    def connect(self, *, server_info: bool = False) -> None:
+        pinned = self.server.protocol_version
+        if pinned is not None:
+            rules = era_rules(pinned)
+            self.log.debug(f"protocol version pinned to {pinned} ({rules.era}); no era probe")
+            if rules.era == "modern":
+                self._use(rules)
+                if server_info:
+                    self._discover(rules, probing=False)
+            else:
+                self._initialize(pinned)
+            return
+        self._probe()
+
+    def _probe(self) -> None:
+        requested = LATEST_MODERN_VERSION
+        for _attempt in range(2):
+            verdict, value = self._discover(era_rules(requested), probing=True)
+            if verdict == "modern":
+                return
+            if verdict == "retry" and value != requested:
+                self.log.debug(f"era probe: server supports {value}; retrying server/discover once with it")
+                requested = value
+                continue
+            if verdict == "incompatible":
+                raise ProtocolError(
+                    f"the server supports protocol versions {', '.join(map(str, value))}; bkmcp speaks "
+                    f"{', '.join(SUPPORTED_VERSIONS)}",
+                    details={"server_versions": value, "client_versions": list(SUPPORTED_VERSIONS)},
+                )
+            break
+        self.log.debug(f"era probe: no modern answer; falling back to legacy initialize ({LATEST_LEGACY_VERSION})")
+        self._initialize(LATEST_LEGACY_VERSION)
+
+    def _discover(self, rules: EraRules, *, probing: bool) -> tuple[str, Any]:
+        """``server/discover`` with the modern headers and ``_meta``; when probing, its answer is era evidence."""
+        message = build_request(self._new_id(), "server/discover", None, rules)
+        if probing:
+            self.log.debug(f"era probe: server/discover at {rules.version}")
+        status = 200
+        answer: Message | None
+        try:
+            answer = self._exchange(message, rules, "server/discover")
+            if not probing and answer.kind == "error":
+                raise rpc_error_exception("server/discover", answer.error or {})
+        except HttpStatus as exc:
+            status, answer = exc.status, exc.message
+            if not probing and not (exc.status == 404 and answer is not None and answer.kind == "error"
+                                    and (answer.error or {}).get("code") == -32601):
+                raise status_error(exc, "server/discover") from None
+        except ProtocolError:
+            if not probing:
+                raise
+            answer = None  # an unparsable answer from a non-MCP or legacy endpoint: not modern evidence
+        verdict, value = classify_discover(status, answer, rules.version)
+        if probing:
+            self.log.debug(f"era probe verdict: {verdict}" + (f" {value}" if value else ""))
+        if verdict == "modern" or not probing:
+            self._use(era_rules(value or rules.version))
+            if answer is not None and answer.kind == "result" and isinstance(answer.result, dict):
+                result = answer.result
+                meta = result.get("_meta")
+                info = meta.get("io.modelcontextprotocol/serverInfo") if isinstance(meta, dict) else None
+                self.server_info = info if isinstance(info, dict) else {}
+                caps = result.get("capabilities")
+                self.capabilities = caps if isinstance(caps, dict) else {}
+                instructions = result.get("instructions")
+                self.instructions = instructions if isinstance(instructions, str) else None
+        return verdict, value
+
+    def _initialize(self, offer: str) -> None:
+        self.rules = None
+        message = build_request(self._new_id(), "initialize", build_initialize_params(offer), era_rules(offer))
+        try:
+            answer = self._exchange(message, None, "initialize")
+        except HttpStatus as exc:
+            raise status_error(exc, "initialize") from None
+        if answer.kind == "error":
+            raise rpc_error_exception("initialize", answer.error or {})
+        version = check_initialize_result(answer.result, offer)
+        result = answer.result
+        if version != offer:
+            self.log.debug(f"the server chose {version} (offered {offer})")
+        rules = era_rules(version)
+        self._use(rules)
+        info = result.get("serverInfo")
+        self.server_info = info if isinstance(info, dict) else {}
+        caps = result.get("capabilities")
+        self.capabilities = caps if isinstance(caps, dict) else {}
+        instructions = result.get("instructions")
+        self.instructions = instructions if isinstance(instructions, str) else None
+        try:
+            self.transport.send_message(build_notification("notifications/initialized", None, rules),
+                                        rules=rules, deadline=self.deadline)
+        except HttpStatus as exc:
+            raise status_error(exc, "notifications/initialized") from None
+
+    def _use(self, rules: EraRules) -> None:
+        self.rules = rules
+        self.era = rules.era
+        self.protocol_version = rules.version
+        self.log.debug(f"protocol: {rules.version} ({rules.era} era)")
+
+    def _new_id(self) -> int:
+        self._next_id += 1
+        return self._next_id
+
+    # -- one request -----------------------------------------------------------------------------------
+
+    def _exchange(self, message: dict[str, Any], rules: EraRules | None, method: str,
+                  extra_headers: Iterable[tuple[str, str]] = ()) -> Message:
+        """Send one request and return its response; handle what arrives before it. Raises ``HttpStatus``."""
+        for incoming in self.transport.exchange(message, rules=rules, deadline=self.deadline,
+                                                 extra_headers=extra_headers):
+            if incoming.kind in ("result", "error"):
+                if incoming.id is None or same_id(incoming.id, message["id"]):
+                    return incoming
+                self.log.debug(f"ignoring a response for another request id ({_clip(repr(incoming.id), 40)})")
+            elif incoming.kind == "notification":
+                self._on_notification(incoming)
+            else:
+                self._on_server_request(incoming, rules)
+        raise ConnectionFailedError(f"no response to {method}")  # pragma: no cover - transports raise first
+
+    def _on_notification(self, note: Message) -> None:
+        self.notifications.append({"method": note.method, "params": note.params})
+        params = note.params if isinstance(note.params, dict) else {}
+        if note.method == "notifications/progress":
+            total = params.get("total")
+            text = f"progress {params.get('progress')}" + (f"/{total}" if total is not None else "")
+            if isinstance(params.get("message"), str):
+                text += f": {_clip(params['message'], 200)}"
+            self.log.progress(text)
+        elif note.method == "notifications/message":
+            self.log.debug(f"server log [{params.get('level')}]: {_clip(dump_json(params.get('data')), 500)}")
+        else:
+            self.log.debug(f"notification {note.method}")
+
+    def _on_server_request(self, request: Message, rules: EraRules | None) -> None:
+        """Legacy server -> client request: ``ping`` gets ``{}``, anything else ``-32601`` (and is reported)."""
+        if request.method == "ping":
+            reply = build_response(request.id, result={})
+        else:
+            self.server_requests.append(str(request.method))
+            self.log.warn(f"the server sent a {request.method!r} request; bkmcp declares no client capabilities "
+                          "and declined it (-32601)")
+            reply = build_response(request.id, error={"code": -32601, "message": "Method not found"})
+        try:
+            self.transport.send_message(reply, rules=rules, deadline=self.deadline, strict=False)
+        except BkmcpError as exc:
+            self.log.debug(f"answering the server request failed: {exc.message}")
+
+    def _request(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+        """A non-call request after negotiation; a lost legacy session is re-initialized once (SPEC §5)."""
+        assert self.rules is not None
+        for attempt in range(2):
+            rules = self.rules
+            message = build_request(self._new_id(), method, params, rules)
+            try:
+                answer = self._exchange(message, rules, method)
+            except HttpStatus as exc:
+                if exc.session_lost and attempt == 0 and rules.handshake and not self._reinitialized:
+                    self._reinitialized = True  # once per operation: a server that keeps losing it is an error
+                    self.log.debug(f"the server lost the session (HTTP {exc.status}); re-initializing once")
+                    self._transport.session_id = None
+                    self._initialize(rules.version)
+                    continue
+                raise status_error(exc, method) from None
+            return check_result(method, answer)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # -- discovery -------------------------------------------------------------------------------------
 
     def list_tools(self) -> list[dict[str, Any]]:
-        raise ConnectionFailedError("ENGINE-PLACEHOLDER: the MCP engine is not wired in yet")
+        """Every page of ``tools/list`` with the SPEC §5 guards; the catalogue exactly as received."""
+        tools: list[dict[str, Any]] = []
+        names: dict[str, int] = {}
+        cursors: list[str] = []
+        cursor: str | None = None
+        self.pages = 0
+
+        def incomplete(reason: str, cause: BkmcpError | None = None) -> DiscoveryIncompleteError:
+            details: dict[str, Any] = {"pages": self.pages, "tools_seen": len(tools)}
+            if cause is not None:
+                details["cause"] = {"code": cause.code, "message": cause.message, **cause.details}
+            return DiscoveryIncompleteError(
+                f"tool discovery is incomplete: {reason} (after {self.pages} page(s), {len(tools)} tool(s))",
+                hint="the server's catalogue could not be read to the end; nothing is reported as complete",
+                details=details,
+                data={"pages": self.pages, "tool_count": len(tools), "complete": False, "tools": tools},
+            )
+
+        while True:
+            if self.pages >= MAX_PAGES:
+                raise incomplete(f"more than {MAX_PAGES} pages")
+            try:
+                result = self._request("tools/list", {"cursor": cursor} if cursor is not None else None)
+            except RemoteError as exc:
+                if self.pages == 0:
+                    raise
+                raise incomplete(f"page {self.pages + 1} failed: {exc.message}", exc) from exc
+            self.pages += 1
+            for tool in result["tools"]:
+                name = tool["name"]
+                if name in names:
+                    raise ProtocolError(
+                        f"the server listed tool {name!r} twice (pages {names[name]} and {self.pages})",
+                        hint="the catalogue is ambiguous; bkmcp never picks one of two tools with the same name",
+                        details={"duplicate": name},
+                    )
+                names[name] = self.pages
+                tools.append(tool)
+            if len(tools) > MAX_TOOLS:
+                raise incomplete(f"more than {MAX_TOOLS} tools")
+            next_cursor = result.get("nextCursor")
+            if next_cursor is None:
+                break
+            if next_cursor == cursor:
+                raise incomplete(f"the server repeated cursor {_clip(repr(next_cursor), 60)}")
+            if next_cursor in cursors:
+                raise incomplete(f"the cursors form a cycle (cursor {_clip(repr(next_cursor), 60)} came back)")
+            cursors.append(next_cursor)
+            cursor = next_cursor
+        self.log.debug(f"discovered {len(tools)} tool(s) in {self.pages} page(s)")
+        self.tools = tools
+        return tools
+
+    # -- the call --------------------------------------------------------------------------------------
 
     def call_tool(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        raise ConnectionFailedError("ENGINE-PLACEHOLDER: the MCP engine is not wired in yet")
+        """``tools/call`` sent exactly once, on every path; an unknown outcome is said so, never retried."""
+        assert self.rules is not None
+        rules = self.rules
+        tool = next((t for t in self.tools or [] if t.get("name") == name), None)
+        extra = build_param_headers(tool, arguments) if rules.method_headers else []
+        message = build_request(self._new_id(), "tools/call", {"name": name, "arguments": arguments}, rules)
+        base = {"server": self.server.name, "tool": name}
+        self.server_requests = []
+        try:
+            answer = self._exchange(message, rules, "tools/call", extra_headers=extra)
+        except KeyboardInterrupt:
+            self._cancel(message["id"], rules)
+            raise
+        except HttpStatus as exc:
+            error = status_error(exc, "tools/call")
+            if exc.session_lost:
+                error = ConnectionFailedError(
+                    f"the server lost the session (HTTP {exc.status}) while tools/call was in flight; "
+                    "bkmcp never resends a call",
+                    hint="the tool may or may not have run; check before calling again",
+                    details={"http_status": exc.status},
+                )
+            if exc.status >= 500 or exc.session_lost:
+                error.details["outcome"] = "unknown"
+            error.data = dict(base)
+            raise error from None
+        except RemoteError as exc:
+            if request_was_sent(exc) and not isinstance(exc, (AuthRequiredError, PermissionDeniedError)):
+                exc.details["outcome"] = "unknown"
+                exc.hint = (exc.hint + "; " if exc.hint else "") + \
+                    "the call was sent and its outcome is unknown: check before calling again"
+            exc.data = {**base, **(exc.data or {})}
+            raise
+        declined = [m for m in self.server_requests if m in _DECLINED_CAPABILITIES]
+        try:
+            result = check_result("tools/call", answer)
+        except RemoteError as exc:
+            if isinstance(exc, ProtocolError) and answer.kind == "result":
+                exc.details["outcome"] = "unknown"
+            if declined:
+                exc = CapabilityUnsupportedError(
+                    f"the tool asked for {', '.join(_DECLINED_CAPABILITIES[m] for m in declined)}, which bkmcp "
+                    f"does not support ({exc.message})",
+                    details={"server_requests": declined, **exc.details},
+                )
+            exc.data = {**base, **(exc.data or {})}
+            raise exc from None
+        if declined:
+            raise CapabilityUnsupportedError(
+                f"the tool asked for {', '.join(_DECLINED_CAPABILITIES[m] for m in declined)} while running, which "
+                "bkmcp declined; its result may be incomplete",
+                hint="the raw result is in data.result; bkmcp never answers sampling or elicitation",
+                details={"server_requests": declined},
+                data={**base, "result": result},
+            )
+        return result
+
+    def _cancel(self, request_id: Any, rules: EraRules) -> None:
+        """Ctrl-C: legacy sends ``notifications/cancelled`` (short bounded attempt); modern already closed the
+        stream by unwinding out of it."""
+        if not rules.cancel_notification:
+            return
+        try:
+            note = build_notification("notifications/cancelled",
+                                      {"requestId": request_id, "reason": "interrupted by the user (Ctrl-C)"}, rules)
+            self.transport.send_message(note, rules=rules, deadline=Deadline(_CANCEL_BUDGET), strict=False)
+        except BaseException as exc:  # noqa: B036 - a second Ctrl-C or any failure must not mask the first
+            self.log.debug(f"sending notifications/cancelled failed: {type(exc).__name__}")
+
+
+def _staged_failure(error: RemoteError, data: dict[str, Any]) -> RemoteError:
+    extra = error.data or {}
+    data = dict(data)
+    for key in ("pages", "tool_count", "complete"):
+        if key in extra:
+            data[key] = extra[key]
+    error.data = data
+    return error
 
 
 def run_check(server: ResolvedServer, *, deadline: Deadline, insecure: bool, log: Log) -> dict[str, Any]:
     """``--check`` data (SPEC §7); on failure raises a RemoteError whose ``data`` has the staged ``checks``."""
-    raise ConnectionFailedError("ENGINE-PLACEHOLDER: the MCP engine is not wired in yet")
+    checks = {"config": "passed", "connection": "not_run", "protocol": "not_run", "tools": "not_run"}
+    data: dict[str, Any] = {
+        "server": server.name, "config_file": server.config_file, "transport": server.type,
+        "protocol_version": None, "era": None, "server_info": {}, "capabilities": {}, "checks": checks,
+        "authentication": {"source": server.auth_source, "discovery_accepted": False},
+        "tool_count": 0, "complete": False, "elapsed_ms": 0,
+    }
+    stage = "connection"
+    with McpClient(server, deadline=deadline, insecure=insecure, log=log) as client:
+        try:
+            try:
+                client.connect(server_info=True)
+            finally:
+                if client.responses:
+                    checks["connection"] = "passed"
+                    stage = "protocol"
+            checks["protocol"] = "passed"
+            data.update(protocol_version=client.protocol_version, era=client.era, server_info=client.server_info,
+                        capabilities=client.capabilities)
+            if client.instructions is not None:
+                data["instructions"] = client.instructions
+            stage = "tools"
+            tools = client.list_tools()
+            checks["tools"] = "passed"
+            data.update(tool_count=len(tools), complete=True)
+            data["authentication"]["discovery_accepted"] = True
+        except RemoteError as exc:
+            checks[stage] = "failed"
+            data.update(protocol_version=client.protocol_version, era=client.era)
+            data["elapsed_ms"] = deadline.elapsed_ms()
+            raise _staged_failure(exc, data) from None
+    data["elapsed_ms"] = deadline.elapsed_ms()
+    return data
 
 
 def run_tools(server: ResolvedServer, *, deadline: Deadline, insecure: bool, log: Log) -> dict[str, Any]:
     """``--tools`` data (SPEC §7): server, protocol_version, tool_count, complete, tools (as received)."""
-    raise ConnectionFailedError("ENGINE-PLACEHOLDER: the MCP engine is not wired in yet")
+    with McpClient(server, deadline=deadline, insecure=insecure, log=log) as client:
+        try:
+            client.connect()
+            tools = client.list_tools()
+        except RemoteError as exc:
+            partial = (exc.data or {}).get("tools", [])
+            exc.data = {"server": server.name, "protocol_version": client.protocol_version,
+                        "tool_count": len(partial), "complete": False, "tools": partial}
+            raise
+    return {"server": server.name, "protocol_version": client.protocol_version, "tool_count": len(tools),
+            "complete": True, "tools": tools}
 
 
 # ======================================================================================================
@@ -992,8 +2330,620 @@ class ToolToken:
     raw: str
 
 
-# FLAGS-PLACEHOLDER-8: build_tool_flags(tool), parse_tool_arguments(tool, tokens), check_tool_tokens(tool,
-# tokens), validate_arguments(tool, arguments), find_tool(tools, name, server_name), describe_cli(tool).
+# Rules (SPEC §6, seed §6): flags are named exactly as the property; only declared simple types get a flag;
+# anything a flag cannot express unambiguously stays usable through --body. Only what the user typed is sent.
+
+FLAG_TYPES = ("string", "integer", "number", "boolean", "array", "object")
+_FLAG_METAVAR = {"string": "STRING", "integer": "INTEGER", "number": "NUMBER", "array": "JSON-ARRAY",
+                 "object": "JSON-OBJECT"}
+_COMBINATORS = ("anyOf", "oneOf", "allOf")
+_REF_KEYWORDS = ("$ref", "$dynamicRef", "$recursiveRef")
+_JSON_INTEGER = re.compile(r"-?(?:0|[1-9][0-9]*)")
+_JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class ToolFlag:
+    """A property that has a flag: ``--<name>`` typed by ``kind`` (one of FLAG_TYPES)."""
+
+    name: str
+    kind: str
+    required: bool
+    schema: dict[str, Any]
+
+    @property
+    def option(self) -> str:
+        return f"--{self.name}"
+
+    @property
+    def usage(self) -> str:
+        """``--limit INTEGER`` / ``--enabled=true|false``."""
+        if self.kind == "boolean":
+            return f"--{self.name}=true|false"
+        return f"--{self.name} {_FLAG_METAVAR[self.kind]}"
+
+
+@dataclass(frozen=True)
+class BodyOnlyField:
+    """A property (or required name) that gets no flag; it is set through ``--body``."""
+
+    name: str
+    reason: str
+    required: bool
+    schema: Any = None
+
+
+@dataclass(frozen=True)
+class ToolFlags:
+    """What a tool's ``inputSchema`` offers on the command line."""
+
+    flags: dict[str, ToolFlag]
+    body_only: dict[str, BodyOnlyField]
+    required: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+
+
+def _schema_object(tool: Mapping[str, Any]) -> dict[str, Any] | None:
+    schema = tool.get("inputSchema") if isinstance(tool, Mapping) else None
+    return schema if isinstance(schema, dict) else None
+
+
+def _flag_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a ``--name`` flag (None when it can)."""
+    if not name:
+        return "an empty name cannot be a flag"
+    if name.startswith("-"):
+        return "a name starting with '-' cannot be a flag"
+    if "=" in name:
+        return "a name containing '=' cannot be a flag (--name=value would split it)"
+    import unicodedata
+
+    if any(ch.isspace() or unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") for ch in name):
+        return "a name containing whitespace or control characters cannot be a flag"
+    if name in RESERVED_OPTION_NAMES:
+        own = f"-{name}" if len(name) == 1 else f"--{name}"
+        return f"the name collides with bkmcp's own option {own} (reserved names are never tool flags)"
+    return None
+
+
+def _property_kind(schema: Any) -> tuple[str | None, str]:
+    """(flag type, "") when the property schema maps to a flag, else (None, reason to use --body)."""
+    if not isinstance(schema, dict):
+        return None, "its schema is not an object (any value allowed), so a flag could not know the type"
+    for keyword in _REF_KEYWORDS:
+        if keyword in schema:
+            return None, f"its schema is a reference ({keyword}: {_short(schema[keyword])})"
+    for keyword in _COMBINATORS:
+        if keyword in schema:
+            nullable = isinstance(schema[keyword], list) and any(
+                isinstance(s, dict) and s.get("type") == "null" for s in schema[keyword]
+            )
+            extra = ", e.g. an optional value that may be null" if nullable else ""
+            return None, f"its schema combines alternatives ({keyword}{extra})"
+    declared = schema.get("type")
+    if isinstance(declared, list):
+        if len(declared) == 1 and isinstance(declared[0], str):
+            declared = declared[0]
+        else:
+            return None, f"its type is a union ({', '.join(_short(t) for t in declared)})"
+    if declared is None:
+        return None, "its schema declares no type"
+    if declared == "null":
+        return None, "its type is null (only JSON null is valid)"
+    if declared not in FLAG_TYPES:
+        return None, f"its type {_short(declared)} is not a JSON Schema type a flag can map"
+    return str(declared), ""
+
+
+def _short(value: Any, limit: int = 40) -> str:
+    text = value if isinstance(value, str) else dump_json(value)
+    text = _printable(text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _printable(text: str) -> str:
+    """Server text made safe for a terminal: control characters shown as escapes, never interpreted."""
+    if text.isprintable():
+        return text
+    return "".join(
+        ch if ch.isprintable() or ch == " " else json.dumps(ch)[1:-1] if ord(ch) < 0x10000 else ch for ch in text
+    )
+
+
+def build_tool_flags(tool: Mapping[str, Any]) -> ToolFlags:
+    """Map ``inputSchema.properties`` to typed flags (SPEC §6). Never raises on odd schemas.
+
+    A property whose schema a flag cannot express (null, union, anyOf/oneOf/allOf, $ref, no type) or whose name
+    cannot be a flag (empty, leading '-', '=', whitespace/control characters, reserved option name) goes to
+    ``body_only`` with the reason; the other properties still get their flags.
+    """
+    notes: list[str] = []
+    schema = _schema_object(tool)
+    if schema is None:
+        notes.append("the tool has no inputSchema object; only --body can pass arguments")
+        return ToolFlags({}, {}, (), tuple(notes))
+    raw_required = schema.get("required")
+    required: list[str] = []
+    if isinstance(raw_required, list):
+        required = [r for r in raw_required if isinstance(r, str)]
+        required = list(dict.fromkeys(required))
+    elif raw_required is not None:
+        notes.append("inputSchema.required is not a list and was ignored")
+    properties = schema.get("properties")
+    if properties is None:
+        properties = {}
+    elif not isinstance(properties, dict):
+        notes.append("inputSchema.properties is not an object; only --body can pass arguments")
+        properties = {}
+    flags: dict[str, ToolFlag] = {}
+    body_only: dict[str, BodyOnlyField] = {}
+    for name, prop in properties.items():
+        is_required = name in required
+        problem = _flag_name_problem(name)
+        kind, reason = (None, problem) if problem else _property_kind(prop)
+        if kind is None:
+            body_only[name] = BodyOnlyField(name, reason, is_required, prop)
+        else:
+            flags[name] = ToolFlag(name, kind, is_required, prop)
+    for name in required:
+        if name not in properties:
+            body_only[name] = BodyOnlyField(name, "it is required but has no schema in properties", True)
+    return ToolFlags(flags, body_only, tuple(required), tuple(notes))
+
+
+def describe_cli(tool: Mapping[str, Any]) -> dict[str, Any]:
+    """Per-tool CLI summary for ``--tools`` (``data.cli[tool_name]``): flags and fields that need --body."""
+    mapped = build_tool_flags(tool)
+    out: dict[str, Any] = {
+        "flags": [
+            {"name": f.name, "flag": f.usage, "type": f.kind, "required": f.required} for f in mapped.flags.values()
+        ],
+        "body_only": [{"name": b.name, "reason": b.reason} for b in mapped.body_only.values()],
+    }
+    if mapped.notes:
+        out["notes"] = list(mapped.notes)
+    return out
+
+
+# -- values --------------------------------------------------------------------------------------------
+
+
+def _tool_help_command(server_name: str, tool: Mapping[str, Any]) -> str:
+    return f"bkmcp {server_name} {tool.get('name')} --help"
+
+
+def _flag_path(name: str) -> str:
+    return json_path([name])
+
+
+def json_path(parts: Iterable[Any]) -> str:
+    """``$.a.b[0]["odd key"]``: the JSON path of a location in the arguments object."""
+    out = "$"
+    for part in parts:
+        if isinstance(part, int) and not isinstance(part, bool):
+            out += f"[{part}]"
+        elif isinstance(part, str) and _IDENTIFIER.fullmatch(part):
+            out += f".{part}"
+        else:
+            out += f"[{json.dumps(str(part), ensure_ascii=False)}]"
+    return out
+
+
+def convert_flag_value(flag: ToolFlag, token: ToolToken) -> Any:
+    """The JSON value of one flag token; ``ValueError`` with a user-facing reason when it is malformed."""
+    value = token.value
+    if flag.kind == "boolean":
+        if value is None:
+            raise ValueError(f"{flag.option} needs a value: write {flag.option}=true or {flag.option}=false")
+        if not token.has_equals:
+            raise ValueError(
+                f"boolean {flag.option} takes its value after '=': write {flag.option}=true or {flag.option}=false "
+                f"(not '{flag.option} {_short(value)}')"
+            )
+        if value == "true":
+            return True
+        if value == "false":
+            return False
+        raise ValueError(f"{flag.option} must be {flag.option}=true or {flag.option}=false, got {_short(value)!r}")
+    if value is None:
+        raise ValueError(f"{flag.option} needs a value ({flag.usage})")
+    if flag.kind == "string":
+        return value
+    if flag.kind == "integer":
+        if not _JSON_INTEGER.fullmatch(value):
+            raise ValueError(
+                f"{flag.option} expects an integer (digits with an optional leading '-', e.g. 20), got "
+                f"{_short(value)!r}"
+            )
+        return _exact_number(value)
+    if flag.kind == "number":
+        if not _JSON_NUMBER.fullmatch(value):
+            raise ValueError(
+                f"{flag.option} expects a JSON number (e.g. 0.5, -2, 1e-3), got {_short(value)!r}"
+            )
+        return _exact_number(value)
+    try:
+        parsed = parse_json(value)
+    except JsonInputError as exc:
+        example = "'[1,2,3]'" if flag.kind == "array" else '\'{"key":"value"}\''
+        extra = " (arrays are JSON, never comma-separated)" if flag.kind == "array" else ""
+        raise ValueError(
+            f"{flag.option} takes a JSON {flag.kind}{extra}, e.g. {flag.option} {example}: {exc}"
+        ) from None
+    expected = list if flag.kind == "array" else dict
+    if not isinstance(parsed, expected):
+        raise ValueError(f"{flag.option} takes a JSON {flag.kind}, got {_json_type(parsed)}")
+    return parsed
+
+
+def _exact_number(text: str) -> Any:
+    """Integers stay ``int`` (huge ones and -0 keep their text); everything else keeps its exact text."""
+    if _JSON_INTEGER.fullmatch(text) and text != "-0":
+        return _parse_int(text)
+    return JsonNumber(text)
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float, decimal.Decimal)):
+        return "integer" if _is_json_integer(value) else "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def _is_json_number(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, decimal.Decimal):
+        return value.is_finite()
+    return isinstance(value, (int, float))
+
+
+def _is_json_integer(value: Any) -> bool:
+    """JSON Schema's integer (draft 6+): a number with no fractional part; never a boolean."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return True
+    if isinstance(value, float):
+        return value.is_integer()
+    if isinstance(value, decimal.Decimal):
+        if not value.is_finite():
+            return False
+        if value.as_tuple().exponent >= 0:  # type: ignore[operator]
+            return True
+        try:
+            return value == value.to_integral_value()
+        except decimal.DecimalException:
+            return False
+    return False
+
+
+def _read_tokens(
+    tool: Mapping[str, Any], tokens: Sequence[ToolToken], server_name: str
+) -> tuple[dict[str, Any], list[dict[str, str]]]:
+    """Convert tokens to values; collect every problem instead of stopping at the first."""
+    mapped = build_tool_flags(tool)
+    values: dict[str, Any] = {}
+    problems: list[dict[str, str]] = []
+    seen: set[str] = set()
+    for token in tokens:
+        option = f"--{token.name}"
+        if token.name in seen:
+            problems.append({"flag": option, "path": _flag_path(token.name),
+                             "message": f"{option} is given more than once (give each flag once; arrays are JSON)"})
+            continue
+        seen.add(token.name)
+        flag = mapped.flags.get(token.name)
+        if flag is not None:
+            try:
+                values[token.name] = convert_flag_value(flag, token)
+            except ValueError as exc:
+                problems.append({"flag": option, "path": _flag_path(token.name), "message": str(exc)})
+            continue
+        body_field = mapped.body_only.get(token.name)
+        if body_field is not None:
+            problems.append({
+                "flag": option, "path": _flag_path(token.name),
+                "message": f"{_printable(token.name)!r} has no flag: {body_field.reason}; set it with --body",
+            })
+            continue
+        names = list(mapped.flags)
+        close = closest_names(token.name, names)
+        suggestion = f"; did you mean {', '.join('--' + c for c in close)}?" if close else ""
+        problems.append({"flag": _short(option, 60),
+                         "message": f"unknown option {_short(option, 60)} for tool {tool.get('name')!r}{suggestion}"})
+    return values, problems
+
+
+def _raise_token_problems(tool: Mapping[str, Any], problems: list[dict[str, str]], server_name: str) -> None:
+    if not problems:
+        return
+    first = problems[0]["message"]
+    more = f" (and {len(problems) - 1} more problem{'s' if len(problems) > 2 else ''})" if len(problems) > 1 else ""
+    raise InvalidArgumentsError(
+        f"{first}{more}",
+        hint=f"see the tool's flags with: {_tool_help_command(server_name, tool)}",
+        details={"problems": problems},
+    )
+
+
+def parse_tool_arguments(
+    tool: Mapping[str, Any], tokens: Sequence[ToolToken], *, server_name: str = "<server>"
+) -> dict[str, Any]:
+    """Named flags -> the ``arguments`` object (P01, P02, P03). Only given flags are sent; no defaults.
+
+    Every malformed, repeated, unknown or body-only flag is reported at once as ``invalid_mcp_arguments`` whose
+    ``problems`` name the flag, and the hint names the tool help command.
+    """
+    values, problems = _read_tokens(tool, tokens, server_name)
+    _raise_token_problems(tool, problems, server_name)
+    return values
+
+
+def check_tool_tokens(
+    tool: Mapping[str, Any], tokens: Sequence[ToolToken], *, server_name: str = "<server>"
+) -> list[str]:
+    """With ``--body`` (P05): tool flags are not merged or sent, but must be well-formed flags of the tool.
+
+    Returns the ignored flags (``--name``), for a warning; raises like ``parse_tool_arguments`` otherwise.
+    """
+    _values, problems = _read_tokens(tool, tokens, server_name)
+    _raise_token_problems(tool, problems, server_name)
+    return [f"--{t.name}" for t in tokens]
+
+
+# -- validation ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ArgumentCheck:
+    """What ``validate_arguments`` actually checked: ``"full"`` (whole schema) or ``"basic"`` (top level)."""
+
+    scope: str
+    notes: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        if self.scope == "full":
+            return "arguments validated locally against the full inputSchema"
+        why = "; ".join(self.notes) or "no full schema check"
+        return f"arguments checked locally for required fields, types and enum only ({why}); the server validates"
+
+
+class _NotLocal(Exception):
+    """The full schema cannot be checked here (remote reference, unsupported feature): fall back, say so."""
+
+
+def _json_equal(a: Any, b: Any) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if _is_json_number(a) and _is_json_number(b):
+        try:
+            return decimal.Decimal(str(a) if isinstance(a, float) else a) == decimal.Decimal(
+                str(b) if isinstance(b, float) else b
+            )
+        except (decimal.DecimalException, ValueError):
+            return False
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
+    if isinstance(a, str) or isinstance(b, str):
+        return isinstance(a, str) and isinstance(b, str) and a == b
+    return a is None and b is None
+
+
+_TYPE_TESTS: dict[str, Callable[[Any], bool]] = {
+    "string": lambda v: isinstance(v, str),
+    "integer": _is_json_integer,
+    "number": _is_json_number,
+    "boolean": lambda v: isinstance(v, bool),
+    "array": lambda v: isinstance(v, list),
+    "object": lambda v: isinstance(v, dict),
+    "null": lambda v: v is None,
+}
+
+
+def _basic_problems(schema: dict[str, Any], arguments: Mapping[str, Any]) -> list[dict[str, str]]:
+    """Required, declared type and enum/const of top-level properties: needs no library, always runs."""
+    problems: list[dict[str, str]] = []
+    required = schema.get("required")
+    if isinstance(required, list):
+        for name in dict.fromkeys(r for r in required if isinstance(r, str)):
+            if name not in arguments:
+                problems.append({"path": json_path([name]), "message": "required property is missing"})
+    properties = schema.get("properties")
+    if not isinstance(properties, dict):
+        return problems
+    for name, value in arguments.items():
+        prop = properties.get(name)
+        if not isinstance(prop, dict):
+            continue
+        path = json_path([name])
+        declared = prop.get("type")
+        types = [declared] if isinstance(declared, str) else declared if isinstance(declared, list) else []
+        known = [t for t in types if t in _TYPE_TESTS]
+        if known and len(known) == len(types) and not any(_TYPE_TESTS[t](value) for t in known):
+            problems.append({"path": path, "message": f"expected {' or '.join(known)}, got {_json_type(value)}"})
+            continue
+        enum = prop.get("enum")
+        if isinstance(enum, list) and not any(_json_equal(value, e) for e in enum):
+            problems.append({"path": path, "message": f"must be one of {_short(enum, 200)}"})
+        if "const" in prop and not _json_equal(value, prop["const"]):
+            problems.append({"path": path, "message": f"must be {_short(prop['const'], 200)}"})
+    return problems
+
+
+def _non_local_refs(schema: Any, found: list[str], depth: int = 0) -> None:
+    if depth > 200 or len(found) > 5:
+        found.append("(schema nested too deeply to inspect)")
+        return
+    if isinstance(schema, dict):
+        for key, value in schema.items():
+            if key in _REF_KEYWORDS and isinstance(value, str):
+                if not value.startswith("#"):
+                    found.append(value)
+            elif key in ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas"):
+                if isinstance(value, dict):
+                    for sub in value.values():
+                        _non_local_refs(sub, found, depth + 1)
+            elif key in ("enum", "const", "default", "examples", "title", "description"):
+                continue  # data, not schemas
+            else:
+                _non_local_refs(value, found, depth + 1)
+    elif isinstance(schema, list):
+        for item in schema:
+            _non_local_refs(item, found, depth + 1)
+
+
+def _validator_class(schema: dict[str, Any]) -> Any:
+    """jsonschema validator for the schema's dialect, with JSON number semantics for Decimal/JsonNumber."""
+    from jsonschema import validators  # lazily: only the call path validates
+
+    dialect = schema.get("$schema")
+    if dialect is not None:
+        base = validators.validator_for(schema, default=None) if isinstance(dialect, str) else None
+        if base is None:
+            raise _NotLocal(f"unknown $schema dialect {_short(dialect)}")
+    else:
+        base = validators.validator_for(schema)
+    checker = base.TYPE_CHECKER.redefine_many({
+        "integer": lambda _checker, value: _is_json_integer(value),
+        "number": lambda _checker, value: _is_json_number(value),
+    })
+
+    def multiple_of(validator: Any, divisor: Any, instance: Any, _schema: Any) -> Any:
+        from jsonschema.exceptions import ValidationError
+
+        if not _is_json_number(instance) or not _is_json_number(divisor):
+            return
+        if any(isinstance(n, decimal.Decimal) and abs(n.adjusted()) > 4000 for n in (instance, divisor)):
+            raise _NotLocal("multipleOf on a number too large to check exactly")
+        import fractions
+
+        quotient = fractions.Fraction(instance) / fractions.Fraction(divisor)
+        if quotient.denominator != 1:
+            yield ValidationError(f"must be a multiple of {_short(divisor)}")
+
+    return validators.extend(base, {"multipleOf": multiple_of}, type_checker=checker)
+
+
+def _schema_problems(schema: dict[str, Any], arguments: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The full schema via jsonschema; ``_NotLocal`` when that is not possible without the network."""
+    remote: list[str] = []
+    _non_local_refs(schema, remote)
+    if remote:
+        raise _NotLocal(f"the schema references {_short(remote[0], 80)}, which is never fetched")
+    try:
+        import jsonschema
+        from jsonschema import exceptions as jexc
+    except ImportError:
+        raise _NotLocal("the jsonschema library is not available") from None
+    cls = _validator_class(schema)
+
+    class LocalOnlyResolver(jsonschema.RefResolver):
+        def resolve_remote(self, uri: str) -> Any:
+            raise _NotLocal(f"the schema references {_short(uri, 80)}, which is never fetched")
+
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            cls.check_schema(schema)
+            resolver = LocalOnlyResolver.from_schema(schema, id_of=cls.ID_OF)
+            errors = list(cls(schema, resolver=resolver).iter_errors(arguments))
+    except jexc.SchemaError as exc:
+        if exc.validator == "format":  # e.g. an ECMA-262 regex Python's re cannot compile
+            raise _NotLocal(f"the inputSchema uses a {exc.validator_value} this local validator cannot check "
+                            f"({_short(exc.message, 80)})") from None
+        raise _NotLocal(f"the inputSchema is not a valid JSON Schema ({_short(exc.message, 80)})") from None
+    except jexc.RefResolutionError as exc:
+        cause = exc._cause if isinstance(getattr(exc, "_cause", None), _NotLocal) else None
+        raise _NotLocal(str(cause) if cause else f"a $ref could not be resolved locally ({_short(str(exc), 80)})") \
+            from None
+    except _NotLocal:
+        raise
+    except (Exception, RecursionError) as exc:  # a validator bug or an exotic keyword must not crash the call
+        raise _NotLocal(f"local validation failed ({type(exc).__name__})") from None
+    return [_problem_from_error(e) for e in errors]
+
+
+def _problem_from_error(error: Any) -> dict[str, str]:
+    path = list(error.absolute_path)
+    keyword = error.validator
+    value = error.validator_value
+    instance = error.instance
+    if keyword == "required" and isinstance(error.message, str):
+        missing = [r for r in value if isinstance(instance, dict) and r not in instance] if isinstance(value, list) \
+            else []
+        if missing:
+            return {"path": json_path([*path, missing[0]]) if len(missing) == 1 else json_path(path),
+                    "message": "required property is missing" if len(missing) == 1
+                    else f"required properties are missing: {', '.join(missing)}"}
+    if keyword == "type":
+        types = value if isinstance(value, list) else [value]
+        return {"path": json_path(path),
+                "message": f"expected {' or '.join(str(t) for t in types)}, got {_json_type(instance)}"}
+    if keyword == "enum":
+        return {"path": json_path(path), "message": f"must be one of {_short(value, 200)}"}
+    if keyword == "const":
+        return {"path": json_path(path), "message": f"must be {_short(value, 200)}"}
+    if keyword in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum") and _is_json_number(value):
+        words = {"minimum": "at least", "maximum": "at most", "exclusiveMinimum": "greater than",
+                 "exclusiveMaximum": "less than"}
+        return {"path": json_path(path), "message": f"must be {words[keyword]} {_short(value)}, got "
+                f"{_short(instance)}"}
+    if keyword == "additionalProperties" and isinstance(instance, dict):
+        return {"path": json_path(path), "message": _printable(error.message)}
+    return {"path": json_path(path), "message": _printable(str(error.message))}
+
+
+def validate_arguments(tool: Mapping[str, Any], arguments: Mapping[str, Any]) -> ArgumentCheck:
+    """Check the final arguments object before any ``tools/call`` (SPEC §6, P03, P05).
+
+    Always: required fields, declared top-level types and ``enum``/``const``. With jsonschema (imported here,
+    lazily): the whole schema when it is self-contained; a remote ``$ref`` is never fetched. Returns what was
+    actually checked (``ArgumentCheck``); raises ``invalid_mcp_arguments`` listing every problem with its path.
+    """
+    schema = _schema_object(tool)
+    if schema is None:
+        return ArgumentCheck("basic", ("the tool has no inputSchema object",))
+    notes: list[str] = []
+    try:
+        problems = _schema_problems(schema, arguments)
+        scope = "full"
+    except _NotLocal as exc:
+        notes.append(str(exc))
+        problems = _basic_problems(schema, arguments)
+        scope = "basic"
+    if problems:
+        unique: list[dict[str, str]] = []
+        for problem in problems:
+            if problem not in unique:
+                unique.append(problem)
+        unique.sort(key=lambda p: p["path"])
+        lines = "; ".join(f"{p['path']}: {p['message']}" for p in unique[:5])
+        more = f"; and {len(unique) - 5} more" if len(unique) > 5 else ""
+        checked = "the full inputSchema" if scope == "full" else "required fields, types and enum only"
+        hint = f"checked locally: {checked}"
+        if notes:
+            hint += f" ({notes[0]})"
+        raise InvalidArgumentsError(
+            f"arguments for tool {tool.get('name')!r} do not match its inputSchema: {lines}{more}",
+            hint=hint,
+            details={"problems": unique, "validation": scope},
+        )
+    return ArgumentCheck(scope, tuple(notes))
 
 
 def find_tool(tools: Sequence[dict[str, Any]], name: str, server_name: str) -> dict[str, Any]:
@@ -1009,22 +2959,6 @@ def find_tool(tools: Sequence[dict[str, Any]], name: str, server_name: str) -> d
         hint=hint,
         details={"suggestions": close},
     )
-
-
-def check_tool_tokens(tool: dict[str, Any], tokens: Sequence[ToolToken]) -> None:
-    """FLAGS-PLACEHOLDER: with --body, named flags must still be well-formed and known (P05)."""
-    for token in tokens:
-        if token.value is None:
-            raise UsageError(f"option --{token.name} needs a value")
-
-
-def parse_tool_arguments(tool: dict[str, Any], tokens: Sequence[ToolToken]) -> dict[str, Any]:
-    """FLAGS-PLACEHOLDER: flags -> arguments object by the tool's inputSchema."""
-    raise InvalidArgumentsError("FLAGS-PLACEHOLDER: named tool flags are not wired in yet; use --body")
-
-
-def validate_arguments(tool: dict[str, Any], arguments: dict[str, Any]) -> None:
-    """FLAGS-PLACEHOLDER: required fields, types, enum and (when local) the full schema."""
 
 
 # ======================================================================================================
@@ -1069,11 +3003,17 @@ class JqProgram:
         self._executable: str | None = None
         if not expression.strip():
             raise InvalidJqExpressionError("--jq expression is empty")
+        self._literal: Any = None  # the program wrapped in tojson, when jq keeps number literals (jq >= 1.7)
         if self._module is not None:
             try:
                 self._program = self._module.compile(expression)
             except ValueError as exc:
                 raise InvalidJqExpressionError(f"invalid --jq expression: {_first_line(exc)}") from None
+            if _jq_keeps_literals(self._module):
+                try:
+                    self._literal = self._module.compile(f"({expression}\n) | tojson")
+                except ValueError:  # e.g. a leading import/include directive: no literal mode, still exact
+                    self._literal = None
             return
         import shutil
 
@@ -1084,7 +3024,7 @@ class JqProgram:
                 "is on PATH",
                 hint="install jq (e.g. apt install jq) or drop --jq and filter the JSON output yourself",
             )
-        proc = self._run_executable(["-n", f"if false then ({expression}) else empty end"], "")
+        proc = self._run_executable(["-n", f"if false then ({expression}\n) else empty end"], "")
         if proc.returncode != 0:
             raise InvalidJqExpressionError(f"invalid --jq expression: {_first_line(proc.stderr)}")
 
@@ -1097,30 +3037,66 @@ class JqProgram:
         )
 
     def apply(self, envelope: dict[str, Any]) -> list[str]:
-        """Run once over the final envelope; each output value as one compact JSON line, numbers preserved."""
-        table: list[str] = []
+        """Run over the final envelope; each output value as one compact JSON line, numbers preserved.
+
+        jq computes with doubles. jq >= 1.7 keeps the literal text of a number it did not compute with, which
+        ``tojson`` reveals: that is the "literal" mode, used when the binding has it. Otherwise numbers a double
+        cannot hold (big integers, ``1e400``) travel as marker strings and come back exact. Numbers jq would only
+        re-spell (``1E+2``, ``-0.0`` without literals; ``1e400`` -> ``1E+400`` with them) are tried as markers
+        too; that answer is used only when it equals, value for value, the answer computed with real numbers
+        (so comparisons and arithmetic keep jq's meaning). A runtime error is ``jq_error``.
+        """
         nonce = os.urandom(4).hex()
-        text = dump_json(_jq_protect(envelope, table, nonce))
+        if self._literal is not None:
+            exact_protect, text_protect = _jq_beyond_decimal, _jq_literal_differs
+        else:
+            exact_protect, text_protect = _jq_value_differs, _jq_text_differs
         try:
-            if self._module is not None:
-                raw_lines = self._program.input_text(text).text().split("\n") if text else []
-            else:
-                proc = self._run_executable(["-c", self.expression], text)
-                if proc.returncode != 0:
-                    raise ValueError(_first_line(proc.stderr))
-                raw_lines = proc.stdout.split("\n")
+            outputs = self._project(envelope, nonce, exact_protect)
         except ValueError as exc:
             raise JqError(
                 f"--jq failed on the result: {_first_line(exc)}",
                 hint="the remote operation already happened; do not retry it blindly, fix the expression and "
-                "re-run it on saved output",
+                "re-run it on saved output (data keeps the unprojected result)",
+                data=envelope.get("data"),
+                details={} if envelope.get("ok") else {"unprojected_error": envelope.get("error")},
             ) from None
-        outputs = []
-        for line in raw_lines:
-            if line.strip():
-                value = _jq_restore(parse_json(line, strict_keys=False), table, nonce)
-                outputs.append(dump_json(value))
-        return outputs
+        if _any_number(envelope, lambda n: text_protect(n) and not exact_protect(n)):
+            try:
+                respelled = self._project(envelope, nonce, text_protect)
+            except ValueError:
+                respelled = None
+            if respelled is not None and _same_json(respelled, outputs):
+                outputs = respelled
+        return [dump_json(value) for value in outputs]
+
+    def _project(self, envelope: dict[str, Any], nonce: str, protect: Callable[[Any], bool]) -> list[Any]:
+        table: list[str] = []
+        text = dump_json(_jq_protect(envelope, table, nonce, protect))
+        if self._literal is not None:
+            texts = [str(item) for item in self._literal.input_text(text).all()]
+        elif self._module is not None:
+            texts = self._program.input_text(text).text().split("\n")
+        else:
+            proc = self._run_executable(["-c", self.expression], text)
+            if proc.returncode != 0:
+                raise ValueError(_first_line(proc.stderr))
+            texts = proc.stdout.split("\n")
+        return [_jq_restore(parse_json(item, strict_keys=False), table, nonce) for item in texts if item.strip()]
+
+
+_JQ_LITERALS: dict[int, bool] = {}
+
+
+def _jq_keeps_literals(module: Any) -> bool:
+    """Whether this jq keeps number literals (built with decNumber), probed once per process."""
+    if id(module) not in _JQ_LITERALS:
+        probe = "100000000000000000001"
+        try:
+            _JQ_LITERALS[id(module)] = module.compile("tojson").input_text(probe).all() == [probe]
+        except Exception:  # any surprise from the binding just means: no literal mode
+            _JQ_LITERALS[id(module)] = False
+    return _JQ_LITERALS[id(module)]
 
 
 def _first_line(error: object) -> str:
@@ -1128,7 +3104,8 @@ def _first_line(error: object) -> str:
     return text.splitlines()[0] if text else "unknown error"
 
 
-def _needs_protection(number: Any) -> bool:
+def _jq_value_differs(number: Any) -> bool:
+    """True when a double cannot hold ``number`` exactly (jq would change its value)."""
     if isinstance(number, bool):
         return False
     if isinstance(number, int):
@@ -1144,13 +3121,57 @@ def _needs_protection(number: Any) -> bool:
     return False
 
 
-def _jq_protect(value: Any, table: list[str], nonce: str) -> Any:
-    """Replace numbers a double cannot hold with marker strings, so jq moves them without rounding."""
+def _jq_text_differs(number: Any) -> bool:
+    """True when jq would print ``number`` differently from its JSON text (value change or re-spelling)."""
+    if _jq_value_differs(number):
+        return True
+    if isinstance(number, JsonNumber):
+        # jq prints the shortest round-trip form, like repr(float), but integral values without ".0"
+        text = number.text
+        return text != repr(float(text)) or "e" in text or text.endswith(".0")
+    return False
+
+
+def _jq_beyond_decimal(number: Any) -> bool:
+    """With literal-keeping jq: True for exponents its decNumber cannot hold (they would become doubles)."""
+    return isinstance(number, decimal.Decimal) and (not number.is_finite() or abs(number.adjusted()) > 999_999_000)
+
+
+def _jq_literal_differs(number: Any) -> bool:
+    """With literal-keeping jq: True when it would re-spell the literal (``1e400`` -> ``1E+400``)."""
+    if _jq_beyond_decimal(number):
+        return True
+    return isinstance(number, JsonNumber) and str(decimal.Decimal(number.text)) != number.text
+
+
+def _any_number(value: Any, predicate: Callable[[Any], bool]) -> bool:
     if isinstance(value, dict):
-        return {k: _jq_protect(v, table, nonce) for k, v in value.items()}
+        return any(_any_number(v, predicate) for v in value.values())
     if isinstance(value, list):
-        return [_jq_protect(v, table, nonce) for v in value]
-    if _needs_protection(value):
+        return any(_any_number(v, predicate) for v in value)
+    return isinstance(value, (int, decimal.Decimal)) and not isinstance(value, bool) and predicate(value)
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    """JSON equality: numbers by value, but never a number equal to a boolean or a string."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, (int, decimal.Decimal)) and isinstance(b, (int, decimal.Decimal)):
+        return bool(a == b)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same_json(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return list(a) == list(b) and all(_same_json(a[k], b[k]) for k in a)
+    return type(a) is type(b) and a == b
+
+
+def _jq_protect(value: Any, table: list[str], nonce: str, protect: Callable[[Any], bool] = _jq_value_differs) -> Any:
+    """Replace the numbers ``protect`` selects with marker strings, so jq moves them without touching them."""
+    if isinstance(value, dict):
+        return {k: _jq_protect(v, table, nonce, protect) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_jq_protect(v, table, nonce, protect) for v in value]
+    if not isinstance(value, (str, bool)) and value is not None and protect(value):
         table.append(value.text if isinstance(value, JsonNumber) else str(value))
         return f"{_JQ_MARK}{nonce}-{len(table) - 1}\ue001"
     return value
@@ -1261,12 +3282,357 @@ def render_server_help(server: ServerConfig) -> str:
     return "\n".join(lines)
 
 
-def render_tool_help(server_name: str, tool: dict[str, Any]) -> str:
-    """FLAGS-PLACEHOLDER: full tool help (flags, types, required, enum, defaults, --body example)."""
-    lines = [f"bkmcp {server_name} {tool.get('name')}", "", str(tool.get("description") or "")]
-    lines.append("")
-    lines.append(f"Schema: {dump_json(tool.get('inputSchema'), indent=2)}")
-    return "\n".join(lines) + "\n"
+HELP_WIDTH = 80
+_HINT_WORDS = (
+    ("readOnlyHint", "read-only", "may modify its environment"),
+    ("destructiveHint", "destructive", "not destructive (additive only)"),
+    ("idempotentHint", "idempotent", "not idempotent"),
+    ("openWorldHint", "open world (reaches external systems)", "closed world"),
+)
+
+
+def _cell_width(text: str) -> int:
+    """Terminal columns of ``text``: East Asian wide/fullwidth characters take two."""
+    import unicodedata
+
+    return sum(2 if _is_wide(ch) else 0 if unicodedata.combining(ch) else 1 for ch in text)
+
+
+def _wrap(text: str, width: int, indent: str = "", first_indent: str | None = None) -> list[str]:
+    """Greedy wrap by display width; CJK text (no spaces) breaks between characters; paragraphs kept."""
+    first = indent if first_indent is None else first_indent
+    out: list[str] = []
+    for paragraph in _printable_lines(text):
+        if not paragraph.strip():
+            if out and out[-1].strip():
+                out.append("")
+            continue
+        atoms: list[tuple[str, bool]] = []  # (piece, space before it)
+        for word in paragraph.split():
+            atoms.extend((piece, i == 0) for i, piece in enumerate(_word_atoms(word)))
+        line = first if not out else indent
+        line_start = len(line)
+        for piece, spaced in atoms:
+            sep = " " if spaced and len(line) > line_start else ""
+            if len(line) > line_start and _cell_width(line) + _cell_width(sep + piece) > width:
+                out.append(line)
+                line = indent
+                line_start = len(line)
+                sep = ""
+            line += sep + piece
+        out.append(line)
+    while out and not out[-1].strip():
+        out.pop()
+    return out
+
+
+def _is_wide(ch: str) -> bool:
+    import unicodedata
+
+    return unicodedata.east_asian_width(ch) in ("W", "F")
+
+
+def _word_atoms(word: str) -> list[str]:
+    """Break points inside a word: around each wide (CJK) character, which may wrap anywhere."""
+    pieces: list[str] = []
+    buf = ""
+    for ch in word:
+        if _is_wide(ch):
+            if buf:
+                pieces.append(buf)
+                buf = ""
+            pieces.append(ch)
+        else:
+            buf += ch
+    if buf:
+        pieces.append(buf)
+    return pieces or [word]
+
+
+def _printable_lines(text: str) -> list[str]:
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    return [_printable(line.replace("\t", "    ")) for line in lines]
+
+
+def _resolve_local(schema: Any, root: Any, depth: int) -> Any:
+    if isinstance(schema, dict) and isinstance(schema.get("$ref"), str) and depth < 8:
+        ref = schema["$ref"]
+        if ref.startswith("#/"):
+            node = root
+            for part in ref[2:].split("/"):
+                part = part.replace("~1", "/").replace("~0", "~")
+                if isinstance(node, dict) and part in node:
+                    node = node[part]
+                else:
+                    return schema
+            return _resolve_local(node, root, depth + 1)
+    return schema
+
+
+def _example_value(schema: Any, root: Any, name: str, depth: int = 0) -> Any:
+    """A plausible placeholder for a property: const, first enum value, default, else by type."""
+    schema = _resolve_local(schema, root, depth)
+    if not isinstance(schema, dict) or depth > 4:
+        return f"<{name}>"
+    if "const" in schema:
+        return schema["const"]
+    enum = schema.get("enum")
+    if isinstance(enum, list) and enum:
+        return enum[0]
+    if "default" in schema and schema["default"] is not None:
+        return schema["default"]
+    examples = schema.get("examples")
+    if isinstance(examples, list) and examples:
+        return examples[0]
+    for keyword in _COMBINATORS:
+        options = schema.get(keyword)
+        if isinstance(options, list):
+            for option in options:
+                resolved = _resolve_local(option, root, depth + 1)
+                if isinstance(resolved, dict) and resolved.get("type") != "null":
+                    return _example_value(resolved, root, name, depth + 1)
+    declared = schema.get("type")
+    if isinstance(declared, list):
+        declared = next((t for t in declared if t != "null"), "null")
+    if declared == "string":
+        return f"<{name}>"
+    if declared == "integer":
+        low = schema.get("minimum")
+        return low if isinstance(low, int) and not isinstance(low, bool) else 1
+    if declared == "number":
+        low = schema.get("minimum")
+        return low if _is_json_number(low) else JsonNumber("1.5")
+    if declared == "boolean":
+        return True
+    if declared == "null":
+        return None
+    if declared == "array":
+        items = schema.get("items")
+        return [_example_value(items, root, name, depth + 1)] if isinstance(items, dict) and items else []
+    if declared == "object" or isinstance(schema.get("properties"), dict):
+        return _example_object(schema, root, depth + 1, limit=4)[0]
+    return f"<{name}>"
+
+
+def _example_object(schema: dict[str, Any], root: Any, depth: int, limit: int) -> tuple[dict[str, Any], int]:
+    """Required properties first, then optional ones up to ``limit``; returns (object, omitted count)."""
+    properties = schema.get("properties")
+    properties = properties if isinstance(properties, dict) else {}
+    required = [r for r in schema.get("required") or [] if isinstance(r, str)] if isinstance(
+        schema.get("required"), list) else []
+    chosen = [r for r in dict.fromkeys(required)]
+    optional = [n for n in properties if n not in chosen]
+    room = max(0, limit - len(chosen))
+    chosen += optional[:room]
+    value = {name: _example_value(properties.get(name), root, name, depth) for name in chosen}
+    return value, len(optional) - min(room, len(optional))
+
+
+def _clip_strings(value: Any, limit: int = 32) -> Any:
+    if isinstance(value, str):
+        return value if len(value) <= limit else value[: limit - 1] + "…"
+    if isinstance(value, list):
+        return [_clip_strings(v, limit) for v in value]
+    if isinstance(value, dict):
+        return {k: _clip_strings(v, limit) for k, v in value.items()}
+    return value
+
+
+def _shell_quote(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)
+
+
+def _flag_example(flag: ToolFlag, value: Any) -> str:
+    if flag.kind == "boolean":
+        return f"{flag.option}={'true' if value is not False else 'false'}"
+    if flag.kind == "string" and isinstance(value, str):
+        return f"{flag.option} {_shell_quote(value)}"
+    if flag.kind in ("integer", "number") and _is_json_number(value) and not isinstance(value, float):
+        return f"{flag.option} {dump_json(value)}"
+    return f"{flag.option} {_shell_quote(dump_json(value))}"
+
+
+def _annotation_lines(tool: Mapping[str, Any]) -> list[str]:
+    annotations = tool.get("annotations")
+    if not isinstance(annotations, dict):
+        return []
+    words = []
+    for key, yes, no in _HINT_WORDS:
+        if isinstance(annotations.get(key), bool):
+            words.append(yes if annotations[key] else no)
+    if not words:
+        return []
+    return _wrap(", ".join(words) + " (hints declared by the server, not verified)", HELP_WIDTH, "  ", "  ")
+
+
+def render_tool_help(server_name: str, tool: Mapping[str, Any]) -> str:
+    """Tool help (D02, SPEC §7): flags with type, required, enum, default (information only) and description;
+    the fields that need --body and why; a --body example built from the schema; examples. Fits 80 columns."""
+    name = str(tool.get("name"))
+    mapped = build_tool_flags(tool)
+    schema = _schema_object(tool) or {}
+    command = f"bkmcp {server_name} {_printable(name)}"
+    out: list[str] = []
+    annotations = tool.get("annotations") if isinstance(tool.get("annotations"), dict) else {}
+    title = tool.get("title") or (annotations or {}).get("title")
+    heading = command + (f" - {title}" if isinstance(title, str) and title.strip() else "")
+    out += _wrap(heading, HELP_WIDTH)
+    description = tool.get("description")
+    if isinstance(description, str) and description.strip():
+        out.append("")
+        out += _wrap(description.strip(), HELP_WIDTH, "  ", "  ")
+    hints = _annotation_lines(tool)
+    if hints:
+        out += ["", "Annotations:", *hints]
+
+    flags = list(mapped.flags.values())
+    flags.sort(key=lambda f: not f.required)  # required first, then schema order
+    out += ["", "Usage:"]
+    optional = [f for f in flags if not f.required]
+    usage_parts = [f.usage for f in flags if f.required]
+    usage_parts += [f"[{f.usage}]" for f in optional] if len(optional) <= 4 else ["[FLAGS...]"] if optional else []
+    out += _fill([command, *usage_parts], HELP_WIDTH, "  ", "      ")
+    out += _fill([command, "--body", "JSON|@FILE|-"], HELP_WIDTH, "  ", "      ")
+
+    out += ["", "Flags:" if flags else "Flags: none"]
+    spec_width = min(max((len(f.usage) for f in flags), default=0), 44)
+    for flag in flags:
+        status = "required" if flag.required else "optional"
+        spec = _printable(flag.usage)
+        if len(spec) <= spec_width:
+            out.append(f"  {spec.ljust(spec_width)}  {status}")
+        else:
+            out += _wrap(spec, HELP_WIDTH, "      ", "  ")
+            out.append(f"  {''.ljust(spec_width)}  {status}")
+        out += _flag_details(flag)
+
+    if mapped.body_only:
+        out += ["", "Fields without a flag (set them with --body):"]
+        labels = {n: _field_label(n) for n in mapped.body_only}
+        label_width = min(max(len(label) for label in labels.values()), 44)
+        for field_ in mapped.body_only.values():
+            status = "required" if field_.required else "optional"
+            out.append(f"  {labels[field_.name].ljust(label_width)}  {status}")
+            out += _wrap(f"no flag: {field_.reason}", HELP_WIDTH, "      ", "      ")
+            if isinstance(field_.schema, dict) and isinstance(field_.schema.get("description"), str):
+                out += _wrap(field_.schema["description"], HELP_WIDTH, "      ", "      ")
+        reserved = [b.name for b in mapped.body_only.values() if b.name in RESERVED_OPTION_NAMES]
+        if reserved:
+            out += [""] + _wrap(
+                f"Reserved names ({', '.join(reserved)}) are bkmcp's own options, so they are never tool flags "
+                "and never renamed; pass them inside --body under their exact names.", HELP_WIDTH, "  ", "  ")
+    for note in mapped.notes:
+        out += [""] + _wrap(f"Note: {note}", HELP_WIDTH, "  ", "  ")
+
+    example, omitted = _example_object(schema, schema, 0, limit=6)
+    example = _clip_strings(example)
+    out += ["", "--body example (required fields first; placeholder values):"]
+    one_line = f"  {command} --body {_shell_quote(_compact_json(example))}"
+    if _cell_width(one_line) <= HELP_WIDTH:
+        out.append(one_line)
+    else:
+        fields = [f"  {_compact_json({k: v})[1:-1]}" for k, v in example.items()]
+        pretty = "{\n" + ",\n".join(fields) + "\n}"
+        body_lines = _shell_quote(pretty).split("\n")
+        out.append(f"  {command} --body {body_lines[0]}")
+        out += [f"  {line}" for line in body_lines[1:]]
+    if omitted:
+        out.append(f"  ({omitted} more optional field{'s' if omitted != 1 else ''} not shown)")
+
+    out += ["", "Examples:"]
+    required_body_only = [b.name for b in mapped.body_only.values() if b.required]
+    if flags and not required_body_only:
+        chosen = [f for f in flags if f.required] or flags[:1]
+        if len(chosen) < 3:
+            chosen += [f for f in flags if not f.required and f not in chosen][: 3 - len(chosen)]
+        parts = [
+            _flag_example(f, _clip_strings(_example_value(f.schema, schema, f.name))) for f in chosen
+        ]
+        out += _wrap(" ".join([command, *parts]), HELP_WIDTH, "      ", "  ")
+    elif not required_body_only:
+        out.append(f"  {command}")
+    else:
+        out += _wrap(f"(required field {', '.join(required_body_only)} has no flag, so call this tool with "
+                     "--body as shown above)", HELP_WIDTH, "  ", "  ")
+    out.append(f"  {command} --body @args.json")
+    out.append(f"  {command} --body @args.json --dry-run")
+    out += [""] + _wrap(
+        "Only the flags you give are sent; defaults are shown for information and never sent. Booleans are "
+        "--name=true or --name=false; arrays and objects are JSON. With --body, the JSON object is the "
+        "complete arguments and named flags are ignored.", HELP_WIDTH, "  ", "  ")
+    return "\n".join(out) + "\n"
+
+
+def _fill(parts: Sequence[str], width: int, first_indent: str, indent: str) -> list[str]:
+    """Greedy line fill where each part is unbreakable (usage synopsis, examples)."""
+    lines: list[str] = []
+    line = first_indent
+    for part in parts:
+        part = _printable(part)
+        if line.strip() and _cell_width(line) + 1 + _cell_width(part) > width:
+            lines.append(line)
+            line = indent
+        line += (" " if line.strip() else "") + part
+    lines.append(line)
+    return lines
+
+
+def _field_label(name: str) -> str:
+    """A property name as shown in help: plain when it reads unambiguously, else JSON-quoted."""
+    if name and name.isprintable() and not any(ch.isspace() for ch in name) and '"' not in name:
+        return name
+    return _printable(json.dumps(name, ensure_ascii=False))
+
+
+def _compact_json(value: Any) -> str:
+    """JSON on one line with a space after ':' and ',' (readable in help, still valid JSON)."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{dump_json(k)}: {_compact_json(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_compact_json(v) for v in value) + "]"
+    return dump_json(value)
+
+
+def _plain(text: str) -> str:
+    return re.sub(r"[\s_\-]+", "", text).lower()
+
+
+def _flag_details(flag: ToolFlag) -> list[str]:
+    lines: list[str] = []
+    schema = flag.schema
+    indent = "      "
+    title = schema.get("title")
+    description = schema.get("description")
+    if isinstance(description, str) and description.strip():
+        lines += _wrap(description.strip(), HELP_WIDTH, indent, indent)
+    elif isinstance(title, str) and _plain(title) != _plain(flag.name):  # pydantic titles just echo the name
+        lines += _wrap(title.strip(), HELP_WIDTH, indent, indent)
+    enum = schema.get("enum")
+    if isinstance(enum, list) and enum:
+        shown = ", ".join(v if isinstance(v, str) and v and v.strip() == v else dump_json(v) for v in enum)
+        lines += _wrap(f"one of: {shown}", HELP_WIDTH, indent, indent)
+    if "const" in schema:
+        lines += _wrap(f"must be: {dump_json(schema['const'])}", HELP_WIDTH, indent, indent)
+    if "default" in schema:
+        lines += _wrap(f"default: {_short(schema['default'], 60)} (information only, not sent)", HELP_WIDTH,
+                       indent, indent)
+    bounds = [f"{word} {dump_json(schema[key])}" for key, word in (
+        ("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="), ("exclusiveMaximum", "<"),
+        ("minLength", "min length"), ("maxLength", "max length"), ("minItems", "min items"),
+        ("maxItems", "max items")) if key in schema and _is_json_number(schema[key])]
+    if bounds:
+        lines += _wrap("range: " + ", ".join(bounds), HELP_WIDTH, indent, indent)
+    if flag.kind == "array":
+        items = schema.get("items")
+        item_type = items.get("type") if isinstance(items, dict) else None
+        of = f" of {item_type}" if isinstance(item_type, str) else ""
+        lines += _wrap(f"a JSON array{of}, e.g. {flag.option} '[...]' (never comma-separated)", HELP_WIDTH,
+                       indent, indent)
+    elif flag.kind == "object":
+        lines += _wrap(f"a JSON object, e.g. {flag.option} '{{...}}'", HELP_WIDTH, indent, indent)
+    return lines
 
 
 # ======================================================================================================
@@ -1344,11 +3710,11 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
             seen.add(attr)
             if eq:
                 value = inline
-            elif i < len(tokens):
+            elif i < len(tokens) and not _is_bkmcp_option(tokens[i]):
                 value = tokens[i]
                 i += 1
-            else:
-                raise UsageError(f"option {name} needs a value")
+            else:  # `--body --dry-run` must not silently make "--dry-run" the body (and skip the dry run)
+                raise UsageError(f"option {name} needs a value", hint=f"write {name}=VALUE for a value starting with -")
             setattr(inv, attr, value)
         elif token in _FLAG_OPTIONS:
             attr = _FLAG_OPTIONS[token]
@@ -1362,7 +3728,7 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
             if name in _FLAG_OPTIONS:
                 raise UsageError(f"option {name} takes no value")
             if inv.tool is None or not token.startswith("--") or len(name) <= 2:
-                where = "" if inv.tool is None else f" (tool options look like --name value or --name=value)"
+                where = "" if inv.tool is None else " (tool options look like --name value or --name=value)"
                 raise UsageError(f"unknown option {name}{where}", hint="run bkmcp --help")
             flag = name[2:]
             if eq:
@@ -1406,6 +3772,8 @@ def check_invocation(inv: Invocation) -> None:
             raise UsageError(f"{mode} takes no --body")
         if inv.dry_run:
             raise UsageError(f"--dry-run cannot be combined with {mode}")
+    if inv.body is not None and inv.tool is None and not modes and not inv.help:
+        raise UsageError("--body needs a tool: bkmcp <server> <tool> --body JSON|@FILE|-")
     if (inv.check or inv.tools or inv.tool) and inv.server is None:
         raise UsageError("a server name is required", hint="bkmcp <server> --check")
     if inv.dry_run:
@@ -1448,6 +3816,10 @@ def read_body(source: str, stdin: IO[str], cwd: str) -> dict[str, Any]:
     else:
         label = "--body"
         raw = source
+        try:
+            raw.encode("utf-8")
+        except UnicodeEncodeError:  # undecodable argv bytes arrive as lone surrogates (PEP 383)
+            raise InvalidArgumentsError("--body from --body is not valid JSON: input is not valid UTF-8") from None
     if not (raw.strip() if isinstance(raw, str) else raw.strip()):
         raise InvalidArgumentsError(f"--body from {label} is empty", hint="use --body '{}' for no arguments")
     try:
@@ -1565,20 +3937,21 @@ class _Runner:
             self.redactor.add(secret)
         if inv.dry_run:
             assert inv.tool is not None and inv.body is not None
-            arguments = read_body(inv.body, envr.stdin, envr.cwd)
-            return self.emit_envelope(build_success(build_dry_run(server, inv.tool, arguments)), jq, EXIT_OK)
-        arguments = None
+            preview = read_body(inv.body, envr.stdin, envr.cwd)
+            return self.emit_envelope(build_success(build_dry_run(server, inv.tool, preview)), jq, EXIT_OK)
+        arguments: dict[str, Any] | None = None
         if inv.tool is not None and not inv.help and inv.body is not None:
             arguments = read_body(inv.body, envr.stdin, envr.cwd)
         timeout = parse_duration(inv.timeout) if inv.timeout is not None else DEFAULT_TIMEOUT
         deadline = Deadline(timeout)
-        common = {"deadline": deadline, "insecure": inv.insecure, "log": self.log}
         try:
             self.remote_started = True
             if inv.check:
-                return self.emit_envelope(build_success(run_check(server, **common)), jq, EXIT_OK)
+                data = run_check(server, deadline=deadline, insecure=inv.insecure, log=self.log)
+                return self.emit_envelope(build_success(data), jq, EXIT_OK)
             if inv.tools:
-                return self.emit_envelope(build_success(run_tools(server, **common)), jq, EXIT_OK)
+                data = run_tools(server, deadline=deadline, insecure=inv.insecure, log=self.log)
+                return self.emit_envelope(build_success(data), jq, EXIT_OK)
             assert inv.tool is not None
             return self.run_tool(server, inv.tool, arguments, jq, deadline)
         except RemoteError as exc:
@@ -1597,10 +3970,12 @@ class _Runner:
             if inv.help:
                 return self.emit_text(render_tool_help(server.name, tool))
             if arguments is None:
-                arguments = parse_tool_arguments(tool, inv.tool_tokens)
+                arguments = parse_tool_arguments(tool, inv.tool_tokens, server_name=server.name)
             else:
-                check_tool_tokens(tool, inv.tool_tokens)
-            validate_arguments(tool, arguments)
+                ignored = check_tool_tokens(tool, inv.tool_tokens, server_name=server.name)
+                if ignored:
+                    self.log.warn(f"--body is the complete arguments object; not sent: {', '.join(ignored)}")
+            self.log.debug(validate_arguments(tool, arguments).describe())
             result = client.call_tool(name, arguments)
         data = {"server": server.name, "tool": name, "result": result}
         if result.get("isError") is True:

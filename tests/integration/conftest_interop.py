@@ -28,8 +28,8 @@ Run them with ``env=interop_env()`` (fixture ``interop_subprocess_env``).
 
 Environment:
 
-* ``BKMCP_SDK_PYTHON``      interpreter that has ``mcp==2.3.0`` (default: ``sys.executable`` if it can
-  ``import mcp``).  Python >= 3.10.
+* ``BKMCP_SDK_PYTHON``      interpreter that has ``mcp==2.3.0`` (default: ``sys.executable`` if it has it,
+  else ``<repo>/.venv-sdk/bin/python`` if that exists; else skip).  Python >= 3.10.
 * ``BKMCP_EVERYTHING_DIR``  directory where ``npm ci`` installed server-everything
   (default ``tests/interop_servers/node``).
 * ``BKMCP_NODE``            node binary (default: ``node`` on PATH; Node >= 20).
@@ -38,6 +38,9 @@ Environment:
 Everything here is Python 3.9 compatible and only ever binds/connects 127.0.0.1.
 """
 
+from __future__ import annotations
+
+import atexit
 import json
 import os
 import shutil
@@ -45,10 +48,9 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable
 
 import pytest
 
@@ -62,12 +64,17 @@ PORT_ATTEMPTS = 4
 TERM_GRACE_S = 5.0
 PROBE_TIMEOUT_S = 30.0
 
-INTEROP_DIR = Path(__file__).resolve().parent.parent / "interop_servers"
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+INTEROP_DIR = REPO_ROOT / "tests" / "interop_servers"
+SDK_VENV = REPO_ROOT / ".venv-sdk"  # where `.ci/install_interop.sh .venv-sdk` puts the SDK
 SDK_SERVER_SCRIPT = INTEROP_DIR / "sdk_server.py"
 FORCE_LOCALHOST = INTEROP_DIR / "force_localhost.cjs"
 EVERYTHING_REL_ENTRY = Path("node_modules/@modelcontextprotocol/server-everything/dist/index.js")
 
-INSTALL_HINT = "`.ci/install_interop.sh [VENV]` installs both (npm ci in tests/interop_servers/node, pip install 'mcp==2.3.0')"
+INSTALL_HINT = (
+    "`.ci/install_interop.sh .venv-sdk` installs both (npm ci in tests/interop_servers/node, "
+    "pip install 'mcp==2.3.0' into .venv-sdk)"
+)
 
 
 class InteropUnavailable(Exception):
@@ -84,7 +91,7 @@ def _unavailable(reason: str) -> None:
 # --------------------------------------------------------------------------- environment
 
 
-def interop_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+def interop_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """A small, secret-free environment for server subprocesses.
 
     server-everything's ``get-env`` tool returns its whole environment, so nothing from the
@@ -103,76 +110,95 @@ def interop_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     return env
 
 
-_SDK_PYTHON_CACHE: Dict[str, object] = {}
+def _http_env(extra: dict[str, str] | None) -> dict[str, str]:
+    env = interop_env(extra)
+    # sdk_server.py and force_localhost.cjs exit within ~1 s once their parent (this pytest process) is gone,
+    # so a SIGKILLed test run leaves no listener behind. Not set for stdio argv: there the parent is bkmcp.
+    env["BKMCP_INTEROP_PARENT_PID"] = str(os.getpid())
+    return env
 
 
-def resolve_sdk_python() -> str:
-    """Interpreter with the official SDK installed; raises InteropUnavailable with an install hint."""
-    if "ok" in _SDK_PYTHON_CACHE:
-        return str(_SDK_PYTHON_CACHE["ok"])
-    if "err" in _SDK_PYTHON_CACHE:
-        raise InteropUnavailable(str(_SDK_PYTHON_CACHE["err"]))
-    explicit = os.environ.get("BKMCP_SDK_PYTHON", "").strip()
-    python = explicit or sys.executable
-    source = "BKMCP_SDK_PYTHON=" + explicit if explicit else "the test interpreter (" + sys.executable + ")"
-    check = (
-        "import sys, importlib.metadata as m; import mcp.server.mcpserver; "
-        "print(m.version('mcp')); print('%d.%d' % sys.version_info[:2])"
-    )
+_SDK_PYTHON_CACHE: dict[str, object] = {}
+
+
+def _check_sdk_python(python: str, source: str) -> str | None:
+    """None if ``python`` has ``mcp==SDK_VERSION``, else a reason string."""
+    check = "import importlib.metadata as m; import mcp.server.mcpserver; print(m.version('mcp'))"
     try:
         out = subprocess.run(
             [python, "-c", check],
             stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            capture_output=True,
             timeout=PROBE_TIMEOUT_S,
             env=interop_env(),
             check=False,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
-        err = "Python MCP SDK unavailable: cannot run %s: %s. Set BKMCP_SDK_PYTHON to a Python >= 3.10 with 'mcp==%s'; %s" % (
-            source,
-            exc,
-            SDK_VERSION,
-            INSTALL_HINT,
-        )
-        _SDK_PYTHON_CACHE["err"] = err
-        raise InteropUnavailable(err) from None
+        return f"cannot run {source}: {exc}"
     lines = out.stdout.decode("utf-8", "replace").split()
-    if out.returncode != 0 or len(lines) < 2:
+    if out.returncode != 0 or not lines:
         tail = out.stderr.decode("utf-8", "replace").strip().splitlines()
-        err = (
-            "Python MCP SDK unavailable: %s cannot `import mcp.server.mcpserver` (%s). "
-            "Install 'mcp==%s' into a Python >= 3.10 venv and set BKMCP_SDK_PYTHON to its python; %s"
-            % (source, tail[-1] if tail else "exit %d" % out.returncode, SDK_VERSION, INSTALL_HINT)
+        return "{} cannot `import mcp.server.mcpserver` ({})".format(
+            source, tail[-1] if tail else f"exit {out.returncode}"
         )
-        _SDK_PYTHON_CACHE["err"] = err
-        raise InteropUnavailable(err)
     if lines[0] != SDK_VERSION:
-        err = "Python MCP SDK version mismatch: %s has mcp==%s, interop tests pin mcp==%s (pip install 'mcp==%s')" % (
-            source,
-            lines[0],
-            SDK_VERSION,
-            SDK_VERSION,
-        )
-        _SDK_PYTHON_CACHE["err"] = err
-        raise InteropUnavailable(err)
-    _SDK_PYTHON_CACHE["ok"] = python
-    return python
+        return f"{source} has mcp=={lines[0]}, the interop tests pin mcp=={SDK_VERSION}"
+    return None
 
 
-def resolve_everything() -> List[str]:
+def resolve_sdk_python() -> str:
+    """Interpreter with the official SDK installed; raises InteropUnavailable with an install hint.
+
+    Order: ``$BKMCP_SDK_PYTHON`` (only that one, if set); else the test interpreter; else
+    ``<repo>/.venv-sdk/bin/python`` (the SDK venv made by ``.ci/install_interop.sh .venv-sdk``).
+    """
+    if "ok" in _SDK_PYTHON_CACHE:
+        return str(_SDK_PYTHON_CACHE["ok"])
+    if "err" in _SDK_PYTHON_CACHE:
+        raise InteropUnavailable(str(_SDK_PYTHON_CACHE["err"]))
+    explicit = os.environ.get("BKMCP_SDK_PYTHON", "").strip()
+    if explicit:
+        candidates = [(explicit, "BKMCP_SDK_PYTHON=" + explicit)]
+    else:
+        candidates = [(sys.executable, "the test interpreter " + sys.executable)]
+        fallback = SDK_VENV / "bin" / "python"
+        if fallback.exists():
+            candidates.append((str(fallback), str(fallback)))
+        else:
+            candidates_note = f"{fallback} does not exist"
+            candidates.append(("", candidates_note))
+    reasons = []
+    for python, source in candidates:
+        if not python:
+            reasons.append(source)
+            continue
+        reason = _check_sdk_python(python, source)
+        if reason is None:
+            _SDK_PYTHON_CACHE["ok"] = python
+            return python
+        reasons.append(reason)
+    err = (
+        f"Python MCP SDK unavailable: {'; '.join(reasons)}. Install 'mcp=={SDK_VERSION}' into a Python >= 3.10 "
+        f"venv and set BKMCP_SDK_PYTHON to its python; {INSTALL_HINT}"
+    )
+    _SDK_PYTHON_CACHE["err"] = err
+    raise InteropUnavailable(err)
+
+
+def resolve_everything() -> list[str]:
     """``[node, --require, force_localhost.cjs, entry]``; raises InteropUnavailable with an install hint."""
     node = os.environ.get("BKMCP_NODE", "").strip() or shutil.which("node")
     if not node:
-        raise InteropUnavailable("node not found: install Node.js >= 20 (or set BKMCP_NODE), then npm ci; " + INSTALL_HINT)
+        raise InteropUnavailable(
+            "node not found: install Node.js >= 20 (or set BKMCP_NODE), then npm ci; " + INSTALL_HINT
+        )
     base = os.environ.get("BKMCP_EVERYTHING_DIR", "").strip()
     node_dir = Path(base).resolve() if base else INTEROP_DIR / "node"
     entry = node_dir / EVERYTHING_REL_ENTRY
     pkg = entry.parent.parent / "package.json"
     if not entry.is_file():
         raise InteropUnavailable(
-            "server-everything not installed: %s is missing; run `npm ci` in %s; %s" % (entry, node_dir, INSTALL_HINT)
+            f"server-everything not installed: {entry} is missing; run `npm ci` in {node_dir}; {INSTALL_HINT}"
         )
     try:
         version = json.loads(pkg.read_text(encoding="utf-8")).get("version")
@@ -180,19 +206,20 @@ def resolve_everything() -> List[str]:
         version = None
     if version != EVERYTHING_VERSION:
         raise InteropUnavailable(
-            "server-everything version mismatch in %s: found %s, need %s (run `npm ci` there)" % (node_dir, version, EVERYTHING_VERSION)
+            f"server-everything version mismatch in {node_dir}: found {version}, "
+            f"need {EVERYTHING_VERSION} (run `npm ci` there)"
         )
     return [node, "--require", str(FORCE_LOCALHOST), str(entry)]
 
 
-def sdk_stdio_command(variant: str = "stateful-sse") -> List[str]:
+def sdk_stdio_command(variant: str = "stateful-sse") -> list[str]:
     """argv of the SDK test server on stdio (legacy-pinned = the SDK's handshake-only loop)."""
     if variant not in SDK_VARIANTS:
-        raise ValueError("unknown variant %r (one of %s)" % (variant, ", ".join(SDK_VARIANTS)))
+        raise ValueError("unknown variant {!r} (one of {})".format(variant, ", ".join(SDK_VARIANTS)))
     return [resolve_sdk_python(), str(SDK_SERVER_SCRIPT), "--variant", variant, "--stdio"]
 
 
-def everything_stdio_command() -> List[str]:
+def everything_stdio_command() -> list[str]:
     """argv of server-everything on stdio (no port; the preload is harmless)."""
     return resolve_everything() + ["stdio"]
 
@@ -222,22 +249,32 @@ def _read(path: Path) -> str:
         return ""
 
 
-def terminate_tree(proc: "subprocess.Popen[bytes]", grace: float = TERM_GRACE_S) -> None:
+_LIVE: set[subprocess.Popen[bytes]] = set()
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    """Last resort if pytest dies before session teardown (e.g. a second Ctrl-C)."""
+    for proc in list(_LIVE):
+        terminate_tree(proc, grace=2.0)
+
+
+def terminate_tree(proc: subprocess.Popen[bytes], grace: float = TERM_GRACE_S) -> None:
     """SIGTERM the process group (the server was started in its own session), then SIGKILL."""
-    if proc.poll() is not None:
-        return
+    _LIVE.discard(proc)
     use_group = hasattr(os, "killpg")
-    try:
-        if use_group:
-            os.killpg(proc.pid, signal.SIGTERM)
-        else:  # pragma: no cover - non-POSIX
-            proc.terminate()
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        pass
+    if proc.poll() is None:
+        try:
+            if use_group:
+                os.killpg(proc.pid, signal.SIGTERM)
+            else:  # pragma: no cover - non-POSIX
+                proc.terminate()
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
     # Kill stragglers in the group even if the leader already exited.
     try:
         if use_group:
@@ -258,9 +295,9 @@ class InteropServer:
     def __init__(
         self,
         name: str,
-        argv: List[str],
+        argv: list[str],
         port: int,
-        proc: "subprocess.Popen[bytes]",
+        proc: subprocess.Popen[bytes],
         stdout_path: Path,
         stderr_path: Path,
         path: str = "/mcp",
@@ -272,7 +309,7 @@ class InteropServer:
         self.stdout_path = stdout_path
         self.stderr_path = stderr_path
         self.host = HOST
-        self.base_url = "http://%s:%d" % (HOST, port)
+        self.base_url = f"http://{HOST}:{port}"
         self.url = self.base_url + path
 
     def read_stderr(self) -> str:
@@ -283,7 +320,7 @@ class InteropServer:
 
     def log_tail(self, chars: int = 4000) -> str:
         """Last part of stderr+stdout, for assertion messages."""
-        return ("--- stderr ---\n" + self.read_stderr()[-chars:] + "\n--- stdout ---\n" + self.read_stdout()[-chars:])
+        return "--- stderr ---\n" + self.read_stderr()[-chars:] + "\n--- stdout ---\n" + self.read_stdout()[-chars:]
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -292,15 +329,15 @@ class InteropServer:
         terminate_tree(self.proc)
 
     def __repr__(self) -> str:
-        return "InteropServer(%s, %s, pid=%s)" % (self.name, self.url, self.proc.pid)
+        return f"InteropServer({self.name}, {self.url}, pid={self.proc.pid})"
 
 
 def start_http_server(
     name: str,
-    make_argv: Callable[[int], List[str]],
+    make_argv: Callable[[int], list[str]],
     ready_marker: Callable[[int], str],
     log_dir: Path,
-    env_extra: Optional[Callable[[int], Dict[str, str]]] = None,
+    env_extra: Callable[[int], dict[str, str]] | None = None,
     timeout: float = READY_TIMEOUT_S,
 ) -> InteropServer:
     """Start a server on a free loopback port; ready = TCP port accepts AND its own marker line is in the log.
@@ -313,8 +350,8 @@ def start_http_server(
     for attempt in range(1, PORT_ATTEMPTS + 1):
         port = free_port()
         argv = make_argv(port)
-        stdout_path = log_dir / ("%s-%d.stdout.log" % (name, port))
-        stderr_path = log_dir / ("%s-%d.stderr.log" % (name, port))
+        stdout_path = log_dir / f"{name}-{port}.stdout.log"
+        stderr_path = log_dir / f"{name}-{port}.stderr.log"
         with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
             proc = subprocess.Popen(
                 argv,
@@ -322,9 +359,10 @@ def start_http_server(
                 stdout=out,
                 stderr=err,
                 cwd=str(INTEROP_DIR),
-                env=interop_env(env_extra(port) if env_extra else None),
+                env=_http_env(env_extra(port) if env_extra else None),
                 start_new_session=True,
             )
+        _LIVE.add(proc)
         server = InteropServer(name, argv, port, proc, stdout_path, stderr_path)
         marker = ready_marker(port)
         deadline = min(time.monotonic() + timeout, deadline_total)
@@ -336,13 +374,8 @@ def start_http_server(
             time.sleep(0.05)
         early_exit = proc.poll()
         terminate_tree(proc)
-        last_error = "%s (attempt %d, port %d): %s\n%s" % (
-            name,
-            attempt,
-            port,
-            ("exited with %s before ready" % early_exit) if early_exit is not None else "not ready in %.0f s" % timeout,
-            server.log_tail(2000),
-        )
+        why = f"exited with {early_exit} before ready" if early_exit is not None else f"not ready in {timeout:.0f} s"
+        last_error = f"{name} (attempt {attempt}, port {port}): {why}\n{server.log_tail(2000)}"
         if time.monotonic() >= deadline_total:
             break
     raise RuntimeError("could not start interop server " + last_error)
@@ -366,7 +399,7 @@ def _sdk_fixture(variant: str, log_dir: Path) -> InteropServer:
         "sdk-" + variant,
         lambda port: [python, str(SDK_SERVER_SCRIPT), "--port", str(port), "--variant", variant],
         # uvicorn's own line, printed after the socket is bound
-        lambda port: "Uvicorn running on http://%s:%d" % (HOST, port),
+        lambda port: f"Uvicorn running on http://{HOST}:{port}",
         log_dir,
     )
 
@@ -413,7 +446,7 @@ def everything_server(interop_log_dir: Path):
         "everything",
         lambda port: base + ["streamableHttp"],
         # printed by force_localhost.cjs once the socket is bound to 127.0.0.1
-        lambda port: "force_localhost: listening on %s:%d" % (HOST, port),
+        lambda port: f"force_localhost: listening on {HOST}:{port}",
         interop_log_dir,
         env_extra=lambda port: {"PORT": str(port)},
     )
@@ -424,13 +457,13 @@ def everything_server(interop_log_dir: Path):
 
 
 @pytest.fixture(scope="session")
-def interop_subprocess_env() -> Dict[str, str]:
+def interop_subprocess_env() -> dict[str, str]:
     """The environment to run the stdio command lines with (see :func:`interop_env`)."""
     return interop_env()
 
 
 @pytest.fixture(scope="session")
-def sdk_stdio_argv() -> Callable[[str], List[str]]:
+def sdk_stdio_argv() -> Callable[[str], list[str]]:
     """``sdk_stdio_argv(variant="stateful-sse") -> argv``; run it with ``env=interop_env()``."""
     try:
         resolve_sdk_python()
@@ -440,7 +473,7 @@ def sdk_stdio_argv() -> Callable[[str], List[str]]:
 
 
 @pytest.fixture(scope="session")
-def everything_stdio_argv() -> List[str]:
+def everything_stdio_argv() -> list[str]:
     """argv of server-everything on stdio; run it with ``env=interop_env()``."""
     try:
         return everything_stdio_command()

@@ -4,6 +4,8 @@ They prove that each third-party server starts on 127.0.0.1, speaks the wire des
 docs/interop.md, and is torn down.  bkmcp's own interop tests build on the same fixtures.
 """
 
+from __future__ import annotations
+
 import json
 import os
 import select
@@ -11,7 +13,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
 import pytest
 
@@ -27,7 +29,7 @@ _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 class Reply:
-    def __init__(self, status: int, headers: Dict[str, str], body: bytes) -> None:
+    def __init__(self, status: int, headers: dict[str, str], body: bytes) -> None:
         self.status = status
         self.headers = headers  # lower-cased names
         self.body = body
@@ -36,12 +38,12 @@ class Reply:
     def content_type(self) -> str:
         return self.headers.get("content-type", "").split(";")[0].strip()
 
-    def events(self) -> List[Dict[str, str]]:
+    def events(self) -> list[dict[str, str]]:
         """SSE events (CRLF or LF), data lines joined; comments ignored."""
         text = self.body.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
         events = []
         for block in text.split("\n\n"):
-            ev: Dict[str, Any] = {"data": []}
+            ev: dict[str, Any] = {"data": []}
             for line in block.split("\n"):
                 if not line or line.startswith(":"):
                     continue
@@ -56,21 +58,21 @@ class Reply:
                 events.append(ev)
         return events
 
-    def messages(self) -> List[Dict[str, Any]]:
+    def messages(self) -> list[dict[str, Any]]:
         """JSON-RPC messages of the body: one JSON object, or the non-empty SSE data events."""
         if self.content_type == "application/json":
             return [json.loads(self.body)] if self.body else []
         assert self.content_type == "text/event-stream", self.headers
         return [json.loads(e["data"]) for e in self.events() if e["data"].strip()]
 
-    def response(self, req_id: Any) -> Dict[str, Any]:
+    def response(self, req_id: Any) -> dict[str, Any]:
         for msg in self.messages():
             if msg.get("id") == req_id and ("result" in msg or "error" in msg):
                 return msg
-        raise AssertionError("no response with id %r in %r" % (req_id, self.body[:2000]))
+        raise AssertionError(f"no response with id {req_id!r} in {self.body[:2000]!r}")
 
 
-def http(url: str, body: Optional[Any], headers: Optional[Dict[str, str]] = None, method: str = "POST") -> Reply:
+def http(url: str, body: Any | None, headers: dict[str, str] | None = None, method: str = "POST") -> Reply:
     h = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
     h.update(headers or {})
     data = json.dumps(body).encode() if body is not None else None
@@ -85,7 +87,7 @@ def http(url: str, body: Optional[Any], headers: Optional[Dict[str, str]] = None
         return Reply(status, hdrs, resp.read())
 
 
-def legacy_handshake(url: str, version: str = LEGACY) -> Tuple[Reply, Dict[str, str]]:
+def legacy_handshake(url: str, version: str = LEGACY) -> tuple[Reply, dict[str, str]]:
     init = http(
         url,
         {
@@ -106,7 +108,7 @@ def legacy_handshake(url: str, version: str = LEGACY) -> Tuple[Reply, Dict[str, 
     return init, headers
 
 
-def modern_meta(**extra: Any) -> Dict[str, Any]:
+def modern_meta(**extra: Any) -> dict[str, Any]:
     meta = {
         "io.modelcontextprotocol/protocolVersion": MODERN,
         "io.modelcontextprotocol/clientCapabilities": {},
@@ -116,7 +118,7 @@ def modern_meta(**extra: Any) -> Dict[str, Any]:
     return meta
 
 
-def modern(url: str, req_id: Any, method: str, params: Optional[Dict[str, Any]] = None) -> Reply:
+def modern(url: str, req_id: Any, method: str, params: dict[str, Any] | None = None) -> Reply:
     params = dict(params or {})
     params["_meta"] = modern_meta()
     headers = {"MCP-Protocol-Version": MODERN, "Mcp-Method": method}
@@ -125,10 +127,10 @@ def modern(url: str, req_id: Any, method: str, params: Optional[Dict[str, Any]] 
     return http(url, {"jsonrpc": "2.0", "id": req_id, "method": method, "params": params}, headers)
 
 
-def listening_addresses(port: int) -> List[str]:
+def listening_addresses(port: int) -> list[str]:
     """Local addresses of LISTEN sockets on ``port`` (Linux /proc; empty list elsewhere)."""
     found = []
-    for name, width in (("/proc/net/tcp", 8), ("/proc/net/tcp6", 32)):
+    for name, _width in (("/proc/net/tcp", 8), ("/proc/net/tcp6", 32)):
         try:
             with open(name) as fh:
                 next(fh)
@@ -162,7 +164,7 @@ SDK_TOOLS = {
 }
 
 
-def _check_sdk_tools(tools: List[Dict[str, Any]]) -> None:
+def _check_sdk_tools(tools: list[dict[str, Any]]) -> None:
     by_name = {t["name"]: t for t in tools}
     assert SDK_TOOLS <= set(by_name), sorted(by_name)
     assert by_name["greet"]["inputSchema"]["properties"]["title"]["anyOf"] == [{"type": "string"}, {"type": "null"}]
@@ -179,11 +181,13 @@ def _check_sdk_tools(tools: List[Dict[str, Any]]) -> None:
 # --------------------------------------------------------------------------- fixtures bind loopback only
 
 
-@pytest.mark.parametrize("fixture", ["sdk_server_stateful", "sdk_server_stateless", "sdk_server_legacy", "everything_server"])
+@pytest.mark.parametrize(
+    "fixture", ["sdk_server_stateful", "sdk_server_stateless", "sdk_server_legacy", "everything_server"]
+)
 def test_server_listens_on_loopback_only(fixture: str, request: pytest.FixtureRequest) -> None:
     server = request.getfixturevalue(fixture)
     assert server.alive(), server.log_tail()
-    assert server.url == "http://127.0.0.1:%d/mcp" % server.port
+    assert server.url == f"http://127.0.0.1:{server.port}/mcp"
     if not os.path.exists("/proc/net/tcp"):
         pytest.skip("no /proc/net/tcp on this platform")
     addrs = listening_addresses(server.port)
@@ -201,7 +205,9 @@ def test_server_listens_on_loopback_only(fixture: str, request: pytest.FixtureRe
         ("sdk_server_legacy", True, "text/event-stream"),
     ],
 )
-def test_sdk_legacy_handshake_and_tools(fixture: str, stateful: bool, ctype: str, request: pytest.FixtureRequest) -> None:
+def test_sdk_legacy_handshake_and_tools(
+    fixture: str, stateful: bool, ctype: str, request: pytest.FixtureRequest
+) -> None:
     server = request.getfixturevalue(fixture)
     init, headers = legacy_handshake(server.url)
     assert init.content_type == ctype
@@ -235,7 +241,12 @@ def test_sdk_legacy_handshake_and_tools(fixture: str, stateful: bool, ctype: str
 
     flt = http(
         server.url,
-        {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "echo_float", "arguments": {"value": 0.1}}},
+        {
+            "jsonrpc": "2.0",
+            "id": 5,
+            "method": "tools/call",
+            "params": {"name": "echo_float", "arguments": {"value": 0.1}},
+        },
         headers,
     )
     assert b'"structuredContent":{"result":0.1}' in flt.body
@@ -292,7 +303,9 @@ def test_sdk_legacy_pinned_rejects_modern(sdk_server_legacy) -> None:
 
     _, headers = legacy_handshake(url)
     with_session = dict(headers, **{"MCP-Protocol-Version": MODERN, "Mcp-Method": "server/discover"})
-    rej = http(url, {"jsonrpc": "2.0", "id": 2, "method": "server/discover", "params": {"_meta": modern_meta()}}, with_session)
+    rej = http(
+        url, {"jsonrpc": "2.0", "id": 2, "method": "server/discover", "params": {"_meta": modern_meta()}}, with_session
+    )
     assert rej.status == 400
     err = rej.response(None)["error"]
     assert err["code"] == -32600 and err["message"].startswith("Bad Request: Unsupported protocol version: 2026-07-28")
@@ -320,10 +333,23 @@ def test_everything_legacy_handshake_and_tools(everything_server) -> None:
     assert {"echo", "get-sum", "get-structured-content", "get-tiny-image"} <= set(names)
     assert "trigger-sampling-request" not in names  # capability-gated, we declared none
 
-    echo = http(url, {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "echo", "arguments": {"message": "hi"}}}, headers)
+    echo = http(
+        url,
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "echo", "arguments": {"message": "hi"}}},
+        headers,
+    )
     assert echo.response(3)["result"]["content"] == [{"type": "text", "text": "Echo: hi"}]
 
-    add = http(url, {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "get-sum", "arguments": {"a": 1.5, "b": 2}}}, headers)
+    add = http(
+        url,
+        {
+            "jsonrpc": "2.0",
+            "id": 4,
+            "method": "tools/call",
+            "params": {"name": "get-sum", "arguments": {"a": 1.5, "b": 2}},
+        },
+        headers,
+    )
     assert add.response(4)["result"]["content"][0]["text"] == "The sum of 1.5 and 2 is 3.5."
 
 
@@ -337,18 +363,23 @@ def test_everything_rejects_modern(everything_server) -> None:
 
 
 class StdioPeer:
-    def __init__(self, argv: List[str], env: Dict[str, str]) -> None:
+    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
         self.proc = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, start_new_session=True
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
         )
         self._buf = b""
 
-    def send(self, msg: Dict[str, Any]) -> None:
+    def send(self, msg: dict[str, Any]) -> None:
         assert self.proc.stdin is not None
         self.proc.stdin.write(json.dumps(msg).encode() + b"\n")
         self.proc.stdin.flush()
 
-    def recv_response(self, req_id: Any) -> Dict[str, Any]:
+    def recv_response(self, req_id: Any) -> dict[str, Any]:
         """Read lines until the response to ``req_id`` (notifications in between are skipped)."""
         assert self.proc.stdout is not None
         fd = self.proc.stdout.fileno()
@@ -362,23 +393,23 @@ class StdioPeer:
                         return msg
             left = deadline - time.monotonic()
             if left <= 0:
-                raise AssertionError("no stdio response to %r" % (req_id,))
+                raise AssertionError(f"no stdio response to {req_id!r}")
             ready, _, _ = select.select([fd], [], [], left)
             if ready:
                 chunk = os.read(fd, 65536)
                 if not chunk:
-                    raise AssertionError("stdio server closed stdout before answering %r" % (req_id,))
+                    raise AssertionError(f"stdio server closed stdout before answering {req_id!r}")
                 self._buf += chunk
 
-    def request(self, req_id: Any, method: str, params: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
-        msg: Dict[str, Any] = {"jsonrpc": "2.0", "id": req_id, "method": method}
+    def request(self, req_id: Any, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        msg: dict[str, Any] = {"jsonrpc": "2.0", "id": req_id, "method": method}
         if params is not None:
             msg["params"] = params
         self.send(msg)
         return self.recv_response(req_id)
 
 
-def _close(peer: StdioPeer) -> Optional[int]:
+def _close(peer: StdioPeer) -> int | None:
     assert peer.proc.stdin is not None
     peer.proc.stdin.close()
     try:
@@ -389,7 +420,7 @@ def _close(peer: StdioPeer) -> Optional[int]:
         return None
 
 
-def _init_params() -> Dict[str, Any]:
+def _init_params() -> dict[str, Any]:
     return {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "smoke", "version": "0"}}
 
 

@@ -52,6 +52,18 @@ function rewrite(args) {
   return [port, HOST].concat(rest);
 }
 
+// Exit with the parent: the pytest fixtures set BKMCP_INTEROP_PARENT_PID to their own pid, so a server
+// does not outlive a test run that was SIGKILLed before its teardown.
+const parentPid = Number(process.env.BKMCP_INTEROP_PARENT_PID || "");
+if (Number.isInteger(parentPid) && parentPid > 0) {
+  setInterval(() => {
+    if (process.ppid !== parentPid) {
+      process.stderr.write("force_localhost: parent process gone, exiting\n");
+      process.exit(0);
+    }
+  }, 1000).unref();
+}
+
 net.Server.prototype.listen = function forcedListen(...args) {
   const newArgs = rewrite(args);
   if (newArgs === null) return origListen.apply(this, args);

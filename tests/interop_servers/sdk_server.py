@@ -37,7 +37,8 @@ legacy-pinned   The SDK has NO switch to turn the 2026-07-28 era off (the sessio
 Readiness: HTTP variants log uvicorn's ``Uvicorn running on http://127.0.0.1:N``
 line on stderr once the socket is bound, and this script first prints
 ``sdk_server: starting variant=... url=...`` on stderr.  Poll the TCP port.
-The server binds 127.0.0.1 only.
+The server binds 127.0.0.1 only. With BKMCP_INTEROP_PARENT_PID=<pid> it exits once its parent
+process is no longer that pid (set by the pytest fixtures for HTTP servers).
 """
 
 from __future__ import annotations
@@ -46,13 +47,15 @@ import argparse
 import asyncio
 import enum
 import json
+import os
 import sys
-from typing import Annotated, Any, Literal, Optional
-
-from pydantic import BaseModel, Field
+import threading
+import time
+from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import BaseModel, Field
 
 VARIANTS = ("stateful-sse", "stateless-json", "legacy-pinned")
 HOST = "127.0.0.1"
@@ -79,7 +82,7 @@ class Shape(BaseModel):
     name: str
     points: list[Point]
     closed: bool = False
-    tags: Optional[list[str]] = None
+    tags: list[str] | None = None
 
 
 class WeatherReport(BaseModel):
@@ -108,7 +111,7 @@ def build_server(name: str) -> MCPServer:
         return out.upper() if upper else out
 
     @mcp.tool(structured_output=False)
-    def greet(name: str, title: Optional[str] = None) -> str:
+    def greet(name: str, title: str | None = None) -> str:
         """Greet someone; title is optional and nullable (anyOf string/null). Unstructured: no outputSchema."""
         return f"Hello, {title + ' ' if title else ''}{name}!"
 
@@ -118,7 +121,7 @@ def build_server(name: str) -> MCPServer:
         return {"mode": mode, "color": color.value}
 
     @mcp.tool()
-    def summarize(values: list[int], shape: Shape, weights: Optional[dict[str, float]] = None) -> dict[str, Any]:
+    def summarize(values: list[int], shape: Shape, weights: dict[str, float] | None = None) -> dict[str, Any]:
         """Array of integers plus a nested pydantic model ($defs/$ref)."""
         return {
             "count": len(values),
@@ -273,7 +276,27 @@ async def _serve_stdio_legacy(mcp: MCPServer) -> None:
             )
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def _exit_with_parent() -> None:
+    """If BKMCP_INTEROP_PARENT_PID is set (the pytest fixtures set it), exit once that parent is gone.
+
+    Keeps a server from outliving a test run that was SIGKILLed before its teardown.
+    """
+    raw = os.environ.get("BKMCP_INTEROP_PARENT_PID", "")
+    if not raw.isdigit():
+        return
+    parent = int(raw)
+
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent:
+                print("sdk_server: parent process gone, exiting", file=sys.stderr, flush=True)
+                os._exit(0)
+
+    threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
+
+
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--port", type=int, default=0, help="TCP port on 127.0.0.1 (HTTP variants; required unless --stdio)")
     p.add_argument("--variant", choices=VARIANTS, default="stateful-sse")
@@ -281,6 +304,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     args = p.parse_args(argv)
 
+    _exit_with_parent()
     mcp = build_server(f"bkmcp-interop-sdk-{args.variant}")
     if args.stdio:
         print(f"sdk_server: starting variant={args.variant} transport=stdio", file=sys.stderr, flush=True)

@@ -1,0 +1,223 @@
+"""MCP-004 pagination and timeouts: multi-page catalogues, empty catalogue, the pagination guards (repeated
+cursor, cursor cycle, 1000-page guard, failure on page N, duplicate names), the total --timeout budget, a
+dropped connection after the call, session expiry (re-initialize once, except during tools/call), and SSE
+resumption with Last-Event-ID (2025-11-25).
+
+Seed rows: D03 (multi page / empty), D04 (guards never hang and never report complete), R03 (timeouts, lost
+results, no resend of tools/call, outcome unknown, connections released).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from mock_server.mcp_mock import mock_tool
+
+pytestmark = [pytest.mark.integration, pytest.mark.scenario]
+
+
+@pytest.mark.parametrize("version", ["2025-03-26", "2026-07-28"])
+def test_MCP_004_many_pages_in_order_D03(mock, version):
+    target = mock({"generate_tools": 45, "page_size": 4}, protocol_version=version)
+    result = target.run(target.name, "--tools")
+    assert result.exit_status == 0
+    names = [t["name"] for t in result.json["data"]["tools"]]
+    assert len(names) == 50 and len(set(names)) == 50
+    assert target.count("tools/list") == 13
+    cursors = [(e["json"].get("params") or {}).get("cursor") for e in target.srv.requests("tools/list")]
+    assert cursors[0] is None and len(set(cursors[1:])) == 12
+
+
+def incomplete(result, *, pages: int | None = None):
+    assert result.exit_status == 2, result.stdout
+    assert result.error_code == "mcp_discovery_incomplete"
+    data = result.json["data"]
+    assert data["complete"] is False
+    if pages is not None:
+        assert result.json["error"]["pages"] == pages
+    return data
+
+
+@pytest.mark.parametrize("mode", ["--check", "--tools"])
+def test_MCP_004_duplicate_cursor_is_incomplete_D04(mock, mode):
+    target = mock({"page_size": 2, "faults": {"duplicate_cursor": 2}}, protocol_version="2025-11-25")
+    result = target.run(target.name, mode)
+    data = incomplete(result, pages=2)
+    assert data["tool_count"] == 4
+    assert "repeated cursor" in result.json["error"]["message"]
+    if mode == "--check":
+        assert data["checks"] == {"config": "passed", "connection": "passed", "protocol": "passed", "tools": "failed"}
+    else:
+        assert len(data["tools"]) == 4
+    assert target.count("tools/list") == 2
+
+
+def test_MCP_004_cursor_cycle_is_incomplete_D04(mock):
+    target = mock({"page_size": 2, "faults": {"cursor_cycle": True}}, protocol_version="2026-07-28")
+    result = target.run(target.name, "--check")
+    incomplete(result, pages=3)
+    assert "cycle" in result.json["error"]["message"]
+
+
+def test_MCP_004_thousand_page_guard_D04(mock):
+    """D04: a server that never stops paginating is cut at 1000 pages, reported incomplete, never hangs."""
+    target = mock({"page_size": 1, "faults": {"infinite_pages": True}}, protocol_version="2026-07-28")
+    started = time.monotonic()
+    result = target.run("--timeout", "120s", target.name, "--tools")
+    data = incomplete(result, pages=1000)
+    assert data["tool_count"] == 1000
+    assert target.count("tools/list") == 1000
+    assert time.monotonic() - started < 110
+
+
+def test_MCP_004_tool_count_guard_D04(mock, monkeypatch):
+    import bkmcp
+
+    monkeypatch.setattr(bkmcp, "MAX_TOOLS", 10)
+    target = mock({"generate_tools": 20, "page_size": 4}, protocol_version="2025-06-18")
+    result = target.run(target.name, "--tools")
+    incomplete(result)
+    assert "more than 10 tools" in result.json["error"]["message"]
+
+
+@pytest.mark.parametrize("version", ["2025-11-25", "2026-07-28"])
+def test_MCP_004_failure_on_page_n_is_incomplete_with_pages_seen_D04(mock, version):
+    target = mock({"page_size": 2, "faults": {"fail_on_page": 3}}, protocol_version=version)
+    result = target.run(target.name, "--check")
+    data = incomplete(result, pages=2)
+    assert data["tool_count"] == 4
+    assert result.json["error"]["cause"]["code"] == "mcp_protocol_error"
+
+
+def test_MCP_004_failure_on_first_page_is_the_original_error_D04(mock):
+    target = mock({"faults": {"fail_on_page": 1}}, protocol_version="2025-11-25")
+    result = target.run(target.name, "--check")
+    assert result.exit_status == 2 and result.error_code == "mcp_protocol_error"
+    assert result.json["data"]["checks"]["tools"] == "failed"
+
+
+def test_MCP_004_duplicate_tool_names_across_pages_is_protocol_error_D04(mock):
+    target = mock({"page_size": 2, "faults": {"duplicate_tool_names": True}}, protocol_version="2025-11-25")
+    result = target.run(target.name, "--tools")
+    assert result.exit_status == 2 and result.error_code == "mcp_protocol_error"
+    assert result.json["error"]["duplicate"]
+    assert result.json["data"]["complete"] is False
+
+
+@pytest.mark.parametrize("version", ["2025-11-25", "2026-07-28"])
+@pytest.mark.parametrize("mode", ["json", "sse"])
+def test_MCP_004_slow_call_times_out_and_is_sent_once_R03(mock, version, mode):
+    """R03: --timeout bounds the whole operation; the call is sent exactly once; outcome unknown."""
+    target = mock({"response_mode": mode, "tools": [mock_tool("slow", "slow", ms=5000)]}, protocol_version=version)
+    started = time.monotonic()
+    result = target.run("--timeout", "1s", target.name, "slow", "--body", "{}")
+    elapsed = time.monotonic() - started
+    assert result.exit_status == 2 and result.error_code == "mcp_timeout"
+    assert result.json["error"]["outcome"] == "unknown"
+    assert elapsed < 4
+    assert target.count("tools/call") == 1
+
+
+def test_MCP_004_timeout_budget_covers_discovery_not_each_step_R03(mock):
+    """Every request takes 300 ms; 6 requests cannot fit a 1 s budget even though each fits on its own."""
+    target = mock({"page_size": 1, "faults": {"slow_ms": 300}}, protocol_version="2026-07-28")
+    started = time.monotonic()
+    result = target.run("--timeout", "1s", target.name, "--tools")
+    assert result.exit_status == 2
+    assert result.error_code in ("mcp_timeout", "mcp_discovery_incomplete")
+    if result.error_code == "mcp_discovery_incomplete":
+        assert result.json["error"]["cause"]["code"] == "mcp_timeout"
+    assert time.monotonic() - started < 2.5
+
+
+@pytest.mark.parametrize("how", ["behaviour", "fault"])
+@pytest.mark.parametrize("mode", ["json", "sse"])
+def test_MCP_004_drop_after_call_is_outcome_unknown_and_not_resent_R03(mock, how, mode):
+    scenario = {"response_mode": mode}
+    tool = "echo"
+    if how == "behaviour":
+        scenario["tools"] = [mock_tool("dropper", "drop")]
+        tool = "dropper"
+    else:
+        scenario["faults"] = {"drop_on_call": True}
+    target = mock(scenario, protocol_version="2025-11-25")
+    result = target.run(target.name, tool, "--body", "{}")
+    assert result.exit_status == 2
+    assert result.error_code == "mcp_connection_error"
+    assert result.json["error"]["outcome"] == "unknown"
+    assert target.count("tools/call") == 1
+
+
+@pytest.mark.parametrize("status", [404, 400])
+def test_MCP_004_session_expiry_during_discovery_reinitializes_once_R03(mock, status):
+    """A 404 (or server-everything's 400 "No valid session ID") on a request carrying the session id ->
+    one new initialize (without the old session id), then discovery continues."""
+    target = mock({"page_size": 2, "lost_session_status": status, "faults": {"expire_session_after": 3}},
+                  protocol_version="2025-11-25")
+    result = target.run(target.name, "--tools")
+    assert result.exit_status == 0, result.stdout
+    assert result.json["data"]["tool_count"] == 5
+    inits = target.srv.requests("initialize")
+    assert len(inits) == 2
+    assert "mcp-session-id" not in inits[1]["headers"]
+
+
+def test_MCP_004_session_expiry_twice_is_not_retried_forever_R03(mock):
+    target = mock({"page_size": 1, "faults": {"expire_session_after": 1}}, protocol_version="2025-11-25")
+    result = target.run(target.name, "--tools")
+    assert result.exit_status == 2
+    assert result.error_code == "mcp_protocol_error"  # page 1 failed twice: the original error, no third init
+    assert result.json["error"]["http_status"] == 404
+    assert target.count("initialize") == 2
+
+
+@pytest.mark.parametrize("status", [404, 400])
+def test_MCP_004_session_expiry_during_call_is_never_resent_R03(mock, status):
+    """R03: the session is lost exactly when tools/call arrives -> error, outcome unknown, no re-initialize,
+    one tools/call."""
+    target = mock({"lost_session_status": status, "faults": {"expire_session_after": 2}},
+                  protocol_version="2025-06-18")
+    result = target.run(target.name, "echo", "--body", '{"text":"x"}')
+    assert result.exit_status == 2
+    assert result.json["error"]["outcome"] == "unknown"
+    assert target.count("tools/call") == 1
+    assert target.count("initialize") == 1
+
+
+def test_MCP_004_sse_resumption_with_last_event_id_2025_11_25_R01(mock):
+    """2025-11-25: the POST stream closes after a priming event with retry; bkmcp waits retry ms, GETs with
+    Last-Event-ID and the session id, and gets the response there. tools/call is POSTed once."""
+    target = mock({"response_mode": "sse", "faults": {"sse_retry_resume": {"retry_ms": 300}}},
+                  protocol_version="2025-11-25")
+    result = target.run(target.name, "echo", "--body", '{"text":"resumed"}')
+    assert result.exit_status == 0, result.stdout + result.stderr
+    assert "resumed" in result.stdout
+    assert target.count("tools/call") == 1
+    [post] = target.srv.requests("tools/call")
+    gets = target.srv.requests(http_method="GET")
+    assert len(gets) == 1
+    assert gets[0]["headers"]["last-event-id"]
+    assert gets[0]["headers"]["mcp-session-id"] == post["headers"]["mcp-session-id"]
+    assert gets[0]["headers"]["mcp-protocol-version"] == "2025-11-25"
+    assert gets[0]["time"] - post["time"] >= 0.29
+
+
+def test_MCP_004_sse_resumption_bounded_by_timeout_R03(mock):
+    target = mock({"response_mode": "sse", "faults": {"sse_retry_resume": {"retry_ms": 5000}}},
+                  protocol_version="2025-11-25")
+    started = time.monotonic()
+    result = target.run("--timeout", "1s", target.name, "echo", "--body", "{}")
+    assert result.exit_status == 2 and result.error_code == "mcp_timeout"
+    assert result.json["error"]["outcome"] == "unknown"
+    assert time.monotonic() - started < 3
+    assert target.count("tools/call") == 1
+
+
+def test_MCP_004_big_result_over_sse(mock):
+    target = mock({"response_mode": "sse", "tools": [mock_tool("big", "big", bytes=8 * 1024 * 1024)]},
+                  protocol_version="2025-11-25")
+    result = target.run(target.name, "big", "--body", "{}")
+    assert result.exit_status == 0
+    assert len(result.json["data"]["result"]["content"][0]["text"]) == 8 * 1024 * 1024
