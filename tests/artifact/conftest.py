@@ -18,8 +18,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
-from .artifact_helpers import PY_VERSIONS, build_pyz, find_python, program_source
+from artifact_helpers import PY_VERSIONS, build_pyz, find_python, program_source
 
 
 @pytest.fixture(scope="session")

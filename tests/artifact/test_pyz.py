@@ -14,8 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-
-from .artifact_helpers import ROOT, build_pyz, find_python, program_source, run_in_pyz, run_pyz
+from artifact_helpers import ROOT, build_pyz, find_python, program_source, run_in_pyz, run_pyz
 
 pytestmark = pytest.mark.artifact
 
