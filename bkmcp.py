@@ -58,8 +58,9 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any, Callable, Iterable, Mapping, Sequence
+from typing import IO, Any
 
 __version__ = "0.1.0"
 
@@ -255,7 +256,8 @@ _INT_DIGITS_LIMIT = 4000  # below CPython's int/str conversion limit (4300 digit
 
 
 def _parse_int(text: str) -> Any:
-    return int(text) if len(text) <= _INT_DIGITS_LIMIT else JsonNumber(text)
+    # "-0" as an int would be written back as "0": keep its text (it still compares equal to 0)
+    return int(text) if len(text) <= _INT_DIGITS_LIMIT and text != "-0" else JsonNumber(text)
 
 
 def _strict_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -330,7 +332,14 @@ def dump_json(value: Any, *, indent: int | None = None, sort_keys: bool = False)
     if raws:
         pattern = re.compile('"' + re.escape(_RAW_MARK + nonce) + r"-(\d+)\ue001" + '"')
         out = pattern.sub(lambda m: raws[int(m.group(1))], out)
+    if _ESCAPE_ALWAYS.search(out):
+        # JSON allows "\udcff" escapes that are not valid Unicode; written raw they make every UTF-8 stream fail.
+        # U+0085/U+2028/U+2029 are line breaks to many readers: escaped, an envelope stays one line everywhere.
+        out = _ESCAPE_ALWAYS.sub(lambda m: f"\\u{ord(m.group()):04x}", out)
     return out
+
+
+_ESCAPE_ALWAYS = re.compile("[\ud800-\udfff\u0085\u2028\u2029]")
 
 
 def _decimal_text(number: decimal.Decimal) -> str:
@@ -393,7 +402,7 @@ class Redactor:
 
 # -- durations and deadlines ---------------------------------------------------------------------------
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?|\.\d+)(ms|s|m|h)?$")
+_DURATION = re.compile(r"^([0-9]+(?:\.[0-9]+)?|\.[0-9]+)(ms|s|m|h)?$")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
 
@@ -544,7 +553,11 @@ def resolve_config_path(option: str | None, env: Mapping[str, str], cwd: str) ->
     if option is not None:
         if not option:
             raise UsageError("--config needs a file path")
-        path = os.path.expanduser(option) if option.startswith("~") else option
+        path = option
+        if option == "~" or option.startswith("~/"):  # the injected HOME, like the default path below
+            path = (env.get("HOME") or os.path.expanduser("~")) + option[1:]
+        elif option.startswith("~"):
+            path = os.path.expanduser(option)
     elif env.get("BK_CLI_CONFIG_DIR"):
         path = os.path.join(env["BK_CLI_CONFIG_DIR"], CONFIG_FILE_NAME)
     else:
@@ -588,12 +601,20 @@ def parse_config(raw: str | bytes, path: str) -> ConfigFile:
         )
     extra = sorted(set(document) - {"mcpServers"})
     if extra:
-        raise InvalidConfigError(f"{path}: unsupported top-level field(s): {', '.join(map(repr, extra))}")
+        shown = ", ".join(repr(_safe_name(k)) for k in extra)
+        raise InvalidConfigError(f"{path}: unsupported top-level field(s): {shown}")
     entries = document["mcpServers"]
     if not isinstance(entries, dict):
         raise InvalidConfigError(f"{path}: \"mcpServers\" must be an object of named servers")
     servers = {name: _parse_server(path, name, entry) for name, entry in entries.items()}
     return ConfigFile(path, servers)
+
+
+def _safe_name(name: str) -> str:
+    """A config key as diagnostics may show it: up to its first character outside a header token, so a pasted
+    ``Authorization: Bearer <token>`` or ``API_KEY=<value>`` key never prints its secret part (A05)."""
+    prefix = re.match(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]*", name).group()  # type: ignore[union-attr]
+    return name if prefix == name and len(name) <= 64 else prefix[:64] + "…"
 
 
 def check_server_name(name: str) -> str | None:
@@ -626,7 +647,7 @@ def _parse_server(path: str, name: str, entry: Any) -> ServerConfig:
     unknown = sorted(set(entry) - allowed)
     if unknown:
         raise InvalidConfigError(
-            f"{where}: unknown field(s) {', '.join(map(repr, unknown))} for type {kind!r}",
+            f"{where}: unknown field(s) {', '.join(repr(_safe_name(k)) for k in unknown)} for type {kind!r}",
             hint=f"known fields: {', '.join(sorted(allowed))}",
         )
     version = entry.get("protocolVersion")
@@ -654,7 +675,7 @@ def _parse_server(path: str, name: str, entry: Any) -> ServerConfig:
         raise InvalidConfigError(f"{where}: field \"env\" must be an object of string values")
     for key in env:
         if not _ENV_NAME.match(key):
-            raise InvalidConfigError(f"{where}: field \"env\" has an invalid variable name {key!r}")
+            raise InvalidConfigError(f"{where}: field \"env\" has an invalid variable name {_safe_name(key)!r}")
     cwd = entry.get("cwd")
     if cwd is not None and (not isinstance(cwd, str) or not cwd):
         raise InvalidConfigError(f"{where}: field \"cwd\" must be a non-empty string")
@@ -706,7 +727,11 @@ def _check_headers(where: str, headers: Any) -> tuple[tuple[str, str], ...]:
     seen: dict[str, str] = {}
     for name, value in headers.items():
         if not _HEADER_NAME.match(name):
-            raise InvalidConfigError(f"{where}: header name {name!r} is not a valid HTTP header name")
+            # never echo the whole name: a pasted "Authorization: Bearer <token>" key would print the token
+            raise InvalidConfigError(
+                f"{where}: header name {_safe_name(name)!r} is not a valid HTTP header name",
+                hint="header names are tokens without spaces, ':' or control characters; values go after them",
+            )
         if not isinstance(value, str):
             raise InvalidConfigError(f"{where}: header {name!r} must have a string value")
         if "\r" in value or "\n" in value or "\x00" in value:
@@ -2318,8 +2343,623 @@ class ToolToken:
     raw: str
 
 
-# FLAGS-PLACEHOLDER-8: build_tool_flags(tool), parse_tool_arguments(tool, tokens), check_tool_tokens(tool,
-# tokens), validate_arguments(tool, arguments), find_tool(tools, name, server_name), describe_cli(tool).
+# Rules (SPEC §6, seed §6): flags are named exactly as the property; only declared simple types get a flag;
+# anything a flag cannot express unambiguously stays usable through --body. Only what the user typed is sent.
+
+FLAG_TYPES = ("string", "integer", "number", "boolean", "array", "object")
+_FLAG_METAVAR = {"string": "STRING", "integer": "INTEGER", "number": "NUMBER", "array": "JSON-ARRAY",
+                 "object": "JSON-OBJECT"}
+_COMBINATORS = ("anyOf", "oneOf", "allOf")
+_REF_KEYWORDS = ("$ref", "$dynamicRef", "$recursiveRef")
+_JSON_INTEGER = re.compile(r"-?(?:0|[1-9][0-9]*)")
+_JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class ToolFlag:
+    """A property that has a flag: ``--<name>`` typed by ``kind`` (one of FLAG_TYPES)."""
+
+    name: str
+    kind: str
+    required: bool
+    schema: dict[str, Any]
+
+    @property
+    def option(self) -> str:
+        return f"--{self.name}"
+
+    @property
+    def usage(self) -> str:
+        """``--limit INTEGER`` / ``--enabled=true|false``."""
+        if self.kind == "boolean":
+            return f"--{self.name}=true|false"
+        return f"--{self.name} {_FLAG_METAVAR[self.kind]}"
+
+
+@dataclass(frozen=True)
+class BodyOnlyField:
+    """A property (or required name) that gets no flag; it is set through ``--body``."""
+
+    name: str
+    reason: str
+    required: bool
+    schema: Any = None
+
+
+@dataclass(frozen=True)
+class ToolFlags:
+    """What a tool's ``inputSchema`` offers on the command line."""
+
+    flags: dict[str, ToolFlag]
+    body_only: dict[str, BodyOnlyField]
+    required: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+
+
+def _schema_object(tool: Mapping[str, Any]) -> dict[str, Any] | None:
+    schema = tool.get("inputSchema") if isinstance(tool, Mapping) else None
+    return schema if isinstance(schema, dict) else None
+
+
+def _flag_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a ``--name`` flag (None when it can)."""
+    if not name:
+        return "an empty name cannot be a flag"
+    if name.startswith("-"):
+        return "a name starting with '-' cannot be a flag"
+    if "=" in name:
+        return "a name containing '=' cannot be a flag (--name=value would split it)"
+    import unicodedata
+
+    if any(ch.isspace() or unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") for ch in name):
+        return "a name containing whitespace or control characters cannot be a flag"
+    if name in RESERVED_OPTION_NAMES:
+        own = f"-{name}" if len(name) == 1 else f"--{name}"
+        return f"the name collides with bkmcp's own option {own} (reserved names are never tool flags)"
+    return None
+
+
+def _property_kind(schema: Any) -> tuple[str | None, str]:
+    """(flag type, "") when the property schema maps to a flag, else (None, reason to use --body)."""
+    if not isinstance(schema, dict):
+        return None, "its schema is not an object (any value allowed), so a flag could not know the type"
+    for keyword in _REF_KEYWORDS:
+        if keyword in schema:
+            return None, f"its schema is a reference ({keyword}: {_short(schema[keyword])})"
+    for keyword in _COMBINATORS:
+        if keyword in schema:
+            nullable = isinstance(schema[keyword], list) and any(
+                isinstance(s, dict) and s.get("type") == "null" for s in schema[keyword]
+            )
+            extra = ", e.g. an optional value that may be null" if nullable else ""
+            return None, f"its schema combines alternatives ({keyword}{extra})"
+    declared = schema.get("type")
+    if isinstance(declared, list):
+        if len(declared) == 1 and isinstance(declared[0], str):
+            declared = declared[0]
+        else:
+            return None, f"its type is a union ({', '.join(_short(t) for t in declared)})"
+    if declared is None:
+        return None, "its schema declares no type"
+    if declared == "null":
+        return None, "its type is null (only JSON null is valid)"
+    if declared not in FLAG_TYPES:
+        return None, f"its type {_short(declared)} is not a JSON Schema type a flag can map"
+    return str(declared), ""
+
+
+def _short(value: Any, limit: int = 40) -> str:
+    text = value if isinstance(value, str) else dump_json(value)
+    text = _printable(text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _printable(text: str) -> str:
+    """Server text made safe for a terminal: control characters shown as escapes, never interpreted."""
+    if text.isprintable():
+        return text
+    return "".join(
+        ch if ch.isprintable() or ch == " " else json.dumps(ch)[1:-1] if ord(ch) < 0x10000 else ch for ch in text
+    )
+
+
+def build_tool_flags(tool: Mapping[str, Any]) -> ToolFlags:
+    """Map ``inputSchema.properties`` to typed flags (SPEC §6). Never raises on odd schemas.
+
+    A property whose schema a flag cannot express (null, union, anyOf/oneOf/allOf, $ref, no type) or whose name
+    cannot be a flag (empty, leading '-', '=', whitespace/control characters, reserved option name) goes to
+    ``body_only`` with the reason; the other properties still get their flags.
+    """
+    notes: list[str] = []
+    schema = _schema_object(tool)
+    if schema is None:
+        notes.append("the tool has no inputSchema object; only --body can pass arguments")
+        return ToolFlags({}, {}, (), tuple(notes))
+    raw_required = schema.get("required")
+    required: list[str] = []
+    if isinstance(raw_required, list):
+        required = [r for r in raw_required if isinstance(r, str)]
+        required = list(dict.fromkeys(required))
+    elif raw_required is not None:
+        notes.append("inputSchema.required is not a list and was ignored")
+    properties = schema.get("properties")
+    if properties is None:
+        properties = {}
+    elif not isinstance(properties, dict):
+        notes.append("inputSchema.properties is not an object; only --body can pass arguments")
+        properties = {}
+    flags: dict[str, ToolFlag] = {}
+    body_only: dict[str, BodyOnlyField] = {}
+    for name, prop in properties.items():
+        is_required = name in required
+        problem = _flag_name_problem(name)
+        kind, reason = (None, problem) if problem else _property_kind(prop)
+        if kind is None:
+            body_only[name] = BodyOnlyField(name, reason, is_required, prop)
+        else:
+            flags[name] = ToolFlag(name, kind, is_required, prop)
+    for name in required:
+        if name not in properties:
+            body_only[name] = BodyOnlyField(name, "it is required but has no schema in properties", True)
+    return ToolFlags(flags, body_only, tuple(required), tuple(notes))
+
+
+def describe_cli(tool: Mapping[str, Any]) -> dict[str, Any]:
+    """Per-tool CLI summary for ``--tools`` (``data.cli[tool_name]``): flags and fields that need --body."""
+    mapped = build_tool_flags(tool)
+    out: dict[str, Any] = {
+        "flags": [
+            {"name": f.name, "flag": f.usage, "type": f.kind, "required": f.required} for f in mapped.flags.values()
+        ],
+        "body_only": [{"name": b.name, "reason": b.reason} for b in mapped.body_only.values()],
+    }
+    if mapped.notes:
+        out["notes"] = list(mapped.notes)
+    return out
+
+
+# -- values --------------------------------------------------------------------------------------------
+
+
+def _tool_help_command(server_name: str, tool: Mapping[str, Any]) -> str:
+    return f"bkmcp {server_name} {tool.get('name')} --help"
+
+
+def _flag_path(name: str) -> str:
+    return json_path([name])
+
+
+def json_path(parts: Iterable[Any]) -> str:
+    """``$.a.b[0]["odd key"]``: the JSON path of a location in the arguments object."""
+    out = "$"
+    for part in parts:
+        if isinstance(part, int) and not isinstance(part, bool):
+            out += f"[{part}]"
+        elif isinstance(part, str) and _IDENTIFIER.fullmatch(part):
+            out += f".{part}"
+        else:
+            out += f"[{json.dumps(str(part), ensure_ascii=False)}]"
+    return out
+
+
+def convert_flag_value(flag: ToolFlag, token: ToolToken) -> Any:
+    """The JSON value of one flag token; ``ValueError`` with a user-facing reason when it is malformed."""
+    value = token.value
+    if flag.kind == "boolean":
+        if value is None:
+            raise ValueError(f"{flag.option} needs a value: write {flag.option}=true or {flag.option}=false")
+        if not token.has_equals:
+            raise ValueError(
+                f"boolean {flag.option} takes its value after '=': write {flag.option}=true or {flag.option}=false "
+                f"(not '{flag.option} {_short(value)}')"
+            )
+        if value == "true":
+            return True
+        if value == "false":
+            return False
+        raise ValueError(f"{flag.option} must be {flag.option}=true or {flag.option}=false, got {_short(value)!r}")
+    if value is None:
+        raise ValueError(f"{flag.option} needs a value ({flag.usage})")
+    if flag.kind == "string":
+        return value
+    if flag.kind == "integer":
+        if not _JSON_INTEGER.fullmatch(value):
+            raise ValueError(
+                f"{flag.option} expects an integer (digits with an optional leading '-', e.g. 20), got "
+                f"{_short(value)!r}"
+            )
+        return _exact_number(value)
+    if flag.kind == "number":
+        if not _JSON_NUMBER.fullmatch(value):
+            raise ValueError(
+                f"{flag.option} expects a JSON number (e.g. 0.5, -2, 1e-3), got {_short(value)!r}"
+            )
+        return _exact_number(value)
+    try:
+        parsed = parse_json(value)
+    except JsonInputError as exc:
+        example = "'[1,2,3]'" if flag.kind == "array" else '\'{"key":"value"}\''
+        extra = " (arrays are JSON, never comma-separated)" if flag.kind == "array" else ""
+        raise ValueError(
+            f"{flag.option} takes a JSON {flag.kind}{extra}, e.g. {flag.option} {example}: {exc}"
+        ) from None
+    expected = list if flag.kind == "array" else dict
+    if not isinstance(parsed, expected):
+        raise ValueError(f"{flag.option} takes a JSON {flag.kind}, got {_json_type(parsed)}")
+    return parsed
+
+
+def _exact_number(text: str) -> Any:
+    """Integers stay ``int`` (huge ones and -0 keep their text); everything else keeps its exact text."""
+    if _JSON_INTEGER.fullmatch(text) and text != "-0":
+        return _parse_int(text)
+    return JsonNumber(text)
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float, decimal.Decimal)):
+        return "integer" if _is_json_integer(value) else "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def _is_json_number(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, decimal.Decimal):
+        return value.is_finite()
+    return isinstance(value, (int, float))
+
+
+def _is_json_integer(value: Any) -> bool:
+    """JSON Schema's integer (draft 6+): a number with no fractional part; never a boolean."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return True
+    if isinstance(value, float):
+        return value.is_integer()
+    if isinstance(value, decimal.Decimal):
+        if not value.is_finite():
+            return False
+        if value.as_tuple().exponent >= 0:  # type: ignore[operator]
+            return True
+        try:
+            return value == value.to_integral_value()
+        except decimal.DecimalException:
+            return False
+    return False
+
+
+def _read_tokens(
+    tool: Mapping[str, Any], tokens: Sequence[ToolToken], server_name: str
+) -> tuple[dict[str, Any], list[dict[str, str]]]:
+    """Convert tokens to values; collect every problem instead of stopping at the first."""
+    mapped = build_tool_flags(tool)
+    values: dict[str, Any] = {}
+    problems: list[dict[str, str]] = []
+    seen: set[str] = set()
+    for token in tokens:
+        option = f"--{token.name}"
+        if token.name in seen:
+            problems.append({"flag": option, "path": _flag_path(token.name),
+                             "message": f"{option} is given more than once (give each flag once; arrays are JSON)"})
+            continue
+        seen.add(token.name)
+        flag = mapped.flags.get(token.name)
+        if flag is not None:
+            try:
+                values[token.name] = convert_flag_value(flag, token)
+            except ValueError as exc:
+                problems.append({"flag": option, "path": _flag_path(token.name), "message": str(exc)})
+            continue
+        body_field = mapped.body_only.get(token.name)
+        if body_field is not None:
+            problems.append({
+                "flag": option, "path": _flag_path(token.name),
+                "message": f"{_printable(token.name)!r} has no flag: {body_field.reason}; set it with --body",
+            })
+            continue
+        names = list(mapped.flags)
+        close = closest_names(token.name, names)
+        suggestion = f"; did you mean {', '.join('--' + c for c in close)}?" if close else ""
+        problems.append({"flag": _short(option, 60),
+                         "message": f"unknown option {_short(option, 60)} for tool {tool.get('name')!r}{suggestion}"})
+    return values, problems
+
+
+def _raise_token_problems(tool: Mapping[str, Any], problems: list[dict[str, str]], server_name: str) -> None:
+    if not problems:
+        return
+    first = problems[0]["message"]
+    more = f" (and {len(problems) - 1} more problem{'s' if len(problems) > 2 else ''})" if len(problems) > 1 else ""
+    raise InvalidArgumentsError(
+        f"{first}{more}",
+        hint=f"see the tool's flags with: {_tool_help_command(server_name, tool)}",
+        details={"problems": problems},
+    )
+
+
+def parse_tool_arguments(
+    tool: Mapping[str, Any], tokens: Sequence[ToolToken], *, server_name: str = "<server>"
+) -> dict[str, Any]:
+    """Named flags -> the ``arguments`` object (P01, P02, P03). Only given flags are sent; no defaults.
+
+    Every malformed, repeated, unknown or body-only flag is reported at once as ``invalid_mcp_arguments`` whose
+    ``problems`` name the flag, and the hint names the tool help command.
+    """
+    values, problems = _read_tokens(tool, tokens, server_name)
+    _raise_token_problems(tool, problems, server_name)
+    return values
+
+
+def check_tool_tokens(
+    tool: Mapping[str, Any], tokens: Sequence[ToolToken], *, server_name: str = "<server>"
+) -> list[str]:
+    """With ``--body`` (P05): tool flags are not merged or sent, but must be well-formed flags of the tool.
+
+    Returns the ignored flags (``--name``), for a warning; raises like ``parse_tool_arguments`` otherwise.
+    """
+    _values, problems = _read_tokens(tool, tokens, server_name)
+    _raise_token_problems(tool, problems, server_name)
+    return [f"--{t.name}" for t in tokens]
+
+
+# -- validation ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ArgumentCheck:
+    """What ``validate_arguments`` actually checked: ``"full"`` (whole schema) or ``"basic"`` (top level)."""
+
+    scope: str
+    notes: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        if self.scope == "full":
+            return "arguments validated locally against the full inputSchema"
+        why = "; ".join(self.notes) or "no full schema check"
+        return f"arguments checked locally for required fields, types and enum only ({why}); the server validates"
+
+
+class _NotLocal(Exception):
+    """The full schema cannot be checked here (remote reference, unsupported feature): fall back, say so."""
+
+
+def _json_equal(a: Any, b: Any) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if _is_json_number(a) and _is_json_number(b):
+        try:
+            return decimal.Decimal(str(a) if isinstance(a, float) else a) == decimal.Decimal(
+                str(b) if isinstance(b, float) else b
+            )
+        except (decimal.DecimalException, ValueError):
+            return False
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
+    if isinstance(a, str) or isinstance(b, str):
+        return isinstance(a, str) and isinstance(b, str) and a == b
+    return a is None and b is None
+
+
+_TYPE_TESTS: dict[str, Callable[[Any], bool]] = {
+    "string": lambda v: isinstance(v, str),
+    "integer": _is_json_integer,
+    "number": _is_json_number,
+    "boolean": lambda v: isinstance(v, bool),
+    "array": lambda v: isinstance(v, list),
+    "object": lambda v: isinstance(v, dict),
+    "null": lambda v: v is None,
+}
+
+
+def _basic_problems(schema: dict[str, Any], arguments: Mapping[str, Any]) -> list[dict[str, str]]:
+    """Required, declared type and enum/const of top-level properties: needs no library, always runs."""
+    problems: list[dict[str, str]] = []
+    required = schema.get("required")
+    if isinstance(required, list):
+        for name in dict.fromkeys(r for r in required if isinstance(r, str)):
+            if name not in arguments:
+                problems.append({"path": json_path([name]), "message": "required property is missing"})
+    properties = schema.get("properties")
+    if not isinstance(properties, dict):
+        return problems
+    for name, value in arguments.items():
+        prop = properties.get(name)
+        if not isinstance(prop, dict):
+            continue
+        path = json_path([name])
+        declared = prop.get("type")
+        types = [declared] if isinstance(declared, str) else declared if isinstance(declared, list) else []
+        known = [t for t in types if isinstance(t, str) and t in _TYPE_TESTS]
+        if known and len(known) == len(types) and not any(_TYPE_TESTS[t](value) for t in known):
+            problems.append({"path": path, "message": f"expected {' or '.join(known)}, got {_json_type(value)}"})
+            continue
+        enum = prop.get("enum")
+        if isinstance(enum, list) and not any(_json_equal(value, e) for e in enum):
+            problems.append({"path": path, "message": f"must be one of {_short(enum, 200)}"})
+        if "const" in prop and not _json_equal(value, prop["const"]):
+            problems.append({"path": path, "message": f"must be {_short(prop['const'], 200)}"})
+    return problems
+
+
+def _non_local_refs(schema: Any, found: list[str], depth: int = 0) -> None:
+    if depth > 200 or len(found) > 5:
+        found.append("(schema nested too deeply to inspect)")
+        return
+    if isinstance(schema, dict):
+        for key, value in schema.items():
+            if key in _REF_KEYWORDS and isinstance(value, str):
+                if not value.startswith("#"):
+                    found.append(value)
+            elif key in ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas"):
+                if isinstance(value, dict):
+                    for sub in value.values():
+                        _non_local_refs(sub, found, depth + 1)
+            elif key in ("enum", "const", "default", "examples", "title", "description"):
+                continue  # data, not schemas
+            else:
+                _non_local_refs(value, found, depth + 1)
+    elif isinstance(schema, list):
+        for item in schema:
+            _non_local_refs(item, found, depth + 1)
+
+
+def _validator_class(schema: dict[str, Any]) -> Any:
+    """jsonschema validator for the schema's dialect, with JSON number semantics for Decimal/JsonNumber."""
+    from jsonschema import validators  # lazily: only the call path validates
+
+    dialect = schema.get("$schema")
+    if "$schema" in schema:
+        base = validators.validator_for(schema, default=None) if isinstance(dialect, str) else None
+        if base is None:
+            raise _NotLocal(f"unknown $schema dialect {_short(dialect)}")
+    else:
+        base = validators.validator_for(schema)
+    checker = base.TYPE_CHECKER.redefine_many({
+        "integer": lambda _checker, value: _is_json_integer(value),
+        "number": lambda _checker, value: _is_json_number(value),
+    })
+
+    def multiple_of(validator: Any, divisor: Any, instance: Any, _schema: Any) -> Any:
+        from jsonschema.exceptions import ValidationError
+
+        if not _is_json_number(instance) or not _is_json_number(divisor):
+            return
+        if any(isinstance(n, decimal.Decimal) and abs(n.adjusted()) > 4000 for n in (instance, divisor)):
+            raise _NotLocal("multipleOf on a number too large to check exactly")
+        import fractions
+
+        quotient = fractions.Fraction(instance) / fractions.Fraction(divisor)
+        if quotient.denominator != 1:
+            yield ValidationError(f"must be a multiple of {_short(divisor)}")
+
+    return validators.extend(base, {"multipleOf": multiple_of}, type_checker=checker)
+
+
+def _schema_problems(schema: dict[str, Any], arguments: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The full schema via jsonschema; ``_NotLocal`` when that is not possible without the network."""
+    remote: list[str] = []
+    _non_local_refs(schema, remote)
+    if remote:
+        raise _NotLocal(f"the schema references {_short(remote[0], 80)}, which is never fetched")
+    try:
+        import jsonschema
+        from jsonschema import exceptions as jexc
+    except ImportError:
+        raise _NotLocal("the jsonschema library is not available") from None
+    cls = _validator_class(schema)
+
+    class LocalOnlyResolver(jsonschema.RefResolver):
+        def resolve_remote(self, uri: str) -> Any:
+            raise _NotLocal(f"the schema references {_short(uri, 80)}, which is never fetched")
+
+    import warnings
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            cls.check_schema(schema)
+            resolver = LocalOnlyResolver.from_schema(schema, id_of=cls.ID_OF)
+            errors = list(cls(schema, resolver=resolver).iter_errors(arguments))
+    except jexc.SchemaError as exc:
+        if exc.validator == "format":  # e.g. an ECMA-262 regex Python's re cannot compile
+            raise _NotLocal(f"the inputSchema uses a {exc.validator_value} this local validator cannot check "
+                            f"({_short(exc.message, 80)})") from None
+        raise _NotLocal(f"the inputSchema is not a valid JSON Schema ({_short(exc.message, 80)})") from None
+    except jexc.RefResolutionError as exc:
+        cause = exc._cause if isinstance(getattr(exc, "_cause", None), _NotLocal) else None
+        raise _NotLocal(str(cause) if cause else f"a $ref could not be resolved locally ({_short(str(exc), 80)})") \
+            from None
+    except _NotLocal:
+        raise
+    except (Exception, RecursionError) as exc:  # a validator bug or an exotic keyword must not crash the call
+        raise _NotLocal(f"local validation failed ({type(exc).__name__})") from None
+    return [p for e in errors for p in _problems_from_error(e)]
+
+
+def _problems_from_error(error: Any) -> list[dict[str, str]]:
+    """Readable problems for one jsonschema error (JSON paths, JSON values, never Python reprs)."""
+    if error.validator == "required" and isinstance(error.validator_value, list) and isinstance(error.instance, dict):
+        missing = [r for r in error.validator_value if isinstance(r, str) and r not in error.instance]
+        if missing:  # one problem per missing property, at the path where it belongs
+            base = list(error.absolute_path)
+            return [{"path": json_path([*base, name]), "message": "required property is missing"} for name in missing]
+    return [_problem_from_error(error)]
+
+
+def _problem_from_error(error: Any) -> dict[str, str]:
+    path = list(error.absolute_path)
+    keyword = error.validator
+    value = error.validator_value
+    instance = error.instance
+    if keyword == "type":
+        types = value if isinstance(value, list) else [value]
+        return {"path": json_path(path),
+                "message": f"expected {' or '.join(str(t) for t in types)}, got {_json_type(instance)}"}
+    if keyword == "enum":
+        return {"path": json_path(path), "message": f"must be one of {_short(value, 200)}"}
+    if keyword == "const":
+        return {"path": json_path(path), "message": f"must be {_short(value, 200)}"}
+    if keyword in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum") and _is_json_number(value):
+        words = {"minimum": "at least", "maximum": "at most", "exclusiveMinimum": "greater than",
+                 "exclusiveMaximum": "less than"}
+        return {"path": json_path(path), "message": f"must be {words[keyword]} {_short(value)}, got "
+                f"{_short(instance)}"}
+    if keyword == "additionalProperties" and isinstance(instance, dict):
+        return {"path": json_path(path), "message": _printable(error.message)}
+    return {"path": json_path(path), "message": _printable(str(error.message))}
+
+
+def validate_arguments(tool: Mapping[str, Any], arguments: Mapping[str, Any]) -> ArgumentCheck:
+    """Check the final arguments object before any ``tools/call`` (SPEC §6, P03, P05).
+
+    Always: required fields, declared top-level types and ``enum``/``const``. With jsonschema (imported here,
+    lazily): the whole schema when it is self-contained; a remote ``$ref`` is never fetched. Returns what was
+    actually checked (``ArgumentCheck``); raises ``invalid_mcp_arguments`` listing every problem with its path.
+    """
+    schema = _schema_object(tool)
+    if schema is None:
+        return ArgumentCheck("basic", ("the tool has no inputSchema object",))
+    notes: list[str] = []
+    try:
+        problems = _schema_problems(schema, arguments)
+        scope = "full"
+    except _NotLocal as exc:
+        notes.append(str(exc))
+        problems = _basic_problems(schema, arguments)
+        scope = "basic"
+    if problems:
+        unique: list[dict[str, str]] = []
+        for problem in problems:
+            if problem not in unique:
+                unique.append(problem)
+        unique.sort(key=lambda p: p["path"])
+        lines = "; ".join(f"{p['path']}: {p['message']}" for p in unique[:5])
+        more = f"; and {len(unique) - 5} more" if len(unique) > 5 else ""
+        checked = "the full inputSchema" if scope == "full" else "required fields, types and enum only"
+        hint = f"checked locally: {checked}"
+        if notes:
+            hint += f" ({notes[0]})"
+        raise InvalidArgumentsError(
+            f"arguments for tool {tool.get('name')!r} do not match its inputSchema: {lines}{more}",
+            hint=hint,
+            details={"problems": unique, "validation": scope},
+        )
+    return ArgumentCheck(scope, tuple(notes))
 
 
 def find_tool(tools: Sequence[dict[str, Any]], name: str, server_name: str) -> dict[str, Any]:
@@ -2335,22 +2975,6 @@ def find_tool(tools: Sequence[dict[str, Any]], name: str, server_name: str) -> d
         hint=hint,
         details={"suggestions": close},
     )
-
-
-def check_tool_tokens(tool: dict[str, Any], tokens: Sequence[ToolToken]) -> None:
-    """FLAGS-PLACEHOLDER: with --body, named flags must still be well-formed and known (P05)."""
-    for token in tokens:
-        if token.value is None:
-            raise UsageError(f"option --{token.name} needs a value")
-
-
-def parse_tool_arguments(tool: dict[str, Any], tokens: Sequence[ToolToken]) -> dict[str, Any]:
-    """FLAGS-PLACEHOLDER: flags -> arguments object by the tool's inputSchema."""
-    raise InvalidArgumentsError("FLAGS-PLACEHOLDER: named tool flags are not wired in yet; use --body")
-
-
-def validate_arguments(tool: dict[str, Any], arguments: dict[str, Any]) -> None:
-    """FLAGS-PLACEHOLDER: required fields, types, enum and (when local) the full schema."""
 
 
 # ======================================================================================================
@@ -2395,11 +3019,17 @@ class JqProgram:
         self._executable: str | None = None
         if not expression.strip():
             raise InvalidJqExpressionError("--jq expression is empty")
+        self._literal: Any = None  # the program wrapped in tojson, when jq keeps number literals (jq >= 1.7)
         if self._module is not None:
             try:
                 self._program = self._module.compile(expression)
             except ValueError as exc:
                 raise InvalidJqExpressionError(f"invalid --jq expression: {_first_line(exc)}") from None
+            if _jq_keeps_literals(self._module):
+                try:
+                    self._literal = self._module.compile(f"({expression}\n) | tojson")
+                except ValueError:  # e.g. a leading import/include directive: no literal mode, still exact
+                    self._literal = None
             return
         import shutil
 
@@ -2410,7 +3040,7 @@ class JqProgram:
                 "is on PATH",
                 hint="install jq (e.g. apt install jq) or drop --jq and filter the JSON output yourself",
             )
-        proc = self._run_executable(["-n", f"if false then ({expression}) else empty end"], "")
+        proc = self._run_executable(["-n", f"if false then ({expression}\n) else empty end"], "")
         if proc.returncode != 0:
             raise InvalidJqExpressionError(f"invalid --jq expression: {_first_line(proc.stderr)}")
 
@@ -2423,30 +3053,86 @@ class JqProgram:
         )
 
     def apply(self, envelope: dict[str, Any]) -> list[str]:
-        """Run once over the final envelope; each output value as one compact JSON line, numbers preserved."""
-        table: list[str] = []
-        nonce = os.urandom(4).hex()
-        text = dump_json(_jq_protect(envelope, table, nonce))
+        """Run over the final envelope; each output value as one compact JSON line, numbers preserved.
+
+        jq computes with doubles. jq >= 1.7 keeps the literal text of a number it did not compute with, which
+        ``tojson`` reveals: that is the "literal" mode, used when the binding has it. Otherwise numbers a double
+        cannot hold (big integers, ``1e400``) travel as marker strings and come back exact. Numbers jq would only
+        re-spell (``1E+2``, ``-0.0`` without literals; ``1e400`` -> ``1E+400`` with them) are tried as markers
+        too; that answer is used only when it equals, value for value, the answer computed with real numbers
+        (so comparisons and arithmetic keep jq's meaning). A runtime error is ``jq_error``.
+        """
+        # The number walks below recurse about twice per JSON level; any depth parse_json accepted must fit.
+        limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(max(limit, 10_000))
         try:
-            if self._module is not None:
-                raw_lines = self._program.input_text(text).text().split("\n") if text else []
-            else:
-                proc = self._run_executable(["-c", self.expression], text)
-                if proc.returncode != 0:
-                    raise ValueError(_first_line(proc.stderr))
-                raw_lines = proc.stdout.split("\n")
+            return self._apply(envelope)
+        except RecursionError:
+            raise JqError(
+                "--jq failed on the result: it is nested too deeply", data=envelope.get("data")
+            ) from None
+        finally:
+            sys.setrecursionlimit(limit)
+
+    def _apply(self, envelope: dict[str, Any]) -> list[str]:
+        nonce = os.urandom(4).hex()
+        if self._literal is not None:
+            exact_protect, text_protect = _jq_beyond_decimal, _jq_literal_differs
+        else:
+            exact_protect, text_protect = _jq_value_differs, _jq_text_differs
+        try:
+            outputs = self._project(envelope, nonce, exact_protect)
         except ValueError as exc:
+            data = envelope.get("data")
+            dry = isinstance(data, dict) and data.get("dry_run") is True
             raise JqError(
                 f"--jq failed on the result: {_first_line(exc)}",
-                hint="the remote operation already happened; do not retry it blindly, fix the expression and "
-                "re-run it on saved output",
+                hint="nothing was sent (dry run); fix the expression" if dry else "the remote operation already "
+                "happened; do not retry it blindly, fix the expression and re-run it on saved output (data keeps "
+                "the unprojected result)",
+                data=data,
+                details={} if envelope.get("ok") else {"unprojected_error": envelope.get("error")},
             ) from None
-        outputs = []
-        for line in raw_lines:
-            if line.strip():
-                value = _jq_restore(parse_json(line, strict_keys=False), table, nonce)
-                outputs.append(dump_json(value))
-        return outputs
+        if _any_number(envelope, lambda n: text_protect(n) and not exact_protect(n)):
+            try:
+                respelled = self._project(envelope, nonce, text_protect)
+            except ValueError:
+                respelled = None
+            if respelled is not None and _same_json(respelled, outputs):
+                outputs = respelled
+        return [dump_json(value) for value in outputs]
+
+    def _project(self, envelope: dict[str, Any], nonce: str, protect: Callable[[Any], bool]) -> list[Any]:
+        table: list[str] = []
+        text = dump_json(_jq_protect(envelope, table, nonce, protect))
+        if self._literal is not None:
+            texts = [str(item) for item in self._literal.input_text(text).all()]
+        elif self._module is not None:
+            texts = self._program.input_text(text).text().split("\n")
+        else:
+            proc = self._run_executable(["-c", self.expression], text)
+            if proc.returncode != 0:
+                raise ValueError(_first_line(proc.stderr))
+            texts = proc.stdout.split("\n")
+        try:
+            values = [parse_json(item, strict_keys=False) for item in texts if item.strip()]
+        except JsonInputError:
+            raise ValueError("jq printed a value that is not JSON (jq cuts values nested over 256 levels)") from None
+        return [_jq_restore(value, table, nonce) for value in values]
+
+
+_JQ_LITERALS: dict[int, bool] = {}
+
+
+def _jq_keeps_literals(module: Any) -> bool:
+    """Whether this jq keeps number literals (built with decNumber), probed once per process."""
+    if id(module) not in _JQ_LITERALS:
+        probe = "100000000000000000001"
+        try:
+            _JQ_LITERALS[id(module)] = module.compile("tojson").input_text(probe).all() == [probe]
+        except Exception:  # any surprise from the binding just means: no literal mode
+            _JQ_LITERALS[id(module)] = False
+    return _JQ_LITERALS[id(module)]
 
 
 def _first_line(error: object) -> str:
@@ -2454,7 +3140,8 @@ def _first_line(error: object) -> str:
     return text.splitlines()[0] if text else "unknown error"
 
 
-def _needs_protection(number: Any) -> bool:
+def _jq_value_differs(number: Any) -> bool:
+    """True when a double cannot hold ``number`` exactly (jq would change its value)."""
     if isinstance(number, bool):
         return False
     if isinstance(number, int):
@@ -2470,13 +3157,57 @@ def _needs_protection(number: Any) -> bool:
     return False
 
 
-def _jq_protect(value: Any, table: list[str], nonce: str) -> Any:
-    """Replace numbers a double cannot hold with marker strings, so jq moves them without rounding."""
+def _jq_text_differs(number: Any) -> bool:
+    """True when jq would print ``number`` differently from its JSON text (value change or re-spelling)."""
+    if _jq_value_differs(number):
+        return True
+    if isinstance(number, JsonNumber):
+        # jq prints the shortest round-trip form, like repr(float), but integral values without ".0"
+        text = number.text
+        return text != repr(float(text)) or "e" in text or text.endswith(".0")
+    return False
+
+
+def _jq_beyond_decimal(number: Any) -> bool:
+    """With literal-keeping jq: True for exponents its decNumber cannot hold (they would become doubles)."""
+    return isinstance(number, decimal.Decimal) and (not number.is_finite() or abs(number.adjusted()) > 999_999_000)
+
+
+def _jq_literal_differs(number: Any) -> bool:
+    """With literal-keeping jq: True when it would re-spell the literal (``1e400`` -> ``1E+400``)."""
+    if _jq_beyond_decimal(number):
+        return True
+    return isinstance(number, JsonNumber) and str(decimal.Decimal(number.text)) != number.text
+
+
+def _any_number(value: Any, predicate: Callable[[Any], bool]) -> bool:
     if isinstance(value, dict):
-        return {k: _jq_protect(v, table, nonce) for k, v in value.items()}
+        return any(_any_number(v, predicate) for v in value.values())
     if isinstance(value, list):
-        return [_jq_protect(v, table, nonce) for v in value]
-    if _needs_protection(value):
+        return any(_any_number(v, predicate) for v in value)
+    return isinstance(value, (int, decimal.Decimal)) and not isinstance(value, bool) and predicate(value)
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    """JSON equality: numbers by value, but never a number equal to a boolean or a string."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, (int, decimal.Decimal)) and isinstance(b, (int, decimal.Decimal)):
+        return bool(a == b)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same_json(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return list(a) == list(b) and all(_same_json(a[k], b[k]) for k in a)
+    return type(a) is type(b) and a == b
+
+
+def _jq_protect(value: Any, table: list[str], nonce: str, protect: Callable[[Any], bool] = _jq_value_differs) -> Any:
+    """Replace the numbers ``protect`` selects with marker strings, so jq moves them without touching them."""
+    if isinstance(value, dict):
+        return {k: _jq_protect(v, table, nonce, protect) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_jq_protect(v, table, nonce, protect) for v in value]
+    if not isinstance(value, (str, bool)) and value is not None and protect(value):
         table.append(value.text if isinstance(value, JsonNumber) else str(value))
         return f"{_JQ_MARK}{nonce}-{len(table) - 1}\ue001"
     return value
@@ -2587,12 +3318,377 @@ def render_server_help(server: ServerConfig) -> str:
     return "\n".join(lines)
 
 
-def render_tool_help(server_name: str, tool: dict[str, Any]) -> str:
-    """FLAGS-PLACEHOLDER: full tool help (flags, types, required, enum, defaults, --body example)."""
-    lines = [f"bkmcp {server_name} {tool.get('name')}", "", str(tool.get("description") or "")]
-    lines.append("")
-    lines.append(f"Schema: {dump_json(tool.get('inputSchema'), indent=2)}")
-    return "\n".join(lines) + "\n"
+HELP_WIDTH = 80
+_HINT_WORDS = (
+    ("readOnlyHint", "read-only", "may modify its environment"),
+    ("destructiveHint", "destructive", "not destructive (additive only)"),
+    ("idempotentHint", "idempotent", "not idempotent"),
+    ("openWorldHint", "open world (reaches external systems)", "closed world"),
+)
+
+
+def _cell_width(text: str) -> int:
+    """Terminal columns of ``text``: East Asian wide/fullwidth characters take two."""
+    import unicodedata
+
+    return sum(2 if _is_wide(ch) else 0 if unicodedata.combining(ch) else 1 for ch in text)
+
+
+def _wrap(text: str, width: int, indent: str = "", first_indent: str | None = None) -> list[str]:
+    """Greedy wrap by display width; CJK text (no spaces) breaks between characters; paragraphs kept."""
+    first = indent if first_indent is None else first_indent
+    out: list[str] = []
+    for paragraph in _printable_lines(text):
+        if not paragraph.strip():
+            if out and out[-1].strip():
+                out.append("")
+            continue
+        atoms: list[tuple[str, bool]] = []  # (piece, space before it)
+        for word in paragraph.split():
+            atoms.extend((piece, i == 0) for i, piece in enumerate(_word_atoms(word)))
+        line = first if not out else indent
+        line_start = len(line)
+        for piece, spaced in atoms:
+            sep = " " if spaced and len(line) > line_start else ""
+            if len(line) > line_start and _cell_width(line) + _cell_width(sep + piece) > width:
+                out.append(line)
+                line = indent
+                line_start = len(line)
+                sep = ""
+            line += sep + piece
+        out.append(line)
+    while out and not out[-1].strip():
+        out.pop()
+    return out
+
+
+def _is_wide(ch: str) -> bool:
+    import unicodedata
+
+    return unicodedata.east_asian_width(ch) in ("W", "F")
+
+
+def _word_atoms(word: str) -> list[str]:
+    """Break points inside a word: around each wide (CJK) character, which may wrap anywhere."""
+    pieces: list[str] = []
+    buf = ""
+    for ch in word:
+        if _is_wide(ch):
+            if buf:
+                pieces.append(buf)
+                buf = ""
+            pieces.append(ch)
+        else:
+            buf += ch
+    if buf:
+        pieces.append(buf)
+    return pieces or [word]
+
+
+def _printable_lines(text: str) -> list[str]:
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    return [_printable(line.replace("\t", "    ")) for line in lines]
+
+
+def _resolve_local(schema: Any, root: Any, depth: int) -> Any:
+    if isinstance(schema, dict) and isinstance(schema.get("$ref"), str) and depth < 8:
+        ref = schema["$ref"]
+        if ref.startswith("#/"):
+            node = root
+            for part in ref[2:].split("/"):
+                part = part.replace("~1", "/").replace("~0", "~")
+                if isinstance(node, dict) and part in node:
+                    node = node[part]
+                else:
+                    return schema
+            return _resolve_local(node, root, depth + 1)
+    return schema
+
+
+def _example_value(schema: Any, root: Any, name: str, depth: int = 0) -> Any:
+    """A plausible placeholder for a property: const, first enum value, default, else by type."""
+    schema = _resolve_local(schema, root, depth)
+    if not isinstance(schema, dict) or depth > 4:
+        return f"<{name}>"
+    if "const" in schema:
+        return schema["const"]
+    enum = schema.get("enum")
+    if isinstance(enum, list) and enum:
+        return enum[0]
+    if "default" in schema and schema["default"] is not None:
+        return schema["default"]
+    examples = schema.get("examples")
+    if isinstance(examples, list) and examples:
+        return examples[0]
+    for keyword in _COMBINATORS:
+        options = schema.get(keyword)
+        if isinstance(options, list):
+            for option in options:
+                resolved = _resolve_local(option, root, depth + 1)
+                if isinstance(resolved, dict) and resolved.get("type") != "null":
+                    return _example_value(resolved, root, name, depth + 1)
+    declared = schema.get("type")
+    if isinstance(declared, list):
+        declared = next((t for t in declared if t != "null"), "null")
+    if declared == "string":
+        return f"<{name}>"
+    if declared == "integer":
+        low = schema.get("minimum")
+        return low if isinstance(low, int) and not isinstance(low, bool) else 1
+    if declared == "number":
+        low = schema.get("minimum")
+        return low if _is_json_number(low) else JsonNumber("1.5")
+    if declared == "boolean":
+        return True
+    if declared == "null":
+        return None
+    if declared == "array":
+        items = schema.get("items")
+        return [_example_value(items, root, name, depth + 1)] if isinstance(items, dict) and items else []
+    if declared == "object" or isinstance(schema.get("properties"), dict):
+        return _example_object(schema, root, depth + 1, limit=4)[0]
+    return f"<{name}>"
+
+
+def _example_object(schema: dict[str, Any], root: Any, depth: int, limit: int) -> tuple[dict[str, Any], int]:
+    """Required properties first, then optional ones up to ``limit``; returns (object, omitted count)."""
+    properties = schema.get("properties")
+    properties = properties if isinstance(properties, dict) else {}
+    required = [r for r in schema.get("required") or [] if isinstance(r, str)] if isinstance(
+        schema.get("required"), list) else []
+    chosen = [r for r in dict.fromkeys(required)]
+    optional = [n for n in properties if n not in chosen]
+    room = max(0, limit - len(chosen))
+    chosen += optional[:room]
+    value = {name: _example_value(properties.get(name), root, name, depth) for name in chosen}
+    return value, len(optional) - min(room, len(optional))
+
+
+def _clip_strings(value: Any, limit: int = 32) -> Any:
+    if isinstance(value, str):
+        return value if len(value) <= limit else value[: limit - 1] + "…"
+    if isinstance(value, list):
+        return [_clip_strings(v, limit) for v in value]
+    if isinstance(value, dict):
+        return {k: _clip_strings(v, limit) for k, v in value.items()}
+    return value
+
+
+def _shell_quote(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)
+
+
+def _flag_example(flag: ToolFlag, value: Any) -> str:
+    if flag.kind == "boolean":
+        return f"{flag.option}={'true' if value is not False else 'false'}"
+    if flag.kind == "string" and isinstance(value, str):
+        return f"{flag.option} {_shell_quote(value)}"
+    if flag.kind in ("integer", "number") and _is_json_number(value) and not isinstance(value, float):
+        return f"{flag.option} {dump_json(value)}"
+    return f"{flag.option} {_shell_quote(dump_json(value))}"
+
+
+def _annotation_lines(tool: Mapping[str, Any]) -> list[str]:
+    annotations = tool.get("annotations")
+    if not isinstance(annotations, dict):
+        return []
+    words = []
+    for key, yes, no in _HINT_WORDS:
+        if isinstance(annotations.get(key), bool):
+            words.append(yes if annotations[key] else no)
+    if not words:
+        return []
+    return _wrap(", ".join(words) + " (hints declared by the server, not verified)", HELP_WIDTH, "  ", "  ")
+
+
+def render_tool_help(server_name: str, tool: Mapping[str, Any]) -> str:
+    """Tool help (D02, SPEC §7): flags with type, required, enum, default (information only) and description;
+    the fields that need --body and why; a --body example built from the schema; examples. Fits 80 columns."""
+    name = str(tool.get("name"))
+    mapped = build_tool_flags(tool)
+    schema = _schema_object(tool) or {}
+    command = f"bkmcp {server_name} {_printable(name)}"
+    out: list[str] = []
+    annotations = tool.get("annotations") if isinstance(tool.get("annotations"), dict) else {}
+    title = tool.get("title") or (annotations or {}).get("title")
+    heading = command + (f" - {title}" if isinstance(title, str) and title.strip() else "")
+    out += _wrap(heading, HELP_WIDTH)
+    description = tool.get("description")
+    if isinstance(description, str) and description.strip():
+        out.append("")
+        out += _wrap(description.strip(), HELP_WIDTH, "  ", "  ")
+    hints = _annotation_lines(tool)
+    if hints:
+        out += ["", "Annotations:", *hints]
+
+    flags = list(mapped.flags.values())
+    flags.sort(key=lambda f: not f.required)  # required first, then schema order
+    out += ["", "Usage:"]
+    optional = [f for f in flags if not f.required]
+    usage_parts = [f.usage for f in flags if f.required]
+    usage_parts += [f"[{f.usage}]" for f in optional] if len(optional) <= 4 else ["[FLAGS...]"] if optional else []
+    out += _fill([command, *usage_parts], HELP_WIDTH, "  ", "      ")
+    out += _fill([command, "--body", "JSON|@FILE|-"], HELP_WIDTH, "  ", "      ")
+
+    out += ["", "Flags:" if flags else "Flags: none"]
+    spec_width = min(max((len(f.usage) for f in flags), default=0), 44)
+    for flag in flags:
+        status = "required" if flag.required else "optional"
+        spec = _printable(flag.usage)
+        if len(spec) <= spec_width:
+            out.append(f"  {spec.ljust(spec_width)}  {status}")
+        else:
+            out += _wrap(spec, HELP_WIDTH, "      ", "  ")
+            out.append(f"  {''.ljust(spec_width)}  {status}")
+        out += _flag_details(flag)
+
+    if mapped.body_only:
+        out += ["", "Fields without a flag (set them with --body):"]
+        labels = {n: _field_label(n) for n in mapped.body_only}
+        label_width = min(max(len(label) for label in labels.values()), 44)
+        for field_ in mapped.body_only.values():
+            status = "required" if field_.required else "optional"
+            out.append(f"  {labels[field_.name].ljust(label_width)}  {status}")
+            out += _wrap(f"no flag: {field_.reason}", HELP_WIDTH, "      ", "      ")
+            if isinstance(field_.schema, dict) and isinstance(field_.schema.get("description"), str):
+                out += _wrap(field_.schema["description"], HELP_WIDTH, "      ", "      ")
+        reserved = [b.name for b in mapped.body_only.values() if b.name in RESERVED_OPTION_NAMES]
+        if reserved:
+            out += [""] + _wrap(
+                f"Reserved names ({', '.join(reserved)}) are bkmcp's own options, so they are never tool flags "
+                "and never renamed; pass them inside --body under their exact names.", HELP_WIDTH, "  ", "  ")
+    for note in mapped.notes:
+        out += [""] + _wrap(f"Note: {note}", HELP_WIDTH, "  ", "  ")
+
+    example, omitted = _example_object(schema, schema, 0, limit=6)
+    example = _clip_strings(example)
+    out += ["", "--body example (required fields first; placeholder values):"]
+    one_line = f"  {command} --body {_shell_quote(_compact_json(example))}"
+    if _cell_width(one_line) <= HELP_WIDTH:
+        out.append(one_line)
+    else:
+        body_lines = _shell_quote(_pretty_json(example, 2, HELP_WIDTH)).split("\n")
+        out.append(f"  {command} --body {body_lines[0]}")
+        out += body_lines[1:]
+    if omitted:
+        out.append(f"  ({omitted} more optional field{'s' if omitted != 1 else ''} not shown)")
+
+    out += ["", "Examples:"]
+    required_body_only = [b.name for b in mapped.body_only.values() if b.required]
+    if flags and not required_body_only:
+        chosen = [f for f in flags if f.required] or flags[:1]
+        if len(chosen) < 3:
+            chosen += [f for f in flags if not f.required and f not in chosen][: 3 - len(chosen)]
+        parts = [
+            _flag_example(f, _clip_strings(_example_value(f.schema, schema, f.name))) for f in chosen
+        ]
+        out += _wrap(" ".join([command, *parts]), HELP_WIDTH, "      ", "  ")
+    elif not required_body_only:
+        out.append(f"  {command}")
+    else:
+        out += _wrap(f"(required field {', '.join(required_body_only)} has no flag, so call this tool with "
+                     "--body as shown above)", HELP_WIDTH, "  ", "  ")
+    out.append(f"  {command} --body @args.json")
+    out.append(f"  {command} --body @args.json --dry-run")
+    out += [""] + _wrap(
+        "Only the flags you give are sent; defaults are shown for information and never sent. Booleans are "
+        "--name=true or --name=false; arrays and objects are JSON. With --body, the JSON object is the "
+        "complete arguments and named flags are ignored.", HELP_WIDTH, "  ", "  ")
+    return "\n".join(out) + "\n"
+
+
+def _fill(parts: Sequence[str], width: int, first_indent: str, indent: str) -> list[str]:
+    """Greedy line fill where each part is unbreakable (usage synopsis, examples)."""
+    lines: list[str] = []
+    line = first_indent
+    for part in parts:
+        part = _printable(part)
+        if line.strip() and _cell_width(line) + 1 + _cell_width(part) > width:
+            lines.append(line)
+            line = indent
+        line += (" " if line.strip() else "") + part
+    lines.append(line)
+    return lines
+
+
+def _field_label(name: str) -> str:
+    """A property name as shown in help: plain when it reads unambiguously, else JSON-quoted."""
+    if name and name.isprintable() and not any(ch.isspace() for ch in name) and '"' not in name:
+        return name
+    return _printable(json.dumps(name, ensure_ascii=False))
+
+
+def _compact_json(value: Any) -> str:
+    """JSON on one line with a space after ':' and ',' (readable in help, still valid JSON)."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{dump_json(k)}: {_compact_json(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_compact_json(v) for v in value) + "]"
+    return dump_json(value)
+
+
+def _plain(text: str) -> str:
+    return re.sub(r"[\s_\-]+", "", text).lower()
+
+
+def _pretty_json(value: Any, indent: int, width: int, start: int | None = None) -> str:
+    """JSON that keeps short containers on one line and breaks long ones to fit ``width``.
+
+    ``indent`` is the indentation of the line the value is on, ``start`` the column where the value begins.
+    """
+    compact = _compact_json(value)
+    begin = indent if start is None else start
+    if not isinstance(value, (dict, list)) or not value or begin + _cell_width(compact) <= width:
+        return compact
+    pad = " " * (indent + 2)
+    if isinstance(value, dict):
+        items = []
+        for key, item in value.items():
+            label = f"{dump_json(key)}: "
+            items.append(label + _pretty_json(item, indent + 2, width, indent + 2 + _cell_width(label)))
+        opening, closing = "{", "}"
+    else:
+        items = [_pretty_json(item, indent + 2, width) for item in value]
+        opening, closing = "[", "]"
+    return opening + "\n" + ",\n".join(pad + item for item in items) + "\n" + " " * indent + closing
+
+
+def _flag_details(flag: ToolFlag) -> list[str]:
+    lines: list[str] = []
+    schema = flag.schema
+    indent = "      "
+    title = schema.get("title")
+    description = schema.get("description")
+    if isinstance(description, str) and description.strip():
+        lines += _wrap(description.strip(), HELP_WIDTH, indent, indent)
+    elif isinstance(title, str) and _plain(title) != _plain(flag.name):  # pydantic titles just echo the name
+        lines += _wrap(title.strip(), HELP_WIDTH, indent, indent)
+    enum = schema.get("enum")
+    if isinstance(enum, list) and enum:
+        shown = ", ".join(v if isinstance(v, str) and v and v.strip() == v else dump_json(v) for v in enum)
+        lines += _wrap(f"one of: {shown}", HELP_WIDTH, indent, indent)
+    if "const" in schema:
+        lines += _wrap(f"must be: {dump_json(schema['const'])}", HELP_WIDTH, indent, indent)
+    if "default" in schema:
+        lines += _wrap(f"default: {_short(schema['default'], 60)} (information only, not sent)", HELP_WIDTH,
+                       indent, indent)
+    bounds = [f"{word} {dump_json(schema[key])}" for key, word in (
+        ("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="), ("exclusiveMaximum", "<"),
+        ("minLength", "min length"), ("maxLength", "max length"), ("minItems", "min items"),
+        ("maxItems", "max items")) if key in schema and _is_json_number(schema[key])]
+    if bounds:
+        lines += _wrap("limits: " + ", ".join(bounds), HELP_WIDTH, indent, indent)
+    if flag.kind == "array":
+        items = schema.get("items")
+        item_type = items.get("type") if isinstance(items, dict) else None
+        of = f" of {item_type}" if isinstance(item_type, str) else ""
+        lines += _wrap(f"a JSON array{of}, e.g. {flag.option} '[...]' (never comma-separated)", HELP_WIDTH,
+                       indent, indent)
+    elif flag.kind == "object":
+        lines += _wrap(f"a JSON object, e.g. {flag.option} '{{...}}'", HELP_WIDTH, indent, indent)
+    return lines
 
 
 # ======================================================================================================
@@ -2670,11 +3766,11 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
             seen.add(attr)
             if eq:
                 value = inline
-            elif i < len(tokens):
+            elif i < len(tokens) and not _is_bkmcp_option(tokens[i]):
                 value = tokens[i]
                 i += 1
-            else:
-                raise UsageError(f"option {name} needs a value")
+            else:  # `--body --dry-run` must not silently make "--dry-run" the body (and skip the dry run)
+                raise UsageError(f"option {name} needs a value", hint=f"write {name}=VALUE for a value starting with -")
             setattr(inv, attr, value)
         elif token in _FLAG_OPTIONS:
             attr = _FLAG_OPTIONS[token]
@@ -2688,7 +3784,7 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
             if name in _FLAG_OPTIONS:
                 raise UsageError(f"option {name} takes no value")
             if inv.tool is None or not token.startswith("--") or len(name) <= 2:
-                where = "" if inv.tool is None else f" (tool options look like --name value or --name=value)"
+                where = "" if inv.tool is None else " (tool options look like --name value or --name=value)"
                 raise UsageError(f"unknown option {name}{where}", hint="run bkmcp --help")
             flag = name[2:]
             if eq:
@@ -2732,6 +3828,8 @@ def check_invocation(inv: Invocation) -> None:
             raise UsageError(f"{mode} takes no --body")
         if inv.dry_run:
             raise UsageError(f"--dry-run cannot be combined with {mode}")
+    if inv.body is not None and inv.tool is None and not modes and not inv.help:
+        raise UsageError("--body needs a tool: bkmcp <server> <tool> --body JSON|@FILE|-")
     if (inv.check or inv.tools or inv.tool) and inv.server is None:
         raise UsageError("a server name is required", hint="bkmcp <server> --check")
     if inv.dry_run:
@@ -2759,7 +3857,7 @@ def read_body(source: str, stdin: IO[str], cwd: str) -> dict[str, Any]:
         label = "stdin"
         try:
             raw: str | bytes = stdin.buffer.read() if hasattr(stdin, "buffer") else stdin.read()
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, AttributeError) as exc:  # AttributeError: no stdin at all (fd 0 closed)
             raise UsageError(f"cannot read --body from stdin: {exc}") from None
     elif source.startswith("@"):
         path = os.path.normpath(os.path.join(cwd, os.path.expanduser(source[1:])))
@@ -2774,6 +3872,10 @@ def read_body(source: str, stdin: IO[str], cwd: str) -> dict[str, Any]:
     else:
         label = "--body"
         raw = source
+        try:
+            raw.encode("utf-8")
+        except UnicodeEncodeError:  # undecodable argv bytes arrive as lone surrogates (PEP 383)
+            raise InvalidArgumentsError("--body from --body is not valid JSON: input is not valid UTF-8") from None
     if not (raw.strip() if isinstance(raw, str) else raw.strip()):
         raise InvalidArgumentsError(f"--body from {label} is empty", hint="use --body '{}' for no arguments")
     try:
@@ -2877,7 +3979,9 @@ class _Runner:
         if inv.server is None:
             if inv.help or not any((inv.check, inv.tools, inv.tool)):
                 return self.emit_text(render_root_help(config_path))
-        jq = compile_jq(inv.jq) if inv.jq is not None and not inv.help else None
+        # help (root, server, tool; bare `bkmcp <server>` too) is never projected, so --jq is not even compiled
+        projected = inv.jq is not None and not inv.help and (inv.check or inv.tools or inv.tool is not None)
+        jq = compile_jq(inv.jq) if projected and inv.jq is not None else None
         self.log.debug(f"config file: {config_path}")
         config = load_config(config_path)
         _warn_literal_credentials(config, self.log)
@@ -2891,20 +3995,21 @@ class _Runner:
             self.redactor.add(secret)
         if inv.dry_run:
             assert inv.tool is not None and inv.body is not None
-            arguments = read_body(inv.body, envr.stdin, envr.cwd)
-            return self.emit_envelope(build_success(build_dry_run(server, inv.tool, arguments)), jq, EXIT_OK)
-        arguments = None
+            preview = read_body(inv.body, envr.stdin, envr.cwd)
+            return self.emit_envelope(build_success(build_dry_run(server, inv.tool, preview)), jq, EXIT_OK)
+        arguments: dict[str, Any] | None = None
         if inv.tool is not None and not inv.help and inv.body is not None:
             arguments = read_body(inv.body, envr.stdin, envr.cwd)
         timeout = parse_duration(inv.timeout) if inv.timeout is not None else DEFAULT_TIMEOUT
         deadline = Deadline(timeout)
-        common = {"deadline": deadline, "insecure": inv.insecure, "log": self.log}
         try:
             self.remote_started = True
             if inv.check:
-                return self.emit_envelope(build_success(run_check(server, **common)), jq, EXIT_OK)
+                data = run_check(server, deadline=deadline, insecure=inv.insecure, log=self.log)
+                return self.emit_envelope(build_success(data), jq, EXIT_OK)
             if inv.tools:
-                return self.emit_envelope(build_success(run_tools(server, **common)), jq, EXIT_OK)
+                data = run_tools(server, deadline=deadline, insecure=inv.insecure, log=self.log)
+                return self.emit_envelope(build_success(data), jq, EXIT_OK)
             assert inv.tool is not None
             return self.run_tool(server, inv.tool, arguments, jq, deadline)
         except RemoteError as exc:
@@ -2923,10 +4028,12 @@ class _Runner:
             if inv.help:
                 return self.emit_text(render_tool_help(server.name, tool))
             if arguments is None:
-                arguments = parse_tool_arguments(tool, inv.tool_tokens)
+                arguments = parse_tool_arguments(tool, inv.tool_tokens, server_name=server.name)
             else:
-                check_tool_tokens(tool, inv.tool_tokens)
-            validate_arguments(tool, arguments)
+                ignored = check_tool_tokens(tool, inv.tool_tokens, server_name=server.name)
+                if ignored:
+                    self.log.warn(f"--body is the complete arguments object; not sent: {', '.join(ignored)}")
+            self.log.debug(validate_arguments(tool, arguments).describe())
             result = client.call_tool(name, arguments)
         data = {"server": server.name, "tool": name, "result": result}
         if result.get("isError") is True:

@@ -19,6 +19,8 @@ if str(ROOT) not in sys.path:
 
 import bkmcp  # noqa: E402
 
+pytest_plugins = ["tests.integration.conftest_interop"]
+
 
 @dataclass
 class Result:
@@ -48,7 +50,9 @@ class _Stdin(io.TextIOWrapper):
         return super().read(*args)
 
 
-def run_bkmcp(*args: str, env: dict[str, str] | None = None, stdin: bytes | str = b"", cwd: str | None = None) -> Result:
+def run_bkmcp(
+    *args: str, env: dict[str, str] | None = None, stdin: bytes | str = b"", cwd: str | None = None
+) -> Result:
     """Run ``bkmcp.main`` in-process and capture exit status, stdout and stderr."""
     raw = stdin.encode() if isinstance(stdin, str) else stdin
     out, err = io.StringIO(), io.StringIO()

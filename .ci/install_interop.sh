@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Install the third-party MCP servers used by bkmcp's interop tests
+# (tests/integration/conftest_interop.py). Idempotent: a second run only verifies.
+#
+#   .ci/install_interop.sh [VENV]     # VENV: where the Python SDK goes; default .venv-sdk (what .ci/run passes)
+#
+# Do not point VENV at the test venv (.venv): mcp 2.3.0 requires jsonschema>=4.20 and pip would upgrade
+# bkmcp's pinned jsonschema==4.17.3 there. The SDK server only ever runs from its own venv.
+#
+# 1. npm ci in tests/interop_servers/node  -> @modelcontextprotocol/server-everything@2026.8.31
+#    (skipped when node_modules already holds exactly that version; FORCE=1 reinstalls).
+# 2. pip install 'mcp==2.3.0' into VENV (created if missing, with python3 if >= 3.10, else python3.11/3.12/3.13/3.10
+#    found, or $BKMCP_SDK_BASE_PYTHON). If VENV exists but its Python is older than 3.10 (the project
+#    supports 3.9), the SDK goes into <repo>/.venv-sdk instead.
+# The fixtures find the SDK in the test interpreter itself or in <repo>/.venv-sdk, else via
+# BKMCP_SDK_PYTHON; the script prints which.
+#
+# Needs: bash, coreutils timeout, Node.js >= 20 + npm, a Python >= 3.10. Network: npm registry, PyPI.
+set -euo pipefail
+
+SDK_PIN="mcp==2.3.0"
+SDK_VERSION="2.3.0"
+EVERYTHING_VERSION="2026.8.31"
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+VENV="${1:-.venv-sdk}"
+NODE_DIR="$ROOT/tests/interop_servers/node"
+EVERYTHING_PKG="$NODE_DIR/node_modules/@modelcontextprotocol/server-everything/package.json"
+SDK_VENV_FALLBACK="$ROOT/.venv-sdk"
+
+start=$(date +%s)
+log() { printf 'install_interop: %s\n' "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+# ---------------------------------------------------------------- node + server-everything
+command -v node >/dev/null 2>&1 || die "node not found (need Node.js >= 20)"
+command -v npm >/dev/null 2>&1 || die "npm not found"
+node_major=$(node -p 'process.versions.node.split(".")[0]')
+[ "$node_major" -ge 20 ] || die "Node.js >= 20 required, found $(node --version)"
+
+installed_version=""
+if [ -f "$EVERYTHING_PKG" ]; then
+  installed_version=$(node -p "require(process.argv[1]).version" "$EVERYTHING_PKG" 2>/dev/null || true)
+fi
+if [ "${FORCE:-0}" != "1" ] && [ "$installed_version" = "$EVERYTHING_VERSION" ] \
+   && [ "$NODE_DIR/node_modules/.package-lock.json" -nt "$NODE_DIR/package-lock.json" ]; then
+  log "server-everything $EVERYTHING_VERSION already installed in $NODE_DIR (FORCE=1 to reinstall)"
+else
+  log "npm ci in $NODE_DIR (node $(node --version), npm $(npm --version))"
+  (cd "$NODE_DIR" && timeout 600 npm ci --no-audit --no-fund --loglevel=error)
+  installed_version=$(node -p "require(process.argv[1]).version" "$EVERYTHING_PKG")
+  [ "$installed_version" = "$EVERYTHING_VERSION" ] || die "npm ci installed server-everything $installed_version, expected $EVERYTHING_VERSION"
+fi
+
+# ---------------------------------------------------------------- Python SDK
+py_ok() {  # $1 = python; true if >= 3.10
+  "$1" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)' 2>/dev/null
+}
+sdk_ok() {  # $1 = python; true if mcp==2.3.0 importable
+  "$1" -c "import importlib.metadata as m, sys; import mcp.server.mcpserver; sys.exit(0 if m.version('mcp') == '$SDK_VERSION' else 1)" >/dev/null 2>&1
+}
+install_sdk() {  # $1 = venv dir
+  local py="$1/bin/python"
+  if sdk_ok "$py"; then
+    log "$SDK_PIN already installed in $1"
+  else
+    log "pip install '$SDK_PIN' into $1"
+    timeout 900 "$py" -m pip install --quiet --disable-pip-version-check "$SDK_PIN"
+    sdk_ok "$py" || die "$SDK_PIN not importable from $py after install"
+  fi
+}
+
+find_base_python() {  # python3 if >= 3.10, else python3.11/3.12/3.13/3.10 (or $BKMCP_SDK_BASE_PYTHON)
+  if [ -n "${BKMCP_SDK_BASE_PYTHON:-}" ]; then echo "$BKMCP_SDK_BASE_PYTHON"; return; fi
+  local cand
+  for cand in python3 python3.11 python3.12 python3.13 python3.10; do
+    if command -v "$cand" >/dev/null 2>&1 && py_ok "$(command -v "$cand")"; then command -v "$cand"; return; fi
+  done
+}
+
+if [ ! -x "$VENV/bin/python" ]; then
+  base="$(find_base_python)"
+  [ -n "$base" ] || die "no Python >= 3.10 found to create $VENV (set BKMCP_SDK_BASE_PYTHON)"
+  log "creating venv $VENV with $base ($("$base" --version 2>&1))"
+  timeout 300 "$base" -m venv "$VENV"
+fi
+VENV_ABS="$(cd "$VENV" && pwd)"
+
+if py_ok "$VENV_ABS/bin/python"; then
+  install_sdk "$VENV_ABS"
+  SDK_PY="$VENV_ABS/bin/python"
+else
+  [ "$VENV_ABS" != "$SDK_VENV_FALLBACK" ] || die "$VENV uses $("$VENV_ABS/bin/python" --version 2>&1); the SDK needs Python >= 3.10 (remove it, set BKMCP_SDK_BASE_PYTHON)"
+  log "$VENV uses $("$VENV_ABS/bin/python" --version 2>&1); the SDK needs Python >= 3.10 -> $SDK_VENV_FALLBACK"
+  if [ ! -x "$SDK_VENV_FALLBACK/bin/python" ]; then
+    base="$(find_base_python)"
+    [ -n "$base" ] || die "no Python >= 3.10 found for the SDK (set BKMCP_SDK_BASE_PYTHON)"
+    timeout 300 "$base" -m venv "$SDK_VENV_FALLBACK"
+  fi
+  install_sdk "$SDK_VENV_FALLBACK"
+  SDK_PY="$SDK_VENV_FALLBACK/bin/python"
+fi
+case "$SDK_PY" in
+  "$SDK_VENV_FALLBACK/bin/python") sdk_note="the fixtures find $SDK_PY by themselves (no BKMCP_SDK_PYTHON needed)" ;;
+  *) sdk_note="tests run by $SDK_PY find the SDK in-process; any other test interpreter needs: export BKMCP_SDK_PYTHON=$SDK_PY" ;;
+esac
+
+end=$(date +%s)
+log "done in $((end - start)) s"
+log "server-everything $installed_version: $NODE_DIR  (BKMCP_EVERYTHING_DIR default)"
+log "mcp $SDK_VERSION: $SDK_PY ($("$SDK_PY" --version 2>&1))"
+log "$sdk_note"
+log "smoke: <test venv>/bin/python -m pytest tests/integration/test_interop_smoke.py"

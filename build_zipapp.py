@@ -1,0 +1,486 @@
+#!/usr/bin/env python3
+"""Build the single-file artifact `dist/bkmcp.pyz` (SPEC §12, docs/building.md). Stdlib only.
+
+    python3 build_zipapp.py                       build dist/bkmcp.pyz, print its sha256 and size
+    python3 build_zipapp.py --check               rebuild in memory, compare with dist/bkmcp.pyz byte for byte
+    python3 build_zipapp.py --platform none       no jq natives (jq then needs a `jq` executable)
+    python3 build_zipapp.py --platform +macosx_11_0_arm64 --platform -musllinux_1_2_aarch64
+    python3 build_zipapp.py --update-lock         (re)download the pins of vendor.txt and rewrite its hashes
+
+Inputs: `bkmcp.py`, `zipapp_support.py` (stored as `_bkmcp_boot.py`), and the wheels pinned with their sha256 in
+`vendor.txt`, fetched by `pip download --only-binary=:all: --no-deps` into `vendor_cache/` and checked against
+the pins before use. Output layout:
+
+    __main__.py(c)                 version gate, then `import bkmcp; sys.exit(bkmcp.main())`
+    bkmcp.py(c), _bkmcp_boot.py(c) the program and its zipapp runtime support
+    <pure packages>/...py(c)       httpx & co, jsonschema & co; `.pyc` (unchecked-hash, legacy layout) for the
+                                   build Python only, since zipimport ignores __pycache__
+    <dist>-<ver>.dist-info/        METADATA and licence files only
+    _bkmcp_native/<os>/jq.<abi>.so the jq binding per target, extracted on first --jq use
+    BUILD-INFO.json                pins, sha256 of bkmcp.py, build id, natives and their sha256, build time
+
+The output is deterministic: entries sorted, times from SOURCE_DATE_EPOCH (default: last commit time), fixed
+permissions, fixed compression. The bytecode depends on the build Python's minor version, recorded in
+BUILD-INFO.json; `--check` must run on the same minor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.util
+import io
+import json
+import marshal
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+LOCK_FILE = HERE / "vendor.txt"
+CACHE_DIR = HERE / "vendor_cache"
+DEFAULT_OUTPUT = HERE / "dist" / "bkmcp.pyz"
+SHEBANG = b"#!/usr/bin/env python3\n"
+NATIVE_DIR = "_bkmcp_native"
+BOOT_MODULE = "_bkmcp_boot"
+
+JQ_PYTHONS = ("3.9", "3.10", "3.11", "3.12", "3.13", "3.14")
+DEFAULT_PLATFORMS = (
+    "manylinux_2_28_x86_64",
+    "musllinux_1_2_x86_64",
+    "manylinux_2_28_aarch64",
+    "musllinux_1_2_aarch64",
+)
+NATIVE_PACKAGES = ("jq",)
+
+# Trimming: what a wheel member must not be to enter the pyz (tests, scripts, type stubs, build leftovers).
+_DROP_DIRS = {"tests", "test", "testing", "benchmarks", "bin", "__pycache__"}
+_DROP_SUFFIXES = (".pyi", ".pyc", ".pyo", ".c", ".h", ".pyx", ".pxd")
+_DROP_NAMES = {"py.typed"}
+# Patches to vendored files, kept minimal and exceptional (docs/building.md). The build fails when a patch no
+# longer applies, so a pin bump forces a look.
+PATCHES: dict[str, list[tuple[bytes, bytes, str]]] = {
+    "jsonschema/validators.py": [(
+        b'package.joinpath("schemas", "vocabularies")',
+        b'package.joinpath("schemas").joinpath("vocabularies")',
+        "Python 3.9's zipfile.Path.joinpath takes one argument; importlib.resources gives one inside a zip",
+    )],
+}
+_LICENCE_RE = re.compile(r"(^|/)(LICEN[CS]E|COPYING|NOTICE|AUTHORS)[^/]*$|/licenses/", re.I)
+
+
+class BuildError(Exception):
+    pass
+
+
+# ---------------------------------------------------------------------------------------------- lock file
+
+
+@dataclass(frozen=True)
+class Pin:
+    name: str
+    version: str
+    filename: str
+    sha256: str
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.name}=={self.version}"
+
+    @property
+    def native(self) -> bool:
+        return self.name in NATIVE_PACKAGES
+
+    def tags(self) -> tuple[str, set[str]]:
+        """(python tag, platform tags) of a native wheel, e.g. ("cp311", {"manylinux_2_28_x86_64", ...})."""
+        parts = self.filename[: -len(".whl")].split("-")
+        return parts[-3], set(parts[-1].split("."))
+
+
+def load_lock(path: Path = LOCK_FILE) -> list[Pin]:
+    pins = []
+    for lineno, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        try:
+            req, filename, digest = line.split()
+            name, version = req.split("==")
+            algo, hexdigest = digest.split(":")
+        except ValueError:
+            raise BuildError(f"{path.name}:{lineno}: expected 'name==version file sha256:HEX'") from None
+        if algo != "sha256" or not re.fullmatch(r"[0-9a-f]{64}", hexdigest):
+            raise BuildError(f"{path.name}:{lineno}: bad hash {digest!r}")
+        pins.append(Pin(name, version, filename, hexdigest))
+    return pins
+
+
+def render_lock(pins: list[Pin]) -> str:
+    lines = [
+        "# Wheels vendored into dist/bkmcp.pyz: one line per file, `name==version file sha256:HEX`.",
+        "# Policy and how to bump a pin: docs/building.md. Rewritten by `python3 build_zipapp.py --update-lock`.",
+    ]
+    for pin in sorted(pins, key=lambda p: (p.native, p.name.lower(), p.filename)):
+        lines.append(f"{pin.requirement} {pin.filename} sha256:{pin.sha256}")
+    return "\n".join(lines) + "\n"
+
+
+def select_native_pins(pins: list[Pin], platforms: list[str], pythons: tuple[str, ...]) -> list[Pin]:
+    chosen = []
+    for name in NATIVE_PACKAGES:
+        for py in pythons:
+            tag = "cp" + py.replace(".", "")
+            for plat in platforms:
+                match = [p for p in pins if p.name == name and p.native and p.tags()[0] == tag and plat in p.tags()[1]]
+                if not match:
+                    raise BuildError(f"vendor.txt has no {name} wheel for {tag} on {plat}: run --update-lock")
+                chosen.append(match[0])
+    return sorted(set(chosen), key=lambda p: p.filename)
+
+
+# ------------------------------------------------------------------------------------------------ wheels
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _pip_download(requirement: str, dest: Path, python: str | None = None, platform: str | None = None) -> Path:
+    cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
+           "--only-binary=:all:", "--no-deps", "--dest", str(dest)]
+    if python:
+        cmd += ["--python-version", python, "--implementation", "cp", "--abi", "cp" + python.replace(".", "")]
+    else:  # pure-Python wheel only, even where a compiled one exists (pyrsistent)
+        cmd += ["--python-version", "3.9"]
+    cmd += ["--platform", platform or "any"]
+    cmd.append(requirement)
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd[cmd.index(str(dest))] = tmp
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        files = sorted(Path(tmp).glob("*.whl"))
+        if proc.returncode != 0 or len(files) != 1:
+            raise BuildError(f"pip download {requirement} failed:\n{proc.stderr.strip()}")
+        dest.mkdir(parents=True, exist_ok=True)
+        target = dest / files[0].name
+        shutil.move(str(files[0]), str(target))
+        return target
+
+
+def fetch_wheel(pin: Pin, cache: Path, platforms: list[str]) -> bytes:
+    """The pinned wheel's bytes, from the cache or pip, refused unless its sha256 matches the pin."""
+    path = cache / pin.filename
+    if not path.exists():
+        python = platform = None
+        if pin.native:
+            pytag, plats = pin.tags()
+            python = pytag[2] + "." + pytag[3:]
+            platform = next((p for p in platforms if p in plats), sorted(plats)[-1])
+        got = _pip_download(pin.requirement, cache, python, platform)
+        if got.name != pin.filename:
+            raise BuildError(f"pip fetched {got.name} for {pin.requirement}, vendor.txt pins {pin.filename}")
+    data = path.read_bytes()
+    if _sha256(data) != pin.sha256:
+        raise BuildError(f"{path} does not match the sha256 pinned in vendor.txt: delete it or fix the pin")
+    return data
+
+
+def update_lock(platforms: list[str], pythons: tuple[str, ...], cache: Path) -> None:
+    """Download every pin of vendor.txt (each native for every target) and rewrite the file with their hashes."""
+    reqs = set()  # only `name==version`, the first word of each line, is read: the rest is rewritten
+    for raw in LOCK_FILE.read_text(encoding="utf-8").splitlines():
+        words = raw.split("#", 1)[0].split()
+        if words:
+            name, _, version = words[0].partition("==")
+            if not version:
+                raise BuildError(f"vendor.txt: {words[0]!r} is not an exact pin")
+            reqs.add((name, version, name in NATIVE_PACKAGES))
+    new: list[Pin] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, version, native in sorted(reqs):
+            targets = [(py, plat) for py in pythons for plat in platforms] if native else [(None, None)]
+            for py, plat in targets:
+                got = _pip_download(f"{name}=={version}", Path(tmp), py, plat)
+                pin = Pin(name, version, got.name, _sha256(got.read_bytes()))
+                if pin not in new:
+                    new.append(pin)
+                cache.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(got, cache / got.name)
+    LOCK_FILE.write_text(render_lock(new), encoding="utf-8")
+    print(f"vendor.txt: {len(new)} wheels pinned")
+
+
+# -------------------------------------------------------------------------------------------- contents
+
+
+def _keep_member(name: str) -> bool:
+    parts = name.split("/")
+    if name.endswith("/") or any(p in _DROP_DIRS for p in parts[:-1]):
+        return False
+    if parts[-1] in _DROP_NAMES or parts[-1].endswith(_DROP_SUFFIXES):
+        return False
+    if parts[0].endswith(".dist-info"):
+        return parts[-1] == "METADATA" or bool(_LICENCE_RE.search(name))
+    if parts[0].endswith(".data"):
+        return False
+    return True
+
+
+def wheel_members(data: bytes) -> dict[str, bytes]:
+    with zipfile.ZipFile(io.BytesIO(data)) as zf:
+        return {i.filename: zf.read(i) for i in zf.infolist() if _keep_member(i.filename)}
+
+
+def _metadata_field(members: dict[str, bytes], field: str, prefix: str = "") -> str | None:
+    for name, data in members.items():
+        if name.endswith(".dist-info/METADATA"):
+            for line in data.decode("utf-8", "replace").splitlines():
+                if not line:
+                    break
+                if line.startswith(field + ": " + prefix):
+                    return line[len(field) + 2:].strip().split(" :: ")[-1]
+    return None
+
+
+def native_folder(platform: str) -> str:
+    """Folder of `_bkmcp_native/` for a wheel platform tag (must agree with zipapp_support._native_folders)."""
+    if platform.startswith("musllinux"):
+        return "linux-musl"  # musl CPython < 3.11 uses the linux-gnu suffix: keep them apart from glibc builds
+    if platform.startswith(("manylinux", "linux")):
+        return "linux"
+    if platform.startswith("macosx"):
+        arch = platform.rsplit("_", 1)[-1]
+        return "darwin" if arch in ("universal2", "intel") else f"darwin-{arch}"
+    if platform.startswith("win"):
+        return "win32"
+    raise BuildError(f"unsupported platform tag {platform!r}")
+
+
+MAIN_TEMPLATE = '''\
+# bkmcp.pyz entry point, written by build_zipapp.py. Old Pythons parse it too: keep the syntax plain.
+import sys
+
+if sys.version_info < (3, 9):
+    sys.stderr.write("bkmcp needs Python 3.9 or newer; %%s is Python %%s. Run it with a newer python3.\\n"
+                     %% (sys.executable or "this interpreter", sys.version.split()[0]))
+    sys.exit(1)
+if sys.implementation.cache_tag != %(cache_tag)r:
+    # The zip carries bytecode for %(cache_tag)s only: other Pythons import from a per-user copy whose
+    # __pycache__ fills on first use (_bkmcp_boot.use_compiled_cache). Its usual place is checked inline so
+    # that even _bkmcp_boot comes from there, compiled.
+    import os
+
+    _cache = os.environ.get("XDG_CACHE_HOME", "")
+    _cache = _cache if os.path.isabs(_cache) else os.path.join(os.path.expanduser("~"), ".cache")
+    _tree = os.path.join(_cache, "bkmcp", %(build_id)r, "py")
+    if os.path.isdir(_tree) and not os.environ.get("BKMCP_NO_COMPILED_CACHE"):
+        if not hasattr(os, "getuid") or os.stat(_tree).st_uid == os.getuid():
+            sys.path.insert(0, _tree)
+    import _bkmcp_boot
+
+    _bkmcp_boot.use_compiled_cache(%(build_id)r, os.path.dirname(os.path.abspath(__file__)))
+import bkmcp
+
+sys.exit(bkmcp.main())
+'''
+
+
+def _pyc(source: bytes, arcname: str) -> bytes:
+    """Unchecked-hash bytecode (PEP 552) for the running Python: zipimport loads it without reading the source."""
+    code = compile(source, "bkmcp.pyz/" + arcname, "exec", dont_inherit=True)
+    flags = (0b01).to_bytes(4, "little")  # hash-based, check_source=0
+    return importlib.util.MAGIC_NUMBER + flags + importlib.util.source_hash(source) + marshal.dumps(code)
+
+
+def _bkmcp_version(source: bytes) -> str:
+    m = re.search(rb"^__version__\s*=\s*['\"]([^'\"]+)['\"]", source, re.M)
+    return m.group(1).decode() if m else "unknown"
+
+
+def collect(source: Path, support: Path, pins: list[Pin], natives: list[Pin], platforms: list[str],
+            cache: Path, epoch: int, with_pyc: bool) -> dict[str, bytes]:
+    files: dict[str, bytes] = {}
+    dists = []
+    patched: list[dict[str, str]] = []
+    for pin in pins:
+        members = wheel_members(fetch_wheel(pin, cache, platforms))
+        for name, data in members.items():
+            for old, new, why in PATCHES.get(name, []):
+                if data.count(old) != 1:
+                    raise BuildError(f"patch for {name} ({why}) no longer applies: review it after the bump")
+                data = data.replace(old, new)
+                patched.append({"file": name, "reason": why})
+            if name in files and files[name] != data:
+                raise BuildError(f"{name} comes from two wheels")
+            files[name] = data
+        dists.append({"name": pin.name, "version": pin.version, "wheel": pin.filename, "sha256": pin.sha256,
+                      "license": _metadata_field(members, "License-Expression") or _metadata_field(members, "License")
+                      or _metadata_field(members, "Classifier", "License :: "),
+                      "license_files": sorted(n for n in members if _LICENCE_RE.search(n))})
+    native_hashes: dict[str, str] = {}
+    for pin in natives:
+        pytag, plats = pin.tags()
+        folder = native_folder(next(p for p in platforms if p in plats))
+        for name, data in wheel_members(fetch_wheel(pin, cache, platforms)).items():
+            if name.endswith((".so", ".pyd")) and "/" not in name:
+                arc = f"{NATIVE_DIR}/{folder}/{name}"
+                if arc in files and files[arc] != data:
+                    raise BuildError(f"two {pin.name} wheels give {arc}: put them in separate folders")
+                files[arc] = data
+                native_hashes[arc] = _sha256(data)
+            elif ".dist-info/" in name:
+                files[f"{NATIVE_DIR}/{name}"] = data  # licence and METADATA, identical across targets
+    for name, version in sorted({(p.name, p.version) for p in natives}):
+        notice = HERE / "docs" / "licenses" / f"{name}-static-NOTICE.txt"
+        if notice.exists():  # what the wheel links statically but its own LICENSE does not cover
+            files[f"{NATIVE_DIR}/{name}-{version}.dist-info/licenses/NOTICE-static.txt"] = notice.read_bytes()
+        lic = [n for n in files if n.startswith(f"{NATIVE_DIR}/{name}-") and _LICENCE_RE.search(n)]
+        dists.append({"name": name, "version": version, "wheel": "one per target, see vendor.txt", "sha256": None,
+                      "license": "BSD-2-Clause (binding); links jq (MIT) and Oniguruma (BSD-2-Clause) statically",
+                      "license_files": sorted(lic)})
+    program = source.read_bytes()
+    files["bkmcp.py"] = program
+    files[f"{BOOT_MODULE}.py"] = support.read_bytes()
+
+    if with_pyc:
+        for name in [n for n in files if n.endswith(".py") and not n.startswith(NATIVE_DIR)]:
+            files[name + "c"] = _pyc(files[name], name)
+    payload = hashlib.sha256()
+    for name in sorted(files):
+        payload.update(name.encode() + b"\0" + _sha256(files[name]).encode() + b"\n")
+    build_id = payload.hexdigest()[:16]
+
+    cache_tag = sys.implementation.cache_tag if with_pyc else "none"
+    main = (MAIN_TEMPLATE % {"cache_tag": cache_tag, "build_id": build_id}).encode()
+    files["__main__.py"] = main
+    if with_pyc:
+        files["__main__.pyc"] = _pyc(main, "__main__.py")
+    info = {
+        "name": "bkmcp",
+        "version": _bkmcp_version(program),
+        "build_id": build_id,
+        "bkmcp_sha256": _sha256(program),
+        "source_date_epoch": epoch,
+        "build_time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch)),
+        "bytecode": {"cache_tag": cache_tag, "magic": importlib.util.MAGIC_NUMBER.hex() if with_pyc else None},
+        "requires_python": ">=3.9",
+        "jq_targets": {"pythons": sorted({p.tags()[0] for p in natives}), "platforms": platforms},
+        "natives": dict(sorted(native_hashes.items())),
+        "patches": patched,
+        "vendored": sorted(dists, key=lambda d: str(d["name"]).lower()),
+    }
+    files["BUILD-INFO.json"] = (json.dumps(info, indent=2, sort_keys=True) + "\n").encode()
+    return files
+
+
+def write_pyz(files: dict[str, bytes], epoch: int) -> bytes:
+    date_time = time.gmtime(max(epoch, 315532800))[:6]  # zip cannot express times before 1980
+    buf = io.BytesIO()
+    buf.write(SHEBANG)
+    with zipfile.ZipFile(buf, "w") as zf:
+        for name in sorted(files):
+            info = zipfile.ZipInfo(name, date_time)
+            info.create_system = 3
+            info.external_attr = 0o100644 << 16
+            # bytecode is read on every start: stored, it skips inflating; everything else is deflated
+            stored = name.endswith(".pyc")
+            info.compress_type = zipfile.ZIP_STORED if stored else zipfile.ZIP_DEFLATED
+            zf.writestr(info, files[name], compresslevel=None if stored else 6)
+    return buf.getvalue()
+
+
+# --------------------------------------------------------------------------------------------------- CLI
+
+
+def source_date_epoch() -> int:
+    value = os.environ.get("SOURCE_DATE_EPOCH")
+    if value:
+        return int(value)
+    try:
+        out = subprocess.run(["git", "-C", str(HERE), "log", "-1", "--format=%ct"], capture_output=True,
+                             text=True, check=True).stdout.strip()
+        return int(out)
+    except (OSError, subprocess.CalledProcessError, ValueError):
+        return 315532800  # 1980-01-01, the zip epoch
+
+
+def resolve_platforms(options: list[str]) -> list[str]:
+    """`--platform` values: `none`, plain tags (replace the default set), `+TAG` (add), `-TAG` (remove)."""
+    plain = [o for o in options if o[:1] not in "+-" and o != "none"]
+    result = list(plain) if plain else ([] if "none" in options else list(DEFAULT_PLATFORMS))
+    for opt in options:
+        if opt.startswith("+") and opt[1:] not in result:
+            result.append(opt[1:])
+        elif opt.startswith("-"):
+            if opt[1:] not in result:
+                raise BuildError(f"--platform {opt}: {opt[1:]} is not in the set {result}")
+            result.remove(opt[1:])
+    for plat in result:
+        native_folder(plat)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-o", "--output", type=Path, default=DEFAULT_OUTPUT)
+    parser.add_argument("--source", type=Path, default=HERE / "bkmcp.py", help="the program (default: bkmcp.py)")
+    parser.add_argument("--platform", action="append", default=[], metavar="TAG",
+                        help="jq native targets: TAG (exact set), +TAG, -TAG, none; default: "
+                        + ", ".join(DEFAULT_PLATFORMS))
+    parser.add_argument("--jq-pythons", default=",".join(JQ_PYTHONS), help="CPython versions for jq natives")
+    parser.add_argument("--no-pyc", action="store_true", help="leave bytecode out (for measurements)")
+    parser.add_argument("--cache-dir", type=Path, default=CACHE_DIR)
+    parser.add_argument("--check", action="store_true", help="rebuild and compare with --output, byte for byte")
+    parser.add_argument("--update-lock", action="store_true", help="re-pin vendor.txt from the package index")
+    args = parser.parse_args(argv)
+    try:
+        platforms = resolve_platforms(args.platform)
+        pythons = tuple(v.strip() for v in args.jq_pythons.split(",") if v.strip())
+        if args.update_lock:
+            update_lock(list(DEFAULT_PLATFORMS) + [p for p in platforms if p not in DEFAULT_PLATFORMS],
+                        JQ_PYTHONS, args.cache_dir)
+            return 0
+        lock = load_lock()
+        pure = [p for p in lock if not p.native]
+        natives = select_native_pins(lock, platforms, pythons) if platforms else []
+        epoch = source_date_epoch()
+        files = collect(args.source, HERE / "zipapp_support.py", pure, natives, platforms, args.cache_dir,
+                        epoch, not args.no_pyc)
+        blob = write_pyz(files, epoch)
+    except (BuildError, OSError) as exc:
+        print(f"build_zipapp: {exc}", file=sys.stderr)
+        return 1
+    digest = _sha256(blob)
+    if args.check:
+        try:
+            current = args.output.read_bytes()
+        except OSError as exc:
+            print(f"build_zipapp: --check: {exc}", file=sys.stderr)
+            return 1
+        if current != blob:
+            print(f"build_zipapp: {args.output} differs from a fresh build (sha256 {_sha256(current)} vs {digest})",
+                  file=sys.stderr)
+            return 1
+        print(f"{args.output}: reproducible, sha256 {digest}, {len(blob)} bytes")
+        return 0
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.output.with_name(args.output.name + ".tmp")
+    tmp.write_bytes(blob)
+    os.chmod(tmp, 0o755)
+    os.replace(tmp, args.output)
+    info = json.loads(files["BUILD-INFO.json"])
+    print(f"{args.output}: sha256 {digest}, {len(blob)} bytes ({len(blob) / 1e6:.1f} MB), {len(files)} entries, "
+          f"build id {info['build_id']}, bytecode for {info['bytecode']['cache_tag']}, "
+          f"jq natives {len(info['natives'])}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""Helpers shared by the artifact tests and their fixtures (imported by conftest.py and the tests)."""
+
+from __future__ import annotations
+
+import glob
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = ROOT / "build_zipapp.py"
+PY_VERSIONS = ("3.9", "3.10", "3.11", "3.12", "3.13", "3.14")
+TIMEOUT = 120
+
+
+def _pyenv_root() -> str:
+    return os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
+
+
+def find_python(version: str) -> str | None:
+    """The newest real pyenv interpreter of `version` (3.13, not 3.13t), else this one if it matches."""
+    paths = glob.glob(os.path.join(_pyenv_root(), "versions", version + ".*", "bin", "python3"))
+    paths = [p for p in paths if Path(p).parents[1].name.replace(".", "").isdigit()]
+    if paths:
+        return sorted(paths, key=lambda p: [int(x) for x in Path(p).parents[1].name.split(".")])[-1]
+    if f"{sys.version_info[0]}.{sys.version_info[1]}" == version:
+        return sys.executable
+    return None
+
+
+def build_pyz(output: Path, *options: str, epoch: str | None = None, source: Path | None = None) -> Path:
+    env = dict(os.environ)
+    if epoch is not None:
+        env["SOURCE_DATE_EPOCH"] = epoch
+    cmd = [sys.executable, str(BUILD), "--output", str(output), *options]
+    if source is not None:
+        cmd += ["--source", str(source)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, check=False)
+    if proc.returncode != 0:
+        pytest.fail(f"build_zipapp.py failed:\n{proc.stdout}\n{proc.stderr}")
+    return output
+
+
+def program_source() -> Path:
+    source = Path(os.environ.get("BKMCP_SOURCE") or ROOT / "bkmcp.py")
+    if not source.exists():
+        pytest.skip(f"no {source} to package (set BKMCP_SOURCE)")
+    return source
+
+
+def run_pyz(python: str, pyz: Path, *args: str, env: dict[str, str] | None = None,
+            timeout: float = TIMEOUT, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run([python, str(pyz), *args], capture_output=True, text=True, env=env, input=stdin,
+                          timeout=timeout, check=False)
+
+
+def run_in_pyz(python: str, pyz: Path, code: str, env: dict[str, str] | None = None,
+               timeout: float = TIMEOUT) -> subprocess.CompletedProcess[str]:
+    """Run `code` with the pyz first on sys.path and its runtime support imported as `boot`."""
+    prelude = f"import sys; sys.path.insert(0, {str(pyz)!r}); import _bkmcp_boot as boot\n"
+    return subprocess.run([python, "-c", prelude + code], capture_output=True, text=True, env=env,
+                          timeout=timeout, check=False)

@@ -1,0 +1,341 @@
+"""The built artifact: CLI on every Python, reproducibility, contents, jq natives and their fallbacks."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import zipfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from artifact_helpers import ROOT, build_pyz, find_python, program_source, run_in_pyz, run_pyz
+
+pytestmark = pytest.mark.artifact
+
+BIG = '{"ok": true, "data": {"n": 100000000000000000001, "x": 1.50, "s": "1.50", "list": [1, 2]}}'
+
+
+def _config(tmp_path: Path) -> Path:
+    cfg = tmp_path / "mcp.json"
+    cfg.write_text(json.dumps({"mcpServers": {"demo": {"type": "http", "url": "http://127.0.0.1:9/mcp"}}}))
+    return cfg
+
+
+# ------------------------------------------------------------------------------------------- CLI per Python
+
+
+def test_version(python: str, pyz_path: Path, pyz_env: dict, build_info: dict) -> None:
+    proc = run_pyz(python, pyz_path, "--version", env=pyz_env)
+    assert proc.returncode == 0, proc.stderr
+    assert build_info["version"] in proc.stdout
+    assert proc.stderr == ""
+
+
+def test_help(python: str, pyz_path: Path, pyz_env: dict) -> None:
+    proc = run_pyz(python, pyz_path, "--help", env=pyz_env)
+    assert proc.returncode == 0, proc.stderr
+    assert "Usage" in proc.stdout or "usage" in proc.stdout
+
+
+def test_server_help(python: str, pyz_path: Path, pyz_env: dict, tmp_path: Path) -> None:
+    proc = run_pyz(python, pyz_path, "--config", str(_config(tmp_path)), "demo", "--help", env=pyz_env)
+    assert proc.returncode == 0, proc.stderr
+    assert "demo" in proc.stdout
+
+
+def test_runs_through_shebang_and_relative_path(pyz_path: Path, pyz_env: dict, build_info: dict) -> None:
+    if shutil.which("python3", path=pyz_env.get("PATH")) is None:
+        pytest.skip("no python3 on PATH for the shebang")
+    proc = subprocess.run(["./" + pyz_path.name, "--version"], cwd=pyz_path.parent, capture_output=True, text=True,
+                          env=pyz_env, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert build_info["version"] in proc.stdout
+
+
+def test_vendored_imports(python: str, pyz_path: Path, pyz_env: dict) -> None:
+    """Everything bkmcp imports lazily loads from the zip, not from the interpreter's site-packages (certifi
+    may be preloaded by a site .pth on this machine, so only its data is checked)."""
+    code = ("import httpx, httpcore, h11, anyio, idna, certifi, jsonschema, attr, pyrsistent\n"
+            "for m in (httpx, httpcore, h11, anyio, jsonschema, attr, pyrsistent):  # certifi: see below\n"
+            "    assert m.__file__.startswith(sys.path[0]), m.__file__\n"
+            "jsonschema.Draft202012Validator({'type': 'object', 'required': ['a']}).validate({'a': 1})\n"
+            "assert os.path.exists(certifi.where())\n"
+            "import httpx; httpx.Client().close()\n"
+            "print(httpx.__version__, jsonschema.validators.__name__)\n")
+    proc = run_in_pyz(python, pyz_path, "import os\n" + code, env=pyz_env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("0.28.1")
+
+
+@pytest.mark.parametrize("version", ["3.7", "3.8"])
+def test_old_python_gets_a_clean_message(version: str, pyz_path: Path, pyz_env: dict) -> None:
+    old = find_python(version)
+    if old is None:
+        pytest.skip(f"CPython {version} is not installed here")
+    proc = run_pyz(old, pyz_path, "--help", env=pyz_env)
+    assert proc.returncode == 1
+    assert "needs Python 3.9 or newer" in proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+
+
+def test_compiled_cache_for_other_pythons(pythons: dict, pyz_path: Path, pyz_env: dict, build_info: dict) -> None:
+    """A Python the zip has no bytecode for gets a per-user copy whose __pycache__ fills once, even under
+    PYTHONDONTWRITEBYTECODE; eight concurrent first runs all succeed and leave one copy, no temp dirs."""
+    tag = build_info["bytecode"]["cache_tag"]
+    others = [p for p in pythons.values()
+              if subprocess.run([p, "-c", "import sys; print(sys.implementation.cache_tag)"], capture_output=True,
+                                text=True, check=True).stdout.strip() != tag]
+    if not others:
+        pytest.skip(f"no Python other than the build one ({tag}) is installed")
+    python = others[0]
+    env = dict(pyz_env, PYTHONDONTWRITEBYTECODE="1")
+    with ThreadPoolExecutor(8) as pool:
+        procs = list(pool.map(lambda _: run_pyz(python, pyz_path, "--version", env=env), range(8)))
+    assert [p.returncode for p in procs] == [0] * 8, [p.stderr for p in procs]
+    root = Path(env["XDG_CACHE_HOME"]) / "bkmcp"
+    assert os.listdir(root) == [build_info["build_id"]]
+    assert os.listdir(root / build_info["build_id"]) == ["py"]
+    assert run_pyz(python, pyz_path, "--help", env=env).returncode == 0
+    pycache = root / build_info["build_id"] / "py" / "__pycache__"
+    assert any(n.startswith("bkmcp.") for n in os.listdir(pycache))
+    assert any(n.startswith("_bkmcp_boot.") for n in os.listdir(pycache))
+
+
+# ------------------------------------------------------------------------------------ build and contents
+
+
+def test_reproducible(tmp_path: Path) -> None:
+    source = program_source()
+    a = build_pyz(tmp_path / "a.pyz", "--platform", "none", epoch="1700000000", source=source)
+    b = build_pyz(tmp_path / "b.pyz", "--platform", "none", epoch="1700000000", source=source)
+    assert hashlib.sha256(a.read_bytes()).hexdigest() == hashlib.sha256(b.read_bytes()).hexdigest()
+    check = subprocess.run([sys.executable, str(ROOT / "build_zipapp.py"), "--output", str(a), "--platform", "none",
+                            "--source", str(source), "--check"], capture_output=True, text=True, timeout=600,
+                           env=dict(os.environ, SOURCE_DATE_EPOCH="1700000000"), check=False)
+    assert check.returncode == 0, check.stderr
+    assert "reproducible" in check.stdout
+    c = build_pyz(tmp_path / "c.pyz", "--platform", "none", epoch="1700000002", source=source)
+    assert c.read_bytes() != a.read_bytes()
+
+
+def test_reproducible_full_build(pyz_path: Path, tmp_path: Path, build_info: dict) -> None:
+    """The session's artifact (natives included) rebuilds to the same bytes with its recorded epoch."""
+    if os.environ.get("BKMCP_PYZ"):
+        pytest.skip("prebuilt artifact: its inputs are not known here")
+    again = build_pyz(tmp_path / "again.pyz", epoch=str(build_info["source_date_epoch"]), source=program_source())
+    assert again.read_bytes() == pyz_path.read_bytes()
+
+
+def test_contents(pyz_path: Path, build_info: dict) -> None:
+    data = pyz_path.read_bytes()
+    assert data.startswith(b"#!/usr/bin/env python3\n")
+    assert os.stat(pyz_path).st_mode & stat.S_IXUSR
+    with zipfile.ZipFile(pyz_path) as zf:
+        infos = zf.infolist()
+        names = [i.filename for i in infos]
+        assert names == sorted(names)
+        assert len({i.date_time for i in infos}) == 1
+        assert {i.external_attr >> 16 for i in infos} == {0o100644}
+        for name in names:
+            parts = name.split("/")
+            assert not {"tests", "test", "bin", "__pycache__"} & set(parts[:-1]), name
+            assert not name.endswith((".pyi", "py.typed", ".c", ".h")), name
+        assert zf.read("bkmcp.py") == program_source().read_bytes() or os.environ.get("BKMCP_PYZ")
+        assert hashlib.sha256(zf.read("bkmcp.py")).hexdigest() == build_info["bkmcp_sha256"]
+        for member, digest in build_info["natives"].items():
+            assert hashlib.sha256(zf.read(member)).hexdigest() == digest
+        main = zf.read("__main__.py").decode()
+        assert len(main.splitlines()) < 40 and "bkmcp.main()" in main
+    pins = {line.split()[0] for line in (ROOT / "vendor.txt").read_text().splitlines()
+            if line.strip() and not line.startswith("#")}
+    vendored = {f"{d['name']}=={d['version']}" for d in build_info["vendored"]}
+    assert vendored == pins
+    for dist in build_info["vendored"]:
+        assert dist["license_files"], f"{dist['name']} ships no licence"
+        assert all(f in names for f in dist["license_files"])
+    assert "jsonschema==4.17.3" in pins  # the last pure-Python line (docs/building.md)
+    assert build_info["build_id"] in main
+
+
+def test_default_native_matrix(build_info: dict) -> None:
+    if os.environ.get("BKMCP_PYZ"):
+        pytest.skip("prebuilt artifact may carry another matrix")
+    natives = build_info["natives"]
+    for minor in range(9, 15):
+        for arch in ("x86_64", "aarch64"):
+            assert f"_bkmcp_native/linux/jq.cpython-3{minor}-{arch}-linux-gnu.so" in natives
+            assert any(n.startswith(f"_bkmcp_native/linux-musl/jq.cpython-3{minor}-{arch}") for n in natives)
+
+
+# --------------------------------------------------------------------------------------------------- jq
+
+JQ_CODE = f"""
+import json
+program = boot.compile_jq('.data | .n, .x, .s, (.list | add)')
+print(json.dumps({{"backend": program.backend, "out": program.run({BIG!r}),
+                  "module": getattr(sys.modules.get("jq"), "__file__", None)}}))
+"""
+
+
+def _jq_result(proc: subprocess.CompletedProcess) -> dict:
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_jq_native_concurrent_first_runs(python: str, pyz_path: Path, pyz_env: dict, build_info: dict) -> None:
+    """Eight first uses at once: all load the native, numbers come out as written, one cache dir is left."""
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda _: run_in_pyz(python, pyz_path, JQ_CODE, env=pyz_env), range(8)))
+    outs = [_jq_result(p) for p in results]
+    for out in outs:
+        assert out["backend"] == "binding"
+        assert out["out"] == ["100000000000000000001", "1.50", '"1.50"', "3"]
+        assert out["module"].startswith(pyz_env["XDG_CACHE_HOME"])
+    root = Path(pyz_env["XDG_CACHE_HOME"]) / "bkmcp"
+    assert os.listdir(root) == [build_info["build_id"]]
+    native = root / build_info["build_id"] / "native"
+    assert len(os.listdir(native)) == 1 and not any(n.startswith(".") for n in os.listdir(native))
+
+
+def test_jq_native_replaced_when_corrupt(pyz_path: Path, pyz_env: dict, build_info: dict) -> None:
+    assert _jq_result(run_in_pyz(sys.executable, pyz_path, JQ_CODE, env=pyz_env))["backend"] == "binding"
+    native = Path(pyz_env["XDG_CACHE_HOME"]) / "bkmcp" / build_info["build_id"] / "native"
+    (so,) = native.iterdir()
+    so.write_bytes(b"garbage")
+    assert _jq_result(run_in_pyz(sys.executable, pyz_path, JQ_CODE, env=pyz_env))["backend"] == "binding"
+    assert hashlib.sha256(so.read_bytes()).hexdigest() in build_info["natives"].values()
+
+
+def test_jq_compile_and_runtime_errors(pyz_path: Path, pyz_env: dict) -> None:
+    code = ("for expr, text in (('.a |||', '{}'), ('error(\"boom\")', '{}')):\n"
+            "    try:\n"
+            "        boot.compile_jq(expr).run(text)\n"
+            "    except boot.JqFailure as exc:\n"
+            "        print(exc.kind)\n")
+    proc = run_in_pyz(sys.executable, pyz_path, code, env=pyz_env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["compile", "runtime"]
+
+
+def _readonly_home_env(pyz_env: dict, tmp_path: Path) -> dict:
+    """HOME that cannot hold a cache, even for root: it lies below a regular file."""
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    env = dict(pyz_env, HOME=str(blocker / "home"))
+    env.pop("XDG_CACHE_HOME")
+    return env
+
+
+def test_read_only_home(python: str, pyz_path: Path, pyz_env: dict, tmp_path: Path, build_info: dict) -> None:
+    env = _readonly_home_env(pyz_env, tmp_path)
+    proc = run_pyz(python, pyz_path, "--help", env=env)
+    assert proc.returncode == 0, proc.stderr
+    out = _jq_result(run_in_pyz(python, pyz_path, JQ_CODE, env=env))
+    assert out["backend"] == "binding"
+    fallback = Path(env["TMPDIR"]) / f"bkmcp-{os.getuid()}" / build_info["build_id"]
+    assert out["module"].startswith(str(fallback))
+    assert stat.S_IMODE(os.stat(fallback.parent).st_mode) == 0o700
+
+
+def test_read_only_home_chmod(pyz_path: Path, pyz_env: dict, tmp_path: Path) -> None:
+    if os.geteuid() == 0:
+        pytest.skip("root writes through chmod 0555; test_read_only_home covers the case")
+    home = Path(pyz_env["HOME"])
+    home.chmod(0o555)
+    try:
+        env = dict(pyz_env)
+        env.pop("XDG_CACHE_HOME")
+        assert _jq_result(run_in_pyz(sys.executable, pyz_path, JQ_CODE, env=env))["backend"] == "binding"
+    finally:
+        home.chmod(0o755)
+
+
+def _path_with_jq(tmp_path: Path, jq: str | None) -> str:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    if jq:
+        (bin_dir / "jq").symlink_to(jq)
+    return str(bin_dir)
+
+
+def test_jq_falls_back_to_executable(python: str, pyz_no_natives: Path, pyz_env: dict, tmp_path: Path) -> None:
+    jq = shutil.which("jq")
+    if jq is None:
+        pytest.skip("no jq executable on PATH (apt-get install jq)")
+    env = dict(pyz_env, PATH=_path_with_jq(tmp_path, jq))
+    out = _jq_result(run_in_pyz(python, pyz_no_natives, JQ_CODE, env=env))
+    assert out["backend"] == "executable"
+    assert out["out"] == ["100000000000000000001", "1.50", '"1.50"', "3"]
+    code = ("try:\n    boot.compile_jq('.a |||')\nexcept boot.JqFailure as exc:\n    print(exc.kind)\n"
+            "try:\n    boot.compile_jq('error(\"boom\")').run('{}')\n"
+            "except boot.JqFailure as exc:\n    print(exc.kind)\n"
+            "print(boot.compile_jq('-1').run('null'))\n")
+    proc = run_in_pyz(python, pyz_no_natives, code, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[:3] == ["compile", "runtime", "['-1']"]
+
+
+def test_jq_unavailable(python: str, pyz_no_natives: Path, pyz_env: dict, tmp_path: Path) -> None:
+    env = dict(pyz_env, PATH=_path_with_jq(tmp_path, None))
+    code = ("try:\n    boot.compile_jq('.')\nexcept boot.JqFailure as exc:\n"
+            "    print(exc.kind); print(exc.hint)\n")
+    proc = run_in_pyz(python, pyz_no_natives, code, env=env)
+    assert proc.returncode == 0, proc.stderr
+    kind, hint = proc.stdout.splitlines()[:2]
+    assert kind == "unavailable" and "jq" in hint
+    assert not list(Path(env["XDG_CACHE_HOME"]).rglob("*.so"))
+
+
+# ------------------------------------------------------------------------- --jq through the CLI (bkmcp.py)
+
+
+def _cli_has_jq(pyz: Path) -> bool:
+    """bkmcp.py loads the pyz's jq natives (the hook of docs/building.md), pasted or via _bkmcp_boot."""
+    with zipfile.ZipFile(pyz) as zf:
+        program = zf.read("bkmcp.py")
+    return b"_bkmcp_boot" in program or b"def load_native_module(" in program
+
+
+def _dry_run(python: str, pyz: Path, tmp_path: Path, env: dict, jq: str) -> subprocess.CompletedProcess:
+    return run_pyz(python, pyz, "--config", str(_config(tmp_path)), "demo", "echo", "--body",
+                   '{"n": 100000000000000000001, "x": 1.50}', "--dry-run", "--jq", jq, env=env)
+
+
+def test_cli_jq_native(python: str, pyz_path: Path, pyz_env: dict, tmp_path: Path, build_info: dict) -> None:
+    if not _cli_has_jq(pyz_path):
+        pytest.skip("bkmcp.py does not carry the zipapp jq hooks yet (docs/building.md)")
+    env = dict(pyz_env, PATH=_path_with_jq(tmp_path, None))
+    proc = _dry_run(python, pyz_path, tmp_path, env, ".ok, .data.arguments.n")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["true", "100000000000000000001"]
+    native = Path(env["XDG_CACHE_HOME"]) / "bkmcp" / build_info["build_id"] / "native"
+    assert [p.suffix for p in native.iterdir()] == [".so"]
+
+
+def test_cli_jq_executable(pyz_no_natives: Path, pyz_env: dict, tmp_path: Path) -> None:
+    if not _cli_has_jq(pyz_no_natives):
+        pytest.skip("bkmcp.py does not carry the zipapp jq hooks yet (docs/building.md)")
+    jq = shutil.which("jq")
+    if jq is None:
+        pytest.skip("no jq executable on PATH (apt-get install jq)")
+    env = dict(pyz_env, PATH=_path_with_jq(tmp_path, jq))
+    proc = _dry_run(sys.executable, pyz_no_natives, tmp_path, env, ".data.arguments.n")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["100000000000000000001"]
+
+
+def test_cli_jq_unavailable(pyz_no_natives: Path, pyz_env: dict, tmp_path: Path) -> None:
+    if not _cli_has_jq(pyz_no_natives):
+        pytest.skip("bkmcp.py does not carry the zipapp jq hooks yet (docs/building.md)")
+    env = dict(pyz_env, PATH=_path_with_jq(tmp_path, None))
+    proc = _dry_run(sys.executable, pyz_no_natives, tmp_path, env, ".ok")
+    assert proc.returncode == 1
+    assert proc.stdout == ""
+    error = json.loads(proc.stderr.strip().splitlines()[-1])["error"]
+    assert error["code"] == "jq_unavailable" and error.get("hint")

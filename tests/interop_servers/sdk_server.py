@@ -1,0 +1,331 @@
+#!/usr/bin/env python3
+"""Interop test server built on the official MCP Python SDK (PyPI ``mcp==2.3.0``).
+
+Nobody on the bkmcp team wrote the protocol code this exercises: everything on
+the wire comes from ``mcp.server.mcpserver.MCPServer`` (Starlette + uvicorn for
+Streamable HTTP, the SDK's stdio loop for ``--stdio``).  This file only declares
+tools with realistic, pydantic-generated input/output schemas and picks the
+transport options.
+
+Usage (needs the SDK venv, Python >= 3.10)::
+
+    python sdk_server.py --port N --variant stateful-sse     # HTTP, http://127.0.0.1:N/mcp
+    python sdk_server.py --port N --variant stateless-json
+    python sdk_server.py --port N --variant legacy-pinned
+    python sdk_server.py --variant stateful-sse --stdio      # stdio (port ignored)
+    python sdk_server.py --variant legacy-pinned --stdio
+
+Variants
+--------
+stateful-sse    SDK defaults: ``stateless_http=False, json_response=False``. Dual-era:
+                legacy (initialize + Mcp-Session-Id, SSE responses) and modern
+                2026-07-28 (routed by the ``MCP-Protocol-Version`` header).
+stateless-json  ``stateless_http=True, json_response=True``. Dual-era; legacy path has
+                no session id and answers ``application/json``.
+legacy-pinned   The SDK has NO switch to turn the 2026-07-28 era off (the session
+                manager routes every non-handshake ``MCP-Protocol-Version`` value to
+                the modern handler).  This variant runs the stateful SSE app behind a
+                tiny ASGI gate that restores the SDK 1.x legacy version check, so the
+                server behaves like a legacy-only ``mcp`` 1.x server: a request with a
+                non-handshake ``MCP-Protocol-Version`` gets ``400`` ``-32600
+                "Bad Request: Unsupported protocol version: ..."`` (with a session id)
+                or ``400 -32600 "Bad Request: Missing session ID"`` (without one);
+                ``server/discover`` inside a legacy session is ``-32601`` (SDK behaviour).
+                On stdio it runs the SDK's handshake-only ``serve_loop`` (no era
+                gate needed: that loop never speaks 2026-07-28).
+
+Readiness: HTTP variants log uvicorn's ``Uvicorn running on http://127.0.0.1:N``
+line on stderr once the socket is bound, and this script first prints
+``sdk_server: starting variant=... url=...`` on stderr.  Poll the TCP port.
+The server binds 127.0.0.1 only. With BKMCP_INTEROP_PARENT_PID=<pid> it exits once its parent
+process is no longer that pid (set by the pytest fixtures for HTTP servers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import enum
+import json
+import os
+import sys
+import threading
+import time
+from typing import Annotated, Any, Literal
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import BaseModel, Field
+
+VARIANTS = ("stateful-sse", "stateless-json", "legacy-pinned")
+HOST = "127.0.0.1"
+PATH = "/mcp"
+
+
+# --------------------------------------------------------------------------- tools
+
+
+class Color(str, enum.Enum):
+    red = "red"
+    green = "green"
+    blue = "blue"
+
+
+class Point(BaseModel):
+    x: int
+    y: int = 0
+
+
+class Shape(BaseModel):
+    """A nested model: produces $defs/$ref in the tool's inputSchema."""
+
+    name: str
+    points: list[Point]
+    closed: bool = False
+    tags: list[str] | None = None
+
+
+class WeatherReport(BaseModel):
+    city: str
+    temperature_c: float
+    conditions: Literal["sunny", "cloudy", "rain"]
+    humidity_pct: int = Field(ge=0, le=100)
+
+
+def build_server(name: str) -> MCPServer:
+    mcp = MCPServer(
+        name,
+        version="2.3.0-interop",
+        instructions="bkmcp interop test server (official MCP Python SDK 2.3.0)",
+    )
+
+    @mcp.tool()
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    @mcp.tool()
+    def echo(text: str, times: int = 1, upper: bool = False) -> str:
+        """Echo text, optionally repeated and upper-cased."""
+        out = " ".join([text] * times)
+        return out.upper() if upper else out
+
+    @mcp.tool(structured_output=False)
+    def greet(name: str, title: str | None = None) -> str:
+        """Greet someone; title is optional and nullable (anyOf string/null). Unstructured: no outputSchema."""
+        return f"Hello, {title + ' ' if title else ''}{name}!"
+
+    @mcp.tool()
+    def choose(mode: Literal["a", "b"], color: Color = Color.red) -> dict[str, str]:
+        """Literal and enum parameters."""
+        return {"mode": mode, "color": color.value}
+
+    @mcp.tool()
+    def summarize(values: list[int], shape: Shape, weights: dict[str, float] | None = None) -> dict[str, Any]:
+        """Array of integers plus a nested pydantic model ($defs/$ref)."""
+        return {
+            "count": len(values),
+            "sum": sum(values),
+            "shape": shape.name,
+            "n_points": len(shape.points),
+            "closed": shape.closed,
+            "weights": weights,
+        }
+
+    @mcp.tool()
+    def echo_float(value: float) -> float:
+        """Return the float argument unchanged (number-fidelity probe)."""
+        return value
+
+    @mcp.tool()
+    def echo_json(payload: dict[str, Any]) -> dict[str, Any]:
+        """Return an arbitrary JSON object unchanged."""
+        return payload
+
+    @mcp.tool()
+    def fail(message: str = "boom") -> str:
+        """Always raises ValueError: isError=true, text is only "Error executing tool fail" (SDK hides crash text)."""
+        raise ValueError(message)
+
+    @mcp.tool()
+    def fail_tool_error(message: str = "deliberate failure") -> str:
+        """Raises the SDK's ToolError: isError=true and the message reaches the client."""
+        raise ToolError(message)
+
+    @mcp.tool()
+    def weather(city: str) -> WeatherReport:
+        """Structured output (outputSchema from a pydantic model)."""
+        return WeatherReport(city=city, temperature_c=21.5, conditions="sunny", humidity_pct=40)
+
+    @mcp.tool(structured_output=False)
+    def no_args() -> str:
+        """A tool without parameters (unstructured: no outputSchema)."""
+        return "ok"
+
+    @mcp.tool(name="ns.tool-name_v2", title="Dotted / dashed name")
+    def dotted(
+        value: Annotated[str, Field(description="Any string", min_length=1, max_length=64)],
+        count: Annotated[int, Field(description="Between 1 and 5", ge=1, le=5)] = 1,
+    ) -> str:
+        """Tool whose name contains '.', '-' and '_' and whose params carry constraints."""
+        return value * count
+
+    @mcp.tool()
+    async def slow(ctx: Context, seconds: Annotated[float, Field(ge=0, le=30)] = 0.5, steps: int = 3) -> str:
+        """Sleeps, emitting progress and log notifications (forces SSE on the modern path)."""
+        steps = max(1, min(steps, 50))
+        for i in range(steps):
+            await ctx.report_progress(i, steps, f"step {i}")
+            await ctx.info(f"slow: step {i}")
+            await asyncio.sleep(seconds / steps)
+        await ctx.report_progress(steps, steps, "done")
+        return f"slept {seconds}s"
+
+    return mcp
+
+
+# --------------------------------------------------------------------------- legacy gate
+
+
+def legacy_gate(app: Any, path: str = PATH) -> Any:
+    """ASGI wrapper restoring the mcp 1.x legacy-only behaviour in front of the 2.3.0 dual-era app.
+
+    * ``MCP-Protocol-Version`` outside the handshake versions:
+      - with ``Mcp-Session-Id`` -> 400 -32600 "Bad Request: Unsupported protocol version: X. Supported versions: ..."
+        (text of python-sdk 1.x ``StreamableHTTPServerTransport._validate_protocol_version``);
+      - without a session id -> the header is dropped and the request goes to the SDK's legacy path, which
+        answers ``initialize`` normally and everything else with 400 "Bad Request: Missing session ID"
+        (the same order of checks as 1.x: session first, version second).
+    ``server/discover`` inside a legacy session needs no gate: the SDK's legacy loop already answers it with
+    JSON-RPC -32601 "Method not found" (``data: "server/discover"``), as a 1.x server does.
+    """
+    from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+
+    supported = ", ".join(sorted(HANDSHAKE_PROTOCOL_VERSIONS, reverse=True))
+
+    async def send_json(send: Any, status: int, body: dict[str, Any], extra: list[tuple[bytes, bytes]]) -> None:
+        raw = json.dumps(body, separators=(",", ":")).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())] + extra
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": raw})
+
+    async def gated(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope.get("path", "").rstrip("/") != path.rstrip("/"):
+            await app(scope, receive, send)
+            return
+        headers = list(scope["headers"])
+        pv = next((v.decode("latin-1") for k, v in headers if k == b"mcp-protocol-version"), None)
+        sid = next((v for k, v in headers if k == b"mcp-session-id"), None)
+
+        if pv is not None and pv not in HANDSHAKE_PROTOCOL_VERSIONS:
+            if sid is not None:
+                await send_json(
+                    send,
+                    400,
+                    {
+                        "jsonrpc": "2.0",
+                        "id": None,
+                        "error": {
+                            "code": -32600,
+                            "message": f"Bad Request: Unsupported protocol version: {pv}. "
+                            f"Supported versions: {supported}",
+                        },
+                    },
+                    [(b"mcp-session-id", sid)],
+                )
+                return
+            scope = dict(scope)
+            scope["headers"] = [(k, v) for k, v in headers if k != b"mcp-protocol-version"]
+        await app(scope, receive, send)
+
+    return gated
+
+
+# --------------------------------------------------------------------------- main
+
+
+async def _serve_http(mcp: MCPServer, variant: str, port: int, log_level: str) -> None:
+    import uvicorn
+
+    app = mcp.streamable_http_app(
+        streamable_http_path=PATH,
+        json_response=(variant == "stateless-json"),
+        stateless_http=(variant == "stateless-json"),
+        host=HOST,
+    )
+    if variant == "legacy-pinned":
+        app = legacy_gate(app)
+    config = uvicorn.Config(app, host=HOST, port=port, log_level=log_level, lifespan="on", access_log=True)
+    await uvicorn.Server(config).serve()
+
+
+async def _serve_stdio_legacy(mcp: MCPServer) -> None:
+    """Handshake-only stdio loop (the SDK's ``serve_loop``; never speaks 2026-07-28)."""
+    from mcp.server.runner import serve_loop
+    from mcp.server.stdio import stdio_server
+
+    low = mcp._lowlevel_server  # the SDK exposes no public accessor for this
+    async with stdio_server() as (read_stream, write_stream):
+        async with low.lifespan(low) as state:
+            await serve_loop(
+                low,
+                read_stream,
+                write_stream,
+                lifespan_state=state,
+                init_options=low.create_initialization_options(),
+            )
+
+
+def _exit_with_parent() -> None:
+    """If BKMCP_INTEROP_PARENT_PID is set (the pytest fixtures set it), exit once that parent is gone.
+
+    Keeps a server from outliving a test run that was SIGKILLed before its teardown.
+    """
+    raw = os.environ.get("BKMCP_INTEROP_PARENT_PID", "")
+    if not raw.isdigit():
+        return
+    parent = int(raw)
+
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent:
+                print("sdk_server: parent process gone, exiting", file=sys.stderr, flush=True)
+                os._exit(0)
+
+    threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--port", type=int, default=0, help="TCP port on 127.0.0.1 (HTTP variants; required unless --stdio)")
+    p.add_argument("--variant", choices=VARIANTS, default="stateful-sse")
+    p.add_argument("--stdio", action="store_true", help="serve on stdin/stdout instead of HTTP")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    args = p.parse_args(argv)
+
+    _exit_with_parent()
+    mcp = build_server(f"bkmcp-interop-sdk-{args.variant}")
+    if args.stdio:
+        print(f"sdk_server: starting variant={args.variant} transport=stdio", file=sys.stderr, flush=True)
+        if args.variant == "legacy-pinned":
+            asyncio.run(_serve_stdio_legacy(mcp))
+        else:
+            mcp.run("stdio")
+        return 0
+    if not (0 < args.port < 65536):
+        p.error("--port N (1..65535) is required for HTTP variants")
+    print(
+        f"sdk_server: starting variant={args.variant} url=http://{HOST}:{args.port}{PATH}",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        asyncio.run(_serve_http(mcp, args.variant, args.port, args.log_level))
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,560 @@
+"""Section 11: routing (SPEC §2, seed §3), help paths (D01), --body (P04, P06), dry-run (O02), the exit ladder."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+
+import pytest
+from conftest import Result, run_bkmcp
+
+import bkmcp
+
+URL = "https://mcp.example.com/report/mcp/?stage=prod"
+
+
+@pytest.fixture
+def config(write_config):
+    return write_config({"mcpServers": {
+        "report-prod": {"type": "http", "url": URL,
+                        "headers": {"X-Bkapi-Authorization": "${REPORT_BK_AUTH}", "X-Tenant": "t1"}},
+        "public-docs": {"type": "http", "url": "https://mcp.example.com/public/mcp/"},
+        "local-fs": {"type": "stdio", "command": "npx", "args": ["-y", "server-fs", "${DATA_DIR}"],
+                     "env": {"API_KEY": "${FS_KEY}"}, "cwd": "/srv"},
+        # a closed loopback port: tool help must try discovery there, never read stdin or body files
+        "closed": {"type": "http", "url": "http://127.0.0.1:9/mcp"},
+    }})
+
+
+AUTH = json.dumps({"access_token": "acc-tok-123456"})
+ENV = {"REPORT_BK_AUTH": AUTH, "DATA_DIR": "/data", "FS_KEY": "fs-key-123456"}
+
+
+class TrapStdin(io.TextIOWrapper):
+    """A stdin that records every read (D01/P04: help never reads it; --body - reads it exactly once)."""
+
+    def __init__(self, data: bytes = b'{"from": "stdin"}') -> None:
+        super().__init__(io.BytesIO(data), encoding="utf-8")
+        self.reads: list[str] = []
+        self._buffer_proxy = _CountingBuffer(self.buffer, self.reads)
+
+    def read(self, *args):  # type: ignore[override]
+        self.reads.append("text")
+        return super().read(*args)
+
+    def readline(self, *args):  # type: ignore[override]
+        self.reads.append("line")
+        return super().readline(*args)
+
+    @property
+    def buffer(self):  # type: ignore[override]
+        proxy = self.__dict__.get("_buffer_proxy")
+        return proxy if proxy is not None else super().buffer
+
+
+class _CountingBuffer:
+    def __init__(self, raw, reads):
+        self._raw, self._reads = raw, reads
+
+    def read(self, *args):
+        self._reads.append("bytes")
+        return self._raw.read(*args)
+
+
+def run_with(stdin, *args, env=None, cwd=None) -> Result:
+    out, err = io.StringIO(), io.StringIO()
+    base = {"HOME": "/nonexistent", "PATH": os.environ.get("PATH", "")}
+    base.update(env or {})
+    status = bkmcp.main(list(args), stdin=stdin, stdout=out, stderr=err, env=base, cwd=cwd or os.getcwd())
+    return Result(status, out.getvalue(), err.getvalue())
+
+
+def c(config, *args, **kw):
+    kw.setdefault("env", ENV)
+    return run_bkmcp("--config", str(config), *args, **kw)
+
+
+# -- parse_argv / check_invocation units -----------------------------------------------------------------
+
+
+def test_parse_argv_global_options_anywhere():
+    for argv in (
+        ["--config", "c.json", "--timeout", "5s", "-v", "--insecure", "--jq", ".", "srv", "--check"],
+        ["srv", "--check", "--config", "c.json", "--timeout=5s", "--verbose", "--insecure", "--jq=."],
+        ["srv", "--config=c.json", "--check", "-v", "--jq", ".", "--insecure", "--timeout", "5s"],
+    ):
+        inv = bkmcp.parse_argv(argv)
+        assert (inv.server, inv.config, inv.timeout, inv.verbose, inv.insecure, inv.jq, inv.check) == (
+            "srv", "c.json", "5s", True, True, ".", True)
+
+
+def test_parse_argv_tool_tokens_and_globals_after_the_tool():
+    inv = bkmcp.parse_argv(["srv", "Tool.Name_x-y", "--limit", "20", "--q=a b", "--flag", "--config", "c", "--neg",
+                            "-5", "--body", "{}", "-v"])
+    assert inv.tool == "Tool.Name_x-y" and inv.config == "c" and inv.body == "{}" and inv.verbose
+    assert [(t.name, t.value, t.has_equals) for t in inv.tool_tokens] == [
+        ("limit", "20", False), ("q", "a b", True), ("flag", None, False), ("neg", "-5", False)]
+
+
+@pytest.mark.parametrize(
+    ("argv", "code"),
+    [
+        (["--bogus"], "usage_error"),
+        (["-x"], "usage_error"),
+        (["srv", "--bogus"], "usage_error"),
+        (["srv", "--check", "--bogus", "1"], "usage_error"),
+        (["srv", "tool", "-x"], "usage_error"),
+        (["srv", "tool", "--"], "usage_error"),
+        (["srv", "tool", "extra"], "usage_error"),
+        (["srv", "tool", "--body", "{}", "extra"], "usage_error"),
+        (["--config", "a", "--config", "b", "srv"], "usage_error"),
+        (["--config=a", "srv", "--config=b"], "usage_error"),
+        (["srv", "--timeout", "1s", "--timeout", "2s"], "usage_error"),
+        (["srv", "--jq", ".", "--jq", "."], "usage_error"),
+        (["srv", "t", "--body", "{}", "--body", "{}"], "usage_error"),
+        (["srv", "--check", "--check"], "usage_error"),
+        (["srv", "t", "--dry-run", "--dry-run"], "usage_error"),
+        (["srv", "--config"], "usage_error"),
+        (["srv", "t", "--body"], "usage_error"),
+        (["srv", "t", "--body", "--dry-run"], "usage_error"),
+        (["--config", "--check", "srv"], "usage_error"),
+        (["srv", "--check=yes"], "usage_error"),
+        (["srv", "--help=1"], "usage_error"),
+        (["-", "--check"], "usage_error"),
+        (["--format", "json", "srv"], "unsupported_option"),
+        (["srv", "t", "--format=json"], "unsupported_option"),
+    ],
+)
+def test_parse_argv_rejections(argv, code):
+    with pytest.raises(bkmcp.BkmcpError) as info:
+        bkmcp.check_invocation(bkmcp.parse_argv(argv))
+    assert info.value.code == code
+
+
+def test_repeatable_flags():
+    inv = bkmcp.parse_argv(["-v", "srv", "--verbose", "-h", "--help"])
+    assert inv.verbose and inv.help
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["srv", "--check", "--tools"], ["srv", "--check", "tool"], ["srv", "tool", "--check"], ["srv", "--tools", "t"],
+        ["srv", "--check", "--tools", "--help"], ["srv", "--check", "--body", "{}"], ["srv", "--tools", "--body", "-"],
+        ["srv", "--check", "--dry-run"], ["srv", "--tools", "--dry-run"], ["srv", "--dry-run"], ["--dry-run"],
+        ["srv", "t", "--dry-run"], ["srv", "t", "--body", "{}", "--dry-run", "--limit", "5"],
+        ["srv", "t", "--limit=5", "--body", "{}", "--dry-run"], ["srv", "t", "--body", "{}", "--dry-run", "--help"],
+        ["--check"], ["--tools"], ["--registry", "x"], ["--resident", "srv"], ["--resident", "--check"],
+        ["srv", "--body", "{}"], ["--body", "{}"], ["srv", "--timeout", "0"],
+        ["srv", "--timeout", "-1"], ["srv", "--timeout", "1d"], ["srv", "--timeout", "abc"],
+    ],
+)
+def test_mode_exclusivity_and_combinations(argv):
+    """SPEC §2/seed §3/§8: modes exclude each other; dry-run needs tool + --body and no named flags."""
+    with pytest.raises(bkmcp.UsageError):
+        bkmcp.check_invocation(bkmcp.parse_argv(argv))
+
+
+@pytest.mark.parametrize("name", ["a b", "a\tb", "a\x01", ""])
+def test_invalid_server_names_on_the_command_line(name):
+    with pytest.raises(bkmcp.UsageError):
+        bkmcp.parse_argv([name, "--check"])
+    with pytest.raises(bkmcp.UsageError):
+        bkmcp.parse_argv(["srv", ""])  # empty tool name
+
+
+# -- the same through main: streams and exit status ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("srv", "--check", "--tools"), ("srv", "tool", "extra"), ("--bogus",), ("srv", "--timeout", "1d", "--check"),
+     ("srv", "t", "--body", "{}", "--dry-run", "--q", "1")],
+)
+def test_usage_errors_are_local_envelopes_on_stderr(args, tmp_path, no_network):
+    res = run_bkmcp(*args, env={"HOME": str(tmp_path)})
+    assert res.exit_status == 1 and res.stdout == ""
+    assert res.error_code == "usage_error"
+    assert len(res.stderr.splitlines()) == 1 and "Traceback" not in res.stderr
+
+
+def test_usage_errors_come_before_config_errors(tmp_path, no_network):
+    res = run_bkmcp("--config", str(tmp_path / "missing.json"), "srv", "--check", "--tools")
+    assert res.error_code == "usage_error"
+
+
+def test_global_options_before_or_after_the_server(config, no_network):
+    a = run_bkmcp("--config", str(config), "--timeout", "5s", "-v", "report-prod", "t", "--body", "{}", "--dry-run",
+                  env=ENV)
+    b = run_bkmcp("report-prod", "t", "--body", "{}", "--dry-run", "--timeout=5s", "--config", str(config),
+                  "--verbose", env=ENV)
+    assert a.exit_status == b.exit_status == 0
+    assert a.stdout == b.stdout
+
+
+def test_names_match_exactly(config, no_network):
+    res = c(config, "Report-Prod", "t", "--body", "{}", "--dry-run")
+    assert res.error_code == "mcp_server_not_found" and "report-prod" in res.json["error"]["hint"]
+    assert res.json["error"]["configured"] == ["closed", "local-fs", "public-docs", "report-prod"]
+    res = c(config, "report-prod", "Tool.Name_x-y", "--body", "{}", "--dry-run")
+    assert res.json["data"]["tool"] == "Tool.Name_x-y"
+
+
+def test_version(no_network):
+    res = run_bkmcp("--version")
+    assert res.exit_status == 0 and res.stdout == f"bkmcp {bkmcp.__version__}\n"
+
+
+@pytest.mark.parametrize("args", [("--resident", "srv"), ("--resident", "--check"), ("--registry", "r.db")])
+def test_resident_option_combinations(args, tmp_path, no_network):
+    res = run_bkmcp(*args, env={"HOME": str(tmp_path)})
+    assert res.exit_status == 1 and res.error_code == "usage_error" and res.stdout == ""
+
+
+# -- D01: help ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args", [(), ("--help",), ("-h",), ("-v",), ("--help", "--jq", ".["), ("--timeout", "5s")])
+def test_d01_root_help_without_any_config_file(args, tmp_path, no_network):
+    stdin = TrapStdin()
+    res = run_with(stdin, *args, env={"HOME": str(tmp_path / "nohome")})
+    assert res.exit_status == 0 and res.stderr == ""
+    assert res.stdout.startswith(f"bkmcp {bkmcp.__version__}")
+    assert "Examples:" in res.stdout and "--dry-run" in res.stdout
+    assert str(tmp_path / "nohome" / ".bk-cli" / "mcp.json") in res.stdout
+    assert stdin.reads == []
+
+
+def test_d01_root_help_shows_the_selected_file(tmp_path, no_network):
+    res = run_bkmcp("--help", env={"BK_CLI_CONFIG_DIR": str(tmp_path)})
+    assert str(tmp_path / "mcp.json") in res.stdout
+    assert str(tmp_path / "x.json") in run_bkmcp("--config", "x.json", "-h", cwd=str(tmp_path)).stdout
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("report-prod",), ("report-prod", "--help"), ("report-prod", "-h"), ("-h", "report-prod"),
+     ("report-prod", "--help", "--body", "-"), ("local-fs",), ("local-fs", "--help"), ("public-docs", "--help"),
+     ("report-prod", "--check", "--help"), ("report-prod", "--tools", "-h")],
+)
+def test_d01_server_help_needs_no_variables_no_network_no_stdin(args, config, no_network):
+    stdin = TrapStdin()
+    res = run_with(stdin, "--config", str(config), *args, env={})  # none of the referenced variables is set
+    assert res.exit_status == 0, res.stderr
+    assert res.stderr == "" and stdin.reads == []
+    server = next(a for a in args if not a.startswith("-"))
+    assert f"bkmcp server '{server}'" in res.stdout and "Examples:" in res.stdout
+    assert str(config) in res.stdout
+
+
+def test_d01_server_help_content(config, no_network):
+    out = c(config, "report-prod", env={}).stdout
+    assert URL in out and "X-Bkapi-Authorization  ***" in out and "X-Tenant" in out and "t1" in out
+    assert "acc-tok" not in out
+    out = c(config, "local-fs", env={}).stdout
+    assert "npx" in out and "-y server-fs ${DATA_DIR}" in out and "API_KEY=***" in out and "/srv" in out
+    assert "anonymous" in c(config, "public-docs").stdout
+
+
+def test_d01_server_help_still_validates_the_file(write_config, no_network):
+    path = write_config('{"mcpServers": {"a": {"type": "http", "url": "https://x/"},}}')
+    assert run_bkmcp("--config", str(path), "a", "--help").error_code == "invalid_mcp_config"
+    assert run_bkmcp("--config", str(path) + ".missing", "a").error_code == "mcp_config_not_found"
+
+
+@pytest.mark.parametrize("body", ["-", "@/nonexistent/args.json", "@-"])
+def test_d01_p04_tool_help_never_reads_stdin_or_body_files(body, config):
+    """Tool help discovers (here: a closed local port), but never reads --body input."""
+    stdin = TrapStdin()
+    res = run_with(stdin, "--config", str(config), "closed", "tool", "--help", "--body", body, env={})
+    assert stdin.reads == []
+    assert res.exit_status == 2 and res.stderr.count("Traceback") == 0
+    assert "nonexistent" not in res.stdout + res.stderr
+
+
+def test_d01_help_never_calls(config, monkeypatch, no_network):
+    for name in ("run_check", "run_tools", "McpClient", "resolve_server", "read_body"):
+        monkeypatch.setattr(bkmcp, name, lambda *a, _n=name, **k: pytest.fail("help must not reach " + _n))
+    for args in (("report-prod",), ("report-prod", "--help"), ("--help",), ("report-prod", "--check", "-h")):
+        assert c(config, *args).exit_status == 0
+
+
+# -- P04/P06: --body input ---------------------------------------------------------------------------------
+
+
+def dry(config, body, stdin=b"", cwd=None, server="report-prod"):
+    return c(config, server, "t", "--body", body, "--dry-run", stdin=stdin, cwd=cwd)
+
+
+def test_p04_inline_file_and_stdin_give_the_same_arguments(config, tmp_path, no_network):
+    text = '{"keyword": "网关错误", "limit": 20, "big": 123456789012345678901234567890, "r": 0.1}'
+    (tmp_path / "params.json").write_text(text, encoding="utf-8")
+    results = [
+        dry(config, text),
+        dry(config, "@params.json", cwd=str(tmp_path)),
+        dry(config, "@" + str(tmp_path / "params.json")),
+        dry(config, "-", stdin=text.encode()),
+    ]
+    assert {r.exit_status for r in results} == {0}
+    assert len({r.stdout for r in results}) == 1
+    expected = '"arguments":{"keyword":"网关错误","limit":20,"big":123456789012345678901234567890,"r":0.1}'
+    assert expected in results[0].stdout
+
+
+def test_p04_stdin_is_read_exactly_once(config, no_network):
+    stdin = TrapStdin(b'{"a": 1}')
+    res = run_with(stdin, "--config", str(config), "report-prod", "t", "--body", "-", "--dry-run", env=ENV)
+    assert res.exit_status == 0 and res.json["data"]["arguments"] == {"a": 1}
+    assert len(stdin.reads) == 1
+
+
+def test_p04_stdin_not_read_without_dash(config, no_network):
+    stdin = TrapStdin()
+    res = run_with(stdin, "--config", str(config), "report-prod", "t", "--body", "{}", "--dry-run", env=ENV)
+    assert res.exit_status == 0 and stdin.reads == []
+
+
+BAD_BODIES = {
+    "empty": "",
+    "spaces": "  \n\t",
+    "array": "[1, 2]",
+    "empty-array": "[]",
+    "number": "1",
+    "string": '"text"',
+    "null": "null",
+    "bool": "true",
+    "invalid": "{keyword: 1}",
+    "single-quotes": "{'a': 1}",
+    "trailing-comma": '{"a": 1,}',
+    "truncated": '{"a": ',
+    "two-values": "{} {}",
+    "nan": '{"a": NaN}',
+    "dup-top": '{"a": 1, "a": 1}',
+    "dup-deep": '{"a": {"b": [{"c": 1, "c": 2}]}}',
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_BODIES))
+@pytest.mark.parametrize("via", ["inline", "file", "stdin"])
+def test_p04_bad_bodies_are_invalid_arguments(name, via, config, tmp_path, no_network):
+    text = BAD_BODIES[name]
+    if via == "inline":
+        res = dry(config, text)
+    elif via == "file":
+        (tmp_path / "b.json").write_text(text, encoding="utf-8")
+        res = dry(config, "@b.json", cwd=str(tmp_path))
+    else:
+        res = dry(config, "-", stdin=text.encode())
+    assert res.exit_status == 1 and res.stdout == "" and res.error_code == "invalid_mcp_arguments", res.stderr
+
+
+@pytest.mark.parametrize("via", ["file", "stdin"])
+def test_p04_bom_accepted_and_non_utf8_rejected(via, config, tmp_path, no_network):
+    def run(raw: bytes):
+        if via == "file":
+            (tmp_path / "b.json").write_bytes(raw)
+            return dry(config, "@b.json", cwd=str(tmp_path))
+        return dry(config, "-", stdin=raw)
+
+    ok = run(b'\xef\xbb\xbf{"a": "\xe4\xb8\xad"}')
+    assert ok.exit_status == 0 and ok.json["data"]["arguments"] == {"a": "中"}
+    for raw in (b'{"a": "\xff"}', b'\xff\xfe{\x00}\x00', b'{"a": "\xe4\xb8"}'):
+        res = run(raw)
+        assert res.error_code == "invalid_mcp_arguments" and "UTF-8" in res.json["error"]["message"]
+
+
+def test_p04_undecodable_inline_body_is_rejected(config, no_network):
+    res = dry(config, os.fsdecode(b'{"a": "\xff"}'))
+    assert res.error_code == "invalid_mcp_arguments"
+
+
+def test_p04_body_file_problems(config, tmp_path, no_network):
+    res = dry(config, "@missing.json", cwd=str(tmp_path))
+    assert res.exit_status == 1 and str(tmp_path / "missing.json") in res.json["error"]["message"]
+    assert dry(config, "@").exit_status == 1
+    assert dry(config, "@" + str(tmp_path)).exit_status == 1  # a directory
+
+
+def test_p04_body_file_resolves_against_cwd_not_the_config_dir(write_config, tmp_path, no_network):
+    (tmp_path / "cfgdir").mkdir()
+    (tmp_path / "work").mkdir()
+    path = tmp_path / "cfgdir" / "mcp.json"
+    path.write_text(json.dumps({"mcpServers": {"a": {"type": "http", "url": "https://x/"}}}))
+    (tmp_path / "cfgdir" / "args.json").write_text('{"where": "config dir"}')
+    (tmp_path / "work" / "args.json").write_text('{"where": "cwd"}')
+    res = run_bkmcp("--config", str(path), "a", "t", "--body", "@args.json", "--dry-run", cwd=str(tmp_path / "work"))
+    assert res.json["data"]["arguments"] == {"where": "cwd"}
+
+
+SHELL_TEXT = "it's \"quoted\"\nline2\ttab \\ back\\\\slash $(touch {marker}) `touch {marker}` ${{HOME}} 中文 ; | & > <"
+
+
+@pytest.mark.parametrize("via", ["inline", "file", "stdin"])
+def test_p06_shell_sensitive_text_is_data(via, config, tmp_path, no_network):
+    marker = tmp_path / "pwned"
+    value = SHELL_TEXT.format(marker=marker)
+    text = json.dumps({"q": value, "k\"$(x)": ["`y`", "\\n"]}, ensure_ascii=False, separators=(",", ":"))
+    if via == "inline":
+        res = dry(config, text)
+    elif via == "file":
+        (tmp_path / "b.json").write_text(text, encoding="utf-8")
+        res = dry(config, "@b.json", cwd=str(tmp_path))
+    else:
+        res = dry(config, "-", stdin=text.encode())
+    assert res.exit_status == 0, res.stderr
+    assert res.json["data"]["arguments"] == {"q": value, "k\"$(x)": ["`y`", "\\n"]}
+    assert text in res.stdout  # written back byte for byte
+    assert not marker.exists()
+
+
+def test_p04_number_fidelity_through_dry_run(config, no_network):
+    """P02/P04: big ints, 1e400, 0.1, 12345678901234567890.5, -0.0, 1E+2 reach the output byte-equivalent."""
+    text = ('{"a":123456789012345678901234567890,"b":1e400,"c":0.1,"d":12345678901234567890.5,"e":-0.0,'
+            '"f":1E+2,"g":[1.50,-1e-400],"h":"00123"}')
+    res = dry(config, text)
+    assert '"arguments":' + text + "," in res.stdout
+
+
+# -- O02: dry-run ------------------------------------------------------------------------------------------
+
+
+def test_o02_dry_run_envelope_http(config, no_network):
+    res = dry(config, '{"keyword": "x"}')
+    assert res.exit_status == 0 and res.stderr == ""
+    assert res.stdout.count("\n") == 1
+    assert res.json == {"ok": True, "data": {
+        "dry_run": True, "server": "report-prod", "tool": "t", "transport": "http", "url": URL,
+        "headers": {"X-Bkapi-Authorization": "***", "X-Tenant": "t1"}, "arguments": {"keyword": "x"},
+        "unverified": ["tool_exists", "input_schema", "authentication", "permissions"]}}
+    assert "acc-tok-123456" not in res.stdout
+
+
+def test_o02_dry_run_envelope_stdio(config, no_network):
+    res = dry(config, "{}", server="local-fs")
+    assert res.json == {"ok": True, "data": {
+        "dry_run": True, "server": "local-fs", "tool": "t", "transport": "stdio", "command": "npx",
+        "args": ["-y", "server-fs", "/data"], "env": {"API_KEY": "***"}, "arguments": {},
+        "unverified": ["tool_exists", "input_schema", "authentication", "permissions"]}}
+    assert "fs-key-123456" not in res.stdout
+
+
+def test_o02_dry_run_never_starts_anything_remote(config, monkeypatch, no_network):
+    for name in ("run_check", "run_tools", "McpClient"):
+        monkeypatch.setattr(bkmcp, name, lambda *a, _n=name, **k: pytest.fail("dry-run reached " + _n))
+    monkeypatch.setattr("subprocess.Popen", lambda *a, **k: pytest.fail("dry-run spawned a process"))
+    assert dry(config, "{}", server="local-fs").exit_status == 0
+    assert dry(config, "{}").exit_status == 0
+
+
+def test_o02_dry_run_still_validates_config_and_auth(write_config, no_network):
+    path = write_config({"mcpServers": {"a": {"type": "http", "url": "https://x/",
+                                              "headers": {"Authorization": "Bearer ${T}"}}}})
+    assert run_bkmcp("--config", str(path), "a", "t", "--body", "{}", "--dry-run").error_code == \
+        "missing_environment_variable"
+    res = run_bkmcp("--config", str(path), "a", "t", "--body", "{}", "--dry-run", env={"T": ""})
+    assert res.error_code == "invalid_mcp_config"
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [("--limit", "5"), ("--limit=5",), ("--check",), ("--tools",), ("--flag",)],
+)
+def test_o02_dry_run_rejections_through_main(extra, config, no_network):
+    res = c(config, "report-prod", "t", "--body", "{}", "--dry-run", *extra)
+    assert res.exit_status == 1 and res.error_code == "usage_error" and res.stdout == ""
+
+
+# -- the exit ladder ---------------------------------------------------------------------------------------
+
+
+def test_keyboard_interrupt_is_130(config, monkeypatch, no_network):
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bkmcp, "run_tools", interrupted)
+    res = c(config, "report-prod", "--tools")
+    assert res.exit_status == 130 and res.stdout == "" and "Traceback" not in res.stderr
+    monkeypatch.setattr(bkmcp, "read_body", interrupted)
+    assert dry(config, "-").exit_status == 130
+
+
+def test_internal_error_before_remote_is_exit_1_without_traceback(config, monkeypatch, no_network):
+    monkeypatch.setattr(bkmcp, "load_config", lambda *a: {}["boom"])
+    res = c(config, "report-prod", "--tools")
+    assert res.exit_status == 1 and res.stdout == "" and res.error_code == "internal_error"
+    assert "Traceback" not in res.stderr and "KeyError" in res.json["error"]["message"]
+    assert "BKMCP_TRACEBACK=1" in res.json["error"]["hint"]
+
+
+def test_internal_error_after_remote_start_is_exit_2_on_stdout(config, monkeypatch, no_network):
+    monkeypatch.setattr(bkmcp, "run_check", lambda *a, **k: 1 / 0)
+    res = c(config, "report-prod", "--check")
+    assert res.exit_status == 2 and res.stderr == "" and "Traceback" not in res.stdout
+    env = bkmcp.parse_json(res.stdout)
+    assert env["error"]["code"] == "internal_error" and "do not retry it blindly" in env["error"]["hint"]
+
+
+def test_traceback_only_when_asked(config, monkeypatch, no_network):
+    monkeypatch.setattr(bkmcp, "run_check", lambda *a, **k: 1 / 0)
+    res = c(config, "report-prod", "--check", env={**ENV, "BKMCP_TRACEBACK": "1"})
+    assert "Traceback" in res.stderr and "ZeroDivisionError" in res.stderr
+    assert bkmcp.parse_json(res.stdout)["error"]["code"] == "internal_error"
+
+
+def test_broken_stdout_is_not_a_traceback(config, no_network):
+    class Broken(io.StringIO):
+        def write(self, s):
+            raise BrokenPipeError
+
+    err = io.StringIO()
+    status = bkmcp.main(["--config", str(config), "report-prod", "t", "--body", "{}", "--dry-run"],
+                        stdin=io.StringIO(), stdout=Broken(), stderr=err, env=ENV, cwd=os.getcwd())
+    assert status == 1 and "Traceback" not in err.getvalue()
+
+
+def test_surrogates_never_break_a_strict_utf8_stdout(config, no_network):
+    raw = io.BytesIO()
+    out = io.TextIOWrapper(raw, encoding="utf-8", errors="strict")
+    err = io.StringIO()
+    status = bkmcp.main(["--config", str(config), "report-prod", "t", "--body", '{"s": "\\udcff"}', "--dry-run"],
+                        stdin=io.StringIO(), stdout=out, stderr=err, env=ENV, cwd=os.getcwd())
+    out.flush()
+    assert status == 0, err.getvalue()
+    assert bkmcp.parse_json(raw.getvalue())["data"]["arguments"] == {"s": "\udcff"}
+
+
+def test_pretty_output_on_a_terminal(config, no_network):
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    out = Tty()
+    bkmcp.main(["--config", str(config), "report-prod", "t", "--body", "{}", "--dry-run"], stdin=io.StringIO(),
+               stdout=out, stderr=io.StringIO(), env=ENV, cwd=os.getcwd())
+    assert out.getvalue().startswith('{\n  "ok": true,')
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("500ms", 0.5), ("30s", 30.0), ("2m", 120.0), ("1h", 3600.0),
+                                               ("1.5", 1.5), (None, 60.0)])
+def test_timeout_reaches_the_operation_as_one_budget(text, seconds, config, monkeypatch, no_network):
+    seen = []
+    monkeypatch.setattr(bkmcp, "run_tools", lambda server, *, deadline, insecure, log: seen.append(deadline.seconds)
+                        or {"tools": []})
+    args = ("--timeout", text) if text else ()
+    assert c(config, "public-docs", "--tools", *args).exit_status == 0
+    assert seen == [pytest.approx(seconds)]
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "abc", "1d", "0ms", ""])
+def test_bad_timeouts_are_usage_errors_before_anything(text, tmp_path, no_network):
+    res = run_bkmcp("--config", str(tmp_path / "missing.json"), "srv", "--check", "--timeout", text)
+    assert res.exit_status == 1 and res.error_code == "usage_error"
+
+
+def test_body_from_a_missing_stdin_is_a_usage_error(config, no_network):
+    closed = io.TextIOWrapper(io.BytesIO(b""))
+    closed.close()  # ValueError on read
+    for stdin in (object(), closed):  # no stdin at all / a closed one
+        res = run_with(stdin, "--config", str(config), "public-docs", "t", "--body", "-", "--dry-run", env=ENV)
+        assert res.exit_status == 1 and res.error_code == "usage_error", res.stderr

@@ -1,0 +1,101 @@
+"""Section 1: the error tree, its stable codes and exit statuses (SPEC §7), and their documentation."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from conftest import run_bkmcp
+
+import bkmcp
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "errors.md"
+
+SPEC_LOCAL = {
+    "usage_error", "invalid_mcp_config", "mcp_config_not_found", "mcp_server_not_found",
+    "missing_environment_variable", "mcp_auth_conflict", "invalid_mcp_arguments", "unsupported_option",
+    "mcp_tool_not_found", "invalid_jq_expression", "jq_unavailable",
+}
+SPEC_REMOTE = {
+    "mcp_auth_required", "mcp_permission_denied", "mcp_connection_error", "mcp_timeout", "mcp_protocol_error",
+    "mcp_discovery_incomplete", "mcp_tool_error", "mcp_capability_unsupported", "jq_error",
+}
+
+
+def _doc_rows() -> dict[str, str]:
+    rows = {}
+    for line in DOCS.read_text(encoding="utf-8").splitlines():
+        match = re.match(r"^\|\s*`([a-z_]+)`\s*\|\s*([^|]+?)\s*\|", line)
+        if match:
+            assert match.group(1) not in rows, f"{match.group(1)} documented twice"
+            rows[match.group(1)] = match.group(2)
+    return rows
+
+
+def test_every_code_is_unique():
+    codes = [cls.code for cls in bkmcp.error_classes()]
+    assert len(codes) == len(set(codes)), sorted(c for c in codes if codes.count(c) > 1)
+
+
+def test_every_spec_code_has_a_class_with_the_right_exit_status():
+    by_code = {cls.code: cls for cls in bkmcp.error_classes()}
+    for code in SPEC_LOCAL:
+        assert by_code[code].exit_status == 1, code
+        assert not issubclass(by_code[code], bkmcp.RemoteError), code
+    for code in SPEC_REMOTE:
+        assert by_code[code].exit_status == 2, code
+        assert issubclass(by_code[code], bkmcp.RemoteError), code
+    assert set(by_code) == SPEC_LOCAL | SPEC_REMOTE | {"internal_error"}
+
+
+def test_every_code_is_documented_with_its_exit_status():
+    rows = _doc_rows()
+    for cls in bkmcp.error_classes():
+        assert cls.code in rows, f"{cls.code} missing from docs/errors.md"
+        if cls.code == "internal_error":
+            assert rows[cls.code] == "1 or 2"
+        else:
+            assert rows[cls.code] == str(cls.exit_status), cls.code
+    assert set(rows) == {cls.code for cls in bkmcp.error_classes()}, "docs/errors.md documents unknown codes"
+
+
+def test_module_docstring_draws_every_class():
+    for cls in bkmcp.error_classes():
+        assert cls.__name__ in bkmcp.__doc__, cls.__name__
+        assert cls.code in bkmcp.__doc__, cls.code
+
+
+def test_subclasses_only_set_attributes():
+    for cls in bkmcp.error_classes():
+        own = {k for k in vars(cls) if not k.startswith("__")}
+        assert own <= {"code", "exit_status"}, (cls.__name__, own)
+
+
+def test_error_object_has_code_message_hint_and_details():
+    err = bkmcp.MissingEnvironmentVariableError("msg", hint="do x", details={"variable": "X"})
+    assert err.error_object() == {"code": "missing_environment_variable", "message": "msg", "hint": "do x",
+                                  "variable": "X"}
+    assert bkmcp.UsageError("m").error_object() == {"code": "usage_error", "message": "m"}
+
+
+@pytest.mark.parametrize("cls", bkmcp.error_classes(), ids=lambda c: c.code)
+def test_each_error_reaches_the_right_stream_and_exit_status(cls, monkeypatch, write_config, tmp_path):
+    """SPEC §7: local failures on stderr (exit 1), remote ones on stdout (exit 2); one envelope, no traceback."""
+    path = write_config({"mcpServers": {"s": {"type": "http", "url": "https://example.invalid/mcp"}}})
+
+    def boom(*a, **k):
+        raise cls("it broke", hint="a hint", data={"stage": "x"} if cls.exit_status == 2 else None)
+
+    monkeypatch.setattr(bkmcp, "run_tools", boom)
+    res = run_bkmcp("--config", str(path), "s", "--tools")
+    assert res.exit_status == cls.exit_status
+    assert "Traceback" not in res.stdout + res.stderr
+    if cls.exit_status == 2:
+        env = bkmcp.parse_json(res.stdout)
+        assert env["ok"] is False and env["error"]["code"] == cls.code and env["data"] == {"stage": "x"}
+        assert res.stderr == ""
+    else:
+        assert res.stdout == ""
+        assert res.error_code == cls.code
+        assert res.json["error"]["hint"] == "a hint"

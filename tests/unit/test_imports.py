@@ -1,0 +1,92 @@
+"""SPEC §1/§13: `bkmcp --help` and `bkmcp <server> --help` import none of httpx, jsonschema, jq, asyncio."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+HEAVY = ("httpx", "httpcore", "jsonschema", "jq", "asyncio", "anyio")
+
+WRAPPER = """
+import json, runpy, sys
+out, script, *args = sys.argv[1:]
+sys.argv = [script, *args]
+try:
+    runpy.run_path(script, run_name="__main__")
+except SystemExit as exc:
+    code = exc.code
+else:
+    code = 0
+with open(out, "w") as handle:
+    json.dump({"code": code, "modules": sorted(sys.modules)}, handle)
+"""
+
+
+def _modules(tmp_path: Path, *args: str) -> tuple[int, set[str]]:
+    out = tmp_path / "modules.json"
+    proc = subprocess.run(
+        [sys.executable, "-c", WRAPPER, str(out), str(ROOT / "bkmcp.py"), *args],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+        env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(out.read_text())
+    return report["code"], set(report["modules"])
+
+
+def _heavy(modules: set[str]) -> list[str]:
+    return sorted(m for m in modules if m.split(".")[0] in HEAVY)
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Path:
+    path = tmp_path / "mcp.json"
+    path.write_text(json.dumps({"mcpServers": {
+        "report": {"type": "http", "url": "https://mcp.example.com/mcp/", "headers": {"Authorization": "Bearer ${T}"}},
+        "fs": {"type": "stdio", "command": "npx", "args": ["x"]},
+    }}))
+    path.chmod(0o600)
+    return path
+
+
+@pytest.mark.parametrize("args", [("--help",), ("-h",), (), ("--version",)])
+def test_d01_root_help_imports_nothing_heavy(args, tmp_path):
+    code, modules = _modules(tmp_path, *args)
+    assert code == 0
+    assert _heavy(modules) == []
+
+
+@pytest.mark.parametrize("args", [("report", "--help"), ("report",), ("fs", "-h"), ("report", "--jq", ".")])
+def test_d01_server_help_imports_nothing_heavy(args, tmp_path, config):
+    code, modules = _modules(tmp_path, "--config", str(config), *args)
+    assert code == 0
+    assert _heavy(modules) == []
+
+
+def test_importtime_of_plain_help(tmp_path):
+    """The same fact seen by the interpreter itself: `python -X importtime bkmcp.py --help`."""
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", str(ROOT / "bkmcp.py"), "--help"],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+        env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    )
+    assert proc.returncode == 0 and proc.stdout.startswith("bkmcp")
+    imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert imported, "no -X importtime output"
+    assert _heavy(imported) == []
+
+
+def test_import_has_no_side_effects(tmp_path):
+    """Nothing connects or prints at import time."""
+    proc = subprocess.run(
+        [sys.executable, "-c", "import socket\n"
+         "socket.socket.connect = lambda *a: (_ for _ in ()).throw(SystemExit('connect at import'))\n"
+         "import bkmcp"],
+        capture_output=True, text=True, timeout=60, cwd=str(ROOT), stdin=subprocess.DEVNULL,
+    )
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")

@@ -1,0 +1,202 @@
+"""Section 9 --jq (O01): compiled first, applied once to the final envelope, one value per line, numbers kept."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from conftest import run_bkmcp
+
+import bkmcp
+
+NUMBERS = ["123456789012345678901234567890", "1e400", "0.1", "12345678901234567890.5", "-0.0", "1E+2", "1.50", "-7"]
+BODY = '{"n": [' + ", ".join(NUMBERS) + '], "s": "中文 \\"q\\" \\\\ $(rm -rf /) `id`\\n"}'
+
+
+@pytest.fixture(params=["literal", "doubles", "executable"])
+def jq_mode(request, monkeypatch):
+    """Every fidelity test runs with literal-keeping jq (>= 1.7 binding), a doubles-only jq, and a jq executable."""
+    if request.param == "doubles":
+        monkeypatch.setattr(bkmcp, "_jq_keeps_literals", lambda module: False)
+    elif request.param == "executable":
+        if shutil.which("jq") is None:
+            pytest.skip("no jq executable on PATH")
+        monkeypatch.setattr(bkmcp, "_load_jq_module", lambda: None)
+    return request.param
+
+
+@pytest.fixture
+def config(write_config, jq_mode):
+    return write_config({"mcpServers": {"a": {"type": "http", "url": "https://mcp.example.com/mcp/?x=1"}}})
+
+
+def dry(config, *extra, body=BODY, **kw):
+    return run_bkmcp("--config", str(config), "a", "t", "--body", body, "--dry-run", *extra, **kw)
+
+
+def test_o01_identity_projection_keeps_every_number_byte_for_byte(config, no_network):
+    res = dry(config, "--jq", ".data.arguments.n")
+    assert res.exit_status == 0, res.stderr
+    assert res.stdout == "[" + ",".join(NUMBERS) + "]\n"
+
+
+@pytest.mark.parametrize("text", NUMBERS)
+def test_o01_p04_each_number_survives_jq_alone(text, config, no_network):
+    res = dry(config, "--jq", ".data.arguments.x", body=f'{{"x": {text}}}')
+    assert res.stdout == text + "\n"
+
+
+def test_o01_each_result_on_its_own_line(config, no_network):
+    res = dry(config, "--jq", ".data.arguments.n[]")
+    assert res.stdout.splitlines() == NUMBERS
+    res = dry(config, "--jq", ".data.arguments.s, .data.url, .ok")
+    assert res.stdout.splitlines() == [json.dumps("中文 \"q\" \\ $(rm -rf /) `id`\n", ensure_ascii=False),
+                                       '"https://mcp.example.com/mcp/?x=1"', "true"]
+    assert dry(config, "--jq", "empty").stdout == ""
+
+
+def test_o01_jq_keeps_its_meaning_for_comparisons_and_arithmetic(config, no_network):
+    """Re-spelled numbers never turn into strings that compare or add wrongly."""
+    body = '{"g": [1.0, 0.0, 2.5, 1E+2]}'
+    selected = dry(config, "--jq", "[.data.arguments.g[] | select(. < 0.5)]", body=body).stdout
+    assert selected in ("[0.0]\n", "[0]\n")  # literal-keeping jq keeps "0.0"; a doubles-only jq prints 0
+    assert bkmcp.parse_json(dry(config, "--jq", ".data.arguments.g | map(. * 2)", body=body).stdout) == [2, 0, 5, 200]
+    assert dry(config, "--jq", "[.data.arguments.g[] | type] | unique", body=body).stdout == '["number"]\n'
+    assert dry(config, "--jq", ".data.arguments.g | length", body=body).stdout == "4\n"
+    assert dry(config, "--jq", ".data.arguments.g", body=body).stdout == "[1.0,0.0,2.5,1E+2]\n"
+
+
+def test_o01_big_numbers_pass_through_objects(config, no_network):
+    body = '{"id": 123456789012345678901234567890, "v": 1e400, "w": 12345678901234567890.5}'
+    res = dry(config, "--jq", ".data.arguments | {id, v, x: [.w]}", body=body)
+    assert res.stdout == '{"id":123456789012345678901234567890,"v":1e400,"x":[12345678901234567890.5]}\n'
+    huge = "9" * 5000
+    assert dry(config, "--jq", ".data.arguments.h", body=f'{{"h": {huge}}}').stdout == huge + "\n"
+
+
+def test_o01_literal_jq_compares_big_numbers_exactly(config, jq_mode, no_network):
+    if jq_mode != "literal":
+        pytest.skip("only a literal-keeping jq compares beyond doubles")
+    body = '{"ids": [123456789012345678901234567890, 123456789012345678901234567891]}'
+    res = dry(config, "--jq", ".data.arguments.ids[] | select(. == 123456789012345678901234567891)", body=body)
+    assert res.stdout == "123456789012345678901234567891\n"
+    res = dry(config, "--jq", ".data.arguments.ids[0] | tostring", body=body)
+    assert res.stdout == '"123456789012345678901234567890"\n'
+
+
+def test_o01_bad_expression_is_local_and_comes_before_everything(tmp_path, no_network, monkeypatch):
+    """O01: invalid_jq_expression, exit 1, zero network, even before config errors and body reading."""
+    monkeypatch.setattr(bkmcp, "load_config", lambda *a: pytest.fail("config loaded before jq compiled"))
+    for args in (
+        ("--jq", ".[", "a", "--check"),
+        ("a", "--tools", "--jq", "{"),
+        ("--config", str(tmp_path / "missing.json"), "a", "t", "--body", "@" + str(tmp_path / "nope"), "--jq", "|"),
+        ("a", "t", "--body", "-", "--dry-run", "--jq", "nosuchfunction(1;2;3)"),
+        ("a", "--check", "--jq", ""),
+        ("a", "--check", "--jq", "   "),
+    ):
+        res = run_bkmcp(*args, env={"HOME": str(tmp_path)}, stdin=b'{"a": 1}')
+        assert res.exit_status == 1, args
+        assert res.error_code == "invalid_jq_expression" and res.stdout == ""
+
+
+def test_o01_runtime_error_is_jq_error_exit_2_and_keeps_the_result(config, no_network):
+    res = dry(config, "--jq", ".data.arguments.s | error")
+    assert res.exit_status == 2 and res.stderr == ""
+    env = bkmcp.parse_json(res.stdout)
+    assert env["ok"] is False and env["error"]["code"] == "jq_error"
+    assert "nothing was sent" in env["error"]["hint"]  # a dry run: no remote operation happened
+    assert env["data"]["arguments"]["n"][0] == 123456789012345678901234567890  # unprojected data kept
+    assert dry(config, "--jq", ".data.arguments.n + 1").json["error"]["code"] == "jq_error"
+
+
+def test_o01_jq_applies_to_the_failure_envelope_once(write_config, monkeypatch, no_network):
+    path = write_config({"mcpServers": {"a": {"type": "http", "url": "https://x/"}}})
+    calls = []
+
+    def failing(*a, **k):
+        calls.append(1)
+        raise bkmcp.DiscoveryIncompleteError("page 3 failed", data={"pages": 2, "big": bkmcp.JsonNumber("1e400")})
+
+    monkeypatch.setattr(bkmcp, "run_tools", failing)
+    res = run_bkmcp("--config", str(path), "a", "--tools", "--jq", "[.ok, .error.code, .data.pages, .data.big]")
+    assert res.exit_status == 2 and calls == [1]
+    assert res.stdout == '[false,"mcp_discovery_incomplete",2,1e400]\n'
+    res = run_bkmcp("--config", str(path), "a", "--tools", "--jq", ".data.tools[]")
+    env = bkmcp.parse_json(res.stdout)
+    assert res.exit_status == 2 and env["error"]["code"] == "jq_error"
+    assert env["error"]["unprojected_error"]["code"] == "mcp_discovery_incomplete"  # the failure is not hidden
+    assert env["data"] == {"pages": 2, "big": bkmcp.JsonNumber("1e400")}
+    assert "do not retry it blindly" in env["error"]["hint"]
+    assert len(calls) == 2  # one remote operation per run, never retried because of jq
+
+
+def test_o01_success_projection_after_remote_runs_once(write_config, monkeypatch, no_network):
+    path = write_config({"mcpServers": {"a": {"type": "http", "url": "https://x/"}}})
+    calls = []
+
+    def tools(*a, **k):
+        calls.append(1)
+        return {"server": "a", "tool_count": 2, "complete": True, "tools": [{"name": "x"}, {"name": "y"}]}
+
+    monkeypatch.setattr(bkmcp, "run_tools", tools)
+    res = run_bkmcp("--config", str(path), "a", "--tools", "--jq", ".data.tools[].name")
+    assert (res.exit_status, res.stdout, calls) == (0, '"x"\n"y"\n', [1])
+
+
+def test_o01_help_is_never_projected(config, no_network):
+    for args in (("--help", "--jq", ".["), ("--config", str(config), "a", "--help", "--jq", ".x"), ("--jq", ".["),
+                 ("--config", str(config), "a", "--jq", ".[")):
+        res = run_bkmcp(*args)
+        assert res.exit_status == 0 and res.stdout.startswith("bkmcp")
+
+
+def test_jq_program_unit():
+    prog = bkmcp.compile_jq(".a")
+    assert prog.apply({"a": bkmcp.JsonNumber("1E+2")}) == ["1E+2"]
+    with pytest.raises(bkmcp.InvalidJqExpressionError):
+        bkmcp.compile_jq(".a[")
+    with pytest.raises(bkmcp.JqError) as info:
+        bkmcp.compile_jq(".a.b").apply({"ok": True, "data": {}, "a": 5})
+    assert info.value.data == {}
+
+
+def test_same_json_never_equates_numbers_with_booleans_or_strings():
+    assert bkmcp._same_json([1, {"a": bkmcp.JsonNumber("1E+2")}], [1, {"a": 100}])
+    assert not bkmcp._same_json(True, 1) and not bkmcp._same_json(1, True) and not bkmcp._same_json("1", 1)
+    assert not bkmcp._same_json({"a": 1, "b": 2}, {"b": 2, "a": 1})
+    assert not bkmcp._same_json([1], [1, 2])
+
+
+def test_marker_strings_in_data_are_not_numbers(config, no_network):
+    body = json.dumps({"s": bkmcp._JQ_MARK + "deadbeef-0\ue001"})
+    res = dry(config, "--jq", ".data.arguments.s", body=body)
+    assert bkmcp.parse_json(res.stdout) == bkmcp._JQ_MARK + "deadbeef-0\ue001"
+
+
+def test_jq_errors_in_every_mode(config, no_network):
+    assert dry(config, "--jq", ".[").error_code == "invalid_jq_expression"
+    assert dry(config, "--jq", "error(\"x\")").json["error"]["code"] == "jq_error"
+    assert dry(config, "--jq", ".data.arguments.n # a comment").stdout == "[" + ",".join(NUMBERS) + "]\n"
+    assert dry(config, "--jq", "def f: .data.tool; f").stdout == '"t"\n'
+
+
+def test_jq_unavailable(write_config, monkeypatch, no_network):
+    config = write_config({"mcpServers": {"a": {"type": "http", "url": "https://x/"}}})
+    monkeypatch.setattr(bkmcp, "_load_jq_module", lambda: None)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    res = dry(config, "--jq", ".")
+    assert res.exit_status == 1 and res.error_code == "jq_unavailable"
+
+
+@pytest.mark.parametrize("depth", [200, 500, 980])
+def test_deeply_nested_results_are_jq_error_never_internal(depth, config, no_network):
+    body = '{"a": ' + "[" * depth + "1" + "]" * depth + "}"
+    res = dry(config, "--jq", ".data.arguments", body=body)
+    if res.exit_status == 0:
+        assert res.stdout == body.replace(" ", "") + "\n"
+    elif res.exit_status == 1:  # the parser's own nesting limit (it depends on the stack depth of the caller)
+        assert res.error_code == "invalid_mcp_arguments" and "nesting too deep" in res.stderr
+    else:
+        assert res.exit_status == 2 and res.json["error"]["code"] == "jq_error", res.stdout + res.stderr

@@ -1,0 +1,246 @@
+"""Section 2 helpers: JSON with number fidelity (P02/P04), redaction (A05), durations, deadlines, logging."""
+
+from __future__ import annotations
+
+import decimal
+import io
+
+import pytest
+
+import bkmcp
+from bkmcp import JsonInputError, JsonNumber, dump_json, parse_json
+
+# -- number fidelity --------------------------------------------------------------------------------------
+
+FIDELITY = [
+    "123456789012345678901234567890",
+    "-98765432109876543210",
+    "1e400",
+    "-1e400",
+    "0.1",
+    "12345678901234567890.5",
+    "-0.0",
+    "1E+2",
+    "1.50",
+    "1.0",
+    "5e-324",
+    "3.141592653589793238462643383279",
+    "9007199254740993",
+    "0",
+    "-0",
+    "-5",
+]
+
+
+@pytest.mark.parametrize("text", FIDELITY)
+def test_numbers_round_trip_byte_for_byte(text):
+    """P04/§6: big ints, 1e400, 0.1, 12345678901234567890.5, -0.0, 1E+2 survive unchanged."""
+    doc = f'{{"a":{text},"b":[{text}],"c":{{"d":{text}}}}}'
+    assert dump_json(parse_json(doc)) == doc
+
+
+def test_integers_are_int_and_others_are_exact_decimals():
+    value = parse_json('{"i": 12345678901234567890123, "f": 0.1, "e": 1e400}')
+    assert type(value["i"]) is int and value["i"] == 12345678901234567890123
+    assert isinstance(value["f"], JsonNumber) and value["f"] == decimal.Decimal("0.1")
+    assert value["e"].text == "1e400" and repr(value["e"]) == "JsonNumber('1e400')"
+
+
+def test_huge_integer_beyond_the_str_limit_stays_exact():
+    digits = "9" * 5000
+    assert dump_json(parse_json(f"[{digits}]")) == f"[{digits}]"
+
+
+def test_json_number_pickles_and_copies():
+    import copy
+    import pickle
+
+    n = JsonNumber("1E+2")
+    assert pickle.loads(pickle.dumps(n)).text == "1E+2"
+    assert copy.deepcopy({"n": n})["n"].text == "1E+2"
+
+
+def test_plain_decimals_and_tuples_serialise():
+    assert dump_json({"d": decimal.Decimal("2.50"), "t": (1, 2)}) == '{"d":2.50,"t":[1,2]}'
+    with pytest.raises(TypeError):
+        dump_json({"n": decimal.Decimal("NaN")})
+    with pytest.raises(TypeError):
+        dump_json({"o": object()})
+
+
+def test_marker_like_strings_are_not_replaced():
+    """A real string that looks like the raw-number marker is data, not a number slot."""
+    evil = bkmcp._RAW_MARK + "0000-0\ue001"
+    doc = {"s": evil, "n": JsonNumber("1e400")}
+    assert parse_json(dump_json(doc))["s"] == evil
+
+
+def test_dump_is_compact_unicode_and_indentable():
+    assert dump_json({"k": "中文 \"q\" \\ $(x) `y`\n"}) == '{"k":"中文 \\"q\\" \\\\ $(x) `y`\\n"}'
+    assert dump_json({"a": [1]}, indent=2) == '{\n  "a": [\n    1\n  ]\n}'
+    assert dump_json({"b": 1, "a": 2}, sort_keys=True) == '{"a":2,"b":1}'
+
+
+def test_unicode_line_separators_are_escaped():
+    """U+0085, U+2028, U+2029 split lines for str.splitlines() and JavaScript: an envelope must stay one line."""
+    value = {"s": "a\u0085b\u2028c\u2029d", "k\u2028": 1}
+    out = dump_json(value)
+    assert len(out.splitlines()) == 1 and "\\u2028" in out
+    assert parse_json(out) == value
+
+
+def test_lone_surrogates_are_written_as_escapes():
+    """A lone surrogate (valid JSON escape, invalid Unicode) must not break a UTF-8 stdout later."""
+    value = parse_json('{"s": "a\\udcffb", "\\ud800": 1}')
+    out = dump_json(value)
+    out.encode("utf-8")  # must not raise
+    assert parse_json(out) == value
+
+
+# -- strictness ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a": 1} // c', '/* c */ {"a": 1}', '{"a": 1,}', "[1, 2,]", '{"a": NaN}', '{"a": Infinity}',
+        '{"a": -Infinity}', "{'a': 1}", '{"a": 01}', '{"a": .5}', '{"a": 1', "", "   ", '{"a": 1} x',
+    ],
+)
+def test_invalid_json_is_rejected(text):
+    with pytest.raises(JsonInputError):
+        parse_json(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"a": 1, "a": 2}', '{"x": {"a": 1, "a": 1}}', '[{"k": [], "k": []}]', '{"a": {"b": {"c": {"d": 1, "d": 2}}}}'],
+)
+def test_duplicate_keys_rejected_at_every_level(text):
+    with pytest.raises(JsonInputError, match="duplicate key"):
+        parse_json(text)
+    parse_json(text, strict_keys=False)  # only strictness differs
+
+
+def test_errors_never_echo_the_input():
+    secret = "s3cr3t-VALUE-xyz"
+    for text in (f'{{"token": "{secret}",}}', f'{{"token": "{secret}"', f'{secret}'):
+        with pytest.raises(JsonInputError) as info:
+            parse_json(text)
+        assert secret not in str(info.value)
+
+
+def test_error_positions_and_special_inputs():
+    with pytest.raises(JsonInputError) as info:
+        parse_json('{\n  "a": 1,\n}')
+    assert info.value.line == 3
+    with pytest.raises(JsonInputError, match="empty input"):
+        parse_json("")
+    with pytest.raises(JsonInputError, match="UTF-8"):
+        parse_json(b'{"a": "\xff"}')
+    with pytest.raises(JsonInputError, match="nesting too deep"):
+        parse_json("[" * 100000 + "]" * 100000)
+
+
+def test_bom_is_ignored_for_text_and_bytes():
+    assert parse_json('\ufeff{"a": 1}') == {"a": 1}
+    assert parse_json(b'\xef\xbb\xbf{"a": 1}') == {"a": 1}
+
+
+# -- redaction (A05) -------------------------------------------------------------------------------------
+
+SECRET_NAMES = [
+    "Authorization", "authorization", "X-Bkapi-Authorization", "x-bkapi-authorization", "Proxy-Authorization",
+    "Cookie", "Set-Cookie", "X-API-Key", "x-api-key", "X-Auth-Token", "X-My-Secret", "Api-Key", "X-Password",
+    "X-Ticket", "bk_ticket", "PASSWORD", "X-TOKEN", "Private-KEY", "X-AUTH",
+]
+PLAIN_NAMES = ["X-Request-Id", "User-Agent", "Accept-Language", "X-Trace", "X-Tenant"]
+
+
+@pytest.mark.parametrize("name", SECRET_NAMES)
+def test_secret_header_names_are_redacted(name):
+    """A05: values of credential headers print as *** whatever the case."""
+    assert bkmcp.is_secret_name(name)
+    assert bkmcp.redact_headers({name: "v4lue", "X-Trace": "t"}) == {name: "***", "X-Trace": "t"}
+    assert bkmcp.redact_headers([(name, "v4lue")]) == {name: "***"}
+
+
+@pytest.mark.parametrize("name", PLAIN_NAMES)
+def test_plain_header_names_pass_through(name):
+    assert not bkmcp.is_secret_name(name)
+    assert bkmcp.redact_headers({name: "v"}) == {name: "v"}
+
+
+def test_redactor_scrubs_whole_values_and_long_fragments_longest_first():
+    r = bkmcp.Redactor()
+    r.add("abc")  # whole values are scrubbed whatever their length
+    r.add("xy", whole=False)  # short fragments are not (they would mangle unrelated text)
+    r.add("abcdef-long")
+    r.add("")
+    assert r.scrub("token abcdef-long and abc and xy") == "token *** and *** and xy"
+    assert r.scrub_value({"a": ["abc", 1, {"b": "xabcx"}], "n": None}) == {"a": ["***", 1, {"b": "x***x"}], "n": None}
+
+
+def test_log_scrubs_every_line_and_warns_once():
+    stream = io.StringIO()
+    log = bkmcp.Log(stream, verbose=False)
+    log.redactor.add("hunter2")
+    log.debug("not shown")
+    log.warn("password hunter2 leaked", once_key="k")
+    log.warn("again", once_key="k")
+    log.warn("no key")
+    log.progress("not a tty")
+    assert stream.getvalue() == "bkmcp: warning: password *** leaked\nbkmcp: warning: no key\n"
+    verbose = bkmcp.Log(io.StringIO(), verbose=True)
+    verbose.debug("d")
+    verbose.progress("p")
+    assert verbose.stream.getvalue() == "bkmcp: d\nbkmcp: p\n"
+
+
+def test_log_survives_a_closed_stream():
+    stream = io.StringIO()
+    stream.close()
+    bkmcp.Log(stream).warn("x")  # no exception
+    assert bkmcp.Log(stream).is_tty is False
+
+
+# -- durations and deadlines -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("500ms", 0.5), ("30s", 30.0), ("2m", 120.0), ("1h", 3600.0), ("1.5", 1.5), ("60", 60.0), (".5s", 0.5),
+     ("168h", 604800.0)],
+)
+def test_valid_durations(text, seconds):
+    assert bkmcp.parse_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["0", "0s", "0ms", "-1", "abc", "1d", "", "1.", "s", "1 s", "1e3", "169h", "٣"])
+def test_invalid_durations(text):
+    with pytest.raises(bkmcp.UsageError):
+        bkmcp.parse_duration(text)
+
+
+def test_format_duration():
+    assert bkmcp.format_duration(0.5) == "500ms"
+    assert bkmcp.format_duration(30) == "30s"
+
+
+def test_deadline_bounds_the_whole_operation():
+    now = [100.0]
+    deadline = bkmcp.Deadline(2.0, clock=lambda: now[0])
+    assert deadline.remaining() == 2.0
+    now[0] = 101.5
+    assert deadline.remaining() == pytest.approx(0.5)
+    assert deadline.elapsed_ms() == 1500
+    now[0] = 102.0
+    with pytest.raises(bkmcp.McpTimeoutError) as info:
+        deadline.remaining()
+    assert "2s" in info.value.message and info.value.exit_status == 2
+
+
+def test_closest_names():
+    assert bkmcp.closest_names("report-prd", ["report-prod", "public-docs"]) == ["report-prod"]
+    assert bkmcp.closest_names("REPORT", ["report", "x"])[0] == "report"
+    assert bkmcp.closest_names("zzz", ["report"]) == []

@@ -1,0 +1,565 @@
+"""Schema flags (section 8): mapping, values, --body tokens, validation. Seed ids P01–P06."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import pytest
+
+import bkmcp
+from bkmcp import (
+    BkmcpError,
+    InvalidArgumentsError,
+    JsonNumber,
+    ToolToken,
+    build_tool_flags,
+    check_tool_tokens,
+    describe_cli,
+    dump_json,
+    find_tool,
+    parse_json,
+    parse_tool_arguments,
+    validate_arguments,
+)
+
+
+def tok(name: str, value: str | None, eq: bool = False) -> ToolToken:
+    raw = f"--{name}={value}" if eq else f"--{name}"
+    return ToolToken(name, value, eq, raw)
+
+
+def make_tool(properties: dict[str, Any], required: list[str] | None = None, **extra: Any) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "object", "properties": properties}
+    if required is not None:
+        schema["required"] = required
+    schema.update(extra)
+    return {"name": "search_reports", "inputSchema": schema}
+
+
+ALL_TYPES = make_tool(
+    {
+        "keyword": {"type": "string"},
+        "limit": {"type": "integer", "default": 20},
+        "ratio": {"type": "number"},
+        "enabled": {"type": "boolean"},
+        "ids": {"type": "array", "items": {"type": "integer"}},
+        "filter": {"type": "object"},
+    },
+    required=["keyword"],
+)
+
+# pydantic 2 (MCP Python SDK): Optional fields are anyOf [X, null] with default null and a title; nested models
+# are $ref into $defs.
+PYDANTIC = {
+    "name": "greet",
+    "inputSchema": {
+        "type": "object",
+        "title": "greetArguments",
+        "properties": {
+            "name": {"type": "string", "title": "Name"},
+            "title": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None, "title": "Title"},
+            "times": {"type": "integer", "default": 1, "title": "Times"},
+            "shape": {"$ref": "#/$defs/Shape"},
+            "color": {"$ref": "#/$defs/Color", "default": "red"},
+            "mode": {"enum": ["a", "b"], "title": "Mode", "type": "string"},
+        },
+        "required": ["name", "mode"],
+        "$defs": {
+            "Color": {"enum": ["red", "green", "blue"], "title": "Color", "type": "string"},
+            "Point": {"properties": {"x": {"type": "integer"}, "y": {"default": 0, "type": "integer"}},
+                      "required": ["x"], "type": "object"},
+            "Shape": {"properties": {"name": {"type": "string"},
+                                     "points": {"items": {"$ref": "#/$defs/Point"}, "type": "array"}},
+                      "required": ["name", "points"], "type": "object"},
+        },
+    },
+}
+
+# zod-to-json-schema (TypeScript SDK): draft-07 with $schema, additionalProperties false, unions as type lists.
+ZOD = {
+    "name": "fetch",
+    "inputSchema": {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "type": "object",
+        "properties": {
+            "url": {"type": "string", "format": "uri"},
+            "max_length": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1000000, "default": 5000},
+            "raw": {"type": "boolean", "default": False},
+            "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+            "either": {"type": ["string", "number"]},
+        },
+        "required": ["url"],
+        "additionalProperties": False,
+    },
+}
+
+
+# -- mapping ---------------------------------------------------------------------------------------------
+
+
+def test_p01_each_declared_type_gets_a_typed_flag() -> None:
+    """P01: string, integer, number, boolean, array, object each map to a flag named exactly as the property."""
+    mapped = build_tool_flags(ALL_TYPES)
+    assert {n: f.kind for n, f in mapped.flags.items()} == {
+        "keyword": "string", "limit": "integer", "ratio": "number", "enabled": "boolean", "ids": "array",
+        "filter": "object",
+    }
+    assert mapped.flags["keyword"].required and not mapped.flags["limit"].required
+    assert mapped.flags["enabled"].usage == "--enabled=true|false"
+    assert mapped.flags["ids"].usage == "--ids JSON-ARRAY"
+    assert mapped.body_only == {}
+
+
+@pytest.mark.parametrize(
+    ("schema", "reason_word"),
+    [
+        ({"type": "null"}, "null"),
+        ({"type": ["string", "null"]}, "union"),
+        ({"anyOf": [{"type": "string"}, {"type": "null"}]}, "anyOf"),
+        ({"oneOf": [{"type": "string"}, {"type": "integer"}]}, "oneOf"),
+        ({"allOf": [{"type": "string"}]}, "allOf"),
+        ({"$ref": "#/$defs/X"}, "$ref"),
+        ({"type": "string", "$ref": "#/$defs/X"}, "$ref"),
+        ({"description": "anything"}, "no type"),
+        ({}, "no type"),
+        (True, "not an object"),
+        ({"type": "date"}, "not a JSON Schema type"),
+        ({"type": 5}, "not a JSON Schema type"),
+    ],
+)
+def test_p05_hard_property_schemas_get_no_flag_with_reason(schema: Any, reason_word: str) -> None:
+    """P05: null, unions, combinators, $ref, untyped and odd schemas stay body-only, with a reason."""
+    tool = make_tool({"hard": schema, "easy": {"type": "string"}})
+    mapped = build_tool_flags(tool)
+    assert "easy" in mapped.flags  # one hard property never breaks the others
+    assert "hard" in mapped.body_only and reason_word in mapped.body_only["hard"].reason
+
+
+def test_p05_single_type_list_is_that_type() -> None:
+    """P05: ``type: ["integer"]`` is not a union: it is an integer flag."""
+    assert build_tool_flags(make_tool({"n": {"type": ["integer"]}})).flags["n"].kind == "integer"
+
+
+@pytest.mark.parametrize(
+    ("name", "word"),
+    [("", "empty"), ("-x", "starting with '-'"), ("a=b", "'='"), ("a b", "whitespace"), ("a\tb", "whitespace"),
+     ("a\x1bb", "control"), ("a\u200bb", "control"), ("line\nbreak", "whitespace")],
+)
+def test_p05_names_that_cannot_be_flags(name: str, word: str) -> None:
+    """P05: empty, leading '-', '=', whitespace and control characters cannot be flags."""
+    mapped = build_tool_flags(make_tool({name: {"type": "string"}}))
+    assert name in mapped.body_only and word in mapped.body_only[name].reason
+
+
+@pytest.mark.parametrize("name", sorted(bkmcp.RESERVED_OPTION_NAMES))
+def test_p05_reserved_names_collide(name: str) -> None:
+    """P05: every reserved option name (and short form) is body-only, never renamed."""
+    mapped = build_tool_flags(make_tool({name: {"type": "string"}, "ok": {"type": "string"}}))
+    assert name in mapped.body_only and "collides" in mapped.body_only[name].reason
+    assert list(mapped.flags) == ["ok"]
+
+
+def test_p05_exact_names_no_renaming() -> None:
+    """P05: case, '_', '-', '.' and non-ASCII names are kept exactly."""
+    names = ["Keyword", "page_size", "page-size", "a.b", "关键词", "x"]
+    mapped = build_tool_flags(make_tool({n: {"type": "string"} for n in names}))
+    assert list(mapped.flags) == names
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [None, "x", [], 5, {"type": "object"}, {"properties": None}, {"properties": []}, {"properties": "x"},
+     {"properties": {"a": {"type": "string"}}, "required": "a"}, {"properties": {}, "required": [1, None, "z"]}],
+)
+def test_p05_odd_input_schemas_never_crash(schema: Any) -> None:
+    """P05: a missing or odd inputSchema never crashes mapping, help, parsing or validation."""
+    tool: dict[str, Any] = {"name": "odd"}
+    if schema is not None:
+        tool["inputSchema"] = schema
+    mapped = build_tool_flags(tool)
+    describe_cli(tool)
+    bkmcp.render_tool_help("srv", tool)
+    assert parse_tool_arguments(tool, []) == {}
+    try:
+        validate_arguments(tool, {})
+    except InvalidArgumentsError:
+        assert isinstance(schema, dict) and "z" in (schema.get("required") or [])
+    assert isinstance(mapped.notes, tuple)
+
+
+def test_p05_required_name_without_property_is_body_only() -> None:
+    """P05: a required name missing from properties is listed as body-only and still required."""
+    mapped = build_tool_flags({"name": "t", "inputSchema": {"type": "object", "required": ["ghost"]}})
+    assert mapped.body_only["ghost"].required and "no schema" in mapped.body_only["ghost"].reason
+
+
+def test_p05_pydantic_schema() -> None:
+    """P05: pydantic Optional (anyOf+null), $ref models and enum $ref stay body-only; the rest get flags."""
+    mapped = build_tool_flags(PYDANTIC)
+    assert list(mapped.flags) == ["name", "times", "mode"]
+    assert set(mapped.body_only) == {"title", "shape", "color"}
+    assert "may be null" in mapped.body_only["title"].reason
+    assert parse_tool_arguments(PYDANTIC, [tok("name", "Ada"), tok("mode", "a")]) == {"name": "Ada", "mode": "a"}
+
+
+def test_p05_zod_schema() -> None:
+    """P05: zod draft-07 schema: typed flags, the type list stays body-only, $schema does not disturb anything."""
+    mapped = build_tool_flags(ZOD)
+    assert list(mapped.flags) == ["url", "max_length", "raw", "headers"]
+    assert "union" in mapped.body_only["either"].reason
+    args = parse_tool_arguments(ZOD, [tok("url", "https://x"), tok("max_length", "0.1"), tok("raw", "false", True)])
+    assert dump_json(args) == '{"url":"https://x","max_length":0.1,"raw":false}'
+    assert validate_arguments(ZOD, args).scope == "full"
+
+
+def test_describe_cli_shape() -> None:
+    """describe_cli: flags and body_only with reasons, for --tools ``data.cli``."""
+    cli = describe_cli(PYDANTIC)
+    assert cli["flags"][0] == {"name": "name", "flag": "--name STRING", "type": "string", "required": True}
+    assert {b["name"] for b in cli["body_only"]} == {"title", "shape", "color"}
+    assert all(b["reason"] for b in cli["body_only"])
+    assert "notes" not in cli
+    assert describe_cli({"name": "x"})["notes"]
+
+
+# -- values ------------------------------------------------------------------------------------------------
+
+
+def test_p01_values_of_each_type() -> None:
+    """P01: each type converts; Chinese, "", false and 0 are real values; absent flags are not sent."""
+    args = parse_tool_arguments(ALL_TYPES, [
+        tok("keyword", "网关错误"), tok("limit", "0"), tok("ratio", "0.5"), tok("enabled", "false", True),
+        tok("ids", "[1,2,3]"), tok("filter", '{"status":"running"}'),
+    ])
+    assert dump_json(args) == ('{"keyword":"网关错误","limit":0,"ratio":0.5,"enabled":false,"ids":[1,2,3],'
+                               '"filter":{"status":"running"}}')
+    assert parse_tool_arguments(ALL_TYPES, [tok("keyword", "", True)]) == {"keyword": ""}
+    assert parse_tool_arguments(ALL_TYPES, [tok("keyword", "")]) == {"keyword": ""}
+    assert parse_tool_arguments(ALL_TYPES, []) == {}  # no default injected (limit has default 20)
+    assert parse_tool_arguments(ALL_TYPES, [tok("enabled", "true", True)]) == {"enabled": True}
+
+
+def test_p02_number_fidelity_bytes() -> None:
+    """P02: 1e400, 0.1, 12345678901234567890.5 and a 40-digit integer reach the JSON text unchanged."""
+    big = "1234567890123456789012345678901234567890"
+    tool = make_tool({"a": {"type": "number"}, "b": {"type": "number"}, "c": {"type": "number"},
+                      "d": {"type": "integer"}, "e": {"type": "array"}, "f": {"type": "number"},
+                      "g": {"type": "integer"}})
+    args = parse_tool_arguments(tool, [
+        tok("a", "1e400"), tok("b", "0.1"), tok("c", "12345678901234567890.5"), tok("d", big),
+        tok("e", "[1e400, 0.1, 12345678901234567890.5, " + big + ", -0.0, 1E-7]"), tok("f", "-0"), tok("g", "-" + big),
+    ])
+    text = dump_json(args)
+    assert text == ('{"a":1e400,"b":0.1,"c":12345678901234567890.5,"d":' + big +
+                    ',"e":[1e400,0.1,12345678901234567890.5,' + big + ',-0.0,1E-7],"f":-0,"g":-' + big + '}')
+    assert isinstance(args["d"], int) and args["d"] == int(big)
+    assert parse_json(text) == args
+    validate_arguments(tool, args)
+
+
+def test_p02_huge_integer_keeps_text() -> None:
+    """P02: an integer longer than CPython's int/str limit still reaches the wire exactly."""
+    digits = "9" * 5000
+    args = parse_tool_arguments(make_tool({"n": {"type": "integer"}}), [tok("n", digits)])
+    assert dump_json(args) == '{"n":' + digits + "}"
+    validate_arguments(make_tool({"n": {"type": "integer"}}), args)
+
+
+def test_p02_leading_zero_string_stays_string() -> None:
+    """P02: "00123" for a string property stays the string "00123"; strings are never guessed."""
+    tool = make_tool({"code": {"type": "string"}})
+    for text in ("00123", "true", "null", "1e3", "[1]", "-5"):
+        assert dump_json(parse_tool_arguments(tool, [tok("code", text)])) == dump_json({"code": text})
+
+
+@pytest.mark.parametrize("text", ["1.0", "1e3", "0x10", "+1", "01", "1_000", " 1", "1 ", "", "abc", "-", "1.", "١"])
+def test_p02_integer_rejects_non_integer_text(text: str) -> None:
+    """P02: integers are JSON integer literals only (no float, exponent, hex, '+', leading zeros)."""
+    with pytest.raises(InvalidArgumentsError) as info:
+        parse_tool_arguments(make_tool({"n": {"type": "integer"}}), [tok("n", text)])
+    assert "expects an integer" in info.value.message
+
+
+@pytest.mark.parametrize("text", ["NaN", "Infinity", "-Infinity", ".5", "5.", "+1", "0x1", "1e", "01.5", "1,5", ""])
+def test_p02_number_rejects_non_json_numbers(text: str) -> None:
+    """P02: numbers follow JSON number syntax; NaN/Infinity are rejected, never silently changed."""
+    with pytest.raises(InvalidArgumentsError) as info:
+        parse_tool_arguments(make_tool({"x": {"type": "number"}}), [tok("x", text)])
+    assert "expects a JSON number" in info.value.message
+
+
+def test_p01_boolean_forms() -> None:
+    """P01: only --x=true/--x=false; '--x true' and bare '--x' are errors showing the right form."""
+    tool = make_tool({"enabled": {"type": "boolean"}})
+    for token in (tok("enabled", "true"), tok("enabled", None), tok("enabled", "True", True),
+                  tok("enabled", "1", True), tok("enabled", "", True), tok("enabled", "yes", True)):
+        with pytest.raises(InvalidArgumentsError) as info:
+            parse_tool_arguments(tool, [token])
+        assert "--enabled=true or --enabled=false" in info.value.message
+
+
+def test_p01_arrays_and_objects_are_json() -> None:
+    """P01/P03: arrays are never comma-split; JSON values are type-checked and duplicate keys rejected."""
+    tool = make_tool({"ids": {"type": "array"}, "filter": {"type": "object"}})
+    bad = [
+        (tok("ids", "1,2,3"), "never comma-separated"),
+        (tok("ids", '{"a":1}'), "got object"),
+        (tok("ids", '"a"'), "got string"),
+        (tok("filter", "[1]"), "got array"),
+        (tok("filter", '{"a":1,"a":2}'), "duplicate key"),
+        (tok("filter", "{"), "JSON object"),
+        (tok("ids", "[NaN]"), "JSON array"),
+    ]
+    for token, word in bad:
+        with pytest.raises(InvalidArgumentsError) as info:
+            parse_tool_arguments(tool, [token])
+        assert word in info.value.message, info.value.message
+    assert parse_tool_arguments(tool, [tok("ids", "[]"), tok("filter", "{}")]) == {"ids": [], "filter": {}}
+
+
+def test_p03_repeated_flag_is_an_error() -> None:
+    """P03: repeating a named flag is an error (no last-wins, no list building)."""
+    with pytest.raises(InvalidArgumentsError) as info:
+        parse_tool_arguments(ALL_TYPES, [tok("keyword", "a"), tok("keyword", "b")])
+    assert "more than once" in info.value.message
+
+
+def test_p03_unknown_flag_suggests_closest_and_help() -> None:
+    """P03: an unknown flag names the closest property and the tool help command."""
+    with pytest.raises(InvalidArgumentsError) as info:
+        parse_tool_arguments(ALL_TYPES, [tok("keywrod", "x")], server_name="report-prod")
+    err = info.value
+    assert err.code == "invalid_mcp_arguments" and err.exit_status == 1
+    assert "did you mean --keyword?" in err.message
+    assert err.hint is not None and "bkmcp report-prod search_reports --help" in err.hint
+    with pytest.raises(InvalidArgumentsError) as info:
+        parse_tool_arguments(ALL_TYPES, [tok("zzzzzz", "x")], server_name="s")
+    assert "did you mean" not in info.value.message and "unknown option --zzzzzz" in info.value.message
+
+
+def test_p03_every_token_problem_is_listed() -> None:
+    """P03: all malformed flags are reported together, each with its flag and path."""
+    with pytest.raises(InvalidArgumentsError) as info:
+        parse_tool_arguments(ALL_TYPES, [tok("limit", "x"), tok("ratio", "y"), tok("nope", "1")])
+    problems = info.value.details["problems"]
+    assert [p["flag"] for p in problems] == ["--limit", "--ratio", "--nope"]
+    assert problems[0]["path"] == "$.limit"
+    assert "2 more problems" in info.value.message
+
+
+def test_p03_value_needed() -> None:
+    """P03: ``--x`` at the end (value None) says it needs a value."""
+    with pytest.raises(InvalidArgumentsError) as info:
+        parse_tool_arguments(ALL_TYPES, [tok("limit", None)])
+    assert "needs a value" in info.value.message
+
+
+def test_p05_body_only_property_as_flag_says_use_body() -> None:
+    """P05: a flag for a body-only property tells the user to use --body (with the reason)."""
+    with pytest.raises(InvalidArgumentsError) as info:
+        parse_tool_arguments(PYDANTIC, [tok("title", "Dr")])
+    assert "has no flag" in info.value.message and "--body" in info.value.message
+
+
+P06_TEXTS = ["it's \"quoted\"", "line1\nline2", "back\\slash\\n", "$(rm -rf /)", "`id`", "${HOME}", "中文 ✓",
+             "'; DROP TABLE x; --", "\t tabs \r\n", "--not-a-flag", "=", "\u0000nul"]
+
+
+@pytest.mark.parametrize("text", P06_TEXTS)
+def test_p06_shell_sensitive_text_is_data(text: str) -> None:
+    """P06: quotes, newlines, backslashes, $(), backticks and Chinese stay data, byte for byte."""
+    tool = make_tool({"text": {"type": "string"}, "obj": {"type": "object"}})
+    args = parse_tool_arguments(tool, [tok("text", text), tok("obj", dump_json({"v": text}))])
+    assert args == {"text": text, "obj": {"v": text}}
+    assert parse_json(dump_json(args)) == args
+
+
+# -- --body path -----------------------------------------------------------------------------------------
+
+
+def test_p05_body_path_tokens_checked_not_sent() -> None:
+    """P05: with --body, well-formed known flags are reported as ignored; nothing is merged."""
+    assert check_tool_tokens(ALL_TYPES, [tok("limit", "5"), tok("enabled", "true", True)]) == ["--limit", "--enabled"]
+    assert check_tool_tokens(ALL_TYPES, []) == []
+
+
+@pytest.mark.parametrize(
+    ("tokens", "word"),
+    [
+        ([tok("limt", "5")], "unknown option --limt"),
+        ([tok("limit", None)], "needs a value"),
+        ([tok("limit", "1"), tok("limit", "2")], "more than once"),
+        ([tok("enabled", "true")], "--enabled=true"),
+        ([tok("limit", "x")], "expects an integer"),
+    ],
+)
+def test_p05_body_path_bad_tokens_are_errors(tokens: list[ToolToken], word: str) -> None:
+    """P05: with --body, unknown or malformed tool flags are still errors (never silently ignored)."""
+    with pytest.raises(InvalidArgumentsError) as info:
+        check_tool_tokens(ALL_TYPES, tokens, server_name="s")
+    assert word in info.value.message
+
+
+def test_p05_body_path_body_only_flag_is_error() -> None:
+    """P05: with --body, a flag for a body-only field is an error pointing into the body."""
+    with pytest.raises(InvalidArgumentsError, match="set it with --body"):
+        check_tool_tokens(PYDANTIC, [tok("title", "x")])
+
+
+# -- validation --------------------------------------------------------------------------------------------
+
+
+def test_p03_required_checked_on_final_object() -> None:
+    """P03: required fields are checked on the final object; a schema default does not satisfy them."""
+    tool = make_tool({"keyword": {"type": "string", "default": "x"}}, required=["keyword"])
+    with pytest.raises(InvalidArgumentsError) as info:
+        validate_arguments(tool, {})
+    assert info.value.details["problems"] == [{"path": "$.keyword", "message": "required property is missing"}]
+    assert info.value.details["validation"] == "full"
+
+
+def test_p03_every_problem_listed_with_paths() -> None:
+    """P03: type, enum, range, nested and missing problems all reported with JSON paths."""
+    tool = make_tool({
+        "limit": {"type": "integer", "minimum": 1},
+        "status": {"type": "string", "enum": ["open", "closed"]},
+        "filter": {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"}}}},
+        "odd key": {"type": "boolean"},
+    }, required=["status", "need"])
+    with pytest.raises(InvalidArgumentsError) as info:
+        validate_arguments(tool, {"limit": 0, "status": "x", "filter": {"tags": ["a", 2]}, "odd key": 1})
+    paths = {p["path"]: p["message"] for p in info.value.details["problems"]}
+    assert paths == {
+        "$.limit": "must be at least 1, got 0",
+        "$.status": 'must be one of ["open","closed"]',
+        "$.filter.tags[1]": "expected string, got integer",
+        '$["odd key"]': "expected boolean, got integer",
+        "$.need": "required property is missing",
+    }
+
+
+def test_p03_bool_is_not_integer_and_decimal_is_number() -> None:
+    """P03: booleans never pass as integers/numbers; JsonNumber validates as number (integral ones as integer)."""
+    tool = make_tool({"n": {"type": "integer"}, "x": {"type": "number", "maximum": 1}})
+    for bad in ({"n": True}, {"x": False}, {"n": JsonNumber("1.5")}, {"n": "1"}):
+        with pytest.raises(InvalidArgumentsError):
+            validate_arguments(tool, bad)
+    assert validate_arguments(tool, {"n": JsonNumber("1.0"), "x": JsonNumber("0.1")}).scope == "full"
+    assert validate_arguments(tool, {"n": JsonNumber("1e400"), "x": JsonNumber("-1e400")}).scope == "full"
+    with pytest.raises(InvalidArgumentsError, match="at most 1"):
+        validate_arguments(tool, {"x": JsonNumber("1.0000000000000000000000000001")})
+
+
+def test_p03_multiple_of_exact() -> None:
+    """P03: multipleOf is exact for decimals (0.3 is a multiple of 0.1) and never crashes on 1e400."""
+    tool = make_tool({"x": {"type": "number", "multipleOf": JsonNumber("0.1")}})
+    validate_arguments(tool, {"x": JsonNumber("0.3")})
+    with pytest.raises(InvalidArgumentsError, match="multiple of 0.1"):
+        validate_arguments(tool, {"x": JsonNumber("0.35")})
+    assert validate_arguments(tool, {"x": JsonNumber("1e400")}).scope == "full"
+    check = validate_arguments(tool, {"x": JsonNumber("1e9999")})
+    assert check.scope == "basic" and "multipleOf" in check.notes[0]
+
+
+def test_p05_local_refs_resolved() -> None:
+    """P05: a self-contained schema with $defs/$ref (pydantic) is validated in full, nested problems found."""
+    assert validate_arguments(PYDANTIC, {"name": "a", "mode": "a"}).scope == "full"
+    with pytest.raises(InvalidArgumentsError) as info:
+        validate_arguments(PYDANTIC, {"name": "a", "mode": "c", "color": "pink",
+                                      "shape": {"name": "s", "points": [{"x": "1"}, {}]}})
+    paths = [p["path"] for p in info.value.details["problems"]]
+    assert paths == ["$.color", "$.mode", "$.shape.points[0].x", "$.shape.points[1].x"]
+
+
+def test_p05_zod_additional_properties_false() -> None:
+    """P05: draft-07 additionalProperties:false is enforced by the full check."""
+    with pytest.raises(InvalidArgumentsError, match="unexpected"):
+        validate_arguments(ZOD, {"url": "u", "extra": 1})
+
+
+def test_p05_remote_ref_never_fetched(monkeypatch: pytest.MonkeyPatch) -> None:
+    """P05: a remote $ref is never fetched: basic checks only, reported honestly."""
+    import urllib.request
+
+    def refuse(*a: Any, **k: Any) -> Any:
+        raise AssertionError("network fetch attempted")
+
+    monkeypatch.setattr(urllib.request, "urlopen", refuse)
+    tool = make_tool({"a": {"$ref": "https://example.com/schema.json"}, "n": {"type": "integer"}}, required=["n"])
+    check = validate_arguments(tool, {"n": 1, "a": "anything"})
+    assert check.scope == "basic" and "never fetched" in check.notes[0]
+    assert "required fields, types and enum only" in check.describe()
+    with pytest.raises(InvalidArgumentsError) as info:
+        validate_arguments(tool, {"n": "x"})
+    assert info.value.details["validation"] == "basic"
+    assert "required fields, types and enum only" in (info.value.hint or "")
+
+
+def test_p05_remote_ref_via_id_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """P05: a ref that only turns remote through a nested $id is refused by the resolver, not fetched."""
+    import urllib.request
+
+    monkeypatch.setattr(urllib.request, "urlopen", lambda *a, **k: (_ for _ in ()).throw(AssertionError("fetch")))
+    tool = make_tool({"a": {"$id": "https://example.com/x/", "$ref": "#/definitions/y"}}, definitions={})
+    check = validate_arguments(tool, {"a": 1})
+    assert check.scope == "basic"
+
+
+@pytest.mark.parametrize(
+    ("extra", "word"),
+    [
+        ({"$schema": "https://example.com/my-dialect"}, "unknown $schema"),
+        ({"properties": {"p": {"type": "string", "pattern": "\\p{L}+"}}}, "cannot check"),
+        ({"properties": {"p": {"type": "string", "minLength": "x"}}}, "not a valid JSON Schema"),
+    ],
+)
+def test_p05_unvalidatable_schemas_fall_back_honestly(extra: dict[str, Any], word: str) -> None:
+    """P05: unknown dialects, invalid schemas and exotic patterns fall back to basic checks and say so."""
+    tool = {"name": "t", "inputSchema": {"type": "object", **extra}}
+    check = validate_arguments(tool, {"p": "abc"})
+    assert check.scope == "basic" and word in check.notes[0], check.notes
+
+
+def test_p05_jsonschema_missing_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """P05: without jsonschema, only basic checks run and the result says so."""
+    monkeypatch.setitem(sys.modules, "jsonschema", None)
+    check = validate_arguments(ALL_TYPES, {"keyword": "x"})
+    assert check.scope == "basic" and "jsonschema" in check.notes[0]
+    with pytest.raises(InvalidArgumentsError) as info:
+        validate_arguments(ALL_TYPES, {"keyword": 1, "limit": True})
+    assert [p["path"] for p in info.value.details["problems"]] == ["$.keyword", "$.limit"]
+
+
+def test_basic_checks_enum_const_types() -> None:
+    """P03: the library-free checks cover required, declared types (incl. unions) and enum/const."""
+    schema = {"type": "object", "required": ["a"], "properties": {
+        "a": {"type": ["string", "null"]}, "b": {"enum": [1, "x"]}, "c": {"const": True}, "d": {"type": "number"}}}
+    assert bkmcp._basic_problems(schema, {"a": None, "b": JsonNumber("1.0"), "c": True, "d": 1}) == []
+    problems = bkmcp._basic_problems(schema, {"b": True, "c": 1, "d": "1"})
+    assert [p["path"] for p in problems] == ["$.a", "$.b", "$.c", "$.d"]
+
+
+def test_validation_never_imports_jsonschema_for_mapping() -> None:
+    """Mapping and help stay light: jsonschema is only imported by validate_arguments."""
+    import subprocess
+
+    code = ("import sys, bkmcp; t={'name':'t','inputSchema':{'type':'object','properties':{'a':{'type':'string'}}}};"
+            "bkmcp.build_tool_flags(t); bkmcp.render_tool_help('s', t);"
+            "bkmcp.parse_tool_arguments(t, [bkmcp.ToolToken('a','x',False,'--a')]);"
+            "assert 'jsonschema' not in sys.modules, 'imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=str(bkmcp.__file__).rsplit("/", 1)[0])
+
+
+# -- find_tool -------------------------------------------------------------------------------------------
+
+
+def test_find_tool_exact_and_suggestions() -> None:
+    """Tool names match exactly; an unknown tool suggests close names (mcp_tool_not_found)."""
+    tools = [{"name": "search_reports"}, {"name": "Search-Reports"}, {"name": "get"}]
+    assert find_tool(tools, "Search-Reports", "s") is tools[1]
+    with pytest.raises(bkmcp.ToolNotFoundError) as info:
+        find_tool(tools, "search_report", "s")
+    assert "search_reports" in info.value.details["suggestions"]
+    with pytest.raises(BkmcpError):
+        find_tool([], "x", "s")

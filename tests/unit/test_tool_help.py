@@ -1,0 +1,174 @@
+"""Tool help text (D02, SPEC §7): content, --body example built from the schema, 80-column layout."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+import pytest
+from test_schema_flags import ALL_TYPES, PYDANTIC, ZOD, make_tool
+
+import bkmcp
+from bkmcp import parse_json, render_tool_help, validate_arguments
+
+RICH = {
+    "name": "search_reports",
+    "title": "Search reports",
+    "description": "Search the report archive by keyword and status. Results are sorted by time, newest first, "
+                   "and paginated with --limit.\n\nSecond paragraph: 按关键词搜索报告，支持分页和过滤，返回匹配的报告"
+                   "列表以及相关的统计信息，结果按时间倒序排列。",
+    "annotations": {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": True},
+    "inputSchema": {
+        "type": "object",
+        "properties": {
+            "keyword": {"type": "string", "description": "Text to search for in report titles and bodies; "
+                                                          "matching is case-insensitive and supports prefixes."},
+            "status": {"type": "string", "enum": ["open", "closed", "archived"], "default": "open"},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 20,
+                      "description": "Maximum number of reports."},
+            "verbose_output": {"type": "boolean"},
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "timeout": {"type": "integer", "description": "Server-side timeout."},
+            "since": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None, "title": "Since"},
+        },
+        "required": ["keyword", "timeout"],
+    },
+}
+
+
+def body_example(text: str) -> Any:
+    """The JSON of the generated ``--body`` example, read back the way a shell would."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("--body example"))
+    block = []
+    for line in lines[start + 1:]:
+        if not line.strip() or line.strip().startswith("("):
+            break
+        block.append(line)
+    words = shlex.split("\n".join(block))
+    return parse_json(words[words.index("--body") + 1])
+
+
+def assert_fits_80(text: str) -> None:
+    for line in text.splitlines():
+        if bkmcp._cell_width(line) > 80:
+            assert " " not in line.strip(), f"wrappable line wider than 80 columns: {line!r}"
+
+
+def test_d02_help_content() -> None:
+    """D02: name, title, description, annotations, each flag with type/required/enum/default, body-only fields."""
+    text = render_tool_help("report-prod", RICH)
+    assert text.startswith("bkmcp report-prod search_reports - Search reports\n")
+    assert "Search the report archive" in text and "Second paragraph" in text
+    assert "read-only, not destructive (additive only), idempotent, open world" in text
+    assert "--keyword STRING" in text and "--limit INTEGER" in text and "--verbose_output=true|false" in text
+    assert "--tags JSON-ARRAY" in text
+    assert "one of: open, closed, archived" in text
+    assert "default: 20 (information only, not sent)" in text
+    assert "limits: >= 1, <= 100" in text
+    flag_lines = {line.split()[0]: line.split()[-1] for line in text.splitlines() if line.startswith("  --")}
+    assert flag_lines["--keyword"] == "required" and flag_lines["--limit"] == "optional"
+    section = text.split("Fields without a flag (set them with --body):")[1]
+    assert "timeout" in section and "collides with bkmcp's own option --timeout" in section
+    assert "since" in section and "anyOf" in section
+    assert "Reserved names (timeout)" in section
+    assert "Examples:" in text
+
+
+def test_d02_required_flags_listed_first() -> None:
+    """D02: required flags come before optional ones (schema order otherwise kept)."""
+    tool = make_tool({"b": {"type": "string"}, "a": {"type": "integer"}, "c": {"type": "string"}}, required=["c"])
+    flags = [line.split()[0] for line in render_tool_help("s", tool).splitlines() if line.startswith("  --")]
+    assert flags == ["--c", "--b", "--a"]
+
+
+@pytest.mark.parametrize("tool", [RICH, ALL_TYPES, PYDANTIC, ZOD])
+def test_d02_body_example_is_valid_and_required_first(tool: dict[str, Any]) -> None:
+    """D02: the --body example parses as JSON, lists required fields first and passes local validation."""
+    text = render_tool_help("srv", tool)
+    example = body_example(text)
+    required = tool["inputSchema"].get("required", [])
+    assert list(example)[: len(required)] == required
+    validate_arguments(tool, example)
+
+
+def test_d02_body_example_placeholders() -> None:
+    """D02: placeholders follow enum, default, minimum and type."""
+    example = body_example(render_tool_help("srv", RICH))
+    assert example["keyword"] == "<keyword>"
+    assert example["timeout"] == 1
+    assert example["status"] == "open"
+    assert example["limit"] == 20
+    assert body_example(render_tool_help("s", {"name": "t", "inputSchema": {"type": "object"}})) == {}
+
+
+def test_d02_pydantic_nested_example() -> None:
+    """D02: local $ref models expand in the example (pydantic $defs)."""
+    defs = PYDANTIC["inputSchema"]["$defs"]
+    tool = make_tool({"shape": {"$ref": "#/$defs/Shape"}}, required=["shape"], **{"$defs": defs})
+    example = body_example(render_tool_help("s", tool))
+    assert example == {"shape": {"name": "<name>", "points": [{"x": 1, "y": 0}]}}
+    validate_arguments(tool, example)
+
+
+def test_d02_fits_80_columns() -> None:
+    """D02: no wrappable line is wider than 80 terminal columns (CJK counts double)."""
+    for tool in (RICH, ALL_TYPES, PYDANTIC, ZOD):
+        assert_fits_80(render_tool_help("report-prod", tool))
+    long_names = make_tool({f"property_number_{i}_with_a_long_name": {"type": "object", "description": "x " * 90}
+                            for i in range(12)}, required=["property_number_0_with_a_long_name"])
+    assert_fits_80(render_tool_help("a-server-with-a-long-name", long_names))
+
+
+def test_d02_cjk_wraps_by_display_width() -> None:
+    """D02: a Chinese description without spaces wraps by display width, keeping every character."""
+    text = "参数说明" * 40
+    help_text = render_tool_help("s", {"name": "t", "description": text, "inputSchema": {"type": "object"}})
+    desc_lines = [line for line in help_text.splitlines() if "参" in line or "数" in line]
+    assert len(desc_lines) > 3
+    assert all(bkmcp._cell_width(line) <= 80 for line in desc_lines)
+    assert "".join(line.strip() for line in desc_lines) == text
+
+
+def test_d02_server_text_cannot_inject_terminal_escapes() -> None:
+    """D02: control characters from the server are shown escaped, never emitted raw."""
+    tool = {"name": "t\x1b[31m", "title": "red\x1b[0m", "description": "bell\x07 and \x1b]0;title\x07",
+            "inputSchema": {"type": "object", "properties": {"a\x1bb": {"type": "string", "description": "\x1b[2J"},
+                                                            "ok": {"type": "string", "description": "x\x1b[2Jy"}}}}
+    text = render_tool_help("s", tool)
+    assert "\x1b" not in text and "\x07" not in text
+    assert "\\u001b" in text
+
+
+def test_d02_no_flags_tool() -> None:
+    """D02: a tool without properties shows no flags and how to call it."""
+    text = render_tool_help("s", {"name": "ping", "inputSchema": {"type": "object"}})
+    assert "Flags: none" in text and "  bkmcp s ping\n" in text
+
+
+def test_d02_required_body_only_field_explained() -> None:
+    """D02/P05: when a required field has no flag, examples say to call with --body."""
+    tool = make_tool({"body": {"type": "string"}, "x": {"type": "string"}}, required=["body"])
+    text = render_tool_help("s", tool)
+    assert "required field body has no flag" in text
+    assert body_example(text) == {"body": "<body>", "x": "<x>"}
+
+
+def test_d02_many_properties_example_is_capped() -> None:
+    """D02: a 50-property schema shows a short example and says how many optional fields were left out."""
+    tool = make_tool({f"p{i}": {"type": "string"} for i in range(50)}, required=["p3"])
+    text = render_tool_help("s", tool)
+    assert "(44 more optional fields not shown)" in text
+    assert list(body_example(text))[0] == "p3"
+    assert "[FLAGS...]" in text
+
+
+def test_d02_flag_examples_are_shell_safe() -> None:
+    """D02: example values with quotes are shell-quoted correctly."""
+    tool = make_tool({"q": {"type": "string", "default": "it's"}, "o": {"type": "object", "default": {"a": "'"}}},
+                     required=["q", "o"])
+    text = render_tool_help("s", tool)
+    line = next(line for line in text.splitlines() if line.startswith("  bkmcp s search_reports --q '"))
+    words = shlex.split(line)
+    assert words[words.index("--q") + 1] == "it's"
+    assert parse_json(words[words.index("--o") + 1]) == {"a": "'"}

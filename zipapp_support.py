@@ -1,0 +1,422 @@
+"""Runtime support for running bkmcp from the single-file artifact `bkmcp.pyz` (see docs/building.md).
+
+Stdlib only, Python 3.9+, self-contained. It has two users:
+
+* `build_zipapp.py` stores this file in the pyz as `_bkmcp_boot.py`; the pyz `__main__.py` calls
+  `use_compiled_cache(build_id)` on a Python other than the one that built the pyz (the pyz carries bytecode for
+  the build Python only, and zipimport never caches bytecode), so that Python's second and later runs import
+  from a per-user copy with ordinary `__pycache__` files instead of recompiling everything from the zip.
+* bkmcp.py carries a copy of the `jq` part (from the "jq backends" banner down) in its helpers section: on
+  `--jq`, `compile_jq(expr)` picks the `jq` binding (installed, or the native module the pyz carries,
+  extracted into the per-user cache), else a `jq` executable on PATH, else fails with kind "unavailable".
+
+Cache layout: `${XDG_CACHE_HOME:-~/.cache}/bkmcp/<build-id>/{py,native}/`; when that is not writable (read-only
+home), `<tmpdir>/bkmcp-<uid>/<build-id>/`, and when even that is unusable, a fresh private temp dir per run.
+Writers never expose partial files: a folder is filled under a temporary name and renamed into place, a native
+module is written to a temporary file, checked against its sha256 and renamed, so concurrent first runs are safe
+without locks. Deleting the cache is always safe.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# ---------------------------------------------------------------------------------------------- cache folders
+
+
+def _private_dir(path: str) -> bool:
+    """Create `path` (mode 0700) if needed; True when it is a directory we own that nobody else can write."""
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        st = os.lstat(path)
+    except OSError:
+        return False
+    import stat
+
+    if not stat.S_ISDIR(st.st_mode) or st.st_mode & 0o022:
+        return False
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        return False
+    return os.access(path, os.W_OK | os.X_OK)
+
+
+def zipapp_cache_dir(build_id: str) -> str | None:
+    """The per-user folder of this build: XDG cache, else `<tmp>/bkmcp-<uid>`, else a fresh temp dir (or None)."""
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    base = xdg if os.path.isabs(xdg) else os.path.join(os.path.expanduser("~"), ".cache")
+    root = os.path.join(base, "bkmcp")
+    if _private_dir(root) and _private_dir(os.path.join(root, build_id)):
+        return os.path.join(root, build_id)
+    import tempfile  # only here: it imports random, whose start-up costs more than all of bkmcp --help
+
+    uid = os.getuid() if hasattr(os, "getuid") else os.environ.get("USERNAME", "user")
+    root = os.path.join(tempfile.gettempdir(), f"bkmcp-{uid}")
+    if _private_dir(root) and _private_dir(os.path.join(root, build_id)):
+        return os.path.join(root, build_id)
+    try:  # last resort: private to this run (mkdtemp is 0700), not reused
+        return tempfile.mkdtemp(prefix=f"bkmcp-{build_id}-")
+    except OSError:
+        return None
+
+
+def _zipapp_archive() -> str | None:
+    """Path of the pyz this code runs from (set by the pyz boot, or this module's zip, or `__main__`), else None."""
+    boot = sys.modules.get("_bkmcp_boot")
+    if getattr(boot, "ARCHIVE", None):
+        return str(boot.ARCHIVE)  # type: ignore[union-attr]
+    archive = getattr(globals().get("__loader__"), "archive", None)
+    if archive:
+        return str(archive)
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None) or ""
+    candidate = os.path.dirname(main_file)
+    if candidate and os.path.isfile(candidate) and os.path.basename(main_file).startswith("__main__."):
+        return candidate
+    return None
+
+
+def _zipapp_read(archive: str, name: str) -> bytes:
+    """One member of the archive, through zipimport's cached directory (no zipfile import)."""
+    import zipimport
+
+    return zipimport.zipimporter(archive).get_data(name)
+
+
+# ------------------------------------------------------------------------------------- fast start (pyz boot)
+
+ARCHIVE: str | None = None
+
+
+def use_compiled_cache(build_id: str, archive: str) -> bool:
+    """Put a per-user copy of the pyz's Python files first on sys.path, with bytecode written on first import.
+
+    Called by the pyz `__main__.py` on a Python whose bytecode the pyz does not carry (that `__main__` already
+    put the copy on sys.path when it sits in its usual place). The first run extracts the `.py` files (tens of
+    ms); every import then behaves as from site-packages: `__pycache__/*.pyc` is written once (even under
+    PYTHONDONTWRITEBYTECODE, for this folder only) and reused. Any failure leaves sys.path alone, so the program
+    runs from the zip, only slower. Returns True when the copy is in use.
+    """
+    global ARCHIVE
+    ARCHIVE = archive
+    if os.environ.get("BKMCP_NO_COMPILED_CACHE"):
+        return False
+    try:
+        root = zipapp_cache_dir(build_id)
+        if root is None:
+            return False
+        tree = os.path.join(root, "py")
+        if not os.path.isdir(tree) and not _extract_tree(archive, root, tree):
+            return False
+        _install_writing_finder(tree)
+        boot = os.path.join(tree, "_bkmcp_boot.py")  # imported before the writing finder exists: compile it now
+        import importlib.util
+
+        if not os.path.exists(importlib.util.cache_from_source(boot)):
+            import py_compile
+
+            py_compile.compile(boot)
+    except Exception:  # never let an optimisation stop the program
+        return False
+    return True
+
+
+def _extract_tree(archive: str, root: str, tree: str) -> bool:
+    """Extract every pure member (no natives, no legacy .pyc) under a temp name, then rename it to `tree`."""
+    import shutil
+    import tempfile
+    import zipfile
+
+    tmp = tempfile.mkdtemp(prefix=".py-", dir=root)
+    try:
+        with zipfile.ZipFile(archive) as zf:
+            for info in zf.infolist():
+                name = info.filename
+                if name.endswith("/") or name.endswith(".pyc") or name.startswith(("_bkmcp_native/", "__main__")):
+                    continue
+                target = os.path.join(tmp, *name.split("/"))
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                with open(target, "wb") as fh:
+                    fh.write(zf.read(info))
+        try:
+            os.rename(tmp, tree)
+        except OSError:  # another first run won the race: its copy is as good as ours
+            if not os.path.isdir(tree):
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
+        return True
+    except Exception:
+        shutil.rmtree(tmp, ignore_errors=True)
+        return os.path.isdir(tree)
+
+
+def _install_writing_finder(tree: str) -> None:
+    from importlib.machinery import SOURCE_SUFFIXES, FileFinder, SourceFileLoader
+
+    class _Loader(SourceFileLoader):
+        def get_code(self, fullname):  # type: ignore[no-untyped-def]
+            saved = sys.dont_write_bytecode
+            sys.dont_write_bytecode = False  # our own cache folder: always keep the bytecode
+            try:
+                return super().get_code(fullname)
+            finally:
+                sys.dont_write_bytecode = saved
+
+    prefix = tree + os.sep
+
+    def hook(path: str) -> FileFinder:
+        if path == tree or path.startswith(prefix):
+            return FileFinder(path, (_Loader, SOURCE_SUFFIXES))
+        raise ImportError("not bkmcp's compiled cache")
+
+    sys.path_hooks.insert(0, hook)
+    if tree in sys.path:
+        sys.path.remove(tree)
+    sys.path.insert(0, tree)
+    for path in list(sys.path_importer_cache):
+        if path == tree or path.startswith(prefix):
+            del sys.path_importer_cache[path]
+
+
+# ---------------------------------------------------------------------------------------------- jq backends
+# Everything below is what bkmcp.py needs for `--jq` (copy it into bkmcp's helpers section).
+
+
+class JqFailure(Exception):
+    """A jq problem; `kind` is "unavailable" (jq_unavailable), "compile" (invalid_jq_expression) or
+    "runtime" (jq_error). `hint` is a suggestion for the user or None."""
+
+    def __init__(self, kind: str, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.hint = hint
+
+
+def _native_folders() -> list[str]:
+    """Folders of `_bkmcp_native/` that may hold a module for this interpreter (see build_zipapp.py)."""
+    import platform
+
+    if sys.platform.startswith("linux"):
+        # ABI-tagged names (cpython-311-x86_64-linux-gnu) let Pythons and architectures share a folder, but musl
+        # CPython < 3.11 also says linux-gnu, so glibc and musl builds live apart.
+        try:
+            glibc = bool(os.confstr("CS_GNU_LIBC_VERSION"))
+        except (ValueError, OSError, AttributeError):
+            glibc = False
+        return ["linux"] if glibc else ["linux-musl"]
+    machine = platform.machine().lower()
+    return [f"{sys.platform}-{machine}", sys.platform]
+
+
+def load_native_module(name: str):  # type: ignore[no-untyped-def]
+    """Import extension module `name` from the pyz's natives, extracted (once) into the per-user cache.
+
+    Returns the module, or None when not running from a pyz or the pyz has no build for this interpreter
+    (or it does not load here, e.g. glibc too old). Each use re-checks the cached file's sha256.
+    """
+    import hashlib
+    import json
+    from importlib.machinery import EXTENSION_SUFFIXES
+
+    archive = _zipapp_archive()
+    if not archive:
+        return None
+    try:
+        info = json.loads(_zipapp_read(archive, "BUILD-INFO.json"))
+    except (OSError, ValueError):
+        return None
+    natives = info.get("natives", {})
+    for folder in _native_folders():
+        for suffix in EXTENSION_SUFFIXES:
+            member = f"_bkmcp_native/{folder}/{name}{suffix}"
+            digest = natives.get(member)
+            if digest is None:
+                continue
+            root = zipapp_cache_dir(info["build_id"])
+            if root is None:
+                return None
+            native_dir = os.path.join(root, "native")
+            path = os.path.join(native_dir, name + suffix)
+            try:
+                data = _read_if_exists(path)
+                if data is None or hashlib.sha256(data).hexdigest() != digest:
+                    data = _zipapp_read(archive, member)
+                    if hashlib.sha256(data).hexdigest() != digest:
+                        return None  # the archive itself is damaged
+                    _write_atomic(native_dir, path, data)
+                return _import_extension(name, path)
+            except (OSError, ImportError):
+                return None
+    return None
+
+
+def _read_if_exists(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
+def _write_atomic(folder: str, path: str, data: bytes) -> None:
+    import tempfile
+
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.chmod(tmp, 0o700)
+        os.replace(tmp, path)  # atomic: a concurrent reader sees the old file, none, or the whole new one
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _import_extension(name: str, path: str):  # type: ignore[no-untyped-def]
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
+def load_jq_binding():  # type: ignore[no-untyped-def]
+    """The `jq` Python binding: the pyz's own native build first, else an installed one, else None."""
+    module = sys.modules.get("jq")
+    if module is not None:
+        return module
+    module = load_native_module("jq")
+    if module is not None:
+        return module
+    try:
+        import jq  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    return jq
+
+
+class JqProgram:
+    """A compiled `--jq` expression; `run(json_text)` returns each output as compact JSON text."""
+
+    def __init__(self, expr: str, binding=None, executable: str | None = None) -> None:  # type: ignore[no-untyped-def]
+        self.expr = expr
+        self.executable = executable
+        self.backend = "binding" if binding is not None else "executable"
+        self._compiled = binding.compile(expr) if binding is not None else None
+
+    def run(self, json_text: str) -> list[str]:
+        if self._compiled is not None:
+            import json
+
+            try:
+                values = self._compiled.input_text(json_text).all()
+            except ValueError as exc:
+                raise JqFailure("runtime", str(exc)) from exc
+            outputs = [json.dumps(v, ensure_ascii=False, separators=(",", ":")) for v in values]
+        else:
+            proc = _run_jq_executable(self.executable or "jq", ["-c", _jq_arg(self.expr)], json_text)
+            if proc.returncode != 0:
+                raise JqFailure("runtime", _jq_stderr(proc) or f"jq exited with status {proc.returncode}")
+            outputs = [line for line in proc.stdout.split("\n") if line]
+        return restore_number_literals(json_text, outputs)
+
+
+_JSON_TOKEN = None
+
+
+def restore_number_literals(source_text: str, outputs: list[str]) -> list[str]:
+    """Give numbers in jq's outputs back the exact text they had in the input.
+
+    Both jq backends compute with doubles (the binding always, jq < 1.7 too), so 100000000000000000001 comes
+    out as 1e+20 and 1.50 as 1.5. An output number whose double equals the double of exactly one distinct
+    literal of the input is printed as that literal; anything else (computed values, ambiguous ones) stays as
+    jq printed it. Strings are never touched.
+    """
+    global _JSON_TOKEN
+    if _JSON_TOKEN is None:
+        import re
+
+        _JSON_TOKEN = re.compile(r'"(?:[^"\\]+|\\.)*"|-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?')
+    table: dict[float, str | None] = {}
+    for match in _JSON_TOKEN.finditer(source_text):
+        token = match.group()
+        if token[0] != '"':
+            key = float(token)
+            table[key] = token if table.get(key, token) == token else None
+    if not table:
+        return outputs
+
+    def swap(match):  # type: ignore[no-untyped-def]
+        token = match.group()
+        return token if token[0] == '"' else (table.get(float(token)) or token)
+
+    return [_JSON_TOKEN.sub(swap, out) for out in outputs]
+
+
+def find_jq_executable() -> str | None:
+    """A `jq` executable on PATH (BKMCP_JQ may name another), or None."""
+    import shutil
+
+    return shutil.which(os.environ.get("BKMCP_JQ") or "jq")
+
+
+def compile_jq(expr: str) -> JqProgram:
+    """Compile `--jq EXPR` before anything else happens; raises JqFailure("compile"|"unavailable")."""
+    binding = load_jq_binding()
+    if binding is not None:
+        try:
+            return JqProgram(expr, binding=binding)
+        except ValueError as exc:
+            raise JqFailure("compile", str(exc)) from exc
+    executable = find_jq_executable()
+    if executable is None:
+        raise JqFailure(
+            "unavailable",
+            f"--jq needs the jq module, which this build of bkmcp does not carry for {_interpreter_tag()} "
+            f"on {sys.platform}",
+            "install jq (a `jq` executable on PATH is enough), run bkmcp with a Python it carries "
+            "(`unzip -p bkmcp.pyz BUILD-INFO.json`), or drop --jq and filter the JSON output yourself",
+        )
+    # jq has no compile-only switch: a never-taken branch compiles EXPR without running it (exit 3 = compile error).
+    proc = _run_jq_executable(executable, ["-n", f"if false then (\n{expr}\n) else empty end"], "")
+    if proc.returncode != 0:
+        raise JqFailure("compile", _jq_stderr(proc) or "jq rejected the expression")
+    return JqProgram(expr, executable=executable)
+
+
+def _interpreter_tag() -> str:
+    import platform
+
+    major, minor = sys.version_info[:2]
+    return f"{sys.implementation.name} {major}.{minor} ({platform.machine() or '?'})"
+
+
+def _jq_arg(expr: str) -> str:
+    return " " + expr if expr.startswith("-") else expr  # never read as a jq option
+
+
+def _run_jq_executable(executable: str, args: list[str], stdin_text: str):  # type: ignore[no-untyped-def]
+    import subprocess
+
+    try:
+        return subprocess.run(
+            [executable, *args], input=stdin_text, capture_output=True, text=True, encoding="utf-8",
+            check=False)
+    except OSError as exc:
+        raise JqFailure("unavailable", f"cannot run {executable}: {exc}") from exc
+
+
+def _jq_stderr(proc) -> str:  # type: ignore[no-untyped-def]
+    return " ".join(line.strip() for line in (proc.stderr or "").splitlines() if line.strip())
