@@ -1371,7 +1371,8 @@ def rpc_error_exception(method: str, error: Mapping[str, Any]) -> RemoteError:
         rpc["data"] = data
     if code == -32042:  # 2025-11-25 URLElicitationRequired
         elicitations = data.get("elicitations") if isinstance(data, dict) else None
-        urls = [e.get("url") for e in elicitations or [] if isinstance(e, dict) and isinstance(e.get("url"), str)]
+        urls = [e["url"] for e in (elicitations if isinstance(elicitations, list) else [])
+                if isinstance(e, dict) and isinstance(e.get("url"), str)]
         return CapabilityUnsupportedError(
             f"{method}: the server requires URL elicitation, which bkmcp does not support ({text})",
             hint="open the URL(s) yourself if you trust them; bkmcp never answers elicitation interactively",

@@ -358,3 +358,69 @@ def test_open_transport_rejects_unknown_types():
                             args=[], env={}, cwd=None, protocol_version=None, auth_source="none")
     with pytest.raises(bkmcp.ConnectionFailedError):
         bkmcp.open_transport(server, insecure=False, log=Log(io.StringIO()))
+
+
+# -- fuzzing through the CLI: whatever the server answers, bkmcp exits 0, 1 or 2 with one envelope ------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_FUZZ_EXAMPLES = int(__import__("os").environ.get("BKMCP_FUZZ_EXAMPLES", "300"))
+_bodies = st.one_of(
+    st.binary(max_size=200),
+    st.sampled_from([b"", b"{}", b"[]", b"null", b'{"jsonrpc":"2.0"}', b'{"jsonrpc":"2.0","id":1}',
+                     b'{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"t"}]}}',
+                     b'{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"t"},{"name":"t"}]}}',
+                     b'{"jsonrpc":"2.0","id":1,"error":{"code":-32042,"message":"x","data":{"elicitations":5}}}',
+                     b'{"jsonrpc":"2.0","id":"1","result":{}}', b'data: {}\n\n', b'id: x\nretry: 1\ndata: \n\n']),
+    st.builds(lambda r: json.dumps({"jsonrpc": "2.0", "id": 1, "result": r}).encode(),
+              st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+                           lambda c: st.lists(c, max_size=3) | st.dictionaries(
+                               st.sampled_from(["tools", "content", "resultType", "nextCursor", "task", "isError",
+                                                "protocolVersion", "supportedVersions", "name"]), c, max_size=4),
+                           max_leaves=10)),
+)
+_answers = st.tuples(
+    st.sampled_from([200, 200, 200, 202, 204, 301, 400, 401, 403, 404, 405, 500]),
+    st.sampled_from(["application/json", "text/event-stream", "text/html", ""]),
+    _bodies,
+)
+
+
+@settings(max_examples=_FUZZ_EXAMPLES, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(st.lists(_answers, min_size=1, max_size=6),
+       st.sampled_from([None, "2025-03-26", "2025-11-25", "2026-07-28"]),
+       st.sampled_from(["--check", "--tools", "call"]))
+def test_fuzz_any_server_answer_gives_exit_0_1_or_2_R02(tmp_path, answers, version, mode):
+    queue = list(answers)
+
+    def handler(verb, rpc, headers):
+        status, ctype, body = queue.pop(0) if queue else answers[-1]
+        if isinstance(rpc, dict) and body.startswith(b'{"jsonrpc":"2.0","id":1'):
+            body = body.replace(b'"id":1', b'"id":' + json.dumps(rpc.get("id")).encode(), 1)
+        extra = {"Content-Type": ctype} if ctype else {}
+        if 300 <= status < 400:
+            extra["Location"] = "http://user:pw@elsewhere.invalid/x?token=t"
+        return status, extra, body
+
+    srv = Scripted(handler)
+    try:
+        entry: dict[str, Any] = {"type": "http", "url": srv.url}
+        if version:
+            entry["protocolVersion"] = version
+        config = tmp_path / "mcp.json"
+        config.write_text(json.dumps({"mcpServers": {"s": entry}}), encoding="utf-8")
+        args = ["t", "--body", "{}"] if mode == "call" else [mode]
+        from conftest import run_bkmcp  # tests/conftest.py (in-process main)
+
+        result = run_bkmcp("--timeout", "5s", "--config", str(config), "s", *args)
+        assert result.exit_status in (0, 1, 2), result.stdout + result.stderr
+        assert "internal_error" not in result.stdout + result.stderr, result.stdout + result.stderr
+        assert "Traceback" not in result.stderr
+        assert "pw@" not in result.stdout and "token=t" not in result.stdout
+        envelope = result.json
+        assert isinstance(envelope, dict) and "ok" in envelope
+        assert [r["rpc"].get("method") for r in srv.requests if isinstance(r["rpc"], dict)].count("tools/call") <= 1
+    finally:
+        srv.stop()
