@@ -1122,14 +1122,22 @@ class SseDecoder:
             start = match.start()
             if self._pieces:
                 self._pieces.append(text[pos:start])
-                line = "".join(self._pieces)
-                self._pieces = []
+                pieces, self._pieces = self._pieces, []
+                if pieces[0].startswith("data:") and len(pieces[0]) > 5:  # long data line: strip "data:" before the join
+                    head = pieces[0][5:]
+                    pieces[0] = head[1:] if head[:1] == " " else head
+                    self._data.append("".join(pieces))
+                    line = None
+                else:
+                    line = "".join(pieces)
+                del pieces
             else:
                 line = text[pos:start]
             pos = match.end()
             if match.group() == "\r" and pos == len(text):
                 self._skip_lf = True  # a "\n" opening the next chunk belongs to this line end
-            self._line(line, events)
+            if line is not None:
+                self._line(line, events)
         if pos < len(text):
             self._pieces.append(text[pos:])
         return events
@@ -1760,11 +1768,16 @@ class HttpTransport:
 
     def _read_sse(self, response: Any, decoder: SseDecoder, deadline: Deadline) -> Iterable[Message]:
         for chunk in response.iter_bytes():
-            for event in decoder.feed(chunk):
+            events = decoder.feed(chunk)
+            del chunk
+            while events:
+                event = events.pop(0)
                 if event.event != "message":
                     self.log.debug(f"ignoring SSE event of type {_clip(event.event, 40)!r}")
                     continue
-                yield from decode_messages(event.data)
+                messages = decode_messages(event.data)
+                del event  # the event text goes before its parsed value travels on (50 MB results)
+                yield from messages
             deadline.remaining()
         for event in decoder.close():  # pragma: no cover - close() never dispatches (unterminated events drop)
             if event.event == "message":
