@@ -1123,7 +1123,7 @@ class SseDecoder:
             if self._pieces:
                 self._pieces.append(text[pos:start])
                 pieces, self._pieces = self._pieces, []
-                if pieces[0].startswith("data:") and len(pieces[0]) > 5:  # long data line: strip "data:" before the join
+                if pieces[0].startswith("data:") and len(pieces[0]) > 5:  # strip "data:" before the one join
                     head = pieces[0][5:]
                     pieces[0] = head[1:] if head[:1] == " " else head
                     self._data.append("".join(pieces))
