@@ -1576,7 +1576,8 @@ class HttpTransport:
             # the server's configured headers are the only identity (SPEC §4). A plain http:// endpoint needs
             # no TLS context (redirects are never followed), which saves loading the CA bundle (~35 ms).
             verify = not self.insecure if self.url.lower().startswith("https:") else False
-            self._client = httpx.Client(follow_redirects=False, verify=verify, trust_env=False)
+            self._client = httpx.Client(follow_redirects=False, verify=verify, trust_env=False,
+                                        headers={"User-Agent": f"bkmcp/{__version__}"})
         return self._client
 
     @staticmethod
@@ -1736,8 +1737,12 @@ class HttpTransport:
                                                                      or incoming.id is None):
                             return
                 elif ctype == "application/json" or ctype.endswith("+json"):
-                    raw = response.read()
-                    deadline.remaining()
+                    chunks = []
+                    for chunk in response.iter_bytes():  # the budget is checked while a slow body trickles in
+                        chunks.append(chunk)
+                        deadline.remaining()
+                    raw = b"".join(chunks)
+                    del chunks
                     for incoming in decode_messages(raw):
                         if incoming.kind in ("result", "error") and not (
                                 same_id(incoming.id, request_id) or incoming.id is None):
@@ -1906,6 +1911,7 @@ TRANSPORTS: dict[str, Callable[..., Any]] = {"http": HttpTransport}
 # ======================================================================================================
 
 _CANCEL_BUDGET = 1.0
+_KEPT_NOTIFICATIONS = 1000  # a chatty server cannot grow memory without bound
 _DECLINED_CAPABILITIES = {"sampling/createMessage": "sampling", "elicitation/create": "elicitation"}
 
 
@@ -2102,7 +2108,8 @@ class McpClient:
         raise ConnectionFailedError(f"no response to {method}")  # pragma: no cover - transports raise first
 
     def _on_notification(self, note: Message) -> None:
-        self.notifications.append({"method": note.method, "params": note.params})
+        if len(self.notifications) < _KEPT_NOTIFICATIONS:
+            self.notifications.append({"method": note.method, "params": note.params})
         params = note.params if isinstance(note.params, dict) else {}
         if note.method == "notifications/progress":
             total = params.get("total")
