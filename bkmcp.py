@@ -2784,7 +2784,7 @@ def _basic_problems(schema: dict[str, Any], arguments: Mapping[str, Any]) -> lis
         path = json_path([name])
         declared = prop.get("type")
         types = [declared] if isinstance(declared, str) else declared if isinstance(declared, list) else []
-        known = [t for t in types if t in _TYPE_TESTS]
+        known = [t for t in types if isinstance(t, str) and t in _TYPE_TESTS]
         if known and len(known) == len(types) and not any(_TYPE_TESTS[t](value) for t in known):
             problems.append({"path": path, "message": f"expected {' or '.join(known)}, got {_json_type(value)}"})
             continue
@@ -2823,7 +2823,7 @@ def _validator_class(schema: dict[str, Any]) -> Any:
     from jsonschema import validators  # lazily: only the call path validates
 
     dialect = schema.get("$schema")
-    if dialect is not None:
+    if "$schema" in schema:
         base = validators.validator_for(schema, default=None) if isinstance(dialect, str) else None
         if base is None:
             raise _NotLocal(f"unknown $schema dialect {_short(dialect)}")
@@ -2888,7 +2888,17 @@ def _schema_problems(schema: dict[str, Any], arguments: Mapping[str, Any]) -> li
         raise
     except (Exception, RecursionError) as exc:  # a validator bug or an exotic keyword must not crash the call
         raise _NotLocal(f"local validation failed ({type(exc).__name__})") from None
-    return [_problem_from_error(e) for e in errors]
+    return [p for e in errors for p in _problems_from_error(e)]
+
+
+def _problems_from_error(error: Any) -> list[dict[str, str]]:
+    """Readable problems for one jsonschema error (JSON paths, JSON values, never Python reprs)."""
+    if error.validator == "required" and isinstance(error.validator_value, list) and isinstance(error.instance, dict):
+        missing = [r for r in error.validator_value if isinstance(r, str) and r not in error.instance]
+        if missing:  # one problem per missing property, at the path where it belongs
+            base = list(error.absolute_path)
+            return [{"path": json_path([*base, name]), "message": "required property is missing"} for name in missing]
+    return [_problem_from_error(error)]
 
 
 def _problem_from_error(error: Any) -> dict[str, str]:
@@ -2896,13 +2906,6 @@ def _problem_from_error(error: Any) -> dict[str, str]:
     keyword = error.validator
     value = error.validator_value
     instance = error.instance
-    if keyword == "required" and isinstance(error.message, str):
-        missing = [r for r in value if isinstance(instance, dict) and r not in instance] if isinstance(value, list) \
-            else []
-        if missing:
-            return {"path": json_path([*path, missing[0]]) if len(missing) == 1 else json_path(path),
-                    "message": "required property is missing" if len(missing) == 1
-                    else f"required properties are missing: {', '.join(missing)}"}
     if keyword == "type":
         types = value if isinstance(value, list) else [value]
         return {"path": json_path(path),
@@ -3566,11 +3569,9 @@ def render_tool_help(server_name: str, tool: Mapping[str, Any]) -> str:
     if _cell_width(one_line) <= HELP_WIDTH:
         out.append(one_line)
     else:
-        fields = [f"  {_compact_json({k: v})[1:-1]}" for k, v in example.items()]
-        pretty = "{\n" + ",\n".join(fields) + "\n}"
-        body_lines = _shell_quote(pretty).split("\n")
+        body_lines = _shell_quote(_pretty_json(example, 2, HELP_WIDTH)).split("\n")
         out.append(f"  {command} --body {body_lines[0]}")
-        out += [f"  {line}" for line in body_lines[1:]]
+        out += body_lines[1:]
     if omitted:
         out.append(f"  ({omitted} more optional field{'s' if omitted != 1 else ''} not shown)")
 
@@ -3632,6 +3633,28 @@ def _plain(text: str) -> str:
     return re.sub(r"[\s_\-]+", "", text).lower()
 
 
+def _pretty_json(value: Any, indent: int, width: int, start: int | None = None) -> str:
+    """JSON that keeps short containers on one line and breaks long ones to fit ``width``.
+
+    ``indent`` is the indentation of the line the value is on, ``start`` the column where the value begins.
+    """
+    compact = _compact_json(value)
+    begin = indent if start is None else start
+    if not isinstance(value, (dict, list)) or not value or begin + _cell_width(compact) <= width:
+        return compact
+    pad = " " * (indent + 2)
+    if isinstance(value, dict):
+        items = []
+        for key, item in value.items():
+            label = f"{dump_json(key)}: "
+            items.append(label + _pretty_json(item, indent + 2, width, indent + 2 + _cell_width(label)))
+        opening, closing = "{", "}"
+    else:
+        items = [_pretty_json(item, indent + 2, width) for item in value]
+        opening, closing = "[", "]"
+    return opening + "\n" + ",\n".join(pad + item for item in items) + "\n" + " " * indent + closing
+
+
 def _flag_details(flag: ToolFlag) -> list[str]:
     lines: list[str] = []
     schema = flag.schema
@@ -3656,7 +3679,7 @@ def _flag_details(flag: ToolFlag) -> list[str]:
         ("minLength", "min length"), ("maxLength", "max length"), ("minItems", "min items"),
         ("maxItems", "max items")) if key in schema and _is_json_number(schema[key])]
     if bounds:
-        lines += _wrap("range: " + ", ".join(bounds), HELP_WIDTH, indent, indent)
+        lines += _wrap("limits: " + ", ".join(bounds), HELP_WIDTH, indent, indent)
     if flag.kind == "array":
         items = schema.get("items")
         item_type = items.get("type") if isinstance(items, dict) else None
