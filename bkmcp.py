@@ -3907,7 +3907,8 @@ def build_dry_run(server: ResolvedServer, tool: str, arguments: dict[str, Any]) 
     data: dict[str, Any] = {"dry_run": True, "server": server.name, "tool": tool, "transport": server.type}
     if server.type == "http":
         data["url"] = server.url
-        data["headers"] = redact_headers(server.headers)
+        # credential headers by name, and any other header that repeats a known secret value (SPEC §4)
+        data["headers"] = {k: server.redactor.scrub(v) for k, v in redact_headers(server.headers).items()}
     else:
         data["command"] = server.command
         data["args"] = [server.redactor.scrub(a) for a in server.args]

@@ -167,3 +167,12 @@ def test_a05_internal_errors_are_scrubbed_too(write_config, monkeypatch, no_netw
     res = run_bkmcp("--config", str(path), "a", "--check", env={"TOK": SECRET})
     assert res.error_code == "internal_error" and res.exit_status == 2
     assert SECRET not in res.stdout + res.stderr
+
+
+def test_a05_dry_run_scrubs_secret_values_repeated_in_other_headers(write_config, no_network):
+    """Every secret value (after expansion) is scrubbed, even inside a header whose name is not a credential."""
+    path = write_config(cfg({"Authorization": "Bearer ${TOK}", "X-Trace": "t-${TOK}", "X-Tenant": "plain"}))
+    res = dry(path, "-v", env={"TOK": SECRET})
+    assert res.exit_status == 0
+    assert res.json["data"]["headers"] == {"Authorization": "***", "X-Trace": "t-***", "X-Tenant": "plain"}
+    assert SECRET not in res.stdout + res.stderr
