@@ -579,8 +579,8 @@ def load_config(path: str) -> ConfigFile:
         ) from None
     except IsADirectoryError:
         raise InvalidConfigError(f"config path is a directory, not a file: {path}") from None
-    except OSError as exc:
-        raise InvalidConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
+        raise InvalidConfigError(f"cannot read config file {path!r}: {getattr(exc, 'strerror', None) or exc}") from None
     config = parse_config(raw, path)
     return ConfigFile(config.path, config.servers, readable_by_others=bool(mode & 0o044))
 
@@ -3867,8 +3867,8 @@ def read_body(source: str, stdin: IO[str], cwd: str) -> dict[str, Any]:
         try:
             with open(path, "rb") as handle:
                 raw = handle.read()
-        except OSError as exc:
-            raise UsageError(f"cannot read --body file {path}: {exc.strerror or exc}") from None
+        except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
+            raise UsageError(f"cannot read --body file {path!r}: {getattr(exc, 'strerror', None) or exc}") from None
     else:
         label = "--body"
         raw = source
