@@ -679,6 +679,10 @@ def _parse_server(path: str, name: str, entry: Any) -> ServerConfig:
     cwd = entry.get("cwd")
     if cwd is not None and (not isinstance(cwd, str) or not cwd):
         raise InvalidConfigError(f"{where}: field \"cwd\" must be a non-empty string")
+    for label, text in (("command", command), ("cwd", cwd or ""), *(("args", a) for a in args),
+                        *(("env", v) for v in env.values())):
+        if "\x00" in text:  # no process can be started with it
+            raise InvalidConfigError(f"{where}: field \"{label}\" contains a NUL character")
     return ServerConfig(
         name=name,
         type=kind,
