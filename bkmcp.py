@@ -881,6 +881,11 @@ def resolve_server(server: ServerConfig, env: Mapping[str, str]) -> ResolvedServ
     headers: dict[str, str] = {}
     for name, template in server.headers:
         value, used = expand_env(template, env, where=f"{where}, header {name!r}")
+        if any(ch in value for ch in "\r\n\x00"):  # e.g. a token read from a file with its trailing newline
+            raise InvalidConfigError(
+                f"{where}: header {name!r} contains a line break or NUL after expansion",
+                hint="strip the newline from the variable's value (export VAR=\"$(cat file)\" does that)",
+            )
         secret = is_secret_name(name)
         if secret:
             if not value.strip():
@@ -906,9 +911,13 @@ def resolve_server(server: ServerConfig, env: Mapping[str, str]) -> ResolvedServ
         if is_secret_name(name):
             auth_source = "server_headers"
     args = [expand_env(arg, env, where=f"{where}, args[{i}]")[0] for i, arg in enumerate(server.args)]
+    if any("\x00" in arg for arg in args):
+        raise InvalidConfigError(f"{where}: an argument contains a NUL character after expansion")
     child_env: dict[str, str] = {}
     for name, template in server.env:
         value, used = expand_env(template, env, where=f"{where}, env {name!r}")
+        if "\x00" in value:
+            raise InvalidConfigError(f"{where}: env {name!r} contains a NUL character after expansion")
         child_env[name] = value
         if is_secret_name(name) or used:
             redactor.add(value, whole=is_secret_name(name))
