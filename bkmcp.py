@@ -579,8 +579,8 @@ def load_config(path: str) -> ConfigFile:
         ) from None
     except IsADirectoryError:
         raise InvalidConfigError(f"config path is a directory, not a file: {path}") from None
-    except OSError as exc:
-        raise InvalidConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
+        raise InvalidConfigError(f"cannot read config file {path!r}: {getattr(exc, 'strerror', None) or exc}") from None
     config = parse_config(raw, path)
     return ConfigFile(config.path, config.servers, readable_by_others=bool(mode & 0o044))
 
@@ -679,6 +679,10 @@ def _parse_server(path: str, name: str, entry: Any) -> ServerConfig:
     cwd = entry.get("cwd")
     if cwd is not None and (not isinstance(cwd, str) or not cwd):
         raise InvalidConfigError(f"{where}: field \"cwd\" must be a non-empty string")
+    for label, text in (("command", command), ("cwd", cwd or ""), *(("args", a) for a in args),
+                        *(("env", v) for v in env.values())):
+        if "\x00" in text:  # no process can be started with it
+            raise InvalidConfigError(f"{where}: field \"{label}\" contains a NUL character")
     return ServerConfig(
         name=name,
         type=kind,
@@ -877,6 +881,11 @@ def resolve_server(server: ServerConfig, env: Mapping[str, str]) -> ResolvedServ
     headers: dict[str, str] = {}
     for name, template in server.headers:
         value, used = expand_env(template, env, where=f"{where}, header {name!r}")
+        if any(ch in value for ch in "\r\n\x00"):  # e.g. a token read from a file with its trailing newline
+            raise InvalidConfigError(
+                f"{where}: header {name!r} contains a line break or NUL after expansion",
+                hint="strip the newline from the variable's value (export VAR=\"$(cat file)\" does that)",
+            )
         secret = is_secret_name(name)
         if secret:
             if not value.strip():
@@ -902,9 +911,13 @@ def resolve_server(server: ServerConfig, env: Mapping[str, str]) -> ResolvedServ
         if is_secret_name(name):
             auth_source = "server_headers"
     args = [expand_env(arg, env, where=f"{where}, args[{i}]")[0] for i, arg in enumerate(server.args)]
+    if any("\x00" in arg for arg in args):
+        raise InvalidConfigError(f"{where}: an argument contains a NUL character after expansion")
     child_env: dict[str, str] = {}
     for name, template in server.env:
         value, used = expand_env(template, env, where=f"{where}, env {name!r}")
+        if "\x00" in value:
+            raise InvalidConfigError(f"{where}: env {name!r} contains a NUL character after expansion")
         child_env[name] = value
         if is_secret_name(name) or used:
             redactor.add(value, whole=is_secret_name(name))
@@ -3883,8 +3896,8 @@ def read_body(source: str, stdin: IO[str], cwd: str) -> dict[str, Any]:
         try:
             with open(path, "rb") as handle:
                 raw = handle.read()
-        except OSError as exc:
-            raise UsageError(f"cannot read --body file {path}: {exc.strerror or exc}") from None
+        except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
+            raise UsageError(f"cannot read --body file {path!r}: {getattr(exc, 'strerror', None) or exc}") from None
     else:
         label = "--body"
         raw = source
@@ -3923,7 +3936,8 @@ def build_dry_run(server: ResolvedServer, tool: str, arguments: dict[str, Any]) 
     data: dict[str, Any] = {"dry_run": True, "server": server.name, "tool": tool, "transport": server.type}
     if server.type == "http":
         data["url"] = server.url
-        data["headers"] = redact_headers(server.headers)
+        # credential headers by name, and any other header that repeats a known secret value (SPEC §4)
+        data["headers"] = {k: server.redactor.scrub(v) for k, v in redact_headers(server.headers).items()}
     else:
         data["command"] = server.command
         data["args"] = [server.redactor.scrub(a) for a in server.args]
