@@ -521,6 +521,35 @@ def test_p05_unvalidatable_schemas_fall_back_honestly(extra: dict[str, Any], wor
     assert check.scope == "basic" and word in check.notes[0], check.notes
 
 
+def test_p05_malformed_schema_never_blocks_with_false_problems() -> None:
+    """P05: ``required: "name"`` (a string) would make jsonschema report one bogus problem per character; the
+    meta-schema check catches it and only basic checks decide (the call is not blocked)."""
+    tool = {"name": "t", "inputSchema": {"type": "object", "required": "name", "properties": {"name": {}}}}
+    check = validate_arguments(tool, {"name": "x"})
+    assert check.scope == "basic" and "not a valid JSON Schema" in check.notes[0]
+
+
+def test_p05_validator_crash_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """P05: an unexpected exception inside the validator becomes basic checks plus an honest note."""
+
+    class Crashing:
+        ID_OF = staticmethod(lambda schema: "")
+
+        def __init__(self, schema: Any, resolver: Any = None) -> None:
+            pass
+
+        def iter_errors(self, instance: Any) -> Any:
+            raise ValueError("boom")
+
+        @classmethod
+        def check_schema(cls, schema: Any) -> None:
+            pass
+
+    monkeypatch.setattr(bkmcp, "_validator_class", lambda schema: Crashing)
+    check = validate_arguments(ALL_TYPES, {"keyword": "x"})
+    assert check.scope == "basic" and check.notes == ("local validation failed (ValueError)",)
+
+
 def test_p05_jsonschema_missing_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
     """P05: without jsonschema, only basic checks run and the result says so."""
     monkeypatch.setitem(sys.modules, "jsonschema", None)
