@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import shutil
 import socket
 import subprocess
@@ -150,9 +149,11 @@ class Client:
 
     def modern(self, method: str, params=None, headers=None, meta=None, version=MODERN) -> Resp:
         params = dict(params or {})
-        m = {"io.modelcontextprotocol/protocolVersion": version,
-             "io.modelcontextprotocol/clientCapabilities": {},
-             "io.modelcontextprotocol/clientInfo": CLIENT_INFO}
+        m = {
+            "io.modelcontextprotocol/protocolVersion": version,
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": CLIENT_INFO,
+        }
         m.update(meta or {})
         params["_meta"] = {k: v for k, v in m.items() if v is not None}
         hdrs = {"MCP-Protocol-Version": version, "Mcp-Method": method}
@@ -295,9 +296,11 @@ def test_legacy_protocol_version_header(client):
 def test_legacy_batch_only_in_2025_03_26(client):
     srv, c = client({"versions": ["2025-03-26", "2025-11-25"]})
     c.initialize("2025-03-26")
-    batch = [{"jsonrpc": "2.0", "id": 10, "method": "ping"},
-             {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 3}},
-             {"jsonrpc": "2.0", "id": 11, "method": "tools/list"}]
+    batch = [
+        {"jsonrpc": "2.0", "id": 10, "method": "ping"},
+        {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 3}},
+        {"jsonrpc": "2.0", "id": 11, "method": "tools/list"},
+    ]
     r = c.http("POST", batch)
     assert r.status == 200
     body = json.loads(r.text)
@@ -345,8 +348,11 @@ def test_legacy_only_server_rejects_discover_like_ts(client):
     srv, c = client({"versions": ["2025-03-26", "2025-06-18", "2025-11-25"]})
     r = c.modern("server/discover")
     assert r.status == 400
-    assert json.loads(r.text) == {"jsonrpc": "2.0", "error": {"code": -32000,
-                                  "message": "Bad Request: Server not initialized"}, "id": None}
+    assert json.loads(r.text) == {
+        "jsonrpc": "2.0",
+        "error": {"code": -32000, "message": "Bad Request: Server not initialized"},
+        "id": None,
+    }
     assert srv.log[0]["era"] == "legacy"
     c.initialize()
     r = c.modern("tools/list")  # with a session but a modern version header
@@ -391,10 +397,12 @@ def test_modern_errors(client):
     assert r.status == 400 and r.json["error"]["code"] == -32602
     r = c.modern("tools/list", version="2027-01-01")
     assert r.status == 400 and r.json["error"]["code"] == -32022
-    assert r.json["error"]["data"] == {"supported": [MODERN, "2025-11-25", "2025-06-18", "2025-03-26"],
-                                       "requested": "2027-01-01"}
+    assert r.json["error"]["data"] == {
+        "supported": [MODERN, "2025-11-25", "2025-06-18", "2025-03-26"],
+        "requested": "2027-01-01",
+    }
     r = c.modern("tools/list", meta={"io.modelcontextprotocol/protocolVersion": "2027-01-01"})
-    assert r.status == 400 and r.json["error"]["code"] == -32022
+    assert r.status == 400 and r.json["error"]["code"] == -32020  # header ≠ _meta is checked first (Python SDK)
     r = c.modern("tools/list", headers={"Mcp-Method": "tools/call"})
     assert r.status == 400 and r.json["error"]["code"] == -32020
     r = c.modern("tools/list", headers={"Mcp-Method": None})
@@ -406,7 +414,7 @@ def test_modern_errors(client):
     r = c.modern("initialize", {"protocolVersion": "2025-11-25"})
     assert r.status == 404 and r.json["error"]["code"] == -32601
     r = c.modern("tools/call", {"name": "nope", "arguments": {}})
-    assert r.status == 200 and r.json["error"]["code"] == -32602
+    assert r.status == 200 and r.json["result"]["isError"] is True
     assert [e["status"] for e in srv.log] == [400, 400, 400, 400, 400, 400, 404, 404, 200]
     assert all(e["era"] == "modern" for e in srv.log)
 
@@ -430,8 +438,11 @@ def test_modern_ignores_session_and_accepts_notifications(client):
     srv, c = client()
     r = c.modern("tools/list", headers={"Mcp-Session-Id": "whatever"})
     assert r.status == 200
-    r = c.http("POST", {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}},
-               headers={"MCP-Protocol-Version": MODERN, "Mcp-Method": "notifications/cancelled"})
+    r = c.http(
+        "POST",
+        {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}},
+        headers={"MCP-Protocol-Version": MODERN, "Mcp-Method": "notifications/cancelled"},
+    )
     assert r.status == 202
 
 
@@ -441,19 +452,32 @@ def test_modern_discover_supported_versions_override(client):
 
 
 def test_modern_param_headers(client):
-    tool = {"name": "geo", "inputSchema": {"type": "object", "properties": {
-        "region": {"type": "string", "x-mcp-header": "Region"}, "n": {"type": "integer", "x-mcp-header": "N"},
-        "flag": {"type": "boolean", "x-mcp-header": "Flag"}, "note": {"type": "string"}}}}
+    tool = {
+        "name": "geo",
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "region": {"type": "string", "x-mcp-header": "Region"},
+                "n": {"type": "integer", "x-mcp-header": "N"},
+                "flag": {"type": "boolean", "x-mcp-header": "Flag"},
+                "note": {"type": "string"},
+            },
+        },
+    }
     srv, c = client({"tools": [tool]})
     args = {"region": "eu-west", "n": 3, "flag": True, "note": "x"}
-    ok = c.modern("tools/call", {"name": "geo", "arguments": args},
-                  headers={"Mcp-Param-Region": "eu-west", "Mcp-Param-N": "3", "Mcp-Param-Flag": "true"})
+    ok = c.modern(
+        "tools/call",
+        {"name": "geo", "arguments": args},
+        headers={"Mcp-Param-Region": "eu-west", "Mcp-Param-N": "3", "Mcp-Param-Flag": "true"},
+    )
     assert ok.status == 200, ok.text
     r = c.modern("tools/call", {"name": "geo", "arguments": args}, headers={"Mcp-Param-Region": "eu-west"})
     assert r.status == 400 and r.json["error"]["code"] == -32020
     sentinel = "=?base64?" + __import__("base64").b64encode("zürich".encode()).decode() + "?="
-    ok = c.modern("tools/call", {"name": "geo", "arguments": {"region": "zürich"}},
-                  headers={"Mcp-Param-Region": sentinel})
+    ok = c.modern(
+        "tools/call", {"name": "geo", "arguments": {"region": "zürich"}}, headers={"Mcp-Param-Region": sentinel}
+    )
     assert ok.status == 200, ok.text
     r = c.modern("tools/call", {"name": "geo", "arguments": {}}, headers={"Mcp-Param-Region": "eu"})
     assert r.status == 400
@@ -477,16 +501,28 @@ def test_sse_plain(client):
 
 
 def test_sse_variants(client):
-    notes = [{"method": "notifications/message", "params": {"level": "info", "data": "working"}},
-             {"method": "notifications/progress", "params": {"progress": 1, "total": 2}}]
-    srv, c = client({"response_mode": "sse", "sse_comments": True, "sse_priming": True, "sse_crlf": True,
-                     "sse_omit_event": True, "notifications_before_result": notes, "sse_transfer": "close"})
+    notes = [
+        {"method": "notifications/message", "params": {"level": "info", "data": "working"}},
+        {"method": "notifications/progress", "params": {"progress": 1, "total": 2}},
+    ]
+    srv, c = client(
+        {
+            "response_mode": "sse",
+            "sse_comments": True,
+            "sse_priming": True,
+            "sse_crlf": True,
+            "sse_omit_event": True,
+            "notifications_before_result": notes,
+            "sse_transfer": "close",
+        }
+    )
     c.initialize()
     r = c.rpc("tools/call", {"name": "echo", "arguments": {"text": "a"}, "_meta": {"progressToken": "tok-1"}})
     assert "\r\n" in r.text and ": keepalive" in r.text
     assert r.headers.get("connection") == "close"
     evs = r.events
     assert evs[0]["id"] and evs[0]["data"] == ""  # priming event: id + empty data
+    assert len({e["id"] for e in evs}) == len(evs) == 4  # with priming (an event store) every event has an id
     assert all(e["event"] is None for e in evs)
     msgs = r.messages
     assert [m.get("method") for m in msgs] == ["notifications/message", "notifications/progress", None]
@@ -495,8 +531,13 @@ def test_sse_variants(client):
 
 
 def test_notifications_force_sse_in_json_mode(client):
-    srv, c = client({"notifications_before_result": {"tools/list": [{"method": "notifications/message",
-                                                                      "params": {"level": "info", "data": "x"}}]}})
+    srv, c = client(
+        {
+            "notifications_before_result": {
+                "tools/list": [{"method": "notifications/message", "params": {"level": "info", "data": "x"}}]
+            }
+        }
+    )
     c.initialize()
     r = c.rpc("tools/list")
     assert r.is_sse and r.messages[0]["method"] == "notifications/message"
@@ -646,8 +687,14 @@ def test_fault_malformed_json(client):
 
 
 def test_fault_rpc_error_on_and_status_on(client):
-    srv, c = client({"faults": {"rpc_error_on": {"tools/list": {"code": -32099, "message": "nope", "data": 1}},
-                                "status_on": {"tools/call": 503}}})
+    srv, c = client(
+        {
+            "faults": {
+                "rpc_error_on": {"tools/list": {"code": -32099, "message": "nope", "data": 1}},
+                "status_on": {"tools/call": 503},
+            }
+        }
+    )
     c.initialize()
     r = c.rpc("tools/list")
     assert r.status == 200 and r.json["error"] == {"code": -32099, "message": "nope", "data": 1}
@@ -733,11 +780,14 @@ def test_fault_server_request_on_call(server, method):
     c = Client(srv.url)
     c.initialize()
     if method == "ping":
+
         def reply(rid):
             return {"jsonrpc": "2.0", "id": rid, "result": {}}
     else:
+
         def reply(rid):
             return {"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": "Method not found"}}
+
     resp = _answer_server_request(srv, srv.url, c.session, c.version, reply)
     msgs = resp.messages
     assert msgs[0]["method"] == method and msgs[0]["id"].startswith("mock-srv-")
@@ -775,10 +825,10 @@ def test_require_headers_401(client):
     port = srv.port
     assert r.headers["www-authenticate"] == (
         f'Bearer resource_metadata="http://127.0.0.1:{port}/.well-known/oauth-protected-resource", '
-        'scope="mcp:read", error="invalid_token"')
+        'scope="mcp:read", error="invalid_token"'
+    )
     assert json.loads(r.text)["error"] == "invalid_token"
-    assert c.rpc("initialize", {"protocolVersion": "2025-11-25"},
-                 headers={"Authorization": "Bearer bad"}).status == 401
+    assert c.rpc("initialize", {"protocolVersion": "2025-11-25"}, headers={"Authorization": "Bearer bad"}).status == 401
     ok = c.rpc("initialize", {"protocolVersion": "2025-11-25"}, headers={"Authorization": "Bearer good"})
     assert ok.status == 200
     assert srv.log[-1]["headers"]["authorization"] == "Bearer good"
@@ -787,13 +837,22 @@ def test_require_headers_401(client):
 
 
 def test_forbid_headers_403(client):
-    srv, c = client({"forbid_headers_403": {"X-Bkapi-Authorization": '{"access_token":"bad"}'},
-                     "forbidden_message": "no access to report"})
-    r = c.rpc("initialize", {"protocolVersion": "2025-11-25"},
-              headers={"X-Bkapi-Authorization": '{"access_token":"bad"}'})
+    srv, c = client(
+        {
+            "forbid_headers_403": {"X-Bkapi-Authorization": '{"access_token":"bad"}'},
+            "forbidden_message": "no access to report",
+        }
+    )
+    r = c.rpc(
+        "initialize", {"protocolVersion": "2025-11-25"}, headers={"X-Bkapi-Authorization": '{"access_token":"bad"}'}
+    )
     assert r.status == 403 and json.loads(r.text)["error_description"] == "no access to report"
-    assert c.rpc("initialize", {"protocolVersion": "2025-11-25"},
-                 headers={"X-Bkapi-Authorization": '{"access_token":"ok"}'}).status == 200
+    assert (
+        c.rpc(
+            "initialize", {"protocolVersion": "2025-11-25"}, headers={"X-Bkapi-Authorization": '{"access_token":"ok"}'}
+        ).status
+        == 200
+    )
 
 
 def test_allowed_origins(client):
@@ -810,9 +869,11 @@ def test_allowed_origins(client):
 def test_echo_number_fidelity(client):
     srv, c = client()
     c.initialize()
-    raw = ('{"jsonrpc":"2.0","id":12345678901234567890123,"method":"tools/call","params":{"name":"echo",'
-           '"arguments":{"text":"00123","count":123456789012345678901234567890,"ratio":1e400,'
-           '"options":{"a":0.1,"b":12345678901234567890.5,"c":-0.0,"d":1E-7}}}}')
+    raw = (
+        '{"jsonrpc":"2.0","id":12345678901234567890123,"method":"tools/call","params":{"name":"echo",'
+        '"arguments":{"text":"00123","count":123456789012345678901234567890,"ratio":1e400,'
+        '"options":{"a":0.1,"b":12345678901234567890.5,"c":-0.0,"d":1E-7}}}}'
+    )
     r = c.http("POST", raw)
     entry = srv.requests("tools/call")[0]
     assert entry["body"] == raw  # byte-for-byte
@@ -821,37 +882,44 @@ def test_echo_number_fidelity(client):
     assert entry["rpc_id"] == 12345678901234567890123
     assert '"id":12345678901234567890123,' in r.text
     text = r.json["result"]["content"][0]["text"]
-    assert text == ('{"text":"00123","count":123456789012345678901234567890,"ratio":1e400,'
-                    '"options":{"a":0.1,"b":12345678901234567890.5,"c":-0.0,"d":1E-7}}')
-    assert '"structuredContent":{"arguments":{"text":"00123","count":123456789012345678901234567890,' \
-           '"ratio":1e400' in r.text
+    assert text == (
+        '{"text":"00123","count":123456789012345678901234567890,"ratio":1e400,'
+        '"options":{"a":0.1,"b":12345678901234567890.5,"c":-0.0,"d":1E-7}}'
+    )
+    assert (
+        '"structuredContent":{"arguments":{"text":"00123","count":123456789012345678901234567890,'
+        '"ratio":1e400' in r.text
+    )
 
 
 def test_behaviour_add_exact(client):
     srv, c = client()
     c.initialize()
-    r = c.http("POST", '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"add",'
-                       '"arguments":{"a":0.1,"b":0.2}}}')
+    r = c.http(
+        "POST", '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"add","arguments":{"a":0.1,"b":0.2}}}'
+    )
     assert '"structuredContent":{"sum":0.3}' in r.text
     r = c.rpc("tools/call", {"name": "add", "arguments": {"a": "x", "b": 1}})
     assert r.json["result"]["isError"] is True
 
 
 def behaviour_tools():
-    return [mock_tool("t_is_error", "is_error", text="boom"),
-            mock_tool("t_rpc_error", "rpc_error", code=-32055, message="custom"),
-            mock_tool("t_rpc_error_default", "rpc_error"),
-            mock_tool("t_input", "input_required"),
-            mock_tool("t_task", "task"),
-            mock_tool("t_url", "url_elicitation", url="https://x.example/auth"),
-            mock_tool("t_malformed", "malformed"),
-            mock_tool("t_not_object", "malformed", variant="not_object"),
-            mock_tool("t_slow", "slow", ms=300),
-            mock_tool("t_drop", "drop"),
-            mock_tool("t_big", "big", bytes=3 * 1024 * 1024 + 7),
-            mock_tool("t_unknown", "unknown_result_type"),
-            mock_tool("t_image", "image"),
-            mock_tool("t_progress", "progress", steps=2)]
+    return [
+        mock_tool("t_is_error", "is_error", text="boom"),
+        mock_tool("t_rpc_error", "rpc_error", code=-32055, message="custom"),
+        mock_tool("t_rpc_error_default", "rpc_error"),
+        mock_tool("t_input", "input_required"),
+        mock_tool("t_task", "task"),
+        mock_tool("t_url", "url_elicitation", url="https://x.example/auth"),
+        mock_tool("t_malformed", "malformed"),
+        mock_tool("t_not_object", "malformed", variant="not_object"),
+        mock_tool("t_slow", "slow", ms=300),
+        mock_tool("t_drop", "drop"),
+        mock_tool("t_big", "big", bytes=3 * 1024 * 1024 + 7),
+        mock_tool("t_unknown", "unknown_result_type"),
+        mock_tool("t_image", "image"),
+        mock_tool("t_progress", "progress", steps=2),
+    ]
 
 
 def test_behaviours_legacy(client):
@@ -912,10 +980,21 @@ def test_behaviours_modern(client):
 
 
 def test_unknown_tool_variants(client):
-    srv, c = client({"unknown_tool": "is_error"})
+    srv, c = client()
     c.initialize()
     r = c.rpc("tools/call", {"name": "zzz", "arguments": {}})
-    assert r.json["result"]["isError"] is True and "zzz" in r.json["result"]["content"][0]["text"]
+    assert r.json["result"] == {"content": [{"type": "text", "text": "Unknown tool: zzz"}], "isError": True}
+    _, c2 = client({"unknown_tool": "rpc_error"})
+    c2.initialize()
+    assert c2.rpc("tools/call", {"name": "zzz"}).json["error"] == {"code": -32602, "message": "Unknown tool: zzz"}
+
+
+def test_lenient_version_header(client):
+    srv, c = client({"strict_version_header": False})
+    c.initialize("2025-11-25")
+    assert c.rpc("tools/list", headers={"MCP-Protocol-Version": None}).status == 200
+    assert c.rpc("tools/list", headers={"MCP-Protocol-Version": "2025-03-26"}).status == 200
+    assert c.rpc("tools/list", headers={"MCP-Protocol-Version": "1999-01-01"}).status == 400
 
 
 def test_scenario_validation():
@@ -942,8 +1021,22 @@ def test_log_endpoints_and_helpers(client):
     log = json.loads(r.text)
     assert [e["rpc_method"] for e in log] == ["initialize", "notifications/initialized", "tools/list"]
     e = log[-1]
-    assert set(e) >= {"seq", "http_method", "path", "headers", "body", "json", "rpc_method", "rpc_id", "status",
-                      "session_id", "time", "era", "fault", "response_headers"}
+    assert set(e) >= {
+        "seq",
+        "http_method",
+        "path",
+        "headers",
+        "body",
+        "json",
+        "rpc_method",
+        "rpc_id",
+        "status",
+        "session_id",
+        "time",
+        "era",
+        "fault",
+        "response_headers",
+    }
     assert e["headers"]["x-trace"] == "abc" and e["headers"]["accept"] == ACCEPT
     assert e["path"] == "/mcp" and e["status"] == 200 and e["seq"] == 3
     assert len(srv.requests("tools/list")) == 1 and len(srv.requests(http_method="POST")) == 3
@@ -980,6 +1073,7 @@ def test_keep_alive_reuses_connection(client):
     c.rpc("ping")
     ports.add(c.conn.sock.getsockname()[1])
     assert len(ports) == 1
+    assert {e["peer_port"] for e in srv.log} == ports
 
 
 def test_context_manager_and_chunked_request():
@@ -987,8 +1081,10 @@ def test_context_manager_and_chunked_request():
         parts = urlsplit(srv.url)
         s = socket.create_connection((parts.hostname, parts.port), timeout=5)
         body = b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-03-26"}}'
-        req = (b"POST /mcp HTTP/1.1\r\nHost: x\r\nAccept: " + ACCEPT.encode() + b"\r\nContent-Type: application/json"
-               b"\r\nTransfer-Encoding: chunked\r\n\r\n" + b"%X\r\n" % len(body) + body + b"\r\n0\r\n\r\n")
+        req = (
+            b"POST /mcp HTTP/1.1\r\nHost: x\r\nAccept: " + ACCEPT.encode() + b"\r\nContent-Type: application/json"
+            b"\r\nTransfer-Encoding: chunked\r\n\r\n" + b"%X\r\n" % len(body) + body + b"\r\n0\r\n\r\n"
+        )
         s.sendall(req)
         data = b""
         while b'"protocolVersion":"2025-03-26"' not in data:
@@ -1018,8 +1114,9 @@ def test_stop_with_idle_keepalive_connection_is_prompt(server):
 
 
 def _spawn_http(args, python=sys.executable):
-    proc = subprocess.Popen([python, str(MOCK), "--port", "0", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [python, str(MOCK), "--port", "0", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     line = proc.stdout.readline()
     assert line.startswith("LISTENING http://127.0.0.1:"), (line, proc.stderr.read() if proc.poll() else "")
     return proc, line.split()[1]
@@ -1038,8 +1135,22 @@ def test_cli_http(tmp_path):
     scen = tmp_path / "s.json"
     scen.write_text(json.dumps({"page_size": 1, "instructions": "from file"}))
     log = tmp_path / "log.jsonl"
-    proc, url = _spawn_http(["--scenario", str(scen), "--versions", "2025-06-18,2026-07-28", "--page-size", "2",
-                             "--response-mode", "sse", "--log", str(log), "--set", 'faults={"slow_ms": 1}'])
+    proc, url = _spawn_http(
+        [
+            "--scenario",
+            str(scen),
+            "--versions",
+            "2025-06-18,2026-07-28",
+            "--page-size",
+            "2",
+            "--response-mode",
+            "sse",
+            "--log",
+            str(log),
+            "--set",
+            'faults={"slow_ms": 1}',
+        ]
+    )
     try:
         assert url.endswith("/mcp")
         c = Client(url)
@@ -1060,16 +1171,20 @@ def test_cli_http(tmp_path):
 def test_cli_bad_scenario_exits_2(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text('{"nope": 1}')
-    p = subprocess.run([sys.executable, str(MOCK), "--scenario", str(bad)], capture_output=True, text=True,
-                       timeout=10)
+    p = subprocess.run([sys.executable, str(MOCK), "--scenario", str(bad)], capture_output=True, text=True, timeout=10)
     assert p.returncode == 2 and "unknown scenario key" in p.stderr
 
 
 class Stdio:
     def __init__(self, *args, python=sys.executable):
         # bufsize=0: select() below must not be fooled by lines already sitting in a Python buffer
-        self.proc = subprocess.Popen([python, str(MOCK), "--stdio", *args], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
+        self.proc = subprocess.Popen(
+            [python, str(MOCK), "--stdio", *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            bufsize=0,
+        )
 
     def send(self, msg):
         self.proc.stdin.write((json.dumps(msg) if not isinstance(msg, str) else msg).encode() + b"\n")
@@ -1097,8 +1212,9 @@ META = {"io.modelcontextprotocol/protocolVersion": MODERN, "io.modelcontextproto
 
 def test_stdio_legacy(tmp_path):
     log = tmp_path / "l.jsonl"
-    s = Stdio("--log", str(log), "--versions", "2025-03-26,2025-06-18,2025-11-25",
-              "--set", 'stderr_lines=["mock says hi"]')
+    s = Stdio(
+        "--log", str(log), "--versions", "2025-03-26,2025-06-18,2025-11-25", "--set", 'stderr_lines=["mock says hi"]'
+    )
     s.send({"jsonrpc": "2.0", "id": 0, "method": "server/discover", "params": {"_meta": META}})
     assert json.loads(s.recv())["error"]["code"] == -32601  # legacy-only on stdio: Method not found
     s.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18"}})
@@ -1112,8 +1228,13 @@ def test_stdio_legacy(tmp_path):
     assert s.close() == 0
     assert b"mock says hi" in s.proc.stderr.read()
     entries = [json.loads(x) for x in log.read_text().splitlines()]
-    assert [e["rpc_method"] for e in entries] == ["server/discover", "initialize", "notifications/initialized",
-                                                  "tools/call", None]
+    assert [e["rpc_method"] for e in entries] == [
+        "server/discover",
+        "initialize",
+        "notifications/initialized",
+        "tools/call",
+        None,
+    ]
     assert entries[3]["body"].endswith('"arguments":{"n":1e400}}}')
     assert entries[0]["transport"] == "stdio"
 
@@ -1154,9 +1275,13 @@ def test_stdio_unknown_method_modes(mode, expect_exit):
 
 
 def test_stdio_faults():
-    s = Stdio("--quiet", "--set", 'faults={"server_request_on_call": "ping", "malformed_json": "tools/list"}',
-              "--set", 'notifications_before_result=[{"method": "notifications/message", '
-                       '"params": {"level": "info", "data": "hi"}}]')
+    s = Stdio(
+        "--quiet",
+        "--set",
+        'faults={"server_request_on_call": "ping", "malformed_json": "tools/list"}',
+        "--set",
+        'notifications_before_result=[{"method": "notifications/message", "params": {"level": "info", "data": "hi"}}]',
+    )
     s.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25"}})
     s.recv()
     s.send({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
@@ -1184,12 +1309,20 @@ def test_stdio_drop_exits():
 
 
 def _find_python39():
-    candidates = sorted(Path("/root/.pyenv/versions").glob("3.9*/bin/python3.9")) if Path(
-        "/root/.pyenv/versions").is_dir() else []
+    candidates = (
+        sorted(Path("/root/.pyenv/versions").glob("3.9*/bin/python3.9"))
+        if Path("/root/.pyenv/versions").is_dir()
+        else []
+    )
     candidates += [shutil.which("python3.9")]
     for cand in candidates:
-        if cand and subprocess.run([str(cand), "-c", "import sys; assert sys.version_info[:2] == (3, 9)"],
-                                   capture_output=True, timeout=20).returncode == 0:
+        if (
+            cand
+            and subprocess.run(
+                [str(cand), "-c", "import sys; assert sys.version_info[:2] == (3, 9)"], capture_output=True, timeout=20
+            ).returncode
+            == 0
+        ):
             return str(cand)
     return None
 
@@ -1211,3 +1344,218 @@ def test_runs_on_python39():
     s.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25"}})
     assert json.loads(s.recv())["id"] == 1
     assert s.close() == 0
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Cancellation, closed streams, environment
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_modern_stream_close_is_seen_by_slow_tool(server):
+    srv = server({"tools": [mock_tool("slow", "slow", ms=20000)]})
+    c = Client(srv.url, timeout=0.3)
+    with pytest.raises(socket.timeout):
+        c.modern("tools/call", {"name": "slow", "arguments": {}})
+    t0 = time.monotonic()
+    c.close()  # modern cancellation: close the stream
+    entry = srv.wait_for("tools/call", timeout=5)[0]
+    assert entry["done"] and entry["fault"] == "client_closed"
+    assert time.monotonic() - t0 < 2
+
+
+def test_legacy_cancelled_notification_stops_slow_call(server):
+    import threading
+
+    srv = server({"tools": [mock_tool("slow", "slow", ms=20000)]})
+    c = Client(srv.url, timeout=10)
+    c.initialize()
+    outcome = {}
+
+    def call():
+        c2 = Client(srv.url, timeout=10)
+        c2.session, c2.version = c.session, c.version
+        try:
+            c2.rpc("tools/call", {"name": "slow", "arguments": {}}, rid=42)
+        except Exception as exc:  # noqa: BLE001 - any disconnect is the expected outcome
+            outcome["exc"] = exc
+        c2.close()
+
+    t = threading.Thread(target=call)
+    t.start()
+    srv.log_store.wait(lambda es: any(e["rpc_method"] == "tools/call" for e in es), 5)
+    t0 = time.monotonic()
+    assert c.rpc("notifications/cancelled", {"requestId": 42, "reason": "ctrl-c"}, notify=True).status == 202
+    t.join(5)
+    assert not t.is_alive() and "exc" in outcome
+    assert time.monotonic() - t0 < 2
+    assert srv.wait_for("tools/call")[0]["fault"] == "cancelled"
+
+
+def test_stdio_cancel_env_and_extras(monkeypatch):
+    monkeypatch.setenv("MOCK_TOKEN", "s3cret")
+    scen = {
+        "tools": [mock_tool("slow", "slow", ms=20000), mock_tool("env", "env")],
+        "stdout_lines": ["not json-rpc banner"],
+        "require_env": {"MOCK_TOKEN": None},
+    }
+    s = Stdio("--quiet", "--scenario-json", json.dumps(scen))
+    assert s.recv() == "not json-rpc banner"
+    s.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25"}})
+    s.recv()
+    s.send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "slow"}})
+    s.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2}})
+    s.send(
+        {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "method": "tools/call",
+            "params": {"name": "env", "arguments": {"names": ["MOCK_TOKEN", "NOPE"]}},
+        }
+    )
+    res = json.loads(s.recv(timeout=3))  # no answer for the cancelled id 2
+    assert res["id"] == 3 and res["result"]["structuredContent"] == {"env": {"MOCK_TOKEN": "s3cret", "NOPE": None}}
+    assert s.close() == 0
+
+
+def test_stdio_require_env_missing(monkeypatch):
+    monkeypatch.delenv("MOCK_TOKEN", raising=False)
+    s = Stdio("--quiet", "--set", 'require_env={"MOCK_TOKEN": "x"}')
+    assert s.proc.wait(5) == 1
+    assert b"MOCK_TOKEN" in s.proc.stderr.read()
+    s.close()
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "mock_server" / "scenarios").glob("*.json")))
+def test_bundled_scenarios(name):
+    srv = MockServer.from_file(str(ROOT / "mock_server" / "scenarios" / name))
+    with srv:
+        c = Client(srv.url)
+        if srv.core.legacy_versions:
+            c.initialize()
+            r = c.rpc("tools/list")
+        else:
+            r = c.modern("tools/list")
+        assert r.status == 200 and "tools" in r.json["result"]
+        c.close()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Interop: the official Python SDK client (mcp 2.x) talks to the mock — proves the wire is real MCP
+# ----------------------------------------------------------------------------------------------------------
+
+
+def _sdk_call(target, mode, tool="echo", args=None):
+    import asyncio
+
+    from mcp.client import Client as SdkClient
+
+    async def run():
+        async with SdkClient(target, mode=mode, read_timeout_seconds=5) as c:
+            tools = await c.list_tools()
+            res = await c.call_tool(tool, args if args is not None else {"text": "hi", "count": 3})
+            return [t.name for t in tools.tools], res
+
+    return asyncio.run(asyncio.wait_for(run(), 20))
+
+
+SDK_CASES = [
+    ({}, "auto", ["server/discover", "tools/list", "tools/call"]),
+    ({}, "legacy", ["initialize", "notifications/initialized", "tools/list", "tools/call"]),
+    (
+        {"response_mode": "sse", "sse_crlf": True, "sse_priming": True, "sse_comments": True},
+        "2026-07-28",
+        ["tools/list", "tools/call"],
+    ),
+    (
+        {"versions": ["2025-03-26", "2025-06-18", "2025-11-25"], "response_mode": "sse"},
+        "auto",
+        ["server/discover", "initialize", "notifications/initialized", "tools/list", "tools/call"],
+    ),
+    ({"versions": ["2026-07-28"]}, "auto", ["server/discover", "tools/list", "tools/call"]),
+    (
+        {"versions": ["2025-11-25"], "faults": {"sse_retry_resume": True}},
+        "legacy",
+        ["initialize", "notifications/initialized", "tools/list", "tools/call"],
+    ),
+]
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize("scenario,mode,methods", SDK_CASES)
+def test_python_sdk_client_http(scenario, mode, methods):
+    pytest.importorskip("mcp.client")
+    with MockServer(scenario) as srv:
+        names, res = _sdk_call(srv.url, mode)
+        assert names == [t["name"] for t in DEFAULT_TOOLS]
+        assert res.structured_content == {"arguments": {"text": "hi", "count": 3}} and not res.is_error
+        assert [m for m in (e["rpc_method"] for e in srv.log) if m] == methods
+        # 400 only for the modern probe of a legacy-only server; 405 for the SDK's optional GET stream
+        assert all(e["status"] in (200, 202, 405) or e["rpc_method"] == "server/discover" for e in srv.log)
+
+
+@pytest.mark.interop
+@pytest.mark.parametrize(
+    "versions,mode", [(None, "auto"), (None, "legacy"), ("2025-11-25", "auto"), ("2026-07-28", "auto")]
+)
+def test_python_sdk_client_stdio(versions, mode):
+    pytest.importorskip("mcp.client")
+    from mcp.client.stdio import StdioServerParameters
+
+    args = [str(MOCK), "--stdio", "--quiet"] + (["--versions", versions] if versions else [])
+    names, res = _sdk_call(StdioServerParameters(command=sys.executable, args=args), mode)
+    assert len(names) == len(DEFAULT_TOOLS)
+    assert res.structured_content == {"arguments": {"text": "hi", "count": 3}}
+
+
+@pytest.mark.interop
+def test_python_sdk_client_answers_server_ping():
+    pytest.importorskip("mcp.client")
+    with MockServer({"faults": {"server_request_on_call": "ping"}}) as srv:
+        _, res = _sdk_call(srv.url, "legacy")
+        assert srv.client_responses == [{"jsonrpc": "2.0", "id": "mock-srv-1", "result": {}}]
+        assert "client answered" in res.content[-1].text
+
+
+def test_legacy_batch_sse_one_event_per_response(client):
+    srv, c = client({"versions": ["2025-03-26"], "response_mode": "sse"})
+    c.initialize("2025-03-26")
+    r = c.http(
+        "POST", [{"jsonrpc": "2.0", "id": 5, "method": "ping"}, {"jsonrpc": "2.0", "id": 6, "method": "tools/list"}]
+    )
+    assert r.is_sse and [m["id"] for m in r.messages] == [5, 6]
+
+
+def test_many_concurrent_clients(server):
+    """A listen backlog of 5 (the socketserver default) resets connections under load; the mock uses 1024."""
+    import threading
+
+    srv = server()
+    errors = []
+
+    def worker():
+        try:
+            c = Client(srv.url, timeout=10)
+            c.initialize()
+            assert c.rpc("tools/call", {"name": "echo", "arguments": {"text": "x"}}).status == 200
+            c.close()
+        except Exception as exc:  # noqa: BLE001 - collected and asserted below
+            errors.append(repr(exc))
+
+    threads = [threading.Thread(target=worker) for _ in range(200)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert errors == []
+    assert len(srv.requests("tools/call")) == 200 and len(srv.sessions) == 200
+
+
+def test_fault_slow_on_and_html_on(client):
+    srv, c = client({"page_size": 2, "faults": {"slow_on": {"tools/list": 150}, "html_on": "ping"}})
+    c.initialize()
+    t0 = time.monotonic()
+    assert len(list_pages(c)) == 3
+    assert time.monotonic() - t0 >= 0.44  # three slow pages
+    r = c.rpc("ping")
+    assert r.status == 200 and r.headers["content-type"].startswith("text/html") and b"<html>" in r.body
+    assert srv.log[-1]["fault"] == "html_on"
