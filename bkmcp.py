@@ -2681,9 +2681,9 @@ def _read_tokens(
                 "message": f"{_printable(token.name)!r} has no flag: {body_field.reason}; set it with --body",
             })
             continue
-        names = list(mapped.flags)
-        close = closest_names(token.name, names)
-        suggestion = f"; did you mean {', '.join('--' + c for c in close)}?" if close else ""
+        close = closest_names(token.name, [*mapped.flags, *mapped.body_only])
+        shown = [f"--{c}" if c in mapped.flags else f"{_short(c)!r} (no flag: set it with --body)" for c in close]
+        suggestion = f"; did you mean {', '.join(shown)}?" if close else ""
         problems.append({"flag": _short(option, 60),
                          "message": f"unknown option {_short(option, 60)} for tool {tool.get('name')!r}{suggestion}"})
     return values, problems

@@ -338,6 +338,13 @@ def test_p03_unknown_flag_suggests_closest_and_help() -> None:
     assert "did you mean" not in info.value.message and "unknown option --zzzzzz" in info.value.message
 
 
+def test_p03_unknown_flag_close_to_body_only_field() -> None:
+    """P03/P05: a typo of a body-only field suggests it and says to use --body."""
+    with pytest.raises(InvalidArgumentsError) as info:
+        parse_tool_arguments(PYDANTIC, [tok("titel", "Dr")])
+    assert "did you mean 'title' (no flag: set it with --body), --times?" in info.value.message
+
+
 def test_p03_every_token_problem_is_listed() -> None:
     """P03: all malformed flags are reported together, each with its flag and path."""
     with pytest.raises(InvalidArgumentsError) as info:
