@@ -2939,9 +2939,14 @@ def _problem_from_error(error: Any) -> dict[str, str]:
                  "exclusiveMaximum": "less than"}
         return {"path": json_path(path), "message": f"must be {words[keyword]} {_short(value)}, got "
                 f"{_short(instance)}"}
-    if keyword == "additionalProperties" and isinstance(instance, dict):
-        return {"path": json_path(path), "message": _printable(error.message)}
-    return {"path": json_path(path), "message": _printable(str(error.message))}
+    message = str(error.message)
+    try:  # jsonschema starts most messages with repr(instance); show JSON instead of Python reprs
+        shown = repr(instance)
+        if message.startswith(shown) and not isinstance(instance, (dict, list)):
+            message = _short(dump_json(instance), 60) + message[len(shown):]
+    except Exception:  # pragma: no cover - repr of plain JSON values does not fail
+        pass
+    return {"path": json_path(path), "message": _printable(message)}
 
 
 def validate_arguments(tool: Mapping[str, Any], arguments: Mapping[str, Any]) -> ArgumentCheck:

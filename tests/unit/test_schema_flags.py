@@ -599,3 +599,15 @@ def test_find_tool_exact_and_suggestions() -> None:
     assert "search_reports" in info.value.details["suggestions"]
     with pytest.raises(BkmcpError):
         find_tool([], "x", "s")
+
+
+def test_p03_problem_messages_show_json_not_python() -> None:
+    """P03: problem messages show values as JSON (no JsonNumber(...) or Python quotes)."""
+    tool = make_tool({"s": {"type": "string", "maxLength": 2}, "n": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+                      "l": {"type": "array", "minItems": 2}})
+    with pytest.raises(InvalidArgumentsError) as info:
+        validate_arguments(tool, {"s": "bcd", "n": JsonNumber("0.5"), "l": [1]})
+    messages = {p["path"]: p["message"] for p in info.value.details["problems"]}
+    assert messages == {"$.s": '"bcd" is too long', "$.n": "0.5 is not valid under any of the given schemas",
+                        "$.l": "[1] is too short"}
+    assert "JsonNumber" not in info.value.message
