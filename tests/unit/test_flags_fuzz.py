@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import bkmcp
@@ -215,3 +215,111 @@ def test_d02_random_schemas_never_crash(raw_schema: Any, arguments: Any) -> None
             assert check.scope in ("full", "basic")
         except BkmcpError:
             pass
+
+
+class _FakeClient:
+    """Stands in for the engine's McpClient: a fixed catalogue, and records the one tools/call."""
+
+    calls: list[tuple[str, Any]] = []
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __enter__(self) -> _FakeClient:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+    def connect(self) -> None:
+        pass
+
+    def list_tools(self) -> list[dict[str, Any]]:
+        from test_schema_flags import ALL_TYPES, PYDANTIC, ZOD
+
+        return [ALL_TYPES, PYDANTIC, ZOD]
+
+    def call_tool(self, name: str, arguments: Any) -> dict[str, Any]:
+        type(self).calls.append((name, arguments))
+        return {"content": [], "isError": False}
+
+
+_CONFIG_DIR: list[str] = []
+
+
+def _config_path() -> str:
+    if not _CONFIG_DIR:
+        import json
+        import tempfile
+
+        directory = tempfile.mkdtemp(prefix="bkmcp-fuzz-")
+        path = os.path.join(directory, "mcp.json")
+        with open(path, "w", encoding="utf-8") as handle:
+            json.dump({"mcpServers": {"srv": {"type": "http", "url": "http://127.0.0.1:9/mcp"}}}, handle)
+        os.chmod(path, 0o600)
+        _CONFIG_DIR.append(path)
+    return _CONFIG_DIR[0]
+
+
+argv_words = st.one_of(
+    st.sampled_from(["--keyword", "--limit", "--ratio", "--enabled=true", "--enabled", "--ids", "--filter", "--name",
+                     "--title", "--url", "--max_length", "--body", "{}", '{"keyword":"k"}', "--", "-", "-x", "--x=",
+                     "=", "true", "1e400", "[1,2]", "--help", "--dry-run", "-v"]),
+    st.text(max_size=12),
+    json_number_text,
+)
+
+
+_GOOD_PAIRS = {
+    "search_reports": [("--keyword", st.text(max_size=10)), ("--limit", json_int_text), ("--ratio", json_number_text),
+                       ("--enabled", st.sampled_from(["=true", "=false"])), ("--ids", st.just("[1, 2]")),
+                       ("--filter", json_values.map(lambda v: dump_json({"v": v})))],
+    "greet": [("--name", st.text(max_size=10)), ("--mode", st.sampled_from(["a", "b", "c"])),
+              ("--times", json_int_text)],
+    "fetch": [("--url", st.text(max_size=10)), ("--max_length", json_number_text),
+              ("--raw", st.sampled_from(["=true", "=false"]))],
+}
+
+
+@st.composite
+def cli_words(draw: st.DrawFn) -> tuple[str, list[str]]:
+    """Mostly well-formed flag words for one tool, with some garbage mixed in."""
+    tool = draw(st.sampled_from(["search_reports", "greet", "fetch", "nope"]))
+    words: list[str] = []
+    for option, values in _GOOD_PAIRS.get(tool, []):
+        if draw(st.integers(0, 3)):
+            value = draw(values)
+            if value.startswith("="):
+                words.append(option + value)
+            elif draw(st.booleans()) or bkmcp._is_bkmcp_option(value):
+                words.append(f"{option}={value}")
+            else:
+                words += [option, value]
+    for _ in range(draw(st.integers(0, 2))):
+        words.insert(draw(st.integers(0, len(words))), draw(argv_words))
+    return tool, words
+
+
+@FUZZ
+@given(cli_words())
+def test_p03_cli_never_tracebacks(case: tuple[str, list[str]]) -> None:
+    """P03/P05/D02: any words after the tool name end in success, help or a BkmcpError envelope — never an
+    internal error — and a call happens only after local validation passed."""
+    import io
+    from unittest import mock
+
+    tool, words = case
+    _FakeClient.calls = []
+    out, err = io.StringIO(), io.StringIO()
+    with mock.patch.object(bkmcp, "McpClient", _FakeClient):
+        status = bkmcp.main(["--config", _config_path(), "srv", tool, *words], stdin=io.StringIO(""), stdout=out,
+                            stderr=err, env={"HOME": "/nonexistent"}, cwd="/")
+    assert status in (0, 1), (status, out.getvalue(), err.getvalue())
+    event(f"exit {status}, tools/call sent: {bool(_FakeClient.calls)}")
+    if status == 1:
+        envelope = parse_json(err.getvalue().strip().splitlines()[-1])
+        assert envelope["error"]["code"] != "internal_error", envelope
+        assert _FakeClient.calls == []
+    for name, arguments in _FakeClient.calls:
+        catalogue = {t["name"]: t for t in _FakeClient().list_tools()}
+        validate_arguments(catalogue[name], arguments)  # what was sent passes local validation
