@@ -611,3 +611,41 @@ def test_p03_problem_messages_show_json_not_python() -> None:
     assert messages == {"$.s": '"bcd" is too long', "$.n": "0.5 is not valid under any of the given schemas",
                         "$.l": "[1] is too short"}
     assert "JsonNumber" not in info.value.message
+
+
+def test_p05_nested_id_makes_ref_remote_and_it_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """P05: ``#/...`` under a nested relative ``$id`` resolves to another document: refused, never fetched."""
+    import urllib.request
+
+    monkeypatch.setattr(urllib.request, "urlopen", lambda *a, **k: (_ for _ in ()).throw(AssertionError("fetch")))
+    tool = {"name": "t", "inputSchema": {
+        "$id": "https://example.com/root.json", "type": "object",
+        "properties": {"a": {"$ref": "#/$defs/y"}, "b": {"$id": "sub/", "properties": {"c": {"$ref": "#/$defs/z"}}}},
+        "$defs": {"y": {"type": "integer"}}}}
+    check = validate_arguments(tool, {"a": 1, "b": {"c": 1}})
+    assert check.scope == "basic"
+    assert check.notes == ("the schema references https://example.com/sub/, which is never fetched",)
+    same_doc = {"name": "t", "inputSchema": {**tool["inputSchema"], "properties": {"a": {"$ref": "#/$defs/y"}}}}
+    assert validate_arguments(same_doc, {"a": 1}).scope == "full"
+
+
+def test_p03_enum_and_types_with_json_semantics() -> None:
+    """P03: enum/const compare as JSON (1 == 1.0, true != 1, arrays/objects by value); null is named null."""
+    schema = {"type": "object", "properties": {
+        "e": {"enum": [[1, {"a": None}], 2]}, "s": {"type": "string"}, "c": {"const": {"k": [True]}}}}
+    ok = {"e": [JsonNumber("1.0"), {"a": None}], "c": {"k": [True]}}
+    assert bkmcp._basic_problems(schema, ok) == []
+    bad = bkmcp._basic_problems(schema, {"e": [True, {"a": None}], "s": None, "c": {"k": [1]}})
+    assert [p["path"] for p in bad] == ["$.e", "$.s", "$.c"]
+    assert bad[1]["message"] == "expected string, got null"
+    tool = {"name": "t", "inputSchema": schema}
+    assert validate_arguments(tool, ok).scope == "full"
+    with pytest.raises(InvalidArgumentsError):
+        validate_arguments(tool, {"c": {"k": [1]}})
+
+
+def test_json_path_forms() -> None:
+    """Problem paths: identifiers with dots, indexes in brackets, anything else JSON-quoted."""
+    assert bkmcp.json_path([]) == "$"
+    assert bkmcp.json_path(["a", 0, "b_c"]) == "$.a[0].b_c"
+    assert bkmcp.json_path(["a b", "中", "x.y", "1"]) == '$["a b"]["中"]["x.y"]["1"]'
