@@ -3605,7 +3605,8 @@ def render_tool_help(server_name: str, tool: Mapping[str, Any]) -> str:
     if _cell_width(one_line) <= HELP_WIDTH:
         out.append(one_line)
     else:
-        body_lines = _shell_quote(_pretty_json(example, 2, HELP_WIDTH)).split("\n")
+        start = _cell_width(f"  {command} --body '")
+        body_lines = _shell_quote(_pretty_json(example, 2, HELP_WIDTH, start)).split("\n")
         out.append(f"  {command} --body {body_lines[0]}")
         out += body_lines[1:]
     if omitted:
@@ -3678,7 +3679,7 @@ def _pretty_json(value: Any, indent: int, width: int, start: int | None = None) 
     """
     compact = _compact_json(value)
     begin = indent if start is None else start
-    if not isinstance(value, (dict, list)) or not value or begin + _cell_width(compact) <= width:
+    if not isinstance(value, (dict, list)) or not value or begin + _cell_width(compact) + 1 <= width:  # +1: , or '
         return compact
     pad = " " * (indent + 2)
     if isinstance(value, dict):

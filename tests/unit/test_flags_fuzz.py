@@ -323,3 +323,43 @@ def test_p03_cli_never_tracebacks(case: tuple[str, list[str]]) -> None:
     for name, arguments in _FakeClient.calls:
         catalogue = {t["name"]: t for t in _FakeClient().list_tools()}
         validate_arguments(catalogue[name], arguments)  # what was sent passes local validation
+
+
+_TEXT_PIECES = ["网关错误", "参数说明", "服务器", "x" * 90, "https://example.com/" + "p" * 70, "\n", "\n\n", "  "]
+description_text = st.lists(
+    st.one_of(st.text(alphabet="abcdefghij ,.", min_size=1, max_size=12), st.sampled_from(_TEXT_PIECES)), max_size=30
+).map("".join)
+
+
+@st.composite
+def help_tool(draw: st.DrawFn) -> dict[str, Any]:
+    names = draw(st.lists(st.from_regex(r"\A[a-z][a-z0-9_]{0,24}\Z"), max_size=10, unique=True))
+    properties: dict[str, Any] = {}
+    for name in names:
+        prop: dict[str, Any] = {"type": draw(st.sampled_from([*bkmcp.FLAG_TYPES, "null"]))}
+        if draw(st.booleans()):
+            prop["description"] = draw(description_text)
+        if draw(st.booleans()):
+            prop["enum"] = draw(st.lists(st.text(alphabet="abc 中", max_size=8), min_size=1, max_size=12))
+        if draw(st.booleans()):
+            prop["default"] = draw(json_values)
+        properties[name] = draw(st.sampled_from([prop, {"anyOf": [prop, {"type": "null"}]}]))
+    return {"name": draw(st.from_regex(r"\A[a-z][a-z0-9_.\-]{0,30}\Z")), "title": draw(description_text),
+            "description": draw(description_text),
+            "inputSchema": {"type": "object", "properties": properties,
+                            "required": [n for n in names if draw(st.booleans())]}}
+
+
+@FUZZ
+@given(help_tool())
+def test_d02_help_lines_fit_80_columns(tool: dict[str, Any]) -> None:
+    """D02: with any descriptions (CJK, long words, blank lines), a help line wider than 80 columns is a single
+    unbreakable token; the --body example is valid JSON."""
+    from test_tool_help import body_example
+
+    text = render_tool_help("server", tool)
+    for line in text.splitlines():
+        if bkmcp._cell_width(line) > 80:
+            assert len(line.split()) == 1, line
+    example = body_example(text)
+    assert list(example)[: len(tool["inputSchema"]["required"])] == tool["inputSchema"]["required"]
