@@ -2383,9 +2383,13 @@ _REF_KEYWORDS = ("$ref", "$dynamicRef", "$recursiveRef")
 _JSON_INTEGER = re.compile(r"-?(?:0|[1-9][0-9]*)")
 _JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_PLAIN_ASCII_NAME = re.compile(r"[!#-~]+")  # printable ASCII without space and '"': always a fine flag name
+_FAST_FLAG_NAME = re.compile(r"[!#-,.-<>-~][!#-<>-~]*")  # the same, minus '=' and a leading '-'
+_HARD_KEYWORDS = frozenset(_REF_KEYWORDS + _COMBINATORS)
+_FLAG_TYPE_SET = frozenset(FLAG_TYPES)
 
 
-@dataclass(frozen=True)
+@dataclass
 class ToolFlag:
     """A property that has a flag: ``--<name>`` typed by ``kind`` (one of FLAG_TYPES)."""
 
@@ -2406,7 +2410,7 @@ class ToolFlag:
         return f"--{self.name} {_FLAG_METAVAR[self.kind]}"
 
 
-@dataclass(frozen=True)
+@dataclass
 class BodyOnlyField:
     """A property (or required name) that gets no flag; it is set through ``--body``."""
 
@@ -2439,10 +2443,11 @@ def _flag_name_problem(name: str) -> str | None:
         return "a name starting with '-' cannot be a flag"
     if "=" in name:
         return "a name containing '=' cannot be a flag (--name=value would split it)"
-    import unicodedata
+    if not _PLAIN_ASCII_NAME.fullmatch(name):  # printable ASCII (the common case) needs no per-character look
+        import unicodedata
 
-    if any(ch.isspace() or unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") for ch in name):
-        return "a name containing whitespace or control characters cannot be a flag"
+        if any(ch.isspace() or unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") for ch in name):
+            return "a name containing whitespace or control characters cannot be a flag"
     if name in RESERVED_OPTION_NAMES:
         own = f"-{name}" if len(name) == 1 else f"--{name}"
         return f"the name collides with bkmcp's own option {own} (reserved names are never tool flags)"
@@ -2520,8 +2525,14 @@ def build_tool_flags(tool: Mapping[str, Any]) -> ToolFlags:
         properties = {}
     flags: dict[str, ToolFlag] = {}
     body_only: dict[str, BodyOnlyField] = {}
+    required_set = set(required)
     for name, prop in properties.items():
-        is_required = name in required
+        is_required = name in required_set
+        if type(prop) is dict and _FAST_FLAG_NAME.fullmatch(name) and name not in RESERVED_OPTION_NAMES:
+            declared = prop.get("type")  # fast path for the common plain property; same rules as below
+            if type(declared) is str and declared in _FLAG_TYPE_SET and prop.keys().isdisjoint(_HARD_KEYWORDS):
+                flags[name] = ToolFlag(name, declared, is_required, prop)
+                continue
         problem = _flag_name_problem(name)
         kind, reason = (None, problem) if problem else _property_kind(prop)
         if kind is None:
@@ -2699,9 +2710,9 @@ def _read_tokens(
                 "message": f"{_printable(token.name)!r} has no flag: {body_field.reason}; set it with --body",
             })
             continue
-        names = list(mapped.flags)
-        close = closest_names(token.name, names)
-        suggestion = f"; did you mean {', '.join('--' + c for c in close)}?" if close else ""
+        close = closest_names(token.name, [*mapped.flags, *mapped.body_only])
+        shown = [f"--{c}" if c in mapped.flags else f"{_short(c)!r} (no flag: set it with --body)" for c in close]
+        suggestion = f"; did you mean {', '.join(shown)}?" if close else ""
         problems.append({"flag": _short(option, 60),
                          "message": f"unknown option {_short(option, 60)} for tool {tool.get('name')!r}{suggestion}"})
     return values, problems
@@ -2901,9 +2912,18 @@ def _schema_problems(schema: dict[str, Any], arguments: Mapping[str, Any]) -> li
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            cls.check_schema(schema)
             resolver = LocalOnlyResolver.from_schema(schema, id_of=cls.ID_OF)
-            errors = list(cls(schema, resolver=resolver).iter_errors(arguments))
+            try:
+                errors = list(cls(schema, resolver=resolver).iter_errors(arguments))
+            except (jexc.RefResolutionError, _NotLocal):
+                raise
+            except (Exception, RecursionError):
+                cls.check_schema(schema)  # a SchemaError explains the failure better than the crash
+                raise
+            if errors:
+                # Checking the schema against its meta-schema costs ~100x the validation itself, so it runs only
+                # when there are problems to report: a malformed schema must never block a call with false ones.
+                cls.check_schema(schema)
     except jexc.SchemaError as exc:
         if exc.validator == "format":  # e.g. an ECMA-262 regex Python's re cannot compile
             raise _NotLocal(f"the inputSchema uses a {exc.validator_value} this local validator cannot check "
@@ -2948,9 +2968,14 @@ def _problem_from_error(error: Any) -> dict[str, str]:
                  "exclusiveMaximum": "less than"}
         return {"path": json_path(path), "message": f"must be {words[keyword]} {_short(value)}, got "
                 f"{_short(instance)}"}
-    if keyword == "additionalProperties" and isinstance(instance, dict):
-        return {"path": json_path(path), "message": _printable(error.message)}
-    return {"path": json_path(path), "message": _printable(str(error.message))}
+    message = str(error.message)
+    try:  # jsonschema starts most messages with repr(instance); show JSON instead of Python reprs
+        shown = repr(instance)
+        if message.startswith(shown) and not isinstance(instance, (dict, list)):
+            message = _short(dump_json(instance), 60) + message[len(shown):]
+    except Exception:  # pragma: no cover - repr of plain JSON values does not fail
+        pass
+    return {"path": json_path(path), "message": _printable(message)}
 
 
 def validate_arguments(tool: Mapping[str, Any], arguments: Mapping[str, Any]) -> ArgumentCheck:
@@ -3357,7 +3382,9 @@ _HINT_WORDS = (
 
 
 def _cell_width(text: str) -> int:
-    """Terminal columns of ``text``: East Asian wide/fullwidth characters take two."""
+    """Terminal columns of ``text``: East Asian wide/fullwidth characters take two, combining marks none."""
+    if text.isascii():
+        return len(text)
     import unicodedata
 
     return sum(2 if _is_wide(ch) else 0 if unicodedata.combining(ch) else 1 for ch in text)
@@ -3377,14 +3404,19 @@ def _wrap(text: str, width: int, indent: str = "", first_indent: str | None = No
             atoms.extend((piece, i == 0) for i, piece in enumerate(_word_atoms(word)))
         line = first if not out else indent
         line_start = len(line)
+        used = _cell_width(line)
         for piece, spaced in atoms:
             sep = " " if spaced and len(line) > line_start else ""
-            if len(line) > line_start and _cell_width(line) + _cell_width(sep + piece) > width:
+            cells = _cell_width(piece) + len(sep)
+            if len(line) > line_start and used + cells > width:
                 out.append(line)
                 line = indent
                 line_start = len(line)
+                used = _cell_width(line)
                 sep = ""
+                cells = _cell_width(piece)
             line += sep + piece
+            used += cells
         out.append(line)
     while out and not out[-1].strip():
         out.pop()
@@ -3392,6 +3424,8 @@ def _wrap(text: str, width: int, indent: str = "", first_indent: str | None = No
 
 
 def _is_wide(ch: str) -> bool:
+    if ch < "\u1100":  # nothing below U+1100 is wide: skip the table lookup for Latin text
+        return False
     import unicodedata
 
     return unicodedata.east_asian_width(ch) in ("W", "F")
@@ -3399,6 +3433,8 @@ def _is_wide(ch: str) -> bool:
 
 def _word_atoms(word: str) -> list[str]:
     """Break points inside a word: around each wide (CJK) character, which may wrap anywhere."""
+    if word < "\u1100" and max(word) < "\u1100":
+        return [word]
     pieces: list[str] = []
     buf = ""
     for ch in word:
@@ -3598,7 +3634,8 @@ def render_tool_help(server_name: str, tool: Mapping[str, Any]) -> str:
     if _cell_width(one_line) <= HELP_WIDTH:
         out.append(one_line)
     else:
-        body_lines = _shell_quote(_pretty_json(example, 2, HELP_WIDTH)).split("\n")
+        start = _cell_width(f"  {command} --body '")
+        body_lines = _shell_quote(_pretty_json(example, 2, HELP_WIDTH, start)).split("\n")
         out.append(f"  {command} --body {body_lines[0]}")
         out += body_lines[1:]
     if omitted:
@@ -3644,7 +3681,9 @@ def _fill(parts: Sequence[str], width: int, first_indent: str, indent: str) -> l
 
 def _field_label(name: str) -> str:
     """A property name as shown in help: plain when it reads unambiguously, else JSON-quoted."""
-    if name and name.isprintable() and not any(ch.isspace() for ch in name) and '"' not in name:
+    if _PLAIN_ASCII_NAME.fullmatch(name) or (
+        name and name.isprintable() and not any(ch.isspace() for ch in name) and '"' not in name
+    ):
         return name
     return _printable(json.dumps(name, ensure_ascii=False))
 
@@ -3669,7 +3708,7 @@ def _pretty_json(value: Any, indent: int, width: int, start: int | None = None) 
     """
     compact = _compact_json(value)
     begin = indent if start is None else start
-    if not isinstance(value, (dict, list)) or not value or begin + _cell_width(compact) <= width:
+    if not isinstance(value, (dict, list)) or not value or begin + _cell_width(compact) + 1 <= width:  # +1: , or '
         return compact
     pad = " " * (indent + 2)
     if isinstance(value, dict):
