@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import platform
 import sys
 import zipfile
 from pathlib import Path
@@ -47,9 +48,12 @@ def pyz_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def pyz_no_natives(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A pyz built with `--platform none`: no jq native for any machine (the "missing target" case)."""
-    out = tmp_path_factory.mktemp("pyz-none") / "bkmcp.pyz"
-    return build_pyz(out, "--platform", "none", source=program_source())
+    """A pyz whose jq natives exclude this machine (the "missing target" case): musl/aarch64 only, or, on such
+    a machine, none at all."""
+    out = tmp_path_factory.mktemp("pyz-foreign") / "bkmcp.pyz"
+    foreign = "musllinux_1_2_aarch64"
+    this_machine = platform.machine() in ("aarch64", "arm64") and not os.confstr("CS_GNU_LIBC_VERSION")
+    return build_pyz(out, "--platform", "none" if this_machine else foreign, source=program_source())
 
 
 @pytest.fixture(scope="session")
