@@ -27,6 +27,7 @@ import argparse
 import glob
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -54,12 +55,20 @@ def find_pythons() -> list[tuple[str, str]]:
     return sorted(found.items(), key=lambda kv: tuple(map(int, kv[0].split("."))))
 
 
+CLOCK = "wall"
+
+
 def run_ms(cmd: list[str], env: dict[str, str]) -> float:
+    """Wall time of one run, or with --cpu the child's user+sys CPU time (steadier on a busy machine)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, check=False)
     elapsed = (time.perf_counter() - t0) * 1000
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise RuntimeError(f"{cmd} failed: {proc.stderr.decode(errors='replace')[-500:]}")
+    if CLOCK == "cpu":
+        return ((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)) * 1000
     return elapsed
 
 
@@ -100,9 +109,12 @@ def main() -> int:
     parser.add_argument("--pyz", type=Path, default=ROOT / "dist" / "bkmcp.pyz")
     parser.add_argument("--python", action="append", default=[], help="interpreter(s) to measure")
     parser.add_argument("--no-jq", action="store_true", help="skip the jq extraction measurements")
+    parser.add_argument("--cpu", action="store_true", help="measure the child's CPU time instead of wall time")
     parser.add_argument("--no-site", action="store_true",
                         help="run every interpreter with -S (no site-packages .pth side effects)")
     args = parser.parse_args()
+    global CLOCK
+    CLOCK = "cpu" if args.cpu else "wall"
     pyz = args.pyz.resolve()
     if not pyz.exists():
         subprocess.run([sys.executable, str(ROOT / "build_zipapp.py"), "--output", str(pyz)], check=True)
@@ -114,7 +126,7 @@ def main() -> int:
                                text=True, check=True).stdout.strip(), p) for p in args.python] or find_pythons()
     size = pyz.stat().st_size
     print(f"{pyz.name}: {size} bytes ({size / 1e6:.1f} MB), build {build_id}, bytecode for {tag}, "
-          f"{args.runs} runs each, medians in ms{', every python with -S' if args.no_site else ''}")
+          f"{args.runs} runs each, medians of {CLOCK} time in ms{', every python with -S' if args.no_site else ''}")
     work = Path(tempfile.mkdtemp(prefix="bkmcp-bench-"))
     try:
         cfg = work / "mcp.json"
