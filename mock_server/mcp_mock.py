@@ -51,7 +51,7 @@ faults                     {duplicate_cursor, cursor_cycle, infinite_pages, fail
 
 Tool behaviours (mock-only key ``"x-mock"`` on a tool, stripped from tools/list together with every other key
 starting with ``x-mock``): echo (default), add, is_error, rpc_error, input_required, task, url_elicitation,
-malformed, slow, drop, big, unknown_result_type, image, progress.
+malformed, slow, drop, big, unknown_result_type, image, progress, environ (the process's environment, cwd, pid).
 
 Sections: constants → JSON helpers → scenario → request log → protocol core → HTTP transport → stdio transport
 → MockServer (in-process API) → CLI.
@@ -65,6 +65,7 @@ import binascii
 import copy
 import decimal
 import json
+import os
 import queue
 import re
 import secrets
@@ -330,6 +331,7 @@ BEHAVIOURS = (
     "unknown_result_type",
     "image",
     "progress",
+    "environ",
 )
 
 
@@ -1009,6 +1011,16 @@ class Core:
                 {
                     "resultType": tool.get("x-mock-result-type", "mystery"),
                     "content": [{"type": "text", "text": "what am I?"}],
+                },
+            )
+        if behaviour == "environ":  # what the (stdio) server process was started with
+            env = dict(os.environ)
+            return Reply(
+                "result",
+                {
+                    "content": [{"type": "text", "text": " ".join(sorted(env))}],
+                    "structuredContent": {"environ": env, "cwd": os.getcwd(), "pid": os.getpid()},
+                    "isError": False,
                 },
             )
         if behaviour == "image":
