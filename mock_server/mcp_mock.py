@@ -2216,6 +2216,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.stdio:
         status = StdioServer(core, sys.stdin.buffer, sys.stdout.buffer, sys.stderr.buffer).run()
         core.log.close()
+        if status:
+            # A deliberate exit while stdin is still open: the daemon stdin reader holds the buffer lock, and a
+            # normal interpreter shutdown would abort on it (SIGABRT instead of this status).
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(status)
         return status
     done = threading.Event()
 
