@@ -903,7 +903,12 @@ def resolve_server(server: ServerConfig, env: Mapping[str, str]) -> ResolvedServ
             redactor.add(fragment, whole=False)
         if is_secret_name(name):
             auth_source = "server_headers"
-    args = [expand_env(arg, env, where=f"{where}, args[{i}]")[0] for i, arg in enumerate(server.args)]
+    args: list[str] = []
+    for i, template in enumerate(server.args):
+        value, used = expand_env(template, env, where=f"{where}, args[{i}]")
+        args.append(value)
+        for fragment in used:  # a ${VAR} in args may carry a credential: never print what it expanded to
+            redactor.add(fragment, whole=False)
     child_env: dict[str, str] = {}
     for name, template in server.env:
         value, used = expand_env(template, env, where=f"{where}, env {name!r}")
@@ -1980,6 +1985,7 @@ class StdioTransport:
             ), sent=False) from exc
         self.spawns += 1
         self.pid = self._proc.pid
+        self._stderr_tail.clear()  # error details describe the current child
         self._eof = False
         self._lines = queue.Queue()
         self._readers = [
@@ -2045,6 +2051,8 @@ class StdioTransport:
 
     def _exited_error(self, method: str, request_id: Any, *, sent: bool) -> BkmcpError:
         status = self._exit_status(0.5)
+        if status is not None and len(self._readers) > 1:
+            self._readers[1].join(0.5)  # its last stderr lines explain the exit: let the reader collect them
         if status is None:
             what = "closed its stdout"
         elif status < 0:
@@ -2265,24 +2273,39 @@ class StdioTransport:
         return True
 
     @staticmethod
-    def _wait_group(proc: Any, seconds: float) -> bool:
-        """Wait until the leader is reaped and no process of its group is left; True when all are gone."""
-        end = time.monotonic() + seconds
+    def _group_running(pgid: int) -> bool:
+        """Whether a process of group ``pgid`` still runs. Zombies do not count: an orphaned grandchild that
+        died waits for init to reap it, which some container inits do only every few seconds."""
         killpg = getattr(os, "killpg", None)
+        if killpg is None:  # pragma: no cover - Windows
+            return False
+        try:
+            killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return False
+        if not os.path.isdir("/proc/self"):  # pragma: no cover - no procfs: count the group as running
+            return True
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as handle:
+                    fields = handle.read().rsplit(b")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if len(fields) > 2 and fields[2] == str(pgid).encode() and fields[0] not in (b"Z", b"X"):
+                return True
+        return False
+
+    def _wait_group(self, proc: Any, seconds: float) -> bool:
+        """Wait until the leader is reaped and no process of its group runs; True when all are gone."""
+        end = time.monotonic() + seconds
         while True:
-            leader_done = proc.poll() is not None
-            group_done = True
-            if killpg is not None:
-                try:
-                    killpg(proc.pid, 0)
-                    group_done = False
-                except (ProcessLookupError, PermissionError):
-                    pass
-            if leader_done and group_done:
+            if proc.poll() is not None and not self._group_running(proc.pid):
                 return True
             if time.monotonic() >= end:
                 return False
-            time.sleep(0.02)
+            time.sleep(0.05)
 
 
 def open_transport(server: ResolvedServer, *, insecure: bool, log: Log) -> Any:
