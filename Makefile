@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 PYZ    := dist/bkmcp.pyz
 
-.PHONY: demo test venv lint unit integration artifact build scenario bench clean
+.PHONY: demo test venv interop lint unit integration artifact build scenario bench clean
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -12,6 +12,10 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $@
+
+# Servers nobody here wrote: the official Python SDK (own venv: it needs jsonschema>=4.20) and server-everything.
+interop:
+	bash .ci/install_interop.sh .venv-sdk
 
 build:
 	$(PYTHON) build_zipapp.py
@@ -23,9 +27,11 @@ lint: venv
 	$(BIN)/ruff check bkmcp.py build_zipapp.py mock_server tests bench
 	$(BIN)/mypy bkmcp.py build_zipapp.py
 
-test: venv lint build
-	$(BIN)/python -m pytest -q -p no:cacheprovider --cov=bkmcp --cov-branch --cov-report=term-missing:skip-covered \
-		--cov-fail-under=90 tests
+test: venv interop lint build
+	BKMCP_INTEROP_REQUIRED=1 $(BIN)/python -m pytest -q -p no:cacheprovider --cov=bkmcp --cov-branch \
+		--cov-report=term-missing:skip-covered --cov-fail-under=90 tests
+	# the mock server checked against the official SDK client (runs in the SDK's own venv)
+	.venv-sdk/bin/python -m pytest -q -p no:cacheprovider -m interop tests/integration/test_mock_server.py
 
 unit: venv
 	$(BIN)/python -m pytest -q tests/unit

@@ -332,13 +332,14 @@ def dump_json(value: Any, *, indent: int | None = None, sort_keys: bool = False)
     if raws:
         pattern = re.compile('"' + re.escape(_RAW_MARK + nonce) + r"-(\d+)\ue001" + '"')
         out = pattern.sub(lambda m: raws[int(m.group(1))], out)
-    if _SURROGATE.search(out):
+    if _ESCAPE_ALWAYS.search(out):
         # JSON allows "\udcff" escapes that are not valid Unicode; written raw they make every UTF-8 stream fail.
-        out = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", out)
+        # U+0085/U+2028/U+2029 are line breaks to many readers: escaped, an envelope stays one line everywhere.
+        out = _ESCAPE_ALWAYS.sub(lambda m: f"\\u{ord(m.group()):04x}", out)
     return out
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
+_ESCAPE_ALWAYS = re.compile("[\ud800-\udfff\u0085\u2028\u2029]")
 
 
 def _decimal_text(number: decimal.Decimal) -> str:
@@ -600,12 +601,20 @@ def parse_config(raw: str | bytes, path: str) -> ConfigFile:
         )
     extra = sorted(set(document) - {"mcpServers"})
     if extra:
-        raise InvalidConfigError(f"{path}: unsupported top-level field(s): {', '.join(map(repr, extra))}")
+        shown = ", ".join(repr(_safe_name(k)) for k in extra)
+        raise InvalidConfigError(f"{path}: unsupported top-level field(s): {shown}")
     entries = document["mcpServers"]
     if not isinstance(entries, dict):
         raise InvalidConfigError(f"{path}: \"mcpServers\" must be an object of named servers")
     servers = {name: _parse_server(path, name, entry) for name, entry in entries.items()}
     return ConfigFile(path, servers)
+
+
+def _safe_name(name: str) -> str:
+    """A config key as diagnostics may show it: up to its first character outside a header token, so a pasted
+    ``Authorization: Bearer <token>`` or ``API_KEY=<value>`` key never prints its secret part (A05)."""
+    prefix = re.match(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]*", name).group()  # type: ignore[union-attr]
+    return name if prefix == name and len(name) <= 64 else prefix[:64] + "…"
 
 
 def check_server_name(name: str) -> str | None:
@@ -638,7 +647,7 @@ def _parse_server(path: str, name: str, entry: Any) -> ServerConfig:
     unknown = sorted(set(entry) - allowed)
     if unknown:
         raise InvalidConfigError(
-            f"{where}: unknown field(s) {', '.join(map(repr, unknown))} for type {kind!r}",
+            f"{where}: unknown field(s) {', '.join(repr(_safe_name(k)) for k in unknown)} for type {kind!r}",
             hint=f"known fields: {', '.join(sorted(allowed))}",
         )
     version = entry.get("protocolVersion")
@@ -666,7 +675,7 @@ def _parse_server(path: str, name: str, entry: Any) -> ServerConfig:
         raise InvalidConfigError(f"{where}: field \"env\" must be an object of string values")
     for key in env:
         if not _ENV_NAME.match(key):
-            raise InvalidConfigError(f"{where}: field \"env\" has an invalid variable name {key!r}")
+            raise InvalidConfigError(f"{where}: field \"env\" has an invalid variable name {_safe_name(key)!r}")
     cwd = entry.get("cwd")
     if cwd is not None and (not isinstance(cwd, str) or not cwd):
         raise InvalidConfigError(f"{where}: field \"cwd\" must be a non-empty string")
@@ -718,7 +727,11 @@ def _check_headers(where: str, headers: Any) -> tuple[tuple[str, str], ...]:
     seen: dict[str, str] = {}
     for name, value in headers.items():
         if not _HEADER_NAME.match(name):
-            raise InvalidConfigError(f"{where}: header name {name!r} is not a valid HTTP header name")
+            # never echo the whole name: a pasted "Authorization: Bearer <token>" key would print the token
+            raise InvalidConfigError(
+                f"{where}: header name {_safe_name(name)!r} is not a valid HTTP header name",
+                hint="header names are tokens without spaces, ':' or control characters; values go after them",
+            )
         if not isinstance(value, str):
             raise InvalidConfigError(f"{where}: header {name!r} must have a string value")
         if "\r" in value or "\n" in value or "\x00" in value:
@@ -3250,7 +3263,7 @@ def _basic_problems(schema: dict[str, Any], arguments: Mapping[str, Any]) -> lis
         path = json_path([name])
         declared = prop.get("type")
         types = [declared] if isinstance(declared, str) else declared if isinstance(declared, list) else []
-        known = [t for t in types if t in _TYPE_TESTS]
+        known = [t for t in types if isinstance(t, str) and t in _TYPE_TESTS]
         if known and len(known) == len(types) and not any(_TYPE_TESTS[t](value) for t in known):
             problems.append({"path": path, "message": f"expected {' or '.join(known)}, got {_json_type(value)}"})
             continue
@@ -3289,7 +3302,7 @@ def _validator_class(schema: dict[str, Any]) -> Any:
     from jsonschema import validators  # lazily: only the call path validates
 
     dialect = schema.get("$schema")
-    if dialect is not None:
+    if "$schema" in schema:
         base = validators.validator_for(schema, default=None) if isinstance(dialect, str) else None
         if base is None:
             raise _NotLocal(f"unknown $schema dialect {_short(dialect)}")
@@ -3354,7 +3367,17 @@ def _schema_problems(schema: dict[str, Any], arguments: Mapping[str, Any]) -> li
         raise
     except (Exception, RecursionError) as exc:  # a validator bug or an exotic keyword must not crash the call
         raise _NotLocal(f"local validation failed ({type(exc).__name__})") from None
-    return [_problem_from_error(e) for e in errors]
+    return [p for e in errors for p in _problems_from_error(e)]
+
+
+def _problems_from_error(error: Any) -> list[dict[str, str]]:
+    """Readable problems for one jsonschema error (JSON paths, JSON values, never Python reprs)."""
+    if error.validator == "required" and isinstance(error.validator_value, list) and isinstance(error.instance, dict):
+        missing = [r for r in error.validator_value if isinstance(r, str) and r not in error.instance]
+        if missing:  # one problem per missing property, at the path where it belongs
+            base = list(error.absolute_path)
+            return [{"path": json_path([*base, name]), "message": "required property is missing"} for name in missing]
+    return [_problem_from_error(error)]
 
 
 def _problem_from_error(error: Any) -> dict[str, str]:
@@ -3362,13 +3385,6 @@ def _problem_from_error(error: Any) -> dict[str, str]:
     keyword = error.validator
     value = error.validator_value
     instance = error.instance
-    if keyword == "required" and isinstance(error.message, str):
-        missing = [r for r in value if isinstance(instance, dict) and r not in instance] if isinstance(value, list) \
-            else []
-        if missing:
-            return {"path": json_path([*path, missing[0]]) if len(missing) == 1 else json_path(path),
-                    "message": "required property is missing" if len(missing) == 1
-                    else f"required properties are missing: {', '.join(missing)}"}
     if keyword == "type":
         types = value if isinstance(value, list) else [value]
         return {"path": json_path(path),
@@ -3525,6 +3541,19 @@ class JqProgram:
         too; that answer is used only when it equals, value for value, the answer computed with real numbers
         (so comparisons and arithmetic keep jq's meaning). A runtime error is ``jq_error``.
         """
+        # The number walks below recurse about twice per JSON level; any depth parse_json accepted must fit.
+        limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(max(limit, 10_000))
+        try:
+            return self._apply(envelope)
+        except RecursionError:
+            raise JqError(
+                "--jq failed on the result: it is nested too deeply", data=envelope.get("data")
+            ) from None
+        finally:
+            sys.setrecursionlimit(limit)
+
+    def _apply(self, envelope: dict[str, Any]) -> list[str]:
         nonce = os.urandom(4).hex()
         if self._literal is not None:
             exact_protect, text_protect = _jq_beyond_decimal, _jq_literal_differs
@@ -3533,11 +3562,14 @@ class JqProgram:
         try:
             outputs = self._project(envelope, nonce, exact_protect)
         except ValueError as exc:
+            data = envelope.get("data")
+            dry = isinstance(data, dict) and data.get("dry_run") is True
             raise JqError(
                 f"--jq failed on the result: {_first_line(exc)}",
-                hint="the remote operation already happened; do not retry it blindly, fix the expression and "
-                "re-run it on saved output (data keeps the unprojected result)",
-                data=envelope.get("data"),
+                hint="nothing was sent (dry run); fix the expression" if dry else "the remote operation already "
+                "happened; do not retry it blindly, fix the expression and re-run it on saved output (data keeps "
+                "the unprojected result)",
+                data=data,
                 details={} if envelope.get("ok") else {"unprojected_error": envelope.get("error")},
             ) from None
         if _any_number(envelope, lambda n: text_protect(n) and not exact_protect(n)):
@@ -3561,7 +3593,11 @@ class JqProgram:
             if proc.returncode != 0:
                 raise ValueError(_first_line(proc.stderr))
             texts = proc.stdout.split("\n")
-        return [_jq_restore(parse_json(item, strict_keys=False), table, nonce) for item in texts if item.strip()]
+        try:
+            values = [parse_json(item, strict_keys=False) for item in texts if item.strip()]
+        except JsonInputError:
+            raise ValueError("jq printed a value that is not JSON (jq cuts values nested over 256 levels)") from None
+        return [_jq_restore(value, table, nonce) for value in values]
 
 
 _JQ_LITERALS: dict[int, bool] = {}
@@ -4012,11 +4048,9 @@ def render_tool_help(server_name: str, tool: Mapping[str, Any]) -> str:
     if _cell_width(one_line) <= HELP_WIDTH:
         out.append(one_line)
     else:
-        fields = [f"  {_compact_json({k: v})[1:-1]}" for k, v in example.items()]
-        pretty = "{\n" + ",\n".join(fields) + "\n}"
-        body_lines = _shell_quote(pretty).split("\n")
+        body_lines = _shell_quote(_pretty_json(example, 2, HELP_WIDTH)).split("\n")
         out.append(f"  {command} --body {body_lines[0]}")
-        out += [f"  {line}" for line in body_lines[1:]]
+        out += body_lines[1:]
     if omitted:
         out.append(f"  ({omitted} more optional field{'s' if omitted != 1 else ''} not shown)")
 
@@ -4078,6 +4112,28 @@ def _plain(text: str) -> str:
     return re.sub(r"[\s_\-]+", "", text).lower()
 
 
+def _pretty_json(value: Any, indent: int, width: int, start: int | None = None) -> str:
+    """JSON that keeps short containers on one line and breaks long ones to fit ``width``.
+
+    ``indent`` is the indentation of the line the value is on, ``start`` the column where the value begins.
+    """
+    compact = _compact_json(value)
+    begin = indent if start is None else start
+    if not isinstance(value, (dict, list)) or not value or begin + _cell_width(compact) <= width:
+        return compact
+    pad = " " * (indent + 2)
+    if isinstance(value, dict):
+        items = []
+        for key, item in value.items():
+            label = f"{dump_json(key)}: "
+            items.append(label + _pretty_json(item, indent + 2, width, indent + 2 + _cell_width(label)))
+        opening, closing = "{", "}"
+    else:
+        items = [_pretty_json(item, indent + 2, width) for item in value]
+        opening, closing = "[", "]"
+    return opening + "\n" + ",\n".join(pad + item for item in items) + "\n" + " " * indent + closing
+
+
 def _flag_details(flag: ToolFlag) -> list[str]:
     lines: list[str] = []
     schema = flag.schema
@@ -4102,7 +4158,7 @@ def _flag_details(flag: ToolFlag) -> list[str]:
         ("minLength", "min length"), ("maxLength", "max length"), ("minItems", "min items"),
         ("maxItems", "max items")) if key in schema and _is_json_number(schema[key])]
     if bounds:
-        lines += _wrap("range: " + ", ".join(bounds), HELP_WIDTH, indent, indent)
+        lines += _wrap("limits: " + ", ".join(bounds), HELP_WIDTH, indent, indent)
     if flag.kind == "array":
         items = schema.get("items")
         item_type = items.get("type") if isinstance(items, dict) else None
@@ -4280,7 +4336,7 @@ def read_body(source: str, stdin: IO[str], cwd: str) -> dict[str, Any]:
         label = "stdin"
         try:
             raw: str | bytes = stdin.buffer.read() if hasattr(stdin, "buffer") else stdin.read()
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, AttributeError) as exc:  # AttributeError: no stdin at all (fd 0 closed)
             raise UsageError(f"cannot read --body from stdin: {exc}") from None
     elif source.startswith("@"):
         path = os.path.normpath(os.path.join(cwd, os.path.expanduser(source[1:])))
@@ -4402,7 +4458,9 @@ class _Runner:
         if inv.server is None:
             if inv.help or not any((inv.check, inv.tools, inv.tool)):
                 return self.emit_text(render_root_help(config_path))
-        jq = compile_jq(inv.jq) if inv.jq is not None and not inv.help else None
+        # help (root, server, tool; bare `bkmcp <server>` too) is never projected, so --jq is not even compiled
+        projected = inv.jq is not None and not inv.help and (inv.check or inv.tools or inv.tool is not None)
+        jq = compile_jq(inv.jq) if projected and inv.jq is not None else None
         self.log.debug(f"config file: {config_path}")
         config = load_config(config_path)
         _warn_literal_credentials(config, self.log)

@@ -237,14 +237,14 @@ def wheel_members(data: bytes) -> dict[str, bytes]:
         return {i.filename: zf.read(i) for i in zf.infolist() if _keep_member(i.filename)}
 
 
-def _metadata_field(members: dict[str, bytes], field: str) -> str | None:
+def _metadata_field(members: dict[str, bytes], field: str, prefix: str = "") -> str | None:
     for name, data in members.items():
         if name.endswith(".dist-info/METADATA"):
             for line in data.decode("utf-8", "replace").splitlines():
                 if not line:
                     break
-                if line.startswith(field + ": "):
-                    return line[len(field) + 2:].strip()
+                if line.startswith(field + ": " + prefix):
+                    return line[len(field) + 2:].strip().split(" :: ")[-1]
     return None
 
 
@@ -320,7 +320,8 @@ def collect(source: Path, support: Path, pins: list[Pin], natives: list[Pin], pl
                 raise BuildError(f"{name} comes from two wheels")
             files[name] = data
         dists.append({"name": pin.name, "version": pin.version, "wheel": pin.filename, "sha256": pin.sha256,
-                      "license": _metadata_field(members, "License-Expression") or _metadata_field(members, "License"),
+                      "license": _metadata_field(members, "License-Expression") or _metadata_field(members, "License")
+                      or _metadata_field(members, "Classifier", "License :: "),
                       "license_files": sorted(n for n in members if _LICENCE_RE.search(n))})
     native_hashes: dict[str, str] = {}
     for pin in natives:
@@ -335,10 +336,13 @@ def collect(source: Path, support: Path, pins: list[Pin], natives: list[Pin], pl
                 native_hashes[arc] = _sha256(data)
             elif ".dist-info/" in name:
                 files[f"{NATIVE_DIR}/{name}"] = data  # licence and METADATA, identical across targets
-    for pin in {(p.name, p.version, p.filename.split("-")[0]) for p in natives}:
-        lic = [n for n in files if n.startswith(f"{NATIVE_DIR}/") and _LICENCE_RE.search(n)]
-        dists.append({"name": pin[0], "version": pin[1], "wheel": "per target, see vendor.txt", "sha256": None,
-                      "license": "BSD-2-Clause (binding); statically links jq (MIT) and oniguruma (BSD-2-Clause)",
+    for name, version in sorted({(p.name, p.version) for p in natives}):
+        notice = HERE / "docs" / "licenses" / f"{name}-static-NOTICE.txt"
+        if notice.exists():  # what the wheel links statically but its own LICENSE does not cover
+            files[f"{NATIVE_DIR}/{name}-{version}.dist-info/licenses/NOTICE-static.txt"] = notice.read_bytes()
+        lic = [n for n in files if n.startswith(f"{NATIVE_DIR}/{name}-") and _LICENCE_RE.search(n)]
+        dists.append({"name": name, "version": version, "wheel": "one per target, see vendor.txt", "sha256": None,
+                      "license": "BSD-2-Clause (binding); links jq (MIT) and Oniguruma (BSD-2-Clause) statically",
                       "license_files": sorted(lic)})
     program = source.read_bytes()
     files["bkmcp.py"] = program
@@ -387,7 +391,7 @@ def write_pyz(files: dict[str, bytes], epoch: int) -> bytes:
             # bytecode is read on every start: stored, it skips inflating; everything else is deflated
             stored = name.endswith(".pyc")
             info.compress_type = zipfile.ZIP_STORED if stored else zipfile.ZIP_DEFLATED
-            zf.writestr(info, files[name], compresslevel=None if stored else 9)
+            zf.writestr(info, files[name], compresslevel=None if stored else 6)
     return buf.getvalue()
 
 

@@ -43,14 +43,17 @@ def _private_dir(path: str) -> bool:
 
 def zipapp_cache_dir(build_id: str) -> str | None:
     """The per-user folder of this build: XDG cache, else `<tmp>/bkmcp-<uid>`, else a fresh temp dir (or None)."""
-    import tempfile
-
     xdg = os.environ.get("XDG_CACHE_HOME", "")
     base = xdg if os.path.isabs(xdg) else os.path.join(os.path.expanduser("~"), ".cache")
+    root = os.path.join(base, "bkmcp")
+    if _private_dir(root) and _private_dir(os.path.join(root, build_id)):
+        return os.path.join(root, build_id)
+    import tempfile  # only here: it imports random, whose start-up costs more than all of bkmcp --help
+
     uid = os.getuid() if hasattr(os, "getuid") else os.environ.get("USERNAME", "user")
-    for root in (os.path.join(base, "bkmcp"), os.path.join(tempfile.gettempdir(), f"bkmcp-{uid}")):
-        if _private_dir(root) and _private_dir(os.path.join(root, build_id)):
-            return os.path.join(root, build_id)
+    root = os.path.join(tempfile.gettempdir(), f"bkmcp-{uid}")
+    if _private_dir(root) and _private_dir(os.path.join(root, build_id)):
+        return os.path.join(root, build_id)
     try:  # last resort: private to this run (mkdtemp is 0700), not reused
         return tempfile.mkdtemp(prefix=f"bkmcp-{build_id}-")
     except OSError:
@@ -58,7 +61,10 @@ def zipapp_cache_dir(build_id: str) -> str | None:
 
 
 def _zipapp_archive() -> str | None:
-    """Path of the pyz this code runs from (as bkmcp.py inside it, or as its `__main__`), else None."""
+    """Path of the pyz this code runs from (set by the pyz boot, or this module's zip, or `__main__`), else None."""
+    boot = sys.modules.get("_bkmcp_boot")
+    if getattr(boot, "ARCHIVE", None):
+        return str(boot.ARCHIVE)  # type: ignore[union-attr]
     archive = getattr(globals().get("__loader__"), "archive", None)
     if archive:
         return str(archive)
@@ -66,8 +72,7 @@ def _zipapp_archive() -> str | None:
     candidate = os.path.dirname(main_file)
     if candidate and os.path.isfile(candidate) and os.path.basename(main_file).startswith("__main__."):
         return candidate
-    boot = sys.modules.get("_bkmcp_boot")
-    return getattr(boot, "ARCHIVE", None)
+    return None
 
 
 def _zipapp_read(archive: str, name: str) -> bytes:

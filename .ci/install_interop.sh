@@ -57,8 +57,8 @@ fi
 py_ok() {  # $1 = python; true if >= 3.10
   "$1" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)' 2>/dev/null
 }
-sdk_ok() {  # $1 = python; true if mcp==2.3.0 importable
-  "$1" -c "import importlib.metadata as m, sys; import mcp.server.mcpserver; sys.exit(0 if m.version('mcp') == '$SDK_VERSION' else 1)" >/dev/null 2>&1
+sdk_ok() {  # $1 = python; true if mcp==2.3.0 (and pytest, for the mock-vs-SDK-client tests) importable
+  "$1" -c "import importlib.metadata as m, sys; import mcp.server.mcpserver, pytest; sys.exit(0 if m.version('mcp') == '$SDK_VERSION' else 1)" >/dev/null 2>&1
 }
 install_sdk() {  # $1 = venv dir
   local py="$1/bin/python"
@@ -66,7 +66,7 @@ install_sdk() {  # $1 = venv dir
     log "$SDK_PIN already installed in $1"
   else
     log "pip install '$SDK_PIN' into $1"
-    timeout 900 "$py" -m pip install --quiet --disable-pip-version-check "$SDK_PIN"
+    timeout 900 "$py" -m pip install --quiet --disable-pip-version-check "$SDK_PIN" pytest
     sdk_ok "$py" || die "$SDK_PIN not importable from $py after install"
   fi
 }

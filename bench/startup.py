@@ -8,12 +8,15 @@ For each Python, medians (ms) of:
   --version   `python bkmcp.pyz --version`
   --help      `python bkmcp.pyz --help`
   srv --help  `python bkmcp.pyz --config TMP/mcp.json demo --help`
+  help src    `bkmcp.main(["--help"])` from that site-packages folder; ratio = pyz --help / this (the
+              artifact's own overhead, independent of how heavy bkmcp.py is)
   imp pyz     the `--tools` import set (bkmcp, httpx) loaded the way the pyz's __main__ loads it
   imp site    the same imports from a site-packages-like folder (`pip install --target`, with bytecode)
   jq first    extracting + importing the jq native on a fresh cache, minus the same process without jq
   jq warm     importing it from the cache, minus the same process without jq
-Ratios: the CLI runs against `pass`, `imp pyz` against `imp site`. Every measurement runs once before timing,
-so caches (the per-user compiled cache of non-build Pythons) are warm; nothing is asserted, only printed.
+Ratios: the CLI runs against `pass`, `help src` as said, `imp pyz` against `imp site`. Every command runs once
+before timing, so caches (the per-user compiled cache of non-build Pythons) are warm, then the commands of one
+Python run round-robin. Nothing is asserted, only printed.
 """
 
 from __future__ import annotations
@@ -49,19 +52,26 @@ def find_pythons() -> list[tuple[str, str]]:
     return sorted(found.items(), key=lambda kv: tuple(map(int, kv[0].split("."))))
 
 
-def median_ms(cmd: list[str], runs: int, env: dict[str, str], setup=None) -> float:  # type: ignore[no-untyped-def]
-    times = []
+def run_ms(cmd: list[str], env: dict[str, str]) -> float:
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, check=False)
+    elapsed = (time.perf_counter() - t0) * 1000
+    if proc.returncode != 0:
+        raise RuntimeError(f"{cmd} failed: {proc.stderr.decode(errors='replace')[-500:]}")
+    return elapsed
+
+
+def medians(cmds: dict[str, list[str]], runs: int, env: dict[str, str], setup=None) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    """Median ms of each command, run round-robin (so drift hits all alike) after one warm-up run each."""
+    times: dict[str, list[float]] = {name: [] for name in cmds}
     for i in range(runs + 1):
-        if setup:
-            setup()
-        t0 = time.perf_counter()
-        proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, check=False)
-        elapsed = (time.perf_counter() - t0) * 1000
-        if proc.returncode != 0:
-            raise RuntimeError(f"{cmd} failed: {proc.stderr.decode(errors='replace')[-500:]}")
-        if i:  # the first run warms caches
-            times.append(elapsed)
-    return statistics.median(times)
+        for name, cmd in cmds.items():
+            if setup:
+                setup()
+            elapsed = run_ms(cmd, env)
+            if i:
+                times[name].append(elapsed)
+    return {name: statistics.median(ts) for name, ts in times.items()}
 
 
 def site_dir(python: str, work: Path, pyz: Path) -> Path:
@@ -73,7 +83,9 @@ def site_dir(python: str, work: Path, pyz: Path) -> Path:
             if line.strip() and not line.startswith("#") and not line.startswith("jq==")]
     cmd = [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps", "--target",
            str(target), "--no-index", "--find-links", str(ROOT / "vendor_cache"), *sorted(set(lock))]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"pip install --target failed: {proc.stderr[-800:]}")
     with zipfile.ZipFile(pyz) as zf:
         (target / "bkmcp.py").write_bytes(zf.read("bkmcp.py"))
     subprocess.run([python, "-m", "compileall", "-q", str(target)], check=True)
@@ -86,6 +98,8 @@ def main() -> int:
     parser.add_argument("--pyz", type=Path, default=ROOT / "dist" / "bkmcp.pyz")
     parser.add_argument("--python", action="append", default=[], help="interpreter(s) to measure")
     parser.add_argument("--no-jq", action="store_true", help="skip the jq extraction measurements")
+    parser.add_argument("--no-site", action="store_true",
+                        help="run every interpreter with -S (no site-packages .pth side effects)")
     args = parser.parse_args()
     pyz = args.pyz.resolve()
     if not pyz.exists():
@@ -98,7 +112,7 @@ def main() -> int:
                                text=True, check=True).stdout.strip(), p) for p in args.python] or find_pythons()
     size = pyz.stat().st_size
     print(f"{pyz.name}: {size} bytes ({size / 1e6:.1f} MB), build {build_id}, bytecode for {tag}, "
-          f"{args.runs} runs each, medians in ms")
+          f"{args.runs} runs each, medians in ms{', every python with -S' if args.no_site else ''}")
     work = Path(tempfile.mkdtemp(prefix="bkmcp-bench-"))
     try:
         cfg = work / "mcp.json"
@@ -109,33 +123,42 @@ def main() -> int:
         assert main_src.endswith(tail), "unexpected __main__.py"
         boot = f"import sys; sys.path.insert(0, {str(pyz)!r}); __file__ = {str(pyz / '__main__.py')!r}\n"
         boot += main_src[: -len(tail)]
-        header = (f"{'python':<7}{'pass':>7}{'--version':>15}{'--help':>15}{'srv --help':>15}"
+        header = (f"{'python':<7}{'pass':>7}{'--version':>15}{'--help':>15}{'srv --help':>15}{'help src':>13}"
                   f"{'imp pyz':>9}{'imp site':>9}{'ratio':>7}{'jq first':>10}{'jq warm':>9}")
         print(header)
         rows = []
         for version, python in pythons:
-            base = median_ms([python, "-c", "pass"], args.runs, env)
-            cli = [median_ms([python, str(pyz), *a], args.runs, env)
-                   for a in (["--version"], ["--help"], ["--config", str(cfg), "demo", "--help"])]
             site = site_dir(python, work, pyz)
-            imp_pyz = median_ms([python, "-c", boot + IMPORTS], args.runs, env)
-            imp_site = median_ms([python, "-c", f"import sys; sys.path.insert(0, {str(site)!r}); {IMPORTS}"],
-                                 args.runs, env)
+            py = [python, "-S"] if args.no_site else [python]
+            m = medians({
+                "pass": [*py, "-c", "pass"],
+                "version": [*py, str(pyz), "--version"],
+                "help": [*py, str(pyz), "--help"],
+                "srv": [*py, str(pyz), "--config", str(cfg), "demo", "--help"],
+                "imp_pyz": [*py, "-c", boot + IMPORTS],
+                "imp_site": [*py, "-c", f"import sys; sys.path.insert(0, {str(site)!r}); {IMPORTS}"],
+                "help_site": [*py, "-c", f"import sys; sys.path.insert(0, {str(site)!r}); import bkmcp; "
+                              "sys.exit(bkmcp.main(['--help']))"],
+            }, args.runs, env)
+            base, imp_pyz, imp_site = m["pass"], m["imp_pyz"], m["imp_site"]
+            cli = [m["version"], m["help"], m["srv"]]
             jq_first = jq_warm = None
             if not args.no_jq:
-                probe = boot + "import _bkmcp_boot as b\n"  # the jq loader is the same code as in bkmcp.py
+                probe = boot + "import _bkmcp_boot as b\n"  # the jq loader bkmcp.py calls
                 jq_code = probe + "assert b.load_native_module('jq') is not None\n"
                 native = work / "cache" / "bkmcp" / build_id / "native"
-                no_jq = median_ms([python, "-c", probe], args.runs, env)
                 try:
-                    jq_first = median_ms([python, "-c", jq_code], args.runs, env,
-                                         setup=lambda native=native: shutil.rmtree(native, ignore_errors=True)) - no_jq
-                    jq_warm = median_ms([python, "-c", jq_code], args.runs, env) - no_jq
+                    warm = medians({"no_jq": [*py, "-c", probe], "jq": [*py, "-c", jq_code]}, args.runs, env)
+                    first = medians({"jq": [*py, "-c", jq_code]}, args.runs, env,
+                                    setup=lambda native=native: shutil.rmtree(native, ignore_errors=True))
+                    jq_first, jq_warm = first["jq"] - warm["no_jq"], warm["jq"] - warm["no_jq"]
                 except RuntimeError:
                     pass  # no native for this Python in the pyz
             cells = [f"{c:6.1f} {c / base:4.2f}x" for c in cli]
             jq_cells = "".join(f"{v:>+9.1f}" if v is not None else f"{'n/a':>9}" for v in (jq_first, jq_warm))
+            help_site = m["help_site"]
             print(f"{version:<7}{base:7.1f}{cells[0]:>15}{cells[1]:>15}{cells[2]:>15}"
+                  f"{help_site:7.1f} {m['help'] / help_site:4.2f}x"
                   f"{imp_pyz:9.1f}{imp_site:9.1f}{imp_pyz / imp_site:6.2f}x{jq_cells:>10}")
             rows.append(version)
         missing = [f"3.{m}" for m in range(9, 15) if f"3.{m}" not in rows]

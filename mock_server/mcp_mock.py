@@ -40,18 +40,23 @@ require_headers            {name: value}: otherwise 401 + WWW-Authenticate
 forbid_headers_403         {name: value}: 403 when the header has that value
 forbidden_message          the safe error text of the 403 body
 allowed_origins            list; an Origin header outside it gets 403
-unknown_tool               "rpc_error" (default, -32602) or "is_error"
+unknown_tool               "is_error" (default, like both SDKs) or "rpc_error" (-32602)
 server_request_wait_ms     how long to wait for the client's answer to a server request (default 3000)
 stdio_unknown_method       stdio, before the era is locked: "error" (default, -32601), "silent", "exit"
 stdio_drop                 stdio "drop": "exit" (default, exit status 3) or "silent"
-stderr_lines               stdio: lines written to stderr at start-up
+stderr_lines, stdout_lines stdio: lines written to stderr / stdout at start-up
+require_env                stdio: {NAME: value or null}; otherwise exit 1 at start-up
 faults                     {duplicate_cursor, cursor_cycle, infinite_pages, fail_on_page, duplicate_tool_names,
                             redirect, slow_ms, drop_on_call, malformed_json, rpc_error_on, status_on,
-                            expire_session_after, sse_retry_resume, server_request_on_call}
+                            expire_session_after, sse_retry_resume, server_request_on_call, slow_on, html_on}
 
 Tool behaviours (mock-only key ``"x-mock"`` on a tool, stripped from tools/list together with every other key
 starting with ``x-mock``): echo (default), add, is_error, rpc_error, input_required, task, url_elicitation,
-malformed, slow, drop, big, unknown_result_type, image, progress, environ (the process's environment, cwd, pid).
+malformed, slow, drop, big, unknown_result_type, image, progress, env, environ.
+
+Request log entry (HTTP): seq, time, transport, http_method, path, headers (lower-case names), body (raw text),
+json (ints exact, other numbers Decimal), rpc_method, rpc_id, status, session_id, era, fault, response_headers,
+peer_port, done.
 
 Sections: constants → JSON helpers → scenario → request log → protocol core → HTTP transport → stdio transport
 → MockServer (in-process API) → CLI.
@@ -69,6 +74,7 @@ import os
 import queue
 import re
 import secrets
+import select
 import signal
 import socket
 import sys
@@ -291,11 +297,13 @@ DEFAULTS: dict[str, Any] = {
     "forbid_headers_403": {},
     "forbidden_message": "Access denied: this principal may not use this MCP server",
     "allowed_origins": None,
-    "unknown_tool": "rpc_error",
+    "unknown_tool": "is_error",
     "server_request_wait_ms": 3000,
     "stdio_unknown_method": "error",
     "stdio_drop": "exit",
     "stderr_lines": [],
+    "stdout_lines": [],
+    "require_env": {},
     "faults": {},
 }
 
@@ -313,6 +321,8 @@ FAULT_KEYS = (
     "status_on",
     "expire_session_after",
     "sse_retry_resume",
+    "slow_on",
+    "html_on",
     "server_request_on_call",
 )
 
@@ -331,6 +341,7 @@ BEHAVIOURS = (
     "unknown_result_type",
     "image",
     "progress",
+    "env",
     "environ",
 )
 
@@ -543,6 +554,10 @@ class Sink:
     def ask_client(self, request: dict, timeout: float) -> dict | None:  # pragma: no cover - interface
         raise NotImplementedError
 
+    def client_closed(self) -> bool:
+        """True once the client has gone away (modern cancellation = closing the stream)."""
+        return False
+
 
 def _encode_cursor(page: int) -> str:
     return base64.urlsafe_b64encode(f"mock-page:{page}".encode()).decode().rstrip("=")
@@ -582,6 +597,7 @@ class Core:
         self.server_request_counter = 0
         self.waiters: dict[str, dict] = {}  # server request id -> {"event", "response"}
         self.client_responses: list[dict] = []
+        self.cancelled: set = set()
         self.base_url = ""
 
     # -- scenario views -----------------------------------------------------------------------------------
@@ -606,14 +622,35 @@ class Core:
         self.sc = normalize_scenario(raw)
 
     # -- small services -----------------------------------------------------------------------------------
-    def sleep_ms(self, ms: Any) -> None:
-        """Bounded, stop()-interruptible sleep."""
+    def sleep_ms(self, ms: Any, abort: Callable[[], bool] | None = None) -> bool:
+        """Bounded sleep, interrupted by stop() or by ``abort()`` (polled); True when interrupted."""
         try:
             seconds = float(_num_text(ms) or 0) / 1000.0
         except ValueError:
             seconds = 0.0
-        if seconds > 0:
-            self.stopping.wait(min(seconds, MAX_SLEEP_S))
+        deadline = time.monotonic() + min(max(seconds, 0.0), MAX_SLEEP_S)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            if self.stopping.wait(min(left, 0.05)):
+                return True
+            if abort is not None and abort():
+                return True
+
+    @staticmethod
+    def _cancel_key(scope: str | None, rid: Any) -> str:
+        text = rid.text if isinstance(rid, RawNumber) else dump_json(rid)
+        return f"{scope}|{text}"
+
+    def cancel(self, scope: str | None, rid: Any) -> None:
+        """Record a notifications/cancelled (scope = session id, or None for stdio / stateless)."""
+        with self.lock:
+            self.cancelled.add(self._cancel_key(scope, rid))
+
+    def is_cancelled(self, scope: str | None, rid: Any) -> bool:
+        with self.lock:
+            return self._cancel_key(scope, rid) in self.cancelled
 
     def next_event_id(self) -> str:
         with self.lock:
@@ -721,7 +758,7 @@ class Core:
             status=400,
         )
 
-    def check_modern_meta(self, params: Any) -> Reply | None:
+    def check_modern_meta(self, params: Any, check_version: bool = True) -> Reply | None:
         """-32602 for missing required _meta keys, -32022 for an unsupported _meta version."""
         meta = params.get("_meta") if isinstance(params, dict) else None
         if not isinstance(meta, dict):
@@ -731,7 +768,7 @@ class Core:
             return Reply.error(-32602, "Missing required _meta field(s): " + ", ".join(missing), status=400)
         if not isinstance(meta.get(META_CAPS), dict):
             return Reply.error(-32602, f"_meta {META_CAPS} must be an object", status=400)
-        if meta[META_VERSION] not in self.modern_versions:
+        if check_version and meta[META_VERSION] not in self.modern_versions:
             return self.unsupported_version_reply(meta[META_VERSION])
         return None
 
@@ -755,12 +792,15 @@ class Core:
             return Reply("malformed")
         if method == "tools/call" and faults.get("drop_on_call"):
             return Reply("drop")
+        delay = (faults.get("slow_on") or {}).get(method)
+        if delay and self.sleep_ms(delay, sink.client_closed):
+            return Reply("drop", "client_closed")
         self._notifications_before(method, params, sink)
         modern = ctx.era == "modern"
         if method == "tools/list":
             reply = self.tools_list(params)
         elif method == "tools/call":
-            reply = self.tools_call(ctx, params, sink)
+            reply = self.tools_call(ctx, params, sink, msg.get("id"))
         elif method == "server/discover" and modern:
             reply = Reply("result", self.discover_result())
         elif method == "ping" and not modern:
@@ -841,7 +881,7 @@ class Core:
         return Reply("result", result)
 
     # -- tools/call ---------------------------------------------------------------------------------------
-    def tools_call(self, ctx: Ctx, params: dict, sink: Sink) -> Reply:
+    def tools_call(self, ctx: Ctx, params: dict, sink: Sink, rid: Any = None) -> Reply:
         name = params.get("name")
         args = params.get("arguments")
         if args is None:
@@ -858,7 +898,7 @@ class Core:
         if srv_req and ctx.era == "legacy":
             answered = self._ask(sink, srv_req)
         behaviour = tool.get("x-mock", "echo")
-        reply = self._behave(behaviour, tool, ctx, params, args, sink)
+        reply = self._behave(behaviour, tool, ctx, params, args, sink, rid)
         if answered is not None and reply.kind == "result" and isinstance(reply.value, dict):
             reply.value.setdefault("content", []).append(
                 {"type": "text", "text": "client answered: " + dump_json(answered)}
@@ -894,11 +934,41 @@ class Core:
         response = sink.ask_client(request, self.sc["server_request_wait_ms"] / 1000.0)
         return response if response is not None else {"no_answer": True, "request_id": request["id"]}
 
-    def _behave(self, behaviour: str, tool: dict, ctx: Ctx, params: dict, args: Any, sink: Sink) -> Reply:
+    def _behave(self, behaviour: str, tool: dict, ctx: Ctx, params: dict, args: Any, sink: Sink, rid: Any) -> Reply:
         modern = ctx.era == "modern"
         if behaviour == "slow":
-            self.sleep_ms(tool.get("x-mock-ms", 1000))
+            scope = ctx.session.sid if ctx.session else None
+
+            def gone() -> bool:
+                return sink.client_closed() or self.is_cancelled(scope, rid)
+
+            if self.sleep_ms(tool.get("x-mock-ms", 1000), gone):
+                # Legacy: cancelled → no response (spec); modern: the client closed the stream.
+                return Reply("drop", "cancelled" if self.is_cancelled(scope, rid) else "client_closed")
             behaviour = "echo"
+        if behaviour == "environ":  # the whole environment, cwd and pid of the (stdio) server process
+            environ = dict(os.environ)
+            return Reply(
+                "result",
+                {
+                    "content": [{"type": "text", "text": " ".join(sorted(environ))}],
+                    "structuredContent": {"environ": environ, "cwd": os.getcwd(), "pid": os.getpid()},
+                    "isError": False,
+                },
+            )
+        if behaviour == "env":
+            names = tool.get("x-mock-vars")
+            if names is None:
+                names = args.get("names", []) if isinstance(args, dict) else []
+            env = {str(n): os.environ.get(str(n)) for n in names}
+            return Reply(
+                "result",
+                {
+                    "content": [{"type": "text", "text": dump_json(env)}],
+                    "structuredContent": {"env": env},
+                    "isError": False,
+                },
+            )
         if behaviour == "echo":
             return Reply(
                 "result",
@@ -1011,16 +1081,6 @@ class Core:
                 {
                     "resultType": tool.get("x-mock-result-type", "mystery"),
                     "content": [{"type": "text", "text": "what am I?"}],
-                },
-            )
-        if behaviour == "environ":  # what the (stdio) server process was started with
-            env = dict(os.environ)
-            return Reply(
-                "result",
-                {
-                    "content": [{"type": "text", "text": " ".join(sorted(env))}],
-                    "structuredContent": {"environ": env, "cwd": os.getcwd(), "pid": os.getpid()},
-                    "isError": False,
                 },
             )
         if behaviour == "image":
@@ -1156,6 +1216,8 @@ class _HttpSink(Sink):
 
     def event(self, payload: bytes, event_id: str | None = None) -> None:
         nl = self.nl
+        if event_id is None and self.core.sc["sse_priming"]:
+            event_id = self.core.next_event_id()  # a server with an event store ids every event (TS SDK)
         head = ""
         if event_id is not None:
             head += "id: " + event_id + nl
@@ -1173,6 +1235,14 @@ class _HttpSink(Sink):
             self.h.close_connection = True
 
     # -- Sink interface -----------------------------------------------------------------------------------
+    def client_closed(self) -> bool:
+        sock = self.h.connection
+        try:
+            readable, _, _ = select.select([sock], [], [], 0)
+            return bool(readable) and sock.recv(1, socket.MSG_PEEK) == b""
+        except (OSError, ValueError):
+            return True
+
     def notify(self, message: dict) -> None:
         self.start()
         self.event(dump_bytes(message))
@@ -1187,7 +1257,7 @@ class _HttpSink(Sink):
     def finish(self, reply: Reply) -> None:
         h = self.h
         if reply.kind == "drop":
-            h.entry["fault"] = "drop"
+            h.entry["fault"] = reply.value or "drop"
             h.close_connection = True
             if self.started:  # cut the stream without its terminating chunk
                 h.abort()
@@ -1256,6 +1326,7 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
     allow_reuse_address = True
+    request_queue_size = 1024  # listen backlog: many concurrent clients (resident-mode tests) must not be reset
 
     def __init__(self, address: tuple, core: Core) -> None:
         self.core = core
@@ -1292,6 +1363,7 @@ class _Server(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # small header + body writes must not wait for delayed ACKs
     server_version = "mcp-mock/1.0"
     timeout = HANDLER_TIMEOUT_S
     server: _Server
@@ -1369,6 +1441,8 @@ class _Handler(BaseHTTPRequestHandler):
                 "era": None,
                 "fault": None,
                 "response_headers": {},
+                "done": False,
+                "peer_port": self.client_address[1],
             }
         )
         try:
@@ -1377,6 +1451,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.entry["fault"] = self.entry.get("fault") or "client_gone"
             self.close_connection = True
         finally:
+            self.entry["done"] = True
             core.log.changed()
             core.log.emit(self.entry)
 
@@ -1552,6 +1627,10 @@ class _Handler(BaseHTTPRequestHandler):
             rid = msg.get("id")
             self.send_rpc_error(int(status_on[method]), -32603, f"mock HTTP {status_on[method]} on {method}", rid)
             return
+        if method in _method_set(core.faults.get("html_on")):  # e.g. a login page served by a proxy
+            self.entry["fault"] = "html_on"
+            self.send_body(200, b"<!doctype html><html><body>Please log in</body></html>", "text/html; charset=utf-8")
+            return
         version_header = self.header("mcp-protocol-version")
         modern = bool(core.modern_versions) and (
             not core.legacy_versions or (version_header is not None and version_header not in LEGACY_VERSIONS)
@@ -1588,18 +1667,21 @@ class _Handler(BaseHTTPRequestHandler):
                 rid,
             )
             return
-        problem = core.check_modern_meta(msg.get("params"))
+        problem = core.check_modern_meta(msg.get("params"), check_version=False)
         if problem is not None:
             self.send_reply_error(problem, rid)
             return
         meta_version = params["_meta"][META_VERSION]
-        if header_version != meta_version:
+        if header_version != meta_version:  # checked before the version itself, like the Python SDK
             self.send_rpc_error(
                 400,
                 -32020,
                 f"Header mismatch: MCP-Protocol-Version {header_version!r} does not match _meta {meta_version!r}",
                 rid,
             )
+            return
+        if meta_version not in core.modern_versions:
+            self.send_reply_error(core.unsupported_version_reply(meta_version), rid)
             return
         if self.header("mcp-method") != method:
             self.send_rpc_error(
@@ -1686,7 +1768,7 @@ class _Handler(BaseHTTPRequestHandler):
             return None
         version = session.version
         if header_version is None:
-            if version >= "2025-06-18":
+            if version >= "2025-06-18" and sc["strict_version_header"]:
                 self.send_rpc_error(400, -32000, "Bad Request: MCP-Protocol-Version header is required", rid)
                 return None
         elif header_version not in supported or (
@@ -1715,7 +1797,7 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             self._initialize(inits[0])
             return
-        ctx = self._legacy_session(messages[0].get("id") if not is_batch else None)
+        ctx = self._legacy_session()  # transport-level errors carry "id": null, like the TS SDK
         if ctx is None:
             return
         if is_batch and ctx.version != "2025-03-26":
@@ -1729,6 +1811,8 @@ class _Handler(BaseHTTPRequestHandler):
             elif "id" not in m:
                 if method == "notifications/initialized" and ctx.session is not None:
                     ctx.session.initialized = True
+                elif method == "notifications/cancelled" and isinstance(m.get("params"), dict):
+                    core.cancel(ctx.session.sid if ctx.session else None, m["params"].get("requestId"))
             else:
                 requests.append(m)
         if not requests:
@@ -1759,7 +1843,8 @@ class _Handler(BaseHTTPRequestHandler):
             sink.start()
             for note in batch_sink.notes:
                 sink.event(dump_bytes(note))
-            sink.event(dump_bytes(responses))
+            for response in responses:  # one event per response, like the TS SDK
+                sink.event(dump_bytes(response))
             sink.end()
         else:
             self.send_body(200, dump_bytes(responses), "application/json")
@@ -1884,15 +1969,30 @@ class StdioServer:
     def _reader(self) -> None:
         try:
             for line in iter(self.stdin.readline, b""):
+                if b"notifications/cancelled" in line:  # seen early so that a running slow call can stop
+                    try:
+                        note = parse_wire(line.decode("utf-8"))
+                        self.core.cancel(None, note["params"]["requestId"])
+                    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+                        pass
                 self.lines.put(line)
         except (OSError, ValueError):
             pass
         self.lines.put(None)
 
     def run(self) -> int:
-        for line in self.core.sc["stderr_lines"]:
+        sc = self.core.sc
+        for name, expected in (sc["require_env"] or {}).items():
+            value = os.environ.get(name)
+            if not value or (expected is not None and value != expected):
+                self.stderr.write(f"mcp_mock: environment variable {name} is missing or wrong\n".encode())
+                self.stderr.flush()
+                return 1
+        for line in sc["stderr_lines"]:
             self.stderr.write((line + "\n").encode("utf-8", errors="replace"))
         self.stderr.flush()
+        for line in sc["stdout_lines"]:
+            self.write(line.encode("utf-8", errors="replace"))
         threading.Thread(target=self._reader, name="mcp-mock-stdin", daemon=True).start()
         try:
             while True:
@@ -1949,6 +2049,7 @@ class StdioServer:
                 "rpc_method": rpc_method,
                 "rpc_id": rpc_id,
                 "era": self.era,
+                "done": True,
             }
         )
         self.core.log.emit(entry)
@@ -2027,7 +2128,7 @@ class StdioServer:
         if reply.kind == "resume":
             reply = reply.value
         if reply.kind == "drop":
-            if self.core.sc["stdio_drop"] == "exit":
+            if reply.value != "cancelled" and self.core.sc["stdio_drop"] == "exit":
                 raise _StdioExit(3)
             return
         if reply.kind == "malformed":
@@ -2041,6 +2142,19 @@ class StdioServer:
 # ############################################################################################################
 # MockServer (in-process API)
 # ############################################################################################################
+
+
+def _filter_entries(entries: list[dict], rpc_method: str | None, http_method: str | None) -> list[dict]:
+    out = []
+    for entry in entries:
+        if http_method is not None and entry.get("http_method") != http_method:
+            continue
+        if rpc_method is not None:
+            methods = entry.get("rpc_method")
+            if not (methods == rpc_method or (isinstance(methods, list) and rpc_method in methods)):
+                continue
+        out.append(entry)
+    return out
 
 
 class MockServer:
@@ -2101,22 +2215,17 @@ class MockServer:
 
     def requests(self, rpc_method: str | None = None, http_method: str | None = None) -> list[dict]:
         """Log entries, optionally only those with this JSON-RPC method (batches match any member) / HTTP verb."""
-        out = []
-        for entry in self.log_store.snapshot():
-            if http_method is not None and entry.get("http_method") != http_method:
-                continue
-            if rpc_method is not None:
-                methods = entry.get("rpc_method")
-                if not (methods == rpc_method or (isinstance(methods, list) and rpc_method in methods)):
-                    continue
-            out.append(entry)
-        return out
+        return _filter_entries(self.log_store.snapshot(), rpc_method, http_method)
 
     def wait_for(
         self, rpc_method: str | None = None, count: int = 1, timeout: float = 5.0, http_method: str | None = None
     ) -> list[dict]:
-        """Block (bounded) until at least ``count`` matching entries exist; returns them (maybe fewer)."""
-        self.log_store.wait(lambda _: len(self.requests(rpc_method, http_method)) >= count, timeout)
+        """Block (bounded) until ``count`` matching entries are complete ("done"); returns the matches."""
+
+        def ready(entries: list[dict]) -> bool:
+            return sum(1 for e in _filter_entries(entries, rpc_method, http_method) if e.get("done")) >= count
+
+        self.log_store.wait(ready, timeout)
         return self.requests(rpc_method, http_method)
 
     def reset_log(self) -> None:
@@ -2152,6 +2261,7 @@ def _parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--port", type=int, default=0, help="HTTP port on 127.0.0.1 (0 = any free port)")
     p.add_argument("--stdio", action="store_true", help="serve newline-delimited JSON-RPC on stdin/stdout")
     p.add_argument("--scenario", metavar="FILE", help="scenario JSON file")
+    p.add_argument("--scenario-json", metavar="JSON", help="scenario as inline JSON (applied after --scenario)")
     p.add_argument("--log", metavar="FILE", help="append the request log here as JSON lines")
     p.add_argument("--quiet", action="store_true", help="stdio: do not mirror the log to stderr")
     p.add_argument("--versions", help="comma-separated protocol versions")
@@ -2177,6 +2287,8 @@ def scenario_from_args(args: argparse.Namespace) -> dict:
     if args.scenario:
         with open(args.scenario, encoding="utf-8") as fh:
             scenario.update(json.load(fh))
+    if args.scenario_json:
+        scenario.update(json.loads(args.scenario_json))
     if args.versions:
         scenario["versions"] = [v.strip() for v in args.versions.split(",") if v.strip()]
     if args.response_mode:
@@ -2216,13 +2328,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.stdio:
         status = StdioServer(core, sys.stdin.buffer, sys.stdout.buffer, sys.stderr.buffer).run()
         core.log.close()
-        if status:
-            # A deliberate exit while stdin is still open: the daemon stdin reader holds the buffer lock, and a
-            # normal interpreter shutdown would abort on it (SIGABRT instead of this status).
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(status)
-        return status
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        # The stdin reader thread may still be blocked in readline(); interpreter shutdown would then abort
+        # (SIGABRT on the buffered-reader lock), so leave without running it.
+        os._exit(status)
     done = threading.Event()
 
     def _on_signal(signum: int, frame: Any) -> None:

@@ -49,6 +49,15 @@ def test_server_help(python: str, pyz_path: Path, pyz_env: dict, tmp_path: Path)
     assert "demo" in proc.stdout
 
 
+def test_runs_through_shebang_and_relative_path(pyz_path: Path, pyz_env: dict, build_info: dict) -> None:
+    if shutil.which("python3", path=pyz_env.get("PATH")) is None:
+        pytest.skip("no python3 on PATH for the shebang")
+    proc = subprocess.run(["./" + pyz_path.name, "--version"], cwd=pyz_path.parent, capture_output=True, text=True,
+                          env=pyz_env, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert build_info["version"] in proc.stdout
+
+
 def test_vendored_imports(python: str, pyz_path: Path, pyz_env: dict) -> None:
     """Everything bkmcp imports lazily loads from the zip, not from the interpreter's site-packages (certifi
     may be preloaded by a site .pth on this machine, so only its data is checked)."""
@@ -287,22 +296,38 @@ def test_jq_unavailable(python: str, pyz_no_natives: Path, pyz_env: dict, tmp_pa
 
 
 def _cli_has_jq(pyz: Path) -> bool:
+    """bkmcp.py loads the pyz's jq natives (the hook of docs/building.md), pasted or via _bkmcp_boot."""
     with zipfile.ZipFile(pyz) as zf:
-        return b"def load_native_module(" in zf.read("bkmcp.py")
+        program = zf.read("bkmcp.py")
+    return b"_bkmcp_boot" in program or b"def load_native_module(" in program
 
 
 def _dry_run(python: str, pyz: Path, tmp_path: Path, env: dict, jq: str) -> subprocess.CompletedProcess:
-    return run_pyz(python, pyz, "--config", str(_config(tmp_path)), "demo", "echo", "--body", "{}", "--dry-run",
-                   "--jq", jq, env=env)
+    return run_pyz(python, pyz, "--config", str(_config(tmp_path)), "demo", "echo", "--body",
+                   '{"n": 100000000000000000001, "x": 1.50}', "--dry-run", "--jq", jq, env=env)
 
 
-def test_cli_jq_native(python: str, pyz_path: Path, pyz_env: dict, tmp_path: Path) -> None:
+def test_cli_jq_native(python: str, pyz_path: Path, pyz_env: dict, tmp_path: Path, build_info: dict) -> None:
     if not _cli_has_jq(pyz_path):
         pytest.skip("bkmcp.py does not carry the zipapp jq hooks yet (docs/building.md)")
     env = dict(pyz_env, PATH=_path_with_jq(tmp_path, None))
-    proc = _dry_run(python, pyz_path, tmp_path, env, ".ok")
+    proc = _dry_run(python, pyz_path, tmp_path, env, ".ok, .data.arguments.n")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "true"
+    assert proc.stdout.splitlines() == ["true", "100000000000000000001"]
+    native = Path(env["XDG_CACHE_HOME"]) / "bkmcp" / build_info["build_id"] / "native"
+    assert [p.suffix for p in native.iterdir()] == [".so"]
+
+
+def test_cli_jq_executable(pyz_no_natives: Path, pyz_env: dict, tmp_path: Path) -> None:
+    if not _cli_has_jq(pyz_no_natives):
+        pytest.skip("bkmcp.py does not carry the zipapp jq hooks yet (docs/building.md)")
+    jq = shutil.which("jq")
+    if jq is None:
+        pytest.skip("no jq executable on PATH (apt-get install jq)")
+    env = dict(pyz_env, PATH=_path_with_jq(tmp_path, jq))
+    proc = _dry_run(sys.executable, pyz_no_natives, tmp_path, env, ".data.arguments.n")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["100000000000000000001"]
 
 
 def test_cli_jq_unavailable(pyz_no_natives: Path, pyz_env: dict, tmp_path: Path) -> None:
@@ -312,4 +337,5 @@ def test_cli_jq_unavailable(pyz_no_natives: Path, pyz_env: dict, tmp_path: Path)
     proc = _dry_run(sys.executable, pyz_no_natives, tmp_path, env, ".ok")
     assert proc.returncode == 1
     assert proc.stdout == ""
-    assert json.loads(proc.stderr.strip().splitlines()[-1])["error"]["code"] == "jq_unavailable"
+    error = json.loads(proc.stderr.strip().splitlines()[-1])["error"]
+    assert error["code"] == "jq_unavailable" and error.get("hint")

@@ -143,7 +143,7 @@ def test_MCP_004_drop_after_call_is_outcome_unknown_and_not_resent_R03(mock, how
     else:
         scenario["faults"] = {"drop_on_call": True}
     target = mock(scenario, protocol_version="2025-11-25")
-    result = target.run(target.name, tool, "--body", "{}")
+    result = target.run(target.name, tool, "--body", '{"text": "x"}')
     assert result.exit_status == 2
     assert result.error_code == "mcp_connection_error"
     assert result.json["error"]["outcome"] == "unknown"
@@ -208,7 +208,7 @@ def test_MCP_004_sse_resumption_bounded_by_timeout_R03(mock):
     target = mock({"response_mode": "sse", "faults": {"sse_retry_resume": {"retry_ms": 5000}}},
                   protocol_version="2025-11-25")
     started = time.monotonic()
-    result = target.run("--timeout", "1s", target.name, "echo", "--body", "{}")
+    result = target.run("--timeout", "1s", target.name, "echo", "--body", '{"text": "x"}')
     assert result.exit_status == 2 and result.error_code == "mcp_timeout"
     assert result.json["error"]["outcome"] == "unknown"
     assert time.monotonic() - started < 3

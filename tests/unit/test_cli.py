@@ -206,9 +206,10 @@ def test_version(no_network):
     assert res.exit_status == 0 and res.stdout == f"bkmcp {bkmcp.__version__}\n"
 
 
-def test_resident_is_a_stable_unsupported_error(no_network):
-    res = run_bkmcp("--resident")
-    assert res.exit_status == 1 and res.error_code == "unsupported_option"
+@pytest.mark.parametrize("args", [("--resident", "srv"), ("--resident", "--check"), ("--registry", "r.db")])
+def test_resident_option_combinations(args, tmp_path, no_network):
+    res = run_bkmcp(*args, env={"HOME": str(tmp_path)})
+    assert res.exit_status == 1 and res.error_code == "usage_error" and res.stdout == ""
 
 
 # -- D01: help ---------------------------------------------------------------------------------------------
@@ -532,3 +533,28 @@ def test_pretty_output_on_a_terminal(config, no_network):
     bkmcp.main(["--config", str(config), "report-prod", "t", "--body", "{}", "--dry-run"], stdin=io.StringIO(),
                stdout=out, stderr=io.StringIO(), env=ENV, cwd=os.getcwd())
     assert out.getvalue().startswith('{\n  "ok": true,')
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("500ms", 0.5), ("30s", 30.0), ("2m", 120.0), ("1h", 3600.0),
+                                               ("1.5", 1.5), (None, 60.0)])
+def test_timeout_reaches_the_operation_as_one_budget(text, seconds, config, monkeypatch, no_network):
+    seen = []
+    monkeypatch.setattr(bkmcp, "run_tools", lambda server, *, deadline, insecure, log: seen.append(deadline.seconds)
+                        or {"tools": []})
+    args = ("--timeout", text) if text else ()
+    assert c(config, "public-docs", "--tools", *args).exit_status == 0
+    assert seen == [pytest.approx(seconds)]
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "abc", "1d", "0ms", ""])
+def test_bad_timeouts_are_usage_errors_before_anything(text, tmp_path, no_network):
+    res = run_bkmcp("--config", str(tmp_path / "missing.json"), "srv", "--check", "--timeout", text)
+    assert res.exit_status == 1 and res.error_code == "usage_error"
+
+
+def test_body_from_a_missing_stdin_is_a_usage_error(config, no_network):
+    closed = io.TextIOWrapper(io.BytesIO(b""))
+    closed.close()  # ValueError on read
+    for stdin in (object(), closed):  # no stdin at all / a closed one
+        res = run_with(stdin, "--config", str(config), "public-docs", "t", "--body", "-", "--dry-run", env=ENV)
+        assert res.exit_status == 1 and res.error_code == "usage_error", res.stderr

@@ -199,6 +199,11 @@ def test_c02_messages_never_echo_values():
         + secret + '",}}}}',
         json.dumps(cfg(a=http(headers={"X-Token": secret, "Host": "h"}))),
         json.dumps(cfg(a=http(headers={"X-Token": secret, "Bad Name": "v"}))),
+        json.dumps(cfg(a=http(headers={f"Authorization: Bearer {secret}": ""}))),
+        json.dumps(cfg(a=http(headers={f"X-Api-Key={secret}": "x"}))),
+        json.dumps(cfg(a=http(**{f"Authorization: Bearer {secret}": "x"}))),
+        json.dumps({"mcpServers": {}, f"token {secret}": 1}),
+        json.dumps(cfg(a={"type": "stdio", "command": "x", "env": {f"API_KEY={secret}": "v"}})),
         json.dumps(cfg(a=http(headers={"X-Token": secret + "\n"}))),
         json.dumps(cfg(a=http(url=f"https://user:{secret}@x/"))),
         json.dumps(cfg(a=http(url=f"https://x/#{secret}"))),
@@ -324,6 +329,20 @@ def test_c03_context_is_unsupported_even_without_a_config_file(args, tmp_path, n
     assert calls == []
 
 
+def test_c03_broken_or_switched_bk_cli_contexts_do_not_matter(tmp_path, no_network):
+    """C03: bk-cli's own context files (missing, switched, corrupt) never affect MCP config or identity."""
+    home = _home_with_config(tmp_path, server="s")
+    bk = home / ".bk-cli"
+    results = [dry("s", env={"HOME": str(home)}).stdout]
+    (bk / "config.json").write_text('{"current_context": "prod", "broken": ')
+    (bk / "contexts" / "prod").mkdir(parents=True)
+    (bk / "contexts" / "prod" / "mcp.json").write_text('{"mcpServers": {"s": {"type": "http", "url": "https://evil/"}}}')
+    (bk / "contexts" / "prod" / "credentials").write_text("Bearer ctx-token-123")
+    results.append(dry("s", env={"HOME": str(home), "BK_CLI_CONTEXT": "prod"}).stdout)
+    assert results[0] == results[1] and results[0]
+    assert "ctx-token" not in results[1] and "evil" not in results[1]
+
+
 def test_c03_bk_cli_variables_are_never_read(write_config, no_network):
     """C03/§4: BK_CLI_* identity variables are ignored unless the config references them."""
     path = write_config(cfg(a=http()))
@@ -443,3 +462,12 @@ def test_no_warning_for_private_files_or_references(mode, headers, write_config,
     path = write_config(cfg(a=http(headers=headers)), mode=mode)
     res = dry("--config", str(path), "a", env={"TOK": "t-123456"})
     assert res.exit_status == 0 and res.stderr == ""
+
+
+def test_c02_config_encoding_and_positions(write_config, no_network):
+    assert parse_config(b'\xef\xbb\xbf{"mcpServers": {}}', "/f").servers == {}
+    with pytest.raises(InvalidConfigError, match="UTF-8"):
+        parse_config(b'{"mcpServers": {"a\xff": {}}}', "/f")
+    with pytest.raises(InvalidConfigError, match="line 3 column"):
+        parse_config('{\n "mcpServers": {\n  "a": 1,}}', "/f")
+    assert run_bkmcp("--config=", "a").error_code == "usage_error"

@@ -61,7 +61,7 @@ def test_d01_root_help_imports_nothing_heavy(args, tmp_path):
     assert _heavy(modules) == []
 
 
-@pytest.mark.parametrize("args", [("report", "--help"), ("report",), ("fs", "-h")])
+@pytest.mark.parametrize("args", [("report", "--help"), ("report",), ("fs", "-h"), ("report", "--jq", ".")])
 def test_d01_server_help_imports_nothing_heavy(args, tmp_path, config):
     code, modules = _modules(tmp_path, "--config", str(config), *args)
     assert code == 0

@@ -106,7 +106,7 @@ def test_o01_runtime_error_is_jq_error_exit_2_and_keeps_the_result(config, no_ne
     assert res.exit_status == 2 and res.stderr == ""
     env = bkmcp.parse_json(res.stdout)
     assert env["ok"] is False and env["error"]["code"] == "jq_error"
-    assert "do not retry it blindly" in env["error"]["hint"]
+    assert "nothing was sent" in env["error"]["hint"]  # a dry run: no remote operation happened
     assert env["data"]["arguments"]["n"][0] == 123456789012345678901234567890  # unprojected data kept
     assert dry(config, "--jq", ".data.arguments.n + 1").json["error"]["code"] == "jq_error"
 
@@ -128,6 +128,7 @@ def test_o01_jq_applies_to_the_failure_envelope_once(write_config, monkeypatch, 
     assert res.exit_status == 2 and env["error"]["code"] == "jq_error"
     assert env["error"]["unprojected_error"]["code"] == "mcp_discovery_incomplete"  # the failure is not hidden
     assert env["data"] == {"pages": 2, "big": bkmcp.JsonNumber("1e400")}
+    assert "do not retry it blindly" in env["error"]["hint"]
     assert len(calls) == 2  # one remote operation per run, never retried because of jq
 
 
@@ -145,7 +146,8 @@ def test_o01_success_projection_after_remote_runs_once(write_config, monkeypatch
 
 
 def test_o01_help_is_never_projected(config, no_network):
-    for args in (("--help", "--jq", ".["), ("--config", str(config), "a", "--help", "--jq", ".x")):
+    for args in (("--help", "--jq", ".["), ("--config", str(config), "a", "--help", "--jq", ".x"), ("--jq", ".["),
+                 ("--config", str(config), "a", "--jq", ".[")):
         res = run_bkmcp(*args)
         assert res.exit_status == 0 and res.stdout.startswith("bkmcp")
 
@@ -186,3 +188,15 @@ def test_jq_unavailable(write_config, monkeypatch, no_network):
     monkeypatch.setattr(shutil, "which", lambda name: None)
     res = dry(config, "--jq", ".")
     assert res.exit_status == 1 and res.error_code == "jq_unavailable"
+
+
+@pytest.mark.parametrize("depth", [200, 500, 980])
+def test_deeply_nested_results_are_jq_error_never_internal(depth, config, no_network):
+    body = '{"a": ' + "[" * depth + "1" + "]" * depth + "}"
+    res = dry(config, "--jq", ".data.arguments", body=body)
+    if res.exit_status == 0:
+        assert res.stdout == body.replace(" ", "") + "\n"
+    elif res.exit_status == 1:  # the parser's own nesting limit (it depends on the stack depth of the caller)
+        assert res.error_code == "invalid_mcp_arguments" and "nesting too deep" in res.stderr
+    else:
+        assert res.exit_status == 2 and res.json["error"]["code"] == "jq_error", res.stdout + res.stderr

@@ -81,6 +81,14 @@ def test_dump_is_compact_unicode_and_indentable():
     assert dump_json({"b": 1, "a": 2}, sort_keys=True) == '{"a":2,"b":1}'
 
 
+def test_unicode_line_separators_are_escaped():
+    """U+0085, U+2028, U+2029 split lines for str.splitlines() and JavaScript: an envelope must stay one line."""
+    value = {"s": "a\u0085b\u2028c\u2029d", "k\u2028": 1}
+    out = dump_json(value)
+    assert len(out.splitlines()) == 1 and "\\u2028" in out
+    assert parse_json(out) == value
+
+
 def test_lone_surrogates_are_written_as_escapes():
     """A lone surrogate (valid JSON escape, invalid Unicode) must not break a UTF-8 stdout later."""
     value = parse_json('{"s": "a\\udcffb", "\\ud800": 1}')

@@ -65,7 +65,7 @@ def test_d02_help_content() -> None:
     assert "--tags JSON-ARRAY" in text
     assert "one of: open, closed, archived" in text
     assert "default: 20 (information only, not sent)" in text
-    assert "range: >= 1, <= 100" in text
+    assert "limits: >= 1, <= 100" in text
     flag_lines = {line.split()[0]: line.split()[-1] for line in text.splitlines() if line.startswith("  --")}
     assert flag_lines["--keyword"] == "required" and flag_lines["--limit"] == "optional"
     section = text.split("Fields without a flag (set them with --body):")[1]

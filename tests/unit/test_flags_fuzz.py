@@ -1,0 +1,217 @@
+"""Property-based tests for schema flags (P01, P02, P03, P05, P06, D02).
+
+Generated schemas and values: every flag value that passes local validation maps to exactly the intended JSON
+value (equal after a JSON round trip and byte-equal as text); random tokens and random schemas never raise
+anything but ``BkmcpError``. ``BKMCP_FUZZ_EXAMPLES`` sets the number of examples (default 300).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import bkmcp
+from bkmcp import (
+    BkmcpError,
+    JsonNumber,
+    ToolToken,
+    build_tool_flags,
+    check_tool_tokens,
+    describe_cli,
+    dump_json,
+    parse_argv,
+    parse_json,
+    parse_tool_arguments,
+    render_tool_help,
+    validate_arguments,
+)
+
+FUZZ = settings(
+    max_examples=int(os.environ.get("BKMCP_FUZZ_EXAMPLES", "300")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+# -- value strategies: (intended JSON value, command-line text) ------------------------------------------
+
+json_int_text = st.one_of(
+    st.integers().map(str),
+    st.integers(min_value=10**18, max_value=10**60).map(str),
+    st.integers(min_value=-(10**60), max_value=-(10**18)).map(str),
+)
+json_number_text = st.one_of(
+    json_int_text,
+    st.from_regex(r"\A-?(0|[1-9][0-9]{0,30})(\.[0-9]{1,30})?([eE][+-]?[0-9]{1,4})?\Z"),
+    st.sampled_from(["1e400", "0.1", "12345678901234567890.5", "-0.0", "1E-7", "5e-324", "1.7976931348623157e309"]),
+)
+
+
+def json_scalar() -> st.SearchStrategy[Any]:
+    return st.one_of(
+        st.none(), st.booleans(), st.text(max_size=20),
+        json_int_text.map(lambda t: parse_json(t)), json_number_text.map(lambda t: parse_json(t)),
+    )
+
+
+json_values = st.recursive(
+    json_scalar(),
+    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4)),
+    max_leaves=12,
+)
+
+property_names = st.one_of(
+    st.from_regex(r"\A[A-Za-z_][A-Za-z0-9_.\-]{0,15}\Z"),
+    st.text(min_size=0, max_size=12),
+    st.sampled_from(sorted(bkmcp.RESERVED_OPTION_NAMES)),
+)
+
+
+@st.composite
+def flag_case(draw: st.DrawFn, kind: str) -> tuple[dict[str, Any], Any, str, bool]:
+    """(property schema, intended value, token text, use '=') for one flag of ``kind``."""
+    schema: dict[str, Any] = {"type": kind}
+    if kind == "string":
+        value = draw(st.text(max_size=40))
+        text = value
+    elif kind == "integer":
+        text = draw(json_int_text)
+        value = parse_json(text)
+    elif kind == "number":
+        text = draw(json_number_text)
+        value = parse_json(text)
+    elif kind == "boolean":
+        value = draw(st.booleans())
+        text = "true" if value else "false"
+    elif kind == "array":
+        value = draw(st.lists(json_values, max_size=4))
+        text = dump_json(value)
+    else:
+        value = draw(st.dictionaries(st.text(max_size=8), json_values, max_size=4))
+        text = dump_json(value)
+    if kind in ("string", "integer") and draw(st.booleans()):
+        pool = [value] + [draw(st.text(max_size=5) if kind == "string" else st.integers()) for _ in range(2)]
+        schema["enum"] = pool if draw(st.booleans()) else pool[1:]
+    if draw(st.booleans()):
+        schema["description"] = draw(st.text(max_size=60))
+    use_eq = kind == "boolean" or draw(st.booleans())
+    return schema, value, text, use_eq
+
+
+@st.composite
+def tool_with_values(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any], list[str], str]:
+    """A tool, the intended arguments, the argv typed for them and the exact JSON text that must be sent."""
+    names = draw(st.lists(st.from_regex(r"\A[a-z][a-z0-9_\-]{0,10}\Z"), min_size=1, max_size=8, unique=True))
+    properties: dict[str, Any] = {}
+    intended: dict[str, Any] = {}
+    wire: list[str] = []
+    argv = ["srv", "tool"]
+    for name in names:
+        kind = draw(st.sampled_from(bkmcp.FLAG_TYPES))
+        schema, value, text, use_eq = draw(flag_case(kind))
+        properties[name] = schema
+        if name in bkmcp.RESERVED_OPTION_NAMES or not draw(st.integers(0, 3)):
+            continue  # reserved names get no flag; some flags are simply not given
+        intended[name] = value
+        wire.append(dump_json(name) + ":" + (text if kind in ("integer", "number") else dump_json(value)))
+        if use_eq or bkmcp._is_bkmcp_option(text):
+            argv.append(f"--{name}={text}")
+        else:
+            argv += [f"--{name}", text]
+    required = [n for n in names if draw(st.booleans())]
+    tool = {"name": "tool", "inputSchema": {"type": "object", "properties": properties, "required": required}}
+    return tool, intended, argv, "{" + ",".join(wire) + "}"
+
+
+@FUZZ
+@given(tool_with_values())
+def test_p01_p02_flag_values_reach_json_exactly(case: tuple[dict[str, Any], dict[str, Any], list[str], str]) -> None:
+    """P01/P02/P06: a flag value that passes local validation becomes exactly the intended JSON value."""
+    tool, intended, argv, wire = case
+    tokens = parse_argv(argv).tool_tokens
+    arguments = parse_tool_arguments(tool, tokens, server_name="srv")
+    assert list(arguments) == list(intended)  # only what was given, in order; nothing injected
+    assert dump_json(arguments) == wire  # byte-level: numbers exactly as typed
+    assert parse_json(dump_json(arguments)) == intended
+    for name, value in intended.items():
+        sent = arguments[name]
+        if isinstance(value, JsonNumber):
+            assert sent.text == value.text
+        elif not bkmcp._is_json_number(value):  # numbers: the byte-level text check above is the contract
+            assert type(sent) is type(value)
+    try:
+        validate_arguments(tool, arguments)
+    except bkmcp.InvalidArgumentsError as exc:
+        paths = {p["path"] for p in exc.details["problems"]}
+        missing = {bkmcp.json_path([n]) for n in tool["inputSchema"]["required"] if n not in arguments}
+        enum_misses = {bkmcp.json_path([n]) for n, v in arguments.items()
+                       if "enum" in tool["inputSchema"]["properties"][n]
+                       and not any(bkmcp._json_equal(v, e) for e in tool["inputSchema"]["properties"][n]["enum"])}
+        assert paths == missing | enum_misses
+
+
+tokens_strategy = st.lists(
+    st.builds(
+        lambda name, value, eq: ToolToken(name, value, eq, f"--{name}"),
+        st.one_of(property_names, st.sampled_from(["keyword", "limit", "ratio", "enabled", "ids", "filter"])),
+        st.one_of(st.none(), st.text(max_size=30), json_number_text, json_values.map(dump_json)),
+        st.booleans(),
+    ),
+    max_size=6,
+)
+
+schema_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=10),
+              st.sampled_from(["string", "integer", "number", "boolean", "array", "object", "null", "#/$defs/x",
+                               "#", "https://example.com/s.json", "anyOf", "$ref"])),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.dictionaries(st.sampled_from(["type", "properties", "required", "enum", "items", "anyOf", "oneOf",
+                                         "allOf", "$ref", "$defs", "default", "minimum", "maximum", "multipleOf",
+                                         "const", "pattern", "additionalProperties", "description", "title",
+                                         "$schema", "format", "a", "b", "limit"]), inner, max_size=5),
+    ),
+    max_leaves=25,
+)
+
+
+@FUZZ
+@given(tokens_strategy, st.sampled_from(["all", "random"]), schema_values)
+def test_p03_random_tokens_only_raise_bkmcp_errors(tokens: list[ToolToken], which: str, raw_schema: Any) -> None:
+    """P03/P05: arbitrary tokens against a real or a random schema raise nothing but BkmcpError subclasses."""
+    from test_schema_flags import ALL_TYPES
+
+    tool = ALL_TYPES if which == "all" else {"name": "t", "inputSchema": raw_schema}
+    for call in (lambda: parse_tool_arguments(tool, tokens, server_name="s"),
+                 lambda: check_tool_tokens(tool, tokens, server_name="s")):
+        try:
+            result = call()
+        except BkmcpError:
+            continue
+        if isinstance(result, dict):
+            try:
+                validate_arguments(tool, result)
+            except BkmcpError:
+                pass
+
+
+@FUZZ
+@given(schema_values, json_values)
+def test_d02_random_schemas_never_crash(raw_schema: Any, arguments: Any) -> None:
+    """D02/P05: mapping, describe, help and validation survive any JSON-shaped inputSchema."""
+    tool = {"name": "t", "inputSchema": raw_schema, "annotations": raw_schema, "description": "d"}
+    build_tool_flags(tool)
+    describe_cli(tool)
+    text = render_tool_help("srv", tool)
+    assert text.endswith("\n")
+    wrapped = {"name": "t", "inputSchema": {"type": "object", "properties": raw_schema, "$defs": raw_schema}}
+    build_tool_flags(wrapped)
+    render_tool_help("srv", wrapped)
+    for candidate in (tool, wrapped):
+        try:
+            check = validate_arguments(candidate, arguments if isinstance(arguments, dict) else {"a": arguments})
+            assert check.scope in ("full", "basic")
+        except BkmcpError:
+            pass
