@@ -431,7 +431,7 @@ class RequestLog:
     """Thread-safe list of received requests; optionally mirrored to a JSON-lines file."""
 
     def __init__(self, path: str | None = None, stream: Any = None) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # wait_for()'s predicate calls snapshot() while wait() holds the lock
         self._entries: list[dict] = []
         self._seq = 0
         self._changed = threading.Condition(self._lock)
