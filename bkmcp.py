@@ -916,12 +916,7 @@ def resolve_server(server: ServerConfig, env: Mapping[str, str]) -> ResolvedServ
             redactor.add(fragment, whole=False)
         if is_secret_name(name):
             auth_source = "server_headers"
-    args: list[str] = []
-    for i, template in enumerate(server.args):
-        value, used = expand_env(template, env, where=f"{where}, args[{i}]")
-        args.append(value)
-        for fragment in used:  # a ${VAR} in args may carry a credential: never print what it expanded to
-            redactor.add(fragment, whole=False)
+    args = [expand_env(arg, env, where=f"{where}, args[{i}]")[0] for i, arg in enumerate(server.args)]
     child_env: dict[str, str] = {}
     for name, template in server.env:
         value, used = expand_env(template, env, where=f"{where}, env {name!r}")
