@@ -473,11 +473,13 @@ def test_stdio_notifications_before_result_and_big_messages(stdio_mock):
     (bigger than any pipe buffer) intact."""
     note = {"method": "notifications/progress", "params": {"progress": 1, "total": 2, "message": "half way"}}
     target = stdio_mock({"notifications_before_result": [note]}, protocol_version="2025-11-25")
-    text = "x" * (2 * 1024 * 1024) + "é"
+    text = "x" * (2 * 1024 * 1024) + "é\nsecond line\r\u2028\u0085 end"  # raw line breaks never reach the wire
     result = target.run(target.name, "echo", "--text", text, "-v")
     assert result.exit_status == 0
     assert result.json["data"]["result"]["structuredContent"]["arguments"]["text"] == text
     assert "progress 1/2: half way" in result.stderr
+    call = target.log()[-1]
+    assert call["rpc_method"] == "tools/call" and "\n" not in call["body"] and "\u2028" not in call["body"]
 
 
 def test_stdio_number_fidelity(stdio_mock):
@@ -525,3 +527,20 @@ def test_stdio_ctrl_c_sends_cancelled_then_shuts_down(stdio_mock, version):
     assert [m.get("method") for m in received].count("tools/call") == 1
     (pid,) = target.pids()
     assert not alive(pid)
+
+
+# -- the pure part: which variables are inherited -----------------------------------------------------------
+
+
+def test_stdio_inherited_environment_selection():
+    import bkmcp
+
+    env = {"PATH": "/bin", "HOME": "/h", "LC_ALL": "C", "LC_MESSAGES": "C", "LANG": "C.UTF-8", "SYSTEMROOT": "C:\\W",
+           "AWS_SECRET_ACCESS_KEY": "x", "HTTPS_PROXY": "p", "PYTHONPATH": "/p", "BK_CLI_CONFIG_DIR": "/c",
+           "LD_PRELOAD": "evil.so"}
+    assert bkmcp.select_inherited_env(env) == {
+        "PATH": "/bin", "HOME": "/h", "LC_ALL": "C", "LC_MESSAGES": "C", "LANG": "C.UTF-8", "SYSTEMROOT": "C:\\W"}
+    stdio = bkmcp.ServerConfig(name="s", type="stdio", config_file="/f", command="srv")
+    http = bkmcp.ServerConfig(name="h", type="http", config_file="/f", url="https://example.com/mcp")
+    assert bkmcp.resolve_server(stdio, env).inherited_env["PATH"] == "/bin"
+    assert bkmcp.resolve_server(http, env).inherited_env == {}
