@@ -544,3 +544,66 @@ def test_stdio_inherited_environment_selection():
     http = bkmcp.ServerConfig(name="h", type="http", config_file="/f", url="https://example.com/mcp")
     assert bkmcp.resolve_server(stdio, env).inherited_env["PATH"] == "/bin"
     assert bkmcp.resolve_server(http, env).inherited_env == {}
+
+
+# -- harder exits and stuck pipes --------------------------------------------------------------------------
+
+
+def test_stdio_server_killed_by_signal(stdio_mock):
+    target = stdio_mock(command="/bin/sh", args=["-c", "echo 'dying' >&2; kill -9 $$"])
+    result = target.run(target.name, "--tools")
+    error = result.json["error"]
+    assert error["code"] == "mcp_connection_error"
+    assert "was killed by SIGKILL" in error["message"] and error["exit_status"] == -9
+    assert error["server_stderr"] == ["dying"]
+
+
+def test_stdio_command_that_cannot_be_executed(stdio_mock, tmp_path):
+    """An executable file that is no program (no #! line, not a binary): the exec failure is reported."""
+    bogus = tmp_path / "bogus-server"
+    bogus.write_bytes(b"\x00\x01\x02 not a program\n")
+    bogus.chmod(0o755)
+    target = stdio_mock(command=str(bogus))
+    result = target.run(target.name, "--tools")
+    assert result.error_code == "mcp_connection_error"
+    assert "cannot start the stdio server" in result.json["error"]["message"]
+
+
+def test_stdio_exit_detected_while_a_grandchild_holds_stdout(stdio_mock):
+    """npx-style wrappers: the server dies mid-call but a grandchild keeps its stdout open (no EOF). The exit is
+    still noticed (no wait for --timeout), the outcome is unknown, and the grandchild is stopped."""
+    wrapper = ("import subprocess\n"
+               "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+               "open(PIDS, 'w').write('%d %d' % (os.getpid(), child.pid))")
+    target = stdio_mock({"tools": [mock_tool("dropper", "drop")]}, wrapper=wrapper, protocol_version=MODERN)
+    started = time.monotonic()
+    result = target.run("--timeout", "30s", target.name, "dropper", "--body", "{}")
+    assert time.monotonic() - started < 15
+    error = result.json["error"]
+    assert error["code"] == "mcp_connection_error" and error["outcome"] == "unknown"
+    assert error["exit_status"] == 3
+    leader, grandchild = target.pids()
+    assert not alive(leader) and not alive(grandchild)
+
+
+STOPS_READING = r"""
+import json, sys, time
+for line in sys.stdin:
+    msg = json.loads(line)
+    if msg.get("method") == "tools/list":
+        tool = {"name": "t", "inputSchema": {"type": "object"}}
+        print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": {"tools": [tool]}}), flush=True)
+        time.sleep(60)  # never reads stdin again
+"""
+
+
+def test_stdio_write_to_a_server_that_stopped_reading_is_bounded(stdio_mock):
+    """A 4 MB call to a server that no longer reads stdin fills the pipe: the write is bounded by --timeout (not
+    stuck), reported as mcp_timeout with outcome unknown (part of the call may have been read)."""
+    target = stdio_mock(command=sys.executable, args=["-c", STOPS_READING], protocol_version=MODERN)
+    body = json.dumps({"blob": "x" * (4 * 1024 * 1024)})
+    started = time.monotonic()
+    result = target.run("--timeout", "2s", target.name, "t", "--body", body)
+    assert time.monotonic() - started < 15
+    error = result.json["error"]
+    assert error["code"] == "mcp_timeout" and error["outcome"] == "unknown"
