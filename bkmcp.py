@@ -1918,7 +1918,7 @@ class StdioTransport:
         self._readers: list[Any] = []
         self._writer: Any = None
         self._eof = False
-        self._spent = False  # the operation's budget ran out: shorten the graceful part of the shutdown
+        self._deadline: Deadline | None = None  # the last one used: once spent, the shutdown grace is shorter
         self._sent_at = 0.0
         import collections
 
@@ -2108,7 +2108,6 @@ class StdioTransport:
             try:
                 left = deadline.remaining()
             except McpTimeoutError as exc:
-                self._spent = True
                 raise self._failure(exc, sent=True) from None  # partly written: treat as sent (never resend)
             self._writer.join(min(left, _STDIO_POLL))
         if failure:
@@ -2126,11 +2125,7 @@ class StdioTransport:
 
         exited_at: float | None = None
         while True:
-            try:
-                left = deadline.remaining()
-            except McpTimeoutError:
-                self._spent = True
-                raise
+            left = deadline.remaining()
             try:
                 line = self._lines.get(timeout=min(left, _STDIO_POLL))
             except queue.Empty:
@@ -2198,6 +2193,7 @@ class StdioTransport:
             raise self._exited_error(method, request_id, sent=False)
         self._log_out(message)
         self._sent_at = time.monotonic()
+        self._deadline = deadline
         self._write(message, deadline)
         for incoming in self._receive(deadline, method, request_id):
             yield incoming
@@ -2212,6 +2208,7 @@ class StdioTransport:
             if not self.alive:
                 raise self._exited_error(str(message.get("method", "a response")), None, sent=False)
             self._log_out(message)
+            self._deadline = deadline
             self._write(message, deadline)
         except BkmcpError as exc:
             if strict:
@@ -2236,7 +2233,8 @@ class StdioTransport:
                 proc.stdin.close()
             except OSError:
                 pass
-        grace = 0.5 if self._spent else _STDIO_EXIT_GRACE
+        spent = self._deadline is not None and self._deadline.end <= time.monotonic()
+        grace = 0.5 if spent else _STDIO_EXIT_GRACE
         try:
             status: int | None = proc.wait(timeout=0 if writing else grace)
         except subprocess.TimeoutExpired:
