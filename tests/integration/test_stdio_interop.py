@@ -21,8 +21,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.interop]
 
 MODERN = "2026-07-28"
 TEE = r"""
-import subprocess, sys
-record, *argv = sys.argv[1:]
+import subprocess, sys, time
+record, delay, *argv = sys.argv[1:]
+time.sleep(float(delay))  # a slow start-up: bkmcp's messages wait in the pipe
 child = subprocess.Popen(argv, stdin=subprocess.PIPE)  # stdout and stderr go straight to bkmcp
 with open(record, "ab", buffering=0) as rec:
     for line in iter(sys.stdin.buffer.readline, b""):
@@ -42,12 +43,13 @@ INHERITED = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "SYSTEMROOT
 
 
 class Server:
-    def __init__(self, tmp_path: Path, argv: list[str], env: dict[str, str], protocol_version: str | None) -> None:
+    def __init__(self, tmp_path: Path, argv: list[str], env: dict[str, str], protocol_version: str | None,
+                 delay: float = 0.0) -> None:
         self.record = tmp_path / "received.jsonl"
         tee = tmp_path / "tee.py"
         tee.write_text(TEE, encoding="utf-8")
         entry: dict[str, Any] = {
-            "type": "stdio", "command": sys.executable, "args": [str(tee), str(self.record), *argv],
+            "type": "stdio", "command": sys.executable, "args": [str(tee), str(self.record), str(delay), *argv],
             # the interop environment minus what bkmcp passes on by itself
             "env": {k: v for k, v in env.items() if k not in INHERITED},
         }
@@ -75,8 +77,8 @@ class Server:
 
 @pytest.fixture
 def sdk(tmp_path: Path, sdk_stdio_argv, interop_subprocess_env):
-    def make(variant: str = "stateful-sse", protocol_version: str | None = None) -> Server:
-        return Server(tmp_path, sdk_stdio_argv(variant), interop_subprocess_env, protocol_version)
+    def make(variant: str = "stateful-sse", protocol_version: str | None = None, delay: float = 0.0) -> Server:
+        return Server(tmp_path, sdk_stdio_argv(variant), interop_subprocess_env, protocol_version, delay)
 
     return make
 
@@ -127,6 +129,19 @@ def test_stdio_sdk_unpinned_is_modern_R01_I01(sdk):
     assert server.methods() == ["server/discover", "tools/list", "tools/call"]
     assert server.received()[-1]["params"]["arguments"] == {"a": 2, "b": 40}
     assert_modern(server.received())
+
+
+def test_stdio_sdk_slow_start_locks_modern_after_the_probe_window(sdk):
+    """The SDK server starts after the 2 s probe window: bkmcp has already sent initialize behind the unanswered
+    discover. The SDK answers discover (locking the modern era) and refuses initialize with -32022; bkmcp then
+    asks discover again and stays modern on the same process."""
+    server = sdk(delay=2.5)
+    result = server.run("--tools", "-v")
+    assert result.exit_status == 0, result.stdout + result.stderr
+    assert result.json["data"]["protocol_version"] == MODERN
+    assert server.methods() == ["server/discover", "initialize", "server/discover", "tools/list"]
+    assert "initialize refused with -32022" in result.stderr
+    assert result.stderr.count("stdio server started") == 1
 
 
 def test_stdio_sdk_pinned_legacy_R01(sdk):
