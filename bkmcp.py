@@ -1574,6 +1574,11 @@ def request_was_sent(error: BaseException) -> bool:
     return bool(getattr(error, "request_sent", True))
 
 
+def _wire_headers(headers: list[tuple[str, str]]) -> list[tuple[str, str | bytes]]:
+    """httpx encodes str header values as ASCII; a configured non-ASCII value goes out as its UTF-8 bytes."""
+    return [(name, value if value.isascii() else value.encode("utf-8")) for name, value in headers]
+
+
 _ERROR_BODY_LIMIT = 64 * 1024
 _RESUME_DEFAULT_MS = 1000
 _RESUME_MAX_IDLE = 20
@@ -1749,7 +1754,7 @@ class HttpTransport:
         started = time.monotonic()
         self._log_request("POST", headers, message)
         try:
-            with self._http().stream("POST", self.url, content=body, headers=headers,
+            with self._http().stream("POST", self.url, content=body, headers=_wire_headers(headers),
                                      timeout=timeout) as response:
                 self._log_response(response, started)
                 self._check_status(response, with_session=self.session_id is not None)
@@ -1839,7 +1844,7 @@ class HttpTransport:
             started = time.monotonic()
             self._log_request("GET", headers, None)
             try:
-                with self._http().stream("GET", self.url, headers=headers,
+                with self._http().stream("GET", self.url, headers=_wire_headers(headers),
                                          timeout=self._timeout(deadline)) as response:
                     self._log_response(response, started)
                     try:
@@ -1875,7 +1880,7 @@ class HttpTransport:
         self._log_request("POST", headers, message)
         try:
             with self._http().stream("POST", self.url, content=dump_json(message).encode("utf-8"),
-                                     headers=headers, timeout=self._timeout(deadline)) as response:
+                                     headers=_wire_headers(headers), timeout=self._timeout(deadline)) as response:
                 self._log_response(response, started)
                 if strict:
                     self._check_status(response, with_session=self.session_id is not None)
@@ -1894,7 +1899,7 @@ class HttpTransport:
         started = time.monotonic()
         self._log_request("DELETE", headers, None)
         try:
-            response = self._client.request("DELETE", self.url, headers=headers,
+            response = self._client.request("DELETE", self.url, headers=_wire_headers(headers),
                                             timeout=self._timeout(deadline, cap=2.0))
             self._log_response(response, started)
         except (httpx.HTTPError, BkmcpError) as exc:
