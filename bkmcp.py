@@ -1574,6 +1574,18 @@ def request_was_sent(error: BaseException) -> bool:
     return bool(getattr(error, "request_sent", True))
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def encode_body(message: Mapping[str, Any]) -> bytes:
+    """UTF-8 JSON; a lone surrogate (``"\\ud800"`` in --body is valid JSON) is re-escaped, not a crash."""
+    text = dump_json(message)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text).encode("utf-8")
+
+
 def _wire_headers(headers: list[tuple[str, str]]) -> list[tuple[str, str | bytes]]:
     """httpx encodes str header values as ASCII; a configured non-ASCII value goes out as its UTF-8 bytes."""
     return [(name, value if value.isascii() else value.encode("utf-8")) for name, value in headers]
@@ -1642,6 +1654,11 @@ class HttpTransport:
         import httpx
 
         target = strip_url_credentials(self.url)
+        if isinstance(exc, (httpx.InvalidURL, UnicodeError)):  # IDNA / host name encoding, before any I/O
+            return _mark(ConnectionFailedError(
+                f"the host name in {target} is not valid: {_clip(str(exc), 200)}",
+                hint="check the host name in the server's \"url\"",
+            ), sent=False)
         if isinstance(exc, httpx.TimeoutException):
             sent = not isinstance(exc, (httpx.ConnectTimeout, httpx.PoolTimeout))
             return _mark(McpTimeoutError(
@@ -1745,7 +1762,7 @@ class HttpTransport:
         headers = build_headers(
             rules, configured=self.configured, message=message, session_id=self.session_id, extra=extra_headers,
         )
-        body = dump_json(message).encode("utf-8")
+        body = encode_body(message)
         decoder: SseDecoder | None = None
         try:
             timeout = self._timeout(deadline)
@@ -1795,7 +1812,7 @@ class HttpTransport:
                 else:
                     raise ProtocolError(f"the server answered with unsupported content type {ctype!r} "
                                         "(expected application/json or text/event-stream)")
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, httpx.InvalidURL, UnicodeError) as exc:
             raise self._translate(exc, deadline) from exc
         # The POST's event stream ended before the response (SPEC §5: 2025-11-25 resumption).
         if rules is not None and rules.sse_resumption and decoder is not None and decoder.last_event_id:
@@ -1863,7 +1880,7 @@ class HttpTransport:
                         yield incoming
                         if incoming.kind in ("result", "error") and same_id(incoming.id, request_id):
                             return
-            except httpx.HTTPError as exc:
+            except (httpx.HTTPError, httpx.InvalidURL, UnicodeError) as exc:
                 raise self._translate(exc, deadline) from exc
             idle = 0 if decoder.last_event_id != last_id else idle + 1
             if idle >= _RESUME_MAX_IDLE:
@@ -1879,12 +1896,12 @@ class HttpTransport:
         started = time.monotonic()
         self._log_request("POST", headers, message)
         try:
-            with self._http().stream("POST", self.url, content=dump_json(message).encode("utf-8"),
+            with self._http().stream("POST", self.url, content=encode_body(message),
                                      headers=_wire_headers(headers), timeout=self._timeout(deadline)) as response:
                 self._log_response(response, started)
                 if strict:
                     self._check_status(response, with_session=self.session_id is not None)
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, httpx.InvalidURL, UnicodeError) as exc:
             if strict:
                 raise self._translate(exc, deadline) from exc
             self.log.debug(f"sending {message.get('method', 'a response')} failed: {type(exc).__name__}")
@@ -1902,7 +1919,7 @@ class HttpTransport:
             response = self._client.request("DELETE", self.url, headers=_wire_headers(headers),
                                             timeout=self._timeout(deadline, cap=2.0))
             self._log_response(response, started)
-        except (httpx.HTTPError, BkmcpError) as exc:
+        except (httpx.HTTPError, httpx.InvalidURL, UnicodeError, BkmcpError) as exc:
             self.log.debug(f"ending the session failed: {type(exc).__name__}")
         self.session_id = None
 
