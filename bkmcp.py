@@ -1316,19 +1316,18 @@ def build_headers(
     configured: Mapping[str, str],
     message: Mapping[str, Any] | None = None,
     session_id: str | None = None,
-    handshake_done: bool = True,
     extra: Iterable[tuple[str, str]] = (),
     accept: str = "application/json, text/event-stream",
 ) -> list[tuple[str, str]]:
     """Headers of one HTTP request: the configured ones (identical on every request), then the managed ones.
 
-    ``rules`` is None for the probe-free legacy ``initialize`` (no version header yet).
+    ``rules`` is None for the legacy ``initialize`` (no version negotiated yet, so no version header).
     """
     headers = list(configured.items())
     headers.append(("Accept", accept))
     if message is not None:
         headers.append(("Content-Type", "application/json"))
-    if rules is not None and rules.version_header and (handshake_done or not rules.handshake):
+    if rules is not None and rules.version_header:
         headers.append(("MCP-Protocol-Version", rules.version))
     if session_id is not None and (rules is None or rules.sessions):
         headers.append(("Mcp-Session-Id", session_id))
