@@ -2493,12 +2493,11 @@ class McpClient:
                 )
             break
         self.log.debug(f"era probe: no modern answer; falling back to legacy initialize ({LATEST_LEGACY_VERSION})")
-        if self.server.type != "stdio":
-            self._initialize(LATEST_LEGACY_VERSION)
-            return
         # stdio (protocol-notes.md §3.4): a child that exited on the probe is restarted; a server that answered
-        # discover only after the probe window locked the modern era and refuses initialize with -32022.
-        self.transport.restart_if_exited()
+        # discover only after the probe window locked the modern era refuses initialize with -32022. Over HTTP the
+        # same -32022 comes from a modern-only server whose discover answer was not recognisable: modern too.
+        if self.server.type == "stdio":
+            self.transport.restart_if_exited()
         try:
             self._initialize(LATEST_LEGACY_VERSION)
         except ProtocolError as exc:
