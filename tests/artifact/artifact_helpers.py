@@ -23,6 +23,7 @@ def _pyenv_root() -> str:
 def find_python(version: str) -> str | None:
     """The newest real pyenv interpreter of `version` (3.13, not 3.13t), else this one if it matches."""
     paths = glob.glob(os.path.join(_pyenv_root(), "versions", version + ".*", "bin", "python3"))
+    paths = paths or glob.glob(os.path.join(_pyenv_root(), "versions", version + ".*", "bin", "python"))
     paths = [p for p in paths if Path(p).parents[1].name.replace(".", "").isdigit()]
     if paths:
         return sorted(paths, key=lambda p: [int(x) for x in Path(p).parents[1].name.split(".")])[-1]

@@ -73,7 +73,7 @@ def test_vendored_imports(python: str, pyz_path: Path, pyz_env: dict) -> None:
     assert proc.stdout.startswith("0.28.1")
 
 
-@pytest.mark.parametrize("version", ["3.7", "3.8"])
+@pytest.mark.parametrize("version", ["2.7", "3.6", "3.7", "3.8"])
 def test_old_python_gets_a_clean_message(version: str, pyz_path: Path, pyz_env: dict) -> None:
     old = find_python(version)
     if old is None:
