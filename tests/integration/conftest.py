@@ -1,5 +1,6 @@
 """Integration fixtures: the in-process MCP mock with a temp config pointing at it, and (when available) the
-interop servers of ``conftest_interop.py`` (official Python SDK server, server-everything)."""
+interop servers of ``conftest_interop.py`` (official Python SDK server, server-everything), which the top-level
+``tests/conftest.py`` loads as a plugin."""
 
 from __future__ import annotations
 
@@ -26,16 +27,6 @@ Result = _helpers.Result
 run_bkmcp = _helpers.run_bkmcp
 
 from mock_server.mcp_mock import MockServer  # noqa: E402
-
-try:  # the interop fixtures live on their own branch until merged; their tests skip without them
-    from conftest_interop import (  # type: ignore[import-not-found]  # noqa: F401
-        everything_server,
-        sdk_server_legacy,
-        sdk_server_stateful,
-        sdk_server_stateless,
-    )
-except ImportError:  # pragma: no cover - depends on merge order
-    pass
 
 VERSIONS = ("2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28")
 LEGACY = VERSIONS[:3]
@@ -83,3 +74,14 @@ def mock(tmp_path: Path):
     yield make
     for srv in started:
         srv.stop()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """``make scenario S=MCP-001`` runs ``pytest -m scenario -k MCP-001``: give each scenario module's tests the
+    keyword ``MCP-00N`` (test names can only spell it ``MCP_00N``)."""
+    import re
+
+    for item in items:
+        match = re.match(r"test_mcp_(\d{3})_", Path(str(item.fspath)).name)
+        if match:
+            item.extra_keyword_matches.add(f"MCP-{match.group(1)}")

@@ -221,3 +221,47 @@ def test_MCP_004_big_result_over_sse(mock):
     result = target.run(target.name, "big", "--body", "{}")
     assert result.exit_status == 0
     assert len(result.json["data"]["result"]["content"][0]["text"]) == 8 * 1024 * 1024
+
+
+def _interrupt_after(seconds: float):
+    import os
+    import signal
+    import threading
+
+    timer = threading.Timer(seconds, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    return timer
+
+
+@pytest.mark.parametrize("mode", ["json", "sse"])
+def test_MCP_004_ctrl_c_during_legacy_call_sends_cancelled_R03(mock, mode):
+    """R03: Ctrl-C while tools/call runs -> legacy notifications/cancelled for that request id, exit 130,
+    the call is not resent."""
+    target = mock({"response_mode": mode, "tools": [mock_tool("slow", "slow", ms=3000)]},
+                  protocol_version="2025-11-25")
+    timer = _interrupt_after(0.5)
+    try:
+        result = target.run(target.name, "slow", "--body", "{}")
+    finally:
+        timer.cancel()
+    assert result.exit_status == 130
+    [call] = target.srv.requests("tools/call")
+    cancels = target.srv.wait_for("notifications/cancelled", timeout=3)
+    assert len(cancels) == 1
+    assert cancels[0]["json"]["params"]["requestId"] == call["json"]["id"]
+    assert cancels[0]["headers"]["mcp-session-id"] == call["headers"]["mcp-session-id"]
+    assert target.count("tools/call") == 1
+
+
+def test_MCP_004_ctrl_c_during_modern_call_closes_the_stream_R03(mock):
+    target = mock({"tools": [mock_tool("slow", "slow", ms=3000)]}, protocol_version="2026-07-28")
+    timer = _interrupt_after(0.5)
+    started = time.monotonic()
+    try:
+        result = target.run(target.name, "slow", "--body", "{}")
+    finally:
+        timer.cancel()
+    assert result.exit_status == 130
+    assert time.monotonic() - started < 2.5  # the client did not wait for the result
+    assert target.count("notifications/cancelled") == 0
+    assert target.count("tools/call") == 1

@@ -1,0 +1,103 @@
+"""bkmcp against ``@modelcontextprotocol/server-everything@2026.8.31`` (TypeScript SDK 1.x, legacy-only, SSE with
+priming events, stateful sessions): --check, --tools, and a call of every tool that needs no client capability.
+
+Seed rows: R01 (legacy fallback from the modern probe, SSE priming events), R02, R04 (a task-required tool is
+never reported as success), I01. Skipped with the fixture's reason only when the server is not installed.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+from conftest import run_bkmcp
+
+pytestmark = [pytest.mark.integration, pytest.mark.interop]
+
+EVERYTHING_TOOLS = {
+    "echo", "get-annotated-message", "get-env", "get-resource-links", "get-resource-reference",
+    "get-structured-content", "get-sum", "get-tiny-image", "gzip-file-as-resource", "toggle-simulated-logging",
+    "toggle-subscriber-updates", "trigger-long-running-operation", "simulate-research-query",
+}
+# Every tool that needs no client capability, with arguments that keep it offline and quick.
+CALLS = {
+    "echo": {"message": "hello 网关"},
+    "get-annotated-message": {"messageType": "success", "includeImage": True},
+    "get-env": {},
+    "get-resource-links": {"count": 2},
+    "get-resource-reference": {"resourceType": "Text", "resourceId": 1},
+    "get-structured-content": {"location": "Chicago"},
+    "get-sum": {"a": 19, "b": 23},
+    "get-tiny-image": {},
+    "gzip-file-as-resource": {"name": "x.gz", "data": "data:text/plain;base64," + base64.b64encode(b"hi").decode()},
+    "toggle-simulated-logging": {},
+    "toggle-subscriber-updates": {},
+    "trigger-long-running-operation": {"duration": 1, "steps": 2},
+}
+
+
+@pytest.fixture
+def everything(everything_server, tmp_path):
+    def make(version: str | None = None):
+        entry = {"type": "http", "url": everything_server.url}
+        if version:
+            entry["protocolVersion"] = version
+        config = tmp_path / f"mcp-{version or 'auto'}.json"
+        config.write_text(json.dumps({"mcpServers": {"ev": entry}}), encoding="utf-8")
+        return lambda *args: run_bkmcp("--config", str(config), *args)
+
+    return make
+
+
+@pytest.mark.parametrize("version", [None, "2025-11-25", "2025-06-18", "2025-03-26"])
+def test_interop_everything_check_R01(everything, version):
+    result = everything(version)("ev", "--check")
+    assert result.exit_status == 0, result.stdout + result.stderr
+    data = result.json["data"]
+    assert data["era"] == "legacy"
+    assert data["protocol_version"] == (version or "2025-11-25")
+    assert data["server_info"]["name"] == "mcp-servers/everything"
+    assert data["tool_count"] == len(EVERYTHING_TOOLS) and data["complete"] is True
+
+
+def test_interop_everything_tools_keep_every_field(everything):
+    result = everything()("ev", "--tools")
+    assert result.exit_status == 0, result.stdout
+    tools = {t["name"]: t for t in result.json["data"]["tools"]}
+    assert set(tools) == EVERYTHING_TOOLS
+    assert tools["simulate-research-query"]["execution"] == {"taskSupport": "required"}
+    assert tools["get-structured-content"]["outputSchema"]["type"] == "object"
+    assert all("title" in t and "annotations" in t for t in tools.values())
+
+
+@pytest.mark.parametrize("tool", sorted(CALLS))
+def test_interop_everything_call_every_capability_free_tool_R02(everything, tool):
+    result = everything()("ev", tool, "--body", json.dumps(CALLS[tool], ensure_ascii=False))
+    assert result.exit_status == 0, result.stdout + result.stderr
+    content = result.json["data"]["result"]["content"]
+    assert isinstance(content, list) and content
+    if tool == "get-sum":
+        assert "42" in content[0]["text"]
+    if tool == "echo":
+        assert "hello 网关" in content[0]["text"]
+    if tool == "get-tiny-image":
+        assert any(block["type"] == "image" and block["data"] for block in content)
+
+
+def test_interop_everything_call_with_flags_and_pinned_version(everything):
+    result = everything("2025-06-18")("ev", "get-sum", "--a", "1.5", "--b", "2")
+    assert result.exit_status == 0, result.stdout + result.stderr
+    assert "3.5" in result.json["data"]["result"]["content"][0]["text"]
+
+
+def test_interop_everything_task_required_tool_is_never_success_R04(everything):
+    result = everything()("ev", "simulate-research-query", "--body", '{"topic": "mcp"}')
+    assert result.exit_status == 2
+    assert result.error_code in ("mcp_tool_error", "mcp_capability_unsupported")
+
+
+def test_interop_everything_tool_help(everything):
+    result = everything()("ev", "get-structured-content", "--help")
+    assert result.exit_status == 0
+    assert "--location" in result.stdout
