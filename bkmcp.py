@@ -3528,7 +3528,19 @@ _JQ_MARK = "\ue000bkmcp-num-"
 
 
 def _load_jq_module() -> Any:
-    """The ``jq`` binding, or None when no native build fits this interpreter/platform."""
+    """The ``jq`` binding, or None when no native build fits this interpreter/platform.
+
+    Inside ``bkmcp.pyz`` the binding's native module is extracted on first use into the per-user cache by the
+    artifact's boot module (docs/building.md); from a checkout or ``pip install`` it is an ordinary import.
+    """
+    try:
+        import _bkmcp_boot  # type: ignore[import-not-found]  # exists only inside bkmcp.pyz
+    except ImportError:
+        pass
+    else:
+        module = _bkmcp_boot.load_native_module("jq")
+        if module is not None:
+            return module
     try:
         import jq  # type: ignore[import-not-found]
     except ImportError:
@@ -3566,7 +3578,7 @@ class JqProgram:
                 "is on PATH",
                 hint="install jq (e.g. apt install jq) or drop --jq and filter the JSON output yourself",
             )
-        proc = self._run_executable(["-n", f"if false then ({expression}\n) else empty end"], "")
+        proc = self._run_executable(["-n", f"if false then (\n{expression}\n) else empty end"], "")
         if proc.returncode != 0:
             raise InvalidJqExpressionError(f"invalid --jq expression: {_first_line(proc.stderr)}")
 
@@ -3636,7 +3648,7 @@ class JqProgram:
         elif self._module is not None:
             texts = self._program.input_text(text).text().split("\n")
         else:
-            proc = self._run_executable(["-c", self.expression], text)
+            proc = self._run_executable(["-c", f" {self.expression}"], text)  # a leading "-" is no option
             if proc.returncode != 0:
                 raise ValueError(_first_line(proc.stderr))
             texts = proc.stdout.split("\n")
