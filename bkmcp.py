@@ -58,9 +58,18 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import IO, Any
+
+# Start-up matters (`bkmcp --help` within 2x of a bare interpreter, SPEC §13): typing, collections.abc and
+# dataclasses (which imports inspect, ast, dis and tokenize) cost more than the rest of bkmcp together, so type
+# checkers see the real modules and the running program uses the already-loaded `_collections_abc` and the small
+# `dataclass` of section 2.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping, Sequence
+    from dataclasses import dataclass, field
+    from typing import IO, Any
+else:
+    from _collections_abc import Callable, Iterable, Mapping, Sequence
 
 __version__ = "0.1.0"
 
@@ -211,6 +220,78 @@ def error_classes() -> list[type[BkmcpError]]:
 # ======================================================================================================
 # 2. Helpers: JSON with number fidelity, redaction, durations, deadlines, logging
 # ======================================================================================================
+
+if not TYPE_CHECKING:
+    _MISSING = object()
+
+    class _Field:
+        __slots__ = ("default_factory",)
+
+        def __init__(self, default_factory: Callable[[], Any]) -> None:
+            self.default_factory = default_factory
+
+    def field(*, default_factory: Callable[[], Any]) -> Any:
+        """``dataclasses.field`` for the one use bkmcp has: a ``default_factory``."""
+        return _Field(default_factory)
+
+    def dataclass(cls: Any = None, *, frozen: bool = False) -> Any:
+        """``dataclasses.dataclass`` for the features bkmcp uses, without importing ``inspect``.
+
+        Fields come from the class annotations in order, defaults from class attributes or ``field()``;
+        generates ``__init__`` (positional or keyword), ``__repr__``, ``__eq__``, and for ``frozen`` classes
+        read-only attributes and ``__hash__`` (non-frozen classes are unhashable, as with dataclasses).
+        """
+
+        def wrap(cls: Any) -> Any:
+            names = tuple(cls.__dict__.get("__annotations__", {}))
+            defaults = {n: cls.__dict__[n] for n in names if n in cls.__dict__}
+            for name, value in defaults.items():
+                if isinstance(value, _Field):
+                    delattr(cls, name)
+            qualname = cls.__qualname__
+
+            def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+                if len(args) > len(names):
+                    raise TypeError(f"{qualname}() takes {len(names)} arguments, {len(args)} given")
+                values = dict(zip(names, args))
+                for key, value in kwargs.items():
+                    if key not in names or key in values:
+                        raise TypeError(f"{qualname}() got an unexpected or repeated argument {key!r}")
+                    values[key] = value
+                for name in names:
+                    if name not in values:
+                        default = defaults.get(name, _MISSING)
+                        if default is _MISSING:
+                            raise TypeError(f"{qualname}() missing argument {name!r}")
+                        values[name] = default.default_factory() if isinstance(default, _Field) else default
+                    object.__setattr__(self, name, values[name])
+
+            def __repr__(self: Any) -> str:
+                return f"{qualname}({', '.join(f'{n}={getattr(self, n)!r}' for n in names)})"
+
+            def __eq__(self: Any, other: Any) -> Any:
+                if other.__class__ is not self.__class__:
+                    return NotImplemented
+                return all(getattr(self, n) == getattr(other, n) for n in names)
+
+            cls.__init__, cls.__repr__, cls.__eq__ = __init__, __repr__, __eq__
+            if frozen:
+                def __setattr__(self: Any, name: str, value: Any) -> None:
+                    raise AttributeError(f"cannot assign to field {name!r} of frozen {qualname}")
+
+                def __delattr__(self: Any, name: str) -> None:
+                    raise AttributeError(f"cannot delete field {name!r} of frozen {qualname}")
+
+                def __hash__(self: Any) -> int:
+                    return hash(tuple(getattr(self, n) for n in names))
+
+                cls.__setattr__, cls.__delattr__, cls.__hash__ = __setattr__, __delattr__, __hash__
+            else:
+                cls.__hash__ = None
+            return cls
+
+        return wrap if cls is None else wrap(cls)
+
 
 
 class JsonNumber(decimal.Decimal):
