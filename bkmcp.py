@@ -1397,19 +1397,18 @@ def build_headers(
     configured: Mapping[str, str],
     message: Mapping[str, Any] | None = None,
     session_id: str | None = None,
-    handshake_done: bool = True,
     extra: Iterable[tuple[str, str]] = (),
     accept: str = "application/json, text/event-stream",
 ) -> list[tuple[str, str]]:
     """Headers of one HTTP request: the configured ones (identical on every request), then the managed ones.
 
-    ``rules`` is None for the probe-free legacy ``initialize`` (no version header yet).
+    ``rules`` is None for the legacy ``initialize`` (no version negotiated yet, so no version header).
     """
     headers = list(configured.items())
     headers.append(("Accept", accept))
     if message is not None:
         headers.append(("Content-Type", "application/json"))
-    if rules is not None and rules.version_header and (handshake_done or not rules.handshake):
+    if rules is not None and rules.version_header:
         headers.append(("MCP-Protocol-Version", rules.version))
     if session_id is not None and (rules is None or rules.sessions):
         headers.append(("Mcp-Session-Id", session_id))
@@ -1655,6 +1654,23 @@ def request_was_sent(error: BaseException) -> bool:
     return bool(getattr(error, "request_sent", True))
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def encode_body(message: Mapping[str, Any]) -> bytes:
+    """UTF-8 JSON; a lone surrogate (``"\\ud800"`` in --body is valid JSON) is re-escaped, not a crash."""
+    text = dump_json(message)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text).encode("utf-8")
+
+
+def _wire_headers(headers: list[tuple[str, str]]) -> list[tuple[str, str | bytes]]:
+    """httpx encodes str header values as ASCII; a configured non-ASCII value goes out as its UTF-8 bytes."""
+    return [(name, value if value.isascii() else value.encode("utf-8")) for name, value in headers]
+
+
 _ERROR_BODY_LIMIT = 64 * 1024
 _RESUME_DEFAULT_MS = 1000
 _RESUME_MAX_IDLE = 20
@@ -1686,7 +1702,8 @@ class HttpTransport:
             # the server's configured headers are the only identity (SPEC §4). A plain http:// endpoint needs
             # no TLS context (redirects are never followed), which saves loading the CA bundle (~35 ms).
             verify = not self.insecure if self.url.lower().startswith("https:") else False
-            self._client = httpx.Client(follow_redirects=False, verify=verify, trust_env=False)
+            self._client = httpx.Client(follow_redirects=False, verify=verify, trust_env=False,
+                                        headers={"User-Agent": f"bkmcp/{__version__}"})
         return self._client
 
     @staticmethod
@@ -1717,6 +1734,11 @@ class HttpTransport:
         import httpx
 
         target = strip_url_credentials(self.url)
+        if isinstance(exc, (httpx.InvalidURL, UnicodeError)):  # IDNA / host name encoding, before any I/O
+            return _mark(ConnectionFailedError(
+                f"the host name in {target} is not valid: {_clip(str(exc), 200)}",
+                hint="check the host name in the server's \"url\"",
+            ), sent=False)
         if isinstance(exc, httpx.TimeoutException):
             sent = not isinstance(exc, (httpx.ConnectTimeout, httpx.PoolTimeout))
             return _mark(McpTimeoutError(
@@ -1820,7 +1842,7 @@ class HttpTransport:
         headers = build_headers(
             rules, configured=self.configured, message=message, session_id=self.session_id, extra=extra_headers,
         )
-        body = dump_json(message).encode("utf-8")
+        body = encode_body(message)
         decoder: SseDecoder | None = None
         try:
             timeout = self._timeout(deadline)
@@ -1829,7 +1851,7 @@ class HttpTransport:
         started = time.monotonic()
         self._log_request("POST", headers, message)
         try:
-            with self._http().stream("POST", self.url, content=body, headers=headers,
+            with self._http().stream("POST", self.url, content=body, headers=_wire_headers(headers),
                                      timeout=timeout) as response:
                 self._log_response(response, started)
                 self._check_status(response, with_session=self.session_id is not None)
@@ -1846,8 +1868,12 @@ class HttpTransport:
                                                                      or incoming.id is None):
                             return
                 elif ctype == "application/json" or ctype.endswith("+json"):
-                    raw = response.read()
-                    deadline.remaining()
+                    chunks = []
+                    for chunk in response.iter_bytes():  # the budget is checked while a slow body trickles in
+                        chunks.append(chunk)
+                        deadline.remaining()
+                    raw = b"".join(chunks)
+                    del chunks
                     for incoming in decode_messages(raw):
                         if incoming.kind in ("result", "error") and not (
                                 same_id(incoming.id, request_id) or incoming.id is None):
@@ -1866,7 +1892,7 @@ class HttpTransport:
                 else:
                     raise ProtocolError(f"the server answered with unsupported content type {ctype!r} "
                                         "(expected application/json or text/event-stream)")
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, httpx.InvalidURL, UnicodeError) as exc:
             raise self._translate(exc, deadline) from exc
         # The POST's event stream ended before the response (SPEC §5: 2025-11-25 resumption).
         if rules is not None and rules.sse_resumption and decoder is not None and decoder.last_event_id:
@@ -1915,7 +1941,7 @@ class HttpTransport:
             started = time.monotonic()
             self._log_request("GET", headers, None)
             try:
-                with self._http().stream("GET", self.url, headers=headers,
+                with self._http().stream("GET", self.url, headers=_wire_headers(headers),
                                          timeout=self._timeout(deadline)) as response:
                     self._log_response(response, started)
                     try:
@@ -1934,7 +1960,7 @@ class HttpTransport:
                         yield incoming
                         if incoming.kind in ("result", "error") and same_id(incoming.id, request_id):
                             return
-            except httpx.HTTPError as exc:
+            except (httpx.HTTPError, httpx.InvalidURL, UnicodeError) as exc:
                 raise self._translate(exc, deadline) from exc
             idle = 0 if decoder.last_event_id != last_id else idle + 1
             if idle >= _RESUME_MAX_IDLE:
@@ -1950,12 +1976,12 @@ class HttpTransport:
         started = time.monotonic()
         self._log_request("POST", headers, message)
         try:
-            with self._http().stream("POST", self.url, content=dump_json(message).encode("utf-8"),
-                                     headers=headers, timeout=self._timeout(deadline)) as response:
+            with self._http().stream("POST", self.url, content=encode_body(message),
+                                     headers=_wire_headers(headers), timeout=self._timeout(deadline)) as response:
                 self._log_response(response, started)
                 if strict:
                     self._check_status(response, with_session=self.session_id is not None)
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, httpx.InvalidURL, UnicodeError) as exc:
             if strict:
                 raise self._translate(exc, deadline) from exc
             self.log.debug(f"sending {message.get('method', 'a response')} failed: {type(exc).__name__}")
@@ -1970,10 +1996,10 @@ class HttpTransport:
         started = time.monotonic()
         self._log_request("DELETE", headers, None)
         try:
-            response = self._client.request("DELETE", self.url, headers=headers,
+            response = self._client.request("DELETE", self.url, headers=_wire_headers(headers),
                                             timeout=self._timeout(deadline, cap=2.0))
             self._log_response(response, started)
-        except (httpx.HTTPError, BkmcpError) as exc:
+        except (httpx.HTTPError, httpx.InvalidURL, UnicodeError, BkmcpError) as exc:
             self.log.debug(f"ending the session failed: {type(exc).__name__}")
         self.session_id = None
 
@@ -2443,6 +2469,7 @@ TRANSPORTS: dict[str, Callable[..., Any]] = {"http": HttpTransport, "stdio": Std
 # ======================================================================================================
 
 _CANCEL_BUDGET = 1.0
+_KEPT_NOTIFICATIONS = 1000  # a chatty server cannot grow memory without bound
 _STDIO_PROBE_WINDOW = 2.0  # stdio: no answer to server/discover within this (inside the budget) means legacy
 _DECLINED_CAPABILITIES = {"sampling/createMessage": "sampling", "elicitation/create": "elicitation"}
 
@@ -2668,7 +2695,8 @@ class McpClient:
         raise ConnectionFailedError(f"no response to {method}")  # pragma: no cover - transports raise first
 
     def _on_notification(self, note: Message) -> None:
-        self.notifications.append({"method": note.method, "params": note.params})
+        if len(self.notifications) < _KEPT_NOTIFICATIONS:
+            self.notifications.append({"method": note.method, "params": note.params})
         params = note.params if isinstance(note.params, dict) else {}
         if note.method == "notifications/progress":
             total = params.get("total")

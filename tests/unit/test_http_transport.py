@@ -423,3 +423,36 @@ def test_fuzz_any_server_answer_gives_exit_0_1_or_2_R02(tmp_path, answers, versi
         assert [r["rpc"].get("method") for r in srv.requests if isinstance(r["rpc"], dict)].count("tools/call") <= 1
     finally:
         srv.stop()
+
+
+# -- the transport alone against the in-process mock (real MCP wire) ----------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["json", "sse"])
+def test_transport_exchange_against_the_mock_R01(mode):
+    from mock_server.mcp_mock import MockServer
+
+    notes = [{"method": "notifications/message", "params": {"level": "info", "data": "n1"}}]
+    with MockServer({"response_mode": mode, "sse_priming": True, "sse_comments": True,
+                     "notifications_before_result": {"tools/list": notes}}) as srv:
+        server = ResolvedServer(name="m", type="http", config_file="/c", url=srv.url, headers={"X-A": "1"},
+                                command=None, args=[], env={}, cwd=None, protocol_version=None, auth_source="none")
+        transport = HttpTransport(server, insecure=False, log=Log(io.StringIO()))
+        try:
+            legacy = era_rules("2025-11-25")
+            init = bkmcp.build_request(1, "initialize", bkmcp.build_initialize_params("2025-11-25"), legacy)
+            [answer] = list(transport.exchange(init, rules=None, deadline=Deadline(5)))
+            assert answer.kind == "result" and answer.result["protocolVersion"] == "2025-11-25"
+            assert transport.session_id and transport.responses == 1
+            transport.send_message(bkmcp.build_notification("notifications/initialized", None, legacy),
+                                   rules=legacy, deadline=Deadline(5))
+            listing = bkmcp.build_request(2, "tools/list", None, legacy)
+            kinds = [m.kind for m in transport.exchange(listing, rules=legacy, deadline=Deadline(5))]
+            assert kinds == ["notification", "result"]
+            transport.end_session(Deadline(5), rules=legacy)
+        finally:
+            transport.close()
+        log = srv.log
+        assert [e["http_method"] for e in log] == ["POST", "POST", "POST", "DELETE"]
+        assert all(e["headers"]["x-a"] == "1" for e in log)
+        assert log[1]["status"] == 202 and log[3]["session_id"] == log[2]["session_id"]
