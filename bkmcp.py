@@ -2461,12 +2461,11 @@ def _short(value: Any, limit: int = 40) -> str:
 
 
 def _printable(text: str) -> str:
-    """Server text made safe for a terminal: control characters shown as escapes, never interpreted."""
+    """Server text made safe for a terminal: control (and other unprintable) characters shown as JSON escapes,
+    never interpreted. Applied to JSON text it keeps it valid JSON: such characters only occur inside strings."""
     if text.isprintable():
         return text
-    return "".join(
-        ch if ch.isprintable() or ch == " " else json.dumps(ch)[1:-1] if ord(ch) < 0x10000 else ch for ch in text
-    )
+    return "".join(ch if ch.isprintable() or ch == " " else json.dumps(ch)[1:-1] for ch in text)
 
 
 def build_tool_flags(tool: Mapping[str, Any]) -> ToolFlags:
@@ -3520,7 +3519,8 @@ def _flag_example(flag: ToolFlag, value: Any) -> str:
     if flag.kind == "boolean":
         return f"{flag.option}={'true' if value is not False else 'false'}"
     if flag.kind == "string" and isinstance(value, str):
-        return f"{flag.option} {_shell_quote(value)}"
+        shown = value if value.isprintable() else f"<{flag.name}>"  # newlines/controls make a poor example
+        return f"{flag.option} {_shell_quote(shown)}"
     if flag.kind in ("integer", "number") and _is_json_number(value) and not isinstance(value, float):
         return f"{flag.option} {dump_json(value)}"
     return f"{flag.option} {_shell_quote(dump_json(value))}"
@@ -3660,12 +3660,12 @@ def _field_label(name: str) -> str:
 
 
 def _compact_json(value: Any) -> str:
-    """JSON on one line with a space after ':' and ',' (readable in help, still valid JSON)."""
+    """JSON on one line with a space after ':' and ',' (readable in help, still valid JSON, terminal-safe)."""
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{dump_json(k)}: {_compact_json(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{_printable(dump_json(k))}: {_compact_json(v)}" for k, v in value.items()) + "}"
     if isinstance(value, list):
         return "[" + ", ".join(_compact_json(v) for v in value) + "]"
-    return dump_json(value)
+    return _printable(dump_json(value))
 
 
 def _plain(text: str) -> str:
@@ -3685,7 +3685,7 @@ def _pretty_json(value: Any, indent: int, width: int, start: int | None = None) 
     if isinstance(value, dict):
         items = []
         for key, item in value.items():
-            label = f"{dump_json(key)}: "
+            label = f"{_printable(dump_json(key))}: "
             items.append(label + _pretty_json(item, indent + 2, width, indent + 2 + _cell_width(label)))
         opening, closing = "{", "}"
     else:
