@@ -579,8 +579,8 @@ def load_config(path: str) -> ConfigFile:
         ) from None
     except IsADirectoryError:
         raise InvalidConfigError(f"config path is a directory, not a file: {path}") from None
-    except OSError as exc:
-        raise InvalidConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
+        raise InvalidConfigError(f"cannot read config file {path!r}: {getattr(exc, 'strerror', None) or exc}") from None
     config = parse_config(raw, path)
     return ConfigFile(config.path, config.servers, readable_by_others=bool(mode & 0o044))
 
@@ -679,6 +679,10 @@ def _parse_server(path: str, name: str, entry: Any) -> ServerConfig:
     cwd = entry.get("cwd")
     if cwd is not None and (not isinstance(cwd, str) or not cwd):
         raise InvalidConfigError(f"{where}: field \"cwd\" must be a non-empty string")
+    for label, text in (("command", command), ("cwd", cwd or ""), *(("args", a) for a in args),
+                        *(("env", v) for v in env.values())):
+        if "\x00" in text:  # no process can be started with it
+            raise InvalidConfigError(f"{where}: field \"{label}\" contains a NUL character")
     return ServerConfig(
         name=name,
         type=kind,
@@ -779,6 +783,20 @@ def expand_env(template: str, env: Mapping[str, str], *, where: str) -> tuple[st
     return _ENV_REF.sub(replace, template), used
 
 
+# What a stdio server inherits from bkmcp's environment (SPEC §9): locating programs, the user, locale, temp
+# dirs, the terminal and what Windows needs to start a process. Nothing else (no tokens, no proxies).
+STDIO_INHERITED_ENV = (
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "TMPDIR", "TEMP", "TMP", "SHELL", "TERM",
+    "SYSTEMROOT", "COMSPEC", "PATHEXT", "WINDIR",
+)
+
+
+def select_inherited_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The minimal inherited part of a stdio server's environment (``LC_*`` included); the entry's ``env`` is
+    laid over it by the transport."""
+    return {name: value for name, value in env.items() if name in STDIO_INHERITED_ENV or name.startswith("LC_")}
+
+
 # ======================================================================================================
 # 4. Auth
 # ======================================================================================================
@@ -807,6 +825,7 @@ class ResolvedServer:
     protocol_version: str | None
     auth_source: str  # "server_headers" | "none"
     redactor: Redactor = field(default_factory=Redactor)
+    inherited_env: dict[str, str] = field(default_factory=dict)  # stdio: the minimal set from bkmcp's environment
 
 
 def find_header(headers: Iterable[tuple[str, str]], name: str) -> tuple[str, str] | None:
@@ -877,6 +896,11 @@ def resolve_server(server: ServerConfig, env: Mapping[str, str]) -> ResolvedServ
     headers: dict[str, str] = {}
     for name, template in server.headers:
         value, used = expand_env(template, env, where=f"{where}, header {name!r}")
+        if any(ch in value for ch in "\r\n\x00"):  # e.g. a token read from a file with its trailing newline
+            raise InvalidConfigError(
+                f"{where}: header {name!r} contains a line break or NUL after expansion",
+                hint="strip the newline from the variable's value (export VAR=\"$(cat file)\" does that)",
+            )
         secret = is_secret_name(name)
         if secret:
             if not value.strip():
@@ -902,9 +926,13 @@ def resolve_server(server: ServerConfig, env: Mapping[str, str]) -> ResolvedServ
         if is_secret_name(name):
             auth_source = "server_headers"
     args = [expand_env(arg, env, where=f"{where}, args[{i}]")[0] for i, arg in enumerate(server.args)]
+    if any("\x00" in arg for arg in args):
+        raise InvalidConfigError(f"{where}: an argument contains a NUL character after expansion")
     child_env: dict[str, str] = {}
     for name, template in server.env:
         value, used = expand_env(template, env, where=f"{where}, env {name!r}")
+        if "\x00" in value:
+            raise InvalidConfigError(f"{where}: env {name!r} contains a NUL character after expansion")
         child_env[name] = value
         if is_secret_name(name) or used:
             redactor.add(value, whole=is_secret_name(name))
@@ -923,6 +951,7 @@ def resolve_server(server: ServerConfig, env: Mapping[str, str]) -> ResolvedServ
         protocol_version=server.protocol_version,
         auth_source=auth_source,
         redactor=redactor,
+        inherited_env=select_inherited_env(env) if server.type == "stdio" else {},
     )
 
 
@@ -1122,14 +1151,22 @@ class SseDecoder:
             start = match.start()
             if self._pieces:
                 self._pieces.append(text[pos:start])
-                line = "".join(self._pieces)
-                self._pieces = []
+                pieces, self._pieces = self._pieces, []
+                if pieces[0].startswith("data:") and len(pieces[0]) > 5:  # strip "data:" before the one join
+                    head = pieces[0][5:]
+                    pieces[0] = head[1:] if head[:1] == " " else head
+                    self._data.append("".join(pieces))
+                    line = None
+                else:
+                    line = "".join(pieces)
+                del pieces
             else:
                 line = text[pos:start]
             pos = match.end()
             if match.group() == "\r" and pos == len(text):
                 self._skip_lf = True  # a "\n" opening the next chunk belongs to this line end
-            self._line(line, events)
+            if line is not None:
+                self._line(line, events)
         if pos < len(text):
             self._pieces.append(text[pos:])
         return events
@@ -1371,7 +1408,8 @@ def rpc_error_exception(method: str, error: Mapping[str, Any]) -> RemoteError:
         rpc["data"] = data
     if code == -32042:  # 2025-11-25 URLElicitationRequired
         elicitations = data.get("elicitations") if isinstance(data, dict) else None
-        urls = [e.get("url") for e in elicitations or [] if isinstance(e, dict) and isinstance(e.get("url"), str)]
+        urls = [e["url"] for e in (elicitations if isinstance(elicitations, list) else [])
+                if isinstance(e, dict) and isinstance(e.get("url"), str)]
         return CapabilityUnsupportedError(
             f"{method}: the server requires URL elicitation, which bkmcp does not support ({text})",
             hint="open the URL(s) yourself if you trust them; bkmcp never answers elicitation interactively",
@@ -1564,8 +1602,11 @@ class HttpTransport:
             import httpx
 
             # trust_env=False: no proxies from the environment and, above all, no ~/.netrc credentials —
-            # the server's configured headers are the only identity (SPEC §4).
-            self._client = httpx.Client(follow_redirects=False, verify=not self.insecure, trust_env=False)
+            # the server's configured headers are the only identity (SPEC §4). A plain http:// endpoint needs
+            # no TLS context (redirects are never followed), which saves loading the CA bundle (~35 ms).
+            verify = not self.insecure if self.url.lower().startswith("https:") else False
+            self._client = httpx.Client(follow_redirects=False, verify=verify, trust_env=False,
+                                        headers={"User-Agent": f"bkmcp/{__version__}"})
         return self._client
 
     @staticmethod
@@ -1725,8 +1766,12 @@ class HttpTransport:
                                                                      or incoming.id is None):
                             return
                 elif ctype == "application/json" or ctype.endswith("+json"):
-                    raw = response.read()
-                    deadline.remaining()
+                    chunks = []
+                    for chunk in response.iter_bytes():  # the budget is checked while a slow body trickles in
+                        chunks.append(chunk)
+                        deadline.remaining()
+                    raw = b"".join(chunks)
+                    del chunks
                     for incoming in decode_messages(raw):
                         if incoming.kind in ("result", "error") and not (
                                 same_id(incoming.id, request_id) or incoming.id is None):
@@ -1757,11 +1802,16 @@ class HttpTransport:
 
     def _read_sse(self, response: Any, decoder: SseDecoder, deadline: Deadline) -> Iterable[Message]:
         for chunk in response.iter_bytes():
-            for event in decoder.feed(chunk):
+            events = decoder.feed(chunk)
+            del chunk
+            while events:
+                event = events.pop(0)
                 if event.event != "message":
                     self.log.debug(f"ignoring SSE event of type {_clip(event.event, 40)!r}")
                     continue
-                yield from decode_messages(event.data)
+                messages = decode_messages(event.data)
+                del event  # the event text goes before its parsed value travels on (50 MB results)
+                yield from messages
             deadline.remaining()
         for event in decoder.close():  # pragma: no cover - close() never dispatches (unterminated events drop)
             if event.event == "message":
@@ -1871,6 +1921,433 @@ def _decode_error_message(text: str) -> Message | None:
     return messages[0] if len(messages) == 1 else None
 
 
+_STDIO_EXIT_GRACE = 2.0  # after closing stdin: time to exit on its own (0.5 s once the budget is spent)
+_STDIO_TERM_GRACE = 2.0  # after SIGTERM to the process group, before SIGKILL
+_STDIO_POLL = 0.1  # how often a wait for output also checks whether the child is still alive
+_STDIO_STDERR_TAIL = 20  # stderr lines kept (without -v) for error details
+_STDIO_LINE_CLIP = 500
+
+
+class StdioTransport:
+    """A stdio server (SPEC §9, protocol-notes.md §1.4): one child process, newline-delimited JSON-RPC.
+
+    The child is spawned on the first message, without a shell, in its own session (so the whole process tree
+    can be signalled), with the minimal inherited environment plus the entry's ``env``. A reader thread turns
+    stdout into lines and another keeps stderr (streamed with ``-v``, else its last lines for error details);
+    every wait is bounded by the ``Deadline``. ``restart()`` replaces a child that exited during the era probe.
+    """
+
+    kind = "stdio"
+
+    def __init__(self, server: ResolvedServer, *, insecure: bool, log: Log) -> None:
+        assert server.command is not None
+        self.server = server
+        self.log = log
+        self.session_id: str | None = None  # stdio has no sessions; kept for the transport interface
+        self.responses = 0
+        self.spawns = 0
+        self.pid: int | None = None
+        self._proc: Any = None
+        self._lines: Any = None  # queue.Queue of bytes lines; None marks the end of stdout
+        self._readers: list[Any] = []
+        self._writer: Any = None
+        self._eof = False
+        self._deadline: Deadline | None = None  # the last one used: once spent, the shutdown grace is shorter
+        self._sent_at = 0.0
+        import collections
+
+        self._stderr_tail: collections.deque[str] = collections.deque(maxlen=_STDIO_STDERR_TAIL)
+
+    # -- process ---------------------------------------------------------------------------------------
+
+    def _where(self) -> str:
+        return f"server {self.server.name!r} in {self.server.config_file}"
+
+    def _environment(self) -> dict[str, str]:
+        env = dict(self.server.inherited_env)
+        env.update(self.server.env)
+        return env
+
+    def _executable(self, env: Mapping[str, str]) -> str:
+        """``command`` as a path to run: looked up on the child's PATH unless it names a path itself."""
+        import shutil
+
+        command = self.server.command or ""
+        if os.sep in command or (os.altsep and os.altsep in command):
+            path = os.path.join(self.server.cwd or os.getcwd(), os.path.expanduser(command))
+            found = path if os.path.isfile(path) and os.access(path, os.X_OK) else None
+            problem = "does not exist" if not os.path.exists(path) else "is not an executable file"
+        else:
+            found = shutil.which(command, path=env.get("PATH", os.defpath))
+            problem = "was not found on PATH"
+        if found is None:
+            raise _mark(ConnectionFailedError(
+                f"cannot start the stdio server: command {command!r} {problem}",
+                hint=f"install it, or set \"command\" of {self._where()} to an absolute path of an executable "
+                "(PATH comes from bkmcp's environment or the entry's \"env\")",
+                details={"command": command},
+            ), sent=False)
+        return found
+
+    def _start(self) -> None:
+        import queue
+        import subprocess
+        import threading
+
+        if self._proc is not None:
+            return
+        env = self._environment()
+        executable = self._executable(env)
+        cwd = self.server.cwd
+        if cwd is not None and not os.path.isdir(cwd):
+            raise _mark(ConnectionFailedError(
+                f"cannot start the stdio server: working directory {cwd!r} does not exist",
+                hint=f"fix \"cwd\" of {self._where()}",
+            ), sent=False)
+        argv = [executable, *self.server.args]
+        if self.log.verbose:
+            shown = " ".join(repr(a) if (not a or any(c.isspace() for c in a)) else a for a in argv)
+            self.log.debug(f"spawning stdio server: {shown} (cwd: {cwd or os.getcwd()}; "
+                           f"env: {', '.join(sorted(env)) or '(empty)'})")
+        options: dict[str, Any] = {}
+        if os.name == "posix":
+            options["start_new_session"] = True  # own process group: the whole tree can be signalled
+        else:  # pragma: no cover - Windows
+            options["creationflags"] = getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)
+        try:
+            self._proc = subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd,
+                close_fds=True, **options,
+            )
+        except OSError as exc:
+            raise _mark(ConnectionFailedError(
+                f"cannot start the stdio server {self.server.command!r}: {exc.strerror or exc}",
+                hint=f"check \"command\" and \"args\" of {self._where()} (an interpreter named by a #! line "
+                "must exist too)",
+            ), sent=False) from exc
+        self.spawns += 1
+        self.pid = self._proc.pid
+        self._stderr_tail.clear()  # error details describe the current child
+        self._eof = False
+        self._lines = queue.Queue()
+        self._readers = [
+            threading.Thread(target=self._read_stdout, args=(self._proc.stdout, self._lines),
+                             name="bkmcp-stdio-out", daemon=True),
+            threading.Thread(target=self._read_stderr, args=(self._proc.stderr,), name="bkmcp-stdio-err",
+                             daemon=True),
+        ]
+        for thread in self._readers:
+            thread.start()
+        self.log.debug(f"stdio server started (pid {self._proc.pid})")
+
+    @staticmethod
+    def _read_stdout(stream: Any, lines: Any) -> None:
+        try:
+            for line in iter(stream.readline, b""):
+                lines.put(line)
+        except (OSError, ValueError):
+            pass
+        lines.put(None)
+
+    def _read_stderr(self, stream: Any) -> None:
+        try:
+            for raw in iter(lambda: stream.readline(8192), b""):
+                line = _clip(raw.decode("utf-8", "replace").rstrip("\r\n"), _STDIO_LINE_CLIP)
+                if self.log.verbose:
+                    self.log.debug(f"[server stderr] {line}")
+                self._stderr_tail.append(self.log.redactor.scrub(line))
+        except (OSError, ValueError):
+            pass
+
+    def stderr_tail(self) -> list[str]:
+        return list(self._stderr_tail)
+
+    @property
+    def alive(self) -> bool:
+        """The child is running and its stdout is open (False before the first spawn)."""
+        return self._proc is not None and not self._eof and self._proc.poll() is None
+
+    def restart_if_exited(self) -> bool:
+        """Before the legacy fallback (SPEC §5): a child that exited during the probe is reaped and the next
+        message spawns a fresh one. True when it was restarted."""
+        if self._proc is None or self.alive:
+            return False
+        self.close()
+        self.log.debug("the stdio server exited during the era probe; starting it again for initialize")
+        return True
+
+    def _failure(self, error: RemoteError, *, sent: bool) -> BkmcpError:
+        """``error`` with the server's recent stderr attached (redacted), marked sent or not."""
+        tail = self.stderr_tail()
+        if tail:
+            error.details.setdefault("server_stderr", tail)
+        return _mark(error, sent=sent)
+
+    def _exit_status(self, wait: float) -> int | None:
+        import subprocess
+
+        try:
+            return int(self._proc.wait(timeout=max(wait, 0)))
+        except subprocess.TimeoutExpired:
+            return None
+
+    def _exited_error(self, method: str, request_id: Any, *, sent: bool) -> BkmcpError:
+        status = self._exit_status(0.5)
+        if status is not None and len(self._readers) > 1:
+            self._readers[1].join(0.5)  # its last stderr lines explain the exit: let the reader collect them
+        if status is None:
+            what = "closed its stdout"
+        elif status < 0:
+            import signal
+
+            try:
+                name = signal.Signals(-status).name
+            except ValueError:
+                name = f"signal {-status}"
+            what = f"was killed by {name}"
+        else:
+            what = f"exited with status {status}"
+        answer = f" before answering {method}" + (f" (id {request_id})" if request_id is not None else "")
+        details: dict[str, Any] = {"exit_status": status}
+        return self._failure(ConnectionFailedError(
+            f"the stdio server {what}{answer}",
+            hint=f"run with -v to see its stderr; check \"command\", \"args\" and \"env\" of {self._where()}",
+            details=details,
+        ), sent=sent)
+
+    # -- wire ------------------------------------------------------------------------------------------
+
+    def _write(self, message: Mapping[str, Any], deadline: Deadline) -> None:
+        """One line on the child's stdin, bounded by the deadline (a child that stops reading cannot hang us)."""
+        import threading
+
+        text = dump_json(message)
+        if "\n" in text or "\r" in text:  # pragma: no cover - dump_json escapes control characters
+            raise InternalError("a JSON-RPC message would contain a raw line break")
+        data = (text + "\n").encode("utf-8")
+        fd = self._proc.stdin.fileno()
+        failure: list[BaseException] = []
+
+        def write() -> None:
+            view = memoryview(data)
+            try:
+                while view:
+                    view = view[os.write(fd, view):]
+            except OSError as exc:
+                failure.append(exc)
+
+        self._writer = threading.Thread(target=write, name="bkmcp-stdio-in", daemon=True)
+        self._writer.start()
+        while self._writer.is_alive():
+            try:
+                left = deadline.remaining()
+            except McpTimeoutError as exc:
+                raise self._failure(exc, sent=True) from None  # partly written: treat as sent (never resend)
+            self._writer.join(min(left, _STDIO_POLL))
+        if failure:
+            method = str(message.get("method", "a response"))
+            raise self._exited_error(method, message.get("id"), sent=False) from failure[0]
+
+    def _log_out(self, message: Mapping[str, Any]) -> None:
+        if self.log.verbose:
+            rpc = f"{message.get('method', 'response')}" + (f" id={message['id']}" if "id" in message else "")
+            self.log.debug(f"-> stdio [{rpc}]")
+
+    def _next_line(self, deadline: Deadline) -> bytes | None:
+        """The next stdout line; None when stdout ended or the child exited (its last lines are drained first)."""
+        import queue
+
+        exited_at: float | None = None
+        while True:
+            left = deadline.remaining()
+            try:
+                line = self._lines.get(timeout=min(left, _STDIO_POLL))
+            except queue.Empty:
+                if self._proc.poll() is None:
+                    continue
+                # The child is gone; a grandchild may still hold stdout open, so give the reader a moment only.
+                exited_at = exited_at or time.monotonic()
+                if time.monotonic() - exited_at < 0.5:
+                    continue
+                return None
+            if line is None:
+                self._eof = True
+                return None
+            return line
+
+    def _decode_line(self, line: bytes) -> list[Message]:
+        text = line.decode("utf-8", "replace").strip()
+        try:
+            return decode_messages(line)
+        except ProtocolError as exc:
+            sample = _clip(self.log.redactor.scrub(text), 200)
+            raise self._failure(ProtocolError(
+                f"the stdio server wrote a line to stdout that is not a JSON-RPC message ({exc.message}): {sample!r}",
+                hint="a stdio server must write only JSON-RPC messages to stdout (logs belong on stderr)",
+            ), sent=True) from None
+
+    def _receive(self, deadline: Deadline, method: str, request_id: Any) -> Iterable[Message]:
+        """Messages from stdout, as they arrive, until the child ends (then ``ConnectionFailedError``)."""
+        while True:
+            try:
+                line = self._next_line(deadline)
+            except McpTimeoutError:
+                raise self._failure(McpTimeoutError(
+                    f"no answer to {method} from the stdio server within --timeout "
+                    f"{format_duration(deadline.seconds)}",
+                    hint="raise --timeout if the server is slow, or run with -v to see its stderr",
+                ), sent=True) from None
+            if line is None:
+                raise self._exited_error(method, request_id, sent=True)
+            if not line.strip():
+                continue
+            for incoming in self._decode_line(line):
+                self.responses += 1
+                if self.log.verbose:
+                    label = incoming.method if incoming.kind in ("request", "notification") else incoming.kind
+                    rpc = f"{label}" + (f" id={incoming.id}" if incoming.id is not None else "")
+                    ms = (time.monotonic() - self._sent_at) * 1000
+                    self.log.debug(f"<- stdio [{rpc}] ({ms:.0f} ms)")
+                yield incoming
+
+    # -- the interface ---------------------------------------------------------------------------------
+
+    def exchange(self, message: dict[str, Any], *, rules: EraRules | None, deadline: Deadline,
+                 extra_headers: Iterable[tuple[str, str]] = ()) -> Iterable[Message]:
+        """Write one request and yield what the server writes until its response (last). Headers (``Mcp-Param-*``)
+        do not exist on stdio; everything the server needs is in the message and its ``_meta``."""
+        method = str(message.get("method"))
+        request_id = message["id"]
+        try:
+            deadline.remaining()
+        except McpTimeoutError as exc:
+            raise _mark(exc, sent=False) from None
+        self._start()
+        if not self.alive:
+            raise self._exited_error(method, request_id, sent=False)
+        self._log_out(message)
+        self._sent_at = time.monotonic()
+        self._deadline = deadline
+        self._write(message, deadline)
+        for incoming in self._receive(deadline, method, request_id):
+            yield incoming
+            if incoming.kind in ("result", "error") and (same_id(incoming.id, request_id) or incoming.id is None):
+                return
+
+    def send_message(self, message: dict[str, Any], *, rules: EraRules | None, deadline: Deadline,
+                     strict: bool = True) -> None:
+        """A notification or a response to a server request: one line, no answer expected."""
+        try:
+            self._start()
+            if not self.alive:
+                raise self._exited_error(str(message.get("method", "a response")), None, sent=False)
+            self._log_out(message)
+            self._deadline = deadline
+            self._write(message, deadline)
+        except BkmcpError as exc:
+            if strict:
+                raise
+            self.log.debug(f"sending {message.get('method', 'a response')} failed: {exc.message}")
+
+    def end_session(self, deadline: Deadline, rules: EraRules | None = None) -> None:
+        """Nothing to end: a stdio server's lifetime is its process (``close``)."""
+
+    def close(self) -> None:
+        """Shutdown (SPEC §9): close stdin, wait; SIGTERM the process group, wait; SIGKILL; always reap."""
+        proc = self._proc
+        if proc is None:
+            return
+        self._proc = None
+        import signal
+        import subprocess
+
+        writing = self._writer is not None and self._writer.is_alive()
+        if not writing:  # a write blocked on a full pipe keeps stdin open anyway: go straight to signals
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
+        spent = self._deadline is not None and self._deadline.end <= time.monotonic()
+        grace = 0.5 if spent else _STDIO_EXIT_GRACE
+        try:
+            status: int | None = proc.wait(timeout=0 if writing else grace)
+        except subprocess.TimeoutExpired:
+            status = None
+        if status is None:
+            self.log.debug(f"the stdio server did not exit within {grace:g}s of closing its stdin; sending SIGTERM")
+        # Signal the group even after a clean exit of the leader: grandchildren must not outlive the operation.
+        if self._signal_group(proc, signal.SIGTERM) and not self._wait_group(proc, _STDIO_TERM_GRACE):
+            self.log.debug("the stdio server ignored SIGTERM; sending SIGKILL")
+            self._signal_group(proc, getattr(signal, "SIGKILL", signal.SIGTERM))
+            self._wait_group(proc, _STDIO_TERM_GRACE)
+        try:
+            status = proc.wait(timeout=_STDIO_TERM_GRACE)
+        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
+            status = None
+        self.log.debug(f"stdio server stopped (pid {proc.pid}, status {status})")
+        if self._writer is not None:
+            self._writer.join(0.5)
+        for thread in self._readers:
+            thread.join(0.5)
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            # A reader still blocked (a detached grandchild holds the pipe) keeps its stream: closing it would block.
+            if stream is not None and not any(t.is_alive() for t in self._readers):
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+
+    @staticmethod
+    def _signal_group(proc: Any, signum: int) -> bool:
+        """Send ``signum`` to the child's process group; False when nothing is left to signal."""
+        killpg = getattr(os, "killpg", None)
+        try:
+            if killpg is not None:
+                killpg(proc.pid, signum)
+            elif proc.poll() is None:  # pragma: no cover - Windows: no process groups to signal
+                proc.terminate()
+            else:  # pragma: no cover
+                return False
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+
+    @staticmethod
+    def _group_running(pgid: int) -> bool:
+        """Whether a process of group ``pgid`` still runs. Zombies do not count: an orphaned grandchild that
+        died waits for init to reap it, which some container inits do only every few seconds."""
+        killpg = getattr(os, "killpg", None)
+        if killpg is None:  # pragma: no cover - Windows
+            return False
+        try:
+            killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return False
+        if not os.path.isdir("/proc/self"):  # pragma: no cover - no procfs: count the group as running
+            return True
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as handle:
+                    fields = handle.read().rsplit(b")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if len(fields) > 2 and fields[2] == str(pgid).encode() and fields[0] not in (b"Z", b"X"):
+                return True
+        return False
+
+    def _wait_group(self, proc: Any, seconds: float) -> bool:
+        """Wait until the leader is reaped and no process of its group runs; True when all are gone."""
+        end = time.monotonic() + seconds
+        while True:
+            if proc.poll() is not None and not self._group_running(proc.pid):
+                return True
+            if time.monotonic() >= end:
+                return False
+            time.sleep(0.05)
+
+
 def open_transport(server: ResolvedServer, *, insecure: bool, log: Log) -> Any:
     """The transport for ``server.type`` (a registry: the stdio transport plugs in as ``TRANSPORTS["stdio"]``)."""
     factory = TRANSPORTS.get(server.type)
@@ -1882,7 +2359,7 @@ def open_transport(server: ResolvedServer, *, insecure: bool, log: Log) -> Any:
     return factory(server, insecure=insecure, log=log)
 
 
-TRANSPORTS: dict[str, Callable[..., Any]] = {"http": HttpTransport}
+TRANSPORTS: dict[str, Callable[..., Any]] = {"http": HttpTransport, "stdio": StdioTransport}
 
 
 # ======================================================================================================
@@ -1890,6 +2367,8 @@ TRANSPORTS: dict[str, Callable[..., Any]] = {"http": HttpTransport}
 # ======================================================================================================
 
 _CANCEL_BUDGET = 1.0
+_KEPT_NOTIFICATIONS = 1000  # a chatty server cannot grow memory without bound
+_STDIO_PROBE_WINDOW = 2.0  # stdio: no answer to server/discover within this (inside the budget) means legacy
 _DECLINED_CAPABILITIES = {"sampling/createMessage": "sampling", "elicitation/create": "elicitation"}
 
 
@@ -1993,17 +2472,35 @@ class McpClient:
                 )
             break
         self.log.debug(f"era probe: no modern answer; falling back to legacy initialize ({LATEST_LEGACY_VERSION})")
-        self._initialize(LATEST_LEGACY_VERSION)
+        if self.server.type != "stdio":
+            self._initialize(LATEST_LEGACY_VERSION)
+            return
+        # stdio (protocol-notes.md §3.4): a child that exited on the probe is restarted; a server that answered
+        # discover only after the probe window locked the modern era and refuses initialize with -32022.
+        self.transport.restart_if_exited()
+        try:
+            self._initialize(LATEST_LEGACY_VERSION)
+        except ProtocolError as exc:
+            rpc = exc.details.get("rpc_error") or {}
+            data = rpc.get("data")
+            supported = data.get("supported") if isinstance(data, dict) else None
+            modern = [v for v in MODERN_VERSIONS if isinstance(supported, list) and v in supported]
+            if rpc.get("code") != -32022 or not modern:
+                raise
+            self.log.debug(f"initialize refused with -32022: the server serves {modern[-1]}; using the modern era")
+            self._discover(era_rules(modern[-1]), probing=False)
 
     def _discover(self, rules: EraRules, *, probing: bool) -> tuple[str, Any]:
         """``server/discover`` with the modern headers and ``_meta``; when probing, its answer is era evidence."""
         message = build_request(self._new_id(), "server/discover", None, rules)
         if probing:
             self.log.debug(f"era probe: server/discover at {rules.version}")
+        stdio_probe = probing and self.server.type == "stdio"
         status = 200
         answer: Message | None
         try:
-            answer = self._exchange(message, rules, "server/discover")
+            window = Deadline(min(_STDIO_PROBE_WINDOW, self.deadline.remaining())) if stdio_probe else None
+            answer = self._exchange(message, rules, "server/discover", deadline=window)
             if not probing and answer.kind == "error":
                 raise rpc_error_exception("server/discover", answer.error or {})
         except HttpStatus as exc:
@@ -2012,9 +2509,18 @@ class McpClient:
                                     and (answer.error or {}).get("code") == -32601):
                 raise status_error(exc, "server/discover") from None
         except ProtocolError:
-            if not probing:
+            if not probing or stdio_probe:  # stdio: stdout that is not JSON-RPC is an error in any era (SPEC §9)
                 raise
             answer = None  # an unparsable answer from a non-MCP or legacy endpoint: not modern evidence
+        except (McpTimeoutError, ConnectionFailedError) as exc:
+            # stdio: no answer within the probe window, or the child exited (the Rust SDK stops on any request
+            # before initialize) -> legacy (SPEC §5). The operation's own budget still rules.
+            if not stdio_probe:
+                raise
+            self.deadline.remaining()
+            self.log.debug("era probe: " + ("no answer within the probe window" if isinstance(exc, McpTimeoutError)
+                                            else "the server exited"))
+            answer = None
         verdict, value = classify_discover(status, answer, rules.version)
         if probing:
             self.log.debug(f"era probe verdict: {verdict}" + (f" {value}" if value else ""))
@@ -2071,9 +2577,10 @@ class McpClient:
     # -- one request -----------------------------------------------------------------------------------
 
     def _exchange(self, message: dict[str, Any], rules: EraRules | None, method: str,
-                  extra_headers: Iterable[tuple[str, str]] = ()) -> Message:
-        """Send one request and return its response; handle what arrives before it. Raises ``HttpStatus``."""
-        for incoming in self.transport.exchange(message, rules=rules, deadline=self.deadline,
+                  extra_headers: Iterable[tuple[str, str]] = (), deadline: Deadline | None = None) -> Message:
+        """Send one request and return its response; handle what arrives before it. Raises ``HttpStatus``.
+        ``deadline`` narrows the operation's budget for this request (the stdio probe window)."""
+        for incoming in self.transport.exchange(message, rules=rules, deadline=deadline or self.deadline,
                                                  extra_headers=extra_headers):
             if incoming.kind in ("result", "error"):
                 if incoming.id is None or same_id(incoming.id, message["id"]):
@@ -2086,7 +2593,8 @@ class McpClient:
         raise ConnectionFailedError(f"no response to {method}")  # pragma: no cover - transports raise first
 
     def _on_notification(self, note: Message) -> None:
-        self.notifications.append({"method": note.method, "params": note.params})
+        if len(self.notifications) < _KEPT_NOTIFICATIONS:
+            self.notifications.append({"method": note.method, "params": note.params})
         params = note.params if isinstance(note.params, dict) else {}
         if note.method == "notifications/progress":
             total = params.get("total")
@@ -2249,9 +2757,9 @@ class McpClient:
         return result
 
     def _cancel(self, request_id: Any, rules: EraRules) -> None:
-        """Ctrl-C: legacy sends ``notifications/cancelled`` (short bounded attempt); modern already closed the
-        stream by unwinding out of it."""
-        if not rules.cancel_notification:
+        """Ctrl-C: legacy (and stdio in both eras) sends ``notifications/cancelled`` (short bounded attempt);
+        modern HTTP already closed the stream by unwinding out of it."""
+        if not rules.cancel_notification and self.server.type != "stdio":
             return
         try:
             note = build_notification("notifications/cancelled",
@@ -3906,8 +4414,8 @@ def read_body(source: str, stdin: IO[str], cwd: str) -> dict[str, Any]:
         try:
             with open(path, "rb") as handle:
                 raw = handle.read()
-        except OSError as exc:
-            raise UsageError(f"cannot read --body file {path}: {exc.strerror or exc}") from None
+        except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
+            raise UsageError(f"cannot read --body file {path!r}: {getattr(exc, 'strerror', None) or exc}") from None
     else:
         label = "--body"
         raw = source
@@ -3946,7 +4454,8 @@ def build_dry_run(server: ResolvedServer, tool: str, arguments: dict[str, Any]) 
     data: dict[str, Any] = {"dry_run": True, "server": server.name, "tool": tool, "transport": server.type}
     if server.type == "http":
         data["url"] = server.url
-        data["headers"] = redact_headers(server.headers)
+        # credential headers by name, and any other header that repeats a known secret value (SPEC §4)
+        data["headers"] = {k: server.redactor.scrub(v) for k, v in redact_headers(server.headers).items()}
     else:
         data["command"] = server.command
         data["args"] = [server.redactor.scrub(a) for a in server.args]

@@ -52,7 +52,7 @@ faults                     {duplicate_cursor, cursor_cycle, infinite_pages, fail
 
 Tool behaviours (mock-only key ``"x-mock"`` on a tool, stripped from tools/list together with every other key
 starting with ``x-mock``): echo (default), add, is_error, rpc_error, input_required, task, url_elicitation,
-malformed, slow, drop, big, unknown_result_type, image, progress, env.
+malformed, slow, drop, big, unknown_result_type, image, progress, env, environ.
 
 Request log entry (HTTP): seq, time, transport, http_method, path, headers (lower-case names), body (raw text),
 json (ints exact, other numbers Decimal), rpc_method, rpc_id, status, session_id, era, fault, response_headers,
@@ -342,6 +342,7 @@ BEHAVIOURS = (
     "image",
     "progress",
     "env",
+    "environ",
 )
 
 
@@ -945,6 +946,16 @@ class Core:
                 # Legacy: cancelled → no response (spec); modern: the client closed the stream.
                 return Reply("drop", "cancelled" if self.is_cancelled(scope, rid) else "client_closed")
             behaviour = "echo"
+        if behaviour == "environ":  # the whole environment, cwd and pid of the (stdio) server process
+            environ = dict(os.environ)
+            return Reply(
+                "result",
+                {
+                    "content": [{"type": "text", "text": " ".join(sorted(environ))}],
+                    "structuredContent": {"environ": environ, "cwd": os.getcwd(), "pid": os.getpid()},
+                    "isError": False,
+                },
+            )
         if behaviour == "env":
             names = tool.get("x-mock-vars")
             if names is None:

@@ -237,3 +237,36 @@ def test_MCP_001_verbose_logs_requests_without_secrets_R01(mock):
     assert "s3cr3t-token-value" not in result.stderr + result.stdout
     assert "-> POST" in result.stderr and "[initialize id=" in result.stderr and "<- HTTP 200" in result.stderr
     assert "Authorization: ***" in result.stderr
+
+
+def test_MCP_001_built_cli_runs_check_tools_help_call_I01(mock, tmp_path):
+    """I01: the built CLI (dist/bkmcp.pyz when built, else ``python bkmcp.py``) as a separate process, from a
+    config file to check / tools / tool help / call against the mock; the server saw exactly one tools/call."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    pyz = root / "dist" / "bkmcp.pyz"
+    program = [sys.executable, str(pyz if pyz.exists() else root / "bkmcp.py")]
+    target = mock({"page_size": 2, "response_mode": "sse"}, headers={"Authorization": "Bearer ${TOK}"})
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "TOK": "i01-secret-token"}
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*program, "--config", str(target.config), *args], capture_output=True, text=True,
+                              env=env, timeout=60, check=False)
+
+    check = cli("m", "--check")
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert '"tools":"passed"' in check.stdout
+    tools = cli("m", "--tools", "--jq", ".data.tool_count")
+    assert tools.returncode == 0 and tools.stdout.strip() == "5"
+    helptext = cli("m", "echo", "--help")
+    assert helptext.returncode == 0 and "--text" in helptext.stdout
+    call = cli("m", "echo", "--text", "hello", "--count", "12345678901234567890")
+    assert call.returncode == 0, call.stdout + call.stderr
+    assert target.count("tools/call") == 1
+    assert '"count":12345678901234567890' in target.srv.requests("tools/call")[0]["body"]
+    for proc in (check, tools, helptext, call):
+        assert "i01-secret-token" not in proc.stdout + proc.stderr
+    assert all(e["headers"].get("authorization") == "Bearer i01-secret-token" for e in target.srv.log)

@@ -152,3 +152,16 @@ def test_MCP_002_secrets_never_printed_even_in_verbose_failures_A04(mock):
     assert result.exit_status == 2
     assert "X-Bkapi-Authorization: ***" in result.stderr
     assert_no_secret(result.stdout, result.stderr)
+
+
+def test_MCP_002_custom_headers_pass_through_and_user_agent(mock):
+    """Custom headers reach every request untouched; bkmcp identifies itself unless the config says otherwise."""
+    import bkmcp
+
+    plain = mock({}, protocol_version="2025-11-25", headers={"X-Tenant": "t-1"})
+    assert plain.run(plain.name, "--check").exit_status == 0
+    assert all(e["headers"]["user-agent"] == f"bkmcp/{bkmcp.__version__}" for e in plain.srv.log)
+    assert all(e["headers"]["x-tenant"] == "t-1" for e in plain.srv.log)
+    custom = mock({}, protocol_version="2026-07-28", headers={"User-Agent": "my-agent/1"})
+    assert custom.run(custom.name, "--check").exit_status == 0
+    assert all(e["headers"]["user-agent"] == "my-agent/1" for e in custom.srv.log)

@@ -265,3 +265,27 @@ def test_MCP_004_ctrl_c_during_modern_call_closes_the_stream_R03(mock):
     assert time.monotonic() - started < 2.5  # the client did not wait for the result
     assert target.count("notifications/cancelled") == 0
     assert target.count("tools/call") == 1
+
+
+def test_MCP_004_output_failure_after_call_never_resends_R03(mock):
+    """R03: stdout breaks after the call completed -> exit 2 (remote work happened), tools/call sent once."""
+    import io
+
+    import bkmcp
+
+    class BrokenStdout(io.StringIO):
+        def write(self, text: str) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+    target = mock({}, protocol_version="2025-11-25")
+    status = bkmcp.main(["--config", str(target.config), "m", "echo", "--body", '{"text":"x"}'],
+                        stdin=io.StringIO(""), stdout=BrokenStdout(), stderr=io.StringIO(), env={}, cwd="/")
+    assert status == 2
+    assert target.count("tools/call") == 1
+
+
+def test_MCP_004_jq_runtime_error_after_call_never_resends_R03(mock):
+    target = mock({}, protocol_version="2026-07-28")
+    result = target.run(target.name, "echo", "--body", '{"text":"x"}', "--jq", ".data.tool + 1")
+    assert result.exit_status == 2 and result.error_code == "jq_error"
+    assert target.count("tools/call") == 1

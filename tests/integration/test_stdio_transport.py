@@ -1,0 +1,609 @@
+"""stdio transport (SPEC §9, §5 stdio era rules, §8 verbose) over real pipes against ``mock_server/mcp_mock.py
+--stdio``. Assertions are on what the SERVER received (its JSON-lines ``--log``), on the processes left behind
+(``/proc``), and on the envelope.
+
+Seed rows: R01 (versions pinned and probed on stdio), R03 (crash mid-call: outcome unknown, never resent),
+C04 (``${VAR}`` expansion reaching the child), O01 (secrets never printed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import LEGACY, VERSIONS, run_bkmcp
+
+from mock_server.mcp_mock import mock_tool
+
+pytestmark = [pytest.mark.integration]
+
+ROOT = Path(__file__).resolve().parents[2]
+MOCK = str(ROOT / "mock_server" / "mcp_mock.py")
+MODERN = "2026-07-28"
+SECRET = "s3cr3t-T0ken-value-9f8e7d"
+
+
+class StdioTarget:
+    """A config whose server ``name`` runs the mock on stdio; ``log()`` is what the mock(s) received."""
+
+    def __init__(self, tmp_path: Path, scenario: dict | None, *, protocol_version: str | None = None,
+                 wrapper: str | None = None, env: dict[str, str] | None = None, cwd: str | None = None,
+                 extra_args: list[str] | None = None, command: str | None = None, args: list[str] | None = None,
+                 name: str = "s") -> None:
+        self.tmp = tmp_path
+        self.name = name
+        self.log_path = tmp_path / "mock-log.jsonl"
+        self.pid_path = tmp_path / "pids.txt"
+        scenario_path = tmp_path / "scenario.json"
+        scenario_path.write_text(json.dumps(scenario or {}), encoding="utf-8")
+        mock_argv = [MOCK, "--stdio", "--scenario", str(scenario_path), "--log", str(self.log_path),
+                     *(extra_args or [])]
+        entry: dict[str, Any] = {"type": "stdio"}
+        if command is not None:
+            entry["command"] = command
+            entry["args"] = args or []
+        elif wrapper is not None:
+            # A python prologue that runs in the server process itself, then the mock (same pid).
+            code = (f"import os, runpy, sys\nPIDS = {str(self.pid_path)!r}\nMOCK_ARGV = {mock_argv!r}\n{wrapper}\n"
+                    "sys.argv = MOCK_ARGV\nrunpy.run_path(MOCK_ARGV[0], run_name='__main__')\n")
+            entry["command"] = sys.executable
+            entry["args"] = ["-c", code]
+        else:
+            entry["command"] = sys.executable
+            entry["args"] = mock_argv
+        if env is not None:
+            entry["env"] = env
+        if cwd is not None:
+            entry["cwd"] = cwd
+        if protocol_version is not None:
+            entry["protocolVersion"] = protocol_version
+        self.config = tmp_path / "mcp.json"
+        self.config.write_text(json.dumps({"mcpServers": {name: entry}}), encoding="utf-8")
+        self.config.chmod(0o600)
+
+    def run(self, *args: str, env: dict[str, str] | None = None):
+        """bkmcp in-process; every run is bounded (--timeout 20s unless the test sets one)."""
+        bound = () if "--timeout" in args else ("--timeout", "20s")
+        return run_bkmcp("--config", str(self.config), *bound, *args, env=env)
+
+    def log(self) -> list[dict]:
+        if not self.log_path.exists():
+            return []
+        return [json.loads(line) for line in self.log_path.read_text(encoding="utf-8").splitlines() if line]
+
+    def methods(self) -> list[Any]:
+        """JSON-RPC methods received in order (None for the client's responses to server requests)."""
+        return [e["rpc_method"] for e in self.log()]
+
+    def count(self, method: str) -> int:
+        return self.methods().count(method)
+
+    def pids(self) -> list[int]:
+        return [int(p) for p in self.pid_path.read_text().split()] if self.pid_path.exists() else []
+
+
+@pytest.fixture
+def stdio_mock(tmp_path: Path):
+    made: list[StdioTarget] = []
+
+    def make(scenario: dict | None = None, **kwargs: Any) -> StdioTarget:
+        sub = tmp_path / f"t{len(made)}"
+        sub.mkdir()
+        target = StdioTarget(sub, scenario, **kwargs)
+        made.append(target)
+        return target
+
+    return make
+
+
+STDIN_TEE = """
+import threading
+_r, _w = os.pipe()
+def _tee(src=os.dup(0), dst=_w, path=os.path.join(os.path.dirname(PIDS), 'stdin.jsonl')):
+    with open(src, 'rb', buffering=0) as inp, open(path, 'ab', buffering=0) as rec:
+        for line in iter(inp.readline, b''):
+            rec.write(line)
+            os.write(dst, line)
+    os.close(dst)
+os.dup2(_r, 0)
+threading.Thread(target=_tee, daemon=True).start()
+"""
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` is a running (not zombie) process."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            state = handle.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def spawns(stderr: str) -> int:
+    return stderr.count("stdio server started (pid")
+
+
+def assert_modern_stdio(target: StdioTarget) -> None:
+    for entry in target.log():
+        assert "headers" not in entry or not entry["headers"]
+        meta = entry["json"]["params"]["_meta"]
+        assert meta["io.modelcontextprotocol/protocolVersion"] == MODERN
+        assert meta["io.modelcontextprotocol/clientCapabilities"] == {}
+        assert meta["io.modelcontextprotocol/clientInfo"]["name"] == "bkmcp"
+    assert target.count("initialize") == 0
+
+
+def assert_legacy_stdio(target: StdioTarget, offered: str) -> None:
+    received = [e for e in target.log() if e["rpc_method"] != "server/discover"]
+    assert received[0]["rpc_method"] == "initialize"
+    assert received[0]["json"]["params"]["protocolVersion"] == offered
+    assert received[1]["rpc_method"] == "notifications/initialized"
+    for entry in received:
+        assert "_meta" not in json.dumps(entry["json"].get("params") or {})
+
+
+# -- the version matrix ------------------------------------------------------------------------------------
+
+OPS = {
+    "check": ("--check",),
+    "tools": ("--tools",),
+    "call": ("echo", "--text", "hi", "--count", "12345678901234567890"),
+    "help": ("echo", "--help"),
+}
+
+
+@pytest.mark.parametrize("op", sorted(OPS))
+@pytest.mark.parametrize("pinned", [True, False], ids=["pinned", "probed"])
+@pytest.mark.parametrize("version", VERSIONS)
+def test_stdio_version_matrix_R01(stdio_mock, version, pinned, op):
+    """R01 on stdio: every operation for each version, pinned (no probe) and unpinned against a server that only
+    speaks that version (modern: discover answers; legacy: discover gets -32601 -> initialize offering
+    2025-11-25, the server's choice accepted). One process per operation."""
+    target = stdio_mock({"versions": [version], "page_size": 2}, protocol_version=version if pinned else None)
+    result = target.run(target.name, *OPS[op], "-v")
+    assert result.exit_status == 0, result.stdout + result.stderr
+    assert spawns(result.stderr) == 1
+    methods = target.methods()
+    pages = ["tools/list"] * 3
+    tail = {"check": pages, "tools": pages, "help": pages, "call": [*pages, "tools/call"]}[op]
+    if version in LEGACY:
+        probe = [] if pinned else ["server/discover"]
+        assert methods == [*probe, "initialize", "notifications/initialized", *tail]
+        assert_legacy_stdio(target, version if pinned else "2025-11-25")
+    else:
+        discover = ["server/discover"] if (not pinned or op == "check") else []
+        assert methods == [*discover, *tail]
+        assert_modern_stdio(target)
+    if op == "help":
+        assert "bkmcp s echo" in result.stdout and target.count("tools/call") == 0
+        return
+    data = result.json["data"]
+    if op == "check":
+        assert data["transport"] == "stdio" and data["protocol_version"] == version
+        assert data["era"] == ("legacy" if version in LEGACY else "modern")
+        assert data["checks"] == {"config": "passed", "connection": "passed", "protocol": "passed", "tools": "passed"}
+        assert data["server_info"]["name"] == "mcp-mock" and data["tool_count"] == 5
+    elif op == "tools":
+        assert data["tool_count"] == 5 and data["complete"] is True and data["protocol_version"] == version
+    else:
+        assert data["result"]["structuredContent"]["arguments"] == {"text": "hi", "count": 12345678901234567890}
+        call = target.log()[-1]
+        assert call["json"]["params"]["arguments"] == {"text": "hi", "count": 12345678901234567890}
+        assert '"count":12345678901234567890' in call["body"]
+
+
+def test_stdio_dual_era_server_probes_modern(stdio_mock):
+    """Unpinned against a dual-era server: server/discover decides modern, no initialize (R01)."""
+    target = stdio_mock()
+    result = target.run(target.name, "--tools")
+    assert result.exit_status == 0, result.stdout
+    assert target.methods() == ["server/discover", "tools/list"]
+    assert_modern_stdio(target)
+
+
+def test_stdio_legacy_server_that_never_answers_discover_probe_window(stdio_mock):
+    """A legacy-only server that ignores unknown methods: no answer within the probe window (2 s) -> initialize
+    on the same process (no restart), the late nothing never confuses the flow."""
+    target = stdio_mock({"versions": ["2025-06-18"], "stdio_unknown_method": "silent"})
+    started = time.monotonic()
+    result = target.run(target.name, "echo", "--text", "x", "-v")
+    elapsed = time.monotonic() - started
+    assert result.exit_status == 0, result.stdout + result.stderr
+    assert target.methods() == ["server/discover", "initialize", "notifications/initialized", "tools/list",
+                                "tools/call"]
+    assert spawns(result.stderr) == 1
+    assert "no answer within the probe window" in result.stderr
+    assert elapsed >= 2.0
+    assert result.json["data"]["result"]["structuredContent"]["arguments"] == {"text": "x"}
+
+
+def test_stdio_probe_window_is_inside_the_budget(stdio_mock):
+    """With --timeout shorter than the probe window, a silent server is an mcp_timeout of the whole operation
+    (the probe never outlives --timeout)."""
+    target = stdio_mock({"versions": ["2025-11-25"], "stdio_unknown_method": "silent"})
+    started = time.monotonic()
+    result = target.run("--timeout", "700ms", target.name, "--tools")
+    assert result.exit_status == 2 and result.error_code == "mcp_timeout", result.stdout
+    assert "700ms" in result.json["error"]["message"]
+    assert time.monotonic() - started < 10
+    assert target.methods() == ["server/discover"]
+
+
+def test_stdio_server_that_exits_on_unknown_method_is_restarted(stdio_mock):
+    """A legacy server that exits on the pre-initialize discover (like the Rust SDK): the child is restarted and
+    the fresh one gets initialize first; the era verdict is legacy."""
+    target = stdio_mock({"versions": ["2025-11-25"], "stdio_unknown_method": "exit"})
+    result = target.run(target.name, "--check", "-v")
+    assert result.exit_status == 0, result.stdout + result.stderr
+    assert spawns(result.stderr) == 2
+    assert "the server exited" in result.stderr
+    assert target.methods() == ["server/discover", "initialize", "notifications/initialized", "tools/list"]
+    assert result.json["data"]["era"] == "legacy"
+
+
+def test_stdio_era_locked_by_late_discover_answer_switches_to_modern(stdio_mock):
+    """A dual-era server that answers discover only after the probe window (slow start): it locked the modern era,
+    so the fallback initialize gets -32022; bkmcp then uses the modern era (no restart, no error)."""
+    wrapper = "import time; time.sleep(2.6)"  # start-up slower than the 2 s probe window
+    target = stdio_mock(None, wrapper=wrapper)
+    result = target.run(target.name, "--tools", "-v")
+    assert result.exit_status == 0, result.stdout + result.stderr
+    assert spawns(result.stderr) == 1
+    assert target.methods() == ["server/discover", "initialize", "server/discover", "tools/list"]
+    assert "initialize refused with -32022" in result.stderr
+    assert result.json["data"]["protocol_version"] == MODERN
+
+
+# -- failures ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", ["2025-11-25", MODERN])
+def test_stdio_crash_mid_call_outcome_unknown_never_resent_R03(stdio_mock, version):
+    """R03: the server exits after receiving tools/call: mcp_connection_error with the exit status and the stderr
+    tail, outcome unknown, exactly one tools/call received."""
+    scenario = {"tools": [mock_tool("dropper", "drop")], "stderr_lines": ["starting", "about to crash"]}
+    target = stdio_mock(scenario, protocol_version=version)
+    result = target.run(target.name, "dropper", "--body", "{}")
+    assert result.exit_status == 2
+    error = result.json["error"]
+    assert error["code"] == "mcp_connection_error"
+    assert error["outcome"] == "unknown"
+    assert error["exit_status"] == 3 and "exited with status 3" in error["message"]
+    assert error["server_stderr"][-2:] == ["starting", "about to crash"]
+    assert target.count("tools/call") == 1
+    assert result.json["data"]["tool"] == "dropper"
+
+
+def test_stdio_server_failing_at_startup_reports_exit_and_stderr(stdio_mock):
+    """A server that dies on start: the probe sees the exit, the one restart dies too -> mcp_connection_error
+    with the exit status and its stderr; --check stages say the connection failed."""
+    code = "import sys; sys.stderr.write('Traceback: ImportError: no module named foo\\n'); sys.exit(7)"
+    target = stdio_mock(command=sys.executable, args=["-c", code])
+    result = target.run(target.name, "--check", "-v")
+    assert result.exit_status == 2
+    error = result.json["error"]
+    assert error["code"] == "mcp_connection_error" and error["exit_status"] == 7
+    assert error["server_stderr"] == ["Traceback: ImportError: no module named foo"]
+    assert result.json["data"]["checks"]["connection"] == "failed"
+    assert spawns(result.stderr) == 2
+
+
+@pytest.mark.parametrize("pinned", [MODERN, "2025-06-18", None])
+def test_stdio_non_json_stdout_is_a_protocol_error(stdio_mock, pinned):
+    """SPEC §9: a line on stdout that is not JSON-RPC (a start-up banner) is mcp_protocol_error with a clipped
+    sample, also during the era probe."""
+    wrapper = "sys.stdout.write('Server listening on stdio, token=%s\\n' % os.environ['API_TOKEN']); sys.stdout.flush()"
+    target = stdio_mock(None, wrapper=wrapper, protocol_version=pinned, env={"API_TOKEN": "${TOK}"})
+    result = target.run(target.name, "--tools", env={"TOK": SECRET})
+    assert result.exit_status == 2, result.stdout
+    error = result.json["error"]
+    assert error["code"] == "mcp_protocol_error"
+    assert "not a JSON-RPC message" in error["message"] and "Server listening on stdio" in error["message"]
+    assert SECRET not in result.stdout + result.stderr
+    assert "token=***" in error["message"]
+
+
+def test_stdio_malformed_json_answer_is_a_protocol_error(stdio_mock):
+    target = stdio_mock({"faults": {"malformed_json": "tools/list"}}, protocol_version="2025-11-25")
+    result = target.run(target.name, "--tools")
+    assert result.exit_status == 2 and result.error_code == "mcp_protocol_error"
+    assert "oops this is not JSON" in result.json["error"]["message"]
+
+
+def test_stdio_timeout_bounded_and_process_reaped(stdio_mock):
+    """A call that never answers: mcp_timeout after --timeout, outcome unknown, one tools/call, the child gone."""
+    wrapper = "open(PIDS, 'w').write(str(os.getpid()))"
+    scenario = {"tools": [mock_tool("sleepy", "slow", ms=60000)]}
+    target = stdio_mock(scenario, wrapper=wrapper, protocol_version="2025-11-25")
+    started = time.monotonic()
+    result = target.run("--timeout", "1500ms", target.name, "sleepy", "--body", "{}")
+    elapsed = time.monotonic() - started
+    assert result.exit_status == 2
+    error = result.json["error"]
+    assert error["code"] == "mcp_timeout" and error["outcome"] == "unknown"
+    assert target.count("tools/call") == 1
+    assert elapsed < 15  # the 60 s tool was not waited for
+    (pid,) = target.pids()
+    assert not alive(pid)
+
+
+def test_stdio_process_tree_reaped_after_clean_exit(stdio_mock):
+    """The server spawns a grandchild that would outlive it; after the operation neither is running."""
+    wrapper = ("import subprocess\n"
+               "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+               "open(PIDS, 'w').write('%d %d' % (os.getpid(), child.pid))")
+    target = stdio_mock(None, wrapper=wrapper, protocol_version=MODERN)
+    result = target.run(target.name, "--tools")
+    assert result.exit_status == 0, result.stdout
+    leader, grandchild = target.pids()
+    assert not alive(leader)
+    assert not alive(grandchild)
+
+
+def test_stdio_sigterm_ignored_gets_sigkill(stdio_mock):
+    """A server that ignores SIGTERM (and its grandchild) is SIGKILLed after the grace period; nothing left."""
+    wrapper = ("import signal, subprocess\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+               "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+               "open(PIDS, 'w').write('%d %d' % (os.getpid(), child.pid))")
+    scenario = {"tools": [mock_tool("sleepy", "slow", ms=60000)]}
+    target = stdio_mock(scenario, wrapper=wrapper, protocol_version=MODERN)
+    result = target.run("--timeout", "1s", target.name, "sleepy", "--body", "{}", "-v")
+    assert result.error_code == "mcp_timeout"
+    assert "ignored SIGTERM; sending SIGKILL" in result.stderr
+    leader, grandchild = target.pids()
+    assert not alive(leader) and not alive(grandchild)
+
+
+# -- environment, cwd, secrets -----------------------------------------------------------------------------
+
+
+def test_stdio_environment_is_minimal_plus_expanded_env_C04(stdio_mock, tmp_path):
+    """SPEC §9 / C04: the child gets PATH, HOME, LANG, LC_* … from bkmcp's environment, nothing else, plus the
+    entry's env with ${VAR} expanded; cwd from the config."""
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    scenario = {"tools": [mock_tool("environ", "environ")]}
+    target = stdio_mock(scenario, protocol_version="2025-11-25", cwd=str(workdir),
+                        env={"GREETING": "hello ${WHO}", "API_TOKEN": "${TOK}", "LITERAL": "$${NOT_EXPANDED}"})
+    outer = {"WHO": "world", "TOK": SECRET, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "AWS_SECRET_ACCESS_KEY": "nope",
+             "HTTP_PROXY": "http://proxy.invalid:3128", "PYTHONPATH": "/nowhere", "USER": "tester"}
+    result = target.run(target.name, "environ", "--body", "{}", env=outer)
+    assert result.exit_status == 0, result.stdout + result.stderr
+    info = result.json["data"]["result"]["structuredContent"]
+    child = info["environ"]
+    expected = {"PATH", "HOME", "LANG", "LC_ALL", "USER", "GREETING", "API_TOKEN", "LITERAL"}
+    assert set(child) - {"LC_CTYPE"} == expected  # LC_CTYPE: CPython's own C-locale coercion (PEP 538)
+    assert child["GREETING"] == "hello world" and child["API_TOKEN"] == SECRET
+    assert child["LITERAL"] == "${NOT_EXPANDED}"
+    assert child["PATH"] == os.environ.get("PATH", "") and child["LANG"] == "C.UTF-8"
+    assert info["cwd"] == str(workdir)
+
+
+def test_stdio_secrets_never_printed_verbose_O01(stdio_mock):
+    """-v logs the spawned command with redacted args and only the NAMES of env variables; the server's stderr
+    is streamed with a prefix and scrubbed too."""
+    scenario = {"stderr_lines": [f"debug: using token {SECRET}", "ready"]}
+    target = stdio_mock(scenario, protocol_version=MODERN, env={"API_TOKEN": "${TOK}"},
+                        extra_args=["--require-header", "X-Key=${TOK}"])
+    result = target.run(target.name, "--check", "-v", env={"TOK": SECRET})
+    assert result.exit_status == 0, result.stdout + result.stderr
+    assert SECRET not in result.stdout and SECRET not in result.stderr
+    spawn = next(line for line in result.stderr.splitlines() if "spawning stdio server" in line)
+    assert "X-Key=***" in spawn and "API_TOKEN" in spawn
+    assert "bkmcp: [server stderr] debug: using token ***" in result.stderr
+    assert "bkmcp: [server stderr] ready" in result.stderr
+    assert "-> stdio [server/discover id=1]" in result.stderr and "<- stdio [result id=1]" in result.stderr
+
+
+def test_stdio_stderr_not_streamed_without_verbose(stdio_mock):
+    target = stdio_mock({"stderr_lines": ["noisy line"] * 50}, protocol_version=MODERN)
+    result = target.run(target.name, "--tools")
+    assert result.exit_status == 0
+    assert "noisy line" not in result.stderr
+
+
+def test_stdio_stderr_tail_is_bounded(stdio_mock):
+    lines = [f"line {i}" for i in range(100)]
+    scenario = {"stderr_lines": lines, "tools": [mock_tool("dropper", "drop")]}
+    target = stdio_mock(scenario, protocol_version=MODERN)
+    result = target.run(target.name, "dropper", "--body", "{}")
+    assert result.json["error"]["server_stderr"] == lines[-20:]
+
+
+# -- start-up problems -------------------------------------------------------------------------------------
+
+
+def test_stdio_command_not_found(stdio_mock):
+    target = stdio_mock(command="definitely-not-a-real-mcp-server-xyz")
+    result = target.run(target.name, "--tools")
+    assert result.exit_status == 2
+    error = result.json["error"]
+    assert error["code"] == "mcp_connection_error"
+    assert "'definitely-not-a-real-mcp-server-xyz' was not found on PATH" in error["message"]
+    assert "absolute path" in error["hint"]
+
+
+def test_stdio_command_not_executable(stdio_mock, tmp_path):
+    script = tmp_path / "server.sh"
+    script.write_text("#!/bin/sh\nexit 0\n")
+    script.chmod(0o644)
+    target = stdio_mock(command=str(script))
+    result = target.run(target.name, "--check")
+    assert result.error_code == "mcp_connection_error"
+    assert "is not an executable file" in result.json["error"]["message"]
+    assert result.json["data"]["checks"]["connection"] == "failed"
+
+
+def test_stdio_missing_cwd(stdio_mock, tmp_path):
+    target = stdio_mock(None, cwd=str(tmp_path / "missing"))
+    result = target.run(target.name, "--tools")
+    assert result.error_code == "mcp_connection_error"
+    assert "working directory" in result.json["error"]["message"]
+
+
+# -- messages before the response ------------------------------------------------------------------------
+
+
+def test_stdio_server_requests_answered_ping_and_declined_sampling(stdio_mock):
+    """Legacy stdio: a server->client ping is answered {} on stdin; sampling is declined with -32601 and reported
+    as mcp_capability_unsupported."""
+    target = stdio_mock({"faults": {"server_request_on_call": "ping"}}, protocol_version="2025-11-25")
+    result = target.run(target.name, "echo", "--text", "a")
+    assert result.exit_status == 0, result.stdout
+    answers = [e["json"] for e in target.log() if e["rpc_method"] is None]
+    assert answers == [{"jsonrpc": "2.0", "id": "mock-srv-1", "result": {}}]
+    target = stdio_mock({"faults": {"server_request_on_call": "sampling/createMessage"}},
+                        protocol_version="2025-11-25")
+    result = target.run(target.name, "echo", "--text", "a")
+    assert result.error_code == "mcp_capability_unsupported"
+    answers = [e["json"] for e in target.log() if e["rpc_method"] is None]
+    assert answers[0]["error"]["code"] == -32601
+
+
+def test_stdio_notifications_before_result_and_big_messages(stdio_mock):
+    """Progress notifications before the response are logged with -v; a 2 MB argument and result cross the pipes
+    (bigger than any pipe buffer) intact."""
+    note = {"method": "notifications/progress", "params": {"progress": 1, "total": 2, "message": "half way"}}
+    target = stdio_mock({"notifications_before_result": [note]}, protocol_version="2025-11-25")
+    text = "x" * (2 * 1024 * 1024) + "é\nsecond line\r\u2028\u0085 end"  # raw line breaks never reach the wire
+    result = target.run(target.name, "echo", "--text", text, "-v")
+    assert result.exit_status == 0
+    assert result.json["data"]["result"]["structuredContent"]["arguments"]["text"] == text
+    assert "progress 1/2: half way" in result.stderr
+    call = target.log()[-1]
+    assert call["rpc_method"] == "tools/call" and "\n" not in call["body"] and "\u2028" not in call["body"]
+
+
+def test_stdio_number_fidelity(stdio_mock):
+    target = stdio_mock(None, protocol_version=MODERN)
+    result = target.run(target.name, "echo", "--text", "n", "--ratio", "1e400")
+    assert result.exit_status == 0
+    assert '"ratio":1e400' in result.stdout
+    assert '"ratio":1e400' in target.log()[-1]["body"]
+
+
+# -- cancellation ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", ["2025-11-25", MODERN])
+def test_stdio_ctrl_c_sends_cancelled_then_shuts_down(stdio_mock, version):
+    """Ctrl-C during a call: notifications/cancelled with the call's id (both eras on stdio), exit 130, the server
+    process tree gone, the call never resent."""
+    # The mock handles (and logs) one message at a time and is asleep in the tool: record what reaches its stdin
+    # with a tee in front of it, in the server process itself.
+    wrapper = STDIN_TEE + "open(PIDS, 'w').write(str(os.getpid()))"
+    target = stdio_mock({"tools": [mock_tool("sleepy", "slow", ms=60000)]}, wrapper=wrapper,
+                        protocol_version=version)
+    env = {"HOME": os.environ.get("HOME", "/nonexistent"), "PATH": os.environ.get("PATH", "")}
+    proc = subprocess.Popen([sys.executable, str(ROOT / "bkmcp.py"), "--config", str(target.config), target.name,
+                             "sleepy", "--body", "{}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        end = time.monotonic() + 20
+        while target.count("tools/call") == 0 and time.monotonic() < end:
+            time.sleep(0.05)
+        assert target.count("tools/call") == 1
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    received = [json.loads(line) for line in (target.pid_path.parent / "stdin.jsonl").read_text().splitlines()]
+    call = next(m for m in received if m.get("method") == "tools/call")
+    cancels = [m for m in received if m.get("method") == "notifications/cancelled"]
+    assert len(cancels) == 1
+    assert cancels[0]["params"]["requestId"] == call["id"]
+    if version == MODERN:
+        assert cancels[0]["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] == MODERN
+    assert [m.get("method") for m in received].count("tools/call") == 1
+    (pid,) = target.pids()
+    assert not alive(pid)
+
+
+# -- the pure part: which variables are inherited -----------------------------------------------------------
+
+
+def test_stdio_inherited_environment_selection():
+    import bkmcp
+
+    env = {"PATH": "/bin", "HOME": "/h", "LC_ALL": "C", "LC_MESSAGES": "C", "LANG": "C.UTF-8", "SYSTEMROOT": "C:\\W",
+           "AWS_SECRET_ACCESS_KEY": "x", "HTTPS_PROXY": "p", "PYTHONPATH": "/p", "BK_CLI_CONFIG_DIR": "/c",
+           "LD_PRELOAD": "evil.so"}
+    assert bkmcp.select_inherited_env(env) == {
+        "PATH": "/bin", "HOME": "/h", "LC_ALL": "C", "LC_MESSAGES": "C", "LANG": "C.UTF-8", "SYSTEMROOT": "C:\\W"}
+    stdio = bkmcp.ServerConfig(name="s", type="stdio", config_file="/f", command="srv")
+    http = bkmcp.ServerConfig(name="h", type="http", config_file="/f", url="https://example.com/mcp")
+    assert bkmcp.resolve_server(stdio, env).inherited_env["PATH"] == "/bin"
+    assert bkmcp.resolve_server(http, env).inherited_env == {}
+
+
+# -- harder exits and stuck pipes --------------------------------------------------------------------------
+
+
+def test_stdio_server_killed_by_signal(stdio_mock):
+    target = stdio_mock(command="/bin/sh", args=["-c", "echo 'dying' >&2; kill -9 $$"])
+    result = target.run(target.name, "--tools")
+    error = result.json["error"]
+    assert error["code"] == "mcp_connection_error"
+    assert "was killed by SIGKILL" in error["message"] and error["exit_status"] == -9
+    assert error["server_stderr"] == ["dying"]
+
+
+def test_stdio_command_that_cannot_be_executed(stdio_mock, tmp_path):
+    """An executable file that is no program (no #! line, not a binary): the exec failure is reported."""
+    bogus = tmp_path / "bogus-server"
+    bogus.write_bytes(b"\x00\x01\x02 not a program\n")
+    bogus.chmod(0o755)
+    target = stdio_mock(command=str(bogus))
+    result = target.run(target.name, "--tools")
+    assert result.error_code == "mcp_connection_error"
+    assert "cannot start the stdio server" in result.json["error"]["message"]
+
+
+def test_stdio_exit_detected_while_a_grandchild_holds_stdout(stdio_mock):
+    """npx-style wrappers: the server dies mid-call but a grandchild keeps its stdout open (no EOF). The exit is
+    still noticed (no wait for --timeout), the outcome is unknown, and the grandchild is stopped."""
+    wrapper = ("import subprocess\n"
+               "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+               "open(PIDS, 'w').write('%d %d' % (os.getpid(), child.pid))")
+    target = stdio_mock({"tools": [mock_tool("dropper", "drop")]}, wrapper=wrapper, protocol_version=MODERN)
+    started = time.monotonic()
+    result = target.run("--timeout", "30s", target.name, "dropper", "--body", "{}")
+    assert time.monotonic() - started < 15
+    error = result.json["error"]
+    assert error["code"] == "mcp_connection_error" and error["outcome"] == "unknown"
+    assert error["exit_status"] == 3
+    leader, grandchild = target.pids()
+    assert not alive(leader) and not alive(grandchild)
+
+
+STOPS_READING = r"""
+import json, sys, time
+for line in sys.stdin:
+    msg = json.loads(line)
+    if msg.get("method") == "tools/list":
+        tool = {"name": "t", "inputSchema": {"type": "object"}}
+        print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": {"tools": [tool]}}), flush=True)
+        time.sleep(60)  # never reads stdin again
+"""
+
+
+def test_stdio_write_to_a_server_that_stopped_reading_is_bounded(stdio_mock):
+    """A 4 MB call to a server that no longer reads stdin fills the pipe: the write is bounded by --timeout (not
+    stuck), reported as mcp_timeout with outcome unknown (part of the call may have been read)."""
+    target = stdio_mock(command=sys.executable, args=["-c", STOPS_READING], protocol_version=MODERN)
+    body = json.dumps({"blob": "x" * (4 * 1024 * 1024)})
+    started = time.monotonic()
+    result = target.run("--timeout", "2s", target.name, "t", "--body", body)
+    assert time.monotonic() - started < 15
+    error = result.json["error"]
+    assert error["code"] == "mcp_timeout" and error["outcome"] == "unknown"
