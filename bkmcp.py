@@ -4214,8 +4214,11 @@ def _flag_details(flag: ToolFlag) -> list[str]:
         lines += _wrap(title.strip(), HELP_WIDTH, indent, indent)
     enum = schema.get("enum")
     if isinstance(enum, list) and enum:
-        shown = ", ".join(v if isinstance(v, str) and v and v.strip() == v else dump_json(v) for v in enum)
-        lines += _wrap(f"one of: {shown}", HELP_WIDTH, indent, indent)
+        limit = 30  # a huge enum would bury the other flags; --tools has the full list
+        plain = [isinstance(v, str) and v and v.strip() == v and "," not in v for v in enum[:limit]]
+        shown = ", ".join(v if ok else _short(dump_json(v), 60) for v, ok in zip(enum, plain))
+        more = f" … and {len(enum) - limit} more (see --tools)" if len(enum) > limit else ""
+        lines += _wrap(f"one of: {shown}{more}", HELP_WIDTH, indent, indent)
     if "const" in schema:
         lines += _wrap(f"must be: {dump_json(schema['const'])}", HELP_WIDTH, indent, indent)
     if "default" in schema:

@@ -206,3 +206,12 @@ def test_d02_title_only_shown_when_informative() -> None:
                       "q": {"type": "string", "title": "Search query"}})
     text = render_tool_help("s", tool)
     assert "Page Size" not in text and "Search query" in text
+
+
+def test_d02_long_enum_is_capped() -> None:
+    """D02: a 200-value enum shows 30 values and says how many more there are."""
+    tool = make_tool({"code": {"type": "string", "enum": [f"v{i}" for i in range(200)]},
+                      "odd": {"type": "string", "enum": ["a,b", " pad", ""]}})
+    text = render_tool_help("s", tool)
+    assert "v29\n      … and 170 more (see --tools)" in text and "v30," not in text
+    assert 'one of: "a,b", " pad", ""' in text
