@@ -3878,14 +3878,17 @@ def _wrap(text: str, width: int, indent: str = "", first_indent: str | None = No
                 out.append("")
             continue
         atoms: list[tuple[str, bool]] = []  # (piece, space before it)
-        for word in paragraph.split():
-            atoms.extend((piece, i == 0) for i, piece in enumerate(_word_atoms(word)))
+        if paragraph.isascii():
+            atoms = [(word, True) for word in paragraph.split()]
+        else:
+            for word in paragraph.split():
+                atoms.extend((piece, i == 0) for i, piece in enumerate(_word_atoms(word)))
         line = first if not out else indent
         line_start = len(line)
         used = _cell_width(line)
         for piece, spaced in atoms:
             sep = " " if spaced and len(line) > line_start else ""
-            cells = _cell_width(piece) + len(sep)
+            cells = (len(piece) if piece.isascii() else _cell_width(piece)) + len(sep)
             if len(line) > line_start and used + cells > width:
                 out.append(line)
                 line = indent
