@@ -3040,8 +3040,15 @@ def describe_cli(tool: Mapping[str, Any]) -> dict[str, Any]:
 # -- values --------------------------------------------------------------------------------------------
 
 
+def _tool_command(server_name: str, tool_name: Any) -> str:
+    """``bkmcp <server> <tool>`` as a user can paste it: shell-quoted when needed, control characters escaped."""
+    import shlex
+
+    return _printable(f"bkmcp {shlex.quote(server_name)} {shlex.quote(str(tool_name))}")
+
+
 def _tool_help_command(server_name: str, tool: Mapping[str, Any]) -> str:
-    return f"bkmcp {server_name} {tool.get('name')} --help"
+    return f"{_tool_command(server_name, tool.get('name'))} --help"
 
 
 def _flag_path(name: str) -> str:
@@ -3168,7 +3175,7 @@ def _read_tokens(
     problems: list[dict[str, str]] = []
     seen: set[str] = set()
     for token in tokens:
-        option = f"--{token.name}"
+        option = _short(f"--{token.name}", 60)
         if token.name in seen:
             problems.append({"flag": option, "path": _flag_path(token.name),
                              "message": f"{option} is given more than once (give each flag once; arrays are JSON)"})
@@ -3191,8 +3198,8 @@ def _read_tokens(
         close = closest_names(token.name, [*mapped.flags, *mapped.body_only])
         shown = [f"--{c}" if c in mapped.flags else f"{_short(c)!r} (no flag: set it with --body)" for c in close]
         suggestion = f"; did you mean {', '.join(shown)}?" if close else ""
-        problems.append({"flag": _short(option, 60),
-                         "message": f"unknown option {_short(option, 60)} for tool {tool.get('name')!r}{suggestion}"})
+        problems.append({"flag": option,
+                         "message": f"unknown option {option} for tool {tool.get('name')!r}{suggestion}"})
     return values, problems
 
 
@@ -4056,7 +4063,7 @@ def render_tool_help(server_name: str, tool: Mapping[str, Any]) -> str:
     name = str(tool.get("name"))
     mapped = build_tool_flags(tool)
     schema = _schema_object(tool) or {}
-    command = f"bkmcp {server_name} {_printable(name)}"
+    command = _tool_command(server_name, name)
     out: list[str] = []
     annotations = tool.get("annotations") if isinstance(tool.get("annotations"), dict) else {}
     title = tool.get("title") or (annotations or {}).get("title")

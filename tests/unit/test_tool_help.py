@@ -215,3 +215,17 @@ def test_d02_long_enum_is_capped() -> None:
     text = render_tool_help("s", tool)
     assert "v29\n      … and 170 more (see --tools)" in text and "v30," not in text
     assert 'one of: "a,b", " pad", ""' in text
+
+
+def test_d02_tool_names_are_shell_quoted_in_commands() -> None:
+    """D02: a tool name with spaces or quotes appears shell-quoted in usage and examples; hints too."""
+    tool = {"name": "my tool's", "inputSchema": {"type": "object", "properties": {"q": {"type": "string"}}}}
+    text = render_tool_help("srv", tool)
+    usage = text.split("Usage:\n")[1].splitlines()[0]
+    assert shlex.split(usage)[:4] == ["bkmcp", "srv", "my tool's", "[--q"]
+    example = next(line for line in text.splitlines() if "--body @args.json" in line)
+    assert shlex.split(example)[2] == "my tool's"
+    with pytest.raises(bkmcp.InvalidArgumentsError) as info:
+        bkmcp.parse_tool_arguments(tool, [bkmcp.ToolToken("x", "1", False, "--x")], server_name="srv")
+    hint = info.value.hint or ""
+    assert shlex.split(hint.split(": ", 1)[1]) == ["bkmcp", "srv", "my tool's", "--help"]
