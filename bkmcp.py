@@ -3071,12 +3071,11 @@ def _short(value: Any, limit: int = 40) -> str:
 
 
 def _printable(text: str) -> str:
-    """Server text made safe for a terminal: control characters shown as escapes, never interpreted."""
+    """Server text made safe for a terminal: control (and other unprintable) characters shown as JSON escapes,
+    never interpreted. Applied to JSON text it keeps it valid JSON: such characters only occur inside strings."""
     if text.isprintable():
         return text
-    return "".join(
-        ch if ch.isprintable() or ch == " " else json.dumps(ch)[1:-1] if ord(ch) < 0x10000 else ch for ch in text
-    )
+    return "".join(ch if ch.isprintable() or ch == " " else json.dumps(ch)[1:-1] for ch in text)
 
 
 def build_tool_flags(tool: Mapping[str, Any]) -> ToolFlags:
@@ -3143,8 +3142,15 @@ def describe_cli(tool: Mapping[str, Any]) -> dict[str, Any]:
 # -- values --------------------------------------------------------------------------------------------
 
 
+def _tool_command(server_name: str, tool_name: Any) -> str:
+    """``bkmcp <server> <tool>`` as a user can paste it: shell-quoted when needed, control characters escaped."""
+    import shlex
+
+    return _printable(f"bkmcp {shlex.quote(server_name)} {shlex.quote(str(tool_name))}")
+
+
 def _tool_help_command(server_name: str, tool: Mapping[str, Any]) -> str:
-    return f"bkmcp {server_name} {tool.get('name')} --help"
+    return f"{_tool_command(server_name, tool.get('name'))} --help"
 
 
 def _flag_path(name: str) -> str:
@@ -3271,7 +3277,7 @@ def _read_tokens(
     problems: list[dict[str, str]] = []
     seen: set[str] = set()
     for token in tokens:
-        option = f"--{token.name}"
+        option = _short(f"--{token.name}", 60)
         if token.name in seen:
             problems.append({"flag": option, "path": _flag_path(token.name),
                              "message": f"{option} is given more than once (give each flag once; arrays are JSON)"})
@@ -3294,8 +3300,8 @@ def _read_tokens(
         close = closest_names(token.name, [*mapped.flags, *mapped.body_only])
         shown = [f"--{c}" if c in mapped.flags else f"{_short(c)!r} (no flag: set it with --body)" for c in close]
         suggestion = f"; did you mean {', '.join(shown)}?" if close else ""
-        problems.append({"flag": _short(option, 60),
-                         "message": f"unknown option {_short(option, 60)} for tool {tool.get('name')!r}{suggestion}"})
+        problems.append({"flag": option,
+                         "message": f"unknown option {option} for tool {tool.get('name')!r}{suggestion}"})
     return values, problems
 
 
@@ -3993,14 +3999,17 @@ def _wrap(text: str, width: int, indent: str = "", first_indent: str | None = No
                 out.append("")
             continue
         atoms: list[tuple[str, bool]] = []  # (piece, space before it)
-        for word in paragraph.split():
-            atoms.extend((piece, i == 0) for i, piece in enumerate(_word_atoms(word)))
+        if paragraph.isascii():
+            atoms = [(word, True) for word in paragraph.split()]
+        else:
+            for word in paragraph.split():
+                atoms.extend((piece, i == 0) for i, piece in enumerate(_word_atoms(word)))
         line = first if not out else indent
         line_start = len(line)
         used = _cell_width(line)
         for piece, spaced in atoms:
             sep = " " if spaced and len(line) > line_start else ""
-            cells = _cell_width(piece) + len(sep)
+            cells = (len(piece) if piece.isascii() else _cell_width(piece)) + len(sep)
             if len(line) > line_start and used + cells > width:
                 out.append(line)
                 line = indent
@@ -4142,7 +4151,8 @@ def _flag_example(flag: ToolFlag, value: Any) -> str:
     if flag.kind == "boolean":
         return f"{flag.option}={'true' if value is not False else 'false'}"
     if flag.kind == "string" and isinstance(value, str):
-        return f"{flag.option} {_shell_quote(value)}"
+        shown = value if value.isprintable() else f"<{flag.name}>"  # newlines/controls make a poor example
+        return f"{flag.option} {_shell_quote(shown)}"
     if flag.kind in ("integer", "number") and _is_json_number(value) and not isinstance(value, float):
         return f"{flag.option} {dump_json(value)}"
     return f"{flag.option} {_shell_quote(dump_json(value))}"
@@ -4167,7 +4177,7 @@ def render_tool_help(server_name: str, tool: Mapping[str, Any]) -> str:
     name = str(tool.get("name"))
     mapped = build_tool_flags(tool)
     schema = _schema_object(tool) or {}
-    command = f"bkmcp {server_name} {_printable(name)}"
+    command = _tool_command(server_name, name)
     out: list[str] = []
     annotations = tool.get("annotations") if isinstance(tool.get("annotations"), dict) else {}
     title = tool.get("title") or (annotations or {}).get("title")
@@ -4282,12 +4292,12 @@ def _field_label(name: str) -> str:
 
 
 def _compact_json(value: Any) -> str:
-    """JSON on one line with a space after ':' and ',' (readable in help, still valid JSON)."""
+    """JSON on one line with a space after ':' and ',' (readable in help, still valid JSON, terminal-safe)."""
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{dump_json(k)}: {_compact_json(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{_printable(dump_json(k))}: {_compact_json(v)}" for k, v in value.items()) + "}"
     if isinstance(value, list):
         return "[" + ", ".join(_compact_json(v) for v in value) + "]"
-    return dump_json(value)
+    return _printable(dump_json(value))
 
 
 def _plain(text: str) -> str:
@@ -4307,7 +4317,7 @@ def _pretty_json(value: Any, indent: int, width: int, start: int | None = None) 
     if isinstance(value, dict):
         items = []
         for key, item in value.items():
-            label = f"{dump_json(key)}: "
+            label = f"{_printable(dump_json(key))}: "
             items.append(label + _pretty_json(item, indent + 2, width, indent + 2 + _cell_width(label)))
         opening, closing = "{", "}"
     else:
@@ -4328,8 +4338,11 @@ def _flag_details(flag: ToolFlag) -> list[str]:
         lines += _wrap(title.strip(), HELP_WIDTH, indent, indent)
     enum = schema.get("enum")
     if isinstance(enum, list) and enum:
-        shown = ", ".join(v if isinstance(v, str) and v and v.strip() == v else dump_json(v) for v in enum)
-        lines += _wrap(f"one of: {shown}", HELP_WIDTH, indent, indent)
+        limit = 30  # a huge enum would bury the other flags; --tools has the full list
+        plain = [isinstance(v, str) and v and v.strip() == v and "," not in v for v in enum[:limit]]
+        shown = ", ".join(v if ok else _short(dump_json(v), 60) for v, ok in zip(enum, plain))
+        more = f" … and {len(enum) - limit} more (see --tools)" if len(enum) > limit else ""
+        lines += _wrap(f"one of: {shown}{more}", HELP_WIDTH, indent, indent)
     if "const" in schema:
         lines += _wrap(f"must be: {dump_json(schema['const'])}", HELP_WIDTH, indent, indent)
     if "default" in schema:
