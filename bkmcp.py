@@ -579,8 +579,8 @@ def load_config(path: str) -> ConfigFile:
         ) from None
     except IsADirectoryError:
         raise InvalidConfigError(f"config path is a directory, not a file: {path}") from None
-    except OSError as exc:
-        raise InvalidConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
+        raise InvalidConfigError(f"cannot read config file {path!r}: {getattr(exc, 'strerror', None) or exc}") from None
     config = parse_config(raw, path)
     return ConfigFile(config.path, config.servers, readable_by_others=bool(mode & 0o044))
 
@@ -679,6 +679,10 @@ def _parse_server(path: str, name: str, entry: Any) -> ServerConfig:
     cwd = entry.get("cwd")
     if cwd is not None and (not isinstance(cwd, str) or not cwd):
         raise InvalidConfigError(f"{where}: field \"cwd\" must be a non-empty string")
+    for label, text in (("command", command), ("cwd", cwd or ""), *(("args", a) for a in args),
+                        *(("env", v) for v in env.values())):
+        if "\x00" in text:  # no process can be started with it
+            raise InvalidConfigError(f"{where}: field \"{label}\" contains a NUL character")
     return ServerConfig(
         name=name,
         type=kind,
@@ -892,6 +896,11 @@ def resolve_server(server: ServerConfig, env: Mapping[str, str]) -> ResolvedServ
     headers: dict[str, str] = {}
     for name, template in server.headers:
         value, used = expand_env(template, env, where=f"{where}, header {name!r}")
+        if any(ch in value for ch in "\r\n\x00"):  # e.g. a token read from a file with its trailing newline
+            raise InvalidConfigError(
+                f"{where}: header {name!r} contains a line break or NUL after expansion",
+                hint="strip the newline from the variable's value (export VAR=\"$(cat file)\" does that)",
+            )
         secret = is_secret_name(name)
         if secret:
             if not value.strip():
@@ -917,9 +926,13 @@ def resolve_server(server: ServerConfig, env: Mapping[str, str]) -> ResolvedServ
         if is_secret_name(name):
             auth_source = "server_headers"
     args = [expand_env(arg, env, where=f"{where}, args[{i}]")[0] for i, arg in enumerate(server.args)]
+    if any("\x00" in arg for arg in args):
+        raise InvalidConfigError(f"{where}: an argument contains a NUL character after expansion")
     child_env: dict[str, str] = {}
     for name, template in server.env:
         value, used = expand_env(template, env, where=f"{where}, env {name!r}")
+        if "\x00" in value:
+            raise InvalidConfigError(f"{where}: env {name!r} contains a NUL character after expansion")
         child_env[name] = value
         if is_secret_name(name) or used:
             redactor.add(value, whole=is_secret_name(name))
@@ -2849,9 +2862,13 @@ _REF_KEYWORDS = ("$ref", "$dynamicRef", "$recursiveRef")
 _JSON_INTEGER = re.compile(r"-?(?:0|[1-9][0-9]*)")
 _JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_PLAIN_ASCII_NAME = re.compile(r"[!#-~]+")  # printable ASCII without space and '"': always a fine flag name
+_FAST_FLAG_NAME = re.compile(r"[!#-,.-<>-~][!#-<>-~]*")  # the same, minus '=' and a leading '-'
+_HARD_KEYWORDS = frozenset(_REF_KEYWORDS + _COMBINATORS)
+_FLAG_TYPE_SET = frozenset(FLAG_TYPES)
 
 
-@dataclass(frozen=True)
+@dataclass
 class ToolFlag:
     """A property that has a flag: ``--<name>`` typed by ``kind`` (one of FLAG_TYPES)."""
 
@@ -2872,7 +2889,7 @@ class ToolFlag:
         return f"--{self.name} {_FLAG_METAVAR[self.kind]}"
 
 
-@dataclass(frozen=True)
+@dataclass
 class BodyOnlyField:
     """A property (or required name) that gets no flag; it is set through ``--body``."""
 
@@ -2905,10 +2922,11 @@ def _flag_name_problem(name: str) -> str | None:
         return "a name starting with '-' cannot be a flag"
     if "=" in name:
         return "a name containing '=' cannot be a flag (--name=value would split it)"
-    import unicodedata
+    if not _PLAIN_ASCII_NAME.fullmatch(name):  # printable ASCII (the common case) needs no per-character look
+        import unicodedata
 
-    if any(ch.isspace() or unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") for ch in name):
-        return "a name containing whitespace or control characters cannot be a flag"
+        if any(ch.isspace() or unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") for ch in name):
+            return "a name containing whitespace or control characters cannot be a flag"
     if name in RESERVED_OPTION_NAMES:
         own = f"-{name}" if len(name) == 1 else f"--{name}"
         return f"the name collides with bkmcp's own option {own} (reserved names are never tool flags)"
@@ -2986,8 +3004,14 @@ def build_tool_flags(tool: Mapping[str, Any]) -> ToolFlags:
         properties = {}
     flags: dict[str, ToolFlag] = {}
     body_only: dict[str, BodyOnlyField] = {}
+    required_set = set(required)
     for name, prop in properties.items():
-        is_required = name in required
+        is_required = name in required_set
+        if type(prop) is dict and _FAST_FLAG_NAME.fullmatch(name) and name not in RESERVED_OPTION_NAMES:
+            declared = prop.get("type")  # fast path for the common plain property; same rules as below
+            if type(declared) is str and declared in _FLAG_TYPE_SET and prop.keys().isdisjoint(_HARD_KEYWORDS):
+                flags[name] = ToolFlag(name, declared, is_required, prop)
+                continue
         problem = _flag_name_problem(name)
         kind, reason = (None, problem) if problem else _property_kind(prop)
         if kind is None:
@@ -3165,9 +3189,9 @@ def _read_tokens(
                 "message": f"{_printable(token.name)!r} has no flag: {body_field.reason}; set it with --body",
             })
             continue
-        names = list(mapped.flags)
-        close = closest_names(token.name, names)
-        suggestion = f"; did you mean {', '.join('--' + c for c in close)}?" if close else ""
+        close = closest_names(token.name, [*mapped.flags, *mapped.body_only])
+        shown = [f"--{c}" if c in mapped.flags else f"{_short(c)!r} (no flag: set it with --body)" for c in close]
+        suggestion = f"; did you mean {', '.join(shown)}?" if close else ""
         problems.append({"flag": _short(option, 60),
                          "message": f"unknown option {_short(option, 60)} for tool {tool.get('name')!r}{suggestion}"})
     return values, problems
@@ -3367,9 +3391,18 @@ def _schema_problems(schema: dict[str, Any], arguments: Mapping[str, Any]) -> li
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            cls.check_schema(schema)
             resolver = LocalOnlyResolver.from_schema(schema, id_of=cls.ID_OF)
-            errors = list(cls(schema, resolver=resolver).iter_errors(arguments))
+            try:
+                errors = list(cls(schema, resolver=resolver).iter_errors(arguments))
+            except (jexc.RefResolutionError, _NotLocal):
+                raise
+            except (Exception, RecursionError):
+                cls.check_schema(schema)  # a SchemaError explains the failure better than the crash
+                raise
+            if errors:
+                # Checking the schema against its meta-schema costs ~100x the validation itself, so it runs only
+                # when there are problems to report: a malformed schema must never block a call with false ones.
+                cls.check_schema(schema)
     except jexc.SchemaError as exc:
         if exc.validator == "format":  # e.g. an ECMA-262 regex Python's re cannot compile
             raise _NotLocal(f"the inputSchema uses a {exc.validator_value} this local validator cannot check "
@@ -3414,9 +3447,14 @@ def _problem_from_error(error: Any) -> dict[str, str]:
                  "exclusiveMaximum": "less than"}
         return {"path": json_path(path), "message": f"must be {words[keyword]} {_short(value)}, got "
                 f"{_short(instance)}"}
-    if keyword == "additionalProperties" and isinstance(instance, dict):
-        return {"path": json_path(path), "message": _printable(error.message)}
-    return {"path": json_path(path), "message": _printable(str(error.message))}
+    message = str(error.message)
+    try:  # jsonschema starts most messages with repr(instance); show JSON instead of Python reprs
+        shown = repr(instance)
+        if message.startswith(shown) and not isinstance(instance, (dict, list)):
+            message = _short(dump_json(instance), 60) + message[len(shown):]
+    except Exception:  # pragma: no cover - repr of plain JSON values does not fail
+        pass
+    return {"path": json_path(path), "message": _printable(message)}
 
 
 def validate_arguments(tool: Mapping[str, Any], arguments: Mapping[str, Any]) -> ArgumentCheck:
@@ -3497,7 +3535,19 @@ _JQ_MARK = "\ue000bkmcp-num-"
 
 
 def _load_jq_module() -> Any:
-    """The ``jq`` binding, or None when no native build fits this interpreter/platform."""
+    """The ``jq`` binding, or None when no native build fits this interpreter/platform.
+
+    Inside ``bkmcp.pyz`` the binding's native module is extracted on first use into the per-user cache by the
+    artifact's boot module (docs/building.md); from a checkout or ``pip install`` it is an ordinary import.
+    """
+    try:
+        import _bkmcp_boot  # type: ignore[import-not-found]  # exists only inside bkmcp.pyz
+    except ImportError:
+        pass
+    else:
+        module = _bkmcp_boot.load_native_module("jq")
+        if module is not None:
+            return module
     try:
         import jq  # type: ignore[import-not-found]
     except ImportError:
@@ -3535,7 +3585,7 @@ class JqProgram:
                 "is on PATH",
                 hint="install jq (e.g. apt install jq) or drop --jq and filter the JSON output yourself",
             )
-        proc = self._run_executable(["-n", f"if false then ({expression}\n) else empty end"], "")
+        proc = self._run_executable(["-n", f"if false then (\n{expression}\n) else empty end"], "")
         if proc.returncode != 0:
             raise InvalidJqExpressionError(f"invalid --jq expression: {_first_line(proc.stderr)}")
 
@@ -3605,7 +3655,7 @@ class JqProgram:
         elif self._module is not None:
             texts = self._program.input_text(text).text().split("\n")
         else:
-            proc = self._run_executable(["-c", self.expression], text)
+            proc = self._run_executable(["-c", f" {self.expression}"], text)  # a leading "-" is no option
             if proc.returncode != 0:
                 raise ValueError(_first_line(proc.stderr))
             texts = proc.stdout.split("\n")
@@ -3823,7 +3873,9 @@ _HINT_WORDS = (
 
 
 def _cell_width(text: str) -> int:
-    """Terminal columns of ``text``: East Asian wide/fullwidth characters take two."""
+    """Terminal columns of ``text``: East Asian wide/fullwidth characters take two, combining marks none."""
+    if text.isascii():
+        return len(text)
     import unicodedata
 
     return sum(2 if _is_wide(ch) else 0 if unicodedata.combining(ch) else 1 for ch in text)
@@ -3843,14 +3895,19 @@ def _wrap(text: str, width: int, indent: str = "", first_indent: str | None = No
             atoms.extend((piece, i == 0) for i, piece in enumerate(_word_atoms(word)))
         line = first if not out else indent
         line_start = len(line)
+        used = _cell_width(line)
         for piece, spaced in atoms:
             sep = " " if spaced and len(line) > line_start else ""
-            if len(line) > line_start and _cell_width(line) + _cell_width(sep + piece) > width:
+            cells = _cell_width(piece) + len(sep)
+            if len(line) > line_start and used + cells > width:
                 out.append(line)
                 line = indent
                 line_start = len(line)
+                used = _cell_width(line)
                 sep = ""
+                cells = _cell_width(piece)
             line += sep + piece
+            used += cells
         out.append(line)
     while out and not out[-1].strip():
         out.pop()
@@ -3858,6 +3915,8 @@ def _wrap(text: str, width: int, indent: str = "", first_indent: str | None = No
 
 
 def _is_wide(ch: str) -> bool:
+    if ch < "\u1100":  # nothing below U+1100 is wide: skip the table lookup for Latin text
+        return False
     import unicodedata
 
     return unicodedata.east_asian_width(ch) in ("W", "F")
@@ -3865,6 +3924,8 @@ def _is_wide(ch: str) -> bool:
 
 def _word_atoms(word: str) -> list[str]:
     """Break points inside a word: around each wide (CJK) character, which may wrap anywhere."""
+    if word < "\u1100" and max(word) < "\u1100":
+        return [word]
     pieces: list[str] = []
     buf = ""
     for ch in word:
@@ -4064,7 +4125,8 @@ def render_tool_help(server_name: str, tool: Mapping[str, Any]) -> str:
     if _cell_width(one_line) <= HELP_WIDTH:
         out.append(one_line)
     else:
-        body_lines = _shell_quote(_pretty_json(example, 2, HELP_WIDTH)).split("\n")
+        start = _cell_width(f"  {command} --body '")
+        body_lines = _shell_quote(_pretty_json(example, 2, HELP_WIDTH, start)).split("\n")
         out.append(f"  {command} --body {body_lines[0]}")
         out += body_lines[1:]
     if omitted:
@@ -4110,7 +4172,9 @@ def _fill(parts: Sequence[str], width: int, first_indent: str, indent: str) -> l
 
 def _field_label(name: str) -> str:
     """A property name as shown in help: plain when it reads unambiguously, else JSON-quoted."""
-    if name and name.isprintable() and not any(ch.isspace() for ch in name) and '"' not in name:
+    if _PLAIN_ASCII_NAME.fullmatch(name) or (
+        name and name.isprintable() and not any(ch.isspace() for ch in name) and '"' not in name
+    ):
         return name
     return _printable(json.dumps(name, ensure_ascii=False))
 
@@ -4135,7 +4199,7 @@ def _pretty_json(value: Any, indent: int, width: int, start: int | None = None) 
     """
     compact = _compact_json(value)
     begin = indent if start is None else start
-    if not isinstance(value, (dict, list)) or not value or begin + _cell_width(compact) <= width:
+    if not isinstance(value, (dict, list)) or not value or begin + _cell_width(compact) + 1 <= width:  # +1: , or '
         return compact
     pad = " " * (indent + 2)
     if isinstance(value, dict):
@@ -4362,8 +4426,8 @@ def read_body(source: str, stdin: IO[str], cwd: str) -> dict[str, Any]:
         try:
             with open(path, "rb") as handle:
                 raw = handle.read()
-        except OSError as exc:
-            raise UsageError(f"cannot read --body file {path}: {exc.strerror or exc}") from None
+        except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
+            raise UsageError(f"cannot read --body file {path!r}: {getattr(exc, 'strerror', None) or exc}") from None
     else:
         label = "--body"
         raw = source
@@ -4402,7 +4466,8 @@ def build_dry_run(server: ResolvedServer, tool: str, arguments: dict[str, Any]) 
     data: dict[str, Any] = {"dry_run": True, "server": server.name, "tool": tool, "transport": server.type}
     if server.type == "http":
         data["url"] = server.url
-        data["headers"] = redact_headers(server.headers)
+        # credential headers by name, and any other header that repeats a known secret value (SPEC §4)
+        data["headers"] = {k: server.redactor.scrub(v) for k, v in redact_headers(server.headers).items()}
     else:
         data["command"] = server.command
         data["args"] = [server.redactor.scrub(a) for a in server.args]

@@ -1,14 +1,15 @@
 """Runtime support for running bkmcp from the single-file artifact `bkmcp.pyz` (see docs/building.md).
 
-Stdlib only, Python 3.9+, self-contained. It has two users:
+Stdlib only, Python 3.9+, self-contained. `build_zipapp.py` stores this file in the pyz as `_bkmcp_boot.py`.
 
-* `build_zipapp.py` stores this file in the pyz as `_bkmcp_boot.py`; the pyz `__main__.py` calls
-  `use_compiled_cache(build_id)` on a Python other than the one that built the pyz (the pyz carries bytecode for
-  the build Python only, and zipimport never caches bytecode), so that Python's second and later runs import
-  from a per-user copy with ordinary `__pycache__` files instead of recompiling everything from the zip.
-* bkmcp.py carries a copy of the `jq` part (from the "jq backends" banner down) in its helpers section: on
-  `--jq`, `compile_jq(expr)` picks the `jq` binding (installed, or the native module the pyz carries,
-  extracted into the per-user cache), else a `jq` executable on PATH, else fails with kind "unavailable".
+* Fast start: the pyz `__main__.py` calls `use_compiled_cache(build_id, archive)` on a Python other than the one
+  that built the pyz (the pyz carries bytecode for the build Python only, and zipimport never caches bytecode),
+  so that Python's later runs import from a per-user copy with ordinary `__pycache__` files.
+* Natives: bkmcp.py's `_load_jq_module()` calls `_bkmcp_boot.load_native_module("jq")` (importable only inside
+  the pyz), which extracts the jq binding built for this interpreter into the per-user cache and imports it.
+  The "cache folders" section plus `load_native_module` and its helpers can instead be pasted into bkmcp.py.
+* jq runners: `jq_runner(expr)` (binding, else a `jq` executable, else kind "unavailable") with
+  `restore_number_literals`; a reference for bkmcp's own `JqProgram`, used by tests/artifact.
 
 Cache layout: `${XDG_CACHE_HOME:-~/.cache}/bkmcp/<build-id>/{py,native}/`; when that is not writable (read-only
 home), `<tmpdir>/bkmcp-<uid>/<build-id>/`, and when even that is unusable, a fresh private temp dir per run.
@@ -177,19 +178,8 @@ def _install_writing_finder(tree: str) -> None:
             del sys.path_importer_cache[path]
 
 
-# ---------------------------------------------------------------------------------------------- jq backends
-# Everything below is what bkmcp.py needs for `--jq` (copy it into bkmcp's helpers section).
-
-
-class JqFailure(Exception):
-    """A jq problem; `kind` is "unavailable" (jq_unavailable), "compile" (invalid_jq_expression) or
-    "runtime" (jq_error). `hint` is a suggestion for the user or None."""
-
-    def __init__(self, kind: str, message: str, hint: str | None = None) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.message = message
-        self.hint = hint
+# ---------------------------------------------------------------------------------------------------- natives
+# Extension modules cannot be imported from a zip: the one for this interpreter is extracted on first use.
 
 
 def _native_folders() -> list[str]:
@@ -292,6 +282,21 @@ def _import_extension(name: str, path: str):  # type: ignore[no-untyped-def]
     return module
 
 
+# ---------------------------------------------------------------------------------------------- jq runners
+# Reference implementation of the `--jq` backends over the natives above (bkmcp.py has its own JqProgram).
+
+
+class JqFailure(Exception):
+    """A jq problem; `kind` is "unavailable" (jq_unavailable), "compile" (invalid_jq_expression) or
+    "runtime" (jq_error). `hint` is a suggestion for the user or None."""
+
+    def __init__(self, kind: str, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.hint = hint
+
+
 def load_jq_binding():  # type: ignore[no-untyped-def]
     """The `jq` Python binding: the pyz's own native build first, else an installed one, else None."""
     module = sys.modules.get("jq")
@@ -307,7 +312,7 @@ def load_jq_binding():  # type: ignore[no-untyped-def]
     return jq
 
 
-class JqProgram:
+class JqRunner:
     """A compiled `--jq` expression; `run(json_text)` returns each output as compact JSON text."""
 
     def __init__(self, expr: str, binding=None, executable: str | None = None) -> None:  # type: ignore[no-untyped-def]
@@ -372,12 +377,12 @@ def find_jq_executable() -> str | None:
     return shutil.which(os.environ.get("BKMCP_JQ") or "jq")
 
 
-def compile_jq(expr: str) -> JqProgram:
+def jq_runner(expr: str) -> JqRunner:
     """Compile `--jq EXPR` before anything else happens; raises JqFailure("compile"|"unavailable")."""
     binding = load_jq_binding()
     if binding is not None:
         try:
-            return JqProgram(expr, binding=binding)
+            return JqRunner(expr, binding=binding)
         except ValueError as exc:
             raise JqFailure("compile", str(exc)) from exc
     executable = find_jq_executable()
@@ -393,7 +398,7 @@ def compile_jq(expr: str) -> JqProgram:
     proc = _run_jq_executable(executable, ["-n", f"if false then (\n{expr}\n) else empty end"], "")
     if proc.returncode != 0:
         raise JqFailure("compile", _jq_stderr(proc) or "jq rejected the expression")
-    return JqProgram(expr, executable=executable)
+    return JqRunner(expr, executable=executable)
 
 
 def _interpreter_tag() -> str:

@@ -14,6 +14,8 @@ For each Python, medians (ms) of:
   imp site    the same imports from a site-packages-like folder (`pip install --target`, with bytecode)
   jq first    extracting + importing the jq native on a fresh cache, minus the same process without jq
   jq warm     importing it from the cache, minus the same process without jq
+  1st help    `--help` on a fresh cache: for a Python other than the build one, the first-run cost of
+              extracting the per-user compiled cache (and compiling bkmcp.py)
 Ratios: the CLI runs against `pass`, `help src` as said, `imp pyz` against `imp site`. Every command runs once
 before timing, so caches (the per-user compiled cache of non-build Pythons) are warm, then the commands of one
 Python run round-robin. Nothing is asserted, only printed.
@@ -25,6 +27,7 @@ import argparse
 import glob
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -52,12 +55,20 @@ def find_pythons() -> list[tuple[str, str]]:
     return sorted(found.items(), key=lambda kv: tuple(map(int, kv[0].split("."))))
 
 
+CLOCK = "wall"
+
+
 def run_ms(cmd: list[str], env: dict[str, str]) -> float:
+    """Wall time of one run, or with --cpu the child's user+sys CPU time (steadier on a busy machine)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, check=False)
     elapsed = (time.perf_counter() - t0) * 1000
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise RuntimeError(f"{cmd} failed: {proc.stderr.decode(errors='replace')[-500:]}")
+    if CLOCK == "cpu":
+        return ((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)) * 1000
     return elapsed
 
 
@@ -98,9 +109,12 @@ def main() -> int:
     parser.add_argument("--pyz", type=Path, default=ROOT / "dist" / "bkmcp.pyz")
     parser.add_argument("--python", action="append", default=[], help="interpreter(s) to measure")
     parser.add_argument("--no-jq", action="store_true", help="skip the jq extraction measurements")
+    parser.add_argument("--cpu", action="store_true", help="measure the child's CPU time instead of wall time")
     parser.add_argument("--no-site", action="store_true",
                         help="run every interpreter with -S (no site-packages .pth side effects)")
     args = parser.parse_args()
+    global CLOCK
+    CLOCK = "cpu" if args.cpu else "wall"
     pyz = args.pyz.resolve()
     if not pyz.exists():
         subprocess.run([sys.executable, str(ROOT / "build_zipapp.py"), "--output", str(pyz)], check=True)
@@ -112,7 +126,7 @@ def main() -> int:
                                text=True, check=True).stdout.strip(), p) for p in args.python] or find_pythons()
     size = pyz.stat().st_size
     print(f"{pyz.name}: {size} bytes ({size / 1e6:.1f} MB), build {build_id}, bytecode for {tag}, "
-          f"{args.runs} runs each, medians in ms{', every python with -S' if args.no_site else ''}")
+          f"{args.runs} runs each, medians of {CLOCK} time in ms{', every python with -S' if args.no_site else ''}")
     work = Path(tempfile.mkdtemp(prefix="bkmcp-bench-"))
     try:
         cfg = work / "mcp.json"
@@ -124,7 +138,7 @@ def main() -> int:
         boot = f"import sys; sys.path.insert(0, {str(pyz)!r}); __file__ = {str(pyz / '__main__.py')!r}\n"
         boot += main_src[: -len(tail)]
         header = (f"{'python':<7}{'pass':>7}{'--version':>15}{'--help':>15}{'srv --help':>15}{'help src':>13}"
-                  f"{'imp pyz':>9}{'imp site':>9}{'ratio':>7}{'jq first':>10}{'jq warm':>9}")
+                  f"{'imp pyz':>9}{'imp site':>9}{'ratio':>7}{'jq first':>10}{'jq warm':>9}{'1st help':>9}")
         print(header)
         rows = []
         for version, python in pythons:
@@ -154,12 +168,15 @@ def main() -> int:
                     jq_first, jq_warm = first["jq"] - warm["no_jq"], warm["jq"] - warm["no_jq"]
                 except RuntimeError:
                     pass  # no native for this Python in the pyz
+            tree = work / "cache" / "bkmcp" / build_id / "py"
+            first_help = medians({"help": [*py, str(pyz), "--help"]}, max(3, args.runs // 3), env,
+                                 setup=lambda tree=tree: shutil.rmtree(tree, ignore_errors=True))["help"]
             cells = [f"{c:6.1f} {c / base:4.2f}x" for c in cli]
             jq_cells = "".join(f"{v:>+9.1f}" if v is not None else f"{'n/a':>9}" for v in (jq_first, jq_warm))
             help_site = m["help_site"]
             print(f"{version:<7}{base:7.1f}{cells[0]:>15}{cells[1]:>15}{cells[2]:>15}"
                   f"{help_site:7.1f} {m['help'] / help_site:4.2f}x"
-                  f"{imp_pyz:9.1f}{imp_site:9.1f}{imp_pyz / imp_site:6.2f}x{jq_cells:>10}")
+                  f"{imp_pyz:9.1f}{imp_site:9.1f}{imp_pyz / imp_site:6.2f}x{jq_cells:>10}{first_help:9.1f}")
             rows.append(version)
         missing = [f"3.{m}" for m in range(9, 15) if f"3.{m}" not in rows]
         if missing:

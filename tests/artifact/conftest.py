@@ -12,13 +12,29 @@ Reusable by every artifact scenario:
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import platform
+import sys
 import zipfile
 from pathlib import Path
 
 import pytest
-from artifact_helpers import PY_VERSIONS, build_pyz, find_python, program_source
+from artifact_helpers import PY_VERSIONS, ROOT, build_pyz, find_python, program_source
+
+# Test modules elsewhere do `from conftest import run_bkmcp`, which resolves to whichever conftest.py was imported
+# last; re-export the top-level helpers (as tests/integration/conftest.py does) so loading this one first is safe.
+if "bkmcp_test_helpers" in sys.modules:
+    _helpers = sys.modules["bkmcp_test_helpers"]
+else:
+    _spec = importlib.util.spec_from_file_location("bkmcp_test_helpers", ROOT / "tests" / "conftest.py")
+    assert _spec is not None and _spec.loader is not None
+    _helpers = importlib.util.module_from_spec(_spec)
+    sys.modules["bkmcp_test_helpers"] = _helpers
+    _spec.loader.exec_module(_helpers)
+Result = _helpers.Result
+run_bkmcp = _helpers.run_bkmcp
 
 
 @pytest.fixture(scope="session")
@@ -32,9 +48,12 @@ def pyz_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def pyz_no_natives(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A pyz built with `--platform none`: no jq native for any machine (the "missing target" case)."""
-    out = tmp_path_factory.mktemp("pyz-none") / "bkmcp.pyz"
-    return build_pyz(out, "--platform", "none", source=program_source())
+    """A pyz whose jq natives exclude this machine (the "missing target" case): musl/aarch64 only, or, on such
+    a machine, none at all."""
+    out = tmp_path_factory.mktemp("pyz-foreign") / "bkmcp.pyz"
+    foreign = "musllinux_1_2_aarch64"
+    this_machine = platform.machine() in ("aarch64", "arm64") and not os.confstr("CS_GNU_LIBC_VERSION")
+    return build_pyz(out, "--platform", "none" if this_machine else foreign, source=program_source())
 
 
 @pytest.fixture(scope="session")

@@ -74,3 +74,14 @@ def mock(tmp_path: Path):
     yield make
     for srv in started:
         srv.stop()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """``make scenario S=MCP-001`` runs ``pytest -m scenario -k MCP-001``: give each scenario module's tests the
+    keyword ``MCP-00N`` (test names can only spell it ``MCP_00N``)."""
+    import re
+
+    for item in items:
+        match = re.match(r"test_mcp_(\d{3})_", Path(str(item.fspath)).name)
+        if match:
+            item.extra_keyword_matches.add(f"MCP-{match.group(1)}")

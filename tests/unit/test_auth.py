@@ -167,3 +167,30 @@ def test_a05_internal_errors_are_scrubbed_too(write_config, monkeypatch, no_netw
     res = run_bkmcp("--config", str(path), "a", "--check", env={"TOK": SECRET})
     assert res.error_code == "internal_error" and res.exit_status == 2
     assert SECRET not in res.stdout + res.stderr
+
+
+def test_a05_dry_run_scrubs_secret_values_repeated_in_other_headers(write_config, no_network):
+    """Every secret value (after expansion) is scrubbed, even inside a header whose name is not a credential."""
+    path = write_config(cfg({"Authorization": "Bearer ${TOK}", "X-Trace": "t-${TOK}", "X-Tenant": "plain"}))
+    res = dry(path, "-v", env={"TOK": SECRET})
+    assert res.exit_status == 0
+    assert res.json["data"]["headers"] == {"Authorization": "***", "X-Trace": "t-***", "X-Tenant": "plain"}
+    assert SECRET not in res.stdout + res.stderr
+
+
+@pytest.mark.parametrize("value", [SECRET + "\n", SECRET + "\r\nX-Evil: 1", "a\x00" + SECRET])
+@pytest.mark.parametrize("header", ["Authorization", "X-Trace"])
+def test_a03_expanded_values_cannot_inject_header_lines(value, header, write_config, no_network):
+    """A token read from a file keeps its newline: refused locally (never sent, never printed)."""
+    template = "Bearer ${TOK}" if header == "Authorization" else "${TOK}"
+    path = write_config(cfg({header: template}))
+    res = dry(path, "-v", env={"TOK": value})
+    assert res.exit_status == 1 and res.error_code == "invalid_mcp_config" and res.stdout == ""
+    assert SECRET not in res.stderr and "line break" in res.stderr
+
+
+def test_stdio_expanded_nul_is_refused(write_config, no_network):
+    path = write_config({"mcpServers": {"a": {"type": "stdio", "command": "x", "args": ["${V}"]}}})
+    assert dry(path, env={"V": "a\x00b"}).error_code == "invalid_mcp_config"
+    path = write_config({"mcpServers": {"a": {"type": "stdio", "command": "x", "env": {"K": "${V}"}}}})
+    assert dry(path, env={"V": "a\x00b"}).error_code == "invalid_mcp_config"

@@ -373,6 +373,8 @@ def test_p04_body_file_problems(config, tmp_path, no_network):
     res = dry(config, "@missing.json", cwd=str(tmp_path))
     assert res.exit_status == 1 and str(tmp_path / "missing.json") in res.json["error"]["message"]
     assert dry(config, "@").exit_status == 1
+    assert dry(config, "@a\x00b").error_code == "usage_error"  # NUL in the path: not an internal error
+    assert run_bkmcp("--config", "a\x00b", "srv", "--check").error_code == "invalid_mcp_config"
     assert dry(config, "@" + str(tmp_path)).exit_status == 1  # a directory
 
 

@@ -144,6 +144,10 @@ BAD_DOCUMENTS = {
     "stdio-env-not-strings": '{"mcpServers": {"a": {"type": "stdio", "command": "x", "env": {"A": 1}}}}',
     "stdio-env-bad-name": '{"mcpServers": {"a": {"type": "stdio", "command": "x", "env": {"1A": "x"}}}}',
     "stdio-cwd-empty": '{"mcpServers": {"a": {"type": "stdio", "command": "x", "cwd": ""}}}',
+    "stdio-nul-command": '{"mcpServers": {"a": {"type": "stdio", "command": "x\\u0000y"}}}',
+    "stdio-nul-arg": '{"mcpServers": {"a": {"type": "stdio", "command": "x", "args": ["\\u0000"]}}}',
+    "stdio-nul-env": '{"mcpServers": {"a": {"type": "stdio", "command": "x", "env": {"A": "\\u0000"}}}}',
+    "stdio-nul-cwd": '{"mcpServers": {"a": {"type": "stdio", "command": "x", "cwd": "/\\u0000"}}}',
 }
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import bkmcp
@@ -215,3 +215,151 @@ def test_d02_random_schemas_never_crash(raw_schema: Any, arguments: Any) -> None
             assert check.scope in ("full", "basic")
         except BkmcpError:
             pass
+
+
+class _FakeClient:
+    """Stands in for the engine's McpClient: a fixed catalogue, and records the one tools/call."""
+
+    calls: list[tuple[str, Any]] = []
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __enter__(self) -> _FakeClient:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+    def connect(self) -> None:
+        pass
+
+    def list_tools(self) -> list[dict[str, Any]]:
+        from test_schema_flags import ALL_TYPES, PYDANTIC, ZOD
+
+        return [ALL_TYPES, PYDANTIC, ZOD]
+
+    def call_tool(self, name: str, arguments: Any) -> dict[str, Any]:
+        type(self).calls.append((name, arguments))
+        return {"content": [], "isError": False}
+
+
+_CONFIG_DIR: list[str] = []
+
+
+def _config_path() -> str:
+    if not _CONFIG_DIR:
+        import json
+        import tempfile
+
+        directory = tempfile.mkdtemp(prefix="bkmcp-fuzz-")
+        path = os.path.join(directory, "mcp.json")
+        with open(path, "w", encoding="utf-8") as handle:
+            json.dump({"mcpServers": {"srv": {"type": "http", "url": "http://127.0.0.1:9/mcp"}}}, handle)
+        os.chmod(path, 0o600)
+        _CONFIG_DIR.append(path)
+    return _CONFIG_DIR[0]
+
+
+argv_words = st.one_of(
+    st.sampled_from(["--keyword", "--limit", "--ratio", "--enabled=true", "--enabled", "--ids", "--filter", "--name",
+                     "--title", "--url", "--max_length", "--body", "{}", '{"keyword":"k"}', "--", "-", "-x", "--x=",
+                     "=", "true", "1e400", "[1,2]", "--help", "--dry-run", "-v"]),
+    st.text(max_size=12),
+    json_number_text,
+)
+
+
+_GOOD_PAIRS = {
+    "search_reports": [("--keyword", st.text(max_size=10)), ("--limit", json_int_text), ("--ratio", json_number_text),
+                       ("--enabled", st.sampled_from(["=true", "=false"])), ("--ids", st.just("[1, 2]")),
+                       ("--filter", json_values.map(lambda v: dump_json({"v": v})))],
+    "greet": [("--name", st.text(max_size=10)), ("--mode", st.sampled_from(["a", "b", "c"])),
+              ("--times", json_int_text)],
+    "fetch": [("--url", st.text(max_size=10)), ("--max_length", json_number_text),
+              ("--raw", st.sampled_from(["=true", "=false"]))],
+}
+
+
+@st.composite
+def cli_words(draw: st.DrawFn) -> tuple[str, list[str]]:
+    """Mostly well-formed flag words for one tool, with some garbage mixed in."""
+    tool = draw(st.sampled_from(["search_reports", "greet", "fetch", "nope"]))
+    words: list[str] = []
+    for option, values in _GOOD_PAIRS.get(tool, []):
+        if draw(st.integers(0, 3)):
+            value = draw(values)
+            if value.startswith("="):
+                words.append(option + value)
+            elif draw(st.booleans()) or bkmcp._is_bkmcp_option(value):
+                words.append(f"{option}={value}")
+            else:
+                words += [option, value]
+    for _ in range(draw(st.integers(0, 2))):
+        words.insert(draw(st.integers(0, len(words))), draw(argv_words))
+    return tool, words
+
+
+@FUZZ
+@given(cli_words())
+def test_p03_cli_never_tracebacks(case: tuple[str, list[str]]) -> None:
+    """P03/P05/D02: any words after the tool name end in success, help or a BkmcpError envelope — never an
+    internal error — and a call happens only after local validation passed."""
+    import io
+    from unittest import mock
+
+    tool, words = case
+    _FakeClient.calls = []
+    out, err = io.StringIO(), io.StringIO()
+    with mock.patch.object(bkmcp, "McpClient", _FakeClient):
+        status = bkmcp.main(["--config", _config_path(), "srv", tool, *words], stdin=io.StringIO(""), stdout=out,
+                            stderr=err, env={"HOME": "/nonexistent"}, cwd="/")
+    assert status in (0, 1), (status, out.getvalue(), err.getvalue())
+    event(f"exit {status}, tools/call sent: {bool(_FakeClient.calls)}")
+    if status == 1:
+        envelope = parse_json(err.getvalue().strip().splitlines()[-1])
+        assert envelope["error"]["code"] != "internal_error", envelope
+        assert _FakeClient.calls == []
+    for name, arguments in _FakeClient.calls:
+        catalogue = {t["name"]: t for t in _FakeClient().list_tools()}
+        validate_arguments(catalogue[name], arguments)  # what was sent passes local validation
+
+
+_TEXT_PIECES = ["网关错误", "参数说明", "服务器", "x" * 90, "https://example.com/" + "p" * 70, "\n", "\n\n", "  "]
+description_text = st.lists(
+    st.one_of(st.text(alphabet="abcdefghij ,.", min_size=1, max_size=12), st.sampled_from(_TEXT_PIECES)), max_size=30
+).map("".join)
+
+
+@st.composite
+def help_tool(draw: st.DrawFn) -> dict[str, Any]:
+    names = draw(st.lists(st.from_regex(r"\A[a-z][a-z0-9_]{0,24}\Z"), max_size=10, unique=True))
+    properties: dict[str, Any] = {}
+    for name in names:
+        prop: dict[str, Any] = {"type": draw(st.sampled_from([*bkmcp.FLAG_TYPES, "null"]))}
+        if draw(st.booleans()):
+            prop["description"] = draw(description_text)
+        if draw(st.booleans()):
+            prop["enum"] = draw(st.lists(st.text(alphabet="abc 中", max_size=8), min_size=1, max_size=12))
+        if draw(st.booleans()):
+            prop["default"] = draw(json_values)
+        properties[name] = draw(st.sampled_from([prop, {"anyOf": [prop, {"type": "null"}]}]))
+    return {"name": draw(st.from_regex(r"\A[a-z][a-z0-9_.\-]{0,30}\Z")), "title": draw(description_text),
+            "description": draw(description_text),
+            "inputSchema": {"type": "object", "properties": properties,
+                            "required": [n for n in names if draw(st.booleans())]}}
+
+
+@FUZZ
+@given(help_tool())
+def test_d02_help_lines_fit_80_columns(tool: dict[str, Any]) -> None:
+    """D02: with any descriptions (CJK, long words, blank lines), a help line wider than 80 columns is a single
+    unbreakable token; the --body example is valid JSON."""
+    from test_tool_help import body_example
+
+    text = render_tool_help("server", tool)
+    for line in text.splitlines():
+        if bkmcp._cell_width(line) > 80:
+            assert len(line.split()) == 1, line
+    example = body_example(text)
+    assert list(example)[: len(tool["inputSchema"]["required"])] == tool["inputSchema"]["required"]

@@ -217,3 +217,29 @@ def test_arbitrary_command_lines_without_a_config(tmp_path_factory, argv):
     assert "Traceback" not in res.stdout + res.stderr
     if res.exit_status == 1:
         assert res.stdout == "" and res.error_code != "internal_error", (argv, res.stderr)
+
+
+@settings(max_examples=max(EXAMPLES // 4, 25), deadline=None, suppress_health_check=list(HealthCheck))
+@given(argv=st.lists(st.one_of(
+    st.sampled_from(["--check", "--tools", "--help", "-h", "--body", "{}", '{"a": 1E+2}', "-", "@args.json",
+                     "--dry-run", "--jq", ".", ".data", "--timeout", "2s", "-v", "--insecure", "--limit", "--x=1",
+                     "srv", "fs", "tool", "--context", "x"]),
+    st.text(max_size=6)), max_size=7))
+def test_arbitrary_command_lines_with_a_config(tmp_path_factory, argv):
+    """Section 11 routing with real servers configured; remote paths hit a closed loopback port (exit 2)."""
+    folder = tmp_path_factory.mktemp("cli")
+    (folder / "args.json").write_text('{"from": "file"}')
+    path = folder / "mcp.json"
+    path.write_text(json.dumps({"mcpServers": {
+        "srv": {"type": "http", "url": "http://127.0.0.1:9/mcp", "headers": {"Authorization": "Bearer ${TOK}"}},
+        "fs": {"type": "stdio", "command": "/nonexistent/server", "args": ["${TOK}"]},
+    }}))
+    path.chmod(0o600)
+    res = run_bkmcp("--config", str(path), *argv, env={"TOK": "tok-secret-31337"}, stdin=b'{"s": 1}', cwd=str(folder))
+    assert res.exit_status in (0, 1, 2), (argv, res.stdout, res.stderr)
+    assert "Traceback" not in res.stdout + res.stderr
+    assert "tok-secret-31337" not in res.stdout + res.stderr
+    if res.exit_status == 1:
+        assert res.stdout == "" and res.error_code != "internal_error", (argv, res.stderr)
+    elif res.exit_status == 2:
+        assert bkmcp.parse_json(res.stdout)["error"]["code"] != "internal_error", (argv, res.stdout)

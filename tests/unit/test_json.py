@@ -133,7 +133,7 @@ def test_errors_never_echo_the_input():
 def test_error_positions_and_special_inputs():
     with pytest.raises(JsonInputError) as info:
         parse_json('{\n  "a": 1,\n}')
-    assert info.value.line == 3
+    assert info.value.line in (2, 3)  # 3.13 points at the comma, older Pythons at the brace
     with pytest.raises(JsonInputError, match="empty input"):
         parse_json("")
     with pytest.raises(JsonInputError, match="UTF-8"):

@@ -338,6 +338,13 @@ def test_p03_unknown_flag_suggests_closest_and_help() -> None:
     assert "did you mean" not in info.value.message and "unknown option --zzzzzz" in info.value.message
 
 
+def test_p03_unknown_flag_close_to_body_only_field() -> None:
+    """P03/P05: a typo of a body-only field suggests it and says to use --body."""
+    with pytest.raises(InvalidArgumentsError) as info:
+        parse_tool_arguments(PYDANTIC, [tok("titel", "Dr")])
+    assert "did you mean 'title' (no flag: set it with --body), --times?" in info.value.message
+
+
 def test_p03_every_token_problem_is_listed() -> None:
     """P03: all malformed flags are reported together, each with its flag and path."""
     with pytest.raises(InvalidArgumentsError) as info:
@@ -521,6 +528,35 @@ def test_p05_unvalidatable_schemas_fall_back_honestly(extra: dict[str, Any], wor
     assert check.scope == "basic" and word in check.notes[0], check.notes
 
 
+def test_p05_malformed_schema_never_blocks_with_false_problems() -> None:
+    """P05: ``required: "name"`` (a string) would make jsonschema report one bogus problem per character; the
+    meta-schema check catches it and only basic checks decide (the call is not blocked)."""
+    tool = {"name": "t", "inputSchema": {"type": "object", "required": "name", "properties": {"name": {}}}}
+    check = validate_arguments(tool, {"name": "x"})
+    assert check.scope == "basic" and "not a valid JSON Schema" in check.notes[0]
+
+
+def test_p05_validator_crash_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """P05: an unexpected exception inside the validator becomes basic checks plus an honest note."""
+
+    class Crashing:
+        ID_OF = staticmethod(lambda schema: "")
+
+        def __init__(self, schema: Any, resolver: Any = None) -> None:
+            pass
+
+        def iter_errors(self, instance: Any) -> Any:
+            raise ValueError("boom")
+
+        @classmethod
+        def check_schema(cls, schema: Any) -> None:
+            pass
+
+    monkeypatch.setattr(bkmcp, "_validator_class", lambda schema: Crashing)
+    check = validate_arguments(ALL_TYPES, {"keyword": "x"})
+    assert check.scope == "basic" and check.notes == ("local validation failed (ValueError)",)
+
+
 def test_p05_jsonschema_missing_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
     """P05: without jsonschema, only basic checks run and the result says so."""
     monkeypatch.setitem(sys.modules, "jsonschema", None)
@@ -563,3 +599,53 @@ def test_find_tool_exact_and_suggestions() -> None:
     assert "search_reports" in info.value.details["suggestions"]
     with pytest.raises(BkmcpError):
         find_tool([], "x", "s")
+
+
+def test_p03_problem_messages_show_json_not_python() -> None:
+    """P03: problem messages show values as JSON (no JsonNumber(...) or Python quotes)."""
+    tool = make_tool({"s": {"type": "string", "maxLength": 2}, "n": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+                      "l": {"type": "array", "minItems": 2}})
+    with pytest.raises(InvalidArgumentsError) as info:
+        validate_arguments(tool, {"s": "bcd", "n": JsonNumber("0.5"), "l": [1]})
+    messages = {p["path"]: p["message"] for p in info.value.details["problems"]}
+    assert messages == {"$.s": '"bcd" is too long', "$.n": "0.5 is not valid under any of the given schemas",
+                        "$.l": "[1] is too short"}
+    assert "JsonNumber" not in info.value.message
+
+
+def test_p05_nested_id_makes_ref_remote_and_it_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """P05: ``#/...`` under a nested relative ``$id`` resolves to another document: refused, never fetched."""
+    import urllib.request
+
+    monkeypatch.setattr(urllib.request, "urlopen", lambda *a, **k: (_ for _ in ()).throw(AssertionError("fetch")))
+    tool = {"name": "t", "inputSchema": {
+        "$id": "https://example.com/root.json", "type": "object",
+        "properties": {"a": {"$ref": "#/$defs/y"}, "b": {"$id": "sub/", "properties": {"c": {"$ref": "#/$defs/z"}}}},
+        "$defs": {"y": {"type": "integer"}}}}
+    check = validate_arguments(tool, {"a": 1, "b": {"c": 1}})
+    assert check.scope == "basic"
+    assert check.notes == ("the schema references https://example.com/sub/, which is never fetched",)
+    same_doc = {"name": "t", "inputSchema": {**tool["inputSchema"], "properties": {"a": {"$ref": "#/$defs/y"}}}}
+    assert validate_arguments(same_doc, {"a": 1}).scope == "full"
+
+
+def test_p03_enum_and_types_with_json_semantics() -> None:
+    """P03: enum/const compare as JSON (1 == 1.0, true != 1, arrays/objects by value); null is named null."""
+    schema = {"type": "object", "properties": {
+        "e": {"enum": [[1, {"a": None}], 2]}, "s": {"type": "string"}, "c": {"const": {"k": [True]}}}}
+    ok = {"e": [JsonNumber("1.0"), {"a": None}], "c": {"k": [True]}}
+    assert bkmcp._basic_problems(schema, ok) == []
+    bad = bkmcp._basic_problems(schema, {"e": [True, {"a": None}], "s": None, "c": {"k": [1]}})
+    assert [p["path"] for p in bad] == ["$.e", "$.s", "$.c"]
+    assert bad[1]["message"] == "expected string, got null"
+    tool = {"name": "t", "inputSchema": schema}
+    assert validate_arguments(tool, ok).scope == "full"
+    with pytest.raises(InvalidArgumentsError):
+        validate_arguments(tool, {"c": {"k": [1]}})
+
+
+def test_json_path_forms() -> None:
+    """Problem paths: identifiers with dots, indexes in brackets, anything else JSON-quoted."""
+    assert bkmcp.json_path([]) == "$"
+    assert bkmcp.json_path(["a", 0, "b_c"]) == "$.a[0].b_c"
+    assert bkmcp.json_path(["a b", "中", "x.y", "1"]) == '$["a b"]["中"]["x.y"]["1"]'

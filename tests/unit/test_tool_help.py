@@ -9,7 +9,7 @@ import pytest
 from test_schema_flags import ALL_TYPES, PYDANTIC, ZOD, make_tool
 
 import bkmcp
-from bkmcp import parse_json, render_tool_help, validate_arguments
+from bkmcp import JsonNumber, parse_json, render_tool_help, validate_arguments
 
 RICH = {
     "name": "search_reports",
@@ -172,3 +172,37 @@ def test_d02_flag_examples_are_shell_safe() -> None:
     words = shlex.split(line)
     assert words[words.index("--q") + 1] == "it's"
     assert parse_json(words[words.index("--o") + 1]) == {"a": "'"}
+
+
+def test_d02_example_sources_and_limits() -> None:
+    """D02: examples/const feed placeholders; const and limits are shown; long arrays break over lines."""
+    tool = make_tool({
+        "fixed": {"type": "string", "const": "v1"},
+        "sample": {"type": "string", "examples": ["ex-1"]},
+        "nothing": {"type": "null"},
+        "many": {"type": "array", "items": {"type": "string", "default": "x" * 30}, "minItems": 1},
+        "score": {"type": "number", "minimum": JsonNumber("0.5")},
+    }, required=["fixed", "sample", "nothing", "many", "score"])
+    text = render_tool_help("srv", tool)
+    assert "must be: \"v1\"" in text and "limits: >= 0.5" in text and "limits: min items 1" in text
+    example = body_example(text)
+    assert example["fixed"] == "v1" and example["sample"] == "ex-1" and example["nothing"] is None
+    assert example["score"] == JsonNumber("0.5")
+    validate_arguments(tool, example)
+    assert_fits_80(text)
+
+
+def test_d02_mixed_cjk_and_latin_wrap() -> None:
+    """D02: words mixing CJK and Latin wrap by width without losing characters."""
+    words = ["MCP服务器", "gateway错误", "网关error码", "abc"] * 12
+    text = bkmcp._wrap(" ".join(words), 40, "  ", "  ")
+    assert all(bkmcp._cell_width(line) <= 40 for line in text)
+    assert "".join("".join(line.split()) for line in text) == "".join(words)
+
+
+def test_d02_title_only_shown_when_informative() -> None:
+    """D02: a pydantic title that only repeats the name is not shown; a real one is."""
+    tool = make_tool({"page_size": {"type": "integer", "title": "Page Size"},
+                      "q": {"type": "string", "title": "Search query"}})
+    text = render_tool_help("s", tool)
+    assert "Page Size" not in text and "Search query" in text
