@@ -2577,11 +2577,18 @@ class McpClient:
         if self.server.type != "stdio":
             self._initialize(LATEST_LEGACY_VERSION)
             return
-        # stdio (protocol-notes.md §3.4): a child that exited on the probe is restarted; a server that answered
-        # discover only after the probe window locked the modern era and refuses initialize with -32022.
-        self.transport.restart_if_exited()
+        # stdio (protocol-notes.md §3.4): a child that exited on the probe is restarted (also when it exits only
+        # once initialize was queued behind the probe: a slow starter that stops on any pre-initialize request);
+        # a server that answered discover only after the probe window locked the modern era and refuses
+        # initialize with -32022.
+        restarted = self.transport.restart_if_exited()
         try:
-            self._initialize(LATEST_LEGACY_VERSION)
+            try:
+                self._initialize(LATEST_LEGACY_VERSION)
+            except ConnectionFailedError:
+                if restarted or not self.transport.restart_if_exited():
+                    raise
+                self._initialize(LATEST_LEGACY_VERSION)
         except ProtocolError as exc:
             rpc = exc.details.get("rpc_error") or {}
             data = rpc.get("data")
