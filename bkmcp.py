@@ -58,9 +58,18 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import IO, Any
+
+# Start-up matters (`bkmcp --help` within 2x of a bare interpreter, SPEC §13): typing, collections.abc and
+# dataclasses (which imports inspect, ast, dis and tokenize) cost more than the rest of bkmcp together, so type
+# checkers see the real modules and the running program uses the already-loaded `_collections_abc` and the small
+# `dataclass` of section 2.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping, Sequence
+    from dataclasses import dataclass, field
+    from typing import IO, Any
+else:
+    from _collections_abc import Callable, Iterable, Mapping, Sequence
 
 __version__ = "0.1.0"
 
@@ -211,6 +220,78 @@ def error_classes() -> list[type[BkmcpError]]:
 # ======================================================================================================
 # 2. Helpers: JSON with number fidelity, redaction, durations, deadlines, logging
 # ======================================================================================================
+
+if not TYPE_CHECKING:
+    _MISSING = object()
+
+    class _Field:
+        __slots__ = ("default_factory",)
+
+        def __init__(self, default_factory: Callable[[], Any]) -> None:
+            self.default_factory = default_factory
+
+    def field(*, default_factory: Callable[[], Any]) -> Any:
+        """``dataclasses.field`` for the one use bkmcp has: a ``default_factory``."""
+        return _Field(default_factory)
+
+    def dataclass(cls: Any = None, *, frozen: bool = False) -> Any:
+        """``dataclasses.dataclass`` for the features bkmcp uses, without importing ``inspect``.
+
+        Fields come from the class annotations in order, defaults from class attributes or ``field()``;
+        generates ``__init__`` (positional or keyword), ``__repr__``, ``__eq__``, and for ``frozen`` classes
+        read-only attributes and ``__hash__`` (non-frozen classes are unhashable, as with dataclasses).
+        """
+
+        def wrap(cls: Any) -> Any:
+            names = tuple(cls.__dict__.get("__annotations__", {}))
+            defaults = {n: cls.__dict__[n] for n in names if n in cls.__dict__}
+            for name, value in defaults.items():
+                if isinstance(value, _Field):
+                    delattr(cls, name)
+            qualname = cls.__qualname__
+
+            def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+                if len(args) > len(names):
+                    raise TypeError(f"{qualname}() takes {len(names)} arguments, {len(args)} given")
+                values = dict(zip(names, args))
+                for key, value in kwargs.items():
+                    if key not in names or key in values:
+                        raise TypeError(f"{qualname}() got an unexpected or repeated argument {key!r}")
+                    values[key] = value
+                for name in names:
+                    if name not in values:
+                        default = defaults.get(name, _MISSING)
+                        if default is _MISSING:
+                            raise TypeError(f"{qualname}() missing argument {name!r}")
+                        values[name] = default.default_factory() if isinstance(default, _Field) else default
+                    object.__setattr__(self, name, values[name])
+
+            def __repr__(self: Any) -> str:
+                return f"{qualname}({', '.join(f'{n}={getattr(self, n)!r}' for n in names)})"
+
+            def __eq__(self: Any, other: Any) -> Any:
+                if other.__class__ is not self.__class__:
+                    return NotImplemented
+                return all(getattr(self, n) == getattr(other, n) for n in names)
+
+            cls.__init__, cls.__repr__, cls.__eq__ = __init__, __repr__, __eq__
+            if frozen:
+                def __setattr__(self: Any, name: str, value: Any) -> None:
+                    raise AttributeError(f"cannot assign to field {name!r} of frozen {qualname}")
+
+                def __delattr__(self: Any, name: str) -> None:
+                    raise AttributeError(f"cannot delete field {name!r} of frozen {qualname}")
+
+                def __hash__(self: Any) -> int:
+                    return hash(tuple(getattr(self, n) for n in names))
+
+                cls.__setattr__, cls.__delattr__, cls.__hash__ = __setattr__, __delattr__, __hash__
+            else:
+                cls.__hash__ = None
+            return cls
+
+        return wrap if cls is None else wrap(cls)
+
 
 
 class JsonNumber(decimal.Decimal):
@@ -2493,13 +2574,20 @@ class McpClient:
                 )
             break
         self.log.debug(f"era probe: no modern answer; falling back to legacy initialize ({LATEST_LEGACY_VERSION})")
-        # stdio (protocol-notes.md §3.4): a child that exited on the probe is restarted; a server that answered
-        # discover only after the probe window locked the modern era refuses initialize with -32022. Over HTTP the
-        # same -32022 comes from a modern-only server whose discover answer was not recognisable: modern too.
-        if self.server.type == "stdio":
-            self.transport.restart_if_exited()
+        # stdio (protocol-notes.md §3.4): a child that exited on the probe is restarted (also when it exits only
+        # once initialize was queued behind the probe: a slow starter that stops on any pre-initialize request);
+        # a server that answered discover only after the probe window locked the modern era refuses initialize
+        # with -32022. Over HTTP the same -32022 comes from a modern-only server whose discover answer was not
+        # recognisable: modern too.
+        stdio = self.server.type == "stdio"
+        restarted = self.transport.restart_if_exited() if stdio else False
         try:
-            self._initialize(LATEST_LEGACY_VERSION)
+            try:
+                self._initialize(LATEST_LEGACY_VERSION)
+            except ConnectionFailedError:
+                if not stdio or restarted or not self.transport.restart_if_exited():
+                    raise
+                self._initialize(LATEST_LEGACY_VERSION)
         except ProtocolError as exc:
             rpc = exc.details.get("rpc_error") or {}
             data = rpc.get("data")
@@ -2989,12 +3077,11 @@ def _short(value: Any, limit: int = 40) -> str:
 
 
 def _printable(text: str) -> str:
-    """Server text made safe for a terminal: control characters shown as escapes, never interpreted."""
+    """Server text made safe for a terminal: control (and other unprintable) characters shown as JSON escapes,
+    never interpreted. Applied to JSON text it keeps it valid JSON: such characters only occur inside strings."""
     if text.isprintable():
         return text
-    return "".join(
-        ch if ch.isprintable() or ch == " " else json.dumps(ch)[1:-1] if ord(ch) < 0x10000 else ch for ch in text
-    )
+    return "".join(ch if ch.isprintable() or ch == " " else json.dumps(ch)[1:-1] for ch in text)
 
 
 def build_tool_flags(tool: Mapping[str, Any]) -> ToolFlags:
@@ -3061,8 +3148,15 @@ def describe_cli(tool: Mapping[str, Any]) -> dict[str, Any]:
 # -- values --------------------------------------------------------------------------------------------
 
 
+def _tool_command(server_name: str, tool_name: Any) -> str:
+    """``bkmcp <server> <tool>`` as a user can paste it: shell-quoted when needed, control characters escaped."""
+    import shlex
+
+    return _printable(f"bkmcp {shlex.quote(server_name)} {shlex.quote(str(tool_name))}")
+
+
 def _tool_help_command(server_name: str, tool: Mapping[str, Any]) -> str:
-    return f"bkmcp {server_name} {tool.get('name')} --help"
+    return f"{_tool_command(server_name, tool.get('name'))} --help"
 
 
 def _flag_path(name: str) -> str:
@@ -3189,7 +3283,7 @@ def _read_tokens(
     problems: list[dict[str, str]] = []
     seen: set[str] = set()
     for token in tokens:
-        option = f"--{token.name}"
+        option = _short(f"--{token.name}", 60)
         if token.name in seen:
             problems.append({"flag": option, "path": _flag_path(token.name),
                              "message": f"{option} is given more than once (give each flag once; arrays are JSON)"})
@@ -3212,8 +3306,8 @@ def _read_tokens(
         close = closest_names(token.name, [*mapped.flags, *mapped.body_only])
         shown = [f"--{c}" if c in mapped.flags else f"{_short(c)!r} (no flag: set it with --body)" for c in close]
         suggestion = f"; did you mean {', '.join(shown)}?" if close else ""
-        problems.append({"flag": _short(option, 60),
-                         "message": f"unknown option {_short(option, 60)} for tool {tool.get('name')!r}{suggestion}"})
+        problems.append({"flag": option,
+                         "message": f"unknown option {option} for tool {tool.get('name')!r}{suggestion}"})
     return values, problems
 
 
@@ -3555,7 +3649,19 @@ _JQ_MARK = "\ue000bkmcp-num-"
 
 
 def _load_jq_module() -> Any:
-    """The ``jq`` binding, or None when no native build fits this interpreter/platform."""
+    """The ``jq`` binding, or None when no native build fits this interpreter/platform.
+
+    Inside ``bkmcp.pyz`` the binding's native module is extracted on first use into the per-user cache by the
+    artifact's boot module (docs/building.md); from a checkout or ``pip install`` it is an ordinary import.
+    """
+    try:
+        import _bkmcp_boot  # type: ignore[import-not-found]  # exists only inside bkmcp.pyz
+    except ImportError:
+        pass
+    else:
+        module = _bkmcp_boot.load_native_module("jq")
+        if module is not None:
+            return module
     try:
         import jq  # type: ignore[import-not-found]
     except ImportError:
@@ -3593,7 +3699,7 @@ class JqProgram:
                 "is on PATH",
                 hint="install jq (e.g. apt install jq) or drop --jq and filter the JSON output yourself",
             )
-        proc = self._run_executable(["-n", f"if false then ({expression}\n) else empty end"], "")
+        proc = self._run_executable(["-n", f"if false then (\n{expression}\n) else empty end"], "")
         if proc.returncode != 0:
             raise InvalidJqExpressionError(f"invalid --jq expression: {_first_line(proc.stderr)}")
 
@@ -3663,7 +3769,7 @@ class JqProgram:
         elif self._module is not None:
             texts = self._program.input_text(text).text().split("\n")
         else:
-            proc = self._run_executable(["-c", self.expression], text)
+            proc = self._run_executable(["-c", f" {self.expression}"], text)  # a leading "-" is no option
             if proc.returncode != 0:
                 raise ValueError(_first_line(proc.stderr))
             texts = proc.stdout.split("\n")
@@ -3899,14 +4005,17 @@ def _wrap(text: str, width: int, indent: str = "", first_indent: str | None = No
                 out.append("")
             continue
         atoms: list[tuple[str, bool]] = []  # (piece, space before it)
-        for word in paragraph.split():
-            atoms.extend((piece, i == 0) for i, piece in enumerate(_word_atoms(word)))
+        if paragraph.isascii():
+            atoms = [(word, True) for word in paragraph.split()]
+        else:
+            for word in paragraph.split():
+                atoms.extend((piece, i == 0) for i, piece in enumerate(_word_atoms(word)))
         line = first if not out else indent
         line_start = len(line)
         used = _cell_width(line)
         for piece, spaced in atoms:
             sep = " " if spaced and len(line) > line_start else ""
-            cells = _cell_width(piece) + len(sep)
+            cells = (len(piece) if piece.isascii() else _cell_width(piece)) + len(sep)
             if len(line) > line_start and used + cells > width:
                 out.append(line)
                 line = indent
@@ -4048,7 +4157,8 @@ def _flag_example(flag: ToolFlag, value: Any) -> str:
     if flag.kind == "boolean":
         return f"{flag.option}={'true' if value is not False else 'false'}"
     if flag.kind == "string" and isinstance(value, str):
-        return f"{flag.option} {_shell_quote(value)}"
+        shown = value if value.isprintable() else f"<{flag.name}>"  # newlines/controls make a poor example
+        return f"{flag.option} {_shell_quote(shown)}"
     if flag.kind in ("integer", "number") and _is_json_number(value) and not isinstance(value, float):
         return f"{flag.option} {dump_json(value)}"
     return f"{flag.option} {_shell_quote(dump_json(value))}"
@@ -4073,7 +4183,7 @@ def render_tool_help(server_name: str, tool: Mapping[str, Any]) -> str:
     name = str(tool.get("name"))
     mapped = build_tool_flags(tool)
     schema = _schema_object(tool) or {}
-    command = f"bkmcp {server_name} {_printable(name)}"
+    command = _tool_command(server_name, name)
     out: list[str] = []
     annotations = tool.get("annotations") if isinstance(tool.get("annotations"), dict) else {}
     title = tool.get("title") or (annotations or {}).get("title")
@@ -4188,12 +4298,12 @@ def _field_label(name: str) -> str:
 
 
 def _compact_json(value: Any) -> str:
-    """JSON on one line with a space after ':' and ',' (readable in help, still valid JSON)."""
+    """JSON on one line with a space after ':' and ',' (readable in help, still valid JSON, terminal-safe)."""
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{dump_json(k)}: {_compact_json(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{_printable(dump_json(k))}: {_compact_json(v)}" for k, v in value.items()) + "}"
     if isinstance(value, list):
         return "[" + ", ".join(_compact_json(v) for v in value) + "]"
-    return dump_json(value)
+    return _printable(dump_json(value))
 
 
 def _plain(text: str) -> str:
@@ -4213,7 +4323,7 @@ def _pretty_json(value: Any, indent: int, width: int, start: int | None = None) 
     if isinstance(value, dict):
         items = []
         for key, item in value.items():
-            label = f"{dump_json(key)}: "
+            label = f"{_printable(dump_json(key))}: "
             items.append(label + _pretty_json(item, indent + 2, width, indent + 2 + _cell_width(label)))
         opening, closing = "{", "}"
     else:
@@ -4234,8 +4344,11 @@ def _flag_details(flag: ToolFlag) -> list[str]:
         lines += _wrap(title.strip(), HELP_WIDTH, indent, indent)
     enum = schema.get("enum")
     if isinstance(enum, list) and enum:
-        shown = ", ".join(v if isinstance(v, str) and v and v.strip() == v else dump_json(v) for v in enum)
-        lines += _wrap(f"one of: {shown}", HELP_WIDTH, indent, indent)
+        limit = 30  # a huge enum would bury the other flags; --tools has the full list
+        plain = [isinstance(v, str) and v and v.strip() == v and "," not in v for v in enum[:limit]]
+        shown = ", ".join(v if ok else _short(dump_json(v), 60) for v, ok in zip(enum, plain))
+        more = f" … and {len(enum) - limit} more (see --tools)" if len(enum) > limit else ""
+        lines += _wrap(f"one of: {shown}{more}", HELP_WIDTH, indent, indent)
     if "const" in schema:
         lines += _wrap(f"must be: {dump_json(schema['const'])}", HELP_WIDTH, indent, indent)
     if "default" in schema:

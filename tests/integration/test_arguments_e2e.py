@@ -420,3 +420,63 @@ def test_d02_sdk_tool_help(sdk) -> None:
     section = text.split("Fields without a flag")[1]
     assert "shape" in section and "weights" in section
     assert all(len(line) <= 80 for line in text.splitlines())
+
+
+# -- over stdio (mock_server/mcp_mock.py --stdio, JSON-lines request log) ---------------------------------------
+
+
+@pytest.fixture
+def stdio_target(tmp_path):
+    """A config whose server ``s`` runs the mock on stdio; returns (run, received tools/call bodies)."""
+    import sys
+    from pathlib import Path
+
+    mock_script = str(Path(__file__).resolve().parents[2] / "mock_server" / "mcp_mock.py")
+
+    def make(version: str | None = None) -> tuple[Any, Any]:
+        scenario, log = tmp_path / "scenario.json", tmp_path / "log.jsonl"
+        scenario.write_text(json.dumps(SCENARIO), encoding="utf-8")
+        entry: dict[str, Any] = {"type": "stdio", "command": sys.executable,
+                                 "args": [mock_script, "--stdio", "--scenario", str(scenario), "--log", str(log)]}
+        if version:
+            entry["protocolVersion"] = version
+        config = tmp_path / "mcp.json"
+        config.write_text(json.dumps({"mcpServers": {"s": entry}}), encoding="utf-8")
+        config.chmod(0o600)
+
+        def run(*args: str) -> Any:
+            from conftest import run_bkmcp
+
+            return run_bkmcp("--config", str(config), "--timeout", "20s", "s", *args)
+
+        def calls() -> list[str]:
+            if not log.exists():
+                return []
+            entries = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines() if line]
+            return [e["body"] for e in entries if e.get("rpc_method") == "tools/call"]
+
+        return run, calls
+
+    return make
+
+
+@pytest.mark.parametrize("version", ["2025-06-18", "2026-07-28"])
+def test_p02_stdio_number_fidelity(stdio_target, version: str) -> None:
+    """P02 over stdio: the exact number text reaches the server's stdin."""
+    run, calls = stdio_target(version)
+    result = run("search_reports", "--keyword", "00123", "--ratio", "1e400", "--limit", BIG_INT,
+                 "--filter", '{"a":0.1,"b":12345678901234567890.5}')
+    assert result.exit_status == 0, result.stderr
+    [body] = calls()
+    expected = ('{"keyword":"00123","ratio":1e400,"limit":' + BIG_INT +
+                ',"filter":{"a":0.1,"b":12345678901234567890.5}}')
+    assert bkmcp.dump_json(bkmcp.parse_json(body)["params"]["arguments"]) == expected
+    assert '"arguments":' + expected in body.replace('"arguments": ', '"arguments":')
+
+
+def test_p03_stdio_invalid_arguments_send_no_call(stdio_target) -> None:
+    """P03 over stdio: a validation failure sends no tools/call down the pipe."""
+    run, calls = stdio_target()
+    result = run("search_reports", "--keyword", "k", "--status", "pending")
+    assert result.exit_status == 1 and result.error_code == "invalid_mcp_arguments", result.stderr
+    assert calls() == []

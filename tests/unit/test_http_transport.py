@@ -7,7 +7,6 @@ Seed rows: R01 (negotiation table on the wire), R02 (classification), A04 (statu
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import json
 import threading
@@ -171,7 +170,7 @@ def test_retry_once_with_a_shared_modern_version_R01(scripted, monkeypatch):
     monkeypatch.setattr(bkmcp, "MODERN_VERSIONS", ("2026-07-28", "2027-01-01"))
     monkeypatch.setattr(bkmcp, "LATEST_MODERN_VERSION", "2027-01-01")
     monkeypatch.setitem(bkmcp.ERA_TABLE, "2027-01-01",
-                        dataclasses.replace(bkmcp.ERA_TABLE["2026-07-28"], version="2027-01-01"))
+                        bkmcp.EraRules(**{**vars(bkmcp.ERA_TABLE["2026-07-28"]), "version": "2027-01-01"}))
 
     def handler(verb, rpc, headers):
         if headers.get("mcp-protocol-version") == "2027-01-01":

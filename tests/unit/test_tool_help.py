@@ -206,3 +206,26 @@ def test_d02_title_only_shown_when_informative() -> None:
                       "q": {"type": "string", "title": "Search query"}})
     text = render_tool_help("s", tool)
     assert "Page Size" not in text and "Search query" in text
+
+
+def test_d02_long_enum_is_capped() -> None:
+    """D02: a 200-value enum shows 30 values and says how many more there are."""
+    tool = make_tool({"code": {"type": "string", "enum": [f"v{i}" for i in range(200)]},
+                      "odd": {"type": "string", "enum": ["a,b", " pad", ""]}})
+    text = render_tool_help("s", tool)
+    assert "v29\n      … and 170 more (see --tools)" in text and "v30," not in text
+    assert 'one of: "a,b", " pad", ""' in text
+
+
+def test_d02_tool_names_are_shell_quoted_in_commands() -> None:
+    """D02: a tool name with spaces or quotes appears shell-quoted in usage and examples; hints too."""
+    tool = {"name": "my tool's", "inputSchema": {"type": "object", "properties": {"q": {"type": "string"}}}}
+    text = render_tool_help("srv", tool)
+    usage = text.split("Usage:\n")[1].splitlines()[0]
+    assert shlex.split(usage)[:4] == ["bkmcp", "srv", "my tool's", "[--q"]
+    example = next(line for line in text.splitlines() if "--body @args.json" in line)
+    assert shlex.split(example)[2] == "my tool's"
+    with pytest.raises(bkmcp.InvalidArgumentsError) as info:
+        bkmcp.parse_tool_arguments(tool, [bkmcp.ToolToken("x", "1", False, "--x")], server_name="srv")
+    hint = info.value.hint or ""
+    assert shlex.split(hint.split(": ", 1)[1]) == ["bkmcp", "srv", "my tool's", "--help"]
