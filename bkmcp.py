@@ -2834,6 +2834,8 @@ class McpClient:
             error.data = dict(base)
             raise error from None
         except RemoteError as exc:
+            if isinstance(exc, McpTimeoutError) and request_was_sent(exc):
+                self._cancel(message["id"], rules, reason=f"timed out after {format_duration(self.deadline.seconds)}")
             if request_was_sent(exc) and not isinstance(exc, (AuthRequiredError, PermissionDeniedError)):
                 exc.details["outcome"] = "unknown"
                 exc.hint = (exc.hint + "; " if exc.hint else "") + \
@@ -2864,14 +2866,14 @@ class McpClient:
             )
         return result
 
-    def _cancel(self, request_id: Any, rules: EraRules) -> None:
-        """Ctrl-C: legacy (and stdio in both eras) sends ``notifications/cancelled`` (short bounded attempt);
-        modern HTTP already closed the stream by unwinding out of it."""
+    def _cancel(self, request_id: Any, rules: EraRules, reason: str = "interrupted by the user (Ctrl-C)") -> None:
+        """Ctrl-C or a timed-out call: legacy (and stdio in both eras) sends ``notifications/cancelled`` (short
+        bounded attempt; the lifecycle spec says a sender SHOULD after a timeout); modern HTTP already closed
+        the stream by unwinding out of it."""
         if not rules.cancel_notification and self.server.type != "stdio":
             return
         try:
-            note = build_notification("notifications/cancelled",
-                                      {"requestId": request_id, "reason": "interrupted by the user (Ctrl-C)"}, rules)
+            note = build_notification("notifications/cancelled", {"requestId": request_id, "reason": reason}, rules)
             self.transport.send_message(note, rules=rules, deadline=Deadline(_CANCEL_BUDGET), strict=False)
         except BaseException as exc:  # noqa: B036 - a second Ctrl-C or any failure must not mask the first
             self.log.debug(f"sending notifications/cancelled failed: {type(exc).__name__}")

@@ -118,6 +118,13 @@ def test_MCP_004_slow_call_times_out_and_is_sent_once_R03(mock, version, mode):
     assert result.json["error"]["outcome"] == "unknown"
     assert elapsed < 4
     assert target.count("tools/call") == 1
+    cancels = target.srv.requests("notifications/cancelled")
+    if version == "2026-07-28":
+        assert cancels == []  # modern HTTP: closing the stream is the cancellation
+    else:  # legacy: the timed-out request is cancelled (lifecycle spec: the sender SHOULD)
+        [cancel] = cancels
+        assert cancel["json"]["params"]["requestId"] == target.srv.requests("tools/call")[0]["json"]["id"]
+        assert "timed out" in cancel["json"]["params"]["reason"]
 
 
 def test_MCP_004_timeout_budget_covers_discovery_not_each_step_R03(mock):
