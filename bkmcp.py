@@ -4692,6 +4692,8 @@ class _Runner:
                 return self.emit_envelope(build_success(data), jq, EXIT_OK)
             if inv.tools:
                 data = run_tools(server, deadline=deadline, insecure=inv.insecure, log=self.log)
+                # tools stay exactly as received; how each maps to flags (and what needs --body) sits beside them
+                data["cli"] = {str(t.get("name")): describe_cli(t) for t in data["tools"] if isinstance(t, dict)}
                 return self.emit_envelope(build_success(data), jq, EXIT_OK)
             assert inv.tool is not None
             return self.run_tool(server, inv.tool, arguments, jq, deadline)
