@@ -53,23 +53,53 @@ Heavy dependencies (httpx, jsonschema, jq) are imported lazily by the code paths
 from __future__ import annotations
 
 import decimal
-import json
 import os
-import re
 import sys
 import time
 
 # Start-up matters (`bkmcp --help` within 2x of a bare interpreter, SPEC §13): typing, collections.abc and
-# dataclasses (which imports inspect, ast, dis and tokenize) cost more than the rest of bkmcp together, so type
-# checkers see the real modules and the running program uses the already-loaded `_collections_abc` and the small
-# `dataclass` of section 2.
+# dataclasses (which imports inspect, ast, dis and tokenize) cost more than the rest of bkmcp together, and json
+# and re are not needed by the help paths. Type checkers see the real modules; the running program uses the
+# already-loaded `_collections_abc`, the small `dataclass` of section 2, and imports json and re on first use.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import json
+    import re
     from collections.abc import Callable, Iterable, Mapping, Sequence
     from dataclasses import dataclass, field
     from typing import IO, Any
 else:
     from _collections_abc import Callable, Iterable, Mapping, Sequence
+
+    class _LazyModule:
+        """A module imported on first attribute access; it then replaces itself in this module's globals."""
+
+        def __init__(self, name):
+            self._name = name
+
+        def __getattr__(self, attr):
+            module = __import__(self._name)
+            globals()[self._name] = module
+            return getattr(module, attr)
+
+    json = _LazyModule("json")
+    re = _LazyModule("re")
+
+
+class _LazyPattern:
+    """A regular expression compiled on first use (module-level patterns must not import ``re`` at start-up)."""
+
+    def __init__(self, pattern: str, flags: int = 0) -> None:
+        self._source = (pattern, flags)
+
+    def __getattr__(self, attr: str) -> Any:
+        value = getattr(re.compile(*self._source), attr)
+        setattr(self, attr, value)  # later lookups skip __getattr__: the bound method of the compiled pattern
+        return value
+
+
+def _lazy_re(pattern: str, flags: int = 0) -> re.Pattern[str]:
+    return _LazyPattern(pattern, flags)  # type: ignore[return-value]
 
 __version__ = "0.1.0"
 
@@ -420,7 +450,7 @@ def dump_json(value: Any, *, indent: int | None = None, sort_keys: bool = False)
     return out
 
 
-_ESCAPE_ALWAYS = re.compile("[\ud800-\udfff\u0085\u2028\u2029]")
+_ESCAPE_ALWAYS = _lazy_re("[\ud800-\udfff\u0085\u2028\u2029]")
 
 
 def _decimal_text(number: decimal.Decimal) -> str:
@@ -483,7 +513,7 @@ class Redactor:
 
 # -- durations and deadlines ---------------------------------------------------------------------------
 
-_DURATION = re.compile(r"^([0-9]+(?:\.[0-9]+)?|\.[0-9]+)(ms|s|m|h)?$")
+_DURATION = _lazy_re(r"^([0-9]+(?:\.[0-9]+)?|\.[0-9]+)(ms|s|m|h)?$")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
 
@@ -600,10 +630,10 @@ _FORBIDDEN_HEADERS = frozenset(
         "Mcp-Name", "Last-Event-ID",
     )
 )
-_HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_ENV_REF = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$\{")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_HEADER_NAME = _lazy_re(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+_ENV_NAME = _lazy_re(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_REF = _lazy_re(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$\{")
+_CONTROL = _lazy_re(r"[\x00-\x1f\x7f]")
 
 
 @dataclass(frozen=True)
@@ -1188,7 +1218,7 @@ class SseEvent:
     id: str | None = None
 
 
-_SSE_EOL = re.compile(r"\r\n|\r|\n")
+_SSE_EOL = _lazy_re(r"\r\n|\r|\n")
 _RETRY_MAX_MS = 600_000
 
 
@@ -1336,7 +1366,7 @@ def build_initialize_params(version: str) -> dict[str, Any]:
 
 _SENTINEL_PREFIX = "=?base64?"
 _SENTINEL_SUFFIX = "?="
-_HEADER_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+_HEADER_TOKEN = _lazy_re(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 
 
 def encode_header_value(value: Any) -> str | None:
@@ -1654,7 +1684,7 @@ def request_was_sent(error: BaseException) -> bool:
     return bool(getattr(error, "request_sent", True))
 
 
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_LONE_SURROGATE = _lazy_re("[\ud800-\udfff]")
 
 
 def encode_body(message: Mapping[str, Any]) -> bytes:
@@ -2969,11 +2999,11 @@ _FLAG_METAVAR = {"string": "STRING", "integer": "INTEGER", "number": "NUMBER", "
                  "object": "JSON-OBJECT"}
 _COMBINATORS = ("anyOf", "oneOf", "allOf")
 _REF_KEYWORDS = ("$ref", "$dynamicRef", "$recursiveRef")
-_JSON_INTEGER = re.compile(r"-?(?:0|[1-9][0-9]*)")
-_JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_PLAIN_ASCII_NAME = re.compile(r"[!#-~]+")  # printable ASCII without space and '"': always a fine flag name
-_FAST_FLAG_NAME = re.compile(r"[!#-,.-<>-~][!#-<>-~]*")  # the same, minus '=' and a leading '-'
+_JSON_INTEGER = _lazy_re(r"-?(?:0|[1-9][0-9]*)")
+_JSON_NUMBER = _lazy_re(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+_IDENTIFIER = _lazy_re(r"[A-Za-z_][A-Za-z0-9_]*")
+_PLAIN_ASCII_NAME = _lazy_re(r"[!#-~]+")  # printable ASCII without space and '"': always a fine flag name
+_FAST_FLAG_NAME = _lazy_re(r"[!#-,.-<>-~][!#-<>-~]*")  # the same, minus '=' and a leading '-'
 _HARD_KEYWORDS = frozenset(_REF_KEYWORDS + _COMBINATORS)
 _FLAG_TYPE_SET = frozenset(FLAG_TYPES)
 

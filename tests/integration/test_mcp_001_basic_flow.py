@@ -198,9 +198,8 @@ def test_MCP_001_empty_catalogue_is_success_D03(mock):
     assert result.exit_status == 0
     assert result.json["data"]["tool_count"] == 0 and result.json["data"]["complete"] is True
     tools = target.run(target.name, "--tools")
-    data = tools.json["data"]
-    assert {k: data[k] for k in ("server", "protocol_version", "tool_count", "complete", "tools")} == {
-        "server": "m", "protocol_version": "2025-06-18", "tool_count": 0, "complete": True, "tools": []}
+    assert tools.json["data"] == {"server": "m", "protocol_version": "2025-06-18", "tool_count": 0,
+                                  "complete": True, "tools": [], "cli": {}}
 
 
 def test_MCP_001_single_page_D03(mock):

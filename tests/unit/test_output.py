@@ -136,12 +136,14 @@ def test_check_and_tools_success_and_failure_streams(mode, config, monkeypatch, 
 
     def ok(server, *, deadline, insecure, log):
         seen.update(server=server.name, timeout=deadline.seconds, headers=server.headers)
-        return {"server": server.name, "tool_count": 0, "complete": True}
+        data = {"server": server.name, "tool_count": 0, "complete": True}
+        return dict(data, tools=[]) if mode == "--tools" else data
 
     monkeypatch.setattr(bkmcp, name, ok)
     res = run_bkmcp("--config", str(config), "a", mode, env=ENV)
     assert res.exit_status == 0 and res.stderr == ""
-    assert res.json == {"ok": True, "data": {"server": "a", "tool_count": 0, "complete": True}}
+    extra = {"tools": [], "cli": {}} if mode == "--tools" else {}  # --tools adds the per-tool flag summary
+    assert res.json == {"ok": True, "data": {"server": "a", "tool_count": 0, "complete": True, **extra}}
     assert seen == {"server": "a", "timeout": 60.0, "headers": {"Authorization": "Bearer tok-secret-98765"}}
 
     def refused(*a, **k):
