@@ -2718,16 +2718,24 @@ class McpClient:
                   extra_headers: Iterable[tuple[str, str]] = (), deadline: Deadline | None = None) -> Message:
         """Send one request and return its response; handle what arrives before it. Raises ``HttpStatus``.
         ``deadline`` narrows the operation's budget for this request (the stdio probe window)."""
-        for incoming in self.transport.exchange(message, rules=rules, deadline=deadline or self.deadline,
-                                                 extra_headers=extra_headers):
-            if incoming.kind in ("result", "error"):
-                if incoming.id is None or same_id(incoming.id, message["id"]):
-                    return incoming
-                self.log.debug(f"ignoring a response for another request id ({_clip(repr(incoming.id), 40)})")
-            elif incoming.kind == "notification":
-                self._on_notification(incoming)
-            else:
-                self._on_server_request(incoming, rules)
+        stream = self.transport.exchange(message, rules=rules, deadline=deadline or self.deadline,
+                                         extra_headers=extra_headers)
+        try:
+            for incoming in stream:
+                if incoming.kind in ("result", "error"):
+                    if incoming.id is None or same_id(incoming.id, message["id"]):
+                        return incoming
+                    self.log.debug(f"ignoring a response for another request id ({_clip(repr(incoming.id), 40)})")
+                elif incoming.kind == "notification":
+                    self._on_notification(incoming)
+                else:
+                    self._on_server_request(incoming, rules)
+        finally:
+            # Close the response stream now, also when Ctrl-C lands between two messages (modern cancellation
+            # is the stream closing), instead of whenever the traceback releases the generator.
+            close = getattr(stream, "close", None)
+            if close is not None:
+                close()
         raise ConnectionFailedError(f"no response to {method}")  # pragma: no cover - transports raise first
 
     def _on_notification(self, note: Message) -> None:
