@@ -4033,15 +4033,19 @@ def _shell_quote(text: str) -> str:
     return shlex.quote(text)
 
 
-def _flag_example(flag: ToolFlag, value: Any) -> str:
+def _flag_example(flag: ToolFlag, value: Any) -> list[str]:
+    """Shell words for one flag in an example; a placeholder of the right type when the value does not fit."""
     if flag.kind == "boolean":
-        return f"{flag.option}={'true' if value is not False else 'false'}"
-    if flag.kind == "string" and isinstance(value, str):
-        shown = value if value.isprintable() else f"<{flag.name}>"  # newlines/controls make a poor example
-        return f"{flag.option} {_shell_quote(shown)}"
-    if flag.kind in ("integer", "number") and _is_json_number(value) and not isinstance(value, float):
-        return f"{flag.option} {dump_json(value)}"
-    return f"{flag.option} {_shell_quote(dump_json(value))}"
+        return [f"{flag.option}={'false' if value is False else 'true'}"]
+    if flag.kind == "string":
+        ok = isinstance(value, str) and value.isprintable()  # newlines/controls make a poor example
+        return [flag.option, _shell_quote(value if ok else f"<{flag.name}>")]
+    if flag.kind in ("integer", "number"):
+        fits = _is_json_number(value) and not isinstance(value, float)
+        fits = fits and (flag.kind == "number" or _is_json_integer(value))
+        return [flag.option, dump_json(value) if fits else "1"]
+    fits = isinstance(value, list if flag.kind == "array" else dict)
+    return [flag.option, _shell_quote(_printable(dump_json(value if fits else [] if flag.kind == "array" else {})))]
 
 
 def _annotation_lines(tool: Mapping[str, Any]) -> list[str]:
@@ -4136,15 +4140,15 @@ def render_tool_help(server_name: str, tool: Mapping[str, Any]) -> str:
         chosen = [f for f in flags if f.required] or flags[:1]
         if len(chosen) < 3:
             chosen += [f for f in flags if not f.required and f not in chosen][: 3 - len(chosen)]
-        parts = [
-            _flag_example(f, _clip_strings(_example_value(f.schema, schema, f.name))) for f in chosen
-        ]
-        out += _wrap(" ".join([command, *parts]), HELP_WIDTH, "      ", "  ")
+        parts = [word for f in chosen for word in _flag_example(f, _clip_strings(_example_value(f.schema, schema,
+                                                                                                  f.name)))]
+        out += _command_lines([command, *parts])
     elif not required_body_only:
         out.append(f"  {command}")
     else:
-        out += _wrap(f"(required field {', '.join(required_body_only)} has no flag, so call this tool with "
-                     "--body as shown above)", HELP_WIDTH, "  ", "  ")
+        which = "field {} has no flag" if len(required_body_only) == 1 else "fields {} have no flags"
+        out += _wrap(f"(required {which.format(', '.join(required_body_only))}, so call this tool with --body as "
+                     "shown above)", HELP_WIDTH, "  ", "  ")
     out.append(f"  {command} --body @args.json")
     out.append(f"  {command} --body @args.json --dry-run")
     out += [""] + _wrap(
@@ -4152,6 +4156,12 @@ def render_tool_help(server_name: str, tool: Mapping[str, Any]) -> str:
         "--name=true or --name=false; arrays and objects are JSON. With --body, the JSON object is the "
         "complete arguments and named flags are ignored.", HELP_WIDTH, "  ", "  ")
     return "\n".join(out) + "\n"
+
+
+def _command_lines(parts: Sequence[str]) -> list[str]:
+    """A copy-pasteable example command: words never split, wrapped lines end with a ' \\' continuation."""
+    lines = _fill(parts, HELP_WIDTH - 2, "  ", "      ")
+    return [line + " \\" for line in lines[:-1]] + lines[-1:]
 
 
 def _fill(parts: Sequence[str], width: int, first_indent: str, indent: str) -> list[str]:
@@ -4197,7 +4207,8 @@ def _pretty_json(value: Any, indent: int, width: int, start: int | None = None) 
     """
     compact = _compact_json(value)
     begin = indent if start is None else start
-    if not isinstance(value, (dict, list)) or not value or begin + _cell_width(compact) + 1 <= width:  # +1: , or '
+    shown = _cell_width(compact) + 4 * compact.count("'")  # inside '...', shell quoting turns ' into '"'"'
+    if not isinstance(value, (dict, list)) or not value or begin + shown + 1 <= width:  # +1: a ',' or the closing '
         return compact
     pad = " " * (indent + 2)
     if isinstance(value, dict):
