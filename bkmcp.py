@@ -58,9 +58,18 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import IO, Any
+
+# Start-up matters (`bkmcp --help` within 2x of a bare interpreter, SPEC §13): typing, collections.abc and
+# dataclasses (which imports inspect, ast, dis and tokenize) cost more than the rest of bkmcp together, so type
+# checkers see the real modules and the running program uses the already-loaded `_collections_abc` and the small
+# `dataclass` of section 2.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping, Sequence
+    from dataclasses import dataclass, field
+    from typing import IO, Any
+else:
+    from _collections_abc import Callable, Iterable, Mapping, Sequence
 
 __version__ = "0.1.0"
 
@@ -211,6 +220,78 @@ def error_classes() -> list[type[BkmcpError]]:
 # ======================================================================================================
 # 2. Helpers: JSON with number fidelity, redaction, durations, deadlines, logging
 # ======================================================================================================
+
+if not TYPE_CHECKING:
+    _MISSING = object()
+
+    class _Field:
+        __slots__ = ("default_factory",)
+
+        def __init__(self, default_factory: Callable[[], Any]) -> None:
+            self.default_factory = default_factory
+
+    def field(*, default_factory: Callable[[], Any]) -> Any:
+        """``dataclasses.field`` for the one use bkmcp has: a ``default_factory``."""
+        return _Field(default_factory)
+
+    def dataclass(cls: Any = None, *, frozen: bool = False) -> Any:
+        """``dataclasses.dataclass`` for the features bkmcp uses, without importing ``inspect``.
+
+        Fields come from the class annotations in order, defaults from class attributes or ``field()``;
+        generates ``__init__`` (positional or keyword), ``__repr__``, ``__eq__``, and for ``frozen`` classes
+        read-only attributes and ``__hash__`` (non-frozen classes are unhashable, as with dataclasses).
+        """
+
+        def wrap(cls: Any) -> Any:
+            names = tuple(cls.__dict__.get("__annotations__", {}))
+            defaults = {n: cls.__dict__[n] for n in names if n in cls.__dict__}
+            for name, value in defaults.items():
+                if isinstance(value, _Field):
+                    delattr(cls, name)
+            qualname = cls.__qualname__
+
+            def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+                if len(args) > len(names):
+                    raise TypeError(f"{qualname}() takes {len(names)} arguments, {len(args)} given")
+                values = dict(zip(names, args))
+                for key, value in kwargs.items():
+                    if key not in names or key in values:
+                        raise TypeError(f"{qualname}() got an unexpected or repeated argument {key!r}")
+                    values[key] = value
+                for name in names:
+                    if name not in values:
+                        default = defaults.get(name, _MISSING)
+                        if default is _MISSING:
+                            raise TypeError(f"{qualname}() missing argument {name!r}")
+                        values[name] = default.default_factory() if isinstance(default, _Field) else default
+                    object.__setattr__(self, name, values[name])
+
+            def __repr__(self: Any) -> str:
+                return f"{qualname}({', '.join(f'{n}={getattr(self, n)!r}' for n in names)})"
+
+            def __eq__(self: Any, other: Any) -> Any:
+                if other.__class__ is not self.__class__:
+                    return NotImplemented
+                return all(getattr(self, n) == getattr(other, n) for n in names)
+
+            cls.__init__, cls.__repr__, cls.__eq__ = __init__, __repr__, __eq__
+            if frozen:
+                def __setattr__(self: Any, name: str, value: Any) -> None:
+                    raise AttributeError(f"cannot assign to field {name!r} of frozen {qualname}")
+
+                def __delattr__(self: Any, name: str) -> None:
+                    raise AttributeError(f"cannot delete field {name!r} of frozen {qualname}")
+
+                def __hash__(self: Any) -> int:
+                    return hash(tuple(getattr(self, n) for n in names))
+
+                cls.__setattr__, cls.__delattr__, cls.__hash__ = __setattr__, __delattr__, __hash__
+            else:
+                cls.__hash__ = None
+            return cls
+
+        return wrap if cls is None else wrap(cls)
+
 
 
 class JsonNumber(decimal.Decimal):
@@ -1316,19 +1397,18 @@ def build_headers(
     configured: Mapping[str, str],
     message: Mapping[str, Any] | None = None,
     session_id: str | None = None,
-    handshake_done: bool = True,
     extra: Iterable[tuple[str, str]] = (),
     accept: str = "application/json, text/event-stream",
 ) -> list[tuple[str, str]]:
     """Headers of one HTTP request: the configured ones (identical on every request), then the managed ones.
 
-    ``rules`` is None for the probe-free legacy ``initialize`` (no version header yet).
+    ``rules`` is None for the legacy ``initialize`` (no version negotiated yet, so no version header).
     """
     headers = list(configured.items())
     headers.append(("Accept", accept))
     if message is not None:
         headers.append(("Content-Type", "application/json"))
-    if rules is not None and rules.version_header and (handshake_done or not rules.handshake):
+    if rules is not None and rules.version_header:
         headers.append(("MCP-Protocol-Version", rules.version))
     if session_id is not None and (rules is None or rules.sessions):
         headers.append(("Mcp-Session-Id", session_id))
@@ -1574,6 +1654,23 @@ def request_was_sent(error: BaseException) -> bool:
     return bool(getattr(error, "request_sent", True))
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def encode_body(message: Mapping[str, Any]) -> bytes:
+    """UTF-8 JSON; a lone surrogate (``"\\ud800"`` in --body is valid JSON) is re-escaped, not a crash."""
+    text = dump_json(message)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text).encode("utf-8")
+
+
+def _wire_headers(headers: list[tuple[str, str]]) -> list[tuple[str, str | bytes]]:
+    """httpx encodes str header values as ASCII; a configured non-ASCII value goes out as its UTF-8 bytes."""
+    return [(name, value if value.isascii() else value.encode("utf-8")) for name, value in headers]
+
+
 _ERROR_BODY_LIMIT = 64 * 1024
 _RESUME_DEFAULT_MS = 1000
 _RESUME_MAX_IDLE = 20
@@ -1637,6 +1734,11 @@ class HttpTransport:
         import httpx
 
         target = strip_url_credentials(self.url)
+        if isinstance(exc, (httpx.InvalidURL, UnicodeError)):  # IDNA / host name encoding, before any I/O
+            return _mark(ConnectionFailedError(
+                f"the host name in {target} is not valid: {_clip(str(exc), 200)}",
+                hint="check the host name in the server's \"url\"",
+            ), sent=False)
         if isinstance(exc, httpx.TimeoutException):
             sent = not isinstance(exc, (httpx.ConnectTimeout, httpx.PoolTimeout))
             return _mark(McpTimeoutError(
@@ -1740,7 +1842,7 @@ class HttpTransport:
         headers = build_headers(
             rules, configured=self.configured, message=message, session_id=self.session_id, extra=extra_headers,
         )
-        body = dump_json(message).encode("utf-8")
+        body = encode_body(message)
         decoder: SseDecoder | None = None
         try:
             timeout = self._timeout(deadline)
@@ -1749,7 +1851,7 @@ class HttpTransport:
         started = time.monotonic()
         self._log_request("POST", headers, message)
         try:
-            with self._http().stream("POST", self.url, content=body, headers=headers,
+            with self._http().stream("POST", self.url, content=body, headers=_wire_headers(headers),
                                      timeout=timeout) as response:
                 self._log_response(response, started)
                 self._check_status(response, with_session=self.session_id is not None)
@@ -1790,7 +1892,7 @@ class HttpTransport:
                 else:
                     raise ProtocolError(f"the server answered with unsupported content type {ctype!r} "
                                         "(expected application/json or text/event-stream)")
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, httpx.InvalidURL, UnicodeError) as exc:
             raise self._translate(exc, deadline) from exc
         # The POST's event stream ended before the response (SPEC §5: 2025-11-25 resumption).
         if rules is not None and rules.sse_resumption and decoder is not None and decoder.last_event_id:
@@ -1839,7 +1941,7 @@ class HttpTransport:
             started = time.monotonic()
             self._log_request("GET", headers, None)
             try:
-                with self._http().stream("GET", self.url, headers=headers,
+                with self._http().stream("GET", self.url, headers=_wire_headers(headers),
                                          timeout=self._timeout(deadline)) as response:
                     self._log_response(response, started)
                     try:
@@ -1858,7 +1960,7 @@ class HttpTransport:
                         yield incoming
                         if incoming.kind in ("result", "error") and same_id(incoming.id, request_id):
                             return
-            except httpx.HTTPError as exc:
+            except (httpx.HTTPError, httpx.InvalidURL, UnicodeError) as exc:
                 raise self._translate(exc, deadline) from exc
             idle = 0 if decoder.last_event_id != last_id else idle + 1
             if idle >= _RESUME_MAX_IDLE:
@@ -1874,12 +1976,12 @@ class HttpTransport:
         started = time.monotonic()
         self._log_request("POST", headers, message)
         try:
-            with self._http().stream("POST", self.url, content=dump_json(message).encode("utf-8"),
-                                     headers=headers, timeout=self._timeout(deadline)) as response:
+            with self._http().stream("POST", self.url, content=encode_body(message),
+                                     headers=_wire_headers(headers), timeout=self._timeout(deadline)) as response:
                 self._log_response(response, started)
                 if strict:
                     self._check_status(response, with_session=self.session_id is not None)
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, httpx.InvalidURL, UnicodeError) as exc:
             if strict:
                 raise self._translate(exc, deadline) from exc
             self.log.debug(f"sending {message.get('method', 'a response')} failed: {type(exc).__name__}")
@@ -1894,10 +1996,10 @@ class HttpTransport:
         started = time.monotonic()
         self._log_request("DELETE", headers, None)
         try:
-            response = self._client.request("DELETE", self.url, headers=headers,
+            response = self._client.request("DELETE", self.url, headers=_wire_headers(headers),
                                             timeout=self._timeout(deadline, cap=2.0))
             self._log_response(response, started)
-        except (httpx.HTTPError, BkmcpError) as exc:
+        except (httpx.HTTPError, httpx.InvalidURL, UnicodeError, BkmcpError) as exc:
             self.log.debug(f"ending the session failed: {type(exc).__name__}")
         self.session_id = None
 
@@ -2472,14 +2574,20 @@ class McpClient:
                 )
             break
         self.log.debug(f"era probe: no modern answer; falling back to legacy initialize ({LATEST_LEGACY_VERSION})")
-        if self.server.type != "stdio":
-            self._initialize(LATEST_LEGACY_VERSION)
-            return
-        # stdio (protocol-notes.md §3.4): a child that exited on the probe is restarted; a server that answered
-        # discover only after the probe window locked the modern era and refuses initialize with -32022.
-        self.transport.restart_if_exited()
+        # stdio (protocol-notes.md §3.4): a child that exited on the probe is restarted (also when it exits only
+        # once initialize was queued behind the probe: a slow starter that stops on any pre-initialize request);
+        # a server that answered discover only after the probe window locked the modern era refuses initialize
+        # with -32022. Over HTTP the same -32022 comes from a modern-only server whose discover answer was not
+        # recognisable: modern too.
+        stdio = self.server.type == "stdio"
+        restarted = self.transport.restart_if_exited() if stdio else False
         try:
-            self._initialize(LATEST_LEGACY_VERSION)
+            try:
+                self._initialize(LATEST_LEGACY_VERSION)
+            except ConnectionFailedError:
+                if not stdio or restarted or not self.transport.restart_if_exited():
+                    raise
+                self._initialize(LATEST_LEGACY_VERSION)
         except ProtocolError as exc:
             rpc = exc.details.get("rpc_error") or {}
             data = rpc.get("data")
@@ -3541,7 +3649,19 @@ _JQ_MARK = "\ue000bkmcp-num-"
 
 
 def _load_jq_module() -> Any:
-    """The ``jq`` binding, or None when no native build fits this interpreter/platform."""
+    """The ``jq`` binding, or None when no native build fits this interpreter/platform.
+
+    Inside ``bkmcp.pyz`` the binding's native module is extracted on first use into the per-user cache by the
+    artifact's boot module (docs/building.md); from a checkout or ``pip install`` it is an ordinary import.
+    """
+    try:
+        import _bkmcp_boot  # type: ignore[import-not-found]  # exists only inside bkmcp.pyz
+    except ImportError:
+        pass
+    else:
+        module = _bkmcp_boot.load_native_module("jq")
+        if module is not None:
+            return module
     try:
         import jq  # type: ignore[import-not-found]
     except ImportError:
@@ -3579,7 +3699,7 @@ class JqProgram:
                 "is on PATH",
                 hint="install jq (e.g. apt install jq) or drop --jq and filter the JSON output yourself",
             )
-        proc = self._run_executable(["-n", f"if false then ({expression}\n) else empty end"], "")
+        proc = self._run_executable(["-n", f"if false then (\n{expression}\n) else empty end"], "")
         if proc.returncode != 0:
             raise InvalidJqExpressionError(f"invalid --jq expression: {_first_line(proc.stderr)}")
 
@@ -3649,7 +3769,7 @@ class JqProgram:
         elif self._module is not None:
             texts = self._program.input_text(text).text().split("\n")
         else:
-            proc = self._run_executable(["-c", self.expression], text)
+            proc = self._run_executable(["-c", f" {self.expression}"], text)  # a leading "-" is no option
             if proc.returncode != 0:
                 raise ValueError(_first_line(proc.stderr))
             texts = proc.stdout.split("\n")
@@ -4581,6 +4701,8 @@ class _Runner:
                 return self.emit_envelope(build_success(data), jq, EXIT_OK)
             if inv.tools:
                 data = run_tools(server, deadline=deadline, insecure=inv.insecure, log=self.log)
+                # tools stay exactly as received; how each maps to flags (and what needs --body) sits beside them
+                data["cli"] = {str(t.get("name")): describe_cli(t) for t in data["tools"] if isinstance(t, dict)}
                 return self.emit_envelope(build_success(data), jq, EXIT_OK)
             assert inv.tool is not None
             return self.run_tool(server, inv.tool, arguments, jq, deadline)

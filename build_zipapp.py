@@ -395,6 +395,20 @@ def write_pyz(files: dict[str, bytes], epoch: int) -> bytes:
     return buf.getvalue()
 
 
+def describe_difference(current: bytes, files: dict[str, bytes]) -> str:
+    """Which members differ between an existing pyz and a fresh build (for --check)."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(current)) as zf:
+            old = {i.filename: zf.read(i) for i in zf.infolist()}
+    except (zipfile.BadZipFile, OSError) as exc:
+        return f": the existing file is not a zip ({exc})"
+    changed = sorted(n for n in set(old) | set(files) if old.get(n) != files.get(n))
+    if not changed:
+        return ": same members, different zip metadata (timestamps or compression: SOURCE_DATE_EPOCH, zlib?)"
+    shown = ", ".join(changed[:10]) + (f" and {len(changed) - 10} more" if len(changed) > 10 else "")
+    return f": members differ: {shown}"
+
+
 # --------------------------------------------------------------------------------------------------- CLI
 
 
@@ -465,8 +479,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"build_zipapp: --check: {exc}", file=sys.stderr)
             return 1
         if current != blob:
-            print(f"build_zipapp: {args.output} differs from a fresh build (sha256 {_sha256(current)} vs {digest})",
-                  file=sys.stderr)
+            print(f"build_zipapp: {args.output} differs from a fresh build (sha256 {_sha256(current)} vs {digest})"
+                  + describe_difference(current, files), file=sys.stderr)
             return 1
         print(f"{args.output}: reproducible, sha256 {digest}, {len(blob)} bytes")
         return 0

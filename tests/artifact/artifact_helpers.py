@@ -23,6 +23,7 @@ def _pyenv_root() -> str:
 def find_python(version: str) -> str | None:
     """The newest real pyenv interpreter of `version` (3.13, not 3.13t), else this one if it matches."""
     paths = glob.glob(os.path.join(_pyenv_root(), "versions", version + ".*", "bin", "python3"))
+    paths = paths or glob.glob(os.path.join(_pyenv_root(), "versions", version + ".*", "bin", "python"))
     paths = [p for p in paths if Path(p).parents[1].name.replace(".", "").isdigit()]
     if paths:
         return sorted(paths, key=lambda p: [int(x) for x in Path(p).parents[1].name.split(".")])[-1]
@@ -51,15 +52,16 @@ def program_source() -> Path:
     return source
 
 
-def run_pyz(python: str, pyz: Path, *args: str, env: dict[str, str] | None = None,
-            timeout: float = TIMEOUT, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    return subprocess.run([python, str(pyz), *args], capture_output=True, text=True, env=env, input=stdin,
-                          timeout=timeout, check=False)
+def run_pyz(python: str, pyz: Path, *args: str, env: dict[str, str] | None = None, timeout: float = TIMEOUT,
+            stdin: str = "", no_site: bool = False) -> subprocess.CompletedProcess[str]:
+    """Run the artifact; `no_site` (-S) hides the interpreter's site-packages (e.g. an installed jq module)."""
+    cmd = [python, *(["-S"] if no_site else []), str(pyz), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, input=stdin, timeout=timeout, check=False)
 
 
-def run_in_pyz(python: str, pyz: Path, code: str, env: dict[str, str] | None = None,
-               timeout: float = TIMEOUT) -> subprocess.CompletedProcess[str]:
+def run_in_pyz(python: str, pyz: Path, code: str, env: dict[str, str] | None = None, timeout: float = TIMEOUT,
+               no_site: bool = False) -> subprocess.CompletedProcess[str]:
     """Run `code` with the pyz first on sys.path and its runtime support imported as `boot`."""
     prelude = f"import sys; sys.path.insert(0, {str(pyz)!r}); import _bkmcp_boot as boot\n"
-    return subprocess.run([python, "-c", prelude + code], capture_output=True, text=True, env=env,
-                          timeout=timeout, check=False)
+    cmd = [python, *(["-S"] if no_site else []), "-c", prelude + code]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, check=False)

@@ -73,7 +73,7 @@ def test_vendored_imports(python: str, pyz_path: Path, pyz_env: dict) -> None:
     assert proc.stdout.startswith("0.28.1")
 
 
-@pytest.mark.parametrize("version", ["3.7", "3.8"])
+@pytest.mark.parametrize("version", ["2.7", "3.6", "3.7", "3.8"])
 def test_old_python_gets_a_clean_message(version: str, pyz_path: Path, pyz_env: dict) -> None:
     old = find_python(version)
     if old is None:
@@ -269,14 +269,14 @@ def test_jq_falls_back_to_executable(python: str, pyz_no_natives: Path, pyz_env:
     if jq is None:
         pytest.skip("no jq executable on PATH (apt-get install jq)")
     env = dict(pyz_env, PATH=_path_with_jq(tmp_path, jq))
-    out = _jq_result(run_in_pyz(python, pyz_no_natives, JQ_CODE, env=env))
+    out = _jq_result(run_in_pyz(python, pyz_no_natives, JQ_CODE, env=env, no_site=True))
     assert out["backend"] == "executable"
     assert out["out"] == ["100000000000000000001", "1.50", '"1.50"', "3"]
     code = ("try:\n    boot.jq_runner('.a |||')\nexcept boot.JqFailure as exc:\n    print(exc.kind)\n"
             "try:\n    boot.jq_runner('error(\"boom\")').run('{}')\n"
             "except boot.JqFailure as exc:\n    print(exc.kind)\n"
             "print(boot.jq_runner('-1').run('null'))\n")
-    proc = run_in_pyz(python, pyz_no_natives, code, env=env)
+    proc = run_in_pyz(python, pyz_no_natives, code, env=env, no_site=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split("\n")[:3] == ["compile", "runtime", "['-1']"]
 
@@ -285,7 +285,7 @@ def test_jq_unavailable(python: str, pyz_no_natives: Path, pyz_env: dict, tmp_pa
     env = dict(pyz_env, PATH=_path_with_jq(tmp_path, None))
     code = ("try:\n    boot.jq_runner('.')\nexcept boot.JqFailure as exc:\n"
             "    print(exc.kind); print(exc.hint)\n")
-    proc = run_in_pyz(python, pyz_no_natives, code, env=env)
+    proc = run_in_pyz(python, pyz_no_natives, code, env=env, no_site=True)
     assert proc.returncode == 0, proc.stderr
     kind, hint = proc.stdout.splitlines()[:2]
     assert kind == "unavailable" and "jq" in hint
@@ -303,8 +303,9 @@ def _cli_has_jq(pyz: Path) -> bool:
 
 
 def _dry_run(python: str, pyz: Path, tmp_path: Path, env: dict, jq: str) -> subprocess.CompletedProcess:
+    """A --dry-run call projected by --jq; -S hides any jq module installed beside the interpreter."""
     return run_pyz(python, pyz, "--config", str(_config(tmp_path)), "demo", "echo", "--body",
-                   '{"n": 100000000000000000001, "x": 1.50}', "--dry-run", "--jq", jq, env=env)
+                   '{"n": 100000000000000000001, "x": 1.50}', "--dry-run", "--jq", jq, env=env, no_site=True)
 
 
 def test_cli_jq_native(python: str, pyz_path: Path, pyz_env: dict, tmp_path: Path, build_info: dict) -> None:

@@ -270,3 +270,11 @@ def test_MCP_001_built_cli_runs_check_tools_help_call_I01(mock, tmp_path):
     for proc in (check, tools, helptext, call):
         assert "i01-secret-token" not in proc.stdout + proc.stderr
     assert all(e["headers"].get("authorization") == "Bearer i01-secret-token" for e in target.srv.log)
+
+
+def test_MCP_001_lone_surrogate_in_body_is_sent_escaped(mock):
+    """``"\\ud800"`` is valid JSON in --body; it reaches the server as the same escape, never a crash."""
+    target = mock({}, protocol_version="2025-11-25")
+    result = target.run(target.name, "echo", "--body", '{"text": "a\\ud800b"}')
+    assert result.exit_status == 0, result.stdout + result.stderr
+    assert '"a\\ud800b"' in target.srv.requests("tools/call")[0]["body"]

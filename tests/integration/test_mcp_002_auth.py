@@ -165,3 +165,11 @@ def test_MCP_002_custom_headers_pass_through_and_user_agent(mock):
     custom = mock({}, protocol_version="2026-07-28", headers={"User-Agent": "my-agent/1"})
     assert custom.run(custom.name, "--check").exit_status == 0
     assert all(e["headers"]["user-agent"] == "my-agent/1" for e in custom.srv.log)
+
+
+def test_MCP_002_non_ascii_header_value_goes_out_as_utf8(mock):
+    """A configured non-ASCII header value is sent as its UTF-8 bytes (not an internal error)."""
+    target = mock({}, protocol_version="2025-06-18", headers={"X-Name": "网关"})
+    result = target.run(target.name, "--tools")
+    assert result.exit_status == 0, result.stdout + result.stderr
+    assert all(e["headers"]["x-name"].encode("latin-1").decode("utf-8") == "网关" for e in target.srv.log)

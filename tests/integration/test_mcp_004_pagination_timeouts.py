@@ -289,3 +289,22 @@ def test_MCP_004_jq_runtime_error_after_call_never_resends_R03(mock):
     result = target.run(target.name, "echo", "--body", '{"text":"x"}', "--jq", ".data.tool + 1")
     assert result.exit_status == 2 and result.error_code == "jq_error"
     assert target.count("tools/call") == 1
+
+
+def test_MCP_004_probe_timeout_is_never_era_evidence_R01_R03(mock):
+    """A server that does not answer the modern probe within the budget: mcp_timeout, no legacy fallback."""
+    target = mock({"faults": {"slow_on": {"server/discover": 5000}}})
+    started = time.monotonic()
+    result = target.run("--timeout", "800ms", target.name, "--check")
+    assert result.exit_status == 2 and result.error_code == "mcp_timeout"
+    assert time.monotonic() - started < 3
+    assert target.count("initialize") == 0 and target.count("server/discover") == 1
+    assert result.json["data"]["checks"]["connection"] == "failed"
+
+
+def test_MCP_004_html_login_page_on_probe_falls_back_then_fails_clearly(mock):
+    """A proxy login page (200 text/html) is not MCP: not modern evidence; the legacy attempt reports it."""
+    target = mock({"faults": {"html_on": ["server/discover", "initialize"]}})
+    result = target.run(target.name, "--check")
+    assert result.exit_status == 2 and result.error_code == "mcp_protocol_error"
+    assert "content type" in result.json["error"]["message"]

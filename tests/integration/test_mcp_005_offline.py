@@ -98,3 +98,11 @@ def test_MCP_005_insecure_skips_verification_only_when_asked(mock, tmp_path):
     config = config_for(tmp_path, {"type": "http", "url": plain.srv.url.replace("http://", "https://")})
     result = run_bkmcp("--config", config, "--insecure", "off", "--tools")
     assert result.exit_status == 2 and result.error_code == "mcp_connection_error"
+
+
+@pytest.mark.parametrize("url", ["http://a..b/mcp", "http://xn--zz.invalid/mcp"])
+def test_MCP_005_unencodable_host_name_is_a_connection_error(tmp_path, url):
+    result = run_bkmcp("--config", config_for(tmp_path, {"type": "http", "url": url}), "off", "--tools")
+    assert result.exit_status == 2
+    assert result.error_code == "mcp_connection_error"
+    assert "host name" in result.json["error"]["message"]

@@ -249,6 +249,18 @@ def test_stdio_server_that_exits_on_unknown_method_is_restarted(stdio_mock):
     assert result.json["data"]["era"] == "legacy"
 
 
+def test_stdio_slow_server_that_exits_on_unknown_method_is_restarted_for_initialize(stdio_mock):
+    """Slower than the probe window AND stopping on any pre-initialize request: initialize was queued behind the
+    probe and dies with the child; a fresh child gets initialize first (once)."""
+    target = stdio_mock({"versions": ["2025-11-25"], "stdio_unknown_method": "exit"},
+                        wrapper="import time; time.sleep(2.3)")
+    result = target.run(target.name, "--tools", "-v")
+    assert result.exit_status == 0, result.stdout + result.stderr
+    assert spawns(result.stderr) == 2
+    assert target.methods() == ["server/discover", "initialize", "notifications/initialized", "tools/list"]
+    assert target.count("initialize") == 1  # the first child exited on discover, before reading initialize
+
+
 def test_stdio_era_locked_by_late_discover_answer_switches_to_modern(stdio_mock):
     """A dual-era server that answers discover only after the probe window (slow start): it locked the modern era,
     so the fallback initialize gets -32022; bkmcp then uses the modern era (no restart, no error)."""

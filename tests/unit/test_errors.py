@@ -99,3 +99,24 @@ def test_each_error_reaches_the_right_stream_and_exit_status(cls, monkeypatch, w
         assert res.stdout == ""
         assert res.error_code == cls.code
         assert res.json["error"]["hint"] == "a hint"
+
+
+def test_small_dataclass_matches_the_stdlib_semantics_bkmcp_relies_on() -> None:
+    """Section 2's ``dataclass`` (start-up: no inspect import): init, defaults, factories, eq, repr, frozen."""
+    token = bkmcp.ToolToken("n", "v", True, "--n=v")
+    assert token == bkmcp.ToolToken(name="n", value="v", has_equals=True, raw="--n=v")
+    assert token != bkmcp.ToolToken("n", "w", True, "--n=w")
+    assert hash(token) == hash(bkmcp.ToolToken("n", "v", True, "--n=v"))
+    assert repr(token) == "ToolToken(name='n', value='v', has_equals=True, raw='--n=v')"
+    with pytest.raises(AttributeError):
+        token.name = "x"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        bkmcp.ToolToken("n")  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        bkmcp.ToolToken("n", "v", True, "--n=v", extra=1)  # type: ignore[call-arg]
+    first, second = bkmcp.Invocation(), bkmcp.Invocation()
+    assert first.tool_tokens == [] and first.tool_tokens is not second.tool_tokens  # default_factory per instance
+    first.server = "s"  # non-frozen classes are mutable
+    assert first != second
+    with pytest.raises(TypeError):
+        hash(first)

@@ -7,7 +7,6 @@ Seed rows: R01 (negotiation table on the wire), R02 (classification), A04 (statu
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import json
 import threading
@@ -171,7 +170,7 @@ def test_retry_once_with_a_shared_modern_version_R01(scripted, monkeypatch):
     monkeypatch.setattr(bkmcp, "MODERN_VERSIONS", ("2026-07-28", "2027-01-01"))
     monkeypatch.setattr(bkmcp, "LATEST_MODERN_VERSION", "2027-01-01")
     monkeypatch.setitem(bkmcp.ERA_TABLE, "2027-01-01",
-                        dataclasses.replace(bkmcp.ERA_TABLE["2026-07-28"], version="2027-01-01"))
+                        bkmcp.EraRules(**{**vars(bkmcp.ERA_TABLE["2026-07-28"]), "version": "2027-01-01"}))
 
     def handler(verb, rpc, headers):
         if headers.get("mcp-protocol-version") == "2027-01-01":
@@ -457,3 +456,21 @@ def test_transport_exchange_against_the_mock_R01(mode):
         assert [e["http_method"] for e in log] == ["POST", "POST", "POST", "DELETE"]
         assert all(e["headers"]["x-a"] == "1" for e in log)
         assert log[1]["status"] == 202 and log[3]["session_id"] == log[2]["session_id"]
+
+
+def test_modern_only_server_refusing_initialize_with_32022_is_modern_R01():
+    """An unrecognisable discover answer -> initialize; a -32022 naming 2026-07-28 there means modern (the
+    Python SDK client's rule); discover is asked once more for server info."""
+    from mock_server.mcp_mock import MockServer
+
+    with MockServer({"versions": ["2026-07-28"], "discover_supported_versions": [],
+                     "modern_only_initialize_error": -32022}) as srv:
+        server = ResolvedServer(name="m", type="http", config_file="/c", url=srv.url, headers={}, command=None,
+                                args=[], env={}, cwd=None, protocol_version=None, auth_source="none")
+        with McpClient(server, deadline=Deadline(5), insecure=False, log=Log(io.StringIO())) as client:
+            client.connect()
+            assert client.era == "modern" and client.protocol_version == "2026-07-28"
+            assert [t["name"] for t in client.list_tools()][:1] == ["echo"]
+        methods = [e["rpc_method"] for e in srv.log]
+        assert methods[:3] == ["server/discover", "initialize", "server/discover"]
+        assert "notifications/initialized" not in methods

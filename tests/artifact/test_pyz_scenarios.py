@@ -1,0 +1,125 @@
+"""I01: the built bkmcp.pyz, on every available CPython 3.9-3.14, runs the integration scenarios end to end
+against the mock MCP server (real HTTP on 127.0.0.1 and real stdio pipes), asserting what the server received.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from artifact_helpers import run_pyz
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from mock_server.mcp_mock import MockServer  # noqa: E402
+
+pytestmark = pytest.mark.artifact
+
+TOKEN = "pyz-secret-token-4711"
+
+
+def _config(tmp_path: Path, servers: dict) -> Path:
+    path = tmp_path / "mcp.json"
+    path.write_text(json.dumps({"mcpServers": servers}), encoding="utf-8")
+    path.chmod(0o600)
+    return path
+
+
+def _envelope(stdout: str) -> dict:
+    return json.loads(stdout)
+
+
+@pytest.fixture
+def mock_http():
+    server = MockServer(
+        {"response_mode": "sse", "page_size": 2, "require_headers": {"Authorization": f"Bearer {TOKEN}"}}
+    )
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.mark.parametrize("pin", [None, "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"])
+def test_I01_pyz_check_tools_help_call_over_http(
+    pin: str | None, python: str, pyz_path: Path, pyz_env: dict, tmp_path: Path, mock_http: MockServer
+) -> None:
+    """I01 R01 A01 D02 D03: check, tools, tool help and a typed call through the .pyz, each era, SSE, two pages."""
+    entry: dict = {"type": "http", "url": mock_http.url, "headers": {"Authorization": "Bearer ${PYZ_TOKEN}"}}
+    if pin:
+        entry["protocolVersion"] = pin
+    config = _config(tmp_path, {"mock": entry})
+    env = dict(pyz_env, PYZ_TOKEN=TOKEN)
+    base = ("--config", str(config), "mock")
+
+    check = run_pyz(python, pyz_path, *base, "--check", env=env)
+    assert check.returncode == 0, check.stderr
+    data = _envelope(check.stdout)["data"]
+    assert data["checks"] == {"config": "passed", "connection": "passed", "protocol": "passed", "tools": "passed"}
+    assert data["protocol_version"] == (pin or "2026-07-28")
+    assert data["complete"] is True and data["tool_count"] == 5  # the mock's default catalogue, over 3 pages
+
+    tools = run_pyz(python, pyz_path, *base, "--tools", "--jq", ".data.tools[].name", env=env)
+    assert tools.returncode == 0, tools.stderr
+    names = [json.loads(line) for line in tools.stdout.splitlines()]
+    assert "echo" in names and len(names) == len(set(names))
+
+    mock_http.reset_log()
+    helped = run_pyz(python, pyz_path, *base, "echo", "--help", env=env)
+    assert helped.returncode == 0, helped.stderr
+    assert "--text STRING" in helped.stdout
+    assert mock_http.requests("tools/call") == []  # help never calls
+
+    mock_http.reset_log()
+    called = run_pyz(python, pyz_path, *base, "echo", "--text", "héllo", "--ratio", "12345678901234567890.5",
+                     "--count=0", env=env)
+    assert called.returncode == 0, called.stderr
+    calls = mock_http.requests("tools/call")
+    assert len(calls) == 1
+    assert '"ratio":12345678901234567890.5' in calls[0]["body"].replace(" ", "")
+    assert calls[0]["json"]["params"]["arguments"]["count"] == 0
+    assert all(entry["headers"].get("authorization") == f"Bearer {TOKEN}" for entry in mock_http.log)
+    assert TOKEN not in called.stdout + called.stderr
+
+
+def test_I01_pyz_remote_and_local_errors(python: str, pyz_path: Path, pyz_env: dict, tmp_path: Path,
+                                         mock_http: MockServer) -> None:
+    """I01 A02 R02 P03: 401 is exit 2 on stdout; a tool error keeps its result; bad arguments never call."""
+    config = _config(tmp_path, {
+        "anon": {"type": "http", "url": mock_http.url},
+        "auth": {"type": "http", "url": mock_http.url, "headers": {"Authorization": f"Bearer {TOKEN}"}},
+    })
+    unauthorised = run_pyz(python, pyz_path, "--config", str(config), "anon", "--tools", env=pyz_env)
+    assert unauthorised.returncode == 2 and _envelope(unauthorised.stdout)["error"]["code"] == "mcp_auth_required"
+
+    failed = run_pyz(python, pyz_path, "--config", str(config), "auth", "fail", "--reason", "boom", env=pyz_env)
+    assert failed.returncode == 2
+    envelope = _envelope(failed.stdout)
+    assert envelope["error"]["code"] == "mcp_tool_error" and envelope["data"]["result"]["isError"] is True
+
+    mock_http.reset_log()
+    bad = run_pyz(python, pyz_path, "--config", str(config), "auth", "pick", "--color", "purple", env=pyz_env)
+    assert bad.returncode == 1 and bad.stdout == ""
+    assert json.loads(bad.stderr.strip().splitlines()[-1])["error"]["code"] == "invalid_mcp_arguments"
+    assert mock_http.requests("tools/call") == []
+    assert TOKEN not in failed.stdout + failed.stderr + bad.stderr
+
+
+def test_I01_pyz_stdio_server(python: str, pyz_path: Path, pyz_env: dict, tmp_path: Path) -> None:
+    """I01: a stdio server (the mock with --stdio) through the .pyz: check and one call over real pipes."""
+    log = tmp_path / "stdio-log.jsonl"
+    config = _config(tmp_path, {"local": {
+        "type": "stdio", "command": sys.executable,
+        "args": [str(ROOT / "mock_server" / "mcp_mock.py"), "--stdio", "--quiet", "--log", str(log)],
+    }})
+    check = run_pyz(python, pyz_path, "--config", str(config), "local", "--check", env=pyz_env)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert _envelope(check.stdout)["data"]["transport"] == "stdio"
+    called = run_pyz(python, pyz_path, "--config", str(config), "local", "echo", "--body", '{"text": "via pipes"}',
+                     env=pyz_env)
+    assert called.returncode == 0, called.stdout + called.stderr
+    assert _envelope(called.stdout)["data"]["result"]["structuredContent"]["arguments"] == {"text": "via pipes"}
+    received = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines() if line.strip()]
+    assert [r["rpc_method"] for r in received].count("tools/call") == 1

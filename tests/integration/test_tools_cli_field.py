@@ -1,0 +1,44 @@
+"""P05 D03: ``--tools`` keeps every tool exactly as received and explains, per tool, which properties became
+flags and which need ``--body`` (reserved names, unions, $ref, names that cannot be flags)."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+pytestmark = [pytest.mark.integration]
+
+HARD_TOOL = {
+    "name": "hard",
+    "description": "properties that cannot all be flags",
+    "inputSchema": {
+        "type": "object",
+        "properties": {
+            "query": {"type": "string"},
+            "timeout": {"type": "integer"},
+            "maybe": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None},
+            "ref": {"$ref": "#/$defs/Thing"},
+            "has space": {"type": "string"},
+        },
+        "$defs": {"Thing": {"type": "object"}},
+        "required": ["query"],
+    },
+    "annotations": {"readOnlyHint": True},
+    "x-vendor": {"kept": [1, Decimal("2.50"), 12345678901234567890123]},
+}
+
+
+def test_P05_tools_output_keeps_tools_verbatim_and_explains_body_only_fields(mock) -> None:
+    target = mock({"tools": [HARD_TOOL]})
+    result = target.run(target.name, "--tools")
+    assert result.exit_status == 0, result.stderr
+    data = result.json["data"]
+    assert data["tools"] == [HARD_TOOL]  # as received, unknown keys and number text included
+    assert '"kept":[1,2.50,12345678901234567890123]' in result.stdout.replace(" ", "")
+    cli = data["cli"]["hard"]
+    assert [f["name"] for f in cli["flags"]] == ["query"]
+    body_only = {entry["name"]: entry["reason"] for entry in cli["body_only"]}
+    assert set(body_only) == {"timeout", "maybe", "ref", "has space"}
+    assert "reserved" in body_only["timeout"]
+    assert target.count("tools/call") == 0
