@@ -1370,7 +1370,7 @@ def build_param_headers(tool: Mapping[str, Any] | None, arguments: Mapping[str, 
     Only valid declarations count: an RFC 9110 token, unique ignoring case, on a string/integer/boolean
     property. Invalid ones are skipped (the server still gets the argument in the body).
     """
-    schema = tool.get("inputSchema") if isinstance(tool, Mapping) else None
+    schema = tool.get("inputSchema") if type(tool) is dict or isinstance(tool, Mapping) else None
     props = schema.get("properties") if isinstance(schema, Mapping) else None
     if not isinstance(props, Mapping):
         return []
@@ -2976,14 +2976,31 @@ _HARD_KEYWORDS = frozenset(_REF_KEYWORDS + _COMBINATORS)
 _FLAG_TYPE_SET = frozenset(FLAG_TYPES)
 
 
-@dataclass
-class ToolFlag:
+class _Record:
+    """Small value objects built once per property of every tool: explicit ``__init__`` and ``__slots__`` (the
+    generic section-2 ``dataclass`` init costs microseconds, which adds up over a 10 000-property catalogue)."""
+
+    __slots__: tuple[str, ...] = ()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{n}={getattr(self, n)!r}' for n in self.__slots__)})"
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and all(getattr(self, n) == getattr(other, n) for n in self.__slots__)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class ToolFlag(_Record):
     """A property that has a flag: ``--<name>`` typed by ``kind`` (one of FLAG_TYPES)."""
 
-    name: str
-    kind: str
-    required: bool
-    schema: dict[str, Any]
+    __slots__ = ("name", "kind", "required", "schema")
+
+    def __init__(self, name: str, kind: str, required: bool, schema: dict[str, Any]) -> None:
+        self.name = name
+        self.kind = kind
+        self.required = required
+        self.schema = schema
 
     @property
     def option(self) -> str:
@@ -2997,28 +3014,33 @@ class ToolFlag:
         return f"--{self.name} {_FLAG_METAVAR[self.kind]}"
 
 
-@dataclass
-class BodyOnlyField:
+class BodyOnlyField(_Record):
     """A property (or required name) that gets no flag; it is set through ``--body``."""
 
-    name: str
-    reason: str
-    required: bool
-    schema: Any = None
+    __slots__ = ("name", "reason", "required", "schema")
+
+    def __init__(self, name: str, reason: str, required: bool, schema: Any = None) -> None:
+        self.name = name
+        self.reason = reason
+        self.required = required
+        self.schema = schema
 
 
-@dataclass(frozen=True)
-class ToolFlags:
+class ToolFlags(_Record):
     """What a tool's ``inputSchema`` offers on the command line."""
 
-    flags: dict[str, ToolFlag]
-    body_only: dict[str, BodyOnlyField]
-    required: tuple[str, ...]
-    notes: tuple[str, ...] = ()
+    __slots__ = ("flags", "body_only", "required", "notes")
+
+    def __init__(self, flags: dict[str, ToolFlag], body_only: dict[str, BodyOnlyField], required: tuple[str, ...],
+                 notes: tuple[str, ...] = ()) -> None:
+        self.flags = flags
+        self.body_only = body_only
+        self.required = required
+        self.notes = notes
 
 
 def _schema_object(tool: Mapping[str, Any]) -> dict[str, Any] | None:
-    schema = tool.get("inputSchema") if isinstance(tool, Mapping) else None
+    schema = tool.get("inputSchema") if type(tool) is dict or isinstance(tool, Mapping) else None
     return schema if isinstance(schema, dict) else None
 
 
@@ -3098,10 +3120,9 @@ def build_tool_flags(tool: Mapping[str, Any]) -> ToolFlags:
         return ToolFlags({}, {}, (), tuple(notes))
     raw_required = schema.get("required")
     required: list[str] = []
-    if isinstance(raw_required, list):
-        required = [r for r in raw_required if isinstance(r, str)]
-        required = list(dict.fromkeys(required))
-    elif raw_required is not None:
+    if type(raw_required) is list and raw_required:
+        required = list(dict.fromkeys(r for r in raw_required if isinstance(r, str)))
+    elif raw_required is not None and not isinstance(raw_required, list):
         notes.append("inputSchema.required is not a list and was ignored")
     properties = schema.get("properties")
     if properties is None:
