@@ -80,6 +80,6 @@ def pyz_env(tmp_path: Path) -> dict[str, str]:
     for d in (home, cache, tmp):
         d.mkdir()
     env = dict(os.environ, HOME=str(home), XDG_CACHE_HOME=str(cache), TMPDIR=str(tmp))
-    for var in ("BKMCP_NO_COMPILED_CACHE", "BKMCP_JQ", "PYTHONPATH", "PYTHONHOME"):
+    for var in ("BKMCP_NO_COMPILED_CACHE", "PYTHONPATH", "PYTHONHOME"):
         env.pop(var, None)
     return env

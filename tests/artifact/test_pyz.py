@@ -18,7 +18,7 @@ from artifact_helpers import ROOT, build_pyz, find_python, program_source, run_i
 
 pytestmark = pytest.mark.artifact
 
-BIG = '{"ok": true, "data": {"n": 100000000000000000001, "x": 1.50, "s": "1.50", "list": [1, 2]}}'
+BIG_BODY = '{"n": 100000000000000000001, "x": 1.50, "s": "1.50", "list": [1, 2]}'
 
 
 def _config(tmp_path: Path) -> Path:
@@ -173,61 +173,101 @@ def test_default_native_matrix(build_info: dict) -> None:
             assert any(n.startswith(f"_bkmcp_native/linux-musl/jq.cpython-3{minor}-{arch}") for n in natives)
 
 
-# --------------------------------------------------------------------------------------------------- jq
+# ------------------------------------------------------------------------- --jq through the CLI (bkmcp.py)
+# bkmcp.py's JqProgram is the one jq implementation; the pyz's _bkmcp_boot only extracts and loads its native.
+# Every run below is a --dry-run (no server needed) under -S, so the interpreter's own jq module is never found.
 
-JQ_CODE = f"""
-import json
-program = boot.jq_runner('.data | .n, .x, .s, (.list | add)')
-print(json.dumps({{"backend": program.backend, "out": program.run({BIG!r}),
-                  "module": getattr(sys.modules.get("jq"), "__file__", None)}}))
-"""
+JQ_EXACT = ".data.arguments | .n, .x, .s, (.list | add)"
+JQ_EXACT_OUT = ["100000000000000000001", "1.50", '"1.50"', "3"]
 
 
-def _jq_result(proc: subprocess.CompletedProcess) -> dict:
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+def _dry_run(python: str, pyz: Path, tmp_path: Path, env: dict, jq: str) -> subprocess.CompletedProcess:
+    """A --dry-run call projected by --jq; -S hides any jq module installed beside the interpreter."""
+    config = tmp_path / "mcp.json"  # written by _jq_env, once, before any concurrent run
+    return run_pyz(python, pyz, "--config", str(config), "demo", "echo", "--body", BIG_BODY,
+                   "--dry-run", "--jq", jq, env=env, no_site=True)
 
 
-def test_jq_native_concurrent_first_runs(python: str, pyz_path: Path, pyz_env: dict, build_info: dict) -> None:
-    """Eight first uses at once: all load the native, numbers come out as written, one cache dir is left."""
+def _jq_lines(proc: subprocess.CompletedProcess) -> list[str]:
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout.splitlines()
+
+
+def _error(stream: str) -> dict:
+    return json.loads(stream.strip().splitlines()[-1])["error"]
+
+
+def _jq_env(pyz_env: dict, tmp_path: Path, jq: str | None = None) -> dict:
+    """Writes the config `_dry_run` uses; PATH holds only `jq`: a wrapper that logs each call to bin/jq.log and
+    runs `jq`, or, with None, nothing, so (with -S) a --jq that works must have used the pyz's native."""
+    _config(tmp_path)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    if jq:
+        wrapper = bin_dir / "jq"
+        wrapper.write_text(f'#!/bin/sh\necho "$@" >> {str(bin_dir / "jq.log")!r}\nexec {jq!r} "$@"\n')
+        wrapper.chmod(0o755)
+    return dict(pyz_env, PATH=str(bin_dir))
+
+
+def _natives(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.suffix == ".so")
+
+
+def test_jq_native_concurrent_first_runs(python: str, pyz_path: Path, pyz_env: dict, tmp_path: Path,
+                                         build_info: dict) -> None:
+    """Eight first --jq uses at once: all load the native, numbers come out as written, one cache dir with one
+    native is left (no temp files or folders)."""
+    env = _jq_env(pyz_env, tmp_path)
     with ThreadPoolExecutor(8) as pool:
-        results = list(pool.map(lambda _: run_in_pyz(python, pyz_path, JQ_CODE, env=pyz_env), range(8)))
-    outs = [_jq_result(p) for p in results]
-    for out in outs:
-        assert out["backend"] == "binding"
-        assert out["out"] == ["100000000000000000001", "1.50", '"1.50"', "3"]
-        assert out["module"].startswith(pyz_env["XDG_CACHE_HOME"])
-    root = Path(pyz_env["XDG_CACHE_HOME"]) / "bkmcp"
+        procs = list(pool.map(lambda _: _dry_run(python, pyz_path, tmp_path, env, JQ_EXACT), range(8)))
+    for proc in procs:
+        assert _jq_lines(proc) == JQ_EXACT_OUT
+    root = Path(env["XDG_CACHE_HOME"]) / "bkmcp"
     assert os.listdir(root) == [build_info["build_id"]]
-    native = root / build_info["build_id"] / "native"
-    assert len(os.listdir(native)) == 1 and not any(n.startswith(".") for n in os.listdir(native))
+    build_dir = root / build_info["build_id"]
+    assert set(os.listdir(build_dir)) <= {"native", "py"} and "native" in os.listdir(build_dir)
+    native = build_dir / "native"
+    (so,) = native.iterdir()
+    assert so.suffix == ".so" and not so.name.startswith(".")
+    assert hashlib.sha256(so.read_bytes()).hexdigest() in build_info["natives"].values()
+    assert _natives(Path(env["XDG_CACHE_HOME"])) == [so]
 
 
-def test_jq_native_replaced_when_corrupt(pyz_path: Path, pyz_env: dict, build_info: dict) -> None:
-    assert _jq_result(run_in_pyz(sys.executable, pyz_path, JQ_CODE, env=pyz_env))["backend"] == "binding"
-    native = Path(pyz_env["XDG_CACHE_HOME"]) / "bkmcp" / build_info["build_id"] / "native"
+def test_jq_native_replaced_when_corrupt(pyz_path: Path, pyz_env: dict, tmp_path: Path, build_info: dict) -> None:
+    env = _jq_env(pyz_env, tmp_path)
+    assert _jq_lines(_dry_run(sys.executable, pyz_path, tmp_path, env, JQ_EXACT)) == JQ_EXACT_OUT
+    native = Path(env["XDG_CACHE_HOME"]) / "bkmcp" / build_info["build_id"] / "native"
     (so,) = native.iterdir()
     so.write_bytes(b"garbage")
-    assert _jq_result(run_in_pyz(sys.executable, pyz_path, JQ_CODE, env=pyz_env))["backend"] == "binding"
+    assert _jq_lines(_dry_run(sys.executable, pyz_path, tmp_path, env, JQ_EXACT)) == JQ_EXACT_OUT
     assert hashlib.sha256(so.read_bytes()).hexdigest() in build_info["natives"].values()
+    assert list(native.iterdir()) == [so]
 
 
-def test_jq_compile_and_runtime_errors(pyz_path: Path, pyz_env: dict) -> None:
-    code = ("for expr, text in (('.a |||', '{}'), ('error(\"boom\")', '{}')):\n"
-            "    try:\n"
-            "        boot.jq_runner(expr).run(text)\n"
-            "    except boot.JqFailure as exc:\n"
-            "        print(exc.kind)\n")
-    proc = run_in_pyz(sys.executable, pyz_path, code, env=pyz_env)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["compile", "runtime"]
+def _assert_jq_errors(python: str, pyz: Path, tmp_path: Path, env: dict) -> None:
+    """A compile error is local (exit 1, stderr, nothing run); a runtime error is jq_error (exit 2, stdout)."""
+    compile_error = _dry_run(python, pyz, tmp_path, env, ".a |||")
+    assert compile_error.returncode == 1 and compile_error.stdout == ""
+    assert _error(compile_error.stderr)["code"] == "invalid_jq_expression"
+    runtime_error = _dry_run(python, pyz, tmp_path, env, 'error("boom")')
+    assert runtime_error.returncode == 2
+    error = _error(runtime_error.stdout)
+    assert error["code"] == "jq_error" and "boom" in error["message"]
+
+
+def test_jq_compile_and_runtime_errors(pyz_path: Path, pyz_env: dict, tmp_path: Path, build_info: dict) -> None:
+    env = _jq_env(pyz_env, tmp_path)
+    _assert_jq_errors(sys.executable, pyz_path, tmp_path, env)
+    native = Path(env["XDG_CACHE_HOME"]) / "bkmcp" / build_info["build_id"] / "native"
+    assert [p.suffix for p in native.iterdir()] == [".so"]  # the errors came from the native, not a jq executable
 
 
 def _readonly_home_env(pyz_env: dict, tmp_path: Path) -> dict:
     """HOME that cannot hold a cache, even for root: it lies below a regular file."""
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("")
-    env = dict(pyz_env, HOME=str(blocker / "home"))
+    env = dict(_jq_env(pyz_env, tmp_path), HOME=str(blocker / "home"))
     env.pop("XDG_CACHE_HOME")
     return env
 
@@ -236,107 +276,49 @@ def test_read_only_home(python: str, pyz_path: Path, pyz_env: dict, tmp_path: Pa
     env = _readonly_home_env(pyz_env, tmp_path)
     proc = run_pyz(python, pyz_path, "--help", env=env)
     assert proc.returncode == 0, proc.stderr
-    out = _jq_result(run_in_pyz(python, pyz_path, JQ_CODE, env=env))
-    assert out["backend"] == "binding"
+    assert _jq_lines(_dry_run(python, pyz_path, tmp_path, env, JQ_EXACT)) == JQ_EXACT_OUT
     fallback = Path(env["TMPDIR"]) / f"bkmcp-{os.getuid()}" / build_info["build_id"]
-    assert out["module"].startswith(str(fallback))
+    (so,) = _natives(fallback / "native")
+    assert hashlib.sha256(so.read_bytes()).hexdigest() in build_info["natives"].values()
+    assert _natives(Path(env["TMPDIR"])) == [so]  # not in a per-run mkdtemp beside it
     assert stat.S_IMODE(os.stat(fallback.parent).st_mode) == 0o700
 
 
-def test_read_only_home_chmod(pyz_path: Path, pyz_env: dict, tmp_path: Path) -> None:
+def test_read_only_home_chmod(pyz_path: Path, pyz_env: dict, tmp_path: Path, build_info: dict) -> None:
     if os.geteuid() == 0:
         pytest.skip("root writes through chmod 0555; test_read_only_home covers the case")
     home = Path(pyz_env["HOME"])
     home.chmod(0o555)
     try:
-        env = dict(pyz_env)
+        env = _jq_env(pyz_env, tmp_path)
         env.pop("XDG_CACHE_HOME")
-        assert _jq_result(run_in_pyz(sys.executable, pyz_path, JQ_CODE, env=env))["backend"] == "binding"
+        assert _jq_lines(_dry_run(sys.executable, pyz_path, tmp_path, env, JQ_EXACT)) == JQ_EXACT_OUT
+        fallback = Path(env["TMPDIR"]) / f"bkmcp-{os.getuid()}" / build_info["build_id"]
+        assert len(_natives(fallback / "native")) == 1
     finally:
         home.chmod(0o755)
 
 
-def _path_with_jq(tmp_path: Path, jq: str | None) -> str:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    if jq:
-        (bin_dir / "jq").symlink_to(jq)
-    return str(bin_dir)
-
-
 def test_jq_falls_back_to_executable(python: str, pyz_no_natives: Path, pyz_env: dict, tmp_path: Path) -> None:
+    """No native for this machine and no jq module: --jq runs the `jq` on PATH, numbers still exact, the same
+    errors, and an expression starting with "-" is not read as a jq option."""
     jq = shutil.which("jq")
     if jq is None:
         pytest.skip("no jq executable on PATH (apt-get install jq)")
-    env = dict(pyz_env, PATH=_path_with_jq(tmp_path, jq))
-    out = _jq_result(run_in_pyz(python, pyz_no_natives, JQ_CODE, env=env, no_site=True))
-    assert out["backend"] == "executable"
-    assert out["out"] == ["100000000000000000001", "1.50", '"1.50"', "3"]
-    code = ("try:\n    boot.jq_runner('.a |||')\nexcept boot.JqFailure as exc:\n    print(exc.kind)\n"
-            "try:\n    boot.jq_runner('error(\"boom\")').run('{}')\n"
-            "except boot.JqFailure as exc:\n    print(exc.kind)\n"
-            "print(boot.jq_runner('-1').run('null'))\n")
-    proc = run_in_pyz(python, pyz_no_natives, code, env=env, no_site=True)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split("\n")[:3] == ["compile", "runtime", "['-1']"]
+    env = _jq_env(pyz_env, tmp_path, jq)
+    log = tmp_path / "bin" / "jq.log"
+    assert _jq_lines(_dry_run(python, pyz_no_natives, tmp_path, env, JQ_EXACT)) == JQ_EXACT_OUT
+    assert log.exists()  # the executable did the work
+    _assert_jq_errors(python, pyz_no_natives, tmp_path, env)
+    assert _jq_lines(_dry_run(python, pyz_no_natives, tmp_path, env, "-1")) == ["-1"]
+    assert not _natives(Path(env["XDG_CACHE_HOME"]))
 
 
 def test_jq_unavailable(python: str, pyz_no_natives: Path, pyz_env: dict, tmp_path: Path) -> None:
-    env = dict(pyz_env, PATH=_path_with_jq(tmp_path, None))
-    code = ("try:\n    boot.jq_runner('.')\nexcept boot.JqFailure as exc:\n"
-            "    print(exc.kind); print(exc.hint)\n")
-    proc = run_in_pyz(python, pyz_no_natives, code, env=env, no_site=True)
-    assert proc.returncode == 0, proc.stderr
-    kind, hint = proc.stdout.splitlines()[:2]
-    assert kind == "unavailable" and "jq" in hint
-    assert not list(Path(env["XDG_CACHE_HOME"]).rglob("*.so"))
-
-
-# ------------------------------------------------------------------------- --jq through the CLI (bkmcp.py)
-
-
-def _cli_has_jq(pyz: Path) -> bool:
-    """bkmcp.py loads the pyz's jq natives (the hook of docs/building.md), pasted or via _bkmcp_boot."""
-    with zipfile.ZipFile(pyz) as zf:
-        program = zf.read("bkmcp.py")
-    return b"_bkmcp_boot" in program or b"def load_native_module(" in program
-
-
-def _dry_run(python: str, pyz: Path, tmp_path: Path, env: dict, jq: str) -> subprocess.CompletedProcess:
-    """A --dry-run call projected by --jq; -S hides any jq module installed beside the interpreter."""
-    return run_pyz(python, pyz, "--config", str(_config(tmp_path)), "demo", "echo", "--body",
-                   '{"n": 100000000000000000001, "x": 1.50}', "--dry-run", "--jq", jq, env=env, no_site=True)
-
-
-def test_cli_jq_native(python: str, pyz_path: Path, pyz_env: dict, tmp_path: Path, build_info: dict) -> None:
-    if not _cli_has_jq(pyz_path):
-        pytest.skip("bkmcp.py does not carry the zipapp jq hooks yet (docs/building.md)")
-    env = dict(pyz_env, PATH=_path_with_jq(tmp_path, None))
-    proc = _dry_run(python, pyz_path, tmp_path, env, ".ok, .data.arguments.n")
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines() == ["true", "100000000000000000001"]
-    native = Path(env["XDG_CACHE_HOME"]) / "bkmcp" / build_info["build_id"] / "native"
-    assert [p.suffix for p in native.iterdir()] == [".so"]
-
-
-def test_cli_jq_executable(pyz_no_natives: Path, pyz_env: dict, tmp_path: Path) -> None:
-    if not _cli_has_jq(pyz_no_natives):
-        pytest.skip("bkmcp.py does not carry the zipapp jq hooks yet (docs/building.md)")
-    jq = shutil.which("jq")
-    if jq is None:
-        pytest.skip("no jq executable on PATH (apt-get install jq)")
-    env = dict(pyz_env, PATH=_path_with_jq(tmp_path, jq))
-    proc = _dry_run(sys.executable, pyz_no_natives, tmp_path, env, ".data.arguments.n")
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines() == ["100000000000000000001"]
-
-
-def test_cli_jq_unavailable(pyz_no_natives: Path, pyz_env: dict, tmp_path: Path) -> None:
-    if not _cli_has_jq(pyz_no_natives):
-        pytest.skip("bkmcp.py does not carry the zipapp jq hooks yet (docs/building.md)")
-    env = dict(pyz_env, PATH=_path_with_jq(tmp_path, None))
-    proc = _dry_run(sys.executable, pyz_no_natives, tmp_path, env, ".ok")
+    env = _jq_env(pyz_env, tmp_path)
+    proc = _dry_run(python, pyz_no_natives, tmp_path, env, ".ok")
     assert proc.returncode == 1
     assert proc.stdout == ""
-    error = json.loads(proc.stderr.strip().splitlines()[-1])["error"]
-    assert error["code"] == "jq_unavailable" and error.get("hint")
+    error = _error(proc.stderr)
+    assert error["code"] == "jq_unavailable" and "jq" in error.get("hint", "")
+    assert not _natives(Path(env["XDG_CACHE_HOME"]))
