@@ -51,6 +51,8 @@ bench: venv build
 	$(BIN)/python bench/roundtrips.py
 	$(BIN)/python bench/latency.py
 	$(BIN)/python bench/flags.py
+	$(BIN)/python bench/peers.py
+	$(BIN)/python bench/scale.py
 
 clean:
 	rm -rf dist build .pytest_cache .mypy_cache .ruff_cache .coverage htmlcov

@@ -1400,7 +1400,7 @@ def build_param_headers(tool: Mapping[str, Any] | None, arguments: Mapping[str, 
     Only valid declarations count: an RFC 9110 token, unique ignoring case, on a string/integer/boolean
     property. Invalid ones are skipped (the server still gets the argument in the body).
     """
-    schema = tool.get("inputSchema") if isinstance(tool, Mapping) else None
+    schema = tool.get("inputSchema") if type(tool) is dict or isinstance(tool, Mapping) else None
     props = schema.get("properties") if isinstance(schema, Mapping) else None
     if not isinstance(props, Mapping):
         return []
@@ -3016,14 +3016,31 @@ _HARD_KEYWORDS = frozenset(_REF_KEYWORDS + _COMBINATORS)
 _FLAG_TYPE_SET = frozenset(FLAG_TYPES)
 
 
-@dataclass
-class ToolFlag:
+class _Record:
+    """Small value objects built once per property of every tool: explicit ``__init__`` and ``__slots__`` (the
+    generic section-2 ``dataclass`` init costs microseconds, which adds up over a 10 000-property catalogue)."""
+
+    __slots__: tuple[str, ...] = ()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{n}={getattr(self, n)!r}' for n in self.__slots__)})"
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and all(getattr(self, n) == getattr(other, n) for n in self.__slots__)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class ToolFlag(_Record):
     """A property that has a flag: ``--<name>`` typed by ``kind`` (one of FLAG_TYPES)."""
 
-    name: str
-    kind: str
-    required: bool
-    schema: dict[str, Any]
+    __slots__ = ("name", "kind", "required", "schema")
+
+    def __init__(self, name: str, kind: str, required: bool, schema: dict[str, Any]) -> None:
+        self.name = name
+        self.kind = kind
+        self.required = required
+        self.schema = schema
 
     @property
     def option(self) -> str:
@@ -3037,28 +3054,33 @@ class ToolFlag:
         return f"--{self.name} {_FLAG_METAVAR[self.kind]}"
 
 
-@dataclass
-class BodyOnlyField:
+class BodyOnlyField(_Record):
     """A property (or required name) that gets no flag; it is set through ``--body``."""
 
-    name: str
-    reason: str
-    required: bool
-    schema: Any = None
+    __slots__ = ("name", "reason", "required", "schema")
+
+    def __init__(self, name: str, reason: str, required: bool, schema: Any = None) -> None:
+        self.name = name
+        self.reason = reason
+        self.required = required
+        self.schema = schema
 
 
-@dataclass(frozen=True)
-class ToolFlags:
+class ToolFlags(_Record):
     """What a tool's ``inputSchema`` offers on the command line."""
 
-    flags: dict[str, ToolFlag]
-    body_only: dict[str, BodyOnlyField]
-    required: tuple[str, ...]
-    notes: tuple[str, ...] = ()
+    __slots__ = ("flags", "body_only", "required", "notes")
+
+    def __init__(self, flags: dict[str, ToolFlag], body_only: dict[str, BodyOnlyField], required: tuple[str, ...],
+                 notes: tuple[str, ...] = ()) -> None:
+        self.flags = flags
+        self.body_only = body_only
+        self.required = required
+        self.notes = notes
 
 
 def _schema_object(tool: Mapping[str, Any]) -> dict[str, Any] | None:
-    schema = tool.get("inputSchema") if isinstance(tool, Mapping) else None
+    schema = tool.get("inputSchema") if type(tool) is dict or isinstance(tool, Mapping) else None
     return schema if isinstance(schema, dict) else None
 
 
@@ -3138,10 +3160,9 @@ def build_tool_flags(tool: Mapping[str, Any]) -> ToolFlags:
         return ToolFlags({}, {}, (), tuple(notes))
     raw_required = schema.get("required")
     required: list[str] = []
-    if isinstance(raw_required, list):
-        required = [r for r in raw_required if isinstance(r, str)]
-        required = list(dict.fromkeys(required))
-    elif raw_required is not None:
+    if type(raw_required) is list and raw_required:
+        required = list(dict.fromkeys(r for r in raw_required if isinstance(r, str)))
+    elif raw_required is not None and not isinstance(raw_required, list):
         notes.append("inputSchema.required is not a list and was ignored")
     properties = schema.get("properties")
     if properties is None:
@@ -4193,15 +4214,19 @@ def _shell_quote(text: str) -> str:
     return shlex.quote(text)
 
 
-def _flag_example(flag: ToolFlag, value: Any) -> str:
+def _flag_example(flag: ToolFlag, value: Any) -> list[str]:
+    """Shell words for one flag in an example; a placeholder of the right type when the value does not fit."""
     if flag.kind == "boolean":
-        return f"{flag.option}={'true' if value is not False else 'false'}"
-    if flag.kind == "string" and isinstance(value, str):
-        shown = value if value.isprintable() else f"<{flag.name}>"  # newlines/controls make a poor example
-        return f"{flag.option} {_shell_quote(shown)}"
-    if flag.kind in ("integer", "number") and _is_json_number(value) and not isinstance(value, float):
-        return f"{flag.option} {dump_json(value)}"
-    return f"{flag.option} {_shell_quote(dump_json(value))}"
+        return [f"{flag.option}={'false' if value is False else 'true'}"]
+    if flag.kind == "string":
+        ok = isinstance(value, str) and value.isprintable()  # newlines/controls make a poor example
+        return [flag.option, _shell_quote(value if ok else f"<{flag.name}>")]
+    if flag.kind in ("integer", "number"):
+        fits = _is_json_number(value) and not isinstance(value, float)
+        fits = fits and (flag.kind == "number" or _is_json_integer(value))
+        return [flag.option, dump_json(value) if fits else "1"]
+    fits = isinstance(value, list if flag.kind == "array" else dict)
+    return [flag.option, _shell_quote(_printable(dump_json(value if fits else [] if flag.kind == "array" else {})))]
 
 
 def _annotation_lines(tool: Mapping[str, Any]) -> list[str]:
@@ -4296,15 +4321,15 @@ def render_tool_help(server_name: str, tool: Mapping[str, Any]) -> str:
         chosen = [f for f in flags if f.required] or flags[:1]
         if len(chosen) < 3:
             chosen += [f for f in flags if not f.required and f not in chosen][: 3 - len(chosen)]
-        parts = [
-            _flag_example(f, _clip_strings(_example_value(f.schema, schema, f.name))) for f in chosen
-        ]
-        out += _wrap(" ".join([command, *parts]), HELP_WIDTH, "      ", "  ")
+        parts = [word for f in chosen for word in _flag_example(f, _clip_strings(_example_value(f.schema, schema,
+                                                                                                  f.name)))]
+        out += _command_lines([command, *parts])
     elif not required_body_only:
         out.append(f"  {command}")
     else:
-        out += _wrap(f"(required field {', '.join(required_body_only)} has no flag, so call this tool with "
-                     "--body as shown above)", HELP_WIDTH, "  ", "  ")
+        which = "field {} has no flag" if len(required_body_only) == 1 else "fields {} have no flags"
+        out += _wrap(f"(required {which.format(', '.join(required_body_only))}, so call this tool with --body as "
+                     "shown above)", HELP_WIDTH, "  ", "  ")
     out.append(f"  {command} --body @args.json")
     out.append(f"  {command} --body @args.json --dry-run")
     out += [""] + _wrap(
@@ -4312,6 +4337,12 @@ def render_tool_help(server_name: str, tool: Mapping[str, Any]) -> str:
         "--name=true or --name=false; arrays and objects are JSON. With --body, the JSON object is the "
         "complete arguments and named flags are ignored.", HELP_WIDTH, "  ", "  ")
     return "\n".join(out) + "\n"
+
+
+def _command_lines(parts: Sequence[str]) -> list[str]:
+    """A copy-pasteable example command: words never split, wrapped lines end with a ' \\' continuation."""
+    lines = _fill(parts, HELP_WIDTH - 2, "  ", "      ")
+    return [line + " \\" for line in lines[:-1]] + lines[-1:]
 
 
 def _fill(parts: Sequence[str], width: int, first_indent: str, indent: str) -> list[str]:
@@ -4357,7 +4388,8 @@ def _pretty_json(value: Any, indent: int, width: int, start: int | None = None) 
     """
     compact = _compact_json(value)
     begin = indent if start is None else start
-    if not isinstance(value, (dict, list)) or not value or begin + _cell_width(compact) + 1 <= width:  # +1: , or '
+    shown = _cell_width(compact) + 4 * compact.count("'")  # inside '...', shell quoting turns ' into '"'"'
+    if not isinstance(value, (dict, list)) or not value or begin + shown + 1 <= width:  # +1: a ',' or the closing '
         return compact
     pad = " " * (indent + 2)
     if isinstance(value, dict):

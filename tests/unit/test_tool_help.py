@@ -229,3 +229,20 @@ def test_d02_tool_names_are_shell_quoted_in_commands() -> None:
         bkmcp.parse_tool_arguments(tool, [bkmcp.ToolToken("x", "1", False, "--x")], server_name="srv")
     hint = info.value.hint or ""
     assert shlex.split(hint.split(": ", 1)[1]) == ["bkmcp", "srv", "my tool's", "--help"]
+
+
+def test_d02_wrapped_example_commands_are_copy_pasteable() -> None:
+    """D02: a long flag example wraps between words with ' \\' continuations and never inside a quoted value."""
+    tool = make_tool({f"parameter_{i}": {"type": "string", "default": "two words"} for i in range(4)},
+                     required=[f"parameter_{i}" for i in range(4)])
+    text = render_tool_help("a-long-server-name", tool)
+    lines = text.split("Examples:\n")[1].splitlines()
+    first = next(i for i, line in enumerate(lines) if "--parameter_0" in line)
+    block = []
+    for line in lines[first:]:
+        block.append(line)
+        if not line.endswith(" \\"):
+            break
+    assert len(block) > 1 and all(bkmcp._cell_width(line) <= 80 for line in block)
+    words = shlex.split("\n".join(block))
+    assert words[3:5] == ["--parameter_0", "two words"] and words.count("two words") == 4
