@@ -90,3 +90,17 @@ def test_import_has_no_side_effects(tmp_path):
         capture_output=True, text=True, timeout=60, cwd=str(ROOT), stdin=subprocess.DEVNULL,
     )
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
+
+
+@pytest.mark.parametrize("args", [("--help",), ("--version",)])
+def test_d01_root_help_defers_even_stdlib_modules(args, tmp_path):
+    """SPEC §13 start-up: root help and --version also skip json, re, typing, dataclasses and inspect (each costs
+    milliseconds; together they were most of bkmcp's import time). ``-S`` keeps site's .pth files out of it."""
+    proc = subprocess.run(
+        [sys.executable, "-S", "-X", "importtime", str(ROOT / "bkmcp.py"), *args],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+        env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert imported & {"json", "re", "typing", "dataclasses", "inspect"} == set()
