@@ -459,6 +459,42 @@ def _decimal_text(number: decimal.Decimal) -> str:
     return str(number)
 
 
+def _is_json_integer(value: Any) -> bool:
+    """JSON Schema's integer (draft 6+): a number with no fractional part; never a boolean."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return True
+    if isinstance(value, float):
+        return value.is_integer()
+    if isinstance(value, decimal.Decimal):
+        if not value.is_finite():
+            return False
+        if value.as_tuple().exponent >= 0:  # type: ignore[operator]
+            return True
+        try:
+            return value == value.to_integral_value()
+        except decimal.DecimalException:
+            return False
+    return False
+
+
+def json_type(value: Any, *, integers: bool = False) -> str:
+    """The JSON type of a parsed value: null, boolean, number (``integer`` when asked and integral), string,
+    array, object; any other Python type by its name."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float, decimal.Decimal)):
+        return "integer" if integers and _is_json_integer(value) else "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object" if isinstance(value, dict) else type(value).__name__
+
+
 # -- redaction -----------------------------------------------------------------------------------------
 
 REDACTED = "***"
@@ -1195,17 +1231,9 @@ def decode_messages(text: str | bytes) -> list[Message]:
 
 
 def _json_kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float, decimal.Decimal)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    return "an object" if isinstance(value, dict) else type(value).__name__
+    """``json_type`` with its article, for messages: "an object", "a number", "null"."""
+    kind = json_type(value)
+    return kind if kind == "null" else ("an " if kind[0] in "aeiou" else "a ") + kind
 
 
 # -- SSE decoding --------------------------------------------------------------------------------------
@@ -3280,7 +3308,7 @@ def convert_flag_value(flag: ToolFlag, token: ToolToken) -> Any:
         ) from None
     expected = list if flag.kind == "array" else dict
     if not isinstance(parsed, expected):
-        raise ValueError(f"{flag.option} takes a JSON {flag.kind}, got {_json_type(parsed)}")
+        raise ValueError(f"{flag.option} takes a JSON {flag.kind}, got {json_type(parsed, integers=True)}")
     return parsed
 
 
@@ -3291,48 +3319,12 @@ def _exact_number(text: str) -> Any:
     return JsonNumber(text)
 
 
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float, decimal.Decimal)):
-        return "integer" if _is_json_integer(value) else "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
-
-
 def _is_json_number(value: Any) -> bool:
     if isinstance(value, bool):
         return False
     if isinstance(value, decimal.Decimal):
         return value.is_finite()
     return isinstance(value, (int, float))
-
-
-def _is_json_integer(value: Any) -> bool:
-    """JSON Schema's integer (draft 6+): a number with no fractional part; never a boolean."""
-    if isinstance(value, bool):
-        return False
-    if isinstance(value, int):
-        return True
-    if isinstance(value, float):
-        return value.is_integer()
-    if isinstance(value, decimal.Decimal):
-        if not value.is_finite():
-            return False
-        if value.as_tuple().exponent >= 0:  # type: ignore[operator]
-            return True
-        try:
-            return value == value.to_integral_value()
-        except decimal.DecimalException:
-            return False
-    return False
 
 
 def _read_tokens(
@@ -3480,7 +3472,8 @@ def _basic_problems(schema: dict[str, Any], arguments: Mapping[str, Any]) -> lis
         types = [declared] if isinstance(declared, str) else declared if isinstance(declared, list) else []
         known = [t for t in types if isinstance(t, str) and t in _TYPE_TESTS]
         if known and len(known) == len(types) and not any(_TYPE_TESTS[t](value) for t in known):
-            problems.append({"path": path, "message": f"expected {' or '.join(known)}, got {_json_type(value)}"})
+            got = json_type(value, integers=True)
+            problems.append({"path": path, "message": f"expected {' or '.join(known)}, got {got}"})
             continue
         enum = prop.get("enum")
         if isinstance(enum, list) and not any(_json_equal(value, e) for e in enum):
@@ -3612,7 +3605,7 @@ def _problem_from_error(error: Any) -> dict[str, str]:
     if keyword == "type":
         types = value if isinstance(value, list) else [value]
         return {"path": json_path(path),
-                "message": f"expected {' or '.join(str(t) for t in types)}, got {_json_type(instance)}"}
+                "message": f"expected {' or '.join(str(t) for t in types)}, got {json_type(instance, integers=True)}"}
     if keyword == "enum":
         return {"path": json_path(path), "message": f"must be one of {_short(value, 200)}"}
     if keyword == "const":
