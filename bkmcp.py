@@ -4549,7 +4549,14 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
                 raise UsageError("a tool name must not be empty")
             inv.tool = token
         else:
-            raise UsageError(f"unexpected argument {token!r}", hint="quote values that contain spaces")
+            hint = "quote values that contain spaces"
+            last = inv.tool_tokens[-1] if inv.tool_tokens else None
+            if last is not None and not last.has_equals and (last.value or "").startswith("-"):
+                # "--loud --text x": --loud took "--text" as its value, which left "x" over
+                hint = (f"--{last.name} took {last.value!r} as its value; a boolean flag needs "
+                        f"--{last.name}=true or --{last.name}=false, and a value starting with '-' can be given as "
+                        f"--{last.name}=VALUE")
+            raise UsageError(f"unexpected argument {token!r}", hint=hint)
     return inv
 
 

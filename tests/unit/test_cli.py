@@ -560,3 +560,16 @@ def test_body_from_a_missing_stdin_is_a_usage_error(config, no_network):
     for stdin in (object(), closed):  # no stdin at all / a closed one
         res = run_with(stdin, "--config", str(config), "public-docs", "t", "--body", "-", "--dry-run", env=ENV)
         assert res.exit_status == 1 and res.error_code == "usage_error", res.stderr
+
+
+def test_swallowed_flag_value_gets_a_precise_hint():
+    """A value-less flag before another flag ("--loud --text x") explains what happened instead of only
+    "unexpected argument"."""
+    with pytest.raises(bkmcp.UsageError) as swallowed:
+        bkmcp.parse_argv(["srv", "tool", "--loud", "--text", "x"])
+    assert "unexpected argument 'x'" in swallowed.value.message
+    assert swallowed.value.hint and "--loud took '--text' as its value" in swallowed.value.hint
+    assert "--loud=true" in swallowed.value.hint
+    with pytest.raises(bkmcp.UsageError) as plain:
+        bkmcp.parse_argv(["srv", "tool", "--text", "a", "b"])
+    assert plain.value.hint == "quote values that contain spaces"
