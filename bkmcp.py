@@ -52,17 +52,18 @@ Heavy dependencies (httpx, jsonschema, jq) are imported lazily by the code paths
 
 from __future__ import annotations
 
-import decimal
 import os
 import sys
 import time
 
 # Start-up matters (`bkmcp --help` within 2x of a bare interpreter, SPEC §13): typing, collections.abc and
-# dataclasses (which imports inspect, ast, dis and tokenize) cost more than the rest of bkmcp together, and json
-# and re are not needed by the help paths. Type checkers see the real modules; the running program uses the
-# already-loaded `_collections_abc`, the small `dataclass` of section 2, and imports json and re on first use.
+# dataclasses (which imports inspect, ast, dis and tokenize) cost more than the rest of bkmcp together, and json,
+# re and decimal are not needed by the help paths. Type checkers see the real modules; the running program uses
+# the already-loaded `_collections_abc`, the small `dataclass` of section 2, and imports json, re and decimal on
+# first use (`JsonNumber` too: see section 2).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import decimal
     import json
     import re
     from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -82,6 +83,7 @@ else:
             globals()[self._name] = module
             return getattr(module, attr)
 
+    decimal = _LazyModule("decimal")
     json = _LazyModule("json")
     re = _LazyModule("re")
 
@@ -324,28 +326,69 @@ if not TYPE_CHECKING:
 
 
 
-class JsonNumber(decimal.Decimal):
-    """A JSON number that Python's float cannot hold exactly, kept as its original text.
+def _define_json_number() -> type:
+    class JsonNumber(decimal.Decimal):
+        """A JSON number that Python's float cannot hold exactly, kept as its original text.
 
-    It compares and validates like a number (it is a ``Decimal``) and ``dump_json`` writes its text back
-    byte for byte, so ``1e400``, ``0.1`` and ``12345678901234567890.5`` survive a round trip.
-    """
+        It compares and validates like a number (it is a ``Decimal``) and ``dump_json`` writes its text back
+        byte for byte, so ``1e400``, ``0.1`` and ``12345678901234567890.5`` survive a round trip.
+        """
 
-    __slots__ = ("text",)
-    text: str
+        __slots__ = ("text",)
+        text: str
 
-    def __new__(cls, text: str) -> JsonNumber:
-        self = super().__new__(cls, text)
-        self.text = text
-        return self
+        def __new__(cls, text: str) -> JsonNumber:
+            self = super().__new__(cls, text)
+            self.text = text
+            return self
 
-    def __repr__(self) -> str:
-        return f"JsonNumber({self.text!r})"
+        def __repr__(self) -> str:
+            return f"JsonNumber({self.text!r})"
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (JsonNumber, (self.text,))
+        def __reduce__(self) -> tuple[Any, ...]:
+            return (JsonNumber, (self.text,))
+
+    return JsonNumber
 
 
+if TYPE_CHECKING:
+
+    class JsonNumber(decimal.Decimal):
+        text: str
+
+        def __new__(cls, text: str) -> JsonNumber: ...
+
+else:
+
+    class _StandInMeta(type):
+        def __instancecheck__(cls, obj):
+            return bool(_JSON_NUMBER_CLASS) and isinstance(obj, _JSON_NUMBER_CLASS[0])
+
+        def __subclasscheck__(cls, sub):
+            return bool(_JSON_NUMBER_CLASS) and issubclass(sub, _JSON_NUMBER_CLASS[0])
+
+    class JsonNumber(metaclass=_StandInMeta):
+        """Stands in for the real ``JsonNumber`` (``_define_json_number``) until the first one is made.
+
+        ``decimal`` (with ``collections``) is a measurable part of start-up and the help paths never meet a
+        non-integer number, so the ``Decimal`` subclass is created on first use and replaces this class in the
+        module globals. No instance of the stand-in exists; a reference to it taken early (``from bkmcp import
+        JsonNumber``) still constructs real instances and answers ``isinstance`` for the real class.
+        """
+
+        def __new__(cls, text):
+            return _real_json_number()(text)
+
+    _JSON_NUMBER_CLASS = []
+
+    def _real_json_number():
+        """The real class, created once; it replaces the stand-in in the module globals."""
+        if not _JSON_NUMBER_CLASS:
+            real = _define_json_number()
+            real.__module__, real.__qualname__ = __name__, "JsonNumber"
+            _JSON_NUMBER_CLASS.append(real)
+            globals()["JsonNumber"] = real
+        return _JSON_NUMBER_CLASS[0]
 class JsonInputError(ValueError):
     """Invalid JSON text. ``str()`` says what and where, never echoes the text itself."""
 
@@ -364,6 +407,10 @@ class _DuplicateKey(ValueError):
 
 
 _INT_DIGITS_LIMIT = 4000  # below CPython's int/str conversion limit (4300 digits)
+
+
+def _json_float(text: str) -> Any:
+    return JsonNumber(text)  # looked up per call: the stand-in only until the first one is made
 
 
 def _parse_int(text: str) -> Any:
@@ -400,7 +447,7 @@ def parse_json(text: str | bytes, *, strict_keys: bool = True) -> Any:
     try:
         return json.loads(
             text,
-            parse_float=JsonNumber,
+            parse_float=_json_float,
             parse_int=_parse_int,
             parse_constant=_reject_constant,
             object_pairs_hook=_strict_pairs if strict_keys else None,

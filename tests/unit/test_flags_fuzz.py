@@ -360,15 +360,18 @@ def _one_shell_word(line: str) -> bool:
 
 
 def _is_json_pair_line(line: str) -> bool:
-    """A line of the pretty --body example holding one ``"key": scalar`` (or one scalar): it cannot be broken."""
-    text = line.strip().removesuffix(",").removesuffix("}'").removesuffix("]").replace("'\"'\"'", "'")
-    for candidate in ("{" + text + "}", "[" + text + "]"):
+    """A line of the pretty --body example holding one ``"key": scalar`` (or one scalar, or an empty array or
+    object): it cannot be broken."""
+    base = line.strip().removesuffix(",").replace("'\"'\"'", "'")
+    texts = {base, base.removesuffix("}'"), base.removesuffix("]")}  # the last line may close the example
+    for candidate in [wrap[0] + text + wrap[1] for text in texts for wrap in ("{}", "[]")]:
         try:
             value = parse_json(candidate)
         except ValueError:
             continue
         items = list(value.values()) if isinstance(value, dict) else value
-        return len(items) == 1 and not isinstance(items[0], (dict, list))
+        if len(items) == 1 and not (isinstance(items[0], (dict, list)) and items[0]):
+            return True
     return False
 
 
