@@ -444,20 +444,65 @@ def parse_json(text: str | bytes, *, strict_keys: bool = True) -> Any:
             raise JsonInputError("input is not valid UTF-8") from exc
     if text.startswith("\ufeff"):
         text = text[1:]
+    start = len(text) - len(text.lstrip(_JSON_SPACE))
     try:
-        return json.loads(
-            text,
-            parse_float=_json_float,
-            parse_int=_parse_int,
-            parse_constant=_reject_constant,
-            object_pairs_hook=_strict_pairs if strict_keys else None,
-        )
+        try:
+            value, end = _json_scanner(strict_keys)(text, start)
+        except StopIteration as stop:
+            raise _JsonSyntax("expecting value" if text.strip() else "empty input", text, stop.value) from None
+        end += len(text) - end - len(text[end:].lstrip(_JSON_SPACE))
+        if end != len(text):
+            raise _JsonSyntax("extra data", text, end)
+        return value
     except _DuplicateKey as exc:
         raise JsonInputError(f"duplicate key {json.dumps(exc.key, ensure_ascii=False)}") from None
-    except json.JSONDecodeError as exc:
-        raise JsonInputError(exc.msg.lower() if text.strip() else "empty input", exc.lineno, exc.colno) from None
-    except (ValueError, RecursionError) as exc:
-        raise JsonInputError(str(exc) if isinstance(exc, ValueError) else "nesting too deep") from None
+    except RecursionError:
+        raise JsonInputError("nesting too deep") from None
+    except ValueError as exc:  # the scanner's JSONDecodeError (msg, lineno, colno), or a rejected constant
+        if hasattr(exc, "lineno"):
+            reason = exc.msg.lower() if text.strip() else "empty input"  # type: ignore[attr-defined]
+            raise JsonInputError(reason, exc.lineno, exc.colno) from None  # type: ignore[attr-defined]
+        raise JsonInputError(str(exc)) from None
+
+
+_JSON_SPACE = " \t\n\r"
+_SCANNERS: dict[bool, Callable[[str, int], tuple[Any, int]]] = {}
+
+
+class _JsonSyntax(ValueError):
+    """Same fields as ``json.JSONDecodeError``, without importing json (and re) for the parse itself."""
+
+    def __init__(self, msg: str, doc: str, pos: int) -> None:
+        super().__init__(msg)
+        self.msg = msg
+        self.lineno = doc.count("\n", 0, pos) + 1
+        self.colno = pos - doc.rfind("\n", 0, pos)
+
+
+class _ScanContext:
+    """The settings ``_json.make_scanner`` reads (what ``json.JSONDecoder`` would hold)."""
+
+    def __init__(self, strict_keys: bool) -> None:
+        self.strict = True
+        self.object_hook = None
+        self.object_pairs_hook = _strict_pairs if strict_keys else None
+        self.parse_float = _json_float
+        self.parse_int = _parse_int
+        self.parse_constant = _reject_constant
+        self.memo: dict[str, str] = {}
+
+
+def _json_scanner(strict_keys: bool) -> Callable[[str, int], tuple[Any, int]]:
+    """The C scanner behind ``json.loads``, used directly: importing ``json`` pulls in ``re`` (and ``enum``),
+    which would be most of ``bkmcp <server> --help``'s start-up (SPEC §13)."""
+    scanner = _SCANNERS.get(strict_keys)
+    if scanner is None:
+        try:
+            from _json import make_scanner  # type: ignore[import-not-found]
+        except ImportError:  # not CPython: the pure-Python scanner of the json package
+            from json.scanner import make_scanner
+        scanner = _SCANNERS[strict_keys] = make_scanner(_ScanContext(strict_keys))  # type: ignore[arg-type]
+    return scanner
 
 
 _RAW_MARK = "\ue000bkmcp-raw-"
@@ -713,10 +758,25 @@ _FORBIDDEN_HEADERS = frozenset(
         "Mcp-Name", "Last-Event-ID",
     )
 )
-_HEADER_NAME = _lazy_re(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
-_ENV_NAME = _lazy_re(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_TOKEN_CHARS = frozenset("!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
 _ENV_REF = _lazy_re(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$\{")
 _CONTROL = _lazy_re(r"[\x00-\x1f\x7f]")
+
+
+# Plain string checks instead of regular expressions: `bkmcp <server> --help` validates the whole file, and
+# importing re (with enum) would be the largest part of its start-up.
+def _is_token(text: str) -> bool:
+    """An RFC 9110 token (a valid header name)."""
+    return bool(text) and all(ch in _TOKEN_CHARS for ch in text)
+
+
+def _is_env_name(text: str) -> bool:
+    """``[A-Za-z_][A-Za-z0-9_]*``."""
+    return text.isascii() and text.isidentifier()
+
+
+def _has_control(text: str) -> bool:
+    return any(ch < " " or ch == "\x7f" for ch in text)
 
 
 @dataclass(frozen=True)
@@ -817,7 +877,7 @@ def check_server_name(name: str) -> str | None:
         return "a server name must not be empty"
     if name.startswith("-"):
         return "a server name must not start with '-'"
-    if any(ch.isspace() for ch in name) or _CONTROL.search(name):
+    if any(ch.isspace() for ch in name) or _has_control(name):
         return "a server name must not contain whitespace or control characters"
     return None
 
@@ -868,7 +928,7 @@ def _parse_server(path: str, name: str, entry: Any) -> ServerConfig:
     if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
         raise InvalidConfigError(f"{where}: field \"env\" must be an object of string values")
     for key in env:
-        if not _ENV_NAME.match(key):
+        if not _is_env_name(key):
             raise InvalidConfigError(f"{where}: field \"env\" has an invalid variable name {_safe_name(key)!r}")
     cwd = entry.get("cwd")
     if cwd is not None and (not isinstance(cwd, str) or not cwd):
@@ -890,31 +950,45 @@ def _parse_server(path: str, name: str, entry: Any) -> ServerConfig:
 
 
 def _check_url(where: str, url: Any) -> str:
-    from urllib.parse import urlsplit
-
+    """Absolute http(s), a host, no user information, no fragment; the URL itself is kept byte for byte."""
     if not isinstance(url, str) or not url:
         raise InvalidConfigError(f"{where}: field \"url\" is required and must be a string")
-    if _CONTROL.search(url) or " " in url:
+    if _has_control(url) or " " in url:
         raise InvalidConfigError(f"{where}: field \"url\" contains whitespace or control characters")
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError:
-        raise InvalidConfigError(f"{where}: field \"url\" is not a valid URL") from None
-    if parts.scheme not in ("http", "https"):
+    scheme, separator, rest = url.partition("://")
+    if not separator or scheme.lower() not in ("http", "https"):
         raise InvalidConfigError(f"{where}: field \"url\" must be an absolute http:// or https:// URL")
-    if not parts.hostname:
-        raise InvalidConfigError(f"{where}: field \"url\" has no host")
-    if "@" in parts.netloc:
+    authority = rest
+    for stop in "/?#":
+        authority = authority.split(stop, 1)[0]
+    if "@" in authority:
         raise InvalidConfigError(
             f"{where}: field \"url\" must not contain user information",
             hint="put credentials in \"headers\", not in the URL",
         )
     if "#" in url:
         raise InvalidConfigError(f"{where}: field \"url\" must not contain a fragment (#…)")
-    if port == 0:
+    host, port = authority, ""
+    if authority.startswith("["):  # an IPv6 literal
+        end = authority.find("]")
+        host, after = authority[1:end], authority[end + 1:]
+        if end < 0 or not host or (after and not after.startswith(":")) or any(c not in _IPV6_CHARS for c in host):
+            raise InvalidConfigError(f"{where}: field \"url\" is not a valid URL")
+        port = after[1:]
+    elif ":" in authority:
+        host, _, port = authority.rpartition(":")
+        if ":" in host or "[" in host or "]" in authority:
+            raise InvalidConfigError(f"{where}: field \"url\" is not a valid URL")
+    if port and not (port.isascii() and port.isdigit() and int(port) <= 65535):
+        raise InvalidConfigError(f"{where}: field \"url\" is not a valid URL")
+    if not host:
+        raise InvalidConfigError(f"{where}: field \"url\" has no host")
+    if port and int(port) == 0:
         raise InvalidConfigError(f"{where}: field \"url\" has an invalid port")
     return url
+
+
+_IPV6_CHARS = frozenset("0123456789abcdefABCDEF:.")
 
 
 def _check_headers(where: str, headers: Any) -> tuple[tuple[str, str], ...]:
@@ -924,7 +998,7 @@ def _check_headers(where: str, headers: Any) -> tuple[tuple[str, str], ...]:
         raise InvalidConfigError(f"{where}: field \"headers\" must be an object of strings")
     seen: dict[str, str] = {}
     for name, value in headers.items():
-        if not _HEADER_NAME.match(name):
+        if not _is_token(name):
             # never echo the whole name: a pasted "Authorization: Bearer <token>" key would print the token
             raise InvalidConfigError(
                 f"{where}: header name {_safe_name(name)!r} is not a valid HTTP header name",

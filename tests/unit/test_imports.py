@@ -92,15 +92,19 @@ def test_import_has_no_side_effects(tmp_path):
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
 
 
-@pytest.mark.parametrize("args", [("--help",), ("--version",)])
-def test_d01_root_help_defers_even_stdlib_modules(args, tmp_path):
-    """SPEC §13 start-up: root help and --version also skip json, re, typing, dataclasses and inspect (each costs
-    milliseconds; together they were most of bkmcp's import time). ``-S`` keeps site's .pth files out of it."""
+@pytest.mark.parametrize("args", [("--help",), ("--version",), ("--config", "{config}", "report", "--help"),
+                                  ("--config", "{config}", "fs")])
+def test_d01_help_paths_defer_even_stdlib_modules(args, tmp_path, config):
+    """SPEC §13 start-up: root help, --version and server help also skip json, re, decimal, urllib.parse,
+    typing, dataclasses and inspect (each costs milliseconds; together they were most of the start-up).
+    ``-S`` keeps site's .pth files out of it."""
+    argv = [a.replace("{config}", str(config)) for a in args]
     proc = subprocess.run(
-        [sys.executable, "-S", "-X", "importtime", str(ROOT / "bkmcp.py"), *args],
+        [sys.executable, "-S", "-X", "importtime", str(ROOT / "bkmcp.py"), *argv],
         capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
         env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
     )
     assert proc.returncode == 0, proc.stderr
     imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
-    assert imported & {"json", "re", "typing", "dataclasses", "inspect"} == set()
+    deferred = {"json", "re", "decimal", "urllib.parse", "typing", "dataclasses", "inspect"}
+    assert imported & deferred == set()
