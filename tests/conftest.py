@@ -21,6 +21,13 @@ import bkmcp  # noqa: E402
 
 pytest_plugins = ["tests.integration.conftest_interop"]
 
+# Every conftest.py is imported as module "conftest", so `from conftest import …` would find whichever was
+# imported last: test modules import these helpers as `bkmcp_test_helpers` instead.
+sys.modules.setdefault("bkmcp_test_helpers", sys.modules[__name__])
+
+VERSIONS = bkmcp.SUPPORTED_VERSIONS  # ("2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28")
+LEGACY = VERSIONS[:3]
+
 
 @dataclass
 class Result:

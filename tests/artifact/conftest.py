@@ -12,29 +12,14 @@ Reusable by every artifact scenario:
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import platform
-import sys
 import zipfile
 from pathlib import Path
 
 import pytest
-from artifact_helpers import PY_VERSIONS, ROOT, build_pyz, find_python, program_source
-
-# Test modules elsewhere do `from conftest import run_bkmcp`, which resolves to whichever conftest.py was imported
-# last; re-export the top-level helpers (as tests/integration/conftest.py does) so loading this one first is safe.
-if "bkmcp_test_helpers" in sys.modules:
-    _helpers = sys.modules["bkmcp_test_helpers"]
-else:
-    _spec = importlib.util.spec_from_file_location("bkmcp_test_helpers", ROOT / "tests" / "conftest.py")
-    assert _spec is not None and _spec.loader is not None
-    _helpers = importlib.util.module_from_spec(_spec)
-    sys.modules["bkmcp_test_helpers"] = _helpers
-    _spec.loader.exec_module(_helpers)
-Result = _helpers.Result
-run_bkmcp = _helpers.run_bkmcp
+from artifact_helpers import PY_VERSIONS, build_pyz, find_python, program_source
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,6 @@ interop servers of ``conftest_interop.py`` (official Python SDK server, server-e
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from dataclasses import dataclass
@@ -18,18 +17,9 @@ for entry in (str(ROOT), str(ROOT / "tests" / "integration")):
     if entry not in sys.path:
         sys.path.insert(0, entry)
 
-_spec = importlib.util.spec_from_file_location("bkmcp_test_helpers", ROOT / "tests" / "conftest.py")
-assert _spec is not None and _spec.loader is not None
-_helpers = importlib.util.module_from_spec(_spec)
-sys.modules["bkmcp_test_helpers"] = _helpers
-_spec.loader.exec_module(_helpers)
-Result = _helpers.Result
-run_bkmcp = _helpers.run_bkmcp
+from bkmcp_test_helpers import LEGACY, VERSIONS, Result, run_bkmcp  # noqa: E402,F401  (see tests/conftest.py)
 
 from mock_server.mcp_mock import MockServer  # noqa: E402
-
-VERSIONS = ("2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28")
-LEGACY = VERSIONS[:3]
 
 
 @dataclass

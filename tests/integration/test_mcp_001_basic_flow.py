@@ -11,7 +11,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
-from conftest import LEGACY, VERSIONS
+from bkmcp_test_helpers import LEGACY, VERSIONS
 
 pytestmark = [pytest.mark.integration, pytest.mark.scenario]
 

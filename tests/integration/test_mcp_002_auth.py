@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import VERSIONS
+from bkmcp_test_helpers import VERSIONS
 
 pytestmark = [pytest.mark.integration, pytest.mark.scenario]
 

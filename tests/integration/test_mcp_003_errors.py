@@ -9,7 +9,7 @@ answers are never reported as complete, never polled or answered interactively; 
 from __future__ import annotations
 
 import pytest
-from conftest import VERSIONS
+from bkmcp_test_helpers import VERSIONS
 
 from mock_server.mcp_mock import mock_tool
 

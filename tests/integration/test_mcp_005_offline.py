@@ -12,7 +12,7 @@ import json
 import socket
 
 import pytest
-from conftest import run_bkmcp
+from bkmcp_test_helpers import run_bkmcp
 
 import bkmcp
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import run_bkmcp
+from bkmcp_test_helpers import run_bkmcp
 
 pytestmark = [pytest.mark.integration, pytest.mark.interop]
 

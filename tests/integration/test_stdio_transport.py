@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import LEGACY, VERSIONS, run_bkmcp
+from bkmcp_test_helpers import LEGACY, VERSIONS, run_bkmcp
 
 from mock_server.mcp_mock import mock_tool
 

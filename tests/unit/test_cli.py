@@ -7,7 +7,7 @@ import json
 import os
 
 import pytest
-from conftest import Result, run_bkmcp
+from bkmcp_test_helpers import Result, run_bkmcp
 
 import bkmcp
 

@@ -6,7 +6,7 @@ import json
 import os
 
 import pytest
-from conftest import run_bkmcp
+from bkmcp_test_helpers import run_bkmcp
 
 import bkmcp
 from bkmcp import InvalidConfigError, parse_config

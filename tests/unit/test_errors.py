@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import run_bkmcp
+from bkmcp_test_helpers import run_bkmcp
 
 import bkmcp
 

@@ -10,7 +10,7 @@ import json
 import os
 import socket
 
-from conftest import run_bkmcp
+from bkmcp_test_helpers import run_bkmcp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

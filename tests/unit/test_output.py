@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import run_bkmcp
+from bkmcp_test_helpers import run_bkmcp
 
 import bkmcp
 
