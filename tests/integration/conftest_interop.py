@@ -404,34 +404,30 @@ def _sdk_fixture(variant: str, log_dir: Path) -> InteropServer:
     )
 
 
-@pytest.fixture(scope="session")
-def sdk_server_stateful(interop_log_dir: Path):
-    """Python SDK 2.3.0, stateful + SSE (SDK defaults), dual-era."""
-    server = _sdk_fixture("stateful-sse", interop_log_dir)
+def _serving(server):
+    """Yield a started server for a session fixture and stop it (process group) at teardown."""
     try:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def sdk_server_stateful(interop_log_dir: Path):
+    """Python SDK 2.3.0, stateful + SSE (SDK defaults), dual-era."""
+    yield from _serving(_sdk_fixture("stateful-sse", interop_log_dir))
 
 
 @pytest.fixture(scope="session")
 def sdk_server_stateless(interop_log_dir: Path):
     """Python SDK 2.3.0, stateless_http + json_response, dual-era."""
-    server = _sdk_fixture("stateless-json", interop_log_dir)
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from _serving(_sdk_fixture("stateless-json", interop_log_dir))
 
 
 @pytest.fixture(scope="session")
 def sdk_server_legacy(interop_log_dir: Path):
     """Python SDK 2.3.0 stateful SSE behind a 1.x-style version gate: legacy-only on the wire."""
-    server = _sdk_fixture("legacy-pinned", interop_log_dir)
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from _serving(_sdk_fixture("legacy-pinned", interop_log_dir))
 
 
 @pytest.fixture(scope="session")
@@ -450,10 +446,7 @@ def everything_server(interop_log_dir: Path):
         interop_log_dir,
         env_extra=lambda port: {"PORT": str(port)},
     )
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from _serving(server)
 
 
 @pytest.fixture(scope="session")

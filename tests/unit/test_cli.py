@@ -287,6 +287,16 @@ def dry(config, body, stdin=b"", cwd=None, server="report-prod"):
     return c(config, server, "t", "--body", body, "--dry-run", stdin=stdin, cwd=cwd)
 
 
+def dry_via(via, config, tmp_path, text):
+    """The same --body text given inline, as @FILE (relative to cwd) or on stdin (-)."""
+    if via == "inline":
+        return dry(config, text)
+    if via == "file":
+        (tmp_path / "b.json").write_text(text, encoding="utf-8")
+        return dry(config, "@b.json", cwd=str(tmp_path))
+    return dry(config, "-", stdin=text.encode())
+
+
 def test_p04_inline_file_and_stdin_give_the_same_arguments(config, tmp_path, no_network):
     text = '{"keyword": "网关错误", "limit": 20, "big": 123456789012345678901234567890, "r": 0.1}'
     (tmp_path / "params.json").write_text(text, encoding="utf-8")
@@ -339,13 +349,7 @@ BAD_BODIES = {
 @pytest.mark.parametrize("via", ["inline", "file", "stdin"])
 def test_p04_bad_bodies_are_invalid_arguments(name, via, config, tmp_path, no_network):
     text = BAD_BODIES[name]
-    if via == "inline":
-        res = dry(config, text)
-    elif via == "file":
-        (tmp_path / "b.json").write_text(text, encoding="utf-8")
-        res = dry(config, "@b.json", cwd=str(tmp_path))
-    else:
-        res = dry(config, "-", stdin=text.encode())
+    res = dry_via(via, config, tmp_path, text)
     assert res.exit_status == 1 and res.stdout == "" and res.error_code == "invalid_mcp_arguments", res.stderr
 
 
@@ -397,13 +401,7 @@ def test_p06_shell_sensitive_text_is_data(via, config, tmp_path, no_network):
     marker = tmp_path / "pwned"
     value = SHELL_TEXT.format(marker=marker)
     text = json.dumps({"q": value, "k\"$(x)": ["`y`", "\\n"]}, ensure_ascii=False, separators=(",", ":"))
-    if via == "inline":
-        res = dry(config, text)
-    elif via == "file":
-        (tmp_path / "b.json").write_text(text, encoding="utf-8")
-        res = dry(config, "@b.json", cwd=str(tmp_path))
-    else:
-        res = dry(config, "-", stdin=text.encode())
+    res = dry_via(via, config, tmp_path, text)
     assert res.exit_status == 0, res.stderr
     assert res.json["data"]["arguments"] == {"q": value, "k\"$(x)": ["`y`", "\\n"]}
     assert text in res.stdout  # written back byte for byte
