@@ -13,8 +13,10 @@ the pins before use. Output layout:
 
     __main__.py(c)                 version gate, then `import bkmcp; sys.exit(bkmcp.main())`
     bkmcp.py(c), _bkmcp_boot.py(c) the program and its zipapp runtime support
-    <pure packages>/...py(c)       httpx & co, jsonschema & co; `.pyc` (unchecked-hash, legacy layout) for the
-                                   build Python only, since zipimport ignores __pycache__
+    _bkmcp_vendor.zip              stored, nested zip of the pure packages: httpx & co, jsonschema & co, as
+                                   `.py` plus `.pyc` (unchecked-hash, legacy layout) for the build Python only,
+                                   since zipimport ignores __pycache__; extracted once into the per-user cache on
+                                   the first import of one of them, so that `--help` reads a small directory
     <dist>-<ver>.dist-info/        METADATA and licence files only
     _bkmcp_native/<os>/jq.<abi>.so the jq binding per target, extracted on first --jq use
     BUILD-INFO.json                pins, sha256 of bkmcp.py, build id, natives and their sha256, build time
@@ -50,6 +52,9 @@ DEFAULT_OUTPUT = HERE / "dist" / "bkmcp.pyz"
 SHEBANG = b"#!/usr/bin/env python3\n"
 NATIVE_DIR = "_bkmcp_native"
 BOOT_MODULE = "_bkmcp_boot"
+# The vendored packages' code lives in one nested, stored zip: zipimport reads the whole central directory of the
+# pyz on every start, ~4.5 µs per entry, and `--help` needs none of these ~370 entries (docs/building.md).
+VENDOR_ZIP = "_bkmcp_vendor.zip"
 
 JQ_PYTHONS = ("3.9", "3.10", "3.11", "3.12", "3.13", "3.14")
 DEFAULT_PLATFORMS = (
@@ -270,12 +275,14 @@ if sys.version_info < (3, 9):
     sys.stderr.write("bkmcp needs Python 3.9 or newer; %%s is Python %%s. Run it with a newer python3.\\n"
                      %% (sys.executable or "this interpreter", sys.version.split()[0]))
     sys.exit(1)
+import os
+
+_archive = os.path.dirname(os.path.abspath(__file__))
+_copy = False
 if sys.implementation.cache_tag != %(cache_tag)r:
     # The zip carries bytecode for %(cache_tag)s only: other Pythons import from a per-user copy whose
     # __pycache__ fills on first use (_bkmcp_boot.use_compiled_cache). Its usual place is checked inline so
     # that even _bkmcp_boot comes from there, compiled.
-    import os
-
     _cache = os.environ.get("XDG_CACHE_HOME", "")
     _cache = _cache if os.path.isabs(_cache) else os.path.join(os.path.expanduser("~"), ".cache")
     _tree = os.path.join(_cache, "bkmcp", %(build_id)r, "py")
@@ -284,7 +291,19 @@ if sys.implementation.cache_tag != %(cache_tag)r:
             sys.path.insert(0, _tree)
     import _bkmcp_boot
 
-    _bkmcp_boot.use_compiled_cache(%(build_id)r, os.path.dirname(os.path.abspath(__file__)))
+    _copy = _bkmcp_boot.use_compiled_cache(%(build_id)r, _archive)
+if not _copy:
+    class _Vendored:
+        # Finds nothing itself: the first import of a vendored package puts their nested zip on sys.path.
+        @staticmethod
+        def find_spec(name, path=None, target=None):
+            if path is None and name in %(vendored)r:
+                sys.meta_path.remove(_Vendored)
+                import _bkmcp_boot
+                _bkmcp_boot.use_vendor_zip(%(build_id)r, _archive, %(vendor_sha256)r)
+            return None
+
+    sys.meta_path.insert(0, _Vendored)
 import bkmcp
 
 sys.exit(bkmcp.main())
@@ -306,6 +325,7 @@ def _bkmcp_version(source: bytes) -> str:
 def collect(source: Path, support: Path, pins: list[Pin], natives: list[Pin], platforms: list[str],
             cache: Path, epoch: int, with_pyc: bool) -> dict[str, bytes]:
     files: dict[str, bytes] = {}
+    vendor: dict[str, bytes] = {}  # the pure packages' code, nested in VENDOR_ZIP
     dists = []
     patched: list[dict[str, str]] = []
     for pin in pins:
@@ -316,13 +336,14 @@ def collect(source: Path, support: Path, pins: list[Pin], natives: list[Pin], pl
                     raise BuildError(f"patch for {name} ({why}) no longer applies: review it after the bump")
                 data = data.replace(old, new)
                 patched.append({"file": name, "reason": why})
-            if name in files and files[name] != data:
+            target = files if ".dist-info/" in name else vendor  # metadata and licences stay visible
+            if name in target and target[name] != data:
                 raise BuildError(f"{name} comes from two wheels")
-            files[name] = data
+            target[name] = data
         dists.append({"name": pin.name, "version": pin.version, "wheel": pin.filename, "sha256": pin.sha256,
                       "license": _metadata_field(members, "License-Expression") or _metadata_field(members, "License")
                       or _metadata_field(members, "Classifier", "License :: "),
-                      "license_files": sorted(n for n in members if _LICENCE_RE.search(n))})
+                      "license_files": sorted(n for n in members if _LICENCE_RE.search(n) and n in files)})
     native_hashes: dict[str, str] = {}
     for pin in natives:
         pytag, plats = pin.tags()
@@ -349,15 +370,20 @@ def collect(source: Path, support: Path, pins: list[Pin], natives: list[Pin], pl
     files[f"{BOOT_MODULE}.py"] = support.read_bytes()
 
     if with_pyc:
-        for name in [n for n in files if n.endswith(".py") and not n.startswith(NATIVE_DIR)]:
-            files[name + "c"] = _pyc(files[name], name)
+        for group in (files, vendor):
+            for name in [n for n in group if n.endswith(".py") and not n.startswith(NATIVE_DIR)]:
+                group[name + "c"] = _pyc(group[name], name)
     payload = hashlib.sha256()
-    for name in sorted(files):
-        payload.update(name.encode() + b"\0" + _sha256(files[name]).encode() + b"\n")
+    for name, data in sorted({**files, **vendor}.items()):
+        payload.update(name.encode() + b"\0" + _sha256(data).encode() + b"\n")
     build_id = payload.hexdigest()[:16]
+    files[VENDOR_ZIP] = zip_bytes(vendor, epoch)
+    vendored = tuple(sorted({n.split("/")[0][:-3] if n.endswith(".py") and "/" not in n else n.split("/")[0]
+                             for n in vendor if n.endswith(".py")}))
 
     cache_tag = sys.implementation.cache_tag if with_pyc else "none"
-    main = (MAIN_TEMPLATE % {"cache_tag": cache_tag, "build_id": build_id}).encode()
+    main = (MAIN_TEMPLATE % {"cache_tag": cache_tag, "build_id": build_id, "vendored": vendored,
+                             "vendor_sha256": _sha256(files[VENDOR_ZIP])}).encode()
     files["__main__.py"] = main
     if with_pyc:
         files["__main__.pyc"] = _pyc(main, "__main__.py")
@@ -372,6 +398,8 @@ def collect(source: Path, support: Path, pins: list[Pin], natives: list[Pin], pl
         "requires_python": ">=3.9",
         "jq_targets": {"pythons": sorted({p.tags()[0] for p in natives}), "platforms": platforms},
         "natives": dict(sorted(native_hashes.items())),
+        "vendor_zip": {"member": VENDOR_ZIP, "sha256": _sha256(files[VENDOR_ZIP]), "entries": len(vendor),
+                       "top_level": list(vendored)},
         "patches": patched,
         "vendored": sorted(dists, key=lambda d: str(d["name"]).lower()),
     }
@@ -380,16 +408,22 @@ def collect(source: Path, support: Path, pins: list[Pin], natives: list[Pin], pl
 
 
 def write_pyz(files: dict[str, bytes], epoch: int) -> bytes:
+    return zip_bytes(files, epoch, SHEBANG)
+
+
+def zip_bytes(files: dict[str, bytes], epoch: int, prefix: bytes = b"") -> bytes:
+    """A deterministic zip of `files` after `prefix`: sorted entries, one timestamp, fixed modes and compression."""
     date_time = time.gmtime(max(epoch, 315532800))[:6]  # zip cannot express times before 1980
     buf = io.BytesIO()
-    buf.write(SHEBANG)
+    buf.write(prefix)
     with zipfile.ZipFile(buf, "w") as zf:
         for name in sorted(files):
             info = zipfile.ZipInfo(name, date_time)
             info.create_system = 3
             info.external_attr = 0o100644 << 16
-            # bytecode is read on every start: stored, it skips inflating; everything else is deflated
-            stored = name.endswith(".pyc")
+            # bytecode is read on every start: stored, it skips inflating; the nested zip is stored so that it
+            # is copied out as is; everything else is deflated
+            stored = name.endswith((".pyc", ".zip"))
             info.compress_type = zipfile.ZIP_STORED if stored else zipfile.ZIP_DEFLATED
             zf.writestr(info, files[name], compresslevel=None if stored else 6)
     return buf.getvalue()

@@ -122,23 +122,34 @@ def use_compiled_cache(build_id: str, archive: str) -> bool:
     return True
 
 
+def _pure_members(archive: str):  # type: ignore[no-untyped-def]
+    """(name, bytes) of every pure member of the pyz and of its nested vendor zip: no natives, no legacy .pyc."""
+    import io
+    import zipfile
+
+    with zipfile.ZipFile(archive) as outer:
+        nested = [outer.read(VENDOR_ZIP)] if VENDOR_ZIP in outer.namelist() else []
+        for zf in [outer] + [zipfile.ZipFile(io.BytesIO(data)) for data in nested]:
+            for info in zf.infolist():
+                name = info.filename
+                skip = name.endswith(("/", ".pyc")) or name.startswith(("_bkmcp_native/", "__main__"))
+                if skip or name == VENDOR_ZIP:
+                    continue
+                yield name, zf.read(info)
+
+
 def _extract_tree(archive: str, root: str, tree: str) -> bool:
-    """Extract every pure member (no natives, no legacy .pyc) under a temp name, then rename it to `tree`."""
+    """Extract every pure member (see `_pure_members`) under a temp name, then rename it to `tree`."""
     import shutil
     import tempfile
-    import zipfile
 
     tmp = tempfile.mkdtemp(prefix=".py-", dir=root)
     try:
-        with zipfile.ZipFile(archive) as zf:
-            for info in zf.infolist():
-                name = info.filename
-                if name.endswith("/") or name.endswith(".pyc") or name.startswith(("_bkmcp_native/", "__main__")):
-                    continue
-                target = os.path.join(tmp, *name.split("/"))
-                os.makedirs(os.path.dirname(target), exist_ok=True)
-                with open(target, "wb") as fh:
-                    fh.write(zf.read(info))
+        for name, data in _pure_members(archive):
+            target = os.path.join(tmp, *name.split("/"))
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            with open(target, "wb") as fh:
+                fh.write(data)
         try:
             os.rename(tmp, tree)
         except OSError:  # another first run won the race: its copy is as good as ours
@@ -149,6 +160,36 @@ def _extract_tree(archive: str, root: str, tree: str) -> bool:
     except Exception:
         shutil.rmtree(tmp, ignore_errors=True)
         return os.path.isdir(tree)
+
+
+VENDOR_ZIP = "_bkmcp_vendor.zip"  # build_zipapp.VENDOR_ZIP
+
+
+def use_vendor_zip(build_id: str, archive: str, sha256: str) -> None:
+    """Put the pyz's nested zip of vendored packages first on sys.path, copied once into the per-user cache.
+
+    The pyz `__main__` calls this on the first import of a vendored package (httpx, jsonschema, ...), so runs
+    that need none (`--help`, `--dry-run`) read only the pyz's small zip directory. zipimport needs a file of its
+    own: the first run writes the copy under a temporary name, checks its sha256 and renames it into place
+    (concurrent first runs are safe); later runs only find it. Raises ImportError, saying why, when there is no
+    folder to copy it to or the pyz is damaged.
+    """
+    global ARCHIVE
+    ARCHIVE = archive
+    root = zipapp_cache_dir(build_id)
+    if root is None:
+        raise ImportError("bkmcp.pyz: no writable folder for its vendored packages: set XDG_CACHE_HOME or TMPDIR"
+                          " to a folder you can write")
+    path = os.path.join(root, VENDOR_ZIP)
+    if not os.path.isfile(path):
+        import hashlib
+
+        data = _zipapp_read(archive, VENDOR_ZIP)
+        if hashlib.sha256(data).hexdigest() != sha256:
+            raise ImportError(f"{archive} is damaged ({VENDOR_ZIP} does not match its sha256): download or build it"
+                              " again")
+        _write_atomic(root, path, data)
+    sys.path.insert(0, path)
 
 
 def _install_writing_finder(tree: str) -> None:

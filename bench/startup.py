@@ -8,6 +8,8 @@ For each Python, medians (ms) of:
   --version   `python bkmcp.pyz --version`
   --help      `python bkmcp.pyz --help`
   srv --help  `python bkmcp.pyz --config TMP/mcp.json demo --help`
+  empty       an empty zipapp (`python -m zipapp` of a `pass` script): the floor any pyz pays (zipimport and
+              runpy; on 3.9 runpy imports `typing` through importlib.util)
   help src    `bkmcp.main(["--help"])` from that site-packages folder; ratio = pyz --help / this (the
               artifact's own overhead, independent of how heavy bkmcp.py is)
   imp pyz     the `--tools` import set (bkmcp, httpx) loaded the way the pyz's __main__ loads it
@@ -132,12 +134,16 @@ def main() -> int:
         cfg = work / "mcp.json"
         cfg.write_text(json.dumps({"mcpServers": {"demo": {"type": "http", "url": "http://127.0.0.1:9/mcp"}}}))
         env = dict(os.environ, XDG_CACHE_HOME=str(work / "cache"))
+        empty = work / "empty.pyz"
+        with zipfile.ZipFile(empty, "w") as zf:
+            zf.writestr("__main__.py", "pass\n")
         # The pyz's own __main__.py, run with `-c`, minus its last step (bkmcp.main()).
         tail = "import bkmcp\n\nsys.exit(bkmcp.main())\n"
         assert main_src.endswith(tail), "unexpected __main__.py"
         boot = f"import sys; sys.path.insert(0, {str(pyz)!r}); __file__ = {str(pyz / '__main__.py')!r}\n"
         boot += main_src[: -len(tail)]
-        header = (f"{'python':<7}{'pass':>7}{'--version':>15}{'--help':>15}{'srv --help':>15}{'help src':>13}"
+        header = (f"{'python':<7}{'pass':>7}{'empty':>7}{'--version':>15}{'--help':>15}{'srv --help':>15}"
+                  f"{'help src':>13}"
                   f"{'imp pyz':>9}{'imp site':>9}{'ratio':>7}{'jq first':>10}{'jq warm':>9}{'1st help':>9}")
         print(header)
         rows = []
@@ -146,6 +152,7 @@ def main() -> int:
             py = [python, "-S"] if args.no_site else [python]
             m = medians({
                 "pass": [*py, "-c", "pass"],
+                "empty": [*py, str(empty)],
                 "version": [*py, str(pyz), "--version"],
                 "help": [*py, str(pyz), "--help"],
                 "srv": [*py, str(pyz), "--config", str(cfg), "demo", "--help"],
@@ -174,7 +181,7 @@ def main() -> int:
             cells = [f"{c:6.1f} {c / base:4.2f}x" for c in cli]
             jq_cells = "".join(f"{v:>+9.1f}" if v is not None else f"{'n/a':>9}" for v in (jq_first, jq_warm))
             help_site = m["help_site"]
-            print(f"{version:<7}{base:7.1f}{cells[0]:>15}{cells[1]:>15}{cells[2]:>15}"
+            print(f"{version:<7}{base:7.1f}{m['empty'] / base:6.2f}x{cells[0]:>15}{cells[1]:>15}{cells[2]:>15}"
                   f"{help_site:7.1f} {m['help'] / help_site:4.2f}x"
                   f"{imp_pyz:9.1f}{imp_site:9.1f}{imp_pyz / imp_site:6.2f}x{jq_cells:>10}{first_help:9.1f}")
             rows.append(version)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -58,10 +59,14 @@ def test_runs_through_shebang_and_relative_path(pyz_path: Path, pyz_env: dict, b
     assert build_info["version"] in proc.stdout
 
 
-def test_vendored_imports(python: str, pyz_path: Path, pyz_env: dict) -> None:
-    """Everything bkmcp imports lazily loads from the zip, not from the interpreter's site-packages (certifi
-    may be preloaded by a site .pth on this machine, so only its data is checked)."""
-    code = ("import httpx, httpcore, h11, anyio, idna, certifi, jsonschema, attr, pyrsistent\n"
+def test_vendored_imports(python: str, pyz_path: Path, pyz_env: dict, build_info: dict) -> None:
+    """Everything bkmcp imports lazily loads from the pyz's nested vendor zip (copied into the cache), not from
+    the interpreter's site-packages (certifi may be preloaded by a site .pth on this machine, so only its data is
+    checked)."""
+    vendor = build_info["vendor_zip"]
+    code = (f"boot.use_vendor_zip({build_info['build_id']!r}, {str(pyz_path)!r}, {vendor['sha256']!r})\n"
+            "assert sys.path[0].endswith('_bkmcp_vendor.zip'), sys.path[0]\n"
+            "import httpx, httpcore, h11, anyio, idna, certifi, jsonschema, attr, pyrsistent\n"
             "for m in (httpx, httpcore, h11, anyio, jsonschema, attr, pyrsistent):  # certifi: see below\n"
             "    assert m.__file__.startswith(sys.path[0]), m.__file__\n"
             "jsonschema.Draft202012Validator({'type': 'object', 'required': ['a']}).validate({'a': 1})\n"
@@ -142,7 +147,21 @@ def test_contents(pyz_path: Path, build_info: dict) -> None:
         assert names == sorted(names)
         assert len({i.date_time for i in infos}) == 1
         assert {i.external_attr >> 16 for i in infos} == {0o100644}
-        for name in names:
+        vendor = build_info["vendor_zip"]
+        nested = zf.read(vendor["member"])
+        assert zf.getinfo(vendor["member"]).compress_type == zipfile.ZIP_STORED
+        assert hashlib.sha256(nested).hexdigest() == vendor["sha256"]
+        with zipfile.ZipFile(io.BytesIO(nested)) as inner:
+            inner_infos = inner.infolist()
+        inner_names = [i.filename for i in inner_infos]
+        assert inner_names == sorted(inner_names) and len(inner_names) == vendor["entries"]
+        assert {i.date_time for i in inner_infos} == {infos[0].date_time}
+        assert "httpx/__init__.py" in inner_names and "jsonschema/validators.py" in inner_names
+        assert {n.split("/")[0].removesuffix(".py") for n in inner_names if not n.endswith(".pyc")} == set(
+            vendor["top_level"])
+        # what every start reads: the outer directory stays small (zipimport parses it entry by entry)
+        assert len(names) < 80 and not [n for n in names if n.endswith(".py") and "/" in n], names
+        for name in names + inner_names:
             parts = name.split("/")
             assert not {"tests", "test", "bin", "__pycache__"} & set(parts[:-1]), name
             assert not name.endswith((".pyi", "py.typed", ".c", ".h")), name

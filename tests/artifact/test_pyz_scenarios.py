@@ -4,8 +4,12 @@ against the mock MCP server (real HTTP on 127.0.0.1 and real stdio pipes), asser
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -123,3 +127,33 @@ def test_I01_pyz_stdio_server(python: str, pyz_path: Path, pyz_env: dict, tmp_pa
     assert _envelope(called.stdout)["data"]["result"]["structuredContent"]["arguments"] == {"text": "via pipes"}
     received = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines() if line.strip()]
     assert [r["rpc_method"] for r in received].count("tools/call") == 1
+
+
+def test_vendor_zip_copied_once_by_the_first_run_that_needs_it(pyz_path: Path, pyz_env: dict, tmp_path: Path,
+                                                               mock_http: MockServer, build_info: dict) -> None:
+    """The build Python imports httpx & co from the pyz's nested vendor zip, which the first run that needs one of
+    them copies into the cache (verified, atomically: four concurrent first runs leave one copy). Runs that need
+    none (help, server help, --dry-run) read only the small outer directory and copy nothing."""
+    if build_info["bytecode"]["cache_tag"] != sys.implementation.cache_tag:
+        pytest.skip("a prebuilt artifact for another Python: other Pythons use the compiled cache instead")
+    config = _config(tmp_path, {"mock": {"type": "http", "url": mock_http.url,
+                                         "headers": {"Authorization": "Bearer ${PYZ_TOKEN}"}}})
+    env = dict(pyz_env, PYZ_TOKEN=TOKEN)
+    build_dir = Path(env["XDG_CACHE_HOME"]) / "bkmcp" / build_info["build_id"]
+    copy = build_dir / build_info["vendor_zip"]["member"]
+    base = ("--config", str(config), "mock")
+    for args in (("--help",), (*base, "--help"), (*base, "echo", "--body", '{"text": "x"}', "--dry-run")):
+        assert run_pyz(sys.executable, pyz_path, *args, env=env).returncode == 0
+    assert not copy.exists() and mock_http.log == []
+
+    with ThreadPoolExecutor(4) as pool:
+        procs = list(pool.map(lambda _: run_pyz(sys.executable, pyz_path, *base, "--check", env=env), range(4)))
+    assert [p.returncode for p in procs] == [0] * 4, [p.stderr for p in procs]
+    assert len(mock_http.requests("tools/list")) >= 4  # each run discovered the catalogue
+    assert sorted(os.listdir(build_dir)) == [copy.name]  # no temp files left beside it
+    assert hashlib.sha256(copy.read_bytes()).hexdigest() == build_info["vendor_zip"]["sha256"]
+
+    verbose = subprocess.run([sys.executable, "-v", str(pyz_path), *base, "--check"], capture_output=True,
+                             text=True, env=env, timeout=120, check=False)
+    assert verbose.returncode == 0, verbose.stderr[-2000:]
+    assert f"import 'httpx' # <zipimporter object \"{copy}/\">" in verbose.stderr
