@@ -266,23 +266,39 @@ if not TYPE_CHECKING:
         """``dataclasses.field`` for the one use bkmcp has: a ``default_factory``."""
         return _Field(default_factory)
 
-    def dataclass(cls: Any = None, *, frozen: bool = False) -> Any:
+    _COMPILE_INIT_AFTER = 8  # instances a class makes through the generic __init__ before it gets its own
+
+    def dataclass(cls: Any = None, *, frozen: bool = False, slots: bool = False) -> Any:
         """``dataclasses.dataclass`` for the features bkmcp uses, without importing ``inspect``.
 
         Fields come from the class annotations in order, defaults from class attributes or ``field()``;
         generates ``__init__`` (positional or keyword), ``__repr__``, ``__eq__``, and for ``frozen`` classes
-        read-only attributes and ``__hash__`` (non-frozen classes are unhashable, as with dataclasses).
+        read-only attributes and ``__hash__`` (non-frozen classes are unhashable, as with dataclasses);
+        ``slots`` rebuilds the class with ``__slots__`` (its methods must not use zero-argument ``super()``).
+
+        ``__init__`` starts generic, which costs nothing at import; a class that makes more than a few instances
+        (the records of a 10 000-property catalogue) then gets an ``__init__`` compiled for its fields, as fast
+        as a hand-written one.
         """
 
         def wrap(cls: Any) -> Any:
             names = tuple(cls.__dict__.get("__annotations__", {}))
             defaults = {n: cls.__dict__[n] for n in names if n in cls.__dict__}
             for name, value in defaults.items():
-                if isinstance(value, _Field):
+                if isinstance(value, _Field) or slots:
                     delattr(cls, name)
+            if slots:
+                body = {k: v for k, v in cls.__dict__.items() if k not in ("__dict__", "__weakref__")}
+                body.update(__slots__=names, __qualname__=cls.__qualname__)
+                cls = type(cls)(cls.__name__, cls.__bases__, body)
             qualname = cls.__qualname__
+            made = 0
 
             def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+                nonlocal made
+                made += 1
+                if made == _COMPILE_INIT_AFTER:
+                    cls.__init__ = _compiled_init(names, defaults, frozen)
                 if len(args) > len(names):
                     raise TypeError(f"{qualname}() takes {len(names)} arguments, {len(args)} given")
                 values = dict(zip(names, args))
@@ -323,6 +339,25 @@ if not TYPE_CHECKING:
             return cls
 
         return wrap if cls is None else wrap(cls)
+
+    def _compiled_init(names: tuple[str, ...], defaults: dict[str, Any], frozen: bool) -> Callable[..., None]:
+        """``def __init__(self, a, b=_d_b, c=_MISSING): ...`` for these fields, as dataclasses generates it."""
+        namespace: dict[str, Any] = {"_MISSING": _MISSING, "_set": object.__setattr__}
+        params, lines = [], []
+        for name in names:
+            default = defaults.get(name, _MISSING)
+            if default is _MISSING:
+                params.append(name)
+            elif isinstance(default, _Field):
+                namespace[f"_f_{name}"] = default.default_factory
+                params.append(f"{name}=_MISSING")
+                lines.append(f"    if {name} is _MISSING: {name} = _f_{name}()")
+            else:
+                namespace[f"_d_{name}"] = default
+                params.append(f"{name}=_d_{name}")
+        lines += [f"    _set(self, {n!r}, {n})" if frozen else f"    self.{n} = {n}" for n in names]
+        exec(f"def __init__(self, {', '.join(params)}):\n" + "\n".join(lines or ["    pass"]), namespace)
+        return namespace["__init__"]  # type: ignore[no-any-return]
 
 
 
@@ -3165,31 +3200,14 @@ _HARD_KEYWORDS = frozenset(_REF_KEYWORDS + _COMBINATORS)
 _FLAG_TYPE_SET = frozenset(FLAG_TYPES)
 
 
-class _Record:
-    """Small value objects built once per property of every tool: explicit ``__init__`` and ``__slots__`` (the
-    generic section-2 ``dataclass`` init costs microseconds, which adds up over a 10 000-property catalogue)."""
-
-    __slots__: tuple[str, ...] = ()
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({', '.join(f'{n}={getattr(self, n)!r}' for n in self.__slots__)})"
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and all(getattr(self, n) == getattr(other, n) for n in self.__slots__)
-
-    __hash__ = None  # type: ignore[assignment]
-
-
-class ToolFlag(_Record):
+@dataclass(slots=True)
+class ToolFlag:
     """A property that has a flag: ``--<name>`` typed by ``kind`` (one of FLAG_TYPES)."""
 
-    __slots__ = ("name", "kind", "required", "schema")
-
-    def __init__(self, name: str, kind: str, required: bool, schema: dict[str, Any]) -> None:
-        self.name = name
-        self.kind = kind
-        self.required = required
-        self.schema = schema
+    name: str
+    kind: str
+    required: bool
+    schema: dict[str, Any]
 
     @property
     def option(self) -> str:
@@ -3203,29 +3221,24 @@ class ToolFlag(_Record):
         return f"--{self.name} {_FLAG_METAVAR[self.kind]}"
 
 
-class BodyOnlyField(_Record):
+@dataclass(slots=True)
+class BodyOnlyField:
     """A property (or required name) that gets no flag; it is set through ``--body``."""
 
-    __slots__ = ("name", "reason", "required", "schema")
-
-    def __init__(self, name: str, reason: str, required: bool, schema: Any = None) -> None:
-        self.name = name
-        self.reason = reason
-        self.required = required
-        self.schema = schema
+    name: str
+    reason: str
+    required: bool
+    schema: Any = None
 
 
-class ToolFlags(_Record):
+@dataclass(slots=True)
+class ToolFlags:
     """What a tool's ``inputSchema`` offers on the command line."""
 
-    __slots__ = ("flags", "body_only", "required", "notes")
-
-    def __init__(self, flags: dict[str, ToolFlag], body_only: dict[str, BodyOnlyField], required: tuple[str, ...],
-                 notes: tuple[str, ...] = ()) -> None:
-        self.flags = flags
-        self.body_only = body_only
-        self.required = required
-        self.notes = notes
+    flags: dict[str, ToolFlag]
+    body_only: dict[str, BodyOnlyField]
+    required: tuple[str, ...]
+    notes: tuple[str, ...] = ()
 
 
 def _schema_object(tool: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -120,3 +120,52 @@ def test_small_dataclass_matches_the_stdlib_semantics_bkmcp_relies_on() -> None:
     assert first != second
     with pytest.raises(TypeError):
         hash(first)
+
+
+def _records() -> tuple[type, type]:
+    """Fresh classes through section 2's ``dataclass`` (its real, non-TYPE_CHECKING definition)."""
+
+    @bkmcp.dataclass(slots=True)
+    class Slotted:
+        name: str
+        kind: str = "string"
+        notes: list = bkmcp.field(default_factory=list)
+
+        @property
+        def option(self) -> str:
+            return f"--{self.name}"
+
+    @bkmcp.dataclass(frozen=True)
+    class Frozen:
+        a: int
+        b: int = 2
+
+    return Slotted, Frozen
+
+
+def test_small_dataclass_compiles_its_init_after_a_few_instances_with_the_same_semantics() -> None:
+    """The generic ``__init__`` (free at import) and the compiled one a busy class gets behave the same:
+    positional and keyword arguments, defaults, a fresh ``default_factory`` value per instance, TypeErrors,
+    frozen stays read-only, slots leave no ``__dict__``."""
+    slotted, frozen = _records()
+    generic_init = slotted.__init__
+    made = [slotted("a"), slotted("b", "integer"), slotted(name="c", notes=[1])]
+    for _ in range(10):
+        made.append(slotted("x", kind="boolean"))
+    assert slotted.__init__ is not generic_init  # compiled by now
+    after = [slotted("a"), slotted("b", "integer"), slotted(name="c", notes=[1])]
+    assert made[:3] == after and made[3] == slotted("x", "boolean")
+    assert repr(after[1]).endswith(".Slotted(name='b', kind='integer', notes=[])")
+    assert after[0].notes == [] and after[0].notes is not slotted("z").notes
+    assert after[0].option == "--a" and not hasattr(after[0], "__dict__") and slotted.__slots__ == (
+        "name", "kind", "notes")
+    with pytest.raises(AttributeError):
+        after[0].other = 1
+    for args, kwargs in [((), {}), (("a", "b", [], "extra"), {}), (("a",), {"unknown": 1}),
+                         (("a",), {"name": "again"})]:
+        with pytest.raises(TypeError):
+            slotted(*args, **kwargs)
+    frozen_made = [frozen(i) for i in range(12)]
+    assert frozen_made[11] == frozen(11, 2) and hash(frozen(1)) == hash(frozen(a=1, b=2))
+    with pytest.raises(AttributeError):
+        frozen_made[11].a = 5
