@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 PYZ    := dist/bkmcp.pyz
 
-.PHONY: demo test venv interop lint unit integration artifact build scenario bench clean
+.PHONY: demo test venv interop peers lint unit integration artifact build scenario bench clean
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -16,6 +16,10 @@ $(VENV)/.installed: pyproject.toml
 # Servers nobody here wrote: the official Python SDK (own venv: it needs jsonschema>=4.20) and server-everything.
 interop:
 	bash .ci/install_interop.sh .venv-sdk
+
+# Peer MCP clients for bench/peers.py (mcp2cli, Inspector CLI, mcpc, mcporter), pinned, into .peers/.
+peers:
+	bash bench/install_peers.sh .peers
 
 build:
 	$(PYTHON) build_zipapp.py

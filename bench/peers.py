@@ -1,13 +1,30 @@
 #!/usr/bin/env python3
 """`--tools` against a local server, side by side with peer clients, in one run (SPEC §13).
 
-Measured (median wall time of N cold one-shot runs, each a fresh process, same mock server, same catalogue):
+    bench/install_peers.sh .peers                  # pinned peers (PyPI + npm), once
+    python3 bench/peers.py [--runs 15] [--transport http,stdio] [--peers-dir .peers] [--pyz dist/bkmcp.pyz]
+
+Every client lists the same mock server's catalogue (50 tools over 2 pages by default) in one cold one-shot
+process, over HTTP (an in-process ``MockServer``) and over stdio (the client starts
+``python mock_server/mcp_mock.py --stdio`` itself, so the server's own start-up is in every number):
 
 - bkmcp: ``python dist/bkmcp.pyz --tools`` (and ``python bkmcp.py --tools`` from source)
-- the official Python SDK client (``mcp`` 2.3.0 from ``.venv-sdk``): connect, list every page, print JSON
-- any of ``mcp2cli``, ``mcpc`` found on PATH (or named with --peer NAME=COMMAND, where COMMAND gets the URL)
+- the official Python SDK client (``mcp`` 2.3.0 from ``.venv-sdk``): connect, list every page, print the names
+- from --peers-dir (what bench/install_peers.sh installs):
+  mcp2cli 3.8.0 ``--list --json --refresh`` (--refresh: it would otherwise answer from its own tools cache),
+  MCP Inspector 2.12.0 ``--cli … --method tools/list``, mcporter 0.12.3 ``list … --json``, and
+  mcpc 0.2.6, which has no one-shot mode since 0.2.0: ``connect … @bench`` then ``@bench tools-list`` are timed
+  together, the ``close @bench`` after them is not
+- any --peer NAME=COMMAND (HTTP only; the server URL is appended)
 
-Prints each median and its ratio to bkmcp's. No thresholds: this is a report, not a test.
+A run counts only if it exits 0 and its output names every tool of the catalogue; over HTTP the server must also
+have answered at least one tools/list per page during it (no answer from a cache). A client that fails once is
+reported with its error line and never timed. Medians of --runs runs after one warm-up run each, of wall time and
+of CPU time (user+sys of the client and of the children it waited for: steadier on a busy machine; mcpc's
+detached bridge process is not in it, and the HTTP server, in this process, is in nobody's); the commands run
+round-robin so drift on a busy machine hits them alike. All of them get a fresh HOME (peers keep
+state there). Prints each median, its ratio to bkmcp.pyz, the fastest peer and whether bkmcp.pyz is ≥ 2× faster
+than it, by either clock. No thresholds: this is a report, not a test.
 """
 
 from __future__ import annotations
@@ -15,13 +32,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import resource
 import shlex
-import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,78 +48,209 @@ sys.path.insert(0, str(ROOT))
 
 from mock_server.mcp_mock import MockServer, mock_tool  # noqa: E402
 
+PAGE_SIZE = 25
+MOCK = str(ROOT / "mock_server" / "mcp_mock.py")
+
 SDK_CLIENT = r"""
-import asyncio, json, sys
+import asyncio, sys
+from mcp import StdioServerParameters
 from mcp.client import Client
-async def main(url):
-    async with Client(url) as client:
-        tools = await client.list_tools()
-        items = tools.tools if hasattr(tools, "tools") else tools
-        print(json.dumps([t.model_dump(mode="json") if hasattr(t, "model_dump") else t for t in items])[:80])
-asyncio.run(main(sys.argv[1]))
+async def main(target):
+    names, cursor = [], None
+    async with Client(target) as client:
+        while True:
+            page = await client.list_tools(cursor=cursor)
+            names += [t.name for t in page.tools]
+            cursor = page.next_cursor
+            if not cursor:
+                break
+    print("\n".join(names))
+argv = sys.argv[1:]
+asyncio.run(main(argv[0] if len(argv) == 1 else StdioServerParameters(command=argv[0], args=argv[1:])))
 """
 
 
-def median_ms(argv: list[str], runs: int, env: dict[str, str]) -> float | None:
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
-        elapsed = time.perf_counter() - start
-        if done.returncode != 0:
-            sys.stderr.write(f"  failed ({done.returncode}): {shlex.join(argv)}\n  {done.stderr.strip()[-300:]}\n")
-            return None
-        times.append(elapsed * 1000)
-    return statistics.median(times)
+@dataclass
+class Client:
+    """One client's way to list the tools once: `steps` are timed together, the last one prints the tools."""
+
+    name: str
+    steps: list[list[str]]
+    cleanup: list[list[str]] = field(default_factory=list)  # after each run, untimed
+    peer: bool = True  # False for bkmcp's own rows
+    times: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)
+    error: str | None = None
+
+
+def last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:200] if lines else "(no output)"
+
+
+def cpu_ms() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (usage.ru_utime + usage.ru_stime) * 1000
+
+
+def run_once(client: Client, env: dict[str, str], cwd: str, names: set[str],
+             server: MockServer | None) -> tuple[float, float]:
+    """(wall ms, CPU ms) of one run of `client`; raises RuntimeError with the error line unless it listed every tool."""
+    before = len(server.requests("tools/list")) if server else 0
+    try:
+        cpu_start, start = cpu_ms(), time.perf_counter()
+        for step, argv in enumerate(client.steps, 1):
+            done = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=120)
+            if done.returncode != 0:
+                where = f" (step {step}: {' '.join(argv[2:4])})" if len(client.steps) > 1 else ""
+                raise RuntimeError(f"exit {done.returncode}{where}: {last_line(done.stderr + done.stdout)}")
+        elapsed, cpu = (time.perf_counter() - start) * 1000, cpu_ms() - cpu_start
+    except subprocess.TimeoutExpired as exc:
+        raise RuntimeError(f"timed out after {exc.timeout:.0f} s") from exc
+    finally:
+        for argv in client.cleanup:
+            subprocess.run(argv, env=env, cwd=cwd, capture_output=True, timeout=120)
+    missing = names - set(re.findall(r"\btool_\d+\b", done.stdout))
+    if missing:
+        raise RuntimeError(f"output lacks {len(missing)} of {len(names)} tools (e.g. {min(missing)}): "
+                           f"{last_line(done.stderr + done.stdout)}")
+    pages = -(-len(names) // PAGE_SIZE)
+    if server and len(server.requests("tools/list")) - before < pages:
+        raise RuntimeError("the server answered fewer tools/list requests than there are pages (a cached answer?)")
+    return elapsed, cpu
+
+
+def build_clients(transport: str, target: list[str], args: argparse.Namespace, tmp: Path) -> tuple[
+        list[Client], list[tuple[str, str]]]:
+    """The clients to time over `transport` (target = [url] or the stdio server's argv), and the peers missing."""
+    python = sys.executable
+    entry = {"type": "http", "url": target[0]} if transport == "http" else {
+        "type": "stdio", "command": target[0], "args": target[1:]}
+    config = tmp / f"{transport}.json"
+    config.write_text(json.dumps({"mcpServers": {"bench": entry}}))
+    bkmcp = ["--config", str(config), "bench", "--tools"]
+    clients = [Client("bkmcp.pyz --tools", [[python, args.pyz, *bkmcp]], peer=False),
+               Client("bkmcp.py --tools (source)", [[python, str(ROOT / "bkmcp.py"), *bkmcp]], peer=False)]
+    missing = []
+    if Path(args.sdk_python).exists():
+        clients.append(Client("official Python SDK client", [[args.sdk_python, "-c", SDK_CLIENT, *target]]))
+    else:
+        missing.append(("official Python SDK client", f"{args.sdk_python} missing (make interop)"))
+
+    peers = Path(args.peers_dir).resolve()
+    mcp2cli = peers / "mcp2cli" / "bin" / "mcp2cli"
+    how = ["--mcp", target[0]] if transport == "http" else ["--mcp-stdio", shlex.join(target)]
+    if mcp2cli.exists():
+        clients.append(Client("mcp2cli 3.8.0", [[str(mcp2cli), *how, "--list", "--json", "--refresh"]]))
+    else:
+        missing.append(("mcp2cli", f"{mcp2cli} missing (bench/install_peers.sh {args.peers_dir})"))
+
+    node = peers / "node" / "node_modules" / ".bin" / "node"
+    scripts = {name: (peers / "node" / "node_modules" / ".bin" / name).resolve()
+               for name in ("inspector", "mcpc", "mcporter")}
+    for name, script in scripts.items():
+        if not node.exists() or not script.exists():
+            missing.append((name, f"{script} missing (bench/install_peers.sh {args.peers_dir})"))
+    if transport == "http":
+        for name, command in (p.split("=", 1) for p in args.peer):
+            clients.append(Client(name, [[*shlex.split(command), target[0]]]))
+    if not node.exists():
+        return clients, missing
+    if scripts["inspector"].exists():
+        clients.append(Client("MCP Inspector CLI 2.12.0", [
+            [str(node), str(scripts["inspector"]), "--cli", *target, "--method", "tools/list"]]))
+    if scripts["mcporter"].exists():
+        how = ["--http-url", target[0], "--allow-http"] if transport == "http" else [
+            "--stdio", target[0], *(arg for value in target[1:] for arg in ("--stdio-arg", value))]
+        clients.append(Client("mcporter 0.12.3", [[str(node), str(scripts["mcporter"]), "list", *how, "--json"]]))
+    if scripts["mcpc"].exists():
+        mcpc = [str(node), str(scripts["mcpc"])]
+        server = target[0] if transport == "http" else f"{config}:bench"
+        clients.append(Client("mcpc 0.2.6 (connect + tools-list)", [
+            [*mcpc, "connect", server, "@bench"], [*mcpc, "--json", "@bench", "tools-list"]],
+            cleanup=[[*mcpc, "close", "@bench"]]))
+    return clients, missing
+
+
+def measure(clients: list[Client], runs: int, env: dict[str, str], cwd: str, names: set[str],
+            server: MockServer | None) -> None:
+    """Round-robin: one warm-up run of each client, then `runs` timed rounds; a failing client drops out."""
+    for i in range(runs + 1):
+        for client in clients:
+            if client.error:
+                continue
+            try:
+                elapsed, cpu = run_once(client, env, cwd, names, server)
+            except RuntimeError as exc:
+                client.error = str(exc)
+                continue
+            if i:
+                client.times.append(elapsed)
+                client.cpu.append(cpu)
+
+
+def report(transport: str, clients: list[Client], missing: list[tuple[str, str]]) -> None:
+    own = clients[0]
+    print(f"\n{transport + ':':36s} {'wall ms':>9s} {'x pyz':>7s}  {'CPU ms':>9s} {'x pyz':>7s}")
+    for client in clients:
+        if client.error:
+            print(f"  {client.name:34s}    failed: {client.error}")
+            continue
+        cells = []
+        for mine, base in ((client.times, own.times), (client.cpu, own.cpu)):
+            value = statistics.median(mine)
+            cells.append(f"{value:9.1f} {value / statistics.median(base):6.2f}x" if base else f"{value:9.1f}")
+        print(f"  {client.name:34s} {'  '.join(cells)}")
+    for name, why in missing:
+        print(f"  {name:34s}    not installed: {why}")
+    timed = [c for c in clients if c.peer and not c.error]
+    if own.times and timed:
+        for label, series in (("wall", lambda c: c.times), ("CPU", lambda c: c.cpu)):
+            fastest = min(timed, key=lambda c: statistics.median(series(c)))
+            speedup = statistics.median(series(fastest)) / statistics.median(series(own))
+            print(f"  fastest peer ({label}): {fastest.name}; bkmcp.pyz is {speedup:.2f}x faster: "
+                  f"{'meets' if speedup >= 2 else 'misses'} the >= 2x target")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--tools", type=int, default=50, help="catalogue size")
     parser.add_argument("--pyz", default=str(ROOT / "dist" / "bkmcp.pyz"))
     parser.add_argument("--sdk-python", default=str(ROOT / ".venv-sdk" / "bin" / "python"))
-    parser.add_argument("--peer", action="append", default=[], help="NAME=COMMAND (the server URL is appended)")
+    parser.add_argument("--peers-dir", default=str(ROOT / ".peers"), help="where bench/install_peers.sh installed")
+    parser.add_argument("--peer", action="append", default=[], help="NAME=COMMAND (HTTP; the server URL is appended)")
+    parser.add_argument("--transport", default="http,stdio", help="http, stdio or both (default)")
     parser.add_argument("--version", default="2025-11-25", help="mock protocol versions: legacy, or 'all' (dual)")
     args = parser.parse_args()
 
     versions = ["2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"] if args.version == "all" else [args.version]
     tools = [mock_tool(f"tool_{i:03d}", properties={"q": {"type": "string"}, "n": {"type": "integer"}})
              for i in range(args.tools)]
-    server = MockServer({"versions": versions, "tools": tools, "page_size": 25})
-    url = server.start()
-    env = dict(os.environ)
-    rows: list[tuple[str, float | None]] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        config = Path(tmp) / "mcp.json"
-        config.write_text(json.dumps({"mcpServers": {"bench": {"type": "http", "url": url}}}))
-        python = sys.executable
-        rows.append(("bkmcp.pyz --tools", median_ms([python, args.pyz, "--config", str(config), "bench", "--tools"],
-                                                     args.runs, env)))
-        rows.append(("bkmcp.py --tools (source)", median_ms(
-            [python, str(ROOT / "bkmcp.py"), "--config", str(config), "bench", "--tools"], args.runs, env)))
-        if Path(args.sdk_python).exists():
-            rows.append(("official Python SDK client", median_ms([args.sdk_python, "-c", SDK_CLIENT, url],
-                                                                 args.runs, env)))
-        else:
-            sys.stderr.write(f"  skipped the SDK client: {args.sdk_python} missing (make interop)\n")
-        peers = dict(p.split("=", 1) for p in args.peer)
-        for name in ("mcp2cli", "mcpc"):
-            if name not in peers and shutil.which(name):
-                sys.stderr.write(f"  {name} found on PATH; pass --peer {name}=COMMAND with its list-tools form\n")
-        for name, command in peers.items():
-            rows.append((name, median_ms([*shlex.split(command), url], args.runs, env)))
-    server.stop()
-
-    base = rows[0][1]
-    print(f"--tools against a local mock ({args.tools} tools, {len(versions)} version(s)), median of {args.runs} "
-          "cold runs")
-    for name, value in rows:
-        if value is None:
-            print(f"  {name:32s}   failed")
-        else:
-            ratio = f"{value / base:5.2f}x bkmcp" if base else ""
-            print(f"  {name:32s} {value:8.1f} ms  {ratio}")
+    scenario = {"versions": versions, "tools": tools, "page_size": PAGE_SIZE}
+    names = {tool["name"] for tool in tools}
+    print(f"--tools against a local mock ({args.tools} tools, {PAGE_SIZE} a page, {len(versions)} version(s)), "
+          f"medians of {args.runs} cold runs after a warm-up, round-robin; CPU = user+sys of the client and the "
+          "children it waited for")
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        (tmp / "home").mkdir()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("XDG_")}
+        env["HOME"] = str(tmp / "home")
+        env["PATH"] = os.pathsep.join([str(Path(args.peers_dir).resolve() / "node" / "node_modules" / ".bin"),
+                                       env.get("PATH", "")])
+        (tmp / "scenario.json").write_text(json.dumps(scenario))
+        for transport in args.transport.split(","):
+            server = MockServer(scenario) if transport == "http" else None
+            target = [server.start()] if server else [
+                sys.executable, MOCK, "--stdio", "--quiet", "--scenario", str(tmp / "scenario.json")]
+            try:
+                clients, missing = build_clients(transport, target, args, tmp)
+                measure(clients, args.runs, env, str(tmp), names, server)
+            finally:
+                if server:
+                    server.stop()
+            report(transport, clients, missing)
     return 0
 
 
