@@ -1890,6 +1890,33 @@ _RESUME_DEFAULT_MS = 1000
 _RESUME_MAX_IDLE = 20
 
 
+# httpcore imports every async back end it can find (trio, anyio, sniffio) when it loads, and httpx its optional
+# extras (click, rich and pygments for its own CLI; brotli and zstandard decoders). bkmcp uses the sync client
+# only and must behave the same on every host, so while httpx loads these names are hidden (unless something
+# imported them already). That saves loading anyio (~25 ms) on every remote command, trio (~100 ms) on hosts that
+# have it, and keeps the Accept-Encoding header from depending on what the host has installed.
+_HTTPX_HIDDEN = ("trio", "anyio", "sniffio", "click", "rich", "pygments", "brotli", "brotlicffi", "zstandard", "h2",
+                 "socksio")
+
+
+def _import_httpx() -> Any:
+    """The httpx module, loaded (the first time) without the optional modules of ``_HTTPX_HIDDEN``."""
+    module = sys.modules.get("httpx")
+    if module is not None:
+        return module
+    hidden = [name for name in _HTTPX_HIDDEN if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None  # type: ignore[assignment]  # `import name` now raises ImportError
+    try:
+        import httpcore  # noqa: F401  # httpx imports it on the first Client: load it here, with the rest hidden
+        import httpx
+    finally:
+        for name in hidden:
+            if name in sys.modules and sys.modules[name] is None:
+                del sys.modules[name]
+    return httpx
+
+
 class HttpTransport:
     """Streamable HTTP over one ``httpx.Client`` per operation (keep-alive, no redirects, TLS verified)."""
 
@@ -1910,7 +1937,7 @@ class HttpTransport:
 
     def _http(self) -> Any:
         if self._client is None:
-            import httpx
+            httpx = _import_httpx()
 
             # trust_env=False: no proxies from the environment and, above all, no ~/.netrc credentials —
             # the server's configured headers are the only identity (SPEC §4). A plain http:// endpoint needs
@@ -1922,7 +1949,7 @@ class HttpTransport:
 
     @staticmethod
     def _timeout(deadline: Deadline, cap: float | None = None) -> Any:
-        import httpx
+        httpx = _import_httpx()
 
         left = deadline.remaining()
         return httpx.Timeout(min(left, cap) if cap else left)
@@ -1945,7 +1972,7 @@ class HttpTransport:
 
     def _translate(self, exc: Exception, deadline: Deadline) -> BkmcpError:
         """httpx exception -> bkmcp error (the one boundary where foreign exceptions are converted)."""
-        import httpx
+        httpx = _import_httpx()
 
         target = strip_url_credentials(self.url)
         if isinstance(exc, (httpx.InvalidURL, UnicodeError)):  # IDNA / host name encoding, before any I/O
@@ -2049,7 +2076,7 @@ class HttpTransport:
     def exchange(self, message: dict[str, Any], *, rules: EraRules | None, deadline: Deadline,
                  extra_headers: Iterable[tuple[str, str]] = ()) -> Iterable[Message]:
         """POST one request and yield every message that arrives for it; the matching response comes last."""
-        import httpx
+        httpx = _import_httpx()
 
         request_id = message["id"]
         is_initialize = message.get("method") == "initialize"
@@ -2136,7 +2163,7 @@ class HttpTransport:
     def _resume(self, decoder: SseDecoder, request_id: Any, rules: EraRules, deadline: Deadline
                 ) -> Iterable[Message]:
         """GET + Last-Event-ID after the server's ``retry`` delay, until the response or the budget ends."""
-        import httpx
+        httpx = _import_httpx()
 
         idle = 0
         while True:
@@ -2184,7 +2211,7 @@ class HttpTransport:
     def send_message(self, message: dict[str, Any], *, rules: EraRules | None, deadline: Deadline,
                      strict: bool = True) -> None:
         """POST a notification or a response; expects 202 (any 2xx accepted)."""
-        import httpx
+        httpx = _import_httpx()
 
         headers = build_headers(rules, configured=self.configured, message=message, session_id=self.session_id)
         started = time.monotonic()
@@ -2204,7 +2231,7 @@ class HttpTransport:
         """DELETE the legacy session (405 is fine); best effort, never raises."""
         if self.session_id is None or self._client is None:
             return
-        import httpx
+        httpx = _import_httpx()
 
         headers = build_headers(rules, configured=self.configured, session_id=self.session_id)
         started = time.monotonic()

@@ -157,3 +157,4 @@ def test_vendor_zip_copied_once_by_the_first_run_that_needs_it(pyz_path: Path, p
                              text=True, env=env, timeout=120, check=False)
     assert verbose.returncode == 0, verbose.stderr[-2000:]
     assert f"import 'httpx' # <zipimporter object \"{copy}/\">" in verbose.stderr
+    assert "import 'anyio'" not in verbose.stderr and "import 'trio'" not in verbose.stderr  # _import_httpx
