@@ -421,9 +421,10 @@ def zip_bytes(files: dict[str, bytes], epoch: int, prefix: bytes = b"") -> bytes
             info = zipfile.ZipInfo(name, date_time)
             info.create_system = 3
             info.external_attr = 0o100644 << 16
-            # bytecode is read on every start: stored, it skips inflating; the nested zip is stored so that it
-            # is copied out as is; everything else is deflated
-            stored = name.endswith((".pyc", ".zip"))
+            # bytecode is read on every start: stored, it skips inflating (and, for __main__.py, which Pythons
+            # other than the build one read as source, importing zlib); the nested zip is stored so that it is
+            # copied out as is; everything else is deflated
+            stored = name.endswith((".pyc", ".zip")) or name == "__main__.py"
             info.compress_type = zipfile.ZIP_STORED if stored else zipfile.ZIP_DEFLATED
             zf.writestr(info, files[name], compresslevel=None if stored else 6)
     return buf.getvalue()
