@@ -13,6 +13,9 @@
 #   x86_64-musl-3.11   CPython 3.11.2 built from Debian's source tarball with Debian's musl-gcc (musl 1.2.3),
 #   x86_64-musl-3.9    and 3.9.2 (bullseye source), zlib 1.2.13 linked in statically; no ssl/ctypes/lzma, which
 #                      the --version/--help/--dry-run paths do not need
+#   aarch64-musl-3.11  CPython 3.11.2 cross-built with Debian's gcc-aarch64-linux-gnu against Debian's arm64
+#                      musl/musl-dev (into DIR/aarch64-musl), run by qemu-aarch64-static -L; the build Python is a
+#                      CPython 3.11 of this machine (python3.11 on PATH, FOREIGN_BUILD_PYTHON, or x86_64-musl-3.11)
 # Each one gets a launcher script DIR/bin/python<ver>-<arch>-linux-<libc>; DIR/foreign_pythons holds them joined
 # by ":" (the value for BKMCP_FOREIGN_PYTHONS).
 #
@@ -21,15 +24,16 @@
 # clear message; FOREIGN_LATEST=1 then takes the newest version of the same packages (and prints it) until the
 # pins are updated. FOREIGN_TARGETS="aarch64-gnu-3.11 x86_64-musl-3.11" limits what is installed.
 #
-# Needs: root (apt-get install qemu-user-static musl-tools gcc make), bash, coreutils timeout, network to Debian's
-# archive. Idempotent: a target whose launcher already works is kept. Takes ~4-5 minutes on 2 cores from scratch,
-# nearly all of it compiling the two musl CPythons; the apt part is ~30 s.
+# Needs: root (apt-get install qemu-user-static musl-tools gcc-aarch64-linux-gnu gcc make), bash, coreutils timeout,
+# network to Debian's archive. Idempotent: a target whose launcher already works is kept. From scratch on 2 cores:
+# about 315 s, nearly all of it compiling the three musl CPythons (the three .deb targets: ~35-55 s); a rerun with
+# everything in place, ~15 s.
 set -euo pipefail
 
 DIR="${1:?usage: .ci/install_foreign.sh DIR}"
 mkdir -p "$DIR"
 DIR="$(cd "$DIR" && pwd)"
-TARGETS="${FOREIGN_TARGETS:-aarch64-gnu-3.11 aarch64-gnu-3.14 x86_64-gnu-3.14 x86_64-musl-3.11 x86_64-musl-3.9}"
+TARGETS="${FOREIGN_TARGETS:-aarch64-gnu-3.11 aarch64-gnu-3.14 x86_64-gnu-3.14 x86_64-musl-3.11 x86_64-musl-3.9 aarch64-musl-3.11}"
 KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
 MIRROR=http://deb.debian.org/debian
 
@@ -40,6 +44,7 @@ libuuid1=2.38.1-5+deb12u3 libgcc-s1=12.2.0-14+deb12u1"
 SID_PKGS="python3.14-minimal=3.14.10-1 libpython3.14-minimal=3.14.10-1 libpython3.14-stdlib=3.14.10-1
 libc6=2.43-7 libexpat1=2.9.0-1 zlib1g=1:1.3.dfsg+really1.3.2-4 libssl3t64=3.6.5-1 libbz2-1.0=1.0.8-6+b2
 libffi8=3.8.0-2 liblzma5=5.8.4-1 libuuid1=2.42.4-1 libzstd1=1.5.7+dfsg-4 libgcc-s1=16.2.0-4"
+MUSL_ARM64_PKGS="musl=1.2.3-1 musl-dev=1.2.3-1"
 # source package, suite, orig tarball, its sha256
 SRC_PY311="python3.11 bookworm python3.11_3.11.2.orig.tar.gz 2411c74bda5bbcfcddaf4531f66d1adc73f247f529aee981b029513aefdbf849"
 SRC_PY39="python3.9 bullseye python3.9_3.9.2.orig.tar.xz 3c2034c54f811448f516668dce09d24008a0716c3a794dd8639b5388cbde247d"
@@ -52,10 +57,13 @@ wants() { case " $TARGETS " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
 
 # ------------------------------------------------------------------------------------------- host tools
 need_host=()
-if wants aarch64-gnu-3.11 || wants aarch64-gnu-3.14; then
+if wants aarch64-gnu-3.11 || wants aarch64-gnu-3.14 || wants aarch64-musl-3.11; then
   [ -x /usr/bin/qemu-aarch64-static ] || need_host+=(qemu-user-static)
 fi
-if wants x86_64-musl-3.11 || wants x86_64-musl-3.9; then
+if wants aarch64-musl-3.11; then
+  command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || need_host+=(gcc-aarch64-linux-gnu)
+fi
+if wants x86_64-musl-3.11 || wants x86_64-musl-3.9 || wants aarch64-musl-3.11; then
   command -v musl-gcc >/dev/null 2>&1 || need_host+=(musl-tools)
   command -v gcc >/dev/null 2>&1 || need_host+=(gcc)
   command -v make >/dev/null 2>&1 || need_host+=(make)
@@ -179,47 +187,71 @@ fetch_source() {  # $1 = "srcpkg suite file sha256", $2 = dest dir -> SOURCE, th
   SOURCE="$2/$file"
 }
 
-musl_target() {  # $1 target, $2 "srcpkg suite file sha256", $3 "3.X", $4 configure multiarch answer
-  local prefix="$DIR/musl-$3" launcher="$DIR/bin/python$3-x86_64-linux-musl"
-  if ! launcher_ok "$launcher" "$3 x86_64"; then
-    log "$1: CPython from Debian's $(echo "$2" | cut -d' ' -f3) built with musl-gcc -> $prefix (a few minutes)"
-    local src="$DIR/src" build="$DIR/build-musl-$3"
+musl_target() {  # $1 target, $2 "srcpkg suite file sha256", $3 "3.X", $4 x86_64|aarch64
+  local target="$1" ver="$3" arch="$4"
+  local prefix="$DIR/musl-$arch-$ver" launcher="$DIR/bin/python$ver-$arch-linux-musl" sysroot="$DIR/aarch64-musl"
+  if ! launcher_ok "$launcher" "$ver $arch"; then
+    log "$target: CPython from Debian's $(echo "$2" | cut -d' ' -f3) built with musl -> $prefix (a few minutes)"
+    local src="$DIR/src" build="$DIR/build-musl-$arch-$ver"
     local py_tar zlib_tar
     fetch_source "$2" "$src"; py_tar="$SOURCE"
     fetch_source "$SRC_ZLIB" "$src"; zlib_tar="$SOURCE"
     rm -rf "$build" "$prefix" && mkdir -p "$build"
-    cat > "$build/musl-cc" <<'EOF'
-#!/bin/sh
-# musl-gcc reporting the musl multiarch: gcc says x86_64-linux-gnu, and CPython's setup.py would then add glibc's
-# header folder. configure (--print-multiarch) hears MUSL_CONFIGURE_MULTIARCH: 3.9's configure names the musl
-# triplet x86_64-linux-gnu itself and must hear nothing; setup.py (-print-multiarch) always hears the musl one.
-for a in "$@"; do
-  case "$a" in
-    --print-multiarch) echo "${MUSL_CONFIGURE_MULTIARCH-x86_64-linux-musl}"; exit 0 ;;
-    -print-multiarch) echo x86_64-linux-musl; exit 0 ;;
-  esac
-done
-exec musl-gcc "$@"
-EOF
-    chmod 755 "$build/musl-cc"
+    # The compiler wrapper answers the multiarch questions: gcc says <arch>-linux-gnu, and CPython 3.9-3.11's
+    # setup.py (-print-multiarch) would then add glibc's header folder. configure (--print-multiarch) must agree
+    # with the triplet it computes itself: x86_64-linux-musl for 3.10+, nothing for 3.9 (its configure calls musl
+    # x86_64-linux-gnu) and for the cross build (compared against the build machine's triplet).
+    local cc configure_multiarch="$arch-linux-musl" cross=()
+    if [ "$arch" = x86_64 ]; then
+      cc="musl-gcc"
+      [ "$ver" != 3.9 ] || configure_multiarch=""
+    else
+      # Debian's arm64 musl + musl-dev, and their musl-gcc.specs pointed into the sysroot, for the cross gcc
+      [ -x "$sysroot/lib/ld-musl-aarch64.so.1" ] || {
+        fetch_debs bookworm arm64 "$DIR/debs/bookworm-arm64-musl" "$MUSL_ARM64_PKGS"
+        unpack_sysroot "$DIR/debs/bookworm-arm64-musl" "$sysroot"
+      }
+      sed -e "s#/usr/include/aarch64-linux-musl#$sysroot/usr/include/aarch64-linux-musl#g" \
+          -e "s#-L/usr/lib/aarch64-linux-musl#-L$sysroot/lib/aarch64-linux-musl -L$sysroot/usr/lib/aarch64-linux-musl#" \
+          -e "s#/usr/lib/aarch64-linux-musl/#$sysroot/usr/lib/aarch64-linux-musl/#g" \
+          "$sysroot/usr/lib/aarch64-linux-musl/musl-gcc.specs" > "$build/musl-gcc.specs"
+      cc="aarch64-linux-gnu-gcc -specs $build/musl-gcc.specs"
+      configure_multiarch=""
+      local build_py="${FOREIGN_BUILD_PYTHON:-$(command -v "python$ver" || true)}"
+      [ -n "$build_py" ] || build_py="$DIR/musl-x86_64-$ver/bin/python$ver"
+      build_py=$("$build_py" -c "import sys; assert sys.version_info[:2] == (${ver%%.*}, ${ver#*.}); print(sys.executable)" \
+        2>/dev/null) || true  # the real interpreter, not a pyenv shim
+      [ -x "$build_py" ] || die "$target: cross-building needs a CPython $ver on this machine (python$ver on PATH, FOREIGN_BUILD_PYTHON, or the x86_64-musl-$ver target first)"
+      printf 'ac_cv_file__dev_ptmx=yes\nac_cv_file__dev_ptc=no\n' > "$build/config.site"
+      # --build says musl: 3.11.2's configure takes the musl triplet (and so EXT_SUFFIX) from the *build* OS
+      cross=(--build=x86_64-pc-linux-musl --host=aarch64-linux-musl "--with-build-python=$build_py" --disable-ipv6)
+    fi
+    printf '#!/bin/sh\n# written by .ci/install_foreign.sh: %s with the multiarch answers CPython needs\nfor a in "$@"; do\n  case "$a" in\n    --print-multiarch) [ -n "%s" ] && echo "%s"; exit 0 ;;\n    -print-multiarch) echo %s; exit 0 ;;\n  esac\ndone\nexec %s "$@"\n' \
+      "$cc" "$configure_multiarch" "$configure_multiarch" "$arch-linux-musl" "$cc" > "$build/cc"
+    chmod 755 "$build/cc"
     tar -xf "$zlib_tar" -C "$build" && tar -xf "$py_tar" -C "$build"
     local zdir pdir; zdir=$(echo "$build"/zlib-*/); pdir=$(echo "$build"/Python-*/)
-    local blog="$build/build.log"
+    local blog="$build/build.log" jobs ar=ar readelf=readelf
+    jobs="$(nproc)"
+    [ "$arch" = x86_64 ] || { ar=aarch64-linux-gnu-ar; readelf=aarch64-linux-gnu-readelf; }
     step() {  # $1 seconds, rest: command (in the current folder), output to the build log
       local limit="$1"; shift
       timeout "$limit" "$@" >> "$blog" 2>&1 || { tail -30 "$blog" >&2; die "$target: '$*' failed or took over $limit s (log: $blog)"; }
     }
-    local target="$1" jobs; jobs="$(nproc)"
-    (cd "$zdir" && CC=musl-gcc CFLAGS="-O2 -fPIC" step 120 ./configure --static --prefix="$build/deps" \
+    (cd "$zdir" && CC="$build/cc" AR="$ar" CFLAGS="-O2 -fPIC" step 120 ./configure --static --prefix="$build/deps" \
       && step 300 make -j"$jobs" && step 120 make install)
-    (cd "$pdir" && MUSL_CONFIGURE_MULTIARCH="$4" CC="$build/musl-cc" CPPFLAGS="-I$build/deps/include" \
+    (cd "$pdir" && CONFIG_SITE="$build/config.site" CC="$build/cc" AR="$ar" READELF="$readelf" CPPFLAGS="-I$build/deps/include" \
       LDFLAGS="-L$build/deps/lib" step 300 ./configure --prefix="$prefix" --without-ensurepip --disable-test-modules \
-      && step 1500 make -j"$jobs" && step 600 make install)
-    write_launcher "python$3-x86_64-linux-musl" "exec '$prefix/bin/python$3' \"\$@\""
-    launcher_ok "$launcher" "$3 x86_64" || die "$1: $launcher does not run ($("$launcher" -c pass 2>&1 | tail -1))"
+      "${cross[@]}" && step 1500 make -j"$jobs" && step 600 make install)
+    if [ "$arch" = x86_64 ]; then
+      write_launcher "python$ver-$arch-linux-musl" "exec '$prefix/bin/python$ver' \"\$@\""
+    else
+      write_launcher "python$ver-$arch-linux-musl" "exec /usr/bin/qemu-aarch64-static -L '$sysroot' '$prefix/bin/python$ver' \"\$@\""
+    fi
+    launcher_ok "$launcher" "$ver $arch" || die "$target: $launcher does not run ($("$launcher" -c pass 2>&1 | tail -1))"
     rm -rf "$build"
   fi
-  log "$1: $launcher ($("$launcher" -S -c 'import sys; print(sys.version.split()[0])'), musl)"
+  log "$target: $launcher ($("$launcher" -S -c 'import sys; print(sys.version.split()[0])'), musl)"
   LAUNCHERS+=("$launcher")
 }
 
@@ -229,8 +261,9 @@ wants aarch64-gnu-3.14 && debian_target aarch64-gnu-3.14 sid arm64 "$SID_PKGS" p
   python3.14-aarch64-linux-gnu "3.14 aarch64"
 wants x86_64-gnu-3.14 && debian_target x86_64-gnu-3.14 sid amd64 "$SID_PKGS" python3.14 \
   python3.14-x86_64-linux-gnu "3.14 x86_64"
-wants x86_64-musl-3.11 && musl_target x86_64-musl-3.11 "$SRC_PY311" 3.11 x86_64-linux-musl
-wants x86_64-musl-3.9 && musl_target x86_64-musl-3.9 "$SRC_PY39" 3.9 ""
+wants x86_64-musl-3.11 && musl_target x86_64-musl-3.11 "$SRC_PY311" 3.11 x86_64
+wants x86_64-musl-3.9 && musl_target x86_64-musl-3.9 "$SRC_PY39" 3.9 x86_64
+wants aarch64-musl-3.11 && musl_target aarch64-musl-3.11 "$SRC_PY311" 3.11 aarch64
 
 [ "${#LAUNCHERS[@]}" -gt 0 ] || die "no target selected (FOREIGN_TARGETS=$TARGETS)"
 (IFS=:; echo "${LAUNCHERS[*]}") > "$DIR/foreign_pythons"
