@@ -12,12 +12,14 @@ For each Python, medians (ms) of:
               runpy; on 3.9 runpy imports `typing` through importlib.util)
   help src    `bkmcp.main(["--help"])` from that site-packages folder; ratio = pyz --help / this (the
               artifact's own overhead, independent of how heavy bkmcp.py is)
-  imp pyz     the `--tools` import set (bkmcp, httpx) loaded the way the pyz's __main__ loads it
+  imp pyz     the `--tools` import set (bkmcp, then httpx as bkmcp loads it) loaded the way the pyz's __main__ loads it
   imp site    the same imports from a site-packages-like folder (`pip install --target`, with bytecode)
   jq first    extracting + importing the jq native on a fresh cache, minus the same process without jq
   jq warm     importing it from the cache, minus the same process without jq
   1st help    `--help` on a fresh cache: for a Python other than the build one, the first-run cost of
               extracting the per-user compiled cache (and compiling bkmcp.py)
+Each Python runs through a fresh empty venv (`--host-site`: the interpreter itself), so that a .pth file of the
+host's site-packages (this machine's 3.11 imports certifi from one at every start) cannot inflate `pass`.
 Ratios: the CLI runs against `pass`, `help src` as said, `imp pyz` against `imp site`. Every command runs once
 before timing, so caches (the per-user compiled cache of non-build Pythons) are warm, then the commands of one
 Python run round-robin. Nothing is asserted, only printed.
@@ -40,7 +42,7 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-IMPORTS = "import bkmcp, httpx"
+IMPORTS = "import bkmcp; bkmcp._import_httpx()"  # what --tools loads: httpx and httpcore, without their extras
 
 
 def find_pythons() -> list[tuple[str, str]]:
@@ -114,6 +116,9 @@ def main() -> int:
     parser.add_argument("--cpu", action="store_true", help="measure the child's CPU time instead of wall time")
     parser.add_argument("--no-site", action="store_true",
                         help="run every interpreter with -S (no site-packages .pth side effects)")
+    parser.add_argument("--host-site", action="store_true",
+                        help="run the interpreters themselves, with whatever their site-packages .pth files import "
+                        "(default: each through a fresh empty venv, so a host .pth cannot inflate `-c pass`)")
     args = parser.parse_args()
     global CLOCK
     CLOCK = "cpu" if args.cpu else "wall"
@@ -128,7 +133,9 @@ def main() -> int:
                                text=True, check=True).stdout.strip(), p) for p in args.python] or find_pythons()
     size = pyz.stat().st_size
     print(f"{pyz.name}: {size} bytes ({size / 1e6:.1f} MB), build {build_id}, bytecode for {tag}, "
-          f"{args.runs} runs each, medians of {CLOCK} time in ms{', every python with -S' if args.no_site else ''}")
+          f"{args.runs} runs each, medians of {CLOCK} time in ms{', every python with -S' if args.no_site else ''}"
+          + (", interpreters as installed (host .pth files run)" if args.host_site
+             else ", each Python in an empty venv"))
     work = Path(tempfile.mkdtemp(prefix="bkmcp-bench-"))
     try:
         cfg = work / "mcp.json"
@@ -149,6 +156,10 @@ def main() -> int:
         rows = []
         for version, python in pythons:
             site = site_dir(python, work, pyz)
+            if not args.host_site:  # an empty venv: the interpreter as shipped, without this host's .pth imports
+                venv = work / f"venv-{version}"
+                subprocess.run([python, "-m", "venv", "--without-pip", str(venv)], check=True)
+                python = str(venv / "bin" / "python")
             py = [python, "-S"] if args.no_site else [python]
             m = medians({
                 "pass": [*py, "-c", "pass"],

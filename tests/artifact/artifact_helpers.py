@@ -29,6 +29,18 @@ def find_python(version: str) -> str | None:
         return sorted(paths, key=lambda p: [int(x) for x in Path(p).parents[1].name.split(".")])[-1]
     if f"{sys.version_info[0]}.{sys.version_info[1]}" == version:
         return sys.executable
+    return foreign_native_python(version)
+
+
+def foreign_native_python(version: str) -> str | None:
+    """A launcher of `.ci/install_foreign.sh` (in BKMCP_FOREIGN_PYTHONS) for `version` that runs natively here:
+    this machine's architecture and glibc (e.g. Debian's CPython 3.14 when pyenv has none)."""
+    import platform
+
+    wanted = f"python{version}-{platform.machine()}-linux-gnu"
+    for entry in os.environ.get("BKMCP_FOREIGN_PYTHONS", "").split(os.pathsep):
+        if entry and os.path.basename(entry) == wanted and os.access(entry, os.X_OK):
+            return entry
     return None
 
 

@@ -5,7 +5,8 @@ Reusable by every artifact scenario:
 * `pyz_path` (session): the pyz, built once per session from the repo's bkmcp.py into a temp dir (or the file
   named by BKMCP_PYZ, to test a prebuilt artifact).
 * `pythons` (session): {"3.9": "/path/to/python3", ...} for the CPython 3.9-3.14 that pyenv has (real
-  interpreters, not shims); `python` is parametrised over 3.9-3.14 and skips, saying why, the ones missing.
+  interpreters, not shims), else a launcher of `.ci/install_foreign.sh` in BKMCP_FOREIGN_PYTHONS that runs natively
+  here (Debian's 3.14); `python` is parametrised over 3.9-3.14 and skips, saying why, the ones missing.
 * `pyz_env(tmp_path)`: an environment whose HOME, XDG_CACHE_HOME and TMPDIR are private to the test.
 * `run_pyz(python, pyz, *args, env=..., timeout=...)`: run it, return the CompletedProcess (text).
 """
@@ -55,7 +56,7 @@ def pythons() -> dict[str, str]:
 @pytest.fixture(params=PY_VERSIONS)
 def python(request: pytest.FixtureRequest, pythons: dict[str, str]) -> str:
     if request.param not in pythons:
-        pytest.skip(f"CPython {request.param} is not installed here (pyenv versions)")
+        pytest.skip(f"CPython {request.param} is not installed here (pyenv versions, BKMCP_FOREIGN_PYTHONS)")
     return pythons[request.param]
 
 
