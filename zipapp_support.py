@@ -188,7 +188,10 @@ def use_vendor_zip(build_id: str, archive: str, sha256: str) -> None:
         if hashlib.sha256(data).hexdigest() != sha256:
             raise ImportError(f"{archive} is damaged ({VENDOR_ZIP} does not match its sha256): download or build it"
                               " again")
-        _write_atomic(root, path, data)
+        try:
+            _write_atomic(root, path, data)
+        except OSError as exc:  # e.g. a full disk: say what bkmcp was doing, not only errno
+            raise ImportError(f"bkmcp.pyz: cannot copy its vendored packages into {root}: {exc}") from exc
     sys.path.insert(0, path)
 
 

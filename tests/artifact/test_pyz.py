@@ -341,3 +341,19 @@ def test_jq_unavailable(python: str, pyz_no_natives: Path, pyz_env: dict, tmp_pa
     error = _error(proc.stderr)
     assert error["code"] == "jq_unavailable" and "jq" in error.get("hint", "")
     assert not _natives(Path(env["XDG_CACHE_HOME"]))
+
+
+def test_vendor_zip_refused_when_it_does_not_match_its_sha256(pyz_path: Path, pyz_env: dict,
+                                                              build_info: dict) -> None:
+    """A pyz whose nested vendor zip does not match the sha256 its __main__ carries is reported as damaged, and
+    nothing is copied into the cache."""
+    code = ("try:\n"
+            f"    boot.use_vendor_zip({build_info['build_id']!r}, {str(pyz_path)!r}, '0' * 64)\n"
+            "except ImportError as exc:\n"
+            "    print('refused:', exc)\n")
+    proc = run_in_pyz(sys.executable, pyz_path, code, env=pyz_env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("refused: ") and "is damaged" in proc.stdout and "download or build it again" in (
+        proc.stdout)
+    build_dir = Path(pyz_env["XDG_CACHE_HOME"]) / "bkmcp" / build_info["build_id"]
+    assert not (build_dir / build_info["vendor_zip"]["member"]).exists()
