@@ -6,6 +6,7 @@ import io
 import json
 import os
 import socket
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +56,35 @@ class _Stdin(io.TextIOWrapper):
     def read(self, *args: Any) -> str:  # type: ignore[override]
         type(self).reads += 1
         return super().read(*args)
+
+
+_MODULES_WRAPPER = """
+import json, runpy, sys
+out, script, *args = sys.argv[1:]
+sys.argv = [script, *args]
+try:
+    runpy.run_path(script, run_name="__main__")
+except SystemExit as exc:
+    code = exc.code
+else:
+    code = 0
+with open(out, "w") as handle:
+    json.dump({"code": code, "modules": sorted(sys.modules)}, handle)
+"""
+
+
+def run_bkmcp_modules(tmp_path: Path, *args: str, env: dict[str, str] | None = None
+                      ) -> tuple[int, set[str], subprocess.CompletedProcess[str]]:
+    """Run ``bkmcp.py`` in a fresh interpreter; (exit status, every module it had loaded at exit, the process)."""
+    out = tmp_path / "modules.json"
+    proc = subprocess.run(
+        [sys.executable, "-c", _MODULES_WRAPPER, str(out), str(ROOT / "bkmcp.py"), *args],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+        env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", **(env or {})},
+    )
+    assert out.exists(), proc.stderr
+    report = json.loads(out.read_text())
+    return report["code"], set(report["modules"]), proc
 
 
 def run_bkmcp(

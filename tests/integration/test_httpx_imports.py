@@ -6,26 +6,11 @@ path: each records being imported, and the server shows which encodings bkmcp of
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-HIDDEN = ("trio", "anyio", "sniffio", "click", "rich", "pygments", "brotli", "brotlicffi", "zstandard")
+from bkmcp_test_helpers import run_bkmcp_modules
 
-WRAPPER = """
-import json, runpy, sys
-out, script, *args = sys.argv[1:]
-sys.argv = [script, *args]
-try:
-    runpy.run_path(script, run_name="__main__")
-except SystemExit as exc:
-    code = exc.code
-else:
-    code = 0
-with open(out, "w") as handle:
-    json.dump({"code": code, "modules": sorted(sys.modules)}, handle)
-"""
+HIDDEN = ("trio", "anyio", "sniffio", "click", "rich", "pygments", "brotli", "brotlicffi", "zstandard")
 
 
 def test_remote_command_imports_no_optional_httpx_extras(tmp_path: Path, mock) -> None:
@@ -36,18 +21,11 @@ def test_remote_command_imports_no_optional_httpx_extras(tmp_path: Path, mock) -
     for name in HIDDEN:  # a module that exists, but records its import (and offers what httpx looks for)
         (fakes / f"{name}.py").write_text(
             f"open({str(marker)!r}, 'a').write({name!r} + '\\n')\nclass Decompressor: pass\n", encoding="utf-8")
-    out = tmp_path / "report.json"
-    proc = subprocess.run(
-        [sys.executable, "-c", WRAPPER, str(out), str(ROOT / "bkmcp.py"), "--config", str(target.config),
-         target.name, "--tools"],
-        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
-        env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "PYTHONPATH": str(fakes)},
-    )
-    report = json.loads(out.read_text())
-    assert report["code"] == 0, proc.stdout + proc.stderr
+    code, modules, proc = run_bkmcp_modules(tmp_path, "--config", str(target.config), target.name, "--tools",
+                                            env={"PYTHONPATH": str(fakes)})
+    assert code == 0, proc.stdout + proc.stderr
     assert json.loads(proc.stdout)["data"]["tools"]
     assert not marker.exists(), marker.read_text()
-    modules = set(report["modules"])
     assert "httpx" in modules and "httpcore" in modules
     assert not {m.split(".")[0] for m in modules} & set(HIDDEN)
     lists = target.srv.requests("tools/list")

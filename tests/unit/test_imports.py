@@ -8,35 +8,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from bkmcp_test_helpers import run_bkmcp_modules
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("httpx", "httpcore", "jsonschema", "jq", "asyncio", "anyio")
 
-WRAPPER = """
-import json, runpy, sys
-out, script, *args = sys.argv[1:]
-sys.argv = [script, *args]
-try:
-    runpy.run_path(script, run_name="__main__")
-except SystemExit as exc:
-    code = exc.code
-else:
-    code = 0
-with open(out, "w") as handle:
-    json.dump({"code": code, "modules": sorted(sys.modules)}, handle)
-"""
-
-
 def _modules(tmp_path: Path, *args: str) -> tuple[int, set[str]]:
-    out = tmp_path / "modules.json"
-    proc = subprocess.run(
-        [sys.executable, "-c", WRAPPER, str(out), str(ROOT / "bkmcp.py"), *args],
-        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
-        env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
-    )
+    code, modules, proc = run_bkmcp_modules(tmp_path, *args)
     assert proc.returncode == 0, proc.stderr
-    report = json.loads(out.read_text())
-    return report["code"], set(report["modules"])
+    return code, modules
 
 
 def _heavy(modules: set[str]) -> list[str]:
