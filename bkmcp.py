@@ -1910,6 +1910,12 @@ def _import_httpx() -> Any:
     try:
         import httpcore  # noqa: F401  # httpx imports it on the first Client: load it here, with the rest hidden
         import httpx
+    except ImportError as exc:  # nothing was sent: a local error that says what is missing, not "a bkmcp bug"
+        raise InternalError(
+            f"bkmcp cannot load httpx, which every remote command needs: {exc}",
+            hint="from bkmcp.pyz: download or build it again (and check that XDG_CACHE_HOME or TMPDIR is writable);"
+            " from source: pip install httpx",
+        ) from exc
     finally:
         for name in hidden:
             if name in sys.modules and sys.modules[name] is None:

@@ -298,9 +298,9 @@ if not _copy:
         @staticmethod
         def find_spec(name, path=None, target=None):
             if path is None and name in %(vendored)r:
-                sys.meta_path.remove(_Vendored)
-                import _bkmcp_boot
+                import _bkmcp_boot  # its ImportError (no cache folder, damaged pyz) keeps this finder in place
                 _bkmcp_boot.use_vendor_zip(%(build_id)r, _archive, %(vendor_sha256)r)
+                sys.meta_path.remove(_Vendored)
             return None
 
     sys.meta_path.insert(0, _Vendored)

@@ -158,3 +158,49 @@ def test_vendor_zip_copied_once_by_the_first_run_that_needs_it(pyz_path: Path, p
     assert verbose.returncode == 0, verbose.stderr[-2000:]
     assert f"import 'httpx' # <zipimporter object \"{copy}/\">" in verbose.stderr
     assert "import 'anyio'" not in verbose.stderr and "import 'trio'" not in verbose.stderr  # _import_httpx
+
+
+def test_damaged_vendor_zip_fails_cleanly_and_never_falls_back_to_host_packages(
+        pyz_path: Path, pyz_env: dict, tmp_path: Path, mock_http: MockServer, build_info: dict) -> None:
+    """A pyz whose nested vendor zip is damaged: --tools fails locally (exit 1, internal_error saying so, nothing
+    sent), even though this interpreter's own site-packages have an httpx it could have used instead, and every
+    further vendored import fails the same way."""
+    if build_info["bytecode"]["cache_tag"] != sys.implementation.cache_tag:
+        pytest.skip("a prebuilt artifact for another Python: other Pythons use the compiled cache instead")
+    import importlib.util
+    import struct
+    import zipfile
+
+    assert importlib.util.find_spec("httpx") is not None  # the fallback this test proves is never taken
+    data = bytearray(pyz_path.read_bytes())
+    info = zipfile.ZipFile(pyz_path).getinfo(build_info["vendor_zip"]["member"])
+    name_len, extra_len = struct.unpack("<HH", data[info.header_offset + 26:info.header_offset + 30])
+    data[info.header_offset + 30 + name_len + extra_len + info.file_size // 2] ^= 0xFF
+    damaged = tmp_path / "damaged.pyz"
+    damaged.write_bytes(bytes(data))
+    config = _config(tmp_path, {"mock": {"type": "http", "url": mock_http.url,
+                                         "headers": {"Authorization": "Bearer ${PYZ_TOKEN}"}}})
+    env = dict(pyz_env, PYZ_TOKEN=TOKEN)
+    proc = run_pyz(sys.executable, damaged, "--config", str(config), "mock", "--tools", env=env)
+    assert proc.returncode == 1 and proc.stdout == "", proc.stdout
+    error = json.loads(proc.stderr.strip().splitlines()[-1])["error"]
+    assert error["code"] == "internal_error" and "is damaged" in error["message"], error
+    assert "Traceback" not in proc.stderr and mock_http.log == []
+    build_dir = Path(env["XDG_CACHE_HOME"]) / "bkmcp" / build_info["build_id"]
+    assert not (build_dir / build_info["vendor_zip"]["member"]).exists()
+
+    # the pyz's own __main__ (minus running bkmcp), then two attempts to import a vendored package
+    main = zipfile.ZipFile(damaged).read("__main__.py").decode()
+    tail = "import bkmcp\n\nsys.exit(bkmcp.main())\n"
+    assert main.endswith(tail)
+    probe = (f"import sys; sys.path.insert(0, {str(damaged)!r}); __file__ = {str(damaged / '__main__.py')!r}\n"
+             + main[:-len(tail)]
+             + "for _ in range(2):\n"
+               "    try:\n"
+               "        import httpx\n"
+               "    except ImportError as exc:\n"
+               "        print('refused' if 'is damaged' in str(exc) else exc)\n"
+               "print('httpx' in sys.modules)\n")
+    again = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=60,
+                           check=False)
+    assert again.stdout.split() == ["refused", "refused", "False"], again.stdout + again.stderr
