@@ -45,6 +45,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from zipapp_support import lean_code  # the same compile the pyz's compiled cache uses for bkmcp.py
+
 HERE = Path(__file__).resolve().parent
 LOCK_FILE = HERE / "vendor.txt"
 CACHE_DIR = HERE / "vendor_cache"
@@ -312,7 +314,11 @@ sys.exit(bkmcp.main())
 
 def _pyc(source: bytes, arcname: str) -> bytes:
     """Unchecked-hash bytecode (PEP 552) for the running Python: zipimport loads it without reading the source."""
-    code = compile(source, "bkmcp.pyz/" + arcname, "exec", dont_inherit=True)
+    filename = "bkmcp.pyz/" + arcname
+    if arcname == "bkmcp.py":
+        code = lean_code(source, filename)
+    else:
+        code = compile(source, filename, "exec", dont_inherit=True)
     flags = (0b01).to_bytes(4, "little")  # hash-based, check_source=0
     return importlib.util.MAGIC_NUMBER + flags + importlib.util.source_hash(source) + marshal.dumps(code)
 

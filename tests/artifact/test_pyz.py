@@ -357,3 +357,24 @@ def test_vendor_zip_refused_when_it_does_not_match_its_sha256(pyz_path: Path, py
         proc.stdout)
     build_dir = Path(pyz_env["XDG_CACHE_HOME"]) / "bkmcp" / build_info["build_id"]
     assert not (build_dir / build_info["vendor_zip"]["member"]).exists()
+
+
+def test_bkmcp_bytecode_is_lean_on_every_python(python: str, pyz_path: Path, pyz_env: dict,
+                                                build_info: dict) -> None:
+    """bkmcp as every Python runs it from the pyz (the zip's .pyc on the build Python, the compiled cache on the
+    others) carries no docstrings or function annotations, keeps class annotations (the records need them) and
+    the source's line numbers, and still works."""
+    def_main = next(i for i, line in enumerate(program_source().read_text().splitlines(), 1)
+                    if line.startswith("def main("))
+    code = (f"if sys.implementation.cache_tag != {build_info['bytecode']['cache_tag']!r}:\n"
+            f"    assert boot.use_compiled_cache({build_info['build_id']!r}, {str(pyz_path)!r})\n"
+            "import bkmcp\n"
+            "assert bkmcp.__doc__ is None and bkmcp.main.__doc__ is None and bkmcp.ToolFlag.__doc__ is None\n"
+            "assert bkmcp.main.__annotations__ == {} and bkmcp.build_tool_flags.__annotations__ == {}\n"
+            "assert list(bkmcp.ToolFlag.__annotations__) == ['name', 'kind', 'required', 'schema']\n"
+            "print(bkmcp.main.__code__.co_firstlineno, bkmcp.build_tool_flags({'inputSchema': {'properties': "
+            "{'q': {'type': 'string'}}}}).flags['q'].usage)\n")
+    for _ in range(2):  # a non-build Python: the first run compiles the cache, the second loads it
+        proc = run_in_pyz(python, pyz_path, code, env=pyz_env)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.split() == [str(def_main), "--q", "STRING"]
