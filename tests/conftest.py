@@ -28,6 +28,8 @@ sys.modules.setdefault("bkmcp_test_helpers", sys.modules[__name__])
 
 VERSIONS = bkmcp.SUPPORTED_VERSIONS  # ("2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28")
 LEGACY = VERSIONS[:3]
+# Hypothesis examples per property test: CI sets BKMCP_FUZZ_EXAMPLES=2000, the default keeps `make unit` quick.
+FUZZ_EXAMPLES = int(os.environ.get("BKMCP_FUZZ_EXAMPLES", "300"))
 
 
 @dataclass

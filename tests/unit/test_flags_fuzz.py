@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from bkmcp_test_helpers import FUZZ_EXAMPLES
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -30,7 +31,7 @@ from bkmcp import (
 )
 
 FUZZ = settings(
-    max_examples=int(os.environ.get("BKMCP_FUZZ_EXAMPLES", "300")),
+    max_examples=FUZZ_EXAMPLES,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

@@ -7,17 +7,15 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import socket
 
-from bkmcp_test_helpers import run_bkmcp
+from bkmcp_test_helpers import FUZZ_EXAMPLES, run_bkmcp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import bkmcp
 
-EXAMPLES = int(os.environ.get("BKMCP_FUZZ_EXAMPLES", "300"))
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+FUZZ = settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 
 
 @contextlib.contextmanager
@@ -219,7 +217,7 @@ def test_arbitrary_command_lines_without_a_config(tmp_path_factory, argv):
         assert res.stdout == "" and res.error_code != "internal_error", (argv, res.stderr)
 
 
-@settings(max_examples=max(EXAMPLES // 4, 25), deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=max(FUZZ_EXAMPLES // 4, 25), deadline=None, suppress_health_check=list(HealthCheck))
 @given(argv=st.lists(st.one_of(
     st.sampled_from(["--check", "--tools", "--help", "-h", "--body", "{}", '{"a": 1E+2}', "-", "@args.json",
                      "--dry-run", "--jq", ".", ".data", "--timeout", "2s", "-v", "--insecure", "--limit", "--x=1",

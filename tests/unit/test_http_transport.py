@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 
 import pytest
+from bkmcp_test_helpers import FUZZ_EXAMPLES
 
 import bkmcp
 from bkmcp import Deadline, HttpTransport, Log, McpClient, ResolvedServer, era_rules
@@ -364,7 +365,6 @@ def test_open_transport_rejects_unknown_types():
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-_FUZZ_EXAMPLES = int(__import__("os").environ.get("BKMCP_FUZZ_EXAMPLES", "300"))
 _bodies = st.one_of(
     st.binary(max_size=200),
     st.sampled_from([b"", b"{}", b"[]", b"null", b'{"jsonrpc":"2.0"}', b'{"jsonrpc":"2.0","id":1}',
@@ -386,7 +386,7 @@ _answers = st.tuples(
 )
 
 
-@settings(max_examples=_FUZZ_EXAMPLES, deadline=None,
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(st.lists(_answers, min_size=1, max_size=6),
        st.sampled_from([None, "2025-03-26", "2025-11-25", "2026-07-28"]),

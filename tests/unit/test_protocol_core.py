@@ -8,9 +8,9 @@ tasks, URL elicitation). Hypothesis fuzzing: no exception other than BkmcpError 
 from __future__ import annotations
 
 import base64
-import os
 
 import pytest
+from bkmcp_test_helpers import FUZZ_EXAMPLES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -37,7 +37,7 @@ from bkmcp import (
 )
 
 FUZZ = settings(
-    max_examples=int(os.environ.get("BKMCP_FUZZ_EXAMPLES", "300")),
+    max_examples=FUZZ_EXAMPLES,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
