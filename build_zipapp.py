@@ -384,12 +384,12 @@ def collect(source: Path, support: Path, pins: list[Pin], natives: list[Pin], pl
         payload.update(name.encode() + b"\0" + _sha256(data).encode() + b"\n")
     build_id = payload.hexdigest()[:16]
     files[VENDOR_ZIP] = zip_bytes(vendor, epoch)
-    vendored = tuple(sorted({n.split("/")[0][:-3] if n.endswith(".py") and "/" not in n else n.split("/")[0]
-                             for n in vendor if n.endswith(".py")}))
+    vendor_sha256 = _sha256(files[VENDOR_ZIP])
+    vendored = tuple(sorted({n.split("/")[0].removesuffix(".py") for n in vendor if n.endswith(".py")}))
 
     cache_tag = sys.implementation.cache_tag if with_pyc else "none"
     main = (MAIN_TEMPLATE % {"cache_tag": cache_tag, "build_id": build_id, "vendored": vendored,
-                             "vendor_sha256": _sha256(files[VENDOR_ZIP])}).encode()
+                             "vendor_sha256": vendor_sha256}).encode()
     files["__main__.py"] = main
     if with_pyc:
         files["__main__.pyc"] = _pyc(main, "__main__.py")
@@ -404,7 +404,7 @@ def collect(source: Path, support: Path, pins: list[Pin], natives: list[Pin], pl
         "requires_python": ">=3.9",
         "jq_targets": {"pythons": sorted({p.tags()[0] for p in natives}), "platforms": platforms},
         "natives": dict(sorted(native_hashes.items())),
-        "vendor_zip": {"member": VENDOR_ZIP, "sha256": _sha256(files[VENDOR_ZIP]), "entries": len(vendor),
+        "vendor_zip": {"member": VENDOR_ZIP, "sha256": vendor_sha256, "entries": len(vendor),
                        "top_level": list(vendored)},
         "patches": patched,
         "vendored": sorted(dists, key=lambda d: str(d["name"]).lower()),
