@@ -35,6 +35,12 @@ Exception tree (section 1)::
      +-- InvalidJqExpressionError   invalid_jq_expression
      +-- JqUnavailableError         jq_unavailable
      +-- InternalError              internal_error (exit 1 before a remote step, 2 after)
+     +-- InvalidCommandError        invalid_command        (resident mode, SPEC §11.2)
+     +-- UnknownActionError         unknown_action         (resident)
+     +-- DuplicateTaskIdError       duplicate_task_id      (resident)
+     +-- CredentialsMissingError    mcp_credentials_missing (resident)
+     +-- ServerDisabledError        mcp_server_disabled    (resident)
+     +-- RegistryError              registry_error         (resident)
      +-- RemoteError                exit 2
           +-- AuthRequiredError     mcp_auth_required
           +-- PermissionDeniedError mcp_permission_denied
@@ -45,6 +51,7 @@ Exception tree (section 1)::
           +-- ToolError             mcp_tool_error
           +-- CapabilityUnsupportedError  mcp_capability_unsupported
           +-- JqError               jq_error
+          +-- ResourceLimitError    resource_limit         (resident)
 
 Heavy dependencies (httpx, jsonschema, jq) are imported lazily by the code paths that need them, so
 ``bkmcp --help`` and ``bkmcp <server> --help`` import none of them. Nothing connects at import time.
@@ -236,6 +243,38 @@ class CapabilityUnsupportedError(RemoteError):
 
 class JqError(RemoteError):
     code = "jq_error"
+
+
+# Resident mode (SPEC §11.2): codes a command can fail with besides the CLI's. Exit statuses only matter for
+# start-up failures (``registry_error``: the registry cannot be opened) and the ``--registry --import/--list`` tools.
+
+
+class InvalidCommandError(BkmcpError):
+    code = "invalid_command"
+
+
+class UnknownActionError(BkmcpError):
+    code = "unknown_action"
+
+
+class DuplicateTaskIdError(BkmcpError):
+    code = "duplicate_task_id"
+
+
+class CredentialsMissingError(BkmcpError):
+    code = "mcp_credentials_missing"
+
+
+class ServerDisabledError(BkmcpError):
+    code = "mcp_server_disabled"
+
+
+class ResourceLimitError(RemoteError):
+    code = "resource_limit"
+
+
+class RegistryError(BkmcpError):
+    code = "registry_error"
 
 
 def error_classes() -> list[type[BkmcpError]]:
@@ -4606,6 +4645,13 @@ def _flag_details(flag: ToolFlag) -> list[str]:
 # ======================================================================================================
 # 10. Resident mode
 # ======================================================================================================
+
+# -- 10.1 registry and credentials (SPEC §11.3, §11.4) -------------------------------------------------
+
+
+
+# -- 10.2 sessions, injected names, events, the command protocol (SPEC §11.1, §11.2, §11.5, §11.6) ----
+
 
 
 def run_resident(registry: str | None) -> int:

@@ -21,6 +21,12 @@ SPEC_REMOTE = {
     "mcp_auth_required", "mcp_permission_denied", "mcp_connection_error", "mcp_timeout", "mcp_protocol_error",
     "mcp_discovery_incomplete", "mcp_tool_error", "mcp_capability_unsupported", "jq_error",
 }
+# SPEC §11.2: the resident mode's codes besides the CLI's (resource_limit happens remotely: a child start)
+RESIDENT_LOCAL = {
+    "invalid_command", "unknown_action", "duplicate_task_id", "mcp_credentials_missing", "mcp_server_disabled",
+    "registry_error",
+}
+RESIDENT_REMOTE = {"resource_limit"}
 
 
 def _doc_rows() -> dict[str, str]:
@@ -46,7 +52,11 @@ def test_every_spec_code_has_a_class_with_the_right_exit_status():
     for code in SPEC_REMOTE:
         assert by_code[code].exit_status == 2, code
         assert issubclass(by_code[code], bkmcp.RemoteError), code
-    assert set(by_code) == SPEC_LOCAL | SPEC_REMOTE | {"internal_error"}
+    for code in RESIDENT_LOCAL:
+        assert by_code[code].exit_status == 1, code
+    for code in RESIDENT_REMOTE:
+        assert issubclass(by_code[code], bkmcp.RemoteError), code
+    assert set(by_code) == SPEC_LOCAL | SPEC_REMOTE | RESIDENT_LOCAL | RESIDENT_REMOTE | {"internal_error"}
 
 
 def test_every_code_is_documented_with_its_exit_status():
