@@ -59,6 +59,7 @@ Heavy dependencies (httpx, jsonschema, jq) are imported lazily by the code paths
 
 from __future__ import annotations
 
+import _thread
 import os
 import sys
 import time
@@ -275,6 +276,10 @@ class ResourceLimitError(RemoteError):
 
 class RegistryError(BkmcpError):
     code = "registry_error"
+
+
+class OperationCancelled(Exception):  # noqa: N818 - a control-flow signal like KeyboardInterrupt, not an error
+    """A request or operation was cancelled through its ``CancelToken``; never reported as a code of its own."""
 
 
 def error_classes() -> list[type[BkmcpError]]:
@@ -752,14 +757,80 @@ class Deadline:
         """Seconds left; raises ``McpTimeoutError`` once the budget is spent."""
         left = self.end - self._clock()
         if left <= 0:
-            raise McpTimeoutError(
-                f"the operation did not finish within --timeout {format_duration(self.seconds)}",
-                hint="raise --timeout if the server is slow, or run with -v to see which step waits",
-            )
+            raise budget_error("the operation did not finish", self.seconds)
         return left
 
     def elapsed_ms(self) -> int:
         return int((self._clock() - self._start) * 1000)
+
+
+_SLOW_HINT = "allow more time if the server is slow"
+
+
+def _remedy(error: BkmcpError, key: str) -> BkmcpError:
+    """Mark ``error`` with a remedy that each front end words its own way (the CLI names its options): the
+    neutral hint it has now is what a front end may replace."""
+    error.remedy = key  # type: ignore[attr-defined]
+    error.neutral_hint = error.hint  # type: ignore[attr-defined]
+    return error
+
+
+def budget_error(what: str, seconds: float, *, remedy: str = "timeout", hint: str = _SLOW_HINT,
+                 details: dict[str, Any] | None = None) -> McpTimeoutError:
+    """``what`` did not happen within the ``seconds`` budget, in neutral words. ``what`` and ``budget`` stay on
+    the error so that each front end words its own message (the CLI names ``--timeout``, the resident mode a
+    command's ``timeout_ms``)."""
+    error = McpTimeoutError(f"{what} within {format_duration(seconds)}", hint=hint, details=details)
+    error.what, error.budget = what, seconds  # type: ignore[attr-defined]
+    _remedy(error, remedy)
+    return error
+
+
+class CancelToken:
+    """Cancellation of one request or operation, from any thread: ``cancel(reason)`` sets it and runs the
+    callbacks registered with ``on_cancel`` (an HTTP transport closes the request's response stream)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._event = threading.Event()
+        self._lock = _thread.allocate_lock()
+        self._callbacks: list[Callable[[], None]] = []
+        self.reason = "cancelled"
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, seconds: float) -> bool:
+        return self._event.wait(seconds)
+
+    def cancel(self, reason: str = "cancelled") -> None:
+        with self._lock:
+            if self._event.is_set():
+                return
+            self.reason = reason
+            self._event.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:  # noqa: S110 - closing an already closed stream
+                pass
+
+    def on_cancel(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Run ``callback`` on cancellation (now, if already cancelled); returns a function that unregisters it."""
+        with self._lock:
+            if not self._event.is_set():
+                self._callbacks.append(callback)
+                return lambda: self._discard(callback)
+        callback()
+        return lambda: None
+
+    def _discard(self, callback: Callable[[], None]) -> None:
+        with self._lock:
+            if callback in self._callbacks:
+                self._callbacks.remove(callback)
 
 
 # -- logging -------------------------------------------------------------------------------------------
@@ -804,6 +875,22 @@ class Log:
         """Progress for long work: shown when stderr is a terminal (or with -v)."""
         if self.verbose or self.is_tty:
             self._write(f"bkmcp: {message}")
+
+
+@dataclass
+class OpContext:
+    """What one operation carries through the flows of section 7 instead of module or process state: its time
+    budget, its cancellation, where it runs and who logs for it. ``progress`` (a callable taking the params of
+    ``notifications/progress``) asks servers for progress on calls; ``renewed`` records that a lost legacy
+    session was re-initialized (once per operation)."""
+
+    deadline: Deadline
+    log: Log
+    cancel: CancelToken | None = None
+    cwd: str = "."
+    home: str | None = None
+    progress: Callable[[dict[str, Any]], None] | None = None
+    renewed: bool = False
 
 
 def closest_names(name: str, candidates: Iterable[str], *, limit: int = 3) -> list[str]:
@@ -1852,50 +1939,335 @@ def strip_url_credentials(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
+# -- the session core: ids, pending requests, the one matching rule, era and session state --------------
+# One object per MCP session, like h11's Connection: the I/O side (section 7) hands it every message that
+# arrives and sends what it returns; it never touches a socket, a process, a clock or a thread. Callers that
+# share a session between threads serialise their calls into it (section 7 holds a lock around it).
+
+
+@dataclass(frozen=True)
+class Answered:
+    """The response (result or error) to request ``request_id``, matched by the session core."""
+
+    request_id: Any
+    message: Message
+
+
+@dataclass(frozen=True)
+class Notified:
+    """A server notification (progress, log, list_changed, …)."""
+
+    message: Message
+    related: Any = None  # the request whose stream carried it (HTTP), or None
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A message the client must send now (the answer to a server request)."""
+
+    message: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Declined:
+    """A server -> client request bkmcp answered with -32601 (it declares no client capabilities)."""
+
+    method: str
+    related: Any = None
+
+
+@dataclass(frozen=True)
+class Stray:
+    """A response that answers no request in flight: an unknown id, or a second answer for one id."""
+
+    message: Message
+    duplicate: bool
+    related: Any = None
+
+
+def _id_key(request_id: Any) -> tuple[type, Any]:
+    return (type(request_id), request_id)  # JSON-RPC ids match only with the same type and value (same_id)
+
+
+_ANSWERED_KEPT = 4096  # recently answered ids remembered to recognise a second answer for one id
+
+
+class ClientSession:
+    """Sans-IO state of one MCP client session (SPEC §5): request ids, the table of requests in flight, the rule
+    that matches responses to them, and the negotiated era (version, session id, capabilities, server info).
+
+    ``start_request`` registers a request and returns its message; ``receive`` takes one decoded message and
+    returns events (``Answered``, ``Notified``, ``Reply``, ``Declined``, ``Stray``); ``forget`` drops a request
+    that ended without an answer (timeout, cancellation, broken transport). The matching rule, in one place:
+      - a result or error whose id is in flight answers that request, once; a second answer for an id already
+        answered, or an answer for an id never sent, is a ``Stray`` (never guessed, never delivered);
+      - an error with a null id answers the request whose response stream carried it (``related``), else the
+        only request in flight, else it is a ``Stray``;
+      - a server ``ping`` is answered ``{}``; any other server request ``-32601`` (and reported as ``Declined``).
+    """
+
+    def __init__(self) -> None:
+        self.rules: EraRules | None = None
+        self.session_id: str | None = None
+        self.server_info: dict[str, Any] = {}
+        self.capabilities: dict[str, Any] = {}
+        self.instructions: str | None = None
+        self.tools_stale = False
+        self._next_id = 0
+        self._pending: dict[tuple[type, Any], str] = {}  # id key -> method
+        import collections
+
+        self._answered: collections.OrderedDict[tuple[type, Any], None] = collections.OrderedDict()
+
+    @property
+    def era(self) -> str | None:
+        return self.rules.era if self.rules is not None else None
+
+    @property
+    def protocol_version(self) -> str | None:
+        return self.rules.version if self.rules is not None else None
+
+    # -- outgoing --------------------------------------------------------------------------------------
+
+    def start_request(self, method: str, params: dict[str, Any] | None, rules: EraRules) -> dict[str, Any]:
+        """A new request under ``rules`` (the offered version's rules for ``initialize``), now in flight."""
+        self._next_id += 1
+        message = build_request(self._next_id, method, params, rules)
+        self._pending[_id_key(self._next_id)] = method
+        return message
+
+    def notification(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+        assert self.rules is not None
+        return build_notification(method, params, self.rules)
+
+    def forget(self, request_id: Any) -> None:
+        """The request ended without an answer; a late answer for it becomes a ``Stray``."""
+        key = _id_key(request_id)
+        if self._pending.pop(key, None) is not None:
+            self._remember(key)
+
+    def in_flight(self) -> list[Any]:
+        return [value for _kind, value in self._pending]
+
+    # -- incoming --------------------------------------------------------------------------------------
+
+    def receive(self, message: Message, *, related: Any = None) -> list[Any]:
+        """Events for one incoming message; ``related`` is the request whose response stream carried it."""
+        if message.kind in ("result", "error"):
+            target = message.id
+            if target is None:  # only errors may carry a null id (parse_message)
+                target = related if related is not None and _id_key(related) in self._pending else None
+                if target is None and len(self._pending) == 1:
+                    target = self.in_flight()[0]
+                if target is None:
+                    return [Stray(message, duplicate=False, related=related)]
+            key = _id_key(target)
+            if key in self._pending:
+                del self._pending[key]
+                self._remember(key)
+                return [Answered(target, message)]
+            return [Stray(message, duplicate=key in self._answered, related=related)]
+        if message.kind == "notification":
+            if message.method == "notifications/tools/list_changed":
+                self.tools_stale = True
+            return [Notified(message, related)]
+        if message.method == "ping":
+            return [Reply(build_response(message.id, result={}))]
+        return [Reply(build_response(message.id, error={"code": -32601, "message": "Method not found"})),
+                Declined(str(message.method), related)]
+
+    def _remember(self, key: tuple[type, Any]) -> None:
+        self._answered[key] = None
+        if len(self._answered) > _ANSWERED_KEPT:
+            self._answered.popitem(last=False)
+
+    # -- era and session state -------------------------------------------------------------------------
+
+    def use(self, rules: EraRules) -> None:
+        self.rules = rules
+
+    def apply_initialize(self, message: Message, offered: str) -> EraRules:
+        """The handshake answer, parsed in one place: the chosen version (or ``ProtocolError``) and server state."""
+        if message.kind == "error":
+            raise rpc_error_exception("initialize", message.error or {})
+        version = check_initialize_result(message.result, offered)
+        self._take_server_state(message.result, message.result.get("serverInfo"))
+        rules = era_rules(version)
+        self.use(rules)
+        return rules
+
+    def apply_discover(self, message: Message | None, version: str) -> EraRules:
+        """A modern ``server/discover`` answer (or none: a pinned modern server): version and server state."""
+        if message is not None and message.kind == "result" and isinstance(message.result, dict):
+            meta = message.result.get("_meta")
+            self._take_server_state(message.result, meta.get("io.modelcontextprotocol/serverInfo")
+                                    if isinstance(meta, dict) else None)
+        rules = era_rules(version)
+        self.use(rules)
+        return rules
+
+    def _take_server_state(self, result: dict[str, Any], info: Any) -> None:
+        self.server_info = info if isinstance(info, dict) else {}
+        caps = result.get("capabilities")
+        self.capabilities = caps if isinstance(caps, dict) else {}
+        instructions = result.get("instructions")
+        self.instructions = instructions if isinstance(instructions, str) else None
+
+
+# -- negotiation as a pure decision procedure (SPEC §5) ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Step:
+    """What the negotiation wants next: ``discover`` (``probing`` or not), ``initialize``, ``restart`` (a child
+    that exited may be started again), or ``done``."""
+
+    action: str
+    version: str | None = None
+    probing: bool = False
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What a ``server/discover`` probe got back: an HTTP status and the JSON-RPC message (None when the answer
+    was not JSON-RPC, or when ``silent``: a shared stream gave no answer within the probe window or its child
+    exited)."""
+
+    status: int = 200
+    message: Message | None = None
+    silent: bool = False
+
+
+class Negotiation:
+    """Probe -> evidence -> next step (SPEC §5, protocol-notes.md §3.4), with no I/O: section 7 performs each step
+    and reports what came back. ``restartable`` transports (a stdio child) may be restarted before and during the
+    legacy fallback. Bounded: at most two probes, one restart before and one after a failed initialize."""
+
+    def __init__(self, pinned: str | None, *, server_info: bool, restartable: bool) -> None:
+        self.pinned = pinned
+        self.server_info = server_info
+        self.restartable = restartable
+        self.verdict: tuple[str, Any] | None = None
+        self._probes = 0
+        self._fallback = False
+        self._restarted_before = False
+        self._restart_failure: BkmcpError | None = None
+
+    def start(self) -> Step:
+        if self.pinned is not None:
+            rules = era_rules(self.pinned)
+            if rules.era == "legacy":
+                return Step("initialize", self.pinned)
+            return Step("discover", self.pinned) if self.server_info else Step("done", self.pinned)
+        return self._probe(LATEST_MODERN_VERSION)
+
+    def _probe(self, version: str) -> Step:
+        self._probes += 1
+        return Step("discover", version, probing=True)
+
+    def after_discover(self, step: Step, evidence: Evidence) -> Step:
+        """A probe's evidence decides the era; a non-probing discover only completes the modern state."""
+        assert step.version is not None
+        if not step.probing:
+            return Step("done", step.version)
+        verdict, value = classify_discover(evidence.status, evidence.message, step.version)
+        self.verdict = (verdict, value)
+        if verdict == "modern":
+            return Step("done", value)
+        if verdict == "retry" and value != step.version and self._probes < 2:
+            return self._probe(value)
+        if verdict == "incompatible":
+            raise ProtocolError(
+                f"the server supports protocol versions {', '.join(map(str, value))}; bkmcp speaks "
+                f"{', '.join(SUPPORTED_VERSIONS)}",
+                details={"server_versions": value, "client_versions": list(SUPPORTED_VERSIONS)},
+            )
+        self._fallback = True
+        if self.restartable:
+            self._restarted_before = True
+            return Step("restart", LATEST_LEGACY_VERSION)
+        return Step("initialize", LATEST_LEGACY_VERSION)
+
+    def after_restart(self, step: Step, restarted: bool) -> Step:
+        """``restart`` replaces a child only when it had exited; after a failed initialize, no restart means the
+        failure stands."""
+        if self._restart_failure is not None:
+            failure, self._restart_failure = self._restart_failure, None
+            if not restarted:
+                raise failure
+        elif not restarted:
+            self._restarted_before = False  # the probe's child still runs: one restart stays available
+        return Step("initialize", step.version)
+
+    def after_initialize_failed(self, step: Step, error: BkmcpError) -> Step:
+        """A legacy fallback whose initialize failed: a stdio child that exited on it gets one fresh start; a
+        ``-32022`` naming a modern version means a modern-only server (its discover answer was not recognisable,
+        or came after the probe window)."""
+        if not self._fallback:
+            raise error
+        if isinstance(error, ConnectionFailedError) and self.restartable and not self._restarted_before:
+            self._restarted_before = True
+            self._restart_failure = error
+            return Step("restart", step.version)
+        if isinstance(error, ProtocolError):
+            rpc = error.details.get("rpc_error") or {}
+            data = rpc.get("data")
+            supported = data.get("supported") if isinstance(data, dict) else None
+            modern = [v for v in MODERN_VERSIONS if isinstance(supported, list) and v in supported]
+            if rpc.get("code") == -32022 and modern:
+                self._fallback = False
+                return Step("discover", modern[-1])
+        raise error
+
+
 # ======================================================================================================
 # 6. Transports
 # ======================================================================================================
-# A transport moves section-5 messages; it decides nothing about eras. Interface (stdio plugs in the same way):
-#   ``exchange(message, *, rules, deadline) -> Iterable[Message]``  send one request, yield what arrives for it
-#       (notifications, server requests, then the response, last); never resends.
-#   ``send_message(message, *, rules, deadline)``  a notification or a response to a server request.
-#   ``end_session(deadline)``, ``close()``; attributes ``session_id``, ``responses`` (answers received).
-# Foreign exceptions are translated once, here, with ``raise … from exc`` (STYLE.md: the httpx model).
+# A transport moves section-5 messages and decides nothing about eras or matching. The seam (``Transport``):
+#   ``attach(deliver, lost, state)``  ``deliver(message, related) -> bool`` takes every incoming message (True
+#       once ``related``, the request whose stream carried it, has been answered); ``lost()`` says a shared
+#       stream died (every request in flight on it failed); ``state`` is the session core (session id).
+#   ``send(message, *, rules, deadline, extra_headers, cancel)``  one request, notification or response. Over
+#       HTTP the answer's stream is read in the caller's thread and handed to ``deliver`` before ``send``
+#       returns (concurrent callers: concurrent POSTs on one pooled client); over stdio one line is written and
+#       a reader thread delivers what comes back.
+#   ``failure(method, request_id, sent)``, ``timeout_error(method, deadline)``  the errors a request waiting on
+#       a shared stream ends with; ``end_session(deadline, rules)``, ``restart_if_exited()``, ``close()``.
+#   Capability flags replace tests of the server type: ``has_sessions`` (Mcp-Session-Id, DELETE at close),
+#   ``shared_stream`` (one stream for all messages: a silent server needs a probe window, cancellation needs a
+#   notification), ``restartable`` (a child process that may be started again).
+# Foreign exceptions are translated once, here (``_httpx_boundary``), with ``raise … from exc``; HTTP statuses
+# become section-1 errors before they leave this section (``http_status``/``session_lost`` attributes say what
+# the status was, for era evidence and lost sessions).
+
+if TYPE_CHECKING:
+    from typing import Protocol
+else:
+    Protocol = object
 
 
-class HttpStatus(Exception):
-    """A non-2xx HTTP answer that is not 3xx/401/403. Internal: flows turn it into era evidence, a lost
-    session, or a ``ProtocolError`` via ``status_error`` — it never reaches ``main``."""
+class Transport(Protocol):
+    kind: str
+    has_sessions: bool
+    shared_stream: bool
+    restartable: bool
+    responses: int
 
-    def __init__(self, status: int, message: Message | None, text: str, with_session: bool) -> None:
-        super().__init__(f"HTTP {status}")
-        self.status = status
-        self.message = message
-        self.text = text
-        self.with_session = with_session
+    def attach(self, deliver: Callable[[Message, Any], bool], lost: Callable[[], None], state: Any) -> None: ...
 
-    @property
-    def session_lost(self) -> bool:
-        """404 on a request carrying a session id (spec), or server-everything's 400 "No valid session ID"."""
-        if not self.with_session:
-            return False
-        if self.status == 404:
-            return True
-        error = self.message.error if self.message is not None and self.message.kind == "error" else None
-        return self.status == 400 and bool(error) and "session" in str((error or {}).get("message", "")).lower()
+    def send(self, message: dict[str, Any], *, rules: EraRules | None, deadline: Deadline,
+             extra_headers: Iterable[tuple[str, str]] = (), cancel: CancelToken | None = None,
+             strict: bool = True) -> None: ...
 
+    def failure(self, method: str, request_id: Any, *, sent: bool) -> BkmcpError: ...
 
-def status_error(exc: HttpStatus, method: str) -> RemoteError:
-    details: dict[str, Any] = {"http_status": exc.status}
-    if exc.message is not None and exc.message.kind == "error" and exc.message.error is not None:
-        inner = rpc_error_exception(method, exc.message.error)
-        inner.details["http_status"] = exc.status
-        if isinstance(inner, ProtocolError):
-            inner.message = f"the server answered {method} with HTTP {exc.status} and JSON-RPC error " \
-                            f"{exc.message.error.get('code')}: {_clip(str(exc.message.error.get('message')), 300)}"
-        return inner
-    snippet = f": {_clip(exc.text.strip(), 200)}" if exc.text.strip() else ""
-    return ProtocolError(f"the server answered {method} with HTTP {exc.status}{snippet}", details=details)
+    def timeout_error(self, method: str, deadline: Deadline) -> BkmcpError: ...
+
+    def restart_if_exited(self) -> bool: ...
+
+    def end_session(self, deadline: Deadline, rules: EraRules | None = None) -> None: ...
+
+    def close(self, deadline: Deadline | None = None) -> None: ...
 
 
 def _mark(error: BkmcpError, *, sent: bool) -> BkmcpError:
@@ -1905,6 +2277,36 @@ def _mark(error: BkmcpError, *, sent: bool) -> BkmcpError:
 
 def request_was_sent(error: BaseException) -> bool:
     return bool(getattr(error, "request_sent", True))
+
+
+def status_failure(status: int, message: Message | None, text: str, method: str, *, with_session: bool
+                   ) -> RemoteError:
+    """A non-2xx answer that is not 3xx/401/403, as the error to report; ``http_status``, ``http_message`` (the
+    JSON-RPC message of the body, era evidence) and ``session_lost`` stay on it for the flows."""
+    error: RemoteError
+    if message is not None and message.kind == "error" and message.error is not None:
+        error = rpc_error_exception(method, message.error)
+        error.details["http_status"] = status
+        if isinstance(error, ProtocolError):
+            error.message = f"the server answered {method} with HTTP {status} and JSON-RPC error " \
+                            f"{message.error.get('code')}: {_clip(str(message.error.get('message')), 300)}"
+    else:
+        snippet = f": {_clip(text.strip(), 200)}" if text.strip() else ""
+        error = ProtocolError(f"the server answered {method} with HTTP {status}{snippet}",
+                              details={"http_status": status})
+    rpc_error = message.error if message is not None and message.kind == "error" else None
+    error.http_status = status  # type: ignore[attr-defined]
+    error.http_message = message  # type: ignore[attr-defined]
+    # 404 on a request carrying a session id (spec), or server-everything's 400 "No valid session ID"
+    error.session_lost = with_session and (  # type: ignore[attr-defined]
+        status == 404 or (status == 400 and bool(rpc_error)
+                          and "session" in str((rpc_error or {}).get("message", "")).lower()))
+    error.request_sent = True  # type: ignore[attr-defined]
+    return error
+
+
+def http_status_of(error: BaseException) -> int | None:
+    return getattr(error, "http_status", None)
 
 
 _LONE_SURROGATE = _lazy_re("[\ud800-\udfff]")
@@ -1927,8 +2329,6 @@ def _wire_headers(headers: list[tuple[str, str]]) -> list[tuple[str, str | bytes
 _ERROR_BODY_LIMIT = 64 * 1024
 _RESUME_DEFAULT_MS = 1000
 _RESUME_MAX_IDLE = 20
-
-
 # httpcore imports every async back end it can find (trio, anyio, sniffio) when it loads, and httpx its optional
 # extras (click, rich and pygments for its own CLI; brotli and zstandard decoders). bkmcp uses the sync client
 # only and must behave the same on every host, so while httpx loads these names are hidden (unless something
@@ -1936,60 +2336,116 @@ _RESUME_MAX_IDLE = 20
 # have it, and keeps the Accept-Encoding header from depending on what the host has installed.
 _HTTPX_HIDDEN = ("trio", "anyio", "sniffio", "click", "rich", "pygments", "brotli", "brotlicffi", "zstandard", "h2",
                  "socksio")
+_HTTPX_LOCK = _thread.allocate_lock()  # the builtin lock type: `threading` is not imported by the help paths
 
 
 def _import_httpx() -> Any:
-    """The httpx module, loaded (the first time) without the optional modules of ``_HTTPX_HIDDEN``."""
+    """The httpx module, loaded (the first time, once, under a lock) without the optional modules of
+    ``_HTTPX_HIDDEN``: ``sys.modules`` is changed only during that one import, never per call."""
     module = sys.modules.get("httpx")
     if module is not None:
         return module
-    hidden = [name for name in _HTTPX_HIDDEN if name not in sys.modules]
-    for name in hidden:
-        sys.modules[name] = None  # type: ignore[assignment]  # `import name` now raises ImportError
-    try:
-        import httpcore  # noqa: F401  # httpx imports it on the first Client: load it here, with the rest hidden
-        import httpx
-    except ImportError as exc:  # nothing was sent: a local error that says what is missing, not "a bkmcp bug"
-        raise InternalError(
-            f"bkmcp cannot load httpx, which every remote command needs: {exc}",
-            hint="from bkmcp.pyz: download or build it again (and check that XDG_CACHE_HOME or TMPDIR is writable);"
-            " from source: pip install httpx",
-        ) from exc
-    finally:
+    import importlib
+
+    with _HTTPX_LOCK:
+        module = sys.modules.get("httpx")
+        if module is not None:
+            return module
+        hidden = [name for name in _HTTPX_HIDDEN if name not in sys.modules]
         for name in hidden:
-            if name in sys.modules and sys.modules[name] is None:
-                del sys.modules[name]
-    return httpx
+            sys.modules[name] = None  # type: ignore[assignment]  # `import name` now raises ImportError
+        try:
+            importlib.import_module("httpcore")  # httpx imports it on the first Client: load it with the rest hidden
+            return importlib.import_module("httpx")
+        except ImportError as exc:  # nothing was sent: a local error that says what is missing, not "a bkmcp bug"
+            raise InternalError(
+                f"bkmcp cannot load httpx, which every remote command needs: {exc}",
+                hint="from bkmcp.pyz: download or build it again (and check that XDG_CACHE_HOME or TMPDIR is "
+                "writable); from source: pip install httpx",
+            ) from exc
+        finally:
+            for name in hidden:
+                if name in sys.modules and sys.modules[name] is None:
+                    del sys.modules[name]
+
+
+def _no_cookies() -> Any:
+    """A cookie jar that stores nothing: the configured headers are the only identity (SPEC §4)."""
+    from http.cookiejar import CookieJar, DefaultCookiePolicy
+
+    return CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
+
+
+def new_http_client(url: str, *, insecure: bool) -> Any:
+    """The pooled ``httpx.Client`` of one HTTP session (or, injected, of many): no redirects, no cookies, no
+    proxies or ~/.netrc from the environment (trust_env=False), TLS verified unless ``insecure``. A plain http://
+    endpoint needs no TLS context (redirects are never followed), which saves loading the CA bundle (~35 ms)."""
+    httpx = _import_httpx()
+
+    verify = not insecure if url.lower().startswith("https:") else False
+    return httpx.Client(follow_redirects=False, verify=verify, trust_env=False, cookies=_no_cookies(),
+                        headers={"User-Agent": f"bkmcp/{__version__}"},
+                        limits=httpx.Limits(max_connections=None, max_keepalive_connections=20))
+
+
+class _HttpxBoundary:
+    """``with _HttpxBoundary(transport, deadline, cancel):`` the one place httpx exceptions become bkmcp errors."""
+
+    __slots__ = ("transport", "deadline", "cancel")
+
+    def __init__(self, transport: HttpTransport, deadline: Deadline, cancel: CancelToken | None) -> None:
+        self.transport, self.deadline, self.cancel = transport, deadline, cancel
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
+        if exc is None:
+            return
+        httpx = _import_httpx()
+
+        if isinstance(exc, (httpx.HTTPError, httpx.InvalidURL, UnicodeError)):
+            if self.cancel is not None and self.cancel.cancelled:
+                raise OperationCancelled(self.cancel.reason) from exc
+            raise self.transport.translate(exc, self.deadline) from exc
 
 
 class HttpTransport:
-    """Streamable HTTP over one ``httpx.Client`` per operation (keep-alive, no redirects, TLS verified)."""
+    """Streamable HTTP over one pooled ``httpx.Client`` (keep-alive, no redirects, no cookies, TLS verified);
+    many requests may be in flight at once, one POST each. ``client`` injects a client (``httpx.MockTransport``
+    in unit tests, or one pool shared by many sessions)."""
 
     kind = "http"
+    has_sessions = True
+    shared_stream = False
+    restartable = False
 
-    def __init__(self, server: ResolvedServer, *, insecure: bool, log: Log) -> None:
+    def __init__(self, server: ResolvedServer, *, insecure: bool, log: Log, client: Any = None) -> None:
         assert server.url is not None
         self.server = server
         self.url = server.url
         self.configured = dict(server.headers)
         self.insecure = insecure
         self.log = log
-        self.session_id: str | None = None
         self.responses = 0
-        self._client: Any = None
+        self._client: Any = client
+        self._own_client = client is None
+        self._deliver: Callable[[Message, Any], bool] = lambda message, related: False
+        self._state: Any = None
+
+    def attach(self, deliver: Callable[[Message, Any], bool], lost: Callable[[], None], state: Any) -> None:
+        self._deliver = deliver
+        self._state = state
+
+    @property
+    def session_id(self) -> str | None:
+        return self._state.session_id if self._state is not None else None
 
     # -- plumbing --------------------------------------------------------------------------------------
 
     def _http(self) -> Any:
         if self._client is None:
-            httpx = _import_httpx()
-
-            # trust_env=False: no proxies from the environment and, above all, no ~/.netrc credentials —
-            # the server's configured headers are the only identity (SPEC §4). A plain http:// endpoint needs
-            # no TLS context (redirects are never followed), which saves loading the CA bundle (~35 ms).
-            verify = not self.insecure if self.url.lower().startswith("https:") else False
-            self._client = httpx.Client(follow_redirects=False, verify=verify, trust_env=False,
-                                        headers={"User-Agent": f"bkmcp/{__version__}"})
+            self._client = new_http_client(self.url, insecure=self.insecure)
         return self._client
 
     @staticmethod
@@ -2015,8 +2471,8 @@ class HttpTransport:
             ms = (time.monotonic() - started) * 1000
             self.log.debug(f"<- HTTP {response.status_code} {ctype} ({ms:.0f} ms)")
 
-    def _translate(self, exc: Exception, deadline: Deadline) -> BkmcpError:
-        """httpx exception -> bkmcp error (the one boundary where foreign exceptions are converted)."""
+    def translate(self, exc: BaseException, deadline: Deadline) -> BkmcpError:
+        """httpx exception -> bkmcp error (the one mapping of foreign exceptions; ``_HttpxBoundary`` calls it)."""
         httpx = _import_httpx()
 
         target = strip_url_credentials(self.url)
@@ -2027,10 +2483,7 @@ class HttpTransport:
             ), sent=False)
         if isinstance(exc, httpx.TimeoutException):
             sent = not isinstance(exc, (httpx.ConnectTimeout, httpx.PoolTimeout))
-            return _mark(McpTimeoutError(
-                f"no answer from {target} within --timeout {format_duration(deadline.seconds)}",
-                hint="raise --timeout if the server is slow, or run with -v to see which step waits",
-            ), sent=sent)
+            return _mark(budget_error(f"no answer from {target}", deadline.seconds), sent=sent)
         chain: list[BaseException] = []
         cursor: BaseException | None = exc
         while cursor is not None and len(chain) < 10:
@@ -2041,11 +2494,10 @@ class HttpTransport:
 
         if isinstance(exc, httpx.ConnectError):
             if any(isinstance(e, ssl.SSLError) for e in chain) or "SSL" in str(exc) or "TLS" in str(exc):
-                return _mark(ConnectionFailedError(
+                return _mark(_remedy(ConnectionFailedError(
                     f"TLS handshake with {target} failed: {_clip(str(exc), 200)}",
-                    hint="check the URL scheme and the server certificate; --insecure skips verification "
-                    "(only for servers you trust)",
-                ), sent=False)
+                    hint="check the URL scheme and the server certificate",
+                ), "tls"), sent=False)
             if any(isinstance(e, socket.gaierror) for e in chain) or "name resolution" in str(exc).lower() \
                     or "name or service not known" in str(exc).lower():
                 return _mark(ConnectionFailedError(
@@ -2064,7 +2516,7 @@ class HttpTransport:
         return _mark(ConnectionFailedError(f"HTTP request to {target} failed: {type(exc).__name__}: "
                                            f"{_clip(str(exc), 200)}"), sent=True)
 
-    def _check_status(self, response: Any, *, with_session: bool) -> None:
+    def _check_status(self, response: Any, method: str, *, with_session: bool) -> None:
         status = response.status_code
         if 200 <= status < 300:
             return
@@ -2103,7 +2555,7 @@ class HttpTransport:
                 hint=f"the identity in {where} lacks permission for this server, tool or resource",
                 details=details,
             ), sent=False)
-        raise HttpStatus(status, message, text, with_session)
+        raise status_failure(status, message, text, method, with_session=with_session)
 
     @staticmethod
     def _read_error_body(response: Any) -> str:
@@ -2116,18 +2568,24 @@ class HttpTransport:
                 break
         return b"".join(chunks)[:_ERROR_BODY_LIMIT].decode("utf-8", "replace")
 
-    # -- the interface ---------------------------------------------------------------------------------
+    # -- the seam --------------------------------------------------------------------------------------
 
-    def exchange(self, message: dict[str, Any], *, rules: EraRules | None, deadline: Deadline,
-                 extra_headers: Iterable[tuple[str, str]] = ()) -> Iterable[Message]:
-        """POST one request and yield every message that arrives for it; the matching response comes last."""
-        httpx = _import_httpx()
+    def send(self, message: dict[str, Any], *, rules: EraRules | None, deadline: Deadline,
+             extra_headers: Iterable[tuple[str, str]] = (), cancel: CancelToken | None = None,
+             strict: bool = True) -> None:
+        if "method" in message and "id" in message:
+            self._request(message, rules, deadline, extra_headers, cancel)
+        else:
+            self._post_one_way(message, rules, deadline, strict)
 
+    def _request(self, message: dict[str, Any], rules: EraRules | None, deadline: Deadline,
+                 extra_headers: Iterable[tuple[str, str]], cancel: CancelToken | None) -> None:
+        """POST one request and deliver every message of its answer until the response to it arrived."""
         request_id = message["id"]
-        is_initialize = message.get("method") == "initialize"
-        headers = build_headers(
-            rules, configured=self.configured, message=message, session_id=self.session_id, extra=extra_headers,
-        )
+        method = str(message.get("method"))
+        session_id = self.session_id
+        headers = build_headers(rules, configured=self.configured, message=message, session_id=session_id,
+                                extra=extra_headers)
         body = encode_body(message)
         decoder: SseDecoder | None = None
         try:
@@ -2136,56 +2594,57 @@ class HttpTransport:
             raise _mark(exc, sent=False) from None
         started = time.monotonic()
         self._log_request("POST", headers, message)
-        try:
+        with _HttpxBoundary(self, deadline, cancel):
             with self._http().stream("POST", self.url, content=body, headers=_wire_headers(headers),
                                      timeout=timeout) as response:
-                self._log_response(response, started)
-                self._check_status(response, with_session=self.session_id is not None)
-                if is_initialize:
-                    issued = response.headers.get("mcp-session-id")
-                    if issued:
-                        self.session_id = issued
-                ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
-                if ctype == "text/event-stream":
-                    decoder = SseDecoder()
-                    for incoming in self._read_sse(response, decoder, deadline):
-                        yield incoming
-                        if incoming.kind in ("result", "error") and (same_id(incoming.id, request_id)
-                                                                     or incoming.id is None):
-                            return
-                elif ctype == "application/json" or ctype.endswith("+json"):
-                    chunks = []
-                    for chunk in response.iter_bytes():  # the budget is checked while a slow body trickles in
-                        chunks.append(chunk)
-                        deadline.remaining()
-                    raw = b"".join(chunks)
-                    del chunks
-                    for incoming in decode_messages(raw):
-                        if incoming.kind in ("result", "error") and not (
-                                same_id(incoming.id, request_id) or incoming.id is None):
-                            raise ProtocolError(
-                                f"the server answered request id {request_id} with a response for id "
-                                f"{_clip(repr(incoming.id), 60)}")
-                        yield incoming
-                        if incoming.kind in ("result", "error"):
-                            return
-                    raise ProtocolError(f"the server's JSON answer to {message.get('method')} has no response "
-                                        f"for request id {request_id}")
-                elif response.status_code == 202 or not ctype:
-                    raise ProtocolError(
-                        f"the server answered request {message.get('method')} with HTTP {response.status_code} "
-                        "and no JSON-RPC response")
-                else:
-                    raise ProtocolError(f"the server answered with unsupported content type {ctype!r} "
-                                        "(expected application/json or text/event-stream)")
-        except (httpx.HTTPError, httpx.InvalidURL, UnicodeError) as exc:
-            raise self._translate(exc, deadline) from exc
+                remove = cancel.on_cancel(response.close) if cancel is not None else None
+                try:
+                    self._log_response(response, started)
+                    self._check_status(response, method, with_session=session_id is not None)
+                    if method == "initialize":
+                        issued = response.headers.get("mcp-session-id")
+                        if issued and self._state is not None:
+                            self._state.session_id = issued
+                    ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
+                    if ctype == "text/event-stream":
+                        decoder = SseDecoder()
+                        for incoming in self._read_sse(response, decoder, deadline):
+                            if self._deliver(incoming, request_id):
+                                return
+                    elif ctype == "application/json" or ctype.endswith("+json"):
+                        chunks = []
+                        for chunk in response.iter_bytes():  # the budget is checked while a slow body trickles in
+                            chunks.append(chunk)
+                            deadline.remaining()
+                        raw = b"".join(chunks)
+                        del chunks
+                        incoming_all = decode_messages(raw)
+                        for incoming in incoming_all:
+                            if self._deliver(incoming, request_id):
+                                return
+                        other = next((m for m in incoming_all if m.kind in ("result", "error")), None)
+                        if other is not None:
+                            raise ProtocolError(f"the server answered request id {request_id} with a response for "
+                                                f"id {_clip(repr(other.id), 60)}")
+                        raise ProtocolError(f"the server's JSON answer to {method} has no response for request id "
+                                            f"{request_id}")
+                    elif response.status_code == 202 or not ctype:
+                        raise ProtocolError(
+                            f"the server answered request {method} with HTTP {response.status_code} and no JSON-RPC "
+                            "response" + (" (202 Accepted is only for notifications and responses)"
+                                          if response.status_code == 202 else ""))
+                    else:
+                        raise ProtocolError(f"the server answered with unsupported content type {ctype!r} "
+                                            "(expected application/json or text/event-stream)")
+                finally:
+                    if remove is not None:
+                        remove()
         # The POST's event stream ended before the response (SPEC §5: 2025-11-25 resumption).
         if rules is not None and rules.sse_resumption and decoder is not None and decoder.last_event_id:
-            yield from self._resume(decoder, request_id, rules, deadline)
+            self._resume(decoder, request_id, rules, deadline, cancel)
             return
         raise _mark(ConnectionFailedError(
-            f"the server closed the event stream before answering {message.get('method')} (id {request_id})",
+            f"the server closed the event stream before answering {method} (id {request_id})",
         ), sent=True)
 
     def _read_sse(self, response: Any, decoder: SseDecoder, deadline: Deadline) -> Iterable[Message]:
@@ -2205,20 +2664,20 @@ class HttpTransport:
             if event.event == "message":
                 yield from decode_messages(event.data)
 
-    def _resume(self, decoder: SseDecoder, request_id: Any, rules: EraRules, deadline: Deadline
-                ) -> Iterable[Message]:
+    def _resume(self, decoder: SseDecoder, request_id: Any, rules: EraRules, deadline: Deadline,
+                cancel: CancelToken | None) -> None:
         """GET + Last-Event-ID after the server's ``retry`` delay, until the response or the budget ends."""
-        httpx = _import_httpx()
-
         idle = 0
         while True:
             delay = (decoder.retry_ms if decoder.retry_ms is not None else _RESUME_DEFAULT_MS) / 1000
             if delay >= deadline.remaining():
-                raise _mark(McpTimeoutError(
+                raise _mark(budget_error(
                     f"the server closed the event stream and its retry delay ({delay:g}s) exceeds the time left",
-                    hint="raise --timeout",
-                ), sent=True)
-            time.sleep(delay)
+                    deadline.seconds, remedy="retry_delay", hint="allow more time"), sent=True)
+            if cancel is not None and cancel.wait(delay):
+                raise OperationCancelled(cancel.reason)
+            if cancel is None:
+                time.sleep(delay)
             last_id = decoder.last_event_id
             assert last_id is not None
             headers = build_headers(rules, configured=self.configured, session_id=self.session_id,
@@ -2226,16 +2685,18 @@ class HttpTransport:
             headers.append(("Last-Event-ID", last_id))
             started = time.monotonic()
             self._log_request("GET", headers, None)
-            try:
+            with _HttpxBoundary(self, deadline, cancel):
                 with self._http().stream("GET", self.url, headers=_wire_headers(headers),
                                          timeout=self._timeout(deadline)) as response:
                     self._log_response(response, started)
                     try:
-                        self._check_status(response, with_session=self.session_id is not None)
-                    except HttpStatus as exc:
+                        self._check_status(response, "GET", with_session=self.session_id is not None)
+                    except ProtocolError as exc:
+                        if http_status_of(exc) is None:
+                            raise
                         raise _mark(ConnectionFailedError(
                             f"the server closed the event stream early and refused to resume it "
-                            f"(GET with Last-Event-ID: HTTP {exc.status})",
+                            f"(GET with Last-Event-ID: HTTP {http_status_of(exc)})",
                         ), sent=True) from None
                     ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
                     if ctype != "text/event-stream":
@@ -2243,54 +2704,62 @@ class HttpTransport:
                             f"resuming the event stream returned {ctype or 'no content type'}, not "
                             "text/event-stream"), sent=True)
                     for incoming in self._read_sse(response, decoder, deadline):
-                        yield incoming
-                        if incoming.kind in ("result", "error") and same_id(incoming.id, request_id):
+                        if self._deliver(incoming, request_id):
                             return
-            except (httpx.HTTPError, httpx.InvalidURL, UnicodeError) as exc:
-                raise self._translate(exc, deadline) from exc
             idle = 0 if decoder.last_event_id != last_id else idle + 1
             if idle >= _RESUME_MAX_IDLE:
                 raise _mark(ConnectionFailedError(
                     "the server keeps closing the resumed event stream without sending anything"), sent=True)
 
-    def send_message(self, message: dict[str, Any], *, rules: EraRules | None, deadline: Deadline,
-                     strict: bool = True) -> None:
+    def _post_one_way(self, message: dict[str, Any], rules: EraRules | None, deadline: Deadline,
+                      strict: bool) -> None:
         """POST a notification or a response; expects 202 (any 2xx accepted)."""
-        httpx = _import_httpx()
-
         headers = build_headers(rules, configured=self.configured, message=message, session_id=self.session_id)
         started = time.monotonic()
         self._log_request("POST", headers, message)
+        what = str(message.get("method", "a response"))
         try:
-            with self._http().stream("POST", self.url, content=encode_body(message),
-                                     headers=_wire_headers(headers), timeout=self._timeout(deadline)) as response:
-                self._log_response(response, started)
-                if strict:
-                    self._check_status(response, with_session=self.session_id is not None)
-        except (httpx.HTTPError, httpx.InvalidURL, UnicodeError) as exc:
+            with _HttpxBoundary(self, deadline, None):
+                with self._http().stream("POST", self.url, content=encode_body(message),
+                                         headers=_wire_headers(headers), timeout=self._timeout(deadline)) as response:
+                    self._log_response(response, started)
+                    if strict:
+                        self._check_status(response, what, with_session=self.session_id is not None)
+        except BkmcpError as exc:
             if strict:
-                raise self._translate(exc, deadline) from exc
-            self.log.debug(f"sending {message.get('method', 'a response')} failed: {type(exc).__name__}")
+                raise
+            self.log.debug(f"sending {what} failed: {exc.message}")
+
+    def failure(self, method: str, request_id: Any, *, sent: bool) -> BkmcpError:  # pragma: no cover - not shared
+        return _mark(ConnectionFailedError(f"no response to {method} (id {request_id})"), sent=sent)
+
+    def timeout_error(self, method: str, deadline: Deadline) -> BkmcpError:
+        return _mark(budget_error(f"no answer to {method} from {strip_url_credentials(self.url)}",
+                                  deadline.seconds), sent=True)
+
+    def restart_if_exited(self) -> bool:
+        return False
 
     def end_session(self, deadline: Deadline, rules: EraRules | None = None) -> None:
         """DELETE the legacy session (405 is fine); best effort, never raises."""
-        if self.session_id is None or self._client is None:
+        session_id = self.session_id
+        if session_id is None or self._client is None:
             return
-        httpx = _import_httpx()
-
-        headers = build_headers(rules, configured=self.configured, session_id=self.session_id)
+        headers = build_headers(rules, configured=self.configured, session_id=session_id)
         started = time.monotonic()
         self._log_request("DELETE", headers, None)
         try:
-            response = self._client.request("DELETE", self.url, headers=_wire_headers(headers),
-                                            timeout=self._timeout(deadline, cap=2.0))
+            with _HttpxBoundary(self, deadline, None):
+                response = self._client.request("DELETE", self.url, headers=_wire_headers(headers),
+                                                timeout=self._timeout(deadline, cap=2.0))
             self._log_response(response, started)
-        except (httpx.HTTPError, httpx.InvalidURL, UnicodeError, BkmcpError) as exc:
+        except BkmcpError as exc:
             self.log.debug(f"ending the session failed: {type(exc).__name__}")
-        self.session_id = None
+        if self._state is not None:
+            self._state.session_id = None
 
-    def close(self) -> None:
-        if self._client is not None:
+    def close(self, deadline: Deadline | None = None) -> None:
+        if self._client is not None and self._own_client:
             try:
                 self._client.close()
             finally:
@@ -2314,41 +2783,94 @@ _STDIO_TERM_GRACE = 2.0  # after SIGTERM to the process group, before SIGKILL
 _STDIO_POLL = 0.1  # how often a wait for output also checks whether the child is still alive
 _STDIO_STDERR_TAIL = 20  # stderr lines kept (without -v) for error details
 _STDIO_LINE_CLIP = 500
+_PR_SET_PDEATHSIG = 1
 
 
-class StdioTransport:
-    """A stdio server (SPEC §9, protocol-notes.md §1.4): one child process, newline-delimited JSON-RPC.
+class _Spawner:
+    """Starts children from one thread that lives as long as the process: ``PR_SET_PDEATHSIG`` fires when the
+    *thread* that forked a child exits, so a child spawned from a short-lived worker thread would be killed with
+    it (SPEC §11.5). Used when a child must not outlive bkmcp (``die_with_parent``)."""
 
-    The child is spawned on the first message, without a shell, in its own session (so the whole process tree
-    can be signalled), with the minimal inherited environment plus the entry's ``env``. A reader thread turns
-    stdout into lines and another keeps stderr (streamed with ``-v``, else its last lines for error details);
-    every wait is bounded by the ``Deadline``. ``restart()`` replaces a child that exited during the era probe.
-    """
+    _lock = _thread.allocate_lock()
+    _instance: _Spawner | None = None
 
-    kind = "stdio"
+    def __init__(self) -> None:
+        import queue
+        import threading
 
-    def __init__(self, server: ResolvedServer, *, insecure: bool, log: Log) -> None:
-        assert server.command is not None
+        self._jobs: queue.Queue[Any] = queue.Queue()
+        threading.Thread(target=self._run, name="bkmcp-spawner", daemon=True).start()
+
+    @classmethod
+    def shared(cls) -> _Spawner:
+        with cls._lock:
+            if cls._instance is None:
+                cls._instance = cls()
+            return cls._instance
+
+    def _run(self) -> None:
+        while True:
+            job, done, box = self._jobs.get()
+            try:
+                box.append(job())
+            except BaseException as exc:  # noqa: B036 - handed back to the caller's thread
+                box.append(exc)
+            done.set()
+
+    def call(self, job: Callable[[], Any]) -> Any:
+        import threading
+
+        done = threading.Event()
+        box: list[Any] = []
+        self._jobs.put((job, done, box))
+        done.wait()
+        if isinstance(box[0], BaseException):
+            raise box[0]
+        return box[0]
+
+
+def _die_with_parent_hook() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child receive SIGKILL when bkmcp dies (Linux ``prctl``), or None."""
+    if not sys.platform.startswith("linux"):
+        return None  # pragma: no cover - elsewhere the resident mode's own shutdown paths reap the children
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # pragma: no cover - a libc without prctl
+        return None
+    import signal
+
+    parent = os.getpid()
+    kill = int(signal.SIGKILL)
+
+    def hook() -> None:
+        prctl(_PR_SET_PDEATHSIG, kill, 0, 0, 0)
+        if os.getppid() != parent:  # bkmcp died between fork and prctl
+            os._exit(1)
+
+    return hook
+
+
+class ChildProcess:
+    """Supervision of one stdio server process (SPEC §9, §11.5), apart from its framing: spawn without a shell in
+    its own process group (optionally dying with bkmcp), keep the last stderr lines (streamed with ``-v``), know its
+    exit status, and stop it with the shutdown ladder — close stdin, wait; SIGTERM the group, wait; SIGKILL — always
+    reaping the whole group."""
+
+    def __init__(self, server: ResolvedServer, log: Log, *, die_with_parent: bool = False) -> None:
         self.server = server
         self.log = log
-        self.session_id: str | None = None  # stdio has no sessions; kept for the transport interface
-        self.responses = 0
-        self.spawns = 0
+        self.die_with_parent = die_with_parent
+        self.proc: Any = None
         self.pid: int | None = None
-        self._proc: Any = None
-        self._lines: Any = None  # queue.Queue of bytes lines; None marks the end of stdout
-        self._readers: list[Any] = []
-        self._writer: Any = None
-        self._eof = False
-        self._deadline: Deadline | None = None  # the last one used: once spent, the shutdown grace is shorter
-        self._sent_at = 0.0
+        self.spawns = 0
+        self._stderr_reader: Any = None
         import collections
 
         self._stderr_tail: collections.deque[str] = collections.deque(maxlen=_STDIO_STDERR_TAIL)
 
-    # -- process ---------------------------------------------------------------------------------------
-
-    def _where(self) -> str:
+    def where(self) -> str:
         return f"server {self.server.name!r} in {self.server.config_file}"
 
     def _environment(self) -> dict[str, str]:
@@ -2371,26 +2893,25 @@ class StdioTransport:
         if found is None:
             raise _mark(ConnectionFailedError(
                 f"cannot start the stdio server: command {command!r} {problem}",
-                hint=f"install it, or set \"command\" of {self._where()} to an absolute path of an executable "
+                hint=f"install it, or set \"command\" of {self.where()} to an absolute path of an executable "
                 "(PATH comes from bkmcp's environment or the entry's \"env\")",
                 details={"command": command},
             ), sent=False)
         return found
 
-    def _start(self) -> None:
-        import queue
+    def spawn(self) -> Any:
+        """Start the child; returns the ``Popen`` (stdin/stdout pipes for the framing)."""
         import subprocess
         import threading
 
-        if self._proc is not None:
-            return
         env = self._environment()
         executable = self._executable(env)
         cwd = self.server.cwd
         if cwd is not None and not os.path.isdir(cwd):
+            problem = "is not a directory" if os.path.exists(cwd) else "does not exist"
             raise _mark(ConnectionFailedError(
-                f"cannot start the stdio server: working directory {cwd!r} does not exist",
-                hint=f"fix \"cwd\" of {self._where()}",
+                f"cannot start the stdio server: working directory {cwd!r} {problem}",
+                hint=f"fix \"cwd\" of {self.where()}",
             ), sent=False)
         argv = [executable, *self.server.args]
         if self.log.verbose:
@@ -2402,40 +2923,31 @@ class StdioTransport:
             options["start_new_session"] = True  # own process group: the whole tree can be signalled
         else:  # pragma: no cover - Windows
             options["creationflags"] = getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)
+        hook = _die_with_parent_hook() if self.die_with_parent else None
+        if hook is not None:
+            options["preexec_fn"] = hook
+
+        def popen() -> Any:
+            return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    env=env, cwd=cwd, close_fds=True, **options)
+
         try:
-            self._proc = subprocess.Popen(
-                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd,
-                close_fds=True, **options,
-            )
+            proc = _Spawner.shared().call(popen) if hook is not None else popen()
         except OSError as exc:
             raise _mark(ConnectionFailedError(
                 f"cannot start the stdio server {self.server.command!r}: {exc.strerror or exc}",
-                hint=f"check \"command\" and \"args\" of {self._where()} (an interpreter named by a #! line "
+                hint=f"check \"command\" and \"args\" of {self.where()} (an interpreter named by a #! line "
                 "must exist too)",
             ), sent=False) from exc
+        self.proc = proc
         self.spawns += 1
-        self.pid = self._proc.pid
+        self.pid = proc.pid
         self._stderr_tail.clear()  # error details describe the current child
-        self._eof = False
-        self._lines = queue.Queue()
-        self._readers = [
-            threading.Thread(target=self._read_stdout, args=(self._proc.stdout, self._lines),
-                             name="bkmcp-stdio-out", daemon=True),
-            threading.Thread(target=self._read_stderr, args=(self._proc.stderr,), name="bkmcp-stdio-err",
-                             daemon=True),
-        ]
-        for thread in self._readers:
-            thread.start()
-        self.log.debug(f"stdio server started (pid {self._proc.pid})")
-
-    @staticmethod
-    def _read_stdout(stream: Any, lines: Any) -> None:
-        try:
-            for line in iter(stream.readline, b""):
-                lines.put(line)
-        except (OSError, ValueError):
-            pass
-        lines.put(None)
+        self._stderr_reader = threading.Thread(target=self._read_stderr, args=(proc.stderr,),
+                                               name="bkmcp-stdio-err", daemon=True)
+        self._stderr_reader.start()
+        self.log.debug(f"stdio server started (pid {proc.pid})")
+        return proc
 
     def _read_stderr(self, stream: Any) -> None:
         try:
@@ -2450,215 +2962,51 @@ class StdioTransport:
     def stderr_tail(self) -> list[str]:
         return list(self._stderr_tail)
 
-    @property
-    def alive(self) -> bool:
-        """The child is running and its stdout is open (False before the first spawn)."""
-        return self._proc is not None and not self._eof and self._proc.poll() is None
-
-    def restart_if_exited(self) -> bool:
-        """Before the legacy fallback (SPEC §5): a child that exited during the probe is reaped and the next
-        message spawns a fresh one. True when it was restarted."""
-        if self._proc is None or self.alive:
-            return False
-        self.close()
-        self.log.debug("the stdio server exited during the era probe; starting it again for initialize")
-        return True
-
-    def _failure(self, error: RemoteError, *, sent: bool) -> BkmcpError:
-        """``error`` with the server's recent stderr attached (redacted), marked sent or not."""
-        tail = self.stderr_tail()
-        if tail:
-            error.details.setdefault("server_stderr", tail)
-        return _mark(error, sent=sent)
-
-    def _exit_status(self, wait: float) -> int | None:
+    def exit_status(self, wait: float) -> int | None:
+        """The exit status, waiting up to ``wait`` seconds; None while it runs. Its last stderr lines explain an
+        exit, so the stderr reader gets a moment to collect them."""
         import subprocess
 
+        if self.proc is None:
+            return None
         try:
-            return int(self._proc.wait(timeout=max(wait, 0)))
+            status = int(self.proc.wait(timeout=max(wait, 0)))
         except subprocess.TimeoutExpired:
             return None
+        if self._stderr_reader is not None:
+            self._stderr_reader.join(0.5)
+        return status
 
-    def _exited_error(self, method: str, request_id: Any, *, sent: bool) -> BkmcpError:
-        status = self._exit_status(0.5)
-        if status is not None and len(self._readers) > 1:
-            self._readers[1].join(0.5)  # its last stderr lines explain the exit: let the reader collect them
+    def describe_exit(self, status: int | None) -> str:
         if status is None:
-            what = "closed its stdout"
-        elif status < 0:
+            return "closed its stdout"
+        if status < 0:
             import signal
 
             try:
                 name = signal.Signals(-status).name
             except ValueError:
                 name = f"signal {-status}"
-            what = f"was killed by {name}"
-        else:
-            what = f"exited with status {status}"
-        answer = f" before answering {method}" + (f" (id {request_id})" if request_id is not None else "")
-        details: dict[str, Any] = {"exit_status": status}
-        return self._failure(ConnectionFailedError(
-            f"the stdio server {what}{answer}",
-            hint=f"run with -v to see its stderr; check \"command\", \"args\" and \"env\" of {self._where()}",
-            details=details,
-        ), sent=sent)
+            return f"was killed by {name}"
+        return f"exited with status {status}"
 
-    # -- wire ------------------------------------------------------------------------------------------
-
-    def _write(self, message: Mapping[str, Any], deadline: Deadline) -> None:
-        """One line on the child's stdin, bounded by the deadline (a child that stops reading cannot hang us)."""
-        import threading
-
-        text = dump_json(message)
-        if "\n" in text or "\r" in text:  # pragma: no cover - dump_json escapes control characters
-            raise InternalError("a JSON-RPC message would contain a raw line break")
-        data = (text + "\n").encode("utf-8")
-        fd = self._proc.stdin.fileno()
-        failure: list[BaseException] = []
-
-        def write() -> None:
-            view = memoryview(data)
-            try:
-                while view:
-                    view = view[os.write(fd, view):]
-            except OSError as exc:
-                failure.append(exc)
-
-        self._writer = threading.Thread(target=write, name="bkmcp-stdio-in", daemon=True)
-        self._writer.start()
-        while self._writer.is_alive():
-            try:
-                left = deadline.remaining()
-            except McpTimeoutError as exc:
-                raise self._failure(exc, sent=True) from None  # partly written: treat as sent (never resend)
-            self._writer.join(min(left, _STDIO_POLL))
-        if failure:
-            method = str(message.get("method", "a response"))
-            raise self._exited_error(method, message.get("id"), sent=False) from failure[0]
-
-    def _log_out(self, message: Mapping[str, Any]) -> None:
-        if self.log.verbose:
-            rpc = f"{message.get('method', 'response')}" + (f" id={message['id']}" if "id" in message else "")
-            self.log.debug(f"-> stdio [{rpc}]")
-
-    def _next_line(self, deadline: Deadline) -> bytes | None:
-        """The next stdout line; None when stdout ended or the child exited (its last lines are drained first)."""
-        import queue
-
-        exited_at: float | None = None
-        while True:
-            left = deadline.remaining()
-            try:
-                line = self._lines.get(timeout=min(left, _STDIO_POLL))
-            except queue.Empty:
-                if self._proc.poll() is None:
-                    continue
-                # The child is gone; a grandchild may still hold stdout open, so give the reader a moment only.
-                exited_at = exited_at or time.monotonic()
-                if time.monotonic() - exited_at < 0.5:
-                    continue
-                return None
-            if line is None:
-                self._eof = True
-                return None
-            return line
-
-    def _decode_line(self, line: bytes) -> list[Message]:
-        text = line.decode("utf-8", "replace").strip()
-        try:
-            return decode_messages(line)
-        except ProtocolError as exc:
-            sample = _clip(self.log.redactor.scrub(text), 200)
-            raise self._failure(ProtocolError(
-                f"the stdio server wrote a line to stdout that is not a JSON-RPC message ({exc.message}): {sample!r}",
-                hint="a stdio server must write only JSON-RPC messages to stdout (logs belong on stderr)",
-            ), sent=True) from None
-
-    def _receive(self, deadline: Deadline, method: str, request_id: Any) -> Iterable[Message]:
-        """Messages from stdout, as they arrive, until the child ends (then ``ConnectionFailedError``)."""
-        while True:
-            try:
-                line = self._next_line(deadline)
-            except McpTimeoutError:
-                raise self._failure(McpTimeoutError(
-                    f"no answer to {method} from the stdio server within --timeout "
-                    f"{format_duration(deadline.seconds)}",
-                    hint="raise --timeout if the server is slow, or run with -v to see its stderr",
-                ), sent=True) from None
-            if line is None:
-                raise self._exited_error(method, request_id, sent=True)
-            if not line.strip():
-                continue
-            for incoming in self._decode_line(line):
-                self.responses += 1
-                if self.log.verbose:
-                    label = incoming.method if incoming.kind in ("request", "notification") else incoming.kind
-                    rpc = f"{label}" + (f" id={incoming.id}" if incoming.id is not None else "")
-                    ms = (time.monotonic() - self._sent_at) * 1000
-                    self.log.debug(f"<- stdio [{rpc}] ({ms:.0f} ms)")
-                yield incoming
-
-    # -- the interface ---------------------------------------------------------------------------------
-
-    def exchange(self, message: dict[str, Any], *, rules: EraRules | None, deadline: Deadline,
-                 extra_headers: Iterable[tuple[str, str]] = ()) -> Iterable[Message]:
-        """Write one request and yield what the server writes until its response (last). Headers (``Mcp-Param-*``)
-        do not exist on stdio; everything the server needs is in the message and its ``_meta``."""
-        method = str(message.get("method"))
-        request_id = message["id"]
-        try:
-            deadline.remaining()
-        except McpTimeoutError as exc:
-            raise _mark(exc, sent=False) from None
-        self._start()
-        if not self.alive:
-            raise self._exited_error(method, request_id, sent=False)
-        self._log_out(message)
-        self._sent_at = time.monotonic()
-        self._deadline = deadline
-        self._write(message, deadline)
-        for incoming in self._receive(deadline, method, request_id):
-            yield incoming
-            if incoming.kind in ("result", "error") and (same_id(incoming.id, request_id) or incoming.id is None):
-                return
-
-    def send_message(self, message: dict[str, Any], *, rules: EraRules | None, deadline: Deadline,
-                     strict: bool = True) -> None:
-        """A notification or a response to a server request: one line, no answer expected."""
-        try:
-            self._start()
-            if not self.alive:
-                raise self._exited_error(str(message.get("method", "a response")), None, sent=False)
-            self._log_out(message)
-            self._deadline = deadline
-            self._write(message, deadline)
-        except BkmcpError as exc:
-            if strict:
-                raise
-            self.log.debug(f"sending {message.get('method', 'a response')} failed: {exc.message}")
-
-    def end_session(self, deadline: Deadline, rules: EraRules | None = None) -> None:
-        """Nothing to end: a stdio server's lifetime is its process (``close``)."""
-
-    def close(self) -> None:
-        """Shutdown (SPEC §9): close stdin, wait; SIGTERM the process group, wait; SIGKILL; always reap."""
-        proc = self._proc
+    def stop(self, *, quick: bool = False, stdin_busy: bool = False, readers: Iterable[Any] = ()) -> None:
+        """The shutdown ladder (SPEC §9); ``quick`` shortens the first grace (the budget is spent)."""
+        proc = self.proc
         if proc is None:
             return
-        self._proc = None
+        self.proc = None
         import signal
         import subprocess
 
-        writing = self._writer is not None and self._writer.is_alive()
-        if not writing:  # a write blocked on a full pipe keeps stdin open anyway: go straight to signals
+        if not stdin_busy:  # a write blocked on a full pipe keeps stdin open anyway: go straight to signals
             try:
                 proc.stdin.close()
             except OSError:
                 pass
-        spent = self._deadline is not None and self._deadline.end <= time.monotonic()
-        grace = 0.5 if spent else _STDIO_EXIT_GRACE
+        grace = 0.5 if quick else _STDIO_EXIT_GRACE
         try:
-            status: int | None = proc.wait(timeout=0 if writing else grace)
+            status: int | None = proc.wait(timeout=0 if stdin_busy else grace)
         except subprocess.TimeoutExpired:
             status = None
         if status is None:
@@ -2673,13 +3021,12 @@ class StdioTransport:
         except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
             status = None
         self.log.debug(f"stdio server stopped (pid {proc.pid}, status {status})")
-        if self._writer is not None:
-            self._writer.join(0.5)
-        for thread in self._readers:
+        threads = [t for t in (*readers, self._stderr_reader) if t is not None]
+        for thread in threads:
             thread.join(0.5)
         for stream in (proc.stdin, proc.stdout, proc.stderr):
             # A reader still blocked (a detached grandchild holds the pipe) keeps its stream: closing it would block.
-            if stream is not None and not any(t.is_alive() for t in self._readers):
+            if stream is not None and not any(t.is_alive() for t in threads):
                 try:
                     stream.close()
                 except OSError:
@@ -2701,7 +3048,7 @@ class StdioTransport:
         return True
 
     @staticmethod
-    def _group_running(pgid: int) -> bool:
+    def group_running(pgid: int) -> bool:
         """Whether a process of group ``pgid`` still runs. Zombies do not count: an orphaned grandchild that
         died waits for init to reap it, which some container inits do only every few seconds."""
         killpg = getattr(os, "killpg", None)
@@ -2729,22 +3076,238 @@ class StdioTransport:
         """Wait until the leader is reaped and no process of its group runs; True when all are gone."""
         end = time.monotonic() + seconds
         while True:
-            if proc.poll() is not None and not self._group_running(proc.pid):
+            if proc.poll() is not None and not self.group_running(proc.pid):
                 return True
             if time.monotonic() >= end:
                 return False
             time.sleep(0.05)
 
 
-def open_transport(server: ResolvedServer, *, insecure: bool, log: Log) -> Any:
-    """The transport for ``server.type`` (a registry: the stdio transport plugs in as ``TRANSPORTS["stdio"]``)."""
+class StdioTransport:
+    """A stdio server (SPEC §9, protocol-notes.md §1.4): newline-delimited JSON-RPC over one child's pipes.
+
+    The child (``ChildProcess``) is spawned on the first message. One reader thread turns stdout into messages
+    and delivers each to the session, which matches it by id, so any number of requests may be in flight; writes
+    are serialised and bounded by the caller's deadline (a child that stops reading cannot hang bkmcp). When the
+    child exits or writes a line that is not JSON-RPC, ``lost()`` fails every request in flight on it.
+    """
+
+    kind = "stdio"
+    has_sessions = False
+    shared_stream = True
+    restartable = True
+
+    def __init__(self, server: ResolvedServer, *, insecure: bool, log: Log, die_with_parent: bool = False) -> None:
+        assert server.command is not None
+        self.server = server
+        self.log = log
+        self.child = ChildProcess(server, log, die_with_parent=die_with_parent)
+        self.responses = 0
+        self._deliver: Callable[[Message, Any], bool] = lambda message, related: False
+        self._lost: Callable[[], None] = lambda: None
+        self._write_lock = _thread.allocate_lock()
+        self._start_lock = _thread.allocate_lock()
+        self._reader: Any = None
+        self._ended: BkmcpError | None = None  # why the current child's stream ended (exit, bad line)
+        self._exit_status: int | None = None
+        self._sent_at = 0.0
+        self._spent = False
+
+    def attach(self, deliver: Callable[[Message, Any], bool], lost: Callable[[], None], state: Any) -> None:
+        self._deliver = deliver
+        self._lost = lost
+
+    @property
+    def pid(self) -> int | None:
+        return self.child.pid
+
+    @property
+    def spawns(self) -> int:
+        return self.child.spawns
+
+    def stderr_tail(self) -> list[str]:
+        return self.child.stderr_tail()
+
+    @property
+    def alive(self) -> bool:
+        """The child is running and its stdout is open (False before the first spawn)."""
+        proc = self.child.proc
+        return proc is not None and self._ended is None and proc.poll() is None
+
+    def _start(self) -> None:
+        import threading
+
+        with self._start_lock:
+            if self.child.proc is not None:
+                return
+            proc = self.child.spawn()
+            self._ended = None
+            self._exit_status = None
+            if os.name == "posix":
+                os.set_blocking(proc.stdin.fileno(), False)  # writes wait in select(), bounded by the deadline
+            self._reader = threading.Thread(target=self._read_stdout, args=(proc,), name="bkmcp-stdio-out",
+                                            daemon=True)
+            self._reader.start()
+            threading.Thread(target=self._watch_exit, args=(proc,), name="bkmcp-stdio-wait", daemon=True).start()
+
+    # -- reading ---------------------------------------------------------------------------------------
+
+    def _read_stdout(self, proc: Any) -> None:
+        try:
+            for line in iter(proc.stdout.readline, b""):
+                if not line.strip():
+                    continue
+                try:
+                    messages = decode_messages(line)
+                except ProtocolError as exc:
+                    text = line.decode("utf-8", "replace").strip()
+                    sample = _clip(self.log.redactor.scrub(text), 200)
+                    self._end(proc, self._with_stderr(ProtocolError(
+                        f"the stdio server wrote a line to stdout that is not a JSON-RPC message ({exc.message}): "
+                        f"{sample!r}",
+                        hint="a stdio server must write only JSON-RPC messages to stdout (logs belong on stderr)",
+                    )))
+                    return
+                for incoming in messages:
+                    self.responses += 1
+                    if self.log.verbose:
+                        label = incoming.method if incoming.kind in ("request", "notification") else incoming.kind
+                        rpc = f"{label}" + (f" id={incoming.id}" if incoming.id is not None else "")
+                        ms = (time.monotonic() - self._sent_at) * 1000
+                        self.log.debug(f"<- stdio [{rpc}] ({ms:.0f} ms)")
+                    self._deliver(incoming, None)
+        except (OSError, ValueError):
+            pass
+        self._end(proc, None)
+
+    def _watch_exit(self, proc: Any) -> None:
+        """The child is gone but a grandchild may hold stdout open: give the reader a moment only."""
+        try:
+            proc.wait()
+        except Exception:  # pragma: no cover - wait() on a reaped child
+            pass
+        reader = self._reader
+        if reader is not None:
+            reader.join(0.5)
+        self._end(proc, None)
+
+    def _end(self, proc: Any, error: BkmcpError | None) -> None:
+        if proc is not self.child.proc or self._ended is not None:
+            return
+        status = self.child.exit_status(0.5) if error is None else None
+        self._exit_status = status
+        self._ended = error or ConnectionFailedError(self.child.describe_exit(status))
+        self._lost()
+
+    def _with_stderr(self, error: BkmcpError) -> BkmcpError:
+        tail = self.stderr_tail()
+        if tail:
+            error.details.setdefault("server_stderr", tail)
+        return error
+
+    def failure(self, method: str, request_id: Any, *, sent: bool) -> BkmcpError:
+        """The error a request ends with when the child's stream ended (exit, closed stdout, a bad line)."""
+        ended = self._ended
+        if ended is not None and not isinstance(ended, ConnectionFailedError):
+            error: BkmcpError = type(ended)(ended.message, hint=ended.hint, details=dict(ended.details))
+            return _mark(error, sent=sent)
+        status = self._exit_status if ended is not None else self.child.exit_status(0.5)
+        answer = f" before answering {method}" + (f" (id {request_id})" if request_id is not None else "")
+        return _mark(self._with_stderr(_remedy(ConnectionFailedError(
+            f"the stdio server {self.child.describe_exit(status)}{answer}",
+            hint=f"check \"command\", \"args\" and \"env\" of {self.child.where()}",
+            details={"exit_status": status},
+        ), "stdio_exit")), sent=sent)
+
+    def timeout_error(self, method: str, deadline: Deadline) -> BkmcpError:
+        self._spent = True
+        return _mark(self._with_stderr(budget_error(f"no answer to {method} from the stdio server",
+                                                    deadline.seconds, remedy="timeout_stdio")), sent=True)
+
+    # -- writing ---------------------------------------------------------------------------------------
+
+    def send(self, message: dict[str, Any], *, rules: EraRules | None, deadline: Deadline,
+             extra_headers: Iterable[tuple[str, str]] = (), cancel: CancelToken | None = None,
+             strict: bool = True) -> None:
+        """One line on the child's stdin. Headers (``Mcp-Param-*``) do not exist on stdio: everything the server
+        needs is in the message and its ``_meta``."""
+        method = str(message.get("method", "a response"))
+        request_id = message.get("id") if "method" in message else None
+        try:
+            try:
+                deadline.remaining()
+            except McpTimeoutError as exc:
+                raise _mark(exc, sent=False) from None
+            self._start()
+            if not self.alive:
+                raise self.failure(method, request_id, sent=False)
+            if self.log.verbose:
+                rpc = f"{message.get('method', 'response')}" + (f" id={message['id']}" if "id" in message else "")
+                self.log.debug(f"-> stdio [{rpc}]")
+            self._sent_at = time.monotonic()
+            self._write(message, deadline, method, request_id)
+        except BkmcpError as exc:
+            if strict:
+                raise
+            self.log.debug(f"sending {method} failed: {exc.message}")
+
+    def _write(self, message: Mapping[str, Any], deadline: Deadline, method: str, request_id: Any) -> None:
+        import select
+
+        text = dump_json(message)
+        if "\n" in text or "\r" in text:  # pragma: no cover - dump_json escapes control characters
+            raise InternalError("a JSON-RPC message would contain a raw line break")
+        data = memoryview((text + "\n").encode("utf-8"))
+        proc = self.child.proc
+        fd = proc.stdin.fileno()
+        if not self._write_lock.acquire(timeout=max(deadline.remaining(), 0.001)):
+            raise _mark(self.timeout_error(method, deadline), sent=False)
+        try:
+            while data:
+                try:
+                    data = data[os.write(fd, data):]
+                    continue
+                except BlockingIOError:
+                    pass
+                except OSError as exc:
+                    raise self.failure(method, request_id, sent=False) from exc
+                try:
+                    left = deadline.remaining()
+                except McpTimeoutError as exc:
+                    raise _mark(self._with_stderr(exc), sent=True) from None  # partly written: never resend
+                select.select([], [fd], [], min(left, _STDIO_POLL))
+        finally:
+            self._write_lock.release()
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+
+    def restart_if_exited(self) -> bool:
+        """Before the legacy fallback (SPEC §5): a child that exited during the probe is reaped and the next
+        message spawns a fresh one. True when it was restarted."""
+        if self.child.proc is None or self.alive:
+            return False
+        self.close()
+        self.log.debug("the stdio server exited during the era probe; starting it again for initialize")
+        return True
+
+    def end_session(self, deadline: Deadline, rules: EraRules | None = None) -> None:
+        """Nothing to end: a stdio server's lifetime is its process (``close``)."""
+
+    def close(self, deadline: Deadline | None = None) -> None:
+        spent = self._spent or (deadline is not None and deadline.end <= time.monotonic())
+        busy = self._write_lock.locked()
+        self.child.stop(quick=spent, stdin_busy=busy, readers=[self._reader] if self._reader else [])
+
+
+def open_transport(server: ResolvedServer, *, insecure: bool, log: Log, **options: Any) -> Transport:
+    """The transport for ``server.type`` (a registry: one class + one entry per transport)."""
     factory = TRANSPORTS.get(server.type)
     if factory is None:
         raise ConnectionFailedError(
             f"{server.type} transport is not implemented in this build of bkmcp (server {server.name!r})",
             hint="use an http server entry, or a build of bkmcp with the stdio transport",
         )
-    return factory(server, insecure=insecure, log=log)
+    return factory(server, insecure=insecure, log=log, **options)  # type: ignore[no-any-return]
 
 
 TRANSPORTS: dict[str, Callable[..., Any]] = {"http": HttpTransport, "stdio": StdioTransport}
@@ -2753,424 +3316,549 @@ TRANSPORTS: dict[str, Callable[..., Any]] = {"http": HttpTransport, "stdio": Std
 # ======================================================================================================
 # 7. Client flows
 # ======================================================================================================
+# ``McpSession`` drives the section-5 core over a section-6 transport: open once, then any number of requests,
+# many in flight at once (from as many threads), each with its own deadline and cancellation. The flows below —
+# negotiate, discover, call, check, dry-run — take a session (or open one) and a per-operation ``OpContext``;
+# the CLI (section 11) and the resident mode (section 10) only parse their input, call them and render.
 
 _CANCEL_BUDGET = 1.0
 _KEPT_NOTIFICATIONS = 1000  # a chatty server cannot grow memory without bound
-_STDIO_PROBE_WINDOW = 2.0  # stdio: no answer to server/discover within this (inside the budget) means legacy
+_STDIO_PROBE_WINDOW = 2.0  # shared stream: no answer to server/discover within this (inside the budget) means legacy
 _DECLINED_CAPABILITIES = {"sampling/createMessage": "sampling", "elicitation/create": "elicitation"}
 
 
-class McpClient:
-    """One client lifetime against one server: negotiate, discover, call once, close.
+class RequestHandle:
+    """What the caller learns about one request while it runs: its id, whether it was sent, and the server
+    requests that were declined on its behalf."""
 
-    Contract used by the CLI (section 11):
-      ``with McpClient(server, deadline=…, insecure=…, log=…) as client:``
-      ``client.connect()``            era negotiation (SPEC §5); sets era, protocol_version, server_info,
-                                      capabilities, instructions. ``connect(server_info=True)`` makes a pinned
-                                      modern client ask ``server/discover`` too (``--check`` reports it).
-      ``client.list_tools()``         the complete catalogue (pagination guards) as a list of tool dicts
-      ``client.call_tool(name, args)``  sends tools/call exactly once; returns the raw result dict
-      leaving the block closes the session (DELETE for legacy HTTP sessions) and the transport.
-    Remote failures raise ``RemoteError`` subclasses whose ``data`` keeps what was completed.
-    Extra state for reports: ``pages`` (tools/list pages read), ``notifications`` (kept for -v),
-    ``server_requests`` (server -> client requests seen and declined).
+    __slots__ = ("id", "method", "sent", "declined", "_event", "message", "error")
+
+    def __init__(self) -> None:
+        import threading
+
+        self.id: Any = None
+        self.method = "the request"
+        self.sent = False
+        self.declined: list[str] = []
+        self._event = threading.Event()
+        self.message: Message | None = None
+        self.error: BkmcpError | None = None
+
+    def _finish(self, message: Message | None = None, error: BkmcpError | None = None) -> None:
+        self.message, self.error = message, error
+        self._event.set()
+
+
+class McpSession:
+    """One live MCP session: the sans-IO ``ClientSession`` driven over one ``Transport``.
+
+    ``request()`` may be called from many threads at once; the core is only touched under ``_lock``. A request
+    registers its handle before it is sent, so its answer can never arrive unclaimed. When a shared stream dies
+    (a stdio child exits), every request in flight on it fails with ``outcome: unknown`` (it was sent).
+    ``close()`` is explicit and idempotent. ``on_notification`` (if set) sees every server notification.
     """
 
-    def __init__(self, server: ResolvedServer, *, deadline: Deadline, insecure: bool, log: Log) -> None:
+    def __init__(self, server: ResolvedServer, *, insecure: bool, log: Log, transport: Transport | None = None,
+                 **transport_options: Any) -> None:
+        import collections
+
         self.server = server
-        self.deadline = deadline
-        self.insecure = insecure
         self.log = log
-        self.era: str | None = None
-        self.protocol_version: str | None = None
-        self.server_info: dict[str, Any] = {}
-        self.capabilities: dict[str, Any] = {}
-        self.instructions: str | None = None
-        self.rules: EraRules | None = None
-        self.pages = 0
-        self.tools: list[dict[str, Any]] | None = None
-        self.notifications: list[dict[str, Any]] = []
-        self.server_requests: list[str] = []
-        self._transport: Any = None
-        self._next_id = 0
-        self._reinitialized = False
+        self.core = ClientSession()
+        self.transport: Transport = transport if transport is not None else open_transport(
+            server, insecure=insecure, log=log, **transport_options)
+        self.notifications: collections.deque[dict[str, Any]] = collections.deque(maxlen=_KEPT_NOTIFICATIONS)
+        self.on_notification: Callable[[Message], None] | None = None
+        self.closed = False
+        self._lock = _thread.allocate_lock()
+        self._renew_lock = _thread.allocate_lock()
+        self._handles: dict[tuple[type, Any], RequestHandle] = {}
+        self._progress: dict[Any, Callable[[dict[str, Any]], None]] = {}
+        self.transport.attach(self._deliver, self._lost, self.core)
 
-    def __enter__(self) -> McpClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    # -- state -----------------------------------------------------------------------------------------
 
     @property
-    def transport(self) -> Any:
-        if self._transport is None:
-            self._transport = open_transport(self.server, insecure=self.insecure, log=self.log)
-        return self._transport
+    def era(self) -> str | None:
+        return self.core.era
+
+    @property
+    def protocol_version(self) -> str | None:
+        return self.core.protocol_version
+
+    @property
+    def rules(self) -> EraRules | None:
+        return self.core.rules
 
     @property
     def responses(self) -> int:
         """HTTP answers (or stdio messages) received so far: evidence that the connection stage passed."""
-        return int(getattr(self._transport, "responses", 0)) if self._transport is not None else 0
+        return self.transport.responses
 
-    def close(self) -> None:
-        if self._transport is None:
-            return
+    @property
+    def in_flight(self) -> int:
+        with self._lock:
+            return len(self._handles)
+
+    # -- requests --------------------------------------------------------------------------------------
+
+    def request(self, method: str, params: dict[str, Any] | None, ctx: OpContext, *, rules: EraRules | None = None,
+                handshake: bool = False, extra_headers: Iterable[tuple[str, str]] = (),
+                deadline: Deadline | None = None, handle: RequestHandle | None = None) -> Message:
+        """Send one request and wait for its answer (a result or error ``Message``). ``rules`` defaults to the
+        negotiated ones; ``handshake`` sends without the version header (legacy ``initialize``); ``deadline``
+        narrows the operation's budget (the probe window). Never resends."""
+        if self.closed:
+            raise _mark(ConnectionFailedError("the session is closed"), sent=False)
+        rules = rules or self.core.rules
+        assert rules is not None
+        deadline = deadline or ctx.deadline
+        handle = handle or RequestHandle()
+        with self._lock:
+            message = self.core.start_request(method, params, rules)
+            handle.id, handle.method = message["id"], method
+            self._handles[_id_key(handle.id)] = handle
         try:
-            if self.rules is not None and self.rules.sessions and getattr(self._transport, "session_id", None):
-                try:
-                    left = self.deadline.end - time.monotonic()
-                    budget = Deadline(max(min(left, 2.0), 0.2))
-                    self._transport.end_session(budget, rules=self.rules)
-                except Exception as exc:  # cleanup never replaces the operation's own outcome
-                    self.log.debug(f"session cleanup failed: {type(exc).__name__}")
+            self.transport.send(message, rules=None if handshake else rules, deadline=deadline,
+                                extra_headers=extra_headers, cancel=ctx.cancel)
+            handle.sent = True
+            self._wait(handle, method, deadline, ctx.cancel)
         finally:
-            self._transport.close()
+            with self._lock:
+                if self._handles.pop(_id_key(handle.id), None) is not None:
+                    self.core.forget(handle.id)
+        if handle.error is not None:
+            raise handle.error
+        assert handle.message is not None
+        return handle.message
 
-    # -- negotiation (SPEC §5) -------------------------------------------------------------------------
+    def _wait(self, handle: RequestHandle, method: str, deadline: Deadline, cancel: CancelToken | None) -> None:
+        while not handle._event.is_set():
+            if cancel is not None and cancel.cancelled:
+                raise OperationCancelled(cancel.reason)
+            left = deadline.end - time.monotonic()
+            if left <= 0:
+                raise self.transport.timeout_error(method, deadline)
+            handle._event.wait(min(left, _STDIO_POLL))
 
-    def connect(self, *, server_info: bool = False) -> None:
-        pinned = self.server.protocol_version
-        if pinned is not None:
-            rules = era_rules(pinned)
-            self.log.debug(f"protocol version pinned to {pinned} ({rules.era}); no era probe")
-            if rules.era == "modern":
-                self._use(rules)
-                if server_info:
-                    self._discover(rules, probing=False)
+    def notify(self, method: str, params: dict[str, Any] | None, deadline: Deadline, *, strict: bool = True) -> None:
+        self.transport.send(self.core.notification(method, params), rules=self.core.rules, deadline=deadline,
+                            strict=strict)
+
+    def watch_progress(self, token: Any, callback: Callable[[dict[str, Any]], None] | None) -> None:
+        with self._lock:
+            if callback is None:
+                self._progress.pop(token, None)
             else:
-                self._initialize(pinned)
-            return
-        self._probe()
+                self._progress[token] = callback
 
-    def _probe(self) -> None:
-        requested = LATEST_MODERN_VERSION
-        for _attempt in range(2):
-            verdict, value = self._discover(era_rules(requested), probing=True)
-            if verdict == "modern":
-                return
-            if verdict == "retry" and value != requested:
-                self.log.debug(f"era probe: server supports {value}; retrying server/discover once with it")
-                requested = value
-                continue
-            if verdict == "incompatible":
-                raise ProtocolError(
-                    f"the server supports protocol versions {', '.join(map(str, value))}; bkmcp speaks "
-                    f"{', '.join(SUPPORTED_VERSIONS)}",
-                    details={"server_versions": value, "client_versions": list(SUPPORTED_VERSIONS)},
-                )
-            break
-        self.log.debug(f"era probe: no modern answer; falling back to legacy initialize ({LATEST_LEGACY_VERSION})")
-        # stdio (protocol-notes.md §3.4): a child that exited on the probe is restarted (also when it exits only
-        # once initialize was queued behind the probe: a slow starter that stops on any pre-initialize request);
-        # a server that answered discover only after the probe window locked the modern era refuses initialize
-        # with -32022. Over HTTP the same -32022 comes from a modern-only server whose discover answer was not
-        # recognisable: modern too.
-        stdio = self.server.type == "stdio"
-        restarted = self.transport.restart_if_exited() if stdio else False
-        try:
-            try:
-                self._initialize(LATEST_LEGACY_VERSION)
-            except ConnectionFailedError:
-                if not stdio or restarted or not self.transport.restart_if_exited():
-                    raise
-                self._initialize(LATEST_LEGACY_VERSION)
-        except ProtocolError as exc:
-            rpc = exc.details.get("rpc_error") or {}
-            data = rpc.get("data")
-            supported = data.get("supported") if isinstance(data, dict) else None
-            modern = [v for v in MODERN_VERSIONS if isinstance(supported, list) and v in supported]
-            if rpc.get("code") != -32022 or not modern:
-                raise
-            self.log.debug(f"initialize refused with -32022: the server serves {modern[-1]}; using the modern era")
-            self._discover(era_rules(modern[-1]), probing=False)
+    # -- what arrives ----------------------------------------------------------------------------------
 
-    def _discover(self, rules: EraRules, *, probing: bool) -> tuple[str, Any]:
-        """``server/discover`` with the modern headers and ``_meta``; when probing, its answer is era evidence."""
-        message = build_request(self._new_id(), "server/discover", None, rules)
-        if probing:
-            self.log.debug(f"era probe: server/discover at {rules.version}")
-        stdio_probe = probing and self.server.type == "stdio"
-        status = 200
-        answer: Message | None
-        try:
-            window = Deadline(min(_STDIO_PROBE_WINDOW, self.deadline.remaining())) if stdio_probe else None
-            answer = self._exchange(message, rules, "server/discover", deadline=window)
-            if not probing and answer.kind == "error":
-                raise rpc_error_exception("server/discover", answer.error or {})
-        except HttpStatus as exc:
-            status, answer = exc.status, exc.message
-            if not probing and not (exc.status == 404 and answer is not None and answer.kind == "error"
-                                    and (answer.error or {}).get("code") == -32601):
-                raise status_error(exc, "server/discover") from None
-        except ProtocolError:
-            if not probing or stdio_probe:  # stdio: stdout that is not JSON-RPC is an error in any era (SPEC §9)
-                raise
-            answer = None  # an unparsable answer from a non-MCP or legacy endpoint: not modern evidence
-        except (McpTimeoutError, ConnectionFailedError) as exc:
-            # stdio: no answer within the probe window, or the child exited (the Rust SDK stops on any request
-            # before initialize) -> legacy (SPEC §5). The operation's own budget still rules.
-            if not stdio_probe:
-                raise
-            self.deadline.remaining()
-            self.log.debug("era probe: " + ("no answer within the probe window" if isinstance(exc, McpTimeoutError)
-                                            else "the server exited"))
-            answer = None
-        verdict, value = classify_discover(status, answer, rules.version)
-        if probing:
-            self.log.debug(f"era probe verdict: {verdict}" + (f" {value}" if value else ""))
-        if verdict == "modern" or not probing:
-            self._use(era_rules(value or rules.version))
-            if answer is not None and answer.kind == "result" and isinstance(answer.result, dict):
-                result = answer.result
-                meta = result.get("_meta")
-                info = meta.get("io.modelcontextprotocol/serverInfo") if isinstance(meta, dict) else None
-                self.server_info = info if isinstance(info, dict) else {}
-                caps = result.get("capabilities")
-                self.capabilities = caps if isinstance(caps, dict) else {}
-                instructions = result.get("instructions")
-                self.instructions = instructions if isinstance(instructions, str) else None
-        return verdict, value
-
-    def _initialize(self, offer: str) -> None:
-        self.rules = None
-        message = build_request(self._new_id(), "initialize", build_initialize_params(offer), era_rules(offer))
-        try:
-            answer = self._exchange(message, None, "initialize")
-        except HttpStatus as exc:
-            raise status_error(exc, "initialize") from None
-        if answer.kind == "error":
-            raise rpc_error_exception("initialize", answer.error or {})
-        version = check_initialize_result(answer.result, offer)
-        result = answer.result
-        if version != offer:
-            self.log.debug(f"the server chose {version} (offered {offer})")
-        rules = era_rules(version)
-        self._use(rules)
-        info = result.get("serverInfo")
-        self.server_info = info if isinstance(info, dict) else {}
-        caps = result.get("capabilities")
-        self.capabilities = caps if isinstance(caps, dict) else {}
-        instructions = result.get("instructions")
-        self.instructions = instructions if isinstance(instructions, str) else None
-        try:
-            self.transport.send_message(build_notification("notifications/initialized", None, rules),
-                                        rules=rules, deadline=self.deadline)
-        except HttpStatus as exc:
-            raise status_error(exc, "notifications/initialized") from None
-
-    def _use(self, rules: EraRules) -> None:
-        self.rules = rules
-        self.era = rules.era
-        self.protocol_version = rules.version
-        self.log.debug(f"protocol: {rules.version} ({rules.era} era)")
-
-    def _new_id(self) -> int:
-        self._next_id += 1
-        return self._next_id
-
-    # -- one request -----------------------------------------------------------------------------------
-
-    def _exchange(self, message: dict[str, Any], rules: EraRules | None, method: str,
-                  extra_headers: Iterable[tuple[str, str]] = (), deadline: Deadline | None = None) -> Message:
-        """Send one request and return its response; handle what arrives before it. Raises ``HttpStatus``.
-        ``deadline`` narrows the operation's budget for this request (the stdio probe window)."""
-        stream = self.transport.exchange(message, rules=rules, deadline=deadline or self.deadline,
-                                         extra_headers=extra_headers)
-        try:
-            for incoming in stream:
-                if incoming.kind in ("result", "error"):
-                    if incoming.id is None or same_id(incoming.id, message["id"]):
-                        return incoming
-                    self.log.debug(f"ignoring a response for another request id ({_clip(repr(incoming.id), 40)})")
-                elif incoming.kind == "notification":
-                    self._on_notification(incoming)
+    def _deliver(self, message: Message, related: Any) -> bool:
+        """The transport's callback for every incoming message; True once ``related`` has been answered."""
+        with self._lock:
+            events = self.core.receive(message, related=related)
+            answered = related is not None and _id_key(related) not in self._handles
+            for event in events:
+                if isinstance(event, Answered):
+                    handle = self._handles.pop(_id_key(event.request_id), None)
+                    if handle is not None:
+                        handle._finish(event.message)
+                    answered = answered or (related is not None and same_id(event.request_id, related))
+                elif isinstance(event, Declined):
+                    targets = [self._handles[_id_key(related)]] if related is not None and \
+                        _id_key(related) in self._handles else list(self._handles.values())
+                    for handle in targets:
+                        handle.declined.append(event.method)
+        for event in events:
+            if isinstance(event, Notified):
+                self._on_notification(event.message)
+            elif isinstance(event, Reply):
+                self.transport.send(event.message, rules=self.core.rules, deadline=Deadline(_CANCEL_BUDGET),
+                                    strict=False)
+            elif isinstance(event, Declined):
+                self.log.warn(f"the server sent a {event.method!r} request; bkmcp declares no client capabilities "
+                              "and declined it (-32601)")
+            elif isinstance(event, Stray):
+                shown = _clip(repr(event.message.id), 40)
+                if event.duplicate:
+                    self.log.debug(f"warning: the server answered request id {shown} a second time; the second "
+                                   "answer is ignored (a protocol violation)")
                 else:
-                    self._on_server_request(incoming, rules)
-        finally:
-            # Close the response stream now, also when Ctrl-C lands between two messages (modern cancellation
-            # is the stream closing), instead of whenever the traceback releases the generator.
-            close = getattr(stream, "close", None)
-            if close is not None:
-                close()
-        raise ConnectionFailedError(f"no response to {method}")  # pragma: no cover - transports raise first
+                    self.log.debug(f"ignoring a response for another request id ({shown})")
+        return answered
 
     def _on_notification(self, note: Message) -> None:
-        if len(self.notifications) < _KEPT_NOTIFICATIONS:
-            self.notifications.append({"method": note.method, "params": note.params})
+        self.notifications.append({"method": note.method, "params": note.params})
         params = note.params if isinstance(note.params, dict) else {}
         if note.method == "notifications/progress":
-            total = params.get("total")
-            text = f"progress {params.get('progress')}" + (f"/{total}" if total is not None else "")
-            if isinstance(params.get("message"), str):
-                text += f": {_clip(params['message'], 200)}"
-            self.log.progress(text)
+            with self._lock:
+                callback = self._progress.get(params.get("progressToken"))
+            if callback is not None:
+                callback(params)
+            else:
+                total = params.get("total")
+                text = f"progress {params.get('progress')}" + (f"/{total}" if total is not None else "")
+                if isinstance(params.get("message"), str):
+                    text += f": {_clip(params['message'], 200)}"
+                self.log.progress(text)
         elif note.method == "notifications/message":
             self.log.debug(f"server log [{params.get('level')}]: {_clip(dump_json(params.get('data')), 500)}")
         else:
             self.log.debug(f"notification {note.method}")
+        if self.on_notification is not None:
+            self.on_notification(note)
 
-    def _on_server_request(self, request: Message, rules: EraRules | None) -> None:
-        """Legacy server -> client request: ``ping`` gets ``{}``, anything else ``-32601`` (and is reported)."""
-        if request.method == "ping":
-            reply = build_response(request.id, result={})
+    def _lost(self) -> None:
+        """The shared stream ended: every request in flight on it fails (they were all sent)."""
+        with self._lock:
+            handles = list(self._handles.values())
+            self._handles.clear()
+            for handle in handles:
+                self.core.forget(handle.id)
+        for handle in handles:
+            handle._finish(error=self.transport.failure(handle.method, handle.id, sent=True))
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+
+    @property
+    def alive(self) -> bool:
+        return not self.closed and getattr(self.transport, "alive", True)
+
+    def renew(self, ctx: OpContext, lost_session_id: str | None) -> None:
+        """A legacy server lost the session: initialize again, once for everyone who saw the same session end."""
+        assert self.core.rules is not None
+        with self._renew_lock:
+            if self.core.session_id != lost_session_id:
+                return  # another request already renewed it
+            self.core.session_id = None
+            initialize(self, ctx, self.core.rules.version)
+
+    def close(self, deadline: Deadline | None = None) -> None:
+        """End the session (DELETE for legacy HTTP sessions) and the transport; idempotent. Requests still in
+        flight fail as if the stream had ended."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            rules = self.core.rules
+            if rules is not None and rules.sessions and self.transport.has_sessions and self.core.session_id:
+                try:
+                    left = (deadline.end - time.monotonic()) if deadline is not None else 2.0
+                    self.transport.end_session(Deadline(max(min(left, 2.0), 0.2)), rules=rules)
+                except Exception as exc:  # cleanup never replaces the operation's own outcome
+                    self.log.debug(f"session cleanup failed: {type(exc).__name__}")
+        finally:
+            self.transport.close(deadline)
+            self._lost()
+
+
+# -- negotiation (SPEC §5) -----------------------------------------------------------------------------
+
+
+def negotiate(session: McpSession, ctx: OpContext, *, server_info: bool = False) -> None:
+    """Run the section-5 ``Negotiation`` over the session: each step's I/O here, each decision there."""
+    pinned = session.server.protocol_version
+    plan = Negotiation(pinned, server_info=server_info, restartable=session.transport.restartable)
+    step = plan.start()
+    if pinned is not None:
+        ctx.log.debug(f"protocol version pinned to {pinned} ({era_rules(pinned).era}); no era probe")
+    for _ in range(8):  # bounded: the plan takes at most six steps
+        if step.action == "done":
+            assert step.version is not None
+            if session.core.rules is None or session.core.rules.version != step.version:
+                session.core.apply_discover(None, step.version)
+                _log_protocol(session, ctx)
+            return
+        if step.action == "discover":
+            evidence = _discover_step(session, ctx, step)
+            step = plan.after_discover(step, evidence)
+            if step.action == "done":
+                session.core.apply_discover(evidence.message, step.version or "")
+                _log_protocol(session, ctx)
+                return
+            if step.action in ("restart", "initialize"):
+                ctx.log.debug(f"era probe: no modern answer; falling back to legacy initialize "
+                              f"({LATEST_LEGACY_VERSION})")
+            elif step.probing:
+                ctx.log.debug(f"era probe: server supports {step.version}; retrying server/discover once with it")
+        elif step.action == "restart":
+            step = plan.after_restart(step, session.transport.restart_if_exited())
         else:
-            self.server_requests.append(str(request.method))
-            self.log.warn(f"the server sent a {request.method!r} request; bkmcp declares no client capabilities "
-                          "and declined it (-32601)")
-            reply = build_response(request.id, error={"code": -32601, "message": "Method not found"})
-        try:
-            self.transport.send_message(reply, rules=rules, deadline=self.deadline, strict=False)
-        except BkmcpError as exc:
-            self.log.debug(f"answering the server request failed: {exc.message}")
-
-    def _request(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
-        """A non-call request after negotiation; a lost legacy session is re-initialized once (SPEC §5)."""
-        assert self.rules is not None
-        for attempt in range(2):
-            rules = self.rules
-            message = build_request(self._new_id(), method, params, rules)
+            assert step.version is not None
             try:
-                answer = self._exchange(message, rules, method)
-            except HttpStatus as exc:
-                if exc.session_lost and attempt == 0 and rules.handshake and not self._reinitialized:
-                    self._reinitialized = True  # once per operation: a server that keeps losing it is an error
-                    self.log.debug(f"the server lost the session (HTTP {exc.status}); re-initializing once")
-                    self._transport.session_id = None
-                    self._initialize(rules.version)
-                    continue
-                raise status_error(exc, method) from None
-            return check_result(method, answer)
-        raise AssertionError("unreachable")  # pragma: no cover
+                initialize(session, ctx, step.version)
+                return
+            except (ConnectionFailedError, ProtocolError) as exc:
+                step = plan.after_initialize_failed(step, exc)
+                if step.action == "discover":
+                    ctx.log.debug(f"initialize refused with -32022: the server serves {step.version}; using the "
+                                  "modern era")
+    raise AssertionError("negotiation did not settle")  # pragma: no cover - the plan is bounded
 
-    # -- discovery -------------------------------------------------------------------------------------
 
-    def list_tools(self) -> list[dict[str, Any]]:
-        """Every page of ``tools/list`` with the SPEC §5 guards; the catalogue exactly as received."""
-        tools: list[dict[str, Any]] = []
-        names: dict[str, int] = {}
-        cursors: list[str] = []
-        cursor: str | None = None
-        self.pages = 0
+def _log_protocol(session: McpSession, ctx: OpContext) -> None:
+    rules = session.core.rules
+    assert rules is not None
+    ctx.log.debug(f"protocol: {rules.version} ({rules.era} era)")
 
-        def incomplete(reason: str, cause: BkmcpError | None = None) -> DiscoveryIncompleteError:
-            details: dict[str, Any] = {"pages": self.pages, "tools_seen": len(tools)}
-            if cause is not None:
-                details["cause"] = {"code": cause.code, "message": cause.message, **cause.details}
-            return DiscoveryIncompleteError(
-                f"tool discovery is incomplete: {reason} (after {self.pages} page(s), {len(tools)} tool(s))",
-                hint="the server's catalogue could not be read to the end; nothing is reported as complete",
-                details=details,
-                data={"pages": self.pages, "tool_count": len(tools), "complete": False, "tools": tools},
-            )
 
-        while True:
-            if self.pages >= MAX_PAGES:
-                raise incomplete(f"more than {MAX_PAGES} pages")
-            try:
-                result = self._request("tools/list", {"cursor": cursor} if cursor is not None else None)
-            except RemoteError as exc:
-                if self.pages == 0:
-                    raise
-                raise incomplete(f"page {self.pages + 1} failed: {exc.message}", exc) from exc
-            self.pages += 1
-            for tool in result["tools"]:
-                name = tool["name"]
-                if name in names:
-                    raise ProtocolError(
-                        f"the server listed tool {name!r} twice (pages {names[name]} and {self.pages})",
-                        hint="the catalogue is ambiguous; bkmcp never picks one of two tools with the same name",
-                        details={"duplicate": name},
-                    )
-                names[name] = self.pages
-                tools.append(tool)
-            if len(tools) > MAX_TOOLS:
-                raise incomplete(f"more than {MAX_TOOLS} tools")
-            next_cursor = result.get("nextCursor")
-            if next_cursor is None:
-                break
-            if next_cursor == cursor:
-                raise incomplete(f"the server repeated cursor {_clip(repr(next_cursor), 60)}")
-            if next_cursor in cursors:
-                raise incomplete(f"the cursors form a cycle (cursor {_clip(repr(next_cursor), 60)} came back)")
-            cursors.append(next_cursor)
-            cursor = next_cursor
-        self.log.debug(f"discovered {len(tools)} tool(s) in {self.pages} page(s)")
-        self.tools = tools
-        return tools
-
-    # -- the call --------------------------------------------------------------------------------------
-
-    def call_tool(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        """``tools/call`` sent exactly once, on every path; an unknown outcome is said so, never retried."""
-        assert self.rules is not None
-        rules = self.rules
-        tool = next((t for t in self.tools or [] if t.get("name") == name), None)
-        extra = build_param_headers(tool, arguments) if rules.method_headers else []
-        message = build_request(self._new_id(), "tools/call", {"name": name, "arguments": arguments}, rules)
-        base = {"server": self.server.name, "tool": name}
-        self.server_requests = []
-        try:
-            answer = self._exchange(message, rules, "tools/call", extra_headers=extra)
-        except KeyboardInterrupt:
-            self._cancel(message["id"], rules)
+def _discover_step(session: McpSession, ctx: OpContext, step: Step) -> Evidence:
+    """``server/discover`` with the modern headers and ``_meta``. When probing, what comes back is era evidence:
+    401/403, redirects, and (over HTTP) timeouts and connection failures are not, so they propagate."""
+    assert step.version is not None
+    rules = era_rules(step.version)
+    probing = step.probing
+    if probing:
+        ctx.log.debug(f"era probe: server/discover at {rules.version}")
+    shared_probe = probing and session.transport.shared_stream
+    window = Deadline(min(_STDIO_PROBE_WINDOW, ctx.deadline.remaining())) if shared_probe else None
+    evidence: Evidence
+    try:
+        answer = session.request("server/discover", None, ctx, rules=rules, deadline=window)
+        if not probing and answer.kind == "error":
+            raise rpc_error_exception("server/discover", answer.error or {})
+        evidence = Evidence(200, answer)
+    except RemoteError as exc:
+        status = http_status_of(exc)
+        if status is not None:
+            message = getattr(exc, "http_message", None)
+            if not probing and not (status == 404 and message is not None and message.kind == "error"
+                                    and (message.error or {}).get("code") == -32601):
+                raise
+            evidence = Evidence(status, message)
+        elif isinstance(exc, ProtocolError):
+            if not probing or shared_probe:  # stdio: stdout that is not JSON-RPC is an error in any era (SPEC §9)
+                raise
+            evidence = Evidence(200, None)  # an unparsable answer from a non-MCP or legacy endpoint
+        elif isinstance(exc, (McpTimeoutError, ConnectionFailedError)) and shared_probe:
+            # No answer within the probe window, or the child exited (the Rust SDK stops on any request before
+            # initialize) -> legacy (SPEC §5). The operation's own budget still rules.
+            ctx.deadline.remaining()
+            ctx.log.debug("era probe: " + ("no answer within the probe window" if isinstance(exc, McpTimeoutError)
+                                           else "the server exited"))
+            evidence = Evidence(silent=True, message=None)
+        else:
             raise
-        except HttpStatus as exc:
-            error = status_error(exc, "tools/call")
-            if exc.session_lost:
-                error = ConnectionFailedError(
-                    f"the server lost the session (HTTP {exc.status}) while tools/call was in flight; "
+    if probing:
+        verdict, value = classify_discover(evidence.status, evidence.message, rules.version)
+        ctx.log.debug(f"era probe verdict: {verdict}" + (f" {value}" if value else ""))
+    return evidence
+
+
+def initialize(session: McpSession, ctx: OpContext, offer: str) -> None:
+    """The legacy handshake: ``initialize`` (no version header yet), then ``notifications/initialized``."""
+    session.core.rules = None
+    answer = session.request("initialize", build_initialize_params(offer), ctx, rules=era_rules(offer),
+                             handshake=True)
+    rules = session.core.apply_initialize(answer, offer)
+    if rules.version != offer:
+        ctx.log.debug(f"the server chose {rules.version} (offered {offer})")
+    _log_protocol(session, ctx)
+    session.notify("notifications/initialized", None, ctx.deadline)
+
+
+def open_session(server: ResolvedServer, ctx: OpContext, *, insecure: bool, server_info: bool = False,
+                 **transport_options: Any) -> McpSession:
+    """A negotiated session (closed again if negotiation fails)."""
+    session = McpSession(server, insecure=insecure, log=ctx.log, **transport_options)
+    try:
+        negotiate(session, ctx, server_info=server_info)
+    except BaseException:
+        session.close(ctx.deadline)
+        raise
+    return session
+
+
+# -- requests after negotiation ------------------------------------------------------------------------
+
+
+def request_result(session: McpSession, ctx: OpContext, method: str, params: dict[str, Any] | None
+                   ) -> dict[str, Any]:
+    """A non-call request; a lost legacy session is re-initialized once per operation (SPEC §5)."""
+    for attempt in range(2):
+        rules = session.core.rules
+        assert rules is not None
+        session_id = session.core.session_id
+        try:
+            answer = session.request(method, params, ctx)
+        except RemoteError as exc:
+            if getattr(exc, "session_lost", False) and attempt == 0 and rules.handshake and not ctx.renewed:
+                ctx.renewed = True  # once per operation: a server that keeps losing it is an error
+                ctx.log.debug(f"the server lost the session (HTTP {http_status_of(exc)}); re-initializing once")
+                session.renew(ctx, session_id)
+                continue
+            raise
+        return check_result(method, answer)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def discover_tools(session: McpSession, ctx: OpContext) -> tuple[list[dict[str, Any]], int]:
+    """Every page of ``tools/list`` with the SPEC §5 guards: (the catalogue exactly as received, pages read)."""
+    tools: list[dict[str, Any]] = []
+    names: dict[str, int] = {}
+    cursors: list[str] = []
+    cursor: str | None = None
+    pages = 0
+
+    def incomplete(reason: str, cause: BkmcpError | None = None) -> DiscoveryIncompleteError:
+        details: dict[str, Any] = {"pages": pages, "tools_seen": len(tools)}
+        if cause is not None:
+            details["cause"] = {"code": cause.code, "message": cause.message, **cause.details}
+        return DiscoveryIncompleteError(
+            f"tool discovery is incomplete: {reason} (after {pages} page(s), {len(tools)} tool(s))",
+            hint="the server's catalogue could not be read to the end; nothing is reported as complete",
+            details=details,
+            data={"pages": pages, "tool_count": len(tools), "complete": False, "tools": tools},
+        )
+
+    session.core.tools_stale = False
+    while True:
+        if pages >= MAX_PAGES:
+            raise incomplete(f"more than {MAX_PAGES} pages")
+        try:
+            result = request_result(session, ctx, "tools/list", {"cursor": cursor} if cursor is not None else None)
+        except RemoteError as exc:
+            if pages == 0:
+                raise
+            raise incomplete(f"page {pages + 1} failed: {exc.message}", exc) from exc
+        pages += 1
+        for tool in result["tools"]:
+            name = tool["name"]
+            if name in names:
+                raise ProtocolError(
+                    f"the server listed tool {name!r} twice (pages {names[name]} and {pages})",
+                    hint="the catalogue is ambiguous; bkmcp never picks one of two tools with the same name",
+                    details={"duplicate": name},
+                )
+            names[name] = pages
+            tools.append(tool)
+        if len(tools) > MAX_TOOLS:
+            raise incomplete(f"more than {MAX_TOOLS} tools")
+        next_cursor = result.get("nextCursor")
+        if next_cursor is None:
+            break
+        if next_cursor == cursor:
+            raise incomplete(f"the server repeated cursor {_clip(repr(next_cursor), 60)}")
+        if next_cursor in cursors:
+            raise incomplete(f"the cursors form a cycle (cursor {_clip(repr(next_cursor), 60)} came back)")
+        cursors.append(next_cursor)
+        cursor = next_cursor
+    ctx.log.debug(f"discovered {len(tools)} tool(s) in {pages} page(s)")
+    return tools, pages
+
+
+def find_tool(tools: Sequence[dict[str, Any]], name: str, server_name: str) -> dict[str, Any]:
+    """The tool called exactly ``name``; ``mcp_tool_not_found`` with close names otherwise."""
+    for tool in tools:
+        if tool.get("name") == name:
+            return tool
+    names = [str(t.get("name")) for t in tools]
+    close = closest_names(name, names)
+    error = ToolNotFoundError(
+        f"server {server_name!r} has no tool {name!r} ({len(names)} tools discovered)",
+        hint=f"did you mean {', '.join(close)}?" if close else "list the server's tools",
+        details={"suggestions": close},
+    )
+    if not close:
+        _remedy(error, "list_tools")
+    raise error
+
+
+_progress_tokens = iter(range(1, 1 << 62))
+
+
+def call_tool(session: McpSession, ctx: OpContext, name: str, arguments: dict[str, Any],
+              tool: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``tools/call`` sent exactly once, on every path; an unknown outcome is said so, never retried.
+
+    Returns the raw result (``isError: true`` included: whether that fails is the caller's rule). On a timeout
+    or cancellation a call that was sent is cancelled on the wire: ``notifications/cancelled`` on a shared
+    stream and in the legacy era; modern HTTP closes the call's stream.
+    """
+    rules = session.core.rules
+    assert rules is not None
+    extra = build_param_headers(tool, arguments) if rules.method_headers else []
+    params: dict[str, Any] = {"name": name, "arguments": arguments}
+    token = None
+    if ctx.progress is not None:
+        token = f"bkmcp-{next(_progress_tokens)}"
+        params["_meta"] = {"progressToken": token}
+        session.watch_progress(token, ctx.progress)
+    base = {"server": session.server.name, "tool": name}
+    handle = RequestHandle()
+    try:
+        answer = session.request("tools/call", params, ctx, extra_headers=extra, handle=handle)
+    except (KeyboardInterrupt, OperationCancelled) as exc:
+        if handle.id is not None:
+            reason = "interrupted by the user (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else str(exc)
+            _cancel(session, rules, handle.id, reason=reason)
+        raise
+    except RemoteError as exc:
+        status = http_status_of(exc)
+        if status is not None:
+            if getattr(exc, "session_lost", False):
+                lost = ConnectionFailedError(
+                    f"the server lost the session (HTTP {status}) while tools/call was in flight; "
                     "bkmcp never resends a call",
                     hint="the tool may or may not have run; check before calling again",
-                    details={"http_status": exc.status},
+                    details={"http_status": status},
                 )
-            if exc.status >= 500 or exc.session_lost:
-                error.details["outcome"] = "unknown"
-            error.data = dict(base)
-            raise error from None
-        except RemoteError as exc:
-            if isinstance(exc, McpTimeoutError) and request_was_sent(exc):
-                self._cancel(message["id"], rules, reason=f"timed out after {format_duration(self.deadline.seconds)}")
-            if request_was_sent(exc) and not isinstance(exc, (AuthRequiredError, PermissionDeniedError)):
+                lost.details["outcome"] = "unknown"
+                exc = lost
+            elif status >= 500:
                 exc.details["outcome"] = "unknown"
-                exc.hint = (exc.hint + "; " if exc.hint else "") + \
-                    "the call was sent and its outcome is unknown: check before calling again"
-            exc.data = {**base, **(exc.data or {})}
-            raise
-        declined = [m for m in self.server_requests if m in _DECLINED_CAPABILITIES]
-        try:
-            result = check_result("tools/call", answer)
-        except RemoteError as exc:
-            if isinstance(exc, ProtocolError) and answer.kind == "result":
-                exc.details["outcome"] = "unknown"
-            if declined:
-                exc = CapabilityUnsupportedError(
-                    f"the tool asked for {', '.join(_DECLINED_CAPABILITIES[m] for m in declined)}, which bkmcp "
-                    f"does not support ({exc.message})",
-                    details={"server_requests": declined, **exc.details},
-                )
-            exc.data = {**base, **(exc.data or {})}
+            exc.data = dict(base)
             raise exc from None
+        if isinstance(exc, McpTimeoutError) and request_was_sent(exc):
+            _cancel(session, rules, handle.id, reason=f"timed out after {format_duration(ctx.deadline.seconds)}")
+        if request_was_sent(exc) and not isinstance(exc, (AuthRequiredError, PermissionDeniedError)):
+            exc.details["outcome"] = "unknown"
+            exc.hint = (exc.hint + "; " if exc.hint else "") + \
+                "the call was sent and its outcome is unknown: check before calling again"
+        exc.data = {**base, **(exc.data or {})}
+        raise
+    finally:
+        if token is not None:
+            session.watch_progress(token, None)
+    declined = [m for m in handle.declined if m in _DECLINED_CAPABILITIES]
+    try:
+        result = check_result("tools/call", answer)
+    except RemoteError as exc:
+        if isinstance(exc, ProtocolError) and answer.kind == "result":
+            exc.details["outcome"] = "unknown"
         if declined:
-            raise CapabilityUnsupportedError(
-                f"the tool asked for {', '.join(_DECLINED_CAPABILITIES[m] for m in declined)} while running, which "
-                "bkmcp declined; its result may be incomplete",
-                hint="the raw result is in data.result; bkmcp never answers sampling or elicitation",
-                details={"server_requests": declined},
-                data={**base, "result": result},
+            exc = CapabilityUnsupportedError(
+                f"the tool asked for {', '.join(_DECLINED_CAPABILITIES[m] for m in declined)}, which bkmcp "
+                f"does not support ({exc.message})",
+                details={"server_requests": declined, **exc.details},
             )
-        return result
+        exc.data = {**base, **(exc.data or {})}
+        raise exc from None
+    if declined:
+        raise CapabilityUnsupportedError(
+            f"the tool asked for {', '.join(_DECLINED_CAPABILITIES[m] for m in declined)} while running, which "
+            "bkmcp declined; its result may be incomplete",
+            hint="the raw result is in data.result; bkmcp never answers sampling or elicitation",
+            details={"server_requests": declined},
+            data={**base, "result": result},
+        )
+    return result
 
-    def _cancel(self, request_id: Any, rules: EraRules, reason: str = "interrupted by the user (Ctrl-C)") -> None:
-        """Ctrl-C or a timed-out call: legacy (and stdio in both eras) sends ``notifications/cancelled`` (short
-        bounded attempt; the lifecycle spec says a sender SHOULD after a timeout); modern HTTP already closed
-        the stream by unwinding out of it."""
-        if not rules.cancel_notification and self.server.type != "stdio":
-            return
-        try:
-            note = build_notification("notifications/cancelled", {"requestId": request_id, "reason": reason}, rules)
-            self.transport.send_message(note, rules=rules, deadline=Deadline(_CANCEL_BUDGET), strict=False)
-        except BaseException as exc:  # noqa: B036 - a second Ctrl-C or any failure must not mask the first
-            self.log.debug(f"sending notifications/cancelled failed: {type(exc).__name__}")
+
+def _cancel(session: McpSession, rules: EraRules, request_id: Any, *, reason: str) -> None:
+    """Ctrl-C, a cancellation or a timed-out call: ``notifications/cancelled`` (short bounded attempt; the
+    lifecycle spec says a sender SHOULD after a timeout) where closing the stream does not cancel."""
+    if not rules.cancel_notification and not session.transport.shared_stream:
+        return
+    try:
+        session.notify("notifications/cancelled", {"requestId": request_id, "reason": reason},
+                       Deadline(_CANCEL_BUDGET), strict=False)
+    except BaseException as exc:  # noqa: B036 - a second Ctrl-C or any failure must not mask the first
+        session.log.debug(f"sending notifications/cancelled failed: {type(exc).__name__}")
+
+
+# -- the CLI's operations: one session each -------------------------------------------------------------
 
 
 def _staged_failure(error: RemoteError, data: dict[str, Any]) -> RemoteError:
@@ -3183,7 +3871,7 @@ def _staged_failure(error: RemoteError, data: dict[str, Any]) -> RemoteError:
     return error
 
 
-def run_check(server: ResolvedServer, *, deadline: Deadline, insecure: bool, log: Log) -> dict[str, Any]:
+def run_check(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict[str, Any]:
     """``--check`` data (SPEC §7); on failure raises a RemoteError whose ``data`` has the staged ``checks``."""
     checks = {"config": "passed", "connection": "not_run", "protocol": "not_run", "tools": "not_run"}
     data: dict[str, Any] = {
@@ -3193,46 +3881,90 @@ def run_check(server: ResolvedServer, *, deadline: Deadline, insecure: bool, log
         "tool_count": 0, "complete": False, "elapsed_ms": 0,
     }
     stage = "connection"
-    with McpClient(server, deadline=deadline, insecure=insecure, log=log) as client:
+    session = McpSession(server, insecure=insecure, log=ctx.log)
+    try:
         try:
             try:
-                client.connect(server_info=True)
+                negotiate(session, ctx, server_info=True)
             finally:
-                if client.responses:
+                if session.responses:
                     checks["connection"] = "passed"
                     stage = "protocol"
             checks["protocol"] = "passed"
-            data.update(protocol_version=client.protocol_version, era=client.era, server_info=client.server_info,
-                        capabilities=client.capabilities)
-            if client.instructions is not None:
-                data["instructions"] = client.instructions
+            core = session.core
+            data.update(protocol_version=core.protocol_version, era=core.era, server_info=core.server_info,
+                        capabilities=core.capabilities)
+            if core.instructions is not None:
+                data["instructions"] = core.instructions
             stage = "tools"
-            tools = client.list_tools()
+            tools, _pages = discover_tools(session, ctx)
             checks["tools"] = "passed"
             data.update(tool_count=len(tools), complete=True)
             data["authentication"]["discovery_accepted"] = True
         except RemoteError as exc:
             checks[stage] = "failed"
-            data.update(protocol_version=client.protocol_version, era=client.era)
-            data["elapsed_ms"] = deadline.elapsed_ms()
+            data.update(protocol_version=session.protocol_version, era=session.era)
+            data["elapsed_ms"] = ctx.deadline.elapsed_ms()
             raise _staged_failure(exc, data) from None
-    data["elapsed_ms"] = deadline.elapsed_ms()
+    finally:
+        session.close(ctx.deadline)
+    data["elapsed_ms"] = ctx.deadline.elapsed_ms()
     return data
 
 
-def run_tools(server: ResolvedServer, *, deadline: Deadline, insecure: bool, log: Log) -> dict[str, Any]:
+def run_tools(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict[str, Any]:
     """``--tools`` data (SPEC §7): server, protocol_version, tool_count, complete, tools (as received)."""
-    with McpClient(server, deadline=deadline, insecure=insecure, log=log) as client:
+    session = McpSession(server, insecure=insecure, log=ctx.log)
+    try:
         try:
-            client.connect()
-            tools = client.list_tools()
+            negotiate(session, ctx)
+            tools, _pages = discover_tools(session, ctx)
         except RemoteError as exc:
             partial = (exc.data or {}).get("tools", [])
-            exc.data = {"server": server.name, "protocol_version": client.protocol_version,
+            exc.data = {"server": server.name, "protocol_version": session.protocol_version,
                         "tool_count": len(partial), "complete": False, "tools": partial}
             raise
-    return {"server": server.name, "protocol_version": client.protocol_version, "tool_count": len(tools),
+    finally:
+        session.close(ctx.deadline)
+    return {"server": server.name, "protocol_version": session.protocol_version, "tool_count": len(tools),
             "complete": True, "tools": tools}
+
+
+def run_call(server: ResolvedServer, ctx: OpContext, name: str, *, insecure: bool,
+             prepare: Callable[[dict[str, Any]], dict[str, Any] | None]) -> dict[str, Any]:
+    """Discover, find tool ``name``, let ``prepare(tool)`` build and check the arguments, call it once.
+
+    ``prepare`` (the front end's: flags or ``--body``, local validation) returns the arguments, or None to stop
+    after discovery (tool help): then the data is ``{"server", "tool", "schema": tool}`` and nothing is called.
+    The call's data is ``{"server", "tool", "result"}`` with the result as received (``isError`` included).
+    """
+    session = open_session(server, ctx, insecure=insecure)
+    try:
+        tools, _pages = discover_tools(session, ctx)
+        tool = find_tool(tools, name, server.name)
+        arguments = prepare(tool)
+        if arguments is None:
+            return {"server": server.name, "tool": name, "schema": tool}
+        result = call_tool(session, ctx, name, arguments, tool)
+    finally:
+        session.close(ctx.deadline)
+    return {"server": server.name, "tool": name, "result": result}
+
+
+def build_dry_run(server: ResolvedServer, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """Dry-run data (SPEC §7, O02): what would be sent, redacted; nothing remote verified."""
+    data: dict[str, Any] = {"dry_run": True, "server": server.name, "tool": tool, "transport": server.type}
+    if server.type == "http":
+        data["url"] = server.url
+        # credential headers by name, and any other header that repeats a known secret value (SPEC §4)
+        data["headers"] = {k: server.redactor.scrub(v) for k, v in redact_headers(server.headers).items()}
+    else:
+        data["command"] = server.command
+        data["args"] = [server.redactor.scrub(a) for a in server.args]
+        data["env"] = {name: REDACTED for name in server.env}
+    data["arguments"] = arguments
+    data["unverified"] = ["tool_exists", "input_schema", "authentication", "permissions"]
+    return data
 
 
 # ======================================================================================================
@@ -3867,21 +4599,6 @@ def validate_arguments(tool: Mapping[str, Any], arguments: Mapping[str, Any]) ->
             details={"problems": unique, "validation": scope},
         )
     return ArgumentCheck(scope, tuple(notes))
-
-
-def find_tool(tools: Sequence[dict[str, Any]], name: str, server_name: str) -> dict[str, Any]:
-    """The tool called exactly ``name``; ``mcp_tool_not_found`` with close names otherwise."""
-    for tool in tools:
-        if tool.get("name") == name:
-            return tool
-    names = [str(t.get("name")) for t in tools]
-    close = closest_names(name, names)
-    hint = f"did you mean {', '.join(close)}?" if close else f"run: bkmcp {server_name} --tools"
-    raise ToolNotFoundError(
-        f"server {server_name!r} has no tool {name!r} ({len(names)} tools discovered)",
-        hint=hint,
-        details={"suggestions": close},
-    )
 
 
 # ======================================================================================================
@@ -4867,22 +5584,6 @@ class Environment:
     cwd: str
 
 
-def build_dry_run(server: ResolvedServer, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    """Dry-run data (SPEC §7, O02): what would be sent, redacted; nothing remote verified."""
-    data: dict[str, Any] = {"dry_run": True, "server": server.name, "tool": tool, "transport": server.type}
-    if server.type == "http":
-        data["url"] = server.url
-        # credential headers by name, and any other header that repeats a known secret value (SPEC §4)
-        data["headers"] = {k: server.redactor.scrub(v) for k, v in redact_headers(server.headers).items()}
-    else:
-        data["command"] = server.command
-        data["args"] = [server.redactor.scrub(a) for a in server.args]
-        data["env"] = {name: REDACTED for name in server.env}
-    data["arguments"] = arguments
-    data["unverified"] = ["tool_exists", "input_schema", "authentication", "permissions"]
-    return data
-
-
 def _select_server(config: ConfigFile, name: str) -> ServerConfig:
     if name not in config.servers:
         names = sorted(config.servers)
@@ -4967,50 +5668,89 @@ class _Runner:
         if inv.tool is not None and not inv.help and inv.body is not None:
             arguments = read_body(inv.body, envr.stdin, envr.cwd)
         timeout = parse_duration(inv.timeout) if inv.timeout is not None else DEFAULT_TIMEOUT
-        deadline = Deadline(timeout)
+        ctx = OpContext(Deadline(timeout), self.log, cwd=envr.cwd, home=envr.env.get("HOME"))
         try:
             self.remote_started = True
             if inv.check:
-                data = run_check(server, deadline=deadline, insecure=inv.insecure, log=self.log)
+                data = run_check(server, ctx, insecure=inv.insecure)
                 return self.emit_envelope(build_success(data), jq, EXIT_OK)
             if inv.tools:
-                data = run_tools(server, deadline=deadline, insecure=inv.insecure, log=self.log)
+                data = run_tools(server, ctx, insecure=inv.insecure)
                 # tools stay exactly as received; how each maps to flags (and what needs --body) sits beside them
                 data["cli"] = {str(t.get("name")): describe_cli(t) for t in data["tools"] if isinstance(t, dict)}
                 return self.emit_envelope(build_success(data), jq, EXIT_OK)
             assert inv.tool is not None
-            return self.run_tool(server, inv.tool, arguments, jq, deadline)
+            return self.run_tool(server, inv.tool, arguments, jq, ctx)
         except RemoteError as exc:
             if isinstance(exc, JqError):
                 raise
-            return self.emit_envelope(build_failure(exc, self.redactor), jq, EXIT_REMOTE)
+            return self.emit_envelope(build_failure(word_for_cli(exc, server.name), self.redactor), jq,
+                                      EXIT_REMOTE)
+        except BkmcpError as exc:
+            raise word_for_cli(exc, server.name) from None
 
     def run_tool(
         self, server: ResolvedServer, name: str, arguments: dict[str, Any] | None, jq: JqProgram | None,
-        deadline: Deadline,
+        ctx: OpContext,
     ) -> int:
         inv = self.inv
-        with McpClient(server, deadline=deadline, insecure=inv.insecure, log=self.log) as client:
-            client.connect()
-            tool = find_tool(client.list_tools(), name, server.name)
+
+        def prepare(tool: dict[str, Any]) -> dict[str, Any] | None:
             if inv.help:
-                return self.emit_text(render_tool_help(server.name, tool))
+                return None
             if arguments is None:
-                arguments = parse_tool_arguments(tool, inv.tool_tokens, server_name=server.name)
+                chosen = parse_tool_arguments(tool, inv.tool_tokens, server_name=server.name)
             else:
+                chosen = arguments
                 ignored = check_tool_tokens(tool, inv.tool_tokens, server_name=server.name)
                 if ignored:
                     self.log.warn(f"--body is the complete arguments object; not sent: {', '.join(ignored)}")
-            self.log.debug(validate_arguments(tool, arguments).describe())
-            result = client.call_tool(name, arguments)
-        data = {"server": server.name, "tool": name, "result": result}
-        if result.get("isError") is True:
+            self.log.debug(validate_arguments(tool, chosen).describe())
+            return chosen
+
+        data = run_call(server, ctx, name, insecure=inv.insecure, prepare=prepare)
+        if "schema" in data:
+            return self.emit_text(render_tool_help(server.name, data["schema"]))
+        if data["result"].get("isError") is True:
             raise ToolError(
                 f"tool {name!r} reported an error (isError: true)",
                 hint="the tool ran and returned an error result; see data.result",
                 data=data,
             )
         return self.emit_envelope(build_success(data), jq, EXIT_OK)
+
+
+# How the CLI words the remedies that library errors leave neutral (``_remedy``): it names its own options.
+_CLI_REMEDIES = {
+    "timeout": lambda hint, server: "raise --timeout if the server is slow, or run with -v to see which step waits",
+    "timeout_stdio": lambda hint, server: "raise --timeout if the server is slow, or run with -v to see its stderr",
+    "retry_delay": lambda hint, server: "raise --timeout",
+    "tls": lambda hint, server: f"{hint}; --insecure skips verification (only for servers you trust)",
+    "stdio_exit": lambda hint, server: f"run with -v to see its stderr; {hint}",
+    "list_tools": lambda hint, server: f"run: bkmcp {server} --tools",
+}
+
+
+def word_for_cli(error: BkmcpError, server_name: str) -> BkmcpError:
+    """``error`` in the CLI's words: budgets name ``--timeout``, remedies name CLI options."""
+    what, budget = getattr(error, "what", None), getattr(error, "budget", None)
+    if isinstance(error, McpTimeoutError) and what is not None and budget is not None:
+        error.message = f"{what} within --timeout {format_duration(budget)}"
+    remedy = _CLI_REMEDIES.get(getattr(error, "remedy", None) or "")
+    neutral = getattr(error, "neutral_hint", None)
+    if remedy is not None and neutral is not None and error.hint is not None and error.hint.startswith(neutral):
+        error.hint = remedy(neutral, server_name) + error.hint[len(neutral):]
+        error.remedy = None  # type: ignore[attr-defined]  # worded once
+    cause = error.__cause__
+    if isinstance(cause, BkmcpError) and cause is not error:  # an incomplete discovery quotes the page's failure
+        before = cause.message
+        word_for_cli(cause, server_name)
+        if cause.message != before:
+            error.message = error.message.replace(before, cause.message)
+            recorded = error.details.get("cause")
+            if isinstance(recorded, dict) and recorded.get("message") == before:
+                recorded["message"] = cause.message
+    return error
 
 
 def main(

@@ -136,3 +136,21 @@ def no_network(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(socket, "create_connection", lambda *a, **k: guard(None, a[0] if a else None))  # type: ignore[arg-type]
     yield attempts
     assert not attempts, f"network connections attempted: {attempts}"
+
+
+def fake_engine(client_class: Any) -> dict[str, Any]:
+    """Stand-ins for the section-7 building blocks ``run_call`` uses (``open_session``, ``discover_tools``,
+    ``call_tool``) backed by an object with ``connect/list_tools/call_tool/close``: for unit tests of the CLI's
+    routing that must not touch the network. Apply with ``monkeypatch.setattr(bkmcp, name, value)`` or
+    ``mock.patch.multiple(bkmcp, **fake_engine(cls))``."""
+
+    def open_session(server: Any, ctx: Any, *, insecure: bool, server_info: bool = False, **options: Any) -> Any:
+        client = client_class(server, deadline=ctx.deadline, insecure=insecure, log=ctx.log)
+        client.connect()
+        return client
+
+    return {
+        "open_session": open_session,
+        "discover_tools": lambda session, ctx: (session.list_tools(), 1),
+        "call_tool": lambda session, ctx, name, arguments, tool=None: session.call_tool(name, arguments),
+    }

@@ -274,7 +274,7 @@ def test_d01_p04_tool_help_never_reads_stdin_or_body_files(body, config):
 
 
 def test_d01_help_never_calls(config, monkeypatch, no_network):
-    for name in ("run_check", "run_tools", "McpClient", "resolve_server", "read_body"):
+    for name in ("run_check", "run_tools", "run_call", "resolve_server", "read_body"):
         monkeypatch.setattr(bkmcp, name, lambda *a, _n=name, **k: pytest.fail("help must not reach " + _n))
     for args in (("report-prod",), ("report-prod", "--help"), ("--help",), ("report-prod", "--check", "-h")):
         assert c(config, *args).exit_status == 0
@@ -440,7 +440,7 @@ def test_o02_dry_run_envelope_stdio(config, no_network):
 
 
 def test_o02_dry_run_never_starts_anything_remote(config, monkeypatch, no_network):
-    for name in ("run_check", "run_tools", "McpClient"):
+    for name in ("run_check", "run_tools", "run_call"):
         monkeypatch.setattr(bkmcp, name, lambda *a, _n=name, **k: pytest.fail("dry-run reached " + _n))
     monkeypatch.setattr("subprocess.Popen", lambda *a, **k: pytest.fail("dry-run spawned a process"))
     assert dry(config, "{}", server="local-fs").exit_status == 0
@@ -539,7 +539,7 @@ def test_pretty_output_on_a_terminal(config, no_network):
                                                ("1.5", 1.5), (None, 60.0)])
 def test_timeout_reaches_the_operation_as_one_budget(text, seconds, config, monkeypatch, no_network):
     seen = []
-    monkeypatch.setattr(bkmcp, "run_tools", lambda server, *, deadline, insecure, log: seen.append(deadline.seconds)
+    monkeypatch.setattr(bkmcp, "run_tools", lambda server, ctx, *, insecure: seen.append(ctx.deadline.seconds)
                         or {"tools": []})
     args = ("--timeout", text) if text else ()
     assert c(config, "public-docs", "--tools", *args).exit_status == 0

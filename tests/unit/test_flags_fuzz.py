@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from bkmcp_test_helpers import FUZZ_EXAMPLES
+from bkmcp_test_helpers import FUZZ_EXAMPLES, fake_engine
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -219,20 +219,17 @@ def test_d02_random_schemas_never_crash(raw_schema: Any, arguments: Any) -> None
 
 
 class _FakeClient:
-    """Stands in for the engine's McpClient: a fixed catalogue, and records the one tools/call."""
+    """Stands in for the engine's session: a fixed catalogue, and records the one tools/call."""
 
     calls: list[tuple[str, Any]] = []
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         pass
 
-    def __enter__(self) -> _FakeClient:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
+    def connect(self) -> None:
         pass
 
-    def connect(self) -> None:
+    def close(self, deadline: Any = None) -> None:
         pass
 
     def list_tools(self) -> list[dict[str, Any]]:
@@ -312,7 +309,7 @@ def test_p03_cli_never_tracebacks(case: tuple[str, list[str]]) -> None:
     tool, words = case
     _FakeClient.calls = []
     out, err = io.StringIO(), io.StringIO()
-    with mock.patch.object(bkmcp, "McpClient", _FakeClient):
+    with mock.patch.multiple(bkmcp, **fake_engine(_FakeClient)):
         status = bkmcp.main(["--config", _config_path(), "srv", tool, *words], stdin=io.StringIO(""), stdout=out,
                             stderr=err, env={"HOME": "/nonexistent"}, cwd="/")
     assert status in (0, 1), (status, out.getvalue(), err.getvalue())

@@ -17,7 +17,7 @@ import pytest
 from bkmcp_test_helpers import FUZZ_EXAMPLES
 
 import bkmcp
-from bkmcp import Deadline, HttpTransport, Log, McpClient, ResolvedServer, era_rules
+from bkmcp import ClientSession, Deadline, HttpTransport, Log, McpSession, OpContext, ResolvedServer, era_rules
 
 Reply = tuple  # (status, headers dict, body bytes | str)
 
@@ -125,11 +125,60 @@ def scripted():
         srv.stop()
 
 
-def client_for(url: str, *, version: str | None = None, timeout: float = 5.0, verbose: bool = False):
+class Client:
+    """One operation on the section-7 seam: a session, one ``OpContext``, and the flows (negotiate, discover,
+    call), the way the CLI strings them together."""
+
+    def __init__(self, server: ResolvedServer, *, timeout: float, log: Log) -> None:
+        self.log = log
+        self.ctx = OpContext(Deadline(timeout), log)
+        self.session = McpSession(server, insecure=False, log=log)
+        self.tools: list[dict] = []
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.session.close(self.ctx.deadline)
+
+    @property
+    def era(self) -> str | None:
+        return self.session.era
+
+    @property
+    def protocol_version(self) -> str | None:
+        return self.session.protocol_version
+
+    def connect(self, server_info: bool = False) -> None:
+        bkmcp.negotiate(self.session, self.ctx, server_info=server_info)
+
+    def list_tools(self) -> list[dict]:
+        self.tools, _pages = bkmcp.discover_tools(self.session, self.ctx)
+        return self.tools
+
+    def call_tool(self, name: str, arguments: dict) -> dict:
+        tool = next((t for t in self.tools if t.get("name") == name), None)
+        return bkmcp.call_tool(self.session, self.ctx, name, arguments, tool)
+
+
+def client_for(url: str, *, version: str | None = None, timeout: float = 5.0, verbose: bool = False) -> Client:
     server = ResolvedServer(name="s", type="http", config_file="/tmp/mcp.json", url=url, headers={"X-Trace": "1"},
                             command=None, args=[], env={}, cwd=None, protocol_version=version, auth_source="none")
-    log = Log(io.StringIO(), verbose=verbose)
-    return McpClient(server, deadline=Deadline(timeout), insecure=False, log=log)
+    return Client(server, timeout=timeout, log=Log(io.StringIO(), verbose=verbose))
+
+
+def attached(transport: HttpTransport) -> tuple[ClientSession, list]:
+    """The transport attached to a bare session core; returns (core, delivered messages). A message answers its
+    stream's request when it is a response with that id."""
+    core = ClientSession()
+    seen: list = []
+
+    def deliver(message, related):
+        seen.append(message)
+        return message.kind in ("result", "error") and message.id == related
+
+    transport.attach(deliver, lambda: None, core)
+    return core, seen
 
 
 def test_modern_32022_with_only_legacy_versions_falls_back_to_initialize_R01(scripted):
@@ -339,16 +388,17 @@ def test_transport_interface_directly():
         server = ResolvedServer(name="s", type="http", config_file="/c", url=srv.url, headers={}, command=None,
                                 args=[], env={}, cwd=None, protocol_version=None, auth_source="none")
         transport = HttpTransport(server, insecure=False, log=Log(io.StringIO()))
+        core, seen = attached(transport)
         rules = era_rules("2025-03-26")
         message = bkmcp.build_request(1, "initialize", bkmcp.build_initialize_params("2025-03-26"), rules)
-        kinds = [m.kind for m in transport.exchange(message, rules=None, deadline=Deadline(5))]
-        assert kinds == ["notification", "result"] and transport.session_id == "abc"
-        transport.send_message(bkmcp.build_notification("notifications/initialized", None, rules), rules=rules,
-                               deadline=Deadline(5))
+        transport.send(message, rules=None, deadline=Deadline(5))
+        assert [m.kind for m in seen] == ["notification", "result"] and core.session_id == "abc"
+        transport.send(bkmcp.build_notification("notifications/initialized", None, rules), rules=rules,
+                       deadline=Deadline(5))
         transport.end_session(Deadline(5), rules=rules)
         transport.close()
         assert srv.requests[-1]["verb"] == "DELETE" and srv.requests[-1]["headers"]["mcp-session-id"] == "abc"
-        assert transport.session_id is None
+        assert core.session_id is None
     finally:
         srv.stop()
 
@@ -438,17 +488,20 @@ def test_transport_exchange_against_the_mock_R01(mode):
         server = ResolvedServer(name="m", type="http", config_file="/c", url=srv.url, headers={"X-A": "1"},
                                 command=None, args=[], env={}, cwd=None, protocol_version=None, auth_source="none")
         transport = HttpTransport(server, insecure=False, log=Log(io.StringIO()))
+        core, seen = attached(transport)
         try:
             legacy = era_rules("2025-11-25")
             init = bkmcp.build_request(1, "initialize", bkmcp.build_initialize_params("2025-11-25"), legacy)
-            [answer] = list(transport.exchange(init, rules=None, deadline=Deadline(5)))
+            transport.send(init, rules=None, deadline=Deadline(5))
+            [answer] = seen
             assert answer.kind == "result" and answer.result["protocolVersion"] == "2025-11-25"
-            assert transport.session_id and transport.responses == 1
-            transport.send_message(bkmcp.build_notification("notifications/initialized", None, legacy),
-                                   rules=legacy, deadline=Deadline(5))
+            assert core.session_id and transport.responses == 1
+            transport.send(bkmcp.build_notification("notifications/initialized", None, legacy),
+                           rules=legacy, deadline=Deadline(5))
+            seen.clear()
             listing = bkmcp.build_request(2, "tools/list", None, legacy)
-            kinds = [m.kind for m in transport.exchange(listing, rules=legacy, deadline=Deadline(5))]
-            assert kinds == ["notification", "result"]
+            transport.send(listing, rules=legacy, deadline=Deadline(5))
+            assert [m.kind for m in seen] == ["notification", "result"]
             transport.end_session(Deadline(5), rules=legacy)
         finally:
             transport.close()
@@ -467,7 +520,7 @@ def test_modern_only_server_refusing_initialize_with_32022_is_modern_R01():
                      "modern_only_initialize_error": -32022}) as srv:
         server = ResolvedServer(name="m", type="http", config_file="/c", url=srv.url, headers={}, command=None,
                                 args=[], env={}, cwd=None, protocol_version=None, auth_source="none")
-        with McpClient(server, deadline=Deadline(5), insecure=False, log=Log(io.StringIO())) as client:
+        with Client(server, timeout=5, log=Log(io.StringIO())) as client:
             client.connect()
             assert client.era == "modern" and client.protocol_version == "2026-07-28"
             assert [t["name"] for t in client.list_tools()][:1] == ["echo"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from bkmcp_test_helpers import run_bkmcp
+from bkmcp_test_helpers import fake_engine, run_bkmcp
 
 import bkmcp
 
@@ -33,7 +33,7 @@ class FakeClient:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
+    def close(self, deadline=None):
         FakeClient.calls.append(("close",))
 
     def connect(self):
@@ -59,7 +59,8 @@ def fake(monkeypatch):
     FakeClient.fail_on = None
     FakeClient.result = {"content": [{"type": "text", "text": "ok"}], "isError": False,
                          "structuredContent": {"n": bkmcp.JsonNumber("1e400")}}
-    monkeypatch.setattr(bkmcp, "McpClient", FakeClient)
+    for name, stand_in in fake_engine(FakeClient).items():
+        monkeypatch.setattr(bkmcp, name, stand_in)
     return FakeClient
 
 
@@ -134,8 +135,8 @@ def test_check_and_tools_success_and_failure_streams(mode, config, monkeypatch, 
     name = "run_check" if mode == "--check" else "run_tools"
     seen = {}
 
-    def ok(server, *, deadline, insecure, log):
-        seen.update(server=server.name, timeout=deadline.seconds, headers=server.headers)
+    def ok(server, ctx, *, insecure):
+        seen.update(server=server.name, timeout=ctx.deadline.seconds, headers=server.headers)
         data = {"server": server.name, "tool_count": 0, "complete": True}
         return dict(data, tools=[]) if mode == "--tools" else data
 
