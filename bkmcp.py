@@ -12,9 +12,13 @@ uses only the sections above it:
     2. Helpers                  JSON with number fidelity, redaction, durations, deadlines, logging
     3. Config                   file selection, strict parsing, per-field validation, ${VAR} expansion
     4. Auth                     Bearer / X-Bkapi-Authorization forms, conflicts, secrets to scrub
-    5. Protocol core (sans-IO)  JSON-RPC framing, SSE decoder, eras, request building, classification
-    6. Transports               HTTP via httpx, stdio via subprocess
-    7. Client flows             negotiation, discovery with pagination guards, calls
+    5. Protocol core (sans-IO)  JSON-RPC framing, SSE decoder, eras, request building, classification; the
+                                session core (ids, pending requests, the one matching rule, era and session
+                                state) and negotiation as pure decision steps
+    6. Transports               the Transport seam: HTTP via httpx (concurrent POSTs on one pooled client),
+                                stdio framing apart from child-process supervision
+    7. Client flows             McpSession (many requests in flight, per-request deadline and cancellation) and
+                                the flows: negotiate, discover, call, check, tools, dry-run
     8. Schema flags             inputSchema -> typed flags, values, validation
     9. Output                   envelopes, --jq, help text
    10. Resident mode            (not implemented in this build: stable error)
@@ -2404,7 +2408,7 @@ class _HttpxBoundary:
             return
         httpx = _import_httpx()
 
-        if isinstance(exc, (httpx.HTTPError, httpx.InvalidURL, UnicodeError)):
+        if isinstance(exc, (httpx.HTTPError, httpx.StreamError, httpx.InvalidURL, UnicodeError)):
             if self.cancel is not None and self.cancel.cancelled:
                 raise OperationCancelled(self.cancel.reason) from exc
             raise self.transport.translate(exc, self.deadline) from exc

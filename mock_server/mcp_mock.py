@@ -301,6 +301,7 @@ DEFAULTS: dict[str, Any] = {
     "server_request_wait_ms": 3000,
     "stdio_unknown_method": "error",
     "stdio_drop": "exit",
+    "stdio_concurrent_calls": False,
     "stderr_lines": [],
     "stdout_lines": [],
     "require_env": {},
@@ -2073,9 +2074,25 @@ class StdioServer:
             return
         if "id" not in msg:
             return  # notifications (initialized, cancelled, …) are only logged
+        if method == "tools/call" and self.era is not None and self.core.sc["stdio_concurrent_calls"]:
+            threading.Thread(target=self._call_in_thread, args=(msg,), name="mcp-mock-call", daemon=True).start()
+            return
         reply = self._request(msg)
         if reply is not None:
             self._finish(msg.get("id"), reply)
+
+    def _call_in_thread(self, msg: dict) -> None:
+        """``stdio_concurrent_calls``: each tools/call runs on its own thread, so answers come in any order; a
+        ``drop`` still ends the whole process (exit 3), failing every call in flight."""
+        try:
+            reply = self._request(msg)
+            if reply is not None:
+                self._finish(msg.get("id"), reply)
+        except _StdioExit as exc:
+            self.stdout.flush()
+            os._exit(exc.status)
+        except BrokenPipeError:
+            pass
 
     def _request(self, msg: dict) -> Reply | None:
         core = self.core

@@ -1,0 +1,261 @@
+"""The session engine of section 7 under concurrency (issue 9): one session, many requests in flight.
+
+Real wire only: the mock server over stdio (``stdio_concurrent_calls``: answers in any order) and over HTTP
+(legacy with a session id, and modern), driven by threads on one ``McpSession``. Every assertion on "exactly
+once" reads the server's own request log.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import bkmcp
+from bkmcp import CancelToken, Deadline, Log, McpSession, OpContext
+from mock_server.mcp_mock import MockServer, mock_tool
+
+ROOT = Path(__file__).resolve().parents[2]
+MOCK = str(ROOT / "mock_server" / "mcp_mock.py")
+CALLS = 200
+TOOLS = [mock_tool("fast", "echo"), mock_tool("slow", "slow", ms=400), mock_tool("drop", "drop")]
+for _tool in TOOLS:
+    _tool["inputSchema"] = {"type": "object", "properties": {"text": {"type": "string"}}}
+
+
+def resolved(entry: dict[str, Any], name: str = "m") -> bkmcp.ResolvedServer:
+    config = bkmcp.parse_config(json.dumps({"mcpServers": {name: entry}}), "/tmp/concurrency-mcp.json")
+    return bkmcp.resolve_server(config.servers[name], {"PATH": os.environ.get("PATH", "")})
+
+
+def stdio_entry(tmp_path: Path, scenario: dict[str, Any], version: str | None = None) -> tuple[dict, Path]:
+    spec, log = tmp_path / "scenario.json", tmp_path / "log.jsonl"
+    spec.write_text(json.dumps(scenario), encoding="utf-8")
+    entry: dict[str, Any] = {"type": "stdio", "command": sys.executable,
+                             "args": [MOCK, "--stdio", "--scenario", str(spec), "--log", str(log)]}
+    if version:
+        entry["protocolVersion"] = version
+    return entry, log
+
+
+def stdio_log(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def opened(server: bkmcp.ResolvedServer, timeout: float = 60) -> tuple[McpSession, OpContext]:
+    log = Log(io.StringIO())
+    ctx = OpContext(Deadline(timeout), log)
+    return bkmcp.open_session(server, ctx, insecure=False), ctx
+
+
+def call_all(session: McpSession, names: list[str], timeout: float = 60) -> tuple[dict[int, Any], list[int]]:
+    """``len(names)`` concurrent calls, call i with ``text: "call-i"``; returns (outcome per i, finishing order)."""
+    outcomes: dict[int, Any] = {}
+    order: list[int] = []
+    lock = threading.Lock()
+    start = threading.Barrier(len(names))
+
+    def one(i: int, tool: str) -> None:
+        ctx = OpContext(Deadline(timeout), session.log)
+        start.wait()
+        try:
+            value: Any = bkmcp.call_tool(session, ctx, tool, {"text": f"call-{i}"})
+        except bkmcp.BkmcpError as exc:
+            value = exc
+        with lock:
+            outcomes[i] = value
+            order.append(i)
+
+    threads = [threading.Thread(target=one, args=(i, tool)) for i, tool in enumerate(names)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout + 30)
+    assert not any(t.is_alive() for t in threads)
+    return outcomes, order
+
+
+def echoed(result: dict[str, Any]) -> str:
+    return result["structuredContent"]["arguments"]["text"]
+
+
+def mixed_names() -> list[str]:
+    return ["slow" if i % 10 == 0 else "fast" for i in range(CALLS)]
+
+
+def assert_matched(outcomes: dict[int, Any]) -> None:
+    assert sorted(outcomes) == list(range(CALLS))
+    for i, value in outcomes.items():
+        assert isinstance(value, dict), (i, value)
+        assert echoed(value) == f"call-{i}"
+
+
+def test_200_concurrent_calls_on_one_stdio_session_answered_out_of_order(tmp_path):
+    entry, log_path = stdio_entry(tmp_path, {"tools": TOOLS, "stdio_concurrent_calls": True}, "2025-11-25")
+    session, ctx = opened(resolved(entry))
+    try:
+        pid = session.transport.pid
+        outcomes, order = call_all(session, mixed_names())
+        assert session.transport.pid == pid and session.transport.spawns == 1  # one child for everything
+        assert session.in_flight == 0
+    finally:
+        session.close(ctx.deadline)
+    assert_matched(outcomes)
+    slow = {i for i in range(CALLS) if i % 10 == 0}
+    assert set(order[-len(slow):]) == slow  # the slow calls, started among the first, finished last
+    calls = [e for e in stdio_log(log_path) if e.get("rpc_method") == "tools/call"]
+    assert len(calls) == CALLS  # none resent
+    assert len({e["rpc_id"] for e in calls}) == CALLS
+    assert not ChildGroup.running(pid)
+
+
+@pytest.mark.parametrize("versions", [["2025-11-25"], ["2026-07-28"]], ids=["legacy-session", "modern"])
+def test_200_concurrent_calls_on_one_http_session(versions):
+    with MockServer({"versions": versions, "tools": TOOLS}) as srv:
+        session, ctx = opened(resolved({"type": "http", "url": srv.url}))
+        try:
+            outcomes, order = call_all(session, mixed_names())
+        finally:
+            session.close(ctx.deadline)
+        calls = srv.requests(rpc_method="tools/call")
+    assert_matched(outcomes)
+    assert len(calls) == CALLS
+    assert len({c["rpc_id"] for c in calls}) == CALLS
+    if versions == ["2025-11-25"]:
+        sessions = {c["session_id"] for c in calls}
+        assert len(sessions) == 1 and None not in sessions  # every call on the one legacy session
+        assert len(srv.requests(rpc_method="initialize")) == 1
+    else:
+        assert all(c["headers"].get("mcp-method") == "tools/call" for c in calls)
+    assert order.index(0) > order.index(1)  # a slow call did not hold up the fast ones behind it
+
+
+def _cancel_one(session: McpSession, names: list[str], victim: int) -> tuple[dict[int, Any], Any]:
+    """Start the calls, cancel call ``victim`` once the server has it, let the others finish."""
+    token = CancelToken()
+    outcomes: dict[int, Any] = {}
+
+    def one(i: int, tool: str) -> None:
+        ctx = OpContext(Deadline(30), session.log, cancel=token if i == victim else None)
+        try:
+            outcomes[i] = bkmcp.call_tool(session, ctx, tool, {"text": f"call-{i}"})
+        except (bkmcp.BkmcpError, bkmcp.OperationCancelled) as exc:
+            outcomes[i] = exc
+
+    threads = [threading.Thread(target=one, args=(i, tool)) for i, tool in enumerate(names)]
+    for thread in threads:
+        thread.start()
+    return outcomes, (threads, token)
+
+
+def _finish(handles: Any, until: Any) -> None:
+    threads, token = handles
+    end = time.monotonic() + 20
+    while not until() and time.monotonic() < end:
+        time.sleep(0.02)
+    token.cancel("cancelled by the test")
+    for thread in threads:
+        thread.join(40)
+    assert not any(t.is_alive() for t in threads)
+
+
+def test_cancelling_one_stdio_call_sends_notifications_cancelled_for_it_alone(tmp_path):
+    entry, log_path = stdio_entry(tmp_path, {"tools": TOOLS, "stdio_concurrent_calls": True}, "2025-11-25")
+    session, ctx = opened(resolved(entry))
+    names = ["slow"] * 5 + ["fast"] * 5
+    try:
+        outcomes, handles = _cancel_one(session, names, victim=2)
+        _finish(handles, lambda: len([e for e in stdio_log(log_path) if e.get("rpc_method") == "tools/call"]) == 10)
+    finally:
+        session.close(ctx.deadline)
+    assert isinstance(outcomes[2], bkmcp.OperationCancelled)
+    for i in set(range(10)) - {2}:
+        assert echoed(outcomes[i]) == f"call-{i}"
+    entries = stdio_log(log_path)
+    calls = {e["json"]["params"]["arguments"]["text"]: e["rpc_id"] for e in entries if e.get("rpc_method") == "tools/call"}
+    cancels = [e["json"]["params"] for e in entries if e.get("rpc_method") == "notifications/cancelled"]
+    assert [c["requestId"] for c in cancels] == [calls["call-2"]]
+    assert len(calls) == 10
+
+
+def test_cancelling_one_legacy_http_call_cancels_it_alone():
+    with MockServer({"versions": ["2025-11-25"], "tools": TOOLS}) as srv:
+        session, ctx = opened(resolved({"type": "http", "url": srv.url}))
+        names = ["slow"] * 4 + ["fast"] * 4
+        try:
+            outcomes, handles = _cancel_one(session, names, victim=1)
+            _finish(handles, lambda: len(srv.requests(rpc_method="tools/call")) == 8)
+        finally:
+            session.close(ctx.deadline)
+        calls = {c["json"]["params"]["arguments"]["text"]: c["rpc_id"] for c in srv.requests(rpc_method="tools/call")}
+        cancels = [c["json"]["params"]["requestId"] for c in srv.requests(rpc_method="notifications/cancelled")]
+    assert isinstance(outcomes[1], bkmcp.OperationCancelled)
+    assert cancels == [calls["call-1"]]
+    for i in set(range(8)) - {1}:
+        assert echoed(outcomes[i]) == f"call-{i}"
+
+
+def test_a_child_that_dies_fails_only_the_calls_in_flight_on_it_with_outcome_unknown(tmp_path):
+    entry, log_path = stdio_entry(tmp_path, {"tools": TOOLS, "stdio_concurrent_calls": True}, "2025-11-25")
+    (tmp_path / "other").mkdir()
+    other_entry, _other_log = stdio_entry(tmp_path / "other", {"tools": TOOLS}, "2025-11-25")
+    session, ctx = opened(resolved(entry))
+    other, other_ctx = opened(resolved(other_entry, "n"))
+    try:
+        outcomes: dict[int, Any] = {}
+
+        def one(i: int, tool: str) -> None:
+            try:
+                outcomes[i] = bkmcp.call_tool(session, OpContext(Deadline(30), session.log), tool, {"text": f"{i}"})
+            except bkmcp.BkmcpError as exc:
+                outcomes[i] = exc
+
+        threads = [threading.Thread(target=one, args=(i, "slow")) for i in range(6)]
+        for thread in threads:
+            thread.start()
+        end = time.monotonic() + 20
+        while len([e for e in stdio_log(log_path) if e.get("rpc_method") == "tools/call"]) < 6 \
+                and time.monotonic() < end:
+            time.sleep(0.02)
+        one(6, "drop")  # the child exits (status 3) while six slow calls are in flight
+        for thread in threads:
+            thread.join(30)
+        # the other session (its own child) is untouched
+        assert bkmcp.call_tool(other, other_ctx, "fast", {"text": "still here"})["content"]
+    finally:
+        session.close(ctx.deadline)
+        other.close(other_ctx.deadline)
+    assert len(outcomes) == 7
+    for i, value in outcomes.items():
+        assert isinstance(value, bkmcp.ConnectionFailedError), (i, value)
+        assert value.details["outcome"] == "unknown" and value.details.get("exit_status") == 3
+    calls = [e for e in stdio_log(log_path) if e.get("rpc_method") == "tools/call"]
+    assert len(calls) == 7  # nothing resent after the crash
+
+
+def test_a_request_after_close_fails_without_sending(tmp_path):
+    entry, log_path = stdio_entry(tmp_path, {"tools": TOOLS}, "2025-11-25")
+    session, ctx = opened(resolved(entry))
+    pid = session.transport.pid
+    session.close(ctx.deadline)
+    session.close(ctx.deadline)  # idempotent
+    with pytest.raises(bkmcp.ConnectionFailedError) as info:
+        bkmcp.call_tool(session, OpContext(Deadline(5), session.log), "fast", {"text": "x"})
+    assert not bkmcp.request_was_sent(info.value)
+    assert not ChildGroup.running(pid)
+    assert [e for e in stdio_log(log_path) if e.get("rpc_method") == "tools/call"] == []
+
+
+class ChildGroup:
+    @staticmethod
+    def running(pid: int | None) -> bool:
+        return pid is not None and bkmcp.ChildProcess.group_running(pid)

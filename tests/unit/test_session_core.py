@@ -1,0 +1,393 @@
+"""The sans-IO session core and negotiation of section 5, driven message by message (no sockets, no threads),
+plus the transport seam of section 6 through ``httpx.MockTransport`` and the section rule of the module.
+
+Seed rows: R01 (negotiation table), R02 (classification of answers).
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import bkmcp
+from bkmcp import (
+    Answered,
+    ClientSession,
+    Declined,
+    Evidence,
+    Message,
+    Negotiation,
+    Notified,
+    Reply,
+    Step,
+    Stray,
+    era_rules,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+LEGACY = ("2025-03-26", "2025-06-18", "2025-11-25")
+MODERN = "2026-07-28"
+
+
+def result(rid: Any, value: Any = None) -> Message:
+    return Message("result", id=rid, result=value if value is not None else {})
+
+
+def error(rid: Any, code: int = -32603) -> Message:
+    return Message("error", id=rid, error={"code": code, "message": "m"})
+
+
+# -- ids, the pending table and the one matching rule -------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", [*LEGACY, MODERN])
+def test_requests_get_fresh_ids_and_era_shaped_messages(version):
+    core = ClientSession()
+    rules = era_rules(version)
+    first = core.start_request("tools/list", None, rules)
+    second = core.start_request("tools/call", {"name": "t"}, rules)
+    assert (first["id"], second["id"]) == (1, 2)
+    assert core.in_flight() == [1, 2]
+    has_meta = "_meta" in (second["params"] or {})
+    assert has_meta is (version == MODERN)  # modern requests carry the per-request _meta (SPEC §5)
+
+
+def test_a_response_answers_its_request_once_and_a_second_answer_is_a_duplicate_stray():
+    core = ClientSession()
+    rules = era_rules("2025-11-25")
+    a = core.start_request("tools/list", None, rules)["id"]
+    b = core.start_request("tools/list", None, rules)["id"]
+    assert core.receive(result(b)) == [Answered(b, result(b))]  # out of order is fine
+    assert core.receive(result(a)) == [Answered(a, result(a))]
+    [stray] = core.receive(result(a, {"again": True}))
+    assert isinstance(stray, Stray) and stray.duplicate
+    [unknown] = core.receive(result(99))
+    assert isinstance(unknown, Stray) and not unknown.duplicate
+    assert core.in_flight() == []
+
+
+def test_ids_match_only_with_the_same_type():
+    core = ClientSession()
+    rid = core.start_request("ping", None, era_rules("2025-06-18"))["id"]
+    [stray] = core.receive(result(str(rid)))  # "1" is not 1
+    assert isinstance(stray, Stray)
+    assert core.in_flight() == [rid]
+
+
+def test_a_null_id_error_answers_the_stream_owner_else_the_only_request_else_nothing():
+    core = ClientSession()
+    rules = era_rules("2025-11-25")
+    only = core.start_request("tools/list", None, rules)["id"]
+    assert core.receive(error(None)) == [Answered(only, error(None))]
+    a = core.start_request("tools/list", None, rules)["id"]
+    b = core.start_request("tools/list", None, rules)["id"]
+    assert core.receive(error(None), related=b) == [Answered(b, error(None))]
+    c = core.start_request("tools/list", None, rules)["id"]
+    [stray] = core.receive(error(None))  # two in flight (a, c) and no stream owner: never guessed
+    assert isinstance(stray, Stray)
+    assert sorted(core.in_flight()) == sorted([a, c])
+
+
+def test_forgotten_requests_turn_late_answers_into_strays():
+    core = ClientSession()
+    rid = core.start_request("server/discover", None, era_rules(MODERN))["id"]
+    core.forget(rid)  # the probe window passed
+    [late] = core.receive(result(rid))
+    assert isinstance(late, Stray) and late.duplicate
+
+
+def test_server_requests_ping_answered_others_declined():
+    core = ClientSession()
+    assert core.receive(Message("request", id="s1", method="ping")) == [
+        Reply({"jsonrpc": "2.0", "id": "s1", "result": {}})]
+    reply, declined = core.receive(Message("request", id=7, method="sampling/createMessage"), related=3)
+    assert reply == Reply({"jsonrpc": "2.0", "id": 7, "error": {"code": -32601, "message": "Method not found"}})
+    assert declined == Declined("sampling/createMessage", 3)
+
+
+def test_notifications_pass_through_and_list_changed_marks_the_catalogue_stale():
+    core = ClientSession()
+    note = Message("notification", method="notifications/progress", params={"progress": 1})
+    assert core.receive(note, related=4) == [Notified(note, 4)]
+    assert not core.tools_stale
+    core.receive(Message("notification", method="notifications/tools/list_changed"))
+    assert core.tools_stale
+
+
+# -- the handshake, parsed in one place ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", LEGACY)
+def test_initialize_answer_sets_the_era_and_server_state(version):
+    core = ClientSession()
+    core.start_request("initialize", bkmcp.build_initialize_params("2025-11-25"), era_rules("2025-11-25"))
+    answer = result(1, {"protocolVersion": version, "serverInfo": {"name": "s"}, "capabilities": {"tools": {}},
+                        "instructions": "hi"})
+    rules = core.apply_initialize(answer, "2025-11-25")
+    assert (rules.version, core.era, core.protocol_version) == (version, "legacy", version)
+    assert core.server_info == {"name": "s"} and core.capabilities == {"tools": {}} and core.instructions == "hi"
+
+
+@pytest.mark.parametrize("answer", [result(1, {"protocolVersion": "1999-01-01"}), result(1, []), error(1)])
+def test_unusable_initialize_answers_are_errors(answer):
+    with pytest.raises(bkmcp.ProtocolError):
+        ClientSession().apply_initialize(answer, "2025-11-25")
+
+
+def test_discover_answer_sets_modern_state():
+    core = ClientSession()
+    answer = result(1, {"supportedVersions": [MODERN], "capabilities": {"tools": {}},
+                        "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "m"}}})
+    core.apply_discover(answer, MODERN)
+    assert core.era == "modern" and core.server_info == {"name": "m"}
+    pinned = ClientSession()
+    pinned.apply_discover(None, MODERN)  # pinned modern without asking: no server state
+    assert pinned.era == "modern" and pinned.server_info == {}
+
+
+# -- negotiation: probe -> evidence -> next step, for every era ---------------------------------------------
+
+
+def drive(plan: Negotiation, answers: list[Any]) -> list[Step]:
+    """Feed the plan one answer per step (Evidence for discover, True/False for restart, an exception or None
+    for initialize) and return the steps it asked for."""
+    steps = [plan.start()]
+    for answer in answers:
+        step = steps[-1]
+        if step.action == "discover":
+            steps.append(plan.after_discover(step, answer))
+        elif step.action == "restart":
+            steps.append(plan.after_restart(step, answer))
+        elif step.action == "initialize":
+            if answer is None:
+                steps.append(Step("done", step.version))
+                break
+            steps.append(plan.after_initialize_failed(step, answer))
+    return steps
+
+
+def modern_answer(versions: list[str]) -> Evidence:
+    return Evidence(200, result(1, {"supportedVersions": versions}))
+
+
+def test_r01_unpinned_modern_server_is_modern_after_one_probe():
+    steps = drive(Negotiation(None, server_info=False, restartable=False), [modern_answer([MODERN])])
+    assert steps == [Step("discover", MODERN, probing=True), Step("done", MODERN)]
+
+
+@pytest.mark.parametrize("evidence", [
+    Evidence(400, error(1, -32000)), Evidence(404, None), Evidence(405, None), Evidence(200, error(1, -32601)),
+    Evidence(200, None), modern_answer(["2025-11-25"]),
+])
+def test_r01_anything_else_means_legacy_initialize(evidence):
+    steps = drive(Negotiation(None, server_info=False, restartable=False), [evidence, None])
+    assert steps[1] == Step("initialize", "2025-11-25")
+
+
+def test_r01_404_with_method_not_found_means_modern():
+    steps = drive(Negotiation(None, server_info=False, restartable=False), [Evidence(404, error(1, -32601))])
+    assert steps[-1] == Step("done", MODERN)
+
+
+def test_r01_incompatible_versions_are_a_protocol_error():
+    data = Message("error", id=1, error={"code": -32022, "message": "m", "data": {"supported": ["1999-01-01"]}})
+    with pytest.raises(bkmcp.ProtocolError):
+        drive(Negotiation(None, server_info=False, restartable=False), [Evidence(400, data)])
+
+
+@pytest.mark.parametrize("version", [*LEGACY, MODERN])
+def test_r01_pinned_versions_never_probe(version):
+    plan = Negotiation(version, server_info=False, restartable=True)
+    first = plan.start()
+    assert first == (Step("initialize", version) if version in LEGACY else Step("done", version))
+    with_info = Negotiation(version, server_info=True, restartable=False).start()
+    assert with_info == (Step("initialize", version) if version in LEGACY else Step("discover", version))
+    with pytest.raises(bkmcp.ConnectionFailedError):  # a pinned legacy initialize that fails is final
+        if version in LEGACY:
+            plan.after_initialize_failed(first, bkmcp.ConnectionFailedError("gone"))
+        else:
+            raise bkmcp.ConnectionFailedError("modern pinned: nothing to fall back to")
+
+
+def test_r01_stdio_silent_probe_restarts_an_exited_child_once_then_initializes():
+    plan = Negotiation(None, server_info=False, restartable=True)
+    restart = plan.after_discover(plan.start(), Evidence(silent=True))
+    assert restart == Step("restart", "2025-11-25")
+    initialize = plan.after_restart(restart, True)  # the child had exited on the probe: a fresh one
+    assert initialize == Step("initialize", "2025-11-25")
+    with pytest.raises(bkmcp.ConnectionFailedError):  # already restarted once: a second exit stands
+        plan.after_initialize_failed(initialize, bkmcp.ConnectionFailedError("exited again"))
+
+
+def test_r01_stdio_child_that_exits_on_initialize_gets_one_fresh_start():
+    plan = Negotiation(None, server_info=False, restartable=True)
+    probe = plan.start()
+    restart = plan.after_discover(probe, Evidence(silent=True))
+    initialize = plan.after_restart(restart, False)  # the probe's child still runs
+    again = plan.after_initialize_failed(initialize, bkmcp.ConnectionFailedError("exited on initialize"))
+    assert again.action == "restart"
+    assert plan.after_restart(again, True) == Step("initialize", "2025-11-25")
+    with pytest.raises(bkmcp.ConnectionFailedError):
+        plan.after_initialize_failed(initialize, bkmcp.ConnectionFailedError("and again"))
+
+
+def test_r01_restart_that_finds_the_child_alive_keeps_the_initialize_failure():
+    plan = Negotiation(None, server_info=False, restartable=True)
+    restart = plan.after_discover(plan.start(), Evidence(silent=True))
+    initialize = plan.after_restart(restart, False)
+    failure = bkmcp.ConnectionFailedError("broken pipe")
+    again = plan.after_initialize_failed(initialize, failure)
+    with pytest.raises(bkmcp.ConnectionFailedError) as info:
+        plan.after_restart(again, False)
+    assert info.value is failure
+
+
+def test_r01_initialize_refused_with_32022_naming_modern_switches_to_modern():
+    plan = Negotiation(None, server_info=False, restartable=False)
+    initialize = plan.after_discover(plan.start(), Evidence(200, None))
+    refusal = bkmcp.ProtocolError("refused", details={"rpc_error": {"code": -32022, "data": {"supported": [MODERN]}}})
+    step = plan.after_initialize_failed(initialize, refusal)
+    assert step == Step("discover", MODERN)
+    assert plan.after_discover(step, modern_answer([MODERN])) == Step("done", MODERN)
+
+
+def test_r01_retry_once_with_a_shared_modern_version():
+    future = "2027-01-01"
+    data = Message("error", id=1, error={"code": -32022, "message": "m", "data": {"supported": [MODERN, future]}})
+    plan = Negotiation(None, server_info=False, restartable=False)
+    first = Step("discover", future, probing=True)  # as if bkmcp had asked for a newer version first
+    plan._probes = 1
+    assert plan.after_discover(first, Evidence(400, data)) == Step("discover", MODERN, probing=True)
+
+
+# -- the transport seam with an injected httpx client ---------------------------------------------------
+
+
+def test_http_transport_takes_an_injected_client_and_keeps_no_cookies():
+    httpx = bkmcp._import_httpx()
+    seen: list[Any] = []
+
+    def handler(request: Any) -> Any:
+        body = json.loads(request.content) if request.content else None
+        seen.append((request.method, dict(request.headers), body))
+        if request.method == "DELETE":
+            return httpx.Response(405)
+        if body and "id" in body and body["method"] == "initialize":
+            return httpx.Response(200, json={"jsonrpc": "2.0", "id": body["id"], "result": {
+                "protocolVersion": "2025-11-25", "capabilities": {}, "serverInfo": {"name": "x"}}},
+                headers={"Mcp-Session-Id": "sess-1", "Set-Cookie": "sid=SECRETCOOKIE; Path=/"})
+        if body and "id" in body:
+            return httpx.Response(200, json={"jsonrpc": "2.0", "id": body["id"], "result": {"tools": []}},
+                                  headers={"Set-Cookie": "other=2"})
+        return httpx.Response(202)
+
+    client = httpx.Client(transport=httpx.MockTransport(handler), cookies=bkmcp._no_cookies())
+    server = bkmcp.ResolvedServer(name="s", type="http", config_file="/c", url="http://127.0.0.1:9/mcp",
+                                  headers={}, command=None, args=[], env={}, cwd=None, protocol_version=None,
+                                  auth_source="none")
+    log = bkmcp.Log(io.StringIO())
+    transport = bkmcp.HttpTransport(server, insecure=False, log=log, client=client)
+    session = bkmcp.McpSession(server, insecure=False, log=log, transport=transport)
+    ctx = bkmcp.OpContext(bkmcp.Deadline(5), log)
+    bkmcp.initialize(session, ctx, "2025-11-25")
+    tools, pages = bkmcp.discover_tools(session, ctx)
+    session.close(ctx.deadline)
+    assert (tools, pages) == ([], 1)
+    assert [m for m, _h, _b in seen] == ["POST", "POST", "POST", "DELETE"]
+    for _method, headers, _body in seen:
+        assert "cookie" not in headers  # Set-Cookie is never replayed: the configured headers are the identity
+    assert seen[1][1]["mcp-session-id"] == "sess-1" and seen[3][1]["mcp-session-id"] == "sess-1"
+    assert not client.is_closed  # an injected client belongs to its owner
+
+
+def test_http_statuses_leave_the_transport_as_section_1_errors():
+    failure = bkmcp.status_failure(404, None, "gone", "tools/list", with_session=True)
+    assert isinstance(failure, bkmcp.ProtocolError) and failure.session_lost and failure.http_status == 404
+    rpc = Message("error", id=1, error={"code": -32042, "message": "need url",
+                                        "data": {"elicitations": [{"url": "https://x"}]}})
+    capability = bkmcp.status_failure(400, rpc, "", "tools/call", with_session=False)
+    assert isinstance(capability, bkmcp.CapabilityUnsupportedError) and not capability.session_lost
+
+
+def test_library_errors_are_neutral_and_the_cli_words_them():
+    error = bkmcp.budget_error("no answer from http://h/mcp", 5.0)
+    assert "--timeout" not in error.message + (error.hint or "")
+    error.hint += "; the call was sent and its outcome is unknown: check before calling again"
+    worded = bkmcp.word_for_cli(error, "s")
+    assert worded.message == "no answer from http://h/mcp within --timeout 5s"
+    assert worded.hint.startswith("raise --timeout if the server is slow")
+    assert worded.hint.endswith("check before calling again")
+
+
+# -- the section rule ---------------------------------------------------------------------------------------
+
+
+def sections_and_violations(source: str) -> tuple[list[tuple[int, int]], list[tuple[int, str, int, int]]]:
+    """(section starts, references of a section to a name defined in a section below it)."""
+    lines = source.splitlines()
+    starts = [(i, int(m.group(1))) for i, line in enumerate(lines, 1)
+              if (m := re.match(r"^# (\d+)\. ", line)) and i > 1 and lines[i - 2].startswith("# =====")]
+
+    def section_of(lineno: int) -> int:
+        return max((num for start, num in starts if lineno >= start), default=0)
+
+    tree = ast.parse(source)
+    defined: dict[str, int] = {}
+    for node in tree.body:
+        names: list[str] = []
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names = [node.name]
+        elif isinstance(node, ast.Assign):
+            names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names = [node.target.id]
+        for name in names:
+            defined.setdefault(name, section_of(node.lineno))
+    violations = []
+    for node in tree.body:
+        own = section_of(node.lineno)
+        if own == 0:
+            continue
+        for sub in ast.walk(node):  # annotations are strings at run time (from __future__ import annotations)
+            if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                sub.returns = None
+                arguments = sub.args
+                for arg in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs,
+                            arguments.vararg, arguments.kwarg]:
+                    if arg is not None:
+                        arg.annotation = None
+            elif isinstance(sub, ast.AnnAssign):
+                sub.annotation = ast.Constant(None)
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load) and defined.get(sub.id, 0) > own:
+                violations.append((own, sub.id, defined[sub.id], sub.lineno))
+    return starts, violations
+
+
+def test_each_section_uses_only_the_sections_above_it():
+    starts, violations = sections_and_violations((ROOT / "bkmcp.py").read_text(encoding="utf-8"))
+    assert [num for _line, num in starts] == list(range(1, 12))
+    assert violations == []
+
+
+def test_the_section_rule_check_catches_an_upward_reference():
+    source = ("# =====\n# 1. A\n# =====\ndef low():\n    return high()\n\n"
+              "# =====\n# 2. B\n# =====\ndef high():\n    return low()\n")
+    _starts, violations = sections_and_violations(source)
+    assert violations == [(1, "high", 2, 5)]
+
+
+def test_the_module_docstring_lists_the_sections_of_the_file():
+    source = (ROOT / "bkmcp.py").read_text(encoding="utf-8")
+    banners = re.findall(r"^# =+\n# (\d+)\. ([^\n]+)", source, flags=re.M)
+    listed = re.findall(r"^ {3,4}(\d+)\. (\S[^\n]*?)\s{2,}", bkmcp.__doc__ or "", flags=re.M)
+    assert [n for n, _ in banners] == [n for n, _ in listed]
+    for (number, banner), (_n, title) in zip(banners, listed):
+        first = title.split()[0].rstrip(",:&").lower()
+        assert first in banner.lower(), (number, banner, title)
