@@ -5347,8 +5347,9 @@ class HttpRegistry(Registry):
         servers = document.get("servers") if isinstance(document, dict) else None
         if not isinstance(servers, list):
             raise RegistryError(f"{self.source} answered JSON without a \"servers\" array")
-        system = document.get("system_credentials") or {}
-        own = (document.get("user_credentials") or {}) if user_id is not None else {}
+        system = document.get("system_credentials")
+        own = document.get("user_credentials") if user_id is not None else None
+        system, own = ({} if system is None else system), ({} if own is None else own)
         if not isinstance(system, dict) or not isinstance(own, dict):
             raise RegistryError(f"{self.source}: \"system_credentials\" and \"user_credentials\" must be objects")
         rows = []
