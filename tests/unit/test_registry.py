@@ -605,3 +605,38 @@ def test_import_and_list_through_a_subprocess(tmp_path: Path, write_config) -> N
                             capture_output=True, text=True, env=env, timeout=60, stdin=subprocess.DEVNULL)
     assert broken.returncode == 1 and json.loads(broken.stderr)["error"]["code"] == "registry_error"
     assert "Traceback" not in broken.stderr
+
+
+def test_duplicate_and_nameless_rows_of_a_source() -> None:
+    log, stream = _log()
+    rows = [{"name": "twice", "transport_type": "http", "url": "http://h/"},
+            {"name": "twice", "transport_type": "http", "url": "http://i/"},
+            {"name": None, "transport_type": "http"},
+            {"name": "ok", "transport_type": "http", "url": "http://h/", "enabled": None, "isolation": None}]
+    view = bkmcp._build_view(rows, [(5, "{}")], (), source="registry test", log=log)
+    assert set(view.servers) == {"twice", "ok"}
+    assert "listed more than once" in view.servers["twice"].problem.message  # type: ignore[union-attr]
+    ok = view.servers["ok"]
+    assert ok.problem is None and ok.enabled and ok.isolation == "public"
+    assert "without a name" in stream.getvalue() and view.system_credentials == {}
+
+
+def test_a_registry_broken_after_start_is_a_registry_error_per_command(registry_db) -> None:
+    path, db = registry_db
+    registry = _open(path)
+    db.execute("ALTER TABLE mcp_servers RENAME TO old_servers")
+    with pytest.raises(bkmcp.RegistryError, match="cannot read the registry") as info:
+        registry.view("u1")
+    assert str(path) in info.value.message
+    assert registry.load_tools("x", "u1") is None  # the tools cache is still a table: a miss
+    db.execute("ALTER TABLE old_servers RENAME TO mcp_servers")
+    assert registry.view("u1").servers == {}
+    registry.close()
+
+
+def test_credentials_must_be_objects_of_strings() -> None:
+    assert bkmcp.parse_credentials('{"a": "b"}', where="w") == {"a": "b"}
+    assert bkmcp.parse_credentials({"a": "b"}, where="w") == {"a": "b"}
+    for bad in ("", None, "[]", '{"a": 1}', "{bad"):
+        with pytest.raises(bkmcp.InvalidConfigError):
+            bkmcp.parse_credentials(bad, where="w")
