@@ -640,3 +640,19 @@ def test_credentials_must_be_objects_of_strings() -> None:
     for bad in ("", None, "[]", '{"a": 1}', "{bad"):
         with pytest.raises(bkmcp.InvalidConfigError):
             bkmcp.parse_credentials(bad, where="w")
+
+
+def test_templates_are_one_pass_never_recursive() -> None:
+    """A credential value that looks like a reference is data: ${user.a} -> "${user.b}" stays as it is."""
+    row = bkmcp.parse_registry_row({"name": "s", "transport_type": "stdio", "command": "srv",
+                                    "env_template": {"A": "${user.a}", "B": "x-${user.b}-$${user.a}", "C": "${HOME}"}},
+                                   source="registry test")
+    view = bkmcp.RegistryView({"s": row}, system_credentials={"s": {"a": "${user.b}", "b": "${HOME}"}})
+    resolved = bkmcp.resolve_registry_server(row, view=view, user_id=None, env={"HOME": "${user.a}"})
+    assert resolved.env == {"A": "${user.b}", "B": "x-${HOME}-${user.a}", "C": "${user.a}"}
+    assert resolved.args == [] and resolved.cwd is None
+    args = bkmcp.parse_registry_row({"name": "s", "transport_type": "stdio", "command": "srv",
+                                     "args": ["--token", "${user.a}"]}, source="registry test")
+    with pytest.raises(bkmcp.InvalidConfigError, match="unsupported reference syntax"):  # not in args
+        bkmcp.resolve_registry_server(args, view=bkmcp.RegistryView({"s": args}, system_credentials={"s": {"a": "v"}}),
+                                      user_id=None, env={})
