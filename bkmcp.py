@@ -924,7 +924,7 @@ _FORBIDDEN_HEADERS = frozenset(
     )
 )
 _TOKEN_CHARS = frozenset("!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
-_ENV_REF = _lazy_re(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$\{")
+_ENV_REF = _lazy_re(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$\{user\.([A-Za-z_][A-Za-z0-9_]*)\}|\$\{")
 _CONTROL = _lazy_re(r"[\x00-\x1f\x7f]")
 
 
@@ -1187,9 +1187,13 @@ def _check_headers(where: str, headers: Any) -> tuple[tuple[str, str], ...]:
     return tuple(headers.items())
 
 
-def expand_env(template: str, env: Mapping[str, str], *, where: str) -> tuple[str, list[str]]:
+def expand_env(
+    template: str, env: Mapping[str, str], *, where: str, user: Mapping[str, str] | None = None
+) -> tuple[str, list[str]]:
     """Expand ``${NAME}`` references once (no recursion, no shell); ``$${`` is a literal ``${``.
 
+    ``user`` (resident mode, SPEC §11.4) also allows ``${user.FIELD}``, taken from that credential; without it
+    such a reference is unsupported syntax, as in the CLI.
     Returns the expanded text and the values substituted (so callers can register them as secrets).
     """
     used: list[str] = []
@@ -1199,6 +1203,16 @@ def expand_env(template: str, env: Mapping[str, str], *, where: str) -> tuple[st
         if token == "$${":
             return "${"
         name = match.group(1)
+        if name is None and match.group(2) is not None and user is not None:
+            field_name = match.group(2)
+            if field_name not in user:
+                raise CredentialsMissingError(
+                    f"the credential has no field {field_name!r} (needed by {where})",
+                    hint=f"add the field {field_name!r} to the credentials of this server in the registry",
+                    details={"field": field_name},
+                )
+            used.append(user[field_name])
+            return user[field_name]
         if name is None:
             raise InvalidConfigError(
                 f"{where}: unsupported reference syntax (only ${{NAME}} with letters, digits and _ is allowed)",
@@ -1321,14 +1335,18 @@ def check_bkapi_value(value: str, *, where: str) -> list[str]:
     return list(document.values())
 
 
-def resolve_server(server: ServerConfig, env: Mapping[str, str]) -> ResolvedServer:
-    """Expand the selected server's ``${VAR}`` references and check its credentials (C04, A03)."""
+def resolve_server(
+    server: ServerConfig, env: Mapping[str, str], *, user: Mapping[str, str] | None = None
+) -> ResolvedServer:
+    """Expand the selected server's ``${VAR}`` references and check its credentials (C04, A03).
+
+    ``user``: the resident mode's chosen credential, for ``${user.FIELD}`` in headers and env (SPEC §11.4)."""
     check_auth_conflict(server)
     redactor = Redactor()
     where = f"server {server.name!r} in {server.config_file}"
     headers: dict[str, str] = {}
     for name, template in server.headers:
-        value, used = expand_env(template, env, where=f"{where}, header {name!r}")
+        value, used = expand_env(template, env, where=f"{where}, header {name!r}", user=user)
         if any(ch in value for ch in "\r\n\x00"):  # e.g. a token read from a file with its trailing newline
             raise InvalidConfigError(
                 f"{where}: header {name!r} contains a line break or NUL after expansion",
@@ -1363,7 +1381,7 @@ def resolve_server(server: ServerConfig, env: Mapping[str, str]) -> ResolvedServ
         raise InvalidConfigError(f"{where}: an argument contains a NUL character after expansion")
     child_env: dict[str, str] = {}
     for name, template in server.env:
-        value, used = expand_env(template, env, where=f"{where}, env {name!r}")
+        value, used = expand_env(template, env, where=f"{where}, env {name!r}", user=user)
         if "\x00" in value:
             raise InvalidConfigError(f"{where}: env {name!r} contains a NUL character after expansion")
         child_env[name] = value
@@ -5368,7 +5386,766 @@ def _flag_details(flag: ToolFlag) -> list[str]:
 # ======================================================================================================
 
 # -- 10.1 registry and credentials (SPEC §11.3, §11.4) -------------------------------------------------
+# The registry says which servers exist and which credentials they use. The resident engine (10.2) asks it for
+# one user's view per command (``Registry.view``) and turns a row into the ``ResolvedServer`` the transports use
+# (``resolve_registry_server``). Two sources: a SQLite file (the embedded default) and the host platform's
+# ``/internal/mcp/config`` endpoint. A bad row is that server's ``invalid_mcp_config``, never the registry's; no
+# message of this block ever contains a credential value.
 
+# SPEC §11.3, verbatim: sqlite_master of a new registry is exactly what this text creates.
+REGISTRY_SCHEMA = """\
+CREATE TABLE mcp_servers (
+  name TEXT PRIMARY KEY,                -- [A-Za-z0-9_.-]{1,64}
+  transport_type TEXT NOT NULL CHECK (transport_type IN ('stdio','http')),
+  command TEXT, args TEXT,              -- stdio: args is a JSON array of strings
+  env_template TEXT,                    -- stdio: JSON object of strings, may hold ${user.FIELD}
+  url TEXT, headers TEXT,               -- http: headers is a JSON object of strings, may hold ${user.FIELD}
+  isolation TEXT NOT NULL DEFAULT 'public' CHECK (isolation IN ('public','user')),
+  protocol_version TEXT,                -- optional pin, as protocolVersion in mcp.json
+  enabled INTEGER NOT NULL DEFAULT 1);
+CREATE TABLE mcp_credentials (          -- system default credentials, per server
+  server_name TEXT PRIMARY KEY REFERENCES mcp_servers(name), credentials TEXT NOT NULL);   -- JSON object
+CREATE TABLE mcp_user_credentials (     -- a user's own credentials, per server
+  user_id TEXT NOT NULL, server_name TEXT NOT NULL REFERENCES mcp_servers(name), credentials TEXT NOT NULL,
+  PRIMARY KEY (user_id, server_name));
+CREATE TABLE mcp_tools_cache (          -- user_id '' for a public server
+  server_name TEXT NOT NULL, user_id TEXT NOT NULL, tools TEXT NOT NULL, protocol_version TEXT,
+  fetched_at REAL NOT NULL, PRIMARY KEY (server_name, user_id));
+"""
+REGISTRY_TABLES = ("mcp_servers", "mcp_credentials", "mcp_user_credentials", "mcp_tools_cache")
+REGISTRY_COLUMNS = ("name", "transport_type", "command", "args", "env_template", "url", "headers", "isolation",
+                    "protocol_version", "enabled")
+REGISTRY_CACHE_SECONDS = 5.0  # HTTP source: one answer per (user, access token) is reused this long
+REGISTRY_TIMEOUT = 60.0  # SQLite busy wait / HTTP total time when the caller gives none (the CLI's default)
+_REGISTRY_ANSWER_LIMIT = 64 * 1024 * 1024
+_REGISTRY_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+# Credential fields that become headers of an HTTP server unless a header of that name is configured (§11.4).
+_CREDENTIAL_HEADERS = (("api_key", "Authorization", "Bearer "), ("token", "Authorization", "Bearer "),
+                       ("API_KEY", "X-API-Key", ""))
+
+
+@dataclass
+class RegistryServer:
+    """One row of ``mcp_servers`` (or of the HTTP source's ``servers``), its JSON columns parsed.
+
+    A row that cannot be used keeps what could be read and sets ``problem`` (an ``InvalidConfigError``): only
+    that server fails, with that error, and only when it is used.
+    """
+
+    name: str
+    transport_type: str
+    command: str | None = None
+    args: list[str] = field(default_factory=list)
+    env_template: dict[str, str] = field(default_factory=dict)
+    url: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    isolation: str = "public"
+    protocol_version: str | None = None
+    enabled: bool = True
+    problem: BkmcpError | None = None
+    source: str = "registry"  # how messages name the registry ("registry /path/r.db", "registry https://…")
+
+
+@dataclass
+class RegistryView:
+    """What one command may see: every server (enabled and disabled), the system credentials and the
+    requesting user's own credentials (nobody else's). ``credential_problems`` holds unreadable credential rows,
+    keyed ``("system" | "user", server)``; they fail only the server they belong to."""
+
+    servers: dict[str, RegistryServer]
+    system_credentials: dict[str, dict[str, str]] = field(default_factory=dict)
+    user_credentials: dict[str, dict[str, str]] = field(default_factory=dict)
+    credential_problems: dict[tuple[str, str], BkmcpError] = field(default_factory=dict)
+
+
+def check_registry_name(name: str) -> str | None:
+    """Why ``name`` cannot name a registry server (``[A-Za-z0-9_.-]{1,64}``, a CLI server name), or None."""
+    if not name or len(name) > 64 or any(ch not in _REGISTRY_NAME_CHARS for ch in name):
+        return "a registry server name is 1 to 64 of A-Z a-z 0-9 _ . -"
+    return check_server_name(name)
+
+
+def _fresh_error(error: BkmcpError) -> BkmcpError:
+    """A new exception equal to ``error``: a stored problem is raised by many threads, never the same object."""
+    copy = type(error)(error.message, hint=error.hint, details=dict(error.details))
+    return copy
+
+
+def _json_column(value: Any, column: str, where: str, kind: type) -> Any:
+    """A JSON column: JSON text (SQLite, HTTP) or an already parsed value (HTTP). NULL or blank -> None."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if isinstance(value, str):
+        try:
+            value = parse_json(value)
+        except JsonInputError:  # never echo the text: it may hold a literal credential
+            raise InvalidConfigError(f"{where}: column {column!r} is not valid JSON text") from None
+    if not isinstance(value, kind):
+        raise InvalidConfigError(f"{where}: column {column!r} must be a JSON {'array' if kind is list else 'object'}")
+    return value
+
+
+def parse_registry_row(row: Mapping[str, Any], *, source: str) -> RegistryServer:
+    """A server row -> ``RegistryServer``, validated with the CLI's rules for an ``mcpServers`` entry; a bad row
+    is returned with ``problem`` set, never raised."""
+    name = str(row.get("name"))
+    kind = row.get("transport_type")
+    record = RegistryServer(name=name, transport_type=kind if isinstance(kind, str) else str(kind), source=source)
+    where = f"{source}: server {_safe_name(name)!r}"
+    try:
+        problem = check_registry_name(name)
+        if problem:
+            raise InvalidConfigError(f"{source}: invalid server name {_safe_name(name)!r}: {problem}")
+        if kind not in ("stdio", "http"):
+            raise InvalidConfigError(f"{where}: unsupported transport_type (\"stdio\" or \"http\")")
+        isolation = row.get("isolation")
+        if isolation is not None and isolation not in ("public", "user"):
+            raise InvalidConfigError(f"{where}: isolation must be \"public\" or \"user\"")
+        record.isolation = isolation or "public"
+        enabled = row.get("enabled", True)
+        if enabled is None:
+            enabled = True
+        if not isinstance(enabled, (bool, int)) or enabled not in (0, 1):
+            raise InvalidConfigError(f"{where}: enabled must be 0/1 or a boolean")
+        record.enabled = bool(enabled)
+        version = row.get("protocol_version")
+        if version is not None and not isinstance(version, str):
+            raise InvalidConfigError(f"{where}: protocol_version must be a string")
+        record.protocol_version = version or None
+        command, url = row.get("command"), row.get("url")
+        if command is not None and not isinstance(command, str):
+            raise InvalidConfigError(f"{where}: command must be a string")
+        if url is not None and not isinstance(url, str):
+            raise InvalidConfigError(f"{where}: url must be a string")
+        record.command, record.url = command, url
+        record.args = _json_column(row.get("args"), "args", where, list) or []
+        record.env_template = _json_column(row.get("env_template"), "env_template", where, dict) or {}
+        record.headers = _json_column(row.get("headers"), "headers", where, dict) or {}
+        build_registry_config(record)  # the CLI's checks: command, args, env names, URL, header names and forms
+    except InvalidConfigError as exc:
+        record.problem = exc
+    return record
+
+
+def build_registry_config(record: RegistryServer, extra_headers: Sequence[tuple[str, str]] = ()) -> ServerConfig:
+    """The ``mcpServers`` entry a row stands for, through the CLI's strict validation (section 3)."""
+    entry: dict[str, Any] = {"type": record.transport_type}
+    if record.transport_type == "http":
+        entry["url"] = record.url
+        entry["headers"] = {**record.headers, **dict(extra_headers)}
+    else:
+        entry["command"] = record.command
+        entry["args"] = list(record.args)
+        entry["env"] = dict(record.env_template)
+    if record.protocol_version is not None:
+        entry["protocolVersion"] = record.protocol_version
+    return _parse_server(record.source, record.name, entry)
+
+
+def parse_credentials(value: Any, *, where: str) -> dict[str, str]:
+    """A credentials column: a JSON object (or its text) of string values."""
+    document = _json_column(value, "credentials", where, dict)
+    if document is None or not all(isinstance(v, str) for v in document.values()):
+        raise InvalidConfigError(f"{where}: credentials must be a JSON object of string values")
+    return document
+
+
+def select_credential(row: RegistryServer, *, view: RegistryView, user_id: str | None) -> dict[str, str]:
+    """SPEC §11.4: a user server takes the user's credential, else the system default, else
+    ``mcp_credentials_missing``; a public server takes its system credential only (or none)."""
+    name = row.name
+    if row.isolation == "user":
+        if user_id is None:
+            raise CredentialsMissingError(
+                f"server {name!r} is a per-user server: it needs a user", details={"server": name}
+            )
+        problem = view.credential_problems.get(("user", name))
+        if problem is not None:
+            raise _fresh_error(problem)
+        if name in view.user_credentials:
+            return view.user_credentials[name]
+    problem = view.credential_problems.get(("system", name))
+    if problem is not None:
+        raise _fresh_error(problem)
+    if name in view.system_credentials:
+        return view.system_credentials[name]
+    if row.isolation == "user":
+        raise CredentialsMissingError(
+            f"server {name!r} has no credentials for this user (none of the user's own, no system default)",
+            hint=f"store the user's credentials for {name!r} in the registry (mcp_user_credentials)",
+            details={"server": name},
+        )
+    return {}
+
+
+def build_credential_headers(
+    record: RegistryServer, credential: Mapping[str, str]
+) -> list[tuple[str, str]]:
+    """Headers an HTTP server gets from its credential's ``api_key`` / ``token`` / ``API_KEY`` fields (§11.4),
+    as templates (a literal ``${`` in a value is escaped, so the value is never expanded)."""
+    where = f"server {record.name!r} in {record.source}"
+    configured = tuple(record.headers.items())
+    added: list[tuple[str, str]] = []
+    for field_name, header, prefix in _CREDENTIAL_HEADERS:
+        if field_name not in credential or find_header(configured, header):
+            continue
+        if find_header(added, header):
+            raise AuthConflictError(
+                f"{where}: the credential has both 'api_key' and 'token', and both map to the Authorization header",
+                hint="keep one of the two fields, or configure the Authorization header with ${user.FIELD}",
+                details={"server": record.name},
+            )
+        bkapi = find_header(configured, "X-Bkapi-Authorization")
+        if header == "Authorization" and bkapi:
+            raise AuthConflictError(
+                f"{where}: the credential field {field_name!r} maps to the Authorization header and the server "
+                f"also sets {bkapi[0]!r}",
+                hint=f"keep exactly one identity header: rename the credential field (it maps to Authorization "
+                f"as {field_name!r}) and use it as ${{user.FIELD}} inside {bkapi[0]!r}",
+                details={"server": record.name},
+            )
+        added.append((header, prefix + credential[field_name].replace("${", "$${")))
+    return added
+
+
+def resolve_registry_server(
+    row: RegistryServer,
+    *,
+    view: RegistryView,
+    user_id: str | None,
+    env: Mapping[str, str],
+    inherited_env: Mapping[str, str] | None = None,
+) -> ResolvedServer:
+    """A registry row for one user -> the ``ResolvedServer`` the engine opens (SPEC §11.3, §11.4).
+
+    The credential is chosen (``select_credential``), its fields mapped to headers, ``${user.FIELD}`` and
+    ``${NAME}`` (from ``env``, the resident's own environment) expanded by the CLI's one expansion function, and
+    the CLI's header rules applied to the result. The redactor knows every credential value. ``inherited_env``
+    (stdio) defaults to the CLI's minimal set taken from ``env``.
+    """
+    if row.problem is not None:
+        raise _fresh_error(row.problem)
+    if not row.enabled:
+        raise ServerDisabledError(
+            f"server {row.name!r} is disabled in {row.source}",
+            hint="enable it in the registry (mcp_servers.enabled = 1)",
+            details={"server": row.name},
+        )
+    credential = select_credential(row, view=view, user_id=user_id)
+    try:
+        extra = build_credential_headers(row, credential) if row.transport_type == "http" else []
+        config = build_registry_config(row, extra)
+        resolved = resolve_server(config, env, user=credential)
+    except BkmcpError as exc:
+        if isinstance(exc, (CredentialsMissingError, AuthConflictError, MissingEnvironmentVariableError)):
+            exc.details.setdefault("server", row.name)
+        raise
+    for key, value in credential.items():
+        resolved.redactor.add(value, whole=is_secret_name(key))
+    resolved.cwd = None
+    if resolved.type == "stdio" and inherited_env is not None:
+        resolved.inherited_env = dict(inherited_env)
+    return resolved
+
+
+def render_registry_row(record: RegistryServer) -> dict[str, Any]:
+    """A row as ``--list`` prints it: the table's columns, credential values of headers/env as ``***`` (a
+    value made only of ``${…}`` references, after an auth scheme, is shown: it holds no secret)."""
+    row: dict[str, Any] = {
+        "name": record.name, "transport_type": record.transport_type, "command": record.command,
+        "args": record.args, "env_template": {k: _redact_template(k, v) for k, v in record.env_template.items()},
+        "url": record.url, "headers": {k: _redact_template(k, v) for k, v in record.headers.items()},
+        "isolation": record.isolation, "protocol_version": record.protocol_version, "enabled": record.enabled,
+    }
+    if record.problem is not None:
+        row["problem"] = {"code": record.problem.code, "message": record.problem.message}
+    return row
+
+
+def _redact_template(name: str, value: Any) -> Any:
+    if not isinstance(value, str):
+        return REDACTED
+    if not is_secret_name(name):
+        return value
+    literal = _ENV_REF.sub("", value).strip().lower()
+    return value if literal in ("", "bearer", "basic", "token") else REDACTED
+
+
+CachedTools = tuple  # (tools: list, protocol_version: str | None, fetched_at: unix seconds)
+
+
+def _tools_user(server: RegistryServer | str, user_id: str | None) -> tuple[str, str]:
+    """The tools-cache key: (server, user), user '' for a public server."""
+    if isinstance(server, RegistryServer):
+        return server.name, "" if server.isolation == "public" else (user_id or "")
+    return server, user_id or ""
+
+
+class Registry:
+    """A registry source. ``view`` is called by many threads at once, for every command; ``load_tools`` /
+    ``store_tools`` keep discovered catalogues (here in memory; SQLite also in ``mcp_tools_cache``)."""
+
+    source = "registry"
+
+    def __init__(self, *, log: Log, timeout: float) -> None:
+        import threading
+
+        self.log = log
+        self.timeout = timeout
+        self._lock = threading.Lock()
+        self._tools: dict[tuple[str, str], CachedTools] = {}
+
+    def view(self, user_id: str | None, access_token: str | None = None) -> RegistryView:
+        raise NotImplementedError
+
+    def load_tools(self, server: RegistryServer | str, user_id: str | None) -> CachedTools | None:
+        """The cached catalogue of ``server`` for ``user_id``: (tools, protocol_version, fetched_at) or None."""
+        with self._lock:
+            return self._tools.get(_tools_user(server, user_id))
+
+    def store_tools(
+        self, server: RegistryServer | str, user_id: str | None, tools: list[Any], protocol_version: str | None
+    ) -> None:
+        with self._lock:
+            self._tools[_tools_user(server, user_id)] = (list(tools), protocol_version, time.time())
+
+    def close(self) -> None:
+        pass
+
+
+def _build_view(
+    rows: Iterable[Mapping[str, Any]], system: Iterable[tuple[Any, Any]], user: Iterable[tuple[Any, Any]],
+    *, source: str, log: Log,
+) -> RegistryView:
+    servers: dict[str, RegistryServer] = {}
+    for row in rows:
+        name = row.get("name")
+        if not isinstance(name, str):
+            log.warn(f"{source}: a server row without a name (a string) is ignored", once_key=f"{source}:noname")
+            continue
+        record = parse_registry_row(row, source=source)
+        if name in servers:
+            record.problem = InvalidConfigError(f"{source}: server {_safe_name(name)!r} is listed more than once")
+            servers[name].problem = record.problem
+        servers[name] = record
+    view = RegistryView(servers)
+    for kind, pairs, target in (("system", system, view.system_credentials), ("user", user, view.user_credentials)):
+        for server_name, value in pairs:
+            if not isinstance(server_name, str):
+                continue
+            try:
+                target[server_name] = parse_credentials(
+                    value, where=f"{source}: {kind} credentials of server {_safe_name(server_name)!r}"
+                )
+            except InvalidConfigError as exc:
+                view.credential_problems[(kind, server_name)] = exc
+    return view
+
+
+class SqliteRegistry(Registry):
+    """The embedded registry: one SQLite connection under a lock (``check_same_thread=False``), read in one
+    transaction per ``view``, parsed again only when another connection committed (``PRAGMA data_version``)."""
+
+    def __init__(self, path: str, *, log: Log, timeout: float = REGISTRY_TIMEOUT, create: bool = True) -> None:
+        import sqlite3
+
+        super().__init__(log=log, timeout=timeout)
+        self.path = path
+        self.source = f"registry {path}"
+        self._version: Any = None
+        self._cached: RegistryView | None = None
+        self._users: dict[str, tuple[dict[str, dict[str, str]], dict[tuple[str, str], BkmcpError]]] = {}
+        self._store_warned = False
+        if os.path.isdir(path):
+            raise RegistryError(f"the registry path is a directory, not a SQLite file: {path}")
+        if not create and not os.path.exists(path):
+            raise RegistryError(f"registry file not found: {path}", hint="create it with --import mcp.json")
+        try:
+            self._db = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
+        except (sqlite3.Error, ValueError) as exc:
+            raise RegistryError(f"cannot open the registry {path}: {exc}") from None
+        try:
+            self._ensure_schema()
+        except BaseException:
+            self._db.close()
+            raise
+
+    def _fail(self, exc: Exception, doing: str) -> RegistryError:
+        return RegistryError(f"cannot {doing} the registry {self.path}: {exc}",
+                             hint="check that --registry names a bkmcp SQLite registry (SPEC §11.3 schema)")
+
+    def _ensure_schema(self) -> None:
+        import sqlite3
+
+        try:
+            tables = self._tables()
+            if all(t in tables for t in REGISTRY_TABLES):
+                return
+            if not any(t in tables for t in REGISTRY_TABLES):
+                self._db.execute("BEGIN IMMEDIATE")  # two processes creating the same new file: one wins
+                try:
+                    if not any(t in self._tables() for t in REGISTRY_TABLES):
+                        statement = ""
+                        for line in REGISTRY_SCHEMA.splitlines(keepends=True):
+                            statement += line
+                            if sqlite3.complete_statement(statement):
+                                self._db.execute(statement)
+                                statement = ""
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
+                tables = self._tables()
+        except sqlite3.Error as exc:
+            raise self._fail(exc, "open") from None
+        missing = [t for t in REGISTRY_TABLES if t not in tables]
+        if missing:
+            raise RegistryError(f"the registry {self.path} lacks the table(s) {', '.join(missing)}",
+                                hint="a bkmcp registry has the four tables of SPEC §11.3")
+
+    def _tables(self) -> set[str]:
+        return {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+    def view(self, user_id: str | None, access_token: str | None = None) -> RegistryView:
+        import sqlite3
+
+        with self._lock:
+            try:
+                self._db.execute("BEGIN")
+                try:
+                    version = self._db.execute("PRAGMA data_version").fetchone()[0]
+                    if self._cached is None or version != self._version:
+                        columns = ", ".join(REGISTRY_COLUMNS)
+                        cursor = self._db.execute(f"SELECT {columns} FROM mcp_servers ORDER BY name")
+                        rows = [dict(zip(REGISTRY_COLUMNS, r)) for r in cursor]
+                        system = self._db.execute("SELECT server_name, credentials FROM mcp_credentials").fetchall()
+                        self._cached = _build_view(rows, system, (), source=self.source, log=self.log)
+                        self._version = version
+                        self._users.clear()
+                    if user_id is not None and user_id not in self._users:
+                        pairs = self._db.execute(
+                            "SELECT server_name, credentials FROM mcp_user_credentials WHERE user_id = ?", (user_id,)
+                        ).fetchall()
+                        own = _build_view((), (), pairs, source=self.source, log=self.log)
+                        if len(self._users) >= 4096:
+                            self._users.clear()
+                        self._users[user_id] = (own.user_credentials, own.credential_problems)
+                finally:
+                    self._db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                raise self._fail(exc, "read") from None
+            cached = self._cached
+            users, problems = self._users[user_id] if user_id is not None else ({}, {})
+        return RegistryView(
+            dict(cached.servers), dict(cached.system_credentials), dict(users),
+            {**cached.credential_problems, **problems},
+        )
+
+    def load_tools(self, server: RegistryServer | str, user_id: str | None) -> CachedTools | None:
+        import sqlite3
+
+        key = _tools_user(server, user_id)
+        with self._lock:
+            if key in self._tools:  # written here because the file refused the write (read-only registry)
+                return self._tools[key]
+            try:
+                row = self._db.execute(
+                    "SELECT tools, protocol_version, fetched_at FROM mcp_tools_cache WHERE server_name = ? "
+                    "AND user_id = ?", key,
+                ).fetchone()
+            except sqlite3.Error as exc:
+                self.log.debug(f"{self.source}: tools cache not readable: {exc}")
+                return None
+        if row is None:
+            return None
+        try:
+            tools = parse_json(row[0])
+        except (JsonInputError, TypeError):
+            return None
+        if not isinstance(tools, list):
+            return None
+        return tools, row[1], float(row[2])
+
+    def store_tools(
+        self, server: RegistryServer | str, user_id: str | None, tools: list[Any], protocol_version: str | None
+    ) -> None:
+        """Best effort: a registry that refuses the write (read-only, locked) keeps the catalogue in memory."""
+        import sqlite3
+
+        key = _tools_user(server, user_id)
+        with self._lock:
+            try:
+                self._db.execute(
+                    "INSERT OR REPLACE INTO mcp_tools_cache (server_name, user_id, tools, protocol_version, "
+                    "fetched_at) VALUES (?, ?, ?, ?, ?)", (*key, dump_json(list(tools)), protocol_version, time.time()),
+                )
+                self._tools.pop(key, None)
+                return
+            except sqlite3.Error as exc:
+                if not self._store_warned:
+                    self._store_warned = True
+                    self.log.warn(f"{self.source}: cannot write the tools cache ({exc}); keeping it in memory")
+            self._tools[key] = (list(tools), protocol_version, time.time())
+
+    def import_config(self, config: ConfigFile, log: Log) -> list[str]:
+        """``--import``: add or replace the file's servers (public, enabled), in one transaction (SPEC §11.3)."""
+        import sqlite3
+
+        for name in config.servers:
+            problem = check_registry_name(name)
+            if problem:
+                raise InvalidConfigError(f"{config.path}: server {_safe_name(name)!r} cannot be imported: {problem}")
+        with self._lock:
+            try:
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    for server in config.servers.values():
+                        stdio = server.type == "stdio"
+                        self._db.execute(
+                            f"INSERT INTO mcp_servers ({', '.join(REGISTRY_COLUMNS)}) "
+                            "VALUES (?, ?, ?, ?, ?, ?, ?, 'public', ?, 1) ON CONFLICT(name) DO UPDATE SET "
+                            + ", ".join(f"{c} = excluded.{c}" for c in REGISTRY_COLUMNS[1:]),
+                            (server.name, server.type, server.command if stdio else None,
+                             dump_json(list(server.args)) if stdio else None,
+                             dump_json(dict(server.env)) if stdio else None,
+                             None if stdio else server.url,
+                             None if stdio else dump_json(dict(server.headers)),
+                             server.protocol_version),
+                        )
+                        self._db.execute("DELETE FROM mcp_tools_cache WHERE server_name = ?", (server.name,))
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as exc:
+                raise self._fail(exc, "write") from None
+        for server in config.servers.values():
+            if server.cwd is not None:
+                log.warn(f"{config.path}: server {server.name!r}: \"cwd\" has no registry column and was dropped")
+        return list(config.servers)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+class _Flight:
+    """One HTTP fetch that concurrent callers for the same (user, token) wait for instead of repeating."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.done = threading.Event()
+        self.view: RegistryView | None = None
+        self.error: BkmcpError | None = None
+
+
+class HttpRegistry(Registry):
+    """The host platform's registry (SPEC §11.3 "HTTP source"): ``GET <url>?user_id=U`` with ``Authorization:
+    Bearer <accessToken>``; without a user, ``GET <url>`` with neither. No redirects, TLS verified, one total
+    timeout per fetch. Answers are cached per (user, access token) for ``cache_seconds``; failures are not."""
+
+    def __init__(
+        self, url: str, *, log: Log, timeout: float = REGISTRY_TIMEOUT, cache_seconds: float = REGISTRY_CACHE_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(log=log, timeout=timeout)
+        self.url = url
+        self.source = f"registry {strip_url_credentials(url)}"
+        self.cache_seconds = cache_seconds
+        self._clock = clock
+        self._answers: dict[tuple[str | None, str], tuple[float, RegistryView]] = {}
+        self._flights: dict[tuple[str | None, str], _Flight] = {}
+        self._client: Any = None
+
+    def view(self, user_id: str | None, access_token: str | None = None) -> RegistryView:
+        import hashlib
+
+        token = (access_token or "") if user_id is not None else ""
+        key = (user_id, hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest() if token else "")
+        with self._lock:
+            hit = self._answers.get(key)
+            if hit is not None and self._clock() - hit[0] < self.cache_seconds:
+                return _copy_view(hit[1])
+            flight = self._flights.get(key)
+            leader = flight is None
+            if flight is None:
+                flight = self._flights[key] = _Flight()
+        if not leader:
+            if not flight.done.wait(self.timeout + 5):
+                raise RegistryError(f"{self.source} did not answer within {format_duration(self.timeout)}")
+            if flight.error is not None:
+                raise _fresh_error(flight.error)
+            assert flight.view is not None
+            return _copy_view(flight.view)
+        try:
+            flight.view = self._fetch(user_id, token or None)
+            with self._lock:
+                if len(self._answers) >= 4096:
+                    now = self._clock()
+                    self._answers = {k: v for k, v in self._answers.items() if now - v[0] < self.cache_seconds}
+                self._answers[key] = (self._clock(), flight.view)
+            return _copy_view(flight.view)
+        except BkmcpError as exc:
+            flight.error = exc
+            raise
+        except Exception as exc:  # never leave followers waiting on a fetch that died of a bug
+            flight.error = RegistryError(f"cannot read {self.source}: {type(exc).__name__}")
+            raise
+        finally:
+            with self._lock:
+                self._flights.pop(key, None)
+            flight.done.set()
+
+    def _http(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                httpx = _import_httpx()
+                # trust_env=False: no proxies or ~/.netrc credentials; redirects are refused, TLS is verified
+                self._client = httpx.Client(follow_redirects=False, verify=True, trust_env=False,
+                                            headers={"User-Agent": f"bkmcp/{__version__}"})
+            return self._client
+
+    def _fetch(self, user_id: str | None, token: str | None) -> RegistryView:
+        from urllib.parse import quote
+
+        httpx = _import_httpx()
+        redactor = Redactor()
+        target = self.url
+        headers = {"Accept": "application/json"}
+        if user_id is not None:
+            target += ("&" if "?" in target else "?") + "user_id=" + quote(user_id, safe="")
+            if token:
+                if not token.isascii() or _has_control(token) or token != token.strip():
+                    raise AuthRequiredError(f"the accessToken for {self.source} is not a valid header value",
+                                            hint="send the platform's access token unchanged")
+                redactor.add(token)
+                headers["Authorization"] = f"Bearer {token}"
+        deadline = Deadline(self.timeout)
+        client = self._http()
+        try:
+            with client.stream("GET", target, headers=headers, timeout=httpx.Timeout(deadline.remaining())) as answer:
+                status = answer.status_code
+                if 300 <= status < 400:
+                    location = answer.headers.get("location", "")
+                    where = f" to {strip_url_credentials(location)}" if location else ""
+                    raise RegistryError(
+                        f"{self.source} answered HTTP {status} (a redirect{where}); redirects are not followed",
+                        hint="point --registry at the final URL", details={"http_status": status},
+                    )
+                if status == 401:
+                    raise AuthRequiredError(f"{self.source} rejected the request (HTTP 401): the access token "
+                                            "was missing or not accepted", details={"http_status": status},
+                                            hint="the platform must send the user's valid accessToken")
+                if status == 403:
+                    raise PermissionDeniedError(f"{self.source} refused the request (HTTP 403)",
+                                                details={"http_status": status})
+                if status != 200:
+                    raise RegistryError(f"{self.source} answered HTTP {status}", details={"http_status": status})
+                chunks: list[bytes] = []
+                size = 0
+                for chunk in answer.iter_bytes():
+                    size += len(chunk)
+                    if size > _REGISTRY_ANSWER_LIMIT:
+                        raise RegistryError(f"{self.source} sent more than {_REGISTRY_ANSWER_LIMIT} bytes")
+                    chunks.append(chunk)
+                    deadline.remaining()
+        except McpTimeoutError:
+            raise RegistryError(f"{self.source} did not answer within {format_duration(self.timeout)}") from None
+        except httpx.TimeoutException:
+            raise RegistryError(f"{self.source} did not answer within {format_duration(self.timeout)}") from None
+        except httpx.HTTPError as exc:
+            detail = redactor.scrub(_clip(str(exc), 200)) or type(exc).__name__
+            raise RegistryError(f"cannot read {self.source}: {detail}",
+                                hint="is the platform's /internal/mcp/config reachable from here?") from None
+        return self._parse_answer(b"".join(chunks), user_id)
+
+    def _parse_answer(self, body: bytes, user_id: str | None) -> RegistryView:
+        try:
+            document = parse_json(body)
+        except JsonInputError:
+            raise RegistryError(f"{self.source} did not answer valid JSON") from None
+        servers = document.get("servers") if isinstance(document, dict) else None
+        if not isinstance(servers, list):
+            raise RegistryError(f"{self.source} answered JSON without a \"servers\" array")
+        system = document.get("system_credentials")
+        own = document.get("user_credentials") if user_id is not None else None
+        system, own = ({} if system is None else system), ({} if own is None else own)
+        if not isinstance(system, dict) or not isinstance(own, dict):
+            raise RegistryError(f"{self.source}: \"system_credentials\" and \"user_credentials\" must be objects")
+        rows = []
+        for row in servers:
+            if isinstance(row, dict):
+                rows.append(row)
+            else:
+                self.log.warn(f"{self.source}: a server entry that is not an object is ignored",
+                              once_key=f"{self.source}:row")
+        return _build_view(rows, system.items(), own.items(), source=self.source, log=self.log)
+
+    def close(self) -> None:
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+
+def _copy_view(view: RegistryView) -> RegistryView:
+    return RegistryView(dict(view.servers), dict(view.system_credentials), dict(view.user_credentials),
+                        dict(view.credential_problems))
+
+
+def open_registry(
+    source: str, *, env: Mapping[str, str], log: Log, timeout: float = REGISTRY_TIMEOUT, cwd: str | None = None
+) -> Registry:
+    """``--registry SOURCE``: an ``http(s)://…/internal/mcp/config`` URL or a SQLite file path (created with the
+    SPEC §11.3 schema if missing). A source that cannot be opened is ``registry_error``."""
+    if not source:
+        raise RegistryError("--registry needs a SQLite file path or an http(s):// URL")
+    scheme, separator, _ = source.partition("://")
+    if separator and scheme.lower() in ("http", "https"):
+        try:
+            _check_url("--registry", source)
+        except InvalidConfigError as exc:
+            raise RegistryError(exc.message.replace('field "url"', "the URL"), hint=exc.hint) from None
+        return HttpRegistry(source, log=log, timeout=timeout)
+    if separator and scheme.isalpha():
+        raise RegistryError(f"--registry: unsupported URL scheme {_safe_name(scheme)!r}",
+                            hint="use an http(s):// URL or a SQLite file path")
+    path = source
+    if path == "~" or path.startswith("~/"):
+        path = (env.get("HOME") or os.path.expanduser("~")) + path[1:]
+    return SqliteRegistry(os.path.normpath(os.path.join(cwd or os.getcwd(), path)), log=log, timeout=timeout)
+
+
+def run_registry_tool(inv: Invocation, envr: Environment, log: Log) -> int:
+    """``bkmcp --registry FILE --import mcp.json`` and ``bkmcp --registry FILE --list`` (SPEC §11.3)."""
+    assert inv.registry is not None
+    scheme, separator, _ = inv.registry.partition("://")
+    if separator and scheme.isalpha():
+        raise UsageError("--import and --list work on a SQLite registry file, not on a URL",
+                         hint="manage an HTTP source's servers in the platform that serves it")
+    if not inv.registry:
+        raise UsageError("--registry needs a SQLite file path")
+    timeout = parse_duration(inv.timeout) if inv.timeout is not None else REGISTRY_TIMEOUT
+    path = os.path.normpath(os.path.join(envr.cwd, os.path.expanduser(inv.registry)))
+    if inv.registry_import is not None:
+        if not inv.registry_import:
+            raise UsageError("--import needs an mcp.json path")
+        config = load_config(os.path.normpath(os.path.join(envr.cwd, os.path.expanduser(inv.registry_import))))
+        registry = SqliteRegistry(path, log=log, timeout=timeout)
+        try:
+            data: dict[str, Any] = {"imported": registry.import_config(config, log), "registry": path}
+        finally:
+            registry.close()
+    else:
+        registry = SqliteRegistry(path, log=log, timeout=timeout, create=False)
+        try:
+            data = {"servers": [render_registry_row(s) for s in registry.view(None).servers.values()]}
+        finally:
+            registry.close()
+    envr.stdout.write(dump_json(build_success(data)) + "\n")
+    envr.stdout.flush()
+    return EXIT_OK
 
 
 # -- 10.2 sessions, injected names, events, the command protocol (SPEC §11.1, §11.2, §11.5, §11.6) ----
@@ -5392,6 +6169,11 @@ _VALUE_OPTIONS = {"--config": "config", "--timeout": "timeout", "--jq": "jq", "-
 _FLAG_OPTIONS = {"-v": "verbose", "--verbose": "verbose", "--insecure": "insecure", "--check": "check",
                  "--tools": "tools", "--dry-run": "dry_run", "-h": "help", "--help": "help",
                  "--version": "version", "--resident": "resident"}
+# `bkmcp --registry FILE --import mcp.json | --list` (SPEC §11.3): options only before any server name, so a tool's
+# own `--list`/`--import` parameter (after the tool name) keeps working as a tool option.
+_REGISTRY_VALUE_OPTIONS = {"--import": "registry_import"}
+_REGISTRY_FLAG_OPTIONS = {"--list": "registry_list"}
+_REGISTRY_OPTION_NAMES = frozenset({*_REGISTRY_VALUE_OPTIONS, *_REGISTRY_FLAG_OPTIONS})
 _RESERVED_UNSUPPORTED = {"--format"}
 DEFAULT_TIMEOUT = 60.0
 
@@ -5416,6 +6198,8 @@ class Invocation:
     help: bool = False
     version: bool = False
     resident: bool = False
+    registry_import: str | None = None
+    registry_list: bool = False
     tool_tokens: list[ToolToken] = field(default_factory=list)
 
 
@@ -5438,21 +6222,23 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
         token = tokens[i]
         i += 1
         name, eq, inline = token.partition("=")
-        if token.startswith("--") and name in _VALUE_OPTIONS:
-            attr = _VALUE_OPTIONS[name]
+        registry_tool = inv.server is None and (name in _REGISTRY_VALUE_OPTIONS or token in _REGISTRY_FLAG_OPTIONS)
+        if token.startswith("--") and (name in _VALUE_OPTIONS or registry_tool and name in _REGISTRY_VALUE_OPTIONS):
+            attr = _VALUE_OPTIONS.get(name) or _REGISTRY_VALUE_OPTIONS[name]
             if attr in seen:
                 raise UsageError(f"option {name} given more than once")
             seen.add(attr)
             if eq:
                 value = inline
-            elif i < len(tokens) and not _is_bkmcp_option(tokens[i]):
+            elif i < len(tokens) and not _is_bkmcp_option(tokens[i]) and not (
+                    inv.server is None and tokens[i].split("=", 1)[0] in _REGISTRY_OPTION_NAMES):
                 value = tokens[i]
                 i += 1
             else:  # `--body --dry-run` must not silently make "--dry-run" the body (and skip the dry run)
                 raise UsageError(f"option {name} needs a value", hint=f"write {name}=VALUE for a value starting with -")
             setattr(inv, attr, value)
-        elif token in _FLAG_OPTIONS:
-            attr = _FLAG_OPTIONS[token]
+        elif token in _FLAG_OPTIONS or registry_tool:
+            attr = _FLAG_OPTIONS.get(token) or _REGISTRY_FLAG_OPTIONS[token]
             if attr in seen and attr not in ("verbose", "help"):
                 raise UsageError(f"option {token} given more than once")
             seen.add(attr)
@@ -5501,8 +6287,20 @@ def check_invocation(inv: Invocation) -> None:
             "--context is not supported: bkmcp takes identity only from the server's headers in mcp.json",
             hint="remove --context; configure the server's headers instead",
         )
-    if inv.registry is not None and not inv.resident:
-        raise UsageError("--registry is only valid with --resident")
+    registry_tool = inv.registry_import is not None or inv.registry_list
+    if inv.registry is not None and not inv.resident and not registry_tool:
+        raise UsageError("--registry is only valid with --resident, --import or --list")
+    if registry_tool:
+        both = inv.registry_import is not None and inv.registry_list
+        others = [name for name, on in (("--resident", inv.resident), ("a server name", inv.server),
+                                        ("--check", inv.check), ("--tools", inv.tools), ("--body", inv.body),
+                                        ("--dry-run", inv.dry_run), ("--config", inv.config), ("--jq", inv.jq)) if on]
+        if inv.registry is None or both or others:
+            raise UsageError(
+                "--import and --list take a --registry FILE and nothing else but -v and --timeout"
+                + (f" (got {', '.join(others)})" if others else ""),
+                hint="bkmcp --registry FILE --import mcp.json | bkmcp --registry FILE --list",
+            )
     modes = [m for m, on in (("--check", inv.check), ("--tools", inv.tools), ("a tool call", inv.tool)) if on]
     if len(modes) > 1:
         raise UsageError(f"{' and '.join(modes)} cannot be combined: choose one mode")
@@ -5644,6 +6442,8 @@ class _Runner:
         if inv.version:
             return self.emit_text(f"bkmcp {__version__}")
         check_invocation(inv)
+        if (inv.registry_import is not None or inv.registry_list) and not inv.help:
+            return run_registry_tool(inv, envr, self.log)
         if inv.resident:
             return run_resident(inv.registry)
         config_path = resolve_config_path(inv.config, envr.env, envr.cwd)
