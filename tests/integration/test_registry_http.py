@@ -351,10 +351,13 @@ def test_resolved_stdio_row_gives_the_child_the_users_env(tmp_path: Path) -> Non
         env = {"PATH": "/usr/bin:/bin", "RESIDENT_VAR": "resident-value", "LEAK": "never-inherited"}
         server = bkmcp.resolve_registry_server(view.servers["fs"], view=view, user_id="alice", env=env)
         log = bkmcp.Log(stream, verbose=True, redactor=server.redactor)
-        with bkmcp.McpClient(server, deadline=bkmcp.Deadline(30), insecure=False, log=log) as client:
-            client.connect()
-            client.list_tools()
-            result = client.call_tool("show_env", {})
+        ctx = bkmcp.OpContext(bkmcp.Deadline(30), log)
+        session = bkmcp.open_session(server, ctx, insecure=False)
+        try:
+            bkmcp.discover_tools(session, ctx)
+            result = bkmcp.call_tool(session, ctx, "show_env", {})
+        finally:
+            session.close(ctx.deadline)
         assert result["structuredContent"]["env"] == {"API_KEY": SECRET_A, "FROM_RESIDENT": "resident-value",
                                                       "LEAK": None}
         no_secret(stream.getvalue())

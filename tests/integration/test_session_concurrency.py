@@ -181,7 +181,8 @@ def test_cancelling_one_stdio_call_sends_notifications_cancelled_for_it_alone(tm
     for i in set(range(10)) - {2}:
         assert echoed(outcomes[i]) == f"call-{i}"
     entries = stdio_log(log_path)
-    calls = {e["json"]["params"]["arguments"]["text"]: e["rpc_id"] for e in entries if e.get("rpc_method") == "tools/call"}
+    calls = {e["json"]["params"]["arguments"]["text"]: e["rpc_id"]
+             for e in entries if e.get("rpc_method") == "tools/call"}
     cancels = [e["json"]["params"] for e in entries if e.get("rpc_method") == "notifications/cancelled"]
     assert [c["requestId"] for c in cancels] == [calls["call-2"]]
     assert len(calls) == 10
