@@ -319,7 +319,7 @@ def test_resolved_http_rows_send_each_users_credentials_to_the_mcp_server(source
             server = bkmcp.resolve_registry_server(view.servers["gitea"], view=view, user_id=user, env={})
             log = bkmcp.Log(stream, verbose=True, redactor=server.redactor)
             mcp.reset_log()
-            data = bkmcp.run_tools(server, deadline=bkmcp.Deadline(20), insecure=False, log=log)
+            data = bkmcp.run_tools(server, bkmcp.OpContext(bkmcp.Deadline(20), log), insecure=False)
             assert data["tool_count"] >= 1
             received = {e["headers"].get("x-user-token") for e in mcp.log}
             auth = {e["headers"].get("authorization") for e in mcp.log}
