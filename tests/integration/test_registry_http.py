@@ -330,7 +330,7 @@ def test_resolved_http_rows_send_each_users_credentials_to_the_mcp_server(source
         public = bkmcp.resolve_registry_server(public_view.servers["public-docs"], view=public_view, user_id=None,
                                                env={})
         mcp.reset_log()
-        bkmcp.run_tools(public, deadline=bkmcp.Deadline(20), insecure=False, log=bkmcp.Log(stream, verbose=True))
+        bkmcp.run_tools(public, bkmcp.OpContext(bkmcp.Deadline(20), bkmcp.Log(stream, verbose=True)), insecure=False)
         assert {e["headers"].get("x-api-key") for e in mcp.log} == {SECRET_SYS}
         assert {e["headers"].get("x-team") for e in mcp.log} == {"core"}
         no_secret(stream.getvalue())
