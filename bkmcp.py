@@ -2410,13 +2410,60 @@ def new_http_client(url: str, *, insecure: bool) -> Any:
                         limits=httpx.Limits(max_connections=None, max_keepalive_connections=20))
 
 
+def translate_httpx_error(exc: BaseException, url: str, deadline: Deadline) -> BkmcpError:
+    """httpx exception -> bkmcp error (the one mapping of foreign exceptions; ``_HttpxBoundary`` calls it)."""
+    httpx = _import_httpx()
+
+    target = strip_url_credentials(url)
+    if isinstance(exc, (httpx.InvalidURL, UnicodeError)):  # IDNA / host name encoding, before any I/O
+        return _mark(ConnectionFailedError(
+            f"the host name in {target} is not valid: {_clip(str(exc), 200)}",
+            hint="check the host name in the server's \"url\"",
+        ), sent=False)
+    if isinstance(exc, httpx.TimeoutException):
+        sent = not isinstance(exc, (httpx.ConnectTimeout, httpx.PoolTimeout))
+        return _mark(budget_error(f"no answer from {target}", deadline.seconds), sent=sent)
+    chain: list[BaseException] = []
+    cursor: BaseException | None = exc
+    while cursor is not None and len(chain) < 10:
+        chain.append(cursor)
+        cursor = cursor.__cause__ or cursor.__context__
+    import socket
+    import ssl
+
+    if isinstance(exc, httpx.ConnectError):
+        if any(isinstance(e, ssl.SSLError) for e in chain) or "SSL" in str(exc) or "TLS" in str(exc):
+            return _mark(_remedy(ConnectionFailedError(
+                f"TLS handshake with {target} failed: {_clip(str(exc), 200)}",
+                hint="check the URL scheme and the server certificate",
+            ), "tls"), sent=False)
+        if any(isinstance(e, socket.gaierror) for e in chain) or "name resolution" in str(exc).lower() \
+                or "name or service not known" in str(exc).lower():
+            return _mark(ConnectionFailedError(
+                f"cannot resolve the host of {target}: {_clip(str(exc), 200)}",
+                hint="check the host name in the server's \"url\"",
+            ), sent=False)
+        return _mark(ConnectionFailedError(
+            f"cannot connect to {target}: {_clip(str(exc), 200) or 'connection failed'}",
+            hint="is the server running and the URL right?",
+        ), sent=False)
+    if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError, httpx.CloseError)):
+        return _mark(ConnectionFailedError(
+            f"the connection to {target} broke before the answer was complete: "
+            f"{_clip(str(exc), 200) or type(exc).__name__}",
+        ), sent=True)
+    return _mark(ConnectionFailedError(f"HTTP request to {target} failed: {type(exc).__name__}: "
+                                       f"{_clip(str(exc), 200)}"), sent=True)
+
+
 class _HttpxBoundary:
-    """``with _HttpxBoundary(transport, deadline, cancel):`` the one place httpx exceptions become bkmcp errors."""
+    """``with _HttpxBoundary(url, deadline, cancel):`` the one place httpx exceptions become bkmcp errors
+    (``translate_httpx_error``), raised ``from`` the original; a cancelled request ends as ``OperationCancelled``."""
 
-    __slots__ = ("transport", "deadline", "cancel")
+    __slots__ = ("url", "deadline", "cancel")
 
-    def __init__(self, transport: HttpTransport, deadline: Deadline, cancel: CancelToken | None) -> None:
-        self.transport, self.deadline, self.cancel = transport, deadline, cancel
+    def __init__(self, url: str, deadline: Deadline, cancel: CancelToken | None) -> None:
+        self.url, self.deadline, self.cancel = url, deadline, cancel
 
     def __enter__(self) -> None:
         return None
@@ -2429,7 +2476,7 @@ class _HttpxBoundary:
         if isinstance(exc, (httpx.HTTPError, httpx.StreamError, httpx.InvalidURL, UnicodeError)):
             if self.cancel is not None and self.cancel.cancelled:
                 raise OperationCancelled(self.cancel.reason) from exc
-            raise self.transport.translate(exc, self.deadline) from exc
+            raise translate_httpx_error(exc, self.url, self.deadline) from exc
 
 
 class HttpTransport:
@@ -2492,51 +2539,6 @@ class HttpTransport:
             ctype = response.headers.get("content-type", "-")
             ms = (time.monotonic() - started) * 1000
             self.log.debug(f"<- HTTP {response.status_code} {ctype} ({ms:.0f} ms)")
-
-    def translate(self, exc: BaseException, deadline: Deadline) -> BkmcpError:
-        """httpx exception -> bkmcp error (the one mapping of foreign exceptions; ``_HttpxBoundary`` calls it)."""
-        httpx = _import_httpx()
-
-        target = strip_url_credentials(self.url)
-        if isinstance(exc, (httpx.InvalidURL, UnicodeError)):  # IDNA / host name encoding, before any I/O
-            return _mark(ConnectionFailedError(
-                f"the host name in {target} is not valid: {_clip(str(exc), 200)}",
-                hint="check the host name in the server's \"url\"",
-            ), sent=False)
-        if isinstance(exc, httpx.TimeoutException):
-            sent = not isinstance(exc, (httpx.ConnectTimeout, httpx.PoolTimeout))
-            return _mark(budget_error(f"no answer from {target}", deadline.seconds), sent=sent)
-        chain: list[BaseException] = []
-        cursor: BaseException | None = exc
-        while cursor is not None and len(chain) < 10:
-            chain.append(cursor)
-            cursor = cursor.__cause__ or cursor.__context__
-        import socket
-        import ssl
-
-        if isinstance(exc, httpx.ConnectError):
-            if any(isinstance(e, ssl.SSLError) for e in chain) or "SSL" in str(exc) or "TLS" in str(exc):
-                return _mark(_remedy(ConnectionFailedError(
-                    f"TLS handshake with {target} failed: {_clip(str(exc), 200)}",
-                    hint="check the URL scheme and the server certificate",
-                ), "tls"), sent=False)
-            if any(isinstance(e, socket.gaierror) for e in chain) or "name resolution" in str(exc).lower() \
-                    or "name or service not known" in str(exc).lower():
-                return _mark(ConnectionFailedError(
-                    f"cannot resolve the host of {target}: {_clip(str(exc), 200)}",
-                    hint="check the host name in the server's \"url\"",
-                ), sent=False)
-            return _mark(ConnectionFailedError(
-                f"cannot connect to {target}: {_clip(str(exc), 200) or 'connection failed'}",
-                hint="is the server running and the URL right?",
-            ), sent=False)
-        if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError, httpx.CloseError)):
-            return _mark(ConnectionFailedError(
-                f"the connection to {target} broke before the answer was complete: "
-                f"{_clip(str(exc), 200) or type(exc).__name__}",
-            ), sent=True)
-        return _mark(ConnectionFailedError(f"HTTP request to {target} failed: {type(exc).__name__}: "
-                                           f"{_clip(str(exc), 200)}"), sent=True)
 
     def _check_status(self, response: Any, method: str, *, with_session: bool) -> None:
         status = response.status_code
@@ -2616,7 +2618,7 @@ class HttpTransport:
             raise _mark(exc, sent=False) from None
         started = time.monotonic()
         self._log_request("POST", headers, message)
-        with _HttpxBoundary(self, deadline, cancel):
+        with _HttpxBoundary(self.url, deadline, cancel):
             with self._http().stream("POST", self.url, content=body, headers=_wire_headers(headers),
                                      timeout=timeout) as response:
                 remove = cancel.on_cancel(response.close) if cancel is not None else None
@@ -2707,7 +2709,7 @@ class HttpTransport:
             headers.append(("Last-Event-ID", last_id))
             started = time.monotonic()
             self._log_request("GET", headers, None)
-            with _HttpxBoundary(self, deadline, cancel):
+            with _HttpxBoundary(self.url, deadline, cancel):
                 with self._http().stream("GET", self.url, headers=_wire_headers(headers),
                                          timeout=self._timeout(deadline)) as response:
                     self._log_response(response, started)
@@ -2741,7 +2743,7 @@ class HttpTransport:
         self._log_request("POST", headers, message)
         what = str(message.get("method", "a response"))
         try:
-            with _HttpxBoundary(self, deadline, None):
+            with _HttpxBoundary(self.url, deadline, None):
                 with self._http().stream("POST", self.url, content=encode_body(message),
                                          headers=_wire_headers(headers), timeout=self._timeout(deadline)) as response:
                     self._log_response(response, started)
@@ -2771,7 +2773,7 @@ class HttpTransport:
         started = time.monotonic()
         self._log_request("DELETE", headers, None)
         try:
-            with _HttpxBoundary(self, deadline, None):
+            with _HttpxBoundary(self.url, deadline, None):
                 response = self._client.request("DELETE", self.url, headers=_wire_headers(headers),
                                                 timeout=self._timeout(deadline, cap=2.0))
             self._log_response(response, started)
@@ -5999,11 +6001,8 @@ class HttpRegistry(Registry):
 
     def _http(self) -> Any:
         with self._lock:
-            if self._client is None:
-                httpx = _import_httpx()
-                # trust_env=False: no proxies or ~/.netrc credentials; redirects are refused, TLS is verified
-                self._client = httpx.Client(follow_redirects=False, verify=True, trust_env=False,
-                                            headers={"User-Agent": f"bkmcp/{__version__}"})
+            if self._client is None:  # no redirects, no cookies, no proxies or ~/.netrc, TLS verified
+                self._client = new_http_client(self.url, insecure=False)
             return self._client
 
     def _fetch(self, user_id: str | None, token: str | None) -> RegistryView:
@@ -6024,7 +6023,9 @@ class HttpRegistry(Registry):
         deadline = Deadline(self.timeout)
         client = self._http()
         try:
-            with client.stream("GET", target, headers=headers, timeout=httpx.Timeout(deadline.remaining())) as answer:
+            timeout = httpx.Timeout(deadline.remaining())
+            with _HttpxBoundary(self.url, deadline, None), \
+                    client.stream("GET", target, headers=headers, timeout=timeout) as answer:
                 status = answer.status_code
                 if 300 <= status < 400:
                     location = answer.headers.get("location", "")
@@ -6052,11 +6053,8 @@ class HttpRegistry(Registry):
                     deadline.remaining()
         except McpTimeoutError:
             raise RegistryError(f"{self.source} did not answer within {format_duration(self.timeout)}") from None
-        except httpx.TimeoutException:
-            raise RegistryError(f"{self.source} did not answer within {format_duration(self.timeout)}") from None
-        except httpx.HTTPError as exc:
-            detail = redactor.scrub(_clip(str(exc), 200)) or type(exc).__name__
-            raise RegistryError(f"cannot read {self.source}: {detail}",
+        except (ConnectionFailedError, ProtocolError) as exc:  # mapped once, by the transports' boundary
+            raise RegistryError(f"cannot read {self.source}: {redactor.scrub(exc.message)}",
                                 hint="is the platform's /internal/mcp/config reachable from here?") from None
         return self._parse_answer(b"".join(chunks), user_id)
 
