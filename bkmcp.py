@@ -2489,7 +2489,8 @@ class HttpTransport:
     shared_stream = False
     restartable = False
 
-    def __init__(self, server: ResolvedServer, *, insecure: bool, log: Log, client: Any = None) -> None:
+    def __init__(self, server: ResolvedServer, *, insecure: bool, log: Log, client: Any = None,
+                 die_with_parent: bool = False) -> None:  # no child process: ``die_with_parent`` is moot
         assert server.url is not None
         self.server = server
         self.url = server.url
@@ -2888,6 +2889,7 @@ class ChildProcess:
         self.die_with_parent = die_with_parent
         self.proc: Any = None
         self.pid: int | None = None
+        self.returncode: int | None = None  # of the last child, once it was reaped
         self.spawns = 0
         self._stderr_reader: Any = None
         import collections
@@ -2999,6 +3001,7 @@ class ChildProcess:
             return None
         if self._stderr_reader is not None:
             self._stderr_reader.join(0.5)
+        self.returncode = status
         return status
 
     def describe_exit(self, status: int | None) -> str:
@@ -3044,6 +3047,7 @@ class ChildProcess:
             status = proc.wait(timeout=_STDIO_TERM_GRACE)
         except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
             status = None
+        self.returncode = status
         self.log.debug(f"stdio server stopped (pid {proc.pid}, status {status})")
         threads = [t for t in (*readers, self._stderr_reader) if t is not None]
         for thread in threads:
