@@ -260,3 +260,51 @@ class ChildGroup:
     @staticmethod
     def running(pid: int | None) -> bool:
         return pid is not None and bkmcp.ChildProcess.group_running(pid)
+
+
+def test_children_spawned_to_die_with_bkmcp_do_not_outlive_a_sigkill(tmp_path):
+    """SPEC §11.5: PR_SET_PDEATHSIG, and the child is forked by the long-lived spawner thread, so the worker thread
+    that opened the session may end without taking the child with it; SIGKILL of bkmcp takes it."""
+    import signal
+    import subprocess
+
+    entry, _log = stdio_entry(tmp_path, {"tools": TOOLS}, "2025-11-25")
+    # a server that outlives the end of its stdin (it sleeps on), so only the signal can end it
+    command = " ".join(json.dumps(part) for part in [entry["command"], *entry["args"]])
+    entry = {"type": "stdio", "command": "/bin/sh", "args": ["-c", f"{command}; sleep 30"],
+             "protocolVersion": "2025-11-25"}
+    script = tmp_path / "holder.py"
+    script.write_text(f"""
+import io, json, sys, threading, time
+sys.path.insert(0, {str(ROOT)!r})
+import bkmcp
+config = bkmcp.parse_config(json.dumps({{"mcpServers": {{"m": {json.dumps(entry)}}}}}), "/tmp/x.json")
+server = bkmcp.resolve_server(config.servers["m"], {{"PATH": "/usr/bin:/bin"}})
+box = []
+def worker():
+    log = bkmcp.Log(io.StringIO())
+    ctx = bkmcp.OpContext(bkmcp.Deadline(30), log)
+    box.append(bkmcp.open_session(server, ctx, insecure=False, die_with_parent=True))
+thread = threading.Thread(target=worker)
+thread.start(); thread.join()
+print(box[0].transport.pid, flush=True)
+time.sleep(60)
+""", encoding="utf-8")
+    holder = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    pid = None
+    try:
+        pid = int(holder.stdout.readline())
+        time.sleep(0.3)
+        assert ChildGroup.running(pid)  # the worker thread ended; the child lives on
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(10)
+        end = time.monotonic() + 10
+        while ChildGroup.running(pid) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert not ChildGroup.running(pid)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait(10)
+        if ChildGroup.running(pid):  # a failing run must not leak the group either
+            os.killpg(pid, signal.SIGKILL)
