@@ -773,6 +773,7 @@ class Log:
         self.verbose = verbose
         self.redactor = redactor or Redactor()
         self._warned: set[str] = set()
+        self._line_open = False  # a terminal progress line is on screen without its newline yet
 
     @property
     def is_tty(self) -> bool:
@@ -784,6 +785,9 @@ class Log:
 
     def _write(self, line: str) -> None:
         try:
+            if self._line_open:  # any other line first clears the progress line (redrawn by its next update)
+                self._line_open = False
+                self.stream.write("\r\x1b[K")
             self.stream.write(self.redactor.scrub(line) + "\n")
             self.stream.flush()
         except (OSError, ValueError):
@@ -801,9 +805,89 @@ class Log:
         self._write(f"bkmcp: warning: {message}")
 
     def progress(self, message: str) -> None:
-        """Progress for long work: shown when stderr is a terminal (or with -v)."""
-        if self.verbose or self.is_tty:
-            self._write(f"bkmcp: {message}")
+        """Progress for long work: one updating line when stderr is a terminal, else a plain line with -v."""
+        if not self.is_tty:
+            if self.verbose:
+                self._write(f"bkmcp: {message}")
+            return
+        try:
+            columns = os.get_terminal_size(self.stream.fileno()).columns or 80  # 0: the size is not known
+        except (AttributeError, OSError, ValueError):
+            columns = 80
+        # scrubbed before clipping (a secret is never half shown); clipped so the line never wraps, or the
+        # carriage return would redraw only its last row
+        text = _terminal_safe(self.redactor.scrub(f"bkmcp: {message}"))[: max(columns - 1, 20)]
+        try:
+            self.stream.write("\r" + text + "\x1b[K")
+            self.stream.flush()
+            self._line_open = True
+        except (OSError, ValueError):
+            pass
+
+    def progress_end(self) -> None:
+        """The call is over: a terminal progress line gets its newline (its last state stays visible)."""
+        if self._line_open:
+            self._line_open = False
+            try:
+                self.stream.write("\n")
+                self.stream.flush()
+            except (OSError, ValueError):
+                pass
+
+
+_TERMINAL_UNSAFE = _lazy_re(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def _terminal_safe(text: str) -> str:
+    """Server text for a terminal: C0/C1 controls (escape sequences, carriage returns) become spaces."""
+    return _TERMINAL_UNSAFE.sub(" ", text)
+
+
+def _progress_number(value: Any) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float, JsonNumber)):
+        return None
+    text = dump_json(value) if not isinstance(value, int) or abs(value) < 10**30 else "1e30+"
+    return text if len(text) <= 24 else text[:23] + "…"
+
+
+def render_progress(params: Mapping[str, Any], elapsed: float) -> str | None:
+    """``progress 3/10: message (1.2s)`` for a ``notifications/progress``; None when ``progress`` is no number."""
+    done = _progress_number(params.get("progress"))
+    if done is None:
+        return None
+    total = _progress_number(params.get("total"))
+    text = f"progress {done}" + (f"/{total}" if total is not None else "")
+    message = params.get("message")
+    if isinstance(message, str) and message.strip():
+        message = _terminal_safe(message).strip()
+        text += ": " + (message if len(message) <= 200 else message[:199] + "…")
+    return f"{text} ({elapsed:.1f}s)"
+
+
+class ProgressLine:
+    """The progress of one call whose request carried ``token`` (SPEC §5): notifications for that token are
+    rendered through ``Log.progress``; ``end()`` finishes the line."""
+
+    def __init__(self, log: Log, token: str, clock: Callable[[], float] = time.monotonic) -> None:
+        self.log = log
+        self.token = token
+        self._clock = clock
+        self._start = clock()
+        self.shown = 0
+
+    def update(self, params: Mapping[str, Any]) -> bool:
+        """Show one notification's params; False when it is not for this call's token (or is malformed)."""
+        if params.get("progressToken") != self.token:
+            return False
+        text = render_progress(params, self._clock() - self._start)
+        if text is None:
+            return False
+        self.shown += 1
+        self.log.progress(text)
+        return True
+
+    def end(self) -> None:
+        self.log.progress_end()
 
 
 def closest_names(name: str, candidates: Iterable[str], *, limit: int = 3) -> list[str]:
@@ -1589,7 +1673,6 @@ def build_initialize_params(version: str) -> dict[str, Any]:
 
 _SENTINEL_PREFIX = "=?base64?"
 _SENTINEL_SUFFIX = "?="
-_HEADER_TOKEN = _lazy_re(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 
 
 def encode_header_value(value: Any) -> str | None:
@@ -1618,27 +1701,19 @@ def encode_header_value(value: Any) -> str | None:
 
 
 def build_param_headers(tool: Mapping[str, Any] | None, arguments: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """``Mcp-Param-{Name}`` headers for the arguments whose top-level property declares ``x-mcp-header``.
+    """``Mcp-Param-{Name}`` headers for the arguments whose property declares ``x-mcp-header``.
 
-    Only valid declarations count: an RFC 9110 token, unique ignoring case, on a string/integer/boolean
-    property. Invalid ones are skipped (the server still gets the argument in the body).
+    Only valid declarations count (``scan_header_declarations``, the rule that also excludes tools); a nested
+    declaration (``properties.a.properties.b``) takes the value at that path of the arguments. An absent or
+    ``null`` value, or one that is not a string/integer/boolean, sends no header.
     """
-    schema = tool.get("inputSchema") if type(tool) is dict or isinstance(tool, Mapping) else None
-    props = schema.get("properties") if isinstance(schema, Mapping) else None
-    if not isinstance(props, Mapping):
-        return []
+    schema = tool.get("inputSchema") if isinstance(tool, Mapping) else None
     headers: list[tuple[str, str]] = []
-    seen: set[str] = set()
-    for prop, prop_schema in props.items():
-        if not isinstance(prop_schema, Mapping):
-            continue
-        name = prop_schema.get("x-mcp-header")
-        if not isinstance(name, str) or not _HEADER_TOKEN.match(name) or name.lower() in seen:
-            continue
-        if prop_schema.get("type") not in ("string", "integer", "boolean"):
-            continue
-        seen.add(name.lower())
-        encoded = encode_header_value(arguments.get(prop))
+    for path, name in scan_header_declarations(schema)[0]:
+        value: Any = arguments
+        for key in path:
+            value = value.get(key) if isinstance(value, Mapping) else None
+        encoded = encode_header_value(value)
         if encoded is not None:
             headers.append((f"Mcp-Param-{name}", encoded))
     return headers
@@ -1850,6 +1925,139 @@ def strip_url_credentials(url: str) -> str:
     except ValueError:
         return "(unparsable location)"
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+# -- x-mcp-header declarations (2026-07-28) ------------------------------------------------------------
+# One rule, two uses: a modern-era tool whose inputSchema carries an invalid ``x-mcp-header`` declaration is
+# excluded from the catalogue (the 2026-07-28 transports spec: clients MUST exclude it and SHOULD warn), and the
+# valid declarations of a kept tool become its ``Mcp-Param-*`` headers (``build_param_headers``). A declaration
+# is valid when it is a non-empty RFC 9110 token, unique ignoring case in the whole schema, on a property whose
+# ``type`` is string, integer or boolean, and that property is reached from the root through ``properties``
+# only (any depth: ``properties.a.properties.b``). Anywhere else (the root, under ``items``, ``anyOf``,
+# ``$defs``, ``additionalProperties`` ...) it is invalid. Data keywords (``default``, ``const``, ``enum``,
+# ``examples``) are never read as schemas and ``$ref`` is never followed.
+
+_X_MCP_HEADER = "x-mcp-header"
+_HEADER_PARAM_TYPES = ("string", "integer", "boolean")
+_SUBSCHEMA_KEYWORDS = frozenset((
+    "items", "additionalItems", "prefixItems", "contains", "additionalProperties", "propertyNames",
+    "unevaluatedItems", "unevaluatedProperties", "not", "if", "then", "else", "contentSchema",
+    "allOf", "anyOf", "oneOf",
+))  # value: a schema or a list of schemas
+_SUBSCHEMA_MAP_KEYWORDS = frozenset(("patternProperties", "dependentSchemas", "dependencies", "$defs", "definitions"))
+_MAX_HEADER_PROBLEMS = 5  # a reason names this many problems, then says how many more
+
+
+def _pointer(segments: tuple[str, ...]) -> str:
+    """RFC 6901 JSON pointer of a schema position (``/properties/a~1b``)."""
+    return "".join("/" + s.replace("~", "~0").replace("/", "~1") for s in segments) or "/"
+
+
+def scan_header_declarations(schema: Any) -> tuple[list[tuple[tuple[str, ...], str]], list[str]]:
+    """Every ``x-mcp-header`` of an inputSchema: the valid ones as ``(property path, name)`` in document order,
+    and a problem text for each invalid one (empty list: the schema is acceptable)."""
+    valid: list[tuple[tuple[str, ...], str]] = []
+    problems: list[str] = []
+    seen: dict[str, str] = {}  # lower-cased name -> pointer of its first declaration
+    # (pointer segments, property path or None once off the pure `properties` chain, node); explicit stack, so
+    # a deeply nested schema cannot exhaust the recursion limit
+    stack: list[tuple[tuple[str, ...], tuple[str, ...] | None, Any]] = [((), (), schema)]
+    while stack:
+        where, path, node = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        if _X_MCP_HEADER in node:
+            problem = _declaration_problem(node, where, path, seen)
+            if problem is None:
+                assert path  # _declaration_problem rejects the root and off-chain positions
+                valid.append((path, node[_X_MCP_HEADER]))
+            else:
+                problems.append(problem)
+        children: list[tuple[tuple[str, ...], tuple[str, ...] | None, Any]] = []
+        for key, value in node.items():
+            if key == "properties" and isinstance(value, dict):
+                for prop, sub in value.items():
+                    children.append(((*where, key, prop), (*path, prop) if path is not None else None, sub))
+            elif key in _SUBSCHEMA_KEYWORDS:
+                if isinstance(value, list):
+                    children.extend(((*where, key, str(i)), None, sub) for i, sub in enumerate(value))
+                else:
+                    children.append(((*where, key), None, value))
+            elif key in _SUBSCHEMA_MAP_KEYWORDS and isinstance(value, dict):
+                children.extend(((*where, key, name), None, sub) for name, sub in value.items())
+        stack.extend(reversed(children))
+    return valid, problems
+
+
+def _declaration_problem(node: dict[str, Any], where: tuple[str, ...], path: tuple[str, ...] | None,
+                         seen: dict[str, str]) -> str | None:
+    at = _pointer(where)
+    name = node[_X_MCP_HEADER]
+    if not path:
+        place = "on the inputSchema itself" if path is not None else \
+            'not on a property reached through "properties" only'
+        return f"x-mcp-header at {at} is {place}"
+    if not isinstance(name, str):
+        return f"x-mcp-header at {at} is not a string ({type(name).__name__})"
+    shown = dump_json(name if len(name) <= 60 else name[:59] + "…")
+    if not name:
+        return f"x-mcp-header at {at} is empty"
+    if not _is_token(name):
+        return f"x-mcp-header {shown} at {at} is not an RFC 9110 token (letters, digits and !#$%&'*+-.^_`|~ only)"
+    kind = node.get("type")
+    if not (isinstance(kind, str) and kind in _HEADER_PARAM_TYPES):
+        described = "has no type" if kind is None else f"has type {_clip(dump_json(kind), 60)}"
+        return (f"x-mcp-header {shown} at {at}: the property {described} "
+                "(only a string, integer or boolean property may be a header)")
+    first = seen.setdefault(name.lower(), at)
+    if first != at:
+        return f"x-mcp-header {shown} at {at} repeats the header of {first} (names are compared ignoring case)"
+    return None
+
+
+def tool_header_problems(tool: Any) -> str | None:
+    """Why a tool must be excluded in the modern era (its invalid ``x-mcp-header`` declarations), or None."""
+    schema = tool.get("inputSchema") if isinstance(tool, dict) else None
+    problems = scan_header_declarations(schema)[1]
+    if not problems:
+        return None
+    shown = problems[:_MAX_HEADER_PROBLEMS]
+    more = len(problems) - len(shown)
+    return "; ".join(shown) + (f"; and {more} more" if more else "")
+
+
+def split_excluded_tools(tools: Iterable[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The modern-era catalogue: (usable tools in order, excluded ``[{"name", "reason"}]``)."""
+    kept: list[dict[str, Any]] = []
+    excluded: list[dict[str, Any]] = []
+    for tool in tools:
+        reason = tool_header_problems(tool)
+        if reason is None:
+            kept.append(tool)
+        else:
+            excluded.append({"name": tool.get("name"), "reason": reason})
+    return kept, excluded
+
+
+def render_excluded_warning(excluded: Sequence[Mapping[str, Any]]) -> str:
+    """The one stderr warning of a command whose catalogue lost tools to invalid declarations."""
+    names = ", ".join(_clip(repr(e.get("name")), 80) for e in excluded[:10])
+    more = f" and {len(excluded) - 10} more" if len(excluded) > 10 else ""
+    return (f"{len(excluded)} tool(s) excluded because their inputSchema declares an invalid x-mcp-header "
+            f"(2026-07-28 clients must not use them): {names}{more}; see data.excluded of --tools")
+
+
+def reject_excluded_tool(excluded: Sequence[Mapping[str, Any]], name: str, server_name: str) -> None:
+    """Calling (or asking help for) an excluded tool is ``mcp_tool_not_found`` naming the declaration."""
+    for entry in excluded:
+        if entry.get("name") == name:
+            raise ToolNotFoundError(
+                f"server {server_name!r} has no usable tool {name!r}: it was excluded because its inputSchema "
+                f"declares an invalid x-mcp-header ({_clip(str(entry.get('reason')), 300)})",
+                hint="the 2026-07-28 protocol forbids calling such a tool; the server's tool definition must be "
+                     "fixed (nothing was sent)",
+                details={"excluded": {"name": name, "reason": entry.get("reason")}, "suggestions": []},
+            )
 
 
 # ======================================================================================================
@@ -2768,7 +2976,9 @@ class McpClient:
       ``client.connect()``            era negotiation (SPEC §5); sets era, protocol_version, server_info,
                                       capabilities, instructions. ``connect(server_info=True)`` makes a pinned
                                       modern client ask ``server/discover`` too (``--check`` reports it).
-      ``client.list_tools()``         the complete catalogue (pagination guards) as a list of tool dicts
+      ``client.list_tools()``         the complete catalogue (pagination guards) as a list of tool dicts; in the
+                                      modern era without the tools whose x-mcp-header is invalid, which go to
+                                      ``client.excluded`` (``[{"name", "reason"}]``, warned about once)
       ``client.call_tool(name, args)``  sends tools/call exactly once; returns the raw result dict
       leaving the block closes the session (DELETE for legacy HTTP sessions) and the transport.
     Remote failures raise ``RemoteError`` subclasses whose ``data`` keeps what was completed.
@@ -2789,6 +2999,8 @@ class McpClient:
         self.rules: EraRules | None = None
         self.pages = 0
         self.tools: list[dict[str, Any]] | None = None
+        self.excluded: list[dict[str, Any]] = []  # modern era: tools with an invalid x-mcp-header (SPEC §5)
+        self.progress: ProgressLine | None = None  # the call's progress, when its request carries a token
         self.notifications: list[dict[str, Any]] = []
         self.server_requests: list[str] = []
         self._transport: Any = None
@@ -2999,11 +3211,8 @@ class McpClient:
             self.notifications.append({"method": note.method, "params": note.params})
         params = note.params if isinstance(note.params, dict) else {}
         if note.method == "notifications/progress":
-            total = params.get("total")
-            text = f"progress {params.get('progress')}" + (f"/{total}" if total is not None else "")
-            if isinstance(params.get("message"), str):
-                text += f": {_clip(params['message'], 200)}"
-            self.log.progress(text)
+            if self.progress is None or not self.progress.update(params):
+                self.log.debug(f"progress notification not for this call: {_clip(dump_json(params), 200)}")
         elif note.method == "notifications/message":
             self.log.debug(f"server log [{params.get('level')}]: {_clip(dump_json(params.get('data')), 500)}")
         else:
@@ -3095,6 +3304,10 @@ class McpClient:
             cursors.append(next_cursor)
             cursor = next_cursor
         self.log.debug(f"discovered {len(tools)} tool(s) in {self.pages} page(s)")
+        if self.era == "modern":
+            tools, self.excluded = split_excluded_tools(tools)
+            if self.excluded:
+                self.log.warn(render_excluded_warning(self.excluded), once_key="x-mcp-header")
         self.tools = tools
         return tools
 
@@ -3106,7 +3319,12 @@ class McpClient:
         rules = self.rules
         tool = next((t for t in self.tools or [] if t.get("name") == name), None)
         extra = build_param_headers(tool, arguments) if rules.method_headers else []
-        message = build_request(self._new_id(), "tools/call", {"name": name, "arguments": arguments}, rules)
+        request_id = self._new_id()
+        params: dict[str, Any] = {"name": name, "arguments": arguments}
+        if self.log.verbose or self.log.is_tty:  # SPEC §5: progress for long calls
+            self.progress = ProgressLine(self.log, f"bkmcp-{request_id}")
+            params["_meta"] = {"progressToken": self.progress.token}
+        message = build_request(request_id, "tools/call", params, rules)
         base = {"server": self.server.name, "tool": name}
         self.server_requests = []
         try:
@@ -3136,6 +3354,9 @@ class McpClient:
                     "the call was sent and its outcome is unknown: check before calling again"
             exc.data = {**base, **(exc.data or {})}
             raise
+        finally:
+            if self.progress is not None:
+                self.progress.end()
         declined = [m for m in self.server_requests if m in _DECLINED_CAPABILITIES]
         try:
             result = check_result("tools/call", answer)
@@ -3190,7 +3411,7 @@ def run_check(server: ResolvedServer, *, deadline: Deadline, insecure: bool, log
         "server": server.name, "config_file": server.config_file, "transport": server.type,
         "protocol_version": None, "era": None, "server_info": {}, "capabilities": {}, "checks": checks,
         "authentication": {"source": server.auth_source, "discovery_accepted": False},
-        "tool_count": 0, "complete": False, "elapsed_ms": 0,
+        "tool_count": 0, "excluded_count": 0, "complete": False, "elapsed_ms": 0,
     }
     stage = "connection"
     with McpClient(server, deadline=deadline, insecure=insecure, log=log) as client:
@@ -3209,7 +3430,7 @@ def run_check(server: ResolvedServer, *, deadline: Deadline, insecure: bool, log
             stage = "tools"
             tools = client.list_tools()
             checks["tools"] = "passed"
-            data.update(tool_count=len(tools), complete=True)
+            data.update(tool_count=len(tools), excluded_count=len(client.excluded), complete=True)
             data["authentication"]["discovery_accepted"] = True
         except RemoteError as exc:
             checks[stage] = "failed"
@@ -3221,18 +3442,20 @@ def run_check(server: ResolvedServer, *, deadline: Deadline, insecure: bool, log
 
 
 def run_tools(server: ResolvedServer, *, deadline: Deadline, insecure: bool, log: Log) -> dict[str, Any]:
-    """``--tools`` data (SPEC §7): server, protocol_version, tool_count, complete, tools (as received)."""
+    """``--tools`` data (SPEC §7): server, protocol_version, tool_count, complete, tools (as received), excluded."""
     with McpClient(server, deadline=deadline, insecure=insecure, log=log) as client:
         try:
             client.connect()
             tools = client.list_tools()
         except RemoteError as exc:
-            partial = (exc.data or {}).get("tools", [])
+            partial, excluded = (exc.data or {}).get("tools", []), client.excluded
+            if client.era == "modern":
+                partial, excluded = split_excluded_tools(partial)
             exc.data = {"server": server.name, "protocol_version": client.protocol_version,
-                        "tool_count": len(partial), "complete": False, "tools": partial}
+                        "tool_count": len(partial), "complete": False, "tools": partial, "excluded": excluded}
             raise
     return {"server": server.name, "protocol_version": client.protocol_version, "tool_count": len(tools),
-            "complete": True, "tools": tools}
+            "complete": True, "tools": tools, "excluded": client.excluded}
 
 
 # ======================================================================================================
@@ -4992,7 +5215,9 @@ class _Runner:
         inv = self.inv
         with McpClient(server, deadline=deadline, insecure=inv.insecure, log=self.log) as client:
             client.connect()
-            tool = find_tool(client.list_tools(), name, server.name)
+            tools = client.list_tools()
+            reject_excluded_tool(client.excluded, name, server.name)
+            tool = find_tool(tools, name, server.name)
             if inv.help:
                 return self.emit_text(render_tool_help(server.name, tool))
             if arguments is None:
