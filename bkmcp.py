@@ -3212,7 +3212,7 @@ class McpClient:
         params = note.params if isinstance(note.params, dict) else {}
         if note.method == "notifications/progress":
             if self.progress is None or not self.progress.update(params):
-                self.log.debug(f"progress notification not for this call: {_clip(dump_json(params), 200)}")
+                self.log.debug(f"ignored notifications/progress not for this call: {_clip(dump_json(params), 200)}")
         elif note.method == "notifications/message":
             self.log.debug(f"server log [{params.get('level')}]: {_clip(dump_json(params.get('data')), 500)}")
         else:
