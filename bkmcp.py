@@ -2053,9 +2053,9 @@ def reject_excluded_tool(excluded: Sequence[Mapping[str, Any]], name: str, serve
         if entry.get("name") == name:
             raise ToolNotFoundError(
                 f"server {server_name!r} has no usable tool {name!r}: it was excluded because its inputSchema "
-                f"declares an invalid x-mcp-header ({_clip(str(entry.get('reason')), 300)})",
-                hint="the 2026-07-28 protocol forbids calling such a tool; the server's tool definition must be "
-                     "fixed (nothing was sent)",
+                "declares an invalid x-mcp-header (2026-07-28 clients must not call it)",
+                hint=f"{_clip(str(entry.get('reason')), 300)}; the server's tool definition must be fixed "
+                     "(nothing was sent)",
                 details={"excluded": {"name": name, "reason": entry.get("reason")}, "suggestions": []},
             )
 

@@ -196,8 +196,9 @@ def test_calling_an_excluded_tool_is_tool_not_found_naming_the_declaration():
         reject_excluded_tool(excluded, "bad", "srv")
     err = info.value
     assert err.code == "mcp_tool_not_found" and err.exit_status == 1
-    assert "x-mcp-header at /properties/v is empty" in err.message and "'bad'" in err.message
-    assert "nothing was sent" in (err.hint or "")
+    assert "'bad'" in err.message and "'srv'" in err.message and "invalid x-mcp-header" in err.message
+    assert err.hint == "x-mcp-header at /properties/v is empty; the server's tool definition must be fixed " \
+                       "(nothing was sent)"
     assert err.details["excluded"] == excluded[0]
 
 
