@@ -848,6 +848,7 @@ class Log:
         self.verbose = verbose
         self.redactor = redactor or Redactor()
         self._warned: set[str] = set()
+        self._line_open = False  # a terminal progress line is on screen without its newline yet
 
     @property
     def is_tty(self) -> bool:
@@ -859,6 +860,9 @@ class Log:
 
     def _write(self, line: str) -> None:
         try:
+            if self._line_open:  # any other line first clears the progress line (redrawn by its next update)
+                self._line_open = False
+                self.stream.write("\r\x1b[K")
             self.stream.write(self.redactor.scrub(line) + "\n")
             self.stream.flush()
         except (OSError, ValueError):
@@ -876,24 +880,104 @@ class Log:
         self._write(f"bkmcp: warning: {message}")
 
     def progress(self, message: str) -> None:
-        """Progress for long work: shown when stderr is a terminal (or with -v)."""
-        if self.verbose or self.is_tty:
-            self._write(f"bkmcp: {message}")
+        """Progress for long work: one updating line when stderr is a terminal, else a plain line with -v."""
+        if not self.is_tty:
+            if self.verbose:
+                self._write(f"bkmcp: {message}")
+            return
+        try:
+            columns = os.get_terminal_size(self.stream.fileno()).columns or 80  # 0: the size is not known
+        except (AttributeError, OSError, ValueError):
+            columns = 80
+        # scrubbed before clipping (a secret is never half shown); clipped so the line never wraps, or the
+        # carriage return would redraw only its last row
+        text = _terminal_safe(self.redactor.scrub(f"bkmcp: {message}"))[: max(columns - 1, 20)]
+        try:
+            self.stream.write("\r" + text + "\x1b[K")
+            self.stream.flush()
+            self._line_open = True
+        except (OSError, ValueError):
+            pass
+
+    def progress_end(self) -> None:
+        """The call is over: a terminal progress line gets its newline (its last state stays visible)."""
+        if self._line_open:
+            self._line_open = False
+            try:
+                self.stream.write("\n")
+                self.stream.flush()
+            except (OSError, ValueError):
+                pass
+
+
+_TERMINAL_UNSAFE = _lazy_re(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def _terminal_safe(text: str) -> str:
+    """Server text for a terminal: C0/C1 controls (escape sequences, carriage returns) become spaces."""
+    return _TERMINAL_UNSAFE.sub(" ", text)
+
+
+def _progress_number(value: Any) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float, JsonNumber)):
+        return None
+    text = dump_json(value) if not isinstance(value, int) or abs(value) < 10**30 else "1e30+"
+    return text if len(text) <= 24 else text[:23] + "…"
+
+
+def render_progress(params: Mapping[str, Any], elapsed: float) -> str | None:
+    """``progress 3/10: message (1.2s)`` for a ``notifications/progress``; None when ``progress`` is no number."""
+    done = _progress_number(params.get("progress"))
+    if done is None:
+        return None
+    total = _progress_number(params.get("total"))
+    text = f"progress {done}" + (f"/{total}" if total is not None else "")
+    message = params.get("message")
+    if isinstance(message, str) and message.strip():
+        message = _terminal_safe(message).strip()
+        text += ": " + (message if len(message) <= 200 else message[:199] + "…")
+    return f"{text} ({elapsed:.1f}s)"
+
+
+class ProgressLine:
+    """The progress of one call whose request carried ``token`` (SPEC §5): notifications for that token are
+    rendered through ``Log.progress``; ``end()`` finishes the line."""
+
+    def __init__(self, log: Log, token: str, clock: Callable[[], float] = time.monotonic) -> None:
+        self.log = log
+        self.token = token
+        self._clock = clock
+        self._start = clock()
+        self.shown = 0
+
+    def update(self, params: Mapping[str, Any]) -> bool:
+        """Show one notification's params; False when it is not for this call's token (or is malformed)."""
+        if params.get("progressToken") != self.token:
+            return False
+        text = render_progress(params, self._clock() - self._start)
+        if text is None:
+            return False
+        self.shown += 1
+        self.log.progress(text)
+        return True
+
+    def end(self) -> None:
+        self.log.progress_end()
 
 
 @dataclass
 class OpContext:
     """What one operation carries through the flows of section 7 instead of module or process state: its time
-    budget, its cancellation, where it runs and who logs for it. ``progress`` (a callable taking the params of
-    ``notifications/progress``) asks servers for progress on calls; ``renewed`` records that a lost legacy
-    session was re-initialized (once per operation)."""
+    budget, its cancellation, where it runs and who logs for it. ``progress`` (a factory of ``ProgressLine`` for a
+    token) asks servers for progress on calls (SPEC §5); ``renewed`` records that a lost legacy session was
+    re-initialized (once per operation)."""
 
     deadline: Deadline
     log: Log
     cancel: CancelToken | None = None
     cwd: str = "."
     home: str | None = None
-    progress: Callable[[dict[str, Any]], None] | None = None
+    progress: Callable[[str], ProgressLine] | None = None  # token -> the line that shows that call's progress
     renewed: bool = False
 
 
@@ -1698,7 +1782,6 @@ def build_initialize_params(version: str) -> dict[str, Any]:
 
 _SENTINEL_PREFIX = "=?base64?"
 _SENTINEL_SUFFIX = "?="
-_HEADER_TOKEN = _lazy_re(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 
 
 def encode_header_value(value: Any) -> str | None:
@@ -1727,27 +1810,19 @@ def encode_header_value(value: Any) -> str | None:
 
 
 def build_param_headers(tool: Mapping[str, Any] | None, arguments: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """``Mcp-Param-{Name}`` headers for the arguments whose top-level property declares ``x-mcp-header``.
+    """``Mcp-Param-{Name}`` headers for the arguments whose property declares ``x-mcp-header``.
 
-    Only valid declarations count: an RFC 9110 token, unique ignoring case, on a string/integer/boolean
-    property. Invalid ones are skipped (the server still gets the argument in the body).
+    Only valid declarations count (``scan_header_declarations``, the rule that also excludes tools); a nested
+    declaration (``properties.a.properties.b``) takes the value at that path of the arguments. An absent or
+    ``null`` value, or one that is not a string/integer/boolean, sends no header.
     """
-    schema = tool.get("inputSchema") if type(tool) is dict or isinstance(tool, Mapping) else None
-    props = schema.get("properties") if isinstance(schema, Mapping) else None
-    if not isinstance(props, Mapping):
-        return []
+    schema = tool.get("inputSchema") if isinstance(tool, Mapping) else None
     headers: list[tuple[str, str]] = []
-    seen: set[str] = set()
-    for prop, prop_schema in props.items():
-        if not isinstance(prop_schema, Mapping):
-            continue
-        name = prop_schema.get("x-mcp-header")
-        if not isinstance(name, str) or not _HEADER_TOKEN.match(name) or name.lower() in seen:
-            continue
-        if prop_schema.get("type") not in ("string", "integer", "boolean"):
-            continue
-        seen.add(name.lower())
-        encoded = encode_header_value(arguments.get(prop))
+    for path, name in scan_header_declarations(schema)[0]:
+        value: Any = arguments
+        for key in path:
+            value = value.get(key) if isinstance(value, Mapping) else None
+        encoded = encode_header_value(value)
         if encoded is not None:
             headers.append((f"Mcp-Param-{name}", encoded))
     return headers
@@ -2240,6 +2315,139 @@ class Negotiation:
                 self._fallback = False
                 return Step("discover", modern[-1])
         raise error
+
+
+# -- x-mcp-header declarations (2026-07-28) ------------------------------------------------------------
+# One rule, two uses: a modern-era tool whose inputSchema carries an invalid ``x-mcp-header`` declaration is
+# excluded from the catalogue (the 2026-07-28 transports spec: clients MUST exclude it and SHOULD warn), and the
+# valid declarations of a kept tool become its ``Mcp-Param-*`` headers (``build_param_headers``). A declaration
+# is valid when it is a non-empty RFC 9110 token, unique ignoring case in the whole schema, on a property whose
+# ``type`` is string, integer or boolean, and that property is reached from the root through ``properties``
+# only (any depth: ``properties.a.properties.b``). Anywhere else (the root, under ``items``, ``anyOf``,
+# ``$defs``, ``additionalProperties`` ...) it is invalid. Data keywords (``default``, ``const``, ``enum``,
+# ``examples``) are never read as schemas and ``$ref`` is never followed.
+
+_X_MCP_HEADER = "x-mcp-header"
+_HEADER_PARAM_TYPES = ("string", "integer", "boolean")
+_SUBSCHEMA_KEYWORDS = frozenset((
+    "items", "additionalItems", "prefixItems", "contains", "additionalProperties", "propertyNames",
+    "unevaluatedItems", "unevaluatedProperties", "not", "if", "then", "else", "contentSchema",
+    "allOf", "anyOf", "oneOf",
+))  # value: a schema or a list of schemas
+_SUBSCHEMA_MAP_KEYWORDS = frozenset(("patternProperties", "dependentSchemas", "dependencies", "$defs", "definitions"))
+_MAX_HEADER_PROBLEMS = 5  # a reason names this many problems, then says how many more
+
+
+def _pointer(segments: tuple[str, ...]) -> str:
+    """RFC 6901 JSON pointer of a schema position (``/properties/a~1b``)."""
+    return "".join("/" + s.replace("~", "~0").replace("/", "~1") for s in segments) or "/"
+
+
+def scan_header_declarations(schema: Any) -> tuple[list[tuple[tuple[str, ...], str]], list[str]]:
+    """Every ``x-mcp-header`` of an inputSchema: the valid ones as ``(property path, name)`` in document order,
+    and a problem text for each invalid one (empty list: the schema is acceptable)."""
+    valid: list[tuple[tuple[str, ...], str]] = []
+    problems: list[str] = []
+    seen: dict[str, str] = {}  # lower-cased name -> pointer of its first declaration
+    # (pointer segments, property path or None once off the pure `properties` chain, node); explicit stack, so
+    # a deeply nested schema cannot exhaust the recursion limit
+    stack: list[tuple[tuple[str, ...], tuple[str, ...] | None, Any]] = [((), (), schema)]
+    while stack:
+        where, path, node = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        if _X_MCP_HEADER in node:
+            problem = _declaration_problem(node, where, path, seen)
+            if problem is None:
+                assert path  # _declaration_problem rejects the root and off-chain positions
+                valid.append((path, node[_X_MCP_HEADER]))
+            else:
+                problems.append(problem)
+        children: list[tuple[tuple[str, ...], tuple[str, ...] | None, Any]] = []
+        for key, value in node.items():
+            if key == "properties" and isinstance(value, dict):
+                for prop, sub in value.items():
+                    children.append(((*where, key, prop), (*path, prop) if path is not None else None, sub))
+            elif key in _SUBSCHEMA_KEYWORDS:
+                if isinstance(value, list):
+                    children.extend(((*where, key, str(i)), None, sub) for i, sub in enumerate(value))
+                else:
+                    children.append(((*where, key), None, value))
+            elif key in _SUBSCHEMA_MAP_KEYWORDS and isinstance(value, dict):
+                children.extend(((*where, key, name), None, sub) for name, sub in value.items())
+        stack.extend(reversed(children))
+    return valid, problems
+
+
+def _declaration_problem(node: dict[str, Any], where: tuple[str, ...], path: tuple[str, ...] | None,
+                         seen: dict[str, str]) -> str | None:
+    at = _pointer(where)
+    name = node[_X_MCP_HEADER]
+    if not path:
+        place = "on the inputSchema itself" if path is not None else \
+            'not on a property reached through "properties" only'
+        return f"x-mcp-header at {at} is {place}"
+    if not isinstance(name, str):
+        return f"x-mcp-header at {at} is not a string ({type(name).__name__})"
+    shown = dump_json(name if len(name) <= 60 else name[:59] + "…")
+    if not name:
+        return f"x-mcp-header at {at} is empty"
+    if not _is_token(name):
+        return f"x-mcp-header {shown} at {at} is not an RFC 9110 token (letters, digits and !#$%&'*+-.^_`|~ only)"
+    kind = node.get("type")
+    if not (isinstance(kind, str) and kind in _HEADER_PARAM_TYPES):
+        described = "has no type" if kind is None else f"has type {_clip(dump_json(kind), 60)}"
+        return (f"x-mcp-header {shown} at {at}: the property {described} "
+                "(only a string, integer or boolean property may be a header)")
+    first = seen.setdefault(name.lower(), at)
+    if first != at:
+        return f"x-mcp-header {shown} at {at} repeats the header of {first} (names are compared ignoring case)"
+    return None
+
+
+def tool_header_problems(tool: Any) -> str | None:
+    """Why a tool must be excluded in the modern era (its invalid ``x-mcp-header`` declarations), or None."""
+    schema = tool.get("inputSchema") if isinstance(tool, dict) else None
+    problems = scan_header_declarations(schema)[1]
+    if not problems:
+        return None
+    shown = problems[:_MAX_HEADER_PROBLEMS]
+    more = len(problems) - len(shown)
+    return "; ".join(shown) + (f"; and {more} more" if more else "")
+
+
+def split_excluded_tools(tools: Iterable[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The modern-era catalogue: (usable tools in order, excluded ``[{"name", "reason"}]``)."""
+    kept: list[dict[str, Any]] = []
+    excluded: list[dict[str, Any]] = []
+    for tool in tools:
+        reason = tool_header_problems(tool)
+        if reason is None:
+            kept.append(tool)
+        else:
+            excluded.append({"name": tool.get("name"), "reason": reason})
+    return kept, excluded
+
+
+def render_excluded_warning(excluded: Sequence[Mapping[str, Any]]) -> str:
+    """The one stderr warning of a command whose catalogue lost tools to invalid declarations."""
+    names = ", ".join(_clip(repr(e.get("name")), 80) for e in excluded[:10])
+    more = f" and {len(excluded) - 10} more" if len(excluded) > 10 else ""
+    return (f"{len(excluded)} tool(s) excluded because their inputSchema declares an invalid x-mcp-header "
+            f"(2026-07-28 clients must not use them): {names}{more}; see data.excluded of --tools")
+
+
+def reject_excluded_tool(excluded: Sequence[Mapping[str, Any]], name: str, server_name: str) -> None:
+    """Calling (or asking help for) an excluded tool is ``mcp_tool_not_found`` naming the declaration."""
+    for entry in excluded:
+        if entry.get("name") == name:
+            raise ToolNotFoundError(
+                f"server {server_name!r} has no usable tool {name!r}: it was excluded because its inputSchema "
+                "declares an invalid x-mcp-header (2026-07-28 clients must not call it)",
+                hint=f"{_clip(str(entry.get('reason')), 300)}; the server's tool definition must be fixed "
+                     "(nothing was sent)",
+                details={"excluded": {"name": name, "reason": entry.get("reason")}, "suggestions": []},
+            )
 
 
 # ======================================================================================================
@@ -3401,7 +3609,7 @@ class McpSession:
         self._lock = _thread.allocate_lock()
         self._renew_lock = _thread.allocate_lock()
         self._handles: dict[tuple[type, Any], RequestHandle] = {}
-        self._progress: dict[Any, Callable[[dict[str, Any]], None]] = {}
+        self._progress: dict[Any, Callable[[dict[str, Any]], bool]] = {}
         self.transport.attach(self._deliver, self._lost, self.core)
 
     # -- state -----------------------------------------------------------------------------------------
@@ -3473,7 +3681,7 @@ class McpSession:
         self.transport.send(self.core.notification(method, params), rules=self.core.rules, deadline=deadline,
                             strict=strict)
 
-    def watch_progress(self, token: Any, callback: Callable[[dict[str, Any]], None] | None) -> None:
+    def watch_progress(self, token: Any, callback: Callable[[dict[str, Any]], bool] | None) -> None:
         with self._lock:
             if callback is None:
                 self._progress.pop(token, None)
@@ -3522,14 +3730,8 @@ class McpSession:
         if note.method == "notifications/progress":
             with self._lock:
                 callback = self._progress.get(params.get("progressToken"))
-            if callback is not None:
-                callback(params)
-            else:
-                total = params.get("total")
-                text = f"progress {params.get('progress')}" + (f"/{total}" if total is not None else "")
-                if isinstance(params.get("message"), str):
-                    text += f": {_clip(params['message'], 200)}"
-                self.log.progress(text)
+            if callback is None or not callback(params):
+                self.log.debug(f"ignored notifications/progress not for this call: {_clip(dump_json(params), 200)}")
         elif note.method == "notifications/message":
             self.log.debug(f"server log [{params.get('level')}]: {_clip(dump_json(params.get('data')), 500)}")
         else:
@@ -3776,6 +3978,18 @@ def discover_tools(session: McpSession, ctx: OpContext) -> tuple[list[dict[str, 
     return tools, pages
 
 
+def usable_tools(session: McpSession, ctx: OpContext, tools: list[dict[str, Any]]
+                 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(kept, excluded): in the modern era the tools whose inputSchema declares an invalid x-mcp-header are
+    excluded (SPEC §5, 2026-07-28: clients MUST exclude them), with one warning per operation."""
+    if session.era != "modern":
+        return tools, []
+    kept, excluded = split_excluded_tools(tools)
+    if excluded:
+        ctx.log.warn(render_excluded_warning(excluded), once_key="x-mcp-header")
+    return kept, excluded
+
+
 def find_tool(tools: Sequence[dict[str, Any]], name: str, server_name: str) -> dict[str, Any]:
     """The tool called exactly ``name``; ``mcp_tool_not_found`` with close names otherwise."""
     for tool in tools:
@@ -3808,11 +4022,11 @@ def call_tool(session: McpSession, ctx: OpContext, name: str, arguments: dict[st
     assert rules is not None
     extra = build_param_headers(tool, arguments) if rules.method_headers else []
     params: dict[str, Any] = {"name": name, "arguments": arguments}
-    token = None
-    if ctx.progress is not None:
-        token = f"bkmcp-{next(_progress_tokens)}"
-        params["_meta"] = {"progressToken": token}
-        session.watch_progress(token, ctx.progress)
+    line: ProgressLine | None = None
+    if ctx.progress is not None:  # SPEC §5: progress for long calls
+        line = ctx.progress(f"bkmcp-{next(_progress_tokens)}")
+        params["_meta"] = {"progressToken": line.token}
+        session.watch_progress(line.token, line.update)
     base = {"server": session.server.name, "tool": name}
     handle = RequestHandle()
     try:
@@ -3847,8 +4061,9 @@ def call_tool(session: McpSession, ctx: OpContext, name: str, arguments: dict[st
         exc.data = {**base, **(exc.data or {})}
         raise
     finally:
-        if token is not None:
-            session.watch_progress(token, None)
+        if line is not None:
+            session.watch_progress(line.token, None)
+            line.end()
     declined = [m for m in handle.declined if m in _DECLINED_CAPABILITIES]
     try:
         result = check_result("tools/call", answer)
@@ -3906,7 +4121,7 @@ def run_check(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict
         "server": server.name, "config_file": server.config_file, "transport": server.type,
         "protocol_version": None, "era": None, "server_info": {}, "capabilities": {}, "checks": checks,
         "authentication": {"source": server.auth_source, "discovery_accepted": False},
-        "tool_count": 0, "complete": False, "elapsed_ms": 0,
+        "tool_count": 0, "excluded_count": 0, "complete": False, "elapsed_ms": 0,
     }
     stage = "connection"
     session = McpSession(server, insecure=insecure, log=ctx.log)
@@ -3925,9 +4140,9 @@ def run_check(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict
             if core.instructions is not None:
                 data["instructions"] = core.instructions
             stage = "tools"
-            tools, _pages = discover_tools(session, ctx)
+            tools, excluded = usable_tools(session, ctx, discover_tools(session, ctx)[0])
             checks["tools"] = "passed"
-            data.update(tool_count=len(tools), complete=True)
+            data.update(tool_count=len(tools), excluded_count=len(excluded), complete=True)
             data["authentication"]["discovery_accepted"] = True
         except RemoteError as exc:
             checks[stage] = "failed"
@@ -3941,21 +4156,23 @@ def run_check(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict
 
 
 def run_tools(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict[str, Any]:
-    """``--tools`` data (SPEC §7): server, protocol_version, tool_count, complete, tools (as received)."""
+    """``--tools`` data (SPEC §7): server, protocol_version, tool_count, complete, tools (as received), excluded."""
     session = McpSession(server, insecure=insecure, log=ctx.log)
     try:
         try:
             negotiate(session, ctx)
-            tools, _pages = discover_tools(session, ctx)
+            tools, excluded = usable_tools(session, ctx, discover_tools(session, ctx)[0])
         except RemoteError as exc:
-            partial = (exc.data or {}).get("tools", [])
+            partial, excluded = (exc.data or {}).get("tools", []), []
+            if session.era == "modern":
+                partial, excluded = split_excluded_tools(partial)
             exc.data = {"server": server.name, "protocol_version": session.protocol_version,
-                        "tool_count": len(partial), "complete": False, "tools": partial}
+                        "tool_count": len(partial), "complete": False, "tools": partial, "excluded": excluded}
             raise
     finally:
         session.close(ctx.deadline)
     return {"server": server.name, "protocol_version": session.protocol_version, "tool_count": len(tools),
-            "complete": True, "tools": tools}
+            "complete": True, "tools": tools, "excluded": excluded}
 
 
 def run_call(server: ResolvedServer, ctx: OpContext, name: str, *, insecure: bool,
@@ -3968,7 +4185,8 @@ def run_call(server: ResolvedServer, ctx: OpContext, name: str, *, insecure: boo
     """
     session = open_session(server, ctx, insecure=insecure)
     try:
-        tools, _pages = discover_tools(session, ctx)
+        tools, excluded = usable_tools(session, ctx, discover_tools(session, ctx)[0])
+        reject_excluded_tool(excluded, name, server.name)
         tool = find_tool(tools, name, server.name)
         arguments = prepare(tool)
         if arguments is None:
@@ -6474,7 +6692,9 @@ class _Runner:
         if inv.tool is not None and not inv.help and inv.body is not None:
             arguments = read_body(inv.body, envr.stdin, envr.cwd)
         timeout = parse_duration(inv.timeout) if inv.timeout is not None else DEFAULT_TIMEOUT
-        ctx = OpContext(Deadline(timeout), self.log, cwd=envr.cwd, home=envr.env.get("HOME"))
+        log = self.log
+        progress = (lambda token: ProgressLine(log, token)) if log.verbose or log.is_tty else None
+        ctx = OpContext(Deadline(timeout), log, cwd=envr.cwd, home=envr.env.get("HOME"), progress=progress)
         try:
             self.remote_started = True
             if inv.check:

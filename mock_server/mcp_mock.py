@@ -1150,6 +1150,22 @@ def _header_value_matches(header: str | None, expected: str) -> bool:
     return False
 
 
+def _header_declarations(schema: Any) -> list:
+    """(property path, header name) of every string ``x-mcp-header`` on a pure ``properties`` chain."""
+    found: list = []
+    stack = [((), schema)]
+    while stack:
+        path, node = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        if path and isinstance(node.get("x-mcp-header"), str):
+            found.append((path, node["x-mcp-header"]))
+        props = node.get("properties")
+        if isinstance(props, dict):
+            stack.extend(((*path, name), sub) for name, sub in reversed(list(props.items())))
+    return found
+
+
 def _param_header_text(value: Any) -> str | None:
     if value is None:
         return None
@@ -1712,19 +1728,21 @@ class _Handler(BaseHTTPRequestHandler):
         sink.finish(core.dispatch(ctx, msg, sink))
 
     def _check_param_headers(self, params: dict) -> str | None:
-        """x-mcp-header arguments must arrive as Mcp-Param-{Name} headers (2026-07-28 §Request Metadata)."""
+        """x-mcp-header arguments must arrive as Mcp-Param-{Name} headers (2026-07-28 §Request Metadata).
+
+        Declarations count on properties reached through ``properties`` only, at any depth; a nested one
+        (``properties.a.properties.b``) is checked against ``arguments.a.b``."""
         tool = self.core.sc["_tool_index"].get(params.get("name"))
         schema = tool.get("inputSchema") if tool else None
-        props = schema.get("properties") if isinstance(schema, dict) else None
-        if not isinstance(props, dict):
-            return None
         args = params.get("arguments") if isinstance(params.get("arguments"), dict) else {}
-        for prop, prop_schema in props.items():
-            if not isinstance(prop_schema, dict) or "x-mcp-header" not in prop_schema:
-                continue
-            header_name = "mcp-param-" + str(prop_schema["x-mcp-header"]).lower()
+        for path, header in _header_declarations(schema):
+            header_name = "mcp-param-" + header.lower()
             got = self.header(header_name)
-            want = _param_header_text(args.get(prop))
+            value: Any = args
+            for key in path:
+                value = value.get(key) if isinstance(value, dict) else None
+            want = _param_header_text(value)
+            prop = ".".join(path)
             if want is None:
                 if got is not None:
                     return f"{header_name} sent but argument {prop!r} is absent"

@@ -152,5 +152,6 @@ def fake_engine(client_class: Any) -> dict[str, Any]:
     return {
         "open_session": open_session,
         "discover_tools": lambda session, ctx: (session.list_tools(), 1),
+        "usable_tools": lambda session, ctx, tools: (tools, list(getattr(session, "excluded", []))),
         "call_tool": lambda session, ctx, name, arguments, tool=None: session.call_tool(name, arguments),
     }

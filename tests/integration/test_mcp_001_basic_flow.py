@@ -199,7 +199,7 @@ def test_MCP_001_empty_catalogue_is_success_D03(mock):
     assert result.json["data"]["tool_count"] == 0 and result.json["data"]["complete"] is True
     tools = target.run(target.name, "--tools")
     assert tools.json["data"] == {"server": "m", "protocol_version": "2025-06-18", "tool_count": 0,
-                                  "complete": True, "tools": [], "cli": {}}
+                                  "complete": True, "tools": [], "excluded": [], "cli": {}}
 
 
 def test_MCP_001_single_page_D03(mock):

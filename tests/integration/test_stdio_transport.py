@@ -147,7 +147,10 @@ def assert_legacy_stdio(target: StdioTarget, offered: str) -> None:
     assert received[0]["json"]["params"]["protocolVersion"] == offered
     assert received[1]["rpc_method"] == "notifications/initialized"
     for entry in received:
-        assert "_meta" not in json.dumps(entry["json"].get("params") or {})
+        params = dict(entry["json"].get("params") or {})
+        if entry["rpc_method"] == "tools/call" and "_meta" in params:  # -v asks for progress (SPEC §5), nothing else
+            assert list(params.pop("_meta")) == ["progressToken"]
+        assert "_meta" not in json.dumps(params)
 
 
 # -- the version matrix ------------------------------------------------------------------------------------

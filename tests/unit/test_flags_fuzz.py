@@ -222,6 +222,7 @@ class _FakeClient:
     """Stands in for the engine's session: a fixed catalogue, and records the one tools/call."""
 
     calls: list[tuple[str, Any]] = []
+    excluded: list[dict[str, Any]] = []  # modern-era tools dropped for an invalid x-mcp-header (none here)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         pass

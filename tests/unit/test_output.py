@@ -25,6 +25,7 @@ class FakeClient:
     calls: list = []
     result: dict = {"content": [{"type": "text", "text": "ok"}], "isError": False}
     fail_on: str | None = None
+    excluded: list = []  # modern-era tools dropped for an invalid x-mcp-header (none here)
 
     def __init__(self, server, *, deadline, insecure, log):
         self.server = server
