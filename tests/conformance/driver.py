@@ -19,7 +19,8 @@ The era is bkmcp's to negotiate. Only ``BKMCP_CONFORMANCE_PIN=1`` (the runner se
 ``--spec-version``) writes ``MCP_CONFORMANCE_PROTOCOL_VERSION`` into the config as ``protocolVersion``.
 Every bkmcp command line and its stdout/stderr go to the driver's stderr/stdout, which the harness saves as
 ``stderr.txt``/``stdout.txt`` next to ``checks.json``. Exit status: 0 if every bkmcp command exited 0, else the
-first non-zero status (the harness judges by what its server saw, not by this).
+first non-zero status, where a call of a tool bkmcp excluded counts as success only if bkmcp refused it
+(``mcp_tool_not_found``, exit 1) and as 3 otherwise. The harness reports a client that exits non-zero as failed.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 SERVER = "conformance"
 # A scenario server that never answers (one waiting on a client capability bkmcp lacks) ends within this.
@@ -39,13 +40,13 @@ SHORT_TIMEOUT = {"elicitation-sep1034-client-defaults": "5s"}
 _PLAIN = {"string": "x", "integer": 1, "number": 1.5, "boolean": True, "object": {}, "array": [], "null": None}
 
 
-def sample_arguments(schema: Any) -> Dict[str, Any]:
+def sample_arguments(schema: Any) -> dict[str, Any]:
     """Arguments for a tool nobody described: each required property gets its first enum value or a plain value."""
     if not isinstance(schema, dict):
         return {}
     props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
     required = schema.get("required") if isinstance(schema.get("required"), list) else []
-    args: Dict[str, Any] = {}
+    args: dict[str, Any] = {}
     for name in required:
         prop = props.get(name) if isinstance(props.get(name), dict) else {}
         if isinstance(prop.get("enum"), list) and prop["enum"]:
@@ -58,7 +59,17 @@ def sample_arguments(schema: Any) -> Dict[str, Any]:
     return args
 
 
-def plan_calls(scenario: str, tools: List[Dict[str, Any]], context: Dict[str, Any]) -> List[List[str]]:
+def excluded_names(excluded: Any) -> list[str]:
+    """Names of the tools `--tools` lists under ``data.excluded`` (objects with a name, names, or name -> reason)."""
+    if isinstance(excluded, dict):
+        return [str(name) for name in excluded]
+    if isinstance(excluded, list):
+        return [str(e["name"]) if isinstance(e, dict) else str(e) for e in excluded
+                if isinstance(e, str) or (isinstance(e, dict) and "name" in e)]
+    return []
+
+
+def plan_calls(scenario: str, tools: list[dict[str, Any]], context: dict[str, Any]) -> list[list[str]]:
     """The bkmcp argument lists (after ``<server>``) for the calls of one scenario, in order."""
     by_name = {t.get("name"): t for t in tools}
     if scenario == "tools_call" and "add_numbers" in by_name:
@@ -72,14 +83,15 @@ def plan_calls(scenario: str, tools: List[Dict[str, Any]], context: Dict[str, An
                              json.dumps({"name": "Ada", "contactMethod": "email", "email": "ada@example.org"})])
         return calls
     if scenario == "json-schema-ref-no-deref" and "lookup_user" in by_name:
-        return [["lookup_user", "--body", json.dumps({"id": "user-1"})]]
+        # Its server has no tools/call (-32601); tool help is the other path that reads the schema's $refs.
+        return [["lookup_user", "--help"]]
     given = context.get("toolCalls")
     if isinstance(given, list):
         return [[c["name"], "--body", json.dumps(c.get("arguments") or {})] for c in given if isinstance(c, dict)]
     return [[t["name"], "--body", json.dumps(sample_arguments(t.get("inputSchema")))] for t in tools]
 
 
-def run_bkmcp(bkmcp: List[str], args: List[str]) -> "subprocess.CompletedProcess[str]":
+def run_bkmcp(bkmcp: list[str], args: list[str]) -> subprocess.CompletedProcess[str]:
     argv = bkmcp + args
     print(f"driver: $ {shlex.join(argv)}", file=sys.stderr, flush=True)
     # bkmcp bounds itself (--timeout); this is only a safety net so that a hung bkmcp cannot hang the harness.
@@ -90,7 +102,7 @@ def run_bkmcp(bkmcp: List[str], args: List[str]) -> "subprocess.CompletedProcess
     return proc
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     default = os.environ.get("BKMCP_CONFORMANCE_BKMCP") or (
         f"{shlex.quote(sys.executable)} {shlex.quote(os.path.join(os.path.dirname(__file__), '..', '..', 'bkmcp.py'))}")
@@ -100,8 +112,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("url")
     opts = parser.parse_args(argv)
     scenario = os.environ.get("MCP_CONFORMANCE_SCENARIO", "")
-    context: Dict[str, Any] = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
-    entry: Dict[str, Any] = {"type": "http", "url": opts.url}
+    context: dict[str, Any] = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
+    entry: dict[str, Any] = {"type": "http", "url": opts.url}
     if os.environ.get("BKMCP_CONFORMANCE_PIN") == "1" and os.environ.get("MCP_CONFORMANCE_PROTOCOL_VERSION"):
         entry["protocolVersion"] = os.environ["MCP_CONFORMANCE_PROTOCOL_VERSION"]
     timeout = SHORT_TIMEOUT.get(scenario, opts.timeout)
@@ -116,11 +128,19 @@ def main(argv: Optional[List[str]] = None) -> int:
             return listed.returncode
         data = json.loads(listed.stdout).get("data", {})
         tools = list(data.get("tools", []))
-        tools += [t for t in data.get("excluded", []) if isinstance(t, dict) and "name" in t]
+        excluded = excluded_names(data.get("excluded"))
+        tools += [{"name": name} for name in excluded]
         status = 0
         for call in plan_calls(scenario, tools, context):
             done = run_bkmcp(bkmcp, [SERVER] + call)
-            status = status or done.returncode
+            if call[0] in excluded:
+                # bkmcp listed this tool as excluded: calling it must be refused locally, never sent.
+                refused = done.returncode == 1 and '"mcp_tool_not_found"' in done.stderr + done.stdout
+                print(f"driver: excluded tool {call[0]!r} {'refused' if refused else 'NOT refused'}",
+                      file=sys.stderr, flush=True)
+                status = status or (0 if refused else 3)
+            else:
+                status = status or done.returncode
         return status
 
 

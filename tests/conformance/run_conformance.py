@@ -10,9 +10,9 @@ that hand the client its protocol version, once more per other dated spec versio
 this file), which turns the scenario into bkmcp commands.
 
 A run passes when the harness exits 0 and its `checks.json` has at least one SUCCESS and no FAILURE (a run whose
-checks were all skipped exercised nothing and counts as failed). `expected_failures.txt` lists the runs that fail
-because of a capability bkmcp deliberately lacks; the exit status is 1 on any unexpected failure, any unexpected
-pass (remove the line) and any listed run that no longer exists, else 0.
+checks were all skipped exercised nothing and counts as failed). `expected_failures.txt` lists the runs (or single
+checks of a run) that fail because of a capability bkmcp deliberately lacks; the exit status is 1 on any unexpected
+failure, any unexpected pass (remove the line) and any listed run that no longer exists, else 0.
 
 Everything runs inside one private network namespace with loopback only (the harness's servers listen on all
 interfaces) and a private PID namespace (nothing outlives the run): the script re-executes itself under
@@ -33,7 +33,6 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -47,6 +46,7 @@ CAPABILITIES = {  # the words expected_failures.txt may use, and what each stand
     "elicitation": "answering elicitation/create (bkmcp declares no client capabilities)",
     "mrtr": "multi-round-trip requests (input_required results answered with inputResponses)",
     "skills": "the skills extension (SEP-2640)",
+    "schema-invalid-arguments": "sending arguments the tool's inputSchema rejects (validated locally first, SPEC §6)",
     "x-mcp-header-exclusion": "excluding tools with invalid x-mcp-header declarations (issue 11 item 4)",
 }
 _NETNS_ENV = "BKMCP_CONFORMANCE_NETNS"
@@ -57,7 +57,7 @@ _HARNESS_TIMEOUT_MS = 60000  # the harness's own bound on one client command (it
 class Run:
     version: str
     scenario: str
-    spec_version: Optional[str] = None  # None: as the harness infers it
+    spec_version: str | None = None  # None: as the harness infers it
 
     @property
     def run_id(self) -> str:
@@ -69,13 +69,13 @@ class Outcome:
     run: Run
     passed: bool
     exit_status: int
-    counts: Dict[str, int] = field(default_factory=dict)
-    failures: List[str] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)
     seconds: float = 0.0
     result_dir: str = ""
 
 
-def parse_scenario_list(text: str) -> List[Tuple[str, List[str]]]:
+def parse_scenario_list(text: str) -> list[tuple[str, list[str]]]:
     """`conformance list --client` output -> [(scenario, [spec versions or tags])]."""
     found = []
     for line in text.splitlines():
@@ -85,7 +85,7 @@ def parse_scenario_list(text: str) -> List[Tuple[str, List[str]]]:
     return found
 
 
-def plan_runs(version: str, scenarios: List[Tuple[str, List[str]]]) -> List[Run]:
+def plan_runs(version: str, scenarios: list[tuple[str, list[str]]]) -> list[Run]:
     runs = []
     for name, tags in scenarios:
         runs.append(Run(version, name))
@@ -97,31 +97,47 @@ def plan_runs(version: str, scenarios: List[Tuple[str, List[str]]]) -> List[Run]
     return runs
 
 
-def parse_expected(text: str) -> Dict[Tuple[str, str], str]:
-    """expected_failures.txt: `VERSION RUN-ID CAPABILITY [# why]` per line; blank lines and `#` comments skipped."""
-    expected: Dict[Tuple[str, str], str] = {}
+@dataclass
+class Expected:
+    capability: str
+    checks: list[str] | None = None  # None: the whole run fails; else exactly these check ids fail
+
+
+def parse_expected(text: str) -> dict[tuple[str, str], Expected]:
+    """expected_failures.txt lines: `VERSION RUN-ID[:CHECK-ID] CAPABILITY [# why]`; `#` comments and blanks skipped.
+
+    `RUN-ID` alone: the run fails as a whole. `RUN-ID:CHECK-ID` (one line per check): exactly the listed checks
+    fail and every other check of the run must pass, whatever the client's exit status.
+    """
+    expected: dict[tuple[str, str], Expected] = {}
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
         parts = line.split()
+        where = f"expected_failures.txt:{number}"
         if len(parts) != 3:
-            raise ValueError(f"expected_failures.txt:{number}: want 'VERSION RUN-ID CAPABILITY', got {raw!r}")
-        version, run_id, capability = parts
+            raise ValueError(f"{where}: want 'VERSION RUN-ID[:CHECK-ID] CAPABILITY', got {raw!r}")
+        version, target, capability = parts
+        run_id, _, check = target.partition(":")
         if version not in VERSIONS:
-            raise ValueError(f"expected_failures.txt:{number}: unknown harness version {version!r}")
+            raise ValueError(f"{where}: unknown harness version {version!r}")
         if capability not in CAPABILITIES:
-            raise ValueError(f"expected_failures.txt:{number}: unknown capability {capability!r} "
-                             f"(one of {', '.join(sorted(CAPABILITIES))})")
-        if (version, run_id) in expected:
-            raise ValueError(f"expected_failures.txt:{number}: {version} {run_id} listed twice")
-        expected[(version, run_id)] = capability
+            raise ValueError(f"{where}: unknown capability {capability!r} (one of {', '.join(sorted(CAPABILITIES))})")
+        old = expected.get((version, run_id))
+        if old is not None and (old.checks is None or not check or check in old.checks
+                                or old.capability != capability):
+            raise ValueError(f"{where}: {version} {target} conflicts with an earlier line for {run_id}")
+        if old is None:
+            expected[(version, run_id)] = Expected(capability, [check] if check else None)
+        else:
+            old.checks.append(check)  # type: ignore[union-attr]
     return expected
 
 
-def judge_checks(checks: List[dict]) -> Tuple[bool, Dict[str, int], List[str]]:
+def judge_checks(checks: list[dict]) -> tuple[bool, dict[str, int], list[str]]:
     """(passed, status counts, failing check ids) of one checks.json; all-skipped is not a pass."""
-    counts: Dict[str, int] = {}
+    counts: dict[str, int] = {}
     failures = []
     for check in checks:
         status = str(check.get("status"))
@@ -131,28 +147,51 @@ def judge_checks(checks: List[dict]) -> Tuple[bool, Dict[str, int], List[str]]:
     return counts.get("SUCCESS", 0) > 0 and not failures, counts, failures
 
 
-def compare(outcomes: List[Outcome], expected: Dict[Tuple[str, str], str]) -> List[str]:
+def compare(outcomes: list[Outcome], expected: dict[tuple[str, str], Expected]) -> list[str]:
     """The problems that fail `make conformance`: unexpected failures and passes, listed runs that do not exist."""
     problems = []
     seen = set()
     for o in outcomes:
         key = (o.run.version, o.run.run_id)
         seen.add(key)
-        if not o.passed and key not in expected:
-            problems.append(f"UNEXPECTED FAILURE {o.run.version} {o.run.run_id}: failing checks "
-                            f"{', '.join(o.failures) or '(none: ' + _counts_text(o.counts) + ')'}; see {o.result_dir}")
-        elif o.passed and key in expected:
-            problems.append(f"UNEXPECTED PASS {o.run.version} {o.run.run_id} (listed as needing {expected[key]}): "
-                            "remove its line from tests/conformance/expected_failures.txt")
+        name = f"{o.run.version} {o.run.run_id}"
+        entry = expected.get(key)
+        if entry is None:
+            if not o.passed:
+                status = "" if o.exit_status == 0 else f", harness exit {o.exit_status}"
+                problems.append(f"UNEXPECTED FAILURE {name}: failing checks "
+                                f"{', '.join(o.failures) or '(none: ' + _counts_text(o.counts) + ')'}"
+                                f"{status}; see {o.result_dir}")
+        elif entry.checks is None:
+            if o.passed:
+                problems.append(f"UNEXPECTED PASS {name} (listed as needing {entry.capability}): remove its line "
+                                "from tests/conformance/expected_failures.txt")
+        else:
+            extra = sorted(set(o.failures) - set(entry.checks))
+            fixed = sorted(set(entry.checks) - set(o.failures))
+            if extra or not o.counts.get("SUCCESS"):
+                problems.append(f"UNEXPECTED FAILURE {name}: failing checks {', '.join(extra) or '(no success)'} "
+                                f"besides the listed {', '.join(entry.checks)}; see {o.result_dir}")
+            if fixed:
+                problems.append(f"UNEXPECTED PASS {name}: check(s) {', '.join(fixed)} (listed as needing "
+                                f"{entry.capability}) pass now: remove their lines")
     return problems + [f"STALE {v} {r}: listed in expected_failures.txt but the harness has no such run"
                        for (v, r) in sorted(expected) if (v, r) not in seen]
 
 
-def _counts_text(counts: Dict[str, int]) -> str:
+def is_expected_outcome(o: Outcome, entry: Expected | None) -> bool:
+    if entry is None:
+        return o.passed
+    if entry.checks is None:
+        return not o.passed
+    return set(o.failures) == set(entry.checks) and bool(o.counts.get("SUCCESS"))
+
+
+def _counts_text(counts: dict[str, int]) -> str:
     return ", ".join(f"{k.lower()} {v}" for k, v in sorted(counts.items())) or "no checks"
 
 
-def enter_namespace(argv: List[str]) -> int:
+def enter_namespace(argv: list[str]) -> int:
     """Re-run this script inside fresh user + network + PID namespaces with only loopback up."""
     cmd = ["unshare", "--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child",
            "sh", "-c", 'ip link set lo up && exec "$@"', "sh", sys.executable, os.path.abspath(__file__)] + argv
@@ -193,11 +232,12 @@ def run_one(run: Run, node: str, harness: str, driver_cmd: str, out: str) -> Out
     return Outcome(run, passed and status == 0, status, counts, failures, seconds, os.path.dirname(found[-1]))
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--harness-dir", default=os.path.join(ROOT, ".conformance", "node"))
-    parser.add_argument("--bkmcp", default=f"{shlex.quote(sys.executable)} {shlex.quote(os.path.join(ROOT, 'bkmcp.py'))}",
+    default_bkmcp = f"{shlex.quote(sys.executable)} {shlex.quote(os.path.join(ROOT, 'bkmcp.py'))}"
+    parser.add_argument("--bkmcp", default=default_bkmcp,
                         help="how the driver runs bkmcp (shell-quoted; default: this Python + bkmcp.py)")
     parser.add_argument("--version", action="append", choices=VERSIONS, help="harness version (default: all)")
     parser.add_argument("--scenario", action="append", help="run only these scenarios (no expectation check "
@@ -218,7 +258,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     driver_cmd = f"{sys.executable} {os.path.join(HERE, 'driver.py')}"
     if " " in sys.executable + HERE:
         raise SystemExit("run_conformance: the harness splits --command on spaces; use paths without spaces")
-    runs: List[Run] = []
+    runs: list[Run] = []
     for version in opts.version or VERSIONS:
         harness = os.path.join(opts.harness_dir, "node_modules", f"conformance-{version}", "dist", "index.js")
         listed = subprocess.run([node, harness, "list", "--client"], capture_output=True, text=True, timeout=120)
@@ -231,7 +271,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         expected = {k: v for k, v in expected.items() if any(k[1].split("@")[0] == s for s in opts.scenario)}
     print(f"run_conformance: {len(runs)} runs, {opts.jobs} at a time; bkmcp = {opts.bkmcp}", flush=True)
     start = time.monotonic()
-    outcomes: List[Outcome] = []
+    outcomes: list[Outcome] = []
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, opts.jobs)) as pool:
         futures = [pool.submit(run_one, r, node, os.path.join(opts.harness_dir, "node_modules",
                                                               f"conformance-{r.version}", "dist", "index.js"),
@@ -239,8 +279,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         for future in futures:
             o = future.result()
             outcomes.append(o)
-            key = (o.run.version, o.run.run_id)
-            verdict = ("pass" if o.passed else "FAIL") + (f" (expected: {expected[key]})" if key in expected else "")
+            entry = expected.get((o.run.version, o.run.run_id))
+            verdict = ("pass" if o.passed else "FAIL") + (f" (expected: {entry.capability})" if entry else "")
+            verdict += "" if is_expected_outcome(o, entry) else " !!"
             print(f"  {o.run.version:<15} {o.run.run_id:<52} {verdict:<38} {_counts_text(o.counts)}  "
                   f"{o.seconds:.1f}s", flush=True)
     problems = compare(outcomes, expected)
@@ -249,8 +290,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         mine = [o for o in outcomes if o.run.version == version]
         summary[version] = {
             "runs": len(mine), "passed": sum(o.passed for o in mine),
-            "expected_failures": sum((not o.passed) and (version, o.run.run_id) in expected for o in mine),
-            "unexpected": sum(o.passed == ((version, o.run.run_id) in expected) for o in mine),
+            "expected_failures": sum((not o.passed) and is_expected_outcome(o, expected.get((version, o.run.run_id)))
+                                     for o in mine),
+            "unexpected": sum(not is_expected_outcome(o, expected.get((version, o.run.run_id))) for o in mine),
             "passed_runs": [o.run.run_id for o in mine if o.passed],
         }
         s = summary[version]
