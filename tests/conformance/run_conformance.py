@@ -29,6 +29,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -207,7 +208,8 @@ def check_namespace() -> None:
 
 def run_one(run: Run, node: str, harness: str, driver_cmd: str, out: str) -> Outcome:
     result_dir = os.path.join(out, run.version, run.run_id.replace("/", "_"))
-    os.makedirs(result_dir, exist_ok=True)
+    shutil.rmtree(result_dir, ignore_errors=True)  # only this run's results, never a previous one's
+    os.makedirs(result_dir)
     argv = [node, harness, "client", "--command", driver_cmd, "--scenario", run.scenario,
             "--timeout", str(_HARNESS_TIMEOUT_MS), "-o", result_dir]
     env = dict(os.environ)
