@@ -232,3 +232,41 @@ def test_gate_end_to_end_unexpected_failure(tmp_path):
     failed = _gate(tmp_path, "", broken)
     assert failed.returncode == 1
     assert "UNEXPECTED FAILURE 0.1.16 initialize" in failed.stdout
+
+
+FAKE_BKMCP = r'''
+import json, os, sys
+args = sys.argv[1:]
+with open(os.environ["FAKE_LOG"], "a", encoding="utf-8") as log:
+    config = json.load(open(args[args.index("--config") + 1], encoding="utf-8"))
+    log.write(json.dumps({"argv": args, "config": config}) + "\n")
+if "--tools" in args:
+    print(json.dumps({"ok": True, "data": {"tools": [{"name": "good", "inputSchema": {"required": ["r"],
+          "properties": {"r": {"type": "string"}}}}], "excluded": [{"name": "bad", "reason": "x-mcp-header ''"}]}}))
+elif "bad" in args and os.environ.get("FAKE_SENDS_EXCLUDED") != "1":
+    sys.stderr.write(json.dumps({"ok": False, "error": {"code": "mcp_tool_not_found", "message": "bad"}}) + "\n")
+    sys.exit(1)
+else:
+    print(json.dumps({"ok": True, "data": {"result": {}}}))
+'''
+
+
+@pytest.mark.parametrize(("sends_excluded", "status"), [(False, 0), (True, 3)])
+def test_driver_requires_excluded_tools_to_be_refused(tmp_path, monkeypatch, sends_excluded, status):
+    fake = tmp_path / "fake_bkmcp.py"
+    fake.write_text(FAKE_BKMCP, encoding="utf-8")
+    log = tmp_path / "calls.jsonl"
+    monkeypatch.setenv("FAKE_LOG", str(log))
+    monkeypatch.setenv("FAKE_SENDS_EXCLUDED", "1" if sends_excluded else "0")
+    monkeypatch.setenv("MCP_CONFORMANCE_SCENARIO", "http-invalid-tool-headers")
+    monkeypatch.setenv("MCP_CONFORMANCE_PROTOCOL_VERSION", "2026-07-28")
+    monkeypatch.setenv("BKMCP_CONFORMANCE_PIN", "1")
+    monkeypatch.delenv("MCP_CONFORMANCE_CONTEXT", raising=False)
+    bkmcp = f"{shlex.quote(sys.executable)} {shlex.quote(str(fake))}"
+    assert drv.main(["--bkmcp", bkmcp, "http://127.0.0.1:9/mcp"]) == status
+    calls = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
+    assert [c["argv"][c["argv"].index("-v") + 1:] for c in calls] == [
+        ["conformance", "--tools"], ["conformance", "good", "--body", '{"r": "x"}'],
+        ["conformance", "bad", "--body", "{}"]]
+    assert calls[0]["config"] == {"mcpServers": {"conformance": {
+        "type": "http", "url": "http://127.0.0.1:9/mcp", "protocolVersion": "2026-07-28"}}}
