@@ -196,7 +196,11 @@ def enter_namespace(argv: list[str]) -> int:
     """Re-run this script inside fresh user + network + PID namespaces with only loopback up."""
     cmd = ["unshare", "--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child",
            "sh", "-c", 'ip link set lo up && exec "$@"', "sh", sys.executable, os.path.abspath(__file__)] + argv
-    return subprocess.call(cmd, env={**os.environ, _NETNS_ENV: "1"})
+    try:
+        return subprocess.call(cmd, env={**os.environ, _NETNS_ENV: "1"})
+    except FileNotFoundError as exc:
+        raise SystemExit(f"run_conformance: {exc.filename} not found (.ci/install_conformance.sh checks what "
+                         "is needed)") from None
 
 
 def check_namespace() -> None:
@@ -251,8 +255,11 @@ def main(argv: list[str] | None = None) -> int:
     if os.environ.get(_NETNS_ENV) != "1":
         return enter_namespace(args)
     check_namespace()
-    with open(opts.expected, encoding="utf-8") as fh:
-        expected = parse_expected(fh.read())
+    try:
+        with open(opts.expected, encoding="utf-8") as fh:
+            expected = parse_expected(fh.read())
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"run_conformance: {exc}") from None
     node = os.path.join(opts.harness_dir, "node_modules", ".bin", "node")
     out = os.path.abspath(opts.out)
     # The harness splits --command on spaces: the driver's bkmcp command line travels in the environment instead.

@@ -232,6 +232,10 @@ def test_gate_end_to_end_unexpected_failure(tmp_path):
     failed = _gate(tmp_path, "", broken)
     assert failed.returncode == 1
     assert "UNEXPECTED FAILURE 0.1.16 initialize" in failed.stdout
+    # a malformed expectations file stops the gate before any run, with the line, not a traceback
+    malformed = _gate(tmp_path, "0.1.16 initialize\n", broken)
+    assert malformed.returncode == 1 and "Traceback" not in malformed.stderr
+    assert "expected_failures.txt:1: want 'VERSION RUN-ID[:CHECK-ID] CAPABILITY'" in malformed.stderr
 
 
 FAKE_BKMCP = r'''
