@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 PYZ    := dist/bkmcp.pyz
 
-.PHONY: demo test venv interop peers lint unit integration artifact build scenario bench clean
+.PHONY: demo test venv interop peers lint unit integration artifact build scenario bench clean conformance
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -23,6 +23,14 @@ peers:
 
 build:
 	$(PYTHON) build_zipapp.py
+
+# The official MCP conformance harness (npm @modelcontextprotocol/conformance 0.1.16 and 0.2.0-alpha.12, Node 22,
+# pinned in tests/conformance/node) runs its client scenarios against dist/bkmcp.pyz, inside a loopback-only network
+# namespace; fails on any result that tests/conformance/expected_failures.txt does not predict (docs/interop.md).
+conformance: venv build
+	bash .ci/install_conformance.sh .conformance
+	BKMCP_CONFORMANCE_REQUIRED=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/conformance
+	$(PYTHON) tests/conformance/run_conformance.py --bkmcp "$(PYTHON) $(abspath $(PYZ))" $(CONFORMANCE_ARGS)
 
 demo: build
 	$(PYTHON) mock_server/demo.py $(PYZ)
