@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Schema-flag cost vs. one loopback HTTP round trip (SPEC §13-style ratio, issue 4).
+"""Schema-flag cost vs. one loopback HTTP round trip (docs/contract.md §13-style ratio, issue 4).
 
 Maps a 200-tool catalogue with 50 properties per tool (a realistic mix: every flag type, enums, defaults,
 pydantic-style ``anyOf`` optionals, ``$ref``s, a reserved name) and reports, as ratios to the median loopback HTTP

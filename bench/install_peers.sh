@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install the peer MCP client CLIs that bench/peers.py measures bkmcp against (SPEC §13), pinned.
+# Install the peer MCP client CLIs that bench/peers.py measures bkmcp against (docs/contract.md §13), pinned.
 #
 #   bench/install_peers.sh DIR        # then: python3 bench/peers.py --peers-dir DIR  (default DIR: .peers)
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""`--tools` against a local server, side by side with peer clients, in one run (SPEC §13).
+"""`--tools` against a local server, side by side with peer clients, in one run (docs/contract.md §13).
 
     bench/install_peers.sh .peers                  # pinned peers (PyPI + npm), once
     python3 bench/peers.py [--runs 15] [--transport http,stdio] [--peers-dir .peers] [--pyz dist/bkmcp.pyz]

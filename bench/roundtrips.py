@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Round trips of bkmcp against the in-process mock, per era (SPEC §13 "no redundant request").
+"""Round trips of bkmcp against the in-process mock, per era (docs/contract.md §13 "no redundant request").
 
     python3 bench/roundtrips.py
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Scale of big catalogues and big results (SPEC §13), measured side by side in one run.
+"""Scale of big catalogues and big results (docs/contract.md §13), measured side by side in one run.
 
 - ``--tools`` over N tools on N/100 pages: wall time and peak RSS of the bkmcp process, for growing N, with the
   catalogue's JSON size; prints time per 1000 tools (linear growth keeps it flat) and

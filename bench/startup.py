@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Startup cost of dist/bkmcp.pyz on every available CPython 3.9-3.14 (SPEC §13, docs/building.md).
+"""Startup cost of dist/bkmcp.pyz on every available CPython 3.9-3.14 (docs/contract.md §13, docs/building.md).
 
     python3 bench/startup.py [--runs 21] [--pyz dist/bkmcp.pyz] [--python PATH ...] [--no-jq]
 

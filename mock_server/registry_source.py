@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A reference implementation of the host platform's registry endpoint (SPEC §11.3 "HTTP source"), stdlib only.
+"""A reference implementation of the host platform's registry endpoint (contract.md §11.3 "HTTP source"), stdlib only.
 
 It serves ``GET /internal/mcp/config[?user_id=U]`` from a JSON document (a dict, or a file re-read on every
 request so a test or the demo can edit it):

@@ -1,4 +1,4 @@
-"""The registry tools (SPEC §11.3) through the built bkmcp.pyz on every available CPython 3.9-3.14: the stdlib
+"""The registry tools (contract.md §11.3) through the built bkmcp.pyz on every available CPython 3.9-3.14: the stdlib
 sqlite3 of each interpreter creates the registry, `--import` fills it from mcp.json, `--list` prints it without
 credentials."""
 

@@ -9,7 +9,7 @@ for scenarios that hand the client data, and, from 0.2.0, ``MCP_CONFORMANCE_PROT
 a temporary ``mcp.json`` with one http server ``conformance`` at that URL and runs bkmcp the way a user would:
 
 1. ``bkmcp conformance --tools`` (negotiation + the whole catalogue); if that fails, the scenario stops there
-   (an OAuth server's 401 is ``mcp_auth_required``: bkmcp has no OAuth, SPEC §4);
+   (an OAuth server's 401 is ``mcp_auth_required``: bkmcp has no OAuth, docs/contract.md §4);
 2. one call per tool, tools excluded by bkmcp (``data.excluded``) included, so that the harness sees whether bkmcp
    refuses them: with the arguments ``MCP_CONFORMANCE_CONTEXT.toolCalls`` names, else the scenario's own plan
    below, else arguments made from the tool's ``inputSchema`` (each required property: its first ``enum`` value,

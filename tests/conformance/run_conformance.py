@@ -47,7 +47,7 @@ CAPABILITIES = {  # the words expected_failures.txt may use, and what each stand
     "elicitation": "answering elicitation/create (bkmcp declares no client capabilities)",
     "mrtr": "multi-round-trip requests (input_required results answered with inputResponses)",
     "skills": "the skills extension (SEP-2640)",
-    "schema-invalid-arguments": "sending arguments the tool's inputSchema rejects (validated locally first, SPEC §6)",
+    "schema-invalid-arguments": "sending arguments the tool's inputSchema rejects (checked locally first, contract §6)",
     "x-mcp-header-exclusion": "excluding tools with invalid x-mcp-header declarations (issue 11 item 4)",
 }
 _NETNS_ENV = "BKMCP_CONFORMANCE_NETNS"

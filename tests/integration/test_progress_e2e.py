@@ -1,4 +1,4 @@
-"""Progress for long calls (SPEC §5, issue 11 item 5): ``tools/call`` carries ``params._meta.progressToken`` when
+"""Progress for long calls (contract §5, issue 11 item 5): ``tools/call`` carries ``params._meta.progressToken`` when
 stderr is a terminal or ``-v`` is given, and the server's ``notifications/progress`` for it are shown on stderr —
 one updating line on a terminal (checked in a real pseudo-terminal, against the mock and against
 server-everything's ``trigger-long-running-operation``), plain lines with ``-v`` — while stdout stays exactly

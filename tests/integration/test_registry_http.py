@@ -1,4 +1,4 @@
-"""The HTTP registry source (SPEC §11.3) against the reference implementation ``mock_server/registry_source.py``
+"""The HTTP registry source (contract.md §11.3) against the reference implementation ``mock_server/registry_source.py``
 over real HTTP on 127.0.0.1, and registry rows resolved for a user reaching real MCP servers (the mock over HTTP
 and over stdio): assertions are on what the registry source and the MCP servers received.
 """

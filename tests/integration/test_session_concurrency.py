@@ -263,7 +263,7 @@ class ChildGroup:
 
 
 def test_children_spawned_to_die_with_bkmcp_do_not_outlive_a_sigkill(tmp_path):
-    """SPEC §11.5: PR_SET_PDEATHSIG, and the child is forked by the long-lived spawner thread, so the worker thread
+    """contract §11.5: PR_SET_PDEATHSIG, and the child is forked by the long-lived spawner thread, so the worker thread
     that opened the session may end without taking the child with it; SIGKILL of bkmcp takes it."""
     import signal
     import subprocess

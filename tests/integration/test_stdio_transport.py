@@ -1,4 +1,4 @@
-"""stdio transport (SPEC §9, §5 stdio era rules, §8 verbose) over real pipes against ``mock_server/mcp_mock.py
+"""stdio transport (contract.md §9, §5 stdio era rules, §8 verbose) over real pipes against ``mock_server/mcp_mock.py
 --stdio``. Assertions are on what the SERVER received (its JSON-lines ``--log``), on the processes left behind
 (``/proc``), and on the envelope.
 
@@ -148,7 +148,7 @@ def assert_legacy_stdio(target: StdioTarget, offered: str) -> None:
     assert received[1]["rpc_method"] == "notifications/initialized"
     for entry in received:
         params = dict(entry["json"].get("params") or {})
-        if entry["rpc_method"] == "tools/call" and "_meta" in params:  # -v asks for progress (SPEC §5), nothing else
+        if entry["rpc_method"] == "tools/call" and "_meta" in params:  # -v asks for progress (contract §5), no more
             assert list(params.pop("_meta")) == ["progressToken"]
         assert "_meta" not in json.dumps(params)
 
@@ -313,7 +313,7 @@ def test_stdio_server_failing_at_startup_reports_exit_and_stderr(stdio_mock):
 
 @pytest.mark.parametrize("pinned", [MODERN, "2025-06-18", None])
 def test_stdio_non_json_stdout_is_a_protocol_error(stdio_mock, pinned):
-    """SPEC §9: a line on stdout that is not JSON-RPC (a start-up banner) is mcp_protocol_error with a clipped
+    """contract.md §9: a line on stdout that is not JSON-RPC (a start-up banner) is mcp_protocol_error with a clipped
     sample, also during the era probe."""
     wrapper = "sys.stdout.write('Server listening on stdio, token=%s\\n' % os.environ['API_TOKEN']); sys.stdout.flush()"
     target = stdio_mock(None, wrapper=wrapper, protocol_version=pinned, env={"API_TOKEN": "${TOK}"})
@@ -381,7 +381,7 @@ def test_stdio_sigterm_ignored_gets_sigkill(stdio_mock):
 
 
 def test_stdio_environment_is_minimal_plus_expanded_env_C04(stdio_mock, tmp_path):
-    """SPEC §9 / C04: the child gets PATH, HOME, LANG, LC_* … from bkmcp's environment, nothing else, plus the
+    """contract.md §9 / C04: the child gets PATH, HOME, LANG, LC_* … from bkmcp's environment, nothing else, plus the
     entry's env with ${VAR} expanded; cwd from the config."""
     workdir = tmp_path / "work"
     workdir.mkdir()

@@ -1,4 +1,4 @@
-"""Tools with an invalid ``x-mcp-header`` declaration are excluded in the modern era (SPEC §5, issue 11 item 4;
+"""Tools with an invalid ``x-mcp-header`` declaration are excluded in the modern era (contract.md §5, issue 11 item 4;
 2026-07-28 transports: clients MUST exclude them and SHOULD warn), against the real mock over HTTP and stdio:
 ``--tools`` lists them under ``data.excluded`` only, ``--check`` counts them, stderr warns once per command, a
 call or ``<tool> --help`` is ``mcp_tool_not_found`` naming the declaration, and the server never receives a

@@ -1,4 +1,4 @@
-"""Section 11: routing (SPEC §2, seed §3), help paths (D01), --body (P04, P06), dry-run (O02), the exit ladder."""
+"""Section 11: routing (contract §2, seed §3), help paths (D01), --body (P04, P06), dry-run (O02), the exit ladder."""
 
 from __future__ import annotations
 
@@ -151,7 +151,7 @@ def test_repeatable_flags():
     ],
 )
 def test_mode_exclusivity_and_combinations(argv):
-    """SPEC §2/seed §3/§8: modes exclude each other; dry-run needs tool + --body and no named flags."""
+    """docs/contract.md §2/seed §3/§8: modes exclude each other; dry-run needs tool + --body and no named flags."""
     with pytest.raises(bkmcp.UsageError):
         bkmcp.check_invocation(bkmcp.parse_argv(argv))
 

@@ -253,7 +253,7 @@ KEPT_URLS = [
 
 @pytest.mark.parametrize("url", KEPT_URLS)
 def test_c02_url_kept_byte_for_byte_in_dry_run(url, write_config, no_network):
-    """SPEC §3: path, trailing slash and query are kept; nothing appended."""
+    """docs/contract.md §3: path, trailing slash and query are kept; nothing appended."""
     path = write_config(cfg(a=http(url=url)))
     res = dry("--config", str(path), "a")
     assert res.exit_status == 0, res.stderr

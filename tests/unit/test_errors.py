@@ -1,4 +1,4 @@
-"""Section 1: the error tree, its stable codes and exit statuses (SPEC §7), and their documentation."""
+"""Section 1: the error tree, its stable codes and exit statuses (docs/contract.md §7), and their documentation."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ SPEC_REMOTE = {
     "mcp_auth_required", "mcp_permission_denied", "mcp_connection_error", "mcp_timeout", "mcp_protocol_error",
     "mcp_discovery_incomplete", "mcp_tool_error", "mcp_capability_unsupported", "jq_error",
 }
-# SPEC §11.2: the resident mode's codes besides the CLI's (resource_limit happens remotely: a child start)
+# docs/contract.md §11.2: the resident mode's codes besides the CLI's (resource_limit happens remotely: a child start)
 RESIDENT_LOCAL = {
     "invalid_command", "unknown_action", "duplicate_task_id", "mcp_credentials_missing", "mcp_server_disabled",
     "registry_error",
@@ -91,7 +91,7 @@ def test_error_object_has_code_message_hint_and_details():
 
 @pytest.mark.parametrize("cls", bkmcp.error_classes(), ids=lambda c: c.code)
 def test_each_error_reaches_the_right_stream_and_exit_status(cls, monkeypatch, write_config, tmp_path):
-    """SPEC §7: local failures on stderr (exit 1), remote ones on stdout (exit 2); one envelope, no traceback."""
+    """contract §7: local failures on stderr (exit 1), remote ones on stdout (exit 2); one envelope, no traceback."""
     path = write_config({"mcpServers": {"s": {"type": "http", "url": "https://example.invalid/mcp"}}})
 
     def boom(*a, **k):

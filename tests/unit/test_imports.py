@@ -1,4 +1,4 @@
-"""SPEC §1/§13: `bkmcp --help` and `bkmcp <server> --help` import none of httpx, jsonschema, jq, asyncio."""
+"""contract.md §1/§13: `bkmcp --help` and `bkmcp <server> --help` import none of httpx, jsonschema, jq, asyncio."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def test_import_has_no_side_effects(tmp_path):
 @pytest.mark.parametrize("args", [("--help",), ("--version",), ("--config", "{config}", "report", "--help"),
                                   ("--config", "{config}", "fs")])
 def test_d01_help_paths_defer_even_stdlib_modules(args, tmp_path, config):
-    """SPEC §13 start-up: root help, --version and server help also skip json, re, decimal, urllib.parse,
+    """docs/contract.md §13 start-up: root help, --version and server help also skip json, re, decimal, urllib.parse,
     typing, dataclasses and inspect (each costs milliseconds; together they were most of the start-up).
     ``-S`` keeps site's .pth files out of it."""
     argv = [a.replace("{config}", str(config)) for a in args]

@@ -1,4 +1,4 @@
-"""Section 9 envelopes and the call flow of section 11 (SPEC §7): right stream, right exit status, data kept."""
+"""Section 9 envelopes and the call flow of section 11 (contract.md §7): right stream, right exit status, data kept."""
 
 from __future__ import annotations
 

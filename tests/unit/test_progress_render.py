@@ -1,4 +1,4 @@
-"""Progress of long calls on stderr (SPEC §5, issue 11 item 5), section 2: ``render_progress``, the terminal line
+"""Progress of long calls on stderr (contract §5, issue 11 item 5), section 2: ``render_progress``, the terminal line
 of ``Log.progress``/``Log.progress_end`` and ``ProgressLine`` (token filtering, elapsed seconds). No I/O: the
 terminal is a StringIO that says it is a TTY."""
 

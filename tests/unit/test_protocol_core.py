@@ -44,7 +44,7 @@ FUZZ = settings(
 
 
 def test_protocol_core_imports_no_io():
-    """Section 5 is sans-IO: no httpx, sockets or subprocess (STYLE.md, the h11 model)."""
+    """Section 5 is sans-IO: no httpx, sockets or subprocess (docs/design.md, Code style, the h11 model)."""
     source = open(bkmcp.__file__, encoding="utf-8").read()
     start = source.index("# 5. Protocol core (sans-IO)")
     end = source.index("# 6. Transports")

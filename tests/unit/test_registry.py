@@ -1,4 +1,4 @@
-"""Registry and credentials (SPEC §11.3, §11.4): the SQLite registry, rows, credential choice, templates, header
+"""Registry and credentials (contract.md §11.3, §11.4): the SQLite registry, rows, credential choice, templates, header
 mapping, the CLI's header rules, and ``bkmcp --registry FILE --import mcp.json | --list`` through the real CLI.
 
 Secrets are sentinels (``SENTINEL-…``) that must never appear in any message, envelope or log line.
@@ -20,7 +20,7 @@ from bkmcp_test_helpers import ROOT, run_bkmcp
 
 import bkmcp
 
-# SPEC §11.3, copied verbatim (the test must not read the product's own constant to prove the product right).
+# contract.md §11.3, copied verbatim (the test must not read the product's own constant to prove the product right).
 SPEC_SCHEMA = """\
 CREATE TABLE mcp_servers (
   name TEXT PRIMARY KEY,                -- [A-Za-z0-9_.-]{1,64}

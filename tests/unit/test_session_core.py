@@ -55,7 +55,7 @@ def test_requests_get_fresh_ids_and_era_shaped_messages(version):
     assert (first["id"], second["id"]) == (1, 2)
     assert core.in_flight() == [1, 2]
     has_meta = "_meta" in (second["params"] or {})
-    assert has_meta is (version == MODERN)  # modern requests carry the per-request _meta (SPEC §5)
+    assert has_meta is (version == MODERN)  # modern requests carry the per-request _meta (docs/contract.md §5)
 
 
 def test_a_response_answers_its_request_once_and_a_second_answer_is_a_duplicate_stray():

@@ -1,4 +1,4 @@
-"""Tool help text (D02, SPEC §7): content, --body example built from the schema, 80-column layout."""
+"""Tool help text (D02, docs/contract.md §7): content, --body example built from the schema, 80-column layout."""
 
 from __future__ import annotations
 

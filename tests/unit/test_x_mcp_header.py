@@ -1,5 +1,5 @@
 """The 2026-07-28 ``x-mcp-header`` rule (section 5, ``scan_header_declarations``): which declarations exclude a
-tool from the modern catalogue (SPEC §5, issue 11 item 4), and the same rule choosing the ``Mcp-Param-*`` headers
+tool from the modern catalogue (contract §5, issue 11 item 4), and the same rule choosing the ``Mcp-Param-*`` headers
 of a kept tool (``build_param_headers``). Pure functions, no I/O; Hypothesis checks the rule never raises."""
 
 from __future__ import annotations
