@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 import bkmcp
-from mock_server.mcp_mock import MockServer
+from mock_server.mcp_mock import DEFAULT_TOOLS, MockServer, mock_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -161,31 +161,46 @@ def _example_files() -> list[Path]:
 
 @pytest.fixture(scope="module")
 def mock_env(tmp_path_factory: pytest.TempPathFactory):
-    """The servers the examples name: ``demo`` (HTTP, Bearer token), ``demo-stdio``, ``locked`` (401 for this
-    token), ``denied`` (403), ``offline`` (nothing listens). Same shape as ``make demo``'s config."""
+    """The servers the examples name (docs/user-guide.md, "Trying the examples"): ``demo`` (HTTP, Bearer token),
+    ``demo-stdio``, ``lab`` (tools that fail in instructive ways), ``pages`` (a pagination cycle), ``locked`` (401
+    for this token), ``denied`` (403), ``offline`` (nothing listens), ``needs-var`` (an unset variable),
+    ``conflict`` (two identity headers). Same shape as ``make demo``'s config."""
     tmp = tmp_path_factory.mktemp("docs-examples")
+    bearer = {"Authorization": "Bearer ${DEMO_TOKEN}"}
     demo = MockServer({"require_headers": {"Authorization": f"Bearer {DEMO_TOKEN}"}})
+    lab = MockServer({"tools": [*DEFAULT_TOOLS, mock_tool("ask", "input_required"), mock_tool("slow", "slow", ms=5000),
+                                mock_tool("rpc", "rpc_error", message="no such report")]})
+    pages = MockServer({"page_size": 2, "faults": {"cursor_cycle": True}})
     locked = MockServer({"require_headers": {"Authorization": "Bearer another-token"}})
     denied = MockServer({"forbid_headers_403": {"Authorization": f"Bearer {DEMO_TOKEN}"},
                          "forbidden_message": "this identity may not use the report tools"})
-    urls = [server.start() for server in (demo, locked, denied)]
+    mocks = (demo, lab, pages, locked, denied)
+    urls = [server.start() for server in mocks]
     servers = {
-        "demo": {"type": "http", "url": urls[0], "headers": {"Authorization": "Bearer ${DEMO_TOKEN}"}},
+        "demo": {"type": "http", "url": urls[0], "headers": bearer},
         "demo-stdio": {"type": "stdio", "command": sys.executable,
                        "args": [str(ROOT / "mock_server" / "mcp_mock.py"), "--stdio", "--quiet"]},
-        "locked": {"type": "http", "url": urls[1], "headers": {"Authorization": "Bearer ${DEMO_TOKEN}"}},
-        "denied": {"type": "http", "url": urls[2], "headers": {"Authorization": "Bearer ${DEMO_TOKEN}"}},
+        "lab": {"type": "http", "url": urls[1]},
+        "pages": {"type": "http", "url": urls[2]},
+        "locked": {"type": "http", "url": urls[3], "headers": bearer},
+        "denied": {"type": "http", "url": urls[4], "headers": bearer},
         "offline": {"type": "http", "url": "http://127.0.0.1:9/mcp"},
+        "needs-var": {"type": "http", "url": "http://127.0.0.1:9/mcp",
+                      "headers": {"Authorization": "Bearer ${REPORT_TOKEN}"}},
+        "conflict": {"type": "http", "url": "http://127.0.0.1:9/mcp",
+                     "headers": {"Authorization": "Bearer x", "X-Bkapi-Authorization": '{"access_token": "y"}'}},
     }
     (tmp / "mcp.json").write_text(json.dumps({"mcpServers": servers}, indent=2), encoding="utf-8")
     (tmp / "mcp.json").chmod(0o600)
+    (tmp / "broken.json").write_text('{"mcpServers": {"a": {"type": "http", "url": "https://x/mcp",}}}\n',
+                                     encoding="utf-8")
     (tmp / "params.json").write_text('{"text": "from a file", "count": 2}\n', encoding="utf-8")
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp), "BK_CLI_CONFIG_DIR": str(tmp),
            "DEMO_TOKEN": DEMO_TOKEN, "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"}
     try:
         yield tmp, env
     finally:
-        for server in (demo, locked, denied):
+        for server in mocks:
             server.stop()
 
 
@@ -247,6 +262,8 @@ def _repository_files() -> list[Path]:
     for dirpath, dirnames, filenames in os.walk(ROOT):
         dirnames[:] = [d for d in dirnames if d not in _SKIP_DIRS and not d.startswith(".venv")]
         for name in filenames:
+            if name == ".git":  # a worktree's pointer to its repository, not a document
+                continue
             path = Path(dirpath) / name
             if path.suffix in {".py", ".md", ".txt", ".sh", ".json", ".toml", ".cfg", ".yml", ".yaml", ""}:
                 files.append(path)
