@@ -29,3 +29,22 @@ def test_seed_id_has_a_test(seed_id: str) -> None:
 def test_seed_id_is_mapped_in_docs(seed_id: str) -> None:
     text = (ROOT / "docs" / "acceptance.md").read_text(encoding="utf-8")
     assert re.search(rf"^\| {seed_id} \|", text, re.M), f"docs/acceptance.md has no row for {seed_id}"
+
+
+def _row_files(seed_id: str) -> set[str]:
+    text = (ROOT / "docs" / "acceptance.md").read_text(encoding="utf-8")
+    match = re.search(rf"^\| {seed_id} \|[^|]*\|([^|]*)\|", text, re.M)
+    assert match, f"docs/acceptance.md has no row for {seed_id}"
+    return set(re.findall(r"`(tests/[^`]+\.py)`", match.group(1)))
+
+
+@pytest.mark.parametrize("seed_id", IDS)
+def test_seed_id_row_names_exactly_the_files_carrying_it(seed_id: str) -> None:
+    """The matrix is accurate (every file named carries the id) and complete (every test file carrying it is named)."""
+    listed = _row_files(seed_id)
+    files = [p for d in ("unit", "integration", "artifact") for p in (ROOT / "tests" / d).glob("test_*.py")
+             if p.name != Path(__file__).name]
+    carrying = {p.relative_to(ROOT).as_posix() for p in files
+                if re.search(rf"\b{seed_id}\b", p.read_text(encoding="utf-8"))}
+    assert not listed - carrying, f"docs/acceptance.md row {seed_id} names files without the id: {listed - carrying}"
+    assert not carrying - listed, f"docs/acceptance.md row {seed_id} should also name: {sorted(carrying - listed)}"
