@@ -126,7 +126,7 @@ def _resident_actions() -> set[str]:
 
 
 def test_every_resident_action_is_documented() -> None:
-    text = _read(USER_GUIDE) + _resident_doc()
+    text = _read(USER_GUIDE) + (_read(RESIDENT) if RESIDENT.exists() else "")
     missing = sorted(action for action in _resident_actions() if f"`{action}`" not in text)
     assert not missing, f"resident actions missing from docs/user-guide.md and docs/resident.md: {missing}"
 
@@ -197,6 +197,9 @@ def mock_env(tmp_path_factory: pytest.TempPathFactory):
     (tmp / "params.json").write_text('{"text": "from a file", "count": 2}\n', encoding="utf-8")
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp), "BK_CLI_CONFIG_DIR": str(tmp),
            "DEMO_TOKEN": DEMO_TOKEN, "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"}
+    # registry.db: the SQLite registry of these servers, for resident-mode examples
+    subprocess.run([sys.executable, str(ROOT / "bkmcp.py"), "--registry", "registry.db", "--import", "mcp.json"],
+                   cwd=tmp, env=env, capture_output=True, timeout=60, check=True)
     try:
         yield tmp, env
     finally:
@@ -210,8 +213,12 @@ def run_example(command: str, tmp: Path, env: dict[str, str]) -> subprocess.Comp
     stdin = ""
     if "|" in tokens:
         left, tokens = tokens[: tokens.index("|")], tokens[tokens.index("|") + 1:]
-        assert left[:1] == ["echo"] and len(left) == 2, f"only `echo 'TEXT' | bkmcp …` pipes are supported: {command}"
-        stdin = left[1] + "\n"
+        if left[:1] == ["echo"] and len(left) == 2:
+            stdin = left[1] + "\n"
+        elif left[:2] == ["printf", "%s\\n"]:  # printf '%s\n' 'LINE' 'LINE' …: one line per argument
+            stdin = "".join(line + "\n" for line in left[2:])
+        else:
+            pytest.fail(f"only `echo 'TEXT' |` and `printf '%s\\n' 'LINE'… |` pipes are supported: {command}")
     assert tokens[:1] == ["bkmcp"], f"a mock example must run bkmcp: {command}"
     return subprocess.run([sys.executable, str(ROOT / "bkmcp.py"), *tokens[1:]], input=stdin, text=True,
                           capture_output=True, cwd=tmp, env=env, timeout=120)
@@ -221,7 +228,8 @@ def run_example(command: str, tmp: Path, env: dict[str, str]) -> subprocess.Comp
 def test_documented_mock_examples_run_and_exit_as_documented(path: Path, mock_env) -> None:
     tmp, env = mock_env
     examples = _examples(path)
-    assert len(examples) >= (5 if path.name.startswith("README") else 3), f"{path.name}: too few mock examples"
+    least = {"README.md": 5, "README_zh.md": 5, "user-guide.md": 20}.get(path.name, 1)
+    assert len(examples) >= least, f"{path.name}: {len(examples)} mock example(s), expected at least {least}"
     for command, status in examples:
         done = run_example(command, tmp, env)
         assert done.returncode == status, (f"{path.name}: `{command}` exited {done.returncode}, documented "
@@ -310,3 +318,14 @@ def test_readmes_have_the_same_sections() -> None:
         assert re.search(r"[\u4e00-\u9fff]", match.group(1)), f"README_zh.md heading not translated: {heading!r}"
         mapped.append(match.group(2))
     assert mapped == english, f"README_zh.md sections {mapped} differ from README.md sections {english}"
+
+
+def test_example_runner_feeds_stdin_from_echo_and_printf(mock_env) -> None:
+    """The runner's pipes reach bkmcp's stdin (so `--body -` and resident sessions in the docs are real)."""
+    tmp, env = mock_env
+    for command in ("""echo '{"text": "piped"}' | bkmcp demo echo --body - --dry-run""",
+                    """printf '%s\\n' '{"text": "piped"}' | bkmcp demo echo --body - --dry-run"""):
+        done = run_example(command, tmp, env)
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["data"]["arguments"] == {"text": "piped"}
+    assert (tmp / "registry.db").is_file()
