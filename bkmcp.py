@@ -59,6 +59,7 @@ Heavy dependencies (httpx, jsonschema, jq) are imported lazily by the code paths
 
 from __future__ import annotations
 
+import _thread
 import os
 import sys
 import time
@@ -454,15 +455,21 @@ else:
             return _real_json_number()(text)
 
     _JSON_NUMBER_CLASS = []
+    _JSON_NUMBER_LOCK = _thread.allocate_lock()  # _thread is built in: no import cost (threading would be)
 
     def _real_json_number():
-        """The real class, created once; it replaces the stand-in in the module globals."""
+        """The real class, created once even when many threads meet their first number together (resident
+        mode): checked, then created under the lock and checked again, so every caller gets the same class."""
         if not _JSON_NUMBER_CLASS:
-            real = _define_json_number()
-            real.__module__, real.__qualname__ = __name__, "JsonNumber"
-            _JSON_NUMBER_CLASS.append(real)
-            globals()["JsonNumber"] = real
+            with _JSON_NUMBER_LOCK:
+                if not _JSON_NUMBER_CLASS:
+                    real = _define_json_number()
+                    real.__module__, real.__qualname__ = __name__, "JsonNumber"
+                    globals()["JsonNumber"] = real
+                    _JSON_NUMBER_CLASS.append(real)
         return _JSON_NUMBER_CLASS[0]
+
+
 class JsonInputError(ValueError):
     """Invalid JSON text. ``str()`` says what and where, never echoes the text itself."""
 
@@ -510,6 +517,13 @@ def parse_json(text: str | bytes, *, strict_keys: bool = True) -> Any:
 
     ``strict_keys`` rejects duplicate object keys at every level (config, --body, flag values). ``NaN`` and
     ``Infinity`` are rejected. Errors are ``JsonInputError`` with a position but never the input text.
+
+    Valid input takes a fast path (``_scan_json``: the C scanner without importing ``json``). Any failure there
+    is parsed again by the plain ``json`` module, whose answer is the one reported: on CPython 3.10 and 3.11
+    the C scanner cannot build its own error unless ``json.decoder`` is already imported (it then fails with
+    ``SystemError``), and its messages differ between versions. So errors are always exactly the plain
+    module's, and a value is returned only when both agree that the text is valid (tests/unit/test_json.py
+    compares the two paths, tests/unit/test_fresh_fuzz.py runs them in fresh interpreters).
     """
     if isinstance(text, bytes):
         try:
@@ -518,39 +532,46 @@ def parse_json(text: str | bytes, *, strict_keys: bool = True) -> Any:
             raise JsonInputError("input is not valid UTF-8") from exc
     if text.startswith("\ufeff"):
         text = text[1:]
-    start = len(text) - len(text.lstrip(_JSON_SPACE))
     try:
-        try:
-            value, end = _json_scanner(strict_keys)(text, start)
-        except StopIteration as stop:
-            raise _JsonSyntax("expecting value" if text.strip() else "empty input", text, stop.value) from None
-        end += len(text) - end - len(text[end:].lstrip(_JSON_SPACE))
-        if end != len(text):
-            raise _JsonSyntax("extra data", text, end)
-        return value
+        return _scan_json(text, strict_keys)
+    except (ValueError, RecursionError, SystemError, StopIteration):
+        pass  # the plain decoder below says what is wrong (outside this handler: no chained context)
+    return parse_json_plain(text, strict_keys=strict_keys)
+
+
+def _scan_json(text: str, strict_keys: bool) -> Any:
+    """``json.JSONDecoder.decode`` without the json module: the same scanner and context, the same whitespace
+    rule (``[ \\t\\n\\r]*`` before and after), the same "extra data" check. Raises on any invalid input."""
+    start = len(text) - len(text.lstrip(_JSON_SPACE))
+    value, end = _json_scanner(strict_keys)(text, start)
+    if len(text[end:].lstrip(_JSON_SPACE)):
+        raise ValueError("extra data")
+    return value
+
+
+def parse_json_plain(text: str, *, strict_keys: bool = True) -> Any:
+    """``parse_json`` through the ``json`` module itself (the reference the fast path is tested against)."""
+    decoder = json.JSONDecoder(
+        object_pairs_hook=_strict_pairs if strict_keys else None,
+        parse_float=_json_float,
+        parse_int=_parse_int,
+        parse_constant=_reject_constant,
+    )
+    try:
+        return decoder.decode(text)
     except _DuplicateKey as exc:
         raise JsonInputError(f"duplicate key {json.dumps(exc.key, ensure_ascii=False)}") from None
     except RecursionError:
         raise JsonInputError("nesting too deep") from None
-    except ValueError as exc:  # the scanner's JSONDecodeError (msg, lineno, colno), or a rejected constant
-        if hasattr(exc, "lineno"):
-            reason = exc.msg.lower() if text.strip() else "empty input"  # type: ignore[attr-defined]
-            raise JsonInputError(reason, exc.lineno, exc.colno) from None  # type: ignore[attr-defined]
+    except json.JSONDecodeError as exc:
+        reason = exc.msg.lower() if text.strip() else "empty input"
+        raise JsonInputError(reason, exc.lineno, exc.colno) from None
+    except ValueError as exc:  # a rejected constant (NaN, Infinity)
         raise JsonInputError(str(exc)) from None
 
 
 _JSON_SPACE = " \t\n\r"
 _SCANNERS: dict[bool, Callable[[str, int], tuple[Any, int]]] = {}
-
-
-class _JsonSyntax(ValueError):
-    """Same fields as ``json.JSONDecodeError``, without importing json (and re) for the parse itself."""
-
-    def __init__(self, msg: str, doc: str, pos: int) -> None:
-        super().__init__(msg)
-        self.msg = msg
-        self.lineno = doc.count("\n", 0, pos) + 1
-        self.colno = pos - doc.rfind("\n", 0, pos)
 
 
 class _ScanContext:
@@ -568,7 +589,8 @@ class _ScanContext:
 
 def _json_scanner(strict_keys: bool) -> Callable[[str, int], tuple[Any, int]]:
     """The C scanner behind ``json.loads``, used directly: importing ``json`` pulls in ``re`` (and ``enum``),
-    which would be most of ``bkmcp <server> --help``'s start-up (SPEC §13)."""
+    which would be most of ``bkmcp <server> --help``'s start-up (SPEC §13). Only for valid input: see
+    ``parse_json``."""
     scanner = _SCANNERS.get(strict_keys)
     if scanner is None:
         try:
