@@ -4838,44 +4838,125 @@ def check_invocation(inv: Invocation) -> None:
         parse_duration(inv.timeout)
 
 
-def read_body(source: str, stdin: IO[str], cwd: str) -> dict[str, Any]:
-    """``--body JSON | @FILE | -``: the complete arguments object (P04, P06). stdin is read once."""
+BODY_LIMIT = 64 * 1024 * 1024  # bytes of --body (inline, @FILE or -): tool arguments, not a data transfer
+
+
+def read_body(source: str, stdin: IO[str], cwd: str, deadline: Deadline | None = None) -> dict[str, Any]:
+    """``--body JSON | @FILE | -``: the complete arguments object (P04, P06). stdin is read once.
+
+    Messages name the source as written (``--body``, ``--body @args.json``, ``--body -``). At most
+    ``BODY_LIMIT`` bytes are read, and a FIFO or pipe that never delivers is bounded by ``deadline``.
+    """
     if source == "-":
-        label = "stdin"
-        try:
-            raw: str | bytes = stdin.buffer.read() if hasattr(stdin, "buffer") else stdin.read()
-        except (OSError, ValueError, AttributeError) as exc:  # AttributeError: no stdin at all (fd 0 closed)
-            raise UsageError(f"cannot read --body from stdin: {exc}") from None
+        label = "--body -"
+        raw = _read_body_stream(stdin, label, deadline)
     elif source.startswith("@"):
-        path = os.path.normpath(os.path.join(cwd, os.path.expanduser(source[1:])))
-        label = path
+        label = f"--body {source}"
         if not source[1:]:
-            raise UsageError("--body @FILE needs a file name")
-        try:
-            with open(path, "rb") as handle:
-                raw = handle.read()
-        except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
-            raise UsageError(f"cannot read --body file {path!r}: {getattr(exc, 'strerror', None) or exc}") from None
+            raise UsageError("--body @FILE needs a file name", hint="write --body @args.json, or --body - for stdin")
+        path = os.path.normpath(os.path.join(cwd, os.path.expanduser(source[1:])))
+        raw = load_body_file(path, label, deadline)
     else:
         label = "--body"
-        raw = source
         try:
-            raw.encode("utf-8")
+            raw = source.encode("utf-8")
         except UnicodeEncodeError:  # undecodable argv bytes arrive as lone surrogates (PEP 383)
-            raise InvalidArgumentsError("--body from --body is not valid JSON: input is not valid UTF-8") from None
-    if not (raw.strip() if isinstance(raw, str) else raw.strip()):
-        raise InvalidArgumentsError(f"--body from {label} is empty", hint="use --body '{}' for no arguments")
+            raise InvalidArgumentsError("--body is not valid JSON: input is not valid UTF-8") from None
+        if len(raw) > BODY_LIMIT:
+            raise _body_too_large(label)
+    if not raw.strip():
+        raise InvalidArgumentsError(f"{label} is empty", hint="use --body '{}' for a tool without arguments")
     try:
         value = parse_json(raw)
     except JsonInputError as exc:
-        raise InvalidArgumentsError(f"--body from {label} is not valid JSON: {exc}") from None
+        raise InvalidArgumentsError(f"{label} is not valid JSON: {exc}", hint="--body takes one strict JSON object"
+                                    ) from None
     if not isinstance(value, dict):
         kind = "an array" if isinstance(value, list) else "a scalar"
         raise InvalidArgumentsError(
-            f"--body from {label} must be a JSON object (the tool's arguments), got {kind}",
+            f"{label} must be a JSON object (the tool's arguments), got {kind}",
             hint="wrap the values in an object, e.g. {\"name\": …}",
         )
     return value
+
+
+def _body_too_large(label: str) -> InvalidArgumentsError:
+    return InvalidArgumentsError(
+        f"{label} is larger than {BODY_LIMIT // (1024 * 1024)} MiB",
+        hint="tool arguments are limited to 64 MiB; pass large data by reference (a path or URL the tool reads)",
+    )
+
+
+def load_body_file(path: str, label: str, deadline: Deadline | None) -> bytes:
+    """The bytes of ``--body @FILE``. Opened without blocking, so a FIFO with no writer waits at most until the
+    deadline instead of forever; /dev/zero and other endless files stop at ``BODY_LIMIT``."""
+    nonblocking = getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, os.O_RDONLY | nonblocking | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
+        shown = label if path == label[len("--body @"):] else f"{label} ({path})"
+        raise UsageError(f"cannot read {shown}: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        return _read_body_fd(fd, label, deadline if nonblocking else None, path)
+    finally:
+        os.close(fd)
+
+
+def _read_body_stream(stdin: IO[str], label: str, deadline: Deadline | None) -> bytes:
+    """``--body -``: stdin's bytes, bounded like a file; an injected stream without a descriptor (tests,
+    embedding) is read directly, up to the limit."""
+    try:
+        fd = stdin.fileno()
+    except (OSError, ValueError, AttributeError):  # io.UnsupportedOperation is an OSError and a ValueError
+        fd = -1
+    if fd >= 0:
+        return _read_body_fd(fd, label, deadline, "stdin")
+    try:
+        raw = stdin.buffer.read(BODY_LIMIT + 1) if hasattr(stdin, "buffer") else stdin.read(BODY_LIMIT + 1)
+    except (OSError, ValueError, AttributeError) as exc:  # AttributeError: no stdin at all (fd 0 closed)
+        raise UsageError(f"cannot read {label} (stdin): {exc}") from None
+    data = raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogateescape")
+    if len(data) > BODY_LIMIT:
+        raise _body_too_large(label)
+    return data
+
+
+def _read_body_fd(fd: int, label: str, deadline: Deadline | None, where: str) -> bytes:
+    """Read ``fd`` to its end: at most ``BODY_LIMIT`` bytes, waiting for data no longer than ``deadline``."""
+    import select
+
+    poller = select.poll() if hasattr(select, "poll") else None  # not on Windows: plain blocking reads
+    if poller is not None:
+        poller.register(fd, select.POLLIN)
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        if poller is not None:
+            wait = None
+            if deadline is not None:
+                left = deadline.end - time.monotonic()
+                if left <= 0:
+                    raise UsageError(
+                        f"{label} delivered no end of input within --timeout {format_duration(deadline.seconds)}",
+                        hint=f"{where} waits for a writer (a FIFO or pipe?): write the JSON and close it, or pass "
+                        "a regular file",
+                    )
+                wait = max(1, int(left * 1000) + 1)
+            if not poller.poll(wait):
+                continue
+        try:
+            chunk = os.read(fd, min(1 << 20, BODY_LIMIT + 1 - size))
+        except BlockingIOError:  # readable a moment ago, empty now
+            continue
+        except OSError as exc:  # e.g. a directory (EISDIR)
+            shown = label if where == label[len("--body @"):] else f"{label} ({where})"
+            raise UsageError(f"cannot read {shown}: {exc.strerror or exc}") from None
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > BODY_LIMIT:
+            raise _body_too_large(label)
 
 
 @dataclass
@@ -4981,15 +5062,15 @@ class _Runner:
         server = resolve_server(server_cfg, envr.env)
         for secret in server.redactor._secrets:
             self.redactor.add(secret)
+        timeout = parse_duration(inv.timeout) if inv.timeout is not None else DEFAULT_TIMEOUT
+        deadline = Deadline(timeout)  # reading --body from a FIFO or pipe counts against the budget too
         if inv.dry_run:
             assert inv.tool is not None and inv.body is not None
-            preview = read_body(inv.body, envr.stdin, envr.cwd)
+            preview = read_body(inv.body, envr.stdin, envr.cwd, deadline)
             return self.emit_envelope(build_success(build_dry_run(server, inv.tool, preview)), jq, EXIT_OK)
         arguments: dict[str, Any] | None = None
         if inv.tool is not None and not inv.help and inv.body is not None:
-            arguments = read_body(inv.body, envr.stdin, envr.cwd)
-        timeout = parse_duration(inv.timeout) if inv.timeout is not None else DEFAULT_TIMEOUT
-        deadline = Deadline(timeout)
+            arguments = read_body(inv.body, envr.stdin, envr.cwd, deadline)
         try:
             self.remote_started = True
             if inv.check:
