@@ -363,6 +363,7 @@ if not TYPE_CHECKING:
                 return all(getattr(self, n) == getattr(other, n) for n in names)
 
             cls.__init__, cls.__repr__, cls.__eq__ = __init__, __repr__, __eq__
+            cls.__dataclass_fields__ = _DataclassFields(cls.__dict__.get("__annotations__", {}), defaults, frozen)
             if frozen:
                 def __setattr__(self: Any, name: str, value: Any) -> None:
                     raise AttributeError(f"cannot assign to field {name!r} of frozen {qualname}")
@@ -379,6 +380,27 @@ if not TYPE_CHECKING:
             return cls
 
         return wrap if cls is None else wrap(cls)
+
+    class _DataclassFields:
+        """``__dataclass_fields__``, built by the real ``dataclasses`` on first access, so that ``fields``,
+        ``replace``, ``asdict``, ``astuple`` and ``is_dataclass`` work on these classes as the type checker
+        promises, while start-up never imports ``dataclasses`` (with ``inspect``)."""
+
+        def __init__(self, annotations: dict[str, Any], defaults: dict[str, Any], frozen: bool) -> None:
+            self._spec = (dict(annotations), defaults, frozen)
+
+        def __get__(self, obj: Any, owner: type) -> dict[str, Any]:
+            import dataclasses
+
+            annotations, defaults, frozen = self._spec
+            body: dict[str, Any] = {"__annotations__": annotations}
+            for name, default in defaults.items():
+                body[name] = (dataclasses.field(default_factory=default.default_factory)
+                              if isinstance(default, _Field) else default)
+            twin = dataclasses.dataclass(frozen=frozen)(type(owner.__name__, (), body))
+            found: dict[str, Any] = twin.__dataclass_fields__  # type: ignore[attr-defined]
+            type.__setattr__(owner, "__dataclass_fields__", found)  # later lookups are a plain attribute
+            return found
 
     def _compiled_init(names: tuple[str, ...], defaults: dict[str, Any], frozen: bool) -> Callable[..., None]:
         """``def __init__(self, a, b=_d_b, c=_MISSING): ...`` for these fields, as dataclasses generates it."""
@@ -896,28 +918,44 @@ class ConfigFile:
     path: str
     servers: dict[str, ServerConfig]
     readable_by_others: bool = False
+    # entries whose name no command line can select (``check_server_name``): (name, why), left out of servers
+    invalid_names: tuple[tuple[str, str], ...] = ()
 
 
 def resolve_config_path(option: str | None, env: Mapping[str, str], cwd: str) -> str:
-    """``--config`` if given, else ``$BK_CLI_CONFIG_DIR/mcp.json``, else ``~/.bk-cli/mcp.json`` (SPEC §3)."""
+    """``--config`` if given, else ``$BK_CLI_CONFIG_DIR/mcp.json``, else ``~/.bk-cli/mcp.json`` (SPEC §3).
+
+    ``~`` is ``$HOME``. With HOME unset or empty a ``~`` path has no location: it is returned unexpanded (the
+    only relative result) and ``load_config`` reports it as not found, rather than guessing
+    ``/.bk-cli/mcp.json`` or a file relative to the working directory. Help still shows it.
+    """
+    home = env.get("HOME") or ""
     if option is not None:
         if not option:
             raise UsageError("--config needs a file path")
         path = option
         if option == "~" or option.startswith("~/"):  # the injected HOME, like the default path below
-            path = (env.get("HOME") or os.path.expanduser("~")) + option[1:]
+            if not home:
+                return option
+            path = home + option[1:]
         elif option.startswith("~"):
             path = os.path.expanduser(option)
     elif env.get("BK_CLI_CONFIG_DIR"):
         path = os.path.join(env["BK_CLI_CONFIG_DIR"], CONFIG_FILE_NAME)
+    elif not home:
+        return "~/.bk-cli/" + CONFIG_FILE_NAME
     else:
-        home = env.get("HOME") or os.path.expanduser("~")
         path = os.path.join(home, ".bk-cli", CONFIG_FILE_NAME)
     return os.path.normpath(os.path.join(cwd, path))
 
 
 def load_config(path: str) -> ConfigFile:
     """Read and validate the whole file (syntax and structure of every server; no environment expansion)."""
+    if path.startswith("~"):  # resolve_config_path found no HOME to expand it with
+        raise ConfigNotFoundError(
+            f"config file not found: HOME is not set (or is empty), so {path} has no location",
+            hint="set HOME, set BK_CLI_CONFIG_DIR to the folder holding mcp.json, or pass --config with a full path",
+        )
     try:
         with open(path, "rb") as handle:
             raw = handle.read()
@@ -932,7 +970,7 @@ def load_config(path: str) -> ConfigFile:
     except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
         raise InvalidConfigError(f"cannot read config file {path!r}: {getattr(exc, 'strerror', None) or exc}") from None
     config = parse_config(raw, path)
-    return ConfigFile(config.path, config.servers, readable_by_others=bool(mode & 0o044))
+    return ConfigFile(config.path, config.servers, bool(mode & 0o044), config.invalid_names)
 
 
 def parse_config(raw: str | bytes, path: str) -> ConfigFile:
@@ -956,8 +994,15 @@ def parse_config(raw: str | bytes, path: str) -> ConfigFile:
     entries = document["mcpServers"]
     if not isinstance(entries, dict):
         raise InvalidConfigError(f"{path}: \"mcpServers\" must be an object of named servers")
-    servers = {name: _parse_server(path, name, entry) for name, entry in entries.items()}
-    return ConfigFile(path, servers)
+    servers: dict[str, ServerConfig] = {}
+    invalid: list[tuple[str, str]] = []
+    for name, entry in entries.items():
+        problem = check_server_name(name)
+        if problem:  # no command line can select it: reported for this entry only, the others stay usable
+            invalid.append((name, problem))
+        else:
+            servers[name] = _parse_server(path, name, entry)
+    return ConfigFile(path, servers, invalid_names=tuple(invalid))
 
 
 def _safe_name(name: str) -> str:
@@ -968,7 +1013,8 @@ def _safe_name(name: str) -> str:
 
 
 def check_server_name(name: str) -> str | None:
-    """Why ``name`` cannot be a server name, or None when it can."""
+    """Why ``name`` cannot be a server name, or None when it can: a name is not empty, does not start with
+    ``-`` (it would read as an option) and has no whitespace or control characters."""
     if not name:
         return "a server name must not be empty"
     if name.startswith("-"):
@@ -980,9 +1026,6 @@ def check_server_name(name: str) -> str | None:
 
 def _parse_server(path: str, name: str, entry: Any) -> ServerConfig:
     where = f"{path}: server {name!r}"
-    problem = check_server_name(name)
-    if problem:
-        raise InvalidConfigError(f"{path}: invalid server name {name!r}: {problem}")
     if not isinstance(entry, dict):
         raise InvalidConfigError(f"{where}: entry must be an object")
     kind = entry.get("type")
@@ -1132,8 +1175,9 @@ def expand_env(template: str, env: Mapping[str, str], *, where: str) -> tuple[st
         name = match.group(1)
         if name is None:
             raise InvalidConfigError(
-                f"{where}: unsupported reference syntax (only ${{NAME}} with letters, digits and _ is allowed)",
-                hint="write $${ for a literal ${",
+                f"{where}: unsupported reference syntax: a reference is ${{NAME}} where NAME matches "
+                "[A-Za-z_][A-Za-z0-9_]* (ASCII letters, digits and _, not starting with a digit)",
+                hint="rename the variable to such a name, or write $${ for a literal ${",
             )
         if name not in env:
             raise MissingEnvironmentVariableError(
@@ -4999,6 +5043,11 @@ def _select_server(config: ConfigFile, name: str) -> ServerConfig:
     return config.servers[name]
 
 
+def _warn_invalid_server_names(config: ConfigFile, log: Log) -> None:
+    for name, problem in config.invalid_names:
+        log.warn(f"{config.path}: server {_safe_name(name)!r} is ignored: {problem} (rename it to use it)")
+
+
 def _warn_literal_credentials(config: ConfigFile, log: Log) -> None:
     if not config.readable_by_others:
         return
@@ -5053,6 +5102,7 @@ class _Runner:
         jq = compile_jq(inv.jq) if projected and inv.jq is not None else None
         self.log.debug(f"config file: {config_path}")
         config = load_config(config_path)
+        _warn_invalid_server_names(config, self.log)
         _warn_literal_credentials(config, self.log)
         assert inv.server is not None
         server_cfg = _select_server(config, inv.server)

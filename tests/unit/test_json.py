@@ -349,3 +349,25 @@ def test_json_number_is_created_once_under_concurrent_first_use():
                           timeout=60, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["1", "1", "True"]
+
+
+def test_records_work_with_the_dataclasses_module():
+    """Issue 11 item 7: the small `dataclass` of section 2 made dataclasses.replace/asdict fail at run time while
+    the type checker accepted them."""
+    import dataclasses
+
+    server = bkmcp.ServerConfig(name="a", type="http", config_file="/f", url="https://x/", headers=(("H", "v"),))
+    assert dataclasses.is_dataclass(server) and dataclasses.is_dataclass(bkmcp.ServerConfig)
+    moved = dataclasses.replace(server, name="b")
+    assert moved == bkmcp.ServerConfig(name="b", type="http", config_file="/f", url="https://x/",
+                                       headers=(("H", "v"),))
+    assert dataclasses.asdict(server)["headers"] == (("H", "v"),) and dataclasses.astuple(server)[0] == "a"
+    conf = bkmcp.ConfigFile("/f", {"a": server})
+    assert dataclasses.asdict(conf)["servers"]["a"]["url"] == "https://x/"
+    assert [f.name for f in dataclasses.fields(conf)] == ["path", "servers", "readable_by_others", "invalid_names"]
+    inv = dataclasses.replace(bkmcp.Invocation(), server="s")  # a default_factory field
+    assert inv.server == "s" and inv.tool_tokens == [] and inv.tool_tokens is not bkmcp.Invocation().tool_tokens
+    token = bkmcp.ToolToken("n", "v", True, "--n=v")  # a slots class
+    assert dataclasses.replace(token, value="w").value == "w" and dataclasses.asdict(token)["raw"] == "--n=v"
+    with pytest.raises(AttributeError):
+        moved.name = "c"  # type: ignore[misc]
