@@ -182,7 +182,8 @@ def body_examples(rng: random.Random, count: int, work: Path, good_config: str) 
         raw = to_bytes(rng, text)
         source = i % 3
         if source == 0:
-            out.append(Example("body", _dry(good_config, b"--body=" + argv_bytes(raw), "--dry-run"), allowed=BODY_CODES))
+            inline = _dry(good_config, b"--body=" + argv_bytes(raw), "--dry-run")
+            out.append(Example("body", inline, allowed=BODY_CODES))
         elif source == 1:
             path = str(work / f"body-{i}.json")
             out.append(Example("body", _dry(good_config, "--body", "@" + path, "--dry-run"), files={path: raw},
