@@ -966,9 +966,12 @@ def load_config(path: str) -> ConfigFile:
             hint="create it, pass --config PATH, or set BK_CLI_CONFIG_DIR; bkmcp never falls back to another file",
         ) from None
     except IsADirectoryError:
-        raise InvalidConfigError(f"config path is a directory, not a file: {path}") from None
+        raise InvalidConfigError(f"config path is a directory, not a file: {path}",
+                                 hint=f"pass the file itself, e.g. --config {os.path.join(path, CONFIG_FILE_NAME)}"
+                                 ) from None
     except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
-        raise InvalidConfigError(f"cannot read config file {path!r}: {getattr(exc, 'strerror', None) or exc}") from None
+        raise InvalidConfigError(f"cannot read config file {path}: {getattr(exc, 'strerror', None) or exc}",
+                                 hint="check the path and its permissions") from None
     config = parse_config(raw, path)
     return ConfigFile(config.path, config.servers, bool(mode & 0o044), config.invalid_names)
 
@@ -980,7 +983,10 @@ def parse_config(raw: str | bytes, path: str) -> ConfigFile:
     except JsonInputError as exc:
         raise InvalidConfigError(f"{path}: invalid JSON: {exc}", hint="the file must be strict JSON") from None
     if not isinstance(document, dict):
-        raise InvalidConfigError(f"{path}: top level must be a JSON object with \"mcpServers\"")
+        raise InvalidConfigError(
+            f"{path}: top level must be a JSON object with \"mcpServers\"",
+            hint='write {"mcpServers": {"<name>": {"type": "http", "url": "https://…"}}}',
+        )
     if "mcpServers" not in document:
         other = " (the \"servers\" layout of other clients is not supported)" if "servers" in document else ""
         raise InvalidConfigError(
@@ -1013,14 +1019,14 @@ def _safe_name(name: str) -> str:
 
 
 def check_server_name(name: str) -> str | None:
-    """Why ``name`` cannot be a server name, or None when it can: a name is not empty, does not start with
-    ``-`` (it would read as an option) and has no whitespace or control characters."""
+    """Why ``name`` cannot be a server name ("the name …"), or None when it can: a name is not empty, does not
+    start with ``-`` (it would read as an option) and has no whitespace or control characters."""
     if not name:
-        return "a server name must not be empty"
+        return "the name must not be empty"
     if name.startswith("-"):
-        return "a server name must not start with '-'"
+        return "the name must not start with '-' (it would read as an option)"
     if any(ch.isspace() for ch in name) or _has_control(name):
-        return "a server name must not contain whitespace or control characters"
+        return "the name must not contain whitespace or control characters"
     return None
 
 
@@ -1155,7 +1161,8 @@ def _check_headers(where: str, headers: Any) -> tuple[tuple[str, str], ...]:
             )
         if lowered in seen:
             raise InvalidConfigError(
-                f"{where}: headers {seen[lowered]!r} and {name!r} are the same header (names ignore case)"
+                f"{where}: headers {seen[lowered]!r} and {name!r} are the same header (names ignore case)",
+                hint="keep one of them",
             )
         seen[lowered] = name
     return tuple(headers.items())
@@ -1258,11 +1265,13 @@ def check_auth_conflict(server: ServerConfig) -> None:
 def check_authorization_value(value: str, *, where: str) -> list[str]:
     """Validate an ``Authorization`` value; returns secret fragments to scrub."""
     if not value.strip():
-        raise InvalidConfigError(f"{where}: header 'Authorization' is empty", hint="anonymous access needs no header")
+        raise InvalidConfigError(f"{where}: header 'Authorization' is empty",
+                                 hint="write \"Bearer <token>\", or remove the header for anonymous access")
     scheme, _, credentials = value.strip().partition(" ")
     if scheme.lower() == "bearer":
         if not credentials.strip():
-            raise InvalidConfigError(f"{where}: header 'Authorization' has an empty Bearer token")
+            raise InvalidConfigError(f"{where}: header 'Authorization' has an empty Bearer token",
+                                     hint="put the token after \"Bearer \", e.g. \"Bearer ${TOKEN}\"")
         return [credentials.strip()]
     return [credentials.strip()] if credentials.strip() else []
 
@@ -1270,17 +1279,15 @@ def check_authorization_value(value: str, *, where: str) -> list[str]:
 def check_bkapi_value(value: str, *, where: str) -> list[str]:
     """Validate ``X-Bkapi-Authorization``: app + ticket, app + token, or access_token alone (SPEC §4)."""
     label = f"{where}: header 'X-Bkapi-Authorization'"
+    forms = 'expected {"bk_app_code": …, "bk_app_secret": …, "bk_ticket"|"bk_token": …} or {"access_token": …}'
     if not value.strip():
-        raise InvalidConfigError(f"{label} is empty")
+        raise InvalidConfigError(f"{label} is empty", hint=forms)
     try:
         document = parse_json(value)
     except JsonInputError:
-        raise InvalidConfigError(
-            f"{label} is not a valid JSON object",
-            hint='expected {"bk_app_code": …, "bk_app_secret": …, "bk_ticket"|"bk_token": …} or {"access_token": …}',
-        ) from None
+        raise InvalidConfigError(f"{label} is not valid JSON", hint=forms) from None
     if not isinstance(document, dict):
-        raise InvalidConfigError(f"{label} must be a JSON object")
+        raise InvalidConfigError(f"{label} must be a JSON object", hint=forms)
     unknown = [k for k in document if k not in _BKAPI_KNOWN]
     if unknown:
         raise InvalidConfigError(f"{label} has {len(unknown)} unsupported field(s)",
@@ -4003,7 +4010,7 @@ class JqProgram:
         self._module = _load_jq_module()
         self._executable: str | None = None
         if not expression.strip():
-            raise InvalidJqExpressionError("--jq expression is empty")
+            raise InvalidJqExpressionError("--jq expression is empty", hint="give a jq program, e.g. --jq '.data'")
         self._literal: Any = None  # the program wrapped in tojson, when jq keeps number literals (jq >= 1.7)
         if self._module is not None:
             try:
@@ -4821,7 +4828,7 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
         elif inv.server is None:
             problem = check_server_name(token)
             if problem:
-                raise UsageError(f"invalid server name {token!r}: {problem}")
+                raise UsageError(f"invalid server name {token!r}: {problem}", hint="run bkmcp --help")
             inv.server = token
         elif inv.tool is None:
             if not token:
@@ -5045,7 +5052,7 @@ def _select_server(config: ConfigFile, name: str) -> ServerConfig:
 
 def _warn_invalid_server_names(config: ConfigFile, log: Log) -> None:
     for name, problem in config.invalid_names:
-        log.warn(f"{config.path}: server {_safe_name(name)!r} is ignored: {problem} (rename it to use it)")
+        log.warn(f"{config.path}: server {_safe_name(name)!r} is ignored: {problem}; rename it to use it")
 
 
 def _warn_literal_credentials(config: ConfigFile, log: Log) -> None:
