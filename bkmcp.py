@@ -4002,6 +4002,9 @@ def _load_jq_module() -> Any:
     return jq
 
 
+_JQ_SYNTAX_HINT = "fix the jq syntax; quote the expression in single quotes so the shell leaves it alone"
+
+
 class JqProgram:
     """A compiled ``--jq`` expression, via the ``jq`` binding or, failing that, a ``jq`` executable."""
 
@@ -4016,7 +4019,8 @@ class JqProgram:
             try:
                 self._program = self._module.compile(expression)
             except ValueError as exc:
-                raise InvalidJqExpressionError(f"invalid --jq expression: {_first_line(exc)}") from None
+                raise InvalidJqExpressionError(f"invalid --jq expression: {_first_line(exc)}", hint=_JQ_SYNTAX_HINT
+                                               ) from None
             if _jq_keeps_literals(self._module):
                 try:
                     self._literal = self._module.compile(f"({expression}\n) | tojson")
@@ -4034,7 +4038,7 @@ class JqProgram:
             )
         proc = self._run_executable(["-n", f"if false then (\n{expression}\n) else empty end"], "")
         if proc.returncode != 0:
-            raise InvalidJqExpressionError(f"invalid --jq expression: {_first_line(proc.stderr)}")
+            raise InvalidJqExpressionError(f"invalid --jq expression: {_first_line(proc.stderr)}", hint=_JQ_SYNTAX_HINT)
 
     def _run_executable(self, args: list[str], text: str) -> Any:
         import subprocess
@@ -4061,7 +4065,8 @@ class JqProgram:
             return self._apply(envelope)
         except RecursionError:
             raise JqError(
-                "--jq failed on the result: it is nested too deeply", data=envelope.get("data")
+                "--jq failed on the result: it is nested too deeply", data=envelope.get("data"),
+                hint="project a smaller part (e.g. --jq '.data.result.content'), or drop --jq and save the output",
             ) from None
         finally:
             sys.setrecursionlimit(limit)
