@@ -3,6 +3,7 @@ pipe that never delivers is bounded by --timeout."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -138,3 +139,23 @@ def test_read_body_without_a_deadline_reads_a_pipe_to_its_end(tmp_path):
     os.close(write_end)
     with os.fdopen(read_end) as stdin:
         assert bkmcp.read_body("-", stdin, str(tmp_path)) == {"a": 1}
+
+
+def test_read_body_from_a_fifo_stops_at_the_deadline_in_process(tmp_path):
+    fifo = tmp_path / "args.fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(bkmcp.UsageError, match="delivered no end of input within --timeout 200ms"):
+        bkmcp.read_body(f"@{fifo}", io.StringIO(), str(tmp_path), bkmcp.Deadline(0.2))
+    stdin_read, stdin_write = os.pipe()
+    try:
+        with os.fdopen(stdin_read) as stdin, pytest.raises(bkmcp.UsageError, match="--body - delivered no end"):
+            bkmcp.read_body("-", stdin, str(tmp_path), bkmcp.Deadline(0.2))
+    finally:
+        os.close(stdin_write)
+
+
+def test_injected_text_stdin_without_buffer_is_read_up_to_the_limit(tmp_path, monkeypatch):
+    monkeypatch.setattr(bkmcp, "BODY_LIMIT", 16)
+    assert bkmcp.read_body("-", io.StringIO('{"a": "é"}'), str(tmp_path)) == {"a": "é"}
+    with pytest.raises(bkmcp.InvalidArgumentsError, match="larger than"):
+        bkmcp.read_body("-", io.StringIO('{"a": "' + "x" * 20 + '"}'), str(tmp_path))
