@@ -84,3 +84,41 @@ def test_fresh_interpreter_fuzz(version, target, pyz_path, source_copy, relayed_
     jobs += [(*entries[i % 2], example) for i, example in enumerate(examples[typos:])]
     failures = fresh_fuzz.run_examples(jobs, relayed_mock if target == "flags" else None)
     assert not failures, f"{len(failures)} of {len(jobs)} examples broke the contract:\n" + "\n".join(failures[:8])
+
+
+_EQUAL = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+import bkmcp
+assert "json" not in sys.modules, "json preloaded"
+text = sys.argv[2].encode("utf-8", "surrogateescape").decode("utf-8", "surrogatepass")
+def outcome(parse):
+    try:
+        value = parse(text)
+    except bkmcp.JsonInputError as exc:
+        return "error %s | %s %s" % (exc, exc.line, exc.column)
+    assert parse is bkmcp.parse_json_plain or "json" not in sys.modules, "the fast path imported json"
+    return "ok " + bkmcp.dump_json(value)
+print(outcome(bkmcp.parse_json))  # first: json not imported yet
+print(outcome(bkmcp.parse_json_plain))
+"""
+EQUAL_TEXTS = ["{bad", '{"a": 1,}', '{"a": "unterminated', '{"a": 1e}', "[1, 2,]", '{"a" 1}', "{} x", "", '{"a": NaN}',
+               '{"a": 1, "a": 2}', "[" * 3000, '{"a": "\\ud800"}', '{"a": "\x01"}', '{"a": [1e400, -0, 0.1]}', "\u00a0"]
+
+
+@pytest.mark.parametrize("version", PY_VERSIONS)
+def test_parse_json_equals_the_json_module_in_fresh_interpreters(version, source_copy):
+    """Issue 11 item 1: the fast path (C scanner, json not imported) answers exactly what the json module answers,
+    errors and positions included, on every Python; each text in its own fresh interpreter."""
+    python = find_python(version)
+    if python is None:
+        pytest.skip(f"CPython {version} is not installed here (pyenv versions, BKMCP_FOREIGN_PYTHONS)")
+    _prepare(python, source_copy)
+    for text in EQUAL_TEXTS:
+        proc = subprocess.run([python, "-S", "-c", _EQUAL, str(source_copy), text], capture_output=True, text=True,
+                              timeout=fresh_fuzz.SAFETY, check=False, env={"PATH": os.environ["PATH"]})
+        assert proc.returncode == 0, f"{text[:40]!r}: {proc.stderr[-500:]}"
+        fast, plain = proc.stdout.splitlines()
+        assert fast == plain, f"{text[:40]!r} on {version}"
+        if text in EQUAL_TEXTS[:7]:  # the syntax typos: invalid_mcp_config / invalid_mcp_arguments with a position
+            assert fast.startswith("error ") and " at line 1 column " in fast, fast
