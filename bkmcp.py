@@ -540,12 +540,13 @@ def parse_json(text: str | bytes, *, strict_keys: bool = True) -> Any:
     ``strict_keys`` rejects duplicate object keys at every level (config, --body, flag values). ``NaN`` and
     ``Infinity`` are rejected. Errors are ``JsonInputError`` with a position but never the input text.
 
-    Valid input takes a fast path (``_scan_json``: the C scanner without importing ``json``). Any failure there
-    is parsed again by the plain ``json`` module, whose answer is the one reported: on CPython 3.10 and 3.11
-    the C scanner cannot build its own error unless ``json.decoder`` is already imported (it then fails with
-    ``SystemError``), and its messages differ between versions. So errors are always exactly the plain
-    module's, and a value is returned only when both agree that the text is valid (tests/unit/test_json.py
-    compares the two paths, tests/unit/test_fresh_fuzz.py runs them in fresh interpreters).
+    Valid input takes a fast path (``_scan_json``: the scanner ``json.loads`` uses, with the same settings,
+    without importing ``json``). Any failure there is parsed again by the plain ``json`` module, whose answer
+    is the one reported: on CPython 3.10 and 3.11 the C scanner cannot build its own error unless
+    ``json.decoder`` is already imported (it fails with ``SystemError`` instead), and error messages differ
+    between versions. So errors are always exactly the plain module's, and values are the plain module's by
+    construction (tests/unit/test_json.py compares the two paths on generated input;
+    tests/artifact/test_fresh_fuzz.py does it in a fresh interpreter of every CPython).
     """
     if isinstance(text, bytes):
         try:
