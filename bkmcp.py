@@ -371,6 +371,7 @@ if not TYPE_CHECKING:
                 return all(getattr(self, n) == getattr(other, n) for n in names)
 
             cls.__init__, cls.__repr__, cls.__eq__ = __init__, __repr__, __eq__
+            cls.__dataclass_fields__ = _DataclassFields(cls.__dict__.get("__annotations__", {}), defaults, frozen)
             if frozen:
                 def __setattr__(self: Any, name: str, value: Any) -> None:
                     raise AttributeError(f"cannot assign to field {name!r} of frozen {qualname}")
@@ -387,6 +388,27 @@ if not TYPE_CHECKING:
             return cls
 
         return wrap if cls is None else wrap(cls)
+
+    class _DataclassFields:
+        """``__dataclass_fields__``, built by the real ``dataclasses`` on first access, so that ``fields``,
+        ``replace``, ``asdict``, ``astuple`` and ``is_dataclass`` work on these classes as the type checker
+        promises, while start-up never imports ``dataclasses`` (with ``inspect``)."""
+
+        def __init__(self, annotations: dict[str, Any], defaults: dict[str, Any], frozen: bool) -> None:
+            self._spec = (dict(annotations), defaults, frozen)
+
+        def __get__(self, obj: Any, owner: type) -> dict[str, Any]:
+            import dataclasses
+
+            annotations, defaults, frozen = self._spec
+            body: dict[str, Any] = {"__annotations__": annotations}
+            for name, default in defaults.items():
+                body[name] = (dataclasses.field(default_factory=default.default_factory)
+                              if isinstance(default, _Field) else default)
+            twin = dataclasses.dataclass(frozen=frozen)(type(owner.__name__, (), body))
+            found: dict[str, Any] = twin.__dataclass_fields__  # type: ignore[attr-defined]
+            type.__setattr__(owner, "__dataclass_fields__", found)  # later lookups are a plain attribute
+            return found
 
     def _compiled_init(names: tuple[str, ...], defaults: dict[str, Any], frozen: bool) -> Callable[..., None]:
         """``def __init__(self, a, b=_d_b, c=_MISSING): ...`` for these fields, as dataclasses generates it."""
@@ -463,15 +485,21 @@ else:
             return _real_json_number()(text)
 
     _JSON_NUMBER_CLASS = []
+    _JSON_NUMBER_LOCK = _thread.allocate_lock()  # _thread is built in: no import cost (threading would be)
 
     def _real_json_number():
-        """The real class, created once; it replaces the stand-in in the module globals."""
+        """The real class, created once even when many threads meet their first number together (resident
+        mode): checked, then created under the lock and checked again, so every caller gets the same class."""
         if not _JSON_NUMBER_CLASS:
-            real = _define_json_number()
-            real.__module__, real.__qualname__ = __name__, "JsonNumber"
-            _JSON_NUMBER_CLASS.append(real)
-            globals()["JsonNumber"] = real
+            with _JSON_NUMBER_LOCK:
+                if not _JSON_NUMBER_CLASS:
+                    real = _define_json_number()
+                    real.__module__, real.__qualname__ = __name__, "JsonNumber"
+                    globals()["JsonNumber"] = real
+                    _JSON_NUMBER_CLASS.append(real)
         return _JSON_NUMBER_CLASS[0]
+
+
 class JsonInputError(ValueError):
     """Invalid JSON text. ``str()`` says what and where, never echoes the text itself."""
 
@@ -519,6 +547,14 @@ def parse_json(text: str | bytes, *, strict_keys: bool = True) -> Any:
 
     ``strict_keys`` rejects duplicate object keys at every level (config, --body, flag values). ``NaN`` and
     ``Infinity`` are rejected. Errors are ``JsonInputError`` with a position but never the input text.
+
+    Valid input takes a fast path (``_scan_json``: the scanner ``json.loads`` uses, with the same settings,
+    without importing ``json``). Any failure there is parsed again by the plain ``json`` module, whose answer
+    is the one reported: on CPython 3.10 and 3.11 the C scanner cannot build its own error unless
+    ``json.decoder`` is already imported (it fails with ``SystemError`` instead), and error messages differ
+    between versions. So errors are always exactly the plain module's, and values are the plain module's by
+    construction (tests/unit/test_json.py compares the two paths on generated input;
+    tests/artifact/test_fresh_fuzz.py does it in a fresh interpreter of every CPython).
     """
     if isinstance(text, bytes):
         try:
@@ -527,39 +563,46 @@ def parse_json(text: str | bytes, *, strict_keys: bool = True) -> Any:
             raise JsonInputError("input is not valid UTF-8") from exc
     if text.startswith("\ufeff"):
         text = text[1:]
-    start = len(text) - len(text.lstrip(_JSON_SPACE))
     try:
-        try:
-            value, end = _json_scanner(strict_keys)(text, start)
-        except StopIteration as stop:
-            raise _JsonSyntax("expecting value" if text.strip() else "empty input", text, stop.value) from None
-        end += len(text) - end - len(text[end:].lstrip(_JSON_SPACE))
-        if end != len(text):
-            raise _JsonSyntax("extra data", text, end)
-        return value
+        return _scan_json(text, strict_keys)
+    except (ValueError, RecursionError, SystemError, StopIteration):
+        pass  # the plain decoder below says what is wrong (outside this handler: no chained context)
+    return parse_json_plain(text, strict_keys=strict_keys)
+
+
+def _scan_json(text: str, strict_keys: bool) -> Any:
+    """``json.JSONDecoder.decode`` without the json module: the same scanner and context, the same whitespace
+    rule (``[ \\t\\n\\r]*`` before and after), the same "extra data" check. Raises on any invalid input."""
+    start = len(text) - len(text.lstrip(_JSON_SPACE))
+    value, end = _json_scanner(strict_keys)(text, start)
+    if len(text[end:].lstrip(_JSON_SPACE)):
+        raise ValueError("extra data")
+    return value
+
+
+def parse_json_plain(text: str, *, strict_keys: bool = True) -> Any:
+    """``parse_json`` through the ``json`` module itself (the reference the fast path is tested against)."""
+    decoder = json.JSONDecoder(
+        object_pairs_hook=_strict_pairs if strict_keys else None,
+        parse_float=_json_float,
+        parse_int=_parse_int,
+        parse_constant=_reject_constant,
+    )
+    try:
+        return decoder.decode(text)
     except _DuplicateKey as exc:
         raise JsonInputError(f"duplicate key {json.dumps(exc.key, ensure_ascii=False)}") from None
     except RecursionError:
         raise JsonInputError("nesting too deep") from None
-    except ValueError as exc:  # the scanner's JSONDecodeError (msg, lineno, colno), or a rejected constant
-        if hasattr(exc, "lineno"):
-            reason = exc.msg.lower() if text.strip() else "empty input"  # type: ignore[attr-defined]
-            raise JsonInputError(reason, exc.lineno, exc.colno) from None  # type: ignore[attr-defined]
+    except json.JSONDecodeError as exc:
+        reason = exc.msg.lower() if text.strip() else "empty input"
+        raise JsonInputError(reason, exc.lineno, exc.colno) from None
+    except ValueError as exc:  # a rejected constant (NaN, Infinity)
         raise JsonInputError(str(exc)) from None
 
 
 _JSON_SPACE = " \t\n\r"
 _SCANNERS: dict[bool, Callable[[str, int], tuple[Any, int]]] = {}
-
-
-class _JsonSyntax(ValueError):
-    """Same fields as ``json.JSONDecodeError``, without importing json (and re) for the parse itself."""
-
-    def __init__(self, msg: str, doc: str, pos: int) -> None:
-        super().__init__(msg)
-        self.msg = msg
-        self.lineno = doc.count("\n", 0, pos) + 1
-        self.colno = pos - doc.rfind("\n", 0, pos)
 
 
 class _ScanContext:
@@ -577,7 +620,8 @@ class _ScanContext:
 
 def _json_scanner(strict_keys: bool) -> Callable[[str, int], tuple[Any, int]]:
     """The C scanner behind ``json.loads``, used directly: importing ``json`` pulls in ``re`` (and ``enum``),
-    which would be most of ``bkmcp <server> --help``'s start-up (SPEC §13)."""
+    which would be most of ``bkmcp <server> --help``'s start-up (SPEC §13). Only for valid input: see
+    ``parse_json``."""
     scanner = _SCANNERS.get(strict_keys)
     if scanner is None:
         try:
@@ -1049,28 +1093,44 @@ class ConfigFile:
     path: str
     servers: dict[str, ServerConfig]
     readable_by_others: bool = False
+    # entries whose name no command line can select (``check_server_name``): (name, why), left out of servers
+    invalid_names: tuple[tuple[str, str], ...] = ()
 
 
 def resolve_config_path(option: str | None, env: Mapping[str, str], cwd: str) -> str:
-    """``--config`` if given, else ``$BK_CLI_CONFIG_DIR/mcp.json``, else ``~/.bk-cli/mcp.json`` (SPEC §3)."""
+    """``--config`` if given, else ``$BK_CLI_CONFIG_DIR/mcp.json``, else ``~/.bk-cli/mcp.json`` (SPEC §3).
+
+    ``~`` is ``$HOME``. With HOME unset or empty a ``~`` path has no location: it is returned unexpanded (the
+    only relative result) and ``load_config`` reports it as not found, rather than guessing
+    ``/.bk-cli/mcp.json`` or a file relative to the working directory. Help still shows it.
+    """
+    home = env.get("HOME") or ""
     if option is not None:
         if not option:
             raise UsageError("--config needs a file path")
         path = option
         if option == "~" or option.startswith("~/"):  # the injected HOME, like the default path below
-            path = (env.get("HOME") or os.path.expanduser("~")) + option[1:]
+            if not home:
+                return option
+            path = home + option[1:]
         elif option.startswith("~"):
             path = os.path.expanduser(option)
     elif env.get("BK_CLI_CONFIG_DIR"):
         path = os.path.join(env["BK_CLI_CONFIG_DIR"], CONFIG_FILE_NAME)
+    elif not home:
+        return "~/.bk-cli/" + CONFIG_FILE_NAME
     else:
-        home = env.get("HOME") or os.path.expanduser("~")
         path = os.path.join(home, ".bk-cli", CONFIG_FILE_NAME)
     return os.path.normpath(os.path.join(cwd, path))
 
 
 def load_config(path: str) -> ConfigFile:
     """Read and validate the whole file (syntax and structure of every server; no environment expansion)."""
+    if path.startswith("~"):  # resolve_config_path found no HOME to expand it with
+        raise ConfigNotFoundError(
+            f"config file not found: HOME is not set (or is empty), so {path} has no location",
+            hint="set HOME, set BK_CLI_CONFIG_DIR to the folder holding mcp.json, or pass --config with a full path",
+        )
     try:
         with open(path, "rb") as handle:
             raw = handle.read()
@@ -1081,11 +1141,14 @@ def load_config(path: str) -> ConfigFile:
             hint="create it, pass --config PATH, or set BK_CLI_CONFIG_DIR; bkmcp never falls back to another file",
         ) from None
     except IsADirectoryError:
-        raise InvalidConfigError(f"config path is a directory, not a file: {path}") from None
+        raise InvalidConfigError(f"config path is a directory, not a file: {path}",
+                                 hint=f"pass the file itself, e.g. --config {os.path.join(path, CONFIG_FILE_NAME)}"
+                                 ) from None
     except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
-        raise InvalidConfigError(f"cannot read config file {path!r}: {getattr(exc, 'strerror', None) or exc}") from None
+        raise InvalidConfigError(f"cannot read config file {path}: {getattr(exc, 'strerror', None) or exc}",
+                                 hint="check the path and its permissions") from None
     config = parse_config(raw, path)
-    return ConfigFile(config.path, config.servers, readable_by_others=bool(mode & 0o044))
+    return ConfigFile(config.path, config.servers, bool(mode & 0o044), config.invalid_names)
 
 
 def parse_config(raw: str | bytes, path: str) -> ConfigFile:
@@ -1095,7 +1158,10 @@ def parse_config(raw: str | bytes, path: str) -> ConfigFile:
     except JsonInputError as exc:
         raise InvalidConfigError(f"{path}: invalid JSON: {exc}", hint="the file must be strict JSON") from None
     if not isinstance(document, dict):
-        raise InvalidConfigError(f"{path}: top level must be a JSON object with \"mcpServers\"")
+        raise InvalidConfigError(
+            f"{path}: top level must be a JSON object with \"mcpServers\"",
+            hint='write {"mcpServers": {"<name>": {"type": "http", "url": "https://…"}}}',
+        )
     if "mcpServers" not in document:
         other = " (the \"servers\" layout of other clients is not supported)" if "servers" in document else ""
         raise InvalidConfigError(
@@ -1109,8 +1175,15 @@ def parse_config(raw: str | bytes, path: str) -> ConfigFile:
     entries = document["mcpServers"]
     if not isinstance(entries, dict):
         raise InvalidConfigError(f"{path}: \"mcpServers\" must be an object of named servers")
-    servers = {name: _parse_server(path, name, entry) for name, entry in entries.items()}
-    return ConfigFile(path, servers)
+    servers: dict[str, ServerConfig] = {}
+    invalid: list[tuple[str, str]] = []
+    for name, entry in entries.items():
+        problem = check_server_name(name)
+        if problem:  # no command line can select it: reported for this entry only, the others stay usable
+            invalid.append((name, problem))
+        else:
+            servers[name] = _parse_server(path, name, entry)
+    return ConfigFile(path, servers, invalid_names=tuple(invalid))
 
 
 def _safe_name(name: str) -> str:
@@ -1121,21 +1194,19 @@ def _safe_name(name: str) -> str:
 
 
 def check_server_name(name: str) -> str | None:
-    """Why ``name`` cannot be a server name, or None when it can."""
+    """Why ``name`` cannot be a server name ("the name …"), or None when it can: a name is not empty, does not
+    start with ``-`` (it would read as an option) and has no whitespace or control characters."""
     if not name:
-        return "a server name must not be empty"
+        return "the name must not be empty"
     if name.startswith("-"):
-        return "a server name must not start with '-'"
+        return "the name must not start with '-' (it would read as an option)"
     if any(ch.isspace() for ch in name) or _has_control(name):
-        return "a server name must not contain whitespace or control characters"
+        return "the name must not contain whitespace or control characters"
     return None
 
 
 def _parse_server(path: str, name: str, entry: Any) -> ServerConfig:
     where = f"{path}: server {name!r}"
-    problem = check_server_name(name)
-    if problem:
-        raise InvalidConfigError(f"{path}: invalid server name {name!r}: {problem}")
     if not isinstance(entry, dict):
         raise InvalidConfigError(f"{where}: entry must be an object")
     kind = entry.get("type")
@@ -1265,7 +1336,8 @@ def _check_headers(where: str, headers: Any) -> tuple[tuple[str, str], ...]:
             )
         if lowered in seen:
             raise InvalidConfigError(
-                f"{where}: headers {seen[lowered]!r} and {name!r} are the same header (names ignore case)"
+                f"{where}: headers {seen[lowered]!r} and {name!r} are the same header (names ignore case)",
+                hint="keep one of them",
             )
         seen[lowered] = name
     return tuple(headers.items())
@@ -1299,8 +1371,9 @@ def expand_env(
             return user[field_name]
         if name is None:
             raise InvalidConfigError(
-                f"{where}: unsupported reference syntax (only ${{NAME}} with letters, digits and _ is allowed)",
-                hint="write $${ for a literal ${",
+                f"{where}: unsupported reference syntax: a reference is ${{NAME}} where NAME matches "
+                "[A-Za-z_][A-Za-z0-9_]* (ASCII letters, digits and _, not starting with a digit)",
+                hint="rename the variable to such a name, or write $${ for a literal ${",
             )
         if name not in env:
             raise MissingEnvironmentVariableError(
@@ -1381,11 +1454,13 @@ def check_auth_conflict(server: ServerConfig) -> None:
 def check_authorization_value(value: str, *, where: str) -> list[str]:
     """Validate an ``Authorization`` value; returns secret fragments to scrub."""
     if not value.strip():
-        raise InvalidConfigError(f"{where}: header 'Authorization' is empty", hint="anonymous access needs no header")
+        raise InvalidConfigError(f"{where}: header 'Authorization' is empty",
+                                 hint="write \"Bearer <token>\", or remove the header for anonymous access")
     scheme, _, credentials = value.strip().partition(" ")
     if scheme.lower() == "bearer":
         if not credentials.strip():
-            raise InvalidConfigError(f"{where}: header 'Authorization' has an empty Bearer token")
+            raise InvalidConfigError(f"{where}: header 'Authorization' has an empty Bearer token",
+                                     hint="put the token after \"Bearer \", e.g. \"Bearer ${TOKEN}\"")
         return [credentials.strip()]
     return [credentials.strip()] if credentials.strip() else []
 
@@ -1393,17 +1468,15 @@ def check_authorization_value(value: str, *, where: str) -> list[str]:
 def check_bkapi_value(value: str, *, where: str) -> list[str]:
     """Validate ``X-Bkapi-Authorization``: app + ticket, app + token, or access_token alone (SPEC §4)."""
     label = f"{where}: header 'X-Bkapi-Authorization'"
+    forms = 'expected {"bk_app_code": …, "bk_app_secret": …, "bk_ticket"|"bk_token": …} or {"access_token": …}'
     if not value.strip():
-        raise InvalidConfigError(f"{label} is empty")
+        raise InvalidConfigError(f"{label} is empty", hint=forms)
     try:
         document = parse_json(value)
     except JsonInputError:
-        raise InvalidConfigError(
-            f"{label} is not a valid JSON object",
-            hint='expected {"bk_app_code": …, "bk_app_secret": …, "bk_ticket"|"bk_token": …} or {"access_token": …}',
-        ) from None
+        raise InvalidConfigError(f"{label} is not valid JSON", hint=forms) from None
     if not isinstance(document, dict):
-        raise InvalidConfigError(f"{label} must be a JSON object")
+        raise InvalidConfigError(f"{label} must be a JSON object", hint=forms)
     unknown = [k for k in document if k not in _BKAPI_KNOWN]
     if unknown:
         raise InvalidConfigError(f"{label} has {len(unknown)} unsupported field(s)",
@@ -4892,6 +4965,9 @@ def _load_jq_module() -> Any:
     return jq
 
 
+_JQ_SYNTAX_HINT = "fix the jq syntax; quote the expression in single quotes so the shell leaves it alone"
+
+
 class JqProgram:
     """A compiled ``--jq`` expression, via the ``jq`` binding or, failing that, a ``jq`` executable."""
 
@@ -4900,13 +4976,14 @@ class JqProgram:
         self._module = _load_jq_module()
         self._executable: str | None = None
         if not expression.strip():
-            raise InvalidJqExpressionError("--jq expression is empty")
+            raise InvalidJqExpressionError("--jq expression is empty", hint="give a jq program, e.g. --jq '.data'")
         self._literal: Any = None  # the program wrapped in tojson, when jq keeps number literals (jq >= 1.7)
         if self._module is not None:
             try:
                 self._program = self._module.compile(expression)
             except ValueError as exc:
-                raise InvalidJqExpressionError(f"invalid --jq expression: {_first_line(exc)}") from None
+                raise InvalidJqExpressionError(f"invalid --jq expression: {_first_line(exc)}", hint=_JQ_SYNTAX_HINT
+                                               ) from None
             if _jq_keeps_literals(self._module):
                 try:
                     self._literal = self._module.compile(f"({expression}\n) | tojson")
@@ -4924,7 +5001,7 @@ class JqProgram:
             )
         proc = self._run_executable(["-n", f"if false then (\n{expression}\n) else empty end"], "")
         if proc.returncode != 0:
-            raise InvalidJqExpressionError(f"invalid --jq expression: {_first_line(proc.stderr)}")
+            raise InvalidJqExpressionError(f"invalid --jq expression: {_first_line(proc.stderr)}", hint=_JQ_SYNTAX_HINT)
 
     def _run_executable(self, args: list[str], text: str) -> Any:
         import subprocess
@@ -4951,7 +5028,8 @@ class JqProgram:
             return self._apply(envelope)
         except RecursionError:
             raise JqError(
-                "--jq failed on the result: it is nested too deeply", data=envelope.get("data")
+                "--jq failed on the result: it is nested too deeply", data=envelope.get("data"),
+                hint="project a smaller part (e.g. --jq '.data.result.content'), or drop --jq and save the output",
             ) from None
         finally:
             sys.setrecursionlimit(limit)
@@ -6482,7 +6560,7 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
         elif inv.server is None:
             problem = check_server_name(token)
             if problem:
-                raise UsageError(f"invalid server name {token!r}: {problem}")
+                raise UsageError(f"invalid server name {token!r}: {problem}", hint="run bkmcp --help")
             inv.server = token
         elif inv.tool is None:
             if not token:
@@ -6555,44 +6633,125 @@ def check_invocation(inv: Invocation) -> None:
         parse_duration(inv.timeout)
 
 
-def read_body(source: str, stdin: IO[str], cwd: str) -> dict[str, Any]:
-    """``--body JSON | @FILE | -``: the complete arguments object (P04, P06). stdin is read once."""
+BODY_LIMIT = 64 * 1024 * 1024  # bytes of --body (inline, @FILE or -): tool arguments, not a data transfer
+
+
+def read_body(source: str, stdin: IO[str], cwd: str, deadline: Deadline | None = None) -> dict[str, Any]:
+    """``--body JSON | @FILE | -``: the complete arguments object (P04, P06). stdin is read once.
+
+    Messages name the source as written (``--body``, ``--body @args.json``, ``--body -``). At most
+    ``BODY_LIMIT`` bytes are read, and a FIFO or pipe that never delivers is bounded by ``deadline``.
+    """
     if source == "-":
-        label = "stdin"
-        try:
-            raw: str | bytes = stdin.buffer.read() if hasattr(stdin, "buffer") else stdin.read()
-        except (OSError, ValueError, AttributeError) as exc:  # AttributeError: no stdin at all (fd 0 closed)
-            raise UsageError(f"cannot read --body from stdin: {exc}") from None
+        label = "--body -"
+        raw = _read_body_stream(stdin, label, deadline)
     elif source.startswith("@"):
-        path = os.path.normpath(os.path.join(cwd, os.path.expanduser(source[1:])))
-        label = path
+        label = f"--body {source}"
         if not source[1:]:
-            raise UsageError("--body @FILE needs a file name")
-        try:
-            with open(path, "rb") as handle:
-                raw = handle.read()
-        except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
-            raise UsageError(f"cannot read --body file {path!r}: {getattr(exc, 'strerror', None) or exc}") from None
+            raise UsageError("--body @FILE needs a file name", hint="write --body @args.json, or --body - for stdin")
+        path = os.path.normpath(os.path.join(cwd, os.path.expanduser(source[1:])))
+        raw = load_body_file(path, label, deadline)
     else:
         label = "--body"
-        raw = source
         try:
-            raw.encode("utf-8")
+            raw = source.encode("utf-8")
         except UnicodeEncodeError:  # undecodable argv bytes arrive as lone surrogates (PEP 383)
-            raise InvalidArgumentsError("--body from --body is not valid JSON: input is not valid UTF-8") from None
-    if not (raw.strip() if isinstance(raw, str) else raw.strip()):
-        raise InvalidArgumentsError(f"--body from {label} is empty", hint="use --body '{}' for no arguments")
+            raise InvalidArgumentsError("--body is not valid JSON: input is not valid UTF-8") from None
+        if len(raw) > BODY_LIMIT:
+            raise _body_too_large(label)
+    if not raw.strip():
+        raise InvalidArgumentsError(f"{label} is empty", hint="use --body '{}' for a tool without arguments")
     try:
         value = parse_json(raw)
     except JsonInputError as exc:
-        raise InvalidArgumentsError(f"--body from {label} is not valid JSON: {exc}") from None
+        raise InvalidArgumentsError(f"{label} is not valid JSON: {exc}", hint="--body takes one strict JSON object"
+                                    ) from None
     if not isinstance(value, dict):
         kind = "an array" if isinstance(value, list) else "a scalar"
         raise InvalidArgumentsError(
-            f"--body from {label} must be a JSON object (the tool's arguments), got {kind}",
+            f"{label} must be a JSON object (the tool's arguments), got {kind}",
             hint="wrap the values in an object, e.g. {\"name\": …}",
         )
     return value
+
+
+def _body_too_large(label: str) -> InvalidArgumentsError:
+    return InvalidArgumentsError(
+        f"{label} is larger than {BODY_LIMIT // (1024 * 1024)} MiB",
+        hint="tool arguments are limited to 64 MiB; pass large data by reference (a path or URL the tool reads)",
+    )
+
+
+def load_body_file(path: str, label: str, deadline: Deadline | None) -> bytes:
+    """The bytes of ``--body @FILE``. Opened without blocking, so a FIFO with no writer waits at most until the
+    deadline instead of forever; /dev/zero and other endless files stop at ``BODY_LIMIT``."""
+    nonblocking = getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, os.O_RDONLY | nonblocking | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
+        shown = label if path == label[len("--body @"):] else f"{label} ({path})"
+        raise UsageError(f"cannot read {shown}: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        return _read_body_fd(fd, label, deadline if nonblocking else None, path)
+    finally:
+        os.close(fd)
+
+
+def _read_body_stream(stdin: IO[str], label: str, deadline: Deadline | None) -> bytes:
+    """``--body -``: stdin's bytes, bounded like a file; an injected stream without a descriptor (tests,
+    embedding) is read directly, up to the limit."""
+    try:
+        fd = stdin.fileno()
+    except (OSError, ValueError, AttributeError):  # io.UnsupportedOperation is an OSError and a ValueError
+        fd = -1
+    if fd >= 0:
+        return _read_body_fd(fd, label, deadline, "stdin")
+    try:
+        raw = stdin.buffer.read(BODY_LIMIT + 1) if hasattr(stdin, "buffer") else stdin.read(BODY_LIMIT + 1)
+    except (OSError, ValueError, AttributeError) as exc:  # AttributeError: no stdin at all (fd 0 closed)
+        raise UsageError(f"cannot read {label} (stdin): {exc}") from None
+    data = raw if isinstance(raw, bytes) else raw.encode("utf-8", "surrogateescape")
+    if len(data) > BODY_LIMIT:
+        raise _body_too_large(label)
+    return data
+
+
+def _read_body_fd(fd: int, label: str, deadline: Deadline | None, where: str) -> bytes:
+    """Read ``fd`` to its end: at most ``BODY_LIMIT`` bytes, waiting for data no longer than ``deadline``."""
+    import select
+
+    poller = select.poll() if hasattr(select, "poll") else None  # not on Windows: plain blocking reads
+    if poller is not None:
+        poller.register(fd, select.POLLIN)
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        if poller is not None:
+            wait = None
+            if deadline is not None:
+                left = deadline.end - time.monotonic()
+                if left <= 0:
+                    raise UsageError(
+                        f"{label} delivered no end of input within --timeout {format_duration(deadline.seconds)}",
+                        hint=f"{where} waits for a writer (a FIFO or pipe?): write the JSON and close it, or pass "
+                        "a regular file",
+                    )
+                wait = max(1, int(left * 1000) + 1)
+            if not poller.poll(wait):
+                continue
+        try:
+            chunk = os.read(fd, min(1 << 20, BODY_LIMIT + 1 - size))
+        except BlockingIOError:  # readable a moment ago, empty now
+            continue
+        except OSError as exc:  # e.g. a directory (EISDIR)
+            shown = label if where == label[len("--body @"):] else f"{label} ({where})"
+            raise UsageError(f"cannot read {shown}: {exc.strerror or exc}") from None
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > BODY_LIMIT:
+            raise _body_too_large(label)
 
 
 @dataclass
@@ -6617,6 +6776,11 @@ def _select_server(config: ConfigFile, name: str) -> ServerConfig:
             details={"configured": names},
         )
     return config.servers[name]
+
+
+def _warn_invalid_server_names(config: ConfigFile, log: Log) -> None:
+    for name, problem in config.invalid_names:
+        log.warn(f"{config.path}: server {_safe_name(name)!r} is ignored: {problem}; rename it to use it")
 
 
 def _warn_literal_credentials(config: ConfigFile, log: Log) -> None:
@@ -6675,6 +6839,7 @@ class _Runner:
         jq = compile_jq(inv.jq) if projected and inv.jq is not None else None
         self.log.debug(f"config file: {config_path}")
         config = load_config(config_path)
+        _warn_invalid_server_names(config, self.log)
         _warn_literal_credentials(config, self.log)
         assert inv.server is not None
         server_cfg = _select_server(config, inv.server)
@@ -6684,17 +6849,18 @@ class _Runner:
         server = resolve_server(server_cfg, envr.env)
         for secret in server.redactor._secrets:
             self.redactor.add(secret)
+        timeout = parse_duration(inv.timeout) if inv.timeout is not None else DEFAULT_TIMEOUT
+        deadline = Deadline(timeout)  # reading --body from a FIFO or pipe counts against the budget too
         if inv.dry_run:
             assert inv.tool is not None and inv.body is not None
-            preview = read_body(inv.body, envr.stdin, envr.cwd)
+            preview = read_body(inv.body, envr.stdin, envr.cwd, deadline)
             return self.emit_envelope(build_success(build_dry_run(server, inv.tool, preview)), jq, EXIT_OK)
         arguments: dict[str, Any] | None = None
         if inv.tool is not None and not inv.help and inv.body is not None:
-            arguments = read_body(inv.body, envr.stdin, envr.cwd)
-        timeout = parse_duration(inv.timeout) if inv.timeout is not None else DEFAULT_TIMEOUT
+            arguments = read_body(inv.body, envr.stdin, envr.cwd, deadline)
         log = self.log
         progress = (lambda token: ProgressLine(log, token)) if log.verbose or log.is_tty else None
-        ctx = OpContext(Deadline(timeout), log, cwd=envr.cwd, home=envr.env.get("HOME"), progress=progress)
+        ctx = OpContext(deadline, log, cwd=envr.cwd, home=envr.env.get("HOME"), progress=progress)
         try:
             self.remote_started = True
             if inv.check:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 
@@ -134,10 +135,6 @@ BAD_DOCUMENTS = {
     "stdio-field-on-http": '{"mcpServers": {"a": {"type": "http", "url": "https://x/", "command": "x"}}}',
     "http-field-on-stdio": '{"mcpServers": {"a": {"type": "stdio", "command": "x", "url": "https://x/"}}}',
     "bad-version": '{"mcpServers": {"a": {"type": "http", "url": "https://x/", "protocolVersion": "2024-11-05"}}}',
-    "bad-server-name-space": '{"mcpServers": {"a b": {"type": "http", "url": "https://x/"}}}',
-    "bad-server-name-dash": '{"mcpServers": {"-a": {"type": "http", "url": "https://x/"}}}',
-    "bad-server-name-empty": '{"mcpServers": {"": {"type": "http", "url": "https://x/"}}}',
-    "bad-server-name-ctrl": '{"mcpServers": {"a\\u0001": {"type": "http", "url": "https://x/"}}}',
     "stdio-no-command": '{"mcpServers": {"a": {"type": "stdio"}}}',
     "stdio-blank-command": '{"mcpServers": {"a": {"type": "stdio", "command": " "}}}',
     "stdio-args-not-strings": '{"mcpServers": {"a": {"type": "stdio", "command": "x", "args": [1]}}}',
@@ -160,6 +157,28 @@ def test_c02_invalid_documents(name, write_config, no_network):
     assert str(path) in info.value.message
     res = dry("--config", str(path), "a")
     assert res.exit_status == 1 and res.stdout == "" and res.error_code == "invalid_mcp_config"
+
+
+BAD_SERVER_NAMES = {
+    "space": ("a b", "whitespace"), "dash": ("-a", "start with '-'"), "option": ("--check", "start with '-'"),
+    "empty": ("", "must not be empty"), "ctrl": ("a\u0001", "control characters"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BAD_SERVER_NAMES))
+def test_c02_an_invalid_server_name_is_reported_for_that_server_only(kind, write_config, no_network):
+    """Issue 11 item 7: one server named "--check" made every server of the file fail. No command line can select
+    such a name, so the entry is left out with a warning naming it; the other servers work."""
+    name, why = BAD_SERVER_NAMES[kind]
+    path = write_config({"mcpServers": {name: {"type": "nonsense"}, "good": http()}})
+    conf = bkmcp.load_config(str(path))
+    assert list(conf.servers) == ["good"] and conf.invalid_names[0][0] == name and why in conf.invalid_names[0][1]
+    res = dry("--config", str(path), "good")
+    assert res.exit_status == 0, res.stderr
+    warning = [line for line in res.stderr.splitlines() if "is ignored" in line]
+    assert len(warning) == 1 and warning[0].startswith(f"bkmcp: warning: {path}: server ") and why in warning[0]
+    res = dry("--config", str(path), "a")
+    assert res.error_code == "mcp_server_not_found" and res.json["error"]["configured"] == ["good"]
 
 
 def test_c02_servers_layout_says_not_supported():
@@ -475,3 +494,34 @@ def test_c02_config_encoding_and_positions(write_config, no_network):
     with pytest.raises(InvalidConfigError, match="line 3 column"):
         parse_config('{\n "mcpServers": {\n  "a": 1,}}', "/f")
     assert run_bkmcp("--config=", "a").error_code == "usage_error"
+
+
+@pytest.mark.parametrize("template", ["${ÄÖ}", "${é}", "${A-B}", "${1A}"])
+def test_c04_invalid_reference_says_what_a_name_may_contain(template):
+    """Issue 11 item 7: `${ÄÖ}` was refused with a message that said letters are allowed."""
+    with pytest.raises(InvalidConfigError) as info:
+        bkmcp.expand_env(template, {}, where="w")
+    assert "[A-Za-z_][A-Za-z0-9_]*" in info.value.message and "ASCII" in info.value.message
+
+
+@pytest.mark.parametrize("home", [None, ""])
+def test_c01_no_home_is_config_not_found_not_a_guess(home, tmp_path, no_network):
+    """Issue 11 item 7: `HOME=` made the default config `/.bk-cli/mcp.json`. With HOME unset or empty the default
+    path has no location: mcp_config_not_found saying what to set; BK_CLI_CONFIG_DIR and --config still work."""
+    (tmp_path / ".bk-cli").mkdir()
+    (tmp_path / ".bk-cli" / "mcp.json").write_text(json.dumps(cfg(a=http())))  # must not be found via the cwd
+    env = {"PATH": "/usr/bin:/bin"} if home is None else {"HOME": home}
+    assert bkmcp.resolve_config_path(None, env, str(tmp_path)) == "~/.bk-cli/mcp.json"
+    assert bkmcp.resolve_config_path("~/c.json", env, str(tmp_path)) == "~/c.json"
+    out, err = io.StringIO(), io.StringIO()
+    status = bkmcp.main(["a", "t", "--body", "{}", "--dry-run"], stdin=io.StringIO(), stdout=out, stderr=err,
+                        env=env, cwd=str(tmp_path))
+    error = json.loads(err.getvalue().splitlines()[-1])["error"]
+    assert status == 1 and out.getvalue() == "" and error["code"] == "mcp_config_not_found"
+    assert "HOME is not set" in error["message"] and "~/.bk-cli/mcp.json" in error["message"]
+    assert all(word in error["hint"] for word in ("HOME", "BK_CLI_CONFIG_DIR", "--config"))
+    ok = bkmcp.main(["a", "t", "--body", "{}", "--dry-run"], stdin=io.StringIO(), stdout=io.StringIO(),
+                    stderr=io.StringIO(), env={**env, "BK_CLI_CONFIG_DIR": str(tmp_path / ".bk-cli")}, cwd="/")
+    assert ok == 0
+    helped = io.StringIO()
+    assert bkmcp.main(["--help"], stdin=io.StringIO(), stdout=helped, stderr=io.StringIO(), env=env, cwd="/") == 0

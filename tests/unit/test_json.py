@@ -244,3 +244,130 @@ def test_closest_names():
     assert bkmcp.closest_names("report-prd", ["report-prod", "public-docs"]) == ["report-prod"]
     assert bkmcp.closest_names("REPORT", ["report", "x"])[0] == "report"
     assert bkmcp.closest_names("zzz", ["report"]) == []
+
+
+# -- the fast path is the plain json module, errors included (issue 11 item 1) -----------------------------
+
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from bkmcp_test_helpers import FUZZ_EXAMPLES  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+TYPOS = [
+    "{bad", '{"a": 1,}', '{"a": "unterminated', '{"a": 1e}', "[1, 2,]", '{"a" 1}', '{"a": 1} x', "", " \n",
+    '{"a": tru}', '{"a": -}', '{"a": 1.}', '{"a": 01}', "[", "]", '{"a": "\x01"}', '{"a": "\\x"}', '{"a": "\\ud800"}',
+    '{"a": NaN}', '{"a": 1, "a": 2}', "\u00a0{}", "{}\u00a0", '"\\u12"', "[" * 5000, '{"a": [1, 2}',
+]
+JSON_CHARS = st.sampled_from(list('{}[]":,.-+eE0123456789 \n\tabcdefnrstulN\\\x00\u00e9\ud800\u2028'))
+MUTATED = st.one_of(
+    st.sampled_from(TYPOS),
+    st.text(JSON_CHARS, max_size=40),
+    st.tuples(st.sampled_from(['{"a": [1, 2.5, "x"], "b": {"c": null}}', '[1e400, -0, true]', '"s"']),
+              st.integers(0, 40), st.integers(0, 3), st.text(JSON_CHARS, max_size=3))
+    .map(lambda t: t[0][: t[1]] + t[3] + t[0][t[1] + t[2]:]),
+)
+
+
+def _outcome(parse, text: str, strict: bool):
+    try:
+        return "ok", dump_json(parse(text, strict_keys=strict))
+    except JsonInputError as exc:
+        return "error", str(exc), exc.line, exc.column
+
+
+@pytest.mark.parametrize("text", TYPOS)
+def test_fast_path_equals_the_plain_json_module_on_typos(text):
+    for strict in (True, False):
+        assert _outcome(parse_json, text, strict) == _outcome(bkmcp.parse_json_plain, text, strict)
+
+
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+@given(MUTATED, st.booleans())
+def test_fast_path_equals_the_plain_json_module(text, strict):
+    """SPEC §13: the start-up trick is proven equal to the plain code: same value, same error, same position."""
+    assert _outcome(parse_json, text, strict) == _outcome(bkmcp.parse_json_plain, text, strict)
+
+
+_FRESH = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+import bkmcp
+assert "json" not in sys.modules, "json preloaded"
+for text in sys.argv[2:]:
+    try:
+        bkmcp.parse_json(text)
+    except bkmcp.JsonInputError as exc:
+        print("error", exc)
+    else:
+        print("ok")
+"""
+
+
+def test_errors_in_a_fresh_interpreter_without_json_loaded():
+    """Issue 11: on 3.10/3.11 the C scanner raised SystemError when json.decoder was not imported yet (pytest
+    always has it, so only a fresh interpreter shows it)."""
+    texts = ["{bad", '{"a": 1,}', '{"a": "x', '{"a": 1e}', "[1]"]
+    proc = subprocess.run([sys.executable, "-S", "-c", _FRESH, str(ROOT), *texts], capture_output=True, text=True,
+                          timeout=60, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[-1] == "ok"
+    assert [line.split(" at line")[0] for line in lines[:-1]] == [
+        "error " + str(_outcome(bkmcp.parse_json_plain, t, True)[1]).split(" at line")[0] for t in texts[:-1]]
+    assert all(" at line 1 column " in line for line in lines[:-1])
+
+
+_RACE = r"""
+import sys, threading, time
+sys.path.insert(0, sys.argv[1])
+import bkmcp
+made = []
+define = bkmcp._define_json_number
+def slow_define():
+    made.append(1)
+    time.sleep(0.05)  # widen the window between the check and the creation
+    return define()
+bkmcp._define_json_number = slow_define
+start = threading.Barrier(8)
+classes = []
+def worker():
+    start.wait()
+    classes.append(type(bkmcp.parse_json("[0.5]")[0]))
+threads = [threading.Thread(target=worker) for _ in range(8)]
+for t in threads: t.start()
+for t in threads: t.join()
+print(len(made), len(set(classes)), classes[0] is bkmcp.JsonNumber)
+"""
+
+
+def test_json_number_is_created_once_under_concurrent_first_use():
+    proc = subprocess.run([sys.executable, "-S", "-c", _RACE, str(ROOT)], capture_output=True, text=True,
+                          timeout=60, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["1", "1", "True"]
+
+
+def test_records_work_with_the_dataclasses_module():
+    """Issue 11 item 7: the small `dataclass` of section 2 made dataclasses.replace/asdict fail at run time while
+    the type checker accepted them."""
+    import dataclasses
+
+    server = bkmcp.ServerConfig(name="a", type="http", config_file="/f", url="https://x/", headers=(("H", "v"),))
+    assert dataclasses.is_dataclass(server) and dataclasses.is_dataclass(bkmcp.ServerConfig)
+    moved = dataclasses.replace(server, name="b")
+    assert moved == bkmcp.ServerConfig(name="b", type="http", config_file="/f", url="https://x/",
+                                       headers=(("H", "v"),))
+    assert dataclasses.asdict(server)["headers"] == (("H", "v"),) and dataclasses.astuple(server)[0] == "a"
+    conf = bkmcp.ConfigFile("/f", {"a": server})
+    assert dataclasses.asdict(conf)["servers"]["a"]["url"] == "https://x/"
+    assert [f.name for f in dataclasses.fields(conf)] == ["path", "servers", "readable_by_others", "invalid_names"]
+    inv = dataclasses.replace(bkmcp.Invocation(), server="s")  # a default_factory field
+    assert inv.server == "s" and inv.tool_tokens == [] and inv.tool_tokens is not bkmcp.Invocation().tool_tokens
+    token = bkmcp.ToolToken("n", "v", True, "--n=v")  # a slots class
+    assert dataclasses.replace(token, value="w").value == "w" and dataclasses.asdict(token)["raw"] == "--n=v"
+    with pytest.raises(AttributeError):
+        moved.name = "c"  # type: ignore[misc]

@@ -1,0 +1,53 @@
+"""Issue 11 item 3: error messages read well: the source named once, no doubled words, and a hint saying what to
+do next."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from bkmcp_test_helpers import run_bkmcp
+
+HTTP = {"type": "http", "url": "http://127.0.0.1:9/mcp"}
+CASES = {
+    "config-directory": ("{dir}", {}, ["srv", "--tools"]),
+    "top-level-array": ("[]", {}, ["srv", "--tools"]),
+    "duplicate-header": ({"mcpServers": {"srv": {**HTTP, "headers": {"X-A": "1", "x-a": "2"}}}}, {},
+                         ["srv", "--tools"]),
+    "empty-authorization": ({"mcpServers": {"srv": {**HTTP, "headers": {"Authorization": ""}}}}, {},
+                            ["srv", "t", "--body", "{}", "--dry-run"]),
+    "empty-bearer": ({"mcpServers": {"srv": {**HTTP, "headers": {"Authorization": "Bearer "}}}}, {},
+                     ["srv", "t", "--body", "{}", "--dry-run"]),
+    "bkapi-not-json": ({"mcpServers": {"srv": {**HTTP, "headers": {"X-Bkapi-Authorization": "{x"}}}}, {},
+                       ["srv", "t", "--body", "{}", "--dry-run"]),
+    "bkapi-empty": ({"mcpServers": {"srv": {**HTTP, "headers": {"X-Bkapi-Authorization": " "}}}}, {},
+                    ["srv", "t", "--body", "{}", "--dry-run"]),
+    "bkapi-array": ({"mcpServers": {"srv": {**HTTP, "headers": {"X-Bkapi-Authorization": "[]"}}}}, {},
+                    ["srv", "t", "--body", "{}", "--dry-run"]),
+    "non-ascii-reference": ({"mcpServers": {"srv": {**HTTP, "headers": {"X-A": "${ÄÖ}"}}}}, {},
+                            ["srv", "t", "--body", "{}", "--dry-run"]),
+    "empty-jq": ({"mcpServers": {"srv": HTTP}}, {}, ["srv", "--tools", "--jq", " "]),
+    "bad-jq": ({"mcpServers": {"srv": HTTP}}, {}, ["srv", "--tools", "--jq", ".["]),
+    "argv-server-name": ({"mcpServers": {"srv": HTTP}}, {}, ["a b", "--tools"]),
+    "body-empty-file-name": ({"mcpServers": {"srv": HTTP}}, {}, ["srv", "t", "--body", "@", "--dry-run"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_messages_have_a_next_step_and_no_doubled_words(name, write_config, tmp_path, no_network):
+    content, env, args = CASES[name]
+    path = str(tmp_path) if content == "{dir}" else str(write_config(content))
+    res = run_bkmcp("--config", path, *args, env=env)
+    error = res.json["error"]
+    assert res.exit_status == 1, res.stderr
+    assert error.get("hint"), f"{error['code']}: {error['message']!r} says nothing about what to do next"
+    for text in (error["message"], error["hint"]):
+        assert not re.search(r"\b(\w{2,}) \1\b", text, re.IGNORECASE), text
+    assert error["message"].count("server name") <= 1 and error["message"].count("--body") <= 1
+
+
+def test_invalid_argv_server_name_names_the_rule_once(write_config, no_network):
+    res = run_bkmcp("--config", str(write_config({"mcpServers": {"srv": HTTP}})), "", "--tools")
+    assert res.json["error"]["message"] == "invalid server name '': the name must not be empty"
+    assert json.dumps(res.json).count("server name") == 1
