@@ -552,7 +552,7 @@ def test_p05_validator_crash_falls_back(monkeypatch: pytest.MonkeyPatch) -> None
         def check_schema(cls, schema: Any) -> None:
             pass
 
-    monkeypatch.setattr(bkmcp, "_validator_class", lambda schema: Crashing)
+    monkeypatch.setattr(bkmcp, "_validator_class", lambda schema, budget: Crashing)
     check = validate_arguments(ALL_TYPES, {"keyword": "x"})
     assert check.scope == "basic" and check.notes == ("local validation failed (ValueError)",)
 
