@@ -5277,21 +5277,30 @@ class _Runner:
         return EXIT_OK
 
     def emit_envelope(self, envelope: dict[str, Any], jq: JqProgram | None, status: int) -> int:
+        """Write the envelope, or each ``--jq`` value as it comes (flushed, within the budget). A reader that goes
+        away ends the output quietly: ``main`` maps the ``BrokenPipeError`` to the exit status."""
         out = self.envr.stdout
-        if jq is not None:
-            try:
-                for line in jq.stream(envelope, self.jq_deadline()):
-                    out.write(line + "\n")
+        try:
+            if jq is not None:
+                try:
+                    for line in jq.stream(envelope, self.jq_deadline()):
+                        out.write(line + "\n")
+                        out.flush()
+                except JqHalt as halt:
                     out.flush()
-            except JqHalt as halt:
-                out.flush()
-                self.envr.stderr.write(halt.message)
-                self.envr.stderr.flush()
-                return halt.status if envelope.get("ok") is True else status  # a failure is never hidden
-        else:
-            pretty = 2 if getattr(out, "isatty", lambda: False)() else None
-            out.write(dump_json(envelope, indent=pretty) + "\n")
-        out.flush()
+                    self.envr.stderr.write(halt.message)
+                    self.envr.stderr.flush()
+                    return halt.status if envelope.get("ok") is True else status  # a failure is never hidden
+            else:
+                pretty = 2 if getattr(out, "isatty", lambda: False)() else None
+                out.write(dump_json(envelope, indent=pretty) + "\n")
+            out.flush()
+        except BrokenPipeError:
+            if out is sys.__stdout__:  # the interpreter would flush what is left at exit, fail again, exit 120
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, out.fileno())
+                os.close(devnull)
+            raise
         return status
 
     def jq_deadline(self) -> Deadline:
