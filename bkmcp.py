@@ -78,11 +78,11 @@ if TYPE_CHECKING:
     import decimal
     import json
     import re
-    from collections.abc import Callable, Iterable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
     from dataclasses import dataclass, field
     from typing import IO, Any
 else:
-    from _collections_abc import Callable, Iterable, Mapping, Sequence
+    from _collections_abc import Callable, Iterable, Iterator, Mapping, Sequence
 
     class _LazyModule:
         """A module imported on first attribute access; it then replaces itself in this module's globals."""
@@ -764,6 +764,34 @@ class Redactor:
         if isinstance(value, list):
             return [self.scrub_value(v) for v in value]
         return value
+
+
+_SECRET_QUERY_NAMES = frozenset({"sig", "code", "sid", "pwd", "pass", "hmac", "otp", "jwt"})
+_SECRET_QUERY_WORDS = ("signature", "credential", "session", "passw", "bearer")
+
+
+def redact_url(url: str) -> str:
+    """``url`` as bkmcp prints it: the value of each secret-looking query parameter becomes ``***``.
+
+    A parameter is secret when its (decoded) name passes ``is_secret_name`` (token, key, secret, auth, password,
+    ticket: ``access_token``, ``apikey``, ``api_key``, ``key`` …), is one of ``sig code sid pwd pass hmac otp
+    jwt``, or contains ``signature``, ``credential``, ``session``, ``passw`` or ``bearer`` (case-insensitive).
+    Everything else is kept byte for byte, names included, so the URL stays recognisable.
+    """
+    base, mark, query = url.partition("?")
+    if not mark or not query:
+        return url
+    query, hash_mark, fragment = query.partition("#")
+    from urllib.parse import unquote_plus
+
+    pieces = []
+    for piece in query.split("&"):
+        name, equals, _value = piece.partition("=")
+        lowered = unquote_plus(name).lower()
+        secret = (is_secret_name(lowered) or lowered in _SECRET_QUERY_NAMES
+                  or any(word in lowered for word in _SECRET_QUERY_WORDS))
+        pieces.append(f"{name}={REDACTED}" if equals and secret else piece)
+    return f"{base}?{'&'.join(pieces)}" + (f"#{REDACTED}" if hash_mark else "")
 
 
 # -- durations and deadlines ---------------------------------------------------------------------------
@@ -2813,7 +2841,7 @@ class HttpTransport:
         if message is not None:
             rpc = f" [{message.get('method', 'response')}" + (f" id={message['id']}]" if "id" in message else "]")
         shown = ", ".join(f"{k}: {v}" for k, v in redact_headers(headers).items())
-        self.log.debug(f"-> {verb} {self.url}{rpc} {{{shown}}}")
+        self.log.debug(f"-> {verb} {redact_url(self.url)}{rpc} {{{shown}}}")
 
     def _log_response(self, response: Any, started: float) -> None:
         self.responses += 1
@@ -4274,7 +4302,7 @@ def build_dry_run(server: ResolvedServer, tool: str, arguments: dict[str, Any]) 
     """Dry-run data (SPEC §7, O02): what would be sent, redacted; nothing remote verified."""
     data: dict[str, Any] = {"dry_run": True, "server": server.name, "tool": tool, "transport": server.type}
     if server.type == "http":
-        data["url"] = server.url
+        data["url"] = redact_url(server.url or "")
         # credential headers by name, and any other header that repeats a known secret value (SPEC §4)
         data["headers"] = {k: server.redactor.scrub(v) for k, v in redact_headers(server.headers).items()}
     else:
@@ -4670,6 +4698,9 @@ class ArgumentCheck:
 
     def describe(self) -> str:
         if self.scope == "full":
+            if self.notes:
+                return (f"arguments validated locally against the full inputSchema, except: {'; '.join(self.notes)}"
+                        "; the server validates those")
             return "arguments validated locally against the full inputSchema"
         why = "; ".join(self.notes) or "no full schema check"
         return f"arguments checked locally for required fields, types and enum only ({why}); the server validates"
@@ -4762,8 +4793,147 @@ def _non_local_refs(schema: Any, found: list[str], depth: int = 0) -> None:
             _non_local_refs(item, found, depth + 1)
 
 
-def _validator_class(schema: dict[str, Any]) -> Any:
-    """jsonschema validator for the schema's dialect, with JSON number semantics for Decimal/JsonNumber."""
+# Limits on what local validation attempts (docs/arguments.md): a server's schema must never hang bkmcp. Python's
+# re cannot be interrupted, so a pattern runs only when its worst case is small: no backreference, no quantified
+# group that holds a quantifier or an alternation (``(a+)+``, ``(a|ab)*``: exponential backtracking), and a string
+# short enough for its number k of open-ended quantifiers (polynomial backtracking, about len**k steps, one more
+# factor when the pattern is not anchored with ^).
+REGEX_WORK_LIMIT = 10**8  # ~0.1 s of the re engine in the worst case
+REGEX_TEXT_LIMIT = 1_000_000  # characters any pattern is run on locally
+UNIQUE_ITEMS_LIMIT = 2000  # uniqueItems over containers is quadratic in jsonschema: longer arrays go to the server
+_REGEX_SHAPES: dict[str, tuple[str | None, int, bool]] = {}
+
+
+def _regex_shape(pattern: str) -> tuple[str | None, int, bool]:
+    """(why the pattern may backtrack catastrophically or None, its degree k, anchored at the start), cached."""
+    shape = _REGEX_SHAPES.get(pattern)
+    if shape is None:
+        try:
+            from re import _parser as sre  # type: ignore[attr-defined]  # Python >= 3.11
+        except ImportError:  # pragma: no cover - Python < 3.11
+            import sre_parse as sre  # type: ignore[no-redef]
+        c = sre._constants if hasattr(sre, "_constants") else sre
+        repeats = {c.MAX_REPEAT, c.MIN_REPEAT} | ({c.POSSESSIVE_REPEAT} if hasattr(c, "POSSESSIVE_REPEAT") else set())
+        backrefs = {c.GROUPREF, c.GROUPREF_EXISTS} | ({c.GROUPREF_IGNORE} if hasattr(c, "GROUPREF_IGNORE") else set())
+
+        def walk(items: Any, repeated: bool) -> int:
+            """The degree of a sequence; raises ValueError naming the risk."""
+            degree = 0
+            for op, av in items:
+                if op in backrefs:
+                    raise ValueError("it uses a backreference")
+                if op in repeats:
+                    low, high, body = av
+                    if repeated and high != low:
+                        raise ValueError("it nests quantifiers")
+                    inner = walk(body, repeated or high > 1)
+                    degree += inner + (1 if high != low else 0)
+                elif op is c.BRANCH:
+                    if repeated:
+                        raise ValueError("it repeats an alternation")
+                    degree += max((walk(alt, repeated) for alt in av[1]), default=0)
+                elif op is c.SUBPATTERN:
+                    degree += walk(av[-1], repeated)
+                elif op in (c.ASSERT, c.ASSERT_NOT):
+                    degree += walk(av[1], repeated)
+                elif hasattr(c, "ATOMIC_GROUP") and op is c.ATOMIC_GROUP:
+                    degree += walk(av, repeated)
+            return degree
+
+        try:
+            parsed = sre.parse(pattern)
+        except Exception:  # not a Python regex: jsonschema reports it as it always did
+            shape = (None, 0, False)
+        else:
+            first = list(parsed)[:1]
+            anchored = bool(first) and first[0][0] is c.AT and first[0][1] in (c.AT_BEGINNING, c.AT_BEGINNING_STRING) \
+                and not parsed.state.flags & c.SRE_FLAG_MULTILINE
+            try:
+                shape = (None, walk(parsed, False), anchored)
+            except ValueError as exc:
+                shape = (str(exc), 0, anchored)
+            except RecursionError:
+                shape = ("it is nested too deeply", 0, anchored)
+        _REGEX_SHAPES[pattern] = shape
+    return shape
+
+
+def regex_risk(pattern: str, length: int) -> str | None:
+    """Why ``pattern`` is not run locally on a string of ``length`` characters (None: it is safe to run)."""
+    why, degree, anchored = _regex_shape(pattern)
+    if why is not None:
+        return f"{why}, which can backtrack for minutes"
+    if length > REGEX_TEXT_LIMIT:
+        return f"the string is longer than {REGEX_TEXT_LIMIT} characters"
+    work = length ** (degree + (0 if anchored else 1))
+    if degree and work > REGEX_WORK_LIMIT:
+        return f"a {length}-character string is too long for its {degree} open-ended quantifiers"
+    return None
+
+
+class _ValidationBudget:
+    """What a validator class of ``_validator_class`` checks between keywords and what it chose not to run."""
+
+    def __init__(self, deadline: Deadline | None) -> None:
+        self.deadline = deadline
+        self.skipped: list[str] = []
+
+    def skip(self, note: str) -> None:
+        if note not in self.skipped:
+            self.skipped.append(note)
+
+
+def _guarded_validators(base: Any, budget: _ValidationBudget) -> dict[str, Any]:
+    """``base``'s keyword functions, each checking the deadline first; pattern matching and uniqueItems limited."""
+    originals = dict(base.VALIDATORS)
+    deadline = budget.deadline
+
+    def timed(function: Callable[..., Any]) -> Callable[..., Any]:
+        def keyword(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
+            if deadline is not None:
+                deadline.remaining()  # raises mcp_timeout once the operation's budget is spent
+            return function(validator, value, instance, schema)
+
+        return keyword
+
+    def pattern(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
+        if isinstance(value, str) and isinstance(instance, str):
+            why = regex_risk(value, len(instance))
+            if why is not None:
+                budget.skip(f"pattern {_short(value)} not run locally ({why})")
+                return None
+        return originals["pattern"](validator, value, instance, schema)
+
+    def key_patterns(name: str) -> Callable[..., Any]:
+        def keyword(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
+            patterns = schema.get("patternProperties") if isinstance(schema, dict) else None
+            if isinstance(instance, dict) and instance and isinstance(patterns, dict):
+                longest = max(len(k) for k in instance)
+                for key_pattern in patterns:
+                    why = regex_risk(key_pattern, longest) if isinstance(key_pattern, str) else None
+                    if why is not None:
+                        budget.skip(f"{name} with pattern {_short(key_pattern)} not run locally ({why})")
+                        return None
+            return originals[name](validator, value, instance, schema)
+
+        return keyword
+
+    def unique_items(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
+        if value is True and isinstance(instance, list) and len(instance) > UNIQUE_ITEMS_LIMIT and any(
+                isinstance(item, (dict, list)) for item in instance):
+            budget.skip(f"uniqueItems not run locally (an array of more than {UNIQUE_ITEMS_LIMIT} containers)")
+            return None
+        return originals["uniqueItems"](validator, value, instance, schema)
+
+    replaced: dict[str, Callable[..., Any]] = {"pattern": pattern, "uniqueItems": unique_items}
+    for name in ("patternProperties", "additionalProperties", "unevaluatedProperties"):
+        replaced[name] = key_patterns(name)
+    return {name: timed(replaced.get(name) or function) for name, function in originals.items()}
+
+
+def _validator_class(schema: dict[str, Any], budget: _ValidationBudget | None = None) -> Any:
+    """jsonschema validator for the schema's dialect, with JSON number semantics for Decimal/JsonNumber; with a
+    ``budget``, every keyword checks its deadline and pattern matching keeps to the limits above."""
     from jsonschema import validators  # lazily: only the call path validates
 
     dialect = schema.get("$schema")
@@ -4791,10 +4961,13 @@ def _validator_class(schema: dict[str, Any]) -> Any:
         if quotient.denominator != 1:
             yield ValidationError(f"must be a multiple of {_short(divisor)}")
 
-    return validators.extend(base, {"multipleOf": multiple_of}, type_checker=checker)
+    extended = validators.extend(base, {"multipleOf": multiple_of}, type_checker=checker)
+    return extended if budget is None else validators.extend(extended, _guarded_validators(extended, budget))
 
 
-def _schema_problems(schema: dict[str, Any], arguments: Mapping[str, Any]) -> list[dict[str, str]]:
+def _schema_problems(
+    schema: dict[str, Any], arguments: Mapping[str, Any], budget: _ValidationBudget | None = None
+) -> list[dict[str, str]]:
     """The full schema via jsonschema; ``_NotLocal`` when that is not possible without the network."""
     remote: list[str] = []
     _non_local_refs(schema, remote)
@@ -4805,7 +4978,7 @@ def _schema_problems(schema: dict[str, Any], arguments: Mapping[str, Any]) -> li
         from jsonschema import exceptions as jexc
     except ImportError:
         raise _NotLocal("the jsonschema library is not available") from None
-    cls = _validator_class(schema)
+    cls = _validator_class(schema, budget or _ValidationBudget(None))
 
     class LocalOnlyResolver(jsonschema.RefResolver):
         def resolve_remote(self, uri: str) -> Any:
@@ -4819,7 +4992,7 @@ def _schema_problems(schema: dict[str, Any], arguments: Mapping[str, Any]) -> li
             resolver = LocalOnlyResolver.from_schema(schema, id_of=cls.ID_OF)
             try:
                 errors = list(cls(schema, resolver=resolver).iter_errors(arguments))
-            except (jexc.RefResolutionError, _NotLocal):
+            except (jexc.RefResolutionError, _NotLocal, McpTimeoutError):
                 raise
             except (Exception, RecursionError):
                 cls.check_schema(schema)  # a SchemaError explains the failure better than the crash
@@ -4837,7 +5010,7 @@ def _schema_problems(schema: dict[str, Any], arguments: Mapping[str, Any]) -> li
         cause = exc._cause if isinstance(getattr(exc, "_cause", None), _NotLocal) else None
         raise _NotLocal(str(cause) if cause else f"a $ref could not be resolved locally ({_short(str(exc), 80)})") \
             from None
-    except _NotLocal:
+    except (_NotLocal, McpTimeoutError):
         raise
     except (Exception, RecursionError) as exc:  # a validator bug or an exotic keyword must not crash the call
         raise _NotLocal(f"local validation failed ({type(exc).__name__})") from None
@@ -4882,20 +5055,27 @@ def _problem_from_error(error: Any) -> dict[str, str]:
     return {"path": json_path(path), "message": _printable(message)}
 
 
-def validate_arguments(tool: Mapping[str, Any], arguments: Mapping[str, Any]) -> ArgumentCheck:
+def validate_arguments(
+    tool: Mapping[str, Any], arguments: Mapping[str, Any], *, deadline: Deadline | None = None
+) -> ArgumentCheck:
     """Check the final arguments object before any ``tools/call`` (SPEC §6, P03, P05).
 
     Always: required fields, declared top-level types and ``enum``/``const``. With jsonschema (imported here,
     lazily): the whole schema when it is self-contained; a remote ``$ref`` is never fetched. Returns what was
     actually checked (``ArgumentCheck``); raises ``invalid_mcp_arguments`` listing every problem with its path.
+
+    Bounded: each schema keyword first checks ``deadline`` (``mcp_timeout`` once the operation's budget is spent),
+    and patterns that could backtrack for long (``regex_risk``) are left to the server, noted in the result.
     """
     schema = _schema_object(tool)
     if schema is None:
         return ArgumentCheck("basic", ("the tool has no inputSchema object",))
     notes: list[str] = []
+    budget = _ValidationBudget(deadline)
     try:
-        problems = _schema_problems(schema, arguments)
+        problems = _schema_problems(schema, arguments, budget)
         scope = "full"
+        notes += budget.skipped
     except _NotLocal as exc:
         notes.append(str(exc))
         problems = _basic_problems(schema, arguments)
@@ -4968,8 +5148,32 @@ def _load_jq_module() -> Any:
 _JQ_SYNTAX_HINT = "fix the jq syntax; quote the expression in single quotes so the shell leaves it alone"
 
 
+class JqHalt(Exception):
+    """``halt_error`` in a ``--jq`` program: the message as jq prints it on stderr and the exit status."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+class _JqOverBudget(Exception):
+    """The ``--jq`` program ran past the operation's budget."""
+
+
+JQ_MIN_BUDGET = 1.0  # seconds --jq always gets, even after an operation that spent its whole --timeout
+JQ_EXECUTABLE_CHECK_SECONDS = 10.0  # compiling with a jq executable: a jq that answers nothing in 10s is unusable
+_JQ_HALT_MARK = "\ue000bkmcp-halt-"
+
+
 class JqProgram:
-    """A compiled ``--jq`` expression, via the ``jq`` binding or, failing that, a ``jq`` executable."""
+    """A compiled ``--jq`` expression, via the ``jq`` binding or, failing that, a ``jq`` executable.
+
+    ``halt_error`` is redefined (in front of the expression) as an error carrying a marker, its message and its
+    status, because the binding reports jq's own ``halt_error`` as a silent end of output; so both back ends
+    behave the same, as jq 1.7 does. A program that starts with ``import``/``include`` cannot take the prefix:
+    it runs as given, and ``halt_error`` in it is refused at compile time.
+    """
 
     def __init__(self, expression: str) -> None:
         self.expression = expression
@@ -4977,18 +5181,26 @@ class JqProgram:
         self._executable: str | None = None
         if not expression.strip():
             raise InvalidJqExpressionError("--jq expression is empty", hint="give a jq program, e.g. --jq '.data'")
-        self._literal: Any = None  # the program wrapped in tojson, when jq keeps number literals (jq >= 1.7)
+        self._literal = False  # jq keeps number literals (jq >= 1.7 with decNumber)
+        self._halt_mark = f"{_JQ_HALT_MARK}{os.urandom(4).hex()}:"
+        defs = (
+            'def halt_error($c): if ($c | type) != "number" then error("halt_error/1: number required") '
+            f"else error({json.dumps(self._halt_mark)} + ({{m: ., c: $c}} | tojson)) end; "
+            "def halt_error: halt_error(5); "
+        )
+        self._wrapped = True
         if self._module is not None:
             try:
                 self._program = self._module.compile(expression)
             except ValueError as exc:
                 raise InvalidJqExpressionError(f"invalid --jq expression: {_first_line(exc)}", hint=_JQ_SYNTAX_HINT
                                                ) from None
-            if _jq_keeps_literals(self._module):
-                try:
-                    self._literal = self._module.compile(f"({expression}\n) | tojson")
-                except ValueError:  # e.g. a leading import/include directive: no literal mode, still exact
-                    self._literal = None
+            self._literal = _jq_keeps_literals(self._module)
+            try:  # each output as JSON text, so jq's own spelling of numbers reaches parse_json
+                self._program = self._module.compile(f"{defs}({expression}\n) | tojson")
+            except ValueError:  # e.g. a leading import/include directive: run as given, all output at once
+                self._wrapped = False
+            self._check_halt_error()
             return
         import shutil
 
@@ -4999,33 +5211,66 @@ class JqProgram:
                 "is on PATH",
                 hint="install jq (e.g. apt install jq) or drop --jq and filter the JSON output yourself",
             )
-        proc = self._run_executable(["-n", f"if false then (\n{expression}\n) else empty end"], "")
-        if proc.returncode != 0:
-            raise InvalidJqExpressionError(f"invalid --jq expression: {_first_line(proc.stderr)}", hint=_JQ_SYNTAX_HINT)
+        self._source = f"{defs}(\n{expression}\n)"
+        if self._check_executable(f"{defs}if false then (\n{expression}\n) else empty end") is not None:
+            self._wrapped = False
+            self._source = f" {expression}"  # a leading "-" is no option
+            problem = self._check_executable(f"if false then (\n{expression}\n) else empty end")
+            if problem is not None:
+                raise InvalidJqExpressionError(f"invalid --jq expression: {problem}", hint=_JQ_SYNTAX_HINT)
+        self._check_halt_error()
 
-    def _run_executable(self, args: list[str], text: str) -> Any:
+    def _check_halt_error(self) -> None:
+        if not self._wrapped and "halt_error" in self.expression:
+            raise InvalidJqExpressionError(
+                "--jq: halt_error cannot be used in a program that starts with import/include",
+                hint="drop the module directive, or use error(...) instead of halt_error",
+            )
+
+    def _check_executable(self, program: str) -> str | None:
+        """Compile ``program`` with the jq executable: None when it compiles, else jq's first line of error."""
         import subprocess
 
         assert self._executable is not None
-        return subprocess.run(
-            [self._executable, *args], input=text, capture_output=True, text=True, encoding="utf-8", timeout=60
-        )
+        try:
+            proc = subprocess.run([self._executable, "-n", program], stdin=subprocess.DEVNULL, capture_output=True,
+                                  text=True, encoding="utf-8", errors="replace",
+                                  timeout=JQ_EXECUTABLE_CHECK_SECONDS)
+        except subprocess.TimeoutExpired:
+            raise JqUnavailableError(
+                f"the jq executable {self._executable} did not compile the --jq expression within "
+                f"{format_duration(JQ_EXECUTABLE_CHECK_SECONDS)}",
+                hint="check that this jq works (jq --version), or drop --jq and filter the JSON output yourself",
+            ) from None
+        except OSError as exc:
+            raise JqUnavailableError(f"the jq executable {self._executable} cannot be run: {exc.strerror or exc}",
+                                     hint="install a working jq, or drop --jq") from None
+        return None if proc.returncode == 0 else _first_line(proc.stderr)
 
-    def apply(self, envelope: dict[str, Any]) -> list[str]:
-        """Run over the final envelope; each output value as one compact JSON line, numbers preserved.
+    def apply(self, envelope: dict[str, Any], deadline: Deadline | None = None) -> list[str]:
+        """Every output value of ``stream`` at once."""
+        return list(self.stream(envelope, deadline))
+
+    def stream(self, envelope: dict[str, Any], deadline: Deadline | None = None) -> Iterator[str]:
+        """Run over the final envelope; yield each output value as one compact JSON line as soon as jq has it.
+
+        ``deadline`` bounds the run: it is checked between output values (a ``jq`` executable is also killed when
+        it is silent past it); past it the run is ``jq_error``. A ``halt_error`` raises ``JqHalt`` after the
+        values before it; ``halt`` just ends the output.
 
         jq computes with doubles. jq >= 1.7 keeps the literal text of a number it did not compute with, which
         ``tojson`` reveals: that is the "literal" mode, used when the binding has it. Otherwise numbers a double
         cannot hold (big integers, ``1e400``) travel as marker strings and come back exact. Numbers jq would only
         re-spell (``1E+2``, ``-0.0`` without literals; ``1e400`` -> ``1E+400`` with them) are tried as markers
-        too; that answer is used only when it equals, value for value, the answer computed with real numbers
-        (so comparisons and arithmetic keep jq's meaning). A runtime error is ``jq_error``.
+        too, in a second run side by side: each value of that run is used when it equals, value for value, the
+        value computed with real numbers (so comparisons and arithmetic keep jq's meaning). A runtime error is
+        ``jq_error``.
         """
         # The number walks below recurse about twice per JSON level; any depth parse_json accepted must fit.
         limit = sys.getrecursionlimit()
         sys.setrecursionlimit(max(limit, 10_000))
         try:
-            return self._apply(envelope)
+            yield from self._stream(envelope, deadline)
         except RecursionError:
             raise JqError(
                 "--jq failed on the result: it is nested too deeply", data=envelope.get("data"),
@@ -5034,51 +5279,158 @@ class JqProgram:
         finally:
             sys.setrecursionlimit(limit)
 
-    def _apply(self, envelope: dict[str, Any]) -> list[str]:
+    def _stream(self, envelope: dict[str, Any], deadline: Deadline | None) -> Iterator[str]:
         nonce = os.urandom(4).hex()
-        if self._literal is not None:
+        if self._literal:
             exact_protect, text_protect = _jq_beyond_decimal, _jq_literal_differs
         else:
             exact_protect, text_protect = _jq_value_differs, _jq_text_differs
+        data = envelope.get("data")
+        dry = isinstance(data, dict) and data.get("dry_run") is True
+        exact = self._project(envelope, nonce, exact_protect, deadline)
+        respelled: Iterator[Any] | None = None
+        if _any_number(envelope, lambda n: text_protect(n) and not exact_protect(n)):
+            respelled = self._project(envelope, nonce, text_protect, deadline)
         try:
-            outputs = self._project(envelope, nonce, exact_protect)
-        except ValueError as exc:
-            data = envelope.get("data")
-            dry = isinstance(data, dict) and data.get("dry_run") is True
+            for value in exact:
+                if respelled is not None:
+                    try:
+                        other = next(respelled)
+                    except (StopIteration, ValueError, JqHalt, _JqOverBudget):
+                        other = respelled = None
+                    if respelled is not None and _same_json(other, value):
+                        value = other
+                    else:  # once the runs part, the value computed with real numbers is the answer
+                        _close(respelled)
+                        respelled = None
+                yield dump_json(value)
+                if deadline is not None and deadline.end - time.monotonic() <= 0:
+                    raise _JqOverBudget()
+        except (ValueError, _JqOverBudget) as exc:
+            if isinstance(exc, _JqOverBudget):
+                assert deadline is not None
+                reason = (f"--jq did not finish within the time --timeout left for it "
+                          f"({deadline.seconds:.1f}s)")
+            else:
+                reason = f"--jq failed on the result: {_first_line(exc)}"
             raise JqError(
-                f"--jq failed on the result: {_first_line(exc)}",
+                reason,
                 hint="nothing was sent (dry run); fix the expression" if dry else "the remote operation already "
                 "happened; do not retry it blindly, fix the expression and re-run it on saved output (data keeps "
                 "the unprojected result)",
                 data=data,
                 details={} if envelope.get("ok") else {"unprojected_error": envelope.get("error")},
             ) from None
-        if _any_number(envelope, lambda n: text_protect(n) and not exact_protect(n)):
-            try:
-                respelled = self._project(envelope, nonce, text_protect)
-            except ValueError:
-                respelled = None
-            if respelled is not None and _same_json(respelled, outputs):
-                outputs = respelled
-        return [dump_json(value) for value in outputs]
+        finally:
+            _close(respelled)
+            _close(exact)
 
-    def _project(self, envelope: dict[str, Any], nonce: str, protect: Callable[[Any], bool]) -> list[Any]:
+    def _project(self, envelope: dict[str, Any], nonce: str, protect: Callable[[Any], bool],
+                 deadline: Deadline | None) -> Iterator[Any]:
         table: list[str] = []
         text = dump_json(_jq_protect(envelope, table, nonce, protect))
-        if self._literal is not None:
-            texts = [str(item) for item in self._literal.input_text(text).all()]
-        elif self._module is not None:
-            texts = self._program.input_text(text).text().split("\n")
+        if self._executable is not None:
+            texts: Iterable[str] = _jq_executable_lines([self._executable, "-c", self._source], text, deadline)
+        elif self._wrapped:
+            texts = iter(self._program.input_text(text))
         else:
-            proc = self._run_executable(["-c", f" {self.expression}"], text)  # a leading "-" is no option
-            if proc.returncode != 0:
-                raise ValueError(_first_line(proc.stderr))
-            texts = proc.stdout.split("\n")
+            texts = self._program.input_text(text).text().split("\n")
         try:
-            values = [parse_json(item, strict_keys=False) for item in texts if item.strip()]
-        except JsonInputError:
-            raise ValueError("jq printed a value that is not JSON (jq cuts values nested over 256 levels)") from None
-        return [_jq_restore(value, table, nonce) for value in values]
+            for item in texts:
+                if not item.strip():
+                    continue
+                try:
+                    value = parse_json(item, strict_keys=False)
+                except JsonInputError:
+                    raise ValueError(
+                        "jq printed a value that is not JSON (jq cuts values nested over 256 levels)") from None
+                yield _jq_restore(value, table, nonce)
+        except ValueError as exc:
+            message = str(exc)
+            at = message.find(self._halt_mark)
+            if at < 0:
+                raise
+            self._halt(message[at + len(self._halt_mark):].split("\n", 1)[0], table, nonce)
+        finally:
+            _close(texts)
+
+    def _halt(self, record: str, table: list[str], nonce: str) -> None:
+        """Raise ``JqHalt`` for a halt_error record ``{"m": message, "c": status}`` as jq 1.7 prints it."""
+        halted = _jq_restore(parse_json(record, strict_keys=False), table, nonce)
+        message, code = halted["m"], halted["c"]
+        try:
+            status = int(code) % 256
+        except (ValueError, OverflowError, decimal.DecimalException):
+            raise ValueError(f"halt_error/1: invalid exit status {_short(code)}") from None
+        raise JqHalt(message if isinstance(message, str) else dump_json(message) + "\n", status)
+
+
+def _close(iterator: Any) -> None:
+    """Close a generator (a jq executable behind it is killed); other iterables need nothing."""
+    close = getattr(iterator, "close", None)
+    if close is not None:
+        close()
+
+
+def _jq_executable_lines(argv: list[str], text: str, deadline: Deadline | None) -> Iterator[str]:
+    """Run a jq executable on ``text``; yield its stdout lines as they come. ``ValueError`` with jq's error
+    when it fails; ``_JqOverBudget`` (the process killed) when ``deadline`` passes first."""
+    import selectors
+    import subprocess
+
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except OSError as exc:
+        raise ValueError(f"the jq executable cannot be run: {exc.strerror or exc}") from None
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    pending = memoryview(text.encode("utf-8"))
+    out, err = bytearray(), bytearray()
+    selector = selectors.DefaultSelector()
+    try:
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            os.set_blocking(stream.fileno(), False)
+        selector.register(proc.stdin, selectors.EVENT_WRITE)
+        selector.register(proc.stdout, selectors.EVENT_READ)
+        selector.register(proc.stderr, selectors.EVENT_READ)
+        while selector.get_map():
+            wait = None if deadline is None else deadline.end - time.monotonic()
+            if wait is not None and wait <= 0:
+                raise _JqOverBudget()
+            for key, _events in selector.select(wait):
+                if key.fileobj is proc.stdin:
+                    try:
+                        pending = pending[os.write(proc.stdin.fileno(), pending[:65536]):]
+                    except BrokenPipeError:
+                        pending = pending[:0]
+                    if not pending:
+                        selector.unregister(proc.stdin)
+                        proc.stdin.close()
+                    continue
+                chunk = os.read(key.fd, 65536)
+                if not chunk:
+                    selector.unregister(key.fileobj)
+                elif key.fileobj is proc.stderr:
+                    err += chunk
+                else:
+                    out += chunk
+                    *lines, rest = out.split(b"\n")
+                    out = bytearray(rest)
+                    for line in lines:
+                        yield line.decode("utf-8", "replace")
+        if out:
+            yield out.decode("utf-8", "replace")
+        if proc.wait() != 0:  # jq's error line (its debug/stderr output may come before it)
+            messages = err.decode("utf-8", "replace").splitlines()
+            errors = [m for m in messages if _JQ_HALT_MARK in m] or [
+                m for m in messages if m.startswith("jq: error")] or messages
+            raise ValueError(errors[0] if errors else f"the jq executable exited with status {proc.returncode}")
+    finally:
+        selector.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            stream.close()
 
 
 _JQ_LITERALS: dict[int, bool] = {}
@@ -5241,7 +5593,7 @@ def render_server_help(server: ServerConfig) -> str:
     lines = [f"bkmcp server {server.name!r} ({server.type})", ""]
     lines.append(f"  config file    {server.config_file}")
     if server.type == "http":
-        lines.append(f"  url            {server.url}")
+        lines.append(f"  url            {redact_url(server.url or '')}")
         if server.headers:
             lines.append("  headers")
             width = max(len(n) for n, _ in server.headers)
@@ -6805,21 +7157,46 @@ class _Runner:
         self.log = log
         self.redactor = log.redactor
         self.remote_started = False
+        self.deadline: Deadline | None = None  # the remote operation's budget, once it started
 
     def emit_text(self, text: str) -> int:
         self.envr.stdout.write(text if text.endswith("\n") else text + "\n")
         return EXIT_OK
 
     def emit_envelope(self, envelope: dict[str, Any], jq: JqProgram | None, status: int) -> int:
+        """Write the envelope, or each ``--jq`` value as it comes (flushed, within the budget). A reader that goes
+        away ends the output quietly: ``main`` maps the ``BrokenPipeError`` to the exit status."""
         out = self.envr.stdout
-        if jq is not None:
-            lines = jq.apply(envelope)
-            out.write("".join(line + "\n" for line in lines))
-        else:
-            pretty = 2 if getattr(out, "isatty", lambda: False)() else None
-            out.write(dump_json(envelope, indent=pretty) + "\n")
-        out.flush()
+        try:
+            if jq is not None:
+                try:
+                    for line in jq.stream(envelope, self.jq_deadline()):
+                        out.write(line + "\n")
+                        out.flush()
+                except JqHalt as halt:
+                    out.flush()
+                    self.envr.stderr.write(halt.message)
+                    self.envr.stderr.flush()
+                    return halt.status if envelope.get("ok") is True else status  # a failure is never hidden
+            else:
+                pretty = 2 if getattr(out, "isatty", lambda: False)() else None
+                out.write(dump_json(envelope, indent=pretty) + "\n")
+            out.flush()
+        except BrokenPipeError:
+            if out is sys.__stdout__:  # the interpreter would flush what is left at exit, fail again, exit 120
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, out.fileno())
+                os.close(devnull)
+            raise
         return status
+
+    def jq_deadline(self) -> Deadline:
+        """The budget of ``--jq``: what the operation left of ``--timeout``, at least ``JQ_MIN_BUDGET`` (so a
+        timed-out envelope can still be projected); the whole ``--timeout`` when nothing remote ran (dry run)."""
+        timeout = parse_duration(self.inv.timeout) if self.inv.timeout is not None else DEFAULT_TIMEOUT
+        if self.deadline is None:
+            return Deadline(timeout)
+        return Deadline(max(self.deadline.end - time.monotonic(), min(timeout, JQ_MIN_BUDGET)))
 
     def run(self) -> int:
         inv, envr = self.inv, self.envr
@@ -6861,6 +7238,7 @@ class _Runner:
         log = self.log
         progress = (lambda token: ProgressLine(log, token)) if log.verbose or log.is_tty else None
         ctx = OpContext(deadline, log, cwd=envr.cwd, home=envr.env.get("HOME"), progress=progress)
+        self.deadline = deadline
         try:
             self.remote_started = True
             if inv.check:
@@ -6897,7 +7275,7 @@ class _Runner:
                 ignored = check_tool_tokens(tool, inv.tool_tokens, server_name=server.name)
                 if ignored:
                     self.log.warn(f"--body is the complete arguments object; not sent: {', '.join(ignored)}")
-            self.log.debug(validate_arguments(tool, chosen).describe())
+            self.log.debug(validate_arguments(tool, chosen, deadline=ctx.deadline).describe())
             return chosen
 
         data = run_call(server, ctx, name, insecure=inv.insecure, prepare=prepare)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import pytest
@@ -200,3 +201,93 @@ def test_deeply_nested_results_are_jq_error_never_internal(depth, config, no_net
         assert res.error_code == "invalid_mcp_arguments" and "nesting too deep" in res.stderr
     else:
         assert res.exit_status == 2 and res.json["error"]["code"] == "jq_error", res.stdout + res.stderr
+
+
+@pytest.mark.parametrize(("expression", "stdout", "stderr", "status"), [
+    ('"x\\n" | halt_error(5)', "", "x\n", 5),
+    (".ok, halt_error", "true\n", None, 5),  # a non-string message: JSON with a newline
+    (".ok, halt, 3", "true\n", "", 0),
+    (".data.tool, halt_error(1)", '"t"\n', None, 1),
+    ('"bye" | halt_error(0)', "", "bye", 0),
+    ('.data.arguments | halt_error(300)', "", '{"n":[' + ",".join(NUMBERS) + '],"s":' + json.dumps(
+        "中文 \"q\" \\ $(rm -rf /) `id`\n", ensure_ascii=False) + "}\n", 44),
+    ("(halt_error(3) | length)", "", None, 3),  # halt_error is never a value that flows on
+])
+def test_jq_halt_and_halt_error_behave_as_in_jq_1_7(expression, stdout, stderr, status, config, no_network):
+    res = dry(config, "--jq", expression)
+    assert (res.exit_status, res.stdout) == (status, stdout), res.stderr
+    if stderr is not None and stderr.startswith("{"):  # JSON as jq prints it: numbers equal, maybe re-spelled
+        assert res.stderr.endswith("}\n") and bkmcp._same_json(bkmcp.parse_json(res.stderr), bkmcp.parse_json(stderr))
+    elif stderr is not None:
+        assert res.stderr == stderr
+    elif expression.startswith(".ok"):
+        assert bkmcp.parse_json(res.stderr) == bkmcp.parse_json(dry(config).stdout)
+
+
+def test_jq_halt_error_never_hides_a_failure(write_config, jq_mode):
+    config = write_config({"mcpServers": {"a": {"type": "http", "url": "http://127.0.0.1:9/mcp"}}})
+    res = run_bkmcp("--config", str(config), "a", "--tools", "--jq", '.error.code | halt_error(0)')
+    assert (res.exit_status, res.stdout, res.stderr) == (2, "", "mcp_connection_error")
+
+
+def test_jq_halt_error_needs_a_number(config, no_network):
+    res = dry(config, "--jq", 'halt_error("five")')
+    assert res.exit_status == 2 and res.error_code == "jq_error"
+    assert "halt_error/1: number required" in res.json["error"]["message"]
+
+
+def test_jq_halt_error_with_a_module_directive_is_refused(config, no_network):
+    res = dry(config, "--jq", 'include "nothing"; halt_error')
+    assert res.exit_status == 1 and res.error_code == "invalid_jq_expression"
+
+
+def fake_jq(tmp_path, monkeypatch, script: str) -> None:
+    """A ``jq`` executable on PATH (the binding hidden) that runs ``script`` (sh)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    jq = bin_dir / "jq"
+    jq.write_text("#!/bin/sh\n" + script, encoding="utf-8")
+    jq.chmod(0o755)
+    monkeypatch.setattr(bkmcp, "_load_jq_module", lambda: None)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ.get('PATH', '')}")
+
+
+def test_jq_executable_past_the_budget_is_jq_error(tmp_path, monkeypatch, write_config, no_network):
+    """A jq executable that answers nothing is killed at the budget: jq_error, not internal_error."""
+    fake_jq(tmp_path, monkeypatch, 'if [ "$1" = "-n" ]; then exit 0; fi\nexec sleep 30\n')
+    config = write_config({"mcpServers": {"a": {"type": "http", "url": "http://127.0.0.1:9/mcp"}}})
+    res = run_bkmcp("--config", str(config), "--timeout", "300ms", "a", "t", "--body", "{}", "--dry-run", "--jq",
+                    ".", env={"PATH": os.environ["PATH"]})
+    assert res.exit_status == 2 and res.error_code == "jq_error", res.stdout + res.stderr
+    assert "did not finish within the time --timeout left for it" in res.json["error"]["message"]
+
+
+def test_jq_executable_that_cannot_compile_in_time_is_jq_unavailable(tmp_path, monkeypatch, write_config,
+                                                                    no_network):
+    fake_jq(tmp_path, monkeypatch, "exec sleep 30\n")
+    monkeypatch.setattr(bkmcp, "JQ_EXECUTABLE_CHECK_SECONDS", 0.2)
+    config = write_config({"mcpServers": {"a": {"type": "http", "url": "http://127.0.0.1:9/mcp"}}})
+    res = run_bkmcp("--config", str(config), "a", "t", "--body", "{}", "--dry-run", "--jq", ".")
+    assert res.exit_status == 1 and res.error_code == "jq_unavailable", res.stdout + res.stderr
+    assert "did not compile the --jq expression within 200ms" in res.stderr
+
+
+def test_jq_executable_silent_computation_is_stopped_at_the_budget(monkeypatch, write_config, no_network):
+    if shutil.which("jq") is None:
+        pytest.skip("no jq executable on PATH")
+    monkeypatch.setattr(bkmcp, "_load_jq_module", lambda: None)
+    config = write_config({"mcpServers": {"a": {"type": "http", "url": "http://127.0.0.1:9/mcp"}}})
+    res = run_bkmcp("--config", str(config), "--timeout", "500ms", "a", "t", "--body", "{}", "--dry-run", "--jq",
+                    "last(range(1e15))")
+    assert res.exit_status == 2 and res.error_code == "jq_error"
+
+
+def test_jq_values_stream_with_the_executable_and_stop_at_the_budget(monkeypatch, write_config, no_network):
+    if shutil.which("jq") is None:
+        pytest.skip("no jq executable on PATH")
+    monkeypatch.setattr(bkmcp, "_load_jq_module", lambda: None)
+    config = write_config({"mcpServers": {"a": {"type": "http", "url": "http://127.0.0.1:9/mcp"}}})
+    res = run_bkmcp("--config", str(config), "--timeout", "300ms", "a", "t", "--body", "{}", "--dry-run", "--jq",
+                    "repeat(.ok)")
+    lines = res.stdout.splitlines()
+    assert res.exit_status == 2 and lines[0] == "true" and json.loads(lines[-1])["error"]["code"] == "jq_error"

@@ -552,7 +552,7 @@ def test_p05_validator_crash_falls_back(monkeypatch: pytest.MonkeyPatch) -> None
         def check_schema(cls, schema: Any) -> None:
             pass
 
-    monkeypatch.setattr(bkmcp, "_validator_class", lambda schema: Crashing)
+    monkeypatch.setattr(bkmcp, "_validator_class", lambda schema, budget: Crashing)
     check = validate_arguments(ALL_TYPES, {"keyword": "x"})
     assert check.scope == "basic" and check.notes == ("local validation failed (ValueError)",)
 
@@ -649,3 +649,56 @@ def test_json_path_forms() -> None:
     assert bkmcp.json_path([]) == "$"
     assert bkmcp.json_path(["a", 0, "b_c"]) == "$.a[0].b_c"
     assert bkmcp.json_path(["a b", "中", "x.y", "1"]) == '$["a b"]["中"]["x.y"]["1"]'
+
+
+# -- issue 11 item 7: validation bounded by limits and the budget -----------------------------------------
+
+
+@pytest.mark.parametrize(("pattern", "risky"), [
+    ("^(a+)+$", True), ("(a|ab)*c", True), ("(x+x+)+y", True), ("(a)\\1", True), ("^(a*)*$", True),
+    ("^[a-z]+$", False), ("^[a-zA-Z0-9._%+-]+@[a-zA-Z0-9.-]+\\.[a-zA-Z]{2,}$", False), ("a{3}", False),
+    ("x(ab){2,3}y", False), ("[", False), ("(?:a+)?b", False),
+])
+def test_regex_shapes(pattern: str, risky: bool) -> None:
+    assert (bkmcp.regex_risk(pattern, 10) is not None) is risky
+
+
+def test_regex_length_limit_shrinks_with_open_quantifiers() -> None:
+    assert bkmcp.regex_risk("^a+$", 5_000_000) is not None  # longer than REGEX_TEXT_LIMIT
+    assert bkmcp.regex_risk("a+b", 10_000) is None and bkmcp.regex_risk("a+b", 10_001) is not None
+    assert bkmcp.regex_risk("^a*a*a*b", 464) is None and bkmcp.regex_risk("^a*a*a*b", 465) is not None
+    assert bkmcp.regex_risk("abc", 1_000_000) is None
+
+
+def test_risky_patterns_are_left_to_the_server_and_said() -> None:
+    tool = {"name": "t", "inputSchema": {"type": "object", "properties": {
+        "s": {"type": "string", "pattern": "^(a+)+$"},
+        "ok": {"type": "string", "pattern": "^[a-z]+$"},
+        "m": {"type": "object", "patternProperties": {"^(x+)+$": {"type": "integer"}},
+              "additionalProperties": False},
+    }}}
+    check = validate_arguments(tool, {"s": "a" * 30 + "!", "ok": "abc", "m": {"x" * 30 + "!": "z"}})
+    assert check.scope == "full" and len(check.notes) == 3
+    assert "except: pattern ^(a+)+$ not run locally (it nests quantifiers" in check.describe()
+    with pytest.raises(InvalidArgumentsError) as info:  # the safe pattern next to it still runs
+        validate_arguments(tool, {"s": "a" * 30 + "!", "ok": "ABC"})
+    assert [p["path"] for p in info.value.details["problems"]] == ["$.ok"]
+
+
+def test_unique_items_over_many_containers_is_left_to_the_server() -> None:
+    tool = {"name": "t", "inputSchema": {"type": "object", "properties": {
+        "xs": {"type": "array", "uniqueItems": True}}}}
+    check = validate_arguments(tool, {"xs": [{"a": i % 3} for i in range(bkmcp.UNIQUE_ITEMS_LIMIT + 1)]})
+    assert check.notes and "uniqueItems not run locally" in check.notes[0]
+    with pytest.raises(InvalidArgumentsError):
+        validate_arguments(tool, {"xs": [{"a": 1}, {"a": 1}]})
+
+
+def test_validation_checks_the_deadline_between_keywords() -> None:
+    ticks = iter([0.0] + [0.5] * 3 + [2.0] * 1000)
+    deadline = bkmcp.Deadline(1.0, clock=lambda: next(ticks))
+    tool = {"name": "t", "inputSchema": {"type": "object", "properties": {
+        "xs": {"type": "array", "items": {"type": "string", "minLength": 1}}}}}
+    with pytest.raises(bkmcp.McpTimeoutError):
+        validate_arguments(tool, {"xs": ["a"] * 100}, deadline=deadline)
+    assert validate_arguments(tool, {"xs": ["a"] * 100}, deadline=bkmcp.Deadline(60)).scope == "full"
