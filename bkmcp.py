@@ -5266,9 +5266,8 @@ class JqProgram:
         value computed with real numbers (so comparisons and arithmetic keep jq's meaning). A runtime error is
         ``jq_error``.
         """
-        # The number walks below recurse about twice per JSON level; any depth parse_json accepted must fit.
-        limit = sys.getrecursionlimit()
-        sys.setrecursionlimit(max(limit, 10_000))
+        # The number walks are iterative (no recursion limit is raised: nothing process-wide changes per call);
+        # the jq binding's own conversions still recurse, which is what this guards.
         try:
             yield from self._stream(envelope, deadline)
         except RecursionError:
@@ -5276,8 +5275,6 @@ class JqProgram:
                 "--jq failed on the result: it is nested too deeply", data=envelope.get("data"),
                 hint="project a smaller part (e.g. --jq '.data.result.content'), or drop --jq and save the output",
             ) from None
-        finally:
-            sys.setrecursionlimit(limit)
 
     def _stream(self, envelope: dict[str, Any], deadline: Deadline | None) -> Iterator[str]:
         nonce = os.urandom(4).hex()
@@ -5493,51 +5490,102 @@ def _jq_literal_differs(number: Any) -> bool:
 
 
 def _any_number(value: Any, predicate: Callable[[Any], bool]) -> bool:
-    if isinstance(value, dict):
-        return any(_any_number(v, predicate) for v in value.values())
-    if isinstance(value, list):
-        return any(_any_number(v, predicate) for v in value)
-    return isinstance(value, (int, decimal.Decimal)) and not isinstance(value, bool) and predicate(value)
+    stack = [value]
+    while stack:  # an explicit stack: any depth parse_json accepted, without touching the recursion limit
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, (int, decimal.Decimal)) and not isinstance(item, bool) and predicate(item):
+            return True
+    return False
 
 
 def _same_json(a: Any, b: Any) -> bool:
     """JSON equality: numbers by value, but never a number equal to a boolean or a string."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return type(a) is type(b) and a == b
-    if isinstance(a, (int, decimal.Decimal)) and isinstance(b, (int, decimal.Decimal)):
-        return bool(a == b)
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_same_json(x, y) for x, y in zip(a, b))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return list(a) == list(b) and all(_same_json(a[k], b[k]) for k in a)
-    return type(a) is type(b) and a == b
+    stack = [(a, b)]
+    while stack:
+        x, y = stack.pop()
+        if isinstance(x, bool) or isinstance(y, bool):
+            if not (type(x) is type(y) and x == y):
+                return False
+        elif isinstance(x, (int, decimal.Decimal)) and isinstance(y, (int, decimal.Decimal)):
+            if not x == y:
+                return False
+        elif isinstance(x, list) and isinstance(y, list):
+            if len(x) != len(y):
+                return False
+            stack.extend(zip(x, y))
+        elif isinstance(x, dict) and isinstance(y, dict):
+            if list(x) != list(y):
+                return False
+            stack.extend((x[k], y[k]) for k in x)
+        elif not (type(x) is type(y) and x == y):
+            return False
+    return True
+
+
+def _json_map(value: Any, leaf: Callable[[Any], Any], key: Callable[[str], str] | None = None) -> Any:
+    """``value`` rebuilt with ``leaf`` applied to every scalar (and ``key`` to every object key), depth first in
+    document order, with an explicit stack instead of recursion (no recursion limit to raise)."""
+    if not isinstance(value, (dict, list)):
+        return leaf(value)
+    result: Any = {} if isinstance(value, dict) else []
+    stack: list[tuple[Any, Any]] = [(iter(value.items()) if isinstance(value, dict) else iter(value), result)]
+    while stack:
+        items, out = stack[-1]
+        for item in items:
+            if type(out) is dict:
+                name, child = item
+                if key is not None:
+                    name = key(name)
+            else:
+                child = item
+            if isinstance(child, (dict, list)):
+                built: Any = {} if isinstance(child, dict) else []
+                if type(out) is dict:
+                    out[name] = built
+                else:
+                    out.append(built)
+                stack.append((iter(child.items()) if isinstance(child, dict) else iter(child), built))
+                break
+            mapped = leaf(child)
+            if type(out) is dict:
+                out[name] = mapped
+            else:
+                out.append(mapped)
+        else:
+            stack.pop()
+    return result
 
 
 def _jq_protect(value: Any, table: list[str], nonce: str, protect: Callable[[Any], bool] = _jq_value_differs) -> Any:
     """Replace the numbers ``protect`` selects with marker strings, so jq moves them without touching them."""
-    if isinstance(value, dict):
-        return {k: _jq_protect(v, table, nonce, protect) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_jq_protect(v, table, nonce, protect) for v in value]
-    if not isinstance(value, (str, bool)) and value is not None and protect(value):
-        table.append(value.text if isinstance(value, JsonNumber) else str(value))
-        return f"{_JQ_MARK}{nonce}-{len(table) - 1}\ue001"
-    return value
+
+    def leaf(item: Any) -> Any:
+        if not isinstance(item, (str, bool)) and item is not None and protect(item):
+            table.append(item.text if isinstance(item, JsonNumber) else str(item))
+            return f"{_JQ_MARK}{nonce}-{len(table) - 1}\ue001"
+        return item
+
+    return _json_map(value, leaf)
 
 
 def _jq_restore(value: Any, table: list[str], nonce: str) -> Any:
-    if isinstance(value, dict):
-        return {_jq_restore(k, table, nonce): _jq_restore(v, table, nonce) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_jq_restore(v, table, nonce) for v in value]
-    if isinstance(value, str) and _JQ_MARK in value:
-        marker = re.compile(re.escape(_JQ_MARK + nonce) + r"-(\d+)\ue001")
-        whole = marker.fullmatch(value)
-        if whole:
-            text = table[int(whole.group(1))]
-            return int(text) if re.fullmatch(r"-?\d+", text) and len(text) <= _INT_DIGITS_LIMIT else JsonNumber(text)
-        return marker.sub(lambda m: table[int(m.group(1))], value)
-    return value
+    marker = re.compile(re.escape(_JQ_MARK + nonce) + r"-(\d+)\ue001")
+
+    def leaf(item: Any) -> Any:
+        if isinstance(item, str) and _JQ_MARK in item:
+            whole = marker.fullmatch(item)
+            if whole:
+                text = table[int(whole.group(1))]
+                return int(text) if re.fullmatch(r"-?\d+", text) and len(text) <= _INT_DIGITS_LIMIT \
+                    else JsonNumber(text)
+            return marker.sub(lambda m: table[int(m.group(1))], item)
+        return item
+
+    return _json_map(value, leaf, leaf)
 
 
 def compile_jq(expression: str) -> JqProgram:
