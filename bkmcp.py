@@ -4985,7 +4985,7 @@ class SessionPool:
         return server
 
     def slot(self, user: str | None, row: Any) -> _Slot:
-        key = (user or "" if row.isolation == "user" else "", row.name)
+        key = ((user or "") if row.isolation == "user" else "", row.name)
         with self._lock:
             slot = self._slots.get(key)
             if slot is None:
@@ -4993,7 +4993,7 @@ class SessionPool:
             return slot
 
     def peek(self, user: str | None, row: Any) -> _Slot | None:
-        key = (user or "" if row.isolation == "user" else "", row.name)
+        key = ((user or "") if row.isolation == "user" else "", row.name)
         with self._lock:
             return self._slots.get(key)
 
@@ -5376,8 +5376,6 @@ class ResidentServer:
     def dispatch(self, line: bytes) -> None:
         import threading
 
-        if not line.strip():
-            return
         try:
             command = parse_command(line)
         except (InvalidCommandError, UnknownActionError) as exc:
@@ -5468,13 +5466,16 @@ class ResidentServer:
         server = self.pool.resolve(view, row, command.user_id)
         return self.pool.slot(command.user_id, row), server
 
-    def _tools(self, command: _Command, view: Any, row: Any, *, refresh: bool = False) -> list[dict[str, Any]]:
-        """The cached catalogue of this user's session of ``row``: memory, the registry cache, or discovery."""
+    def _tools(self, command: _Command, view: Any, row: Any, *, refresh: bool = False,
+               connect: bool = False) -> list[dict[str, Any]]:
+        """The cached catalogue of this user's session of ``row``: memory, the registry cache, or discovery
+        (``connect``: discover unless the session is live)."""
         slot, server = self._use(command, view, row)
         timeout = self.opts.timeout
         slot.users += 1
         try:
             live = slot.session
+            refresh = refresh or (connect and (live is None or not live.alive))
             stale = live is not None and live.tools_stale
             if not refresh and not stale and slot.tools is not None and slot.fingerprint == _fingerprint(server):
                 return slot.tools
@@ -5604,7 +5605,7 @@ class ResidentServer:
         def one(row: Any) -> None:
             entry: dict[str, Any] = {"server_name": row.name}
             try:
-                tools = self._tools(public, view, row)
+                tools = self._tools(public, view, row, connect=True)
                 entry.update(status="connected", tool_count=len(tools))
             except BkmcpError as exc:
                 entry.update(status="failed", error_code=exc.code,
@@ -5663,7 +5664,7 @@ class ResidentServer:
                 raise _platform_error(exc, server=row.name, timeout=self.opts.timeout) from None
         finally:
             slot.users -= 1
-        tools = self._tools(command, view, row, refresh=slot.tools is None or session.tools_stale)
+        tools = self._tools(command, view, row, connect=True)
         return {"server_name": row.name, "status": "connected", "protocol_version": session.protocol_version,
                 "era": session.era, "tool_count": len(tools)}
 
