@@ -5059,6 +5059,7 @@ class SessionPool:
             if session is not None:
                 slot.last_used = time.monotonic()
                 return session
+            self._check_open()
             now = time.monotonic()
             if now < slot.retry_at:
                 wait_ms = int((slot.retry_at - now) * 1000) + 1
@@ -5093,15 +5094,26 @@ class SessionPool:
             self.events.emit("protocol.initialized", server=slot.server, user=slot.user or None,
                              version=session.protocol_version, era=session.era)
             with self._lock:
-                slot.session, slot.opening, slot.fingerprint = session, False, fingerprint
+                stopped = self._stop.is_set()
+                if not stopped:
+                    slot.session, slot.fingerprint = session, fingerprint
+                slot.opening = False
+            if stopped:  # close_all ran while this one was opening: it must not outlive the shutdown
+                session.close()
+                self._check_open()
+            with self._lock:
                 slot.last_error = None
                 slot.last_used = time.monotonic()
             return session
 
+    def _check_open(self) -> None:
+        if self._stop.is_set():
+            raise _mark(ConnectionFailedError("the resident process is shutting down"), sent=False)
+
     def crashed(self, slot: _Slot, session: ResidentSession) -> None:
-        """A child that exited: damp the next restarts (0, then 0.5 s doubling up to 30 s)."""
+        """A child that exited: damp the next restarts (crashes in a row: 0, then 1 s doubling up to 30 s)."""
         slot.failures += 1
-        delay = 0.0 if slot.failures <= 1 else min(_RESTART_BACKOFF_MAX, 0.5 * 2 ** (slot.failures - 2))
+        delay = 0.0 if slot.failures <= 1 else min(_RESTART_BACKOFF_MAX, 2.0 ** (slot.failures - 2))
         slot.retry_at = time.monotonic() + delay
         self.log.warn(f"server {slot.server!r} exited (status {session.exit_status()}); "
                       f"restart {'on next use' if delay == 0 else f'allowed in {delay:g}s'}")
