@@ -25,8 +25,9 @@ MOCK = ROOT / "mock_server" / "mcp_mock.py"
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
 
-import bkmcp  # noqa: E402
 from resident_standin import write_registry  # noqa: E402,F401
+
+import bkmcp  # noqa: E402
 
 WAIT = 60.0  # a hard safety net, never a performance threshold
 

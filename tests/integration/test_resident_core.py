@@ -96,7 +96,7 @@ def test_two_users_public_http_and_user_stdio_credentials_reach_the_right_child(
         res.ok("call_tool", user, server_name="pub", tool_name="echo", arguments={"text": user})
     auth = {e["headers"].get("authorization") for e in pub.log if e["rpc_method"]}
     assert auth == {"Bearer sys-pub-token-1"}
-    everything = "".join(l.decode() for l in res.raw_stdout)
+    everything = "".join(x.decode() for x in res.raw_stdout)
     for leak in ("alice-pub-leak-4", "carol-pub-leak-5", "sys-pub-token-1"):
         assert leak not in everything and leak not in "".join(res.stderr_lines)
     assert "alice-secret-3" not in res.events_path.read_text()
@@ -127,7 +127,7 @@ def test_number_fidelity_and_is_error_is_success(tmp_path, resident, http_mock):
     answer = res.wait("n1")
     assert answer["success"] is True
     assert "12345678901234567890.5" in srv.requests("tools/call")[0]["body"]
-    assert b"12345678901234567890.5" in next(l for l in res.raw_stdout if b'"n1"' in l)
+    assert b"12345678901234567890.5" in next(x for x in res.raw_stdout if b"\"n1\"" in x)
     failed = res.ok("call_tool", "u", server_name="pub", tool_name="fail", arguments={})
     assert failed["result"]["isError"] is True
 
