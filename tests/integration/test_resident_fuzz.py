@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from resident_harness import Resident, http_row, mock_stdio, stdio_row, write_registry
 
+import bkmcp
 from mock_server.mcp_mock import DEFAULT_TOOLS, MockServer, mock_tool
 
 ENV_TOOL = mock_tool("whoami", "env", vars=["MY_TOKEN"])
@@ -90,7 +91,7 @@ def test_malformed_input_gets_one_answer_each_and_never_kills_the_process(world,
     task = f"fz-{_COUNTER[0]}"
     line = line.replace(b'"fz"', json.dumps(task).encode())
     try:
-        document = json.loads(line)
+        document = bkmcp.parse_json(line)  # the resident's own parser decides what is JSON
     except ValueError:
         document = None
     readable = isinstance(document, dict) and isinstance(document.get("task_id"), str) and document["task_id"]
