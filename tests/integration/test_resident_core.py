@@ -195,7 +195,6 @@ def test_slow_call_does_not_delay_a_fast_one_out_of_order_answers(tmp_path, resi
     res = resident(registry(tmp_path, [http_row("slowsrv", slow.url), http_row("fastsrv", fast.url)]))
     res.ok("list_tools", "u")
     first = res.send("call_tool", "u", server_name="slowsrv", tool_name="slow", arguments={"text": "s"})
-    slow.wait_for("tools/call", count=1, timeout=30) if False else None
     second = res.send("call_tool", "u", server_name="fastsrv", tool_name="echo", arguments={"text": "f"})
     assert res.wait(second)["success"] is True
     assert res.wait(first)["success"] is True
@@ -210,7 +209,7 @@ def test_slow_call_does_not_delay_a_fast_one_on_the_same_session(tmp_path, resid
     res = resident(registry(tmp_path, [http_row("pub", srv.url)]))
     res.ok("list_tools", "u")
     first = res.send("call_tool", "u", server_name="pub", tool_name="slow", arguments={"text": "s"})
-    srv.wait_for("tools/call", count=1, timeout=30) if False else time.sleep(0.3)
+    time.sleep(0.3)  # let the first call reach the server (the order of the answers is what is checked)
     second = res.send("call_tool", "u", server_name="pub", tool_name="echo", arguments={"text": "f"})
     res.wait(second)
     res.wait(first)
@@ -224,7 +223,7 @@ def test_duplicate_task_id_is_answered_at_once_and_the_original_still_runs(tmp_p
     res.ok("list_tools", "u")
     body = res.command("call_tool", "u", task_id="dup", server_name="pub", tool_name="slow", arguments={"text": "1"})
     res.send_raw((json.dumps(body) + "\n").encode())
-    srv.wait_for("tools/call", count=1, timeout=30) if False else time.sleep(0.3)
+    time.sleep(0.3)  # let the first call reach the server (the order of the answers is what is checked)
     res.send_raw((json.dumps(body) + "\n").encode())
     duplicate = res.wait("dup")
     assert duplicate["error_code"] == "duplicate_task_id"
