@@ -38,7 +38,7 @@ def test_pyz_resident_two_users_public_http_user_stdio(python: str, pyz_path: Pa
                 names = {t["name"] for t in res.ok("list_tools", user)["tools"]}
                 assert {"mcp_pub_echo", "mcp_box_whoami"} <= names
                 env = res.ok("call_tool", user, name="mcp_box_whoami", arguments={})
-                assert env["result"]["structuredContent"]["env"]["MY_TOKEN"] == f"{user}-pyz-{2 if user == 'ann' else 3}"
+                assert env["result"]["structuredContent"]["env"]["MY_TOKEN"] == users[(user, "box")]["token"]
                 res.ok("call_tool", user, name="mcp_pub_echo", arguments={"text": user})
             line = ('{"command":"invoke","task_id":"exact","params":{"action":"call_tool","name":"mcp_pub_echo",'
                     '"arguments":{"text":"n","ratio":1e400}},"user":{"userId":"ann"}}\n')
