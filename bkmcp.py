@@ -5106,6 +5106,12 @@ class SessionPool:
                 slot.last_used = time.monotonic()
             return session
 
+    def use(self, slot: _Slot, delta: int) -> None:
+        """A command starts (1) or stops (-1) using ``slot``: a slot in use is never evicted or reaped."""
+        with self._lock:
+            slot.users += delta
+            slot.last_used = time.monotonic()
+
     def _check_open(self) -> None:
         if self._stop.is_set():
             raise _mark(ConnectionFailedError("the resident process is shutting down"), sent=False)
@@ -5403,6 +5409,8 @@ class ResidentServer:
             self.fail(command.task_id, DuplicateTaskIdError(
                 f"task_id {_clip(repr(command.task_id), 80)} is already in flight; this command was not run"))
             return
+        if command.access_token:
+            self.log.redactor.add(command.access_token, whole=False)
         if command.action == "shutdown":
             self.shutdown_task = command.task_id
             self.stopping.set()
@@ -5484,7 +5492,7 @@ class ResidentServer:
         (``connect``: discover unless the session is live)."""
         slot, server = self._use(command, view, row)
         timeout = self.opts.timeout
-        slot.users += 1
+        self.pool.use(slot, 1)
         try:
             live = slot.session
             refresh = refresh or (connect and (live is None or not live.alive))
@@ -5513,8 +5521,7 @@ class ResidentServer:
             self._store_cache(slot)
             return tools
         finally:
-            slot.users -= 1
-            slot.last_used = time.monotonic()
+            self.pool.use(slot, -1)
 
     def _load_cache(self, slot: _Slot) -> list[dict[str, Any]] | None:
         load = getattr(self.registry, "load_tools", None)
@@ -5539,14 +5546,14 @@ class ResidentServer:
     def _usable(self, command: _Command, view: Any) -> list[Any]:
         return [row for name, row in sorted(view.servers.items()) if row.enabled]
 
-    def _catalogues(self, command: _Command, rows: list[Any], refresh: bool
-                    ) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]], Any]:
+    def _catalogues(self, command: _Command, view: Any, rows: list[Any], refresh: bool
+                    ) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]]]:
+        """Every server's catalogue, discovered concurrently; a failing server goes to ``errors``."""
         import threading
 
         view_rows = rows
         found: dict[str, list[dict[str, Any]]] = {}
         errors: list[dict[str, Any]] = []
-        view = self._view(command) if command.user_id is not None or command.action != "init" else None
         lock = threading.Lock()
 
         def one(row: Any) -> None:
@@ -5572,7 +5579,7 @@ class ResidentServer:
         for thread in threads:
             thread.join()
         errors.sort(key=lambda e: e["server_name"])
-        return found, errors, view
+        return found, errors
 
     def _known_pairs(self, command: _Command, view: Any) -> list[tuple[str, str]]:
         """Every (server, tool) this user sees in the catalogues cached for them now."""
@@ -5589,7 +5596,7 @@ class ResidentServer:
         name = command.params.get("server_name")
         if name is not None:
             rows = [self._row(view, name)]
-        found, errors, _ = self._catalogues(command, rows, refresh)
+        found, errors = self._catalogues(command, view, rows, refresh)
         if refresh:
             errors = [e for e in errors if e["server_name"] in {r.name for r in rows}]
         table = build_injected_names(self._known_pairs(command, view))
@@ -5668,14 +5675,14 @@ class ResidentServer:
         view = self._view(command)
         row = self._row(view, command.params["server_name"])
         slot, server = self._use(command, view, row)
-        slot.users += 1
+        self.pool.use(slot, 1)
         try:
             try:
                 session = self.pool.session(slot, server, self._left(command, self.opts.timeout))
             except BkmcpError as exc:
                 raise _platform_error(exc, server=row.name, timeout=self.opts.timeout) from None
         finally:
-            slot.users -= 1
+            self.pool.use(slot, -1)
         tools = self._tools(command, view, row, connect=True)
         return {"server_name": row.name, "status": "connected", "protocol_version": session.protocol_version,
                 "era": session.era, "tool_count": len(tools)}
@@ -5730,7 +5737,7 @@ class ResidentServer:
             self.events.emit("tool.rejected", **base, error_code=exc.code)
             raise _platform_error(exc) from None
         slot, server = self._use(command, view, row)
-        slot.users += 1
+        self.pool.use(slot, 1)
         started = time.monotonic()
         try:
             try:
@@ -5753,8 +5760,7 @@ class ResidentServer:
                 raise _platform_error(exc, server=server_name, timeout=timeout) from None
             slot.failures = 0
         finally:
-            slot.users -= 1
-            slot.last_used = time.monotonic()
+            self.pool.use(slot, -1)
         self.events.emit("tool.finished", **base, ms=int((time.monotonic() - started) * 1000),
                          is_error=result.get("isError") is True)
         return {"server_name": server_name, "tool_name": tool_name, "result": result}
