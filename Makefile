@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 PYZ    := dist/bkmcp.pyz
 
-.PHONY: demo test venv interop peers lint unit integration artifact build scenario bench clean
+.PHONY: demo demo-resident test venv interop peers lint unit integration artifact build scenario bench clean
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -26,6 +26,10 @@ build:
 
 demo: build
 	$(PYTHON) mock_server/demo.py $(PYZ)
+
+# resident mode: a scripted session against the mock server (HTTP + stdio), every command and answer printed
+demo-resident: build
+	$(PYTHON) mock_server/demo_resident.py $(PYZ)
 
 lint: venv
 	$(BIN)/ruff check bkmcp.py build_zipapp.py mock_server tests bench

@@ -5746,6 +5746,7 @@ class ResidentServer:
                 self.events.emit("tool.failed", **base, error_code=exc.code, outcome="not_sent")
                 raise _platform_error(exc, server=server_name, timeout=timeout) from None
             self.events.emit("tool.started", **base)
+            started = time.monotonic()
             try:
                 result = session.call_tool(tool_name, arguments, self._left(command, timeout), tool)
             except BkmcpError as exc:
