@@ -4732,9 +4732,10 @@ class EventSink:
     """``--events FILE|-``: one JSON line per event, scrubbed; a failing write (a full disk) is counted, never
     raised, so serving goes on. Callers pass names, ids, counts and codes only: never argument values."""
 
-    def __init__(self, stream: IO[str] | None, redactor: Redactor) -> None:
+    def __init__(self, stream: IO[str] | None, redactor: Redactor, *, owned: bool = False) -> None:
         self.stream = stream
         self.redactor = redactor
+        self.owned = owned  # a file opened for --events (closed at exit); stderr is not ours to close
         self.dropped = 0
         self.written = 0
         import threading
@@ -4754,7 +4755,7 @@ class EventSink:
                 self.dropped += 1
 
     def close(self) -> None:
-        if self.stream is not None and self.stream not in (sys.stderr, sys.__stderr__):
+        if self.stream is not None and self.owned:
             try:
                 self.stream.close()
             except (OSError, ValueError):
@@ -5450,6 +5451,16 @@ class ResidentServer:
                 self._threads.discard(threading.current_thread())
             self._slots.release()
 
+    def drain(self, seconds: float) -> None:
+        """EOF: let the commands already read finish (each bounded by its own timeout), at most ``seconds``."""
+        end = time.monotonic() + seconds
+        while True:
+            with self._tasks_lock:
+                threads = list(self._threads)
+            if not threads or time.monotonic() >= end:
+                return
+            threads[0].join(max(0.0, min(0.5, end - time.monotonic())))
+
     def finish(self, grace: float) -> None:
         """Close every session (calls in flight fail and are answered), then let command threads end."""
         self.pool.close_all()
@@ -5792,7 +5803,7 @@ def run_resident(opts: ResidentOptions, *, stdin: Any, stdout: Any, log: Log, en
         except OSError as exc:
             registry.close()
             raise UsageError(f"cannot open --events file {opts.events!r}: {exc.strerror or exc}") from None
-    events = EventSink(events_stream, log.redactor)
+    events = EventSink(events_stream, log.redactor, owned=opts.events not in (None, "-"))
     server = ResidentServer(opts, registry=registry, stdout=stdout, log=log, events=events, env=env)
     server.pool.start_reaper()
     status = EXIT_OK
@@ -5806,6 +5817,8 @@ def run_resident(opts: ResidentOptions, *, stdin: Any, stdout: Any, log: Log, en
     try:
         try:
             server.serve(stdin)
+            if server.shutdown_task is None and not server.output_broken:  # EOF: answer what was read
+                server.drain(opts.timeout + 5.0)
         except _Stop:
             log.debug("SIGTERM: shutting down")
         except KeyboardInterrupt:
