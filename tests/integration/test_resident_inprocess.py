@@ -193,3 +193,46 @@ def test_pool_eviction_limit_reaping_and_backoff(tmp_path, standin):
         pool.close_all()
     with pytest.raises(bkmcp.ConnectionFailedError):
         pool.session(pool.slot("d", _Row("s1")), _server("s1"), 30)
+
+
+def test_inprocess_credentials_timeouts_and_the_tools_cache(tmp_path, standin):
+    srv = MockServer({"tools": [mock_tool("slow", "slow", ms=3000), *DEFAULT_TOOLS], "versions": ["2025-11-25"]})
+    srv.start()
+    try:
+        reg = tmp_path / "r.db"
+        write_registry(str(reg), [http_row("pub", srv.url), stdio_row("priv", mock_stdio())])
+        stdin = "\n".join([
+            line("a", "list_tools", "u1"),
+            line("b", "list_servers", "u1"),
+            line("c", "call_tool", "u1", server_name="pub", tool_name="slow", arguments={}, timeout_ms=300),
+        ]) + "\n"
+        got = answers(run_bkmcp("--resident", "--registry", str(reg), stdin=stdin))
+        assert [e["error_code"] for e in got["a"]["result"]["errors"]] == ["mcp_credentials_missing"]
+        assert {s["server_name"]: s["status"] for s in got["b"]["result"]["servers"]}["priv"] == "no_credentials"
+        assert got["c"]["error_code"] == "mcp_timeout" and got["c"]["details"]["outcome"] == "unknown"
+        assert "300 ms" in got["c"]["error"] and "--timeout" not in got["c"]["error"]
+        lists = len(srv.requests("tools/list"))
+        again = answers(run_bkmcp("--resident", "--registry", str(reg), stdin=line("d", "list_tools", "u1") + "\n"))
+        assert len(again["d"]["result"]["tools"]) == 6
+        assert len(srv.requests("tools/list")) == lists  # from the registry's mcp_tools_cache: nothing sent
+    finally:
+        srv.stop()
+
+
+class _BrokenOut:
+    def write(self, data):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def flush(self):
+        pass
+
+
+def test_a_broken_stdout_stops_serving_cleanly(tmp_path, standin):
+    import io
+
+    write_registry(str(tmp_path / "r.db"), [])
+    log = bkmcp.Log(io.StringIO())
+    stdin = io.BytesIO(b"".join((line(f"t{i}", "list_servers") + "\n").encode() for i in range(50)))
+    opts = bkmcp.ResidentOptions(registry=str(tmp_path / "r.db"))
+    status = bkmcp.run_resident(opts, stdin=stdin, stdout=_BrokenOut(), log=log, env={}, stderr=io.StringIO())
+    assert status == 0
