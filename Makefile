@@ -60,6 +60,7 @@ bench: venv build
 	$(BIN)/python bench/latency.py
 	$(BIN)/python bench/flags.py
 	$(BIN)/python bench/peers.py
+	$(BIN)/python bench/resident.py
 	$(BIN)/python bench/scale.py
 
 clean:
