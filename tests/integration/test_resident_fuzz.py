@@ -40,12 +40,31 @@ def world(tmp_path_factory):
         users[(user, "box")] = {"token": secret}
     reg = tmp / "registry.db"
     write_registry(str(reg), rows, {"pub": {"sys": SYSTEM}}, users)
+    # each user's cached catalogue of the per-user server holds a tool only that user has (until rediscovered)
+    import sqlite3
+
+    db = sqlite3.connect(str(reg))
+    whoami = {k: v for k, v in ENV_TOOL.items() if not k.startswith("x-mock")}
+    for user in USERS:
+        only = {"name": f"only_{user}", "inputSchema": {"type": "object"}}
+        db.execute("INSERT INTO mcp_tools_cache VALUES ('box', ?, ?, NULL, 0)", (user, json.dumps([whoami, only])))
+    db.commit()
+    db.close()
     res = Resident(reg, "--max-user-processes", "2")
     yield res, srv
     left = res.close()
     srv.stop()
     assert left == []
     assert "Traceback" not in "".join(res.stderr_lines)
+
+
+def test_cached_catalogues_are_per_user(world):
+    """Each user sees the catalogue cached for their own instance (mcp_tools_cache), never another user's."""
+    res, _ = world
+    for user in USERS:
+        names = {t["name"] for t in res.ok("list_tools", user)["tools"]}
+        assert f"mcp_box_only_{user}" in names
+        assert not any(f"only_{other}" in n for n in names for other in USERS if other != user)
 
 
 fields = st.one_of(st.none(), st.integers(), st.floats(allow_nan=False), st.text(max_size=5), st.booleans(),
@@ -145,6 +164,7 @@ def test_isolation_between_users(world, script):
         for other, secret in USERS.items():
             if other != user:
                 assert secret not in text, (user, other, answer)
+                assert f"only_{other}" not in text, (user, other, answer)
                 for pid in pids.get(other, ()):
                     assert f'"pid": {pid}' not in text
         own = USERS[user]
