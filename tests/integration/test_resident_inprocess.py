@@ -236,3 +236,26 @@ def test_a_broken_stdout_stops_serving_cleanly(tmp_path, standin):
     opts = bkmcp.ResidentOptions(registry=str(tmp_path / "r.db"))
     status = bkmcp.run_resident(opts, stdin=stdin, stdout=_BrokenOut(), log=log, env={}, stderr=io.StringIO())
     assert status == 0
+
+
+def test_pool_reopens_a_dead_idle_child_and_reports_a_failed_start(tmp_path, standin):
+    import os
+    import signal
+
+    pool = _pool(tmp_path, None)
+    try:
+        slot = pool.slot("a", _Row("s1"))
+        first = pool.session(slot, _server("s1"), 30)
+        os.kill(first.pid, signal.SIGKILL)
+        end = time.monotonic() + 30
+        while first.alive and time.monotonic() < end:
+            time.sleep(0.02)
+        second = pool.session(slot, _server("s1"), 30)  # the dead one is reaped, counted, replaced
+        assert second is not first and second.alive and slot.failures == 1
+        bad = pool.slot("a", _Row("nope"))
+        config = bkmcp.ServerConfig(name="nope", type="stdio", config_file="registry", command="/nonexistent/cmd")
+        with pytest.raises(bkmcp.ConnectionFailedError):
+            pool.session(bad, bkmcp.resolve_server(config, {}), 30)
+        assert bad.last_error is not None and bad.session is None and not bad.opening
+    finally:
+        pool.close_all()
