@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 PYZ    := dist/bkmcp.pyz
 
-.PHONY: demo test venv interop peers lint unit integration artifact build scenario bench clean conformance
+.PHONY: demo demo-resident test venv interop peers lint unit integration artifact build scenario bench clean conformance
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -35,6 +35,10 @@ conformance: venv build
 demo: build
 	$(PYTHON) mock_server/demo.py $(PYZ)
 
+# resident mode: a scripted session against the mock server (HTTP + stdio), every command and answer printed
+demo-resident: build
+	$(PYTHON) mock_server/demo_resident.py $(PYZ)
+
 lint: venv
 	$(BIN)/ruff check bkmcp.py build_zipapp.py mock_server tests bench
 	$(BIN)/mypy bkmcp.py build_zipapp.py
@@ -64,6 +68,7 @@ bench: venv build
 	$(BIN)/python bench/latency.py
 	$(BIN)/python bench/flags.py
 	$(BIN)/python bench/peers.py
+	$(BIN)/python bench/resident.py
 	$(BIN)/python bench/scale.py
 
 clean:

@@ -21,7 +21,7 @@ uses only the sections above it:
                                 the flows: negotiate, discover, call, check, tools, dry-run
     8. Schema flags             inputSchema -> typed flags, values, validation
     9. Output                   envelopes, --jq, help text
-   10. Resident mode            (not implemented in this build: stable error)
+   10. Resident mode            registry + credentials (10.1); sessions, names, events, commands (10.2)
    11. CLI                      argument routing and ``main(argv) -> int``, the one exception -> exit ladder
 
 Exception tree (section 1)::
@@ -6850,12 +6850,1155 @@ def run_registry_tool(inv: Invocation, envr: Environment, log: Log) -> int:
 
 
 
-def run_resident(registry: str | None) -> int:
-    """Resident multi-server mode (SPEC §11) is not part of this build; fail loudly, never silently."""
-    raise UnsupportedOptionError(
-        "--resident (resident multi-server mode) is not implemented in this build of bkmcp",
-        hint="use one-shot commands (bkmcp <server> --check/--tools/<tool>) for now",
-    )
+RESIDENT_LINE_LIMIT = 16 * 1024 * 1024  # bytes of one command line (SPEC §11.1)
+DEFAULT_IDLE_TIMEOUT = 600.0
+DEFAULT_MAX_PROCESSES = 64
+DEFAULT_MAX_USER_PROCESSES = 8
+RESIDENT_ACTIONS = ("init", "list_servers", "connect_server", "disconnect_server", "list_tools", "refresh_tools",
+                    "call_tool", "shutdown")
+_NO_USER_ACTIONS = frozenset({"init", "list_servers", "shutdown"})
+_READ_CHUNK = 64 * 1024
+_MAX_COMMANDS_RUNNING = 4096  # commands executing at once; the reader waits (back-pressure) beyond it
+_RESTART_BACKOFF_MAX = 30.0
+_INJECTED_MAX = 64
+_INJECTED_PREFIX = 55
+_MAX_TIMEOUT_MS = 7 * 24 * 3600 * 1000
+
+
+def _injected_base(server: str, tool: str) -> str:
+    return "".join(ch if (ch.isascii() and (ch.isalnum() or ch in "_-")) else "_" for ch in f"mcp_{server}_{tool}")
+
+
+def _injected_suffixed(base: str, server: str, tool: str) -> str:
+    import hashlib
+
+    digest = hashlib.sha256(f"{server}\0{tool}".encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{base[:_INJECTED_PREFIX]}_{digest}"
+
+
+def build_injected_names(pairs: Iterable[tuple[str, str]]) -> dict[str, tuple[str, str]]:
+    """Injected tool names (SPEC §11.5) for every ``(server, tool)`` a user sees: name -> (server, tool).
+
+    ``mcp_{server}_{tool}`` with every character outside ``[A-Za-z0-9_-]`` replaced by ``_``; a name longer than
+    64 characters, or equal to another tool's name, becomes its first 55 characters + ``_`` + 8 hex digits of
+    sha256(server + NUL + tool), and so does every member of a colliding group. A name therefore depends only
+    on the tool and on which other tools are in ``pairs``, never on their order.
+    """
+    unique = sorted(set(pairs))
+    bases = {pair: _injected_base(*pair) for pair in unique}
+    groups: dict[str, int] = {}
+    for base in bases.values():
+        groups[base] = groups.get(base, 0) + 1
+    suffixed = {pair for pair, base in bases.items() if len(base) > _INJECTED_MAX or groups[base] > 1}
+    while True:  # a suffixed name equal to another tool's plain name: that tool is suffixed too
+        names = {pair: (_injected_suffixed(bases[pair], *pair) if pair in suffixed else bases[pair]) for pair in unique}
+        taken = {names[pair] for pair in suffixed}
+        clash = {pair for pair in unique if pair not in suffixed and names[pair] in taken}
+        if not clash:
+            break
+        suffixed |= clash
+    table: dict[str, tuple[str, str]] = {}
+    for pair in unique:
+        name = names[pair]
+        if name in table:  # two tools share a 55-character prefix and 32 bits of sha256: never guess
+            raise InternalError(f"injected tool names collide after hashing: {name}")
+        table[name] = pair
+    return table
+
+
+def build_tool_entry(name: str, server: str, tool: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``list_tools`` entry (SPEC §11.2 TOOL) with the model-ready ``function`` definition."""
+    description = tool.get("description")
+    description = description if isinstance(description, str) else ""
+    schema = tool.get("inputSchema")
+    parameters = schema if isinstance(schema, dict) else {"type": "object", "properties": {}}
+    entry: dict[str, Any] = {"name": name, "server_name": server, "tool_name": tool.get("name"),
+                             "description": description, "inputSchema": schema if isinstance(schema, dict) else
+                             parameters}
+    if isinstance(tool.get("annotations"), dict):
+        entry["annotations"] = tool["annotations"]
+    entry["function"] = {"name": name, "description": description, "parameters": parameters}
+    return entry
+
+
+# -- events (SPEC §11.6) -------------------------------------------------------------------------------
+
+
+class EventSink:
+    """``--events FILE|-``: one JSON line per event, scrubbed; a failing write (a full disk) is counted, never
+    raised, so serving goes on. Callers pass names, ids, counts and codes only: never argument values."""
+
+    def __init__(self, stream: IO[str] | None, redactor: Redactor, *, owned: bool = False) -> None:
+        self.stream = stream
+        self.redactor = redactor
+        self.owned = owned  # a file opened for --events (closed at exit); stderr is not ours to close
+        self.dropped = 0
+        self.written = 0
+        import threading
+
+        self._lock = threading.Lock()
+
+    def emit(self, event: str, **fields: Any) -> None:
+        if self.stream is None:
+            return
+        line = self.redactor.scrub(dump_json({"ts": round(time.time(), 3), "event": event, **fields}))
+        with self._lock:
+            try:
+                self.stream.write(line + "\n")
+                self.stream.flush()
+                self.written += 1
+            except (OSError, ValueError):
+                self.dropped += 1
+
+    def close(self) -> None:
+        if self.stream is not None and self.owned:
+            try:
+                self.stream.close()
+            except (OSError, ValueError):
+                self.dropped += 1
+
+
+# -- one live session: the adapter over the section-7 engine ------------------------------------------
+
+
+class ResidentSession:
+    """One live MCP session: a public server's shared one, or one user's instance of a user server.
+
+    The only place resident mode touches the client engine: a section-7 ``McpSession`` opened once and used by
+    every command at the same time (requests are multiplexed by id on one stdio pipe or one HTTP session), each
+    with its own deadline. Its stdio child runs in its own process group and dies with bkmcp (PR_SET_PDEATHSIG).
+    """
+
+    def __init__(self, server: ResolvedServer, *, log: Log, insecure: bool, events: EventSink,
+                 user_id: str | None) -> None:
+        self.server = server
+        self.log = log
+        self.insecure = insecure
+        self.events = events
+        self.user_id = user_id
+        self.era: str | None = None
+        self.protocol_version: str | None = None
+        self.pid: int | None = None
+        self._session: McpSession | None = None
+        self._closed = False
+        self._lock = _thread.allocate_lock()  # open and close only: requests run concurrently
+
+    @property
+    def alive(self) -> bool:
+        session = self._session
+        return session is not None and not self._closed and session.rules is not None and session.alive
+
+    @property
+    def in_flight(self) -> int:
+        session = self._session
+        return session.in_flight if session is not None else 0
+
+    @property
+    def tools_stale(self) -> bool:
+        session = self._session
+        return bool(session is not None and session.core.tools_stale)
+
+    @tools_stale.setter
+    def tools_stale(self, value: bool) -> None:
+        if self._session is not None:
+            self._session.core.tools_stale = value
+
+    def _ctx(self, timeout: float) -> OpContext:
+        return OpContext(Deadline(max(timeout, 0.001)), self.log)
+
+    def open(self, timeout: float) -> None:
+        with self._lock:
+            if self._closed:
+                raise _mark(ConnectionFailedError(f"the session of server {self.server.name!r} was closed"),
+                            sent=False)
+            if self._session is not None:
+                return
+            session = McpSession(self.server, insecure=self.insecure, log=self.log, die_with_parent=True)
+            self._session = session
+            try:
+                negotiate(session, self._ctx(timeout))
+            finally:
+                pid = getattr(session.transport, "pid", None)
+                if pid is not None and self.pid is None:
+                    self.pid = pid
+                    self.events.emit("process.started", server=self.server.name, user=self.user_id, pid=pid)
+            self.era, self.protocol_version = session.era, session.protocol_version
+
+    def _require(self) -> McpSession:
+        session = self._session
+        if session is None or not self.alive:
+            raise _mark(ConnectionFailedError(f"server {self.server.name!r} is not connected"), sent=False)
+        return session
+
+    def list_tools(self, timeout: float) -> list[dict[str, Any]]:
+        """The usable catalogue: in the modern era without the tools whose x-mcp-header is invalid (SPEC §5)."""
+        session, ctx = self._require(), self._ctx(timeout)
+        tools, _excluded = usable_tools(session, ctx, discover_tools(session, ctx)[0])
+        return tools
+
+    def call_tool(self, name: str, arguments: dict[str, Any], timeout: float,
+                  tool: dict[str, Any] | None) -> dict[str, Any]:
+        return call_tool(self._require(), self._ctx(timeout), name, arguments, tool)
+
+    def exit_status(self) -> int | None:
+        child = getattr(self._session.transport, "child", None) if self._session is not None else None
+        if child is None:
+            return None
+        proc = child.proc
+        return proc.poll() if proc is not None else child.returncode
+
+    def close(self) -> None:
+        """Idempotent; ends the session and stops the child (stdin, SIGTERM, SIGKILL), reaping its group."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            session = self._session
+        if session is None:
+            return
+        try:
+            session.close(Deadline(2.0))
+        except Exception as exc:  # closing never raises into the resident loop
+            self.log.debug(f"closing server {self.server.name!r} failed: {type(exc).__name__}")
+        if self.pid is not None:
+            self.events.emit("process.exited", server=self.server.name, user=self.user_id, pid=self.pid,
+                             status=self.exit_status())
+
+
+# -- sessions, limits, reaping (SPEC §11.5) ------------------------------------------------------------
+
+
+class _Slot:
+    """Where one session lives: the shared one of a public server (user ``""``) or one user's instance."""
+
+    def __init__(self, user: str, server: str, isolation: str) -> None:
+        import threading
+
+        self.user = user
+        self.server = server
+        self.isolation = isolation
+        self.session: ResidentSession | None = None
+        self.fingerprint = ""
+        self.transport = ""
+        self.last_used = time.monotonic()
+        self.users = 0  # commands using this slot now
+        self.opening = False
+        self.tools: list[dict[str, Any]] | None = None
+        self.tools_version: str | None = None
+        self.failures = 0  # consecutive crashes (reset by a successful operation)
+        self.retry_at = 0.0
+        self.last_error: BkmcpError | None = None
+        self.open_lock = threading.Lock()
+
+
+def _fingerprint(server: ResolvedServer) -> str:
+    import hashlib
+
+    material = dump_json([server.type, server.url, sorted(server.headers.items()), server.command, server.args,
+                          sorted(server.env.items()), server.cwd, server.protocol_version])
+    return hashlib.sha256(material.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@dataclass
+class ResidentOptions:
+    """The ``--resident`` command line (section 11 fills it)."""
+
+    registry: str
+    events: str | None = None
+    max_processes: int = DEFAULT_MAX_PROCESSES
+    max_user_processes: int = DEFAULT_MAX_USER_PROCESSES
+    idle_timeout: float = DEFAULT_IDLE_TIMEOUT
+    timeout: float = 60.0
+    insecure: bool = False
+
+
+class SessionPool:
+    """Every live session of the resident process, keyed by (user or "", server); limits, LRU eviction,
+    idle reaping, crash restarts with back-off, the tools cache."""
+
+    def __init__(self, opts: ResidentOptions, *, registry: Any, log: Log, events: EventSink,
+                 env: Mapping[str, str]) -> None:
+        import threading
+
+        self.opts = opts
+        self.registry = registry
+        self.log = log
+        self.events = events
+        self.env = env
+        self.inherited_env = select_inherited_env(env)
+        self._slots: dict[tuple[str, str], _Slot] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._reaper: Any = None
+
+    # -- the registry view -------------------------------------------------------------------------
+
+    def resolve(self, view: Any, row: Any, user: str | None) -> ResolvedServer:
+        """The server as this user may reach it; a public server never gets the user's credentials."""
+        if row.problem is not None:
+            raise row.problem
+        server = resolve_registry_server(row, view=view, user_id=user if row.isolation == "user" else None,
+                                         env=self.env, inherited_env=self.inherited_env)
+        for secret in server.redactor._secrets:
+            self.log.redactor.add(secret, whole=False)
+        return server
+
+    def slot(self, user: str | None, row: Any) -> _Slot:
+        key = ((user or "") if row.isolation == "user" else "", row.name)
+        with self._lock:
+            slot = self._slots.get(key)
+            if slot is None:
+                slot = self._slots[key] = _Slot(key[0], row.name, row.isolation)
+            return slot
+
+    def peek(self, user: str | None, row: Any) -> _Slot | None:
+        key = ((user or "") if row.isolation == "user" else "", row.name)
+        with self._lock:
+            return self._slots.get(key)
+
+    # -- opening, limits ---------------------------------------------------------------------------
+
+    def _live(self) -> tuple[int, dict[str, int]]:
+        total = 0
+        per_user: dict[str, int] = {}
+        for slot in self._slots.values():
+            if slot.transport == "stdio" and (slot.opening or (slot.session is not None)):
+                total += 1
+                if slot.isolation == "user":
+                    per_user[slot.user] = per_user.get(slot.user, 0) + 1
+        return total, per_user
+
+    def _evictable(self, user: str | None) -> list[_Slot]:
+        found = [s for s in self._slots.values()
+                 if s.isolation == "user" and s.transport == "stdio" and s.session is not None and not s.opening
+                 and s.users == 0 and s.session.in_flight == 0 and (user is None or s.user == user)]
+        return sorted(found, key=lambda s: s.last_used)
+
+    def _reserve(self, slot: _Slot, server: ResolvedServer) -> None:
+        """Room for one more child, by evicting the least recently used idle user session if needed."""
+        victims: list[ResidentSession] = []
+        with self._lock:
+            slot.transport = server.type
+            if server.type == "stdio":
+                while True:
+                    total, per_user = self._live()
+                    if slot.isolation == "user" and per_user.get(slot.user, 0) >= self.opts.max_user_processes:
+                        limit, live, scope = self.opts.max_user_processes, per_user.get(slot.user, 0), slot.user
+                    elif total >= self.opts.max_processes:
+                        limit, live, scope = self.opts.max_processes, total, None
+                    else:
+                        break
+                    candidates = self._evictable(scope)
+                    if not candidates:
+                        which = "--max-user-processes" if scope is not None else "--max-processes"
+                        raise ResourceLimitError(
+                            f"too many live server processes ({live} of {which} {limit}); none is idle",
+                            details={"limit": limit, "live": live, "scope": "user" if scope is not None else "all"},
+                        )
+                    victim = candidates[0]
+                    self.log.debug(f"evicting the idle session of {victim.server!r} (least recently used)")
+                    if victim.session is not None:
+                        victims.append(victim.session)
+                    victim.session = None
+            slot.opening = True
+        for session in victims:
+            session.close()
+
+    def session(self, slot: _Slot, server: ResolvedServer, timeout: float) -> ResidentSession:
+        """The live session of ``slot``, opened (or reopened after a crash, a config change) on demand."""
+        with slot.open_lock:
+            session = slot.session
+            fingerprint = _fingerprint(server)
+            if session is not None and (not session.alive or slot.fingerprint != fingerprint):
+                crashed = not session.alive
+                self.detach(slot, session)
+                if crashed:
+                    self.crashed(slot, session)
+                session = None
+            if session is not None:
+                slot.last_used = time.monotonic()
+                return session
+            self._check_open()
+            now = time.monotonic()
+            if now < slot.retry_at:
+                wait_ms = int((slot.retry_at - now) * 1000) + 1
+                raise _mark(ConnectionFailedError(
+                    f"server {slot.server!r} exited {slot.failures} times in a row; the next restart is allowed in "
+                    f"{wait_ms} ms",
+                    details={"restarts": slot.failures, "retry_after_ms": wait_ms},
+                ), sent=False)
+            if slot.fingerprint != fingerprint:
+                slot.tools = None
+            self._reserve(slot, server)
+            session = ResidentSession(server, log=self.log, insecure=self.opts.insecure, events=self.events,
+                                      user_id=slot.user or None)
+            try:
+                session.open(timeout)
+            except BkmcpError as exc:
+                session.close()
+                with self._lock:
+                    slot.opening = False
+                slot.last_error = exc
+                if isinstance(exc, ProtocolError):
+                    self.events.emit("protocol.rejected", server=slot.server, user=slot.user or None,
+                                     error_code=exc.code)
+                if session.pid is not None:
+                    self.crashed(slot, session)
+                raise
+            except BaseException:
+                session.close()
+                with self._lock:
+                    slot.opening = False
+                raise
+            self.events.emit("protocol.initialized", server=slot.server, user=slot.user or None,
+                             version=session.protocol_version, era=session.era)
+            with self._lock:
+                stopped = self._stop.is_set()
+                if not stopped:
+                    slot.session, slot.fingerprint = session, fingerprint
+                slot.opening = False
+            if stopped:  # close_all ran while this one was opening: it must not outlive the shutdown
+                session.close()
+                self._check_open()
+            with self._lock:
+                slot.last_error = None
+                slot.last_used = time.monotonic()
+            return session
+
+    def use(self, slot: _Slot, delta: int) -> None:
+        """A command starts (1) or stops (-1) using ``slot``: a slot in use is never evicted or reaped."""
+        with self._lock:
+            slot.users += delta
+            slot.last_used = time.monotonic()
+
+    def _check_open(self) -> None:
+        if self._stop.is_set():
+            raise _mark(ConnectionFailedError("the resident process is shutting down"), sent=False)
+
+    def crashed(self, slot: _Slot, session: ResidentSession) -> None:
+        """A child that exited: damp the next restarts (crashes in a row: 0, then 1 s doubling up to 30 s)."""
+        slot.failures += 1
+        delay = 0.0 if slot.failures <= 1 else min(_RESTART_BACKOFF_MAX, 2.0 ** (slot.failures - 2))
+        slot.retry_at = time.monotonic() + delay
+        self.log.warn(f"server {slot.server!r} exited (status {session.exit_status()}); "
+                      f"restart {'on next use' if delay == 0 else f'allowed in {delay:g}s'}")
+
+    def detach(self, slot: _Slot, session: ResidentSession) -> None:
+        with self._lock:
+            if slot.session is session:
+                slot.session = None
+        session.close()
+
+    def after_failure(self, slot: _Slot, session: ResidentSession) -> None:
+        """A call failed: a session whose child died is dropped now (the next use restarts it)."""
+        if not session.alive and slot.session is session:
+            self.detach(slot, session)
+            self.crashed(slot, session)
+
+    def disconnect(self, slot: _Slot, timeout: float) -> None:
+        """Close the slot's session once the calls in flight on it finished (bounded by ``timeout``)."""
+        with slot.open_lock:
+            session = slot.session
+            with self._lock:
+                slot.session = None
+        if session is None:
+            return
+        end = time.monotonic() + timeout
+        while session.in_flight > 0 and time.monotonic() < end:
+            time.sleep(0.02)
+        session.close()
+
+    # -- idle reaping ------------------------------------------------------------------------------
+
+    def start_reaper(self) -> None:
+        import threading
+
+        self._reaper = threading.Thread(target=self._reap_loop, name="bkmcp-reaper", daemon=True)
+        self._reaper.start()
+
+    def _reap_loop(self) -> None:
+        interval = min(1.0, self.opts.idle_timeout / 4)
+        while not self._stop.wait(interval):
+            try:
+                self.reap_once()
+            except Exception as exc:  # the reaper must outlive any one failure
+                self.log.debug(f"reaper: {type(exc).__name__}")
+
+    def reap_once(self) -> None:
+        now = time.monotonic()
+        idle, dead = [], []
+        with self._lock:
+            for slot in self._slots.values():
+                session = slot.session
+                if session is None or slot.opening or slot.users or session.in_flight:
+                    continue
+                if not session.alive:
+                    dead.append((slot, session))
+                elif slot.isolation == "user" and now - slot.last_used >= self.opts.idle_timeout:
+                    idle.append((slot, session))
+        for slot, session in idle:
+            with slot.open_lock:
+                if slot.session is session and slot.users == 0 and session.in_flight == 0:
+                    self.log.debug(f"closing the idle session of {slot.server!r}")
+                    self.detach(slot, session)
+        for slot, session in dead:
+            with slot.open_lock:
+                if slot.session is session:
+                    self.detach(slot, session)
+                    self.crashed(slot, session)
+
+    def close_all(self) -> None:
+        self._stop.set()
+        with self._lock:
+            sessions = [s.session for s in self._slots.values() if s.session is not None]
+            for slot in self._slots.values():
+                slot.session = None
+        import threading
+
+        closers = [threading.Thread(target=s.close, daemon=True) for s in sessions]
+        for thread in closers:
+            thread.start()
+        for thread in closers:
+            thread.join()
+        if self._reaper is not None:
+            self._reaper.join(2.0)
+
+
+# -- the command protocol (SPEC §11.1, §11.2) ----------------------------------------------------------
+
+
+class _Command:
+    __slots__ = ("task_id", "action", "params", "user_id", "access_token", "received")
+
+    def __init__(self, task_id: str, action: str, params: dict[str, Any], user_id: str | None,
+                 access_token: str | None) -> None:
+        self.task_id = task_id
+        self.action = action
+        self.params = params
+        self.user_id = user_id
+        self.access_token = access_token
+        self.received = time.monotonic()
+
+
+def _field_type(params: Mapping[str, Any], name: str, kind: type, task_id: Any, what: str) -> Any:
+    value = params.get(name)
+    if value is not None and (not isinstance(value, kind) or isinstance(value, bool) and kind is not bool):
+        raise InvalidCommandError(f"field {name!r} must be {what}", details={"task_id": task_id})
+    return value
+
+
+def parse_command(line: bytes) -> _Command:
+    """One stdin line -> a command; ``InvalidCommandError``/``UnknownActionError`` carry ``details.task_id``
+    (the task_id when one could be read, else None)."""
+    try:
+        document = parse_json(line)
+    except JsonInputError as exc:
+        raise InvalidCommandError(f"the command is not valid JSON: {exc}", details={"task_id": None}) from None
+    if not isinstance(document, dict):
+        raise InvalidCommandError("a command must be a JSON object", details={"task_id": None})
+    raw_id = document.get("task_id")
+    task_id = raw_id if isinstance(raw_id, str) and raw_id else None
+    if raw_id is None:
+        raise InvalidCommandError("field 'task_id' is required", details={"task_id": None})
+    if task_id is None:
+        raise InvalidCommandError("field 'task_id' must be a non-empty string", details={"task_id": None})
+    command = document.get("command")
+    if command != "invoke":
+        raise InvalidCommandError("field 'command' must be \"invoke\"" if command is not None
+                                  else "field 'command' is required", details={"task_id": task_id})
+    params = document.get("params")
+    if not isinstance(params, dict):
+        raise InvalidCommandError("field 'params' must be an object", details={"task_id": task_id})
+    action = params.get("action")
+    if not isinstance(action, str):
+        raise InvalidCommandError("field 'params.action' must be a string", details={"task_id": task_id})
+    if action not in RESIDENT_ACTIONS:
+        raise UnknownActionError(f"unknown action {_clip(repr(action), 80)}; actions: {', '.join(RESIDENT_ACTIONS)}",
+                                 details={"task_id": task_id})
+    user = document.get("user")
+    user_id = access_token = None
+    if user is not None:
+        if not isinstance(user, dict):
+            raise InvalidCommandError("field 'user' must be an object", details={"task_id": task_id})
+        user_id = user.get("userId")
+        if not isinstance(user_id, str) or not user_id:
+            raise InvalidCommandError("field 'user.userId' must be a non-empty string", details={"task_id": task_id})
+        access_token = user.get("accessToken")
+        if access_token is not None and not isinstance(access_token, str):
+            raise InvalidCommandError("field 'user.accessToken' must be a string", details={"task_id": task_id})
+    elif action not in _NO_USER_ACTIONS:
+        raise InvalidCommandError(f"field 'user' is required for {action}", details={"task_id": task_id})
+    for name in ("server_name", "tool_name", "name"):
+        value = _field_type(params, name, str, task_id, "a string")
+        if value == "":
+            raise InvalidCommandError(f"field {name!r} must not be empty", details={"task_id": task_id})
+    if action in ("connect_server", "disconnect_server") and params.get("server_name") is None:
+        raise InvalidCommandError(f"field 'server_name' is required for {action}", details={"task_id": task_id})
+    if action == "call_tool":
+        by_name = params.get("name") is not None
+        by_pair = params.get("server_name") is not None or params.get("tool_name") is not None
+        if by_name == by_pair or (by_pair and (params.get("server_name") is None or params.get("tool_name") is None)):
+            raise InvalidCommandError("call_tool needs either 'name' (an injected name) or 'server_name' and "
+                                      "'tool_name'", details={"task_id": task_id})
+        if "arguments" in params and not isinstance(params["arguments"], dict):
+            raise InvalidCommandError("field 'arguments' must be an object", details={"task_id": task_id})
+        timeout_ms = _field_type(params, "timeout_ms", int, task_id, "a positive integer (milliseconds)")
+        if timeout_ms is not None and not 0 < timeout_ms <= _MAX_TIMEOUT_MS:
+            raise InvalidCommandError("field 'timeout_ms' must be a positive integer of at most 7 days",
+                                      details={"task_id": task_id})
+    return _Command(task_id, action, params, user_id, access_token)
+
+
+def _platform_error(exc: BkmcpError, *, server: str | None = None, timeout: float | None = None) -> BkmcpError:
+    """The CLI's error worded for the platform: no CLI hints; a timeout names the budget in ms."""
+    if isinstance(exc, McpTimeoutError) and timeout is not None:
+        where = f" on server {server!r}" if server else ""
+        sent = request_was_sent(exc)
+        exc.message = f"no answer{where} within {int(timeout * 1000)} ms" + \
+            ("; the call was sent and its outcome is unknown" if sent and exc.details.get("outcome") else "")
+    exc.hint = None
+    return exc
+
+
+class ResidentServer:
+    """The resident process: reads commands, runs each on its own thread, writes one answer per line."""
+
+    def __init__(self, opts: ResidentOptions, *, registry: Any, stdout: Any, log: Log, events: EventSink,
+                 env: Mapping[str, str]) -> None:
+        import threading
+
+        self.opts = opts
+        self.registry = registry
+        self.log = log
+        self.events = events
+        self.env = env
+        self.pool = SessionPool(opts, registry=registry, log=log, events=events, env=env)
+        self._out = stdout
+        self._out_lock = threading.Lock()
+        self._tasks: set[str] = set()
+        self._tasks_lock = threading.Lock()
+        self._threads: set[Any] = set()
+        self._slots = threading.BoundedSemaphore(_MAX_COMMANDS_RUNNING)
+        self._names: dict[str, dict[str, tuple[str, str]]] = {}  # user -> injected name -> (server, tool)
+        self.stopping = threading.Event()
+        self.shutdown_task: str | None = None
+        self.output_broken = False
+
+    # -- output ------------------------------------------------------------------------------------
+
+    def write(self, answer: dict[str, Any]) -> None:
+        data = (dump_json(answer) + "\n").encode("utf-8", "surrogatepass")
+        with self._out_lock:
+            if self.output_broken:
+                return
+            try:
+                self._out.write(data)
+                self._out.flush()
+            except (OSError, ValueError):  # the platform went away: stop serving
+                self.output_broken = True
+                self.stopping.set()
+
+    def fail(self, task_id: Any, exc: BkmcpError) -> None:
+        answer: dict[str, Any] = {"task_id": task_id, "success": False,
+                                  "error": self.log.redactor.scrub(exc.message), "error_code": exc.code}
+        details = {k: v for k, v in exc.details.items() if k != "task_id"}
+        if isinstance(exc, CapabilityUnsupportedError) and isinstance(exc.data, dict) and "result" in exc.data:
+            details = self.log.redactor.scrub_value(details)
+            details["result"] = exc.data["result"]  # the tool's raw result is data, returned as received
+        elif details:
+            details = self.log.redactor.scrub_value(details)
+        if details:
+            answer["details"] = details
+        self.write(answer)
+
+    # -- input -------------------------------------------------------------------------------------
+
+    def serve(self, stdin: Any) -> None:
+        """Read lines until EOF, ``shutdown`` or a stop; overlong lines are answered and skipped."""
+        read = getattr(stdin, "read1", None) or stdin.read
+        buffer = bytearray()
+        skipping = False
+        while not self.stopping.is_set():
+            chunk = read(_READ_CHUNK)
+            if not chunk:
+                if buffer and not skipping:
+                    self.dispatch(bytes(buffer))
+                break
+            start = 0
+            while True:
+                end = chunk.find(b"\n", start)
+                if end < 0:
+                    if not skipping:
+                        buffer += chunk[start:]
+                        if len(buffer) > RESIDENT_LINE_LIMIT:
+                            buffer.clear()
+                            skipping = True
+                    break
+                if skipping:
+                    skipping = False
+                    self.fail(None, InvalidCommandError(f"the command line is longer than {RESIDENT_LINE_LIMIT} "
+                                                        "bytes and was skipped"))
+                else:
+                    buffer += chunk[start:end]
+                    if len(buffer) > RESIDENT_LINE_LIMIT:
+                        self.fail(None, InvalidCommandError(f"the command line is longer than "
+                                                            f"{RESIDENT_LINE_LIMIT} bytes and was skipped"))
+                    else:
+                        self.dispatch(bytes(buffer))
+                    buffer.clear()
+                start = end + 1
+                if self.stopping.is_set():
+                    return
+
+    def dispatch(self, line: bytes) -> None:
+        import threading
+
+        try:
+            command = parse_command(line)
+        except (InvalidCommandError, UnknownActionError) as exc:
+            self.fail(exc.details.get("task_id"), exc)
+            return
+        with self._tasks_lock:
+            if command.task_id in self._tasks:
+                duplicate = True
+            else:
+                duplicate = False
+                self._tasks.add(command.task_id)
+        if duplicate:
+            self.fail(command.task_id, DuplicateTaskIdError(
+                f"task_id {_clip(repr(command.task_id), 80)} is already in flight; this command was not run"))
+            return
+        if command.access_token:
+            self.log.redactor.add(command.access_token, whole=False)
+        if command.action == "shutdown":
+            self.shutdown_task = command.task_id
+            self.stopping.set()
+            return
+        self._slots.acquire()
+        thread = threading.Thread(target=self._run, args=(command,), name="bkmcp-command", daemon=True)
+        with self._tasks_lock:
+            self._threads.add(thread)
+        thread.start()
+
+    def _run(self, command: _Command) -> None:
+        import threading
+
+        try:
+            try:
+                result = getattr(self, f"do_{command.action}")(command)
+                answer = {"task_id": command.task_id, "success": True, "result": result}
+            except BkmcpError as exc:
+                answer = None
+                error = exc
+            except Exception as exc:  # a bug in one command never stops the process, never a traceback
+                if self.env.get("BKMCP_TRACEBACK") == "1":
+                    import traceback
+
+                    traceback.print_exc(file=sys.stderr)
+                answer = None
+                error = InternalError(f"internal error: {type(exc).__name__}: {_first_line(exc)}")
+            with self._tasks_lock:
+                self._tasks.discard(command.task_id)
+            if answer is not None:
+                self.write(answer)
+            else:
+                self.fail(command.task_id, error)
+        finally:
+            with self._tasks_lock:
+                self._tasks.discard(command.task_id)
+                self._threads.discard(threading.current_thread())
+            self._slots.release()
+
+    def drain(self, seconds: float) -> None:
+        """EOF: let the commands already read finish (each bounded by its own timeout), at most ``seconds``."""
+        end = time.monotonic() + seconds
+        while True:
+            with self._tasks_lock:
+                threads = list(self._threads)
+            if not threads or time.monotonic() >= end:
+                return
+            threads[0].join(max(0.0, min(0.5, end - time.monotonic())))
+
+    def finish(self, grace: float) -> None:
+        """Close every session (calls in flight fail and are answered), then let command threads end."""
+        self.pool.close_all()
+        end = time.monotonic() + grace
+        with self._tasks_lock:
+            threads = list(self._threads)
+        for thread in threads:
+            thread.join(max(0.0, end - time.monotonic()))
+
+    # -- helpers -----------------------------------------------------------------------------------
+
+    def _view(self, command: _Command) -> Any:
+        return self.registry.view(command.user_id, command.access_token)
+
+    def _row(self, view: Any, name: str) -> Any:
+        row = view.servers.get(name)
+        if row is None:
+            names = sorted(n for n, r in view.servers.items() if r.enabled)
+            raise ServerNotFoundError(f"no server {name!r} for this user; available: {', '.join(names) or '(none)'}",
+                                      details={"server_name": name})
+        if not row.enabled:
+            raise ServerDisabledError(f"server {name!r} is disabled", details={"server_name": name})
+        return row
+
+    def _timeout(self, command: _Command) -> float:
+        timeout_ms = command.params.get("timeout_ms")
+        return timeout_ms / 1000 if isinstance(timeout_ms, int) and not isinstance(timeout_ms, bool) \
+            else self.opts.timeout
+
+    def _left(self, command: _Command, timeout: float) -> float:
+        return timeout - (time.monotonic() - command.received)
+
+    def _use(self, command: _Command, view: Any, row: Any) -> tuple[_Slot, ResolvedServer]:
+        server = self.pool.resolve(view, row, command.user_id)
+        return self.pool.slot(command.user_id, row), server
+
+    def _tools(self, command: _Command, view: Any, row: Any, *, refresh: bool = False,
+               connect: bool = False) -> list[dict[str, Any]]:
+        """The cached catalogue of this user's session of ``row``: memory, the registry cache, or discovery
+        (``connect``: discover unless the session is live)."""
+        slot, server = self._use(command, view, row)
+        timeout = self.opts.timeout
+        self.pool.use(slot, 1)
+        try:
+            live = slot.session
+            refresh = refresh or (connect and (live is None or not live.alive))
+            stale = live is not None and live.tools_stale
+            if not refresh and not stale and slot.tools is not None and slot.fingerprint == _fingerprint(server):
+                return slot.tools
+            if not refresh and not stale and slot.tools is None and live is None:
+                cached = self._load_cache(slot)
+                if cached is not None:
+                    slot.tools = cached
+                    slot.fingerprint = _fingerprint(server)
+                    return cached
+            session = self.pool.session(slot, server, self._left(command, timeout))
+            started = time.monotonic()
+            try:
+                tools = session.list_tools(self._left(command, timeout))
+            except BkmcpError as exc:
+                self.events.emit("server.discover", server=row.name, user=slot.user or None,
+                                 tool_count=len((exc.data or {}).get("tools", [])), complete=False,
+                                 ms=int((time.monotonic() - started) * 1000), error_code=exc.code)
+                self.pool.after_failure(slot, session)
+                raise _platform_error(exc, server=row.name, timeout=timeout) from None
+            self.events.emit("server.discover", server=row.name, user=slot.user or None, tool_count=len(tools),
+                             complete=True, ms=int((time.monotonic() - started) * 1000))
+            slot.tools, slot.tools_version, slot.failures = tools, session.protocol_version, 0
+            self._store_cache(slot)
+            return tools
+        finally:
+            self.pool.use(slot, -1)
+
+    def _load_cache(self, slot: _Slot) -> list[dict[str, Any]] | None:
+        load = getattr(self.registry, "load_tools", None)
+        if load is None:
+            return None
+        try:
+            cached = load(slot.server, slot.user)
+        except BkmcpError as exc:
+            self.log.debug(f"tools cache of {slot.server!r} unreadable: {exc.code}")
+            return None
+        tools = cached[0] if isinstance(cached, tuple) and cached else cached  # (tools, version, fetched_at)
+        return tools if isinstance(tools, list) else None
+
+    def _store_cache(self, slot: _Slot) -> None:
+        store = getattr(self.registry, "store_tools", None)
+        if store is None or slot.tools is None:
+            return
+        try:
+            store(slot.server, slot.user, slot.tools, slot.tools_version)
+        except BkmcpError as exc:
+            self.log.debug(f"tools cache of {slot.server!r} not written: {exc.code}")
+
+    def _usable(self, command: _Command, view: Any) -> list[Any]:
+        return [row for name, row in sorted(view.servers.items()) if row.enabled]
+
+    def _catalogues(self, command: _Command, view: Any, rows: list[Any], refresh: bool
+                    ) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]]]:
+        """Every server's catalogue, discovered concurrently; a failing server goes to ``errors``."""
+        import threading
+
+        view_rows = rows
+        found: dict[str, list[dict[str, Any]]] = {}
+        errors: list[dict[str, Any]] = []
+        lock = threading.Lock()
+
+        def one(row: Any) -> None:
+            try:
+                tools = self._tools(command, view, row, refresh=refresh)
+                with lock:
+                    found[row.name] = tools
+            except BkmcpError as exc:
+                with lock:
+                    errors.append({"server_name": row.name, "error_code": exc.code,
+                                   "error": self.log.redactor.scrub(_platform_error(exc).message)})
+                if refresh:  # the previous catalogue stays for list_tools
+                    slot = self.pool.peek(command.user_id, row)
+                    if slot is not None and slot.tools is not None:
+                        with lock:
+                            found.setdefault(row.name, slot.tools)
+
+        threads = [threading.Thread(target=one, args=(row,), daemon=True) for row in view_rows[1:]]
+        for thread in threads:
+            thread.start()
+        if view_rows:
+            one(view_rows[0])
+        for thread in threads:
+            thread.join()
+        errors.sort(key=lambda e: e["server_name"])
+        return found, errors
+
+    def _known_pairs(self, command: _Command, view: Any) -> list[tuple[str, str]]:
+        """Every (server, tool) this user sees in the catalogues cached for them now."""
+        pairs = []
+        for row in self._usable(command, view):
+            slot = self.pool.peek(command.user_id, row)
+            if slot is not None and slot.tools is not None:
+                pairs += [(row.name, str(t.get("name"))) for t in slot.tools if isinstance(t, dict)]
+        return pairs
+
+    def _tool_list(self, command: _Command, refresh: bool) -> dict[str, Any]:
+        view = self._view(command)
+        rows = self._usable(command, view)
+        name = command.params.get("server_name")
+        if name is not None:
+            rows = [self._row(view, name)]
+        found, errors = self._catalogues(command, view, rows, refresh)
+        if refresh:
+            errors = [e for e in errors if e["server_name"] in {r.name for r in rows}]
+        table = build_injected_names(self._known_pairs(command, view))
+        assert command.user_id is not None
+        self._names[command.user_id] = table
+        by_pair = {pair: injected for injected, pair in table.items()}
+        tools = []
+        for row in rows:
+            for tool in found.get(row.name, []):
+                if isinstance(tool, dict):
+                    pair = (row.name, str(tool.get("name")))
+                    tools.append(build_tool_entry(by_pair[pair], row.name, tool))
+        return {"tools": tools, "errors": errors}
+
+    # -- actions -----------------------------------------------------------------------------------
+
+    def do_init(self, command: _Command) -> dict[str, Any]:
+        import threading
+
+        view = self.registry.view(None, None)
+        rows = [row for _, row in sorted(view.servers.items()) if row.enabled and row.isolation == "public"]
+        public = _Command(command.task_id, "init", {}, None, None)
+        servers: dict[str, dict[str, Any]] = {}
+
+        def one(row: Any) -> None:
+            entry: dict[str, Any] = {"server_name": row.name}
+            try:
+                tools = self._tools(public, view, row, connect=True)
+                entry.update(status="connected", tool_count=len(tools))
+            except BkmcpError as exc:
+                entry.update(status="failed", error_code=exc.code,
+                             error=self.log.redactor.scrub(_platform_error(exc).message))
+            servers[row.name] = entry
+
+        threads = [threading.Thread(target=one, args=(row,), daemon=True) for row in rows]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return {"servers": [servers[row.name] for row in rows]}
+
+    def do_list_servers(self, command: _Command) -> dict[str, Any]:
+        view = self._view(command)
+        servers = []
+        for row in self._usable(command, view):
+            entry: dict[str, Any] = {"server_name": row.name, "transport_type": row.transport_type,
+                                     "isolation": row.isolation}
+            if row.isolation == "user" and command.user_id is None:
+                continue
+            try:
+                if row.problem is not None:
+                    raise row.problem
+                self.pool.resolve(view, row, command.user_id)
+            except CredentialsMissingError:
+                entry["status"] = "no_credentials"
+                servers.append(entry)
+                continue
+            except BkmcpError as exc:
+                entry.update(status="failed", error_code=exc.code)
+                servers.append(entry)
+                continue
+            slot = self.pool.peek(command.user_id, row)
+            session = slot.session if slot is not None else None
+            if session is not None and session.alive:
+                entry.update(status="connected", protocol_version=session.protocol_version)
+            elif slot is not None and slot.last_error is not None:
+                entry.update(status="failed", error_code=slot.last_error.code)
+            else:
+                entry["status"] = "disconnected"
+            if slot is not None and slot.tools is not None:
+                entry["tool_count"] = len(slot.tools)
+            servers.append(entry)
+        return {"servers": servers}
+
+    def do_connect_server(self, command: _Command) -> dict[str, Any]:
+        view = self._view(command)
+        row = self._row(view, command.params["server_name"])
+        slot, server = self._use(command, view, row)
+        self.pool.use(slot, 1)
+        try:
+            try:
+                session = self.pool.session(slot, server, self._left(command, self.opts.timeout))
+            except BkmcpError as exc:
+                raise _platform_error(exc, server=row.name, timeout=self.opts.timeout) from None
+        finally:
+            self.pool.use(slot, -1)
+        tools = self._tools(command, view, row, connect=True)
+        return {"server_name": row.name, "status": "connected", "protocol_version": session.protocol_version,
+                "era": session.era, "tool_count": len(tools)}
+
+    def do_disconnect_server(self, command: _Command) -> dict[str, Any]:
+        view = self._view(command)
+        row = self._row(view, command.params["server_name"])
+        slot = self.pool.peek(command.user_id, row)
+        if slot is not None:
+            self.pool.disconnect(slot, self.opts.timeout)
+            slot.last_error = None
+        return {"server_name": row.name, "status": "disconnected"}
+
+    def do_list_tools(self, command: _Command) -> dict[str, Any]:
+        return self._tool_list(command, refresh=False)
+
+    def do_refresh_tools(self, command: _Command) -> dict[str, Any]:
+        return self._tool_list(command, refresh=True)
+
+    def do_call_tool(self, command: _Command) -> dict[str, Any]:
+        params = command.params
+        view = self._view(command)
+        assert command.user_id is not None
+        if params.get("name") is not None:
+            injected = params["name"]
+            pair = self._names.get(command.user_id, {}).get(injected)
+            if pair is None:
+                pair = build_injected_names(self._known_pairs(command, view)).get(injected)
+            if pair is None:
+                raise ToolNotFoundError(f"no tool is injected as {_clip(repr(injected), 80)} for this user",
+                                        details={"name": injected})
+            server_name, tool_name = pair
+        else:
+            server_name, tool_name = params["server_name"], params["tool_name"]
+        arguments = params.get("arguments")
+        arguments = {} if arguments is None else arguments
+        timeout = self._timeout(command)
+        row = self._row(view, server_name)
+        base = {"server": server_name, "tool": tool_name, "user": command.user_id, "task_id": command.task_id}
+        tools = self._tools(command, view, row)
+        tool = next((t for t in tools if isinstance(t, dict) and t.get("name") == tool_name), None)
+        if tool is None:
+            tools = self._tools(command, view, row, refresh=True)  # the server may have added it since
+            tool = next((t for t in tools if isinstance(t, dict) and t.get("name") == tool_name), None)
+        if tool is None:
+            self.events.emit("tool.rejected", **base, error_code="mcp_tool_not_found")
+            raise ToolNotFoundError(f"server {server_name!r} has no tool {_clip(repr(tool_name), 80)}",
+                                    details={"server_name": server_name, "tool_name": tool_name})
+        try:
+            validate_arguments(tool, arguments)
+        except InvalidArgumentsError as exc:
+            self.events.emit("tool.rejected", **base, error_code=exc.code)
+            raise _platform_error(exc) from None
+        slot, server = self._use(command, view, row)
+        self.pool.use(slot, 1)
+        started = time.monotonic()
+        try:
+            try:
+                session = self.pool.session(slot, server, self._left(command, timeout))
+            except BkmcpError as exc:
+                self.events.emit("tool.failed", **base, error_code=exc.code, outcome="not_sent")
+                raise _platform_error(exc, server=server_name, timeout=timeout) from None
+            self.events.emit("tool.started", **base)
+            started = time.monotonic()
+            try:
+                result = session.call_tool(tool_name, arguments, self._left(command, timeout), tool)
+            except BkmcpError as exc:
+                if isinstance(exc, RemoteError) and not isinstance(exc, CapabilityUnsupportedError):
+                    outcome = exc.details.get("outcome") or ("unknown" if request_was_sent(exc) else "not_sent")
+                    self.events.emit("tool.failed", **base, error_code=exc.code, outcome=outcome,
+                                     ms=int((time.monotonic() - started) * 1000))
+                else:
+                    self.events.emit("tool.finished", **base, ms=int((time.monotonic() - started) * 1000),
+                                     is_error=False, error_code=exc.code)
+                self.pool.after_failure(slot, session)
+                raise _platform_error(exc, server=server_name, timeout=timeout) from None
+            slot.failures = 0
+        finally:
+            self.pool.use(slot, -1)
+        self.events.emit("tool.finished", **base, ms=int((time.monotonic() - started) * 1000),
+                         is_error=result.get("isError") is True)
+        return {"server_name": server_name, "tool_name": tool_name, "result": result}
+
+
+class _Stop(BaseException):
+    """SIGTERM: leave the reader loop and shut down (exit 0)."""
+
+
+def run_resident(opts: ResidentOptions, *, stdin: Any, stdout: Any, log: Log, env: Mapping[str, str],
+                 stderr: IO[str]) -> int:
+    """``bkmcp --resident`` (SPEC §11): serve commands until ``shutdown``, EOF, SIGTERM (0) or SIGINT (130).
+
+    ``stdin``/``stdout`` are binary streams. A registry that cannot be opened raises (exit 1, envelope on
+    stderr, by ``main``); nothing after that start-up step raises out of here.
+    """
+    import signal
+    import threading
+
+    registry = open_registry(opts.registry, env=env, log=log, timeout=opts.timeout)
+    events_stream: IO[str] | None = None
+    if opts.events == "-":
+        events_stream = stderr
+    elif opts.events is not None:
+        try:
+            events_stream = open(opts.events, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the process
+        except OSError as exc:
+            registry.close()
+            raise UsageError(f"cannot open --events file {opts.events!r}: {exc.strerror or exc}") from None
+    events = EventSink(events_stream, log.redactor, owned=opts.events not in (None, "-"))
+    server = ResidentServer(opts, registry=registry, stdout=stdout, log=log, events=events, env=env)
+    server.pool.start_reaper()
+    status = EXIT_OK
+    previous: Any = None
+    main_thread = threading.current_thread() is threading.main_thread()
+    if main_thread:
+        def on_term(signum: int, frame: Any) -> None:
+            raise _Stop()
+
+        previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        try:
+            server.serve(stdin)
+            if server.shutdown_task is None and not server.output_broken:  # EOF: answer what was read
+                server.drain(opts.timeout + 5.0)
+        except _Stop:
+            log.debug("SIGTERM: shutting down")
+        except KeyboardInterrupt:
+            log.debug("SIGINT: shutting down")
+            status = EXIT_INTERRUPTED
+        except (OSError, ValueError) as exc:  # stdin unreadable: as EOF
+            log.debug(f"stdin failed: {type(exc).__name__}")
+        server.stopping.set()
+        if main_thread:  # a second SIGTERM during the shutdown must not cut it short
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        server.finish(grace=5.0)
+        if server.shutdown_task is not None:
+            server.write({"task_id": server.shutdown_task, "success": True, "result": {"stopped": True}})
+    finally:
+        if main_thread and previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+        try:
+            registry.close()
+        except Exception as exc:
+            log.debug(f"closing the registry failed: {type(exc).__name__}")
+        events.close()
+    return status
 
 
 # ======================================================================================================
@@ -6872,6 +8015,8 @@ _FLAG_OPTIONS = {"-v": "verbose", "--verbose": "verbose", "--insecure": "insecur
 _REGISTRY_VALUE_OPTIONS = {"--import": "registry_import"}
 _REGISTRY_FLAG_OPTIONS = {"--list": "registry_list"}
 _REGISTRY_OPTION_NAMES = frozenset({*_REGISTRY_VALUE_OPTIONS, *_REGISTRY_FLAG_OPTIONS})
+_RESIDENT_OPTIONS = {"--events": "events", "--max-processes": "max_processes",
+                     "--max-user-processes": "max_user_processes", "--idle-timeout": "idle_timeout"}
 _RESERVED_UNSUPPORTED = {"--format"}
 DEFAULT_TIMEOUT = 60.0
 
@@ -6898,6 +8043,10 @@ class Invocation:
     resident: bool = False
     registry_import: str | None = None
     registry_list: bool = False
+    events: str | None = None  # --resident only: the options of _RESIDENT_OPTIONS
+    max_processes: str | None = None
+    max_user_processes: str | None = None
+    idle_timeout: str | None = None
     tool_tokens: list[ToolToken] = field(default_factory=list)
 
 
@@ -6915,14 +8064,16 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
     inv = Invocation()
     seen: set[str] = set()
     tokens = list(argv)
+    # the resident options exist only beside --resident: elsewhere they stay free for tool flags
+    value_options = {**_VALUE_OPTIONS, **_RESIDENT_OPTIONS} if "--resident" in tokens else _VALUE_OPTIONS
     i = 0
     while i < len(tokens):
         token = tokens[i]
         i += 1
         name, eq, inline = token.partition("=")
         registry_tool = inv.server is None and (name in _REGISTRY_VALUE_OPTIONS or token in _REGISTRY_FLAG_OPTIONS)
-        if token.startswith("--") and (name in _VALUE_OPTIONS or registry_tool and name in _REGISTRY_VALUE_OPTIONS):
-            attr = _VALUE_OPTIONS.get(name) or _REGISTRY_VALUE_OPTIONS[name]
+        if token.startswith("--") and (name in value_options or registry_tool and name in _REGISTRY_VALUE_OPTIONS):
+            attr = value_options.get(name) or _REGISTRY_VALUE_OPTIONS[name]
             if attr in seen:
                 raise UsageError(f"option {name} given more than once")
             seen.add(attr)
@@ -7004,6 +8155,9 @@ def check_invocation(inv: Invocation) -> None:
         raise UsageError(f"{' and '.join(modes)} cannot be combined: choose one mode")
     if inv.resident and (inv.server or modes):
         raise UsageError("--resident takes no server, tool or mode options")
+    if inv.resident and inv.registry is None:
+        raise UsageError("--resident needs --registry SOURCE (a SQLite file or an http(s)://…/internal/mcp/config "
+                         "URL)", hint="bkmcp --resident --registry ./registry.db")
     if inv.check or inv.tools:
         mode = "--check" if inv.check else "--tools"
         if inv.body is not None:
@@ -7196,6 +8350,61 @@ def _warn_literal_credentials(config: ConfigFile, log: Log) -> None:
                 return
 
 
+def _positive_int(text: str | None, option: str, default: int) -> int:
+    if text is None:
+        return default
+    if not (text.isascii() and text.isdigit()) or not 0 < int(text) <= 100_000:
+        raise UsageError(f"{option} must be a positive integer, got {text!r}")
+    return int(text)
+
+
+def build_resident_options(inv: Invocation) -> ResidentOptions:
+    """The ``--resident`` options (SPEC §11), checked: usage errors before anything starts."""
+    assert inv.registry is not None
+    if not inv.registry:
+        raise UsageError("--registry needs a SQLite file path or an http(s):// URL")
+    if inv.events == "":
+        raise UsageError("--events needs a file path or - (stderr)")
+    return ResidentOptions(
+        registry=inv.registry,
+        events=inv.events,
+        max_processes=_positive_int(inv.max_processes, "--max-processes", DEFAULT_MAX_PROCESSES),
+        max_user_processes=_positive_int(inv.max_user_processes, "--max-user-processes", DEFAULT_MAX_USER_PROCESSES),
+        idle_timeout=parse_duration(inv.idle_timeout, option="--idle-timeout") if inv.idle_timeout is not None
+        else DEFAULT_IDLE_TIMEOUT,
+        timeout=parse_duration(inv.timeout) if inv.timeout is not None else DEFAULT_TIMEOUT,
+        insecure=inv.insecure,
+    )
+
+
+def _binary_stdin(stream: IO[str]) -> Any:
+    """The byte stream under a text stdin (an injected text stream is read as UTF-8)."""
+    buffer = getattr(stream, "buffer", None)
+    if buffer is not None:
+        return buffer
+    import io
+
+    return io.BytesIO(stream.read().encode("utf-8", "surrogateescape"))
+
+
+class _TextSink:
+    """Bytes written to an injected text stream (tests run ``main`` in-process)."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+
+    def write(self, data: bytes) -> None:
+        self.stream.write(data.decode("utf-8", "surrogatepass"))
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def _binary_stdout(stream: IO[str]) -> Any:
+    buffer = getattr(stream, "buffer", None)
+    return buffer if buffer is not None else _TextSink(stream)
+
+
 class _Runner:
     """Executes one invocation. Raises BkmcpError; ``main`` turns it into an envelope and exit status."""
 
@@ -7254,7 +8463,8 @@ class _Runner:
         if (inv.registry_import is not None or inv.registry_list) and not inv.help:
             return run_registry_tool(inv, envr, self.log)
         if inv.resident:
-            return run_resident(inv.registry)
+            return run_resident(build_resident_options(inv), stdin=_binary_stdin(envr.stdin),
+                                stdout=_binary_stdout(envr.stdout), log=self.log, env=envr.env, stderr=envr.stderr)
         config_path = resolve_config_path(inv.config, envr.env, envr.cwd)
         if inv.server is None:
             if inv.help or not any((inv.check, inv.tools, inv.tool)):

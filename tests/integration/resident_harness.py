@@ -1,0 +1,232 @@
+"""Drive ``bkmcp --resident`` as a real subprocess: JSON lines in, answers collected by task_id.
+
+``Resident(registry, *options)`` starts ``python bkmcp.py --resident …`` (source tree) or
+``python <pyz> --resident …`` (``pyz=`` a built artifact) with stdin/stdout pipes; a reader thread collects
+answers. ``ask(action, user, **params)`` sends one command and waits (bounded) for its answer. ``close()``
+always ends the process and reports the children it started (from the events file) that are still running.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+MOCK = ROOT / "mock_server" / "mcp_mock.py"
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
+
+import sqlite3  # noqa: E402
+
+import bkmcp  # noqa: E402
+
+# The SQLite registry schema of docs/contract.md §11.3, written by tests with raw sqlite3 (bkmcp creates the same
+# tables itself when a registry file is missing: tests/unit/test_registry.py compares them).
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS mcp_servers (
+  name TEXT PRIMARY KEY,
+  transport_type TEXT NOT NULL CHECK (transport_type IN ('stdio','http')),
+  command TEXT, args TEXT,
+  env_template TEXT,
+  url TEXT, headers TEXT,
+  isolation TEXT NOT NULL DEFAULT 'public' CHECK (isolation IN ('public','user')),
+  protocol_version TEXT,
+  enabled INTEGER NOT NULL DEFAULT 1);
+CREATE TABLE IF NOT EXISTS mcp_credentials (
+  server_name TEXT PRIMARY KEY REFERENCES mcp_servers(name), credentials TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS mcp_user_credentials (
+  user_id TEXT NOT NULL, server_name TEXT NOT NULL REFERENCES mcp_servers(name), credentials TEXT NOT NULL,
+  PRIMARY KEY (user_id, server_name));
+CREATE TABLE IF NOT EXISTS mcp_tools_cache (
+  server_name TEXT NOT NULL, user_id TEXT NOT NULL, tools TEXT NOT NULL, protocol_version TEXT,
+  fetched_at REAL NOT NULL, PRIMARY KEY (server_name, user_id));
+"""
+
+
+
+def write_registry(path: str, servers: list[dict[str, Any]], system: dict[str, dict] | None = None,
+                   users: dict[tuple[str, str], dict] | None = None) -> None:
+    """Write a registry file with raw sqlite3 (rows as dicts of the schema's columns; JSON columns as values)."""
+    db = sqlite3.connect(path)
+    try:
+        db.executescript(SCHEMA)
+        for row in servers:
+            values = dict(row)
+            for column in ("args", "env_template", "headers"):
+                if column in values and not isinstance(values[column], (str, type(None))):
+                    values[column] = json.dumps(values[column])
+            columns = ", ".join(values)
+            db.execute(f"INSERT OR REPLACE INTO mcp_servers ({columns}) VALUES ({', '.join('?' * len(values))})",
+                       list(values.values()))
+        for server, creds in (system or {}).items():
+            db.execute("INSERT OR REPLACE INTO mcp_credentials VALUES (?, ?)", (server, json.dumps(creds)))
+        for (user, server), creds in (users or {}).items():
+            db.execute("INSERT OR REPLACE INTO mcp_user_credentials VALUES (?, ?, ?)",
+                       (user, server, json.dumps(creds)))
+        db.commit()
+    finally:
+        db.close()
+
+WAIT = 60.0  # a hard safety net, never a performance threshold
+
+
+def mock_stdio(scenario: dict | None = None, log: Path | None = None) -> list[str]:
+    """``command`` + ``args`` of a stdio mock server."""
+    argv = [sys.executable, str(MOCK), "--stdio", "--quiet"]
+    if scenario is not None:
+        argv += ["--scenario-json", json.dumps(scenario)]
+    if log is not None:
+        argv += ["--log", str(log)]
+    return argv
+
+
+def stdio_row(name: str, argv: list[str], *, isolation: str = "user", env: dict | None = None, **extra: Any) -> dict:
+    return {"name": name, "transport_type": "stdio", "command": argv[0], "args": argv[1:],
+            "env_template": env or {}, "isolation": isolation, **extra}
+
+
+def http_row(name: str, url: str, *, isolation: str = "public", headers: dict | None = None, **extra: Any) -> dict:
+    return {"name": name, "transport_type": "http", "url": url, "headers": headers or {}, "isolation": isolation,
+            **extra}
+
+
+def group_alive(pgid: int) -> bool:
+    """A process of group ``pgid`` still runs (zombies do not count)."""
+    return bkmcp.ChildProcess.group_running(pgid)
+
+
+class Resident:
+    _ids = itertools.count(1)
+
+    def __init__(self, registry: Path, *options: str, pyz: Path | None = None, events: Path | None = None,
+                 env: dict[str, str] | None = None, python: str | None = None) -> None:
+        self.events_path = events if events is not None else registry.with_suffix(".events.jsonl")
+        argv = [python or sys.executable, str(pyz if pyz is not None else ROOT / "bkmcp.py")]
+        argv += ["--resident", "--registry", str(registry), "--events", str(self.events_path), *options]
+        base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp")}
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     env={**base, **(env or {})})
+        self.answers: list[dict[str, Any]] = []
+        self.raw_stdout: list[bytes] = []
+        self.stderr_lines: list[str] = []
+        self._cond = threading.Condition()
+        self._taken: set[int] = set()
+        self._readers = [threading.Thread(target=self._read_out, daemon=True),
+                         threading.Thread(target=self._read_err, daemon=True)]
+        for thread in self._readers:
+            thread.start()
+
+    def _read_out(self) -> None:
+        for line in self.proc.stdout:  # type: ignore[union-attr]
+            self.raw_stdout.append(line)
+            answer = json.loads(line)
+            with self._cond:
+                self.answers.append(answer)
+                self._cond.notify_all()
+
+    def _read_err(self) -> None:
+        for line in self.proc.stderr:  # type: ignore[union-attr]
+            self.stderr_lines.append(line.decode("utf-8", "replace"))
+
+    # -- sending -------------------------------------------------------------------------------------
+
+    def send_raw(self, data: bytes) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+
+    def command(self, action: str, user: str | None = None, *, task_id: str | None = None,
+                token: str | None = None, **params: Any) -> dict[str, Any]:
+        body: dict[str, Any] = {"command": "invoke", "task_id": task_id or f"t{next(self._ids)}",
+                                "params": {"action": action, **params}}
+        if user is not None:
+            body["user"] = {"userId": user, **({"accessToken": token} if token else {})}
+        return body
+
+    def send(self, action: str, user: str | None = None, **params: Any) -> str:
+        body = self.command(action, user, **params)
+        self.send_raw((json.dumps(body) + "\n").encode())
+        return body["task_id"]
+
+    def wait(self, task_id: Any, timeout: float = WAIT) -> dict[str, Any]:
+        """The next not yet taken answer carrying ``task_id``."""
+        end = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                for index, answer in enumerate(self.answers):
+                    if index not in self._taken and answer.get("task_id") == task_id:
+                        self._taken.add(index)
+                        return answer
+                left = end - time.monotonic()
+                if left <= 0 or (self.proc.poll() is not None and not self._readers[0].is_alive()):
+                    raise AssertionError(f"no answer for {task_id!r}; stderr: {''.join(self.stderr_lines)[-2000:]}")
+                self._cond.wait(min(left, 0.5))
+
+    def ask(self, action: str, user: str | None = None, **params: Any) -> dict[str, Any]:
+        return self.wait(self.send(action, user, **params))
+
+    def ok(self, action: str, user: str | None = None, **params: Any) -> dict[str, Any]:
+        answer = self.ask(action, user, **params)
+        assert answer["success"] is True, answer
+        return answer["result"]
+
+    # -- events and children -------------------------------------------------------------------------
+
+    def events(self, name: str | None = None) -> list[dict[str, Any]]:
+        if not self.events_path.is_file():  # /dev/full: reading it never ends
+            return []
+        try:
+            lines = self.events_path.read_text().splitlines()
+        except FileNotFoundError:
+            return []
+        found = [json.loads(line) for line in lines if line.strip()]
+        return [e for e in found if name is None or e["event"] == name]
+
+    def wait_event(self, name: str, count: int = 1, timeout: float = WAIT, **match: Any) -> list[dict[str, Any]]:
+        end = time.monotonic() + timeout
+        while True:
+            found = [e for e in self.events(name) if all(e.get(k) == v for k, v in match.items())]
+            if len(found) >= count:
+                return found
+            if time.monotonic() > end:
+                raise AssertionError(f"event {name} {match} seen {len(found)} of {count} times: {self.events()}")
+            time.sleep(0.05)
+
+    def child_pids(self) -> list[int]:
+        return [e["pid"] for e in self.events("process.started")]
+
+    def live_children(self) -> list[int]:
+        return [pid for pid in self.child_pids() if group_alive(pid)]
+
+    def exit_status(self, timeout: float = WAIT) -> int:
+        status = self.proc.wait(timeout=timeout)
+        for thread in self._readers:
+            thread.join(timeout)
+        return status
+
+    def close(self) -> list[int]:
+        """End the process (shutdown if it still runs, then kill as a safety net); the children left alive
+        (each is then killed so no test leaves a process behind)."""
+        if self.proc.poll() is None:
+            try:
+                self.send("shutdown")
+                self.proc.stdin.close()  # type: ignore[union-attr]
+                self.proc.wait(timeout=WAIT)
+            except (OSError, subprocess.TimeoutExpired, ValueError):
+                self.proc.kill()
+                self.proc.wait(timeout=WAIT)
+        left = self.live_children()
+        for pid in left:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        return left

@@ -1,0 +1,248 @@
+"""Resident mode run in-process (``bkmcp.main`` with injected streams) against the mock server over HTTP and
+stdio: the same behaviour as the subprocess tests, measured by coverage; plus the session pool driven directly
+(eviction, reaping, crash back-off) where a subprocess could only be observed from outside."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import pytest
+from bkmcp_test_helpers import run_bkmcp
+from resident_harness import group_alive, http_row, mock_stdio, stdio_row, write_registry
+
+import bkmcp
+from mock_server.mcp_mock import DEFAULT_TOOLS, MockServer, mock_tool
+
+
+@pytest.fixture
+def standin():
+    """The registry of block 10.1 (the name stays from when a test stand-in played its part)."""
+    return None
+
+
+@pytest.fixture
+def srv():
+    server = MockServer({"tools": [mock_tool("ask", "task"), *DEFAULT_TOOLS]})
+    server.start()
+    yield server
+    server.stop()
+
+
+def line(task_id, action, user=None, **params):
+    body = {"command": "invoke", "task_id": task_id, "params": {"action": action, **params}}
+    if user:
+        body["user"] = {"userId": user, "accessToken": "access-token-secret-99"}
+    return json.dumps(body)
+
+
+def answers(res):
+    return {a["task_id"]: a for a in map(json.loads, res.stdout.splitlines())}
+
+
+def test_inprocess_session_over_eof(tmp_path, standin, srv):
+    reg = tmp_path / "r.db"
+    rows = [http_row("pub", srv.url, headers={"X-Sys": "${user.k}"}),
+            stdio_row("box", mock_stdio()), stdio_row("off", mock_stdio(), enabled=0),
+            {"name": "bad", "transport_type": "stdio", "command": "x", "args": "not json", "isolation": "public"}]
+    write_registry(str(reg), rows, {"pub": {"k": "sys-secret-77"}, "box": {}})
+    events = tmp_path / "events.jsonl"
+    stdin = "\n".join([
+        line("a", "init"),
+        line("b", "list_servers"),
+        line("c", "list_servers", "u1"),
+        line("d", "connect_server", "u1", server_name="box"),
+        line("e", "call_tool", "u1", server_name="pub", tool_name="echo", arguments={"text": "x"}),
+        line("f", "call_tool", "u2", server_name="pub", tool_name="fail"),
+        line("g", "call_tool", "u1", server_name="pub", tool_name="pick", arguments={"color": "pink"}),
+        line("h", "call_tool", "u1", server_name="pub", tool_name="missing"),
+        line("i", "call_tool", "u1", server_name="off", tool_name="echo"),
+        line("j", "call_tool", "u1", server_name="pub", tool_name="ask"),
+        line("k", "list_tools", "u2", server_name="pub"),
+        line("l", "refresh_tools", "u2"),
+        line("m", "call_tool", "u1", name="mcp_unknown_tool"),
+        line("n", "disconnect_server", "u2", server_name="box"),
+        line("o", "connect_server", "u1", server_name="bad"),
+        line("p", "bogus", "u1"),
+        "not json",
+    ]) + "\n"
+    res = run_bkmcp("--resident", "--registry", str(reg), "--events", str(events), stdin=stdin)
+    assert res.exit_status == 0, res.stderr
+    got = answers(res)
+    init = {s["server_name"]: s for s in got["a"]["result"]["servers"]}
+    assert init["pub"] == {"server_name": "pub", "status": "connected", "tool_count": 6}
+    assert init["bad"]["status"] == "failed" and init["bad"]["error_code"] == "invalid_mcp_config"
+    assert {s["server_name"] for s in got["b"]["result"]["servers"]} == {"pub", "bad"}
+    assert {s["server_name"] for s in got["c"]["result"]["servers"]} == {"pub", "box", "bad"}
+    assert got["d"]["result"]["status"] == "connected"
+    assert got["e"]["success"] and got["f"]["result"]["result"]["isError"] is True
+    assert got["g"]["error_code"] == "invalid_mcp_arguments"
+    assert got["h"]["error_code"] == "mcp_tool_not_found"
+    assert got["i"]["error_code"] == "mcp_server_disabled"
+    assert got["j"]["error_code"] == "mcp_capability_unsupported" and "result" in got["j"]["details"]
+    assert {t["server_name"] for t in got["k"]["result"]["tools"]} == {"pub"}
+    assert [e["server_name"] for e in got["l"]["result"]["errors"]] == ["bad"]
+    assert got["m"]["error_code"] == "mcp_tool_not_found"
+    assert got["n"]["result"] == {"server_name": "box", "status": "disconnected"}
+    assert got["o"]["error_code"] == "invalid_mcp_config"
+    assert got["p"]["error_code"] == "unknown_action" and got[None]["error_code"] == "invalid_command"
+    text = res.stdout + res.stderr + events.read_text()
+    assert "sys-secret-77" not in text and "access-token-secret-99" not in text
+    kinds = {json.loads(e)["event"] for e in events.read_text().splitlines()}
+    assert {"protocol.initialized", "server.discover", "tool.started", "tool.finished", "tool.rejected",
+            "process.started", "process.exited"} <= kinds
+    pids = [json.loads(e)["pid"] for e in events.read_text().splitlines() if '"process.started"' in e]
+    assert pids and not any(group_alive(p) for p in pids)
+
+
+def test_inprocess_shutdown_and_duplicates(tmp_path, standin, srv):
+    reg = tmp_path / "r.db"
+    write_registry(str(reg), [http_row("pub", srv.url)])
+    big = '{"command":"invoke","task_id":"big","params":{"action":"init","pad":"' + "x" * (17 << 20) + '"}}'
+    stdin = "\n".join([big, line("s1", "list_servers"), line("s1", "list_servers"), line("z", "shutdown"),
+                       line("after", "init")]) + "\n"
+    res = run_bkmcp("--resident", "--registry", str(reg), stdin=stdin)
+    assert res.exit_status == 0
+    out = [json.loads(x) for x in res.stdout.splitlines()]
+    assert out[0]["task_id"] is None and out[0]["error_code"] == "invalid_command"
+    assert out[-1] == {"task_id": "z", "success": True, "result": {"stopped": True}}
+    assert "after" not in res.stdout
+    assert len([a for a in out if a["task_id"] == "s1"]) == 2
+
+
+def test_inprocess_registry_failure_and_events_file(tmp_path, standin):
+    res = run_bkmcp("--resident", "--registry", str(tmp_path / "no" / "r.db"))
+    assert res.exit_status == 1 and res.error_code == "registry_error" and res.stdout == ""
+    write_registry(str(tmp_path / "r.db"), [])
+    res = run_bkmcp("--resident", "--registry", str(tmp_path / "r.db"), "--events", str(tmp_path / "no" / "e"))
+    assert res.exit_status == 1 and res.error_code == "usage_error"
+    res = run_bkmcp("--resident", "--registry", str(tmp_path / "r.db"), "--events", "-",
+                    stdin=line("x", "list_servers") + "\n")
+    assert res.exit_status == 0 and json.loads(res.stdout)["result"] == {"servers": []}
+
+
+# -- the session pool, driven directly ------------------------------------------------------------------------
+
+
+class _Row:
+    def __init__(self, name, isolation="user"):
+        self.name, self.isolation, self.problem, self.enabled = name, isolation, None, True
+
+
+def _pool(tmp_path, standin_view, **opts):
+    registry = bkmcp.open_registry(str(tmp_path / "pool.db"), env={}, log=bkmcp.Log(sys.stderr), timeout=5.0)
+    log = bkmcp.Log(sys.stderr)
+    options = bkmcp.ResidentOptions(registry="x", **opts)
+    events = bkmcp.EventSink(None, log.redactor)
+    return bkmcp.SessionPool(options, registry=registry, log=log, events=events, env={"PATH": "/usr/bin:/bin"})
+
+
+def _server(name):
+    argv = mock_stdio({"tools": [mock_tool("crash", "drop"), *DEFAULT_TOOLS]})
+    config = bkmcp.ServerConfig(name=name, type="stdio", config_file="registry", command=argv[0],
+                                args=tuple(argv[1:]))
+    return bkmcp.resolve_server(config, {"PATH": "/usr/bin:/bin"})
+
+
+def test_pool_eviction_limit_reaping_and_backoff(tmp_path, standin):
+    pool = _pool(tmp_path, None, max_processes=2, max_user_processes=1, idle_timeout=0.05)
+    try:
+        a1 = pool.slot("a", _Row("s1"))
+        first = pool.session(a1, _server("s1"), 30)
+        a2 = pool.slot("a", _Row("s2"))
+        pool.session(a2, _server("s2"), 30)  # a's limit is 1: a1 (idle) is evicted
+        assert a1.session is None and not group_alive(first.pid)
+        b1 = pool.slot("b", _Row("s1"))
+        busy = pool.session(b1, _server("s1"), 30)
+        pool.use(b1, 1)
+        pool.use(a2, 1)
+        with pytest.raises(bkmcp.ResourceLimitError) as info:
+            pool.session(pool.slot("c", _Row("s1")), _server("s1"), 30)
+        assert info.value.details == {"limit": 2, "live": 2, "scope": "all"}
+        pool.use(a2, -1)
+        time.sleep(0.1)
+        pool.reap_once()  # a2 idle past the idle timeout: closed; b1 in use: kept
+        assert a2.session is None and b1.session is busy
+        pool.use(b1, -1)
+        with pytest.raises(bkmcp.ConnectionFailedError):
+            busy.call_tool("crash", {}, 30, None)
+        pool.after_failure(b1, busy)
+        assert b1.session is None and b1.failures == 1 and b1.retry_at <= time.monotonic()
+        again = pool.session(b1, _server("s1"), 30)
+        with pytest.raises(bkmcp.ConnectionFailedError):
+            again.call_tool("crash", {}, 30, None)
+        pool.after_failure(b1, again)
+        with pytest.raises(bkmcp.ConnectionFailedError) as damped:
+            pool.session(b1, _server("s1"), 30)
+        assert damped.value.details["restarts"] == 2
+    finally:
+        pool.close_all()
+    with pytest.raises(bkmcp.ConnectionFailedError):
+        pool.session(pool.slot("d", _Row("s1")), _server("s1"), 30)
+
+
+def test_inprocess_credentials_timeouts_and_the_tools_cache(tmp_path, standin):
+    srv = MockServer({"tools": [mock_tool("slow", "slow", ms=3000), *DEFAULT_TOOLS], "versions": ["2025-11-25"]})
+    srv.start()
+    try:
+        reg = tmp_path / "r.db"
+        write_registry(str(reg), [http_row("pub", srv.url), stdio_row("priv", mock_stdio())])
+        stdin = "\n".join([
+            line("a", "list_tools", "u1"),
+            line("b", "list_servers", "u1"),
+            line("c", "call_tool", "u1", server_name="pub", tool_name="slow", arguments={}, timeout_ms=300),
+        ]) + "\n"
+        got = answers(run_bkmcp("--resident", "--registry", str(reg), stdin=stdin))
+        assert [e["error_code"] for e in got["a"]["result"]["errors"]] == ["mcp_credentials_missing"]
+        assert {s["server_name"]: s["status"] for s in got["b"]["result"]["servers"]}["priv"] == "no_credentials"
+        assert got["c"]["error_code"] == "mcp_timeout" and got["c"]["details"]["outcome"] == "unknown"
+        assert "300 ms" in got["c"]["error"] and "--timeout" not in got["c"]["error"]
+        lists = len(srv.requests("tools/list"))
+        again = answers(run_bkmcp("--resident", "--registry", str(reg), stdin=line("d", "list_tools", "u1") + "\n"))
+        assert len(again["d"]["result"]["tools"]) == 6
+        assert len(srv.requests("tools/list")) == lists  # from the registry's mcp_tools_cache: nothing sent
+    finally:
+        srv.stop()
+
+
+class _BrokenOut:
+    def write(self, data):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def flush(self):
+        pass
+
+
+def test_a_broken_stdout_stops_serving_cleanly(tmp_path, standin):
+    import io
+
+    write_registry(str(tmp_path / "r.db"), [])
+    log = bkmcp.Log(io.StringIO())
+    stdin = io.BytesIO(b"".join((line(f"t{i}", "list_servers") + "\n").encode() for i in range(50)))
+    opts = bkmcp.ResidentOptions(registry=str(tmp_path / "r.db"))
+    status = bkmcp.run_resident(opts, stdin=stdin, stdout=_BrokenOut(), log=log, env={}, stderr=io.StringIO())
+    assert status == 0
+
+
+def test_pool_reopens_a_dead_idle_child_and_reports_a_failed_start(tmp_path, standin):
+    import os
+    import signal
+
+    pool = _pool(tmp_path, None)
+    try:
+        slot = pool.slot("a", _Row("s1"))
+        first = pool.session(slot, _server("s1"), 30)
+        os.kill(first.pid, signal.SIGKILL)
+        end = time.monotonic() + 30
+        while first.alive and time.monotonic() < end:
+            time.sleep(0.02)
+        second = pool.session(slot, _server("s1"), 30)  # the dead one is reaped, counted, replaced
+        assert second is not first and second.alive and slot.failures == 1
+        bad = pool.slot("a", _Row("nope"))
+        config = bkmcp.ServerConfig(name="nope", type="stdio", config_file="registry", command="/nonexistent/cmd")
+        with pytest.raises(bkmcp.ConnectionFailedError):
+            pool.session(bad, bkmcp.resolve_server(config, {}), 30)
+        assert bad.last_error is not None and bad.session is None and not bad.opening
+    finally:
+        pool.close_all()
