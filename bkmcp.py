@@ -8,7 +8,7 @@ call a tool with typed arguments, with one JSON envelope on stdout and exit code
 The module is split into sections by banner comments (``grep -n '^# ====' bkmcp.py`` prints them). Each section
 uses only the sections above it:
 
-    1. Errors & exit codes      one exception root, every stable error code of SPEC §7
+    1. Errors & exit codes      one exception root, every stable error code of docs/contract.md §7
     2. Helpers                  JSON with number fidelity, redaction, durations, deadlines, logging
     3. Config                   file selection, strict parsing, per-field validation, ${VAR} expansion
     4. Auth                     Bearer / X-Bkapi-Authorization forms, conflicts, secrets to scrub
@@ -39,7 +39,7 @@ Exception tree (section 1)::
      +-- InvalidJqExpressionError   invalid_jq_expression
      +-- JqUnavailableError         jq_unavailable
      +-- InternalError              internal_error (exit 1 before a remote step, 2 after)
-     +-- InvalidCommandError        invalid_command        (resident mode, SPEC §11.2)
+     +-- InvalidCommandError        invalid_command        (resident mode, docs/contract.md §11.2)
      +-- UnknownActionError         unknown_action         (resident)
      +-- DuplicateTaskIdError       duplicate_task_id      (resident)
      +-- CredentialsMissingError    mcp_credentials_missing (resident)
@@ -68,7 +68,7 @@ import os
 import sys
 import time
 
-# Start-up matters (`bkmcp --help` within 2x of a bare interpreter, SPEC §13): typing, collections.abc and
+# Start-up matters (`bkmcp --help` within 2x of a bare interpreter, docs/contract.md §13): typing, collections.abc and
 # dataclasses (which imports inspect, ast, dis and tokenize) cost more than the rest of bkmcp together, and json,
 # re and decimal are not needed by the help paths. Type checkers see the real modules; the running program uses
 # the already-loaded `_collections_abc`, the small `dataclass` of section 2, and imports json, re and decimal on
@@ -250,7 +250,7 @@ class JqError(RemoteError):
     code = "jq_error"
 
 
-# Resident mode (SPEC §11.2): codes a command can fail with besides the CLI's. Exit statuses only matter for
+# Resident mode (docs/contract.md §11.2): codes a command can fail with besides the CLI's. Exit statuses only matter for
 # start-up failures (``registry_error``: the registry cannot be opened) and the ``--registry --import/--list`` tools.
 
 
@@ -620,7 +620,7 @@ class _ScanContext:
 
 def _json_scanner(strict_keys: bool) -> Callable[[str, int], tuple[Any, int]]:
     """The C scanner behind ``json.loads``, used directly: importing ``json`` pulls in ``re`` (and ``enum``),
-    which would be most of ``bkmcp <server> --help``'s start-up (SPEC §13). Only for valid input: see
+    which would be most of ``bkmcp <server> --help``'s start-up (docs/contract.md §13). Only for valid input: see
     ``parse_json``."""
     scanner = _SCANNERS.get(strict_keys)
     if scanner is None:
@@ -724,7 +724,7 @@ _SECRET_NAME_WORDS = ("token", "secret", "key", "auth", "password", "ticket")
 
 
 def is_secret_name(name: str) -> bool:
-    """True when a header (or environment variable) name marks its value as a credential (SPEC §4)."""
+    """True when a header (or environment variable) name marks its value as a credential (docs/contract.md §4)."""
     lowered = name.lower()
     return lowered in _SECRET_HEADER_NAMES or any(word in lowered for word in _SECRET_NAME_WORDS)
 
@@ -821,7 +821,7 @@ def format_duration(seconds: float) -> str:
 
 
 class Deadline:
-    """The whole remote operation's time budget (SPEC §2): every step asks how much is left."""
+    """The whole remote operation's time budget (docs/contract.md §2): every step asks how much is left."""
 
     def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.seconds = seconds
@@ -1012,7 +1012,7 @@ def render_progress(params: Mapping[str, Any], elapsed: float) -> str | None:
 
 
 class ProgressLine:
-    """The progress of one call whose request carried ``token`` (SPEC §5): notifications for that token are
+    """The progress of one call whose request carried ``token`` (docs/contract.md §5): notifications for that token are
     rendered through ``Log.progress``; ``end()`` finishes the line."""
 
     def __init__(self, log: Log, token: str, clock: Callable[[], float] = time.monotonic) -> None:
@@ -1041,7 +1041,7 @@ class ProgressLine:
 class OpContext:
     """What one operation carries through the flows of section 7 instead of module or process state: its time
     budget, its cancellation, where it runs and who logs for it. ``progress`` (a factory of ``ProgressLine`` for a
-    token) asks servers for progress on calls (SPEC §5); ``renewed`` records that a lost legacy session was
+    token) asks servers for progress on calls (docs/contract.md §5); ``renewed`` records that a lost legacy session was
     re-initialized (once per operation)."""
 
     deadline: Deadline
@@ -1126,7 +1126,7 @@ class ConfigFile:
 
 
 def resolve_config_path(option: str | None, env: Mapping[str, str], cwd: str) -> str:
-    """``--config`` if given, else ``$BK_CLI_CONFIG_DIR/mcp.json``, else ``~/.bk-cli/mcp.json`` (SPEC §3).
+    """``--config`` if given, else ``$BK_CLI_CONFIG_DIR/mcp.json``, else ``~/.bk-cli/mcp.json`` (docs/contract.md §3).
 
     ``~`` is ``$HOME``. With HOME unset or empty a ``~`` path has no location: it is returned unexpanded (the
     only relative result) and ``load_config`` reports it as not found, rather than guessing
@@ -1376,7 +1376,7 @@ def expand_env(
 ) -> tuple[str, list[str]]:
     """Expand ``${NAME}`` references once (no recursion, no shell); ``$${`` is a literal ``${``.
 
-    ``user`` (resident mode, SPEC §11.4) also allows ``${user.FIELD}``, taken from that credential; without it
+    ``user`` (resident mode, contract.md §11.4) also allows ``${user.FIELD}``, taken from that credential; without it
     such a reference is unsupported syntax, as in the CLI.
     Returns the expanded text and the values substituted (so callers can register them as secrets).
     """
@@ -1415,7 +1415,7 @@ def expand_env(
     return _ENV_REF.sub(replace, template), used
 
 
-# What a stdio server inherits from bkmcp's environment (SPEC §9): locating programs, the user, locale, temp
+# What a stdio server inherits from bkmcp's environment (docs/contract.md §9): locating programs, the user, locale, temp
 # dirs, the terminal and what Windows needs to start a process. Nothing else (no tokens, no proxies).
 STDIO_INHERITED_ENV = (
     "PATH", "HOME", "USER", "LOGNAME", "LANG", "TMPDIR", "TEMP", "TMP", "SHELL", "TERM",
@@ -1494,7 +1494,7 @@ def check_authorization_value(value: str, *, where: str) -> list[str]:
 
 
 def check_bkapi_value(value: str, *, where: str) -> list[str]:
-    """Validate ``X-Bkapi-Authorization``: app + ticket, app + token, or access_token alone (SPEC §4)."""
+    """Validate ``X-Bkapi-Authorization``: app + ticket, app + token, or access_token alone (docs/contract.md §4)."""
     label = f"{where}: header 'X-Bkapi-Authorization'"
     forms = 'expected {"bk_app_code": …, "bk_app_secret": …, "bk_ticket"|"bk_token": …} or {"access_token": …}'
     if not value.strip():
@@ -1525,7 +1525,7 @@ def resolve_server(
 ) -> ResolvedServer:
     """Expand the selected server's ``${VAR}`` references and check its credentials (C04, A03).
 
-    ``user``: the resident mode's chosen credential, for ``${user.FIELD}`` in headers and env (SPEC §11.4)."""
+    ``user``: the resident mode's chosen credential, for ``${user.FIELD}`` in headers and env (contract.md §11.4)."""
     check_auth_conflict(server)
     redactor = Redactor()
     where = f"server {server.name!r} in {server.config_file}"
@@ -1595,7 +1595,7 @@ def resolve_server(
 # 5. Protocol core (sans-IO)
 # ======================================================================================================
 # Everything here is pure: it turns bytes into events and dicts into wire messages and back, and decides
-# what an answer means. It imports neither httpx nor sockets nor subprocess (STYLE.md: the h11 model); the
+# what an answer means. It imports neither httpx nor sockets nor subprocess (design.md, Code style: the h11 model); the
 # transports of section 6 own the I/O and drive these functions message by message.
 
 LEGACY_VERSIONS = ("2025-03-26", "2025-06-18", "2025-11-25")
@@ -1613,7 +1613,7 @@ MAX_TOOLS = 100_000
 
 @dataclass(frozen=True)
 class EraRules:
-    """What one protocol version changes on the wire (protocol-notes.md §0). Flows read this table, not ifs."""
+    """What one protocol version changes on the wire (docs/protocol.md §0). Flows read this table, not ifs."""
 
     version: str
     era: str  # "legacy" | "modern"
@@ -1843,7 +1843,7 @@ class SseDecoder:
 
 
 def build_request(request_id: int, method: str, params: dict[str, Any] | None, rules: EraRules) -> dict[str, Any]:
-    """A JSON-RPC request; modern requests carry the per-request ``_meta`` keys (protocol-notes.md §3.1)."""
+    """A JSON-RPC request; modern requests carry the per-request ``_meta`` keys (docs/protocol.md §3.1)."""
     message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
     params = _with_meta(params, rules)
     if params is not None:
@@ -1967,7 +1967,7 @@ def build_headers(
 
 
 def classify_discover(status: int, message: Message | None, requested: str) -> tuple[str, Any]:
-    """What a ``server/discover`` probe's answer says about the server's era (SPEC §5).
+    """What a ``server/discover`` probe's answer says about the server's era (docs/contract.md §5).
 
     Returns ``("modern", version)``, ``("retry", version)`` (``-32022`` naming another modern version we
     speak), ``("legacy", None)`` or ``("incompatible", supported)``. 401/403, redirects, timeouts and
@@ -2191,7 +2191,7 @@ _ANSWERED_KEPT = 4096  # recently answered ids remembered to recognise a second 
 
 
 class ClientSession:
-    """Sans-IO state of one MCP client session (SPEC §5): request ids, the table of requests in flight, the rule
+    """Sans-IO state of one MCP client session (contract.md §5): request ids, the table of requests in flight, the rule
     that matches responses to them, and the negotiated era (version, session id, capabilities, server info).
 
     ``start_request`` registers a request and returns its message; ``receive`` takes one decoded message and
@@ -2312,7 +2312,7 @@ class ClientSession:
         self.instructions = instructions if isinstance(instructions, str) else None
 
 
-# -- negotiation as a pure decision procedure (SPEC §5) ------------------------------------------------
+# -- negotiation as a pure decision procedure (docs/contract.md §5) ------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -2337,7 +2337,7 @@ class Evidence:
 
 
 class Negotiation:
-    """Probe -> evidence -> next step (SPEC §5, protocol-notes.md §3.4), with no I/O: section 7 performs each step
+    """Probe -> evidence -> next step (contract.md §5, protocol.md §3.4), with no I/O: section 7 performs each step
     and reports what came back. ``restartable`` transports (a stdio child) may be restarted before and during the
     legacy fallback. Bounded: at most two probes, one restart before and one after a failed initialize."""
 
@@ -2701,7 +2701,7 @@ def _import_httpx() -> Any:
 
 
 def _no_cookies() -> Any:
-    """A cookie jar that stores nothing: the configured headers are the only identity (SPEC §4)."""
+    """A cookie jar that stores nothing: the configured headers are the only identity (docs/contract.md §4)."""
     from http.cookiejar import CookieJar, DefaultCookiePolicy
 
     return CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
@@ -2973,7 +2973,7 @@ class HttpTransport:
                 finally:
                     if remove is not None:
                         remove()
-        # The POST's event stream ended before the response (SPEC §5: 2025-11-25 resumption).
+        # The POST's event stream ended before the response (docs/contract.md §5: 2025-11-25 resumption).
         if rules is not None and rules.sse_resumption and decoder is not None and decoder.last_event_id:
             self._resume(decoder, request_id, rules, deadline, cancel)
             return
@@ -3123,7 +3123,7 @@ _PR_SET_PDEATHSIG = 1
 class _Spawner:
     """Starts children from one thread that lives as long as the process: ``PR_SET_PDEATHSIG`` fires when the
     *thread* that forked a child exits, so a child spawned from a short-lived worker thread would be killed with
-    it (SPEC §11.5). Used when a child must not outlive bkmcp (``die_with_parent``)."""
+    it (docs/contract.md §11.5). Used when a child must not outlive bkmcp (``die_with_parent``)."""
 
     _lock = _thread.allocate_lock()
     _instance: _Spawner | None = None
@@ -3187,7 +3187,7 @@ def _die_with_parent_hook() -> Callable[[], None] | None:
 
 
 class ChildProcess:
-    """Supervision of one stdio server process (SPEC §9, §11.5), apart from its framing: spawn without a shell in
+    """Supervision of one stdio server process (contract.md §9, §11.5), apart from its framing: spawn without a shell in
     its own process group (optionally dying with bkmcp), keep the last stderr lines (streamed with ``-v``), know its
     exit status, and stop it with the shutdown ladder — close stdin, wait; SIGTERM the group, wait; SIGKILL — always
     reaping the whole group."""
@@ -3327,7 +3327,7 @@ class ChildProcess:
         return f"exited with status {status}"
 
     def stop(self, *, quick: bool = False, stdin_busy: bool = False, readers: Iterable[Any] = ()) -> None:
-        """The shutdown ladder (SPEC §9); ``quick`` shortens the first grace (the budget is spent)."""
+        """The shutdown ladder (docs/contract.md §9); ``quick`` shortens the first grace (the budget is spent)."""
         proc = self.proc
         if proc is None:
             return
@@ -3421,7 +3421,7 @@ class ChildProcess:
 
 
 class StdioTransport:
-    """A stdio server (SPEC §9, protocol-notes.md §1.4): newline-delimited JSON-RPC over one child's pipes.
+    """A stdio server (docs/contract.md §9, docs/protocol.md §1.4): newline-delimited JSON-RPC over one child's pipes.
 
     The child (``ChildProcess``) is spawned on the first message. One reader thread turns stdout into messages
     and delivers each to the session, which matches it by id, so any number of requests may be in flight; writes
@@ -3619,7 +3619,7 @@ class StdioTransport:
     # -- lifecycle -------------------------------------------------------------------------------------
 
     def restart_if_exited(self) -> bool:
-        """Before the legacy fallback (SPEC §5): a child that exited during the probe is reaped and the next
+        """Before the legacy fallback (docs/contract.md §5): a child that exited during the probe is reaped and the next
         message spawns a fresh one. True when it was restarted."""
         if self.child.proc is None or self.alive:
             return False
@@ -3884,7 +3884,7 @@ class McpSession:
             self._lost()
 
 
-# -- negotiation (SPEC §5) -----------------------------------------------------------------------------
+# -- negotiation (docs/contract.md §5) -----------------------------------------------------------------------------
 
 
 def negotiate(session: McpSession, ctx: OpContext, *, server_info: bool = False) -> None:
@@ -3959,12 +3959,12 @@ def _discover_step(session: McpSession, ctx: OpContext, step: Step) -> Evidence:
                 raise
             evidence = Evidence(status, message)
         elif isinstance(exc, ProtocolError):
-            if not probing or shared_probe:  # stdio: stdout that is not JSON-RPC is an error in any era (SPEC §9)
+            if not probing or shared_probe:  # stdio: stdout that is not JSON-RPC is an error in any era (contract §9)
                 raise
             evidence = Evidence(200, None)  # an unparsable answer from a non-MCP or legacy endpoint
         elif isinstance(exc, (McpTimeoutError, ConnectionFailedError)) and shared_probe:
             # No answer within the probe window, or the child exited (the Rust SDK stops on any request before
-            # initialize) -> legacy (SPEC §5). The operation's own budget still rules.
+            # initialize) -> legacy (docs/contract.md §5). The operation's own budget still rules.
             ctx.deadline.remaining()
             ctx.log.debug("era probe: " + ("no answer within the probe window" if isinstance(exc, McpTimeoutError)
                                            else "the server exited"))
@@ -4006,7 +4006,7 @@ def open_session(server: ResolvedServer, ctx: OpContext, *, insecure: bool, serv
 
 def request_result(session: McpSession, ctx: OpContext, method: str, params: dict[str, Any] | None
                    ) -> dict[str, Any]:
-    """A non-call request; a lost legacy session is re-initialized once per operation (SPEC §5)."""
+    """A non-call request; a lost legacy session is re-initialized once per operation (docs/contract.md §5)."""
     for attempt in range(2):
         rules = session.core.rules
         assert rules is not None
@@ -4025,7 +4025,7 @@ def request_result(session: McpSession, ctx: OpContext, method: str, params: dic
 
 
 def discover_tools(session: McpSession, ctx: OpContext) -> tuple[list[dict[str, Any]], int]:
-    """Every page of ``tools/list`` with the SPEC §5 guards: (the catalogue exactly as received, pages read)."""
+    """Every page of ``tools/list`` with the contract.md §5 guards: (the catalogue exactly as received, pages read)."""
     tools: list[dict[str, Any]] = []
     names: dict[str, int] = {}
     cursors: list[str] = []
@@ -4082,7 +4082,7 @@ def discover_tools(session: McpSession, ctx: OpContext) -> tuple[list[dict[str, 
 def usable_tools(session: McpSession, ctx: OpContext, tools: list[dict[str, Any]]
                  ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(kept, excluded): in the modern era the tools whose inputSchema declares an invalid x-mcp-header are
-    excluded (SPEC §5, 2026-07-28: clients MUST exclude them), with one warning per operation."""
+    excluded (docs/contract.md §5, 2026-07-28: clients MUST exclude them), with one warning per operation."""
     if session.era != "modern":
         return tools, []
     kept, excluded = split_excluded_tools(tools)
@@ -4124,7 +4124,7 @@ def call_tool(session: McpSession, ctx: OpContext, name: str, arguments: dict[st
     extra = build_param_headers(tool, arguments) if rules.method_headers else []
     params: dict[str, Any] = {"name": name, "arguments": arguments}
     line: ProgressLine | None = None
-    if ctx.progress is not None:  # SPEC §5: progress for long calls
+    if ctx.progress is not None:  # docs/contract.md §5: progress for long calls
         line = ctx.progress(f"bkmcp-{next(_progress_tokens)}")
         params["_meta"] = {"progressToken": line.token}
         session.watch_progress(line.token, line.update)
@@ -4216,7 +4216,7 @@ def _staged_failure(error: RemoteError, data: dict[str, Any]) -> RemoteError:
 
 
 def run_check(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict[str, Any]:
-    """``--check`` data (SPEC §7); on failure raises a RemoteError whose ``data`` has the staged ``checks``."""
+    """``--check`` data (contract.md §7); on failure raises a RemoteError whose ``data`` has the staged ``checks``."""
     checks = {"config": "passed", "connection": "not_run", "protocol": "not_run", "tools": "not_run"}
     data: dict[str, Any] = {
         "server": server.name, "config_file": server.config_file, "transport": server.type,
@@ -4257,7 +4257,7 @@ def run_check(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict
 
 
 def run_tools(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict[str, Any]:
-    """``--tools`` data (SPEC §7): server, protocol_version, tool_count, complete, tools (as received), excluded."""
+    """``--tools`` data (contract §7): server, protocol_version, tool_count, complete, tools (as received), excluded."""
     session = McpSession(server, insecure=insecure, log=ctx.log)
     try:
         try:
@@ -4299,11 +4299,11 @@ def run_call(server: ResolvedServer, ctx: OpContext, name: str, *, insecure: boo
 
 
 def build_dry_run(server: ResolvedServer, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    """Dry-run data (SPEC §7, O02): what would be sent, redacted; nothing remote verified."""
+    """Dry-run data (docs/contract.md §7, O02): what would be sent, redacted; nothing remote verified."""
     data: dict[str, Any] = {"dry_run": True, "server": server.name, "tool": tool, "transport": server.type}
     if server.type == "http":
         data["url"] = redact_url(server.url or "")
-        # credential headers by name, and any other header that repeats a known secret value (SPEC §4)
+        # credential headers by name, and any other header that repeats a known secret value (docs/contract.md §4)
         data["headers"] = {k: server.redactor.scrub(v) for k, v in redact_headers(server.headers).items()}
     else:
         data["command"] = server.command
@@ -4334,7 +4334,7 @@ class ToolToken:
     raw: str
 
 
-# Rules (SPEC §6, seed §6): flags are named exactly as the property; only declared simple types get a flag;
+# Rules (docs/contract.md §6, seed §6): flags are named exactly as the property; only declared simple types get a flag;
 # anything a flag cannot express unambiguously stays usable through --body. Only what the user typed is sent.
 
 FLAG_TYPES = ("string", "integer", "number", "boolean", "array", "object")
@@ -4460,7 +4460,7 @@ def _printable(text: str) -> str:
 
 
 def build_tool_flags(tool: Mapping[str, Any]) -> ToolFlags:
-    """Map ``inputSchema.properties`` to typed flags (SPEC §6). Never raises on odd schemas.
+    """Map ``inputSchema.properties`` to typed flags (docs/contract.md §6). Never raises on odd schemas.
 
     A property whose schema a flag cannot express (null, union, anyOf/oneOf/allOf, $ref, no type) or whose name
     cannot be a flag (empty, leading '-', '=', whitespace/control characters, reserved option name) goes to
@@ -5058,7 +5058,7 @@ def _problem_from_error(error: Any) -> dict[str, str]:
 def validate_arguments(
     tool: Mapping[str, Any], arguments: Mapping[str, Any], *, deadline: Deadline | None = None
 ) -> ArgumentCheck:
-    """Check the final arguments object before any ``tools/call`` (SPEC §6, P03, P05).
+    """Check the final arguments object before any ``tools/call`` (docs/contract.md §6, P03, P05).
 
     Always: required fields, declared top-level types and ``enum``/``const``. With jsonschema (imported here,
     lazily): the whole schema when it is self-contained; a remote ``$ref`` is never fetched. Returns what was
@@ -5883,7 +5883,7 @@ def _annotation_lines(tool: Mapping[str, Any]) -> list[str]:
 
 
 def render_tool_help(server_name: str, tool: Mapping[str, Any]) -> str:
-    """Tool help (D02, SPEC §7): flags with type, required, enum, default (information only) and description;
+    """Tool help (D02, contract.md §7): flags with type, required, enum, default (information only) and description;
     the fields that need --body and why; a --body example built from the schema; examples. Fits 80 columns."""
     name = str(tool.get("name"))
     mapped = build_tool_flags(tool)
@@ -6087,14 +6087,14 @@ def _flag_details(flag: ToolFlag) -> list[str]:
 # 10. Resident mode
 # ======================================================================================================
 
-# -- 10.1 registry and credentials (SPEC §11.3, §11.4) -------------------------------------------------
+# -- 10.1 registry and credentials (docs/contract.md §11.3, §11.4) -------------------------------------------------
 # The registry says which servers exist and which credentials they use. The resident engine (10.2) asks it for
 # one user's view per command (``Registry.view``) and turns a row into the ``ResolvedServer`` the transports use
 # (``resolve_registry_server``). Two sources: a SQLite file (the embedded default) and the host platform's
 # ``/internal/mcp/config`` endpoint. A bad row is that server's ``invalid_mcp_config``, never the registry's; no
 # message of this block ever contains a credential value.
 
-# SPEC §11.3, verbatim: sqlite_master of a new registry is exactly what this text creates.
+# docs/contract.md §11.3, verbatim: sqlite_master of a new registry is exactly what this text creates.
 REGISTRY_SCHEMA = """\
 CREATE TABLE mcp_servers (
   name TEXT PRIMARY KEY,                -- [A-Za-z0-9_.-]{1,64}
@@ -6253,7 +6253,7 @@ def parse_credentials(value: Any, *, where: str) -> dict[str, str]:
 
 
 def select_credential(row: RegistryServer, *, view: RegistryView, user_id: str | None) -> dict[str, str]:
-    """SPEC §11.4: a user server takes the user's credential, else the system default, else
+    """docs/contract.md §11.4: a user server takes the user's credential, else the system default, else
     ``mcp_credentials_missing``; a public server takes its system credential only (or none)."""
     name = row.name
     if row.isolation == "user":
@@ -6318,7 +6318,7 @@ def resolve_registry_server(
     env: Mapping[str, str],
     inherited_env: Mapping[str, str] | None = None,
 ) -> ResolvedServer:
-    """A registry row for one user -> the ``ResolvedServer`` the engine opens (SPEC §11.3, §11.4).
+    """A registry row for one user -> the ``ResolvedServer`` the engine opens (docs/contract.md §11.3, §11.4).
 
     The credential is chosen (``select_credential``), its fields mapped to headers, ``${user.FIELD}`` and
     ``${NAME}`` (from ``env``, the resident's own environment) expanded by the CLI's one expansion function, and
@@ -6474,7 +6474,7 @@ class SqliteRegistry(Registry):
 
     def _fail(self, exc: Exception, doing: str) -> RegistryError:
         return RegistryError(f"cannot {doing} the registry {self.path}: {exc}",
-                             hint="check that --registry names a bkmcp SQLite registry (SPEC §11.3 schema)")
+                             hint="check that --registry names a bkmcp SQLite registry (docs/contract.md §11.3 schema)")
 
     def _ensure_schema(self) -> None:
         import sqlite3
@@ -6503,7 +6503,7 @@ class SqliteRegistry(Registry):
         missing = [t for t in REGISTRY_TABLES if t not in tables]
         if missing:
             raise RegistryError(f"the registry {self.path} lacks the table(s) {', '.join(missing)}",
-                                hint="a bkmcp registry has the four tables of SPEC §11.3")
+                                hint="a bkmcp registry has the four tables of docs/contract.md §11.3")
 
     def _tables(self) -> set[str]:
         return {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -6590,7 +6590,7 @@ class SqliteRegistry(Registry):
             self._tools[key] = (list(tools), protocol_version, time.time())
 
     def import_config(self, config: ConfigFile, log: Log) -> list[str]:
-        """``--import``: add or replace the file's servers (public, enabled), in one transaction (SPEC §11.3)."""
+        """``--import``: add or replace the file's servers (public, enabled), in one transaction (contract.md §11.3)."""
         import sqlite3
 
         for name in config.servers:
@@ -6643,7 +6643,7 @@ class _Flight:
 
 
 class HttpRegistry(Registry):
-    """The host platform's registry (SPEC §11.3 "HTTP source"): ``GET <url>?user_id=U`` with ``Authorization:
+    """The host platform's registry (contract.md §11.3 "HTTP source"): ``GET <url>?user_id=U`` with ``Authorization:
     Bearer <accessToken>``; without a user, ``GET <url>`` with neither. No redirects, TLS verified, one total
     timeout per fetch. Answers are cached per (user, access token) for ``cache_seconds``; failures are not."""
 
@@ -6796,7 +6796,7 @@ def open_registry(
     source: str, *, env: Mapping[str, str], log: Log, timeout: float = REGISTRY_TIMEOUT, cwd: str | None = None
 ) -> Registry:
     """``--registry SOURCE``: an ``http(s)://…/internal/mcp/config`` URL or a SQLite file path (created with the
-    SPEC §11.3 schema if missing). A source that cannot be opened is ``registry_error``."""
+    docs/contract.md §11.3 schema if missing). A source that cannot be opened is ``registry_error``."""
     if not source:
         raise RegistryError("--registry needs a SQLite file path or an http(s):// URL")
     scheme, separator, _ = source.partition("://")
@@ -6816,7 +6816,7 @@ def open_registry(
 
 
 def run_registry_tool(inv: Invocation, envr: Environment, log: Log) -> int:
-    """``bkmcp --registry FILE --import mcp.json`` and ``bkmcp --registry FILE --list`` (SPEC §11.3)."""
+    """``bkmcp --registry FILE --import mcp.json`` and ``bkmcp --registry FILE --list`` (docs/contract.md §11.3)."""
     assert inv.registry is not None
     scheme, separator, _ = inv.registry.partition("://")
     if separator and scheme.isalpha():
@@ -6846,11 +6846,11 @@ def run_registry_tool(inv: Invocation, envr: Environment, log: Log) -> int:
     return EXIT_OK
 
 
-# -- 10.2 sessions, injected names, events, the command protocol (SPEC §11.1, §11.2, §11.5, §11.6) ----
+# -- 10.2 sessions, injected names, events, the command protocol (docs/contract.md §11.1, §11.2, §11.5, §11.6) ----
 
 
 
-RESIDENT_LINE_LIMIT = 16 * 1024 * 1024  # bytes of one command line (SPEC §11.1)
+RESIDENT_LINE_LIMIT = 16 * 1024 * 1024  # bytes of one command line (docs/contract.md §11.1)
 DEFAULT_IDLE_TIMEOUT = 600.0
 DEFAULT_MAX_PROCESSES = 64
 DEFAULT_MAX_USER_PROCESSES = 8
@@ -6877,7 +6877,7 @@ def _injected_suffixed(base: str, server: str, tool: str) -> str:
 
 
 def build_injected_names(pairs: Iterable[tuple[str, str]]) -> dict[str, tuple[str, str]]:
-    """Injected tool names (SPEC §11.5) for every ``(server, tool)`` a user sees: name -> (server, tool).
+    """Injected tool names (docs/contract.md §11.5) for every ``(server, tool)`` a user sees: name -> (server, tool).
 
     ``mcp_{server}_{tool}`` with every character outside ``[A-Za-z0-9_-]`` replaced by ``_``; a name longer than
     64 characters, or equal to another tool's name, becomes its first 55 characters + ``_`` + 8 hex digits of
@@ -6907,7 +6907,7 @@ def build_injected_names(pairs: Iterable[tuple[str, str]]) -> dict[str, tuple[st
 
 
 def build_tool_entry(name: str, server: str, tool: Mapping[str, Any]) -> dict[str, Any]:
-    """A ``list_tools`` entry (SPEC §11.2 TOOL) with the model-ready ``function`` definition."""
+    """A ``list_tools`` entry (docs/contract.md §11.2 TOOL) with the model-ready ``function`` definition."""
     description = tool.get("description")
     description = description if isinstance(description, str) else ""
     schema = tool.get("inputSchema")
@@ -6921,7 +6921,7 @@ def build_tool_entry(name: str, server: str, tool: Mapping[str, Any]) -> dict[st
     return entry
 
 
-# -- events (SPEC §11.6) -------------------------------------------------------------------------------
+# -- events (docs/contract.md §11.6) -------------------------------------------------------------------------------
 
 
 class EventSink:
@@ -7031,7 +7031,7 @@ class ResidentSession:
         return session
 
     def list_tools(self, timeout: float) -> list[dict[str, Any]]:
-        """The usable catalogue: in the modern era without the tools whose x-mcp-header is invalid (SPEC §5)."""
+        """The usable catalogue: in the modern era without the tools whose x-mcp-header is invalid (contract.md §5)."""
         session, ctx = self._require(), self._ctx(timeout)
         tools, _excluded = usable_tools(session, ctx, discover_tools(session, ctx)[0])
         return tools
@@ -7065,7 +7065,7 @@ class ResidentSession:
                              status=self.exit_status())
 
 
-# -- sessions, limits, reaping (SPEC §11.5) ------------------------------------------------------------
+# -- sessions, limits, reaping (docs/contract.md §11.5) ------------------------------------------------------------
 
 
 class _Slot:
@@ -7364,7 +7364,7 @@ class SessionPool:
             self._reaper.join(2.0)
 
 
-# -- the command protocol (SPEC §11.1, §11.2) ----------------------------------------------------------
+# -- the command protocol (docs/contract.md §11.1, §11.2) ----------------------------------------------------------
 
 
 class _Command:
@@ -7943,7 +7943,7 @@ class _Stop(BaseException):
 
 def run_resident(opts: ResidentOptions, *, stdin: Any, stdout: Any, log: Log, env: Mapping[str, str],
                  stderr: IO[str]) -> int:
-    """``bkmcp --resident`` (SPEC §11): serve commands until ``shutdown``, EOF, SIGTERM (0) or SIGINT (130).
+    """``bkmcp --resident`` (docs/contract.md §11): serve commands until ``shutdown``, EOF, SIGTERM (0) or SIGINT (130).
 
     ``stdin``/``stdout`` are binary streams. A registry that cannot be opened raises (exit 1, envelope on
     stderr, by ``main``); nothing after that start-up step raises out of here.
@@ -8010,7 +8010,7 @@ _VALUE_OPTIONS = {"--config": "config", "--timeout": "timeout", "--jq": "jq", "-
 _FLAG_OPTIONS = {"-v": "verbose", "--verbose": "verbose", "--insecure": "insecure", "--check": "check",
                  "--tools": "tools", "--dry-run": "dry_run", "-h": "help", "--help": "help",
                  "--version": "version", "--resident": "resident"}
-# `bkmcp --registry FILE --import mcp.json | --list` (SPEC §11.3): options only before any server name, so a tool's
+# `bkmcp --registry FILE --import mcp.json | --list` (contract §11.3): options only before any server name, so a tool's
 # own `--list`/`--import` parameter (after the tool name) keeps working as a tool option.
 _REGISTRY_VALUE_OPTIONS = {"--import": "registry_import"}
 _REGISTRY_FLAG_OPTIONS = {"--list": "registry_list"}
@@ -8056,7 +8056,7 @@ def _is_bkmcp_option(token: str) -> bool:
 
 
 def parse_argv(argv: Sequence[str]) -> Invocation:
-    """Route the command line (SPEC §2). Global options may stand before or after the server name.
+    """Route the command line (docs/contract.md §2). Global options may stand before or after the server name.
 
     After the tool name, every other ``--name`` is a tool option: ``--name=value`` or ``--name value`` (the next
     token is the value, unless it is itself a bkmcp option: then ``--name`` has no value).
@@ -8130,7 +8130,7 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
 
 
 def check_invocation(inv: Invocation) -> None:
-    """Mode exclusivity and option combinations (SPEC §2, seed §3, §8 dry-run)."""
+    """Mode exclusivity and option combinations (docs/contract.md §2, seed §3, §8 dry-run)."""
     if inv.context is not None:
         raise UnsupportedOptionError(
             "--context is not supported: bkmcp takes identity only from the server's headers in mcp.json",
@@ -8359,7 +8359,7 @@ def _positive_int(text: str | None, option: str, default: int) -> int:
 
 
 def build_resident_options(inv: Invocation) -> ResidentOptions:
-    """The ``--resident`` options (SPEC §11), checked: usage errors before anything starts."""
+    """The ``--resident`` options (docs/contract.md §11), checked: usage errors before anything starts."""
     assert inv.registry is not None
     if not inv.registry:
         raise UsageError("--registry needs a SQLite file path or an http(s):// URL")
@@ -8590,7 +8590,7 @@ def main(
     env: Mapping[str, str] | None = None,
     cwd: str | None = None,
 ) -> int:
-    """Run bkmcp; the only place where exceptions become envelopes and exit statuses (STYLE.md)."""
+    """Run bkmcp; the only place where exceptions become envelopes and exit statuses (docs/design.md, Code style)."""
     envr = Environment(
         stdin=stdin if stdin is not None else sys.stdin,
         stdout=stdout if stdout is not None else sys.stdout,

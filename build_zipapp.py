@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Build the single-file artifact `dist/bkmcp.pyz` (SPEC §12, docs/building.md). Stdlib only.
+"""Build the single-file artifact `dist/bkmcp.pyz` (docs/contract.md §12, docs/building.md). Stdlib only.
 
     python3 build_zipapp.py                       build dist/bkmcp.pyz, print its sha256 and size
     python3 build_zipapp.py --check               rebuild in memory, compare with dist/bkmcp.pyz byte for byte

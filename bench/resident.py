@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""SPEC §13 resident figures from one run of ``bkmcp --resident`` against the mock server (HTTP and stdio).
+"""docs/contract.md §13 resident figures from one run of ``bkmcp --resident`` against the mock server (HTTP and stdio).
 
     python3 bench/resident.py [--users 100] [--calls-per-pair 2] [--slow-ms 50] [--cycles 1000] [--pyz PATH]
 

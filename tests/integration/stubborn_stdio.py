@@ -1,5 +1,5 @@
 """A stdio MCP server that is hard to stop: it ignores SIGTERM, keeps running after EOF on stdin, and (unless
-``--alone``) has a descendant that ignores SIGTERM too. Shutdown must still leave nothing behind (SPEC §11.5).
+``--alone``) has a descendant that ignores SIGTERM too. Shutdown must still leave nothing behind (contract.md §11.5).
 
     python stubborn_stdio.py [--alone] [mcp_mock.py options...]
 """

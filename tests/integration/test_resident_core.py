@@ -1,4 +1,4 @@
-"""Resident mode (SPEC §11) end to end: ``bkmcp --resident`` as a subprocess against the mock server over HTTP
+"""Resident mode (contract.md §11) end to end: ``bkmcp --resident`` as a subprocess against the mock server over HTTP
 and stdio, two or more users, public and per-user servers; assertions on what the servers received."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Resident mode under hostile input and many users (SPEC §11.1, §11.5): one long-lived process per module.
+"""Resident mode under hostile input and many users (docs/contract.md §11.1, §11.5): one long-lived process per module.
 
 - Malformed input: random bytes, truncated JSON, wrong types in every field, unknown actions; each line gets
   exactly one error answer, the process never dies and never prints a traceback (BKMCP_FUZZ_EXAMPLES lines).

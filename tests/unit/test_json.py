@@ -288,7 +288,7 @@ def test_fast_path_equals_the_plain_json_module_on_typos(text):
 @settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 @given(MUTATED, st.booleans())
 def test_fast_path_equals_the_plain_json_module(text, strict):
-    """SPEC §13: the start-up trick is proven equal to the plain code: same value, same error, same position."""
+    """contract.md §13: the start-up trick is proven equal to the plain code: same value, same error, same position."""
     assert _outcome(parse_json, text, strict) == _outcome(bkmcp.parse_json_plain, text, strict)
 
 

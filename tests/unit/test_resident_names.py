@@ -1,4 +1,4 @@
-"""Injected tool names (SPEC §11.5) and command parsing (SPEC §11.1): pure functions of block 10.2."""
+"""Injected tool names (contract.md §11.5) and command parsing (contract.md §11.1): pure functions of block 10.2."""
 
 from __future__ import annotations
 
