@@ -4883,13 +4883,24 @@ class _ValidationBudget:
             self.skipped.append(note)
 
 
-def _guarded_validators(base: Any, budget: _ValidationBudget) -> dict[str, Any]:
-    """``base``'s keyword functions, each checking the deadline first; pattern matching and uniqueItems limited."""
+_VALIDATORS: dict[Any, Any] = {}  # dialect class -> (validator class, local-only resolver class), built once
+_VALIDATORS_LOCK = _thread.allocate_lock()
+_VALIDATION_STATE: Any = None  # a threading.local: the budget of the validation running on this thread
+
+
+def _active_budget() -> _ValidationBudget:
+    budget = getattr(_VALIDATION_STATE, "budget", None)
+    return budget if budget is not None else _ValidationBudget(None)
+
+
+def _guarded_validators(base: Any) -> dict[str, Any]:
+    """``base``'s keyword functions, each checking the deadline first; pattern matching and uniqueItems limited.
+    The budget is the running validation's (``_active_budget``), so one class serves every call and thread."""
     originals = dict(base.VALIDATORS)
-    deadline = budget.deadline
 
     def timed(function: Callable[..., Any]) -> Callable[..., Any]:
         def keyword(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
+            deadline = _active_budget().deadline
             if deadline is not None:
                 deadline.remaining()  # raises mcp_timeout once the operation's budget is spent
             return function(validator, value, instance, schema)
@@ -4900,7 +4911,7 @@ def _guarded_validators(base: Any, budget: _ValidationBudget) -> dict[str, Any]:
         if isinstance(value, str) and isinstance(instance, str):
             why = regex_risk(value, len(instance))
             if why is not None:
-                budget.skip(f"pattern {_short(value)} not run locally ({why})")
+                _active_budget().skip(f"pattern {_short(value)} not run locally ({why})")
                 return None
         return originals["pattern"](validator, value, instance, schema)
 
@@ -4912,7 +4923,7 @@ def _guarded_validators(base: Any, budget: _ValidationBudget) -> dict[str, Any]:
                 for key_pattern in patterns:
                     why = regex_risk(key_pattern, longest) if isinstance(key_pattern, str) else None
                     if why is not None:
-                        budget.skip(f"{name} with pattern {_short(key_pattern)} not run locally ({why})")
+                        _active_budget().skip(f"{name} with pattern {_short(key_pattern)} not run locally ({why})")
                         return None
             return originals[name](validator, value, instance, schema)
 
@@ -4921,7 +4932,8 @@ def _guarded_validators(base: Any, budget: _ValidationBudget) -> dict[str, Any]:
     def unique_items(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
         if value is True and isinstance(instance, list) and len(instance) > UNIQUE_ITEMS_LIMIT and any(
                 isinstance(item, (dict, list)) for item in instance):
-            budget.skip(f"uniqueItems not run locally (an array of more than {UNIQUE_ITEMS_LIMIT} containers)")
+            _active_budget().skip(f"uniqueItems not run locally (an array of more than {UNIQUE_ITEMS_LIMIT} "
+                                  "containers)")
             return None
         return originals["uniqueItems"](validator, value, instance, schema)
 
@@ -4931,9 +4943,10 @@ def _guarded_validators(base: Any, budget: _ValidationBudget) -> dict[str, Any]:
     return {name: timed(replaced.get(name) or function) for name, function in originals.items()}
 
 
-def _validator_class(schema: dict[str, Any], budget: _ValidationBudget | None = None) -> Any:
-    """jsonschema validator for the schema's dialect, with JSON number semantics for Decimal/JsonNumber; with a
-    ``budget``, every keyword checks its deadline and pattern matching keeps to the limits above."""
+def _validator_class(schema: dict[str, Any]) -> tuple[Any, Any]:
+    """(validator class, resolver class) for the schema's dialect: JSON number semantics for Decimal/JsonNumber,
+    every keyword checking the running validation's deadline, pattern matching within the limits above, remote
+    ``$ref`` refused. Built once per dialect under a lock and shared by every call and thread."""
     from jsonschema import validators  # lazily: only the call path validates
 
     dialect = schema.get("$schema")
@@ -4943,6 +4956,31 @@ def _validator_class(schema: dict[str, Any], budget: _ValidationBudget | None = 
             raise _NotLocal(f"unknown $schema dialect {_short(dialect)}")
     else:
         base = validators.validator_for(schema)
+    built = _VALIDATORS.get(base)
+    if built is not None:
+        return built  # type: ignore[no-any-return]
+    with _VALIDATORS_LOCK:
+        built = _VALIDATORS.get(base)
+        if built is None:
+            built = _VALIDATORS[base] = _build_validator(base)
+        return built  # type: ignore[no-any-return]
+
+
+def _validation_state() -> Any:
+    global _VALIDATION_STATE
+    if _VALIDATION_STATE is None:
+        import threading
+
+        with _VALIDATORS_LOCK:
+            if _VALIDATION_STATE is None:
+                _VALIDATION_STATE = threading.local()
+    return _VALIDATION_STATE
+
+
+def _build_validator(base: Any) -> tuple[Any, Any]:
+    import jsonschema
+    from jsonschema import validators
+
     checker = base.TYPE_CHECKER.redefine_many({
         "integer": lambda _checker, value: _is_json_integer(value),
         "number": lambda _checker, value: _is_json_number(value),
@@ -4962,7 +5000,12 @@ def _validator_class(schema: dict[str, Any], budget: _ValidationBudget | None = 
             yield ValidationError(f"must be a multiple of {_short(divisor)}")
 
     extended = validators.extend(base, {"multipleOf": multiple_of}, type_checker=checker)
-    return extended if budget is None else validators.extend(extended, _guarded_validators(extended, budget))
+
+    class LocalOnlyResolver(jsonschema.RefResolver):
+        def resolve_remote(self, uri: str) -> Any:
+            raise _NotLocal(f"the schema references {_short(uri, 80)}, which is never fetched")
+
+    return validators.extend(extended, _guarded_validators(extended)), LocalOnlyResolver
 
 
 def _schema_problems(
@@ -4974,33 +5017,26 @@ def _schema_problems(
     if remote:
         raise _NotLocal(f"the schema references {_short(remote[0], 80)}, which is never fetched")
     try:
-        import jsonschema
         from jsonschema import exceptions as jexc
     except ImportError:
         raise _NotLocal("the jsonschema library is not available") from None
-    cls = _validator_class(schema, budget or _ValidationBudget(None))
-
-    class LocalOnlyResolver(jsonschema.RefResolver):
-        def resolve_remote(self, uri: str) -> Any:
-            raise _NotLocal(f"the schema references {_short(uri, 80)}, which is never fetched")
-
-    import warnings
-
+    state = _validation_state()
+    previous = getattr(state, "budget", None)
+    state.budget = budget or _ValidationBudget(None)  # what the shared validator class checks, on this thread
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            resolver = LocalOnlyResolver.from_schema(schema, id_of=cls.ID_OF)
-            try:
-                errors = list(cls(schema, resolver=resolver).iter_errors(arguments))
-            except (jexc.RefResolutionError, _NotLocal, McpTimeoutError):
-                raise
-            except (Exception, RecursionError):
-                cls.check_schema(schema)  # a SchemaError explains the failure better than the crash
-                raise
-            if errors:
-                # Checking the schema against its meta-schema costs ~100x the validation itself, so it runs only
-                # when there are problems to report: a malformed schema must never block a call with false ones.
-                cls.check_schema(schema)
+        cls, resolver_class = _validator_class(schema)
+        resolver = resolver_class.from_schema(schema, id_of=cls.ID_OF)
+        try:
+            errors = list(cls(schema, resolver=resolver).iter_errors(arguments))
+        except (jexc.RefResolutionError, _NotLocal, McpTimeoutError):
+            raise
+        except (Exception, RecursionError):
+            cls.check_schema(schema)  # a SchemaError explains the failure better than the crash
+            raise
+        if errors:
+            # Checking the schema against its meta-schema costs ~100x the validation itself, so it runs only
+            # when there are problems to report: a malformed schema must never block a call with false ones.
+            cls.check_schema(schema)
     except jexc.SchemaError as exc:
         if exc.validator == "format":  # e.g. an ECMA-262 regex Python's re cannot compile
             raise _NotLocal(f"the inputSchema uses a {exc.validator_value} this local validator cannot check "
@@ -5014,6 +5050,8 @@ def _schema_problems(
         raise
     except (Exception, RecursionError) as exc:  # a validator bug or an exotic keyword must not crash the call
         raise _NotLocal(f"local validation failed ({type(exc).__name__})") from None
+    finally:
+        state.budget = previous
     return [p for e in errors for p in _problems_from_error(e)]
 
 

@@ -85,9 +85,9 @@ def test_validation_past_the_budget_is_a_timeout_and_nothing_is_sent(evil_server
     config = write_config(tmp_path, evil_server.url)
     real = bkmcp._validator_class
 
-    def spend_budget(schema, budget):
-        budget.deadline.end = 0.0  # the budget runs out as validation starts
-        return real(schema, budget)
+    def spend_budget(schema):
+        bkmcp._active_budget().deadline.end = 0.0  # the running validation's budget runs out as it starts
+        return real(schema)
 
     monkeypatch.setattr(bkmcp, "_validator_class", spend_budget)
     res = run_bkmcp("--config", config, "m", "t", "--xs", json.dumps(["x"] * 50))

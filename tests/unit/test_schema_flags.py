@@ -552,7 +552,8 @@ def test_p05_validator_crash_falls_back(monkeypatch: pytest.MonkeyPatch) -> None
         def check_schema(cls, schema: Any) -> None:
             pass
 
-    monkeypatch.setattr(bkmcp, "_validator_class", lambda schema, budget: Crashing)
+    real = bkmcp._validator_class
+    monkeypatch.setattr(bkmcp, "_validator_class", lambda schema: (Crashing, real(schema)[1]))
     check = validate_arguments(ALL_TYPES, {"keyword": "x"})
     assert check.scope == "basic" and check.notes == ("local validation failed (ValueError)",)
 
@@ -702,3 +703,30 @@ def test_validation_checks_the_deadline_between_keywords() -> None:
     with pytest.raises(bkmcp.McpTimeoutError):
         validate_arguments(tool, {"xs": ["a"] * 100}, deadline=deadline)
     assert validate_arguments(tool, {"xs": ["a"] * 100}, deadline=bkmcp.Deadline(60)).scope == "full"
+
+
+def test_the_validator_class_is_built_once_and_budgets_stay_per_thread() -> None:
+    """One jsonschema class per dialect serves every call and thread (no per-call class building, ~1 ms); the
+    deadline it checks is the running validation's own: a spent budget on one thread stops only that one."""
+    import threading
+
+    schema = {"type": "object", "properties": {"xs": {"type": "array", "items": {"type": "string"}}}}
+    assert bkmcp._validator_class(schema) is bkmcp._validator_class(dict(schema))
+    tool = {"name": "t", "inputSchema": schema}
+    outcomes: dict[int, object] = {}
+
+    def one(i: int) -> None:
+        deadline = bkmcp.Deadline(60)
+        if i == 3:
+            deadline.end = 0.0  # this call's budget is spent
+        try:
+            outcomes[i] = validate_arguments(tool, {"xs": ["a"] * 200}, deadline=deadline).scope
+        except bkmcp.McpTimeoutError as exc:
+            outcomes[i] = exc.code
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert outcomes == {i: ("mcp_timeout" if i == 3 else "full") for i in range(8)}
