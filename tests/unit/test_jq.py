@@ -236,9 +236,17 @@ def test_jq_halt_error_needs_a_number(config, no_network):
     assert "halt_error/1: number required" in res.json["error"]["message"]
 
 
-def test_jq_halt_error_with_a_module_directive_is_refused(config, no_network):
-    res = dry(config, "--jq", 'include "nothing"; halt_error')
+def test_jq_module_directive_and_halt_error_is_refused(config, tmp_path, jq_mode, no_network):
+    (tmp_path / "mod.jq").write_text("def f: 1;", encoding="utf-8")
+    include = f'include "mod" {{search: {json.dumps(str(tmp_path))}}}; '
+    alone = dry(config, "--jq", include + "f")
+    if jq_mode == "executable":  # the executable fallback compiles the program inside an expression: no directives
+        assert alone.error_code == "invalid_jq_expression" and "syntax error" in alone.stderr
+        return
+    assert alone.stdout == "1\n", alone.stderr  # a module directive alone works (unstreamed)
+    res = dry(config, "--jq", include + "f, halt_error")
     assert res.exit_status == 1 and res.error_code == "invalid_jq_expression"
+    assert "halt_error cannot be used in a program that starts with import/include" in res.stderr
 
 
 def fake_jq(tmp_path, monkeypatch, script: str) -> None:
