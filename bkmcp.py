@@ -4319,7 +4319,7 @@ class JqProgram:
         message, code = halted["m"], halted["c"]
         try:
             status = int(code) % 256
-        except (ValueError, OverflowError, decimal.DecimalException):
+        except (TypeError, ValueError, OverflowError, decimal.DecimalException):  # nan arrives as null
             raise ValueError(f"halt_error/1: invalid exit status {_short(code)}") from None
         raise JqHalt(message if isinstance(message, str) else dump_json(message) + "\n", status)
 
