@@ -688,7 +688,8 @@ def test_risky_patterns_are_left_to_the_server_and_said() -> None:
 
 def test_safe_key_patterns_still_run_locally() -> None:
     tool = {"name": "t", "inputSchema": {"type": "object", "properties": {
-        "m": {"type": "object", "patternProperties": {"^x[0-9]+$": {"type": "integer"}}, "additionalProperties": False}}}}
+        "m": {"type": "object", "patternProperties": {"^x[0-9]+$": {"type": "integer"}},
+              "additionalProperties": False}}}}
     assert validate_arguments(tool, {"m": {"x1": 1}}).notes == ()
     with pytest.raises(InvalidArgumentsError) as info:
         validate_arguments(tool, {"m": {"x1": "one", "y": 2}})
