@@ -728,13 +728,17 @@ def redact_url(url: str) -> str:
     base, mark, query = url.partition("?")
     if not mark or not query:
         return url
-    query, hash_mark, fragment = query.partition("#")
-    from urllib.parse import unquote_plus
-
+    query, hash_mark, _fragment = query.partition("#")
     pieces = []
     for piece in query.split("&"):
         name, equals, _value = piece.partition("=")
-        lowered = unquote_plus(name).lower()
+        if "%" in name or "+" in name:  # urllib.parse (with re) only when the name is encoded: help stays lean
+            from urllib.parse import unquote_plus
+
+            name_text = unquote_plus(name)
+        else:
+            name_text = name
+        lowered = name_text.lower()
         secret = (is_secret_name(lowered) or lowered in _SECRET_QUERY_NAMES
                   or any(word in lowered for word in _SECRET_QUERY_WORDS))
         pieces.append(f"{name}={REDACTED}" if equals and secret else piece)
