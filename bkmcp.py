@@ -3839,15 +3839,6 @@ class _ValidationBudget:
 def _guarded_validators(base: Any, budget: _ValidationBudget) -> dict[str, Any]:
     """``base``'s keyword functions, each checking the deadline first; pattern matching and uniqueItems limited."""
     originals = dict(base.VALIDATORS)
-    deadline = budget.deadline
-
-    def timed(function: Callable[..., Any]) -> Callable[..., Any]:
-        def keyword(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
-            if deadline is not None:
-                deadline.remaining()  # raises mcp_timeout once the operation's budget is spent
-            return function(validator, value, instance, schema)
-
-        return keyword
 
     def pattern(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
         if isinstance(value, str) and isinstance(instance, str):
@@ -3881,7 +3872,38 @@ def _guarded_validators(base: Any, budget: _ValidationBudget) -> dict[str, Any]:
     replaced: dict[str, Callable[..., Any]] = {"pattern": pattern, "uniqueItems": unique_items}
     for name in ("patternProperties", "additionalProperties", "unevaluatedProperties"):
         replaced[name] = key_patterns(name)
-    return {name: timed(replaced.get(name) or function) for name, function in originals.items()}
+    return _timed_validators({name: replaced.get(name) or function for name, function in originals.items()},
+                             budget.deadline)
+
+
+def _timed_validators(keywords: dict[str, Any], deadline: Deadline | None) -> dict[str, Any]:
+    """Keyword functions that check ``deadline`` first (``mcp_timeout`` once the operation's budget is spent)."""
+    if deadline is None:
+        return keywords
+
+    def timed(function: Callable[..., Any]) -> Callable[..., Any]:
+        def keyword(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
+            deadline.remaining()
+            return function(validator, value, instance, schema)
+
+        return keyword
+
+    return {name: timed(function) for name, function in keywords.items()}
+
+
+def _check_schema(cls: Any, schema: Any, deadline: Deadline | None) -> None:
+    """``cls.check_schema(schema)`` (the schema against its meta-schema), checking ``deadline`` between keywords:
+    a huge schema from the server must not outlast the budget either."""
+    if deadline is None or not hasattr(cls, "META_SCHEMA"):
+        cls.check_schema(schema)
+        return
+    from jsonschema import exceptions as jexc
+    from jsonschema import validators
+
+    meta = validators.validator_for(cls.META_SCHEMA, default=cls)
+    meta = validators.extend(meta, _timed_validators(dict(meta.VALIDATORS), deadline))
+    for error in meta(cls.META_SCHEMA, format_checker=meta.FORMAT_CHECKER).iter_errors(schema):
+        raise jexc.SchemaError.create_from(error)
 
 
 def _validator_class(schema: dict[str, Any], budget: _ValidationBudget | None = None) -> Any:
@@ -3931,7 +3953,8 @@ def _schema_problems(
         from jsonschema import exceptions as jexc
     except ImportError:
         raise _NotLocal("the jsonschema library is not available") from None
-    cls = _validator_class(schema, budget or _ValidationBudget(None))
+    budget = budget or _ValidationBudget(None)
+    cls = _validator_class(schema, budget)
 
     class LocalOnlyResolver(jsonschema.RefResolver):
         def resolve_remote(self, uri: str) -> Any:
@@ -3948,12 +3971,12 @@ def _schema_problems(
             except (jexc.RefResolutionError, _NotLocal, McpTimeoutError):
                 raise
             except (Exception, RecursionError):
-                cls.check_schema(schema)  # a SchemaError explains the failure better than the crash
+                _check_schema(cls, schema, budget.deadline)  # a SchemaError explains the failure better
                 raise
             if errors:
                 # Checking the schema against its meta-schema costs ~100x the validation itself, so it runs only
                 # when there are problems to report: a malformed schema must never block a call with false ones.
-                cls.check_schema(schema)
+                _check_schema(cls, schema, budget.deadline)
     except jexc.SchemaError as exc:
         if exc.validator == "format":  # e.g. an ECMA-262 regex Python's re cannot compile
             raise _NotLocal(f"the inputSchema uses a {exc.validator_value} this local validator cannot check "

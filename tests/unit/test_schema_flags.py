@@ -524,16 +524,18 @@ def test_p05_remote_ref_via_id_refused(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_p05_unvalidatable_schemas_fall_back_honestly(extra: dict[str, Any], word: str) -> None:
     """P05: unknown dialects, invalid schemas and exotic patterns fall back to basic checks and say so."""
     tool = {"name": "t", "inputSchema": {"type": "object", **extra}}
-    check = validate_arguments(tool, {"p": "abc"})
-    assert check.scope == "basic" and word in check.notes[0], check.notes
+    for deadline in (None, bkmcp.Deadline(600)):  # the meta-schema check under a budget gives the same answer
+        check = validate_arguments(tool, {"p": "abc"}, deadline=deadline)
+        assert check.scope == "basic" and word in check.notes[0], check.notes
 
 
 def test_p05_malformed_schema_never_blocks_with_false_problems() -> None:
     """P05: ``required: "name"`` (a string) would make jsonschema report one bogus problem per character; the
     meta-schema check catches it and only basic checks decide (the call is not blocked)."""
     tool = {"name": "t", "inputSchema": {"type": "object", "required": "name", "properties": {"name": {}}}}
-    check = validate_arguments(tool, {"name": "x"})
-    assert check.scope == "basic" and "not a valid JSON Schema" in check.notes[0]
+    for deadline in (None, bkmcp.Deadline(600)):
+        check = validate_arguments(tool, {"name": "x"}, deadline=deadline)
+        assert check.scope == "basic" and "not a valid JSON Schema" in check.notes[0]
 
 
 def test_p05_validator_crash_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
