@@ -781,13 +781,17 @@ def redact_url(url: str) -> str:
     base, mark, query = url.partition("?")
     if not mark or not query:
         return url
-    query, hash_mark, fragment = query.partition("#")
-    from urllib.parse import unquote_plus
-
+    query, hash_mark, _fragment = query.partition("#")
     pieces = []
     for piece in query.split("&"):
         name, equals, _value = piece.partition("=")
-        lowered = unquote_plus(name).lower()
+        if "%" in name or "+" in name:  # urllib.parse (with re) only when the name is encoded: help stays lean
+            from urllib.parse import unquote_plus
+
+            name_text = unquote_plus(name)
+        else:
+            name_text = name
+        lowered = name_text.lower()
         secret = (is_secret_name(lowered) or lowered in _SECRET_QUERY_NAMES
                   or any(word in lowered for word in _SECRET_QUERY_WORDS))
         pieces.append(f"{name}={REDACTED}" if equals and secret else piece)
@@ -4898,15 +4902,6 @@ def _guarded_validators(base: Any) -> dict[str, Any]:
     The budget is the running validation's (``_active_budget``), so one class serves every call and thread."""
     originals = dict(base.VALIDATORS)
 
-    def timed(function: Callable[..., Any]) -> Callable[..., Any]:
-        def keyword(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
-            deadline = _active_budget().deadline
-            if deadline is not None:
-                deadline.remaining()  # raises mcp_timeout once the operation's budget is spent
-            return function(validator, value, instance, schema)
-
-        return keyword
-
     def pattern(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
         if isinstance(value, str) and isinstance(instance, str):
             why = regex_risk(value, len(instance))
@@ -4940,7 +4935,38 @@ def _guarded_validators(base: Any) -> dict[str, Any]:
     replaced: dict[str, Callable[..., Any]] = {"pattern": pattern, "uniqueItems": unique_items}
     for name in ("patternProperties", "additionalProperties", "unevaluatedProperties"):
         replaced[name] = key_patterns(name)
-    return {name: timed(replaced.get(name) or function) for name, function in originals.items()}
+    return _timed_validators({name: replaced.get(name) or function for name, function in originals.items()})
+
+
+def _timed_validators(keywords: dict[str, Any], deadline: Deadline | None = None) -> dict[str, Any]:
+    """Keyword functions that check a deadline first (``mcp_timeout`` once the operation's budget is spent):
+    ``deadline``, or without one the running validation's (``_active_budget``)."""
+
+    def timed(function: Callable[..., Any]) -> Callable[..., Any]:
+        def keyword(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
+            current = deadline if deadline is not None else _active_budget().deadline
+            if current is not None:
+                current.remaining()
+            return function(validator, value, instance, schema)
+
+        return keyword
+
+    return {name: timed(function) for name, function in keywords.items()}
+
+
+def _check_schema(cls: Any, schema: Any, deadline: Deadline | None) -> None:
+    """``cls.check_schema(schema)`` (the schema against its meta-schema), checking ``deadline`` between keywords:
+    a huge schema from the server must not outlast the budget either."""
+    if deadline is None or not hasattr(cls, "META_SCHEMA"):
+        cls.check_schema(schema)
+        return
+    from jsonschema import exceptions as jexc
+    from jsonschema import validators
+
+    meta = validators.validator_for(cls.META_SCHEMA, default=cls)
+    meta = validators.extend(meta, _timed_validators(dict(meta.VALIDATORS), deadline))
+    for error in meta(cls.META_SCHEMA, format_checker=meta.FORMAT_CHECKER).iter_errors(schema):
+        raise jexc.SchemaError.create_from(error)
 
 
 def _validator_class(schema: dict[str, Any]) -> tuple[Any, Any]:
@@ -5031,12 +5057,12 @@ def _schema_problems(
         except (jexc.RefResolutionError, _NotLocal, McpTimeoutError):
             raise
         except (Exception, RecursionError):
-            cls.check_schema(schema)  # a SchemaError explains the failure better than the crash
+            _check_schema(cls, schema, state.budget.deadline)  # a SchemaError explains the failure better
             raise
         if errors:
             # Checking the schema against its meta-schema costs ~100x the validation itself, so it runs only
             # when there are problems to report: a malformed schema must never block a call with false ones.
-            cls.check_schema(schema)
+            _check_schema(cls, schema, state.budget.deadline)
     except jexc.SchemaError as exc:
         if exc.validator == "format":  # e.g. an ECMA-262 regex Python's re cannot compile
             raise _NotLocal(f"the inputSchema uses a {exc.validator_value} this local validator cannot check "
@@ -5395,7 +5421,7 @@ class JqProgram:
         message, code = halted["m"], halted["c"]
         try:
             status = int(code) % 256
-        except (ValueError, OverflowError, decimal.DecimalException):
+        except (TypeError, ValueError, OverflowError, decimal.DecimalException):  # nan arrives as null
             raise ValueError(f"halt_error/1: invalid exit status {_short(code)}") from None
         raise JqHalt(message if isinstance(message, str) else dump_json(message) + "\n", status)
 

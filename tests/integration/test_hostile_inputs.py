@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -24,13 +26,22 @@ from mock_server.mcp_mock import MockServer, mock_tool
 pytestmark = [pytest.mark.integration]
 
 HARD_KILL = 60  # seconds: a safety net against a hang, never the assertion itself
+MEMORY_LIMIT = 1 << 30  # bytes of address space for a bkmcp child: an output that grows without end fails fast
 EVIL = {"s": {"type": "string", "pattern": "^(a+)+$"}}
 
 
 def bkmcp_process(*args: str, home: Path, **kw) -> subprocess.Popen:
     env = {"HOME": str(home), "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONDONTWRITEBYTECODE": "1"}
-    return subprocess.Popen([sys.executable, str(ROOT / "bkmcp.py"), *args], env=env, stdin=subprocess.DEVNULL,
-                            **kw)
+    proc = subprocess.Popen([sys.executable, str(ROOT / "bkmcp.py"), *args], env=env, stdin=subprocess.DEVNULL,
+                            preexec_fn=_limit_memory, **kw)
+    killer = threading.Timer(HARD_KILL, proc.kill)  # the safety net, also for reads that would block
+    killer.daemon = True
+    killer.start()
+    return proc
+
+
+def _limit_memory() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
 
 
 def run_process(*args: str, home: Path) -> subprocess.CompletedProcess[str]:

@@ -29,6 +29,7 @@ def config(tmp_path: Path) -> Path:
     path.write_text(json.dumps({"mcpServers": {
         "report": {"type": "http", "url": "https://mcp.example.com/mcp/", "headers": {"Authorization": "Bearer ${T}"}},
         "fs": {"type": "stdio", "command": "npx", "args": ["x"]},
+        "q": {"type": "http", "url": "https://mcp.example.com/mcp?token=QSECRET&page=1"},
     }}))
     path.chmod(0o600)
     return path
@@ -73,7 +74,7 @@ def test_import_has_no_side_effects(tmp_path):
 
 
 @pytest.mark.parametrize("args", [("--help",), ("--version",), ("--config", "{config}", "report", "--help"),
-                                  ("--config", "{config}", "fs")])
+                                  ("--config", "{config}", "fs"), ("--config", "{config}", "q", "--help")])
 def test_d01_help_paths_defer_even_stdlib_modules(args, tmp_path, config):
     """docs/contract.md §13 start-up: root help, --version and server help also skip json, re, decimal, urllib.parse,
     typing, dataclasses and inspect (each costs milliseconds; together they were most of the start-up).

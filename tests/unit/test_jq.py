@@ -236,9 +236,17 @@ def test_jq_halt_error_needs_a_number(config, no_network):
     assert "halt_error/1: number required" in res.json["error"]["message"]
 
 
-def test_jq_halt_error_with_a_module_directive_is_refused(config, no_network):
-    res = dry(config, "--jq", 'include "nothing"; halt_error')
+def test_jq_module_directive_and_halt_error_is_refused(config, tmp_path, jq_mode, no_network):
+    (tmp_path / "mod.jq").write_text("def f: 1;", encoding="utf-8")
+    include = f'include "mod" {{search: {json.dumps(str(tmp_path))}}}; '
+    alone = dry(config, "--jq", include + "f")
+    if jq_mode == "executable":  # the executable fallback compiles the program inside an expression: no directives
+        assert alone.error_code == "invalid_jq_expression" and "syntax error" in alone.stderr
+        return
+    assert alone.stdout == "1\n", alone.stderr  # a module directive alone works (unstreamed)
+    res = dry(config, "--jq", include + "f, halt_error")
     assert res.exit_status == 1 and res.error_code == "invalid_jq_expression"
+    assert "halt_error cannot be used in a program that starts with import/include" in res.stderr
 
 
 def fake_jq(tmp_path, monkeypatch, script: str) -> None:
@@ -291,3 +299,19 @@ def test_jq_values_stream_with_the_executable_and_stop_at_the_budget(monkeypatch
                     "repeat(.ok)")
     lines = res.stdout.splitlines()
     assert res.exit_status == 2 and lines[0] == "true" and json.loads(lines[-1])["error"]["code"] == "jq_error"
+
+
+def test_jq_halt_error_with_nan_is_jq_error(config, no_network):
+    res = dry(config, "--jq", "halt_error(nan)")
+    assert res.exit_status == 2 and res.error_code == "jq_error" and "invalid exit status" in res.stdout
+
+
+def test_jq_executable_that_cannot_run_is_jq_unavailable(tmp_path, monkeypatch, write_config, no_network):
+    broken = tmp_path / "jq"
+    broken.write_text("not a program", encoding="utf-8")
+    broken.chmod(0o644)
+    monkeypatch.setattr(bkmcp, "_load_jq_module", lambda: None)
+    monkeypatch.setattr(shutil, "which", lambda name: str(broken))
+    config = write_config({"mcpServers": {"a": {"type": "http", "url": "http://127.0.0.1:9/mcp"}}})
+    res = run_bkmcp("--config", str(config), "a", "t", "--body", "{}", "--dry-run", "--jq", ".")
+    assert res.exit_status == 1 and res.error_code == "jq_unavailable" and "cannot be run" in res.stderr

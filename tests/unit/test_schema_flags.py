@@ -524,16 +524,18 @@ def test_p05_remote_ref_via_id_refused(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_p05_unvalidatable_schemas_fall_back_honestly(extra: dict[str, Any], word: str) -> None:
     """P05: unknown dialects, invalid schemas and exotic patterns fall back to basic checks and say so."""
     tool = {"name": "t", "inputSchema": {"type": "object", **extra}}
-    check = validate_arguments(tool, {"p": "abc"})
-    assert check.scope == "basic" and word in check.notes[0], check.notes
+    for deadline in (None, bkmcp.Deadline(600)):  # the meta-schema check under a budget gives the same answer
+        check = validate_arguments(tool, {"p": "abc"}, deadline=deadline)
+        assert check.scope == "basic" and word in check.notes[0], check.notes
 
 
 def test_p05_malformed_schema_never_blocks_with_false_problems() -> None:
     """P05: ``required: "name"`` (a string) would make jsonschema report one bogus problem per character; the
     meta-schema check catches it and only basic checks decide (the call is not blocked)."""
     tool = {"name": "t", "inputSchema": {"type": "object", "required": "name", "properties": {"name": {}}}}
-    check = validate_arguments(tool, {"name": "x"})
-    assert check.scope == "basic" and "not a valid JSON Schema" in check.notes[0]
+    for deadline in (None, bkmcp.Deadline(600)):
+        check = validate_arguments(tool, {"name": "x"}, deadline=deadline)
+        assert check.scope == "basic" and "not a valid JSON Schema" in check.notes[0]
 
 
 def test_p05_validator_crash_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -658,7 +660,8 @@ def test_json_path_forms() -> None:
 @pytest.mark.parametrize(("pattern", "risky"), [
     ("^(a+)+$", True), ("(a|ab)*c", True), ("(x+x+)+y", True), ("(a)\\1", True), ("^(a*)*$", True),
     ("^[a-z]+$", False), ("^[a-zA-Z0-9._%+-]+@[a-zA-Z0-9.-]+\\.[a-zA-Z]{2,}$", False), ("a{3}", False),
-    ("x(ab){2,3}y", False), ("[", False), ("(?:a+)?b", False),
+    ("x(ab){2,3}y", False), ("[", False), ("(?:a+)?b", False), ("^(foo[0-9]+|bar)$", False), ("(?=a+)b", False),
+    ("(?=(a+)+)b", True), ("^(?:x|(a+)+)$", True),
 ])
 def test_regex_shapes(pattern: str, risky: bool) -> None:
     assert (bkmcp.regex_risk(pattern, 10) is not None) is risky
@@ -684,6 +687,16 @@ def test_risky_patterns_are_left_to_the_server_and_said() -> None:
     with pytest.raises(InvalidArgumentsError) as info:  # the safe pattern next to it still runs
         validate_arguments(tool, {"s": "a" * 30 + "!", "ok": "ABC"})
     assert [p["path"] for p in info.value.details["problems"]] == ["$.ok"]
+
+
+def test_safe_key_patterns_still_run_locally() -> None:
+    tool = {"name": "t", "inputSchema": {"type": "object", "properties": {
+        "m": {"type": "object", "patternProperties": {"^x[0-9]+$": {"type": "integer"}},
+              "additionalProperties": False}}}}
+    assert validate_arguments(tool, {"m": {"x1": 1}}).notes == ()
+    with pytest.raises(InvalidArgumentsError) as info:
+        validate_arguments(tool, {"m": {"x1": "one", "y": 2}})
+    assert [p["path"] for p in info.value.details["problems"]] == ["$.m", "$.m.x1"]
 
 
 def test_unique_items_over_many_containers_is_left_to_the_server() -> None:
