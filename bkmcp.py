@@ -1459,7 +1459,7 @@ class ResolvedServer:
     env: dict[str, str]
     cwd: str | None
     protocol_version: str | None
-    auth_source: str  # "server_headers" | "none"
+    auth_source: str  # "server_headers" (http) | "server_env" (stdio: credentials in its env) | "none"
     redactor: Redactor = field(default_factory=Redactor)
     inherited_env: dict[str, str] = field(default_factory=dict)  # stdio: the minimal set from bkmcp's environment
 
@@ -1577,7 +1577,8 @@ def resolve_server(
         if is_secret_name(name) or used:
             redactor.add(value, whole=is_secret_name(name))
     if child_env:
-        auth_source = "server_headers" if auth_source == "none" and any(map(is_secret_name, child_env)) else auth_source
+        # a stdio server has no headers: credentials it gets travel in its environment (docs/contract.md §7)
+        auth_source = "server_env" if auth_source == "none" and any(map(is_secret_name, child_env)) else auth_source
     return ResolvedServer(
         name=server.name,
         type=server.type,
@@ -2944,6 +2945,8 @@ class HttpTransport:
                         if issued and self._state is not None:
                             self._state.session_id = issued
                     ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
+                    if response.status_code == 202:  # whatever its content type: an answer with no response
+                        ctype = ""
                     if ctype == "text/event-stream":
                         decoder = SseDecoder()
                         for incoming in self._read_sse(response, decoder, deadline):
@@ -4288,7 +4291,11 @@ def run_call(server: ResolvedServer, ctx: OpContext, name: str, *, insecure: boo
     after discovery (tool help): then the data is ``{"server", "tool", "schema": tool}`` and nothing is called.
     The call's data is ``{"server", "tool", "result"}`` with the result as received (``isError`` included).
     """
-    session = open_session(server, ctx, insecure=insecure)
+    try:
+        session = open_session(server, ctx, insecure=insecure)
+    except RemoteError as exc:  # e.g. a stdio server that exits at start: the envelope still names the call
+        exc.data = {"server": server.name, "tool": name, **(exc.data or {})}
+        raise
     try:
         tools, excluded = usable_tools(session, ctx, discover_tools(session, ctx)[0])
         reject_excluded_tool(excluded, name, server.name)

@@ -302,6 +302,7 @@ DEFAULTS: dict[str, Any] = {
     "stdio_unknown_method": "error",
     "stdio_drop": "exit",
     "stdio_concurrent_calls": False,
+    "set_cookie": None,
     "stderr_lines": [],
     "stdout_lines": [],
     "require_env": {},
@@ -1885,6 +1886,8 @@ class _Handler(BaseHTTPRequestHandler):
         if core.sc["stateful"]:
             session = core.new_session(result["protocolVersion"])
             extra["Mcp-Session-Id"] = session.sid
+        if core.sc["set_cookie"]:
+            extra["Set-Cookie"] = core.sc["set_cookie"]
         ctx = Ctx("legacy", result["protocolVersion"], "http", session)
         sink = _HttpSink(self, rid, ctx, extra)
         sink.finish(core.dispatch(ctx, msg, sink))
