@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from bkmcp_test_helpers import run_bkmcp
+
 from mock_server.mcp_mock import MockServer
 
 ROOT = Path(__file__).resolve().parents[2]
