@@ -161,7 +161,8 @@ def main() -> int:
     logs = {"pub_s": tmp / "pub_s.log", "usr_s": tmp / "usr_s.log"}
 
     def stdio(log: Path) -> list[str]:
-        return [str(MOCK), "--stdio", "--quiet", "--log", str(log), "--scenario-json", json.dumps({"tools": [slow], "stdio_concurrent_calls": True})]
+        scenario = {"tools": [slow], "stdio_concurrent_calls": True}  # a server that serves calls concurrently
+        return [str(MOCK), "--stdio", "--quiet", "--log", str(log), "--scenario-json", json.dumps(scenario)]
 
     rows = [
         {"name": "pub_a", "transport_type": "http", "url": http[0].url, "isolation": "public"},
