@@ -429,11 +429,36 @@ _bodies = st.one_of(
                                                 "protocolVersion", "supportedVersions", "name"]), c, max_size=4),
                            max_leaves=10)),
 )
+_hostile = st.sampled_from([
+    b"[" * 3000 + b"]" * 3000,  # deeper than any parser should follow
+    b'{"jsonrpc":"2.0","id":1,"result":{"tools":[' + b'{"name":"n"},' * 0 + b'{"name":"' + b"x" * 2_000_000 + b'"}]}}',
+    b'{"jsonrpc":"2.0","id":1,"result":' + b'{"a":' * 2000 + b"1" + b"}" * 2000 + b"}",
+    b'data: {"jsonrpc":"2.0","id":1,"res',  # SSE cut in the middle of an event
+    b'id: e1\ndata: {"jsonrpc":"2.0","id":1,"result":{"content":[]}}',  # no blank line: never dispatched
+    b'data: {"jsonrpc":"2.0","id":999,"result":{}}\n\n',  # a response for an id never sent
+    b'data: {"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"x"}}\n\n',
+    b'[{"jsonrpc":"2.0","id":1,"result":{}},{"jsonrpc":"2.0","id":1,"result":{}}]',  # two answers for one id
+    b'{"jsonrpc":"2.0","id":1,"result":{"resultType":"task","taskId":"t"}}',
+    b'{"jsonrpc":"2.0","id":1,"result":{"resultType":"input_required","inputRequests":{"a":{"method":"x"}}}}',
+    b'{"jsonrpc":"2.0","method":"sampling/createMessage","id":"s1","params":{}}',
+    b"\xff\xfe\x00garbage",
+])
 _answers = st.tuples(
-    st.sampled_from([200, 200, 200, 202, 204, 301, 400, 401, 403, 404, 405, 500]),
-    st.sampled_from(["application/json", "text/event-stream", "text/html", ""]),
-    _bodies,
+    st.sampled_from([200, 200, 200, 202, 204, 301, 400, 401, 403, 404, 405, 500, 503]),
+    st.sampled_from(["application/json", "text/event-stream", "text/html", "application/json; charset=utf-8", ""]),
+    st.one_of(_bodies, _hostile),
 )
+
+
+def _documented_exit_statuses() -> dict[str, str]:
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "errors.md").read_text(encoding="utf-8")
+    return {m.group(1): m.group(2) for m in re.finditer(r"^\|\s*`([a-z_]+)`\s*\|\s*([^|]+?)\s*\|", text, re.M)}
+
+
+_EXITS = _documented_exit_statuses()
 
 
 @settings(max_examples=FUZZ_EXAMPLES, deadline=None,
@@ -442,6 +467,10 @@ _answers = st.tuples(
        st.sampled_from([None, "2025-03-26", "2025-11-25", "2026-07-28"]),
        st.sampled_from(["--check", "--tools", "call"]))
 def test_fuzz_any_server_answer_gives_exit_0_1_or_2_R02(tmp_path, answers, version, mode):
+    """The hostile-server fuzz target (issue 11): random statuses, content types, truncated or invalid JSON and
+    SSE, wrong and duplicate ids, huge and deep values and random JSON-RPC shapes for every answer of both eras.
+    bkmcp answers with one envelope carrying a documented code and its documented exit status (2 after a remote
+    step; 1 only for a complete catalogue without the tool), never a traceback, and sends tools/call at most once."""
     queue = list(answers)
 
     def handler(verb, rpc, headers):
@@ -470,6 +499,12 @@ def test_fuzz_any_server_answer_gives_exit_0_1_or_2_R02(tmp_path, answers, versi
         assert "pw@" not in result.stdout and "token=t" not in result.stdout
         envelope = result.json
         assert isinstance(envelope, dict) and "ok" in envelope
+        if result.exit_status != 0:  # a documented code, with its documented exit status (docs/errors.md)
+            code = envelope["error"]["code"]
+            assert code in _EXITS, code
+            assert _EXITS[code] == str(result.exit_status), (code, result.exit_status)
+            if result.exit_status == 1:  # local after a remote step: only a catalogue without the tool
+                assert code == "mcp_tool_not_found", code
         assert [r["rpc"].get("method") for r in srv.requests if isinstance(r["rpc"], dict)].count("tools/call") <= 1
     finally:
         srv.stop()
