@@ -17,12 +17,6 @@ from mock_server.mcp_mock import DEFAULT_TOOLS, MockServer, mock_tool
 
 
 @pytest.fixture
-def standin():
-    """The registry of block 10.1 (the name stays from when a test stand-in played its part)."""
-    return None
-
-
-@pytest.fixture
 def srv():
     server = MockServer({"tools": [mock_tool("ask", "task"), *DEFAULT_TOOLS]})
     server.start()
@@ -41,7 +35,7 @@ def answers(res):
     return {a["task_id"]: a for a in map(json.loads, res.stdout.splitlines())}
 
 
-def test_inprocess_session_over_eof(tmp_path, standin, srv):
+def test_inprocess_session_over_eof(tmp_path, srv):
     reg = tmp_path / "r.db"
     rows = [http_row("pub", srv.url, headers={"X-Sys": "${user.k}"}),
             stdio_row("box", mock_stdio()), stdio_row("off", mock_stdio(), enabled=0),
@@ -96,7 +90,7 @@ def test_inprocess_session_over_eof(tmp_path, standin, srv):
     assert pids and not any(group_alive(p) for p in pids)
 
 
-def test_inprocess_shutdown_and_duplicates(tmp_path, standin, srv):
+def test_inprocess_shutdown_and_duplicates(tmp_path, srv):
     reg = tmp_path / "r.db"
     write_registry(str(reg), [http_row("pub", srv.url)])
     big = '{"command":"invoke","task_id":"big","params":{"action":"init","pad":"' + "x" * (17 << 20) + '"}}'
@@ -111,7 +105,7 @@ def test_inprocess_shutdown_and_duplicates(tmp_path, standin, srv):
     assert len([a for a in out if a["task_id"] == "s1"]) == 2
 
 
-def test_inprocess_registry_failure_and_events_file(tmp_path, standin):
+def test_inprocess_registry_failure_and_events_file(tmp_path):
     res = run_bkmcp("--resident", "--registry", str(tmp_path / "no" / "r.db"))
     assert res.exit_status == 1 and res.error_code == "registry_error" and res.stdout == ""
     write_registry(str(tmp_path / "r.db"), [])
@@ -130,7 +124,7 @@ class _Row:
         self.name, self.isolation, self.problem, self.enabled = name, isolation, None, True
 
 
-def _pool(tmp_path, standin_view, **opts):
+def _pool(tmp_path, **opts):
     registry = bkmcp.open_registry(str(tmp_path / "pool.db"), env={}, log=bkmcp.Log(sys.stderr), timeout=5.0)
     log = bkmcp.Log(sys.stderr)
     options = bkmcp.ResidentOptions(registry="x", **opts)
@@ -145,8 +139,8 @@ def _server(name):
     return bkmcp.resolve_server(config, {"PATH": "/usr/bin:/bin"})
 
 
-def test_pool_eviction_limit_reaping_and_backoff(tmp_path, standin):
-    pool = _pool(tmp_path, None, max_processes=2, max_user_processes=1, idle_timeout=0.05)
+def test_pool_eviction_limit_reaping_and_backoff(tmp_path):
+    pool = _pool(tmp_path, max_processes=2, max_user_processes=1, idle_timeout=0.05)
     try:
         a1 = pool.slot("a", _Row("s1"))
         first = pool.session(a1, _server("s1"), 30)
@@ -182,7 +176,7 @@ def test_pool_eviction_limit_reaping_and_backoff(tmp_path, standin):
         pool.session(pool.slot("d", _Row("s1")), _server("s1"), 30)
 
 
-def test_inprocess_credentials_timeouts_and_the_tools_cache(tmp_path, standin):
+def test_inprocess_credentials_timeouts_and_the_tools_cache(tmp_path):
     srv = MockServer({"tools": [mock_tool("slow", "slow", ms=3000), *DEFAULT_TOOLS], "versions": ["2025-11-25"]})
     srv.start()
     try:
@@ -214,7 +208,7 @@ class _BrokenOut:
         pass
 
 
-def test_a_broken_stdout_stops_serving_cleanly(tmp_path, standin):
+def test_a_broken_stdout_stops_serving_cleanly(tmp_path):
     import io
 
     write_registry(str(tmp_path / "r.db"), [])
@@ -225,11 +219,11 @@ def test_a_broken_stdout_stops_serving_cleanly(tmp_path, standin):
     assert status == 0
 
 
-def test_pool_reopens_a_dead_idle_child_and_reports_a_failed_start(tmp_path, standin):
+def test_pool_reopens_a_dead_idle_child_and_reports_a_failed_start(tmp_path):
     import os
     import signal
 
-    pool = _pool(tmp_path, None)
+    pool = _pool(tmp_path)
     try:
         slot = pool.slot("a", _Row("s1"))
         first = pool.session(slot, _server("s1"), 30)
