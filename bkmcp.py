@@ -6107,7 +6107,8 @@ def _pretty_json(value: Any, indent: int, width: int, start: int | None = None) 
         items = []
         for key, item in value.items():
             label = f"{_printable(dump_json(key))}: "
-            items.append(label + _pretty_json(item, indent + 2, width, indent + 2 + _cell_width(label)))
+            label_width = _cell_width(label) + 4 * label.count("'")  # the key is shell-quoted too
+            items.append(label + _pretty_json(item, indent + 2, width, indent + 2 + label_width))
         opening, closing = "{", "}"
     else:
         items = [_pretty_json(item, indent + 2, width) for item in value]
