@@ -155,3 +155,12 @@ def fake_engine(client_class: Any) -> dict[str, Any]:
         "usable_tools": lambda session, ctx, tools: (tools, list(getattr(session, "excluded", []))),
         "call_tool": lambda session, ctx, name, arguments, tool=None: session.call_tool(name, arguments),
     }
+
+
+def sigint_as_in_a_terminal() -> None:
+    """``preexec_fn`` for a child that a test interrupts with SIGINT: the disposition a terminal gives (a test run
+    started in the background of a non-interactive shell inherits SIGINT ignored, and Python then never raises
+    KeyboardInterrupt)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

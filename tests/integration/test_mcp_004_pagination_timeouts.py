@@ -231,10 +231,14 @@ def test_MCP_004_big_result_over_sse(mock):
 
 
 def _interrupt_after(seconds: float):
+    """Ctrl-C in this process after ``seconds`` (with the handler a terminal session has, even when the test run
+    inherited SIGINT ignored from a background shell)."""
     import os
     import signal
     import threading
 
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(seconds, lambda: os.kill(os.getpid(), signal.SIGINT))
     timer.start()
     return timer

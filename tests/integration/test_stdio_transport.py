@@ -518,8 +518,11 @@ def test_stdio_ctrl_c_sends_cancelled_then_shuts_down(stdio_mock, version):
     target = stdio_mock({"tools": [mock_tool("sleepy", "slow", ms=60000)]}, wrapper=wrapper,
                         protocol_version=version)
     env = {"HOME": os.environ.get("HOME", "/nonexistent"), "PATH": os.environ.get("PATH", "")}
+    from bkmcp_test_helpers import sigint_as_in_a_terminal
+
     proc = subprocess.Popen([sys.executable, str(ROOT / "bkmcp.py"), "--config", str(target.config), target.name,
-                             "sleepy", "--body", "{}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+                             "sleepy", "--body", "{}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                            preexec_fn=sigint_as_in_a_terminal)
     try:
         end = time.monotonic() + 20
         while target.count("tools/call") == 0 and time.monotonic() < end:
