@@ -3284,6 +3284,7 @@ class ChildProcess:
         self.proc = proc
         self.spawns += 1
         self.pid = proc.pid
+        self.returncode = None
         self._stderr_tail.clear()  # error details describe the current child
         self._stderr_reader = threading.Thread(target=self._read_stderr, args=(proc.stderr,),
                                                name="bkmcp-stdio-err", daemon=True)
@@ -3453,7 +3454,6 @@ class StdioTransport:
         self._start_lock = _thread.allocate_lock()
         self._reader: Any = None
         self._ended: BkmcpError | None = None  # why the current child's stream ended (exit, bad line)
-        self._exit_status: int | None = None
         self._sent_at = 0.0
         self._spent = False
 
@@ -3486,7 +3486,6 @@ class StdioTransport:
                 return
             proc = self.child.spawn()
             self._ended = None
-            self._exit_status = None
             if os.name == "posix":
                 os.set_blocking(proc.stdin.fileno(), False)  # writes wait in select(), bounded by the deadline
             self._reader = threading.Thread(target=self._read_stdout, args=(proc,), name="bkmcp-stdio-out",
@@ -3538,8 +3537,7 @@ class StdioTransport:
     def _end(self, proc: Any, error: BkmcpError | None) -> None:
         if proc is not self.child.proc or self._ended is not None:
             return
-        status = self.child.exit_status(0.5) if error is None else None
-        self._exit_status = status
+        status = self.child.exit_status(0.5) if error is None else None  # kept as child.returncode
         self._ended = error or ConnectionFailedError(self.child.describe_exit(status))
         self._lost()
 
@@ -3555,7 +3553,7 @@ class StdioTransport:
         if ended is not None and not isinstance(ended, ConnectionFailedError):
             error: BkmcpError = type(ended)(ended.message, hint=ended.hint, details=dict(ended.details))
             return _mark(error, sent=sent)
-        status = self._exit_status if ended is not None else self.child.exit_status(0.5)
+        status = self.child.returncode if ended is not None else self.child.exit_status(0.5)
         answer = f" before answering {method}" + (f" (id {request_id})" if request_id is not None else "")
         return _mark(self._with_stderr(_remedy(ConnectionFailedError(
             f"the stdio server {self.child.describe_exit(status)}{answer}",

@@ -28,36 +28,14 @@ import sqlite3  # noqa: E402
 
 import bkmcp  # noqa: E402
 
-# The SQLite registry schema of docs/contract.md §11.3, written by tests with raw sqlite3 (bkmcp creates the same
-# tables itself when a registry file is missing: tests/unit/test_registry.py compares them).
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS mcp_servers (
-  name TEXT PRIMARY KEY,
-  transport_type TEXT NOT NULL CHECK (transport_type IN ('stdio','http')),
-  command TEXT, args TEXT,
-  env_template TEXT,
-  url TEXT, headers TEXT,
-  isolation TEXT NOT NULL DEFAULT 'public' CHECK (isolation IN ('public','user')),
-  protocol_version TEXT,
-  enabled INTEGER NOT NULL DEFAULT 1);
-CREATE TABLE IF NOT EXISTS mcp_credentials (
-  server_name TEXT PRIMARY KEY REFERENCES mcp_servers(name), credentials TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS mcp_user_credentials (
-  user_id TEXT NOT NULL, server_name TEXT NOT NULL REFERENCES mcp_servers(name), credentials TEXT NOT NULL,
-  PRIMARY KEY (user_id, server_name));
-CREATE TABLE IF NOT EXISTS mcp_tools_cache (
-  server_name TEXT NOT NULL, user_id TEXT NOT NULL, tools TEXT NOT NULL, protocol_version TEXT,
-  fetched_at REAL NOT NULL, PRIMARY KEY (server_name, user_id));
-"""
-
-
 
 def write_registry(path: str, servers: list[dict[str, Any]], system: dict[str, dict] | None = None,
                    users: dict[tuple[str, str], dict] | None = None) -> None:
     """Write a registry file with raw sqlite3 (rows as dicts of the schema's columns; JSON columns as values)."""
     db = sqlite3.connect(path)
     try:
-        db.executescript(SCHEMA)
+        if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'mcp_servers'").fetchone() is None:
+            db.executescript(bkmcp.REGISTRY_SCHEMA)  # the schema bkmcp itself creates (docs/contract.md §11.3)
         for row in servers:
             values = dict(row)
             for column in ("args", "env_template", "headers"):
