@@ -1057,6 +1057,19 @@ class OpContext:
     renewed: bool = False
 
 
+# What the CLI's argv parser (section 11) hands to the schema flags (section 8). It lives here, not in section 8,
+# because every command line is parsed, and the pyz runs section 8 only when a tool's schema is used
+# (docs/building.md, deferred sections).
+@dataclass(frozen=True)
+class ToolToken:
+    """One tool option as typed after the tool name: ``--name value`` or ``--name=value``."""
+
+    name: str
+    value: str | None
+    has_equals: bool
+    raw: str
+
+
 def closest_names(name: str, candidates: Iterable[str], *, limit: int = 3) -> list[str]:
     """Close spellings of ``name`` among ``candidates`` (for "did you mean" hints)."""
     import difflib
@@ -4331,16 +4344,6 @@ RESERVED_OPTION_NAMES = frozenset(
     "help h check tools config body timeout jq context dry-run verbose v insecure format resident registry "
     "version".split()
 )
-
-
-@dataclass(frozen=True)
-class ToolToken:
-    """One tool option as typed after the tool name: ``--name value`` or ``--name=value``."""
-
-    name: str
-    value: str | None
-    has_equals: bool
-    raw: str
 
 
 # Rules (docs/contract.md §6, seed §6): flags are named exactly as the property; only declared simple types get a flag;
@@ -8530,11 +8533,8 @@ class _Runner:
         if inv.version:
             return self.emit_text(f"bkmcp {__version__}")
         check_invocation(inv)
-        if (inv.registry_import is not None or inv.registry_list) and not inv.help:
-            return run_registry_tool(inv, envr, self.log)
-        if inv.resident:
-            return run_resident(build_resident_options(inv), stdin=_binary_stdin(envr.stdin),
-                                stdout=_binary_stdout(envr.stdout), log=self.log, env=envr.env, stderr=envr.stderr)
+        if ((inv.registry_import is not None or inv.registry_list) and not inv.help) or inv.resident:
+            return self.run_resident_mode()
         config_path = resolve_config_path(inv.config, envr.env, envr.cwd)
         if inv.server is None:
             if inv.help or not any((inv.check, inv.tools, inv.tool)):
@@ -8551,6 +8551,21 @@ class _Runner:
         self.log.debug(f"server: {server_cfg.name} ({server_cfg.type})")
         if inv.tool is None and (inv.help or not (inv.check or inv.tools)):
             return self.emit_text(render_server_help(server_cfg))
+        return self.run_remote(server_cfg, jq)
+
+    def run_resident_mode(self) -> int:
+        """``--registry FILE --import/--list``, or ``--resident`` (docs/contract.md §11)."""
+        inv, envr = self.inv, self.envr
+        if (inv.registry_import is not None or inv.registry_list) and not inv.help:
+            return run_registry_tool(inv, envr, self.log)
+        return run_resident(build_resident_options(inv), stdin=_binary_stdin(envr.stdin),
+                            stdout=_binary_stdout(envr.stdout), log=self.log, env=envr.env, stderr=envr.stderr)
+
+    def run_remote(self, server_cfg: ServerConfig, jq: JqProgram | None) -> int:
+        """Everything past the help paths: resolve the server, then dry-run, check, tools or a tool call. The
+        help paths above stay free of the session engine (the pyz loads its sections on first use, see
+        docs/building.md)."""
+        inv, envr = self.inv, self.envr
         server = resolve_server(server_cfg, envr.env)
         for secret in server.redactor._secrets:
             self.redactor.add(secret)

@@ -163,12 +163,15 @@ def _extract_tree(archive: str, root: str, tree: str) -> bool:
 
 
 def lean_code(source: bytes, filename: str):  # type: ignore[no-untyped-def]
-    """bkmcp.py compiled without docstrings and function annotations, which nothing reads at run time (class
-    annotations stay: the records are built from them; asserts stay, unlike ``-OO``). Every start unmarshals
-    ~11 % less bytecode (~0.4 ms of `--help` on 3.11). Line numbers are unchanged, so tracebacks still point
-    at the right source lines. Used for the build Python's `.pyc` in the pyz and for the compiled cache.
-    The ``from __future__ import annotations`` stays: without it, CPython 3.14 keeps class annotations lazily
-    (PEP 649) instead of in the class ``__dict__`` where section 2's ``dataclass`` reads them."""
+    """bkmcp.py compiled for the pyz: without docstrings and function annotations, and with its engine and
+    resident sections deferred (see `defer_sections`).
+
+    Docstrings and function annotations are read by nothing at run time (class annotations stay: the records
+    are built from them; asserts stay, unlike ``-OO``); dropping them unmarshals ~11 % less bytecode. Line
+    numbers are unchanged, so tracebacks still point at the right source lines. Used for the build Python's
+    `.pyc` in the pyz and for the compiled cache. The ``from __future__ import annotations`` stays: without it,
+    CPython 3.14 keeps class annotations lazily (PEP 649) instead of in the class ``__dict__`` where section 2's
+    ``dataclass`` reads them."""
     import ast
 
     tree = ast.parse(source, filename)
@@ -185,7 +188,230 @@ def lean_code(source: bytes, filename: str):  # type: ignore[no-untyped-def]
             if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(
                     first.value.value, str):
                 node.body = body[1:] or [ast.copy_location(ast.Pass(), first)]
-    return compile(tree, filename, "exec", dont_inherit=True)
+    return compile(defer_sections(tree, source, filename, DEFERRED_SECTIONS), filename, "exec", dont_inherit=True)
+
+
+# -------------------------------------------------------------------------------------------- deferred sections
+# `bkmcp --help` must start within 2x of a bare interpreter, but bkmcp.py also holds the session engine, the
+# schema flags and the resident mode, which no help path runs: unmarshalling and executing them would be a third
+# of every start. The pyz therefore carries those sections as marshalled code, executed into the module's own
+# globals on first use. Nothing is rewritten but two things, both proven safe here rather than assumed:
+#   * every function of the other sections that names something a deferred section defines starts with
+#     ``if _bkmcp_lazy_N: _bkmcp_load(N)`` (cheap once loaded: one global lookup);
+#   * the module gets a ``__getattr__`` (PEP 562) that loads the section defining a missing attribute.
+# The build refuses (ValueError) what this cannot make exact: a deferred name used while the module is executed
+# (a base class, a decorator, a default value, a class attribute, a module-level lambda), a name bound both in a
+# deferred section and elsewhere, and deferred statements other than definitions (a call could change state the
+# rest of the module reads). Unit N (the Nth entry below) loads units 1..N-1 first, so sections always run in
+# source order, as a plain import runs them. tests/unit/test_deferred_sections.py checks the loaded module against
+# a plain import of bkmcp.py, name by name, and that the help paths load no unit.
+
+DEFERRED_SECTIONS = ((5, 6, 7, 8), (10,))  # bkmcp.py's banner numbers: engine and schema flags; resident mode
+
+_DEFERRED_SUPPORT = """
+def _bkmcp_load(unit, _lock=__import__("_thread").RLock(), _loading=[], _codes=CODES):
+    with _lock:
+        scope = globals()
+        for number, code in enumerate(_codes[:unit], 1):
+            flag = "_bkmcp_lazy_%d" % number
+            if scope[flag] and number not in _loading:
+                _loading.append(number)
+                try:
+                    exec(__import__("marshal").loads(code), scope)
+                finally:
+                    _loading.remove(number)
+                scope[flag] = False
+
+
+def __getattr__(name, _units=dict(UNITS)):
+    unit = _units.get(name)
+    if unit is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    _bkmcp_load(unit)
+    return globals()[name]
+"""
+
+
+def _sections_of(source: bytes) -> list[tuple[int, int]]:
+    """(first line, section number) of each ``# ====`` / ``# N. Title`` / ``# ====`` banner, in order."""
+    lines = source.decode("utf-8").splitlines()
+    found = []
+    for i in range(len(lines) - 2):
+        if lines[i].startswith("# ====") and lines[i + 2].startswith("# ===="):
+            head = lines[i + 1][2:].split(".", 1)[0]
+            if lines[i + 1].startswith("# ") and head.isdigit():
+                found.append((i + 1, int(head)))
+    return found
+
+
+def _loaded_names(node, skip_functions: bool):  # type: ignore[no-untyped-def]
+    """Names read in `node`, annotations left out (never evaluated under ``from __future__ import annotations``);
+    with `skip_functions`, only what runs when `node` itself runs: not function or lambda bodies."""
+    import ast
+
+    names, stack = set(), [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, ast.Name):
+            names.add(item.id)
+        elif isinstance(item, ast.AnnAssign):
+            stack.extend(x for x in (item.target, item.value) if x is not None)
+            continue
+        elif isinstance(item, ast.arg):
+            continue
+        elif skip_functions and isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            stack.extend(item.args.defaults + [d for d in item.args.kw_defaults if d is not None])
+            stack.extend(getattr(item, "decorator_list", []))
+            continue
+        stack.extend(ast.iter_child_nodes(item))
+    return names
+
+
+def _bound_names(statement):  # type: ignore[no-untyped-def]
+    """Module-level names one statement binds (a definition, an assignment, an import, an ``if`` of those)."""
+    import ast
+
+    if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {statement.name}
+    if isinstance(statement, (ast.Import, ast.ImportFrom)):
+        return {(alias.asname or alias.name).split(".")[0] for alias in statement.names}
+    if isinstance(statement, ast.If):
+        return set().union(*(_bound_names(s) for s in statement.body + statement.orelse))
+    names = set()
+    for node in ast.walk(statement):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names.add(node.id)
+        elif isinstance(node, ast.alias):
+            names.add((node.asname or node.name).split(".")[0])
+    return names
+
+
+def _check_deferrable(statement, where: str) -> None:  # type: ignore[no-untyped-def]
+    """A deferred statement must only define: running it later cannot change what the rest of the module saw."""
+    import ast
+
+    if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)):
+        return
+    if isinstance(statement, ast.If):
+        for inner in statement.body + statement.orelse:
+            _check_deferrable(inner, where)
+        return
+    if isinstance(statement, (ast.Assign, ast.AnnAssign)):
+        targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+        if all(isinstance(n, (ast.Name, ast.Tuple, ast.Store)) for t in targets for n in ast.walk(t)):
+            return
+    raise ValueError(f"{where} line {statement.lineno}: a deferred section may only define names, not run a "
+                     f"{type(statement).__name__}")
+
+
+def defer_sections(tree, source: bytes, filename: str, units):  # type: ignore[no-untyped-def]
+    """`tree` (bkmcp.py's module) with the sections listed in `units` (tuples of banner numbers) moved into
+    marshalled code that the module executes on first use (see the comment above). Returns the new tree."""
+    import __future__
+
+    import ast
+    import marshal
+
+    banners = _sections_of(source)
+    numbers = {n for _, n in banners}
+    missing = [n for unit in units for n in unit if n not in numbers]
+    if missing:
+        raise ValueError(f"{filename}: no banner for deferred section(s) {missing}")
+
+    def section(line: int) -> int:
+        current = 0
+        for first, number in banners:
+            if first <= line:
+                current = number
+        return current
+
+    unit_of_section = {n: k for k, unit in enumerate(units, 1) for n in unit}
+    kept, deferred = [], [[] for _ in units]  # type: ignore[var-annotated]
+    for statement in tree.body:
+        unit = unit_of_section.get(section(statement.lineno))
+        (kept if unit is None else deferred[unit - 1]).append(statement)
+    futures = [s for s in kept if isinstance(s, ast.ImportFrom) and s.module == "__future__"]
+    if not any(a.name == "annotations" for s in futures for a in s.names):
+        raise ValueError(f"{filename}: deferring sections needs `from __future__ import annotations`")
+
+    owner: dict[str, int] = {}  # deferred name -> its unit
+    for unit, statements in enumerate(deferred, 1):
+        for statement in statements:
+            _check_deferrable(statement, filename)
+            for name in _bound_names(statement):
+                if name in owner:
+                    raise ValueError(f"{filename} line {statement.lineno}: {name!r} is bound in two deferred places")
+                owner[name] = unit
+    for statement in kept:
+        clash = _bound_names(statement) & (set(owner) | {"__getattr__"})
+        if clash:
+            raise ValueError(f"{filename} line {statement.lineno}: {sorted(clash)} bound both in a deferred section "
+                             "and outside it (or __getattr__ defined)")
+    if any(name.startswith("_bkmcp_") for name in owner) or any(
+            name.startswith("_bkmcp_") for s in kept for name in _bound_names(s)):
+        raise ValueError(f"{filename}: the _bkmcp_ prefix is reserved for the deferred-section loader")
+
+    def guard_functions(node, top: bool) -> None:  # type: ignore[no-untyped-def]
+        """Refuse deferred names in code run at import; give each outermost function that names one its guard."""
+        for child in (node.body + getattr(node, "orelse", []) + getattr(node, "finalbody", [])
+                      + [s for h in getattr(node, "handlers", []) for s in h.body]):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                early = _loaded_names(child, skip_functions=True) & set(owner)
+                if early:
+                    raise ValueError(f"{filename} line {child.lineno}: {sorted(early)} (deferred) used in a decorator "
+                                     "or default value")
+                used = _loaded_names(child, skip_functions=False) & set(owner)
+                if used:
+                    unit = max(owner[name] for name in used)
+                    guard = ast.parse(f"if _bkmcp_lazy_{unit}: _bkmcp_load({unit})").body[0]
+                    for part in ast.walk(guard):
+                        ast.copy_location(part, child.body[0])
+                    child.body.insert(0, guard)
+            elif isinstance(child, ast.ClassDef):
+                early = set().union(*(_loaded_names(x, skip_functions=True) for x in child.bases
+                                      + child.keywords + child.decorator_list)) if (
+                    child.bases or child.keywords or child.decorator_list) else set()
+                early |= {n for s in child.body if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                                       ast.ClassDef))
+                          for n in _loaded_names(s, skip_functions=True)}
+                if early & set(owner):
+                    raise ValueError(f"{filename} line {child.lineno}: {sorted(early & set(owner))} (deferred) used "
+                                     "while the class is created")
+                guard_functions(child, top=False)
+            elif isinstance(child, (ast.If, ast.Try, ast.For, ast.While, ast.With)):
+                early = {n for part in ast.iter_child_nodes(child) if not isinstance(part, ast.stmt)
+                         for n in _loaded_names(part, skip_functions=True)}
+                if early & set(owner):
+                    raise ValueError(f"{filename} line {child.lineno}: {sorted(early & set(owner))} (deferred) used "
+                                     "at import")
+                guard_functions(child, top)
+            else:
+                early = _loaded_names(child, skip_functions=True) & set(owner)
+                lambdas = {n for part in ast.walk(child) if isinstance(part, ast.Lambda)
+                           for n in _loaded_names(part.body, skip_functions=False)} & set(owner)
+                if early or lambdas:
+                    raise ValueError(f"{filename} line {child.lineno}: {sorted(early | lambdas)} (deferred) used at "
+                                     "import or in a module-level lambda")
+
+    guard_functions(ast.Module(body=kept, type_ignores=[]), top=True)
+    flags = __future__.annotations.compiler_flag
+    codes = tuple(marshal.dumps(compile(ast.Module(body=statements, type_ignores=[]), filename, "exec",
+                                        flags=flags, dont_inherit=True)) for statements in deferred)
+    constants = {"CODES": codes, "UNITS": tuple(sorted(owner.items()))}
+
+    class Fill(ast.NodeTransformer):
+        def visit_Name(self, node):  # type: ignore[no-untyped-def]
+            return ast.Constant(constants[node.id]) if node.id in constants else node
+
+    support = Fill().visit(ast.parse(_DEFERRED_SUPPORT)).body
+    flags_set = [ast.parse(f"_bkmcp_lazy_{k} = True").body[0] for k in range(1, len(units) + 1)]
+    anchor = deferred[0][0] if deferred and deferred[0] else tree.body[0]
+    for node in flags_set + support:
+        for part in ast.walk(node):
+            ast.copy_location(part, anchor)
+    at = len(futures) and kept.index(futures[-1]) + 1
+    tree.body = kept[:at] + flags_set + support + kept[at:]
+    return tree
 
 
 VENDOR_ZIP = "_bkmcp_vendor.zip"  # build_zipapp.VENDOR_ZIP

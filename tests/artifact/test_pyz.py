@@ -364,17 +364,43 @@ def test_bkmcp_bytecode_is_lean_on_every_python(python: str, pyz_path: Path, pyz
     """bkmcp as every Python runs it from the pyz (the zip's .pyc on the build Python, the compiled cache on the
     others) carries no docstrings or function annotations, keeps class annotations (the records need them) and
     the source's line numbers, and still works."""
-    def_main = next(i for i, line in enumerate(program_source().read_text().splitlines(), 1)
-                    if line.startswith("def main("))
+    lines = program_source().read_text().splitlines()
+    def_main = next(i for i, line in enumerate(lines, 1) if line.startswith("def main("))
+    def_flags = next(i for i, line in enumerate(lines, 1) if line.startswith("def build_tool_flags("))  # deferred
     code = (f"if sys.implementation.cache_tag != {build_info['bytecode']['cache_tag']!r}:\n"
             f"    assert boot.use_compiled_cache({build_info['build_id']!r}, {str(pyz_path)!r})\n"
             "import bkmcp\n"
             "assert bkmcp.__doc__ is None and bkmcp.main.__doc__ is None and bkmcp.ToolFlag.__doc__ is None\n"
             "assert bkmcp.main.__annotations__ == {} and bkmcp.build_tool_flags.__annotations__ == {}\n"
             "assert list(bkmcp.ToolFlag.__annotations__) == ['name', 'kind', 'required', 'schema']\n"
-            "print(bkmcp.main.__code__.co_firstlineno, bkmcp.build_tool_flags({'inputSchema': {'properties': "
-            "{'q': {'type': 'string'}}}}).flags['q'].usage)\n")
+            "print(bkmcp.main.__code__.co_firstlineno, bkmcp.build_tool_flags.__code__.co_firstlineno,\n"
+            "      bkmcp.build_tool_flags({'inputSchema': {'properties': {'q': {'type': 'string'}}}})"
+            ".flags['q'].usage)\n")
     for _ in range(2):  # a non-build Python: the first run compiles the cache, the second loads it
         proc = run_in_pyz(python, pyz_path, code, env=pyz_env)
         assert proc.returncode == 0, proc.stderr
-        assert proc.stdout.split() == [str(def_main), "--q", "STRING"]
+        assert proc.stdout.split() == [str(def_main), str(def_flags), "--q", "STRING"]
+
+
+def test_help_runs_without_the_deferred_sections_on_every_python(python: str, pyz_path: Path, pyz_env: dict,
+                                                                  build_info: dict, tmp_path: Path) -> None:
+    """From the pyz (its .pyc on the build Python, the compiled cache on the others), `--help` executes neither the
+    engine nor the resident section (docs/building.md, deferred sections); `--dry-run` loads the engine only, and
+    an attribute of the resident section loads it."""
+    code = (f"if sys.implementation.cache_tag != {build_info['bytecode']['cache_tag']!r}:\n"
+            f"    assert boot.use_compiled_cache({build_info['build_id']!r}, {str(pyz_path)!r})\n"
+            "import io, bkmcp\n"
+            "out = io.StringIO()\n"
+            "assert bkmcp.main(['--help'], stdout=out, stderr=out) == 0 and 'Usage:' in out.getvalue()\n"
+            "print(bkmcp._bkmcp_lazy_1, bkmcp._bkmcp_lazy_2, 'McpSession' in vars(bkmcp))\n"
+            "dry = ['--config', sys.argv[1], 'demo', 'echo', '--body', '{}', '--dry-run']\n"
+            "assert bkmcp.main(dry, stdout=out, stderr=out) == 0, out.getvalue()\n"
+            "print(bkmcp._bkmcp_lazy_1, bkmcp._bkmcp_lazy_2)\n"
+            "print(bkmcp.ResidentServer.__module__, bkmcp._bkmcp_lazy_2)\n")
+    config = tmp_path / "mcp.json"
+    config.write_text('{"mcpServers": {"demo": {"type": "http", "url": "http://127.0.0.1:9/mcp"}}}')
+    for _ in range(2):  # a non-build Python: the first run compiles the cache, the second loads it
+        prelude = f"import sys; sys.argv[1:] = [{str(config)!r}]\n"
+        proc = run_in_pyz(python, pyz_path, prelude + code, env=pyz_env)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.splitlines() == ["True True False", "False True", "bkmcp False"]
