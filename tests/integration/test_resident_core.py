@@ -266,7 +266,7 @@ def test_slow_call_does_not_delay_a_fast_one_on_the_same_session(tmp_path, resid
 
 
 def test_waves_of_commands_beyond_the_idle_threads_all_run_at_once(tmp_path, resident, http_mock):
-    """Command threads are reused between commands (at most 64 wait idle): a wave of 70 slow calls still has every
+    """Command threads are reused between commands (at most 16 wait idle): a wave of 70 slow calls still has every
     call in flight on the server at the same time, a fast call sent after them is answered first, a duplicate
     task_id is answered at once; a second wave (served partly by reused threads) behaves the same."""
     srv = http_mock({"tools": [mock_tool("slow", "slow", ms=3000), *DEFAULT_TOOLS]})
@@ -278,7 +278,7 @@ def test_waves_of_commands_beyond_the_idle_threads_all_run_at_once(tmp_path, res
         slow = [res.send("call_tool", "u", task_id=f"{wave}-{i}", server_name="pub", tool_name="slow",
                          arguments={"text": f"{wave}-{i}"}) for i in range(70)]
         end = time.monotonic() + 60
-        while True:  # all 70 received and none finished: they run concurrently, not 64 (or 1) at a time
+        while True:  # all 70 received and none finished: they run concurrently, not 16 (or 1) at a time
             calls = [e for e in srv.requests("tools/call") if json.loads(e["body"])["params"]["name"] == "slow"
                      and json.loads(e["body"])["params"]["arguments"]["text"].startswith(wave)]
             if len(calls) == 70 and not any(e["done"] for e in calls):
