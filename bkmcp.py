@@ -5042,6 +5042,30 @@ def _build_validator(base: Any) -> tuple[Any, Any]:
     return validators.extend(extended, _guarded_validators(extended)), LocalOnlyResolver
 
 
+_RESOLVERS_PER_THREAD = 32
+
+
+def _take_resolver(state: Any, schema: dict[str, Any], cls: Any, resolver_class: Any) -> Any:
+    """A resolver for ``schema``: the one the last validation of this same schema object on this thread left
+    (building one costs more than validating a small schema), else a new one. It is taken out while in use."""
+    kept = getattr(state, "resolvers", None)
+    entry = kept.pop(id(schema), None) if kept is not None else None
+    if entry is not None and entry[0] is schema and entry[1] is resolver_class and entry[2] == cls.ID_OF(schema):
+        return entry[3]
+    return resolver_class.from_schema(schema, id_of=cls.ID_OF)
+
+
+def _keep_resolver(state: Any, schema: dict[str, Any], cls: Any, resolver_class: Any, resolver: Any) -> None:
+    """After a validation that ended normally (its scope stack is back to the schema's base URI; remote documents
+    are never fetched, so its store holds only the meta-schemas): the next validation may reuse it."""
+    kept = getattr(state, "resolvers", None)
+    if kept is None:
+        kept = state.resolvers = {}
+    elif len(kept) >= _RESOLVERS_PER_THREAD:
+        kept.clear()
+    kept[id(schema)] = (schema, resolver_class, cls.ID_OF(schema), resolver)
+
+
 def _schema_problems(
     schema: dict[str, Any], arguments: Mapping[str, Any], budget: _ValidationBudget | None = None
 ) -> list[dict[str, str]]:
@@ -5059,9 +5083,10 @@ def _schema_problems(
     state.budget = budget or _ValidationBudget(None)  # what the shared validator class checks, on this thread
     try:
         cls, resolver_class = _validator_class(schema)
-        resolver = resolver_class.from_schema(schema, id_of=cls.ID_OF)
+        resolver = _take_resolver(state, schema, cls, resolver_class)
         try:
             errors = list(cls(schema, resolver=resolver).iter_errors(arguments))
+            _keep_resolver(state, schema, cls, resolver_class, resolver)
         except (jexc.RefResolutionError, _NotLocal, McpTimeoutError):
             raise
         except (Exception, RecursionError):
@@ -6586,35 +6611,50 @@ class SqliteRegistry(Registry):
 
         with self._lock:
             try:
-                self._db.execute("BEGIN")
-                try:
-                    version = self._db.execute("PRAGMA data_version").fetchone()[0]
-                    if self._cached is None or version != self._version:
-                        columns = ", ".join(REGISTRY_COLUMNS)
-                        cursor = self._db.execute(f"SELECT {columns} FROM mcp_servers ORDER BY name")
-                        rows = [dict(zip(REGISTRY_COLUMNS, r)) for r in cursor]
-                        system = self._db.execute("SELECT server_name, credentials FROM mcp_credentials").fetchall()
-                        self._cached = _build_view(rows, system, (), source=self.source, log=self.log)
-                        self._version = version
-                        self._users.clear()
-                    if user_id is not None and user_id not in self._users:
-                        pairs = self._db.execute(
-                            "SELECT server_name, credentials FROM mcp_user_credentials WHERE user_id = ?", (user_id,)
-                        ).fetchall()
-                        own = _build_view((), (), pairs, source=self.source, log=self.log)
-                        if len(self._users) >= 4096:
-                            self._users.clear()
-                        self._users[user_id] = (own.user_credentials, own.credential_problems)
-                finally:
-                    self._db.execute("COMMIT")
+                # parsed already and no other connection committed since: one statement (its own read transaction)
+                known = self._cached is not None and (user_id is None or user_id in self._users) and \
+                    self._db.execute("PRAGMA data_version").fetchone()[0] == self._version
+                if not known:
+                    self._read(user_id)
             except sqlite3.Error as exc:
                 raise self._fail(exc, "read") from None
-            cached = self._cached
-            users, problems = self._users[user_id] if user_id is not None else ({}, {})
+            cached, users, problems = self._parts(user_id)
         return RegistryView(
             dict(cached.servers), dict(cached.system_credentials), dict(users),
             {**cached.credential_problems, **problems},
         )
+
+    def _read(self, user_id: str | None) -> None:
+        """Parse the registry again if another connection committed, and this user's credentials if not known;
+        in one transaction, under ``_lock``."""
+        self._db.execute("BEGIN")
+        try:
+            version = self._db.execute("PRAGMA data_version").fetchone()[0]
+            if self._cached is None or version != self._version:
+                columns = ", ".join(REGISTRY_COLUMNS)
+                cursor = self._db.execute(f"SELECT {columns} FROM mcp_servers ORDER BY name")
+                rows = [dict(zip(REGISTRY_COLUMNS, r)) for r in cursor]
+                system = self._db.execute("SELECT server_name, credentials FROM mcp_credentials").fetchall()
+                self._cached = _build_view(rows, system, (), source=self.source, log=self.log)
+                self._version = version
+                self._users.clear()
+            if user_id is not None and user_id not in self._users:
+                pairs = self._db.execute(
+                    "SELECT server_name, credentials FROM mcp_user_credentials WHERE user_id = ?", (user_id,)
+                ).fetchall()
+                own = _build_view((), (), pairs, source=self.source, log=self.log)
+                if len(self._users) >= 4096:
+                    self._users.clear()
+                self._users[user_id] = (own.user_credentials, own.credential_problems)
+        finally:
+            self._db.execute("COMMIT")
+
+    def _parts(self, user_id: str | None
+               ) -> tuple[RegistryView, dict[str, dict[str, str]], dict[tuple[str, str], BkmcpError]]:
+        """(the parsed registry, the user's credentials, their problems), under ``_lock``."""
+        assert self._cached is not None
+        users, problems = self._users[user_id] if user_id is not None else ({}, {})
+        return self._cached, users, problems
 
     def load_tools(self, server: RegistryServer | str, user_id: str | None) -> CachedTools | None:
         import sqlite3
@@ -6932,6 +6972,8 @@ RESIDENT_ACTIONS = ("init", "list_servers", "connect_server", "disconnect_server
 _NO_USER_ACTIONS = frozenset({"init", "list_servers", "shutdown"})
 _READ_CHUNK = 64 * 1024
 _MAX_COMMANDS_RUNNING = 4096  # commands executing at once; the reader waits (back-pressure) beyond it
+_IDLE_WORKERS = 16  # command threads kept waiting for the next command (starting a thread costs ~0.1 ms)
+_WORKER_IDLE_SECONDS = 30.0  # an idle command thread ends after this long without a command
 _RESTART_BACKOFF_MAX = 30.0
 _INJECTED_MAX = 64
 _INJECTED_PREFIX = 55
@@ -7162,6 +7204,8 @@ class _Slot:
         self.retry_at = 0.0
         self.last_error: BkmcpError | None = None
         self.open_lock = threading.Lock()
+        # the last resolution for this slot: (row, chosen credential, server, its fingerprint)
+        self.resolved: tuple[RegistryServer, dict[str, str], ResolvedServer, str] | None = None
 
 
 def _fingerprint(server: ResolvedServer) -> str:
@@ -7170,6 +7214,12 @@ def _fingerprint(server: ResolvedServer) -> str:
     material = dump_json([server.type, server.url, sorted(server.headers.items()), server.command, server.args,
                           sorted(server.env.items()), server.cwd, server.protocol_version])
     return hashlib.sha256(material.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _slot_fingerprint(slot: _Slot, server: ResolvedServer) -> str:
+    """``_fingerprint(server)``, kept on the slot when ``server`` is its last resolution."""
+    kept = slot.resolved
+    return kept[3] if kept is not None and kept[2] is server else _fingerprint(server)
 
 
 @dataclass
@@ -7215,6 +7265,23 @@ class SessionPool:
         for secret in server.redactor._secrets:
             self.log.redactor.add(secret, whole=False)
         return server
+
+    def use_server(self, view: Any, row: Any, user: str | None) -> tuple[_Slot, ResolvedServer]:
+        """The slot of this user's session of ``row`` and ``resolve``'s server. Resolving is a function of the row,
+        the chosen credential and the process environment only, so the slot keeps its last result and reuses it
+        while the row and the credential ``select_credential`` chooses now are equal to those it was made from."""
+        user_id = user if row.isolation == "user" else None
+        slot = self.peek(user, row)
+        kept = slot.resolved if slot is not None else None
+        if slot is not None and kept is not None and (kept[0] is row or kept[0] == row):
+            # the row resolved before, so it has no problem and is enabled: only the credential may differ
+            if select_credential(row, view=view, user_id=user_id) == kept[1]:
+                return slot, kept[2]
+        server = self.resolve(view, row, user)
+        credential = select_credential(row, view=view, user_id=user_id)
+        slot = self.slot(user, row)
+        slot.resolved = (row, credential, server, _fingerprint(server))
+        return slot, server
 
     def slot(self, user: str | None, row: Any) -> _Slot:
         key = ((user or "") if row.isolation == "user" else "", row.name)
@@ -7281,7 +7348,7 @@ class SessionPool:
         """The live session of ``slot``, opened (or reopened after a crash, a config change) on demand."""
         with slot.open_lock:
             session = slot.session
-            fingerprint = _fingerprint(server)
+            fingerprint = _slot_fingerprint(slot, server)
             if session is not None and (not session.alive or slot.fingerprint != fingerprint):
                 crashed = not session.alive
                 self.detach(slot, session)
@@ -7533,8 +7600,25 @@ def _platform_error(exc: BkmcpError, *, server: str | None = None, timeout: floa
     return exc
 
 
+class _Worker:
+    """One command thread. Between commands it waits on ``wake`` (held while it waits) for the next ``command``;
+    ``None`` ends it."""
+
+    __slots__ = ("command", "wake")
+
+    def __init__(self, command: _Command) -> None:
+        self.command: _Command | None = command
+        self.wake = _thread.allocate_lock()
+        self.wake.acquire()
+
+
 class ResidentServer:
-    """The resident process: reads commands, runs each on its own thread, writes one answer per line."""
+    """The resident process: reads commands, runs each on its own thread, writes one answer per line.
+
+    A command thread that finished its command waits a while for the next one (at most ``_IDLE_WORKERS`` wait),
+    so a steady stream of commands does not start a thread per command; a command that finds no idle thread
+    starts a new one, so commands still run concurrently, up to ``_MAX_COMMANDS_RUNNING``.
+    """
 
     def __init__(self, opts: ResidentOptions, *, registry: Any, stdout: Any, log: Log, events: EventSink,
                  env: Mapping[str, str]) -> None:
@@ -7550,7 +7634,10 @@ class ResidentServer:
         self._out_lock = threading.Lock()
         self._tasks: set[str] = set()
         self._tasks_lock = threading.Lock()
-        self._threads: set[Any] = set()
+        self._threads: set[Any] = set()  # every command thread alive, busy or idle
+        self._idle: list[_Worker] = []  # command threads waiting for a command (the last one is reused first)
+        self._running = 0  # commands dispatched whose answer is not written yet
+        self._ran = threading.Condition(self._tasks_lock)  # notified when ``_running`` drops to 0
         self._slots = threading.BoundedSemaphore(_MAX_COMMANDS_RUNNING)
         self._names: dict[str, dict[str, tuple[str, str]]] = {}  # user -> injected name -> (server, tool)
         self.stopping = threading.Event()
@@ -7648,14 +7735,58 @@ class ResidentServer:
             self.stopping.set()
             return
         self._slots.acquire()
-        thread = threading.Thread(target=self._run, args=(command,), name="bkmcp-command", daemon=True)
+        with self._tasks_lock:
+            self._running += 1
+            worker = self._idle.pop() if self._idle else None
+            if worker is not None:
+                worker.command = command
+        if worker is not None:
+            worker.wake.release()
+            return
+        worker = _Worker(command)
+        thread = threading.Thread(target=self._work, args=(worker,), name="bkmcp-command", daemon=True)
         with self._tasks_lock:
             self._threads.add(thread)
         thread.start()
 
-    def _run(self, command: _Command) -> None:
+    def _work(self, worker: _Worker) -> None:
+        """A command thread: its first command, then the ones handed to it while it waits idle."""
         import threading
 
+        try:
+            command = worker.command
+            while command is not None:
+                worker.command = None
+                self._run(command)
+                command = self._next(worker)
+        finally:
+            with self._tasks_lock:
+                self._threads.discard(threading.current_thread())
+
+    def _next(self, worker: _Worker) -> _Command | None:
+        """Wait idle for the next command; None (end the thread) when stopping, enough threads wait already, or
+        none came within ``_WORKER_IDLE_SECONDS``."""
+        with self._tasks_lock:
+            if self.stopping.is_set() or len(self._idle) >= _IDLE_WORKERS:
+                return None
+            self._idle.append(worker)
+        if not worker.wake.acquire(timeout=_WORKER_IDLE_SECONDS):
+            with self._tasks_lock:
+                if worker in self._idle:
+                    self._idle.remove(worker)
+                    return None
+            worker.wake.acquire()  # dispatch took this thread at the last moment: its command is being handed over
+        return worker.command
+
+    def _wake_idle(self) -> None:
+        """Stopping: idle command threads end now."""
+        with self._tasks_lock:
+            idle, self._idle = self._idle, []
+        for worker in idle:
+            worker.command = None
+            worker.wake.release()
+
+    def _run(self, command: _Command) -> None:
         try:
             try:
                 result = getattr(self, f"do_{command.action}")(command)
@@ -7679,23 +7810,24 @@ class ResidentServer:
         finally:
             with self._tasks_lock:
                 self._tasks.discard(command.task_id)
-                self._threads.discard(threading.current_thread())
+                self._running -= 1
+                if self._running == 0:
+                    self._ran.notify_all()
             self._slots.release()
 
     def drain(self, seconds: float) -> None:
         """EOF: let the commands already read finish (each bounded by its own timeout), at most ``seconds``."""
         end = time.monotonic() + seconds
-        while True:
-            with self._tasks_lock:
-                threads = list(self._threads)
-            if not threads or time.monotonic() >= end:
-                return
-            threads[0].join(max(0.0, min(0.5, end - time.monotonic())))
+        with self._tasks_lock:
+            while self._running and time.monotonic() < end:
+                self._ran.wait(max(0.0, min(0.5, end - time.monotonic())))
 
     def finish(self, grace: float) -> None:
-        """Close every session (calls in flight fail and are answered), then let command threads end."""
+        """Close every session (calls in flight fail and are answered), then let command threads end (``stopping``
+        is set: idle ones end now, busy ones after their answer)."""
         self.pool.close_all()
         end = time.monotonic() + grace
+        self._wake_idle()
         with self._tasks_lock:
             threads = list(self._threads)
         for thread in threads:
@@ -7725,8 +7857,7 @@ class ResidentServer:
         return timeout - (time.monotonic() - command.received)
 
     def _use(self, command: _Command, view: Any, row: Any) -> tuple[_Slot, ResolvedServer]:
-        server = self.pool.resolve(view, row, command.user_id)
-        return self.pool.slot(command.user_id, row), server
+        return self.pool.use_server(view, row, command.user_id)
 
     def _tools(self, command: _Command, view: Any, row: Any, *, refresh: bool = False,
                connect: bool = False) -> list[dict[str, Any]]:
@@ -7739,13 +7870,14 @@ class ResidentServer:
             live = slot.session
             refresh = refresh or (connect and (live is None or not live.alive))
             stale = live is not None and live.tools_stale
-            if not refresh and not stale and slot.tools is not None and slot.fingerprint == _fingerprint(server):
+            if not refresh and not stale and slot.tools is not None and \
+                    slot.fingerprint == _slot_fingerprint(slot, server):
                 return slot.tools
             if not refresh and not stale and slot.tools is None and live is None:
                 cached = self._load_cache(slot)
                 if cached is not None:
                     slot.tools = cached
-                    slot.fingerprint = _fingerprint(server)
+                    slot.fingerprint = _slot_fingerprint(slot, server)
                     return cached
             session = self.pool.session(slot, server, self._left(command, timeout))
             started = time.monotonic()

@@ -118,6 +118,56 @@ def test_per_user_http_server_headers_per_user(tmp_path, resident, http_mock):
     assert seen == {("u1", "t-one", "Bearer key-one-111", None), ("u2", "t-two", None, "key-two-222")}
 
 
+def test_registry_edits_between_two_calls_are_seen_by_the_next_call(tmp_path, resident, http_mock):
+    """Each command reads the registry as it is now: an edit committed by another connection between two calls
+    (credentials, a row, enabling, deleting) changes the very next call, though the resident keeps what it
+    resolved while nothing changed."""
+    import sqlite3
+
+    srv = http_mock()
+    rows = [http_row("crm", srv.url, isolation="user", headers={"X-Tenant": "${user.tenant}"}, _no_default=True),
+            http_row("pub", srv.url, headers={"X-Sys": "${user.k}"}), http_row("other", srv.url)]
+    reg = registry(tmp_path, rows, {"pub": {"k": "sys-one"}}, {("u1", "crm"): {"tenant": "t-one"}})
+    res = resident(reg)
+
+    def call(server: str, text: str) -> dict:
+        res.ok("call_tool", "u1", server_name=server, tool_name="echo", arguments={"text": text})
+        entry = next(e for e in srv.requests("tools/call") if json.loads(e["body"])["params"]["arguments"]["text"]
+                     == text)
+        return entry["headers"]
+
+    def edit(sql: str, *args) -> None:
+        db = sqlite3.connect(str(reg))
+        try:
+            db.execute(sql, args)
+            db.commit()
+        finally:
+            db.close()
+
+    assert call("crm", "a1")["x-tenant"] == "t-one" and call("crm", "a2")["x-tenant"] == "t-one"
+    assert call("pub", "b1")["x-sys"] == "sys-one"
+    edit("UPDATE mcp_user_credentials SET credentials = ? WHERE user_id = 'u1'", json.dumps({"tenant": "t-two"}))
+    assert call("crm", "a3")["x-tenant"] == "t-two"
+    edit("UPDATE mcp_credentials SET credentials = ? WHERE server_name = 'pub'", json.dumps({"k": "sys-two"}))
+    assert call("pub", "b2")["x-sys"] == "sys-two"
+    edit("UPDATE mcp_servers SET url = 'http://127.0.0.1:9/nowhere' WHERE name = 'other'")  # another row only
+    assert call("crm", "a4")["x-tenant"] == "t-two"
+    edit("UPDATE mcp_servers SET headers = ? WHERE name = 'crm'", json.dumps({"X-Tenant": "v-${user.tenant}"}))
+    assert call("crm", "a5")["x-tenant"] == "v-t-two"
+    edit("UPDATE mcp_servers SET enabled = 0 WHERE name = 'crm'")
+    off = res.ask("call_tool", "u1", server_name="crm", tool_name="echo", arguments={"text": "a6"})
+    assert off["error_code"] == "mcp_server_disabled"
+    edit("UPDATE mcp_servers SET enabled = 1 WHERE name = 'crm'")
+    assert call("crm", "a7")["x-tenant"] == "v-t-two"
+    edit("DELETE FROM mcp_user_credentials WHERE user_id = 'u1'")
+    gone = res.ask("call_tool", "u1", server_name="crm", tool_name="echo", arguments={"text": "a8"})
+    assert gone["error_code"] == "mcp_credentials_missing"
+    edit("INSERT INTO mcp_user_credentials VALUES ('u1', 'crm', ?)", json.dumps({"tenant": "t-one"}))
+    assert call("crm", "a9")["x-tenant"] == "v-t-one"
+    assert [json.loads(e["body"])["params"]["arguments"]["text"] for e in srv.requests("tools/call")] == \
+        ["a1", "a2", "b1", "a3", "b2", "a4", "a5", "a7", "a9"]
+
+
 def test_number_fidelity_and_is_error_is_success(tmp_path, resident, http_mock):
     srv = http_mock()
     res = resident(registry(tmp_path, [http_row("pub", srv.url)]))
@@ -213,6 +263,39 @@ def test_slow_call_does_not_delay_a_fast_one_on_the_same_session(tmp_path, resid
     res.wait(first)
     order = [a["task_id"] for a in res.answers if a["task_id"] in (first, second)]
     assert order == [second, first]
+
+
+def test_waves_of_commands_beyond_the_idle_threads_all_run_at_once(tmp_path, resident, http_mock):
+    """Command threads are reused between commands (at most 16 wait idle): a wave of 70 slow calls still has every
+    call in flight on the server at the same time, a fast call sent after them is answered first, a duplicate
+    task_id is answered at once; a second wave (served partly by reused threads) behaves the same."""
+    srv = http_mock({"tools": [mock_tool("slow", "slow", ms=3000), *DEFAULT_TOOLS]})
+    res = resident(registry(tmp_path, [http_row("pub", srv.url)]))
+    res.ok("list_tools", "u")
+    for i in range(5):  # sequential commands: one thread serves them one after the other
+        res.ok("call_tool", "u", server_name="pub", tool_name="echo", arguments={"text": f"warm{i}"})
+    for wave in ("w1", "w2"):
+        slow = [res.send("call_tool", "u", task_id=f"{wave}-{i}", server_name="pub", tool_name="slow",
+                         arguments={"text": f"{wave}-{i}"}) for i in range(70)]
+        end = time.monotonic() + 60
+        while True:  # all 70 received and none finished: they run concurrently, not 16 (or 1) at a time
+            calls = [e for e in srv.requests("tools/call") if json.loads(e["body"])["params"]["name"] == "slow"
+                     and json.loads(e["body"])["params"]["arguments"]["text"].startswith(wave)]
+            if len(calls) == 70 and not any(e["done"] for e in calls):
+                break
+            assert time.monotonic() < end and not any(e["done"] for e in calls), "the slow calls did not overlap"
+            time.sleep(0.02)
+        res.send_raw((json.dumps(res.command("call_tool", "u", task_id=slow[0], server_name="pub",
+                                             tool_name="echo", arguments={"text": "dup"})) + "\n").encode())
+        fast = res.send("call_tool", "u", server_name="pub", tool_name="echo", arguments={"text": f"{wave}-fast"})
+        assert res.wait(slow[0])["error_code"] == "duplicate_task_id"
+        assert res.wait(fast)["success"] is True
+        assert all(res.wait(t)["success"] is True for t in slow)
+        order = [a["task_id"] for a in res.answers if a["task_id"] in (fast, *slow)]
+        assert order[:2] == [slow[0], fast] and len(order) == 72  # the duplicate, the fast call, then the wave
+    assert len(srv.requests("tools/call")) == 5 + 2 * 71
+    assert res.close() == []
+    assert res.exit_status() == 0
 
 
 def test_duplicate_task_id_is_answered_at_once_and_the_original_still_runs(tmp_path, resident, http_mock):

@@ -240,3 +240,121 @@ def test_pool_reopens_a_dead_idle_child_and_reports_a_failed_start(tmp_path):
         assert bad.last_error is not None and bad.session is None and not bad.opening
     finally:
         pool.close_all()
+
+
+# -- command threads, driven directly ---------------------------------------------------------------------------
+
+
+class _Answers:
+    """A binary stdout that collects answer lines; ``wait(task_id)`` blocks (bounded) for one."""
+
+    def __init__(self):
+        import threading
+
+        self.lines = []
+        self._cond = threading.Condition()
+
+    def write(self, data):
+        with self._cond:
+            self.lines.append(json.loads(data))
+            self._cond.notify_all()
+
+    def flush(self):
+        pass
+
+    def wait(self, task_id):
+        end = time.monotonic() + 60
+        with self._cond:
+            while not any(a["task_id"] == task_id for a in self.lines):
+                assert time.monotonic() < end, f"no answer for {task_id}"
+                self._cond.wait(0.5)
+            return next(a for a in self.lines if a["task_id"] == task_id)
+
+
+def _until(condition):
+    end = time.monotonic() + 60  # a safety net, never a performance threshold
+    while not condition():
+        assert time.monotonic() < end, "condition never met"
+        time.sleep(0.01)
+
+
+def _resident_server(tmp_path, rows):
+    import io
+
+    write_registry(str(tmp_path / "r.db"), rows)
+    log = bkmcp.Log(io.StringIO())
+    opts = bkmcp.ResidentOptions(registry=str(tmp_path / "r.db"))
+    registry = bkmcp.open_registry(opts.registry, env={}, log=log, timeout=5.0)
+    out = _Answers()
+    server = bkmcp.ResidentServer(opts, registry=registry, stdout=out, log=log,
+                                  events=bkmcp.EventSink(None, log.redactor), env={"PATH": "/usr/bin:/bin"})
+    return server, out, registry
+
+
+def test_command_threads_are_reused_capped_and_ended_by_the_finish(tmp_path, monkeypatch):
+    monkeypatch.setattr(bkmcp, "_WORKER_IDLE_SECONDS", 600.0)
+    monkeypatch.setattr(bkmcp, "_IDLE_WORKERS", 2)
+    srv = MockServer({"tools": [mock_tool("slow", "slow", ms=500), *DEFAULT_TOOLS]})
+    srv.start()
+    server, out, registry = _resident_server(tmp_path, [http_row("pub", srv.url)])
+    try:
+        server.dispatch(line("a", "list_tools", "u").encode())
+        assert out.wait("a")["success"] is True
+        _until(lambda: len(server._idle) == 1)
+        first = set(server._threads)
+        for task in ("b", "c", "d"):  # one after the other: the same thread serves each
+            server.dispatch(line(task, "call_tool", "u", server_name="pub", tool_name="echo",
+                                 arguments={"text": task}).encode())
+            assert out.wait(task)["success"] is True
+            _until(lambda: len(server._idle) == 1)
+            assert set(server._threads) == first
+        # six at once: new threads start (none waits for a free one); afterwards at most 2 stay, idle
+        tasks = [f"s{i}" for i in range(6)]
+        for task in tasks:
+            server.dispatch(line(task, "call_tool", "u", server_name="pub", tool_name="slow", arguments={}).encode())
+        _until(lambda: len(server._threads) == 6)
+        assert all(out.wait(task)["success"] is True for task in tasks)
+        _until(lambda: len(server._threads) <= 2 and len(server._idle) == len(server._threads))
+        old = set(server._threads)
+        # the idle threads would wait 600 s more: the finish ends them now
+        server.stopping.set()
+        server.finish(grace=5.0)
+        assert server._threads == set() and server._idle == []
+        assert not any(thread.is_alive() for thread in old | first)
+    finally:
+        server.pool.close_all()
+        registry.close()
+        srv.stop()
+
+
+def test_an_idle_command_thread_ends_after_its_idle_time(tmp_path, srv, monkeypatch):
+    monkeypatch.setattr(bkmcp, "_WORKER_IDLE_SECONDS", 0.05)
+    server, out, registry = _resident_server(tmp_path, [http_row("pub", srv.url)])
+    try:
+        server.dispatch(line("a", "list_servers").encode())
+        assert out.wait("a")["success"] is True
+        _until(lambda: not server._threads)
+        assert server._idle == []
+        server.dispatch(line("b", "list_servers").encode())  # a new thread
+        assert out.wait("b")["success"] is True
+    finally:
+        server.stopping.set()
+        server.finish(grace=5.0)
+        registry.close()
+    assert server._threads == set()
+
+
+def test_eof_ends_every_command_thread_before_run_resident_returns(tmp_path, srv):
+    import threading
+
+    reg = tmp_path / "r.db"
+    write_registry(str(reg), [http_row("pub", srv.url)])
+    before = set(threading.enumerate())
+    stdin = "\n".join([line("w", "list_tools", "u")]
+                      + [line(f"c{i}", "call_tool", "u", server_name="pub", tool_name="echo", arguments={"text": "x"})
+                         for i in range(20)] + [line(f"l{i}", "list_servers") for i in range(20)]) + "\n"
+    res = run_bkmcp("--resident", "--registry", str(reg), stdin=stdin)
+    assert res.exit_status == 0
+    got = answers(res)
+    assert len(got) == 41 and all(a["success"] for a in got.values())
+    assert [t for t in threading.enumerate() if t not in before and t.name == "bkmcp-command"] == []

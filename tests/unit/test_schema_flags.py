@@ -743,3 +743,44 @@ def test_the_validator_class_is_built_once_and_budgets_stay_per_thread() -> None
     for thread in threads:
         thread.join(30)
     assert outcomes == {i: ("mcp_timeout" if i == 3 else "full") for i in range(8)}
+
+
+def test_a_resolver_is_reused_per_schema_object_and_thread_with_the_same_answers() -> None:
+    """The resolver of a schema (its $id scope and local $refs) is kept per thread for the same schema object:
+    repeated validations, also after one stopped midway by its deadline, give exactly a fresh schema's answers;
+    another thread, or an equal copy of the schema, gets its own."""
+    import copy
+    import threading
+
+    schema = copy.deepcopy(PYDANTIC["inputSchema"])
+    schema["$id"] = "https://example.com/greet/"
+    schema["properties"]["nested"] = {"type": "object", "properties": {"color": {"$ref": "#/$defs/Color"}}}
+    tool = {"name": "greet", "inputSchema": schema}
+    bad = {"name": "a", "mode": "c", "nested": {"color": "pink"}, "shape": {"name": "s", "points": [{"x": "1"}]}}
+
+    def problems(t: dict[str, Any], args: dict[str, Any], deadline: Any = None) -> Any:
+        try:
+            return validate_arguments(t, args, deadline=deadline).scope
+        except InvalidArgumentsError as exc:
+            return exc.details["problems"]
+
+    expected = problems({"name": "greet", "inputSchema": copy.deepcopy(schema)}, bad)
+    assert [p["path"] for p in expected] == ["$.mode", "$.nested.color", "$.shape.points[0].x"]
+    assert problems(tool, bad) == expected
+    state = bkmcp._validation_state()
+    kept = state.resolvers[id(schema)][3]
+    for _ in range(3):
+        assert problems(tool, {"name": "a", "mode": "a", "nested": {"color": "red"}}) == "full"
+        assert problems(tool, bad) == expected
+    assert state.resolvers[id(schema)][3] is kept  # the same resolver served every one of them
+    ticks = iter([0.0] + [0.5] * 3 + [2.0] * 1000)
+    with pytest.raises(bkmcp.McpTimeoutError):
+        validate_arguments(tool, bad, deadline=bkmcp.Deadline(1.0, clock=lambda: next(ticks)))
+    assert id(schema) not in state.resolvers  # stopped midway: that resolver is dropped, not kept
+    assert problems(tool, bad) == expected and state.resolvers[id(schema)][3] is not kept
+    other: dict[str, Any] = {}
+    worker = threading.Thread(target=lambda: other.update(
+        answer=problems(tool, bad), resolver=bkmcp._validation_state().resolvers[id(schema)][3]))
+    worker.start()
+    worker.join()
+    assert other["answer"] == expected and other["resolver"] is not state.resolvers[id(schema)][3]
