@@ -7747,7 +7747,19 @@ class ResidentServer:
         thread = threading.Thread(target=self._work, args=(worker,), name="bkmcp-command", daemon=True)
         with self._tasks_lock:
             self._threads.add(thread)
-        thread.start()
+        try:
+            thread.start()
+        except RuntimeError:  # no thread to be had (ulimit -u, memory): this command is answered, not lost
+            with self._tasks_lock:
+                self._threads.discard(thread)
+                self._tasks.discard(command.task_id)
+                self._running -= 1
+                if self._running == 0:
+                    self._ran.notify_all()
+            self._slots.release()
+            self.fail(command.task_id, ResourceLimitError(
+                "no thread could be started for this command (the system's thread or memory limit is reached); it "
+                "was not run: retry it when fewer commands run", hint="retry when fewer commands run"))
 
     def _work(self, worker: _Worker) -> None:
         """A command thread: its first command, then the ones handed to it while it waits idle."""

@@ -358,3 +358,37 @@ def test_eof_ends_every_command_thread_before_run_resident_returns(tmp_path, srv
     got = answers(res)
     assert len(got) == 41 and all(a["success"] for a in got.values())
     assert [t for t in threading.enumerate() if t not in before and t.name == "bkmcp-command"] == []
+
+
+def test_a_command_that_gets_no_thread_is_answered_and_the_process_keeps_serving(tmp_path, srv, monkeypatch):
+    """``ulimit -u`` reached: Thread.start raises. The command is answered with resource_limit (never lost), its
+    task_id is free again, and the next command runs."""
+    import threading
+
+    server, out, registry = _resident_server(tmp_path, [http_row("pub", srv.url)])
+    real_start = threading.Thread.start
+
+    def refuse(thread):
+        if thread.name == "bkmcp-command":
+            raise RuntimeError("can't start new thread")
+        return real_start(thread)
+
+    try:
+        monkeypatch.setattr(threading.Thread, "start", refuse)
+        server.dispatch(line("a", "call_tool", "u", server_name="pub", tool_name="echo",
+                             arguments={"text": "x"}).encode())
+        refused = out.wait("a")
+        assert refused["success"] is False and refused["error_code"] == "resource_limit"
+        assert "was not run" in refused["error"]
+        assert server._running == 0 and server._threads == set() and "a" not in server._tasks
+        monkeypatch.setattr(threading.Thread, "start", real_start)
+        server.dispatch(line("a", "call_tool", "u", server_name="pub", tool_name="echo",
+                             arguments={"text": "again"}).encode())
+        _until(lambda: len([a for a in out.lines if a["task_id"] == "a"]) == 2)
+        assert [a for a in out.lines if a["task_id"] == "a"][1]["success"] is True
+        calls = [json.loads(entry["body"]) for entry in srv.requests("tools/call")]
+        assert [c["params"]["arguments"]["text"] for c in calls] == ["again"]  # the refused one was never sent
+    finally:
+        server.stopping.set()
+        server.finish(grace=5.0)
+        registry.close()
