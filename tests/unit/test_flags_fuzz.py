@@ -360,9 +360,11 @@ def _one_shell_word(line: str) -> bool:
 
 def _is_json_pair_line(line: str) -> bool:
     """A line of the pretty --body example holding one ``"key": scalar`` (or one scalar, or an empty array or
-    object): it cannot be broken."""
+    object, or one key opening an array or object): it cannot be broken."""
     base = line.strip().removesuffix(",").replace("'\"'\"'", "'")
     texts = {base, base.removesuffix("}'"), base.removesuffix("]")}  # the last line may close the example
+    if base.endswith(("[", "{")):  # `"key": [`: the key is one JSON string, its value starts on the next line
+        texts.add(base + ("]" if base.endswith("[") else "}"))
     for candidate in [wrap[0] + text + wrap[1] for text in texts for wrap in ("{}", "[]")]:
         try:
             value = parse_json(candidate)
@@ -379,6 +381,9 @@ def _is_json_pair_line(line: str) -> bool:
 @example({"name": "a", "title": "", "description": "", "inputSchema": {"type": "object", "properties": {"a": {
     "type": "string", "default": [{"0000'\U00010324\U00018d09\U0002ebe1": [None, None, None, None]}]}},
     "required": []}})  # found by CI: a key with ' is shell-quoted (+4 columns) and its value must break
+@example({"name": "a", "title": "", "description": "", "inputSchema": {"type": "object", "properties": {"a": {
+    "type": "string", "default": [[{"\x1f\x1f\x1f\U00012544\U00018cd6\U00018d09\U0001b2fc": [None]}]]}},
+    "required": []}})  # found by CI: a 66-column escaped key opening an array is one unbreakable 81-column line
 def test_d02_help_lines_fit_80_columns(tool: dict[str, Any]) -> None:
     """D02: with any descriptions (CJK, long words, blank lines), a help line wider than 80 columns is a single
     unbreakable token; the --body example is valid JSON."""
