@@ -232,9 +232,10 @@ def __getattr__(name, _units=dict(UNITS)):
 """
 
 
-def _sections_of(source: bytes) -> list[tuple[int, int]]:
-    """(first line, section number) of each ``# ====`` / ``# N. Title`` / ``# ====`` banner, in order."""
-    lines = source.decode("utf-8").splitlines()
+def section_starts(source: bytes | str) -> list[tuple[int, int]]:
+    """(first line, section number) of each ``# ====`` / ``# N. Title`` / ``# ====`` banner of bkmcp.py, in order
+    (also what tests/unit/test_session_core.py's section rule reads)."""
+    lines = (source.decode("utf-8") if isinstance(source, bytes) else source).splitlines()
     found = []
     for i in range(len(lines) - 2):
         if lines[i].startswith("# ====") and lines[i + 2].startswith("# ===="):
@@ -244,9 +245,15 @@ def _sections_of(source: bytes) -> list[tuple[int, int]]:
     return found
 
 
+def section_of(starts: list[tuple[int, int]], line: int) -> int:
+    """The number of the section holding `line` (0 above the first banner)."""
+    return max((number for first, number in starts if first <= line), default=0)
+
+
 def _loaded_names(node, skip_functions: bool):  # type: ignore[no-untyped-def]
-    """Names read in `node`, annotations left out (never evaluated under ``from __future__ import annotations``);
-    with `skip_functions`, only what runs when `node` itself runs: not function or lambda bodies."""
+    """Names used in `node`, read or bound (a local of a deferred name's name counts too: over-counting only costs a
+    guard), annotations left out (never evaluated under ``from __future__ import annotations``); with
+    `skip_functions`, only what runs when `node` itself runs: not function or lambda bodies."""
     import ast
 
     names, stack = set(), [node]
@@ -312,23 +319,15 @@ def defer_sections(tree, source: bytes, filename: str, units):  # type: ignore[n
     import ast
     import marshal
 
-    banners = _sections_of(source)
-    numbers = {n for _, n in banners}
+    starts = section_starts(source)
+    numbers = {n for _, n in starts}
     missing = [n for unit in units for n in unit if n not in numbers]
     if missing:
         raise ValueError(f"{filename}: no banner for deferred section(s) {missing}")
-
-    def section(line: int) -> int:
-        current = 0
-        for first, number in banners:
-            if first <= line:
-                current = number
-        return current
-
     unit_of_section = {n: k for k, unit in enumerate(units, 1) for n in unit}
     kept, deferred = [], [[] for _ in units]  # type: ignore[var-annotated]
     for statement in tree.body:
-        unit = unit_of_section.get(section(statement.lineno))
+        unit = unit_of_section.get(section_of(starts, statement.lineno))
         (kept if unit is None else deferred[unit - 1]).append(statement)
     futures = [s for s in kept if isinstance(s, ast.ImportFrom) and s.module == "__future__"]
     if not any(a.name == "annotations" for s in futures for a in s.names):
@@ -342,25 +341,26 @@ def defer_sections(tree, source: bytes, filename: str, units):  # type: ignore[n
                 if name in owner:
                     raise ValueError(f"{filename} line {statement.lineno}: {name!r} is bound in two deferred places")
                 owner[name] = unit
+    deferred_names = set(owner)
     for statement in kept:
-        clash = _bound_names(statement) & (set(owner) | {"__getattr__"})
+        clash = _bound_names(statement) & (deferred_names | {"__getattr__"})
         if clash:
             raise ValueError(f"{filename} line {statement.lineno}: {sorted(clash)} bound both in a deferred section "
                              "and outside it (or __getattr__ defined)")
-    if any(name.startswith("_bkmcp_") for name in owner) or any(
+    if any(name.startswith("_bkmcp_") for name in deferred_names) or any(
             name.startswith("_bkmcp_") for s in kept for name in _bound_names(s)):
         raise ValueError(f"{filename}: the _bkmcp_ prefix is reserved for the deferred-section loader")
 
-    def guard_functions(node, top: bool) -> None:  # type: ignore[no-untyped-def]
+    def guard_functions(node) -> None:  # type: ignore[no-untyped-def]
         """Refuse deferred names in code run at import; give each outermost function that names one its guard."""
         for child in (node.body + getattr(node, "orelse", []) + getattr(node, "finalbody", [])
                       + [s for h in getattr(node, "handlers", []) for s in h.body]):
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                early = _loaded_names(child, skip_functions=True) & set(owner)
+                early = _loaded_names(child, skip_functions=True) & deferred_names
                 if early:
                     raise ValueError(f"{filename} line {child.lineno}: {sorted(early)} (deferred) used in a decorator "
                                      "or default value")
-                used = _loaded_names(child, skip_functions=False) & set(owner)
+                used = _loaded_names(child, skip_functions=False) & deferred_names
                 if used:
                     unit = max(owner[name] for name in used)
                     guard = ast.parse(f"if _bkmcp_lazy_{unit}: _bkmcp_load({unit})").body[0]
@@ -368,32 +368,28 @@ def defer_sections(tree, source: bytes, filename: str, units):  # type: ignore[n
                         ast.copy_location(part, child.body[0])
                     child.body.insert(0, guard)
             elif isinstance(child, ast.ClassDef):
-                early = set().union(*(_loaded_names(x, skip_functions=True) for x in child.bases
-                                      + child.keywords + child.decorator_list)) if (
-                    child.bases or child.keywords or child.decorator_list) else set()
-                early |= {n for s in child.body if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef,
-                                                                       ast.ClassDef))
-                          for n in _loaded_names(s, skip_functions=True)}
-                if early & set(owner):
-                    raise ValueError(f"{filename} line {child.lineno}: {sorted(early & set(owner))} (deferred) used "
-                                     "while the class is created")
-                guard_functions(child, top=False)
+                run_now = [*child.bases, *child.keywords, *child.decorator_list] + [
+                    s for s in child.body if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+                early = {n for part in run_now for n in _loaded_names(part, skip_functions=True)} & deferred_names
+                if early:
+                    raise ValueError(f"{filename} line {child.lineno}: {sorted(early)} (deferred) used while the class "
+                                     "is created")
+                guard_functions(child)
             elif isinstance(child, (ast.If, ast.Try, ast.For, ast.While, ast.With)):
                 early = {n for part in ast.iter_child_nodes(child) if not isinstance(part, ast.stmt)
-                         for n in _loaded_names(part, skip_functions=True)}
-                if early & set(owner):
-                    raise ValueError(f"{filename} line {child.lineno}: {sorted(early & set(owner))} (deferred) used "
-                                     "at import")
-                guard_functions(child, top)
+                         for n in _loaded_names(part, skip_functions=True)} & deferred_names
+                if early:
+                    raise ValueError(f"{filename} line {child.lineno}: {sorted(early)} (deferred) used at import")
+                guard_functions(child)
             else:
-                early = _loaded_names(child, skip_functions=True) & set(owner)
+                early = _loaded_names(child, skip_functions=True) & deferred_names
                 lambdas = {n for part in ast.walk(child) if isinstance(part, ast.Lambda)
-                           for n in _loaded_names(part.body, skip_functions=False)} & set(owner)
+                           for n in _loaded_names(part.body, skip_functions=False)} & deferred_names
                 if early or lambdas:
                     raise ValueError(f"{filename} line {child.lineno}: {sorted(early | lambdas)} (deferred) used at "
                                      "import or in a module-level lambda")
 
-    guard_functions(ast.Module(body=kept, type_ignores=[]), top=True)
+    guard_functions(ast.Module(body=kept, type_ignores=[]))
     flags = __future__.annotations.compiler_flag
     codes = tuple(marshal.dumps(compile(ast.Module(body=statements, type_ignores=[]), filename, "exec",
                                         flags=flags, dont_inherit=True)) for statements in deferred)

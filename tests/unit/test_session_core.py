@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 import bkmcp
+import zipapp_support
 from bkmcp import (
     Answered,
     ClientSession,
@@ -330,12 +331,10 @@ def test_library_errors_are_neutral_and_the_cli_words_them():
 
 def sections_and_violations(source: str) -> tuple[list[tuple[int, int]], list[tuple[int, str, int, int]]]:
     """(section starts, references of a section to a name defined in a section below it)."""
-    lines = source.splitlines()
-    starts = [(i, int(m.group(1))) for i, line in enumerate(lines, 1)
-              if (m := re.match(r"^# (\d+)\. ", line)) and i > 1 and lines[i - 2].startswith("# =====")]
+    starts = zipapp_support.section_starts(source)  # what a section is: the build's deferred sections read it too
 
     def section_of(lineno: int) -> int:
-        return max((num for start, num in starts if lineno >= start), default=0)
+        return zipapp_support.section_of(starts, lineno)
 
     tree = ast.parse(source)
     defined: dict[str, int] = {}
