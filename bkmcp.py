@@ -6618,7 +6618,9 @@ class SqliteRegistry(Registry):
                     self._read(user_id)
             except sqlite3.Error as exc:
                 raise self._fail(exc, "read") from None
-            cached, users, problems = self._parts(user_id)
+            cached = self._cached
+            assert cached is not None
+            users, problems = self._users[user_id] if user_id is not None else ({}, {})
         return RegistryView(
             dict(cached.servers), dict(cached.system_credentials), dict(users),
             {**cached.credential_problems, **problems},
@@ -6648,13 +6650,6 @@ class SqliteRegistry(Registry):
                 self._users[user_id] = (own.user_credentials, own.credential_problems)
         finally:
             self._db.execute("COMMIT")
-
-    def _parts(self, user_id: str | None
-               ) -> tuple[RegistryView, dict[str, dict[str, str]], dict[tuple[str, str], BkmcpError]]:
-        """(the parsed registry, the user's credentials, their problems), under ``_lock``."""
-        assert self._cached is not None
-        users, problems = self._users[user_id] if user_id is not None else ({}, {})
-        return self._cached, users, problems
 
     def load_tools(self, server: RegistryServer | str, user_id: str | None) -> CachedTools | None:
         import sqlite3
@@ -7752,11 +7747,7 @@ class ResidentServer:
         except RuntimeError:  # no thread to be had (ulimit -u, memory): this command is answered, not lost
             with self._tasks_lock:
                 self._threads.discard(thread)
-                self._tasks.discard(command.task_id)
-                self._running -= 1
-                if self._running == 0:
-                    self._ran.notify_all()
-            self._slots.release()
+            self._ended(command)
             self.fail(command.task_id, ResourceLimitError(
                 "no thread could be started for this command (the system's thread or memory limit is reached); it "
                 "was not run: retry it when fewer commands run", hint="retry when fewer commands run"))
@@ -7820,12 +7811,16 @@ class ResidentServer:
             else:
                 self.fail(command.task_id, error)
         finally:
-            with self._tasks_lock:
-                self._tasks.discard(command.task_id)
-                self._running -= 1
-                if self._running == 0:
-                    self._ran.notify_all()
-            self._slots.release()
+            self._ended(command)
+
+    def _ended(self, command: _Command) -> None:
+        """A dispatched command is over: its task_id may be used again, and it no longer counts as running."""
+        with self._tasks_lock:
+            self._tasks.discard(command.task_id)
+            self._running -= 1
+            if self._running == 0:
+                self._ran.notify_all()
+        self._slots.release()
 
     def drain(self, seconds: float) -> None:
         """EOF: let the commands already read finish (each bounded by its own timeout), at most ``seconds``."""
@@ -8677,8 +8672,9 @@ class _Runner:
         if inv.version:
             return self.emit_text(f"bkmcp {__version__}")
         check_invocation(inv)
-        if ((inv.registry_import is not None or inv.registry_list) and not inv.help) or inv.resident:
-            return self.run_resident_mode()
+        registry_tool = (inv.registry_import is not None or inv.registry_list) and not inv.help
+        if registry_tool or inv.resident:
+            return self.run_resident_mode(registry_tool)
         config_path = resolve_config_path(inv.config, envr.env, envr.cwd)
         if inv.server is None:
             if inv.help or not any((inv.check, inv.tools, inv.tool)):
@@ -8697,10 +8693,10 @@ class _Runner:
             return self.emit_text(render_server_help(server_cfg))
         return self.run_remote(server_cfg, jq)
 
-    def run_resident_mode(self) -> int:
-        """``--registry FILE --import/--list``, or ``--resident`` (docs/contract.md §11)."""
+    def run_resident_mode(self, registry_tool: bool) -> int:
+        """``--registry FILE --import/--list`` (``registry_tool``), or ``--resident`` (docs/contract.md §11)."""
         inv, envr = self.inv, self.envr
-        if (inv.registry_import is not None or inv.registry_list) and not inv.help:
+        if registry_tool:
             return run_registry_tool(inv, envr, self.log)
         return run_resident(build_resident_options(inv), stdin=_binary_stdin(envr.stdin),
                             stdout=_binary_stdout(envr.stdout), log=self.log, env=envr.env, stderr=envr.stderr)

@@ -270,6 +270,10 @@ class _Answers:
                 self._cond.wait(0.5)
             return next(a for a in self.lines if a["task_id"] == task_id)
 
+    def all(self, task_id):
+        with self._cond:
+            return [a for a in self.lines if a["task_id"] == task_id]
+
 
 def _until(condition):
     end = time.monotonic() + 60  # a safety net, never a performance threshold
@@ -384,8 +388,8 @@ def test_a_command_that_gets_no_thread_is_answered_and_the_process_keeps_serving
         monkeypatch.setattr(threading.Thread, "start", real_start)
         server.dispatch(line("a", "call_tool", "u", server_name="pub", tool_name="echo",
                              arguments={"text": "again"}).encode())
-        _until(lambda: len([a for a in out.lines if a["task_id"] == "a"]) == 2)
-        assert [a for a in out.lines if a["task_id"] == "a"][1]["success"] is True
+        _until(lambda: len(out.all("a")) == 2)
+        assert out.all("a")[1]["success"] is True
         calls = [json.loads(entry["body"]) for entry in srv.requests("tools/call")]
         assert [c["params"]["arguments"]["text"] for c in calls] == ["again"]  # the refused one was never sent
     finally:
