@@ -490,7 +490,7 @@ def test_fuzz_any_server_answer_gives_exit_0_1_or_2_R02(tmp_path, answers, versi
         config = tmp_path / "mcp.json"
         config.write_text(json.dumps({"mcpServers": {"s": entry}}), encoding="utf-8")
         args = ["t", "--body", "{}"] if mode == "call" else [mode]
-        from conftest import run_bkmcp  # tests/conftest.py (in-process main)
+        from bkmcp_test_helpers import run_bkmcp  # tests/conftest.py (in-process main)
 
         result = run_bkmcp("--timeout", "5s", "--config", str(config), "s", *args)
         assert result.exit_status in (0, 1, 2), result.stdout + result.stderr
