@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 PYZ    := dist/bkmcp.pyz
 
-.PHONY: demo demo-resident test venv interop peers lint unit integration artifact build scenario bench clean conformance
+.PHONY: demo demo-resident test venv interop peers lint fmt unit integration artifact build scenario bench clean conformance
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -40,7 +40,8 @@ demo-resident: build
 	$(PYTHON) mock_server/demo_resident.py $(PYZ)
 
 lint: venv
-	$(BIN)/ruff check bkmcp.py build_zipapp.py mock_server tests bench
+	$(BIN)/ruff check bkmcp.py build_zipapp.py zipapp_support.py mock_server tests bench
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy bkmcp.py build_zipapp.py
 
 test: venv interop lint build
@@ -48,6 +49,10 @@ test: venv interop lint build
 		--cov-report=term-missing:skip-covered --cov-fail-under=90 --ignore=tests/conformance tests
 	# the mock server checked against the official SDK client (runs in the SDK's own venv)
 	.venv-sdk/bin/python -m pytest -q -p no:cacheprovider -m interop tests/integration/test_mock_server.py
+
+# ruff format, line length 120 (pyproject.toml); `make lint` fails on a file it would change
+fmt: venv
+	$(BIN)/ruff format .
 
 unit: venv
 	$(BIN)/python -m pytest -q tests/unit
