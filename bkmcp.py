@@ -115,6 +115,7 @@ class _LazyPattern:
 def _lazy_re(pattern: str, flags: int = 0) -> re.Pattern[str]:
     return _LazyPattern(pattern, flags)  # type: ignore[return-value]
 
+
 __version__ = "0.1.0"
 
 # ======================================================================================================
@@ -373,6 +374,7 @@ if not TYPE_CHECKING:
             cls.__init__, cls.__repr__, cls.__eq__ = __init__, __repr__, __eq__
             cls.__dataclass_fields__ = _DataclassFields(cls.__dict__.get("__annotations__", {}), defaults, frozen)
             if frozen:
+
                 def __setattr__(self: Any, name: str, value: Any) -> None:
                     raise AttributeError(f"cannot assign to field {name!r} of frozen {qualname}")
 
@@ -403,8 +405,11 @@ if not TYPE_CHECKING:
             annotations, defaults, frozen = self._spec
             body: dict[str, Any] = {"__annotations__": annotations}
             for name, default in defaults.items():
-                body[name] = (dataclasses.field(default_factory=default.default_factory)
-                              if isinstance(default, _Field) else default)
+                body[name] = (
+                    dataclasses.field(default_factory=default.default_factory)
+                    if isinstance(default, _Field)
+                    else default
+                )
             twin = dataclasses.dataclass(frozen=frozen)(type(owner.__name__, (), body))
             found: dict[str, Any] = twin.__dataclass_fields__  # type: ignore[attr-defined]
             type.__setattr__(owner, "__dataclass_fields__", found)  # later lookups are a plain attribute
@@ -428,7 +433,6 @@ if not TYPE_CHECKING:
         lines += [f"    _set(self, {n!r}, {n})" if frozen else f"    self.{n} = {n}" for n in names]
         exec(f"def __init__(self, {', '.join(params)}):\n" + "\n".join(lines or ["    pass"]), namespace)
         return namespace["__init__"]  # type: ignore[no-any-return]
-
 
 
 def _define_json_number() -> type:
@@ -792,8 +796,11 @@ def redact_url(url: str) -> str:
         else:
             name_text = name
         lowered = name_text.lower()
-        secret = (is_secret_name(lowered) or lowered in _SECRET_QUERY_NAMES
-                  or any(word in lowered for word in _SECRET_QUERY_WORDS))
+        secret = (
+            is_secret_name(lowered)
+            or lowered in _SECRET_QUERY_NAMES
+            or any(word in lowered for word in _SECRET_QUERY_WORDS)
+        )
         pieces.append(f"{name}={REDACTED}" if equals and secret else piece)
     return f"{base}?{'&'.join(pieces)}" + (f"#{REDACTED}" if hash_mark else "")
 
@@ -855,8 +862,9 @@ def _remedy(error: BkmcpError, key: str) -> BkmcpError:
     return error
 
 
-def budget_error(what: str, seconds: float, *, remedy: str = "timeout", hint: str = _SLOW_HINT,
-                 details: dict[str, Any] | None = None) -> McpTimeoutError:
+def budget_error(
+    what: str, seconds: float, *, remedy: str = "timeout", hint: str = _SLOW_HINT, details: dict[str, Any] | None = None
+) -> McpTimeoutError:
     """``what`` did not happen within the ``seconds`` budget, in neutral words. ``what`` and ``budget`` stay on
     the error so that each front end words its own message (the CLI names ``--timeout``, the resident mode a
     command's ``timeout_ms``)."""
@@ -1091,9 +1099,22 @@ _STDIO_FIELDS = frozenset({"type", "command", "args", "env", "cwd", "protocolVer
 _FORBIDDEN_HEADERS = frozenset(
     name.lower()
     for name in (
-        "Host", "Content-Length", "Content-Type", "Accept", "Connection", "Keep-Alive", "Transfer-Encoding",
-        "Upgrade", "TE", "Trailer", "Proxy-Connection", "Mcp-Session-Id", "MCP-Protocol-Version", "Mcp-Method",
-        "Mcp-Name", "Last-Event-ID",
+        "Host",
+        "Content-Length",
+        "Content-Type",
+        "Accept",
+        "Connection",
+        "Keep-Alive",
+        "Transfer-Encoding",
+        "Upgrade",
+        "TE",
+        "Trailer",
+        "Proxy-Connection",
+        "Mcp-Session-Id",
+        "MCP-Protocol-Version",
+        "Mcp-Method",
+        "Mcp-Name",
+        "Last-Event-ID",
     )
 )
 _TOKEN_CHARS = frozenset("!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
@@ -1186,12 +1207,15 @@ def load_config(path: str) -> ConfigFile:
             hint="create it, pass --config PATH, or set BK_CLI_CONFIG_DIR; bkmcp never falls back to another file",
         ) from None
     except IsADirectoryError:
-        raise InvalidConfigError(f"config path is a directory, not a file: {path}",
-                                 hint=f"pass the file itself, e.g. --config {os.path.join(path, CONFIG_FILE_NAME)}"
-                                 ) from None
+        raise InvalidConfigError(
+            f"config path is a directory, not a file: {path}",
+            hint=f"pass the file itself, e.g. --config {os.path.join(path, CONFIG_FILE_NAME)}",
+        ) from None
     except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
-        raise InvalidConfigError(f"cannot read config file {path}: {getattr(exc, 'strerror', None) or exc}",
-                                 hint="check the path and its permissions") from None
+        raise InvalidConfigError(
+            f"cannot read config file {path}: {getattr(exc, 'strerror', None) or exc}",
+            hint="check the path and its permissions",
+        ) from None
     config = parse_config(raw, path)
     return ConfigFile(config.path, config.servers, bool(mode & 0o044), config.invalid_names)
 
@@ -1204,13 +1228,13 @@ def parse_config(raw: str | bytes, path: str) -> ConfigFile:
         raise InvalidConfigError(f"{path}: invalid JSON: {exc}", hint="the file must be strict JSON") from None
     if not isinstance(document, dict):
         raise InvalidConfigError(
-            f"{path}: top level must be a JSON object with \"mcpServers\"",
+            f'{path}: top level must be a JSON object with "mcpServers"',
             hint='write {"mcpServers": {"<name>": {"type": "http", "url": "https://…"}}}',
         )
     if "mcpServers" not in document:
-        other = " (the \"servers\" layout of other clients is not supported)" if "servers" in document else ""
+        other = ' (the "servers" layout of other clients is not supported)' if "servers" in document else ""
         raise InvalidConfigError(
-            f"{path}: missing top-level \"mcpServers\"{other}",
+            f'{path}: missing top-level "mcpServers"{other}',
             hint='write {"mcpServers": {"<name>": {"type": "http", "url": "https://…"}}}',
         )
     extra = sorted(set(document) - {"mcpServers"})
@@ -1219,7 +1243,7 @@ def parse_config(raw: str | bytes, path: str) -> ConfigFile:
         raise InvalidConfigError(f"{path}: unsupported top-level field(s): {shown}")
     entries = document["mcpServers"]
     if not isinstance(entries, dict):
-        raise InvalidConfigError(f"{path}: \"mcpServers\" must be an object of named servers")
+        raise InvalidConfigError(f'{path}: "mcpServers" must be an object of named servers')
     servers: dict[str, ServerConfig] = {}
     invalid: list[tuple[str, str]] = []
     for name, entry in entries.items():
@@ -1256,10 +1280,10 @@ def _parse_server(path: str, name: str, entry: Any) -> ServerConfig:
         raise InvalidConfigError(f"{where}: entry must be an object")
     kind = entry.get("type")
     if kind is None:
-        raise InvalidConfigError(f"{where}: field \"type\" is required (\"http\" or \"stdio\")")
+        raise InvalidConfigError(f'{where}: field "type" is required ("http" or "stdio")')
     if kind not in ("http", "stdio"):
         raise InvalidConfigError(
-            f"{where}: unsupported type {kind!r}" if isinstance(kind, str) else f"{where}: \"type\" must be a string",
+            f"{where}: unsupported type {kind!r}" if isinstance(kind, str) else f'{where}: "type" must be a string',
             hint='use "http" (Streamable HTTP) or "stdio"',
         )
     allowed = _HTTP_FIELDS if kind == "http" else _STDIO_FIELDS
@@ -1271,9 +1295,7 @@ def _parse_server(path: str, name: str, entry: Any) -> ServerConfig:
         )
     version = entry.get("protocolVersion")
     if version is not None and version not in SUPPORTED_VERSIONS:
-        raise InvalidConfigError(
-            f"{where}: field \"protocolVersion\" must be one of {', '.join(SUPPORTED_VERSIONS)}"
-        )
+        raise InvalidConfigError(f'{where}: field "protocolVersion" must be one of {", ".join(SUPPORTED_VERSIONS)}')
     if kind == "http":
         return ServerConfig(
             name=name,
@@ -1285,23 +1307,27 @@ def _parse_server(path: str, name: str, entry: Any) -> ServerConfig:
         )
     command = entry.get("command")
     if not isinstance(command, str) or not command.strip():
-        raise InvalidConfigError(f"{where}: field \"command\" must be a non-empty string")
+        raise InvalidConfigError(f'{where}: field "command" must be a non-empty string')
     args = entry.get("args", [])
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
-        raise InvalidConfigError(f"{where}: field \"args\" must be an array of strings")
+        raise InvalidConfigError(f'{where}: field "args" must be an array of strings')
     env = entry.get("env", {})
     if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
-        raise InvalidConfigError(f"{where}: field \"env\" must be an object of string values")
+        raise InvalidConfigError(f'{where}: field "env" must be an object of string values')
     for key in env:
         if not _is_env_name(key):
-            raise InvalidConfigError(f"{where}: field \"env\" has an invalid variable name {_safe_name(key)!r}")
+            raise InvalidConfigError(f'{where}: field "env" has an invalid variable name {_safe_name(key)!r}')
     cwd = entry.get("cwd")
     if cwd is not None and (not isinstance(cwd, str) or not cwd):
-        raise InvalidConfigError(f"{where}: field \"cwd\" must be a non-empty string")
-    for label, text in (("command", command), ("cwd", cwd or ""), *(("args", a) for a in args),
-                        *(("env", v) for v in env.values())):
+        raise InvalidConfigError(f'{where}: field "cwd" must be a non-empty string')
+    for label, text in (
+        ("command", command),
+        ("cwd", cwd or ""),
+        *(("args", a) for a in args),
+        *(("env", v) for v in env.values()),
+    ):
         if "\x00" in text:  # no process can be started with it
-            raise InvalidConfigError(f"{where}: field \"{label}\" contains a NUL character")
+            raise InvalidConfigError(f'{where}: field "{label}" contains a NUL character')
     return ServerConfig(
         name=name,
         type=kind,
@@ -1317,39 +1343,39 @@ def _parse_server(path: str, name: str, entry: Any) -> ServerConfig:
 def _check_url(where: str, url: Any) -> str:
     """Absolute http(s), a host, no user information, no fragment; the URL itself is kept byte for byte."""
     if not isinstance(url, str) or not url:
-        raise InvalidConfigError(f"{where}: field \"url\" is required and must be a string")
+        raise InvalidConfigError(f'{where}: field "url" is required and must be a string')
     if _has_control(url) or " " in url:
-        raise InvalidConfigError(f"{where}: field \"url\" contains whitespace or control characters")
+        raise InvalidConfigError(f'{where}: field "url" contains whitespace or control characters')
     scheme, separator, rest = url.partition("://")
     if not separator or scheme.lower() not in ("http", "https"):
-        raise InvalidConfigError(f"{where}: field \"url\" must be an absolute http:// or https:// URL")
+        raise InvalidConfigError(f'{where}: field "url" must be an absolute http:// or https:// URL')
     authority = rest
     for stop in "/?#":
         authority = authority.split(stop, 1)[0]
     if "@" in authority:
         raise InvalidConfigError(
-            f"{where}: field \"url\" must not contain user information",
-            hint="put credentials in \"headers\", not in the URL",
+            f'{where}: field "url" must not contain user information',
+            hint='put credentials in "headers", not in the URL',
         )
     if "#" in url:
-        raise InvalidConfigError(f"{where}: field \"url\" must not contain a fragment (#…)")
+        raise InvalidConfigError(f'{where}: field "url" must not contain a fragment (#…)')
     host, port = authority, ""
     if authority.startswith("["):  # an IPv6 literal
         end = authority.find("]")
-        host, after = authority[1:end], authority[end + 1:]
+        host, after = authority[1:end], authority[end + 1 :]
         if end < 0 or not host or (after and not after.startswith(":")) or any(c not in _IPV6_CHARS for c in host):
-            raise InvalidConfigError(f"{where}: field \"url\" is not a valid URL")
+            raise InvalidConfigError(f'{where}: field "url" is not a valid URL')
         port = after[1:]
     elif ":" in authority:
         host, _, port = authority.rpartition(":")
         if ":" in host or "[" in host or "]" in authority:
-            raise InvalidConfigError(f"{where}: field \"url\" is not a valid URL")
+            raise InvalidConfigError(f'{where}: field "url" is not a valid URL')
     if port and not (port.isascii() and port.isdigit() and int(port) <= 65535):
-        raise InvalidConfigError(f"{where}: field \"url\" is not a valid URL")
+        raise InvalidConfigError(f'{where}: field "url" is not a valid URL')
     if not host:
-        raise InvalidConfigError(f"{where}: field \"url\" has no host")
+        raise InvalidConfigError(f'{where}: field "url" has no host')
     if port and int(port) == 0:
-        raise InvalidConfigError(f"{where}: field \"url\" has an invalid port")
+        raise InvalidConfigError(f'{where}: field "url" has an invalid port')
     return url
 
 
@@ -1360,7 +1386,7 @@ def _check_headers(where: str, headers: Any) -> tuple[tuple[str, str], ...]:
     if headers is None:
         return ()
     if not isinstance(headers, dict):
-        raise InvalidConfigError(f"{where}: field \"headers\" must be an object of strings")
+        raise InvalidConfigError(f'{where}: field "headers" must be an object of strings')
     seen: dict[str, str] = {}
     for name, value in headers.items():
         if not _is_token(name):
@@ -1377,7 +1403,7 @@ def _check_headers(where: str, headers: Any) -> tuple[tuple[str, str], ...]:
         if lowered in _FORBIDDEN_HEADERS or lowered.startswith("mcp-param-"):
             raise InvalidConfigError(
                 f"{where}: header {name!r} is managed by bkmcp and cannot be configured",
-                hint="remove it from \"headers\"",
+                hint='remove it from "headers"',
             )
         if lowered in seen:
             raise InvalidConfigError(
@@ -1435,8 +1461,20 @@ def expand_env(
 # What a stdio server inherits from bkmcp's environment (docs/contract.md §9): locating programs, the user, locale, temp
 # dirs, the terminal and what Windows needs to start a process. Nothing else (no tokens, no proxies).
 STDIO_INHERITED_ENV = (
-    "PATH", "HOME", "USER", "LOGNAME", "LANG", "TMPDIR", "TEMP", "TMP", "SHELL", "TERM",
-    "SYSTEMROOT", "COMSPEC", "PATHEXT", "WINDIR",
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "TMPDIR",
+    "TEMP",
+    "TMP",
+    "SHELL",
+    "TERM",
+    "SYSTEMROOT",
+    "COMSPEC",
+    "PATHEXT",
+    "WINDIR",
 )
 
 
@@ -1499,13 +1537,17 @@ def check_auth_conflict(server: ServerConfig) -> None:
 def check_authorization_value(value: str, *, where: str) -> list[str]:
     """Validate an ``Authorization`` value; returns secret fragments to scrub."""
     if not value.strip():
-        raise InvalidConfigError(f"{where}: header 'Authorization' is empty",
-                                 hint="write \"Bearer <token>\", or remove the header for anonymous access")
+        raise InvalidConfigError(
+            f"{where}: header 'Authorization' is empty",
+            hint='write "Bearer <token>", or remove the header for anonymous access',
+        )
     scheme, _, credentials = value.strip().partition(" ")
     if scheme.lower() == "bearer":
         if not credentials.strip():
-            raise InvalidConfigError(f"{where}: header 'Authorization' has an empty Bearer token",
-                                     hint="put the token after \"Bearer \", e.g. \"Bearer ${TOKEN}\"")
+            raise InvalidConfigError(
+                f"{where}: header 'Authorization' has an empty Bearer token",
+                hint='put the token after "Bearer ", e.g. "Bearer ${TOKEN}"',
+            )
         return [credentials.strip()]
     return [credentials.strip()] if credentials.strip() else []
 
@@ -1524,8 +1566,10 @@ def check_bkapi_value(value: str, *, where: str) -> list[str]:
         raise InvalidConfigError(f"{label} must be a JSON object", hint=forms)
     unknown = [k for k in document if k not in _BKAPI_KNOWN]
     if unknown:
-        raise InvalidConfigError(f"{label} has {len(unknown)} unsupported field(s)",
-                                 hint=f"allowed fields: {', '.join(sorted(_BKAPI_KNOWN))}")
+        raise InvalidConfigError(
+            f"{label} has {len(unknown)} unsupported field(s)",
+            hint=f"allowed fields: {', '.join(sorted(_BKAPI_KNOWN))}",
+        )
     for key, item in document.items():
         if not isinstance(item, str) or not item.strip():
             raise InvalidConfigError(f"{label}: field {key!r} must be a non-empty string")
@@ -1552,7 +1596,7 @@ def resolve_server(
         if any(ch in value for ch in "\r\n\x00"):  # e.g. a token read from a file with its trailing newline
             raise InvalidConfigError(
                 f"{where}: header {name!r} contains a line break or NUL after expansion",
-                hint="strip the newline from the variable's value (export VAR=\"$(cat file)\" does that)",
+                hint='strip the newline from the variable\'s value (export VAR="$(cat file)" does that)',
             )
         secret = is_secret_name(name)
         if secret:
@@ -1657,8 +1701,9 @@ def era_rules(version: str) -> EraRules:
     try:
         return ERA_TABLE[version]
     except KeyError:
-        raise ProtocolError(f"protocol version {version!r} is not supported by bkmcp "
-                            f"(supported: {', '.join(SUPPORTED_VERSIONS)})") from None
+        raise ProtocolError(
+            f"protocol version {version!r} is not supported by bkmcp (supported: {', '.join(SUPPORTED_VERSIONS)})"
+        ) from None
 
 
 # -- JSON-RPC framing ----------------------------------------------------------------------------------
@@ -2028,7 +2073,7 @@ def check_initialize_result(result: Any, offered: str) -> str:
         raise ProtocolError(
             f"the server chose protocol version {version!r}; bkmcp offered {offered!r} and speaks "
             f"{', '.join(SUPPORTED_VERSIONS)}",
-            hint="pin a version the server supports with \"protocolVersion\" in the config, or upgrade the server",
+            hint='pin a version the server supports with "protocolVersion" in the config, or upgrade the server',
             details={"server_version": version, "client_versions": list(SUPPORTED_VERSIONS)},
         )
     return version
@@ -2044,8 +2089,11 @@ def rpc_error_exception(method: str, error: Mapping[str, Any]) -> RemoteError:
         rpc["data"] = data
     if code == -32042:  # 2025-11-25 URLElicitationRequired
         elicitations = data.get("elicitations") if isinstance(data, dict) else None
-        urls = [e["url"] for e in (elicitations if isinstance(elicitations, list) else [])
-                if isinstance(e, dict) and isinstance(e.get("url"), str)]
+        urls = [
+            e["url"]
+            for e in (elicitations if isinstance(elicitations, list) else [])
+            if isinstance(e, dict) and isinstance(e.get("url"), str)
+        ]
         return CapabilityUnsupportedError(
             f"{method}: the server requires URL elicitation, which bkmcp does not support ({text})",
             hint="open the URL(s) yourself if you trust them; bkmcp never answers elicitation interactively",
@@ -2073,13 +2121,17 @@ def check_result(method: str, message: Message) -> dict[str, Any]:
         raise rpc_error_exception(method, message.error or {})
     result = message.result
     if not isinstance(result, dict):
-        raise ProtocolError(f"{method} returned {_json_kind(result)} instead of a result object",
-                            data={"result": result})
+        raise ProtocolError(
+            f"{method} returned {_json_kind(result)} instead of a result object", data={"result": result}
+        )
     result_type = result.get("resultType", "complete")
     if result_type == "input_required":
         requests = result.get("inputRequests")
-        wanted = sorted({str(r.get("method")) for r in requests.values() if isinstance(r, dict)}) \
-            if isinstance(requests, dict) else []
+        wanted = (
+            sorted({str(r.get("method")) for r in requests.values() if isinstance(r, dict)})
+            if isinstance(requests, dict)
+            else []
+        )
         raise CapabilityUnsupportedError(
             f"{method}: the server needs input from the client ({', '.join(wanted) or 'requestState only'}), "
             "which bkmcp does not support",
@@ -2087,8 +2139,9 @@ def check_result(method: str, message: Message) -> dict[str, Any]:
             details={"result_type": "input_required", "input_requests": wanted},
             data={"result": result},
         )
-    if result_type == "task" or (method == "tools/call" and isinstance(result.get("task"), dict)
-                                 and "content" not in result):
+    if result_type == "task" or (
+        method == "tools/call" and isinstance(result.get("task"), dict) and "content" not in result
+    ):
         task = result.get("task") if result_type != "task" else result
         task_id = task.get("taskId") if isinstance(task, dict) else None
         raise CapabilityUnsupportedError(
@@ -2099,12 +2152,14 @@ def check_result(method: str, message: Message) -> dict[str, Any]:
             data={"result": result},
         )
     if result_type != "complete":
-        raise ProtocolError(f"{method} returned an unknown resultType {_clip(repr(result_type), 80)}",
-                            data={"result": result})
+        raise ProtocolError(
+            f"{method} returned an unknown resultType {_clip(repr(result_type), 80)}", data={"result": result}
+        )
     if method == "tools/call":
         if not isinstance(result.get("content"), list):
-            raise ProtocolError("tools/call result has no content array (malformed CallToolResult)",
-                                data={"result": result})
+            raise ProtocolError(
+                "tools/call result has no content array (malformed CallToolResult)", data={"result": result}
+            )
         if "isError" in result and not isinstance(result["isError"], bool):
             raise ProtocolError("tools/call result has a non-boolean isError", data={"result": result})
     elif method == "tools/list":
@@ -2132,7 +2187,7 @@ def parse_www_authenticate(value: str) -> dict[str, str]:
     scheme = re.match(r"^([A-Za-z][A-Za-z0-9!#$%&'*+.^_`|~-]*)(?:\s+|$)", value)
     if scheme and "=" not in scheme.group(1):
         out["scheme"] = scheme.group(1)
-        value = value[scheme.end():]
+        value = value[scheme.end() :]
     for match in re.finditer(r'([A-Za-z0-9_.-]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s,]*))', value):
         key = match.group(1).lower()
         raw = match.group(2) if match.group(2) is not None else match.group(3)
@@ -2289,8 +2344,10 @@ class ClientSession:
             return [Notified(message, related)]
         if message.method == "ping":
             return [Reply(build_response(message.id, result={}))]
-        return [Reply(build_response(message.id, error={"code": -32601, "message": "Method not found"})),
-                Declined(str(message.method), related)]
+        return [
+            Reply(build_response(message.id, error={"code": -32601, "message": "Method not found"})),
+            Declined(str(message.method), related),
+        ]
 
     def _remember(self, key: tuple[type, Any]) -> None:
         self._answered[key] = None
@@ -2316,8 +2373,9 @@ class ClientSession:
         """A modern ``server/discover`` answer (or none: a pinned modern server): version and server state."""
         if message is not None and message.kind == "result" and isinstance(message.result, dict):
             meta = message.result.get("_meta")
-            self._take_server_state(message.result, meta.get("io.modelcontextprotocol/serverInfo")
-                                    if isinstance(meta, dict) else None)
+            self._take_server_state(
+                message.result, meta.get("io.modelcontextprotocol/serverInfo") if isinstance(meta, dict) else None
+            )
         rules = era_rules(version)
         self.use(rules)
         return rules
@@ -2448,11 +2506,26 @@ class Negotiation:
 
 _X_MCP_HEADER = "x-mcp-header"
 _HEADER_PARAM_TYPES = ("string", "integer", "boolean")
-_SUBSCHEMA_KEYWORDS = frozenset((
-    "items", "additionalItems", "prefixItems", "contains", "additionalProperties", "propertyNames",
-    "unevaluatedItems", "unevaluatedProperties", "not", "if", "then", "else", "contentSchema",
-    "allOf", "anyOf", "oneOf",
-))  # value: a schema or a list of schemas
+_SUBSCHEMA_KEYWORDS = frozenset(
+    (
+        "items",
+        "additionalItems",
+        "prefixItems",
+        "contains",
+        "additionalProperties",
+        "propertyNames",
+        "unevaluatedItems",
+        "unevaluatedProperties",
+        "not",
+        "if",
+        "then",
+        "else",
+        "contentSchema",
+        "allOf",
+        "anyOf",
+        "oneOf",
+    )
+)  # value: a schema or a list of schemas
 _SUBSCHEMA_MAP_KEYWORDS = frozenset(("patternProperties", "dependentSchemas", "dependencies", "$defs", "definitions"))
 _MAX_HEADER_PROBLEMS = 5  # a reason names this many problems, then says how many more
 
@@ -2498,13 +2571,15 @@ def scan_header_declarations(schema: Any) -> tuple[list[tuple[tuple[str, ...], s
     return valid, problems
 
 
-def _declaration_problem(node: dict[str, Any], where: tuple[str, ...], path: tuple[str, ...] | None,
-                         seen: dict[str, str]) -> str | None:
+def _declaration_problem(
+    node: dict[str, Any], where: tuple[str, ...], path: tuple[str, ...] | None, seen: dict[str, str]
+) -> str | None:
     at = _pointer(where)
     name = node[_X_MCP_HEADER]
     if not path:
-        place = "on the inputSchema itself" if path is not None else \
-            'not on a property reached through "properties" only'
+        place = (
+            "on the inputSchema itself" if path is not None else 'not on a property reached through "properties" only'
+        )
         return f"x-mcp-header at {at} is {place}"
     if not isinstance(name, str):
         return f"x-mcp-header at {at} is not a string ({type(name).__name__})"
@@ -2516,8 +2591,10 @@ def _declaration_problem(node: dict[str, Any], where: tuple[str, ...], path: tup
     kind = node.get("type")
     if not (isinstance(kind, str) and kind in _HEADER_PARAM_TYPES):
         described = "has no type" if kind is None else f"has type {_clip(dump_json(kind), 60)}"
-        return (f"x-mcp-header {shown} at {at}: the property {described} "
-                "(only a string, integer or boolean property may be a header)")
+        return (
+            f"x-mcp-header {shown} at {at}: the property {described} "
+            "(only a string, integer or boolean property may be a header)"
+        )
     first = seen.setdefault(name.lower(), at)
     if first != at:
         return f"x-mcp-header {shown} at {at} repeats the header of {first} (names are compared ignoring case)"
@@ -2552,8 +2629,10 @@ def render_excluded_warning(excluded: Sequence[Mapping[str, Any]]) -> str:
     """The one stderr warning of a command whose catalogue lost tools to invalid declarations."""
     names = ", ".join(_clip(repr(e.get("name")), 80) for e in excluded[:10])
     more = f" and {len(excluded) - 10} more" if len(excluded) > 10 else ""
-    return (f"{len(excluded)} tool(s) excluded because their inputSchema declares an invalid x-mcp-header "
-            f"(2026-07-28 clients must not use them): {names}{more}; see data.excluded of --tools")
+    return (
+        f"{len(excluded)} tool(s) excluded because their inputSchema declares an invalid x-mcp-header "
+        f"(2026-07-28 clients must not use them): {names}{more}; see data.excluded of --tools"
+    )
 
 
 def reject_excluded_tool(excluded: Sequence[Mapping[str, Any]], name: str, server_name: str) -> None:
@@ -2564,7 +2643,7 @@ def reject_excluded_tool(excluded: Sequence[Mapping[str, Any]], name: str, serve
                 f"server {server_name!r} has no usable tool {name!r}: it was excluded because its inputSchema "
                 "declares an invalid x-mcp-header (2026-07-28 clients must not call it)",
                 hint=f"{_clip(str(entry.get('reason')), 300)}; the server's tool definition must be fixed "
-                     "(nothing was sent)",
+                "(nothing was sent)",
                 details={"excluded": {"name": name, "reason": entry.get("reason")}, "suggestions": []},
             )
 
@@ -2604,9 +2683,16 @@ class Transport(Protocol):
 
     def attach(self, deliver: Callable[[Message, Any], bool], lost: Callable[[], None], state: Any) -> None: ...
 
-    def send(self, message: dict[str, Any], *, rules: EraRules | None, deadline: Deadline,
-             extra_headers: Iterable[tuple[str, str]] = (), cancel: CancelToken | None = None,
-             strict: bool = True) -> None: ...
+    def send(
+        self,
+        message: dict[str, Any],
+        *,
+        rules: EraRules | None,
+        deadline: Deadline,
+        extra_headers: Iterable[tuple[str, str]] = (),
+        cancel: CancelToken | None = None,
+        strict: bool = True,
+    ) -> None: ...
 
     def failure(self, method: str, request_id: Any, *, sent: bool) -> BkmcpError: ...
 
@@ -2628,8 +2714,7 @@ def request_was_sent(error: BaseException) -> bool:
     return bool(getattr(error, "request_sent", True))
 
 
-def status_failure(status: int, message: Message | None, text: str, method: str, *, with_session: bool
-                   ) -> RemoteError:
+def status_failure(status: int, message: Message | None, text: str, method: str, *, with_session: bool) -> RemoteError:
     """A non-2xx answer that is not 3xx/401/403, as the error to report; ``http_status``, ``http_message`` (the
     JSON-RPC message of the body, era evidence) and ``session_lost`` stay on it for the flows."""
     error: RemoteError
@@ -2637,19 +2722,23 @@ def status_failure(status: int, message: Message | None, text: str, method: str,
         error = rpc_error_exception(method, message.error)
         error.details["http_status"] = status
         if isinstance(error, ProtocolError):
-            error.message = f"the server answered {method} with HTTP {status} and JSON-RPC error " \
-                            f"{message.error.get('code')}: {_clip(str(message.error.get('message')), 300)}"
+            error.message = (
+                f"the server answered {method} with HTTP {status} and JSON-RPC error "
+                f"{message.error.get('code')}: {_clip(str(message.error.get('message')), 300)}"
+            )
     else:
         snippet = f": {_clip(text.strip(), 200)}" if text.strip() else ""
-        error = ProtocolError(f"the server answered {method} with HTTP {status}{snippet}",
-                              details={"http_status": status})
+        error = ProtocolError(
+            f"the server answered {method} with HTTP {status}{snippet}", details={"http_status": status}
+        )
     rpc_error = message.error if message is not None and message.kind == "error" else None
     error.http_status = status  # type: ignore[attr-defined]
     error.http_message = message  # type: ignore[attr-defined]
     # 404 on a request carrying a session id (spec), or server-everything's 400 "No valid session ID"
     error.session_lost = with_session and (  # type: ignore[attr-defined]
-        status == 404 or (status == 400 and bool(rpc_error)
-                          and "session" in str((rpc_error or {}).get("message", "")).lower()))
+        status == 404
+        or (status == 400 and bool(rpc_error) and "session" in str((rpc_error or {}).get("message", "")).lower())
+    )
     error.request_sent = True  # type: ignore[attr-defined]
     return error
 
@@ -2683,8 +2772,19 @@ _RESUME_MAX_IDLE = 20
 # only and must behave the same on every host, so while httpx loads these names are hidden (unless something
 # imported them already). That saves loading anyio (~25 ms) on every remote command, trio (~100 ms) on hosts that
 # have it, and keeps the Accept-Encoding header from depending on what the host has installed.
-_HTTPX_HIDDEN = ("trio", "anyio", "sniffio", "click", "rich", "pygments", "brotli", "brotlicffi", "zstandard", "h2",
-                 "socksio")
+_HTTPX_HIDDEN = (
+    "trio",
+    "anyio",
+    "sniffio",
+    "click",
+    "rich",
+    "pygments",
+    "brotli",
+    "brotlicffi",
+    "zstandard",
+    "h2",
+    "socksio",
+)
 _HTTPX_LOCK = _thread.allocate_lock()  # the builtin lock type: `threading` is not imported by the help paths
 
 
@@ -2732,9 +2832,14 @@ def new_http_client(url: str, *, insecure: bool) -> Any:
     httpx = _import_httpx()
 
     verify = not insecure if url.lower().startswith("https:") else False
-    return httpx.Client(follow_redirects=False, verify=verify, trust_env=False, cookies=_no_cookies(),
-                        headers={"User-Agent": f"bkmcp/{__version__}"},
-                        limits=httpx.Limits(max_connections=None, max_keepalive_connections=20))
+    return httpx.Client(
+        follow_redirects=False,
+        verify=verify,
+        trust_env=False,
+        cookies=_no_cookies(),
+        headers={"User-Agent": f"bkmcp/{__version__}"},
+        limits=httpx.Limits(max_connections=None, max_keepalive_connections=20),
+    )
 
 
 def translate_httpx_error(exc: BaseException, url: str, deadline: Deadline) -> BkmcpError:
@@ -2743,10 +2848,13 @@ def translate_httpx_error(exc: BaseException, url: str, deadline: Deadline) -> B
 
     target = strip_url_credentials(url)
     if isinstance(exc, (httpx.InvalidURL, UnicodeError)):  # IDNA / host name encoding, before any I/O
-        return _mark(ConnectionFailedError(
-            f"the host name in {target} is not valid: {_clip(str(exc), 200)}",
-            hint="check the host name in the server's \"url\"",
-        ), sent=False)
+        return _mark(
+            ConnectionFailedError(
+                f"the host name in {target} is not valid: {_clip(str(exc), 200)}",
+                hint='check the host name in the server\'s "url"',
+            ),
+            sent=False,
+        )
     if isinstance(exc, httpx.TimeoutException):
         sent = not isinstance(exc, (httpx.ConnectTimeout, httpx.PoolTimeout))
         return _mark(budget_error(f"no answer from {target}", deadline.seconds), sent=sent)
@@ -2760,27 +2868,47 @@ def translate_httpx_error(exc: BaseException, url: str, deadline: Deadline) -> B
 
     if isinstance(exc, httpx.ConnectError):
         if any(isinstance(e, ssl.SSLError) for e in chain) or "SSL" in str(exc) or "TLS" in str(exc):
-            return _mark(_remedy(ConnectionFailedError(
-                f"TLS handshake with {target} failed: {_clip(str(exc), 200)}",
-                hint="check the URL scheme and the server certificate",
-            ), "tls"), sent=False)
-        if any(isinstance(e, socket.gaierror) for e in chain) or "name resolution" in str(exc).lower() \
-                or "name or service not known" in str(exc).lower():
-            return _mark(ConnectionFailedError(
-                f"cannot resolve the host of {target}: {_clip(str(exc), 200)}",
-                hint="check the host name in the server's \"url\"",
-            ), sent=False)
-        return _mark(ConnectionFailedError(
-            f"cannot connect to {target}: {_clip(str(exc), 200) or 'connection failed'}",
-            hint="is the server running and the URL right?",
-        ), sent=False)
+            return _mark(
+                _remedy(
+                    ConnectionFailedError(
+                        f"TLS handshake with {target} failed: {_clip(str(exc), 200)}",
+                        hint="check the URL scheme and the server certificate",
+                    ),
+                    "tls",
+                ),
+                sent=False,
+            )
+        if (
+            any(isinstance(e, socket.gaierror) for e in chain)
+            or "name resolution" in str(exc).lower()
+            or "name or service not known" in str(exc).lower()
+        ):
+            return _mark(
+                ConnectionFailedError(
+                    f"cannot resolve the host of {target}: {_clip(str(exc), 200)}",
+                    hint='check the host name in the server\'s "url"',
+                ),
+                sent=False,
+            )
+        return _mark(
+            ConnectionFailedError(
+                f"cannot connect to {target}: {_clip(str(exc), 200) or 'connection failed'}",
+                hint="is the server running and the URL right?",
+            ),
+            sent=False,
+        )
     if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError, httpx.CloseError)):
-        return _mark(ConnectionFailedError(
-            f"the connection to {target} broke before the answer was complete: "
-            f"{_clip(str(exc), 200) or type(exc).__name__}",
-        ), sent=True)
-    return _mark(ConnectionFailedError(f"HTTP request to {target} failed: {type(exc).__name__}: "
-                                       f"{_clip(str(exc), 200)}"), sent=True)
+        return _mark(
+            ConnectionFailedError(
+                f"the connection to {target} broke before the answer was complete: "
+                f"{_clip(str(exc), 200) or type(exc).__name__}",
+            ),
+            sent=True,
+        )
+    return _mark(
+        ConnectionFailedError(f"HTTP request to {target} failed: {type(exc).__name__}: {_clip(str(exc), 200)}"),
+        sent=True,
+    )
 
 
 class _HttpxBoundary:
@@ -2816,8 +2944,9 @@ class HttpTransport:
     shared_stream = False
     restartable = False
 
-    def __init__(self, server: ResolvedServer, *, insecure: bool, log: Log, client: Any = None,
-                 die_with_parent: bool = False) -> None:  # no child process: ``die_with_parent`` is moot
+    def __init__(
+        self, server: ResolvedServer, *, insecure: bool, log: Log, client: Any = None, die_with_parent: bool = False
+    ) -> None:  # no child process: ``die_with_parent`` is moot
         assert server.url is not None
         self.server = server
         self.url = server.url
@@ -2877,36 +3006,51 @@ class HttpTransport:
         if 300 <= status < 400:
             location = response.headers.get("location")
             shown = strip_url_credentials(location) if location else "(no Location header)"
-            raise _mark(ConnectionFailedError(
-                f"{target} answered HTTP {status} redirecting to {shown}; bkmcp never follows redirects",
-                hint=f"update \"url\" of {where} if the endpoint moved",
-                details={"http_status": status, "location": shown},
-            ), sent=True)
+            raise _mark(
+                ConnectionFailedError(
+                    f"{target} answered HTTP {status} redirecting to {shown}; bkmcp never follows redirects",
+                    hint=f'update "url" of {where} if the endpoint moved',
+                    details={"http_status": status, "location": shown},
+                ),
+                sent=True,
+            )
         text = self._read_error_body(response)
         message = _decode_error_message(text)
         if status == 401:
             params = parse_www_authenticate(response.headers.get("www-authenticate", ""))
             details: dict[str, Any] = {"http_status": 401}
-            details.update({k: v for k, v in params.items()
-                            if k in ("scheme", "resource_metadata", "scope", "error", "error_description")})
-            raise _mark(AuthRequiredError(
-                f"{target} requires authentication (HTTP 401)"
-                + (f": {_clip(params['error_description'], 200)}" if params.get("error_description") else ""),
-                hint=f"fix the headers (or the environment variables they use) of {where}; the credentials are "
-                "missing, expired or not accepted",
-                details=details,
-            ), sent=False)
+            details.update(
+                {
+                    k: v
+                    for k, v in params.items()
+                    if k in ("scheme", "resource_metadata", "scope", "error", "error_description")
+                }
+            )
+            raise _mark(
+                AuthRequiredError(
+                    f"{target} requires authentication (HTTP 401)"
+                    + (f": {_clip(params['error_description'], 200)}" if params.get("error_description") else ""),
+                    hint=f"fix the headers (or the environment variables they use) of {where}; the credentials are "
+                    "missing, expired or not accepted",
+                    details=details,
+                ),
+                sent=False,
+            )
         if status == 403:
             params = parse_www_authenticate(response.headers.get("www-authenticate", ""))
             reason = params.get("error_description") or (
-                str(message.error.get("message")) if message is not None and message.error else text.strip())
+                str(message.error.get("message")) if message is not None and message.error else text.strip()
+            )
             details = {"http_status": 403}
             details.update({k: v for k, v in params.items() if k in ("scope", "error", "resource_metadata")})
-            raise _mark(PermissionDeniedError(
-                f"{target} refused the request (HTTP 403)" + (f": {_clip(reason, 300)}" if reason else ""),
-                hint=f"the identity in {where} lacks permission for this server, tool or resource",
-                details=details,
-            ), sent=False)
+            raise _mark(
+                PermissionDeniedError(
+                    f"{target} refused the request (HTTP 403)" + (f": {_clip(reason, 300)}" if reason else ""),
+                    hint=f"the identity in {where} lacks permission for this server, tool or resource",
+                    details=details,
+                ),
+                sent=False,
+            )
         raise status_failure(status, message, text, method, with_session=with_session)
 
     @staticmethod
@@ -2922,22 +3066,36 @@ class HttpTransport:
 
     # -- the seam --------------------------------------------------------------------------------------
 
-    def send(self, message: dict[str, Any], *, rules: EraRules | None, deadline: Deadline,
-             extra_headers: Iterable[tuple[str, str]] = (), cancel: CancelToken | None = None,
-             strict: bool = True) -> None:
+    def send(
+        self,
+        message: dict[str, Any],
+        *,
+        rules: EraRules | None,
+        deadline: Deadline,
+        extra_headers: Iterable[tuple[str, str]] = (),
+        cancel: CancelToken | None = None,
+        strict: bool = True,
+    ) -> None:
         if "method" in message and "id" in message:
             self._request(message, rules, deadline, extra_headers, cancel)
         else:
             self._post_one_way(message, rules, deadline, strict)
 
-    def _request(self, message: dict[str, Any], rules: EraRules | None, deadline: Deadline,
-                 extra_headers: Iterable[tuple[str, str]], cancel: CancelToken | None) -> None:
+    def _request(
+        self,
+        message: dict[str, Any],
+        rules: EraRules | None,
+        deadline: Deadline,
+        extra_headers: Iterable[tuple[str, str]],
+        cancel: CancelToken | None,
+    ) -> None:
         """POST one request and deliver every message of its answer until the response to it arrived."""
         request_id = message["id"]
         method = str(message.get("method"))
         session_id = self.session_id
-        headers = build_headers(rules, configured=self.configured, message=message, session_id=session_id,
-                                extra=extra_headers)
+        headers = build_headers(
+            rules, configured=self.configured, message=message, session_id=session_id, extra=extra_headers
+        )
         body = encode_body(message)
         decoder: SseDecoder | None = None
         try:
@@ -2947,8 +3105,9 @@ class HttpTransport:
         started = time.monotonic()
         self._log_request("POST", headers, message)
         with _HttpxBoundary(self.url, deadline, cancel):
-            with self._http().stream("POST", self.url, content=body, headers=_wire_headers(headers),
-                                     timeout=timeout) as response:
+            with self._http().stream(
+                "POST", self.url, content=body, headers=_wire_headers(headers), timeout=timeout
+            ) as response:
                 remove = cancel.on_cancel(response.close) if cancel is not None else None
                 try:
                     self._log_response(response, started)
@@ -2978,18 +3137,28 @@ class HttpTransport:
                                 return
                         other = next((m for m in incoming_all if m.kind in ("result", "error")), None)
                         if other is not None:
-                            raise ProtocolError(f"the server answered request id {request_id} with a response for "
-                                                f"id {_clip(repr(other.id), 60)}")
-                        raise ProtocolError(f"the server's JSON answer to {method} has no response for request id "
-                                            f"{request_id}")
+                            raise ProtocolError(
+                                f"the server answered request id {request_id} with a response for "
+                                f"id {_clip(repr(other.id), 60)}"
+                            )
+                        raise ProtocolError(
+                            f"the server's JSON answer to {method} has no response for request id {request_id}"
+                        )
                     elif response.status_code == 202 or not ctype:
                         raise ProtocolError(
                             f"the server answered request {method} with HTTP {response.status_code} and no JSON-RPC "
-                            "response" + (" (202 Accepted is only for notifications and responses)"
-                                          if response.status_code == 202 else ""))
+                            "response"
+                            + (
+                                " (202 Accepted is only for notifications and responses)"
+                                if response.status_code == 202
+                                else ""
+                            )
+                        )
                     else:
-                        raise ProtocolError(f"the server answered with unsupported content type {ctype!r} "
-                                            "(expected application/json or text/event-stream)")
+                        raise ProtocolError(
+                            f"the server answered with unsupported content type {ctype!r} "
+                            "(expected application/json or text/event-stream)"
+                        )
                 finally:
                     if remove is not None:
                         remove()
@@ -2997,9 +3166,12 @@ class HttpTransport:
         if rules is not None and rules.sse_resumption and decoder is not None and decoder.last_event_id:
             self._resume(decoder, request_id, rules, deadline, cancel)
             return
-        raise _mark(ConnectionFailedError(
-            f"the server closed the event stream before answering {method} (id {request_id})",
-        ), sent=True)
+        raise _mark(
+            ConnectionFailedError(
+                f"the server closed the event stream before answering {method} (id {request_id})",
+            ),
+            sent=True,
+        )
 
     def _read_sse(self, response: Any, decoder: SseDecoder, deadline: Deadline) -> Iterable[Message]:
         for chunk in response.iter_bytes():
@@ -3018,55 +3190,72 @@ class HttpTransport:
             if event.event == "message":
                 yield from decode_messages(event.data)
 
-    def _resume(self, decoder: SseDecoder, request_id: Any, rules: EraRules, deadline: Deadline,
-                cancel: CancelToken | None) -> None:
+    def _resume(
+        self, decoder: SseDecoder, request_id: Any, rules: EraRules, deadline: Deadline, cancel: CancelToken | None
+    ) -> None:
         """GET + Last-Event-ID after the server's ``retry`` delay, until the response or the budget ends."""
         idle = 0
         while True:
             delay = (decoder.retry_ms if decoder.retry_ms is not None else _RESUME_DEFAULT_MS) / 1000
             if delay >= deadline.remaining():
-                raise _mark(budget_error(
-                    f"the server closed the event stream and its retry delay ({delay:g}s) exceeds the time left",
-                    deadline.seconds, remedy="retry_delay", hint="allow more time"), sent=True)
+                raise _mark(
+                    budget_error(
+                        f"the server closed the event stream and its retry delay ({delay:g}s) exceeds the time left",
+                        deadline.seconds,
+                        remedy="retry_delay",
+                        hint="allow more time",
+                    ),
+                    sent=True,
+                )
             if cancel is not None and cancel.wait(delay):
                 raise OperationCancelled(cancel.reason)
             if cancel is None:
                 time.sleep(delay)
             last_id = decoder.last_event_id
             assert last_id is not None
-            headers = build_headers(rules, configured=self.configured, session_id=self.session_id,
-                                    accept="text/event-stream", extra=())
+            headers = build_headers(
+                rules, configured=self.configured, session_id=self.session_id, accept="text/event-stream", extra=()
+            )
             headers.append(("Last-Event-ID", last_id))
             started = time.monotonic()
             self._log_request("GET", headers, None)
             with _HttpxBoundary(self.url, deadline, cancel):
-                with self._http().stream("GET", self.url, headers=_wire_headers(headers),
-                                         timeout=self._timeout(deadline)) as response:
+                with self._http().stream(
+                    "GET", self.url, headers=_wire_headers(headers), timeout=self._timeout(deadline)
+                ) as response:
                     self._log_response(response, started)
                     try:
                         self._check_status(response, "GET", with_session=self.session_id is not None)
                     except ProtocolError as exc:
                         if http_status_of(exc) is None:
                             raise
-                        raise _mark(ConnectionFailedError(
-                            f"the server closed the event stream early and refused to resume it "
-                            f"(GET with Last-Event-ID: HTTP {http_status_of(exc)})",
-                        ), sent=True) from None
+                        raise _mark(
+                            ConnectionFailedError(
+                                f"the server closed the event stream early and refused to resume it "
+                                f"(GET with Last-Event-ID: HTTP {http_status_of(exc)})",
+                            ),
+                            sent=True,
+                        ) from None
                     ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
                     if ctype != "text/event-stream":
-                        raise _mark(ConnectionFailedError(
-                            f"resuming the event stream returned {ctype or 'no content type'}, not "
-                            "text/event-stream"), sent=True)
+                        raise _mark(
+                            ConnectionFailedError(
+                                f"resuming the event stream returned {ctype or 'no content type'}, not "
+                                "text/event-stream"
+                            ),
+                            sent=True,
+                        )
                     for incoming in self._read_sse(response, decoder, deadline):
                         if self._deliver(incoming, request_id):
                             return
             idle = 0 if decoder.last_event_id != last_id else idle + 1
             if idle >= _RESUME_MAX_IDLE:
-                raise _mark(ConnectionFailedError(
-                    "the server keeps closing the resumed event stream without sending anything"), sent=True)
+                raise _mark(
+                    ConnectionFailedError("the server keeps closing the resumed event stream without sending anything"),
+                    sent=True,
+                )
 
-    def _post_one_way(self, message: dict[str, Any], rules: EraRules | None, deadline: Deadline,
-                      strict: bool) -> None:
+    def _post_one_way(self, message: dict[str, Any], rules: EraRules | None, deadline: Deadline, strict: bool) -> None:
         """POST a notification or a response; expects 202 (any 2xx accepted)."""
         headers = build_headers(rules, configured=self.configured, message=message, session_id=self.session_id)
         started = time.monotonic()
@@ -3074,8 +3263,13 @@ class HttpTransport:
         what = str(message.get("method", "a response"))
         try:
             with _HttpxBoundary(self.url, deadline, None):
-                with self._http().stream("POST", self.url, content=encode_body(message),
-                                         headers=_wire_headers(headers), timeout=self._timeout(deadline)) as response:
+                with self._http().stream(
+                    "POST",
+                    self.url,
+                    content=encode_body(message),
+                    headers=_wire_headers(headers),
+                    timeout=self._timeout(deadline),
+                ) as response:
                     self._log_response(response, started)
                     if strict:
                         self._check_status(response, what, with_session=self.session_id is not None)
@@ -3088,8 +3282,9 @@ class HttpTransport:
         return _mark(ConnectionFailedError(f"no response to {method} (id {request_id})"), sent=sent)
 
     def timeout_error(self, method: str, deadline: Deadline) -> BkmcpError:
-        return _mark(budget_error(f"no answer to {method} from {strip_url_credentials(self.url)}",
-                                  deadline.seconds), sent=True)
+        return _mark(
+            budget_error(f"no answer to {method} from {strip_url_credentials(self.url)}", deadline.seconds), sent=True
+        )
 
     def restart_if_exited(self) -> bool:
         return False
@@ -3104,8 +3299,9 @@ class HttpTransport:
         self._log_request("DELETE", headers, None)
         try:
             with _HttpxBoundary(self.url, deadline, None):
-                response = self._client.request("DELETE", self.url, headers=_wire_headers(headers),
-                                                timeout=self._timeout(deadline, cap=2.0))
+                response = self._client.request(
+                    "DELETE", self.url, headers=_wire_headers(headers), timeout=self._timeout(deadline, cap=2.0)
+                )
             self._log_response(response, started)
         except BkmcpError as exc:
             self.log.debug(f"ending the session failed: {type(exc).__name__}")
@@ -3246,12 +3442,15 @@ class ChildProcess:
             found = shutil.which(command, path=env.get("PATH", os.defpath))
             problem = "was not found on PATH"
         if found is None:
-            raise _mark(ConnectionFailedError(
-                f"cannot start the stdio server: command {command!r} {problem}",
-                hint=f"install it, or set \"command\" of {self.where()} to an absolute path of an executable "
-                "(PATH comes from bkmcp's environment or the entry's \"env\")",
-                details={"command": command},
-            ), sent=False)
+            raise _mark(
+                ConnectionFailedError(
+                    f"cannot start the stdio server: command {command!r} {problem}",
+                    hint=f'install it, or set "command" of {self.where()} to an absolute path of an executable '
+                    "(PATH comes from bkmcp's environment or the entry's \"env\")",
+                    details={"command": command},
+                ),
+                sent=False,
+            )
         return found
 
     def spawn(self) -> Any:
@@ -3264,15 +3463,20 @@ class ChildProcess:
         cwd = self.server.cwd
         if cwd is not None and not os.path.isdir(cwd):
             problem = "is not a directory" if os.path.exists(cwd) else "does not exist"
-            raise _mark(ConnectionFailedError(
-                f"cannot start the stdio server: working directory {cwd!r} {problem}",
-                hint=f"fix \"cwd\" of {self.where()}",
-            ), sent=False)
+            raise _mark(
+                ConnectionFailedError(
+                    f"cannot start the stdio server: working directory {cwd!r} {problem}",
+                    hint=f'fix "cwd" of {self.where()}',
+                ),
+                sent=False,
+            )
         argv = [executable, *self.server.args]
         if self.log.verbose:
             shown = " ".join(repr(a) if (not a or any(c.isspace() for c in a)) else a for a in argv)
-            self.log.debug(f"spawning stdio server: {shown} (cwd: {cwd or os.getcwd()}; "
-                           f"env: {', '.join(sorted(env)) or '(empty)'})")
+            self.log.debug(
+                f"spawning stdio server: {shown} (cwd: {cwd or os.getcwd()}; "
+                f"env: {', '.join(sorted(env)) or '(empty)'})"
+            )
         options: dict[str, Any] = {}
         if os.name == "posix":
             options["start_new_session"] = True  # own process group: the whole tree can be signalled
@@ -3283,24 +3487,36 @@ class ChildProcess:
             options["preexec_fn"] = hook
 
         def popen() -> Any:
-            return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    env=env, cwd=cwd, close_fds=True, **options)
+            return subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+                cwd=cwd,
+                close_fds=True,
+                **options,
+            )
 
         try:
             proc = _Spawner.shared().call(popen) if hook is not None else popen()
         except OSError as exc:
-            raise _mark(ConnectionFailedError(
-                f"cannot start the stdio server {self.server.command!r}: {exc.strerror or exc}",
-                hint=f"check \"command\" and \"args\" of {self.where()} (an interpreter named by a #! line "
-                "must exist too)",
-            ), sent=False) from exc
+            raise _mark(
+                ConnectionFailedError(
+                    f"cannot start the stdio server {self.server.command!r}: {exc.strerror or exc}",
+                    hint=f'check "command" and "args" of {self.where()} (an interpreter named by a #! line '
+                    "must exist too)",
+                ),
+                sent=False,
+            ) from exc
         self.proc = proc
         self.spawns += 1
         self.pid = proc.pid
         self.returncode = None
         self._stderr_tail.clear()  # error details describe the current child
-        self._stderr_reader = threading.Thread(target=self._read_stderr, args=(proc.stderr,),
-                                               name="bkmcp-stdio-err", daemon=True)
+        self._stderr_reader = threading.Thread(
+            target=self._read_stderr, args=(proc.stderr,), name="bkmcp-stdio-err", daemon=True
+        )
         self._stderr_reader.start()
         self.log.debug(f"stdio server started (pid {proc.pid})")
         return proc
@@ -3501,8 +3717,7 @@ class StdioTransport:
             self._ended = None
             if os.name == "posix":
                 os.set_blocking(proc.stdin.fileno(), False)  # writes wait in select(), bounded by the deadline
-            self._reader = threading.Thread(target=self._read_stdout, args=(proc,), name="bkmcp-stdio-out",
-                                            daemon=True)
+            self._reader = threading.Thread(target=self._read_stdout, args=(proc,), name="bkmcp-stdio-out", daemon=True)
             self._reader.start()
             threading.Thread(target=self._watch_exit, args=(proc,), name="bkmcp-stdio-wait", daemon=True).start()
 
@@ -3518,11 +3733,17 @@ class StdioTransport:
                 except ProtocolError as exc:
                     text = line.decode("utf-8", "replace").strip()
                     sample = _clip(self.log.redactor.scrub(text), 200)
-                    self._end(proc, self._with_stderr(ProtocolError(
-                        f"the stdio server wrote a line to stdout that is not a JSON-RPC message ({exc.message}): "
-                        f"{sample!r}",
-                        hint="a stdio server must write only JSON-RPC messages to stdout (logs belong on stderr)",
-                    )))
+                    self._end(
+                        proc,
+                        self._with_stderr(
+                            ProtocolError(
+                                "the stdio server wrote a line to stdout that is not a JSON-RPC message "
+                                f"({exc.message}): {sample!r}",
+                                hint="a stdio server must write only JSON-RPC messages to stdout "
+                                "(logs belong on stderr)",
+                            )
+                        ),
+                    )
                     return
                 for incoming in messages:
                     self.responses += 1
@@ -3568,22 +3789,41 @@ class StdioTransport:
             return _mark(error, sent=sent)
         status = self.child.returncode if ended is not None else self.child.exit_status(0.5)
         answer = f" before answering {method}" + (f" (id {request_id})" if request_id is not None else "")
-        return _mark(self._with_stderr(_remedy(ConnectionFailedError(
-            f"the stdio server {self.child.describe_exit(status)}{answer}",
-            hint=f"check \"command\", \"args\" and \"env\" of {self.child.where()}",
-            details={"exit_status": status},
-        ), "stdio_exit")), sent=sent)
+        return _mark(
+            self._with_stderr(
+                _remedy(
+                    ConnectionFailedError(
+                        f"the stdio server {self.child.describe_exit(status)}{answer}",
+                        hint=f'check "command", "args" and "env" of {self.child.where()}',
+                        details={"exit_status": status},
+                    ),
+                    "stdio_exit",
+                )
+            ),
+            sent=sent,
+        )
 
     def timeout_error(self, method: str, deadline: Deadline) -> BkmcpError:
         self._spent = True
-        return _mark(self._with_stderr(budget_error(f"no answer to {method} from the stdio server",
-                                                    deadline.seconds, remedy="timeout_stdio")), sent=True)
+        return _mark(
+            self._with_stderr(
+                budget_error(f"no answer to {method} from the stdio server", deadline.seconds, remedy="timeout_stdio")
+            ),
+            sent=True,
+        )
 
     # -- writing ---------------------------------------------------------------------------------------
 
-    def send(self, message: dict[str, Any], *, rules: EraRules | None, deadline: Deadline,
-             extra_headers: Iterable[tuple[str, str]] = (), cancel: CancelToken | None = None,
-             strict: bool = True) -> None:
+    def send(
+        self,
+        message: dict[str, Any],
+        *,
+        rules: EraRules | None,
+        deadline: Deadline,
+        extra_headers: Iterable[tuple[str, str]] = (),
+        cancel: CancelToken | None = None,
+        strict: bool = True,
+    ) -> None:
         """One line on the child's stdin. Headers (``Mcp-Param-*``) do not exist on stdio: everything the server
         needs is in the message and its ``_meta``."""
         method = str(message.get("method", "a response"))
@@ -3620,7 +3860,7 @@ class StdioTransport:
         try:
             while data:
                 try:
-                    data = data[os.write(fd, data):]
+                    data = data[os.write(fd, data) :]
                     continue
                 except BlockingIOError:
                     pass
@@ -3713,15 +3953,25 @@ class McpSession:
     ``close()`` is explicit and idempotent. ``on_notification`` (if set) sees every server notification.
     """
 
-    def __init__(self, server: ResolvedServer, *, insecure: bool, log: Log, transport: Transport | None = None,
-                 **transport_options: Any) -> None:
+    def __init__(
+        self,
+        server: ResolvedServer,
+        *,
+        insecure: bool,
+        log: Log,
+        transport: Transport | None = None,
+        **transport_options: Any,
+    ) -> None:
         import collections
 
         self.server = server
         self.log = log
         self.core = ClientSession()
-        self.transport: Transport = transport if transport is not None else open_transport(
-            server, insecure=insecure, log=log, **transport_options)
+        self.transport: Transport = (
+            transport
+            if transport is not None
+            else open_transport(server, insecure=insecure, log=log, **transport_options)
+        )
         self.notifications: collections.deque[dict[str, Any]] = collections.deque(maxlen=_KEPT_NOTIFICATIONS)
         self.on_notification: Callable[[Message], None] | None = None
         self.closed = False
@@ -3757,9 +4007,18 @@ class McpSession:
 
     # -- requests --------------------------------------------------------------------------------------
 
-    def request(self, method: str, params: dict[str, Any] | None, ctx: OpContext, *, rules: EraRules | None = None,
-                handshake: bool = False, extra_headers: Iterable[tuple[str, str]] = (),
-                deadline: Deadline | None = None, handle: RequestHandle | None = None) -> Message:
+    def request(
+        self,
+        method: str,
+        params: dict[str, Any] | None,
+        ctx: OpContext,
+        *,
+        rules: EraRules | None = None,
+        handshake: bool = False,
+        extra_headers: Iterable[tuple[str, str]] = (),
+        deadline: Deadline | None = None,
+        handle: RequestHandle | None = None,
+    ) -> Message:
         """Send one request and wait for its answer (a result or error ``Message``). ``rules`` defaults to the
         negotiated ones; ``handshake`` sends without the version header (legacy ``initialize``); ``deadline``
         narrows the operation's budget (the probe window). Never resends."""
@@ -3774,8 +4033,13 @@ class McpSession:
             handle.id, handle.method = message["id"], method
             self._handles[_id_key(handle.id)] = handle
         try:
-            self.transport.send(message, rules=None if handshake else rules, deadline=deadline,
-                                extra_headers=extra_headers, cancel=ctx.cancel)
+            self.transport.send(
+                message,
+                rules=None if handshake else rules,
+                deadline=deadline,
+                extra_headers=extra_headers,
+                cancel=ctx.cancel,
+            )
             handle.sent = True
             self._wait(handle, method, deadline, ctx.cancel)
         finally:
@@ -3797,8 +4061,9 @@ class McpSession:
             handle._event.wait(min(left, _STDIO_POLL))
 
     def notify(self, method: str, params: dict[str, Any] | None, deadline: Deadline, *, strict: bool = True) -> None:
-        self.transport.send(self.core.notification(method, params), rules=self.core.rules, deadline=deadline,
-                            strict=strict)
+        self.transport.send(
+            self.core.notification(method, params), rules=self.core.rules, deadline=deadline, strict=strict
+        )
 
     def watch_progress(self, token: Any, callback: Callable[[dict[str, Any]], bool] | None) -> None:
         with self._lock:
@@ -3821,24 +4086,32 @@ class McpSession:
                         handle._finish(event.message)
                     answered = answered or (related is not None and same_id(event.request_id, related))
                 elif isinstance(event, Declined):
-                    targets = [self._handles[_id_key(related)]] if related is not None and \
-                        _id_key(related) in self._handles else list(self._handles.values())
+                    targets = (
+                        [self._handles[_id_key(related)]]
+                        if related is not None and _id_key(related) in self._handles
+                        else list(self._handles.values())
+                    )
                     for handle in targets:
                         handle.declined.append(event.method)
         for event in events:
             if isinstance(event, Notified):
                 self._on_notification(event.message)
             elif isinstance(event, Reply):
-                self.transport.send(event.message, rules=self.core.rules, deadline=Deadline(_CANCEL_BUDGET),
-                                    strict=False)
+                self.transport.send(
+                    event.message, rules=self.core.rules, deadline=Deadline(_CANCEL_BUDGET), strict=False
+                )
             elif isinstance(event, Declined):
-                self.log.warn(f"the server sent a {event.method!r} request; bkmcp declares no client capabilities "
-                              "and declined it (-32601)")
+                self.log.warn(
+                    f"the server sent a {event.method!r} request; bkmcp declares no client capabilities "
+                    "and declined it (-32601)"
+                )
             elif isinstance(event, Stray):
                 shown = _clip(repr(event.message.id), 40)
                 if event.duplicate:
-                    self.log.debug(f"warning: the server answered request id {shown} a second time; the second "
-                                   "answer is ignored (a protocol violation)")
+                    self.log.debug(
+                        f"warning: the server answered request id {shown} a second time; the second "
+                        "answer is ignored (a protocol violation)"
+                    )
                 else:
                     self.log.debug(f"ignoring a response for another request id ({shown})")
         return answered
@@ -3927,8 +4200,9 @@ def negotiate(session: McpSession, ctx: OpContext, *, server_info: bool = False)
                 _log_protocol(session, ctx)
                 return
             if step.action in ("restart", "initialize"):
-                ctx.log.debug(f"era probe: no modern answer; falling back to legacy initialize "
-                              f"({LATEST_LEGACY_VERSION})")
+                ctx.log.debug(
+                    f"era probe: no modern answer; falling back to legacy initialize ({LATEST_LEGACY_VERSION})"
+                )
             elif step.probing:
                 ctx.log.debug(f"era probe: server supports {step.version}; retrying server/discover once with it")
         elif step.action == "restart":
@@ -3941,8 +4215,9 @@ def negotiate(session: McpSession, ctx: OpContext, *, server_info: bool = False)
             except (ConnectionFailedError, ProtocolError) as exc:
                 step = plan.after_initialize_failed(step, exc)
                 if step.action == "discover":
-                    ctx.log.debug(f"initialize refused with -32022: the server serves {step.version}; using the "
-                                  "modern era")
+                    ctx.log.debug(
+                        f"initialize refused with -32022: the server serves {step.version}; using the modern era"
+                    )
     raise AssertionError("negotiation did not settle")  # pragma: no cover - the plan is bounded
 
 
@@ -3972,8 +4247,12 @@ def _discover_step(session: McpSession, ctx: OpContext, step: Step) -> Evidence:
         status = http_status_of(exc)
         if status is not None:
             message = getattr(exc, "http_message", None)
-            if not probing and not (status == 404 and message is not None and message.kind == "error"
-                                    and (message.error or {}).get("code") == -32601):
+            if not probing and not (
+                status == 404
+                and message is not None
+                and message.kind == "error"
+                and (message.error or {}).get("code") == -32601
+            ):
                 raise
             evidence = Evidence(status, message)
         elif isinstance(exc, ProtocolError):
@@ -3984,8 +4263,10 @@ def _discover_step(session: McpSession, ctx: OpContext, step: Step) -> Evidence:
             # No answer within the probe window, or the child exited (the Rust SDK stops on any request before
             # initialize) -> legacy (docs/contract.md §5). The operation's own budget still rules.
             ctx.deadline.remaining()
-            ctx.log.debug("era probe: " + ("no answer within the probe window" if isinstance(exc, McpTimeoutError)
-                                           else "the server exited"))
+            ctx.log.debug(
+                "era probe: "
+                + ("no answer within the probe window" if isinstance(exc, McpTimeoutError) else "the server exited")
+            )
             evidence = Evidence(silent=True, message=None)
         else:
             raise
@@ -3998,8 +4279,7 @@ def _discover_step(session: McpSession, ctx: OpContext, step: Step) -> Evidence:
 def initialize(session: McpSession, ctx: OpContext, offer: str) -> None:
     """The legacy handshake: ``initialize`` (no version header yet), then ``notifications/initialized``."""
     session.core.rules = None
-    answer = session.request("initialize", build_initialize_params(offer), ctx, rules=era_rules(offer),
-                             handshake=True)
+    answer = session.request("initialize", build_initialize_params(offer), ctx, rules=era_rules(offer), handshake=True)
     rules = session.core.apply_initialize(answer, offer)
     if rules.version != offer:
         ctx.log.debug(f"the server chose {rules.version} (offered {offer})")
@@ -4007,8 +4287,9 @@ def initialize(session: McpSession, ctx: OpContext, offer: str) -> None:
     session.notify("notifications/initialized", None, ctx.deadline)
 
 
-def open_session(server: ResolvedServer, ctx: OpContext, *, insecure: bool, server_info: bool = False,
-                 **transport_options: Any) -> McpSession:
+def open_session(
+    server: ResolvedServer, ctx: OpContext, *, insecure: bool, server_info: bool = False, **transport_options: Any
+) -> McpSession:
     """A negotiated session (closed again if negotiation fails)."""
     session = McpSession(server, insecure=insecure, log=ctx.log, **transport_options)
     try:
@@ -4022,8 +4303,7 @@ def open_session(server: ResolvedServer, ctx: OpContext, *, insecure: bool, serv
 # -- requests after negotiation ------------------------------------------------------------------------
 
 
-def request_result(session: McpSession, ctx: OpContext, method: str, params: dict[str, Any] | None
-                   ) -> dict[str, Any]:
+def request_result(session: McpSession, ctx: OpContext, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
     """A non-call request; a lost legacy session is re-initialized once per operation (docs/contract.md §5)."""
     for attempt in range(2):
         rules = session.core.rules
@@ -4097,8 +4377,9 @@ def discover_tools(session: McpSession, ctx: OpContext) -> tuple[list[dict[str, 
     return tools, pages
 
 
-def usable_tools(session: McpSession, ctx: OpContext, tools: list[dict[str, Any]]
-                 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def usable_tools(
+    session: McpSession, ctx: OpContext, tools: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(kept, excluded): in the modern era the tools whose inputSchema declares an invalid x-mcp-header are
     excluded (docs/contract.md §5, 2026-07-28: clients MUST exclude them), with one warning per operation."""
     if session.era != "modern":
@@ -4129,8 +4410,9 @@ def find_tool(tools: Sequence[dict[str, Any]], name: str, server_name: str) -> d
 _progress_tokens = iter(range(1, 1 << 62))
 
 
-def call_tool(session: McpSession, ctx: OpContext, name: str, arguments: dict[str, Any],
-              tool: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def call_tool(
+    session: McpSession, ctx: OpContext, name: str, arguments: dict[str, Any], tool: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """``tools/call`` sent exactly once, on every path; an unknown outcome is said so, never retried.
 
     Returns the raw result (``isError: true`` included: whether that fails is the caller's rule). On a timeout
@@ -4175,8 +4457,9 @@ def call_tool(session: McpSession, ctx: OpContext, name: str, arguments: dict[st
             _cancel(session, rules, handle.id, reason=f"timed out after {format_duration(ctx.deadline.seconds)}")
         if request_was_sent(exc) and not isinstance(exc, (AuthRequiredError, PermissionDeniedError)):
             exc.details["outcome"] = "unknown"
-            exc.hint = (exc.hint + "; " if exc.hint else "") + \
-                "the call was sent and its outcome is unknown: check before calling again"
+            exc.hint = (
+                exc.hint + "; " if exc.hint else ""
+            ) + "the call was sent and its outcome is unknown: check before calling again"
         exc.data = {**base, **(exc.data or {})}
         raise
     finally:
@@ -4214,8 +4497,12 @@ def _cancel(session: McpSession, rules: EraRules, request_id: Any, *, reason: st
     if not rules.cancel_notification and not session.transport.shared_stream:
         return
     try:
-        session.notify("notifications/cancelled", {"requestId": request_id, "reason": reason},
-                       Deadline(_CANCEL_BUDGET), strict=False)
+        session.notify(
+            "notifications/cancelled",
+            {"requestId": request_id, "reason": reason},
+            Deadline(_CANCEL_BUDGET),
+            strict=False,
+        )
     except BaseException as exc:  # noqa: B036 - a second Ctrl-C or any failure must not mask the first
         session.log.debug(f"sending notifications/cancelled failed: {type(exc).__name__}")
 
@@ -4237,10 +4524,19 @@ def run_check(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict
     """``--check`` data (contract.md §7); on failure raises a RemoteError whose ``data`` has the staged ``checks``."""
     checks = {"config": "passed", "connection": "not_run", "protocol": "not_run", "tools": "not_run"}
     data: dict[str, Any] = {
-        "server": server.name, "config_file": server.config_file, "transport": server.type,
-        "protocol_version": None, "era": None, "server_info": {}, "capabilities": {}, "checks": checks,
+        "server": server.name,
+        "config_file": server.config_file,
+        "transport": server.type,
+        "protocol_version": None,
+        "era": None,
+        "server_info": {},
+        "capabilities": {},
+        "checks": checks,
         "authentication": {"source": server.auth_source, "discovery_accepted": False},
-        "tool_count": 0, "excluded_count": 0, "complete": False, "elapsed_ms": 0,
+        "tool_count": 0,
+        "excluded_count": 0,
+        "complete": False,
+        "elapsed_ms": 0,
     }
     stage = "connection"
     session = McpSession(server, insecure=insecure, log=ctx.log)
@@ -4254,8 +4550,12 @@ def run_check(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict
                     stage = "protocol"
             checks["protocol"] = "passed"
             core = session.core
-            data.update(protocol_version=core.protocol_version, era=core.era, server_info=core.server_info,
-                        capabilities=core.capabilities)
+            data.update(
+                protocol_version=core.protocol_version,
+                era=core.era,
+                server_info=core.server_info,
+                capabilities=core.capabilities,
+            )
             if core.instructions is not None:
                 data["instructions"] = core.instructions
             stage = "tools"
@@ -4285,17 +4585,35 @@ def run_tools(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict
             partial, excluded = (exc.data or {}).get("tools", []), []
             if session.era == "modern":
                 partial, excluded = split_excluded_tools(partial)
-            exc.data = {"server": server.name, "protocol_version": session.protocol_version,
-                        "tool_count": len(partial), "complete": False, "tools": partial, "excluded": excluded}
+            exc.data = {
+                "server": server.name,
+                "protocol_version": session.protocol_version,
+                "tool_count": len(partial),
+                "complete": False,
+                "tools": partial,
+                "excluded": excluded,
+            }
             raise
     finally:
         session.close(ctx.deadline)
-    return {"server": server.name, "protocol_version": session.protocol_version, "tool_count": len(tools),
-            "complete": True, "tools": tools, "excluded": excluded}
+    return {
+        "server": server.name,
+        "protocol_version": session.protocol_version,
+        "tool_count": len(tools),
+        "complete": True,
+        "tools": tools,
+        "excluded": excluded,
+    }
 
 
-def run_call(server: ResolvedServer, ctx: OpContext, name: str, *, insecure: bool,
-             prepare: Callable[[dict[str, Any]], dict[str, Any] | None]) -> dict[str, Any]:
+def run_call(
+    server: ResolvedServer,
+    ctx: OpContext,
+    name: str,
+    *,
+    insecure: bool,
+    prepare: Callable[[dict[str, Any]], dict[str, Any] | None],
+) -> dict[str, Any]:
     """Discover, find tool ``name``, let ``prepare(tool)`` build and check the arguments, call it once.
 
     ``prepare`` (the front end's: flags or ``--body``, local validation) returns the arguments, or None to stop
@@ -4350,8 +4668,13 @@ RESERVED_OPTION_NAMES = frozenset(
 # anything a flag cannot express unambiguously stays usable through --body. Only what the user typed is sent.
 
 FLAG_TYPES = ("string", "integer", "number", "boolean", "array", "object")
-_FLAG_METAVAR = {"string": "STRING", "integer": "INTEGER", "number": "NUMBER", "array": "JSON-ARRAY",
-                 "object": "JSON-OBJECT"}
+_FLAG_METAVAR = {
+    "string": "STRING",
+    "integer": "INTEGER",
+    "number": "NUMBER",
+    "array": "JSON-ARRAY",
+    "object": "JSON-OBJECT",
+}
 _COMBINATORS = ("anyOf", "oneOf", "allOf")
 _REF_KEYWORDS = ("$ref", "$dynamicRef", "$recursiveRef")
 _JSON_INTEGER = _lazy_re(r"-?(?:0|[1-9][0-9]*)")
@@ -4591,9 +4914,7 @@ def convert_flag_value(flag: ToolFlag, token: ToolToken) -> Any:
         return _exact_number(value)
     if flag.kind == "number":
         if not _JSON_NUMBER.fullmatch(value):
-            raise ValueError(
-                f"{flag.option} expects a JSON number (e.g. 0.5, -2, 1e-3), got {_short(value)!r}"
-            )
+            raise ValueError(f"{flag.option} expects a JSON number (e.g. 0.5, -2, 1e-3), got {_short(value)!r}")
         return _exact_number(value)
     try:
         parsed = parse_json(value)
@@ -4635,8 +4956,13 @@ def _read_tokens(
     for token in tokens:
         option = _short(f"--{token.name}", 60)
         if token.name in seen:
-            problems.append({"flag": option, "path": _flag_path(token.name),
-                             "message": f"{option} is given more than once (give each flag once; arrays are JSON)"})
+            problems.append(
+                {
+                    "flag": option,
+                    "path": _flag_path(token.name),
+                    "message": f"{option} is given more than once (give each flag once; arrays are JSON)",
+                }
+            )
             continue
         seen.add(token.name)
         flag = mapped.flags.get(token.name)
@@ -4648,16 +4974,20 @@ def _read_tokens(
             continue
         body_field = mapped.body_only.get(token.name)
         if body_field is not None:
-            problems.append({
-                "flag": option, "path": _flag_path(token.name),
-                "message": f"{_printable(token.name)!r} has no flag: {body_field.reason}; set it with --body",
-            })
+            problems.append(
+                {
+                    "flag": option,
+                    "path": _flag_path(token.name),
+                    "message": f"{_printable(token.name)!r} has no flag: {body_field.reason}; set it with --body",
+                }
+            )
             continue
         close = closest_names(token.name, [*mapped.flags, *mapped.body_only])
         shown = [f"--{c}" if c in mapped.flags else f"{_short(c)!r} (no flag: set it with --body)" for c in close]
         suggestion = f"; did you mean {', '.join(shown)}?" if close else ""
-        problems.append({"flag": option,
-                         "message": f"unknown option {option} for tool {tool.get('name')!r}{suggestion}"})
+        problems.append(
+            {"flag": option, "message": f"unknown option {option} for tool {tool.get('name')!r}{suggestion}"}
+        )
     return values, problems
 
 
@@ -4711,8 +5041,10 @@ class ArgumentCheck:
     def describe(self) -> str:
         if self.scope == "full":
             if self.notes:
-                return (f"arguments validated locally against the full inputSchema, except: {'; '.join(self.notes)}"
-                        "; the server validates those")
+                return (
+                    f"arguments validated locally against the full inputSchema, except: {'; '.join(self.notes)}"
+                    "; the server validates those"
+                )
             return "arguments validated locally against the full inputSchema"
         why = "; ".join(self.notes) or "no full schema check"
         return f"arguments checked locally for required fields, types and enum only ({why}); the server validates"
@@ -4858,8 +5190,12 @@ def _regex_shape(pattern: str) -> tuple[str | None, int, bool]:
             shape = (None, 0, False)
         else:
             first = list(parsed)[:1]
-            anchored = bool(first) and first[0][0] is c.AT and first[0][1] in (c.AT_BEGINNING, c.AT_BEGINNING_STRING) \
+            anchored = (
+                bool(first)
+                and first[0][0] is c.AT
+                and first[0][1] in (c.AT_BEGINNING, c.AT_BEGINNING_STRING)
                 and not parsed.state.flags & c.SRE_FLAG_MULTILINE
+            )
             try:
                 shape = (None, walk(parsed, False), anchored)
             except ValueError as exc:
@@ -4933,10 +5269,15 @@ def _guarded_validators(base: Any) -> dict[str, Any]:
         return keyword
 
     def unique_items(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
-        if value is True and isinstance(instance, list) and len(instance) > UNIQUE_ITEMS_LIMIT and any(
-                isinstance(item, (dict, list)) for item in instance):
-            _active_budget().skip(f"uniqueItems not run locally (an array of more than {UNIQUE_ITEMS_LIMIT} "
-                                  "containers)")
+        if (
+            value is True
+            and isinstance(instance, list)
+            and len(instance) > UNIQUE_ITEMS_LIMIT
+            and any(isinstance(item, (dict, list)) for item in instance)
+        ):
+            _active_budget().skip(
+                f"uniqueItems not run locally (an array of more than {UNIQUE_ITEMS_LIMIT} containers)"
+            )
             return None
         return originals["uniqueItems"](validator, value, instance, schema)
 
@@ -5015,10 +5356,12 @@ def _build_validator(base: Any) -> tuple[Any, Any]:
     import jsonschema
     from jsonschema import validators
 
-    checker = base.TYPE_CHECKER.redefine_many({
-        "integer": lambda _checker, value: _is_json_integer(value),
-        "number": lambda _checker, value: _is_json_number(value),
-    })
+    checker = base.TYPE_CHECKER.redefine_many(
+        {
+            "integer": lambda _checker, value: _is_json_integer(value),
+            "number": lambda _checker, value: _is_json_number(value),
+        }
+    )
 
     def multiple_of(validator: Any, divisor: Any, instance: Any, _schema: Any) -> Any:
         from jsonschema.exceptions import ValidationError
@@ -5098,13 +5441,16 @@ def _schema_problems(
             _check_schema(cls, schema, state.budget.deadline)
     except jexc.SchemaError as exc:
         if exc.validator == "format":  # e.g. an ECMA-262 regex Python's re cannot compile
-            raise _NotLocal(f"the inputSchema uses a {exc.validator_value} this local validator cannot check "
-                            f"({_short(exc.message, 80)})") from None
+            raise _NotLocal(
+                f"the inputSchema uses a {exc.validator_value} this local validator cannot check "
+                f"({_short(exc.message, 80)})"
+            ) from None
         raise _NotLocal(f"the inputSchema is not a valid JSON Schema ({_short(exc.message, 80)})") from None
     except jexc.RefResolutionError as exc:
         cause = exc._cause if isinstance(getattr(exc, "_cause", None), _NotLocal) else None
-        raise _NotLocal(str(cause) if cause else f"a $ref could not be resolved locally ({_short(str(exc), 80)})") \
-            from None
+        raise _NotLocal(
+            str(cause) if cause else f"a $ref could not be resolved locally ({_short(str(exc), 80)})"
+        ) from None
     except (_NotLocal, McpTimeoutError):
         raise
     except (Exception, RecursionError) as exc:  # a validator bug or an exotic keyword must not crash the call
@@ -5131,22 +5477,27 @@ def _problem_from_error(error: Any) -> dict[str, str]:
     instance = error.instance
     if keyword == "type":
         types = value if isinstance(value, list) else [value]
-        return {"path": json_path(path),
-                "message": f"expected {' or '.join(str(t) for t in types)}, got {json_type(instance, integers=True)}"}
+        return {
+            "path": json_path(path),
+            "message": f"expected {' or '.join(str(t) for t in types)}, got {json_type(instance, integers=True)}",
+        }
     if keyword == "enum":
         return {"path": json_path(path), "message": f"must be one of {_short(value, 200)}"}
     if keyword == "const":
         return {"path": json_path(path), "message": f"must be {_short(value, 200)}"}
     if keyword in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum") and _is_json_number(value):
-        words = {"minimum": "at least", "maximum": "at most", "exclusiveMinimum": "greater than",
-                 "exclusiveMaximum": "less than"}
-        return {"path": json_path(path), "message": f"must be {words[keyword]} {_short(value)}, got "
-                f"{_short(instance)}"}
+        words = {
+            "minimum": "at least",
+            "maximum": "at most",
+            "exclusiveMinimum": "greater than",
+            "exclusiveMaximum": "less than",
+        }
+        return {"path": json_path(path), "message": f"must be {words[keyword]} {_short(value)}, got {_short(instance)}"}
     message = str(error.message)
     try:  # jsonschema starts most messages with repr(instance); show JSON instead of Python reprs
         shown = repr(instance)
         if message.startswith(shown) and not isinstance(instance, (dict, list)):
-            message = _short(dump_json(instance), 60) + message[len(shown):]
+            message = _short(dump_json(instance), 60) + message[len(shown) :]
     except Exception:  # pragma: no cover - repr of plain JSON values does not fail
         pass
     return {"path": json_path(path), "message": _printable(message)}
@@ -5290,8 +5641,9 @@ class JqProgram:
             try:
                 self._program = self._module.compile(expression)
             except ValueError as exc:
-                raise InvalidJqExpressionError(f"invalid --jq expression: {_first_line(exc)}", hint=_JQ_SYNTAX_HINT
-                                               ) from None
+                raise InvalidJqExpressionError(
+                    f"invalid --jq expression: {_first_line(exc)}", hint=_JQ_SYNTAX_HINT
+                ) from None
             self._literal = _jq_keeps_literals(self._module)
             try:  # each output as JSON text, so jq's own spelling of numbers reaches parse_json
                 self._program = self._module.compile(f"{defs}({expression}\n) | tojson")
@@ -5330,9 +5682,15 @@ class JqProgram:
 
         assert self._executable is not None
         try:
-            proc = subprocess.run([self._executable, "-n", program], stdin=subprocess.DEVNULL, capture_output=True,
-                                  text=True, encoding="utf-8", errors="replace",
-                                  timeout=JQ_EXECUTABLE_CHECK_SECONDS)
+            proc = subprocess.run(
+                [self._executable, "-n", program],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                encoding="utf-8",
+                errors="replace",
+                timeout=JQ_EXECUTABLE_CHECK_SECONDS,
+            )
         except subprocess.TimeoutExpired:
             raise JqUnavailableError(
                 f"the jq executable {self._executable} did not compile the --jq expression within "
@@ -5340,8 +5698,10 @@ class JqProgram:
                 hint="check that this jq works (jq --version), or drop --jq and filter the JSON output yourself",
             ) from None
         except OSError as exc:
-            raise JqUnavailableError(f"the jq executable {self._executable} cannot be run: {exc.strerror or exc}",
-                                     hint="install a working jq, or drop --jq") from None
+            raise JqUnavailableError(
+                f"the jq executable {self._executable} cannot be run: {exc.strerror or exc}",
+                hint="install a working jq, or drop --jq",
+            ) from None
         return None if proc.returncode == 0 else _first_line(proc.stderr)
 
     def apply(self, envelope: dict[str, Any], deadline: Deadline | None = None) -> list[str]:
@@ -5369,7 +5729,8 @@ class JqProgram:
             yield from self._stream(envelope, deadline)
         except RecursionError:
             raise JqError(
-                "--jq failed on the result: it is nested too deeply", data=envelope.get("data"),
+                "--jq failed on the result: it is nested too deeply",
+                data=envelope.get("data"),
                 hint="project a smaller part (e.g. --jq '.data.result.content'), or drop --jq and save the output",
             ) from None
 
@@ -5403,13 +5764,14 @@ class JqProgram:
         except (ValueError, _JqOverBudget) as exc:
             if isinstance(exc, _JqOverBudget):
                 assert deadline is not None
-                reason = (f"--jq did not finish within the time --timeout left for it "
-                          f"({deadline.seconds:.1f}s)")
+                reason = f"--jq did not finish within the time --timeout left for it ({deadline.seconds:.1f}s)"
             else:
                 reason = f"--jq failed on the result: {_first_line(exc)}"
             raise JqError(
                 reason,
-                hint="nothing was sent (dry run); fix the expression" if dry else "the remote operation already "
+                hint="nothing was sent (dry run); fix the expression"
+                if dry
+                else "the remote operation already "
                 "happened; do not retry it blindly, fix the expression and re-run it on saved output (data keeps "
                 "the unprojected result)",
                 data=data,
@@ -5419,8 +5781,9 @@ class JqProgram:
             _close(respelled)
             _close(exact)
 
-    def _project(self, envelope: dict[str, Any], nonce: str, protect: Callable[[Any], bool],
-                 deadline: Deadline | None) -> Iterator[Any]:
+    def _project(
+        self, envelope: dict[str, Any], nonce: str, protect: Callable[[Any], bool], deadline: Deadline | None
+    ) -> Iterator[Any]:
         table: list[str] = []
         text = dump_json(_jq_protect(envelope, table, nonce, protect))
         if self._executable is not None:
@@ -5437,14 +5800,15 @@ class JqProgram:
                     value = parse_json(item, strict_keys=False)
                 except JsonInputError:
                     raise ValueError(
-                        "jq printed a value that is not JSON (jq cuts values nested over 256 levels)") from None
+                        "jq printed a value that is not JSON (jq cuts values nested over 256 levels)"
+                    ) from None
                 yield _jq_restore(value, table, nonce)
         except ValueError as exc:
             message = str(exc)
             at = message.find(self._halt_mark)
             if at < 0:
                 raise
-            self._halt(message[at + len(self._halt_mark):].split("\n", 1)[0], table, nonce)
+            self._halt(message[at + len(self._halt_mark) :].split("\n", 1)[0], table, nonce)
         finally:
             _close(texts)
 
@@ -5493,7 +5857,7 @@ def _jq_executable_lines(argv: list[str], text: str, deadline: Deadline | None) 
             for key, _events in selector.select(wait):
                 if key.fileobj is proc.stdin:
                     try:
-                        pending = pending[os.write(proc.stdin.fileno(), pending[:65536]):]
+                        pending = pending[os.write(proc.stdin.fileno(), pending[:65536]) :]
                     except BrokenPipeError:
                         pending = pending[:0]
                     if not pending:
@@ -5515,8 +5879,11 @@ def _jq_executable_lines(argv: list[str], text: str, deadline: Deadline | None) 
             yield out.decode("utf-8", "replace")
         if proc.wait() != 0:  # jq's error line (its debug/stderr output may come before it)
             messages = err.decode("utf-8", "replace").splitlines()
-            errors = [m for m in messages if _JQ_HALT_MARK in m] or [
-                m for m in messages if m.startswith("jq: error")] or messages
+            errors = (
+                [m for m in messages if _JQ_HALT_MARK in m]
+                or [m for m in messages if m.startswith("jq: error")]
+                or messages
+            )
             raise ValueError(errors[0] if errors else f"the jq executable exited with status {proc.returncode}")
     finally:
         selector.close()
@@ -5677,8 +6044,9 @@ def _jq_restore(value: Any, table: list[str], nonce: str) -> Any:
             whole = marker.fullmatch(item)
             if whole:
                 text = table[int(whole.group(1))]
-                return int(text) if re.fullmatch(r"-?\d+", text) and len(text) <= _INT_DIGITS_LIMIT \
-                    else JsonNumber(text)
+                return (
+                    int(text) if re.fullmatch(r"-?\d+", text) and len(text) <= _INT_DIGITS_LIMIT else JsonNumber(text)
+                )
             return marker.sub(lambda m: table[int(m.group(1))], item)
         return item
 
@@ -5925,8 +6293,11 @@ def _example_object(schema: dict[str, Any], root: Any, depth: int, limit: int) -
     """Required properties first, then optional ones up to ``limit``; returns (object, omitted count)."""
     properties = schema.get("properties")
     properties = properties if isinstance(properties, dict) else {}
-    required = [r for r in schema.get("required") or [] if isinstance(r, str)] if isinstance(
-        schema.get("required"), list) else []
+    required = (
+        [r for r in schema.get("required") or [] if isinstance(r, str)]
+        if isinstance(schema.get("required"), list)
+        else []
+    )
     chosen = [r for r in dict.fromkeys(required)]
     optional = [n for n in properties if n not in chosen]
     room = max(0, limit - len(chosen))
@@ -6034,7 +6405,11 @@ def render_tool_help(server_name: str, tool: Mapping[str, Any]) -> str:
         if reserved:
             out += [""] + _wrap(
                 f"Reserved names ({', '.join(reserved)}) are bkmcp's own options, so they are never tool flags "
-                "and never renamed; pass them inside --body under their exact names.", HELP_WIDTH, "  ", "  ")
+                "and never renamed; pass them inside --body under their exact names.",
+                HELP_WIDTH,
+                "  ",
+                "  ",
+            )
     for note in mapped.notes:
         out += [""] + _wrap(f"Note: {note}", HELP_WIDTH, "  ", "  ")
 
@@ -6058,21 +6433,30 @@ def render_tool_help(server_name: str, tool: Mapping[str, Any]) -> str:
         chosen = [f for f in flags if f.required] or flags[:1]
         if len(chosen) < 3:
             chosen += [f for f in flags if not f.required and f not in chosen][: 3 - len(chosen)]
-        parts = [word for f in chosen for word in _flag_example(f, _clip_strings(_example_value(f.schema, schema,
-                                                                                                  f.name)))]
+        parts = [
+            word for f in chosen for word in _flag_example(f, _clip_strings(_example_value(f.schema, schema, f.name)))
+        ]
         out += _command_lines([command, *parts])
     elif not required_body_only:
         out.append(f"  {command}")
     else:
         which = "field {} has no flag" if len(required_body_only) == 1 else "fields {} have no flags"
-        out += _wrap(f"(required {which.format(', '.join(required_body_only))}, so call this tool with --body as "
-                     "shown above)", HELP_WIDTH, "  ", "  ")
+        out += _wrap(
+            f"(required {which.format(', '.join(required_body_only))}, so call this tool with --body as shown above)",
+            HELP_WIDTH,
+            "  ",
+            "  ",
+        )
     out.append(f"  {command} --body @args.json")
     out.append(f"  {command} --body @args.json --dry-run")
     out += [""] + _wrap(
         "Only the flags you give are sent; defaults are shown for information and never sent. Booleans are "
         "--name=true or --name=false; arrays and objects are JSON. With --body, the JSON object is the "
-        "complete arguments and named flags are ignored.", HELP_WIDTH, "  ", "  ")
+        "complete arguments and named flags are ignored.",
+        HELP_WIDTH,
+        "  ",
+        "  ",
+    )
     return "\n".join(out) + "\n"
 
 
@@ -6162,20 +6546,32 @@ def _flag_details(flag: ToolFlag) -> list[str]:
     if "const" in schema:
         lines += _wrap(f"must be: {dump_json(schema['const'])}", HELP_WIDTH, indent, indent)
     if "default" in schema:
-        lines += _wrap(f"default: {_short(schema['default'], 60)} (information only, not sent)", HELP_WIDTH,
-                       indent, indent)
-    bounds = [f"{word} {dump_json(schema[key])}" for key, word in (
-        ("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="), ("exclusiveMaximum", "<"),
-        ("minLength", "min length"), ("maxLength", "max length"), ("minItems", "min items"),
-        ("maxItems", "max items")) if key in schema and _is_json_number(schema[key])]
+        lines += _wrap(
+            f"default: {_short(schema['default'], 60)} (information only, not sent)", HELP_WIDTH, indent, indent
+        )
+    bounds = [
+        f"{word} {dump_json(schema[key])}"
+        for key, word in (
+            ("minimum", ">="),
+            ("exclusiveMinimum", ">"),
+            ("maximum", "<="),
+            ("exclusiveMaximum", "<"),
+            ("minLength", "min length"),
+            ("maxLength", "max length"),
+            ("minItems", "min items"),
+            ("maxItems", "max items"),
+        )
+        if key in schema and _is_json_number(schema[key])
+    ]
     if bounds:
         lines += _wrap("limits: " + ", ".join(bounds), HELP_WIDTH, indent, indent)
     if flag.kind == "array":
         items = schema.get("items")
         item_type = items.get("type") if isinstance(items, dict) else None
         of = f" of {item_type}" if isinstance(item_type, str) else ""
-        lines += _wrap(f"a JSON array{of}, e.g. {flag.option} '[...]' (never comma-separated)", HELP_WIDTH,
-                       indent, indent)
+        lines += _wrap(
+            f"a JSON array{of}, e.g. {flag.option} '[...]' (never comma-separated)", HELP_WIDTH, indent, indent
+        )
     elif flag.kind == "object":
         lines += _wrap(f"a JSON object, e.g. {flag.option} '{{...}}'", HELP_WIDTH, indent, indent)
     return lines
@@ -6213,15 +6609,28 @@ CREATE TABLE mcp_tools_cache (          -- user_id '' for a public server
   fetched_at REAL NOT NULL, PRIMARY KEY (server_name, user_id));
 """
 REGISTRY_TABLES = ("mcp_servers", "mcp_credentials", "mcp_user_credentials", "mcp_tools_cache")
-REGISTRY_COLUMNS = ("name", "transport_type", "command", "args", "env_template", "url", "headers", "isolation",
-                    "protocol_version", "enabled")
+REGISTRY_COLUMNS = (
+    "name",
+    "transport_type",
+    "command",
+    "args",
+    "env_template",
+    "url",
+    "headers",
+    "isolation",
+    "protocol_version",
+    "enabled",
+)
 REGISTRY_CACHE_SECONDS = 5.0  # HTTP source: one answer per (user, access token) is reused this long
 REGISTRY_TIMEOUT = 60.0  # SQLite busy wait / HTTP total time when the caller gives none (the CLI's default)
 _REGISTRY_ANSWER_LIMIT = 64 * 1024 * 1024
 _REGISTRY_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 # Credential fields that become headers of an HTTP server unless a header of that name is configured (§11.4).
-_CREDENTIAL_HEADERS = (("api_key", "Authorization", "Bearer "), ("token", "Authorization", "Bearer "),
-                       ("API_KEY", "X-API-Key", ""))
+_CREDENTIAL_HEADERS = (
+    ("api_key", "Authorization", "Bearer "),
+    ("token", "Authorization", "Bearer "),
+    ("API_KEY", "X-API-Key", ""),
+)
 
 
 @dataclass
@@ -6297,10 +6706,10 @@ def parse_registry_row(row: Mapping[str, Any], *, source: str) -> RegistryServer
         if problem:
             raise InvalidConfigError(f"{source}: invalid server name {_safe_name(name)!r}: {problem}")
         if kind not in ("stdio", "http"):
-            raise InvalidConfigError(f"{where}: unsupported transport_type (\"stdio\" or \"http\")")
+            raise InvalidConfigError(f'{where}: unsupported transport_type ("stdio" or "http")')
         isolation = row.get("isolation")
         if isolation is not None and isolation not in ("public", "user"):
-            raise InvalidConfigError(f"{where}: isolation must be \"public\" or \"user\"")
+            raise InvalidConfigError(f'{where}: isolation must be "public" or "user"')
         record.isolation = isolation or "public"
         enabled = row.get("enabled", True)
         if enabled is None:
@@ -6378,9 +6787,7 @@ def select_credential(row: RegistryServer, *, view: RegistryView, user_id: str |
     return {}
 
 
-def build_credential_headers(
-    record: RegistryServer, credential: Mapping[str, str]
-) -> list[tuple[str, str]]:
+def build_credential_headers(record: RegistryServer, credential: Mapping[str, str]) -> list[tuple[str, str]]:
     """Headers an HTTP server gets from its credential's ``api_key`` / ``token`` / ``API_KEY`` fields (§11.4),
     as templates (a literal ``${`` in a value is escaped, so the value is never expanded)."""
     where = f"server {record.name!r} in {record.source}"
@@ -6452,10 +6859,16 @@ def render_registry_row(record: RegistryServer) -> dict[str, Any]:
     """A row as ``--list`` prints it: the table's columns, credential values of headers/env as ``***`` (a
     value made only of ``${…}`` references, after an auth scheme, is shown: it holds no secret)."""
     row: dict[str, Any] = {
-        "name": record.name, "transport_type": record.transport_type, "command": record.command,
-        "args": record.args, "env_template": {k: _redact_template(k, v) for k, v in record.env_template.items()},
-        "url": record.url, "headers": {k: _redact_template(k, v) for k, v in record.headers.items()},
-        "isolation": record.isolation, "protocol_version": record.protocol_version, "enabled": record.enabled,
+        "name": record.name,
+        "transport_type": record.transport_type,
+        "command": record.command,
+        "args": record.args,
+        "env_template": {k: _redact_template(k, v) for k, v in record.env_template.items()},
+        "url": record.url,
+        "headers": {k: _redact_template(k, v) for k, v in record.headers.items()},
+        "isolation": record.isolation,
+        "protocol_version": record.protocol_version,
+        "enabled": record.enabled,
     }
     if record.problem is not None:
         row["problem"] = {"code": record.problem.code, "message": record.problem.message}
@@ -6514,8 +6927,12 @@ class Registry:
 
 
 def _build_view(
-    rows: Iterable[Mapping[str, Any]], system: Iterable[tuple[Any, Any]], user: Iterable[tuple[Any, Any]],
-    *, source: str, log: Log,
+    rows: Iterable[Mapping[str, Any]],
+    system: Iterable[tuple[Any, Any]],
+    user: Iterable[tuple[Any, Any]],
+    *,
+    source: str,
+    log: Log,
 ) -> RegistryView:
     servers: dict[str, RegistryServer] = {}
     for row in rows:
@@ -6571,8 +6988,10 @@ class SqliteRegistry(Registry):
             raise
 
     def _fail(self, exc: Exception, doing: str) -> RegistryError:
-        return RegistryError(f"cannot {doing} the registry {self.path}: {exc}",
-                             hint="check that --registry names a bkmcp SQLite registry (docs/contract.md §11.3 schema)")
+        return RegistryError(
+            f"cannot {doing} the registry {self.path}: {exc}",
+            hint="check that --registry names a bkmcp SQLite registry (docs/contract.md §11.3 schema)",
+        )
 
     def _ensure_schema(self) -> None:
         import sqlite3
@@ -6600,8 +7019,10 @@ class SqliteRegistry(Registry):
             raise self._fail(exc, "open") from None
         missing = [t for t in REGISTRY_TABLES if t not in tables]
         if missing:
-            raise RegistryError(f"the registry {self.path} lacks the table(s) {', '.join(missing)}",
-                                hint="a bkmcp registry has the four tables of docs/contract.md §11.3")
+            raise RegistryError(
+                f"the registry {self.path} lacks the table(s) {', '.join(missing)}",
+                hint="a bkmcp registry has the four tables of docs/contract.md §11.3",
+            )
 
     def _tables(self) -> set[str]:
         return {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -6612,8 +7033,11 @@ class SqliteRegistry(Registry):
         with self._lock:
             try:
                 # parsed already and no other connection committed since: one statement (its own read transaction)
-                known = self._cached is not None and (user_id is None or user_id in self._users) and \
-                    self._db.execute("PRAGMA data_version").fetchone()[0] == self._version
+                known = (
+                    self._cached is not None
+                    and (user_id is None or user_id in self._users)
+                    and self._db.execute("PRAGMA data_version").fetchone()[0] == self._version
+                )
                 if not known:
                     self._read(user_id)
             except sqlite3.Error as exc:
@@ -6622,7 +7046,9 @@ class SqliteRegistry(Registry):
             assert cached is not None
             users, problems = self._users[user_id] if user_id is not None else ({}, {})
         return RegistryView(
-            dict(cached.servers), dict(cached.system_credentials), dict(users),
+            dict(cached.servers),
+            dict(cached.system_credentials),
+            dict(users),
             {**cached.credential_problems, **problems},
         )
 
@@ -6661,7 +7087,8 @@ class SqliteRegistry(Registry):
             try:
                 row = self._db.execute(
                     "SELECT tools, protocol_version, fetched_at FROM mcp_tools_cache WHERE server_name = ? "
-                    "AND user_id = ?", key,
+                    "AND user_id = ?",
+                    key,
                 ).fetchone()
             except sqlite3.Error as exc:
                 self.log.debug(f"{self.source}: tools cache not readable: {exc}")
@@ -6687,7 +7114,8 @@ class SqliteRegistry(Registry):
             try:
                 self._db.execute(
                     "INSERT OR REPLACE INTO mcp_tools_cache (server_name, user_id, tools, protocol_version, "
-                    "fetched_at) VALUES (?, ?, ?, ?, ?)", (*key, dump_json(list(tools)), protocol_version, time.time()),
+                    "fetched_at) VALUES (?, ?, ?, ?, ?)",
+                    (*key, dump_json(list(tools)), protocol_version, time.time()),
                 )
                 self._tools.pop(key, None)
                 return
@@ -6715,12 +7143,16 @@ class SqliteRegistry(Registry):
                             f"INSERT INTO mcp_servers ({', '.join(REGISTRY_COLUMNS)}) "
                             "VALUES (?, ?, ?, ?, ?, ?, ?, 'public', ?, 1) ON CONFLICT(name) DO UPDATE SET "
                             + ", ".join(f"{c} = excluded.{c}" for c in REGISTRY_COLUMNS[1:]),
-                            (server.name, server.type, server.command if stdio else None,
-                             dump_json(list(server.args)) if stdio else None,
-                             dump_json(dict(server.env)) if stdio else None,
-                             None if stdio else server.url,
-                             None if stdio else dump_json(dict(server.headers)),
-                             server.protocol_version),
+                            (
+                                server.name,
+                                server.type,
+                                server.command if stdio else None,
+                                dump_json(list(server.args)) if stdio else None,
+                                dump_json(dict(server.env)) if stdio else None,
+                                None if stdio else server.url,
+                                None if stdio else dump_json(dict(server.headers)),
+                                server.protocol_version,
+                            ),
                         )
                         self._db.execute("DELETE FROM mcp_tools_cache WHERE server_name = ?", (server.name,))
                     self._db.execute("COMMIT")
@@ -6731,7 +7163,7 @@ class SqliteRegistry(Registry):
                 raise self._fail(exc, "write") from None
         for server in config.servers.values():
             if server.cwd is not None:
-                log.warn(f"{config.path}: server {server.name!r}: \"cwd\" has no registry column and was dropped")
+                log.warn(f'{config.path}: server {server.name!r}: "cwd" has no registry column and was dropped')
         return list(config.servers)
 
     def close(self) -> None:
@@ -6756,7 +7188,12 @@ class HttpRegistry(Registry):
     timeout per fetch. Answers are cached per (user, access token) for ``cache_seconds``; failures are not."""
 
     def __init__(
-        self, url: str, *, log: Log, timeout: float = REGISTRY_TIMEOUT, cache_seconds: float = REGISTRY_CACHE_SECONDS,
+        self,
+        url: str,
+        *,
+        log: Log,
+        timeout: float = REGISTRY_TIMEOUT,
+        cache_seconds: float = REGISTRY_CACHE_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__(log=log, timeout=timeout)
@@ -6824,31 +7261,39 @@ class HttpRegistry(Registry):
             target += ("&" if "?" in target else "?") + "user_id=" + quote(user_id, safe="")
             if token:
                 if not token.isascii() or _has_control(token) or token != token.strip():
-                    raise AuthRequiredError(f"the accessToken for {self.source} is not a valid header value",
-                                            hint="send the platform's access token unchanged")
+                    raise AuthRequiredError(
+                        f"the accessToken for {self.source} is not a valid header value",
+                        hint="send the platform's access token unchanged",
+                    )
                 redactor.add(token)
                 headers["Authorization"] = f"Bearer {token}"
         deadline = Deadline(self.timeout)
         client = self._http()
         try:
             timeout = httpx.Timeout(deadline.remaining())
-            with _HttpxBoundary(self.url, deadline, None), \
-                    client.stream("GET", target, headers=headers, timeout=timeout) as answer:
+            with (
+                _HttpxBoundary(self.url, deadline, None),
+                client.stream("GET", target, headers=headers, timeout=timeout) as answer,
+            ):
                 status = answer.status_code
                 if 300 <= status < 400:
                     location = answer.headers.get("location", "")
                     where = f" to {strip_url_credentials(location)}" if location else ""
                     raise RegistryError(
                         f"{self.source} answered HTTP {status} (a redirect{where}); redirects are not followed",
-                        hint="point --registry at the final URL", details={"http_status": status},
+                        hint="point --registry at the final URL",
+                        details={"http_status": status},
                     )
                 if status == 401:
-                    raise AuthRequiredError(f"{self.source} rejected the request (HTTP 401): the access token "
-                                            "was missing or not accepted", details={"http_status": status},
-                                            hint="the platform must send the user's valid accessToken")
+                    raise AuthRequiredError(
+                        f"{self.source} rejected the request (HTTP 401): the access token was missing or not accepted",
+                        details={"http_status": status},
+                        hint="the platform must send the user's valid accessToken",
+                    )
                 if status == 403:
-                    raise PermissionDeniedError(f"{self.source} refused the request (HTTP 403)",
-                                                details={"http_status": status})
+                    raise PermissionDeniedError(
+                        f"{self.source} refused the request (HTTP 403)", details={"http_status": status}
+                    )
                 if status != 200:
                     raise RegistryError(f"{self.source} answered HTTP {status}", details={"http_status": status})
                 chunks: list[bytes] = []
@@ -6862,8 +7307,10 @@ class HttpRegistry(Registry):
         except McpTimeoutError:
             raise RegistryError(f"{self.source} did not answer within {format_duration(self.timeout)}") from None
         except (ConnectionFailedError, ProtocolError) as exc:  # mapped once, by the transports' boundary
-            raise RegistryError(f"cannot read {self.source}: {redactor.scrub(exc.message)}",
-                                hint="is the platform's /internal/mcp/config reachable from here?") from None
+            raise RegistryError(
+                f"cannot read {self.source}: {redactor.scrub(exc.message)}",
+                hint="is the platform's /internal/mcp/config reachable from here?",
+            ) from None
         return self._parse_answer(b"".join(chunks), user_id)
 
     def _parse_answer(self, body: bytes, user_id: str | None) -> RegistryView:
@@ -6873,19 +7320,20 @@ class HttpRegistry(Registry):
             raise RegistryError(f"{self.source} did not answer valid JSON") from None
         servers = document.get("servers") if isinstance(document, dict) else None
         if not isinstance(servers, list):
-            raise RegistryError(f"{self.source} answered JSON without a \"servers\" array")
+            raise RegistryError(f'{self.source} answered JSON without a "servers" array')
         system = document.get("system_credentials")
         own = document.get("user_credentials") if user_id is not None else None
         system, own = ({} if system is None else system), ({} if own is None else own)
         if not isinstance(system, dict) or not isinstance(own, dict):
-            raise RegistryError(f"{self.source}: \"system_credentials\" and \"user_credentials\" must be objects")
+            raise RegistryError(f'{self.source}: "system_credentials" and "user_credentials" must be objects')
         rows = []
         for row in servers:
             if isinstance(row, dict):
                 rows.append(row)
             else:
-                self.log.warn(f"{self.source}: a server entry that is not an object is ignored",
-                              once_key=f"{self.source}:row")
+                self.log.warn(
+                    f"{self.source}: a server entry that is not an object is ignored", once_key=f"{self.source}:row"
+                )
         return _build_view(rows, system.items(), own.items(), source=self.source, log=self.log)
 
     def close(self) -> None:
@@ -6896,8 +7344,9 @@ class HttpRegistry(Registry):
 
 
 def _copy_view(view: RegistryView) -> RegistryView:
-    return RegistryView(dict(view.servers), dict(view.system_credentials), dict(view.user_credentials),
-                        dict(view.credential_problems))
+    return RegistryView(
+        dict(view.servers), dict(view.system_credentials), dict(view.user_credentials), dict(view.credential_problems)
+    )
 
 
 def open_registry(
@@ -6915,8 +7364,10 @@ def open_registry(
             raise RegistryError(exc.message.replace('field "url"', "the URL"), hint=exc.hint) from None
         return HttpRegistry(source, log=log, timeout=timeout)
     if separator and scheme.isalpha():
-        raise RegistryError(f"--registry: unsupported URL scheme {_safe_name(scheme)!r}",
-                            hint="use an http(s):// URL or a SQLite file path")
+        raise RegistryError(
+            f"--registry: unsupported URL scheme {_safe_name(scheme)!r}",
+            hint="use an http(s):// URL or a SQLite file path",
+        )
     path = source
     if path == "~" or path.startswith("~/"):
         path = (env.get("HOME") or os.path.expanduser("~")) + path[1:]
@@ -6928,8 +7379,10 @@ def run_registry_tool(inv: Invocation, envr: Environment, log: Log) -> int:
     assert inv.registry is not None
     scheme, separator, _ = inv.registry.partition("://")
     if separator and scheme.isalpha():
-        raise UsageError("--import and --list work on a SQLite registry file, not on a URL",
-                         hint="manage an HTTP source's servers in the platform that serves it")
+        raise UsageError(
+            "--import and --list work on a SQLite registry file, not on a URL",
+            hint="manage an HTTP source's servers in the platform that serves it",
+        )
     if not inv.registry:
         raise UsageError("--registry needs a SQLite file path")
     timeout = parse_duration(inv.timeout) if inv.timeout is not None else REGISTRY_TIMEOUT
@@ -6957,13 +7410,20 @@ def run_registry_tool(inv: Invocation, envr: Environment, log: Log) -> int:
 # -- 10.2 sessions, injected names, events, the command protocol (docs/contract.md §11.1, §11.2, §11.5, §11.6) ----
 
 
-
 RESIDENT_LINE_LIMIT = 16 * 1024 * 1024  # bytes of one command line (docs/contract.md §11.1)
 DEFAULT_IDLE_TIMEOUT = 600.0
 DEFAULT_MAX_PROCESSES = 64
 DEFAULT_MAX_USER_PROCESSES = 8
-RESIDENT_ACTIONS = ("init", "list_servers", "connect_server", "disconnect_server", "list_tools", "refresh_tools",
-                    "call_tool", "shutdown")
+RESIDENT_ACTIONS = (
+    "init",
+    "list_servers",
+    "connect_server",
+    "disconnect_server",
+    "list_tools",
+    "refresh_tools",
+    "call_tool",
+    "shutdown",
+)
 _NO_USER_ACTIONS = frozenset({"init", "list_servers", "shutdown"})
 _READ_CHUNK = 64 * 1024
 _MAX_COMMANDS_RUNNING = 4096  # commands executing at once; the reader waits (back-pressure) beyond it
@@ -7022,9 +7482,13 @@ def build_tool_entry(name: str, server: str, tool: Mapping[str, Any]) -> dict[st
     description = description if isinstance(description, str) else ""
     schema = tool.get("inputSchema")
     parameters = schema if isinstance(schema, dict) else {"type": "object", "properties": {}}
-    entry: dict[str, Any] = {"name": name, "server_name": server, "tool_name": tool.get("name"),
-                             "description": description, "inputSchema": schema if isinstance(schema, dict) else
-                             parameters}
+    entry: dict[str, Any] = {
+        "name": name,
+        "server_name": server,
+        "tool_name": tool.get("name"),
+        "description": description,
+        "inputSchema": schema if isinstance(schema, dict) else parameters,
+    }
     if isinstance(tool.get("annotations"), dict):
         entry["annotations"] = tool["annotations"]
     entry["function"] = {"name": name, "description": description, "parameters": parameters}
@@ -7079,8 +7543,9 @@ class ResidentSession:
     with its own deadline. Its stdio child runs in its own process group and dies with bkmcp (PR_SET_PDEATHSIG).
     """
 
-    def __init__(self, server: ResolvedServer, *, log: Log, insecure: bool, events: EventSink,
-                 user_id: str | None) -> None:
+    def __init__(
+        self, server: ResolvedServer, *, log: Log, insecure: bool, events: EventSink, user_id: str | None
+    ) -> None:
         self.server = server
         self.log = log
         self.insecure = insecure
@@ -7119,8 +7584,7 @@ class ResidentSession:
     def open(self, timeout: float) -> None:
         with self._lock:
             if self._closed:
-                raise _mark(ConnectionFailedError(f"the session of server {self.server.name!r} was closed"),
-                            sent=False)
+                raise _mark(ConnectionFailedError(f"the session of server {self.server.name!r} was closed"), sent=False)
             if self._session is not None:
                 return
             session = McpSession(self.server, insecure=self.insecure, log=self.log, die_with_parent=True)
@@ -7146,8 +7610,9 @@ class ResidentSession:
         tools, _excluded = usable_tools(session, ctx, discover_tools(session, ctx)[0])
         return tools
 
-    def call_tool(self, name: str, arguments: dict[str, Any], timeout: float,
-                  tool: dict[str, Any] | None) -> dict[str, Any]:
+    def call_tool(
+        self, name: str, arguments: dict[str, Any], timeout: float, tool: dict[str, Any] | None
+    ) -> dict[str, Any]:
         return call_tool(self._require(), self._ctx(timeout), name, arguments, tool)
 
     def exit_status(self) -> int | None:
@@ -7171,8 +7636,9 @@ class ResidentSession:
         except Exception as exc:  # closing never raises into the resident loop
             self.log.debug(f"closing server {self.server.name!r} failed: {type(exc).__name__}")
         if self.pid is not None:
-            self.events.emit("process.exited", server=self.server.name, user=self.user_id, pid=self.pid,
-                             status=self.exit_status())
+            self.events.emit(
+                "process.exited", server=self.server.name, user=self.user_id, pid=self.pid, status=self.exit_status()
+            )
 
 
 # -- sessions, limits, reaping (docs/contract.md §11.5) ------------------------------------------------------------
@@ -7206,8 +7672,18 @@ class _Slot:
 def _fingerprint(server: ResolvedServer) -> str:
     import hashlib
 
-    material = dump_json([server.type, server.url, sorted(server.headers.items()), server.command, server.args,
-                          sorted(server.env.items()), server.cwd, server.protocol_version])
+    material = dump_json(
+        [
+            server.type,
+            server.url,
+            sorted(server.headers.items()),
+            server.command,
+            server.args,
+            sorted(server.env.items()),
+            server.cwd,
+            server.protocol_version,
+        ]
+    )
     return hashlib.sha256(material.encode("utf-8", "surrogatepass")).hexdigest()
 
 
@@ -7234,8 +7710,9 @@ class SessionPool:
     """Every live session of the resident process, keyed by (user or "", server); limits, LRU eviction,
     idle reaping, crash restarts with back-off, the tools cache."""
 
-    def __init__(self, opts: ResidentOptions, *, registry: Any, log: Log, events: EventSink,
-                 env: Mapping[str, str]) -> None:
+    def __init__(
+        self, opts: ResidentOptions, *, registry: Any, log: Log, events: EventSink, env: Mapping[str, str]
+    ) -> None:
         import threading
 
         self.opts = opts
@@ -7255,8 +7732,13 @@ class SessionPool:
         """The server as this user may reach it; a public server never gets the user's credentials."""
         if row.problem is not None:
             raise row.problem
-        server = resolve_registry_server(row, view=view, user_id=user if row.isolation == "user" else None,
-                                         env=self.env, inherited_env=self.inherited_env)
+        server = resolve_registry_server(
+            row,
+            view=view,
+            user_id=user if row.isolation == "user" else None,
+            env=self.env,
+            inherited_env=self.inherited_env,
+        )
         for secret in server.redactor._secrets:
             self.log.redactor.add(secret, whole=False)
         return server
@@ -7304,9 +7786,17 @@ class SessionPool:
         return total, per_user
 
     def _evictable(self, user: str | None) -> list[_Slot]:
-        found = [s for s in self._slots.values()
-                 if s.isolation == "user" and s.transport == "stdio" and s.session is not None and not s.opening
-                 and s.users == 0 and s.session.in_flight == 0 and (user is None or s.user == user)]
+        found = [
+            s
+            for s in self._slots.values()
+            if s.isolation == "user"
+            and s.transport == "stdio"
+            and s.session is not None
+            and not s.opening
+            and s.users == 0
+            and s.session.in_flight == 0
+            and (user is None or s.user == user)
+        ]
         return sorted(found, key=lambda s: s.last_used)
 
     def _reserve(self, slot: _Slot, server: ResolvedServer) -> None:
@@ -7357,16 +7847,20 @@ class SessionPool:
             now = time.monotonic()
             if now < slot.retry_at:
                 wait_ms = int((slot.retry_at - now) * 1000) + 1
-                raise _mark(ConnectionFailedError(
-                    f"server {slot.server!r} exited {slot.failures} times in a row; the next restart is allowed in "
-                    f"{wait_ms} ms",
-                    details={"restarts": slot.failures, "retry_after_ms": wait_ms},
-                ), sent=False)
+                raise _mark(
+                    ConnectionFailedError(
+                        f"server {slot.server!r} exited {slot.failures} times in a row; the next restart is allowed in "
+                        f"{wait_ms} ms",
+                        details={"restarts": slot.failures, "retry_after_ms": wait_ms},
+                    ),
+                    sent=False,
+                )
             if slot.fingerprint != fingerprint:
                 slot.tools = None
             self._reserve(slot, server)
-            session = ResidentSession(server, log=self.log, insecure=self.opts.insecure, events=self.events,
-                                      user_id=slot.user or None)
+            session = ResidentSession(
+                server, log=self.log, insecure=self.opts.insecure, events=self.events, user_id=slot.user or None
+            )
             try:
                 session.open(timeout)
             except BkmcpError as exc:
@@ -7375,8 +7869,9 @@ class SessionPool:
                     slot.opening = False
                 slot.last_error = exc
                 if isinstance(exc, ProtocolError):
-                    self.events.emit("protocol.rejected", server=slot.server, user=slot.user or None,
-                                     error_code=exc.code)
+                    self.events.emit(
+                        "protocol.rejected", server=slot.server, user=slot.user or None, error_code=exc.code
+                    )
                 if session.pid is not None:
                     self.crashed(slot, session)
                 raise
@@ -7385,8 +7880,13 @@ class SessionPool:
                 with self._lock:
                     slot.opening = False
                 raise
-            self.events.emit("protocol.initialized", server=slot.server, user=slot.user or None,
-                             version=session.protocol_version, era=session.era)
+            self.events.emit(
+                "protocol.initialized",
+                server=slot.server,
+                user=slot.user or None,
+                version=session.protocol_version,
+                era=session.era,
+            )
             with self._lock:
                 stopped = self._stop.is_set()
                 if not stopped:
@@ -7415,8 +7915,10 @@ class SessionPool:
         slot.failures += 1
         delay = 0.0 if slot.failures <= 1 else min(_RESTART_BACKOFF_MAX, 2.0 ** (slot.failures - 2))
         slot.retry_at = time.monotonic() + delay
-        self.log.warn(f"server {slot.server!r} exited (status {session.exit_status()}); "
-                      f"restart {'on next use' if delay == 0 else f'allowed in {delay:g}s'}")
+        self.log.warn(
+            f"server {slot.server!r} exited (status {session.exit_status()}); "
+            f"restart {'on next use' if delay == 0 else f'allowed in {delay:g}s'}"
+        )
 
     def detach(self, slot: _Slot, session: ResidentSession) -> None:
         with self._lock:
@@ -7505,8 +8007,9 @@ class SessionPool:
 class _Command:
     __slots__ = ("task_id", "action", "params", "user_id", "access_token", "received")
 
-    def __init__(self, task_id: str, action: str, params: dict[str, Any], user_id: str | None,
-                 access_token: str | None) -> None:
+    def __init__(
+        self, task_id: str, action: str, params: dict[str, Any], user_id: str | None, access_token: str | None
+    ) -> None:
         self.task_id = task_id
         self.action = action
         self.params = params
@@ -7539,8 +8042,10 @@ def parse_command(line: bytes) -> _Command:
         raise InvalidCommandError("field 'task_id' must be a non-empty string", details={"task_id": None})
     command = document.get("command")
     if command != "invoke":
-        raise InvalidCommandError("field 'command' must be \"invoke\"" if command is not None
-                                  else "field 'command' is required", details={"task_id": task_id})
+        raise InvalidCommandError(
+            "field 'command' must be \"invoke\"" if command is not None else "field 'command' is required",
+            details={"task_id": task_id},
+        )
     params = document.get("params")
     if not isinstance(params, dict):
         raise InvalidCommandError("field 'params' must be an object", details={"task_id": task_id})
@@ -7548,8 +8053,10 @@ def parse_command(line: bytes) -> _Command:
     if not isinstance(action, str):
         raise InvalidCommandError("field 'params.action' must be a string", details={"task_id": task_id})
     if action not in RESIDENT_ACTIONS:
-        raise UnknownActionError(f"unknown action {_clip(repr(action), 80)}; actions: {', '.join(RESIDENT_ACTIONS)}",
-                                 details={"task_id": task_id})
+        raise UnknownActionError(
+            f"unknown action {_clip(repr(action), 80)}; actions: {', '.join(RESIDENT_ACTIONS)}",
+            details={"task_id": task_id},
+        )
     user = document.get("user")
     user_id = access_token = None
     if user is not None:
@@ -7573,14 +8080,17 @@ def parse_command(line: bytes) -> _Command:
         by_name = params.get("name") is not None
         by_pair = params.get("server_name") is not None or params.get("tool_name") is not None
         if by_name == by_pair or (by_pair and (params.get("server_name") is None or params.get("tool_name") is None)):
-            raise InvalidCommandError("call_tool needs either 'name' (an injected name) or 'server_name' and "
-                                      "'tool_name'", details={"task_id": task_id})
+            raise InvalidCommandError(
+                "call_tool needs either 'name' (an injected name) or 'server_name' and 'tool_name'",
+                details={"task_id": task_id},
+            )
         if "arguments" in params and not isinstance(params["arguments"], dict):
             raise InvalidCommandError("field 'arguments' must be an object", details={"task_id": task_id})
         timeout_ms = _field_type(params, "timeout_ms", int, task_id, "a positive integer (milliseconds)")
         if timeout_ms is not None and not 0 < timeout_ms <= _MAX_TIMEOUT_MS:
-            raise InvalidCommandError("field 'timeout_ms' must be a positive integer of at most 7 days",
-                                      details={"task_id": task_id})
+            raise InvalidCommandError(
+                "field 'timeout_ms' must be a positive integer of at most 7 days", details={"task_id": task_id}
+            )
     return _Command(task_id, action, params, user_id, access_token)
 
 
@@ -7589,8 +8099,9 @@ def _platform_error(exc: BkmcpError, *, server: str | None = None, timeout: floa
     if isinstance(exc, McpTimeoutError) and timeout is not None:
         where = f" on server {server!r}" if server else ""
         sent = request_was_sent(exc)
-        exc.message = f"no answer{where} within {int(timeout * 1000)} ms" + \
-            ("; the call was sent and its outcome is unknown" if sent and exc.details.get("outcome") else "")
+        exc.message = f"no answer{where} within {int(timeout * 1000)} ms" + (
+            "; the call was sent and its outcome is unknown" if sent and exc.details.get("outcome") else ""
+        )
     exc.hint = None
     return exc
 
@@ -7615,8 +8126,9 @@ class ResidentServer:
     starts a new one, so commands still run concurrently, up to ``_MAX_COMMANDS_RUNNING``.
     """
 
-    def __init__(self, opts: ResidentOptions, *, registry: Any, stdout: Any, log: Log, events: EventSink,
-                 env: Mapping[str, str]) -> None:
+    def __init__(
+        self, opts: ResidentOptions, *, registry: Any, stdout: Any, log: Log, events: EventSink, env: Mapping[str, str]
+    ) -> None:
         import threading
 
         self.opts = opts
@@ -7654,8 +8166,12 @@ class ResidentServer:
                 self.stopping.set()
 
     def fail(self, task_id: Any, exc: BkmcpError) -> None:
-        answer: dict[str, Any] = {"task_id": task_id, "success": False,
-                                  "error": self.log.redactor.scrub(exc.message), "error_code": exc.code}
+        answer: dict[str, Any] = {
+            "task_id": task_id,
+            "success": False,
+            "error": self.log.redactor.scrub(exc.message),
+            "error_code": exc.code,
+        }
         details = {k: v for k, v in exc.details.items() if k != "task_id"}
         if isinstance(exc, CapabilityUnsupportedError) and isinstance(exc.data, dict) and "result" in exc.data:
             details = self.log.redactor.scrub_value(details)
@@ -7691,13 +8207,21 @@ class ResidentServer:
                     break
                 if skipping:
                     skipping = False
-                    self.fail(None, InvalidCommandError(f"the command line is longer than {RESIDENT_LINE_LIMIT} "
-                                                        "bytes and was skipped"))
+                    self.fail(
+                        None,
+                        InvalidCommandError(
+                            f"the command line is longer than {RESIDENT_LINE_LIMIT} bytes and was skipped"
+                        ),
+                    )
                 else:
                     buffer += chunk[start:end]
                     if len(buffer) > RESIDENT_LINE_LIMIT:
-                        self.fail(None, InvalidCommandError(f"the command line is longer than "
-                                                            f"{RESIDENT_LINE_LIMIT} bytes and was skipped"))
+                        self.fail(
+                            None,
+                            InvalidCommandError(
+                                f"the command line is longer than {RESIDENT_LINE_LIMIT} bytes and was skipped"
+                            ),
+                        )
                     else:
                         self.dispatch(bytes(buffer))
                     buffer.clear()
@@ -7720,8 +8244,12 @@ class ResidentServer:
                 duplicate = False
                 self._tasks.add(command.task_id)
         if duplicate:
-            self.fail(command.task_id, DuplicateTaskIdError(
-                f"task_id {_clip(repr(command.task_id), 80)} is already in flight; this command was not run"))
+            self.fail(
+                command.task_id,
+                DuplicateTaskIdError(
+                    f"task_id {_clip(repr(command.task_id), 80)} is already in flight; this command was not run"
+                ),
+            )
             return
         if command.access_token:
             self.log.redactor.add(command.access_token, whole=False)
@@ -7748,9 +8276,14 @@ class ResidentServer:
             with self._tasks_lock:
                 self._threads.discard(thread)
             self._ended(command)
-            self.fail(command.task_id, ResourceLimitError(
-                "no thread could be started for this command (the system's thread or memory limit is reached); it "
-                "was not run: retry it when fewer commands run", hint="retry when fewer commands run"))
+            self.fail(
+                command.task_id,
+                ResourceLimitError(
+                    "no thread could be started for this command (the system's thread or memory limit is reached); it "
+                    "was not run: retry it when fewer commands run",
+                    hint="retry when fewer commands run",
+                ),
+            )
 
     def _work(self, worker: _Worker) -> None:
         """A command thread: its first command, then the ones handed to it while it waits idle."""
@@ -7849,16 +8382,19 @@ class ResidentServer:
         row = view.servers.get(name)
         if row is None:
             names = sorted(n for n, r in view.servers.items() if r.enabled)
-            raise ServerNotFoundError(f"no server {name!r} for this user; available: {', '.join(names) or '(none)'}",
-                                      details={"server_name": name})
+            raise ServerNotFoundError(
+                f"no server {name!r} for this user; available: {', '.join(names) or '(none)'}",
+                details={"server_name": name},
+            )
         if not row.enabled:
             raise ServerDisabledError(f"server {name!r} is disabled", details={"server_name": name})
         return row
 
     def _timeout(self, command: _Command) -> float:
         timeout_ms = command.params.get("timeout_ms")
-        return timeout_ms / 1000 if isinstance(timeout_ms, int) and not isinstance(timeout_ms, bool) \
-            else self.opts.timeout
+        return (
+            timeout_ms / 1000 if isinstance(timeout_ms, int) and not isinstance(timeout_ms, bool) else self.opts.timeout
+        )
 
     def _left(self, command: _Command, timeout: float) -> float:
         return timeout - (time.monotonic() - command.received)
@@ -7866,8 +8402,9 @@ class ResidentServer:
     def _use(self, command: _Command, view: Any, row: Any) -> tuple[_Slot, ResolvedServer]:
         return self.pool.use_server(view, row, command.user_id)
 
-    def _tools(self, command: _Command, view: Any, row: Any, *, refresh: bool = False,
-               connect: bool = False) -> list[dict[str, Any]]:
+    def _tools(
+        self, command: _Command, view: Any, row: Any, *, refresh: bool = False, connect: bool = False
+    ) -> list[dict[str, Any]]:
         """The cached catalogue of this user's session of ``row``: memory, the registry cache, or discovery
         (``connect``: discover unless the session is live)."""
         slot, server = self._use(command, view, row)
@@ -7877,8 +8414,12 @@ class ResidentServer:
             live = slot.session
             refresh = refresh or (connect and (live is None or not live.alive))
             stale = live is not None and live.tools_stale
-            if not refresh and not stale and slot.tools is not None and \
-                    slot.fingerprint == _slot_fingerprint(slot, server):
+            if (
+                not refresh
+                and not stale
+                and slot.tools is not None
+                and slot.fingerprint == _slot_fingerprint(slot, server)
+            ):
                 return slot.tools
             if not refresh and not stale and slot.tools is None and live is None:
                 cached = self._load_cache(slot)
@@ -7891,13 +8432,25 @@ class ResidentServer:
             try:
                 tools = session.list_tools(self._left(command, timeout))
             except BkmcpError as exc:
-                self.events.emit("server.discover", server=row.name, user=slot.user or None,
-                                 tool_count=len((exc.data or {}).get("tools", [])), complete=False,
-                                 ms=int((time.monotonic() - started) * 1000), error_code=exc.code)
+                self.events.emit(
+                    "server.discover",
+                    server=row.name,
+                    user=slot.user or None,
+                    tool_count=len((exc.data or {}).get("tools", [])),
+                    complete=False,
+                    ms=int((time.monotonic() - started) * 1000),
+                    error_code=exc.code,
+                )
                 self.pool.after_failure(slot, session)
                 raise _platform_error(exc, server=row.name, timeout=timeout) from None
-            self.events.emit("server.discover", server=row.name, user=slot.user or None, tool_count=len(tools),
-                             complete=True, ms=int((time.monotonic() - started) * 1000))
+            self.events.emit(
+                "server.discover",
+                server=row.name,
+                user=slot.user or None,
+                tool_count=len(tools),
+                complete=True,
+                ms=int((time.monotonic() - started) * 1000),
+            )
             slot.tools, slot.tools_version, slot.failures = tools, session.protocol_version, 0
             self._store_cache(slot)
             return tools
@@ -7928,8 +8481,9 @@ class ResidentServer:
     def _usable(self, command: _Command, view: Any) -> list[Any]:
         return [row for name, row in sorted(view.servers.items()) if row.enabled]
 
-    def _catalogues(self, command: _Command, view: Any, rows: list[Any], refresh: bool
-                    ) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]]]:
+    def _catalogues(
+        self, command: _Command, view: Any, rows: list[Any], refresh: bool
+    ) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]]]:
         """Every server's catalogue, discovered concurrently; a failing server goes to ``errors``."""
         import threading
 
@@ -7945,8 +8499,13 @@ class ResidentServer:
                     found[row.name] = tools
             except BkmcpError as exc:
                 with lock:
-                    errors.append({"server_name": row.name, "error_code": exc.code,
-                                   "error": self.log.redactor.scrub(_platform_error(exc).message)})
+                    errors.append(
+                        {
+                            "server_name": row.name,
+                            "error_code": exc.code,
+                            "error": self.log.redactor.scrub(_platform_error(exc).message),
+                        }
+                    )
                 if refresh:  # the previous catalogue stays for list_tools
                     slot = self.pool.peek(command.user_id, row)
                     if slot is not None and slot.tools is not None:
@@ -8009,8 +8568,9 @@ class ResidentServer:
                 tools = self._tools(public, view, row, connect=True)
                 entry.update(status="connected", tool_count=len(tools))
             except BkmcpError as exc:
-                entry.update(status="failed", error_code=exc.code,
-                             error=self.log.redactor.scrub(_platform_error(exc).message))
+                entry.update(
+                    status="failed", error_code=exc.code, error=self.log.redactor.scrub(_platform_error(exc).message)
+                )
             servers[row.name] = entry
 
         threads = [threading.Thread(target=one, args=(row,), daemon=True) for row in rows]
@@ -8024,8 +8584,11 @@ class ResidentServer:
         view = self._view(command)
         servers = []
         for row in self._usable(command, view):
-            entry: dict[str, Any] = {"server_name": row.name, "transport_type": row.transport_type,
-                                     "isolation": row.isolation}
+            entry: dict[str, Any] = {
+                "server_name": row.name,
+                "transport_type": row.transport_type,
+                "isolation": row.isolation,
+            }
             if row.isolation == "user" and command.user_id is None:
                 continue
             try:
@@ -8066,8 +8629,13 @@ class ResidentServer:
         finally:
             self.pool.use(slot, -1)
         tools = self._tools(command, view, row, connect=True)
-        return {"server_name": row.name, "status": "connected", "protocol_version": session.protocol_version,
-                "era": session.era, "tool_count": len(tools)}
+        return {
+            "server_name": row.name,
+            "status": "connected",
+            "protocol_version": session.protocol_version,
+            "era": session.era,
+            "tool_count": len(tools),
+        }
 
     def do_disconnect_server(self, command: _Command) -> dict[str, Any]:
         view = self._view(command)
@@ -8094,8 +8662,9 @@ class ResidentServer:
             if pair is None:
                 pair = build_injected_names(self._known_pairs(command, view)).get(injected)
             if pair is None:
-                raise ToolNotFoundError(f"no tool is injected as {_clip(repr(injected), 80)} for this user",
-                                        details={"name": injected})
+                raise ToolNotFoundError(
+                    f"no tool is injected as {_clip(repr(injected), 80)} for this user", details={"name": injected}
+                )
             server_name, tool_name = pair
         else:
             server_name, tool_name = params["server_name"], params["tool_name"]
@@ -8111,8 +8680,10 @@ class ResidentServer:
             tool = next((t for t in tools if isinstance(t, dict) and t.get("name") == tool_name), None)
         if tool is None:
             self.events.emit("tool.rejected", **base, error_code="mcp_tool_not_found")
-            raise ToolNotFoundError(f"server {server_name!r} has no tool {_clip(repr(tool_name), 80)}",
-                                    details={"server_name": server_name, "tool_name": tool_name})
+            raise ToolNotFoundError(
+                f"server {server_name!r} has no tool {_clip(repr(tool_name), 80)}",
+                details={"server_name": server_name, "tool_name": tool_name},
+            )
         try:
             validate_arguments(tool, arguments)
         except InvalidArgumentsError as exc:
@@ -8134,18 +8705,29 @@ class ResidentServer:
             except BkmcpError as exc:
                 if isinstance(exc, RemoteError) and not isinstance(exc, CapabilityUnsupportedError):
                     outcome = exc.details.get("outcome") or ("unknown" if request_was_sent(exc) else "not_sent")
-                    self.events.emit("tool.failed", **base, error_code=exc.code, outcome=outcome,
-                                     ms=int((time.monotonic() - started) * 1000))
+                    self.events.emit(
+                        "tool.failed",
+                        **base,
+                        error_code=exc.code,
+                        outcome=outcome,
+                        ms=int((time.monotonic() - started) * 1000),
+                    )
                 else:
-                    self.events.emit("tool.finished", **base, ms=int((time.monotonic() - started) * 1000),
-                                     is_error=False, error_code=exc.code)
+                    self.events.emit(
+                        "tool.finished",
+                        **base,
+                        ms=int((time.monotonic() - started) * 1000),
+                        is_error=False,
+                        error_code=exc.code,
+                    )
                 self.pool.after_failure(slot, session)
                 raise _platform_error(exc, server=server_name, timeout=timeout) from None
             slot.failures = 0
         finally:
             self.pool.use(slot, -1)
-        self.events.emit("tool.finished", **base, ms=int((time.monotonic() - started) * 1000),
-                         is_error=result.get("isError") is True)
+        self.events.emit(
+            "tool.finished", **base, ms=int((time.monotonic() - started) * 1000), is_error=result.get("isError") is True
+        )
         return {"server_name": server_name, "tool_name": tool_name, "result": result}
 
 
@@ -8153,8 +8735,9 @@ class _Stop(BaseException):
     """SIGTERM: leave the reader loop and shut down (exit 0)."""
 
 
-def run_resident(opts: ResidentOptions, *, stdin: Any, stdout: Any, log: Log, env: Mapping[str, str],
-                 stderr: IO[str]) -> int:
+def run_resident(
+    opts: ResidentOptions, *, stdin: Any, stdout: Any, log: Log, env: Mapping[str, str], stderr: IO[str]
+) -> int:
     """``bkmcp --resident`` (docs/contract.md §11): serve commands until ``shutdown``, EOF, SIGTERM (0) or SIGINT (130).
 
     ``stdin``/``stdout`` are binary streams. A registry that cannot be opened raises (exit 1, envelope on
@@ -8180,6 +8763,7 @@ def run_resident(opts: ResidentOptions, *, stdin: Any, stdout: Any, log: Log, en
     previous: Any = None
     main_thread = threading.current_thread() is threading.main_thread()
     if main_thread:
+
         def on_term(signum: int, frame: Any) -> None:
             raise _Stop()
 
@@ -8217,18 +8801,37 @@ def run_resident(opts: ResidentOptions, *, stdin: Any, stdout: Any, log: Log, en
 # 11. CLI
 # ======================================================================================================
 
-_VALUE_OPTIONS = {"--config": "config", "--timeout": "timeout", "--jq": "jq", "--context": "context",
-                  "--body": "body", "--registry": "registry"}
-_FLAG_OPTIONS = {"-v": "verbose", "--verbose": "verbose", "--insecure": "insecure", "--check": "check",
-                 "--tools": "tools", "--dry-run": "dry_run", "-h": "help", "--help": "help",
-                 "--version": "version", "--resident": "resident"}
+_VALUE_OPTIONS = {
+    "--config": "config",
+    "--timeout": "timeout",
+    "--jq": "jq",
+    "--context": "context",
+    "--body": "body",
+    "--registry": "registry",
+}
+_FLAG_OPTIONS = {
+    "-v": "verbose",
+    "--verbose": "verbose",
+    "--insecure": "insecure",
+    "--check": "check",
+    "--tools": "tools",
+    "--dry-run": "dry_run",
+    "-h": "help",
+    "--help": "help",
+    "--version": "version",
+    "--resident": "resident",
+}
 # `bkmcp --registry FILE --import mcp.json | --list` (contract §11.3): options only before any server name, so a tool's
 # own `--list`/`--import` parameter (after the tool name) keeps working as a tool option.
 _REGISTRY_VALUE_OPTIONS = {"--import": "registry_import"}
 _REGISTRY_FLAG_OPTIONS = {"--list": "registry_list"}
 _REGISTRY_OPTION_NAMES = frozenset({*_REGISTRY_VALUE_OPTIONS, *_REGISTRY_FLAG_OPTIONS})
-_RESIDENT_OPTIONS = {"--events": "events", "--max-processes": "max_processes",
-                     "--max-user-processes": "max_user_processes", "--idle-timeout": "idle_timeout"}
+_RESIDENT_OPTIONS = {
+    "--events": "events",
+    "--max-processes": "max_processes",
+    "--max-user-processes": "max_user_processes",
+    "--idle-timeout": "idle_timeout",
+}
 _RESERVED_UNSUPPORTED = {"--format"}
 DEFAULT_TIMEOUT = 60.0
 
@@ -8291,8 +8894,11 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
             seen.add(attr)
             if eq:
                 value = inline
-            elif i < len(tokens) and not _is_bkmcp_option(tokens[i]) and not (
-                    inv.server is None and tokens[i].split("=", 1)[0] in _REGISTRY_OPTION_NAMES):
+            elif (
+                i < len(tokens)
+                and not _is_bkmcp_option(tokens[i])
+                and not (inv.server is None and tokens[i].split("=", 1)[0] in _REGISTRY_OPTION_NAMES)
+            ):
                 value = tokens[i]
                 i += 1
             else:  # `--body --dry-run` must not silently make "--dry-run" the body (and skip the dry run)
@@ -8334,9 +8940,11 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
             last = inv.tool_tokens[-1] if inv.tool_tokens else None
             if last is not None and not last.has_equals and (last.value or "").startswith("-"):
                 # "--loud --text x": --loud took "--text" as its value, which left "x" over
-                hint = (f"--{last.name} took {last.value!r} as its value; a boolean flag needs "
-                        f"--{last.name}=true or --{last.name}=false, and a value starting with '-' can be given as "
-                        f"--{last.name}=VALUE")
+                hint = (
+                    f"--{last.name} took {last.value!r} as its value; a boolean flag needs "
+                    f"--{last.name}=true or --{last.name}=false, and a value starting with '-' can be given as "
+                    f"--{last.name}=VALUE"
+                )
             raise UsageError(f"unexpected argument {token!r}", hint=hint)
     return inv
 
@@ -8353,9 +8961,20 @@ def check_invocation(inv: Invocation) -> None:
         raise UsageError("--registry is only valid with --resident, --import or --list")
     if registry_tool:
         both = inv.registry_import is not None and inv.registry_list
-        others = [name for name, on in (("--resident", inv.resident), ("a server name", inv.server),
-                                        ("--check", inv.check), ("--tools", inv.tools), ("--body", inv.body),
-                                        ("--dry-run", inv.dry_run), ("--config", inv.config), ("--jq", inv.jq)) if on]
+        others = [
+            name
+            for name, on in (
+                ("--resident", inv.resident),
+                ("a server name", inv.server),
+                ("--check", inv.check),
+                ("--tools", inv.tools),
+                ("--body", inv.body),
+                ("--dry-run", inv.dry_run),
+                ("--config", inv.config),
+                ("--jq", inv.jq),
+            )
+            if on
+        ]
         if inv.registry is None or both or others:
             raise UsageError(
                 "--import and --list take a --registry FILE and nothing else but -v and --timeout"
@@ -8368,8 +8987,10 @@ def check_invocation(inv: Invocation) -> None:
     if inv.resident and (inv.server or modes):
         raise UsageError("--resident takes no server, tool or mode options")
     if inv.resident and inv.registry is None:
-        raise UsageError("--resident needs --registry SOURCE (a SQLite file or an http(s)://…/internal/mcp/config "
-                         "URL)", hint="bkmcp --resident --registry ./registry.db")
+        raise UsageError(
+            "--resident needs --registry SOURCE (a SQLite file or an http(s)://…/internal/mcp/config URL)",
+            hint="bkmcp --resident --registry ./registry.db",
+        )
     if inv.check or inv.tools:
         mode = "--check" if inv.check else "--tools"
         if inv.body is not None:
@@ -8430,13 +9051,14 @@ def read_body(source: str, stdin: IO[str], cwd: str, deadline: Deadline | None =
     try:
         value = parse_json(raw)
     except JsonInputError as exc:
-        raise InvalidArgumentsError(f"{label} is not valid JSON: {exc}", hint="--body takes one strict JSON object"
-                                    ) from None
+        raise InvalidArgumentsError(
+            f"{label} is not valid JSON: {exc}", hint="--body takes one strict JSON object"
+        ) from None
     if not isinstance(value, dict):
         kind = "an array" if isinstance(value, list) else "a scalar"
         raise InvalidArgumentsError(
             f"{label} must be a JSON object (the tool's arguments), got {kind}",
-            hint="wrap the values in an object, e.g. {\"name\": …}",
+            hint='wrap the values in an object, e.g. {"name": …}',
         )
     return value
 
@@ -8455,7 +9077,7 @@ def load_body_file(path: str, label: str, deadline: Deadline | None) -> bytes:
     try:
         fd = os.open(path, os.O_RDONLY | nonblocking | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
     except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
-        shown = label if path == label[len("--body @"):] else f"{label} ({path})"
+        shown = label if path == label[len("--body @") :] else f"{label} ({path})"
         raise UsageError(f"cannot read {shown}: {getattr(exc, 'strerror', None) or exc}") from None
     try:
         return _read_body_fd(fd, label, deadline if nonblocking else None, path)
@@ -8510,7 +9132,7 @@ def _read_body_fd(fd: int, label: str, deadline: Deadline | None, where: str) ->
         except BlockingIOError:  # readable a moment ago, empty now
             continue
         except OSError as exc:  # e.g. a directory (EISDIR)
-            shown = label if where == label[len("--body @"):] else f"{label} ({where})"
+            shown = label if where == label[len("--body @") :] else f"{label} ({where})"
             raise UsageError(f"cannot read {shown}: {exc.strerror or exc}") from None
         if not chunk:
             return b"".join(chunks)
@@ -8582,7 +9204,8 @@ def build_resident_options(inv: Invocation) -> ResidentOptions:
         events=inv.events,
         max_processes=_positive_int(inv.max_processes, "--max-processes", DEFAULT_MAX_PROCESSES),
         max_user_processes=_positive_int(inv.max_user_processes, "--max-user-processes", DEFAULT_MAX_USER_PROCESSES),
-        idle_timeout=parse_duration(inv.idle_timeout, option="--idle-timeout") if inv.idle_timeout is not None
+        idle_timeout=parse_duration(inv.idle_timeout, option="--idle-timeout")
+        if inv.idle_timeout is not None
         else DEFAULT_IDLE_TIMEOUT,
         timeout=parse_duration(inv.timeout) if inv.timeout is not None else DEFAULT_TIMEOUT,
         insecure=inv.insecure,
@@ -8698,8 +9321,14 @@ class _Runner:
         inv, envr = self.inv, self.envr
         if registry_tool:
             return run_registry_tool(inv, envr, self.log)
-        return run_resident(build_resident_options(inv), stdin=_binary_stdin(envr.stdin),
-                            stdout=_binary_stdout(envr.stdout), log=self.log, env=envr.env, stderr=envr.stderr)
+        return run_resident(
+            build_resident_options(inv),
+            stdin=_binary_stdin(envr.stdin),
+            stdout=_binary_stdout(envr.stdout),
+            log=self.log,
+            env=envr.env,
+            stderr=envr.stderr,
+        )
 
     def run_remote(self, server_cfg: ServerConfig, jq: JqProgram | None) -> int:
         """Everything past the help paths: resolve the server, then dry-run, check, tools or a tool call. The
@@ -8737,13 +9366,16 @@ class _Runner:
         except RemoteError as exc:
             if isinstance(exc, JqError):
                 raise
-            return self.emit_envelope(build_failure(word_for_cli(exc, server.name), self.redactor), jq,
-                                      EXIT_REMOTE)
+            return self.emit_envelope(build_failure(word_for_cli(exc, server.name), self.redactor), jq, EXIT_REMOTE)
         except BkmcpError as exc:
             raise word_for_cli(exc, server.name) from None
 
     def run_tool(
-        self, server: ResolvedServer, name: str, arguments: dict[str, Any] | None, jq: JqProgram | None,
+        self,
+        server: ResolvedServer,
+        name: str,
+        arguments: dict[str, Any] | None,
+        jq: JqProgram | None,
         ctx: OpContext,
     ) -> int:
         inv = self.inv
@@ -8792,7 +9424,7 @@ def word_for_cli(error: BkmcpError, server_name: str) -> BkmcpError:
     remedy = _CLI_REMEDIES.get(getattr(error, "remedy", None) or "")
     neutral = getattr(error, "neutral_hint", None)
     if remedy is not None and neutral is not None and error.hint is not None and error.hint.startswith(neutral):
-        error.hint = remedy(neutral, server_name) + error.hint[len(neutral):]
+        error.hint = remedy(neutral, server_name) + error.hint[len(neutral) :]
         error.remedy = None  # type: ignore[attr-defined]  # worded once
     cause = error.__cause__
     if isinstance(cause, BkmcpError) and cause is not error:  # an incomplete discovery quotes the page's failure

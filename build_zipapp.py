@@ -74,11 +74,13 @@ _DROP_NAMES = {"py.typed"}
 # Patches to vendored files, kept minimal and exceptional (docs/building.md). The build fails when a patch no
 # longer applies, so a pin bump forces a look.
 PATCHES: dict[str, list[tuple[bytes, bytes, str]]] = {
-    "jsonschema/validators.py": [(
-        b'package.joinpath("schemas", "vocabularies")',
-        b'package.joinpath("schemas").joinpath("vocabularies")',
-        "Python 3.9's zipfile.Path.joinpath takes one argument; importlib.resources gives one inside a zip",
-    )],
+    "jsonschema/validators.py": [
+        (
+            b'package.joinpath("schemas", "vocabularies")',
+            b'package.joinpath("schemas").joinpath("vocabularies")',
+            "Python 3.9's zipfile.Path.joinpath takes one argument; importlib.resources gives one inside a zip",
+        )
+    ],
 }
 _LICENCE_RE = re.compile(r"(^|/)(LICEN[CS]E|COPYING|NOTICE|AUTHORS)[^/]*$|/licenses/", re.I)
 
@@ -160,8 +162,18 @@ def _sha256(data: bytes) -> str:
 
 
 def _pip_download(requirement: str, dest: Path, python: str | None = None, platform: str | None = None) -> Path:
-    cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
-           "--only-binary=:all:", "--no-deps", "--dest", str(dest)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--only-binary=:all:",
+        "--no-deps",
+        "--dest",
+        str(dest),
+    ]
     if python:
         cmd += ["--python-version", python, "--implementation", "cp", "--abi", "cp" + python.replace(".", "")]
     else:  # pure-Python wheel only, even where a compiled one exists (pyrsistent)
@@ -251,7 +263,7 @@ def _metadata_field(members: dict[str, bytes], field: str, prefix: str = "") -> 
                 if not line:
                     break
                 if line.startswith(field + ": " + prefix):
-                    return line[len(field) + 2:].strip().split(" :: ")[-1]
+                    return line[len(field) + 2 :].strip().split(" :: ")[-1]
     return None
 
 
@@ -269,7 +281,7 @@ def native_folder(platform: str) -> str:
     raise BuildError(f"unsupported platform tag {platform!r}")
 
 
-MAIN_TEMPLATE = '''\
+MAIN_TEMPLATE = """\
 # bkmcp.pyz entry point, written by build_zipapp.py. Old Pythons parse it too: keep the syntax plain.
 import sys
 
@@ -309,7 +321,7 @@ if not _copy:
 import bkmcp
 
 sys.exit(bkmcp.main())
-'''
+"""
 
 
 def _pyc(source: bytes, arcname: str) -> bytes:
@@ -328,8 +340,16 @@ def _bkmcp_version(source: bytes) -> str:
     return m.group(1).decode() if m else "unknown"
 
 
-def collect(source: Path, support: Path, pins: list[Pin], natives: list[Pin], platforms: list[str],
-            cache: Path, epoch: int, with_pyc: bool) -> dict[str, bytes]:
+def collect(
+    source: Path,
+    support: Path,
+    pins: list[Pin],
+    natives: list[Pin],
+    platforms: list[str],
+    cache: Path,
+    epoch: int,
+    with_pyc: bool,
+) -> dict[str, bytes]:
     files: dict[str, bytes] = {}
     vendor: dict[str, bytes] = {}  # the pure packages' code, nested in VENDOR_ZIP
     dists = []
@@ -346,10 +366,18 @@ def collect(source: Path, support: Path, pins: list[Pin], natives: list[Pin], pl
             if name in target and target[name] != data:
                 raise BuildError(f"{name} comes from two wheels")
             target[name] = data
-        dists.append({"name": pin.name, "version": pin.version, "wheel": pin.filename, "sha256": pin.sha256,
-                      "license": _metadata_field(members, "License-Expression") or _metadata_field(members, "License")
-                      or _metadata_field(members, "Classifier", "License :: "),
-                      "license_files": sorted(n for n in members if _LICENCE_RE.search(n) and n in files)})
+        dists.append(
+            {
+                "name": pin.name,
+                "version": pin.version,
+                "wheel": pin.filename,
+                "sha256": pin.sha256,
+                "license": _metadata_field(members, "License-Expression")
+                or _metadata_field(members, "License")
+                or _metadata_field(members, "Classifier", "License :: "),
+                "license_files": sorted(n for n in members if _LICENCE_RE.search(n) and n in files),
+            }
+        )
     native_hashes: dict[str, str] = {}
     for pin in natives:
         pytag, plats = pin.tags()
@@ -368,9 +396,16 @@ def collect(source: Path, support: Path, pins: list[Pin], natives: list[Pin], pl
         if notice.exists():  # what the wheel links statically but its own LICENSE does not cover
             files[f"{NATIVE_DIR}/{name}-{version}.dist-info/licenses/NOTICE-static.txt"] = notice.read_bytes()
         lic = [n for n in files if n.startswith(f"{NATIVE_DIR}/{name}-") and _LICENCE_RE.search(n)]
-        dists.append({"name": name, "version": version, "wheel": "one per target, see vendor.txt", "sha256": None,
-                      "license": "BSD-2-Clause (binding); links jq (MIT) and Oniguruma (BSD-2-Clause) statically",
-                      "license_files": sorted(lic)})
+        dists.append(
+            {
+                "name": name,
+                "version": version,
+                "wheel": "one per target, see vendor.txt",
+                "sha256": None,
+                "license": "BSD-2-Clause (binding); links jq (MIT) and Oniguruma (BSD-2-Clause) statically",
+                "license_files": sorted(lic),
+            }
+        )
     program = source.read_bytes()
     files["bkmcp.py"] = program
     files[f"{BOOT_MODULE}.py"] = support.read_bytes()
@@ -388,8 +423,10 @@ def collect(source: Path, support: Path, pins: list[Pin], natives: list[Pin], pl
     vendored = tuple(sorted({n.split("/")[0].removesuffix(".py") for n in vendor if n.endswith(".py")}))
 
     cache_tag = sys.implementation.cache_tag if with_pyc else "none"
-    main = (MAIN_TEMPLATE % {"cache_tag": cache_tag, "build_id": build_id, "vendored": vendored,
-                             "vendor_sha256": vendor_sha256}).encode()
+    main = (
+        MAIN_TEMPLATE
+        % {"cache_tag": cache_tag, "build_id": build_id, "vendored": vendored, "vendor_sha256": vendor_sha256}
+    ).encode()
     files["__main__.py"] = main
     if with_pyc:
         files["__main__.pyc"] = _pyc(main, "__main__.py")
@@ -404,8 +441,12 @@ def collect(source: Path, support: Path, pins: list[Pin], natives: list[Pin], pl
         "requires_python": ">=3.9",
         "jq_targets": {"pythons": sorted({p.tags()[0] for p in natives}), "platforms": platforms},
         "natives": dict(sorted(native_hashes.items())),
-        "vendor_zip": {"member": VENDOR_ZIP, "sha256": vendor_sha256, "entries": len(vendor),
-                       "top_level": list(vendored)},
+        "vendor_zip": {
+            "member": VENDOR_ZIP,
+            "sha256": vendor_sha256,
+            "entries": len(vendor),
+            "top_level": list(vendored),
+        },
         "patches": patched,
         "vendored": sorted(dists, key=lambda d: str(d["name"]).lower()),
     }
@@ -458,8 +499,9 @@ def source_date_epoch() -> int:
     if value:
         return int(value)
     try:
-        out = subprocess.run(["git", "-C", str(HERE), "log", "-1", "--format=%ct"], capture_output=True,
-                             text=True, check=True).stdout.strip()
+        out = subprocess.run(
+            ["git", "-C", str(HERE), "log", "-1", "--format=%ct"], capture_output=True, text=True, check=True
+        ).stdout.strip()
         return int(out)
     except (OSError, subprocess.CalledProcessError, ValueError):
         return 315532800  # 1980-01-01, the zip epoch
@@ -482,13 +524,18 @@ def resolve_platforms(options: list[str]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("-o", "--output", type=Path, default=DEFAULT_OUTPUT)
     parser.add_argument("--source", type=Path, default=HERE / "bkmcp.py", help="the program (default: bkmcp.py)")
-    parser.add_argument("--platform", action="append", default=[], metavar="TAG",
-                        help="jq native targets: TAG (exact set), +TAG, -TAG, none; default: "
-                        + ", ".join(DEFAULT_PLATFORMS))
+    parser.add_argument(
+        "--platform",
+        action="append",
+        default=[],
+        metavar="TAG",
+        help="jq native targets: TAG (exact set), +TAG, -TAG, none; default: " + ", ".join(DEFAULT_PLATFORMS),
+    )
     parser.add_argument("--jq-pythons", default=",".join(JQ_PYTHONS), help="CPython versions for jq natives")
     parser.add_argument("--no-pyc", action="store_true", help="leave bytecode out (for measurements)")
     parser.add_argument("--cache-dir", type=Path, default=CACHE_DIR)
@@ -499,15 +546,19 @@ def main(argv: list[str] | None = None) -> int:
         platforms = resolve_platforms(args.platform)
         pythons = tuple(v.strip() for v in args.jq_pythons.split(",") if v.strip())
         if args.update_lock:
-            update_lock(list(DEFAULT_PLATFORMS) + [p for p in platforms if p not in DEFAULT_PLATFORMS],
-                        JQ_PYTHONS, args.cache_dir)
+            update_lock(
+                list(DEFAULT_PLATFORMS) + [p for p in platforms if p not in DEFAULT_PLATFORMS],
+                JQ_PYTHONS,
+                args.cache_dir,
+            )
             return 0
         lock = load_lock()
         pure = [p for p in lock if not p.native]
         natives = select_native_pins(lock, platforms, pythons) if platforms else []
         epoch = source_date_epoch()
-        files = collect(args.source, HERE / "zipapp_support.py", pure, natives, platforms, args.cache_dir,
-                        epoch, not args.no_pyc)
+        files = collect(
+            args.source, HERE / "zipapp_support.py", pure, natives, platforms, args.cache_dir, epoch, not args.no_pyc
+        )
         blob = write_pyz(files, epoch)
     except (BuildError, OSError) as exc:
         print(f"build_zipapp: {exc}", file=sys.stderr)
@@ -520,8 +571,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"build_zipapp: --check: {exc}", file=sys.stderr)
             return 1
         if current != blob:
-            print(f"build_zipapp: {args.output} differs from a fresh build (sha256 {_sha256(current)} vs {digest})"
-                  + describe_difference(current, files), file=sys.stderr)
+            print(
+                f"build_zipapp: {args.output} differs from a fresh build (sha256 {_sha256(current)} vs {digest})"
+                + describe_difference(current, files),
+                file=sys.stderr,
+            )
             return 1
         print(f"{args.output}: reproducible, sha256 {digest}, {len(blob)} bytes")
         return 0
@@ -531,9 +585,11 @@ def main(argv: list[str] | None = None) -> int:
     os.chmod(tmp, 0o755)
     os.replace(tmp, args.output)
     info = json.loads(files["BUILD-INFO.json"])
-    print(f"{args.output}: sha256 {digest}, {len(blob)} bytes ({len(blob) / 1e6:.1f} MB), {len(files)} entries, "
-          f"build id {info['build_id']}, bytecode for {info['bytecode']['cache_tag']}, "
-          f"jq natives {len(info['natives'])}")
+    print(
+        f"{args.output}: sha256 {digest}, {len(blob)} bytes ({len(blob) / 1e6:.1f} MB), {len(files)} entries, "
+        f"build id {info['build_id']}, bytecode for {info['bytecode']['cache_tag']}, "
+        f"jq natives {len(info['natives'])}"
+    )
     return 0
 
 

@@ -185,8 +185,11 @@ def lean_code(source: bytes, filename: str):  # type: ignore[no-untyped-def]
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module)):
             body = node.body
             first = body[0] if body else None
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(
-                    first.value.value, str):
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
                 node.body = body[1:] or [ast.copy_location(ast.Pass(), first)]
     return compile(defer_sections(tree, source, filename, DEFERRED_SECTIONS), filename, "exec", dont_inherit=True)
 
@@ -307,8 +310,10 @@ def _check_deferrable(statement, where: str) -> None:  # type: ignore[no-untyped
         targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
         if all(isinstance(n, (ast.Name, ast.Tuple, ast.Store)) for t in targets for n in ast.walk(t)):
             return
-    raise ValueError(f"{where} line {statement.lineno}: a deferred section may only define names, not run a "
-                     f"{type(statement).__name__}")
+    raise ValueError(
+        f"{where} line {statement.lineno}: a deferred section may only define names, not run a "
+        f"{type(statement).__name__}"
+    )
 
 
 def defer_sections(tree, source: bytes, filename: str, units):  # type: ignore[no-untyped-def]
@@ -345,21 +350,30 @@ def defer_sections(tree, source: bytes, filename: str, units):  # type: ignore[n
     for statement in kept:
         clash = _bound_names(statement) & (deferred_names | {"__getattr__"})
         if clash:
-            raise ValueError(f"{filename} line {statement.lineno}: {sorted(clash)} bound both in a deferred section "
-                             "and outside it (or __getattr__ defined)")
+            raise ValueError(
+                f"{filename} line {statement.lineno}: {sorted(clash)} bound both in a deferred section "
+                "and outside it (or __getattr__ defined)"
+            )
     if any(name.startswith("_bkmcp_") for name in deferred_names) or any(
-            name.startswith("_bkmcp_") for s in kept for name in _bound_names(s)):
+        name.startswith("_bkmcp_") for s in kept for name in _bound_names(s)
+    ):
         raise ValueError(f"{filename}: the _bkmcp_ prefix is reserved for the deferred-section loader")
 
     def guard_functions(node) -> None:  # type: ignore[no-untyped-def]
         """Refuse deferred names in code run at import; give each outermost function that names one its guard."""
-        for child in (node.body + getattr(node, "orelse", []) + getattr(node, "finalbody", [])
-                      + [s for h in getattr(node, "handlers", []) for s in h.body]):
+        for child in (
+            node.body
+            + getattr(node, "orelse", [])
+            + getattr(node, "finalbody", [])
+            + [s for h in getattr(node, "handlers", []) for s in h.body]
+        ):
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 early = _loaded_names(child, skip_functions=True) & deferred_names
                 if early:
-                    raise ValueError(f"{filename} line {child.lineno}: {sorted(early)} (deferred) used in a decorator "
-                                     "or default value")
+                    raise ValueError(
+                        f"{filename} line {child.lineno}: {sorted(early)} (deferred) used in a decorator "
+                        "or default value"
+                    )
                 used = _loaded_names(child, skip_functions=False) & deferred_names
                 if used:
                     unit = max(owner[name] for name in used)
@@ -369,30 +383,46 @@ def defer_sections(tree, source: bytes, filename: str, units):  # type: ignore[n
                     child.body.insert(0, guard)
             elif isinstance(child, ast.ClassDef):
                 run_now = [*child.bases, *child.keywords, *child.decorator_list] + [
-                    s for s in child.body if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+                    s for s in child.body if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                ]
                 early = {n for part in run_now for n in _loaded_names(part, skip_functions=True)} & deferred_names
                 if early:
-                    raise ValueError(f"{filename} line {child.lineno}: {sorted(early)} (deferred) used while the class "
-                                     "is created")
+                    raise ValueError(
+                        f"{filename} line {child.lineno}: {sorted(early)} (deferred) used while the class is created"
+                    )
                 guard_functions(child)
             elif isinstance(child, (ast.If, ast.Try, ast.For, ast.While, ast.With)):
-                early = {n for part in ast.iter_child_nodes(child) if not isinstance(part, ast.stmt)
-                         for n in _loaded_names(part, skip_functions=True)} & deferred_names
+                early = {
+                    n
+                    for part in ast.iter_child_nodes(child)
+                    if not isinstance(part, ast.stmt)
+                    for n in _loaded_names(part, skip_functions=True)
+                } & deferred_names
                 if early:
                     raise ValueError(f"{filename} line {child.lineno}: {sorted(early)} (deferred) used at import")
                 guard_functions(child)
             else:
                 early = _loaded_names(child, skip_functions=True) & deferred_names
-                lambdas = {n for part in ast.walk(child) if isinstance(part, ast.Lambda)
-                           for n in _loaded_names(part.body, skip_functions=False)} & deferred_names
+                lambdas = {
+                    n
+                    for part in ast.walk(child)
+                    if isinstance(part, ast.Lambda)
+                    for n in _loaded_names(part.body, skip_functions=False)
+                } & deferred_names
                 if early or lambdas:
-                    raise ValueError(f"{filename} line {child.lineno}: {sorted(early | lambdas)} (deferred) used at "
-                                     "import or in a module-level lambda")
+                    raise ValueError(
+                        f"{filename} line {child.lineno}: {sorted(early | lambdas)} (deferred) used at "
+                        "import or in a module-level lambda"
+                    )
 
     guard_functions(ast.Module(body=kept, type_ignores=[]))
     flags = __future__.annotations.compiler_flag
-    codes = tuple(marshal.dumps(compile(ast.Module(body=statements, type_ignores=[]), filename, "exec",
-                                        flags=flags, dont_inherit=True)) for statements in deferred)
+    codes = tuple(
+        marshal.dumps(
+            compile(ast.Module(body=statements, type_ignores=[]), filename, "exec", flags=flags, dont_inherit=True)
+        )
+        for statements in deferred
+    )
     constants = {"CODES": codes, "UNITS": tuple(sorted(owner.items()))}
 
     class Fill(ast.NodeTransformer):
@@ -426,16 +456,19 @@ def use_vendor_zip(build_id: str, archive: str, sha256: str) -> None:
     ARCHIVE = archive
     root = zipapp_cache_dir(build_id)
     if root is None:
-        raise ImportError("bkmcp.pyz: no writable folder for its vendored packages: set XDG_CACHE_HOME or TMPDIR"
-                          " to a folder you can write")
+        raise ImportError(
+            "bkmcp.pyz: no writable folder for its vendored packages: set XDG_CACHE_HOME or TMPDIR"
+            " to a folder you can write"
+        )
     path = os.path.join(root, VENDOR_ZIP)
     if not os.path.isfile(path):
         import hashlib
 
         data = _zipapp_read(archive, VENDOR_ZIP)
         if hashlib.sha256(data).hexdigest() != sha256:
-            raise ImportError(f"{archive} is damaged ({VENDOR_ZIP} does not match its sha256): download or build it"
-                              " again")
+            raise ImportError(
+                f"{archive} is damaged ({VENDOR_ZIP} does not match its sha256): download or build it again"
+            )
         try:
             _write_atomic(root, path, data)
         except OSError as exc:  # e.g. a full disk: say what bkmcp was doing, not only errno

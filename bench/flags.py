@@ -81,9 +81,29 @@ def make_tool(n: int) -> dict[str, Any]:
 
 
 ARGV = [
-    "srv", "tool_000", "--param_00", "gateway error 网关", "--param_01=20", "--param_02", "12345678901234567890.5",
-    "--param_03=true", "--param_04", '["a","b","c"]', "--param_05", '{"a":1,"b":2}', "--param_06", "closed",
-    "--param_10", "x", "--param_11", "7", "--param_12", "1e400", "--param_14", "[]", "--param_16=archived",
+    "srv",
+    "tool_000",
+    "--param_00",
+    "gateway error 网关",
+    "--param_01=20",
+    "--param_02",
+    "12345678901234567890.5",
+    "--param_03=true",
+    "--param_04",
+    '["a","b","c"]',
+    "--param_05",
+    '{"a":1,"b":2}',
+    "--param_06",
+    "closed",
+    "--param_10",
+    "x",
+    "--param_11",
+    "7",
+    "--param_12",
+    "1e400",
+    "--param_14",
+    "[]",
+    "--param_16=archived",
 ]
 
 
@@ -132,8 +152,9 @@ def loopback_round_trip(repeat: int = 300, reply: bytes = SMALL_REPLY) -> float:
         conn = http.client.HTTPConnection("127.0.0.1", server.server_address[1])
         conn.connect()
         conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        payload = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                              "params": {"name": "x", "arguments": {"a": 1}}}).encode()
+        payload = json.dumps(
+            {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "x", "arguments": {"a": 1}}}
+        ).encode()
 
         def once() -> None:
             conn.request("POST", "/mcp", body=payload, headers={"Content-Type": "application/json"})
@@ -194,8 +215,10 @@ def main() -> int:
         (f"everything: map + parse + help x {TOOLS} tools", time_it(everything, 5)),
     ]
     print(f"loopback HTTP round trip (median, keep-alive, {len(SMALL_REPLY)}-byte reply): {rtt * 1e6:9.1f} us")
-    print(f"round trip fetching this catalogue ({len(listing) / 1e6:.1f} MB tools/list reply): "
-          f"{listing_rtt * 1e6:9.1f} us")
+    print(
+        f"round trip fetching this catalogue ({len(listing) / 1e6:.1f} MB tools/list reply): "
+        f"{listing_rtt * 1e6:9.1f} us"
+    )
     print(f"{'':<56} {'time':>14}  {'x small RTT':>11}  {'x catalogue RTT':>15}")
     for label, seconds in rows:
         print(f"{label:<56} {seconds * 1e6:11.1f} us  {seconds / rtt:10.2f}x  {seconds / listing_rtt:14.2f}x")

@@ -32,15 +32,26 @@ ROOT = Path(__file__).resolve().parent.parent
 MODERN = "2026-07-28"
 LEGACY = "2025-11-25"
 ACCEPT = "application/json, text/event-stream"
-META = {"io.modelcontextprotocol/protocolVersion": MODERN, "io.modelcontextprotocol/clientCapabilities": {},
-        "io.modelcontextprotocol/clientInfo": {"name": "curl", "version": "0"}}
+META = {
+    "io.modelcontextprotocol/protocolVersion": MODERN,
+    "io.modelcontextprotocol/clientCapabilities": {},
+    "io.modelcontextprotocol/clientInfo": {"name": "curl", "version": "0"},
+}
 
 
 def start_mock(scenario: dict) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "mock_server" / "mcp_mock.py"), "--port", "0", "--scenario-json",
-         json.dumps(scenario)],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        [
+            sys.executable,
+            str(ROOT / "mock_server" / "mcp_mock.py"),
+            "--port",
+            "0",
+            "--scenario-json",
+            json.dumps(scenario),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
     )
     assert proc.stdout is not None
     deadline = time.monotonic() + 15
@@ -68,25 +79,41 @@ def modern_requests(pages: int, discover: bool) -> list[tuple[dict, dict[str, st
     out = []
     headers = {"MCP-Protocol-Version": MODERN}
     if discover:
-        out.append(({"jsonrpc": "2.0", "id": 0, "method": "server/discover", "params": {"_meta": META}},
-                    {**headers, "Mcp-Method": "server/discover"}))
+        out.append(
+            (
+                {"jsonrpc": "2.0", "id": 0, "method": "server/discover", "params": {"_meta": META}},
+                {**headers, "Mcp-Method": "server/discover"},
+            )
+        )
     for page in range(pages):
         params: dict = {"_meta": META}
         if page:
             params["cursor"] = cursor(page + 1)
-        out.append(({"jsonrpc": "2.0", "id": page + 1, "method": "tools/list", "params": params},
-                    {**headers, "Mcp-Method": "tools/list"}))
+        out.append(
+            (
+                {"jsonrpc": "2.0", "id": page + 1, "method": "tools/list", "params": params},
+                {**headers, "Mcp-Method": "tools/list"},
+            )
+        )
     return out
 
 
 def legacy_requests(pages: int) -> list[tuple[dict, dict[str, str]]]:
-    init = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
-            "params": {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "curl", "version": "0"}}}
+    init = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "curl", "version": "0"}},
+    }
     out = [(init, {}), ({"jsonrpc": "2.0", "method": "notifications/initialized"}, {"MCP-Protocol-Version": LEGACY})]
     for page in range(pages):
         params = {"cursor": cursor(page + 1)} if page else {}
-        out.append(({"jsonrpc": "2.0", "id": page + 1, "method": "tools/list", "params": params},
-                    {"MCP-Protocol-Version": LEGACY}))
+        out.append(
+            (
+                {"jsonrpc": "2.0", "id": page + 1, "method": "tools/list", "params": params},
+                {"MCP-Protocol-Version": LEGACY},
+            )
+        )
     return out
 
 

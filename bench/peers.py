@@ -93,8 +93,9 @@ def cpu_ms() -> float:
     return (usage.ru_utime + usage.ru_stime) * 1000
 
 
-def run_once(client: Client, env: dict[str, str], cwd: str, names: set[str],
-             server: MockServer | None) -> tuple[float, float]:
+def run_once(
+    client: Client, env: dict[str, str], cwd: str, names: set[str], server: MockServer | None
+) -> tuple[float, float]:
     """(wall ms, CPU ms) of one run of `client`; raises RuntimeError with the error line unless it listed every tool."""
     before = len(server.requests("tools/list")) if server else 0
     try:
@@ -112,25 +113,33 @@ def run_once(client: Client, env: dict[str, str], cwd: str, names: set[str],
             subprocess.run(argv, env=env, cwd=cwd, capture_output=True, timeout=120)
     missing = names - set(re.findall(r"\btool_\d+\b", done.stdout))
     if missing:
-        raise RuntimeError(f"output lacks {len(missing)} of {len(names)} tools (e.g. {min(missing)}): "
-                           f"{last_line(done.stderr + done.stdout)}")
+        raise RuntimeError(
+            f"output lacks {len(missing)} of {len(names)} tools (e.g. {min(missing)}): "
+            f"{last_line(done.stderr + done.stdout)}"
+        )
     pages = -(-len(names) // PAGE_SIZE)
     if server and len(server.requests("tools/list")) - before < pages:
         raise RuntimeError("the server answered fewer tools/list requests than there are pages (a cached answer?)")
     return elapsed, cpu
 
 
-def build_clients(transport: str, target: list[str], args: argparse.Namespace, tmp: Path) -> tuple[
-        list[Client], list[tuple[str, str]]]:
+def build_clients(
+    transport: str, target: list[str], args: argparse.Namespace, tmp: Path
+) -> tuple[list[Client], list[tuple[str, str]]]:
     """The clients to time over `transport` (target = [url] or the stdio server's argv), and the peers missing."""
     python = sys.executable
-    entry = {"type": "http", "url": target[0]} if transport == "http" else {
-        "type": "stdio", "command": target[0], "args": target[1:]}
+    entry = (
+        {"type": "http", "url": target[0]}
+        if transport == "http"
+        else {"type": "stdio", "command": target[0], "args": target[1:]}
+    )
     config = tmp / f"{transport}.json"
     config.write_text(json.dumps({"mcpServers": {"bench": entry}}))
     bkmcp = ["--config", str(config), "bench", "--tools"]
-    clients = [Client("bkmcp.pyz --tools", [[python, args.pyz, *bkmcp]], peer=False),
-               Client("bkmcp.py --tools (source)", [[python, str(ROOT / "bkmcp.py"), *bkmcp]], peer=False)]
+    clients = [
+        Client("bkmcp.pyz --tools", [[python, args.pyz, *bkmcp]], peer=False),
+        Client("bkmcp.py --tools (source)", [[python, str(ROOT / "bkmcp.py"), *bkmcp]], peer=False),
+    ]
     missing = []
     if Path(args.sdk_python).exists():
         clients.append(Client("official Python SDK client", [[args.sdk_python, "-c", SDK_CLIENT, *target]]))
@@ -146,8 +155,9 @@ def build_clients(transport: str, target: list[str], args: argparse.Namespace, t
         missing.append(("mcp2cli", f"{mcp2cli} missing (bench/install_peers.sh {args.peers_dir})"))
 
     node = peers / "node" / "node_modules" / ".bin" / "node"
-    scripts = {name: (peers / "node" / "node_modules" / ".bin" / name).resolve()
-               for name in ("inspector", "mcpc", "mcporter")}
+    scripts = {
+        name: (peers / "node" / "node_modules" / ".bin" / name).resolve() for name in ("inspector", "mcpc", "mcporter")
+    }
     for name, script in scripts.items():
         if not node.exists() or not script.exists():
             missing.append((name, f"{script} missing (bench/install_peers.sh {args.peers_dir})"))
@@ -157,23 +167,35 @@ def build_clients(transport: str, target: list[str], args: argparse.Namespace, t
     if not node.exists():
         return clients, missing
     if scripts["inspector"].exists():
-        clients.append(Client("MCP Inspector CLI 2.12.0", [
-            [str(node), str(scripts["inspector"]), "--cli", *target, "--method", "tools/list"]]))
+        clients.append(
+            Client(
+                "MCP Inspector CLI 2.12.0",
+                [[str(node), str(scripts["inspector"]), "--cli", *target, "--method", "tools/list"]],
+            )
+        )
     if scripts["mcporter"].exists():
-        how = ["--http-url", target[0], "--allow-http"] if transport == "http" else [
-            "--stdio", target[0], *(arg for value in target[1:] for arg in ("--stdio-arg", value))]
+        how = (
+            ["--http-url", target[0], "--allow-http"]
+            if transport == "http"
+            else ["--stdio", target[0], *(arg for value in target[1:] for arg in ("--stdio-arg", value))]
+        )
         clients.append(Client("mcporter 0.12.3", [[str(node), str(scripts["mcporter"]), "list", *how, "--json"]]))
     if scripts["mcpc"].exists():
         mcpc = [str(node), str(scripts["mcpc"])]
         server = target[0] if transport == "http" else f"{config}:bench"
-        clients.append(Client("mcpc 0.2.6 (connect + tools-list)", [
-            [*mcpc, "connect", server, "@bench"], [*mcpc, "--json", "@bench", "tools-list"]],
-            cleanup=[[*mcpc, "close", "@bench"]]))
+        clients.append(
+            Client(
+                "mcpc 0.2.6 (connect + tools-list)",
+                [[*mcpc, "connect", server, "@bench"], [*mcpc, "--json", "@bench", "tools-list"]],
+                cleanup=[[*mcpc, "close", "@bench"]],
+            )
+        )
     return clients, missing
 
 
-def measure(clients: list[Client], runs: int, env: dict[str, str], cwd: str, names: set[str],
-            server: MockServer | None) -> None:
+def measure(
+    clients: list[Client], runs: int, env: dict[str, str], cwd: str, names: set[str], server: MockServer | None
+) -> None:
     """Round-robin: one warm-up run of each client, then `runs` timed rounds; a failing client drops out."""
     for i in range(runs + 1):
         for client in clients:
@@ -208,8 +230,10 @@ def report(transport: str, clients: list[Client], missing: list[tuple[str, str]]
         for label, series in (("wall", lambda c: c.times), ("CPU", lambda c: c.cpu)):
             fastest = min(timed, key=lambda c: statistics.median(series(c)))
             speedup = statistics.median(series(fastest)) / statistics.median(series(own))
-            print(f"  fastest peer ({label}): {fastest.name}; bkmcp.pyz is {speedup:.2f}x faster: "
-                  f"{'meets' if speedup >= 2 else 'misses'} the >= 2x target")
+            print(
+                f"  fastest peer ({label}): {fastest.name}; bkmcp.pyz is {speedup:.2f}x faster: "
+                f"{'meets' if speedup >= 2 else 'misses'} the >= 2x target"
+            )
 
 
 def main() -> int:
@@ -225,25 +249,33 @@ def main() -> int:
     args = parser.parse_args()
 
     versions = ["2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"] if args.version == "all" else [args.version]
-    tools = [mock_tool(f"tool_{i:03d}", properties={"q": {"type": "string"}, "n": {"type": "integer"}})
-             for i in range(args.tools)]
+    tools = [
+        mock_tool(f"tool_{i:03d}", properties={"q": {"type": "string"}, "n": {"type": "integer"}})
+        for i in range(args.tools)
+    ]
     scenario = {"versions": versions, "tools": tools, "page_size": PAGE_SIZE}
     names = {tool["name"] for tool in tools}
-    print(f"--tools against a local mock ({args.tools} tools, {PAGE_SIZE} a page, {len(versions)} version(s)), "
-          f"medians of {args.runs} cold runs after a warm-up, round-robin; CPU = user+sys of the client and the "
-          "children it waited for")
+    print(
+        f"--tools against a local mock ({args.tools} tools, {PAGE_SIZE} a page, {len(versions)} version(s)), "
+        f"medians of {args.runs} cold runs after a warm-up, round-robin; CPU = user+sys of the client and the "
+        "children it waited for"
+    )
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         (tmp / "home").mkdir()
         env = {k: v for k, v in os.environ.items() if not k.startswith("XDG_")}
         env["HOME"] = str(tmp / "home")
-        env["PATH"] = os.pathsep.join([str(Path(args.peers_dir).resolve() / "node" / "node_modules" / ".bin"),
-                                       env.get("PATH", "")])
+        env["PATH"] = os.pathsep.join(
+            [str(Path(args.peers_dir).resolve() / "node" / "node_modules" / ".bin"), env.get("PATH", "")]
+        )
         (tmp / "scenario.json").write_text(json.dumps(scenario))
         for transport in args.transport.split(","):
             server = MockServer(scenario) if transport == "http" else None
-            target = [server.start()] if server else [
-                sys.executable, MOCK, "--stdio", "--quiet", "--scenario", str(tmp / "scenario.json")]
+            target = (
+                [server.start()]
+                if server
+                else [sys.executable, MOCK, "--stdio", "--quiet", "--scenario", str(tmp / "scenario.json")]
+            )
             try:
                 clients, missing = build_clients(transport, target, args, tmp)
                 measure(clients, args.runs, env, str(tmp), names, server)

@@ -167,20 +167,48 @@ def main() -> int:
     rows = [
         {"name": "pub_a", "transport_type": "http", "url": http[0].url, "isolation": "public"},
         {"name": "pub_b", "transport_type": "http", "url": http[1].url, "isolation": "public"},
-        {"name": "pub_s", "transport_type": "stdio", "command": sys.executable, "args": stdio(logs["pub_s"]),
-         "isolation": "public"},
+        {
+            "name": "pub_s",
+            "transport_type": "stdio",
+            "command": sys.executable,
+            "args": stdio(logs["pub_s"]),
+            "isolation": "public",
+        },
         {"name": "usr_h", "transport_type": "http", "url": http[2].url, "isolation": "user"},
-        {"name": "usr_s", "transport_type": "stdio", "command": sys.executable, "args": stdio(logs["usr_s"]),
-         "isolation": "user"},
-        {"name": "ovh", "transport_type": "http", "url": direct.url, "isolation": "public",
-         "protocol_version": "2025-03-26"},
-        {"name": "cyc", "transport_type": "stdio", "command": sys.executable,
-         "args": [str(MOCK), "--stdio", "--quiet"], "isolation": "user"},
+        {
+            "name": "usr_s",
+            "transport_type": "stdio",
+            "command": sys.executable,
+            "args": stdio(logs["usr_s"]),
+            "isolation": "user",
+        },
+        {
+            "name": "ovh",
+            "transport_type": "http",
+            "url": direct.url,
+            "isolation": "public",
+            "protocol_version": "2025-03-26",
+        },
+        {
+            "name": "cyc",
+            "transport_type": "stdio",
+            "command": sys.executable,
+            "args": [str(MOCK), "--stdio", "--quiet"],
+            "isolation": "user",
+        },
     ]
     registry = str(tmp / "registry.db")
     write_registry(registry, rows, {"usr_h": {}, "usr_s": {}, "cyc": {}})
-    res = Resident(registry, "--max-processes", str(args.users + 16), "--max-user-processes", "8",
-                   "--timeout", "300s", pyz=args.pyz)
+    res = Resident(
+        registry,
+        "--max-processes",
+        str(args.users + 16),
+        "--max-user-processes",
+        "8",
+        "--timeout",
+        "300s",
+        pyz=args.pyz,
+    )
     pid = res.proc.pid
     try:
         users = [f"user-{i:03d}" for i in range(args.users)]
@@ -193,8 +221,14 @@ def main() -> int:
         for user in users:
             for server in servers:
                 for k in range(args.calls_per_pair):
-                    body = res.command("call_tool", user, server_name=server, tool_name="work",
-                                       arguments={"text": f"{user}/{server}/{k}"}, timeout_ms=300000)
+                    body = res.command(
+                        "call_tool",
+                        user,
+                        server_name=server,
+                        tool_name="work",
+                        arguments={"text": f"{user}/{server}/{k}"},
+                        timeout_ms=300000,
+                    )
                     calls.append(body)
         peak = [0.0]
         stop = threading.Event()
@@ -215,8 +249,9 @@ def main() -> int:
         stop.set()
         sampler.join()
         ids = [c["params"]["arguments"]["text"] for c in calls]
-        seen = [json.loads(e["body"])["params"]["arguments"]["text"]
-                for srv in http for e in srv.requests("tools/call")]
+        seen = [
+            json.loads(e["body"])["params"]["arguments"]["text"] for srv in http for e in srv.requests("tools/call")
+        ]
         seen += stdio_log_ids(list(logs.values()))
         counts: dict[str, int] = {}
         for item in seen:
@@ -228,13 +263,19 @@ def main() -> int:
         dup_answers = sum(len(res.answers[t]) - 1 for t in answered)
         failed = sum(1 for t in answered if not res.answers[t][0][1].get("success"))
         latency = [(res.answers[t][0][0] - res.sent_at[t]) * 1000 for t in answered]
-        print(f"load: {len(calls)} call_tool commands in flight across {args.users} users x {len(servers)} servers "
-              f"(slow tool {args.slow_ms} ms), all answered in {wall:.1f} s")
-        print(f"  lost: {lost_server} (servers' logs), {lost_answers} (answers); duplicated/resent: {dup_server} "
-              f"(servers' logs), {dup_answers} (answers); failed: {failed}")
+        print(
+            f"load: {len(calls)} call_tool commands in flight across {args.users} users x {len(servers)} servers "
+            f"(slow tool {args.slow_ms} ms), all answered in {wall:.1f} s"
+        )
+        print(
+            f"  lost: {lost_server} (servers' logs), {lost_answers} (answers); duplicated/resent: {dup_server} "
+            f"(servers' logs), {dup_answers} (answers); failed: {failed}"
+        )
         print(f"  latency command->answer: p50 {pct(latency, 0.5):.0f} ms, p99 {pct(latency, 0.99):.0f} ms")
-        print(f"  resident RSS (children excluded): peak {peak[0]:.1f} MB, now {rss_mb(pid):.1f} MB; "
-              f"live children {children(pid)}")
+        print(
+            f"  resident RSS (children excluded): peak {peak[0]:.1f} MB, now {rss_mb(pid):.1f} MB; "
+            f"live children {children(pid)}"
+        )
 
         # per-call overhead vs a direct POST from this Python (same stateless mock)
         import httpx
@@ -244,21 +285,33 @@ def main() -> int:
         headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
         with httpx.Client() as client:
             for i in range(args.overhead_calls):
-                body = res.command("call_tool", "ovh-user", server_name="ovh", tool_name="echo",
-                                   arguments={"text": f"o{i}"})
+                body = res.command(
+                    "call_tool", "ovh-user", server_name="ovh", tool_name="echo", arguments={"text": f"o{i}"}
+                )
                 t0 = time.perf_counter()
                 res.send_many([body])
                 res.wait([body["task_id"]])
                 via.append((res.answers[body["task_id"]][0][0] - t0) * 1000)
                 t0 = time.perf_counter()
-                reply = client.post(direct.url, headers=headers, content=json.dumps(
-                    {"jsonrpc": "2.0", "id": i, "method": "tools/call",
-                     "params": {"name": "echo", "arguments": {"text": f"d{i}"}}}))
+                reply = client.post(
+                    direct.url,
+                    headers=headers,
+                    content=json.dumps(
+                        {
+                            "jsonrpc": "2.0",
+                            "id": i,
+                            "method": "tools/call",
+                            "params": {"name": "echo", "arguments": {"text": f"d{i}"}},
+                        }
+                    ),
+                )
                 reply.json()
                 straight.append((time.perf_counter() - t0) * 1000)
         overhead = statistics.median(via) - statistics.median(straight)
-        print(f"overhead: median via resident {statistics.median(via):.2f} ms, direct httpx POST "
-              f"{statistics.median(straight):.2f} ms -> per-call overhead {overhead:.2f} ms (target <= 1 ms)")
+        print(
+            f"overhead: median via resident {statistics.median(via):.2f} ms, direct httpx POST "
+            f"{statistics.median(straight):.2f} ms -> per-call overhead {overhead:.2f} ms (target <= 1 ms)"
+        )
 
         # connect/disconnect cycles of a per-user stdio server
         res.ask("connect_server", "cycler", server_name="cyc")
@@ -270,9 +323,11 @@ def main() -> int:
             failures += not res.ask("connect_server", "cycler", server_name="cyc").get("success")
             failures += not res.ask("disconnect_server", "cycler", server_name="cyc").get("success")
         took = time.perf_counter() - t0
-        print(f"cycles: {args.cycles} connect/disconnect of a per-user stdio server in {took:.1f} s "
-              f"({failures} failed): children {base_children} -> {children(pid)}, open fds {base_fds} -> "
-              f"{open_fds(pid)}")
+        print(
+            f"cycles: {args.cycles} connect/disconnect of a per-user stdio server in {took:.1f} s "
+            f"({failures} failed): children {base_children} -> {children(pid)}, open fds {base_fds} -> "
+            f"{open_fds(pid)}"
+        )
     finally:
         res.close()
         for srv in (*http, direct):

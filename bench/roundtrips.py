@@ -38,8 +38,9 @@ MODES = {"--check": ["--check"], "--tools": ["--tools"], "call": ["echo", "--bod
 
 def run(config: Path, args: list[str]) -> int:
     out, err = io.StringIO(), io.StringIO()
-    return bkmcp.main(["--config", str(config), "m", *args], stdout=out, stderr=err, env={"PATH": ""},
-                      stdin=io.StringIO(""))
+    return bkmcp.main(
+        ["--config", str(config), "m", *args], stdout=out, stderr=err, env={"PATH": ""}, stdin=io.StringIO("")
+    )
 
 
 def main() -> int:

@@ -35,8 +35,12 @@ def measure(command: list[str], config: Path, *args: str) -> tuple[float, int, s
         "sys.stderr.write(p.stderr.decode()[-500:]) if p.returncode else None\n"
         "print(dt, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024, len(p.stdout), p.returncode)\n"
     )
-    done = subprocess.run([sys.executable, "-c", probe, *command, "--config", str(config), *args],
-                          capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [sys.executable, "-c", probe, *command, "--config", str(config), *args],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     elapsed, peak, size, code = done.stdout.split()
     if code != "0":
         raise SystemExit(f"bkmcp failed: {done.stderr}")
@@ -53,8 +57,10 @@ def main() -> int:
     mib = 1024 * 1024
 
     print(f"bkmcp: {' '.join(command[1:])}")
-    print(f"{'tools':>7} {'pages':>6} {'catalogue':>10} {'time':>8} {'ms/1k tools':>12} {'peak RSS':>9} "
-          f"{'(RSS-base)/catalogue':>21}")
+    print(
+        f"{'tools':>7} {'pages':>6} {'catalogue':>10} {'time':>8} {'ms/1k tools':>12} {'peak RSS':>9} "
+        f"{'(RSS-base)/catalogue':>21}"
+    )
     base_rss = None
     with tempfile.TemporaryDirectory() as tmp:
         for count in [int(n) for n in args.tools.split(",")]:
@@ -65,8 +71,15 @@ def main() -> int:
             elapsed, peak, size = measure(command, config, "s", "--tools")
             pages = len(server.requests("tools/list"))
             server.stop()
-            catalogue = len(json.dumps([mock_tool(f"gen_{i:05d}", properties={"value": {"type": "string"}})
-                                        for i in range(count)])) if count else 0
+            catalogue = (
+                len(
+                    json.dumps(
+                        [mock_tool(f"gen_{i:05d}", properties={"value": {"type": "string"}}) for i in range(count)]
+                    )
+                )
+                if count
+                else 0
+            )
             if base_rss is None:
                 base_rss = peak
             per_k = f"{elapsed * 1000 / (count / 1000):12.1f}" if count else f"{'-':>12}"
@@ -76,16 +89,19 @@ def main() -> int:
         print(f"\n{'result':>7} {'time':>8} {'MB/s':>7} {'peak RSS':>9} {'(RSS-base)/payload':>19}")
         for megabytes in [int(n) for n in args.result_mb.split(",")]:
             size = megabytes * mib
-            server = MockServer({"response_mode": "sse", "versions": ["2025-11-25"],
-                                 "tools": [mock_tool("big", "big", bytes=size)]})
+            server = MockServer(
+                {"response_mode": "sse", "versions": ["2025-11-25"], "tools": [mock_tool("big", "big", bytes=size)]}
+            )
             url = server.start()
             config = Path(tmp) / "mcp.json"
             config.write_text(json.dumps({"mcpServers": {"s": {"type": "http", "url": url}}}))
             elapsed, peak, _ = measure(command, config, "s", "big", "--body", "{}")
             server.stop()
             assert base_rss is not None
-            print(f"{megabytes:6d}M {elapsed:7.2f}s {megabytes / elapsed:7.1f} {peak / mib:8.1f}M "
-                  f"{(peak - base_rss) / size:19.2f}")
+            print(
+                f"{megabytes:6d}M {elapsed:7.2f}s {megabytes / elapsed:7.1f} {peak / mib:8.1f}M "
+                f"{(peak - base_rss) / size:19.2f}"
+            )
     return 0
 
 

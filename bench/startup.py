@@ -94,10 +94,26 @@ def site_dir(python: str, work: Path, pyz: Path) -> Path:
     target = work / ("site-" + Path(python).parent.parent.name)
     if target.exists():
         return target
-    lock = [line.split()[0] for line in (ROOT / "vendor.txt").read_text().splitlines()
-            if line.strip() and not line.startswith("#") and not line.startswith("jq==")]
-    cmd = [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps", "--target",
-           str(target), "--no-index", "--find-links", str(ROOT / "vendor_cache"), *sorted(set(lock))]
+    lock = [
+        line.split()[0]
+        for line in (ROOT / "vendor.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#") and not line.startswith("jq==")
+    ]
+    cmd = [
+        python,
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--no-deps",
+        "--target",
+        str(target),
+        "--no-index",
+        "--find-links",
+        str(ROOT / "vendor_cache"),
+        *sorted(set(lock)),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"pip install --target failed: {proc.stderr[-800:]}")
@@ -114,11 +130,15 @@ def main() -> int:
     parser.add_argument("--python", action="append", default=[], help="interpreter(s) to measure")
     parser.add_argument("--no-jq", action="store_true", help="skip the jq extraction measurements")
     parser.add_argument("--cpu", action="store_true", help="measure the child's CPU time instead of wall time")
-    parser.add_argument("--no-site", action="store_true",
-                        help="run every interpreter with -S (no site-packages .pth side effects)")
-    parser.add_argument("--host-site", action="store_true",
-                        help="run the interpreters themselves, with whatever their site-packages .pth files import "
-                        "(default: each through a fresh empty venv, so a host .pth cannot inflate `-c pass`)")
+    parser.add_argument(
+        "--no-site", action="store_true", help="run every interpreter with -S (no site-packages .pth side effects)"
+    )
+    parser.add_argument(
+        "--host-site",
+        action="store_true",
+        help="run the interpreters themselves, with whatever their site-packages .pth files import "
+        "(default: each through a fresh empty venv, so a host .pth cannot inflate `-c pass`)",
+    )
     args = parser.parse_args()
     global CLOCK
     CLOCK = "cpu" if args.cpu else "wall"
@@ -129,13 +149,24 @@ def main() -> int:
         info = json.loads(zf.read("BUILD-INFO.json"))
         main_src = zf.read("__main__.py").decode()
     tag, build_id = info["bytecode"]["cache_tag"], info["build_id"]
-    pythons = [(subprocess.run([p, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], capture_output=True,
-                               text=True, check=True).stdout.strip(), p) for p in args.python] or find_pythons()
+    pythons = [
+        (
+            subprocess.run(
+                [p, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip(),
+            p,
+        )
+        for p in args.python
+    ] or find_pythons()
     size = pyz.stat().st_size
-    print(f"{pyz.name}: {size} bytes ({size / 1e6:.1f} MB), build {build_id}, bytecode for {tag}, "
-          f"{args.runs} runs each, medians of {CLOCK} time in ms{', every python with -S' if args.no_site else ''}"
-          + (", interpreters as installed (host .pth files run)" if args.host_site
-             else ", each Python in an empty venv"))
+    print(
+        f"{pyz.name}: {size} bytes ({size / 1e6:.1f} MB), build {build_id}, bytecode for {tag}, "
+        f"{args.runs} runs each, medians of {CLOCK} time in ms{', every python with -S' if args.no_site else ''}"
+        + (", interpreters as installed (host .pth files run)" if args.host_site else ", each Python in an empty venv")
+    )
     work = Path(tempfile.mkdtemp(prefix="bkmcp-bench-"))
     try:
         cfg = work / "mcp.json"
@@ -149,9 +180,11 @@ def main() -> int:
         assert main_src.endswith(tail), "unexpected __main__.py"
         boot = f"import sys; sys.path.insert(0, {str(pyz)!r}); __file__ = {str(pyz / '__main__.py')!r}\n"
         boot += main_src[: -len(tail)]
-        header = (f"{'python':<7}{'pass':>7}{'empty':>7}{'--version':>15}{'--help':>15}{'srv --help':>15}"
-                  f"{'help src':>13}"
-                  f"{'imp pyz':>9}{'imp site':>9}{'ratio':>7}{'jq first':>10}{'jq warm':>9}{'1st help':>9}")
+        header = (
+            f"{'python':<7}{'pass':>7}{'empty':>7}{'--version':>15}{'--help':>15}{'srv --help':>15}"
+            f"{'help src':>13}"
+            f"{'imp pyz':>9}{'imp site':>9}{'ratio':>7}{'jq first':>10}{'jq warm':>9}{'1st help':>9}"
+        )
         print(header)
         rows = []
         for version, python in pythons:
@@ -161,17 +194,25 @@ def main() -> int:
                 subprocess.run([python, "-m", "venv", "--without-pip", str(venv)], check=True)
                 python = str(venv / "bin" / "python")
             py = [python, "-S"] if args.no_site else [python]
-            m = medians({
-                "pass": [*py, "-c", "pass"],
-                "empty": [*py, str(empty)],
-                "version": [*py, str(pyz), "--version"],
-                "help": [*py, str(pyz), "--help"],
-                "srv": [*py, str(pyz), "--config", str(cfg), "demo", "--help"],
-                "imp_pyz": [*py, "-c", boot + IMPORTS],
-                "imp_site": [*py, "-c", f"import sys; sys.path.insert(0, {str(site)!r}); {IMPORTS}"],
-                "help_site": [*py, "-c", f"import sys; sys.path.insert(0, {str(site)!r}); import bkmcp; "
-                              "sys.exit(bkmcp.main(['--help']))"],
-            }, args.runs, env)
+            m = medians(
+                {
+                    "pass": [*py, "-c", "pass"],
+                    "empty": [*py, str(empty)],
+                    "version": [*py, str(pyz), "--version"],
+                    "help": [*py, str(pyz), "--help"],
+                    "srv": [*py, str(pyz), "--config", str(cfg), "demo", "--help"],
+                    "imp_pyz": [*py, "-c", boot + IMPORTS],
+                    "imp_site": [*py, "-c", f"import sys; sys.path.insert(0, {str(site)!r}); {IMPORTS}"],
+                    "help_site": [
+                        *py,
+                        "-c",
+                        f"import sys; sys.path.insert(0, {str(site)!r}); import bkmcp; "
+                        "sys.exit(bkmcp.main(['--help']))",
+                    ],
+                },
+                args.runs,
+                env,
+            )
             base, imp_pyz, imp_site = m["pass"], m["imp_pyz"], m["imp_site"]
             cli = [m["version"], m["help"], m["srv"]]
             jq_first = jq_warm = None
@@ -181,20 +222,30 @@ def main() -> int:
                 native = work / "cache" / "bkmcp" / build_id / "native"
                 try:
                     warm = medians({"no_jq": [*py, "-c", probe], "jq": [*py, "-c", jq_code]}, args.runs, env)
-                    first = medians({"jq": [*py, "-c", jq_code]}, args.runs, env,
-                                    setup=lambda native=native: shutil.rmtree(native, ignore_errors=True))
+                    first = medians(
+                        {"jq": [*py, "-c", jq_code]},
+                        args.runs,
+                        env,
+                        setup=lambda native=native: shutil.rmtree(native, ignore_errors=True),
+                    )
                     jq_first, jq_warm = first["jq"] - warm["no_jq"], warm["jq"] - warm["no_jq"]
                 except RuntimeError:
                     pass  # no native for this Python in the pyz
             tree = work / "cache" / "bkmcp" / build_id / "py"
-            first_help = medians({"help": [*py, str(pyz), "--help"]}, max(3, args.runs // 3), env,
-                                 setup=lambda tree=tree: shutil.rmtree(tree, ignore_errors=True))["help"]
+            first_help = medians(
+                {"help": [*py, str(pyz), "--help"]},
+                max(3, args.runs // 3),
+                env,
+                setup=lambda tree=tree: shutil.rmtree(tree, ignore_errors=True),
+            )["help"]
             cells = [f"{c:6.1f} {c / base:4.2f}x" for c in cli]
             jq_cells = "".join(f"{v:>+9.1f}" if v is not None else f"{'n/a':>9}" for v in (jq_first, jq_warm))
             help_site = m["help_site"]
-            print(f"{version:<7}{base:7.1f}{m['empty'] / base:6.2f}x{cells[0]:>15}{cells[1]:>15}{cells[2]:>15}"
-                  f"{help_site:7.1f} {m['help'] / help_site:4.2f}x"
-                  f"{imp_pyz:9.1f}{imp_site:9.1f}{imp_pyz / imp_site:6.2f}x{jq_cells:>10}{first_help:9.1f}")
+            print(
+                f"{version:<7}{base:7.1f}{m['empty'] / base:6.2f}x{cells[0]:>15}{cells[1]:>15}{cells[2]:>15}"
+                f"{help_site:7.1f} {m['help'] / help_site:4.2f}x"
+                f"{imp_pyz:9.1f}{imp_site:9.1f}{imp_pyz / imp_site:6.2f}x{jq_cells:>10}{first_help:9.1f}"
+            )
             rows.append(version)
         missing = [f"3.{m}" for m in range(9, 15) if f"3.{m}" not in rows]
         if missing:

@@ -24,12 +24,26 @@ import httpx  # noqa: E402
 
 from mock_server.mcp_mock import MockServer  # noqa: E402
 
-META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {},
-        "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "1"}}
-HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
-           "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": "echo"}
-BODY = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                   "params": {"name": "echo", "arguments": {"text": "x"}, "_meta": META}}).encode()
+META = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientCapabilities": {},
+    "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "1"},
+}
+HEADERS = {
+    "Content-Type": "application/json",
+    "Accept": "application/json, text/event-stream",
+    "MCP-Protocol-Version": "2026-07-28",
+    "Mcp-Method": "tools/call",
+    "Mcp-Name": "echo",
+}
+BODY = json.dumps(
+    {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"text": "x"}, "_meta": META},
+    }
+).encode()
 
 
 def per_call_us(started: float, calls: int) -> float:

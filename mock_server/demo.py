@@ -43,9 +43,15 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="bkmcp-demo-") as tmp:
             config = os.path.join(tmp, "mcp.json")
             with open(config, "w", encoding="utf-8") as handle:
-                json.dump({"mcpServers": {
-                    "demo": {"type": "http", "url": url, "headers": {"Authorization": "Bearer ${DEMO_TOKEN}"}},
-                }}, handle, indent=2)
+                json.dump(
+                    {
+                        "mcpServers": {
+                            "demo": {"type": "http", "url": url, "headers": {"Authorization": "Bearer ${DEMO_TOKEN}"}},
+                        }
+                    },
+                    handle,
+                    indent=2,
+                )
             os.chmod(config, 0o600)
             env = dict(os.environ, BK_CLI_CONFIG_DIR=tmp, DEMO_TOKEN="demo-secret-token")
             steps = [

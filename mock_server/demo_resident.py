@@ -37,19 +37,41 @@ CREATE TABLE mcp_tools_cache (server_name TEXT NOT NULL, user_id TEXT NOT NULL, 
 """
 
 NOTES_TOOLS = [
-    {"name": "whoami", "description": "Show the token this user's server process was started with.",
-     "inputSchema": {"type": "object", "properties": {}}, "x-mock": "env", "x-mock-vars": ["NOTES_TOKEN"]},
-    {"name": "crash", "description": "Exit the server process (to show the restart).",
-     "inputSchema": {"type": "object", "properties": {}}, "x-mock": "drop"},
-    {"name": "echo", "description": "Echo the arguments.",
-     "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}},
+    {
+        "name": "whoami",
+        "description": "Show the token this user's server process was started with.",
+        "inputSchema": {"type": "object", "properties": {}},
+        "x-mock": "env",
+        "x-mock-vars": ["NOTES_TOKEN"],
+    },
+    {
+        "name": "crash",
+        "description": "Exit the server process (to show the restart).",
+        "inputSchema": {"type": "object", "properties": {}},
+        "x-mock": "drop",
+    },
+    {
+        "name": "echo",
+        "description": "Echo the arguments.",
+        "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+    },
 ]
 
 
 def start_mock() -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen([sys.executable, os.path.join(HERE, "mcp_mock.py"), "--port", "0",
-                             "--require-header", "Authorization=Bearer weather-system-key"],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            os.path.join(HERE, "mcp_mock.py"),
+            "--port",
+            "0",
+            "--require-header",
+            "Authorization=Bearer weather-system-key",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     assert proc.stdout is not None
     line = proc.stdout.readline().strip()
     if not line.startswith("LISTENING "):
@@ -61,13 +83,22 @@ def start_mock() -> tuple[subprocess.Popen[str], str]:
 def write_registry(path: str, url: str) -> None:
     db = sqlite3.connect(path)
     db.executescript(SCHEMA)
-    stdio = [os.path.join(HERE, "mcp_mock.py"), "--stdio", "--quiet", "--scenario-json",
-             json.dumps({"tools": NOTES_TOOLS, "stdio_drop": "exit"})]
-    db.execute("INSERT INTO mcp_servers (name, transport_type, url, headers, isolation) VALUES (?, 'http', ?, ?, "
-               "'public')", ("weather", url, json.dumps({"Authorization": "Bearer ${user.api_key}"})))
-    db.execute("INSERT INTO mcp_servers (name, transport_type, command, args, env_template, isolation) "
-               "VALUES (?, 'stdio', ?, ?, ?, 'user')",
-               ("notes", sys.executable, json.dumps(stdio), json.dumps({"NOTES_TOKEN": "${user.token}"})))
+    stdio = [
+        os.path.join(HERE, "mcp_mock.py"),
+        "--stdio",
+        "--quiet",
+        "--scenario-json",
+        json.dumps({"tools": NOTES_TOOLS, "stdio_drop": "exit"}),
+    ]
+    db.execute(
+        "INSERT INTO mcp_servers (name, transport_type, url, headers, isolation) VALUES (?, 'http', ?, ?, 'public')",
+        ("weather", url, json.dumps({"Authorization": "Bearer ${user.api_key}"})),
+    )
+    db.execute(
+        "INSERT INTO mcp_servers (name, transport_type, command, args, env_template, isolation) "
+        "VALUES (?, 'stdio', ?, ?, ?, 'user')",
+        ("notes", sys.executable, json.dumps(stdio), json.dumps({"NOTES_TOKEN": "${user.token}"})),
+    )
     db.execute("INSERT INTO mcp_credentials VALUES ('weather', ?)", (json.dumps({"api_key": "weather-system-key"}),))
     for user, token in (("alice", "alice-notes-token"), ("bob", "bob-notes-token")):
         db.execute("INSERT INTO mcp_user_credentials VALUES (?, 'notes', ?)", (user, json.dumps({"token": token})))
@@ -105,8 +136,15 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="bkmcp-demo-resident-") as tmp:
             registry = os.path.join(tmp, "registry.db")
             write_registry(registry, url)
-            argv = [sys.executable, pyz or BKMCP, "--resident", "--registry",
-                    registry, "--events", os.path.join(tmp, "events.jsonl")]
+            argv = [
+                sys.executable,
+                pyz or BKMCP,
+                "--resident",
+                "--registry",
+                registry,
+                "--events",
+                os.path.join(tmp, "events.jsonl"),
+            ]
             print(f"registry: {registry} (public HTTP server 'weather', per-user stdio server 'notes')")
             print(f"$ bkmcp --resident --registry {registry} --events events.jsonl")
             s = Session(argv)

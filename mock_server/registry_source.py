@@ -44,11 +44,15 @@ def build_answer(document: dict, user_id: str | None) -> dict:
     servers = list(document.get("servers") or [])
     system = dict(document.get("system_credentials") or {})
     if user_id is None:
-        public = [row for row in servers if not isinstance(row, dict) or row.get("isolation", "public") in
-                  (None, "public")]
+        public = [
+            row for row in servers if not isinstance(row, dict) or row.get("isolation", "public") in (None, "public")
+        ]
         names = {row.get("name") for row in public if isinstance(row, dict)}
-        return {"servers": public, "system_credentials": {k: v for k, v in system.items() if k in names},
-                "user_credentials": {}}
+        return {
+            "servers": public,
+            "system_credentials": {k: v for k, v in system.items() if k in names},
+            "user_credentials": {},
+        }
     own = (document.get("user_credentials") or {}).get(user_id) or {}
     return {"servers": servers, "system_credentials": system, "user_credentials": own}
 
@@ -107,8 +111,14 @@ class _Handler(BaseHTTPRequestHandler):
             return
         query = parse_qs(parts.query, keep_blank_values=True)
         user_id = query["user_id"][0] if "user_id" in query else None
-        entry = {"time": time.time(), "http_method": self.command, "path": self.path, "user_id": user_id,
-                 "headers": {k.lower(): v for k, v in self.headers.items()}, "status": None}
+        entry = {
+            "time": time.time(),
+            "http_method": self.command,
+            "path": self.path,
+            "user_id": user_id,
+            "headers": {k.lower(): v for k, v in self.headers.items()},
+            "status": None,
+        }
         source.record(entry)
         status, body, headers = source.answer(self.command, parts.path, user_id, self.headers.get("Authorization"))
         entry["status"] = status
@@ -204,8 +214,9 @@ class RegistrySource:
             self._httpd = _Server((host, port), self)
             self.port = self._httpd.server_address[1]
             self.url = f"http://{host}:{self.port}{CONFIG_PATH}"
-            self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                            name="registry-source", daemon=True)
+            self._thread = threading.Thread(
+                target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="registry-source", daemon=True
+            )
             self._thread.start()
         return self.url
 

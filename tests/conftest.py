@@ -75,13 +75,17 @@ with open(out, "w") as handle:
 """
 
 
-def run_bkmcp_modules(tmp_path: Path, *args: str, env: dict[str, str] | None = None
-                      ) -> tuple[int, set[str], subprocess.CompletedProcess[str]]:
+def run_bkmcp_modules(
+    tmp_path: Path, *args: str, env: dict[str, str] | None = None
+) -> tuple[int, set[str], subprocess.CompletedProcess[str]]:
     """Run ``bkmcp.py`` in a fresh interpreter; (exit status, every module it had loaded at exit, the process)."""
     out = tmp_path / "modules.json"
     proc = subprocess.run(
         [sys.executable, "-c", _MODULES_WRAPPER, str(out), str(ROOT / "bkmcp.py"), *args],
-        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
         env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", **(env or {})},
     )
     assert out.exists(), proc.stderr

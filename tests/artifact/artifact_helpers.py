@@ -64,15 +64,28 @@ def program_source() -> Path:
     return source
 
 
-def run_pyz(python: str, pyz: Path, *args: str, env: dict[str, str] | None = None, timeout: float = TIMEOUT,
-            stdin: str = "", no_site: bool = False) -> subprocess.CompletedProcess[str]:
+def run_pyz(
+    python: str,
+    pyz: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout: float = TIMEOUT,
+    stdin: str = "",
+    no_site: bool = False,
+) -> subprocess.CompletedProcess[str]:
     """Run the artifact; `no_site` (-S) hides the interpreter's site-packages (e.g. an installed jq module)."""
     cmd = [python, *(["-S"] if no_site else []), str(pyz), *args]
     return subprocess.run(cmd, capture_output=True, text=True, env=env, input=stdin, timeout=timeout, check=False)
 
 
-def run_in_pyz(python: str, pyz: Path, code: str, env: dict[str, str] | None = None, timeout: float = TIMEOUT,
-               no_site: bool = False) -> subprocess.CompletedProcess[str]:
+def run_in_pyz(
+    python: str,
+    pyz: Path,
+    code: str,
+    env: dict[str, str] | None = None,
+    timeout: float = TIMEOUT,
+    no_site: bool = False,
+) -> subprocess.CompletedProcess[str]:
     """Run `code` with the pyz first on sys.path and its runtime support imported as `boot`."""
     prelude = f"import sys; sys.path.insert(0, {str(pyz)!r}); import _bkmcp_boot as boot\n"
     cmd = [python, *(["-S"] if no_site else []), "-c", prelude + code]

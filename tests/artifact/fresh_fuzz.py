@@ -68,12 +68,68 @@ class Example:
     server_id: str | None = None  # flags target: the mock connection whose log must be checked
 
 
-JSON_ALPHABET = list('{}[]":,.-+eE0123456789 \n\tabcdeflnrstu\\/\'$') + ["\x00", "\x01", "é", "\u2028", "\ud800"]
-JSON_SNIPPETS = [",", ",}", "}", "]", '"', "'", "1e", "NaN", "Infinity", "//c", "/*", "\\", "\\u12", "\\x", "01",
-                 "\ufeff", "tru", "nul", "${", "${ÄÖ}", "$${", '{"a":1,"a":2}', "[" * 40, "-", ".5", "1.", "\t\n"]
+JSON_ALPHABET = list("{}[]\":,.-+eE0123456789 \n\tabcdeflnrstu\\/'$") + ["\x00", "\x01", "é", "\u2028", "\ud800"]
+JSON_SNIPPETS = [
+    ",",
+    ",}",
+    "}",
+    "]",
+    '"',
+    "'",
+    "1e",
+    "NaN",
+    "Infinity",
+    "//c",
+    "/*",
+    "\\",
+    "\\u12",
+    "\\x",
+    "01",
+    "\ufeff",
+    "tru",
+    "nul",
+    "${",
+    "${ÄÖ}",
+    "$${",
+    '{"a":1,"a":2}',
+    "[" * 40,
+    "-",
+    ".5",
+    "1.",
+    "\t\n",
+]
 JQ_ALPHABET = list('.[]|(){}:,"\\ $@?+-*/%=<>!;abcdefgiklmnoprstuvy0123456789_') + ["\x00", "é"]
-JQ_SNIPPETS = ["|", "[", "]", "(", ")", "{", "}", '"', "\\(", ".[]", "..", "?", "//", "error", "tostring", "fromjson",
-               "keys", "@base64d", "not", "$x", "as $x", "reduce", "foreach", "if", "then", "else", "end", "and", "or"]
+JQ_SNIPPETS = [
+    "|",
+    "[",
+    "]",
+    "(",
+    ")",
+    "{",
+    "}",
+    '"',
+    "\\(",
+    ".[]",
+    "..",
+    "?",
+    "//",
+    "error",
+    "tostring",
+    "fromjson",
+    "keys",
+    "@base64d",
+    "not",
+    "$x",
+    "as $x",
+    "reduce",
+    "foreach",
+    "if",
+    "then",
+    "else",
+    "end",
+    "and",
+    "or",
+]
 
 
 def mutate(rng: random.Random, text: str, alphabet: list[str], snippets: list[str]) -> str:
@@ -81,12 +137,12 @@ def mutate(rng: random.Random, text: str, alphabet: list[str], snippets: list[st
         i = rng.randint(0, len(text))
         op = rng.randrange(6)
         if op == 0:
-            text = text[:i] + text[i + rng.randint(1, 4):]
+            text = text[:i] + text[i + rng.randint(1, 4) :]
         elif op == 1:
             text = text[:i] + rng.choice(alphabet) + text[i:]
         elif op == 2 and text:
             j = min(i, len(text) - 1)
-            text = text[:j] + rng.choice(alphabet) + text[j + 1:]
+            text = text[:j] + rng.choice(alphabet) + text[j + 1 :]
         elif op == 3:
             text = text[:i]
         elif op == 4:
@@ -110,36 +166,110 @@ def argv_bytes(raw: bytes) -> bytes:
     return raw.replace(b"\x00", b"")  # argv cannot carry NUL
 
 
-VALID_CONFIG = json.dumps({"mcpServers": {
-    "srv": {"type": "http", "url": "http://127.0.0.1:9/mcp?x=1",
-            "headers": {"Authorization": "Bearer ${FUZZ_TOKEN}", "X-Tenant": "t1"}, "protocolVersion": "2025-06-18"},
-    "fs": {"type": "stdio", "command": "npx", "args": ["-y", "pkg", "${FUZZ_DIR}"], "env": {"API_KEY": "${FUZZ_TOKEN}"},
-           "cwd": "/srv"},
-}}, indent=1)
+VALID_CONFIG = json.dumps(
+    {
+        "mcpServers": {
+            "srv": {
+                "type": "http",
+                "url": "http://127.0.0.1:9/mcp?x=1",
+                "headers": {"Authorization": "Bearer ${FUZZ_TOKEN}", "X-Tenant": "t1"},
+                "protocolVersion": "2025-06-18",
+            },
+            "fs": {
+                "type": "stdio",
+                "command": "npx",
+                "args": ["-y", "pkg", "${FUZZ_DIR}"],
+                "env": {"API_KEY": "${FUZZ_TOKEN}"},
+                "cwd": "/srv",
+            },
+        }
+    },
+    indent=1,
+)
 CONFIG_TYPOS = [
-    "{bad", VALID_CONFIG[:-2] + ",}}", VALID_CONFIG.replace('"t1"', '"t1'), VALID_CONFIG.replace('"t1"', "1e"),
-    VALID_CONFIG.replace('"2025-06-18"', "1e"), VALID_CONFIG + "\n// comment", "{'mcpServers': {}}", "", "   ",
-    "\ufeff" + VALID_CONFIG, VALID_CONFIG.replace('"t1"', "NaN"), VALID_CONFIG.replace('"X-Tenant"', '"Authorization"'),
-    VALID_CONFIG.replace("${FUZZ_TOKEN}", "${ÄÖ}"), VALID_CONFIG.replace('"fs"', '"--check"'),
-    VALID_CONFIG.replace('"fs"', '"srv"'), "[" * 100000, '{"mcpServers": {"srv": {"type": "http", "url": "x"}}}',
-    '{"mcpServers": []}', "null", VALID_CONFIG.replace('"t1"', '"\\ud800"'), VALID_CONFIG.replace('"t1"', '"\x01"'),
+    "{bad",
+    VALID_CONFIG[:-2] + ",}}",
+    VALID_CONFIG.replace('"t1"', '"t1'),
+    VALID_CONFIG.replace('"t1"', "1e"),
+    VALID_CONFIG.replace('"2025-06-18"', "1e"),
+    VALID_CONFIG + "\n// comment",
+    "{'mcpServers': {}}",
+    "",
+    "   ",
+    "\ufeff" + VALID_CONFIG,
+    VALID_CONFIG.replace('"t1"', "NaN"),
+    VALID_CONFIG.replace('"X-Tenant"', '"Authorization"'),
+    VALID_CONFIG.replace("${FUZZ_TOKEN}", "${ÄÖ}"),
+    VALID_CONFIG.replace('"fs"', '"--check"'),
+    VALID_CONFIG.replace('"fs"', '"srv"'),
+    "[" * 100000,
+    '{"mcpServers": {"srv": {"type": "http", "url": "x"}}}',
+    '{"mcpServers": []}',
+    "null",
+    VALID_CONFIG.replace('"t1"', '"\\ud800"'),
+    VALID_CONFIG.replace('"t1"', '"\x01"'),
 ]
-CONFIG_CODES = frozenset({"invalid_mcp_config", "mcp_server_not_found", "missing_environment_variable",
-                          "mcp_auth_conflict"})
+CONFIG_CODES = frozenset(
+    {"invalid_mcp_config", "mcp_server_not_found", "missing_environment_variable", "mcp_auth_conflict"}
+)
 
 VALID_BODY = '{"text": "hi", "count": 3, "ratio": 0.5, "tags": ["a", "b"], "options": {"x": 1e400, "y": null}}'
-BODY_TYPOS = ["{bad", '{"a": 1,}', '{"a": "unterminated', '{"a": 1e}', "[1, 2]", '"text"', "", " \n", "{} {}",
-              '{"a": NaN}', '{"a": 1, "a": 2}', "{'a': 1}", '{"a": 01}', "[" * 100000, '{"a": "\\ud800"}',
-              '{"a": "\x01"}', "\ufeff{}", '{"a": [1, 2}']
+BODY_TYPOS = [
+    "{bad",
+    '{"a": 1,}',
+    '{"a": "unterminated',
+    '{"a": 1e}',
+    "[1, 2]",
+    '"text"',
+    "",
+    " \n",
+    "{} {}",
+    '{"a": NaN}',
+    '{"a": 1, "a": 2}',
+    "{'a': 1}",
+    '{"a": 01}',
+    "[" * 100000,
+    '{"a": "\\ud800"}',
+    '{"a": "\x01"}',
+    "\ufeff{}",
+    '{"a": [1, 2}',
+]
 BODY_CODES = frozenset({"invalid_mcp_arguments"})
 
-JQ_SEEDS = [".data.arguments", ".data | keys", ".ok and .data.dry_run", "[.data.unverified[] | ascii_upcase]",
-            ".data.headers | to_entries | map(.key)", 'if .ok then .data.server else error("no") end',
-            '.data.url | test("127")', "{a: .data.tool, b: (.data.unverified | length)}",
-            '"\\(.data.server)-\\(.data.tool)"', '.data.arguments.a // "none"', ".[] | select(type == \"object\")",
-            ".data | tostring | fromjson | .tool", ".data.unverified | join(\",\")", "[paths] | length"]
-JQ_TYPOS = [".[", ".a |", "{", '"unterminated', ".a.b[", 'error("x")', "1/0", ".data | fromjson", "", " ", ".data.",
-            "|", "[.[] | .x] | .[0].y.z", "$undefined", "@nope", ".data.arguments | keys[0] | tonumber"]
+JQ_SEEDS = [
+    ".data.arguments",
+    ".data | keys",
+    ".ok and .data.dry_run",
+    "[.data.unverified[] | ascii_upcase]",
+    ".data.headers | to_entries | map(.key)",
+    'if .ok then .data.server else error("no") end',
+    '.data.url | test("127")',
+    "{a: .data.tool, b: (.data.unverified | length)}",
+    '"\\(.data.server)-\\(.data.tool)"',
+    '.data.arguments.a // "none"',
+    '.[] | select(type == "object")',
+    ".data | tostring | fromjson | .tool",
+    '.data.unverified | join(",")',
+    "[paths] | length",
+]
+JQ_TYPOS = [
+    ".[",
+    ".a |",
+    "{",
+    '"unterminated',
+    ".a.b[",
+    'error("x")',
+    "1/0",
+    ".data | fromjson",
+    "",
+    " ",
+    ".data.",
+    "|",
+    "[.[] | .x] | .[0].y.z",
+    "$undefined",
+    "@nope",
+    ".data.arguments | keys[0] | tonumber",
+]
 JQ_CODES = frozenset({"invalid_jq_expression", "jq_error", "jq_unavailable"})
 
 FLAG_SEEDS = {
@@ -150,10 +280,19 @@ FLAG_SEEDS = {
     "tags": ['["a","b"]', "[]", '"a"', "a,b", "[1]", '["x",]'],
     "options": ['{"x": 1e5}', "{}", "[]", '{"a":1,"a":2}', '{"a": {"b": [1, 2]}}', "{bad"],
 }
-FLAG_TYPOS = [["--text=hi", "--count=1e"], ["--text=hi", "--tags=[1,"], ["--text=hi", "--options={bad"],
-              ["--text=hi", "--ratio=NaN"], ["--text=hi", "--loud=maybe"], ["--count=3"], ["--text"],
-              ["--text=hi", "--nope=1"], ["--text=hi", "--options={\"a\": 1e}"], ["--text=hi", "--tags=\"unterminated"],
-              ["--text=hi", "--options=[" + "[" * 5000]]
+FLAG_TYPOS = [
+    ["--text=hi", "--count=1e"],
+    ["--text=hi", "--tags=[1,"],
+    ["--text=hi", "--options={bad"],
+    ["--text=hi", "--ratio=NaN"],
+    ["--text=hi", "--loud=maybe"],
+    ["--count=3"],
+    ["--text"],
+    ["--text=hi", "--nope=1"],
+    ["--text=hi", '--options={"a": 1e}'],
+    ["--text=hi", '--tags="unterminated'],
+    ["--text=hi", "--options=[" + "[" * 5000],
+]
 FLAG_CODES = frozenset({"invalid_mcp_arguments", "usage_error"})
 
 
@@ -166,10 +305,16 @@ def config_examples(rng: random.Random, count: int, work: Path, good_config: str
     while len(texts) < count:
         texts.append(VALID_CONFIG if rng.random() < 0.1 else mutate(rng, VALID_CONFIG, JSON_ALPHABET, JSON_SNIPPETS))
     out = []
-    for i, text in enumerate(texts[:max(count, len(CONFIG_TYPOS))]):
+    for i, text in enumerate(texts[: max(count, len(CONFIG_TYPOS))]):
         path = str(work / f"config-{i}.json")
-        out.append(Example("config", _dry(path, "--body", "{}", "--dry-run"), files={path: to_bytes(rng, text)},
-                           allowed=CONFIG_CODES))
+        out.append(
+            Example(
+                "config",
+                _dry(path, "--body", "{}", "--dry-run"),
+                files={path: to_bytes(rng, text)},
+                allowed=CONFIG_CODES,
+            )
+        )
     return out
 
 
@@ -178,7 +323,7 @@ def body_examples(rng: random.Random, count: int, work: Path, good_config: str) 
     while len(texts) < count:
         texts.append(VALID_BODY if rng.random() < 0.1 else mutate(rng, VALID_BODY, JSON_ALPHABET, JSON_SNIPPETS))
     out = []
-    for i, text in enumerate(texts[:max(count, len(BODY_TYPOS) * 3)]):
+    for i, text in enumerate(texts[: max(count, len(BODY_TYPOS) * 3)]):
         raw = to_bytes(rng, text)
         source = i % 3
         if source == 0:
@@ -186,8 +331,11 @@ def body_examples(rng: random.Random, count: int, work: Path, good_config: str) 
             out.append(Example("body", inline, allowed=BODY_CODES))
         elif source == 1:
             path = str(work / f"body-{i}.json")
-            out.append(Example("body", _dry(good_config, "--body", "@" + path, "--dry-run"), files={path: raw},
-                               allowed=BODY_CODES))
+            out.append(
+                Example(
+                    "body", _dry(good_config, "--body", "@" + path, "--dry-run"), files={path: raw}, allowed=BODY_CODES
+                )
+            )
         else:
             out.append(Example("body", _dry(good_config, "--body", "-", "--dry-run"), stdin=raw, allowed=BODY_CODES))
     return out
@@ -198,8 +346,14 @@ def jq_examples(rng: random.Random, count: int, work: Path, good_config: str) ->
     while len(programs) < count:
         seed = rng.choice(JQ_SEEDS)
         programs.append(seed if rng.random() < 0.1 else mutate(rng, seed, JQ_ALPHABET, JQ_SNIPPETS))
-    return [Example("jq", _dry(good_config, "--body", VALID_BODY, "--dry-run", b"--jq=" + argv_bytes(to_bytes(rng, p))),
-                    allowed=JQ_CODES) for p in programs[:max(count, len(JQ_TYPOS))]]
+    return [
+        Example(
+            "jq",
+            _dry(good_config, "--body", VALID_BODY, "--dry-run", b"--jq=" + argv_bytes(to_bytes(rng, p))),
+            allowed=JQ_CODES,
+        )
+        for p in programs[: max(count, len(JQ_TYPOS))]
+    ]
 
 
 def flag_examples(rng: random.Random, count: int, work: Path, flags_config: str) -> list[Example]:
@@ -223,15 +377,19 @@ def flag_examples(rng: random.Random, count: int, work: Path, flags_config: str)
             tokens.append("--unknown-flag=1")
         lines.append(tokens)
     out = []
-    for i, tokens in enumerate(lines[:max(count, len(FLAG_TYPOS))]):
+    for i, tokens in enumerate(lines[: max(count, len(FLAG_TYPOS))]):
         sid = f"flags-{i}-{rng.randrange(1 << 30)}"
-        out.append(Example("flags", ["--config", flags_config, "m", "echo", *tokens], allowed=FLAG_CODES,
-                           server_id=sid))
+        out.append(
+            Example("flags", ["--config", flags_config, "m", "echo", *tokens], allowed=FLAG_CODES, server_id=sid)
+        )
     return out
 
 
 GENERATORS: dict[str, Callable[[random.Random, int, Path, str], list[Example]]] = {
-    "config": config_examples, "body": body_examples, "jq": jq_examples, "flags": flag_examples,
+    "config": config_examples,
+    "body": body_examples,
+    "jq": jq_examples,
+    "flags": flag_examples,
 }
 
 
@@ -312,9 +470,16 @@ class RelayedMock:
         return log.snapshot() if log is not None else []
 
     def config(self, relay_python: str) -> dict:
-        return {"mcpServers": {"m": {"type": "stdio", "command": relay_python,
-                                     "args": ["-S", "-c", RELAY, self.path, "${FUZZ_ID}"],
-                                     "protocolVersion": "2025-11-25"}}}
+        return {
+            "mcpServers": {
+                "m": {
+                    "type": "stdio",
+                    "command": relay_python,
+                    "args": ["-S", "-c", RELAY, self.path, "${FUZZ_ID}"],
+                    "protocolVersion": "2025-11-25",
+                }
+            }
+        }
 
     def close(self) -> None:
         self._sock.close()
@@ -385,8 +550,9 @@ def run_examples(jobs: list[tuple[list[str], dict[str, str], Example]], mock: Re
         cmd = [*entry, *example.args]
         try:
             # cwd: a private folder (with -m, the working directory comes first on sys.path)
-            proc = subprocess.run(cmd, input=example.stdin, capture_output=True, env=run_env, cwd=env["HOME"],
-                                  timeout=SAFETY, check=False)
+            proc = subprocess.run(
+                cmd, input=example.stdin, capture_output=True, env=run_env, cwd=env["HOME"], timeout=SAFETY, check=False
+            )
         except subprocess.TimeoutExpired:
             problem: str | None = f"did not end within {SAFETY}s (killed)"
         else:

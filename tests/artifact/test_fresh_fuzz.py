@@ -48,9 +48,18 @@ def source_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _prepare(python: str, source: Path) -> None:
     check = subprocess.run(
-        [python, "-S", "-c", "import sys, py_compile; py_compile.compile(sys.argv[1], doraise=True); "
-         "print('json' in sys.modules)", str(source / "bkmcp.py")],
-        capture_output=True, text=True, timeout=fresh_fuzz.SAFETY, check=False)
+        [
+            python,
+            "-S",
+            "-c",
+            "import sys, py_compile; py_compile.compile(sys.argv[1], doraise=True); print('json' in sys.modules)",
+            str(source / "bkmcp.py"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=fresh_fuzz.SAFETY,
+        check=False,
+    )
     assert check.returncode == 0, check.stderr
     assert check.stdout.strip() == "False", f"{python} -S preloads json: a fresh-interpreter fuzz would prove nothing"
 
@@ -71,15 +80,27 @@ def test_fresh_interpreter_fuzz(version, target, pyz_path, source_copy, relayed_
     good.write_text(json.dumps({"mcpServers": {"srv": {"type": "http", "url": "http://127.0.0.1:9/mcp"}}}))
     flags = tmp_path / "flags.json"
     flags.write_text(json.dumps(relayed_mock.config(sys.executable)))
-    base = {"HOME": str(home), "XDG_CACHE_HOME": str(cache), "TMPDIR": str(tmp), "PATH": os.environ["PATH"],
-            "FUZZ_TOKEN": "tok-fuzz-123456", "FUZZ_DIR": "/data"}
+    base = {
+        "HOME": str(home),
+        "XDG_CACHE_HOME": str(cache),
+        "TMPDIR": str(tmp),
+        "PATH": os.environ["PATH"],
+        "FUZZ_TOKEN": "tok-fuzz-123456",
+        "FUZZ_DIR": "/data",
+    }
     rng = random.Random(f"{fresh_fuzz.SEED}-{version}-{target}")
     examples = fresh_fuzz.GENERATORS[target](rng, count, work, str(flags if target == "flags" else good))
-    entries = [([python, "-S", "-m", "bkmcp"], dict(base, PYTHONPATH=str(source_copy))),
-               ([python, "-S", str(pyz_path)], base)]
+    entries = [
+        ([python, "-S", "-m", "bkmcp"], dict(base, PYTHONPATH=str(source_copy))),
+        ([python, "-S", str(pyz_path)], base),
+    ]
     # the classic typos (first in the list) through both entries, then the rest alternating
-    typos = {"config": len(fresh_fuzz.CONFIG_TYPOS), "body": 3 * len(fresh_fuzz.BODY_TYPOS),
-             "jq": len(fresh_fuzz.JQ_TYPOS), "flags": len(fresh_fuzz.FLAG_TYPOS)}[target]
+    typos = {
+        "config": len(fresh_fuzz.CONFIG_TYPOS),
+        "body": 3 * len(fresh_fuzz.BODY_TYPOS),
+        "jq": len(fresh_fuzz.JQ_TYPOS),
+        "flags": len(fresh_fuzz.FLAG_TYPOS),
+    }[target]
     jobs = [(entry, env, example) for example in examples[:typos] for entry, env in entries]
     jobs += [(*entries[i % 2], example) for i, example in enumerate(examples[typos:])]
     failures = fresh_fuzz.run_examples(jobs, relayed_mock if target == "flags" else None)
@@ -102,8 +123,23 @@ def outcome(parse):
 print(outcome(bkmcp.parse_json))  # first: json not imported yet
 print(outcome(bkmcp.parse_json_plain))
 """
-EQUAL_TEXTS = ["{bad", '{"a": 1,}', '{"a": "unterminated', '{"a": 1e}', "[1, 2,]", '{"a" 1}', "{} x", "", '{"a": NaN}',
-               '{"a": 1, "a": 2}', "[" * 3000, '{"a": "\\ud800"}', '{"a": "\x01"}', '{"a": [1e400, -0, 0.1]}', "\u00a0"]
+EQUAL_TEXTS = [
+    "{bad",
+    '{"a": 1,}',
+    '{"a": "unterminated',
+    '{"a": 1e}',
+    "[1, 2,]",
+    '{"a" 1}',
+    "{} x",
+    "",
+    '{"a": NaN}',
+    '{"a": 1, "a": 2}',
+    "[" * 3000,
+    '{"a": "\\ud800"}',
+    '{"a": "\x01"}',
+    '{"a": [1e400, -0, 0.1]}',
+    "\u00a0",
+]
 
 
 @pytest.mark.parametrize("version", PY_VERSIONS)
@@ -115,8 +151,14 @@ def test_parse_json_equals_the_json_module_in_fresh_interpreters(version, source
         pytest.skip(f"CPython {version} is not installed here (pyenv versions, BKMCP_FOREIGN_PYTHONS)")
     _prepare(python, source_copy)
     for text in EQUAL_TEXTS:
-        proc = subprocess.run([python, "-S", "-c", _EQUAL, str(source_copy), text], capture_output=True, text=True,
-                              timeout=fresh_fuzz.SAFETY, check=False, env={"PATH": os.environ["PATH"]})
+        proc = subprocess.run(
+            [python, "-S", "-c", _EQUAL, str(source_copy), text],
+            capture_output=True,
+            text=True,
+            timeout=fresh_fuzz.SAFETY,
+            check=False,
+            env={"PATH": os.environ["PATH"]},
+        )
         assert proc.returncode == 0, f"{text[:40]!r}: {proc.stderr[-500:]}"
         fast, plain = proc.stdout.splitlines()
         assert fast == plain, f"{text[:40]!r} on {version}"

@@ -53,8 +53,15 @@ def test_server_help(python: str, pyz_path: Path, pyz_env: dict, tmp_path: Path)
 def test_runs_through_shebang_and_relative_path(pyz_path: Path, pyz_env: dict, build_info: dict) -> None:
     if shutil.which("python3", path=pyz_env.get("PATH")) is None:
         pytest.skip("no python3 on PATH for the shebang")
-    proc = subprocess.run(["./" + pyz_path.name, "--version"], cwd=pyz_path.parent, capture_output=True, text=True,
-                          env=pyz_env, timeout=120, check=False)
+    proc = subprocess.run(
+        ["./" + pyz_path.name, "--version"],
+        cwd=pyz_path.parent,
+        capture_output=True,
+        text=True,
+        env=pyz_env,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     assert build_info["version"] in proc.stdout
 
@@ -64,15 +71,17 @@ def test_vendored_imports(python: str, pyz_path: Path, pyz_env: dict, build_info
     the interpreter's site-packages (certifi may be preloaded by a site .pth on this machine, so only its data is
     checked)."""
     vendor = build_info["vendor_zip"]
-    code = (f"boot.use_vendor_zip({build_info['build_id']!r}, {str(pyz_path)!r}, {vendor['sha256']!r})\n"
-            "assert sys.path[0].endswith('_bkmcp_vendor.zip'), sys.path[0]\n"
-            "import httpx, httpcore, h11, anyio, idna, certifi, jsonschema, attr, pyrsistent\n"
-            "for m in (httpx, httpcore, h11, anyio, jsonschema, attr, pyrsistent):  # certifi: see below\n"
-            "    assert m.__file__.startswith(sys.path[0]), m.__file__\n"
-            "jsonschema.Draft202012Validator({'type': 'object', 'required': ['a']}).validate({'a': 1})\n"
-            "assert os.path.exists(certifi.where())\n"
-            "import httpx; httpx.Client().close()\n"
-            "print(httpx.__version__, jsonschema.validators.__name__)\n")
+    code = (
+        f"boot.use_vendor_zip({build_info['build_id']!r}, {str(pyz_path)!r}, {vendor['sha256']!r})\n"
+        "assert sys.path[0].endswith('_bkmcp_vendor.zip'), sys.path[0]\n"
+        "import httpx, httpcore, h11, anyio, idna, certifi, jsonschema, attr, pyrsistent\n"
+        "for m in (httpx, httpcore, h11, anyio, jsonschema, attr, pyrsistent):  # certifi: see below\n"
+        "    assert m.__file__.startswith(sys.path[0]), m.__file__\n"
+        "jsonschema.Draft202012Validator({'type': 'object', 'required': ['a']}).validate({'a': 1})\n"
+        "assert os.path.exists(certifi.where())\n"
+        "import httpx; httpx.Client().close()\n"
+        "print(httpx.__version__, jsonschema.validators.__name__)\n"
+    )
     proc = run_in_pyz(python, pyz_path, "import os\n" + code, env=pyz_env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("0.28.1")
@@ -93,9 +102,14 @@ def test_compiled_cache_for_other_pythons(pythons: dict, pyz_path: Path, pyz_env
     """A Python the zip has no bytecode for gets a per-user copy whose __pycache__ fills once, even under
     PYTHONDONTWRITEBYTECODE; eight concurrent first runs all succeed and leave one copy, no temp dirs."""
     tag = build_info["bytecode"]["cache_tag"]
-    others = [p for p in pythons.values()
-              if subprocess.run([p, "-c", "import sys; print(sys.implementation.cache_tag)"], capture_output=True,
-                                text=True, check=True).stdout.strip() != tag]
+    others = [
+        p
+        for p in pythons.values()
+        if subprocess.run(
+            [p, "-c", "import sys; print(sys.implementation.cache_tag)"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        != tag
+    ]
     if not others:
         pytest.skip(f"no Python other than the build one ({tag}) is installed")
     python = others[0]
@@ -120,9 +134,24 @@ def test_reproducible(tmp_path: Path) -> None:
     a = build_pyz(tmp_path / "a.pyz", "--platform", "none", epoch="1700000000", source=source)
     b = build_pyz(tmp_path / "b.pyz", "--platform", "none", epoch="1700000000", source=source)
     assert hashlib.sha256(a.read_bytes()).hexdigest() == hashlib.sha256(b.read_bytes()).hexdigest()
-    check = subprocess.run([sys.executable, str(ROOT / "build_zipapp.py"), "--output", str(a), "--platform", "none",
-                            "--source", str(source), "--check"], capture_output=True, text=True, timeout=600,
-                           env=dict(os.environ, SOURCE_DATE_EPOCH="1700000000"), check=False)
+    check = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "build_zipapp.py"),
+            "--output",
+            str(a),
+            "--platform",
+            "none",
+            "--source",
+            str(source),
+            "--check",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, SOURCE_DATE_EPOCH="1700000000"),
+        check=False,
+    )
     assert check.returncode == 0, check.stderr
     assert "reproducible" in check.stdout
     c = build_pyz(tmp_path / "c.pyz", "--platform", "none", epoch="1700000002", source=source)
@@ -158,7 +187,8 @@ def test_contents(pyz_path: Path, build_info: dict) -> None:
         assert {i.date_time for i in inner_infos} == {infos[0].date_time}
         assert "httpx/__init__.py" in inner_names and "jsonschema/validators.py" in inner_names
         assert {n.split("/")[0].removesuffix(".py") for n in inner_names if not n.endswith(".pyc")} == set(
-            vendor["top_level"])
+            vendor["top_level"]
+        )
         # what every start reads: the outer directory stays small (zipimport parses it entry by entry)
         assert len(names) < 80 and not [n for n in names if n.endswith(".py") and "/" in n], names
         for name in names + inner_names:
@@ -171,8 +201,11 @@ def test_contents(pyz_path: Path, build_info: dict) -> None:
             assert hashlib.sha256(zf.read(member)).hexdigest() == digest
         main = zf.read("__main__.py").decode()
         assert len(main.splitlines()) < 40 and "bkmcp.main()" in main
-    pins = {line.split()[0] for line in (ROOT / "vendor.txt").read_text().splitlines()
-            if line.strip() and not line.startswith("#")}
+    pins = {
+        line.split()[0]
+        for line in (ROOT / "vendor.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
     vendored = {f"{d['name']}=={d['version']}" for d in build_info["vendored"]}
     assert vendored == pins
     for dist in build_info["vendored"]:
@@ -203,8 +236,21 @@ JQ_EXACT_OUT = ["100000000000000000001", "1.50", '"1.50"', "3"]
 def _dry_run(python: str, pyz: Path, tmp_path: Path, env: dict, jq: str) -> subprocess.CompletedProcess:
     """A --dry-run call projected by --jq; -S hides any jq module installed beside the interpreter."""
     config = tmp_path / "mcp.json"  # written by _jq_env, once, before any concurrent run
-    return run_pyz(python, pyz, "--config", str(config), "demo", "echo", "--body", BIG_BODY,
-                   "--dry-run", "--jq", jq, env=env, no_site=True)
+    return run_pyz(
+        python,
+        pyz,
+        "--config",
+        str(config),
+        "demo",
+        "echo",
+        "--body",
+        BIG_BODY,
+        "--dry-run",
+        "--jq",
+        jq,
+        env=env,
+        no_site=True,
+    )
 
 
 def _jq_lines(proc: subprocess.CompletedProcess) -> list[str]:
@@ -233,8 +279,9 @@ def _natives(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.suffix == ".so")
 
 
-def test_jq_native_concurrent_first_runs(python: str, pyz_path: Path, pyz_env: dict, tmp_path: Path,
-                                         build_info: dict) -> None:
+def test_jq_native_concurrent_first_runs(
+    python: str, pyz_path: Path, pyz_env: dict, tmp_path: Path, build_info: dict
+) -> None:
     """Eight first --jq uses at once: all load the native, numbers come out as written, one cache dir with one
     native is left (no temp files or folders)."""
     env = _jq_env(pyz_env, tmp_path)
@@ -343,60 +390,68 @@ def test_jq_unavailable(python: str, pyz_no_natives: Path, pyz_env: dict, tmp_pa
     assert not _natives(Path(env["XDG_CACHE_HOME"]))
 
 
-def test_vendor_zip_refused_when_it_does_not_match_its_sha256(pyz_path: Path, pyz_env: dict,
-                                                              build_info: dict) -> None:
+def test_vendor_zip_refused_when_it_does_not_match_its_sha256(pyz_path: Path, pyz_env: dict, build_info: dict) -> None:
     """A pyz whose nested vendor zip does not match the sha256 its __main__ carries is reported as damaged, and
     nothing is copied into the cache."""
-    code = ("try:\n"
-            f"    boot.use_vendor_zip({build_info['build_id']!r}, {str(pyz_path)!r}, '0' * 64)\n"
-            "except ImportError as exc:\n"
-            "    print('refused:', exc)\n")
+    code = (
+        "try:\n"
+        f"    boot.use_vendor_zip({build_info['build_id']!r}, {str(pyz_path)!r}, '0' * 64)\n"
+        "except ImportError as exc:\n"
+        "    print('refused:', exc)\n"
+    )
     proc = run_in_pyz(sys.executable, pyz_path, code, env=pyz_env)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("refused: ") and "is damaged" in proc.stdout and "download or build it again" in (
-        proc.stdout)
+    assert (
+        proc.stdout.startswith("refused: ")
+        and "is damaged" in proc.stdout
+        and "download or build it again" in (proc.stdout)
+    )
     build_dir = Path(pyz_env["XDG_CACHE_HOME"]) / "bkmcp" / build_info["build_id"]
     assert not (build_dir / build_info["vendor_zip"]["member"]).exists()
 
 
-def test_bkmcp_bytecode_is_lean_on_every_python(python: str, pyz_path: Path, pyz_env: dict,
-                                                build_info: dict) -> None:
+def test_bkmcp_bytecode_is_lean_on_every_python(python: str, pyz_path: Path, pyz_env: dict, build_info: dict) -> None:
     """bkmcp as every Python runs it from the pyz (the zip's .pyc on the build Python, the compiled cache on the
     others) carries no docstrings or function annotations, keeps class annotations (the records need them) and
     the source's line numbers, and still works."""
     lines = program_source().read_text().splitlines()
     def_main = next(i for i, line in enumerate(lines, 1) if line.startswith("def main("))
     def_flags = next(i for i, line in enumerate(lines, 1) if line.startswith("def build_tool_flags("))  # deferred
-    code = (f"if sys.implementation.cache_tag != {build_info['bytecode']['cache_tag']!r}:\n"
-            f"    assert boot.use_compiled_cache({build_info['build_id']!r}, {str(pyz_path)!r})\n"
-            "import bkmcp\n"
-            "assert bkmcp.__doc__ is None and bkmcp.main.__doc__ is None and bkmcp.ToolFlag.__doc__ is None\n"
-            "assert bkmcp.main.__annotations__ == {} and bkmcp.build_tool_flags.__annotations__ == {}\n"
-            "assert list(bkmcp.ToolFlag.__annotations__) == ['name', 'kind', 'required', 'schema']\n"
-            "print(bkmcp.main.__code__.co_firstlineno, bkmcp.build_tool_flags.__code__.co_firstlineno,\n"
-            "      bkmcp.build_tool_flags({'inputSchema': {'properties': {'q': {'type': 'string'}}}})"
-            ".flags['q'].usage)\n")
+    code = (
+        f"if sys.implementation.cache_tag != {build_info['bytecode']['cache_tag']!r}:\n"
+        f"    assert boot.use_compiled_cache({build_info['build_id']!r}, {str(pyz_path)!r})\n"
+        "import bkmcp\n"
+        "assert bkmcp.__doc__ is None and bkmcp.main.__doc__ is None and bkmcp.ToolFlag.__doc__ is None\n"
+        "assert bkmcp.main.__annotations__ == {} and bkmcp.build_tool_flags.__annotations__ == {}\n"
+        "assert list(bkmcp.ToolFlag.__annotations__) == ['name', 'kind', 'required', 'schema']\n"
+        "print(bkmcp.main.__code__.co_firstlineno, bkmcp.build_tool_flags.__code__.co_firstlineno,\n"
+        "      bkmcp.build_tool_flags({'inputSchema': {'properties': {'q': {'type': 'string'}}}})"
+        ".flags['q'].usage)\n"
+    )
     for _ in range(2):  # a non-build Python: the first run compiles the cache, the second loads it
         proc = run_in_pyz(python, pyz_path, code, env=pyz_env)
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.split() == [str(def_main), str(def_flags), "--q", "STRING"]
 
 
-def test_help_runs_without_the_deferred_sections_on_every_python(python: str, pyz_path: Path, pyz_env: dict,
-                                                                  build_info: dict, tmp_path: Path) -> None:
+def test_help_runs_without_the_deferred_sections_on_every_python(
+    python: str, pyz_path: Path, pyz_env: dict, build_info: dict, tmp_path: Path
+) -> None:
     """From the pyz (its .pyc on the build Python, the compiled cache on the others), `--help` executes neither the
     engine nor the resident section (docs/building.md, deferred sections); `--dry-run` loads the engine only, and
     an attribute of the resident section loads it."""
-    code = (f"if sys.implementation.cache_tag != {build_info['bytecode']['cache_tag']!r}:\n"
-            f"    assert boot.use_compiled_cache({build_info['build_id']!r}, {str(pyz_path)!r})\n"
-            "import io, bkmcp\n"
-            "out = io.StringIO()\n"
-            "assert bkmcp.main(['--help'], stdout=out, stderr=out) == 0 and 'Usage:' in out.getvalue()\n"
-            "print(bkmcp._bkmcp_lazy_1, bkmcp._bkmcp_lazy_2, 'McpSession' in vars(bkmcp))\n"
-            "dry = ['--config', sys.argv[1], 'demo', 'echo', '--body', '{}', '--dry-run']\n"
-            "assert bkmcp.main(dry, stdout=out, stderr=out) == 0, out.getvalue()\n"
-            "print(bkmcp._bkmcp_lazy_1, bkmcp._bkmcp_lazy_2)\n"
-            "print(bkmcp.ResidentServer.__module__, bkmcp._bkmcp_lazy_2)\n")
+    code = (
+        f"if sys.implementation.cache_tag != {build_info['bytecode']['cache_tag']!r}:\n"
+        f"    assert boot.use_compiled_cache({build_info['build_id']!r}, {str(pyz_path)!r})\n"
+        "import io, bkmcp\n"
+        "out = io.StringIO()\n"
+        "assert bkmcp.main(['--help'], stdout=out, stderr=out) == 0 and 'Usage:' in out.getvalue()\n"
+        "print(bkmcp._bkmcp_lazy_1, bkmcp._bkmcp_lazy_2, 'McpSession' in vars(bkmcp))\n"
+        "dry = ['--config', sys.argv[1], 'demo', 'echo', '--body', '{}', '--dry-run']\n"
+        "assert bkmcp.main(dry, stdout=out, stderr=out) == 0, out.getvalue()\n"
+        "print(bkmcp._bkmcp_lazy_1, bkmcp._bkmcp_lazy_2)\n"
+        "print(bkmcp.ResidentServer.__module__, bkmcp._bkmcp_lazy_2)\n"
+    )
     config = tmp_path / "mcp.json"
     config.write_text('{"mcpServers": {"demo": {"type": "http", "url": "http://127.0.0.1:9/mcp"}}}')
     for _ in range(2):  # a non-build Python: the first run compiles the cache, the second loads it

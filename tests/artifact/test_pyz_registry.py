@@ -18,11 +18,23 @@ SECRET = "pyz-registry-secret-0815"
 
 def test_I01_pyz_registry_import_and_list(python: str, pyz_path: Path, pyz_env: dict, tmp_path: Path) -> None:
     config = tmp_path / "mcp.json"
-    config.write_text(json.dumps({"mcpServers": {
-        "docs": {"type": "http", "url": "http://127.0.0.1:9/mcp", "headers": {"X-API-Key": SECRET}},
-        "fs": {"type": "stdio", "command": "npx", "args": ["-y", "fs"], "env": {"API_KEY": "${user.API_KEY}"},
-               "cwd": "/srv"},
-    }}), encoding="utf-8")
+    config.write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "docs": {"type": "http", "url": "http://127.0.0.1:9/mcp", "headers": {"X-API-Key": SECRET}},
+                    "fs": {
+                        "type": "stdio",
+                        "command": "npx",
+                        "args": ["-y", "fs"],
+                        "env": {"API_KEY": "${user.API_KEY}"},
+                        "cwd": "/srv",
+                    },
+                }
+            }
+        ),
+        encoding="utf-8",
+    )
     config.chmod(0o600)
     registry = tmp_path / "registry.db"
     imported = run_pyz(python, pyz_path, "--registry", str(registry), "--import", str(config), env=pyz_env)
@@ -31,7 +43,11 @@ def test_I01_pyz_registry_import_and_list(python: str, pyz_path: Path, pyz_env: 
     assert "cwd" in imported.stderr
     with sqlite3.connect(registry) as db:
         assert [r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")] == [
-            "mcp_credentials", "mcp_servers", "mcp_tools_cache", "mcp_user_credentials"]
+            "mcp_credentials",
+            "mcp_servers",
+            "mcp_tools_cache",
+            "mcp_user_credentials",
+        ]
     listed = run_pyz(python, pyz_path, "--registry", str(registry), "--list", env=pyz_env)
     assert listed.returncode == 0, listed.stdout + listed.stderr
     servers = {s["name"]: s for s in json.loads(listed.stdout)["data"]["servers"]}

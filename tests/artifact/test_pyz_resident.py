@@ -19,15 +19,21 @@ from mock_server.mcp_mock import DEFAULT_TOOLS, MockServer, mock_tool  # noqa: E
 pytestmark = pytest.mark.artifact
 
 
-def test_pyz_resident_two_users_public_http_user_stdio(python: str, pyz_path: Path, pyz_env: dict,
-                                                       tmp_path: Path) -> None:
+def test_pyz_resident_two_users_public_http_user_stdio(
+    python: str, pyz_path: Path, pyz_env: dict, tmp_path: Path
+) -> None:
     srv = MockServer({"require_headers": {"Authorization": "Bearer sys-pyz-1"}})
     srv.start()
     try:
         env_tool = mock_tool("whoami", "env", vars=["MY_TOKEN"])
-        rows = [http_row("pub", srv.url),
-                stdio_row("box", mock_stdio({"tools": [env_tool, mock_tool("crash", "drop"), *DEFAULT_TOOLS]}),
-                          env={"MY_TOKEN": "${user.token}"})]
+        rows = [
+            http_row("pub", srv.url),
+            stdio_row(
+                "box",
+                mock_stdio({"tools": [env_tool, mock_tool("crash", "drop"), *DEFAULT_TOOLS]}),
+                env={"MY_TOKEN": "${user.token}"},
+            ),
+        ]
         users = {("ann", "box"): {"token": "ann-pyz-2"}, ("ben", "box"): {"token": "ben-pyz-3"}}
         reg = tmp_path / "registry.db"
         write_registry(str(reg), rows, {"pub": {"api_key": "sys-pyz-1"}}, users)
@@ -40,8 +46,10 @@ def test_pyz_resident_two_users_public_http_user_stdio(python: str, pyz_path: Pa
                 env = res.ok("call_tool", user, name="mcp_box_whoami", arguments={})
                 assert env["result"]["structuredContent"]["env"]["MY_TOKEN"] == users[(user, "box")]["token"]
                 res.ok("call_tool", user, name="mcp_pub_echo", arguments={"text": user})
-            line = ('{"command":"invoke","task_id":"exact","params":{"action":"call_tool","name":"mcp_pub_echo",'
-                    '"arguments":{"text":"n","ratio":1e400}},"user":{"userId":"ann"}}\n')
+            line = (
+                '{"command":"invoke","task_id":"exact","params":{"action":"call_tool","name":"mcp_pub_echo",'
+                '"arguments":{"text":"n","ratio":1e400}},"user":{"userId":"ann"}}\n'
+            )
             res.send_raw(line.encode())
             assert res.wait("exact")["success"] is True
             assert "1e400" in srv.requests("tools/call")[-1]["body"]

@@ -77,8 +77,9 @@ def test_I01_pyz_check_tools_help_call_over_http(
     assert mock_http.requests("tools/call") == []  # help never calls
 
     mock_http.reset_log()
-    called = run_pyz(python, pyz_path, *base, "echo", "--text", "héllo", "--ratio", "12345678901234567890.5",
-                     "--count=0", env=env)
+    called = run_pyz(
+        python, pyz_path, *base, "echo", "--text", "héllo", "--ratio", "12345678901234567890.5", "--count=0", env=env
+    )
     assert called.returncode == 0, called.stderr
     calls = mock_http.requests("tools/call")
     assert len(calls) == 1
@@ -88,13 +89,17 @@ def test_I01_pyz_check_tools_help_call_over_http(
     assert TOKEN not in called.stdout + called.stderr
 
 
-def test_I01_pyz_remote_and_local_errors(python: str, pyz_path: Path, pyz_env: dict, tmp_path: Path,
-                                         mock_http: MockServer) -> None:
+def test_I01_pyz_remote_and_local_errors(
+    python: str, pyz_path: Path, pyz_env: dict, tmp_path: Path, mock_http: MockServer
+) -> None:
     """I01 A02 R02 P03: 401 is exit 2 on stdout; a tool error keeps its result; bad arguments never call."""
-    config = _config(tmp_path, {
-        "anon": {"type": "http", "url": mock_http.url},
-        "auth": {"type": "http", "url": mock_http.url, "headers": {"Authorization": f"Bearer {TOKEN}"}},
-    })
+    config = _config(
+        tmp_path,
+        {
+            "anon": {"type": "http", "url": mock_http.url},
+            "auth": {"type": "http", "url": mock_http.url, "headers": {"Authorization": f"Bearer {TOKEN}"}},
+        },
+    )
     unauthorised = run_pyz(python, pyz_path, "--config", str(config), "anon", "--tools", env=pyz_env)
     assert unauthorised.returncode == 2 and _envelope(unauthorised.stdout)["error"]["code"] == "mcp_auth_required"
 
@@ -114,30 +119,39 @@ def test_I01_pyz_remote_and_local_errors(python: str, pyz_path: Path, pyz_env: d
 def test_I01_pyz_stdio_server(python: str, pyz_path: Path, pyz_env: dict, tmp_path: Path) -> None:
     """I01: a stdio server (the mock with --stdio) through the .pyz: check and one call over real pipes."""
     log = tmp_path / "stdio-log.jsonl"
-    config = _config(tmp_path, {"local": {
-        "type": "stdio", "command": sys.executable,
-        "args": [str(ROOT / "mock_server" / "mcp_mock.py"), "--stdio", "--quiet", "--log", str(log)],
-    }})
+    config = _config(
+        tmp_path,
+        {
+            "local": {
+                "type": "stdio",
+                "command": sys.executable,
+                "args": [str(ROOT / "mock_server" / "mcp_mock.py"), "--stdio", "--quiet", "--log", str(log)],
+            }
+        },
+    )
     check = run_pyz(python, pyz_path, "--config", str(config), "local", "--check", env=pyz_env)
     assert check.returncode == 0, check.stdout + check.stderr
     assert _envelope(check.stdout)["data"]["transport"] == "stdio"
-    called = run_pyz(python, pyz_path, "--config", str(config), "local", "echo", "--body", '{"text": "via pipes"}',
-                     env=pyz_env)
+    called = run_pyz(
+        python, pyz_path, "--config", str(config), "local", "echo", "--body", '{"text": "via pipes"}', env=pyz_env
+    )
     assert called.returncode == 0, called.stdout + called.stderr
     assert _envelope(called.stdout)["data"]["result"]["structuredContent"]["arguments"] == {"text": "via pipes"}
     received = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines() if line.strip()]
     assert [r["rpc_method"] for r in received].count("tools/call") == 1
 
 
-def test_vendor_zip_copied_once_by_the_first_run_that_needs_it(pyz_path: Path, pyz_env: dict, tmp_path: Path,
-                                                               mock_http: MockServer, build_info: dict) -> None:
+def test_vendor_zip_copied_once_by_the_first_run_that_needs_it(
+    pyz_path: Path, pyz_env: dict, tmp_path: Path, mock_http: MockServer, build_info: dict
+) -> None:
     """The build Python imports httpx & co from the pyz's nested vendor zip, which the first run that needs one of
     them copies into the cache (verified, atomically: four concurrent first runs leave one copy). Runs that need
     none (help, server help, --dry-run) read only the small outer directory and copy nothing."""
     if build_info["bytecode"]["cache_tag"] != sys.implementation.cache_tag:
         pytest.skip("a prebuilt artifact for another Python: other Pythons use the compiled cache instead")
-    config = _config(tmp_path, {"mock": {"type": "http", "url": mock_http.url,
-                                         "headers": {"Authorization": "Bearer ${PYZ_TOKEN}"}}})
+    config = _config(
+        tmp_path, {"mock": {"type": "http", "url": mock_http.url, "headers": {"Authorization": "Bearer ${PYZ_TOKEN}"}}}
+    )
     env = dict(pyz_env, PYZ_TOKEN=TOKEN)
     build_dir = Path(env["XDG_CACHE_HOME"]) / "bkmcp" / build_info["build_id"]
     copy = build_dir / build_info["vendor_zip"]["member"]
@@ -153,15 +167,22 @@ def test_vendor_zip_copied_once_by_the_first_run_that_needs_it(pyz_path: Path, p
     assert sorted(os.listdir(build_dir)) == [copy.name]  # no temp files left beside it
     assert hashlib.sha256(copy.read_bytes()).hexdigest() == build_info["vendor_zip"]["sha256"]
 
-    verbose = subprocess.run([sys.executable, "-v", str(pyz_path), *base, "--check"], capture_output=True,
-                             text=True, env=env, timeout=120, check=False)
+    verbose = subprocess.run(
+        [sys.executable, "-v", str(pyz_path), *base, "--check"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
     assert verbose.returncode == 0, verbose.stderr[-2000:]
     assert f"import 'httpx' # <zipimporter object \"{copy}/\">" in verbose.stderr
     assert "import 'anyio'" not in verbose.stderr and "import 'trio'" not in verbose.stderr  # _import_httpx
 
 
 def test_damaged_vendor_zip_fails_cleanly_and_never_falls_back_to_host_packages(
-        pyz_path: Path, pyz_env: dict, tmp_path: Path, mock_http: MockServer, build_info: dict) -> None:
+    pyz_path: Path, pyz_env: dict, tmp_path: Path, mock_http: MockServer, build_info: dict
+) -> None:
     """A pyz whose nested vendor zip is damaged: --tools fails locally (exit 1, internal_error saying so, nothing
     sent), even though this interpreter's own site-packages have an httpx it could have used instead, and every
     further vendored import fails the same way."""
@@ -174,12 +195,13 @@ def test_damaged_vendor_zip_fails_cleanly_and_never_falls_back_to_host_packages(
     assert importlib.util.find_spec("httpx") is not None  # the fallback this test proves is never taken
     data = bytearray(pyz_path.read_bytes())
     info = zipfile.ZipFile(pyz_path).getinfo(build_info["vendor_zip"]["member"])
-    name_len, extra_len = struct.unpack("<HH", data[info.header_offset + 26:info.header_offset + 30])
+    name_len, extra_len = struct.unpack("<HH", data[info.header_offset + 26 : info.header_offset + 30])
     data[info.header_offset + 30 + name_len + extra_len + info.file_size // 2] ^= 0xFF
     damaged = tmp_path / "damaged.pyz"
     damaged.write_bytes(bytes(data))
-    config = _config(tmp_path, {"mock": {"type": "http", "url": mock_http.url,
-                                         "headers": {"Authorization": "Bearer ${PYZ_TOKEN}"}}})
+    config = _config(
+        tmp_path, {"mock": {"type": "http", "url": mock_http.url, "headers": {"Authorization": "Bearer ${PYZ_TOKEN}"}}}
+    )
     env = dict(pyz_env, PYZ_TOKEN=TOKEN)
     proc = run_pyz(sys.executable, damaged, "--config", str(config), "mock", "--tools", env=env)
     assert proc.returncode == 1 and proc.stdout == "", proc.stdout
@@ -193,14 +215,17 @@ def test_damaged_vendor_zip_fails_cleanly_and_never_falls_back_to_host_packages(
     main = zipfile.ZipFile(damaged).read("__main__.py").decode()
     tail = "import bkmcp\n\nsys.exit(bkmcp.main())\n"
     assert main.endswith(tail)
-    probe = (f"import sys; sys.path.insert(0, {str(damaged)!r}); __file__ = {str(damaged / '__main__.py')!r}\n"
-             + main[:-len(tail)]
-             + "for _ in range(2):\n"
-               "    try:\n"
-               "        import httpx\n"
-               "    except ImportError as exc:\n"
-               "        print('refused' if 'is damaged' in str(exc) else exc)\n"
-               "print('httpx' in sys.modules)\n")
-    again = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=60,
-                           check=False)
+    probe = (
+        f"import sys; sys.path.insert(0, {str(damaged)!r}); __file__ = {str(damaged / '__main__.py')!r}\n"
+        + main[: -len(tail)]
+        + "for _ in range(2):\n"
+        "    try:\n"
+        "        import httpx\n"
+        "    except ImportError as exc:\n"
+        "        print('refused' if 'is damaged' in str(exc) else exc)\n"
+        "print('httpx' in sys.modules)\n"
+    )
+    again = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=60, check=False
+    )
     assert again.stdout.split() == ["refused", "refused", "False"], again.stdout + again.stderr

@@ -64,8 +64,11 @@ def excluded_names(excluded: Any) -> list[str]:
     if isinstance(excluded, dict):
         return [str(name) for name in excluded]
     if isinstance(excluded, list):
-        return [str(e["name"]) if isinstance(e, dict) else str(e) for e in excluded
-                if isinstance(e, str) or (isinstance(e, dict) and "name" in e)]
+        return [
+            str(e["name"]) if isinstance(e, dict) else str(e)
+            for e in excluded
+            if isinstance(e, str) or (isinstance(e, dict) and "name" in e)
+        ]
     return []
 
 
@@ -79,8 +82,14 @@ def plan_calls(scenario: str, tools: list[dict[str, Any]], context: dict[str, An
         focal = by_name.get("json_schema_2020_12_tool", {})
         calls = [["json_schema_echo", "--body", json.dumps({"schema": focal.get("inputSchema", {})})]]
         if focal:
-            calls.insert(0, ["json_schema_2020_12_tool", "--body",
-                             json.dumps({"name": "Ada", "contactMethod": "email", "email": "ada@example.org"})])
+            calls.insert(
+                0,
+                [
+                    "json_schema_2020_12_tool",
+                    "--body",
+                    json.dumps({"name": "Ada", "contactMethod": "email", "email": "ada@example.org"}),
+                ],
+            )
         return calls
     if scenario == "json-schema-ref-no-deref" and "lookup_user" in by_name:
         # Its server has no tools/call (-32601); tool help is the other path that reads the schema's $refs.
@@ -105,9 +114,14 @@ def run_bkmcp(bkmcp: list[str], args: list[str]) -> subprocess.CompletedProcess[
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     default = os.environ.get("BKMCP_CONFORMANCE_BKMCP") or (
-        f"{shlex.quote(sys.executable)} {shlex.quote(os.path.join(os.path.dirname(__file__), '..', '..', 'bkmcp.py'))}")
-    parser.add_argument("--bkmcp", default=default, help="how to run bkmcp (a shell-quoted command line; default: "
-                        "$BKMCP_CONFORMANCE_BKMCP, else this Python + bkmcp.py)")
+        f"{shlex.quote(sys.executable)} {shlex.quote(os.path.join(os.path.dirname(__file__), '..', '..', 'bkmcp.py'))}"
+    )
+    parser.add_argument(
+        "--bkmcp",
+        default=default,
+        help="how to run bkmcp (a shell-quoted command line; default: "
+        "$BKMCP_CONFORMANCE_BKMCP, else this Python + bkmcp.py)",
+    )
     parser.add_argument("--timeout", default="20s", help="bkmcp --timeout for each command (default 20s)")
     parser.add_argument("url")
     opts = parser.parse_args(argv)
@@ -136,8 +150,11 @@ def main(argv: list[str] | None = None) -> int:
             if call[0] in excluded:
                 # bkmcp listed this tool as excluded: calling it must be refused locally, never sent.
                 refused = done.returncode == 1 and '"mcp_tool_not_found"' in done.stderr + done.stdout
-                print(f"driver: excluded tool {call[0]!r} {'refused' if refused else 'NOT refused'}",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"driver: excluded tool {call[0]!r} {'refused' if refused else 'NOT refused'}",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 status = status or (0 if refused else 3)
             else:
                 status = status or done.returncode

@@ -126,8 +126,7 @@ def parse_expected(text: str) -> dict[tuple[str, str], Expected]:
         if capability not in CAPABILITIES:
             raise ValueError(f"{where}: unknown capability {capability!r} (one of {', '.join(sorted(CAPABILITIES))})")
         old = expected.get((version, run_id))
-        if old is not None and (old.checks is None or not check or check in old.checks
-                                or old.capability != capability):
+        if old is not None and (old.checks is None or not check or check in old.checks or old.capability != capability):
             raise ValueError(f"{where}: {version} {target} conflicts with an earlier line for {run_id}")
         if old is None:
             expected[(version, run_id)] = Expected(capability, [check] if check else None)
@@ -160,24 +159,35 @@ def compare(outcomes: list[Outcome], expected: dict[tuple[str, str], Expected]) 
         if entry is None:
             if not o.passed:
                 status = "" if o.exit_status == 0 else f", harness exit {o.exit_status}"
-                problems.append(f"UNEXPECTED FAILURE {name}: failing checks "
-                                f"{', '.join(o.failures) or '(none: ' + _counts_text(o.counts) + ')'}"
-                                f"{status}; see {o.result_dir}")
+                problems.append(
+                    f"UNEXPECTED FAILURE {name}: failing checks "
+                    f"{', '.join(o.failures) or '(none: ' + _counts_text(o.counts) + ')'}"
+                    f"{status}; see {o.result_dir}"
+                )
         elif entry.checks is None:
             if o.passed:
-                problems.append(f"UNEXPECTED PASS {name} (listed as needing {entry.capability}): remove its line "
-                                "from tests/conformance/expected_failures.txt")
+                problems.append(
+                    f"UNEXPECTED PASS {name} (listed as needing {entry.capability}): remove its line "
+                    "from tests/conformance/expected_failures.txt"
+                )
         else:
             extra = sorted(set(o.failures) - set(entry.checks))
             fixed = sorted(set(entry.checks) - set(o.failures))
             if extra or not o.counts.get("SUCCESS"):
-                problems.append(f"UNEXPECTED FAILURE {name}: failing checks {', '.join(extra) or '(no success)'} "
-                                f"besides the listed {', '.join(entry.checks)}; see {o.result_dir}")
+                problems.append(
+                    f"UNEXPECTED FAILURE {name}: failing checks {', '.join(extra) or '(no success)'} "
+                    f"besides the listed {', '.join(entry.checks)}; see {o.result_dir}"
+                )
             if fixed:
-                problems.append(f"UNEXPECTED PASS {name}: check(s) {', '.join(fixed)} (listed as needing "
-                                f"{entry.capability}) pass now: remove their lines")
-    return problems + [f"STALE {v} {r}: listed in expected_failures.txt but the harness has no such run"
-                       for (v, r) in sorted(expected) if (v, r) not in seen]
+                problems.append(
+                    f"UNEXPECTED PASS {name}: check(s) {', '.join(fixed)} (listed as needing "
+                    f"{entry.capability}) pass now: remove their lines"
+                )
+    return problems + [
+        f"STALE {v} {r}: listed in expected_failures.txt but the harness has no such run"
+        for (v, r) in sorted(expected)
+        if (v, r) not in seen
+    ]
 
 
 def is_expected_outcome(o: Outcome, entry: Expected | None) -> bool:
@@ -194,13 +204,27 @@ def _counts_text(counts: dict[str, int]) -> str:
 
 def enter_namespace(argv: list[str]) -> int:
     """Re-run this script inside fresh user + network + PID namespaces with only loopback up."""
-    cmd = ["unshare", "--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child",
-           "sh", "-c", 'ip link set lo up && exec "$@"', "sh", sys.executable, os.path.abspath(__file__)] + argv
+    cmd = [
+        "unshare",
+        "--user",
+        "--map-root-user",
+        "--net",
+        "--pid",
+        "--fork",
+        "--kill-child",
+        "sh",
+        "-c",
+        'ip link set lo up && exec "$@"',
+        "sh",
+        sys.executable,
+        os.path.abspath(__file__),
+    ] + argv
     try:
         return subprocess.call(cmd, env={**os.environ, _NETNS_ENV: "1"})
     except FileNotFoundError as exc:
-        raise SystemExit(f"run_conformance: {exc.filename} not found (.ci/install_conformance.sh checks what "
-                         "is needed)") from None
+        raise SystemExit(
+            f"run_conformance: {exc.filename} not found (.ci/install_conformance.sh checks what is needed)"
+        ) from None
 
 
 def check_namespace() -> None:
@@ -214,16 +238,33 @@ def run_one(run: Run, node: str, harness: str, driver_cmd: str, out: str) -> Out
     result_dir = os.path.join(out, run.version, run.run_id.replace("/", "_"))
     shutil.rmtree(result_dir, ignore_errors=True)  # only this run's results, never a previous one's
     os.makedirs(result_dir)
-    argv = [node, harness, "client", "--command", driver_cmd, "--scenario", run.scenario,
-            "--timeout", str(_HARNESS_TIMEOUT_MS), "-o", result_dir]
+    argv = [
+        node,
+        harness,
+        "client",
+        "--command",
+        driver_cmd,
+        "--scenario",
+        run.scenario,
+        "--timeout",
+        str(_HARNESS_TIMEOUT_MS),
+        "-o",
+        result_dir,
+    ]
     env = dict(os.environ)
     if run.spec_version:
         argv += ["--spec-version", run.spec_version]
         env["BKMCP_CONFORMANCE_PIN"] = "1"
     start = time.monotonic()
     try:
-        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env,
-                              timeout=_HARNESS_TIMEOUT_MS / 1000 + 60)  # safety net over the harness's own bound
+        proc = subprocess.run(
+            argv,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=_HARNESS_TIMEOUT_MS / 1000 + 60,
+        )  # safety net over the harness's own bound
         status, log = proc.returncode, proc.stdout + proc.stderr
     except subprocess.TimeoutExpired as exc:
         status, log = -1, f"harness did not end: {exc}"
@@ -243,11 +284,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--harness-dir", default=os.path.join(ROOT, ".conformance", "node"))
     default_bkmcp = f"{shlex.quote(sys.executable)} {shlex.quote(os.path.join(ROOT, 'bkmcp.py'))}"
-    parser.add_argument("--bkmcp", default=default_bkmcp,
-                        help="how the driver runs bkmcp (shell-quoted; default: this Python + bkmcp.py)")
+    parser.add_argument(
+        "--bkmcp",
+        default=default_bkmcp,
+        help="how the driver runs bkmcp (shell-quoted; default: this Python + bkmcp.py)",
+    )
     parser.add_argument("--version", action="append", choices=VERSIONS, help="harness version (default: all)")
-    parser.add_argument("--scenario", action="append", help="run only these scenarios (lines for the others "
-                        "are not judged)")
+    parser.add_argument(
+        "--scenario", action="append", help="run only these scenarios (lines for the others are not judged)"
+    )
     parser.add_argument("-j", "--jobs", type=int, default=2, help="runs in parallel (default 2)")
     parser.add_argument("--out", default=os.path.join(ROOT, ".conformance", "results"))
     parser.add_argument("--expected", default=os.path.join(HERE, "expected_failures.txt"))
@@ -272,52 +317,94 @@ def main(argv: list[str] | None = None) -> int:
         harness = os.path.join(opts.harness_dir, "node_modules", f"conformance-{version}", "dist", "index.js")
         listed = subprocess.run([node, harness, "list", "--client"], capture_output=True, text=True, timeout=120)
         if listed.returncode != 0:
-            raise SystemExit(f"run_conformance: {node} {harness} list failed (run .ci/install_conformance.sh): "
-                             f"{listed.stderr.strip()}")
-        runs += [r for r in plan_runs(version, parse_scenario_list(listed.stdout))
-                 if not opts.scenario or r.scenario in opts.scenario]
+            raise SystemExit(
+                f"run_conformance: {node} {harness} list failed (run .ci/install_conformance.sh): "
+                f"{listed.stderr.strip()}"
+            )
+        runs += [
+            r
+            for r in plan_runs(version, parse_scenario_list(listed.stdout))
+            if not opts.scenario or r.scenario in opts.scenario
+        ]
     # Lines for harness versions or scenarios left out of this run are not judged (nor reported stale).
-    expected = {k: v for k, v in expected.items() if k[0] in (opts.version or VERSIONS)
-                and (not opts.scenario or k[1].split("@")[0] in opts.scenario)}
+    expected = {
+        k: v
+        for k, v in expected.items()
+        if k[0] in (opts.version or VERSIONS) and (not opts.scenario or k[1].split("@")[0] in opts.scenario)
+    }
     print(f"run_conformance: {len(runs)} runs, {opts.jobs} at a time; bkmcp = {opts.bkmcp}", flush=True)
     start = time.monotonic()
     outcomes: list[Outcome] = []
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, opts.jobs)) as pool:
-        futures = [pool.submit(run_one, r, node, os.path.join(opts.harness_dir, "node_modules",
-                                                              f"conformance-{r.version}", "dist", "index.js"),
-                               driver_cmd, out) for r in runs]
+        futures = [
+            pool.submit(
+                run_one,
+                r,
+                node,
+                os.path.join(opts.harness_dir, "node_modules", f"conformance-{r.version}", "dist", "index.js"),
+                driver_cmd,
+                out,
+            )
+            for r in runs
+        ]
         for future in futures:
             o = future.result()
             outcomes.append(o)
             entry = expected.get((o.run.version, o.run.run_id))
             verdict = ("pass" if o.passed else "FAIL") + (f" (expected: {entry.capability})" if entry else "")
             verdict += "" if is_expected_outcome(o, entry) else " !!"
-            print(f"  {o.run.version:<15} {o.run.run_id:<52} {verdict:<38} {_counts_text(o.counts)}  "
-                  f"{o.seconds:.1f}s", flush=True)
+            print(
+                f"  {o.run.version:<15} {o.run.run_id:<52} {verdict:<38} {_counts_text(o.counts)}  {o.seconds:.1f}s",
+                flush=True,
+            )
     problems = compare(outcomes, expected)
     summary = {}
     for version in opts.version or VERSIONS:
         mine = [o for o in outcomes if o.run.version == version]
         summary[version] = {
-            "runs": len(mine), "passed": sum(o.passed for o in mine),
-            "expected_failures": sum((not o.passed) and is_expected_outcome(o, expected.get((version, o.run.run_id)))
-                                     for o in mine),
+            "runs": len(mine),
+            "passed": sum(o.passed for o in mine),
+            "expected_failures": sum(
+                (not o.passed) and is_expected_outcome(o, expected.get((version, o.run.run_id))) for o in mine
+            ),
             "unexpected": sum(not is_expected_outcome(o, expected.get((version, o.run.run_id))) for o in mine),
             "passed_runs": [o.run.run_id for o in mine if o.passed],
         }
         s = summary[version]
-        print(f"run_conformance: {version}: {s['passed']}/{s['runs']} passed, {s['expected_failures']} expected "
-              f"failures, {s['unexpected']} unexpected", flush=True)
+        print(
+            f"run_conformance: {version}: {s['passed']}/{s['runs']} passed, {s['expected_failures']} expected "
+            f"failures, {s['unexpected']} unexpected",
+            flush=True,
+        )
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "summary.json"), "w", encoding="utf-8") as fh:
-        json.dump({"summary": summary, "problems": problems, "seconds": round(time.monotonic() - start, 1),
-                   "runs": [{"version": o.run.version, "run": o.run.run_id, "passed": o.passed,
-                             "exit_status": o.exit_status, "checks": o.counts, "failing_checks": o.failures,
-                             "seconds": round(o.seconds, 1)} for o in outcomes]}, fh, indent=1)
+        json.dump(
+            {
+                "summary": summary,
+                "problems": problems,
+                "seconds": round(time.monotonic() - start, 1),
+                "runs": [
+                    {
+                        "version": o.run.version,
+                        "run": o.run.run_id,
+                        "passed": o.passed,
+                        "exit_status": o.exit_status,
+                        "checks": o.counts,
+                        "failing_checks": o.failures,
+                        "seconds": round(o.seconds, 1),
+                    }
+                    for o in outcomes
+                ],
+            },
+            fh,
+            indent=1,
+        )
     for problem in problems:
         print(f"run_conformance: {problem}", flush=True)
-    print(f"run_conformance: {'FAILED' if problems else 'OK'} in {time.monotonic() - start:.0f} s "
-          f"(results in {out})", flush=True)
+    print(
+        f"run_conformance: {'FAILED' if problems else 'OK'} in {time.monotonic() - start:.0f} s (results in {out})",
+        flush=True,
+    )
     return 1 if problems else 0
 
 

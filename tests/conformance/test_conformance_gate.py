@@ -46,11 +46,18 @@ LIST_0_2_0 = """Client scenarios (test against a client):
 """
 
 
-def outcome(run_id: str, statuses: list[str], *, version: str = "0.2.0-alpha.12", exit_status: int | None = None,
-            ids: list[str] | None = None):
+def outcome(
+    run_id: str,
+    statuses: list[str],
+    *,
+    version: str = "0.2.0-alpha.12",
+    exit_status: int | None = None,
+    ids: list[str] | None = None,
+):
     scenario, _, spec = run_id.partition("@")
-    checks = [{"id": (ids or [f"check-{i}" for i in range(len(statuses))])[i], "status": s}
-              for i, s in enumerate(statuses)]
+    checks = [
+        {"id": (ids or [f"check-{i}" for i in range(len(statuses))])[i], "status": s} for i, s in enumerate(statuses)
+    ]
     passed, counts, failures = rc.judge_checks(checks)
     status = (0 if passed else 1) if exit_status is None else exit_status
     return rc.Outcome(rc.Run(version, scenario, spec or None), passed and status == 0, status, counts, failures)
@@ -62,11 +69,18 @@ def test_scenario_list_and_the_runs_planned_from_it():
     assert ("auth/dpop", ["extension"]) in listed
     ids = [r.run_id for r in rc.plan_runs("0.2.0-alpha.12", listed)]
     # the inferred run (latest dated release it lists) once, then every other dated version it lists
-    assert ids == ["initialize", "initialize@2025-06-18",
-                   "tools_call", "tools_call@2025-06-18", "tools_call@2026-07-28",
-                   "request-metadata",
-                   "auth/metadata-default", "auth/metadata-default@2026-07-28",
-                   "auth/2025-03-26-oauth-metadata-backcompat", "auth/dpop"]
+    assert ids == [
+        "initialize",
+        "initialize@2025-06-18",
+        "tools_call",
+        "tools_call@2025-06-18",
+        "tools_call@2026-07-28",
+        "request-metadata",
+        "auth/metadata-default",
+        "auth/metadata-default@2026-07-28",
+        "auth/2025-03-26-oauth-metadata-backcompat",
+        "auth/dpop",
+    ]
     # 0.1.16's --spec-version only filters: one run per scenario
     assert [r.run_id for r in rc.plan_runs("0.1.16", listed)] == [name for name, _ in listed]
 
@@ -75,7 +89,10 @@ def test_a_run_passes_only_with_a_success_and_no_failure():
     assert rc.judge_checks([{"id": "a", "status": "SUCCESS"}, {"id": "i", "status": "INFO"}])[0] is True
     assert rc.judge_checks([{"id": "a", "status": "SUCCESS"}, {"id": "w", "status": "WARNING"}])[0] is True
     assert rc.judge_checks([{"id": "a", "status": "SUCCESS"}, {"id": "b", "status": "FAILURE"}]) == (
-        False, {"SUCCESS": 1, "FAILURE": 1}, ["b"])
+        False,
+        {"SUCCESS": 1, "FAILURE": 1},
+        ["b"],
+    )
     assert rc.judge_checks([{"id": "s", "status": "SKIPPED"}])[0] is False  # exercised nothing
     assert rc.judge_checks([])[0] is False
     # a client that exits non-zero fails the run even when every check passed (the harness says FAILED)
@@ -94,15 +111,18 @@ def test_expected_failures_lines_whole_runs_and_single_checks():
     assert expected[("0.2.0-alpha.12", "sep-2322")] == rc.Expected("mrtr", ["check-a", "check-b"])
 
 
-@pytest.mark.parametrize(("text", "message"), [
-    ("0.1.16 initialize", "want 'VERSION RUN-ID[:CHECK-ID] CAPABILITY'"),
-    ("0.1.15 initialize oauth", "unknown harness version '0.1.15'"),
-    ("0.1.16 initialize magic", "unknown capability 'magic'"),
-    ("0.1.16 initialize oauth\n0.1.16 initialize oauth", "conflicts with an earlier line"),
-    ("0.1.16 initialize oauth\n0.1.16 initialize:c oauth", "conflicts with an earlier line"),
-    ("0.1.16 initialize:c oauth\n0.1.16 initialize oauth", "conflicts with an earlier line"),
-    ("0.1.16 initialize:c oauth\n0.1.16 initialize:d mrtr", "conflicts with an earlier line"),
-])
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("0.1.16 initialize", "want 'VERSION RUN-ID[:CHECK-ID] CAPABILITY'"),
+        ("0.1.15 initialize oauth", "unknown harness version '0.1.15'"),
+        ("0.1.16 initialize magic", "unknown capability 'magic'"),
+        ("0.1.16 initialize oauth\n0.1.16 initialize oauth", "conflicts with an earlier line"),
+        ("0.1.16 initialize oauth\n0.1.16 initialize:c oauth", "conflicts with an earlier line"),
+        ("0.1.16 initialize:c oauth\n0.1.16 initialize oauth", "conflicts with an earlier line"),
+        ("0.1.16 initialize:c oauth\n0.1.16 initialize:d mrtr", "conflicts with an earlier line"),
+    ],
+)
 def test_expected_failures_file_errors_name_the_line(text, message):
     with pytest.raises(ValueError, match=r"expected_failures\.txt:\d+: .*" + re.escape(message)):
         rc.parse_expected(text)
@@ -127,35 +147,66 @@ def test_the_gate_fails_on_unexpected_failures_and_passes_and_stale_lines():
 0.2.0-alpha.12 more:a mrtr
 """)
     outcomes = [
-        outcome("ok", ["SUCCESS"]),                                    # pass, not listed: fine
-        outcome("broken", ["SUCCESS", "FAILURE"], ids=["s", "f"]),     # fails, not listed
-        outcome("auth/x", ["FAILURE"]),                                # fails, listed: fine
-        outcome("fixed", ["SUCCESS"]),                                 # passes, listed
+        outcome("ok", ["SUCCESS"]),  # pass, not listed: fine
+        outcome("broken", ["SUCCESS", "FAILURE"], ids=["s", "f"]),  # fails, not listed
+        outcome("auth/x", ["FAILURE"]),  # fails, listed: fine
+        outcome("fixed", ["SUCCESS"]),  # passes, listed
         outcome("mrtr", ["SUCCESS", "FAILURE", "FAILURE"], ids=["s", "a", "b"]),  # exactly the listed checks
         outcome("more", ["SUCCESS", "FAILURE", "FAILURE"], ids=["s", "a", "c"]),  # one more than listed
     ]
     problems = rc.compare(outcomes, expected)
     assert [p.split(":")[0] for p in problems] == [
-        "UNEXPECTED FAILURE 0.2.0-alpha.12 broken", "UNEXPECTED PASS 0.2.0-alpha.12 fixed (listed as needing oauth)",
-        "UNEXPECTED FAILURE 0.2.0-alpha.12 more", "STALE 0.2.0-alpha.12 gone"]
+        "UNEXPECTED FAILURE 0.2.0-alpha.12 broken",
+        "UNEXPECTED PASS 0.2.0-alpha.12 fixed (listed as needing oauth)",
+        "UNEXPECTED FAILURE 0.2.0-alpha.12 more",
+        "STALE 0.2.0-alpha.12 gone",
+    ]
     assert "failing checks f" in problems[0]
     assert "failing checks c besides the listed a" in problems[2]
-    fixed_check = rc.compare([outcome("mrtr", ["SUCCESS", "FAILURE"], ids=["s", "a"])],
-                             {k: v for k, v in expected.items() if k[1] == "mrtr"})
-    assert fixed_check == ["UNEXPECTED PASS 0.2.0-alpha.12 mrtr: check(s) b (listed as needing mrtr) pass now: "
-                           "remove their lines"]
-    assert rc.compare(outcomes[:1] + outcomes[2:3] + outcomes[4:5],
-                      {k: v for k, v in expected.items() if k[1] in ("auth/x", "mrtr")}) == []
+    fixed_check = rc.compare(
+        [outcome("mrtr", ["SUCCESS", "FAILURE"], ids=["s", "a"])], {k: v for k, v in expected.items() if k[1] == "mrtr"}
+    )
+    assert fixed_check == [
+        "UNEXPECTED PASS 0.2.0-alpha.12 mrtr: check(s) b (listed as needing mrtr) pass now: remove their lines"
+    ]
+    assert (
+        rc.compare(
+            outcomes[:1] + outcomes[2:3] + outcomes[4:5],
+            {k: v for k, v in expected.items() if k[1] in ("auth/x", "mrtr")},
+        )
+        == []
+    )
 
 
 def test_driver_arguments_from_a_schema():
-    schema = {"type": "object", "required": ["s", "i", "n", "b", "o", "a", "z", "e", "u", "missing"],
-              "properties": {"s": {"type": "string"}, "i": {"type": "integer"}, "n": {"type": "number"},
-                             "b": {"type": "boolean"}, "o": {"type": "object"}, "a": {"type": "array"},
-                             "z": {"type": "null"}, "e": {"enum": ["red", "green"]}, "u": {"type": ["null", "integer"]},
-                             "optional": {"type": "string"}}}
-    assert drv.sample_arguments(schema) == {"s": "x", "i": 1, "n": 1.5, "b": True, "o": {}, "a": [], "z": None,
-                                            "e": "red", "u": 1, "missing": "x"}
+    schema = {
+        "type": "object",
+        "required": ["s", "i", "n", "b", "o", "a", "z", "e", "u", "missing"],
+        "properties": {
+            "s": {"type": "string"},
+            "i": {"type": "integer"},
+            "n": {"type": "number"},
+            "b": {"type": "boolean"},
+            "o": {"type": "object"},
+            "a": {"type": "array"},
+            "z": {"type": "null"},
+            "e": {"enum": ["red", "green"]},
+            "u": {"type": ["null", "integer"]},
+            "optional": {"type": "string"},
+        },
+    }
+    assert drv.sample_arguments(schema) == {
+        "s": "x",
+        "i": 1,
+        "n": 1.5,
+        "b": True,
+        "o": {},
+        "a": [],
+        "z": None,
+        "e": "red",
+        "u": 1,
+        "missing": "x",
+    }
     assert drv.sample_arguments(None) == {}
     assert drv.sample_arguments({"required": "nope", "properties": []}) == {}
 
@@ -166,7 +217,9 @@ def test_driver_plans():
     assert drv.plan_calls("other", tools, {}) == [["add_numbers", "--body", '{"a": 1.5}']]
     given = {"toolCalls": [{"name": "t", "arguments": {"region": "us", "verbose": None}}, {"name": "u"}]}
     assert drv.plan_calls("http-custom-headers", tools, given) == [
-        ["t", "--body", '{"region": "us", "verbose": null}'], ["u", "--body", "{}"]]
+        ["t", "--body", '{"region": "us", "verbose": null}'],
+        ["u", "--body", "{}"],
+    ]
     focal = {"name": "json_schema_2020_12_tool", "inputSchema": {"$schema": "x", "$defs": {"a": {}}}}
     calls = drv.plan_calls("json-schema-2020-12-preservation", [focal, {"name": "json_schema_echo"}], {})
     assert json.loads(calls[-1][2]) == {"schema": focal["inputSchema"]}
@@ -186,8 +239,9 @@ def _harness_or_skip() -> None:
     if not NODE.exists():
         problem = f"{NODE} missing: run .ci/install_conformance.sh"
     else:
-        probe = subprocess.run(["unshare", "--user", "--map-root-user", "--net", "true"], capture_output=True,
-                               text=True, timeout=30)
+        probe = subprocess.run(
+            ["unshare", "--user", "--map-root-user", "--net", "true"], capture_output=True, text=True, timeout=30
+        )
         if probe.returncode != 0:
             problem = f"no private network namespace here (unshare --user --net): {probe.stderr.strip()}"
     if problem and os.environ.get("BKMCP_CONFORMANCE_REQUIRED") == "1":
@@ -200,9 +254,25 @@ def _gate(tmp_path: Path, expected_text: str, bkmcp: str) -> subprocess.Complete
     expected = tmp_path / "expected.txt"
     expected.write_text(expected_text, encoding="utf-8")
     return subprocess.run(
-        [sys.executable, str(HERE / "run_conformance.py"), "--version", "0.1.16", "--scenario", "initialize",
-         "--expected", str(expected), "--out", str(tmp_path / "results"), "--bkmcp", bkmcp],
-        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+        [
+            sys.executable,
+            str(HERE / "run_conformance.py"),
+            "--version",
+            "0.1.16",
+            "--scenario",
+            "initialize",
+            "--expected",
+            str(expected),
+            "--out",
+            str(tmp_path / "results"),
+            "--bkmcp",
+            bkmcp,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def test_gate_end_to_end_pass_and_unexpected_pass(tmp_path):
@@ -238,7 +308,7 @@ def test_gate_end_to_end_unexpected_failure(tmp_path):
     assert "expected_failures.txt:1: want 'VERSION RUN-ID[:CHECK-ID] CAPABILITY'" in malformed.stderr
 
 
-FAKE_BKMCP = r'''
+FAKE_BKMCP = r"""
 import json, os, sys
 args = sys.argv[1:]
 with open(os.environ["FAKE_LOG"], "a", encoding="utf-8") as log:
@@ -252,7 +322,7 @@ elif "bad" in args and os.environ.get("FAKE_SENDS_EXCLUDED") != "1":
     sys.exit(1)
 else:
     print(json.dumps({"ok": True, "data": {"result": {}}}))
-'''
+"""
 
 
 @pytest.mark.parametrize(("sends_excluded", "status"), [(False, 0), (True, 3)])
@@ -269,8 +339,13 @@ def test_driver_requires_excluded_tools_to_be_refused(tmp_path, monkeypatch, sen
     bkmcp = f"{shlex.quote(sys.executable)} {shlex.quote(str(fake))}"
     assert drv.main(["--bkmcp", bkmcp, "http://127.0.0.1:9/mcp"]) == status
     calls = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
-    assert [c["argv"][c["argv"].index("-v") + 1:] for c in calls] == [
-        ["conformance", "--tools"], ["conformance", "good", "--body", '{"r": "x"}'],
-        ["conformance", "bad", "--body", "{}"]]
-    assert calls[0]["config"] == {"mcpServers": {"conformance": {
-        "type": "http", "url": "http://127.0.0.1:9/mcp", "protocolVersion": "2026-07-28"}}}
+    assert [c["argv"][c["argv"].index("-v") + 1 :] for c in calls] == [
+        ["conformance", "--tools"],
+        ["conformance", "good", "--body", '{"r": "x"}'],
+        ["conformance", "bad", "--body", "{}"],
+    ]
+    assert calls[0]["config"] == {
+        "mcpServers": {
+            "conformance": {"type": "http", "url": "http://127.0.0.1:9/mcp", "protocolVersion": "2026-07-28"}
+        }
+    }

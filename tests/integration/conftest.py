@@ -46,8 +46,14 @@ def mock(tmp_path: Path):
     """``mock(scenario, protocol_version=None, headers=None, url=None)`` -> MockTarget; stopped at teardown."""
     started: list[MockServer] = []
 
-    def make(scenario: dict | None = None, *, protocol_version: str | None = None,
-             headers: dict[str, str] | None = None, url: str | None = None, name: str = "m") -> MockTarget:
+    def make(
+        scenario: dict | None = None,
+        *,
+        protocol_version: str | None = None,
+        headers: dict[str, str] | None = None,
+        url: str | None = None,
+        name: str = "m",
+    ) -> MockTarget:
         srv = MockServer(scenario or {})
         srv.start()
         started.append(srv)

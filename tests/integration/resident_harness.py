@@ -29,8 +29,12 @@ import sqlite3  # noqa: E402
 import bkmcp  # noqa: E402
 
 
-def write_registry(path: str, servers: list[dict[str, Any]], system: dict[str, dict] | None = None,
-                   users: dict[tuple[str, str], dict] | None = None) -> None:
+def write_registry(
+    path: str,
+    servers: list[dict[str, Any]],
+    system: dict[str, dict] | None = None,
+    users: dict[tuple[str, str], dict] | None = None,
+) -> None:
     """Write a registry file with raw sqlite3 (rows as dicts of the schema's columns; JSON columns as values)."""
     db = sqlite3.connect(path)
     try:
@@ -42,16 +46,20 @@ def write_registry(path: str, servers: list[dict[str, Any]], system: dict[str, d
                 if column in values and not isinstance(values[column], (str, type(None))):
                     values[column] = json.dumps(values[column])
             columns = ", ".join(values)
-            db.execute(f"INSERT OR REPLACE INTO mcp_servers ({columns}) VALUES ({', '.join('?' * len(values))})",
-                       list(values.values()))
+            db.execute(
+                f"INSERT OR REPLACE INTO mcp_servers ({columns}) VALUES ({', '.join('?' * len(values))})",
+                list(values.values()),
+            )
         for server, creds in (system or {}).items():
             db.execute("INSERT OR REPLACE INTO mcp_credentials VALUES (?, ?)", (server, json.dumps(creds)))
         for (user, server), creds in (users or {}).items():
-            db.execute("INSERT OR REPLACE INTO mcp_user_credentials VALUES (?, ?, ?)",
-                       (user, server, json.dumps(creds)))
+            db.execute(
+                "INSERT OR REPLACE INTO mcp_user_credentials VALUES (?, ?, ?)", (user, server, json.dumps(creds))
+            )
         db.commit()
     finally:
         db.close()
+
 
 WAIT = 60.0  # a hard safety net, never a performance threshold
 
@@ -67,13 +75,26 @@ def mock_stdio(scenario: dict | None = None, log: Path | None = None) -> list[st
 
 
 def stdio_row(name: str, argv: list[str], *, isolation: str = "user", env: dict | None = None, **extra: Any) -> dict:
-    return {"name": name, "transport_type": "stdio", "command": argv[0], "args": argv[1:],
-            "env_template": env or {}, "isolation": isolation, **extra}
+    return {
+        "name": name,
+        "transport_type": "stdio",
+        "command": argv[0],
+        "args": argv[1:],
+        "env_template": env or {},
+        "isolation": isolation,
+        **extra,
+    }
 
 
 def http_row(name: str, url: str, *, isolation: str = "public", headers: dict | None = None, **extra: Any) -> dict:
-    return {"name": name, "transport_type": "http", "url": url, "headers": headers or {}, "isolation": isolation,
-            **extra}
+    return {
+        "name": name,
+        "transport_type": "http",
+        "url": url,
+        "headers": headers or {},
+        "isolation": isolation,
+        **extra,
+    }
 
 
 def group_alive(pgid: int) -> bool:
@@ -84,23 +105,38 @@ def group_alive(pgid: int) -> bool:
 class Resident:
     _ids = itertools.count(1)
 
-    def __init__(self, registry: Path, *options: str, pyz: Path | None = None, events: Path | None = None,
-                 env: dict[str, str] | None = None, python: str | None = None) -> None:
+    def __init__(
+        self,
+        registry: Path,
+        *options: str,
+        pyz: Path | None = None,
+        events: Path | None = None,
+        env: dict[str, str] | None = None,
+        python: str | None = None,
+    ) -> None:
         self.events_path = events if events is not None else registry.with_suffix(".events.jsonl")
         argv = [python or sys.executable, str(pyz if pyz is not None else ROOT / "bkmcp.py")]
         argv += ["--resident", "--registry", str(registry), "--events", str(self.events_path), *options]
         base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp")}
         from bkmcp_test_helpers import sigint_as_in_a_terminal
 
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     env={**base, **(env or {})}, preexec_fn=sigint_as_in_a_terminal)
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**base, **(env or {})},
+            preexec_fn=sigint_as_in_a_terminal,
+        )
         self.answers: list[dict[str, Any]] = []
         self.raw_stdout: list[bytes] = []
         self.stderr_lines: list[str] = []
         self._cond = threading.Condition()
         self._taken: set[int] = set()
-        self._readers = [threading.Thread(target=self._read_out, daemon=True),
-                         threading.Thread(target=self._read_err, daemon=True)]
+        self._readers = [
+            threading.Thread(target=self._read_out, daemon=True),
+            threading.Thread(target=self._read_err, daemon=True),
+        ]
         for thread in self._readers:
             thread.start()
 
@@ -123,10 +159,20 @@ class Resident:
         self.proc.stdin.write(data)
         self.proc.stdin.flush()
 
-    def command(self, action: str, user: str | None = None, *, task_id: str | None = None,
-                token: str | None = None, **params: Any) -> dict[str, Any]:
-        body: dict[str, Any] = {"command": "invoke", "task_id": task_id or f"t{next(self._ids)}",
-                                "params": {"action": action, **params}}
+    def command(
+        self,
+        action: str,
+        user: str | None = None,
+        *,
+        task_id: str | None = None,
+        token: str | None = None,
+        **params: Any,
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "command": "invoke",
+            "task_id": task_id or f"t{next(self._ids)}",
+            "params": {"action": action, **params},
+        }
         if user is not None:
             body["user"] = {"userId": user, **({"accessToken": token} if token else {})}
         return body

@@ -18,8 +18,11 @@ args = sys.argv[1:]
 if args[:1] == ["--alone"]:
     args = args[1:]
 else:
-    subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-                      "time.sleep(300)"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    subprocess.Popen(
+        [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+    )
 sys.argv = [MOCK, "--stdio", "--quiet", *args]
 _exit = os._exit
 os._exit = lambda status: (time.sleep(300), _exit(status))  # type: ignore[assignment]  # the mock leaves on EOF

@@ -57,15 +57,20 @@ PYDANTIC_TOOL = {
 REMOTE_REF_TOOL = {
     "name": "remote",
     "x-mock": "echo",
-    "inputSchema": {"type": "object", "required": ["n"],
-                    "properties": {"n": {"type": "integer"}, "doc": {"$ref": "https://example.invalid/doc.json"}}},
+    "inputSchema": {
+        "type": "object",
+        "required": ["n"],
+        "properties": {"n": {"type": "integer"}, "doc": {"$ref": "https://example.invalid/doc.json"}},
+    },
 }
 
 ZOD_TOOL = {
     "name": "fetch",
     "x-mock": "echo",
     "inputSchema": {
-        "$schema": "http://json-schema.org/draft-07/schema#", "type": "object", "additionalProperties": False,
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "type": "object",
+        "additionalProperties": False,
         "properties": {"url": {"type": "string"}, "max_length": {"type": "number", "exclusiveMinimum": 0}},
         "required": ["url"],
     },
@@ -97,11 +102,26 @@ def assert_no_call(target: Any, result: Any, code: str = "invalid_mcp_arguments"
 def test_p01_every_type_reaches_the_server(mock, version) -> None:
     """P01: string/int/number/bool/array/object flags; Chinese, "", false and 0 are real values."""
     target = mock(SCENARIO, protocol_version=version)
-    result = target.run(target.name, "search_reports", "--keyword", "网关错误", "--limit=0", "--ratio", "0.5",
-                        "--enabled=false", "--ids", "[1,2,3]", "--filter", '{"status":"running"}', "--code=")
+    result = target.run(
+        target.name,
+        "search_reports",
+        "--keyword",
+        "网关错误",
+        "--limit=0",
+        "--ratio",
+        "0.5",
+        "--enabled=false",
+        "--ids",
+        "[1,2,3]",
+        "--filter",
+        '{"status":"running"}',
+        "--code=",
+    )
     assert result.exit_status == 0, result.stderr
-    assert sent_arguments(target) == ('{"keyword":"网关错误","limit":0,"ratio":0.5,"enabled":false,"ids":[1,2,3],'
-                                      '"filter":{"status":"running"},"code":""}')
+    assert sent_arguments(target) == (
+        '{"keyword":"网关错误","limit":0,"ratio":0.5,"enabled":false,"ids":[1,2,3],'
+        '"filter":{"status":"running"},"code":""}'
+    )
     assert result.json["data"]["result"]["structuredContent"]["arguments"]["limit"] == 0
 
 
@@ -119,19 +139,38 @@ def test_p02_number_fidelity_on_the_wire_and_back(mock, version) -> None:
     """P02: 1e400, 0.1, 12345678901234567890.5, a 40-digit integer and "00123" reach the wire unchanged and come
     back unchanged in the output and through --jq."""
     target = mock(SCENARIO, protocol_version=version)
-    args = ("search_reports", "--keyword", "k", "--ratio", "1e400", "--ids", f"[{BIG_INT}]", "--limit", BIG_INT,
-            "--filter", '{"a":0.1,"b":12345678901234567890.5}', "--code", "00123")
+    args = (
+        "search_reports",
+        "--keyword",
+        "k",
+        "--ratio",
+        "1e400",
+        "--ids",
+        f"[{BIG_INT}]",
+        "--limit",
+        BIG_INT,
+        "--filter",
+        '{"a":0.1,"b":12345678901234567890.5}',
+        "--code",
+        "00123",
+    )
     result = target.run(target.name, *args)
     assert result.exit_status == 0, result.stderr
     wire = sent_arguments(target)
-    assert wire == ('{"keyword":"k","ratio":1e400,"ids":[' + BIG_INT + '],"limit":' + BIG_INT +
-                    ',"filter":{"a":0.1,"b":12345678901234567890.5},"code":"00123"}')
+    assert wire == (
+        '{"keyword":"k","ratio":1e400,"ids":['
+        + BIG_INT
+        + '],"limit":'
+        + BIG_INT
+        + ',"filter":{"a":0.1,"b":12345678901234567890.5},"code":"00123"}'
+    )
     out = result.stdout
     for text in ("1e400", "0.1", "12345678901234567890.5", BIG_INT, '"00123"'):
         assert text in out
     target.srv.reset_log()
-    projected = target.run(target.name, *args, "--jq", ".data.result.structuredContent.arguments | .ratio, .filter.b, "
-                                                       ".limit, .code")
+    projected = target.run(
+        target.name, *args, "--jq", ".data.result.structuredContent.arguments | .ratio, .filter.b, .limit, .code"
+    )
     assert projected.exit_status == 0, projected.stderr
     assert projected.stdout.splitlines() == ["1e400", "12345678901234567890.5", BIG_INT, '"00123"']
 
@@ -207,8 +246,9 @@ def test_p04_bad_body_sends_no_call(mock, body: str) -> None:
 def test_p05_body_overrides_flags_not_merged(mock, version) -> None:
     """P05: with --body, named flags are not merged and not sent (and stderr says so)."""
     target = mock(SCENARIO, protocol_version=version)
-    result = target.run(target.name, "search_reports", "--body", '{"keyword": "from-body"}', "--limit", "7",
-                        "--enabled=true")
+    result = target.run(
+        target.name, "search_reports", "--body", '{"keyword": "from-body"}', "--limit", "7", "--enabled=true"
+    )
     assert result.exit_status == 0, result.stderr
     assert sent_arguments(target) == '{"keyword":"from-body"}'
     assert "not sent: --limit, --enabled" in result.stderr
@@ -216,8 +256,12 @@ def test_p05_body_overrides_flags_not_merged(mock, version) -> None:
 
 @pytest.mark.parametrize(
     ("argv", "word"),
-    [(["--limt", "7"], "unknown option --limt"), (["--limit"], "needs a value"),
-     (["--enabled", "true"], "--enabled=true"), (["--title", "x"], "has no flag")],
+    [
+        (["--limt", "7"], "unknown option --limt"),
+        (["--limit"], "needs a value"),
+        (["--enabled", "true"], "--enabled=true"),
+        (["--title", "x"], "has no flag"),
+    ],
 )
 def test_p05_body_with_bad_flags_sends_no_call(mock, argv: list[str], word: str) -> None:
     """P05: with --body, unknown or malformed flags are still errors; nothing is called."""
@@ -400,8 +444,12 @@ def test_p05_sdk_nested_model_validated_locally(sdk) -> None:
 @pytest.mark.interop
 @pytest.mark.parametrize(
     ("args", "path"),
-    [(["choose", "--mode", "c"], "$.mode"), (["ns.tool-name_v2", "--value="], "$.value"),
-     (["ns.tool-name_v2", "--value", "x", "--count", "6"], "$.count"), (["add", "--a", "1"], "$.b")],
+    [
+        (["choose", "--mode", "c"], "$.mode"),
+        (["ns.tool-name_v2", "--value="], "$.value"),
+        (["ns.tool-name_v2", "--value", "x", "--count", "6"], "$.count"),
+        (["add", "--a", "1"], "$.b"),
+    ],
 )
 def test_p03_sdk_constraints_checked_before_call(sdk, args: list[str], path: str) -> None:
     """P03 (SDK): Literal/enum, min_length, le and required from pydantic are enforced locally."""
@@ -436,8 +484,11 @@ def stdio_target(tmp_path):
     def make(version: str | None = None) -> tuple[Any, Any]:
         scenario, log = tmp_path / "scenario.json", tmp_path / "log.jsonl"
         scenario.write_text(json.dumps(SCENARIO), encoding="utf-8")
-        entry: dict[str, Any] = {"type": "stdio", "command": sys.executable,
-                                 "args": [mock_script, "--stdio", "--scenario", str(scenario), "--log", str(log)]}
+        entry: dict[str, Any] = {
+            "type": "stdio",
+            "command": sys.executable,
+            "args": [mock_script, "--stdio", "--scenario", str(scenario), "--log", str(log)],
+        }
         if version:
             entry["protocolVersion"] = version
         config = tmp_path / "mcp.json"
@@ -464,12 +515,20 @@ def stdio_target(tmp_path):
 def test_p02_stdio_number_fidelity(stdio_target, version: str) -> None:
     """P02 over stdio: the exact number text reaches the server's stdin."""
     run, calls = stdio_target(version)
-    result = run("search_reports", "--keyword", "00123", "--ratio", "1e400", "--limit", BIG_INT,
-                 "--filter", '{"a":0.1,"b":12345678901234567890.5}')
+    result = run(
+        "search_reports",
+        "--keyword",
+        "00123",
+        "--ratio",
+        "1e400",
+        "--limit",
+        BIG_INT,
+        "--filter",
+        '{"a":0.1,"b":12345678901234567890.5}',
+    )
     assert result.exit_status == 0, result.stderr
     [body] = calls()
-    expected = ('{"keyword":"00123","ratio":1e400,"limit":' + BIG_INT +
-                ',"filter":{"a":0.1,"b":12345678901234567890.5}}')
+    expected = '{"keyword":"00123","ratio":1e400,"limit":' + BIG_INT + ',"filter":{"a":0.1,"b":12345678901234567890.5}}'
     assert bkmcp.dump_json(bkmcp.parse_json(body)["params"]["arguments"]) == expected
     assert '"arguments":' + expected in body.replace('"arguments": ', '"arguments":')
 

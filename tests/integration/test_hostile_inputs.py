@@ -32,8 +32,13 @@ EVIL = {"s": {"type": "string", "pattern": "^(a+)+$"}}
 
 def bkmcp_process(*args: str, home: Path, **kw) -> subprocess.Popen:
     env = {"HOME": str(home), "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONDONTWRITEBYTECODE": "1"}
-    proc = subprocess.Popen([sys.executable, str(ROOT / "bkmcp.py"), *args], env=env, stdin=subprocess.DEVNULL,
-                            preexec_fn=_limit_memory, **kw)
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "bkmcp.py"), *args],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        preexec_fn=_limit_memory,
+        **kw,
+    )
     killer = threading.Timer(HARD_KILL, proc.kill)  # the safety net, also for reads that would block
     killer.daemon = True
     killer.start()
@@ -85,7 +90,7 @@ def test_safe_patterns_are_still_checked_locally(evil_server, tmp_path):
     config = write_config(tmp_path, evil_server.url)
     res = run_bkmcp("--config", config, "m", "t", "--s", "abc1")
     assert res.exit_status == 1 and res.error_code == "invalid_mcp_arguments"
-    assert res.json["error"]["problems"] == [{"path": "$.s", "message": '"abc1" does not match \'^[a-z]+$\''}]
+    assert res.json["error"]["problems"] == [{"path": "$.s", "message": "\"abc1\" does not match '^[a-z]+$'"}]
     assert evil_server.requests("tools/call") == []
 
 
@@ -140,8 +145,9 @@ def dry_run_args(config: str, *extra: str) -> list[str]:
 def test_jq_streams_and_ends_quietly_when_the_reader_goes_away(tmp_path):
     """``--jq 'repeat(.ok)' | head -c 20``: output comes value by value; a closed pipe ends bkmcp (exit 1: local)."""
     config = write_config(tmp_path, "http://127.0.0.1:9/mcp")
-    proc = bkmcp_process(*dry_run_args(config, "--jq", "repeat(.ok)"), home=tmp_path, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE)
+    proc = bkmcp_process(
+        *dry_run_args(config, "--jq", "repeat(.ok)"), home=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     try:
         assert proc.stdout is not None and proc.stderr is not None
         head = b""
@@ -165,8 +171,12 @@ def test_jq_stops_at_the_budget(tmp_path):
     config = write_config(tmp_path, "http://127.0.0.1:9/mcp")
     out = tmp_path / "out"
     with out.open("wb") as sink:
-        proc = bkmcp_process(*dry_run_args(config, "--timeout", "1s", "--jq", "repeat(.ok)"), home=tmp_path,
-                             stdout=sink, stderr=subprocess.PIPE)
+        proc = bkmcp_process(
+            *dry_run_args(config, "--timeout", "1s", "--jq", "repeat(.ok)"),
+            home=tmp_path,
+            stdout=sink,
+            stderr=subprocess.PIPE,
+        )
         try:
             _out, err = proc.communicate(timeout=HARD_KILL)
         finally:
@@ -192,15 +202,22 @@ def test_redirect_locations_keep_stripping_the_query(tmp_path):
         assert secret not in res.stdout + res.stderr
 
 
-@pytest.mark.parametrize(("url", "shown"), [
-    ("http://h/mcp", "http://h/mcp"),
-    ("http://h/mcp?", "http://h/mcp?"),
-    ("http://h/mcp?page=1&x", "http://h/mcp?page=1&x"),
-    ("http://h/mcp?token=a&Access_Token=b&apikey=c&api%5Fkey=d&key=e", "http://h/mcp?token=***&Access_Token=***&apikey=***"
-     "&api%5Fkey=***&key=***"),
-    ("http://h/mcp?sig=a&X-Amz-Signature=b&X-Amz-Credential=c&code=d&sessionid=e&pwd=f&state=g",
-     "http://h/mcp?sig=***&X-Amz-Signature=***&X-Amz-Credential=***&code=***&sessionid=***&pwd=***&state=g"),
-    ("http://h/mcp?client_secret=&auth", "http://h/mcp?client_secret=***&auth"),
-])
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("http://h/mcp", "http://h/mcp"),
+        ("http://h/mcp?", "http://h/mcp?"),
+        ("http://h/mcp?page=1&x", "http://h/mcp?page=1&x"),
+        (
+            "http://h/mcp?token=a&Access_Token=b&apikey=c&api%5Fkey=d&key=e",
+            "http://h/mcp?token=***&Access_Token=***&apikey=***&api%5Fkey=***&key=***",
+        ),
+        (
+            "http://h/mcp?sig=a&X-Amz-Signature=b&X-Amz-Credential=c&code=d&sessionid=e&pwd=f&state=g",
+            "http://h/mcp?sig=***&X-Amz-Signature=***&X-Amz-Credential=***&code=***&sessionid=***&pwd=***&state=g",
+        ),
+        ("http://h/mcp?client_secret=&auth", "http://h/mcp?client_secret=***&auth"),
+    ],
+)
 def test_redact_url(url, shown):
     assert bkmcp.redact_url(url) == shown

@@ -20,9 +20,11 @@ def test_remote_command_imports_no_optional_httpx_extras(tmp_path: Path, mock) -
     marker = tmp_path / "imported.txt"
     for name in HIDDEN:  # a module that exists, but records its import (and offers what httpx looks for)
         (fakes / f"{name}.py").write_text(
-            f"open({str(marker)!r}, 'a').write({name!r} + '\\n')\nclass Decompressor: pass\n", encoding="utf-8")
-    code, modules, proc = run_bkmcp_modules(tmp_path, "--config", str(target.config), target.name, "--tools",
-                                            env={"PYTHONPATH": str(fakes)})
+            f"open({str(marker)!r}, 'a').write({name!r} + '\\n')\nclass Decompressor: pass\n", encoding="utf-8"
+        )
+    code, modules, proc = run_bkmcp_modules(
+        tmp_path, "--config", str(target.config), target.name, "--tools", env={"PYTHONPATH": str(fakes)}
+    )
     assert code == 0, proc.stdout + proc.stderr
     assert json.loads(proc.stdout)["data"]["tools"]
     assert not marker.exists(), marker.read_text()

@@ -16,9 +16,19 @@ from bkmcp_test_helpers import run_bkmcp
 pytestmark = [pytest.mark.integration, pytest.mark.interop]
 
 EVERYTHING_TOOLS = {
-    "echo", "get-annotated-message", "get-env", "get-resource-links", "get-resource-reference",
-    "get-structured-content", "get-sum", "get-tiny-image", "gzip-file-as-resource", "toggle-simulated-logging",
-    "toggle-subscriber-updates", "trigger-long-running-operation", "simulate-research-query",
+    "echo",
+    "get-annotated-message",
+    "get-env",
+    "get-resource-links",
+    "get-resource-reference",
+    "get-structured-content",
+    "get-sum",
+    "get-tiny-image",
+    "gzip-file-as-resource",
+    "toggle-simulated-logging",
+    "toggle-subscriber-updates",
+    "trigger-long-running-operation",
+    "simulate-research-query",
 }
 # Every tool that needs no client capability, with arguments that keep it offline and quick.
 CALLS = {

@@ -29,8 +29,21 @@ CASES = [
     ("legacy", None, "2025-11-25"),
     ("legacy", "2025-06-18", "2025-06-18"),
 ]
-SDK_TOOLS = {"add", "echo", "greet", "choose", "summarize", "echo_float", "echo_json", "fail", "fail_tool_error",
-             "weather", "no_args", "ns.tool-name_v2", "slow"}
+SDK_TOOLS = {
+    "add",
+    "echo",
+    "greet",
+    "choose",
+    "summarize",
+    "echo_float",
+    "echo_json",
+    "fail",
+    "fail_tool_error",
+    "weather",
+    "no_args",
+    "ns.tool-name_v2",
+    "slow",
+}
 
 
 @pytest.fixture

@@ -130,10 +130,17 @@ def test_MCP_001_unpinned_probe_falls_back_to_legacy_R01(mock, version, mode):
 def test_MCP_001_tools_lists_every_field_as_received_D03(mock, version, mode):
     """MCP-001: --tools returns the complete catalogue with every tool field untouched."""
     tools = [
-        {"name": "a.b-c_d", "title": "T", "description": "d", "inputSchema": {"type": "object"},
-         "outputSchema": {"type": "object", "properties": {"n": {"type": "number"}}},
-         "annotations": {"readOnlyHint": True}, "icons": [{"src": "https://x.example/i.png"}],
-         "execution": {"taskSupport": "optional"}, "_meta": {"k": Decimal("12345678901234567890.5")}},
+        {
+            "name": "a.b-c_d",
+            "title": "T",
+            "description": "d",
+            "inputSchema": {"type": "object"},
+            "outputSchema": {"type": "object", "properties": {"n": {"type": "number"}}},
+            "annotations": {"readOnlyHint": True},
+            "icons": [{"src": "https://x.example/i.png"}],
+            "execution": {"taskSupport": "optional"},
+            "_meta": {"k": Decimal("12345678901234567890.5")},
+        },
         {"name": "second", "inputSchema": {"type": "object", "properties": {"n": {"type": "integer"}}}},
         {"name": "third", "inputSchema": {"type": "object"}},
     ]
@@ -198,8 +205,15 @@ def test_MCP_001_empty_catalogue_is_success_D03(mock):
     assert result.exit_status == 0
     assert result.json["data"]["tool_count"] == 0 and result.json["data"]["complete"] is True
     tools = target.run(target.name, "--tools")
-    assert tools.json["data"] == {"server": "m", "protocol_version": "2025-06-18", "tool_count": 0,
-                                  "complete": True, "tools": [], "excluded": [], "cli": {}}
+    assert tools.json["data"] == {
+        "server": "m",
+        "protocol_version": "2025-06-18",
+        "tool_count": 0,
+        "complete": True,
+        "tools": [],
+        "excluded": [],
+        "cli": {},
+    }
 
 
 def test_MCP_001_single_page_D03(mock):
@@ -221,8 +235,10 @@ def test_MCP_001_delete_405_is_fine_and_stateless_server_gets_no_delete_R01(mock
 
 def test_MCP_001_notifications_before_result_and_progress_R01(mock):
     """SSE notifications before the response are consumed (kept for -v), the call still succeeds once."""
-    notes = [{"method": "notifications/message", "params": {"level": "info", "data": "hello"}},
-             {"method": "notifications/progress", "params": {"progress": 1, "total": 2, "message": "half"}}]
+    notes = [
+        {"method": "notifications/message", "params": {"level": "info", "data": "hello"}},
+        {"method": "notifications/progress", "params": {"progress": 1, "total": 2, "message": "half"}},
+    ]
     target = mock({"notifications_before_result": notes, "response_mode": "sse"}, protocol_version="2025-11-25")
     result = target.run("-v", target.name, "echo", "--body", '{"text":"x"}')
     assert result.exit_status == 0, result.stdout
@@ -253,8 +269,14 @@ def test_MCP_001_built_cli_runs_check_tools_help_call_I01(mock, tmp_path):
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "TOK": "i01-secret-token"}
 
     def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([*program, "--config", str(target.config), *args], capture_output=True, text=True,
-                              env=env, timeout=60, check=False)
+        return subprocess.run(
+            [*program, "--config", str(target.config), *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+            check=False,
+        )
 
     check = cli("m", "--check")
     assert check.returncode == 0, check.stdout + check.stderr

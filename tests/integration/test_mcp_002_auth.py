@@ -21,10 +21,18 @@ APP_SECRET = "app-secret-Zyx987"
 TICKET = "ticket-Qwe456-secret"
 FORMS = {
     "bearer": ("Authorization", "Bearer ${BK_TOKEN}", {"BK_TOKEN": TOKEN}, f"Bearer {TOKEN}"),
-    "app_ticket": ("X-Bkapi-Authorization", "${BK_AUTH}", {"BK_AUTH": json.dumps(
-        {"bk_app_code": "app", "bk_app_secret": APP_SECRET, "bk_ticket": TICKET})}, None),
-    "app_token": ("X-Bkapi-Authorization", "${BK_AUTH}", {"BK_AUTH": json.dumps(
-        {"bk_app_code": "app", "bk_app_secret": APP_SECRET, "bk_token": TOKEN})}, None),
+    "app_ticket": (
+        "X-Bkapi-Authorization",
+        "${BK_AUTH}",
+        {"BK_AUTH": json.dumps({"bk_app_code": "app", "bk_app_secret": APP_SECRET, "bk_ticket": TICKET})},
+        None,
+    ),
+    "app_token": (
+        "X-Bkapi-Authorization",
+        "${BK_AUTH}",
+        {"BK_AUTH": json.dumps({"bk_app_code": "app", "bk_app_secret": APP_SECRET, "bk_token": TOKEN})},
+        None,
+    ),
     "access_token": ("X-Bkapi-Authorization", '{"access_token": "${BK_TOKEN}"}', {"BK_TOKEN": TOKEN}, None),
 }
 SECRETS = (TOKEN, APP_SECRET, TICKET)
@@ -52,8 +60,9 @@ def test_MCP_002_credential_form_reaches_every_request_A01(mock, form, version):
     """MCP-002 / A01: the configured identity header is on every request, byte-identical, for check and call."""
     name, template, env, _ = FORMS[form]
     value = expected_value(form)
-    target = mock({"page_size": 2, "require_headers": {name: value}}, headers={name: template},
-                  protocol_version=version)
+    target = mock(
+        {"page_size": 2, "require_headers": {name: value}}, headers={name: template}, protocol_version=version
+    )
     check = target.run("-v", target.name, "--check", env=env)
     assert check.exit_status == 0, check.stdout + check.stderr
     assert check.json["data"]["authentication"] == {"source": "server_headers", "discovery_accepted": True}
@@ -80,8 +89,9 @@ def test_MCP_002_anonymous_server_succeeds_A02(mock):
     result = target.run(target.name, "--check")
     assert result.exit_status == 0
     assert result.json["data"]["authentication"] == {"source": "none", "discovery_accepted": True}
-    assert all("authorization" not in e["headers"] and "x-bkapi-authorization" not in e["headers"]
-               for e in target.srv.log)
+    assert all(
+        "authorization" not in e["headers"] and "x-bkapi-authorization" not in e["headers"] for e in target.srv.log
+    )
 
 
 @pytest.mark.parametrize("version", [None, "2025-11-25", "2026-07-28"])
@@ -104,8 +114,11 @@ def test_MCP_002_anonymous_against_auth_server_is_401_never_era_evidence_A02_A04
 
 
 def test_MCP_002_wrong_token_on_call_path_is_401_and_no_call_A02(mock):
-    target = mock({"require_headers": {"Authorization": "Bearer right"}}, headers={"Authorization": "Bearer wrong"},
-                  protocol_version="2025-06-18")
+    target = mock(
+        {"require_headers": {"Authorization": "Bearer right"}},
+        headers={"Authorization": "Bearer wrong"},
+        protocol_version="2025-06-18",
+    )
     result = target.run(target.name, "echo", "--body", "{}")
     assert result.exit_status == 2 and result.error_code == "mcp_auth_required"
     assert target.count("tools/call") == 0 and target.count("tools/list") == 0
@@ -114,9 +127,14 @@ def test_MCP_002_wrong_token_on_call_path_is_401_and_no_call_A02(mock):
 
 @pytest.mark.parametrize("version", [None, "2025-11-25"])
 def test_MCP_002_403_keeps_the_servers_safe_text_A04(mock, version):
-    target = mock({"forbid_headers_403": {"X-Api-Key": "limited-key"},
-                   "forbidden_message": "principal bob may not use report tools"},
-                  headers={"X-Api-Key": "limited-key"}, protocol_version=version)
+    target = mock(
+        {
+            "forbid_headers_403": {"X-Api-Key": "limited-key"},
+            "forbidden_message": "principal bob may not use report tools",
+        },
+        headers={"X-Api-Key": "limited-key"},
+        protocol_version=version,
+    )
     result = target.run(target.name, "--tools")
     assert result.exit_status == 2
     error = result.json["error"]
@@ -145,8 +163,11 @@ def test_MCP_002_redirect_is_not_followed_and_location_has_no_credentials_A04(mo
 
 
 def test_MCP_002_secrets_never_printed_even_in_verbose_failures_A04(mock):
-    target = mock({"require_headers": {"X-Bkapi-Authorization": "other"}},
-                  headers={"X-Bkapi-Authorization": "${BK_AUTH}"}, protocol_version="2025-11-25")
+    target = mock(
+        {"require_headers": {"X-Bkapi-Authorization": "other"}},
+        headers={"X-Bkapi-Authorization": "${BK_AUTH}"},
+        protocol_version="2025-11-25",
+    )
     env = {"BK_AUTH": FORMS["app_ticket"][2]["BK_AUTH"]}
     result = target.run("-v", target.name, "--check", env=env)
     assert result.exit_status == 2

@@ -104,16 +104,17 @@ def test_MCP_003_task_result_is_capability_unsupported_keeping_task_id_R04(mock,
 
 @pytest.mark.parametrize("version", ["2025-11-25", "2026-07-28"])
 def test_MCP_003_url_elicitation_is_capability_unsupported_with_url_R04(mock, version):
-    target = mock({"tools": [mock_tool("login", "url_elicitation", url="https://auth.example.com/a?x=1")]},
-                  protocol_version=version)
+    target = mock(
+        {"tools": [mock_tool("login", "url_elicitation", url="https://auth.example.com/a?x=1")]},
+        protocol_version=version,
+    )
     result = call(target, "login")
     assert result.exit_status == 2 and result.error_code == "mcp_capability_unsupported"
     assert "https://auth.example.com/a?x=1" in result.stdout
 
 
 def test_MCP_003_legacy_ping_from_server_is_answered_and_call_succeeds_R04(mock):
-    target = mock({"response_mode": "sse", "faults": {"server_request_on_call": "ping"}},
-                  protocol_version="2025-11-25")
+    target = mock({"response_mode": "sse", "faults": {"server_request_on_call": "ping"}}, protocol_version="2025-11-25")
     result = call(target, "echo", '{"text":"x"}')
     assert result.exit_status == 0, result.stdout
     [answer] = target.srv.client_responses
@@ -122,8 +123,7 @@ def test_MCP_003_legacy_ping_from_server_is_answered_and_call_succeeds_R04(mock)
 
 @pytest.mark.parametrize("method", ["sampling/createMessage", "elicitation/create"])
 def test_MCP_003_legacy_sampling_or_elicitation_request_is_declined_and_reported_R04(mock, method):
-    target = mock({"response_mode": "sse", "faults": {"server_request_on_call": method}},
-                  protocol_version="2025-06-18")
+    target = mock({"response_mode": "sse", "faults": {"server_request_on_call": method}}, protocol_version="2025-06-18")
     result = call(target, "echo", '{"text":"x"}')
     assert result.exit_status == 2 and result.error_code == "mcp_capability_unsupported"
     assert result.json["error"]["server_requests"] == [method]
@@ -134,8 +134,9 @@ def test_MCP_003_legacy_sampling_or_elicitation_request_is_declined_and_reported
 
 
 def test_MCP_003_legacy_input_required_tool_elicits_and_is_declined_R04(mock):
-    target = mock({"response_mode": "sse", "tools": [mock_tool("ask", "input_required")]},
-                  protocol_version="2025-11-25")
+    target = mock(
+        {"response_mode": "sse", "tools": [mock_tool("ask", "input_required")]}, protocol_version="2025-11-25"
+    )
     result = call(target, "ask")
     assert result.exit_status == 2 and result.error_code == "mcp_capability_unsupported"
     assert target.srv.client_responses[0]["error"]["code"] == -32601

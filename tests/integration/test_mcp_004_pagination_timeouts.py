@@ -161,8 +161,10 @@ def test_MCP_004_drop_after_call_is_outcome_unknown_and_not_resent_R03(mock, how
 def test_MCP_004_session_expiry_during_discovery_reinitializes_once_R03(mock, status):
     """A 404 (or server-everything's 400 "No valid session ID") on a request carrying the session id ->
     one new initialize (without the old session id), then discovery continues."""
-    target = mock({"page_size": 2, "lost_session_status": status, "faults": {"expire_session_after": 3}},
-                  protocol_version="2025-11-25")
+    target = mock(
+        {"page_size": 2, "lost_session_status": status, "faults": {"expire_session_after": 3}},
+        protocol_version="2025-11-25",
+    )
     result = target.run(target.name, "--tools")
     assert result.exit_status == 0, result.stdout
     assert result.json["data"]["tool_count"] == 5
@@ -184,8 +186,7 @@ def test_MCP_004_session_expiry_twice_is_not_retried_forever_R03(mock):
 def test_MCP_004_session_expiry_during_call_is_never_resent_R03(mock, status):
     """R03: the session is lost exactly when tools/call arrives -> error, outcome unknown, no re-initialize,
     one tools/call."""
-    target = mock({"lost_session_status": status, "faults": {"expire_session_after": 2}},
-                  protocol_version="2025-06-18")
+    target = mock({"lost_session_status": status, "faults": {"expire_session_after": 2}}, protocol_version="2025-06-18")
     result = target.run(target.name, "echo", "--body", '{"text":"x"}')
     assert result.exit_status == 2
     assert result.json["error"]["outcome"] == "unknown"
@@ -196,8 +197,9 @@ def test_MCP_004_session_expiry_during_call_is_never_resent_R03(mock, status):
 def test_MCP_004_sse_resumption_with_last_event_id_2025_11_25_R01(mock):
     """2025-11-25: the POST stream closes after a priming event with retry; bkmcp waits retry ms, GETs with
     Last-Event-ID and the session id, and gets the response there. tools/call is POSTed once."""
-    target = mock({"response_mode": "sse", "faults": {"sse_retry_resume": {"retry_ms": 300}}},
-                  protocol_version="2025-11-25")
+    target = mock(
+        {"response_mode": "sse", "faults": {"sse_retry_resume": {"retry_ms": 300}}}, protocol_version="2025-11-25"
+    )
     result = target.run(target.name, "echo", "--body", '{"text":"resumed"}')
     assert result.exit_status == 0, result.stdout + result.stderr
     assert "resumed" in result.stdout
@@ -212,8 +214,9 @@ def test_MCP_004_sse_resumption_with_last_event_id_2025_11_25_R01(mock):
 
 
 def test_MCP_004_sse_resumption_bounded_by_timeout_R03(mock):
-    target = mock({"response_mode": "sse", "faults": {"sse_retry_resume": {"retry_ms": 5000}}},
-                  protocol_version="2025-11-25")
+    target = mock(
+        {"response_mode": "sse", "faults": {"sse_retry_resume": {"retry_ms": 5000}}}, protocol_version="2025-11-25"
+    )
     started = time.monotonic()
     result = target.run("--timeout", "1s", target.name, "echo", "--body", '{"text": "x"}')
     assert result.exit_status == 2 and result.error_code == "mcp_timeout"
@@ -223,8 +226,10 @@ def test_MCP_004_sse_resumption_bounded_by_timeout_R03(mock):
 
 
 def test_MCP_004_big_result_over_sse(mock):
-    target = mock({"response_mode": "sse", "tools": [mock_tool("big", "big", bytes=8 * 1024 * 1024)]},
-                  protocol_version="2025-11-25")
+    target = mock(
+        {"response_mode": "sse", "tools": [mock_tool("big", "big", bytes=8 * 1024 * 1024)]},
+        protocol_version="2025-11-25",
+    )
     result = target.run(target.name, "big", "--body", "{}")
     assert result.exit_status == 0
     assert len(result.json["data"]["result"]["content"][0]["text"]) == 8 * 1024 * 1024
@@ -248,8 +253,7 @@ def _interrupt_after(seconds: float):
 def test_MCP_004_ctrl_c_during_legacy_call_sends_cancelled_R03(mock, mode):
     """R03: Ctrl-C while tools/call runs -> legacy notifications/cancelled for that request id, exit 130,
     the call is not resent."""
-    target = mock({"response_mode": mode, "tools": [mock_tool("slow", "slow", ms=3000)]},
-                  protocol_version="2025-11-25")
+    target = mock({"response_mode": mode, "tools": [mock_tool("slow", "slow", ms=3000)]}, protocol_version="2025-11-25")
     timer = _interrupt_after(0.5)
     try:
         result = target.run(target.name, "slow", "--body", "{}")
@@ -289,8 +293,14 @@ def test_MCP_004_output_failure_after_call_never_resends_R03(mock):
             raise BrokenPipeError(32, "Broken pipe")
 
     target = mock({}, protocol_version="2025-11-25")
-    status = bkmcp.main(["--config", str(target.config), "m", "echo", "--body", '{"text":"x"}'],
-                        stdin=io.StringIO(""), stdout=BrokenStdout(), stderr=io.StringIO(), env={}, cwd="/")
+    status = bkmcp.main(
+        ["--config", str(target.config), "m", "echo", "--body", '{"text":"x"}'],
+        stdin=io.StringIO(""),
+        stdout=BrokenStdout(),
+        stderr=io.StringIO(),
+        env={},
+        cwd="/",
+    )
     assert status == 2
     assert target.count("tools/call") == 1
 

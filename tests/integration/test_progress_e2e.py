@@ -36,8 +36,15 @@ def run_with_terminal_stderr(argv: list[str], env: dict[str, str]) -> tuple[int,
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 120, 0, 0))
     try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave, env=env,
-                                cwd=str(ROOT), start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=slave,
+            env=env,
+            cwd=str(ROOT),
+            start_new_session=True,
+        )
     finally:
         os.close(slave)
     terminal = b""
@@ -92,8 +99,7 @@ def test_verbose_asks_for_progress_and_prints_plain_lines(mock, version):
     token = call_meta(call)["progressToken"]
     assert isinstance(token, str) and token.startswith("bkmcp-")
     lines = [line for line in result.stderr.splitlines() if line.startswith("bkmcp: progress ")]
-    assert [line.split(" (")[0] for line in lines] == [
-        f"bkmcp: progress {i}/3: step {i} of 3" for i in (1, 2, 3)]
+    assert [line.split(" (")[0] for line in lines] == [f"bkmcp: progress {i}/3: step {i} of 3" for i in (1, 2, 3)]
     assert all(line.endswith("s)") for line in lines) and "\r" not in result.stderr
     assert "progress" not in result.stdout
     assert result.json["data"]["result"]["content"][0]["text"]
@@ -124,7 +130,8 @@ def test_progress_for_another_token_is_not_shown(mock):
 def test_terminal_shows_one_updating_line_and_stdout_is_unchanged(mock, tmp_path):
     target = mock({"tools": [SLOW]}, protocol_version="2026-07-28")
     status, stdout, terminal = run_with_terminal_stderr(
-        bkmcp_argv(target.config, target.name, "long_job", "--text", "x"), child_env(tmp_path))
+        bkmcp_argv(target.config, target.name, "long_job", "--text", "x"), child_env(tmp_path)
+    )
     assert status == 0, stdout + terminal
     (call,) = target.srv.requests("tools/call")
     assert call_meta(call)["progressToken"].startswith("bkmcp-")  # a terminal alone asks for progress
@@ -133,8 +140,15 @@ def test_terminal_shows_one_updating_line_and_stdout_is_unchanged(mock, tmp_path
     assert terminal.count("\x1b[K") == 3 and terminal.endswith("\x1b[K\r\n")  # finished with a newline
     assert terminal.count("\n") == 1  # one line, redrawn in place
     # stdout is exactly the envelope a run without a terminal prints
-    plain = subprocess.run(bkmcp_argv(target.config, target.name, "long_job", "--text", "x"), capture_output=True,
-                           text=True, env=child_env(tmp_path), cwd=str(ROOT), timeout=CAP_S, stdin=subprocess.DEVNULL)
+    plain = subprocess.run(
+        bkmcp_argv(target.config, target.name, "long_job", "--text", "x"),
+        capture_output=True,
+        text=True,
+        env=child_env(tmp_path),
+        cwd=str(ROOT),
+        timeout=CAP_S,
+        stdin=subprocess.DEVNULL,
+    )
     assert plain.returncode == 0 and plain.stderr == ""
     assert stdout == plain.stdout and json.loads(stdout)["ok"] is True
 
@@ -142,8 +156,9 @@ def test_terminal_shows_one_updating_line_and_stdout_is_unchanged(mock, tmp_path
 def test_server_everything_long_running_operation_under_a_pseudo_terminal(everything_server, tmp_path):
     """The TypeScript reference server (legacy era, SSE) reports progress only when asked with a token."""
     config = tmp_path / "mcp.json"
-    config.write_text(json.dumps({"mcpServers": {"ev": {"type": "http", "url": everything_server.url}}}),
-                      encoding="utf-8")
+    config.write_text(
+        json.dumps({"mcpServers": {"ev": {"type": "http", "url": everything_server.url}}}), encoding="utf-8"
+    )
     config.chmod(0o600)
     argv = bkmcp_argv(config, "ev", "trigger-long-running-operation", "--duration", "1", "--steps", "3")
     status, stdout, terminal = run_with_terminal_stderr(argv, child_env(tmp_path))
@@ -154,7 +169,14 @@ def test_server_everything_long_running_operation_under_a_pseudo_terminal(everyt
     assert "progress" not in stdout.replace("Long running operation", "")
     envelope = json.loads(stdout)
     assert envelope["ok"] is True and "Long running operation completed" in json.dumps(envelope["data"]["result"])
-    plain = subprocess.run(argv, capture_output=True, text=True, env=child_env(tmp_path), cwd=str(ROOT),
-                           timeout=CAP_S, stdin=subprocess.DEVNULL)
+    plain = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        env=child_env(tmp_path),
+        cwd=str(ROOT),
+        timeout=CAP_S,
+        stdin=subprocess.DEVNULL,
+    )
     assert plain.returncode == 0 and plain.stderr == ""  # no terminal, no -v: no token, so no progress at all
     assert plain.stdout == stdout

@@ -34,8 +34,14 @@ def document(mcp_url: str = "http://127.0.0.1:9/mcp") -> dict[str, Any]:
     return {
         "servers": [
             {"name": "public-docs", "transport_type": "http", "url": mcp_url, "headers": {"X-Team": "core"}},
-            {"name": "gitea", "transport_type": "http", "url": mcp_url, "isolation": "user",
-             "headers": "{\"X-User-Token\": \"${user.token}\"}", "enabled": True},
+            {
+                "name": "gitea",
+                "transport_type": "http",
+                "url": mcp_url,
+                "isolation": "user",
+                "headers": '{"X-User-Token": "${user.token}"}',
+                "enabled": True,
+            },
             {"name": "off", "transport_type": "http", "url": mcp_url, "enabled": False},
             {"name": "weird", "transport_type": "sse", "url": mcp_url},
             {"name": "badtext", "transport_type": "stdio", "command": "x", "args": "[oops", "isolation": "user"},
@@ -43,8 +49,10 @@ def document(mcp_url: str = "http://127.0.0.1:9/mcp") -> dict[str, Any]:
             {"transport_type": "http"},
         ],
         "system_credentials": {"public-docs": {"API_KEY": SECRET_SYS}, "gitea": {"token": SECRET_SYS}},
-        "user_credentials": {"alice": {"gitea": {"token": SECRET_A}},
-                             "bob": {"gitea": json.dumps({"token": SECRET_B})}},
+        "user_credentials": {
+            "alice": {"gitea": {"token": SECRET_A}},
+            "bob": {"gitea": json.dumps({"token": SECRET_B})},
+        },
         "tokens": {"alice": TOKEN_A, "bob": TOKEN_B},
     }
 
@@ -123,11 +131,14 @@ def test_bad_rows_are_isolated(source: RegistrySource) -> None:
     registry.close()
 
 
-@pytest.mark.parametrize("token, status, error", [
-    (None, 401, bkmcp.AuthRequiredError),
-    ("SENTINEL-wrong-token-9999", 401, bkmcp.AuthRequiredError),
-    (TOKEN_B, 403, bkmcp.PermissionDeniedError),  # bob's token for alice
-])
+@pytest.mark.parametrize(
+    "token, status, error",
+    [
+        (None, 401, bkmcp.AuthRequiredError),
+        ("SENTINEL-wrong-token-9999", 401, bkmcp.AuthRequiredError),
+        (TOKEN_B, 403, bkmcp.PermissionDeniedError),  # bob's token for alice
+    ],
+)
 def test_401_and_403_map_to_auth_errors_for_that_command(source: RegistrySource, token, status, error) -> None:
     registry, stream = make(source)
     with pytest.raises(error) as info:
@@ -140,13 +151,16 @@ def test_401_and_403_map_to_auth_errors_for_that_command(source: RegistrySource,
     registry.close()
 
 
-@pytest.mark.parametrize("fault, message", [
-    ({"status": 500}, "HTTP 500"),
-    ({"status": 404}, "HTTP 404"),
-    ({"body": "{not json"}, "valid JSON"),
-    ({"body": "[1, 2]"}, "\"servers\""),
-    ({"body": '{"servers": [], "system_credentials": []}'}, "must be objects"),
-])
+@pytest.mark.parametrize(
+    "fault, message",
+    [
+        ({"status": 500}, "HTTP 500"),
+        ({"status": 404}, "HTTP 404"),
+        ({"body": "{not json"}, "valid JSON"),
+        ({"body": "[1, 2]"}, '"servers"'),
+        ({"body": '{"servers": [], "system_credentials": []}'}, "must be objects"),
+    ],
+)
 def test_other_failures_are_registry_errors_naming_the_source(source: RegistrySource, fault, message) -> None:
     source.update(fault=fault)
     registry, _ = make(source)
@@ -173,8 +187,9 @@ def test_redirects_are_never_followed(source: RegistrySource) -> None:
 def test_unreachable_and_slow_sources(source: RegistrySource) -> None:
     port = source.port
     source.stop()
-    registry = bkmcp.HttpRegistry(f"http://127.0.0.1:{port}/internal/mcp/config", log=bkmcp.Log(io.StringIO()),
-                                  timeout=5)
+    registry = bkmcp.HttpRegistry(
+        f"http://127.0.0.1:{port}/internal/mcp/config", log=bkmcp.Log(io.StringIO()), timeout=5
+    )
     with pytest.raises(bkmcp.RegistryError, match="cannot read"):
         registry.view("alice", TOKEN_A)
     registry.close()
@@ -310,8 +325,11 @@ def test_resolved_http_rows_send_each_users_credentials_to_the_mcp_server(source
         source.update(document(mcp.url))
         registry, stream = make(source)
         sent: dict[str, str] = {}
-        for user, token, secret in (("alice", TOKEN_A, SECRET_A), ("bob", TOKEN_B, SECRET_B),
-                                    ("carol", None, SECRET_SYS)):
+        for user, token, secret in (
+            ("alice", TOKEN_A, SECRET_A),
+            ("bob", TOKEN_B, SECRET_B),
+            ("carol", None, SECRET_SYS),
+        ):
             if user == "carol":
                 source.update({**document(mcp.url), "tokens": {**document()["tokens"], "carol": "SENTINEL-c"}})
                 token = "SENTINEL-c"
@@ -327,8 +345,9 @@ def test_resolved_http_rows_send_each_users_credentials_to_the_mcp_server(source
             sent[user] = secret
         assert sent == {"alice": SECRET_A, "bob": SECRET_B, "carol": SECRET_SYS}  # carol: the system default
         public_view = registry.view(None, None)
-        public = bkmcp.resolve_registry_server(public_view.servers["public-docs"], view=public_view, user_id=None,
-                                               env={})
+        public = bkmcp.resolve_registry_server(
+            public_view.servers["public-docs"], view=public_view, user_id=None, env={}
+        )
         mcp.reset_log()
         bkmcp.run_tools(public, bkmcp.OpContext(bkmcp.Deadline(20), bkmcp.Log(stream, verbose=True)), insecure=False)
         assert {e["headers"].get("x-api-key") for e in mcp.log} == {SECRET_SYS}
@@ -339,12 +358,23 @@ def test_resolved_http_rows_send_each_users_credentials_to_the_mcp_server(source
 
 def test_resolved_stdio_row_gives_the_child_the_users_env(tmp_path: Path) -> None:
     scenario = tmp_path / "scenario.json"
-    scenario.write_text(json.dumps({"tools": [mock_tool("show_env", "env", vars=["API_KEY", "FROM_RESIDENT",
-                                                                                  "LEAK"])]}))
-    doc = {"servers": [{"name": "fs", "transport_type": "stdio", "command": sys.executable, "isolation": "user",
-                        "args": [MOCK, "--stdio", "--quiet", "--scenario", str(scenario)],
-                        "env_template": {"API_KEY": "${user.API_KEY}", "FROM_RESIDENT": "${RESIDENT_VAR}"}}],
-           "user_credentials": {"alice": {"fs": {"API_KEY": SECRET_A}}}, "tokens": {"alice": TOKEN_A}}
+    scenario.write_text(
+        json.dumps({"tools": [mock_tool("show_env", "env", vars=["API_KEY", "FROM_RESIDENT", "LEAK"])]})
+    )
+    doc = {
+        "servers": [
+            {
+                "name": "fs",
+                "transport_type": "stdio",
+                "command": sys.executable,
+                "isolation": "user",
+                "args": [MOCK, "--stdio", "--quiet", "--scenario", str(scenario)],
+                "env_template": {"API_KEY": "${user.API_KEY}", "FROM_RESIDENT": "${RESIDENT_VAR}"},
+            }
+        ],
+        "user_credentials": {"alice": {"fs": {"API_KEY": SECRET_A}}},
+        "tokens": {"alice": TOKEN_A},
+    }
     with RegistrySource(doc) as src:
         registry, stream = make(src)
         view = registry.view("alice", TOKEN_A)
@@ -358,8 +388,11 @@ def test_resolved_stdio_row_gives_the_child_the_users_env(tmp_path: Path) -> Non
             result = bkmcp.call_tool(session, ctx, "show_env", {})
         finally:
             session.close(ctx.deadline)
-        assert result["structuredContent"]["env"] == {"API_KEY": SECRET_A, "FROM_RESIDENT": "resident-value",
-                                                      "LEAK": None}
+        assert result["structuredContent"]["env"] == {
+            "API_KEY": SECRET_A,
+            "FROM_RESIDENT": "resident-value",
+            "LEAK": None,
+        }
         no_secret(stream.getvalue())
         registry.close()
 
@@ -368,9 +401,22 @@ def test_reference_source_runs_as_a_script_with_a_request_log(tmp_path: Path) ->
     path = tmp_path / "doc.json"
     path.write_text(json.dumps(document()))
     log_file = tmp_path / "requests.jsonl"
-    proc = subprocess.Popen([sys.executable, str(ROOT / "mock_server" / "registry_source.py"), "--port", "0",
-                             "--config", str(path), "--log", str(log_file)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "mock_server" / "registry_source.py"),
+            "--port",
+            "0",
+            "--config",
+            str(path),
+            "--log",
+            str(log_file),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
     try:
         line = proc.stdout.readline()  # type: ignore[union-attr]
         assert line.startswith("LISTENING http://127.0.0.1:")

@@ -69,13 +69,21 @@ def test_two_users_public_http_and_user_stdio_credentials_reach_the_right_child(
     """Public HTTP server with system credentials only; a per-user stdio server whose env comes from each user's
     own credentials (alice), the system default (bob), or none (carol: no_credentials)."""
     pub = http_mock({"require_headers": {"Authorization": "Bearer sys-pub-token-1"}})
-    rows = [http_row("pub", pub.url, headers={"Authorization": "Bearer ${user.token}"}),
-            stdio_row("mine", mock_stdio({"tools": [ENV_TOOL, *DEFAULT_TOOLS]}),
-                      env={"MY_TOKEN": "${user.token}", "PATH_HINT": "fixed"}),
-            stdio_row("priv", mock_stdio(), env={"MY_TOKEN": "${user.token}"}, _no_default=True)]
+    rows = [
+        http_row("pub", pub.url, headers={"Authorization": "Bearer ${user.token}"}),
+        stdio_row(
+            "mine",
+            mock_stdio({"tools": [ENV_TOOL, *DEFAULT_TOOLS]}),
+            env={"MY_TOKEN": "${user.token}", "PATH_HINT": "fixed"},
+        ),
+        stdio_row("priv", mock_stdio(), env={"MY_TOKEN": "${user.token}"}, _no_default=True),
+    ]
     system = {"pub": {"token": "sys-pub-token-1"}, "mine": {"token": "sys-mine-token-2"}}
-    users = {("alice", "mine"): {"token": "alice-secret-3"}, ("alice", "pub"): {"token": "alice-pub-leak-4"},
-             ("carol", "pub"): {"token": "carol-pub-leak-5"}}
+    users = {
+        ("alice", "mine"): {"token": "alice-secret-3"},
+        ("alice", "pub"): {"token": "alice-pub-leak-4"},
+        ("carol", "pub"): {"token": "carol-pub-leak-5"},
+    }
     reg = registry(tmp_path, rows, system, users)
     res = resident(reg)
     init = res.ok("init")
@@ -107,14 +115,23 @@ def test_two_users_public_http_and_user_stdio_credentials_reach_the_right_child(
 def test_per_user_http_server_headers_per_user(tmp_path, resident, http_mock):
     srv = http_mock()
     rows = [http_row("crm", srv.url, isolation="user", headers={"X-Tenant": "${user.tenant}"})]
-    users = {("u1", "crm"): {"tenant": "t-one", "api_key": "key-one-111"},
-             ("u2", "crm"): {"tenant": "t-two", "API_KEY": "key-two-222"}}
+    users = {
+        ("u1", "crm"): {"tenant": "t-one", "api_key": "key-one-111"},
+        ("u2", "crm"): {"tenant": "t-two", "API_KEY": "key-two-222"},
+    }
     res = resident(registry(tmp_path, rows, None, users))
     for user in ("u1", "u2"):
         res.ok("call_tool", user, server_name="crm", tool_name="echo", arguments={"text": user})
     calls = srv.requests("tools/call")
-    seen = {(json.loads(e["body"])["params"]["arguments"]["text"], e["headers"].get("x-tenant"),
-             e["headers"].get("authorization"), e["headers"].get("x-api-key")) for e in calls}
+    seen = {
+        (
+            json.loads(e["body"])["params"]["arguments"]["text"],
+            e["headers"].get("x-tenant"),
+            e["headers"].get("authorization"),
+            e["headers"].get("x-api-key"),
+        )
+        for e in calls
+    }
     assert seen == {("u1", "t-one", "Bearer key-one-111", None), ("u2", "t-two", None, "key-two-222")}
 
 
@@ -125,15 +142,19 @@ def test_registry_edits_between_two_calls_are_seen_by_the_next_call(tmp_path, re
     import sqlite3
 
     srv = http_mock()
-    rows = [http_row("crm", srv.url, isolation="user", headers={"X-Tenant": "${user.tenant}"}, _no_default=True),
-            http_row("pub", srv.url, headers={"X-Sys": "${user.k}"}), http_row("other", srv.url)]
+    rows = [
+        http_row("crm", srv.url, isolation="user", headers={"X-Tenant": "${user.tenant}"}, _no_default=True),
+        http_row("pub", srv.url, headers={"X-Sys": "${user.k}"}),
+        http_row("other", srv.url),
+    ]
     reg = registry(tmp_path, rows, {"pub": {"k": "sys-one"}}, {("u1", "crm"): {"tenant": "t-one"}})
     res = resident(reg)
 
     def call(server: str, text: str) -> dict:
         res.ok("call_tool", "u1", server_name=server, tool_name="echo", arguments={"text": text})
-        entry = next(e for e in srv.requests("tools/call") if json.loads(e["body"])["params"]["arguments"]["text"]
-                     == text)
+        entry = next(
+            e for e in srv.requests("tools/call") if json.loads(e["body"])["params"]["arguments"]["text"] == text
+        )
         return entry["headers"]
 
     def edit(sql: str, *args) -> None:
@@ -164,20 +185,31 @@ def test_registry_edits_between_two_calls_are_seen_by_the_next_call(tmp_path, re
     assert gone["error_code"] == "mcp_credentials_missing"
     edit("INSERT INTO mcp_user_credentials VALUES ('u1', 'crm', ?)", json.dumps({"tenant": "t-one"}))
     assert call("crm", "a9")["x-tenant"] == "v-t-one"
-    assert [json.loads(e["body"])["params"]["arguments"]["text"] for e in srv.requests("tools/call")] == \
-        ["a1", "a2", "b1", "a3", "b2", "a4", "a5", "a7", "a9"]
+    assert [json.loads(e["body"])["params"]["arguments"]["text"] for e in srv.requests("tools/call")] == [
+        "a1",
+        "a2",
+        "b1",
+        "a3",
+        "b2",
+        "a4",
+        "a5",
+        "a7",
+        "a9",
+    ]
 
 
 def test_number_fidelity_and_is_error_is_success(tmp_path, resident, http_mock):
     srv = http_mock()
     res = resident(registry(tmp_path, [http_row("pub", srv.url)]))
-    line = ('{"command":"invoke","task_id":"n1","params":{"action":"call_tool","server_name":"pub",'
-            '"tool_name":"echo","arguments":{"text":"x","ratio":12345678901234567890.5}},"user":{"userId":"u"}}\n')
+    line = (
+        '{"command":"invoke","task_id":"n1","params":{"action":"call_tool","server_name":"pub",'
+        '"tool_name":"echo","arguments":{"text":"x","ratio":12345678901234567890.5}},"user":{"userId":"u"}}\n'
+    )
     res.send_raw(line.encode())
     answer = res.wait("n1")
     assert answer["success"] is True
     assert "12345678901234567890.5" in srv.requests("tools/call")[0]["body"]
-    assert b"12345678901234567890.5" in next(x for x in res.raw_stdout if b"\"n1\"" in x)
+    assert b"12345678901234567890.5" in next(x for x in res.raw_stdout if b'"n1"' in x)
     failed = res.ok("call_tool", "u", server_name="pub", tool_name="fail", arguments={})
     assert failed["result"]["isError"] is True
 
@@ -225,13 +257,19 @@ def test_injected_names_sanitised_hashed_and_reverse_mapped(tmp_path, resident, 
     assert len(hashed_long[0]) == 64 and hashed_long[0].startswith("mcp_a_b_a_very_long_tool_name_xxx")
     assert "mcp_a_b_dots_and_spaces" in names
     for tool in listed["tools"]:
-        assert tool["function"] == {"name": tool["name"], "description": tool["description"],
-                                    "parameters": tool["inputSchema"]}
+        assert tool["function"] == {
+            "name": tool["name"],
+            "description": tool["description"],
+            "parameters": tool["inputSchema"],
+        }
     for name, (server, tool) in names.items():
         result = res.ok("call_tool", "u", name=name, arguments={"text": name})
         assert (result["server_name"], result["tool_name"]) == (server, tool)
-    assert {json.loads(e["body"])["params"]["name"] for e in one.requests("tools/call")} == \
-        {"c", long_name, "dots.and spaces"}
+    assert {json.loads(e["body"])["params"]["name"] for e in one.requests("tools/call")} == {
+        "c",
+        long_name,
+        "dots.and spaces",
+    }
     assert [json.loads(e["body"])["params"]["name"] for e in two.requests("tools/call")] == ["c"]
     assert res.ask("call_tool", "u", name="mcp_nothing_here")["error_code"] == "mcp_tool_not_found"
 
@@ -275,18 +313,44 @@ def test_waves_of_commands_beyond_the_idle_threads_all_run_at_once(tmp_path, res
     for i in range(5):  # sequential commands: one thread serves them one after the other
         res.ok("call_tool", "u", server_name="pub", tool_name="echo", arguments={"text": f"warm{i}"})
     for wave in ("w1", "w2"):
-        slow = [res.send("call_tool", "u", task_id=f"{wave}-{i}", server_name="pub", tool_name="slow",
-                         arguments={"text": f"{wave}-{i}"}) for i in range(70)]
+        slow = [
+            res.send(
+                "call_tool",
+                "u",
+                task_id=f"{wave}-{i}",
+                server_name="pub",
+                tool_name="slow",
+                arguments={"text": f"{wave}-{i}"},
+            )
+            for i in range(70)
+        ]
         end = time.monotonic() + 60
         while True:  # all 70 received and none finished: they run concurrently, not 16 (or 1) at a time
-            calls = [e for e in srv.requests("tools/call") if json.loads(e["body"])["params"]["name"] == "slow"
-                     and json.loads(e["body"])["params"]["arguments"]["text"].startswith(wave)]
+            calls = [
+                e
+                for e in srv.requests("tools/call")
+                if json.loads(e["body"])["params"]["name"] == "slow"
+                and json.loads(e["body"])["params"]["arguments"]["text"].startswith(wave)
+            ]
             if len(calls) == 70 and not any(e["done"] for e in calls):
                 break
             assert time.monotonic() < end and not any(e["done"] for e in calls), "the slow calls did not overlap"
             time.sleep(0.02)
-        res.send_raw((json.dumps(res.command("call_tool", "u", task_id=slow[0], server_name="pub",
-                                             tool_name="echo", arguments={"text": "dup"})) + "\n").encode())
+        res.send_raw(
+            (
+                json.dumps(
+                    res.command(
+                        "call_tool",
+                        "u",
+                        task_id=slow[0],
+                        server_name="pub",
+                        tool_name="echo",
+                        arguments={"text": "dup"},
+                    )
+                )
+                + "\n"
+            ).encode()
+        )
         fast = res.send("call_tool", "u", server_name="pub", tool_name="echo", arguments={"text": f"{wave}-fast"})
         assert res.wait(slow[0])["error_code"] == "duplicate_task_id"
         assert res.wait(fast)["success"] is True
@@ -316,8 +380,11 @@ def test_duplicate_task_id_is_answered_at_once_and_the_original_still_runs(tmp_p
 
 def test_timeout_ms_bounds_one_call_cancelled_on_the_wire_outcome_unknown(tmp_path, resident):
     log = tmp_path / "stdio.log"
-    rows = [stdio_row("s", mock_stdio({"tools": [mock_tool("slow", "slow", ms=5000), *DEFAULT_TOOLS]}, log),
-                      isolation="public")]
+    rows = [
+        stdio_row(
+            "s", mock_stdio({"tools": [mock_tool("slow", "slow", ms=5000), *DEFAULT_TOOLS]}, log), isolation="public"
+        )
+    ]
     res = resident(registry(tmp_path, rows))
     res.ok("connect_server", "u", server_name="s")
     answer = res.ask("call_tool", "u", server_name="s", tool_name="slow", arguments={"text": "x"}, timeout_ms=300)
@@ -391,8 +458,10 @@ def test_process_limits_evict_the_lru_idle_user_session_else_resource_limit(tmp_
 
 
 def test_resource_limit_when_nothing_is_idle(tmp_path, resident):
-    rows = [stdio_row("s1", mock_stdio({"tools": [mock_tool("slow", "slow", ms=3000), *DEFAULT_TOOLS]})),
-            stdio_row("pubs", mock_stdio(), isolation="public")]
+    rows = [
+        stdio_row("s1", mock_stdio({"tools": [mock_tool("slow", "slow", ms=3000), *DEFAULT_TOOLS]})),
+        stdio_row("pubs", mock_stdio(), isolation="public"),
+    ]
     res = resident(registry(tmp_path, rows), "--max-processes", "2")
     res.ok("connect_server", "u", server_name="pubs")
     res.ok("connect_server", "alice", server_name="s1")
@@ -418,8 +487,9 @@ def test_disconnect_server_closes_this_users_instance_only(tmp_path, resident):
 
 
 def test_tools_list_changed_marks_the_catalogue_stale(tmp_path, resident, http_mock):
-    srv = http_mock({"notifications_before_result": [{"method": "notifications/tools/list_changed"}],
-                     "versions": ["2025-11-25"]})
+    srv = http_mock(
+        {"notifications_before_result": [{"method": "notifications/tools/list_changed"}], "versions": ["2025-11-25"]}
+    )
     res = resident(registry(tmp_path, [http_row("pub", srv.url)]))
     assert len(res.ok("list_tools", "u")["tools"]) == 5
     srv.update(tools=[*DEFAULT_TOOLS, mock_tool("brand_new")])
@@ -444,9 +514,12 @@ def test_refresh_tools_failure_keeps_the_previous_catalogue(tmp_path, resident, 
 @pytest.mark.parametrize("how", ["shutdown", "eof", "sigterm", "sigint"])
 def test_clean_exit_leaves_no_child(tmp_path, resident, http_mock, how):
     stubborn = [mock_stdio()[0], STUBBORN]  # ignores SIGTERM and EOF, and has a descendant that ignores SIGTERM
-    rows = [stdio_row("s", stubborn),
-            stdio_row("p", [*stubborn, "--scenario-json", json.dumps({"tools": [SLOW, *DEFAULT_TOOLS]})],
-                      isolation="public")]
+    rows = [
+        stdio_row("s", stubborn),
+        stdio_row(
+            "p", [*stubborn, "--scenario-json", json.dumps({"tools": [SLOW, *DEFAULT_TOOLS]})], isolation="public"
+        ),
+    ]
     res = resident(registry(tmp_path, rows))
     res.ok("connect_server", "alice", server_name="s")
     res.ok("connect_server", "bob", server_name="s")
@@ -455,8 +528,11 @@ def test_clean_exit_leaves_no_child(tmp_path, resident, http_mock, how):
     pids = res.child_pids()
     assert len(pids) == 3 and all(group_alive(p) for p in pids)
     if how == "shutdown":
-        assert res.ask("shutdown") == {"task_id": res.answers[-1]["task_id"], "success": True,
-                                       "result": {"stopped": True}}
+        assert res.ask("shutdown") == {
+            "task_id": res.answers[-1]["task_id"],
+            "success": True,
+            "result": {"stopped": True},
+        }
     elif how == "eof":
         res.proc.stdin.close()
     else:
@@ -495,14 +571,29 @@ def test_bad_lines_are_answered_and_survived(tmp_path, resident, http_mock):
         (b'{"command":"invoke","task_id":"c2"}', "c2", "invalid_command"),
         (b'{"command":"invoke","task_id":"c3","params":{"action":"fly"}}', "c3", "unknown_action"),
         (b'{"command":"invoke","task_id":"c4","params":{"action":"list_tools"}}', "c4", "invalid_command"),
-        (b'{"command":"invoke","task_id":"c5","params":{"action":"call_tool","server_name":"pub"},'
-         b'"user":{"userId":"u"}}', "c5", "invalid_command"),
-        (b'{"command":"invoke","task_id":"c6","params":{"action":"call_tool","name":"x","arguments":[]},'
-         b'"user":{"userId":"u"}}', "c6", "invalid_command"),
-        (b'{"command":"invoke","task_id":"c7","params":{"action":"call_tool","name":"x","timeout_ms":-1},'
-         b'"user":{"userId":"u"}}', "c7", "invalid_command"),
-        (b'{"command":"invoke","task_id":"c8","params":{"action":"list_tools"},"user":{"userId":5}}', "c8",
-         "invalid_command"),
+        (
+            b'{"command":"invoke","task_id":"c5","params":{"action":"call_tool","server_name":"pub"},'
+            b'"user":{"userId":"u"}}',
+            "c5",
+            "invalid_command",
+        ),
+        (
+            b'{"command":"invoke","task_id":"c6","params":{"action":"call_tool","name":"x","arguments":[]},'
+            b'"user":{"userId":"u"}}',
+            "c6",
+            "invalid_command",
+        ),
+        (
+            b'{"command":"invoke","task_id":"c7","params":{"action":"call_tool","name":"x","timeout_ms":-1},'
+            b'"user":{"userId":"u"}}',
+            "c7",
+            "invalid_command",
+        ),
+        (
+            b'{"command":"invoke","task_id":"c8","params":{"action":"list_tools"},"user":{"userId":5}}',
+            "c8",
+            "invalid_command",
+        ),
         (b'{"command":"invoke","task_id":"c9","params":{"action":"init"}', None, "invalid_command"),
         (b"\xff\xfe\x00", None, "invalid_command"),
         (b"", None, "invalid_command"),

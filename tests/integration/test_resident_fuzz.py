@@ -31,9 +31,11 @@ def world(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("resident-fuzz")
     srv = MockServer({"tools": [ENV_TOOL, *DEFAULT_TOOLS]})
     srv.start()
-    rows = [http_row("pub", srv.url, headers={"X-System": "${user.sys}"}),
-            http_row("crm", srv.url, isolation="user", headers={"X-Tenant-Token": "${user.token}"}),
-            stdio_row("box", mock_stdio({"tools": [ENV_TOOL, *DEFAULT_TOOLS]}), env={"MY_TOKEN": "${user.token}"})]
+    rows = [
+        http_row("pub", srv.url, headers={"X-System": "${user.sys}"}),
+        http_row("crm", srv.url, isolation="user", headers={"X-Tenant-Token": "${user.token}"}),
+        stdio_row("box", mock_stdio({"tools": [ENV_TOOL, *DEFAULT_TOOLS]}), env={"MY_TOKEN": "${user.token}"}),
+    ]
     users = {}
     for user, secret in USERS.items():
         users[(user, "crm")] = {"token": secret + "-crm"}
@@ -67,10 +69,29 @@ def test_cached_catalogues_are_per_user(world):
         assert not any(f"only_{other}" in n for n in names for other in USERS if other != user)
 
 
-fields = st.one_of(st.none(), st.integers(), st.floats(allow_nan=False), st.text(max_size=5), st.booleans(),
-                   st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
-actions = st.sampled_from(["init", "list_servers", "connect_server", "disconnect_server", "list_tools",
-                           "refresh_tools", "call_tool", "shutdown", "bogus", ""])
+fields = st.one_of(
+    st.none(),
+    st.integers(),
+    st.floats(allow_nan=False),
+    st.text(max_size=5),
+    st.booleans(),
+    st.lists(st.integers(), max_size=2),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+)
+actions = st.sampled_from(
+    [
+        "init",
+        "list_servers",
+        "connect_server",
+        "disconnect_server",
+        "list_tools",
+        "refresh_tools",
+        "call_tool",
+        "shutdown",
+        "bogus",
+        "",
+    ]
+)
 
 
 @st.composite
@@ -78,17 +99,34 @@ def bad_lines(draw):
     kind = draw(st.integers(0, 3))
     if kind == 0:
         return draw(st.binary(max_size=200)).replace(b"\n", b" ")
-    good = {"command": "invoke", "task_id": "fz", "params": {"action": draw(actions), "server_name": "pub",
-                                                             "tool_name": "echo", "arguments": {"text": "x"}},
-            "user": {"userId": "u-fuzz"}}
+    good = {
+        "command": "invoke",
+        "task_id": "fz",
+        "params": {"action": draw(actions), "server_name": "pub", "tool_name": "echo", "arguments": {"text": "x"}},
+        "user": {"userId": "u-fuzz"},
+    }
     if kind == 1:
         text = json.dumps(good)
         return text[: draw(st.integers(0, len(text) - 1))].encode()
     # a wrong type in one field (or an unknown action)
-    path = draw(st.sampled_from([("command",), ("task_id",), ("params",), ("user",), ("params", "action"),
-                                 ("params", "server_name"), ("params", "tool_name"), ("params", "name"),
-                                 ("params", "arguments"), ("params", "timeout_ms"), ("user", "userId"),
-                                 ("user", "accessToken")]))
+    path = draw(
+        st.sampled_from(
+            [
+                ("command",),
+                ("task_id",),
+                ("params",),
+                ("user",),
+                ("params", "action"),
+                ("params", "server_name"),
+                ("params", "tool_name"),
+                ("params", "name"),
+                ("params", "arguments"),
+                ("params", "timeout_ms"),
+                ("user", "userId"),
+                ("user", "accessToken"),
+            ]
+        )
+    )
     value = draw(fields)
     target = good
     for key in path[:-1]:
@@ -118,9 +156,16 @@ def test_malformed_input_gets_one_answer_each_and_never_kills_the_process(world,
     res.send_raw(line + b"\n")
     answer = res.wait(expected, timeout=20)  # exactly one answer per line (an accidental valid command is answered too)
     if answer["success"] is False:
-        assert answer["error_code"] in ("invalid_command", "unknown_action", "mcp_server_not_found",
-                                        "mcp_tool_not_found", "invalid_mcp_arguments", "mcp_credentials_missing",
-                                        "mcp_server_disabled", "mcp_timeout"), answer  # timeout_ms may be 1
+        assert answer["error_code"] in (
+            "invalid_command",
+            "unknown_action",
+            "mcp_server_not_found",
+            "mcp_tool_not_found",
+            "invalid_mcp_arguments",
+            "mcp_credentials_missing",
+            "mcp_server_disabled",
+            "mcp_timeout",
+        ), answer  # timeout_ms may be 1
     assert res.proc.poll() is None
 
 
@@ -132,8 +177,9 @@ def test_every_fuzzed_line_was_answered_once(world):
 
 user_commands = st.tuples(
     st.sampled_from(sorted(USERS)),
-    st.sampled_from(["list_servers", "list_tools", "call_box", "call_crm", "call_pub", "connect", "disconnect",
-                     "refresh"]),
+    st.sampled_from(
+        ["list_servers", "list_tools", "call_box", "call_crm", "call_pub", "connect", "disconnect", "refresh"]
+    ),
 )
 
 
@@ -144,7 +190,8 @@ def test_isolation_between_users(world, script):
     sent: dict[str, str] = {}
     for user, what in script:
         params = {
-            "list_servers": ("list_servers", {}), "list_tools": ("list_tools", {}),
+            "list_servers": ("list_servers", {}),
+            "list_tools": ("list_tools", {}),
             "refresh": ("refresh_tools", {"server_name": "box"}),
             "call_box": ("call_tool", {"name": "mcp_box_whoami", "arguments": {}}),
             "call_crm": ("call_tool", {"server_name": "crm", "tool_name": "echo", "arguments": {"text": user}}),

@@ -37,30 +37,38 @@ def answers(res):
 
 def test_inprocess_session_over_eof(tmp_path, srv):
     reg = tmp_path / "r.db"
-    rows = [http_row("pub", srv.url, headers={"X-Sys": "${user.k}"}),
-            stdio_row("box", mock_stdio()), stdio_row("off", mock_stdio(), enabled=0),
-            {"name": "bad", "transport_type": "stdio", "command": "x", "args": "not json", "isolation": "public"}]
+    rows = [
+        http_row("pub", srv.url, headers={"X-Sys": "${user.k}"}),
+        stdio_row("box", mock_stdio()),
+        stdio_row("off", mock_stdio(), enabled=0),
+        {"name": "bad", "transport_type": "stdio", "command": "x", "args": "not json", "isolation": "public"},
+    ]
     write_registry(str(reg), rows, {"pub": {"k": "sys-secret-77"}, "box": {}})
     events = tmp_path / "events.jsonl"
-    stdin = "\n".join([
-        line("a", "init"),
-        line("b", "list_servers"),
-        line("c", "list_servers", "u1"),
-        line("d", "connect_server", "u1", server_name="box"),
-        line("e", "call_tool", "u1", server_name="pub", tool_name="echo", arguments={"text": "x"}),
-        line("f", "call_tool", "u2", server_name="pub", tool_name="fail"),
-        line("g", "call_tool", "u1", server_name="pub", tool_name="pick", arguments={"color": "pink"}),
-        line("h", "call_tool", "u1", server_name="pub", tool_name="missing"),
-        line("i", "call_tool", "u1", server_name="off", tool_name="echo"),
-        line("j", "call_tool", "u1", server_name="pub", tool_name="ask"),
-        line("k", "list_tools", "u2", server_name="pub"),
-        line("l", "refresh_tools", "u2"),
-        line("m", "call_tool", "u1", name="mcp_unknown_tool"),
-        line("n", "disconnect_server", "u2", server_name="box"),
-        line("o", "connect_server", "u1", server_name="bad"),
-        line("p", "bogus", "u1"),
-        "not json",
-    ]) + "\n"
+    stdin = (
+        "\n".join(
+            [
+                line("a", "init"),
+                line("b", "list_servers"),
+                line("c", "list_servers", "u1"),
+                line("d", "connect_server", "u1", server_name="box"),
+                line("e", "call_tool", "u1", server_name="pub", tool_name="echo", arguments={"text": "x"}),
+                line("f", "call_tool", "u2", server_name="pub", tool_name="fail"),
+                line("g", "call_tool", "u1", server_name="pub", tool_name="pick", arguments={"color": "pink"}),
+                line("h", "call_tool", "u1", server_name="pub", tool_name="missing"),
+                line("i", "call_tool", "u1", server_name="off", tool_name="echo"),
+                line("j", "call_tool", "u1", server_name="pub", tool_name="ask"),
+                line("k", "list_tools", "u2", server_name="pub"),
+                line("l", "refresh_tools", "u2"),
+                line("m", "call_tool", "u1", name="mcp_unknown_tool"),
+                line("n", "disconnect_server", "u2", server_name="box"),
+                line("o", "connect_server", "u1", server_name="bad"),
+                line("p", "bogus", "u1"),
+                "not json",
+            ]
+        )
+        + "\n"
+    )
     res = run_bkmcp("--resident", "--registry", str(reg), "--events", str(events), stdin=stdin)
     assert res.exit_status == 0, res.stderr
     got = answers(res)
@@ -84,8 +92,15 @@ def test_inprocess_session_over_eof(tmp_path, srv):
     text = res.stdout + res.stderr + events.read_text()
     assert "sys-secret-77" not in text and "access-token-secret-99" not in text
     kinds = {json.loads(e)["event"] for e in events.read_text().splitlines()}
-    assert {"protocol.initialized", "server.discover", "tool.started", "tool.finished", "tool.rejected",
-            "process.started", "process.exited"} <= kinds
+    assert {
+        "protocol.initialized",
+        "server.discover",
+        "tool.started",
+        "tool.finished",
+        "tool.rejected",
+        "process.started",
+        "process.exited",
+    } <= kinds
     pids = [json.loads(e)["pid"] for e in events.read_text().splitlines() if '"process.started"' in e]
     assert pids and not any(group_alive(p) for p in pids)
 
@@ -94,8 +109,12 @@ def test_inprocess_shutdown_and_duplicates(tmp_path, srv):
     reg = tmp_path / "r.db"
     write_registry(str(reg), [http_row("pub", srv.url)])
     big = '{"command":"invoke","task_id":"big","params":{"action":"init","pad":"' + "x" * (17 << 20) + '"}}'
-    stdin = "\n".join([big, line("s1", "list_servers"), line("s1", "list_servers"), line("z", "shutdown"),
-                       line("after", "init")]) + "\n"
+    stdin = (
+        "\n".join(
+            [big, line("s1", "list_servers"), line("s1", "list_servers"), line("z", "shutdown"), line("after", "init")]
+        )
+        + "\n"
+    )
     res = run_bkmcp("--resident", "--registry", str(reg), stdin=stdin)
     assert res.exit_status == 0
     out = [json.loads(x) for x in res.stdout.splitlines()]
@@ -111,8 +130,9 @@ def test_inprocess_registry_failure_and_events_file(tmp_path):
     write_registry(str(tmp_path / "r.db"), [])
     res = run_bkmcp("--resident", "--registry", str(tmp_path / "r.db"), "--events", str(tmp_path / "no" / "e"))
     assert res.exit_status == 1 and res.error_code == "usage_error"
-    res = run_bkmcp("--resident", "--registry", str(tmp_path / "r.db"), "--events", "-",
-                    stdin=line("x", "list_servers") + "\n")
+    res = run_bkmcp(
+        "--resident", "--registry", str(tmp_path / "r.db"), "--events", "-", stdin=line("x", "list_servers") + "\n"
+    )
     assert res.exit_status == 0 and json.loads(res.stdout)["result"] == {"servers": []}
 
 
@@ -134,8 +154,7 @@ def _pool(tmp_path, **opts):
 
 def _server(name):
     argv = mock_stdio({"tools": [mock_tool("crash", "drop"), *DEFAULT_TOOLS]})
-    config = bkmcp.ServerConfig(name=name, type="stdio", config_file="registry", command=argv[0],
-                                args=tuple(argv[1:]))
+    config = bkmcp.ServerConfig(name=name, type="stdio", config_file="registry", command=argv[0], args=tuple(argv[1:]))
     return bkmcp.resolve_server(config, {"PATH": "/usr/bin:/bin"})
 
 
@@ -182,11 +201,16 @@ def test_inprocess_credentials_timeouts_and_the_tools_cache(tmp_path):
     try:
         reg = tmp_path / "r.db"
         write_registry(str(reg), [http_row("pub", srv.url), stdio_row("priv", mock_stdio())])
-        stdin = "\n".join([
-            line("a", "list_tools", "u1"),
-            line("b", "list_servers", "u1"),
-            line("c", "call_tool", "u1", server_name="pub", tool_name="slow", arguments={}, timeout_ms=300),
-        ]) + "\n"
+        stdin = (
+            "\n".join(
+                [
+                    line("a", "list_tools", "u1"),
+                    line("b", "list_servers", "u1"),
+                    line("c", "call_tool", "u1", server_name="pub", tool_name="slow", arguments={}, timeout_ms=300),
+                ]
+            )
+            + "\n"
+        )
         got = answers(run_bkmcp("--resident", "--registry", str(reg), stdin=stdin))
         assert [e["error_code"] for e in got["a"]["result"]["errors"]] == ["mcp_credentials_missing"]
         assert {s["server_name"]: s["status"] for s in got["b"]["result"]["servers"]}["priv"] == "no_credentials"
@@ -290,8 +314,14 @@ def _resident_server(tmp_path, rows):
     opts = bkmcp.ResidentOptions(registry=str(tmp_path / "r.db"))
     registry = bkmcp.open_registry(opts.registry, env={}, log=log, timeout=5.0)
     out = _Answers()
-    server = bkmcp.ResidentServer(opts, registry=registry, stdout=out, log=log,
-                                  events=bkmcp.EventSink(None, log.redactor), env={"PATH": "/usr/bin:/bin"})
+    server = bkmcp.ResidentServer(
+        opts,
+        registry=registry,
+        stdout=out,
+        log=log,
+        events=bkmcp.EventSink(None, log.redactor),
+        env={"PATH": "/usr/bin:/bin"},
+    )
     return server, out, registry
 
 
@@ -307,8 +337,9 @@ def test_command_threads_are_reused_capped_and_ended_by_the_finish(tmp_path, mon
         _until(lambda: len(server._idle) == 1)
         first = set(server._threads)
         for task in ("b", "c", "d"):  # one after the other: the same thread serves each
-            server.dispatch(line(task, "call_tool", "u", server_name="pub", tool_name="echo",
-                                 arguments={"text": task}).encode())
+            server.dispatch(
+                line(task, "call_tool", "u", server_name="pub", tool_name="echo", arguments={"text": task}).encode()
+            )
             assert out.wait(task)["success"] is True
             _until(lambda: len(server._idle) == 1)
             assert set(server._threads) == first
@@ -354,9 +385,17 @@ def test_eof_ends_every_command_thread_before_run_resident_returns(tmp_path, srv
     reg = tmp_path / "r.db"
     write_registry(str(reg), [http_row("pub", srv.url)])
     before = set(threading.enumerate())
-    stdin = "\n".join([line("w", "list_tools", "u")]
-                      + [line(f"c{i}", "call_tool", "u", server_name="pub", tool_name="echo", arguments={"text": "x"})
-                         for i in range(20)] + [line(f"l{i}", "list_servers") for i in range(20)]) + "\n"
+    stdin = (
+        "\n".join(
+            [line("w", "list_tools", "u")]
+            + [
+                line(f"c{i}", "call_tool", "u", server_name="pub", tool_name="echo", arguments={"text": "x"})
+                for i in range(20)
+            ]
+            + [line(f"l{i}", "list_servers") for i in range(20)]
+        )
+        + "\n"
+    )
     res = run_bkmcp("--resident", "--registry", str(reg), stdin=stdin)
     assert res.exit_status == 0
     got = answers(res)
@@ -379,15 +418,17 @@ def test_a_command_that_gets_no_thread_is_answered_and_the_process_keeps_serving
 
     try:
         monkeypatch.setattr(threading.Thread, "start", refuse)
-        server.dispatch(line("a", "call_tool", "u", server_name="pub", tool_name="echo",
-                             arguments={"text": "x"}).encode())
+        server.dispatch(
+            line("a", "call_tool", "u", server_name="pub", tool_name="echo", arguments={"text": "x"}).encode()
+        )
         refused = out.wait("a")
         assert refused["success"] is False and refused["error_code"] == "resource_limit"
         assert "was not run" in refused["error"]
         assert server._running == 0 and server._threads == set() and "a" not in server._tasks
         monkeypatch.setattr(threading.Thread, "start", real_start)
-        server.dispatch(line("a", "call_tool", "u", server_name="pub", tool_name="echo",
-                             arguments={"text": "again"}).encode())
+        server.dispatch(
+            line("a", "call_tool", "u", server_name="pub", tool_name="echo", arguments={"text": "again"}).encode()
+        )
         _until(lambda: len(out.all("a")) == 2)
         assert out.all("a")[1]["success"] is True
         calls = [json.loads(entry["body"]) for entry in srv.requests("tools/call")]

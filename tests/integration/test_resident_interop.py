@@ -16,9 +16,11 @@ USERS = {"alice": "alice-everything-9c1d", "bob": "bob-everything-4e7a"}
 
 @pytest.fixture
 def world(tmp_path: Path, sdk_server_stateful, sdk_stdio_argv, everything_stdio_argv):
-    rows = [http_row("sdkhttp", sdk_server_stateful.url),
-            stdio_row("sdkstdio", sdk_stdio_argv("stateful-sse")),
-            stdio_row("every", everything_stdio_argv, env={"USER_TOKEN": "${user.token}"})]
+    rows = [
+        http_row("sdkhttp", sdk_server_stateful.url),
+        stdio_row("sdkstdio", sdk_stdio_argv("stateful-sse")),
+        stdio_row("every", everything_stdio_argv, env={"USER_TOKEN": "${user.token}"}),
+    ]
     users = {(user, "every"): {"token": token} for user, token in USERS.items()}
     reg = tmp_path / "registry.db"
     write_registry(str(reg), rows, {"sdkstdio": {}}, users)

@@ -38,8 +38,11 @@ def resolved(entry: dict[str, Any], name: str = "m") -> bkmcp.ResolvedServer:
 def stdio_entry(tmp_path: Path, scenario: dict[str, Any], version: str | None = None) -> tuple[dict, Path]:
     spec, log = tmp_path / "scenario.json", tmp_path / "log.jsonl"
     spec.write_text(json.dumps(scenario), encoding="utf-8")
-    entry: dict[str, Any] = {"type": "stdio", "command": sys.executable,
-                             "args": [MOCK, "--stdio", "--scenario", str(spec), "--log", str(log)]}
+    entry: dict[str, Any] = {
+        "type": "stdio",
+        "command": sys.executable,
+        "args": [MOCK, "--stdio", "--scenario", str(spec), "--log", str(log)],
+    }
     if version:
         entry["protocolVersion"] = version
     return entry, log
@@ -187,8 +190,9 @@ def test_cancelling_one_stdio_call_sends_notifications_cancelled_for_it_alone(tm
     for i in set(range(10)) - {2}:
         assert echoed(outcomes[i]) == f"call-{i}"
     entries = stdio_log(log_path)
-    calls = {e["json"]["params"]["arguments"]["text"]: e["rpc_id"]
-             for e in entries if e.get("rpc_method") == "tools/call"}
+    calls = {
+        e["json"]["params"]["arguments"]["text"]: e["rpc_id"] for e in entries if e.get("rpc_method") == "tools/call"
+    }
     cancels = [e["json"]["params"] for e in entries if e.get("rpc_method") == "notifications/cancelled"]
     assert [c["requestId"] for c in cancels] == [calls["call-2"]]
     assert len(calls) == 10
@@ -230,8 +234,9 @@ def test_a_child_that_dies_fails_only_the_calls_in_flight_on_it_with_outcome_unk
         for thread in threads:
             thread.start()
         end = time.monotonic() + 20
-        while len([e for e in stdio_log(log_path) if e.get("rpc_method") == "tools/call"]) < 6 \
-                and time.monotonic() < end:
+        while (
+            len([e for e in stdio_log(log_path) if e.get("rpc_method") == "tools/call"]) < 6 and time.monotonic() < end
+        ):
             time.sleep(0.02)
         one(6, "drop")  # the child exits (status 3) while six slow calls are in flight
         for thread in threads:
@@ -277,10 +282,15 @@ def test_children_spawned_to_die_with_bkmcp_do_not_outlive_a_sigkill(tmp_path):
     entry, _log = stdio_entry(tmp_path, {"tools": TOOLS}, "2025-11-25")
     # a server that outlives the end of its stdin (it sleeps on), so only the signal can end it
     command = " ".join(json.dumps(part) for part in [entry["command"], *entry["args"]])
-    entry = {"type": "stdio", "command": "/bin/sh", "args": ["-c", f"{command}; sleep 30"],
-             "protocolVersion": "2025-11-25"}
+    entry = {
+        "type": "stdio",
+        "command": "/bin/sh",
+        "args": ["-c", f"{command}; sleep 30"],
+        "protocolVersion": "2025-11-25",
+    }
     script = tmp_path / "holder.py"
-    script.write_text(f"""
+    script.write_text(
+        f"""
 import io, json, sys, threading, time
 sys.path.insert(0, {str(ROOT)!r})
 import bkmcp
@@ -295,7 +305,9 @@ thread = threading.Thread(target=worker)
 thread.start(); thread.join()
 print(box[0].transport.pid, flush=True)
 time.sleep(60)
-""", encoding="utf-8")
+""",
+        encoding="utf-8",
+    )
     holder = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     pid = None
     try:

@@ -27,8 +27,9 @@ def config(tmp_path: Path, entry: dict) -> str:
 def test_a_stdio_cwd_that_is_a_file_says_so(tmp_path):
     not_a_dir = tmp_path / "file.txt"
     not_a_dir.write_text("x")
-    path = config(tmp_path, {"type": "stdio", "command": sys.executable, "args": [MOCK, "--stdio"],
-                             "cwd": str(not_a_dir)})
+    path = config(
+        tmp_path, {"type": "stdio", "command": sys.executable, "args": [MOCK, "--stdio"], "cwd": str(not_a_dir)}
+    )
     res = run_bkmcp("--config", path, "s", "--check")
     assert res.exit_status == 2 and res.error_code == "mcp_connection_error"
     assert "is not a directory" in res.json["error"]["message"]
@@ -45,8 +46,7 @@ def test_a_stdio_server_that_exits_at_start_still_gets_an_envelope_with_data(tmp
 
 def test_a_202_answer_to_tools_call_is_named_for_what_it_is(tmp_path):
     with MockServer({"versions": ["2025-11-25"], "faults": {"status_on": {"tools/call": 202}}}) as srv:
-        res = run_bkmcp("--config", config(tmp_path, {"type": "http", "url": srv.url}), "s", "echo",
-                        "--text", "hi")
+        res = run_bkmcp("--config", config(tmp_path, {"type": "http", "url": srv.url}), "s", "echo", "--text", "hi")
         calls = srv.requests(rpc_method="tools/call")
     assert res.exit_status == 2 and res.error_code == "mcp_protocol_error", res.stdout
     message = res.json["error"]["message"]
@@ -60,8 +60,9 @@ def test_check_on_a_stdio_server_never_claims_server_headers(tmp_path):
     res = run_bkmcp("--config", plain, "s", "--check")
     assert res.exit_status == 0, res.stdout + res.stderr
     assert res.json["data"]["authentication"] == {"source": "none", "discovery_accepted": True}
-    keyed = config(tmp_path, {"type": "stdio", "command": sys.executable, "args": [MOCK, "--stdio"],
-                              "env": {"API_KEY": "${K}"}})
+    keyed = config(
+        tmp_path, {"type": "stdio", "command": sys.executable, "args": [MOCK, "--stdio"], "env": {"API_KEY": "${K}"}}
+    )
     res = run_bkmcp("--config", keyed, "s", "--check", env={"K": "k-secret-value"})
     assert res.exit_status == 0, res.stdout + res.stderr
     assert res.json["data"]["authentication"]["source"] == "server_env"
@@ -92,8 +93,9 @@ for line in sys.stdin:
 def test_a_second_answer_for_one_request_id_is_a_verbose_warning_and_ignored(tmp_path):
     script = tmp_path / "twice.py"
     script.write_text(TWICE, encoding="utf-8")
-    path = config(tmp_path, {"type": "stdio", "command": sys.executable, "args": [str(script)],
-                             "protocolVersion": "2025-11-25"})
+    path = config(
+        tmp_path, {"type": "stdio", "command": sys.executable, "args": [str(script)], "protocolVersion": "2025-11-25"}
+    )
     res = run_bkmcp("--config", path, "-v", "s", "t", "--body", "{}")
     assert res.exit_status == 0, res.stdout + res.stderr
     assert res.json["data"]["result"]["content"][0]["text"] == "once"
@@ -106,13 +108,14 @@ def test_set_cookie_is_never_replayed(tmp_path):
     """The configured headers are the only identity (docs/contract.md §4): a Set-Cookie on initialize must not
     come back as Cookie on any later request (tools/call and DELETE included)."""
     with MockServer({"versions": ["2025-11-25"], "set_cookie": "sid=COOKIESECRET; Path=/"}) as srv:
-        res = run_bkmcp("--config", config(tmp_path, {"type": "http", "url": srv.url}), "-v", "s", "echo",
-                        "--text", "hi")
+        res = run_bkmcp(
+            "--config", config(tmp_path, {"type": "http", "url": srv.url}), "-v", "s", "echo", "--text", "hi"
+        )
         log = srv.log
     assert res.exit_status == 0, res.stdout + res.stderr
     first = next(i for i, e in enumerate(log) if e["rpc_method"] == "initialize")
     assert log[first]["response_headers"].get("set-cookie", "").startswith("sid=")
-    later = log[first + 1:]
+    later = log[first + 1 :]
     assert [e["http_method"] for e in later][-1] == "DELETE"
     assert all("cookie" not in e["headers"] for e in later)
     assert "COOKIESECRET" not in res.stdout + res.stderr

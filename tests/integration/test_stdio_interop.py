@@ -43,13 +43,16 @@ INHERITED = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "SYSTEMROOT
 
 
 class Server:
-    def __init__(self, tmp_path: Path, argv: list[str], env: dict[str, str], protocol_version: str | None,
-                 delay: float = 0.0) -> None:
+    def __init__(
+        self, tmp_path: Path, argv: list[str], env: dict[str, str], protocol_version: str | None, delay: float = 0.0
+    ) -> None:
         self.record = tmp_path / "received.jsonl"
         tee = tmp_path / "tee.py"
         tee.write_text(TEE, encoding="utf-8")
         entry: dict[str, Any] = {
-            "type": "stdio", "command": sys.executable, "args": [str(tee), str(self.record), str(delay), *argv],
+            "type": "stdio",
+            "command": sys.executable,
+            "args": [str(tee), str(self.record), str(delay), *argv],
             # the interop environment minus what bkmcp passes on by itself
             "env": {k: v for k, v in env.items() if k not in INHERITED},
         }

@@ -33,26 +33,45 @@ SECRET = "s3cr3t-T0ken-value-9f8e7d"
 class StdioTarget:
     """A config whose server ``name`` runs the mock on stdio; ``log()`` is what the mock(s) received."""
 
-    def __init__(self, tmp_path: Path, scenario: dict | None, *, protocol_version: str | None = None,
-                 wrapper: str | None = None, env: dict[str, str] | None = None, cwd: str | None = None,
-                 extra_args: list[str] | None = None, command: str | None = None, args: list[str] | None = None,
-                 name: str = "s") -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        scenario: dict | None,
+        *,
+        protocol_version: str | None = None,
+        wrapper: str | None = None,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        extra_args: list[str] | None = None,
+        command: str | None = None,
+        args: list[str] | None = None,
+        name: str = "s",
+    ) -> None:
         self.tmp = tmp_path
         self.name = name
         self.log_path = tmp_path / "mock-log.jsonl"
         self.pid_path = tmp_path / "pids.txt"
         scenario_path = tmp_path / "scenario.json"
         scenario_path.write_text(json.dumps(scenario or {}), encoding="utf-8")
-        mock_argv = [MOCK, "--stdio", "--scenario", str(scenario_path), "--log", str(self.log_path),
-                     *(extra_args or [])]
+        mock_argv = [
+            MOCK,
+            "--stdio",
+            "--scenario",
+            str(scenario_path),
+            "--log",
+            str(self.log_path),
+            *(extra_args or []),
+        ]
         entry: dict[str, Any] = {"type": "stdio"}
         if command is not None:
             entry["command"] = command
             entry["args"] = args or []
         elif wrapper is not None:
             # A python prologue that runs in the server process itself, then the mock (same pid).
-            code = (f"import os, runpy, sys\nPIDS = {str(self.pid_path)!r}\nMOCK_ARGV = {mock_argv!r}\n{wrapper}\n"
-                    "sys.argv = MOCK_ARGV\nrunpy.run_path(MOCK_ARGV[0], run_name='__main__')\n")
+            code = (
+                f"import os, runpy, sys\nPIDS = {str(self.pid_path)!r}\nMOCK_ARGV = {mock_argv!r}\n{wrapper}\n"
+                "sys.argv = MOCK_ARGV\nrunpy.run_path(MOCK_ARGV[0], run_name='__main__')\n"
+            )
             entry["command"] = sys.executable
             entry["args"] = ["-c", code]
         else:
@@ -220,8 +239,13 @@ def test_stdio_legacy_server_that_never_answers_discover_probe_window(stdio_mock
     result = target.run(target.name, "echo", "--text", "x", "-v")
     elapsed = time.monotonic() - started
     assert result.exit_status == 0, result.stdout + result.stderr
-    assert target.methods() == ["server/discover", "initialize", "notifications/initialized", "tools/list",
-                                "tools/call"]
+    assert target.methods() == [
+        "server/discover",
+        "initialize",
+        "notifications/initialized",
+        "tools/list",
+        "tools/call",
+    ]
     assert spawns(result.stderr) == 1
     assert "no answer within the probe window" in result.stderr
     assert elapsed >= 2.0
@@ -255,8 +279,9 @@ def test_stdio_server_that_exits_on_unknown_method_is_restarted(stdio_mock):
 def test_stdio_slow_server_that_exits_on_unknown_method_is_restarted_for_initialize(stdio_mock):
     """Slower than the probe window AND stopping on any pre-initialize request: initialize was queued behind the
     probe and dies with the child; a fresh child gets initialize first (once)."""
-    target = stdio_mock({"versions": ["2025-11-25"], "stdio_unknown_method": "exit"},
-                        wrapper="import time; time.sleep(2.3)")
+    target = stdio_mock(
+        {"versions": ["2025-11-25"], "stdio_unknown_method": "exit"}, wrapper="import time; time.sleep(2.3)"
+    )
     result = target.run(target.name, "--tools", "-v")
     assert result.exit_status == 0, result.stdout + result.stderr
     assert spawns(result.stderr) == 2
@@ -352,9 +377,11 @@ def test_stdio_timeout_bounded_and_process_reaped(stdio_mock):
 
 def test_stdio_process_tree_reaped_after_clean_exit(stdio_mock):
     """The server spawns a grandchild that would outlive it; after the operation neither is running."""
-    wrapper = ("import subprocess\n"
-               "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
-               "open(PIDS, 'w').write('%d %d' % (os.getpid(), child.pid))")
+    wrapper = (
+        "import subprocess\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+        "open(PIDS, 'w').write('%d %d' % (os.getpid(), child.pid))"
+    )
     target = stdio_mock(None, wrapper=wrapper, protocol_version=MODERN)
     result = target.run(target.name, "--tools")
     assert result.exit_status == 0, result.stdout
@@ -365,9 +392,11 @@ def test_stdio_process_tree_reaped_after_clean_exit(stdio_mock):
 
 def test_stdio_sigterm_ignored_gets_sigkill(stdio_mock):
     """A server that ignores SIGTERM (and its grandchild) is SIGKILLed after the grace period; nothing left."""
-    wrapper = ("import signal, subprocess\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-               "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
-               "open(PIDS, 'w').write('%d %d' % (os.getpid(), child.pid))")
+    wrapper = (
+        "import signal, subprocess\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+        "open(PIDS, 'w').write('%d %d' % (os.getpid(), child.pid))"
+    )
     scenario = {"tools": [mock_tool("sleepy", "slow", ms=60000)]}
     target = stdio_mock(scenario, wrapper=wrapper, protocol_version=MODERN)
     result = target.run("--timeout", "1s", target.name, "sleepy", "--body", "{}", "-v")
@@ -386,10 +415,22 @@ def test_stdio_environment_is_minimal_plus_expanded_env_C04(stdio_mock, tmp_path
     workdir = tmp_path / "work"
     workdir.mkdir()
     scenario = {"tools": [mock_tool("environ", "environ")]}
-    target = stdio_mock(scenario, protocol_version="2025-11-25", cwd=str(workdir),
-                        env={"GREETING": "hello ${WHO}", "API_TOKEN": "${TOK}", "LITERAL": "$${NOT_EXPANDED}"})
-    outer = {"WHO": "world", "TOK": SECRET, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "AWS_SECRET_ACCESS_KEY": "nope",
-             "HTTP_PROXY": "http://proxy.invalid:3128", "PYTHONPATH": "/nowhere", "USER": "tester"}
+    target = stdio_mock(
+        scenario,
+        protocol_version="2025-11-25",
+        cwd=str(workdir),
+        env={"GREETING": "hello ${WHO}", "API_TOKEN": "${TOK}", "LITERAL": "$${NOT_EXPANDED}"},
+    )
+    outer = {
+        "WHO": "world",
+        "TOK": SECRET,
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "AWS_SECRET_ACCESS_KEY": "nope",
+        "HTTP_PROXY": "http://proxy.invalid:3128",
+        "PYTHONPATH": "/nowhere",
+        "USER": "tester",
+    }
     result = target.run(target.name, "environ", "--body", "{}", env=outer)
     assert result.exit_status == 0, result.stdout + result.stderr
     info = result.json["data"]["result"]["structuredContent"]
@@ -406,8 +447,9 @@ def test_stdio_secrets_never_printed_verbose_O01(stdio_mock):
     """-v logs the spawned command with redacted args and only the NAMES of env variables; the server's stderr
     is streamed with a prefix and scrubbed too."""
     scenario = {"stderr_lines": [f"debug: using token {SECRET}", "ready"]}
-    target = stdio_mock(scenario, protocol_version=MODERN, env={"API_TOKEN": "${TOK}"},
-                        extra_args=["--require-header", "X-Key=${TOK}"])
+    target = stdio_mock(
+        scenario, protocol_version=MODERN, env={"API_TOKEN": "${TOK}"}, extra_args=["--require-header", "X-Key=${TOK}"]
+    )
     result = target.run(target.name, "--check", "-v", env={"TOK": SECRET})
     assert result.exit_status == 0, result.stdout + result.stderr
     assert SECRET not in result.stdout and SECRET not in result.stderr
@@ -475,8 +517,7 @@ def test_stdio_server_requests_answered_ping_and_declined_sampling(stdio_mock):
     assert result.exit_status == 0, result.stdout
     answers = [e["json"] for e in target.log() if e["rpc_method"] is None]
     assert answers == [{"jsonrpc": "2.0", "id": "mock-srv-1", "result": {}}]
-    target = stdio_mock({"faults": {"server_request_on_call": "sampling/createMessage"}},
-                        protocol_version="2025-11-25")
+    target = stdio_mock({"faults": {"server_request_on_call": "sampling/createMessage"}}, protocol_version="2025-11-25")
     result = target.run(target.name, "echo", "--text", "a")
     assert result.error_code == "mcp_capability_unsupported"
     answers = [e["json"] for e in target.log() if e["rpc_method"] is None]
@@ -515,14 +556,17 @@ def test_stdio_ctrl_c_sends_cancelled_then_shuts_down(stdio_mock, version):
     # The mock handles (and logs) one message at a time and is asleep in the tool: record what reaches its stdin
     # with a tee in front of it, in the server process itself.
     wrapper = STDIN_TEE + "open(PIDS, 'w').write(str(os.getpid()))"
-    target = stdio_mock({"tools": [mock_tool("sleepy", "slow", ms=60000)]}, wrapper=wrapper,
-                        protocol_version=version)
+    target = stdio_mock({"tools": [mock_tool("sleepy", "slow", ms=60000)]}, wrapper=wrapper, protocol_version=version)
     env = {"HOME": os.environ.get("HOME", "/nonexistent"), "PATH": os.environ.get("PATH", "")}
     from bkmcp_test_helpers import sigint_as_in_a_terminal
 
-    proc = subprocess.Popen([sys.executable, str(ROOT / "bkmcp.py"), "--config", str(target.config), target.name,
-                             "sleepy", "--body", "{}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                            preexec_fn=sigint_as_in_a_terminal)
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "bkmcp.py"), "--config", str(target.config), target.name, "sleepy", "--body", "{}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        preexec_fn=sigint_as_in_a_terminal,
+    )
     try:
         end = time.monotonic() + 20
         while target.count("tools/call") == 0 and time.monotonic() < end:
@@ -553,11 +597,27 @@ def test_stdio_ctrl_c_sends_cancelled_then_shuts_down(stdio_mock, version):
 def test_stdio_inherited_environment_selection():
     import bkmcp
 
-    env = {"PATH": "/bin", "HOME": "/h", "LC_ALL": "C", "LC_MESSAGES": "C", "LANG": "C.UTF-8", "SYSTEMROOT": "C:\\W",
-           "AWS_SECRET_ACCESS_KEY": "x", "HTTPS_PROXY": "p", "PYTHONPATH": "/p", "BK_CLI_CONFIG_DIR": "/c",
-           "LD_PRELOAD": "evil.so"}
+    env = {
+        "PATH": "/bin",
+        "HOME": "/h",
+        "LC_ALL": "C",
+        "LC_MESSAGES": "C",
+        "LANG": "C.UTF-8",
+        "SYSTEMROOT": "C:\\W",
+        "AWS_SECRET_ACCESS_KEY": "x",
+        "HTTPS_PROXY": "p",
+        "PYTHONPATH": "/p",
+        "BK_CLI_CONFIG_DIR": "/c",
+        "LD_PRELOAD": "evil.so",
+    }
     assert bkmcp.select_inherited_env(env) == {
-        "PATH": "/bin", "HOME": "/h", "LC_ALL": "C", "LC_MESSAGES": "C", "LANG": "C.UTF-8", "SYSTEMROOT": "C:\\W"}
+        "PATH": "/bin",
+        "HOME": "/h",
+        "LC_ALL": "C",
+        "LC_MESSAGES": "C",
+        "LANG": "C.UTF-8",
+        "SYSTEMROOT": "C:\\W",
+    }
     stdio = bkmcp.ServerConfig(name="s", type="stdio", config_file="/f", command="srv")
     http = bkmcp.ServerConfig(name="h", type="http", config_file="/f", url="https://example.com/mcp")
     assert bkmcp.resolve_server(stdio, env).inherited_env["PATH"] == "/bin"
@@ -590,9 +650,11 @@ def test_stdio_command_that_cannot_be_executed(stdio_mock, tmp_path):
 def test_stdio_exit_detected_while_a_grandchild_holds_stdout(stdio_mock):
     """npx-style wrappers: the server dies mid-call but a grandchild keeps its stdout open (no EOF). The exit is
     still noticed (no wait for --timeout), the outcome is unknown, and the grandchild is stopped."""
-    wrapper = ("import subprocess\n"
-               "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
-               "open(PIDS, 'w').write('%d %d' % (os.getpid(), child.pid))")
+    wrapper = (
+        "import subprocess\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+        "open(PIDS, 'w').write('%d %d' % (os.getpid(), child.pid))"
+    )
     target = stdio_mock({"tools": [mock_tool("dropper", "drop")]}, wrapper=wrapper, protocol_version=MODERN)
     started = time.monotonic()
     result = target.run("--timeout", "30s", target.name, "dropper", "--body", "{}")

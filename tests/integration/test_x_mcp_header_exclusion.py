@@ -22,20 +22,31 @@ ROOT = Path(__file__).resolve().parents[2]
 MODERN = "2026-07-28"
 WARNING = "excluded because their inputSchema declares an invalid x-mcp-header"
 
-VALID = mock_tool("valid_tool", properties={"region": {"type": "string", "x-mcp-header": "Region"}},
-                  required=["region"])
-NESTED = mock_tool("nested_tool", properties={
-    "geo": {"type": "object", "properties": {"zone": {"type": "string", "x-mcp-header": "Zone"}}},
-    "note": {"type": "string"}})
+VALID = mock_tool(
+    "valid_tool", properties={"region": {"type": "string", "x-mcp-header": "Region"}}, required=["region"]
+)
+NESTED = mock_tool(
+    "nested_tool",
+    properties={
+        "geo": {"type": "object", "properties": {"zone": {"type": "string", "x-mcp-header": "Zone"}}},
+        "note": {"type": "string"},
+    },
+)
 INVALID = [
     mock_tool("invalid_empty_header", properties={"value": {"type": "string", "x-mcp-header": ""}}),
     mock_tool("invalid_number_header", properties={"score": {"type": "number", "x-mcp-header": "Score"}}),
-    mock_tool("invalid_duplicate_diff_case", properties={
-        "field1": {"type": "string", "x-mcp-header": "MyField"},
-        "field2": {"type": "string", "x-mcp-header": "myfield"}}),
+    mock_tool(
+        "invalid_duplicate_diff_case",
+        properties={
+            "field1": {"type": "string", "x-mcp-header": "MyField"},
+            "field2": {"type": "string", "x-mcp-header": "myfield"},
+        },
+    ),
     mock_tool("invalid_space_in_name", properties={"value": {"type": "string", "x-mcp-header": "My Region"}}),
-    mock_tool("invalid_under_items", properties={
-        "list": {"type": "array", "items": {"type": "string", "x-mcp-header": "Each"}}}),
+    mock_tool(
+        "invalid_under_items",
+        properties={"list": {"type": "array", "items": {"type": "string", "x-mcp-header": "Each"}}},
+    ),
 ]
 CATALOGUE = [VALID, *INVALID, NESTED]
 INVALID_NAMES = [t["name"] for t in INVALID]
@@ -85,8 +96,7 @@ def test_an_excluded_tool_is_never_called(mock, extra):
     assert error["code"] == "mcp_tool_not_found"
     assert "excluded because its inputSchema declares an invalid x-mcp-header" in error["message"]
     assert error["hint"].startswith("x-mcp-header at /properties/value is empty; ")  # names the declaration
-    assert error["excluded"] == {"name": "invalid_empty_header",
-                                 "reason": "x-mcp-header at /properties/value is empty"}
+    assert error["excluded"] == {"name": "invalid_empty_header", "reason": "x-mcp-header at /properties/value is empty"}
     assert len(warnings(result.stderr)) == 1
     assert target.count("tools/list") == 1
     assert target.count("tools/call") == 0  # what the server received: no call at all
@@ -107,15 +117,33 @@ def test_the_usable_tools_of_the_same_catalogue_are_called_with_their_headers(mo
 def test_the_mock_rejects_a_nested_header_that_is_missing(mock):
     """The nested check above can fail: the mock answers -32020 when Mcp-Param-Zone does not match."""
     target = mock({"tools": [NESTED]})
-    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-        "name": "nested_tool", "arguments": {"geo": {"zone": "z"}},
-        "_meta": {"io.modelcontextprotocol/protocolVersion": MODERN,
-                  "io.modelcontextprotocol/clientCapabilities": {}}}}
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {
+            "name": "nested_tool",
+            "arguments": {"geo": {"zone": "z"}},
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": MODERN,
+                "io.modelcontextprotocol/clientCapabilities": {},
+            },
+        },
+    }
     conn = http.client.HTTPConnection("127.0.0.1", target.srv.port, timeout=10)
     try:
-        conn.request("POST", "/mcp", json.dumps(body), {
-            "Content-Type": "application/json", "Accept": "application/json, text/event-stream",
-            "MCP-Protocol-Version": MODERN, "Mcp-Method": "tools/call", "Mcp-Name": "nested_tool"})
+        conn.request(
+            "POST",
+            "/mcp",
+            json.dumps(body),
+            {
+                "Content-Type": "application/json",
+                "Accept": "application/json, text/event-stream",
+                "MCP-Protocol-Version": MODERN,
+                "Mcp-Method": "tools/call",
+                "Mcp-Name": "nested_tool",
+            },
+        )
         answer = conn.getresponse()
         payload = json.loads(answer.read())
     finally:
@@ -157,10 +185,28 @@ def test_stdio_modern_excludes_too(tmp_path):
     scenario.write_text(json.dumps({"tools": CATALOGUE}), encoding="utf-8")
     log = tmp_path / "log.jsonl"
     config = tmp_path / "mcp.json"
-    config.write_text(json.dumps({"mcpServers": {"s": {
-        "type": "stdio", "command": sys.executable, "protocolVersion": MODERN,
-        "args": [str(ROOT / "mock_server" / "mcp_mock.py"), "--stdio", "--scenario", str(scenario),
-                 "--log", str(log)]}}}), encoding="utf-8")
+    config.write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "s": {
+                        "type": "stdio",
+                        "command": sys.executable,
+                        "protocolVersion": MODERN,
+                        "args": [
+                            str(ROOT / "mock_server" / "mcp_mock.py"),
+                            "--stdio",
+                            "--scenario",
+                            str(scenario),
+                            "--log",
+                            str(log),
+                        ],
+                    }
+                }
+            }
+        ),
+        encoding="utf-8",
+    )
     config.chmod(0o600)
     tools = run_bkmcp("--config", str(config), "--timeout", "20s", "s", "--tools")
     assert tools.exit_status == 0, tools.stdout + tools.stderr

@@ -101,17 +101,20 @@ REJECTED = {
     "bkapi-string": {"X-Bkapi-Authorization": json.dumps(SECRET)},
     "bkapi-number": {"X-Bkapi-Authorization": "12345"},
     "bkapi-empty-object": {"X-Bkapi-Authorization": "{}"},
-    "bkapi-mixed": {"X-Bkapi-Authorization": bkapi(access_token=SECRET, bk_app_code="a", bk_app_secret=SECRET,
-                                                   bk_ticket="t")},
+    "bkapi-mixed": {
+        "X-Bkapi-Authorization": bkapi(access_token=SECRET, bk_app_code="a", bk_app_secret=SECRET, bk_ticket="t")
+    },
     "bkapi-access-plus-code": {"X-Bkapi-Authorization": bkapi(access_token=SECRET, bk_app_code="a")},
-    "bkapi-ticket-and-token": {"X-Bkapi-Authorization": bkapi(bk_app_code="a", bk_app_secret=SECRET,
-                                                              bk_ticket="t", bk_token="k")},
+    "bkapi-ticket-and-token": {
+        "X-Bkapi-Authorization": bkapi(bk_app_code="a", bk_app_secret=SECRET, bk_ticket="t", bk_token="k")
+    },
     "bkapi-no-secret": {"X-Bkapi-Authorization": bkapi(bk_app_code="a", bk_ticket=SECRET)},
     "bkapi-no-ticket": {"X-Bkapi-Authorization": bkapi(bk_app_code="a", bk_app_secret=SECRET)},
     "bkapi-empty-field": {"X-Bkapi-Authorization": bkapi(bk_app_code="", bk_app_secret=SECRET, bk_ticket="t")},
     "bkapi-blank-field": {"X-Bkapi-Authorization": bkapi(access_token="   ")},
-    "bkapi-non-string": {"X-Bkapi-Authorization": json.dumps({"bk_app_code": 1, "bk_app_secret": SECRET,
-                                                              "bk_ticket": "t"})},
+    "bkapi-non-string": {
+        "X-Bkapi-Authorization": json.dumps({"bk_app_code": 1, "bk_app_secret": SECRET, "bk_ticket": "t"})
+    },
     "bkapi-null": {"X-Bkapi-Authorization": json.dumps({"access_token": None})},
     "bkapi-extra-field": {"X-Bkapi-Authorization": bkapi(access_token=SECRET, bk_username="admin")},
     "bkapi-extra-secret-field": {"X-Bkapi-Authorization": json.dumps({"access_token": "x", SECRET: "y"})},
@@ -151,8 +154,9 @@ def test_a05_secret_fragments_are_scrubbed_from_errors(write_config, monkeypatch
     auth = bkapi(bk_app_code="my-app-code", bk_app_secret=SECRET, bk_token="token-part-777")
 
     def leaky(*a, **k):
-        raise bkmcp.ConnectionFailedError(f"server said: bad secret {SECRET}, token token-part-777",
-                                          hint=f"hint {SECRET}")
+        raise bkmcp.ConnectionFailedError(
+            f"server said: bad secret {SECRET}, token token-part-777", hint=f"hint {SECRET}"
+        )
 
     monkeypatch.setattr(bkmcp, "run_tools", leaky)
     res = run_bkmcp("--config", str(path), "a", "--tools", "-v", env={"AUTH": auth})

@@ -33,11 +33,14 @@ def _message(res) -> str:
     return res.json["error"]["message"]
 
 
-@pytest.mark.parametrize(("text", "ending"), [
-    ("[1]", "must be a JSON object (the tool's arguments), got an array"),
-    ("{bad", "is not valid JSON: expecting property name enclosed in double quotes at line 1 column 2"),
-    (" ", "is empty"),
-])
+@pytest.mark.parametrize(
+    ("text", "ending"),
+    [
+        ("[1]", "must be a JSON object (the tool's arguments), got an array"),
+        ("{bad", "is not valid JSON: expecting property name enclosed in double quotes at line 1 column 2"),
+        (" ", "is empty"),
+    ],
+)
 def test_messages_name_the_source_once(text, ending, config, tmp_path, no_network):
     """Issue 11 item 3: "--body from --body must be ..." named its source twice (and stdin as "stdin")."""
     (tmp_path / "args.json").write_text(text)
@@ -73,16 +76,24 @@ def test_body_limit_is_exact(config, tmp_path, monkeypatch, no_network):
     assert dry(config, "@fits.json", cwd=str(tmp_path)).exit_status == 0
     assert dry(config, "-", stdin=fits.encode()).exit_status == 0
     assert dry(config, fits).exit_status == 0
-    for res in (dry(config, "@over.json", cwd=str(tmp_path)), dry(config, "-", stdin=(fits + " ").encode()),
-                dry(config, fits + " ")):
+    for res in (
+        dry(config, "@over.json", cwd=str(tmp_path)),
+        dry(config, "-", stdin=(fits + " ").encode()),
+        dry(config, fits + " "),
+    ):
         assert res.error_code == "invalid_mcp_arguments" and "larger than" in _message(res)
 
 
 def _run(config: Path, *args: str, stdin=subprocess.DEVNULL, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     """The real entry point in a fresh interpreter (real stdin descriptor)."""
-    return subprocess.run([sys.executable, str(ROOT / "bkmcp.py"), "--config", str(config), "srv", "t", *args],
-                          stdin=stdin, capture_output=True, text=True, timeout=SAFETY,
-                          env={"HOME": str(tmp_path), "PATH": os.environ["PATH"]})
+    return subprocess.run(
+        [sys.executable, str(ROOT / "bkmcp.py"), "--config", str(config), "srv", "t", *args],
+        stdin=stdin,
+        capture_output=True,
+        text=True,
+        timeout=SAFETY,
+        env={"HOME": str(tmp_path), "PATH": os.environ["PATH"]},
+    )
 
 
 def test_stdin_from_dev_zero_stops_at_the_limit(config, tmp_path):

@@ -16,15 +16,27 @@ URL = "https://mcp.example.com/report/mcp/?stage=prod"
 
 @pytest.fixture
 def config(write_config):
-    return write_config({"mcpServers": {
-        "report-prod": {"type": "http", "url": URL,
-                        "headers": {"X-Bkapi-Authorization": "${REPORT_BK_AUTH}", "X-Tenant": "t1"}},
-        "public-docs": {"type": "http", "url": "https://mcp.example.com/public/mcp/"},
-        "local-fs": {"type": "stdio", "command": "npx", "args": ["-y", "server-fs", "${DATA_DIR}"],
-                     "env": {"API_KEY": "${FS_KEY}"}, "cwd": "/srv"},
-        # a closed loopback port: tool help must try discovery there, never read stdin or body files
-        "closed": {"type": "http", "url": "http://127.0.0.1:9/mcp"},
-    }})
+    return write_config(
+        {
+            "mcpServers": {
+                "report-prod": {
+                    "type": "http",
+                    "url": URL,
+                    "headers": {"X-Bkapi-Authorization": "${REPORT_BK_AUTH}", "X-Tenant": "t1"},
+                },
+                "public-docs": {"type": "http", "url": "https://mcp.example.com/public/mcp/"},
+                "local-fs": {
+                    "type": "stdio",
+                    "command": "npx",
+                    "args": ["-y", "server-fs", "${DATA_DIR}"],
+                    "env": {"API_KEY": "${FS_KEY}"},
+                    "cwd": "/srv",
+                },
+                # a closed loopback port: tool help must try discovery there, never read stdin or body files
+                "closed": {"type": "http", "url": "http://127.0.0.1:9/mcp"},
+            }
+        }
+    )
 
 
 AUTH = json.dumps({"access_token": "acc-tok-123456"})
@@ -86,15 +98,41 @@ def test_parse_argv_global_options_anywhere():
     ):
         inv = bkmcp.parse_argv(argv)
         assert (inv.server, inv.config, inv.timeout, inv.verbose, inv.insecure, inv.jq, inv.check) == (
-            "srv", "c.json", "5s", True, True, ".", True)
+            "srv",
+            "c.json",
+            "5s",
+            True,
+            True,
+            ".",
+            True,
+        )
 
 
 def test_parse_argv_tool_tokens_and_globals_after_the_tool():
-    inv = bkmcp.parse_argv(["srv", "Tool.Name_x-y", "--limit", "20", "--q=a b", "--flag", "--config", "c", "--neg",
-                            "-5", "--body", "{}", "-v"])
+    inv = bkmcp.parse_argv(
+        [
+            "srv",
+            "Tool.Name_x-y",
+            "--limit",
+            "20",
+            "--q=a b",
+            "--flag",
+            "--config",
+            "c",
+            "--neg",
+            "-5",
+            "--body",
+            "{}",
+            "-v",
+        ]
+    )
     assert inv.tool == "Tool.Name_x-y" and inv.config == "c" and inv.body == "{}" and inv.verbose
     assert [(t.name, t.value, t.has_equals) for t in inv.tool_tokens] == [
-        ("limit", "20", False), ("q", "a b", True), ("flag", None, False), ("neg", "-5", False)]
+        ("limit", "20", False),
+        ("q", "a b", True),
+        ("flag", None, False),
+        ("neg", "-5", False),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -140,14 +178,32 @@ def test_repeatable_flags():
 @pytest.mark.parametrize(
     "argv",
     [
-        ["srv", "--check", "--tools"], ["srv", "--check", "tool"], ["srv", "tool", "--check"], ["srv", "--tools", "t"],
-        ["srv", "--check", "--tools", "--help"], ["srv", "--check", "--body", "{}"], ["srv", "--tools", "--body", "-"],
-        ["srv", "--check", "--dry-run"], ["srv", "--tools", "--dry-run"], ["srv", "--dry-run"], ["--dry-run"],
-        ["srv", "t", "--dry-run"], ["srv", "t", "--body", "{}", "--dry-run", "--limit", "5"],
-        ["srv", "t", "--limit=5", "--body", "{}", "--dry-run"], ["srv", "t", "--body", "{}", "--dry-run", "--help"],
-        ["--check"], ["--tools"], ["--registry", "x"], ["--resident", "srv"], ["--resident", "--check"],
-        ["srv", "--body", "{}"], ["--body", "{}"], ["srv", "--timeout", "0"],
-        ["srv", "--timeout", "-1"], ["srv", "--timeout", "1d"], ["srv", "--timeout", "abc"],
+        ["srv", "--check", "--tools"],
+        ["srv", "--check", "tool"],
+        ["srv", "tool", "--check"],
+        ["srv", "--tools", "t"],
+        ["srv", "--check", "--tools", "--help"],
+        ["srv", "--check", "--body", "{}"],
+        ["srv", "--tools", "--body", "-"],
+        ["srv", "--check", "--dry-run"],
+        ["srv", "--tools", "--dry-run"],
+        ["srv", "--dry-run"],
+        ["--dry-run"],
+        ["srv", "t", "--dry-run"],
+        ["srv", "t", "--body", "{}", "--dry-run", "--limit", "5"],
+        ["srv", "t", "--limit=5", "--body", "{}", "--dry-run"],
+        ["srv", "t", "--body", "{}", "--dry-run", "--help"],
+        ["--check"],
+        ["--tools"],
+        ["--registry", "x"],
+        ["--resident", "srv"],
+        ["--resident", "--check"],
+        ["srv", "--body", "{}"],
+        ["--body", "{}"],
+        ["srv", "--timeout", "0"],
+        ["srv", "--timeout", "-1"],
+        ["srv", "--timeout", "1d"],
+        ["srv", "--timeout", "abc"],
     ],
 )
 def test_mode_exclusivity_and_combinations(argv):
@@ -169,8 +225,13 @@ def test_invalid_server_names_on_the_command_line(name):
 
 @pytest.mark.parametrize(
     "args",
-    [("srv", "--check", "--tools"), ("srv", "tool", "extra"), ("--bogus",), ("srv", "--timeout", "1d", "--check"),
-     ("srv", "t", "--body", "{}", "--dry-run", "--q", "1")],
+    [
+        ("srv", "--check", "--tools"),
+        ("srv", "tool", "extra"),
+        ("--bogus",),
+        ("srv", "--timeout", "1d", "--check"),
+        ("srv", "t", "--body", "{}", "--dry-run", "--q", "1"),
+    ],
 )
 def test_usage_errors_are_local_envelopes_on_stderr(args, tmp_path, no_network):
     res = run_bkmcp(*args, env={"HOME": str(tmp_path)})
@@ -185,10 +246,12 @@ def test_usage_errors_come_before_config_errors(tmp_path, no_network):
 
 
 def test_global_options_before_or_after_the_server(config, no_network):
-    a = run_bkmcp("--config", str(config), "--timeout", "5s", "-v", "report-prod", "t", "--body", "{}", "--dry-run",
-                  env=ENV)
-    b = run_bkmcp("report-prod", "t", "--body", "{}", "--dry-run", "--timeout=5s", "--config", str(config),
-                  "--verbose", env=ENV)
+    a = run_bkmcp(
+        "--config", str(config), "--timeout", "5s", "-v", "report-prod", "t", "--body", "{}", "--dry-run", env=ENV
+    )
+    b = run_bkmcp(
+        "report-prod", "t", "--body", "{}", "--dry-run", "--timeout=5s", "--config", str(config), "--verbose", env=ENV
+    )
     assert a.exit_status == b.exit_status == 0
     assert a.stdout == b.stdout
 
@@ -234,9 +297,18 @@ def test_d01_root_help_shows_the_selected_file(tmp_path, no_network):
 
 @pytest.mark.parametrize(
     "args",
-    [("report-prod",), ("report-prod", "--help"), ("report-prod", "-h"), ("-h", "report-prod"),
-     ("report-prod", "--help", "--body", "-"), ("local-fs",), ("local-fs", "--help"), ("public-docs", "--help"),
-     ("report-prod", "--check", "--help"), ("report-prod", "--tools", "-h")],
+    [
+        ("report-prod",),
+        ("report-prod", "--help"),
+        ("report-prod", "-h"),
+        ("-h", "report-prod"),
+        ("report-prod", "--help", "--body", "-"),
+        ("local-fs",),
+        ("local-fs", "--help"),
+        ("public-docs", "--help"),
+        ("report-prod", "--check", "--help"),
+        ("report-prod", "--tools", "-h"),
+    ],
 )
 def test_d01_server_help_needs_no_variables_no_network_no_stdin(args, config, no_network):
     stdin = TrapStdin()
@@ -363,7 +435,7 @@ def test_p04_bom_accepted_and_non_utf8_rejected(via, config, tmp_path, no_networ
 
     ok = run(b'\xef\xbb\xbf{"a": "\xe4\xb8\xad"}')
     assert ok.exit_status == 0 and ok.json["data"]["arguments"] == {"a": "中"}
-    for raw in (b'{"a": "\xff"}', b'\xff\xfe{\x00}\x00', b'{"a": "\xe4\xb8"}'):
+    for raw in (b'{"a": "\xff"}', b"\xff\xfe{\x00}\x00", b'{"a": "\xe4\xb8"}'):
         res = run(raw)
         assert res.error_code == "invalid_mcp_arguments" and "UTF-8" in res.json["error"]["message"]
 
@@ -393,25 +465,27 @@ def test_p04_body_file_resolves_against_cwd_not_the_config_dir(write_config, tmp
     assert res.json["data"]["arguments"] == {"where": "cwd"}
 
 
-SHELL_TEXT = "it's \"quoted\"\nline2\ttab \\ back\\\\slash $(touch {marker}) `touch {marker}` ${{HOME}} 中文 ; | & > <"
+SHELL_TEXT = 'it\'s "quoted"\nline2\ttab \\ back\\\\slash $(touch {marker}) `touch {marker}` ${{HOME}} 中文 ; | & > <'
 
 
 @pytest.mark.parametrize("via", ["inline", "file", "stdin"])
 def test_p06_shell_sensitive_text_is_data(via, config, tmp_path, no_network):
     marker = tmp_path / "pwned"
     value = SHELL_TEXT.format(marker=marker)
-    text = json.dumps({"q": value, "k\"$(x)": ["`y`", "\\n"]}, ensure_ascii=False, separators=(",", ":"))
+    text = json.dumps({"q": value, 'k"$(x)': ["`y`", "\\n"]}, ensure_ascii=False, separators=(",", ":"))
     res = dry_via(via, config, tmp_path, text)
     assert res.exit_status == 0, res.stderr
-    assert res.json["data"]["arguments"] == {"q": value, "k\"$(x)": ["`y`", "\\n"]}
+    assert res.json["data"]["arguments"] == {"q": value, 'k"$(x)': ["`y`", "\\n"]}
     assert text in res.stdout  # written back byte for byte
     assert not marker.exists()
 
 
 def test_p04_number_fidelity_through_dry_run(config, no_network):
     """P02/P04: big ints, 1e400, 0.1, 12345678901234567890.5, -0.0, 1E+2 reach the output byte-equivalent."""
-    text = ('{"a":123456789012345678901234567890,"b":1e400,"c":0.1,"d":12345678901234567890.5,"e":-0.0,'
-            '"f":1E+2,"g":[1.50,-1e-400],"h":"00123"}')
+    text = (
+        '{"a":123456789012345678901234567890,"b":1e400,"c":0.1,"d":12345678901234567890.5,"e":-0.0,'
+        '"f":1E+2,"g":[1.50,-1e-400],"h":"00123"}'
+    )
     res = dry(config, text)
     assert '"arguments":' + text + "," in res.stdout
 
@@ -423,19 +497,38 @@ def test_o02_dry_run_envelope_http(config, no_network):
     res = dry(config, '{"keyword": "x"}')
     assert res.exit_status == 0 and res.stderr == ""
     assert res.stdout.count("\n") == 1
-    assert res.json == {"ok": True, "data": {
-        "dry_run": True, "server": "report-prod", "tool": "t", "transport": "http", "url": URL,
-        "headers": {"X-Bkapi-Authorization": "***", "X-Tenant": "t1"}, "arguments": {"keyword": "x"},
-        "unverified": ["tool_exists", "input_schema", "authentication", "permissions"]}}
+    assert res.json == {
+        "ok": True,
+        "data": {
+            "dry_run": True,
+            "server": "report-prod",
+            "tool": "t",
+            "transport": "http",
+            "url": URL,
+            "headers": {"X-Bkapi-Authorization": "***", "X-Tenant": "t1"},
+            "arguments": {"keyword": "x"},
+            "unverified": ["tool_exists", "input_schema", "authentication", "permissions"],
+        },
+    }
     assert "acc-tok-123456" not in res.stdout
 
 
 def test_o02_dry_run_envelope_stdio(config, no_network):
     res = dry(config, "{}", server="local-fs")
-    assert res.json == {"ok": True, "data": {
-        "dry_run": True, "server": "local-fs", "tool": "t", "transport": "stdio", "command": "npx",
-        "args": ["-y", "server-fs", "/data"], "env": {"API_KEY": "***"}, "arguments": {},
-        "unverified": ["tool_exists", "input_schema", "authentication", "permissions"]}}
+    assert res.json == {
+        "ok": True,
+        "data": {
+            "dry_run": True,
+            "server": "local-fs",
+            "tool": "t",
+            "transport": "stdio",
+            "command": "npx",
+            "args": ["-y", "server-fs", "/data"],
+            "env": {"API_KEY": "***"},
+            "arguments": {},
+            "unverified": ["tool_exists", "input_schema", "authentication", "permissions"],
+        },
+    }
     assert "fs-key-123456" not in res.stdout
 
 
@@ -448,10 +541,13 @@ def test_o02_dry_run_never_starts_anything_remote(config, monkeypatch, no_networ
 
 
 def test_o02_dry_run_still_validates_config_and_auth(write_config, no_network):
-    path = write_config({"mcpServers": {"a": {"type": "http", "url": "https://x/",
-                                              "headers": {"Authorization": "Bearer ${T}"}}}})
-    assert run_bkmcp("--config", str(path), "a", "t", "--body", "{}", "--dry-run").error_code == \
-        "missing_environment_variable"
+    path = write_config(
+        {"mcpServers": {"a": {"type": "http", "url": "https://x/", "headers": {"Authorization": "Bearer ${T}"}}}}
+    )
+    assert (
+        run_bkmcp("--config", str(path), "a", "t", "--body", "{}", "--dry-run").error_code
+        == "missing_environment_variable"
+    )
     res = run_bkmcp("--config", str(path), "a", "t", "--body", "{}", "--dry-run", env={"T": ""})
     assert res.error_code == "invalid_mcp_config"
 
@@ -508,8 +604,14 @@ def test_broken_stdout_is_not_a_traceback(config, no_network):
             raise BrokenPipeError
 
     err = io.StringIO()
-    status = bkmcp.main(["--config", str(config), "report-prod", "t", "--body", "{}", "--dry-run"],
-                        stdin=io.StringIO(), stdout=Broken(), stderr=err, env=ENV, cwd=os.getcwd())
+    status = bkmcp.main(
+        ["--config", str(config), "report-prod", "t", "--body", "{}", "--dry-run"],
+        stdin=io.StringIO(),
+        stdout=Broken(),
+        stderr=err,
+        env=ENV,
+        cwd=os.getcwd(),
+    )
     assert status == 1 and "Traceback" not in err.getvalue()
 
 
@@ -517,8 +619,14 @@ def test_surrogates_never_break_a_strict_utf8_stdout(config, no_network):
     raw = io.BytesIO()
     out = io.TextIOWrapper(raw, encoding="utf-8", errors="strict")
     err = io.StringIO()
-    status = bkmcp.main(["--config", str(config), "report-prod", "t", "--body", '{"s": "\\udcff"}', "--dry-run"],
-                        stdin=io.StringIO(), stdout=out, stderr=err, env=ENV, cwd=os.getcwd())
+    status = bkmcp.main(
+        ["--config", str(config), "report-prod", "t", "--body", '{"s": "\\udcff"}', "--dry-run"],
+        stdin=io.StringIO(),
+        stdout=out,
+        stderr=err,
+        env=ENV,
+        cwd=os.getcwd(),
+    )
     out.flush()
     assert status == 0, err.getvalue()
     assert bkmcp.parse_json(raw.getvalue())["data"]["arguments"] == {"s": "\udcff"}
@@ -530,17 +638,25 @@ def test_pretty_output_on_a_terminal(config, no_network):
             return True
 
     out = Tty()
-    bkmcp.main(["--config", str(config), "report-prod", "t", "--body", "{}", "--dry-run"], stdin=io.StringIO(),
-               stdout=out, stderr=io.StringIO(), env=ENV, cwd=os.getcwd())
+    bkmcp.main(
+        ["--config", str(config), "report-prod", "t", "--body", "{}", "--dry-run"],
+        stdin=io.StringIO(),
+        stdout=out,
+        stderr=io.StringIO(),
+        env=ENV,
+        cwd=os.getcwd(),
+    )
     assert out.getvalue().startswith('{\n  "ok": true,')
 
 
-@pytest.mark.parametrize(("text", "seconds"), [("500ms", 0.5), ("30s", 30.0), ("2m", 120.0), ("1h", 3600.0),
-                                               ("1.5", 1.5), (None, 60.0)])
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("500ms", 0.5), ("30s", 30.0), ("2m", 120.0), ("1h", 3600.0), ("1.5", 1.5), (None, 60.0)]
+)
 def test_timeout_reaches_the_operation_as_one_budget(text, seconds, config, monkeypatch, no_network):
     seen = []
-    monkeypatch.setattr(bkmcp, "run_tools", lambda server, ctx, *, insecure: seen.append(ctx.deadline.seconds)
-                        or {"tools": []})
+    monkeypatch.setattr(
+        bkmcp, "run_tools", lambda server, ctx, *, insecure: seen.append(ctx.deadline.seconds) or {"tools": []}
+    )
     args = ("--timeout", text) if text else ()
     assert c(config, "public-docs", "--tools", *args).exit_status == 0
     assert seen == [pytest.approx(seconds)]

@@ -160,8 +160,11 @@ def test_c02_invalid_documents(name, write_config, no_network):
 
 
 BAD_SERVER_NAMES = {
-    "space": ("a b", "whitespace"), "dash": ("-a", "start with '-'"), "option": ("--check", "start with '-'"),
-    "empty": ("", "must not be empty"), "ctrl": ("a\u0001", "control characters"),
+    "space": ("a b", "whitespace"),
+    "dash": ("-a", "start with '-'"),
+    "option": ("--check", "start with '-'"),
+    "empty": ("", "must not be empty"),
+    "ctrl": ("a\u0001", "control characters"),
 }
 
 
@@ -199,11 +202,13 @@ def test_c02_whole_file_is_validated_not_only_the_selected_server(write_config, 
 
 def test_c02_valid_documents_parse():
     conf = parse_config(
-        json.dumps(cfg(
-            a=http(headers={}, protocolVersion="2025-06-18"),
-            b={"type": "stdio", "command": "npx", "args": ["-y", "pkg"], "env": {"K": "${V}"}, "cwd": "/srv"},
-            c=http(),
-        )),
+        json.dumps(
+            cfg(
+                a=http(headers={}, protocolVersion="2025-06-18"),
+                b={"type": "stdio", "command": "npx", "args": ["-y", "pkg"], "env": {"K": "${V}"}, "cwd": "/srv"},
+                c=http(),
+            )
+        ),
         "/f.json",
     )
     assert conf.servers["a"].protocol_version == "2025-06-18" and conf.servers["a"].headers == ()
@@ -218,8 +223,7 @@ def test_c02_messages_never_echo_values():
     """A05: parse and validation errors name fields, never header or config values."""
     secret = "s3cr3t-abcdef"
     docs = [
-        '{"mcpServers": {"a": {"type": "http", "url": "https://x/", "headers": {"Authorization": "'
-        + secret + '",}}}}',
+        '{"mcpServers": {"a": {"type": "http", "url": "https://x/", "headers": {"Authorization": "' + secret + '",}}}}',
         json.dumps(cfg(a=http(headers={"X-Token": secret, "Host": "h"}))),
         json.dumps(cfg(a=http(headers={"X-Token": secret, "Bad Name": "v"}))),
         json.dumps(cfg(a=http(headers={f"Authorization: Bearer {secret}": ""}))),
@@ -241,9 +245,21 @@ def test_c02_messages_never_echo_values():
 # -- C02: url ---------------------------------------------------------------------------------------------
 
 BAD_URLS = [
-    "/relative/mcp", "mcp.example.com/mcp", "ftp://x/mcp", "file:///etc/passwd", "https://user@x/",
-    "https://user:pw@x/", "https://x/mcp#frag", "https://x/#", "https:///path", "", "https://x:99999/",
-    "https://x:0/", "https://x/ mcp", "https://x/\nmcp", "ws://x/",
+    "/relative/mcp",
+    "mcp.example.com/mcp",
+    "ftp://x/mcp",
+    "file:///etc/passwd",
+    "https://user@x/",
+    "https://user:pw@x/",
+    "https://x/mcp#frag",
+    "https://x/#",
+    "https:///path",
+    "",
+    "https://x:99999/",
+    "https://x:0/",
+    "https://x/ mcp",
+    "https://x/\nmcp",
+    "ws://x/",
 ]
 
 
@@ -283,9 +299,27 @@ def test_c02_url_kept_byte_for_byte_in_dry_run(url, write_config, no_network):
 # -- C02: headers -----------------------------------------------------------------------------------------
 
 FORBIDDEN = [
-    "Host", "Content-Length", "Content-Type", "Accept", "Connection", "Keep-Alive", "Transfer-Encoding", "Upgrade",
-    "TE", "Trailer", "Proxy-Connection", "Mcp-Session-Id", "MCP-Protocol-Version", "Mcp-Method", "Mcp-Name",
-    "Mcp-Param-Foo", "mcp-param-x", "MCP-PARAM-Region", "host", "CONTENT-TYPE", "mcp-session-id",
+    "Host",
+    "Content-Length",
+    "Content-Type",
+    "Accept",
+    "Connection",
+    "Keep-Alive",
+    "Transfer-Encoding",
+    "Upgrade",
+    "TE",
+    "Trailer",
+    "Proxy-Connection",
+    "Mcp-Session-Id",
+    "MCP-Protocol-Version",
+    "Mcp-Method",
+    "Mcp-Name",
+    "Mcp-Param-Foo",
+    "mcp-param-x",
+    "MCP-PARAM-Region",
+    "host",
+    "CONTENT-TYPE",
+    "mcp-session-id",
 ]
 
 
@@ -300,7 +334,8 @@ def test_c02_forbidden_headers(name, write_config, no_network):
 @pytest.mark.parametrize(
     "headers",
     [
-        '{"X-A": "1", "x-a": "2"}', '{"Authorization": "Bearer a", "AUTHORIZATION": "Bearer b"}',
+        '{"X-A": "1", "x-a": "2"}',
+        '{"Authorization": "Bearer a", "AUTHORIZATION": "Bearer b"}',
         '{"X-Api-Key": "1", "x-api-KEY": "2"}',
     ],
 )
@@ -312,8 +347,19 @@ def test_c02_a03_case_insensitive_duplicate_headers(headers):
 
 @pytest.mark.parametrize(
     "headers",
-    [[], "x", {"X-A": 1}, {"X-A": None}, {"X-A": ["v"]}, {"X-A": {"v": 1}}, {"": "v"}, {"X A": "v"}, {"X:A": "v"},
-     {"X-A": "a\r\nInjected: 1"}, {"X-A": "a\u0000"}],
+    [
+        [],
+        "x",
+        {"X-A": 1},
+        {"X-A": None},
+        {"X-A": ["v"]},
+        {"X-A": {"v": 1}},
+        {"": "v"},
+        {"X A": "v"},
+        {"X:A": "v"},
+        {"X-A": "a\r\nInjected: 1"},
+        {"X-A": "a\u0000"},
+    ],
 )
 def test_c02_bad_headers(headers):
     with pytest.raises(InvalidConfigError):
@@ -336,9 +382,12 @@ def test_c02_headers_may_be_empty_or_absent_and_custom_ones_pass(write_config, n
 @pytest.mark.parametrize(
     "args",
     [
-        ("--context", "prod", "a", "--check"), ("a", "--check", "--context", "prod"),
+        ("--context", "prod", "a", "--check"),
+        ("a", "--check", "--context", "prod"),
         ("--context=prod", "a", "--tools"),
-        ("a", "t", "--body", "{}", "--dry-run", "--context", "x"), ("--context", "x"), ("a", "--context", "x"),
+        ("a", "t", "--body", "{}", "--dry-run", "--context", "x"),
+        ("--context", "x"),
+        ("a", "--context", "x"),
         ("a", "--help", "--context", "x"),
     ],
 )
@@ -359,7 +408,9 @@ def test_c03_broken_or_switched_bk_cli_contexts_do_not_matter(tmp_path, no_netwo
     results = [dry("s", env={"HOME": str(home)}).stdout]
     (bk / "config.json").write_text('{"current_context": "prod", "broken": ')
     (bk / "contexts" / "prod").mkdir(parents=True)
-    (bk / "contexts" / "prod" / "mcp.json").write_text('{"mcpServers": {"s": {"type": "http", "url": "https://evil/"}}}')
+    (bk / "contexts" / "prod" / "mcp.json").write_text(
+        '{"mcpServers": {"s": {"type": "http", "url": "https://evil/"}}}'
+    )
     (bk / "contexts" / "prod" / "credentials").write_text("Bearer ctx-token-123")
     results.append(dry("s", env={"HOME": str(home), "BK_CLI_CONTEXT": "prod"}).stdout)
     assert results[0] == results[1] and results[0]
@@ -420,19 +471,26 @@ def test_c04_missing_variable_names_variable_server_and_header_never_a_value(wri
 
 
 def test_c04_unrelated_servers_missing_variable_does_not_block(write_config, no_network):
-    path = write_config(cfg(
-        target=http(headers={"X-Token": "${TARGET_TOKEN}"}),
-        other=http(headers={"Authorization": "Bearer ${NEVER_SET}", "X-Bad": "${env:NOPE}"}),
-        third={"type": "stdio", "command": "x", "args": ["${NOT_SET_EITHER}"]},
-    ))
+    path = write_config(
+        cfg(
+            target=http(headers={"X-Token": "${TARGET_TOKEN}"}),
+            other=http(headers={"Authorization": "Bearer ${NEVER_SET}", "X-Bad": "${env:NOPE}"}),
+            third={"type": "stdio", "command": "x", "args": ["${NOT_SET_EITHER}"]},
+        )
+    )
     res = dry("--config", str(path), "target", env={"TARGET_TOKEN": "t-123456"})
     assert res.exit_status == 0, res.stderr
     assert dry("--config", str(path), "other").error_code == "missing_environment_variable"
 
 
 def test_c04_empty_credential_after_expansion_is_not_anonymous(write_config, no_network):
-    for headers in ({"Authorization": "${EMPTY}"}, {"X-Bkapi-Authorization": "${EMPTY}"},
-                    {"X-Api-Key": "${EMPTY}"}, {"Authorization": "Bearer ${EMPTY}"}, {"Authorization": "  "}):
+    for headers in (
+        {"Authorization": "${EMPTY}"},
+        {"X-Bkapi-Authorization": "${EMPTY}"},
+        {"X-Api-Key": "${EMPTY}"},
+        {"Authorization": "Bearer ${EMPTY}"},
+        {"Authorization": "  "},
+    ):
         path = write_config(cfg(a=http(headers=headers)))
         res = dry("--config", str(path), "a", env={"EMPTY": ""})
         assert res.error_code == "invalid_mcp_config", headers
@@ -449,8 +507,17 @@ def test_c04_config_file_is_never_modified(write_config, no_network):
 
 
 def test_c04_stdio_args_and_env_are_expanded_for_the_selected_server(write_config, no_network):
-    path = write_config(cfg(fs={"type": "stdio", "command": "npx", "args": ["--root", "${ROOT}", "$${HOME}"],
-                                "env": {"API_KEY": "${FS_KEY}", "MODE": "m"}, "cwd": "/srv"}))
+    path = write_config(
+        cfg(
+            fs={
+                "type": "stdio",
+                "command": "npx",
+                "args": ["--root", "${ROOT}", "$${HOME}"],
+                "env": {"API_KEY": "${FS_KEY}", "MODE": "m"},
+                "cwd": "/srv",
+            }
+        )
+    )
     res = dry("--config", str(path), "fs", env={"ROOT": "/data", "FS_KEY": "fs-key-123456"})
     assert res.exit_status == 0, res.stderr
     data = res.json["data"]
@@ -467,8 +534,13 @@ def test_c04_stdio_args_and_env_are_expanded_for_the_selected_server(write_confi
 
 @pytest.mark.parametrize("mode", [0o644, 0o640, 0o604])
 def test_literal_credentials_in_a_readable_file_warn_once(mode, write_config, no_network):
-    path = write_config(cfg(a=http(headers={"Authorization": "Bearer literal-tok-123"}),
-                            b=http(headers={"X-Api-Key": "literal-key-456"})), mode=mode)
+    path = write_config(
+        cfg(
+            a=http(headers={"Authorization": "Bearer literal-tok-123"}),
+            b=http(headers={"X-Api-Key": "literal-key-456"}),
+        ),
+        mode=mode,
+    )
     res = dry("--config", str(path), "a")
     assert res.exit_status == 0
     warnings = [line for line in res.stderr.splitlines() if "warning" in line]
@@ -478,8 +550,12 @@ def test_literal_credentials_in_a_readable_file_warn_once(mode, write_config, no
 
 @pytest.mark.parametrize(
     ("mode", "headers"),
-    [(0o600, {"Authorization": "Bearer literal-tok"}), (0o644, {"Authorization": "Bearer ${TOK}"}),
-     (0o644, {"X-Trace": "not-a-secret"}), (0o644, {})],
+    [
+        (0o600, {"Authorization": "Bearer literal-tok"}),
+        (0o644, {"Authorization": "Bearer ${TOK}"}),
+        (0o644, {"X-Trace": "not-a-secret"}),
+        (0o644, {}),
+    ],
 )
 def test_no_warning_for_private_files_or_references(mode, headers, write_config, no_network):
     path = write_config(cfg(a=http(headers=headers)), mode=mode)
@@ -514,14 +590,21 @@ def test_c01_no_home_is_config_not_found_not_a_guess(home, tmp_path, no_network)
     assert bkmcp.resolve_config_path(None, env, str(tmp_path)) == "~/.bk-cli/mcp.json"
     assert bkmcp.resolve_config_path("~/c.json", env, str(tmp_path)) == "~/c.json"
     out, err = io.StringIO(), io.StringIO()
-    status = bkmcp.main(["a", "t", "--body", "{}", "--dry-run"], stdin=io.StringIO(), stdout=out, stderr=err,
-                        env=env, cwd=str(tmp_path))
+    status = bkmcp.main(
+        ["a", "t", "--body", "{}", "--dry-run"], stdin=io.StringIO(), stdout=out, stderr=err, env=env, cwd=str(tmp_path)
+    )
     error = json.loads(err.getvalue().splitlines()[-1])["error"]
     assert status == 1 and out.getvalue() == "" and error["code"] == "mcp_config_not_found"
     assert "HOME is not set" in error["message"] and "~/.bk-cli/mcp.json" in error["message"]
     assert all(word in error["hint"] for word in ("HOME", "BK_CLI_CONFIG_DIR", "--config"))
-    ok = bkmcp.main(["a", "t", "--body", "{}", "--dry-run"], stdin=io.StringIO(), stdout=io.StringIO(),
-                    stderr=io.StringIO(), env={**env, "BK_CLI_CONFIG_DIR": str(tmp_path / ".bk-cli")}, cwd="/")
+    ok = bkmcp.main(
+        ["a", "t", "--body", "{}", "--dry-run"],
+        stdin=io.StringIO(),
+        stdout=io.StringIO(),
+        stderr=io.StringIO(),
+        env={**env, "BK_CLI_CONFIG_DIR": str(tmp_path / ".bk-cli")},
+        cwd="/",
+    )
     assert ok == 0
     helped = io.StringIO()
     assert bkmcp.main(["--help"], stdin=io.StringIO(), stdout=helped, stderr=io.StringIO(), env=env, cwd="/") == 0

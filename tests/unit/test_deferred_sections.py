@@ -38,9 +38,13 @@ def synthetic(sections: dict[int, str], units=((2,),)) -> types.ModuleType:
 
 
 def test_a_deferred_section_runs_on_first_use_by_a_function_or_an_attribute() -> None:
-    mod = synthetic({1: "RUNS = []\ndef early():\n    return 'no deferred name'\n",
-                     2: "_ = RUNS.append('2')\nclass Engine:\n    pass\ndef start():\n    return Engine()\n",
-                     3: "def main():\n    return start()\n"})
+    mod = synthetic(
+        {
+            1: "RUNS = []\ndef early():\n    return 'no deferred name'\n",
+            2: "_ = RUNS.append('2')\nclass Engine:\n    pass\ndef start():\n    return Engine()\n",
+            3: "def main():\n    return start()\n",
+        }
+    )
     assert mod.RUNS == [] and "Engine" not in vars(mod)
     assert mod.early() == "no deferred name" and mod.RUNS == []  # names nothing deferred: no load
     assert isinstance(mod.main(), mod.Engine)  # main names `start`: its guard loaded section 2
@@ -55,16 +59,27 @@ def test_a_deferred_section_runs_on_first_use_by_a_function_or_an_attribute() ->
 
 
 def test_later_units_load_the_earlier_ones_first_in_source_order() -> None:
-    mod = synthetic({1: "RUNS = []\n", 2: "_a = RUNS.append(2)\nA = 1\n", 3: "_b = RUNS.append(3)\nB = A + 1\n",
-                     4: "def main():\n    return B\n"}, units=((2,), (3,)))
+    mod = synthetic(
+        {
+            1: "RUNS = []\n",
+            2: "_a = RUNS.append(2)\nA = 1\n",
+            3: "_b = RUNS.append(3)\nB = A + 1\n",
+            4: "def main():\n    return B\n",
+        },
+        units=((2,), (3,)),
+    )
     assert mod.main() == 2 and mod.RUNS == [2, 3]
     assert mod._bkmcp_lazy_1 is False and mod._bkmcp_lazy_2 is False
 
 
 def test_concurrent_first_use_loads_once_and_every_thread_sees_the_names() -> None:
-    mod = synthetic({1: "RUNS = []\n",
-                     2: "_slow = __import__('time').sleep(0.05)\n_r = RUNS.append(1)\nREADY = 'ready'\n",
-                     3: "def main():\n    return READY\n"})
+    mod = synthetic(
+        {
+            1: "RUNS = []\n",
+            2: "_slow = __import__('time').sleep(0.05)\n_r = RUNS.append(1)\nREADY = 'ready'\n",
+            3: "def main():\n    return READY\n",
+        }
+    )
     results: list[str] = []
     threads = [threading.Thread(target=lambda: results.append(mod.main())) for _ in range(16)]
     for thread in threads:
@@ -75,38 +90,50 @@ def test_concurrent_first_use_loads_once_and_every_thread_sees_the_names() -> No
 
 
 def test_a_deferred_section_calling_back_into_the_module_does_not_recurse() -> None:
-    mod = synthetic({1: "def helper():\n    return BASE * 2\n",
-                     2: "BASE = 21\nDOUBLE = helper()\n",
-                     3: "def main():\n    return DOUBLE\n"})
+    mod = synthetic(
+        {
+            1: "def helper():\n    return BASE * 2\n",
+            2: "BASE = 21\nDOUBLE = helper()\n",
+            3: "def main():\n    return DOUBLE\n",
+        }
+    )
     assert mod.main() == 42
 
 
 def test_a_failed_load_is_retried_whole() -> None:
-    mod = synthetic({1: "RUNS = []\ndef flaky():\n    RUNS.append(1)\n    if len(RUNS) == 1:\n"
-                        "        raise OSError('first time')\n    return 'ok'\n",
-                     2: "STATE = flaky()\n", 3: "def main():\n    return STATE\n"})
+    mod = synthetic(
+        {
+            1: "RUNS = []\ndef flaky():\n    RUNS.append(1)\n    if len(RUNS) == 1:\n"
+            "        raise OSError('first time')\n    return 'ok'\n",
+            2: "STATE = flaky()\n",
+            3: "def main():\n    return STATE\n",
+        }
+    )
     with pytest.raises(OSError, match="first time"):
         mod.main()
     assert mod._bkmcp_lazy_1 is True
     assert mod.main() == "ok" and mod.RUNS == [1, 1]
 
 
-@pytest.mark.parametrize("sections, why", [
-    ({2: "class Base:\n    pass\n", 3: "class Child(Base):\n    pass\n"}, "while the class is created"),
-    ({2: "def deco(f):\n    return f\n", 3: "@deco\ndef f():\n    pass\n"}, "decorator or default"),
-    ({2: "X = 1\n", 3: "def f(x=X):\n    return x\n"}, "decorator or default"),
-    ({2: "X = 1\n", 3: "class C:\n    y = X\n"}, "while the class is created"),
-    ({2: "X = 1\n", 3: "Y = X + 1\n"}, "at import"),
-    ({2: "X = 1\n", 3: "F = lambda: X\n"}, "module-level lambda"),
-    ({2: "X = 1\n", 3: "if X:\n    pass\n"}, "at import"),
-    ({2: "X = 1\n", 3: "X = 2\n"}, "bound both"),
-    ({2: "X = 1\nX = 2\n"}, "bound in two deferred places"),
-    ({1: "STATE = {}\n", 2: "STATE['k'] = 1\n"}, "may only define names"),
-    ({1: "STATE = []\n", 2: "STATE.append(1)\n"}, "may only define names"),
-    ({2: "for i in range(3):\n    pass\n"}, "may only define names"),
-    ({2: "_bkmcp_mine = 1\n"}, "reserved"),
-    ({2: "X = 1\n", 3: "def __getattr__(name):\n    return X\n"}, "__getattr__"),
-])
+@pytest.mark.parametrize(
+    "sections, why",
+    [
+        ({2: "class Base:\n    pass\n", 3: "class Child(Base):\n    pass\n"}, "while the class is created"),
+        ({2: "def deco(f):\n    return f\n", 3: "@deco\ndef f():\n    pass\n"}, "decorator or default"),
+        ({2: "X = 1\n", 3: "def f(x=X):\n    return x\n"}, "decorator or default"),
+        ({2: "X = 1\n", 3: "class C:\n    y = X\n"}, "while the class is created"),
+        ({2: "X = 1\n", 3: "Y = X + 1\n"}, "at import"),
+        ({2: "X = 1\n", 3: "F = lambda: X\n"}, "module-level lambda"),
+        ({2: "X = 1\n", 3: "if X:\n    pass\n"}, "at import"),
+        ({2: "X = 1\n", 3: "X = 2\n"}, "bound both"),
+        ({2: "X = 1\nX = 2\n"}, "bound in two deferred places"),
+        ({1: "STATE = {}\n", 2: "STATE['k'] = 1\n"}, "may only define names"),
+        ({1: "STATE = []\n", 2: "STATE.append(1)\n"}, "may only define names"),
+        ({2: "for i in range(3):\n    pass\n"}, "may only define names"),
+        ({2: "_bkmcp_mine = 1\n"}, "reserved"),
+        ({2: "X = 1\n", 3: "def __getattr__(name):\n    return X\n"}, "__getattr__"),
+    ],
+)
 def test_the_build_refuses_what_it_cannot_defer_exactly(sections: dict[int, str], why: str) -> None:
     with pytest.raises(ValueError, match=why):
         synthetic(sections)
@@ -123,9 +150,12 @@ def test_the_build_refuses_a_missing_banner_and_a_missing_future_import() -> Non
 
 
 def test_annotations_and_locals_of_the_same_name_are_not_uses() -> None:
-    mod = synthetic({2: "class Engine:\n    pass\n",
-                     3: "class Record:\n    engine: Engine | None = None\n"
-                        "def f(x):\n    y: Engine = x\n    return y\n"})
+    mod = synthetic(
+        {
+            2: "class Engine:\n    pass\n",
+            3: "class Record:\n    engine: Engine | None = None\ndef f(x):\n    y: Engine = x\n    return y\n",
+        }
+    )
     assert mod.Record.__annotations__ == {"engine": "Engine | None"} and mod.f(3) == 3
     assert mod._bkmcp_lazy_1 is True  # neither the class annotation nor the local annotation loaded section 2
 
@@ -161,8 +191,9 @@ print(json.dumps({{'before': before,
 def _summary(lean: bool) -> dict:
     code = _SUMMARY.format(root=str(ROOT), lean=lean, program=str(ROOT / "bkmcp.py"))
     env = {**os.environ, "PYTHONHASHSEED": "0"}  # the same set order in both processes, for the reprs
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False,
-                          env=env)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False, env=env
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
@@ -171,8 +202,11 @@ def test_bkmcp_loaded_from_its_lean_code_is_the_plain_import_name_by_name() -> N
     """Fresh interpreters: bkmcp.py imported as it is, and compiled as the pyz compiles it, then fully loaded."""
     plain, lean = _summary(False)["names"], _summary(True)
     extra = set(lean["names"]) - set(plain)
-    assert extra == {"__getattr__", "_bkmcp_load", *(f"_bkmcp_lazy_{k}" for k in range(
-        1, len(zipapp_support.DEFERRED_SECTIONS) + 1))}
+    assert extra == {
+        "__getattr__",
+        "_bkmcp_load",
+        *(f"_bkmcp_lazy_{k}" for k in range(1, len(zipapp_support.DEFERRED_SECTIONS) + 1)),
+    }
     assert set(plain) <= set(lean["names"])
     for name, described in plain.items():
         assert lean["names"][name] == described, name
@@ -192,7 +226,7 @@ def test_the_help_paths_load_no_deferred_section(tmp_path: Path) -> None:
         sys.path.insert(0, {str(ROOT)!r})
         import zipapp_support
         module = types.ModuleType('bkmcp'); sys.modules['bkmcp'] = module
-        exec(zipapp_support.lean_code(open({str(ROOT / 'bkmcp.py')!r}, 'rb').read(), 'bkmcp.py'), module.__dict__)
+        exec(zipapp_support.lean_code(open({str(ROOT / "bkmcp.py")!r}, 'rb').read(), 'bkmcp.py'), module.__dict__)
         def state():
             return [module._bkmcp_lazy_1, module._bkmcp_lazy_2]
         out = io.StringIO()
@@ -203,11 +237,12 @@ def test_the_help_paths_load_no_deferred_section(tmp_path: Path) -> None:
         dry = ['--config', {str(config)!r}, 'demo', 'echo', '--body', '{{}}', '--dry-run']
         assert module.main(dry, stdout=out, stderr=out) == 0, out.getvalue()
         print(state())
-        listing = ['--registry', {str(tmp_path / 'r.db')!r}, '--import', {str(config)!r}]
+        listing = ['--registry', {str(tmp_path / "r.db")!r}, '--import', {str(config)!r}]
         assert module.main(listing, stdout=out, stderr=out) == 0, out.getvalue()
         print(state())
     """)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False,
-                          cwd=tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split("\n")[:3] == ["[True, True]", "[False, True]", "[False, False]"]

@@ -44,8 +44,10 @@ def _read(path: Path) -> str:
 
 def _resident_doc() -> str:
     if not RESIDENT.exists():
-        pytest.fail("docs/resident.md is missing: the resident mode's command protocol must be documented there "
-                    "(issue 10 item 8) before this check can pass")
+        pytest.fail(
+            "docs/resident.md is missing: the resident mode's command protocol must be documented there "
+            "(issue 10 item 8) before this check can pass"
+        )
     return _read(RESIDENT)
 
 
@@ -57,6 +59,7 @@ def _section(text: str, heading: str) -> str:
 
 
 # -- error codes -------------------------------------------------------------------------------------------------
+
 
 def _table_rows(text: str) -> dict[str, str]:
     """``| `code` | exit | …`` rows: code -> exit column."""
@@ -91,6 +94,7 @@ def test_user_guide_troubleshooting_covers_every_code() -> None:
 
 
 # -- options and resident actions --------------------------------------------------------------------------------
+
 
 def _cli_options() -> set[str]:
     """Every option name in section 11's option tables (any module-level ``*_OPTIONS`` dict or set of ``-x``)."""
@@ -168,38 +172,72 @@ def mock_env(tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("docs-examples")
     bearer = {"Authorization": "Bearer ${DEMO_TOKEN}"}
     demo = MockServer({"require_headers": {"Authorization": f"Bearer {DEMO_TOKEN}"}})
-    lab = MockServer({"tools": [*DEFAULT_TOOLS, mock_tool("ask", "input_required"), mock_tool("slow", "slow", ms=5000),
-                                mock_tool("rpc", "rpc_error", message="no such report")]})
+    lab = MockServer(
+        {
+            "tools": [
+                *DEFAULT_TOOLS,
+                mock_tool("ask", "input_required"),
+                mock_tool("slow", "slow", ms=5000),
+                mock_tool("rpc", "rpc_error", message="no such report"),
+            ]
+        }
+    )
     pages = MockServer({"page_size": 2, "faults": {"cursor_cycle": True}})
     locked = MockServer({"require_headers": {"Authorization": "Bearer another-token"}})
-    denied = MockServer({"forbid_headers_403": {"Authorization": f"Bearer {DEMO_TOKEN}"},
-                         "forbidden_message": "this identity may not use the report tools"})
+    denied = MockServer(
+        {
+            "forbid_headers_403": {"Authorization": f"Bearer {DEMO_TOKEN}"},
+            "forbidden_message": "this identity may not use the report tools",
+        }
+    )
     mocks = (demo, lab, pages, locked, denied)
     urls = [server.start() for server in mocks]
     servers = {
         "demo": {"type": "http", "url": urls[0], "headers": bearer},
-        "demo-stdio": {"type": "stdio", "command": sys.executable,
-                       "args": [str(ROOT / "mock_server" / "mcp_mock.py"), "--stdio", "--quiet"]},
+        "demo-stdio": {
+            "type": "stdio",
+            "command": sys.executable,
+            "args": [str(ROOT / "mock_server" / "mcp_mock.py"), "--stdio", "--quiet"],
+        },
         "lab": {"type": "http", "url": urls[1]},
         "pages": {"type": "http", "url": urls[2]},
         "locked": {"type": "http", "url": urls[3], "headers": bearer},
         "denied": {"type": "http", "url": urls[4], "headers": bearer},
         "offline": {"type": "http", "url": "http://127.0.0.1:9/mcp"},
-        "needs-var": {"type": "http", "url": "http://127.0.0.1:9/mcp",
-                      "headers": {"Authorization": "Bearer ${REPORT_TOKEN}"}},
-        "conflict": {"type": "http", "url": "http://127.0.0.1:9/mcp",
-                     "headers": {"Authorization": "Bearer x", "X-Bkapi-Authorization": '{"access_token": "y"}'}},
+        "needs-var": {
+            "type": "http",
+            "url": "http://127.0.0.1:9/mcp",
+            "headers": {"Authorization": "Bearer ${REPORT_TOKEN}"},
+        },
+        "conflict": {
+            "type": "http",
+            "url": "http://127.0.0.1:9/mcp",
+            "headers": {"Authorization": "Bearer x", "X-Bkapi-Authorization": '{"access_token": "y"}'},
+        },
     }
     (tmp / "mcp.json").write_text(json.dumps({"mcpServers": servers}, indent=2), encoding="utf-8")
     (tmp / "mcp.json").chmod(0o600)
-    (tmp / "broken.json").write_text('{"mcpServers": {"a": {"type": "http", "url": "https://x/mcp",}}}\n',
-                                     encoding="utf-8")
+    (tmp / "broken.json").write_text(
+        '{"mcpServers": {"a": {"type": "http", "url": "https://x/mcp",}}}\n', encoding="utf-8"
+    )
     (tmp / "params.json").write_text('{"text": "from a file", "count": 2}\n', encoding="utf-8")
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp), "BK_CLI_CONFIG_DIR": str(tmp),
-           "DEMO_TOKEN": DEMO_TOKEN, "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"}
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(tmp),
+        "BK_CLI_CONFIG_DIR": str(tmp),
+        "DEMO_TOKEN": DEMO_TOKEN,
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "LANG": "C.UTF-8",
+    }
     # registry.db: the SQLite registry of these servers, for resident-mode examples
-    subprocess.run([sys.executable, str(ROOT / "bkmcp.py"), "--registry", "registry.db", "--import", "mcp.json"],
-                   cwd=tmp, env=env, capture_output=True, timeout=60, check=True)
+    subprocess.run(
+        [sys.executable, str(ROOT / "bkmcp.py"), "--registry", "registry.db", "--import", "mcp.json"],
+        cwd=tmp,
+        env=env,
+        capture_output=True,
+        timeout=60,
+        check=True,
+    )
     try:
         yield tmp, env
     finally:
@@ -212,7 +250,7 @@ def run_example(command: str, tmp: Path, env: dict[str, str]) -> subprocess.Comp
     tokens = shlex.split(command)
     stdin = ""
     if "|" in tokens:
-        left, tokens = tokens[: tokens.index("|")], tokens[tokens.index("|") + 1:]
+        left, tokens = tokens[: tokens.index("|")], tokens[tokens.index("|") + 1 :]
         if left[:1] == ["echo"] and len(left) == 2:
             stdin = left[1] + "\n"
         elif left[:2] == ["printf", "%s\\n"]:  # printf '%s\n' 'LINE' 'LINE' …: one line per argument
@@ -220,8 +258,15 @@ def run_example(command: str, tmp: Path, env: dict[str, str]) -> subprocess.Comp
         else:
             pytest.fail(f"only `echo 'TEXT' |` and `printf '%s\\n' 'LINE'… |` pipes are supported: {command}")
     assert tokens[:1] == ["bkmcp"], f"a mock example must run bkmcp: {command}"
-    return subprocess.run([sys.executable, str(ROOT / "bkmcp.py"), *tokens[1:]], input=stdin, text=True,
-                          capture_output=True, cwd=tmp, env=env, timeout=120)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "bkmcp.py"), *tokens[1:]],
+        input=stdin,
+        text=True,
+        capture_output=True,
+        cwd=tmp,
+        env=env,
+        timeout=120,
+    )
 
 
 @pytest.mark.parametrize("path", _example_files(), ids=lambda p: p.name)
@@ -232,8 +277,10 @@ def test_documented_mock_examples_run_and_exit_as_documented(path: Path, mock_en
     assert len(examples) >= least, f"{path.name}: {len(examples)} mock example(s), expected at least {least}"
     for command, status in examples:
         done = run_example(command, tmp, env)
-        assert done.returncode == status, (f"{path.name}: `{command}` exited {done.returncode}, documented "
-                                           f"{status}\nstdout: {done.stdout[-2000:]}\nstderr: {done.stderr[-2000:]}")
+        assert done.returncode == status, (
+            f"{path.name}: `{command}` exited {done.returncode}, documented "
+            f"{status}\nstdout: {done.stdout[-2000:]}\nstderr: {done.stderr[-2000:]}"
+        )
         assert "Traceback" not in done.stderr, done.stderr
         assert DEMO_TOKEN not in done.stdout + done.stderr, f"`{command}` printed the token"
 
@@ -245,8 +292,11 @@ def test_resident_doc_exists_for_the_examples() -> None:
 def test_example_parser_reads_exit_comments(tmp_path: Path) -> None:
     """The harness itself: a block's lines and exit statuses are read; a line without `# exit N` is refused."""
     doc = tmp_path / "x.md"
-    doc.write_text("```sh mock\n# a comment\nbkmcp demo --check   # exit 0\n\nbkmcp nope --check  # exit 1\n```\n"
-                   "```sh\nbkmcp not-run\n```\n", encoding="utf-8")
+    doc.write_text(
+        "```sh mock\n# a comment\nbkmcp demo --check   # exit 0\n\nbkmcp nope --check  # exit 1\n```\n"
+        "```sh\nbkmcp not-run\n```\n",
+        encoding="utf-8",
+    )
     assert _examples(doc) == [("bkmcp demo --check", 0), ("bkmcp nope --check", 1)]
     doc.write_text("```sh mock\nbkmcp demo --check\n```\n", encoding="utf-8")
     with pytest.raises(AssertionError, match="exit N"):
@@ -256,8 +306,17 @@ def test_example_parser_reads_exit_comments(tmp_path: Path) -> None:
 # -- references stay inside the repository -----------------------------------------------------------------------
 
 # Patterns are built from pieces so that this file does not match itself.
-_OUTSIDE = [re.compile(p) for p in (r"\.\./" + "shared", "/" + "work/", r"\bSPEC" + " §", "protocol" + "-notes",
-                                    "STYLE" + r"\.md", r"\bseeds" + "/")]
+_OUTSIDE = [
+    re.compile(p)
+    for p in (
+        r"\.\./" + "shared",
+        "/" + "work/",
+        r"\bSPEC" + " §",
+        "protocol" + "-notes",
+        "STYLE" + r"\.md",
+        r"\bseeds" + "/",
+    )
+]
 # Files other engineers are editing; the lead applies the reference fix of issue 12 to them and then empties this
 # list (see the docs branch's report).
 EXEMPT_UNTIL_LEAD_FIXES: set[str] = set()
@@ -267,8 +326,14 @@ _SKIP_DIRS = {"node_modules", "dist", "build", "__pycache__"}
 def _repository_files() -> list[Path]:
     """The repository's own files: what git tracks or would add (not caches, venvs or build output)."""
     try:
-        listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                                capture_output=True, text=True, timeout=60, check=True).stdout
+        listed = subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
         return [ROOT / name for name in listed.split("\0") if name and (ROOT / name).is_file()]
     except (OSError, subprocess.SubprocessError):  # a source tree without git: walk it, minus generated folders
         files = []
@@ -295,13 +360,20 @@ def test_no_reference_points_outside_the_repository() -> None:
 
 
 def test_outside_reference_patterns_match_what_they_must() -> None:
-    samples = ["see ../" + "shared/SPEC.md", "/" + "work/shared", "SPEC" + " §5", "protocol" + "-notes.md §3.4",
-               "STYLE" + ".md", "seeds" + "/000_x.txt"]
+    samples = [
+        "see ../" + "shared/SPEC.md",
+        "/" + "work/shared",
+        "SPEC" + " §5",
+        "protocol" + "-notes.md §3.4",
+        "STYLE" + ".md",
+        "seeds" + "/000_x.txt",
+    ]
     assert all(any(p.search(s) for p in _OUTSIDE) for s in samples)
     assert not any(p.search("docs/contract.md §5, docs/protocol.md §3.4, SPEC_SCHEMA") for p in _OUTSIDE)
 
 
 # -- the two READMEs have the same sections ----------------------------------------------------------------------
+
 
 def _headings(text: str) -> list[str]:
     return re.findall(r"^## (.+?)\s*$", text, re.M)
@@ -323,8 +395,10 @@ def test_readmes_have_the_same_sections() -> None:
 def test_example_runner_feeds_stdin_from_echo_and_printf(mock_env) -> None:
     """The runner's pipes reach bkmcp's stdin (so `--body -` and resident sessions in the docs are real)."""
     tmp, env = mock_env
-    for command in ("""echo '{"text": "piped"}' | bkmcp demo echo --body - --dry-run""",
-                    """printf '%s\\n' '{"text": "piped"}' | bkmcp demo echo --body - --dry-run"""):
+    for command in (
+        """echo '{"text": "piped"}' | bkmcp demo echo --body - --dry-run""",
+        """printf '%s\\n' '{"text": "piped"}' | bkmcp demo echo --body - --dry-run""",
+    ):
         done = run_example(command, tmp, env)
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["data"]["arguments"] == {"text": "piped"}

@@ -13,17 +13,36 @@ import bkmcp
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "errors.md"
 
 SPEC_LOCAL = {
-    "usage_error", "invalid_mcp_config", "mcp_config_not_found", "mcp_server_not_found",
-    "missing_environment_variable", "mcp_auth_conflict", "invalid_mcp_arguments", "unsupported_option",
-    "mcp_tool_not_found", "invalid_jq_expression", "jq_unavailable",
+    "usage_error",
+    "invalid_mcp_config",
+    "mcp_config_not_found",
+    "mcp_server_not_found",
+    "missing_environment_variable",
+    "mcp_auth_conflict",
+    "invalid_mcp_arguments",
+    "unsupported_option",
+    "mcp_tool_not_found",
+    "invalid_jq_expression",
+    "jq_unavailable",
 }
 SPEC_REMOTE = {
-    "mcp_auth_required", "mcp_permission_denied", "mcp_connection_error", "mcp_timeout", "mcp_protocol_error",
-    "mcp_discovery_incomplete", "mcp_tool_error", "mcp_capability_unsupported", "jq_error",
+    "mcp_auth_required",
+    "mcp_permission_denied",
+    "mcp_connection_error",
+    "mcp_timeout",
+    "mcp_protocol_error",
+    "mcp_discovery_incomplete",
+    "mcp_tool_error",
+    "mcp_capability_unsupported",
+    "jq_error",
 }
 # docs/contract.md §11.2: the resident mode's codes besides the CLI's (resource_limit happens remotely: a child start)
 RESIDENT_LOCAL = {
-    "invalid_command", "unknown_action", "duplicate_task_id", "mcp_credentials_missing", "mcp_server_disabled",
+    "invalid_command",
+    "unknown_action",
+    "duplicate_task_id",
+    "mcp_credentials_missing",
+    "mcp_server_disabled",
     "registry_error",
 }
 RESIDENT_REMOTE = {"resource_limit"}
@@ -84,8 +103,12 @@ def test_subclasses_only_set_attributes():
 
 def test_error_object_has_code_message_hint_and_details():
     err = bkmcp.MissingEnvironmentVariableError("msg", hint="do x", details={"variable": "X"})
-    assert err.error_object() == {"code": "missing_environment_variable", "message": "msg", "hint": "do x",
-                                  "variable": "X"}
+    assert err.error_object() == {
+        "code": "missing_environment_variable",
+        "message": "msg",
+        "hint": "do x",
+        "variable": "X",
+    }
     assert bkmcp.UsageError("m").error_object() == {"code": "usage_error", "message": "m"}
 
 
@@ -167,12 +190,19 @@ def test_small_dataclass_compiles_its_init_after_a_few_instances_with_the_same_s
     assert made[:3] == after and made[3] == slotted("x", "boolean")
     assert repr(after[1]).endswith(".Slotted(name='b', kind='integer', notes=[])")
     assert after[0].notes == [] and after[0].notes is not slotted("z").notes
-    assert after[0].option == "--a" and not hasattr(after[0], "__dict__") and slotted.__slots__ == (
-        "name", "kind", "notes")
+    assert (
+        after[0].option == "--a"
+        and not hasattr(after[0], "__dict__")
+        and slotted.__slots__ == ("name", "kind", "notes")
+    )
     with pytest.raises(AttributeError):
         after[0].other = 1
-    for args, kwargs in [((), {}), (("a", "b", [], "extra"), {}), (("a",), {"unknown": 1}),
-                         (("a",), {"name": "again"})]:
+    for args, kwargs in [
+        ((), {}),
+        (("a", "b", [], "extra"), {}),
+        (("a",), {"unknown": 1}),
+        (("a",), {"name": "again"}),
+    ]:
         with pytest.raises(TypeError):
             slotted(*args, **kwargs)
     frozen_made = [frozen(i) for i in range(12)]

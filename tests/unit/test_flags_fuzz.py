@@ -52,8 +52,11 @@ json_number_text = st.one_of(
 
 def json_scalar() -> st.SearchStrategy[Any]:
     return st.one_of(
-        st.none(), st.booleans(), st.text(max_size=20),
-        json_int_text.map(lambda t: parse_json(t)), json_number_text.map(lambda t: parse_json(t)),
+        st.none(),
+        st.booleans(),
+        st.text(max_size=20),
+        json_int_text.map(lambda t: parse_json(t)),
+        json_number_text.map(lambda t: parse_json(t)),
     )
 
 
@@ -147,9 +150,12 @@ def test_p01_p02_flag_values_reach_json_exactly(case: tuple[dict[str, Any], dict
     except bkmcp.InvalidArgumentsError as exc:
         paths = {p["path"] for p in exc.details["problems"]}
         missing = {bkmcp.json_path([n]) for n in tool["inputSchema"]["required"] if n not in arguments}
-        enum_misses = {bkmcp.json_path([n]) for n, v in arguments.items()
-                       if "enum" in tool["inputSchema"]["properties"][n]
-                       and not any(bkmcp._json_equal(v, e) for e in tool["inputSchema"]["properties"][n]["enum"])}
+        enum_misses = {
+            bkmcp.json_path([n])
+            for n, v in arguments.items()
+            if "enum" in tool["inputSchema"]["properties"][n]
+            and not any(bkmcp._json_equal(v, e) for e in tool["inputSchema"]["properties"][n]["enum"])
+        }
         assert paths == missing | enum_misses
 
 
@@ -164,15 +170,62 @@ tokens_strategy = st.lists(
 )
 
 schema_values = st.recursive(
-    st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=10),
-              st.sampled_from(["string", "integer", "number", "boolean", "array", "object", "null", "#/$defs/x",
-                               "#", "https://example.com/s.json", "anyOf", "$ref"])),
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(),
+        st.text(max_size=10),
+        st.sampled_from(
+            [
+                "string",
+                "integer",
+                "number",
+                "boolean",
+                "array",
+                "object",
+                "null",
+                "#/$defs/x",
+                "#",
+                "https://example.com/s.json",
+                "anyOf",
+                "$ref",
+            ]
+        ),
+    ),
     lambda inner: st.one_of(
         st.lists(inner, max_size=4),
-        st.dictionaries(st.sampled_from(["type", "properties", "required", "enum", "items", "anyOf", "oneOf",
-                                         "allOf", "$ref", "$defs", "default", "minimum", "maximum", "multipleOf",
-                                         "const", "pattern", "additionalProperties", "description", "title",
-                                         "$schema", "format", "a", "b", "limit"]), inner, max_size=5),
+        st.dictionaries(
+            st.sampled_from(
+                [
+                    "type",
+                    "properties",
+                    "required",
+                    "enum",
+                    "items",
+                    "anyOf",
+                    "oneOf",
+                    "allOf",
+                    "$ref",
+                    "$defs",
+                    "default",
+                    "minimum",
+                    "maximum",
+                    "multipleOf",
+                    "const",
+                    "pattern",
+                    "additionalProperties",
+                    "description",
+                    "title",
+                    "$schema",
+                    "format",
+                    "a",
+                    "b",
+                    "limit",
+                ]
+            ),
+            inner,
+            max_size=5,
+        ),
     ),
     max_leaves=25,
 )
@@ -185,8 +238,10 @@ def test_p03_random_tokens_only_raise_bkmcp_errors(tokens: list[ToolToken], whic
     from test_schema_flags import ALL_TYPES
 
     tool = ALL_TYPES if which == "all" else {"name": "t", "inputSchema": raw_schema}
-    for call in (lambda: parse_tool_arguments(tool, tokens, server_name="s"),
-                 lambda: check_tool_tokens(tool, tokens, server_name="s")):
+    for call in (
+        lambda: parse_tool_arguments(tool, tokens, server_name="s"),
+        lambda: check_tool_tokens(tool, tokens, server_name="s"),
+    ):
         try:
             result = call()
         except BkmcpError:
@@ -261,22 +316,59 @@ def _config_path() -> str:
 
 
 argv_words = st.one_of(
-    st.sampled_from(["--keyword", "--limit", "--ratio", "--enabled=true", "--enabled", "--ids", "--filter", "--name",
-                     "--title", "--url", "--max_length", "--body", "{}", '{"keyword":"k"}', "--", "-", "-x", "--x=",
-                     "=", "true", "1e400", "[1,2]", "--help", "--dry-run", "-v"]),
+    st.sampled_from(
+        [
+            "--keyword",
+            "--limit",
+            "--ratio",
+            "--enabled=true",
+            "--enabled",
+            "--ids",
+            "--filter",
+            "--name",
+            "--title",
+            "--url",
+            "--max_length",
+            "--body",
+            "{}",
+            '{"keyword":"k"}',
+            "--",
+            "-",
+            "-x",
+            "--x=",
+            "=",
+            "true",
+            "1e400",
+            "[1,2]",
+            "--help",
+            "--dry-run",
+            "-v",
+        ]
+    ),
     st.text(max_size=12),
     json_number_text,
 )
 
 
 _GOOD_PAIRS = {
-    "search_reports": [("--keyword", st.text(max_size=10)), ("--limit", json_int_text), ("--ratio", json_number_text),
-                       ("--enabled", st.sampled_from(["=true", "=false"])), ("--ids", st.just("[1, 2]")),
-                       ("--filter", json_values.map(lambda v: dump_json({"v": v})))],
-    "greet": [("--name", st.text(max_size=10)), ("--mode", st.sampled_from(["a", "b", "c"])),
-              ("--times", json_int_text)],
-    "fetch": [("--url", st.text(max_size=10)), ("--max_length", json_number_text),
-              ("--raw", st.sampled_from(["=true", "=false"]))],
+    "search_reports": [
+        ("--keyword", st.text(max_size=10)),
+        ("--limit", json_int_text),
+        ("--ratio", json_number_text),
+        ("--enabled", st.sampled_from(["=true", "=false"])),
+        ("--ids", st.just("[1, 2]")),
+        ("--filter", json_values.map(lambda v: dump_json({"v": v}))),
+    ],
+    "greet": [
+        ("--name", st.text(max_size=10)),
+        ("--mode", st.sampled_from(["a", "b", "c"])),
+        ("--times", json_int_text),
+    ],
+    "fetch": [
+        ("--url", st.text(max_size=10)),
+        ("--max_length", json_number_text),
+        ("--raw", st.sampled_from(["=true", "=false"])),
+    ],
 }
 
 
@@ -311,8 +403,14 @@ def test_p03_cli_never_tracebacks(case: tuple[str, list[str]]) -> None:
     _FakeClient.calls = []
     out, err = io.StringIO(), io.StringIO()
     with mock.patch.multiple(bkmcp, **fake_engine(_FakeClient)):
-        status = bkmcp.main(["--config", _config_path(), "srv", tool, *words], stdin=io.StringIO(""), stdout=out,
-                            stderr=err, env={"HOME": "/nonexistent"}, cwd="/")
+        status = bkmcp.main(
+            ["--config", _config_path(), "srv", tool, *words],
+            stdin=io.StringIO(""),
+            stdout=out,
+            stderr=err,
+            env={"HOME": "/nonexistent"},
+            cwd="/",
+        )
     assert status in (0, 1), (status, out.getvalue(), err.getvalue())
     event(f"exit {status}, tools/call sent: {bool(_FakeClient.calls)}")
     if status == 1:
@@ -343,10 +441,16 @@ def help_tool(draw: st.DrawFn) -> dict[str, Any]:
         if draw(st.booleans()):
             prop["default"] = draw(json_values)
         properties[name] = draw(st.sampled_from([prop, {"anyOf": [prop, {"type": "null"}]}]))
-    return {"name": draw(st.from_regex(r"\A[a-z][a-z0-9_.\-]{0,30}\Z")), "title": draw(description_text),
-            "description": draw(description_text),
-            "inputSchema": {"type": "object", "properties": properties,
-                            "required": [n for n in names if draw(st.booleans())]}}
+    return {
+        "name": draw(st.from_regex(r"\A[a-z][a-z0-9_.\-]{0,30}\Z")),
+        "title": draw(description_text),
+        "description": draw(description_text),
+        "inputSchema": {
+            "type": "object",
+            "properties": properties,
+            "required": [n for n in names if draw(st.booleans())],
+        },
+    }
 
 
 def _one_shell_word(line: str) -> bool:
@@ -378,12 +482,34 @@ def _is_json_pair_line(line: str) -> bool:
 
 @FUZZ
 @given(help_tool())
-@example({"name": "a", "title": "", "description": "", "inputSchema": {"type": "object", "properties": {"a": {
-    "type": "string", "default": [{"0000'\U00010324\U00018d09\U0002ebe1": [None, None, None, None]}]}},
-    "required": []}})  # found by CI: a key with ' is shell-quoted (+4 columns) and its value must break
-@example({"name": "a", "title": "", "description": "", "inputSchema": {"type": "object", "properties": {"a": {
-    "type": "string", "default": [[{"\x1f\x1f\x1f\U00012544\U00018cd6\U00018d09\U0001b2fc": [None]}]]}},
-    "required": []}})  # found by CI: a 66-column escaped key opening an array is one unbreakable 81-column line
+@example(
+    {
+        "name": "a",
+        "title": "",
+        "description": "",
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "a": {"type": "string", "default": [{"0000'\U00010324\U00018d09\U0002ebe1": [None, None, None, None]}]}
+            },
+            "required": [],
+        },
+    }
+)  # found by CI: a key with ' is shell-quoted (+4 columns) and its value must break
+@example(
+    {
+        "name": "a",
+        "title": "",
+        "description": "",
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "a": {"type": "string", "default": [[{"\x1f\x1f\x1f\U00012544\U00018cd6\U00018d09\U0001b2fc": [None]}]]}
+            },
+            "required": [],
+        },
+    }
+)  # found by CI: a 66-column escaped key opening an array is one unbreakable 81-column line
 def test_d02_help_lines_fit_80_columns(tool: dict[str, Any]) -> None:
     """D02: with any descriptions (CJK, long words, blank lines), a help line wider than 80 columns is a single
     unbreakable token; the --body example is valid JSON."""

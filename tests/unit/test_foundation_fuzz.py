@@ -37,19 +37,58 @@ def no_network():
 
 # -- strategies ---------------------------------------------------------------------------------------------
 
-KEYS = ["mcpServers", "servers", "type", "url", "headers", "command", "args", "env", "cwd", "protocolVersion",
-        "http", "stdio", "Authorization", "X-Bkapi-Authorization", "Host", "Mcp-Param-X", "x-api-key", "a", ""]
+KEYS = [
+    "mcpServers",
+    "servers",
+    "type",
+    "url",
+    "headers",
+    "command",
+    "args",
+    "env",
+    "cwd",
+    "protocolVersion",
+    "http",
+    "stdio",
+    "Authorization",
+    "X-Bkapi-Authorization",
+    "Host",
+    "Mcp-Param-X",
+    "x-api-key",
+    "a",
+    "",
+]
 TEXTS = st.one_of(
-    st.sampled_from([
-        "http", "stdio", "https://mcp.example.com/m/", "http://127.0.0.1:1/x?q=1", "ftp://x/", "https://u@x/",
-        "https://x/#f", "/rel", "Bearer ${TOK}", "Bearer ", "${MISSING}", "$${X}", "${env:X}", "${}", "${1A}",
-        '{"access_token": "${TOK}"}', '{"bk_app_code": "a", "bk_app_secret": "s", "bk_ticket": "t"}',
-        '{"access_token": ""}', "[]", "2025-06-18", "2026-07-28", "npx", "",
-    ]),
+    st.sampled_from(
+        [
+            "http",
+            "stdio",
+            "https://mcp.example.com/m/",
+            "http://127.0.0.1:1/x?q=1",
+            "ftp://x/",
+            "https://u@x/",
+            "https://x/#f",
+            "/rel",
+            "Bearer ${TOK}",
+            "Bearer ",
+            "${MISSING}",
+            "$${X}",
+            "${env:X}",
+            "${}",
+            "${1A}",
+            '{"access_token": "${TOK}"}',
+            '{"bk_app_code": "a", "bk_app_secret": "s", "bk_ticket": "t"}',
+            '{"access_token": ""}',
+            "[]",
+            "2025-06-18",
+            "2026-07-28",
+            "npx",
+            "",
+        ]
+    ),
     st.text(max_size=30),
 )
-JSON_LEAF = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False, allow_infinity=False),
-                      TEXTS)
+JSON_LEAF = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False, allow_infinity=False), TEXTS)
 JSON_VALUE = st.recursive(
     JSON_LEAF,
     lambda inner: st.one_of(
@@ -61,10 +100,14 @@ JSON_VALUE = st.recursive(
 SERVER = st.fixed_dictionaries(
     {"type": st.sampled_from(["http", "stdio"])},
     optional={
-        "url": TEXTS, "headers": st.dictionaries(st.sampled_from(KEYS[10:]) | st.text(max_size=10), TEXTS, max_size=4),
-        "command": TEXTS, "args": st.lists(TEXTS, max_size=3), "env": st.dictionaries(st.text(max_size=6), TEXTS,
-                                                                                      max_size=3),
-        "cwd": TEXTS, "protocolVersion": TEXTS, "extra": JSON_LEAF,
+        "url": TEXTS,
+        "headers": st.dictionaries(st.sampled_from(KEYS[10:]) | st.text(max_size=10), TEXTS, max_size=4),
+        "command": TEXTS,
+        "args": st.lists(TEXTS, max_size=3),
+        "env": st.dictionaries(st.text(max_size=6), TEXTS, max_size=3),
+        "cwd": TEXTS,
+        "protocolVersion": TEXTS,
+        "extra": JSON_LEAF,
     },
 )
 DOCUMENT = st.one_of(
@@ -202,11 +245,44 @@ def test_numbers_round_trip_and_survive_jq(numbers):
 
 
 @FUZZ
-@given(argv=st.lists(st.one_of(
-    st.sampled_from(["--check", "--tools", "--help", "-h", "--body", "{}", "-", "--dry-run", "--jq", ".", "--timeout",
-                     "5s", "--config", "-v", "--insecure", "--context", "--format", "--version", "--resident",
-                     "--registry", "srv", "tool", "--limit", "--x=1", "--", "@f"]),
-    st.text(max_size=8)), max_size=8))
+@given(
+    argv=st.lists(
+        st.one_of(
+            st.sampled_from(
+                [
+                    "--check",
+                    "--tools",
+                    "--help",
+                    "-h",
+                    "--body",
+                    "{}",
+                    "-",
+                    "--dry-run",
+                    "--jq",
+                    ".",
+                    "--timeout",
+                    "5s",
+                    "--config",
+                    "-v",
+                    "--insecure",
+                    "--context",
+                    "--format",
+                    "--version",
+                    "--resident",
+                    "--registry",
+                    "srv",
+                    "tool",
+                    "--limit",
+                    "--x=1",
+                    "--",
+                    "@f",
+                ]
+            ),
+            st.text(max_size=8),
+        ),
+        max_size=8,
+    )
+)
 def test_arbitrary_command_lines_without_a_config(tmp_path_factory, argv):
     home = tmp_path_factory.mktemp("home")
     with no_network():
@@ -218,20 +294,61 @@ def test_arbitrary_command_lines_without_a_config(tmp_path_factory, argv):
 
 
 @settings(max_examples=max(FUZZ_EXAMPLES // 4, 25), deadline=None, suppress_health_check=list(HealthCheck))
-@given(argv=st.lists(st.one_of(
-    st.sampled_from(["--check", "--tools", "--help", "-h", "--body", "{}", '{"a": 1E+2}', "-", "@args.json",
-                     "--dry-run", "--jq", ".", ".data", "--timeout", "2s", "-v", "--insecure", "--limit", "--x=1",
-                     "srv", "fs", "tool", "--context", "x"]),
-    st.text(max_size=6)), max_size=7))
+@given(
+    argv=st.lists(
+        st.one_of(
+            st.sampled_from(
+                [
+                    "--check",
+                    "--tools",
+                    "--help",
+                    "-h",
+                    "--body",
+                    "{}",
+                    '{"a": 1E+2}',
+                    "-",
+                    "@args.json",
+                    "--dry-run",
+                    "--jq",
+                    ".",
+                    ".data",
+                    "--timeout",
+                    "2s",
+                    "-v",
+                    "--insecure",
+                    "--limit",
+                    "--x=1",
+                    "srv",
+                    "fs",
+                    "tool",
+                    "--context",
+                    "x",
+                ]
+            ),
+            st.text(max_size=6),
+        ),
+        max_size=7,
+    )
+)
 def test_arbitrary_command_lines_with_a_config(tmp_path_factory, argv):
     """Section 11 routing with real servers configured; remote paths hit a closed loopback port (exit 2)."""
     folder = tmp_path_factory.mktemp("cli")
     (folder / "args.json").write_text('{"from": "file"}')
     path = folder / "mcp.json"
-    path.write_text(json.dumps({"mcpServers": {
-        "srv": {"type": "http", "url": "http://127.0.0.1:9/mcp", "headers": {"Authorization": "Bearer ${TOK}"}},
-        "fs": {"type": "stdio", "command": "/nonexistent/server", "args": ["${TOK}"]},
-    }}))
+    path.write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "srv": {
+                        "type": "http",
+                        "url": "http://127.0.0.1:9/mcp",
+                        "headers": {"Authorization": "Bearer ${TOK}"},
+                    },
+                    "fs": {"type": "stdio", "command": "/nonexistent/server", "args": ["${TOK}"]},
+                }
+            }
+        )
+    )
     path.chmod(0o600)
     res = run_bkmcp("--config", str(path), *argv, env={"TOK": "tok-secret-31337"}, stdin=b'{"s": 1}', cwd=str(folder))
     assert res.exit_status in (0, 1, 2), (argv, res.stdout, res.stderr)

@@ -60,8 +60,10 @@ class Scripted:
         self.thread.start()
 
     def methods(self) -> list[str]:
-        return [(r["rpc"] or {}).get("method", r["verb"]) if isinstance(r["rpc"], dict) else r["verb"]
-                for r in self.requests]
+        return [
+            (r["rpc"] or {}).get("method", r["verb"]) if isinstance(r["rpc"], dict) else r["verb"]
+            for r in self.requests
+        ]
 
     def stop(self) -> None:
         self.httpd.shutdown()
@@ -162,8 +164,19 @@ class Client:
 
 
 def client_for(url: str, *, version: str | None = None, timeout: float = 5.0, verbose: bool = False) -> Client:
-    server = ResolvedServer(name="s", type="http", config_file="/tmp/mcp.json", url=url, headers={"X-Trace": "1"},
-                            command=None, args=[], env={}, cwd=None, protocol_version=version, auth_source="none")
+    server = ResolvedServer(
+        name="s",
+        type="http",
+        config_file="/tmp/mcp.json",
+        url=url,
+        headers={"X-Trace": "1"},
+        command=None,
+        args=[],
+        env={},
+        cwd=None,
+        protocol_version=version,
+        auth_source="none",
+    )
     return Client(server, timeout=timeout, log=Log(io.StringIO(), verbose=verbose))
 
 
@@ -219,8 +232,11 @@ def test_modern_32022_with_disjoint_versions_is_protocol_error_listing_both_side
 def test_retry_once_with_a_shared_modern_version_R01(scripted, monkeypatch):
     monkeypatch.setattr(bkmcp, "MODERN_VERSIONS", ("2026-07-28", "2027-01-01"))
     monkeypatch.setattr(bkmcp, "LATEST_MODERN_VERSION", "2027-01-01")
-    monkeypatch.setitem(bkmcp.ERA_TABLE, "2027-01-01",
-                        bkmcp.EraRules(**{**vars(bkmcp.ERA_TABLE["2026-07-28"]), "version": "2027-01-01"}))
+    monkeypatch.setitem(
+        bkmcp.ERA_TABLE,
+        "2027-01-01",
+        bkmcp.EraRules(**{**vars(bkmcp.ERA_TABLE["2026-07-28"]), "version": "2027-01-01"}),
+    )
 
     def handler(verb, rpc, headers):
         if headers.get("mcp-protocol-version") == "2027-01-01":
@@ -248,8 +264,15 @@ def test_server_choosing_an_unsupported_version_is_protocol_error_R01(scripted):
 
 
 def test_initialize_json_rpc_error_is_reported(scripted):
-    srv = scripted(legacy_server(lambda v, rpc, h: err(200, rpc, -32602, "Unsupported protocol version")
-                                 if rpc and rpc.get("method") == "initialize" else None))
+    srv = scripted(
+        legacy_server(
+            lambda v, rpc, h: (
+                err(200, rpc, -32602, "Unsupported protocol version")
+                if rpc and rpc.get("method") == "initialize"
+                else None
+            )
+        )
+    )
     with client_for(srv.url, version="2025-06-18") as client, pytest.raises(bkmcp.ProtocolError) as info:
         client.connect()
     assert info.value.details["rpc_error"]["code"] == -32602
@@ -293,9 +316,11 @@ def test_odd_answers_are_protocol_errors_R02(scripted, reply, message):
 def test_sse_skips_other_event_types_and_other_ids(scripted):
     def extra(verb, rpc, headers):
         if rpc and rpc.get("method") == "tools/list":
-            body = (": hi\n\nevent: ping\ndata: {}\n\n"
-                    'data: {"jsonrpc":"2.0","id":"other","result":{}}\n\n'
-                    f'data: {json.dumps({"jsonrpc": "2.0", "id": rpc["id"], "result": TOOLS})}\n\n')
+            body = (
+                ": hi\n\nevent: ping\ndata: {}\n\n"
+                'data: {"jsonrpc":"2.0","id":"other","result":{}}\n\n'
+                f"data: {json.dumps({'jsonrpc': '2.0', 'id': rpc['id'], 'result': TOOLS})}\n\n"
+            )
             return 200, SSE, body
         return None
 
@@ -307,8 +332,11 @@ def test_sse_skips_other_event_types_and_other_ids(scripted):
 
 
 def test_sse_stream_closed_without_event_id_is_connection_error_outcome_unknown(scripted):
-    srv = scripted(legacy_server(lambda v, rpc, h: (200, SSE, ": nothing\n\n")
-                                 if rpc and rpc.get("method") == "tools/call" else None))
+    srv = scripted(
+        legacy_server(
+            lambda v, rpc, h: (200, SSE, ": nothing\n\n") if rpc and rpc.get("method") == "tools/call" else None
+        )
+    )
     with client_for(srv.url, version="2025-11-25") as client:
         client.connect()
         client.list_tools()
@@ -354,8 +382,10 @@ def test_modern_missing_capability_32021_is_capability_unsupported_R04(scripted)
 
 
 def test_mcp_param_headers_reach_the_server_on_modern_calls(scripted):
-    tool = {"name": "t", "inputSchema": {"type": "object", "properties": {
-        "region": {"type": "string", "x-mcp-header": "Region"}}}}
+    tool = {
+        "name": "t",
+        "inputSchema": {"type": "object", "properties": {"region": {"type": "string", "x-mcp-header": "Region"}}},
+    }
 
     def handler(verb, rpc, headers):
         if rpc["method"] == "tools/call":
@@ -374,27 +404,47 @@ def test_mcp_param_headers_reach_the_server_on_modern_calls(scripted):
 
 def test_transport_interface_directly():
     """The transport alone: exchange yields the response; send_message posts; end_session is best effort."""
+
     def handler(verb, rpc, headers):
         if verb == "DELETE":
             return 405, {}, ""
         if rpc and "id" in rpc:
-            return 200, {**JSON, "Mcp-Session-Id": "abc"}, json.dumps(
-                [{"jsonrpc": "2.0", "method": "notifications/message", "params": {}},
-                 {"jsonrpc": "2.0", "id": rpc["id"], "result": INIT}])
+            return (
+                200,
+                {**JSON, "Mcp-Session-Id": "abc"},
+                json.dumps(
+                    [
+                        {"jsonrpc": "2.0", "method": "notifications/message", "params": {}},
+                        {"jsonrpc": "2.0", "id": rpc["id"], "result": INIT},
+                    ]
+                ),
+            )
         return 202, {}, ""
 
     srv = Scripted(handler)
     try:
-        server = ResolvedServer(name="s", type="http", config_file="/c", url=srv.url, headers={}, command=None,
-                                args=[], env={}, cwd=None, protocol_version=None, auth_source="none")
+        server = ResolvedServer(
+            name="s",
+            type="http",
+            config_file="/c",
+            url=srv.url,
+            headers={},
+            command=None,
+            args=[],
+            env={},
+            cwd=None,
+            protocol_version=None,
+            auth_source="none",
+        )
         transport = HttpTransport(server, insecure=False, log=Log(io.StringIO()))
         core, seen = attached(transport)
         rules = era_rules("2025-03-26")
         message = bkmcp.build_request(1, "initialize", bkmcp.build_initialize_params("2025-03-26"), rules)
         transport.send(message, rules=None, deadline=Deadline(5))
         assert [m.kind for m in seen] == ["notification", "result"] and core.session_id == "abc"
-        transport.send(bkmcp.build_notification("notifications/initialized", None, rules), rules=rules,
-                       deadline=Deadline(5))
+        transport.send(
+            bkmcp.build_notification("notifications/initialized", None, rules), rules=rules, deadline=Deadline(5)
+        )
         transport.end_session(Deadline(5), rules=rules)
         transport.close()
         assert srv.requests[-1]["verb"] == "DELETE" and srv.requests[-1]["headers"]["mcp-session-id"] == "abc"
@@ -404,8 +454,19 @@ def test_transport_interface_directly():
 
 
 def test_open_transport_rejects_unknown_types():
-    server = ResolvedServer(name="s", type="carrier-pigeon", config_file="/c", url=None, headers={}, command=None,
-                            args=[], env={}, cwd=None, protocol_version=None, auth_source="none")
+    server = ResolvedServer(
+        name="s",
+        type="carrier-pigeon",
+        config_file="/c",
+        url=None,
+        headers={},
+        command=None,
+        args=[],
+        env={},
+        cwd=None,
+        protocol_version=None,
+        auth_source="none",
+    )
     with pytest.raises(bkmcp.ConnectionFailedError):
         bkmcp.open_transport(server, insecure=False, log=Log(io.StringIO()))
 
@@ -417,32 +478,70 @@ from hypothesis import strategies as st  # noqa: E402
 
 _bodies = st.one_of(
     st.binary(max_size=200),
-    st.sampled_from([b"", b"{}", b"[]", b"null", b'{"jsonrpc":"2.0"}', b'{"jsonrpc":"2.0","id":1}',
-                     b'{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"t"}]}}',
-                     b'{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"t"},{"name":"t"}]}}',
-                     b'{"jsonrpc":"2.0","id":1,"error":{"code":-32042,"message":"x","data":{"elicitations":5}}}',
-                     b'{"jsonrpc":"2.0","id":"1","result":{}}', b'data: {}\n\n', b'id: x\nretry: 1\ndata: \n\n']),
-    st.builds(lambda r: json.dumps({"jsonrpc": "2.0", "id": 1, "result": r}).encode(),
-              st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
-                           lambda c: st.lists(c, max_size=3) | st.dictionaries(
-                               st.sampled_from(["tools", "content", "resultType", "nextCursor", "task", "isError",
-                                                "protocolVersion", "supportedVersions", "name"]), c, max_size=4),
-                           max_leaves=10)),
+    st.sampled_from(
+        [
+            b"",
+            b"{}",
+            b"[]",
+            b"null",
+            b'{"jsonrpc":"2.0"}',
+            b'{"jsonrpc":"2.0","id":1}',
+            b'{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"t"}]}}',
+            b'{"jsonrpc":"2.0","id":1,"result":{"tools":[{"name":"t"},{"name":"t"}]}}',
+            b'{"jsonrpc":"2.0","id":1,"error":{"code":-32042,"message":"x","data":{"elicitations":5}}}',
+            b'{"jsonrpc":"2.0","id":"1","result":{}}',
+            b"data: {}\n\n",
+            b"id: x\nretry: 1\ndata: \n\n",
+        ]
+    ),
+    st.builds(
+        lambda r: json.dumps({"jsonrpc": "2.0", "id": 1, "result": r}).encode(),
+        st.recursive(
+            st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+            lambda c: (
+                st.lists(c, max_size=3)
+                | st.dictionaries(
+                    st.sampled_from(
+                        [
+                            "tools",
+                            "content",
+                            "resultType",
+                            "nextCursor",
+                            "task",
+                            "isError",
+                            "protocolVersion",
+                            "supportedVersions",
+                            "name",
+                        ]
+                    ),
+                    c,
+                    max_size=4,
+                )
+            ),
+            max_leaves=10,
+        ),
+    ),
 )
-_hostile = st.sampled_from([
-    b"[" * 3000 + b"]" * 3000,  # deeper than any parser should follow
-    b'{"jsonrpc":"2.0","id":1,"result":{"tools":[' + b'{"name":"n"},' * 0 + b'{"name":"' + b"x" * 2_000_000 + b'"}]}}',
-    b'{"jsonrpc":"2.0","id":1,"result":' + b'{"a":' * 2000 + b"1" + b"}" * 2000 + b"}",
-    b'data: {"jsonrpc":"2.0","id":1,"res',  # SSE cut in the middle of an event
-    b'id: e1\ndata: {"jsonrpc":"2.0","id":1,"result":{"content":[]}}',  # no blank line: never dispatched
-    b'data: {"jsonrpc":"2.0","id":999,"result":{}}\n\n',  # a response for an id never sent
-    b'data: {"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"x"}}\n\n',
-    b'[{"jsonrpc":"2.0","id":1,"result":{}},{"jsonrpc":"2.0","id":1,"result":{}}]',  # two answers for one id
-    b'{"jsonrpc":"2.0","id":1,"result":{"resultType":"task","taskId":"t"}}',
-    b'{"jsonrpc":"2.0","id":1,"result":{"resultType":"input_required","inputRequests":{"a":{"method":"x"}}}}',
-    b'{"jsonrpc":"2.0","method":"sampling/createMessage","id":"s1","params":{}}',
-    b"\xff\xfe\x00garbage",
-])
+_hostile = st.sampled_from(
+    [
+        b"[" * 3000 + b"]" * 3000,  # deeper than any parser should follow
+        b'{"jsonrpc":"2.0","id":1,"result":{"tools":['
+        + b'{"name":"n"},' * 0
+        + b'{"name":"'
+        + b"x" * 2_000_000
+        + b'"}]}}',
+        b'{"jsonrpc":"2.0","id":1,"result":' + b'{"a":' * 2000 + b"1" + b"}" * 2000 + b"}",
+        b'data: {"jsonrpc":"2.0","id":1,"res',  # SSE cut in the middle of an event
+        b'id: e1\ndata: {"jsonrpc":"2.0","id":1,"result":{"content":[]}}',  # no blank line: never dispatched
+        b'data: {"jsonrpc":"2.0","id":999,"result":{}}\n\n',  # a response for an id never sent
+        b'data: {"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"x"}}\n\n',
+        b'[{"jsonrpc":"2.0","id":1,"result":{}},{"jsonrpc":"2.0","id":1,"result":{}}]',  # two answers for one id
+        b'{"jsonrpc":"2.0","id":1,"result":{"resultType":"task","taskId":"t"}}',
+        b'{"jsonrpc":"2.0","id":1,"result":{"resultType":"input_required","inputRequests":{"a":{"method":"x"}}}}',
+        b'{"jsonrpc":"2.0","method":"sampling/createMessage","id":"s1","params":{}}',
+        b"\xff\xfe\x00garbage",
+    ]
+)
 _answers = st.tuples(
     st.sampled_from([200, 200, 200, 202, 204, 301, 400, 401, 403, 404, 405, 500, 503]),
     st.sampled_from(["application/json", "text/event-stream", "text/html", "application/json; charset=utf-8", ""]),
@@ -461,11 +560,16 @@ def _documented_exit_statuses() -> dict[str, str]:
 _EXITS = _documented_exit_statuses()
 
 
-@settings(max_examples=FUZZ_EXAMPLES, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(st.lists(_answers, min_size=1, max_size=6),
-       st.sampled_from([None, "2025-03-26", "2025-11-25", "2026-07-28"]),
-       st.sampled_from(["--check", "--tools", "call"]))
+@settings(
+    max_examples=FUZZ_EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    st.lists(_answers, min_size=1, max_size=6),
+    st.sampled_from([None, "2025-03-26", "2025-11-25", "2026-07-28"]),
+    st.sampled_from(["--check", "--tools", "call"]),
+)
 def test_fuzz_any_server_answer_gives_exit_0_1_or_2_R02(tmp_path, answers, version, mode):
     """The hostile-server fuzz target (issue 11): random statuses, content types, truncated or invalid JSON and
     SSE, wrong and duplicate ids, huge and deep values and random JSON-RPC shapes for every answer of both eras.
@@ -518,10 +622,27 @@ def test_transport_exchange_against_the_mock_R01(mode):
     from mock_server.mcp_mock import MockServer
 
     notes = [{"method": "notifications/message", "params": {"level": "info", "data": "n1"}}]
-    with MockServer({"response_mode": mode, "sse_priming": True, "sse_comments": True,
-                     "notifications_before_result": {"tools/list": notes}}) as srv:
-        server = ResolvedServer(name="m", type="http", config_file="/c", url=srv.url, headers={"X-A": "1"},
-                                command=None, args=[], env={}, cwd=None, protocol_version=None, auth_source="none")
+    with MockServer(
+        {
+            "response_mode": mode,
+            "sse_priming": True,
+            "sse_comments": True,
+            "notifications_before_result": {"tools/list": notes},
+        }
+    ) as srv:
+        server = ResolvedServer(
+            name="m",
+            type="http",
+            config_file="/c",
+            url=srv.url,
+            headers={"X-A": "1"},
+            command=None,
+            args=[],
+            env={},
+            cwd=None,
+            protocol_version=None,
+            auth_source="none",
+        )
         transport = HttpTransport(server, insecure=False, log=Log(io.StringIO()))
         core, seen = attached(transport)
         try:
@@ -531,8 +652,9 @@ def test_transport_exchange_against_the_mock_R01(mode):
             [answer] = seen
             assert answer.kind == "result" and answer.result["protocolVersion"] == "2025-11-25"
             assert core.session_id and transport.responses == 1
-            transport.send(bkmcp.build_notification("notifications/initialized", None, legacy),
-                           rules=legacy, deadline=Deadline(5))
+            transport.send(
+                bkmcp.build_notification("notifications/initialized", None, legacy), rules=legacy, deadline=Deadline(5)
+            )
             seen.clear()
             listing = bkmcp.build_request(2, "tools/list", None, legacy)
             transport.send(listing, rules=legacy, deadline=Deadline(5))
@@ -551,10 +673,22 @@ def test_modern_only_server_refusing_initialize_with_32022_is_modern_R01():
     Python SDK client's rule); discover is asked once more for server info."""
     from mock_server.mcp_mock import MockServer
 
-    with MockServer({"versions": ["2026-07-28"], "discover_supported_versions": [],
-                     "modern_only_initialize_error": -32022}) as srv:
-        server = ResolvedServer(name="m", type="http", config_file="/c", url=srv.url, headers={}, command=None,
-                                args=[], env={}, cwd=None, protocol_version=None, auth_source="none")
+    with MockServer(
+        {"versions": ["2026-07-28"], "discover_supported_versions": [], "modern_only_initialize_error": -32022}
+    ) as srv:
+        server = ResolvedServer(
+            name="m",
+            type="http",
+            config_file="/c",
+            url=srv.url,
+            headers={},
+            command=None,
+            args=[],
+            env={},
+            cwd=None,
+            protocol_version=None,
+            auth_source="none",
+        )
         with Client(server, timeout=5, log=Log(io.StringIO())) as client:
             client.connect()
             assert client.era == "modern" and client.protocol_version == "2026-07-28"

@@ -13,6 +13,7 @@ from bkmcp_test_helpers import run_bkmcp_modules
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("httpx", "httpcore", "jsonschema", "jq", "asyncio", "anyio")
 
+
 def _modules(tmp_path: Path, *args: str) -> tuple[int, set[str]]:
     code, modules, proc = run_bkmcp_modules(tmp_path, *args)
     assert proc.returncode == 0, proc.stderr
@@ -26,11 +27,21 @@ def _heavy(modules: set[str]) -> list[str]:
 @pytest.fixture
 def config(tmp_path: Path) -> Path:
     path = tmp_path / "mcp.json"
-    path.write_text(json.dumps({"mcpServers": {
-        "report": {"type": "http", "url": "https://mcp.example.com/mcp/", "headers": {"Authorization": "Bearer ${T}"}},
-        "fs": {"type": "stdio", "command": "npx", "args": ["x"]},
-        "q": {"type": "http", "url": "https://mcp.example.com/mcp?token=QSECRET&page=1"},
-    }}))
+    path.write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "report": {
+                        "type": "http",
+                        "url": "https://mcp.example.com/mcp/",
+                        "headers": {"Authorization": "Bearer ${T}"},
+                    },
+                    "fs": {"type": "stdio", "command": "npx", "args": ["x"]},
+                    "q": {"type": "http", "url": "https://mcp.example.com/mcp?token=QSECRET&page=1"},
+                }
+            }
+        )
+    )
     path.chmod(0o600)
     return path
 
@@ -53,7 +64,10 @@ def test_importtime_of_plain_help(tmp_path):
     """The same fact seen by the interpreter itself: `python -X importtime bkmcp.py --help`."""
     proc = subprocess.run(
         [sys.executable, "-X", "importtime", str(ROOT / "bkmcp.py"), "--help"],
-        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
         env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
     )
     assert proc.returncode == 0 and proc.stdout.startswith("bkmcp")
@@ -65,16 +79,32 @@ def test_importtime_of_plain_help(tmp_path):
 def test_import_has_no_side_effects(tmp_path):
     """Nothing connects or prints at import time."""
     proc = subprocess.run(
-        [sys.executable, "-c", "import socket\n"
-         "socket.socket.connect = lambda *a: (_ for _ in ()).throw(SystemExit('connect at import'))\n"
-         "import bkmcp"],
-        capture_output=True, text=True, timeout=60, cwd=str(ROOT), stdin=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-c",
+            "import socket\n"
+            "socket.socket.connect = lambda *a: (_ for _ in ()).throw(SystemExit('connect at import'))\n"
+            "import bkmcp",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=str(ROOT),
+        stdin=subprocess.DEVNULL,
     )
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
 
 
-@pytest.mark.parametrize("args", [("--help",), ("--version",), ("--config", "{config}", "report", "--help"),
-                                  ("--config", "{config}", "fs"), ("--config", "{config}", "q", "--help")])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--help",),
+        ("--version",),
+        ("--config", "{config}", "report", "--help"),
+        ("--config", "{config}", "fs"),
+        ("--config", "{config}", "q", "--help"),
+    ],
+)
 def test_d01_help_paths_defer_even_stdlib_modules(args, tmp_path, config):
     """docs/contract.md §13 start-up: root help, --version and server help also skip json, re, decimal, urllib.parse,
     typing, dataclasses and inspect (each costs milliseconds; together they were most of the start-up).
@@ -82,7 +112,10 @@ def test_d01_help_paths_defer_even_stdlib_modules(args, tmp_path, config):
     argv = [a.replace("{config}", str(config)) for a in args]
     proc = subprocess.run(
         [sys.executable, "-S", "-X", "importtime", str(ROOT / "bkmcp.py"), *argv],
-        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
         env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
     )
     assert proc.returncode == 0, proc.stderr

@@ -52,8 +52,11 @@ def test_o01_each_result_on_its_own_line(config, no_network):
     res = dry(config, "--jq", ".data.arguments.n[]")
     assert res.stdout.splitlines() == NUMBERS
     res = dry(config, "--jq", ".data.arguments.s, .data.url, .ok")
-    assert res.stdout.splitlines() == [json.dumps("中文 \"q\" \\ $(rm -rf /) `id`\n", ensure_ascii=False),
-                                       '"https://mcp.example.com/mcp/?x=1"', "true"]
+    assert res.stdout.splitlines() == [
+        json.dumps('中文 "q" \\ $(rm -rf /) `id`\n', ensure_ascii=False),
+        '"https://mcp.example.com/mcp/?x=1"',
+        "true",
+    ]
     assert dry(config, "--jq", "empty").stdout == ""
 
 
@@ -147,8 +150,12 @@ def test_o01_success_projection_after_remote_runs_once(write_config, monkeypatch
 
 
 def test_o01_help_is_never_projected(config, no_network):
-    for args in (("--help", "--jq", ".["), ("--config", str(config), "a", "--help", "--jq", ".x"), ("--jq", ".["),
-                 ("--config", str(config), "a", "--jq", ".[")):
+    for args in (
+        ("--help", "--jq", ".["),
+        ("--config", str(config), "a", "--help", "--jq", ".x"),
+        ("--jq", ".["),
+        ("--config", str(config), "a", "--jq", ".["),
+    ):
         res = run_bkmcp(*args)
         assert res.exit_status == 0 and res.stdout.startswith("bkmcp")
 
@@ -178,7 +185,7 @@ def test_marker_strings_in_data_are_not_numbers(config, no_network):
 
 def test_jq_errors_in_every_mode(config, no_network):
     assert dry(config, "--jq", ".[").error_code == "invalid_jq_expression"
-    assert dry(config, "--jq", "error(\"x\")").json["error"]["code"] == "jq_error"
+    assert dry(config, "--jq", 'error("x")').json["error"]["code"] == "jq_error"
     assert dry(config, "--jq", ".data.arguments.n # a comment").stdout == "[" + ",".join(NUMBERS) + "]\n"
     assert dry(config, "--jq", "def f: .data.tool; f").stdout == '"t"\n'
 
@@ -203,16 +210,27 @@ def test_deeply_nested_results_are_jq_error_never_internal(depth, config, no_net
         assert res.exit_status == 2 and res.json["error"]["code"] == "jq_error", res.stdout + res.stderr
 
 
-@pytest.mark.parametrize(("expression", "stdout", "stderr", "status"), [
-    ('"x\\n" | halt_error(5)', "", "x\n", 5),
-    (".ok, halt_error", "true\n", None, 5),  # a non-string message: JSON with a newline
-    (".ok, halt, 3", "true\n", "", 0),
-    (".data.tool, halt_error(1)", '"t"\n', None, 1),
-    ('"bye" | halt_error(0)', "", "bye", 0),
-    ('.data.arguments | halt_error(300)', "", '{"n":[' + ",".join(NUMBERS) + '],"s":' + json.dumps(
-        "中文 \"q\" \\ $(rm -rf /) `id`\n", ensure_ascii=False) + "}\n", 44),
-    ("(halt_error(3) | length)", "", None, 3),  # halt_error is never a value that flows on
-])
+@pytest.mark.parametrize(
+    ("expression", "stdout", "stderr", "status"),
+    [
+        ('"x\\n" | halt_error(5)', "", "x\n", 5),
+        (".ok, halt_error", "true\n", None, 5),  # a non-string message: JSON with a newline
+        (".ok, halt, 3", "true\n", "", 0),
+        (".data.tool, halt_error(1)", '"t"\n', None, 1),
+        ('"bye" | halt_error(0)', "", "bye", 0),
+        (
+            ".data.arguments | halt_error(300)",
+            "",
+            '{"n":['
+            + ",".join(NUMBERS)
+            + '],"s":'
+            + json.dumps('中文 "q" \\ $(rm -rf /) `id`\n', ensure_ascii=False)
+            + "}\n",
+            44,
+        ),
+        ("(halt_error(3) | length)", "", None, 3),  # halt_error is never a value that flows on
+    ],
+)
 def test_jq_halt_and_halt_error_behave_as_in_jq_1_7(expression, stdout, stderr, status, config, no_network):
     res = dry(config, "--jq", expression)
     assert (res.exit_status, res.stdout) == (status, stdout), res.stderr
@@ -226,7 +244,7 @@ def test_jq_halt_and_halt_error_behave_as_in_jq_1_7(expression, stdout, stderr, 
 
 def test_jq_halt_error_never_hides_a_failure(write_config, jq_mode):
     config = write_config({"mcpServers": {"a": {"type": "http", "url": "http://127.0.0.1:9/mcp"}}})
-    res = run_bkmcp("--config", str(config), "a", "--tools", "--jq", '.error.code | halt_error(0)')
+    res = run_bkmcp("--config", str(config), "a", "--tools", "--jq", ".error.code | halt_error(0)")
     assert (res.exit_status, res.stdout, res.stderr) == (2, "", "mcp_connection_error")
 
 
@@ -264,14 +282,25 @@ def test_jq_executable_past_the_budget_is_jq_error(tmp_path, monkeypatch, write_
     """A jq executable that answers nothing is killed at the budget: jq_error, not internal_error."""
     fake_jq(tmp_path, monkeypatch, 'if [ "$1" = "-n" ]; then exit 0; fi\nexec sleep 30\n')
     config = write_config({"mcpServers": {"a": {"type": "http", "url": "http://127.0.0.1:9/mcp"}}})
-    res = run_bkmcp("--config", str(config), "--timeout", "300ms", "a", "t", "--body", "{}", "--dry-run", "--jq",
-                    ".", env={"PATH": os.environ["PATH"]})
+    res = run_bkmcp(
+        "--config",
+        str(config),
+        "--timeout",
+        "300ms",
+        "a",
+        "t",
+        "--body",
+        "{}",
+        "--dry-run",
+        "--jq",
+        ".",
+        env={"PATH": os.environ["PATH"]},
+    )
     assert res.exit_status == 2 and res.error_code == "jq_error", res.stdout + res.stderr
     assert "did not finish within the time --timeout left for it" in res.json["error"]["message"]
 
 
-def test_jq_executable_that_cannot_compile_in_time_is_jq_unavailable(tmp_path, monkeypatch, write_config,
-                                                                    no_network):
+def test_jq_executable_that_cannot_compile_in_time_is_jq_unavailable(tmp_path, monkeypatch, write_config, no_network):
     fake_jq(tmp_path, monkeypatch, "exec sleep 30\n")
     monkeypatch.setattr(bkmcp, "JQ_EXECUTABLE_CHECK_SECONDS", 0.2)
     config = write_config({"mcpServers": {"a": {"type": "http", "url": "http://127.0.0.1:9/mcp"}}})
@@ -285,8 +314,19 @@ def test_jq_executable_silent_computation_is_stopped_at_the_budget(monkeypatch, 
         pytest.skip("no jq executable on PATH")
     monkeypatch.setattr(bkmcp, "_load_jq_module", lambda: None)
     config = write_config({"mcpServers": {"a": {"type": "http", "url": "http://127.0.0.1:9/mcp"}}})
-    res = run_bkmcp("--config", str(config), "--timeout", "500ms", "a", "t", "--body", "{}", "--dry-run", "--jq",
-                    "last(range(1e15))")
+    res = run_bkmcp(
+        "--config",
+        str(config),
+        "--timeout",
+        "500ms",
+        "a",
+        "t",
+        "--body",
+        "{}",
+        "--dry-run",
+        "--jq",
+        "last(range(1e15))",
+    )
     assert res.exit_status == 2 and res.error_code == "jq_error"
 
 
@@ -295,8 +335,9 @@ def test_jq_values_stream_with_the_executable_and_stop_at_the_budget(monkeypatch
         pytest.skip("no jq executable on PATH")
     monkeypatch.setattr(bkmcp, "_load_jq_module", lambda: None)
     config = write_config({"mcpServers": {"a": {"type": "http", "url": "http://127.0.0.1:9/mcp"}}})
-    res = run_bkmcp("--config", str(config), "--timeout", "300ms", "a", "t", "--body", "{}", "--dry-run", "--jq",
-                    "repeat(.ok)")
+    res = run_bkmcp(
+        "--config", str(config), "--timeout", "300ms", "a", "t", "--body", "{}", "--dry-run", "--jq", "repeat(.ok)"
+    )
     lines = res.stdout.splitlines()
     assert res.exit_status == 2 and lines[0] == "true" and json.loads(lines[-1])["error"]["code"] == "jq_error"
 

@@ -76,7 +76,7 @@ def test_marker_like_strings_are_not_replaced():
 
 
 def test_dump_is_compact_unicode_and_indentable():
-    assert dump_json({"k": "中文 \"q\" \\ $(x) `y`\n"}) == '{"k":"中文 \\"q\\" \\\\ $(x) `y`\\n"}'
+    assert dump_json({"k": '中文 "q" \\ $(x) `y`\n'}) == '{"k":"中文 \\"q\\" \\\\ $(x) `y`\\n"}'
     assert dump_json({"a": [1]}, indent=2) == '{\n  "a": [\n    1\n  ]\n}'
     assert dump_json({"b": 1, "a": 2}, sort_keys=True) == '{"a":2,"b":1}'
 
@@ -103,8 +103,20 @@ def test_lone_surrogates_are_written_as_escapes():
 @pytest.mark.parametrize(
     "text",
     [
-        '{"a": 1} // c', '/* c */ {"a": 1}', '{"a": 1,}', "[1, 2,]", '{"a": NaN}', '{"a": Infinity}',
-        '{"a": -Infinity}', "{'a': 1}", '{"a": 01}', '{"a": .5}', '{"a": 1', "", "   ", '{"a": 1} x',
+        '{"a": 1} // c',
+        '/* c */ {"a": 1}',
+        '{"a": 1,}',
+        "[1, 2,]",
+        '{"a": NaN}',
+        '{"a": Infinity}',
+        '{"a": -Infinity}',
+        "{'a': 1}",
+        '{"a": 01}',
+        '{"a": .5}',
+        '{"a": 1',
+        "",
+        "   ",
+        '{"a": 1} x',
     ],
 )
 def test_invalid_json_is_rejected(text):
@@ -124,7 +136,7 @@ def test_duplicate_keys_rejected_at_every_level(text):
 
 def test_errors_never_echo_the_input():
     secret = "s3cr3t-VALUE-xyz"
-    for text in (f'{{"token": "{secret}",}}', f'{{"token": "{secret}"', f'{secret}'):
+    for text in (f'{{"token": "{secret}",}}', f'{{"token": "{secret}"', f"{secret}"):
         with pytest.raises(JsonInputError) as info:
             parse_json(text)
         assert secret not in str(info.value)
@@ -150,9 +162,25 @@ def test_bom_is_ignored_for_text_and_bytes():
 # -- redaction (A05) -------------------------------------------------------------------------------------
 
 SECRET_NAMES = [
-    "Authorization", "authorization", "X-Bkapi-Authorization", "x-bkapi-authorization", "Proxy-Authorization",
-    "Cookie", "Set-Cookie", "X-API-Key", "x-api-key", "X-Auth-Token", "X-My-Secret", "Api-Key", "X-Password",
-    "X-Ticket", "bk_ticket", "PASSWORD", "X-TOKEN", "Private-KEY", "X-AUTH",
+    "Authorization",
+    "authorization",
+    "X-Bkapi-Authorization",
+    "x-bkapi-authorization",
+    "Proxy-Authorization",
+    "Cookie",
+    "Set-Cookie",
+    "X-API-Key",
+    "x-api-key",
+    "X-Auth-Token",
+    "X-My-Secret",
+    "Api-Key",
+    "X-Password",
+    "X-Ticket",
+    "bk_ticket",
+    "PASSWORD",
+    "X-TOKEN",
+    "Private-KEY",
+    "X-AUTH",
 ]
 PLAIN_NAMES = ["X-Request-Id", "User-Agent", "Accept-Language", "X-Trace", "X-Tenant"]
 
@@ -209,8 +237,16 @@ def test_log_survives_a_closed_stream():
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("500ms", 0.5), ("30s", 30.0), ("2m", 120.0), ("1h", 3600.0), ("1.5", 1.5), ("60", 60.0), (".5s", 0.5),
-     ("168h", 604800.0)],
+    [
+        ("500ms", 0.5),
+        ("30s", 30.0),
+        ("2m", 120.0),
+        ("1h", 3600.0),
+        ("1.5", 1.5),
+        ("60", 60.0),
+        (".5s", 0.5),
+        ("168h", 604800.0),
+    ],
 )
 def test_valid_durations(text, seconds):
     assert bkmcp.parse_duration(text) == pytest.approx(seconds)
@@ -258,17 +294,42 @@ from hypothesis import strategies as st  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 TYPOS = [
-    "{bad", '{"a": 1,}', '{"a": "unterminated', '{"a": 1e}', "[1, 2,]", '{"a" 1}', '{"a": 1} x', "", " \n",
-    '{"a": tru}', '{"a": -}', '{"a": 1.}', '{"a": 01}', "[", "]", '{"a": "\x01"}', '{"a": "\\x"}', '{"a": "\\ud800"}',
-    '{"a": NaN}', '{"a": 1, "a": 2}', "\u00a0{}", "{}\u00a0", '"\\u12"', "[" * 5000, '{"a": [1, 2}',
+    "{bad",
+    '{"a": 1,}',
+    '{"a": "unterminated',
+    '{"a": 1e}',
+    "[1, 2,]",
+    '{"a" 1}',
+    '{"a": 1} x',
+    "",
+    " \n",
+    '{"a": tru}',
+    '{"a": -}',
+    '{"a": 1.}',
+    '{"a": 01}',
+    "[",
+    "]",
+    '{"a": "\x01"}',
+    '{"a": "\\x"}',
+    '{"a": "\\ud800"}',
+    '{"a": NaN}',
+    '{"a": 1, "a": 2}',
+    "\u00a0{}",
+    "{}\u00a0",
+    '"\\u12"',
+    "[" * 5000,
+    '{"a": [1, 2}',
 ]
 JSON_CHARS = st.sampled_from(list('{}[]":,.-+eE0123456789 \n\tabcdefnrstulN\\\x00\u00e9\ud800\u2028'))
 MUTATED = st.one_of(
     st.sampled_from(TYPOS),
     st.text(JSON_CHARS, max_size=40),
-    st.tuples(st.sampled_from(['{"a": [1, 2.5, "x"], "b": {"c": null}}', '[1e400, -0, true]', '"s"']),
-              st.integers(0, 40), st.integers(0, 3), st.text(JSON_CHARS, max_size=3))
-    .map(lambda t: t[0][: t[1]] + t[3] + t[0][t[1] + t[2]:]),
+    st.tuples(
+        st.sampled_from(['{"a": [1, 2.5, "x"], "b": {"c": null}}', "[1e400, -0, true]", '"s"']),
+        st.integers(0, 40),
+        st.integers(0, 3),
+        st.text(JSON_CHARS, max_size=3),
+    ).map(lambda t: t[0][: t[1]] + t[3] + t[0][t[1] + t[2] :]),
 )
 
 
@@ -311,13 +372,19 @@ def test_errors_in_a_fresh_interpreter_without_json_loaded():
     """Issue 11: on 3.10/3.11 the C scanner raised SystemError when json.decoder was not imported yet (pytest
     always has it, so only a fresh interpreter shows it)."""
     texts = ["{bad", '{"a": 1,}', '{"a": "x', '{"a": 1e}', "[1]"]
-    proc = subprocess.run([sys.executable, "-S", "-c", _FRESH, str(ROOT), *texts], capture_output=True, text=True,
-                          timeout=60, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [sys.executable, "-S", "-c", _FRESH, str(ROOT), *texts],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[-1] == "ok"
     assert [line.split(" at line")[0] for line in lines[:-1]] == [
-        "error " + str(_outcome(bkmcp.parse_json_plain, t, True)[1]).split(" at line")[0] for t in texts[:-1]]
+        "error " + str(_outcome(bkmcp.parse_json_plain, t, True)[1]).split(" at line")[0] for t in texts[:-1]
+    ]
     assert all(" at line 1 column " in line for line in lines[:-1])
 
 
@@ -345,8 +412,13 @@ print(len(made), len(set(classes)), classes[0] is bkmcp.JsonNumber)
 
 
 def test_json_number_is_created_once_under_concurrent_first_use():
-    proc = subprocess.run([sys.executable, "-S", "-c", _RACE, str(ROOT)], capture_output=True, text=True,
-                          timeout=60, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [sys.executable, "-S", "-c", _RACE, str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["1", "1", "True"]
 
@@ -359,8 +431,7 @@ def test_records_work_with_the_dataclasses_module():
     server = bkmcp.ServerConfig(name="a", type="http", config_file="/f", url="https://x/", headers=(("H", "v"),))
     assert dataclasses.is_dataclass(server) and dataclasses.is_dataclass(bkmcp.ServerConfig)
     moved = dataclasses.replace(server, name="b")
-    assert moved == bkmcp.ServerConfig(name="b", type="http", config_file="/f", url="https://x/",
-                                       headers=(("H", "v"),))
+    assert moved == bkmcp.ServerConfig(name="b", type="http", config_file="/f", url="https://x/", headers=(("H", "v"),))
     assert dataclasses.asdict(server)["headers"] == (("H", "v"),) and dataclasses.astuple(server)[0] == "a"
     conf = bkmcp.ConfigFile("/f", {"a": server})
     assert dataclasses.asdict(conf)["servers"]["a"]["url"] == "https://x/"

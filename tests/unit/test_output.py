@@ -12,8 +12,17 @@ TOOL = {"name": "search", "description": "d", "inputSchema": {"type": "object"}}
 
 @pytest.fixture
 def config(write_config):
-    return write_config({"mcpServers": {"a": {"type": "http", "url": "https://mcp.example.com/mcp",
-                                              "headers": {"Authorization": "Bearer ${TOK}"}}}})
+    return write_config(
+        {
+            "mcpServers": {
+                "a": {
+                    "type": "http",
+                    "url": "https://mcp.example.com/mcp",
+                    "headers": {"Authorization": "Bearer ${TOK}"},
+                }
+            }
+        }
+    )
 
 
 ENV = {"TOK": "tok-secret-98765"}
@@ -49,8 +58,7 @@ class FakeClient:
     def call_tool(self, name, arguments):
         FakeClient.calls.append(("call_tool", name, arguments))
         if FakeClient.fail_on == "call_tool":
-            raise bkmcp.McpTimeoutError("no answer", details={"outcome": "unknown"},
-                                        data={"server": "a", "tool": name})
+            raise bkmcp.McpTimeoutError("no answer", details={"outcome": "unknown"}, data={"server": "a", "tool": name})
         return FakeClient.result
 
 
@@ -58,8 +66,11 @@ class FakeClient:
 def fake(monkeypatch):
     FakeClient.calls = []
     FakeClient.fail_on = None
-    FakeClient.result = {"content": [{"type": "text", "text": "ok"}], "isError": False,
-                         "structuredContent": {"n": bkmcp.JsonNumber("1e400")}}
+    FakeClient.result = {
+        "content": [{"type": "text", "text": "ok"}],
+        "isError": False,
+        "structuredContent": {"n": bkmcp.JsonNumber("1e400")},
+    }
     for name, stand_in in fake_engine(FakeClient).items():
         monkeypatch.setattr(bkmcp, name, stand_in)
     return FakeClient
@@ -71,19 +82,30 @@ def test_build_success_and_failure():
     redactor.add("sekret")
     err = bkmcp.ToolError("tool said sekret", hint="h sekret", data={"result": {"text": "sekret"}})
     env = bkmcp.build_failure(err, redactor)
-    assert env == {"ok": False, "error": {"code": "mcp_tool_error", "message": "tool said ***", "hint": "h ***"},
-                   "data": {"result": {"text": "sekret"}}}  # raw results are data, kept as received
+    assert env == {
+        "ok": False,
+        "error": {"code": "mcp_tool_error", "message": "tool said ***", "hint": "h ***"},
+        "data": {"result": {"text": "sekret"}},
+    }  # raw results are data, kept as received
     assert "data" not in bkmcp.build_failure(bkmcp.UsageError("u"))
 
 
 def test_call_success_is_one_envelope_on_stdout(config, fake, no_network):
-    res = run_bkmcp("--config", str(config), "a", "search", "--body", '{"q": 1E+2}', "--timeout", "2m",
-                    "--insecure", env=ENV)
+    res = run_bkmcp(
+        "--config", str(config), "a", "search", "--body", '{"q": 1E+2}', "--timeout", "2m", "--insecure", env=ENV
+    )
     assert res.exit_status == 0 and res.stderr == ""
-    assert res.stdout == ('{"ok":true,"data":{"server":"a","tool":"search","result":{"content":[{"type":"text",'
-                          '"text":"ok"}],"isError":false,"structuredContent":{"n":1e400}}}}\n')
-    assert fake.calls == [("init", "a", True, 120.0), ("connect",), ("list_tools",),
-                          ("call_tool", "search", {"q": bkmcp.JsonNumber("1E+2")}), ("close",)]
+    assert res.stdout == (
+        '{"ok":true,"data":{"server":"a","tool":"search","result":{"content":[{"type":"text",'
+        '"text":"ok"}],"isError":false,"structuredContent":{"n":1e400}}}}\n'
+    )
+    assert fake.calls == [
+        ("init", "a", True, 120.0),
+        ("connect",),
+        ("list_tools",),
+        ("call_tool", "search", {"q": bkmcp.JsonNumber("1E+2")}),
+        ("close",),
+    ]
 
 
 def test_is_error_is_mcp_tool_error_exit_2_with_the_raw_result(config, fake, no_network):
@@ -149,8 +171,10 @@ def test_check_and_tools_success_and_failure_streams(mode, config, monkeypatch, 
     assert seen == {"server": "a", "timeout": 60.0, "headers": {"Authorization": "Bearer tok-secret-98765"}}
 
     def refused(*a, **k):
-        raise bkmcp.AuthRequiredError("401 from server; token tok-secret-98765 rejected",
-                                      data={"checks": {"config": "passed", "connection": "failed"}})
+        raise bkmcp.AuthRequiredError(
+            "401 from server; token tok-secret-98765 rejected",
+            data={"checks": {"config": "passed", "connection": "failed"}},
+        )
 
     monkeypatch.setattr(bkmcp, name, refused)
     res = run_bkmcp("--config", str(config), "a", mode, env=ENV)

@@ -25,17 +25,20 @@ class Clock:
         return self.now
 
 
-@pytest.mark.parametrize("params, expected", [
-    ({"progress": 3, "total": 10, "message": "copying"}, "progress 3/10: copying (1.5s)"),
-    ({"progress": 3}, "progress 3 (1.5s)"),
-    ({"progress": 0.25, "total": 1}, "progress 0.25/1 (1.5s)"),
-    ({"progress": 1, "total": 2, "message": "   "}, "progress 1/2 (1.5s)"),
-    ({"progress": 1, "message": "a\x1b[2J\rb\x9bc\u2028d\n"}, "progress 1: a [2J b c d (1.5s)"),
-    ({"progress": 1, "message": "m" * 300}, "progress 1: " + "m" * 199 + "… (1.5s)"),
-    ({"progress": 10**40}, "progress 1e30+ (1.5s)"),
-    ({"progress": 1, "total": "ten"}, "progress 1 (1.5s)"),
-    ({"progress": 1, "total": True}, "progress 1 (1.5s)"),
-])
+@pytest.mark.parametrize(
+    "params, expected",
+    [
+        ({"progress": 3, "total": 10, "message": "copying"}, "progress 3/10: copying (1.5s)"),
+        ({"progress": 3}, "progress 3 (1.5s)"),
+        ({"progress": 0.25, "total": 1}, "progress 0.25/1 (1.5s)"),
+        ({"progress": 1, "total": 2, "message": "   "}, "progress 1/2 (1.5s)"),
+        ({"progress": 1, "message": "a\x1b[2J\rb\x9bc\u2028d\n"}, "progress 1: a [2J b c d (1.5s)"),
+        ({"progress": 1, "message": "m" * 300}, "progress 1: " + "m" * 199 + "… (1.5s)"),
+        ({"progress": 10**40}, "progress 1e30+ (1.5s)"),
+        ({"progress": 1, "total": "ten"}, "progress 1 (1.5s)"),
+        ({"progress": 1, "total": True}, "progress 1 (1.5s)"),
+    ],
+)
 def test_render_progress(params, expected):
     assert render_progress(params, 1.5) == expected
 
@@ -61,8 +64,7 @@ def test_terminal_line_updates_in_place_and_ends_with_a_newline():
     log.progress("progress 3/3 (0.3s)")
     log.progress_end()
     log.progress_end()  # a second end writes nothing
-    assert stream.getvalue().endswith(
-        "\x1b[K\r\x1b[Kbkmcp: warning: slow server\n\rbkmcp: progress 3/3 (0.3s)\x1b[K\n")
+    assert stream.getvalue().endswith("\x1b[K\r\x1b[Kbkmcp: warning: slow server\n\rbkmcp: progress 3/3 (0.3s)\x1b[K\n")
 
 
 def test_terminal_line_is_scrubbed_then_clipped_to_the_width():

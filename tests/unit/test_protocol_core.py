@@ -68,7 +68,7 @@ def feed_all(chunks, decoder=None):
 STREAM = (
     ": keep-alive comment\n"
     "id: ev-0\nretry: 500\ndata: \n\n"  # priming event: empty data, id kept
-    "event: message\nid: ev-1\ndata: {\"a\":\n"
+    'event: message\nid: ev-1\ndata: {"a":\n'
     "data: 1}\n\n"
     "data:no-space\n\n"
 )
@@ -127,7 +127,7 @@ def test_sse_big_event_in_small_chunks_is_linear():
     decoder = SseDecoder()
     events = []
     for i in range(0, len(text), 4096):
-        events.extend(decoder.feed(text[i:i + 4096]))
+        events.extend(decoder.feed(text[i : i + 4096]))
     assert len(events) == 1 and len(events[0].data) == len(body)
 
 
@@ -265,17 +265,25 @@ def test_header_value_base64_sentinel_rule(value, expected):
 
 
 def test_mcp_param_headers_from_x_mcp_header():
-    tool = {"name": "t", "inputSchema": {"type": "object", "properties": {
-        "region": {"type": "string", "x-mcp-header": "Region"},
-        "limit": {"type": "integer", "x-mcp-header": "Limit"},
-        "ratio": {"type": "number", "x-mcp-header": "Ratio"},  # numbers may not be headers
-        "bad": {"type": "string", "x-mcp-header": "no spaces"},
-        "dup": {"type": "string", "x-mcp-header": "region"},
-        "absent": {"type": "string", "x-mcp-header": "Absent"},
-    }}}
+    tool = {
+        "name": "t",
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "region": {"type": "string", "x-mcp-header": "Region"},
+                "limit": {"type": "integer", "x-mcp-header": "Limit"},
+                "ratio": {"type": "number", "x-mcp-header": "Ratio"},  # numbers may not be headers
+                "bad": {"type": "string", "x-mcp-header": "no spaces"},
+                "dup": {"type": "string", "x-mcp-header": "region"},
+                "absent": {"type": "string", "x-mcp-header": "Absent"},
+            },
+        },
+    }
     headers = build_param_headers(tool, {"region": "東京", "limit": 5, "ratio": 0.5, "bad": "x", "dup": "y"})
-    assert headers == [("Mcp-Param-Region", "=?base64?" + base64.b64encode("東京".encode()).decode() + "?="),
-                       ("Mcp-Param-Limit", "5")]
+    assert headers == [
+        ("Mcp-Param-Region", "=?base64?" + base64.b64encode("東京".encode()).decode() + "?="),
+        ("Mcp-Param-Limit", "5"),
+    ]
     assert build_param_headers(None, {}) == []
 
 
@@ -340,18 +348,24 @@ def test_results_complete_and_absent_result_type_are_ok():
 
 
 def test_input_required_is_capability_unsupported_with_raw_result_R04():
-    raw = {"resultType": "input_required", "inputRequests": {"k": {"method": "elicitation/create", "params": {}}},
-           "requestState": "s"}
+    raw = {
+        "resultType": "input_required",
+        "inputRequests": {"k": {"method": "elicitation/create", "params": {}}},
+        "requestState": "s",
+    }
     with pytest.raises(CapabilityUnsupportedError) as info:
         check_result("tools/call", result(raw))
     assert info.value.data == {"result": raw}
     assert info.value.details["input_requests"] == ["elicitation/create"]
 
 
-@pytest.mark.parametrize("raw", [
-    {"resultType": "task", "taskId": "t-1", "status": "working"},
-    {"task": {"taskId": "t-1", "status": "working"}},
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"resultType": "task", "taskId": "t-1", "status": "working"},
+        {"task": {"taskId": "t-1", "status": "working"}},
+    ],
+)
 def test_tasks_are_capability_unsupported_keeping_the_task_id_R04(raw):
     with pytest.raises(CapabilityUnsupportedError) as info:
         check_result("tools/call", result(raw))
@@ -373,21 +387,25 @@ def test_rpc_error_keeps_code_message_data_R02():
         check_result("tools/list", error(-32603))
 
 
-@pytest.mark.parametrize("raw", [
-    [],
-    "text",
-    {"resultType": "mystery", "content": []},
-    {"resultType": 5, "content": []},
-    {"content": "not a list"},
-    {"content": [], "isError": "yes"},
-])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        [],
+        "text",
+        {"resultType": "mystery", "content": []},
+        {"resultType": 5, "content": []},
+        {"content": "not a list"},
+        {"content": [], "isError": "yes"},
+    ],
+)
 def test_malformed_call_results_are_protocol_errors_R02(raw):
     with pytest.raises(ProtocolError):
         check_result("tools/call", result(raw))
 
 
-@pytest.mark.parametrize("raw", [{}, {"tools": {}}, {"tools": [1]}, {"tools": [{"name": 3}]},
-                                 {"tools": [], "nextCursor": 5}])
+@pytest.mark.parametrize(
+    "raw", [{}, {"tools": {}}, {"tools": [1]}, {"tools": [{"name": 3}]}, {"tools": [], "nextCursor": 5}]
+)
 def test_malformed_list_results_are_protocol_errors(raw):
     with pytest.raises(ProtocolError):
         check_result("tools/list", result(raw))
@@ -405,19 +423,30 @@ message_like = st.fixed_dictionaries(
         "id": st.one_of(st.integers(), st.text(max_size=5), st.none(), st.booleans(), st.floats()),
         "method": st.one_of(st.text(max_size=10), st.integers()),
         "params": json_values,
-        "result": json_values | st.fixed_dictionaries({}, optional={
-            "resultType": st.sampled_from(["complete", "input_required", "task", "x", 1]),
-            "content": json_values, "tools": json_values, "task": json_values, "isError": json_values,
-            "nextCursor": json_values}),
-        "error": json_values | st.fixed_dictionaries({"code": st.integers(-33000, 0), "message": st.text(max_size=5)},
-                                                     optional={"data": json_values}),
+        "result": json_values
+        | st.fixed_dictionaries(
+            {},
+            optional={
+                "resultType": st.sampled_from(["complete", "input_required", "task", "x", 1]),
+                "content": json_values,
+                "tools": json_values,
+                "task": json_values,
+                "isError": json_values,
+                "nextCursor": json_values,
+            },
+        ),
+        "error": json_values
+        | st.fixed_dictionaries(
+            {"code": st.integers(-33000, 0), "message": st.text(max_size=5)}, optional={"data": json_values}
+        ),
     },
 )
 
 
 @FUZZ
-@given(message_like, st.sampled_from(["tools/call", "tools/list", "server/discover", "initialize"]),
-       st.integers(100, 599))
+@given(
+    message_like, st.sampled_from(["tools/call", "tools/list", "server/discover", "initialize"]), st.integers(100, 599)
+)
 def test_fuzz_classification_raises_only_bkmcp_errors_R02(value, method, status):
     try:
         msg = parse_message(value)
@@ -447,7 +476,8 @@ def test_huge_fields_are_clipped_in_error_messages():
 def test_parse_www_authenticate_A04():
     params = parse_www_authenticate(
         'Bearer resource_metadata="https://mcp.example.com/.well-known/oauth-protected-resource", '
-        'scope="files:read files:write", error="invalid_token", error_description="The token \\"expired\\""')
+        'scope="files:read files:write", error="invalid_token", error_description="The token \\"expired\\""'
+    )
     assert params == {
         "scheme": "Bearer",
         "resource_metadata": "https://mcp.example.com/.well-known/oauth-protected-resource",

@@ -66,8 +66,9 @@ def _row(db: sqlite3.Connection, name: str, transport: str = "http", **cols: Any
     for key in ("args", "env_template", "headers"):
         if key in cols and not isinstance(cols[key], str) and cols[key] is not None:
             cols[key] = json.dumps(cols[key])
-    db.execute(f"INSERT INTO mcp_servers ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
-               tuple(cols.values()))
+    db.execute(
+        f"INSERT INTO mcp_servers ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})", tuple(cols.values())
+    )
 
 
 @pytest.fixture
@@ -123,8 +124,9 @@ def test_existing_registry_is_opened_unchanged_and_partial_or_foreign_files_are_
     with pytest.raises(bkmcp.RegistryError, match="unsupported URL scheme"):
         bkmcp.open_registry("ftp://example.com/x", env={}, log=_log()[0], timeout=1)
     with pytest.raises(bkmcp.RegistryError, match="user information"):
-        bkmcp.open_registry(f"https://u:{SECRET_USER}@example.com/internal/mcp/config", env={}, log=_log()[0],
-                            timeout=1)
+        bkmcp.open_registry(
+            f"https://u:{SECRET_USER}@example.com/internal/mcp/config", env={}, log=_log()[0], timeout=1
+        )
     with pytest.raises(bkmcp.RegistryError, match="needs"):
         bkmcp.open_registry("", env={}, log=_log()[0], timeout=1)
 
@@ -159,8 +161,23 @@ def test_bad_rows_are_isolated_as_invalid_mcp_config(registry_db) -> None:
     _row(db, "badbkapi", url="https://example.com/", headers={"X-Bkapi-Authorization": '{"nope": "x"}'})
     view = _open(path).view(None)
     assert sorted(view.servers) == sorted(
-        ["good", "good-stdio", "badjson", "badheaders", "nocommand", "badurl", "userinfo", "bad name!", "forbidden",
-         "wrongtype", "badpin", "nonstring", "badenv", "badbkapi"])
+        [
+            "good",
+            "good-stdio",
+            "badjson",
+            "badheaders",
+            "nocommand",
+            "badurl",
+            "userinfo",
+            "bad name!",
+            "forbidden",
+            "wrongtype",
+            "badpin",
+            "nonstring",
+            "badenv",
+            "badbkapi",
+        ]
+    )
     assert view.servers["good"].problem is None and view.servers["good"].headers == {"X-Team": "a"}
     good = view.servers["good-stdio"]
     assert good.problem is None and good.args == ["--x"] and good.env_template == {"A": "1"}
@@ -183,13 +200,29 @@ def test_bad_rows_are_isolated_as_invalid_mcp_config(registry_db) -> None:
 
 
 def test_rows_from_json_values_and_defaults() -> None:
-    row = bkmcp.parse_registry_row({"name": "s", "transport_type": "http", "url": "http://127.0.0.1:1/mcp",
-                                    "headers": {"X-A": "b"}, "enabled": False}, source="registry test")
+    row = bkmcp.parse_registry_row(
+        {
+            "name": "s",
+            "transport_type": "http",
+            "url": "http://127.0.0.1:1/mcp",
+            "headers": {"X-A": "b"},
+            "enabled": False,
+        },
+        source="registry test",
+    )
     assert row.problem is None and row.headers == {"X-A": "b"} and row.enabled is False and row.isolation == "public"
-    for bad in ({"transport_type": "sse"}, {"isolation": "team"}, {"enabled": 2}, {"enabled": "yes"},
-                {"protocol_version": 5}, {"command": ["x"]}, {"url": 7}):
-        row = bkmcp.parse_registry_row({"name": "s", "transport_type": "http", "url": "http://h/", **bad},
-                                       source="registry test")
+    for bad in (
+        {"transport_type": "sse"},
+        {"isolation": "team"},
+        {"enabled": 2},
+        {"enabled": "yes"},
+        {"protocol_version": 5},
+        {"command": ["x"]},
+        {"url": 7},
+    ):
+        row = bkmcp.parse_registry_row(
+            {"name": "s", "transport_type": "http", "url": "http://h/", **bad}, source="registry test"
+        )
         assert isinstance(row.problem, bkmcp.InvalidConfigError), bad
     long = bkmcp.parse_registry_row({"name": "x" * 65, "transport_type": "http", "url": "http://h/"}, source="r")
     assert long.problem is not None and "1 to 64" in long.problem.message
@@ -225,8 +258,9 @@ def test_concurrent_views_from_20_threads_while_an_admin_edits(registry_db) -> N
     for i in range(5):
         _row(db, f"s{i}", url=f"https://example.com/{i}", isolation="user")
     for user in range(20):
-        db.execute("INSERT INTO mcp_user_credentials VALUES (?, 's0', ?)",
-                   (f"u{user}", json.dumps({"token": f"tok-{user}"})))
+        db.execute(
+            "INSERT INTO mcp_user_credentials VALUES (?, 's0', ?)", (f"u{user}", json.dumps({"token": f"tok-{user}"}))
+        )
     registry = _open(path)
     errors: list[BaseException] = []
     seen: dict[int, set[str]] = {}
@@ -263,17 +297,30 @@ def test_concurrent_views_from_20_threads_while_an_admin_edits(registry_db) -> N
 @pytest.fixture
 def creds(registry_db):
     path, db = registry_db
-    _row(db, "per-user", url="https://example.com/mcp", headers={"Authorization": "Bearer ${user.token}"},
-         isolation="user")
+    _row(
+        db,
+        "per-user",
+        url="https://example.com/mcp",
+        headers={"Authorization": "Bearer ${user.token}"},
+        isolation="user",
+    )
     _row(db, "shared", url="https://example.com/shared", headers={"X-Token": "${user.token}"})
-    _row(db, "tool", "stdio", command="srv", env_template={"API_KEY": "${user.API_KEY}", "HOME_DIR": "${HOME}",
-                                                           "LITERAL": "$${user.API_KEY}"}, isolation="user")
+    _row(
+        db,
+        "tool",
+        "stdio",
+        command="srv",
+        env_template={"API_KEY": "${user.API_KEY}", "HOME_DIR": "${HOME}", "LITERAL": "$${user.API_KEY}"},
+        isolation="user",
+    )
     db.execute("INSERT INTO mcp_credentials VALUES ('per-user', ?)", (json.dumps({"token": SECRET_SYSTEM}),))
     db.execute("INSERT INTO mcp_credentials VALUES ('shared', ?)", (json.dumps({"token": SECRET_SYSTEM}),))
-    for user, server, credential in (("alice", "per-user", {"token": SECRET_USER}),
-                                     ("alice", "shared", {"token": SECRET_USER}),
-                                     ("alice", "tool", {"API_KEY": SECRET_USER}),
-                                     ("carol", "tool", {"API_KEY": SECRET_OTHER})):
+    for user, server, credential in (
+        ("alice", "per-user", {"token": SECRET_USER}),
+        ("alice", "shared", {"token": SECRET_USER}),
+        ("alice", "tool", {"API_KEY": SECRET_USER}),
+        ("carol", "tool", {"API_KEY": SECRET_OTHER}),
+    ):
         db.execute("INSERT INTO mcp_user_credentials VALUES (?, ?, ?)", (user, server, json.dumps(credential)))
     registry = _open(path)
     yield registry, db
@@ -312,8 +359,9 @@ def test_user_templates_in_env_and_the_resident_environment(creds) -> None:
     carol = _resolve(registry, "tool", "carol", env={"HOME": "/h"})
     assert carol.env["API_KEY"] == SECRET_OTHER
     view = registry.view("carol")
-    custom = bkmcp.resolve_registry_server(view.servers["tool"], view=view, user_id="carol", env={"HOME": "/h"},
-                                           inherited_env={"PATH": "/only"})
+    custom = bkmcp.resolve_registry_server(
+        view.servers["tool"], view=view, user_id="carol", env={"HOME": "/h"}, inherited_env={"PATH": "/only"}
+    )
     assert custom.inherited_env == {"PATH": "/only"}
     with pytest.raises(bkmcp.MissingEnvironmentVariableError) as info:
         _resolve(registry, "tool", "alice", env={})
@@ -322,8 +370,10 @@ def test_user_templates_in_env_and_the_resident_environment(creds) -> None:
 
 def test_missing_credential_field_names_server_and_field_never_a_value(creds) -> None:
     registry, db = creds
-    db.execute("UPDATE mcp_user_credentials SET credentials = ? WHERE user_id = 'alice' AND server_name = 'tool'",
-               (json.dumps({"api_key": SECRET_USER}),))
+    db.execute(
+        "UPDATE mcp_user_credentials SET credentials = ? WHERE user_id = 'alice' AND server_name = 'tool'",
+        (json.dumps({"api_key": SECRET_USER}),),
+    )
     with pytest.raises(bkmcp.CredentialsMissingError) as info:
         _resolve(registry, "tool", "alice", env={"HOME": "/h"})
     error = info.value
@@ -334,8 +384,9 @@ def test_missing_credential_field_names_server_and_field_never_a_value(creds) ->
 
 def test_user_field_in_a_cli_config_is_still_unsupported_syntax(write_config) -> None:
     """The CLI behaves as before: ${user.FIELD} is only understood by the resident mode."""
-    path = write_config({"mcpServers": {"s": {"type": "http", "url": "http://127.0.0.1:9/mcp",
-                                              "headers": {"X-A": "${user.token}"}}}})
+    path = write_config(
+        {"mcpServers": {"s": {"type": "http", "url": "http://127.0.0.1:9/mcp", "headers": {"X-A": "${user.token}"}}}}
+    )
     result = run_bkmcp("--config", str(path), "s", "--check")
     assert result.exit_status == 1 and result.error_code == "invalid_mcp_config"
     assert "unsupported reference syntax" in result.json["error"]["message"]
@@ -362,8 +413,16 @@ def test_bad_credential_rows_fail_only_their_server(registry_db) -> None:
 
 
 def _http(headers: dict[str, str] | None = None) -> bkmcp.RegistryServer:
-    row = bkmcp.parse_registry_row({"name": "h", "transport_type": "http", "url": "https://example.com/mcp",
-                                    "headers": headers or {}, "isolation": "user"}, source="registry test")
+    row = bkmcp.parse_registry_row(
+        {
+            "name": "h",
+            "transport_type": "http",
+            "url": "https://example.com/mcp",
+            "headers": headers or {},
+            "isolation": "user",
+        },
+        source="registry test",
+    )
     assert row.problem is None
     return row
 
@@ -381,8 +440,9 @@ def test_credential_fields_map_to_headers() -> None:
     both = _with({"token": SECRET_USER, "API_KEY": SECRET_OTHER})
     assert both.headers == {"Authorization": f"Bearer {SECRET_USER}", "X-API-Key": SECRET_OTHER}
     # a configured header of that name (any case) wins; the field is then only reachable as ${user.FIELD}
-    configured = _with({"token": SECRET_USER, "API_KEY": SECRET_OTHER},
-                       {"authorization": "Token ${user.token}", "x-api-key": "fixed"})
+    configured = _with(
+        {"token": SECRET_USER, "API_KEY": SECRET_OTHER}, {"authorization": "Token ${user.token}", "x-api-key": "fixed"}
+    )
     assert configured.headers == {"authorization": f"Token {SECRET_USER}", "x-api-key": "fixed"}
     # other fields never become headers; a value with ${ is data, never expanded
     assert _with({"region": "eu", "token": "a${HOME}b"}).headers == {"Authorization": "Bearer a${HOME}b"}
@@ -395,7 +455,8 @@ def test_api_key_and_token_both_present_is_an_auth_conflict() -> None:
     _assert_no_secret(info.value.message, str(info.value.hint))
     # configured Authorization: neither maps, no conflict
     assert _with({"api_key": "k" * 8, "token": "t" * 8}, {"Authorization": "Bearer ${user.token}"}).headers == {
-        "Authorization": "Bearer " + "t" * 8}
+        "Authorization": "Bearer " + "t" * 8
+    }
     with pytest.raises(bkmcp.AuthConflictError, match="X-Bkapi-Authorization"):
         _with({"api_key": SECRET_USER}, {"X-Bkapi-Authorization": '{"access_token": "${user.api_key}"}'})
     with pytest.raises(bkmcp.AuthConflictError):  # the CLI's own rule on configured headers (A03)
@@ -411,9 +472,13 @@ def test_cli_header_rules_apply_to_the_result() -> None:
         _with({"token": ""})
     with pytest.raises(bkmcp.InvalidConfigError, match="empty after expansion"):
         _with({"t": " "}, {"X-Auth-Token": "${user.t}"})
-    bkapi = _with({"code": "app", "secret": SECRET_USER, "ticket": SECRET_OTHER},
-                  {"X-Bkapi-Authorization": '{"bk_app_code": "${user.code}", "bk_app_secret": "${user.secret}", '
-                                            '"bk_ticket": "${user.ticket}"}'})
+    bkapi = _with(
+        {"code": "app", "secret": SECRET_USER, "ticket": SECRET_OTHER},
+        {
+            "X-Bkapi-Authorization": '{"bk_app_code": "${user.code}", "bk_app_secret": "${user.secret}", '
+            '"bk_ticket": "${user.ticket}"}'
+        },
+    )
     assert json.loads(bkapi.headers["X-Bkapi-Authorization"])["bk_app_secret"] == SECRET_USER
     with pytest.raises(bkmcp.InvalidConfigError, match="not a supported form"):
         _with({"code": "app"}, {"X-Bkapi-Authorization": '{"bk_app_code": "${user.code}"}'})
@@ -469,28 +534,61 @@ def test_read_only_registry_keeps_the_tools_cache_in_memory(registry_db) -> None
 
 # -- CLI: --import / --list ---------------------------------------------------------------------------------
 
-MCP_JSON = {"mcpServers": {
-    "docs": {"type": "http", "url": "https://mcp.example.com/docs/?a=1", "protocolVersion": "2025-06-18",
-             "headers": {"Authorization": "Bearer ${DOCS_TOKEN}", "X-Team": "core"}},
-    "fs": {"type": "stdio", "command": "npx", "args": ["-y", "server-fs", "/data"],
-           "env": {"API_KEY": "${user.API_KEY}", "MODE": "ro"}, "cwd": "/srv"},
-    "literal": {"type": "http", "url": "http://127.0.0.1:9/mcp", "headers": {"X-API-Key": SECRET_SYSTEM}},
-}}
+MCP_JSON = {
+    "mcpServers": {
+        "docs": {
+            "type": "http",
+            "url": "https://mcp.example.com/docs/?a=1",
+            "protocolVersion": "2025-06-18",
+            "headers": {"Authorization": "Bearer ${DOCS_TOKEN}", "X-Team": "core"},
+        },
+        "fs": {
+            "type": "stdio",
+            "command": "npx",
+            "args": ["-y", "server-fs", "/data"],
+            "env": {"API_KEY": "${user.API_KEY}", "MODE": "ro"},
+            "cwd": "/srv",
+        },
+        "literal": {"type": "http", "url": "http://127.0.0.1:9/mcp", "headers": {"X-API-Key": SECRET_SYSTEM}},
+    }
+}
 
 
 def test_import_then_list_in_process(tmp_path: Path, write_config) -> None:
     config = write_config(MCP_JSON)
     result = run_bkmcp("--registry", "reg.db", "--import", str(config), cwd=str(tmp_path))
     assert result.exit_status == 0, result.stderr
-    assert result.json == {"ok": True, "data": {"imported": ["docs", "fs", "literal"],
-                                                "registry": str(tmp_path / "reg.db")}}
+    assert result.json == {
+        "ok": True,
+        "data": {"imported": ["docs", "fs", "literal"], "registry": str(tmp_path / "reg.db")},
+    }
     assert result.stderr.count("warning") == 1 and "'fs'" in result.stderr and "cwd" in result.stderr
     with sqlite3.connect(tmp_path / "reg.db") as db:
         rows = {r[0]: r for r in db.execute("SELECT * FROM mcp_servers")}
-    assert rows["docs"] == ("docs", "http", None, None, None, "https://mcp.example.com/docs/?a=1",
-                            '{"Authorization":"Bearer ${DOCS_TOKEN}","X-Team":"core"}', "public", "2025-06-18", 1)
-    assert rows["fs"] == ("fs", "stdio", "npx", '["-y","server-fs","/data"]',
-                          '{"API_KEY":"${user.API_KEY}","MODE":"ro"}', None, None, "public", None, 1)
+    assert rows["docs"] == (
+        "docs",
+        "http",
+        None,
+        None,
+        None,
+        "https://mcp.example.com/docs/?a=1",
+        '{"Authorization":"Bearer ${DOCS_TOKEN}","X-Team":"core"}',
+        "public",
+        "2025-06-18",
+        1,
+    )
+    assert rows["fs"] == (
+        "fs",
+        "stdio",
+        "npx",
+        '["-y","server-fs","/data"]',
+        '{"API_KEY":"${user.API_KEY}","MODE":"ro"}',
+        None,
+        None,
+        "public",
+        None,
+        1,
+    )
     listed = run_bkmcp("--registry", str(tmp_path / "reg.db"), "--list")
     assert listed.exit_status == 0 and listed.stderr == ""
     servers = {s["name"]: s for s in listed.json["data"]["servers"]}
@@ -512,8 +610,9 @@ def test_import_replaces_keeps_credentials_and_clears_the_tools_cache(tmp_path: 
     result = run_bkmcp("--registry", str(reg), "--import", str(write_config(again, name="again.json")))
     assert result.exit_status == 0 and result.json["data"]["imported"] == ["docs"]
     with sqlite3.connect(reg) as db:
-        assert db.execute("SELECT url, isolation, enabled, headers FROM mcp_servers WHERE name = 'docs'").fetchone() \
-            == ("https://new.example.com/mcp", "public", 1, "{}")
+        assert db.execute(
+            "SELECT url, isolation, enabled, headers FROM mcp_servers WHERE name = 'docs'"
+        ).fetchone() == ("https://new.example.com/mcp", "public", 1, "{}")
         assert db.execute("SELECT count(*) FROM mcp_servers").fetchone() == (3,)
         assert db.execute("SELECT count(*) FROM mcp_credentials").fetchone() == (1,)
         assert db.execute("SELECT count(*) FROM mcp_tools_cache").fetchone() == (0,)
@@ -529,8 +628,10 @@ def test_import_uses_the_strict_parser_and_writes_nothing_on_error(tmp_path: Pat
     assert not reg.exists()
     missing = run_bkmcp("--registry", str(reg), "--import", str(tmp_path / "none.json"))
     assert missing.exit_status == 1 and missing.error_code == "mcp_config_not_found"
-    long_name = write_config({"mcpServers": {"ok": {"type": "http", "url": "http://h/"},
-                                             "x" * 70: {"type": "http", "url": "http://h/"}}}, name="long.json")
+    long_name = write_config(
+        {"mcpServers": {"ok": {"type": "http", "url": "http://h/"}, "x" * 70: {"type": "http", "url": "http://h/"}}},
+        name="long.json",
+    )
     result = run_bkmcp("--registry", str(reg), "--import", str(long_name))
     assert result.exit_status == 1 and result.error_code == "invalid_mcp_config"
     with sqlite3.connect(reg) as db:
@@ -551,22 +652,25 @@ def test_list_reports_bad_rows_and_missing_files(tmp_path: Path) -> None:
     _assert_no_secret(listed.stdout)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--registry", "r.db"], "only valid with --resident"),
-    (["--import", "mcp.json"], "take a --registry FILE"),
-    (["--list"], "take a --registry FILE"),
-    (["--registry", "r.db", "--list", "--import", "mcp.json"], "take a --registry FILE"),
-    (["--registry", "r.db", "--list", "--resident"], "--resident"),
-    (["--registry", "r.db", "--list", "--config", "x.json"], "--config"),
-    (["--registry", "r.db", "--list", "--jq", ".data"], "--jq"),
-    (["--registry", "r.db", "--list", "--list"], "more than once"),
-    (["--registry", "r.db", "--import"], "needs a value"),
-    (["--registry", "r.db", "--import", "--list"], "needs a value"),
-    (["--registry", "r.db", "--import="], "needs an mcp.json path"),
-    (["--registry", "", "--list"], "needs a SQLite file path"),
-    (["--registry", "https://platform.example.com/internal/mcp/config", "--list"], "not on a URL"),
-    (["--registry", "r.db", "--list", "--timeout", "0"], "positive"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--registry", "r.db"], "only valid with --resident"),
+        (["--import", "mcp.json"], "take a --registry FILE"),
+        (["--list"], "take a --registry FILE"),
+        (["--registry", "r.db", "--list", "--import", "mcp.json"], "take a --registry FILE"),
+        (["--registry", "r.db", "--list", "--resident"], "--resident"),
+        (["--registry", "r.db", "--list", "--config", "x.json"], "--config"),
+        (["--registry", "r.db", "--list", "--jq", ".data"], "--jq"),
+        (["--registry", "r.db", "--list", "--list"], "more than once"),
+        (["--registry", "r.db", "--import"], "needs a value"),
+        (["--registry", "r.db", "--import", "--list"], "needs a value"),
+        (["--registry", "r.db", "--import="], "needs an mcp.json path"),
+        (["--registry", "", "--list"], "needs a SQLite file path"),
+        (["--registry", "https://platform.example.com/internal/mcp/config", "--list"], "not on a URL"),
+        (["--registry", "r.db", "--list", "--timeout", "0"], "positive"),
+    ],
+)
 def test_registry_tool_usage_errors(tmp_path: Path, argv: list[str], message: str) -> None:
     result = run_bkmcp(*argv, cwd=str(tmp_path))
     assert result.exit_status == 1 and result.error_code == "usage_error", result.stderr
@@ -591,28 +695,57 @@ def test_help_with_a_registry_tool_prints_help_only(tmp_path: Path) -> None:
 def test_import_and_list_through_a_subprocess(tmp_path: Path, write_config) -> None:
     config = write_config(MCP_JSON)
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
-    imported = subprocess.run([sys.executable, str(ROOT / "bkmcp.py"), "--registry", "~/r.db", "-v", "--import",
-                               str(config), "--timeout", "5s"], capture_output=True, text=True, env=env, timeout=60,
-                              stdin=subprocess.DEVNULL)
+    imported = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bkmcp.py"),
+            "--registry",
+            "~/r.db",
+            "-v",
+            "--import",
+            str(config),
+            "--timeout",
+            "5s",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert imported.returncode == 0, imported.stderr
     assert json.loads(imported.stdout)["data"]["registry"] == str(tmp_path / "r.db")
-    listed = subprocess.run([sys.executable, str(ROOT / "bkmcp.py"), "--list", "--registry", str(tmp_path / "r.db")],
-                            capture_output=True, text=True, env=env, timeout=60, stdin=subprocess.DEVNULL)
+    listed = subprocess.run(
+        [sys.executable, str(ROOT / "bkmcp.py"), "--list", "--registry", str(tmp_path / "r.db")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert listed.returncode == 0 and listed.stderr == ""
     assert [s["name"] for s in json.loads(listed.stdout)["data"]["servers"]] == ["docs", "fs", "literal"]
     _assert_no_secret(listed.stdout, imported.stdout, imported.stderr)
-    broken = subprocess.run([sys.executable, str(ROOT / "bkmcp.py"), "--registry", str(tmp_path), "--list"],
-                            capture_output=True, text=True, env=env, timeout=60, stdin=subprocess.DEVNULL)
+    broken = subprocess.run(
+        [sys.executable, str(ROOT / "bkmcp.py"), "--registry", str(tmp_path), "--list"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert broken.returncode == 1 and json.loads(broken.stderr)["error"]["code"] == "registry_error"
     assert "Traceback" not in broken.stderr
 
 
 def test_duplicate_and_nameless_rows_of_a_source() -> None:
     log, stream = _log()
-    rows = [{"name": "twice", "transport_type": "http", "url": "http://h/"},
-            {"name": "twice", "transport_type": "http", "url": "http://i/"},
-            {"name": None, "transport_type": "http"},
-            {"name": "ok", "transport_type": "http", "url": "http://h/", "enabled": None, "isolation": None}]
+    rows = [
+        {"name": "twice", "transport_type": "http", "url": "http://h/"},
+        {"name": "twice", "transport_type": "http", "url": "http://i/"},
+        {"name": None, "transport_type": "http"},
+        {"name": "ok", "transport_type": "http", "url": "http://h/", "enabled": None, "isolation": None},
+    ]
     view = bkmcp._build_view(rows, [(5, "{}")], (), source="registry test", log=log)
     assert set(view.servers) == {"twice", "ok"}
     assert "listed more than once" in view.servers["twice"].problem.message  # type: ignore[union-attr]
@@ -644,15 +777,24 @@ def test_credentials_must_be_objects_of_strings() -> None:
 
 def test_templates_are_one_pass_never_recursive() -> None:
     """A credential value that looks like a reference is data: ${user.a} -> "${user.b}" stays as it is."""
-    row = bkmcp.parse_registry_row({"name": "s", "transport_type": "stdio", "command": "srv",
-                                    "env_template": {"A": "${user.a}", "B": "x-${user.b}-$${user.a}", "C": "${HOME}"}},
-                                   source="registry test")
+    row = bkmcp.parse_registry_row(
+        {
+            "name": "s",
+            "transport_type": "stdio",
+            "command": "srv",
+            "env_template": {"A": "${user.a}", "B": "x-${user.b}-$${user.a}", "C": "${HOME}"},
+        },
+        source="registry test",
+    )
     view = bkmcp.RegistryView({"s": row}, system_credentials={"s": {"a": "${user.b}", "b": "${HOME}"}})
     resolved = bkmcp.resolve_registry_server(row, view=view, user_id=None, env={"HOME": "${user.a}"})
     assert resolved.env == {"A": "${user.b}", "B": "x-${HOME}-${user.a}", "C": "${user.a}"}
     assert resolved.args == [] and resolved.cwd is None
-    args = bkmcp.parse_registry_row({"name": "s", "transport_type": "stdio", "command": "srv",
-                                     "args": ["--token", "${user.a}"]}, source="registry test")
+    args = bkmcp.parse_registry_row(
+        {"name": "s", "transport_type": "stdio", "command": "srv", "args": ["--token", "${user.a}"]},
+        source="registry test",
+    )
     with pytest.raises(bkmcp.InvalidConfigError, match="unsupported reference syntax"):  # not in args
-        bkmcp.resolve_registry_server(args, view=bkmcp.RegistryView({"s": args}, system_credentials={"s": {"a": "v"}}),
-                                      user_id=None, env={})
+        bkmcp.resolve_registry_server(
+            args, view=bkmcp.RegistryView({"s": args}, system_credentials={"s": {"a": "v"}}), user_id=None, env={}
+        )

@@ -70,30 +70,51 @@ def test_a_suffixed_name_that_equals_a_plain_one_suffixes_that_one_too():
 
 
 def test_tool_entry_is_model_ready():
-    entry = bkmcp.build_tool_entry("mcp_s_t", "s", {"name": "t", "inputSchema": {"type": "object"},
-                                                    "annotations": {"readOnlyHint": True}})
+    entry = bkmcp.build_tool_entry(
+        "mcp_s_t", "s", {"name": "t", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": True}}
+    )
     assert entry["function"] == {"name": "mcp_s_t", "description": "", "parameters": {"type": "object"}}
     assert entry["annotations"] == {"readOnlyHint": True}
     bare = bkmcp.build_tool_entry("mcp_s_u", "s", {"name": "u", "inputSchema": "bad"})
     assert bare["function"]["parameters"] == {"type": "object", "properties": {}}
 
 
-@pytest.mark.parametrize("line,task_id,code", [
-    (b"{", None, "invalid_command"),
-    (b'{"task_id":"a","command":"invoke","params":{"action":"call_tool","name":"x","server_name":"s",'
-     b'"tool_name":"t"},"user":{"userId":"u"}}', "a", "invalid_command"),
-    (b'{"task_id":"b","command":"invoke","params":{"action":"call_tool","name":"x","timeout_ms":true},'
-     b'"user":{"userId":"u"}}', "b", "invalid_command"),
-    (b'{"task_id":"c","command":"invoke","params":{"action":"connect_server"},"user":{"userId":"u"}}', "c",
-     "invalid_command"),
-    (b'{"task_id":"d","command":"invoke","params":{"action":"list_tools","server_name":""},"user":{"userId":"u"}}',
-     "d", "invalid_command"),
-    (b'{"task_id":"e","command":"invoke","params":{"action":"list_tools"},"user":{"userId":"u","accessToken":1}}',
-     "e", "invalid_command"),
-    (b'{"task_id":"f","command":"invoke","params":{"action":"list_tools"},"user":[]}', "f", "invalid_command"),
-    (b'{"task_id":"g","command":"invoke","params":{"action":5}}', "g", "invalid_command"),
-    (b'{"task_id":"h","command":"invoke","params":{"action":"x"}}', "h", "unknown_action"),
-])
+@pytest.mark.parametrize(
+    "line,task_id,code",
+    [
+        (b"{", None, "invalid_command"),
+        (
+            b'{"task_id":"a","command":"invoke","params":{"action":"call_tool","name":"x","server_name":"s",'
+            b'"tool_name":"t"},"user":{"userId":"u"}}',
+            "a",
+            "invalid_command",
+        ),
+        (
+            b'{"task_id":"b","command":"invoke","params":{"action":"call_tool","name":"x","timeout_ms":true},'
+            b'"user":{"userId":"u"}}',
+            "b",
+            "invalid_command",
+        ),
+        (
+            b'{"task_id":"c","command":"invoke","params":{"action":"connect_server"},"user":{"userId":"u"}}',
+            "c",
+            "invalid_command",
+        ),
+        (
+            b'{"task_id":"d","command":"invoke","params":{"action":"list_tools","server_name":""},"user":{"userId":"u"}}',
+            "d",
+            "invalid_command",
+        ),
+        (
+            b'{"task_id":"e","command":"invoke","params":{"action":"list_tools"},"user":{"userId":"u","accessToken":1}}',
+            "e",
+            "invalid_command",
+        ),
+        (b'{"task_id":"f","command":"invoke","params":{"action":"list_tools"},"user":[]}', "f", "invalid_command"),
+        (b'{"task_id":"g","command":"invoke","params":{"action":5}}', "g", "invalid_command"),
+        (b'{"task_id":"h","command":"invoke","params":{"action":"x"}}', "h", "unknown_action"),
+    ],
+)
 def test_parse_command_errors(line, task_id, code):
     with pytest.raises(bkmcp.BkmcpError) as info:
         bkmcp.parse_command(line)
@@ -106,15 +127,25 @@ def test_parse_command_ok():
     random.seed(1)
 
 
-@pytest.mark.parametrize("args,code", [
-    (["--resident"], "usage_error"),
-    (["--resident", "--registry", "r.db", "--max-processes", "0"], "usage_error"),
-    (["--resident", "--registry", "r.db", "--max-user-processes", "x"], "usage_error"),
-    (["--resident", "--registry", "r.db", "--idle-timeout", "soon"], "usage_error"),
-    (["--resident", "--registry", "", ], "usage_error"),
-    (["--resident", "--registry", "r.db", "--events="], "usage_error"),
-    (["srv", "tool", "--events", "x"], None),
-])
+@pytest.mark.parametrize(
+    "args,code",
+    [
+        (["--resident"], "usage_error"),
+        (["--resident", "--registry", "r.db", "--max-processes", "0"], "usage_error"),
+        (["--resident", "--registry", "r.db", "--max-user-processes", "x"], "usage_error"),
+        (["--resident", "--registry", "r.db", "--idle-timeout", "soon"], "usage_error"),
+        (
+            [
+                "--resident",
+                "--registry",
+                "",
+            ],
+            "usage_error",
+        ),
+        (["--resident", "--registry", "r.db", "--events="], "usage_error"),
+        (["srv", "tool", "--events", "x"], None),
+    ],
+)
 def test_resident_options(args, code):
     if code is None:  # without --resident the resident options stay free for tool flags
         inv = bkmcp.parse_argv(args)
@@ -128,9 +159,29 @@ def test_resident_options(args, code):
 
 
 def test_resident_options_before_or_after():
-    inv = bkmcp.parse_argv(["--timeout", "5s", "--resident", "--registry", "r.db", "--idle-timeout", "2m",
-                            "--max-processes", "10", "--max-user-processes", "3", "--events", "-"])
+    inv = bkmcp.parse_argv(
+        [
+            "--timeout",
+            "5s",
+            "--resident",
+            "--registry",
+            "r.db",
+            "--idle-timeout",
+            "2m",
+            "--max-processes",
+            "10",
+            "--max-user-processes",
+            "3",
+            "--events",
+            "-",
+        ]
+    )
     bkmcp.check_invocation(inv)
     opts = bkmcp.build_resident_options(inv)
-    assert (opts.timeout, opts.idle_timeout, opts.max_processes, opts.max_user_processes, opts.events) == \
-        (5.0, 120.0, 10, 3, "-")
+    assert (opts.timeout, opts.idle_timeout, opts.max_processes, opts.max_user_processes, opts.events) == (
+        5.0,
+        120.0,
+        10,
+        3,
+        "-",
+    )

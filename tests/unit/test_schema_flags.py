@@ -67,11 +67,19 @@ PYDANTIC = {
         "required": ["name", "mode"],
         "$defs": {
             "Color": {"enum": ["red", "green", "blue"], "title": "Color", "type": "string"},
-            "Point": {"properties": {"x": {"type": "integer"}, "y": {"default": 0, "type": "integer"}},
-                      "required": ["x"], "type": "object"},
-            "Shape": {"properties": {"name": {"type": "string"},
-                                     "points": {"items": {"$ref": "#/$defs/Point"}, "type": "array"}},
-                      "required": ["name", "points"], "type": "object"},
+            "Point": {
+                "properties": {"x": {"type": "integer"}, "y": {"default": 0, "type": "integer"}},
+                "required": ["x"],
+                "type": "object",
+            },
+            "Shape": {
+                "properties": {
+                    "name": {"type": "string"},
+                    "points": {"items": {"$ref": "#/$defs/Point"}, "type": "array"},
+                },
+                "required": ["name", "points"],
+                "type": "object",
+            },
         },
     },
 }
@@ -102,7 +110,11 @@ def test_p01_each_declared_type_gets_a_typed_flag() -> None:
     """P01: string, integer, number, boolean, array, object each map to a flag named exactly as the property."""
     mapped = build_tool_flags(ALL_TYPES)
     assert {n: f.kind for n, f in mapped.flags.items()} == {
-        "keyword": "string", "limit": "integer", "ratio": "number", "enabled": "boolean", "ids": "array",
+        "keyword": "string",
+        "limit": "integer",
+        "ratio": "number",
+        "enabled": "boolean",
+        "ids": "array",
         "filter": "object",
     }
     assert mapped.flags["keyword"].required and not mapped.flags["limit"].required
@@ -143,8 +155,16 @@ def test_p05_single_type_list_is_that_type() -> None:
 
 @pytest.mark.parametrize(
     ("name", "word"),
-    [("", "empty"), ("-x", "starting with '-'"), ("a=b", "'='"), ("a b", "whitespace"), ("a\tb", "whitespace"),
-     ("a\x1bb", "control"), ("a\u200bb", "control"), ("line\nbreak", "whitespace")],
+    [
+        ("", "empty"),
+        ("-x", "starting with '-'"),
+        ("a=b", "'='"),
+        ("a b", "whitespace"),
+        ("a\tb", "whitespace"),
+        ("a\x1bb", "control"),
+        ("a\u200bb", "control"),
+        ("line\nbreak", "whitespace"),
+    ],
 )
 def test_p05_names_that_cannot_be_flags(name: str, word: str) -> None:
     """P05: empty, leading '-', '=', whitespace and control characters cannot be flags."""
@@ -169,8 +189,18 @@ def test_p05_exact_names_no_renaming() -> None:
 
 @pytest.mark.parametrize(
     "schema",
-    [None, "x", [], 5, {"type": "object"}, {"properties": None}, {"properties": []}, {"properties": "x"},
-     {"properties": {"a": {"type": "string"}}, "required": "a"}, {"properties": {}, "required": [1, None, "z"]}],
+    [
+        None,
+        "x",
+        [],
+        5,
+        {"type": "object"},
+        {"properties": None},
+        {"properties": []},
+        {"properties": "x"},
+        {"properties": {"a": {"type": "string"}}, "required": "a"},
+        {"properties": {}, "required": [1, None, "z"]},
+    ],
 )
 def test_p05_odd_input_schemas_never_crash(schema: Any) -> None:
     """P05: a missing or odd inputSchema never crashes mapping, help, parsing or validation."""
@@ -228,12 +258,20 @@ def test_describe_cli_shape() -> None:
 
 def test_p01_values_of_each_type() -> None:
     """P01: each type converts; Chinese, "", false and 0 are real values; absent flags are not sent."""
-    args = parse_tool_arguments(ALL_TYPES, [
-        tok("keyword", "网关错误"), tok("limit", "0"), tok("ratio", "0.5"), tok("enabled", "false", True),
-        tok("ids", "[1,2,3]"), tok("filter", '{"status":"running"}'),
-    ])
-    assert dump_json(args) == ('{"keyword":"网关错误","limit":0,"ratio":0.5,"enabled":false,"ids":[1,2,3],'
-                               '"filter":{"status":"running"}}')
+    args = parse_tool_arguments(
+        ALL_TYPES,
+        [
+            tok("keyword", "网关错误"),
+            tok("limit", "0"),
+            tok("ratio", "0.5"),
+            tok("enabled", "false", True),
+            tok("ids", "[1,2,3]"),
+            tok("filter", '{"status":"running"}'),
+        ],
+    )
+    assert dump_json(args) == (
+        '{"keyword":"网关错误","limit":0,"ratio":0.5,"enabled":false,"ids":[1,2,3],"filter":{"status":"running"}}'
+    )
     assert parse_tool_arguments(ALL_TYPES, [tok("keyword", "", True)]) == {"keyword": ""}
     assert parse_tool_arguments(ALL_TYPES, [tok("keyword", "")]) == {"keyword": ""}
     assert parse_tool_arguments(ALL_TYPES, []) == {}  # no default injected (limit has default 20)
@@ -243,16 +281,39 @@ def test_p01_values_of_each_type() -> None:
 def test_p02_number_fidelity_bytes() -> None:
     """P02: 1e400, 0.1, 12345678901234567890.5 and a 40-digit integer reach the JSON text unchanged."""
     big = "1234567890123456789012345678901234567890"
-    tool = make_tool({"a": {"type": "number"}, "b": {"type": "number"}, "c": {"type": "number"},
-                      "d": {"type": "integer"}, "e": {"type": "array"}, "f": {"type": "number"},
-                      "g": {"type": "integer"}})
-    args = parse_tool_arguments(tool, [
-        tok("a", "1e400"), tok("b", "0.1"), tok("c", "12345678901234567890.5"), tok("d", big),
-        tok("e", "[1e400, 0.1, 12345678901234567890.5, " + big + ", -0.0, 1E-7]"), tok("f", "-0"), tok("g", "-" + big),
-    ])
+    tool = make_tool(
+        {
+            "a": {"type": "number"},
+            "b": {"type": "number"},
+            "c": {"type": "number"},
+            "d": {"type": "integer"},
+            "e": {"type": "array"},
+            "f": {"type": "number"},
+            "g": {"type": "integer"},
+        }
+    )
+    args = parse_tool_arguments(
+        tool,
+        [
+            tok("a", "1e400"),
+            tok("b", "0.1"),
+            tok("c", "12345678901234567890.5"),
+            tok("d", big),
+            tok("e", "[1e400, 0.1, 12345678901234567890.5, " + big + ", -0.0, 1E-7]"),
+            tok("f", "-0"),
+            tok("g", "-" + big),
+        ],
+    )
     text = dump_json(args)
-    assert text == ('{"a":1e400,"b":0.1,"c":12345678901234567890.5,"d":' + big +
-                    ',"e":[1e400,0.1,12345678901234567890.5,' + big + ',-0.0,1E-7],"f":-0,"g":-' + big + '}')
+    assert text == (
+        '{"a":1e400,"b":0.1,"c":12345678901234567890.5,"d":'
+        + big
+        + ',"e":[1e400,0.1,12345678901234567890.5,'
+        + big
+        + ',-0.0,1E-7],"f":-0,"g":-'
+        + big
+        + "}"
+    )
     assert isinstance(args["d"], int) and args["d"] == int(big)
     assert parse_json(text) == args
     validate_arguments(tool, args)
@@ -292,8 +353,14 @@ def test_p02_number_rejects_non_json_numbers(text: str) -> None:
 def test_p01_boolean_forms() -> None:
     """P01: only --x=true/--x=false; '--x true' and bare '--x' are errors showing the right form."""
     tool = make_tool({"enabled": {"type": "boolean"}})
-    for token in (tok("enabled", "true"), tok("enabled", None), tok("enabled", "True", True),
-                  tok("enabled", "1", True), tok("enabled", "", True), tok("enabled", "yes", True)):
+    for token in (
+        tok("enabled", "true"),
+        tok("enabled", None),
+        tok("enabled", "True", True),
+        tok("enabled", "1", True),
+        tok("enabled", "", True),
+        tok("enabled", "yes", True),
+    ):
         with pytest.raises(InvalidArgumentsError) as info:
             parse_tool_arguments(tool, [token])
         assert "--enabled=true or --enabled=false" in info.value.message
@@ -369,8 +436,20 @@ def test_p05_body_only_property_as_flag_says_use_body() -> None:
     assert "has no flag" in info.value.message and "--body" in info.value.message
 
 
-P06_TEXTS = ["it's \"quoted\"", "line1\nline2", "back\\slash\\n", "$(rm -rf /)", "`id`", "${HOME}", "中文 ✓",
-             "'; DROP TABLE x; --", "\t tabs \r\n", "--not-a-flag", "=", "\u0000nul"]
+P06_TEXTS = [
+    'it\'s "quoted"',
+    "line1\nline2",
+    "back\\slash\\n",
+    "$(rm -rf /)",
+    "`id`",
+    "${HOME}",
+    "中文 ✓",
+    "'; DROP TABLE x; --",
+    "\t tabs \r\n",
+    "--not-a-flag",
+    "=",
+    "\u0000nul",
+]
 
 
 @pytest.mark.parametrize("text", P06_TEXTS)
@@ -428,12 +507,15 @@ def test_p03_required_checked_on_final_object() -> None:
 
 def test_p03_every_problem_listed_with_paths() -> None:
     """P03: type, enum, range, nested and missing problems all reported with JSON paths."""
-    tool = make_tool({
-        "limit": {"type": "integer", "minimum": 1},
-        "status": {"type": "string", "enum": ["open", "closed"]},
-        "filter": {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"}}}},
-        "odd key": {"type": "boolean"},
-    }, required=["status", "need"])
+    tool = make_tool(
+        {
+            "limit": {"type": "integer", "minimum": 1},
+            "status": {"type": "string", "enum": ["open", "closed"]},
+            "filter": {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"}}}},
+            "odd key": {"type": "boolean"},
+        },
+        required=["status", "need"],
+    )
     with pytest.raises(InvalidArgumentsError) as info:
         validate_arguments(tool, {"limit": 0, "status": "x", "filter": {"tags": ["a", 2]}, "odd key": 1})
     paths = {p["path"]: p["message"] for p in info.value.details["problems"]}
@@ -473,8 +555,9 @@ def test_p05_local_refs_resolved() -> None:
     """P05: a self-contained schema with $defs/$ref (pydantic) is validated in full, nested problems found."""
     assert validate_arguments(PYDANTIC, {"name": "a", "mode": "a"}).scope == "full"
     with pytest.raises(InvalidArgumentsError) as info:
-        validate_arguments(PYDANTIC, {"name": "a", "mode": "c", "color": "pink",
-                                      "shape": {"name": "s", "points": [{"x": "1"}, {}]}})
+        validate_arguments(
+            PYDANTIC, {"name": "a", "mode": "c", "color": "pink", "shape": {"name": "s", "points": [{"x": "1"}, {}]}}
+        )
     paths = [p["path"] for p in info.value.details["problems"]]
     assert paths == ["$.color", "$.mode", "$.shape.points[0].x", "$.shape.points[1].x"]
 
@@ -572,8 +655,16 @@ def test_p05_jsonschema_missing_falls_back(monkeypatch: pytest.MonkeyPatch) -> N
 
 def test_basic_checks_enum_const_types() -> None:
     """P03: the library-free checks cover required, declared types (incl. unions) and enum/const."""
-    schema = {"type": "object", "required": ["a"], "properties": {
-        "a": {"type": ["string", "null"]}, "b": {"enum": [1, "x"]}, "c": {"const": True}, "d": {"type": "number"}}}
+    schema = {
+        "type": "object",
+        "required": ["a"],
+        "properties": {
+            "a": {"type": ["string", "null"]},
+            "b": {"enum": [1, "x"]},
+            "c": {"const": True},
+            "d": {"type": "number"},
+        },
+    }
     assert bkmcp._basic_problems(schema, {"a": None, "b": JsonNumber("1.0"), "c": True, "d": 1}) == []
     problems = bkmcp._basic_problems(schema, {"b": True, "c": 1, "d": "1"})
     assert [p["path"] for p in problems] == ["$.a", "$.b", "$.c", "$.d"]
@@ -583,10 +674,12 @@ def test_validation_never_imports_jsonschema_for_mapping() -> None:
     """Mapping and help stay light: jsonschema is only imported by validate_arguments."""
     import subprocess
 
-    code = ("import sys, bkmcp; t={'name':'t','inputSchema':{'type':'object','properties':{'a':{'type':'string'}}}};"
-            "bkmcp.build_tool_flags(t); bkmcp.render_tool_help('s', t);"
-            "bkmcp.parse_tool_arguments(t, [bkmcp.ToolToken('a','x',False,'--a')]);"
-            "assert 'jsonschema' not in sys.modules, 'imported'")
+    code = (
+        "import sys, bkmcp; t={'name':'t','inputSchema':{'type':'object','properties':{'a':{'type':'string'}}}};"
+        "bkmcp.build_tool_flags(t); bkmcp.render_tool_help('s', t);"
+        "bkmcp.parse_tool_arguments(t, [bkmcp.ToolToken('a','x',False,'--a')]);"
+        "assert 'jsonschema' not in sys.modules, 'imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=str(bkmcp.__file__).rsplit("/", 1)[0])
 
 
@@ -606,13 +699,21 @@ def test_find_tool_exact_and_suggestions() -> None:
 
 def test_p03_problem_messages_show_json_not_python() -> None:
     """P03: problem messages show values as JSON (no JsonNumber(...) or Python quotes)."""
-    tool = make_tool({"s": {"type": "string", "maxLength": 2}, "n": {"anyOf": [{"type": "string"}, {"type": "null"}]},
-                      "l": {"type": "array", "minItems": 2}})
+    tool = make_tool(
+        {
+            "s": {"type": "string", "maxLength": 2},
+            "n": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+            "l": {"type": "array", "minItems": 2},
+        }
+    )
     with pytest.raises(InvalidArgumentsError) as info:
         validate_arguments(tool, {"s": "bcd", "n": JsonNumber("0.5"), "l": [1]})
     messages = {p["path"]: p["message"] for p in info.value.details["problems"]}
-    assert messages == {"$.s": '"bcd" is too long', "$.n": "0.5 is not valid under any of the given schemas",
-                        "$.l": "[1] is too short"}
+    assert messages == {
+        "$.s": '"bcd" is too long',
+        "$.n": "0.5 is not valid under any of the given schemas",
+        "$.l": "[1] is too short",
+    }
     assert "JsonNumber" not in info.value.message
 
 
@@ -621,10 +722,18 @@ def test_p05_nested_id_makes_ref_remote_and_it_is_refused(monkeypatch: pytest.Mo
     import urllib.request
 
     monkeypatch.setattr(urllib.request, "urlopen", lambda *a, **k: (_ for _ in ()).throw(AssertionError("fetch")))
-    tool = {"name": "t", "inputSchema": {
-        "$id": "https://example.com/root.json", "type": "object",
-        "properties": {"a": {"$ref": "#/$defs/y"}, "b": {"$id": "sub/", "properties": {"c": {"$ref": "#/$defs/z"}}}},
-        "$defs": {"y": {"type": "integer"}}}}
+    tool = {
+        "name": "t",
+        "inputSchema": {
+            "$id": "https://example.com/root.json",
+            "type": "object",
+            "properties": {
+                "a": {"$ref": "#/$defs/y"},
+                "b": {"$id": "sub/", "properties": {"c": {"$ref": "#/$defs/z"}}},
+            },
+            "$defs": {"y": {"type": "integer"}},
+        },
+    }
     check = validate_arguments(tool, {"a": 1, "b": {"c": 1}})
     assert check.scope == "basic"
     assert check.notes == ("the schema references https://example.com/sub/, which is never fetched",)
@@ -634,8 +743,10 @@ def test_p05_nested_id_makes_ref_remote_and_it_is_refused(monkeypatch: pytest.Mo
 
 def test_p03_enum_and_types_with_json_semantics() -> None:
     """P03: enum/const compare as JSON (1 == 1.0, true != 1, arrays/objects by value); null is named null."""
-    schema = {"type": "object", "properties": {
-        "e": {"enum": [[1, {"a": None}], 2]}, "s": {"type": "string"}, "c": {"const": {"k": [True]}}}}
+    schema = {
+        "type": "object",
+        "properties": {"e": {"enum": [[1, {"a": None}], 2]}, "s": {"type": "string"}, "c": {"const": {"k": [True]}}},
+    }
     ok = {"e": [JsonNumber("1.0"), {"a": None}], "c": {"k": [True]}}
     assert bkmcp._basic_problems(schema, ok) == []
     bad = bkmcp._basic_problems(schema, {"e": [True, {"a": None}], "s": None, "c": {"k": [1]}})
@@ -657,12 +768,26 @@ def test_json_path_forms() -> None:
 # -- issue 11 item 7: validation bounded by limits and the budget -----------------------------------------
 
 
-@pytest.mark.parametrize(("pattern", "risky"), [
-    ("^(a+)+$", True), ("(a|ab)*c", True), ("(x+x+)+y", True), ("(a)\\1", True), ("^(a*)*$", True),
-    ("^[a-z]+$", False), ("^[a-zA-Z0-9._%+-]+@[a-zA-Z0-9.-]+\\.[a-zA-Z]{2,}$", False), ("a{3}", False),
-    ("x(ab){2,3}y", False), ("[", False), ("(?:a+)?b", False), ("^(foo[0-9]+|bar)$", False), ("(?=a+)b", False),
-    ("(?=(a+)+)b", True), ("^(?:x|(a+)+)$", True),
-])
+@pytest.mark.parametrize(
+    ("pattern", "risky"),
+    [
+        ("^(a+)+$", True),
+        ("(a|ab)*c", True),
+        ("(x+x+)+y", True),
+        ("(a)\\1", True),
+        ("^(a*)*$", True),
+        ("^[a-z]+$", False),
+        ("^[a-zA-Z0-9._%+-]+@[a-zA-Z0-9.-]+\\.[a-zA-Z]{2,}$", False),
+        ("a{3}", False),
+        ("x(ab){2,3}y", False),
+        ("[", False),
+        ("(?:a+)?b", False),
+        ("^(foo[0-9]+|bar)$", False),
+        ("(?=a+)b", False),
+        ("(?=(a+)+)b", True),
+        ("^(?:x|(a+)+)$", True),
+    ],
+)
 def test_regex_shapes(pattern: str, risky: bool) -> None:
     assert (bkmcp.regex_risk(pattern, 10) is not None) is risky
 
@@ -675,12 +800,21 @@ def test_regex_length_limit_shrinks_with_open_quantifiers() -> None:
 
 
 def test_risky_patterns_are_left_to_the_server_and_said() -> None:
-    tool = {"name": "t", "inputSchema": {"type": "object", "properties": {
-        "s": {"type": "string", "pattern": "^(a+)+$"},
-        "ok": {"type": "string", "pattern": "^[a-z]+$"},
-        "m": {"type": "object", "patternProperties": {"^(x+)+$": {"type": "integer"}},
-              "additionalProperties": False},
-    }}}
+    tool = {
+        "name": "t",
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "s": {"type": "string", "pattern": "^(a+)+$"},
+                "ok": {"type": "string", "pattern": "^[a-z]+$"},
+                "m": {
+                    "type": "object",
+                    "patternProperties": {"^(x+)+$": {"type": "integer"}},
+                    "additionalProperties": False,
+                },
+            },
+        },
+    }
     check = validate_arguments(tool, {"s": "a" * 30 + "!", "ok": "abc", "m": {"x" * 30 + "!": "z"}})
     assert check.scope == "full" and len(check.notes) == 3
     assert "except: pattern ^(a+)+$ not run locally (it nests quantifiers" in check.describe()
@@ -690,9 +824,19 @@ def test_risky_patterns_are_left_to_the_server_and_said() -> None:
 
 
 def test_safe_key_patterns_still_run_locally() -> None:
-    tool = {"name": "t", "inputSchema": {"type": "object", "properties": {
-        "m": {"type": "object", "patternProperties": {"^x[0-9]+$": {"type": "integer"}},
-              "additionalProperties": False}}}}
+    tool = {
+        "name": "t",
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "m": {
+                    "type": "object",
+                    "patternProperties": {"^x[0-9]+$": {"type": "integer"}},
+                    "additionalProperties": False,
+                }
+            },
+        },
+    }
     assert validate_arguments(tool, {"m": {"x1": 1}}).notes == ()
     with pytest.raises(InvalidArgumentsError) as info:
         validate_arguments(tool, {"m": {"x1": "one", "y": 2}})
@@ -700,8 +844,10 @@ def test_safe_key_patterns_still_run_locally() -> None:
 
 
 def test_unique_items_over_many_containers_is_left_to_the_server() -> None:
-    tool = {"name": "t", "inputSchema": {"type": "object", "properties": {
-        "xs": {"type": "array", "uniqueItems": True}}}}
+    tool = {
+        "name": "t",
+        "inputSchema": {"type": "object", "properties": {"xs": {"type": "array", "uniqueItems": True}}},
+    }
     check = validate_arguments(tool, {"xs": [{"a": i % 3} for i in range(bkmcp.UNIQUE_ITEMS_LIMIT + 1)]})
     assert check.notes and "uniqueItems not run locally" in check.notes[0]
     with pytest.raises(InvalidArgumentsError):
@@ -711,8 +857,13 @@ def test_unique_items_over_many_containers_is_left_to_the_server() -> None:
 def test_validation_checks_the_deadline_between_keywords() -> None:
     ticks = iter([0.0] + [0.5] * 3 + [2.0] * 1000)
     deadline = bkmcp.Deadline(1.0, clock=lambda: next(ticks))
-    tool = {"name": "t", "inputSchema": {"type": "object", "properties": {
-        "xs": {"type": "array", "items": {"type": "string", "minLength": 1}}}}}
+    tool = {
+        "name": "t",
+        "inputSchema": {
+            "type": "object",
+            "properties": {"xs": {"type": "array", "items": {"type": "string", "minLength": 1}}},
+        },
+    }
     with pytest.raises(bkmcp.McpTimeoutError):
         validate_arguments(tool, {"xs": ["a"] * 100}, deadline=deadline)
     assert validate_arguments(tool, {"xs": ["a"] * 100}, deadline=bkmcp.Deadline(60)).scope == "full"
@@ -779,8 +930,11 @@ def test_a_resolver_is_reused_per_schema_object_and_thread_with_the_same_answers
     assert id(schema) not in state.resolvers  # stopped midway: that resolver is dropped, not kept
     assert problems(tool, bad) == expected and state.resolvers[id(schema)][3] is not kept
     other: dict[str, Any] = {}
-    worker = threading.Thread(target=lambda: other.update(
-        answer=problems(tool, bad), resolver=bkmcp._validation_state().resolvers[id(schema)][3]))
+    worker = threading.Thread(
+        target=lambda: other.update(
+            answer=problems(tool, bad), resolver=bkmcp._validation_state().resolvers[id(schema)][3]
+        )
+    )
     worker.start()
     worker.join()
     assert other["answer"] == expected and other["resolver"] is not state.resolvers[id(schema)][3]

@@ -106,7 +106,8 @@ def test_forgotten_requests_turn_late_answers_into_strays():
 def test_server_requests_ping_answered_others_declined():
     core = ClientSession()
     assert core.receive(Message("request", id="s1", method="ping")) == [
-        Reply({"jsonrpc": "2.0", "id": "s1", "result": {}})]
+        Reply({"jsonrpc": "2.0", "id": "s1", "result": {}})
+    ]
     reply, declined = core.receive(Message("request", id=7, method="sampling/createMessage"), related=3)
     assert reply == Reply({"jsonrpc": "2.0", "id": 7, "error": {"code": -32601, "message": "Method not found"}})
     assert declined == Declined("sampling/createMessage", 3)
@@ -128,8 +129,10 @@ def test_notifications_pass_through_and_list_changed_marks_the_catalogue_stale()
 def test_initialize_answer_sets_the_era_and_server_state(version):
     core = ClientSession()
     core.start_request("initialize", bkmcp.build_initialize_params("2025-11-25"), era_rules("2025-11-25"))
-    answer = result(1, {"protocolVersion": version, "serverInfo": {"name": "s"}, "capabilities": {"tools": {}},
-                        "instructions": "hi"})
+    answer = result(
+        1,
+        {"protocolVersion": version, "serverInfo": {"name": "s"}, "capabilities": {"tools": {}}, "instructions": "hi"},
+    )
     rules = core.apply_initialize(answer, "2025-11-25")
     assert (rules.version, core.era, core.protocol_version) == (version, "legacy", version)
     assert core.server_info == {"name": "s"} and core.capabilities == {"tools": {}} and core.instructions == "hi"
@@ -143,8 +146,14 @@ def test_unusable_initialize_answers_are_errors(answer):
 
 def test_discover_answer_sets_modern_state():
     core = ClientSession()
-    answer = result(1, {"supportedVersions": [MODERN], "capabilities": {"tools": {}},
-                        "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "m"}}})
+    answer = result(
+        1,
+        {
+            "supportedVersions": [MODERN],
+            "capabilities": {"tools": {}},
+            "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "m"}},
+        },
+    )
     core.apply_discover(answer, MODERN)
     assert core.era == "modern" and core.server_info == {"name": "m"}
     pinned = ClientSession()
@@ -182,10 +191,17 @@ def test_r01_unpinned_modern_server_is_modern_after_one_probe():
     assert steps == [Step("discover", MODERN, probing=True), Step("done", MODERN)]
 
 
-@pytest.mark.parametrize("evidence", [
-    Evidence(400, error(1, -32000)), Evidence(404, None), Evidence(405, None), Evidence(200, error(1, -32601)),
-    Evidence(200, None), modern_answer(["2025-11-25"]),
-])
+@pytest.mark.parametrize(
+    "evidence",
+    [
+        Evidence(400, error(1, -32000)),
+        Evidence(404, None),
+        Evidence(405, None),
+        Evidence(200, error(1, -32601)),
+        Evidence(200, None),
+        modern_answer(["2025-11-25"]),
+    ],
+)
 def test_r01_anything_else_means_legacy_initialize(evidence):
     steps = drive(Negotiation(None, server_info=False, restartable=False), [evidence, None])
     assert steps[1] == Step("initialize", "2025-11-25")
@@ -280,18 +296,37 @@ def test_http_transport_takes_an_injected_client_and_keeps_no_cookies():
         if request.method == "DELETE":
             return httpx.Response(405)
         if body and "id" in body and body["method"] == "initialize":
-            return httpx.Response(200, json={"jsonrpc": "2.0", "id": body["id"], "result": {
-                "protocolVersion": "2025-11-25", "capabilities": {}, "serverInfo": {"name": "x"}}},
-                headers={"Mcp-Session-Id": "sess-1", "Set-Cookie": "sid=SECRETCOOKIE; Path=/"})
+            return httpx.Response(
+                200,
+                json={
+                    "jsonrpc": "2.0",
+                    "id": body["id"],
+                    "result": {"protocolVersion": "2025-11-25", "capabilities": {}, "serverInfo": {"name": "x"}},
+                },
+                headers={"Mcp-Session-Id": "sess-1", "Set-Cookie": "sid=SECRETCOOKIE; Path=/"},
+            )
         if body and "id" in body:
-            return httpx.Response(200, json={"jsonrpc": "2.0", "id": body["id"], "result": {"tools": []}},
-                                  headers={"Set-Cookie": "other=2"})
+            return httpx.Response(
+                200,
+                json={"jsonrpc": "2.0", "id": body["id"], "result": {"tools": []}},
+                headers={"Set-Cookie": "other=2"},
+            )
         return httpx.Response(202)
 
     client = httpx.Client(transport=httpx.MockTransport(handler), cookies=bkmcp._no_cookies())
-    server = bkmcp.ResolvedServer(name="s", type="http", config_file="/c", url="http://127.0.0.1:9/mcp",
-                                  headers={}, command=None, args=[], env={}, cwd=None, protocol_version=None,
-                                  auth_source="none")
+    server = bkmcp.ResolvedServer(
+        name="s",
+        type="http",
+        config_file="/c",
+        url="http://127.0.0.1:9/mcp",
+        headers={},
+        command=None,
+        args=[],
+        env={},
+        cwd=None,
+        protocol_version=None,
+        auth_source="none",
+    )
     log = bkmcp.Log(io.StringIO())
     transport = bkmcp.HttpTransport(server, insecure=False, log=log, client=client)
     session = bkmcp.McpSession(server, insecure=False, log=log, transport=transport)
@@ -310,8 +345,9 @@ def test_http_transport_takes_an_injected_client_and_keeps_no_cookies():
 def test_http_statuses_leave_the_transport_as_section_1_errors():
     failure = bkmcp.status_failure(404, None, "gone", "tools/list", with_session=True)
     assert isinstance(failure, bkmcp.ProtocolError) and failure.session_lost and failure.http_status == 404
-    rpc = Message("error", id=1, error={"code": -32042, "message": "need url",
-                                        "data": {"elicitations": [{"url": "https://x"}]}})
+    rpc = Message(
+        "error", id=1, error={"code": -32042, "message": "need url", "data": {"elicitations": [{"url": "https://x"}]}}
+    )
     capability = bkmcp.status_failure(400, rpc, "", "tools/call", with_session=False)
     assert isinstance(capability, bkmcp.CapabilityUnsupportedError) and not capability.session_lost
 
@@ -357,8 +393,13 @@ def sections_and_violations(source: str) -> tuple[list[tuple[int, int]], list[tu
             if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 sub.returns = None
                 arguments = sub.args
-                for arg in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs,
-                            arguments.vararg, arguments.kwarg]:
+                for arg in [
+                    *arguments.posonlyargs,
+                    *arguments.args,
+                    *arguments.kwonlyargs,
+                    arguments.vararg,
+                    arguments.kwarg,
+                ]:
                     if arg is not None:
                         arg.annotation = None
             elif isinstance(sub, ast.AnnAssign):
@@ -376,8 +417,10 @@ def test_each_section_uses_only_the_sections_above_it():
 
 
 def test_the_section_rule_check_catches_an_upward_reference():
-    source = ("# =====\n# 1. A\n# =====\ndef low():\n    return high()\n\n"
-              "# =====\n# 2. B\n# =====\ndef high():\n    return low()\n")
+    source = (
+        "# =====\n# 1. A\n# =====\ndef low():\n    return high()\n\n"
+        "# =====\n# 2. B\n# =====\ndef high():\n    return low()\n"
+    )
     _starts, violations = sections_and_violations(source)
     assert violations == [(1, "high", 2, 5)]
 

@@ -15,17 +15,25 @@ RICH = {
     "name": "search_reports",
     "title": "Search reports",
     "description": "Search the report archive by keyword and status. Results are sorted by time, newest first, "
-                   "and paginated with --limit.\n\nSecond paragraph: 按关键词搜索报告，支持分页和过滤，返回匹配的报告"
-                   "列表以及相关的统计信息，结果按时间倒序排列。",
+    "and paginated with --limit.\n\nSecond paragraph: 按关键词搜索报告，支持分页和过滤，返回匹配的报告"
+    "列表以及相关的统计信息，结果按时间倒序排列。",
     "annotations": {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": True},
     "inputSchema": {
         "type": "object",
         "properties": {
-            "keyword": {"type": "string", "description": "Text to search for in report titles and bodies; "
-                                                          "matching is case-insensitive and supports prefixes."},
+            "keyword": {
+                "type": "string",
+                "description": "Text to search for in report titles and bodies; "
+                "matching is case-insensitive and supports prefixes.",
+            },
             "status": {"type": "string", "enum": ["open", "closed", "archived"], "default": "open"},
-            "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 20,
-                      "description": "Maximum number of reports."},
+            "limit": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": 100,
+                "default": 20,
+                "description": "Maximum number of reports.",
+            },
             "verbose_output": {"type": "boolean"},
             "tags": {"type": "array", "items": {"type": "string"}},
             "timeout": {"type": "integer", "description": "Server-side timeout."},
@@ -41,7 +49,7 @@ def body_example(text: str) -> Any:
     lines = text.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("--body example"))
     block = []
-    for line in lines[start + 1:]:
+    for line in lines[start + 1 :]:
         if not line.strip() or line.strip().startswith("("):
             break
         block.append(line)
@@ -115,8 +123,10 @@ def test_d02_fits_80_columns() -> None:
     """D02: no wrappable line is wider than 80 terminal columns (CJK counts double)."""
     for tool in (RICH, ALL_TYPES, PYDANTIC, ZOD):
         assert_fits_80(render_tool_help("report-prod", tool))
-    long_names = make_tool({f"property_number_{i}_with_a_long_name": {"type": "object", "description": "x " * 90}
-                            for i in range(12)}, required=["property_number_0_with_a_long_name"])
+    long_names = make_tool(
+        {f"property_number_{i}_with_a_long_name": {"type": "object", "description": "x " * 90} for i in range(12)},
+        required=["property_number_0_with_a_long_name"],
+    )
     assert_fits_80(render_tool_help("a-server-with-a-long-name", long_names))
 
 
@@ -132,9 +142,18 @@ def test_d02_cjk_wraps_by_display_width() -> None:
 
 def test_d02_server_text_cannot_inject_terminal_escapes() -> None:
     """D02: control characters from the server are shown escaped, never emitted raw."""
-    tool = {"name": "t\x1b[31m", "title": "red\x1b[0m", "description": "bell\x07 and \x1b]0;title\x07",
-            "inputSchema": {"type": "object", "properties": {"a\x1bb": {"type": "string", "description": "\x1b[2J"},
-                                                            "ok": {"type": "string", "description": "x\x1b[2Jy"}}}}
+    tool = {
+        "name": "t\x1b[31m",
+        "title": "red\x1b[0m",
+        "description": "bell\x07 and \x1b]0;title\x07",
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "a\x1bb": {"type": "string", "description": "\x1b[2J"},
+                "ok": {"type": "string", "description": "x\x1b[2Jy"},
+            },
+        },
+    }
     text = render_tool_help("s", tool)
     assert "\x1b" not in text and "\x07" not in text
     assert "\\u001b" in text
@@ -165,8 +184,10 @@ def test_d02_many_properties_example_is_capped() -> None:
 
 def test_d02_flag_examples_are_shell_safe() -> None:
     """D02: example values with quotes are shell-quoted correctly."""
-    tool = make_tool({"q": {"type": "string", "default": "it's"}, "o": {"type": "object", "default": {"a": "'"}}},
-                     required=["q", "o"])
+    tool = make_tool(
+        {"q": {"type": "string", "default": "it's"}, "o": {"type": "object", "default": {"a": "'"}}},
+        required=["q", "o"],
+    )
     text = render_tool_help("s", tool)
     line = next(line for line in text.splitlines() if line.startswith("  bkmcp s search_reports --q '"))
     words = shlex.split(line)
@@ -176,15 +197,18 @@ def test_d02_flag_examples_are_shell_safe() -> None:
 
 def test_d02_example_sources_and_limits() -> None:
     """D02: examples/const feed placeholders; const and limits are shown; long arrays break over lines."""
-    tool = make_tool({
-        "fixed": {"type": "string", "const": "v1"},
-        "sample": {"type": "string", "examples": ["ex-1"]},
-        "nothing": {"type": "null"},
-        "many": {"type": "array", "items": {"type": "string", "default": "x" * 30}, "minItems": 1},
-        "score": {"type": "number", "minimum": JsonNumber("0.5")},
-    }, required=["fixed", "sample", "nothing", "many", "score"])
+    tool = make_tool(
+        {
+            "fixed": {"type": "string", "const": "v1"},
+            "sample": {"type": "string", "examples": ["ex-1"]},
+            "nothing": {"type": "null"},
+            "many": {"type": "array", "items": {"type": "string", "default": "x" * 30}, "minItems": 1},
+            "score": {"type": "number", "minimum": JsonNumber("0.5")},
+        },
+        required=["fixed", "sample", "nothing", "many", "score"],
+    )
     text = render_tool_help("srv", tool)
-    assert "must be: \"v1\"" in text and "limits: >= 0.5" in text and "limits: min items 1" in text
+    assert 'must be: "v1"' in text and "limits: >= 0.5" in text and "limits: min items 1" in text
     example = body_example(text)
     assert example["fixed"] == "v1" and example["sample"] == "ex-1" and example["nothing"] is None
     assert example["score"] == JsonNumber("0.5")
@@ -202,16 +226,21 @@ def test_d02_mixed_cjk_and_latin_wrap() -> None:
 
 def test_d02_title_only_shown_when_informative() -> None:
     """D02: a pydantic title that only repeats the name is not shown; a real one is."""
-    tool = make_tool({"page_size": {"type": "integer", "title": "Page Size"},
-                      "q": {"type": "string", "title": "Search query"}})
+    tool = make_tool(
+        {"page_size": {"type": "integer", "title": "Page Size"}, "q": {"type": "string", "title": "Search query"}}
+    )
     text = render_tool_help("s", tool)
     assert "Page Size" not in text and "Search query" in text
 
 
 def test_d02_long_enum_is_capped() -> None:
     """D02: a 200-value enum shows 30 values and says how many more there are."""
-    tool = make_tool({"code": {"type": "string", "enum": [f"v{i}" for i in range(200)]},
-                      "odd": {"type": "string", "enum": ["a,b", " pad", ""]}})
+    tool = make_tool(
+        {
+            "code": {"type": "string", "enum": [f"v{i}" for i in range(200)]},
+            "odd": {"type": "string", "enum": ["a,b", " pad", ""]},
+        }
+    )
     text = render_tool_help("s", tool)
     assert "v29\n      … and 170 more (see --tools)" in text and "v30," not in text
     assert 'one of: "a,b", " pad", ""' in text
@@ -233,8 +262,10 @@ def test_d02_tool_names_are_shell_quoted_in_commands() -> None:
 
 def test_d02_wrapped_example_commands_are_copy_pasteable() -> None:
     """D02: a long flag example wraps between words with ' \\' continuations and never inside a quoted value."""
-    tool = make_tool({f"parameter_{i}": {"type": "string", "default": "two words"} for i in range(4)},
-                     required=[f"parameter_{i}" for i in range(4)])
+    tool = make_tool(
+        {f"parameter_{i}": {"type": "string", "default": "two words"} for i in range(4)},
+        required=[f"parameter_{i}" for i in range(4)],
+    )
     text = render_tool_help("a-long-server-name", tool)
     lines = text.split("Examples:\n")[1].splitlines()
     first = next(i for i, line in enumerate(lines) if "--parameter_0" in line)

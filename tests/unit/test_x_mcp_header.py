@@ -54,11 +54,15 @@ INVALID = {
     "null_type": ({"v": prop("Nil", "null")}, 'the property has type "null"'),
     "no_type": ({"v": prop("X", None)}, "the property has no type"),
     "type_union": ({"v": prop("X", ["string", "null"])}, 'the property has type ["string","null"]'),
-    "duplicate_same_case": ({"a": prop("Region"), "b": prop("Region")},
-                            'x-mcp-header "Region" at /properties/b repeats the header of /properties/a'),
+    "duplicate_same_case": (
+        {"a": prop("Region"), "b": prop("Region")},
+        'x-mcp-header "Region" at /properties/b repeats the header of /properties/a',
+    ),
     "duplicate_other_case": ({"a": prop("MyField"), "b": prop("myfield")}, "repeats the header of /properties/a"),
-    "duplicate_nested": ({"a": prop("Id"), "o": {"type": "object", "properties": {"i": prop("ID")}}},
-                         "/properties/o/properties/i repeats the header of /properties/a"),
+    "duplicate_nested": (
+        {"a": prop("Id"), "o": {"type": "object", "properties": {"i": prop("ID")}}},
+        "/properties/o/properties/i repeats the header of /properties/a",
+    ),
 }
 
 
@@ -77,8 +81,10 @@ OFF_CHAIN = {
     "items": {"type": "object", "properties": {"l": {"type": "array", "items": prop("Each")}}},
     "items_list_draft7": {"type": "object", "properties": {"l": {"type": "array", "items": [prop("First")]}}},
     "prefixItems": {"type": "object", "properties": {"l": {"type": "array", "prefixItems": [prop("First")]}}},
-    "properties_under_items": {"type": "object", "properties": {"l": {"type": "array", "items": {
-        "type": "object", "properties": {"x": prop("Deep")}}}}},
+    "properties_under_items": {
+        "type": "object",
+        "properties": {"l": {"type": "array", "items": {"type": "object", "properties": {"x": prop("Deep")}}}},
+    },
     "anyOf": {"type": "object", "properties": {"u": {"anyOf": [prop("A"), {"type": "integer"}]}}},
     "oneOf": {"type": "object", "oneOf": [{"properties": {"x": prop("X")}}]},
     "allOf": {"type": "object", "allOf": [{"properties": {"x": prop("X")}}]},
@@ -109,8 +115,10 @@ def test_a_declaration_off_the_pure_properties_chain_is_invalid(case):
 def test_the_reason_names_the_position_as_a_json_pointer():
     schema = {"type": "object", "properties": {"a/b": {"type": "array", "items": prop("X")}, "c~d": prop("")}}
     reason = tool_header_problems({"name": "t", "inputSchema": schema})
-    assert reason == ('x-mcp-header at /properties/a~1b/items is not on a property reached through "properties" '
-                      "only; x-mcp-header at /properties/c~0d is empty")
+    assert reason == (
+        'x-mcp-header at /properties/a~1b/items is not on a property reached through "properties" '
+        "only; x-mcp-header at /properties/c~0d is empty"
+    )
 
 
 def test_many_problems_are_summarised():
@@ -121,23 +129,36 @@ def test_many_problems_are_summarised():
 
 # -- valid declarations ---------------------------------------------------------------------------------------
 
+
 def test_valid_declarations_keep_the_tool():
     every_token_char = "!#$%&'*+-.^_`|~09azAZ"
     properties = {
-        "region": prop("Region"), "limit": prop("Limit", "integer"), "dry": prop("Dry-Run", "boolean"),
-        "odd": prop(every_token_char), "plain": {"type": "number"},
-        "nested": {"type": "object", "properties": {"inner": {"type": "object", "properties": {
-            "deep": prop("Deep")}}}},
+        "region": prop("Region"),
+        "limit": prop("Limit", "integer"),
+        "dry": prop("Dry-Run", "boolean"),
+        "odd": prop(every_token_char),
+        "plain": {"type": "number"},
+        "nested": {"type": "object", "properties": {"inner": {"type": "object", "properties": {"deep": prop("Deep")}}}},
         "properties": prop("Properties"),  # a property *named* properties is still a property
-        "data_only": {"type": "string", "default": {"x-mcp-header": ""}, "examples": [{"x-mcp-header": 1}],
-                      "const": {"x-mcp-header": "a b"}, "enum": [{"x-mcp-header": ""}]},
+        "data_only": {
+            "type": "string",
+            "default": {"x-mcp-header": ""},
+            "examples": [{"x-mcp-header": 1}],
+            "const": {"x-mcp-header": "a b"},
+            "enum": [{"x-mcp-header": ""}],
+        },
     }
     assert tool_header_problems(tool(properties)) is None
     valid, problems = scan_header_declarations(tool(properties)["inputSchema"])
     assert problems == []
-    assert valid == [(("region",), "Region"), (("limit",), "Limit"),
-                     (("dry",), "Dry-Run"), (("odd",), every_token_char),
-                     (("nested", "inner", "deep"), "Deep"), (("properties",), "Properties")]
+    assert valid == [
+        (("region",), "Region"),
+        (("limit",), "Limit"),
+        (("dry",), "Dry-Run"),
+        (("odd",), every_token_char),
+        (("nested", "inner", "deep"), "Deep"),
+        (("properties",), "Properties"),
+    ]
 
 
 @pytest.mark.parametrize("schema", [None, "x", [], {"type": "object"}, {"properties": "nope"}, {"properties": []}])
@@ -160,26 +181,57 @@ def test_a_very_deep_schema_does_not_exhaust_the_stack():
 
 # -- the same rule chooses the Mcp-Param headers --------------------------------------------------------------
 
+
 def test_param_headers_use_only_valid_declarations_including_nested_ones():
-    t = tool({
-        "region": prop("Region"), "n": prop("N", "integer"), "flag": prop("Flag", "boolean"),
-        "score": prop("Score", "number"), "dup": prop("region"), "bad": prop("Bad Name"), "nl": prop("Nl\n"),
-        "geo": {"type": "object", "properties": {"zone": prop("Zone")}},
-    })
-    args = {"region": "eu", "n": 3, "flag": False, "score": 0.5, "dup": "x", "bad": "y", "nl": "z",
-            "geo": {"zone": "b 2"}}
-    assert build_param_headers(t, args) == [("Mcp-Param-Region", "eu"), ("Mcp-Param-N", "3"),
-                                            ("Mcp-Param-Flag", "false"), ("Mcp-Param-Zone", "b 2")]
+    t = tool(
+        {
+            "region": prop("Region"),
+            "n": prop("N", "integer"),
+            "flag": prop("Flag", "boolean"),
+            "score": prop("Score", "number"),
+            "dup": prop("region"),
+            "bad": prop("Bad Name"),
+            "nl": prop("Nl\n"),
+            "geo": {"type": "object", "properties": {"zone": prop("Zone")}},
+        }
+    )
+    args = {
+        "region": "eu",
+        "n": 3,
+        "flag": False,
+        "score": 0.5,
+        "dup": "x",
+        "bad": "y",
+        "nl": "z",
+        "geo": {"zone": "b 2"},
+    }
+    assert build_param_headers(t, args) == [
+        ("Mcp-Param-Region", "eu"),
+        ("Mcp-Param-N", "3"),
+        ("Mcp-Param-Flag", "false"),
+        ("Mcp-Param-Zone", "b 2"),
+    ]
 
 
-@pytest.mark.parametrize("args", [{}, {"geo": None}, {"geo": "flat"}, {"geo": {"zone": None}}, {"geo": {}},
-                                  {"geo": {"zone": {"obj": 1}}}, {"geo": {"zone": [1]}}])
+@pytest.mark.parametrize(
+    "args",
+    [
+        {},
+        {"geo": None},
+        {"geo": "flat"},
+        {"geo": {"zone": None}},
+        {"geo": {}},
+        {"geo": {"zone": {"obj": 1}}},
+        {"geo": {"zone": [1]}},
+    ],
+)
 def test_an_absent_or_unrepresentable_value_sends_no_header(args):
     t = tool({"geo": {"type": "object", "properties": {"zone": prop("Zone")}}})
     assert build_param_headers(t, args) == []
 
 
 # -- reporting ------------------------------------------------------------------------------------------------
+
 
 def test_the_warning_names_every_excluded_tool_once():
     text = render_excluded_warning([{"name": "a", "reason": "r"}, {"name": "b", "reason": "r"}])
@@ -197,15 +249,31 @@ def test_calling_an_excluded_tool_is_tool_not_found_naming_the_declaration():
     err = info.value
     assert err.code == "mcp_tool_not_found" and err.exit_status == 1
     assert "'bad'" in err.message and "'srv'" in err.message and "invalid x-mcp-header" in err.message
-    assert err.hint == "x-mcp-header at /properties/v is empty; the server's tool definition must be fixed " \
-                       "(nothing was sent)"
+    assert (
+        err.hint == "x-mcp-header at /properties/v is empty; the server's tool definition must be fixed "
+        "(nothing was sent)"
+    )
     assert err.details["excluded"] == excluded[0]
 
 
 # -- fuzz: the rule is total ----------------------------------------------------------------------------------
 
-_keys = st.sampled_from(["type", "properties", "items", "anyOf", "x-mcp-header", "$defs", "not", "a", "b",
-                         "additionalProperties", "prefixItems", "default"])
+_keys = st.sampled_from(
+    [
+        "type",
+        "properties",
+        "items",
+        "anyOf",
+        "x-mcp-header",
+        "$defs",
+        "not",
+        "a",
+        "b",
+        "additionalProperties",
+        "prefixItems",
+        "default",
+    ]
+)
 _json = st.recursive(
     st.none() | st.booleans() | st.integers() | st.sampled_from(["", "A", "a b", "string", "integer", "number"]),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_keys, inner, max_size=4),
@@ -222,4 +290,4 @@ def test_fuzz_the_rule_never_raises_and_agrees_with_the_headers(schema, argument
     names = [name for _, name in valid]
     assert len({n.lower() for n in names}) == len(names)  # the valid ones never collide
     for header, value in build_param_headers({"inputSchema": schema}, arguments):
-        assert header[len("Mcp-Param-"):] in names and bkmcp._is_token(header) and "\n" not in value
+        assert header[len("Mcp-Param-") :] in names and bkmcp._is_token(header) and "\n" not in value
