@@ -2786,26 +2786,35 @@ _HTTPX_HIDDEN = (
     "socksio",
 )
 _HTTPX_LOCK = _thread.allocate_lock()  # the builtin lock type: `threading` is not imported by the help paths
+_HTTPX: list[Any] = []  # the httpx module once its import has *finished* (sys.modules holds it while it runs)
 
 
 def _import_httpx() -> Any:
     """The httpx module, loaded (the first time, once, under a lock) without the optional modules of
-    ``_HTTPX_HIDDEN``: ``sys.modules`` is changed only during that one import, never per call."""
-    module = sys.modules.get("httpx")
-    if module is not None:
-        return module
+    ``_HTTPX_HIDDEN``: ``sys.modules`` is changed only during that one import, never per call.
+
+    The fast path reads ``_HTTPX``, never ``sys.modules``: while one thread imports httpx, ``sys.modules["httpx"]``
+    is already the partially initialised module, and a second thread must wait for the import, not use it."""
+    if _HTTPX:
+        return _HTTPX[0]
     import importlib
 
     with _HTTPX_LOCK:
+        if _HTTPX:
+            return _HTTPX[0]
         module = sys.modules.get("httpx")
-        if module is not None:
+        if module is not None:  # imported by someone else (a test, an embedding program): finished or being finished
+            module = importlib.import_module("httpx")  # waits for an import still running in another thread
+            _HTTPX.append(module)
             return module
         hidden = [name for name in _HTTPX_HIDDEN if name not in sys.modules]
         for name in hidden:
             sys.modules[name] = None  # type: ignore[assignment]  # `import name` now raises ImportError
         try:
             importlib.import_module("httpcore")  # httpx imports it on the first Client: load it with the rest hidden
-            return importlib.import_module("httpx")
+            module = importlib.import_module("httpx")
+            _HTTPX.append(module)
+            return module
         except ImportError as exc:  # nothing was sent: a local error that says what is missing, not "a bkmcp bug"
             raise InternalError(
                 f"bkmcp cannot load httpx, which every remote command needs: {exc}",
@@ -3685,6 +3694,7 @@ class StdioTransport:
         self._ended: BkmcpError | None = None  # why the current child's stream ended (exit, bad line)
         self._sent_at = 0.0
         self._spent = False
+        self._closing = False  # close() ran: no child starts any more, and requests cut short say bkmcp closed it
 
     def attach(self, deliver: Callable[[Message, Any], bool], lost: Callable[[], None], state: Any) -> None:
         self._deliver = deliver
@@ -3713,6 +3723,8 @@ class StdioTransport:
         with self._start_lock:
             if self.child.proc is not None:
                 return
+            if self._closing:  # closed while a request was on its way (a shutdown during the start)
+                raise _mark(ConnectionFailedError("bkmcp closed the stdio server before it started"), sent=False)
             proc = self.child.spawn()
             self._ended = None
             if os.name == "posix":
@@ -3783,12 +3795,14 @@ class StdioTransport:
 
     def failure(self, method: str, request_id: Any, *, sent: bool) -> BkmcpError:
         """The error a request ends with when the child's stream ended (exit, closed stdout, a bad line)."""
+        answer = f" before answering {method}" + (f" (id {request_id})" if request_id is not None else "")
+        if self._closing:  # bkmcp itself ended it (shutdown, disconnect): not the server's doing
+            return _mark(ConnectionFailedError(f"bkmcp closed the stdio server{answer}"), sent=sent)
         ended = self._ended
         if ended is not None and not isinstance(ended, ConnectionFailedError):
             error: BkmcpError = type(ended)(ended.message, hint=ended.hint, details=dict(ended.details))
             return _mark(error, sent=sent)
         status = self.child.returncode if ended is not None else self.child.exit_status(0.5)
-        answer = f" before answering {method}" + (f" (id {request_id})" if request_id is not None else "")
         return _mark(
             self._with_stderr(
                 _remedy(
@@ -3881,7 +3895,7 @@ class StdioTransport:
         message spawns a fresh one. True when it was restarted."""
         if self.child.proc is None or self.alive:
             return False
-        self.close()
+        self._stop_child()
         self.log.debug("the stdio server exited during the era probe; starting it again for initialize")
         return True
 
@@ -3889,6 +3903,12 @@ class StdioTransport:
         """Nothing to end: a stdio server's lifetime is its process (``close``)."""
 
     def close(self, deadline: Deadline | None = None) -> None:
+        """Stop the child for good; a start still in progress finishes first, then its child is stopped too."""
+        with self._start_lock:
+            self._closing = True
+        self._stop_child(deadline)
+
+    def _stop_child(self, deadline: Deadline | None = None) -> None:
         spent = self._spent or (deadline is not None and deadline.end <= time.monotonic())
         busy = self._write_lock.locked()
         self.child.stop(quick=spent, stdin_busy=busy, readers=[self._reader] if self._reader else [])
@@ -6922,6 +6942,9 @@ class Registry:
         with self._lock:
             self._tools[_tools_user(server, user_id)] = (list(tools), protocol_version, time.time())
 
+    def abort(self) -> None:
+        """Shutdown: commands waiting for this source stop waiting (``registry_error``); ``close`` follows."""
+
     def close(self) -> None:
         pass
 
@@ -7204,6 +7227,7 @@ class HttpRegistry(Registry):
         self._answers: dict[tuple[str | None, str], tuple[float, RegistryView]] = {}
         self._flights: dict[tuple[str | None, str], _Flight] = {}
         self._client: Any = None
+        self._aborted = False
 
     def view(self, user_id: str | None, access_token: str | None = None) -> RegistryView:
         import hashlib
@@ -7211,6 +7235,8 @@ class HttpRegistry(Registry):
         token = (access_token or "") if user_id is not None else ""
         key = (user_id, hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest() if token else "")
         with self._lock:
+            if self._aborted:
+                raise self._shutting_down()
             hit = self._answers.get(key)
             if hit is not None and self._clock() - hit[0] < self.cache_seconds:
                 return _copy_view(hit[1])
@@ -7221,6 +7247,8 @@ class HttpRegistry(Registry):
         if not leader:
             if not flight.done.wait(self.timeout + 5):
                 raise RegistryError(f"{self.source} did not answer within {format_duration(self.timeout)}")
+            if self._aborted and flight.view is None:
+                raise self._shutting_down()
             if flight.error is not None:
                 raise _fresh_error(flight.error)
             assert flight.view is not None
@@ -7242,6 +7270,18 @@ class HttpRegistry(Registry):
         finally:
             with self._lock:
                 self._flights.pop(key, None)
+            flight.done.set()
+
+    def _shutting_down(self) -> RegistryError:
+        return RegistryError(f"bkmcp shut down before {self.source} answered")
+
+    def abort(self) -> None:
+        """Commands waiting for another command's fetch stop now; a fetch in progress is left to end by itself
+        (closing its socket from here would not wake it) and its command is answered by the shutdown."""
+        with self._lock:
+            self._aborted = True
+            flights = list(self._flights.values())
+        for flight in flights:
             flight.done.set()
 
     def _http(self) -> Any:
@@ -7429,10 +7469,16 @@ _READ_CHUNK = 64 * 1024
 _MAX_COMMANDS_RUNNING = 4096  # commands executing at once; the reader waits (back-pressure) beyond it
 _IDLE_WORKERS = 16  # command threads kept waiting for the next command (starting a thread costs ~0.1 ms)
 _WORKER_IDLE_SECONDS = 30.0  # an idle command thread ends after this long without a command
+_DRAIN_SLACK = 5.0  # EOF: beyond a command's own deadline, time for its closing steps and its answer
+_SHUTDOWN_GRACE = 2.0  # shutdown: time the commands cut short get to write their own answers after every close
+# Terminating signals that end the process like SIGTERM (every command answered, no child left); SIGINT exits 130.
+_STOP_SIGNALS = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
 _RESTART_BACKOFF_MAX = 30.0
 _INJECTED_MAX = 64
 _INJECTED_PREFIX = 55
 _MAX_TIMEOUT_MS = 7 * 24 * 3600 * 1000
+_EVENTS_BUFFER = 10_000  # event lines waiting for a slow --events stream; beyond that they are dropped and counted
+_PIPE_ATOMIC = 4096  # POSIX PIPE_BUF minimum: a pipe that select() calls writable takes a write this small whole
 
 
 def _injected_base(server: str, tool: str) -> str:
@@ -7499,32 +7545,152 @@ def build_tool_entry(name: str, server: str, tool: Mapping[str, Any]) -> dict[st
 
 
 class EventSink:
-    """``--events FILE|-``: one JSON line per event, scrubbed; a failing write (a full disk) is counted, never
-    raised, so serving goes on. Callers pass names, ids, counts and codes only: never argument values."""
+    """``--events FILE|-``: one JSON line per event, scrubbed. Callers pass names, ids, counts and codes only: never
+    argument values.
 
-    def __init__(self, stream: IO[str] | None, redactor: Redactor, *, owned: bool = False) -> None:
+    Writing never holds a command back (issue 16 item 13): a line is written at once when the stream can take it
+    without blocking (a file, a pipe with room: ``select``, then one ``os.write`` of at most ``PIPE_BUF`` bytes, which
+    a pipe takes whole); otherwise it waits in a bounded buffer that a writer thread empties as the stream drains
+    (order kept). A line that finds the buffer full, or that the stream refuses (a full disk), is dropped and
+    counted; the drops are reported once, by one ``events.dropped`` line (``count``) when writing works again."""
+
+    def __init__(
+        self, stream: IO[str] | None, redactor: Redactor, *, owned: bool = False, buffer: int = _EVENTS_BUFFER
+    ) -> None:
+        import collections
+        import threading
+
         self.stream = stream
         self.redactor = redactor
         self.owned = owned  # a file opened for --events (closed at exit); stderr is not ours to close
         self.dropped = 0
         self.written = 0
-        import threading
-
-        self._lock = threading.Lock()
+        self._limit = buffer
+        self._backlog: collections.deque[str] = collections.deque()  # lines waiting for the writer thread
+        self._unreported = 0  # drops not yet reported by an events.dropped line
+        self._lock = threading.Condition()
+        self._writer: Any = None
+        self._closing = False
+        self._abandon = False  # close() gave up on a stream nobody reads
+        self._fd: int | None = None
+        if stream is not None:
+            try:
+                self._fd = stream.fileno()
+                stream.flush()
+            except (AttributeError, OSError, ValueError):  # not a file (tests): written through its own write()
+                self._fd = None
 
     def emit(self, event: str, **fields: Any) -> None:
         if self.stream is None:
             return
-        line = self.redactor.scrub(dump_json({"ts": round(time.time(), 3), "event": event, **fields}))
+        line = self.redactor.scrub(dump_json({"ts": round(time.time(), 3), "event": event, **fields})) + "\n"
         with self._lock:
-            try:
-                self.stream.write(line + "\n")
-                self.stream.flush()
-                self.written += 1
-            except (OSError, ValueError):
+            if not self._backlog and not self._unreported and self._write_now(line):
+                return
+            if len(self._backlog) >= self._limit:
                 self.dropped += 1
+                self._unreported += 1
+                return
+            self._backlog.append(line)
+            if self._writer is None:
+                import threading
 
-    def close(self) -> None:
+                self._writer = threading.Thread(target=self._drain, name="bkmcp-events", daemon=True)
+                self._writer.start()
+            self._lock.notify()
+
+    def _write_now(self, line: str) -> bool:
+        """Write ``line`` if that cannot block (under ``_lock``); False when it would (it then waits in the buffer)."""
+        if self._fd is None:
+            self._count(self._write_stream(line))
+            return True
+        data = line.encode("utf-8", "surrogatepass")
+        if len(data) > _PIPE_ATOMIC or not self._writable(self._fd, 0):
+            return False
+        self._count(self._write_fd(self._fd, data))
+        return True
+
+    def _count(self, ok: bool) -> None:
+        if ok:
+            self.written += 1
+        else:
+            self.dropped += 1
+
+    @staticmethod
+    def _writable(fd: int, timeout: float) -> bool:
+        import select
+
+        try:
+            return bool(select.select([], [fd], [], timeout)[1])
+        except (OSError, ValueError):  # a closed descriptor: the write says so (and the line counts as dropped)
+            return True
+
+    @staticmethod
+    def _write_fd(fd: int, data: bytes) -> bool:
+        try:
+            while data:
+                data = data[os.write(fd, data) :]
+            return True
+        except OSError:  # a full disk, a closed stream: dropped, serving goes on
+            return False
+
+    def _write_stream(self, line: str) -> bool:
+        assert self.stream is not None
+        try:
+            self.stream.write(line)
+            self.stream.flush()
+            return True
+        except (OSError, ValueError):
+            return False
+
+    def _drain(self) -> None:
+        """The writer thread: the backlog, oldest first, each line once the stream can take it; never blocked in a
+        write (``select`` first, with a timeout, so ``close`` can always end it)."""
+        while True:
+            with self._lock:
+                while not self._backlog and not self._closing:
+                    self._lock.wait()
+                if not self._backlog or self._abandon:
+                    self.dropped += len(self._backlog)
+                    self._backlog.clear()
+                    return
+                line = self._backlog[0]
+            if self._fd is not None and not self._writable(self._fd, 0.2):
+                continue
+            with self._lock:  # the line stays first in the backlog until written: emit() keeps the order
+                if self._unreported:
+                    note = {"ts": round(time.time(), 3), "event": "events.dropped", "count": self._unreported}
+                    self._unreported = 0
+                    self._count(self._write_line(dump_json(note) + "\n"))
+                self._count(self._write_line(line))
+                self._backlog.popleft()
+
+    def _write_line(self, line: str) -> bool:
+        """One line from the writer thread, in pieces a pipe takes whole once ``select`` says it has room."""
+        if self._fd is None:
+            return self._write_stream(line)
+        data = line.encode("utf-8", "surrogatepass")
+        for start in range(0, len(data), _PIPE_ATOMIC):
+            if start and not self._writable(self._fd, 0.2):
+                return False
+            if not self._write_fd(self._fd, data[start : start + _PIPE_ATOMIC]):
+                return False
+        return True
+
+    def close(self, wait: float = 2.0) -> None:
+        """Write what waits (at most ``wait`` seconds: a stream nobody reads is given up), then close a file we
+        opened."""
+        with self._lock:
+            self._closing = True
+            writer = self._writer
+            self._lock.notify_all()
+        if writer is not None:
+            writer.join(wait)
+            if writer.is_alive():
+                with self._lock:
+                    self._abandon = True
+                    self._lock.notify_all()
+                writer.join(1.0)
         if self.stream is not None and self.owned:
             try:
                 self.stream.close()
@@ -7556,7 +7722,8 @@ class ResidentSession:
         self.pid: int | None = None
         self._session: McpSession | None = None
         self._closed = False
-        self._lock = _thread.allocate_lock()  # open and close only: requests run concurrently
+        self._lock = _thread.allocate_lock()  # one open at a time: requests run concurrently
+        self._state = _thread.allocate_lock()  # _session and _closed: close() never waits for an open in progress
 
     @property
     def alive(self) -> bool:
@@ -7582,13 +7749,18 @@ class ResidentSession:
         return OpContext(Deadline(max(timeout, 0.001)), self.log)
 
     def open(self, timeout: float) -> None:
+        """Connect and negotiate. A ``close`` meanwhile (a shutdown while the child starts) ends the child and its
+        process group at once and this raises."""
         with self._lock:
-            if self._closed:
-                raise _mark(ConnectionFailedError(f"the session of server {self.server.name!r} was closed"), sent=False)
-            if self._session is not None:
-                return
-            session = McpSession(self.server, insecure=self.insecure, log=self.log, die_with_parent=True)
-            self._session = session
+            with self._state:
+                if self._session is not None and not self._closed:
+                    return
+                if self._closed:
+                    raise _mark(
+                        ConnectionFailedError(f"the session of server {self.server.name!r} was closed"), sent=False
+                    )
+                session = McpSession(self.server, insecure=self.insecure, log=self.log, die_with_parent=True)
+                self._session = session
             try:
                 negotiate(session, self._ctx(timeout))
             finally:
@@ -7596,6 +7768,11 @@ class ResidentSession:
                 if pid is not None and self.pid is None:
                     self.pid = pid
                     self.events.emit("process.started", server=self.server.name, user=self.user_id, pid=pid)
+            if self._closed:
+                raise _mark(
+                    ConnectionFailedError(f"bkmcp closed the session of server {self.server.name!r} while it started"),
+                    sent=False,
+                )
             self.era, self.protocol_version = session.era, session.protocol_version
 
     def _require(self) -> McpSession:
@@ -7623,8 +7800,9 @@ class ResidentSession:
         return proc.poll() if proc is not None else child.returncode
 
     def close(self) -> None:
-        """Idempotent; ends the session and stops the child (stdin, SIGTERM, SIGKILL), reaping its group."""
-        with self._lock:
+        """Idempotent; ends the session and stops the child (stdin, SIGTERM, SIGKILL), reaping its group. Does not
+        wait for an ``open`` in progress: its negotiation fails at once (a child already spawned is stopped)."""
+        with self._state:
             if self._closed:
                 return
             self._closed = True
@@ -7722,6 +7900,7 @@ class SessionPool:
         self.env = env
         self.inherited_env = select_inherited_env(env)
         self._slots: dict[tuple[str, str], _Slot] = {}
+        self._opening: set[ResidentSession] = set()  # sessions whose open is in progress (close_all ends them too)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._reaper: Any = None
@@ -7861,6 +8040,11 @@ class SessionPool:
             session = ResidentSession(
                 server, log=self.log, insecure=self.opts.insecure, events=self.events, user_id=slot.user or None
             )
+            with self._lock:
+                if self._stop.is_set():
+                    slot.opening = False
+                    self._check_open()
+                self._opening.add(session)
             try:
                 session.open(timeout)
             except BkmcpError as exc:
@@ -7880,6 +8064,9 @@ class SessionPool:
                 with self._lock:
                     slot.opening = False
                 raise
+            finally:
+                with self._lock:
+                    self._opening.discard(session)
             self.events.emit(
                 "protocol.initialized",
                 server=slot.server,
@@ -7985,9 +8172,11 @@ class SessionPool:
                     self.crashed(slot, session)
 
     def close_all(self) -> None:
-        self._stop.set()
+        """Shutdown: close every session, live or still opening (its child's whole process group is reaped too),
+        and refuse to open any more."""
         with self._lock:
-            sessions = [s.session for s in self._slots.values() if s.session is not None]
+            self._stop.set()
+            sessions = [s.session for s in self._slots.values() if s.session is not None] + list(self._opening)
             for slot in self._slots.values():
                 slot.session = None
         import threading
@@ -8106,6 +8295,17 @@ def _platform_error(exc: BkmcpError, *, server: str | None = None, timeout: floa
     return exc
 
 
+def _cut_by_shutdown(command: _Command) -> BkmcpError:
+    """The answer of a command that the end (``shutdown``, a signal, the EOF deadline) cut short before it could give
+    its own: a failure, never a partial success; a call's outcome is unknown (it may have reached the server)."""
+    if command.action == "call_tool":
+        return ConnectionFailedError(
+            "bkmcp shut down before the call finished; the call may have reached the server: its outcome is unknown",
+            details={"outcome": "unknown"},
+        )
+    return ConnectionFailedError(f"bkmcp shut down before {command.action} finished")
+
+
 class _Worker:
     """One command thread. Between commands it waits on ``wake`` (held while it waits) for the next ``command``;
     ``None`` ends it."""
@@ -8139,15 +8339,17 @@ class ResidentServer:
         self.pool = SessionPool(opts, registry=registry, log=log, events=events, env=env)
         self._out = stdout
         self._out_lock = threading.Lock()
-        self._tasks: set[str] = set()
+        self._tasks: dict[str, _Command] = {}  # commands read and not answered yet, by task_id (exactly one answer)
         self._tasks_lock = threading.Lock()
         self._threads: set[Any] = set()  # every command thread alive, busy or idle
         self._idle: list[_Worker] = []  # command threads waiting for a command (the last one is reused first)
         self._running = 0  # commands dispatched whose answer is not written yet
-        self._ran = threading.Condition(self._tasks_lock)  # notified when ``_running`` drops to 0
+        self._ran = threading.Condition(self._tasks_lock)  # notified whenever a command is answered
         self._slots = threading.BoundedSemaphore(_MAX_COMMANDS_RUNNING)
         self._names: dict[str, dict[str, tuple[str, str]]] = {}  # user -> injected name -> (server, tool)
-        self.stopping = threading.Event()
+        self.stopping = threading.Event()  # shutdown, a signal, broken output: no new command runs
+        self.ended = threading.Event()  # the reader stopped (EOF, shutdown, unreadable stdin) or output broke
+        self.signalled: int | None = None  # the terminating signal received (set by the handler, read by run_resident)
         self.shutdown_task: str | None = None
         self.output_broken = False
 
@@ -8164,6 +8366,17 @@ class ResidentServer:
             except (OSError, ValueError):  # the platform went away: stop serving
                 self.output_broken = True
                 self.stopping.set()
+                self.ended.set()
+
+    def _claim(self, command: _Command) -> bool:
+        """Whether ``command`` is still unanswered (it is then no longer in flight): each gets exactly one answer,
+        its own or the one a shutdown gives the commands it cut (``answer_the_rest``)."""
+        with self._tasks_lock:
+            if self._tasks.get(command.task_id) is not command:
+                return False
+            del self._tasks[command.task_id]
+            self._ran.notify_all()
+            return True
 
     def fail(self, task_id: Any, exc: BkmcpError) -> None:
         answer: dict[str, Any] = {
@@ -8184,9 +8397,24 @@ class ResidentServer:
 
     # -- input -------------------------------------------------------------------------------------
 
+    def read_all(self, stdin: Any) -> None:
+        """The reader thread: ``serve``, then ``ended`` (EOF, ``shutdown``, an unreadable stdin)."""
+        try:
+            self.serve(stdin)
+        except (OSError, ValueError) as exc:  # stdin unreadable: as EOF
+            self.log.debug(f"stdin failed: {type(exc).__name__}")
+        finally:
+            self.ended.set()
+
     def serve(self, stdin: Any) -> None:
-        """Read lines until EOF, ``shutdown`` or a stop; overlong lines are answered and skipped."""
-        read = getattr(stdin, "read1", None) or stdin.read
+        """Read lines until EOF, ``shutdown`` or a stop; overlong lines are answered and skipped. The lines that came
+        in the same read as a ``shutdown``, after it, are answered ``invalid_command`` (``dispatch``)."""
+        fd: int | None = None
+        try:  # the descriptor itself: a thread blocked in a buffered read would hold the buffer's lock at exit
+            fd = stdin.fileno()
+        except (AttributeError, OSError, ValueError):  # not a file (in-process tests)
+            fd = None
+        read = (lambda size: os.read(fd, size)) if fd is not None else (getattr(stdin, "read1", None) or stdin.read)
         buffer = bytearray()
         skipping = False
         while not self.stopping.is_set():
@@ -8226,8 +8454,6 @@ class ResidentServer:
                         self.dispatch(bytes(buffer))
                     buffer.clear()
                 start = end + 1
-                if self.stopping.is_set():
-                    return
 
     def dispatch(self, line: bytes) -> None:
         import threading
@@ -8237,12 +8463,18 @@ class ResidentServer:
         except (InvalidCommandError, UnknownActionError) as exc:
             self.fail(exc.details.get("task_id"), exc)
             return
+        if self.stopping.is_set():  # read after shutdown (or a signal): answered, never run
+            self.fail(
+                command.task_id,
+                InvalidCommandError("bkmcp is shutting down: this command was not run", details={"task_id": None}),
+            )
+            return
         with self._tasks_lock:
             if command.task_id in self._tasks:
                 duplicate = True
             else:
                 duplicate = False
-                self._tasks.add(command.task_id)
+                self._tasks[command.task_id] = command
         if duplicate:
             self.fail(
                 command.task_id,
@@ -8254,8 +8486,11 @@ class ResidentServer:
         if command.access_token:
             self.log.redactor.add(command.access_token, whole=False)
         if command.action == "shutdown":
+            with self._tasks_lock:
+                del self._tasks[command.task_id]  # answered last, by run_resident
             self.shutdown_task = command.task_id
             self.stopping.set()
+            self.ended.set()
             return
         self._slots.acquire()
         with self._tasks_lock:
@@ -8276,14 +8511,15 @@ class ResidentServer:
             with self._tasks_lock:
                 self._threads.discard(thread)
             self._ended(command)
-            self.fail(
-                command.task_id,
-                ResourceLimitError(
-                    "no thread could be started for this command (the system's thread or memory limit is reached); it "
-                    "was not run: retry it when fewer commands run",
-                    hint="retry when fewer commands run",
-                ),
-            )
+            if self._claim(command):
+                self.fail(
+                    command.task_id,
+                    ResourceLimitError(
+                        "no thread could be started for this command (the system's thread or memory limit is reached); "
+                        "it was not run: retry it when fewer commands run",
+                        hint="retry when fewer commands run",
+                    ),
+                )
 
     def _work(self, worker: _Worker) -> None:
         """A command thread: its first command, then the ones handed to it while it waits idle."""
@@ -8336,9 +8572,12 @@ class ResidentServer:
 
                     traceback.print_exc(file=sys.stderr)
                 answer = None
-                error = InternalError(f"internal error: {type(exc).__name__}: {_first_line(exc)}")
-            with self._tasks_lock:
-                self._tasks.discard(command.task_id)
+                if self.stopping.is_set():  # e.g. a closed HTTP client under a call cut by the shutdown
+                    error = _cut_by_shutdown(command)
+                else:
+                    error = InternalError(f"internal error: {type(exc).__name__}: {_first_line(exc)}")
+            if not self._claim(command):
+                return  # the shutdown answered it already
             if answer is not None:
                 self.write(answer)
             else:
@@ -8347,31 +8586,55 @@ class ResidentServer:
             self._ended(command)
 
     def _ended(self, command: _Command) -> None:
-        """A dispatched command is over: its task_id may be used again, and it no longer counts as running."""
+        """A dispatched command's thread is done with it: it no longer counts as running."""
         with self._tasks_lock:
-            self._tasks.discard(command.task_id)
             self._running -= 1
-            if self._running == 0:
-                self._ran.notify_all()
         self._slots.release()
 
-    def drain(self, seconds: float) -> None:
-        """EOF: let the commands already read finish (each bounded by its own timeout), at most ``seconds``."""
-        end = time.monotonic() + seconds
+    def _budget(self, command: _Command) -> float:
+        """How long ``command`` may run: its steps use ``--timeout`` from its arrival, a call its own ``timeout_ms``."""
+        return max(self._timeout(command), self.opts.timeout)
+
+    def drain(self) -> None:
+        """EOF: let the commands already read finish, each within its own deadline (``_budget`` from its arrival,
+        plus ``_DRAIN_SLACK`` for closing), however long that is; a terminating signal cuts the wait short."""
         with self._tasks_lock:
-            while self._running and time.monotonic() < end:
-                self._ran.wait(max(0.0, min(0.5, end - time.monotonic())))
+            while self._tasks and self.signalled is None:
+                end = max(c.received + self._budget(c) for c in self._tasks.values()) + _DRAIN_SLACK
+                left = end - time.monotonic()
+                if left <= 0:
+                    break
+                self._ran.wait(min(0.25, left))
 
     def finish(self, grace: float) -> None:
-        """Close every session (calls in flight fail and are answered), then let command threads end (``stopping``
-        is set: idle ones end now, busy ones after their answer)."""
+        """The end (``stopping`` is set): close every session, live or still opening (calls in flight fail and are
+        answered, children's process groups are reaped), stop waiting on the registry, give the commands cut short
+        ``grace`` seconds to write their own answers, answer the rest (``answer_the_rest``), end the threads."""
+        self.stopping.set()
         self.pool.close_all()
+        abort = getattr(self.registry, "abort", None)
+        if abort is not None:
+            abort()
         end = time.monotonic() + grace
+        with self._tasks_lock:
+            while self._tasks and time.monotonic() < end:
+                self._ran.wait(max(0.0, min(0.25, end - time.monotonic())))
+        self.answer_the_rest()
         self._wake_idle()
         with self._tasks_lock:
             threads = list(self._threads)
+        end = time.monotonic() + min(grace, 1.0)
         for thread in threads:
             thread.join(max(0.0, end - time.monotonic()))
+
+    def answer_the_rest(self) -> None:
+        """Every command read and not answered yet gets a clear error now (it cannot finish before the end)."""
+        with self._tasks_lock:
+            left = sorted(self._tasks.values(), key=lambda c: c.received)
+            self._tasks.clear()
+            self._ran.notify_all()
+        for command in left:
+            self.fail(command.task_id, _cut_by_shutdown(command))
 
     # -- helpers -----------------------------------------------------------------------------------
 
@@ -8538,6 +8801,8 @@ class ResidentServer:
         if name is not None:
             rows = [self._row(view, name)]
         found, errors = self._catalogues(command, view, rows, refresh)
+        if errors and self.stopping.is_set():  # cut by the shutdown: a failure, never a partial catalogue
+            raise _cut_by_shutdown(command)
         if refresh:
             errors = [e for e in errors if e["server_name"] in {r.name for r in rows}]
         table = build_injected_names(self._known_pairs(command, view))
@@ -8578,6 +8843,8 @@ class ResidentServer:
             thread.start()
         for thread in threads:
             thread.join()
+        if self.stopping.is_set() and any(s.get("status") == "failed" for s in servers.values()):
+            raise _cut_by_shutdown(command)
         return {"servers": [servers[row.name] for row in rows]}
 
     def do_list_servers(self, command: _Command) -> dict[str, Any]:
@@ -8731,22 +8998,71 @@ class ResidentServer:
         return {"server_name": server_name, "tool_name": tool_name, "result": result}
 
 
-class _Stop(BaseException):
-    """SIGTERM: leave the reader loop and shut down (exit 0)."""
+# Modules the command threads import on first use. The interpreter's import lock is per module and breaks a
+# suspected deadlock by handing out a partially initialised module, so two threads importing overlapping module
+# trees for the first time can see one (issue 16 item 6a); the resident mode imports them once, on the main thread,
+# before any command thread starts. The one-shot CLI has one thread and keeps its lazy imports.
+_RESIDENT_MODULES = (
+    "base64",
+    "codecs",
+    "collections",
+    "ctypes",
+    "fractions",
+    "hashlib",
+    "http.cookiejar",
+    "queue",
+    "select",
+    "selectors",
+    "shlex",
+    "shutil",
+    "signal",
+    "socket",
+    "sqlite3",
+    "ssl",
+    "subprocess",
+    "traceback",
+    "unicodedata",
+    "urllib.parse",
+)
+
+
+def _warm_resident_imports(log: Log) -> None:
+    """First use of every lazily initialised global, on one thread: modules, httpx (``_import_httpx``), jsonschema and
+    the validator classes built from it, ``JsonNumber``. Each is also safe to meet first on many threads (locks); this
+    removes the interpreter's own import races too. A module that cannot load is left to the command that needs it
+    (it then fails with its own clear error)."""
+    import importlib
+
+    for name in _RESIDENT_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError:  # pragma: no cover - e.g. a Python built without ctypes or ssl
+            log.debug(f"resident warm-up: {name} not available")
+    try:
+        _import_httpx()
+        number = parse_json("0.5")
+        tool = {"name": "warm", "inputSchema": {"type": "object", "properties": {"n": {"type": "number"}}}}
+        validate_arguments(tool, {"n": number})
+    except BkmcpError as exc:  # pragma: no cover - a broken install: the commands that need it report it
+        log.debug(f"resident warm-up: {exc.message}")
 
 
 def run_resident(
     opts: ResidentOptions, *, stdin: Any, stdout: Any, log: Log, env: Mapping[str, str], stderr: IO[str]
 ) -> int:
-    """``bkmcp --resident`` (docs/contract.md §11): serve commands until ``shutdown``, EOF, SIGTERM (0) or SIGINT (130).
+    """``bkmcp --resident`` (docs/contract.md §11): serve commands until ``shutdown``, EOF, a terminating signal
+    (``_STOP_SIGNALS``: 0) or SIGINT (130), answering every command read before the end.
 
     ``stdin``/``stdout`` are binary streams. A registry that cannot be opened raises (exit 1, envelope on
-    stderr, by ``main``); nothing after that start-up step raises out of here.
+    stderr, by ``main``); nothing after that start-up step raises out of here. stdin is read by a thread of its
+    own, so the signal handlers only record the signal (no handler ever runs inside a lock's critical section);
+    this thread waits for the end, then shuts down.
     """
     import signal
     import threading
 
     registry = open_registry(opts.registry, env=env, log=log, timeout=opts.timeout)
+    _warm_resident_imports(log)
     events_stream: IO[str] | None = None
     if opts.events == "-":
         events_stream = stderr
@@ -8759,42 +9075,40 @@ def run_resident(
     events = EventSink(events_stream, log.redactor, owned=opts.events not in (None, "-"))
     server = ResidentServer(opts, registry=registry, stdout=stdout, log=log, events=events, env=env)
     server.pool.start_reaper()
-    status = EXIT_OK
-    previous: Any = None
-    main_thread = threading.current_thread() is threading.main_thread()
-    if main_thread:
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
 
-        def on_term(signum: int, frame: Any) -> None:
-            raise _Stop()
+        def on_signal(signum: int, frame: Any) -> None:
+            if server.signalled is None:
+                server.signalled = signum
 
-        previous = signal.signal(signal.SIGTERM, on_term)
+        for name in (*_STOP_SIGNALS, "SIGINT"):
+            number = getattr(signal, name, None)
+            if number is not None:
+                previous[number] = signal.signal(number, on_signal)
+    reader = threading.Thread(target=server.read_all, args=(stdin,), name="bkmcp-reader", daemon=True)
     try:
-        try:
-            server.serve(stdin)
-            if server.shutdown_task is None and not server.output_broken:  # EOF: answer what was read
-                server.drain(opts.timeout + 5.0)
-        except _Stop:
-            log.debug("SIGTERM: shutting down")
-        except KeyboardInterrupt:
-            log.debug("SIGINT: shutting down")
-            status = EXIT_INTERRUPTED
-        except (OSError, ValueError) as exc:  # stdin unreadable: as EOF
-            log.debug(f"stdin failed: {type(exc).__name__}")
-        server.stopping.set()
-        if main_thread:  # a second SIGTERM during the shutdown must not cut it short
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        server.finish(grace=5.0)
+        reader.start()
+        while not server.ended.wait(0.1) and server.signalled is None:
+            pass
+        if server.signalled is None and server.shutdown_task is None and not server.output_broken:
+            server.drain()  # EOF: the commands already read run to their own end and are answered
+        if server.signalled is not None:
+            log.debug(f"{signal.Signals(server.signalled).name}: shutting down")
+        server.finish(grace=_SHUTDOWN_GRACE)
         if server.shutdown_task is not None:
             server.write({"task_id": server.shutdown_task, "success": True, "result": {"stopped": True}})
+        if server.signalled is None:
+            reader.join(1.0)
     finally:
-        if main_thread and previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler if handler is not None else signal.SIG_DFL)
         try:
             registry.close()
         except Exception as exc:
             log.debug(f"closing the registry failed: {type(exc).__name__}")
         events.close()
-    return status
+    return EXIT_INTERRUPTED if server.signalled == signal.SIGINT else EXIT_OK
 
 
 # ======================================================================================================

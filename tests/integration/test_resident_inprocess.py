@@ -120,7 +120,8 @@ def test_inprocess_shutdown_and_duplicates(tmp_path, srv):
     out = [json.loads(x) for x in res.stdout.splitlines()]
     assert out[0]["task_id"] is None and out[0]["error_code"] == "invalid_command"
     assert out[-1] == {"task_id": "z", "success": True, "result": {"stopped": True}}
-    assert "after" not in res.stdout
+    after = [a for a in out if a["task_id"] == "after"]  # read with the shutdown, after it: answered, never run
+    assert len(after) == 1 and after[0]["error_code"] == "invalid_command" and "shutting down" in after[0]["error"]
     assert len([a for a in out if a["task_id"] == "s1"]) == 2
 
 
