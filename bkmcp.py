@@ -2786,6 +2786,7 @@ _HTTPX_HIDDEN = (
     "socksio",
 )
 _HTTPX_LOCK = _thread.allocate_lock()  # the builtin lock type: `threading` is not imported by the help paths
+_TLS_LOCK = _thread.allocate_lock()  # verifying clients are made one at a time (their CA bundle's first lookup)
 _HTTPX: list[Any] = []  # the httpx module once its import has *finished* (sys.modules holds it while it runs)
 
 
@@ -2841,14 +2842,18 @@ def new_http_client(url: str, *, insecure: bool) -> Any:
     httpx = _import_httpx()
 
     verify = not insecure if url.lower().startswith("https:") else False
-    return httpx.Client(
-        follow_redirects=False,
-        verify=verify,
-        trust_env=False,
-        cookies=_no_cookies(),
-        headers={"User-Agent": f"bkmcp/{__version__}"},
-        limits=httpx.Limits(max_connections=None, max_keepalive_connections=20),
-    )
+    options = {
+        "follow_redirects": False,
+        "verify": verify,
+        "trust_env": False,
+        "cookies": _no_cookies(),
+        "headers": {"User-Agent": f"bkmcp/{__version__}"},
+        "limits": httpx.Limits(max_connections=None, max_keepalive_connections=20),
+    }
+    if not verify:
+        return httpx.Client(**options)
+    with _TLS_LOCK:  # certifi.where() fills a global on first use (from the pyz: a temporary copy of the CA bundle)
+        return httpx.Client(**options)
 
 
 def translate_httpx_error(exc: BaseException, url: str, deadline: Deadline) -> BkmcpError:
