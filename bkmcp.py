@@ -21,7 +21,11 @@ uses only the sections above it:
                                 the flows: negotiate, discover, call, check, tools, dry-run
     8. Schema flags             inputSchema -> typed flags, values, validation
     9. Output                   envelopes, --jq, help text
-   10. Resident mode            registry + credentials (10.1); sessions, names, events, commands (10.2)
+   10. Resident mode            many users' sessions behind one JSON stdin/stdout process, in four rooms:
+       10.1 registry, credentials  SQLite / HTTP sources, one user's view, a row -> ResolvedServer
+       10.2 sessions               events, the live session, slots, the pool (limits, eviction, reaper)
+       10.3 names, catalogues      injected mcp_{server}_{tool} names, catalogues cached per session
+       10.4 command server         the reader, a bounded worker pool, the actions, the end that answers all
    11. CLI                      argument routing and ``main(argv) -> int``, the one exception -> exit ladder
 
 Exception tree (section 1)::
@@ -7457,131 +7461,33 @@ def open_registry(
     return SqliteRegistry(path, log=log, timeout=timeout)
 
 
-def run_registry_tool(inv: Invocation, envr: Environment, log: Log) -> int:
-    """``bkmcp --registry FILE --import mcp.json`` and ``bkmcp --registry FILE --list`` (docs/contract.md §11.3)."""
-    assert inv.registry is not None
-    scheme, separator, _ = inv.registry.partition("://")
-    if separator and scheme.isalpha():
-        raise UsageError(
-            "--import and --list work on a SQLite registry file, not on a URL",
-            hint="manage an HTTP source's servers in the platform that serves it",
-        )
-    if not inv.registry:
-        raise UsageError("--registry needs a SQLite file path")
-    timeout = parse_duration(inv.timeout) if inv.timeout is not None else REGISTRY_TIMEOUT
-    path = resolve_user_path(inv.registry, envr.env, envr.cwd, option="--registry")
-    if inv.registry_import is not None:
-        if not inv.registry_import:
-            raise UsageError("--import needs an mcp.json path")
-        config = load_config(resolve_user_path(inv.registry_import, envr.env, envr.cwd, option="--import"))
-        registry = SqliteRegistry(path, log=log, timeout=timeout)
-        try:
-            data: dict[str, Any] = {"imported": registry.import_config(config, log), "registry": path}
-        finally:
-            registry.close()
-    else:
-        registry = SqliteRegistry(path, log=log, timeout=timeout, create=False)
-        try:
-            data = {"servers": [render_registry_row(s) for s in registry.view(None).servers.values()]}
-        finally:
-            registry.close()
-    envr.stdout.write(dump_json(build_success(data)) + "\n")
-    envr.stdout.flush()
-    return EXIT_OK
+# -- 10.2 sessions: events, the live session, slots, the pool and its reaper (docs/contract.md §11.5, §11.6) -----------
+# The sessions the resident process holds: a public server's shared one, or one user's instance, each a section-7
+# McpSession behind a ``ResidentSession``; ``SessionPool`` keys them by (user, server), opens them on demand within the
+# process limits, evicts the least recently used idle one, reaps idle and dead ones, and closes all at the end.
 
-
-# -- 10.2 sessions, injected names, events, the command protocol (docs/contract.md §11.1, §11.2, §11.5, §11.6) ----
-
-
-RESIDENT_LINE_LIMIT = 16 * 1024 * 1024  # bytes of one command line (docs/contract.md §11.1)
 DEFAULT_IDLE_TIMEOUT = 600.0
 DEFAULT_MAX_PROCESSES = 64
 DEFAULT_MAX_USER_PROCESSES = 8
-RESIDENT_ACTIONS = (
-    "init",
-    "list_servers",
-    "connect_server",
-    "disconnect_server",
-    "list_tools",
-    "refresh_tools",
-    "call_tool",
-    "shutdown",
-)
-_NO_USER_ACTIONS = frozenset({"init", "list_servers", "shutdown"})
-_READ_CHUNK = 64 * 1024
-_MAX_COMMANDS_RUNNING = 4096  # commands executing at once; the reader waits (back-pressure) beyond it
-_IDLE_WORKERS = 16  # command threads kept waiting for the next command (starting a thread costs ~0.1 ms)
-_WORKER_IDLE_SECONDS = 30.0  # an idle command thread ends after this long without a command
-_DRAIN_SLACK = 5.0  # EOF: beyond a command's own deadline, time for its closing steps and its answer
-_SHUTDOWN_GRACE = 2.0  # shutdown: time the commands cut short get to write their own answers after every close
-# Terminating signals that end the process like SIGTERM (every command answered, no child left); SIGINT exits 130.
-_STOP_SIGNALS = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
 _RESTART_BACKOFF_MAX = 30.0
-_INJECTED_MAX = 64
-_INJECTED_PREFIX = 55
-_MAX_TIMEOUT_MS = 7 * 24 * 3600 * 1000
 _EVENTS_BUFFER = 10_000  # event lines waiting for a slow --events stream; beyond that they are dropped and counted
 _PIPE_ATOMIC = 4096  # POSIX PIPE_BUF minimum: a pipe that select() calls writable takes a write this small whole
 
 
-def _injected_base(server: str, tool: str) -> str:
-    return "".join(ch if (ch.isascii() and (ch.isalnum() or ch in "_-")) else "_" for ch in f"mcp_{server}_{tool}")
+def run_each(job: Callable[[Any], None], items: Sequence[Any], *, timeout: float | None = None) -> None:
+    """``job(item)`` for every item at once — one thread per server (or session), the first item on the calling
+    thread — and return when all are done, or after ``timeout`` seconds (the rest finish on their own: the threads
+    are daemons). The one fan-out of the resident mode: ``init``, catalogues of many servers, closing every session."""
+    import threading
 
-
-def _injected_suffixed(base: str, server: str, tool: str) -> str:
-    import hashlib
-
-    digest = hashlib.sha256(f"{server}\0{tool}".encode("utf-8", "surrogatepass")).hexdigest()[:8]
-    return f"{base[:_INJECTED_PREFIX]}_{digest}"
-
-
-def build_injected_names(pairs: Iterable[tuple[str, str]]) -> dict[str, tuple[str, str]]:
-    """Injected tool names (docs/contract.md §11.5) for every ``(server, tool)`` a user sees: name -> (server, tool).
-
-    ``mcp_{server}_{tool}`` with every character outside ``[A-Za-z0-9_-]`` replaced by ``_``; a name longer than
-    64 characters, or equal to another tool's name, becomes its first 55 characters + ``_`` + 8 hex digits of
-    sha256(server + NUL + tool), and so does every member of a colliding group. A name therefore depends only
-    on the tool and on which other tools are in ``pairs``, never on their order.
-    """
-    unique = sorted(set(pairs))
-    bases = {pair: _injected_base(*pair) for pair in unique}
-    groups: dict[str, int] = {}
-    for base in bases.values():
-        groups[base] = groups.get(base, 0) + 1
-    suffixed = {pair for pair, base in bases.items() if len(base) > _INJECTED_MAX or groups[base] > 1}
-    while True:  # a suffixed name equal to another tool's plain name: that tool is suffixed too
-        names = {pair: (_injected_suffixed(bases[pair], *pair) if pair in suffixed else bases[pair]) for pair in unique}
-        taken = {names[pair] for pair in suffixed}
-        clash = {pair for pair in unique if pair not in suffixed and names[pair] in taken}
-        if not clash:
-            break
-        suffixed |= clash
-    table: dict[str, tuple[str, str]] = {}
-    for pair in unique:
-        name = names[pair]
-        if name in table:  # two tools share a 55-character prefix and 32 bits of sha256: never guess
-            raise InternalError(f"injected tool names collide after hashing: {name}")
-        table[name] = pair
-    return table
-
-
-def build_tool_entry(name: str, server: str, tool: Mapping[str, Any]) -> dict[str, Any]:
-    """A ``list_tools`` entry (docs/contract.md §11.2 TOOL) with the model-ready ``function`` definition."""
-    description = tool.get("description")
-    description = description if isinstance(description, str) else ""
-    schema = tool.get("inputSchema")
-    parameters = schema if isinstance(schema, dict) else {"type": "object", "properties": {}}
-    entry: dict[str, Any] = {
-        "name": name,
-        "server_name": server,
-        "tool_name": tool.get("name"),
-        "description": description,
-        "inputSchema": schema if isinstance(schema, dict) else parameters,
-    }
-    if isinstance(tool.get("annotations"), dict):
-        entry["annotations"] = tool["annotations"]
-    entry["function"] = {"name": name, "description": description, "parameters": parameters}
-    return entry
+    threads = [threading.Thread(target=job, args=(item,), name="bkmcp-each", daemon=True) for item in items[1:]]
+    for thread in threads:
+        thread.start()
+    if items:
+        job(items[0])
+    end = None if timeout is None else time.monotonic() + timeout
+    for thread in threads:
+        thread.join(None if end is None else max(0.0, end - time.monotonic()))
 
 
 # -- events (docs/contract.md §11.6) -------------------------------------------------------------------------------
@@ -8222,18 +8128,78 @@ class SessionPool:
             sessions = [s.session for s in self._slots.values() if s.session is not None] + list(self._opening)
             for slot in self._slots.values():
                 slot.session = None
-        import threading
-
-        closers = [threading.Thread(target=s.close, daemon=True) for s in sessions]
-        for thread in closers:
-            thread.start()
-        for thread in closers:
-            thread.join()
+        run_each(lambda session: session.close(), sessions)
         if self._reaper is not None:
             self._reaper.join(2.0)
 
 
-# -- the command protocol (docs/contract.md §11.1, §11.2) ----------------------------------------------------------
+# -- 10.3 injected names and catalogues (docs/contract.md §11.2 TOOL, §11.5) -------------------------------------------
+# What the platform hands its models: every tool a user may use as ``mcp_{server}_{tool}`` with a model-ready
+# definition, from catalogues cached per session; ``_Command`` and ``_platform_error`` (the platform's wording of an
+# error) are shared with the command server below.
+
+_INJECTED_MAX = 64
+_INJECTED_PREFIX = 55
+
+
+def _injected_base(server: str, tool: str) -> str:
+    return "".join(ch if (ch.isascii() and (ch.isalnum() or ch in "_-")) else "_" for ch in f"mcp_{server}_{tool}")
+
+
+def _injected_suffixed(base: str, server: str, tool: str) -> str:
+    import hashlib
+
+    digest = hashlib.sha256(f"{server}\0{tool}".encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{base[:_INJECTED_PREFIX]}_{digest}"
+
+
+def build_injected_names(pairs: Iterable[tuple[str, str]]) -> dict[str, tuple[str, str]]:
+    """Injected tool names (docs/contract.md §11.5) for every ``(server, tool)`` a user sees: name -> (server, tool).
+
+    ``mcp_{server}_{tool}`` with every character outside ``[A-Za-z0-9_-]`` replaced by ``_``; a name longer than
+    64 characters, or equal to another tool's name, becomes its first 55 characters + ``_`` + 8 hex digits of
+    sha256(server + NUL + tool), and so does every member of a colliding group. A name therefore depends only
+    on the tool and on which other tools are in ``pairs``, never on their order.
+    """
+    unique = sorted(set(pairs))
+    bases = {pair: _injected_base(*pair) for pair in unique}
+    groups: dict[str, int] = {}
+    for base in bases.values():
+        groups[base] = groups.get(base, 0) + 1
+    suffixed = {pair for pair, base in bases.items() if len(base) > _INJECTED_MAX or groups[base] > 1}
+    while True:  # a suffixed name equal to another tool's plain name: that tool is suffixed too
+        names = {pair: (_injected_suffixed(bases[pair], *pair) if pair in suffixed else bases[pair]) for pair in unique}
+        taken = {names[pair] for pair in suffixed}
+        clash = {pair for pair in unique if pair not in suffixed and names[pair] in taken}
+        if not clash:
+            break
+        suffixed |= clash
+    table: dict[str, tuple[str, str]] = {}
+    for pair in unique:
+        name = names[pair]
+        if name in table:  # two tools share a 55-character prefix and 32 bits of sha256: never guess
+            raise InternalError(f"injected tool names collide after hashing: {name}")
+        table[name] = pair
+    return table
+
+
+def build_tool_entry(name: str, server: str, tool: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``list_tools`` entry (docs/contract.md §11.2 TOOL) with the model-ready ``function`` definition."""
+    description = tool.get("description")
+    description = description if isinstance(description, str) else ""
+    schema = tool.get("inputSchema")
+    parameters = schema if isinstance(schema, dict) else {"type": "object", "properties": {}}
+    entry: dict[str, Any] = {
+        "name": name,
+        "server_name": server,
+        "tool_name": tool.get("name"),
+        "description": description,
+        "inputSchema": schema if isinstance(schema, dict) else parameters,
+    }
+    if isinstance(tool.get("annotations"), dict):
+        entry["annotations"] = tool["annotations"]
+    entry["function"] = {"name": name, "description": description, "parameters": parameters}
+    return entry
 
 
 class _Command:
@@ -8248,6 +8214,189 @@ class _Command:
         self.user_id = user_id
         self.access_token = access_token
         self.received = time.monotonic()
+
+
+def _platform_error(exc: BkmcpError, *, server: str | None = None, timeout: float | None = None) -> BkmcpError:
+    """The CLI's error worded for the platform: no CLI hints; a timeout names the budget in ms."""
+    if isinstance(exc, McpTimeoutError) and timeout is not None:
+        where = f" on server {server!r}" if server else ""
+        sent = request_was_sent(exc)
+        exc.message = f"no answer{where} within {int(timeout * 1000)} ms" + (
+            "; the call was sent and its outcome is unknown" if sent and exc.details.get("outcome") else ""
+        )
+    exc.hint = None
+    return exc
+
+
+def _usable_rows(view: RegistryView) -> list[RegistryServer]:
+    """The enabled servers of a view, by name."""
+    return [row for name, row in sorted(view.servers.items()) if row.enabled]
+
+
+def _time_left(command: _Command, timeout: float) -> float:
+    """What is left of ``timeout`` for ``command``, counted from its arrival."""
+    return timeout - (time.monotonic() - command.received)
+
+
+class Catalogues:
+    """The tool catalogue of each session — kept on its slot, in the registry's tools cache, or discovered — and
+    each user's injected-name table (docs/contract.md §11.2 TOOL, §11.5). Many servers are discovered at once
+    (``run_each``); a failing server is reported, never hides the others."""
+
+    def __init__(self, pool: SessionPool, *, registry: Any, events: EventSink, log: Log, timeout: float) -> None:
+        self.pool = pool
+        self.registry = registry
+        self.events = events
+        self.log = log
+        self.timeout = timeout
+        self.names: dict[str, dict[str, tuple[str, str]]] = {}  # user -> injected name -> (server, tool)
+
+    def tools(
+        self, command: _Command, view: Any, row: Any, *, refresh: bool = False, connect: bool = False
+    ) -> list[dict[str, Any]]:
+        """The cached catalogue of this user's session of ``row``: memory, the registry cache, or discovery
+        (``connect``: discover unless the session is live)."""
+        slot, server = self.pool.use_server(view, row, command.user_id)
+        timeout = self.timeout
+        self.pool.use(slot, 1)
+        try:
+            live = slot.session
+            refresh = refresh or (connect and (live is None or not live.alive))
+            stale = live is not None and live.tools_stale
+            if (
+                not refresh
+                and not stale
+                and slot.tools is not None
+                and slot.fingerprint == _slot_fingerprint(slot, server)
+            ):
+                return slot.tools
+            if not refresh and not stale and slot.tools is None and live is None:
+                cached = self._load_cache(slot)
+                if cached is not None:
+                    slot.tools = cached
+                    slot.fingerprint = _slot_fingerprint(slot, server)
+                    return cached
+            session = self.pool.session(slot, server, _time_left(command, timeout))
+            started = time.monotonic()
+            try:
+                tools = session.list_tools(_time_left(command, timeout))
+            except BkmcpError as exc:
+                self.events.emit(
+                    "server.discover",
+                    server=row.name,
+                    user=slot.user or None,
+                    tool_count=len((exc.data or {}).get("tools", [])),
+                    complete=False,
+                    ms=int((time.monotonic() - started) * 1000),
+                    error_code=exc.code,
+                )
+                self.pool.after_failure(slot, session)
+                raise _platform_error(exc, server=row.name, timeout=timeout) from None
+            self.events.emit(
+                "server.discover",
+                server=row.name,
+                user=slot.user or None,
+                tool_count=len(tools),
+                complete=True,
+                ms=int((time.monotonic() - started) * 1000),
+            )
+            slot.tools, slot.tools_version, slot.failures = tools, session.protocol_version, 0
+            self._store_cache(slot)
+            return tools
+        finally:
+            self.pool.use(slot, -1)
+
+    def _load_cache(self, slot: _Slot) -> list[dict[str, Any]] | None:
+        load = getattr(self.registry, "load_tools", None)
+        if load is None:
+            return None
+        try:
+            cached = load(slot.server, slot.user)
+        except BkmcpError as exc:
+            self.log.debug(f"tools cache of {slot.server!r} unreadable: {exc.code}")
+            return None
+        tools = cached[0] if isinstance(cached, tuple) and cached else cached  # (tools, version, fetched_at)
+        return tools if isinstance(tools, list) else None
+
+    def _store_cache(self, slot: _Slot) -> None:
+        store = getattr(self.registry, "store_tools", None)
+        if store is None or slot.tools is None:
+            return
+        try:
+            store(slot.server, slot.user, slot.tools, slot.tools_version)
+        except BkmcpError as exc:
+            self.log.debug(f"tools cache of {slot.server!r} not written: {exc.code}")
+
+    def many(
+        self, command: _Command, view: Any, rows: list[Any], refresh: bool
+    ) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]]]:
+        """Every server's catalogue, discovered concurrently; a failing server goes to ``errors``."""
+        import threading
+
+        view_rows = rows
+        found: dict[str, list[dict[str, Any]]] = {}
+        errors: list[dict[str, Any]] = []
+        lock = threading.Lock()
+
+        def one(row: Any) -> None:
+            try:
+                tools = self.tools(command, view, row, refresh=refresh)
+                with lock:
+                    found[row.name] = tools
+            except BkmcpError as exc:
+                with lock:
+                    errors.append(
+                        {
+                            "server_name": row.name,
+                            "error_code": exc.code,
+                            "error": self.log.redactor.scrub(_platform_error(exc).message),
+                        }
+                    )
+                if refresh:  # the previous catalogue stays for list_tools
+                    slot = self.pool.peek(command.user_id, row)
+                    if slot is not None and slot.tools is not None:
+                        with lock:
+                            found.setdefault(row.name, slot.tools)
+
+        run_each(one, view_rows)
+        errors.sort(key=lambda e: e["server_name"])
+        return found, errors
+
+    def known_pairs(self, command: _Command, view: Any) -> list[tuple[str, str]]:
+        """Every (server, tool) this user sees in the catalogues cached for them now."""
+        pairs = []
+        for row in _usable_rows(view):
+            slot = self.pool.peek(command.user_id, row)
+            if slot is not None and slot.tools is not None:
+                pairs += [(row.name, str(t.get("name"))) for t in slot.tools if isinstance(t, dict)]
+        return pairs
+
+
+# -- 10.4 the command server (docs/contract.md §11.1, §11.2) -----------------------------------------------------------
+# JSON lines in, one answer per command out: the reader thread, a bounded worker pool, the seven actions, the end
+# (shutdown, EOF, signals) that answers every command read, and ``run_resident``.
+
+RESIDENT_LINE_LIMIT = 16 * 1024 * 1024  # bytes of one command line (docs/contract.md §11.1)
+RESIDENT_ACTIONS = (
+    "init",
+    "list_servers",
+    "connect_server",
+    "disconnect_server",
+    "list_tools",
+    "refresh_tools",
+    "call_tool",
+    "shutdown",
+)
+_NO_USER_ACTIONS = frozenset({"init", "list_servers", "shutdown"})
+_READ_CHUNK = 64 * 1024
+_MAX_COMMANDS_RUNNING = 4096  # commands executing at once; the reader waits (back-pressure) beyond it
+_IDLE_WORKERS = 16  # command threads kept waiting for the next command (starting a thread costs ~0.1 ms)
+_WORKER_IDLE_SECONDS = 30.0  # an idle command thread ends after this long without a command
+_DRAIN_SLACK = 5.0  # EOF: beyond a command's own deadline, time for its closing steps and its answer
+_SHUTDOWN_GRACE = 2.0  # shutdown: time the commands cut short get to write their own answers after every close
+# Terminating signals that end the process like SIGTERM (every command answered, no child left); SIGINT exits 130.
+_STOP_SIGNALS = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+_MAX_TIMEOUT_MS = 7 * 24 * 3600 * 1000
 
 
 def _field_type(params: Mapping[str, Any], name: str, kind: type, task_id: Any, what: str) -> Any:
@@ -8326,18 +8475,6 @@ def parse_command(line: bytes) -> _Command:
     return _Command(task_id, action, params, user_id, access_token)
 
 
-def _platform_error(exc: BkmcpError, *, server: str | None = None, timeout: float | None = None) -> BkmcpError:
-    """The CLI's error worded for the platform: no CLI hints; a timeout names the budget in ms."""
-    if isinstance(exc, McpTimeoutError) and timeout is not None:
-        where = f" on server {server!r}" if server else ""
-        sent = request_was_sent(exc)
-        exc.message = f"no answer{where} within {int(timeout * 1000)} ms" + (
-            "; the call was sent and its outcome is unknown" if sent and exc.details.get("outcome") else ""
-        )
-    exc.hint = None
-    return exc
-
-
 def _cut_by_shutdown(command: _Command) -> BkmcpError:
     """The answer of a command that the end (``shutdown``, a signal, the EOF deadline) cut short before it could give
     its own: a failure, never a partial success; a call's outcome is unknown (it may have reached the server)."""
@@ -8349,16 +8486,96 @@ def _cut_by_shutdown(command: _Command) -> BkmcpError:
     return ConnectionFailedError(f"bkmcp shut down before {command.action} finished")
 
 
-class _Worker:
-    """One command thread. Between commands it waits on ``wake`` (held while it waits) for the next ``command``;
-    ``None`` ends it."""
+class WorkerPool:
+    """A bounded pool of threads for blocking jobs (python-lsp-jsonrpc's ``Endpoint`` keeps a small executor the same
+    way): jobs go through one ``queue.SimpleQueue``; a job that finds no idle thread starts a new one (so jobs that
+    block in I/O never wait for each other), up to ``limit`` jobs at once (``submit`` waits beyond that:
+    back-pressure); a thread that finished a job waits for the next one unless ``keep`` threads wait already, and
+    ends after ``idle_seconds`` without one. Starting a thread costs ~0.1 ms, which reuse saves on a steady stream.
+    """
 
-    __slots__ = ("command", "wake")
+    def __init__(self, run: Callable[[Any], None], *, limit: int, keep: int, idle_seconds: float, name: str) -> None:
+        import queue
+        import threading
 
-    def __init__(self, command: _Command) -> None:
-        self.command: _Command | None = command
-        self.wake = _thread.allocate_lock()
-        self.wake.acquire()
+        self._run = run
+        self._keep = keep
+        self._idle_seconds = idle_seconds
+        self._name = name
+        self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._room = threading.BoundedSemaphore(limit)
+        self.idle = 0  # threads waiting for a job, less the jobs already promised to them
+        self.threads: set[Any] = set()  # every pool thread alive, busy or idle
+        self._stopped = False
+
+    def submit(self, job: Any) -> bool:
+        """Run ``job`` on a pool thread; False (it does not run) when no thread could be started (``ulimit -u``)."""
+        import threading
+
+        self._room.acquire()
+        with self._lock:
+            reuse = self.idle > 0
+            if reuse:
+                self.idle -= 1
+        if reuse:
+            self._jobs.put(job)
+            return True
+        thread = threading.Thread(target=self._work, args=(job,), name=self._name, daemon=True)
+        with self._lock:
+            self.threads.add(thread)
+        try:
+            thread.start()
+        except RuntimeError:
+            with self._lock:
+                self.threads.discard(thread)
+            self._room.release()
+            return False
+        return True
+
+    def _work(self, job: Any) -> None:
+        import threading
+
+        try:
+            while job is not None:
+                try:
+                    self._run(job)
+                finally:
+                    self._room.release()
+                job = self._next()
+        finally:
+            with self._lock:
+                self.threads.discard(threading.current_thread())
+
+    def _next(self) -> Any:
+        """The next job, or None: stopped, ``keep`` threads wait already, or none came within ``idle_seconds``."""
+        import queue
+
+        with self._lock:
+            if self._stopped or self.idle >= self._keep:
+                return None
+            self.idle += 1
+        while True:
+            try:
+                return self._jobs.get(timeout=self._idle_seconds)
+            except queue.Empty:
+                with self._lock:
+                    if self.idle > 0:  # no job is promised to the waiting threads beyond their number: this one ends
+                        self.idle -= 1
+                        return None
+                # a submit promised a job to this thread at the last moment: it is on its way
+
+    def stop(self, wait: float) -> None:
+        """Idle threads end now, busy ones after their job; waits at most ``wait`` seconds for them."""
+        with self._lock:
+            self._stopped = True
+            idle, self.idle = self.idle, 0
+            threads = list(self.threads)
+        for _ in range(idle):
+            self._jobs.put(None)
+        end = time.monotonic() + wait
+        for thread in threads:
+            thread.join(max(0.0, end - time.monotonic()))
 
 
 class ResidentServer:
@@ -8384,12 +8601,15 @@ class ResidentServer:
         self._out_lock = threading.Lock()
         self._tasks: dict[str, _Command] = {}  # commands read and not answered yet, by task_id (exactly one answer)
         self._tasks_lock = threading.Lock()
-        self._threads: set[Any] = set()  # every command thread alive, busy or idle
-        self._idle: list[_Worker] = []  # command threads waiting for a command (the last one is reused first)
-        self._running = 0  # commands dispatched whose answer is not written yet
         self._ran = threading.Condition(self._tasks_lock)  # notified whenever a command is answered
-        self._slots = threading.BoundedSemaphore(_MAX_COMMANDS_RUNNING)
-        self._names: dict[str, dict[str, tuple[str, str]]] = {}  # user -> injected name -> (server, tool)
+        self.workers = WorkerPool(
+            self._run,
+            limit=_MAX_COMMANDS_RUNNING,
+            keep=_IDLE_WORKERS,
+            idle_seconds=_WORKER_IDLE_SECONDS,
+            name="bkmcp-command",
+        )
+        self.catalogues = Catalogues(self.pool, registry=registry, events=events, log=log, timeout=opts.timeout)
         self.stopping = threading.Event()  # shutdown, a signal, broken output: no new command runs
         self.ended = threading.Event()  # the reader stopped (EOF, shutdown, unreadable stdin) or output broke
         self.signalled: int | None = None  # the terminating signal received (set by the handler, read by run_resident)
@@ -8499,8 +8719,6 @@ class ResidentServer:
                 start = end + 1
 
     def dispatch(self, line: bytes) -> None:
-        import threading
-
         try:
             command = parse_command(line)
         except (InvalidCommandError, UnknownActionError) as exc:
@@ -8535,104 +8753,40 @@ class ResidentServer:
             self.stopping.set()
             self.ended.set()
             return
-        self._slots.acquire()
-        with self._tasks_lock:
-            self._running += 1
-            worker = self._idle.pop() if self._idle else None
-            if worker is not None:
-                worker.command = command
-        if worker is not None:
-            worker.wake.release()
-            return
-        worker = _Worker(command)
-        thread = threading.Thread(target=self._work, args=(worker,), name="bkmcp-command", daemon=True)
-        with self._tasks_lock:
-            self._threads.add(thread)
-        try:
-            thread.start()
-        except RuntimeError:  # no thread to be had (ulimit -u, memory): this command is answered, not lost
-            with self._tasks_lock:
-                self._threads.discard(thread)
-            self._ended(command)
-            if self._claim(command):
-                self.fail(
-                    command.task_id,
-                    ResourceLimitError(
-                        "no thread could be started for this command (the system's thread or memory limit is reached); "
-                        "it was not run: retry it when fewer commands run",
-                        hint="retry when fewer commands run",
-                    ),
-                )
-
-    def _work(self, worker: _Worker) -> None:
-        """A command thread: its first command, then the ones handed to it while it waits idle."""
-        import threading
-
-        try:
-            command = worker.command
-            while command is not None:
-                worker.command = None
-                self._run(command)
-                command = self._next(worker)
-        finally:
-            with self._tasks_lock:
-                self._threads.discard(threading.current_thread())
-
-    def _next(self, worker: _Worker) -> _Command | None:
-        """Wait idle for the next command; None (end the thread) when stopping, enough threads wait already, or
-        none came within ``_WORKER_IDLE_SECONDS``."""
-        with self._tasks_lock:
-            if self.stopping.is_set() or len(self._idle) >= _IDLE_WORKERS:
-                return None
-            self._idle.append(worker)
-        if not worker.wake.acquire(timeout=_WORKER_IDLE_SECONDS):
-            with self._tasks_lock:
-                if worker in self._idle:
-                    self._idle.remove(worker)
-                    return None
-            worker.wake.acquire()  # dispatch took this thread at the last moment: its command is being handed over
-        return worker.command
-
-    def _wake_idle(self) -> None:
-        """Stopping: idle command threads end now."""
-        with self._tasks_lock:
-            idle, self._idle = self._idle, []
-        for worker in idle:
-            worker.command = None
-            worker.wake.release()
+        if not self.workers.submit(command) and self._claim(command):  # no thread to be had: answered, not lost
+            self.fail(
+                command.task_id,
+                ResourceLimitError(
+                    "no thread could be started for this command (the system's thread or memory limit is reached); "
+                    "it was not run: retry it when fewer commands run",
+                    hint="retry when fewer commands run",
+                ),
+            )
 
     def _run(self, command: _Command) -> None:
+        """A pool thread: run one command and write its answer (unless the shutdown answered it already)."""
         try:
-            try:
-                result = getattr(self, f"do_{command.action}")(command)
-                answer = {"task_id": command.task_id, "success": True, "result": result}
-            except BkmcpError as exc:
-                answer = None
-                error = exc
-            except Exception as exc:  # a bug in one command never stops the process, never a traceback
-                if self.env.get("BKMCP_TRACEBACK") == "1":
-                    import traceback
+            result = getattr(self, f"do_{command.action}")(command)
+            answer = {"task_id": command.task_id, "success": True, "result": result}
+        except BkmcpError as exc:
+            answer = None
+            error = exc
+        except Exception as exc:  # a bug in one command never stops the process, never a traceback
+            if self.env.get("BKMCP_TRACEBACK") == "1":
+                import traceback
 
-                    traceback.print_exc(file=sys.stderr)
-                answer = None
-                if self.stopping.is_set():  # e.g. a closed HTTP client under a call cut by the shutdown
-                    error = _cut_by_shutdown(command)
-                else:
-                    error = InternalError(f"internal error: {type(exc).__name__}: {_first_line(exc)}")
-            if not self._claim(command):
-                return  # the shutdown answered it already
-            if answer is not None:
-                self.write(answer)
+                traceback.print_exc(file=sys.stderr)
+            answer = None
+            if self.stopping.is_set():  # e.g. a closed HTTP client under a call cut by the shutdown
+                error = _cut_by_shutdown(command)
             else:
-                self.fail(command.task_id, error)
-        finally:
-            self._ended(command)
-
-    def _ended(self, command: _Command) -> None:
-        """A dispatched command's thread is done with it: it no longer counts as running."""
-        with self._tasks_lock:
-            self._running -= 1
-        self._slots.release()
+                error = InternalError(f"internal error: {type(exc).__name__}: {_first_line(exc)}")
+        if not self._claim(command):
+            return  # the shutdown answered it already
+        if answer is not None:
+            self.write(answer)
+        else:
+            self.fail(command.task_id, error)
 
     def _budget(self, command: _Command) -> float:
         """How long ``command`` may run: its steps use ``--timeout`` from its arrival, a call its own ``timeout_ms``."""
@@ -8663,12 +8817,7 @@ class ResidentServer:
             while self._tasks and time.monotonic() < end:
                 self._ran.wait(max(0.0, min(0.25, end - time.monotonic())))
         self.answer_the_rest()
-        self._wake_idle()
-        with self._tasks_lock:
-            threads = list(self._threads)
-        end = time.monotonic() + min(grace, 1.0)
-        for thread in threads:
-            thread.join(max(0.0, end - time.monotonic()))
+        self.workers.stop(wait=min(grace, 1.0))
 
     def answer_the_rest(self) -> None:
         """Every command read and not answered yet gets a clear error now (it cannot finish before the end)."""
@@ -8702,155 +8851,20 @@ class ResidentServer:
             timeout_ms / 1000 if isinstance(timeout_ms, int) and not isinstance(timeout_ms, bool) else self.opts.timeout
         )
 
-    def _left(self, command: _Command, timeout: float) -> float:
-        return timeout - (time.monotonic() - command.received)
-
-    def _use(self, command: _Command, view: Any, row: Any) -> tuple[_Slot, ResolvedServer]:
-        return self.pool.use_server(view, row, command.user_id)
-
-    def _tools(
-        self, command: _Command, view: Any, row: Any, *, refresh: bool = False, connect: bool = False
-    ) -> list[dict[str, Any]]:
-        """The cached catalogue of this user's session of ``row``: memory, the registry cache, or discovery
-        (``connect``: discover unless the session is live)."""
-        slot, server = self._use(command, view, row)
-        timeout = self.opts.timeout
-        self.pool.use(slot, 1)
-        try:
-            live = slot.session
-            refresh = refresh or (connect and (live is None or not live.alive))
-            stale = live is not None and live.tools_stale
-            if (
-                not refresh
-                and not stale
-                and slot.tools is not None
-                and slot.fingerprint == _slot_fingerprint(slot, server)
-            ):
-                return slot.tools
-            if not refresh and not stale and slot.tools is None and live is None:
-                cached = self._load_cache(slot)
-                if cached is not None:
-                    slot.tools = cached
-                    slot.fingerprint = _slot_fingerprint(slot, server)
-                    return cached
-            session = self.pool.session(slot, server, self._left(command, timeout))
-            started = time.monotonic()
-            try:
-                tools = session.list_tools(self._left(command, timeout))
-            except BkmcpError as exc:
-                self.events.emit(
-                    "server.discover",
-                    server=row.name,
-                    user=slot.user or None,
-                    tool_count=len((exc.data or {}).get("tools", [])),
-                    complete=False,
-                    ms=int((time.monotonic() - started) * 1000),
-                    error_code=exc.code,
-                )
-                self.pool.after_failure(slot, session)
-                raise _platform_error(exc, server=row.name, timeout=timeout) from None
-            self.events.emit(
-                "server.discover",
-                server=row.name,
-                user=slot.user or None,
-                tool_count=len(tools),
-                complete=True,
-                ms=int((time.monotonic() - started) * 1000),
-            )
-            slot.tools, slot.tools_version, slot.failures = tools, session.protocol_version, 0
-            self._store_cache(slot)
-            return tools
-        finally:
-            self.pool.use(slot, -1)
-
-    def _load_cache(self, slot: _Slot) -> list[dict[str, Any]] | None:
-        load = getattr(self.registry, "load_tools", None)
-        if load is None:
-            return None
-        try:
-            cached = load(slot.server, slot.user)
-        except BkmcpError as exc:
-            self.log.debug(f"tools cache of {slot.server!r} unreadable: {exc.code}")
-            return None
-        tools = cached[0] if isinstance(cached, tuple) and cached else cached  # (tools, version, fetched_at)
-        return tools if isinstance(tools, list) else None
-
-    def _store_cache(self, slot: _Slot) -> None:
-        store = getattr(self.registry, "store_tools", None)
-        if store is None or slot.tools is None:
-            return
-        try:
-            store(slot.server, slot.user, slot.tools, slot.tools_version)
-        except BkmcpError as exc:
-            self.log.debug(f"tools cache of {slot.server!r} not written: {exc.code}")
-
-    def _usable(self, command: _Command, view: Any) -> list[Any]:
-        return [row for name, row in sorted(view.servers.items()) if row.enabled]
-
-    def _catalogues(
-        self, command: _Command, view: Any, rows: list[Any], refresh: bool
-    ) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]]]:
-        """Every server's catalogue, discovered concurrently; a failing server goes to ``errors``."""
-        import threading
-
-        view_rows = rows
-        found: dict[str, list[dict[str, Any]]] = {}
-        errors: list[dict[str, Any]] = []
-        lock = threading.Lock()
-
-        def one(row: Any) -> None:
-            try:
-                tools = self._tools(command, view, row, refresh=refresh)
-                with lock:
-                    found[row.name] = tools
-            except BkmcpError as exc:
-                with lock:
-                    errors.append(
-                        {
-                            "server_name": row.name,
-                            "error_code": exc.code,
-                            "error": self.log.redactor.scrub(_platform_error(exc).message),
-                        }
-                    )
-                if refresh:  # the previous catalogue stays for list_tools
-                    slot = self.pool.peek(command.user_id, row)
-                    if slot is not None and slot.tools is not None:
-                        with lock:
-                            found.setdefault(row.name, slot.tools)
-
-        threads = [threading.Thread(target=one, args=(row,), daemon=True) for row in view_rows[1:]]
-        for thread in threads:
-            thread.start()
-        if view_rows:
-            one(view_rows[0])
-        for thread in threads:
-            thread.join()
-        errors.sort(key=lambda e: e["server_name"])
-        return found, errors
-
-    def _known_pairs(self, command: _Command, view: Any) -> list[tuple[str, str]]:
-        """Every (server, tool) this user sees in the catalogues cached for them now."""
-        pairs = []
-        for row in self._usable(command, view):
-            slot = self.pool.peek(command.user_id, row)
-            if slot is not None and slot.tools is not None:
-                pairs += [(row.name, str(t.get("name"))) for t in slot.tools if isinstance(t, dict)]
-        return pairs
-
     def _tool_list(self, command: _Command, refresh: bool) -> dict[str, Any]:
         view = self._view(command)
-        rows = self._usable(command, view)
+        rows = _usable_rows(view)
         name = command.params.get("server_name")
         if name is not None:
             rows = [self._row(view, name)]
-        found, errors = self._catalogues(command, view, rows, refresh)
+        found, errors = self.catalogues.many(command, view, rows, refresh)
         if errors and self.stopping.is_set():  # cut by the shutdown: a failure, never a partial catalogue
             raise _cut_by_shutdown(command)
         if refresh:
             errors = [e for e in errors if e["server_name"] in {r.name for r in rows}]
-        table = build_injected_names(self._known_pairs(command, view))
+        table = build_injected_names(self.catalogues.known_pairs(command, view))
         assert command.user_id is not None
-        self._names[command.user_id] = table
+        self.catalogues.names[command.user_id] = table
         by_pair = {pair: injected for injected, pair in table.items()}
         tools = []
         for row in rows:
@@ -8863,7 +8877,6 @@ class ResidentServer:
     # -- actions -----------------------------------------------------------------------------------
 
     def do_init(self, command: _Command) -> dict[str, Any]:
-        import threading
 
         view = self.registry.view(None, None)
         rows = [row for _, row in sorted(view.servers.items()) if row.enabled and row.isolation == "public"]
@@ -8873,7 +8886,7 @@ class ResidentServer:
         def one(row: Any) -> None:
             entry: dict[str, Any] = {"server_name": row.name}
             try:
-                tools = self._tools(public, view, row, connect=True)
+                tools = self.catalogues.tools(public, view, row, connect=True)
                 entry.update(status="connected", tool_count=len(tools))
             except BkmcpError as exc:
                 entry.update(
@@ -8881,11 +8894,7 @@ class ResidentServer:
                 )
             servers[row.name] = entry
 
-        threads = [threading.Thread(target=one, args=(row,), daemon=True) for row in rows]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        run_each(one, rows)
         if self.stopping.is_set() and any(s.get("status") == "failed" for s in servers.values()):
             raise _cut_by_shutdown(command)
         return {"servers": [servers[row.name] for row in rows]}
@@ -8893,7 +8902,7 @@ class ResidentServer:
     def do_list_servers(self, command: _Command) -> dict[str, Any]:
         view = self._view(command)
         servers = []
-        for row in self._usable(command, view):
+        for row in _usable_rows(view):
             entry: dict[str, Any] = {
                 "server_name": row.name,
                 "transport_type": row.transport_type,
@@ -8929,16 +8938,16 @@ class ResidentServer:
     def do_connect_server(self, command: _Command) -> dict[str, Any]:
         view = self._view(command)
         row = self._row(view, command.params["server_name"])
-        slot, server = self._use(command, view, row)
+        slot, server = self.pool.use_server(view, row, command.user_id)
         self.pool.use(slot, 1)
         try:
             try:
-                session = self.pool.session(slot, server, self._left(command, self.opts.timeout))
+                session = self.pool.session(slot, server, _time_left(command, self.opts.timeout))
             except BkmcpError as exc:
                 raise _platform_error(exc, server=row.name, timeout=self.opts.timeout) from None
         finally:
             self.pool.use(slot, -1)
-        tools = self._tools(command, view, row, connect=True)
+        tools = self.catalogues.tools(command, view, row, connect=True)
         return {
             "server_name": row.name,
             "status": "connected",
@@ -8968,9 +8977,9 @@ class ResidentServer:
         assert command.user_id is not None
         if params.get("name") is not None:
             injected = params["name"]
-            pair = self._names.get(command.user_id, {}).get(injected)
+            pair = self.catalogues.names.get(command.user_id, {}).get(injected)
             if pair is None:
-                pair = build_injected_names(self._known_pairs(command, view)).get(injected)
+                pair = build_injected_names(self.catalogues.known_pairs(command, view)).get(injected)
             if pair is None:
                 raise ToolNotFoundError(
                     f"no tool is injected as {_clip(repr(injected), 80)} for this user", details={"name": injected}
@@ -8983,10 +8992,10 @@ class ResidentServer:
         timeout = self._timeout(command)
         row = self._row(view, server_name)
         base = {"server": server_name, "tool": tool_name, "user": command.user_id, "task_id": command.task_id}
-        tools = self._tools(command, view, row)
+        tools = self.catalogues.tools(command, view, row)
         tool = next((t for t in tools if isinstance(t, dict) and t.get("name") == tool_name), None)
         if tool is None:
-            tools = self._tools(command, view, row, refresh=True)  # the server may have added it since
+            tools = self.catalogues.tools(command, view, row, refresh=True)  # the server may have added it since
             tool = next((t for t in tools if isinstance(t, dict) and t.get("name") == tool_name), None)
         if tool is None:
             self.events.emit("tool.rejected", **base, error_code="mcp_tool_not_found")
@@ -8999,19 +9008,19 @@ class ResidentServer:
         except InvalidArgumentsError as exc:
             self.events.emit("tool.rejected", **base, error_code=exc.code)
             raise _platform_error(exc) from None
-        slot, server = self._use(command, view, row)
+        slot, server = self.pool.use_server(view, row, command.user_id)
         self.pool.use(slot, 1)
         started = time.monotonic()
         try:
             try:
-                session = self.pool.session(slot, server, self._left(command, timeout))
+                session = self.pool.session(slot, server, _time_left(command, timeout))
             except BkmcpError as exc:
                 self.events.emit("tool.failed", **base, error_code=exc.code, outcome="not_sent")
                 raise _platform_error(exc, server=server_name, timeout=timeout) from None
             self.events.emit("tool.started", **base)
             started = time.monotonic()
             try:
-                result = session.call_tool(tool_name, arguments, self._left(command, timeout), tool)
+                result = session.call_tool(tool_name, arguments, _time_left(command, timeout), tool)
             except BkmcpError as exc:
                 if isinstance(exc, RemoteError) and not isinstance(exc, CapabilityUnsupportedError):
                     outcome = exc.details.get("outcome") or ("unknown" if request_was_sent(exc) else "not_sent")
@@ -9578,6 +9587,39 @@ def build_resident_options(inv: Invocation) -> ResidentOptions:
         timeout=parse_duration(inv.timeout) if inv.timeout is not None else DEFAULT_TIMEOUT,
         insecure=inv.insecure,
     )
+
+
+def run_registry_tool(inv: Invocation, envr: Environment, log: Log) -> int:
+    """``bkmcp --registry FILE --import mcp.json`` and ``bkmcp --registry FILE --list`` (docs/contract.md §11.3)."""
+    assert inv.registry is not None
+    scheme, separator, _ = inv.registry.partition("://")
+    if separator and scheme.isalpha():
+        raise UsageError(
+            "--import and --list work on a SQLite registry file, not on a URL",
+            hint="manage an HTTP source's servers in the platform that serves it",
+        )
+    if not inv.registry:
+        raise UsageError("--registry needs a SQLite file path")
+    timeout = parse_duration(inv.timeout) if inv.timeout is not None else REGISTRY_TIMEOUT
+    path = resolve_user_path(inv.registry, envr.env, envr.cwd, option="--registry")
+    if inv.registry_import is not None:
+        if not inv.registry_import:
+            raise UsageError("--import needs an mcp.json path")
+        config = load_config(resolve_user_path(inv.registry_import, envr.env, envr.cwd, option="--import"))
+        registry = SqliteRegistry(path, log=log, timeout=timeout)
+        try:
+            data: dict[str, Any] = {"imported": registry.import_config(config, log), "registry": path}
+        finally:
+            registry.close()
+    else:
+        registry = SqliteRegistry(path, log=log, timeout=timeout, create=False)
+        try:
+            data = {"servers": [render_registry_row(s) for s in registry.view(None).servers.values()]}
+        finally:
+            registry.close()
+    envr.stdout.write(dump_json(build_success(data)) + "\n")
+    envr.stdout.flush()
+    return EXIT_OK
 
 
 def _binary_stdin(stream: IO[str]) -> Any:
