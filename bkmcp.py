@@ -8578,13 +8578,97 @@ class WorkerPool:
             thread.join(max(0.0, end - time.monotonic()))
 
 
-class ResidentServer:
-    """The resident process: reads commands, runs each on its own thread, writes one answer per line.
+def read_lines(stdin: Any, on_line: Callable[[bytes], None], on_too_long: Callable[[], None], stop: Any) -> None:
+    """The line reader: stdin in 64 KiB chunks, each complete line to ``on_line`` (the last one at EOF too, without
+    its newline), until EOF or ``stop`` is set after a chunk; a line longer than ``RESIDENT_LINE_LIMIT`` is skipped
+    (``on_too_long``), so memory stays bounded. Reads the descriptor itself when there is one: a thread blocked in a
+    buffered read would hold the buffer's lock when the interpreter exits (a fatal error)."""
+    fd: int | None = None
+    try:
+        fd = stdin.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (in-process tests)
+        fd = None
+    read = (lambda size: os.read(fd, size)) if fd is not None else (getattr(stdin, "read1", None) or stdin.read)
+    buffer = bytearray()
+    skipping = False
+    while not stop.is_set():
+        chunk = read(_READ_CHUNK)
+        if not chunk:
+            if buffer and not skipping:
+                on_line(bytes(buffer))
+            return
+        start = 0
+        while True:
+            end = chunk.find(b"\n", start)
+            if end < 0:
+                if not skipping:
+                    buffer += chunk[start:]
+                    if len(buffer) > RESIDENT_LINE_LIMIT:
+                        buffer.clear()
+                        skipping = True
+                break
+            if skipping:
+                skipping = False
+                on_too_long()
+            else:
+                buffer += chunk[start:end]
+                if len(buffer) > RESIDENT_LINE_LIMIT:
+                    on_too_long()
+                else:
+                    on_line(bytes(buffer))
+                buffer.clear()
+            start = end + 1
 
-    A command thread that finished its command waits a while for the next one (at most ``_IDLE_WORKERS`` wait),
-    so a steady stream of commands does not start a thread per command; a command that finds no idle thread
-    starts a new one, so commands still run concurrently, up to ``_MAX_COMMANDS_RUNNING``.
-    """
+
+class AnswerWriter:
+    """stdout: one answer per line, flushed, whole lines only (one lock); failures scrubbed by the redactor (the
+    tool's raw result in ``details.result`` is data and kept). A write that fails means the platform went away:
+    ``broken``, later answers are dropped, and ``on_broken`` runs once."""
+
+    def __init__(self, stdout: Any, redactor: Redactor, *, on_broken: Callable[[], None]) -> None:
+        import threading
+
+        self._out = stdout
+        self._lock = threading.Lock()
+        self.redactor = redactor
+        self.broken = False
+        self._on_broken = on_broken
+
+    def write(self, answer: dict[str, Any]) -> None:
+        data = (dump_json(answer) + "\n").encode("utf-8", "surrogatepass")
+        with self._lock:
+            if self.broken:
+                return
+            try:
+                self._out.write(data)
+                self._out.flush()
+            except (OSError, ValueError):
+                self.broken = True
+                self._on_broken()
+
+    def fail(self, task_id: Any, exc: BkmcpError) -> None:
+        answer: dict[str, Any] = {
+            "task_id": task_id,
+            "success": False,
+            "error": self.redactor.scrub(exc.message),
+            "error_code": exc.code,
+        }
+        details = {k: v for k, v in exc.details.items() if k != "task_id"}
+        if isinstance(exc, CapabilityUnsupportedError) and isinstance(exc.data, dict) and "result" in exc.data:
+            details = self.redactor.scrub_value(details)
+            details["result"] = exc.data["result"]  # the tool's raw result is data, returned as received
+        elif details:
+            details = self.redactor.scrub_value(details)
+        if details:
+            answer["details"] = details
+        self.write(answer)
+
+
+class ResidentServer:
+    """The resident process: each line read (``read_lines``, on the reader thread) becomes a command run by the
+    worker pool (``WorkerPool``: commands run concurrently, up to ``_MAX_COMMANDS_RUNNING``) and answered exactly once
+    (``AnswerWriter``); the actions (``do_*``) use the session pool (10.2) and the catalogues (10.3). The end —
+    ``shutdown``, EOF, a signal — is ``drain`` / ``finish`` / ``answer_the_rest``."""
 
     def __init__(
         self, opts: ResidentOptions, *, registry: Any, stdout: Any, log: Log, events: EventSink, env: Mapping[str, str]
@@ -8597,8 +8681,7 @@ class ResidentServer:
         self.events = events
         self.env = env
         self.pool = SessionPool(opts, registry=registry, log=log, events=events, env=env)
-        self._out = stdout
-        self._out_lock = threading.Lock()
+        self.out = AnswerWriter(stdout, log.redactor, on_broken=self._output_broke)
         self._tasks: dict[str, _Command] = {}  # commands read and not answered yet, by task_id (exactly one answer)
         self._tasks_lock = threading.Lock()
         self._ran = threading.Condition(self._tasks_lock)  # notified whenever a command is answered
@@ -8614,22 +8697,17 @@ class ResidentServer:
         self.ended = threading.Event()  # the reader stopped (EOF, shutdown, unreadable stdin) or output broke
         self.signalled: int | None = None  # the terminating signal received (set by the handler, read by run_resident)
         self.shutdown_task: str | None = None
-        self.output_broken = False
 
-    # -- output ------------------------------------------------------------------------------------
+    @property
+    def output_broken(self) -> bool:
+        return self.out.broken
 
-    def write(self, answer: dict[str, Any]) -> None:
-        data = (dump_json(answer) + "\n").encode("utf-8", "surrogatepass")
-        with self._out_lock:
-            if self.output_broken:
-                return
-            try:
-                self._out.write(data)
-                self._out.flush()
-            except (OSError, ValueError):  # the platform went away: stop serving
-                self.output_broken = True
-                self.stopping.set()
-                self.ended.set()
+    def _output_broke(self) -> None:
+        """The platform went away (stdout closed): stop serving."""
+        self.stopping.set()
+        self.ended.set()
+
+    # -- answers ----------------------------------------------------------------------------------
 
     def _claim(self, command: _Command) -> bool:
         """Whether ``command`` is still unanswered (it is then no longer in flight): each gets exactly one answer,
@@ -8640,23 +8718,6 @@ class ResidentServer:
             del self._tasks[command.task_id]
             self._ran.notify_all()
             return True
-
-    def fail(self, task_id: Any, exc: BkmcpError) -> None:
-        answer: dict[str, Any] = {
-            "task_id": task_id,
-            "success": False,
-            "error": self.log.redactor.scrub(exc.message),
-            "error_code": exc.code,
-        }
-        details = {k: v for k, v in exc.details.items() if k != "task_id"}
-        if isinstance(exc, CapabilityUnsupportedError) and isinstance(exc.data, dict) and "result" in exc.data:
-            details = self.log.redactor.scrub_value(details)
-            details["result"] = exc.data["result"]  # the tool's raw result is data, returned as received
-        elif details:
-            details = self.log.redactor.scrub_value(details)
-        if details:
-            answer["details"] = details
-        self.write(answer)
 
     # -- input -------------------------------------------------------------------------------------
 
@@ -8670,62 +8731,23 @@ class ResidentServer:
             self.ended.set()
 
     def serve(self, stdin: Any) -> None:
-        """Read lines until EOF, ``shutdown`` or a stop; overlong lines are answered and skipped. The lines that came
-        in the same read as a ``shutdown``, after it, are answered ``invalid_command`` (``dispatch``)."""
-        fd: int | None = None
-        try:  # the descriptor itself: a thread blocked in a buffered read would hold the buffer's lock at exit
-            fd = stdin.fileno()
-        except (AttributeError, OSError, ValueError):  # not a file (in-process tests)
-            fd = None
-        read = (lambda size: os.read(fd, size)) if fd is not None else (getattr(stdin, "read1", None) or stdin.read)
-        buffer = bytearray()
-        skipping = False
-        while not self.stopping.is_set():
-            chunk = read(_READ_CHUNK)
-            if not chunk:
-                if buffer and not skipping:
-                    self.dispatch(bytes(buffer))
-                break
-            start = 0
-            while True:
-                end = chunk.find(b"\n", start)
-                if end < 0:
-                    if not skipping:
-                        buffer += chunk[start:]
-                        if len(buffer) > RESIDENT_LINE_LIMIT:
-                            buffer.clear()
-                            skipping = True
-                    break
-                if skipping:
-                    skipping = False
-                    self.fail(
-                        None,
-                        InvalidCommandError(
-                            f"the command line is longer than {RESIDENT_LINE_LIMIT} bytes and was skipped"
-                        ),
-                    )
-                else:
-                    buffer += chunk[start:end]
-                    if len(buffer) > RESIDENT_LINE_LIMIT:
-                        self.fail(
-                            None,
-                            InvalidCommandError(
-                                f"the command line is longer than {RESIDENT_LINE_LIMIT} bytes and was skipped"
-                            ),
-                        )
-                    else:
-                        self.dispatch(bytes(buffer))
-                    buffer.clear()
-                start = end + 1
+        """Read lines until EOF or a stop (``read_lines``); the lines that came in the same read as a ``shutdown``,
+        after it, are answered ``invalid_command`` (``dispatch``)."""
+
+        def too_long() -> None:
+            limit = RESIDENT_LINE_LIMIT
+            self.out.fail(None, InvalidCommandError(f"the command line is longer than {limit} bytes and was skipped"))
+
+        read_lines(stdin, self.dispatch, too_long, self.stopping)
 
     def dispatch(self, line: bytes) -> None:
         try:
             command = parse_command(line)
         except (InvalidCommandError, UnknownActionError) as exc:
-            self.fail(exc.details.get("task_id"), exc)
+            self.out.fail(exc.details.get("task_id"), exc)
             return
         if self.stopping.is_set():  # read after shutdown (or a signal): answered, never run
-            self.fail(
+            self.out.fail(
                 command.task_id,
                 InvalidCommandError("bkmcp is shutting down: this command was not run", details={"task_id": None}),
             )
@@ -8737,7 +8759,7 @@ class ResidentServer:
                 duplicate = False
                 self._tasks[command.task_id] = command
         if duplicate:
-            self.fail(
+            self.out.fail(
                 command.task_id,
                 DuplicateTaskIdError(
                     f"task_id {_clip(repr(command.task_id), 80)} is already in flight; this command was not run"
@@ -8754,7 +8776,7 @@ class ResidentServer:
             self.ended.set()
             return
         if not self.workers.submit(command) and self._claim(command):  # no thread to be had: answered, not lost
-            self.fail(
+            self.out.fail(
                 command.task_id,
                 ResourceLimitError(
                     "no thread could be started for this command (the system's thread or memory limit is reached); "
@@ -8784,9 +8806,9 @@ class ResidentServer:
         if not self._claim(command):
             return  # the shutdown answered it already
         if answer is not None:
-            self.write(answer)
+            self.out.write(answer)
         else:
-            self.fail(command.task_id, error)
+            self.out.fail(command.task_id, error)
 
     def _budget(self, command: _Command) -> float:
         """How long ``command`` may run: its steps use ``--timeout`` from its arrival, a call its own ``timeout_ms``."""
@@ -8826,7 +8848,7 @@ class ResidentServer:
             self._tasks.clear()
             self._ran.notify_all()
         for command in left:
-            self.fail(command.task_id, _cut_by_shutdown(command))
+            self.out.fail(command.task_id, _cut_by_shutdown(command))
 
     # -- helpers -----------------------------------------------------------------------------------
 
@@ -9158,7 +9180,7 @@ def run_resident(
             log.debug(f"{signal.Signals(server.signalled).name}: shutting down")
         server.finish(grace=_SHUTDOWN_GRACE)
         if server.shutdown_task is not None:
-            server.write({"task_id": server.shutdown_task, "success": True, "result": {"stopped": True}})
+            server.out.write({"task_id": server.shutdown_task, "success": True, "result": {"stopped": True}})
         if server.signalled is None:
             reader.join(1.0)
     finally:
