@@ -8664,6 +8664,56 @@ class AnswerWriter:
         self.write(answer)
 
 
+class InFlight:
+    """The commands read and not answered yet, by ``task_id``: a second command with a ``task_id`` in flight is a
+    duplicate, and each command gets exactly one answer — its own (``claim`` first) or, at the end, the one
+    ``take_all`` hands out for every command still here."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._commands: dict[str, _Command] = {}
+        self._changed = threading.Condition()  # notified whenever a command leaves
+
+    def __contains__(self, task_id: str) -> bool:
+        with self._changed:
+            return task_id in self._commands
+
+    def add(self, command: _Command) -> bool:
+        """False (nothing added) when a command with this ``task_id`` is in flight."""
+        with self._changed:
+            if command.task_id in self._commands:
+                return False
+            self._commands[command.task_id] = command
+            return True
+
+    def claim(self, command: _Command) -> bool:
+        """Whether ``command`` is still unanswered; it then leaves (its answer is the caller's to write)."""
+        with self._changed:
+            if self._commands.get(command.task_id) is not command:
+                return False
+            del self._commands[command.task_id]
+            self._changed.notify_all()
+            return True
+
+    def wait(self, deadline: Callable[[_Command], float], cut: Callable[[], bool] = lambda: False) -> None:
+        """Until none is left, the latest ``deadline(command)`` (monotonic) of those left has passed, or ``cut()``."""
+        with self._changed:
+            while self._commands and not cut():
+                left = max(deadline(c) for c in self._commands.values()) - time.monotonic()
+                if left <= 0:
+                    return
+                self._changed.wait(min(0.25, left))
+
+    def take_all(self) -> list[_Command]:
+        """Every command still unanswered, oldest first; they leave (the caller answers each)."""
+        with self._changed:
+            left = sorted(self._commands.values(), key=lambda c: c.received)
+            self._commands.clear()
+            self._changed.notify_all()
+        return left
+
+
 class ResidentServer:
     """The resident process: each line read (``read_lines``, on the reader thread) becomes a command run by the
     worker pool (``WorkerPool``: commands run concurrently, up to ``_MAX_COMMANDS_RUNNING``) and answered exactly once
@@ -8682,9 +8732,7 @@ class ResidentServer:
         self.env = env
         self.pool = SessionPool(opts, registry=registry, log=log, events=events, env=env)
         self.out = AnswerWriter(stdout, log.redactor, on_broken=self._output_broke)
-        self._tasks: dict[str, _Command] = {}  # commands read and not answered yet, by task_id (exactly one answer)
-        self._tasks_lock = threading.Lock()
-        self._ran = threading.Condition(self._tasks_lock)  # notified whenever a command is answered
+        self.in_flight = InFlight()
         self.workers = WorkerPool(
             self._run,
             limit=_MAX_COMMANDS_RUNNING,
@@ -8706,18 +8754,6 @@ class ResidentServer:
         """The platform went away (stdout closed): stop serving."""
         self.stopping.set()
         self.ended.set()
-
-    # -- answers ----------------------------------------------------------------------------------
-
-    def _claim(self, command: _Command) -> bool:
-        """Whether ``command`` is still unanswered (it is then no longer in flight): each gets exactly one answer,
-        its own or the one a shutdown gives the commands it cut (``answer_the_rest``)."""
-        with self._tasks_lock:
-            if self._tasks.get(command.task_id) is not command:
-                return False
-            del self._tasks[command.task_id]
-            self._ran.notify_all()
-            return True
 
     # -- input -------------------------------------------------------------------------------------
 
@@ -8752,13 +8788,7 @@ class ResidentServer:
                 InvalidCommandError("bkmcp is shutting down: this command was not run", details={"task_id": None}),
             )
             return
-        with self._tasks_lock:
-            if command.task_id in self._tasks:
-                duplicate = True
-            else:
-                duplicate = False
-                self._tasks[command.task_id] = command
-        if duplicate:
+        if not self.in_flight.add(command):
             self.out.fail(
                 command.task_id,
                 DuplicateTaskIdError(
@@ -8769,13 +8799,14 @@ class ResidentServer:
         if command.access_token:
             self.log.redactor.add(command.access_token, whole=False)
         if command.action == "shutdown":
-            with self._tasks_lock:
-                del self._tasks[command.task_id]  # answered last, by run_resident
+            self.in_flight.claim(command)  # answered last, by run_resident
             self.shutdown_task = command.task_id
             self.stopping.set()
             self.ended.set()
             return
-        if not self.workers.submit(command) and self._claim(command):  # no thread to be had: answered, not lost
+        if not self.workers.submit(command) and self.in_flight.claim(
+            command
+        ):  # no thread to be had: answered, not lost
             self.out.fail(
                 command.task_id,
                 ResourceLimitError(
@@ -8803,7 +8834,7 @@ class ResidentServer:
                 error = _cut_by_shutdown(command)
             else:
                 error = InternalError(f"internal error: {type(exc).__name__}: {_first_line(exc)}")
-        if not self._claim(command):
+        if not self.in_flight.claim(command):
             return  # the shutdown answered it already
         if answer is not None:
             self.out.write(answer)
@@ -8817,13 +8848,7 @@ class ResidentServer:
     def drain(self) -> None:
         """EOF: let the commands already read finish, each within its own deadline (``_budget`` from its arrival,
         plus ``_DRAIN_SLACK`` for closing), however long that is; a terminating signal cuts the wait short."""
-        with self._tasks_lock:
-            while self._tasks and self.signalled is None:
-                end = max(c.received + self._budget(c) for c in self._tasks.values()) + _DRAIN_SLACK
-                left = end - time.monotonic()
-                if left <= 0:
-                    break
-                self._ran.wait(min(0.25, left))
+        self.in_flight.wait(lambda c: c.received + self._budget(c) + _DRAIN_SLACK, lambda: self.signalled is not None)
 
     def finish(self, grace: float) -> None:
         """The end (``stopping`` is set): close every session, live or still opening (calls in flight fail and are
@@ -8835,19 +8860,13 @@ class ResidentServer:
         if abort is not None:
             abort()
         end = time.monotonic() + grace
-        with self._tasks_lock:
-            while self._tasks and time.monotonic() < end:
-                self._ran.wait(max(0.0, min(0.25, end - time.monotonic())))
+        self.in_flight.wait(lambda c: end)
         self.answer_the_rest()
         self.workers.stop(wait=min(grace, 1.0))
 
     def answer_the_rest(self) -> None:
         """Every command read and not answered yet gets a clear error now (it cannot finish before the end)."""
-        with self._tasks_lock:
-            left = sorted(self._tasks.values(), key=lambda c: c.received)
-            self._tasks.clear()
-            self._ran.notify_all()
-        for command in left:
+        for command in self.in_flight.take_all():
             self.out.fail(command.task_id, _cut_by_shutdown(command))
 
     # -- helpers -----------------------------------------------------------------------------------

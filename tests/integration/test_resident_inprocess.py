@@ -425,7 +425,7 @@ def test_a_command_that_gets_no_thread_is_answered_and_the_process_keeps_serving
         refused = out.wait("a")
         assert refused["success"] is False and refused["error_code"] == "resource_limit"
         assert "was not run" in refused["error"]
-        assert server.workers.threads == set() and "a" not in server._tasks
+        assert server.workers.threads == set() and "a" not in server.in_flight
         monkeypatch.setattr(threading.Thread, "start", real_start)
         server.dispatch(
             line("a", "call_tool", "u", server_name="pub", tool_name="echo", arguments={"text": "again"}).encode()
