@@ -79,7 +79,8 @@ def test_every_command_is_answered_and_no_child_group_is_left(tmp_path, how):
         source.update(fault={"delay_ms": 30_000})
         slow_registry = res.send("list_servers", "carol", token="tok-carol")
         wait_for(lambda: len(source.requests("carol")) == 1, "the registry request of carol")
-        cut = [stdio_call, http_call, starting, listing, slow_registry]
+        follower = res.send("list_tools", "carol", token="tok-carol")  # waits for the same fetch, not a second one
+        cut = [stdio_call, http_call, starting, listing, slow_registry, follower]
         groups = pids_in(pidfile)
         assert all(group_alive(g) for g in groups)
         if how == "shutdown":
@@ -97,6 +98,8 @@ def test_every_command_is_answered_and_no_child_group_is_left(tmp_path, how):
         assert "bkmcp closed the stdio server" in by_task[stdio_call][0]["error"]
         assert by_task[stdio_call][0]["details"]["outcome"] == "unknown"
         assert by_task[http_call][0]["error_code"] == "mcp_connection_error"
+        assert by_task[follower][0]["error_code"] == "registry_error", by_task[follower]
+        assert len(source.requests("carol")) == 1
         if how == "shutdown":
             assert by_task[stop] == [{"task_id": stop, "success": True, "result": {"stopped": True}}]
             assert res.answers[-1]["task_id"] == stop
