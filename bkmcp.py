@@ -2958,6 +2958,9 @@ class HttpTransport:
         self._own_client = client is None
         self._deliver: Callable[[Message, Any], bool] = lambda message, related: False
         self._state: Any = None
+        self._closing = False  # close() ran: requests still reading their answers fail now, with a clear error
+        self._active: set[Any] = set()  # responses being read (close() shuts their sockets down)
+        self._active_lock = _thread.allocate_lock()
 
     def attach(self, deliver: Callable[[Message, Any], bool], lost: Callable[[], None], state: Any) -> None:
         self._deliver = deliver
@@ -3089,7 +3092,31 @@ class HttpTransport:
         extra_headers: Iterable[tuple[str, str]],
         cancel: CancelToken | None,
     ) -> None:
-        """POST one request and deliver every message of its answer until the response to it arrived."""
+        """POST one request and deliver every message of its answer until the response to it arrived. A request
+        still waiting when ``close()`` runs fails at once with a clear error (sent: its outcome is unknown)."""
+        method = str(message.get("method"))
+        if self._closing:
+            raise _mark(ConnectionFailedError(f"bkmcp closed the session before {method} was sent"), sent=False)
+        try:
+            self._request_once(message, rules, deadline, extra_headers, cancel)
+        except BkmcpError:
+            if not self._closing:
+                raise
+            raise _mark(
+                ConnectionFailedError(
+                    f"bkmcp closed the session while {method} (id {message['id']}) was waiting for its answer"
+                ),
+                sent=True,
+            ) from None
+
+    def _request_once(
+        self,
+        message: dict[str, Any],
+        rules: EraRules | None,
+        deadline: Deadline,
+        extra_headers: Iterable[tuple[str, str]],
+        cancel: CancelToken | None,
+    ) -> None:
         request_id = message["id"]
         method = str(message.get("method"))
         session_id = self.session_id
@@ -3109,6 +3136,8 @@ class HttpTransport:
                 "POST", self.url, content=body, headers=_wire_headers(headers), timeout=timeout
             ) as response:
                 remove = cancel.on_cancel(response.close) if cancel is not None else None
+                with self._active_lock:
+                    self._active.add(response)
                 try:
                     self._log_response(response, started)
                     self._check_status(response, method, with_session=session_id is not None)
@@ -3160,6 +3189,8 @@ class HttpTransport:
                             "(expected application/json or text/event-stream)"
                         )
                 finally:
+                    with self._active_lock:
+                        self._active.discard(response)
                     if remove is not None:
                         remove()
         # The POST's event stream ended before the response (docs/contract.md §5: 2025-11-25 resumption).
@@ -3309,6 +3340,24 @@ class HttpTransport:
             self._state.session_id = None
 
     def close(self, deadline: Deadline | None = None) -> None:
+        """Close the pool. Responses other threads are still reading are shut down first (closing a socket does
+        not wake a thread blocked reading it), so their requests fail at once instead of hanging."""
+        import socket
+
+        self._closing = True
+        with self._active_lock:
+            streams = [response.extensions.get("network_stream") for response in self._active]
+        if self._own_client and self._client is not None:  # requests still waiting for their response headers
+            pool = getattr(getattr(self._client, "_transport", None), "_pool", None)
+            for connection in list(getattr(pool, "connections", None) or ()):
+                streams.append(getattr(getattr(connection, "_connection", None), "_network_stream", None))
+        for stream in streams:
+            try:
+                sock = stream.get_extra_info("socket") if stream is not None else None
+                if sock is not None:
+                    sock.shutdown(socket.SHUT_RDWR)
+            except (OSError, AttributeError):
+                pass
         if self._client is not None and self._own_client:
             try:
                 self._client.close()
@@ -6623,6 +6672,7 @@ REGISTRY_COLUMNS = (
 )
 REGISTRY_CACHE_SECONDS = 5.0  # HTTP source: one answer per (user, access token) is reused this long
 REGISTRY_TIMEOUT = 60.0  # SQLite busy wait / HTTP total time when the caller gives none (the CLI's default)
+_CACHE_WRITE_WAIT = 1.0  # the tools cache is best effort: a locked file is waited for this long, then skipped
 _REGISTRY_ANSWER_LIMIT = 64 * 1024 * 1024
 _REGISTRY_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 # Credential fields that become headers of an HTTP server unless a header of that name is configured (§11.4).
@@ -6665,6 +6715,7 @@ class RegistryView:
     system_credentials: dict[str, dict[str, str]] = field(default_factory=dict)
     user_credentials: dict[str, dict[str, str]] = field(default_factory=dict)
     credential_problems: dict[tuple[str, str], BkmcpError] = field(default_factory=dict)
+    complete: bool = True  # every server is listed (SQLite; the HTTP source's answer without a user)
 
 
 def check_registry_name(name: str) -> str | None:
@@ -6908,8 +6959,15 @@ class Registry:
         self._lock = threading.Lock()
         self._tools: dict[tuple[str, str], CachedTools] = {}
 
-    def view(self, user_id: str | None, access_token: str | None = None) -> RegistryView:
+    def view(
+        self, user_id: str | None, access_token: str | None = None, *, timeout: float | None = None
+    ) -> RegistryView:
+        """This user's view; ``timeout``: the seconds the command has left (default: the registry's timeout),
+        which bounds every wait in here, for the lock and for the source alike."""
         raise NotImplementedError
+
+    def _wait(self, timeout: float | None) -> float:
+        return self.timeout if timeout is None else max(0.0, min(timeout, self.timeout))
 
     def load_tools(self, server: RegistryServer | str, user_id: str | None) -> CachedTools | None:
         """The cached catalogue of ``server`` for ``user_id``: (tools, protocol_version, fetched_at) or None."""
@@ -6973,6 +7031,7 @@ class SqliteRegistry(Registry):
         self._cached: RegistryView | None = None
         self._users: dict[str, tuple[dict[str, dict[str, str]], dict[tuple[str, str], BkmcpError]]] = {}
         self._store_warned = False
+        self._busy_ms = int(timeout * 1000)  # SQLite's busy timeout now (sqlite3.connect sets it to ``timeout``)
         if os.path.isdir(path):
             raise RegistryError(f"the registry path is a directory, not a SQLite file: {path}")
         if not create and not os.path.exists(path):
@@ -7027,10 +7086,32 @@ class SqliteRegistry(Registry):
     def _tables(self) -> set[str]:
         return {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
 
-    def view(self, user_id: str | None, access_token: str | None = None) -> RegistryView:
+    def _locked(self, seconds: float, doing: str) -> None:
+        """Take ``_lock`` within ``seconds`` and let SQLite's busy handler wait at most what is left then: a
+        command never waits behind the busy waits of the commands queued before it (docs/resident-registry.md)."""
+        started = time.monotonic()
+        if not self._lock.acquire(timeout=seconds):
+            raise RegistryError(
+                f"cannot {doing} the registry {self.path}: it stayed locked for {int(seconds * 1000)} ms",
+                hint="another connection holds a write lock on the registry",
+            )
+        left = max(0.0, seconds - (time.monotonic() - started))
+        busy_ms = int(left * 1000)
+        if abs(busy_ms - self._busy_ms) > 50:  # one statement, only when the wait differs noticeably
+            try:
+                self._db.execute(f"PRAGMA busy_timeout = {busy_ms}")
+                self._busy_ms = busy_ms
+            except BaseException:
+                self._lock.release()
+                raise
+
+    def view(
+        self, user_id: str | None, access_token: str | None = None, *, timeout: float | None = None
+    ) -> RegistryView:
         import sqlite3
 
-        with self._lock:
+        self._locked(self._wait(timeout), "read")
+        try:
             try:
                 # parsed already and no other connection committed since: one statement (its own read transaction)
                 known = (
@@ -7045,6 +7126,8 @@ class SqliteRegistry(Registry):
             cached = self._cached
             assert cached is not None
             users, problems = self._users[user_id] if user_id is not None else ({}, {})
+        finally:
+            self._lock.release()
         return RegistryView(
             dict(cached.servers),
             dict(cached.system_credentials),
@@ -7081,7 +7164,11 @@ class SqliteRegistry(Registry):
         import sqlite3
 
         key = _tools_user(server, user_id)
-        with self._lock:
+        try:
+            self._locked(self._wait(_CACHE_WRITE_WAIT), "read")
+        except RegistryError:
+            return None  # a cache: discover instead of waiting for a lock
+        try:
             if key in self._tools:  # written here because the file refused the write (read-only registry)
                 return self._tools[key]
             try:
@@ -7093,6 +7180,8 @@ class SqliteRegistry(Registry):
             except sqlite3.Error as exc:
                 self.log.debug(f"{self.source}: tools cache not readable: {exc}")
                 return None
+        finally:
+            self._lock.release()
         if row is None:
             return None
         try:
@@ -7110,7 +7199,8 @@ class SqliteRegistry(Registry):
         import sqlite3
 
         key = _tools_user(server, user_id)
-        with self._lock:
+        self._locked(self._wait(_CACHE_WRITE_WAIT), "write")
+        try:
             try:
                 self._db.execute(
                     "INSERT OR REPLACE INTO mcp_tools_cache (server_name, user_id, tools, protocol_version, "
@@ -7124,6 +7214,8 @@ class SqliteRegistry(Registry):
                     self._store_warned = True
                     self.log.warn(f"{self.source}: cannot write the tools cache ({exc}); keeping it in memory")
             self._tools[key] = (list(tools), protocol_version, time.time())
+        finally:
+            self._lock.release()
 
     def import_config(self, config: ConfigFile, log: Log) -> list[str]:
         """``--import``: add or replace the file's servers (public, enabled), in one transaction (contract.md §11.3)."""
@@ -7205,7 +7297,9 @@ class HttpRegistry(Registry):
         self._flights: dict[tuple[str | None, str], _Flight] = {}
         self._client: Any = None
 
-    def view(self, user_id: str | None, access_token: str | None = None) -> RegistryView:
+    def view(
+        self, user_id: str | None, access_token: str | None = None, *, timeout: float | None = None
+    ) -> RegistryView:
         import hashlib
 
         token = (access_token or "") if user_id is not None else ""
@@ -7218,15 +7312,16 @@ class HttpRegistry(Registry):
             leader = flight is None
             if flight is None:
                 flight = self._flights[key] = _Flight()
+        seconds = self._wait(timeout)
         if not leader:
-            if not flight.done.wait(self.timeout + 5):
-                raise RegistryError(f"{self.source} did not answer within {format_duration(self.timeout)}")
+            if not flight.done.wait(seconds):
+                raise RegistryError(f"{self.source} did not answer within {format_duration(seconds)}")
             if flight.error is not None:
                 raise _fresh_error(flight.error)
             assert flight.view is not None
             return _copy_view(flight.view)
         try:
-            flight.view = self._fetch(user_id, token or None)
+            flight.view = self._fetch(user_id, token or None, seconds)
             with self._lock:
                 if len(self._answers) >= 4096:
                     now = self._clock()
@@ -7250,7 +7345,7 @@ class HttpRegistry(Registry):
                 self._client = new_http_client(self.url, insecure=False)
             return self._client
 
-    def _fetch(self, user_id: str | None, token: str | None) -> RegistryView:
+    def _fetch(self, user_id: str | None, token: str | None, seconds: float) -> RegistryView:
         from urllib.parse import quote
 
         httpx = _import_httpx()
@@ -7267,7 +7362,7 @@ class HttpRegistry(Registry):
                     )
                 redactor.add(token)
                 headers["Authorization"] = f"Bearer {token}"
-        deadline = Deadline(self.timeout)
+        deadline = Deadline(max(seconds, 0.001))
         client = self._http()
         try:
             timeout = httpx.Timeout(deadline.remaining())
@@ -7305,7 +7400,7 @@ class HttpRegistry(Registry):
                     chunks.append(chunk)
                     deadline.remaining()
         except McpTimeoutError:
-            raise RegistryError(f"{self.source} did not answer within {format_duration(self.timeout)}") from None
+            raise RegistryError(f"{self.source} did not answer within {format_duration(seconds)}") from None
         except (ConnectionFailedError, ProtocolError) as exc:  # mapped once, by the transports' boundary
             raise RegistryError(
                 f"cannot read {self.source}: {redactor.scrub(exc.message)}",
@@ -7334,7 +7429,9 @@ class HttpRegistry(Registry):
                 self.log.warn(
                     f"{self.source}: a server entry that is not an object is ignored", once_key=f"{self.source}:row"
                 )
-        return _build_view(rows, system.items(), own.items(), source=self.source, log=self.log)
+        view = _build_view(rows, system.items(), own.items(), source=self.source, log=self.log)
+        view.complete = user_id is None  # a user's answer lists what that user may use, not every server
+        return view
 
     def close(self) -> None:
         with self._lock:
@@ -7345,7 +7442,11 @@ class HttpRegistry(Registry):
 
 def _copy_view(view: RegistryView) -> RegistryView:
     return RegistryView(
-        dict(view.servers), dict(view.system_credentials), dict(view.user_credentials), dict(view.credential_problems)
+        dict(view.servers),
+        dict(view.system_credentials),
+        dict(view.user_credentials),
+        dict(view.credential_problems),
+        view.complete,
     )
 
 
@@ -7557,6 +7658,8 @@ class ResidentSession:
         self._session: McpSession | None = None
         self._closed = False
         self._lock = _thread.allocate_lock()  # open and close only: requests run concurrently
+        self.leases = 0  # commands holding this session now (SessionPool.session .. SessionPool.release)
+        self.retired = False  # outdated: no new command gets it; closed when the last lease is released
 
     @property
     def alive(self) -> bool:
@@ -7725,6 +7828,9 @@ class SessionPool:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._reaper: Any = None
+        self._retiring: dict[ResidentSession, str] = {}  # retired sessions still serving calls -> transport
+        self._public: dict[str, _Slot] = {}  # the public servers' slots, by server name (also in ``_slots``)
+        self._closers: set[Any] = set()  # threads closing retired sessions (close_all waits for them)
 
     # -- the registry view -------------------------------------------------------------------------
 
@@ -7766,7 +7872,34 @@ class SessionPool:
             slot = self._slots.get(key)
             if slot is None:
                 slot = self._slots[key] = _Slot(key[0], row.name, row.isolation)
+                if row.isolation == "public":
+                    self._public[row.name] = slot
             return slot
+
+    def retire_gone(self, view: Any) -> None:
+        """Retire the shared sessions whose public row this view shows disabled, broken or (a complete view)
+        deleted, and forget their slots: their children end once their calls are done and free their places under
+        ``--max-processes`` (docs/contract.md §11.5). A row unchanged since it was resolved costs one lookup."""
+        gone = []
+        with self._lock:
+            for name, slot in self._public.items():
+                row = view.servers.get(name)
+                kept = slot.resolved
+                if kept is not None and row is kept[0]:
+                    continue
+                if (row is None and view.complete) or (
+                    row is not None and (not row.enabled or row.problem is not None or row.isolation != "public")
+                ):
+                    gone.append(slot)
+            for slot in gone:
+                del self._public[slot.server]
+                self._slots.pop(("", slot.server), None)
+        for slot in gone:
+            session = slot.session
+            if session is not None:
+                with slot.open_lock:
+                    self.retire(slot, session)
+            slot.tools = None
 
     def peek(self, user: str | None, row: Any) -> _Slot | None:
         key = ((user or "") if row.isolation == "user" else "", row.name)
@@ -7776,7 +7909,7 @@ class SessionPool:
     # -- opening, limits ---------------------------------------------------------------------------
 
     def _live(self) -> tuple[int, dict[str, int]]:
-        total = 0
+        total = sum(1 for session, kind in self._retiring.items() if kind == "stdio")  # still running their calls
         per_user: dict[str, int] = {}
         for slot in self._slots.values():
             if slot.transport == "stdio" and (slot.opening or (slot.session is not None)):
@@ -7794,6 +7927,7 @@ class SessionPool:
             and s.session is not None
             and not s.opening
             and s.users == 0
+            and s.session.leases == 0
             and s.session.in_flight == 0
             and (user is None or s.user == user)
         ]
@@ -7830,18 +7964,23 @@ class SessionPool:
             session.close()
 
     def session(self, slot: _Slot, server: ResolvedServer, timeout: float) -> ResidentSession:
-        """The live session of ``slot``, opened (or reopened after a crash, a config change) on demand."""
+        """The live session of ``slot``, opened (or reopened after a crash, a config change) on demand, with a
+        lease the caller gives back with ``release``. A session made from an outdated row or credential is
+        retired (``retire``): this command and the next ones get a new one, calls in flight on it finish."""
         with slot.open_lock:
             session = slot.session
             fingerprint = _slot_fingerprint(slot, server)
-            if session is not None and (not session.alive or slot.fingerprint != fingerprint):
-                crashed = not session.alive
+            if session is not None and not session.alive:
                 self.detach(slot, session)
-                if crashed:
-                    self.crashed(slot, session)
+                self.crashed(slot, session)
+                session = None
+            elif session is not None and slot.fingerprint != fingerprint:
+                self.retire(slot, session)
                 session = None
             if session is not None:
-                slot.last_used = time.monotonic()
+                with self._lock:
+                    slot.last_used = time.monotonic()
+                    session.leases += 1
                 return session
             self._check_open()
             now = time.monotonic()
@@ -7898,7 +8037,50 @@ class SessionPool:
             with self._lock:
                 slot.last_error = None
                 slot.last_used = time.monotonic()
+                session.leases += 1
             return session
+
+    def release(self, session: ResidentSession) -> None:
+        """A command is done with the session ``session()`` gave it; the last one out closes a retired session."""
+        with self._lock:
+            session.leases -= 1
+            last = session.retired and session.leases <= 0 and session in self._retiring
+            if last:
+                del self._retiring[session]
+        if last:
+            self._close_later(session)
+
+    def retire(self, slot: _Slot, session: ResidentSession) -> None:
+        """The ``disconnect_server`` way of ending an outdated session: new commands get a new session at once,
+        commands holding this one finish (each bounded by its own timeout), then the last one closes it."""
+        with self._lock:
+            if slot.session is session:
+                slot.session = None
+            if session.retired:
+                return
+            session.retired = True
+            idle = session.leases <= 0
+            if not idle:
+                self._retiring[session] = slot.transport
+        self.log.debug(f"retiring the outdated session of {slot.server!r}")
+        if idle:
+            self._close_later(session)
+
+    def _close_later(self, session: ResidentSession) -> None:
+        """Close on a thread of its own (stopping a child takes a while), which ``close_all`` waits for."""
+        import threading
+
+        def close() -> None:
+            try:
+                session.close()
+            finally:
+                with self._lock:
+                    self._closers.discard(thread)
+
+        thread = threading.Thread(target=close, name="bkmcp-close", daemon=True)
+        with self._lock:
+            self._closers.add(thread)
+        thread.start()
 
     def use(self, slot: _Slot, delta: int) -> None:
         """A command starts (1) or stops (-1) using ``slot``: a slot in use is never evicted or reaped."""
@@ -7967,7 +8149,7 @@ class SessionPool:
         with self._lock:
             for slot in self._slots.values():
                 session = slot.session
-                if session is None or slot.opening or slot.users or session.in_flight:
+                if session is None or slot.opening or slot.users or session.leases or session.in_flight:
                     continue
                 if not session.alive:
                     dead.append((slot, session))
@@ -7988,8 +8170,13 @@ class SessionPool:
         self._stop.set()
         with self._lock:
             sessions = [s.session for s in self._slots.values() if s.session is not None]
+            sessions += list(self._retiring)
+            self._retiring.clear()
             for slot in self._slots.values():
                 slot.session = None
+            closing = list(self._closers)
+        for thread in closing:
+            thread.join()
         import threading
 
         closers = [threading.Thread(target=s.close, daemon=True) for s in sessions]
@@ -8376,7 +8563,11 @@ class ResidentServer:
     # -- helpers -----------------------------------------------------------------------------------
 
     def _view(self, command: _Command) -> Any:
-        return self.registry.view(command.user_id, command.access_token)
+        """This command's registry view, waited for within the command's own timeout."""
+        timeout = self._left(command, self._timeout(command))
+        view = self.registry.view(command.user_id, command.access_token, timeout=timeout)
+        self.pool.retire_gone(view)
+        return view
 
     def _row(self, view: Any, name: str) -> Any:
         row = view.servers.get(name)
@@ -8432,6 +8623,7 @@ class ResidentServer:
             try:
                 tools = session.list_tools(self._left(command, timeout))
             except BkmcpError as exc:
+                self.pool.release(session)
                 self.events.emit(
                     "server.discover",
                     server=row.name,
@@ -8443,6 +8635,10 @@ class ResidentServer:
                 )
                 self.pool.after_failure(slot, session)
                 raise _platform_error(exc, server=row.name, timeout=timeout) from None
+            except BaseException:
+                self.pool.release(session)
+                raise
+            self.pool.release(session)
             self.events.emit(
                 "server.discover",
                 server=row.name,
@@ -8522,13 +8718,19 @@ class ResidentServer:
         errors.sort(key=lambda e: e["server_name"])
         return found, errors
 
-    def _known_pairs(self, command: _Command, view: Any) -> list[tuple[str, str]]:
-        """Every (server, tool) this user sees in the catalogues cached for them now."""
+    def _known_pairs(
+        self, command: _Command, view: Any, found: Mapping[str, list[dict[str, Any]]] | None = None
+    ) -> list[tuple[str, str]]:
+        """Every (server, tool) this user sees: the catalogues in ``found`` (those an answer is built from), else
+        the ones cached for them now, each read once (another user's refresh may replace a shared one meanwhile)."""
         pairs = []
         for row in self._usable(command, view):
-            slot = self.pool.peek(command.user_id, row)
-            if slot is not None and slot.tools is not None:
-                pairs += [(row.name, str(t.get("name"))) for t in slot.tools if isinstance(t, dict)]
+            tools = found.get(row.name) if found is not None else None
+            if tools is None:
+                slot = self.pool.peek(command.user_id, row)
+                tools = slot.tools if slot is not None else None
+            if tools is not None:
+                pairs += [(row.name, str(t.get("name"))) for t in tools if isinstance(t, dict)]
         return pairs
 
     def _tool_list(self, command: _Command, refresh: bool) -> dict[str, Any]:
@@ -8540,7 +8742,7 @@ class ResidentServer:
         found, errors = self._catalogues(command, view, rows, refresh)
         if refresh:
             errors = [e for e in errors if e["server_name"] in {r.name for r in rows}]
-        table = build_injected_names(self._known_pairs(command, view))
+        table = build_injected_names(self._known_pairs(command, view, found))  # one snapshot: answer and table
         assert command.user_id is not None
         self._names[command.user_id] = table
         by_pair = {pair: injected for injected, pair in table.items()}
@@ -8558,6 +8760,7 @@ class ResidentServer:
         import threading
 
         view = self.registry.view(None, None)
+        self.pool.retire_gone(view)
         rows = [row for _, row in sorted(view.servers.items()) if row.enabled and row.isolation == "public"]
         public = _Command(command.task_id, "init", {}, None, None)
         servers: dict[str, dict[str, Any]] = {}
@@ -8626,6 +8829,7 @@ class ResidentServer:
                 session = self.pool.session(slot, server, self._left(command, self.opts.timeout))
             except BkmcpError as exc:
                 raise _platform_error(exc, server=row.name, timeout=self.opts.timeout) from None
+            self.pool.release(session)
         finally:
             self.pool.use(slot, -1)
         tools = self._tools(command, view, row, connect=True)
@@ -8703,6 +8907,7 @@ class ResidentServer:
             try:
                 result = session.call_tool(tool_name, arguments, self._left(command, timeout), tool)
             except BkmcpError as exc:
+                self.pool.release(session)
                 if isinstance(exc, RemoteError) and not isinstance(exc, CapabilityUnsupportedError):
                     outcome = exc.details.get("outcome") or ("unknown" if request_was_sent(exc) else "not_sent")
                     self.events.emit(
@@ -8722,6 +8927,10 @@ class ResidentServer:
                     )
                 self.pool.after_failure(slot, session)
                 raise _platform_error(exc, server=server_name, timeout=timeout) from None
+            except BaseException:
+                self.pool.release(session)
+                raise
+            self.pool.release(session)
             slot.failures = 0
         finally:
             self.pool.use(slot, -1)

@@ -163,11 +163,13 @@ def test_pool_eviction_limit_reaping_and_backoff(tmp_path):
     try:
         a1 = pool.slot("a", _Row("s1"))
         first = pool.session(a1, _server("s1"), 30)
+        pool.release(first)  # session() lends the session to its caller until release()
         a2 = pool.slot("a", _Row("s2"))
-        pool.session(a2, _server("s2"), 30)  # a's limit is 1: a1 (idle) is evicted
+        pool.release(pool.session(a2, _server("s2"), 30))  # a's limit is 1: a1 (idle) is evicted
         assert a1.session is None and not group_alive(first.pid)
         b1 = pool.slot("b", _Row("s1"))
         busy = pool.session(b1, _server("s1"), 30)
+        pool.release(busy)
         pool.use(b1, 1)
         pool.use(a2, 1)
         with pytest.raises(bkmcp.ResourceLimitError) as info:
@@ -183,6 +185,7 @@ def test_pool_eviction_limit_reaping_and_backoff(tmp_path):
         pool.after_failure(b1, busy)
         assert b1.session is None and b1.failures == 1 and b1.retry_at <= time.monotonic()
         again = pool.session(b1, _server("s1"), 30)
+        pool.release(again)
         with pytest.raises(bkmcp.ConnectionFailedError):
             again.call_tool("crash", {}, 30, None)
         pool.after_failure(b1, again)
