@@ -2710,6 +2710,22 @@ def _mark(error: BkmcpError, *, sent: bool) -> BkmcpError:
     return error
 
 
+def is_exhaustion(exc: BaseException | None) -> bool:
+    """``exc`` (or what caused it) is the system running out of descriptors, processes or memory (EMFILE, ENFILE,
+    EAGAIN, ENOMEM; a thread that cannot start): a resource limit, never an internal error."""
+    import errno
+
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM):
+            return True
+        if isinstance(exc, (MemoryError,)) or (isinstance(exc, RuntimeError) and "can't start new thread" in str(exc)):
+            return True
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return False
+
+
 def request_was_sent(error: BaseException) -> bool:
     return bool(getattr(error, "request_sent", True))
 
@@ -3339,6 +3355,20 @@ class HttpTransport:
         if self._state is not None:
             self._state.session_id = None
 
+    def close_idle_connections(self) -> int:
+        """Close the pooled keep-alive connections no request is using now (the MCP session itself stays: the next
+        request opens a new connection); how many were closed."""
+        pool = getattr(getattr(self._client, "_transport", None), "_pool", None)
+        closed = 0
+        for connection in list(getattr(pool, "connections", None) or ()):
+            try:
+                if connection.is_idle():
+                    connection.close()
+                    closed += 1
+            except Exception as exc:  # best effort: a connection that cannot say is left to the pool
+                self.log.debug(f"closing an idle connection failed: {type(exc).__name__}")
+        return closed
+
     def close(self, deadline: Deadline | None = None) -> None:
         """Close the pool. Responses other threads are still reading are shut down first (closing a socket does
         not wake a thread blocked reading it), so their requests fail at once instead of hanging."""
@@ -3550,6 +3580,14 @@ class ChildProcess:
         try:
             proc = _Spawner.shared().call(popen) if hook is not None else popen()
         except OSError as exc:
+            if is_exhaustion(exc):  # no descriptor, process or memory to be had: a limit, not a bug
+                raise _mark(
+                    ResourceLimitError(
+                        f"cannot start the stdio server {self.server.command!r}: {exc.strerror or exc} (a system "
+                        "limit on open files, processes or memory is reached)"
+                    ),
+                    sent=False,
+                ) from exc
             raise _mark(
                 ConnectionFailedError(
                     f"cannot start the stdio server {self.server.command!r}: {exc.strerror or exc}",
@@ -6980,6 +7018,11 @@ class Registry:
         with self._lock:
             self._tools[_tools_user(server, user_id)] = (list(tools), protocol_version, time.time())
 
+    def drop_tools(self, server: str, user_id: str) -> None:
+        """Forget a catalogue kept in memory (a reaped user's); what the SQLite file holds stays."""
+        with self._lock:
+            self._tools.pop(_tools_user(server, user_id), None)
+
     def close(self) -> None:
         pass
 
@@ -7531,6 +7574,7 @@ _MAX_COMMANDS_RUNNING = 4096  # commands executing at once; the reader waits (ba
 _IDLE_WORKERS = 16  # command threads kept waiting for the next command (starting a thread costs ~0.1 ms)
 _WORKER_IDLE_SECONDS = 30.0  # an idle command thread ends after this long without a command
 _RESTART_BACKOFF_MAX = 30.0
+_KEEPALIVE_IDLE = 5.0  # an HTTP session unused this long has its keep-alive connections closed (the session stays)
 _INJECTED_MAX = 64
 _INJECTED_PREFIX = 55
 _MAX_TIMEOUT_MS = 7 * 24 * 3600 * 1000
@@ -7718,6 +7762,12 @@ class ResidentSession:
     ) -> dict[str, Any]:
         return call_tool(self._require(), self._ctx(timeout), name, arguments, tool)
 
+    def close_idle_connections(self) -> int:
+        """HTTP: close the keep-alive connections no request uses (the session stays); stdio: nothing."""
+        session = self._session
+        trim = getattr(session.transport, "close_idle_connections", None) if session is not None else None
+        return trim() if trim is not None else 0
+
     def exit_status(self) -> int | None:
         child = getattr(self._session.transport, "child", None) if self._session is not None else None
         if child is None:
@@ -7768,6 +7818,7 @@ class _Slot:
         self.retry_at = 0.0
         self.last_error: BkmcpError | None = None
         self.open_lock = threading.Lock()
+        self.trimmed = 0.0  # when the reaper last closed the idle keep-alive connections of its HTTP session
         # the last resolution for this slot: (row, chosen credential, server, its fingerprint)
         self.resolved: tuple[RegistryServer, dict[str, str], ResolvedServer, str] | None = None
 
@@ -7794,6 +7845,26 @@ def _slot_fingerprint(slot: _Slot, server: ResolvedServer) -> str:
     """``_fingerprint(server)``, kept on the slot when ``server`` is its last resolution."""
     kept = slot.resolved
     return kept[3] if kept is not None and kept[2] is server else _fingerprint(server)
+
+
+def _open_file_limit() -> int | None:
+    """The soft RLIMIT_NOFILE, or None where it cannot be read (unlimited, not POSIX)."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):  # pragma: no cover - not POSIX
+        return None
+    return None if soft == resource.RLIM_INFINITY else int(soft)
+
+
+def build_http_session_limit(max_processes: int, open_files: int | None) -> int:
+    """Live HTTP sessions in all (docs/resident.md, "Limits"): 4 per allowed child, and no more than half of the
+    descriptors left once 64 are kept for bkmcp and 3 (its pipes) for each allowed child; at least 8."""
+    limit = 4 * max_processes
+    if open_files is not None:
+        limit = min(limit, (open_files - 64 - 3 * max_processes) // 2)
+    return max(8, limit)
 
 
 @dataclass
@@ -7830,6 +7901,8 @@ class SessionPool:
         self._reaper: Any = None
         self._retiring: dict[ResidentSession, str] = {}  # retired sessions still serving calls -> transport
         self._public: dict[str, _Slot] = {}  # the public servers' slots, by server name (also in ``_slots``)
+        self.on_users_gone: Callable[[set[str]], None] | None = None  # users the reaper forgot (no slot left)
+        self.http_limit = build_http_session_limit(opts.max_processes, _open_file_limit())
         self._closers: set[Any] = set()  # threads closing retired sessions (close_all waits for them)
 
     # -- the registry view -------------------------------------------------------------------------
@@ -7904,26 +7977,29 @@ class SessionPool:
     def peek(self, user: str | None, row: Any) -> _Slot | None:
         key = ((user or "") if row.isolation == "user" else "", row.name)
         with self._lock:
-            return self._slots.get(key)
+            slot = self._slots.get(key)
+            if slot is not None:  # seen now: not forgotten by the reaper while this command uses it
+                slot.last_used = time.monotonic()
+            return slot
 
     # -- opening, limits ---------------------------------------------------------------------------
 
-    def _live(self) -> tuple[int, dict[str, int]]:
-        total = sum(1 for session, kind in self._retiring.items() if kind == "stdio")  # still running their calls
+    def _live(self, kind: str = "stdio") -> tuple[int, dict[str, int]]:
+        total = sum(1 for session, k in self._retiring.items() if k == kind)  # retired, still running their calls
         per_user: dict[str, int] = {}
         for slot in self._slots.values():
-            if slot.transport == "stdio" and (slot.opening or (slot.session is not None)):
+            if slot.transport == kind and (slot.opening or (slot.session is not None)):
                 total += 1
                 if slot.isolation == "user":
                     per_user[slot.user] = per_user.get(slot.user, 0) + 1
         return total, per_user
 
-    def _evictable(self, user: str | None) -> list[_Slot]:
+    def _evictable(self, user: str | None, kind: str = "stdio") -> list[_Slot]:
         found = [
             s
             for s in self._slots.values()
             if s.isolation == "user"
-            and s.transport == "stdio"
+            and s.transport == kind
             and s.session is not None
             and not s.opening
             and s.users == 0
@@ -7936,23 +8012,35 @@ class SessionPool:
     def _reserve(self, slot: _Slot, server: ResolvedServer) -> None:
         """Room for one more child, by evicting the least recently used idle user session if needed."""
         victims: list[ResidentSession] = []
+        kind = server.type
+        most = self.opts.max_processes if kind == "stdio" else self.http_limit
         with self._lock:
-            slot.transport = server.type
-            if server.type == "stdio":
+            slot.transport = kind
+            if kind in ("stdio", "http"):
                 while True:
-                    total, per_user = self._live()
+                    total, per_user = self._live(kind)
                     if slot.isolation == "user" and per_user.get(slot.user, 0) >= self.opts.max_user_processes:
                         limit, live, scope = self.opts.max_user_processes, per_user.get(slot.user, 0), slot.user
-                    elif total >= self.opts.max_processes:
-                        limit, live, scope = self.opts.max_processes, total, None
+                    elif total >= most:
+                        limit, live, scope = most, total, None
                     else:
                         break
-                    candidates = self._evictable(scope)
+                    candidates = self._evictable(scope, kind)
                     if not candidates:
-                        which = "--max-user-processes" if scope is not None else "--max-processes"
+                        if kind == "stdio":
+                            which = "--max-user-processes" if scope is not None else "--max-processes"
+                            what = "server processes"
+                        else:
+                            which = "--max-user-processes" if scope is not None else "the HTTP session limit"
+                            what = "HTTP sessions"
                         raise ResourceLimitError(
-                            f"too many live server processes ({live} of {which} {limit}); none is idle",
-                            details={"limit": limit, "live": live, "scope": "user" if scope is not None else "all"},
+                            f"too many live {what} ({live} of {which} {limit}); none is idle",
+                            details={
+                                "limit": limit,
+                                "live": live,
+                                "scope": "user" if scope is not None else "all",
+                                "kind": kind,
+                            },
                         )
                     victim = candidates[0]
                     self.log.debug(f"evicting the idle session of {victim.server!r} (least recently used)")
@@ -8087,6 +8175,8 @@ class SessionPool:
         with self._lock:
             slot.users += delta
             slot.last_used = time.monotonic()
+            if delta > 0:  # forgotten by the reaper after this command found it: it counts (and is reaped) again
+                self._slots.setdefault((slot.user, slot.server), slot)
 
     def _check_open(self) -> None:
         if self._stop.is_set():
@@ -8145,7 +8235,8 @@ class SessionPool:
 
     def reap_once(self) -> None:
         now = time.monotonic()
-        idle, dead = [], []
+        keepalive = min(_KEEPALIVE_IDLE, self.opts.idle_timeout / 2)
+        idle, dead, quiet = [], [], []
         with self._lock:
             for slot in self._slots.values():
                 session = slot.session
@@ -8155,6 +8246,11 @@ class SessionPool:
                     dead.append((slot, session))
                 elif slot.isolation == "user" and now - slot.last_used >= self.opts.idle_timeout:
                     idle.append((slot, session))
+                elif slot.transport == "http" and now - slot.last_used >= keepalive and slot.trimmed < slot.last_used:
+                    slot.trimmed = now
+                    quiet.append(session)
+        for session in quiet:  # an idle HTTP session keeps no socket open (docs/resident.md, "Limits")
+            session.close_idle_connections()
         for slot, session in idle:
             with slot.open_lock:
                 if slot.session is session and slot.users == 0 and session.in_flight == 0:
@@ -8165,6 +8261,35 @@ class SessionPool:
                 if slot.session is session:
                     self.detach(slot, session)
                     self.crashed(slot, session)
+        self._forget_idle(now)
+
+    def _forget_idle(self, now: float) -> None:
+        """Forget the user slots idle for ``--idle-timeout`` without a session (their catalogues, resolutions and
+        last errors with them) and the in-memory tools cache of each; tell ``on_users_gone`` which users have no
+        slot left. So memory depends on the users active lately, not on every user ever seen (§13)."""
+        forgotten = []
+        with self._lock:
+            for key, slot in list(self._slots.items()):
+                if (
+                    slot.isolation == "user"
+                    and slot.session is None
+                    and not slot.opening
+                    and slot.users == 0
+                    and now - slot.last_used >= self.opts.idle_timeout
+                    and now >= slot.retry_at
+                ):
+                    del self._slots[key]
+                    forgotten.append(slot)
+            if not forgotten:
+                return
+            remaining = {slot.user for slot in self._slots.values() if slot.isolation == "user"}
+        drop = getattr(self.registry, "drop_tools", None)
+        for slot in forgotten:
+            if drop is not None:
+                drop(slot.server, slot.user)
+        gone = {slot.user for slot in forgotten} - remaining
+        if gone and self.on_users_gone is not None:
+            self.on_users_gone(gone)
 
     def close_all(self) -> None:
         self._stop.set()
@@ -8282,7 +8407,13 @@ def parse_command(line: bytes) -> _Command:
 
 
 def _platform_error(exc: BkmcpError, *, server: str | None = None, timeout: float | None = None) -> BkmcpError:
-    """The CLI's error worded for the platform: no CLI hints; a timeout names the budget in ms."""
+    """The CLI's error worded for the platform: no CLI hints; a timeout names the budget in ms; a connection that
+    failed for want of descriptors is ``resource_limit``."""
+    if isinstance(exc, ConnectionFailedError) and is_exhaustion(exc.__cause__ or exc.__context__):
+        limited = ResourceLimitError(
+            exc.message + " (a system limit on open files is reached)", details=dict(exc.details)
+        )
+        return _mark(limited, sent=request_was_sent(exc))
     if isinstance(exc, McpTimeoutError) and timeout is not None:
         where = f" on server {server!r}" if server else ""
         sent = request_was_sent(exc)
@@ -8324,6 +8455,7 @@ class ResidentServer:
         self.events = events
         self.env = env
         self.pool = SessionPool(opts, registry=registry, log=log, events=events, env=env)
+        self.pool.on_users_gone = self._forget_users
         self._out = stdout
         self._out_lock = threading.Lock()
         self._tasks: set[str] = set()
@@ -8523,7 +8655,13 @@ class ResidentServer:
 
                     traceback.print_exc(file=sys.stderr)
                 answer = None
-                error = InternalError(f"internal error: {type(exc).__name__}: {_first_line(exc)}")
+                if is_exhaustion(exc):  # out of descriptors, threads or memory: a limit, never internal_error
+                    error = ResourceLimitError(
+                        f"a system limit was reached ({type(exc).__name__}: {_first_line(exc)}); the command was not "
+                        "completed: retry it when fewer sessions or commands are live"
+                    )
+                else:
+                    error = InternalError(f"internal error: {type(exc).__name__}: {_first_line(exc)}")
             with self._tasks_lock:
                 self._tasks.discard(command.task_id)
             if answer is not None:
@@ -8559,6 +8697,11 @@ class ResidentServer:
             threads = list(self._threads)
         for thread in threads:
             thread.join(max(0.0, end - time.monotonic()))
+
+    def _forget_users(self, users: set[str]) -> None:
+        """The reaper forgot these users' slots: their name tables go too (a user who comes back starts over)."""
+        for user in users:
+            self._names.pop(user, None)
 
     # -- helpers -----------------------------------------------------------------------------------
 
@@ -8865,6 +9008,9 @@ class ResidentServer:
             pair = self._names.get(command.user_id, {}).get(injected)
             if pair is None:
                 pair = build_injected_names(self._known_pairs(command, view)).get(injected)
+            if pair is None and command.user_id not in self._names:  # a user forgotten after idling: list again
+                self._tool_list(command, refresh=False)
+                pair = self._names.get(command.user_id, {}).get(injected)
             if pair is None:
                 raise ToolNotFoundError(
                     f"no tool is injected as {_clip(repr(injected), 80)} for this user", details={"name": injected}

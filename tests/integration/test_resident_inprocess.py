@@ -174,7 +174,7 @@ def test_pool_eviction_limit_reaping_and_backoff(tmp_path):
         pool.use(a2, 1)
         with pytest.raises(bkmcp.ResourceLimitError) as info:
             pool.session(pool.slot("c", _Row("s1")), _server("s1"), 30)
-        assert info.value.details == {"limit": 2, "live": 2, "scope": "all"}
+        assert info.value.details == {"limit": 2, "live": 2, "scope": "all", "kind": "stdio"}
         pool.use(a2, -1)
         time.sleep(0.1)
         pool.reap_once()  # a2 idle past the idle timeout: closed; b1 in use: kept

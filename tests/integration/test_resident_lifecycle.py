@@ -6,7 +6,9 @@ wall-clock thresholds."""
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import sys
 import threading
 import time
 from pathlib import Path
@@ -249,3 +251,111 @@ def test_registry_write_lock_each_command_waits_at_most_its_own_timeout(tmp_path
     assert all("800 ms" in a["error"] or "locked" in a["error"] for a in quick), quick
     assert res.wait(patient)["success"] is True  # it waited for the lock within its own 60 s and then ran
     assert texts(srv) == ["warm", "patient"]
+
+
+# -- item 11: reaping a user's session frees its memory ----------------------------------------------------------
+
+
+def rss_kb(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+
+
+def test_reaped_users_leave_no_memory_behind(tmp_path, resident, http_mock):
+    """Issue 16 item 11. Before: every user ever seen stayed in memory (slots, catalogues, name tables) even after
+    idle reaping: with a 2 000-tool per-user server, RSS grew by megabytes per user. Now users that were reaped
+    leave RSS within 15 % of its value after the first (warm-up) round."""
+    srv = http_mock({"generate_tools": 2000, "versions": ["2025-03-26"]})  # legacy: each closed session is a DELETE
+    reg = registry(tmp_path, [http_row("big", srv.url, isolation="user", protocol_version="2025-03-26")])
+    res = resident(reg, "--idle-timeout", "200ms")
+
+    def round_of(users: list[str]) -> None:
+        ended = len(srv.requests(http_method="DELETE"))
+        for user in users:
+            assert len(res.ok("list_tools", user)["tools"]) == 2005
+            res.ok("call_tool", user, name="mcp_big_gen_00001", arguments={"value": user})
+        until(lambda: len(srv.requests(http_method="DELETE")) >= ended + len(users), "the sessions were reaped")
+
+    round_of([f"warm-{i}" for i in range(4)])
+    round_of([f"warm2-{i}" for i in range(4)])
+    warm = rss_kb(res.proc.pid)
+    for wave in range(5):
+        round_of([f"user-{wave}-{i}" for i in range(4)])
+    assert rss_kb(res.proc.pid) <= warm * 1.15, (warm, rss_kb(res.proc.pid))
+    # a reaped user who comes back finds their tools again, by injected name too
+    again = res.ok("call_tool", "warm-0", name="mcp_big_gen_00002", arguments={"value": "back"})
+    assert again["result"]["isError"] is False
+
+
+# -- item 12: file descriptors --------------------------------------------------------------------------------
+
+
+def test_many_users_http_sessions_under_a_small_fd_limit_never_internal_error(tmp_path, resident, http_mock):
+    """Issue 16 item 12. Before: per-user HTTP sessions were unlimited and each kept its socket, so with a small
+    ``ulimit -n`` the users exhausted the descriptors and a stdio start then failed with internal_error
+    (OSError: [Errno 24]). Now HTTP sessions count in a limit derived from --max-processes and the fd limit
+    (the least recently used idle one is closed), and exhaustion is resource_limit, never internal_error."""
+    srv = http_mock({"versions": ["2025-03-26"]})
+    rows = [
+        http_row("crm", srv.url, isolation="user", protocol_version="2025-03-26"),
+        stdio_row("box", mock_stdio()),
+    ]
+    reg = registry(tmp_path, rows)
+    wrapper = tmp_path / "python-ulimit"
+    wrapper.write_text(f'#!/bin/sh\nulimit -n 100\nexec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    res = resident(reg, "--max-processes", "4", python=str(wrapper))
+    users = [f"u{i:03d}" for i in range(120)]
+    for wave in range(0, len(users), 6):  # users come and go: the least recently used idle session makes room
+        sent = [
+            res.send("call_tool", user, server_name="crm", tool_name="echo", arguments={"text": user})
+            for user in users[wave : wave + 6]
+        ]
+        answers = [res.wait(task) for task in sent]
+        assert [a["error_code"] for a in answers if not a["success"]] == []
+    assert sorted(texts(srv)) == users  # each call reached the server once
+    burst = [f"b{i:03d}" for i in range(60)]  # more users at once than the limit: refused cleanly, never lost
+    sent = [
+        res.send("call_tool", user, server_name="crm", tool_name="echo", arguments={"text": user}) for user in burst
+    ]
+    answers = [res.wait(task) for task in sent]
+    assert {a["error_code"] for a in answers if not a["success"]} <= {"resource_limit"}
+    assert sorted(t for t in texts(srv) if t.startswith("b")) == sorted(
+        a["result"]["result"]["content"][0]["text"].split('"')[3] for a in answers if a["success"]
+    )
+    boxes = [
+        res.ask("call_tool", user, server_name="box", tool_name="echo", arguments={"text": "b"}) for user in users[:6]
+    ]
+    assert all(b["success"] or b["error_code"] == "resource_limit" for b in boxes), boxes
+    assert len(os.listdir(f"/proc/{res.proc.pid}/fd")) < 100
+
+
+def sockets(pid: int) -> int:
+    count = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            count += os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
+        except OSError:
+            pass
+    return count
+
+
+def test_an_idle_http_session_keeps_no_socket_open(tmp_path, resident, http_mock):
+    """Issue 16 item 12: the reaper closes the keep-alive connections of an HTTP session nobody uses (a public one is
+    never reaped); the session itself stays and the next call opens a new connection. Before: each session held
+    its sockets for as long as it lived."""
+    srv = http_mock({"versions": ["2025-03-26"]})
+    res = resident(
+        registry(tmp_path, [http_row("pub", srv.url, protocol_version="2025-03-26")]), "--idle-timeout", "1s"
+    )
+    base = sockets(res.proc.pid)
+    sent = [
+        res.send("call_tool", f"u{i}", server_name="pub", tool_name="echo", arguments={"text": f"{i}"})
+        for i in range(8)
+    ]
+    assert all(res.wait(t)["success"] for t in sent)
+    until(lambda: sockets(res.proc.pid) <= base, "the idle keep-alive connections were closed")
+    again = res.ok("call_tool", "u0", server_name="pub", tool_name="echo", arguments={"text": "again"})
+    assert again["result"]["isError"] is False
+    sessions = {e["session_id"] for e in srv.requests("tools/call")}
+    assert len(sessions) == 1  # the same MCP session throughout
