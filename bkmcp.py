@@ -7910,7 +7910,7 @@ class SessionPool:
     def resolve(self, view: Any, row: Any, user: str | None) -> ResolvedServer:
         """The server as this user may reach it; a public server never gets the user's credentials."""
         if row.problem is not None:
-            raise row.problem
+            raise _fresh_error(row.problem)  # never the stored object: its traceback would grow
         server = resolve_registry_server(
             row,
             view=view,
@@ -7977,10 +7977,16 @@ class SessionPool:
     def peek(self, user: str | None, row: Any) -> _Slot | None:
         key = ((user or "") if row.isolation == "user" else "", row.name)
         with self._lock:
-            slot = self._slots.get(key)
-            if slot is not None:  # seen now: not forgotten by the reaper while this command uses it
-                slot.last_used = time.monotonic()
-            return slot
+            return self._slots.get(key)
+
+    def _register(self, slot: _Slot) -> bool:
+        """Under ``_lock``: put back a slot the reaper (or ``retire_gone``) forgot after a command found it, so
+        whatever it opens is counted, reaped and closed at shutdown; False when another slot took its place."""
+        key = (slot.user, slot.server)
+        found = self._slots.setdefault(key, slot)
+        if found is slot and slot.isolation == "public":
+            self._public.setdefault(slot.server, slot)
+        return found is slot
 
     # -- opening, limits ---------------------------------------------------------------------------
 
@@ -8084,6 +8090,13 @@ class SessionPool:
                 )
             if slot.fingerprint != fingerprint:
                 slot.tools = None
+            with self._lock:
+                registered = self._register(slot)
+            if not registered:  # forgotten and replaced meanwhile: never open a session nobody would close
+                raise _mark(
+                    ConnectionFailedError(f"the session of server {slot.server!r} was replaced meanwhile; retry"),
+                    sent=False,
+                )
             self._reserve(slot, server)
             session = ResidentSession(
                 server, log=self.log, insecure=self.opts.insecure, events=self.events, user_id=slot.user or None
@@ -8175,8 +8188,8 @@ class SessionPool:
         with self._lock:
             slot.users += delta
             slot.last_used = time.monotonic()
-            if delta > 0:  # forgotten by the reaper after this command found it: it counts (and is reaped) again
-                self._slots.setdefault((slot.user, slot.server), slot)
+            if delta > 0:
+                self._register(slot)
 
     def _check_open(self) -> None:
         if self._stop.is_set():
@@ -8213,7 +8226,7 @@ class SessionPool:
         if session is None:
             return
         end = time.monotonic() + timeout
-        while session.in_flight > 0 and time.monotonic() < end:
+        while (session.in_flight > 0 or session.leases > 0) and time.monotonic() < end:
             time.sleep(0.02)
         session.close()
 
@@ -8939,7 +8952,7 @@ class ResidentServer:
                 continue
             try:
                 if row.problem is not None:
-                    raise row.problem
+                    raise _fresh_error(row.problem)  # never the stored object: its traceback would grow
                 self.pool.resolve(view, row, command.user_id)
             except CredentialsMissingError:
                 entry["status"] = "no_credentials"

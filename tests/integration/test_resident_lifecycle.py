@@ -359,3 +359,17 @@ def test_an_idle_http_session_keeps_no_socket_open(tmp_path, resident, http_mock
     assert again["result"]["isError"] is False
     sessions = {e["session_id"] for e in srv.requests("tools/call")}
     assert len(sessions) == 1  # the same MCP session throughout
+
+
+def test_stdio_start_out_of_descriptors_is_resource_limit(tmp_path, resident):
+    """Issue 16 item 12: a stdio start that finds no file descriptor (EMFILE) is resource_limit, never internal_error
+    nor a misleading 'check command and args'."""
+    reg = registry(tmp_path, [stdio_row("box", mock_stdio())])
+    wrapper = tmp_path / "python-ulimit"
+    wrapper.write_text(f'#!/bin/sh\nulimit -n 40\nexec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    res = resident(reg, python=str(wrapper))
+    answers = [res.ask("connect_server", f"u{i}", server_name="box") for i in range(16)]
+    codes = [a.get("error_code") for a in answers if not a["success"]]
+    assert codes and set(codes) == {"resource_limit"}, answers
+    assert sum(a["success"] for a in answers) >= 1
