@@ -2719,7 +2719,7 @@ def is_exhaustion(exc: BaseException | None) -> bool:
     while exc is not None and seen < 8:
         if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM):
             return True
-        if isinstance(exc, (MemoryError,)) or (isinstance(exc, RuntimeError) and "can't start new thread" in str(exc)):
+        if isinstance(exc, MemoryError) or (isinstance(exc, RuntimeError) and "can't start new thread" in str(exc)):
             return True
         exc = exc.__cause__ or exc.__context__
         seen += 1
