@@ -131,8 +131,19 @@ EXIT_INTERRUPTED = 130
 class BkmcpError(Exception):
     """Root of every error bkmcp reports. Subclasses only set ``code`` and ``exit_status``.
 
+    An error is a value: every field is declared here and set when it is made; a raised error is never changed
+    (``copy(**changes)`` makes the changed one) and a stored one is never raised (raise a copy). Its words are
+    neutral; each front end words it once from its fields (the CLI's ``word_for_cli``, the resident's
+    ``_platform_error``).
+
     ``details`` are extra machine-readable fields of the error object (e.g. ``outcome``, ``variable``);
     ``data`` is what the remote operation produced before it failed (completed stages, raw results).
+    ``remedy`` names what ``hint`` (the neutral wording) advises, for a front end to say in its own words;
+    ``notes`` are further clauses of the hint that every front end keeps. A timeout keeps ``what`` did not
+    happen within ``budget`` seconds. ``cause`` is an error this one's message quotes (``{cause}`` in
+    ``message`` stands for its message), also reported as ``details.cause``. ``request_sent`` says whether the request
+    reached the wire (None: not known, which counts as sent: never resend). An HTTP status keeps
+    ``http_status``, ``http_message`` (the JSON-RPC message of the body, era evidence) and ``session_lost``.
     """
 
     code = "internal_error"
@@ -145,17 +156,59 @@ class BkmcpError(Exception):
         hint: str | None = None,
         data: dict[str, Any] | None = None,
         details: dict[str, Any] | None = None,
+        remedy: str | None = None,
+        notes: tuple[str, ...] = (),
+        what: str | None = None,
+        budget: float | None = None,
+        cause: BkmcpError | None = None,
+        request_sent: bool | None = None,
+        http_status: int | None = None,
+        http_message: Message | None = None,
+        session_lost: bool = False,
     ) -> None:
-        super().__init__(message)
-        self.message = message
+        self.template = message
+        self.message: str = message if cause is None else message.replace("{cause}", cause.message)
+        super().__init__(self.message)
         self.hint = hint
         self.data = data
         self.details = dict(details or {})
+        self.remedy = remedy
+        self.notes = notes
+        self.what = what
+        self.budget = budget
+        self.cause = cause
+        if cause is not None:
+            self.details["cause"] = {"code": cause.code, "message": cause.message, **cause.details}
+        self.request_sent = request_sent
+        self.http_status = http_status
+        self.http_message = http_message
+        self.session_lost = session_lost
+
+    _FIELDS = (
+        "hint", "data", "details", "remedy", "notes", "what", "budget", "cause",
+        "request_sent", "http_status", "http_message", "session_lost",
+    )  # fmt: skip
+
+    def copy(self, **changes: Any) -> BkmcpError:
+        """A new error of the same class with ``changes`` to its fields (``message`` included); the chain it was
+        raised from stays, its traceback does not."""
+        fields = {name: getattr(self, name) for name in self._FIELDS}
+        fields["details"] = dict(self.details)
+        fields.update(changes)
+        copy = type(self)(fields.pop("message", self.template), **fields)
+        copy.__cause__, copy.__suppress_context__ = self.__cause__, self.__suppress_context__
+        return copy
+
+    @property
+    def full_hint(self) -> str | None:
+        """The neutral hint with its notes."""
+        return "; ".join(part for part in (self.hint, *self.notes) if part) or None
 
     def error_object(self) -> dict[str, Any]:
         obj: dict[str, Any] = {"code": self.code, "message": self.message}
-        if self.hint:
-            obj["hint"] = self.hint
+        hint = self.full_hint
+        if hint:
+            obj["hint"] = hint
         obj.update(self.details)
         return obj
 
@@ -410,8 +463,8 @@ if not TYPE_CHECKING:
                     if isinstance(default, _Field)
                     else default
                 )
-            twin = dataclasses.dataclass(frozen=frozen)(type(owner.__name__, (), body))
-            found: dict[str, Any] = twin.__dataclass_fields__  # type: ignore[attr-defined]
+            twin: Any = dataclasses.dataclass(frozen=frozen)(type(owner.__name__, (), body))
+            found: dict[str, Any] = twin.__dataclass_fields__
             type.__setattr__(owner, "__dataclass_fields__", found)  # later lookups are a plain attribute
             return found
 
@@ -854,24 +907,15 @@ class Deadline:
 _SLOW_HINT = "allow more time if the server is slow"
 
 
-def _remedy(error: BkmcpError, key: str) -> BkmcpError:
-    """Mark ``error`` with a remedy that each front end words its own way (the CLI names its options): the
-    neutral hint it has now is what a front end may replace."""
-    error.remedy = key  # type: ignore[attr-defined]
-    error.neutral_hint = error.hint  # type: ignore[attr-defined]
-    return error
-
-
 def budget_error(
-    what: str, seconds: float, *, remedy: str = "timeout", hint: str = _SLOW_HINT, details: dict[str, Any] | None = None
+    what: str, seconds: float, *, remedy: str = "timeout", hint: str = _SLOW_HINT, **fields: Any
 ) -> McpTimeoutError:
     """``what`` did not happen within the ``seconds`` budget, in neutral words. ``what`` and ``budget`` stay on
     the error so that each front end words its own message (the CLI names ``--timeout``, the resident mode a
     command's ``timeout_ms``)."""
-    error = McpTimeoutError(f"{what} within {format_duration(seconds)}", hint=hint, details=details)
-    error.what, error.budget = what, seconds  # type: ignore[attr-defined]
-    _remedy(error, remedy)
-    return error
+    return McpTimeoutError(
+        f"{what} within {format_duration(seconds)}", hint=hint, remedy=remedy, what=what, budget=seconds, **fields
+    )
 
 
 class CancelToken:
@@ -2665,8 +2709,8 @@ def reject_excluded_tool(excluded: Sequence[Mapping[str, Any]], name: str, serve
 #   ``shared_stream`` (one stream for all messages: a silent server needs a probe window, cancellation needs a
 #   notification), ``restartable`` (a child process that may be started again).
 # Foreign exceptions are translated once, here (``_httpx_boundary``), with ``raise … from exc``; HTTP statuses
-# become section-1 errors before they leave this section (``http_status``/``session_lost`` attributes say what
-# the status was, for era evidence and lost sessions).
+# become section-1 errors before they leave this section (their declared ``http_status``, ``http_message`` and
+# ``session_lost`` fields say what the status was, for era evidence and lost sessions).
 
 if TYPE_CHECKING:
     from typing import Protocol
@@ -2706,45 +2750,43 @@ class Transport(Protocol):
 
 
 def _mark(error: BkmcpError, *, sent: bool) -> BkmcpError:
-    error.request_sent = sent  # type: ignore[attr-defined]
-    return error
+    """``error`` saying whether its request reached the wire (a copy: ``error`` may have been raised)."""
+    return error.copy(request_sent=sent)
 
 
 def request_was_sent(error: BaseException) -> bool:
-    return bool(getattr(error, "request_sent", True))
+    """Whether the request reached the wire; not known counts as sent (never resend)."""
+    return not isinstance(error, BkmcpError) or error.request_sent is not False
 
 
 def status_failure(status: int, message: Message | None, text: str, method: str, *, with_session: bool) -> RemoteError:
-    """A non-2xx answer that is not 3xx/401/403, as the error to report; ``http_status``, ``http_message`` (the
-    JSON-RPC message of the body, era evidence) and ``session_lost`` stay on it for the flows."""
-    error: RemoteError
-    if message is not None and message.kind == "error" and message.error is not None:
-        error = rpc_error_exception(method, message.error)
-        error.details["http_status"] = status
-        if isinstance(error, ProtocolError):
-            error.message = (
-                f"the server answered {method} with HTTP {status} and JSON-RPC error "
-                f"{message.error.get('code')}: {_clip(str(message.error.get('message')), 300)}"
-            )
-    else:
-        snippet = f": {_clip(text.strip(), 200)}" if text.strip() else ""
-        error = ProtocolError(
-            f"the server answered {method} with HTTP {status}{snippet}", details={"http_status": status}
-        )
+    """A non-2xx answer that is not 3xx/401/403, as the error to report, with its ``http_status``,
+    ``http_message`` (the JSON-RPC message of the body, era evidence) and ``session_lost`` fields for the flows."""
     rpc_error = message.error if message is not None and message.kind == "error" else None
-    error.http_status = status  # type: ignore[attr-defined]
-    error.http_message = message  # type: ignore[attr-defined]
     # 404 on a request carrying a session id (spec), or server-everything's 400 "No valid session ID"
-    error.session_lost = with_session and (  # type: ignore[attr-defined]
-        status == 404
-        or (status == 400 and bool(rpc_error) and "session" in str((rpc_error or {}).get("message", "")).lower())
+    fields: dict[str, Any] = {
+        "http_status": status,
+        "http_message": message,
+        "session_lost": with_session
+        and (
+            status == 404
+            or (status == 400 and rpc_error is not None and "session" in str(rpc_error.get("message", "")).lower())
+        ),
+        "request_sent": True,
+    }
+    if rpc_error is not None:
+        error = rpc_error_exception(method, rpc_error)
+        changes: dict[str, Any] = {"details": {**error.details, "http_status": status}}
+        if isinstance(error, ProtocolError):
+            changes["message"] = (
+                f"the server answered {method} with HTTP {status} and JSON-RPC error "
+                f"{rpc_error.get('code')}: {_clip(str(rpc_error.get('message')), 300)}"
+            )
+        return error.copy(**changes, **fields)  # type: ignore[return-value]
+    snippet = f": {_clip(text.strip(), 200)}" if text.strip() else ""
+    return ProtocolError(
+        f"the server answered {method} with HTTP {status}{snippet}", details={"http_status": status}, **fields
     )
-    error.request_sent = True  # type: ignore[attr-defined]
-    return error
-
-
-def http_status_of(error: BaseException) -> int | None:
-    return getattr(error, "http_status", None)
 
 
 _LONE_SURROGATE = _lazy_re("[\ud800-\udfff]")
@@ -2857,7 +2899,7 @@ def translate_httpx_error(exc: BaseException, url: str, deadline: Deadline) -> B
         )
     if isinstance(exc, httpx.TimeoutException):
         sent = not isinstance(exc, (httpx.ConnectTimeout, httpx.PoolTimeout))
-        return _mark(budget_error(f"no answer from {target}", deadline.seconds), sent=sent)
+        return budget_error(f"no answer from {target}", deadline.seconds, request_sent=sent)
     chain: list[BaseException] = []
     cursor: BaseException | None = exc
     while cursor is not None and len(chain) < 10:
@@ -2868,15 +2910,11 @@ def translate_httpx_error(exc: BaseException, url: str, deadline: Deadline) -> B
 
     if isinstance(exc, httpx.ConnectError):
         if any(isinstance(e, ssl.SSLError) for e in chain) or "SSL" in str(exc) or "TLS" in str(exc):
-            return _mark(
-                _remedy(
-                    ConnectionFailedError(
-                        f"TLS handshake with {target} failed: {_clip(str(exc), 200)}",
-                        hint="check the URL scheme and the server certificate",
-                    ),
-                    "tls",
-                ),
-                sent=False,
+            return ConnectionFailedError(
+                f"TLS handshake with {target} failed: {_clip(str(exc), 200)}",
+                hint="check the URL scheme and the server certificate",
+                remedy="tls",
+                request_sent=False,
             )
         if (
             any(isinstance(e, socket.gaierror) for e in chain)
@@ -3227,12 +3265,12 @@ class HttpTransport:
                     try:
                         self._check_status(response, "GET", with_session=self.session_id is not None)
                     except ProtocolError as exc:
-                        if http_status_of(exc) is None:
+                        if exc.http_status is None:
                             raise
                         raise _mark(
                             ConnectionFailedError(
                                 f"the server closed the event stream early and refused to resume it "
-                                f"(GET with Last-Event-ID: HTTP {http_status_of(exc)})",
+                                f"(GET with Last-Event-ID: HTTP {exc.http_status})",
                             ),
                             sent=True,
                         ) from None
@@ -3775,42 +3813,32 @@ class StdioTransport:
         self._ended = error or ConnectionFailedError(self.child.describe_exit(status))
         self._lost()
 
-    def _with_stderr(self, error: BkmcpError) -> BkmcpError:
+    def _with_stderr(self, error: BkmcpError, **changes: Any) -> BkmcpError:
+        """A copy of ``error`` with the child's recent stderr in its details (and ``changes``)."""
         tail = self.stderr_tail()
-        if tail:
-            error.details.setdefault("server_stderr", tail)
-        return error
+        if tail and "server_stderr" not in error.details:
+            changes["details"] = {**error.details, "server_stderr": tail}
+        return error.copy(**changes)
 
     def failure(self, method: str, request_id: Any, *, sent: bool) -> BkmcpError:
         """The error a request ends with when the child's stream ended (exit, closed stdout, a bad line)."""
         ended = self._ended
         if ended is not None and not isinstance(ended, ConnectionFailedError):
-            error: BkmcpError = type(ended)(ended.message, hint=ended.hint, details=dict(ended.details))
-            return _mark(error, sent=sent)
+            return ended.copy(request_sent=sent)  # the stored end, never raised itself
         status = self.child.returncode if ended is not None else self.child.exit_status(0.5)
         answer = f" before answering {method}" + (f" (id {request_id})" if request_id is not None else "")
-        return _mark(
-            self._with_stderr(
-                _remedy(
-                    ConnectionFailedError(
-                        f"the stdio server {self.child.describe_exit(status)}{answer}",
-                        hint=f'check "command", "args" and "env" of {self.child.where()}',
-                        details={"exit_status": status},
-                    ),
-                    "stdio_exit",
-                )
-            ),
-            sent=sent,
+        exited = ConnectionFailedError(
+            f"the stdio server {self.child.describe_exit(status)}{answer}",
+            hint=f'check "command", "args" and "env" of {self.child.where()}',
+            details={"exit_status": status},
+            remedy="stdio_exit",
         )
+        return self._with_stderr(exited, request_sent=sent)
 
     def timeout_error(self, method: str, deadline: Deadline) -> BkmcpError:
         self._spent = True
-        return _mark(
-            self._with_stderr(
-                budget_error(f"no answer to {method} from the stdio server", deadline.seconds, remedy="timeout_stdio")
-            ),
-            sent=True,
-        )
+        error = budget_error(f"no answer to {method} from the stdio server", deadline.seconds, remedy="timeout_stdio")
+        return self._with_stderr(error, request_sent=True)
 
     # -- writing ---------------------------------------------------------------------------------------
 
@@ -3869,7 +3897,7 @@ class StdioTransport:
                 try:
                     left = deadline.remaining()
                 except McpTimeoutError as exc:
-                    raise _mark(self._with_stderr(exc), sent=True) from None  # partly written: never resend
+                    raise self._with_stderr(exc, request_sent=True) from None  # partly written: never resend
                 select.select([], [fd], [], min(left, _STDIO_POLL))
         finally:
             self._write_lock.release()
@@ -4244,9 +4272,9 @@ def _discover_step(session: McpSession, ctx: OpContext, step: Step) -> Evidence:
             raise rpc_error_exception("server/discover", answer.error or {})
         evidence = Evidence(200, answer)
     except RemoteError as exc:
-        status = http_status_of(exc)
+        status = exc.http_status
         if status is not None:
-            message = getattr(exc, "http_message", None)
+            message = exc.http_message
             if not probing and not (
                 status == 404
                 and message is not None
@@ -4312,9 +4340,9 @@ def request_result(session: McpSession, ctx: OpContext, method: str, params: dic
         try:
             answer = session.request(method, params, ctx)
         except RemoteError as exc:
-            if getattr(exc, "session_lost", False) and attempt == 0 and rules.handshake and not ctx.renewed:
+            if exc.session_lost and attempt == 0 and rules.handshake and not ctx.renewed:
                 ctx.renewed = True  # once per operation: a server that keeps losing it is an error
-                ctx.log.debug(f"the server lost the session (HTTP {http_status_of(exc)}); re-initializing once")
+                ctx.log.debug(f"the server lost the session (HTTP {exc.http_status}); re-initializing once")
                 session.renew(ctx, session_id)
                 continue
             raise
@@ -4331,14 +4359,12 @@ def discover_tools(session: McpSession, ctx: OpContext) -> tuple[list[dict[str, 
     pages = 0
 
     def incomplete(reason: str, cause: BkmcpError | None = None) -> DiscoveryIncompleteError:
-        details: dict[str, Any] = {"pages": pages, "tools_seen": len(tools)}
-        if cause is not None:
-            details["cause"] = {"code": cause.code, "message": cause.message, **cause.details}
         return DiscoveryIncompleteError(
             f"tool discovery is incomplete: {reason} (after {pages} page(s), {len(tools)} tool(s))",
             hint="the server's catalogue could not be read to the end; nothing is reported as complete",
-            details=details,
+            details={"pages": pages, "tools_seen": len(tools)},
             data={"pages": pages, "tool_count": len(tools), "complete": False, "tools": tools},
+            cause=cause,
         )
 
     session.core.tools_stale = False
@@ -4350,7 +4376,7 @@ def discover_tools(session: McpSession, ctx: OpContext) -> tuple[list[dict[str, 
         except RemoteError as exc:
             if pages == 0:
                 raise
-            raise incomplete(f"page {pages + 1} failed: {exc.message}", exc) from exc
+            raise incomplete(f"page {pages + 1} failed: {{cause}}", exc) from exc
         pages += 1
         for tool in result["tools"]:
             name = tool["name"]
@@ -4397,14 +4423,12 @@ def find_tool(tools: Sequence[dict[str, Any]], name: str, server_name: str) -> d
             return tool
     names = [str(t.get("name")) for t in tools]
     close = closest_names(name, names)
-    error = ToolNotFoundError(
+    raise ToolNotFoundError(
         f"server {server_name!r} has no tool {name!r} ({len(names)} tools discovered)",
         hint=f"did you mean {', '.join(close)}?" if close else "list the server's tools",
         details={"suggestions": close},
+        remedy=None if close else "list_tools",
     )
-    if not close:
-        _remedy(error, "list_tools")
-    raise error
 
 
 _progress_tokens = iter(range(1, 1 << 62))
@@ -4438,30 +4462,25 @@ def call_tool(
             _cancel(session, rules, handle.id, reason=reason)
         raise
     except RemoteError as exc:
-        status = http_status_of(exc)
+        status = exc.http_status
+        if exc.session_lost:
+            raise ConnectionFailedError(
+                f"the server lost the session (HTTP {status}) while tools/call was in flight; "
+                "bkmcp never resends a call",
+                hint="the tool may or may not have run; check before calling again",
+                details={"http_status": status, "outcome": "unknown"},
+                data=dict(base),
+            ) from None
         if status is not None:
-            if getattr(exc, "session_lost", False):
-                lost = ConnectionFailedError(
-                    f"the server lost the session (HTTP {status}) while tools/call was in flight; "
-                    "bkmcp never resends a call",
-                    hint="the tool may or may not have run; check before calling again",
-                    details={"http_status": status},
-                )
-                lost.details["outcome"] = "unknown"
-                exc = lost
-            elif status >= 500:
-                exc.details["outcome"] = "unknown"
-            exc.data = dict(base)
-            raise exc from None
+            unknown = {"outcome": "unknown"} if status >= 500 else {}
+            raise exc.copy(details={**exc.details, **unknown}, data=dict(base)) from None
         if isinstance(exc, McpTimeoutError) and request_was_sent(exc):
             _cancel(session, rules, handle.id, reason=f"timed out after {format_duration(ctx.deadline.seconds)}")
+        changes: dict[str, Any] = {"data": {**base, **(exc.data or {})}}
         if request_was_sent(exc) and not isinstance(exc, (AuthRequiredError, PermissionDeniedError)):
-            exc.details["outcome"] = "unknown"
-            exc.hint = (
-                exc.hint + "; " if exc.hint else ""
-            ) + "the call was sent and its outcome is unknown: check before calling again"
-        exc.data = {**base, **(exc.data or {})}
-        raise
+            changes["details"] = {**exc.details, "outcome": "unknown"}
+            changes["notes"] = (*exc.notes, "the call was sent and its outcome is unknown: check before calling again")
+        raise exc.copy(**changes)  # noqa: B904 - the same error, changed: its chain stays as it was
     finally:
         if line is not None:
             session.watch_progress(line.token, None)
@@ -4470,16 +4489,17 @@ def call_tool(
     try:
         result = check_result("tools/call", answer)
     except RemoteError as exc:
+        details = dict(exc.details)
         if isinstance(exc, ProtocolError) and answer.kind == "result":
-            exc.details["outcome"] = "unknown"
+            details["outcome"] = "unknown"
         if declined:
-            exc = CapabilityUnsupportedError(
+            raise CapabilityUnsupportedError(
                 f"the tool asked for {', '.join(_DECLINED_CAPABILITIES[m] for m in declined)}, which bkmcp "
                 f"does not support ({exc.message})",
-                details={"server_requests": declined, **exc.details},
-            )
-        exc.data = {**base, **(exc.data or {})}
-        raise exc from None
+                details={"server_requests": declined, **details},
+                data={**base, **(exc.data or {})},
+            ) from None
+        raise exc.copy(details=details, data={**base, **(exc.data or {})}) from None
     if declined:
         raise CapabilityUnsupportedError(
             f"the tool asked for {', '.join(_DECLINED_CAPABILITIES[m] for m in declined)} while running, which "
@@ -4510,14 +4530,13 @@ def _cancel(session: McpSession, rules: EraRules, request_id: Any, *, reason: st
 # -- the CLI's operations: one session each -------------------------------------------------------------
 
 
-def _staged_failure(error: RemoteError, data: dict[str, Any]) -> RemoteError:
+def _staged_failure(error: RemoteError, data: dict[str, Any]) -> BkmcpError:
     extra = error.data or {}
     data = dict(data)
     for key in ("pages", "tool_count", "complete"):
         if key in extra:
             data[key] = extra[key]
-    error.data = data
-    return error
+    return error.copy(data=data)
 
 
 def run_check(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict[str, Any]:
@@ -4585,7 +4604,7 @@ def run_tools(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict
             partial, excluded = (exc.data or {}).get("tools", []), []
             if session.era == "modern":
                 partial, excluded = split_excluded_tools(partial)
-            exc.data = {
+            staged = {
                 "server": server.name,
                 "protocol_version": session.protocol_version,
                 "tool_count": len(partial),
@@ -4593,7 +4612,7 @@ def run_tools(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict
                 "tools": partial,
                 "excluded": excluded,
             }
-            raise
+            raise exc.copy(data=staged)  # noqa: B904 - the same error with its data: its chain stays
     finally:
         session.close(ctx.deadline)
     return {
@@ -4623,8 +4642,7 @@ def run_call(
     try:
         session = open_session(server, ctx, insecure=insecure)
     except RemoteError as exc:  # e.g. a stdio server that exits at start: the envelope still names the call
-        exc.data = {"server": server.name, "tool": name, **(exc.data or {})}
-        raise
+        raise exc.copy(data={"server": server.name, "tool": name, **(exc.data or {})})  # noqa: B904 - its chain stays
     try:
         tools, excluded = usable_tools(session, ctx, discover_tools(session, ctx)[0])
         reject_excluded_tool(excluded, name, server.name)
@@ -5152,10 +5170,12 @@ def _regex_shape(pattern: str) -> tuple[str | None, int, bool]:
     """(why the pattern may backtrack catastrophically or None, its degree k, anchored at the start), cached."""
     shape = _REGEX_SHAPES.get(pattern)
     if shape is None:
+        import importlib
+
         try:
-            from re import _parser as sre  # type: ignore[attr-defined]  # Python >= 3.11
+            sre: Any = importlib.import_module("re._parser")  # Python >= 3.11
         except ImportError:  # pragma: no cover - Python < 3.11
-            import sre_parse as sre  # type: ignore[no-redef]
+            sre = importlib.import_module("sre_parse")
         c = sre._constants if hasattr(sre, "_constants") else sre
         repeats = {c.MAX_REPEAT, c.MIN_REPEAT} | ({c.POSSESSIVE_REPEAT} if hasattr(c, "POSSESSIVE_REPEAT") else set())
         backrefs = {c.GROUPREF, c.GROUPREF_EXISTS} | ({c.GROUPREF_IGNORE} if hasattr(c, "GROUPREF_IGNORE") else set())
@@ -6674,12 +6694,6 @@ def check_registry_name(name: str) -> str | None:
     return check_server_name(name)
 
 
-def _fresh_error(error: BkmcpError) -> BkmcpError:
-    """A new exception equal to ``error``: a stored problem is raised by many threads, never the same object."""
-    copy = type(error)(error.message, hint=error.hint, details=dict(error.details))
-    return copy
-
-
 def _json_column(value: Any, column: str, where: str, kind: type) -> Any:
     """A JSON column: JSON text (SQLite, HTTP) or an already parsed value (HTTP). NULL or blank -> None."""
     if value is None or (isinstance(value, str) and not value.strip()):
@@ -6732,7 +6746,7 @@ def parse_registry_row(row: Mapping[str, Any], *, source: str) -> RegistryServer
         record.headers = _json_column(row.get("headers"), "headers", where, dict) or {}
         build_registry_config(record)  # the CLI's checks: command, args, env names, URL, header names and forms
     except InvalidConfigError as exc:
-        record.problem = exc
+        record.problem = exc.copy()  # stored without the traceback (and frames) of its raise
     return record
 
 
@@ -6770,12 +6784,12 @@ def select_credential(row: RegistryServer, *, view: RegistryView, user_id: str |
             )
         problem = view.credential_problems.get(("user", name))
         if problem is not None:
-            raise _fresh_error(problem)
+            raise problem.copy()  # a stored error is never raised itself
         if name in view.user_credentials:
             return view.user_credentials[name]
     problem = view.credential_problems.get(("system", name))
     if problem is not None:
-        raise _fresh_error(problem)
+        raise problem.copy()  # a stored error is never raised itself
     if name in view.system_credentials:
         return view.system_credentials[name]
     if row.isolation == "user":
@@ -6831,7 +6845,7 @@ def resolve_registry_server(
     (stdio) defaults to the CLI's minimal set taken from ``env``.
     """
     if row.problem is not None:
-        raise _fresh_error(row.problem)
+        raise row.problem.copy()
     if not row.enabled:
         raise ServerDisabledError(
             f"server {row.name!r} is disabled in {row.source}",
@@ -6843,10 +6857,10 @@ def resolve_registry_server(
         extra = build_credential_headers(row, credential) if row.transport_type == "http" else []
         config = build_registry_config(row, extra)
         resolved = resolve_server(config, env, user=credential)
-    except BkmcpError as exc:
-        if isinstance(exc, (CredentialsMissingError, AuthConflictError, MissingEnvironmentVariableError)):
-            exc.details.setdefault("server", row.name)
-        raise
+    except (CredentialsMissingError, AuthConflictError, MissingEnvironmentVariableError) as exc:
+        if "server" in exc.details:
+            raise
+        raise exc.copy(details={**exc.details, "server": row.name})  # noqa: B904 - the same error, completed
     for key, value in credential.items():
         resolved.redactor.add(value, whole=is_secret_name(key))
     resolved.cwd = None
@@ -6955,7 +6969,7 @@ def _build_view(
                     value, where=f"{source}: {kind} credentials of server {_safe_name(server_name)!r}"
                 )
             except InvalidConfigError as exc:
-                view.credential_problems[(kind, server_name)] = exc
+                view.credential_problems[(kind, server_name)] = exc.copy()  # no traceback kept
     return view
 
 
@@ -7222,7 +7236,7 @@ class HttpRegistry(Registry):
             if not flight.done.wait(self.timeout + 5):
                 raise RegistryError(f"{self.source} did not answer within {format_duration(self.timeout)}")
             if flight.error is not None:
-                raise _fresh_error(flight.error)
+                raise flight.error.copy()
             assert flight.view is not None
             return _copy_view(flight.view)
         try:
@@ -7234,7 +7248,7 @@ class HttpRegistry(Registry):
                 self._answers[key] = (self._clock(), flight.view)
             return _copy_view(flight.view)
         except BkmcpError as exc:
-            flight.error = exc
+            flight.error = exc.copy()  # what the followers raise copies of
             raise
         except Exception as exc:  # never leave followers waiting on a fetch that died of a bug
             flight.error = RegistryError(f"cannot read {self.source}: {type(exc).__name__}")
@@ -7731,7 +7745,7 @@ class SessionPool:
     def resolve(self, view: Any, row: Any, user: str | None) -> ResolvedServer:
         """The server as this user may reach it; a public server never gets the user's credentials."""
         if row.problem is not None:
-            raise row.problem
+            raise row.problem.copy()  # a stored error is never raised itself (its traceback would grow)
         server = resolve_registry_server(
             row,
             view=view,
@@ -8095,15 +8109,16 @@ def parse_command(line: bytes) -> _Command:
 
 
 def _platform_error(exc: BkmcpError, *, server: str | None = None, timeout: float | None = None) -> BkmcpError:
-    """The CLI's error worded for the platform: no CLI hints; a timeout names the budget in ms."""
+    """An error in the platform's words, built from its fields (a copy): no hints; a timeout names the
+    command's budget in ms."""
+    changes: dict[str, Any] = {"hint": None, "notes": (), "remedy": None}
     if isinstance(exc, McpTimeoutError) and timeout is not None:
         where = f" on server {server!r}" if server else ""
         sent = request_was_sent(exc)
-        exc.message = f"no answer{where} within {int(timeout * 1000)} ms" + (
+        changes["message"] = f"no answer{where} within {int(timeout * 1000)} ms" + (
             "; the call was sent and its outcome is unknown" if sent and exc.details.get("outcome") else ""
         )
-    exc.hint = None
-    return exc
+    return exc.copy(**changes)
 
 
 class _Worker:
@@ -8593,7 +8608,9 @@ class ResidentServer:
                 continue
             try:
                 if row.problem is not None:
-                    raise row.problem
+                    entry.update(status="failed", error_code=row.problem.code)
+                    servers.append(entry)
+                    continue
                 self.pool.resolve(view, row, command.user_id)
             except CredentialsMissingError:
                 entry["status"] = "no_credentials"
@@ -9417,25 +9434,17 @@ _CLI_REMEDIES = {
 
 
 def word_for_cli(error: BkmcpError, server_name: str) -> BkmcpError:
-    """``error`` in the CLI's words: budgets name ``--timeout``, remedies name CLI options."""
-    what, budget = getattr(error, "what", None), getattr(error, "budget", None)
-    if isinstance(error, McpTimeoutError) and what is not None and budget is not None:
-        error.message = f"{what} within --timeout {format_duration(budget)}"
-    remedy = _CLI_REMEDIES.get(getattr(error, "remedy", None) or "")
-    neutral = getattr(error, "neutral_hint", None)
-    if remedy is not None and neutral is not None and error.hint is not None and error.hint.startswith(neutral):
-        error.hint = remedy(neutral, server_name) + error.hint[len(neutral) :]
-        error.remedy = None  # type: ignore[attr-defined]  # worded once
-    cause = error.__cause__
-    if isinstance(cause, BkmcpError) and cause is not error:  # an incomplete discovery quotes the page's failure
-        before = cause.message
-        word_for_cli(cause, server_name)
-        if cause.message != before:
-            error.message = error.message.replace(before, cause.message)
-            recorded = error.details.get("cause")
-            if isinstance(recorded, dict) and recorded.get("message") == before:
-                recorded["message"] = cause.message
-    return error
+    """``error`` in the CLI's words, built from its fields: budgets name ``--timeout``, remedies name CLI options
+    (a copy; the error quoted as its ``cause`` is worded too)."""
+    changes: dict[str, Any] = {"remedy": None}
+    if error.what is not None and error.budget is not None:
+        changes["message"] = f"{error.what} within --timeout {format_duration(error.budget)}"
+    word = _CLI_REMEDIES.get(error.remedy or "")
+    if word is not None and error.hint is not None:
+        changes["hint"] = word(error.hint, server_name)
+    if error.cause is not None:
+        changes["cause"] = word_for_cli(error.cause, server_name)
+    return error.copy(**changes)
 
 
 def main(

@@ -355,11 +355,13 @@ def test_http_statuses_leave_the_transport_as_section_1_errors():
 def test_library_errors_are_neutral_and_the_cli_words_them():
     error = bkmcp.budget_error("no answer from http://h/mcp", 5.0)
     assert "--timeout" not in error.message + (error.hint or "")
-    error.hint += "; the call was sent and its outcome is unknown: check before calling again"
-    worded = bkmcp.word_for_cli(error, "s")
+    noted = error.copy(notes=("the call was sent and its outcome is unknown: check before calling again",))
+    worded = bkmcp.word_for_cli(noted, "s")
     assert worded.message == "no answer from http://h/mcp within --timeout 5s"
-    assert worded.hint.startswith("raise --timeout if the server is slow")
-    assert worded.hint.endswith("check before calling again")
+    hint = worded.error_object()["hint"]
+    assert hint.startswith("raise --timeout if the server is slow")
+    assert hint.endswith("check before calling again")
+    assert (noted.message, noted.remedy) == ("no answer from http://h/mcp within 5s", "timeout")  # never changed
 
 
 # -- the section rule ---------------------------------------------------------------------------------------
