@@ -17,7 +17,7 @@ uses only the sections above it:
                                 state) and negotiation as pure decision steps
     6. Transports               the Transport seam: HTTP via httpx (concurrent POSTs on one pooled client),
                                 stdio framing apart from child-process supervision
-    7. Client flows             McpSession (many requests in flight, per-request deadline and cancellation) and
+    7. Client flows             McpSession (many requests in flight, each with its own deadline) and
                                 the flows: negotiate, discover, call, check, tools, dry-run
     8. Schema flags             inputSchema -> typed flags, values, validation
     9. Output                   envelopes, --jq, help text
@@ -334,10 +334,6 @@ class ResourceLimitError(RemoteError):
 
 class RegistryError(BkmcpError):
     code = "registry_error"
-
-
-class OperationCancelled(Exception):  # noqa: N818 - a control-flow signal like KeyboardInterrupt, not an error
-    """A request or operation was cancelled through its ``CancelToken``; never reported as a code of its own."""
 
 
 def error_classes() -> list[type[BkmcpError]]:
@@ -918,53 +914,6 @@ def budget_error(
     )
 
 
-class CancelToken:
-    """Cancellation of one request or operation, from any thread: ``cancel(reason)`` sets it and runs the
-    callbacks registered with ``on_cancel`` (an HTTP transport closes the request's response stream)."""
-
-    def __init__(self) -> None:
-        import threading
-
-        self._event = threading.Event()
-        self._lock = _thread.allocate_lock()
-        self._callbacks: list[Callable[[], None]] = []
-        self.reason = "cancelled"
-
-    @property
-    def cancelled(self) -> bool:
-        return self._event.is_set()
-
-    def wait(self, seconds: float) -> bool:
-        return self._event.wait(seconds)
-
-    def cancel(self, reason: str = "cancelled") -> None:
-        with self._lock:
-            if self._event.is_set():
-                return
-            self.reason = reason
-            self._event.set()
-            callbacks, self._callbacks = self._callbacks, []
-        for callback in callbacks:
-            try:
-                callback()
-            except Exception:  # noqa: S110 - closing an already closed stream
-                pass
-
-    def on_cancel(self, callback: Callable[[], None]) -> Callable[[], None]:
-        """Run ``callback`` on cancellation (now, if already cancelled); returns a function that unregisters it."""
-        with self._lock:
-            if not self._event.is_set():
-                self._callbacks.append(callback)
-                return lambda: self._discard(callback)
-        callback()
-        return lambda: None
-
-    def _discard(self, callback: Callable[[], None]) -> None:
-        with self._lock:
-            if callback in self._callbacks:
-                self._callbacks.remove(callback)
-
-
 # -- logging -------------------------------------------------------------------------------------------
 
 
@@ -1096,15 +1045,12 @@ class ProgressLine:
 @dataclass
 class OpContext:
     """What one operation carries through the flows of section 7 instead of module or process state: its time
-    budget, its cancellation, where it runs and who logs for it. ``progress`` (a factory of ``ProgressLine`` for a
-    token) asks servers for progress on calls (docs/contract.md §5); ``renewed`` records that a lost legacy session was
-    re-initialized (once per operation)."""
+    budget and who logs for it. ``progress`` (a factory of ``ProgressLine`` for a token) asks servers for progress
+    on calls (docs/contract.md §5); ``renewed`` records that a lost legacy session was re-initialized (once per
+    operation)."""
 
     deadline: Deadline
     log: Log
-    cancel: CancelToken | None = None
-    cwd: str = "."
-    home: str | None = None
     progress: Callable[[str], ProgressLine] | None = None  # token -> the line that shows that call's progress
     renewed: bool = False
 
@@ -1729,15 +1675,33 @@ class EraRules:
     request_meta: bool  # params._meta protocolVersion / clientCapabilities / clientInfo on every request
     method_headers: bool  # Mcp-Method, Mcp-Name, Mcp-Param-*
     sse_resumption: bool  # GET + Last-Event-ID when a POST's stream closes early
-    server_requests: bool  # server -> client requests may arrive on a stream
     cancel_notification: bool  # Ctrl-C sends notifications/cancelled (modern HTTP closes the stream)
+    # Mcp-Param-* come from inputSchema x-mcp-header: a tool whose declaration is invalid is excluded (§5)
+    header_exclusion: bool
+
+
+def _era(version: str, era: str = "legacy", **changes: bool) -> EraRules:
+    """A row of the table: the rules of 2025-11-25 with ``changes``."""
+    base = {"handshake": True, "version_header": True, "sessions": True, "request_meta": False}
+    base.update(method_headers=False, sse_resumption=True, cancel_notification=True, header_exclusion=False)
+    return EraRules(version=version, era=era, **{**base, **changes})
 
 
 ERA_TABLE: dict[str, EraRules] = {
-    "2025-03-26": EraRules("2025-03-26", "legacy", True, False, True, False, False, True, True, True),
-    "2025-06-18": EraRules("2025-06-18", "legacy", True, True, True, False, False, True, True, True),
-    "2025-11-25": EraRules("2025-11-25", "legacy", True, True, True, False, False, True, True, True),
-    "2026-07-28": EraRules("2026-07-28", "modern", False, True, False, True, True, False, False, False),
+    "2025-03-26": _era("2025-03-26", version_header=False),
+    "2025-06-18": _era("2025-06-18"),
+    "2025-11-25": _era("2025-11-25"),
+    "2026-07-28": _era(
+        "2026-07-28",
+        era="modern",
+        handshake=False,
+        sessions=False,
+        request_meta=True,
+        method_headers=True,
+        sse_resumption=False,
+        cancel_notification=False,
+        header_exclusion=True,
+    ),
 }
 
 
@@ -2399,9 +2363,30 @@ class ClientSession:
             self._answered.popitem(last=False)
 
     # -- era and session state -------------------------------------------------------------------------
+    # Only these verbs change it; transports and flows report what happened, the core decides what it means.
 
     def use(self, rules: EraRules) -> None:
         self.rules = rules
+
+    def handshake_started(self) -> None:
+        """A legacy ``initialize`` is on its way: no era until its answer (``apply_initialize``)."""
+        self.rules = None
+
+    def session_issued(self, method: str, headers: Mapping[str, str]) -> None:
+        """The HTTP headers of the answer to ``method``: the answer to ``initialize`` issues the session id
+        (``Mcp-Session-Id``, docs/protocol.md)."""
+        if method == "initialize":
+            issued = headers.get("mcp-session-id")
+            if issued:
+                self.session_id = issued
+
+    def session_ended(self) -> None:
+        """The session id is no longer valid (DELETE sent, or the server lost it)."""
+        self.session_id = None
+
+    def catalogue_read(self) -> None:
+        """A fresh ``tools/list`` is being read: a ``list_changed`` seen before it is answered by it."""
+        self.tools_stale = False
 
     def apply_initialize(self, message: Message, offered: str) -> EraRules:
         """The handshake answer, parsed in one place: the chosen version (or ``ProtocolError``) and server state."""
@@ -2473,8 +2458,7 @@ class Negotiation:
 
     def start(self) -> Step:
         if self.pinned is not None:
-            rules = era_rules(self.pinned)
-            if rules.era == "legacy":
+            if era_rules(self.pinned).handshake:
                 return Step("initialize", self.pinned)
             return Step("discover", self.pinned) if self.server_info else Step("done", self.pinned)
         return self._probe(LATEST_MODERN_VERSION)
@@ -2512,7 +2496,7 @@ class Negotiation:
         if self._restart_failure is not None:
             failure, self._restart_failure = self._restart_failure, None
             if not restarted:
-                raise failure
+                raise failure.copy()  # stored: raised as a copy
         elif not restarted:
             self._restarted_before = False  # the probe's child still runs: one restart stays available
         return Step("initialize", step.version)
@@ -2696,15 +2680,17 @@ def reject_excluded_tool(excluded: Sequence[Mapping[str, Any]], name: str, serve
 # 6. Transports
 # ======================================================================================================
 # A transport moves section-5 messages and decides nothing about eras or matching. The seam (``Transport``):
-#   ``attach(deliver, lost, state)``  ``deliver(message, related) -> bool`` takes every incoming message (True
-#       once ``related``, the request whose stream carried it, has been answered); ``lost()`` says a shared
-#       stream died (every request in flight on it failed); ``state`` is the session core (session id).
-#   ``send(message, *, rules, deadline, extra_headers, cancel)``  one request, notification or response. Over
-#       HTTP the answer's stream is read in the caller's thread and handed to ``deliver`` before ``send``
-#       returns (concurrent callers: concurrent POSTs on one pooled client); over stdio one line is written and
-#       a reader thread delivers what comes back.
+#   ``attach(deliver, lost, answer_headers)``  ``deliver(message, related) -> bool`` takes every incoming message
+#       (True once ``related``, the request whose stream carried it, has been answered); ``lost()`` says a shared
+#       stream died (every request in flight on it failed); ``answer_headers(method, headers)`` gets the HTTP
+#       headers of each answer to a request (the session core decides what they issue: the session id).
+#   ``send(message, *, rules, deadline, extra_headers, strict, session_id)``  one request, notification or
+#       response, under the session id the caller holds. Over HTTP the answer's stream is read in the caller's
+#       thread and handed to ``deliver`` before ``send`` returns (concurrent callers: concurrent POSTs on one
+#       pooled client); over stdio one line is written and a reader thread delivers what comes back.
 #   ``failure(method, request_id, sent)``, ``timeout_error(method, deadline)``  the errors a request waiting on
-#       a shared stream ends with; ``end_session(deadline, rules)``, ``restart_if_exited()``, ``close()``.
+#       a shared stream ends with; ``end_session(deadline, rules, session_id)``, ``restart_if_exited()``,
+#       ``close()``; ``alive`` (False once a child's stream ended) and ``pid`` (a child's, else None).
 #   Capability flags replace tests of the server type: ``has_sessions`` (Mcp-Session-Id, DELETE at close),
 #   ``shared_stream`` (one stream for all messages: a silent server needs a probe window, cancellation needs a
 #   notification), ``restartable`` (a child process that may be started again).
@@ -2714,6 +2700,9 @@ def reject_excluded_tool(excluded: Sequence[Mapping[str, Any]], name: str, serve
 
 if TYPE_CHECKING:
     from typing import Protocol
+
+    Deliver = Callable[[Message, Any], bool]  # deliver(message, related) -> the related request is answered
+    AnswerHeaders = Callable[[str, Mapping[str, str]], None]  # answer_headers(method, headers)
 else:
     Protocol = object
 
@@ -2725,7 +2714,13 @@ class Transport(Protocol):
     restartable: bool
     responses: int
 
-    def attach(self, deliver: Callable[[Message, Any], bool], lost: Callable[[], None], state: Any) -> None: ...
+    @property
+    def alive(self) -> bool: ...
+
+    @property
+    def pid(self) -> int | None: ...
+
+    def attach(self, deliver: Deliver, lost: Callable[[], None], answer_headers: AnswerHeaders) -> None: ...
 
     def send(
         self,
@@ -2734,8 +2729,8 @@ class Transport(Protocol):
         rules: EraRules | None,
         deadline: Deadline,
         extra_headers: Iterable[tuple[str, str]] = (),
-        cancel: CancelToken | None = None,
         strict: bool = True,
+        session_id: str | None = None,
     ) -> None: ...
 
     def failure(self, method: str, request_id: Any, *, sent: bool) -> BkmcpError: ...
@@ -2744,7 +2739,7 @@ class Transport(Protocol):
 
     def restart_if_exited(self) -> bool: ...
 
-    def end_session(self, deadline: Deadline, rules: EraRules | None = None) -> None: ...
+    def end_session(self, deadline: Deadline, rules: EraRules | None = None, session_id: str | None = None) -> None: ...
 
     def close(self, deadline: Deadline | None = None) -> None: ...
 
@@ -2950,13 +2945,13 @@ def translate_httpx_error(exc: BaseException, url: str, deadline: Deadline) -> B
 
 
 class _HttpxBoundary:
-    """``with _HttpxBoundary(url, deadline, cancel):`` the one place httpx exceptions become bkmcp errors
-    (``translate_httpx_error``), raised ``from`` the original; a cancelled request ends as ``OperationCancelled``."""
+    """``with _HttpxBoundary(url, deadline):`` the one place httpx exceptions become bkmcp errors
+    (``translate_httpx_error``), raised ``from`` the original."""
 
-    __slots__ = ("url", "deadline", "cancel")
+    __slots__ = ("url", "deadline")
 
-    def __init__(self, url: str, deadline: Deadline, cancel: CancelToken | None) -> None:
-        self.url, self.deadline, self.cancel = url, deadline, cancel
+    def __init__(self, url: str, deadline: Deadline) -> None:
+        self.url, self.deadline = url, deadline
 
     def __enter__(self) -> None:
         return None
@@ -2967,8 +2962,6 @@ class _HttpxBoundary:
         httpx = _import_httpx()
 
         if isinstance(exc, (httpx.HTTPError, httpx.StreamError, httpx.InvalidURL, UnicodeError)):
-            if self.cancel is not None and self.cancel.cancelled:
-                raise OperationCancelled(self.cancel.reason) from exc
             raise translate_httpx_error(exc, self.url, self.deadline) from exc
 
 
@@ -2981,6 +2974,8 @@ class HttpTransport:
     has_sessions = True
     shared_stream = False
     restartable = False
+    alive = True  # each request opens its own stream: nothing to lose between requests
+    pid = None
 
     def __init__(
         self, server: ResolvedServer, *, insecure: bool, log: Log, client: Any = None, die_with_parent: bool = False
@@ -2994,16 +2989,12 @@ class HttpTransport:
         self.responses = 0
         self._client: Any = client
         self._own_client = client is None
-        self._deliver: Callable[[Message, Any], bool] = lambda message, related: False
-        self._state: Any = None
+        self._deliver: Deliver = lambda message, related: False
+        self._answer_headers: AnswerHeaders = lambda method, headers: None
 
-    def attach(self, deliver: Callable[[Message, Any], bool], lost: Callable[[], None], state: Any) -> None:
+    def attach(self, deliver: Deliver, lost: Callable[[], None], answer_headers: AnswerHeaders) -> None:
         self._deliver = deliver
-        self._state = state
-
-    @property
-    def session_id(self) -> str | None:
-        return self._state.session_id if self._state is not None else None
+        self._answer_headers = answer_headers
 
     # -- plumbing --------------------------------------------------------------------------------------
 
@@ -3111,13 +3102,13 @@ class HttpTransport:
         rules: EraRules | None,
         deadline: Deadline,
         extra_headers: Iterable[tuple[str, str]] = (),
-        cancel: CancelToken | None = None,
         strict: bool = True,
+        session_id: str | None = None,
     ) -> None:
         if "method" in message and "id" in message:
-            self._request(message, rules, deadline, extra_headers, cancel)
+            self._request(message, rules, deadline, extra_headers, session_id)
         else:
-            self._post_one_way(message, rules, deadline, strict)
+            self._post_one_way(message, rules, deadline, strict, session_id)
 
     def _request(
         self,
@@ -3125,12 +3116,11 @@ class HttpTransport:
         rules: EraRules | None,
         deadline: Deadline,
         extra_headers: Iterable[tuple[str, str]],
-        cancel: CancelToken | None,
+        session_id: str | None,
     ) -> None:
         """POST one request and deliver every message of its answer until the response to it arrived."""
         request_id = message["id"]
         method = str(message.get("method"))
-        session_id = self.session_id
         headers = build_headers(
             rules, configured=self.configured, message=message, session_id=session_id, extra=extra_headers
         )
@@ -3142,67 +3132,52 @@ class HttpTransport:
             raise _mark(exc, sent=False) from None
         started = time.monotonic()
         self._log_request("POST", headers, message)
-        with _HttpxBoundary(self.url, deadline, cancel):
+        with _HttpxBoundary(self.url, deadline):
             with self._http().stream(
                 "POST", self.url, content=body, headers=_wire_headers(headers), timeout=timeout
             ) as response:
-                remove = cancel.on_cancel(response.close) if cancel is not None else None
-                try:
-                    self._log_response(response, started)
-                    self._check_status(response, method, with_session=session_id is not None)
-                    if method == "initialize":
-                        issued = response.headers.get("mcp-session-id")
-                        if issued and self._state is not None:
-                            self._state.session_id = issued
-                    ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
-                    if response.status_code == 202:  # whatever its content type: an answer with no response
-                        ctype = ""
-                    if ctype == "text/event-stream":
-                        decoder = SseDecoder()
-                        for incoming in self._read_sse(response, decoder, deadline):
-                            if self._deliver(incoming, request_id):
-                                return
-                    elif ctype == "application/json" or ctype.endswith("+json"):
-                        chunks = []
-                        for chunk in response.iter_bytes():  # the budget is checked while a slow body trickles in
-                            chunks.append(chunk)
-                            deadline.remaining()
-                        raw = b"".join(chunks)
-                        del chunks
-                        incoming_all = decode_messages(raw)
-                        for incoming in incoming_all:
-                            if self._deliver(incoming, request_id):
-                                return
-                        other = next((m for m in incoming_all if m.kind in ("result", "error")), None)
-                        if other is not None:
-                            raise ProtocolError(
-                                f"the server answered request id {request_id} with a response for "
-                                f"id {_clip(repr(other.id), 60)}"
-                            )
-                        raise ProtocolError(
-                            f"the server's JSON answer to {method} has no response for request id {request_id}"
+                self._log_response(response, started)
+                self._check_status(response, method, with_session=session_id is not None)
+                self._answer_headers(method, response.headers)  # the core decides what they issue
+                ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
+                if response.status_code == 202:  # whatever its content type: an answer with no response
+                    ctype = ""
+                if ctype == "text/event-stream":
+                    decoder = SseDecoder()
+                    for incoming in self._read_sse(response, decoder, deadline):
+                        if self._deliver(incoming, request_id):
+                            return
+                elif ctype == "application/json" or ctype.endswith("+json"):
+                    chunks = []
+                    for chunk in response.iter_bytes():  # the budget is checked while a slow body trickles in
+                        chunks.append(chunk)
+                        deadline.remaining()
+                    raw = b"".join(chunks)
+                    del chunks
+                    for incoming in decode_messages(raw):  # a response for another id is the core's Stray
+                        if self._deliver(incoming, request_id):
+                            return
+                    raise ProtocolError(
+                        f"the server's JSON answer to {method} has no response for request id {request_id}"
+                    )
+                elif response.status_code == 202 or not ctype:
+                    raise ProtocolError(
+                        f"the server answered request {method} with HTTP {response.status_code} and no JSON-RPC "
+                        "response"
+                        + (
+                            " (202 Accepted is only for notifications and responses)"
+                            if response.status_code == 202
+                            else ""
                         )
-                    elif response.status_code == 202 or not ctype:
-                        raise ProtocolError(
-                            f"the server answered request {method} with HTTP {response.status_code} and no JSON-RPC "
-                            "response"
-                            + (
-                                " (202 Accepted is only for notifications and responses)"
-                                if response.status_code == 202
-                                else ""
-                            )
-                        )
-                    else:
-                        raise ProtocolError(
-                            f"the server answered with unsupported content type {ctype!r} "
-                            "(expected application/json or text/event-stream)"
-                        )
-                finally:
-                    if remove is not None:
-                        remove()
+                    )
+                else:
+                    raise ProtocolError(
+                        f"the server answered with unsupported content type {ctype!r} "
+                        "(expected application/json or text/event-stream)"
+                    )
         # The POST's event stream ended before the response (docs/contract.md §5: 2025-11-25 resumption).
         if rules is not None and rules.sse_resumption and decoder is not None and decoder.last_event_id:
-            self._resume(decoder, request_id, rules, deadline, cancel)
+            self._resume(decoder, request_id, rules, deadline, session_id)
             return
         raise _mark(
             ConnectionFailedError(
@@ -3229,7 +3204,12 @@ class HttpTransport:
                 yield from decode_messages(event.data)
 
     def _resume(
-        self, decoder: SseDecoder, request_id: Any, rules: EraRules, deadline: Deadline, cancel: CancelToken | None
+        self,
+        decoder: SseDecoder,
+        request_id: Any,
+        rules: EraRules,
+        deadline: Deadline,
+        session_id: str | None,
     ) -> None:
         """GET + Last-Event-ID after the server's ``retry`` delay, until the response or the budget ends."""
         idle = 0
@@ -3245,25 +3225,22 @@ class HttpTransport:
                     ),
                     sent=True,
                 )
-            if cancel is not None and cancel.wait(delay):
-                raise OperationCancelled(cancel.reason)
-            if cancel is None:
-                time.sleep(delay)
+            time.sleep(delay)
             last_id = decoder.last_event_id
             assert last_id is not None
             headers = build_headers(
-                rules, configured=self.configured, session_id=self.session_id, accept="text/event-stream", extra=()
+                rules, configured=self.configured, session_id=session_id, accept="text/event-stream", extra=()
             )
             headers.append(("Last-Event-ID", last_id))
             started = time.monotonic()
             self._log_request("GET", headers, None)
-            with _HttpxBoundary(self.url, deadline, cancel):
+            with _HttpxBoundary(self.url, deadline):
                 with self._http().stream(
                     "GET", self.url, headers=_wire_headers(headers), timeout=self._timeout(deadline)
                 ) as response:
                     self._log_response(response, started)
                     try:
-                        self._check_status(response, "GET", with_session=self.session_id is not None)
+                        self._check_status(response, "GET", with_session=session_id is not None)
                     except ProtocolError as exc:
                         if exc.http_status is None:
                             raise
@@ -3293,14 +3270,16 @@ class HttpTransport:
                     sent=True,
                 )
 
-    def _post_one_way(self, message: dict[str, Any], rules: EraRules | None, deadline: Deadline, strict: bool) -> None:
+    def _post_one_way(
+        self, message: dict[str, Any], rules: EraRules | None, deadline: Deadline, strict: bool, session_id: str | None
+    ) -> None:
         """POST a notification or a response; expects 202 (any 2xx accepted)."""
-        headers = build_headers(rules, configured=self.configured, message=message, session_id=self.session_id)
+        headers = build_headers(rules, configured=self.configured, message=message, session_id=session_id)
         started = time.monotonic()
         self._log_request("POST", headers, message)
         what = str(message.get("method", "a response"))
         try:
-            with _HttpxBoundary(self.url, deadline, None):
+            with _HttpxBoundary(self.url, deadline):
                 with self._http().stream(
                     "POST",
                     self.url,
@@ -3310,7 +3289,7 @@ class HttpTransport:
                 ) as response:
                     self._log_response(response, started)
                     if strict:
-                        self._check_status(response, what, with_session=self.session_id is not None)
+                        self._check_status(response, what, with_session=session_id is not None)
         except BkmcpError as exc:
             if strict:
                 raise
@@ -3327,24 +3306,21 @@ class HttpTransport:
     def restart_if_exited(self) -> bool:
         return False
 
-    def end_session(self, deadline: Deadline, rules: EraRules | None = None) -> None:
-        """DELETE the legacy session (405 is fine); best effort, never raises."""
-        session_id = self.session_id
+    def end_session(self, deadline: Deadline, rules: EraRules | None = None, session_id: str | None = None) -> None:
+        """DELETE the legacy session ``session_id`` (405 is fine); best effort, never raises."""
         if session_id is None or self._client is None:
             return
         headers = build_headers(rules, configured=self.configured, session_id=session_id)
         started = time.monotonic()
         self._log_request("DELETE", headers, None)
         try:
-            with _HttpxBoundary(self.url, deadline, None):
+            with _HttpxBoundary(self.url, deadline):
                 response = self._client.request(
                     "DELETE", self.url, headers=_wire_headers(headers), timeout=self._timeout(deadline, cap=2.0)
                 )
             self._log_response(response, started)
         except BkmcpError as exc:
             self.log.debug(f"ending the session failed: {type(exc).__name__}")
-        if self._state is not None:
-            self._state.session_id = None
 
     def close(self, deadline: Deadline | None = None) -> None:
         if self._client is not None and self._own_client:
@@ -3724,7 +3700,7 @@ class StdioTransport:
         self._sent_at = 0.0
         self._spent = False
 
-    def attach(self, deliver: Callable[[Message, Any], bool], lost: Callable[[], None], state: Any) -> None:
+    def attach(self, deliver: Deliver, lost: Callable[[], None], answer_headers: AnswerHeaders) -> None:
         self._deliver = deliver
         self._lost = lost
 
@@ -3849,8 +3825,8 @@ class StdioTransport:
         rules: EraRules | None,
         deadline: Deadline,
         extra_headers: Iterable[tuple[str, str]] = (),
-        cancel: CancelToken | None = None,
         strict: bool = True,
+        session_id: str | None = None,
     ) -> None:
         """One line on the child's stdin. Headers (``Mcp-Param-*``) do not exist on stdio: everything the server
         needs is in the message and its ``_meta``."""
@@ -3913,7 +3889,7 @@ class StdioTransport:
         self.log.debug("the stdio server exited during the era probe; starting it again for initialize")
         return True
 
-    def end_session(self, deadline: Deadline, rules: EraRules | None = None) -> None:
+    def end_session(self, deadline: Deadline, rules: EraRules | None = None, session_id: str | None = None) -> None:
         """Nothing to end: a stdio server's lifetime is its process (``close``)."""
 
     def close(self, deadline: Deadline | None = None) -> None:
@@ -3940,7 +3916,7 @@ TRANSPORTS: dict[str, Callable[..., Any]] = {"http": HttpTransport, "stdio": Std
 # 7. Client flows
 # ======================================================================================================
 # ``McpSession`` drives the section-5 core over a section-6 transport: open once, then any number of requests,
-# many in flight at once (from as many threads), each with its own deadline and cancellation. The flows below —
+# many in flight at once (from as many threads), each with its own deadline. The flows below —
 # negotiate, discover, call, check, dry-run — take a session (or open one) and a per-operation ``OpContext``;
 # the CLI (section 11) and the resident mode (section 10) only parse their input, call them and render.
 
@@ -4007,7 +3983,7 @@ class McpSession:
         self._renew_lock = _thread.allocate_lock()
         self._handles: dict[tuple[type, Any], RequestHandle] = {}
         self._progress: dict[Any, Callable[[dict[str, Any]], bool]] = {}
-        self.transport.attach(self._deliver, self._lost, self.core)
+        self.transport.attach(self._deliver, self._lost, self._answer_headers)
 
     # -- state -----------------------------------------------------------------------------------------
 
@@ -4066,10 +4042,11 @@ class McpSession:
                 rules=None if handshake else rules,
                 deadline=deadline,
                 extra_headers=extra_headers,
-                cancel=ctx.cancel,
+                session_id=self.core.session_id,
             )
             handle.sent = True
-            self._wait(handle, method, deadline, ctx.cancel)
+            if not handle._event.wait(max(deadline.end - time.monotonic(), 0)):
+                raise self.transport.timeout_error(method, deadline)
         finally:
             with self._lock:
                 if self._handles.pop(_id_key(handle.id), None) is not None:
@@ -4079,18 +4056,13 @@ class McpSession:
         assert handle.message is not None
         return handle.message
 
-    def _wait(self, handle: RequestHandle, method: str, deadline: Deadline, cancel: CancelToken | None) -> None:
-        while not handle._event.is_set():
-            if cancel is not None and cancel.cancelled:
-                raise OperationCancelled(cancel.reason)
-            left = deadline.end - time.monotonic()
-            if left <= 0:
-                raise self.transport.timeout_error(method, deadline)
-            handle._event.wait(min(left, _STDIO_POLL))
-
     def notify(self, method: str, params: dict[str, Any] | None, deadline: Deadline, *, strict: bool = True) -> None:
         self.transport.send(
-            self.core.notification(method, params), rules=self.core.rules, deadline=deadline, strict=strict
+            self.core.notification(method, params),
+            rules=self.core.rules,
+            deadline=deadline,
+            strict=strict,
+            session_id=self.core.session_id,
         )
 
     def watch_progress(self, token: Any, callback: Callable[[dict[str, Any]], bool] | None) -> None:
@@ -4126,7 +4098,11 @@ class McpSession:
                 self._on_notification(event.message)
             elif isinstance(event, Reply):
                 self.transport.send(
-                    event.message, rules=self.core.rules, deadline=Deadline(_CANCEL_BUDGET), strict=False
+                    event.message,
+                    rules=self.core.rules,
+                    deadline=Deadline(_CANCEL_BUDGET),
+                    strict=False,
+                    session_id=self.core.session_id,
                 )
             elif isinstance(event, Declined):
                 self.log.warn(
@@ -4143,6 +4119,11 @@ class McpSession:
                 else:
                     self.log.debug(f"ignoring a response for another request id ({shown})")
         return answered
+
+    def _answer_headers(self, method: str, headers: Mapping[str, str]) -> None:
+        """The transport's callback with the HTTP headers of each answer to a request: the core decides."""
+        with self._lock:
+            self.core.session_issued(method, headers)
 
     def _on_notification(self, note: Message) -> None:
         self.notifications.append({"method": note.method, "params": note.params})
@@ -4173,7 +4154,7 @@ class McpSession:
 
     @property
     def alive(self) -> bool:
-        return not self.closed and getattr(self.transport, "alive", True)
+        return not self.closed and self.transport.alive
 
     def renew(self, ctx: OpContext, lost_session_id: str | None) -> None:
         """A legacy server lost the session: initialize again, once for everyone who saw the same session end."""
@@ -4181,7 +4162,7 @@ class McpSession:
         with self._renew_lock:
             if self.core.session_id != lost_session_id:
                 return  # another request already renewed it
-            self.core.session_id = None
+            self.core.session_ended()
             initialize(self, ctx, self.core.rules.version)
 
     def close(self, deadline: Deadline | None = None) -> None:
@@ -4191,13 +4172,15 @@ class McpSession:
             return
         self.closed = True
         try:
-            rules = self.core.rules
-            if rules is not None and rules.sessions and self.transport.has_sessions and self.core.session_id:
+            rules, session_id = self.core.rules, self.core.session_id
+            if rules is not None and rules.sessions and self.transport.has_sessions and session_id:
                 try:
                     left = (deadline.end - time.monotonic()) if deadline is not None else 2.0
-                    self.transport.end_session(Deadline(max(min(left, 2.0), 0.2)), rules=rules)
+                    self.transport.end_session(Deadline(max(min(left, 2.0), 0.2)), rules=rules, session_id=session_id)
                 except Exception as exc:  # cleanup never replaces the operation's own outcome
                     self.log.debug(f"session cleanup failed: {type(exc).__name__}")
+                with self._lock:
+                    self.core.session_ended()
         finally:
             self.transport.close(deadline)
             self._lost()
@@ -4306,7 +4289,7 @@ def _discover_step(session: McpSession, ctx: OpContext, step: Step) -> Evidence:
 
 def initialize(session: McpSession, ctx: OpContext, offer: str) -> None:
     """The legacy handshake: ``initialize`` (no version header yet), then ``notifications/initialized``."""
-    session.core.rules = None
+    session.core.handshake_started()
     answer = session.request("initialize", build_initialize_params(offer), ctx, rules=era_rules(offer), handshake=True)
     rules = session.core.apply_initialize(answer, offer)
     if rules.version != offer:
@@ -4367,7 +4350,7 @@ def discover_tools(session: McpSession, ctx: OpContext) -> tuple[list[dict[str, 
             cause=cause,
         )
 
-    session.core.tools_stale = False
+    session.core.catalogue_read()
     while True:
         if pages >= MAX_PAGES:
             raise incomplete(f"more than {MAX_PAGES} pages")
@@ -4408,7 +4391,7 @@ def usable_tools(
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(kept, excluded): in the modern era the tools whose inputSchema declares an invalid x-mcp-header are
     excluded (docs/contract.md §5, 2026-07-28: clients MUST exclude them), with one warning per operation."""
-    if session.era != "modern":
+    if session.rules is None or not session.rules.header_exclusion:
         return tools, []
     kept, excluded = split_excluded_tools(tools)
     if excluded:
@@ -4456,10 +4439,9 @@ def call_tool(
     handle = RequestHandle()
     try:
         answer = session.request("tools/call", params, ctx, extra_headers=extra, handle=handle)
-    except (KeyboardInterrupt, OperationCancelled) as exc:
+    except KeyboardInterrupt:
         if handle.id is not None:
-            reason = "interrupted by the user (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else str(exc)
-            _cancel(session, rules, handle.id, reason=reason)
+            _cancel(session, rules, handle.id, reason="interrupted by the user (Ctrl-C)")
         raise
     except RemoteError as exc:
         status = exc.http_status
@@ -4602,7 +4584,7 @@ def run_tools(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict
             tools, excluded = usable_tools(session, ctx, discover_tools(session, ctx)[0])
         except RemoteError as exc:
             partial, excluded = (exc.data or {}).get("tools", []), []
-            if session.era == "modern":
+            if session.rules is not None and session.rules.header_exclusion:
                 partial, excluded = split_excluded_tools(partial)
             staged = {
                 "server": server.name,
@@ -7286,7 +7268,7 @@ class HttpRegistry(Registry):
         try:
             timeout = httpx.Timeout(deadline.remaining())
             with (
-                _HttpxBoundary(self.url, deadline, None),
+                _HttpxBoundary(self.url, deadline),
                 client.stream("GET", target, headers=headers, timeout=timeout) as answer,
             ):
                 status = answer.status_code
@@ -7587,11 +7569,6 @@ class ResidentSession:
         session = self._session
         return bool(session is not None and session.core.tools_stale)
 
-    @tools_stale.setter
-    def tools_stale(self, value: bool) -> None:
-        if self._session is not None:
-            self._session.core.tools_stale = value
-
     def _ctx(self, timeout: float) -> OpContext:
         return OpContext(Deadline(max(timeout, 0.001)), self.log)
 
@@ -7606,7 +7583,7 @@ class ResidentSession:
             try:
                 negotiate(session, self._ctx(timeout))
             finally:
-                pid = getattr(session.transport, "pid", None)
+                pid = session.transport.pid
                 if pid is not None and self.pid is None:
                     self.pid = pid
                     self.events.emit("process.started", server=self.server.name, user=self.user_id, pid=pid)
@@ -9366,7 +9343,7 @@ class _Runner:
             arguments = read_body(inv.body, envr.stdin, envr.cwd, deadline)
         log = self.log
         progress = (lambda token: ProgressLine(log, token)) if log.verbose or log.is_tty else None
-        ctx = OpContext(deadline, log, cwd=envr.cwd, home=envr.env.get("HOME"), progress=progress)
+        ctx = OpContext(deadline, log, progress=progress)
         self.deadline = deadline
         try:
             self.remote_started = True
