@@ -80,7 +80,9 @@ if TYPE_CHECKING:
     import re
     from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
     from dataclasses import dataclass, field
-    from typing import IO, Any
+    from typing import IO, Any, TypeVar
+
+    _Error = TypeVar("_Error", bound="BkmcpError")
 else:
     from _collections_abc import Callable, Iterable, Iterator, Mapping, Sequence
 
@@ -189,7 +191,7 @@ class BkmcpError(Exception):
         "request_sent", "http_status", "http_message", "session_lost",
     )  # fmt: skip
 
-    def copy(self, **changes: Any) -> BkmcpError:
+    def copy(self: _Error, **changes: Any) -> _Error:
         """A new error of the same class with ``changes`` to its fields (``message`` included); the chain it was
         raised from stays, its traceback does not."""
         fields = {name: getattr(self, name) for name in self._FIELDS}
@@ -2694,7 +2696,7 @@ def reject_excluded_tool(excluded: Sequence[Mapping[str, Any]], name: str, serve
 #   Capability flags replace tests of the server type: ``has_sessions`` (Mcp-Session-Id, DELETE at close),
 #   ``shared_stream`` (one stream for all messages: a silent server needs a probe window, cancellation needs a
 #   notification), ``restartable`` (a child process that may be started again).
-# Foreign exceptions are translated once, here (``_httpx_boundary``), with ``raise … from exc``; HTTP statuses
+# Foreign exceptions are translated once, here (``_HttpxBoundary``), with ``raise … from exc``; HTTP statuses
 # become section-1 errors before they leave this section (their declared ``http_status``, ``http_message`` and
 # ``session_lost`` fields say what the status was, for era evidence and lost sessions).
 
@@ -2777,23 +2779,11 @@ def status_failure(status: int, message: Message | None, text: str, method: str,
                 f"the server answered {method} with HTTP {status} and JSON-RPC error "
                 f"{rpc_error.get('code')}: {_clip(str(rpc_error.get('message')), 300)}"
             )
-        return error.copy(**changes, **fields)  # type: ignore[return-value]
+        return error.copy(**changes, **fields)
     snippet = f": {_clip(text.strip(), 200)}" if text.strip() else ""
     return ProtocolError(
         f"the server answered {method} with HTTP {status}{snippet}", details={"http_status": status}, **fields
     )
-
-
-_LONE_SURROGATE = _lazy_re("[\ud800-\udfff]")
-
-
-def encode_body(message: Mapping[str, Any]) -> bytes:
-    """UTF-8 JSON; a lone surrogate (``"\\ud800"`` in --body is valid JSON) is re-escaped, not a crash."""
-    text = dump_json(message)
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:
-        return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text).encode("utf-8")
 
 
 def _wire_headers(headers: list[tuple[str, str]]) -> list[tuple[str, str | bytes]]:
@@ -3124,7 +3114,7 @@ class HttpTransport:
         headers = build_headers(
             rules, configured=self.configured, message=message, session_id=session_id, extra=extra_headers
         )
-        body = encode_body(message)
+        body = dump_json(message).encode("utf-8")  # dump_json escapes lone surrogates: always valid UTF-8
         decoder: SseDecoder | None = None
         try:
             timeout = self._timeout(deadline)
@@ -3199,9 +3189,6 @@ class HttpTransport:
                 del event  # the event text goes before its parsed value travels on (50 MB results)
                 yield from messages
             deadline.remaining()
-        for event in decoder.close():  # pragma: no cover - close() never dispatches (unterminated events drop)
-            if event.event == "message":
-                yield from decode_messages(event.data)
 
     def _resume(
         self,
@@ -3283,7 +3270,7 @@ class HttpTransport:
                 with self._http().stream(
                     "POST",
                     self.url,
-                    content=encode_body(message),
+                    content=dump_json(message).encode("utf-8"),
                     headers=_wire_headers(headers),
                     timeout=self._timeout(deadline),
                 ) as response:
@@ -3342,9 +3329,10 @@ def _decode_error_message(text: str) -> Message | None:
     return messages[0] if len(messages) == 1 else None
 
 
-_STDIO_EXIT_GRACE = 2.0  # after closing stdin: time to exit on its own (0.5 s once the budget is spent)
+_STDIO_EXIT_GRACE = 2.0  # after closing stdin: time to exit on its own
+_STDIO_QUICK_EXIT_GRACE = 0.5  # the same once the operation's budget is spent
 _STDIO_TERM_GRACE = 2.0  # after SIGTERM to the process group, before SIGKILL
-_STDIO_POLL = 0.1  # how often a wait for output also checks whether the child is still alive
+_STDIO_POLL = 0.1  # how often a write waiting for the child to read also checks whether it is still alive
 _STDIO_STDERR_TAIL = 20  # stderr lines kept (without -v) for error details
 _STDIO_LINE_CLIP = 500
 _PR_SET_PDEATHSIG = 1
@@ -3591,7 +3579,7 @@ class ChildProcess:
                 proc.stdin.close()
             except OSError:
                 pass
-        grace = 0.5 if quick else _STDIO_EXIT_GRACE
+        grace = _STDIO_QUICK_EXIT_GRACE if quick else _STDIO_EXIT_GRACE
         try:
             status: int | None = proc.wait(timeout=0 if stdin_busy else grace)
         except subprocess.TimeoutExpired:
@@ -3899,14 +3887,9 @@ class StdioTransport:
 
 
 def open_transport(server: ResolvedServer, *, insecure: bool, log: Log, **options: Any) -> Transport:
-    """The transport for ``server.type`` (a registry: one class + one entry per transport)."""
-    factory = TRANSPORTS.get(server.type)
-    if factory is None:
-        raise ConnectionFailedError(
-            f"{server.type} transport is not implemented in this build of bkmcp (server {server.name!r})",
-            hint="use an http server entry, or a build of bkmcp with the stdio transport",
-        )
-    return factory(server, insecure=insecure, log=log, **options)  # type: ignore[no-any-return]
+    """The transport for ``server.type`` (a registry: one class + one entry per transport; section 3 admits
+    only these types)."""
+    return TRANSPORTS[server.type](server, insecure=insecure, log=log, **options)  # type: ignore[no-any-return]
 
 
 TRANSPORTS: dict[str, Callable[..., Any]] = {"http": HttpTransport, "stdio": StdioTransport}
@@ -4045,8 +4028,9 @@ class McpSession:
                 session_id=self.core.session_id,
             )
             handle.sent = True
-            if not handle._event.wait(max(deadline.end - time.monotonic(), 0)):
-                raise self.transport.timeout_error(method, deadline)
+            while not handle._event.wait(max(deadline.end - time.monotonic(), 0)):  # woken by its answer
+                if time.monotonic() >= deadline.end:  # a wait may end a hair early: the deadline decides
+                    raise self.transport.timeout_error(method, deadline)
         finally:
             with self._lock:
                 if self._handles.pop(_id_key(handle.id), None) is not None:
@@ -4512,7 +4496,7 @@ def _cancel(session: McpSession, rules: EraRules, request_id: Any, *, reason: st
 # -- the CLI's operations: one session each -------------------------------------------------------------
 
 
-def _staged_failure(error: RemoteError, data: dict[str, Any]) -> BkmcpError:
+def _staged_failure(error: RemoteError, data: dict[str, Any]) -> RemoteError:
     extra = error.data or {}
     data = dict(data)
     for key in ("pages", "tool_count", "complete"):
@@ -5612,7 +5596,7 @@ class _JqOverBudget(Exception):
 
 
 JQ_MIN_BUDGET = 1.0  # seconds --jq always gets, even after an operation that spent its whole --timeout
-JQ_EXECUTABLE_CHECK_SECONDS = 10.0  # compiling with a jq executable: a jq that answers nothing in 10s is unusable
+JQ_EXECUTABLE_CHECK_SECONDS = 10.0  # compiling with a jq executable: a jq that answers nothing in this is unusable
 _JQ_HALT_MARK = "\ue000bkmcp-halt-"
 
 
@@ -7902,7 +7886,8 @@ class SessionPool:
             raise _mark(ConnectionFailedError("the resident process is shutting down"), sent=False)
 
     def crashed(self, slot: _Slot, session: ResidentSession) -> None:
-        """A child that exited: damp the next restarts (crashes in a row: 0, then 1 s doubling up to 30 s)."""
+        """A child that exited: damp the next restarts (crashes in a row: none, then 1 s doubling up to
+        ``_RESTART_BACKOFF_MAX``)."""
         slot.failures += 1
         delay = 0.0 if slot.failures <= 1 else min(_RESTART_BACKOFF_MAX, 2.0 ** (slot.failures - 2))
         slot.retry_at = time.monotonic() + delay
@@ -9399,7 +9384,7 @@ class _Runner:
         return self.emit_envelope(build_success(data), jq, EXIT_OK)
 
 
-# How the CLI words the remedies that library errors leave neutral (``_remedy``): it names its own options.
+# How the CLI words the remedies that library errors leave neutral (their ``remedy`` field): it names its own options.
 _CLI_REMEDIES = {
     "timeout": lambda hint, server: "raise --timeout if the server is slow, or run with -v to see which step waits",
     "timeout_stdio": lambda hint, server: "raise --timeout if the server is slow, or run with -v to see its stderr",

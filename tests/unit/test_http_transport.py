@@ -456,24 +456,6 @@ def test_transport_interface_directly():
         srv.stop()
 
 
-def test_open_transport_rejects_unknown_types():
-    server = ResolvedServer(
-        name="s",
-        type="carrier-pigeon",
-        config_file="/c",
-        url=None,
-        headers={},
-        command=None,
-        args=[],
-        env={},
-        cwd=None,
-        protocol_version=None,
-        auth_source="none",
-    )
-    with pytest.raises(bkmcp.ConnectionFailedError):
-        bkmcp.open_transport(server, insecure=False, log=Log(io.StringIO()))
-
-
 # -- fuzzing through the CLI: whatever the server answers, bkmcp exits 0, 1 or 2 with one envelope ------------
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402
