@@ -57,6 +57,10 @@ Exception tree (section 1)::
           +-- JqError               jq_error
           +-- ResourceLimitError    resource_limit         (resident)
 
+An error is a value: every field it carries (``request_sent``, ``http_status``, ``remedy``, ``what``/``budget``…)
+is declared on ``BkmcpError``; a raised or stored error is never changed (``copy(**changes)``), and each front end
+words it once from its fields (section 11 ``word_for_cli``, section 10 ``_platform_error``).
+
 Heavy dependencies (httpx, jsonschema, jq) are imported lazily by the code paths that need them, so
 ``bkmcp --help`` and ``bkmcp <server> --help`` import none of them. Nothing connects at import time.
 """
@@ -2692,7 +2696,8 @@ def reject_excluded_tool(excluded: Sequence[Mapping[str, Any]], name: str, serve
 #       pooled client); over stdio one line is written and a reader thread delivers what comes back.
 #   ``failure(method, request_id, sent)``, ``timeout_error(method, deadline)``  the errors a request waiting on
 #       a shared stream ends with; ``end_session(deadline, rules, session_id)``, ``restart_if_exited()``,
-#       ``close()``; ``alive`` (False once a child's stream ended) and ``pid`` (a child's, else None).
+#       ``close()``; ``alive`` (False once a child's stream ended), ``pid`` and ``exit_status`` (a child's, else
+#       None).
 #   Capability flags replace tests of the server type: ``has_sessions`` (Mcp-Session-Id, DELETE at close),
 #   ``shared_stream`` (one stream for all messages: a silent server needs a probe window, cancellation needs a
 #   notification), ``restartable`` (a child process that may be started again).
@@ -2721,6 +2726,9 @@ class Transport(Protocol):
 
     @property
     def pid(self) -> int | None: ...
+
+    @property
+    def exit_status(self) -> int | None: ...
 
     def attach(self, deliver: Deliver, lost: Callable[[], None], answer_headers: AnswerHeaders) -> None: ...
 
@@ -2965,7 +2973,7 @@ class HttpTransport:
     shared_stream = False
     restartable = False
     alive = True  # each request opens its own stream: nothing to lose between requests
-    pid = None
+    pid = exit_status = None  # no child process
 
     def __init__(
         self, server: ResolvedServer, *, insecure: bool, log: Log, client: Any = None, die_with_parent: bool = False
@@ -3695,6 +3703,12 @@ class StdioTransport:
     @property
     def pid(self) -> int | None:
         return self.child.pid
+
+    @property
+    def exit_status(self) -> int | None:
+        """The child's exit status once it exited (None while it runs, or before the first spawn)."""
+        proc = self.child.proc
+        return proc.poll() if proc is not None else self.child.returncode
 
     @property
     def spawns(self) -> int:
@@ -7591,11 +7605,7 @@ class ResidentSession:
         return call_tool(self._require(), self._ctx(timeout), name, arguments, tool)
 
     def exit_status(self) -> int | None:
-        child = getattr(self._session.transport, "child", None) if self._session is not None else None
-        if child is None:
-            return None
-        proc = child.proc
-        return proc.poll() if proc is not None else child.returncode
+        return self._session.transport.exit_status if self._session is not None else None
 
     def close(self) -> None:
         """Idempotent; ends the session and stops the child (stdin, SIGTERM, SIGKILL), reaping its group."""

@@ -144,7 +144,7 @@ class _FakeTransport:
     """The Transport seam with no I/O: answers each request from another thread after ``delay`` seconds."""
 
     kind, has_sessions, shared_stream, restartable, responses = "fake", False, True, False, 0
-    alive, pid = True, None
+    alive, pid, exit_status = True, None, None
 
     def __init__(self, delay: float | None) -> None:
         self.delay, self.sent = delay, []
