@@ -7895,12 +7895,20 @@ def build_session_redactor(system: Redactor, server: ResolvedServer) -> Redactor
     return redactor
 
 
-def build_command_redactor(system: Redactor, access_token: str | None, servers: Iterable[ResolvedServer]) -> Redactor:
-    """What a command's answer is scrubbed with: the system secrets, the command's access token and the secrets
-    of the servers it resolved (its own user's credentials), nobody else's."""
+def build_command_redactor(
+    system: Redactor,
+    access_token: str | None,
+    servers: Iterable[ResolvedServer],
+    credentials: Mapping[str, Mapping[str, str]] = {},  # noqa: B006 - read only
+) -> Redactor:
+    """What a command's answer is scrubbed with: the system secrets, the command's access token, the user's own
+    credentials and the secrets of the servers it resolved; nobody else's."""
     redactor = Redactor(base=system)
     if access_token:
         redactor.add(access_token, whole=False)
+    for credential in credentials.values():
+        for key, value in credential.items():
+            redactor.add(value, whole=is_secret_name(key))
     for server in servers:
         for secret in server.redactor._secrets:
             redactor.add(secret)
@@ -8222,7 +8230,7 @@ class SessionPool:
 
 
 class _Command:
-    __slots__ = ("task_id", "action", "params", "user_id", "access_token", "received", "servers")
+    __slots__ = ("task_id", "action", "params", "user_id", "access_token", "received", "servers", "credentials")
 
     def __init__(
         self, task_id: str, action: str, params: dict[str, Any], user_id: str | None, access_token: str | None
@@ -8234,6 +8242,7 @@ class _Command:
         self.access_token = access_token
         self.received = time.monotonic()
         self.servers: list[ResolvedServer] = []  # resolved for this command: their secrets scrub its answer
+        self.credentials: Mapping[str, Mapping[str, str]] = {}  # the user's own credentials (its registry view)
 
 
 def _field_type(params: Mapping[str, Any], name: str, kind: type, task_id: Any, what: str) -> Any:
@@ -8612,7 +8621,9 @@ class ResidentServer:
     # -- helpers -----------------------------------------------------------------------------------
 
     def _view(self, command: _Command) -> Any:
-        return self.registry.view(command.user_id, command.access_token)
+        view = self.registry.view(command.user_id, command.access_token)
+        command.credentials = view.user_credentials
+        return view
 
     def _row(self, view: Any, name: str) -> Any:
         row = view.servers.get(name)
@@ -8668,7 +8679,7 @@ class ResidentServer:
             raise
 
     def _scrubber(self, command: _Command) -> Redactor:
-        return build_command_redactor(self.log.redactor, command.access_token, command.servers)
+        return build_command_redactor(self.log.redactor, command.access_token, command.servers, command.credentials)
 
     def _tools(
         self, command: _Command, view: Any, row: Any, *, refresh: bool = False, connect: bool = False
@@ -8946,12 +8957,15 @@ class ResidentServer:
         arguments = {} if arguments is None else arguments
         timeout = self._timeout(command)
         row = self._row(view, server_name)
-        base = {"server": server_name, "tool": tool_name, "user": command.user_id, "task_id": command.task_id}
         tools = self._tools(command, view, row)
         tool = next((t for t in tools if isinstance(t, dict) and t.get("name") == tool_name), None)
         if tool is None:
             tools = self._tools(command, view, row, refresh=True)  # the server may have added it since
             tool = next((t for t in tools if isinstance(t, dict) and t.get("name") == tool_name), None)
+        # the tool name is the platform's text: scrubbed with this command's own secrets (the events' redactor
+        # knows the system ones only)
+        shown = tool_name if tool is not None else self._scrubber(command).scrub(tool_name)
+        base = {"server": server_name, "tool": shown, "user": command.user_id, "task_id": command.task_id}
         if tool is None:
             self.events.emit("tool.rejected", **base, error_code="mcp_tool_not_found")
             raise ToolNotFoundError(
