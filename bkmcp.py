@@ -1553,9 +1553,9 @@ class ResolvedServer:
     auth_source: str  # "server_headers" (http) | "server_env" (stdio: credentials in its env) | "none"
     redactor: Redactor = field(default_factory=Redactor)
     inherited_env: dict[str, str] = field(default_factory=dict)  # stdio: the minimal set from bkmcp's environment
-    # stdio: a failure's details carry the child's last stderr lines; False for a child shared by several users
-    # (the resident mode's public servers), whose stderr may hold another user's arguments
-    stderr_in_errors: bool = True
+    # stdio: a failure quotes the child's output (its last stderr lines, a stray stdout line); False for a child
+    # shared by several users (the resident mode's public servers), whose output may hold any user's arguments
+    child_output_in_errors: bool = True
 
 
 def find_header(headers: Iterable[tuple[str, str]], name: str) -> tuple[str, str] | None:
@@ -3776,12 +3776,15 @@ class StdioTransport:
                 except ProtocolError as exc:
                     text = line.decode("utf-8", "replace").strip()
                     sample = _clip(self.log.redactor.scrub(text), 200)
+                    quoted = f": {sample!r}" if self.child.server.child_output_in_errors else ""
+                    if not quoted:
+                        self.log.debug(f"[server stdout] {sample}")
                     self._end(
                         proc,
                         self._with_stderr(
                             ProtocolError(
                                 "the stdio server wrote a line to stdout that is not a JSON-RPC message "
-                                f"({exc.message}): {sample!r}",
+                                f"({exc.message}){quoted}",
                                 hint="a stdio server must write only JSON-RPC messages to stdout "
                                 "(logs belong on stderr)",
                             )
@@ -3819,7 +3822,7 @@ class StdioTransport:
         self._lost()
 
     def _with_stderr(self, error: BkmcpError) -> BkmcpError:
-        tail = self.stderr_tail() if self.child.server.stderr_in_errors else None
+        tail = self.stderr_tail() if self.child.server.child_output_in_errors else None
         if tail:
             error.details.setdefault("server_stderr", tail)
         return error
@@ -7884,7 +7887,7 @@ def learn_system_secrets(system: Redactor, view: Any, row: Any, server: Resolved
     if row.isolation == "public":
         for secret in server.redactor._secrets:
             system.add(secret, whole=False)
-    server.stderr_in_errors = row.isolation != "public"  # a shared child's stderr may hold any user's arguments
+    server.child_output_in_errors = row.isolation != "public"  # a shared child's output may hold anyone's arguments
 
 
 def build_session_redactor(system: Redactor, server: ResolvedServer) -> Redactor:

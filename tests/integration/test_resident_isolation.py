@@ -247,3 +247,16 @@ def test_disconnect_of_a_public_server_never_restarts_the_shared_child(tmp_path,
     assert answer == {"server_name": "shared", "status": "connected", "shared": True, "disconnected": False}
     res.ok("call_tool", "u-ann", server_name="shared", tool_name="echo", arguments={"text": "b"})
     assert len(res.events("process.started")) == 1 and res.events("process.exited") == []
+
+
+def test_a_shared_childs_stray_stdout_is_not_quoted_to_users(tmp_path, resident):
+    """A non-JSON stdout line of a public stdio child (a log line: it may hold any user's data) is not quoted in
+    the users' answers; a per-user child's is (it is that user's own)."""
+    reg = tmp_path / "r.db"
+    noisy = mock_stdio({"tools": DEFAULT_TOOLS, "stdout_lines": ["log: stray-line-of-someone-9f"]})
+    write_registry(str(reg), [stdio_row("shared", noisy, isolation="public"), stdio_row("own", noisy)], {"own": {}})
+    res = resident(reg)
+    shared = res.ask("call_tool", "u-ann", server_name="shared", tool_name="echo", arguments={"text": "a"})
+    assert shared["success"] is False and "stray-line-of-someone-9f" not in json.dumps(shared), shared
+    own = res.ask("call_tool", "u-ann", server_name="own", tool_name="echo", arguments={"text": "a"})
+    assert own["success"] is False and "stray-line-of-someone-9f" in json.dumps(own), own
