@@ -7902,16 +7902,17 @@ def build_command_redactor(
     system: Redactor,
     access_token: str | None,
     servers: Iterable[ResolvedServer],
-    credentials: Mapping[str, Mapping[str, str]] = {},  # noqa: B006 - read only
+    credentials: Iterable[Mapping[str, Mapping[str, str]]] = (),
 ) -> Redactor:
     """What a command's answer is scrubbed with: the system secrets, the command's access token, the user's own
-    credentials and the secrets of the servers it resolved; nobody else's."""
+    and the system credentials of its registry view, and the secrets of the servers it resolved; nobody else's."""
     redactor = Redactor(base=system)
     if access_token:
         redactor.add(access_token, whole=False)
-    for credential in credentials.values():
-        for key, value in credential.items():
-            redactor.add(value, whole=is_secret_name(key))
+    for by_server in credentials:
+        for credential in by_server.values():
+            for key, value in credential.items():
+                redactor.add(value, whole=is_secret_name(key))
     for server in servers:
         for secret in server.redactor._secrets:
             redactor.add(secret)
@@ -8245,7 +8246,8 @@ class _Command:
         self.access_token = access_token
         self.received = time.monotonic()
         self.servers: list[ResolvedServer] = []  # resolved for this command: their secrets scrub its answer
-        self.credentials: Mapping[str, Mapping[str, str]] = {}  # the user's own credentials (its registry view)
+        # from its registry view: the user's own credentials and the system ones (both scrub its answer)
+        self.credentials: tuple[Mapping[str, Mapping[str, str]], ...] = ()
 
 
 def _field_type(params: Mapping[str, Any], name: str, kind: type, task_id: Any, what: str) -> Any:
@@ -8625,7 +8627,7 @@ class ResidentServer:
 
     def _view(self, command: _Command) -> Any:
         view = self.registry.view(command.user_id, command.access_token)
-        command.credentials = view.user_credentials
+        command.credentials = (view.user_credentials, view.system_credentials)
         return view
 
     def _row(self, view: Any, name: str) -> Any:

@@ -91,8 +91,12 @@ def test_another_users_token_and_credential_never_blank_this_users_text(tmp_path
     reg = tmp_path / "r.db"
     write_registry(
         str(reg),
-        [http_row("pub", srv.url), http_row("crm", srv.url, isolation="user", headers={"X-Region": "${user.region}"})],
-        {"crm": {"region": "default-region-q"}},
+        [
+            http_row("pub", srv.url),
+            http_row("crm", srv.url, isolation="user", headers={"X-Region": "${user.region}"}),
+            http_row("unused", srv.url, headers={"X-K": "${user.k}"}),
+        ],
+        {"crm": {"region": "default-region-q"}, "unused": {"k": "never-used-system-9"}},
         {("u-ann", "crm"): {"token": "ann-crm-token-5e1", "region": "ann-region-north"}},
     )
     res = resident(reg)
@@ -111,9 +115,10 @@ def test_another_users_token_and_credential_never_blank_this_users_text(tmp_path
         answer = res.ask("call_tool", "u-ben", server_name="pub", tool_name=guess)
         assert answer["error_code"] == "mcp_tool_not_found"
         assert guess in answer["error"], answer  # B's own text, never *** because A's secret equals it
-    # the system credential is scrubbed for everyone
-    answer = res.ask("call_tool", "u-ben", server_name="pub", tool_name="default-region-q")
-    assert "default-region-q" not in answer["error"] and "***" in answer["error"]
+    # a system credential is scrubbed for everyone, also one of a server nobody used yet
+    for system in ("default-region-q", "never-used-system-9"):
+        answer = res.ask("call_tool", "u-ben", server_name="pub", tool_name=system)
+        assert system not in answer["error"] and "***" in answer["error"], answer
 
 
 # -- item 10: bounded redactor ------------------------------------------------------------------------------------
