@@ -8705,6 +8705,19 @@ class ResidentServer:
             error_code=exc.code,
         )
 
+    def _rejected(self, command: _Command, server: str | None, tool: str, exc: BkmcpError) -> None:
+        """``tool.rejected`` for a call refused before any server was reached (the names are the platform's
+        text: scrubbed with the command's own secrets)."""
+        scrub = self._scrubber(command).scrub
+        self.events.emit(
+            "tool.rejected",
+            server=None if server is None else scrub(server),
+            tool=scrub(tool),
+            user=command.user_id,
+            task_id=command.task_id,
+            error_code=exc.code,
+        )
+
     def _use_or_event(self, command: _Command, view: Any, row: Any) -> tuple[_Slot, ResolvedServer]:
         try:
             return self._use(command, view, row)
@@ -8990,16 +9003,22 @@ class ResidentServer:
             if pair is None:
                 pair = build_injected_names(self._known_pairs(command, view)).get(injected)
             if pair is None:
-                raise ToolNotFoundError(
+                exc: BkmcpError = ToolNotFoundError(
                     f"no tool is injected as {_clip(repr(injected), 80)} for this user", details={"name": injected}
                 )
+                self._rejected(command, None, injected, exc)
+                raise exc
             server_name, tool_name = pair
         else:
             server_name, tool_name = params["server_name"], params["tool_name"]
         arguments = params.get("arguments")
         arguments = {} if arguments is None else arguments
         timeout = self._timeout(command)
-        row = self._row(view, server_name)
+        try:
+            row = self._row(view, server_name)
+        except BkmcpError as exc:  # unknown or disabled
+            self._rejected(command, server_name, tool_name, exc)
+            raise
         tools = self._tools(command, view, row)
         tool = next((t for t in tools if isinstance(t, dict) and t.get("name") == tool_name), None)
         if tool is None:

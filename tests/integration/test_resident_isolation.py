@@ -207,6 +207,15 @@ def test_init_failures_each_write_an_event_with_their_code(tmp_path, http_mock, 
     answer = res.ask("connect_server", "u-ann", server_name="s401")
     assert answer["error_code"] == "mcp_auth_required"
     assert res.wait_event("server.failed", server="s401", task_id=answer["task_id"], timeout=10)
+    # a call refused before any server is reached: an unknown injected name, an unknown server
+    for params, code in (
+        ({"name": "mcp_nowhere_tool"}, "mcp_tool_not_found"),
+        ({"server_name": "nowhere", "tool_name": "t"}, "mcp_server_not_found"),
+    ):
+        answer = res.ask("call_tool", "u-ann", **params)
+        assert answer["error_code"] == code
+        event = res.wait_event("tool.rejected", task_id=answer["task_id"], timeout=10)[0]
+        assert event["error_code"] == code and event["user"] == "u-ann", event
 
 
 # -- item 17: odd user ids, a call cut by shutdown ----------------------------------------------------------------
