@@ -7147,7 +7147,6 @@ class SqliteRegistry(Registry):
     transaction per ``view``, parsed again only when another connection committed (``PRAGMA data_version``)."""
 
     def __init__(self, path: str, *, log: Log, timeout: float = REGISTRY_TIMEOUT, create: bool = True) -> None:
-
         super().__init__(log=log, timeout=timeout)
         self.path = path
         self.source = f"registry {path}"
@@ -7920,12 +7919,11 @@ def learn_system_secrets(system: Redactor, view: Any, row: Any, server: Resolved
     """Teach the process-wide redactor a row's system secrets: its system credential (used by a public server,
     the default of a user server) and, for a public server, everything its resolution holds. A user's own
     credential never goes there (it would blank that value in every other user's text)."""
-    for value in (view.system_credentials.get(row.name) or {}).values():
-        system.add(value, whole=False)
+    for key, value in (view.system_credentials.get(row.name) or {}).items():
+        system.add(value, whole=is_secret_name(key))
     if row.isolation == "public":
         for secret in server.redactor._secrets:
-            system.add(secret, whole=False)
-    server.child_output_in_errors = row.isolation != "public"  # a shared child's output may hold anyone's arguments
+            system.add(secret)
 
 
 def build_session_redactor(system: Redactor, server: ResolvedServer) -> Redactor:
@@ -8004,6 +8002,7 @@ class SessionPool:
             inherited_env=self.inherited_env,
         )
         learn_system_secrets(self.log.redactor, view, row, server)
+        server.child_output_in_errors = row.isolation != "public"  # a shared child's output may hold anyone's data
         return server
 
     def use_server(self, view: Any, row: Any, user: str | None) -> tuple[_Slot, ResolvedServer]:
