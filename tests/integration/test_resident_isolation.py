@@ -274,3 +274,16 @@ def test_a_shared_childs_stray_stdout_is_not_quoted_to_users(tmp_path, resident)
     assert shared["success"] is False and "stray-line-of-someone-9f" not in json.dumps(shared), shared
     own = res.ask("call_tool", "u-ann", server_name="own", tool_name="echo", arguments={"text": "a"})
     assert own["success"] is False and "stray-line-of-someone-9f" in json.dumps(own), own
+
+
+def test_the_operators_verbose_log_keeps_a_public_childs_stderr(tmp_path, resident):
+    """The operator (``-v``) still sees what a shared child wrote to stderr: only users' answers lose it."""
+    reg = tmp_path / "r.db"
+    write_registry(str(reg), [stdio_row("shared", logging_stdio(), isolation="public")])
+    res = resident(reg, "-v")
+    res.ok("call_tool", "u-ann", server_name="shared", tool_name="echo", arguments={"text": "ann-arg-for-operator"})
+    failed = res.ask("call_tool", "u-ben", server_name="shared", tool_name="crash", arguments={})
+    assert "ann-arg-for-operator" not in json.dumps(failed)
+    res.close()
+    logged = [line for line in res.stderr_lines if "[server stderr]" in line]
+    assert any("ann-arg-for-operator" in line for line in logged), res.stderr_lines[-20:]
