@@ -6710,6 +6710,7 @@ REGISTRY_COLUMNS = (
 REGISTRY_CACHE_SECONDS = 5.0  # HTTP source: one answer per (user, access token) is reused this long
 REGISTRY_TIMEOUT = 60.0  # SQLite busy wait / HTTP total time when the caller gives none (the CLI's default)
 _REGISTRY_ANSWER_LIMIT = 64 * 1024 * 1024
+_REGISTRY_ANSWERS_KEPT = 4096  # HTTP source: cached answers (one per user and token) at most
 _REGISTRY_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 # Credential fields that become headers of an HTTP server unless a header of that name is configured (§11.4).
 _CREDENTIAL_HEADERS = (
@@ -7442,9 +7443,11 @@ class HttpRegistry(Registry):
         try:
             flight.view = self._fetch(user_id, token or None)
             with self._lock:
-                if len(self._answers) >= 4096:
+                if len(self._answers) >= _REGISTRY_ANSWERS_KEPT:  # bounded, however fast tokens rotate
                     now = self._clock()
                     self._answers = {k: v for k, v in self._answers.items() if now - v[0] < self.cache_seconds}
+                    if len(self._answers) >= _REGISTRY_ANSWERS_KEPT:  # all fresh: the older half goes
+                        self._answers = dict(list(self._answers.items())[_REGISTRY_ANSWERS_KEPT // 2 :])
                 self._answers[key] = (self._clock(), flight.view)
             return _copy_view(flight.view)
         except BkmcpError as exc:

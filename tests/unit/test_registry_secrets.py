@@ -173,3 +173,18 @@ def test_user_field_outside_env_and_headers_says_why(column: str, value, why: st
         bkmcp.resolve_registry_server(row, view=view, user_id="u1", env={})
     assert why in info.value.message and "${user.FIELD}" in info.value.message
     assert "SENTINEL" not in info.value.message
+
+
+# -- item 10 (the HTTP source's answer cache) ---------------------------------------------------------------------
+
+
+def test_http_answer_cache_stays_bounded_when_every_command_has_a_new_token() -> None:
+    """A platform rotating short-lived tokens: 6 000 tokens within the cache time keep at most 4 096 answers."""
+    registry = bkmcp.HttpRegistry(
+        "http://127.0.0.1:9/internal/mcp/config", log=bkmcp.Log(io.StringIO()), clock=lambda: 0
+    )
+    registry._fetch = lambda user_id, token: bkmcp.RegistryView({})  # type: ignore[method-assign]
+    for i in range(6000):
+        registry.view(f"u{i % 50}", f"token-{i}")
+    assert len(registry._answers) <= 4096
+    assert registry.view("u1", "token-5951") is not None  # a recent answer is still served
