@@ -183,7 +183,7 @@ def test_http_answer_cache_stays_bounded_when_every_command_has_a_new_token() ->
     registry = bkmcp.HttpRegistry(
         "http://127.0.0.1:9/internal/mcp/config", log=bkmcp.Log(io.StringIO()), clock=lambda: 0
     )
-    registry._fetch = lambda user_id, token: bkmcp.RegistryView({})  # type: ignore[method-assign]
+    registry._fetch = lambda user_id, token, *_: bkmcp.RegistryView({})  # type: ignore[method-assign]
     for i in range(6000):
         registry.view(f"u{i % 50}", f"token-{i}")
     assert len(registry._answers) <= 4096
