@@ -42,7 +42,7 @@ demo-resident: build
 lint: venv
 	$(BIN)/ruff check bkmcp.py build_zipapp.py zipapp_support.py mock_server tests bench
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy bkmcp.py build_zipapp.py
+	$(BIN)/mypy bkmcp.py build_zipapp.py zipapp_support.py
 
 test: venv interop lint build
 	BKMCP_INTEROP_REQUIRED=1 $(BIN)/python -m pytest -q -p no:cacheprovider --cov=bkmcp --cov-branch \

@@ -1654,7 +1654,7 @@ def resolve_server(
 
 
 # ======================================================================================================
-# 5. Protocol core (sans-IO)
+# 5. Protocol core (sans-IO) — deferred in the pyz
 # ======================================================================================================
 # Everything here is pure: it turns bytes into events and dicts into wire messages and back, and decides
 # what an answer means. It imports neither httpx nor sockets nor subprocess (design.md, Code style: the h11 model); the
@@ -2649,7 +2649,7 @@ def reject_excluded_tool(excluded: Sequence[Mapping[str, Any]], name: str, serve
 
 
 # ======================================================================================================
-# 6. Transports
+# 6. Transports — deferred in the pyz
 # ======================================================================================================
 # A transport moves section-5 messages and decides nothing about eras or matching. The seam (``Transport``):
 #   ``attach(deliver, lost, state)``  ``deliver(message, related) -> bool`` takes every incoming message (True
@@ -3909,7 +3909,7 @@ TRANSPORTS: dict[str, Callable[..., Any]] = {"http": HttpTransport, "stdio": Std
 
 
 # ======================================================================================================
-# 7. Client flows
+# 7. Client flows — deferred in the pyz
 # ======================================================================================================
 # ``McpSession`` drives the section-5 core over a section-6 transport: open once, then any number of requests,
 # many in flight at once (from as many threads), each with its own deadline and cancellation. The flows below —
@@ -4655,7 +4655,7 @@ def build_dry_run(server: ResolvedServer, tool: str, arguments: dict[str, Any]) 
 
 
 # ======================================================================================================
-# 8. Schema flags
+# 8. Schema flags — deferred in the pyz
 # ======================================================================================================
 
 RESERVED_OPTION_NAMES = frozenset(
@@ -6801,7 +6801,7 @@ def _flag_details(flag: ToolFlag) -> list[str]:
 
 
 # ======================================================================================================
-# 10. Resident mode
+# 10. Resident mode — deferred in the pyz
 # ======================================================================================================
 
 # -- 10.1 registry and credentials (docs/contract.md §11.3, §11.4) -------------------------------------------------
@@ -9023,6 +9023,18 @@ def run_resident(
 # ======================================================================================================
 # 11. CLI
 # ======================================================================================================
+# Where code goes, for the pyz's deferred sections (docs/building.md; the build, zipapp_support.defer_sections,
+# refuses a source that breaks a rule and says what to move):
+#   * A section whose banner title ends with "— deferred in the pyz" (5-8 and 10) runs on first use in the pyz;
+#     consecutive marked sections load together. Marking or unmarking a banner is all it takes to change that.
+#   * The help paths (`--help`, `--version`, `<server> --help`, a bare `<server>`) are what `main` reaches before
+#     a def line that ends with "# pyz: remote part" (``_Runner.run_remote``, ``_Runner.run_resident_mode``).
+#     Code on a help path lives outside the deferred sections and names nothing they define: a guard there
+#     would load them on every `--help`.
+#   * A deferred section only defines: defs, classes, imports and assignments to plain names, calling nothing
+#     while it runs but zipapp_support.DEFERRABLE_CALLS and the dataclasses it defines.
+#   * Outside them, a deferred name is used only inside function bodies: never as a base class, decorator,
+#     default value, class attribute or module-level value, and never bound again.
 
 _VALUE_OPTIONS = {
     "--config": "config",
@@ -9539,7 +9551,7 @@ class _Runner:
             return self.emit_text(render_server_help(server_cfg))
         return self.run_remote(server_cfg, jq)
 
-    def run_resident_mode(self, registry_tool: bool) -> int:
+    def run_resident_mode(self, registry_tool: bool) -> int:  # pyz: remote part
         """``--registry FILE --import/--list`` (``registry_tool``), or ``--resident`` (docs/contract.md §11)."""
         inv, envr = self.inv, self.envr
         if registry_tool:
@@ -9553,7 +9565,7 @@ class _Runner:
             stderr=envr.stderr,
         )
 
-    def run_remote(self, server_cfg: ServerConfig, jq: JqProgram | None) -> int:
+    def run_remote(self, server_cfg: ServerConfig, jq: JqProgram | None) -> int:  # pyz: remote part
         """Everything past the help paths: resolve the server, then dry-run, check, tools or a tool call. The
         help paths above stay free of the session engine (the pyz loads its sections on first use, see
         docs/building.md)."""

@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -39,8 +40,8 @@ CALL = ["tool_000", "--q", "hello", "--n", "7"]
 
 
 def child_cpu_ms() -> float:
-    times = os.times()
-    return (times.children_user + times.children_system) * 1000
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (usage.ru_utime + usage.ru_stime) * 1000
 
 
 def run(argv: list[str], env: dict[str, str], server: MockServer, call: bool) -> tuple[float, float]:
