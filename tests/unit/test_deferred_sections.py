@@ -217,7 +217,8 @@ def test_the_build_refuses_a_guard_on_a_help_path() -> None:
         "    def remote(self):{mark}\n        return ENGINE\n"
         "def main(remote=False):\n    return Runner().run(remote)\n",
     }
-    with pytest.raises(ValueError, match=r"render_help is on a help path \(main -> Runner -> Runner.run -> render_help\)"):
+    path = r"render_help is on a help path \(main -> Runner -> Runner.run -> render_help\)"
+    with pytest.raises(ValueError, match=path):
         synthetic({**help_path, 3: help_path[3].format(mark="")})
     with pytest.raises(ValueError, match=r"Runner.remote is on a help path \(main -> Runner -> Runner.run"):
         synthetic({**help_path, 1: "def render_help():\n    return 'usage'\n", 3: help_path[3].format(mark="")})
