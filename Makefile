@@ -73,6 +73,7 @@ bench: venv build
 	$(BIN)/python bench/latency.py
 	$(BIN)/python bench/flags.py
 	$(BIN)/python bench/peers.py
+	$(BIN)/python bench/call_cost.py
 	$(BIN)/python bench/resident.py
 	$(BIN)/python bench/scale.py
 
