@@ -29,6 +29,9 @@ FUZZ = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
+# the corpus of the flag tests is mostly arguments that fail (each then checks its schema against the meta-schema,
+# twice here): half as many examples keep the file near the flag tests' own time
+CORPUS = settings(FUZZ, max_examples=max(50, FUZZ_EXAMPLES // 2))
 
 
 def outcome(tool: dict[str, Any], arguments: Any, *, quick: bool) -> tuple[Any, ...]:
@@ -74,7 +77,7 @@ def test_p05_random_schemas_same_result(raw_schema: Any, arguments: Any) -> None
         assert_same(candidate, as_object(arguments))
 
 
-@FUZZ
+@CORPUS
 @given(tool_with_values())
 def test_p03_generated_tools_same_result(case: tuple[dict[str, Any], dict[str, Any], list[str], str]) -> None:
     """The tools and flag values of test_p01_p02_flag_values_reach_json_exactly, parsed from their argv."""
@@ -84,7 +87,7 @@ def test_p03_generated_tools_same_result(case: tuple[dict[str, Any], dict[str, A
     assert_same(tool, intended)
 
 
-@FUZZ
+@CORPUS
 @given(help_tool(), st.dictionaries(st.from_regex(r"\A[a-z][a-z0-9_]{0,24}\Z"), json_values, max_size=4))
 def test_p03_help_tools_same_result(tool: dict[str, Any], arguments: dict[str, Any]) -> None:
     """The tools of test_d02_help_lines_fit_80_columns (enums, defaults, anyOf with null) with random values."""
