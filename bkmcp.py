@@ -9511,10 +9511,15 @@ class ResidentServer:
         """How long ``command`` may run: its steps use ``--timeout`` from its arrival, a call its own ``timeout_ms``."""
         return max(self._timeout(command), self.opts.timeout)
 
-    def drain(self) -> None:
+    def drain(self, seconds: float | None = None) -> None:
         """EOF: let the commands already read finish, each within its own deadline (``_budget`` from its arrival,
-        plus ``_DRAIN_SLACK`` for closing), however long that is; a terminating signal cuts the wait short."""
-        self.in_flight.wait(lambda c: c.received + self._budget(c) + _DRAIN_SLACK, lambda: self.signalled is not None)
+        plus ``_DRAIN_SLACK`` for closing), however long that is (at most ``seconds`` when given); a terminating
+        signal cuts the wait short."""
+        cap = None if seconds is None else time.monotonic() + seconds
+        self.in_flight.wait(
+            lambda c: min(c.received + self._budget(c) + _DRAIN_SLACK, cap if cap is not None else float("inf")),
+            lambda: self.signalled is not None,
+        )
 
     def finish(self, grace: float) -> None:
         """The end (``stopping`` is set): close every session, live or still opening (calls in flight fail and are
