@@ -5775,7 +5775,6 @@ class JqProgram:
                 "happened; do not retry it blindly, fix the expression and re-run it on saved output (data keeps "
                 "the unprojected result)",
                 data=data,
-                details={} if envelope.get("ok") else {"unprojected_error": envelope.get("error")},
             ) from None
         finally:
             _close(respelled)
@@ -9269,7 +9268,7 @@ class _Runner:
                     out.flush()
                     self.envr.stderr.write(halt.message)
                     self.envr.stderr.flush()
-                    return halt.status if envelope.get("ok") is True else status  # a failure is never hidden
+                    return halt.status
             else:
                 pretty = 2 if getattr(out, "isatty", lambda: False)() else None
                 out.write(dump_json(envelope, indent=pretty) + "\n")
@@ -9366,7 +9365,8 @@ class _Runner:
         except RemoteError as exc:
             if isinstance(exc, JqError):
                 raise
-            return self.emit_envelope(build_failure(word_for_cli(exc, server.name), self.redactor), jq, EXIT_REMOTE)
+            # --jq projects successes only: a failure is printed whole, never hidden (docs/contract.md §7)
+            return self.emit_envelope(build_failure(word_for_cli(exc, server.name), self.redactor), None, EXIT_REMOTE)
         except BkmcpError as exc:
             raise word_for_cli(exc, server.name) from None
 
