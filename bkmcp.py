@@ -55,6 +55,7 @@ Exception tree (section 1)::
           +-- ToolError             mcp_tool_error
           +-- CapabilityUnsupportedError  mcp_capability_unsupported
           +-- JqError               jq_error
+          +-- CancelledError        mcp_cancelled          (exit 130: Ctrl-C once a request was sent)
           +-- ResourceLimitError    resource_limit         (resident)
 
 Heavy dependencies (httpx, jsonschema, jq) are imported lazily by the code paths that need them, so
@@ -249,6 +250,13 @@ class CapabilityUnsupportedError(RemoteError):
 
 class JqError(RemoteError):
     code = "jq_error"
+
+
+class CancelledError(RemoteError):
+    """Ctrl-C after the first request was sent (docs/contract.md §7): exit 130, the envelope on stdout."""
+
+    code = "mcp_cancelled"
+    exit_status = EXIT_INTERRUPTED
 
 
 # Resident mode (docs/contract.md §11.2): codes a command can fail with besides the CLI's. Exit statuses only matter for
@@ -1063,6 +1071,15 @@ class OpContext:
     home: str | None = None
     progress: Callable[[str], ProgressLine] | None = None  # token -> the line that shows that call's progress
     renewed: bool = False
+    # what a Ctrl-C has to report (docs/contract.md §7): the last request whose sending began, and whether a
+    # tools/call was among them (once handed to the transport it may have reached the server)
+    last_request: str | None = None
+    call_sent: bool = False
+
+    def note_request(self, method: str) -> None:
+        """``method`` is being handed to the transport (``McpSession.request``)."""
+        self.last_request = method
+        self.call_sent = self.call_sent or method == "tools/call"
 
 
 # What the CLI's argv parser (section 11) hands to the schema flags (section 8). It lives here, not in section 8,
@@ -4032,6 +4049,7 @@ class McpSession:
             message = self.core.start_request(method, params, rules)
             handle.id, handle.method = message["id"], method
             self._handles[_id_key(handle.id)] = handle
+        ctx.note_request(method)
         try:
             self.transport.send(
                 message,
@@ -4301,6 +4319,18 @@ def open_session(
 
 
 # -- requests after negotiation ------------------------------------------------------------------------
+
+# The stage an operation is in, named by its last request sent (a Ctrl-C reports it: docs/contract.md §7).
+_REQUEST_STAGES = {
+    "server/discover": "negotiate",
+    "initialize": "negotiate",
+    "tools/list": "discover",
+    "tools/call": "call",
+}
+
+
+def stage_of(method: str) -> str:
+    return _REQUEST_STAGES.get(method, method)
 
 
 def request_result(session: McpSession, ctx: OpContext, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
@@ -6591,7 +6621,7 @@ def _flag_details(flag: ToolFlag) -> list[str]:
 REGISTRY_SCHEMA = """\
 CREATE TABLE mcp_servers (
   name TEXT PRIMARY KEY,                -- [A-Za-z0-9_.-]{1,64}
-  transport_type TEXT NOT NULL CHECK (transport_type IN ('stdio','http')),
+  transport_type TEXT NOT NULL DEFAULT 'stdio' CHECK (transport_type IN ('stdio','http')),
   command TEXT, args TEXT,              -- stdio: args is a JSON array of strings
   env_template TEXT,                    -- stdio: JSON object of strings, may hold ${user.FIELD}
   url TEXT, headers TEXT,               -- http: headers is a JSON object of strings, may hold ${user.FIELD}
@@ -6698,6 +6728,8 @@ def parse_registry_row(row: Mapping[str, Any], *, source: str) -> RegistryServer
     is returned with ``problem`` set, never raised."""
     name = str(row.get("name"))
     kind = row.get("transport_type")
+    if kind is None:  # docs/contract.md §11.3: stdio is the default (an HTTP-source row without the field)
+        kind = "stdio"
     record = RegistryServer(name=name, transport_type=kind if isinstance(kind, str) else str(kind), source=source)
     where = f"{source}: server {_safe_name(name)!r}"
     try:
@@ -9249,6 +9281,7 @@ class _Runner:
         self.redactor = log.redactor
         self.remote_started = False
         self.deadline: Deadline | None = None  # the remote operation's budget, once it started
+        self.ctx: OpContext | None = None  # the remote operation, once it started
 
     def emit_text(self, text: str) -> int:
         self.envr.stdout.write(text if text.endswith("\n") else text + "\n")
@@ -9349,7 +9382,7 @@ class _Runner:
         log = self.log
         progress = (lambda token: ProgressLine(log, token)) if log.verbose or log.is_tty else None
         ctx = OpContext(deadline, log, cwd=envr.cwd, home=envr.env.get("HOME"), progress=progress)
-        self.deadline = deadline
+        self.deadline, self.ctx = deadline, ctx
         try:
             self.remote_started = True
             if inv.check:
@@ -9366,9 +9399,36 @@ class _Runner:
             if isinstance(exc, JqError):
                 raise
             # --jq projects successes only: a failure is printed whole, never hidden (docs/contract.md §7)
-            return self.emit_envelope(build_failure(word_for_cli(exc, server.name), self.redactor), None, EXIT_REMOTE)
+            error = word_for_cli(exc, server.name)
+            return self.emit_envelope(build_failure(error, self.redactor), None, error.exit_status)
         except BkmcpError as exc:
             raise word_for_cli(exc, server.name) from None
+
+    def cancelled(self) -> CancelledError | None:
+        """What a Ctrl-C must tell once a request was sent (docs/contract.md §7): whether ``tools/call`` had been
+        sent (the outcome is then unknown) and the stage it stopped in. None before any request: a plain 130."""
+        ctx = self.ctx
+        if ctx is None or ctx.last_request is None:
+            return None
+        stage = stage_of(ctx.last_request)
+        data = (
+            {"server": self.inv.server} if self.inv.tool is None else {"server": self.inv.server, "tool": self.inv.tool}
+        )
+        if ctx.call_sent:
+            return CancelledError(
+                f"interrupted (Ctrl-C) in the {stage} stage, after tools/call was sent: the call may or may not "
+                "have run",
+                hint="check whether the tool ran before calling it again; do not retry it blindly (bkmcp never "
+                "resends a call)",
+                details={"outcome": "unknown", "stage": stage},
+                data=data,
+            )
+        return CancelledError(
+            f"interrupted (Ctrl-C) in the {stage} stage" + (", before tools/call was sent" if self.inv.tool else ""),
+            hint="nothing was called; the command can be run again",
+            details={"outcome": "not_sent", "stage": stage},
+            data=data,
+        )
 
     def run_tool(
         self,
@@ -9463,8 +9523,11 @@ def main(
         runner = _Runner(inv, envr, log)
         return runner.run()
     except KeyboardInterrupt:
-        log.warn("interrupted")
-        return EXIT_INTERRUPTED
+        cancelled = runner.cancelled() if runner is not None else None
+        if cancelled is None:  # nothing was sent yet: nothing to report but the interruption itself
+            log.warn("interrupted")
+            return EXIT_INTERRUPTED
+        return _report_error(cancelled, envr, log, runner)
     except BkmcpError as exc:
         return _report_error(exc, envr, log, runner)
     except BrokenPipeError:
@@ -9488,7 +9551,7 @@ def _report_error(exc: BkmcpError, envr: Environment, log: Log, runner: _Runner 
     envelope = build_failure(exc, log.redactor)
     text = dump_json(envelope)
     try:
-        if exc.exit_status == EXIT_REMOTE:
+        if exc.exit_status != EXIT_LOCAL:  # remote (2), interrupted after a request was sent (130)
             envr.stdout.write(text + "\n")
             envr.stdout.flush()
         else:

@@ -289,6 +289,67 @@ def test_d01_root_help_without_any_config_file(args, tmp_path, no_network):
     assert stdin.reads == []
 
 
+def test_d01_root_help_names_every_mode(tmp_path, no_network):
+    """Issue 17 item 3 (contract §2): the root help names the resident mode, the registry tools and completion,
+    one line each, pointing at docs/resident.md."""
+    out = run_bkmcp("--help", env={"HOME": str(tmp_path)}).stdout
+    for text in (
+        "bkmcp --resident --registry SOURCE",
+        "bkmcp --registry FILE --import mcp.json",
+        "bkmcp --registry FILE --list",
+        "bkmcp --completion bash|zsh|fish",
+        "docs/resident.md",
+    ):
+        assert text in out, text
+    lines = [line for line in out.splitlines() if "--resident" in line or "--registry FILE" in line]
+    assert len(lines) == 3 and all(len(line) <= 120 for line in lines)
+
+
+def test_d01_root_help_says_whether_the_config_exists_and_lists_its_servers(tmp_path, write_config, no_network):
+    """Issue 17 item 7: a missing file is called missing (never "in use"), with where bkmcp looks; an existing
+    file's server names are listed offline (without reading variables or connecting)."""
+    missing = run_bkmcp("--help", env={"HOME": str(tmp_path)}).stdout
+    path = tmp_path / ".bk-cli" / "mcp.json"
+    assert f"Config file: {path} (not found" in missing and "in use" not in missing
+    assert "$BK_CLI_CONFIG_DIR/mcp.json" in missing
+    config = write_config(
+        {
+            "mcpServers": {
+                "zeta": {"type": "http", "url": "https://x/mcp", "headers": {"Authorization": "Bearer ${UNSET}"}},
+                "alpha": {"type": "stdio", "command": "srv"},
+            }
+        }
+    )
+    res = run_bkmcp("--config", str(config), "--help")
+    assert res.exit_status == 0 and res.stderr == ""
+    assert f"Config file: {config}\n" in res.stdout
+    assert "Configured servers (2): alpha, zeta" in res.stdout
+    broken = write_config("{not json", name="broken.json")
+    res = run_bkmcp("--config", str(broken))
+    assert res.exit_status == 0 and f"Config file: {broken} (invalid:" in res.stdout
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--resident", "--registry", "x.db", "--help"),
+        ("--resident", "-h"),
+        ("--help", "--resident", "--registry", "x.db", "--events", "-"),
+        ("--registry", "x.db", "--list", "--help"),
+        ("--registry", "x.db", "--import", "mcp.json", "-h"),
+    ],
+)
+def test_d01_help_with_a_mode_prints_that_modes_help_only(args, tmp_path, no_network):
+    """Issue 17 item 7 (contract §2): --help with --resident or a registry tool prints that mode's help and nothing
+    else: no registry is created, stdin is not served, nothing is imported."""
+    stdin = TrapStdin()
+    res = run_with(stdin, *args, cwd=str(tmp_path))
+    assert res.exit_status == 0 and res.stderr == "", res.stderr
+    assert res.stdout.startswith("bkmcp --resident") and "docs/resident.md" in res.stdout
+    assert "--max-processes" in res.stdout and "--registry FILE --import" in res.stdout
+    assert stdin.reads == [] and list(tmp_path.iterdir()) == []
+
+
 def test_d01_root_help_shows_the_selected_file(tmp_path, no_network):
     res = run_bkmcp("--help", env={"BK_CLI_CONFIG_DIR": str(tmp_path)})
     assert str(tmp_path / "mcp.json") in res.stdout
@@ -565,14 +626,48 @@ def test_o02_dry_run_rejections_through_main(extra, config, no_network):
 
 
 def test_keyboard_interrupt_is_130(config, monkeypatch, no_network):
+    """Ctrl-C before anything was sent: exit 130, a line on stderr, nothing on stdout (contract §7)."""
+
     def interrupted(*a, **k):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(bkmcp, "run_tools", interrupted)
     res = c(config, "report-prod", "--tools")
     assert res.exit_status == 130 and res.stdout == "" and "Traceback" not in res.stderr
+    assert "interrupted" in res.stderr
     monkeypatch.setattr(bkmcp, "read_body", interrupted)
     assert dry(config, "-").exit_status == 130
+
+
+@pytest.mark.parametrize(
+    ("sent", "mode", "outcome", "stage"),
+    [
+        (["initialize"], ("--tools",), "not_sent", "negotiate"),
+        (["server/discover", "tools/list"], ("--check",), "not_sent", "discover"),
+        (["server/discover", "tools/list", "tools/call"], ("t", "--body", "{}"), "unknown", "call"),
+    ],
+)
+def test_keyboard_interrupt_after_a_request_was_sent_is_an_mcp_cancelled_envelope(
+    sent, mode, outcome, stage, config, monkeypatch, no_network
+):
+    """Issue 17 item 2: once a request was sent, Ctrl-C prints one ok:false envelope on stdout (mcp_cancelled,
+    exit 130) that says whether tools/call had been sent and the stage it stopped in."""
+
+    def interrupted(server, ctx, *a, **k):
+        for method in sent:
+            ctx.note_request(method)
+        raise KeyboardInterrupt
+
+    for name in ("run_tools", "run_check", "run_call"):
+        monkeypatch.setattr(bkmcp, name, interrupted)
+    res = c(config, "report-prod", *mode)
+    assert res.exit_status == 130 and res.stderr == ""
+    env = bkmcp.parse_json(res.stdout)
+    assert env["ok"] is False and env["error"]["code"] == "mcp_cancelled"
+    assert (env["error"]["outcome"], env["error"]["stage"]) == (outcome, stage)
+    assert env["data"]["server"] == "report-prod"
+    if outcome == "unknown":
+        assert "do not" in env["error"]["hint"]  # never retried blindly
 
 
 def test_internal_error_before_remote_is_exit_1_without_traceback(config, monkeypatch, no_network):
