@@ -6100,6 +6100,12 @@ Usage:
   bkmcp [GLOBAL...] <server> <tool> --body JSON|@FILE|-    call with a complete arguments object
   bkmcp [GLOBAL...] <server> <tool> --body ... --dry-run   offline preview, zero network
 
+Other modes (bkmcp --resident --help; docs/resident.md):
+  bkmcp --resident --registry SOURCE [...]     resident multi-server mode for agent platforms (JSON lines)
+  bkmcp --registry FILE --import mcp.json      copy a config's servers into a SQLite registry
+  bkmcp --registry FILE --list                 a registry's servers as JSON, never a credential
+  bkmcp --completion bash|zsh|fish             shell completion: options and configured server names
+
 Global options (before or after <server>):
   --config PATH        config file (default: $BK_CLI_CONFIG_DIR/mcp.json, else ~/.bk-cli/mcp.json)
   --timeout DURATION   budget for the whole remote operation: 500ms, 30s, 2m, 1h (default 60s)
@@ -6109,7 +6115,7 @@ Global options (before or after <server>):
   -h, --help           show help (never calls a tool, never reads --body input)
   --version            print the version
 
-Config file in use: {config_path}
+{config}
 
 Output: one JSON envelope on stdout, {{"ok": true, "data": …}} or {{"ok": false, "error": {{"code", …}}}}.
 Exit status: 0 success or help; 1 local/usage error (envelope on stderr); 2 remote error (envelope on
@@ -6126,8 +6132,168 @@ Examples:
 """
 
 
-def render_root_help(config_path: str) -> str:
-    return ROOT_HELP.format(version=__version__, config_path=config_path)
+def render_root_help(config_path: str, servers: Sequence[str] | None = None, problem: str | None = None) -> str:
+    """The root help; ``servers`` are the configured names (None: the file is missing, or ``problem`` says why it
+    cannot be read). Reading the file is the caller's (no request, no environment variable)."""
+    if problem is not None:
+        config = f"Config file: {config_path} (invalid: {problem})"
+    elif servers is None:
+        config = (
+            f"Config file: {config_path} (not found; bkmcp reads --config PATH, else $BK_CLI_CONFIG_DIR/mcp.json, "
+            "else ~/.bk-cli/mcp.json)"
+        )
+    else:
+        config = f"Config file: {config_path}\nConfigured servers ({len(servers)}): {', '.join(servers) or '(none)'}"
+    return ROOT_HELP.format(version=__version__, config=config)
+
+
+RESIDENT_HELP = """\
+bkmcp --resident - resident multi-server mode for agent platforms (docs/resident.md)
+
+Usage:
+  bkmcp --resident --registry SOURCE [--events FILE|-] [--max-processes N] [--max-user-processes N]
+                   [--idle-timeout DURATION] [--timeout DURATION] [-v] [--insecure]
+  bkmcp --registry FILE --import mcp.json      add or replace mcp.json's servers in a SQLite registry
+  bkmcp --registry FILE --list                 the registry's servers as JSON, never a credential
+
+Options:
+  --registry SOURCE        a SQLite file (created when missing) or http(s)://.../internal/mcp/config
+  --events FILE|-          append one JSON line per event (- for stderr)
+  --max-processes N        live child processes in all (default {max_processes})
+  --max-user-processes N   live child processes per user (default {max_user_processes})
+  --idle-timeout DURATION  close a user's idle session after this long (default {idle_timeout})
+  --timeout DURATION       budget of one call without its own timeout_ms (default 60s)
+
+One JSON command per line on stdin, one answer per line on stdout (matched by task_id), e.g.
+  {{"command": "invoke", "task_id": "t-1", "params": {{"action": "list_tools"}}, "user": {{"userId": "u1"}}}}
+Actions: init, list_servers, connect_server, disconnect_server, list_tools, refresh_tools, call_tool, shutdown.
+Exit status: 0 after shutdown, end of input or SIGTERM; 130 after SIGINT; 1 when the registry cannot be opened.
+Command protocol: docs/resident.md; registry and credentials: docs/resident-registry.md.
+"""
+# The resident mode's defaults, as its help prints them; section 10 (which the pyz runs only on first use) holds
+# the values, and tests/unit/test_cli.py checks that the two agree.
+RESIDENT_HELP_DEFAULTS = {"max_processes": 64, "max_user_processes": 8, "idle_timeout": "10m"}
+
+
+def render_resident_help() -> str:
+    return RESIDENT_HELP.format(**RESIDENT_HELP_DEFAULTS)
+
+
+# Shell completion (``bkmcp --completion bash|zsh|fish``): options, and server names that the script asks
+# ``bkmcp [--config PATH] --completion servers`` for (it reads the config file only: nothing is started or
+# contacted while completing). Tool names would need discovery, so they are never completed.
+COMPLETION_SHELLS = ("bash", "zsh", "fish")
+_COMPLETION_OPTIONS = (
+    "--help --version --config --timeout --jq --verbose --insecure --check --tools --body --dry-run --resident "
+    "--registry --import --list --completion --events --max-processes --max-user-processes --idle-timeout"
+)
+_COMPLETION_VALUE_OPTIONS = (
+    "--config --timeout --jq --body --registry --import --events --max-processes --max-user-processes "
+    "--idle-timeout --completion"
+)
+_BASH_COMPLETION = """\
+# bkmcp completion for bash: eval "$(bkmcp --completion bash)" in ~/.bashrc, or save it as
+# ~/.local/share/bash-completion/completions/bkmcp. Server names come from the config file (offline).
+_bkmcp() {{
+    local cur="${{COMP_WORDS[COMP_CWORD]}}" prev="${{COMP_WORDS[COMP_CWORD-1]}}" word
+    local -a config=() positional=()
+    local i=1
+    while (( i < COMP_CWORD )); do
+        word="${{COMP_WORDS[i]}}"
+        case " {value_options} " in
+            *" $word "*) [[ $word == --config ]] && config=(--config "${{COMP_WORDS[i+1]}}"); (( i += 2 )); continue ;;
+        esac
+        case "$word" in
+            --config=*) config=("$word") ;;
+            -*) ;;
+            *) positional+=("$word") ;;
+        esac
+        (( i += 1 ))
+    done
+    case "$prev" in
+        --completion) COMPREPLY=($(compgen -W "{shells}" -- "$cur")); return ;;
+        --config|--body|--registry|--import|--events) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+        --timeout|--jq|--max-processes|--max-user-processes|--idle-timeout) COMPREPLY=(); return ;;
+    esac
+    if [[ $cur == -* ]]; then
+        COMPREPLY=($(compgen -W "{options}" -- "$cur"))
+    elif (( ${{#positional[@]}} == 0 )); then
+        COMPREPLY=($(compgen -W "$(command {command} "${{config[@]}}" --completion servers 2>/dev/null)" -- "$cur"))
+    else
+        COMPREPLY=()
+    fi
+}}
+complete -o default -F _bkmcp bkmcp
+"""
+_ZSH_COMPLETION = """\
+#compdef bkmcp
+# bkmcp completion for zsh: save as _bkmcp in a directory of $fpath, or eval "$(bkmcp --completion zsh)" in
+# ~/.zshrc after compinit. It runs the bash completion through bashcompinit.
+autoload -U +X bashcompinit && bashcompinit
+{bash}"""
+_FISH_COMPLETION = """\
+# bkmcp completion for fish: bkmcp --completion fish > ~/.config/fish/completions/bkmcp.fish
+# Server names come from the config file (offline).
+function __bkmcp_config
+    set -l words (commandline -opc)
+    for i in (seq 2 (count $words))
+        if test "$words[$i]" = --config; and test $i -lt (count $words)
+            echo --config; echo $words[(math $i + 1)]
+        else if string match -q -- '--config=*' $words[$i]
+            echo $words[$i]
+        end
+    end
+end
+function __bkmcp_no_server
+    set -l words (commandline -opc)
+    set -l value_options {value_options}
+    set -l i 2
+    while test $i -le (count $words)
+        if contains -- $words[$i] $value_options
+            set i (math $i + 2)
+            continue
+        end
+        string match -q -- '-*' $words[$i]; or return 1
+        set i (math $i + 1)
+    end
+    return 0
+end
+complete -c bkmcp -f
+complete -c bkmcp -n __bkmcp_no_server -a '(command {command} (__bkmcp_config) --completion servers 2>/dev/null)'
+{options}complete -c bkmcp -l completion -x -a '{shells}'
+complete -c bkmcp -l config -r -F
+complete -c bkmcp -l body -r -F
+complete -c bkmcp -l registry -r -F
+complete -c bkmcp -l import -r -F
+complete -c bkmcp -l events -r -F
+"""
+
+
+def _sh_quote(text: str) -> str:
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+def render_completion(shell: str, command: Sequence[str]) -> str:
+    """The completion script for ``shell``; ``command`` is how the script runs bkmcp for server names."""
+    quoted = " ".join(_sh_quote(part) for part in command)
+    bash = _BASH_COMPLETION.format(
+        value_options=_COMPLETION_VALUE_OPTIONS,
+        shells=" ".join(COMPLETION_SHELLS),
+        options=_COMPLETION_OPTIONS + " -h -v",
+        command=quoted,
+    )
+    if shell == "bash":
+        return bash
+    if shell == "zsh":
+        return _ZSH_COMPLETION.format(bash=bash)
+    options = "".join(
+        f"complete -c bkmcp -l {name[2:]}\n"
+        for name in _COMPLETION_OPTIONS.split()
+        if name not in ("--completion", "--config", "--body", "--registry", "--import", "--events")
+    )
+    return _FISH_COMPLETION.format(
+        value_options=_COMPLETION_VALUE_OPTIONS, command=quoted, options=options, shells=" ".join(COMPLETION_SHELLS)
+    )
 
 
 def render_server_help(server: ServerConfig) -> str:
@@ -8854,7 +9020,8 @@ _FLAG_OPTIONS = {
 }
 # `bkmcp --registry FILE --import mcp.json | --list` (contract §11.3): options only before any server name, so a tool's
 # own `--list`/`--import` parameter (after the tool name) keeps working as a tool option.
-_REGISTRY_VALUE_OPTIONS = {"--import": "registry_import"}
+# `--completion SHELL` is the same kind of root-only option.
+_REGISTRY_VALUE_OPTIONS = {"--import": "registry_import", "--completion": "completion"}
 _REGISTRY_FLAG_OPTIONS = {"--list": "registry_list"}
 _REGISTRY_OPTION_NAMES = frozenset({*_REGISTRY_VALUE_OPTIONS, *_REGISTRY_FLAG_OPTIONS})
 _RESIDENT_OPTIONS = {
@@ -8889,6 +9056,7 @@ class Invocation:
     resident: bool = False
     registry_import: str | None = None
     registry_list: bool = False
+    completion: str | None = None  # --completion bash|zsh|fish|servers (root only)
     events: str | None = None  # --resident only: the options of _RESIDENT_OPTIONS
     max_processes: str | None = None
     max_user_processes: str | None = None
@@ -8987,6 +9155,15 @@ def check_invocation(inv: Invocation) -> None:
             "--context is not supported: bkmcp takes identity only from the server's headers in mcp.json",
             hint="remove --context; configure the server's headers instead",
         )
+    if inv.completion is not None:
+        if inv.completion not in (*COMPLETION_SHELLS, "servers"):
+            raise UsageError(
+                f"--completion takes bash, zsh or fish, got {inv.completion!r}",
+                hint='eval "$(bkmcp --completion bash)"',
+            )
+        extra = inv.server or inv.check or inv.tools or inv.body is not None or inv.resident or inv.registry is not None
+        if extra or inv.jq is not None or inv.dry_run or inv.help:
+            raise UsageError("--completion takes nothing else but --config", hint="bkmcp --completion bash")
     registry_tool = inv.registry_import is not None or inv.registry_list
     if inv.registry is not None and not inv.resident and not registry_tool:
         raise UsageError("--registry is only valid with --resident, --import or --list")
@@ -9017,7 +9194,7 @@ def check_invocation(inv: Invocation) -> None:
         raise UsageError(f"{' and '.join(modes)} cannot be combined: choose one mode")
     if inv.resident and (inv.server or modes):
         raise UsageError("--resident takes no server, tool or mode options")
-    if inv.resident and inv.registry is None:
+    if inv.resident and inv.registry is None and not inv.help:
         raise UsageError(
             "--resident needs --registry SOURCE (a SQLite file or an http(s)://…/internal/mcp/config URL)",
             hint="bkmcp --resident --registry ./registry.db",
@@ -9184,6 +9361,27 @@ class Environment:
     cwd: str
 
 
+def _configured_names(config_path: str) -> tuple[list[str] | None, str | None]:
+    """(the server names of the config file, None) for the root help and completion, read offline; (None, None)
+    for a missing file and (None, why) for one that cannot be used."""
+    try:
+        config = load_config(config_path)
+    except ConfigNotFoundError:
+        return None, None
+    except BkmcpError as exc:
+        prefix = f"{config_path}: "
+        return None, exc.message[len(prefix) :] if exc.message.startswith(prefix) else exc.message
+    return sorted(config.servers), None
+
+
+def _completion_command() -> list[str]:
+    """How a completion script runs this bkmcp: the .pyz or bkmcp.py that is running, else ``bkmcp`` on PATH."""
+    script = sys.argv[0] if sys.argv else ""
+    if script.endswith((".pyz", "bkmcp.py")) and os.path.isfile(script):
+        return [sys.executable or "python3", os.path.abspath(script)]
+    return ["bkmcp"]
+
+
 def _select_server(config: ConfigFile, name: str) -> ServerConfig:
     if name not in config.servers:
         names = sorted(config.servers)
@@ -9327,13 +9525,17 @@ class _Runner:
         if inv.version:
             return self.emit_text(f"bkmcp {__version__}")
         check_invocation(inv)
-        registry_tool = (inv.registry_import is not None or inv.registry_list) and not inv.help
+        registry_tool = inv.registry_import is not None or inv.registry_list
+        if inv.help and (registry_tool or inv.resident):  # a mode's --help prints that mode's help (contract §2)
+            return self.emit_text(render_resident_help())
         if registry_tool or inv.resident:
             return self.run_resident_mode(registry_tool)
         config_path = resolve_config_path(inv.config, envr.env, envr.cwd)
+        if inv.completion is not None:
+            return self.run_completion(inv.completion, config_path)
         if inv.server is None:
             if inv.help or not any((inv.check, inv.tools, inv.tool)):
-                return self.emit_text(render_root_help(config_path))
+                return self.emit_text(render_root_help(config_path, *_configured_names(config_path)))
         # help (root, server, tool; bare `bkmcp <server>` too) is never projected, so --jq is not even compiled
         projected = inv.jq is not None and not inv.help and (inv.check or inv.tools or inv.tool is not None)
         jq = compile_jq(inv.jq) if projected and inv.jq is not None else None
@@ -9347,6 +9549,16 @@ class _Runner:
         if inv.tool is None and (inv.help or not (inv.check or inv.tools)):
             return self.emit_text(render_server_help(server_cfg))
         return self.run_remote(server_cfg, jq)
+
+    def run_completion(self, shell: str, config_path: str) -> int:
+        """``--completion SHELL`` prints the script; ``--completion servers`` (what the script runs) prints the
+        configured server names, one a line, and nothing at all when the file is missing or invalid."""
+        if shell != "servers":
+            return self.emit_text(render_completion(shell, _completion_command()))
+        names, _problem = _configured_names(config_path)
+        if names:
+            self.envr.stdout.write("".join(name + "\n" for name in names))
+        return EXIT_OK
 
     def run_resident_mode(self, registry_tool: bool) -> int:
         """``--registry FILE --import/--list`` (``registry_tool``), or ``--resident`` (docs/contract.md §11)."""

@@ -5,9 +5,12 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
+import subprocess
+import sys
 
 import pytest
-from bkmcp_test_helpers import Result, run_bkmcp
+from bkmcp_test_helpers import ROOT, Result, run_bkmcp
 
 import bkmcp
 
@@ -301,7 +304,7 @@ def test_d01_root_help_names_every_mode(tmp_path, no_network):
         "docs/resident.md",
     ):
         assert text in out, text
-    lines = [line for line in out.splitlines() if "--resident" in line or "--registry FILE" in line]
+    lines = [line for line in out.splitlines() if line.startswith(("  bkmcp --resident", "  bkmcp --registry FILE"))]
     assert len(lines) == 3 and all(len(line) <= 120 for line in lines)
 
 
@@ -782,3 +785,105 @@ def test_swallowed_flag_value_gets_a_precise_hint():
     with pytest.raises(bkmcp.UsageError) as plain:
         bkmcp.parse_argv(["srv", "tool", "--text", "a", "b"])
     assert plain.value.hint == "quote values that contain spaces"
+
+
+# -- shell completion (issue 17 item 7) ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("shell", "marker"), [("bash", "-F _bkmcp bkmcp"), ("zsh", "#compdef bkmcp"), ("fish", "complete -c bkmcp")]
+)
+def test_completion_scripts_name_the_options_and_ask_for_server_names_offline(shell, marker, tmp_path, no_network):
+    stdin = TrapStdin()
+    res = run_with(stdin, "--completion", shell, env={"HOME": str(tmp_path)})
+    assert res.exit_status == 0 and res.stderr == "" and stdin.reads == []
+    assert marker in res.stdout
+    for option in ("--check", "--tools", "--body", "--dry-run", "--jq", "--config", "--resident", "--registry"):
+        assert option in res.stdout or f"-l {option[2:]}" in res.stdout, option
+    assert "--completion servers" in res.stdout
+
+
+def test_completion_servers_lists_the_configured_names_and_never_fails(tmp_path, write_config, no_network):
+    config = write_config(
+        {
+            "mcpServers": {
+                "b-two": {"type": "http", "url": "https://x/mcp", "headers": {"Authorization": "Bearer ${NOPE}"}},
+                "a.one": {"type": "stdio", "command": "never-run"},
+            }
+        }
+    )
+    res = run_bkmcp("--config", str(config), "--completion", "servers")
+    assert (res.exit_status, res.stdout, res.stderr) == (0, "a.one\nb-two\n", "")
+    res = run_bkmcp("--completion", "servers", env={"BK_CLI_CONFIG_DIR": str(config.parent)})
+    assert res.stdout == "a.one\nb-two\n"
+    (tmp_path / "x").mkdir()
+    for env in (
+        {"HOME": str(tmp_path / "none")},
+        {"BK_CLI_CONFIG_DIR": str(write_config("{bad", name="x/mcp.json").parent)},
+    ):
+        res = run_bkmcp("--completion", "servers", env=env)
+        assert (res.exit_status, res.stdout, res.stderr) == (0, "", "")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("--completion", "ksh"), ("--completion",), ("srv", "--completion", "bash"), ("--completion", "bash", "--check")],
+)
+def test_completion_usage_errors(args, tmp_path, no_network):
+    res = run_bkmcp(*args, env={"HOME": str(tmp_path)})
+    assert res.exit_status == 1 and res.stdout == "" and res.error_code == "usage_error", res.stderr
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
+def test_bash_completion_completes_options_and_server_names(tmp_path, write_config):
+    """The generated script in a real bash: options after '-', server names from the config (via
+    `bkmcp --completion servers`: reads the file, starts and contacts nothing)."""
+    config = write_config(
+        {
+            "mcpServers": {
+                "demo": {"type": "stdio", "command": "never-run"},
+                "lab": {"type": "http", "url": "https://x/"},
+            }
+        }
+    )
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    wrapper = bindir / "bkmcp"
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} {ROOT / "bkmcp.py"} "$@"\n')
+    wrapper.chmod(0o755)
+    script = run_bkmcp("--completion", "bash").stdout
+    (tmp_path / "complete.bash").write_text(script)
+
+    def complete(*words: str) -> list[str]:
+        line = " ".join(words)
+        program = (
+            f"source {tmp_path / 'complete.bash'}\n"
+            f"COMP_WORDS=({line}); COMP_CWORD={len(words) - 1}; COMP_LINE='{line}'; COMP_POINT=${{#COMP_LINE}}\n"
+            '_bkmcp bkmcp "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD-1]}"\n'
+            "printf '%s\\n' \"${COMPREPLY[@]}\"\n"
+        )
+        proc = subprocess.run(
+            ["bash", "--norc", "--noprofile", "-c", program],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={"PATH": f"{bindir}:/usr/bin:/bin", "HOME": str(tmp_path), "BK_CLI_CONFIG_DIR": str(config.parent)},
+        )
+        assert proc.returncode == 0, proc.stderr
+        return [w for w in proc.stdout.splitlines() if w]
+
+    assert complete("bkmcp", "") == ["demo", "lab"]
+    assert complete("bkmcp", "l") == ["lab"]
+    assert "--tools" in complete("bkmcp", "demo", "--t") and "--timeout" in complete("bkmcp", "--t")
+    assert sorted(complete("bkmcp", "--completion", "")) == ["bash", "fish", "zsh"]
+    other = write_config({"mcpServers": {"only": {"type": "stdio", "command": "x"}}}, name="other.json")
+    assert complete("bkmcp", "--config", str(other), "") == ["only"]
+    assert complete("bkmcp", "demo", "") == []  # tool names would need discovery: never contacted while completing
+
+
+def test_resident_help_defaults_are_the_resident_modes_own():
+    """The resident help (section 9) prints the defaults section 10 holds; the two must agree."""
+    text = bkmcp.render_resident_help()
+    assert f"(default {bkmcp.DEFAULT_MAX_PROCESSES})" in text
+    assert f"(default {bkmcp.DEFAULT_MAX_USER_PROCESSES})" in text
+    assert "(default 10m)" in text and bkmcp.parse_duration("10m") == bkmcp.DEFAULT_IDLE_TIMEOUT
