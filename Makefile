@@ -44,11 +44,20 @@ lint: venv
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy bkmcp.py build_zipapp.py
 
+# make test CASE=tests/unit/test_cli.py::test_name (one test, a file or a node id) or CASE='jq and not halt' (a -k
+# expression over the whole suite): lint, build and interop as usual, then only that case (no coverage threshold).
+CASE_IS_PATH = $(findstring ::,$(CASE))$(findstring .py,$(CASE))
 test: venv interop lint build
+ifeq ($(CASE),)
 	BKMCP_INTEROP_REQUIRED=1 $(BIN)/python -m pytest -q -p no:cacheprovider --cov=bkmcp --cov-branch \
 		--cov-report=term-missing:skip-covered --cov-fail-under=90 --ignore=tests/conformance tests
 	# the mock server checked against the official SDK client (runs in the SDK's own venv)
 	.venv-sdk/bin/python -m pytest -q -p no:cacheprovider -m interop tests/integration/test_mock_server.py
+else ifneq ($(CASE_IS_PATH),)
+	BKMCP_INTEROP_REQUIRED=1 $(BIN)/python -m pytest -q -p no:cacheprovider $(CASE)
+else
+	BKMCP_INTEROP_REQUIRED=1 $(BIN)/python -m pytest -q -p no:cacheprovider --ignore=tests/conformance -k "$(CASE)" tests
+endif
 
 # ruff format, line length 120 (pyproject.toml); `make lint` fails on a file it would change
 fmt: venv
