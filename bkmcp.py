@@ -603,7 +603,9 @@ def parse_json_plain(text: str, *, strict_keys: bool = True) -> Any:
     try:
         return decoder.decode(text)
     except _DuplicateKey as exc:
-        raise JsonInputError(f"duplicate key {json.dumps(exc.key, ensure_ascii=False)}") from None
+        where = _duplicate_key_position(text)
+        line, column = (text.count("\n", 0, where) + 1, where - text.rfind("\n", 0, where)) if where >= 0 else (0, 0)
+        raise JsonInputError(f"duplicate key {json.dumps(exc.key, ensure_ascii=False)}", line, column) from None
     except RecursionError:
         raise JsonInputError("nesting too deep") from None
     except json.JSONDecodeError as exc:
@@ -611,6 +613,54 @@ def parse_json_plain(text: str, *, strict_keys: bool = True) -> Any:
         raise JsonInputError(reason, exc.lineno, exc.colno) from None
     except ValueError as exc:  # a rejected constant (NaN, Infinity)
         raise JsonInputError(str(exc)) from None
+
+
+def _duplicate_key_position(text: str) -> int:
+    """Where the duplicate key that ``_strict_pairs`` rejected stands (its second occurrence), or -1.
+
+    Only reached on that error, so a small walk over the already-validated text is fine: it takes the first
+    object, in closing order, that repeats a key (the one the decoder's hook saw first)."""
+    scanstring, plain = json.decoder.scanstring, json.JSONDecoder()
+    found: list[int] = []
+
+    def skip(pos: int) -> int:
+        while text[pos] in _JSON_SPACE:
+            pos += 1
+        return pos
+
+    def value(pos: int) -> int:
+        pos = skip(pos)
+        opening = text[pos]
+        if opening not in "{[":
+            return plain.raw_decode(text, pos)[1]
+        closing = "}" if opening == "{" else "]"
+        seen: set[str] = set()
+        repeated = -1
+        pos = skip(pos + 1)
+        if text[pos] == closing:
+            return pos + 1
+        while True:
+            if opening == "{":
+                pos = skip(pos)
+                key, end = scanstring(text, pos + 1)
+                if key in seen and repeated < 0:
+                    repeated = pos
+                seen.add(key)
+                pos = skip(end) + 1  # the ':'
+            pos = skip(value(pos))
+            if found:
+                return pos
+            if text[pos] != ",":
+                if repeated >= 0:
+                    found.append(repeated)
+                return pos + 1
+            pos += 1
+
+    try:
+        value(0)
+    except (ValueError, IndexError, RecursionError):
+        return -1
+    return found[0] if found else -1
 
 
 _JSON_SPACE = " \t\n\r"
