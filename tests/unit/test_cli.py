@@ -745,6 +745,16 @@ def test_pretty_output_on_a_terminal(config, no_network):
         cwd=os.getcwd(),
     )
     assert out.getvalue().startswith('{\n  "ok": true,')
+    one = Tty()  # the documented way to one line on a terminal (docs/user-guide.md, Output): --jq .
+    bkmcp.main(
+        ["--config", str(config), "report-prod", "t", "--body", "{}", "--dry-run", "--jq", "."],
+        stdin=io.StringIO(),
+        stdout=one,
+        stderr=io.StringIO(),
+        env=ENV,
+        cwd=os.getcwd(),
+    )
+    assert one.getvalue().count("\n") == 1 and bkmcp.parse_json(one.getvalue()) == bkmcp.parse_json(out.getvalue())
 
 
 @pytest.mark.parametrize(
