@@ -4773,7 +4773,8 @@ class ToolFlag:
     name: str
     kind: str
     required: bool
-    schema: dict[str, Any]
+    schema: dict[str, Any]  # of a nullable property: its non-null branch, with the property's own annotations
+    nullable: bool = False  # "T or null": the flag gives T; JSON null only through --body (docs/contract.md §6)
 
     @property
     def option(self) -> str:
@@ -4829,6 +4830,42 @@ def _flag_name_problem(name: str) -> str | None:
         own = f"-{name}" if len(name) == 1 else f"--{name}"
         return f"the name collides with bkmcp's own option {own} (reserved names are never tool flags)"
     return None
+
+
+_SIMPLE_TYPES = ("string", "integer", "number", "boolean")
+_NULL_ANNOTATIONS = frozenset({"type", "title", "description"})
+
+
+def _nullable_simple(schema: dict[str, Any]) -> dict[str, Any] | None:
+    """The non-null schema of "one simple type or null" (docs/contract.md §6): ``type: [T, "null"]``, or
+    ``anyOf``/``oneOf`` of one simple schema and ``{type: null}``; None for anything else. The result keeps the
+    property's own annotations (description, default, enum…) beside the branch's."""
+    declared = schema.get("type")
+    if isinstance(declared, list):
+        simple = [t for t in declared if t != "null"]
+        if len(declared) == 2 and len(simple) == 1 and simple[0] in _SIMPLE_TYPES:
+            if any(k in schema for k in (*_REF_KEYWORDS, *_COMBINATORS)):
+                return None
+            return {**schema, "type": simple[0]}
+        return None
+    present = [k for k in _COMBINATORS if k in schema]
+    if present not in (["anyOf"], ["oneOf"]) or declared is not None or any(k in schema for k in _REF_KEYWORDS):
+        return None
+    branches = schema[present[0]]
+    if not (isinstance(branches, list) and len(branches) == 2 and all(isinstance(b, dict) for b in branches)):
+        return None
+    nulls = [b for b in branches if b.get("type") == "null" and b.keys() <= _NULL_ANNOTATIONS]
+    others = [b for b in branches if b not in nulls]
+    if len(nulls) != 1 or len(others) != 1:
+        return None
+    branch = others[0]
+    kind = branch.get("type")
+    if isinstance(kind, list) and len(kind) == 1:
+        kind = kind[0]
+    if kind not in _SIMPLE_TYPES or any(k in branch for k in (*_REF_KEYWORDS, *_COMBINATORS)):
+        return None
+    outer = {k: v for k, v in schema.items() if k != present[0]}
+    return {**branch, **outer, "type": kind}
 
 
 def _property_kind(schema: Any) -> tuple[str | None, str]:
@@ -4909,6 +4946,10 @@ def build_tool_flags(tool: Mapping[str, Any]) -> ToolFlags:
                 flags[name] = ToolFlag(name, declared, is_required, prop)
                 continue
         problem = _flag_name_problem(name)
+        nullable = _nullable_simple(prop) if problem is None and type(prop) is dict else None
+        if nullable is not None:
+            flags[name] = ToolFlag(name, nullable["type"], is_required, nullable, nullable=True)
+            continue
         kind, reason = (None, problem) if problem else _property_kind(prop)
         if kind is None:
             body_only[name] = BodyOnlyField(name, reason, is_required, prop)
@@ -4925,7 +4966,9 @@ def describe_cli(tool: Mapping[str, Any]) -> dict[str, Any]:
     mapped = build_tool_flags(tool)
     out: dict[str, Any] = {
         "flags": [
-            {"name": f.name, "flag": f.usage, "type": f.kind, "required": f.required} for f in mapped.flags.values()
+            {"name": f.name, "flag": f.usage, "type": f.kind, "required": f.required}
+            | ({"nullable": True} if f.nullable else {})
+            for f in mapped.flags.values()
         ],
         "body_only": [{"name": b.name, "reason": b.reason} for b in mapped.body_only.values()],
     }
@@ -6781,6 +6824,10 @@ def _flag_details(flag: ToolFlag) -> list[str]:
         lines += _wrap(description.strip(), HELP_WIDTH, indent, indent)
     elif isinstance(title, str) and _plain(title) != _plain(flag.name):  # pydantic titles just echo the name
         lines += _wrap(title.strip(), HELP_WIDTH, indent, indent)
+    if flag.nullable:
+        lines += _wrap(
+            f"may also be null: only with --body (the flag's text is always a {flag.kind})", HELP_WIDTH, indent, indent
+        )
     enum = schema.get("enum")
     if isinstance(enum, list) and enum:
         limit = 30  # a huge enum would bury the other flags; --tools has the full list
