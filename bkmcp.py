@@ -620,7 +620,9 @@ def _duplicate_key_position(text: str) -> int:
 
     Only reached on that error, so a small walk over the already-validated text is fine: it takes the first
     object, in closing order, that repeats a key (the one the decoder's hook saw first)."""
-    scanstring, plain = json.decoder.scanstring, json.JSONDecoder()
+    from json.decoder import scanstring  # type: ignore[attr-defined]  # typeshed omits it; stdlib since 2.6
+
+    plain = json.JSONDecoder()
     found: list[int] = []
 
     def skip(pos: int) -> int:
