@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 PYZ    := dist/bkmcp.pyz
 
-.PHONY: demo demo-resident test venv interop peers lint fmt unit integration artifact build scenario bench clean conformance
+.PHONY: demo demo-resident examples test venv interop peers lint fmt unit integration artifact build scenario bench clean conformance
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -34,6 +34,11 @@ conformance: venv build
 
 demo: build
 	$(PYTHON) mock_server/demo.py $(PYZ)
+
+# every server the docs' examples name, on free loopback ports, and the folder they run in (mcp.json, params.json,
+# registry.db, ...); prints what to export, serves until Ctrl-C (mock_server/examples.py, docs/user-guide.md)
+examples: build
+	$(PYTHON) mock_server/examples.py --bkmcp "$(PYTHON) $(abspath $(PYZ))" $(EXAMPLES_DIR)
 
 # resident mode: a scripted session against the mock server (HTTP + stdio), every command and answer printed
 demo-resident: build

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 import bkmcp
-from mock_server.mcp_mock import DEFAULT_TOOLS, MockServer, mock_tool
+from mock_server.examples import DEMO_TOKEN, start_examples
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -37,10 +37,8 @@ README_EN = ROOT / "README.md"
 README_ZH = ROOT / "README_zh.md"
 USER_GUIDE = DOCS / "user-guide.md"
 RESIDENT = DOCS / "resident.md"
+RESIDENT_REGISTRY = DOCS / "resident-registry.md"
 CODES = {cls.code: cls.exit_status for cls in bkmcp.error_classes()}
-
-# The tokens the mock examples use (documented in docs/user-guide.md, "Trying the examples").
-DEMO_TOKEN = "demo-secret-token"
 
 
 def _read(path: Path) -> str:
@@ -227,7 +225,7 @@ def check_envelope(command: str, status: int, done: subprocess.CompletedProcess[
 
 
 def _example_files() -> list[Path]:
-    return [README_EN, README_ZH, USER_GUIDE] + ([RESIDENT] if RESIDENT.exists() else [])
+    return [README_EN, README_ZH, USER_GUIDE, RESIDENT_REGISTRY] + ([RESIDENT] if RESIDENT.exists() else [])
 
 
 @pytest.fixture(scope="module")
@@ -235,76 +233,16 @@ def mock_env(tmp_path_factory: pytest.TempPathFactory):
     """The servers the examples name (docs/user-guide.md, "Trying the examples"): ``demo`` (HTTP, Bearer token),
     ``demo-stdio``, ``lab`` (tools that fail in instructive ways), ``pages`` (a pagination cycle), ``locked`` (401
     for this token), ``denied`` (403), ``offline`` (nothing listens), ``needs-var`` (an unset variable),
-    ``conflict`` (two identity headers). Same shape as ``make demo``'s config."""
+    ``conflict`` (two identity headers): what ``make examples`` starts (mock_server/examples.py), in a fresh folder."""
     tmp = tmp_path_factory.mktemp("docs-examples")
-    bearer = {"Authorization": "Bearer ${DEMO_TOKEN}"}
-    demo = MockServer({"require_headers": {"Authorization": f"Bearer {DEMO_TOKEN}"}})
-    lab = MockServer(
-        {
-            "tools": [
-                *DEFAULT_TOOLS,
-                mock_tool("ask", "input_required"),
-                mock_tool("slow", "slow", ms=5000),
-                mock_tool("rpc", "rpc_error", message="no such report"),
-            ]
-        }
-    )
-    pages = MockServer({"page_size": 2, "faults": {"cursor_cycle": True}})
-    locked = MockServer({"require_headers": {"Authorization": "Bearer another-token"}})
-    denied = MockServer(
-        {
-            "forbid_headers_403": {"Authorization": f"Bearer {DEMO_TOKEN}"},
-            "forbidden_message": "this identity may not use the report tools",
-        }
-    )
-    mocks = (demo, lab, pages, locked, denied)
-    urls = [server.start() for server in mocks]
-    servers = {
-        "demo": {"type": "http", "url": urls[0], "headers": bearer},
-        "demo-stdio": {
-            "type": "stdio",
-            "command": sys.executable,
-            "args": [str(ROOT / "mock_server" / "mcp_mock.py"), "--stdio", "--quiet"],
-        },
-        "lab": {"type": "http", "url": urls[1]},
-        "pages": {"type": "http", "url": urls[2]},
-        "locked": {"type": "http", "url": urls[3], "headers": bearer},
-        "denied": {"type": "http", "url": urls[4], "headers": bearer},
-        "offline": {"type": "http", "url": "http://127.0.0.1:9/mcp"},
-        "needs-var": {
-            "type": "http",
-            "url": "http://127.0.0.1:9/mcp",
-            "headers": {"Authorization": "Bearer ${REPORT_TOKEN}"},
-        },
-        "conflict": {
-            "type": "http",
-            "url": "http://127.0.0.1:9/mcp",
-            "headers": {"Authorization": "Bearer x", "X-Bkapi-Authorization": '{"access_token": "y"}'},
-        },
-    }
-    (tmp / "mcp.json").write_text(json.dumps({"mcpServers": servers}, indent=2), encoding="utf-8")
-    (tmp / "mcp.json").chmod(0o600)
-    (tmp / "broken.json").write_text(
-        '{"mcpServers": {"a": {"type": "http", "url": "https://x/mcp",}}}\n', encoding="utf-8"
-    )
-    (tmp / "params.json").write_text('{"text": "from a file", "count": 2}\n', encoding="utf-8")
+    mocks, exports = start_examples(tmp, [sys.executable, str(ROOT / "bkmcp.py")])
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(tmp),
-        "BK_CLI_CONFIG_DIR": str(tmp),
-        "DEMO_TOKEN": DEMO_TOKEN,
+        **exports,
         "PYTHONDONTWRITEBYTECODE": "1",
         "LANG": "C.UTF-8",
     }
-    # registry.db: the SQLite registry of these servers, for resident-mode examples
-    subprocess.run(
-        [sys.executable, str(ROOT / "bkmcp.py"), "--registry", "registry.db", "--import", "mcp.json"],
-        cwd=tmp,
-        env=env,
-        capture_output=True,
-        timeout=60,
-        check=True,
-    )
     try:
         yield tmp, env
     finally:
@@ -359,6 +297,15 @@ def test_documented_mock_examples_run_and_exit_as_documented(path: Path, mock_en
         if shown is not None:
             problem = check_shown_output(shown, printed, tmp)
             assert problem is None, f"{path.name}: {[c for c, _ in commands]}: {problem}\nprinted:\n{printed[-3000:]}"
+
+
+def test_the_example_config_is_the_user_guides() -> None:
+    """Issue 17 item 7: examples/mcp.json is the file docs/user-guide.md, "Configuration", shows (and the one
+    docs/resident-registry.md imports)."""
+    section = _section(_read(USER_GUIDE), "Configuration")
+    shown = re.search(r"^```json\n(.*?)^```", section, re.M | re.S)
+    assert shown, "no JSON config in the user guide's Configuration section"
+    assert json.loads(shown.group(1)) == json.loads(_read(ROOT / "examples" / "mcp.json"))
 
 
 def test_resident_doc_exists_for_the_examples() -> None:
