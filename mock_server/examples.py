@@ -131,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     folder.mkdir(parents=True, exist_ok=True)
     pyz = ROOT / "dist" / "bkmcp.pyz"
     command = args.bkmcp.split() if args.bkmcp else ([sys.executable, str(pyz)] if pyz.exists() else None)
+    if command is not None:  # it runs inside the folder: paths given relative to here must still work
+        command = [os.path.abspath(part) if os.path.exists(part) else part for part in command]
     servers, exports = start_examples(folder, command)
     print(f"the example servers are running; their config is {folder / 'mcp.json'}")
     if command is None:
