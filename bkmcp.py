@@ -9463,6 +9463,13 @@ class Environment:
 def _configured_names(config_path: str) -> tuple[list[str] | None, str | None]:
     """(the server names of the config file, None) for the root help and completion, read offline; (None, None)
     for a missing file and (None, why) for one that cannot be used."""
+    import stat
+
+    try:  # a FIFO or device would block or never end: help and completion must never hang
+        if not stat.S_ISREG(os.stat(config_path).st_mode) and not stat.S_ISDIR(os.stat(config_path).st_mode):
+            return None, "not a regular file"
+    except (OSError, ValueError):
+        pass  # missing or unreadable: load_config says which
     try:
         config = load_config(config_path)
     except ConfigNotFoundError:

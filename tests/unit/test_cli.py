@@ -330,6 +330,11 @@ def test_d01_root_help_says_whether_the_config_exists_and_lists_its_servers(tmp_
     broken = write_config("{not json", name="broken.json")
     res = run_bkmcp("--config", str(broken))
     assert res.exit_status == 0 and f"Config file: {broken} (invalid:" in res.stdout
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)  # no writer: reading it would block the help forever
+    res = run_bkmcp("--config", str(fifo), "--help")
+    assert res.exit_status == 0 and f"Config file: {fifo} (invalid: not a regular file)" in res.stdout
+    assert run_bkmcp("--config", str(fifo), "--completion", "servers").stdout == ""
 
 
 @pytest.mark.parametrize(
