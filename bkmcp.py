@@ -1232,31 +1232,53 @@ class ConfigFile:
     invalid_names: tuple[tuple[str, str], ...] = ()
 
 
+def expand_user_path(path: str, env: Mapping[str, str], cwd: str) -> str | None:
+    """The one rule for every path a user gives (``--config``, ``--body @FILE``, ``--registry``, ``--import``,
+    ``--events``, a stdio ``command`` or ``cwd``; docs/contract.md §2): ``~`` and ``~/...`` start at the injected
+    ``$HOME``, ``~user`` at that user's home, and a relative path is taken from the injected working directory.
+
+    ``None`` when the path starts with ``~`` and HOME is unset or empty: it has no location, and guessing ``/`` or
+    the working directory would name another file. The caller says so in its own words.
+    """
+    if path == "~" or path.startswith("~/"):
+        home = env.get("HOME") or ""
+        if not home:
+            return None
+        path = home + path[1:]
+    elif path.startswith("~"):
+        path = os.path.expanduser(path)
+    return os.path.normpath(os.path.join(cwd, path))
+
+
+def resolve_user_path(path: str, env: Mapping[str, str], cwd: str, *, option: str) -> str:
+    """``expand_user_path`` for an option whose file must have a location: a ``~`` path without HOME is a usage
+    error naming ``option``."""
+    resolved = expand_user_path(path, env, cwd)
+    if resolved is None:
+        raise UsageError(
+            f"{option}: HOME is not set (or is empty), so {path} has no location",
+            hint=f"set HOME, or give {option} a full path",
+        )
+    return resolved
+
+
 def resolve_config_path(option: str | None, env: Mapping[str, str], cwd: str) -> str:
     """``--config`` if given, else ``$BK_CLI_CONFIG_DIR/mcp.json``, else ``~/.bk-cli/mcp.json`` (docs/contract.md §3).
 
-    ``~`` is ``$HOME``. With HOME unset or empty a ``~`` path has no location: it is returned unexpanded (the
-    only relative result) and ``load_config`` reports it as not found, rather than guessing
+    Paths follow ``expand_user_path``. With HOME unset or empty a ``~`` path has no location: it is returned
+    unexpanded (the only relative result) and ``load_config`` reports it as not found, rather than guessing
     ``/.bk-cli/mcp.json`` or a file relative to the working directory. Help still shows it.
     """
-    home = env.get("HOME") or ""
     if option is not None:
         if not option:
             raise UsageError("--config needs a file path")
         path = option
-        if option == "~" or option.startswith("~/"):  # the injected HOME, like the default path below
-            if not home:
-                return option
-            path = home + option[1:]
-        elif option.startswith("~"):
-            path = os.path.expanduser(option)
     elif env.get("BK_CLI_CONFIG_DIR"):
         path = os.path.join(env["BK_CLI_CONFIG_DIR"], CONFIG_FILE_NAME)
-    elif not home:
-        return "~/.bk-cli/" + CONFIG_FILE_NAME
     else:
-        path = os.path.join(home, ".bk-cli", CONFIG_FILE_NAME)
-    return os.path.normpath(os.path.join(cwd, path))
+        path = "~/.bk-cli/" + CONFIG_FILE_NAME
+    resolved = expand_user_path(path, env, cwd)
+    return path if resolved is None else resolved
 
 
 def load_config(path: str) -> ConfigFile:
@@ -1584,6 +1606,15 @@ class ResolvedServer:
     inherited_env: dict[str, str] = field(default_factory=dict)  # stdio: the minimal set from bkmcp's environment
 
 
+def _stdio_path(path: str, env: Mapping[str, str], cwd: str, where: str) -> str:
+    resolved = expand_user_path(path, env, cwd)
+    if resolved is None:
+        raise InvalidConfigError(
+            f"{where}: HOME is not set (or is empty), so {path} has no location", hint="set HOME, or write a full path"
+        )
+    return resolved
+
+
 def find_header(headers: Iterable[tuple[str, str]], name: str) -> tuple[str, str] | None:
     lowered = name.lower()
     for key, value in headers:
@@ -1651,11 +1682,13 @@ def check_bkapi_value(value: str, *, where: str) -> list[str]:
 
 
 def resolve_server(
-    server: ServerConfig, env: Mapping[str, str], *, user: Mapping[str, str] | None = None
+    server: ServerConfig, env: Mapping[str, str], *, user: Mapping[str, str] | None = None, cwd: str | None = None
 ) -> ResolvedServer:
     """Expand the selected server's ``${VAR}`` references and check its credentials (C04, A03).
 
-    ``user``: the resident mode's chosen credential, for ``${user.FIELD}`` in headers and env (contract.md §11.4)."""
+    ``user``: the resident mode's chosen credential, for ``${user.FIELD}`` in headers and env (contract.md §11.4).
+    ``cwd``: the working directory that a stdio entry's relative ``cwd`` and a ``command`` naming a path start from
+    (``expand_user_path``; default: the process's)."""
     check_auth_conflict(server)
     redactor = Redactor()
     where = f"server {server.name!r} in {server.config_file}"
@@ -1705,16 +1738,23 @@ def resolve_server(
     if child_env:
         # a stdio server has no headers: credentials it gets travel in its environment (docs/contract.md §7)
         auth_source = "server_env" if auth_source == "none" and any(map(is_secret_name, child_env)) else auth_source
+    command, workdir = server.command, server.cwd
+    if server.type == "stdio":
+        base = os.getcwd() if cwd is None else cwd
+        if workdir is not None:
+            workdir = _stdio_path(workdir, env, base, f'{where}: field "cwd"')
+        if command and (os.sep in command or (os.altsep and os.altsep in command)):
+            command = _stdio_path(command, env, workdir or base, f'{where}: field "command"')
     return ResolvedServer(
         name=server.name,
         type=server.type,
         config_file=server.config_file,
         url=server.url,
         headers=headers,
-        command=server.command,
+        command=command,
         args=args,
         env=child_env,
-        cwd=server.cwd,
+        cwd=workdir,
         protocol_version=server.protocol_version,
         auth_source=auth_source,
         redactor=redactor,
@@ -3504,7 +3544,7 @@ class ChildProcess:
 
         command = self.server.command or ""
         if os.sep in command or (os.altsep and os.altsep in command):
-            path = os.path.join(self.server.cwd or os.getcwd(), os.path.expanduser(command))
+            path = os.path.join(self.server.cwd or os.getcwd(), command)  # resolve_server made it absolute
             found = path if os.path.isfile(path) and os.access(path, os.X_OK) else None
             problem = "does not exist" if not os.path.exists(path) else "is not an executable file"
         else:
@@ -7664,10 +7704,8 @@ def open_registry(
             f"--registry: unsupported URL scheme {_safe_name(scheme)!r}",
             hint="use an http(s):// URL or a SQLite file path",
         )
-    path = source
-    if path == "~" or path.startswith("~/"):
-        path = (env.get("HOME") or os.path.expanduser("~")) + path[1:]
-    return SqliteRegistry(os.path.normpath(os.path.join(cwd or os.getcwd(), path)), log=log, timeout=timeout)
+    path = resolve_user_path(source, env, cwd or os.getcwd(), option="--registry")
+    return SqliteRegistry(path, log=log, timeout=timeout)
 
 
 def run_registry_tool(inv: Invocation, envr: Environment, log: Log) -> int:
@@ -7682,11 +7720,11 @@ def run_registry_tool(inv: Invocation, envr: Environment, log: Log) -> int:
     if not inv.registry:
         raise UsageError("--registry needs a SQLite file path")
     timeout = parse_duration(inv.timeout) if inv.timeout is not None else REGISTRY_TIMEOUT
-    path = os.path.normpath(os.path.join(envr.cwd, os.path.expanduser(inv.registry)))
+    path = resolve_user_path(inv.registry, envr.env, envr.cwd, option="--registry")
     if inv.registry_import is not None:
         if not inv.registry_import:
             raise UsageError("--import needs an mcp.json path")
-        config = load_config(os.path.normpath(os.path.join(envr.cwd, os.path.expanduser(inv.registry_import))))
+        config = load_config(resolve_user_path(inv.registry_import, envr.env, envr.cwd, option="--import"))
         registry = SqliteRegistry(path, log=log, timeout=timeout)
         try:
             data: dict[str, Any] = {"imported": registry.import_config(config, log), "registry": path}
@@ -9032,7 +9070,14 @@ class _Stop(BaseException):
 
 
 def run_resident(
-    opts: ResidentOptions, *, stdin: Any, stdout: Any, log: Log, env: Mapping[str, str], stderr: IO[str]
+    opts: ResidentOptions,
+    *,
+    stdin: Any,
+    stdout: Any,
+    log: Log,
+    env: Mapping[str, str],
+    stderr: IO[str],
+    cwd: str | None = None,
 ) -> int:
     """``bkmcp --resident`` (docs/contract.md §11): serve commands until ``shutdown``, EOF, SIGTERM (0) or SIGINT (130).
 
@@ -9042,13 +9087,15 @@ def run_resident(
     import signal
     import threading
 
-    registry = open_registry(opts.registry, env=env, log=log, timeout=opts.timeout)
+    cwd = os.getcwd() if cwd is None else cwd
+    registry = open_registry(opts.registry, env=env, log=log, timeout=opts.timeout, cwd=cwd)
     events_stream: IO[str] | None = None
     if opts.events == "-":
         events_stream = stderr
     elif opts.events is not None:
         try:
-            events_stream = open(opts.events, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the process
+            events_path = resolve_user_path(opts.events, env, cwd, option="--events")
+            events_stream = open(events_path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the process
         except OSError as exc:
             registry.close()
             raise UsageError(f"cannot open --events file {opts.events!r}: {exc.strerror or exc}") from None
@@ -9330,7 +9377,9 @@ def check_invocation(inv: Invocation) -> None:
 BODY_LIMIT = 64 * 1024 * 1024  # bytes of --body (inline, @FILE or -): tool arguments, not a data transfer
 
 
-def read_body(source: str, stdin: IO[str], cwd: str, deadline: Deadline | None = None) -> dict[str, Any]:
+def read_body(
+    source: str, stdin: IO[str], cwd: str, deadline: Deadline | None = None, *, env: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """``--body JSON | @FILE | -``: the complete arguments object (P04, P06). stdin is read once.
 
     Messages name the source as written (``--body``, ``--body @args.json``, ``--body -``). At most
@@ -9343,7 +9392,7 @@ def read_body(source: str, stdin: IO[str], cwd: str, deadline: Deadline | None =
         label = f"--body {source}"
         if not source[1:]:
             raise UsageError("--body @FILE needs a file name", hint="write --body @args.json, or --body - for stdin")
-        path = os.path.normpath(os.path.join(cwd, os.path.expanduser(source[1:])))
+        path = resolve_user_path(source[1:], os.environ if env is None else env, cwd, option=label)
         raw = load_body_file(path, label, deadline)
     else:
         label = "--body"
@@ -9678,6 +9727,7 @@ class _Runner:
             log=self.log,
             env=envr.env,
             stderr=envr.stderr,
+            cwd=envr.cwd,
         )
 
     def run_remote(self, server_cfg: ServerConfig, jq: JqProgram | None) -> int:
@@ -9685,18 +9735,18 @@ class _Runner:
         help paths above stay free of the session engine (the pyz loads its sections on first use, see
         docs/building.md)."""
         inv, envr = self.inv, self.envr
-        server = resolve_server(server_cfg, envr.env)
+        server = resolve_server(server_cfg, envr.env, cwd=envr.cwd)
         for secret in server.redactor._secrets:
             self.redactor.add(secret)
         timeout = parse_duration(inv.timeout) if inv.timeout is not None else DEFAULT_TIMEOUT
         deadline = Deadline(timeout)  # reading --body from a FIFO or pipe counts against the budget too
         if inv.dry_run:
             assert inv.tool is not None and inv.body is not None
-            preview = read_body(inv.body, envr.stdin, envr.cwd, deadline)
+            preview = read_body(inv.body, envr.stdin, envr.cwd, deadline, env=envr.env)
             return self.emit_envelope(build_success(build_dry_run(server, inv.tool, preview)), jq, EXIT_OK)
         arguments: dict[str, Any] | None = None
         if inv.tool is not None and not inv.help and inv.body is not None:
-            arguments = read_body(inv.body, envr.stdin, envr.cwd, deadline)
+            arguments = read_body(inv.body, envr.stdin, envr.cwd, deadline, env=envr.env)
         log = self.log
         progress = (lambda token: ProgressLine(log, token)) if log.verbose or log.is_tty else None
         ctx = OpContext(deadline, log, cwd=envr.cwd, home=envr.env.get("HOME"), progress=progress)

@@ -82,7 +82,7 @@ import threading
 import time
 from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 # ############################################################################################################
 # Constants
@@ -328,25 +328,6 @@ FAULT_KEYS = (
     "server_request_on_call",
 )
 
-BEHAVIOURS = (
-    "echo",
-    "add",
-    "is_error",
-    "rpc_error",
-    "input_required",
-    "task",
-    "url_elicitation",
-    "malformed",
-    "slow",
-    "drop",
-    "big",
-    "unknown_result_type",
-    "image",
-    "progress",
-    "env",
-    "environ",
-)
-
 
 def mock_tool(
     name: str, behaviour: str = "echo", properties: dict | None = None, required: list | None = None, **options: Any
@@ -583,6 +564,17 @@ def _decode_cursor(cursor: Any) -> int | None:
 
 def _now_iso() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+class Call(NamedTuple):
+    """One tools/call as a behaviour sees it."""
+
+    tool: dict
+    ctx: Ctx
+    params: dict
+    args: Any
+    sink: Sink
+    rid: Any
 
 
 class Core:
@@ -900,7 +892,7 @@ class Core:
         if srv_req and ctx.era == "legacy":
             answered = self._ask(sink, srv_req)
         behaviour = tool.get("x-mock", "echo")
-        reply = self._behave(behaviour, tool, ctx, params, args, sink, rid)
+        reply = BEHAVIOURS[behaviour](self, Call(tool, ctx, params, args, sink, rid))
         if answered is not None and reply.kind == "result" and isinstance(reply.value, dict):
             reply.value.setdefault("content", []).append(
                 {"type": "text", "text": "client answered: " + dump_json(answered)}
@@ -936,190 +928,159 @@ class Core:
         response = sink.ask_client(request, self.sc["server_request_wait_ms"] / 1000.0)
         return response if response is not None else {"no_answer": True, "request_id": request["id"]}
 
-    def _behave(self, behaviour: str, tool: dict, ctx: Ctx, params: dict, args: Any, sink: Sink, rid: Any) -> Reply:
-        modern = ctx.era == "modern"
-        if behaviour == "slow":
-            scope = ctx.session.sid if ctx.session else None
+    # -- tool behaviours: one method per "x-mock" name, listed in BEHAVIOURS below the class ---------------
+    def _slow(self, call: Call) -> Reply:
+        scope = call.ctx.session.sid if call.ctx.session else None
 
-            def gone() -> bool:
-                return sink.client_closed() or self.is_cancelled(scope, rid)
+        def gone() -> bool:
+            return call.sink.client_closed() or self.is_cancelled(scope, call.rid)
 
-            if self.sleep_ms(tool.get("x-mock-ms", 1000), gone):
-                # Legacy: cancelled → no response (spec); modern: the client closed the stream.
-                return Reply("drop", "cancelled" if self.is_cancelled(scope, rid) else "client_closed")
-            behaviour = "echo"
-        if behaviour == "environ":  # the whole environment, cwd and pid of the (stdio) server process
-            environ = dict(os.environ)
+        if self.sleep_ms(call.tool.get("x-mock-ms", 1000), gone):
+            # Legacy: cancelled → no response (spec); modern: the client closed the stream.
+            return Reply("drop", "cancelled" if self.is_cancelled(scope, call.rid) else "client_closed")
+        return self._echo(call)
+
+    def _environ(self, call: Call) -> Reply:
+        """The whole environment, cwd and pid of the (stdio) server process."""
+        environ = dict(os.environ)
+        return Reply(
+            "result",
+            {
+                "content": [{"type": "text", "text": " ".join(sorted(environ))}],
+                "structuredContent": {"environ": environ, "cwd": os.getcwd(), "pid": os.getpid()},
+                "isError": False,
+            },
+        )
+
+    def _env(self, call: Call) -> Reply:
+        names = call.tool.get("x-mock-vars")
+        if names is None:
+            names = call.args.get("names", []) if isinstance(call.args, dict) else []
+        env = {str(n): os.environ.get(str(n)) for n in names}
+        return Reply(
+            "result",
+            {
+                "content": [{"type": "text", "text": dump_json(env)}],
+                "structuredContent": {"env": env},
+                "isError": False,
+            },
+        )
+
+    def _echo(self, call: Call) -> Reply:
+        return Reply(
+            "result",
+            {
+                "content": [{"type": "text", "text": dump_json(call.args)}],
+                "structuredContent": {"arguments": call.args},
+                "isError": False,
+            },
+        )
+
+    def _is_error(self, call: Call) -> Reply:
+        text = call.tool.get("x-mock-text", "mock tool failure")
+        return Reply("result", {"content": [{"type": "text", "text": text}], "isError": True})
+
+    def _rpc_error(self, call: Call) -> Reply:
+        tool = call.tool
+        return Reply.error(
+            int(tool.get("x-mock-code", -32602)),
+            tool.get("x-mock-message", "Invalid params (mock rpc_error)"),
+            tool.get("x-mock-data"),
+        )
+
+    def _input_required(self, call: Call) -> Reply:
+        if call.ctx.era == "modern":
             return Reply(
                 "result",
                 {
-                    "content": [{"type": "text", "text": " ".join(sorted(environ))}],
-                    "structuredContent": {"environ": environ, "cwd": os.getcwd(), "pid": os.getpid()},
-                    "isError": False,
-                },
-            )
-        if behaviour == "env":
-            names = tool.get("x-mock-vars")
-            if names is None:
-                names = args.get("names", []) if isinstance(args, dict) else []
-            env = {str(n): os.environ.get(str(n)) for n in names}
-            return Reply(
-                "result",
-                {
-                    "content": [{"type": "text", "text": dump_json(env)}],
-                    "structuredContent": {"env": env},
-                    "isError": False,
-                },
-            )
-        if behaviour == "echo":
-            return Reply(
-                "result",
-                {
-                    "content": [{"type": "text", "text": dump_json(args)}],
-                    "structuredContent": {"arguments": args},
-                    "isError": False,
-                },
-            )
-        if behaviour == "add":
-            return self._add(args)
-        if behaviour == "is_error":
-            text = tool.get("x-mock-text", "mock tool failure")
-            return Reply("result", {"content": [{"type": "text", "text": text}], "isError": True})
-        if behaviour == "rpc_error":
-            return Reply.error(
-                int(tool.get("x-mock-code", -32602)),
-                tool.get("x-mock-message", "Invalid params (mock rpc_error)"),
-                tool.get("x-mock-data"),
-            )
-        if behaviour == "input_required":
-            if modern:
-                return Reply(
-                    "result",
-                    {
-                        "resultType": "input_required",
-                        "inputRequests": {
-                            "confirm": {
-                                "method": "elicitation/create",
-                                "params": {
-                                    "mode": "form",
-                                    "message": tool.get("x-mock-message", "Please confirm"),
-                                    "requestedSchema": {
-                                        "type": "object",
-                                        "properties": {"ok": {"type": "boolean"}},
-                                        "required": ["ok"],
-                                    },
+                    "resultType": "input_required",
+                    "inputRequests": {
+                        "confirm": {
+                            "method": "elicitation/create",
+                            "params": {
+                                "mode": "form",
+                                "message": call.tool.get("x-mock-message", "Please confirm"),
+                                "requestedSchema": {
+                                    "type": "object",
+                                    "properties": {"ok": {"type": "boolean"}},
+                                    "required": ["ok"],
                                 },
-                            }
-                        },
-                        "requestState": "mock-state-" + secrets.token_hex(8),
+                            },
+                        }
                     },
-                )
-            answer = self._ask(sink, {"method": "elicitation/create"})
-            return Reply("result", {"content": [{"type": "text", "text": "elicitation: " + dump_json(answer)}]})
-        if behaviour == "task":
-            task_id = "task-" + secrets.token_hex(6)
-            now = _now_iso()
-            if modern:
-                return Reply(
-                    "result",
-                    {
-                        "resultType": "task",
-                        "taskId": task_id,
-                        "status": "working",
-                        "statusMessage": "queued by mock",
-                        "createdAt": now,
-                        "lastUpdatedAt": now,
-                        "ttlMs": 60000,
-                        "pollIntervalMs": 1000,
-                    },
-                )
-            return Reply(
-                "result",
-                {
-                    "task": {
-                        "taskId": task_id,
-                        "status": "working",
-                        "statusMessage": "queued by mock",
-                        "createdAt": now,
-                        "lastUpdatedAt": now,
-                        "ttl": 60000,
-                        "pollInterval": 1000,
-                    }
+                    "requestState": "mock-state-" + secrets.token_hex(8),
                 },
             )
-        if behaviour == "url_elicitation":
-            elicitation = {
-                "mode": "url",
-                "url": tool.get("x-mock-url", "https://auth.example.com/authorize?mock=1"),
-                "elicitationId": "elic-" + secrets.token_hex(6),
-                "message": tool.get("x-mock-message", "Please sign in to continue"),
-            }
-            if modern:
-                return Reply(
-                    "result",
-                    {
-                        "resultType": "input_required",
-                        "inputRequests": {"login": {"method": "elicitation/create", "params": elicitation}},
-                    },
-                )
-            return Reply.error(-32042, "URL elicitation required", {"elicitations": [elicitation]})
-        if behaviour == "malformed":
-            variant = tool.get("x-mock-variant", "no_content")
-            if variant == "not_object":
-                return Reply("result", "this result is not an object")
-            if variant == "null":
-                return Reply("result", None)
-            return Reply("result", {"structured": "but no content array"})
-        if behaviour == "drop":
-            return Reply("drop")
-        if behaviour == "big":
-            size = int(tool.get("x-mock-bytes", 1024 * 1024))
-            block = "0123456789abcdef" * 64
-            text = (block * (size // len(block) + 1))[:size]
-            return Reply("result", {"content": [{"type": "text", "text": text}], "isError": False})
-        if behaviour == "unknown_result_type":
-            return Reply(
-                "result",
-                {
-                    "resultType": tool.get("x-mock-result-type", "mystery"),
-                    "content": [{"type": "text", "text": "what am I?"}],
-                },
-            )
-        if behaviour == "image":
-            return Reply(
-                "result",
-                {
-                    "content": [
-                        {"type": "image", "data": TINY_PNG, "mimeType": "image/png"},
-                        {"type": "text", "text": "a 1x1 PNG"},
-                    ],
-                    "isError": False,
-                },
-            )
-        if behaviour == "progress":
-            token = self._progress_token(params)
-            steps = int(tool.get("x-mock-steps", 3))
-            for i in range(1, steps + 1):
-                sink.notify(
-                    {
-                        "jsonrpc": "2.0",
-                        "method": "notifications/progress",
-                        "params": {
-                            "progressToken": token,
-                            "progress": i,
-                            "total": steps,
-                            "message": f"step {i} of {steps}",
-                        },
-                    }
-                )
-                self.sleep_ms(tool.get("x-mock-ms", 0))
-            return Reply(
-                "result", {"content": [{"type": "text", "text": f"done after {steps} steps"}], "isError": False}
-            )
-        raise AssertionError(f"unreachable behaviour {behaviour!r}")  # validated by normalize_scenario
+        answer = self._ask(call.sink, {"method": "elicitation/create"})
+        return Reply("result", {"content": [{"type": "text", "text": "elicitation: " + dump_json(answer)}]})
 
-    @staticmethod
-    def _add(args: Any) -> Reply:
+    def _task(self, call: Call) -> Reply:
+        task_id = "task-" + secrets.token_hex(6)
+        now = _now_iso()
+        state = {"taskId": task_id, "status": "working", "statusMessage": "queued by mock"}
+        state.update(createdAt=now, lastUpdatedAt=now)
+        if call.ctx.era == "modern":
+            return Reply("result", {"resultType": "task", **state, "ttlMs": 60000, "pollIntervalMs": 1000})
+        return Reply("result", {"task": {**state, "ttl": 60000, "pollInterval": 1000}})
+
+    def _url_elicitation(self, call: Call) -> Reply:
+        elicitation = {
+            "mode": "url",
+            "url": call.tool.get("x-mock-url", "https://auth.example.com/authorize?mock=1"),
+            "elicitationId": "elic-" + secrets.token_hex(6),
+            "message": call.tool.get("x-mock-message", "Please sign in to continue"),
+        }
+        if call.ctx.era == "modern":
+            return Reply(
+                "result",
+                {
+                    "resultType": "input_required",
+                    "inputRequests": {"login": {"method": "elicitation/create", "params": elicitation}},
+                },
+            )
+        return Reply.error(-32042, "URL elicitation required", {"elicitations": [elicitation]})
+
+    def _malformed(self, call: Call) -> Reply:
+        variant = call.tool.get("x-mock-variant", "no_content")
+        if variant == "not_object":
+            return Reply("result", "this result is not an object")
+        if variant == "null":
+            return Reply("result", None)
+        return Reply("result", {"structured": "but no content array"})
+
+    def _drop(self, call: Call) -> Reply:
+        return Reply("drop")
+
+    def _big(self, call: Call) -> Reply:
+        size = int(call.tool.get("x-mock-bytes", 1024 * 1024))
+        block = "0123456789abcdef" * 64
+        text = (block * (size // len(block) + 1))[:size]
+        return Reply("result", {"content": [{"type": "text", "text": text}], "isError": False})
+
+    def _unknown_result_type(self, call: Call) -> Reply:
+        return Reply(
+            "result",
+            {
+                "resultType": call.tool.get("x-mock-result-type", "mystery"),
+                "content": [{"type": "text", "text": "what am I?"}],
+            },
+        )
+
+    def _image(self, call: Call) -> Reply:
+        content = [{"type": "image", "data": TINY_PNG, "mimeType": "image/png"}, {"type": "text", "text": "a 1x1 PNG"}]
+        return Reply("result", {"content": content, "isError": False})
+
+    def _progress(self, call: Call) -> Reply:
+        token = self._progress_token(call.params)
+        steps = int(call.tool.get("x-mock-steps", 3))
+        for i in range(1, steps + 1):
+            progress = {"progressToken": token, "progress": i, "total": steps, "message": f"step {i} of {steps}"}
+            call.sink.notify({"jsonrpc": "2.0", "method": "notifications/progress", "params": progress})
+            self.sleep_ms(call.tool.get("x-mock-ms", 0))
+        return Reply("result", {"content": [{"type": "text", "text": f"done after {steps} steps"}], "isError": False})
+
+    def _add(self, call: Call) -> Reply:
+        args = call.args
         a = args.get("a") if isinstance(args, dict) else None
         b = args.get("b") if isinstance(args, dict) else None
         if not isinstance(a, RawNumber) or not isinstance(b, RawNumber):
@@ -1135,6 +1096,27 @@ class Core:
                 "isError": False,
             },
         )
+
+
+# Tool behaviours (``"x-mock"`` of a tool, module docstring): name -> Core method.
+BEHAVIOURS: dict[str, Callable[[Core, Call], Reply]] = {
+    "echo": Core._echo,
+    "add": Core._add,
+    "is_error": Core._is_error,
+    "rpc_error": Core._rpc_error,
+    "input_required": Core._input_required,
+    "task": Core._task,
+    "url_elicitation": Core._url_elicitation,
+    "malformed": Core._malformed,
+    "slow": Core._slow,
+    "drop": Core._drop,
+    "big": Core._big,
+    "unknown_result_type": Core._unknown_result_type,
+    "image": Core._image,
+    "progress": Core._progress,
+    "env": Core._env,
+    "environ": Core._environ,
+}
 
 
 def _header_value_matches(header: str | None, expected: str) -> bool:
@@ -1393,28 +1375,7 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         pass
 
-    # -- entry points -------------------------------------------------------------------------------------
-    def do_POST(self) -> None:  # noqa: N802 - stdlib naming
-        self._serve()
-
-    def do_GET(self) -> None:  # noqa: N802
-        self._serve()
-
-    def do_DELETE(self) -> None:  # noqa: N802
-        self._serve()
-
-    def do_PUT(self) -> None:  # noqa: N802
-        self._serve()
-
-    def do_PATCH(self) -> None:  # noqa: N802
-        self._serve()
-
-    def do_OPTIONS(self) -> None:  # noqa: N802
-        self._serve()
-
-    def do_HEAD(self) -> None:  # noqa: N802
-        self._serve()
-
+    # -- entry point: every HTTP method is served by _serve (which answers 405 where MCP has no use for one) --
     def _serve(self) -> None:
         core = self.core
         self.entry: dict[str, Any] = {}
@@ -1472,6 +1433,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.entry["done"] = True
             core.log.changed()
             core.log.emit(self.entry)
+
+    do_POST = do_GET = do_DELETE = do_PUT = do_PATCH = do_OPTIONS = do_HEAD = _serve  # noqa: N815 - stdlib naming
 
     def _read_body(self) -> bytes:
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
