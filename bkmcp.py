@@ -2819,6 +2819,22 @@ def _mark(error: BkmcpError, *, sent: bool) -> BkmcpError:
     return error
 
 
+def is_exhaustion(exc: BaseException | None) -> bool:
+    """``exc`` (or what caused it) is the system running out of descriptors, processes or memory (EMFILE, ENFILE,
+    EAGAIN, ENOMEM; a thread that cannot start): a resource limit, never an internal error."""
+    import errno
+
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM):
+            return True
+        if isinstance(exc, MemoryError) or (isinstance(exc, RuntimeError) and "can't start new thread" in str(exc)):
+            return True
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return False
+
+
 def request_was_sent(error: BaseException) -> bool:
     return bool(getattr(error, "request_sent", True))
 
@@ -3067,6 +3083,9 @@ class HttpTransport:
         self._own_client = client is None
         self._deliver: Callable[[Message, Any], bool] = lambda message, related: False
         self._state: Any = None
+        self._closing = False  # close() ran: requests still reading their answers fail now, with a clear error
+        self._active: set[Any] = set()  # responses being read (close() shuts their sockets down)
+        self._active_lock = _thread.allocate_lock()
 
     def attach(self, deliver: Callable[[Message, Any], bool], lost: Callable[[], None], state: Any) -> None:
         self._deliver = deliver
@@ -3198,7 +3217,31 @@ class HttpTransport:
         extra_headers: Iterable[tuple[str, str]],
         cancel: CancelToken | None,
     ) -> None:
-        """POST one request and deliver every message of its answer until the response to it arrived."""
+        """POST one request and deliver every message of its answer until the response to it arrived. A request
+        still waiting when ``close()`` runs fails at once with a clear error (sent: its outcome is unknown)."""
+        method = str(message.get("method"))
+        if self._closing:
+            raise _mark(ConnectionFailedError(f"bkmcp closed the session before {method} was sent"), sent=False)
+        try:
+            self._request_once(message, rules, deadline, extra_headers, cancel)
+        except BkmcpError:
+            if not self._closing:
+                raise
+            raise _mark(
+                ConnectionFailedError(
+                    f"bkmcp closed the session while {method} (id {message['id']}) was waiting for its answer"
+                ),
+                sent=True,
+            ) from None
+
+    def _request_once(
+        self,
+        message: dict[str, Any],
+        rules: EraRules | None,
+        deadline: Deadline,
+        extra_headers: Iterable[tuple[str, str]],
+        cancel: CancelToken | None,
+    ) -> None:
         request_id = message["id"]
         method = str(message.get("method"))
         session_id = self.session_id
@@ -3218,6 +3261,8 @@ class HttpTransport:
                 "POST", self.url, content=body, headers=_wire_headers(headers), timeout=timeout
             ) as response:
                 remove = cancel.on_cancel(response.close) if cancel is not None else None
+                with self._active_lock:
+                    self._active.add(response)
                 try:
                     self._log_response(response, started)
                     self._check_status(response, method, with_session=session_id is not None)
@@ -3269,6 +3314,8 @@ class HttpTransport:
                             "(expected application/json or text/event-stream)"
                         )
                 finally:
+                    with self._active_lock:
+                        self._active.discard(response)
                     if remove is not None:
                         remove()
         # The POST's event stream ended before the response (docs/contract.md §5: 2025-11-25 resumption).
@@ -3417,7 +3464,39 @@ class HttpTransport:
         if self._state is not None:
             self._state.session_id = None
 
+    def close_idle_connections(self) -> int:
+        """Close the pooled keep-alive connections no request is using now (the MCP session itself stays: the next
+        request opens a new connection); how many were closed."""
+        pool = getattr(getattr(self._client, "_transport", None), "_pool", None)
+        closed = 0
+        for connection in list(getattr(pool, "connections", None) or ()):
+            try:
+                if connection.is_idle():
+                    connection.close()
+                    closed += 1
+            except Exception as exc:  # best effort: a connection that cannot say is left to the pool
+                self.log.debug(f"closing an idle connection failed: {type(exc).__name__}")
+        return closed
+
     def close(self, deadline: Deadline | None = None) -> None:
+        """Close the pool. Responses other threads are still reading are shut down first (closing a socket does
+        not wake a thread blocked reading it), so their requests fail at once instead of hanging."""
+        import socket
+
+        self._closing = True
+        with self._active_lock:
+            streams = [response.extensions.get("network_stream") for response in self._active]
+        if self._own_client and self._client is not None:  # requests still waiting for their response headers
+            pool = getattr(getattr(self._client, "_transport", None), "_pool", None)
+            for connection in list(getattr(pool, "connections", None) or ()):
+                streams.append(getattr(getattr(connection, "_connection", None), "_network_stream", None))
+        for stream in streams:
+            try:
+                sock = stream.get_extra_info("socket") if stream is not None else None
+                if sock is not None:
+                    sock.shutdown(socket.SHUT_RDWR)
+            except (OSError, AttributeError):
+                pass
         if self._client is not None and self._own_client:
             try:
                 self._client.close()
@@ -3610,6 +3689,14 @@ class ChildProcess:
         try:
             proc = _Spawner.shared().call(popen) if hook is not None else popen()
         except OSError as exc:
+            if is_exhaustion(exc):  # no descriptor, process or memory to be had: a limit, not a bug
+                raise _mark(
+                    ResourceLimitError(
+                        f"cannot start the stdio server {self.server.command!r}: {exc.strerror or exc} (a system "
+                        "limit on open files, processes or memory is reached)"
+                    ),
+                    sent=False,
+                ) from exc
             raise _mark(
                 ConnectionFailedError(
                     f"cannot start the stdio server {self.server.command!r}: {exc.strerror or exc}",
@@ -6957,6 +7044,7 @@ REGISTRY_COLUMNS = (
 )
 REGISTRY_CACHE_SECONDS = 5.0  # HTTP source: one answer per (user, access token) is reused this long
 REGISTRY_TIMEOUT = 60.0  # SQLite busy wait / HTTP total time when the caller gives none (the CLI's default)
+_CACHE_WRITE_WAIT = 1.0  # the tools cache is best effort: a locked file is waited for this long, then skipped
 _REGISTRY_ANSWER_LIMIT = 64 * 1024 * 1024
 _REGISTRY_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 # Credential fields that become headers of an HTTP server unless a header of that name is configured (§11.4).
@@ -6999,6 +7087,7 @@ class RegistryView:
     system_credentials: dict[str, dict[str, str]] = field(default_factory=dict)
     user_credentials: dict[str, dict[str, str]] = field(default_factory=dict)
     credential_problems: dict[tuple[str, str], BkmcpError] = field(default_factory=dict)
+    complete: bool = True  # every server is listed (SQLite; the HTTP source's answer without a user)
 
 
 def check_registry_name(name: str) -> str | None:
@@ -7244,8 +7333,15 @@ class Registry:
         self._lock = threading.Lock()
         self._tools: dict[tuple[str, str], CachedTools] = {}
 
-    def view(self, user_id: str | None, access_token: str | None = None) -> RegistryView:
+    def view(
+        self, user_id: str | None, access_token: str | None = None, *, timeout: float | None = None
+    ) -> RegistryView:
+        """This user's view; ``timeout``: the seconds the command has left (default: the registry's timeout),
+        which bounds every wait in here, for the lock and for the source alike."""
         raise NotImplementedError
+
+    def _wait(self, timeout: float | None) -> float:
+        return self.timeout if timeout is None else max(0.0, min(timeout, self.timeout))
 
     def load_tools(self, server: RegistryServer | str, user_id: str | None) -> CachedTools | None:
         """The cached catalogue of ``server`` for ``user_id``: (tools, protocol_version, fetched_at) or None."""
@@ -7257,6 +7353,11 @@ class Registry:
     ) -> None:
         with self._lock:
             self._tools[_tools_user(server, user_id)] = (list(tools), protocol_version, time.time())
+
+    def drop_tools(self, server: str, user_id: str) -> None:
+        """Forget a catalogue kept in memory (a reaped user's); what the SQLite file holds stays."""
+        with self._lock:
+            self._tools.pop(_tools_user(server, user_id), None)
 
     def close(self) -> None:
         pass
@@ -7309,6 +7410,7 @@ class SqliteRegistry(Registry):
         self._cached: RegistryView | None = None
         self._users: dict[str, tuple[dict[str, dict[str, str]], dict[tuple[str, str], BkmcpError]]] = {}
         self._store_warned = False
+        self._busy_ms = int(timeout * 1000)  # SQLite's busy timeout now (sqlite3.connect sets it to ``timeout``)
         if os.path.isdir(path):
             raise RegistryError(f"the registry path is a directory, not a SQLite file: {path}")
         if not create and not os.path.exists(path):
@@ -7363,10 +7465,32 @@ class SqliteRegistry(Registry):
     def _tables(self) -> set[str]:
         return {row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
 
-    def view(self, user_id: str | None, access_token: str | None = None) -> RegistryView:
+    def _locked(self, seconds: float, doing: str) -> None:
+        """Take ``_lock`` within ``seconds`` and let SQLite's busy handler wait at most what is left then: a
+        command never waits behind the busy waits of the commands queued before it (docs/resident-registry.md)."""
+        started = time.monotonic()
+        if not self._lock.acquire(timeout=seconds):
+            raise RegistryError(
+                f"cannot {doing} the registry {self.path}: it stayed locked for {int(seconds * 1000)} ms",
+                hint="another connection holds a write lock on the registry",
+            )
+        left = max(0.0, seconds - (time.monotonic() - started))
+        busy_ms = int(left * 1000)
+        if abs(busy_ms - self._busy_ms) > 50:  # one statement, only when the wait differs noticeably
+            try:
+                self._db.execute(f"PRAGMA busy_timeout = {busy_ms}")
+                self._busy_ms = busy_ms
+            except BaseException:
+                self._lock.release()
+                raise
+
+    def view(
+        self, user_id: str | None, access_token: str | None = None, *, timeout: float | None = None
+    ) -> RegistryView:
         import sqlite3
 
-        with self._lock:
+        self._locked(self._wait(timeout), "read")
+        try:
             try:
                 # parsed already and no other connection committed since: one statement (its own read transaction)
                 known = (
@@ -7381,6 +7505,8 @@ class SqliteRegistry(Registry):
             cached = self._cached
             assert cached is not None
             users, problems = self._users[user_id] if user_id is not None else ({}, {})
+        finally:
+            self._lock.release()
         return RegistryView(
             dict(cached.servers),
             dict(cached.system_credentials),
@@ -7417,7 +7543,11 @@ class SqliteRegistry(Registry):
         import sqlite3
 
         key = _tools_user(server, user_id)
-        with self._lock:
+        try:
+            self._locked(self._wait(_CACHE_WRITE_WAIT), "read")
+        except RegistryError:
+            return None  # a cache: discover instead of waiting for a lock
+        try:
             if key in self._tools:  # written here because the file refused the write (read-only registry)
                 return self._tools[key]
             try:
@@ -7429,6 +7559,8 @@ class SqliteRegistry(Registry):
             except sqlite3.Error as exc:
                 self.log.debug(f"{self.source}: tools cache not readable: {exc}")
                 return None
+        finally:
+            self._lock.release()
         if row is None:
             return None
         try:
@@ -7446,7 +7578,8 @@ class SqliteRegistry(Registry):
         import sqlite3
 
         key = _tools_user(server, user_id)
-        with self._lock:
+        self._locked(self._wait(_CACHE_WRITE_WAIT), "write")
+        try:
             try:
                 self._db.execute(
                     "INSERT OR REPLACE INTO mcp_tools_cache (server_name, user_id, tools, protocol_version, "
@@ -7460,6 +7593,8 @@ class SqliteRegistry(Registry):
                     self._store_warned = True
                     self.log.warn(f"{self.source}: cannot write the tools cache ({exc}); keeping it in memory")
             self._tools[key] = (list(tools), protocol_version, time.time())
+        finally:
+            self._lock.release()
 
     def import_config(self, config: ConfigFile, log: Log) -> list[str]:
         """``--import``: add or replace the file's servers (public, enabled), in one transaction (contract.md §11.3)."""
@@ -7541,7 +7676,9 @@ class HttpRegistry(Registry):
         self._flights: dict[tuple[str | None, str], _Flight] = {}
         self._client: Any = None
 
-    def view(self, user_id: str | None, access_token: str | None = None) -> RegistryView:
+    def view(
+        self, user_id: str | None, access_token: str | None = None, *, timeout: float | None = None
+    ) -> RegistryView:
         import hashlib
 
         token = (access_token or "") if user_id is not None else ""
@@ -7554,15 +7691,16 @@ class HttpRegistry(Registry):
             leader = flight is None
             if flight is None:
                 flight = self._flights[key] = _Flight()
+        seconds = self._wait(timeout)
         if not leader:
-            if not flight.done.wait(self.timeout + 5):
-                raise RegistryError(f"{self.source} did not answer within {format_duration(self.timeout)}")
+            if not flight.done.wait(seconds):
+                raise RegistryError(f"{self.source} did not answer within {format_duration(seconds)}")
             if flight.error is not None:
                 raise _fresh_error(flight.error)
             assert flight.view is not None
             return _copy_view(flight.view)
         try:
-            flight.view = self._fetch(user_id, token or None)
+            flight.view = self._fetch(user_id, token or None, seconds)
             with self._lock:
                 if len(self._answers) >= 4096:
                     now = self._clock()
@@ -7586,7 +7724,7 @@ class HttpRegistry(Registry):
                 self._client = new_http_client(self.url, insecure=False)
             return self._client
 
-    def _fetch(self, user_id: str | None, token: str | None) -> RegistryView:
+    def _fetch(self, user_id: str | None, token: str | None, seconds: float) -> RegistryView:
         from urllib.parse import quote
 
         httpx = _import_httpx()
@@ -7603,7 +7741,7 @@ class HttpRegistry(Registry):
                     )
                 redactor.add(token)
                 headers["Authorization"] = f"Bearer {token}"
-        deadline = Deadline(self.timeout)
+        deadline = Deadline(max(seconds, 0.001))
         client = self._http()
         try:
             timeout = httpx.Timeout(deadline.remaining())
@@ -7641,7 +7779,7 @@ class HttpRegistry(Registry):
                     chunks.append(chunk)
                     deadline.remaining()
         except McpTimeoutError:
-            raise RegistryError(f"{self.source} did not answer within {format_duration(self.timeout)}") from None
+            raise RegistryError(f"{self.source} did not answer within {format_duration(seconds)}") from None
         except (ConnectionFailedError, ProtocolError) as exc:  # mapped once, by the transports' boundary
             raise RegistryError(
                 f"cannot read {self.source}: {redactor.scrub(exc.message)}",
@@ -7670,7 +7808,9 @@ class HttpRegistry(Registry):
                 self.log.warn(
                     f"{self.source}: a server entry that is not an object is ignored", once_key=f"{self.source}:row"
                 )
-        return _build_view(rows, system.items(), own.items(), source=self.source, log=self.log)
+        view = _build_view(rows, system.items(), own.items(), source=self.source, log=self.log)
+        view.complete = user_id is None  # a user's answer lists what that user may use, not every server
+        return view
 
     def close(self) -> None:
         with self._lock:
@@ -7681,7 +7821,11 @@ class HttpRegistry(Registry):
 
 def _copy_view(view: RegistryView) -> RegistryView:
     return RegistryView(
-        dict(view.servers), dict(view.system_credentials), dict(view.user_credentials), dict(view.credential_problems)
+        dict(view.servers),
+        dict(view.system_credentials),
+        dict(view.user_credentials),
+        dict(view.credential_problems),
+        view.complete,
     )
 
 
@@ -7764,6 +7908,7 @@ _MAX_COMMANDS_RUNNING = 4096  # commands executing at once; the reader waits (ba
 _IDLE_WORKERS = 16  # command threads kept waiting for the next command (starting a thread costs ~0.1 ms)
 _WORKER_IDLE_SECONDS = 30.0  # an idle command thread ends after this long without a command
 _RESTART_BACKOFF_MAX = 30.0
+_KEEPALIVE_IDLE = 5.0  # an HTTP session unused this long has its keep-alive connections closed (the session stays)
 _INJECTED_MAX = 64
 _INJECTED_PREFIX = 55
 _MAX_TIMEOUT_MS = 7 * 24 * 3600 * 1000
@@ -7891,6 +8036,8 @@ class ResidentSession:
         self._session: McpSession | None = None
         self._closed = False
         self._lock = _thread.allocate_lock()  # open and close only: requests run concurrently
+        self.leases = 0  # commands holding this session now (SessionPool.session .. SessionPool.release)
+        self.retired = False  # outdated: no new command gets it; closed when the last lease is released
 
     @property
     def alive(self) -> bool:
@@ -7949,6 +8096,12 @@ class ResidentSession:
     ) -> dict[str, Any]:
         return call_tool(self._require(), self._ctx(timeout), name, arguments, tool)
 
+    def close_idle_connections(self) -> int:
+        """HTTP: close the keep-alive connections no request uses (the session stays); stdio: nothing."""
+        session = self._session
+        trim = getattr(session.transport, "close_idle_connections", None) if session is not None else None
+        return trim() if trim is not None else 0
+
     def exit_status(self) -> int | None:
         child = getattr(self._session.transport, "child", None) if self._session is not None else None
         if child is None:
@@ -7999,6 +8152,7 @@ class _Slot:
         self.retry_at = 0.0
         self.last_error: BkmcpError | None = None
         self.open_lock = threading.Lock()
+        self.trimmed = 0.0  # when the reaper last closed the idle keep-alive connections of its HTTP session
         # the last resolution for this slot: (row, chosen credential, server, its fingerprint)
         self.resolved: tuple[RegistryServer, dict[str, str], ResolvedServer, str] | None = None
 
@@ -8025,6 +8179,26 @@ def _slot_fingerprint(slot: _Slot, server: ResolvedServer) -> str:
     """``_fingerprint(server)``, kept on the slot when ``server`` is its last resolution."""
     kept = slot.resolved
     return kept[3] if kept is not None and kept[2] is server else _fingerprint(server)
+
+
+def _open_file_limit() -> int | None:
+    """The soft RLIMIT_NOFILE, or None where it cannot be read (unlimited, not POSIX)."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError, ValueError):  # pragma: no cover - not POSIX
+        return None
+    return None if soft == resource.RLIM_INFINITY else int(soft)
+
+
+def build_http_session_limit(max_processes: int, open_files: int | None) -> int:
+    """Live HTTP sessions in all (docs/resident.md, "Limits"): 4 per allowed child, and no more than half of the
+    descriptors left once 64 are kept for bkmcp and 3 (its pipes) for each allowed child; at least 8."""
+    limit = 4 * max_processes
+    if open_files is not None:
+        limit = min(limit, (open_files - 64 - 3 * max_processes) // 2)
+    return max(8, limit)
 
 
 @dataclass
@@ -8059,13 +8233,18 @@ class SessionPool:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._reaper: Any = None
+        self._retiring: dict[ResidentSession, str] = {}  # retired sessions still serving calls -> transport
+        self._public: dict[str, _Slot] = {}  # the public servers' slots, by server name (also in ``_slots``)
+        self.on_users_gone: Callable[[set[str]], None] | None = None  # users the reaper forgot (no slot left)
+        self.http_limit = build_http_session_limit(opts.max_processes, _open_file_limit())
+        self._closers: set[Any] = set()  # threads closing retired sessions (close_all waits for them)
 
     # -- the registry view -------------------------------------------------------------------------
 
     def resolve(self, view: Any, row: Any, user: str | None) -> ResolvedServer:
         """The server as this user may reach it; a public server never gets the user's credentials."""
         if row.problem is not None:
-            raise row.problem
+            raise _fresh_error(row.problem)  # never the stored object: its traceback would grow
         server = resolve_registry_server(
             row,
             view=view,
@@ -8100,34 +8279,71 @@ class SessionPool:
             slot = self._slots.get(key)
             if slot is None:
                 slot = self._slots[key] = _Slot(key[0], row.name, row.isolation)
+                if row.isolation == "public":
+                    self._public[row.name] = slot
             return slot
+
+    def retire_gone(self, view: Any) -> None:
+        """Retire the shared sessions whose public row this view shows disabled, broken or (a complete view)
+        deleted, and forget their slots: their children end once their calls are done and free their places under
+        ``--max-processes`` (docs/contract.md §11.5). A row unchanged since it was resolved costs one lookup."""
+        gone = []
+        with self._lock:
+            for name, slot in self._public.items():
+                row = view.servers.get(name)
+                kept = slot.resolved
+                if kept is not None and row is kept[0]:
+                    continue
+                if (row is None and view.complete) or (
+                    row is not None and (not row.enabled or row.problem is not None or row.isolation != "public")
+                ):
+                    gone.append(slot)
+            for slot in gone:
+                del self._public[slot.server]
+                self._slots.pop(("", slot.server), None)
+        for slot in gone:
+            session = slot.session
+            if session is not None:
+                with slot.open_lock:
+                    self.retire(slot, session)
+            slot.tools = None
 
     def peek(self, user: str | None, row: Any) -> _Slot | None:
         key = ((user or "") if row.isolation == "user" else "", row.name)
         with self._lock:
             return self._slots.get(key)
 
+    def _register(self, slot: _Slot) -> bool:
+        """Under ``_lock``: put back a slot the reaper (or ``retire_gone``) forgot after a command found it, so
+        whatever it opens is counted, reaped and closed at shutdown; False when another slot took its place."""
+        key = (slot.user, slot.server)
+        found = self._slots.setdefault(key, slot)
+        if found is slot and slot.isolation == "public":
+            self._public.setdefault(slot.server, slot)
+        return found is slot
+
     # -- opening, limits ---------------------------------------------------------------------------
 
-    def _live(self) -> tuple[int, dict[str, int]]:
-        total = 0
+    def _live(self, kind: str = "stdio") -> tuple[int, dict[str, int]]:
+        total = sum(1 for session, k in self._retiring.items() if k == kind)  # retired, still running their calls
         per_user: dict[str, int] = {}
         for slot in self._slots.values():
-            if slot.transport == "stdio" and (slot.opening or (slot.session is not None)):
+            if slot.transport == kind and (slot.opening or (slot.session is not None)):
                 total += 1
                 if slot.isolation == "user":
                     per_user[slot.user] = per_user.get(slot.user, 0) + 1
         return total, per_user
 
-    def _evictable(self, user: str | None) -> list[_Slot]:
+    def _evictable(self, user: str | None, kind: str = "stdio") -> list[_Slot]:
         found = [
             s
             for s in self._slots.values()
             if s.isolation == "user"
-            and s.transport == "stdio"
+            and s.transport == kind
             and s.session is not None
             and not s.opening
             and s.users == 0
+            and s.session.leases == 0
             and s.session.in_flight == 0
             and (user is None or s.user == user)
         ]
@@ -8136,23 +8352,35 @@ class SessionPool:
     def _reserve(self, slot: _Slot, server: ResolvedServer) -> None:
         """Room for one more child, by evicting the least recently used idle user session if needed."""
         victims: list[ResidentSession] = []
+        kind = server.type
+        most = self.opts.max_processes if kind == "stdio" else self.http_limit
         with self._lock:
-            slot.transport = server.type
-            if server.type == "stdio":
+            slot.transport = kind
+            if kind in ("stdio", "http"):
                 while True:
-                    total, per_user = self._live()
+                    total, per_user = self._live(kind)
                     if slot.isolation == "user" and per_user.get(slot.user, 0) >= self.opts.max_user_processes:
                         limit, live, scope = self.opts.max_user_processes, per_user.get(slot.user, 0), slot.user
-                    elif total >= self.opts.max_processes:
-                        limit, live, scope = self.opts.max_processes, total, None
+                    elif total >= most:
+                        limit, live, scope = most, total, None
                     else:
                         break
-                    candidates = self._evictable(scope)
+                    candidates = self._evictable(scope, kind)
                     if not candidates:
-                        which = "--max-user-processes" if scope is not None else "--max-processes"
+                        if kind == "stdio":
+                            which = "--max-user-processes" if scope is not None else "--max-processes"
+                            what = "server processes"
+                        else:
+                            which = "--max-user-processes" if scope is not None else "the HTTP session limit"
+                            what = "HTTP sessions"
                         raise ResourceLimitError(
-                            f"too many live server processes ({live} of {which} {limit}); none is idle",
-                            details={"limit": limit, "live": live, "scope": "user" if scope is not None else "all"},
+                            f"too many live {what} ({live} of {which} {limit}); none is idle",
+                            details={
+                                "limit": limit,
+                                "live": live,
+                                "scope": "user" if scope is not None else "all",
+                                "kind": kind,
+                            },
                         )
                     victim = candidates[0]
                     self.log.debug(f"evicting the idle session of {victim.server!r} (least recently used)")
@@ -8164,18 +8392,23 @@ class SessionPool:
             session.close()
 
     def session(self, slot: _Slot, server: ResolvedServer, timeout: float) -> ResidentSession:
-        """The live session of ``slot``, opened (or reopened after a crash, a config change) on demand."""
+        """The live session of ``slot``, opened (or reopened after a crash, a config change) on demand, with a
+        lease the caller gives back with ``release``. A session made from an outdated row or credential is
+        retired (``retire``): this command and the next ones get a new one, calls in flight on it finish."""
         with slot.open_lock:
             session = slot.session
             fingerprint = _slot_fingerprint(slot, server)
-            if session is not None and (not session.alive or slot.fingerprint != fingerprint):
-                crashed = not session.alive
+            if session is not None and not session.alive:
                 self.detach(slot, session)
-                if crashed:
-                    self.crashed(slot, session)
+                self.crashed(slot, session)
+                session = None
+            elif session is not None and slot.fingerprint != fingerprint:
+                self.retire(slot, session)
                 session = None
             if session is not None:
-                slot.last_used = time.monotonic()
+                with self._lock:
+                    slot.last_used = time.monotonic()
+                    session.leases += 1
                 return session
             self._check_open()
             now = time.monotonic()
@@ -8191,6 +8424,13 @@ class SessionPool:
                 )
             if slot.fingerprint != fingerprint:
                 slot.tools = None
+            with self._lock:
+                registered = self._register(slot)
+            if not registered:  # forgotten and replaced meanwhile: never open a session nobody would close
+                raise _mark(
+                    ConnectionFailedError(f"the session of server {slot.server!r} was replaced meanwhile; retry"),
+                    sent=False,
+                )
             self._reserve(slot, server)
             session = ResidentSession(
                 server, log=self.log, insecure=self.opts.insecure, events=self.events, user_id=slot.user or None
@@ -8232,13 +8472,58 @@ class SessionPool:
             with self._lock:
                 slot.last_error = None
                 slot.last_used = time.monotonic()
+                session.leases += 1
             return session
+
+    def release(self, session: ResidentSession) -> None:
+        """A command is done with the session ``session()`` gave it; the last one out closes a retired session."""
+        with self._lock:
+            session.leases -= 1
+            last = session.retired and session.leases <= 0 and session in self._retiring
+            if last:
+                del self._retiring[session]
+        if last:
+            self._close_later(session)
+
+    def retire(self, slot: _Slot, session: ResidentSession) -> None:
+        """The ``disconnect_server`` way of ending an outdated session: new commands get a new session at once,
+        commands holding this one finish (each bounded by its own timeout), then the last one closes it."""
+        with self._lock:
+            if slot.session is session:
+                slot.session = None
+            if session.retired:
+                return
+            session.retired = True
+            idle = session.leases <= 0
+            if not idle:
+                self._retiring[session] = slot.transport
+        self.log.debug(f"retiring the outdated session of {slot.server!r}")
+        if idle:
+            self._close_later(session)
+
+    def _close_later(self, session: ResidentSession) -> None:
+        """Close on a thread of its own (stopping a child takes a while), which ``close_all`` waits for."""
+        import threading
+
+        def close() -> None:
+            try:
+                session.close()
+            finally:
+                with self._lock:
+                    self._closers.discard(thread)
+
+        thread = threading.Thread(target=close, name="bkmcp-close", daemon=True)
+        with self._lock:
+            self._closers.add(thread)
+        thread.start()
 
     def use(self, slot: _Slot, delta: int) -> None:
         """A command starts (1) or stops (-1) using ``slot``: a slot in use is never evicted or reaped."""
         with self._lock:
             slot.users += delta
             slot.last_used = time.monotonic()
+            if delta > 0:
+                self._register(slot)
 
     def _check_open(self) -> None:
         if self._stop.is_set():
@@ -8275,7 +8560,7 @@ class SessionPool:
         if session is None:
             return
         end = time.monotonic() + timeout
-        while session.in_flight > 0 and time.monotonic() < end:
+        while (session.in_flight > 0 or session.leases > 0) and time.monotonic() < end:
             time.sleep(0.02)
         session.close()
 
@@ -8297,16 +8582,22 @@ class SessionPool:
 
     def reap_once(self) -> None:
         now = time.monotonic()
-        idle, dead = [], []
+        keepalive = min(_KEEPALIVE_IDLE, self.opts.idle_timeout / 2)
+        idle, dead, quiet = [], [], []
         with self._lock:
             for slot in self._slots.values():
                 session = slot.session
-                if session is None or slot.opening or slot.users or session.in_flight:
+                if session is None or slot.opening or slot.users or session.leases or session.in_flight:
                     continue
                 if not session.alive:
                     dead.append((slot, session))
                 elif slot.isolation == "user" and now - slot.last_used >= self.opts.idle_timeout:
                     idle.append((slot, session))
+                elif slot.transport == "http" and now - slot.last_used >= keepalive and slot.trimmed < slot.last_used:
+                    slot.trimmed = now
+                    quiet.append(session)
+        for session in quiet:  # an idle HTTP session keeps no socket open (docs/resident.md, "Limits")
+            session.close_idle_connections()
         for slot, session in idle:
             with slot.open_lock:
                 if slot.session is session and slot.users == 0 and session.in_flight == 0:
@@ -8317,13 +8608,47 @@ class SessionPool:
                 if slot.session is session:
                     self.detach(slot, session)
                     self.crashed(slot, session)
+        self._forget_idle(now)
+
+    def _forget_idle(self, now: float) -> None:
+        """Forget the user slots idle for ``--idle-timeout`` without a session (their catalogues, resolutions and
+        last errors with them) and the in-memory tools cache of each; tell ``on_users_gone`` which users have no
+        slot left. So memory depends on the users active lately, not on every user ever seen (§13)."""
+        forgotten = []
+        with self._lock:
+            for key, slot in list(self._slots.items()):
+                if (
+                    slot.isolation == "user"
+                    and slot.session is None
+                    and not slot.opening
+                    and slot.users == 0
+                    and now - slot.last_used >= self.opts.idle_timeout
+                    and now >= slot.retry_at
+                ):
+                    del self._slots[key]
+                    forgotten.append(slot)
+            if not forgotten:
+                return
+            remaining = {slot.user for slot in self._slots.values() if slot.isolation == "user"}
+        drop = getattr(self.registry, "drop_tools", None)
+        for slot in forgotten:
+            if drop is not None:
+                drop(slot.server, slot.user)
+        gone = {slot.user for slot in forgotten} - remaining
+        if gone and self.on_users_gone is not None:
+            self.on_users_gone(gone)
 
     def close_all(self) -> None:
         self._stop.set()
         with self._lock:
             sessions = [s.session for s in self._slots.values() if s.session is not None]
+            sessions += list(self._retiring)
+            self._retiring.clear()
             for slot in self._slots.values():
                 slot.session = None
+            closing = list(self._closers)
+        for thread in closing:
+            thread.join()
         import threading
 
         closers = [threading.Thread(target=s.close, daemon=True) for s in sessions]
@@ -8429,7 +8754,13 @@ def parse_command(line: bytes) -> _Command:
 
 
 def _platform_error(exc: BkmcpError, *, server: str | None = None, timeout: float | None = None) -> BkmcpError:
-    """The CLI's error worded for the platform: no CLI hints; a timeout names the budget in ms."""
+    """The CLI's error worded for the platform: no CLI hints; a timeout names the budget in ms; a connection that
+    failed for want of descriptors is ``resource_limit``."""
+    if isinstance(exc, ConnectionFailedError) and is_exhaustion(exc.__cause__ or exc.__context__):
+        limited = ResourceLimitError(
+            exc.message + " (a system limit on open files is reached)", details=dict(exc.details)
+        )
+        return _mark(limited, sent=request_was_sent(exc))
     if isinstance(exc, McpTimeoutError) and timeout is not None:
         where = f" on server {server!r}" if server else ""
         sent = request_was_sent(exc)
@@ -8471,6 +8802,7 @@ class ResidentServer:
         self.events = events
         self.env = env
         self.pool = SessionPool(opts, registry=registry, log=log, events=events, env=env)
+        self.pool.on_users_gone = self._forget_users
         self._out = stdout
         self._out_lock = threading.Lock()
         self._tasks: set[str] = set()
@@ -8670,7 +9002,13 @@ class ResidentServer:
 
                     traceback.print_exc(file=sys.stderr)
                 answer = None
-                error = InternalError(f"internal error: {type(exc).__name__}: {_first_line(exc)}")
+                if is_exhaustion(exc):  # out of descriptors, threads or memory: a limit, never internal_error
+                    error = ResourceLimitError(
+                        f"a system limit was reached ({type(exc).__name__}: {_first_line(exc)}); the command was not "
+                        "completed: retry it when fewer sessions or commands are live"
+                    )
+                else:
+                    error = InternalError(f"internal error: {type(exc).__name__}: {_first_line(exc)}")
             with self._tasks_lock:
                 self._tasks.discard(command.task_id)
             if answer is not None:
@@ -8707,10 +9045,19 @@ class ResidentServer:
         for thread in threads:
             thread.join(max(0.0, end - time.monotonic()))
 
+    def _forget_users(self, users: set[str]) -> None:
+        """The reaper forgot these users' slots: their name tables go too (a user who comes back starts over)."""
+        for user in users:
+            self._names.pop(user, None)
+
     # -- helpers -----------------------------------------------------------------------------------
 
     def _view(self, command: _Command) -> Any:
-        return self.registry.view(command.user_id, command.access_token)
+        """This command's registry view, waited for within the command's own timeout."""
+        timeout = self._left(command, self._timeout(command))
+        view = self.registry.view(command.user_id, command.access_token, timeout=timeout)
+        self.pool.retire_gone(view)
+        return view
 
     def _row(self, view: Any, name: str) -> Any:
         row = view.servers.get(name)
@@ -8766,6 +9113,7 @@ class ResidentServer:
             try:
                 tools = session.list_tools(self._left(command, timeout))
             except BkmcpError as exc:
+                self.pool.release(session)
                 self.events.emit(
                     "server.discover",
                     server=row.name,
@@ -8777,6 +9125,10 @@ class ResidentServer:
                 )
                 self.pool.after_failure(slot, session)
                 raise _platform_error(exc, server=row.name, timeout=timeout) from None
+            except BaseException:
+                self.pool.release(session)
+                raise
+            self.pool.release(session)
             self.events.emit(
                 "server.discover",
                 server=row.name,
@@ -8856,13 +9208,19 @@ class ResidentServer:
         errors.sort(key=lambda e: e["server_name"])
         return found, errors
 
-    def _known_pairs(self, command: _Command, view: Any) -> list[tuple[str, str]]:
-        """Every (server, tool) this user sees in the catalogues cached for them now."""
+    def _known_pairs(
+        self, command: _Command, view: Any, found: Mapping[str, list[dict[str, Any]]] | None = None
+    ) -> list[tuple[str, str]]:
+        """Every (server, tool) this user sees: the catalogues in ``found`` (those an answer is built from), else
+        the ones cached for them now, each read once (another user's refresh may replace a shared one meanwhile)."""
         pairs = []
         for row in self._usable(command, view):
-            slot = self.pool.peek(command.user_id, row)
-            if slot is not None and slot.tools is not None:
-                pairs += [(row.name, str(t.get("name"))) for t in slot.tools if isinstance(t, dict)]
+            tools = found.get(row.name) if found is not None else None
+            if tools is None:
+                slot = self.pool.peek(command.user_id, row)
+                tools = slot.tools if slot is not None else None
+            if tools is not None:
+                pairs += [(row.name, str(t.get("name"))) for t in tools if isinstance(t, dict)]
         return pairs
 
     def _tool_list(self, command: _Command, refresh: bool) -> dict[str, Any]:
@@ -8874,7 +9232,7 @@ class ResidentServer:
         found, errors = self._catalogues(command, view, rows, refresh)
         if refresh:
             errors = [e for e in errors if e["server_name"] in {r.name for r in rows}]
-        table = build_injected_names(self._known_pairs(command, view))
+        table = build_injected_names(self._known_pairs(command, view, found))  # one snapshot: answer and table
         assert command.user_id is not None
         self._names[command.user_id] = table
         by_pair = {pair: injected for injected, pair in table.items()}
@@ -8892,6 +9250,7 @@ class ResidentServer:
         import threading
 
         view = self.registry.view(None, None)
+        self.pool.retire_gone(view)
         rows = [row for _, row in sorted(view.servers.items()) if row.enabled and row.isolation == "public"]
         public = _Command(command.task_id, "init", {}, None, None)
         servers: dict[str, dict[str, Any]] = {}
@@ -8927,7 +9286,7 @@ class ResidentServer:
                 continue
             try:
                 if row.problem is not None:
-                    raise row.problem
+                    raise _fresh_error(row.problem)  # never the stored object: its traceback would grow
                 self.pool.resolve(view, row, command.user_id)
             except CredentialsMissingError:
                 entry["status"] = "no_credentials"
@@ -8960,6 +9319,7 @@ class ResidentServer:
                 session = self.pool.session(slot, server, self._left(command, self.opts.timeout))
             except BkmcpError as exc:
                 raise _platform_error(exc, server=row.name, timeout=self.opts.timeout) from None
+            self.pool.release(session)
         finally:
             self.pool.use(slot, -1)
         tools = self._tools(command, view, row, connect=True)
@@ -8995,6 +9355,9 @@ class ResidentServer:
             pair = self._names.get(command.user_id, {}).get(injected)
             if pair is None:
                 pair = build_injected_names(self._known_pairs(command, view)).get(injected)
+            if pair is None and command.user_id not in self._names:  # a user forgotten after idling: list again
+                self._tool_list(command, refresh=False)
+                pair = self._names.get(command.user_id, {}).get(injected)
             if pair is None:
                 raise ToolNotFoundError(
                     f"no tool is injected as {_clip(repr(injected), 80)} for this user", details={"name": injected}
@@ -9037,6 +9400,7 @@ class ResidentServer:
             try:
                 result = session.call_tool(tool_name, arguments, self._left(command, timeout), tool)
             except BkmcpError as exc:
+                self.pool.release(session)
                 if isinstance(exc, RemoteError) and not isinstance(exc, CapabilityUnsupportedError):
                     outcome = exc.details.get("outcome") or ("unknown" if request_was_sent(exc) else "not_sent")
                     self.events.emit(
@@ -9056,6 +9420,10 @@ class ResidentServer:
                     )
                 self.pool.after_failure(slot, session)
                 raise _platform_error(exc, server=server_name, timeout=timeout) from None
+            except BaseException:
+                self.pool.release(session)
+                raise
+            self.pool.release(session)
             slot.failures = 0
         finally:
             self.pool.use(slot, -1)

@@ -13,6 +13,12 @@
 3. Cycles: ``connect_server`` + ``disconnect_server`` of a per-user stdio server, ``--cycles`` times; live
    children and open fds of the resident before and after (target: back to baseline).
 
+``--soak`` runs instead (issue 16): ``--waves`` waves of ``--wave-users`` users, each listing the tools of a
+per-user HTTP server with ``--tools`` tools and a per-user stdio server and calling both, every command with a
+new access token, a bad registry row named by each user; the users then go idle and are reaped. RSS, open fds
+and live children of the resident after the warm-up wave and at the end; then the per-call overhead (as in 2.)
+for ``--tokens`` sequential calls, each with a distinct access token, first and last ``--overhead-calls``.
+
 Nothing is asserted (no thresholds); the figures are only meaningful on the concurrent session engine (today's
 adapter serialises requests per session, which shows in p99).
 """
@@ -70,11 +76,11 @@ class Resident:
         self.proc.stdin.write(data)
         self.proc.stdin.flush()
 
-    def command(self, action: str, user: str | None = None, **params: object) -> dict:
+    def command(self, action: str, user: str | None = None, *, token: str | None = None, **params: object) -> dict:
         self._n += 1
         body: dict = {"command": "invoke", "task_id": f"b{self._n}", "params": {"action": action, **params}}
         if user:
-            body["user"] = {"userId": user}
+            body["user"] = {"userId": user, **({"accessToken": token} if token else {})}
         return body
 
     def wait(self, task_ids: list[str], timeout: float = 600) -> None:
@@ -151,7 +157,14 @@ def main() -> int:
     parser.add_argument("--cycles", type=int, default=1000)
     parser.add_argument("--overhead-calls", type=int, default=300)
     parser.add_argument("--pyz", default=None)
+    parser.add_argument("--soak", action="store_true", help="the soak run (see the module docstring)")
+    parser.add_argument("--waves", type=int, default=20)
+    parser.add_argument("--wave-users", type=int, default=25)
+    parser.add_argument("--tools", type=int, default=500)
+    parser.add_argument("--tokens", type=int, default=10000)
     args = parser.parse_args()
+    if args.soak:
+        return soak(args)
     slow = mock_tool("work", "slow", ms=args.slow_ms, properties={"text": {"type": "string"}})
     tmp = Path(tempfile.mkdtemp(prefix="bkmcp-bench-resident-"))
     http = [MockServer({"tools": [slow, *DEFAULT_TOOLS]}) for _ in range(3)]
@@ -331,6 +344,131 @@ def main() -> int:
     finally:
         res.close()
         for srv in (*http, direct):
+            srv.stop()
+    return 0
+
+
+def soak(args: argparse.Namespace) -> int:
+    tmp = Path(tempfile.mkdtemp(prefix="bkmcp-bench-soak-"))
+    big = MockServer({"generate_tools": args.tools, "versions": ["2025-03-26"]})
+    direct = MockServer({"versions": ["2025-03-26"], "stateful": False})
+    for srv in (big, direct):
+        srv.start()
+    rows = [
+        {
+            "name": "big",
+            "transport_type": "http",
+            "url": big.url,
+            "isolation": "user",
+            "protocol_version": "2025-03-26",
+        },
+        {
+            "name": "box",
+            "transport_type": "stdio",
+            "command": sys.executable,
+            "args": [str(MOCK), "--stdio", "--quiet"],
+            "isolation": "user",
+        },
+        {"name": "ovh", "transport_type": "http", "url": direct.url, "protocol_version": "2025-03-26"},
+        {"name": "broken", "transport_type": "stdio", "command": "x", "args": "not json"},
+    ]
+    registry = str(tmp / "registry.db")
+    write_registry(registry, rows, {"big": {}, "box": {}})
+    res = Resident(registry, "--idle-timeout", "2s", "--timeout", "120s", pyz=args.pyz)
+    pid = res.proc.pid
+    tokens = iter(range(10**9))
+
+    def token() -> str:
+        return f"eyJ.soak-token-{next(tokens):09d}.{'s' * 120}"
+
+    def wave(number: int) -> int:
+        users = [f"soak-{number}-{i}" for i in range(args.wave_users)]
+        batch = []
+        for user in users:
+            batch.append(res.command("list_tools", user, token=token()))
+            batch.append(
+                res.command("call_tool", user, token=token(), name="mcp_big_gen_00001", arguments={"value": user})
+            )
+            batch.append(
+                res.command(
+                    "call_tool", user, token=token(), server_name="box", tool_name="echo", arguments={"text": user}
+                )
+            )
+            batch.append(
+                res.command("call_tool", user, token=token(), server_name="broken", tool_name="x", arguments={})
+            )
+        res.send_many(batch)
+        res.wait([c["task_id"] for c in batch])
+        failed = sum(
+            1
+            for c in batch
+            if not res.answers[c["task_id"]][0][1].get("success") and c["params"].get("server_name") != "broken"
+        )
+        end = time.monotonic() + 60
+        while children(pid) > 0 and time.monotonic() < end:  # the wave goes idle and is reaped
+            time.sleep(0.1)
+        time.sleep(2.5)  # and forgotten (twice the idle timeout), its keep-alive connections closed
+        return failed
+
+    def figures() -> tuple[float, int, int]:
+        return rss_mb(pid), open_fds(pid), children(pid)
+
+    def overhead(calls: int) -> tuple[float, float]:
+        import httpx
+
+        via, straight = [], []
+        headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+        with httpx.Client() as client:
+            for i in range(calls):
+                body = res.command(
+                    "call_tool", "ovh-user", token=token(), server_name="ovh", tool_name="echo", arguments={"text": "o"}
+                )
+                t0 = time.perf_counter()
+                res.send_many([body])
+                res.wait([body["task_id"]])
+                via.append((res.answers[body["task_id"]][0][0] - t0) * 1000)
+                t0 = time.perf_counter()
+                message = {"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": "echo"}}
+                client.post(direct.url, headers=headers, content=json.dumps(message)).json()
+                straight.append((time.perf_counter() - t0) * 1000)
+        return statistics.median(via), statistics.median(straight)
+
+    try:
+        res.ask("connect_server", "ovh-user", server_name="ovh")
+        failed = wave(0)
+        start = figures()
+        for number in range(1, args.waves):
+            failed += wave(number)
+        end = figures()
+        commands = args.waves * args.wave_users * 4
+        print(
+            f"soak: {args.waves} waves x {args.wave_users} users ({commands} commands, each with a new access token; "
+            f"a {args.tools}-tool per-user HTTP server, a per-user stdio server, a bad row), reaped after each wave; "
+            f"{failed} failed"
+        )
+        print(
+            f"  after the warm-up wave: RSS {start[0]:.1f} MB, open fds {start[1]}, live children {start[2]}; "
+            f"at the end: RSS {end[0]:.1f} MB ({(end[0] / start[0] - 1) * 100:+.1f} %), open fds {end[1]}, "
+            f"live children {end[2]}"
+        )
+        first = overhead(args.overhead_calls)
+        for _ in range(max(0, args.tokens - 2 * args.overhead_calls) // 500):  # distinct tokens in between
+            batch = [
+                res.command("call_tool", "ovh-user", token=token(), server_name="ovh", tool_name="echo", arguments={})
+                for _ in range(500)
+            ]
+            res.send_many(batch)
+            res.wait([c["task_id"] for c in batch])
+        last = overhead(args.overhead_calls)
+        seen = next(tokens)
+        print(
+            f"overhead with distinct tokens: first {args.overhead_calls}: {first[0]:.2f} vs {first[1]:.2f} ms direct "
+            f"-> {first[0] - first[1]:.2f} ms; after {seen} distinct tokens: {last[0]:.2f} vs {last[1]:.2f} ms "
+            f"-> {last[0] - last[1]:.2f} ms (target <= 1 ms); RSS {rss_mb(pid):.1f} MB"
+        )
+    finally:
+        res.close()
+        for srv in (big, direct):
             srv.stop()
     return 0
 

@@ -445,7 +445,7 @@ def test_process_limits_evict_the_lru_idle_user_session_else_resource_limit(tmp_
     res.wait_event("process.exited", pid=s1_pid)
     res.ok("connect_server", "bob", server_name="s1")
     busy = res.send("call_tool", "bob", server_name="s1", tool_name="slow", arguments={"text": "busy"})
-    time.sleep(0.3)
+    res.wait_event("tool.started", task_id=busy)  # its session is in use now (a sleep raced on a loaded machine)
     # 2 live (alice s2 idle, bob s1 busy): carol evicts alice's idle s2, never bob's busy s1
     res.ok("connect_server", "carol", server_name="s2")
     pid_of = {(e["user"], e["server"]): e["pid"] for e in res.events("process.started")}
@@ -466,7 +466,7 @@ def test_resource_limit_when_nothing_is_idle(tmp_path, resident):
     res.ok("connect_server", "u", server_name="pubs")
     res.ok("connect_server", "alice", server_name="s1")
     busy = res.send("call_tool", "alice", server_name="s1", tool_name="slow", arguments={"text": "x"})
-    time.sleep(0.3)
+    res.wait_event("tool.started", task_id=busy)  # its session is in use now (a sleep raced on a loaded machine)
     refused = res.ask("connect_server", "bob", server_name="s1")
     assert refused["error_code"] == "resource_limit"
     assert refused["details"]["limit"] == 2 and refused["details"]["live"] == 2

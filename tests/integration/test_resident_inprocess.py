@@ -163,16 +163,18 @@ def test_pool_eviction_limit_reaping_and_backoff(tmp_path):
     try:
         a1 = pool.slot("a", _Row("s1"))
         first = pool.session(a1, _server("s1"), 30)
+        pool.release(first)  # session() lends the session to its caller until release()
         a2 = pool.slot("a", _Row("s2"))
-        pool.session(a2, _server("s2"), 30)  # a's limit is 1: a1 (idle) is evicted
+        pool.release(pool.session(a2, _server("s2"), 30))  # a's limit is 1: a1 (idle) is evicted
         assert a1.session is None and not group_alive(first.pid)
         b1 = pool.slot("b", _Row("s1"))
         busy = pool.session(b1, _server("s1"), 30)
+        pool.release(busy)
         pool.use(b1, 1)
         pool.use(a2, 1)
         with pytest.raises(bkmcp.ResourceLimitError) as info:
             pool.session(pool.slot("c", _Row("s1")), _server("s1"), 30)
-        assert info.value.details == {"limit": 2, "live": 2, "scope": "all"}
+        assert info.value.details == {"limit": 2, "live": 2, "scope": "all", "kind": "stdio"}
         pool.use(a2, -1)
         time.sleep(0.1)
         pool.reap_once()  # a2 idle past the idle timeout: closed; b1 in use: kept
@@ -183,6 +185,7 @@ def test_pool_eviction_limit_reaping_and_backoff(tmp_path):
         pool.after_failure(b1, busy)
         assert b1.session is None and b1.failures == 1 and b1.retry_at <= time.monotonic()
         again = pool.session(b1, _server("s1"), 30)
+        pool.release(again)
         with pytest.raises(bkmcp.ConnectionFailedError):
             again.call_tool("crash", {}, 30, None)
         pool.after_failure(b1, again)
@@ -436,4 +439,105 @@ def test_a_command_that_gets_no_thread_is_answered_and_the_process_keeps_serving
     finally:
         server.stopping.set()
         server.finish(grace=5.0)
+        registry.close()
+
+
+def test_pool_retires_outdated_sessions_forgets_idle_users_and_trims_http(tmp_path, srv):
+    """Issue 16 items 4, 8, 11, 12 driven in-process: a retired session closes when its last lease is released;
+    a public row disabled in a view is retired and its slot forgotten; an idle user slot is forgotten with its
+    in-memory catalogue; an idle HTTP session closes its keep-alive connections and keeps serving."""
+    pool = _pool(tmp_path, idle_timeout=0.05)
+    gone: list[set] = []
+    pool.on_users_gone = gone.append
+    try:
+        slot = pool.slot("a", _Row("s1"))
+        first = pool.session(slot, _server("s1"), 30)
+        pool.retire(slot, first)  # outdated while a command holds it: still alive
+        assert slot.session is None and first.retired and group_alive(first.pid)
+        pool.release(first)  # the last lease: closed on a closer thread
+        deadline = time.monotonic() + 30
+        while group_alive(first.pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not group_alive(first.pid)
+        idle = pool.session(slot, _server("s1"), 30)
+        pool.release(idle)
+        pool.retire(slot, idle)  # no lease: closed at once (on its closer thread)
+        pub = pool.slot(None, _Row("p", "public"))
+        shared = pool.session(pub, _server("p"), 30)
+        pool.release(shared)
+        row = bkmcp.RegistryServer(name="p", transport_type="stdio", isolation="public", enabled=False)
+        pool.retire_gone(bkmcp.RegistryView({"p": row}))
+        assert pool.peek(None, _Row("p", "public")) is None and shared.retired
+        http = bkmcp.resolve_server(
+            bkmcp.ServerConfig(name="h", type="http", config_file="registry", url=srv.url), {"PATH": "/usr/bin"}
+        )
+        hslot = pool.slot("b", _Row("h"))
+        hsession = pool.session(hslot, http, 30)
+        hsession.call_tool("echo", {"text": "x"}, 30, None)
+        pool.release(hsession)
+        pool.registry.store_tools("h", "b", [{"name": "echo"}], None)
+        time.sleep(0.1)
+        pool.reap_once()  # idle past the idle timeout: the user's sessions are closed and their slots forgotten
+        pool.reap_once()
+        assert pool.peek("b", _Row("h")) is None and pool.peek("a", _Row("s1")) is None
+        assert {"a", "b"} <= set().union(*gone)
+        kept = pool.slot(None, _Row("q", "public"))
+        q = pool.session(kept, http, 30)
+        q.call_tool("echo", {"text": "y"}, 30, None)
+        pool.release(q)
+        kept.last_used -= 10
+        pool.reap_once()  # a public HTTP session is never reaped: only its idle connections are closed
+        assert kept.session is q and kept.trimmed > 0
+        assert q.call_tool("echo", {"text": "z"}, 30, None)["isError"] is False
+    finally:
+        pool.close_all()
+    assert bkmcp.build_http_session_limit(64, None) == 256 and bkmcp.build_http_session_limit(4, 100) == 12
+    assert bkmcp.build_http_session_limit(64, 200) == 8
+    assert bkmcp.is_exhaustion(OSError(24, "Too many open files"))
+    assert not bkmcp.is_exhaustion(OSError(2, "No such file"))
+    assert bkmcp.is_exhaustion(RuntimeError("can't start new thread"))
+
+
+def test_sqlite_registry_waits_at_most_the_time_left(tmp_path):
+    """Issue 16 item 7 in-process: a locked file, or a registry lock held by another command, makes a view wait
+    only the caller's time left; the tools cache gives up after its short wait."""
+    import sqlite3
+    import threading
+
+    path = tmp_path / "r.db"
+    write_registry(str(path), [http_row("pub", "http://127.0.0.1:9/mcp")])
+    registry = bkmcp.open_registry(str(path), env={}, log=bkmcp.Log(sys.stderr), timeout=30.0)
+    try:
+        assert "pub" in registry.view(None, timeout=5.0).servers
+        admin = sqlite3.connect(str(path), isolation_level=None)
+        admin.execute("BEGIN EXCLUSIVE")
+        admin.execute("UPDATE mcp_servers SET url = url")
+        try:
+            with pytest.raises(bkmcp.RegistryError, match="locked"):
+                registry.view("u1", timeout=0.3)
+            assert registry.load_tools("pub", None) is None
+            registry.store_tools("pub", None, [{"name": "t"}], None)  # refused: kept in memory
+            assert registry.load_tools("pub", None)[0] == [{"name": "t"}]
+        finally:
+            admin.execute("ROLLBACK")
+            admin.close()
+        held = threading.Event()
+        release = threading.Event()
+
+        def hold() -> None:
+            with registry._lock:
+                held.set()
+                release.wait(10)
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        held.wait(10)
+        try:
+            with pytest.raises(bkmcp.RegistryError, match="stayed locked"):
+                registry.view("u2", timeout=0.2)
+        finally:
+            release.set()
+            holder.join()
+        assert "pub" in registry.view("u2", timeout=5.0).servers
+    finally:
         registry.close()

@@ -1,0 +1,375 @@
+"""Resident mode: the lifecycle of sessions and the resources they hold (docs/contract.md §11.5, §13; issue 16
+items 4, 6b, 7, 8, 11, 12). ``bkmcp --resident`` runs as a subprocess against the mock server over HTTP on
+127.0.0.1 and real stdio pipes; every assertion is on what the servers received or on the answers' order, never on
+wall-clock thresholds."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from resident_harness import Resident, group_alive, http_row, mock_stdio, stdio_row, write_registry
+
+from mock_server.mcp_mock import DEFAULT_TOOLS, MockServer, mock_tool
+
+ENV_TOOL = mock_tool("whoami", "env", vars=["MY_TOKEN"])
+
+
+@pytest.fixture
+def resident(tmp_path: Path):
+    started: list[Resident] = []
+
+    def start(registry: Path, *options: str, **kwargs) -> Resident:
+        proc = Resident(registry, *options, **kwargs)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        left = proc.close()
+        assert left == [], f"children left running: {left}"
+
+
+@pytest.fixture
+def http_mock():
+    servers: list[MockServer] = []
+
+    def start(scenario: dict | None = None) -> MockServer:
+        srv = MockServer(scenario)
+        srv.start()
+        servers.append(srv)
+        return srv
+
+    yield start
+    for srv in servers:
+        srv.stop()
+
+
+def registry(tmp_path: Path, rows: list[dict], system=None, users=None) -> Path:
+    path = tmp_path / "registry.db"
+    system = dict(system or {})
+    for row in rows:
+        if row.get("isolation") == "user":
+            system.setdefault(row["name"], {})
+    write_registry(str(path), rows, system, users)
+    return path
+
+
+def edit(reg: Path, sql: str, *args) -> None:
+    db = sqlite3.connect(str(reg))
+    try:
+        db.execute(sql, args)
+        db.commit()
+    finally:
+        db.close()
+
+
+def texts(srv: MockServer) -> list[str]:
+    return [json.loads(e["body"])["params"]["arguments"].get("text") for e in srv.requests("tools/call")]
+
+
+def until(predicate, what: str, timeout: float = 60.0) -> None:
+    """Poll (bounded: a safety net, never a performance threshold)."""
+    end = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > end:
+            raise AssertionError(f"never happened: {what}")
+        time.sleep(0.02)
+
+
+def order(res: Resident, *task_ids: str) -> list[str]:
+    return [a["task_id"] for a in res.answers if a["task_id"] in task_ids]
+
+
+# -- item 4: registry edits during calls retire the outdated session ------------------------------------------
+
+
+def test_registry_edit_during_an_http_call_retires_the_session_the_call_finishes(tmp_path, resident, http_mock):
+    """Issue 16 item 4. Before: user B's unrelated call after an edit of the public row closed the shared session
+    at once, and user A's call in flight came back as mcp_timeout / 'Bad file descriptor' instead of its result."""
+    srv = http_mock({"tools": [mock_tool("slow", "slow", ms=2500), *DEFAULT_TOOLS]})
+    row = http_row("pub", srv.url, headers={"X-Sys": "${user.k}"}, protocol_version="2025-03-26")  # legacy: session ids
+    reg = registry(tmp_path, [row], {"pub": {"k": "one"}})
+    res = resident(reg)
+    res.ok("connect_server", "alice", server_name="pub")
+    slow = res.send("call_tool", "alice", server_name="pub", tool_name="slow", arguments={"text": "a-slow"})
+    until(lambda: "a-slow" in texts(srv), "the slow call reached the server")
+    edit(reg, "UPDATE mcp_credentials SET credentials = ? WHERE server_name = 'pub'", json.dumps({"k": "two"}))
+    fast = res.ok("call_tool", "bob", server_name="pub", tool_name="echo", arguments={"text": "b-fast"})
+    assert fast["result"]["isError"] is False
+    answer = res.wait(slow)
+    assert answer["success"] is True, answer
+    assert "a-slow" in answer["result"]["result"]["content"][0]["text"]
+    calls = {json.loads(e["body"])["params"]["arguments"]["text"]: e for e in srv.requests("tools/call")}
+    assert calls["a-slow"]["headers"]["x-sys"] == "one" and calls["b-fast"]["headers"]["x-sys"] == "two"
+    assert calls["a-slow"]["session_id"] != calls["b-fast"]["session_id"]  # the new call went to a new session
+    assert calls["a-slow"]["fault"] is None and calls["a-slow"]["status"] == 200  # answered, not cut
+    assert texts(srv).count("a-slow") == 1  # never resent
+    # the retired session ends once its call is done (legacy: a DELETE of its session id)
+    old = calls["a-slow"]["session_id"]
+    until(lambda: any(e["session_id"] == old for e in srv.requests(http_method="DELETE")), "the old session ended")
+
+
+def test_credential_rotation_during_a_stdio_call_keeps_the_child_until_the_call_ends(tmp_path, resident):
+    """Issue 16 item 4 (stdio). Before: the rotation killed the child and the call in flight failed with
+    mcp_connection_error, outcome unknown."""
+    tools = [mock_tool("slow", "slow", ms=2500), ENV_TOOL, *DEFAULT_TOOLS]
+    row = stdio_row("box", mock_stdio({"tools": tools, "stdio_concurrent_calls": True}), env={"MY_TOKEN": "${user.t}"})
+    reg = registry(tmp_path, [row], users={("alice", "box"): {"t": "tok-one"}})
+    res = resident(reg)
+    res.ok("connect_server", "alice", server_name="box")
+    first = res.child_pids()[0]
+    slow = res.send("call_tool", "alice", server_name="box", tool_name="slow", arguments={"text": "s1"})
+    res.wait_event("tool.started", task_id=slow)
+    edit(reg, "UPDATE mcp_user_credentials SET credentials = ? WHERE user_id = 'alice'", json.dumps({"t": "tok-two"}))
+    who = res.ok("call_tool", "alice", server_name="box", tool_name="whoami", arguments={})
+    assert who["result"]["structuredContent"]["env"]["MY_TOKEN"] == "tok-two"
+    assert len(res.child_pids()) == 2 and group_alive(first)  # a new child; the old one still serves its call
+    answer = res.wait(slow)
+    assert answer["success"] is True and "s1" in answer["result"]["result"]["content"][0]["text"], answer
+    res.wait_event("process.exited", pid=first)  # then the retired child is closed
+    assert not group_alive(first)
+
+
+def test_closing_an_http_session_fails_its_waiters_at_once(tmp_path, resident, http_mock):
+    """Issue 16 item 4: a session closed under a call (here disconnect_server after its --timeout wait) fails the
+    call at once with a clear error. Before: the call hung until its own timeout (or 'Bad file descriptor')."""
+    srv = http_mock({"tools": [mock_tool("slow", "slow", ms=30000), *DEFAULT_TOOLS]})
+    other = http_mock({"tools": [mock_tool("slow", "slow", ms=6000), *DEFAULT_TOOLS]})
+    reg = registry(tmp_path, [http_row("pub", srv.url), http_row("pub2", other.url)])
+    res = resident(reg, "--timeout", "1s")
+    res.ok("connect_server", "alice", server_name="pub")
+    res.ok("connect_server", "alice", server_name="pub2")
+    cut = res.send("call_tool", "alice", server_name="pub", tool_name="slow", arguments={"text": "x"}, timeout_ms=60000)
+    until(lambda: "x" in texts(srv), "the call reached the server")
+    marker = res.send(
+        "call_tool", "alice", server_name="pub2", tool_name="slow", arguments={"text": "m"}, timeout_ms=60000
+    )
+    res.ok("disconnect_server", "bob", server_name="pub")
+    answer = res.wait(cut)
+    assert answer["error_code"] == "mcp_connection_error", answer
+    assert "closed" in answer["error"] and "Bad file descriptor" not in answer["error"]
+    assert answer["details"]["outcome"] == "unknown"
+    assert res.wait(marker)["success"] is True
+    assert order(res, cut, marker) == [cut, marker]  # failed at once, not after its 60 s
+    assert texts(srv) == ["x"]
+
+
+# -- item 8: disabled or deleted public servers free their slot ------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["disable", "delete"])
+def test_disabled_or_deleted_public_server_is_retired_and_frees_its_process_slot(tmp_path, resident, how):
+    """Issue 16 item 8. Before: the public child stayed forever, counted against --max-processes, and every per-user
+    server then got resource_limit."""
+    rows = [stdio_row("pub", mock_stdio(), isolation="public"), stdio_row("mine", mock_stdio())]
+    reg = registry(tmp_path, rows)
+    res = resident(reg, "--max-processes", "1")
+    res.ok("connect_server", "alice", server_name="pub")
+    pub_pid = res.child_pids()[0]
+    if how == "disable":
+        edit(reg, "UPDATE mcp_servers SET enabled = 0 WHERE name = 'pub'")
+    else:
+        edit(reg, "DELETE FROM mcp_servers WHERE name = 'pub'")
+    mine = res.ask("call_tool", "bob", server_name="mine", tool_name="echo", arguments={"text": "hi"})
+    assert mine["success"] is True, mine
+    res.wait_event("process.exited", pid=pub_pid)
+    assert not group_alive(pub_pid)
+
+
+# -- item 6b: list_tools while another user refreshes the shared catalogue ------------------------------------
+
+
+def test_list_tools_while_another_user_refreshes_a_shared_catalogue(tmp_path, resident, http_mock):
+    """Issue 16 item 6b. Before: list_tools answered internal_error KeyError: ('pub', 'gen_N') when another user's
+    refresh_tools replaced the shared catalogue between building the answer and its name table."""
+    srv = http_mock({"tools": DEFAULT_TOOLS})
+    reg = registry(tmp_path, [http_row("pub", srv.url), http_row("other", http_mock().url)])
+    res = resident(reg)
+    res.ok("list_tools", "alice")
+    stop = threading.Event()
+
+    def new_generations() -> None:  # the server's catalogue keeps changing under the refreshes
+        n = 0
+        while not stop.wait(0.005):
+            n += 1
+            srv.update(tools=[mock_tool(f"gen_{n}_{k}", "echo") for k in range(30)])
+
+    changer = threading.Thread(target=new_generations, daemon=True)
+    changer.start()
+    sent = []
+    try:
+        for _ in range(60):
+            sent.append(res.send("refresh_tools", "alice", server_name="pub"))
+            sent.append(res.send("list_tools", "bob"))
+            sent.append(res.send("refresh_tools", "carol"))
+            sent.append(res.send("list_tools", "dave", server_name="pub"))
+        answers = [res.wait(task) for task in sent]
+    finally:
+        stop.set()
+        changer.join()
+    for answer in answers:
+        assert answer["success"] is True, answer
+        names = [t["name"] for t in answer["result"]["tools"]]
+        assert len(names) == len(set(names))
+
+
+# -- item 7: a SQLite write lock held by an admin -----------------------------------------------------------------
+
+
+def test_registry_write_lock_each_command_waits_at_most_its_own_timeout(tmp_path, resident, http_mock):
+    """Issue 16 item 7. Before: N queued commands were answered at 1x, 2x, ... Nx --timeout, each waiting for
+    SQLite's busy handler while holding the registry lock. Now all of them fail within their one timeout, so the
+    commands sent after the lock is released are answered after the first batch, not behind N timeouts."""
+    srv = http_mock()
+    reg = registry(tmp_path, [http_row("pub", srv.url)])
+    res = resident(reg)  # --timeout 60s: the long command waits up to 60 s for the lock
+    res.ok("call_tool", "alice", server_name="pub", tool_name="echo", arguments={"text": "warm"})
+    admin = sqlite3.connect(str(reg), isolation_level=None)
+    admin.execute("BEGIN EXCLUSIVE")
+    admin.execute("UPDATE mcp_servers SET url = url WHERE name = 'pub'")
+    try:
+        patient = res.send("call_tool", "alice", server_name="pub", tool_name="echo", arguments={"text": "patient"})
+        hurried = [
+            res.send(
+                "call_tool", f"u{i}", server_name="pub", tool_name="echo", arguments={"text": f"h{i}"}, timeout_ms=800
+            )
+            for i in range(5)
+        ]
+        # before: these waited behind the patient command's 60 s busy wait (the lock is released only after them)
+        quick = [res.wait(t, timeout=30.0) for t in hurried]
+    finally:
+        admin.execute("ROLLBACK")
+        admin.close()
+    assert all(a["error_code"] == "registry_error" for a in quick), quick
+    assert all("800 ms" in a["error"] or "locked" in a["error"] for a in quick), quick
+    assert res.wait(patient)["success"] is True  # it waited for the lock within its own 60 s and then ran
+    assert texts(srv) == ["warm", "patient"]
+
+
+# -- item 11: reaping a user's session frees its memory ----------------------------------------------------------
+
+
+def rss_kb(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+
+
+def test_reaped_users_leave_no_memory_behind(tmp_path, resident, http_mock):
+    """Issue 16 item 11. Before: every user ever seen stayed in memory (slots, catalogues, name tables) even after
+    idle reaping: with a 2 000-tool per-user server, RSS grew by megabytes per user. Now users that were reaped
+    leave RSS within 15 % of its value after the first (warm-up) round."""
+    srv = http_mock({"generate_tools": 2000, "versions": ["2025-03-26"]})  # legacy: each closed session is a DELETE
+    reg = registry(tmp_path, [http_row("big", srv.url, isolation="user", protocol_version="2025-03-26")])
+    res = resident(reg, "--idle-timeout", "200ms")
+
+    def round_of(users: list[str]) -> None:
+        ended = len(srv.requests(http_method="DELETE"))
+        for user in users:
+            assert len(res.ok("list_tools", user)["tools"]) == 2005
+            res.ok("call_tool", user, name="mcp_big_gen_00001", arguments={"value": user})
+        until(lambda: len(srv.requests(http_method="DELETE")) >= ended + len(users), "the sessions were reaped")
+
+    round_of([f"warm-{i}" for i in range(4)])
+    round_of([f"warm2-{i}" for i in range(4)])
+    warm = rss_kb(res.proc.pid)
+    for wave in range(5):
+        round_of([f"user-{wave}-{i}" for i in range(4)])
+    assert rss_kb(res.proc.pid) <= warm * 1.15, (warm, rss_kb(res.proc.pid))
+    # a reaped user who comes back finds their tools again, by injected name too
+    again = res.ok("call_tool", "warm-0", name="mcp_big_gen_00002", arguments={"value": "back"})
+    assert again["result"]["isError"] is False
+
+
+# -- item 12: file descriptors --------------------------------------------------------------------------------
+
+
+def test_many_users_http_sessions_under_a_small_fd_limit_never_internal_error(tmp_path, resident, http_mock):
+    """Issue 16 item 12. Before: per-user HTTP sessions were unlimited and each kept its socket, so with a small
+    ``ulimit -n`` the users exhausted the descriptors and a stdio start then failed with internal_error
+    (OSError: [Errno 24]). Now HTTP sessions count in a limit derived from --max-processes and the fd limit
+    (the least recently used idle one is closed), and exhaustion is resource_limit, never internal_error."""
+    srv = http_mock({"versions": ["2025-03-26"]})
+    rows = [
+        http_row("crm", srv.url, isolation="user", protocol_version="2025-03-26"),
+        stdio_row("box", mock_stdio()),
+    ]
+    reg = registry(tmp_path, rows)
+    wrapper = tmp_path / "python-ulimit"
+    wrapper.write_text(f'#!/bin/sh\nulimit -n 100\nexec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    res = resident(reg, "--max-processes", "4", python=str(wrapper))
+    users = [f"u{i:03d}" for i in range(120)]
+    for wave in range(0, len(users), 6):  # users come and go: the least recently used idle session makes room
+        sent = [
+            res.send("call_tool", user, server_name="crm", tool_name="echo", arguments={"text": user})
+            for user in users[wave : wave + 6]
+        ]
+        answers = [res.wait(task) for task in sent]
+        assert [a["error_code"] for a in answers if not a["success"]] == []
+    assert sorted(texts(srv)) == users  # each call reached the server once
+    burst = [f"b{i:03d}" for i in range(60)]  # more users at once than the limit: refused cleanly, never lost
+    sent = [
+        res.send("call_tool", user, server_name="crm", tool_name="echo", arguments={"text": user}) for user in burst
+    ]
+    answers = [res.wait(task) for task in sent]
+    assert {a["error_code"] for a in answers if not a["success"]} <= {"resource_limit"}
+    assert sorted(t for t in texts(srv) if t.startswith("b")) == sorted(
+        a["result"]["result"]["content"][0]["text"].split('"')[3] for a in answers if a["success"]
+    )
+    boxes = [
+        res.ask("call_tool", user, server_name="box", tool_name="echo", arguments={"text": "b"}) for user in users[:6]
+    ]
+    assert all(b["success"] or b["error_code"] == "resource_limit" for b in boxes), boxes
+    assert len(os.listdir(f"/proc/{res.proc.pid}/fd")) < 100
+
+
+def sockets(pid: int) -> int:
+    count = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            count += os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:")
+        except OSError:
+            pass
+    return count
+
+
+def test_an_idle_http_session_keeps_no_socket_open(tmp_path, resident, http_mock):
+    """Issue 16 item 12: the reaper closes the keep-alive connections of an HTTP session nobody uses (a public one is
+    never reaped); the session itself stays and the next call opens a new connection. Before: each session held
+    its sockets for as long as it lived."""
+    srv = http_mock({"versions": ["2025-03-26"]})
+    res = resident(
+        registry(tmp_path, [http_row("pub", srv.url, protocol_version="2025-03-26")]), "--idle-timeout", "1s"
+    )
+    base = sockets(res.proc.pid)
+    sent = [
+        res.send("call_tool", f"u{i}", server_name="pub", tool_name="echo", arguments={"text": f"{i}"})
+        for i in range(8)
+    ]
+    assert all(res.wait(t)["success"] for t in sent)
+    until(lambda: sockets(res.proc.pid) <= base, "the idle keep-alive connections were closed")
+    again = res.ok("call_tool", "u0", server_name="pub", tool_name="echo", arguments={"text": "again"})
+    assert again["result"]["isError"] is False
+    sessions = {e["session_id"] for e in srv.requests("tools/call")}
+    assert len(sessions) == 1  # the same MCP session throughout
+
+
+def test_stdio_start_out_of_descriptors_is_resource_limit(tmp_path, resident):
+    """Issue 16 item 12: a stdio start that finds no file descriptor (EMFILE) is resource_limit, never internal_error
+    nor a misleading 'check command and args'."""
+    reg = registry(tmp_path, [stdio_row("box", mock_stdio())])
+    wrapper = tmp_path / "python-ulimit"
+    wrapper.write_text(f'#!/bin/sh\nulimit -n 40\nexec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    res = resident(reg, python=str(wrapper))
+    answers = [res.ask("connect_server", f"u{i}", server_name="box") for i in range(16)]
+    codes = [a.get("error_code") for a in answers if not a["success"]]
+    assert codes and set(codes) == {"resource_limit"}, answers
+    assert sum(a["success"] for a in answers) >= 1
