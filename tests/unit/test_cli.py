@@ -902,3 +902,22 @@ def test_resident_help_defaults_are_the_resident_modes_own():
     assert f"(default {bkmcp.DEFAULT_MAX_PROCESSES})" in text
     assert f"(default {bkmcp.DEFAULT_MAX_USER_PROCESSES})" in text
     assert "(default 10m)" in text and bkmcp.parse_duration("10m") == bkmcp.DEFAULT_IDLE_TIMEOUT
+
+
+def test_completion_offers_every_option_of_the_option_tables():
+    """A new bkmcp option is completed too (the completion's list is checked against section 11's tables)."""
+    tables = (
+        bkmcp._VALUE_OPTIONS,
+        bkmcp._FLAG_OPTIONS,
+        bkmcp._REGISTRY_VALUE_OPTIONS,
+        bkmcp._REGISTRY_FLAG_OPTIONS,
+        bkmcp._RESIDENT_OPTIONS,
+    )
+    offered = set(bkmcp._COMPLETION_OPTIONS.split()) | {"-h", "-v"}
+    missing = sorted({name for table in tables for name in table} - offered - {"--context"})  # --context: refused
+    assert missing == []
+    assert set(bkmcp._COMPLETION_VALUE_OPTIONS.split()) <= {
+        *bkmcp._VALUE_OPTIONS,
+        *bkmcp._REGISTRY_VALUE_OPTIONS,
+        *bkmcp._RESIDENT_OPTIONS,
+    }
