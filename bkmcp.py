@@ -17,7 +17,7 @@ uses only the sections above it:
                                 state) and negotiation as pure decision steps
     6. Transports               the Transport seam: HTTP via httpx (concurrent POSTs on one pooled client),
                                 stdio framing apart from child-process supervision
-    7. Client flows             McpSession (many requests in flight, per-request deadline and cancellation) and
+    7. Client flows             McpSession (many requests in flight, each with its own deadline) and
                                 the flows: negotiate, discover, call, check, tools, dry-run
     8. Schema flags             inputSchema -> typed flags, values, validation
     9. Output                   envelopes, --jq, help text
@@ -58,6 +58,10 @@ Exception tree (section 1)::
           +-- CancelledError        mcp_cancelled          (exit 130: Ctrl-C once a request was sent)
           +-- ResourceLimitError    resource_limit         (resident)
 
+An error is a value: every field it carries (``request_sent``, ``http_status``, ``remedy``, ``what``/``budget``…)
+is declared on ``BkmcpError``; a raised or stored error is never changed (``copy(**changes)``), and each front end
+words it once from its fields (section 11 ``word_for_cli``, section 10 ``_platform_error``).
+
 Heavy dependencies (httpx, jsonschema, jq) are imported lazily by the code paths that need them, so
 ``bkmcp --help`` and ``bkmcp <server> --help`` import none of them. Nothing connects at import time.
 """
@@ -81,7 +85,9 @@ if TYPE_CHECKING:
     import re
     from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
     from dataclasses import dataclass, field
-    from typing import IO, Any
+    from typing import IO, Any, TypeVar
+
+    _Error = TypeVar("_Error", bound="BkmcpError")
 else:
     from _collections_abc import Callable, Iterable, Iterator, Mapping, Sequence
 
@@ -132,8 +138,19 @@ EXIT_INTERRUPTED = 130
 class BkmcpError(Exception):
     """Root of every error bkmcp reports. Subclasses only set ``code`` and ``exit_status``.
 
+    An error is a value: every field is declared here and set when it is made; a raised error is never changed
+    (``copy(**changes)`` makes the changed one) and a stored one is never raised (raise a copy). Its words are
+    neutral; each front end words it once from its fields (the CLI's ``word_for_cli``, the resident's
+    ``_platform_error``).
+
     ``details`` are extra machine-readable fields of the error object (e.g. ``outcome``, ``variable``);
     ``data`` is what the remote operation produced before it failed (completed stages, raw results).
+    ``remedy`` names what ``hint`` (the neutral wording) advises, for a front end to say in its own words;
+    ``notes`` are further clauses of the hint that every front end keeps. A timeout keeps ``what`` did not
+    happen within ``budget`` seconds. ``cause`` is an error this one's message quotes (``{cause}`` in
+    ``message`` stands for its message), also reported as ``details.cause``. ``request_sent`` says whether the request
+    reached the wire (None: not known, which counts as sent: never resend). An HTTP status keeps
+    ``http_status``, ``http_message`` (the JSON-RPC message of the body, era evidence) and ``session_lost``.
     """
 
     code = "internal_error"
@@ -146,17 +163,59 @@ class BkmcpError(Exception):
         hint: str | None = None,
         data: dict[str, Any] | None = None,
         details: dict[str, Any] | None = None,
+        remedy: str | None = None,
+        notes: tuple[str, ...] = (),
+        what: str | None = None,
+        budget: float | None = None,
+        cause: BkmcpError | None = None,
+        request_sent: bool | None = None,
+        http_status: int | None = None,
+        http_message: Message | None = None,
+        session_lost: bool = False,
     ) -> None:
-        super().__init__(message)
-        self.message = message
+        self.template = message
+        self.message: str = message if cause is None else message.replace("{cause}", cause.message)
+        super().__init__(self.message)
         self.hint = hint
         self.data = data
         self.details = dict(details or {})
+        self.remedy = remedy
+        self.notes = notes
+        self.what = what
+        self.budget = budget
+        self.cause = cause
+        if cause is not None:
+            self.details["cause"] = {"code": cause.code, "message": cause.message, **cause.details}
+        self.request_sent = request_sent
+        self.http_status = http_status
+        self.http_message = http_message
+        self.session_lost = session_lost
+
+    _FIELDS = (
+        "hint", "data", "details", "remedy", "notes", "what", "budget", "cause",
+        "request_sent", "http_status", "http_message", "session_lost",
+    )  # fmt: skip
+
+    def copy(self: _Error, **changes: Any) -> _Error:
+        """A new error of the same class with ``changes`` to its fields (``message`` included); the chain it was
+        raised from stays, its traceback does not."""
+        fields = {name: getattr(self, name) for name in self._FIELDS}
+        fields["details"] = dict(self.details)
+        fields.update(changes)
+        copy = type(self)(fields.pop("message", self.template), **fields)
+        copy.__cause__, copy.__suppress_context__ = self.__cause__, self.__suppress_context__
+        return copy
+
+    @property
+    def full_hint(self) -> str | None:
+        """The neutral hint with its notes."""
+        return "; ".join(part for part in (self.hint, *self.notes) if part) or None
 
     def error_object(self) -> dict[str, Any]:
         obj: dict[str, Any] = {"code": self.code, "message": self.message}
-        if self.hint:
-            obj["hint"] = self.hint
+        hint = self.full_hint
+        if hint:
+            obj["hint"] = hint
         obj.update(self.details)
         return obj
 
@@ -291,10 +350,6 @@ class RegistryError(BkmcpError):
     code = "registry_error"
 
 
-class OperationCancelled(Exception):  # noqa: N818 - a control-flow signal like KeyboardInterrupt, not an error
-    """A request or operation was cancelled through its ``CancelToken``; never reported as a code of its own."""
-
-
 def error_classes() -> list[type[BkmcpError]]:
     """Every concrete error class, for documentation and uniqueness tests."""
     seen: list[type[BkmcpError]] = []
@@ -418,8 +473,8 @@ if not TYPE_CHECKING:
                     if isinstance(default, _Field)
                     else default
                 )
-            twin = dataclasses.dataclass(frozen=frozen)(type(owner.__name__, (), body))
-            found: dict[str, Any] = twin.__dataclass_fields__  # type: ignore[attr-defined]
+            twin: Any = dataclasses.dataclass(frozen=frozen)(type(owner.__name__, (), body))
+            found: dict[str, Any] = twin.__dataclass_fields__
             type.__setattr__(owner, "__dataclass_fields__", found)  # later lookups are a plain attribute
             return found
 
@@ -914,71 +969,15 @@ class Deadline:
 _SLOW_HINT = "allow more time if the server is slow"
 
 
-def _remedy(error: BkmcpError, key: str) -> BkmcpError:
-    """Mark ``error`` with a remedy that each front end words its own way (the CLI names its options): the
-    neutral hint it has now is what a front end may replace."""
-    error.remedy = key  # type: ignore[attr-defined]
-    error.neutral_hint = error.hint  # type: ignore[attr-defined]
-    return error
-
-
 def budget_error(
-    what: str, seconds: float, *, remedy: str = "timeout", hint: str = _SLOW_HINT, details: dict[str, Any] | None = None
+    what: str, seconds: float, *, remedy: str = "timeout", hint: str = _SLOW_HINT, **fields: Any
 ) -> McpTimeoutError:
     """``what`` did not happen within the ``seconds`` budget, in neutral words. ``what`` and ``budget`` stay on
     the error so that each front end words its own message (the CLI names ``--timeout``, the resident mode a
     command's ``timeout_ms``)."""
-    error = McpTimeoutError(f"{what} within {format_duration(seconds)}", hint=hint, details=details)
-    error.what, error.budget = what, seconds  # type: ignore[attr-defined]
-    _remedy(error, remedy)
-    return error
-
-
-class CancelToken:
-    """Cancellation of one request or operation, from any thread: ``cancel(reason)`` sets it and runs the
-    callbacks registered with ``on_cancel`` (an HTTP transport closes the request's response stream)."""
-
-    def __init__(self) -> None:
-        import threading
-
-        self._event = threading.Event()
-        self._lock = _thread.allocate_lock()
-        self._callbacks: list[Callable[[], None]] = []
-        self.reason = "cancelled"
-
-    @property
-    def cancelled(self) -> bool:
-        return self._event.is_set()
-
-    def wait(self, seconds: float) -> bool:
-        return self._event.wait(seconds)
-
-    def cancel(self, reason: str = "cancelled") -> None:
-        with self._lock:
-            if self._event.is_set():
-                return
-            self.reason = reason
-            self._event.set()
-            callbacks, self._callbacks = self._callbacks, []
-        for callback in callbacks:
-            try:
-                callback()
-            except Exception:  # noqa: S110 - closing an already closed stream
-                pass
-
-    def on_cancel(self, callback: Callable[[], None]) -> Callable[[], None]:
-        """Run ``callback`` on cancellation (now, if already cancelled); returns a function that unregisters it."""
-        with self._lock:
-            if not self._event.is_set():
-                self._callbacks.append(callback)
-                return lambda: self._discard(callback)
-        callback()
-        return lambda: None
-
-    def _discard(self, callback: Callable[[], None]) -> None:
-        with self._lock:
-            if callback in self._callbacks:
-                self._callbacks.remove(callback)
+    return McpTimeoutError(
+        f"{what} within {format_duration(seconds)}", hint=hint, remedy=remedy, what=what, budget=seconds, **fields
+    )
 
 
 # -- logging -------------------------------------------------------------------------------------------
@@ -1112,15 +1111,12 @@ class ProgressLine:
 @dataclass
 class OpContext:
     """What one operation carries through the flows of section 7 instead of module or process state: its time
-    budget, its cancellation, where it runs and who logs for it. ``progress`` (a factory of ``ProgressLine`` for a
-    token) asks servers for progress on calls (docs/contract.md §5); ``renewed`` records that a lost legacy session was
-    re-initialized (once per operation)."""
+    budget and who logs for it. ``progress`` (a factory of ``ProgressLine`` for a token) asks servers for progress
+    on calls (docs/contract.md §5); ``renewed`` records that a lost legacy session was re-initialized (once per
+    operation)."""
 
     deadline: Deadline
     log: Log
-    cancel: CancelToken | None = None
-    cwd: str = "."
-    home: str | None = None
     progress: Callable[[str], ProgressLine] | None = None  # token -> the line that shows that call's progress
     renewed: bool = False
     # what a Ctrl-C has to report (docs/contract.md §7): the last request whose sending began, and whether a
@@ -1794,15 +1790,33 @@ class EraRules:
     request_meta: bool  # params._meta protocolVersion / clientCapabilities / clientInfo on every request
     method_headers: bool  # Mcp-Method, Mcp-Name, Mcp-Param-*
     sse_resumption: bool  # GET + Last-Event-ID when a POST's stream closes early
-    server_requests: bool  # server -> client requests may arrive on a stream
     cancel_notification: bool  # Ctrl-C sends notifications/cancelled (modern HTTP closes the stream)
+    # Mcp-Param-* come from inputSchema x-mcp-header: a tool whose declaration is invalid is excluded (§5)
+    header_exclusion: bool
+
+
+def _era(version: str, era: str = "legacy", **changes: bool) -> EraRules:
+    """A row of the table: the rules of 2025-11-25 with ``changes``."""
+    base = {"handshake": True, "version_header": True, "sessions": True, "request_meta": False}
+    base.update(method_headers=False, sse_resumption=True, cancel_notification=True, header_exclusion=False)
+    return EraRules(version=version, era=era, **{**base, **changes})
 
 
 ERA_TABLE: dict[str, EraRules] = {
-    "2025-03-26": EraRules("2025-03-26", "legacy", True, False, True, False, False, True, True, True),
-    "2025-06-18": EraRules("2025-06-18", "legacy", True, True, True, False, False, True, True, True),
-    "2025-11-25": EraRules("2025-11-25", "legacy", True, True, True, False, False, True, True, True),
-    "2026-07-28": EraRules("2026-07-28", "modern", False, True, False, True, True, False, False, False),
+    "2025-03-26": _era("2025-03-26", version_header=False),
+    "2025-06-18": _era("2025-06-18"),
+    "2025-11-25": _era("2025-11-25"),
+    "2026-07-28": _era(
+        "2026-07-28",
+        era="modern",
+        handshake=False,
+        sessions=False,
+        request_meta=True,
+        method_headers=True,
+        sse_resumption=False,
+        cancel_notification=False,
+        header_exclusion=True,
+    ),
 }
 
 
@@ -2464,9 +2478,30 @@ class ClientSession:
             self._answered.popitem(last=False)
 
     # -- era and session state -------------------------------------------------------------------------
+    # Only these verbs change it; transports and flows report what happened, the core decides what it means.
 
     def use(self, rules: EraRules) -> None:
         self.rules = rules
+
+    def handshake_started(self) -> None:
+        """A legacy ``initialize`` is on its way: no era until its answer (``apply_initialize``)."""
+        self.rules = None
+
+    def session_issued(self, method: str, headers: Mapping[str, str]) -> None:
+        """The HTTP headers of the answer to ``method``: the answer to ``initialize`` issues the session id
+        (``Mcp-Session-Id``, docs/protocol.md)."""
+        if method == "initialize":
+            issued = headers.get("mcp-session-id")
+            if issued:
+                self.session_id = issued
+
+    def session_ended(self) -> None:
+        """The session id is no longer valid (DELETE sent, or the server lost it)."""
+        self.session_id = None
+
+    def catalogue_read(self) -> None:
+        """A fresh ``tools/list`` is being read: a ``list_changed`` seen before it is answered by it."""
+        self.tools_stale = False
 
     def apply_initialize(self, message: Message, offered: str) -> EraRules:
         """The handshake answer, parsed in one place: the chosen version (or ``ProtocolError``) and server state."""
@@ -2538,8 +2573,7 @@ class Negotiation:
 
     def start(self) -> Step:
         if self.pinned is not None:
-            rules = era_rules(self.pinned)
-            if rules.era == "legacy":
+            if era_rules(self.pinned).handshake:
                 return Step("initialize", self.pinned)
             return Step("discover", self.pinned) if self.server_info else Step("done", self.pinned)
         return self._probe(LATEST_MODERN_VERSION)
@@ -2577,7 +2611,7 @@ class Negotiation:
         if self._restart_failure is not None:
             failure, self._restart_failure = self._restart_failure, None
             if not restarted:
-                raise failure
+                raise failure.copy()  # stored: raised as a copy
         elif not restarted:
             self._restarted_before = False  # the probe's child still runs: one restart stays available
         return Step("initialize", step.version)
@@ -2761,24 +2795,30 @@ def reject_excluded_tool(excluded: Sequence[Mapping[str, Any]], name: str, serve
 # 6. Transports
 # ======================================================================================================
 # A transport moves section-5 messages and decides nothing about eras or matching. The seam (``Transport``):
-#   ``attach(deliver, lost, state)``  ``deliver(message, related) -> bool`` takes every incoming message (True
-#       once ``related``, the request whose stream carried it, has been answered); ``lost()`` says a shared
-#       stream died (every request in flight on it failed); ``state`` is the session core (session id).
-#   ``send(message, *, rules, deadline, extra_headers, cancel)``  one request, notification or response. Over
-#       HTTP the answer's stream is read in the caller's thread and handed to ``deliver`` before ``send``
-#       returns (concurrent callers: concurrent POSTs on one pooled client); over stdio one line is written and
-#       a reader thread delivers what comes back.
+#   ``attach(deliver, lost, answer_headers)``  ``deliver(message, related) -> bool`` takes every incoming message
+#       (True once ``related``, the request whose stream carried it, has been answered); ``lost()`` says a shared
+#       stream died (every request in flight on it failed); ``answer_headers(method, headers)`` gets the HTTP
+#       headers of each answer to a request (the session core decides what they issue: the session id).
+#   ``send(message, *, rules, deadline, extra_headers, strict, session_id)``  one request, notification or
+#       response, under the session id the caller holds. Over HTTP the answer's stream is read in the caller's
+#       thread and handed to ``deliver`` before ``send`` returns (concurrent callers: concurrent POSTs on one
+#       pooled client); over stdio one line is written and a reader thread delivers what comes back.
 #   ``failure(method, request_id, sent)``, ``timeout_error(method, deadline)``  the errors a request waiting on
-#       a shared stream ends with; ``end_session(deadline, rules)``, ``restart_if_exited()``, ``close()``.
+#       a shared stream ends with; ``end_session(deadline, rules, session_id)``, ``restart_if_exited()``,
+#       ``close()``; ``alive`` (False once a child's stream ended), ``pid`` and ``exit_status`` (a child's, else
+#       None).
 #   Capability flags replace tests of the server type: ``has_sessions`` (Mcp-Session-Id, DELETE at close),
 #   ``shared_stream`` (one stream for all messages: a silent server needs a probe window, cancellation needs a
 #   notification), ``restartable`` (a child process that may be started again).
-# Foreign exceptions are translated once, here (``_httpx_boundary``), with ``raise … from exc``; HTTP statuses
-# become section-1 errors before they leave this section (``http_status``/``session_lost`` attributes say what
-# the status was, for era evidence and lost sessions).
+# Foreign exceptions are translated once, here (``_HttpxBoundary``), with ``raise … from exc``; HTTP statuses
+# become section-1 errors before they leave this section (their declared ``http_status``, ``http_message`` and
+# ``session_lost`` fields say what the status was, for era evidence and lost sessions).
 
 if TYPE_CHECKING:
     from typing import Protocol
+
+    Deliver = Callable[[Message, Any], bool]  # deliver(message, related) -> the related request is answered
+    AnswerHeaders = Callable[[str, Mapping[str, str]], None]  # answer_headers(method, headers)
 else:
     Protocol = object
 
@@ -2790,7 +2830,16 @@ class Transport(Protocol):
     restartable: bool
     responses: int
 
-    def attach(self, deliver: Callable[[Message, Any], bool], lost: Callable[[], None], state: Any) -> None: ...
+    @property
+    def alive(self) -> bool: ...
+
+    @property
+    def pid(self) -> int | None: ...
+
+    @property
+    def exit_status(self) -> int | None: ...
+
+    def attach(self, deliver: Deliver, lost: Callable[[], None], answer_headers: AnswerHeaders) -> None: ...
 
     def send(
         self,
@@ -2799,8 +2848,8 @@ class Transport(Protocol):
         rules: EraRules | None,
         deadline: Deadline,
         extra_headers: Iterable[tuple[str, str]] = (),
-        cancel: CancelToken | None = None,
         strict: bool = True,
+        session_id: str | None = None,
     ) -> None: ...
 
     def failure(self, method: str, request_id: Any, *, sent: bool) -> BkmcpError: ...
@@ -2809,14 +2858,14 @@ class Transport(Protocol):
 
     def restart_if_exited(self) -> bool: ...
 
-    def end_session(self, deadline: Deadline, rules: EraRules | None = None) -> None: ...
+    def end_session(self, deadline: Deadline, rules: EraRules | None = None, session_id: str | None = None) -> None: ...
 
     def close(self, deadline: Deadline | None = None) -> None: ...
 
 
 def _mark(error: BkmcpError, *, sent: bool) -> BkmcpError:
-    error.request_sent = sent  # type: ignore[attr-defined]
-    return error
+    """``error`` saying whether its request reached the wire (a copy: ``error`` may have been raised)."""
+    return error.copy(request_sent=sent)
 
 
 def is_exhaustion(exc: BaseException | None) -> bool:
@@ -2836,52 +2885,38 @@ def is_exhaustion(exc: BaseException | None) -> bool:
 
 
 def request_was_sent(error: BaseException) -> bool:
-    return bool(getattr(error, "request_sent", True))
+    """Whether the request reached the wire; not known counts as sent (never resend)."""
+    return not isinstance(error, BkmcpError) or error.request_sent is not False
 
 
 def status_failure(status: int, message: Message | None, text: str, method: str, *, with_session: bool) -> RemoteError:
-    """A non-2xx answer that is not 3xx/401/403, as the error to report; ``http_status``, ``http_message`` (the
-    JSON-RPC message of the body, era evidence) and ``session_lost`` stay on it for the flows."""
-    error: RemoteError
-    if message is not None and message.kind == "error" and message.error is not None:
-        error = rpc_error_exception(method, message.error)
-        error.details["http_status"] = status
-        if isinstance(error, ProtocolError):
-            error.message = (
-                f"the server answered {method} with HTTP {status} and JSON-RPC error "
-                f"{message.error.get('code')}: {_clip(str(message.error.get('message')), 300)}"
-            )
-    else:
-        snippet = f": {_clip(text.strip(), 200)}" if text.strip() else ""
-        error = ProtocolError(
-            f"the server answered {method} with HTTP {status}{snippet}", details={"http_status": status}
-        )
+    """A non-2xx answer that is not 3xx/401/403, as the error to report, with its ``http_status``,
+    ``http_message`` (the JSON-RPC message of the body, era evidence) and ``session_lost`` fields for the flows."""
     rpc_error = message.error if message is not None and message.kind == "error" else None
-    error.http_status = status  # type: ignore[attr-defined]
-    error.http_message = message  # type: ignore[attr-defined]
     # 404 on a request carrying a session id (spec), or server-everything's 400 "No valid session ID"
-    error.session_lost = with_session and (  # type: ignore[attr-defined]
-        status == 404
-        or (status == 400 and bool(rpc_error) and "session" in str((rpc_error or {}).get("message", "")).lower())
+    fields: dict[str, Any] = {
+        "http_status": status,
+        "http_message": message,
+        "session_lost": with_session
+        and (
+            status == 404
+            or (status == 400 and rpc_error is not None and "session" in str(rpc_error.get("message", "")).lower())
+        ),
+        "request_sent": True,
+    }
+    if rpc_error is not None:
+        error = rpc_error_exception(method, rpc_error)
+        changes: dict[str, Any] = {"details": {**error.details, "http_status": status}}
+        if isinstance(error, ProtocolError):
+            changes["message"] = (
+                f"the server answered {method} with HTTP {status} and JSON-RPC error "
+                f"{rpc_error.get('code')}: {_clip(str(rpc_error.get('message')), 300)}"
+            )
+        return error.copy(**changes, **fields)
+    snippet = f": {_clip(text.strip(), 200)}" if text.strip() else ""
+    return ProtocolError(
+        f"the server answered {method} with HTTP {status}{snippet}", details={"http_status": status}, **fields
     )
-    error.request_sent = True  # type: ignore[attr-defined]
-    return error
-
-
-def http_status_of(error: BaseException) -> int | None:
-    return getattr(error, "http_status", None)
-
-
-_LONE_SURROGATE = _lazy_re("[\ud800-\udfff]")
-
-
-def encode_body(message: Mapping[str, Any]) -> bytes:
-    """UTF-8 JSON; a lone surrogate (``"\\ud800"`` in --body is valid JSON) is re-escaped, not a crash."""
-    text = dump_json(message)
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError:
-        return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text).encode("utf-8")
 
 
 def _wire_headers(headers: list[tuple[str, str]]) -> list[tuple[str, str | bytes]]:
@@ -2982,7 +3017,7 @@ def translate_httpx_error(exc: BaseException, url: str, deadline: Deadline) -> B
         )
     if isinstance(exc, httpx.TimeoutException):
         sent = not isinstance(exc, (httpx.ConnectTimeout, httpx.PoolTimeout))
-        return _mark(budget_error(f"no answer from {target}", deadline.seconds), sent=sent)
+        return budget_error(f"no answer from {target}", deadline.seconds, request_sent=sent)
     chain: list[BaseException] = []
     cursor: BaseException | None = exc
     while cursor is not None and len(chain) < 10:
@@ -2993,15 +3028,11 @@ def translate_httpx_error(exc: BaseException, url: str, deadline: Deadline) -> B
 
     if isinstance(exc, httpx.ConnectError):
         if any(isinstance(e, ssl.SSLError) for e in chain) or "SSL" in str(exc) or "TLS" in str(exc):
-            return _mark(
-                _remedy(
-                    ConnectionFailedError(
-                        f"TLS handshake with {target} failed: {_clip(str(exc), 200)}",
-                        hint="check the URL scheme and the server certificate",
-                    ),
-                    "tls",
-                ),
-                sent=False,
+            return ConnectionFailedError(
+                f"TLS handshake with {target} failed: {_clip(str(exc), 200)}",
+                hint="check the URL scheme and the server certificate",
+                remedy="tls",
+                request_sent=False,
             )
         if (
             any(isinstance(e, socket.gaierror) for e in chain)
@@ -3037,13 +3068,13 @@ def translate_httpx_error(exc: BaseException, url: str, deadline: Deadline) -> B
 
 
 class _HttpxBoundary:
-    """``with _HttpxBoundary(url, deadline, cancel):`` the one place httpx exceptions become bkmcp errors
-    (``translate_httpx_error``), raised ``from`` the original; a cancelled request ends as ``OperationCancelled``."""
+    """``with _HttpxBoundary(url, deadline):`` the one place httpx exceptions become bkmcp errors
+    (``translate_httpx_error``), raised ``from`` the original."""
 
-    __slots__ = ("url", "deadline", "cancel")
+    __slots__ = ("url", "deadline")
 
-    def __init__(self, url: str, deadline: Deadline, cancel: CancelToken | None) -> None:
-        self.url, self.deadline, self.cancel = url, deadline, cancel
+    def __init__(self, url: str, deadline: Deadline) -> None:
+        self.url, self.deadline = url, deadline
 
     def __enter__(self) -> None:
         return None
@@ -3054,8 +3085,6 @@ class _HttpxBoundary:
         httpx = _import_httpx()
 
         if isinstance(exc, (httpx.HTTPError, httpx.StreamError, httpx.InvalidURL, UnicodeError)):
-            if self.cancel is not None and self.cancel.cancelled:
-                raise OperationCancelled(self.cancel.reason) from exc
             raise translate_httpx_error(exc, self.url, self.deadline) from exc
 
 
@@ -3068,6 +3097,8 @@ class HttpTransport:
     has_sessions = True
     shared_stream = False
     restartable = False
+    alive = True  # each request opens its own stream: nothing to lose between requests
+    pid = exit_status = None  # no child process
 
     def __init__(
         self, server: ResolvedServer, *, insecure: bool, log: Log, client: Any = None, die_with_parent: bool = False
@@ -3081,19 +3112,15 @@ class HttpTransport:
         self.responses = 0
         self._client: Any = client
         self._own_client = client is None
-        self._deliver: Callable[[Message, Any], bool] = lambda message, related: False
-        self._state: Any = None
+        self._deliver: Deliver = lambda message, related: False
+        self._answer_headers: AnswerHeaders = lambda method, headers: None
         self._closing = False  # close() ran: requests still reading their answers fail now, with a clear error
         self._active: set[Any] = set()  # responses being read (close() shuts their sockets down)
         self._active_lock = _thread.allocate_lock()
 
-    def attach(self, deliver: Callable[[Message, Any], bool], lost: Callable[[], None], state: Any) -> None:
+    def attach(self, deliver: Deliver, lost: Callable[[], None], answer_headers: AnswerHeaders) -> None:
         self._deliver = deliver
-        self._state = state
-
-    @property
-    def session_id(self) -> str | None:
-        return self._state.session_id if self._state is not None else None
+        self._answer_headers = answer_headers
 
     # -- plumbing --------------------------------------------------------------------------------------
 
@@ -3201,13 +3228,13 @@ class HttpTransport:
         rules: EraRules | None,
         deadline: Deadline,
         extra_headers: Iterable[tuple[str, str]] = (),
-        cancel: CancelToken | None = None,
         strict: bool = True,
+        session_id: str | None = None,
     ) -> None:
         if "method" in message and "id" in message:
-            self._request(message, rules, deadline, extra_headers, cancel)
+            self._request(message, rules, deadline, extra_headers, session_id)
         else:
-            self._post_one_way(message, rules, deadline, strict)
+            self._post_one_way(message, rules, deadline, strict, session_id)
 
     def _request(
         self,
@@ -3215,7 +3242,7 @@ class HttpTransport:
         rules: EraRules | None,
         deadline: Deadline,
         extra_headers: Iterable[tuple[str, str]],
-        cancel: CancelToken | None,
+        session_id: str | None,
     ) -> None:
         """POST one request and deliver every message of its answer until the response to it arrived. A request
         still waiting when ``close()`` runs fails at once with a clear error (sent: its outcome is unknown)."""
@@ -3223,7 +3250,7 @@ class HttpTransport:
         if self._closing:
             raise _mark(ConnectionFailedError(f"bkmcp closed the session before {method} was sent"), sent=False)
         try:
-            self._request_once(message, rules, deadline, extra_headers, cancel)
+            self._request_once(message, rules, deadline, extra_headers, session_id)
         except BkmcpError:
             if not self._closing:
                 raise
@@ -3240,15 +3267,14 @@ class HttpTransport:
         rules: EraRules | None,
         deadline: Deadline,
         extra_headers: Iterable[tuple[str, str]],
-        cancel: CancelToken | None,
+        session_id: str | None,
     ) -> None:
         request_id = message["id"]
         method = str(message.get("method"))
-        session_id = self.session_id
         headers = build_headers(
             rules, configured=self.configured, message=message, session_id=session_id, extra=extra_headers
         )
-        body = encode_body(message)
+        body = dump_json(message).encode("utf-8")  # dump_json escapes lone surrogates: always valid UTF-8
         decoder: SseDecoder | None = None
         try:
             timeout = self._timeout(deadline)
@@ -3256,20 +3282,16 @@ class HttpTransport:
             raise _mark(exc, sent=False) from None
         started = time.monotonic()
         self._log_request("POST", headers, message)
-        with _HttpxBoundary(self.url, deadline, cancel):
+        with _HttpxBoundary(self.url, deadline):
             with self._http().stream(
                 "POST", self.url, content=body, headers=_wire_headers(headers), timeout=timeout
             ) as response:
-                remove = cancel.on_cancel(response.close) if cancel is not None else None
                 with self._active_lock:
                     self._active.add(response)
                 try:
                     self._log_response(response, started)
                     self._check_status(response, method, with_session=session_id is not None)
-                    if method == "initialize":
-                        issued = response.headers.get("mcp-session-id")
-                        if issued and self._state is not None:
-                            self._state.session_id = issued
+                    self._answer_headers(method, response.headers)  # the core decides what they issue
                     ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
                     if response.status_code == 202:  # whatever its content type: an answer with no response
                         ctype = ""
@@ -3285,16 +3307,9 @@ class HttpTransport:
                             deadline.remaining()
                         raw = b"".join(chunks)
                         del chunks
-                        incoming_all = decode_messages(raw)
-                        for incoming in incoming_all:
+                        for incoming in decode_messages(raw):  # a response for another id is the core's Stray
                             if self._deliver(incoming, request_id):
                                 return
-                        other = next((m for m in incoming_all if m.kind in ("result", "error")), None)
-                        if other is not None:
-                            raise ProtocolError(
-                                f"the server answered request id {request_id} with a response for "
-                                f"id {_clip(repr(other.id), 60)}"
-                            )
                         raise ProtocolError(
                             f"the server's JSON answer to {method} has no response for request id {request_id}"
                         )
@@ -3316,11 +3331,9 @@ class HttpTransport:
                 finally:
                     with self._active_lock:
                         self._active.discard(response)
-                    if remove is not None:
-                        remove()
         # The POST's event stream ended before the response (docs/contract.md §5: 2025-11-25 resumption).
         if rules is not None and rules.sse_resumption and decoder is not None and decoder.last_event_id:
-            self._resume(decoder, request_id, rules, deadline, cancel)
+            self._resume(decoder, request_id, rules, deadline, session_id)
             return
         raise _mark(
             ConnectionFailedError(
@@ -3342,12 +3355,14 @@ class HttpTransport:
                 del event  # the event text goes before its parsed value travels on (50 MB results)
                 yield from messages
             deadline.remaining()
-        for event in decoder.close():  # pragma: no cover - close() never dispatches (unterminated events drop)
-            if event.event == "message":
-                yield from decode_messages(event.data)
 
     def _resume(
-        self, decoder: SseDecoder, request_id: Any, rules: EraRules, deadline: Deadline, cancel: CancelToken | None
+        self,
+        decoder: SseDecoder,
+        request_id: Any,
+        rules: EraRules,
+        deadline: Deadline,
+        session_id: str | None,
     ) -> None:
         """GET + Last-Event-ID after the server's ``retry`` delay, until the response or the budget ends."""
         idle = 0
@@ -3363,32 +3378,29 @@ class HttpTransport:
                     ),
                     sent=True,
                 )
-            if cancel is not None and cancel.wait(delay):
-                raise OperationCancelled(cancel.reason)
-            if cancel is None:
-                time.sleep(delay)
+            time.sleep(delay)
             last_id = decoder.last_event_id
             assert last_id is not None
             headers = build_headers(
-                rules, configured=self.configured, session_id=self.session_id, accept="text/event-stream", extra=()
+                rules, configured=self.configured, session_id=session_id, accept="text/event-stream", extra=()
             )
             headers.append(("Last-Event-ID", last_id))
             started = time.monotonic()
             self._log_request("GET", headers, None)
-            with _HttpxBoundary(self.url, deadline, cancel):
+            with _HttpxBoundary(self.url, deadline):
                 with self._http().stream(
                     "GET", self.url, headers=_wire_headers(headers), timeout=self._timeout(deadline)
                 ) as response:
                     self._log_response(response, started)
                     try:
-                        self._check_status(response, "GET", with_session=self.session_id is not None)
+                        self._check_status(response, "GET", with_session=session_id is not None)
                     except ProtocolError as exc:
-                        if http_status_of(exc) is None:
+                        if exc.http_status is None:
                             raise
                         raise _mark(
                             ConnectionFailedError(
                                 f"the server closed the event stream early and refused to resume it "
-                                f"(GET with Last-Event-ID: HTTP {http_status_of(exc)})",
+                                f"(GET with Last-Event-ID: HTTP {exc.http_status})",
                             ),
                             sent=True,
                         ) from None
@@ -3411,24 +3423,26 @@ class HttpTransport:
                     sent=True,
                 )
 
-    def _post_one_way(self, message: dict[str, Any], rules: EraRules | None, deadline: Deadline, strict: bool) -> None:
+    def _post_one_way(
+        self, message: dict[str, Any], rules: EraRules | None, deadline: Deadline, strict: bool, session_id: str | None
+    ) -> None:
         """POST a notification or a response; expects 202 (any 2xx accepted)."""
-        headers = build_headers(rules, configured=self.configured, message=message, session_id=self.session_id)
+        headers = build_headers(rules, configured=self.configured, message=message, session_id=session_id)
         started = time.monotonic()
         self._log_request("POST", headers, message)
         what = str(message.get("method", "a response"))
         try:
-            with _HttpxBoundary(self.url, deadline, None):
+            with _HttpxBoundary(self.url, deadline):
                 with self._http().stream(
                     "POST",
                     self.url,
-                    content=encode_body(message),
+                    content=dump_json(message).encode("utf-8"),
                     headers=_wire_headers(headers),
                     timeout=self._timeout(deadline),
                 ) as response:
                     self._log_response(response, started)
                     if strict:
-                        self._check_status(response, what, with_session=self.session_id is not None)
+                        self._check_status(response, what, with_session=session_id is not None)
         except BkmcpError as exc:
             if strict:
                 raise
@@ -3445,24 +3459,21 @@ class HttpTransport:
     def restart_if_exited(self) -> bool:
         return False
 
-    def end_session(self, deadline: Deadline, rules: EraRules | None = None) -> None:
-        """DELETE the legacy session (405 is fine); best effort, never raises."""
-        session_id = self.session_id
+    def end_session(self, deadline: Deadline, rules: EraRules | None = None, session_id: str | None = None) -> None:
+        """DELETE the legacy session ``session_id`` (405 is fine); best effort, never raises."""
         if session_id is None or self._client is None:
             return
         headers = build_headers(rules, configured=self.configured, session_id=session_id)
         started = time.monotonic()
         self._log_request("DELETE", headers, None)
         try:
-            with _HttpxBoundary(self.url, deadline, None):
+            with _HttpxBoundary(self.url, deadline):
                 response = self._client.request(
                     "DELETE", self.url, headers=_wire_headers(headers), timeout=self._timeout(deadline, cap=2.0)
                 )
             self._log_response(response, started)
         except BkmcpError as exc:
             self.log.debug(f"ending the session failed: {type(exc).__name__}")
-        if self._state is not None:
-            self._state.session_id = None
 
     def close_idle_connections(self) -> int:
         """Close the pooled keep-alive connections no request is using now (the MCP session itself stays: the next
@@ -3516,9 +3527,10 @@ def _decode_error_message(text: str) -> Message | None:
     return messages[0] if len(messages) == 1 else None
 
 
-_STDIO_EXIT_GRACE = 2.0  # after closing stdin: time to exit on its own (0.5 s once the budget is spent)
+_STDIO_EXIT_GRACE = 2.0  # after closing stdin: time to exit on its own
+_STDIO_QUICK_EXIT_GRACE = 0.5  # the same once the operation's budget is spent
 _STDIO_TERM_GRACE = 2.0  # after SIGTERM to the process group, before SIGKILL
-_STDIO_POLL = 0.1  # how often a wait for output also checks whether the child is still alive
+_STDIO_POLL = 0.1  # how often a write waiting for the child to read also checks whether it is still alive
 _STDIO_STDERR_TAIL = 20  # stderr lines kept (without -v) for error details
 _STDIO_LINE_CLIP = 500
 _PR_SET_PDEATHSIG = 1
@@ -3773,7 +3785,7 @@ class ChildProcess:
                 proc.stdin.close()
             except OSError:
                 pass
-        grace = 0.5 if quick else _STDIO_EXIT_GRACE
+        grace = _STDIO_QUICK_EXIT_GRACE if quick else _STDIO_EXIT_GRACE
         try:
             status: int | None = proc.wait(timeout=0 if stdin_busy else grace)
         except subprocess.TimeoutExpired:
@@ -3882,13 +3894,19 @@ class StdioTransport:
         self._sent_at = 0.0
         self._spent = False
 
-    def attach(self, deliver: Callable[[Message, Any], bool], lost: Callable[[], None], state: Any) -> None:
+    def attach(self, deliver: Deliver, lost: Callable[[], None], answer_headers: AnswerHeaders) -> None:
         self._deliver = deliver
         self._lost = lost
 
     @property
     def pid(self) -> int | None:
         return self.child.pid
+
+    @property
+    def exit_status(self) -> int | None:
+        """The child's exit status once it exited (None while it runs, or before the first spawn)."""
+        proc = self.child.proc
+        return proc.poll() if proc is not None else self.child.returncode
 
     @property
     def spawns(self) -> int:
@@ -3971,42 +3989,32 @@ class StdioTransport:
         self._ended = error or ConnectionFailedError(self.child.describe_exit(status))
         self._lost()
 
-    def _with_stderr(self, error: BkmcpError) -> BkmcpError:
+    def _with_stderr(self, error: BkmcpError, **changes: Any) -> BkmcpError:
+        """A copy of ``error`` with the child's recent stderr in its details (and ``changes``)."""
         tail = self.stderr_tail()
-        if tail:
-            error.details.setdefault("server_stderr", tail)
-        return error
+        if tail and "server_stderr" not in error.details:
+            changes["details"] = {**error.details, "server_stderr": tail}
+        return error.copy(**changes)
 
     def failure(self, method: str, request_id: Any, *, sent: bool) -> BkmcpError:
         """The error a request ends with when the child's stream ended (exit, closed stdout, a bad line)."""
         ended = self._ended
         if ended is not None and not isinstance(ended, ConnectionFailedError):
-            error: BkmcpError = type(ended)(ended.message, hint=ended.hint, details=dict(ended.details))
-            return _mark(error, sent=sent)
+            return ended.copy(request_sent=sent)  # the stored end, never raised itself
         status = self.child.returncode if ended is not None else self.child.exit_status(0.5)
         answer = f" before answering {method}" + (f" (id {request_id})" if request_id is not None else "")
-        return _mark(
-            self._with_stderr(
-                _remedy(
-                    ConnectionFailedError(
-                        f"the stdio server {self.child.describe_exit(status)}{answer}",
-                        hint=f'check "command", "args" and "env" of {self.child.where()}',
-                        details={"exit_status": status},
-                    ),
-                    "stdio_exit",
-                )
-            ),
-            sent=sent,
+        exited = ConnectionFailedError(
+            f"the stdio server {self.child.describe_exit(status)}{answer}",
+            hint=f'check "command", "args" and "env" of {self.child.where()}',
+            details={"exit_status": status},
+            remedy="stdio_exit",
         )
+        return self._with_stderr(exited, request_sent=sent)
 
     def timeout_error(self, method: str, deadline: Deadline) -> BkmcpError:
         self._spent = True
-        return _mark(
-            self._with_stderr(
-                budget_error(f"no answer to {method} from the stdio server", deadline.seconds, remedy="timeout_stdio")
-            ),
-            sent=True,
-        )
+        error = budget_error(f"no answer to {method} from the stdio server", deadline.seconds, remedy="timeout_stdio")
+        return self._with_stderr(error, request_sent=True)
 
     # -- writing ---------------------------------------------------------------------------------------
 
@@ -4017,8 +4025,8 @@ class StdioTransport:
         rules: EraRules | None,
         deadline: Deadline,
         extra_headers: Iterable[tuple[str, str]] = (),
-        cancel: CancelToken | None = None,
         strict: bool = True,
+        session_id: str | None = None,
     ) -> None:
         """One line on the child's stdin. Headers (``Mcp-Param-*``) do not exist on stdio: everything the server
         needs is in the message and its ``_meta``."""
@@ -4065,7 +4073,7 @@ class StdioTransport:
                 try:
                     left = deadline.remaining()
                 except McpTimeoutError as exc:
-                    raise _mark(self._with_stderr(exc), sent=True) from None  # partly written: never resend
+                    raise self._with_stderr(exc, request_sent=True) from None  # partly written: never resend
                 select.select([], [fd], [], min(left, _STDIO_POLL))
         finally:
             self._write_lock.release()
@@ -4081,7 +4089,7 @@ class StdioTransport:
         self.log.debug("the stdio server exited during the era probe; starting it again for initialize")
         return True
 
-    def end_session(self, deadline: Deadline, rules: EraRules | None = None) -> None:
+    def end_session(self, deadline: Deadline, rules: EraRules | None = None, session_id: str | None = None) -> None:
         """Nothing to end: a stdio server's lifetime is its process (``close``)."""
 
     def close(self, deadline: Deadline | None = None) -> None:
@@ -4091,14 +4099,9 @@ class StdioTransport:
 
 
 def open_transport(server: ResolvedServer, *, insecure: bool, log: Log, **options: Any) -> Transport:
-    """The transport for ``server.type`` (a registry: one class + one entry per transport)."""
-    factory = TRANSPORTS.get(server.type)
-    if factory is None:
-        raise ConnectionFailedError(
-            f"{server.type} transport is not implemented in this build of bkmcp (server {server.name!r})",
-            hint="use an http server entry, or a build of bkmcp with the stdio transport",
-        )
-    return factory(server, insecure=insecure, log=log, **options)  # type: ignore[no-any-return]
+    """The transport for ``server.type`` (a registry: one class + one entry per transport; section 3 admits
+    only these types)."""
+    return TRANSPORTS[server.type](server, insecure=insecure, log=log, **options)  # type: ignore[no-any-return]
 
 
 TRANSPORTS: dict[str, Callable[..., Any]] = {"http": HttpTransport, "stdio": StdioTransport}
@@ -4108,7 +4111,7 @@ TRANSPORTS: dict[str, Callable[..., Any]] = {"http": HttpTransport, "stdio": Std
 # 7. Client flows
 # ======================================================================================================
 # ``McpSession`` drives the section-5 core over a section-6 transport: open once, then any number of requests,
-# many in flight at once (from as many threads), each with its own deadline and cancellation. The flows below —
+# many in flight at once (from as many threads), each with its own deadline. The flows below —
 # negotiate, discover, call, check, dry-run — take a session (or open one) and a per-operation ``OpContext``;
 # the CLI (section 11) and the resident mode (section 10) only parse their input, call them and render.
 
@@ -4175,7 +4178,7 @@ class McpSession:
         self._renew_lock = _thread.allocate_lock()
         self._handles: dict[tuple[type, Any], RequestHandle] = {}
         self._progress: dict[Any, Callable[[dict[str, Any]], bool]] = {}
-        self.transport.attach(self._deliver, self._lost, self.core)
+        self.transport.attach(self._deliver, self._lost, self._answer_headers)
 
     # -- state -----------------------------------------------------------------------------------------
 
@@ -4235,10 +4238,12 @@ class McpSession:
                 rules=None if handshake else rules,
                 deadline=deadline,
                 extra_headers=extra_headers,
-                cancel=ctx.cancel,
+                session_id=self.core.session_id,
             )
             handle.sent = True
-            self._wait(handle, method, deadline, ctx.cancel)
+            while not handle._event.wait(max(deadline.end - time.monotonic(), 0)):  # woken by its answer
+                if time.monotonic() >= deadline.end:  # a wait may end a hair early: the deadline decides
+                    raise self.transport.timeout_error(method, deadline)
         finally:
             with self._lock:
                 if self._handles.pop(_id_key(handle.id), None) is not None:
@@ -4248,18 +4253,13 @@ class McpSession:
         assert handle.message is not None
         return handle.message
 
-    def _wait(self, handle: RequestHandle, method: str, deadline: Deadline, cancel: CancelToken | None) -> None:
-        while not handle._event.is_set():
-            if cancel is not None and cancel.cancelled:
-                raise OperationCancelled(cancel.reason)
-            left = deadline.end - time.monotonic()
-            if left <= 0:
-                raise self.transport.timeout_error(method, deadline)
-            handle._event.wait(min(left, _STDIO_POLL))
-
     def notify(self, method: str, params: dict[str, Any] | None, deadline: Deadline, *, strict: bool = True) -> None:
         self.transport.send(
-            self.core.notification(method, params), rules=self.core.rules, deadline=deadline, strict=strict
+            self.core.notification(method, params),
+            rules=self.core.rules,
+            deadline=deadline,
+            strict=strict,
+            session_id=self.core.session_id,
         )
 
     def watch_progress(self, token: Any, callback: Callable[[dict[str, Any]], bool] | None) -> None:
@@ -4295,7 +4295,11 @@ class McpSession:
                 self._on_notification(event.message)
             elif isinstance(event, Reply):
                 self.transport.send(
-                    event.message, rules=self.core.rules, deadline=Deadline(_CANCEL_BUDGET), strict=False
+                    event.message,
+                    rules=self.core.rules,
+                    deadline=Deadline(_CANCEL_BUDGET),
+                    strict=False,
+                    session_id=self.core.session_id,
                 )
             elif isinstance(event, Declined):
                 self.log.warn(
@@ -4312,6 +4316,11 @@ class McpSession:
                 else:
                     self.log.debug(f"ignoring a response for another request id ({shown})")
         return answered
+
+    def _answer_headers(self, method: str, headers: Mapping[str, str]) -> None:
+        """The transport's callback with the HTTP headers of each answer to a request: the core decides."""
+        with self._lock:
+            self.core.session_issued(method, headers)
 
     def _on_notification(self, note: Message) -> None:
         self.notifications.append({"method": note.method, "params": note.params})
@@ -4342,7 +4351,7 @@ class McpSession:
 
     @property
     def alive(self) -> bool:
-        return not self.closed and getattr(self.transport, "alive", True)
+        return not self.closed and self.transport.alive
 
     def renew(self, ctx: OpContext, lost_session_id: str | None) -> None:
         """A legacy server lost the session: initialize again, once for everyone who saw the same session end."""
@@ -4350,7 +4359,7 @@ class McpSession:
         with self._renew_lock:
             if self.core.session_id != lost_session_id:
                 return  # another request already renewed it
-            self.core.session_id = None
+            self.core.session_ended()
             initialize(self, ctx, self.core.rules.version)
 
     def close(self, deadline: Deadline | None = None) -> None:
@@ -4360,13 +4369,15 @@ class McpSession:
             return
         self.closed = True
         try:
-            rules = self.core.rules
-            if rules is not None and rules.sessions and self.transport.has_sessions and self.core.session_id:
+            rules, session_id = self.core.rules, self.core.session_id
+            if rules is not None and rules.sessions and self.transport.has_sessions and session_id:
                 try:
                     left = (deadline.end - time.monotonic()) if deadline is not None else 2.0
-                    self.transport.end_session(Deadline(max(min(left, 2.0), 0.2)), rules=rules)
+                    self.transport.end_session(Deadline(max(min(left, 2.0), 0.2)), rules=rules, session_id=session_id)
                 except Exception as exc:  # cleanup never replaces the operation's own outcome
                     self.log.debug(f"session cleanup failed: {type(exc).__name__}")
+                with self._lock:
+                    self.core.session_ended()
         finally:
             self.transport.close(deadline)
             self._lost()
@@ -4441,9 +4452,9 @@ def _discover_step(session: McpSession, ctx: OpContext, step: Step) -> Evidence:
             raise rpc_error_exception("server/discover", answer.error or {})
         evidence = Evidence(200, answer)
     except RemoteError as exc:
-        status = http_status_of(exc)
+        status = exc.http_status
         if status is not None:
-            message = getattr(exc, "http_message", None)
+            message = exc.http_message
             if not probing and not (
                 status == 404
                 and message is not None
@@ -4475,7 +4486,7 @@ def _discover_step(session: McpSession, ctx: OpContext, step: Step) -> Evidence:
 
 def initialize(session: McpSession, ctx: OpContext, offer: str) -> None:
     """The legacy handshake: ``initialize`` (no version header yet), then ``notifications/initialized``."""
-    session.core.rules = None
+    session.core.handshake_started()
     answer = session.request("initialize", build_initialize_params(offer), ctx, rules=era_rules(offer), handshake=True)
     rules = session.core.apply_initialize(answer, offer)
     if rules.version != offer:
@@ -4521,9 +4532,9 @@ def request_result(session: McpSession, ctx: OpContext, method: str, params: dic
         try:
             answer = session.request(method, params, ctx)
         except RemoteError as exc:
-            if getattr(exc, "session_lost", False) and attempt == 0 and rules.handshake and not ctx.renewed:
+            if exc.session_lost and attempt == 0 and rules.handshake and not ctx.renewed:
                 ctx.renewed = True  # once per operation: a server that keeps losing it is an error
-                ctx.log.debug(f"the server lost the session (HTTP {http_status_of(exc)}); re-initializing once")
+                ctx.log.debug(f"the server lost the session (HTTP {exc.http_status}); re-initializing once")
                 session.renew(ctx, session_id)
                 continue
             raise
@@ -4540,17 +4551,15 @@ def discover_tools(session: McpSession, ctx: OpContext) -> tuple[list[dict[str, 
     pages = 0
 
     def incomplete(reason: str, cause: BkmcpError | None = None) -> DiscoveryIncompleteError:
-        details: dict[str, Any] = {"pages": pages, "tools_seen": len(tools)}
-        if cause is not None:
-            details["cause"] = {"code": cause.code, "message": cause.message, **cause.details}
         return DiscoveryIncompleteError(
             f"tool discovery is incomplete: {reason} (after {pages} page(s), {len(tools)} tool(s))",
             hint="the server's catalogue could not be read to the end; nothing is reported as complete",
-            details=details,
+            details={"pages": pages, "tools_seen": len(tools)},
             data={"pages": pages, "tool_count": len(tools), "complete": False, "tools": tools},
+            cause=cause,
         )
 
-    session.core.tools_stale = False
+    session.core.catalogue_read()
     while True:
         if pages >= MAX_PAGES:
             raise incomplete(f"more than {MAX_PAGES} pages")
@@ -4559,7 +4568,7 @@ def discover_tools(session: McpSession, ctx: OpContext) -> tuple[list[dict[str, 
         except RemoteError as exc:
             if pages == 0:
                 raise
-            raise incomplete(f"page {pages + 1} failed: {exc.message}", exc) from exc
+            raise incomplete(f"page {pages + 1} failed: {{cause}}", exc) from exc
         pages += 1
         for tool in result["tools"]:
             name = tool["name"]
@@ -4591,7 +4600,7 @@ def usable_tools(
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(kept, excluded): in the modern era the tools whose inputSchema declares an invalid x-mcp-header are
     excluded (docs/contract.md §5, 2026-07-28: clients MUST exclude them), with one warning per operation."""
-    if session.era != "modern":
+    if session.rules is None or not session.rules.header_exclusion:
         return tools, []
     kept, excluded = split_excluded_tools(tools)
     if excluded:
@@ -4606,14 +4615,12 @@ def find_tool(tools: Sequence[dict[str, Any]], name: str, server_name: str) -> d
             return tool
     names = [str(t.get("name")) for t in tools]
     close = closest_names(name, names)
-    error = ToolNotFoundError(
+    raise ToolNotFoundError(
         f"server {server_name!r} has no tool {name!r} ({len(names)} tools discovered)",
         hint=f"did you mean {', '.join(close)}?" if close else "list the server's tools",
         details={"suggestions": close},
+        remedy=None if close else "list_tools",
     )
-    if not close:
-        _remedy(error, "list_tools")
-    raise error
 
 
 _progress_tokens = iter(range(1, 1 << 62))
@@ -4641,36 +4648,30 @@ def call_tool(
     handle = RequestHandle()
     try:
         answer = session.request("tools/call", params, ctx, extra_headers=extra, handle=handle)
-    except (KeyboardInterrupt, OperationCancelled) as exc:
+    except KeyboardInterrupt:
         if handle.id is not None:
-            reason = "interrupted by the user (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) else str(exc)
-            _cancel(session, rules, handle.id, reason=reason)
+            _cancel(session, rules, handle.id, reason="interrupted by the user (Ctrl-C)")
         raise
     except RemoteError as exc:
-        status = http_status_of(exc)
+        status = exc.http_status
+        if exc.session_lost:
+            raise ConnectionFailedError(
+                f"the server lost the session (HTTP {status}) while tools/call was in flight; "
+                "bkmcp never resends a call",
+                hint="the tool may or may not have run; check before calling again",
+                details={"http_status": status, "outcome": "unknown"},
+                data=dict(base),
+            ) from None
         if status is not None:
-            if getattr(exc, "session_lost", False):
-                lost = ConnectionFailedError(
-                    f"the server lost the session (HTTP {status}) while tools/call was in flight; "
-                    "bkmcp never resends a call",
-                    hint="the tool may or may not have run; check before calling again",
-                    details={"http_status": status},
-                )
-                lost.details["outcome"] = "unknown"
-                exc = lost
-            elif status >= 500:
-                exc.details["outcome"] = "unknown"
-            exc.data = dict(base)
-            raise exc from None
+            unknown = {"outcome": "unknown"} if status >= 500 else {}
+            raise exc.copy(details={**exc.details, **unknown}, data=dict(base)) from None
         if isinstance(exc, McpTimeoutError) and request_was_sent(exc):
             _cancel(session, rules, handle.id, reason=f"timed out after {format_duration(ctx.deadline.seconds)}")
+        changes: dict[str, Any] = {"data": {**base, **(exc.data or {})}}
         if request_was_sent(exc) and not isinstance(exc, (AuthRequiredError, PermissionDeniedError)):
-            exc.details["outcome"] = "unknown"
-            exc.hint = (
-                exc.hint + "; " if exc.hint else ""
-            ) + "the call was sent and its outcome is unknown: check before calling again"
-        exc.data = {**base, **(exc.data or {})}
-        raise
+            changes["details"] = {**exc.details, "outcome": "unknown"}
+            changes["notes"] = (*exc.notes, "the call was sent and its outcome is unknown: check before calling again")
+        raise exc.copy(**changes)  # noqa: B904 - the same error, changed: its chain stays as it was
     finally:
         if line is not None:
             session.watch_progress(line.token, None)
@@ -4679,16 +4680,17 @@ def call_tool(
     try:
         result = check_result("tools/call", answer)
     except RemoteError as exc:
+        details = dict(exc.details)
         if isinstance(exc, ProtocolError) and answer.kind == "result":
-            exc.details["outcome"] = "unknown"
+            details["outcome"] = "unknown"
         if declined:
-            exc = CapabilityUnsupportedError(
+            raise CapabilityUnsupportedError(
                 f"the tool asked for {', '.join(_DECLINED_CAPABILITIES[m] for m in declined)}, which bkmcp "
                 f"does not support ({exc.message})",
-                details={"server_requests": declined, **exc.details},
-            )
-        exc.data = {**base, **(exc.data or {})}
-        raise exc from None
+                details={"server_requests": declined, **details},
+                data={**base, **(exc.data or {})},
+            ) from None
+        raise exc.copy(details=details, data={**base, **(exc.data or {})}) from None
     if declined:
         raise CapabilityUnsupportedError(
             f"the tool asked for {', '.join(_DECLINED_CAPABILITIES[m] for m in declined)} while running, which "
@@ -4725,8 +4727,7 @@ def _staged_failure(error: RemoteError, data: dict[str, Any]) -> RemoteError:
     for key in ("pages", "tool_count", "complete"):
         if key in extra:
             data[key] = extra[key]
-    error.data = data
-    return error
+    return error.copy(data=data)
 
 
 def run_check(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict[str, Any]:
@@ -4792,9 +4793,9 @@ def run_tools(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict
             tools, excluded = usable_tools(session, ctx, discover_tools(session, ctx)[0])
         except RemoteError as exc:
             partial, excluded = (exc.data or {}).get("tools", []), []
-            if session.era == "modern":
+            if session.rules is not None and session.rules.header_exclusion:
                 partial, excluded = split_excluded_tools(partial)
-            exc.data = {
+            staged = {
                 "server": server.name,
                 "protocol_version": session.protocol_version,
                 "tool_count": len(partial),
@@ -4802,7 +4803,7 @@ def run_tools(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict
                 "tools": partial,
                 "excluded": excluded,
             }
-            raise
+            raise exc.copy(data=staged)  # noqa: B904 - the same error with its data: its chain stays
     finally:
         session.close(ctx.deadline)
     return {
@@ -4832,8 +4833,7 @@ def run_call(
     try:
         session = open_session(server, ctx, insecure=insecure)
     except RemoteError as exc:  # e.g. a stdio server that exits at start: the envelope still names the call
-        exc.data = {"server": server.name, "tool": name, **(exc.data or {})}
-        raise
+        raise exc.copy(data={"server": server.name, "tool": name, **(exc.data or {})})  # noqa: B904 - its chain stays
     try:
         tools, excluded = usable_tools(session, ctx, discover_tools(session, ctx)[0])
         reject_excluded_tool(excluded, name, server.name)
@@ -5404,10 +5404,12 @@ def _regex_shape(pattern: str) -> tuple[str | None, int, bool]:
     """(why the pattern may backtrack catastrophically or None, its degree k, anchored at the start), cached."""
     shape = _REGEX_SHAPES.get(pattern)
     if shape is None:
+        import importlib
+
         try:
-            from re import _parser as sre  # type: ignore[attr-defined]  # Python >= 3.11
+            sre: Any = importlib.import_module("re._parser")  # Python >= 3.11
         except ImportError:  # pragma: no cover - Python < 3.11
-            import sre_parse as sre  # type: ignore[no-redef]
+            sre = importlib.import_module("sre_parse")
         c = sre._constants if hasattr(sre, "_constants") else sre
         repeats = {c.MAX_REPEAT, c.MIN_REPEAT} | ({c.POSSESSIVE_REPEAT} if hasattr(c, "POSSESSIVE_REPEAT") else set())
         backrefs = {c.GROUPREF, c.GROUPREF_EXISTS} | ({c.GROUPREF_IGNORE} if hasattr(c, "GROUPREF_IGNORE") else set())
@@ -5862,7 +5864,7 @@ class _JqOverBudget(Exception):
 
 
 JQ_MIN_BUDGET = 1.0  # seconds --jq always gets, even after an operation that spent its whole --timeout
-JQ_EXECUTABLE_CHECK_SECONDS = 10.0  # compiling with a jq executable: a jq that answers nothing in 10s is unusable
+JQ_EXECUTABLE_CHECK_SECONDS = 10.0  # compiling with a jq executable: a jq that answers nothing in this is unusable
 _JQ_HALT_MARK = "\ue000bkmcp-halt-"
 
 
@@ -7097,12 +7099,6 @@ def check_registry_name(name: str) -> str | None:
     return check_server_name(name)
 
 
-def _fresh_error(error: BkmcpError) -> BkmcpError:
-    """A new exception equal to ``error``: a stored problem is raised by many threads, never the same object."""
-    copy = type(error)(error.message, hint=error.hint, details=dict(error.details))
-    return copy
-
-
 def _json_column(value: Any, column: str, where: str, kind: type) -> Any:
     """A JSON column: JSON text (SQLite, HTTP) or an already parsed value (HTTP). NULL or blank -> None."""
     if value is None or (isinstance(value, str) and not value.strip()):
@@ -7157,7 +7153,7 @@ def parse_registry_row(row: Mapping[str, Any], *, source: str) -> RegistryServer
         record.headers = _json_column(row.get("headers"), "headers", where, dict) or {}
         build_registry_config(record)  # the CLI's checks: command, args, env names, URL, header names and forms
     except InvalidConfigError as exc:
-        record.problem = exc
+        record.problem = exc.copy()  # stored without the traceback (and frames) of its raise
     return record
 
 
@@ -7195,12 +7191,12 @@ def select_credential(row: RegistryServer, *, view: RegistryView, user_id: str |
             )
         problem = view.credential_problems.get(("user", name))
         if problem is not None:
-            raise _fresh_error(problem)
+            raise problem.copy()  # a stored error is never raised itself
         if name in view.user_credentials:
             return view.user_credentials[name]
     problem = view.credential_problems.get(("system", name))
     if problem is not None:
-        raise _fresh_error(problem)
+        raise problem.copy()  # a stored error is never raised itself
     if name in view.system_credentials:
         return view.system_credentials[name]
     if row.isolation == "user":
@@ -7256,7 +7252,7 @@ def resolve_registry_server(
     (stdio) defaults to the CLI's minimal set taken from ``env``.
     """
     if row.problem is not None:
-        raise _fresh_error(row.problem)
+        raise row.problem.copy()
     if not row.enabled:
         raise ServerDisabledError(
             f"server {row.name!r} is disabled in {row.source}",
@@ -7268,10 +7264,10 @@ def resolve_registry_server(
         extra = build_credential_headers(row, credential) if row.transport_type == "http" else []
         config = build_registry_config(row, extra)
         resolved = resolve_server(config, env, user=credential)
-    except BkmcpError as exc:
-        if isinstance(exc, (CredentialsMissingError, AuthConflictError, MissingEnvironmentVariableError)):
-            exc.details.setdefault("server", row.name)
-        raise
+    except (CredentialsMissingError, AuthConflictError, MissingEnvironmentVariableError) as exc:
+        if "server" in exc.details:
+            raise
+        raise exc.copy(details={**exc.details, "server": row.name})  # noqa: B904 - the same error, completed
     for key, value in credential.items():
         resolved.redactor.add(value, whole=is_secret_name(key))
     resolved.cwd = None
@@ -7392,7 +7388,7 @@ def _build_view(
                     value, where=f"{source}: {kind} credentials of server {_safe_name(server_name)!r}"
                 )
             except InvalidConfigError as exc:
-                view.credential_problems[(kind, server_name)] = exc
+                view.credential_problems[(kind, server_name)] = exc.copy()  # no traceback kept
     return view
 
 
@@ -7696,7 +7692,7 @@ class HttpRegistry(Registry):
             if not flight.done.wait(seconds):
                 raise RegistryError(f"{self.source} did not answer within {format_duration(seconds)}")
             if flight.error is not None:
-                raise _fresh_error(flight.error)
+                raise flight.error.copy()
             assert flight.view is not None
             return _copy_view(flight.view)
         try:
@@ -7708,7 +7704,7 @@ class HttpRegistry(Registry):
                 self._answers[key] = (self._clock(), flight.view)
             return _copy_view(flight.view)
         except BkmcpError as exc:
-            flight.error = exc
+            flight.error = exc.copy()  # what the followers raise copies of
             raise
         except Exception as exc:  # never leave followers waiting on a fetch that died of a bug
             flight.error = RegistryError(f"cannot read {self.source}: {type(exc).__name__}")
@@ -7746,7 +7742,7 @@ class HttpRegistry(Registry):
         try:
             timeout = httpx.Timeout(deadline.remaining())
             with (
-                _HttpxBoundary(self.url, deadline, None),
+                _HttpxBoundary(self.url, deadline),
                 client.stream("GET", target, headers=headers, timeout=timeout) as answer,
             ):
                 status = answer.status_code
@@ -8054,11 +8050,6 @@ class ResidentSession:
         session = self._session
         return bool(session is not None and session.core.tools_stale)
 
-    @tools_stale.setter
-    def tools_stale(self, value: bool) -> None:
-        if self._session is not None:
-            self._session.core.tools_stale = value
-
     def _ctx(self, timeout: float) -> OpContext:
         return OpContext(Deadline(max(timeout, 0.001)), self.log)
 
@@ -8073,7 +8064,7 @@ class ResidentSession:
             try:
                 negotiate(session, self._ctx(timeout))
             finally:
-                pid = getattr(session.transport, "pid", None)
+                pid = session.transport.pid
                 if pid is not None and self.pid is None:
                     self.pid = pid
                     self.events.emit("process.started", server=self.server.name, user=self.user_id, pid=pid)
@@ -8103,11 +8094,7 @@ class ResidentSession:
         return trim() if trim is not None else 0
 
     def exit_status(self) -> int | None:
-        child = getattr(self._session.transport, "child", None) if self._session is not None else None
-        if child is None:
-            return None
-        proc = child.proc
-        return proc.poll() if proc is not None else child.returncode
+        return self._session.transport.exit_status if self._session is not None else None
 
     def close(self) -> None:
         """Idempotent; ends the session and stops the child (stdin, SIGTERM, SIGKILL), reaping its group."""
@@ -8244,7 +8231,7 @@ class SessionPool:
     def resolve(self, view: Any, row: Any, user: str | None) -> ResolvedServer:
         """The server as this user may reach it; a public server never gets the user's credentials."""
         if row.problem is not None:
-            raise _fresh_error(row.problem)  # never the stored object: its traceback would grow
+            raise row.problem.copy()  # a stored error is never raised itself (its traceback would grow)
         server = resolve_registry_server(
             row,
             view=view,
@@ -8530,7 +8517,8 @@ class SessionPool:
             raise _mark(ConnectionFailedError("the resident process is shutting down"), sent=False)
 
     def crashed(self, slot: _Slot, session: ResidentSession) -> None:
-        """A child that exited: damp the next restarts (crashes in a row: 0, then 1 s doubling up to 30 s)."""
+        """A child that exited: damp the next restarts (crashes in a row: none, then 1 s doubling up to
+        ``_RESTART_BACKOFF_MAX``)."""
         slot.failures += 1
         delay = 0.0 if slot.failures <= 1 else min(_RESTART_BACKOFF_MAX, 2.0 ** (slot.failures - 2))
         slot.retry_at = time.monotonic() + delay
@@ -8754,21 +8742,21 @@ def parse_command(line: bytes) -> _Command:
 
 
 def _platform_error(exc: BkmcpError, *, server: str | None = None, timeout: float | None = None) -> BkmcpError:
-    """The CLI's error worded for the platform: no CLI hints; a timeout names the budget in ms; a connection that
-    failed for want of descriptors is ``resource_limit``."""
+    """An error in the platform's words, built from its fields (a copy): no hints; a timeout names the
+    command's budget in ms; a connection that failed for want of descriptors is ``resource_limit``."""
     if isinstance(exc, ConnectionFailedError) and is_exhaustion(exc.__cause__ or exc.__context__):
         limited = ResourceLimitError(
             exc.message + " (a system limit on open files is reached)", details=dict(exc.details)
         )
         return _mark(limited, sent=request_was_sent(exc))
+    changes: dict[str, Any] = {"hint": None, "notes": (), "remedy": None}
     if isinstance(exc, McpTimeoutError) and timeout is not None:
         where = f" on server {server!r}" if server else ""
         sent = request_was_sent(exc)
-        exc.message = f"no answer{where} within {int(timeout * 1000)} ms" + (
+        changes["message"] = f"no answer{where} within {int(timeout * 1000)} ms" + (
             "; the call was sent and its outcome is unknown" if sent and exc.details.get("outcome") else ""
         )
-    exc.hint = None
-    return exc
+    return exc.copy(**changes)
 
 
 class _Worker:
@@ -9286,7 +9274,9 @@ class ResidentServer:
                 continue
             try:
                 if row.problem is not None:
-                    raise _fresh_error(row.problem)  # never the stored object: its traceback would grow
+                    entry.update(status="failed", error_code=row.problem.code)
+                    servers.append(entry)
+                    continue
                 self.pool.resolve(view, row, command.user_id)
             except CredentialsMissingError:
                 entry["status"] = "no_credentials"
@@ -10117,7 +10107,7 @@ class _Runner:
             arguments = read_body(inv.body, envr.stdin, envr.cwd, deadline, env=envr.env)
         log = self.log
         progress = (lambda token: ProgressLine(log, token)) if log.verbose or log.is_tty else None
-        ctx = OpContext(deadline, log, cwd=envr.cwd, home=envr.env.get("HOME"), progress=progress)
+        ctx = OpContext(deadline, log, progress=progress)
         self.deadline, self.ctx = deadline, ctx
         try:
             self.remote_started = True
@@ -10201,7 +10191,7 @@ class _Runner:
         return self.emit_envelope(build_success(data), jq, EXIT_OK)
 
 
-# How the CLI words the remedies that library errors leave neutral (``_remedy``): it names its own options.
+# How the CLI words the remedies that library errors leave neutral (their ``remedy`` field): it names its own options.
 _CLI_REMEDIES = {
     "timeout": lambda hint, server: "raise --timeout if the server is slow, or run with -v to see which step waits",
     "timeout_stdio": lambda hint, server: "raise --timeout if the server is slow, or run with -v to see its stderr",
@@ -10213,25 +10203,17 @@ _CLI_REMEDIES = {
 
 
 def word_for_cli(error: BkmcpError, server_name: str) -> BkmcpError:
-    """``error`` in the CLI's words: budgets name ``--timeout``, remedies name CLI options."""
-    what, budget = getattr(error, "what", None), getattr(error, "budget", None)
-    if isinstance(error, McpTimeoutError) and what is not None and budget is not None:
-        error.message = f"{what} within --timeout {format_duration(budget)}"
-    remedy = _CLI_REMEDIES.get(getattr(error, "remedy", None) or "")
-    neutral = getattr(error, "neutral_hint", None)
-    if remedy is not None and neutral is not None and error.hint is not None and error.hint.startswith(neutral):
-        error.hint = remedy(neutral, server_name) + error.hint[len(neutral) :]
-        error.remedy = None  # type: ignore[attr-defined]  # worded once
-    cause = error.__cause__
-    if isinstance(cause, BkmcpError) and cause is not error:  # an incomplete discovery quotes the page's failure
-        before = cause.message
-        word_for_cli(cause, server_name)
-        if cause.message != before:
-            error.message = error.message.replace(before, cause.message)
-            recorded = error.details.get("cause")
-            if isinstance(recorded, dict) and recorded.get("message") == before:
-                recorded["message"] = cause.message
-    return error
+    """``error`` in the CLI's words, built from its fields: budgets name ``--timeout``, remedies name CLI options
+    (a copy; the error quoted as its ``cause`` is worded too)."""
+    changes: dict[str, Any] = {"remedy": None}
+    if error.what is not None and error.budget is not None:
+        changes["message"] = f"{error.what} within --timeout {format_duration(error.budget)}"
+    word = _CLI_REMEDIES.get(error.remedy or "")
+    if word is not None and error.hint is not None:
+        changes["hint"] = word(error.hint, server_name)
+    if error.cause is not None:
+        changes["cause"] = word_for_cli(error.cause, server_name)
+    return error.copy(**changes)
 
 
 def main(

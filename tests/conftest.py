@@ -50,16 +50,6 @@ class Result:
         return env.get("error", {}).get("code") if isinstance(env, dict) else None
 
 
-class _Stdin(io.TextIOWrapper):
-    """A text stdin over bytes that counts reads, to prove stdin is read at most once (P04, D01)."""
-
-    reads = 0
-
-    def read(self, *args: Any) -> str:  # type: ignore[override]
-        type(self).reads += 1
-        return super().read(*args)
-
-
 _MODULES_WRAPPER = """
 import json, runpy, sys
 out, script, *args = sys.argv[1:]

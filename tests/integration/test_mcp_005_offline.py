@@ -14,8 +14,6 @@ import socket
 import pytest
 from bkmcp_test_helpers import run_bkmcp
 
-import bkmcp
-
 pytestmark = [pytest.mark.integration, pytest.mark.scenario]
 
 
@@ -81,15 +79,6 @@ def test_MCP_005_dns_failure_for_invalid_host(tmp_path, monkeypatch):
     assert error["code"] == "mcp_connection_error"
     assert "resolve" in error["message"]
     assert looked_up and all(h == "mcp.example.invalid" for h in looked_up)
-
-
-def test_MCP_005_stdio_without_transport_is_a_clear_error(tmp_path, monkeypatch):
-    monkeypatch.delitem(bkmcp.TRANSPORTS, "stdio", raising=False)
-    config = config_for(tmp_path, {"type": "stdio", "command": "true"})
-    result = run_bkmcp("--config", config, "off", "--check")
-    assert result.exit_status == 2
-    assert result.error_code == "mcp_connection_error"
-    assert "stdio transport is not implemented" in result.json["error"]["message"]
 
 
 def test_MCP_005_insecure_skips_verification_only_when_asked(mock, tmp_path):

@@ -541,3 +541,36 @@ def test_sqlite_registry_waits_at_most_the_time_left(tmp_path):
         assert "pub" in registry.view("u2", timeout=5.0).servers
     finally:
         registry.close()
+
+
+def _frames(error):
+    depth, tb = 0, error.__traceback__
+    while tb is not None:
+        depth, tb = depth + 1, tb.tb_next
+    return depth
+
+
+def test_a_broken_row_is_reported_again_and_again_without_growing(tmp_path):
+    """Issue 16 item 9: the stored problem of a broken registry row is never raised itself (each raise of the same
+    object grew its traceback and kept the frames of every failed command alive); each command gets a fresh copy."""
+    bad = {"name": "bad", "transport_type": "stdio", "command": "x", "args": "not json", "isolation": "public"}
+    server, out, registry = _resident_server(tmp_path, [bad])
+    try:
+        row = registry.view(None).servers["bad"]
+        assert row.problem is not None
+        before = _frames(row.problem)
+        for i in range(40):
+            task = f"t{i}"
+            server.dispatch(line(task, "connect_server", "u", server_name="bad").encode())
+            server.dispatch(line(task + "l", "list_servers", "u").encode())
+            answer = out.wait(task)
+            assert answer["success"] is False and answer["error_code"] == "invalid_mcp_config"
+            listed = out.wait(task + "l")["result"]["servers"]
+            assert [s["error_code"] for s in listed if s["server_name"] == "bad"] == ["invalid_mcp_config"]
+        again = registry.view(None).servers["bad"]
+        assert (before, _frames(row.problem), _frames(again.problem)) == (0, 0, 0)  # stored unraised: no frames kept
+    finally:
+        server.stopping.set()
+        server.finish(grace=5.0)
+        server.pool.close_all()
+        registry.close()

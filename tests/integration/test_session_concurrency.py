@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 import bkmcp
-from bkmcp import CancelToken, Deadline, Log, McpSession, OpContext
+from bkmcp import Deadline, Log, McpSession, OpContext
 from mock_server.mcp_mock import MockServer, mock_tool
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -146,73 +146,6 @@ def test_200_concurrent_calls_on_one_http_session(versions):
     else:
         assert all(c["headers"].get("mcp-method") == "tools/call" for c in calls)
     assert_not_held_up(order)
-
-
-def _cancel_one(session: McpSession, names: list[str], victim: int) -> tuple[dict[int, Any], Any]:
-    """Start the calls, cancel call ``victim`` once the server has it, let the others finish."""
-    token = CancelToken()
-    outcomes: dict[int, Any] = {}
-
-    def one(i: int, tool: str) -> None:
-        ctx = OpContext(Deadline(30), session.log, cancel=token if i == victim else None)
-        try:
-            outcomes[i] = bkmcp.call_tool(session, ctx, tool, {"text": f"call-{i}"})
-        except (bkmcp.BkmcpError, bkmcp.OperationCancelled) as exc:
-            outcomes[i] = exc
-
-    threads = [threading.Thread(target=one, args=(i, tool)) for i, tool in enumerate(names)]
-    for thread in threads:
-        thread.start()
-    return outcomes, (threads, token)
-
-
-def _finish(handles: Any, until: Any) -> None:
-    threads, token = handles
-    end = time.monotonic() + 20
-    while not until() and time.monotonic() < end:
-        time.sleep(0.02)
-    token.cancel("cancelled by the test")
-    for thread in threads:
-        thread.join(40)
-    assert not any(t.is_alive() for t in threads)
-
-
-def test_cancelling_one_stdio_call_sends_notifications_cancelled_for_it_alone(tmp_path):
-    entry, log_path = stdio_entry(tmp_path, {"tools": TOOLS, "stdio_concurrent_calls": True}, "2025-11-25")
-    session, ctx = opened(resolved(entry))
-    names = ["slow"] * 5 + ["fast"] * 5
-    try:
-        outcomes, handles = _cancel_one(session, names, victim=2)
-        _finish(handles, lambda: len([e for e in stdio_log(log_path) if e.get("rpc_method") == "tools/call"]) == 10)
-    finally:
-        session.close(ctx.deadline)
-    assert isinstance(outcomes[2], bkmcp.OperationCancelled)
-    for i in set(range(10)) - {2}:
-        assert echoed(outcomes[i]) == f"call-{i}"
-    entries = stdio_log(log_path)
-    calls = {
-        e["json"]["params"]["arguments"]["text"]: e["rpc_id"] for e in entries if e.get("rpc_method") == "tools/call"
-    }
-    cancels = [e["json"]["params"] for e in entries if e.get("rpc_method") == "notifications/cancelled"]
-    assert [c["requestId"] for c in cancels] == [calls["call-2"]]
-    assert len(calls) == 10
-
-
-def test_cancelling_one_legacy_http_call_cancels_it_alone():
-    with MockServer({"versions": ["2025-11-25"], "tools": TOOLS}) as srv:
-        session, ctx = opened(resolved({"type": "http", "url": srv.url}))
-        names = ["slow"] * 4 + ["fast"] * 4
-        try:
-            outcomes, handles = _cancel_one(session, names, victim=1)
-            _finish(handles, lambda: len(srv.requests(rpc_method="tools/call")) == 8)
-        finally:
-            session.close(ctx.deadline)
-        calls = {c["json"]["params"]["arguments"]["text"]: c["rpc_id"] for c in srv.requests(rpc_method="tools/call")}
-        cancels = [c["json"]["params"]["requestId"] for c in srv.requests(rpc_method="notifications/cancelled")]
-    assert isinstance(outcomes[1], bkmcp.OperationCancelled)
-    assert cancels == [calls["call-1"]]
-    for i in set(range(8)) - {1}:
-        assert echoed(outcomes[i]) == f"call-{i}"
 
 
 def test_a_child_that_dies_fails_only_the_calls_in_flight_on_it_with_outcome_unknown(tmp_path):

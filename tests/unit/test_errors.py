@@ -119,6 +119,57 @@ def test_error_object_has_code_message_hint_and_details():
     assert bkmcp.UsageError("m").error_object() == {"code": "usage_error", "message": "m"}
 
 
+def test_an_error_is_a_value_with_declared_fields_and_copy_changes_a_new_one():
+    fields = {"remedy", "notes", "what", "budget", "cause", "request_sent", "http_status", "http_message"}
+    fields |= {"session_lost", "hint", "data", "details"}
+    plain = bkmcp.ProtocolError("m")
+    assert fields <= set(vars(plain)) and set(bkmcp.BkmcpError._FIELDS) == fields  # declared, with defaults
+    assert (plain.request_sent, plain.http_status, plain.session_lost, plain.remedy) == (None, None, False, None)
+    try:
+        raise bkmcp.ProtocolError("m", details={"a": 1}, http_status=500, request_sent=True)
+    except bkmcp.ProtocolError as exc:
+        raised = exc
+    copy = raised.copy(details={**raised.details, "outcome": "unknown"}, notes=("check first",))
+    assert type(copy) is bkmcp.ProtocolError and copy is not raised and copy.__traceback__ is None
+    assert (copy.http_status, copy.request_sent, copy.details) == (500, True, {"a": 1, "outcome": "unknown"})
+    assert copy.error_object()["hint"] == "check first"
+    assert raised.details == {"a": 1} and raised.notes == ()  # the raised one is never changed
+    assert copy.copy().details is not copy.details
+
+
+def test_request_was_sent_counts_not_known_as_sent():
+    assert bkmcp.request_was_sent(bkmcp.ConnectionFailedError("m"))
+    assert bkmcp.request_was_sent(bkmcp.ConnectionFailedError("m", request_sent=True))
+    assert not bkmcp.request_was_sent(bkmcp.ConnectionFailedError("m", request_sent=False))
+    assert bkmcp.request_was_sent(ValueError("x"))
+
+
+def test_a_quoted_cause_is_worded_by_each_front_end_from_its_fields():
+    page = bkmcp.budget_error("no answer from http://h/mcp", 2.0)
+    error = bkmcp.DiscoveryIncompleteError("discovery failed at page 2: {cause} (after 1 page)", cause=page)
+    assert error.message == "discovery failed at page 2: no answer from http://h/mcp within 2s (after 1 page)"
+    assert error.details["cause"]["message"] == page.message
+    cli = bkmcp.word_for_cli(error, "s")
+    assert cli.message == "discovery failed at page 2: no answer from http://h/mcp within --timeout 2s (after 1 page)"
+    assert cli.details["cause"]["message"] == "no answer from http://h/mcp within --timeout 2s"
+    assert cli.cause is not None and cli.cause.hint.startswith("raise --timeout")
+    assert error.message.endswith("within 2s (after 1 page)")  # worded copies: the library error stays neutral
+
+
+def test_the_cli_words_remedies_and_the_platform_drops_them():
+    tls = bkmcp.ConnectionFailedError("TLS failed", hint="check the certificate", remedy="tls", notes=("n",))
+    worded = bkmcp.word_for_cli(tls, "s")
+    assert worded.error_object()["hint"] == (
+        "check the certificate; --insecure skips verification (only for servers you trust); n"
+    )
+    assert worded.remedy is None and bkmcp.word_for_cli(worded, "s").error_object() == worded.error_object()
+    late = bkmcp.budget_error("no answer from x", 1.5, request_sent=True, details={"outcome": "unknown"})
+    platform = bkmcp._platform_error(late, server="pub", timeout=1.5)
+    assert platform.message == "no answer on server 'pub' within 1500 ms; the call was sent and its outcome is unknown"
+    assert platform.full_hint is None and "hint" not in platform.error_object()
+    assert late.message == "no answer from x within 1.5s" and late.hint is not None
+
+
 @pytest.mark.parametrize("cls", bkmcp.error_classes(), ids=lambda c: c.code)
 def test_each_error_reaches_the_right_stream_and_exit_status(cls, monkeypatch, write_config, tmp_path):
     """contract §7: local failures on stderr (exit 1), remote ones on stdout (exit 2, or 130 for mcp_cancelled);

@@ -190,7 +190,7 @@ def attached(transport: HttpTransport) -> tuple[ClientSession, list]:
         seen.append(message)
         return message.kind in ("result", "error") and message.id == related
 
-    transport.attach(deliver, lambda: None, core)
+    transport.attach(deliver, lambda: None, core.session_issued)
     return core, seen
 
 
@@ -296,7 +296,7 @@ def test_pinned_modern_without_server_info_sends_no_discover(scripted):
 @pytest.mark.parametrize(
     ("reply", "message"),
     [
-        ((200, JSON, '{"jsonrpc":"2.0","id":999,"result":{"tools":[]}}'), "response for id"),
+        ((200, JSON, '{"jsonrpc":"2.0","id":999,"result":{"tools":[]}}'), "has no response for request id"),
         ((200, {"Content-Type": "text/html"}, "<html>login</html>"), "unsupported content type"),
         ((202, {}, ""), "no JSON-RPC response"),
         ((200, JSON, '{"jsonrpc":"2.0","method":"notifications/message"}'), "has no response"),
@@ -443,32 +443,17 @@ def test_transport_interface_directly():
         transport.send(message, rules=None, deadline=Deadline(5))
         assert [m.kind for m in seen] == ["notification", "result"] and core.session_id == "abc"
         transport.send(
-            bkmcp.build_notification("notifications/initialized", None, rules), rules=rules, deadline=Deadline(5)
+            bkmcp.build_notification("notifications/initialized", None, rules),
+            rules=rules,
+            deadline=Deadline(5),
+            session_id=core.session_id,
         )
-        transport.end_session(Deadline(5), rules=rules)
+        assert srv.requests[-1]["headers"]["mcp-session-id"] == "abc"
+        transport.end_session(Deadline(5), rules=rules, session_id=core.session_id)
         transport.close()
         assert srv.requests[-1]["verb"] == "DELETE" and srv.requests[-1]["headers"]["mcp-session-id"] == "abc"
-        assert core.session_id is None
     finally:
         srv.stop()
-
-
-def test_open_transport_rejects_unknown_types():
-    server = ResolvedServer(
-        name="s",
-        type="carrier-pigeon",
-        config_file="/c",
-        url=None,
-        headers={},
-        command=None,
-        args=[],
-        env={},
-        cwd=None,
-        protocol_version=None,
-        auth_source="none",
-    )
-    with pytest.raises(bkmcp.ConnectionFailedError):
-        bkmcp.open_transport(server, insecure=False, log=Log(io.StringIO()))
 
 
 # -- fuzzing through the CLI: whatever the server answers, bkmcp exits 0, 1 or 2 with one envelope ------------
@@ -652,14 +637,18 @@ def test_transport_exchange_against_the_mock_R01(mode):
             [answer] = seen
             assert answer.kind == "result" and answer.result["protocolVersion"] == "2025-11-25"
             assert core.session_id and transport.responses == 1
+            sid = core.session_id
             transport.send(
-                bkmcp.build_notification("notifications/initialized", None, legacy), rules=legacy, deadline=Deadline(5)
+                bkmcp.build_notification("notifications/initialized", None, legacy),
+                rules=legacy,
+                deadline=Deadline(5),
+                session_id=sid,
             )
             seen.clear()
             listing = bkmcp.build_request(2, "tools/list", None, legacy)
-            transport.send(listing, rules=legacy, deadline=Deadline(5))
+            transport.send(listing, rules=legacy, deadline=Deadline(5), session_id=sid)
             assert [m.kind for m in seen] == ["notification", "result"]
-            transport.end_session(Deadline(5), rules=legacy)
+            transport.end_session(Deadline(5), rules=legacy, session_id=sid)
         finally:
             transport.close()
         log = srv.log

@@ -120,6 +120,81 @@ def test_notifications_pass_through_and_list_changed_marks_the_catalogue_stale()
     assert not core.tools_stale
     core.receive(Message("notification", method="notifications/tools/list_changed"))
     assert core.tools_stale
+    core.catalogue_read()  # a fresh tools/list answers what list_changed announced
+    assert not core.tools_stale
+
+
+def test_the_core_owns_the_session_id_and_the_era():
+    """Transports report what came back (an answer's headers); the core's verbs decide what it means."""
+    core = ClientSession()
+    core.session_issued("tools/list", {"mcp-session-id": "not-issued-here"})
+    assert core.session_id is None  # only the answer to initialize issues a session id
+    core.session_issued("initialize", {})
+    assert core.session_id is None
+    core.session_issued("initialize", {"mcp-session-id": "s-1"})
+    assert core.session_id == "s-1"
+    core.session_ended()
+    assert core.session_id is None
+    core.use(era_rules("2025-11-25"))
+    core.handshake_started()
+    assert core.rules is None and core.era is None
+
+
+class _FakeTransport:
+    """The Transport seam with no I/O: answers each request from another thread after ``delay`` seconds."""
+
+    kind, has_sessions, shared_stream, restartable, responses = "fake", False, True, False, 0
+    alive, pid, exit_status = True, None, None
+
+    def __init__(self, delay: float | None) -> None:
+        self.delay, self.sent = delay, []
+
+    def attach(self, deliver, lost, answer_headers) -> None:
+        self.deliver = deliver
+
+    def send(self, message, *, rules, deadline, extra_headers=(), strict=True, session_id=None) -> None:
+        import threading
+
+        self.sent.append((message, session_id))
+        if self.delay is not None and "id" in message:
+            answer = Message("result", id=message["id"], result={"tools": []})
+            threading.Timer(self.delay, self.deliver, args=(answer, None)).start()
+
+    def failure(self, method, request_id, *, sent):
+        return bkmcp.ConnectionFailedError("gone", request_sent=sent)
+
+    def timeout_error(self, method, deadline):
+        return bkmcp.budget_error(f"no answer to {method}", deadline.seconds, request_sent=True)
+
+    def restart_if_exited(self) -> bool:
+        return False
+
+    def end_session(self, deadline, rules=None, session_id=None) -> None:
+        pass
+
+    def close(self, deadline=None) -> None:
+        pass
+
+
+def _fake_session(delay: float | None) -> tuple[bkmcp.McpSession, bkmcp.OpContext]:
+    server = bkmcp.ResolvedServer(
+        name="f", type="stdio", config_file="/c", url=None, headers={}, command="x", args=[], env={}, cwd=None,
+        protocol_version="2025-11-25", auth_source="none",
+    )  # fmt: skip
+    log = bkmcp.Log(io.StringIO())
+    session = bkmcp.McpSession(server, insecure=False, log=log, transport=_FakeTransport(delay))
+    session.core.use(era_rules("2025-11-25"))
+    return session, bkmcp.OpContext(bkmcp.Deadline(0.5), log)
+
+
+def test_a_request_waits_for_its_answer_on_an_event_and_times_out_with_the_transports_error():
+    session, ctx = _fake_session(0.05)
+    assert session.request("tools/list", None, ctx).result == {"tools": []}  # woken by the other thread
+    assert session.alive
+    silent, ctx = _fake_session(None)
+    with pytest.raises(bkmcp.McpTimeoutError) as info:
+        silent.request("tools/list", None, ctx)
+    assert info.value.request_sent is True and silent.in_flight == 0
 
 
 # -- the handshake, parsed in one place ---------------------------------------------------------------------
@@ -262,7 +337,7 @@ def test_r01_restart_that_finds_the_child_alive_keeps_the_initialize_failure():
     again = plan.after_initialize_failed(initialize, failure)
     with pytest.raises(bkmcp.ConnectionFailedError) as info:
         plan.after_restart(again, False)
-    assert info.value is failure
+    assert info.value is not failure and info.value.message == failure.message  # the stored failure, as a copy
 
 
 def test_r01_initialize_refused_with_32022_naming_modern_switches_to_modern():
@@ -355,11 +430,13 @@ def test_http_statuses_leave_the_transport_as_section_1_errors():
 def test_library_errors_are_neutral_and_the_cli_words_them():
     error = bkmcp.budget_error("no answer from http://h/mcp", 5.0)
     assert "--timeout" not in error.message + (error.hint or "")
-    error.hint += "; the call was sent and its outcome is unknown: check before calling again"
-    worded = bkmcp.word_for_cli(error, "s")
+    noted = error.copy(notes=("the call was sent and its outcome is unknown: check before calling again",))
+    worded = bkmcp.word_for_cli(noted, "s")
     assert worded.message == "no answer from http://h/mcp within --timeout 5s"
-    assert worded.hint.startswith("raise --timeout if the server is slow")
-    assert worded.hint.endswith("check before calling again")
+    hint = worded.error_object()["hint"]
+    assert hint.startswith("raise --timeout if the server is slow")
+    assert hint.endswith("check before calling again")
+    assert (noted.message, noted.remedy) == ("no answer from http://h/mcp within 5s", "timeout")  # never changed
 
 
 # -- the section rule ---------------------------------------------------------------------------------------
