@@ -47,7 +47,7 @@ demo-resident: build
 lint: venv
 	$(BIN)/ruff check bkmcp.py build_zipapp.py zipapp_support.py mock_server tests bench
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy bkmcp.py build_zipapp.py
+	$(BIN)/mypy bkmcp.py build_zipapp.py zipapp_support.py
 
 # make test CASE=tests/unit/test_cli.py::test_name (one test, a file or a node id) or CASE='jq and not halt' (a -k
 # expression over the whole suite): lint, build and interop as usual, then only that case (no coverage threshold).
@@ -87,6 +87,7 @@ bench: venv build
 	$(BIN)/python bench/latency.py
 	$(BIN)/python bench/flags.py
 	$(BIN)/python bench/peers.py
+	$(BIN)/python bench/call_cost.py
 	$(BIN)/python bench/resident.py
 	$(BIN)/python bench/scale.py
 

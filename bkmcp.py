@@ -1802,7 +1802,7 @@ def resolve_server(
 
 
 # ======================================================================================================
-# 5. Protocol core (sans-IO)
+# 5. Protocol core (sans-IO) — deferred in the pyz
 # ======================================================================================================
 # Everything here is pure: it turns bytes into events and dicts into wire messages and back, and decides
 # what an answer means. It imports neither httpx nor sockets nor subprocess (design.md, Code style: the h11 model); the
@@ -2835,7 +2835,7 @@ def reject_excluded_tool(excluded: Sequence[Mapping[str, Any]], name: str, serve
 
 
 # ======================================================================================================
-# 6. Transports
+# 6. Transports — deferred in the pyz
 # ======================================================================================================
 # A transport moves section-5 messages and decides nothing about eras or matching. The seam (``Transport``):
 #   ``attach(deliver, lost, answer_headers)``  ``deliver(message, related) -> bool`` takes every incoming message
@@ -4155,7 +4155,7 @@ TRANSPORTS: dict[str, Callable[..., Any]] = {"http": HttpTransport, "stdio": Std
 
 
 # ======================================================================================================
-# 7. Client flows
+# 7. Client flows — deferred in the pyz
 # ======================================================================================================
 # ``McpSession`` drives the section-5 core over a section-6 transport: open once, then any number of requests,
 # many in flight at once (from as many threads), each with its own deadline. The flows below —
@@ -4911,7 +4911,7 @@ def build_dry_run(server: ResolvedServer, tool: str, arguments: dict[str, Any]) 
 
 
 # ======================================================================================================
-# 8. Schema flags
+# 8. Schema flags — deferred in the pyz
 # ======================================================================================================
 
 RESERVED_OPTION_NAMES = frozenset(
@@ -5710,6 +5710,227 @@ def _keep_resolver(state: Any, schema: dict[str, Any], cls: Any, resolver_class:
     kept[id(schema)] = (schema, resolver_class, cls.ID_OF(schema), resolver)
 
 
+# Most inputSchemas are a handful of typed properties, and most calls pass them: loading jsonschema (its
+# validators module builds every draft's meta-schema, its format module probes optional packages) costs a
+# one-shot call about as much as all the rest of it (issue 17). So before jsonschema is imported, a schema made
+# only of the keywords below, with well-formed values, is checked here. This path only ever answers "valid, with
+# nothing skipped", which it gives exactly when jsonschema would find no error and raise nothing; anything else —
+# a problem to report, a keyword it does not know, a value jsonschema could choke on — goes to jsonschema as
+# before, so every outcome (problems, messages, scope, notes) is the one jsonschema gives
+# (tests/unit/test_validation_differential.py compares the two over the fuzz corpus).
+_QUICK_DIALECTS = {  # $schema -> its dialect in jsonschema 4.17.3 (no $schema: the latest, draft 2020-12)
+    "https://json-schema.org/draft/2020-12/schema": "draft2020-12",
+    "https://json-schema.org/draft/2020-12/schema#": "draft2020-12",
+    "https://json-schema.org/draft/2019-09/schema": "draft2019-09",
+    "https://json-schema.org/draft/2019-09/schema#": "draft2019-09",
+    "http://json-schema.org/draft-07/schema": "draft7",
+    "http://json-schema.org/draft-07/schema#": "draft7",
+    "http://json-schema.org/draft-06/schema": "draft6",
+    "http://json-schema.org/draft-06/schema#": "draft6",
+}
+_QUICK_COMMON = (
+    "$ref additionalItems additionalProperties allOf anyOf const contains enum exclusiveMaximum exclusiveMinimum "
+    "format items maxItems maxLength maxProperties maximum minItems minLength minProperties minimum multipleOf not "
+    "oneOf pattern patternProperties properties propertyNames required type uniqueItems"
+).split()
+_DIALECT_KEYWORDS = {  # a keyword outside its dialect's set is ignored by jsonschema, so it is here too
+    "draft6": frozenset([*_QUICK_COMMON, "dependencies"]),
+    "draft7": frozenset([*_QUICK_COMMON, "dependencies", "if"]),
+    "draft2019-09": frozenset(
+        [*_QUICK_COMMON, "$recursiveRef", "dependentRequired", "dependentSchemas", "if"]
+        + ["unevaluatedItems", "unevaluatedProperties"]
+    ),
+    "draft2020-12": frozenset(
+        [*_QUICK_COMMON, "$dynamicRef", "dependentRequired", "dependentSchemas", "if", "prefixItems"]
+        + ["unevaluatedItems", "unevaluatedProperties"]
+    ),
+}
+_QUICK_KEYWORDS = frozenset(  # what this path decides; the same code in every dialect above (jsonschema 4.17.3)
+    "additionalProperties allOf anyOf const enum exclusiveMaximum exclusiveMinimum format items maxItems maxLength "
+    "maxProperties maximum minItems minLength minProperties minimum not oneOf properties required type".split()
+)
+_QUICK_DEPTH = 32  # deeper schemas go to jsonschema, whose recursion limit then decides as before
+_QUICK_TYPES = frozenset(("string", "integer", "number", "boolean", "array", "object", "null"))
+_QUICK_SIZES = ("maxItems", "maxLength", "maxProperties", "minItems", "minLength", "minProperties")
+_QUICK_BOUNDS = ("exclusiveMaximum", "exclusiveMinimum", "maximum", "minimum")
+
+
+def _quick_schema(schema: Any, keywords: frozenset[str], depth: int) -> bool:
+    """``schema`` (a subschema) uses only keywords this path decides, each with a value jsonschema takes without
+    raising, and no ``$schema`` or ``$id`` (which would change the validator class or the resolution scope)."""
+    if schema is True or schema is False:
+        return True
+    if not isinstance(schema, dict) or depth > _QUICK_DEPTH:
+        return False
+    if (depth and "$schema" in schema) or "$id" in schema:
+        return False
+    for key, value in schema.items():
+        if key not in keywords:
+            continue  # not a keyword of the dialect: jsonschema ignores it
+        if key not in _QUICK_KEYWORDS:
+            return False
+        if key == "type":
+            types = [value] if isinstance(value, str) else value
+            if not isinstance(types, list) or not all(isinstance(t, str) and t in _QUICK_TYPES for t in types):
+                return False
+        elif key == "properties":
+            if not isinstance(value, dict) or not all(_quick_schema(s, keywords, depth + 1) for s in value.values()):
+                return False
+        elif key in ("additionalProperties", "items", "not"):
+            if not _quick_schema(value, keywords, depth + 1):
+                return False
+        elif key in ("allOf", "anyOf", "oneOf"):
+            if not isinstance(value, list) or not value:
+                return False
+            if not all(_quick_schema(s, keywords, depth + 1) for s in value):
+                return False
+        elif key == "required":
+            if not isinstance(value, list) or not all(isinstance(r, str) for r in value):
+                return False
+        elif key == "enum":
+            if not isinstance(value, list):
+                return False
+        elif key in _QUICK_SIZES:
+            if type(value) is not int or value < 0:
+                return False
+        elif key in _QUICK_BOUNDS:
+            if not _is_json_number(value):
+                return False
+        # const and format: any value (format asserts nothing: bkmcp's validators have no format checker)
+    return True
+
+
+_QUICK_TRUE, _QUICK_FALSE = object(), object()
+
+
+def _quick_unbool(value: Any) -> Any:
+    """jsonschema's ``_utils.unbool``: True and False stop comparing equal to 1 and 0."""
+    if value is True:
+        return _QUICK_TRUE
+    if value is False:
+        return _QUICK_FALSE
+    return value
+
+
+def _quick_equal(one: Any, two: Any) -> bool:
+    """jsonschema's ``_utils.equal`` (``const``), line for line."""
+    if isinstance(one, str) or isinstance(two, str):
+        return bool(one == two)
+    if isinstance(one, Sequence) and isinstance(two, Sequence):
+        return len(one) == len(two) and all(_quick_equal(i, j) for i, j in zip(one, two))
+    if isinstance(one, Mapping) and isinstance(two, Mapping):
+        return len(one) == len(two) and all(key in two and _quick_equal(value, two[key]) for key, value in one.items())
+    return bool(_quick_unbool(one) == _quick_unbool(two))
+
+
+def _quick_valid(schema: Any, instance: Any, deadline: Deadline | None) -> bool:
+    """Whether ``instance`` passes ``schema`` (checked by ``_quick_schema``), keyword by keyword as jsonschema
+    4.17.3 (_validators.py, _legacy_validators.py) decides them, with bkmcp's integer and number types; like
+    bkmcp's jsonschema classes, each keyword first checks ``deadline`` (``mcp_timeout`` once it is spent)."""
+    if schema is True or schema is False:
+        return schema
+    is_object, is_array, is_string = isinstance(instance, dict), isinstance(instance, list), isinstance(instance, str)
+    is_number = _is_json_number(instance)
+    for key, value in schema.items():
+        if key not in _QUICK_KEYWORDS:
+            continue  # ignored, or not a keyword of this dialect (_quick_schema saw to the rest)
+        if deadline is not None:
+            deadline.remaining()
+        if key == "type":
+            if not any(_TYPE_TESTS[t](instance) for t in ([value] if isinstance(value, str) else value)):
+                return False
+        elif key == "properties":
+            if is_object and not all(_quick_valid(s, instance[p], deadline) for p, s in value.items() if p in instance):
+                return False
+        elif key == "additionalProperties":
+            if is_object:
+                declared = schema.get("properties", {})
+                extras = [instance[p] for p in instance if p not in declared]
+                if isinstance(value, dict):
+                    if not all(_quick_valid(value, extra, deadline) for extra in extras):
+                        return False
+                elif not value and extras:
+                    return False
+        elif key == "required":
+            if is_object and any(r not in instance for r in value):
+                return False
+        elif key == "items":
+            if is_array and not all(_quick_valid(value, item, deadline) for item in instance):
+                return False
+        elif key == "enum":
+            if instance == 0 or instance == 1:
+                unbooled = _quick_unbool(instance)
+                if all(unbooled != _quick_unbool(each) for each in value):
+                    return False
+            elif instance not in value:
+                return False
+        elif key == "const":
+            if not _quick_equal(instance, value):
+                return False
+        elif key == "allOf":
+            if not all(_quick_valid(s, instance, deadline) for s in value):
+                return False
+        elif key == "anyOf":
+            if not any(_quick_valid(s, instance, deadline) for s in value):
+                return False
+        elif key == "oneOf":
+            if sum(1 for s in value if _quick_valid(s, instance, deadline)) != 1:
+                return False
+        elif key == "not":
+            if _quick_valid(value, instance, deadline):
+                return False
+        elif key in ("minLength", "maxLength"):
+            if is_string and (len(instance) < value if key == "minLength" else len(instance) > value):
+                return False
+        elif key in ("minItems", "maxItems"):
+            if is_array and (len(instance) < value if key == "minItems" else len(instance) > value):
+                return False
+        elif key in ("minProperties", "maxProperties"):
+            if is_object and (len(instance) < value if key == "minProperties" else len(instance) > value):
+                return False
+        elif key in _QUICK_BOUNDS and is_number:
+            if key == "minimum" and instance < value or key == "maximum" and instance > value:
+                return False
+            if key == "exclusiveMinimum" and instance <= value or key == "exclusiveMaximum" and instance >= value:
+                return False
+    return True
+
+
+def _quickly_valid(schema: dict[str, Any], arguments: Any, deadline: Deadline | None = None) -> bool:
+    """True when ``arguments`` certainly pass ``schema`` with nothing skipped, decided without jsonschema; False
+    means "ask jsonschema" (a problem, or a schema this path does not decide), never "invalid"."""
+    dialect = schema.get("$schema") if "$schema" in schema else "https://json-schema.org/draft/2020-12/schema"
+    keywords = _DIALECT_KEYWORDS.get(_QUICK_DIALECTS.get(dialect, "")) if isinstance(dialect, str) else None
+    if keywords is None or not _quick_schema(schema, keywords, 0):
+        return False
+    try:
+        return _quick_valid(schema, arguments, deadline)
+    except McpTimeoutError:
+        raise
+    except Exception:  # a comparison jsonschema would fail on too: let it say so
+        return False
+
+
+_JSONSCHEMA_FOUND: list[bool] = []
+
+
+def _jsonschema_importable() -> bool:
+    """jsonschema can be imported — found, not loaded: without it validation stays "basic", as it always did."""
+    if "jsonschema" in sys.modules:
+        return sys.modules["jsonschema"] is not None
+    if _JSONSCHEMA_FOUND:
+        return True
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("jsonschema") is not None
+    except (ImportError, ValueError):
+        return False
+    if found:
+        _JSONSCHEMA_FOUND.append(True)
+    return found
+
+
 def _schema_problems(
     schema: dict[str, Any], arguments: Mapping[str, Any], budget: _ValidationBudget | None = None
 ) -> list[dict[str, str]]:
@@ -5718,6 +5939,8 @@ def _schema_problems(
     _non_local_refs(schema, remote)
     if remote:
         raise _NotLocal(f"the schema references {_short(remote[0], 80)}, which is never fetched")
+    if _jsonschema_importable() and _quickly_valid(schema, arguments, budget.deadline if budget else None):
+        return []  # what jsonschema would answer, without loading it (above)
     try:
         from jsonschema import exceptions as jexc
     except ImportError:
@@ -7048,7 +7271,7 @@ def _flag_details(flag: ToolFlag) -> list[str]:
 
 
 # ======================================================================================================
-# 10. Resident mode
+# 10. Resident mode — deferred in the pyz
 # ======================================================================================================
 
 # -- 10.1 registry and credentials (docs/contract.md §11.3, §11.4) -------------------------------------------------
@@ -9819,6 +10042,19 @@ def run_resident(
 # ======================================================================================================
 # 11. CLI
 # ======================================================================================================
+# Where code goes, for the pyz's deferred sections (docs/building.md; the build, zipapp_support.defer_sections,
+# refuses a source that breaks a rule and says what to move):
+#   * A section whose banner title ends with "— deferred in the pyz" (5-8 and 10) runs on first use in the pyz;
+#     consecutive marked sections load together. Marking or unmarking a banner is all it takes to change that.
+#   * The help paths (`--help`, `--version`, `<server> --help`, a bare `<server>`) are what `main` reaches before
+#     a def line that ends with "# pyz: remote part" (``_Runner.run_remote``, ``_Runner.run_resident_mode``,
+#     ``_Runner.cancelled``).
+#     Code on a help path lives outside the deferred sections and names nothing they define: a guard there
+#     would load them on every `--help`.
+#   * A deferred section only defines: defs, classes, imports and assignments to plain names, calling nothing
+#     while it runs but zipapp_support.DEFERRABLE_CALLS and the dataclasses it defines.
+#   * Outside them, a deferred name is used only inside function bodies: never as a base class, decorator,
+#     default value, class attribute or module-level value, and never bound again.
 
 _VALUE_OPTIONS = {
     "--config": "config",
@@ -10407,7 +10643,7 @@ class _Runner:
             self.envr.stdout.write("".join(name + "\n" for name in names))
         return EXIT_OK
 
-    def run_resident_mode(self, registry_tool: bool) -> int:
+    def run_resident_mode(self, registry_tool: bool) -> int:  # pyz: remote part
         """``--registry FILE --import/--list`` (``registry_tool``), or ``--resident`` (docs/contract.md §11)."""
         inv, envr = self.inv, self.envr
         if registry_tool:
@@ -10422,7 +10658,7 @@ class _Runner:
             cwd=envr.cwd,
         )
 
-    def run_remote(self, server_cfg: ServerConfig, jq: JqProgram | None) -> int:
+    def run_remote(self, server_cfg: ServerConfig, jq: JqProgram | None) -> int:  # pyz: remote part
         """Everything past the help paths: resolve the server, then dry-run, check, tools or a tool call. The
         help paths above stay free of the session engine (the pyz loads its sections on first use, see
         docs/building.md)."""
@@ -10464,7 +10700,7 @@ class _Runner:
         except BkmcpError as exc:
             raise word_for_cli(exc, server.name) from None
 
-    def cancelled(self) -> CancelledError | None:
+    def cancelled(self) -> CancelledError | None:  # pyz: remote part
         """What a Ctrl-C must tell once a request was sent (docs/contract.md §7): whether ``tools/call`` had been
         sent (the outcome is then unknown) and the stage it stopped in. None before any request: a plain 130."""
         ctx = self.ctx
