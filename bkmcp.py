@@ -59,6 +59,7 @@ Exception tree (section 1)::
           +-- ToolError             mcp_tool_error
           +-- CapabilityUnsupportedError  mcp_capability_unsupported
           +-- JqError               jq_error
+          +-- CancelledError        mcp_cancelled          (exit 130: Ctrl-C once a request was sent)
           +-- ResourceLimitError    resource_limit         (resident)
 
 An error is a value: every field it carries (``request_sent``, ``http_status``, ``remedy``, ``what``/``budget``…)
@@ -312,6 +313,13 @@ class CapabilityUnsupportedError(RemoteError):
 
 class JqError(RemoteError):
     code = "jq_error"
+
+
+class CancelledError(RemoteError):
+    """Ctrl-C after the first request was sent (docs/contract.md §7): exit 130, the envelope on stdout."""
+
+    code = "mcp_cancelled"
+    exit_status = EXIT_INTERRUPTED
 
 
 # Resident mode (docs/contract.md §11.2): codes a command can fail with besides the CLI's. Exit statuses only matter for
@@ -654,7 +662,9 @@ def parse_json_plain(text: str, *, strict_keys: bool = True) -> Any:
     try:
         return decoder.decode(text)
     except _DuplicateKey as exc:
-        raise JsonInputError(f"duplicate key {json.dumps(exc.key, ensure_ascii=False)}") from None
+        where = _duplicate_key_position(text)
+        line, column = (text.count("\n", 0, where) + 1, where - text.rfind("\n", 0, where)) if where >= 0 else (0, 0)
+        raise JsonInputError(f"duplicate key {json.dumps(exc.key, ensure_ascii=False)}", line, column) from None
     except RecursionError:
         raise JsonInputError("nesting too deep") from None
     except json.JSONDecodeError as exc:
@@ -662,6 +672,56 @@ def parse_json_plain(text: str, *, strict_keys: bool = True) -> Any:
         raise JsonInputError(reason, exc.lineno, exc.colno) from None
     except ValueError as exc:  # a rejected constant (NaN, Infinity)
         raise JsonInputError(str(exc)) from None
+
+
+def _duplicate_key_position(text: str) -> int:
+    """Where the duplicate key that ``_strict_pairs`` rejected stands (its second occurrence), or -1.
+
+    Only reached on that error, so a small walk over the already-validated text is fine: it takes the first
+    object, in closing order, that repeats a key (the one the decoder's hook saw first)."""
+    from json.decoder import scanstring  # type: ignore[attr-defined]  # typeshed omits it; stdlib since 2.6
+
+    plain = json.JSONDecoder()
+    found: list[int] = []
+
+    def skip(pos: int) -> int:
+        while text[pos] in _JSON_SPACE:
+            pos += 1
+        return pos
+
+    def value(pos: int) -> int:
+        pos = skip(pos)
+        opening = text[pos]
+        if opening not in "{[":
+            return plain.raw_decode(text, pos)[1]
+        closing = "}" if opening == "{" else "]"
+        seen: set[str] = set()
+        repeated = -1
+        pos = skip(pos + 1)
+        if text[pos] == closing:
+            return pos + 1
+        while True:
+            if opening == "{":
+                pos = skip(pos)
+                key, end = scanstring(text, pos + 1)
+                if key in seen and repeated < 0:
+                    repeated = pos
+                seen.add(key)
+                pos = skip(end) + 1  # the ':'
+            pos = skip(value(pos))
+            if found:
+                return pos
+            if text[pos] != ",":
+                if repeated >= 0:
+                    found.append(repeated)
+                return pos + 1
+            pos += 1
+
+    try:
+        value(0)
+    except (ValueError, IndexError, RecursionError):
+        return -1
+    return found[0] if found else -1
 
 
 _JSON_SPACE = " \t\n\r"
@@ -1103,6 +1163,15 @@ class OpContext:
     log: Log
     progress: Callable[[str], ProgressLine] | None = None  # token -> the line that shows that call's progress
     renewed: bool = False
+    # what a Ctrl-C has to report (docs/contract.md §7): the last request whose sending began, and whether a
+    # tools/call was among them (once handed to the transport it may have reached the server)
+    last_request: str | None = None
+    call_sent: bool = False
+
+    def note_request(self, method: str) -> None:
+        """``method`` is being handed to the transport (``McpSession.request``)."""
+        self.last_request = method
+        self.call_sent = self.call_sent or method == "tools/call"
 
 
 # What the CLI's argv parser (section 11) hands to the schema flags (section 8). It lives here, not in section 8,
@@ -4238,6 +4307,7 @@ class McpSession:
             message = self.core.start_request(method, params, rules)
             handle.id, handle.method = message["id"], method
             self._handles[_id_key(handle.id)] = handle
+        ctx.note_request(method)
         try:
             self.transport.send(
                 message,
@@ -4515,6 +4585,18 @@ def open_session(
 
 
 # -- requests after negotiation ------------------------------------------------------------------------
+
+# The stage an operation is in, named by its last request sent (a Ctrl-C reports it: docs/contract.md §7).
+_REQUEST_STAGES = {
+    "server/discover": "negotiate",
+    "initialize": "negotiate",
+    "tools/list": "discover",
+    "tools/call": "call",
+}
+
+
+def stage_of(method: str) -> str:
+    return _REQUEST_STAGES.get(method, method)
 
 
 def request_result(session: McpSession, ctx: OpContext, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
@@ -4896,7 +4978,8 @@ class ToolFlag:
     name: str
     kind: str
     required: bool
-    schema: dict[str, Any]
+    schema: dict[str, Any]  # of a nullable property: its non-null branch, with the property's own annotations
+    nullable: bool = False  # "T or null": the flag gives T; JSON null only through --body (docs/contract.md §6)
 
     @property
     def option(self) -> str:
@@ -4952,6 +5035,42 @@ def _flag_name_problem(name: str) -> str | None:
         own = f"-{name}" if len(name) == 1 else f"--{name}"
         return f"the name collides with bkmcp's own option {own} (reserved names are never tool flags)"
     return None
+
+
+_SIMPLE_TYPES = ("string", "integer", "number", "boolean")
+_NULL_ANNOTATIONS = frozenset({"type", "title", "description"})
+
+
+def _nullable_simple(schema: dict[str, Any]) -> dict[str, Any] | None:
+    """The non-null schema of "one simple type or null" (docs/contract.md §6): ``type: [T, "null"]``, or
+    ``anyOf``/``oneOf`` of one simple schema and ``{type: null}``; None for anything else. The result keeps the
+    property's own annotations (description, default, enum…) beside the branch's."""
+    declared = schema.get("type")
+    if isinstance(declared, list):
+        simple = [t for t in declared if t != "null"]
+        if len(declared) == 2 and len(simple) == 1 and simple[0] in _SIMPLE_TYPES:
+            if any(k in schema for k in (*_REF_KEYWORDS, *_COMBINATORS)):
+                return None
+            return {**schema, "type": simple[0]}
+        return None
+    present = [k for k in _COMBINATORS if k in schema]
+    if present not in (["anyOf"], ["oneOf"]) or declared is not None or any(k in schema for k in _REF_KEYWORDS):
+        return None
+    branches = schema[present[0]]
+    if not (isinstance(branches, list) and len(branches) == 2 and all(isinstance(b, dict) for b in branches)):
+        return None
+    nulls = [b for b in branches if b.get("type") == "null" and b.keys() <= _NULL_ANNOTATIONS]
+    others = [b for b in branches if b not in nulls]
+    if len(nulls) != 1 or len(others) != 1:
+        return None
+    branch = others[0]
+    kind = branch.get("type")
+    if isinstance(kind, list) and len(kind) == 1:
+        kind = kind[0]
+    if kind not in _SIMPLE_TYPES or any(k in branch for k in (*_REF_KEYWORDS, *_COMBINATORS)):
+        return None
+    outer = {k: v for k, v in schema.items() if k != present[0]}
+    return {**branch, **outer, "type": kind}
 
 
 def _property_kind(schema: Any) -> tuple[str | None, str]:
@@ -5032,6 +5151,10 @@ def build_tool_flags(tool: Mapping[str, Any]) -> ToolFlags:
                 flags[name] = ToolFlag(name, declared, is_required, prop)
                 continue
         problem = _flag_name_problem(name)
+        nullable = _nullable_simple(prop) if problem is None and type(prop) is dict else None
+        if nullable is not None:
+            flags[name] = ToolFlag(name, nullable["type"], is_required, nullable, nullable=True)
+            continue
         kind, reason = (None, problem) if problem else _property_kind(prop)
         if kind is None:
             body_only[name] = BodyOnlyField(name, reason, is_required, prop)
@@ -5048,7 +5171,9 @@ def describe_cli(tool: Mapping[str, Any]) -> dict[str, Any]:
     mapped = build_tool_flags(tool)
     out: dict[str, Any] = {
         "flags": [
-            {"name": f.name, "flag": f.usage, "type": f.kind, "required": f.required} for f in mapped.flags.values()
+            {"name": f.name, "flag": f.usage, "type": f.kind, "required": f.required}
+            | ({"nullable": True} if f.nullable else {})
+            for f in mapped.flags.values()
         ],
         "body_only": [{"name": b.name, "reason": b.reason} for b in mapped.body_only.values()],
     }
@@ -6203,7 +6328,6 @@ class JqProgram:
                 "happened; do not retry it blindly, fix the expression and re-run it on saved output (data keeps "
                 "the unprojected result)",
                 data=data,
-                details={} if envelope.get("ok") else {"unprojected_error": envelope.get("error")},
             ) from None
         finally:
             _close(respelled)
@@ -6499,6 +6623,12 @@ Usage:
   bkmcp [GLOBAL...] <server> <tool> --body JSON|@FILE|-    call with a complete arguments object
   bkmcp [GLOBAL...] <server> <tool> --body ... --dry-run   offline preview, zero network
 
+Other modes (bkmcp --resident --help; docs/resident.md):
+  bkmcp --resident --registry SOURCE [...]     resident multi-server mode for agent platforms (JSON lines)
+  bkmcp --registry FILE --import mcp.json      copy a config's servers into a SQLite registry
+  bkmcp --registry FILE --list                 a registry's servers as JSON, never a credential
+  bkmcp --completion bash|zsh|fish             shell completion: options and configured server names
+
 Global options (before or after <server>):
   --config PATH        config file (default: $BK_CLI_CONFIG_DIR/mcp.json, else ~/.bk-cli/mcp.json)
   --timeout DURATION   budget for the whole remote operation: 500ms, 30s, 2m, 1h (default 60s)
@@ -6508,7 +6638,7 @@ Global options (before or after <server>):
   -h, --help           show help (never calls a tool, never reads --body input)
   --version            print the version
 
-Config file in use: {config_path}
+{config}
 
 Output: one JSON envelope on stdout, {{"ok": true, "data": …}} or {{"ok": false, "error": {{"code", …}}}}.
 Exit status: 0 success or help; 1 local/usage error (envelope on stderr); 2 remote error (envelope on
@@ -6525,8 +6655,168 @@ Examples:
 """
 
 
-def render_root_help(config_path: str) -> str:
-    return ROOT_HELP.format(version=__version__, config_path=config_path)
+def render_root_help(config_path: str, servers: Sequence[str] | None = None, problem: str | None = None) -> str:
+    """The root help; ``servers`` are the configured names (None: the file is missing, or ``problem`` says why it
+    cannot be read). Reading the file is the caller's (no request, no environment variable)."""
+    if problem is not None:
+        config = f"Config file: {config_path} (invalid: {problem})"
+    elif servers is None:
+        config = (
+            f"Config file: {config_path} (not found; bkmcp reads --config PATH, else $BK_CLI_CONFIG_DIR/mcp.json, "
+            "else ~/.bk-cli/mcp.json)"
+        )
+    else:
+        config = f"Config file: {config_path}\nConfigured servers ({len(servers)}): {', '.join(servers) or '(none)'}"
+    return ROOT_HELP.format(version=__version__, config=config)
+
+
+RESIDENT_HELP = """\
+bkmcp --resident - resident multi-server mode for agent platforms (docs/resident.md)
+
+Usage:
+  bkmcp --resident --registry SOURCE [--events FILE|-] [--max-processes N] [--max-user-processes N]
+                   [--idle-timeout DURATION] [--timeout DURATION] [-v] [--insecure]
+  bkmcp --registry FILE --import mcp.json      add or replace mcp.json's servers in a SQLite registry
+  bkmcp --registry FILE --list                 the registry's servers as JSON, never a credential
+
+Options:
+  --registry SOURCE        a SQLite file (created when missing) or http(s)://.../internal/mcp/config
+  --events FILE|-          append one JSON line per event (- for stderr)
+  --max-processes N        live child processes in all (default {max_processes})
+  --max-user-processes N   live child processes per user (default {max_user_processes})
+  --idle-timeout DURATION  close a user's idle session after this long (default {idle_timeout})
+  --timeout DURATION       budget of one call without its own timeout_ms (default 60s)
+
+One JSON command per line on stdin, one answer per line on stdout (matched by task_id), e.g.
+  {{"command": "invoke", "task_id": "t-1", "params": {{"action": "list_tools"}}, "user": {{"userId": "u1"}}}}
+Actions: init, list_servers, connect_server, disconnect_server, list_tools, refresh_tools, call_tool, shutdown.
+Exit status: 0 after shutdown, end of input or SIGTERM; 130 after SIGINT; 1 when the registry cannot be opened.
+Command protocol: docs/resident.md; registry and credentials: docs/resident-registry.md.
+"""
+# The resident mode's defaults, as its help prints them; section 10 (which the pyz runs only on first use) holds
+# the values, and tests/unit/test_cli.py checks that the two agree.
+RESIDENT_HELP_DEFAULTS = {"max_processes": 64, "max_user_processes": 8, "idle_timeout": "10m"}
+
+
+def render_resident_help() -> str:
+    return RESIDENT_HELP.format(**RESIDENT_HELP_DEFAULTS)
+
+
+# Shell completion (``bkmcp --completion bash|zsh|fish``): options, and server names that the script asks
+# ``bkmcp [--config PATH] --completion servers`` for (it reads the config file only: nothing is started or
+# contacted while completing). Tool names would need discovery, so they are never completed.
+COMPLETION_SHELLS = ("bash", "zsh", "fish")
+_COMPLETION_OPTIONS = (
+    "--help --version --config --timeout --jq --verbose --insecure --check --tools --body --dry-run --resident "
+    "--registry --import --list --completion --events --max-processes --max-user-processes --idle-timeout"
+)
+_COMPLETION_VALUE_OPTIONS = (
+    "--config --timeout --jq --body --registry --import --events --max-processes --max-user-processes "
+    "--idle-timeout --completion"
+)
+_BASH_COMPLETION = """\
+# bkmcp completion for bash: eval "$(bkmcp --completion bash)" in ~/.bashrc, or save it as
+# ~/.local/share/bash-completion/completions/bkmcp. Server names come from the config file (offline).
+_bkmcp() {{
+    local cur="${{COMP_WORDS[COMP_CWORD]}}" prev="${{COMP_WORDS[COMP_CWORD-1]}}" word
+    local -a config=() positional=()
+    local i=1
+    while (( i < COMP_CWORD )); do
+        word="${{COMP_WORDS[i]}}"
+        case " {value_options} " in
+            *" $word "*) [[ $word == --config ]] && config=(--config "${{COMP_WORDS[i+1]}}"); (( i += 2 )); continue ;;
+        esac
+        case "$word" in
+            --config=*) config=("$word") ;;
+            -*) ;;
+            *) positional+=("$word") ;;
+        esac
+        (( i += 1 ))
+    done
+    case "$prev" in
+        --completion) COMPREPLY=($(compgen -W "{shells}" -- "$cur")); return ;;
+        --config|--body|--registry|--import|--events) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+        --timeout|--jq|--max-processes|--max-user-processes|--idle-timeout) COMPREPLY=(); return ;;
+    esac
+    if [[ $cur == -* ]]; then
+        COMPREPLY=($(compgen -W "{options}" -- "$cur"))
+    elif (( ${{#positional[@]}} == 0 )); then
+        COMPREPLY=($(compgen -W "$(command {command} "${{config[@]}}" --completion servers 2>/dev/null)" -- "$cur"))
+    else
+        COMPREPLY=()
+    fi
+}}
+complete -o default -F _bkmcp bkmcp
+"""
+_ZSH_COMPLETION = """\
+#compdef bkmcp
+# bkmcp completion for zsh: save as _bkmcp in a directory of $fpath, or eval "$(bkmcp --completion zsh)" in
+# ~/.zshrc after compinit. It runs the bash completion through bashcompinit.
+autoload -U +X bashcompinit && bashcompinit
+{bash}"""
+_FISH_COMPLETION = """\
+# bkmcp completion for fish: bkmcp --completion fish > ~/.config/fish/completions/bkmcp.fish
+# Server names come from the config file (offline).
+function __bkmcp_config
+    set -l words (commandline -opc)
+    for i in (seq 2 (count $words))
+        if test "$words[$i]" = --config; and test $i -lt (count $words)
+            echo --config; echo $words[(math $i + 1)]
+        else if string match -q -- '--config=*' $words[$i]
+            echo $words[$i]
+        end
+    end
+end
+function __bkmcp_no_server
+    set -l words (commandline -opc)
+    set -l value_options {value_options}
+    set -l i 2
+    while test $i -le (count $words)
+        if contains -- $words[$i] $value_options
+            set i (math $i + 2)
+            continue
+        end
+        string match -q -- '-*' $words[$i]; or return 1
+        set i (math $i + 1)
+    end
+    return 0
+end
+complete -c bkmcp -f
+complete -c bkmcp -n __bkmcp_no_server -a '(command {command} (__bkmcp_config) --completion servers 2>/dev/null)'
+{options}complete -c bkmcp -l completion -x -a '{shells}'
+complete -c bkmcp -l config -r -F
+complete -c bkmcp -l body -r -F
+complete -c bkmcp -l registry -r -F
+complete -c bkmcp -l import -r -F
+complete -c bkmcp -l events -r -F
+"""
+
+
+def _sh_quote(text: str) -> str:
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+def render_completion(shell: str, command: Sequence[str]) -> str:
+    """The completion script for ``shell``; ``command`` is how the script runs bkmcp for server names."""
+    quoted = " ".join(_sh_quote(part) for part in command)
+    bash = _BASH_COMPLETION.format(
+        value_options=_COMPLETION_VALUE_OPTIONS,
+        shells=" ".join(COMPLETION_SHELLS),
+        options=_COMPLETION_OPTIONS + " -h -v",
+        command=quoted,
+    )
+    if shell == "bash":
+        return bash
+    if shell == "zsh":
+        return _ZSH_COMPLETION.format(bash=bash)
+    options = "".join(
+        f"complete -c bkmcp -l {name[2:]}\n"
+        for name in _COMPLETION_OPTIONS.split()
+        if name not in ("--completion", "--config", "--body", "--registry", "--import", "--events")
+    )
+    return _FISH_COMPLETION.format(
+        value_options=_COMPLETION_VALUE_OPTIONS, command=quoted, options=options, shells=" ".join(COMPLETION_SHELLS)
+    )
 
 
 def render_server_help(server: ServerConfig) -> str:
@@ -6964,6 +7254,10 @@ def _flag_details(flag: ToolFlag) -> list[str]:
         lines += _wrap(description.strip(), HELP_WIDTH, indent, indent)
     elif isinstance(title, str) and _plain(title) != _plain(flag.name):  # pydantic titles just echo the name
         lines += _wrap(title.strip(), HELP_WIDTH, indent, indent)
+    if flag.nullable:
+        lines += _wrap(
+            f"may also be null: only with --body (the flag's text is always a {flag.kind})", HELP_WIDTH, indent, indent
+        )
     enum = schema.get("enum")
     if isinstance(enum, list) and enum:
         limit = 30  # a huge enum would bury the other flags; --tools has the full list
@@ -7020,7 +7314,7 @@ def _flag_details(flag: ToolFlag) -> list[str]:
 REGISTRY_SCHEMA = """\
 CREATE TABLE mcp_servers (
   name TEXT PRIMARY KEY,                -- [A-Za-z0-9_.-]{1,64}
-  transport_type TEXT NOT NULL CHECK (transport_type IN ('stdio','http')),
+  transport_type TEXT NOT NULL DEFAULT 'stdio' CHECK (transport_type IN ('stdio','http')),
   command TEXT, args TEXT,              -- stdio: args is a JSON array of strings
   env_template TEXT,                    -- stdio: JSON object of strings, may hold ${user.FIELD}
   url TEXT, headers TEXT,               -- http: headers is a JSON object of strings, may hold ${user.FIELD}
@@ -7124,6 +7418,8 @@ def parse_registry_row(row: Mapping[str, Any], *, source: str) -> RegistryServer
     is returned with ``problem`` set, never raised."""
     name = str(row.get("name"))
     kind = row.get("transport_type")
+    if kind is None:  # docs/contract.md §11.3: stdio is the default (an HTTP-source row without the field)
+        kind = "stdio"
     record = RegistryServer(name=name, transport_type=kind if isinstance(kind, str) else str(kind), source=source)
     where = f"{source}: server {_safe_name(name)!r}"
     try:
@@ -10117,7 +10413,8 @@ def run_resident(
 #   * A section whose banner title ends with "— deferred in the pyz" (5-8 and 10) runs on first use in the pyz;
 #     consecutive marked sections load together. Marking or unmarking a banner is all it takes to change that.
 #   * The help paths (`--help`, `--version`, `<server> --help`, a bare `<server>`) are what `main` reaches before
-#     a def line that ends with "# pyz: remote part" (``_Runner.run_remote``, ``_Runner.run_resident_mode``).
+#     a def line that ends with "# pyz: remote part" (``_Runner.run_remote``, ``_Runner.run_resident_mode``,
+#     ``_Runner.cancelled``).
 #     Code on a help path lives outside the deferred sections and names nothing they define: a guard there
 #     would load them on every `--help`.
 #   * A deferred section only defines: defs, classes, imports and assignments to plain names, calling nothing
@@ -10147,7 +10444,8 @@ _FLAG_OPTIONS = {
 }
 # `bkmcp --registry FILE --import mcp.json | --list` (contract §11.3): options only before any server name, so a tool's
 # own `--list`/`--import` parameter (after the tool name) keeps working as a tool option.
-_REGISTRY_VALUE_OPTIONS = {"--import": "registry_import"}
+# `--completion SHELL` is the same kind of root-only option.
+_REGISTRY_VALUE_OPTIONS = {"--import": "registry_import", "--completion": "completion"}
 _REGISTRY_FLAG_OPTIONS = {"--list": "registry_list"}
 _REGISTRY_OPTION_NAMES = frozenset({*_REGISTRY_VALUE_OPTIONS, *_REGISTRY_FLAG_OPTIONS})
 _RESIDENT_OPTIONS = {
@@ -10182,6 +10480,7 @@ class Invocation:
     resident: bool = False
     registry_import: str | None = None
     registry_list: bool = False
+    completion: str | None = None  # --completion bash|zsh|fish|servers (root only)
     events: str | None = None  # --resident only: the options of _RESIDENT_OPTIONS
     max_processes: str | None = None
     max_user_processes: str | None = None
@@ -10280,6 +10579,15 @@ def check_invocation(inv: Invocation) -> None:
             "--context is not supported: bkmcp takes identity only from the server's headers in mcp.json",
             hint="remove --context; configure the server's headers instead",
         )
+    if inv.completion is not None:
+        if inv.completion not in (*COMPLETION_SHELLS, "servers"):
+            raise UsageError(
+                f"--completion takes bash, zsh or fish, got {inv.completion!r}",
+                hint='eval "$(bkmcp --completion bash)"',
+            )
+        extra = inv.server or inv.check or inv.tools or inv.body is not None or inv.resident or inv.registry is not None
+        if extra or inv.jq is not None or inv.dry_run or inv.help:
+            raise UsageError("--completion takes nothing else but --config", hint="bkmcp --completion bash")
     registry_tool = inv.registry_import is not None or inv.registry_list
     if inv.registry is not None and not inv.resident and not registry_tool:
         raise UsageError("--registry is only valid with --resident, --import or --list")
@@ -10326,7 +10634,7 @@ def check_invocation(inv: Invocation) -> None:
                 "--registry and answers every command in full",
                 hint="remove " + ", ".join(cli_only),
             )
-    if inv.resident and inv.registry is None:
+    if inv.resident and inv.registry is None and not inv.help:
         raise UsageError(
             "--resident needs --registry SOURCE (a SQLite file or an http(s)://…/internal/mcp/config URL)",
             hint="bkmcp --resident --registry ./registry.db",
@@ -10495,6 +10803,34 @@ class Environment:
     cwd: str
 
 
+def _configured_names(config_path: str) -> tuple[list[str] | None, str | None]:
+    """(the server names of the config file, None) for the root help and completion, read offline; (None, None)
+    for a missing file and (None, why) for one that cannot be used."""
+    import stat
+
+    try:  # a FIFO or device would block or never end: help and completion must never hang
+        if not stat.S_ISREG(os.stat(config_path).st_mode) and not stat.S_ISDIR(os.stat(config_path).st_mode):
+            return None, "not a regular file"
+    except (OSError, ValueError):
+        pass  # missing or unreadable: load_config says which
+    try:
+        config = load_config(config_path)
+    except ConfigNotFoundError:
+        return None, None
+    except BkmcpError as exc:
+        prefix = f"{config_path}: "
+        return None, exc.message[len(prefix) :] if exc.message.startswith(prefix) else exc.message
+    return sorted(config.servers), None
+
+
+def _completion_command() -> list[str]:
+    """How a completion script runs this bkmcp: the .pyz or bkmcp.py that is running, else ``bkmcp`` on PATH."""
+    script = sys.argv[0] if sys.argv else ""
+    if script.endswith((".pyz", "bkmcp.py")) and os.path.isfile(script):
+        return [sys.executable or "python3", os.path.abspath(script)]
+    return ["bkmcp"]
+
+
 def _select_server(config: ConfigFile, name: str) -> ServerConfig:
     if name not in config.servers:
         names = sorted(config.servers)
@@ -10625,6 +10961,7 @@ class _Runner:
         self.redactor = log.redactor
         self.remote_started = False
         self.deadline: Deadline | None = None  # the remote operation's budget, once it started
+        self.ctx: OpContext | None = None  # the remote operation, once it started
 
     def emit_text(self, text: str) -> int:
         self.envr.stdout.write(text if text.endswith("\n") else text + "\n")
@@ -10644,7 +10981,7 @@ class _Runner:
                     out.flush()
                     self.envr.stderr.write(halt.message)
                     self.envr.stderr.flush()
-                    return halt.status if envelope.get("ok") is True else status  # a failure is never hidden
+                    return halt.status
             else:
                 pretty = 2 if getattr(out, "isatty", lambda: False)() else None
                 out.write(dump_json(envelope, indent=pretty) + "\n")
@@ -10670,13 +11007,17 @@ class _Runner:
         if inv.version:
             return self.emit_text(f"bkmcp {__version__}")
         check_invocation(inv)
-        registry_tool = (inv.registry_import is not None or inv.registry_list) and not inv.help
+        registry_tool = inv.registry_import is not None or inv.registry_list
+        if inv.help and (registry_tool or inv.resident):  # a mode's --help prints that mode's help (contract §2)
+            return self.emit_text(render_resident_help())
         if registry_tool or inv.resident:
             return self.run_resident_mode(registry_tool)
         config_path = resolve_config_path(inv.config, envr.env, envr.cwd)
+        if inv.completion is not None:
+            return self.run_completion(inv.completion, config_path)
         if inv.server is None:
             if inv.help or not any((inv.check, inv.tools, inv.tool)):
-                return self.emit_text(render_root_help(config_path))
+                return self.emit_text(render_root_help(config_path, *_configured_names(config_path)))
         # help (root, server, tool; bare `bkmcp <server>` too) is never projected, so --jq is not even compiled
         projected = inv.jq is not None and not inv.help and (inv.check or inv.tools or inv.tool is not None)
         jq = compile_jq(inv.jq) if projected and inv.jq is not None else None
@@ -10690,6 +11031,16 @@ class _Runner:
         if inv.tool is None and (inv.help or not (inv.check or inv.tools)):
             return self.emit_text(render_server_help(server_cfg))
         return self.run_remote(server_cfg, jq)
+
+    def run_completion(self, shell: str, config_path: str) -> int:
+        """``--completion SHELL`` prints the script; ``--completion servers`` (what the script runs) prints the
+        configured server names, one a line, and nothing at all when the file is missing or invalid."""
+        if shell != "servers":
+            return self.emit_text(render_completion(shell, _completion_command()))
+        names, _problem = _configured_names(config_path)
+        if names:
+            self.envr.stdout.write("".join(name + "\n" for name in names))
+        return EXIT_OK
 
     def run_resident_mode(self, registry_tool: bool) -> int:  # pyz: remote part
         """``--registry FILE --import/--list`` (``registry_tool``), or ``--resident`` (docs/contract.md §11)."""
@@ -10726,7 +11077,7 @@ class _Runner:
         log = self.log
         progress = (lambda token: ProgressLine(log, token)) if log.verbose or log.is_tty else None
         ctx = OpContext(deadline, log, progress=progress)
-        self.deadline = deadline
+        self.deadline, self.ctx = deadline, ctx
         try:
             self.remote_started = True
             if inv.check:
@@ -10742,9 +11093,37 @@ class _Runner:
         except RemoteError as exc:
             if isinstance(exc, JqError):
                 raise
-            return self.emit_envelope(build_failure(word_for_cli(exc, server.name), self.redactor), jq, EXIT_REMOTE)
+            # --jq projects successes only: a failure is printed whole, never hidden (docs/contract.md §7)
+            error = word_for_cli(exc, server.name)
+            return self.emit_envelope(build_failure(error, self.redactor), None, error.exit_status)
         except BkmcpError as exc:
             raise word_for_cli(exc, server.name) from None
+
+    def cancelled(self) -> CancelledError | None:  # pyz: remote part
+        """What a Ctrl-C must tell once a request was sent (docs/contract.md §7): whether ``tools/call`` had been
+        sent (the outcome is then unknown) and the stage it stopped in. None before any request: a plain 130."""
+        ctx = self.ctx
+        if ctx is None or ctx.last_request is None:
+            return None
+        stage = stage_of(ctx.last_request)
+        data = (
+            {"server": self.inv.server} if self.inv.tool is None else {"server": self.inv.server, "tool": self.inv.tool}
+        )
+        if ctx.call_sent:
+            return CancelledError(
+                f"interrupted (Ctrl-C) in the {stage} stage, after tools/call was sent: the call may or may not "
+                "have run",
+                hint="check whether the tool ran before calling it again; do not retry it blindly (bkmcp never "
+                "resends a call)",
+                details={"outcome": "unknown", "stage": stage},
+                data=data,
+            )
+        return CancelledError(
+            f"interrupted (Ctrl-C) in the {stage} stage" + (", before tools/call was sent" if self.inv.tool else ""),
+            hint="nothing was called; the command can be run again",
+            details={"outcome": "not_sent", "stage": stage},
+            data=data,
+        )
 
     def run_tool(
         self,
@@ -10831,8 +11210,11 @@ def main(
         runner = _Runner(inv, envr, log)
         return runner.run()
     except KeyboardInterrupt:
-        log.warn("interrupted")
-        return EXIT_INTERRUPTED
+        cancelled = runner.cancelled() if runner is not None else None
+        if cancelled is None:  # nothing was sent yet: nothing to report but the interruption itself
+            log.warn("interrupted")
+            return EXIT_INTERRUPTED
+        return _report_error(cancelled, envr, log, runner)
     except BkmcpError as exc:
         return _report_error(exc, envr, log, runner)
     except BrokenPipeError:
@@ -10856,7 +11238,7 @@ def _report_error(exc: BkmcpError, envr: Environment, log: Log, runner: _Runner 
     envelope = build_failure(exc, log.redactor)
     text = dump_json(envelope)
     try:
-        if exc.exit_status == EXIT_REMOTE:
+        if exc.exit_status != EXIT_LOCAL:  # remote (2), interrupted after a request was sent (130)
             envr.stdout.write(text + "\n")
             envr.stdout.flush()
         else:
