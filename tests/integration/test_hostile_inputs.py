@@ -94,18 +94,31 @@ def test_safe_patterns_are_still_checked_locally(evil_server, tmp_path):
     assert evil_server.requests("tools/call") == []
 
 
-def test_validation_past_the_budget_is_a_timeout_and_nothing_is_sent(evil_server, tmp_path, monkeypatch):
-    """The deadline is checked between schema keywords: a budget spent during validation stops before the call."""
+@pytest.mark.parametrize("path", ["quick", "jsonschema"])
+def test_validation_past_the_budget_is_a_timeout_and_nothing_is_sent(evil_server, tmp_path, monkeypatch, path):
+    """The deadline is checked between schema keywords: a budget spent during validation stops before the call, on
+    the quick path (section 8, ``_quick_valid``) and in jsonschema's validator alike."""
     schema_tool = mock_tool("t", properties={"xs": {"type": "array", "items": {"type": "string"}}})
     evil_server.update(tools=[schema_tool])
     config = write_config(tmp_path, evil_server.url)
-    real = bkmcp._validator_class
+    if path == "quick":
+        real_quick = bkmcp._quick_valid
 
-    def spend_budget(schema):
-        bkmcp._active_budget().deadline.end = 0.0  # the running validation's budget runs out as it starts
-        return real(schema)
+        def spend_quick(schema, instance, deadline):
+            if deadline is not None:
+                deadline.end = 0.0  # the running validation's budget runs out as it starts
+            return real_quick(schema, instance, deadline)
 
-    monkeypatch.setattr(bkmcp, "_validator_class", spend_budget)
+        monkeypatch.setattr(bkmcp, "_quick_valid", spend_quick)
+    else:
+        real = bkmcp._validator_class
+
+        def spend_budget(schema):
+            bkmcp._active_budget().deadline.end = 0.0
+            return real(schema)
+
+        monkeypatch.setattr(bkmcp, "_quickly_valid", lambda *args: False)
+        monkeypatch.setattr(bkmcp, "_validator_class", spend_budget)
     res = run_bkmcp("--config", config, "m", "t", "--xs", json.dumps(["x"] * 50))
     assert res.exit_status == 2 and res.error_code == "mcp_timeout", res.stdout + res.stderr
     assert evil_server.requests("tools/call") == []
