@@ -9,7 +9,9 @@ The module is split into sections by banner comments (``grep -n '^# ====' bkmcp.
 uses only the sections above it:
 
     1. Errors & exit codes      one exception root, every stable error code of docs/contract.md §7
-    2. Helpers                  JSON with number fidelity, redaction, durations, deadlines, logging
+    2. Helpers                  records (a small dataclass), JSON with number fidelity, redaction, durations,
+                                the default timeout and deadlines, logging, the progress line, names' close
+                                spellings, and the tool-option tokens the argv parser hands to section 8
     3. Config                   file selection, strict parsing, per-field validation, ${VAR} expansion
     4. Auth                     Bearer / X-Bkapi-Authorization forms, conflicts, secrets to scrub
     5. Protocol core (sans-IO)  JSON-RPC framing, SSE decoder, eras, request building, classification; the
@@ -17,8 +19,8 @@ uses only the sections above it:
                                 state) and negotiation as pure decision steps
     6. Transports               the Transport seam: HTTP via httpx (concurrent POSTs on one pooled client),
                                 stdio framing apart from child-process supervision
-    7. Client flows             McpSession (many requests in flight, each with its own deadline) and
-                                the flows: negotiate, discover, call, check, tools, dry-run
+    7. Client flows             the per-operation OpContext, McpSession (many requests in flight, each with
+                                its own deadline) and the flows: negotiate, discover, call, check, tools, dry-run
     8. Schema flags             inputSchema -> typed flags, values, validation
     9. Output                   envelopes, --jq, help text
    10. Resident mode            many users' sessions behind one JSON stdin/stdout process, in four rooms:
@@ -983,6 +985,10 @@ def format_duration(seconds: float) -> str:
     return f"{seconds:g}s"
 
 
+# The one time budget when none is given: a remote operation (--timeout), a resident command, a registry read.
+DEFAULT_TIMEOUT = 60.0
+
+
 class Deadline:
     """The whole remote operation's time budget (docs/contract.md §2): every step asks how much is left."""
 
@@ -1150,28 +1156,6 @@ class ProgressLine:
 
     def end(self) -> None:
         self.log.progress_end()
-
-
-@dataclass
-class OpContext:
-    """What one operation carries through the flows of section 7 instead of module or process state: its time
-    budget and who logs for it. ``progress`` (a factory of ``ProgressLine`` for a token) asks servers for progress
-    on calls (docs/contract.md §5); ``renewed`` records that a lost legacy session was re-initialized (once per
-    operation)."""
-
-    deadline: Deadline
-    log: Log
-    progress: Callable[[str], ProgressLine] | None = None  # token -> the line that shows that call's progress
-    renewed: bool = False
-    # what a Ctrl-C has to report (docs/contract.md §7): the last request whose sending began, and whether a
-    # tools/call was among them (once handed to the transport it may have reached the server)
-    last_request: str | None = None
-    call_sent: bool = False
-
-    def note_request(self, method: str) -> None:
-        """``method`` is being handed to the transport (``McpSession.request``)."""
-        self.last_request = method
-        self.call_sent = self.call_sent or method == "tools/call"
 
 
 # What the CLI's argv parser (section 11) hands to the schema flags (section 8). It lives here, not in section 8,
@@ -4190,6 +4174,29 @@ TRANSPORTS: dict[str, Callable[..., Any]] = {"http": HttpTransport, "stdio": Std
 # many in flight at once (from as many threads), each with its own deadline. The flows below —
 # negotiate, discover, call, check, dry-run — take a session (or open one) and a per-operation ``OpContext``;
 # the CLI (section 11) and the resident mode (section 10) only parse their input, call them and render.
+
+
+@dataclass
+class OpContext:
+    """What one operation carries through the flows of section 7 instead of module or process state: its time
+    budget and who logs for it. ``progress`` (a factory of ``ProgressLine`` for a token) asks servers for progress
+    on calls (docs/contract.md §5); ``renewed`` records that a lost legacy session was re-initialized (once per
+    operation)."""
+
+    deadline: Deadline
+    log: Log
+    progress: Callable[[str], ProgressLine] | None = None  # token -> the line that shows that call's progress
+    renewed: bool = False
+    # what a Ctrl-C has to report (docs/contract.md §7): the last request whose sending began, and whether a
+    # tools/call was among them (once handed to the transport it may have reached the server)
+    last_request: str | None = None
+    call_sent: bool = False
+
+    def note_request(self, method: str) -> None:
+        """``method`` is being handed to the transport (``McpSession.request``)."""
+        self.last_request = method
+        self.call_sent = self.call_sent or method == "tools/call"
+
 
 _CANCEL_BUDGET = 1.0
 _KEPT_NOTIFICATIONS = 1000  # a chatty server cannot grow memory without bound
@@ -7344,7 +7351,6 @@ REGISTRY_COLUMNS = (
     "enabled",
 )
 REGISTRY_CACHE_SECONDS = 5.0  # HTTP source: one answer per (user, access token) is reused this long
-REGISTRY_TIMEOUT = 60.0  # SQLite busy wait / HTTP total time when the caller gives none (the CLI's default)
 _CACHE_WRITE_WAIT = 1.0  # the tools cache is best effort: a locked file is waited for this long, then skipped
 _REGISTRY_ANSWER_LIMIT = 64 * 1024 * 1024
 _REGISTRY_ANSWERS_KEPT = 4096  # HTTP source: cached answers (one per user and token) at most
@@ -7796,7 +7802,7 @@ class SqliteRegistry(Registry):
     """The embedded registry: one SQLite connection under a lock (``check_same_thread=False``), read in one
     transaction per ``view``, parsed again only when another connection committed (``PRAGMA data_version``)."""
 
-    def __init__(self, path: str, *, log: Log, timeout: float = REGISTRY_TIMEOUT, create: bool = True) -> None:
+    def __init__(self, path: str, *, log: Log, timeout: float = DEFAULT_TIMEOUT, create: bool = True) -> None:
         super().__init__(log=log, timeout=timeout)
         self.path = path
         self.source = f"registry {path}"
@@ -8091,7 +8097,7 @@ class HttpRegistry(Registry):
         url: str,
         *,
         log: Log,
-        timeout: float = REGISTRY_TIMEOUT,
+        timeout: float = DEFAULT_TIMEOUT,
         cache_seconds: float = REGISTRY_CACHE_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -8277,7 +8283,7 @@ def _copy_view(view: RegistryView) -> RegistryView:
 
 
 def open_registry(
-    source: str, *, env: Mapping[str, str], log: Log, timeout: float = REGISTRY_TIMEOUT, cwd: str | None = None
+    source: str, *, env: Mapping[str, str], log: Log, timeout: float = DEFAULT_TIMEOUT, cwd: str | None = None
 ) -> Registry:
     """``--registry SOURCE``: an ``http(s)://…/internal/mcp/config`` URL or a SQLite file path (created with the
     docs/contract.md §11.3 schema if missing). A source that cannot be opened is ``registry_error``."""
@@ -8735,7 +8741,7 @@ class ResidentOptions:
     max_processes: int = DEFAULT_MAX_PROCESSES
     max_user_processes: int = DEFAULT_MAX_USER_PROCESSES
     idle_timeout: float = DEFAULT_IDLE_TIMEOUT
-    timeout: float = 60.0
+    timeout: float = DEFAULT_TIMEOUT
     insecure: bool = False
 
 
@@ -10455,7 +10461,6 @@ _RESIDENT_OPTIONS = {
     "--idle-timeout": "idle_timeout",
 }
 _RESERVED_UNSUPPORTED = {"--format"}
-DEFAULT_TIMEOUT = 60.0
 
 
 @dataclass
@@ -10901,7 +10906,7 @@ def run_registry_tool(inv: Invocation, envr: Environment, log: Log) -> int:
         )
     if not inv.registry:
         raise UsageError("--registry needs a SQLite file path")
-    timeout = parse_duration(inv.timeout) if inv.timeout is not None else REGISTRY_TIMEOUT
+    timeout = parse_duration(inv.timeout) if inv.timeout is not None else DEFAULT_TIMEOUT
     path = resolve_user_path(inv.registry, envr.env, envr.cwd, option="--registry")
     if inv.registry_import is not None:
         if not inv.registry_import:

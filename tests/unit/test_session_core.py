@@ -6,17 +6,14 @@ Seed rows: R01 (negotiation table), R02 (classification of answers).
 
 from __future__ import annotations
 
-import ast
 import io
 import json
-import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import bkmcp
-import zipapp_support
 from bkmcp import (
     Answered,
     ClientSession,
@@ -437,76 +434,3 @@ def test_library_errors_are_neutral_and_the_cli_words_them():
     assert hint.startswith("raise --timeout if the server is slow")
     assert hint.endswith("check before calling again")
     assert (noted.message, noted.remedy) == ("no answer from http://h/mcp within 5s", "timeout")  # never changed
-
-
-# -- the section rule ---------------------------------------------------------------------------------------
-
-
-def sections_and_violations(source: str) -> tuple[list[tuple[int, int]], list[tuple[int, str, int, int]]]:
-    """(section starts, references of a section to a name defined in a section below it)."""
-    starts = zipapp_support.section_starts(source)  # what a section is: the build's deferred sections read it too
-
-    def section_of(lineno: int) -> int:
-        return zipapp_support.section_of(starts, lineno)
-
-    tree = ast.parse(source)
-    defined: dict[str, int] = {}
-    for node in tree.body:
-        names: list[str] = []
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names = [node.name]
-        elif isinstance(node, ast.Assign):
-            names = [t.id for t in node.targets if isinstance(t, ast.Name)]
-        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            names = [node.target.id]
-        for name in names:
-            defined.setdefault(name, section_of(node.lineno))
-    violations = []
-    for node in tree.body:
-        own = section_of(node.lineno)
-        if own == 0:
-            continue
-        for sub in ast.walk(node):  # annotations are strings at run time (from __future__ import annotations)
-            if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                sub.returns = None
-                arguments = sub.args
-                for arg in [
-                    *arguments.posonlyargs,
-                    *arguments.args,
-                    *arguments.kwonlyargs,
-                    arguments.vararg,
-                    arguments.kwarg,
-                ]:
-                    if arg is not None:
-                        arg.annotation = None
-            elif isinstance(sub, ast.AnnAssign):
-                sub.annotation = ast.Constant(None)
-        for sub in ast.walk(node):
-            if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load) and defined.get(sub.id, 0) > own:
-                violations.append((own, sub.id, defined[sub.id], sub.lineno))
-    return starts, violations
-
-
-def test_each_section_uses_only_the_sections_above_it():
-    starts, violations = sections_and_violations((ROOT / "bkmcp.py").read_text(encoding="utf-8"))
-    assert [num for _line, num in starts] == list(range(1, 12))
-    assert violations == []
-
-
-def test_the_section_rule_check_catches_an_upward_reference():
-    source = (
-        "# =====\n# 1. A\n# =====\ndef low():\n    return high()\n\n"
-        "# =====\n# 2. B\n# =====\ndef high():\n    return low()\n"
-    )
-    _starts, violations = sections_and_violations(source)
-    assert violations == [(1, "high", 2, 5)]
-
-
-def test_the_module_docstring_lists_the_sections_of_the_file():
-    source = (ROOT / "bkmcp.py").read_text(encoding="utf-8")
-    banners = re.findall(r"^# =+\n# (\d+)\. ([^\n]+)", source, flags=re.M)
-    listed = re.findall(r"^ {3,4}(\d+)\. (\S[^\n]*?)\s{2,}", bkmcp.__doc__ or "", flags=re.M)
-    assert [n for n, _ in banners] == [n for n, _ in listed]
-    for (number, banner), (_n, title) in zip(banners, listed):
-        first = title.split()[0].rstrip(",:&").lower()
-        assert first in banner.lower(), (number, banner, title)

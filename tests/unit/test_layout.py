@@ -1,0 +1,190 @@
+"""The module's layout (issue 18 items 6 and 10): sections in order, each using only those above it, the module
+docstring listing them, and every behaviour of the list below one jump away: the docstring line of the section it
+names mentions it, and the definition that implements it is inside that section (or sub-section)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+import bkmcp
+import zipapp_support
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCE = (ROOT / "bkmcp.py").read_text(encoding="utf-8")
+
+
+def sections_and_violations(source: str) -> tuple[list[tuple[int, int]], list[tuple[int, str, int, int]]]:
+    """(section starts, references of a section to a name defined in a section below it)."""
+    starts = zipapp_support.section_starts(source)  # what a section is: the build's deferred sections read it too
+
+    def section_of(lineno: int) -> int:
+        return zipapp_support.section_of(starts, lineno)
+
+    tree = ast.parse(source)
+    defined: dict[str, int] = {}
+    for node in tree.body:
+        names: list[str] = []
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names = [node.name]
+        elif isinstance(node, ast.Assign):
+            names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names = [node.target.id]
+        for name in names:
+            defined.setdefault(name, section_of(node.lineno))
+    violations = []
+    for node in tree.body:
+        own = section_of(node.lineno)
+        if own == 0:
+            continue
+        for sub in ast.walk(node):  # annotations are strings at run time (from __future__ import annotations)
+            if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                sub.returns = None
+                arguments = sub.args
+                for arg in [
+                    *arguments.posonlyargs,
+                    *arguments.args,
+                    *arguments.kwonlyargs,
+                    arguments.vararg,
+                    arguments.kwarg,
+                ]:
+                    if arg is not None:
+                        arg.annotation = None
+            elif isinstance(sub, ast.AnnAssign):
+                sub.annotation = ast.Constant(None)
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load) and defined.get(sub.id, 0) > own:
+                violations.append((own, sub.id, defined[sub.id], sub.lineno))
+    return starts, violations
+
+
+def test_each_section_uses_only_the_sections_above_it():
+    starts, violations = sections_and_violations((ROOT / "bkmcp.py").read_text(encoding="utf-8"))
+    assert [num for _line, num in starts] == list(range(1, 12))
+    assert violations == []
+
+
+def test_the_section_rule_check_catches_an_upward_reference():
+    source = (
+        "# =====\n# 1. A\n# =====\ndef low():\n    return high()\n\n"
+        "# =====\n# 2. B\n# =====\ndef high():\n    return low()\n"
+    )
+    _starts, violations = sections_and_violations(source)
+    assert violations == [(1, "high", 2, 5)]
+
+
+def test_the_module_docstring_lists_the_sections_of_the_file():
+    source = (ROOT / "bkmcp.py").read_text(encoding="utf-8")
+    banners = re.findall(r"^# =+\n# (\d+)\. ([^\n]+)", source, flags=re.M)
+    listed = re.findall(r"^ {3,4}(\d+)\. (\S[^\n]*?)\s{2,}", bkmcp.__doc__ or "", flags=re.M)
+    assert [n for n, _ in banners] == [n for n, _ in listed]
+    for (number, banner), (_n, title) in zip(banners, listed):
+        first = title.split()[0].rstrip(",:&").lower()
+        assert first in banner.lower(), (number, banner, title)
+
+
+# (behaviour, the section the docstring sends a reader to, a word of that section's docstring line, the definition)
+BEHAVIOURS = [
+    ("stable error codes and exit statuses", "1", "error code", "BkmcpError"),
+    ("JSON numbers kept exact", "2", "JSON", "parse_json"),
+    ("secrets scrubbed from output", "2", "redaction", "Redactor"),
+    ("--timeout 30s / 500ms parsing", "2", "durations", "parse_duration"),
+    ("the 60 s default budget", "2", "default timeout", "DEFAULT_TIMEOUT"),
+    ("the progress line on a terminal", "2", "progress line", "ProgressLine"),
+    ("which mcp.json is read", "3", "file selection", "resolve_config_path"),
+    ("where ~ and relative paths point", "3", "file selection", "expand_user_path"),
+    ("${VAR} in headers and env", "3", "${VAR} expansion", "expand_env"),
+    ("Bearer vs X-Bkapi-Authorization conflicts", "4", "conflicts", "check_auth_conflict"),
+    ("SSE decoding", "5", "SSE decoder", "SseDecoder"),
+    ("which answer belongs to which request", "5", "matching rule", "ClientSession"),
+    ("modern probe, legacy fallback", "5", "negotiation", "Negotiation"),
+    ("HTTP, many POSTs on one pooled client", "6", "HTTP via httpx", "HttpTransport"),
+    ("a stdio child's process group and reaping", "6", "child-process supervision", "ChildProcess"),
+    ("many requests in flight on one session", "7", "McpSession", "McpSession"),
+    ("the per-operation deadline and logger", "7", "OpContext", "OpContext"),
+    ("tools/list pagination", "7", "discover", "discover_tools"),
+    ("calling a tool, never resent", "7", "call", "call_tool"),
+    ("inputSchema to --flags", "8", "typed flags", "build_tool_flags"),
+    ("arguments checked before the call", "8", "validation", "validate_arguments"),
+    ("the ok:false envelope", "9", "envelopes", "build_failure"),
+    ("a tool's --help text", "9", "help text", "render_tool_help"),
+    ("a user's credential row", "10.1", "credentials", "select_credential"),
+    ("the SQLite registry", "10.1", "SQLite", "SqliteRegistry"),
+    ("process limits, eviction, the idle reaper", "10.2", "reaper", "SessionPool"),
+    ("resident events", "10.2", "events", "EventSink"),
+    ("mcp_{server}_{tool} names", "10.3", "injected", "build_injected_names"),
+    ("the bounded worker pool", "10.4", "worker pool", "WorkerPool"),
+    ("the resident's line reader", "10.4", "reader", "read_lines"),
+    ("argv routing", "11", "argument routing", "parse_argv"),
+    ("exception to exit status", "11", "exit ladder", "main"),
+]
+
+
+def _docstring_lines() -> dict[str, str]:
+    """Section number ("2", "10.3") -> its docstring line, continuation lines joined."""
+    listing = (bkmcp.__doc__ or "").split("uses only the sections above it:", 1)[1].split("Exception tree", 1)[0]
+    lines: dict[str, str] = {}
+    current = None
+    for raw in listing.splitlines():
+        found = re.match(r"^ {3,7}(\d+\.\d+|\d+\.) (.*)$", raw)
+        if found:
+            current = found.group(1).rstrip(".")
+            lines[current] = found.group(2)
+        elif current and raw.strip():
+            lines[current] += " " + raw.strip()
+    return lines
+
+
+def _extents() -> dict[str, tuple[int, int]]:
+    """Section number -> (first line, last line) of its code, sub-sections from their ``# -- 10.N`` banners."""
+    lines = SOURCE.splitlines()
+    marks = [(line, str(number)) for line, number in zipapp_support.section_starts(SOURCE)]
+    marks += [
+        (index + 1, found.group(1))
+        for index, text in enumerate(lines)
+        if (found := re.match(r"^# -- (\d+\.\d+) ", text))
+    ]
+    marks.sort()
+    extents: dict[str, tuple[int, int]] = {}
+    for (start, number), (after, _next) in zip(marks, [*marks[1:], (len(lines) + 1, "")]):
+        extents[number] = (start, after - 1)
+        main = number.split(".")[0]
+        if "." in number:  # a sub-section lies inside its section
+            extents[main] = (min(extents[main][0], start), max(extents[main][1], after - 1))
+    return extents
+
+
+def _definitions() -> dict[str, int]:
+    found: dict[str, int] = {}
+    for node in ast.parse(SOURCE).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            found.setdefault(node.name, node.lineno)
+        elif isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    found.setdefault(target.id, node.lineno)
+    return found
+
+
+@pytest.mark.parametrize(("behaviour", "section", "word", "name"), BEHAVIOURS, ids=[b[0] for b in BEHAVIOURS])
+def test_every_behaviour_is_one_jump_from_the_module_docstring(behaviour, section, word, name):
+    line = _docstring_lines()[section]
+    assert word.lower() in line.lower(), f"{behaviour}: section {section}'s docstring line does not say {word!r}"
+    start, end = _extents()[section]
+    defined = _definitions()[name]
+    assert start <= defined <= end, f"{behaviour}: {name} is at line {defined}, not in section {section}"
+
+
+def test_the_behaviour_list_is_long_enough_to_mean_something():
+    assert len(BEHAVIOURS) >= 20
+    assert {section.split(".")[0] for _b, section, _w, _n in BEHAVIOURS} == {str(n) for n in range(1, 12)}
+    assert {"10.1", "10.2", "10.3", "10.4"} <= {section for _b, section, _w, _n in BEHAVIOURS}
+
+
+def test_every_sub_section_of_the_docstring_has_its_banner():
+    listed = {number for number in _docstring_lines() if "." in number}
+    assert listed == {number for number in _extents() if "." in number}
