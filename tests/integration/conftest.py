@@ -17,9 +17,8 @@ for entry in (str(ROOT), str(ROOT / "tests" / "integration")):
     if entry not in sys.path:
         sys.path.insert(0, entry)
 
-from bkmcp_test_helpers import LEGACY, VERSIONS, Result, run_bkmcp  # noqa: E402,F401  (see tests/conftest.py)
-
 from mock_server.mcp_mock import MockServer  # noqa: E402
+from tests.helpers import Result, run_bkmcp  # noqa: E402
 
 
 @dataclass

@@ -118,7 +118,7 @@ class Resident:
         argv = [python or sys.executable, str(pyz if pyz is not None else ROOT / "bkmcp.py")]
         argv += ["--resident", "--registry", str(registry), "--events", str(self.events_path), *options]
         base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp")}
-        from bkmcp_test_helpers import sigint_as_in_a_terminal
+        from tests.helpers import sigint_as_in_a_terminal
 
         self.proc = subprocess.Popen(
             argv,

@@ -391,7 +391,7 @@ def sdk(sdk_server_stateless, tmp_path):
     config.chmod(0o600)
 
     def run(*args: str, stdin: bytes = b"") -> Any:
-        from bkmcp_test_helpers import run_bkmcp
+        from tests.helpers import run_bkmcp
 
         return run_bkmcp("--config", str(config), "sdk", *args, stdin=stdin)
 
@@ -496,7 +496,7 @@ def stdio_target(tmp_path):
         config.chmod(0o600)
 
         def run(*args: str) -> Any:
-            from bkmcp_test_helpers import run_bkmcp
+            from tests.helpers import run_bkmcp
 
             return run_bkmcp("--config", str(config), "--timeout", "20s", "s", *args)
 

@@ -18,10 +18,10 @@ import threading
 from pathlib import Path
 
 import pytest
-from bkmcp_test_helpers import ROOT, run_bkmcp
 
 import bkmcp
 from mock_server.mcp_mock import MockServer, mock_tool
+from tests.helpers import ROOT, run_bkmcp
 
 pytestmark = [pytest.mark.integration]
 

@@ -11,7 +11,8 @@ import base64
 import json
 
 import pytest
-from bkmcp_test_helpers import run_bkmcp
+
+from tests.helpers import run_bkmcp
 
 pytestmark = [pytest.mark.integration, pytest.mark.interop]
 

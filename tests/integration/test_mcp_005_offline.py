@@ -12,7 +12,8 @@ import json
 import socket
 
 import pytest
-from bkmcp_test_helpers import run_bkmcp
+
+from tests.helpers import run_bkmcp
 
 pytestmark = [pytest.mark.integration, pytest.mark.scenario]
 

@@ -9,11 +9,11 @@ import sys
 import time
 
 import pytest
-from bkmcp_test_helpers import run_bkmcp
 from resident_harness import group_alive, http_row, mock_stdio, stdio_row, write_registry
 
 import bkmcp
 from mock_server.mcp_mock import DEFAULT_TOOLS, MockServer, mock_tool
+from tests.helpers import run_bkmcp
 
 
 @pytest.fixture

@@ -9,9 +9,8 @@ import json
 import sys
 from pathlib import Path
 
-from bkmcp_test_helpers import run_bkmcp
-
 from mock_server.mcp_mock import MockServer
+from tests.helpers import run_bkmcp
 
 ROOT = Path(__file__).resolve().parents[2]
 MOCK = str(ROOT / "mock_server" / "mcp_mock.py")

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bkmcp_test_helpers import run_bkmcp
+
+from tests.helpers import run_bkmcp
 
 pytestmark = [pytest.mark.integration, pytest.mark.interop]
 

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bkmcp_test_helpers import LEGACY, VERSIONS, run_bkmcp
 
 from mock_server.mcp_mock import mock_tool
+from tests.helpers import LEGACY, VERSIONS, run_bkmcp
 
 pytestmark = [pytest.mark.integration]
 
@@ -558,7 +558,7 @@ def test_stdio_ctrl_c_sends_cancelled_then_shuts_down(stdio_mock, version):
     wrapper = STDIN_TEE + "open(PIDS, 'w').write(str(os.getpid()))"
     target = stdio_mock({"tools": [mock_tool("sleepy", "slow", ms=60000)]}, wrapper=wrapper, protocol_version=version)
     env = {"HOME": os.environ.get("HOME", "/nonexistent"), "PATH": os.environ.get("PATH", "")}
-    from bkmcp_test_helpers import sigint_as_in_a_terminal
+    from tests.helpers import sigint_as_in_a_terminal
 
     proc = subprocess.Popen(
         [sys.executable, str(ROOT / "bkmcp.py"), "--config", str(target.config), target.name, "sleepy", "--body", "{}"],

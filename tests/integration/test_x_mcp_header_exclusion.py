@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from bkmcp_test_helpers import run_bkmcp
 
 from mock_server.mcp_mock import mock_tool
+from tests.helpers import run_bkmcp
 
 pytestmark = pytest.mark.integration
 

@@ -7,9 +7,9 @@ import json
 import os
 
 import pytest
-from bkmcp_test_helpers import Result, run_bkmcp
 
 import bkmcp
+from tests.helpers import Result, run_bkmcp
 
 URL = "https://mcp.example.com/report/mcp/?stage=prod"
 

@@ -7,10 +7,10 @@ import json
 import os
 
 import pytest
-from bkmcp_test_helpers import run_bkmcp
 
 import bkmcp
 from bkmcp import InvalidConfigError, parse_config
+from tests.helpers import run_bkmcp
 
 URL = "https://mcp.example.com/report/mcp/"
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from bkmcp_test_helpers import FUZZ_EXAMPLES, fake_engine
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
@@ -29,6 +28,7 @@ from bkmcp import (
     render_tool_help,
     validate_arguments,
 )
+from tests.helpers import FUZZ_EXAMPLES, fake_engine
 
 FUZZ = settings(
     max_examples=FUZZ_EXAMPLES,

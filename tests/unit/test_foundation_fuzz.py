@@ -9,11 +9,11 @@ import contextlib
 import json
 import socket
 
-from bkmcp_test_helpers import FUZZ_EXAMPLES, run_bkmcp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import bkmcp
+from tests.helpers import FUZZ_EXAMPLES, run_bkmcp
 
 FUZZ = settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 

@@ -14,10 +14,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 
 import pytest
-from bkmcp_test_helpers import FUZZ_EXAMPLES
 
 import bkmcp
 from bkmcp import ClientSession, Deadline, HttpTransport, Log, McpSession, OpContext, ResolvedServer, era_rules
+from tests.helpers import FUZZ_EXAMPLES
 
 Reply = tuple  # (status, headers dict, body bytes | str)
 
@@ -579,7 +579,7 @@ def test_fuzz_any_server_answer_gives_exit_0_1_or_2_R02(tmp_path, answers, versi
         config = tmp_path / "mcp.json"
         config.write_text(json.dumps({"mcpServers": {"s": entry}}), encoding="utf-8")
         args = ["t", "--body", "{}"] if mode == "call" else [mode]
-        from bkmcp_test_helpers import run_bkmcp  # tests/conftest.py (in-process main)
+        from tests.helpers import run_bkmcp  # tests/conftest.py (in-process main)
 
         result = run_bkmcp("--timeout", "5s", "--config", str(config), "s", *args)
         assert result.exit_status in (0, 1, 2), result.stdout + result.stderr

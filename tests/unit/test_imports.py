@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from bkmcp_test_helpers import run_bkmcp_modules
+
+from tests.helpers import run_bkmcp_modules
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("httpx", "httpcore", "jsonschema", "jq", "asyncio", "anyio")

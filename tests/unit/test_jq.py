@@ -7,9 +7,9 @@ import os
 import shutil
 
 import pytest
-from bkmcp_test_helpers import run_bkmcp
 
 import bkmcp
+from tests.helpers import run_bkmcp
 
 NUMBERS = ["123456789012345678901234567890", "1e400", "0.1", "12345678901234567890.5", "-0.0", "1E+2", "1.50", "-7"]
 BODY = '{"n": [' + ", ".join(NUMBERS) + '], "s": "中文 \\"q\\" \\\\ $(rm -rf /) `id`\\n"}'

@@ -8,9 +8,9 @@ import json
 import os
 
 import pytest
-from bkmcp_test_helpers import run_bkmcp
 
 import bkmcp
+from tests.helpers import run_bkmcp
 
 
 @pytest.fixture
