@@ -4,7 +4,6 @@ interop servers of ``conftest_interop.py`` (official Python SDK server, server-e
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +17,7 @@ for entry in (str(ROOT), str(ROOT / "tests" / "integration")):
         sys.path.insert(0, entry)
 
 from mock_server.mcp_mock import MockServer  # noqa: E402
-from tests.helpers import Result, run_bkmcp  # noqa: E402
+from tests.helpers import Result, run_bkmcp, write_mcp_json  # noqa: E402
 
 
 @dataclass
@@ -61,9 +60,7 @@ def mock(tmp_path: Path):
             entry["headers"] = headers
         if protocol_version is not None:
             entry["protocolVersion"] = protocol_version
-        config = tmp_path / f"mcp-{len(started)}.json"
-        config.write_text(json.dumps({"mcpServers": {name: entry}}), encoding="utf-8")
-        config.chmod(0o600)
+        config = write_mcp_json(tmp_path / f"mcp-{len(started)}.json", {name: entry})
         return MockTarget(srv, config, name)
 
     yield make

@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from tests.helpers import run_bkmcp
+from tests.helpers import run_bkmcp, write_mcp_json
 
 pytestmark = [pytest.mark.integration, pytest.mark.interop]
 
@@ -54,8 +54,7 @@ def sdk(request, tmp_path):
         entry = {"type": "http", "url": server.url}
         if version:
             entry["protocolVersion"] = version
-        config = tmp_path / "mcp.json"
-        config.write_text(json.dumps({"mcpServers": {"sdk": entry}}), encoding="utf-8")
+        config = write_mcp_json(tmp_path, {"sdk": entry})
 
         def run(*args: str):
             return run_bkmcp("--config", str(config), *args)

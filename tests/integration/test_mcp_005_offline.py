@@ -8,12 +8,11 @@ Seed rows: A04 (TLS failure), R03 (connection released, nothing resent), I01 (co
 
 from __future__ import annotations
 
-import json
 import socket
 
 import pytest
 
-from tests.helpers import run_bkmcp
+from tests.helpers import run_bkmcp, write_mcp_json
 
 pytestmark = [pytest.mark.integration, pytest.mark.scenario]
 
@@ -25,9 +24,7 @@ def free_port() -> int:
 
 
 def config_for(tmp_path, entry) -> str:
-    path = tmp_path / "mcp.json"
-    path.write_text(json.dumps({"mcpServers": {"off": entry}}), encoding="utf-8")
-    return str(path)
+    return str(write_mcp_json(tmp_path, {"off": entry}))
 
 
 @pytest.mark.parametrize("mode", ["--check", "--tools", "call"])

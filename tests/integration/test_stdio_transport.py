@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from mock_server.mcp_mock import mock_tool
-from tests.helpers import LEGACY, VERSIONS, run_bkmcp
+from tests.helpers import LEGACY, VERSIONS, run_bkmcp, write_mcp_json
 
 pytestmark = [pytest.mark.integration]
 
@@ -83,9 +83,7 @@ class StdioTarget:
             entry["cwd"] = cwd
         if protocol_version is not None:
             entry["protocolVersion"] = protocol_version
-        self.config = tmp_path / "mcp.json"
-        self.config.write_text(json.dumps({"mcpServers": {name: entry}}), encoding="utf-8")
-        self.config.chmod(0o600)
+        self.config = write_mcp_json(tmp_path, {name: entry})
 
     def run(self, *args: str, env: dict[str, str] | None = None):
         """bkmcp in-process; every run is bounded (--timeout 20s unless the test sets one)."""

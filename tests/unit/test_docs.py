@@ -25,6 +25,7 @@ import pytest
 
 import bkmcp
 from mock_server.mcp_mock import DEFAULT_TOOLS, MockServer, mock_tool
+from tests.helpers import write_mcp_json
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -215,8 +216,7 @@ def mock_env(tmp_path_factory: pytest.TempPathFactory):
             "headers": {"Authorization": "Bearer x", "X-Bkapi-Authorization": '{"access_token": "y"}'},
         },
     }
-    (tmp / "mcp.json").write_text(json.dumps({"mcpServers": servers}, indent=2), encoding="utf-8")
-    (tmp / "mcp.json").chmod(0o600)
+    write_mcp_json(tmp, json.dumps({"mcpServers": servers}, indent=2))
     (tmp / "broken.json").write_text(
         '{"mcpServers": {"a": {"type": "http", "url": "https://x/mcp",}}}\n', encoding="utf-8"
     )
