@@ -137,3 +137,78 @@ def sigint_as_in_a_terminal() -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def http_server(
+    url: str,
+    *,
+    name: str = "s",
+    headers: dict[str, str] | None = None,
+    protocol_version: str | None = None,
+    config_file: str = "/c",
+) -> bkmcp.ResolvedServer:
+    """A resolved ``type: http`` server entry, as section 3 hands it to the session engine."""
+    return bkmcp.ResolvedServer(
+        name=name,
+        type="http",
+        config_file=config_file,
+        url=url,
+        headers=dict(headers or {}),
+        command=None,
+        args=[],
+        env={},
+        cwd=None,
+        protocol_version=protocol_version,
+        auth_source="none",
+    )
+
+
+class FlowClient:
+    """One operation on the section-7 seam: a session, one ``OpContext``, and the flows (negotiate, discover,
+    call), the way the CLI strings them together. ``options`` go to the transport (e.g. ``client=`` an injected
+    ``httpx.Client``)."""
+
+    def __init__(self, server: bkmcp.ResolvedServer, *, timeout: float, log: bkmcp.Log, **options: Any) -> None:
+        self.log = log
+        self.ctx = bkmcp.OpContext(bkmcp.Deadline(timeout), log)
+        self.session = bkmcp.McpSession(server, insecure=False, log=log, **options)
+        self.tools: list[dict] = []
+
+    def __enter__(self) -> FlowClient:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.session.close(self.ctx.deadline)
+
+    @property
+    def era(self) -> str | None:
+        return self.session.era
+
+    @property
+    def protocol_version(self) -> str | None:
+        return self.session.protocol_version
+
+    def connect(self, server_info: bool = False) -> None:
+        bkmcp.negotiate(self.session, self.ctx, server_info=server_info)
+
+    def list_tools(self) -> list[dict]:
+        self.tools, _pages = bkmcp.discover_tools(self.session, self.ctx)
+        return self.tools
+
+    def call_tool(self, name: str, arguments: dict) -> dict:
+        tool = next((t for t in self.tools if t.get("name") == name), None)
+        return bkmcp.call_tool(self.session, self.ctx, name, arguments, tool)
+
+
+def attached(transport: Any) -> tuple[bkmcp.ClientSession, list]:
+    """The transport attached to a bare session core; returns (core, delivered messages). A message answers its
+    stream's request when it is a response with that id."""
+    core = bkmcp.ClientSession()
+    seen: list = []
+
+    def deliver(message: Any, related: Any) -> bool:
+        seen.append(message)
+        return message.kind in ("result", "error") and message.id == related
+
+    transport.attach(deliver, lambda: None, core.session_issued)
+    return core, seen
