@@ -242,7 +242,17 @@ def test_jq_halt_and_halt_error_behave_as_in_jq_1_7(expression, stdout, stderr, 
         assert bkmcp.parse_json(res.stderr) == bkmcp.parse_json(dry(config).stdout)
 
 
-def test_jq_halt_error_never_hides_a_failure(write_config, jq_mode):
+def test_jq_halt_error_never_hides_a_failure(write_config, jq_mode, monkeypatch, no_network):
+    """A refused connection (an ``httpx.MockTransport`` that raises what a closed port raises: no socket)."""
+    httpx = bkmcp._import_httpx()
+
+    def refuse(request):
+        raise httpx.ConnectError("[Errno 111] Connection refused", request=request)
+
+    def refusing_client(url, *, insecure):
+        return httpx.Client(transport=httpx.MockTransport(refuse), cookies=bkmcp._no_cookies())
+
+    monkeypatch.setattr(bkmcp, "new_http_client", refusing_client)
     config = write_config({"mcpServers": {"a": {"type": "http", "url": "http://127.0.0.1:9/mcp"}}})
     res = run_bkmcp("--config", str(config), "a", "--tools", "--jq", ".error.code | halt_error(0)")
     assert (res.exit_status, res.stdout, res.stderr) == (2, "", "mcp_connection_error")
