@@ -95,6 +95,17 @@ def run_bkmcp(
     return Result(status, out.getvalue(), err.getvalue())
 
 
+def until(predicate: Any, what: str, timeout: float = 60.0, interval: float = 0.02) -> None:
+    """Poll ``predicate`` until it holds (bounded: a safety net, never a performance threshold)."""
+    import time
+
+    end = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > end:
+            raise AssertionError(f"never happened: {what}")
+        time.sleep(interval)
+
+
 def write_mcp_json(
     where: Path | str, servers: Mapping[str, Any] | str, *, name: str = "mcp.json", mode: int | None = 0o600
 ) -> Path:

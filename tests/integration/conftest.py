@@ -68,6 +68,41 @@ def mock(tmp_path: Path):
         srv.stop()
 
 
+@pytest.fixture
+def resident():
+    """``resident(registry, *options, **kwargs)`` -> a running ``bkmcp --resident`` (resident_harness.Resident);
+    closed at teardown, which fails the test if a child is left running."""
+    from resident_harness import Resident
+
+    started: list[Resident] = []
+
+    def start(registry: Path, *options: str, **kwargs: Any) -> Resident:
+        proc = Resident(registry, *options, **kwargs)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        left = proc.close()
+        assert left == [], f"children left running: {left}"
+
+
+@pytest.fixture
+def http_mock():
+    """``http_mock(scenario=None)`` -> a started in-process MockServer; stopped at teardown."""
+    servers: list[MockServer] = []
+
+    def start(scenario: dict | None = None) -> MockServer:
+        srv = MockServer(scenario)
+        srv.start()
+        servers.append(srv)
+        return srv
+
+    yield start
+    for srv in servers:
+        srv.stop()
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """``make scenario S=MCP-001`` runs ``pytest -m scenario -k MCP-001``: give each scenario module's tests the
     keyword ``MCP-00N`` (test names can only spell it ``MCP_00N``)."""

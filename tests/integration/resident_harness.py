@@ -61,6 +61,16 @@ def write_registry(
         db.close()
 
 
+def edit_registry(path: Path | str, sql: str, *args: Any) -> None:
+    """Run one statement on a registry file and commit (an administrator editing it while bkmcp runs)."""
+    db = sqlite3.connect(str(path))
+    try:
+        db.execute(sql, args)
+        db.commit()
+    finally:
+        db.close()
+
+
 WAIT = 60.0  # a hard safety net, never a performance threshold
 
 

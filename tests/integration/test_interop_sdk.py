@@ -13,6 +13,7 @@ import json
 import pytest
 
 from tests.helpers import run_bkmcp, write_mcp_json
+from tests.integration.conftest_interop import SDK_TOOLS
 
 pytestmark = [pytest.mark.integration, pytest.mark.interop]
 
@@ -30,21 +31,6 @@ CASES = [
     ("legacy", None, "2025-11-25"),
     ("legacy", "2025-06-18", "2025-06-18"),
 ]
-SDK_TOOLS = {
-    "add",
-    "echo",
-    "greet",
-    "choose",
-    "summarize",
-    "echo_float",
-    "echo_json",
-    "fail",
-    "fail_tool_error",
-    "weather",
-    "no_args",
-    "ns.tool-name_v2",
-    "slow",
-}
 
 
 @pytest.fixture

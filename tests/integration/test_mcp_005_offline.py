@@ -13,14 +13,9 @@ import socket
 import pytest
 
 from tests.helpers import run_bkmcp, write_mcp_json
+from tests.integration.conftest_interop import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.scenario]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def config_for(tmp_path, entry) -> str:
