@@ -42,7 +42,7 @@ demo-resident: build
 lint: venv
 	$(BIN)/ruff check bkmcp.py build_zipapp.py zipapp_support.py mock_server tests bench
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy bkmcp.py build_zipapp.py
+	$(BIN)/mypy bkmcp.py build_zipapp.py zipapp_support.py
 
 test: venv interop lint build
 	BKMCP_INTEROP_REQUIRED=1 $(BIN)/python -m pytest -q -p no:cacheprovider --cov=bkmcp --cov-branch \
@@ -73,6 +73,7 @@ bench: venv build
 	$(BIN)/python bench/latency.py
 	$(BIN)/python bench/flags.py
 	$(BIN)/python bench/peers.py
+	$(BIN)/python bench/call_cost.py
 	$(BIN)/python bench/resident.py
 	$(BIN)/python bench/scale.py
 

@@ -795,21 +795,54 @@ def redact_headers(headers: Mapping[str, str] | Iterable[tuple[str, str]]) -> di
 
 
 class Redactor:
-    """Scrubs every known secret value from diagnostic text: the one redaction used at output boundaries."""
+    """Scrubs every known secret value from diagnostic text: the one redaction used at output boundaries.
+
+    ``limit`` bounds how many secrets it keeps (the least recently added go first: the resident mode's
+    process-wide redactor, whose secrets are system credentials that rotate); ``base`` adds another redactor's
+    secrets to this one's (a resident session's log: its own secrets plus the system ones), longest first
+    across both. Safe to use from many threads.
+    """
 
     MIN_FRAGMENT = 4  # fragments shorter than this (e.g. a 1-char token part) would mangle unrelated text
 
-    def __init__(self) -> None:
-        self._secrets: list[str] = []
+    def __init__(self, *, limit: int | None = None, base: Redactor | None = None) -> None:
+        self._secrets: list[str] = []  # longest first
+        self._known: dict[str, None] = {}  # the same secrets, oldest first
+        self._limit = limit
+        self._base = base
+        self._version = 0
+        self._merged: tuple[tuple[int, int], list[str]] | None = None
+        self._lock = _thread.allocate_lock()
 
     def add(self, value: str, *, whole: bool = True) -> None:
         """Register a secret. ``whole`` values are always scrubbed; fragments only when long enough."""
-        if value and (whole or len(value) >= self.MIN_FRAGMENT) and value not in self._secrets:
-            self._secrets.append(value)
-            self._secrets.sort(key=len, reverse=True)
+        if not value or not (whole or len(value) >= self.MIN_FRAGMENT):
+            return
+        with self._lock:
+            if value in self._known:
+                if self._limit is not None:  # recently used again: the last to go
+                    del self._known[value]
+                    self._known[value] = None
+                return
+            self._known[value] = None
+            if self._limit is not None and len(self._known) > self._limit:
+                del self._known[next(iter(self._known))]
+            self._secrets = sorted(self._known, key=len, reverse=True)
+            self._version += 1
+
+    def secrets(self) -> list[str]:
+        """Every secret scrubbed (``base``'s included), longest first."""
+        base = self._base
+        if base is None:
+            return self._secrets
+        key = (self._version, base._version)
+        merged = self._merged
+        if merged is None or merged[0] != key:
+            merged = self._merged = (key, sorted({*self._secrets, *base.secrets()}, key=len, reverse=True))
+        return merged[1]
 
     def scrub(self, text: str) -> str:
-        for secret in self._secrets:
+        for secret in self.secrets():
             if secret in text:
                 text = text.replace(secret, REDACTED)
         return text
@@ -932,6 +965,13 @@ class Log:
         self.redactor = redactor or Redactor()
         self._warned: set[str] = set()
         self._line_open = False  # a terminal progress line is on screen without its newline yet
+
+    def scoped(self, redactor: Redactor) -> Log:
+        """The same stream, verbosity and once-only warnings, scrubbed by ``redactor`` (the resident mode gives
+        each session a log that knows that session's secrets)."""
+        log = Log(self.stream, verbose=self.verbose, redactor=redactor)
+        log._warned = self._warned
+        return log
 
     @property
     def is_tty(self) -> bool:
@@ -1531,6 +1571,9 @@ class ResolvedServer:
     auth_source: str  # "server_headers" (http) | "server_env" (stdio: credentials in its env) | "none"
     redactor: Redactor = field(default_factory=Redactor)
     inherited_env: dict[str, str] = field(default_factory=dict)  # stdio: the minimal set from bkmcp's environment
+    # stdio: a failure quotes the child's output (its last stderr lines, a stray stdout line); False for a child
+    # shared by several users (the resident mode's public servers), whose output may hold any user's arguments
+    child_output_in_errors: bool = True
 
 
 def _stdio_path(path: str, env: Mapping[str, str], cwd: str, where: str) -> str:
@@ -1690,7 +1733,7 @@ def resolve_server(
 
 
 # ======================================================================================================
-# 5. Protocol core (sans-IO)
+# 5. Protocol core (sans-IO) — deferred in the pyz
 # ======================================================================================================
 # Everything here is pure: it turns bytes into events and dicts into wire messages and back, and decides
 # what an answer means. It imports neither httpx nor sockets nor subprocess (design.md, Code style: the h11 model); the
@@ -2723,7 +2766,7 @@ def reject_excluded_tool(excluded: Sequence[Mapping[str, Any]], name: str, serve
 
 
 # ======================================================================================================
-# 6. Transports
+# 6. Transports — deferred in the pyz
 # ======================================================================================================
 # A transport moves section-5 messages and decides nothing about eras or matching. The seam (``Transport``):
 #   ``attach(deliver, lost, answer_headers)``  ``deliver(message, related) -> bool`` takes every incoming message
@@ -3878,12 +3921,15 @@ class StdioTransport:
                 except ProtocolError as exc:
                     text = line.decode("utf-8", "replace").strip()
                     sample = _clip(self.log.redactor.scrub(text), 200)
+                    quoted = f": {sample!r}" if self.child.server.child_output_in_errors else ""
+                    if not quoted:
+                        self.log.debug(f"[server stdout] {sample}")
                     self._end(
                         proc,
                         self._with_stderr(
                             ProtocolError(
                                 "the stdio server wrote a line to stdout that is not a JSON-RPC message "
-                                f"({exc.message}): {sample!r}",
+                                f"({exc.message}){quoted}",
                                 hint="a stdio server must write only JSON-RPC messages to stdout "
                                 "(logs belong on stderr)",
                             )
@@ -3921,8 +3967,9 @@ class StdioTransport:
         self._lost()
 
     def _with_stderr(self, error: BkmcpError, **changes: Any) -> BkmcpError:
-        """A copy of ``error`` with the child's recent stderr in its details (and ``changes``)."""
-        tail = self.stderr_tail()
+        """A copy of ``error`` with the child's recent stderr in its details (and ``changes``); never the stderr of
+        a child shared by several users (``child_output_in_errors``)."""
+        tail = self.stderr_tail() if self.child.server.child_output_in_errors else None
         if tail and "server_stderr" not in error.details:
             changes["details"] = {**error.details, "server_stderr": tail}
         return error.copy(**changes)
@@ -3937,7 +3984,7 @@ class StdioTransport:
         exited = ConnectionFailedError(
             f"the stdio server {self.child.describe_exit(status)}{answer}",
             hint=f'check "command", "args" and "env" of {self.child.where()}',
-            details={"exit_status": status},
+            details={"exit_status": status} if status is not None else {},  # None: it still ran
             remedy="stdio_exit",
         )
         return self._with_stderr(exited, request_sent=sent)
@@ -4039,7 +4086,7 @@ TRANSPORTS: dict[str, Callable[..., Any]] = {"http": HttpTransport, "stdio": Std
 
 
 # ======================================================================================================
-# 7. Client flows
+# 7. Client flows — deferred in the pyz
 # ======================================================================================================
 # ``McpSession`` drives the section-5 core over a section-6 transport: open once, then any number of requests,
 # many in flight at once (from as many threads), each with its own deadline. The flows below —
@@ -4782,7 +4829,7 @@ def build_dry_run(server: ResolvedServer, tool: str, arguments: dict[str, Any]) 
 
 
 # ======================================================================================================
-# 8. Schema flags
+# 8. Schema flags — deferred in the pyz
 # ======================================================================================================
 
 RESERVED_OPTION_NAMES = frozenset(
@@ -5538,6 +5585,227 @@ def _keep_resolver(state: Any, schema: dict[str, Any], cls: Any, resolver_class:
     kept[id(schema)] = (schema, resolver_class, cls.ID_OF(schema), resolver)
 
 
+# Most inputSchemas are a handful of typed properties, and most calls pass them: loading jsonschema (its
+# validators module builds every draft's meta-schema, its format module probes optional packages) costs a
+# one-shot call about as much as all the rest of it (issue 17). So before jsonschema is imported, a schema made
+# only of the keywords below, with well-formed values, is checked here. This path only ever answers "valid, with
+# nothing skipped", which it gives exactly when jsonschema would find no error and raise nothing; anything else —
+# a problem to report, a keyword it does not know, a value jsonschema could choke on — goes to jsonschema as
+# before, so every outcome (problems, messages, scope, notes) is the one jsonschema gives
+# (tests/unit/test_validation_differential.py compares the two over the fuzz corpus).
+_QUICK_DIALECTS = {  # $schema -> its dialect in jsonschema 4.17.3 (no $schema: the latest, draft 2020-12)
+    "https://json-schema.org/draft/2020-12/schema": "draft2020-12",
+    "https://json-schema.org/draft/2020-12/schema#": "draft2020-12",
+    "https://json-schema.org/draft/2019-09/schema": "draft2019-09",
+    "https://json-schema.org/draft/2019-09/schema#": "draft2019-09",
+    "http://json-schema.org/draft-07/schema": "draft7",
+    "http://json-schema.org/draft-07/schema#": "draft7",
+    "http://json-schema.org/draft-06/schema": "draft6",
+    "http://json-schema.org/draft-06/schema#": "draft6",
+}
+_QUICK_COMMON = (
+    "$ref additionalItems additionalProperties allOf anyOf const contains enum exclusiveMaximum exclusiveMinimum "
+    "format items maxItems maxLength maxProperties maximum minItems minLength minProperties minimum multipleOf not "
+    "oneOf pattern patternProperties properties propertyNames required type uniqueItems"
+).split()
+_DIALECT_KEYWORDS = {  # a keyword outside its dialect's set is ignored by jsonschema, so it is here too
+    "draft6": frozenset([*_QUICK_COMMON, "dependencies"]),
+    "draft7": frozenset([*_QUICK_COMMON, "dependencies", "if"]),
+    "draft2019-09": frozenset(
+        [*_QUICK_COMMON, "$recursiveRef", "dependentRequired", "dependentSchemas", "if"]
+        + ["unevaluatedItems", "unevaluatedProperties"]
+    ),
+    "draft2020-12": frozenset(
+        [*_QUICK_COMMON, "$dynamicRef", "dependentRequired", "dependentSchemas", "if", "prefixItems"]
+        + ["unevaluatedItems", "unevaluatedProperties"]
+    ),
+}
+_QUICK_KEYWORDS = frozenset(  # what this path decides; the same code in every dialect above (jsonschema 4.17.3)
+    "additionalProperties allOf anyOf const enum exclusiveMaximum exclusiveMinimum format items maxItems maxLength "
+    "maxProperties maximum minItems minLength minProperties minimum not oneOf properties required type".split()
+)
+_QUICK_DEPTH = 32  # deeper schemas go to jsonschema, whose recursion limit then decides as before
+_QUICK_TYPES = frozenset(("string", "integer", "number", "boolean", "array", "object", "null"))
+_QUICK_SIZES = ("maxItems", "maxLength", "maxProperties", "minItems", "minLength", "minProperties")
+_QUICK_BOUNDS = ("exclusiveMaximum", "exclusiveMinimum", "maximum", "minimum")
+
+
+def _quick_schema(schema: Any, keywords: frozenset[str], depth: int) -> bool:
+    """``schema`` (a subschema) uses only keywords this path decides, each with a value jsonschema takes without
+    raising, and no ``$schema`` or ``$id`` (which would change the validator class or the resolution scope)."""
+    if schema is True or schema is False:
+        return True
+    if not isinstance(schema, dict) or depth > _QUICK_DEPTH:
+        return False
+    if (depth and "$schema" in schema) or "$id" in schema:
+        return False
+    for key, value in schema.items():
+        if key not in keywords:
+            continue  # not a keyword of the dialect: jsonschema ignores it
+        if key not in _QUICK_KEYWORDS:
+            return False
+        if key == "type":
+            types = [value] if isinstance(value, str) else value
+            if not isinstance(types, list) or not all(isinstance(t, str) and t in _QUICK_TYPES for t in types):
+                return False
+        elif key == "properties":
+            if not isinstance(value, dict) or not all(_quick_schema(s, keywords, depth + 1) for s in value.values()):
+                return False
+        elif key in ("additionalProperties", "items", "not"):
+            if not _quick_schema(value, keywords, depth + 1):
+                return False
+        elif key in ("allOf", "anyOf", "oneOf"):
+            if not isinstance(value, list) or not value:
+                return False
+            if not all(_quick_schema(s, keywords, depth + 1) for s in value):
+                return False
+        elif key == "required":
+            if not isinstance(value, list) or not all(isinstance(r, str) for r in value):
+                return False
+        elif key == "enum":
+            if not isinstance(value, list):
+                return False
+        elif key in _QUICK_SIZES:
+            if type(value) is not int or value < 0:
+                return False
+        elif key in _QUICK_BOUNDS:
+            if not _is_json_number(value):
+                return False
+        # const and format: any value (format asserts nothing: bkmcp's validators have no format checker)
+    return True
+
+
+_QUICK_TRUE, _QUICK_FALSE = object(), object()
+
+
+def _quick_unbool(value: Any) -> Any:
+    """jsonschema's ``_utils.unbool``: True and False stop comparing equal to 1 and 0."""
+    if value is True:
+        return _QUICK_TRUE
+    if value is False:
+        return _QUICK_FALSE
+    return value
+
+
+def _quick_equal(one: Any, two: Any) -> bool:
+    """jsonschema's ``_utils.equal`` (``const``), line for line."""
+    if isinstance(one, str) or isinstance(two, str):
+        return bool(one == two)
+    if isinstance(one, Sequence) and isinstance(two, Sequence):
+        return len(one) == len(two) and all(_quick_equal(i, j) for i, j in zip(one, two))
+    if isinstance(one, Mapping) and isinstance(two, Mapping):
+        return len(one) == len(two) and all(key in two and _quick_equal(value, two[key]) for key, value in one.items())
+    return bool(_quick_unbool(one) == _quick_unbool(two))
+
+
+def _quick_valid(schema: Any, instance: Any, deadline: Deadline | None) -> bool:
+    """Whether ``instance`` passes ``schema`` (checked by ``_quick_schema``), keyword by keyword as jsonschema
+    4.17.3 (_validators.py, _legacy_validators.py) decides them, with bkmcp's integer and number types; like
+    bkmcp's jsonschema classes, each keyword first checks ``deadline`` (``mcp_timeout`` once it is spent)."""
+    if schema is True or schema is False:
+        return schema
+    is_object, is_array, is_string = isinstance(instance, dict), isinstance(instance, list), isinstance(instance, str)
+    is_number = _is_json_number(instance)
+    for key, value in schema.items():
+        if key not in _QUICK_KEYWORDS:
+            continue  # ignored, or not a keyword of this dialect (_quick_schema saw to the rest)
+        if deadline is not None:
+            deadline.remaining()
+        if key == "type":
+            if not any(_TYPE_TESTS[t](instance) for t in ([value] if isinstance(value, str) else value)):
+                return False
+        elif key == "properties":
+            if is_object and not all(_quick_valid(s, instance[p], deadline) for p, s in value.items() if p in instance):
+                return False
+        elif key == "additionalProperties":
+            if is_object:
+                declared = schema.get("properties", {})
+                extras = [instance[p] for p in instance if p not in declared]
+                if isinstance(value, dict):
+                    if not all(_quick_valid(value, extra, deadline) for extra in extras):
+                        return False
+                elif not value and extras:
+                    return False
+        elif key == "required":
+            if is_object and any(r not in instance for r in value):
+                return False
+        elif key == "items":
+            if is_array and not all(_quick_valid(value, item, deadline) for item in instance):
+                return False
+        elif key == "enum":
+            if instance == 0 or instance == 1:
+                unbooled = _quick_unbool(instance)
+                if all(unbooled != _quick_unbool(each) for each in value):
+                    return False
+            elif instance not in value:
+                return False
+        elif key == "const":
+            if not _quick_equal(instance, value):
+                return False
+        elif key == "allOf":
+            if not all(_quick_valid(s, instance, deadline) for s in value):
+                return False
+        elif key == "anyOf":
+            if not any(_quick_valid(s, instance, deadline) for s in value):
+                return False
+        elif key == "oneOf":
+            if sum(1 for s in value if _quick_valid(s, instance, deadline)) != 1:
+                return False
+        elif key == "not":
+            if _quick_valid(value, instance, deadline):
+                return False
+        elif key in ("minLength", "maxLength"):
+            if is_string and (len(instance) < value if key == "minLength" else len(instance) > value):
+                return False
+        elif key in ("minItems", "maxItems"):
+            if is_array and (len(instance) < value if key == "minItems" else len(instance) > value):
+                return False
+        elif key in ("minProperties", "maxProperties"):
+            if is_object and (len(instance) < value if key == "minProperties" else len(instance) > value):
+                return False
+        elif key in _QUICK_BOUNDS and is_number:
+            if key == "minimum" and instance < value or key == "maximum" and instance > value:
+                return False
+            if key == "exclusiveMinimum" and instance <= value or key == "exclusiveMaximum" and instance >= value:
+                return False
+    return True
+
+
+def _quickly_valid(schema: dict[str, Any], arguments: Any, deadline: Deadline | None = None) -> bool:
+    """True when ``arguments`` certainly pass ``schema`` with nothing skipped, decided without jsonschema; False
+    means "ask jsonschema" (a problem, or a schema this path does not decide), never "invalid"."""
+    dialect = schema.get("$schema") if "$schema" in schema else "https://json-schema.org/draft/2020-12/schema"
+    keywords = _DIALECT_KEYWORDS.get(_QUICK_DIALECTS.get(dialect, "")) if isinstance(dialect, str) else None
+    if keywords is None or not _quick_schema(schema, keywords, 0):
+        return False
+    try:
+        return _quick_valid(schema, arguments, deadline)
+    except McpTimeoutError:
+        raise
+    except Exception:  # a comparison jsonschema would fail on too: let it say so
+        return False
+
+
+_JSONSCHEMA_FOUND: list[bool] = []
+
+
+def _jsonschema_importable() -> bool:
+    """jsonschema can be imported — found, not loaded: without it validation stays "basic", as it always did."""
+    if "jsonschema" in sys.modules:
+        return sys.modules["jsonschema"] is not None
+    if _JSONSCHEMA_FOUND:
+        return True
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("jsonschema") is not None
+    except (ImportError, ValueError):
+        return False
+    if found:
+        _JSONSCHEMA_FOUND.append(True)
+    return found
+
+
 def _schema_problems(
     schema: dict[str, Any], arguments: Mapping[str, Any], budget: _ValidationBudget | None = None
 ) -> list[dict[str, str]]:
@@ -5546,6 +5814,8 @@ def _schema_problems(
     _non_local_refs(schema, remote)
     if remote:
         raise _NotLocal(f"the schema references {_short(remote[0], 80)}, which is never fetched")
+    if _jsonschema_importable() and _quickly_valid(schema, arguments, budget.deadline if budget else None):
+        return []  # what jsonschema would answer, without loading it (above)
     try:
         from jsonschema import exceptions as jexc
     except ImportError:
@@ -6707,7 +6977,7 @@ def _flag_details(flag: ToolFlag) -> list[str]:
 
 
 # ======================================================================================================
-# 10. Resident mode
+# 10. Resident mode — deferred in the pyz
 # ======================================================================================================
 
 # -- 10.1 registry and credentials (docs/contract.md §11.3, §11.4) -------------------------------------------------
@@ -6754,6 +7024,7 @@ REGISTRY_CACHE_SECONDS = 5.0  # HTTP source: one answer per (user, access token)
 REGISTRY_TIMEOUT = 60.0  # SQLite busy wait / HTTP total time when the caller gives none (the CLI's default)
 _CACHE_WRITE_WAIT = 1.0  # the tools cache is best effort: a locked file is waited for this long, then skipped
 _REGISTRY_ANSWER_LIMIT = 64 * 1024 * 1024
+_REGISTRY_ANSWERS_KEPT = 4096  # HTTP source: cached answers (one per user and token) at most
 _REGISTRY_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 # Credential fields that become headers of an HTTP server unless a header of that name is configured (§11.4).
 _CREDENTIAL_HEADERS = (
@@ -6904,12 +7175,49 @@ def select_credential(row: RegistryServer, *, view: RegistryView, user_id: str |
     if name in view.system_credentials:
         return view.system_credentials[name]
     if row.isolation == "user":
+        needed = _template_fields(row)
+        details: dict[str, Any] = {"server": name}
+        what = "credentials"
+        if needed:
+            details["field"] = needed[0]
+            what = f"the credential field {needed[0]!r}"
         raise CredentialsMissingError(
-            f"server {name!r} has no credentials for this user (none of the user's own, no system default)",
+            f"server {name!r} needs {what} and this user has no credentials for it (none of the user's own, no "
+            "system default)",
             hint=f"store the user's credentials for {name!r} in the registry (mcp_user_credentials)",
-            details={"server": name},
+            details=details,
         )
     return {}
+
+
+def _template_fields(row: RegistryServer) -> list[str]:
+    """The ``${user.FIELD}`` names a row's headers and env template use, in order of appearance."""
+    fields: list[str] = []
+    for value in (*row.headers.values(), *row.env_template.values()):
+        if isinstance(value, str):
+            for match in _ENV_REF.finditer(value):
+                if match.group(2) and match.group(2) not in fields:
+                    fields.append(match.group(2))
+    return fields
+
+
+def check_user_field_places(row: RegistryServer) -> None:
+    """``${user.FIELD}`` only in ``env_template`` and ``headers`` values (docs/resident-registry.md): elsewhere it
+    is refused with the reason, before any credential is chosen."""
+    places: list[tuple[str, str | None]] = [(f"args[{i}]", value) for i, value in enumerate(row.args)]
+    places += [("command", row.command), ("url", row.url)]
+    for place, value in places:
+        if isinstance(value, str) and "${user." in value.replace("$${", ""):
+            why = (
+                "arguments are visible to every process on the host (ps, /proc)"
+                if place.startswith("args")
+                else f"it is not expanded in {place}"
+            )
+            raise InvalidConfigError(
+                f"server {row.name!r} in {row.source}, {place}: ${{user.FIELD}} is not allowed here: {why}; put the "
+                "credential in env_template (stdio) or a header (http)",
+                details={"server": row.name},
+            )
 
 
 def build_credential_headers(record: RegistryServer, credential: Mapping[str, str]) -> list[tuple[str, str]]:
@@ -6963,6 +7271,7 @@ def resolve_registry_server(
             hint="enable it in the registry (mcp_servers.enabled = 1)",
             details={"server": row.name},
         )
+    check_user_field_places(row)
     credential = select_credential(row, view=view, user_id=user_id)
     try:
         extra = build_credential_headers(row, credential) if row.transport_type == "http" else []
@@ -6989,7 +7298,7 @@ def render_registry_row(record: RegistryServer) -> dict[str, Any]:
         "command": record.command,
         "args": record.args,
         "env_template": {k: _redact_template(k, v) for k, v in record.env_template.items()},
-        "url": record.url,
+        "url": render_listed_url(record.url),
         "headers": {k: _redact_template(k, v) for k, v in record.headers.items()},
         "isolation": record.isolation,
         "protocol_version": record.protocol_version,
@@ -6998,6 +7307,23 @@ def render_registry_row(record: RegistryServer) -> dict[str, Any]:
     if record.problem is not None:
         row["problem"] = {"code": record.problem.code, "message": record.problem.message}
     return row
+
+
+def render_listed_url(url: str | None) -> str | None:
+    """A row's URL as ``--list`` prints it: the user information's password (or a user part alone, which may be
+    a token) and every secret query parameter (``redact_url``) as ``***``; the rest byte for byte."""
+    if url is None:
+        return None
+    scheme, separator, rest = url.partition("://")
+    if separator:
+        end = min((i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0), default=len(rest))
+        authority, tail = rest[:end], rest[end:]
+        if "@" in authority:
+            userinfo, _, host = authority.rpartition("@")
+            user, colon, _password = userinfo.partition(":")
+            authority = f"{user}:{REDACTED}@{host}" if colon else f"{REDACTED}@{host}"
+        url = f"{scheme}://{authority}{tail}"
+    return redact_url(url)
 
 
 def _redact_template(name: str, value: Any) -> Any:
@@ -7096,13 +7422,53 @@ def _build_view(
     return view
 
 
+def _file_identity(path: str) -> tuple[int, int] | None:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
+
+
+def check_registry_file(path: str, log: Log) -> None:
+    """An existing registry: a regular file (not ``/dev/null``, a FIFO …); warn once when group/others may read
+    it (it holds every user's credentials)."""
+    import stat
+
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        raise RegistryError(f"cannot open the registry {path}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise RegistryError(
+            f"the registry path is not a regular file: {path}", hint="--registry names a SQLite file (or a URL)"
+        )
+    if info.st_mode & 0o044:
+        log.warn(
+            f"the registry {path} holds credentials and is readable by group/others; run chmod 600 on it",
+            once_key=f"registry-perms:{path}",
+        )
+
+
+def create_registry_file(path: str) -> bool:
+    """A new, empty registry file, mode 0600 (it will hold every user's credentials); False when another
+    process created it first."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        return False
+    except (OSError, ValueError) as exc:
+        raise RegistryError(
+            f"cannot open the registry {path}: cannot create it ({getattr(exc, 'strerror', None) or exc})"
+        ) from None
+    return True
+
+
 class SqliteRegistry(Registry):
     """The embedded registry: one SQLite connection under a lock (``check_same_thread=False``), read in one
     transaction per ``view``, parsed again only when another connection committed (``PRAGMA data_version``)."""
 
     def __init__(self, path: str, *, log: Log, timeout: float = REGISTRY_TIMEOUT, create: bool = True) -> None:
-        import sqlite3
-
         super().__init__(log=log, timeout=timeout)
         self.path = path
         self.source = f"registry {path}"
@@ -7110,20 +7476,53 @@ class SqliteRegistry(Registry):
         self._cached: RegistryView | None = None
         self._users: dict[str, tuple[dict[str, dict[str, str]], dict[tuple[str, str], BkmcpError]]] = {}
         self._store_warned = False
+        self.created = False  # this process created the file (``--resident`` warns: a mistyped path?)
         self._busy_ms = int(timeout * 1000)  # SQLite's busy timeout now (sqlite3.connect sets it to ``timeout``)
         if os.path.isdir(path):
             raise RegistryError(f"the registry path is a directory, not a SQLite file: {path}")
-        if not create and not os.path.exists(path):
+        exists = os.path.exists(path)
+        if not create and not exists:
             raise RegistryError(f"registry file not found: {path}", hint="create it with --import mcp.json")
+        if exists:
+            check_registry_file(path, log)
+        else:
+            self.created = create_registry_file(path)
+        self._db = self._connect()
+        self._identity = _file_identity(path)
+
+    def _connect(self) -> Any:
+        import sqlite3
+
         try:
-            self._db = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
+            db = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False)
         except (sqlite3.Error, ValueError) as exc:
-            raise RegistryError(f"cannot open the registry {path}: {exc}") from None
+            raise RegistryError(f"cannot open the registry {self.path}: {exc}") from None
+        self._db = db
         try:
             self._ensure_schema()
         except BaseException:
-            self._db.close()
+            db.close()
             raise
+        return db
+
+    def _follow_rename(self) -> None:
+        """A registry replaced by rename (``mv new.db registry.db``, an atomic deploy) is opened again: the old
+        connection would read the old file forever. Under ``_lock``; one ``stat`` per view."""
+        identity = _file_identity(self.path)
+        if identity is None or identity == self._identity:
+            return  # unchanged, or gone for a moment (the old file stays readable)
+        old = self._db
+        try:
+            self._connect()
+        except BaseException:  # the new file is not a registry (yet): this command fails, the next one retries
+            self._db = old
+            raise
+        old.close()
+        self._identity = identity
+        self._busy_ms = int(self.timeout * 1000)  # the new connection's busy timeout
+        self._cached, self._version = None, None
+        self._users.clear()
+        self.log.warn(f"{self.source}: the file was replaced; reading the new one")
 
     def _fail(self, exc: Exception, doing: str) -> RegistryError:
         return RegistryError(
@@ -7191,6 +7590,7 @@ class SqliteRegistry(Registry):
 
         self._locked(self._wait(timeout), "read")
         try:
+            self._follow_rename()
             try:
                 # parsed already and no other connection committed since: one statement (its own read transaction)
                 known = (
@@ -7402,9 +7802,11 @@ class HttpRegistry(Registry):
         try:
             flight.view = self._fetch(user_id, token or None, seconds)
             with self._lock:
-                if len(self._answers) >= 4096:
+                if len(self._answers) >= _REGISTRY_ANSWERS_KEPT:  # bounded, however fast tokens rotate
                     now = self._clock()
                     self._answers = {k: v for k, v in self._answers.items() if now - v[0] < self.cache_seconds}
+                    if len(self._answers) >= _REGISTRY_ANSWERS_KEPT:  # all fresh: the older half goes
+                        self._answers = dict(list(self._answers.items())[_REGISTRY_ANSWERS_KEPT // 2 :])
                 self._answers[key] = (self._clock(), flight.view)
             return _copy_view(flight.view)
         except BkmcpError as exc:
@@ -7670,7 +8072,10 @@ def build_tool_entry(name: str, server: str, tool: Mapping[str, Any]) -> dict[st
     }
     if isinstance(tool.get("annotations"), dict):
         entry["annotations"] = tool["annotations"]
+    # OpenAI: the "function" of a Chat Completions tool ({"type": "function", "function": …}); Anthropic: a
+    # Messages API tool as it is. The injected name fits both ([A-Za-z0-9_-]{1,64}).
     entry["function"] = {"name": name, "description": description, "parameters": parameters}
+    entry["anthropic"] = {"name": name, "description": description, "input_schema": parameters}
     return entry
 
 
@@ -7892,6 +8297,53 @@ def build_http_session_limit(max_processes: int, open_files: int | None) -> int:
     return max(8, limit)
 
 
+# -- whose secrets scrub what (docs/contract.md §11.5 "Secrets") ----------------------------------------------------
+# No redaction oracle: the process-wide redactor (the operator's log and events) knows the system secrets only,
+# bounded; a session's log adds that session's own; an answer is scrubbed with its command's own secrets.
+
+RESIDENT_SYSTEM_SECRETS = 1024  # system secrets the process-wide redactor keeps (least recently seen go first)
+
+
+def learn_system_secrets(system: Redactor, view: Any, row: Any, server: ResolvedServer) -> None:
+    """Teach the process-wide redactor a row's system secrets: its system credential (used by a public server,
+    the default of a user server) and, for a public server, everything its resolution holds. A user's own
+    credential never goes there (it would blank that value in every other user's text)."""
+    for key, value in (view.system_credentials.get(row.name) or {}).items():
+        system.add(value, whole=is_secret_name(key))
+    if row.isolation == "public":
+        for secret in server.redactor._secrets:
+            system.add(secret)
+
+
+def build_session_redactor(system: Redactor, server: ResolvedServer) -> Redactor:
+    """A session's log lines (``-v`` lines, its child's stderr): its own secrets plus the system ones."""
+    redactor = Redactor(base=system)
+    for secret in server.redactor._secrets:
+        redactor.add(secret)
+    return redactor
+
+
+def build_command_redactor(
+    system: Redactor,
+    access_token: str | None,
+    servers: Iterable[ResolvedServer],
+    credentials: Iterable[Mapping[str, Mapping[str, str]]] = (),
+) -> Redactor:
+    """What a command's answer is scrubbed with: the system secrets, the command's access token, the user's own
+    and the system credentials of its registry view, and the secrets of the servers it resolved; nobody else's."""
+    redactor = Redactor(base=system)
+    if access_token:
+        redactor.add(access_token, whole=False)
+    for by_server in credentials:
+        for credential in by_server.values():
+            for key, value in credential.items():
+                redactor.add(value, whole=is_secret_name(key))
+    for server in servers:
+        for secret in server.redactor._secrets:
+            redactor.add(secret)
+    return redactor
+
+
 @dataclass
 class ResidentOptions:
     """The ``--resident`` command line (section 11 fills it)."""
@@ -7943,8 +8395,8 @@ class SessionPool:
             env=self.env,
             inherited_env=self.inherited_env,
         )
-        for secret in server.redactor._secrets:
-            self.log.redactor.add(secret, whole=False)
+        learn_system_secrets(self.log.redactor, view, row, server)
+        server.child_output_in_errors = row.isolation != "public"  # a shared child's output may hold anyone's data
         return server
 
     def use_server(self, view: Any, row: Any, user: str | None) -> tuple[_Slot, ResolvedServer]:
@@ -8124,7 +8576,11 @@ class SessionPool:
                 )
             self._reserve(slot, server)
             session = ResidentSession(
-                server, log=self.log, insecure=self.opts.insecure, events=self.events, user_id=slot.user or None
+                server,
+                log=self.log.scoped(build_session_redactor(self.log.redactor, server)),
+                insecure=self.opts.insecure,
+                events=self.events,
+                user_id=slot.user or None,
             )
             try:
                 session.open(timeout)
@@ -8356,7 +8812,7 @@ class SessionPool:
 
 
 class _Command:
-    __slots__ = ("task_id", "action", "params", "user_id", "access_token", "received")
+    __slots__ = ("task_id", "action", "params", "user_id", "access_token", "received", "servers", "credentials")
 
     def __init__(
         self, task_id: str, action: str, params: dict[str, Any], user_id: str | None, access_token: str | None
@@ -8367,6 +8823,9 @@ class _Command:
         self.user_id = user_id
         self.access_token = access_token
         self.received = time.monotonic()
+        self.servers: list[ResolvedServer] = []  # resolved for this command: their secrets scrub its answer
+        # from its registry view: the user's own credentials and the system ones (both scrub its answer)
+        self.credentials: tuple[Mapping[str, Mapping[str, str]], ...] = ()
 
 
 def _field_type(params: Mapping[str, Any], name: str, kind: type, task_id: Any, what: str) -> Any:
@@ -8374,6 +8833,17 @@ def _field_type(params: Mapping[str, Any], name: str, kind: type, task_id: Any, 
     if value is not None and (not isinstance(value, kind) or isinstance(value, bool) and kind is not bool):
         raise InvalidCommandError(f"field {name!r} must be {what}", details={"task_id": task_id})
     return value
+
+
+_USER_ID_MAX = 1024  # characters of user.userId (it travels in SQL parameters, URLs and events)
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def parse_command(line: bytes) -> _Command:
@@ -8416,6 +8886,12 @@ def parse_command(line: bytes) -> _Command:
         user_id = user.get("userId")
         if not isinstance(user_id, str) or not user_id:
             raise InvalidCommandError("field 'user.userId' must be a non-empty string", details={"task_id": task_id})
+        if len(user_id) > _USER_ID_MAX or not _is_utf8(user_id):
+            raise InvalidCommandError(
+                f"field 'user.userId' must be text of at most {_USER_ID_MAX} characters (valid Unicode: no lone "
+                "surrogate)",
+                details={"task_id": task_id},
+            )
         access_token = user.get("accessToken")
         if access_token is not None and not isinstance(access_token, str):
             raise InvalidCommandError("field 'user.accessToken' must be a string", details={"task_id": task_id})
@@ -8523,19 +8999,22 @@ class ResidentServer:
                 self.output_broken = True
                 self.stopping.set()
 
-    def fail(self, task_id: Any, exc: BkmcpError) -> None:
+    def fail(self, task_id: Any, exc: BkmcpError, scrub: Redactor | None = None) -> None:
+        """A failure answer, scrubbed with ``scrub`` (the command's own redactor, ``_scrubber``; the system
+        secrets alone for a line that is not a command)."""
+        scrub = scrub or self.log.redactor
         answer: dict[str, Any] = {
             "task_id": task_id,
             "success": False,
-            "error": self.log.redactor.scrub(exc.message),
+            "error": scrub.scrub(exc.message),
             "error_code": exc.code,
         }
         details = {k: v for k, v in exc.details.items() if k != "task_id"}
         if isinstance(exc, CapabilityUnsupportedError) and isinstance(exc.data, dict) and "result" in exc.data:
-            details = self.log.redactor.scrub_value(details)
+            details = scrub.scrub_value(details)
             details["result"] = exc.data["result"]  # the tool's raw result is data, returned as received
         elif details:
-            details = self.log.redactor.scrub_value(details)
+            details = scrub.scrub_value(details)
         if details:
             answer["details"] = details
         self.write(answer)
@@ -8609,8 +9088,6 @@ class ResidentServer:
                 ),
             )
             return
-        if command.access_token:
-            self.log.redactor.add(command.access_token, whole=False)
         if command.action == "shutdown":
             self.shutdown_task = command.task_id
             self.stopping.set()
@@ -8706,7 +9183,7 @@ class ResidentServer:
             if answer is not None:
                 self.write(answer)
             else:
-                self.fail(command.task_id, error)
+                self.fail(command.task_id, error, self._scrubber(command))
         finally:
             self._ended(command)
 
@@ -8748,6 +9225,7 @@ class ResidentServer:
         """This command's registry view, waited for within the command's own timeout."""
         timeout = self._left(command, self._timeout(command))
         view = self.registry.view(command.user_id, command.access_token, timeout=timeout)
+        command.credentials = (view.user_credentials, view.system_credentials)
         self.pool.retire_gone(view)
         return view
 
@@ -8773,14 +9251,59 @@ class ResidentServer:
         return timeout - (time.monotonic() - command.received)
 
     def _use(self, command: _Command, view: Any, row: Any) -> tuple[_Slot, ResolvedServer]:
-        return self.pool.use_server(view, row, command.user_id)
+        slot, server = self.pool.use_server(view, row, command.user_id)
+        command.servers.append(server)
+        return slot, server
+
+    def _failed_event(self, command: _Command, row: Any, stage: str, exc: BkmcpError) -> None:
+        """``server.failed``: a server could not be resolved (credentials, variables, its row) or connected."""
+        self.events.emit(
+            "server.failed",
+            server=row.name,
+            user=command.user_id if row.isolation == "user" else None,
+            task_id=command.task_id,
+            stage=stage,
+            error_code=exc.code,
+        )
+
+    def _rejected(self, command: _Command, server: str | None, tool: str, exc: BkmcpError) -> None:
+        """``tool.rejected`` for a call refused before any server was reached (the names are the platform's
+        text: scrubbed with the command's own secrets)."""
+        scrub = self._scrubber(command).scrub
+        self.events.emit(
+            "tool.rejected",
+            server=None if server is None else scrub(server),
+            tool=scrub(tool),
+            user=command.user_id,
+            task_id=command.task_id,
+            error_code=exc.code,
+        )
+
+    def _use_or_event(self, command: _Command, view: Any, row: Any) -> tuple[_Slot, ResolvedServer]:
+        try:
+            return self._use(command, view, row)
+        except BkmcpError as exc:
+            self._failed_event(command, row, "resolve", exc)
+            raise
+
+    def _session_or_event(
+        self, command: _Command, row: Any, slot: _Slot, server: ResolvedServer, timeout: float
+    ) -> ResidentSession:
+        try:
+            return self.pool.session(slot, server, timeout)
+        except BkmcpError as exc:
+            self._failed_event(command, row, "connect", exc)
+            raise
+
+    def _scrubber(self, command: _Command) -> Redactor:
+        return build_command_redactor(self.log.redactor, command.access_token, command.servers, command.credentials)
 
     def _tools(
         self, command: _Command, view: Any, row: Any, *, refresh: bool = False, connect: bool = False
     ) -> list[dict[str, Any]]:
         """The cached catalogue of this user's session of ``row``: memory, the registry cache, or discovery
         (``connect``: discover unless the session is live)."""
-        slot, server = self._use(command, view, row)
+        slot, server = self._use_or_event(command, view, row)
         timeout = self.opts.timeout
         self.pool.use(slot, 1)
         try:
@@ -8800,7 +9323,7 @@ class ResidentServer:
                     slot.tools = cached
                     slot.fingerprint = _slot_fingerprint(slot, server)
                     return cached
-            session = self.pool.session(slot, server, self._left(command, timeout))
+            session = self._session_or_event(command, row, slot, server, self._left(command, timeout))
             started = time.monotonic()
             try:
                 tools = session.list_tools(self._left(command, timeout))
@@ -8881,7 +9404,7 @@ class ResidentServer:
                         {
                             "server_name": row.name,
                             "error_code": exc.code,
-                            "error": self.log.redactor.scrub(_platform_error(exc).message),
+                            "error": self._scrubber(command).scrub(_platform_error(exc).message),
                         }
                     )
                 if refresh:  # the previous catalogue stays for list_tools
@@ -8954,7 +9477,9 @@ class ResidentServer:
                 entry.update(status="connected", tool_count=len(tools))
             except BkmcpError as exc:
                 entry.update(
-                    status="failed", error_code=exc.code, error=self.log.redactor.scrub(_platform_error(exc).message)
+                    status="failed",
+                    error_code=exc.code,
+                    error=self._scrubber(public).scrub(_platform_error(exc).message),
                 )
             servers[row.name] = entry
 
@@ -8981,7 +9506,7 @@ class ResidentServer:
                     entry.update(status="failed", error_code=row.problem.code)
                     servers.append(entry)
                     continue
-                self.pool.resolve(view, row, command.user_id)
+                command.servers.append(self.pool.resolve(view, row, command.user_id))
             except CredentialsMissingError:
                 entry["status"] = "no_credentials"
                 servers.append(entry)
@@ -9006,11 +9531,11 @@ class ResidentServer:
     def do_connect_server(self, command: _Command) -> dict[str, Any]:
         view = self._view(command)
         row = self._row(view, command.params["server_name"])
-        slot, server = self._use(command, view, row)
+        slot, server = self._use_or_event(command, view, row)
         self.pool.use(slot, 1)
         try:
             try:
-                session = self.pool.session(slot, server, self._left(command, self.opts.timeout))
+                session = self._session_or_event(command, row, slot, server, self._left(command, self.opts.timeout))
             except BkmcpError as exc:
                 raise _platform_error(exc, server=row.name, timeout=self.opts.timeout) from None
             self.pool.release(session)
@@ -9029,6 +9554,10 @@ class ResidentServer:
         view = self._view(command)
         row = self._row(view, command.params["server_name"])
         slot = self.pool.peek(command.user_id, row)
+        if row.isolation == "public":  # shared by every user: one user never closes it under the others (§11.5)
+            session = slot.session if slot is not None else None
+            status = "connected" if session is not None and session.alive else "disconnected"
+            return {"server_name": row.name, "status": status, "shared": True, "disconnected": False}
         if slot is not None:
             self.pool.disconnect(slot, self.opts.timeout)
             slot.last_error = None
@@ -9053,22 +9582,31 @@ class ResidentServer:
                 self._tool_list(command, refresh=False)
                 pair = self._names.get(command.user_id, {}).get(injected)
             if pair is None:
-                raise ToolNotFoundError(
+                exc: BkmcpError = ToolNotFoundError(
                     f"no tool is injected as {_clip(repr(injected), 80)} for this user", details={"name": injected}
                 )
+                self._rejected(command, None, injected, exc)
+                raise exc
             server_name, tool_name = pair
         else:
             server_name, tool_name = params["server_name"], params["tool_name"]
         arguments = params.get("arguments")
         arguments = {} if arguments is None else arguments
         timeout = self._timeout(command)
-        row = self._row(view, server_name)
-        base = {"server": server_name, "tool": tool_name, "user": command.user_id, "task_id": command.task_id}
+        try:
+            row = self._row(view, server_name)
+        except BkmcpError as exc:  # unknown or disabled
+            self._rejected(command, server_name, tool_name, exc)
+            raise
         tools = self._tools(command, view, row)
         tool = next((t for t in tools if isinstance(t, dict) and t.get("name") == tool_name), None)
         if tool is None:
             tools = self._tools(command, view, row, refresh=True)  # the server may have added it since
             tool = next((t for t in tools if isinstance(t, dict) and t.get("name") == tool_name), None)
+        # the tool name is the platform's text: scrubbed with this command's own secrets (the events' redactor
+        # knows the system ones only)
+        shown = tool_name if tool is not None else self._scrubber(command).scrub(tool_name)
+        base = {"server": server_name, "tool": shown, "user": command.user_id, "task_id": command.task_id}
         if tool is None:
             self.events.emit("tool.rejected", **base, error_code="mcp_tool_not_found")
             raise ToolNotFoundError(
@@ -9149,8 +9687,11 @@ def run_resident(
     import signal
     import threading
 
+    log = log.scoped(Redactor(limit=RESIDENT_SYSTEM_SECRETS))  # system secrets only: see learn_system_secrets
     cwd = os.getcwd() if cwd is None else cwd
     registry = open_registry(opts.registry, env=env, log=log, timeout=opts.timeout, cwd=cwd)
+    if isinstance(registry, SqliteRegistry) and registry.created:
+        log.warn(f"created a new, empty registry {registry.path} (is --registry the path you meant?)")
     events_stream: IO[str] | None = None
     if opts.events == "-":
         events_stream = stderr
@@ -9205,6 +9746,18 @@ def run_resident(
 # ======================================================================================================
 # 11. CLI
 # ======================================================================================================
+# Where code goes, for the pyz's deferred sections (docs/building.md; the build, zipapp_support.defer_sections,
+# refuses a source that breaks a rule and says what to move):
+#   * A section whose banner title ends with "— deferred in the pyz" (5-8 and 10) runs on first use in the pyz;
+#     consecutive marked sections load together. Marking or unmarking a banner is all it takes to change that.
+#   * The help paths (`--help`, `--version`, `<server> --help`, a bare `<server>`) are what `main` reaches before
+#     a def line that ends with "# pyz: remote part" (``_Runner.run_remote``, ``_Runner.run_resident_mode``).
+#     Code on a help path lives outside the deferred sections and names nothing they define: a guard there
+#     would load them on every `--help`.
+#   * A deferred section only defines: defs, classes, imports and assignments to plain names, calling nothing
+#     while it runs but zipapp_support.DEFERRABLE_CALLS and the dataclasses it defines.
+#   * Outside them, a deferred name is used only inside function bodies: never as a base class, decorator,
+#     default value, class attribute or module-level value, and never bound again.
 
 _VALUE_OPTIONS = {
     "--config": "config",
@@ -9391,6 +9944,22 @@ def check_invocation(inv: Invocation) -> None:
         raise UsageError(f"{' and '.join(modes)} cannot be combined: choose one mode")
     if inv.resident and (inv.server or modes):
         raise UsageError("--resident takes no server, tool or mode options")
+    if inv.resident:
+        cli_only = [
+            name
+            for name, on in (
+                ("--jq", inv.jq is not None),
+                ("--config", inv.config is not None),
+                ("--dry-run", inv.dry_run),
+            )
+            if on
+        ]
+        if cli_only:
+            raise UsageError(
+                f"--resident cannot be combined with {', '.join(cli_only)}: the resident mode takes its servers from "
+                "--registry and answers every command in full",
+                hint="remove " + ", ".join(cli_only),
+            )
     if inv.resident and inv.registry is None:
         raise UsageError(
             "--resident needs --registry SOURCE (a SQLite file or an http(s)://…/internal/mcp/config URL)",
@@ -9723,7 +10292,7 @@ class _Runner:
             return self.emit_text(render_server_help(server_cfg))
         return self.run_remote(server_cfg, jq)
 
-    def run_resident_mode(self, registry_tool: bool) -> int:
+    def run_resident_mode(self, registry_tool: bool) -> int:  # pyz: remote part
         """``--registry FILE --import/--list`` (``registry_tool``), or ``--resident`` (docs/contract.md §11)."""
         inv, envr = self.inv, self.envr
         if registry_tool:
@@ -9738,7 +10307,7 @@ class _Runner:
             cwd=envr.cwd,
         )
 
-    def run_remote(self, server_cfg: ServerConfig, jq: JqProgram | None) -> int:
+    def run_remote(self, server_cfg: ServerConfig, jq: JqProgram | None) -> int:  # pyz: remote part
         """Everything past the help paths: resolve the server, then dry-run, check, tools or a tool call. The
         help paths above stay free of the session engine (the pyz loads its sections on first use, see
         docs/building.md)."""

@@ -24,6 +24,10 @@ from __future__ import annotations
 import os
 import sys
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 # ---------------------------------------------------------------------------------------------- cache folders
 
 
@@ -191,25 +195,39 @@ def lean_code(source: bytes, filename: str):  # type: ignore[no-untyped-def]
                 and isinstance(first.value.value, str)
             ):
                 node.body = body[1:] or [ast.copy_location(ast.Pass(), first)]
-    return compile(defer_sections(tree, source, filename, DEFERRED_SECTIONS), filename, "exec", dont_inherit=True)
+    return compile(defer_sections(tree, source, filename), filename, "exec", dont_inherit=True)
 
 
 # -------------------------------------------------------------------------------------------- deferred sections
 # `bkmcp --help` must start within 2x of a bare interpreter, but bkmcp.py also holds the session engine, the
 # schema flags and the resident mode, which no help path runs: unmarshalling and executing them would be a third
 # of every start. The pyz therefore carries those sections as marshalled code, executed into the module's own
-# globals on first use. Nothing is rewritten but two things, both proven safe here rather than assumed:
+# globals on first use. Which sections: those whose banner title ends with DEFERRED_MARK (the build reads the
+# banners, so the mark is where people edit); consecutive marked sections form one unit, loaded together. Nothing
+# is rewritten but two things, both proven safe here rather than assumed:
 #   * every function of the other sections that names something a deferred section defines starts with
 #     ``if _bkmcp_lazy_N: _bkmcp_load(N)`` (cheap once loaded: one global lookup);
 #   * the module gets a ``__getattr__`` (PEP 562) that loads the section defining a missing attribute.
-# The build refuses (ValueError) what this cannot make exact: a deferred name used while the module is executed
-# (a base class, a decorator, a default value, a class attribute, a module-level lambda), a name bound both in a
-# deferred section and elsewhere, and deferred statements other than definitions (a call could change state the
-# rest of the module reads). Unit N (the Nth entry below) loads units 1..N-1 first, so sections always run in
-# source order, as a plain import runs them. tests/unit/test_deferred_sections.py checks the loaded module against
-# a plain import of bkmcp.py, name by name, and that the help paths load no unit.
+# The build refuses (ValueError, with the line and what to move) what this cannot make exact or would make slow:
+#   * a deferred name used while the module is executed (a base class, a decorator, a default value, a class
+#     attribute, a module-level lambda), and a name bound both in a deferred section and elsewhere;
+#   * a deferred statement that does more than define names: only definitions, imports and assignments to plain
+#     names, and nothing called while they run (values, decorators, default values, base classes, class bodies)
+#     but DEFERRABLE_CALLS and the section-2 dataclasses the deferred sections define (a call could change state
+#     the rest of the module reads, at a time that now depends on first use);
+#   * a guard on a help path: a function `main` reaches without passing a function whose ``def`` line carries
+#     REMOTE_MARK (that would load a deferred section on `--help`, losing what deferring saves).
+# Unit N loads units 1..N-1 first, so sections always run in source order, as a plain import runs them.
+# tests/unit/test_deferred_sections.py checks the loaded module against a plain import of bkmcp.py, name by name,
+# that the help paths load no unit, and each refusal.
 
-DEFERRED_SECTIONS = ((5, 6, 7, 8), (10,))  # bkmcp.py's banner numbers: engine and schema flags; resident mode
+DEFERRED_MARK = "— deferred in the pyz"  # ends the title line of a deferred section's banner in bkmcp.py
+REMOTE_MARK = "# pyz: remote part"  # on a def line of bkmcp.py: the help paths end here (it may load deferred code)
+DEFERRABLE_CALLS = frozenset(  # what a deferred statement may call: each builds a value and touches nothing else
+    "dataclass field frozenset tuple dict set list object range iter property staticmethod classmethod "
+    "_lazy_re _thread.allocate_lock "  # bkmcp.py section 2
+    "_era".split()  # bkmcp.py section 5: one EraRules row from a local dict
+)
 
 _DEFERRED_SUPPORT = """
 def _bkmcp_load(unit, _lock=__import__("_thread").RLock(), _loading=[], _codes=CODES):
@@ -235,17 +253,39 @@ def __getattr__(name, _units=dict(UNITS)):
 """
 
 
-def section_starts(source: bytes | str) -> list[tuple[int, int]]:
-    """(first line, section number) of each ``# ====`` / ``# N. Title`` / ``# ====`` banner of bkmcp.py, in order
-    (also what tests/unit/test_session_core.py's section rule reads)."""
+def _banners(source: bytes | str) -> list[tuple[int, int, str]]:
+    """(first line, section number, title line) of each ``# ====`` / ``# N. Title`` / ``# ====`` banner."""
     lines = (source.decode("utf-8") if isinstance(source, bytes) else source).splitlines()
     found = []
     for i in range(len(lines) - 2):
         if lines[i].startswith("# ====") and lines[i + 2].startswith("# ===="):
             head = lines[i + 1][2:].split(".", 1)[0]
             if lines[i + 1].startswith("# ") and head.isdigit():
-                found.append((i + 1, int(head)))
+                found.append((i + 1, int(head), lines[i + 1].rstrip()))
     return found
+
+
+def section_starts(source: bytes | str) -> list[tuple[int, int]]:
+    """(first line, section number) of each ``# ====`` / ``# N. Title`` / ``# ====`` banner of bkmcp.py, in order
+    (also what tests/unit/test_session_core.py's section rule reads)."""
+    return [(line, number) for line, number, _ in _banners(source)]
+
+
+def deferred_units(source: bytes | str, filename: str = "bkmcp.py") -> tuple[tuple[int, ...], ...]:
+    """The sections the pyz defers, as units: runs of consecutive banners whose title ends with DEFERRED_MARK."""
+    units: list[list[int]] = []
+    previous_marked = False
+    for line, number, title in _banners(source):
+        marked = title.endswith(DEFERRED_MARK)
+        if not marked and "deferred" in title.lower():
+            raise ValueError(f"{filename} line {line}: a deferred banner ends with {DEFERRED_MARK!r}: {title!r}")
+        if marked:
+            if previous_marked:
+                units[-1].append(number)
+            else:
+                units.append([number])
+        previous_marked = marked
+    return tuple(tuple(unit) for unit in units)
 
 
 def section_of(starts: list[tuple[int, int]], line: int) -> int:
@@ -296,39 +336,176 @@ def _bound_names(statement):  # type: ignore[no-untyped-def]
     return names
 
 
-def _check_deferrable(statement, where: str) -> None:  # type: ignore[no-untyped-def]
-    """A deferred statement must only define: running it later cannot change what the rest of the module saw."""
+def _callee(node: Any) -> str:
+    """``a.b.c`` for a call of that dotted name, ``str.split`` for a method of a string constant, else ``?``."""
     import ast
 
-    if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)):
-        return
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+        return f"str.{node.attr}"
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    return ".".join([node.id, *reversed(parts)]) if isinstance(node, ast.Name) else "?"
+
+
+def _calls_run_now(statement: Any) -> list[tuple[int, str]]:
+    """(line, callee) of every call made while `statement` runs: in values, decorators (each one is a call),
+    default values, base classes and class bodies; not inside function or lambda bodies, which run later."""
+    import ast
+
+    calls: list[tuple[int, str]] = []
+    stack = [statement]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            stack.extend(item.args.defaults + [d for d in item.args.kw_defaults if d is not None])
+            stack.extend(getattr(item, "decorator_list", []))
+        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            calls.extend((d.lineno, _callee(d)) for d in item.decorator_list if not isinstance(d, ast.Call))
+        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        if isinstance(item, ast.Call):
+            calls.append((item.lineno, _callee(item.func)))
+        stack.extend(ast.iter_child_nodes(item))
+    return calls
+
+
+def _plain_dataclasses(statements: list[Any]) -> set[str]:
+    """Classes these statements define with ``@dataclass`` and no ``__init__``/``__post_init__`` of their own:
+    calling one only stores its fields."""
+    import ast
+
+    found = set()
+    for statement in statements:
+        if isinstance(statement, ast.ClassDef) and any(
+            _callee(d.func if isinstance(d, ast.Call) else d) == "dataclass" for d in statement.decorator_list
+        ):
+            methods = {s.name for s in statement.body if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))}
+            if not methods & {"__init__", "__post_init__", "__new__"}:
+                found.add(statement.name)
+    return found
+
+
+def _check_deferrable(statement: Any, where: str, allowed: frozenset[str]) -> None:
+    """A deferred statement must only define: running it later cannot change what the rest of the module saw.
+    Definitions, imports and assignments to plain names, calling nothing but `allowed` while they run."""
+    import ast
+
     if isinstance(statement, ast.If):
         for inner in statement.body + statement.orelse:
-            _check_deferrable(inner, where)
+            _check_deferrable(inner, where, allowed)
+    elif not isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)):
+        targets = (
+            statement.targets
+            if isinstance(statement, ast.Assign)
+            else [statement.target]
+            if isinstance(statement, ast.AnnAssign)
+            else None
+        )
+        if targets is None or not all(
+            isinstance(n, (ast.Name, ast.Tuple, ast.Store)) for t in targets for n in ast.walk(t)
+        ):
+            raise ValueError(
+                f"{where} line {statement.lineno}: a deferred section may only define names, not run a "
+                f"{type(statement).__name__}"
+            )
+    for line, callee in _calls_run_now(statement):
+        if callee not in allowed and callee != "str.split" and not callee.endswith((".setter", ".getter", ".deleter")):
+            raise ValueError(
+                f"{where} line {line}: a deferred section may only define names, not call {callee}() while it "
+                "runs (move the call into a function, or out of the deferred sections; zipapp_support."
+                "DEFERRABLE_CALLS lists what may be called)"
+            )
+
+
+def _help_path_guards(
+    kept: list[Any], guarded: dict[int, set[str]], lines: list[str], filename: str, entry: str = "main"
+) -> None:
+    """Refuse a guard on a help path: a function `entry` reaches (through names of functions, classes and their
+    methods) without passing a ``def`` line that carries REMOTE_MARK. Over-approximates what a call can reach:
+    ``x.name`` may be any method of that name of a class the path has named, ``self.name`` the class's own (or
+    a base class's)."""
+    import ast
+
+    functions: dict[str, Any] = {}
+    methods: dict[str, list[tuple[str, Any]]] = {}
+    classes: set[str] = set()
+    bases: dict[str, list[str]] = {}
+
+    def index(body: list[Any], owner: str | None) -> None:
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if REMOTE_MARK in lines[node.lineno - 1]:
+                    continue  # the help paths end here
+                if owner is None:
+                    functions[node.name] = node
+                else:
+                    methods.setdefault(node.name, []).append((owner, node))
+            elif isinstance(node, ast.ClassDef) and owner is None:
+                classes.add(node.name)
+                bases[node.name] = [b.id for b in node.bases if isinstance(b, ast.Name)]
+                index(node.body, node.name)
+            elif isinstance(node, (ast.If, ast.Try)):
+                index(node.body + node.orelse, owner)
+
+    index(kept, None)
+    if entry not in functions:
         return
-    if isinstance(statement, (ast.Assign, ast.AnnAssign)):
-        targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
-        if all(isinstance(n, (ast.Name, ast.Tuple, ast.Store)) for t in targets for n in ast.walk(t)):
-            return
-    raise ValueError(
-        f"{where} line {statement.lineno}: a deferred section may only define names, not run a "
-        f"{type(statement).__name__}"
-    )
+    named_classes: set[str] = set()
+    named_attributes: set[str] = set()
+    seen: set[int] = set()
+    queue: list[tuple[str, Any, tuple[str, ...]]] = [(entry, functions[entry], (entry,))]
+
+    def reach(owner: str, name: str, path: tuple[str, ...]) -> None:
+        for cls, node in methods.get(name, []):
+            if cls == owner:
+                queue.append((f"{cls}.{name}", node, (*path, f"{cls}.{name}")))
+
+    while queue:
+        qualname, node, path = queue.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if id(node) in guarded:
+            raise ValueError(
+                f"{filename} line {node.lineno}: {qualname} is on a help path ({' -> '.join(path)}) but names "
+                f"{sorted(guarded[id(node)])}, defined in a deferred section: `--help` would load it. Move that "
+                "code into the deferred sections or behind a function whose def line says "
+                f"{REMOTE_MARK!r}, or the help path's need out of it"
+            )
+        owner = qualname.split(".")[0] if "." in qualname else None
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Name):
+                if sub.id in functions:
+                    queue.append((sub.id, functions[sub.id], (*path, sub.id)))
+                elif sub.id in classes and sub.id not in named_classes:
+                    named_classes.add(sub.id)
+                    for name in ("__init__", "__new__", "__post_init__", "__call__", "__enter__", "__exit__"):
+                        reach(sub.id, name, (*path, sub.id))
+                    for name in named_attributes:
+                        reach(sub.id, name, (*path, sub.id))
+            elif isinstance(sub, ast.Attribute) and isinstance(sub.ctx, ast.Load):
+                if owner is not None and isinstance(sub.value, ast.Name) and sub.value.id in ("self", "cls"):
+                    for cls in (owner, *bases.get(owner, ())):  # its own method, or a base class's
+                        reach(cls, sub.attr, path)
+                    continue
+                if sub.attr not in named_attributes:
+                    named_attributes.add(sub.attr)
+                for cls in named_classes:
+                    reach(cls, sub.attr, path)
 
 
-def defer_sections(tree, source: bytes, filename: str, units):  # type: ignore[no-untyped-def]
-    """`tree` (bkmcp.py's module) with the sections listed in `units` (tuples of banner numbers) moved into
-    marshalled code that the module executes on first use (see the comment above). Returns the new tree."""
+def defer_sections(tree: Any, source: bytes, filename: str, allowed_calls: frozenset[str] = DEFERRABLE_CALLS) -> Any:
+    """`tree` (bkmcp.py's module) with the sections whose banners carry DEFERRED_MARK moved into marshalled code
+    that the module executes on first use (see the comment above). Returns the new tree."""
     import __future__
 
     import ast
     import marshal
 
     starts = section_starts(source)
-    numbers = {n for _, n in starts}
-    missing = [n for unit in units for n in unit if n not in numbers]
-    if missing:
-        raise ValueError(f"{filename}: no banner for deferred section(s) {missing}")
+    units = deferred_units(source, filename)
     unit_of_section = {n: k for k, unit in enumerate(units, 1) for n in unit}
     kept, deferred = [], [[] for _ in units]  # type: ignore[var-annotated]
     for statement in tree.body:
@@ -339,9 +516,10 @@ def defer_sections(tree, source: bytes, filename: str, units):  # type: ignore[n
         raise ValueError(f"{filename}: deferring sections needs `from __future__ import annotations`")
 
     owner: dict[str, int] = {}  # deferred name -> its unit
+    allowed = allowed_calls | _plain_dataclasses([s for statements in deferred for s in statements])
     for unit, statements in enumerate(deferred, 1):
         for statement in statements:
-            _check_deferrable(statement, filename)
+            _check_deferrable(statement, filename, allowed)
             for name in _bound_names(statement):
                 if name in owner:
                     raise ValueError(f"{filename} line {statement.lineno}: {name!r} is bound in two deferred places")
@@ -359,7 +537,9 @@ def defer_sections(tree, source: bytes, filename: str, units):  # type: ignore[n
     ):
         raise ValueError(f"{filename}: the _bkmcp_ prefix is reserved for the deferred-section loader")
 
-    def guard_functions(node) -> None:  # type: ignore[no-untyped-def]
+    guarded: dict[int, set[str]] = {}  # id of a function given a guard -> the deferred names it uses
+
+    def guard_functions(node: Any) -> None:
         """Refuse deferred names in code run at import; give each outermost function that names one its guard."""
         for child in (
             node.body
@@ -381,6 +561,7 @@ def defer_sections(tree, source: bytes, filename: str, units):  # type: ignore[n
                     for part in ast.walk(guard):
                         ast.copy_location(part, child.body[0])
                     child.body.insert(0, guard)
+                    guarded[id(child)] = used
             elif isinstance(child, ast.ClassDef):
                 run_now = [*child.bases, *child.keywords, *child.decorator_list] + [
                     s for s in child.body if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
@@ -416,6 +597,7 @@ def defer_sections(tree, source: bytes, filename: str, units):  # type: ignore[n
                     )
 
     guard_functions(ast.Module(body=kept, type_ignores=[]))
+    _help_path_guards(kept, guarded, source.decode("utf-8").splitlines(), filename)
     flags = __future__.annotations.compiler_flag
     codes = tuple(
         marshal.dumps(
@@ -423,10 +605,10 @@ def defer_sections(tree, source: bytes, filename: str, units):  # type: ignore[n
         )
         for statements in deferred
     )
-    constants = {"CODES": codes, "UNITS": tuple(sorted(owner.items()))}
+    constants: dict[str, Any] = {"CODES": codes, "UNITS": tuple(sorted(owner.items()))}
 
     class Fill(ast.NodeTransformer):
-        def visit_Name(self, node):  # type: ignore[no-untyped-def]
+        def visit_Name(self, node: Any) -> Any:
             return ast.Constant(constants[node.id]) if node.id in constants else node
 
     support = Fill().visit(ast.parse(_DEFERRED_SUPPORT)).body

@@ -8,7 +8,10 @@ Every client lists the same mock server's catalogue (50 tools over 2 pages by de
 process, over HTTP (an in-process ``MockServer``) and over stdio (the client starts
 ``python mock_server/mcp_mock.py --stdio`` itself, so the server's own start-up is in every number):
 
-- bkmcp: ``python dist/bkmcp.pyz --tools`` (and ``python bkmcp.py --tools`` from source)
+- bkmcp: ``python dist/bkmcp.pyz --tools`` (and ``python bkmcp.py --tools`` from source), and beside them one
+  call, ``bkmcp.pyz bench tool_000 --q hello --n 7`` (discovery, flags, argument validation, ``tools/call``), which
+  counts only if it completes and the server received exactly those arguments once: its ratio to ``--tools`` is
+  the cost of the call path (bench/call_cost.py measures only that pair, also in instructions)
 - the official Python SDK client (``mcp`` 2.3.0 from ``.venv-sdk``): connect, list every page, print the names
 - from --peers-dir (what bench/install_peers.sh installs):
   mcp2cli 3.8.0 ``--list --json --refresh`` (--refresh: it would otherwise answer from its own tools cache),
@@ -49,6 +52,8 @@ sys.path.insert(0, str(ROOT))
 from mock_server.mcp_mock import MockServer, mock_tool  # noqa: E402
 
 PAGE_SIZE = 25
+CALL = ["tool_000", "--q", "hello", "--n", "7"]  # bkmcp's call row: discover, map, validate, call once
+CALL_ARGUMENTS = {"q": "hello", "n": 7}
 MOCK = str(ROOT / "mock_server" / "mcp_mock.py")
 
 SDK_CLIENT = r"""
@@ -78,6 +83,7 @@ class Client:
     steps: list[list[str]]
     cleanup: list[list[str]] = field(default_factory=list)  # after each run, untimed
     peer: bool = True  # False for bkmcp's own rows
+    call: bool = False  # a tools/call of CALL instead of listing the catalogue
     times: list[float] = field(default_factory=list)
     cpu: list[float] = field(default_factory=list)
     error: str | None = None
@@ -98,6 +104,7 @@ def run_once(
 ) -> tuple[float, float]:
     """(wall ms, CPU ms) of one run of `client`; raises RuntimeError with the error line unless it listed every tool."""
     before = len(server.requests("tools/list")) if server else 0
+    before_calls = len(server.requests("tools/call")) if server else 0
     try:
         cpu_start, start = cpu_ms(), time.perf_counter()
         for step, argv in enumerate(client.steps, 1):
@@ -111,6 +118,13 @@ def run_once(
     finally:
         for argv in client.cleanup:
             subprocess.run(argv, env=env, cwd=cwd, capture_output=True, timeout=120)
+    if client.call:
+        calls = server.requests("tools/call")[-1:] if server else []
+        if '"isError":false' not in done.stdout or (server and len(server.requests("tools/call")) != before_calls + 1):
+            raise RuntimeError(f"the call did not complete once: {last_line(done.stderr + done.stdout)}")
+        if server and json.loads(calls[0]["body"])["params"].get("arguments") != CALL_ARGUMENTS:
+            raise RuntimeError(f"the server received other arguments: {calls[0]['body'][:200]}")
+        return elapsed, cpu
     missing = names - set(re.findall(r"\btool_\d+\b", done.stdout))
     if missing:
         raise RuntimeError(
@@ -136,8 +150,10 @@ def build_clients(
     config = tmp / f"{transport}.json"
     config.write_text(json.dumps({"mcpServers": {"bench": entry}}))
     bkmcp = ["--config", str(config), "bench", "--tools"]
+    call = ["--config", str(config), "bench", *CALL]
     clients = [
         Client("bkmcp.pyz --tools", [[python, args.pyz, *bkmcp]], peer=False),
+        Client("bkmcp.pyz call (validated)", [[python, args.pyz, *call]], peer=False, call=True),
         Client("bkmcp.py --tools (source)", [[python, str(ROOT / "bkmcp.py"), *bkmcp]], peer=False),
     ]
     missing = []

@@ -227,3 +227,29 @@ def test_damaged_vendor_zip_fails_cleanly_and_never_falls_back_to_host_packages(
         [sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=60, check=False
     )
     assert again.stdout.split() == ["refused", "refused", "False"], again.stdout + again.stderr
+
+
+def test_pyz_validates_a_passing_call_without_jsonschema(
+    python: str, pyz_path: Path, pyz_env: dict, tmp_path: Path
+) -> None:
+    """P03 (issue 17 item 6): from the pyz on every Python, arguments that pass are validated against the full
+    inputSchema without loading jsonschema (``-X importtime`` lists none of it) and reach the server; a problem
+    loads jsonschema, which reports it as before, and nothing is sent."""
+    server = MockServer({"versions": ["2025-11-25"]})
+    config = _config(tmp_path, {"mock": {"type": "http", "url": server.start()}})
+    try:
+        base = [python, "-X", "importtime", str(pyz_path), "--config", str(config), "mock", "add", "-v"]
+        for _ in range(2):  # a non-build Python: the first run fills the compiled cache, the second uses it
+            good = subprocess.run([*base, "--a", "1", "--b", "2.5"], capture_output=True, text=True, env=pyz_env)
+            assert good.returncode == 0, good.stderr
+            assert "arguments validated locally against the full inputSchema" in good.stderr
+            assert "jsonschema" not in good.stderr and "| httpx" in good.stderr
+        assert [c["json"]["params"]["arguments"] for c in server.requests("tools/call")] == [{"a": 1, "b": 2.5}] * 2
+        bad = subprocess.run([*base, "--body", '{"a": 1}'], capture_output=True, text=True, env=pyz_env)
+        assert bad.returncode == 1 and "| jsonschema" in bad.stderr
+        error = json.loads(bad.stderr.strip().splitlines()[-1])["error"]
+        assert error["code"] == "invalid_mcp_arguments" and error["validation"] == "full"
+        assert error["problems"] == [{"path": "$.b", "message": "required property is missing"}]
+        assert len(server.requests("tools/call")) == 2
+    finally:
+        server.stop()

@@ -24,15 +24,27 @@ from tests.helpers import write_mcp_json  # noqa: E402
 BANNER = "# " + "=" * 60
 
 
-def synthetic(sections: dict[int, str], units=((2,),)) -> types.ModuleType:
-    """A module made of numbered sections (banners as in bkmcp.py), compiled with `units` deferred."""
+# the synthetic sections below observe when a deferred section runs through calls the real build refuses
+OBSERVING = zipapp_support.DEFERRABLE_CALLS | {"RUNS.append", "helper", "flaky", "time.sleep"}
+
+
+def synthetic_source(sections: dict[int, str], deferred: tuple[int, ...] = (2,)) -> bytes:
+    """Numbered sections (banners as in bkmcp.py), those in `deferred` marked as deferred in the pyz."""
     parts = ["from __future__ import annotations\n"]
     for number, body in sections.items():
-        parts.append(f"{BANNER}\n# {number}. Section {number}\n{BANNER}\n{textwrap.dedent(body)}\n")
-    source = "".join(parts).encode()
+        mark = f" {zipapp_support.DEFERRED_MARK}" if number in deferred else ""
+        parts.append(f"{BANNER}\n# {number}. Section {number}{mark}\n{BANNER}\n{textwrap.dedent(body)}\n")
+    return "".join(parts).encode()
+
+
+def synthetic(
+    sections: dict[int, str], deferred: tuple[int, ...] = (2,), allowed: frozenset[str] = OBSERVING
+) -> types.ModuleType:
+    """A module made of numbered sections, compiled as the pyz compiles bkmcp.py (`deferred` marked)."""
+    source = synthetic_source(sections, deferred)
     import ast
 
-    tree = zipapp_support.defer_sections(ast.parse(source), source, "synthetic.py", units)
+    tree = zipapp_support.defer_sections(ast.parse(source), source, "synthetic.py", allowed)
     module = types.ModuleType("synthetic")
     exec(compile(tree, "synthetic.py", "exec", dont_inherit=True), module.__dict__)
     return module
@@ -43,14 +55,14 @@ def test_a_deferred_section_runs_on_first_use_by_a_function_or_an_attribute() ->
         {
             1: "RUNS = []\ndef early():\n    return 'no deferred name'\n",
             2: "_ = RUNS.append('2')\nclass Engine:\n    pass\ndef start():\n    return Engine()\n",
-            3: "def main():\n    return start()\n",
+            3: "def go():\n    return start()\n",
         }
     )
     assert mod.RUNS == [] and "Engine" not in vars(mod)
     assert mod.early() == "no deferred name" and mod.RUNS == []  # names nothing deferred: no load
-    assert isinstance(mod.main(), mod.Engine)  # main names `start`: its guard loaded section 2
+    assert isinstance(mod.go(), mod.Engine)  # main names `start`: its guard loaded section 2
     assert mod.RUNS == ["2"] and mod.Engine.__module__ == "synthetic"
-    mod.main()
+    mod.go()
     assert mod.RUNS == ["2"]  # once
 
     other = synthetic({1: "RUNS = []\n", 2: "_ = RUNS.append('2')\nVALUE = 7\n"})
@@ -64,12 +76,13 @@ def test_later_units_load_the_earlier_ones_first_in_source_order() -> None:
         {
             1: "RUNS = []\n",
             2: "_a = RUNS.append(2)\nA = 1\n",
-            3: "_b = RUNS.append(3)\nB = A + 1\n",
-            4: "def main():\n    return B\n",
+            3: "def kept():\n    return 'between the two'\n",
+            4: "_b = RUNS.append(4)\nB = A + 1\n",
+            5: "def go():\n    return B\n",
         },
-        units=((2,), (3,)),
+        deferred=(2, 4),
     )
-    assert mod.main() == 2 and mod.RUNS == [2, 3]
+    assert mod.go() == 2 and mod.RUNS == [2, 4]
     assert mod._bkmcp_lazy_1 is False and mod._bkmcp_lazy_2 is False
 
 
@@ -77,12 +90,12 @@ def test_concurrent_first_use_loads_once_and_every_thread_sees_the_names() -> No
     mod = synthetic(
         {
             1: "RUNS = []\n",
-            2: "_slow = __import__('time').sleep(0.05)\n_r = RUNS.append(1)\nREADY = 'ready'\n",
-            3: "def main():\n    return READY\n",
+            2: "import time\n_slow = time.sleep(0.05)\n_r = RUNS.append(1)\nREADY = 'ready'\n",
+            3: "def go():\n    return READY\n",
         }
     )
     results: list[str] = []
-    threads = [threading.Thread(target=lambda: results.append(mod.main())) for _ in range(16)]
+    threads = [threading.Thread(target=lambda: results.append(mod.go())) for _ in range(16)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -95,10 +108,10 @@ def test_a_deferred_section_calling_back_into_the_module_does_not_recurse() -> N
         {
             1: "def helper():\n    return BASE * 2\n",
             2: "BASE = 21\nDOUBLE = helper()\n",
-            3: "def main():\n    return DOUBLE\n",
+            3: "def go():\n    return DOUBLE\n",
         }
     )
-    assert mod.main() == 42
+    assert mod.go() == 42
 
 
 def test_a_failed_load_is_retried_whole() -> None:
@@ -107,13 +120,13 @@ def test_a_failed_load_is_retried_whole() -> None:
             1: "RUNS = []\ndef flaky():\n    RUNS.append(1)\n    if len(RUNS) == 1:\n"
             "        raise OSError('first time')\n    return 'ok'\n",
             2: "STATE = flaky()\n",
-            3: "def main():\n    return STATE\n",
+            3: "def go():\n    return STATE\n",
         }
     )
     with pytest.raises(OSError, match="first time"):
-        mod.main()
+        mod.go()
     assert mod._bkmcp_lazy_1 is True
-    assert mod.main() == "ok" and mod.RUNS == [1, 1]
+    assert mod.go() == "ok" and mod.RUNS == [1, 1]
 
 
 @pytest.mark.parametrize(
@@ -140,14 +153,100 @@ def test_the_build_refuses_what_it_cannot_defer_exactly(sections: dict[int, str]
         synthetic(sections)
 
 
-def test_the_build_refuses_a_missing_banner_and_a_missing_future_import() -> None:
-    with pytest.raises(ValueError, match="no banner for deferred section"):
-        synthetic({1: "X = 1\n"}, units=((4,),))
+def test_the_build_refuses_a_missing_future_import() -> None:
     import ast
 
-    source = f"{BANNER}\n# 1. One\n{BANNER}\nX = 1\n".encode()
+    source = f"{BANNER}\n# 1. One {zipapp_support.DEFERRED_MARK}\n{BANNER}\nX = 1\n".encode()
     with pytest.raises(ValueError, match="from __future__ import annotations"):
-        zipapp_support.defer_sections(ast.parse(source), source, "s.py", ((1,),))
+        zipapp_support.defer_sections(ast.parse(source), source, "s.py")
+
+
+def test_the_banner_mark_decides_what_is_deferred() -> None:
+    """Issue 18 item 7: what the pyz defers is marked on the banner where people edit, and the build reads only
+    that: consecutive marked sections form one unit; a banner that mentions deferring without the exact mark is
+    refused rather than silently kept."""
+    source = synthetic_source({1: "A = 1\n", 2: "B = 2\n", 3: "C = 3\n", 4: "D = 4\n", 5: "E = 5\n"}, (2, 3, 5))
+    assert zipapp_support.deferred_units(source) == ((2, 3), (5,))
+    mod = synthetic({1: "A = 1\n", 2: "B = 2\n", 3: "C = 3\n", 4: "D = 4\n", 5: "E = 5\n"}, (2, 3, 5))
+    assert "B" not in vars(mod) and "C" not in vars(mod) and "E" not in vars(mod) and mod.D == 4
+    assert mod.C == 3 and mod._bkmcp_lazy_1 is False and mod._bkmcp_lazy_2 is True
+    bkmcp_source = (ROOT / "bkmcp.py").read_bytes()
+    assert zipapp_support.deferred_units(bkmcp_source) == ((5, 6, 7, 8), (10,))
+    typo = f"{BANNER}\n# 2. Engine (deferred in the pyz)\n{BANNER}\nX = 1\n"
+    with pytest.raises(ValueError, match="a deferred banner ends with"):
+        zipapp_support.deferred_units(typo)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "X = print('loaded')\n",
+        "X = STATE.append(1)\n",
+        "X = [STATE.pop() for _ in range(1)]\n",
+        "@register\ndef f():\n    pass\n",
+        "def f(x=make()):\n    return x\n",
+        "class C:\n    y = make()\n",
+        "class C(make()):\n    pass\n",
+        "if make():\n    X = 1\n",
+    ],
+)
+def test_the_build_refuses_a_deferred_statement_that_calls_something(body: str) -> None:
+    """Issue 18 item 7: "deferred sections only define names" holds for what runs while they load, not only for
+    the statement kinds: a call (in a value, a decorator, a default, a base class, a class body, a test) other
+    than DEFERRABLE_CALLS could change state the rest of the module reads, later than a plain import would."""
+    with pytest.raises(ValueError, match=r"may only define names, not call [\w.]+\(\)"):
+        synthetic(
+            {1: "STATE = []\ndef register(f):\n    return f\ndef make():\n    return object\n", 2: body},
+            allowed=zipapp_support.DEFERRABLE_CALLS,
+        )
+    allowed = {
+        "X = frozenset('ab'.split())\n",
+        "@dataclass\nclass R:\n    a: int = 0\nR0 = R(1)\n",
+        "class P:\n    @property\n    def v(self):\n        return print()\n",
+    }
+    for fine in allowed:
+        synthetic({1: "def dataclass(cls):\n    return cls\n", 2: fine}, allowed=zipapp_support.DEFERRABLE_CALLS)
+
+
+def test_the_build_refuses_a_guard_on_a_help_path() -> None:
+    """Issue 18 item 7: a function `main` reaches before a def line marked REMOTE_MARK would load a deferred
+    section on `--help`: the build names the path and what to move. Past the mark, guards are fine."""
+    help_path = {
+        1: "def render_help():\n    return 'usage: ' + str(ENGINE)\n",
+        2: "ENGINE = 'engine'\n",
+        3: "class Runner:\n    def run(self, remote):\n        return self.remote() if remote else render_help()\n"
+        "    def remote(self):{mark}\n        return ENGINE\n"
+        "def main(remote=False):\n    return Runner().run(remote)\n",
+    }
+    path = r"render_help is on a help path \(main -> Runner -> Runner.run -> render_help\)"
+    with pytest.raises(ValueError, match=path):
+        synthetic({**help_path, 3: help_path[3].format(mark="")})
+    with pytest.raises(ValueError, match=r"Runner.remote is on a help path \(main -> Runner -> Runner.run"):
+        synthetic({**help_path, 1: "def render_help():\n    return 'usage'\n", 3: help_path[3].format(mark="")})
+    mod = synthetic(
+        {
+            **help_path,
+            1: "def render_help():\n    return 'usage'\n",
+            3: help_path[3].format(mark="  # pyz: remote part"),
+        }
+    )
+    assert mod.main() == "usage" and mod._bkmcp_lazy_1 is True
+    assert mod.main(remote=True) == "engine" and mod._bkmcp_lazy_1 is False
+
+
+def test_zipapp_support_is_type_checked_and_the_rules_are_written_where_people_edit() -> None:
+    """Issue 18 item 7: `make lint` type-checks zipapp_support.py like bkmcp.py; AGENTS.md and the section-11
+    banner of bkmcp.py carry the placement rules, naming both marks."""
+    lint = (ROOT / "Makefile").read_text().split("\nlint:", 1)[1].split("\n\n", 1)[0]
+    mypy = next(line for line in lint.splitlines() if "mypy" in line).split()
+    assert {"bkmcp.py", "build_zipapp.py", "zipapp_support.py"} <= set(mypy)
+    agents = (ROOT / "AGENTS.md").read_text()
+    lines = (ROOT / "bkmcp.py").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("# 11. CLI"))
+    banner = "\n".join(line for line in lines[start + 2 : start + 40] if line.startswith("#"))
+    for text in (agents, banner):
+        assert zipapp_support.DEFERRED_MARK in text and zipapp_support.REMOTE_MARK in text
+        assert "help path" in text
 
 
 def test_annotations_and_locals_of_the_same_name_are_not_uses() -> None:
@@ -172,7 +271,7 @@ if {lean}:
     sys.modules['bkmcp'] = module
     exec(zipapp_support.lean_code(source, {program!r}), module.__dict__)
     before = sorted(vars(module))
-    module._bkmcp_load(len(zipapp_support.DEFERRED_SECTIONS))
+    module._bkmcp_load(len(zipapp_support.deferred_units(source)))
 else:
     import bkmcp as module
     before = []
@@ -206,7 +305,10 @@ def test_bkmcp_loaded_from_its_lean_code_is_the_plain_import_name_by_name() -> N
     assert extra == {
         "__getattr__",
         "_bkmcp_load",
-        *(f"_bkmcp_lazy_{k}" for k in range(1, len(zipapp_support.DEFERRED_SECTIONS) + 1)),
+        *(
+            f"_bkmcp_lazy_{k}"
+            for k in range(1, len(zipapp_support.deferred_units((ROOT / "bkmcp.py").read_bytes())) + 1)
+        ),
     }
     assert set(plain) <= set(lean["names"])
     for name, described in plain.items():

@@ -209,6 +209,28 @@ def test_redactor_scrubs_whole_values_and_long_fragments_longest_first():
     assert r.scrub_value({"a": ["abc", 1, {"b": "xabcx"}], "n": None}) == {"a": ["***", 1, {"b": "x***x"}], "n": None}
 
 
+def test_bounded_redactor_keeps_the_most_recent_secrets_and_a_base_adds_its_own():
+    """The resident mode's process-wide redactor is bounded (issue 16 item 10); a session's adds its own secrets
+    to it, longest first across both (a shorter secret inside a longer one never leaves part of the longer)."""
+    system = bkmcp.Redactor(limit=3)
+    for secret in ("sys-one", "sys-two", "sys-three"):
+        system.add(secret)
+    system.add("sys-one")  # seen again: the last to go
+    system.add("sys-four")
+    assert sorted(system.secrets()) == ["sys-four", "sys-one", "sys-three"]
+    for i in range(10_000):
+        system.add(f"rotated-{i}")
+    assert len(system.secrets()) == 3
+    session = bkmcp.Redactor(base=system)
+    session.add("rotated")  # a fragment of the system's longer secrets
+    assert session.scrub("rotated-9999 and rotated") == "*** and ***"
+    system.add("later-secret")  # the base changed after the session redactor was built
+    assert session.scrub("later-secret") == "***" and "later-secret" not in session._secrets
+    scoped = bkmcp.Log(io.StringIO()).scoped(session)
+    scoped.warn("rotated-9999")
+    assert scoped.stream.getvalue() == "bkmcp: warning: ***\n"
+
+
 def test_log_scrubs_every_line_and_warns_once():
     stream = io.StringIO()
     log = bkmcp.Log(stream, verbose=False)

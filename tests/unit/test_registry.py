@@ -794,7 +794,7 @@ def test_templates_are_one_pass_never_recursive() -> None:
         {"name": "s", "transport_type": "stdio", "command": "srv", "args": ["--token", "${user.a}"]},
         source="registry test",
     )
-    with pytest.raises(bkmcp.InvalidConfigError, match="unsupported reference syntax"):  # not in args
+    with pytest.raises(bkmcp.InvalidConfigError, match="not allowed here: arguments are visible"):  # not in args
         bkmcp.resolve_registry_server(
             args, view=bkmcp.RegistryView({"s": args}, system_credentials={"s": {"a": "v"}}), user_id=None, env={}
         )

@@ -639,6 +639,7 @@ def test_p05_validator_crash_falls_back(monkeypatch: pytest.MonkeyPatch) -> None
 
     real = bkmcp._validator_class
     monkeypatch.setattr(bkmcp, "_validator_class", lambda schema: (Crashing, real(schema)[1]))
+    monkeypatch.setattr(bkmcp, "_quickly_valid", lambda *args: False)  # jsonschema decides, not the quick path
     check = validate_arguments(ALL_TYPES, {"keyword": "x"})
     assert check.scope == "basic" and check.notes == ("local validation failed (ValueError)",)
 
