@@ -109,9 +109,7 @@ def mock_env(tmp_path_factory: pytest.TempPathFactory):
         },
     }
     write_mcp_json(tmp, json.dumps({"mcpServers": servers}, indent=2))
-    (tmp / "broken.json").write_text(
-        '{"mcpServers": {"a": {"type": "http", "url": "https://x/mcp",}}}\n', encoding="utf-8"
-    )
+    write_mcp_json(tmp, '{"mcpServers": {"a": {"type": "http", "url": "https://x/mcp",}}}\n', name="broken.json")
     (tmp / "params.json").write_text('{"text": "from a file", "count": 2}\n', encoding="utf-8")
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),

@@ -408,9 +408,7 @@ def test_c03_broken_or_switched_bk_cli_contexts_do_not_matter(tmp_path, no_netwo
     results = [dry("s", env={"HOME": str(home)}).stdout]
     (bk / "config.json").write_text('{"current_context": "prod", "broken": ')
     (bk / "contexts" / "prod").mkdir(parents=True)
-    (bk / "contexts" / "prod" / "mcp.json").write_text(
-        '{"mcpServers": {"s": {"type": "http", "url": "https://evil/"}}}'
-    )
+    write_mcp_json(bk / "contexts" / "prod", {"s": {"type": "http", "url": "https://evil/"}}, mode=None)
     (bk / "contexts" / "prod" / "credentials").write_text("Bearer ctx-token-123")
     results.append(dry("s", env={"HOME": str(home), "BK_CLI_CONTEXT": "prod"}).stdout)
     assert results[0] == results[1] and results[0]
