@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 PYZ    := dist/bkmcp.pyz
 
-.PHONY: demo demo-resident test venv interop peers lint fmt unit integration artifact build scenario bench clean conformance
+.PHONY: demo demo-resident examples test venv interop peers lint fmt unit integration artifact build scenario bench clean conformance
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -35,6 +35,11 @@ conformance: venv build
 demo: build
 	$(PYTHON) mock_server/demo.py $(PYZ)
 
+# every server the docs' examples name, on free loopback ports, and the folder they run in (mcp.json, params.json,
+# registry.db, ...); prints what to export, serves until Ctrl-C (mock_server/examples.py, docs/user-guide.md)
+examples: build
+	$(PYTHON) mock_server/examples.py --bkmcp "$(PYTHON) $(abspath $(PYZ))" $(EXAMPLES_DIR)
+
 # resident mode: a scripted session against the mock server (HTTP + stdio), every command and answer printed
 demo-resident: build
 	$(PYTHON) mock_server/demo_resident.py $(PYZ)
@@ -44,11 +49,20 @@ lint: venv
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy bkmcp.py build_zipapp.py zipapp_support.py
 
+# make test CASE=tests/unit/test_cli.py::test_name (one test, a file or a node id) or CASE='jq and not halt' (a -k
+# expression over the whole suite): lint, build and interop as usual, then only that case (no coverage threshold).
+CASE_IS_PATH = $(findstring ::,$(CASE))$(findstring .py,$(CASE))
 test: venv interop lint build
+ifeq ($(CASE),)
 	BKMCP_INTEROP_REQUIRED=1 $(BIN)/python -m pytest -q -p no:cacheprovider --cov=bkmcp --cov-branch \
 		--cov-report=term-missing:skip-covered --cov-fail-under=90 --ignore=tests/conformance tests
 	# the mock server checked against the official SDK client (runs in the SDK's own venv)
 	.venv-sdk/bin/python -m pytest -q -p no:cacheprovider -m interop tests/integration/test_mock_server.py
+else ifneq ($(CASE_IS_PATH),)
+	BKMCP_INTEROP_REQUIRED=1 $(BIN)/python -m pytest -q -p no:cacheprovider $(CASE)
+else
+	BKMCP_INTEROP_REQUIRED=1 $(BIN)/python -m pytest -q -p no:cacheprovider --ignore=tests/conformance -k "$(CASE)" tests
+endif
 
 # ruff format, line length 120 (pyproject.toml); `make lint` fails on a file it would change
 fmt: venv

@@ -21,7 +21,11 @@ uses only the sections above it:
                                 the flows: negotiate, discover, call, check, tools, dry-run
     8. Schema flags             inputSchema -> typed flags, values, validation
     9. Output                   envelopes, --jq, help text
-   10. Resident mode            registry + credentials (10.1); sessions, names, events, commands (10.2)
+   10. Resident mode            many users' sessions behind one JSON stdin/stdout process, in four rooms:
+       10.1 registry, credentials  SQLite / HTTP sources, one user's view, a row -> ResolvedServer
+       10.2 sessions               events, the live session, slots, the pool (limits, eviction, reaper)
+       10.3 names, catalogues      injected mcp_{server}_{tool} names, catalogues cached per session
+       10.4 command server         the reader, a bounded worker pool, the actions, the end that answers all
    11. CLI                      argument routing and ``main(argv) -> int``, the one exception -> exit ladder
 
 Exception tree (section 1)::
@@ -55,6 +59,7 @@ Exception tree (section 1)::
           +-- ToolError             mcp_tool_error
           +-- CapabilityUnsupportedError  mcp_capability_unsupported
           +-- JqError               jq_error
+          +-- CancelledError        mcp_cancelled          (exit 130: Ctrl-C once a request was sent)
           +-- ResourceLimitError    resource_limit         (resident)
 
 An error is a value: every field it carries (``request_sent``, ``http_status``, ``remedy``, ``what``/``budget``…)
@@ -308,6 +313,13 @@ class CapabilityUnsupportedError(RemoteError):
 
 class JqError(RemoteError):
     code = "jq_error"
+
+
+class CancelledError(RemoteError):
+    """Ctrl-C after the first request was sent (docs/contract.md §7): exit 130, the envelope on stdout."""
+
+    code = "mcp_cancelled"
+    exit_status = EXIT_INTERRUPTED
 
 
 # Resident mode (docs/contract.md §11.2): codes a command can fail with besides the CLI's. Exit statuses only matter for
@@ -650,7 +662,9 @@ def parse_json_plain(text: str, *, strict_keys: bool = True) -> Any:
     try:
         return decoder.decode(text)
     except _DuplicateKey as exc:
-        raise JsonInputError(f"duplicate key {json.dumps(exc.key, ensure_ascii=False)}") from None
+        where = _duplicate_key_position(text)
+        line, column = (text.count("\n", 0, where) + 1, where - text.rfind("\n", 0, where)) if where >= 0 else (0, 0)
+        raise JsonInputError(f"duplicate key {json.dumps(exc.key, ensure_ascii=False)}", line, column) from None
     except RecursionError:
         raise JsonInputError("nesting too deep") from None
     except json.JSONDecodeError as exc:
@@ -658,6 +672,56 @@ def parse_json_plain(text: str, *, strict_keys: bool = True) -> Any:
         raise JsonInputError(reason, exc.lineno, exc.colno) from None
     except ValueError as exc:  # a rejected constant (NaN, Infinity)
         raise JsonInputError(str(exc)) from None
+
+
+def _duplicate_key_position(text: str) -> int:
+    """Where the duplicate key that ``_strict_pairs`` rejected stands (its second occurrence), or -1.
+
+    Only reached on that error, so a small walk over the already-validated text is fine: it takes the first
+    object, in closing order, that repeats a key (the one the decoder's hook saw first)."""
+    from json.decoder import scanstring  # type: ignore[attr-defined]  # typeshed omits it; stdlib since 2.6
+
+    plain = json.JSONDecoder()
+    found: list[int] = []
+
+    def skip(pos: int) -> int:
+        while text[pos] in _JSON_SPACE:
+            pos += 1
+        return pos
+
+    def value(pos: int) -> int:
+        pos = skip(pos)
+        opening = text[pos]
+        if opening not in "{[":
+            return plain.raw_decode(text, pos)[1]
+        closing = "}" if opening == "{" else "]"
+        seen: set[str] = set()
+        repeated = -1
+        pos = skip(pos + 1)
+        if text[pos] == closing:
+            return pos + 1
+        while True:
+            if opening == "{":
+                pos = skip(pos)
+                key, end = scanstring(text, pos + 1)
+                if key in seen and repeated < 0:
+                    repeated = pos
+                seen.add(key)
+                pos = skip(end) + 1  # the ':'
+            pos = skip(value(pos))
+            if found:
+                return pos
+            if text[pos] != ",":
+                if repeated >= 0:
+                    found.append(repeated)
+                return pos + 1
+            pos += 1
+
+    try:
+        value(0)
+    except (ValueError, IndexError, RecursionError):
+        return -1
+    return found[0] if found else -1
 
 
 _JSON_SPACE = " \t\n\r"
@@ -1099,6 +1163,15 @@ class OpContext:
     log: Log
     progress: Callable[[str], ProgressLine] | None = None  # token -> the line that shows that call's progress
     renewed: bool = False
+    # what a Ctrl-C has to report (docs/contract.md §7): the last request whose sending began, and whether a
+    # tools/call was among them (once handed to the transport it may have reached the server)
+    last_request: str | None = None
+    call_sent: bool = False
+
+    def note_request(self, method: str) -> None:
+        """``method`` is being handed to the transport (``McpSession.request``)."""
+        self.last_request = method
+        self.call_sent = self.call_sent or method == "tools/call"
 
 
 # What the CLI's argv parser (section 11) hands to the schema flags (section 8). It lives here, not in section 8,
@@ -2920,26 +2993,36 @@ _HTTPX_HIDDEN = (
     "socksio",
 )
 _HTTPX_LOCK = _thread.allocate_lock()  # the builtin lock type: `threading` is not imported by the help paths
+_TLS_LOCK = _thread.allocate_lock()  # verifying clients are made one at a time (their CA bundle's first lookup)
+_HTTPX: list[Any] = []  # the httpx module once its import has *finished* (sys.modules holds it while it runs)
 
 
 def _import_httpx() -> Any:
     """The httpx module, loaded (the first time, once, under a lock) without the optional modules of
-    ``_HTTPX_HIDDEN``: ``sys.modules`` is changed only during that one import, never per call."""
-    module = sys.modules.get("httpx")
-    if module is not None:
-        return module
+    ``_HTTPX_HIDDEN``: ``sys.modules`` is changed only during that one import, never per call.
+
+    The fast path reads ``_HTTPX``, never ``sys.modules``: while one thread imports httpx, ``sys.modules["httpx"]``
+    is already the partially initialised module, and a second thread must wait for the import, not use it."""
+    if _HTTPX:
+        return _HTTPX[0]
     import importlib
 
     with _HTTPX_LOCK:
+        if _HTTPX:
+            return _HTTPX[0]
         module = sys.modules.get("httpx")
-        if module is not None:
+        if module is not None:  # imported by someone else (a test, an embedding program): finished or being finished
+            module = importlib.import_module("httpx")  # waits for an import still running in another thread
+            _HTTPX.append(module)
             return module
         hidden = [name for name in _HTTPX_HIDDEN if name not in sys.modules]
         for name in hidden:
             sys.modules[name] = None  # type: ignore[assignment]  # `import name` now raises ImportError
         try:
             importlib.import_module("httpcore")  # httpx imports it on the first Client: load it with the rest hidden
-            return importlib.import_module("httpx")
+            module = importlib.import_module("httpx")
+            _HTTPX.append(module)
+            return module
         except ImportError as exc:  # nothing was sent: a local error that says what is missing, not "a bkmcp bug"
             raise InternalError(
                 f"bkmcp cannot load httpx, which every remote command needs: {exc}",
@@ -2966,14 +3049,18 @@ def new_http_client(url: str, *, insecure: bool) -> Any:
     httpx = _import_httpx()
 
     verify = not insecure if url.lower().startswith("https:") else False
-    return httpx.Client(
-        follow_redirects=False,
-        verify=verify,
-        trust_env=False,
-        cookies=_no_cookies(),
-        headers={"User-Agent": f"bkmcp/{__version__}"},
-        limits=httpx.Limits(max_connections=None, max_keepalive_connections=20),
-    )
+    options = {
+        "follow_redirects": False,
+        "verify": verify,
+        "trust_env": False,
+        "cookies": _no_cookies(),
+        "headers": {"User-Agent": f"bkmcp/{__version__}"},
+        "limits": httpx.Limits(max_connections=None, max_keepalive_connections=20),
+    }
+    if not verify:
+        return httpx.Client(**options)
+    with _TLS_LOCK:  # certifi.where() fills a global on first use (from the pyz: a temporary copy of the CA bundle)
+        return httpx.Client(**options)
 
 
 def translate_httpx_error(exc: BaseException, url: str, deadline: Deadline) -> BkmcpError:
@@ -3867,6 +3954,7 @@ class StdioTransport:
         self._ended: BkmcpError | None = None  # why the current child's stream ended (exit, bad line)
         self._sent_at = 0.0
         self._spent = False
+        self._closing = False  # close() ran: no child starts any more, and requests cut short say bkmcp closed it
 
     def attach(self, deliver: Deliver, lost: Callable[[], None], answer_headers: AnswerHeaders) -> None:
         self._deliver = deliver
@@ -3901,6 +3989,8 @@ class StdioTransport:
         with self._start_lock:
             if self.child.proc is not None:
                 return
+            if self._closing:  # closed while a request was on its way (a shutdown during the start)
+                raise _mark(ConnectionFailedError("bkmcp closed the stdio server before it started"), sent=False)
             proc = self.child.spawn()
             self._ended = None
             if os.name == "posix":
@@ -3976,11 +4066,13 @@ class StdioTransport:
 
     def failure(self, method: str, request_id: Any, *, sent: bool) -> BkmcpError:
         """The error a request ends with when the child's stream ended (exit, closed stdout, a bad line)."""
+        answer = f" before answering {method}" + (f" (id {request_id})" if request_id is not None else "")
+        if self._closing:  # bkmcp itself ended it (shutdown, disconnect): not the server's doing
+            return _mark(ConnectionFailedError(f"bkmcp closed the stdio server{answer}"), sent=sent)
         ended = self._ended
         if ended is not None and not isinstance(ended, ConnectionFailedError):
             return ended.copy(request_sent=sent)  # the stored end, never raised itself
         status = self.child.returncode if ended is not None else self.child.exit_status(0.5)
-        answer = f" before answering {method}" + (f" (id {request_id})" if request_id is not None else "")
         exited = ConnectionFailedError(
             f"the stdio server {self.child.describe_exit(status)}{answer}",
             hint=f'check "command", "args" and "env" of {self.child.where()}',
@@ -4063,7 +4155,7 @@ class StdioTransport:
         message spawns a fresh one. True when it was restarted."""
         if self.child.proc is None or self.alive:
             return False
-        self.close()
+        self._stop_child()
         self.log.debug("the stdio server exited during the era probe; starting it again for initialize")
         return True
 
@@ -4071,6 +4163,12 @@ class StdioTransport:
         """Nothing to end: a stdio server's lifetime is its process (``close``)."""
 
     def close(self, deadline: Deadline | None = None) -> None:
+        """Stop the child for good; a start still in progress finishes first, then its child is stopped too."""
+        with self._start_lock:
+            self._closing = True
+        self._stop_child(deadline)
+
+    def _stop_child(self, deadline: Deadline | None = None) -> None:
         spent = self._spent or (deadline is not None and deadline.end <= time.monotonic())
         busy = self._write_lock.locked()
         self.child.stop(quick=spent, stdin_busy=busy, readers=[self._reader] if self._reader else [])
@@ -4209,6 +4307,7 @@ class McpSession:
             message = self.core.start_request(method, params, rules)
             handle.id, handle.method = message["id"], method
             self._handles[_id_key(handle.id)] = handle
+        ctx.note_request(method)
         try:
             self.transport.send(
                 message,
@@ -4486,6 +4585,18 @@ def open_session(
 
 
 # -- requests after negotiation ------------------------------------------------------------------------
+
+# The stage an operation is in, named by its last request sent (a Ctrl-C reports it: docs/contract.md §7).
+_REQUEST_STAGES = {
+    "server/discover": "negotiate",
+    "initialize": "negotiate",
+    "tools/list": "discover",
+    "tools/call": "call",
+}
+
+
+def stage_of(method: str) -> str:
+    return _REQUEST_STAGES.get(method, method)
 
 
 def request_result(session: McpSession, ctx: OpContext, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
@@ -4867,7 +4978,8 @@ class ToolFlag:
     name: str
     kind: str
     required: bool
-    schema: dict[str, Any]
+    schema: dict[str, Any]  # of a nullable property: its non-null branch, with the property's own annotations
+    nullable: bool = False  # "T or null": the flag gives T; JSON null only through --body (docs/contract.md §6)
 
     @property
     def option(self) -> str:
@@ -4923,6 +5035,42 @@ def _flag_name_problem(name: str) -> str | None:
         own = f"-{name}" if len(name) == 1 else f"--{name}"
         return f"the name collides with bkmcp's own option {own} (reserved names are never tool flags)"
     return None
+
+
+_SIMPLE_TYPES = ("string", "integer", "number", "boolean")
+_NULL_ANNOTATIONS = frozenset({"type", "title", "description"})
+
+
+def _nullable_simple(schema: dict[str, Any]) -> dict[str, Any] | None:
+    """The non-null schema of "one simple type or null" (docs/contract.md §6): ``type: [T, "null"]``, or
+    ``anyOf``/``oneOf`` of one simple schema and ``{type: null}``; None for anything else. The result keeps the
+    property's own annotations (description, default, enum…) beside the branch's."""
+    declared = schema.get("type")
+    if isinstance(declared, list):
+        simple = [t for t in declared if t != "null"]
+        if len(declared) == 2 and len(simple) == 1 and simple[0] in _SIMPLE_TYPES:
+            if any(k in schema for k in (*_REF_KEYWORDS, *_COMBINATORS)):
+                return None
+            return {**schema, "type": simple[0]}
+        return None
+    present = [k for k in _COMBINATORS if k in schema]
+    if present not in (["anyOf"], ["oneOf"]) or declared is not None or any(k in schema for k in _REF_KEYWORDS):
+        return None
+    branches = schema[present[0]]
+    if not (isinstance(branches, list) and len(branches) == 2 and all(isinstance(b, dict) for b in branches)):
+        return None
+    nulls = [b for b in branches if b.get("type") == "null" and b.keys() <= _NULL_ANNOTATIONS]
+    others = [b for b in branches if b not in nulls]
+    if len(nulls) != 1 or len(others) != 1:
+        return None
+    branch = others[0]
+    kind = branch.get("type")
+    if isinstance(kind, list) and len(kind) == 1:
+        kind = kind[0]
+    if kind not in _SIMPLE_TYPES or any(k in branch for k in (*_REF_KEYWORDS, *_COMBINATORS)):
+        return None
+    outer = {k: v for k, v in schema.items() if k != present[0]}
+    return {**branch, **outer, "type": kind}
 
 
 def _property_kind(schema: Any) -> tuple[str | None, str]:
@@ -5003,6 +5151,10 @@ def build_tool_flags(tool: Mapping[str, Any]) -> ToolFlags:
                 flags[name] = ToolFlag(name, declared, is_required, prop)
                 continue
         problem = _flag_name_problem(name)
+        nullable = _nullable_simple(prop) if problem is None and type(prop) is dict else None
+        if nullable is not None:
+            flags[name] = ToolFlag(name, nullable["type"], is_required, nullable, nullable=True)
+            continue
         kind, reason = (None, problem) if problem else _property_kind(prop)
         if kind is None:
             body_only[name] = BodyOnlyField(name, reason, is_required, prop)
@@ -5019,7 +5171,9 @@ def describe_cli(tool: Mapping[str, Any]) -> dict[str, Any]:
     mapped = build_tool_flags(tool)
     out: dict[str, Any] = {
         "flags": [
-            {"name": f.name, "flag": f.usage, "type": f.kind, "required": f.required} for f in mapped.flags.values()
+            {"name": f.name, "flag": f.usage, "type": f.kind, "required": f.required}
+            | ({"nullable": True} if f.nullable else {})
+            for f in mapped.flags.values()
         ],
         "body_only": [{"name": b.name, "reason": b.reason} for b in mapped.body_only.values()],
     }
@@ -6174,7 +6328,6 @@ class JqProgram:
                 "happened; do not retry it blindly, fix the expression and re-run it on saved output (data keeps "
                 "the unprojected result)",
                 data=data,
-                details={} if envelope.get("ok") else {"unprojected_error": envelope.get("error")},
             ) from None
         finally:
             _close(respelled)
@@ -6470,6 +6623,12 @@ Usage:
   bkmcp [GLOBAL...] <server> <tool> --body JSON|@FILE|-    call with a complete arguments object
   bkmcp [GLOBAL...] <server> <tool> --body ... --dry-run   offline preview, zero network
 
+Other modes (bkmcp --resident --help; docs/resident.md):
+  bkmcp --resident --registry SOURCE [...]     resident multi-server mode for agent platforms (JSON lines)
+  bkmcp --registry FILE --import mcp.json      copy a config's servers into a SQLite registry
+  bkmcp --registry FILE --list                 a registry's servers as JSON, never a credential
+  bkmcp --completion bash|zsh|fish             shell completion: options and configured server names
+
 Global options (before or after <server>):
   --config PATH        config file (default: $BK_CLI_CONFIG_DIR/mcp.json, else ~/.bk-cli/mcp.json)
   --timeout DURATION   budget for the whole remote operation: 500ms, 30s, 2m, 1h (default 60s)
@@ -6479,7 +6638,7 @@ Global options (before or after <server>):
   -h, --help           show help (never calls a tool, never reads --body input)
   --version            print the version
 
-Config file in use: {config_path}
+{config}
 
 Output: one JSON envelope on stdout, {{"ok": true, "data": …}} or {{"ok": false, "error": {{"code", …}}}}.
 Exit status: 0 success or help; 1 local/usage error (envelope on stderr); 2 remote error (envelope on
@@ -6496,8 +6655,168 @@ Examples:
 """
 
 
-def render_root_help(config_path: str) -> str:
-    return ROOT_HELP.format(version=__version__, config_path=config_path)
+def render_root_help(config_path: str, servers: Sequence[str] | None = None, problem: str | None = None) -> str:
+    """The root help; ``servers`` are the configured names (None: the file is missing, or ``problem`` says why it
+    cannot be read). Reading the file is the caller's (no request, no environment variable)."""
+    if problem is not None:
+        config = f"Config file: {config_path} (invalid: {problem})"
+    elif servers is None:
+        config = (
+            f"Config file: {config_path} (not found; bkmcp reads --config PATH, else $BK_CLI_CONFIG_DIR/mcp.json, "
+            "else ~/.bk-cli/mcp.json)"
+        )
+    else:
+        config = f"Config file: {config_path}\nConfigured servers ({len(servers)}): {', '.join(servers) or '(none)'}"
+    return ROOT_HELP.format(version=__version__, config=config)
+
+
+RESIDENT_HELP = """\
+bkmcp --resident - resident multi-server mode for agent platforms (docs/resident.md)
+
+Usage:
+  bkmcp --resident --registry SOURCE [--events FILE|-] [--max-processes N] [--max-user-processes N]
+                   [--idle-timeout DURATION] [--timeout DURATION] [-v] [--insecure]
+  bkmcp --registry FILE --import mcp.json      add or replace mcp.json's servers in a SQLite registry
+  bkmcp --registry FILE --list                 the registry's servers as JSON, never a credential
+
+Options:
+  --registry SOURCE        a SQLite file (created when missing) or http(s)://.../internal/mcp/config
+  --events FILE|-          append one JSON line per event (- for stderr)
+  --max-processes N        live child processes in all (default {max_processes})
+  --max-user-processes N   live child processes per user (default {max_user_processes})
+  --idle-timeout DURATION  close a user's idle session after this long (default {idle_timeout})
+  --timeout DURATION       budget of one call without its own timeout_ms (default 60s)
+
+One JSON command per line on stdin, one answer per line on stdout (matched by task_id), e.g.
+  {{"command": "invoke", "task_id": "t-1", "params": {{"action": "list_tools"}}, "user": {{"userId": "u1"}}}}
+Actions: init, list_servers, connect_server, disconnect_server, list_tools, refresh_tools, call_tool, shutdown.
+Exit status: 0 after shutdown, end of input or SIGTERM; 130 after SIGINT; 1 when the registry cannot be opened.
+Command protocol: docs/resident.md; registry and credentials: docs/resident-registry.md.
+"""
+# The resident mode's defaults, as its help prints them; section 10 (which the pyz runs only on first use) holds
+# the values, and tests/unit/test_cli.py checks that the two agree.
+RESIDENT_HELP_DEFAULTS = {"max_processes": 64, "max_user_processes": 8, "idle_timeout": "10m"}
+
+
+def render_resident_help() -> str:
+    return RESIDENT_HELP.format(**RESIDENT_HELP_DEFAULTS)
+
+
+# Shell completion (``bkmcp --completion bash|zsh|fish``): options, and server names that the script asks
+# ``bkmcp [--config PATH] --completion servers`` for (it reads the config file only: nothing is started or
+# contacted while completing). Tool names would need discovery, so they are never completed.
+COMPLETION_SHELLS = ("bash", "zsh", "fish")
+_COMPLETION_OPTIONS = (
+    "--help --version --config --timeout --jq --verbose --insecure --check --tools --body --dry-run --resident "
+    "--registry --import --list --completion --events --max-processes --max-user-processes --idle-timeout"
+)
+_COMPLETION_VALUE_OPTIONS = (
+    "--config --timeout --jq --body --registry --import --events --max-processes --max-user-processes "
+    "--idle-timeout --completion"
+)
+_BASH_COMPLETION = """\
+# bkmcp completion for bash: eval "$(bkmcp --completion bash)" in ~/.bashrc, or save it as
+# ~/.local/share/bash-completion/completions/bkmcp. Server names come from the config file (offline).
+_bkmcp() {{
+    local cur="${{COMP_WORDS[COMP_CWORD]}}" prev="${{COMP_WORDS[COMP_CWORD-1]}}" word
+    local -a config=() positional=()
+    local i=1
+    while (( i < COMP_CWORD )); do
+        word="${{COMP_WORDS[i]}}"
+        case " {value_options} " in
+            *" $word "*) [[ $word == --config ]] && config=(--config "${{COMP_WORDS[i+1]}}"); (( i += 2 )); continue ;;
+        esac
+        case "$word" in
+            --config=*) config=("$word") ;;
+            -*) ;;
+            *) positional+=("$word") ;;
+        esac
+        (( i += 1 ))
+    done
+    case "$prev" in
+        --completion) COMPREPLY=($(compgen -W "{shells}" -- "$cur")); return ;;
+        --config|--body|--registry|--import|--events) COMPREPLY=($(compgen -f -- "$cur")); return ;;
+        --timeout|--jq|--max-processes|--max-user-processes|--idle-timeout) COMPREPLY=(); return ;;
+    esac
+    if [[ $cur == -* ]]; then
+        COMPREPLY=($(compgen -W "{options}" -- "$cur"))
+    elif (( ${{#positional[@]}} == 0 )); then
+        COMPREPLY=($(compgen -W "$(command {command} "${{config[@]}}" --completion servers 2>/dev/null)" -- "$cur"))
+    else
+        COMPREPLY=()
+    fi
+}}
+complete -o default -F _bkmcp bkmcp
+"""
+_ZSH_COMPLETION = """\
+#compdef bkmcp
+# bkmcp completion for zsh: save as _bkmcp in a directory of $fpath, or eval "$(bkmcp --completion zsh)" in
+# ~/.zshrc after compinit. It runs the bash completion through bashcompinit.
+autoload -U +X bashcompinit && bashcompinit
+{bash}"""
+_FISH_COMPLETION = """\
+# bkmcp completion for fish: bkmcp --completion fish > ~/.config/fish/completions/bkmcp.fish
+# Server names come from the config file (offline).
+function __bkmcp_config
+    set -l words (commandline -opc)
+    for i in (seq 2 (count $words))
+        if test "$words[$i]" = --config; and test $i -lt (count $words)
+            echo --config; echo $words[(math $i + 1)]
+        else if string match -q -- '--config=*' $words[$i]
+            echo $words[$i]
+        end
+    end
+end
+function __bkmcp_no_server
+    set -l words (commandline -opc)
+    set -l value_options {value_options}
+    set -l i 2
+    while test $i -le (count $words)
+        if contains -- $words[$i] $value_options
+            set i (math $i + 2)
+            continue
+        end
+        string match -q -- '-*' $words[$i]; or return 1
+        set i (math $i + 1)
+    end
+    return 0
+end
+complete -c bkmcp -f
+complete -c bkmcp -n __bkmcp_no_server -a '(command {command} (__bkmcp_config) --completion servers 2>/dev/null)'
+{options}complete -c bkmcp -l completion -x -a '{shells}'
+complete -c bkmcp -l config -r -F
+complete -c bkmcp -l body -r -F
+complete -c bkmcp -l registry -r -F
+complete -c bkmcp -l import -r -F
+complete -c bkmcp -l events -r -F
+"""
+
+
+def _sh_quote(text: str) -> str:
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+def render_completion(shell: str, command: Sequence[str]) -> str:
+    """The completion script for ``shell``; ``command`` is how the script runs bkmcp for server names."""
+    quoted = " ".join(_sh_quote(part) for part in command)
+    bash = _BASH_COMPLETION.format(
+        value_options=_COMPLETION_VALUE_OPTIONS,
+        shells=" ".join(COMPLETION_SHELLS),
+        options=_COMPLETION_OPTIONS + " -h -v",
+        command=quoted,
+    )
+    if shell == "bash":
+        return bash
+    if shell == "zsh":
+        return _ZSH_COMPLETION.format(bash=bash)
+    options = "".join(
+        f"complete -c bkmcp -l {name[2:]}\n"
+        for name in _COMPLETION_OPTIONS.split()
+        if name not in ("--completion", "--config", "--body", "--registry", "--import", "--events")
+    )
+    return _FISH_COMPLETION.format(
+        value_options=_COMPLETION_VALUE_OPTIONS, command=quoted, options=options, shells=" ".join(COMPLETION_SHELLS)
+    )
 
 
 def render_server_help(server: ServerConfig) -> str:
@@ -6935,6 +7254,10 @@ def _flag_details(flag: ToolFlag) -> list[str]:
         lines += _wrap(description.strip(), HELP_WIDTH, indent, indent)
     elif isinstance(title, str) and _plain(title) != _plain(flag.name):  # pydantic titles just echo the name
         lines += _wrap(title.strip(), HELP_WIDTH, indent, indent)
+    if flag.nullable:
+        lines += _wrap(
+            f"may also be null: only with --body (the flag's text is always a {flag.kind})", HELP_WIDTH, indent, indent
+        )
     enum = schema.get("enum")
     if isinstance(enum, list) and enum:
         limit = 30  # a huge enum would bury the other flags; --tools has the full list
@@ -6991,7 +7314,7 @@ def _flag_details(flag: ToolFlag) -> list[str]:
 REGISTRY_SCHEMA = """\
 CREATE TABLE mcp_servers (
   name TEXT PRIMARY KEY,                -- [A-Za-z0-9_.-]{1,64}
-  transport_type TEXT NOT NULL CHECK (transport_type IN ('stdio','http')),
+  transport_type TEXT NOT NULL DEFAULT 'stdio' CHECK (transport_type IN ('stdio','http')),
   command TEXT, args TEXT,              -- stdio: args is a JSON array of strings
   env_template TEXT,                    -- stdio: JSON object of strings, may hold ${user.FIELD}
   url TEXT, headers TEXT,               -- http: headers is a JSON object of strings, may hold ${user.FIELD}
@@ -7095,6 +7418,8 @@ def parse_registry_row(row: Mapping[str, Any], *, source: str) -> RegistryServer
     is returned with ``problem`` set, never raised."""
     name = str(row.get("name"))
     kind = row.get("transport_type")
+    if kind is None:  # docs/contract.md §11.3: stdio is the default (an HTTP-source row without the field)
+        kind = "stdio"
     record = RegistryServer(name=name, transport_type=kind if isinstance(kind, str) else str(kind), source=source)
     where = f"{source}: server {_safe_name(name)!r}"
     try:
@@ -7384,6 +7709,9 @@ class Registry:
         """Forget a catalogue kept in memory (a reaped user's); what the SQLite file holds stays."""
         with self._lock:
             self._tools.pop(_tools_user(server, user_id), None)
+
+    def abort(self) -> None:
+        """Shutdown: commands waiting for this source stop waiting (``registry_error``); ``close`` follows."""
 
     def close(self) -> None:
         pass
@@ -7775,6 +8103,7 @@ class HttpRegistry(Registry):
         self._answers: dict[tuple[str | None, str], tuple[float, RegistryView]] = {}
         self._flights: dict[tuple[str | None, str], _Flight] = {}
         self._client: Any = None
+        self._aborted = False
 
     def view(
         self, user_id: str | None, access_token: str | None = None, *, timeout: float | None = None
@@ -7784,6 +8113,8 @@ class HttpRegistry(Registry):
         token = (access_token or "") if user_id is not None else ""
         key = (user_id, hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest() if token else "")
         with self._lock:
+            if self._aborted:
+                raise self._shutting_down()
             hit = self._answers.get(key)
             if hit is not None and self._clock() - hit[0] < self.cache_seconds:
                 return _copy_view(hit[1])
@@ -7795,6 +8126,8 @@ class HttpRegistry(Registry):
         if not leader:
             if not flight.done.wait(seconds):
                 raise RegistryError(f"{self.source} did not answer within {format_duration(seconds)}")
+            if self._aborted and flight.view is None:
+                raise self._shutting_down()
             if flight.error is not None:
                 raise flight.error.copy()
             assert flight.view is not None
@@ -7818,6 +8151,18 @@ class HttpRegistry(Registry):
         finally:
             with self._lock:
                 self._flights.pop(key, None)
+            flight.done.set()
+
+    def _shutting_down(self) -> RegistryError:
+        return RegistryError(f"bkmcp shut down before {self.source} answered")
+
+    def abort(self) -> None:
+        """Commands waiting for another command's fetch stop now; a fetch in progress is left to end by itself
+        (closing its socket from here would not wake it) and its command is answered by the shutdown."""
+        with self._lock:
+            self._aborted = True
+            flights = list(self._flights.values())
+        for flight in flights:
             flight.done.set()
 
     def _http(self) -> Any:
@@ -7954,161 +8299,186 @@ def open_registry(
     return SqliteRegistry(path, log=log, timeout=timeout)
 
 
-def run_registry_tool(inv: Invocation, envr: Environment, log: Log) -> int:
-    """``bkmcp --registry FILE --import mcp.json`` and ``bkmcp --registry FILE --list`` (docs/contract.md §11.3)."""
-    assert inv.registry is not None
-    scheme, separator, _ = inv.registry.partition("://")
-    if separator and scheme.isalpha():
-        raise UsageError(
-            "--import and --list work on a SQLite registry file, not on a URL",
-            hint="manage an HTTP source's servers in the platform that serves it",
-        )
-    if not inv.registry:
-        raise UsageError("--registry needs a SQLite file path")
-    timeout = parse_duration(inv.timeout) if inv.timeout is not None else REGISTRY_TIMEOUT
-    path = resolve_user_path(inv.registry, envr.env, envr.cwd, option="--registry")
-    if inv.registry_import is not None:
-        if not inv.registry_import:
-            raise UsageError("--import needs an mcp.json path")
-        config = load_config(resolve_user_path(inv.registry_import, envr.env, envr.cwd, option="--import"))
-        registry = SqliteRegistry(path, log=log, timeout=timeout)
-        try:
-            data: dict[str, Any] = {"imported": registry.import_config(config, log), "registry": path}
-        finally:
-            registry.close()
-    else:
-        registry = SqliteRegistry(path, log=log, timeout=timeout, create=False)
-        try:
-            data = {"servers": [render_registry_row(s) for s in registry.view(None).servers.values()]}
-        finally:
-            registry.close()
-    envr.stdout.write(dump_json(build_success(data)) + "\n")
-    envr.stdout.flush()
-    return EXIT_OK
+# -- 10.2 sessions: events, the live session, slots, the pool and its reaper (docs/contract.md §11.5, §11.6) -----------
+# The sessions the resident process holds: a public server's shared one, or one user's instance, each a section-7
+# McpSession behind a ``ResidentSession``; ``SessionPool`` keys them by (user, server), opens them on demand within the
+# process limits, evicts the least recently used idle one, reaps idle and dead ones, and closes all at the end.
 
-
-# -- 10.2 sessions, injected names, events, the command protocol (docs/contract.md §11.1, §11.2, §11.5, §11.6) ----
-
-
-RESIDENT_LINE_LIMIT = 16 * 1024 * 1024  # bytes of one command line (docs/contract.md §11.1)
 DEFAULT_IDLE_TIMEOUT = 600.0
 DEFAULT_MAX_PROCESSES = 64
 DEFAULT_MAX_USER_PROCESSES = 8
-RESIDENT_ACTIONS = (
-    "init",
-    "list_servers",
-    "connect_server",
-    "disconnect_server",
-    "list_tools",
-    "refresh_tools",
-    "call_tool",
-    "shutdown",
-)
-_NO_USER_ACTIONS = frozenset({"init", "list_servers", "shutdown"})
-_READ_CHUNK = 64 * 1024
-_MAX_COMMANDS_RUNNING = 4096  # commands executing at once; the reader waits (back-pressure) beyond it
-_IDLE_WORKERS = 16  # command threads kept waiting for the next command (starting a thread costs ~0.1 ms)
-_WORKER_IDLE_SECONDS = 30.0  # an idle command thread ends after this long without a command
 _RESTART_BACKOFF_MAX = 30.0
 _KEEPALIVE_IDLE = 5.0  # an HTTP session unused this long has its keep-alive connections closed (the session stays)
-_INJECTED_MAX = 64
-_INJECTED_PREFIX = 55
-_MAX_TIMEOUT_MS = 7 * 24 * 3600 * 1000
+_EVENTS_BUFFER = 10_000  # event lines waiting for a slow --events stream; beyond that they are dropped and counted
+_PIPE_ATOMIC = 4096  # POSIX PIPE_BUF minimum: a pipe that select() calls writable takes a write this small whole
 
 
-def _injected_base(server: str, tool: str) -> str:
-    return "".join(ch if (ch.isascii() and (ch.isalnum() or ch in "_-")) else "_" for ch in f"mcp_{server}_{tool}")
+def run_each(job: Callable[[Any], None], items: Sequence[Any], *, timeout: float | None = None) -> None:
+    """``job(item)`` for every item at once — one thread per server (or session), the first item on the calling
+    thread — and return when all are done, or after ``timeout`` seconds (the rest finish on their own: the threads
+    are daemons). The one fan-out of the resident mode: ``init``, catalogues of many servers, closing every session."""
+    import threading
 
-
-def _injected_suffixed(base: str, server: str, tool: str) -> str:
-    import hashlib
-
-    digest = hashlib.sha256(f"{server}\0{tool}".encode("utf-8", "surrogatepass")).hexdigest()[:8]
-    return f"{base[:_INJECTED_PREFIX]}_{digest}"
-
-
-def build_injected_names(pairs: Iterable[tuple[str, str]]) -> dict[str, tuple[str, str]]:
-    """Injected tool names (docs/contract.md §11.5) for every ``(server, tool)`` a user sees: name -> (server, tool).
-
-    ``mcp_{server}_{tool}`` with every character outside ``[A-Za-z0-9_-]`` replaced by ``_``; a name longer than
-    64 characters, or equal to another tool's name, becomes its first 55 characters + ``_`` + 8 hex digits of
-    sha256(server + NUL + tool), and so does every member of a colliding group. A name therefore depends only
-    on the tool and on which other tools are in ``pairs``, never on their order.
-    """
-    unique = sorted(set(pairs))
-    bases = {pair: _injected_base(*pair) for pair in unique}
-    groups: dict[str, int] = {}
-    for base in bases.values():
-        groups[base] = groups.get(base, 0) + 1
-    suffixed = {pair for pair, base in bases.items() if len(base) > _INJECTED_MAX or groups[base] > 1}
-    while True:  # a suffixed name equal to another tool's plain name: that tool is suffixed too
-        names = {pair: (_injected_suffixed(bases[pair], *pair) if pair in suffixed else bases[pair]) for pair in unique}
-        taken = {names[pair] for pair in suffixed}
-        clash = {pair for pair in unique if pair not in suffixed and names[pair] in taken}
-        if not clash:
-            break
-        suffixed |= clash
-    table: dict[str, tuple[str, str]] = {}
-    for pair in unique:
-        name = names[pair]
-        if name in table:  # two tools share a 55-character prefix and 32 bits of sha256: never guess
-            raise InternalError(f"injected tool names collide after hashing: {name}")
-        table[name] = pair
-    return table
-
-
-def build_tool_entry(name: str, server: str, tool: Mapping[str, Any]) -> dict[str, Any]:
-    """A ``list_tools`` entry (docs/contract.md §11.2 TOOL) with the model-ready ``function`` definition."""
-    description = tool.get("description")
-    description = description if isinstance(description, str) else ""
-    schema = tool.get("inputSchema")
-    parameters = schema if isinstance(schema, dict) else {"type": "object", "properties": {}}
-    entry: dict[str, Any] = {
-        "name": name,
-        "server_name": server,
-        "tool_name": tool.get("name"),
-        "description": description,
-        "inputSchema": schema if isinstance(schema, dict) else parameters,
-    }
-    if isinstance(tool.get("annotations"), dict):
-        entry["annotations"] = tool["annotations"]
-    # OpenAI: the "function" of a Chat Completions tool ({"type": "function", "function": …}); Anthropic: a
-    # Messages API tool as it is. The injected name fits both ([A-Za-z0-9_-]{1,64}).
-    entry["function"] = {"name": name, "description": description, "parameters": parameters}
-    entry["anthropic"] = {"name": name, "description": description, "input_schema": parameters}
-    return entry
+    threads = [threading.Thread(target=job, args=(item,), name="bkmcp-each", daemon=True) for item in items[1:]]
+    for thread in threads:
+        thread.start()
+    if items:
+        job(items[0])
+    end = None if timeout is None else time.monotonic() + timeout
+    for thread in threads:
+        thread.join(None if end is None else max(0.0, end - time.monotonic()))
 
 
 # -- events (docs/contract.md §11.6) -------------------------------------------------------------------------------
 
 
 class EventSink:
-    """``--events FILE|-``: one JSON line per event, scrubbed; a failing write (a full disk) is counted, never
-    raised, so serving goes on. Callers pass names, ids, counts and codes only: never argument values."""
+    """``--events FILE|-``: one JSON line per event, scrubbed. Callers pass names, ids, counts and codes only: never
+    argument values.
 
-    def __init__(self, stream: IO[str] | None, redactor: Redactor, *, owned: bool = False) -> None:
+    Writing never holds a command back (issue 16 item 13): a line is written at once when the stream can take it
+    without blocking (a file, a pipe with room: ``select``, then one ``os.write`` of at most ``PIPE_BUF`` bytes, which
+    a pipe takes whole); otherwise it waits in a bounded buffer that a writer thread empties as the stream drains
+    (order kept). A line that finds the buffer full, or that the stream refuses (a full disk), is dropped and
+    counted; the drops are reported once, by one ``events.dropped`` line (``count``) when writing works again."""
+
+    def __init__(
+        self, stream: IO[str] | None, redactor: Redactor, *, owned: bool = False, buffer: int = _EVENTS_BUFFER
+    ) -> None:
+        import collections
+        import threading
+
         self.stream = stream
         self.redactor = redactor
         self.owned = owned  # a file opened for --events (closed at exit); stderr is not ours to close
         self.dropped = 0
         self.written = 0
-        import threading
-
-        self._lock = threading.Lock()
+        self._limit = buffer
+        self._backlog: collections.deque[str] = collections.deque()  # lines waiting for the writer thread
+        self._unreported = 0  # drops not yet reported by an events.dropped line
+        self._lock = threading.Condition()
+        self._writer: Any = None
+        self._closing = False
+        self._abandon = False  # close() gave up on a stream nobody reads
+        self._fd: int | None = None
+        if stream is not None:
+            try:
+                self._fd = stream.fileno()
+                stream.flush()
+            except (AttributeError, OSError, ValueError):  # not a file (tests): written through its own write()
+                self._fd = None
 
     def emit(self, event: str, **fields: Any) -> None:
         if self.stream is None:
             return
-        line = self.redactor.scrub(dump_json({"ts": round(time.time(), 3), "event": event, **fields}))
+        line = self.redactor.scrub(dump_json({"ts": round(time.time(), 3), "event": event, **fields})) + "\n"
         with self._lock:
-            try:
-                self.stream.write(line + "\n")
-                self.stream.flush()
-                self.written += 1
-            except (OSError, ValueError):
+            if not self._backlog and not self._unreported and self._write_now(line):
+                return
+            if len(self._backlog) >= self._limit:
                 self.dropped += 1
+                self._unreported += 1
+                return
+            self._backlog.append(line)
+            if self._writer is None:
+                import threading
 
-    def close(self) -> None:
+                self._writer = threading.Thread(target=self._drain, name="bkmcp-events", daemon=True)
+                self._writer.start()
+            self._lock.notify()
+
+    def _write_now(self, line: str) -> bool:
+        """Write ``line`` if that cannot block (under ``_lock``); False when it would (it then waits in the buffer)."""
+        if self._fd is None:
+            self._count(self._write_stream(line))
+            return True
+        data = line.encode("utf-8", "surrogatepass")
+        if len(data) > _PIPE_ATOMIC or not self._writable(self._fd, 0):
+            return False
+        self._count(self._write_fd(self._fd, data))
+        return True
+
+    def _count(self, ok: bool) -> None:
+        if ok:
+            self.written += 1
+        else:
+            self.dropped += 1
+
+    @staticmethod
+    def _writable(fd: int, timeout: float) -> bool:
+        import select
+
+        try:
+            return bool(select.select([], [fd], [], timeout)[1])
+        except (OSError, ValueError):  # a closed descriptor: the write says so (and the line counts as dropped)
+            return True
+
+    @staticmethod
+    def _write_fd(fd: int, data: bytes) -> bool:
+        try:
+            while data:
+                data = data[os.write(fd, data) :]
+            return True
+        except OSError:  # a full disk, a closed stream: dropped, serving goes on
+            return False
+
+    def _write_stream(self, line: str) -> bool:
+        assert self.stream is not None
+        try:
+            self.stream.write(line)
+            self.stream.flush()
+            return True
+        except (OSError, ValueError):
+            return False
+
+    def _drain(self) -> None:
+        """The writer thread: the backlog, oldest first, each line once the stream can take it; never blocked in a
+        write (``select`` first, with a timeout, so ``close`` can always end it)."""
+        while True:
+            with self._lock:
+                while not self._backlog and not self._closing:
+                    self._lock.wait()
+                if not self._backlog or self._abandon:
+                    self.dropped += len(self._backlog)
+                    self._backlog.clear()
+                    return
+                line = self._backlog[0]
+            if self._fd is not None and not self._writable(self._fd, 0.2):
+                continue
+            with self._lock:  # the line stays first in the backlog until written: emit() keeps the order
+                if self._unreported:
+                    note = {"ts": round(time.time(), 3), "event": "events.dropped", "count": self._unreported}
+                    self._unreported = 0
+                    self._count(self._write_line(dump_json(note) + "\n"))
+                self._count(self._write_line(line))
+                self._backlog.popleft()
+
+    def _write_line(self, line: str) -> bool:
+        """One line from the writer thread, in pieces a pipe takes whole once ``select`` says it has room."""
+        if self._fd is None:
+            return self._write_stream(line)
+        data = line.encode("utf-8", "surrogatepass")
+        for start in range(0, len(data), _PIPE_ATOMIC):
+            if start and not self._writable(self._fd, 0.2):
+                return False
+            if not self._write_fd(self._fd, data[start : start + _PIPE_ATOMIC]):
+                return False
+        return True
+
+    def close(self, wait: float = 2.0) -> None:
+        """Write what waits (at most ``wait`` seconds: a stream nobody reads is given up), then close a file we
+        opened."""
+        with self._lock:
+            self._closing = True
+            writer = self._writer
+            self._lock.notify_all()
+        if writer is not None:
+            writer.join(wait)
+            if writer.is_alive():
+                with self._lock:
+                    self._abandon = True
+                    self._lock.notify_all()
+                writer.join(1.0)
         if self.stream is not None and self.owned:
             try:
                 self.stream.close()
@@ -8140,7 +8510,8 @@ class ResidentSession:
         self.pid: int | None = None
         self._session: McpSession | None = None
         self._closed = False
-        self._lock = _thread.allocate_lock()  # open and close only: requests run concurrently
+        self._lock = _thread.allocate_lock()  # one open at a time: requests run concurrently
+        self._state = _thread.allocate_lock()  # _session and _closed: close() never waits for an open in progress
         self.leases = 0  # commands holding this session now (SessionPool.session .. SessionPool.release)
         self.retired = False  # outdated: no new command gets it; closed when the last lease is released
 
@@ -8163,13 +8534,18 @@ class ResidentSession:
         return OpContext(Deadline(max(timeout, 0.001)), self.log)
 
     def open(self, timeout: float) -> None:
+        """Connect and negotiate. A ``close`` meanwhile (a shutdown while the child starts) ends the child and its
+        process group at once and this raises."""
         with self._lock:
-            if self._closed:
-                raise _mark(ConnectionFailedError(f"the session of server {self.server.name!r} was closed"), sent=False)
-            if self._session is not None:
-                return
-            session = McpSession(self.server, insecure=self.insecure, log=self.log, die_with_parent=True)
-            self._session = session
+            with self._state:
+                if self._session is not None and not self._closed:
+                    return
+                if self._closed:
+                    raise _mark(
+                        ConnectionFailedError(f"the session of server {self.server.name!r} was closed"), sent=False
+                    )
+                session = McpSession(self.server, insecure=self.insecure, log=self.log, die_with_parent=True)
+                self._session = session
             try:
                 negotiate(session, self._ctx(timeout))
             finally:
@@ -8177,6 +8553,11 @@ class ResidentSession:
                 if pid is not None and self.pid is None:
                     self.pid = pid
                     self.events.emit("process.started", server=self.server.name, user=self.user_id, pid=pid)
+            if self._closed:
+                raise _mark(
+                    ConnectionFailedError(f"bkmcp closed the session of server {self.server.name!r} while it started"),
+                    sent=False,
+                )
             self.era, self.protocol_version = session.era, session.protocol_version
 
     def _require(self) -> McpSession:
@@ -8206,8 +8587,9 @@ class ResidentSession:
         return self._session.transport.exit_status if self._session is not None else None
 
     def close(self) -> None:
-        """Idempotent; ends the session and stops the child (stdin, SIGTERM, SIGKILL), reaping its group."""
-        with self._lock:
+        """Idempotent; ends the session and stops the child (stdin, SIGTERM, SIGKILL), reaping its group. Does not
+        wait for an ``open`` in progress: its negotiation fails at once (a child already spawned is stopped)."""
+        with self._state:
             if self._closed:
                 return
             self._closed = True
@@ -8373,6 +8755,7 @@ class SessionPool:
         self.env = env
         self.inherited_env = select_inherited_env(env)
         self._slots: dict[tuple[str, str], _Slot] = {}
+        self._opening: set[ResidentSession] = set()  # sessions whose open is in progress (close_all ends them too)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._reaper: Any = None
@@ -8582,6 +8965,11 @@ class SessionPool:
                 events=self.events,
                 user_id=slot.user or None,
             )
+            with self._lock:
+                if self._stop.is_set():
+                    slot.opening = False
+                    self._check_open()
+                self._opening.add(session)
             try:
                 session.open(timeout)
             except BkmcpError as exc:
@@ -8601,6 +8989,9 @@ class SessionPool:
                 with self._lock:
                     slot.opening = False
                 raise
+            finally:
+                with self._lock:
+                    self._opening.discard(session)
             self.events.emit(
                 "protocol.initialized",
                 server=slot.server,
@@ -8787,28 +9178,93 @@ class SessionPool:
             self.on_users_gone(gone)
 
     def close_all(self) -> None:
-        self._stop.set()
+        """Shutdown: close every session, live or still opening (its child's whole process group is reaped too),
+        and refuse to open any more."""
         with self._lock:
+            self._stop.set()
             sessions = [s.session for s in self._slots.values() if s.session is not None]
-            sessions += list(self._retiring)
+            sessions += list(self._retiring) + list(self._opening)
             self._retiring.clear()
             for slot in self._slots.values():
                 slot.session = None
             closing = list(self._closers)
-        for thread in closing:
-            thread.join()
-        import threading
-
-        closers = [threading.Thread(target=s.close, daemon=True) for s in sessions]
-        for thread in closers:
-            thread.start()
-        for thread in closers:
+        run_each(lambda session: session.close(), sessions)
+        for thread in closing:  # retired sessions being closed already
             thread.join()
         if self._reaper is not None:
             self._reaper.join(2.0)
 
 
-# -- the command protocol (docs/contract.md §11.1, §11.2) ----------------------------------------------------------
+# -- 10.3 injected names and catalogues (docs/contract.md §11.2 TOOL, §11.5) -------------------------------------------
+# What the platform hands its models: every tool a user may use as ``mcp_{server}_{tool}`` with a model-ready
+# definition, from catalogues cached per session; ``_Command`` and ``_platform_error`` (the platform's wording of an
+# error) are shared with the command server below.
+
+_INJECTED_MAX = 64
+_INJECTED_PREFIX = 55
+
+
+def _injected_base(server: str, tool: str) -> str:
+    return "".join(ch if (ch.isascii() and (ch.isalnum() or ch in "_-")) else "_" for ch in f"mcp_{server}_{tool}")
+
+
+def _injected_suffixed(base: str, server: str, tool: str) -> str:
+    import hashlib
+
+    digest = hashlib.sha256(f"{server}\0{tool}".encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{base[:_INJECTED_PREFIX]}_{digest}"
+
+
+def build_injected_names(pairs: Iterable[tuple[str, str]]) -> dict[str, tuple[str, str]]:
+    """Injected tool names (docs/contract.md §11.5) for every ``(server, tool)`` a user sees: name -> (server, tool).
+
+    ``mcp_{server}_{tool}`` with every character outside ``[A-Za-z0-9_-]`` replaced by ``_``; a name longer than
+    64 characters, or equal to another tool's name, becomes its first 55 characters + ``_`` + 8 hex digits of
+    sha256(server + NUL + tool), and so does every member of a colliding group. A name therefore depends only
+    on the tool and on which other tools are in ``pairs``, never on their order.
+    """
+    unique = sorted(set(pairs))
+    bases = {pair: _injected_base(*pair) for pair in unique}
+    groups: dict[str, int] = {}
+    for base in bases.values():
+        groups[base] = groups.get(base, 0) + 1
+    suffixed = {pair for pair, base in bases.items() if len(base) > _INJECTED_MAX or groups[base] > 1}
+    while True:  # a suffixed name equal to another tool's plain name: that tool is suffixed too
+        names = {pair: (_injected_suffixed(bases[pair], *pair) if pair in suffixed else bases[pair]) for pair in unique}
+        taken = {names[pair] for pair in suffixed}
+        clash = {pair for pair in unique if pair not in suffixed and names[pair] in taken}
+        if not clash:
+            break
+        suffixed |= clash
+    table: dict[str, tuple[str, str]] = {}
+    for pair in unique:
+        name = names[pair]
+        if name in table:  # two tools share a 55-character prefix and 32 bits of sha256: never guess
+            raise InternalError(f"injected tool names collide after hashing: {name}")
+        table[name] = pair
+    return table
+
+
+def build_tool_entry(name: str, server: str, tool: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``list_tools`` entry (docs/contract.md §11.2 TOOL) with the model-ready ``function`` definition."""
+    description = tool.get("description")
+    description = description if isinstance(description, str) else ""
+    schema = tool.get("inputSchema")
+    parameters = schema if isinstance(schema, dict) else {"type": "object", "properties": {}}
+    entry: dict[str, Any] = {
+        "name": name,
+        "server_name": server,
+        "tool_name": tool.get("name"),
+        "description": description,
+        "inputSchema": schema if isinstance(schema, dict) else parameters,
+    }
+    if isinstance(tool.get("annotations"), dict):
+        entry["annotations"] = tool["annotations"]
+    # OpenAI: the "function" of a Chat Completions tool ({"type": "function", "function": …}); Anthropic: a
+    # Messages API tool as it is. The injected name fits both ([A-Za-z0-9_-]{1,64}).
+    entry["function"] = {"name": name, "description": description, "parameters": parameters}
+    entry["anthropic"] = {"name": name, "description": description, "input_schema": parameters}
+    return entry
 
 
 class _Command:
@@ -8826,6 +9282,61 @@ class _Command:
         self.servers: list[ResolvedServer] = []  # resolved for this command: their secrets scrub its answer
         # from its registry view: the user's own credentials and the system ones (both scrub its answer)
         self.credentials: tuple[Mapping[str, Mapping[str, str]], ...] = ()
+
+
+def _platform_error(exc: BkmcpError, *, server: str | None = None, timeout: float | None = None) -> BkmcpError:
+    """An error in the platform's words, built from its fields (a copy): no hints; a timeout names the
+    command's budget in ms; a connection that failed for want of descriptors is ``resource_limit``."""
+    if isinstance(exc, ConnectionFailedError) and is_exhaustion(exc.__cause__ or exc.__context__):
+        limited = ResourceLimitError(
+            exc.message + " (a system limit on open files is reached)", details=dict(exc.details)
+        )
+        return _mark(limited, sent=request_was_sent(exc))
+    changes: dict[str, Any] = {"hint": None, "notes": (), "remedy": None}
+    if isinstance(exc, McpTimeoutError) and timeout is not None:
+        where = f" on server {server!r}" if server else ""
+        sent = request_was_sent(exc)
+        changes["message"] = f"no answer{where} within {int(timeout * 1000)} ms" + (
+            "; the call was sent and its outcome is unknown" if sent and exc.details.get("outcome") else ""
+        )
+    return exc.copy(**changes)
+
+
+def _usable_rows(view: RegistryView) -> list[RegistryServer]:
+    """The enabled servers of a view, by name."""
+    return [row for name, row in sorted(view.servers.items()) if row.enabled]
+
+
+def _time_left(command: _Command, timeout: float) -> float:
+    """What is left of ``timeout`` for ``command``, counted from its arrival."""
+    return timeout - (time.monotonic() - command.received)
+
+
+# -- 10.4 the command server (docs/contract.md §11.1, §11.2) -----------------------------------------------------------
+# JSON lines in, one answer per command out: the reader thread, a bounded worker pool, the seven actions, the end
+# (shutdown, EOF, signals) that answers every command read, and ``run_resident``.
+
+RESIDENT_LINE_LIMIT = 16 * 1024 * 1024  # bytes of one command line (docs/contract.md §11.1)
+RESIDENT_ACTIONS = (
+    "init",
+    "list_servers",
+    "connect_server",
+    "disconnect_server",
+    "list_tools",
+    "refresh_tools",
+    "call_tool",
+    "shutdown",
+)
+_NO_USER_ACTIONS = frozenset({"init", "list_servers", "shutdown"})
+_READ_CHUNK = 64 * 1024
+_MAX_COMMANDS_RUNNING = 4096  # commands executing at once; the reader waits (back-pressure) beyond it
+_IDLE_WORKERS = 16  # command threads kept waiting for the next command (starting a thread costs ~0.1 ms)
+_WORKER_IDLE_SECONDS = 30.0  # an idle command thread ends after this long without a command
+_DRAIN_SLACK = 5.0  # EOF: beyond a command's own deadline, time for its closing steps and its answer
+_SHUTDOWN_GRACE = 2.0  # shutdown: time the commands cut short get to write their own answers after every close
+# Terminating signals that end the process like SIGTERM (every command answered, no child left); SIGINT exits 130.
+_STOP_SIGNALS = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+_MAX_TIMEOUT_MS = 7 * 24 * 3600 * 1000
 
 
 def _field_type(params: Mapping[str, Any], name: str, kind: type, task_id: Any, what: str) -> Any:
@@ -8921,88 +9432,181 @@ def parse_command(line: bytes) -> _Command:
     return _Command(task_id, action, params, user_id, access_token)
 
 
-def _platform_error(exc: BkmcpError, *, server: str | None = None, timeout: float | None = None) -> BkmcpError:
-    """An error in the platform's words, built from its fields (a copy): no hints; a timeout names the
-    command's budget in ms; a connection that failed for want of descriptors is ``resource_limit``."""
-    if isinstance(exc, ConnectionFailedError) and is_exhaustion(exc.__cause__ or exc.__context__):
-        limited = ResourceLimitError(
-            exc.message + " (a system limit on open files is reached)", details=dict(exc.details)
+def _cut_by_shutdown(command: _Command) -> BkmcpError:
+    """The answer of a command that the end (``shutdown``, a signal, the EOF deadline) cut short before it could give
+    its own: a failure, never a partial success; a call's outcome is unknown (it may have reached the server)."""
+    if command.action == "call_tool":
+        return ConnectionFailedError(
+            "bkmcp shut down before the call finished; the call may have reached the server: its outcome is unknown",
+            details={"outcome": "unknown"},
         )
-        return _mark(limited, sent=request_was_sent(exc))
-    changes: dict[str, Any] = {"hint": None, "notes": (), "remedy": None}
-    if isinstance(exc, McpTimeoutError) and timeout is not None:
-        where = f" on server {server!r}" if server else ""
-        sent = request_was_sent(exc)
-        changes["message"] = f"no answer{where} within {int(timeout * 1000)} ms" + (
-            "; the call was sent and its outcome is unknown" if sent and exc.details.get("outcome") else ""
-        )
-    return exc.copy(**changes)
+    return ConnectionFailedError(f"bkmcp shut down before {command.action} finished")
 
 
-class _Worker:
-    """One command thread. Between commands it waits on ``wake`` (held while it waits) for the next ``command``;
-    ``None`` ends it."""
-
-    __slots__ = ("command", "wake")
-
-    def __init__(self, command: _Command) -> None:
-        self.command: _Command | None = command
-        self.wake = _thread.allocate_lock()
-        self.wake.acquire()
-
-
-class ResidentServer:
-    """The resident process: reads commands, runs each on its own thread, writes one answer per line.
-
-    A command thread that finished its command waits a while for the next one (at most ``_IDLE_WORKERS`` wait),
-    so a steady stream of commands does not start a thread per command; a command that finds no idle thread
-    starts a new one, so commands still run concurrently, up to ``_MAX_COMMANDS_RUNNING``.
+class WorkerPool:
+    """A bounded pool of threads for blocking jobs (python-lsp-jsonrpc's ``Endpoint`` keeps a small executor the same
+    way): jobs go through one ``queue.SimpleQueue``; a job that finds no idle thread starts a new one (so jobs that
+    block in I/O never wait for each other), up to ``limit`` jobs at once (``submit`` waits beyond that:
+    back-pressure); a thread that finished a job waits for the next one unless ``keep`` threads wait already, and
+    ends after ``idle_seconds`` without one. Starting a thread costs ~0.1 ms, which reuse saves on a steady stream.
     """
 
-    def __init__(
-        self, opts: ResidentOptions, *, registry: Any, stdout: Any, log: Log, events: EventSink, env: Mapping[str, str]
-    ) -> None:
+    def __init__(self, run: Callable[[Any], None], *, limit: int, keep: int, idle_seconds: float, name: str) -> None:
+        import queue
         import threading
 
-        self.opts = opts
-        self.registry = registry
-        self.log = log
-        self.events = events
-        self.env = env
-        self.pool = SessionPool(opts, registry=registry, log=log, events=events, env=env)
-        self.pool.on_users_gone = self._forget_users
-        self._out = stdout
-        self._out_lock = threading.Lock()
-        self._tasks: set[str] = set()
-        self._tasks_lock = threading.Lock()
-        self._threads: set[Any] = set()  # every command thread alive, busy or idle
-        self._idle: list[_Worker] = []  # command threads waiting for a command (the last one is reused first)
-        self._running = 0  # commands dispatched whose answer is not written yet
-        self._ran = threading.Condition(self._tasks_lock)  # notified when ``_running`` drops to 0
-        self._slots = threading.BoundedSemaphore(_MAX_COMMANDS_RUNNING)
-        self._names: dict[str, dict[str, tuple[str, str]]] = {}  # user -> injected name -> (server, tool)
-        self.stopping = threading.Event()
-        self.shutdown_task: str | None = None
-        self.output_broken = False
+        self._run = run
+        self._keep = keep
+        self._idle_seconds = idle_seconds
+        self._name = name
+        self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._room = threading.BoundedSemaphore(limit)
+        self.idle = 0  # threads waiting for a job, less the jobs already promised to them
+        self.threads: set[Any] = set()  # every pool thread alive, busy or idle
+        self._stopped = False
 
-    # -- output ------------------------------------------------------------------------------------
+    def submit(self, job: Any) -> bool:
+        """Run ``job`` on a pool thread; False (it does not run) when no thread could be started (``ulimit -u``)."""
+        import threading
+
+        self._room.acquire()
+        with self._lock:
+            reuse = self.idle > 0
+            if reuse:
+                self.idle -= 1
+        if reuse:
+            self._jobs.put(job)
+            return True
+        thread = threading.Thread(target=self._work, args=(job,), name=self._name, daemon=True)
+        with self._lock:
+            self.threads.add(thread)
+        try:
+            thread.start()
+        except RuntimeError:
+            with self._lock:
+                self.threads.discard(thread)
+            self._room.release()
+            return False
+        return True
+
+    def _work(self, job: Any) -> None:
+        import threading
+
+        try:
+            while job is not None:
+                try:
+                    self._run(job)
+                finally:
+                    self._room.release()
+                job = self._next()
+        finally:
+            with self._lock:
+                self.threads.discard(threading.current_thread())
+
+    def _next(self) -> Any:
+        """The next job, or None: stopped, ``keep`` threads wait already, or none came within ``idle_seconds``."""
+        import queue
+
+        with self._lock:
+            if self._stopped or self.idle >= self._keep:
+                return None
+            self.idle += 1
+        while True:
+            try:
+                return self._jobs.get(timeout=self._idle_seconds)
+            except queue.Empty:
+                with self._lock:
+                    if self.idle > 0:  # no job is promised to the waiting threads beyond their number: this one ends
+                        self.idle -= 1
+                        return None
+                # a submit promised a job to this thread at the last moment: it is on its way
+
+    def stop(self, wait: float) -> None:
+        """Idle threads end now, busy ones after their job; waits at most ``wait`` seconds for them."""
+        with self._lock:
+            self._stopped = True
+            idle, self.idle = self.idle, 0
+            threads = list(self.threads)
+        for _ in range(idle):
+            self._jobs.put(None)
+        end = time.monotonic() + wait
+        for thread in threads:
+            thread.join(max(0.0, end - time.monotonic()))
+
+
+def read_lines(stdin: Any, on_line: Callable[[bytes], None], on_too_long: Callable[[], None], stop: Any) -> None:
+    """The line reader: stdin in 64 KiB chunks, each complete line to ``on_line`` (the last one at EOF too, without
+    its newline), until EOF or ``stop`` is set after a chunk; a line longer than ``RESIDENT_LINE_LIMIT`` is skipped
+    (``on_too_long``), so memory stays bounded. Reads the descriptor itself when there is one: a thread blocked in a
+    buffered read would hold the buffer's lock when the interpreter exits (a fatal error)."""
+    fd: int | None = None
+    try:
+        fd = stdin.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (in-process tests)
+        fd = None
+    read = (lambda size: os.read(fd, size)) if fd is not None else (getattr(stdin, "read1", None) or stdin.read)
+    buffer = bytearray()
+    skipping = False
+    while not stop.is_set():
+        chunk = read(_READ_CHUNK)
+        if not chunk:
+            if buffer and not skipping:
+                on_line(bytes(buffer))
+            return
+        start = 0
+        while True:
+            end = chunk.find(b"\n", start)
+            if end < 0:
+                if not skipping:
+                    buffer += chunk[start:]
+                    if len(buffer) > RESIDENT_LINE_LIMIT:
+                        buffer.clear()
+                        skipping = True
+                break
+            if skipping:
+                skipping = False
+                on_too_long()
+            else:
+                buffer += chunk[start:end]
+                if len(buffer) > RESIDENT_LINE_LIMIT:
+                    on_too_long()
+                else:
+                    on_line(bytes(buffer))
+                buffer.clear()
+            start = end + 1
+
+
+class AnswerWriter:
+    """stdout: one answer per line, flushed, whole lines only (one lock); failures scrubbed by the redactor (the
+    tool's raw result in ``details.result`` is data and kept). A write that fails means the platform went away:
+    ``broken``, later answers are dropped, and ``on_broken`` runs once."""
+
+    def __init__(self, stdout: Any, redactor: Redactor, *, on_broken: Callable[[], None]) -> None:
+        import threading
+
+        self._out = stdout
+        self._lock = threading.Lock()
+        self.redactor = redactor
+        self.broken = False
+        self._on_broken = on_broken
 
     def write(self, answer: dict[str, Any]) -> None:
         data = (dump_json(answer) + "\n").encode("utf-8", "surrogatepass")
-        with self._out_lock:
-            if self.output_broken:
+        with self._lock:
+            if self.broken:
                 return
             try:
                 self._out.write(data)
                 self._out.flush()
-            except (OSError, ValueError):  # the platform went away: stop serving
-                self.output_broken = True
-                self.stopping.set()
+            except (OSError, ValueError):
+                self.broken = True
+                self._on_broken()
 
     def fail(self, task_id: Any, exc: BkmcpError, scrub: Redactor | None = None) -> None:
-        """A failure answer, scrubbed with ``scrub`` (the command's own redactor, ``_scrubber``; the system
-        secrets alone for a line that is not a command)."""
-        scrub = scrub or self.log.redactor
+        """A failure answer, scrubbed with ``scrub`` (the command's own redactor, ``ResidentServer._scrubber``; the
+        system secrets alone for a line that is not a command)."""
+        scrub = scrub or self.redactor
         answer: dict[str, Any] = {
             "task_id": task_id,
             "success": False,
@@ -9019,69 +9623,134 @@ class ResidentServer:
             answer["details"] = details
         self.write(answer)
 
-    # -- input -------------------------------------------------------------------------------------
 
-    def serve(self, stdin: Any) -> None:
-        """Read lines until EOF, ``shutdown`` or a stop; overlong lines are answered and skipped."""
-        read = getattr(stdin, "read1", None) or stdin.read
-        buffer = bytearray()
-        skipping = False
-        while not self.stopping.is_set():
-            chunk = read(_READ_CHUNK)
-            if not chunk:
-                if buffer and not skipping:
-                    self.dispatch(bytes(buffer))
-                break
-            start = 0
-            while True:
-                end = chunk.find(b"\n", start)
-                if end < 0:
-                    if not skipping:
-                        buffer += chunk[start:]
-                        if len(buffer) > RESIDENT_LINE_LIMIT:
-                            buffer.clear()
-                            skipping = True
-                    break
-                if skipping:
-                    skipping = False
-                    self.fail(
-                        None,
-                        InvalidCommandError(
-                            f"the command line is longer than {RESIDENT_LINE_LIMIT} bytes and was skipped"
-                        ),
-                    )
-                else:
-                    buffer += chunk[start:end]
-                    if len(buffer) > RESIDENT_LINE_LIMIT:
-                        self.fail(
-                            None,
-                            InvalidCommandError(
-                                f"the command line is longer than {RESIDENT_LINE_LIMIT} bytes and was skipped"
-                            ),
-                        )
-                    else:
-                        self.dispatch(bytes(buffer))
-                    buffer.clear()
-                start = end + 1
-                if self.stopping.is_set():
-                    return
+class InFlight:
+    """The commands read and not answered yet, by ``task_id``: a second command with a ``task_id`` in flight is a
+    duplicate, and each command gets exactly one answer — its own (``claim`` first) or, at the end, the one
+    ``take_all`` hands out for every command still here."""
 
-    def dispatch(self, line: bytes) -> None:
+    def __init__(self) -> None:
         import threading
 
+        self._commands: dict[str, _Command] = {}
+        self._changed = threading.Condition()  # notified whenever a command leaves
+
+    def __contains__(self, task_id: str) -> bool:
+        with self._changed:
+            return task_id in self._commands
+
+    def add(self, command: _Command) -> bool:
+        """False (nothing added) when a command with this ``task_id`` is in flight."""
+        with self._changed:
+            if command.task_id in self._commands:
+                return False
+            self._commands[command.task_id] = command
+            return True
+
+    def claim(self, command: _Command) -> bool:
+        """Whether ``command`` is still unanswered; it then leaves (its answer is the caller's to write)."""
+        with self._changed:
+            if self._commands.get(command.task_id) is not command:
+                return False
+            del self._commands[command.task_id]
+            self._changed.notify_all()
+            return True
+
+    def wait(self, deadline: Callable[[_Command], float], cut: Callable[[], bool] = lambda: False) -> None:
+        """Until none is left, the latest ``deadline(command)`` (monotonic) of those left has passed, or ``cut()``."""
+        with self._changed:
+            while self._commands and not cut():
+                left = max(deadline(c) for c in self._commands.values()) - time.monotonic()
+                if left <= 0:
+                    return
+                self._changed.wait(min(0.25, left))
+
+    def take_all(self) -> list[_Command]:
+        """Every command still unanswered, oldest first; they leave (the caller answers each)."""
+        with self._changed:
+            left = sorted(self._commands.values(), key=lambda c: c.received)
+            self._commands.clear()
+            self._changed.notify_all()
+        return left
+
+
+class ResidentServer:
+    """The resident process: each line read (``read_lines``, on the reader thread) becomes a command run by the
+    worker pool (``WorkerPool``: commands run concurrently, up to ``_MAX_COMMANDS_RUNNING``) and answered exactly once
+    (``AnswerWriter``); the actions (``do_*``) use the session pool (10.2) and the catalogues (10.3). The end —
+    ``shutdown``, EOF, a signal — is ``drain`` / ``finish`` / ``answer_the_rest``."""
+
+    def __init__(
+        self, opts: ResidentOptions, *, registry: Any, stdout: Any, log: Log, events: EventSink, env: Mapping[str, str]
+    ) -> None:
+        import threading
+
+        self.opts = opts
+        self.registry = registry
+        self.log = log
+        self.events = events
+        self.env = env
+        self.pool = SessionPool(opts, registry=registry, log=log, events=events, env=env)
+        self.out = AnswerWriter(stdout, log.redactor, on_broken=self._output_broke)
+        self.in_flight = InFlight()
+        self.workers = WorkerPool(
+            self._run,
+            limit=_MAX_COMMANDS_RUNNING,
+            keep=_IDLE_WORKERS,
+            idle_seconds=_WORKER_IDLE_SECONDS,
+            name="bkmcp-command",
+        )
+        self._names: dict[str, dict[str, tuple[str, str]]] = {}  # user -> injected name -> (server, tool)
+        self.pool.on_users_gone = self._forget_users
+        self.stopping = threading.Event()  # shutdown, a signal, broken output: no new command runs
+        self.ended = threading.Event()  # the reader stopped (EOF, shutdown, unreadable stdin) or output broke
+        self.signalled: int | None = None  # the terminating signal received (set by the handler, read by run_resident)
+        self.shutdown_task: str | None = None
+
+    @property
+    def output_broken(self) -> bool:
+        return self.out.broken
+
+    def _output_broke(self) -> None:
+        """The platform went away (stdout closed): stop serving."""
+        self.stopping.set()
+        self.ended.set()
+
+    # -- input -------------------------------------------------------------------------------------
+
+    def read_all(self, stdin: Any) -> None:
+        """The reader thread: ``serve``, then ``ended`` (EOF, ``shutdown``, an unreadable stdin)."""
+        try:
+            self.serve(stdin)
+        except (OSError, ValueError) as exc:  # stdin unreadable: as EOF
+            self.log.debug(f"stdin failed: {type(exc).__name__}")
+        finally:
+            self.ended.set()
+
+    def serve(self, stdin: Any) -> None:
+        """Read lines until EOF or a stop (``read_lines``); the lines that came in the same read as a ``shutdown``,
+        after it, are answered ``invalid_command`` (``dispatch``)."""
+
+        def too_long() -> None:
+            limit = RESIDENT_LINE_LIMIT
+            self.out.fail(None, InvalidCommandError(f"the command line is longer than {limit} bytes and was skipped"))
+
+        read_lines(stdin, self.dispatch, too_long, self.stopping)
+
+    def dispatch(self, line: bytes) -> None:
         try:
             command = parse_command(line)
         except (InvalidCommandError, UnknownActionError) as exc:
-            self.fail(exc.details.get("task_id"), exc)
+            self.out.fail(exc.details.get("task_id"), exc)
             return
-        with self._tasks_lock:
-            if command.task_id in self._tasks:
-                duplicate = True
-            else:
-                duplicate = False
-                self._tasks.add(command.task_id)
-        if duplicate:
-            self.fail(
+        if self.stopping.is_set():  # read after shutdown (or a signal): answered, never run
+            self.out.fail(
+                command.task_id,
+                InvalidCommandError("bkmcp is shutting down: this command was not run", details={"task_id": None}),
+            )
+            return
+        if not self.in_flight.add(command):
+            self.out.fail(
                 command.task_id,
                 DuplicateTaskIdError(
                     f"task_id {_clip(repr(command.task_id), 80)} is already in flight; this command was not run"
@@ -9089,130 +9758,83 @@ class ResidentServer:
             )
             return
         if command.action == "shutdown":
+            self.in_flight.claim(command)  # answered last, by run_resident
             self.shutdown_task = command.task_id
             self.stopping.set()
+            self.ended.set()
             return
-        self._slots.acquire()
-        with self._tasks_lock:
-            self._running += 1
-            worker = self._idle.pop() if self._idle else None
-            if worker is not None:
-                worker.command = command
-        if worker is not None:
-            worker.wake.release()
-            return
-        worker = _Worker(command)
-        thread = threading.Thread(target=self._work, args=(worker,), name="bkmcp-command", daemon=True)
-        with self._tasks_lock:
-            self._threads.add(thread)
-        try:
-            thread.start()
-        except RuntimeError:  # no thread to be had (ulimit -u, memory): this command is answered, not lost
-            with self._tasks_lock:
-                self._threads.discard(thread)
-            self._ended(command)
-            self.fail(
+        if not self.workers.submit(command) and self.in_flight.claim(command):  # no thread: answered, never lost
+            self.out.fail(
                 command.task_id,
                 ResourceLimitError(
-                    "no thread could be started for this command (the system's thread or memory limit is reached); it "
-                    "was not run: retry it when fewer commands run",
+                    "no thread could be started for this command (the system's thread or memory limit is reached); "
+                    "it was not run: retry it when fewer commands run",
                     hint="retry when fewer commands run",
                 ),
             )
 
-    def _work(self, worker: _Worker) -> None:
-        """A command thread: its first command, then the ones handed to it while it waits idle."""
-        import threading
-
-        try:
-            command = worker.command
-            while command is not None:
-                worker.command = None
-                self._run(command)
-                command = self._next(worker)
-        finally:
-            with self._tasks_lock:
-                self._threads.discard(threading.current_thread())
-
-    def _next(self, worker: _Worker) -> _Command | None:
-        """Wait idle for the next command; None (end the thread) when stopping, enough threads wait already, or
-        none came within ``_WORKER_IDLE_SECONDS``."""
-        with self._tasks_lock:
-            if self.stopping.is_set() or len(self._idle) >= _IDLE_WORKERS:
-                return None
-            self._idle.append(worker)
-        if not worker.wake.acquire(timeout=_WORKER_IDLE_SECONDS):
-            with self._tasks_lock:
-                if worker in self._idle:
-                    self._idle.remove(worker)
-                    return None
-            worker.wake.acquire()  # dispatch took this thread at the last moment: its command is being handed over
-        return worker.command
-
-    def _wake_idle(self) -> None:
-        """Stopping: idle command threads end now."""
-        with self._tasks_lock:
-            idle, self._idle = self._idle, []
-        for worker in idle:
-            worker.command = None
-            worker.wake.release()
-
     def _run(self, command: _Command) -> None:
+        """A pool thread: run one command and write its answer (unless the shutdown answered it already)."""
         try:
-            try:
-                result = getattr(self, f"do_{command.action}")(command)
-                answer = {"task_id": command.task_id, "success": True, "result": result}
-            except BkmcpError as exc:
-                answer = None
-                error = exc
-            except Exception as exc:  # a bug in one command never stops the process, never a traceback
-                if self.env.get("BKMCP_TRACEBACK") == "1":
-                    import traceback
+            result = getattr(self, f"do_{command.action}")(command)
+            answer = {"task_id": command.task_id, "success": True, "result": result}
+        except BkmcpError as exc:
+            answer = None
+            error = exc
+        except Exception as exc:  # a bug in one command never stops the process, never a traceback
+            if self.env.get("BKMCP_TRACEBACK") == "1":
+                import traceback
 
-                    traceback.print_exc(file=sys.stderr)
-                answer = None
-                if is_exhaustion(exc):  # out of descriptors, threads or memory: a limit, never internal_error
-                    error = ResourceLimitError(
-                        f"a system limit was reached ({type(exc).__name__}: {_first_line(exc)}); the command was not "
-                        "completed: retry it when fewer sessions or commands are live"
-                    )
-                else:
-                    error = InternalError(f"internal error: {type(exc).__name__}: {_first_line(exc)}")
-            with self._tasks_lock:
-                self._tasks.discard(command.task_id)
-            if answer is not None:
-                self.write(answer)
+                traceback.print_exc(file=sys.stderr)
+            answer = None
+            if self.stopping.is_set():  # e.g. a closed HTTP client under a call cut by the shutdown
+                error = _cut_by_shutdown(command)
+            elif is_exhaustion(exc):  # out of descriptors, threads or memory: a limit, never internal_error
+                error = ResourceLimitError(
+                    f"a system limit was reached ({type(exc).__name__}: {_first_line(exc)}); the command was not "
+                    "completed: retry it when fewer sessions or commands are live"
+                )
             else:
-                self.fail(command.task_id, error, self._scrubber(command))
-        finally:
-            self._ended(command)
+                error = InternalError(f"internal error: {type(exc).__name__}: {_first_line(exc)}")
+        if not self.in_flight.claim(command):
+            return  # the shutdown answered it already
+        if answer is not None:
+            self.out.write(answer)
+        else:
+            self.out.fail(command.task_id, error, self._scrubber(command))
 
-    def _ended(self, command: _Command) -> None:
-        """A dispatched command is over: its task_id may be used again, and it no longer counts as running."""
-        with self._tasks_lock:
-            self._tasks.discard(command.task_id)
-            self._running -= 1
-            if self._running == 0:
-                self._ran.notify_all()
-        self._slots.release()
+    def _budget(self, command: _Command) -> float:
+        """How long ``command`` may run: its steps use ``--timeout`` from its arrival, a call its own ``timeout_ms``."""
+        return max(self._timeout(command), self.opts.timeout)
 
-    def drain(self, seconds: float) -> None:
-        """EOF: let the commands already read finish (each bounded by its own timeout), at most ``seconds``."""
-        end = time.monotonic() + seconds
-        with self._tasks_lock:
-            while self._running and time.monotonic() < end:
-                self._ran.wait(max(0.0, min(0.5, end - time.monotonic())))
+    def drain(self, seconds: float | None = None) -> None:
+        """EOF: let the commands already read finish, each within its own deadline (``_budget`` from its arrival,
+        plus ``_DRAIN_SLACK`` for closing), however long that is (at most ``seconds`` when given); a terminating
+        signal cuts the wait short."""
+        cap = None if seconds is None else time.monotonic() + seconds
+        self.in_flight.wait(
+            lambda c: min(c.received + self._budget(c) + _DRAIN_SLACK, cap if cap is not None else float("inf")),
+            lambda: self.signalled is not None,
+        )
 
     def finish(self, grace: float) -> None:
-        """Close every session (calls in flight fail and are answered), then let command threads end (``stopping``
-        is set: idle ones end now, busy ones after their answer)."""
+        """The end (``stopping`` is set): close every session, live or still opening (calls in flight fail and are
+        answered, children's process groups are reaped), stop waiting on the registry, give the commands cut short
+        ``grace`` seconds to write their own answers, answer the rest (``answer_the_rest``), end the threads."""
+        self.stopping.set()
         self.pool.close_all()
+        abort = getattr(self.registry, "abort", None)
+        if abort is not None:
+            abort()
         end = time.monotonic() + grace
-        self._wake_idle()
-        with self._tasks_lock:
-            threads = list(self._threads)
-        for thread in threads:
-            thread.join(max(0.0, end - time.monotonic()))
+        self.in_flight.wait(lambda c: end)
+        self.answer_the_rest()
+        self.workers.stop(wait=min(grace, 1.0))
+
+    def answer_the_rest(self) -> None:
+        """Every command read and not answered yet gets a clear error now (it cannot finish before the end)."""
+        for command in self.in_flight.take_all():
+            self.out.fail(command.task_id, _cut_by_shutdown(command))
 
     def _forget_users(self, users: set[str]) -> None:
         """The reaper forgot these users' slots: their name tables go too (a user who comes back starts over)."""
@@ -9223,7 +9845,7 @@ class ResidentServer:
 
     def _view(self, command: _Command) -> Any:
         """This command's registry view, waited for within the command's own timeout."""
-        timeout = self._left(command, self._timeout(command))
+        timeout = _time_left(command, self._timeout(command))
         view = self.registry.view(command.user_id, command.access_token, timeout=timeout)
         command.credentials = (view.user_credentials, view.system_credentials)
         self.pool.retire_gone(view)
@@ -9413,13 +10035,7 @@ class ResidentServer:
                         with lock:
                             found.setdefault(row.name, slot.tools)
 
-        threads = [threading.Thread(target=one, args=(row,), daemon=True) for row in view_rows[1:]]
-        for thread in threads:
-            thread.start()
-        if view_rows:
-            one(view_rows[0])
-        for thread in threads:
-            thread.join()
+        run_each(one, view_rows)
         errors.sort(key=lambda e: e["server_name"])
         return found, errors
 
@@ -9440,14 +10056,16 @@ class ResidentServer:
 
     def _tool_list(self, command: _Command, refresh: bool) -> dict[str, Any]:
         view = self._view(command)
-        rows = self._usable(command, view)
+        rows = _usable_rows(view)
         name = command.params.get("server_name")
         if name is not None:
             rows = [self._row(view, name)]
         found, errors = self._catalogues(command, view, rows, refresh)
+        if errors and self.stopping.is_set():  # cut by the shutdown: a failure, never a partial catalogue
+            raise _cut_by_shutdown(command)
         if refresh:
             errors = [e for e in errors if e["server_name"] in {r.name for r in rows}]
-        table = build_injected_names(self._known_pairs(command, view, found))  # one snapshot: answer and table
+        table = build_injected_names(self._known_pairs(command, view, found))  # one snapshot: answer, table
         assert command.user_id is not None
         self._names[command.user_id] = table
         by_pair = {pair: injected for injected, pair in table.items()}
@@ -9462,7 +10080,6 @@ class ResidentServer:
     # -- actions -----------------------------------------------------------------------------------
 
     def do_init(self, command: _Command) -> dict[str, Any]:
-        import threading
 
         view = self.registry.view(None, None)
         self.pool.retire_gone(view)
@@ -9483,17 +10100,15 @@ class ResidentServer:
                 )
             servers[row.name] = entry
 
-        threads = [threading.Thread(target=one, args=(row,), daemon=True) for row in rows]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        run_each(one, rows)
+        if self.stopping.is_set() and any(s.get("status") == "failed" for s in servers.values()):
+            raise _cut_by_shutdown(command)
         return {"servers": [servers[row.name] for row in rows]}
 
     def do_list_servers(self, command: _Command) -> dict[str, Any]:
         view = self._view(command)
         servers = []
-        for row in self._usable(command, view):
+        for row in _usable_rows(view):
             entry: dict[str, Any] = {
                 "server_name": row.name,
                 "transport_type": row.transport_type,
@@ -9578,7 +10193,7 @@ class ResidentServer:
             pair = self._names.get(command.user_id, {}).get(injected)
             if pair is None:
                 pair = build_injected_names(self._known_pairs(command, view)).get(injected)
-            if pair is None and command.user_id not in self._names:  # a user forgotten after idling: list again
+            if pair is None and command.user_id not in self._names:  # forgotten after idling: list again
                 self._tool_list(command, refresh=False)
                 pair = self._names.get(command.user_id, {}).get(injected)
             if pair is None:
@@ -9618,19 +10233,19 @@ class ResidentServer:
         except InvalidArgumentsError as exc:
             self.events.emit("tool.rejected", **base, error_code=exc.code)
             raise _platform_error(exc) from None
-        slot, server = self._use(command, view, row)
+        slot, server = self.pool.use_server(view, row, command.user_id)
         self.pool.use(slot, 1)
         started = time.monotonic()
         try:
             try:
-                session = self.pool.session(slot, server, self._left(command, timeout))
+                session = self.pool.session(slot, server, _time_left(command, timeout))
             except BkmcpError as exc:
                 self.events.emit("tool.failed", **base, error_code=exc.code, outcome="not_sent")
                 raise _platform_error(exc, server=server_name, timeout=timeout) from None
             self.events.emit("tool.started", **base)
             started = time.monotonic()
             try:
-                result = session.call_tool(tool_name, arguments, self._left(command, timeout), tool)
+                result = session.call_tool(tool_name, arguments, _time_left(command, timeout), tool)
             except BkmcpError as exc:
                 self.pool.release(session)
                 if isinstance(exc, RemoteError) and not isinstance(exc, CapabilityUnsupportedError):
@@ -9665,8 +10280,53 @@ class ResidentServer:
         return {"server_name": server_name, "tool_name": tool_name, "result": result}
 
 
-class _Stop(BaseException):
-    """SIGTERM: leave the reader loop and shut down (exit 0)."""
+# Modules the command threads import on first use. The interpreter's import lock is per module and breaks a
+# suspected deadlock by handing out a partially initialised module, so two threads importing overlapping module
+# trees for the first time can see one (issue 16 item 6a); the resident mode imports them once, on the main thread,
+# before any command thread starts. The one-shot CLI has one thread and keeps its lazy imports.
+_RESIDENT_MODULES = (
+    "base64",
+    "codecs",
+    "collections",
+    "ctypes",
+    "fractions",
+    "hashlib",
+    "http.cookiejar",
+    "queue",
+    "select",
+    "selectors",
+    "shlex",
+    "shutil",
+    "signal",
+    "socket",
+    "sqlite3",
+    "ssl",
+    "subprocess",
+    "traceback",
+    "unicodedata",
+    "urllib.parse",
+)
+
+
+def _warm_resident_imports(log: Log) -> None:
+    """First use of every lazily initialised global, on one thread: modules, httpx (``_import_httpx``), jsonschema and
+    the validator classes built from it, ``JsonNumber``. Each is also safe to meet first on many threads (locks); this
+    removes the interpreter's own import races too. A module that cannot load is left to the command that needs it
+    (it then fails with its own clear error)."""
+    import importlib
+
+    for name in _RESIDENT_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError:  # pragma: no cover - e.g. a Python built without ctypes or ssl
+            log.debug(f"resident warm-up: {name} not available")
+    try:
+        _import_httpx()
+        number = parse_json("0.5")
+        tool = {"name": "warm", "inputSchema": {"type": "object", "properties": {"n": {"type": "number"}}}}
+        validate_arguments(tool, {"n": number})
+    except BkmcpError as exc:  # pragma: no cover - a broken install: the commands that need it report it
+        log.debug(f"resident warm-up: {exc.message}")
 
 
 def run_resident(
@@ -9679,10 +10339,13 @@ def run_resident(
     stderr: IO[str],
     cwd: str | None = None,
 ) -> int:
-    """``bkmcp --resident`` (docs/contract.md §11): serve commands until ``shutdown``, EOF, SIGTERM (0) or SIGINT (130).
+    """``bkmcp --resident`` (docs/contract.md §11): serve commands until ``shutdown``, EOF, a terminating signal
+    (``_STOP_SIGNALS``: 0) or SIGINT (130), answering every command read before the end.
 
     ``stdin``/``stdout`` are binary streams. A registry that cannot be opened raises (exit 1, envelope on
-    stderr, by ``main``); nothing after that start-up step raises out of here.
+    stderr, by ``main``); nothing after that start-up step raises out of here. stdin is read by a thread of its
+    own, so the signal handlers only record the signal (no handler ever runs inside a lock's critical section);
+    this thread waits for the end, then shuts down.
     """
     import signal
     import threading
@@ -9692,6 +10355,7 @@ def run_resident(
     registry = open_registry(opts.registry, env=env, log=log, timeout=opts.timeout, cwd=cwd)
     if isinstance(registry, SqliteRegistry) and registry.created:
         log.warn(f"created a new, empty registry {registry.path} (is --registry the path you meant?)")
+    _warm_resident_imports(log)
     events_stream: IO[str] | None = None
     if opts.events == "-":
         events_stream = stderr
@@ -9705,42 +10369,40 @@ def run_resident(
     events = EventSink(events_stream, log.redactor, owned=opts.events not in (None, "-"))
     server = ResidentServer(opts, registry=registry, stdout=stdout, log=log, events=events, env=env)
     server.pool.start_reaper()
-    status = EXIT_OK
-    previous: Any = None
-    main_thread = threading.current_thread() is threading.main_thread()
-    if main_thread:
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
 
-        def on_term(signum: int, frame: Any) -> None:
-            raise _Stop()
+        def on_signal(signum: int, frame: Any) -> None:
+            if server.signalled is None:
+                server.signalled = signum
 
-        previous = signal.signal(signal.SIGTERM, on_term)
+        for name in (*_STOP_SIGNALS, "SIGINT"):
+            number = getattr(signal, name, None)
+            if number is not None:
+                previous[number] = signal.signal(number, on_signal)
+    reader = threading.Thread(target=server.read_all, args=(stdin,), name="bkmcp-reader", daemon=True)
     try:
-        try:
-            server.serve(stdin)
-            if server.shutdown_task is None and not server.output_broken:  # EOF: answer what was read
-                server.drain(opts.timeout + 5.0)
-        except _Stop:
-            log.debug("SIGTERM: shutting down")
-        except KeyboardInterrupt:
-            log.debug("SIGINT: shutting down")
-            status = EXIT_INTERRUPTED
-        except (OSError, ValueError) as exc:  # stdin unreadable: as EOF
-            log.debug(f"stdin failed: {type(exc).__name__}")
-        server.stopping.set()
-        if main_thread:  # a second SIGTERM during the shutdown must not cut it short
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        server.finish(grace=5.0)
+        reader.start()
+        while not server.ended.wait(0.1) and server.signalled is None:
+            pass
+        if server.signalled is None and server.shutdown_task is None and not server.output_broken:
+            server.drain()  # EOF: the commands already read run to their own end and are answered
+        if server.signalled is not None:
+            log.debug(f"{signal.Signals(server.signalled).name}: shutting down")
+        server.finish(grace=_SHUTDOWN_GRACE)
         if server.shutdown_task is not None:
-            server.write({"task_id": server.shutdown_task, "success": True, "result": {"stopped": True}})
+            server.out.write({"task_id": server.shutdown_task, "success": True, "result": {"stopped": True}})
+        if server.signalled is None:
+            reader.join(1.0)
     finally:
-        if main_thread and previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler if handler is not None else signal.SIG_DFL)
         try:
             registry.close()
         except Exception as exc:
             log.debug(f"closing the registry failed: {type(exc).__name__}")
         events.close()
-    return status
+    return EXIT_INTERRUPTED if server.signalled == signal.SIGINT else EXIT_OK
 
 
 # ======================================================================================================
@@ -9751,7 +10413,8 @@ def run_resident(
 #   * A section whose banner title ends with "— deferred in the pyz" (5-8 and 10) runs on first use in the pyz;
 #     consecutive marked sections load together. Marking or unmarking a banner is all it takes to change that.
 #   * The help paths (`--help`, `--version`, `<server> --help`, a bare `<server>`) are what `main` reaches before
-#     a def line that ends with "# pyz: remote part" (``_Runner.run_remote``, ``_Runner.run_resident_mode``).
+#     a def line that ends with "# pyz: remote part" (``_Runner.run_remote``, ``_Runner.run_resident_mode``,
+#     ``_Runner.cancelled``).
 #     Code on a help path lives outside the deferred sections and names nothing they define: a guard there
 #     would load them on every `--help`.
 #   * A deferred section only defines: defs, classes, imports and assignments to plain names, calling nothing
@@ -9781,7 +10444,8 @@ _FLAG_OPTIONS = {
 }
 # `bkmcp --registry FILE --import mcp.json | --list` (contract §11.3): options only before any server name, so a tool's
 # own `--list`/`--import` parameter (after the tool name) keeps working as a tool option.
-_REGISTRY_VALUE_OPTIONS = {"--import": "registry_import"}
+# `--completion SHELL` is the same kind of root-only option.
+_REGISTRY_VALUE_OPTIONS = {"--import": "registry_import", "--completion": "completion"}
 _REGISTRY_FLAG_OPTIONS = {"--list": "registry_list"}
 _REGISTRY_OPTION_NAMES = frozenset({*_REGISTRY_VALUE_OPTIONS, *_REGISTRY_FLAG_OPTIONS})
 _RESIDENT_OPTIONS = {
@@ -9816,6 +10480,7 @@ class Invocation:
     resident: bool = False
     registry_import: str | None = None
     registry_list: bool = False
+    completion: str | None = None  # --completion bash|zsh|fish|servers (root only)
     events: str | None = None  # --resident only: the options of _RESIDENT_OPTIONS
     max_processes: str | None = None
     max_user_processes: str | None = None
@@ -9914,6 +10579,15 @@ def check_invocation(inv: Invocation) -> None:
             "--context is not supported: bkmcp takes identity only from the server's headers in mcp.json",
             hint="remove --context; configure the server's headers instead",
         )
+    if inv.completion is not None:
+        if inv.completion not in (*COMPLETION_SHELLS, "servers"):
+            raise UsageError(
+                f"--completion takes bash, zsh or fish, got {inv.completion!r}",
+                hint='eval "$(bkmcp --completion bash)"',
+            )
+        extra = inv.server or inv.check or inv.tools or inv.body is not None or inv.resident or inv.registry is not None
+        if extra or inv.jq is not None or inv.dry_run or inv.help:
+            raise UsageError("--completion takes nothing else but --config", hint="bkmcp --completion bash")
     registry_tool = inv.registry_import is not None or inv.registry_list
     if inv.registry is not None and not inv.resident and not registry_tool:
         raise UsageError("--registry is only valid with --resident, --import or --list")
@@ -9960,7 +10634,7 @@ def check_invocation(inv: Invocation) -> None:
                 "--registry and answers every command in full",
                 hint="remove " + ", ".join(cli_only),
             )
-    if inv.resident and inv.registry is None:
+    if inv.resident and inv.registry is None and not inv.help:
         raise UsageError(
             "--resident needs --registry SOURCE (a SQLite file or an http(s)://…/internal/mcp/config URL)",
             hint="bkmcp --resident --registry ./registry.db",
@@ -10129,6 +10803,34 @@ class Environment:
     cwd: str
 
 
+def _configured_names(config_path: str) -> tuple[list[str] | None, str | None]:
+    """(the server names of the config file, None) for the root help and completion, read offline; (None, None)
+    for a missing file and (None, why) for one that cannot be used."""
+    import stat
+
+    try:  # a FIFO or device would block or never end: help and completion must never hang
+        if not stat.S_ISREG(os.stat(config_path).st_mode) and not stat.S_ISDIR(os.stat(config_path).st_mode):
+            return None, "not a regular file"
+    except (OSError, ValueError):
+        pass  # missing or unreadable: load_config says which
+    try:
+        config = load_config(config_path)
+    except ConfigNotFoundError:
+        return None, None
+    except BkmcpError as exc:
+        prefix = f"{config_path}: "
+        return None, exc.message[len(prefix) :] if exc.message.startswith(prefix) else exc.message
+    return sorted(config.servers), None
+
+
+def _completion_command() -> list[str]:
+    """How a completion script runs this bkmcp: the .pyz or bkmcp.py that is running, else ``bkmcp`` on PATH."""
+    script = sys.argv[0] if sys.argv else ""
+    if script.endswith((".pyz", "bkmcp.py")) and os.path.isfile(script):
+        return [sys.executable or "python3", os.path.abspath(script)]
+    return ["bkmcp"]
+
+
 def _select_server(config: ConfigFile, name: str) -> ServerConfig:
     if name not in config.servers:
         names = sorted(config.servers)
@@ -10188,6 +10890,39 @@ def build_resident_options(inv: Invocation) -> ResidentOptions:
     )
 
 
+def run_registry_tool(inv: Invocation, envr: Environment, log: Log) -> int:
+    """``bkmcp --registry FILE --import mcp.json`` and ``bkmcp --registry FILE --list`` (docs/contract.md §11.3)."""
+    assert inv.registry is not None
+    scheme, separator, _ = inv.registry.partition("://")
+    if separator and scheme.isalpha():
+        raise UsageError(
+            "--import and --list work on a SQLite registry file, not on a URL",
+            hint="manage an HTTP source's servers in the platform that serves it",
+        )
+    if not inv.registry:
+        raise UsageError("--registry needs a SQLite file path")
+    timeout = parse_duration(inv.timeout) if inv.timeout is not None else REGISTRY_TIMEOUT
+    path = resolve_user_path(inv.registry, envr.env, envr.cwd, option="--registry")
+    if inv.registry_import is not None:
+        if not inv.registry_import:
+            raise UsageError("--import needs an mcp.json path")
+        config = load_config(resolve_user_path(inv.registry_import, envr.env, envr.cwd, option="--import"))
+        registry = SqliteRegistry(path, log=log, timeout=timeout)
+        try:
+            data: dict[str, Any] = {"imported": registry.import_config(config, log), "registry": path}
+        finally:
+            registry.close()
+    else:
+        registry = SqliteRegistry(path, log=log, timeout=timeout, create=False)
+        try:
+            data = {"servers": [render_registry_row(s) for s in registry.view(None).servers.values()]}
+        finally:
+            registry.close()
+    envr.stdout.write(dump_json(build_success(data)) + "\n")
+    envr.stdout.flush()
+    return EXIT_OK
+
+
 def _binary_stdin(stream: IO[str]) -> Any:
     """The byte stream under a text stdin (an injected text stream is read as UTF-8)."""
     buffer = getattr(stream, "buffer", None)
@@ -10226,6 +10961,7 @@ class _Runner:
         self.redactor = log.redactor
         self.remote_started = False
         self.deadline: Deadline | None = None  # the remote operation's budget, once it started
+        self.ctx: OpContext | None = None  # the remote operation, once it started
 
     def emit_text(self, text: str) -> int:
         self.envr.stdout.write(text if text.endswith("\n") else text + "\n")
@@ -10245,7 +10981,7 @@ class _Runner:
                     out.flush()
                     self.envr.stderr.write(halt.message)
                     self.envr.stderr.flush()
-                    return halt.status if envelope.get("ok") is True else status  # a failure is never hidden
+                    return halt.status
             else:
                 pretty = 2 if getattr(out, "isatty", lambda: False)() else None
                 out.write(dump_json(envelope, indent=pretty) + "\n")
@@ -10271,13 +11007,17 @@ class _Runner:
         if inv.version:
             return self.emit_text(f"bkmcp {__version__}")
         check_invocation(inv)
-        registry_tool = (inv.registry_import is not None or inv.registry_list) and not inv.help
+        registry_tool = inv.registry_import is not None or inv.registry_list
+        if inv.help and (registry_tool or inv.resident):  # a mode's --help prints that mode's help (contract §2)
+            return self.emit_text(render_resident_help())
         if registry_tool or inv.resident:
             return self.run_resident_mode(registry_tool)
         config_path = resolve_config_path(inv.config, envr.env, envr.cwd)
+        if inv.completion is not None:
+            return self.run_completion(inv.completion, config_path)
         if inv.server is None:
             if inv.help or not any((inv.check, inv.tools, inv.tool)):
-                return self.emit_text(render_root_help(config_path))
+                return self.emit_text(render_root_help(config_path, *_configured_names(config_path)))
         # help (root, server, tool; bare `bkmcp <server>` too) is never projected, so --jq is not even compiled
         projected = inv.jq is not None and not inv.help and (inv.check or inv.tools or inv.tool is not None)
         jq = compile_jq(inv.jq) if projected and inv.jq is not None else None
@@ -10291,6 +11031,16 @@ class _Runner:
         if inv.tool is None and (inv.help or not (inv.check or inv.tools)):
             return self.emit_text(render_server_help(server_cfg))
         return self.run_remote(server_cfg, jq)
+
+    def run_completion(self, shell: str, config_path: str) -> int:
+        """``--completion SHELL`` prints the script; ``--completion servers`` (what the script runs) prints the
+        configured server names, one a line, and nothing at all when the file is missing or invalid."""
+        if shell != "servers":
+            return self.emit_text(render_completion(shell, _completion_command()))
+        names, _problem = _configured_names(config_path)
+        if names:
+            self.envr.stdout.write("".join(name + "\n" for name in names))
+        return EXIT_OK
 
     def run_resident_mode(self, registry_tool: bool) -> int:  # pyz: remote part
         """``--registry FILE --import/--list`` (``registry_tool``), or ``--resident`` (docs/contract.md §11)."""
@@ -10327,7 +11077,7 @@ class _Runner:
         log = self.log
         progress = (lambda token: ProgressLine(log, token)) if log.verbose or log.is_tty else None
         ctx = OpContext(deadline, log, progress=progress)
-        self.deadline = deadline
+        self.deadline, self.ctx = deadline, ctx
         try:
             self.remote_started = True
             if inv.check:
@@ -10343,9 +11093,37 @@ class _Runner:
         except RemoteError as exc:
             if isinstance(exc, JqError):
                 raise
-            return self.emit_envelope(build_failure(word_for_cli(exc, server.name), self.redactor), jq, EXIT_REMOTE)
+            # --jq projects successes only: a failure is printed whole, never hidden (docs/contract.md §7)
+            error = word_for_cli(exc, server.name)
+            return self.emit_envelope(build_failure(error, self.redactor), None, error.exit_status)
         except BkmcpError as exc:
             raise word_for_cli(exc, server.name) from None
+
+    def cancelled(self) -> CancelledError | None:  # pyz: remote part
+        """What a Ctrl-C must tell once a request was sent (docs/contract.md §7): whether ``tools/call`` had been
+        sent (the outcome is then unknown) and the stage it stopped in. None before any request: a plain 130."""
+        ctx = self.ctx
+        if ctx is None or ctx.last_request is None:
+            return None
+        stage = stage_of(ctx.last_request)
+        data = (
+            {"server": self.inv.server} if self.inv.tool is None else {"server": self.inv.server, "tool": self.inv.tool}
+        )
+        if ctx.call_sent:
+            return CancelledError(
+                f"interrupted (Ctrl-C) in the {stage} stage, after tools/call was sent: the call may or may not "
+                "have run",
+                hint="check whether the tool ran before calling it again; do not retry it blindly (bkmcp never "
+                "resends a call)",
+                details={"outcome": "unknown", "stage": stage},
+                data=data,
+            )
+        return CancelledError(
+            f"interrupted (Ctrl-C) in the {stage} stage" + (", before tools/call was sent" if self.inv.tool else ""),
+            hint="nothing was called; the command can be run again",
+            details={"outcome": "not_sent", "stage": stage},
+            data=data,
+        )
 
     def run_tool(
         self,
@@ -10432,8 +11210,11 @@ def main(
         runner = _Runner(inv, envr, log)
         return runner.run()
     except KeyboardInterrupt:
-        log.warn("interrupted")
-        return EXIT_INTERRUPTED
+        cancelled = runner.cancelled() if runner is not None else None
+        if cancelled is None:  # nothing was sent yet: nothing to report but the interruption itself
+            log.warn("interrupted")
+            return EXIT_INTERRUPTED
+        return _report_error(cancelled, envr, log, runner)
     except BkmcpError as exc:
         return _report_error(exc, envr, log, runner)
     except BrokenPipeError:
@@ -10457,7 +11238,7 @@ def _report_error(exc: BkmcpError, envr: Environment, log: Log, runner: _Runner 
     envelope = build_failure(exc, log.redactor)
     text = dump_json(envelope)
     try:
-        if exc.exit_status == EXIT_REMOTE:
+        if exc.exit_status != EXIT_LOCAL:  # remote (2), interrupted after a request was sent (130)
             envr.stdout.write(text + "\n")
             envr.stdout.flush()
         else:

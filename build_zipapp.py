@@ -308,13 +308,20 @@ if sys.implementation.cache_tag != %(cache_tag)r:
     _copy = _bkmcp_boot.use_compiled_cache(%(build_id)r, _archive)
 if not _copy:
     class _Vendored:
-        # Finds nothing itself: the first import of a vendored package puts their nested zip on sys.path.
+        # Finds nothing itself: the first import of a vendored package puts their nested zip on sys.path. Threads
+        # importing their first vendored packages together (resident mode) wait for that one copy under the lock;
+        # the finder stays in sys.meta_path (removing it would shift the list another thread is walking).
+        lock = __import__("_thread").allocate_lock()
+        done = False
+
         @staticmethod
         def find_spec(name, path=None, target=None):
-            if path is None and name in %(vendored)r:
-                import _bkmcp_boot  # its ImportError (no cache folder, damaged pyz) keeps this finder in place
-                _bkmcp_boot.use_vendor_zip(%(build_id)r, _archive, %(vendor_sha256)r)
-                sys.meta_path.remove(_Vendored)
+            if path is None and not _Vendored.done and name in %(vendored)r:
+                with _Vendored.lock:
+                    if not _Vendored.done:
+                        import _bkmcp_boot  # its ImportError (no cache folder, damaged pyz) keeps the finder active
+                        _bkmcp_boot.use_vendor_zip(%(build_id)r, _archive, %(vendor_sha256)r)
+                        _Vendored.done = True
             return None
 
     sys.meta_path.insert(0, _Vendored)

@@ -79,6 +79,10 @@ def main() -> int:
         except subprocess.TimeoutExpired:
             proc.kill()
     print("demo: all steps succeeded" if not failures else f"demo: {failures} step(s) failed")
+    print(
+        "demo: the mock server and its config are gone now; to keep going, `make examples` starts every server\n"
+        "      the docs' examples use, writes their mcp.json and prints what to export (docs/user-guide.md)"
+    )
     return 1 if failures else 0
 
 

@@ -423,7 +423,7 @@ def test_bkmcp_bytecode_is_lean_on_every_python(python: str, pyz_path: Path, pyz
         "import bkmcp\n"
         "assert bkmcp.__doc__ is None and bkmcp.main.__doc__ is None and bkmcp.ToolFlag.__doc__ is None\n"
         "assert bkmcp.main.__annotations__ == {} and bkmcp.build_tool_flags.__annotations__ == {}\n"
-        "assert list(bkmcp.ToolFlag.__annotations__) == ['name', 'kind', 'required', 'schema']\n"
+        "assert list(bkmcp.ToolFlag.__annotations__) == ['name', 'kind', 'required', 'schema', 'nullable']\n"
         "print(bkmcp.main.__code__.co_firstlineno, bkmcp.build_tool_flags.__code__.co_firstlineno,\n"
         "      bkmcp.build_tool_flags({'inputSchema': {'properties': {'q': {'type': 'string'}}}})"
         ".flags['q'].usage)\n"

@@ -67,3 +67,12 @@ def test_pyz_resident_two_users_public_http_user_stdio(
             assert res.close() == []
     finally:
         srv.stop()
+
+
+def test_pyz_cold_start_concurrency(pyz_path: Path, pyz_env: dict, tmp_path: Path) -> None:
+    """Issue 16 item 6a through the pyz, where the deferred sections and the vendored packages' finder meet their
+    first use too: 20 fresh processes, 500 commands each across every server kind, all sent before any answer is
+    read: every one answered, none internal_error, no child left (tests/integration/cold_start.py)."""
+    from cold_start import run_cold_starts
+
+    assert run_cold_starts(tmp_path, processes=20, commands=500, pyz=pyz_path, python=sys.executable, env=pyz_env) == []

@@ -261,13 +261,13 @@ def test_p05_body_overrides_flags_not_merged(mock, version) -> None:
         (["--limt", "7"], "unknown option --limt"),
         (["--limit"], "needs a value"),
         (["--enabled", "true"], "--enabled=true"),
-        (["--title", "x"], "has no flag"),
+        (["--point", "{}"], "has no flag"),
     ],
 )
 def test_p05_body_with_bad_flags_sends_no_call(mock, argv: list[str], word: str) -> None:
     """P05: with --body, unknown or malformed flags are still errors; nothing is called."""
     target = mock(SCENARIO)
-    tool = "greet" if "--title" in argv else "search_reports"
+    tool = "greet" if "--point" in argv else "search_reports"
     result = target.run(target.name, tool, "--body", '{"keyword": "k", "name": "n"}', *argv)
     error = assert_no_call(target, result)
     assert word in error["message"]
@@ -290,7 +290,8 @@ def test_p05_reserved_name_fields_via_body(mock) -> None:
 
 
 def test_p05_pydantic_schema_flags_and_body(mock) -> None:
-    """P05: a pydantic schema: plain flags work, the anyOf/$ref fields go through --body, $defs validated."""
+    """P05: a pydantic schema: plain flags work, Optional[str] (anyOf string|null) has a string flag (issue 17
+    item 7) while its null and the $ref fields go through --body, $defs validated."""
     target = mock(SCENARIO)
     result = target.run(target.name, "greet", "--name", "Ada")
     assert result.exit_status == 0, result.stderr
@@ -303,7 +304,11 @@ def test_p05_pydantic_schema_flags_and_body(mock) -> None:
     error = assert_no_call(target, target.run(target.name, "greet", "--body", '{"name":"Ada","point":{"x":"1"}}'))
     assert error["problems"] == [{"path": "$.point.x", "message": "expected integer, got string"}]
     target.srv.reset_log()
-    error = assert_no_call(target, target.run(target.name, "greet", "--name", "Ada", "--title", "Dr"))
+    result = target.run(target.name, "greet", "--name", "Ada", "--title", "null")
+    assert result.exit_status == 0, result.stderr
+    assert sent_arguments(target) == '{"name":"Ada","title":"null"}'  # the flag's text is a string, never JSON null
+    target.srv.reset_log()
+    error = assert_no_call(target, target.run(target.name, "greet", "--name", "Ada", "--point", "{}"))
     assert "has no flag" in error["message"] and "--body" in error["message"]
 
 
@@ -415,15 +420,18 @@ def test_p01_sdk_string_int_bool_flags(sdk) -> None:
 
 @pytest.mark.interop
 def test_p05_sdk_optional_any_of_via_body(sdk) -> None:
-    """P05 (SDK): pydantic Optional (anyOf + null) has no flag: --body carries it; the flag form is refused."""
+    """P05 (SDK): pydantic Optional (anyOf + null) has a flag of its simple type (issue 17 item 7); JSON null
+    goes through --body."""
     result = sdk("greet", "--name", "Ada")
     assert result.exit_status == 0, result.stderr
     assert result.json["data"]["result"]["content"][0]["text"] == "Hello, Ada!"
     result = sdk("greet", "--body", '{"name": "Ada", "title": "Dr"}')
     assert result.json["data"]["result"]["content"][0]["text"] == "Hello, Dr Ada!"
     result = sdk("greet", "--name", "Ada", "--title", "Dr")
-    assert result.exit_status == 1 and result.error_code == "invalid_mcp_arguments"
-    assert "has no flag" in result.json["error"]["message"]
+    assert result.exit_status == 0, result.stderr
+    assert result.json["data"]["result"]["content"][0]["text"] == "Hello, Dr Ada!"
+    result = sdk("greet", "--body", '{"name": "Ada", "title": null}')
+    assert result.json["data"]["result"]["content"][0]["text"] == "Hello, Ada!"
 
 
 @pytest.mark.interop

@@ -1,7 +1,12 @@
-"""Every example marked ```` ```sh mock ```` in README.md, README_zh.md, docs/user-guide.md and docs/resident.md
-runs through ``python bkmcp.py`` against the bundled mock servers (on 127.0.0.1, started by ``mock_env``) and exits
-with the status its ``# exit N`` comment states, never printing the demo token. The checks of the documentation
-that need no server are in tests/unit/test_docs.py.
+"""Every example marked ```` ```sh mock ```` in README.md, README_zh.md, docs/user-guide.md,
+docs/resident-registry.md and docs/resident.md runs through ``python bkmcp.py`` against the bundled mock servers
+(on 127.0.0.1, started by ``mock_env``: what ``make examples`` starts) and exits with the status its ``# exit N``
+comment states, and its output is checked (issue 17 item 7): an output block right after it (```` ```json ```` or a
+bare fence) must be what the commands really printed, line by line in order (``...`` skips lines, ``…`` skips text
+inside a line; ports, the temporary folder and timings are normalised); without one, each command's output must be
+the envelope its exit status promises (``ok: true`` on stdout for 0, a failure on stdout for 2 and on stderr for
+1), and a resident session's answers must all be ``success: true`` without ``errors``. The checks of the
+documentation that need no server are in tests/unit/test_docs.py.
 """
 
 from __future__ import annotations
@@ -16,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from mock_server.mcp_mock import DEFAULT_TOOLS, MockServer, mock_tool
-from tests.helpers import ROOT, write_mcp_json
+from mock_server.examples import DEMO_TOKEN, start_examples
+from tests.helpers import ROOT
 
 pytestmark = [pytest.mark.integration]
 
@@ -26,9 +31,7 @@ README_EN = ROOT / "README.md"
 README_ZH = ROOT / "README_zh.md"
 USER_GUIDE = DOCS / "user-guide.md"
 RESIDENT = DOCS / "resident.md"
-
-# The tokens the mock examples use (documented in docs/user-guide.md, "Trying the examples").
-DEMO_TOKEN = "demo-secret-token"
+RESIDENT_REGISTRY = DOCS / "resident-registry.md"
 
 
 def _read(path: Path) -> str:
@@ -36,6 +39,7 @@ def _read(path: Path) -> str:
 
 
 _BLOCK = re.compile(r"^```sh mock\n(.*?)^```", re.M | re.S)
+_BLOCK_AND_OUTPUT = re.compile(r"^```sh mock\n(.*?)^```\n\n?(?:^```(?:json|text)?\n(.*?)^```\n)?", re.M | re.S)
 _EXIT = re.compile(r"\s+# exit (\d+)\s*$")
 
 
@@ -52,8 +56,69 @@ def _examples(path: Path) -> list[tuple[str, int]]:
     return found
 
 
+def _blocks(path: Path) -> list[tuple[list[tuple[str, int]], str | None]]:
+    """Each mock block: its (command, exit status) lines and the output block right after it, if any."""
+    found = []
+    for match in _BLOCK_AND_OUTPUT.finditer(_read(path)):
+        commands = []
+        for line in match.group(1).splitlines():
+            if line.strip() and not line.lstrip().startswith("#"):
+                exit_comment = _EXIT.search(line)
+                assert exit_comment, f"{path.name}: a mock example lacks its '# exit N' comment: {line!r}"
+                commands.append((line[: exit_comment.start()].strip(), int(exit_comment.group(1))))
+        found.append((commands, match.group(2)))
+    return found
+
+
+def _normalise(text: str, tmp: Path) -> str:
+    text = text.replace(str(tmp), "/tmp/docs")
+    text = re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:PORT", text)
+    text = re.sub(r'"(elapsed_ms|ms|fetched_at)":[0-9.]+', r'"\1":N', text)
+    return re.sub(r"\(\d+ ms\)", "(N ms)", text)
+
+
+def _line_pattern(line: str) -> re.Pattern[str]:
+    parts = re.split(r"\s*…\s*", line)  # "…" (and the spaces around it) stands for any text
+    return re.compile(".*".join(re.escape(part) for part in parts) + r"\s*")
+
+
+def check_shown_output(shown: str, printed: str, tmp: Path) -> str | None:
+    """None when every line of ``shown`` (a doc's output block) is, in order, a line the commands printed."""
+    actual = _normalise(printed, tmp).splitlines()
+    position = 0
+    for line in _normalise(shown, tmp).splitlines():
+        if line.strip() in ("...", "…") or not line.strip():
+            continue
+        pattern = _line_pattern(line.rstrip())
+        while position < len(actual) and not pattern.fullmatch(actual[position]):
+            position += 1
+        if position == len(actual):
+            return f"the documented line {line!r} is not in the output (in this order)"
+        position += 1
+    return None
+
+
+def check_envelope(command: str, status: int, done: subprocess.CompletedProcess[str]) -> str | None:
+    """Without an output block: the output is what the exit status promises (contract §7, §11.1)."""
+    stream = done.stderr if status == 1 else done.stdout
+    lines = [line for line in stream.splitlines() if line.startswith("{")]
+    if "--resident" in command:
+        answers = [json.loads(line) for line in lines]
+        if not answers or not all(a.get("success") is True for a in answers):
+            return f"a resident answer failed or none came: {done.stdout[-1000:]}"
+        if any((a.get("result") or {}).get("errors") for a in answers):  # list_tools reports a server's failure
+            return f"a resident answer reports errors: {done.stdout[-1000:]}"
+        return None
+    if not lines:
+        return None if status == 0 and done.stdout.strip() else f"no envelope (status {status}): {stream[-500:]}"
+    envelope = json.loads(lines[-1])
+    if isinstance(envelope, dict) and "ok" in envelope and envelope["ok"] is not (status == 0):
+        return f"exit {status} with an envelope saying ok={envelope['ok']}"
+    return None
+
+
 def _example_files() -> list[Path]:
-    return [README_EN, README_ZH, USER_GUIDE] + ([RESIDENT] if RESIDENT.exists() else [])
+    return [README_EN, README_ZH, USER_GUIDE, RESIDENT_REGISTRY] + ([RESIDENT] if RESIDENT.exists() else [])
 
 
 @pytest.fixture(scope="module")
@@ -61,73 +126,16 @@ def mock_env(tmp_path_factory: pytest.TempPathFactory):
     """The servers the examples name (docs/user-guide.md, "Trying the examples"): ``demo`` (HTTP, Bearer token),
     ``demo-stdio``, ``lab`` (tools that fail in instructive ways), ``pages`` (a pagination cycle), ``locked`` (401
     for this token), ``denied`` (403), ``offline`` (nothing listens), ``needs-var`` (an unset variable),
-    ``conflict`` (two identity headers). Same shape as ``make demo``'s config."""
+    ``conflict`` (two identity headers): what ``make examples`` starts (mock_server/examples.py), in a fresh folder."""
     tmp = tmp_path_factory.mktemp("docs-examples")
-    bearer = {"Authorization": "Bearer ${DEMO_TOKEN}"}
-    demo = MockServer({"require_headers": {"Authorization": f"Bearer {DEMO_TOKEN}"}})
-    lab = MockServer(
-        {
-            "tools": [
-                *DEFAULT_TOOLS,
-                mock_tool("ask", "input_required"),
-                mock_tool("slow", "slow", ms=5000),
-                mock_tool("rpc", "rpc_error", message="no such report"),
-            ]
-        }
-    )
-    pages = MockServer({"page_size": 2, "faults": {"cursor_cycle": True}})
-    locked = MockServer({"require_headers": {"Authorization": "Bearer another-token"}})
-    denied = MockServer(
-        {
-            "forbid_headers_403": {"Authorization": f"Bearer {DEMO_TOKEN}"},
-            "forbidden_message": "this identity may not use the report tools",
-        }
-    )
-    mocks = (demo, lab, pages, locked, denied)
-    urls = [server.start() for server in mocks]
-    servers = {
-        "demo": {"type": "http", "url": urls[0], "headers": bearer},
-        "demo-stdio": {
-            "type": "stdio",
-            "command": sys.executable,
-            "args": [str(ROOT / "mock_server" / "mcp_mock.py"), "--stdio", "--quiet"],
-        },
-        "lab": {"type": "http", "url": urls[1]},
-        "pages": {"type": "http", "url": urls[2]},
-        "locked": {"type": "http", "url": urls[3], "headers": bearer},
-        "denied": {"type": "http", "url": urls[4], "headers": bearer},
-        "offline": {"type": "http", "url": "http://127.0.0.1:9/mcp"},
-        "needs-var": {
-            "type": "http",
-            "url": "http://127.0.0.1:9/mcp",
-            "headers": {"Authorization": "Bearer ${REPORT_TOKEN}"},
-        },
-        "conflict": {
-            "type": "http",
-            "url": "http://127.0.0.1:9/mcp",
-            "headers": {"Authorization": "Bearer x", "X-Bkapi-Authorization": '{"access_token": "y"}'},
-        },
-    }
-    write_mcp_json(tmp, json.dumps({"mcpServers": servers}, indent=2))
-    write_mcp_json(tmp, '{"mcpServers": {"a": {"type": "http", "url": "https://x/mcp",}}}\n', name="broken.json")
-    (tmp / "params.json").write_text('{"text": "from a file", "count": 2}\n', encoding="utf-8")
+    mocks, exports = start_examples(tmp, [sys.executable, str(ROOT / "bkmcp.py")])
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(tmp),
-        "BK_CLI_CONFIG_DIR": str(tmp),
-        "DEMO_TOKEN": DEMO_TOKEN,
+        **exports,
         "PYTHONDONTWRITEBYTECODE": "1",
         "LANG": "C.UTF-8",
     }
-    # registry.db: the SQLite registry of these servers, for resident-mode examples
-    subprocess.run(
-        [sys.executable, str(ROOT / "bkmcp.py"), "--registry", "registry.db", "--import", "mcp.json"],
-        cwd=tmp,
-        env=env,
-        capture_output=True,
-        timeout=60,
-        check=True,
-    )
     try:
         yield tmp, env
     finally:
@@ -165,14 +173,43 @@ def test_documented_mock_examples_run_and_exit_as_documented(path: Path, mock_en
     examples = _examples(path)
     least = {"README.md": 5, "README_zh.md": 5, "user-guide.md": 20}.get(path.name, 1)
     assert len(examples) >= least, f"{path.name}: {len(examples)} mock example(s), expected at least {least}"
-    for command, status in examples:
-        done = run_example(command, tmp, env)
-        assert done.returncode == status, (
-            f"{path.name}: `{command}` exited {done.returncode}, documented "
-            f"{status}\nstdout: {done.stdout[-2000:]}\nstderr: {done.stderr[-2000:]}"
+    for commands, shown in _blocks(path):
+        printed = ""
+        for command, status in commands:
+            done = run_example(command, tmp, env)
+            assert done.returncode == status, (
+                f"{path.name}: `{command}` exited {done.returncode}, documented "
+                f"{status}\nstdout: {done.stdout[-2000:]}\nstderr: {done.stderr[-2000:]}"
+            )
+            assert "Traceback" not in done.stderr, done.stderr
+            assert DEMO_TOKEN not in done.stdout + done.stderr, f"`{command}` printed the token"
+            printed += done.stdout + done.stderr
+            if shown is None:
+                problem = check_envelope(command, status, done)
+                assert problem is None, f"{path.name}: `{command}`: {problem}"
+        if shown is not None:
+            problem = check_shown_output(shown, printed, tmp)
+            assert problem is None, f"{path.name}: {[c for c, _ in commands]}: {problem}\nprinted:\n{printed[-3000:]}"
+
+
+def test_output_check_reads_wildcards_and_refuses_what_was_not_printed(tmp_path: Path) -> None:
+    printed = (
+        f'{{"ok":true,"data":{{"config_file":"{tmp_path}/mcp.json","elapsed_ms":17}}}}\nbkmcp demo echo\n  a\n  b\n'
+    )
+    assert (
+        check_shown_output(
+            '{"ok":true,"data":{"config_file":"/tmp/docs/mcp.json","elapsed_ms":110}}', printed, tmp_path
         )
-        assert "Traceback" not in done.stderr, done.stderr
-        assert DEMO_TOKEN not in done.stdout + done.stderr, f"`{command}` printed the token"
+        is None
+    )
+    assert check_shown_output("bkmcp demo …\n...\n  b", printed, tmp_path) is None
+    assert check_shown_output("  b\n  a", printed, tmp_path) is not None  # order matters
+    assert check_shown_output('{"ok":false}', printed, tmp_path) is not None
+    done = subprocess.CompletedProcess([], 0, '{"task_id":"t1","success":false}\n', "")
+    assert check_envelope("bkmcp --resident --registry r.db", 0, done) is not None
+    cancelled = '{"task_id":"t2","success":true,"result":{"tools":[],"errors":[{"server_name":"demo"}]}}\n'
+    done = subprocess.CompletedProcess([], 0, cancelled, "")
+    assert check_envelope("bkmcp --resident --registry r.db", 0, done) is not None  # docs/resident.md "Try it" was so
 
 
 def test_example_parser_reads_exit_comments(tmp_path: Path) -> None:

@@ -249,6 +249,31 @@ def _interrupt_after(seconds: float):
     return timer
 
 
+def cancelled(result, *, outcome: str, stage: str) -> dict:
+    """Issue 17 item 2 (contract §7): Ctrl-C after the first request was sent is one ok:false envelope on stdout,
+    code mcp_cancelled, exit 130, saying whether the call may have run and where it stopped."""
+    assert result.exit_status == 130 and "Traceback" not in result.stderr
+    env = result.json
+    assert result.stdout.strip(), result.stderr
+    assert env["ok"] is False and env["error"]["code"] == "mcp_cancelled"
+    assert (env["error"]["outcome"], env["error"]["stage"]) == (outcome, stage)
+    return env
+
+
+@pytest.mark.parametrize("version", ["2025-11-25", "2026-07-28"])
+def test_MCP_004_ctrl_c_during_discovery_says_not_sent_R03(mock, version):
+    """R03: Ctrl-C while tools/list pages are read: the call was never sent (outcome not_sent, stage discover)."""
+    target = mock({"faults": {"slow_on": {"tools/list": 3000}}}, protocol_version=version)
+    timer = _interrupt_after(0.5)
+    try:
+        result = target.run(target.name, "echo", "--text", "x")
+    finally:
+        timer.cancel()
+    env = cancelled(result, outcome="not_sent", stage="discover")
+    assert env["data"] == {"server": target.name, "tool": "echo"}
+    assert target.count("tools/call") == 0
+
+
 @pytest.mark.parametrize("mode", ["json", "sse"])
 def test_MCP_004_ctrl_c_during_legacy_call_sends_cancelled_R03(mock, mode):
     """R03: Ctrl-C while tools/call runs -> legacy notifications/cancelled for that request id, exit 130,
@@ -260,6 +285,7 @@ def test_MCP_004_ctrl_c_during_legacy_call_sends_cancelled_R03(mock, mode):
     finally:
         timer.cancel()
     assert result.exit_status == 130
+    cancelled(result, outcome="unknown", stage="call")
     [call] = target.srv.requests("tools/call")
     cancels = target.srv.wait_for("notifications/cancelled", timeout=3)
     assert len(cancels) == 1
@@ -277,6 +303,7 @@ def test_MCP_004_ctrl_c_during_modern_call_closes_the_stream_R03(mock):
     finally:
         timer.cancel()
     assert result.exit_status == 130
+    cancelled(result, outcome="unknown", stage="call")
     assert time.monotonic() - started < 2.5  # the client did not wait for the result
     assert target.count("notifications/cancelled") == 0
     assert target.count("tools/call") == 1

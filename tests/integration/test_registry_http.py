@@ -19,7 +19,7 @@ import pytest
 import bkmcp
 from mock_server.mcp_mock import MockServer, mock_tool
 from mock_server.registry_source import RegistrySource
-from tests.helpers import ROOT
+from tests.helpers import ROOT, run_bkmcp
 
 TOKEN_A = "SENTINEL-jwt-alice-0001"
 TOKEN_B = "SENTINEL-jwt-bob-0002"
@@ -441,3 +441,23 @@ def test_reference_source_runs_as_a_script_with_a_request_log(tmp_path: Path) ->
         assert proc.wait(timeout=10) == 0
         proc.stdout.close()  # type: ignore[union-attr]
         proc.stderr.close()  # type: ignore[union-attr]
+
+
+def test_a_row_without_transport_type_is_a_stdio_server(source: RegistrySource) -> None:
+    """Issue 17 item 4 (contract §11.3): an HTTP-source row without transport_type is stdio; list_servers never
+    shows "None"."""
+    source.update(
+        {
+            "servers": [{"name": "plain", "command": sys.executable, "args": [MOCK, "--stdio", "--quiet"]}],
+            "system_credentials": {},
+            "user_credentials": {},
+            "tokens": {},
+        }
+    )
+    lines = '{"command":"invoke","task_id":"t1","params":{"action":"list_servers"}}\n'
+    res = run_bkmcp("--resident", "--registry", source.url, stdin=lines)
+    assert res.exit_status == 0, res.stderr
+    (answer,) = [json.loads(line) for line in res.stdout.splitlines()]
+    assert answer["success"] is True, answer
+    assert [(s["server_name"], s["transport_type"]) for s in answer["result"]["servers"]] == [("plain", "stdio")]
+    assert "None" not in res.stdout

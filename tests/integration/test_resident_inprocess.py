@@ -120,7 +120,8 @@ def test_inprocess_shutdown_and_duplicates(tmp_path, srv):
     out = [json.loads(x) for x in res.stdout.splitlines()]
     assert out[0]["task_id"] is None and out[0]["error_code"] == "invalid_command"
     assert out[-1] == {"task_id": "z", "success": True, "result": {"stopped": True}}
-    assert "after" not in res.stdout
+    after = [a for a in out if a["task_id"] == "after"]  # read with the shutdown, after it: answered, never run
+    assert len(after) == 1 and after[0]["error_code"] == "invalid_command" and "shutting down" in after[0]["error"]
     assert len([a for a in out if a["task_id"] == "s1"]) == 2
 
 
@@ -334,27 +335,27 @@ def test_command_threads_are_reused_capped_and_ended_by_the_finish(tmp_path, mon
     try:
         server.dispatch(line("a", "list_tools", "u").encode())
         assert out.wait("a")["success"] is True
-        _until(lambda: len(server._idle) == 1)
-        first = set(server._threads)
+        _until(lambda: server.workers.idle == 1)
+        first = set(server.workers.threads)
         for task in ("b", "c", "d"):  # one after the other: the same thread serves each
             server.dispatch(
                 line(task, "call_tool", "u", server_name="pub", tool_name="echo", arguments={"text": task}).encode()
             )
             assert out.wait(task)["success"] is True
-            _until(lambda: len(server._idle) == 1)
-            assert set(server._threads) == first
+            _until(lambda: server.workers.idle == 1)
+            assert set(server.workers.threads) == first
         # six at once: new threads start (none waits for a free one); afterwards at most 2 stay, idle
         tasks = [f"s{i}" for i in range(6)]
         for task in tasks:
             server.dispatch(line(task, "call_tool", "u", server_name="pub", tool_name="slow", arguments={}).encode())
-        _until(lambda: len(server._threads) == 6)
+        _until(lambda: len(server.workers.threads) == 6)
         assert all(out.wait(task)["success"] is True for task in tasks)
-        _until(lambda: len(server._threads) <= 2 and len(server._idle) == len(server._threads))
-        old = set(server._threads)
+        _until(lambda: len(server.workers.threads) <= 2 and server.workers.idle == len(server.workers.threads))
+        old = set(server.workers.threads)
         # the idle threads would wait 600 s more: the finish ends them now
         server.stopping.set()
         server.finish(grace=5.0)
-        assert server._threads == set() and server._idle == []
+        assert server.workers.threads == set() and server.workers.idle == 0
         assert not any(thread.is_alive() for thread in old | first)
     finally:
         server.pool.close_all()
@@ -368,15 +369,15 @@ def test_an_idle_command_thread_ends_after_its_idle_time(tmp_path, srv, monkeypa
     try:
         server.dispatch(line("a", "list_servers").encode())
         assert out.wait("a")["success"] is True
-        _until(lambda: not server._threads)
-        assert server._idle == []
+        _until(lambda: not server.workers.threads)
+        assert server.workers.idle == 0
         server.dispatch(line("b", "list_servers").encode())  # a new thread
         assert out.wait("b")["success"] is True
     finally:
         server.stopping.set()
         server.finish(grace=5.0)
         registry.close()
-    assert server._threads == set()
+    assert server.workers.threads == set()
 
 
 def test_eof_ends_every_command_thread_before_run_resident_returns(tmp_path, srv):
@@ -424,7 +425,7 @@ def test_a_command_that_gets_no_thread_is_answered_and_the_process_keeps_serving
         refused = out.wait("a")
         assert refused["success"] is False and refused["error_code"] == "resource_limit"
         assert "was not run" in refused["error"]
-        assert server._running == 0 and server._threads == set() and "a" not in server._tasks
+        assert server.workers.threads == set() and "a" not in server.in_flight
         monkeypatch.setattr(threading.Thread, "start", real_start)
         server.dispatch(
             line("a", "call_tool", "u", server_name="pub", tool_name="echo", arguments={"text": "again"}).encode()

@@ -577,6 +577,9 @@ def test_stdio_ctrl_c_sends_cancelled_then_shuts_down(stdio_mock, version):
             proc.kill()
             proc.wait()
     assert proc.returncode == 130, err
+    envelope = json.loads(out)  # issue 17 item 2: Ctrl-C after tools/call was sent says the outcome is unknown
+    assert envelope["ok"] is False and envelope["error"]["code"] == "mcp_cancelled"
+    assert (envelope["error"]["outcome"], envelope["error"]["stage"]) == ("unknown", "call")
     received = [json.loads(line) for line in (target.pid_path.parent / "stdin.jsonl").read_text().splitlines()]
     call = next(m for m in received if m.get("method") == "tools/call")
     cancels = [m for m in received if m.get("method") == "notifications/cancelled"]

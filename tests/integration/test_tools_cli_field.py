@@ -37,8 +37,9 @@ def test_P05_tools_output_keeps_tools_verbatim_and_explains_body_only_fields(moc
     assert data["tools"] == [HARD_TOOL]  # as received, unknown keys and number text included
     assert '"kept":[1,2.50,12345678901234567890123]' in result.stdout.replace(" ", "")
     cli = data["cli"]["hard"]
-    assert [f["name"] for f in cli["flags"]] == ["query"]
+    assert [f["name"] for f in cli["flags"]] == ["query", "maybe"]  # "string or null" has a flag (issue 17 item 7)
+    assert cli["flags"][1]["nullable"] is True
     body_only = {entry["name"]: entry["reason"] for entry in cli["body_only"]}
-    assert set(body_only) == {"timeout", "maybe", "ref", "has space"}
+    assert set(body_only) == {"timeout", "ref", "has space"}
     assert "reserved" in body_only["timeout"]
     assert target.count("tools/call") == 0

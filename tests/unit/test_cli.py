@@ -5,11 +5,14 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
+import subprocess
+import sys
 
 import pytest
 
 import bkmcp
-from tests.helpers import Result, run_bkmcp, write_mcp_json
+from tests.helpers import ROOT, Result, run_bkmcp, write_mcp_json
 
 URL = "https://mcp.example.com/report/mcp/?stage=prod"
 
@@ -289,6 +292,72 @@ def test_d01_root_help_without_any_config_file(args, tmp_path, no_network):
     assert stdin.reads == []
 
 
+def test_d01_root_help_names_every_mode(tmp_path, no_network):
+    """Issue 17 item 3 (contract §2): the root help names the resident mode, the registry tools and completion,
+    one line each, pointing at docs/resident.md."""
+    out = run_bkmcp("--help", env={"HOME": str(tmp_path)}).stdout
+    for text in (
+        "bkmcp --resident --registry SOURCE",
+        "bkmcp --registry FILE --import mcp.json",
+        "bkmcp --registry FILE --list",
+        "bkmcp --completion bash|zsh|fish",
+        "docs/resident.md",
+    ):
+        assert text in out, text
+    lines = [line for line in out.splitlines() if line.startswith(("  bkmcp --resident", "  bkmcp --registry FILE"))]
+    assert len(lines) == 3 and all(len(line) <= 120 for line in lines)
+
+
+def test_d01_root_help_says_whether_the_config_exists_and_lists_its_servers(tmp_path, write_config, no_network):
+    """Issue 17 item 7: a missing file is called missing (never "in use"), with where bkmcp looks; an existing
+    file's server names are listed offline (without reading variables or connecting)."""
+    missing = run_bkmcp("--help", env={"HOME": str(tmp_path)}).stdout
+    path = tmp_path / ".bk-cli" / "mcp.json"
+    assert f"Config file: {path} (not found" in missing and "in use" not in missing
+    assert "$BK_CLI_CONFIG_DIR/mcp.json" in missing
+    config = write_config(
+        {
+            "mcpServers": {
+                "zeta": {"type": "http", "url": "https://x/mcp", "headers": {"Authorization": "Bearer ${UNSET}"}},
+                "alpha": {"type": "stdio", "command": "srv"},
+            }
+        }
+    )
+    res = run_bkmcp("--config", str(config), "--help")
+    assert res.exit_status == 0 and res.stderr == ""
+    assert f"Config file: {config}\n" in res.stdout
+    assert "Configured servers (2): alpha, zeta" in res.stdout
+    broken = write_config("{not json", name="broken.json")
+    res = run_bkmcp("--config", str(broken))
+    assert res.exit_status == 0 and f"Config file: {broken} (invalid:" in res.stdout
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)  # no writer: reading it would block the help forever
+    res = run_bkmcp("--config", str(fifo), "--help")
+    assert res.exit_status == 0 and f"Config file: {fifo} (invalid: not a regular file)" in res.stdout
+    assert run_bkmcp("--config", str(fifo), "--completion", "servers").stdout == ""
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--resident", "--registry", "x.db", "--help"),
+        ("--resident", "-h"),
+        ("--help", "--resident", "--registry", "x.db", "--events", "-"),
+        ("--registry", "x.db", "--list", "--help"),
+        ("--registry", "x.db", "--import", "mcp.json", "-h"),
+    ],
+)
+def test_d01_help_with_a_mode_prints_that_modes_help_only(args, tmp_path, no_network):
+    """Issue 17 item 7 (contract §2): --help with --resident or a registry tool prints that mode's help and nothing
+    else: no registry is created, stdin is not served, nothing is imported."""
+    stdin = TrapStdin()
+    res = run_with(stdin, *args, cwd=str(tmp_path))
+    assert res.exit_status == 0 and res.stderr == "", res.stderr
+    assert res.stdout.startswith("bkmcp --resident") and "docs/resident.md" in res.stdout
+    assert "--max-processes" in res.stdout and "--registry FILE --import" in res.stdout
+    assert stdin.reads == [] and list(tmp_path.iterdir()) == []
+
+
 def test_d01_root_help_shows_the_selected_file(tmp_path, no_network):
     res = run_bkmcp("--help", env={"BK_CLI_CONFIG_DIR": str(tmp_path)})
     assert str(tmp_path / "mcp.json") in res.stdout
@@ -564,14 +633,48 @@ def test_o02_dry_run_rejections_through_main(extra, config, no_network):
 
 
 def test_keyboard_interrupt_is_130(config, monkeypatch, no_network):
+    """Ctrl-C before anything was sent: exit 130, a line on stderr, nothing on stdout (contract §7)."""
+
     def interrupted(*a, **k):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(bkmcp, "run_tools", interrupted)
     res = c(config, "report-prod", "--tools")
     assert res.exit_status == 130 and res.stdout == "" and "Traceback" not in res.stderr
+    assert "interrupted" in res.stderr
     monkeypatch.setattr(bkmcp, "read_body", interrupted)
     assert dry(config, "-").exit_status == 130
+
+
+@pytest.mark.parametrize(
+    ("sent", "mode", "outcome", "stage"),
+    [
+        (["initialize"], ("--tools",), "not_sent", "negotiate"),
+        (["server/discover", "tools/list"], ("--check",), "not_sent", "discover"),
+        (["server/discover", "tools/list", "tools/call"], ("t", "--body", "{}"), "unknown", "call"),
+    ],
+)
+def test_keyboard_interrupt_after_a_request_was_sent_is_an_mcp_cancelled_envelope(
+    sent, mode, outcome, stage, config, monkeypatch, no_network
+):
+    """Issue 17 item 2: once a request was sent, Ctrl-C prints one ok:false envelope on stdout (mcp_cancelled,
+    exit 130) that says whether tools/call had been sent and the stage it stopped in."""
+
+    def interrupted(server, ctx, *a, **k):
+        for method in sent:
+            ctx.note_request(method)
+        raise KeyboardInterrupt
+
+    for name in ("run_tools", "run_check", "run_call"):
+        monkeypatch.setattr(bkmcp, name, interrupted)
+    res = c(config, "report-prod", *mode)
+    assert res.exit_status == 130 and res.stderr == ""
+    env = bkmcp.parse_json(res.stdout)
+    assert env["ok"] is False and env["error"]["code"] == "mcp_cancelled"
+    assert (env["error"]["outcome"], env["error"]["stage"]) == (outcome, stage)
+    assert env["data"]["server"] == "report-prod"
+    if outcome == "unknown":
+        assert "do not" in env["error"]["hint"]  # never retried blindly
 
 
 def test_internal_error_before_remote_is_exit_1_without_traceback(config, monkeypatch, no_network):
@@ -646,6 +749,16 @@ def test_pretty_output_on_a_terminal(config, no_network):
         cwd=os.getcwd(),
     )
     assert out.getvalue().startswith('{\n  "ok": true,')
+    one = Tty()  # the documented way to one line on a terminal (docs/user-guide.md, Output): --jq .
+    bkmcp.main(
+        ["--config", str(config), "report-prod", "t", "--body", "{}", "--dry-run", "--jq", "."],
+        stdin=io.StringIO(),
+        stdout=one,
+        stderr=io.StringIO(),
+        env=ENV,
+        cwd=os.getcwd(),
+    )
+    assert one.getvalue().count("\n") == 1 and bkmcp.parse_json(one.getvalue()) == bkmcp.parse_json(out.getvalue())
 
 
 @pytest.mark.parametrize(
@@ -686,3 +799,124 @@ def test_swallowed_flag_value_gets_a_precise_hint():
     with pytest.raises(bkmcp.UsageError) as plain:
         bkmcp.parse_argv(["srv", "tool", "--text", "a", "b"])
     assert plain.value.hint == "quote values that contain spaces"
+
+
+# -- shell completion (issue 17 item 7) ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("shell", "marker"), [("bash", "-F _bkmcp bkmcp"), ("zsh", "#compdef bkmcp"), ("fish", "complete -c bkmcp")]
+)
+def test_completion_scripts_name_the_options_and_ask_for_server_names_offline(shell, marker, tmp_path, no_network):
+    stdin = TrapStdin()
+    res = run_with(stdin, "--completion", shell, env={"HOME": str(tmp_path)})
+    assert res.exit_status == 0 and res.stderr == "" and stdin.reads == []
+    assert marker in res.stdout
+    for option in ("--check", "--tools", "--body", "--dry-run", "--jq", "--config", "--resident", "--registry"):
+        assert option in res.stdout or f"-l {option[2:]}" in res.stdout, option
+    assert "--completion servers" in res.stdout
+
+
+def test_completion_servers_lists_the_configured_names_and_never_fails(tmp_path, write_config, no_network):
+    config = write_config(
+        {
+            "mcpServers": {
+                "b-two": {"type": "http", "url": "https://x/mcp", "headers": {"Authorization": "Bearer ${NOPE}"}},
+                "a.one": {"type": "stdio", "command": "never-run"},
+            }
+        }
+    )
+    res = run_bkmcp("--config", str(config), "--completion", "servers")
+    assert (res.exit_status, res.stdout, res.stderr) == (0, "a.one\nb-two\n", "")
+    res = run_bkmcp("--completion", "servers", env={"BK_CLI_CONFIG_DIR": str(config.parent)})
+    assert res.stdout == "a.one\nb-two\n"
+    (tmp_path / "x").mkdir()
+    for env in (
+        {"HOME": str(tmp_path / "none")},
+        {"BK_CLI_CONFIG_DIR": str(write_config("{bad", name="x/mcp.json").parent)},
+    ):
+        res = run_bkmcp("--completion", "servers", env=env)
+        assert (res.exit_status, res.stdout, res.stderr) == (0, "", "")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("--completion", "ksh"), ("--completion",), ("srv", "--completion", "bash"), ("--completion", "bash", "--check")],
+)
+def test_completion_usage_errors(args, tmp_path, no_network):
+    res = run_bkmcp(*args, env={"HOME": str(tmp_path)})
+    assert res.exit_status == 1 and res.stdout == "" and res.error_code == "usage_error", res.stderr
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
+def test_bash_completion_completes_options_and_server_names(tmp_path, write_config):
+    """The generated script in a real bash: options after '-', server names from the config (via
+    `bkmcp --completion servers`: reads the file, starts and contacts nothing)."""
+    config = write_config(
+        {
+            "mcpServers": {
+                "demo": {"type": "stdio", "command": "never-run"},
+                "lab": {"type": "http", "url": "https://x/"},
+            }
+        }
+    )
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    wrapper = bindir / "bkmcp"
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} {ROOT / "bkmcp.py"} "$@"\n')
+    wrapper.chmod(0o755)
+    script = run_bkmcp("--completion", "bash").stdout
+    (tmp_path / "complete.bash").write_text(script)
+
+    def complete(*words: str) -> list[str]:
+        line = " ".join(words)
+        program = (
+            f"source {tmp_path / 'complete.bash'}\n"
+            f"COMP_WORDS=({line}); COMP_CWORD={len(words) - 1}; COMP_LINE='{line}'; COMP_POINT=${{#COMP_LINE}}\n"
+            '_bkmcp bkmcp "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD-1]}"\n'
+            "printf '%s\\n' \"${COMPREPLY[@]}\"\n"
+        )
+        proc = subprocess.run(
+            ["bash", "--norc", "--noprofile", "-c", program],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={"PATH": f"{bindir}:/usr/bin:/bin", "HOME": str(tmp_path), "BK_CLI_CONFIG_DIR": str(config.parent)},
+        )
+        assert proc.returncode == 0, proc.stderr
+        return [w for w in proc.stdout.splitlines() if w]
+
+    assert complete("bkmcp", "") == ["demo", "lab"]
+    assert complete("bkmcp", "l") == ["lab"]
+    assert "--tools" in complete("bkmcp", "demo", "--t") and "--timeout" in complete("bkmcp", "--t")
+    assert sorted(complete("bkmcp", "--completion", "")) == ["bash", "fish", "zsh"]
+    other = write_config({"mcpServers": {"only": {"type": "stdio", "command": "x"}}}, name="other.json")
+    assert complete("bkmcp", "--config", str(other), "") == ["only"]
+    assert complete("bkmcp", "demo", "") == []  # tool names would need discovery: never contacted while completing
+
+
+def test_resident_help_defaults_are_the_resident_modes_own():
+    """The resident help (section 9) prints the defaults section 10 holds; the two must agree."""
+    text = bkmcp.render_resident_help()
+    assert f"(default {bkmcp.DEFAULT_MAX_PROCESSES})" in text
+    assert f"(default {bkmcp.DEFAULT_MAX_USER_PROCESSES})" in text
+    assert "(default 10m)" in text and bkmcp.parse_duration("10m") == bkmcp.DEFAULT_IDLE_TIMEOUT
+
+
+def test_completion_offers_every_option_of_the_option_tables():
+    """A new bkmcp option is completed too (the completion's list is checked against section 11's tables)."""
+    tables = (
+        bkmcp._VALUE_OPTIONS,
+        bkmcp._FLAG_OPTIONS,
+        bkmcp._REGISTRY_VALUE_OPTIONS,
+        bkmcp._REGISTRY_FLAG_OPTIONS,
+        bkmcp._RESIDENT_OPTIONS,
+    )
+    offered = set(bkmcp._COMPLETION_OPTIONS.split()) | {"-h", "-v"}
+    missing = sorted({name for table in tables for name in table} - offered - {"--context"})  # --context: refused
+    assert missing == []
+    assert set(bkmcp._COMPLETION_VALUE_OPTIONS.split()) <= {
+        *bkmcp._VALUE_OPTIONS,
+        *bkmcp._REGISTRY_VALUE_OPTIONS,
+        *bkmcp._RESIDENT_OPTIONS,
+    }

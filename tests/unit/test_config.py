@@ -190,7 +190,7 @@ def test_c02_servers_layout_says_not_supported():
 
 
 def test_c02_duplicate_server_names_are_named():
-    with pytest.raises(InvalidConfigError, match='duplicate key "a"'):
+    with pytest.raises(InvalidConfigError, match='duplicate key "a" at line [0-9]+ column [0-9]+'):
         parse_config(BAD_DOCUMENTS["dup-server"], "/f.json")
 
 

@@ -333,7 +333,9 @@ def test_the_help_paths_load_no_deferred_section(tmp_path: Path) -> None:
             return [module._bkmcp_lazy_1, module._bkmcp_lazy_2]
         out = io.StringIO()
         for argv in (['--help'], ['--version'], ['--config', {str(config)!r}, 'demo', '--help'],
-                     ['--config', {str(config)!r}, 'demo']):
+                     ['--config', {str(config)!r}, 'demo'], ['--config', {str(config)!r}, '--help'],
+                     ['--config', {str(config)!r}, '--completion', 'servers'], ['--completion', 'zsh'],
+                     ['--resident', '--registry', 'x.db', '--help']):
             assert module.main(argv, stdout=out, stderr=out) == 0, out.getvalue()
         print(state())
         dry = ['--config', {str(config)!r}, 'demo', 'echo', '--body', '{{}}', '--dry-run']

@@ -4,8 +4,8 @@
   and README_zh.md, and a ``### `code` `` entry in the user guide's troubleshooting section;
 - every CLI option of section 11's option tables (read from bkmcp at test time) and every resident action is
   documented in docs/user-guide.md or docs/resident.md;
-- every example marked ```` ```sh mock ```` in the READMEs, the user guide and docs/resident.md runs (that needs the
-  mock servers on 127.0.0.1: tests/integration/test_doc_examples.py);
+- every example marked ```` ```sh mock ```` runs and prints what the docs show (that needs the mock servers on
+  127.0.0.1: tests/integration/test_doc_examples.py); examples/mcp.json is the user guide's config;
 - no file of the repository refers to a document outside it;
 - README.md and README_zh.md have the same ``##`` sections, in the same order (each Chinese heading carries its
   English heading in a comment: ``## 快速开始 <!-- Quick start -->``).
@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -28,6 +29,7 @@ README_EN = ROOT / "README.md"
 README_ZH = ROOT / "README_zh.md"
 USER_GUIDE = DOCS / "user-guide.md"
 RESIDENT = DOCS / "resident.md"
+RESIDENT_REGISTRY = DOCS / "resident-registry.md"
 CODES = {cls.code: cls.exit_status for cls in bkmcp.error_classes()}
 
 
@@ -133,7 +135,16 @@ def test_resident_doc_covers_every_resident_action() -> None:
     assert not missing, f"docs/resident.md has no example of: {missing}"
 
 
-# -- docs/resident.md, whose examples tests/integration/test_doc_examples.py runs ----------------------------
+# -- the docs the examples need (tests/integration/test_doc_examples.py runs them) ---------------------------
+
+
+def test_the_example_config_is_the_user_guides() -> None:
+    """Issue 17 item 7: examples/mcp.json is the file docs/user-guide.md, "Configuration", shows (and the one
+    docs/resident-registry.md imports)."""
+    section = _section(_read(USER_GUIDE), "Configuration")
+    shown = re.search(r"^```json\n(.*?)^```", section, re.M | re.S)
+    assert shown, "no JSON config in the user guide's Configuration section"
+    assert json.loads(shown.group(1)) == json.loads(_read(ROOT / "examples" / "mcp.json"))
 
 
 def test_resident_doc_exists_for_the_examples() -> None:

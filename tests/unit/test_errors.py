@@ -36,6 +36,8 @@ SPEC_REMOTE = {
     "mcp_capability_unsupported",
     "jq_error",
 }
+# docs/contract.md §7: Ctrl-C once a request was sent (issue 17 item 2): exit 130, the envelope on stdout
+SPEC_INTERRUPTED = {"mcp_cancelled"}
 # docs/contract.md §11.2: the resident mode's codes besides the CLI's (resource_limit happens remotely: a child start)
 RESIDENT_LOCAL = {
     "invalid_command",
@@ -71,11 +73,16 @@ def test_every_spec_code_has_a_class_with_the_right_exit_status():
     for code in SPEC_REMOTE:
         assert by_code[code].exit_status == 2, code
         assert issubclass(by_code[code], bkmcp.RemoteError), code
+    for code in SPEC_INTERRUPTED:
+        assert by_code[code].exit_status == 130, code
+        assert issubclass(by_code[code], bkmcp.RemoteError), code
     for code in RESIDENT_LOCAL:
         assert by_code[code].exit_status == 1, code
     for code in RESIDENT_REMOTE:
         assert issubclass(by_code[code], bkmcp.RemoteError), code
-    assert set(by_code) == SPEC_LOCAL | SPEC_REMOTE | RESIDENT_LOCAL | RESIDENT_REMOTE | {"internal_error"}
+    assert set(by_code) == (
+        SPEC_LOCAL | SPEC_REMOTE | SPEC_INTERRUPTED | RESIDENT_LOCAL | RESIDENT_REMOTE | {"internal_error"}
+    )
 
 
 def test_every_code_is_documented_with_its_exit_status():
@@ -165,17 +172,18 @@ def test_the_cli_words_remedies_and_the_platform_drops_them():
 
 @pytest.mark.parametrize("cls", bkmcp.error_classes(), ids=lambda c: c.code)
 def test_each_error_reaches_the_right_stream_and_exit_status(cls, monkeypatch, write_config, tmp_path):
-    """contract §7: local failures on stderr (exit 1), remote ones on stdout (exit 2); one envelope, no traceback."""
+    """contract §7: local failures on stderr (exit 1), remote ones on stdout (exit 2, or 130 for mcp_cancelled);
+    one envelope, no traceback."""
     path = write_config({"mcpServers": {"s": {"type": "http", "url": "https://example.invalid/mcp"}}})
 
     def boom(*a, **k):
-        raise cls("it broke", hint="a hint", data={"stage": "x"} if cls.exit_status == 2 else None)
+        raise cls("it broke", hint="a hint", data={"stage": "x"} if cls.exit_status != 1 else None)
 
     monkeypatch.setattr(bkmcp, "run_tools", boom)
     res = run_bkmcp("--config", str(path), "s", "--tools")
     assert res.exit_status == cls.exit_status
     assert "Traceback" not in res.stdout + res.stderr
-    if cls.exit_status == 2:
+    if cls.exit_status != 1:
         env = bkmcp.parse_json(res.stdout)
         assert env["ok"] is False and env["error"]["code"] == cls.code and env["data"] == {"stage": "x"}
         assert res.stderr == ""

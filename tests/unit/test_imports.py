@@ -97,6 +97,10 @@ def test_import_has_no_side_effects(tmp_path):
         ("--config", "{config}", "report", "--help"),
         ("--config", "{config}", "fs"),
         ("--config", "{config}", "q", "--help"),
+        ("--config", "{config}", "--help"),  # lists the configured servers (issue 17 item 7)
+        ("--config", "{config}", "--completion", "servers"),
+        ("--completion", "bash"),
+        ("--resident", "--registry", "{config}.db", "--help"),
     ],
 )
 def test_d01_help_paths_defer_even_stdlib_modules(args, tmp_path, config):

@@ -115,7 +115,9 @@ def test_o01_runtime_error_is_jq_error_exit_2_and_keeps_the_result(config, no_ne
     assert dry(config, "--jq", ".data.arguments.n + 1").json["error"]["code"] == "jq_error"
 
 
-def test_o01_jq_applies_to_the_failure_envelope_once(write_config, monkeypatch, no_network):
+def test_o01_jq_never_hides_a_failure(write_config, monkeypatch, no_network):
+    """O01, issue 17 item 1: --jq projects success envelopes only; a failure envelope is printed whole and
+    unprojected, on its usual stream with its usual exit status (contract §7)."""
     path = write_config({"mcpServers": {"a": {"type": "http", "url": "https://x/"}}})
     calls = []
 
@@ -124,16 +126,37 @@ def test_o01_jq_applies_to_the_failure_envelope_once(write_config, monkeypatch, 
         raise bkmcp.DiscoveryIncompleteError("page 3 failed", data={"pages": 2, "big": bkmcp.JsonNumber("1e400")})
 
     monkeypatch.setattr(bkmcp, "run_tools", failing)
-    res = run_bkmcp("--config", str(path), "a", "--tools", "--jq", "[.ok, .error.code, .data.pages, .data.big]")
-    assert res.exit_status == 2 and calls == [1]
-    assert res.stdout == '[false,"mcp_discovery_incomplete",2,1e400]\n'
-    res = run_bkmcp("--config", str(path), "a", "--tools", "--jq", ".data.tools[]")
-    env = bkmcp.parse_json(res.stdout)
-    assert res.exit_status == 2 and env["error"]["code"] == "jq_error"
-    assert env["error"]["unprojected_error"]["code"] == "mcp_discovery_incomplete"  # the failure is not hidden
-    assert env["data"] == {"pages": 2, "big": bkmcp.JsonNumber("1e400")}
-    assert "do not retry it blindly" in env["error"]["hint"]
-    assert len(calls) == 2  # one remote operation per run, never retried because of jq
+    for expr in ("[.ok, .error.code, .data.pages, .data.big]", ".data.tools[]", ".data.tools[].name", "empty"):
+        res = run_bkmcp("--config", str(path), "a", "--tools", "--jq", expr)
+        assert res.exit_status == 2 and res.stderr == "", expr
+        env = bkmcp.parse_json(res.stdout)
+        assert env["ok"] is False and env["error"]["code"] == "mcp_discovery_incomplete", expr
+        assert env["data"] == {"pages": 2, "big": bkmcp.JsonNumber("1e400")}
+        assert "unprojected_error" not in env["error"]
+    assert len(calls) == 4  # one remote operation per run, never retried because of jq
+
+    def unauthorized(*a, **k):
+        raise bkmcp.AuthRequiredError("the server answered 401", hint="fix the headers", data={"server": "a"})
+
+    monkeypatch.setattr(bkmcp, "run_tools", unauthorized)
+    res = run_bkmcp("--config", str(path), "a", "--tools", "--jq", ".data.tools[].name")
+    assert res.exit_status == 2 and res.stderr == ""
+    assert res.json["error"]["code"] == "mcp_auth_required"  # the 401 is on stdout, not swallowed by the filter
+
+    def tool_error(server, ctx, name, **k):
+        return {"server": "a", "tool": name, "result": {"content": [], "isError": True}}
+
+    monkeypatch.setattr(bkmcp, "run_call", tool_error)
+    res = run_bkmcp("--config", str(path), "a", "t", "--body", "{}", "--jq", ".data.result.content[]")
+    assert res.exit_status == 2 and res.json["error"]["code"] == "mcp_tool_error"
+    assert res.json["data"]["result"]["isError"] is True
+
+    def not_found(*a, **k):
+        raise bkmcp.ToolNotFoundError("no tool 't'")
+
+    monkeypatch.setattr(bkmcp, "run_call", not_found)
+    res = run_bkmcp("--config", str(path), "a", "t", "--body", "{}", "--jq", "empty")
+    assert res.exit_status == 1 and res.stdout == "" and res.error_code == "mcp_tool_not_found"  # local: stderr
 
 
 def test_o01_success_projection_after_remote_runs_once(write_config, monkeypatch, no_network):
@@ -255,7 +278,8 @@ def test_jq_halt_error_never_hides_a_failure(write_config, jq_mode, monkeypatch,
     monkeypatch.setattr(bkmcp, "new_http_client", refusing_client)
     config = write_config({"mcpServers": {"a": {"type": "http", "url": "http://127.0.0.1:9/mcp"}}})
     res = run_bkmcp("--config", str(config), "a", "--tools", "--jq", ".error.code | halt_error(0)")
-    assert (res.exit_status, res.stdout, res.stderr) == (2, "", "mcp_connection_error")
+    assert res.exit_status == 2 and res.stderr == ""  # a failure is not projected: the program never runs on it
+    assert res.json["error"]["code"] == "mcp_connection_error"
 
 
 def test_jq_halt_error_needs_a_number(config, no_network):

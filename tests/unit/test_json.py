@@ -134,6 +134,26 @@ def test_duplicate_keys_rejected_at_every_level(text):
     parse_json(text, strict_keys=False)  # only strictness differs
 
 
+@pytest.mark.parametrize(
+    ("text", "line", "column"),
+    [
+        ('{"a": 1, "a": 2}', 1, 10),
+        ('{\n  "x": {\n    "a": 1,\n    "a": 1\n  }\n}', 4, 5),
+        ('[{"k": [], "k": []}]', 1, 12),
+        ('{"a": {"b": 1, "b": 2}, "a": 3}', 1, 16),  # the object that closes first is the one reported
+        ('{"s": "x\\"a\\"", "t": {"u": 1, "u": 2}}', 1, 31),
+        ('{"é中": 1, "é中": 2}', 1, 11),
+    ],
+)
+def test_duplicate_key_names_its_line_and_column(text, line, column):
+    """Issue 17 item 7: a duplicate key is reported with the line and column of its second occurrence, as other
+    JSON errors are (columns count characters, 1-based, like json.JSONDecodeError)."""
+    with pytest.raises(JsonInputError) as info:
+        parse_json(text)
+    assert (info.value.line, info.value.column) == (line, column)
+    assert str(info.value).endswith(f" at line {line} column {column}") and "duplicate key" in str(info.value)
+
+
 def test_errors_never_echo_the_input():
     secret = "s3cr3t-VALUE-xyz"
     for text in (f'{{"token": "{secret}",}}', f'{{"token": "{secret}"', f"{secret}"):

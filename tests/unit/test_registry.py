@@ -24,7 +24,7 @@ from tests.helpers import ROOT, run_bkmcp
 SPEC_SCHEMA = """\
 CREATE TABLE mcp_servers (
   name TEXT PRIMARY KEY,                -- [A-Za-z0-9_.-]{1,64}
-  transport_type TEXT NOT NULL CHECK (transport_type IN ('stdio','http')),
+  transport_type TEXT NOT NULL DEFAULT 'stdio' CHECK (transport_type IN ('stdio','http')),
   command TEXT, args TEXT,              -- stdio: args is a JSON array of strings
   env_template TEXT,                    -- stdio: JSON object of strings, may hold ${user.FIELD}
   url TEXT, headers TEXT,               -- http: headers is a JSON object of strings, may hold ${user.FIELD}
@@ -226,6 +226,26 @@ def test_rows_from_json_values_and_defaults() -> None:
         assert isinstance(row.problem, bkmcp.InvalidConfigError), bad
     long = bkmcp.parse_registry_row({"name": "x" * 65, "transport_type": "http", "url": "http://h/"}, source="r")
     assert long.problem is not None and "1 to 64" in long.problem.message
+
+
+def test_a_row_without_transport_type_is_stdio(registry_db) -> None:
+    """Issue 17 item 4 (contract §11.3): "STDIO is the default" — the SQLite column default and an HTTP-source row
+    without the field (or with null) are stdio; list_servers never shows "None"."""
+    for row in ({"name": "s", "command": "srv"}, {"name": "s", "command": "srv", "transport_type": None}):
+        parsed = bkmcp.parse_registry_row(row, source="registry test")
+        assert parsed.problem is None and parsed.transport_type == "stdio", row
+    path, db = registry_db
+    db.execute("INSERT INTO mcp_servers (name, command) VALUES ('plain', 'srv')")
+    registry = _open(path)
+    try:
+        view = registry.view(None)
+        assert view.servers["plain"].transport_type == "stdio" and view.servers["plain"].problem is None
+    finally:
+        registry.close()
+    res = run_bkmcp("--registry", str(path), "--list")
+    assert res.exit_status == 0, res.stderr
+    [listed] = res.json["data"]["servers"]
+    assert listed["transport_type"] == "stdio" and "None" not in res.stdout
 
 
 def test_disabled_server_is_in_the_view_and_refused(registry_db) -> None:

@@ -127,8 +127,15 @@ def test_p01_each_declared_type_gets_a_typed_flag() -> None:
     ("schema", "reason_word"),
     [
         ({"type": "null"}, "null"),
-        ({"type": ["string", "null"]}, "union"),
-        ({"anyOf": [{"type": "string"}, {"type": "null"}]}, "anyOf"),
+        ({"type": ["string", "integer"]}, "union"),
+        ({"type": ["string", "integer", "null"]}, "union"),
+        ({"type": ["array", "null"]}, "union"),  # only a simple type: "null" would be ambiguous as JSON text
+        ({"anyOf": [{"type": "string"}, {"type": "integer"}]}, "anyOf"),
+        ({"anyOf": [{"type": "string"}, {"type": "null"}, {"type": "integer"}]}, "anyOf"),
+        ({"anyOf": [{"type": "object"}, {"type": "null"}]}, "anyOf"),
+        ({"anyOf": [{"$ref": "#/$defs/X"}, {"type": "null"}]}, "anyOf"),
+        ({"anyOf": [{"type": "string", "anyOf": [{"minLength": 1}]}, {"type": "null"}]}, "anyOf"),
+        ({"anyOf": [{"type": "string"}, {"type": "null"}], "type": "string"}, "anyOf"),
         ({"oneOf": [{"type": "string"}, {"type": "integer"}]}, "oneOf"),
         ({"allOf": [{"type": "string"}]}, "allOf"),
         ({"$ref": "#/$defs/X"}, "$ref"),
@@ -146,6 +153,41 @@ def test_p05_hard_property_schemas_get_no_flag_with_reason(schema: Any, reason_w
     mapped = build_tool_flags(tool)
     assert "easy" in mapped.flags  # one hard property never breaks the others
     assert "hard" in mapped.body_only and reason_word in mapped.body_only["hard"].reason
+
+
+@pytest.mark.parametrize(
+    ("schema", "kind"),
+    [
+        ({"type": ["string", "null"]}, "string"),
+        ({"type": ["null", "integer"]}, "integer"),
+        ({"anyOf": [{"type": "string"}, {"type": "null"}], "default": None, "title": "Title"}, "string"),
+        ({"oneOf": [{"type": "null"}, {"type": "number", "minimum": 0}]}, "number"),
+        ({"anyOf": [{"type": "boolean", "description": "on?"}, {"type": "null", "title": "nothing"}]}, "boolean"),
+        ({"anyOf": [{"type": ["string"], "minLength": 1}, {"type": "null"}]}, "string"),
+    ],
+)
+def test_p05_one_simple_type_or_null_gets_a_flag_of_that_type(schema: Any, kind: str) -> None:
+    """Issue 17 item 7 (contract §6): a schema that is exactly one simple type or null is not ambiguous for a
+    flag: the flag gives the T value (the text "null" is the string "null"); JSON null stays --body-only."""
+    tool = make_tool({"opt": schema})
+    flag = build_tool_flags(tool).flags["opt"]
+    assert (flag.kind, flag.nullable) == (kind, True)
+    assert describe_cli(tool)["flags"][0]["nullable"] is True
+    value = {"string": "null", "integer": "7", "number": "0.5", "boolean": "true"}[kind]
+    args = parse_tool_arguments(tool, [tok("opt", value, True)])
+    assert dump_json(args) == {"string": '{"opt":"null"}', "integer": '{"opt":7}', "number": '{"opt":0.5}'}.get(
+        kind, '{"opt":true}'
+    )
+    assert validate_arguments(tool, args).scope == "full"  # the whole (nullable) schema accepts the flag value
+    if kind != "string":
+        with pytest.raises(bkmcp.InvalidArgumentsError):
+            parse_tool_arguments(tool, [tok("opt", "null", True)])  # JSON null is never typed as a flag
+
+
+def test_p05_nullable_flag_help_says_null_needs_body() -> None:
+    tool = make_tool({"title": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None}})
+    text = bkmcp.render_tool_help("srv", tool)
+    assert "--title STRING" in text and "null: only with --body" in text
 
 
 def test_p05_single_type_list_is_that_type() -> None:
@@ -225,12 +267,14 @@ def test_p05_required_name_without_property_is_body_only() -> None:
 
 
 def test_p05_pydantic_schema() -> None:
-    """P05: pydantic Optional (anyOf+null), $ref models and enum $ref stay body-only; the rest get flags."""
+    """P05: pydantic Optional (anyOf [X, null]) gets an X flag (issue 17 item 7); $ref models and enum $ref stay
+    body-only; the rest get flags."""
     mapped = build_tool_flags(PYDANTIC)
-    assert list(mapped.flags) == ["name", "times", "mode"]
-    assert set(mapped.body_only) == {"title", "shape", "color"}
-    assert "may be null" in mapped.body_only["title"].reason
+    assert list(mapped.flags) == ["name", "title", "times", "mode"]
+    assert set(mapped.body_only) == {"shape", "color"}
+    assert mapped.flags["title"].nullable and mapped.flags["title"].kind == "string"
     assert parse_tool_arguments(PYDANTIC, [tok("name", "Ada"), tok("mode", "a")]) == {"name": "Ada", "mode": "a"}
+    assert parse_tool_arguments(PYDANTIC, [tok("name", "Ada"), tok("mode", "a"), tok("title", "Dr")])["title"] == "Dr"
 
 
 def test_p05_zod_schema() -> None:
@@ -247,7 +291,14 @@ def test_describe_cli_shape() -> None:
     """describe_cli: flags and body_only with reasons, for --tools ``data.cli``."""
     cli = describe_cli(PYDANTIC)
     assert cli["flags"][0] == {"name": "name", "flag": "--name STRING", "type": "string", "required": True}
-    assert {b["name"] for b in cli["body_only"]} == {"title", "shape", "color"}
+    assert {b["name"] for b in cli["body_only"]} == {"shape", "color"}
+    assert cli["flags"][1] == {
+        "name": "title",
+        "flag": "--title STRING",
+        "type": "string",
+        "required": False,
+        "nullable": True,
+    }
     assert all(b["reason"] for b in cli["body_only"])
     assert "notes" not in cli
     assert describe_cli({"name": "x"})["notes"]
@@ -408,8 +459,8 @@ def test_p03_unknown_flag_suggests_closest_and_help() -> None:
 def test_p03_unknown_flag_close_to_body_only_field() -> None:
     """P03/P05: a typo of a body-only field suggests it and says to use --body."""
     with pytest.raises(InvalidArgumentsError) as info:
-        parse_tool_arguments(PYDANTIC, [tok("titel", "Dr")])
-    assert "did you mean 'title' (no flag: set it with --body), --times?" in info.value.message
+        parse_tool_arguments(PYDANTIC, [tok("shap", "Dr")])
+    assert "did you mean 'shape' (no flag: set it with --body)" in info.value.message
 
 
 def test_p03_every_token_problem_is_listed() -> None:
@@ -432,7 +483,7 @@ def test_p03_value_needed() -> None:
 def test_p05_body_only_property_as_flag_says_use_body() -> None:
     """P05: a flag for a body-only property tells the user to use --body (with the reason)."""
     with pytest.raises(InvalidArgumentsError) as info:
-        parse_tool_arguments(PYDANTIC, [tok("title", "Dr")])
+        parse_tool_arguments(PYDANTIC, [tok("shape", "Dr")])
     assert "has no flag" in info.value.message and "--body" in info.value.message
 
 
@@ -490,7 +541,7 @@ def test_p05_body_path_bad_tokens_are_errors(tokens: list[ToolToken], word: str)
 def test_p05_body_path_body_only_flag_is_error() -> None:
     """P05: with --body, a flag for a body-only field is an error pointing into the body."""
     with pytest.raises(InvalidArgumentsError, match="set it with --body"):
-        check_tool_tokens(PYDANTIC, [tok("title", "x")])
+        check_tool_tokens(PYDANTIC, [tok("shape", "x")])
 
 
 # -- validation --------------------------------------------------------------------------------------------

@@ -78,7 +78,8 @@ def test_d02_help_content() -> None:
     assert flag_lines["--keyword"] == "required" and flag_lines["--limit"] == "optional"
     section = text.split("Fields without a flag (set them with --body):")[1]
     assert "timeout" in section and "collides with bkmcp's own option --timeout" in section
-    assert "since" in section and "anyOf" in section
+    assert "since" not in section  # "string or null" has a flag (issue 17 item 7, contract §6)
+    assert "--since STRING" in text and "may also be null: only with --body" in text
     assert "Reserved names (timeout)" in section
     assert "Examples:" in text
 
