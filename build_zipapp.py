@@ -294,9 +294,7 @@ import os
 _archive = os.path.dirname(os.path.abspath(__file__))
 _copy = False
 if sys.implementation.cache_tag != %(cache_tag)r:
-    # The zip carries bytecode for %(cache_tag)s only: other Pythons import from a per-user copy whose
-    # __pycache__ fills on first use (_bkmcp_boot.use_compiled_cache). Its usual place is checked inline so
-    # that even _bkmcp_boot comes from there, compiled.
+    # the zip's bytecode is for one Python: others import a per-user copy (_bkmcp_boot.use_compiled_cache)
     _cache = os.environ.get("XDG_CACHE_HOME", "")
     _cache = _cache if os.path.isabs(_cache) else os.path.join(os.path.expanduser("~"), ".cache")
     _tree = os.path.join(_cache, "bkmcp", %(build_id)r, "py")
@@ -304,18 +302,13 @@ if sys.implementation.cache_tag != %(cache_tag)r:
         if not hasattr(os, "getuid") or os.stat(_tree).st_uid == os.getuid():
             sys.path.insert(0, _tree)
     import _bkmcp_boot
-
     _copy = _bkmcp_boot.use_compiled_cache(%(build_id)r, _archive)
 if not _copy:
+    # Finds nothing: the first vendored import puts their nested zip on sys.path, once, under the lock (threads
+    # may race); it stays in sys.meta_path (removing it would shift the list another thread is walking).
     class _Vendored:
-        # Finds nothing itself: the first import of a vendored package puts their nested zip on sys.path. Threads
-        # importing their first vendored packages together (resident mode) wait for that one copy under the lock;
-        # the finder stays in sys.meta_path (removing it would shift the list another thread is walking).
-        lock = __import__("_thread").allocate_lock()
-        done = False
-
-        @staticmethod
-        def find_spec(name, path=None, target=None):
+        lock, done = __import__("_thread").allocate_lock(), False
+        def find_spec(name, path=None, target=None):  # looked up on the class: a plain function
             if path is None and not _Vendored.done and name in %(vendored)r:
                 with _Vendored.lock:
                     if not _Vendored.done:
@@ -323,7 +316,6 @@ if not _copy:
                         _bkmcp_boot.use_vendor_zip(%(build_id)r, _archive, %(vendor_sha256)r)
                         _Vendored.done = True
             return None
-
     sys.meta_path.insert(0, _Vendored)
 import bkmcp
 
