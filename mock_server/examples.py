@@ -4,8 +4,9 @@
 Starts the mock servers of docs/user-guide.md, "Trying the examples", on free loopback ports, writes the folder
 the examples run in (``mcp.json`` naming them, ``params.json``, ``broken.json``, ``examples/mcp.json`` — the
 user guide's configuration example — and, when a bkmcp is given, ``registry.db``: the servers imported into a
-SQLite registry), prints the two variables to export, and serves until Ctrl-C. ``tests/unit/test_docs.py`` runs
-every documented example in a folder made by ``start_examples``, so what the docs show is what this starts.
+SQLite registry), prints the two variables to export, and serves until Ctrl-C.
+``tests/integration/test_doc_examples.py`` runs every documented example in a folder made by ``start_examples``,
+so what the docs show is what this starts.
 
 Stdlib only (the mock server is).
 """

@@ -1,14 +1,12 @@
-"""Shared test helpers: run bkmcp in-process (httpie style), temp configs, and a network guard."""
+"""Fixtures shared by every test folder: a temp mcp.json writer and a network guard. The helpers (``run_bkmcp``,
+``write_mcp_json``, ``VERSIONS``, …) are in ``tests/helpers.py``; this file puts the repository root on
+``sys.path`` so that ``tests.helpers``, ``bkmcp`` and ``mock_server`` import from every folder."""
 
 from __future__ import annotations
 
-import io
 import json
-import os
 import socket
-import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,100 +16,18 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import bkmcp  # noqa: E402
+from tests.helpers import write_mcp_json  # noqa: E402
 
 pytest_plugins = ["tests.integration.conftest_interop"]
-
-# Every conftest.py is imported as module "conftest", so `from conftest import …` would find whichever was
-# imported last: test modules import these helpers as `bkmcp_test_helpers` instead.
-sys.modules.setdefault("bkmcp_test_helpers", sys.modules[__name__])
-
-VERSIONS = bkmcp.SUPPORTED_VERSIONS  # ("2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28")
-LEGACY = VERSIONS[:3]
-# Hypothesis examples per property test: CI sets BKMCP_FUZZ_EXAMPLES=2000, the default keeps `make unit` quick.
-FUZZ_EXAMPLES = int(os.environ.get("BKMCP_FUZZ_EXAMPLES", "300"))
-
-
-@dataclass
-class Result:
-    exit_status: int
-    stdout: str
-    stderr: str
-
-    @property
-    def json(self) -> Any:
-        """The envelope: stdout for success/remote failure, the last stderr line for local failure."""
-        text = self.stdout.strip() or self.stderr.strip().splitlines()[-1]
-        return bkmcp.parse_json(text, strict_keys=False)
-
-    @property
-    def error_code(self) -> str | None:
-        env = self.json
-        return env.get("error", {}).get("code") if isinstance(env, dict) else None
-
-
-_MODULES_WRAPPER = """
-import json, runpy, sys
-out, script, *args = sys.argv[1:]
-sys.argv = [script, *args]
-try:
-    runpy.run_path(script, run_name="__main__")
-except SystemExit as exc:
-    code = exc.code
-else:
-    code = 0
-with open(out, "w") as handle:
-    json.dump({"code": code, "modules": sorted(sys.modules)}, handle)
-"""
-
-
-def run_bkmcp_modules(
-    tmp_path: Path, *args: str, env: dict[str, str] | None = None
-) -> tuple[int, set[str], subprocess.CompletedProcess[str]]:
-    """Run ``bkmcp.py`` in a fresh interpreter; (exit status, every module it had loaded at exit, the process)."""
-    out = tmp_path / "modules.json"
-    proc = subprocess.run(
-        [sys.executable, "-c", _MODULES_WRAPPER, str(out), str(ROOT / "bkmcp.py"), *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-        env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", **(env or {})},
-    )
-    assert out.exists(), proc.stderr
-    report = json.loads(out.read_text())
-    return report["code"], set(report["modules"]), proc
-
-
-def run_bkmcp(
-    *args: str, env: dict[str, str] | None = None, stdin: bytes | str = b"", cwd: str | None = None
-) -> Result:
-    """Run ``bkmcp.main`` in-process and capture exit status, stdout and stderr."""
-    raw = stdin.encode() if isinstance(stdin, str) else stdin
-    out, err = io.StringIO(), io.StringIO()
-    base_env = {"HOME": os.environ.get("HOME", "/nonexistent"), "PATH": os.environ.get("PATH", "")}
-    if env:
-        base_env.update(env)
-    status = bkmcp.main(
-        list(args),
-        stdin=io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8"),
-        stdout=out,
-        stderr=err,
-        env=base_env,
-        cwd=cwd or os.getcwd(),
-    )
-    return Result(status, out.getvalue(), err.getvalue())
 
 
 @pytest.fixture
 def write_config(tmp_path: Path):
-    """Write an mcp.json (dict or raw text) and return its path."""
+    """Write an mcp.json (a whole document as a dict, or raw text) into tmp_path and return its path."""
 
     def write(content: Any, name: str = "mcp.json", mode: int = 0o600) -> Path:
-        path = tmp_path / name
-        path.write_text(content if isinstance(content, str) else json.dumps(content), encoding="utf-8")
-        path.chmod(mode)
-        return path
+        text = content if isinstance(content, str) else json.dumps(content)
+        return write_mcp_json(tmp_path, text, name=name, mode=mode)
 
     return write
 
@@ -130,31 +46,3 @@ def no_network(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(socket, "create_connection", lambda *a, **k: guard(None, a[0] if a else None))  # type: ignore[arg-type]
     yield attempts
     assert not attempts, f"network connections attempted: {attempts}"
-
-
-def fake_engine(client_class: Any) -> dict[str, Any]:
-    """Stand-ins for the section-7 building blocks ``run_call`` uses (``open_session``, ``discover_tools``,
-    ``call_tool``) backed by an object with ``connect/list_tools/call_tool/close``: for unit tests of the CLI's
-    routing that must not touch the network. Apply with ``monkeypatch.setattr(bkmcp, name, value)`` or
-    ``mock.patch.multiple(bkmcp, **fake_engine(cls))``."""
-
-    def open_session(server: Any, ctx: Any, *, insecure: bool, server_info: bool = False, **options: Any) -> Any:
-        client = client_class(server, deadline=ctx.deadline, insecure=insecure, log=ctx.log)
-        client.connect()
-        return client
-
-    return {
-        "open_session": open_session,
-        "discover_tools": lambda session, ctx: (session.list_tools(), 1),
-        "usable_tools": lambda session, ctx, tools: (tools, list(getattr(session, "excluded", []))),
-        "call_tool": lambda session, ctx, name, arguments, tool=None: session.call_tool(name, arguments),
-    }
-
-
-def sigint_as_in_a_terminal() -> None:
-    """``preexec_fn`` for a child that a test interrupts with SIGINT: the disposition a terminal gives (a test run
-    started in the background of a non-interactive shell inherits SIGINT ignored, and Python then never raises
-    KeyboardInterrupt)."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import write_mcp_json
+
 ENV_VAR = "BKMCP_FOREIGN_PYTHONS"
 TIMEOUT = 300  # qemu-emulated first runs (extract + compile the pure-Python copy) take tens of seconds
 BODY = '{"n": 100000000000000000001, "x": 1.50, "s": "1.50", "list": [1, 2]}'
@@ -95,8 +97,7 @@ def test_foreign_jq_native(foreign: dict, pyz_path: Path, pyz_env: dict, tmp_pat
     """--jq under -S with no `jq` on PATH: only the pyz's native can serve it. Exactly one native is extracted,
     named for this interpreter, with the sha256 BUILD-INFO.json records for it, and the runtime support reports
     having loaded that very file."""
-    config = tmp_path / "mcp.json"
-    config.write_text(json.dumps({"mcpServers": {"demo": {"type": "http", "url": "http://127.0.0.1:9/mcp"}}}))
+    config = write_mcp_json(tmp_path, {"demo": {"type": "http", "url": "http://127.0.0.1:9/mcp"}})
     empty_bin = tmp_path / "bin"
     empty_bin.mkdir()
     env = dict(pyz_env, PATH=str(empty_bin))

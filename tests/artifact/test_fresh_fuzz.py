@@ -26,6 +26,8 @@ import fresh_fuzz
 import pytest
 from artifact_helpers import PY_VERSIONS, find_python, program_source
 
+from tests.helpers import write_mcp_json
+
 BUILD_VERSION = f"{sys.version_info[0]}.{sys.version_info[1]}"
 TARGETS = sorted(fresh_fuzz.GENERATORS)
 
@@ -76,8 +78,7 @@ def test_fresh_interpreter_fuzz(version, target, pyz_path, source_copy, relayed_
     home, cache, tmp = tmp_path / "home", tmp_path / "cache", tmp_path / "tmp"
     for folder in (work, home, cache, tmp):
         folder.mkdir()
-    good = tmp_path / "good.json"
-    good.write_text(json.dumps({"mcpServers": {"srv": {"type": "http", "url": "http://127.0.0.1:9/mcp"}}}))
+    good = write_mcp_json(tmp_path / "good.json", {"srv": {"type": "http", "url": "http://127.0.0.1:9/mcp"}})
     flags = tmp_path / "flags.json"
     flags.write_text(json.dumps(relayed_mock.config(sys.executable)))
     base = {

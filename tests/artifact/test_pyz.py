@@ -17,15 +17,15 @@ from pathlib import Path
 import pytest
 from artifact_helpers import ROOT, build_pyz, find_python, program_source, run_in_pyz, run_pyz
 
+from tests.helpers import write_mcp_json
+
 pytestmark = pytest.mark.artifact
 
 BIG_BODY = '{"n": 100000000000000000001, "x": 1.50, "s": "1.50", "list": [1, 2]}'
 
 
 def _config(tmp_path: Path) -> Path:
-    cfg = tmp_path / "mcp.json"
-    cfg.write_text(json.dumps({"mcpServers": {"demo": {"type": "http", "url": "http://127.0.0.1:9/mcp"}}}))
-    return cfg
+    return write_mcp_json(tmp_path, {"demo": {"type": "http", "url": "http://127.0.0.1:9/mcp"}})
 
 
 # ------------------------------------------------------------------------------------------- CLI per Python
@@ -452,8 +452,7 @@ def test_help_runs_without_the_deferred_sections_on_every_python(
         "print(bkmcp._bkmcp_lazy_1, bkmcp._bkmcp_lazy_2)\n"
         "print(bkmcp.ResidentServer.__module__, bkmcp._bkmcp_lazy_2)\n"
     )
-    config = tmp_path / "mcp.json"
-    config.write_text('{"mcpServers": {"demo": {"type": "http", "url": "http://127.0.0.1:9/mcp"}}}')
+    config = _config(tmp_path)
     for _ in range(2):  # a non-build Python: the first run compiles the cache, the second loads it
         prelude = f"import sys; sys.argv[1:] = [{str(config)!r}]\n"
         proc = run_in_pyz(python, pyz_path, prelude + code, env=pyz_env)

@@ -11,31 +11,27 @@ from pathlib import Path
 import pytest
 from artifact_helpers import run_pyz
 
+from tests.helpers import write_mcp_json
+
 pytestmark = pytest.mark.artifact
 
 SECRET = "pyz-registry-secret-0815"
 
 
 def test_I01_pyz_registry_import_and_list(python: str, pyz_path: Path, pyz_env: dict, tmp_path: Path) -> None:
-    config = tmp_path / "mcp.json"
-    config.write_text(
-        json.dumps(
-            {
-                "mcpServers": {
-                    "docs": {"type": "http", "url": "http://127.0.0.1:9/mcp", "headers": {"X-API-Key": SECRET}},
-                    "fs": {
-                        "type": "stdio",
-                        "command": "npx",
-                        "args": ["-y", "fs"],
-                        "env": {"API_KEY": "${user.API_KEY}"},
-                        "cwd": "/srv",
-                    },
-                }
-            }
-        ),
-        encoding="utf-8",
+    config = write_mcp_json(
+        tmp_path,
+        {
+            "docs": {"type": "http", "url": "http://127.0.0.1:9/mcp", "headers": {"X-API-Key": SECRET}},
+            "fs": {
+                "type": "stdio",
+                "command": "npx",
+                "args": ["-y", "fs"],
+                "env": {"API_KEY": "${user.API_KEY}"},
+                "cwd": "/srv",
+            },
+        },
     )
-    config.chmod(0o600)
     registry = tmp_path / "registry.db"
     imported = run_pyz(python, pyz_path, "--registry", str(registry), "--import", str(config), env=pyz_env)
     assert imported.returncode == 0, imported.stdout + imported.stderr

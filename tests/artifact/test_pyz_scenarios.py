@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from mock_server.mcp_mock import MockServer  # noqa: E402
+from tests.helpers import write_mcp_json  # noqa: E402
 
 pytestmark = pytest.mark.artifact
 
@@ -26,10 +27,7 @@ TOKEN = "pyz-secret-token-4711"
 
 
 def _config(tmp_path: Path, servers: dict) -> Path:
-    path = tmp_path / "mcp.json"
-    path.write_text(json.dumps({"mcpServers": servers}), encoding="utf-8")
-    path.chmod(0o600)
-    return path
+    return write_mcp_json(tmp_path, servers)
 
 
 def _envelope(stdout: str) -> dict:

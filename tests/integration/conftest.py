@@ -4,7 +4,6 @@ interop servers of ``conftest_interop.py`` (official Python SDK server, server-e
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,9 +16,8 @@ for entry in (str(ROOT), str(ROOT / "tests" / "integration")):
     if entry not in sys.path:
         sys.path.insert(0, entry)
 
-from bkmcp_test_helpers import LEGACY, VERSIONS, Result, run_bkmcp  # noqa: E402,F401  (see tests/conftest.py)
-
 from mock_server.mcp_mock import MockServer  # noqa: E402
+from tests.helpers import Result, run_bkmcp, write_mcp_json  # noqa: E402
 
 
 @dataclass
@@ -62,13 +60,46 @@ def mock(tmp_path: Path):
             entry["headers"] = headers
         if protocol_version is not None:
             entry["protocolVersion"] = protocol_version
-        config = tmp_path / f"mcp-{len(started)}.json"
-        config.write_text(json.dumps({"mcpServers": {name: entry}}), encoding="utf-8")
-        config.chmod(0o600)
+        config = write_mcp_json(tmp_path / f"mcp-{len(started)}.json", {name: entry})
         return MockTarget(srv, config, name)
 
     yield make
     for srv in started:
+        srv.stop()
+
+
+@pytest.fixture
+def resident():
+    """``resident(registry, *options, **kwargs)`` -> a running ``bkmcp --resident`` (resident_harness.Resident);
+    closed at teardown, which fails the test if a child is left running."""
+    from resident_harness import Resident
+
+    started: list[Resident] = []
+
+    def start(registry: Path, *options: str, **kwargs: Any) -> Resident:
+        proc = Resident(registry, *options, **kwargs)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        left = proc.close()
+        assert left == [], f"children left running: {left}"
+
+
+@pytest.fixture
+def http_mock():
+    """``http_mock(scenario=None)`` -> a started in-process MockServer; stopped at teardown."""
+    servers: list[MockServer] = []
+
+    def start(scenario: dict | None = None) -> MockServer:
+        srv = MockServer(scenario)
+        srv.start()
+        servers.append(srv)
+        return srv
+
+    yield start
+    for srv in servers:
         srv.stop()
 
 

@@ -224,6 +224,24 @@ def everything_stdio_command() -> list[str]:
     return resolve_everything() + ["stdio"]
 
 
+# The tools every variant of the SDK interop server lists.
+SDK_TOOLS = {
+    "add",
+    "echo",
+    "greet",
+    "choose",
+    "summarize",
+    "echo_float",
+    "echo_json",
+    "fail",
+    "fail_tool_error",
+    "weather",
+    "no_args",
+    "ns.tool-name_v2",
+    "slow",
+}
+
+
 # --------------------------------------------------------------------------- process management
 
 

@@ -61,6 +61,16 @@ def write_registry(
         db.close()
 
 
+def edit_registry(path: Path | str, sql: str, *args: Any) -> None:
+    """Run one statement on a registry file and commit (an administrator editing it while bkmcp runs)."""
+    db = sqlite3.connect(str(path))
+    try:
+        db.execute(sql, args)
+        db.commit()
+    finally:
+        db.close()
+
+
 WAIT = 60.0  # a hard safety net, never a performance threshold
 
 
@@ -118,7 +128,7 @@ class Resident:
         argv = [python or sys.executable, str(pyz if pyz is not None else ROOT / "bkmcp.py")]
         argv += ["--resident", "--registry", str(registry), "--events", str(self.events_path), *options]
         base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp")}
-        from bkmcp_test_helpers import sigint_as_in_a_terminal
+        from tests.helpers import sigint_as_in_a_terminal
 
         self.proc = subprocess.Popen(
             argv,

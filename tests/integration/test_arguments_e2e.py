@@ -13,6 +13,7 @@ import pytest
 
 import bkmcp
 from mock_server.mcp_mock import mock_tool
+from tests.helpers import run_bkmcp, write_mcp_json
 
 pytestmark = [pytest.mark.integration]
 
@@ -391,13 +392,9 @@ def test_d02_unknown_tool_suggests(mock) -> None:
 @pytest.fixture
 def sdk(sdk_server_stateless, tmp_path):
     """Run bkmcp against the SDK server (stateless JSON variant) through a temp config."""
-    config = tmp_path / "mcp.json"
-    config.write_text(json.dumps({"mcpServers": {"sdk": {"type": "http", "url": sdk_server_stateless.url}}}))
-    config.chmod(0o600)
+    config = write_mcp_json(tmp_path, {"sdk": {"type": "http", "url": sdk_server_stateless.url}})
 
     def run(*args: str, stdin: bytes = b"") -> Any:
-        from bkmcp_test_helpers import run_bkmcp
-
         return run_bkmcp("--config", str(config), "sdk", *args, stdin=stdin)
 
     return run
@@ -499,13 +496,9 @@ def stdio_target(tmp_path):
         }
         if version:
             entry["protocolVersion"] = version
-        config = tmp_path / "mcp.json"
-        config.write_text(json.dumps({"mcpServers": {"s": entry}}), encoding="utf-8")
-        config.chmod(0o600)
+        config = write_mcp_json(tmp_path, {"s": entry})
 
         def run(*args: str) -> Any:
-            from bkmcp_test_helpers import run_bkmcp
-
             return run_bkmcp("--config", str(config), "--timeout", "20s", "s", *args)
 
         def calls() -> list[str]:

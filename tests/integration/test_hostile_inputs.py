@@ -18,10 +18,10 @@ import threading
 from pathlib import Path
 
 import pytest
-from bkmcp_test_helpers import ROOT, run_bkmcp
 
 import bkmcp
 from mock_server.mcp_mock import MockServer, mock_tool
+from tests.helpers import ROOT, run_bkmcp, write_mcp_json
 
 pytestmark = [pytest.mark.integration]
 
@@ -61,10 +61,7 @@ def run_process(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
 
 
 def write_config(tmp_path: Path, url: str) -> str:
-    path = tmp_path / "mcp.json"
-    path.write_text(json.dumps({"mcpServers": {"m": {"type": "http", "url": url}}}), encoding="utf-8")
-    path.chmod(0o600)
-    return str(path)
+    return str(write_mcp_json(tmp_path, {"m": {"type": "http", "url": url}}))
 
 
 @pytest.fixture

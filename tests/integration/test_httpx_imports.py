@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bkmcp_test_helpers import run_bkmcp_modules
+from tests.helpers import run_bkmcp_modules
 
 HIDDEN = ("trio", "anyio", "sniffio", "click", "rich", "pygments", "brotli", "brotlicffi", "zstandard")
 

@@ -11,7 +11,8 @@ import base64
 import json
 
 import pytest
-from bkmcp_test_helpers import run_bkmcp
+
+from tests.helpers import run_bkmcp, write_mcp_json
 
 pytestmark = [pytest.mark.integration, pytest.mark.interop]
 
@@ -53,8 +54,7 @@ def everything(everything_server, tmp_path):
         entry = {"type": "http", "url": everything_server.url}
         if version:
             entry["protocolVersion"] = version
-        config = tmp_path / f"mcp-{version or 'auto'}.json"
-        config.write_text(json.dumps({"mcpServers": {"ev": entry}}), encoding="utf-8")
+        config = write_mcp_json(tmp_path / f"mcp-{version or 'auto'}.json", {"ev": entry})
         return lambda *args: run_bkmcp("--config", str(config), *args)
 
     return make

@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from bkmcp_test_helpers import run_bkmcp
+
+from tests.helpers import run_bkmcp, write_mcp_json
+from tests.integration.conftest_interop import SDK_TOOLS
 
 pytestmark = [pytest.mark.integration, pytest.mark.interop]
 
@@ -29,21 +31,6 @@ CASES = [
     ("legacy", None, "2025-11-25"),
     ("legacy", "2025-06-18", "2025-06-18"),
 ]
-SDK_TOOLS = {
-    "add",
-    "echo",
-    "greet",
-    "choose",
-    "summarize",
-    "echo_float",
-    "echo_json",
-    "fail",
-    "fail_tool_error",
-    "weather",
-    "no_args",
-    "ns.tool-name_v2",
-    "slow",
-}
 
 
 @pytest.fixture
@@ -53,8 +40,7 @@ def sdk(request, tmp_path):
         entry = {"type": "http", "url": server.url}
         if version:
             entry["protocolVersion"] = version
-        config = tmp_path / "mcp.json"
-        config.write_text(json.dumps({"mcpServers": {"sdk": entry}}), encoding="utf-8")
+        config = write_mcp_json(tmp_path, {"sdk": entry})
 
         def run(*args: str):
             return run_bkmcp("--config", str(config), *args)

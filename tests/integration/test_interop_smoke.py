@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from tests.integration.conftest_interop import SDK_TOOLS
+
 pytestmark = [pytest.mark.integration, pytest.mark.interop]
 
 MODERN = "2026-07-28"
@@ -146,22 +148,6 @@ def listening_addresses(port: int) -> list[str]:
 
 
 LOOPBACK_V4_HEX = "0100007F"  # 127.0.0.1 in /proc/net/tcp byte order
-
-SDK_TOOLS = {
-    "add",
-    "echo",
-    "greet",
-    "choose",
-    "summarize",
-    "echo_float",
-    "echo_json",
-    "fail",
-    "fail_tool_error",
-    "weather",
-    "no_args",
-    "ns.tool-name_v2",
-    "slow",
-}
 
 
 def _check_sdk_tools(tools: list[dict[str, Any]]) -> None:

@@ -11,7 +11,8 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
-from bkmcp_test_helpers import LEGACY, VERSIONS
+
+from tests.helpers import LEGACY, VERSIONS
 
 pytestmark = [pytest.mark.integration, pytest.mark.scenario]
 

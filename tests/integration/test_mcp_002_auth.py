@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from bkmcp_test_helpers import VERSIONS
+
+from tests.helpers import VERSIONS
 
 pytestmark = [pytest.mark.integration, pytest.mark.scenario]
 

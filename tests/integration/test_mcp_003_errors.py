@@ -9,9 +9,9 @@ answers are never reported as complete, never polled or answered interactively; 
 from __future__ import annotations
 
 import pytest
-from bkmcp_test_helpers import VERSIONS
 
 from mock_server.mcp_mock import mock_tool
+from tests.helpers import VERSIONS
 
 pytestmark = [pytest.mark.integration, pytest.mark.scenario]
 

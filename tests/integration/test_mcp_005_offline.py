@@ -8,25 +8,18 @@ Seed rows: A04 (TLS failure), R03 (connection released, nothing resent), I01 (co
 
 from __future__ import annotations
 
-import json
 import socket
 
 import pytest
-from bkmcp_test_helpers import run_bkmcp
+
+from tests.helpers import run_bkmcp, write_mcp_json
+from tests.integration.conftest_interop import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.scenario]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def config_for(tmp_path, entry) -> str:
-    path = tmp_path / "mcp.json"
-    path.write_text(json.dumps({"mcpServers": {"off": entry}}), encoding="utf-8")
-    return str(path)
+    return str(write_mcp_json(tmp_path, {"off": entry}))
 
 
 @pytest.mark.parametrize("mode", ["--check", "--tools", "call"])

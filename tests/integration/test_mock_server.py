@@ -164,26 +164,11 @@ class Client:
 
 
 @pytest.fixture
-def server():
-    servers = []
-
-    def make(scenario=None):
-        srv = MockServer(scenario)
-        srv.start()
-        servers.append(srv)
-        return srv
-
-    yield make
-    for srv in servers:
-        srv.stop()
-
-
-@pytest.fixture
-def client(server):
+def client(http_mock):
     clients = []
 
     def make(scenario=None, timeout=5.0):
-        srv = server(scenario)
+        srv = http_mock(scenario)
         c = Client(srv.url, timeout)
         clients.append(c)
         return srv, c
@@ -649,8 +634,8 @@ def test_fault_slow_ms(client):
     assert time.monotonic() - t0 >= 0.55
 
 
-def test_fault_slow_times_out_client_and_stop_is_prompt(server):
-    srv = server({"faults": {"slow_ms": 60000}})
+def test_fault_slow_times_out_client_and_stop_is_prompt(http_mock):
+    srv = http_mock({"faults": {"slow_ms": 60000}})
     c = Client(srv.url, timeout=0.3)
     with pytest.raises(socket.timeout):
         c.rpc("initialize", {"protocolVersion": "2025-11-25"})
@@ -775,8 +760,8 @@ def _answer_server_request(srv, url, session, version, reply_builder):
 
 
 @pytest.mark.parametrize("method", ["ping", "sampling/createMessage"])
-def test_fault_server_request_on_call(server, method):
-    srv = server({"faults": {"server_request_on_call": method}})
+def test_fault_server_request_on_call(http_mock, method):
+    srv = http_mock({"faults": {"server_request_on_call": method}})
     c = Client(srv.url)
     c.initialize()
     if method == "ping":
@@ -1098,8 +1083,8 @@ def test_context_manager_and_chunked_request():
     assert srv.url
 
 
-def test_stop_with_idle_keepalive_connection_is_prompt(server):
-    srv = server()
+def test_stop_with_idle_keepalive_connection_is_prompt(http_mock):
+    srv = http_mock()
     c = Client(srv.url)
     c.initialize()
     t0 = time.monotonic()
@@ -1351,8 +1336,8 @@ def test_runs_on_python39():
 # ----------------------------------------------------------------------------------------------------------
 
 
-def test_modern_stream_close_is_seen_by_slow_tool(server):
-    srv = server({"tools": [mock_tool("slow", "slow", ms=20000)]})
+def test_modern_stream_close_is_seen_by_slow_tool(http_mock):
+    srv = http_mock({"tools": [mock_tool("slow", "slow", ms=20000)]})
     c = Client(srv.url, timeout=0.3)
     with pytest.raises(socket.timeout):
         c.modern("tools/call", {"name": "slow", "arguments": {}})
@@ -1363,10 +1348,10 @@ def test_modern_stream_close_is_seen_by_slow_tool(server):
     assert time.monotonic() - t0 < 2
 
 
-def test_legacy_cancelled_notification_stops_slow_call(server):
+def test_legacy_cancelled_notification_stops_slow_call(http_mock):
     import threading
 
-    srv = server({"tools": [mock_tool("slow", "slow", ms=20000)]})
+    srv = http_mock({"tools": [mock_tool("slow", "slow", ms=20000)]})
     c = Client(srv.url, timeout=10)
     c.initialize()
     outcome = {}
@@ -1525,11 +1510,11 @@ def test_legacy_batch_sse_one_event_per_response(client):
     assert r.is_sse and [m["id"] for m in r.messages] == [5, 6]
 
 
-def test_many_concurrent_clients(server):
+def test_many_concurrent_clients(http_mock):
     """A listen backlog of 5 (the socketserver default) resets connections under load; the mock uses 1024."""
     import threading
 
-    srv = server()
+    srv = http_mock()
     errors = []
 
     def worker():

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from mock_server.mcp_mock import mock_tool
+from tests.helpers import write_mcp_json
 
 pytestmark = pytest.mark.integration
 
@@ -155,11 +156,7 @@ def test_terminal_shows_one_updating_line_and_stdout_is_unchanged(mock, tmp_path
 
 def test_server_everything_long_running_operation_under_a_pseudo_terminal(everything_server, tmp_path):
     """The TypeScript reference server (legacy era, SSE) reports progress only when asked with a token."""
-    config = tmp_path / "mcp.json"
-    config.write_text(
-        json.dumps({"mcpServers": {"ev": {"type": "http", "url": everything_server.url}}}), encoding="utf-8"
-    )
-    config.chmod(0o600)
+    config = write_mcp_json(tmp_path, {"ev": {"type": "http", "url": everything_server.url}})
     argv = bkmcp_argv(config, "ev", "trigger-long-running-operation", "--duration", "1", "--steps", "3")
     status, stdout, terminal = run_with_terminal_stderr(argv, child_env(tmp_path))
     assert status == 0, stdout + terminal

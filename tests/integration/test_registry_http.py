@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bkmcp_test_helpers import ROOT, run_bkmcp
 
 import bkmcp
 from mock_server.mcp_mock import MockServer, mock_tool
 from mock_server.registry_source import RegistrySource
+from tests.helpers import ROOT, run_bkmcp
 
 TOKEN_A = "SENTINEL-jwt-alice-0001"
 TOKEN_B = "SENTINEL-jwt-bob-0002"

@@ -11,45 +11,15 @@ import time
 from pathlib import Path
 
 import pytest
-from resident_harness import Resident, group_alive, http_row, mock_stdio, stdio_row, write_registry
+from resident_harness import edit_registry, group_alive, http_row, mock_stdio, stdio_row, write_registry
 
-from mock_server.mcp_mock import DEFAULT_TOOLS, MockServer, mock_tool
+from mock_server.mcp_mock import DEFAULT_TOOLS, mock_tool
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 ENV_TOOL = mock_tool("whoami", "env", vars=["MY_TOKEN", "PATH_HINT"])
 SLOW = mock_tool("slow", "slow", ms=1500)
 CRASH = mock_tool("crash", "drop")
 STUBBORN = str(Path(__file__).with_name("stubborn_stdio.py"))
-
-
-@pytest.fixture
-def resident(tmp_path: Path):
-    started: list[Resident] = []
-
-    def start(registry: Path, *options: str, **kwargs) -> Resident:
-        proc = Resident(registry, *options, **kwargs)
-        started.append(proc)
-        return proc
-
-    yield start
-    for proc in started:
-        left = proc.close()
-        assert left == [], f"children left running: {left}"
-
-
-@pytest.fixture
-def http_mock():
-    servers: list[MockServer] = []
-
-    def start(scenario: dict | None = None) -> MockServer:
-        srv = MockServer(scenario)
-        srv.start()
-        servers.append(srv)
-        return srv
-
-    yield start
-    for srv in servers:
-        srv.stop()
 
 
 def registry(tmp_path: Path, rows: list[dict], system=None, users=None) -> Path:
@@ -139,7 +109,6 @@ def test_registry_edits_between_two_calls_are_seen_by_the_next_call(tmp_path, re
     """Each command reads the registry as it is now: an edit committed by another connection between two calls
     (credentials, a row, enabling, deleting) changes the very next call, though the resident keeps what it
     resolved while nothing changed."""
-    import sqlite3
 
     srv = http_mock()
     rows = [
@@ -158,12 +127,7 @@ def test_registry_edits_between_two_calls_are_seen_by_the_next_call(tmp_path, re
         return entry["headers"]
 
     def edit(sql: str, *args) -> None:
-        db = sqlite3.connect(str(reg))
-        try:
-            db.execute(sql, args)
-            db.commit()
-        finally:
-            db.close()
+        edit_registry(reg, sql, *args)
 
     assert call("crm", "a1")["x-tenant"] == "t-one" and call("crm", "a2")["x-tenant"] == "t-one"
     assert call("pub", "b1")["x-sys"] == "sys-one"

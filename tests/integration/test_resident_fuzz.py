@@ -13,13 +13,13 @@ import json
 from pathlib import Path
 
 import pytest
-from bkmcp_test_helpers import FUZZ_EXAMPLES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from resident_harness import Resident, http_row, mock_stdio, stdio_row, write_registry
 
 import bkmcp
 from mock_server.mcp_mock import DEFAULT_TOOLS, MockServer, mock_tool
+from tests.helpers import FUZZ_EXAMPLES
 
 ENV_TOOL = mock_tool("whoami", "env", vars=["MY_TOKEN"])
 USERS = {"u-ann": "sentinel-ann-7f3a9c", "u-ben": "sentinel-ben-2b8e41", "u-cat": "sentinel-cat-95d0e7"}

@@ -9,11 +9,11 @@ import sys
 import time
 
 import pytest
-from bkmcp_test_helpers import run_bkmcp
 from resident_harness import group_alive, http_row, mock_stdio, stdio_row, write_registry
 
 import bkmcp
 from mock_server.mcp_mock import DEFAULT_TOOLS, MockServer, mock_tool
+from tests.helpers import run_bkmcp, until
 
 
 @pytest.fixture
@@ -304,10 +304,7 @@ class _Answers:
 
 
 def _until(condition):
-    end = time.monotonic() + 60  # a safety net, never a performance threshold
-    while not condition():
-        assert time.monotonic() < end, "condition never met"
-        time.sleep(0.01)
+    until(condition, "condition met", interval=0.01)
 
 
 def _resident_server(tmp_path, rows):

@@ -12,44 +12,13 @@ from __future__ import annotations
 
 import io
 import json
-from pathlib import Path
 
-import pytest
-from resident_harness import Resident, http_row, mock_stdio, stdio_row, write_registry
+from resident_harness import http_row, mock_stdio, stdio_row, write_registry
 
 import bkmcp
-from mock_server.mcp_mock import DEFAULT_TOOLS, MockServer, mock_tool
+from mock_server.mcp_mock import DEFAULT_TOOLS, mock_tool
 
 CRASH = mock_tool("crash", "drop")
-
-
-@pytest.fixture
-def http_mock():
-    servers: list[MockServer] = []
-
-    def start(scenario: dict | None = None) -> MockServer:
-        srv = MockServer(scenario)
-        srv.start()
-        servers.append(srv)
-        return srv
-
-    yield start
-    for srv in servers:
-        srv.stop()
-
-
-@pytest.fixture
-def resident():
-    started: list[Resident] = []
-
-    def start(registry: Path, *options: str, **kwargs) -> Resident:
-        proc = Resident(registry, *options, **kwargs)
-        started.append(proc)
-        return proc
-
-    yield start
-    for proc in started:
-        assert proc.close() == [], "children left running"
 
 
 def logging_stdio(tools=None) -> list[str]:

@@ -10,45 +10,15 @@ import os
 import sqlite3
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
-from resident_harness import Resident, group_alive, http_row, mock_stdio, stdio_row, write_registry
+from resident_harness import Resident, edit_registry, group_alive, http_row, mock_stdio, stdio_row, write_registry
 
 from mock_server.mcp_mock import DEFAULT_TOOLS, MockServer, mock_tool
+from tests.helpers import until
 
 ENV_TOOL = mock_tool("whoami", "env", vars=["MY_TOKEN"])
-
-
-@pytest.fixture
-def resident(tmp_path: Path):
-    started: list[Resident] = []
-
-    def start(registry: Path, *options: str, **kwargs) -> Resident:
-        proc = Resident(registry, *options, **kwargs)
-        started.append(proc)
-        return proc
-
-    yield start
-    for proc in started:
-        left = proc.close()
-        assert left == [], f"children left running: {left}"
-
-
-@pytest.fixture
-def http_mock():
-    servers: list[MockServer] = []
-
-    def start(scenario: dict | None = None) -> MockServer:
-        srv = MockServer(scenario)
-        srv.start()
-        servers.append(srv)
-        return srv
-
-    yield start
-    for srv in servers:
-        srv.stop()
 
 
 def registry(tmp_path: Path, rows: list[dict], system=None, users=None) -> Path:
@@ -61,26 +31,8 @@ def registry(tmp_path: Path, rows: list[dict], system=None, users=None) -> Path:
     return path
 
 
-def edit(reg: Path, sql: str, *args) -> None:
-    db = sqlite3.connect(str(reg))
-    try:
-        db.execute(sql, args)
-        db.commit()
-    finally:
-        db.close()
-
-
 def texts(srv: MockServer) -> list[str]:
     return [json.loads(e["body"])["params"]["arguments"].get("text") for e in srv.requests("tools/call")]
-
-
-def until(predicate, what: str, timeout: float = 60.0) -> None:
-    """Poll (bounded: a safety net, never a performance threshold)."""
-    end = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > end:
-            raise AssertionError(f"never happened: {what}")
-        time.sleep(0.02)
 
 
 def order(res: Resident, *task_ids: str) -> list[str]:
@@ -100,7 +52,7 @@ def test_registry_edit_during_an_http_call_retires_the_session_the_call_finishes
     res.ok("connect_server", "alice", server_name="pub")
     slow = res.send("call_tool", "alice", server_name="pub", tool_name="slow", arguments={"text": "a-slow"})
     until(lambda: "a-slow" in texts(srv), "the slow call reached the server")
-    edit(reg, "UPDATE mcp_credentials SET credentials = ? WHERE server_name = 'pub'", json.dumps({"k": "two"}))
+    edit_registry(reg, "UPDATE mcp_credentials SET credentials = ? WHERE server_name = 'pub'", json.dumps({"k": "two"}))
     fast = res.ok("call_tool", "bob", server_name="pub", tool_name="echo", arguments={"text": "b-fast"})
     assert fast["result"]["isError"] is False
     answer = res.wait(slow)
@@ -127,7 +79,9 @@ def test_credential_rotation_during_a_stdio_call_keeps_the_child_until_the_call_
     first = res.child_pids()[0]
     slow = res.send("call_tool", "alice", server_name="box", tool_name="slow", arguments={"text": "s1"})
     res.wait_event("tool.started", task_id=slow)
-    edit(reg, "UPDATE mcp_user_credentials SET credentials = ? WHERE user_id = 'alice'", json.dumps({"t": "tok-two"}))
+    edit_registry(
+        reg, "UPDATE mcp_user_credentials SET credentials = ? WHERE user_id = 'alice'", json.dumps({"t": "tok-two"})
+    )
     who = res.ok("call_tool", "alice", server_name="box", tool_name="whoami", arguments={})
     assert who["result"]["structuredContent"]["env"]["MY_TOKEN"] == "tok-two"
     assert len(res.child_pids()) == 2 and group_alive(first)  # a new child; the old one still serves its call
@@ -175,9 +129,9 @@ def test_disabled_or_deleted_public_server_is_retired_and_frees_its_process_slot
     res.ok("connect_server", "alice", server_name="pub")
     pub_pid = res.child_pids()[0]
     if how == "disable":
-        edit(reg, "UPDATE mcp_servers SET enabled = 0 WHERE name = 'pub'")
+        edit_registry(reg, "UPDATE mcp_servers SET enabled = 0 WHERE name = 'pub'")
     else:
-        edit(reg, "DELETE FROM mcp_servers WHERE name = 'pub'")
+        edit_registry(reg, "DELETE FROM mcp_servers WHERE name = 'pub'")
     mine = res.ask("call_tool", "bob", server_name="mine", tool_name="echo", arguments={"text": "hi"})
     assert mine["success"] is True, mine
     res.wait_event("process.exited", pid=pub_pid)

@@ -17,12 +17,12 @@ import itertools
 import json
 
 import pytest
-from bkmcp_test_helpers import FUZZ_EXAMPLES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from resident_harness import Resident, http_row, mock_stdio, stdio_row, write_registry
 
 from mock_server.mcp_mock import DEFAULT_TOOLS, MockServer, mock_tool
+from tests.helpers import FUZZ_EXAMPLES
 
 USERS = ("u-ann", "u-ben", "u-cat")
 KINDS = ("arg", "cred", "region", "tok")

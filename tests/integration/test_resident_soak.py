@@ -10,14 +10,14 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import sqlite3
 import time
 from pathlib import Path
 
 import pytest
-from resident_harness import Resident, http_row, mock_stdio, stdio_row, write_registry
+from resident_harness import Resident, edit_registry, http_row, mock_stdio, stdio_row, write_registry
 
 from mock_server.mcp_mock import DEFAULT_TOOLS, MockServer, mock_tool
+from tests.helpers import until
 
 pytestmark = pytest.mark.soak
 
@@ -47,14 +47,6 @@ def children(pid: int) -> int:
                 continue
             count += fields[1] == str(pid) and fields[0] != "Z"
     return count
-
-
-def until(predicate, what: str, timeout: float = 60.0) -> None:
-    end = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > end:
-            raise AssertionError(f"never happened: {what}")
-        time.sleep(0.05)
 
 
 def stdio_ids(path: Path) -> list[str]:
@@ -94,12 +86,7 @@ def test_soak_users_come_and_go_with_edits_rotations_crashes_and_reaping(tmp_pat
     not_sent: set[str] = set()
 
     def edit(sql: str, *args) -> None:
-        db = sqlite3.connect(str(reg))
-        try:
-            db.execute(sql, args)
-            db.commit()
-        finally:
-            db.close()
+        edit_registry(reg, sql, *args)
 
     def send(action: str, user: str, **params) -> str:
         body = res.command(action, user, token=f"tok-{next(tokens)}-{'z' * 40}", **params)

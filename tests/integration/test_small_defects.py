@@ -5,23 +5,18 @@ authentication source of a stdio server, a second answer for one request id, and
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
-from bkmcp_test_helpers import run_bkmcp
-
 from mock_server.mcp_mock import MockServer
+from tests.helpers import run_bkmcp, write_mcp_json
 
 ROOT = Path(__file__).resolve().parents[2]
 MOCK = str(ROOT / "mock_server" / "mcp_mock.py")
 
 
 def config(tmp_path: Path, entry: dict) -> str:
-    path = tmp_path / "mcp.json"
-    path.write_text(json.dumps({"mcpServers": {"s": entry}}), encoding="utf-8")
-    path.chmod(0o600)
-    return str(path)
+    return str(write_mcp_json(tmp_path, {"s": entry}))
 
 
 def test_a_stdio_cwd_that_is_a_file_says_so(tmp_path):

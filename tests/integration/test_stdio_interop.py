@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bkmcp_test_helpers import run_bkmcp
+
+from tests.helpers import run_bkmcp, write_mcp_json
 
 pytestmark = [pytest.mark.integration, pytest.mark.interop]
 
@@ -58,9 +59,7 @@ class Server:
         }
         if protocol_version is not None:
             entry["protocolVersion"] = protocol_version
-        self.config = tmp_path / "mcp.json"
-        self.config.write_text(json.dumps({"mcpServers": {"x": entry}}), encoding="utf-8")
-        self.config.chmod(0o600)
+        self.config = write_mcp_json(tmp_path, {"x": entry})
         self.env = {k: v for k, v in env.items() if k in INHERITED}
 
     def run(self, *args: str):

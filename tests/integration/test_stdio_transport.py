@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bkmcp_test_helpers import LEGACY, VERSIONS, run_bkmcp
 
 from mock_server.mcp_mock import mock_tool
+from tests.helpers import LEGACY, VERSIONS, run_bkmcp, write_mcp_json
 
 pytestmark = [pytest.mark.integration]
 
@@ -83,9 +83,7 @@ class StdioTarget:
             entry["cwd"] = cwd
         if protocol_version is not None:
             entry["protocolVersion"] = protocol_version
-        self.config = tmp_path / "mcp.json"
-        self.config.write_text(json.dumps({"mcpServers": {name: entry}}), encoding="utf-8")
-        self.config.chmod(0o600)
+        self.config = write_mcp_json(tmp_path, {name: entry})
 
     def run(self, *args: str, env: dict[str, str] | None = None):
         """bkmcp in-process; every run is bounded (--timeout 20s unless the test sets one)."""
@@ -558,7 +556,7 @@ def test_stdio_ctrl_c_sends_cancelled_then_shuts_down(stdio_mock, version):
     wrapper = STDIN_TEE + "open(PIDS, 'w').write(str(os.getpid()))"
     target = stdio_mock({"tools": [mock_tool("sleepy", "slow", ms=60000)]}, wrapper=wrapper, protocol_version=version)
     env = {"HOME": os.environ.get("HOME", "/nonexistent"), "PATH": os.environ.get("PATH", "")}
-    from bkmcp_test_helpers import sigint_as_in_a_terminal
+    from tests.helpers import sigint_as_in_a_terminal
 
     proc = subprocess.Popen(
         [sys.executable, str(ROOT / "bkmcp.py"), "--config", str(target.config), target.name, "sleepy", "--body", "{}"],

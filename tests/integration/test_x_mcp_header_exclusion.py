@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from bkmcp_test_helpers import run_bkmcp
 
 from mock_server.mcp_mock import mock_tool
+from tests.helpers import run_bkmcp, write_mcp_json
 
 pytestmark = pytest.mark.integration
 
@@ -184,30 +184,11 @@ def test_stdio_modern_excludes_too(tmp_path):
     scenario = tmp_path / "scenario.json"
     scenario.write_text(json.dumps({"tools": CATALOGUE}), encoding="utf-8")
     log = tmp_path / "log.jsonl"
-    config = tmp_path / "mcp.json"
-    config.write_text(
-        json.dumps(
-            {
-                "mcpServers": {
-                    "s": {
-                        "type": "stdio",
-                        "command": sys.executable,
-                        "protocolVersion": MODERN,
-                        "args": [
-                            str(ROOT / "mock_server" / "mcp_mock.py"),
-                            "--stdio",
-                            "--scenario",
-                            str(scenario),
-                            "--log",
-                            str(log),
-                        ],
-                    }
-                }
-            }
-        ),
-        encoding="utf-8",
+    mock = str(ROOT / "mock_server" / "mcp_mock.py")
+    args = [mock, "--stdio", "--scenario", str(scenario), "--log", str(log)]
+    config = write_mcp_json(
+        tmp_path, {"s": {"type": "stdio", "command": sys.executable, "protocolVersion": MODERN, "args": args}}
     )
-    config.chmod(0o600)
     tools = run_bkmcp("--config", str(config), "--timeout", "20s", "s", "--tools")
     assert tools.exit_status == 0, tools.stdout + tools.stderr
     assert [e["name"] for e in tools.json["data"]["excluded"]] == INVALID_NAMES

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from bkmcp_test_helpers import run_bkmcp
 
 import bkmcp
+from tests.helpers import run_bkmcp
 
 SECRET = "S3CRET-value-9f8e7d"
 

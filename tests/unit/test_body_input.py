@@ -12,9 +12,9 @@ import threading
 from pathlib import Path
 
 import pytest
-from bkmcp_test_helpers import run_bkmcp
 
 import bkmcp
+from tests.helpers import run_bkmcp
 
 ROOT = Path(__file__).resolve().parents[2]
 SAFETY = 60  # hard kill of a subprocess that would hang (a safety net, not a threshold)

@@ -10,9 +10,9 @@ import subprocess
 import sys
 
 import pytest
-from bkmcp_test_helpers import ROOT, Result, run_bkmcp
 
 import bkmcp
+from tests.helpers import ROOT, Result, run_bkmcp, write_mcp_json
 
 URL = "https://mcp.example.com/report/mcp/?stage=prod"
 
@@ -526,8 +526,7 @@ def test_p04_body_file_problems(config, tmp_path, no_network):
 def test_p04_body_file_resolves_against_cwd_not_the_config_dir(write_config, tmp_path, no_network):
     (tmp_path / "cfgdir").mkdir()
     (tmp_path / "work").mkdir()
-    path = tmp_path / "cfgdir" / "mcp.json"
-    path.write_text(json.dumps({"mcpServers": {"a": {"type": "http", "url": "https://x/"}}}))
+    path = write_mcp_json(tmp_path / "cfgdir", {"a": {"type": "http", "url": "https://x/"}})
     (tmp_path / "cfgdir" / "args.json").write_text('{"where": "config dir"}')
     (tmp_path / "work" / "args.json").write_text('{"where": "cwd"}')
     res = run_bkmcp("--config", str(path), "a", "t", "--body", "@args.json", "--dry-run", cwd=str(tmp_path / "work"))

@@ -7,10 +7,10 @@ import json
 import os
 
 import pytest
-from bkmcp_test_helpers import run_bkmcp
 
 import bkmcp
 from bkmcp import InvalidConfigError, parse_config
+from tests.helpers import run_bkmcp, write_mcp_json
 
 URL = "https://mcp.example.com/report/mcp/"
 
@@ -34,7 +34,7 @@ def dry(*args, **kw):
 def _home_with_config(tmp_path, name="home", server="from-home"):
     home = tmp_path / name
     (home / ".bk-cli").mkdir(parents=True)
-    (home / ".bk-cli" / "mcp.json").write_text(json.dumps(cfg(**{server: http()})))
+    write_mcp_json(home / ".bk-cli" / "mcp.json", {server: http()}, mode=None)
     return home
 
 
@@ -49,7 +49,7 @@ def test_c01_config_dir_env_overrides_home(tmp_path, no_network):
     home = _home_with_config(tmp_path)
     cdir = tmp_path / "cdir"
     cdir.mkdir()
-    (cdir / "mcp.json").write_text(json.dumps(cfg(**{"from-dir": http()})))
+    write_mcp_json(cdir / "mcp.json", {"from-dir": http()}, mode=None)
     env = {"HOME": str(home), "BK_CLI_CONFIG_DIR": str(cdir)}
     assert dry("from-dir", env=env).exit_status == 0
     res = dry("from-home", env=env)  # no merge with the home file
@@ -61,8 +61,8 @@ def test_c01_explicit_config_wins_over_everything(tmp_path, no_network):
     home = _home_with_config(tmp_path)
     cdir = tmp_path / "cdir"
     cdir.mkdir()
-    (cdir / "mcp.json").write_text(json.dumps(cfg(**{"from-dir": http()})))
-    (tmp_path / "explicit.json").write_text(json.dumps(cfg(**{"explicit": http()})))
+    write_mcp_json(cdir / "mcp.json", {"from-dir": http()}, mode=None)
+    write_mcp_json(tmp_path / "explicit.json", {"explicit": http()}, mode=None)
     env = {"HOME": str(home), "BK_CLI_CONFIG_DIR": str(cdir)}
     assert dry("--config", str(tmp_path / "explicit.json"), "explicit", env=env).exit_status == 0
     for other in ("from-dir", "from-home"):
@@ -71,7 +71,7 @@ def test_c01_explicit_config_wins_over_everything(tmp_path, no_network):
 
 def test_c01_relative_paths_resolve_against_cwd_and_diagnostics_are_absolute(tmp_path, no_network):
     (tmp_path / "proj").mkdir()
-    (tmp_path / "proj" / ".mcp.json").write_text(json.dumps(cfg(a=http())))
+    write_mcp_json(tmp_path / "proj" / ".mcp.json", {"a": http()}, mode=None)
     assert dry("--config", "./.mcp.json", "a", cwd=str(tmp_path / "proj")).exit_status == 0
     assert dry("--config=proj/.mcp.json", "a", cwd=str(tmp_path)).exit_status == 0
     res = dry("--config", "missing.json", "a", cwd=str(tmp_path / "proj"))
@@ -408,9 +408,7 @@ def test_c03_broken_or_switched_bk_cli_contexts_do_not_matter(tmp_path, no_netwo
     results = [dry("s", env={"HOME": str(home)}).stdout]
     (bk / "config.json").write_text('{"current_context": "prod", "broken": ')
     (bk / "contexts" / "prod").mkdir(parents=True)
-    (bk / "contexts" / "prod" / "mcp.json").write_text(
-        '{"mcpServers": {"s": {"type": "http", "url": "https://evil/"}}}'
-    )
+    write_mcp_json(bk / "contexts" / "prod", {"s": {"type": "http", "url": "https://evil/"}}, mode=None)
     (bk / "contexts" / "prod" / "credentials").write_text("Bearer ctx-token-123")
     results.append(dry("s", env={"HOME": str(home), "BK_CLI_CONTEXT": "prod"}).stdout)
     assert results[0] == results[1] and results[0]
@@ -585,7 +583,7 @@ def test_c01_no_home_is_config_not_found_not_a_guess(home, tmp_path, no_network)
     """Issue 11 item 7: `HOME=` made the default config `/.bk-cli/mcp.json`. With HOME unset or empty the default
     path has no location: mcp_config_not_found saying what to set; BK_CLI_CONFIG_DIR and --config still work."""
     (tmp_path / ".bk-cli").mkdir()
-    (tmp_path / ".bk-cli" / "mcp.json").write_text(json.dumps(cfg(a=http())))  # must not be found via the cwd
+    write_mcp_json(tmp_path / ".bk-cli" / "mcp.json", {"a": http()}, mode=None)  # must not be found via the cwd
     env = {"PATH": "/usr/bin:/bin"} if home is None else {"HOME": home}
     assert bkmcp.resolve_config_path(None, env, str(tmp_path)) == "~/.bk-cli/mcp.json"
     assert bkmcp.resolve_config_path("~/c.json", env, str(tmp_path)) == "~/c.json"

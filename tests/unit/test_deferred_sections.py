@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import zipapp_support  # noqa: E402
+from tests.helpers import write_mcp_json  # noqa: E402
 
 BANNER = "# " + "=" * 60
 
@@ -321,8 +322,7 @@ def test_bkmcp_loaded_from_its_lean_code_is_the_plain_import_name_by_name() -> N
 def test_the_help_paths_load_no_deferred_section(tmp_path: Path) -> None:
     """``--help``, ``--version`` and ``<server> --help`` run without the engine; ``--dry-run`` loads the engine
     but not the resident mode; ``--registry ... --import`` loads the resident mode."""
-    config = tmp_path / "mcp.json"
-    config.write_text(json.dumps({"mcpServers": {"demo": {"type": "http", "url": "http://127.0.0.1:9/mcp"}}}))
+    config = write_mcp_json(tmp_path, {"demo": {"type": "http", "url": "http://127.0.0.1:9/mcp"}})
     code = textwrap.dedent(f"""
         import io, sys, types
         sys.path.insert(0, {str(ROOT)!r})

@@ -6,9 +6,9 @@ import re
 from pathlib import Path
 
 import pytest
-from bkmcp_test_helpers import run_bkmcp
 
 import bkmcp
+from tests.helpers import run_bkmcp
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "errors.md"
 

@@ -7,10 +7,8 @@ anything but ``BkmcpError``. ``BKMCP_FUZZ_EXAMPLES`` sets the number of examples
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-from bkmcp_test_helpers import FUZZ_EXAMPLES, fake_engine
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
@@ -29,6 +27,7 @@ from bkmcp import (
     render_tool_help,
     validate_arguments,
 )
+from tests.helpers import FUZZ_EXAMPLES, fake_engine, write_mcp_json
 
 FUZZ = settings(
     max_examples=FUZZ_EXAMPLES,
@@ -303,15 +302,10 @@ _CONFIG_DIR: list[str] = []
 
 def _config_path() -> str:
     if not _CONFIG_DIR:
-        import json
         import tempfile
 
         directory = tempfile.mkdtemp(prefix="bkmcp-fuzz-")
-        path = os.path.join(directory, "mcp.json")
-        with open(path, "w", encoding="utf-8") as handle:
-            json.dump({"mcpServers": {"srv": {"type": "http", "url": "http://127.0.0.1:9/mcp"}}}, handle)
-        os.chmod(path, 0o600)
-        _CONFIG_DIR.append(path)
+        _CONFIG_DIR.append(str(write_mcp_json(directory, {"srv": {"type": "http", "url": "http://127.0.0.1:9/mcp"}})))
     return _CONFIG_DIR[0]
 
 

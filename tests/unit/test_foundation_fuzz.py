@@ -9,11 +9,11 @@ import contextlib
 import json
 import socket
 
-from bkmcp_test_helpers import FUZZ_EXAMPLES, run_bkmcp
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import bkmcp
+from tests.helpers import FUZZ_EXAMPLES, run_bkmcp, write_mcp_json
 
 FUZZ = settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 
@@ -212,8 +212,7 @@ def test_read_body_from_every_source(tmp_path_factory, raw):
 @given(raw=st.one_of(st.text(max_size=200), JSON_VALUE.map(json.dumps)))
 def test_dry_run_with_fuzzed_bodies(tmp_path_factory, raw):
     folder = tmp_path_factory.mktemp("dry")
-    path = folder / "mcp.json"
-    path.write_text('{"mcpServers": {"s": {"type": "http", "url": "https://mcp.example.com/m"}}}')
+    path = write_mcp_json(folder, {"s": {"type": "http", "url": "https://mcp.example.com/m"}})
     if raw.startswith("-") and raw != "-":
         return  # an option-looking --body value is a usage error tested elsewhere
     with no_network():
@@ -334,22 +333,13 @@ def test_arbitrary_command_lines_with_a_config(tmp_path_factory, argv):
     """Section 11 routing with real servers configured; remote paths hit a closed loopback port (exit 2)."""
     folder = tmp_path_factory.mktemp("cli")
     (folder / "args.json").write_text('{"from": "file"}')
-    path = folder / "mcp.json"
-    path.write_text(
-        json.dumps(
-            {
-                "mcpServers": {
-                    "srv": {
-                        "type": "http",
-                        "url": "http://127.0.0.1:9/mcp",
-                        "headers": {"Authorization": "Bearer ${TOK}"},
-                    },
-                    "fs": {"type": "stdio", "command": "/nonexistent/server", "args": ["${TOK}"]},
-                }
-            }
-        )
+    path = write_mcp_json(
+        folder,
+        {
+            "srv": {"type": "http", "url": "http://127.0.0.1:9/mcp", "headers": {"Authorization": "Bearer ${TOK}"}},
+            "fs": {"type": "stdio", "command": "/nonexistent/server", "args": ["${TOK}"]},
+        },
     )
-    path.chmod(0o600)
     res = run_bkmcp("--config", str(path), *argv, env={"TOK": "tok-secret-31337"}, stdin=b'{"s": 1}', cwd=str(folder))
     assert res.exit_status in (0, 1, 2), (argv, res.stdout, res.stderr)
     assert "Traceback" not in res.stdout + res.stderr

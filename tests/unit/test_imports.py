@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from bkmcp_test_helpers import run_bkmcp_modules
+
+from tests.helpers import run_bkmcp_modules, write_mcp_json
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("httpx", "httpcore", "jsonschema", "jq", "asyncio", "anyio")
@@ -26,24 +26,18 @@ def _heavy(modules: set[str]) -> list[str]:
 
 @pytest.fixture
 def config(tmp_path: Path) -> Path:
-    path = tmp_path / "mcp.json"
-    path.write_text(
-        json.dumps(
-            {
-                "mcpServers": {
-                    "report": {
-                        "type": "http",
-                        "url": "https://mcp.example.com/mcp/",
-                        "headers": {"Authorization": "Bearer ${T}"},
-                    },
-                    "fs": {"type": "stdio", "command": "npx", "args": ["x"]},
-                    "q": {"type": "http", "url": "https://mcp.example.com/mcp?token=QSECRET&page=1"},
-                }
-            }
-        )
+    return write_mcp_json(
+        tmp_path,
+        {
+            "report": {
+                "type": "http",
+                "url": "https://mcp.example.com/mcp/",
+                "headers": {"Authorization": "Bearer ${T}"},
+            },
+            "fs": {"type": "stdio", "command": "npx", "args": ["x"]},
+            "q": {"type": "http", "url": "https://mcp.example.com/mcp?token=QSECRET&page=1"},
+        },
     )
-    path.chmod(0o600)
-    return path
 
 
 @pytest.mark.parametrize("args", [("--help",), ("-h",), (), ("--version",)])

@@ -7,9 +7,9 @@ import os
 import shutil
 
 import pytest
-from bkmcp_test_helpers import run_bkmcp
 
 import bkmcp
+from tests.helpers import run_bkmcp
 
 NUMBERS = ["123456789012345678901234567890", "1e400", "0.1", "12345678901234567890.5", "-0.0", "1E+2", "1.50", "-7"]
 BODY = '{"n": [' + ", ".join(NUMBERS) + '], "s": "中文 \\"q\\" \\\\ $(rm -rf /) `id`\\n"}'
@@ -265,7 +265,17 @@ def test_jq_halt_and_halt_error_behave_as_in_jq_1_7(expression, stdout, stderr, 
         assert bkmcp.parse_json(res.stderr) == bkmcp.parse_json(dry(config).stdout)
 
 
-def test_jq_halt_error_never_hides_a_failure(write_config, jq_mode):
+def test_jq_halt_error_never_hides_a_failure(write_config, jq_mode, monkeypatch, no_network):
+    """A refused connection (an ``httpx.MockTransport`` that raises what a closed port raises: no socket)."""
+    httpx = bkmcp._import_httpx()
+
+    def refuse(request):
+        raise httpx.ConnectError("[Errno 111] Connection refused", request=request)
+
+    def refusing_client(url, *, insecure):
+        return httpx.Client(transport=httpx.MockTransport(refuse), cookies=bkmcp._no_cookies())
+
+    monkeypatch.setattr(bkmcp, "new_http_client", refusing_client)
     config = write_config({"mcpServers": {"a": {"type": "http", "url": "http://127.0.0.1:9/mcp"}}})
     res = run_bkmcp("--config", str(config), "a", "--tools", "--jq", ".error.code | halt_error(0)")
     assert res.exit_status == 2 and res.stderr == ""  # a failure is not projected: the program never runs on it

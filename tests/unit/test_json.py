@@ -330,9 +330,10 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from bkmcp_test_helpers import FUZZ_EXAMPLES  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+
+from tests.helpers import FUZZ_EXAMPLES  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 TYPOS = [

@@ -6,7 +6,8 @@ import shutil
 import subprocess
 
 import pytest
-from bkmcp_test_helpers import ROOT
+
+from tests.helpers import ROOT
 
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="no make")
 

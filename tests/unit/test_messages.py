@@ -7,7 +7,8 @@ import json
 import re
 
 import pytest
-from bkmcp_test_helpers import run_bkmcp
+
+from tests.helpers import run_bkmcp
 
 HTTP = {"type": "http", "url": "http://127.0.0.1:9/mcp"}
 CASES = {

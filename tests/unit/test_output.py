@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from bkmcp_test_helpers import fake_engine, run_bkmcp
 
 import bkmcp
+from tests.helpers import fake_engine, run_bkmcp
 
 TOOL = {"name": "search", "description": "d", "inputSchema": {"type": "object"}}
 

@@ -4,13 +4,12 @@ the injected working directory — for --config, --body @FILE, --registry, --imp
 
 from __future__ import annotations
 
-import json
 import os
 
 import pytest
-from bkmcp_test_helpers import run_bkmcp
 
 import bkmcp
+from tests.helpers import run_bkmcp, write_mcp_json
 
 
 @pytest.fixture
@@ -25,10 +24,7 @@ def places(tmp_path, monkeypatch):
 
 
 def _config(folder, name="mcp.json", **servers):
-    path = folder / name
-    path.write_text(json.dumps({"mcpServers": servers}), encoding="utf-8")
-    path.chmod(0o600)
-    return path
+    return write_mcp_json(folder, servers, name=name)
 
 
 def test_expand_user_path_unit():

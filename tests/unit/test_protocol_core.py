@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 
 import pytest
-from bkmcp_test_helpers import FUZZ_EXAMPLES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -35,6 +34,7 @@ from bkmcp import (
     rpc_error_exception,
     strip_url_credentials,
 )
+from tests.helpers import FUZZ_EXAMPLES
 
 FUZZ = settings(
     max_examples=FUZZ_EXAMPLES,

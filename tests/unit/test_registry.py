@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bkmcp_test_helpers import ROOT, run_bkmcp
 
 import bkmcp
+from tests.helpers import ROOT, run_bkmcp
 
 # contract.md §11.3, copied verbatim (the test must not read the product's own constant to prove the product right).
 SPEC_SCHEMA = """\

@@ -13,9 +13,9 @@ import stat
 from pathlib import Path
 
 import pytest
-from bkmcp_test_helpers import run_bkmcp
 
 import bkmcp
+from tests.helpers import run_bkmcp, write_mcp_json
 
 
 def _schema(path: Path, rows: list[tuple[str, str]]) -> None:
@@ -52,8 +52,7 @@ def test_list_redacts_url_passwords_and_secret_query_parameters(tmp_path: Path) 
 
 
 def test_import_creates_a_0600_registry(tmp_path: Path) -> None:
-    config = tmp_path / "mcp.json"
-    config.write_text(json.dumps({"mcpServers": {"a": {"type": "http", "url": "https://example.com/mcp"}}}))
+    config = write_mcp_json(tmp_path, {"a": {"type": "http", "url": "https://example.com/mcp"}})
     reg = tmp_path / "new.db"
     old = os.umask(0o022)
     try:

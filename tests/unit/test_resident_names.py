@@ -7,11 +7,11 @@ import random
 import re
 
 import pytest
-from bkmcp_test_helpers import FUZZ_EXAMPLES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import bkmcp
+from tests.helpers import FUZZ_EXAMPLES
 
 NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 servers = st.text(alphabet="abcAB_.-019", min_size=1, max_size=64)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,9 +26,8 @@ from bkmcp import (
     Stray,
     era_rules,
 )
+from tests.helpers import LEGACY, http_server
 
-ROOT = Path(__file__).resolve().parents[2]
-LEGACY = ("2025-03-26", "2025-06-18", "2025-11-25")
 MODERN = "2026-07-28"
 
 
@@ -386,19 +384,7 @@ def test_http_transport_takes_an_injected_client_and_keeps_no_cookies():
         return httpx.Response(202)
 
     client = httpx.Client(transport=httpx.MockTransport(handler), cookies=bkmcp._no_cookies())
-    server = bkmcp.ResolvedServer(
-        name="s",
-        type="http",
-        config_file="/c",
-        url="http://127.0.0.1:9/mcp",
-        headers={},
-        command=None,
-        args=[],
-        env={},
-        cwd=None,
-        protocol_version=None,
-        auth_source="none",
-    )
+    server = http_server("http://127.0.0.1:9/mcp")
     log = bkmcp.Log(io.StringIO())
     transport = bkmcp.HttpTransport(server, insecure=False, log=log, client=client)
     session = bkmcp.McpSession(server, insecure=False, log=log, transport=transport)

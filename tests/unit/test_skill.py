@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import re
 
-from bkmcp_test_helpers import ROOT
-
 import bkmcp
+from tests.helpers import ROOT
 
 SKILL = (ROOT / "skills" / "bkmcp" / "SKILL.md").read_text(encoding="utf-8")
 ZH, EN = SKILL.split("\n# English\n")

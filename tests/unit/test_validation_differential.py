@@ -15,7 +15,6 @@ import sys
 from typing import Any
 from unittest import mock
 
-from bkmcp_test_helpers import FUZZ_EXAMPLES
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 from test_flags_fuzz import help_tool, json_values, schema_values, tool_with_values
@@ -23,6 +22,7 @@ from test_schema_flags import ALL_TYPES, PYDANTIC, ZOD
 
 import bkmcp
 from bkmcp import InvalidArgumentsError, parse_argv, parse_json, parse_tool_arguments, validate_arguments
+from tests.helpers import FUZZ_EXAMPLES
 
 FUZZ = settings(
     max_examples=FUZZ_EXAMPLES,

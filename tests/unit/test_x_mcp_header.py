@@ -5,7 +5,6 @@ of a kept tool (``build_param_headers``). Pure functions, no I/O; Hypothesis che
 from __future__ import annotations
 
 import pytest
-from bkmcp_test_helpers import FUZZ_EXAMPLES
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -19,6 +18,7 @@ from bkmcp import (
     split_excluded_tools,
     tool_header_problems,
 )
+from tests.helpers import FUZZ_EXAMPLES
 
 
 def tool(properties: dict | None = None, name: str = "t", **schema: object) -> dict:
