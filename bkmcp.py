@@ -681,7 +681,9 @@ def _duplicate_key_position(text: str) -> int:
 
     Only reached on that error, so a small walk over the already-validated text is fine: it takes the first
     object, in closing order, that repeats a key (the one the decoder's hook saw first)."""
-    from json.decoder import scanstring  # type: ignore[attr-defined]  # typeshed omits it; stdlib since 2.6
+    import importlib
+
+    scanstring = importlib.import_module("json.decoder").scanstring  # stdlib since 2.6; typeshed omits it
 
     plain = json.JSONDecoder()
     found: list[int] = []
