@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -154,11 +155,27 @@ def test_no_user_learns_another_users_data(world, script):
         assert sentinel not in logs
 
 
+def call_after_backoff(res: Resident, user: str, **params) -> dict:
+    """A successful ``call_tool``, once the restart backoff the property's ``crash`` steps left has run out.
+
+    The backoff is the contract (a crash-looping child is not restarted at once): a refusal carries
+    ``retry_after_ms``, and the call is made again after that long, a bounded number of times.
+    """
+    for _attempt in range(6):
+        answer = res.ask("call_tool", user, **params)
+        if answer["success"] is True:
+            return answer["result"]
+        wait_ms = answer.get("details", {}).get("retry_after_ms")
+        assert wait_ms is not None, answer  # any other failure is a failure
+        time.sleep(wait_ms / 1000 + 0.05)
+    raise AssertionError(f"still refused after six backoffs: {answer}")
+
+
 def test_whoami_gets_each_users_own_credential(world):
     """What the servers received: each user's own credential, never another user's (a tool's result is data)."""
     res, srv = world
     for user in USERS:
-        result = res.ok("call_tool", user, server_name="sown", tool_name="whoami", arguments={})
+        result = call_after_backoff(res, user, server_name="sown", tool_name="whoami", arguments={})
         assert result["result"]["structuredContent"]["env"]["MY_TOKEN"] == SENTINEL[(user, "cred")]
     srv.reset_log()
     for user in USERS:
