@@ -26,8 +26,8 @@ uses only the sections above it:
    10. Resident mode            many users' sessions behind one JSON stdin/stdout process, in four rooms:
        10.1 registry, credentials  SQLite / HTTP sources, one user's view, a row -> ResolvedServer
        10.2 sessions               events, the live session, slots, the pool (limits, eviction, reaper)
-       10.3 names, catalogues      injected mcp_{server}_{tool} names, catalogues cached per session
-       10.4 command server         the reader, a bounded worker pool, the actions, the end that answers all
+       10.3 names, catalogues      injected mcp_{server}_{tool} names, Catalogues (cached per session)
+       10.4 command server         the reader, a bounded worker pool, Actions (the seven), the end that answers all
    11. CLI                      argument routing and ``main(argv) -> int``, the one exception -> exit ladder
 
 Exception tree (section 1)::
@@ -9205,8 +9205,8 @@ class SessionPool:
 
 # -- 10.3 injected names and catalogues (docs/contract.md §11.2 TOOL, §11.5) -------------------------------------------
 # What the platform hands its models: every tool a user may use as ``mcp_{server}_{tool}`` with a model-ready
-# definition, from catalogues cached per session; ``_Command`` and ``_platform_error`` (the platform's wording of an
-# error) are shared with the command server below.
+# definition, from the catalogues ``Catalogues`` keeps per session (its slot, the registry's cache, discovery);
+# ``_Command`` and ``_platform_error`` (the platform's wording of an error) are shared with the command server below.
 
 _INJECTED_MAX = 64
 _INJECTED_PREFIX = 55
@@ -9320,9 +9320,217 @@ def _time_left(command: _Command, timeout: float) -> float:
     return timeout - (time.monotonic() - command.received)
 
 
+def _command_scrubber(log: Log, command: _Command) -> Redactor:
+    """What scrubs ``command``'s answer: the system secrets and the command's own user's and sessions' (§11.5)."""
+    return build_command_redactor(log.redactor, command.access_token, command.servers, command.credentials)
+
+
+class Catalogues:
+    """Each session's tool catalogue — its slot's copy, the registry's cache, or discovery — and each user's
+    injected-name table. ``tools`` is one server's catalogue, ``gather`` many at once, ``answer`` the listing."""
+
+    def __init__(self, pool: SessionPool, *, registry: Any, events: EventSink, log: Log, timeout: float) -> None:
+        self.pool = pool
+        self.registry = registry
+        self.events = events
+        self.log = log
+        self.timeout = timeout
+        self.names: dict[str, dict[str, tuple[str, str]]] = {}  # user -> injected name -> (server, tool)
+
+    def use(self, command: _Command, view: Any, row: Any) -> tuple[_Slot, ResolvedServer]:
+        """The slot and resolved server of ``row`` for ``command``'s user (whose secrets then scrub its answer);
+        ``server.failed`` when it cannot be resolved (credentials, variables, its row)."""
+        try:
+            slot, server = self.pool.use_server(view, row, command.user_id)
+        except BkmcpError as exc:
+            self.failed_event(command, row, "resolve", exc)
+            raise
+        command.servers.append(server)
+        return slot, server
+
+    def session(
+        self, command: _Command, row: Any, slot: _Slot, server: ResolvedServer, timeout: float
+    ) -> ResidentSession:
+        """The slot's live session (opened when needed); ``server.failed`` when it cannot be connected."""
+        try:
+            return self.pool.session(slot, server, timeout)
+        except BkmcpError as exc:
+            self.failed_event(command, row, "connect", exc)
+            raise
+
+    def failed_event(self, command: _Command, row: Any, stage: str, exc: BkmcpError) -> None:
+        """``server.failed``: a server could not be resolved (credentials, variables, its row) or connected."""
+        self.events.emit(
+            "server.failed",
+            server=row.name,
+            user=command.user_id if row.isolation == "user" else None,
+            task_id=command.task_id,
+            stage=stage,
+            error_code=exc.code,
+        )
+
+    def tools(
+        self, command: _Command, view: Any, row: Any, *, refresh: bool = False, connect: bool = False
+    ) -> list[dict[str, Any]]:
+        """The cached catalogue of this user's session of ``row``: memory, the registry cache, or discovery
+        (``connect``: discover unless the session is live)."""
+        slot, server = self.use(command, view, row)
+        timeout = self.timeout
+        self.pool.use(slot, 1)
+        try:
+            live = slot.session
+            refresh = refresh or (connect and (live is None or not live.alive))
+            stale = live is not None and live.tools_stale
+            if (
+                not refresh
+                and not stale
+                and slot.tools is not None
+                and slot.fingerprint == _slot_fingerprint(slot, server)
+            ):
+                return slot.tools
+            if not refresh and not stale and slot.tools is None and live is None:
+                cached = self._load(slot)
+                if cached is not None:
+                    slot.tools = cached
+                    slot.fingerprint = _slot_fingerprint(slot, server)
+                    return cached
+            session = self.session(command, row, slot, server, _time_left(command, timeout))
+            started = time.monotonic()
+            try:
+                tools = session.list_tools(_time_left(command, timeout))
+            except BkmcpError as exc:
+                self.pool.release(session)
+                self.events.emit(
+                    "server.discover",
+                    server=row.name,
+                    user=slot.user or None,
+                    tool_count=len((exc.data or {}).get("tools", [])),
+                    complete=False,
+                    ms=int((time.monotonic() - started) * 1000),
+                    error_code=exc.code,
+                )
+                self.pool.after_failure(slot, session)
+                raise _platform_error(exc, server=row.name, timeout=timeout) from None
+            except BaseException:
+                self.pool.release(session)
+                raise
+            self.pool.release(session)
+            self.events.emit(
+                "server.discover",
+                server=row.name,
+                user=slot.user or None,
+                tool_count=len(tools),
+                complete=True,
+                ms=int((time.monotonic() - started) * 1000),
+            )
+            slot.tools, slot.tools_version, slot.failures = tools, session.protocol_version, 0
+            self._store(slot)
+            return tools
+        finally:
+            self.pool.use(slot, -1)
+
+    def _load(self, slot: _Slot) -> list[dict[str, Any]] | None:
+        load = getattr(self.registry, "load_tools", None)
+        if load is None:
+            return None
+        try:
+            cached = load(slot.server, slot.user)
+        except BkmcpError as exc:
+            self.log.debug(f"tools cache of {slot.server!r} unreadable: {exc.code}")
+            return None
+        tools = cached[0] if isinstance(cached, tuple) and cached else cached  # (tools, version, fetched_at)
+        return tools if isinstance(tools, list) else None
+
+    def _store(self, slot: _Slot) -> None:
+        store = getattr(self.registry, "store_tools", None)
+        if store is None or slot.tools is None:
+            return
+        try:
+            store(slot.server, slot.user, slot.tools, slot.tools_version)
+        except BkmcpError as exc:
+            self.log.debug(f"tools cache of {slot.server!r} not written: {exc.code}")
+
+    def gather(
+        self, command: _Command, view: Any, rows: list[Any], refresh: bool
+    ) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]]]:
+        """Every server's catalogue, discovered concurrently; a failing server goes to ``errors``."""
+        import threading
+
+        view_rows = rows
+        found: dict[str, list[dict[str, Any]]] = {}
+        errors: list[dict[str, Any]] = []
+        lock = threading.Lock()
+
+        def one(row: Any) -> None:
+            try:
+                tools = self.tools(command, view, row, refresh=refresh)
+                with lock:
+                    found[row.name] = tools
+            except BkmcpError as exc:
+                with lock:
+                    errors.append(
+                        {
+                            "server_name": row.name,
+                            "error_code": exc.code,
+                            "error": _command_scrubber(self.log, command).scrub(_platform_error(exc).message),
+                        }
+                    )
+                if refresh:  # the previous catalogue stays for list_tools
+                    slot = self.pool.peek(command.user_id, row)
+                    if slot is not None and slot.tools is not None:
+                        with lock:
+                            found.setdefault(row.name, slot.tools)
+
+        run_each(one, view_rows)
+        errors.sort(key=lambda e: e["server_name"])
+        return found, errors
+
+    def known_pairs(
+        self, command: _Command, view: Any, found: Mapping[str, list[dict[str, Any]]] | None = None
+    ) -> list[tuple[str, str]]:
+        """Every (server, tool) this user sees: the catalogues in ``found`` (those an answer is built from), else
+        the ones cached for them now, each read once (another user's refresh may replace a shared one meanwhile)."""
+        pairs = []
+        for row in _usable_rows(view):
+            tools = found.get(row.name) if found is not None else None
+            if tools is None:
+                slot = self.pool.peek(command.user_id, row)
+                tools = slot.tools if slot is not None else None
+            if tools is not None:
+                pairs += [(row.name, str(t.get("name"))) for t in tools if isinstance(t, dict)]
+        return pairs
+
+    def answer(
+        self,
+        command: _Command,
+        view: Any,
+        rows: list[Any],
+        found: Mapping[str, list[dict[str, Any]]],
+        errors: list[dict[str, Any]],
+    ) -> dict[str, Any]:
+        """A ``list_tools``/``refresh_tools`` answer for ``rows`` and the user's new name table, both from the one
+        snapshot ``found`` (another user's refresh may replace a shared catalogue meanwhile)."""
+        table = build_injected_names(self.known_pairs(command, view, found))
+        assert command.user_id is not None
+        self.names[command.user_id] = table
+        by_pair = {pair: injected for injected, pair in table.items()}
+        tools = []
+        for row in rows:
+            for tool in found.get(row.name, []):
+                if isinstance(tool, dict):
+                    pair = (row.name, str(tool.get("name")))
+                    tools.append(build_tool_entry(by_pair[pair], row.name, tool))
+        return {"tools": tools, "errors": errors}
+
+    def forget(self, users: set[str]) -> None:
+        """The reaper forgot these users' slots: their name tables go too (a user who comes back starts over)."""
+        for user in users:
+            self.names.pop(user, None)
+
+
 # -- 10.4 the command server (docs/contract.md §11.1, §11.2) -----------------------------------------------------------
-# JSON lines in, one answer per command out: the reader thread, a bounded worker pool, the seven actions, the end
-# (shutdown, EOF, signals) that answers every command read, and ``run_resident``.
+# JSON lines in, one answer per command out: the reader thread, a bounded worker pool, the seven actions
+# (``Actions``), the end (shutdown, EOF, signals) that answers every command read, and ``run_resident``.
 
 RESIDENT_LINE_LIMIT = 16 * 1024 * 1024  # bytes of one command line (docs/contract.md §11.1)
 RESIDENT_ACTIONS = (
@@ -9682,11 +9890,296 @@ class InFlight:
         return left
 
 
+class Actions:
+    """The seven actions of docs/contract.md §11.2 (``do_*``, one command each, on a worker thread): each takes its
+    user's registry view (``_view``), uses the session pool (10.2) and the catalogues (10.3), and returns its
+    ``result`` or raises the error its answer carries."""
+
+    def __init__(
+        self,
+        opts: ResidentOptions,
+        *,
+        registry: Any,
+        pool: SessionPool,
+        catalogues: Catalogues,
+        events: EventSink,
+        log: Log,
+        stopping: Any,
+    ) -> None:
+        self.opts = opts
+        self.registry = registry
+        self.pool = pool
+        self.catalogues = catalogues
+        self.events = events
+        self.log = log
+        self.stopping = stopping  # threading.Event: shutdown, a signal, broken output
+
+    def run(self, command: _Command) -> dict[str, Any]:
+        return getattr(self, f"do_{command.action}")(command)  # type: ignore[no-any-return]
+
+    def _view(self, command: _Command) -> Any:
+        """This command's registry view, waited for within the command's own timeout."""
+        timeout = _time_left(command, self.timeout(command))
+        view = self.registry.view(command.user_id, command.access_token, timeout=timeout)
+        command.credentials = (view.user_credentials, view.system_credentials)
+        self.pool.retire_gone(view)
+        return view
+
+    def _row(self, view: Any, name: str) -> Any:
+        row = view.servers.get(name)
+        if row is None:
+            names = sorted(n for n, r in view.servers.items() if r.enabled)
+            raise ServerNotFoundError(
+                f"no server {name!r} for this user; available: {', '.join(names) or '(none)'}",
+                details={"server_name": name},
+            )
+        if not row.enabled:
+            raise ServerDisabledError(f"server {name!r} is disabled", details={"server_name": name})
+        return row
+
+    def timeout(self, command: _Command) -> float:
+        timeout_ms = command.params.get("timeout_ms")
+        return (
+            timeout_ms / 1000 if isinstance(timeout_ms, int) and not isinstance(timeout_ms, bool) else self.opts.timeout
+        )
+
+    def budget(self, command: _Command) -> float:
+        """How long ``command`` may run: its steps use ``--timeout`` from its arrival, a call its own ``timeout_ms``."""
+        return max(self.timeout(command), self.opts.timeout)
+
+    def _rejected(self, command: _Command, server: str | None, tool: str, exc: BkmcpError) -> None:
+        """``tool.rejected`` for a call refused before any server was reached (the names are the platform's
+        text: scrubbed with the command's own secrets)."""
+        scrub = _command_scrubber(self.log, command).scrub
+        self.events.emit(
+            "tool.rejected",
+            server=None if server is None else scrub(server),
+            tool=scrub(tool),
+            user=command.user_id,
+            task_id=command.task_id,
+            error_code=exc.code,
+        )
+
+    def _tool_list(self, command: _Command, refresh: bool) -> dict[str, Any]:
+        view = self._view(command)
+        rows = _usable_rows(view)
+        name = command.params.get("server_name")
+        if name is not None:
+            rows = [self._row(view, name)]
+        found, errors = self.catalogues.gather(command, view, rows, refresh)
+        if errors and self.stopping.is_set():  # cut by the shutdown: a failure, never a partial catalogue
+            raise _cut_by_shutdown(command)
+        if refresh:
+            errors = [e for e in errors if e["server_name"] in {r.name for r in rows}]
+        return self.catalogues.answer(command, view, rows, found, errors)
+
+    # -- the actions ------------------------------------------------------------------------------
+
+    def do_init(self, command: _Command) -> dict[str, Any]:
+        view = self.registry.view(None, None)
+        self.pool.retire_gone(view)
+        rows = [row for _, row in sorted(view.servers.items()) if row.enabled and row.isolation == "public"]
+        public = _Command(command.task_id, "init", {}, None, None)
+        servers: dict[str, dict[str, Any]] = {}
+
+        def one(row: Any) -> None:
+            entry: dict[str, Any] = {"server_name": row.name}
+            try:
+                tools = self.catalogues.tools(public, view, row, connect=True)
+                entry.update(status="connected", tool_count=len(tools))
+            except BkmcpError as exc:
+                entry.update(
+                    status="failed",
+                    error_code=exc.code,
+                    error=_command_scrubber(self.log, public).scrub(_platform_error(exc).message),
+                )
+            servers[row.name] = entry
+
+        run_each(one, rows)
+        if self.stopping.is_set() and any(s.get("status") == "failed" for s in servers.values()):
+            raise _cut_by_shutdown(command)
+        return {"servers": [servers[row.name] for row in rows]}
+
+    def do_list_servers(self, command: _Command) -> dict[str, Any]:
+        view = self._view(command)
+        servers = []
+        for row in _usable_rows(view):
+            entry: dict[str, Any] = {
+                "server_name": row.name,
+                "transport_type": row.transport_type,
+                "isolation": row.isolation,
+            }
+            if row.isolation == "user" and command.user_id is None:
+                continue
+            try:
+                if row.problem is not None:
+                    entry.update(status="failed", error_code=row.problem.code)
+                    servers.append(entry)
+                    continue
+                command.servers.append(self.pool.resolve(view, row, command.user_id))
+            except CredentialsMissingError:
+                entry["status"] = "no_credentials"
+                servers.append(entry)
+                continue
+            except BkmcpError as exc:
+                entry.update(status="failed", error_code=exc.code)
+                servers.append(entry)
+                continue
+            slot = self.pool.peek(command.user_id, row)
+            session = slot.session if slot is not None else None
+            if session is not None and session.alive:
+                entry.update(status="connected", protocol_version=session.protocol_version)
+            elif slot is not None and slot.last_error is not None:
+                entry.update(status="failed", error_code=slot.last_error.code)
+            else:
+                entry["status"] = "disconnected"
+            if slot is not None and slot.tools is not None:
+                entry["tool_count"] = len(slot.tools)
+            servers.append(entry)
+        return {"servers": servers}
+
+    def do_connect_server(self, command: _Command) -> dict[str, Any]:
+        view = self._view(command)
+        row = self._row(view, command.params["server_name"])
+        slot, server = self.catalogues.use(command, view, row)
+        self.pool.use(slot, 1)
+        try:
+            try:
+                session = self.catalogues.session(command, row, slot, server, _time_left(command, self.opts.timeout))
+            except BkmcpError as exc:
+                raise _platform_error(exc, server=row.name, timeout=self.opts.timeout) from None
+            self.pool.release(session)
+        finally:
+            self.pool.use(slot, -1)
+        tools = self.catalogues.tools(command, view, row, connect=True)
+        return {
+            "server_name": row.name,
+            "status": "connected",
+            "protocol_version": session.protocol_version,
+            "era": session.era,
+            "tool_count": len(tools),
+        }
+
+    def do_disconnect_server(self, command: _Command) -> dict[str, Any]:
+        view = self._view(command)
+        row = self._row(view, command.params["server_name"])
+        slot = self.pool.peek(command.user_id, row)
+        if row.isolation == "public":  # shared by every user: one user never closes it under the others (§11.5)
+            session = slot.session if slot is not None else None
+            status = "connected" if session is not None and session.alive else "disconnected"
+            return {"server_name": row.name, "status": status, "shared": True, "disconnected": False}
+        if slot is not None:
+            self.pool.disconnect(slot, self.opts.timeout)
+            slot.last_error = None
+        return {"server_name": row.name, "status": "disconnected"}
+
+    def do_list_tools(self, command: _Command) -> dict[str, Any]:
+        return self._tool_list(command, refresh=False)
+
+    def do_refresh_tools(self, command: _Command) -> dict[str, Any]:
+        return self._tool_list(command, refresh=True)
+
+    def do_call_tool(self, command: _Command) -> dict[str, Any]:
+        params = command.params
+        view = self._view(command)
+        assert command.user_id is not None
+        if params.get("name") is not None:
+            injected = params["name"]
+            pair = self.catalogues.names.get(command.user_id, {}).get(injected)
+            if pair is None:
+                pair = build_injected_names(self.catalogues.known_pairs(command, view)).get(injected)
+            if pair is None and command.user_id not in self.catalogues.names:  # forgotten after idling: list again
+                self._tool_list(command, refresh=False)
+                pair = self.catalogues.names.get(command.user_id, {}).get(injected)
+            if pair is None:
+                exc: BkmcpError = ToolNotFoundError(
+                    f"no tool is injected as {_clip(repr(injected), 80)} for this user", details={"name": injected}
+                )
+                self._rejected(command, None, injected, exc)
+                raise exc
+            server_name, tool_name = pair
+        else:
+            server_name, tool_name = params["server_name"], params["tool_name"]
+        arguments = params.get("arguments")
+        arguments = {} if arguments is None else arguments
+        timeout = self.timeout(command)
+        try:
+            row = self._row(view, server_name)
+        except BkmcpError as exc:  # unknown or disabled
+            self._rejected(command, server_name, tool_name, exc)
+            raise
+        tools = self.catalogues.tools(command, view, row)
+        tool = next((t for t in tools if isinstance(t, dict) and t.get("name") == tool_name), None)
+        if tool is None:
+            tools = self.catalogues.tools(command, view, row, refresh=True)  # the server may have added it since
+            tool = next((t for t in tools if isinstance(t, dict) and t.get("name") == tool_name), None)
+        # the tool name is the platform's text: scrubbed with this command's own secrets (the events' redactor
+        # knows the system ones only)
+        shown = tool_name if tool is not None else _command_scrubber(self.log, command).scrub(tool_name)
+        base = {"server": server_name, "tool": shown, "user": command.user_id, "task_id": command.task_id}
+        if tool is None:
+            self.events.emit("tool.rejected", **base, error_code="mcp_tool_not_found")
+            raise ToolNotFoundError(
+                f"server {server_name!r} has no tool {_clip(repr(tool_name), 80)}",
+                details={"server_name": server_name, "tool_name": tool_name},
+            )
+        try:
+            validate_arguments(tool, arguments)
+        except InvalidArgumentsError as exc:
+            self.events.emit("tool.rejected", **base, error_code=exc.code)
+            raise _platform_error(exc) from None
+        slot, server = self.pool.use_server(view, row, command.user_id)
+        self.pool.use(slot, 1)
+        started = time.monotonic()
+        try:
+            try:
+                session = self.pool.session(slot, server, _time_left(command, timeout))
+            except BkmcpError as exc:
+                self.events.emit("tool.failed", **base, error_code=exc.code, outcome="not_sent")
+                raise _platform_error(exc, server=server_name, timeout=timeout) from None
+            self.events.emit("tool.started", **base)
+            started = time.monotonic()
+            try:
+                result = session.call_tool(tool_name, arguments, _time_left(command, timeout), tool)
+            except BkmcpError as exc:
+                self.pool.release(session)
+                if isinstance(exc, RemoteError) and not isinstance(exc, CapabilityUnsupportedError):
+                    outcome = exc.details.get("outcome") or ("unknown" if request_was_sent(exc) else "not_sent")
+                    self.events.emit(
+                        "tool.failed",
+                        **base,
+                        error_code=exc.code,
+                        outcome=outcome,
+                        ms=int((time.monotonic() - started) * 1000),
+                    )
+                else:
+                    self.events.emit(
+                        "tool.finished",
+                        **base,
+                        ms=int((time.monotonic() - started) * 1000),
+                        is_error=False,
+                        error_code=exc.code,
+                    )
+                self.pool.after_failure(slot, session)
+                raise _platform_error(exc, server=server_name, timeout=timeout) from None
+            except BaseException:
+                self.pool.release(session)
+                raise
+            self.pool.release(session)
+            slot.failures = 0
+        finally:
+            self.pool.use(slot, -1)
+        self.events.emit(
+            "tool.finished", **base, ms=int((time.monotonic() - started) * 1000), is_error=result.get("isError") is True
+        )
+        return {"server_name": server_name, "tool_name": tool_name, "result": result}
+
+
 class ResidentServer:
     """The resident process: each line read (``read_lines``, on the reader thread) becomes a command run by the
     worker pool (``WorkerPool``: commands run concurrently, up to ``_MAX_COMMANDS_RUNNING``) and answered exactly once
-    (``AnswerWriter``); the actions (``do_*``) use the session pool (10.2) and the catalogues (10.3). The end —
-    ``shutdown``, EOF, a signal — is ``drain`` / ``finish`` / ``answer_the_rest``."""
+    (``AnswerWriter``) with what ``Actions`` returns or raises. The end — ``shutdown``, EOF, a signal — is ``drain`` /
+    ``finish`` / ``answer_the_rest``."""
 
     def __init__(
         self, opts: ResidentOptions, *, registry: Any, stdout: Any, log: Log, events: EventSink, env: Mapping[str, str]
@@ -9708,9 +10201,18 @@ class ResidentServer:
             idle_seconds=_WORKER_IDLE_SECONDS,
             name="bkmcp-command",
         )
-        self._names: dict[str, dict[str, tuple[str, str]]] = {}  # user -> injected name -> (server, tool)
-        self.pool.on_users_gone = self._forget_users
         self.stopping = threading.Event()  # shutdown, a signal, broken output: no new command runs
+        self.catalogues = Catalogues(self.pool, registry=registry, events=events, log=log, timeout=opts.timeout)
+        self.pool.on_users_gone = self.catalogues.forget
+        self.actions = Actions(
+            opts,
+            registry=registry,
+            pool=self.pool,
+            catalogues=self.catalogues,
+            events=events,
+            log=log,
+            stopping=self.stopping,
+        )
         self.ended = threading.Event()  # the reader stopped (EOF, shutdown, unreadable stdin) or output broke
         self.signalled: int | None = None  # the terminating signal received (set by the handler, read by run_resident)
         self.shutdown_task: str | None = None
@@ -9784,7 +10286,7 @@ class ResidentServer:
     def _run(self, command: _Command) -> None:
         """A pool thread: run one command and write its answer (unless the shutdown answered it already)."""
         try:
-            result = getattr(self, f"do_{command.action}")(command)
+            result = self.actions.run(command)
             answer = {"task_id": command.task_id, "success": True, "result": result}
         except BkmcpError as exc:
             answer = None
@@ -9809,19 +10311,15 @@ class ResidentServer:
         if answer is not None:
             self.out.write(answer)
         else:
-            self.out.fail(command.task_id, error, self._scrubber(command))
-
-    def _budget(self, command: _Command) -> float:
-        """How long ``command`` may run: its steps use ``--timeout`` from its arrival, a call its own ``timeout_ms``."""
-        return max(self._timeout(command), self.opts.timeout)
+            self.out.fail(command.task_id, error, _command_scrubber(self.log, command))
 
     def drain(self, seconds: float | None = None) -> None:
-        """EOF: let the commands already read finish, each within its own deadline (``_budget`` from its arrival,
+        """EOF: let the commands already read finish, each within its own deadline (``Actions.budget`` from its arrival,
         plus ``_DRAIN_SLACK`` for closing), however long that is (at most ``seconds`` when given); a terminating
         signal cuts the wait short."""
         cap = None if seconds is None else time.monotonic() + seconds
         self.in_flight.wait(
-            lambda c: min(c.received + self._budget(c) + _DRAIN_SLACK, cap if cap is not None else float("inf")),
+            lambda c: min(c.received + self.actions.budget(c) + _DRAIN_SLACK, cap if cap is not None else float("inf")),
             lambda: self.signalled is not None,
         )
 
@@ -9843,449 +10341,6 @@ class ResidentServer:
         """Every command read and not answered yet gets a clear error now (it cannot finish before the end)."""
         for command in self.in_flight.take_all():
             self.out.fail(command.task_id, _cut_by_shutdown(command))
-
-    def _forget_users(self, users: set[str]) -> None:
-        """The reaper forgot these users' slots: their name tables go too (a user who comes back starts over)."""
-        for user in users:
-            self._names.pop(user, None)
-
-    # -- helpers -----------------------------------------------------------------------------------
-
-    def _view(self, command: _Command) -> Any:
-        """This command's registry view, waited for within the command's own timeout."""
-        timeout = _time_left(command, self._timeout(command))
-        view = self.registry.view(command.user_id, command.access_token, timeout=timeout)
-        command.credentials = (view.user_credentials, view.system_credentials)
-        self.pool.retire_gone(view)
-        return view
-
-    def _row(self, view: Any, name: str) -> Any:
-        row = view.servers.get(name)
-        if row is None:
-            names = sorted(n for n, r in view.servers.items() if r.enabled)
-            raise ServerNotFoundError(
-                f"no server {name!r} for this user; available: {', '.join(names) or '(none)'}",
-                details={"server_name": name},
-            )
-        if not row.enabled:
-            raise ServerDisabledError(f"server {name!r} is disabled", details={"server_name": name})
-        return row
-
-    def _timeout(self, command: _Command) -> float:
-        timeout_ms = command.params.get("timeout_ms")
-        return (
-            timeout_ms / 1000 if isinstance(timeout_ms, int) and not isinstance(timeout_ms, bool) else self.opts.timeout
-        )
-
-    def _left(self, command: _Command, timeout: float) -> float:
-        return timeout - (time.monotonic() - command.received)
-
-    def _use(self, command: _Command, view: Any, row: Any) -> tuple[_Slot, ResolvedServer]:
-        slot, server = self.pool.use_server(view, row, command.user_id)
-        command.servers.append(server)
-        return slot, server
-
-    def _failed_event(self, command: _Command, row: Any, stage: str, exc: BkmcpError) -> None:
-        """``server.failed``: a server could not be resolved (credentials, variables, its row) or connected."""
-        self.events.emit(
-            "server.failed",
-            server=row.name,
-            user=command.user_id if row.isolation == "user" else None,
-            task_id=command.task_id,
-            stage=stage,
-            error_code=exc.code,
-        )
-
-    def _rejected(self, command: _Command, server: str | None, tool: str, exc: BkmcpError) -> None:
-        """``tool.rejected`` for a call refused before any server was reached (the names are the platform's
-        text: scrubbed with the command's own secrets)."""
-        scrub = self._scrubber(command).scrub
-        self.events.emit(
-            "tool.rejected",
-            server=None if server is None else scrub(server),
-            tool=scrub(tool),
-            user=command.user_id,
-            task_id=command.task_id,
-            error_code=exc.code,
-        )
-
-    def _use_or_event(self, command: _Command, view: Any, row: Any) -> tuple[_Slot, ResolvedServer]:
-        try:
-            return self._use(command, view, row)
-        except BkmcpError as exc:
-            self._failed_event(command, row, "resolve", exc)
-            raise
-
-    def _session_or_event(
-        self, command: _Command, row: Any, slot: _Slot, server: ResolvedServer, timeout: float
-    ) -> ResidentSession:
-        try:
-            return self.pool.session(slot, server, timeout)
-        except BkmcpError as exc:
-            self._failed_event(command, row, "connect", exc)
-            raise
-
-    def _scrubber(self, command: _Command) -> Redactor:
-        return build_command_redactor(self.log.redactor, command.access_token, command.servers, command.credentials)
-
-    def _tools(
-        self, command: _Command, view: Any, row: Any, *, refresh: bool = False, connect: bool = False
-    ) -> list[dict[str, Any]]:
-        """The cached catalogue of this user's session of ``row``: memory, the registry cache, or discovery
-        (``connect``: discover unless the session is live)."""
-        slot, server = self._use_or_event(command, view, row)
-        timeout = self.opts.timeout
-        self.pool.use(slot, 1)
-        try:
-            live = slot.session
-            refresh = refresh or (connect and (live is None or not live.alive))
-            stale = live is not None and live.tools_stale
-            if (
-                not refresh
-                and not stale
-                and slot.tools is not None
-                and slot.fingerprint == _slot_fingerprint(slot, server)
-            ):
-                return slot.tools
-            if not refresh and not stale and slot.tools is None and live is None:
-                cached = self._load_cache(slot)
-                if cached is not None:
-                    slot.tools = cached
-                    slot.fingerprint = _slot_fingerprint(slot, server)
-                    return cached
-            session = self._session_or_event(command, row, slot, server, self._left(command, timeout))
-            started = time.monotonic()
-            try:
-                tools = session.list_tools(self._left(command, timeout))
-            except BkmcpError as exc:
-                self.pool.release(session)
-                self.events.emit(
-                    "server.discover",
-                    server=row.name,
-                    user=slot.user or None,
-                    tool_count=len((exc.data or {}).get("tools", [])),
-                    complete=False,
-                    ms=int((time.monotonic() - started) * 1000),
-                    error_code=exc.code,
-                )
-                self.pool.after_failure(slot, session)
-                raise _platform_error(exc, server=row.name, timeout=timeout) from None
-            except BaseException:
-                self.pool.release(session)
-                raise
-            self.pool.release(session)
-            self.events.emit(
-                "server.discover",
-                server=row.name,
-                user=slot.user or None,
-                tool_count=len(tools),
-                complete=True,
-                ms=int((time.monotonic() - started) * 1000),
-            )
-            slot.tools, slot.tools_version, slot.failures = tools, session.protocol_version, 0
-            self._store_cache(slot)
-            return tools
-        finally:
-            self.pool.use(slot, -1)
-
-    def _load_cache(self, slot: _Slot) -> list[dict[str, Any]] | None:
-        load = getattr(self.registry, "load_tools", None)
-        if load is None:
-            return None
-        try:
-            cached = load(slot.server, slot.user)
-        except BkmcpError as exc:
-            self.log.debug(f"tools cache of {slot.server!r} unreadable: {exc.code}")
-            return None
-        tools = cached[0] if isinstance(cached, tuple) and cached else cached  # (tools, version, fetched_at)
-        return tools if isinstance(tools, list) else None
-
-    def _store_cache(self, slot: _Slot) -> None:
-        store = getattr(self.registry, "store_tools", None)
-        if store is None or slot.tools is None:
-            return
-        try:
-            store(slot.server, slot.user, slot.tools, slot.tools_version)
-        except BkmcpError as exc:
-            self.log.debug(f"tools cache of {slot.server!r} not written: {exc.code}")
-
-    def _usable(self, command: _Command, view: Any) -> list[Any]:
-        return [row for name, row in sorted(view.servers.items()) if row.enabled]
-
-    def _catalogues(
-        self, command: _Command, view: Any, rows: list[Any], refresh: bool
-    ) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]]]:
-        """Every server's catalogue, discovered concurrently; a failing server goes to ``errors``."""
-        import threading
-
-        view_rows = rows
-        found: dict[str, list[dict[str, Any]]] = {}
-        errors: list[dict[str, Any]] = []
-        lock = threading.Lock()
-
-        def one(row: Any) -> None:
-            try:
-                tools = self._tools(command, view, row, refresh=refresh)
-                with lock:
-                    found[row.name] = tools
-            except BkmcpError as exc:
-                with lock:
-                    errors.append(
-                        {
-                            "server_name": row.name,
-                            "error_code": exc.code,
-                            "error": self._scrubber(command).scrub(_platform_error(exc).message),
-                        }
-                    )
-                if refresh:  # the previous catalogue stays for list_tools
-                    slot = self.pool.peek(command.user_id, row)
-                    if slot is not None and slot.tools is not None:
-                        with lock:
-                            found.setdefault(row.name, slot.tools)
-
-        run_each(one, view_rows)
-        errors.sort(key=lambda e: e["server_name"])
-        return found, errors
-
-    def _known_pairs(
-        self, command: _Command, view: Any, found: Mapping[str, list[dict[str, Any]]] | None = None
-    ) -> list[tuple[str, str]]:
-        """Every (server, tool) this user sees: the catalogues in ``found`` (those an answer is built from), else
-        the ones cached for them now, each read once (another user's refresh may replace a shared one meanwhile)."""
-        pairs = []
-        for row in self._usable(command, view):
-            tools = found.get(row.name) if found is not None else None
-            if tools is None:
-                slot = self.pool.peek(command.user_id, row)
-                tools = slot.tools if slot is not None else None
-            if tools is not None:
-                pairs += [(row.name, str(t.get("name"))) for t in tools if isinstance(t, dict)]
-        return pairs
-
-    def _tool_list(self, command: _Command, refresh: bool) -> dict[str, Any]:
-        view = self._view(command)
-        rows = _usable_rows(view)
-        name = command.params.get("server_name")
-        if name is not None:
-            rows = [self._row(view, name)]
-        found, errors = self._catalogues(command, view, rows, refresh)
-        if errors and self.stopping.is_set():  # cut by the shutdown: a failure, never a partial catalogue
-            raise _cut_by_shutdown(command)
-        if refresh:
-            errors = [e for e in errors if e["server_name"] in {r.name for r in rows}]
-        table = build_injected_names(self._known_pairs(command, view, found))  # one snapshot: answer, table
-        assert command.user_id is not None
-        self._names[command.user_id] = table
-        by_pair = {pair: injected for injected, pair in table.items()}
-        tools = []
-        for row in rows:
-            for tool in found.get(row.name, []):
-                if isinstance(tool, dict):
-                    pair = (row.name, str(tool.get("name")))
-                    tools.append(build_tool_entry(by_pair[pair], row.name, tool))
-        return {"tools": tools, "errors": errors}
-
-    # -- actions -----------------------------------------------------------------------------------
-
-    def do_init(self, command: _Command) -> dict[str, Any]:
-
-        view = self.registry.view(None, None)
-        self.pool.retire_gone(view)
-        rows = [row for _, row in sorted(view.servers.items()) if row.enabled and row.isolation == "public"]
-        public = _Command(command.task_id, "init", {}, None, None)
-        servers: dict[str, dict[str, Any]] = {}
-
-        def one(row: Any) -> None:
-            entry: dict[str, Any] = {"server_name": row.name}
-            try:
-                tools = self._tools(public, view, row, connect=True)
-                entry.update(status="connected", tool_count=len(tools))
-            except BkmcpError as exc:
-                entry.update(
-                    status="failed",
-                    error_code=exc.code,
-                    error=self._scrubber(public).scrub(_platform_error(exc).message),
-                )
-            servers[row.name] = entry
-
-        run_each(one, rows)
-        if self.stopping.is_set() and any(s.get("status") == "failed" for s in servers.values()):
-            raise _cut_by_shutdown(command)
-        return {"servers": [servers[row.name] for row in rows]}
-
-    def do_list_servers(self, command: _Command) -> dict[str, Any]:
-        view = self._view(command)
-        servers = []
-        for row in _usable_rows(view):
-            entry: dict[str, Any] = {
-                "server_name": row.name,
-                "transport_type": row.transport_type,
-                "isolation": row.isolation,
-            }
-            if row.isolation == "user" and command.user_id is None:
-                continue
-            try:
-                if row.problem is not None:
-                    entry.update(status="failed", error_code=row.problem.code)
-                    servers.append(entry)
-                    continue
-                command.servers.append(self.pool.resolve(view, row, command.user_id))
-            except CredentialsMissingError:
-                entry["status"] = "no_credentials"
-                servers.append(entry)
-                continue
-            except BkmcpError as exc:
-                entry.update(status="failed", error_code=exc.code)
-                servers.append(entry)
-                continue
-            slot = self.pool.peek(command.user_id, row)
-            session = slot.session if slot is not None else None
-            if session is not None and session.alive:
-                entry.update(status="connected", protocol_version=session.protocol_version)
-            elif slot is not None and slot.last_error is not None:
-                entry.update(status="failed", error_code=slot.last_error.code)
-            else:
-                entry["status"] = "disconnected"
-            if slot is not None and slot.tools is not None:
-                entry["tool_count"] = len(slot.tools)
-            servers.append(entry)
-        return {"servers": servers}
-
-    def do_connect_server(self, command: _Command) -> dict[str, Any]:
-        view = self._view(command)
-        row = self._row(view, command.params["server_name"])
-        slot, server = self._use_or_event(command, view, row)
-        self.pool.use(slot, 1)
-        try:
-            try:
-                session = self._session_or_event(command, row, slot, server, self._left(command, self.opts.timeout))
-            except BkmcpError as exc:
-                raise _platform_error(exc, server=row.name, timeout=self.opts.timeout) from None
-            self.pool.release(session)
-        finally:
-            self.pool.use(slot, -1)
-        tools = self._tools(command, view, row, connect=True)
-        return {
-            "server_name": row.name,
-            "status": "connected",
-            "protocol_version": session.protocol_version,
-            "era": session.era,
-            "tool_count": len(tools),
-        }
-
-    def do_disconnect_server(self, command: _Command) -> dict[str, Any]:
-        view = self._view(command)
-        row = self._row(view, command.params["server_name"])
-        slot = self.pool.peek(command.user_id, row)
-        if row.isolation == "public":  # shared by every user: one user never closes it under the others (§11.5)
-            session = slot.session if slot is not None else None
-            status = "connected" if session is not None and session.alive else "disconnected"
-            return {"server_name": row.name, "status": status, "shared": True, "disconnected": False}
-        if slot is not None:
-            self.pool.disconnect(slot, self.opts.timeout)
-            slot.last_error = None
-        return {"server_name": row.name, "status": "disconnected"}
-
-    def do_list_tools(self, command: _Command) -> dict[str, Any]:
-        return self._tool_list(command, refresh=False)
-
-    def do_refresh_tools(self, command: _Command) -> dict[str, Any]:
-        return self._tool_list(command, refresh=True)
-
-    def do_call_tool(self, command: _Command) -> dict[str, Any]:
-        params = command.params
-        view = self._view(command)
-        assert command.user_id is not None
-        if params.get("name") is not None:
-            injected = params["name"]
-            pair = self._names.get(command.user_id, {}).get(injected)
-            if pair is None:
-                pair = build_injected_names(self._known_pairs(command, view)).get(injected)
-            if pair is None and command.user_id not in self._names:  # forgotten after idling: list again
-                self._tool_list(command, refresh=False)
-                pair = self._names.get(command.user_id, {}).get(injected)
-            if pair is None:
-                exc: BkmcpError = ToolNotFoundError(
-                    f"no tool is injected as {_clip(repr(injected), 80)} for this user", details={"name": injected}
-                )
-                self._rejected(command, None, injected, exc)
-                raise exc
-            server_name, tool_name = pair
-        else:
-            server_name, tool_name = params["server_name"], params["tool_name"]
-        arguments = params.get("arguments")
-        arguments = {} if arguments is None else arguments
-        timeout = self._timeout(command)
-        try:
-            row = self._row(view, server_name)
-        except BkmcpError as exc:  # unknown or disabled
-            self._rejected(command, server_name, tool_name, exc)
-            raise
-        tools = self._tools(command, view, row)
-        tool = next((t for t in tools if isinstance(t, dict) and t.get("name") == tool_name), None)
-        if tool is None:
-            tools = self._tools(command, view, row, refresh=True)  # the server may have added it since
-            tool = next((t for t in tools if isinstance(t, dict) and t.get("name") == tool_name), None)
-        # the tool name is the platform's text: scrubbed with this command's own secrets (the events' redactor
-        # knows the system ones only)
-        shown = tool_name if tool is not None else self._scrubber(command).scrub(tool_name)
-        base = {"server": server_name, "tool": shown, "user": command.user_id, "task_id": command.task_id}
-        if tool is None:
-            self.events.emit("tool.rejected", **base, error_code="mcp_tool_not_found")
-            raise ToolNotFoundError(
-                f"server {server_name!r} has no tool {_clip(repr(tool_name), 80)}",
-                details={"server_name": server_name, "tool_name": tool_name},
-            )
-        try:
-            validate_arguments(tool, arguments)
-        except InvalidArgumentsError as exc:
-            self.events.emit("tool.rejected", **base, error_code=exc.code)
-            raise _platform_error(exc) from None
-        slot, server = self.pool.use_server(view, row, command.user_id)
-        self.pool.use(slot, 1)
-        started = time.monotonic()
-        try:
-            try:
-                session = self.pool.session(slot, server, _time_left(command, timeout))
-            except BkmcpError as exc:
-                self.events.emit("tool.failed", **base, error_code=exc.code, outcome="not_sent")
-                raise _platform_error(exc, server=server_name, timeout=timeout) from None
-            self.events.emit("tool.started", **base)
-            started = time.monotonic()
-            try:
-                result = session.call_tool(tool_name, arguments, _time_left(command, timeout), tool)
-            except BkmcpError as exc:
-                self.pool.release(session)
-                if isinstance(exc, RemoteError) and not isinstance(exc, CapabilityUnsupportedError):
-                    outcome = exc.details.get("outcome") or ("unknown" if request_was_sent(exc) else "not_sent")
-                    self.events.emit(
-                        "tool.failed",
-                        **base,
-                        error_code=exc.code,
-                        outcome=outcome,
-                        ms=int((time.monotonic() - started) * 1000),
-                    )
-                else:
-                    self.events.emit(
-                        "tool.finished",
-                        **base,
-                        ms=int((time.monotonic() - started) * 1000),
-                        is_error=False,
-                        error_code=exc.code,
-                    )
-                self.pool.after_failure(slot, session)
-                raise _platform_error(exc, server=server_name, timeout=timeout) from None
-            except BaseException:
-                self.pool.release(session)
-                raise
-            self.pool.release(session)
-            slot.failures = 0
-        finally:
-            self.pool.use(slot, -1)
-        self.events.emit(
-            "tool.finished", **base, ms=int((time.monotonic() - started) * 1000), is_error=result.get("isError") is True
-        )
-        return {"server_name": server_name, "tool_name": tool_name, "result": result}
 
 
 # Modules the command threads import on first use. The interpreter's import lock is per module and breaks a

@@ -117,6 +117,8 @@ BEHAVIOURS = [
     ("process limits, eviction, the idle reaper", "10.2", "reaper", "SessionPool"),
     ("resident events", "10.2", "events", "EventSink"),
     ("mcp_{server}_{tool} names", "10.3", "injected", "build_injected_names"),
+    ("the tool catalogue cache of a resident session", "10.3", "Catalogues", "Catalogues"),
+    ("what call_tool does in resident mode", "10.4", "Actions", "Actions"),
     ("the bounded worker pool", "10.4", "worker pool", "WorkerPool"),
     ("the resident's line reader", "10.4", "reader", "read_lines"),
     ("argv routing", "11", "argument routing", "parse_argv"),
