@@ -9325,17 +9325,17 @@ def _command_scrubber(log: Log, command: _Command) -> Redactor:
     return build_command_redactor(log.redactor, command.access_token, command.servers, command.credentials)
 
 
+@dataclass
 class Catalogues:
     """Each session's tool catalogue — its slot's copy, the registry's cache, or discovery — and each user's
     injected-name table. ``tools`` is one server's catalogue, ``gather`` many at once, ``answer`` the listing."""
 
-    def __init__(self, pool: SessionPool, *, registry: Any, events: EventSink, log: Log, timeout: float) -> None:
-        self.pool = pool
-        self.registry = registry
-        self.events = events
-        self.log = log
-        self.timeout = timeout
-        self.names: dict[str, dict[str, tuple[str, str]]] = {}  # user -> injected name -> (server, tool)
+    pool: SessionPool
+    registry: Any
+    events: EventSink
+    log: Log
+    timeout: float  # --timeout: each discovery's budget
+    names: dict[str, dict[str, tuple[str, str]]] = field(default_factory=dict)  # user -> injected -> (server, tool)
 
     def use(self, command: _Command, view: Any, row: Any) -> tuple[_Slot, ResolvedServer]:
         """The slot and resolved server of ``row`` for ``command``'s user (whose secrets then scrub its answer);
@@ -9890,29 +9890,19 @@ class InFlight:
         return left
 
 
+@dataclass
 class Actions:
     """The seven actions of docs/contract.md §11.2 (``do_*``, one command each, on a worker thread): each takes its
     user's registry view (``_view``), uses the session pool (10.2) and the catalogues (10.3), and returns its
     ``result`` or raises the error its answer carries."""
 
-    def __init__(
-        self,
-        opts: ResidentOptions,
-        *,
-        registry: Any,
-        pool: SessionPool,
-        catalogues: Catalogues,
-        events: EventSink,
-        log: Log,
-        stopping: Any,
-    ) -> None:
-        self.opts = opts
-        self.registry = registry
-        self.pool = pool
-        self.catalogues = catalogues
-        self.events = events
-        self.log = log
-        self.stopping = stopping  # threading.Event: shutdown, a signal, broken output
+    opts: ResidentOptions
+    registry: Any
+    pool: SessionPool
+    catalogues: Catalogues
+    events: EventSink
+    log: Log
+    stopping: Any  # threading.Event: shutdown, a signal, broken output
 
     def run(self, command: _Command) -> dict[str, Any]:
         return getattr(self, f"do_{command.action}")(command)  # type: ignore[no-any-return]
@@ -10186,11 +10176,7 @@ class ResidentServer:
     ) -> None:
         import threading
 
-        self.opts = opts
-        self.registry = registry
-        self.log = log
-        self.events = events
-        self.env = env
+        self.registry, self.log, self.env = registry, log, env
         self.pool = SessionPool(opts, registry=registry, log=log, events=events, env=env)
         self.out = AnswerWriter(stdout, log.redactor, on_broken=self._output_broke)
         self.in_flight = InFlight()
