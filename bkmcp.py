@@ -23,12 +23,14 @@ uses only the sections above it:
                                 its own deadline) and the flows: negotiate, discover, call, check, tools, dry-run
     8. Schema flags             inputSchema -> typed flags, values, validation
     9. Output                   envelopes, --jq, help text
-   10. Resident mode            many users' sessions behind one JSON stdin/stdout process, in four rooms:
+   10. Resident mode            many users' sessions behind one JSON stdin/stdout process (four rooms), warm sessions:
        10.1 registry, credentials  SQLite / HTTP sources, one user's view, a row -> ResolvedServer
        10.2 sessions               events, the live session, slots, the pool (limits, eviction, reaper)
        10.3 names, catalogues      injected mcp_{server}_{tool} names, Catalogues (cached per session)
        10.4 command server         the reader, a bounded worker pool, Actions (the seven), the end that answers all
-   11. CLI                      argument routing and ``main(argv) -> int``, the one exception -> exit ladder
+       10.5 warm sessions          WarmSessions: the --keep-alive process's kept sessions, lent by key
+   11. CLI                      argument routing and ``main(argv) -> int``, the one exception -> exit ladder;
+                                the --keep-alive client and its background process (WarmServer)
 
 Exception tree (section 1)::
 
@@ -991,8 +993,54 @@ def format_duration(seconds: float) -> str:
 DEFAULT_TIMEOUT = 60.0
 
 
+class Interrupt:
+    """A Ctrl-C that reaches an operation from outside its thread (a warm client's, docs/contract.md §14).
+
+    ``fire`` marks it and runs the wake-ups the operation's waits registered (``hook``): an answer's event, an HTTP
+    response's socket. The operation then raises ``KeyboardInterrupt`` where it checks (``Deadline.remaining``,
+    ``McpSession.request``), exactly where a one-shot Ctrl-C lands. Never an asynchronous exception: a session
+    shared by many calls is only ever left at a point that expects to be left."""
+
+    def __init__(self) -> None:
+        self.fired = False
+        self._hooks: dict[int, Callable[[], None]] = {}
+        self._next = 0
+        self._lock = _thread.allocate_lock()
+
+    def fire(self) -> None:
+        with self._lock:
+            self.fired = True
+            hooks = list(self._hooks.values())
+        for wake in hooks:
+            try:
+                wake()
+            except Exception:  # noqa: S110 - a wake-up that fails leaves the deadline to end the wait
+                pass
+
+    def hook(self, wake: Callable[[], None]) -> int:
+        """Run ``wake`` when the interrupt fires (at once if it has); ``unhook`` with the number returned."""
+        with self._lock:
+            key = self._next = self._next + 1
+            self._hooks[key] = wake
+            fired = self.fired
+        if fired:
+            wake()
+        return key
+
+    def unhook(self, key: int) -> None:
+        with self._lock:
+            self._hooks.pop(key, None)
+
+    def check(self) -> None:
+        if self.fired:
+            raise KeyboardInterrupt
+
+
 class Deadline:
-    """The whole remote operation's time budget (docs/contract.md §2): every step asks how much is left."""
+    """The whole remote operation's time budget (docs/contract.md §2): every step asks how much is left. An
+    ``interrupt`` (a warm client's Ctrl-C) ends it early with ``KeyboardInterrupt``, as a Ctrl-C does."""
+
+    interrupt: Interrupt | None = None
 
     def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.seconds = seconds
@@ -1001,7 +1049,10 @@ class Deadline:
         self.end = self._start + seconds
 
     def remaining(self) -> float:
-        """Seconds left; raises ``McpTimeoutError`` once the budget is spent."""
+        """Seconds left; raises ``McpTimeoutError`` once the budget is spent (``KeyboardInterrupt`` once
+        interrupted)."""
+        if self.interrupt is not None and self.interrupt.fired:
+            raise KeyboardInterrupt
         left = self.end - self._clock()
         if left <= 0:
             raise budget_error("the operation did not finish", self.seconds)
@@ -3135,6 +3186,23 @@ class _HttpxBoundary:
             raise translate_httpx_error(exc, self.url, self.deadline) from exc
 
 
+def _shut_down_stream(stream: Any) -> None:
+    """Shut an httpcore network stream's socket down: a thread blocked reading it wakes (closing does not)."""
+    import socket
+
+    try:
+        sock = stream.get_extra_info("socket") if stream is not None else None
+        if sock is not None:
+            sock.shutdown(socket.SHUT_RDWR)
+    except (OSError, AttributeError):
+        pass
+
+
+def _shut_down(response: Any) -> None:
+    """Wake the thread reading ``response`` (its request is interrupted)."""
+    _shut_down_stream(response.extensions.get("network_stream"))
+
+
 class HttpTransport:
     """Streamable HTTP over one pooled ``httpx.Client`` (keep-alive, no redirects, no cookies, TLS verified);
     many requests may be in flight at once, one POST each. ``client`` injects a client (``httpx.MockTransport``
@@ -3335,6 +3403,8 @@ class HttpTransport:
             ) as response:
                 with self._active_lock:
                     self._active.add(response)
+                interrupt = deadline.interrupt  # a warm client's Ctrl-C: the read ends at once
+                hook = interrupt.hook(lambda: _shut_down(response)) if interrupt is not None else None
                 try:
                     self._log_response(response, started)
                     self._check_status(response, method, with_session=session_id is not None)
@@ -3376,6 +3446,8 @@ class HttpTransport:
                             "(expected application/json or text/event-stream)"
                         )
                 finally:
+                    if hook is not None and interrupt is not None:
+                        interrupt.unhook(hook)
                     with self._active_lock:
                         self._active.discard(response)
         # The POST's event stream ended before the response (docs/contract.md §5: 2025-11-25 resumption).
@@ -3539,8 +3611,6 @@ class HttpTransport:
     def close(self, deadline: Deadline | None = None) -> None:
         """Close the pool. Responses other threads are still reading are shut down first (closing a socket does
         not wake a thread blocked reading it), so their requests fail at once instead of hanging."""
-        import socket
-
         self._closing = True
         with self._active_lock:
             streams = [response.extensions.get("network_stream") for response in self._active]
@@ -3549,12 +3619,7 @@ class HttpTransport:
             for connection in list(getattr(pool, "connections", None) or ()):
                 streams.append(getattr(getattr(connection, "_connection", None), "_network_stream", None))
         for stream in streams:
-            try:
-                sock = stream.get_extra_info("socket") if stream is not None else None
-                if sock is not None:
-                    sock.shutdown(socket.SHUT_RDWR)
-            except (OSError, AttributeError):
-                pass
+            _shut_down_stream(stream)
         if self._client is not None and self._own_client:
             try:
                 self._client.close()
@@ -4193,11 +4258,17 @@ class OpContext:
     # tools/call was among them (once handed to the transport it may have reached the server)
     last_request: str | None = None
     call_sent: bool = False
+    # where the CLI's operations get their session: a new one each (``FreshSessions``), unless a warm front end
+    # (``--keep-alive``, docs/contract.md §14) lends one it keeps
+    sessions: SessionSource | None = None
+    on_request: Callable[[str], None] | None = None  # hears each request as it is sent (a warm client must know)
 
     def note_request(self, method: str) -> None:
         """``method`` is being handed to the transport (``McpSession.request``)."""
         self.last_request = method
         self.call_sent = self.call_sent or method == "tools/call"
+        if self.on_request is not None:
+            self.on_request(method)
 
 
 _CANCEL_BUDGET = 1.0
@@ -4317,6 +4388,8 @@ class McpSession:
             handle.id, handle.method = message["id"], method
             self._handles[_id_key(handle.id)] = handle
         ctx.note_request(method)
+        interrupt = ctx.deadline.interrupt  # a warm client's Ctrl-C: wakes the wait, raised as KeyboardInterrupt
+        hook = interrupt.hook(handle._event.set) if interrupt is not None else None
         try:
             self.transport.send(
                 message,
@@ -4329,7 +4402,15 @@ class McpSession:
             while not handle._event.wait(max(deadline.end - time.monotonic(), 0)):  # woken by its answer
                 if time.monotonic() >= deadline.end:  # a wait may end a hair early: the deadline decides
                     raise self.transport.timeout_error(method, deadline)
+            if interrupt is not None:
+                interrupt.check()
+        except BkmcpError:
+            if interrupt is not None:
+                interrupt.check()  # a read cut short by the interrupt is the interrupt
+            raise
         finally:
+            if hook is not None and interrupt is not None:
+                interrupt.unhook(hook)
             with self._lock:
                 if self._handles.pop(_id_key(handle.id), None) is not None:
                     self.core.forget(handle.id)
@@ -4591,6 +4672,22 @@ def open_session(
         session.close(ctx.deadline)
         raise
     return session
+
+
+class SessionSource:
+    """Where ``run_tools`` and ``run_call`` get their session, in three steps: ``start`` (a session, maybe not
+    negotiated yet), ``ready`` (negotiated; its failures are the operation's), ``done`` (the operation ended, however).
+    This one is the CLI's default: a new session each time, closed at the end. The warm front end's
+    (``WarmSessions``, section 10.5) lends a kept one and keeps it."""
+
+    def start(self, server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> McpSession:
+        return McpSession(server, insecure=insecure, log=ctx.log)
+
+    def ready(self, session: McpSession, ctx: OpContext) -> None:
+        negotiate(session, ctx)
+
+    def done(self, session: McpSession, ctx: OpContext) -> None:
+        session.close(ctx.deadline)
 
 
 # -- requests after negotiation ------------------------------------------------------------------------
@@ -4871,10 +4968,11 @@ def run_check(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict
 
 def run_tools(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict[str, Any]:
     """``--tools`` data (contract §7): server, protocol_version, tool_count, complete, tools (as received), excluded."""
-    session = McpSession(server, insecure=insecure, log=ctx.log)
+    sessions = ctx.sessions or SessionSource()
+    session = sessions.start(server, ctx, insecure=insecure)
     try:
         try:
-            negotiate(session, ctx)
+            sessions.ready(session, ctx)
             tools, excluded = usable_tools(session, ctx, discover_tools(session, ctx)[0])
         except RemoteError as exc:
             partial, excluded = (exc.data or {}).get("tools", []), []
@@ -4890,7 +4988,7 @@ def run_tools(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict
             }
             raise exc.copy(data=staged)  # noqa: B904 - the same error with its data: its chain stays
     finally:
-        session.close(ctx.deadline)
+        sessions.done(session, ctx)
     return {
         "server": server.name,
         "protocol_version": session.protocol_version,
@@ -4915,8 +5013,14 @@ def run_call(
     after discovery (tool help): then the data is ``{"server", "tool", "schema": tool}`` and nothing is called.
     The call's data is ``{"server", "tool", "result"}`` with the result as received (``isError`` included).
     """
+    sessions = ctx.sessions or SessionSource()
     try:
-        session = open_session(server, ctx, insecure=insecure)
+        session = sessions.start(server, ctx, insecure=insecure)
+        try:
+            sessions.ready(session, ctx)
+        except BaseException:
+            sessions.done(session, ctx)
+            raise
     except RemoteError as exc:  # e.g. a stdio server that exits at start: the envelope still names the call
         raise exc.copy(data={"server": server.name, "tool": name, **(exc.data or {})})  # noqa: B904 - its chain stays
     try:
@@ -4928,7 +5032,7 @@ def run_call(
             return {"server": server.name, "tool": name, "schema": tool}
         result = call_tool(session, ctx, name, arguments, tool)
     finally:
-        session.close(ctx.deadline)
+        sessions.done(session, ctx)
     return {"server": server.name, "tool": name, "result": result}
 
 
@@ -4954,7 +5058,7 @@ def build_dry_run(server: ResolvedServer, tool: str, arguments: dict[str, Any]) 
 
 RESERVED_OPTION_NAMES = frozenset(
     "help h check tools config body timeout jq context dry-run verbose v insecure format resident registry "
-    "version".split()
+    "version keep-alive".split()
 )
 
 
@@ -6637,6 +6741,7 @@ Other modes (bkmcp --resident --help; docs/resident.md):
   bkmcp --registry FILE --import mcp.json      copy a config's servers into a SQLite registry
   bkmcp --registry FILE --list                 a registry's servers as JSON, never a credential
   bkmcp --completion bash|zsh|fish             shell completion: options and configured server names
+  bkmcp --sessions [--stop]                    the --keep-alive sessions (docs/warm-sessions.md); --stop ends them
 
 Global options (before or after <server>):
   --config PATH        config file (default: $BK_CLI_CONFIG_DIR/mcp.json, else ~/.bk-cli/mcp.json)
@@ -6644,6 +6749,8 @@ Global options (before or after <server>):
   --jq EXPR            project the final JSON envelope with a jq expression (one value per line)
   -v, --verbose        diagnostics on stderr (requests, eras, timing); secrets print as ***
   --insecure           skip TLS certificate verification
+  --keep-alive[=DUR]   keep the server's session warm in a background process for the next calls (default 10m;
+                       also BKMCP_KEEP_ALIVE=DUR; the server's state is kept between calls)
   -h, --help           show help (never calls a tool, never reads --body input)
   --version            print the version
 
@@ -6717,7 +6824,8 @@ def render_resident_help() -> str:
 COMPLETION_SHELLS = ("bash", "zsh", "fish")
 _COMPLETION_OPTIONS = (
     "--help --version --config --timeout --jq --verbose --insecure --check --tools --body --dry-run --resident "
-    "--registry --import --list --completion --events --max-processes --max-user-processes --idle-timeout"
+    "--registry --import --list --completion --events --max-processes --max-user-processes --idle-timeout "
+    "--keep-alive --sessions --stop"
 )
 _COMPLETION_VALUE_OPTIONS = (
     "--config --timeout --jq --body --registry --import --events --max-processes --max-user-processes "
@@ -10454,6 +10562,227 @@ def run_resident(
     return EXIT_INTERRUPTED if server.signalled == signal.SIGINT else EXIT_OK
 
 
+# -- 10.5 warm sessions: what the --keep-alive process keeps (docs/contract.md §14) ------------------------------------
+# The CLI's background process (section 11 serves its socket) runs each forwarded command line through the CLI's own
+# ``main``; ``WarmSessions`` is the ``SessionSource`` it hands the flows: a kept session per key, lent to every
+# command whose resolved server has that key, closed after its idle time, at most ``WARM_MAX_SESSIONS``.
+
+WARM_MAX_SESSIONS = 32
+
+
+def warm_session_key(server: ResolvedServer, insecure: bool) -> str:
+    """The hash of everything that makes a session what it is (docs/contract.md §14): the server as resolved after
+    ``${VAR}`` expansion (name, URL, headers, command, args, env, the passed-through variables, the working
+    directory), its pinned ``protocolVersion`` and ``--insecure``. Any difference is another session."""
+    import hashlib
+
+    described = [
+        server.name,
+        server.type,
+        server.config_file,
+        server.url,
+        sorted(server.headers.items()),
+        server.command,
+        list(server.args),
+        sorted(server.env.items()),
+        sorted(server.inherited_env.items()),
+        server.cwd,
+        server.protocol_version,
+        server.auth_source,
+        server.child_output_in_errors,
+        insecure,
+    ]
+    return hashlib.sha256(dump_json(described).encode("utf-8")).hexdigest()
+
+
+class _Warm:
+    """One kept session: the lock is held while it opens (others then get a fresh session of their own)."""
+
+    __slots__ = ("key", "session", "lock", "opened", "used", "calls", "lent", "idle")
+
+    def __init__(self, key: str, idle: float) -> None:
+        self.key = key
+        self.session: McpSession | None = None
+        self.lock = _thread.allocate_lock()
+        self.opened = self.used = time.monotonic()
+        self.calls = 0
+        self.lent = 0  # operations using it now
+        self.idle = idle  # closed after this long unused (the --keep-alive of the command that used it last)
+
+
+class WarmSessions:
+    """The kept sessions of the warm process, by ``warm_session_key``. ``for_command`` gives one command its
+    ``SessionSource``; ``reap`` closes what idled out; ``listing`` is ``bkmcp --sessions``; ``close_all`` the end."""
+
+    def __init__(self, log: Log, *, limit: int = WARM_MAX_SESSIONS) -> None:
+        self.log = log  # the process's own log (never a client's stderr: a kept session outlives the command)
+        self.limit = limit
+        self._entries: dict[str, _Warm] = {}
+        self._lock = _thread.allocate_lock()
+
+    def for_command(self, cwd: str, idle: float) -> SessionSource:
+        return _WarmSource(self, cwd, idle)
+
+    def _entry(self, key: str, idle: float) -> _Warm:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                entry = self._entries[key] = _Warm(key, idle)
+                spare = [e for e in self._entries.values() if e.lent == 0 and e is not entry and not e.lock.locked()]
+                spare.sort(key=lambda e: e.used)
+                evicted = spare[: max(len(self._entries) - self.limit, 0)]  # least recently used idle ones first
+                for old in evicted:
+                    del self._entries[old.key]
+            else:
+                evicted = []
+            entry.idle = idle
+            entry.lent += 1
+        for old in evicted:
+            self._close(old)
+        return entry
+
+    def _returned(self, entry: _Warm, session: McpSession | None) -> None:
+        """A command is done with ``entry`` (``session``: the kept session it used, None when it used none)."""
+        with self._lock:
+            entry.lent -= 1
+            if session is not None:
+                entry.used = time.monotonic()
+                entry.calls += 1
+            dead = session is not None and entry.session is session and not session.alive
+            if dead:
+                entry.session = None
+            if entry.session is None and entry.lent == 0 and self._entries.get(entry.key) is entry:
+                del self._entries[entry.key]
+        if dead and session is not None:
+            session.close(Deadline(2.0))
+
+    def _close(self, entry: _Warm) -> None:
+        session, entry.session = entry.session, None
+        if session is not None:
+            try:
+                session.close(Deadline(2.0))
+            except Exception as exc:  # closing never fails the process
+                self.log.debug(f"closing a warm session failed: {type(exc).__name__}")
+
+    def reap(self, now: float | None = None) -> int:
+        """Close the sessions unused for their idle time; how many sessions are left."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            gone = [e for e in self._entries.values() if e.lent == 0 and now - e.used >= e.idle]
+            gone += [e for e in self._entries.values() if e.lent == 0 and e not in gone and not _warm_alive(e)]
+            for entry in gone:
+                del self._entries[entry.key]
+            left = len(self._entries)
+        for entry in gone:
+            self._close(entry)
+        return left
+
+    def listing(self) -> list[dict[str, Any]]:
+        """What ``bkmcp --sessions`` shows: names, transport, pid, ages and counts; never a secret."""
+        now = time.monotonic()
+        with self._lock:
+            entries = sorted(self._entries.values(), key=lambda e: e.opened)
+        shown = []
+        for entry in entries:
+            session = entry.session
+            if session is None:
+                continue
+            shown.append(
+                {
+                    "server": session.server.name,
+                    "config_file": session.server.config_file,
+                    "transport": session.server.type,
+                    "pid": session.transport.pid,
+                    "protocol_version": session.protocol_version,
+                    "alive": session.alive,
+                    "age_s": round(now - entry.opened, 1),
+                    "idle_s": round(now - entry.used, 1) if entry.lent == 0 else 0.0,
+                    "in_use": entry.lent,
+                    "calls": entry.calls,
+                }
+            )
+        return shown
+
+    def close_all(self) -> None:
+        with self._lock:
+            entries = list(self._entries.values())
+            self._entries.clear()
+        run_each(self._close, entries, timeout=5.0)
+
+
+def _warm_alive(entry: _Warm) -> bool:
+    return entry.session is not None and entry.session.alive
+
+
+class _WarmSource(SessionSource):
+    """One command's view of ``WarmSessions``: the kept session of its key, opened (and kept) on first use. While
+    another command opens that key's session, this one gets a fresh session of its own, closed at its end, so no
+    command ever waits for another."""
+
+    def __init__(self, warm: WarmSessions, cwd: str, idle: float) -> None:
+        self.warm = warm
+        self.cwd = cwd
+        self.idle = idle
+        self._opening: dict[int, _Warm] = {}  # id(session) -> its entry, until negotiated
+        self._kept: dict[int, _Warm] = {}  # id(session) -> its entry, lent to this command
+        self._fresh: set[int] = set()
+
+    def start(self, server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> McpSession:
+        if server.type == "stdio" and server.cwd is None:  # the child runs where the one-shot's would: the client's
+            import dataclasses
+
+            server = dataclasses.replace(server, cwd=self.cwd)
+        entry = self.warm._entry(warm_session_key(server, insecure), self.idle)
+        if not entry.lock.acquire(blocking=False):  # being opened by another command
+            self.warm._returned(entry, None)
+            session = SessionSource.start(self, server, ctx, insecure=insecure)
+            self._fresh.add(id(session))
+            return session
+        try:
+            kept = entry.session
+            if kept is not None and kept.alive:
+                self._kept[id(kept)] = entry
+                entry.lock.release()
+                return kept
+            if kept is not None:  # its child died or it closed while idle: a new one
+                self.warm._close(entry)
+            session = McpSession(server, insecure=insecure, log=self.warm.log, die_with_parent=True)
+        except BaseException:
+            entry.lock.release()
+            self.warm._returned(entry, None)
+            raise
+        entry.session = session
+        self._opening[id(session)] = entry
+        self._kept[id(session)] = entry
+        return session
+
+    def ready(self, session: McpSession, ctx: OpContext) -> None:
+        entry = self._opening.pop(id(session), None)
+        if entry is None:
+            if id(session) in self._fresh:
+                negotiate(session, ctx)
+            return  # a kept session: negotiated when it opened
+        try:
+            negotiate(session, ctx)
+        except BaseException:
+            entry.session = None
+            raise
+        finally:
+            entry.lock.release()
+
+    def done(self, session: McpSession, ctx: OpContext) -> None:
+        if id(session) in self._fresh:
+            self._fresh.discard(id(session))
+            session.close(ctx.deadline)
+            return
+        entry = self._kept.pop(id(session), None)
+        if entry is None:  # pragma: no cover - done without start
+            return
+        if entry.session is not session:  # it failed to open: never kept
+            session.close(ctx.deadline)
+        self.warm._returned(entry, session)
+
+
 # ======================================================================================================
 # 11. CLI
 # ======================================================================================================
@@ -10495,7 +10824,7 @@ _FLAG_OPTIONS = {
 # own `--list`/`--import` parameter (after the tool name) keeps working as a tool option.
 # `--completion SHELL` is the same kind of root-only option.
 _REGISTRY_VALUE_OPTIONS = {"--import": "registry_import", "--completion": "completion"}
-_REGISTRY_FLAG_OPTIONS = {"--list": "registry_list"}
+_REGISTRY_FLAG_OPTIONS = {"--list": "registry_list", "--sessions": "sessions", "--stop": "stop"}
 _REGISTRY_OPTION_NAMES = frozenset({*_REGISTRY_VALUE_OPTIONS, *_REGISTRY_FLAG_OPTIONS})
 _RESIDENT_OPTIONS = {
     "--events": "events",
@@ -10533,12 +10862,16 @@ class Invocation:
     max_processes: str | None = None
     max_user_processes: str | None = None
     idle_timeout: str | None = None
+    keep_alive: str | None = None  # --keep-alive ("") or --keep-alive=DURATION (docs/contract.md §14)
+    sessions: bool = False  # --sessions [--stop] (root only)
+    stop: bool = False
     tool_tokens: list[ToolToken] = field(default_factory=list)
+    argv: list[str] = field(default_factory=list)  # as given (a warm client forwards it)
 
 
 def _is_bkmcp_option(token: str) -> bool:
     name = token.split("=", 1)[0]
-    return name in _VALUE_OPTIONS or name in _FLAG_OPTIONS
+    return name in _VALUE_OPTIONS or name in _FLAG_OPTIONS or name == "--keep-alive"
 
 
 def parse_argv(argv: Sequence[str]) -> Invocation:
@@ -10547,7 +10880,7 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
     After the tool name, every other ``--name`` is a tool option: ``--name=value`` or ``--name value`` (the next
     token is the value, unless it is itself a bkmcp option: then ``--name`` has no value).
     """
-    inv = Invocation()
+    inv = Invocation(argv=list(argv))
     seen: set[str] = set()
     tokens = list(argv)
     # the resident options exist only beside --resident: elsewhere they stay free for tool flags
@@ -10558,6 +10891,13 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
         i += 1
         name, eq, inline = token.partition("=")
         registry_tool = inv.server is None and (name in _REGISTRY_VALUE_OPTIONS or token in _REGISTRY_FLAG_OPTIONS)
+        if name == "--keep-alive":  # an optional value, only as --keep-alive=DURATION (docs/contract.md §14)
+            if inv.keep_alive is not None:
+                raise UsageError("option --keep-alive given more than once")
+            inv.keep_alive = inline if eq else ""
+            if eq and not inline:
+                raise UsageError("--keep-alive= needs a duration", hint="write --keep-alive=10m, or --keep-alive alone")
+            continue
         if token.startswith("--") and (name in value_options or registry_tool and name in _REGISTRY_VALUE_OPTIONS):
             attr = value_options.get(name) or _REGISTRY_VALUE_OPTIONS[name]
             if attr in seen:
@@ -10627,6 +10967,14 @@ def check_invocation(inv: Invocation) -> None:
             "--context is not supported: bkmcp takes identity only from the server's headers in mcp.json",
             hint="remove --context; configure the server's headers instead",
         )
+    if inv.stop and not inv.sessions:
+        raise UsageError("--stop is only valid with --sessions", hint="bkmcp --sessions --stop")
+    if inv.sessions and not inv.help:
+        extra = inv.server or inv.check or inv.tools or inv.body is not None or inv.resident or inv.dry_run
+        if extra or inv.registry is not None or inv.jq is not None or inv.completion is not None:
+            raise UsageError(
+                "--sessions takes nothing else but --stop", hint="bkmcp --sessions | bkmcp --sessions --stop"
+            )
     if inv.completion is not None:
         if inv.completion not in (*COMPLETION_SHELLS, "servers"):
             raise UsageError(
@@ -10849,6 +11197,7 @@ class Environment:
     stderr: IO[str]
     env: Mapping[str, str]
     cwd: str
+    warm: WarmRun | None = None  # set by the warm process for the command it runs for a client (docs/contract.md §14)
 
 
 def _configured_names(config_path: str) -> tuple[list[str] | None, str | None]:
@@ -11064,8 +11413,15 @@ class _Runner:
         if inv.completion is not None:
             return self.run_completion(inv.completion, config_path)
         if inv.server is None:
+            if inv.sessions and not inv.help:
+                return run_sessions_command(inv, envr, self.log)
             if inv.help or not any((inv.check, inv.tools, inv.tool)):
                 return self.emit_text(render_root_help(config_path, *_configured_names(config_path)))
+        seconds = keep_alive_seconds(inv, envr.env, self.log) if envr.warm is None else None
+        if seconds is not None and uses_warm_session(inv):  # docs/contract.md §14: the warm process runs it
+            status = run_warm_client(inv, envr, self.log, seconds)
+            if status is not None:
+                return status
         # help (root, server, tool; bare `bkmcp <server>` too) is never projected, so --jq is not even compiled
         projected = inv.jq is not None and not inv.help and (inv.check or inv.tools or inv.tool is not None)
         jq = compile_jq(inv.jq) if projected and inv.jq is not None else None
@@ -11115,6 +11471,8 @@ class _Runner:
             self.redactor.add(secret)
         timeout = parse_duration(inv.timeout) if inv.timeout is not None else DEFAULT_TIMEOUT
         deadline = Deadline(timeout)  # reading --body from a FIFO or pipe counts against the budget too
+        warm = envr.warm  # run for a warm client: its Ctrl-C, the kept sessions (docs/contract.md §14)
+        deadline.interrupt = warm.interrupt if warm is not None else None
         if inv.dry_run:
             assert inv.tool is not None and inv.body is not None
             preview = read_body(inv.body, envr.stdin, envr.cwd, deadline, env=envr.env)
@@ -11125,6 +11483,8 @@ class _Runner:
         log = self.log
         progress = (lambda token: ProgressLine(log, token)) if log.verbose or log.is_tty else None
         ctx = OpContext(deadline, log, progress=progress)
+        if warm is not None:
+            ctx.sessions, ctx.on_request = warm.sessions, warm.on_request
         self.deadline, self.ctx = deadline, ctx
         try:
             self.remote_started = True
@@ -11208,6 +11568,568 @@ class _Runner:
         return self.emit_envelope(build_success(data), jq, EXIT_OK)
 
 
+# -- warm sessions: the --keep-alive client and its background process (docs/contract.md §14) ---------------------
+# The client forwards the command line, environment, cwd and (for --body -) stdin over a private Unix socket and
+# prints what comes back; the background process runs ``main`` on it with ``WarmRun`` (section 10.5's sessions).
+# Without --keep-alive / BKMCP_KEEP_ALIVE nothing here runs.
+
+KEEP_ALIVE_DEFAULT = 600.0  # --keep-alive without a value: 10 minutes
+_WARM_SOCKET, _WARM_LOCK, _WARM_LOG = "warm.sock", "warm.lock", "warm.log"
+_WARM_LOG_LIMIT = 1024 * 1024  # bytes of the background process's log
+_WARM_START_WAIT = 10.0  # seconds a new background process gets to listen
+_WARM_DAEMON = "--keep-alive-daemon"  # argv[1] of the background process (never typed by a user)
+
+
+@dataclass
+class WarmRun:
+    """What the background process gives the ``main`` it runs for a client: the kept sessions, the client's
+    Ctrl-C, and who hears each request as it is sent (the client must know whether ``tools/call`` was)."""
+
+    sessions: Any  # SessionSource (section 7) lending WarmSessions' sessions (section 10.5)
+    interrupt: Interrupt
+    on_request: Callable[[str], None]
+
+
+def keep_alive_seconds(inv: Invocation, env: Mapping[str, str], log: Log) -> float | None:
+    """How long warm sessions idle (``--keep-alive[=DURATION]``, else ``BKMCP_KEEP_ALIVE``), None when off. A bad
+    option value is a usage error; a bad environment value, one warning (the command runs one-shot)."""
+    if inv.keep_alive == "":
+        return KEEP_ALIVE_DEFAULT
+    text = inv.keep_alive if inv.keep_alive is not None else env.get("BKMCP_KEEP_ALIVE", "")
+    if not text or text.strip().lower() in ("0", "off"):
+        return None
+    if inv.keep_alive is not None:
+        return parse_duration(text, option="--keep-alive")
+    try:
+        return parse_duration(text, option="BKMCP_KEEP_ALIVE")
+    except UsageError as exc:
+        log.warn(f"{exc.message}; the command runs one-shot", once_key="keep-alive")
+        return None
+
+
+def uses_warm_session(inv: Invocation) -> bool:
+    """``--tools`` and tool calls may; help paths, ``--dry-run`` and ``--check`` never do (docs/contract.md §14)."""
+    return inv.server is not None and not (inv.help or inv.dry_run or inv.check) and (inv.tools or inv.tool is not None)
+
+
+def warm_dir(env: Mapping[str, str]) -> tuple[str | None, str]:
+    """The private folder of the background process: ``$XDG_RUNTIME_DIR/bkmcp``, else ``$TMPDIR/bkmcp-<uid>``,
+    made 0700 if missing. (None, why) when it is not a directory of this user's with mode 0700."""
+    uid = os.getuid()
+    runtime = env.get("XDG_RUNTIME_DIR", "")
+    if runtime and os.path.isabs(runtime):
+        place = os.path.join(runtime, "bkmcp")
+    else:
+        tmp = env.get("TMPDIR", "")
+        place = os.path.join(tmp if os.path.isabs(tmp) else "/tmp", f"bkmcp-{uid}")
+    try:
+        os.mkdir(place, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        return None, f"cannot create {place}: {exc.strerror or exc}"
+    problem = private_dir_problem(place)
+    return (None, problem) if problem else (place, "")
+
+
+def private_dir_problem(place: str) -> str:
+    """Why ``place`` is not a private folder (a directory of this user's, mode 0700, not a symlink), or ""."""
+    import stat
+
+    uid = os.getuid()
+    try:
+        info = os.lstat(place)
+    except OSError as exc:
+        return f"cannot read {place}: {exc.strerror or exc}"
+    if not stat.S_ISDIR(info.st_mode):
+        return f"{place} is not a directory"
+    if info.st_uid != uid:
+        return f"{place} belongs to uid {info.st_uid}, not to you (uid {uid})"
+    if info.st_mode & 0o077:
+        return f"{place} has mode {stat.S_IMODE(info.st_mode):04o}; it must be 0700"
+    return ""
+
+
+def warm_artifact() -> str | None:
+    """The bkmcp that runs: the .pyz (its ``__main__`` knows the archive) or bkmcp.py; None when neither."""
+    archive = getattr(sys.modules.get("__main__"), "_archive", None)
+    if isinstance(archive, str) and os.path.isfile(archive):
+        return os.path.abspath(archive)
+    source = globals().get("__file__")
+    if isinstance(source, str) and os.path.basename(source) == "bkmcp.py" and os.path.isfile(source):
+        return os.path.abspath(source)
+    return None
+
+
+def warm_build(artifact: str) -> str:
+    """Which build a client or background process is: version, interpreter and the artifact's file identity.
+    Two builds never talk (docs/contract.md §14)."""
+    import hashlib
+
+    info = os.stat(artifact)
+    blob = f"{__version__}\0{sys.executable}\0{sys.version}\0{artifact}\0{info.st_size}\0{info.st_mtime_ns}"
+    return hashlib.sha256(blob.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+
+
+def send_frame(sock: Any, kind: bytes, payload: bytes = b"") -> None:
+    """One frame: a kind byte, a 4-byte big-endian length, the payload."""
+    sock.sendall(kind + len(payload).to_bytes(4, "big") + payload)
+
+
+def _recv_exact(sock: Any, size: int) -> bytes | None:
+    chunks, left = [], size
+    while left:
+        chunk = sock.recv(min(left, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def recv_frame(sock: Any) -> tuple[bytes, bytes] | None:
+    """The next frame, or None when the other end closed (or died)."""
+    head = _recv_exact(sock, 5)
+    if head is None:
+        return None
+    payload = _recv_exact(sock, int.from_bytes(head[1:], "big"))
+    return None if payload is None else (head[:1], payload)
+
+
+def _warm_try_connect(path: str) -> Any:
+    import socket
+
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(path)
+    except OSError:
+        sock.close()
+        return None
+    return sock
+
+
+def _warm_spawn(place: str, artifact: str) -> None:
+    """Start the background process, detached (its own session, reparented at once: never a zombie of ours);
+    its stderr is the size-bounded log."""
+    log_path = os.path.join(place, _WARM_LOG)
+    os.close(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))  # 0600 before sh appends to it
+    try:
+        if os.path.getsize(log_path) > _WARM_LOG_LIMIT:
+            os.truncate(log_path, 0)
+    except OSError:
+        pass
+    argv = [sys.executable, artifact, _WARM_DAEMON, place]
+    # sh starts it in the background and exits: the process is then init's child, not ours
+    shell = ["/bin/sh", "-c", 'exec "$@" </dev/null >/dev/null 2>>"$0" &', log_path, *argv]
+    pid = os.posix_spawn("/bin/sh", shell, dict(os.environ), setsid=True)
+    os.waitpid(pid, 0)
+
+
+def _warm_connect(place: str, artifact: str, *, start: bool = True) -> Any:
+    """A connected socket to the background process, started (under the lock, exactly once however many clients
+    race) when none listens; None when ``start`` is False and none runs. Raises OSError when it cannot start."""
+    import fcntl
+
+    path = os.path.join(place, _WARM_SOCKET)
+    sock = _warm_try_connect(path)
+    if sock is not None or not start:
+        return sock
+    lock = os.open(os.path.join(place, _WARM_LOCK), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        sock = _warm_try_connect(path)  # another client started it while this one waited
+        if sock is not None:
+            return sock
+        try:
+            os.unlink(path)  # a socket file left by a process that died
+        except FileNotFoundError:
+            pass
+        _warm_spawn(place, artifact)
+        end = time.monotonic() + _WARM_START_WAIT
+        while time.monotonic() < end:
+            sock = _warm_try_connect(path)
+            if sock is not None:
+                return sock
+            time.sleep(0.005)
+        raise OSError(f"the background process did not start listening within {_WARM_START_WAIT:.0f} s")
+    finally:
+        os.close(lock)  # closing the descriptor releases the lock
+
+
+def _warm_open(place: str, artifact: str, build: str, request: dict[str, Any], stdin: bytes | None) -> Any:
+    """Connect (starting the process if needed), send the request and see it accepted. A process of another
+    build is told to retire and a new one is started: at most twice, then OSError."""
+    import json
+
+    for _attempt in range(3):
+        sock = _warm_connect(place, artifact)
+        send_frame(sock, b"R", json.dumps({**request, "build": build}).encode("utf-8", "surrogatepass"))
+        frame = recv_frame(sock)
+        if frame is not None and frame[0] == b"A":  # accepted: it runs the command
+            if stdin is not None:
+                send_frame(sock, b"I", stdin)
+            return sock
+        sock.close()
+        if frame is None or frame[0] != b"M":
+            raise OSError("the background process closed the connection before accepting the command")
+        # M: another build; it removed its socket and retires after its calls: start ours
+    raise OSError("background processes of other builds kept answering")
+
+
+def run_warm_client(inv: Invocation, envr: Environment, log: Log, seconds: float) -> int | None:
+    """Run the command in the warm process and print what it printed, exiting as it exited; None (after one
+    warning saying why) when the warm process cannot be used: the caller then runs the command one-shot."""
+    import json
+
+    place, problem = warm_dir(envr.env)
+    artifact = warm_artifact()
+    if place is None or artifact is None:
+        why = problem or "cannot tell which bkmcp file is running"
+        log.warn(f"--keep-alive: {why}; the command runs one-shot")
+        return None
+    stdin: bytes | None = None
+    if inv.body == "-":  # read here (bounded as one-shot reads it); the process gets the bytes
+        timeout = parse_duration(inv.timeout) if inv.timeout is not None else DEFAULT_TIMEOUT
+        stdin = _read_body_stream(envr.stdin, "--body", Deadline(timeout))
+    request = {
+        "op": "run",
+        "argv": inv.argv,
+        "env": dict(envr.env),
+        "cwd": envr.cwd,
+        "stdin": stdin is not None,
+        "stdout_tty": _isatty(envr.stdout),
+        "stderr_tty": _isatty(envr.stderr),
+        "keep_alive": seconds,
+    }
+    try:
+        sock = _warm_open(place, artifact, warm_build(artifact), request, stdin)
+    except OSError as exc:
+        log.warn(f"--keep-alive: the background bkmcp could not be used ({exc}); the command runs one-shot")
+        if stdin is not None:
+            import io
+
+            envr.stdin = io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8", errors="surrogateescape")
+        return None
+    return _warm_relay(sock, inv, envr, log, json)
+
+
+def _warm_relay(sock: Any, inv: Invocation, envr: Environment, log: Log, json: Any) -> int:
+    """Print the process's frames as they come; Ctrl-C is forwarded once (the call is cancelled on the wire
+    there), a second one leaves at once. A process that dies mid-command: ``mcp_connection_error``, never a retry."""
+    stage: str | None = None
+    call_sent = interrupted = False
+    try:
+        while True:
+            try:
+                frame = recv_frame(sock)
+            except KeyboardInterrupt:
+                if interrupted:
+                    log.warn("interrupted")
+                    return EXIT_INTERRUPTED
+                interrupted = True
+                try:
+                    send_frame(sock, b"C")
+                except OSError:
+                    pass
+                continue
+            except OSError:
+                frame = None
+            if frame is None:
+                break
+            kind, payload = frame
+            if kind == b"O":
+                envr.stdout.write(payload.decode("utf-8", "surrogatepass"))
+                envr.stdout.flush()
+            elif kind == b"E":
+                envr.stderr.write(payload.decode("utf-8", "surrogatepass"))
+                envr.stderr.flush()
+            elif kind == b"S":  # the stage of the request being sent (docs/contract.md §7)
+                stage = payload.decode("utf-8", "replace")
+                call_sent = call_sent or stage == "call"
+            elif kind == b"X":
+                return int(json.loads(payload)["status"])
+    finally:
+        sock.close()
+    details: dict[str, Any] = {"outcome": "unknown" if call_sent else "not_sent"}
+    if stage:
+        details["stage"] = stage
+    error = ConnectionFailedError(
+        "the background bkmcp process (--keep-alive) ended during the command"
+        + (": tools/call had been sent, so the call may or may not have run" if call_sent else ""),
+        hint="check whether the tool ran before calling it again (bkmcp never resends a call); the next command "
+        "starts a new background process"
+        if call_sent
+        else "run the command again: the next one starts a new background process",
+        details=details,
+        data={"server": inv.server} if inv.tool is None else {"server": inv.server, "tool": inv.tool},
+    )
+    return _report_error(error, envr, log, None)
+
+
+def _isatty(stream: Any) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty and isatty())
+    except (OSError, ValueError):
+        return False
+
+
+def run_sessions_command(inv: Invocation, envr: Environment, log: Log) -> int:
+    """``bkmcp --sessions`` (the warm sessions, never a secret) and ``bkmcp --sessions --stop``."""
+    import json
+
+    place, problem = warm_dir(envr.env)
+    artifact = warm_artifact()
+    sock = _warm_connect(place, artifact or "", start=False) if place is not None else None
+    if sock is None:
+        data: dict[str, Any] = {"running": False, "sessions": []}
+        if inv.stop:
+            data["stopped"] = False
+        if place is None:
+            data["problem"] = problem
+        envr.stdout.write(dump_json(build_success(data)) + "\n")
+        return EXIT_OK
+    try:
+        send_frame(sock, b"R", json.dumps({"op": "stop" if inv.stop else "list"}).encode("utf-8"))
+        frame = recv_frame(sock)
+    except OSError:
+        frame = None
+    finally:
+        sock.close()
+    if frame is None or frame[0] != b"L":
+        raise ConnectionFailedError(
+            "the background bkmcp process did not answer", hint="it may be ending; run bkmcp --sessions again"
+        )
+    envr.stdout.write(dump_json(build_success(json.loads(frame[1]))) + "\n")
+    return EXIT_OK
+
+
+class _FrameStream:
+    """A text stream of ``main``'s that sends what it is given to the client as frames of ``kind``."""
+
+    def __init__(self, conn: Any, kind: bytes, tty: bool, lock: Any) -> None:
+        self.conn, self.kind, self.tty, self.lock = conn, kind, tty, lock
+
+    def write(self, text: str) -> int:
+        if text:
+            with self.lock:
+                send_frame(self.conn, self.kind, text.encode("utf-8", "surrogatepass"))
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return self.tty
+
+
+class _BoundedText:
+    """The background process's log: at most ``_WARM_LOG_LIMIT`` bytes a run, then nothing more."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream, self.left = stream, _WARM_LOG_LIMIT
+
+    def write(self, text: str) -> int:
+        if self.left > 0:
+            self.left -= len(text)
+            try:
+                self.stream.write(text[: max(self.left + len(text), 0)])
+                self.stream.flush()
+            except (OSError, ValueError):
+                self.left = 0
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+
+class WarmServer:
+    """The background process (docs/contract.md §14): accepts its own uid's connections on the socket, runs each
+    forwarded command through ``main`` with ``WarmRun``, lists and stops on request, closes idle sessions, and
+    exits when it holds none and has had no request for the last command's ``--keep-alive``; SIGTERM, SIGINT
+    and SIGHUP close everything. Started by ``_warm_spawn`` as ``bkmcp --keep-alive-daemon DIR``."""
+
+    def __init__(self, place: str, artifact: str, log: Log) -> None:
+        self.place = place
+        self.path = os.path.join(place, _WARM_SOCKET)
+        self.build = warm_build(artifact)
+        self.log = log
+        self.sessions = WarmSessions(log)
+        self.linger = KEEP_ALIVE_DEFAULT
+        self.last = time.monotonic()
+        self.running = 0
+        self.stopping = False
+        self.retiring = False
+        self._lock = _thread.allocate_lock()
+        self._inode: int | None = None
+
+    def serve(self) -> int:
+        import signal
+        import socket
+        import threading
+
+        def on_signal(signum: int, frame: Any) -> None:
+            self.stopping = True
+
+        for name in ("SIGTERM", "SIGINT", "SIGHUP"):
+            signal.signal(getattr(signal, name), on_signal)
+        os.umask(0o077)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(self.path)
+        except OSError as exc:  # another process took the path first: it serves
+            self.log.warn(f"cannot listen on {self.path}: {exc.strerror or exc}")
+            return EXIT_LOCAL
+        self._inode = os.stat(self.path).st_ino
+        listener.listen(128)
+        listener.settimeout(0.25)
+        try:
+            while not self.stopping:
+                try:
+                    conn, _ = listener.accept()
+                except socket.timeout:
+                    conn = None
+                except OSError as exc:  # e.g. out of descriptors: the next accept may work
+                    self.log.debug(f"accept failed: {exc.strerror or exc}")
+                    time.sleep(0.05)
+                    conn = None
+                if conn is not None:
+                    with self._lock:
+                        self.running += 1
+                        self.last = time.monotonic()
+                    threading.Thread(target=self._handle, args=(conn,), name="bkmcp-warm", daemon=True).start()
+                    continue
+                if self._done():
+                    break
+        finally:
+            self._unlink()
+            listener.close()
+            self.sessions.close_all()
+        return EXIT_OK
+
+    def _done(self) -> bool:
+        """Time to exit: retiring and idle, or no session and no request for ``linger``."""
+        left = self.sessions.reap()
+        with self._lock:
+            idle = self.running == 0
+            quiet = time.monotonic() - self.last >= self.linger
+        if self.retiring and idle:
+            return True
+        if not self.retiring and not self._still_ours():
+            self.retiring = True
+        return idle and left == 0 and quiet
+
+    def _still_ours(self) -> bool:
+        try:
+            return os.stat(self.path).st_ino == self._inode
+        except OSError:
+            return False
+
+    def _unlink(self) -> None:
+        if self._still_ours():
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
+
+    def _handle(self, conn: Any) -> None:
+        import json
+        import socket
+
+        try:
+            cred = conn.getsockopt(socket.SOL_SOCKET, getattr(socket, "SO_PEERCRED", 17), 12)
+            uid = int.from_bytes(cred[4:8], sys.byteorder)
+            if uid != os.getuid():  # the folder is 0700; this holds even if it were not
+                self.log.warn(f"refused a connection from uid {uid}")
+                return
+            frame = recv_frame(conn)
+            if frame is None or frame[0] != b"R":
+                return
+            request = json.loads(frame[1].decode("utf-8", "surrogatepass"))
+            op = request.get("op")
+            if op == "list":
+                data = {"running": True, "pid": os.getpid(), "build": self.build, "socket": self.path}
+                send_frame(conn, b"L", dump_json({**data, "sessions": self.sessions.listing()}).encode("utf-8"))
+            elif op == "stop":
+                count = len(self.sessions.listing())
+                self.retiring = True  # no new command runs; the servers are gone before the answer
+                self._unlink()
+                self.sessions.close_all()
+                send_frame(conn, b"L", dump_json({"running": True, "stopped": True, "closed": count}).encode())
+                self.stopping = True
+            elif op == "run" and request.get("build") != self.build:
+                self._unlink()  # a client of another build starts its own process; this one retires
+                self.retiring = True
+                send_frame(conn, b"M")
+            elif op == "run" and not (self.stopping or self.retiring):
+                send_frame(conn, b"A")
+                self._run(conn, request)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            self.log.debug(f"a client connection failed: {type(exc).__name__}")
+        finally:
+            conn.close()
+            with self._lock:
+                self.running -= 1
+                self.last = time.monotonic()
+
+    def _run(self, conn: Any, request: dict[str, Any]) -> None:
+        import io
+        import json
+        import threading
+
+        stdin = b""
+        if request.get("stdin"):
+            frame = recv_frame(conn)
+            if frame is None or frame[0] != b"I":
+                return
+            stdin = frame[1]
+        seconds = float(request["keep_alive"])
+        with self._lock:
+            self.linger = seconds
+        lock = threading.Lock()
+        interrupt = Interrupt()
+
+        def watch() -> None:  # the client's Ctrl-C (a C frame) or its end: the call is cancelled on the wire
+            try:
+                frame = recv_frame(conn)
+            except OSError:
+                frame = None
+            if frame is None or frame[0] == b"C":
+                interrupt.fire()
+
+        def heard(method: str) -> None:
+            with lock:
+                send_frame(conn, b"S", stage_of(method).encode("utf-8"))
+
+        threading.Thread(target=watch, name="bkmcp-warm-watch", daemon=True).start()
+        warm = WarmRun(self.sessions.for_command(request["cwd"], seconds), interrupt, heard)
+        status = main(
+            request["argv"],
+            stdin=io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8", errors="surrogateescape"),
+            stdout=_FrameStream(conn, b"O", bool(request.get("stdout_tty")), lock),  # type: ignore[arg-type]
+            stderr=_FrameStream(conn, b"E", bool(request.get("stderr_tty")), lock),  # type: ignore[arg-type]
+            env=request["env"],
+            cwd=request["cwd"],
+            warm=warm,
+        )
+        with lock:
+            send_frame(conn, b"X", json.dumps({"status": status}).encode())
+
+
+def serve_warm_process(args: Sequence[str]) -> int:  # pyz: remote part
+    """``bkmcp --keep-alive-daemon DIR``: the background process ``_warm_spawn`` starts."""
+    place = args[1] if len(args) == 2 else ""
+    artifact = warm_artifact()
+    if not place or artifact is None or private_dir_problem(place):
+        sys.stderr.write("bkmcp: --keep-alive-daemon is started by bkmcp itself (--keep-alive) in its private folder\n")
+        return EXIT_LOCAL
+    log = Log(_BoundedText(sys.stderr))  # type: ignore[arg-type]
+    return WarmServer(place, artifact, log).serve()
+
+
 # How the CLI words the remedies that library errors leave neutral (their ``remedy`` field): it names its own options.
 _CLI_REMEDIES = {
     "timeout": lambda hint, server: "raise --timeout if the server is slow, or run with -v to see which step waits",
@@ -11241,16 +12163,21 @@ def main(
     stderr: IO[str] | None = None,
     env: Mapping[str, str] | None = None,
     cwd: str | None = None,
+    warm: WarmRun | None = None,
 ) -> int:
-    """Run bkmcp; the only place where exceptions become envelopes and exit statuses (docs/design.md, Code style)."""
+    """Run bkmcp; the only place where exceptions become envelopes and exit statuses (docs/design.md, Code style).
+    ``warm``: the warm process runs this command for a client (docs/contract.md §14)."""
     envr = Environment(
         stdin=stdin if stdin is not None else sys.stdin,
         stdout=stdout if stdout is not None else sys.stdout,
         stderr=stderr if stderr is not None else sys.stderr,
         env=env if env is not None else os.environ,
         cwd=cwd if cwd is not None else os.getcwd(),
+        warm=warm,
     )
     args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == [_WARM_DAEMON] and warm is None:
+        return serve_warm_process(args)
     log = Log(envr.stderr, verbose=any(a in ("-v", "--verbose") for a in args))
     runner: _Runner | None = None
     try:

@@ -123,18 +123,23 @@ def write_mcp_json(
 
 
 def fake_engine(client_class: Any) -> dict[str, Any]:
-    """Stand-ins for the section-7 building blocks ``run_call`` uses (``open_session``, ``discover_tools``,
+    """Stand-ins for the section-7 building blocks ``run_call`` uses (``SessionSource``, ``discover_tools``,
     ``call_tool``) backed by an object with ``connect/list_tools/call_tool/close``: for unit tests of the CLI's
     routing that must not touch the network. Apply with ``monkeypatch.setattr(bkmcp, name, value)`` or
     ``mock.patch.multiple(bkmcp, **fake_engine(cls))``."""
 
-    def open_session(server: Any, ctx: Any, *, insecure: bool, server_info: bool = False, **options: Any) -> Any:
-        client = client_class(server, deadline=ctx.deadline, insecure=insecure, log=ctx.log)
-        client.connect()
-        return client
+    class Sessions:
+        def start(self, server: Any, ctx: Any, *, insecure: bool) -> Any:
+            return client_class(server, deadline=ctx.deadline, insecure=insecure, log=ctx.log)
+
+        def ready(self, session: Any, ctx: Any) -> None:
+            session.connect()
+
+        def done(self, session: Any, ctx: Any) -> None:
+            session.close(ctx.deadline)
 
     return {
-        "open_session": open_session,
+        "SessionSource": Sessions,
         "discover_tools": lambda session, ctx: (session.list_tools(), 1),
         "usable_tools": lambda session, ctx, tools: (tools, list(getattr(session, "excluded", []))),
         "call_tool": lambda session, ctx, name, arguments, tool=None: session.call_tool(name, arguments),

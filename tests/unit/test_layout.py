@@ -119,6 +119,8 @@ BEHAVIOURS = [
     ("mcp_{server}_{tool} names", "10.3", "injected", "build_injected_names"),
     ("the tool catalogue cache of a resident session", "10.3", "Catalogues", "Catalogues"),
     ("what call_tool does in resident mode", "10.4", "Actions", "Actions"),
+    ("which kept session a --keep-alive call gets", "10.5", "WarmSessions", "WarmSessions"),
+    ("the --keep-alive background process", "11", "WarmServer", "WarmServer"),
     ("the bounded worker pool", "10.4", "worker pool", "WorkerPool"),
     ("the resident's line reader", "10.4", "reader", "read_lines"),
     ("argv routing", "11", "argument routing", "parse_argv"),
