@@ -3397,59 +3397,70 @@ class HttpTransport:
             raise _mark(exc, sent=False) from None
         started = time.monotonic()
         self._log_request("POST", headers, message)
-        with _HttpxBoundary(self.url, deadline):
-            with self._http().stream(
-                "POST", self.url, content=body, headers=_wire_headers(headers), timeout=timeout
-            ) as response:
-                with self._active_lock:
-                    self._active.add(response)
-                interrupt = deadline.interrupt  # a warm client's Ctrl-C: the read ends at once
-                hook = interrupt.hook(lambda: _shut_down(response)) if interrupt is not None else None
-                try:
-                    self._log_response(response, started)
-                    self._check_status(response, method, with_session=session_id is not None)
-                    self._answer_headers(method, response.headers)  # the core decides what they issue
-                    ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
-                    if response.status_code == 202:  # whatever its content type: an answer with no response
-                        ctype = ""
-                    if ctype == "text/event-stream":
-                        decoder = SseDecoder()
-                        for incoming in self._read_sse(response, decoder, deadline):
-                            if self._deliver(incoming, request_id):
-                                return
-                    elif ctype == "application/json" or ctype.endswith("+json"):
-                        chunks = []
-                        for chunk in response.iter_bytes():  # the budget is checked while a slow body trickles in
-                            chunks.append(chunk)
-                            deadline.remaining()
-                        raw = b"".join(chunks)
-                        del chunks
-                        for incoming in decode_messages(raw):  # a response for another id is the core's Stray
-                            if self._deliver(incoming, request_id):
-                                return
-                        raise ProtocolError(
-                            f"the server's JSON answer to {method} has no response for request id {request_id}"
-                        )
-                    elif response.status_code == 202 or not ctype:
-                        raise ProtocolError(
-                            f"the server answered request {method} with HTTP {response.status_code} and no JSON-RPC "
-                            "response"
-                            + (
-                                " (202 Accepted is only for notifications and responses)"
-                                if response.status_code == 202
-                                else ""
-                            )
-                        )
-                    else:
-                        raise ProtocolError(
-                            f"the server answered with unsupported content type {ctype!r} "
-                            "(expected application/json or text/event-stream)"
-                        )
-                finally:
+        interrupt = deadline.interrupt  # a warm client's Ctrl-C: the wait for the answer ends at once
+        marker = object()  # finds this request's pooled connection while its headers are awaited
+        hook = interrupt.hook(lambda: self._shut_pending(marker)) if interrupt is not None else None
+        try:
+            with _HttpxBoundary(self.url, deadline):
+                with self._http().stream(
+                    "POST",
+                    self.url,
+                    content=body,
+                    headers=_wire_headers(headers),
+                    timeout=timeout,
+                    extensions={"bkmcp_request": marker} if interrupt is not None else None,
+                ) as response:
+                    with self._active_lock:
+                        self._active.add(response)
                     if hook is not None and interrupt is not None:
                         interrupt.unhook(hook)
-                    with self._active_lock:
-                        self._active.discard(response)
+                        hook = interrupt.hook(lambda: _shut_down(response))
+                    try:
+                        self._log_response(response, started)
+                        self._check_status(response, method, with_session=session_id is not None)
+                        self._answer_headers(method, response.headers)  # the core decides what they issue
+                        ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
+                        if response.status_code == 202:  # whatever its content type: an answer with no response
+                            ctype = ""
+                        if ctype == "text/event-stream":
+                            decoder = SseDecoder()
+                            for incoming in self._read_sse(response, decoder, deadline):
+                                if self._deliver(incoming, request_id):
+                                    return
+                        elif ctype == "application/json" or ctype.endswith("+json"):
+                            chunks = []
+                            for chunk in response.iter_bytes():  # the budget is checked while a slow body trickles in
+                                chunks.append(chunk)
+                                deadline.remaining()
+                            raw = b"".join(chunks)
+                            del chunks
+                            for incoming in decode_messages(raw):  # a response for another id is the core's Stray
+                                if self._deliver(incoming, request_id):
+                                    return
+                            raise ProtocolError(
+                                f"the server's JSON answer to {method} has no response for request id {request_id}"
+                            )
+                        elif response.status_code == 202 or not ctype:
+                            raise ProtocolError(
+                                f"the server answered request {method} with HTTP {response.status_code} and no "
+                                "JSON-RPC response"
+                                + (
+                                    " (202 Accepted is only for notifications and responses)"
+                                    if response.status_code == 202
+                                    else ""
+                                )
+                            )
+                        else:
+                            raise ProtocolError(
+                                f"the server answered with unsupported content type {ctype!r} "
+                                "(expected application/json or text/event-stream)"
+                            )
+                    finally:
+                        with self._active_lock:
+                            self._active.discard(response)
+        finally:
+            if hook is not None and interrupt is not None:
+                interrupt.unhook(hook)
         # The POST's event stream ended before the response (docs/contract.md §5: 2025-11-25 resumption).
         if rules is not None and rules.sse_resumption and decoder is not None and decoder.last_event_id:
             self._resume(decoder, request_id, rules, deadline, session_id)
@@ -3460,6 +3471,16 @@ class HttpTransport:
             ),
             sent=True,
         )
+
+    def _shut_pending(self, marker: object) -> None:
+        """Wake the thread whose request carries ``marker`` and still awaits its response headers: shut its pooled
+        connection's socket down (httpcore 1.0's pool, as ``close`` walks it)."""
+        pool = getattr(getattr(self._client, "_transport", None), "_pool", None)
+        for pending in list(getattr(pool, "_requests", None) or ()):
+            request = getattr(pending, "request", None)
+            if getattr(request, "extensions", {}).get("bkmcp_request") is marker:
+                connection = getattr(getattr(pending, "connection", None), "_connection", None)
+                _shut_down_stream(getattr(connection, "_network_stream", None))
 
     def _read_sse(self, response: Any, decoder: SseDecoder, deadline: Deadline) -> Iterable[Message]:
         for chunk in response.iter_bytes():
@@ -11974,8 +11995,9 @@ class WarmServer:
         def on_signal(signum: int, frame: Any) -> None:
             self.stopping = True
 
-        for name in ("SIGTERM", "SIGINT", "SIGHUP"):
-            signal.signal(getattr(signal, name), on_signal)
+        if threading.current_thread() is threading.main_thread():  # (tests serve from a thread)
+            for name in ("SIGTERM", "SIGINT", "SIGHUP"):
+                signal.signal(getattr(signal, name), on_signal)
         os.umask(0o077)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:

@@ -589,6 +589,7 @@ class Core:
         self.resumable: dict[str, dict] = {}  # Last-Event-ID -> {"session", "event_id", "message"}
         self.event_counter = 0
         self.server_request_counter = 0
+        self.counted = 0  # the "counter" tool's state: kept as long as this server process lives
         self.waiters: dict[str, dict] = {}  # server request id -> {"event", "response"}
         self.client_responses: list[dict] = []
         self.cancelled: set = set()
@@ -952,6 +953,16 @@ class Core:
             },
         )
 
+    def _counter(self, call: Call) -> Reply:
+        """1 on this server process's first call, then 2, 3, ...: state that a kept session keeps."""
+        with self.lock:
+            self.counted += 1
+            count = self.counted
+        return Reply(
+            "result",
+            {"content": [{"type": "text", "text": str(count)}], "structuredContent": {"count": count}, "isError": False},
+        )
+
     def _env(self, call: Call) -> Reply:
         names = call.tool.get("x-mock-vars")
         if names is None:
@@ -1115,6 +1126,7 @@ BEHAVIOURS: dict[str, Callable[[Core, Call], Reply]] = {
     "image": Core._image,
     "progress": Core._progress,
     "env": Core._env,
+    "counter": Core._counter,
     "environ": Core._environ,
 }
 

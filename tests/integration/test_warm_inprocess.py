@@ -1,0 +1,167 @@
+"""The warm client and its background process in one interpreter (docs/contract.md §14): ``WarmServer`` serves
+from a thread on a private socket, ``main(..., "--keep-alive")`` is its client. The same paths the subprocess
+tests of test_warm_sessions.py drive, where coverage sees them, plus the session pool's own rules."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+import bkmcp
+from mock_server.mcp_mock import DEFAULT_TOOLS, MockServer, mock_tool
+from tests.helpers import ROOT, until, write_mcp_json
+
+TOOLS = [*DEFAULT_TOOLS, mock_tool("counter", "counter")]
+
+
+class Place:
+    def __init__(self, tmp: Path) -> None:
+        self.runtime = tmp / "run"
+        self.runtime.mkdir(mode=0o700)
+        self.place = self.runtime / "bkmcp"
+        self.place.mkdir(mode=0o700)
+        self.log = io.StringIO()
+        self.server = bkmcp.WarmServer(str(self.place), str(ROOT / "bkmcp.py"), bkmcp.Log(self.log))
+        self.thread = threading.Thread(target=self.server.serve, daemon=True)
+        self.thread.start()
+        until(lambda: (self.place / "warm.sock").exists(), "the warm server listens", 10)
+        self.srv = MockServer({"tools": TOOLS})
+        self.srv.start()
+        self.config = write_mcp_json(tmp / "mcp.json", {"m": {"type": "http", "url": self.srv.url}})
+        self.env = {"HOME": str(tmp), "PATH": os.environ.get("PATH", ""), "XDG_RUNTIME_DIR": str(self.runtime)}
+
+    def main(self, *args: str, stdin: str = "") -> tuple[int, str, str]:
+        out, err = io.StringIO(), io.StringIO()
+        status = bkmcp.main(
+            ["--config", str(self.config), *args],
+            stdin=io.StringIO(stdin),
+            stdout=out,
+            stderr=err,
+            env=self.env,
+            cwd=str(self.runtime),
+        )
+        return status, out.getvalue(), err.getvalue()
+
+    def close(self) -> None:
+        self.server.stopping = True
+        self.thread.join(10)
+        self.srv.stop()
+        assert not self.thread.is_alive()
+
+
+@pytest.fixture
+def place(tmp_path: Path):
+    made = Place(tmp_path)
+    yield made
+    made.close()
+
+
+def test_a_warm_command_prints_what_the_one_shot_prints(place):
+    for args, stdin in [
+        (("m", "echo", "--text", "hi"), ""),
+        (("m", "--tools"), ""),
+        (("m", "echo", "--body", "-"), '{"text": "piped"}'),
+        (("m", "nosuch"), ""),
+        (("m", "echo", "--text", "x", "--jq", ".data.result.content[0].text"), ""),
+    ]:
+        one = place.main(*args, stdin=stdin)
+        warm = place.main(*args, "--keep-alive", stdin=stdin)
+        assert warm == one, args
+    assert len(place.srv.requests("tools/call")) == 6
+    listing = bkmcp.WarmSessions.listing(place.server.sessions)
+    assert [s["server"] for s in listing] == ["m"] and listing[0]["calls"] == 5  # every warm command that used it
+
+
+def test_the_session_is_kept_and_its_state_with_it(place):
+    counts = []
+    for _ in range(3):
+        status, out, _err = place.main("m", "counter", "--keep-alive")
+        counts.append(json.loads(out)["data"]["result"]["structuredContent"]["count"])
+    assert counts == [1, 2, 3]  # one HTTP mock: the counter is the server process's, sessions come and go alike
+    assert len(place.srv.requests("server/discover")) + len(place.srv.requests("initialize")) <= 2
+
+
+def test_sessions_listing_and_stop_in_process(place):
+    assert place.main("m", "echo", "--text", "a", "--keep-alive")[0] == 0
+    status, out, _ = place.main("--sessions")
+    data = json.loads(out)["data"]
+    assert status == 0 and data["running"] is True and data["sessions"][0]["transport"] == "http"
+    status, out, _ = place.main("--sessions", "--stop")
+    assert json.loads(out)["data"] == {"running": True, "stopped": True, "closed": 1}
+    place.thread.join(10)
+    assert not place.thread.is_alive() and not (place.place / "warm.sock").exists()
+
+
+def test_reap_closes_idle_sessions_and_the_limit_closes_the_oldest(place):
+    warm = bkmcp.WarmSessions(bkmcp.Log(io.StringIO()), limit=2)
+    log = bkmcp.Log(io.StringIO())
+    for url_suffix in ("a", "b", "c"):
+        server = bkmcp.resolve_server(bkmcp.load_config(str(place.config)).servers["m"], {}, cwd=str(place.runtime))
+        server.headers["X-Which"] = url_suffix  # three keys
+        source = warm.for_command(str(place.runtime), 60.0)
+        ctx = bkmcp.OpContext(bkmcp.Deadline(10), log)
+        session = source.start(server, ctx, insecure=False)
+        source.ready(session, ctx)
+        source.done(session, ctx)
+    assert len(warm.listing()) == 2  # the least recently used idle one was closed
+    assert warm.reap() == 2
+    assert warm.reap(now=bkmcp.time.monotonic() + 61) == 0
+    assert warm.listing() == []
+
+
+def test_a_bad_folder_runs_one_shot_with_one_warning(place):
+    place.place.chmod(0o755)
+    try:
+        status, out, err = place.main("m", "echo", "--text", "hi", "--keep-alive")
+    finally:
+        place.place.chmod(0o700)
+    assert status == 0 and json.loads(out)["ok"] is True
+    assert err.count("warning") == 1 and "mode 0755" in err
+
+
+def test_keep_alive_values():
+    inv = bkmcp.parse_argv(["s", "t", "--keep-alive"])
+    log = bkmcp.Log(io.StringIO())
+    assert bkmcp.keep_alive_seconds(inv, {}, log) == bkmcp.KEEP_ALIVE_DEFAULT
+    assert bkmcp.keep_alive_seconds(bkmcp.parse_argv(["s", "t", "--keep-alive=90s"]), {}, log) == 90
+    assert (
+        bkmcp.keep_alive_seconds(bkmcp.parse_argv(["s", "t", "--keep-alive=off"]), {"BKMCP_KEEP_ALIVE": "5m"}, log)
+        is None
+    )
+    assert bkmcp.keep_alive_seconds(bkmcp.parse_argv(["s", "t"]), {"BKMCP_KEEP_ALIVE": "5m"}, log) == 300
+    assert bkmcp.keep_alive_seconds(bkmcp.parse_argv(["s", "t"]), {"BKMCP_KEEP_ALIVE": "0"}, log) is None
+    assert bkmcp.keep_alive_seconds(bkmcp.parse_argv(["s", "t"]), {}, log) is None
+    with pytest.raises(bkmcp.UsageError):
+        bkmcp.keep_alive_seconds(bkmcp.parse_argv(["s", "t", "--keep-alive=soon"]), {}, log)
+    with pytest.raises(bkmcp.UsageError):
+        bkmcp.parse_argv(["s", "t", "--keep-alive="])
+    assert "keep-alive" in bkmcp.RESERVED_OPTION_NAMES
+    # a tool's own --keep-alive-like flag value: `--keep-alive` after a tool option is bkmcp's, never its value
+    parsed = bkmcp.parse_argv(["s", "t", "--text", "--keep-alive"])
+    assert parsed.keep_alive == "" and parsed.tool_tokens[0].value is None
+
+
+def test_uses_warm_session_only_for_tools_and_calls():
+    def uses(*argv: str) -> bool:
+        return bkmcp.uses_warm_session(bkmcp.parse_argv(list(argv)))
+
+    assert uses("s", "--tools") and uses("s", "t")
+    assert not uses("s", "--check") and not uses("s") and not uses("s", "t", "--help")
+    assert not uses("s", "t", "--body", "{}", "--dry-run")
+
+
+def test_frames_round_trip():
+    import socket
+
+    a, b = socket.socketpair()
+    with a, b:
+        bkmcp.send_frame(a, b"O", b"x" * 70_000)
+        kind, payload = bkmcp.recv_frame(b)
+        assert kind == b"O" and payload == ("x" * 70_000).encode()
+        a.close()
+        assert bkmcp.recv_frame(b) is None

@@ -1,0 +1,458 @@
+"""Warm sessions (``--keep-alive``, docs/contract.md §14), with real processes and real sockets.
+
+Every command runs ``bkmcp.py`` in a fresh interpreter, the way a user meets it; the background process is the one
+those clients start, in a private folder of the test's own (``XDG_RUNTIME_DIR``). Teardown stops it and fails the
+test when it, or any server process it started, is still alive.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mock_server.mcp_mock import DEFAULT_TOOLS, MockServer, mock_tool
+from tests.helpers import ROOT, until, write_mcp_json
+
+MOCK = ROOT / "mock_server" / "mcp_mock.py"
+BIG = 30 * 1024 * 1024
+TOOLS = [
+    *DEFAULT_TOOLS,
+    mock_tool("counter", "counter"),
+    mock_tool("slow", "slow", ms=4000),
+    mock_tool("fails", "is_error"),
+    mock_tool("rpcerr", "rpc_error"),
+    mock_tool("where", "environ"),
+]
+MODERN, LEGACY = "2026-07-28", "2025-06-18"
+
+
+def _processes() -> dict[int, str]:
+    """pid -> command line of every process of this machine."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                found[int(entry)] = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+    return found
+
+
+class World:
+    """A private runtime folder, a config with stdio and HTTP mocks, and ``run`` for bkmcp commands."""
+
+    def __init__(self, tmp: Path, bkmcp: Path = ROOT / "bkmcp.py") -> None:
+        self.tmp = tmp
+        self.bkmcp = bkmcp
+        self.runtime = tmp / "run"
+        self.runtime.mkdir(mode=0o700)
+        self.place = self.runtime / "bkmcp"
+        self.stdio_log = tmp / "stdio-log.jsonl"
+        self.http = MockServer({"tools": TOOLS})
+        self.http.start()
+        self.paged = MockServer({"generate_tools": 9, "page_size": 2})
+        self.paged.start()
+        scenario = json.dumps({"tools": TOOLS})
+        stdio = [sys.executable, str(MOCK), "--stdio", "--quiet", "--scenario-json", scenario]
+        self.servers = {
+            "st": {"type": "stdio", "command": stdio[0], "args": [*stdio[1:], "--log", str(self.stdio_log)]},
+            "hm": {"type": "http", "url": self.http.url, "protocolVersion": MODERN},
+            "hl": {"type": "http", "url": self.http.url, "protocolVersion": LEGACY},
+            "hu": {"type": "http", "url": self.http.url},  # unpinned: the era probe
+            "hs": {"type": "http", "url": self.http.url, "headers": {"X-Tok": "${WARM_TOKEN}"}},
+            "pg": {"type": "http", "url": self.paged.url},
+        }
+        self.config = write_mcp_json(tmp / "mcp.json", self.servers)
+        self.env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(tmp),
+            "XDG_RUNTIME_DIR": str(self.runtime),
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "WARM_TOKEN": "tok-one-5e1f",
+        }
+
+    def argv(self, *args: str) -> list[str]:
+        return [sys.executable, str(self.bkmcp), "--config", str(self.config), *args]
+
+    def run(self, *args: str, stdin: bytes = b"", env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            self.argv(*args),
+            input=stdin,
+            capture_output=True,
+            env={**self.env, **(env or {})},
+            cwd=self.tmp,
+            timeout=120,
+        )
+
+    def sessions(self) -> dict[str, Any]:
+        done = self.run("--sessions")
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)["data"]
+
+    def daemons(self) -> list[int]:
+        marker = f"--keep-alive-daemon {self.place}"
+        return [pid for pid, line in _processes().items() if marker in line]
+
+    def children(self) -> list[int]:
+        """Server processes of this world (the stdio mock, found by its log path)."""
+        return [pid for pid, line in _processes().items() if str(self.stdio_log) in line and "mcp_mock" in line]
+
+    def close(self) -> None:
+        self.run("--sessions", "--stop")
+        until(lambda: not self.daemons() and not self.children(), "the background process and its servers ended", 20)
+        self.http.stop()
+        self.paged.stop()
+
+
+@pytest.fixture
+def world(tmp_path: Path):
+    made = World(tmp_path)
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def _stdio_slow_calls(world: World) -> int:
+    """How many ``tools/call`` of ``slow`` the stdio server received (its log is written as each line arrives)."""
+    entries = [json.loads(line) for line in world.stdio_log.read_text().splitlines()]
+    return sum(
+        1 for e in entries if e.get("rpc_method") == "tools/call" and (e.get("json") or {})["params"]["name"] == "slow"
+    )
+
+
+def _same(one: subprocess.CompletedProcess, warm: subprocess.CompletedProcess, what: Any) -> None:
+    assert warm.returncode == one.returncode, (what, one.stderr, warm.stderr)
+    assert warm.stdout == one.stdout, what
+    assert warm.stderr == one.stderr, what
+
+
+def _corpus() -> list[tuple[tuple[str, ...], bytes]]:
+    commands: list[tuple[tuple[str, ...], bytes]] = []
+    for server in ("st", "hm", "hl", "hu"):
+        commands += [
+            ((server, "--tools"), b""),
+            ((server, "--tools", "--jq", ".data.tools[].name"), b""),
+            ((server, "echo", "--text", "hi"), b""),
+            ((server, "echo", "--text", "hi", "--count", "3", "--loud=true", "--tags", '["a","b"]'), b""),
+            ((server, "echo"), b""),  # a required argument missing: local validation, exit 1
+            ((server, "echo", "--text", "x", "--jq", ".data.result.structuredContent"), b""),
+            ((server, "nosuch"), b""),  # unknown tool
+            ((server, "pick", "--color", "purple"), b""),  # outside the enum
+            ((server, "echo", "--body", '{"text": "b", "count": 2}'), b""),
+            ((server, "echo", "--body", "-"), b'{"text": "from stdin"}'),
+            ((server, "fails"), b""),  # isError: exit 2
+            ((server, "rpcerr"), b""),  # a JSON-RPC error
+        ]
+    commands += [(("pg", "--tools"), b""), (("pg", "--tools", "--jq", ".data.tool_count"), b"")]  # pagination
+    commands += [
+        (("hs", "echo", "--text", "tok"), b""),
+        (("st", "where", "--jq", ".data.result.structuredContent.cwd"), b""),
+    ]
+    return commands
+
+
+def test_warm_answers_are_the_one_shot_answers_byte_for_byte(world):
+    corpus = _corpus()
+    assert len(corpus) >= 30
+    for args, stdin in corpus:
+        one = world.run(*args, stdin=stdin)
+        warm = world.run(*args, "--keep-alive", stdin=stdin)
+        _same(one, warm, args)
+        assert b"Traceback" not in warm.stderr
+    assert world.daemons(), "the warm commands ran in a background process"
+    kept = {s["server"] for s in world.sessions()["sessions"]}
+    assert {"st", "hm", "hl", "hu", "hs", "pg"} <= kept
+
+
+def test_a_30_mb_result_is_the_same_warm(tmp_path):
+    world = World(tmp_path)
+    try:
+        big = [*TOOLS, mock_tool("big", "big", bytes=BIG)]
+        world.servers["bg"] = {
+            "type": "stdio",
+            "command": sys.executable,
+            "args": [
+                str(MOCK),
+                "--stdio",
+                "--quiet",
+                "--scenario-json",
+                json.dumps({"tools": big}),
+                "--log",
+                str(world.stdio_log),
+            ],
+        }
+        write_mcp_json(world.config, world.servers)
+        one = world.run("bg", "big")
+        warm = world.run("bg", "big", "--keep-alive")
+        assert one.returncode == 0 and len(one.stdout) > BIG
+        _same(one, warm, "30 MB")
+    finally:
+        world.close()
+
+
+def test_a_warm_session_keeps_server_state_and_one_shot_does_not(world):
+    def count(*extra: str) -> int:
+        done = world.run("st", "counter", *extra)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)["data"]["result"]["structuredContent"]["count"]
+
+    assert [count("--keep-alive") for _ in range(4)] == [1, 2, 3, 4]
+    assert [count() for _ in range(3)] == [1, 1, 1]
+    assert count("--keep-alive") == 5
+    env_count = world.run("st", "counter", env={"BKMCP_KEEP_ALIVE": "5m"})
+    assert json.loads(env_count.stdout)["data"]["result"]["structuredContent"]["count"] == 6
+    off = world.run("st", "counter", "--keep-alive=off", env={"BKMCP_KEEP_ALIVE": "5m"})
+    assert json.loads(off.stdout)["data"]["result"]["structuredContent"]["count"] == 1
+    # the one stdio server process served every warm call: initialize once
+    initializes = [
+        e
+        for e in map(json.loads, world.stdio_log.read_text().splitlines())
+        if e.get("rpc_method") in ("initialize", "server/discover")
+    ]
+    assert len([e for e in initializes]) >= 1
+
+
+def test_simultaneous_first_calls_start_exactly_one_process(world):
+    procs = [
+        subprocess.Popen(
+            world.argv("hm", "echo", "--text", f"first-{i}", "--keep-alive"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=world.env,
+            cwd=world.tmp,
+        )
+        for i in range(50)
+    ]
+    outputs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err for _, err in outputs if err][:3]
+    assert all(err == b"" for _, err in outputs)
+    assert len(world.daemons()) == 1
+    texts = sorted(json.loads(e["body"])["params"]["arguments"]["text"] for e in world.http.requests("tools/call"))
+    assert texts == sorted(f"first-{i}" for i in range(50))
+
+
+def test_concurrent_warm_calls_are_never_lost_or_repeated(world):
+    assert world.run("hl", "echo", "--text", "warm-up", "--keep-alive").returncode == 0
+    world.http.reset_log()
+    failures: list[Any] = []
+
+    def client(c: int) -> None:
+        for i in range(10):
+            done = world.run("hl", "echo", "--text", f"c{c}-{i}", "--keep-alive")
+            if done.returncode != 0 or json.loads(done.stdout)["data"]["result"]["structuredContent"] != {
+                "arguments": {"text": f"c{c}-{i}"}
+            }:
+                failures.append(done)
+
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert not failures, failures[:2]
+    texts = [json.loads(e["body"])["params"]["arguments"]["text"] for e in world.http.requests("tools/call")]
+    assert sorted(texts) == sorted(f"c{c}-{i}" for c in range(20) for i in range(10))  # each exactly once
+    assert not world.http.requests("initialize"), "the legacy session was reused, never opened again"
+
+
+def test_an_edited_config_or_rotated_variable_opens_a_new_session(world):
+    assert world.run("hs", "echo", "--text", "a", "--keep-alive").returncode == 0
+    assert world.run("hs", "echo", "--text", "b", "--keep-alive", env={"WARM_TOKEN": "tok-two-77aa"}).returncode == 0
+    sent = [e["headers"].get("x-tok") for e in world.http.requests("tools/call")]
+    assert sent == ["tok-one-5e1f", "tok-two-77aa"]
+    listing = world.sessions()
+    assert [s["server"] for s in listing["sessions"]].count("hs") == 2
+    assert "tok-one-5e1f" not in json.dumps(listing) and "tok-two-77aa" not in json.dumps(listing)
+    world.servers["hs"]["headers"] = {"X-Tok": "${WARM_TOKEN}", "X-Extra": "edited"}
+    write_mcp_json(world.config, world.servers)
+    assert world.run("hs", "echo", "--text", "c", "--keep-alive").returncode == 0
+    assert world.http.requests("tools/call")[-1]["headers"].get("x-extra") == "edited"
+    assert [s["server"] for s in world.sessions()["sessions"]].count("hs") == 3
+
+
+def test_sigkill_of_the_background_process_mid_call_is_reported_never_resent(world):
+    assert world.run("st", "counter", "--keep-alive").returncode == 0
+    daemon = world.daemons()[0]
+    client = subprocess.Popen(
+        world.argv("st", "slow", "--keep-alive"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=world.env
+    )
+    until(lambda: _stdio_slow_calls(world) == 1, "the slow call reached the server", 30)
+    os.kill(daemon, signal.SIGKILL)
+    out, _err = client.communicate(timeout=30)
+    assert client.returncode == 2
+    error = json.loads(out)["error"]
+    assert error["code"] == "mcp_connection_error"
+    assert error["outcome"] == "unknown" and error["stage"] == "call"
+    until(lambda: not world.children(), "the server died with the background process (PDEATHSIG)", 20)
+    assert _stdio_slow_calls(world) == 1  # never resent
+    again = world.run("st", "counter", "--keep-alive")
+    assert again.returncode == 0 and json.loads(again.stdout)["data"]["result"]["structuredContent"]["count"] == 1
+    assert world.daemons() and world.daemons()[0] != daemon
+
+
+def test_idle_sessions_close_and_the_process_ends_by_itself(world):
+    assert world.run("st", "counter", "--keep-alive=1s").returncode == 0
+    assert world.daemons() and world.children()
+    until(lambda: not world.children(), "the idle session closed", 30)
+    until(lambda: not world.daemons(), "the idle process ended", 30)
+    assert not (world.place / "warm.sock").exists()
+
+
+def test_another_build_replaces_the_background_process(tmp_path):
+    copy = tmp_path / "bkmcp.py"
+    shutil.copy(ROOT / "bkmcp.py", copy)
+    world = World(tmp_path, bkmcp=copy)
+    try:
+        assert world.run("hm", "echo", "--text", "a", "--keep-alive").returncode == 0
+        first = world.sessions()
+        os.utime(copy, ns=(time.time_ns(), time.time_ns() + 5_000_000_000))  # a new build of the same file
+        assert world.run("hm", "echo", "--text", "b", "--keep-alive").returncode == 0
+        second = world.sessions()
+        assert second["build"] != first["build"] and second["pid"] != first["pid"]
+        until(lambda: first["pid"] not in world.daemons(), "the old process retired", 20)
+    finally:
+        world.close()
+
+
+def test_a_folder_that_is_not_private_is_refused_and_the_command_runs_one_shot(world):
+    world.place.mkdir(mode=0o700)
+    world.place.chmod(0o755)
+    one = world.run("hm", "echo", "--text", "x")
+    warm = world.run("hm", "echo", "--text", "x", "--keep-alive")
+    assert warm.returncode == 0 and warm.stdout == one.stdout
+    assert warm.stderr.decode().count("warning") == 1 and "must be 0700" in warm.stderr.decode()
+    assert not world.daemons()
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not os.access("/usr/bin/python3", os.X_OK), reason="needs root and /usr/bin/python3"
+)
+def test_another_uid_cannot_connect(world):
+    assert world.run("hm", "echo", "--text", "x", "--keep-alive").returncode == 0
+    probe = (
+        "import socket,sys\n"
+        "s=socket.socket(socket.AF_UNIX)\n"
+        "try:\n s.connect(sys.argv[1])\nexcept OSError as e:\n print('refused', e.errno); sys.exit(0)\n"
+        "try:\n"
+        " s.sendall(b'R'+(14).to_bytes(4,'big')+b'{\"op\":\"list\"}')\n"
+        " print('answer', s.recv(10))\n"
+        "except ConnectionResetError:\n"
+        " print('answer', b'')\n"
+    )
+
+    def attempt(path: Path) -> str:
+        done = subprocess.run(
+            ["/usr/bin/python3", "-c", probe, str(path)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            user=65534,
+            group=65534,
+            cwd="/",
+        )
+        return done.stdout.strip() + done.stderr
+
+    assert attempt(world.place / "warm.sock").startswith("refused 13")  # the 0700 folder
+    # past the folder: a hard link to the socket where that uid may go, and a socket mode that lets it connect;
+    # the process's own peer-credential check still refuses (it closes without an answer)
+    link = Path(f"/tmp/bkmcp-uid-test-{os.getpid()}.sock")
+    os.link(world.place / "warm.sock", link)
+    try:
+        link.chmod(0o777)
+        assert attempt(link) == "answer b''"
+    finally:
+        link.unlink()
+    assert "refused a connection from uid 65534" in (world.place / "warm.log").read_text()
+
+
+@pytest.mark.parametrize("server", ["st", "hl", "hm"])
+def test_ctrl_c_cancels_a_warm_call_on_the_wire_and_exits_130(world, server):
+    assert world.run(server, "counter", "--keep-alive").returncode == 0
+    client = subprocess.Popen(
+        world.argv(server, "slow", "--keep-alive"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=world.env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+
+    def reached() -> bool:
+        if server == "st":
+            return _stdio_slow_calls(world) == 1
+        return any(json.loads(e["body"])["params"]["name"] == "slow" for e in world.http.requests("tools/call"))
+
+    until(reached, "the slow call reached the server", 30)
+    client.send_signal(signal.SIGINT)
+    out, _err = client.communicate(timeout=30)
+    assert client.returncode == 130
+    error = json.loads(out)["error"]
+    assert error["code"] == "mcp_cancelled" and error["outcome"] == "unknown"
+    if server == "st":
+        until(lambda: "notifications/cancelled" in world.stdio_log.read_text(), "the cancellation reached stdio", 10)
+    elif server == "hl":
+        until(lambda: world.http.requests("notifications/cancelled"), "the cancellation reached the server", 10)
+    else:  # modern HTTP: the call's stream was closed while the server still worked on it
+        calls = [e for e in world.http.requests("tools/call") if json.loads(e["body"])["params"]["name"] == "slow"]
+        assert calls[-1]["done"] is False  # the client had its answer before the 4 s call ended: no waiting for it
+    assert world.run(server, "echo", "--text", "after", "--keep-alive").returncode == 0  # the session still works
+
+
+def test_help_dry_run_and_check_never_use_the_background_process(world):
+    for args in (
+        ("hm", "--help"),
+        ("hm", "echo", "--help"),
+        ("hm", "echo", "--body", "{}", "--dry-run"),
+        ("hm", "--check"),
+        ("st", "--check"),
+    ):
+        one = world.run(*args)
+        warm = world.run(*args, "--keep-alive")
+        assert warm.returncode == one.returncode, args
+        if "--check" in args:  # its elapsed_ms differs run to run
+            one_data, warm_data = json.loads(one.stdout)["data"], json.loads(warm.stdout)["data"]
+            one_data.pop("elapsed_ms"), warm_data.pop("elapsed_ms")
+            assert warm_data == one_data, args
+        else:
+            assert warm.stdout == one.stdout, args
+    assert not world.daemons() and not world.place.joinpath("warm.sock").exists()
+
+
+def test_sessions_without_a_process_and_stop(world):
+    assert world.sessions() == {"running": False, "sessions": []}
+    assert not world.daemons()
+    assert world.run("st", "counter", "--keep-alive").returncode == 0
+    listing = world.sessions()
+    assert listing["running"] is True and [s["transport"] for s in listing["sessions"]] == ["stdio"]
+    assert world.children()
+    stopped = world.run("--sessions", "--stop")
+    assert json.loads(stopped.stdout)["data"]["stopped"] is True
+    assert not world.children()  # the servers are gone before the answer
+    until(lambda: not world.daemons(), "the process ended", 10)
+    assert json.loads(world.run("--sessions", "--stop").stdout)["data"] == {
+        "running": False,
+        "sessions": [],
+        "stopped": False,
+    }
+
+
+def test_bad_keep_alive_values(world):
+    bad = world.run("hm", "echo", "--text", "x", "--keep-alive=soon")
+    assert bad.returncode == 1 and json.loads(bad.stderr)["error"]["code"] == "usage_error"
+    env_bad = world.run("hm", "echo", "--text", "x", env={"BKMCP_KEEP_ALIVE": "soon"})
+    assert env_bad.returncode == 0 and b"BKMCP_KEEP_ALIVE" in env_bad.stderr
+    assert not world.daemons()
+    twice = world.run("hm", "echo", "--text", "x", "--keep-alive", "--keep-alive=1m")
+    assert twice.returncode == 1
+    stop_alone = world.run("--stop")
+    assert stop_alone.returncode == 1 and b"--sessions" in stop_alone.stderr
