@@ -958,10 +958,8 @@ class Core:
         with self.lock:
             self.counted += 1
             count = self.counted
-        return Reply(
-            "result",
-            {"content": [{"type": "text", "text": str(count)}], "structuredContent": {"count": count}, "isError": False},
-        )
+        content = [{"type": "text", "text": str(count)}]
+        return Reply("result", {"content": content, "structuredContent": {"count": count}, "isError": False})
 
     def _env(self, call: Call) -> Reply:
         names = call.tool.get("x-mock-vars")
