@@ -8,7 +8,8 @@ Every client lists the same mock server's catalogue (50 tools over 2 pages by de
 process, over HTTP (an in-process ``MockServer``) and over stdio (the client starts
 ``python mock_server/mcp_mock.py --stdio`` itself, so the server's own start-up is in every number):
 
-- bkmcp: ``python dist/bkmcp.pyz --tools`` (and ``python bkmcp.py --tools`` from source), and beside them one
+- bkmcp: ``python dist/bkmcp.pyz --tools`` (and ``python bkmcp.py --tools`` from source, and ``--tools
+  --keep-alive``, warm: its session kept by the background process the warm-up run started), and beside them one
   call, ``bkmcp.pyz bench tool_000 --q hello --n 7`` (discovery, flags, argument validation, ``tools/call``), which
   counts only if it completes and the server received exactly those arguments once: its ratio to ``--tools`` is
   the cost of the call path (bench/call_cost.py measures only that pair, also in instructions)
@@ -154,6 +155,8 @@ def build_clients(
     clients = [
         Client("bkmcp.pyz --tools", [[python, args.pyz, *bkmcp]], peer=False),
         Client("bkmcp.pyz call (validated)", [[python, args.pyz, *call]], peer=False, call=True),
+        # warm (docs/contract.md §14): the warm-up run starts the background process; it is stopped at the end
+        Client("bkmcp.pyz --tools --keep-alive (warm)", [[python, args.pyz, *bkmcp, "--keep-alive"]], peer=False),
         Client("bkmcp.py --tools (source)", [[python, str(ROOT / "bkmcp.py"), *bkmcp]], peer=False),
     ]
     missing = []
@@ -229,18 +232,18 @@ def measure(
 
 def report(transport: str, clients: list[Client], missing: list[tuple[str, str]]) -> None:
     own = clients[0]
-    print(f"\n{transport + ':':36s} {'wall ms':>9s} {'x pyz':>7s}  {'CPU ms':>9s} {'x pyz':>7s}")
+    print(f"\n{transport + ':':41s} {'wall ms':>9s} {'x pyz':>7s}  {'CPU ms':>9s} {'x pyz':>7s}")
     for client in clients:
         if client.error:
-            print(f"  {client.name:34s}    failed: {client.error}")
+            print(f"  {client.name:39s}    failed: {client.error}")
             continue
         cells = []
         for mine, base in ((client.times, own.times), (client.cpu, own.cpu)):
             value = statistics.median(mine)
             cells.append(f"{value:9.1f} {value / statistics.median(base):6.2f}x" if base else f"{value:9.1f}")
-        print(f"  {client.name:34s} {'  '.join(cells)}")
+        print(f"  {client.name:39s} {'  '.join(cells)}")
     for name, why in missing:
-        print(f"  {name:34s}    not installed: {why}")
+        print(f"  {name:39s}    not installed: {why}")
     timed = [c for c in clients if c.peer and not c.error]
     if own.times and timed:
         for label, series in (("wall", lambda c: c.times), ("CPU", lambda c: c.cpu)):
@@ -281,6 +284,8 @@ def main() -> int:
         (tmp / "home").mkdir()
         env = {k: v for k, v in os.environ.items() if not k.startswith("XDG_")}
         env["HOME"] = str(tmp / "home")
+        (tmp / "run").mkdir(mode=0o700)
+        env["XDG_RUNTIME_DIR"] = str(tmp / "run")  # bkmcp --keep-alive's private folder, gone with the run
         env["PATH"] = os.pathsep.join(
             [str(Path(args.peers_dir).resolve() / "node" / "node_modules" / ".bin"), env.get("PATH", "")]
         )
@@ -296,6 +301,8 @@ def main() -> int:
                 clients, missing = build_clients(transport, target, args, tmp)
                 measure(clients, args.runs, env, str(tmp), names, server)
             finally:
+                stop = [sys.executable, args.pyz, "--sessions", "--stop"]
+                subprocess.run(stop, env=env, capture_output=True, timeout=60)  # the warm row's process
                 if server:
                     server.stop()
             report(transport, clients, missing)
