@@ -456,3 +456,38 @@ def test_bad_keep_alive_values(world):
     assert twice.returncode == 1
     stop_alone = world.run("--stop")
     assert stop_alone.returncode == 1 and b"--sessions" in stop_alone.stderr
+
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT", "SIGHUP"])
+def test_a_terminating_signal_closes_every_session_and_ends_the_process(world, signame):
+    assert world.run("st", "counter", "--keep-alive").returncode == 0
+    assert world.run("hl", "echo", "--text", "x", "--keep-alive").returncode == 0
+    assert world.children()
+    os.kill(world.daemons()[0], getattr(signal, signame))
+    until(lambda: not world.daemons() and not world.children(), "the process and its servers ended", 20)
+    assert not (world.place / "warm.sock").exists()
+    until(lambda: world.http.requests(http_method="DELETE"), "the legacy session was ended (DELETE)", 10)
+    again = world.run("st", "counter", "--keep-alive")
+    assert json.loads(again.stdout)["data"]["result"]["structuredContent"]["count"] == 1
+
+
+def test_a_client_that_dies_mid_call_has_its_call_cancelled(world):
+    assert world.run("st", "counter", "--keep-alive").returncode == 0
+    client = subprocess.Popen(world.argv("st", "slow", "--keep-alive"), stdout=subprocess.DEVNULL, env=world.env)
+    until(lambda: _stdio_slow_calls(world) == 1, "the slow call reached the server", 30)
+    client.kill()
+    client.wait(10)
+    until(lambda: "notifications/cancelled" in world.stdio_log.read_text(), "the cancellation reached stdio", 10)
+    assert world.run("st", "counter", "--keep-alive").returncode == 0  # the session survived its client
+
+
+def test_the_client_loads_neither_httpx_nor_jsonschema(world, tmp_path):
+    from tests.helpers import run_bkmcp_modules
+
+    assert world.run("hm", "echo", "--text", "x", "--keep-alive").returncode == 0  # the process runs
+    code, modules, proc = run_bkmcp_modules(
+        tmp_path, "--config", str(world.config), "hm", "echo", "--text", "y", "--keep-alive", env=world.env
+    )
+    assert code == 0, proc.stderr
+    assert json.loads(proc.stdout)["data"]["result"]["structuredContent"] == {"arguments": {"text": "y"}}
+    assert not {m for m in modules if m.split(".")[0] in ("httpx", "httpcore", "jsonschema", "jq")}
