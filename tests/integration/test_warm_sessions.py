@@ -367,6 +367,8 @@ def test_another_uid_cannot_connect(world):
     # past the folder: a hard link to the socket where that uid may go, and a socket mode that lets it connect;
     # the process's own peer-credential check still refuses (it closes without an answer)
     link = Path(f"/tmp/bkmcp-uid-test-{os.getpid()}.sock")
+    if os.stat("/tmp").st_dev != os.stat(world.place).st_dev:
+        pytest.skip("the test's folder is on another file system than /tmp (no hard link to the socket)")
     os.link(world.place / "warm.sock", link)
     try:
         link.chmod(0o777)
