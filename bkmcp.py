@@ -12149,6 +12149,7 @@ def serve_warm_process(args: Sequence[str]) -> int:  # pyz: remote part
         sys.stderr.write("bkmcp: --keep-alive-daemon is started by bkmcp itself (--keep-alive) in its private folder\n")
         return EXIT_LOCAL
     log = Log(_BoundedText(sys.stderr))  # type: ignore[arg-type]
+    os.chdir(place)  # every command brings its own cwd: this process pins no user directory
     return WarmServer(place, artifact, log).serve()
 
 
