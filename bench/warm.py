@@ -54,7 +54,9 @@ def daemon_pid(place: Path) -> int | None:
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                if marker in Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode():
+                if marker in Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(
+                    "utf-8", "replace"
+                ):
                     return int(entry)
             except OSError:
                 continue

@@ -42,7 +42,9 @@ def _processes() -> dict[int, str]:
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                found[int(entry)] = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+                found[int(entry)] = (
+                    Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
+                )
             except OSError:
                 continue
     return found
