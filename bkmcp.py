@@ -11683,13 +11683,12 @@ def warm_artifact() -> str | None:
 
 
 def warm_build(artifact: str) -> str:
-    """Which build a client or background process is: version, interpreter and the artifact's file identity.
-    Two builds never talk (docs/contract.md §14)."""
-    import hashlib
-
+    """Which build a client or background process is: version, interpreter and the artifact's file identity
+    (path, size, mtime, inode). Two builds never talk (docs/contract.md §14). Plain text: nothing in it is secret,
+    and the client pays no hashlib import for it."""
     info = os.stat(artifact)
-    blob = f"{__version__}\0{sys.executable}\0{sys.version}\0{artifact}\0{info.st_size}\0{info.st_mtime_ns}"
-    return hashlib.sha256(blob.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    interpreter = f"{__version__}|{sys.executable}|{sys.version.split()[0]}"
+    return f"{interpreter}|{artifact}|{info.st_size}|{info.st_mtime_ns}|{info.st_ino}"
 
 
 def send_frame(sock: Any, kind: bytes, payload: bytes = b"") -> None:
@@ -11718,9 +11717,9 @@ def recv_frame(sock: Any) -> tuple[bytes, bytes] | None:
 
 
 def _warm_try_connect(path: str) -> Any:
-    import socket
+    import _socket  # the C module: the client needs no more of socket.py (and its selectors, enum) than this
 
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         sock.connect(path)
     except OSError:
@@ -11749,12 +11748,12 @@ def _warm_spawn(place: str, artifact: str) -> None:
 def _warm_connect(place: str, artifact: str, *, start: bool = True) -> Any:
     """A connected socket to the background process, started (under the lock, exactly once however many clients
     race) when none listens; None when ``start`` is False and none runs. Raises OSError when it cannot start."""
-    import fcntl
-
     path = os.path.join(place, _WARM_SOCKET)
     sock = _warm_try_connect(path)
     if sock is not None or not start:
         return sock
+    import fcntl
+
     lock = os.open(os.path.join(place, _WARM_LOCK), os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
