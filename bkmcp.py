@@ -4707,6 +4707,10 @@ class SessionSource:
     def ready(self, session: McpSession, ctx: OpContext) -> None:
         negotiate(session, ctx)
 
+    def discover(self, session: McpSession, ctx: OpContext) -> tuple[list[dict[str, Any]], int]:
+        """The catalogue (``discover_tools``); a source that keeps sessions may answer from what it kept."""
+        return discover_tools(session, ctx)
+
     def done(self, session: McpSession, ctx: OpContext) -> None:
         session.close(ctx.deadline)
 
@@ -4994,7 +4998,7 @@ def run_tools(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict
     try:
         try:
             sessions.ready(session, ctx)
-            tools, excluded = usable_tools(session, ctx, discover_tools(session, ctx)[0])
+            tools, excluded = usable_tools(session, ctx, sessions.discover(session, ctx)[0])
         except RemoteError as exc:
             partial, excluded = (exc.data or {}).get("tools", []), []
             if session.rules is not None and session.rules.header_exclusion:
@@ -5045,7 +5049,7 @@ def run_call(
     except RemoteError as exc:  # e.g. a stdio server that exits at start: the envelope still names the call
         raise exc.copy(data={"server": server.name, "tool": name, **(exc.data or {})})  # noqa: B904 - its chain stays
     try:
-        tools, excluded = usable_tools(session, ctx, discover_tools(session, ctx)[0])
+        tools, excluded = usable_tools(session, ctx, sessions.discover(session, ctx)[0])
         reject_excluded_tool(excluded, name, server.name)
         tool = find_tool(tools, name, server.name)
         arguments = prepare(tool)
@@ -10619,7 +10623,7 @@ def warm_session_key(server: ResolvedServer, insecure: bool) -> str:
 class _Warm:
     """One kept session: the lock is held while it opens (others then get a fresh session of their own)."""
 
-    __slots__ = ("key", "session", "lock", "opened", "used", "calls", "lent", "idle")
+    __slots__ = ("key", "session", "lock", "opened", "used", "calls", "lent", "idle", "catalogue")
 
     def __init__(self, key: str, idle: float) -> None:
         self.key = key
@@ -10629,6 +10633,7 @@ class _Warm:
         self.calls = 0
         self.lent = 0  # operations using it now
         self.idle = idle  # closed after this long unused (the --keep-alive of the command that used it last)
+        self.catalogue: tuple[list[dict[str, Any]], int] | None = None  # kept while the server's promise holds
 
 
 class WarmSessions:
@@ -10790,6 +10795,23 @@ class _WarmSource(SessionSource):
             raise
         finally:
             entry.lock.release()
+
+    def discover(self, session: McpSession, ctx: OpContext) -> tuple[list[dict[str, Any]], int]:
+        """Discovered again on every command, unless the server declared ``tools.listChanged`` over a stream that
+        carries its notifications to bkmcp at any time (stdio): then the catalogue is kept until its
+        ``notifications/tools/list_changed`` (docs/contract.md §14)."""
+        entry = self._kept.get(id(session))
+        if entry is None:
+            return discover_tools(session, ctx)
+        kept = entry.catalogue
+        if kept is not None and not session.core.tools_stale and entry.session is session:
+            ctx.log.debug(f"the catalogue of {len(kept[0])} tool(s) is kept (the server notifies its changes)")
+            return list(kept[0]), kept[1]
+        tools, pages = discover_tools(session, ctx)
+        tools_capability = (session.core.capabilities or {}).get("tools")
+        promised = isinstance(tools_capability, dict) and tools_capability.get("listChanged") is True
+        entry.catalogue = (list(tools), pages) if promised and session.transport.shared_stream else None
+        return tools, pages
 
     def done(self, session: McpSession, ctx: OpContext) -> None:
         if id(session) in self._fresh:

@@ -135,6 +135,9 @@ def fake_engine(client_class: Any) -> dict[str, Any]:
         def ready(self, session: Any, ctx: Any) -> None:
             session.connect()
 
+        def discover(self, session: Any, ctx: Any) -> Any:
+            return bkmcp.discover_tools(session, ctx)
+
         def done(self, session: Any, ctx: Any) -> None:
             session.close(ctx.deadline)
 

@@ -495,3 +495,34 @@ def test_the_client_loads_neither_httpx_nor_jsonschema(world, tmp_path):
     assert code == 0, proc.stderr
     assert json.loads(proc.stdout)["data"]["result"]["structuredContent"] == {"arguments": {"text": "y"}}
     assert not {m for m in modules if m.split(".")[0] in ("httpx", "httpcore", "jsonschema", "jq")}
+
+
+def test_a_catalogue_is_kept_while_a_stdio_server_promises_to_notify_its_changes(world):
+    scenario = {
+        "tools": TOOLS,
+        "capabilities": {"tools": {"listChanged": True}},
+        "notifications_before_result": {"tools/call": [{"method": "notifications/tools/list_changed"}]},
+    }
+    log = world.tmp / "notify-log.jsonl"
+    world.servers["nt"] = {
+        "type": "stdio",
+        "command": sys.executable,
+        "args": [str(MOCK), "--stdio", "--quiet", "--scenario-json", json.dumps(scenario), "--log", str(log)],
+    }
+    world.servers["hn"] = {"type": "http", "url": world.http.url}  # HTTP: no stream for its notifications: never kept
+    write_mcp_json(world.config, world.servers)
+
+    def lists() -> int:
+        return sum(1 for line in log.read_text().splitlines() if json.loads(line).get("rpc_method") == "tools/list")
+
+    first = world.run("nt", "--tools", "--keep-alive")
+    assert world.run("nt", "--tools", "--keep-alive").stdout == first.stdout == world.run("nt", "--tools").stdout
+    assert lists() == 2  # the warm session listed once, the one-shot run once
+    assert world.run("nt", "echo", "--text", "x", "--keep-alive").returncode == 0  # kept: no tools/list
+    assert lists() == 2
+    assert world.run("nt", "--tools", "--keep-alive").stdout == first.stdout  # the call's list_changed: listed again
+    assert lists() == 3
+    before = len(world.http.requests("tools/list"))
+    for _ in range(2):
+        assert world.run("hn", "--tools", "--keep-alive").returncode == 0
+    assert len(world.http.requests("tools/list")) == before + 2
