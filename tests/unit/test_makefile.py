@@ -36,5 +36,8 @@ def test_make_test_case_runs_a_k_expression() -> None:
 
 def test_make_test_without_case_is_the_whole_suite() -> None:
     runs = _recipe("test")
-    assert any("--cov-fail-under=90" in run and run.rstrip().endswith("tests") for run in runs)
+    # the whole suite: the artifact tests in one run, beside the rest (with the coverage threshold) in another
+    assert any("--cov-fail-under=90" in run and "--ignore=tests/artifact tests;" in run for run in runs)
+    assert any("-p no:cacheprovider tests/artifact >" in run for run in runs)
+    assert any("wait $side" in run and "test $main -eq 0 && test $side_status -eq 0" in run for run in runs)
     assert any("-m interop tests/integration/test_mock_server.py" in run for run in runs)
