@@ -11621,6 +11621,7 @@ _WARM_SOCKET, _WARM_LOCK, _WARM_LOG = "warm.sock", "warm.lock", "warm.log"
 _WARM_LOG_LIMIT = 1024 * 1024  # bytes of the background process's log
 _WARM_START_WAIT = 10.0  # seconds a new background process gets to listen
 _WARM_DAEMON = "--keep-alive-daemon"  # argv[1] of the background process (never typed by a user)
+_WARM_RELAY_SLACK = 30.0  # beyond the command's --timeout, how long a client waits for the process's next frame
 
 
 @dataclass
@@ -11852,6 +11853,8 @@ def run_warm_client(inv: Invocation, envr: Environment, log: Log, seconds: float
 
             envr.stdin = io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8", errors="surrogateescape")
         return None
+    budget = parse_duration(inv.timeout) if inv.timeout is not None else DEFAULT_TIMEOUT
+    sock.settimeout(budget + _WARM_RELAY_SLACK)  # the command ends within its --timeout: a silent process is dead
     return _warm_relay(sock, inv, envr, log, json)
 
 
