@@ -4302,7 +4302,7 @@ class RequestHandle:
     """What the caller learns about one request while it runs: its id, whether it was sent, and the server
     requests that were declined on its behalf."""
 
-    __slots__ = ("id", "method", "sent", "declined", "_event", "message", "error")
+    __slots__ = ("id", "method", "sent", "declined", "_event", "message", "error", "log")
 
     def __init__(self) -> None:
         import threading
@@ -4314,6 +4314,7 @@ class RequestHandle:
         self._event = threading.Event()
         self.message: Message | None = None
         self.error: BkmcpError | None = None
+        self.log: Log | None = None  # its operation's (a warning on its behalf goes there, not to the session's)
 
     def _finish(self, message: Message | None = None, error: BkmcpError | None = None) -> None:
         self.message, self.error = message, error
@@ -4406,7 +4407,7 @@ class McpSession:
         handle = handle or RequestHandle()
         with self._lock:
             message = self.core.start_request(method, params, rules)
-            handle.id, handle.method = message["id"], method
+            handle.id, handle.method, handle.log = message["id"], method, ctx.log
             self._handles[_id_key(handle.id)] = handle
         ctx.note_request(method)
         interrupt = ctx.deadline.interrupt  # a warm client's Ctrl-C: wakes the wait, raised as KeyboardInterrupt
@@ -4460,6 +4461,7 @@ class McpSession:
 
     def _deliver(self, message: Message, related: Any) -> bool:
         """The transport's callback for every incoming message; True once ``related`` has been answered."""
+        declined_logs: dict[int, list[Log]] = {}  # Declined event -> the logs of the operations it was for
         with self._lock:
             events = self.core.receive(message, related=related)
             answered = related is not None and _id_key(related) not in self._handles
@@ -4477,6 +4479,8 @@ class McpSession:
                     )
                     for handle in targets:
                         handle.declined.append(event.method)
+                    logs = {id(h.log): h.log for h in targets if h.log is not None}
+                    declined_logs[id(event)] = list(logs.values()) or [self.log]
         for event in events:
             if isinstance(event, Notified):
                 self._on_notification(event.message)
@@ -4489,10 +4493,11 @@ class McpSession:
                     session_id=self.core.session_id,
                 )
             elif isinstance(event, Declined):
-                self.log.warn(
-                    f"the server sent a {event.method!r} request; bkmcp declares no client capabilities "
-                    "and declined it (-32601)"
-                )
+                for log in declined_logs.get(id(event), [self.log]):
+                    log.warn(
+                        f"the server sent a {event.method!r} request; bkmcp declares no client capabilities "
+                        "and declined it (-32601)"
+                    )
             elif isinstance(event, Stray):
                 shown = _clip(repr(event.message.id), 40)
                 if event.duplicate:

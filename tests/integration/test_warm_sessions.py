@@ -526,3 +526,19 @@ def test_a_catalogue_is_kept_while_a_stdio_server_promises_to_notify_its_changes
     for _ in range(2):
         assert world.run("hn", "--tools", "--keep-alive").returncode == 0
     assert len(world.http.requests("tools/list")) == before + 2
+
+
+def test_a_declined_server_request_is_warned_on_the_commands_own_stderr(world):
+    srv = MockServer({"response_mode": "sse", "faults": {"server_request_on_call": "sampling/createMessage"}})
+    srv.start()
+    try:
+        world.servers["sr"] = {"type": "http", "url": srv.url, "protocolVersion": "2025-06-18"}
+        write_mcp_json(world.config, world.servers)
+        one = world.run("sr", "echo", "--text", "x")
+        warm = world.run("sr", "echo", "--text", "x", "--keep-alive")
+        assert b"declined it (-32601)" in one.stderr
+        assert warm.stderr == one.stderr and warm.returncode == one.returncode == 2
+        # stdout differs only by the mock's own count of the requests it sent (its state: one server for both)
+        assert json.loads(warm.stdout)["error"] == json.loads(one.stdout)["error"]
+    finally:
+        srv.stop()
