@@ -11624,7 +11624,7 @@ class _Runner:
 KEEP_ALIVE_DEFAULT = 600.0  # --keep-alive without a value: 10 minutes
 _WARM_SOCKET, _WARM_LOCK, _WARM_LOG = "warm.sock", "warm.lock", "warm.log"
 _WARM_LOG_LIMIT = 1024 * 1024  # bytes of the background process's log
-_WARM_START_WAIT = 10.0  # seconds a new background process gets to listen
+_WARM_START_WAIT = 30.0  # seconds a new background process gets to listen (a loaded machine: many first calls at once)
 _WARM_DAEMON = "--keep-alive-daemon"  # argv[1] of the background process (never typed by a user)
 _WARM_RELAY_SLACK = 30.0  # beyond the command's --timeout, how long a client waits for the process's next frame
 
