@@ -165,3 +165,23 @@ def test_frames_round_trip():
         assert kind == b"O" and payload == ("x" * 70_000).encode()
         a.close()
         assert bkmcp.recv_frame(b) is None
+
+
+@pytest.mark.parametrize(("stages", "outcome"), [([b"negotiate", b"call"], "unknown"), ([b"discover"], "not_sent")])
+def test_a_process_that_dies_mid_command_is_reported_with_its_outcome(stages, outcome):
+    import socket
+
+    ours, theirs = socket.socketpair()
+    for stage in stages:
+        bkmcp.send_frame(theirs, b"S", stage)
+    bkmcp.send_frame(theirs, b"E", b"bkmcp: warning: something\n")
+    theirs.close()  # died: no X frame
+    out, err = io.StringIO(), io.StringIO()
+    envr = bkmcp.Environment(stdin=io.StringIO(), stdout=out, stderr=err, env={}, cwd="/")
+    inv = bkmcp.parse_argv(["srv", "tool", "--keep-alive"])
+    status = bkmcp._warm_relay(ours, inv, envr, bkmcp.Log(err), json)
+    error = json.loads(out.getvalue())["error"]
+    assert status == 2 and error["code"] == "mcp_connection_error" and error["outcome"] == outcome
+    assert error["stage"] == stages[-1].decode()
+    assert err.getvalue().startswith("bkmcp: warning: something")  # what it printed before it died is kept
+    assert json.loads(out.getvalue())["data"] == {"server": "srv", "tool": "tool"}
