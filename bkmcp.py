@@ -1079,6 +1079,15 @@ def budget_error(
 # -- logging -------------------------------------------------------------------------------------------
 
 
+def is_terminal(stream: Any) -> bool:
+    """Whether ``stream`` is a terminal (False for a stream without ``isatty`` or a closed one)."""
+    isatty = getattr(stream, "isatty", None)
+    try:
+        return bool(isatty and isatty())
+    except (OSError, ValueError):
+        return False
+
+
 class Log:
     """Diagnostics on stderr. ``debug`` only with ``-v``; every line goes through the redactor."""
 
@@ -1098,11 +1107,7 @@ class Log:
 
     @property
     def is_tty(self) -> bool:
-        isatty = getattr(self.stream, "isatty", None)
-        try:
-            return bool(isatty and isatty())
-        except (OSError, ValueError):
-            return False
+        return is_terminal(self.stream)
 
     def _write(self, line: str) -> None:
         try:
@@ -10917,6 +10922,11 @@ class Invocation:
     argv: list[str] = field(default_factory=list)  # as given (a warm client forwards it)
 
 
+def cli_timeout(inv: Invocation) -> float:
+    """``--timeout`` in seconds, else ``DEFAULT_TIMEOUT`` (a bad value is a usage error)."""
+    return parse_duration(inv.timeout) if inv.timeout is not None else DEFAULT_TIMEOUT
+
+
 def _is_bkmcp_option(token: str) -> bool:
     name = token.split("=", 1)[0]
     return name in _VALUE_OPTIONS or name in _FLAG_OPTIONS or name == "--keep-alive"
@@ -11330,7 +11340,7 @@ def build_resident_options(inv: Invocation) -> ResidentOptions:
         idle_timeout=parse_duration(inv.idle_timeout, option="--idle-timeout")
         if inv.idle_timeout is not None
         else DEFAULT_IDLE_TIMEOUT,
-        timeout=parse_duration(inv.timeout) if inv.timeout is not None else DEFAULT_TIMEOUT,
+        timeout=cli_timeout(inv),
         insecure=inv.insecure,
     )
 
@@ -11346,7 +11356,7 @@ def run_registry_tool(inv: Invocation, envr: Environment, log: Log) -> int:
         )
     if not inv.registry:
         raise UsageError("--registry needs a SQLite file path")
-    timeout = parse_duration(inv.timeout) if inv.timeout is not None else DEFAULT_TIMEOUT
+    timeout = cli_timeout(inv)
     path = resolve_user_path(inv.registry, envr.env, envr.cwd, option="--registry")
     if inv.registry_import is not None:
         if not inv.registry_import:
@@ -11442,7 +11452,7 @@ class _Runner:
     def jq_deadline(self) -> Deadline:
         """The budget of ``--jq``: what the operation left of ``--timeout``, at least ``JQ_MIN_BUDGET`` (so a
         timed-out envelope can still be projected); the whole ``--timeout`` when nothing remote ran (dry run)."""
-        timeout = parse_duration(self.inv.timeout) if self.inv.timeout is not None else DEFAULT_TIMEOUT
+        timeout = cli_timeout(self.inv)
         if self.deadline is None:
             return Deadline(timeout)
         return Deadline(max(self.deadline.end - time.monotonic(), min(timeout, JQ_MIN_BUDGET)))
@@ -11517,7 +11527,7 @@ class _Runner:
         server = resolve_server(server_cfg, envr.env, cwd=envr.cwd)
         for secret in server.redactor._secrets:
             self.redactor.add(secret)
-        timeout = parse_duration(inv.timeout) if inv.timeout is not None else DEFAULT_TIMEOUT
+        timeout = cli_timeout(inv)
         deadline = Deadline(timeout)  # reading --body from a FIFO or pipe counts against the budget too
         warm = envr.warm  # run for a warm client: its Ctrl-C, the kept sessions (docs/contract.md §14)
         deadline.interrupt = warm.interrupt if warm is not None else None
@@ -11827,17 +11837,15 @@ def _warm_open(place: str, artifact: str, build: str, request: dict[str, Any], s
 def run_warm_client(inv: Invocation, envr: Environment, log: Log, seconds: float) -> int | None:
     """Run the command in the warm process and print what it printed, exiting as it exited; None (after one
     warning saying why) when the warm process cannot be used: the caller then runs the command one-shot."""
-    import json
-
     place, problem = warm_dir(envr.env)
     artifact = warm_artifact()
     if place is None or artifact is None:
         why = problem or "cannot tell which bkmcp file is running"
         log.warn(f"--keep-alive: {why}; the command runs one-shot")
         return None
+    timeout = cli_timeout(inv)
     stdin: bytes | None = None
     if inv.body == "-":  # read here (bounded as one-shot reads it); the process gets the bytes
-        timeout = parse_duration(inv.timeout) if inv.timeout is not None else DEFAULT_TIMEOUT
         stdin = _read_body_stream(envr.stdin, "--body", Deadline(timeout))
     request = {
         "op": "run",
@@ -11845,8 +11853,8 @@ def run_warm_client(inv: Invocation, envr: Environment, log: Log, seconds: float
         "env": dict(envr.env),
         "cwd": envr.cwd,
         "stdin": stdin is not None,
-        "stdout_tty": _isatty(envr.stdout),
-        "stderr_tty": _isatty(envr.stderr),
+        "stdout_tty": is_terminal(envr.stdout),
+        "stderr_tty": is_terminal(envr.stderr),
         "keep_alive": seconds,
     }
     try:
@@ -11858,14 +11866,15 @@ def run_warm_client(inv: Invocation, envr: Environment, log: Log, seconds: float
 
             envr.stdin = io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8", errors="surrogateescape")
         return None
-    budget = parse_duration(inv.timeout) if inv.timeout is not None else DEFAULT_TIMEOUT
-    sock.settimeout(budget + _WARM_RELAY_SLACK)  # the command ends within its --timeout: a silent process is dead
-    return _warm_relay(sock, inv, envr, log, json)
+    sock.settimeout(timeout + _WARM_RELAY_SLACK)  # the command ends within its --timeout: a silent process is dead
+    return _warm_relay(sock, inv, envr, log)
 
 
-def _warm_relay(sock: Any, inv: Invocation, envr: Environment, log: Log, json: Any) -> int:
+def _warm_relay(sock: Any, inv: Invocation, envr: Environment, log: Log) -> int:
     """Print the process's frames as they come; Ctrl-C is forwarded once (the call is cancelled on the wire
     there), a second one leaves at once. A process that dies mid-command: ``mcp_connection_error``, never a retry."""
+    import json
+
     stage: str | None = None
     call_sent = interrupted = False
     try:
@@ -11914,14 +11923,6 @@ def _warm_relay(sock: Any, inv: Invocation, envr: Environment, log: Log, json: A
         data={"server": inv.server} if inv.tool is None else {"server": inv.server, "tool": inv.tool},
     )
     return _report_error(error, envr, log, None)
-
-
-def _isatty(stream: Any) -> bool:
-    isatty = getattr(stream, "isatty", None)
-    try:
-        return bool(isatty and isatty())
-    except (OSError, ValueError):
-        return False
 
 
 def run_sessions_command(inv: Invocation, envr: Environment, log: Log) -> int:

@@ -179,7 +179,7 @@ def test_a_process_that_dies_mid_command_is_reported_with_its_outcome(stages, ou
     out, err = io.StringIO(), io.StringIO()
     envr = bkmcp.Environment(stdin=io.StringIO(), stdout=out, stderr=err, env={}, cwd="/")
     inv = bkmcp.parse_argv(["srv", "tool", "--keep-alive"])
-    status = bkmcp._warm_relay(ours, inv, envr, bkmcp.Log(err), json)
+    status = bkmcp._warm_relay(ours, inv, envr, bkmcp.Log(err))
     error = json.loads(out.getvalue())["error"]
     assert status == 2 and error["code"] == "mcp_connection_error" and error["outcome"] == outcome
     assert error["stage"] == stages[-1].decode()
