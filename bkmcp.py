@@ -3815,7 +3815,8 @@ class ChildProcess:
                 f"spawning stdio server: {shown} (cwd: {cwd or os.getcwd()}; "
                 f"env: {', '.join(sorted(env)) or '(empty)'})"
             )
-        options: dict[str, Any] = {}
+        pipe = subprocess.PIPE
+        options: dict[str, Any] = {"stdin": pipe, "stdout": pipe, "stderr": pipe, "env": env, "cwd": cwd}
         if os.name == "posix":
             options["start_new_session"] = True  # own process group: the whole tree can be signalled
         else:  # pragma: no cover - Windows
@@ -3825,16 +3826,7 @@ class ChildProcess:
             options["preexec_fn"] = hook
 
         def popen() -> Any:
-            return subprocess.Popen(
-                argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env=env,
-                cwd=cwd,
-                close_fds=True,
-                **options,
-            )
+            return subprocess.Popen(argv, close_fds=True, **options)
 
         try:
             proc = _Spawner.shared().call(popen) if hook is not None else popen()
@@ -9418,21 +9410,19 @@ def build_tool_entry(name: str, server: str, tool: Mapping[str, Any]) -> dict[st
     return entry
 
 
+@dataclass(slots=True)
 class _Command:
-    __slots__ = ("task_id", "action", "params", "user_id", "access_token", "received", "servers", "credentials")
+    """One command read from stdin, while it is served."""
 
-    def __init__(
-        self, task_id: str, action: str, params: dict[str, Any], user_id: str | None, access_token: str | None
-    ) -> None:
-        self.task_id = task_id
-        self.action = action
-        self.params = params
-        self.user_id = user_id
-        self.access_token = access_token
-        self.received = time.monotonic()
-        self.servers: list[ResolvedServer] = []  # resolved for this command: their secrets scrub its answer
-        # from its registry view: the user's own credentials and the system ones (both scrub its answer)
-        self.credentials: tuple[Mapping[str, Mapping[str, str]], ...] = ()
+    task_id: str
+    action: str
+    params: dict[str, Any]
+    user_id: str | None
+    access_token: str | None
+    received: float = field(default_factory=time.monotonic)
+    servers: list[ResolvedServer] = field(default_factory=list)  # resolved for it: their secrets scrub its answer
+    # from its registry view: the user's own credentials and the system ones (both scrub its answer)
+    credentials: tuple[Mapping[str, Mapping[str, str]], ...] = ()
 
 
 def _platform_error(exc: BkmcpError, *, server: str | None = None, timeout: float | None = None) -> BkmcpError:
