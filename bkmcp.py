@@ -1882,12 +1882,14 @@ class EraRules:
     cancel_notification: bool  # Ctrl-C sends notifications/cancelled (modern HTTP closes the stream)
     # Mcp-Param-* come from inputSchema x-mcp-header: a tool whose declaration is invalid is excluded (§5)
     header_exclusion: bool
+    list_ttl: bool  # a tools/list page's ttlMs says how long it may be kept (a warm session keeps it: contract §14)
 
 
 def _era(version: str, era: str = "legacy", **changes: bool) -> EraRules:
     """A row of the table: the rules of 2025-11-25 with ``changes``."""
     base = {"handshake": True, "version_header": True, "sessions": True, "request_meta": False}
     base.update(method_headers=False, sse_resumption=True, cancel_notification=True, header_exclusion=False)
+    base.update(list_ttl=False)
     return EraRules(version=version, era=era, **{**base, **changes})
 
 
@@ -1905,6 +1907,7 @@ ERA_TABLE: dict[str, EraRules] = {
         sse_resumption=False,
         cancel_notification=False,
         header_exclusion=True,
+        list_ttl=True,
     ),
 }
 
@@ -2385,6 +2388,15 @@ def check_result(method: str, message: Message) -> dict[str, Any]:
         if cursor is not None and not isinstance(cursor, str):
             raise ProtocolError("tools/list nextCursor is not a string")
     return result
+
+
+def parse_ttl_ms(result: Mapping[str, Any]) -> int:
+    """How long a list result may be considered fresh, in ms (2026-07-28 ``ttlMs``): a non-negative integer; absent
+    or anything else is 0, immediately stale (a caching hint is never worth failing a command for)."""
+    ttl = result.get("ttlMs")
+    if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl < 0:
+        return 0
+    return ttl
 
 
 def _clip(text: str, limit: int) -> str:
@@ -2946,6 +2958,13 @@ class Transport(Protocol):
     def timeout_error(self, method: str, deadline: Deadline) -> BkmcpError: ...
 
     def restart_if_exited(self) -> bool: ...
+
+    # A server process's stderr (stdio): its last lines, how many so far, the end of its start-up (ChildProcess).
+    def stderr_tail(self, since: int | None = None) -> list[str]: ...
+
+    def stderr_position(self) -> int | None: ...
+
+    def mark_started(self) -> None: ...
 
     def end_session(self, deadline: Deadline, rules: EraRules | None = None, session_id: str | None = None) -> None: ...
 
@@ -3604,6 +3623,15 @@ class HttpTransport:
     def restart_if_exited(self) -> bool:
         return False
 
+    def stderr_tail(self, since: int | None = None) -> list[str]:
+        return []  # no server process of ours
+
+    def stderr_position(self) -> int | None:
+        return None
+
+    def mark_started(self) -> None:
+        pass
+
     def end_session(self, deadline: Deadline, rules: EraRules | None = None, session_id: str | None = None) -> None:
         """DELETE the legacy session ``session_id`` (405 is fine); best effort, never raises."""
         if session_id is None or self._client is None:
@@ -3742,9 +3770,10 @@ def _die_with_parent_hook() -> Callable[[], None] | None:
 
 class ChildProcess:
     """Supervision of one stdio server process (contract.md §9, §11.5), apart from its framing: spawn without a shell in
-    its own process group (optionally dying with bkmcp), keep the last stderr lines (streamed with ``-v``), know its
-    exit status, and stop it with the shutdown ladder — close stdin, wait; SIGTERM the group, wait; SIGKILL — always
-    reaping the whole group."""
+    its own process group (optionally dying with bkmcp), keep the last stderr lines (streamed with ``-v``; counted, and
+    those of its start-up kept apart, so that an operation on a kept child can be told only its own), know its exit
+    status, and stop it with the shutdown ladder — close stdin, wait; SIGTERM the group, wait; SIGKILL — always reaping
+    the whole group."""
 
     def __init__(self, server: ResolvedServer, log: Log, *, die_with_parent: bool = False) -> None:
         self.server = server
@@ -3758,6 +3787,10 @@ class ChildProcess:
         import collections
 
         self._stderr_tail: collections.deque[str] = collections.deque(maxlen=_STDIO_STDERR_TAIL)
+        self._stderr_count = 0  # lines the current child wrote so far (the last of them are the tail)
+        self._stderr_startup: list[str] | None = None  # the tail when it had started (``mark_started``)
+        self._stderr_started_at = 0  # the count then
+        self._stderr_lock = _thread.allocate_lock()
 
     def where(self) -> str:
         return f"server {self.server.name!r} in {self.server.config_file}"
@@ -3851,7 +3884,9 @@ class ChildProcess:
         self.spawns += 1
         self.pid = proc.pid
         self.returncode = None
-        self._stderr_tail.clear()  # error details describe the current child
+        with self._stderr_lock:  # error details describe the current child
+            self._stderr_tail.clear()
+            self._stderr_count, self._stderr_startup, self._stderr_started_at = 0, None, 0
         self._stderr_reader = threading.Thread(
             target=self._read_stderr, args=(proc.stderr,), name="bkmcp-stdio-err", daemon=True
         )
@@ -3865,12 +3900,38 @@ class ChildProcess:
                 line = _clip(raw.decode("utf-8", "replace").rstrip("\r\n"), _STDIO_LINE_CLIP)
                 if self.log.verbose:
                     self.log.debug(f"[server stderr] {line}")
-                self._stderr_tail.append(self.log.redactor.scrub(line))
+                self.keep_stderr(self.log.redactor.scrub(line))
         except (OSError, ValueError):
             pass
 
-    def stderr_tail(self) -> list[str]:
-        return list(self._stderr_tail)
+    def keep_stderr(self, line: str) -> None:
+        """One stderr line of the current child (the reader's, already clipped and scrubbed)."""
+        with self._stderr_lock:
+            self._stderr_tail.append(line)
+            self._stderr_count += 1
+
+    def stderr_position(self) -> int:
+        """How many stderr lines the current child wrote so far: where an operation on it began (``stderr_tail``)."""
+        with self._stderr_lock:
+            return self._stderr_count
+
+    def mark_started(self) -> None:
+        """The child has started (its handshake is over): the lines so far are its start-up lines. Once per child."""
+        with self._stderr_lock:
+            if self._stderr_startup is None:
+                self._stderr_startup, self._stderr_started_at = list(self._stderr_tail), self._stderr_count
+
+    def stderr_tail(self, since: int | None = None) -> list[str]:
+        """The last stderr lines (at most ``_STDIO_STDERR_TAIL``). With ``since`` (a ``stderr_position`` taken after
+        ``mark_started``) only the start-up lines and those written from there on: what an operation that began at
+        ``since`` would have been told by a child started for it alone (docs/contract.md §14)."""
+        with self._stderr_lock:
+            lines = list(self._stderr_tail)
+            startup = self._stderr_startup
+            if since is None or startup is None or since <= self._stderr_started_at:
+                return lines
+            own = lines[max(len(lines) - (self._stderr_count - since), 0) :]
+            return (startup + own)[-_STDIO_STDERR_TAIL:]
 
     def exit_status(self, wait: float) -> int | None:
         """The exit status, waiting up to ``wait`` seconds; None while it runs. Its last stderr lines explain an
@@ -4043,8 +4104,14 @@ class StdioTransport:
     def spawns(self) -> int:
         return self.child.spawns
 
-    def stderr_tail(self) -> list[str]:
-        return self.child.stderr_tail()
+    def stderr_tail(self, since: int | None = None) -> list[str]:
+        return self.child.stderr_tail(since)
+
+    def stderr_position(self) -> int | None:
+        return self.child.stderr_position()
+
+    def mark_started(self) -> None:
+        self.child.mark_started()
 
     @property
     def alive(self) -> bool:
@@ -4280,6 +4347,9 @@ class OpContext:
     # (``--keep-alive``, docs/contract.md §14) lends one it keeps
     sessions: SessionSource | None = None
     on_request: Callable[[str], None] | None = None  # hears each request as it is sent (a warm client must know)
+    # a kept stdio session's stderr position when the operation began (``ChildProcess.stderr_tail``): its errors
+    # tell the start-up lines and its own, not those of earlier operations; None: every line is this operation's
+    stderr_since: int | None = None
 
     def note_request(self, method: str) -> None:
         """``method`` is being handed to the transport (``McpSession.request``)."""
@@ -4423,10 +4493,13 @@ class McpSession:
                     raise self.transport.timeout_error(method, deadline)
             if interrupt is not None:
                 interrupt.check()
-        except BkmcpError:
+        except BkmcpError as exc:
             if interrupt is not None:
                 interrupt.check()  # a read cut short by the interrupt is the interrupt
-            raise
+            own = self._own_stderr(exc, ctx)
+            if own is exc:
+                raise
+            raise own  # noqa: B904 - the same error with its operation's stderr: its chain stays
         finally:
             if hook is not None and interrupt is not None:
                 interrupt.unhook(hook)
@@ -4434,9 +4507,26 @@ class McpSession:
                 if self._handles.pop(_id_key(handle.id), None) is not None:
                     self.core.forget(handle.id)
         if handle.error is not None:
-            raise handle.error
+            raise self._own_stderr(handle.error, ctx)
         assert handle.message is not None
         return handle.message
+
+    def _own_stderr(self, error: BkmcpError, ctx: OpContext) -> BkmcpError:
+        """``error`` with the server stderr this operation would have been told by a server started for it alone: on
+        a kept session (``ctx.stderr_since``) the start-up lines and its own, not earlier operations' (§14)."""
+        if ctx.stderr_since is None or "server_stderr" not in error.details:
+            return error
+        details = dict(error.details)
+        tail = self.transport.stderr_tail(ctx.stderr_since)
+        if tail:
+            details["server_stderr"] = tail
+        else:  # as the transport does: no lines, no key
+            del details["server_stderr"]
+        return error.copy(details=details)
+
+    def mark_started(self) -> None:
+        """Negotiated: what its server process wrote to stderr so far is its start-up (``OpContext.stderr_since``)."""
+        self.transport.mark_started()
 
     def notify(self, method: str, params: dict[str, Any] | None, deadline: Deadline, *, strict: bool = True) -> None:
         self.transport.send(
@@ -4753,7 +4843,15 @@ def request_result(session: McpSession, ctx: OpContext, method: str, params: dic
 
 def discover_tools(session: McpSession, ctx: OpContext) -> tuple[list[dict[str, Any]], int]:
     """Every page of ``tools/list`` with the contract.md §5 guards: (the catalogue exactly as received, pages read)."""
+    tools, pages, _ttl_ms = discover_catalogue(session, ctx)
+    return tools, pages
+
+
+def discover_catalogue(session: McpSession, ctx: OpContext) -> tuple[list[dict[str, Any]], int, int]:
+    """``discover_tools`` with how long the server says the catalogue stays fresh, in ms: the smallest ``ttlMs`` of
+    its pages, 0 as soon as one page has none (or in an era without it). Only a warm session keeps it (§14)."""
     tools: list[dict[str, Any]] = []
+    ttl_ms: int | None = None
     names: dict[str, int] = {}
     cursors: list[str] = []
     cursor: str | None = None
@@ -4779,6 +4877,9 @@ def discover_tools(session: McpSession, ctx: OpContext) -> tuple[list[dict[str, 
                 raise
             raise incomplete(f"page {pages + 1} failed: {{cause}}", exc) from exc
         pages += 1
+        rules = session.core.rules
+        page_ttl = parse_ttl_ms(result) if rules is not None and rules.list_ttl else 0
+        ttl_ms = page_ttl if ttl_ms is None else min(ttl_ms, page_ttl)
         for tool in result["tools"]:
             name = tool["name"]
             if name in names:
@@ -4801,7 +4902,7 @@ def discover_tools(session: McpSession, ctx: OpContext) -> tuple[list[dict[str, 
         cursors.append(next_cursor)
         cursor = next_cursor
     ctx.log.debug(f"discovered {len(tools)} tool(s) in {pages} page(s)")
-    return tools, pages
+    return tools, pages, ttl_ms or 0
 
 
 def usable_tools(
@@ -10623,7 +10724,7 @@ def warm_session_key(server: ResolvedServer, insecure: bool) -> str:
 class _Warm:
     """One kept session: the lock is held while it opens (others then get a fresh session of their own)."""
 
-    __slots__ = ("key", "session", "lock", "opened", "used", "calls", "lent", "idle", "catalogue")
+    __slots__ = ("key", "session", "lock", "opened", "used", "calls", "lent", "idle", "catalogue", "fresh_until")
 
     def __init__(self, key: str, idle: float) -> None:
         self.key = key
@@ -10633,7 +10734,8 @@ class _Warm:
         self.calls = 0
         self.lent = 0  # operations using it now
         self.idle = idle  # closed after this long unused (the --keep-alive of the command that used it last)
-        self.catalogue: tuple[list[dict[str, Any]], int] | None = None  # kept while the server's promise holds
+        self.catalogue: tuple[list[dict[str, Any]], int] | None = None  # kept while the server's word holds (below)
+        self.fresh_until: float | None = 0.0  # its ttlMs from when it was asked (monotonic); None: until notified
 
 
 class WarmSessions:
@@ -10769,6 +10871,7 @@ class _WarmSource(SessionSource):
             if kept is not None and kept.alive:
                 self._kept[id(kept)] = entry
                 entry.lock.release()
+                ctx.stderr_since = kept.transport.stderr_position()  # what its server writes from now is this one's
                 return kept
             if kept is not None:  # its child died or it closed while idle: a new one
                 self.warm._close(entry)
@@ -10790,6 +10893,7 @@ class _WarmSource(SessionSource):
             return  # a kept session: negotiated when it opened
         try:
             negotiate(session, ctx)
+            session.mark_started()  # the lines of its start-up are every later command's too
         except BaseException:
             entry.session = None
             raise
@@ -10797,20 +10901,29 @@ class _WarmSource(SessionSource):
             entry.lock.release()
 
     def discover(self, session: McpSession, ctx: OpContext) -> tuple[list[dict[str, Any]], int]:
-        """Discovered again on every command, unless the server declared ``tools.listChanged`` over a stream that
-        carries its notifications to bkmcp at any time (stdio): then the catalogue is kept until its
-        ``notifications/tools/list_changed`` (docs/contract.md §14)."""
+        """Discovered again on every command, unless the server said how long it stays fresh: its ``ttlMs`` (the
+        smallest of its pages, any transport), or ``tools.listChanged`` declared over a stream that carries its
+        notifications to bkmcp at any time (stdio: kept until it notifies). A ``notifications/tools/list_changed``
+        drops a kept catalogue at once (docs/contract.md §14)."""
         entry = self._kept.get(id(session))
         if entry is None:
             return discover_tools(session, ctx)
-        kept = entry.catalogue
+        kept, now, until = entry.catalogue, time.monotonic(), entry.fresh_until
         if kept is not None and not session.core.tools_stale and entry.session is session:
-            ctx.log.debug(f"the catalogue of {len(kept[0])} tool(s) is kept (the server notifies its changes)")
-            return list(kept[0]), kept[1]
-        tools, pages = discover_tools(session, ctx)
+            if until is None or now < until:
+                why = (
+                    "the server notifies its changes"
+                    if until is None
+                    else f"fresh for another {(until - now) * 1000:.0f} ms by its ttlMs"
+                )
+                ctx.log.debug(f"the catalogue of {len(kept[0])} tool(s) is kept ({why})")
+                return list(kept[0]), kept[1]
+        tools, pages, ttl_ms = discover_catalogue(session, ctx)
         tools_capability = (session.core.capabilities or {}).get("tools")
         promised = isinstance(tools_capability, dict) and tools_capability.get("listChanged") is True
-        entry.catalogue = (list(tools), pages) if promised and session.transport.shared_stream else None
+        notified = promised and session.transport.shared_stream
+        entry.fresh_until = None if notified else now + ttl_ms / 1000
+        entry.catalogue = (list(tools), pages) if notified or ttl_ms > 0 else None
         return tools, pages
 
     def done(self, session: McpSession, ctx: OpContext) -> None:

@@ -35,7 +35,7 @@ tools                      tool list (verbatim except "x-mock*" keys); default: 
 generate_tools             append N synthetic tools "gen_00001"… (for big catalogues)
 page_size                  tools per tools/list page (default: all on one page)
 instructions, server_info, capabilities   overrides
-ttl_ms, cache_scope        modern list results (default 0, "private")
+ttl_ms, cache_scope        modern list results (default 0, "private"); ttl_ms null = omitted, a list = per page
 require_headers            {name: value}: otherwise 401 + WWW-Authenticate
 forbid_headers_403         {name: value}: 403 when the header has that value
 forbidden_message          the safe error text of the 403 body
@@ -52,7 +52,8 @@ faults                     {duplicate_cursor, cursor_cycle, infinite_pages, fail
 
 Tool behaviours (mock-only key ``"x-mock"`` on a tool, stripped from tools/list together with every other key
 starting with ``x-mock``): echo (default), add, is_error, rpc_error, input_required, task, url_elicitation,
-malformed, slow, drop, big, unknown_result_type, image, progress, env, environ.
+malformed, slow, drop, big, unknown_result_type, image, progress, env, environ, counter. Any tool may also have
+``"x-mock-stderr": LINE``: a stdio server writes that line to its stderr on each call, before the behaviour runs.
 
 Request log entry (HTTP): seq, time, transport, http_method, path, headers (lower-case names), body (raw text),
 json (ints exact, other numbers Decimal), rpc_method, rpc_id, status, session_id, era, fault, response_headers,
@@ -541,6 +542,10 @@ class Sink:
         """True once the client has gone away (modern cancellation = closing the stream)."""
         return False
 
+    def stderr(self, line: str) -> None:
+        """Write one diagnostic line to the server process's stderr (stdio only: over HTTP the mock's stderr is
+        the test's own, so nothing is written)."""
+
 
 def _encode_cursor(page: int) -> str:
     return base64.urlsafe_b64encode(f"mock-page:{page}".encode()).decode().rstrip("=")
@@ -711,7 +716,7 @@ class Core:
             return self.sessions.pop(sid, None) is not None
 
     # -- results ------------------------------------------------------------------------------------------
-    def stamp_modern(self, result: Any, listing: bool = False) -> Any:
+    def stamp_modern(self, result: Any, listing: bool = False, page: int = 1) -> Any:
         if not isinstance(result, dict):
             return result
         result.setdefault("resultType", "complete")
@@ -719,7 +724,11 @@ class Core:
         meta[META_SERVER] = self.sc["server_info"]
         result["_meta"] = meta
         if listing:
-            result.setdefault("ttlMs", self.sc["ttl_ms"])
+            ttl = self.sc["ttl_ms"]
+            if isinstance(ttl, list):  # one per tools/list page, the last for every later page
+                ttl = ttl[min(page, len(ttl)) - 1] if ttl else None
+            if ttl is not None:  # None: the page carries no ttlMs
+                result.setdefault("ttlMs", ttl)
             result.setdefault("cacheScope", self.sc["cache_scope"])
         return result
 
@@ -807,7 +816,8 @@ class Core:
         else:
             reply = Reply.error(-32601, f"Method not found: {method}", status=404 if modern else 200)
         if modern and reply.kind == "result":
-            self.stamp_modern(reply.value, listing=method in ("tools/list", "server/discover"))
+            page = (_decode_cursor(params.get("cursor")) or 1) if method == "tools/list" else 1
+            self.stamp_modern(reply.value, listing=method in ("tools/list", "server/discover"), page=page)
         return reply
 
     def _notifications_before(self, method: Any, params: dict, sink: Sink) -> None:
@@ -892,6 +902,8 @@ class Core:
         srv_req = self.faults.get("server_request_on_call")
         if srv_req and ctx.era == "legacy":
             answered = self._ask(sink, srv_req)
+        if tool.get("x-mock-stderr") is not None:  # any behaviour: a diagnostic line of this call (stdio)
+            sink.stderr(str(tool["x-mock-stderr"]))
         behaviour = tool.get("x-mock", "echo")
         reply = BEHAVIOURS[behaviour](self, Call(tool, ctx, params, args, sink, rid))
         if answered is not None and reply.kind == "result" and isinstance(reply.value, dict):
@@ -1941,6 +1953,9 @@ class _StdioSink(Sink):
         self.server.write(dump_bytes(request))
         return self.server.wait_for_response(request["id"], timeout)
 
+    def stderr(self, line: str) -> None:
+        self.server.write_stderr(line)
+
 
 class StdioServer:
     """Newline-delimited JSON-RPC on binary streams; the era is locked by the first request (like the SDKs)."""
@@ -1960,6 +1975,11 @@ class StdioServer:
         with self.out_lock:
             self.stdout.write(data + b"\n")
             self.stdout.flush()
+
+    def write_stderr(self, line: str) -> None:
+        with self.out_lock:
+            self.stderr.write((line + "\n").encode("utf-8", errors="replace"))
+            self.stderr.flush()
 
     def _reader(self) -> None:
         try:

@@ -376,6 +376,16 @@ def test_modern_discover_and_list_and_call(client):
     assert entry["headers"]["mcp-name"] == "echo" and entry["headers"]["mcp-method"] == "tools/call"
 
 
+@pytest.mark.parametrize(("ttl", "pages"), [(None, [None, None]), (60000, [60000, 60000]), ([5, None, 7], [5, None])])
+def test_modern_list_ttl_per_page(client, ttl, pages):
+    srv, c = client({"ttl_ms": ttl, "page_size": 3})
+    first = c.modern("tools/list").json["result"]
+    second = c.modern("tools/list", {"cursor": first["nextCursor"]}).json["result"]
+    assert [page.get("ttlMs") for page in (first, second)] == pages
+    assert "nextCursor" not in second and first["cacheScope"] == second["cacheScope"] == "private"
+    assert c.modern("server/discover").json["result"].get("ttlMs") == pages[0]
+
+
 def test_modern_errors(client):
     srv, c = client()
     r = c.modern("tools/list", meta={"io.modelcontextprotocol/clientCapabilities": None})
@@ -1238,6 +1248,19 @@ def test_stdio_modern_and_era_lock():
     assert err["code"] == -32022 and err["data"]["supported"] == [MODERN]
     assert s.close() == 0
     assert s.proc.stderr.read() == b""
+
+
+def test_stdio_tool_writes_its_stderr_line_on_each_call():
+    tools = [mock_tool("noisy", "echo", stderr="noisy was called"), mock_tool("quiet")]
+    s = Stdio("--quiet", "--scenario-json", json.dumps({"tools": tools}))
+    s.send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25"}})
+    s.recv()
+    for rid, name in enumerate(["noisy", "quiet", "noisy"], start=2):
+        s.send({"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": {"name": name, "arguments": {}}})
+        assert json.loads(s.recv())["result"]["isError"] is False
+    assert s.close() == 0
+    assert s.proc.stderr.read() == b"noisy was called\nnoisy was called\n"
+    assert "x-mock-stderr" not in json.dumps(normalize_scenario({"tools": tools})["_public_tools"])
 
 
 def test_stdio_log_to_stderr_by_default():

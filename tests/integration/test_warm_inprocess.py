@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import sys
 import threading
 from pathlib import Path
 
@@ -185,3 +186,87 @@ def test_a_process_that_dies_mid_command_is_reported_with_its_outcome(stages, ou
     assert error["stage"] == stages[-1].decode()
     assert err.getvalue().startswith("bkmcp: warning: something")  # what it printed before it died is kept
     assert json.loads(out.getvalue())["data"] == {"server": "srv", "tool": "tool"}
+
+
+MOCK = ROOT / "mock_server" / "mcp_mock.py"
+
+
+def _stdio_entry(scenario: dict) -> dict:
+    args = [str(MOCK), "--stdio", "--quiet", "--scenario-json", json.dumps(scenario)]
+    return {"type": "stdio", "command": sys.executable, "args": args}
+
+
+def test_a_warm_commands_stderr_tail_is_the_one_shot_runs(place):
+    """The start-up lines and the command's own, never those of earlier commands (docs/contract.md §14)."""
+    tools = [mock_tool("first", "echo", stderr="first call was here"), mock_tool("dies", "drop", stderr="dying now")]
+    scenario = {"tools": tools, "stderr_lines": ["starting up", "ready"]}
+    write_mcp_json(place.config, {"st": _stdio_entry(scenario)})
+    status, out, _ = place.main("st", "dies")
+    one = json.loads(out)["error"]
+    assert status == 2 and one["server_stderr"] == ["starting up", "ready", "dying now"]
+    assert place.main("st", "first", "--keep-alive")[0] == 0  # opens the session: its lines are its own
+    status, out, _ = place.main("st", "dies", "--keep-alive")
+    warm = json.loads(out)["error"]
+    assert status == 2 and warm["server_stderr"] == one["server_stderr"]
+    # the rest is the one-shot error too, but for the request id the message names (the session counted on)
+    assert {k: v for k, v in warm.items() if k != "message"} == {k: v for k, v in one.items() if k != "message"}
+    status, out, _ = place.main("st", "dies", "--keep-alive")  # the session died with its server: a new one opens
+    assert status == 2 and json.loads(out)["error"] == one
+
+
+@pytest.mark.parametrize(
+    ("ttl", "discoveries"),
+    [
+        (60000, 1),  # fresh for a minute: the second command uses the catalogue kept
+        (0, 2),  # immediately stale
+        (None, 2),  # no ttlMs: stale too
+        ([60000, 0], 2),  # paged: the smallest ttlMs of its pages rules, and one page says 0
+        ([60000, 30000], 1),
+    ],
+)
+def test_a_warm_catalogue_is_kept_for_its_ttl(place, ttl, discoveries):
+    srv = MockServer({"ttl_ms": ttl, "page_size": 3})  # the 5 default tools on 2 pages
+    srv.start()
+    try:
+        write_mcp_json(place.config, {"t": {"type": "http", "url": srv.url}})
+        one = place.main("t", "--tools")
+        srv.reset_log()
+        assert place.main("t", "--tools", "--keep-alive") == one
+        assert place.main("t", "echo", "--text", "hi", "--keep-alive")[0] == 0
+        assert len(srv.requests("tools/list")) == 2 * discoveries  # two pages each time
+        assert len(srv.requests("tools/call")) == 1
+    finally:
+        srv.stop()
+
+
+def test_a_warm_catalogue_past_its_ttl_or_changed_is_listed_again(place):
+    notify = {"tools/call": [{"method": "notifications/tools/list_changed"}]}
+    short, changing = MockServer({"ttl_ms": 1}), MockServer({"ttl_ms": 60000, "notifications_before_result": notify})
+    short.start()
+    changing.start()
+    try:
+        servers = {"s": {"type": "http", "url": short.url}, "c": {"type": "http", "url": changing.url}}
+        write_mcp_json(place.config, servers)
+        for _ in range(2):
+            assert place.main("s", "--tools", "--keep-alive")[0] == 0
+            bkmcp.time.sleep(0.05)  # well past 1 ms
+        assert len(short.requests("tools/list")) == 2
+        assert place.main("c", "echo", "--text", "x", "--keep-alive")[0] == 0  # its stream says the list changed
+        assert place.main("c", "--tools", "--keep-alive")[0] == 0  # so it is listed again, ttlMs or not
+        assert place.main("c", "--tools", "--keep-alive")[0] == 0  # and then kept
+        assert len(changing.requests("tools/list")) == 2
+    finally:
+        short.stop()
+        changing.stop()
+
+
+def test_a_one_shot_command_always_lists_whatever_the_ttl(place):
+    srv = MockServer({"ttl_ms": 60000})
+    srv.start()
+    try:
+        write_mcp_json(place.config, {"t": {"type": "http", "url": srv.url}})
+        for _ in range(2):
+            assert place.main("t", "--tools")[0] == 0
+        assert len(srv.requests("tools/list")) == 2
+    finally:
+        srv.stop()

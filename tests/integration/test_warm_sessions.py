@@ -515,7 +515,7 @@ def test_a_catalogue_is_kept_while_a_stdio_server_promises_to_notify_its_changes
         "command": sys.executable,
         "args": [str(MOCK), "--stdio", "--quiet", "--scenario-json", json.dumps(scenario), "--log", str(log)],
     }
-    world.servers["hn"] = {"type": "http", "url": world.http.url}  # HTTP: no stream for its notifications: never kept
+    world.servers["hn"] = {"type": "http", "url": world.http.url}  # HTTP, ttlMs 0: listChanged alone keeps nothing
     write_mcp_json(world.config, world.servers)
 
     def lists() -> int:

@@ -420,3 +420,40 @@ def test_library_errors_are_neutral_and_the_cli_words_them():
     assert hint.startswith("raise --timeout if the server is slow")
     assert hint.endswith("check before calling again")
     assert (noted.message, noted.remedy) == ("no answer from http://h/mcp within 5s", "timeout")  # never changed
+
+
+def test_a_kept_childs_stderr_tail_for_one_operation_is_its_start_up_and_its_own_lines():
+    """docs/contract.md §14: a warm command is told what a child started for it alone would have written."""
+    server = bkmcp.ResolvedServer(
+        name="f", type="stdio", config_file="/c", url=None, headers={}, command="x", args=[], env={}, cwd=None,
+        protocol_version=None, auth_source="none",
+    )  # fmt: skip
+    child = bkmcp.ChildProcess(server, bkmcp.Log(io.StringIO()))
+    keep = bkmcp._STDIO_STDERR_TAIL
+    for i in range(3):
+        child.keep_stderr(f"start {i}")
+    assert child.stderr_tail(0) == child.stderr_tail() == ["start 0", "start 1", "start 2"]  # not marked yet: all
+    child.mark_started()
+    child.keep_stderr("opening command")
+    since = child.stderr_position()
+    assert since == 4 and child.stderr_tail(since) == ["start 0", "start 1", "start 2"]
+    child.keep_stderr("mine")
+    assert child.stderr_tail(since) == ["start 0", "start 1", "start 2", "mine"]
+    assert child.stderr_tail(2) == child.stderr_tail()  # began during the start-up: every line is its own
+    assert child.stderr_tail() == ["start 0", "start 1", "start 2", "opening command", "mine"]  # one-shot: unchanged
+    assert keep == 20
+    for i in range(keep):
+        child.keep_stderr(f"later {i}")
+    started_late = child.stderr_position() - 5  # its own lines are the last five
+    assert child.stderr_tail(started_late) == ["start 0", "start 1", "start 2", *[f"later {i}" for i in range(15, 20)]]
+    assert child.stderr_tail(since) == [f"later {i}" for i in range(keep)]  # bounded: its own last lines only
+
+
+@pytest.mark.parametrize(
+    ("result", "ttl"),
+    [({"ttlMs": 60000}, 60000), ({"ttlMs": 0}, 0), ({}, 0), ({"ttlMs": -1}, 0), ({"ttlMs": 1.5}, 0),
+     ({"ttlMs": True}, 0), ({"ttlMs": "60000"}, 0)],
+)  # fmt: skip
+def test_a_list_results_ttl_ms_is_a_non_negative_integer_or_stale(result, ttl):
+    assert bkmcp.parse_ttl_ms(result) == ttl
+    assert era_rules("2026-07-28").list_ttl and not any(era_rules(v).list_ttl for v in LEGACY)
