@@ -2953,7 +2953,7 @@ class Transport(Protocol):
         session_id: str | None = None,
     ) -> None: ...
 
-    def failure(self, method: str, request_id: Any, *, sent: bool) -> BkmcpError: ...
+    def failure(self, method: str, *, sent: bool) -> BkmcpError: ...
 
     def timeout_error(self, method: str, deadline: Deadline) -> BkmcpError: ...
 
@@ -3394,9 +3394,7 @@ class HttpTransport:
             if not self._closing:
                 raise
             raise _mark(
-                ConnectionFailedError(
-                    f"bkmcp closed the session while {method} (id {message['id']}) was waiting for its answer"
-                ),
+                ConnectionFailedError(f"bkmcp closed the session while {method} was waiting for its answer"),
                 sent=True,
             ) from None
 
@@ -3491,7 +3489,7 @@ class HttpTransport:
             return
         raise _mark(
             ConnectionFailedError(
-                f"the server closed the event stream before answering {method} (id {request_id})",
+                f"the server closed the event stream before answering {method}",
             ),
             sent=True,
         )
@@ -3612,8 +3610,8 @@ class HttpTransport:
                 raise
             self.log.debug(f"sending {what} failed: {exc.message}")
 
-    def failure(self, method: str, request_id: Any, *, sent: bool) -> BkmcpError:  # pragma: no cover - not shared
-        return _mark(ConnectionFailedError(f"no response to {method} (id {request_id})"), sent=sent)
+    def failure(self, method: str, *, sent: bool) -> BkmcpError:  # pragma: no cover - not shared
+        return _mark(ConnectionFailedError(f"no response to {method}"), sent=sent)
 
     def timeout_error(self, method: str, deadline: Deadline) -> BkmcpError:
         return _mark(
@@ -4200,9 +4198,9 @@ class StdioTransport:
             changes["details"] = {**error.details, "server_stderr": tail}
         return error.copy(**changes)
 
-    def failure(self, method: str, request_id: Any, *, sent: bool) -> BkmcpError:
+    def failure(self, method: str, *, sent: bool) -> BkmcpError:
         """The error a request ends with when the child's stream ended (exit, closed stdout, a bad line)."""
-        answer = f" before answering {method}" + (f" (id {request_id})" if request_id is not None else "")
+        answer = f" before answering {method}"
         if self._closing:  # bkmcp itself ended it (shutdown, disconnect): not the server's doing
             return _mark(ConnectionFailedError(f"bkmcp closed the stdio server{answer}"), sent=sent)
         ended = self._ended
@@ -4245,7 +4243,7 @@ class StdioTransport:
                 raise _mark(exc, sent=False) from None
             self._start()
             if not self.alive:
-                raise self.failure(method, request_id, sent=False)
+                raise self.failure(method, sent=False)
             if self.log.verbose:
                 rpc = f"{message.get('method', 'response')}" + (f" id={message['id']}" if "id" in message else "")
                 self.log.debug(f"-> stdio [{rpc}]")
@@ -4275,7 +4273,7 @@ class StdioTransport:
                 except BlockingIOError:
                     pass
                 except OSError as exc:
-                    raise self.failure(method, request_id, sent=False) from exc
+                    raise self.failure(method, sent=False) from exc
                 try:
                     left = deadline.remaining()
                 except McpTimeoutError as exc:
@@ -4624,7 +4622,7 @@ class McpSession:
             for handle in handles:
                 self.core.forget(handle.id)
         for handle in handles:
-            handle._finish(error=self.transport.failure(handle.method, handle.id, sent=True))
+            handle._finish(error=self.transport.failure(handle.method, sent=True))
 
     # -- lifecycle -------------------------------------------------------------------------------------
 
