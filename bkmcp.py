@@ -3037,6 +3037,7 @@ _HTTPX_HIDDEN = (
 _HTTPX_LOCK = _thread.allocate_lock()  # the builtin lock type: `threading` is not imported by the help paths
 _TLS_LOCK = _thread.allocate_lock()  # verifying clients are made one at a time (their CA bundle's first lookup)
 _HTTPX: list[Any] = []  # the httpx module once its import has *finished* (sys.modules holds it while it runs)
+_HAND_OVER_POOL: list[type] = []  # the pool class of ``_hand_over_pool``, made once httpcore is loaded
 
 
 def _import_httpx() -> Any:
@@ -3100,9 +3101,70 @@ def new_http_client(url: str, *, insecure: bool) -> Any:
         "limits": httpx.Limits(max_connections=None, max_keepalive_connections=20),
     }
     if not verify:
-        return httpx.Client(**options)
+        return _keep_hand_overs(httpx.Client(**options))
     with _TLS_LOCK:  # certifi.where() fills a global on first use (from the pyz: a temporary copy of the CA bundle)
-        return httpx.Client(**options)
+        return _keep_hand_overs(httpx.Client(**options))
+
+
+def _hand_over_pool() -> type | None:
+    """httpcore 1.0's ``ConnectionPool`` without its hand-over race (encode/httpcore#1110, open upstream).
+
+    A pass of the pool (``_assign_requests_to_connections``, under the pool lock, whenever a request starts or ends)
+    hands an idle keep-alive connection to a waiting request; the connection stays IDLE until that request's thread
+    wakes and starts on it. A pass by another thread in between found it idle and closed it (a surplus keep-alive
+    connection beyond ``max_keepalive_connections``, an expired one, or one closed to make room); that close runs
+    after the lock is released, so it could land once the request was sent: "[Errno 9] Bad file descriptor", or a
+    hang, for a call the server ran. Here a pass never sees a connection a pending request holds (one handed over,
+    or in use), and hands out one per waiting request (the stock pass gives the same IDLE connection to every
+    request waiting, and all but one retry): a connection handed over is its request's until that request ends,
+    which ``_shut_pending`` relies on. None when httpcore is not the 1.0 this was written for (the race stays)."""
+    if _HAND_OVER_POOL:
+        return _HAND_OVER_POOL[0]
+    base = getattr(sys.modules.get("httpcore"), "ConnectionPool", None)
+    if base is None or not hasattr(base, "_assign_requests_to_connections"):
+        return None
+
+    class HandOverPool(base):  # type: ignore[misc, valid-type]
+        def _assign_requests_to_connections(self) -> list[Any]:
+            pool: Any = self  # httpcore's own state, untyped here
+            everyone, limit = pool._requests, pool._max_connections
+            held = {id(r.connection) for r in everyone if r.connection is not None}
+            closing: list[Any] = []
+            try:
+                for waiting in [r for r in everyone if r.is_queued()] or [None]:
+                    kept = [c for c in pool._connections if id(c) in held]
+                    pool._connections = [c for c in pool._connections if id(c) not in held]
+                    pool._requests = [] if waiting is None else [waiting]
+                    pool._max_connections = max(limit - len(kept), 0)  # the held ones still count
+                    try:
+                        closing += super()._assign_requests_to_connections()
+                    finally:
+                        pool._connections = kept + pool._connections
+                    if waiting is not None and waiting.connection is not None:
+                        held.add(id(waiting.connection))
+            finally:
+                pool._requests, pool._max_connections = everyone, limit
+            return closing
+
+    _HAND_OVER_POOL.append(HandOverPool)
+    return HandOverPool
+
+
+def _keep_hand_overs(client: Any) -> Any:
+    """``client`` with its connection pool a ``_hand_over_pool()`` (same state, one method changed)."""
+    pool = _shaped_pool(client)
+    cls = _hand_over_pool()
+    if cls is not None and type(pool) is cls.__bases__[0]:
+        pool.__class__ = cls
+    return client
+
+
+def _shaped_pool(client: Any) -> Any:
+    """The connection pool of ``client`` if it has the httpcore 1.0 state that ``_hand_over_pool`` and
+    ``HttpTransport`` read under its lock, else None (an injected test transport; another httpcore)."""
+    pool = getattr(getattr(client, "_transport", None), "_pool", None)
+    names = ("_requests", "_connections", "_max_connections", "_optional_thread_lock")
+    return pool if all(hasattr(pool, name) for name in names) else None
 
 
 def translate_httpx_error(exc: BaseException, url: str, deadline: Deadline) -> BkmcpError:
@@ -3480,12 +3542,15 @@ class HttpTransport:
     def _shut_pending(self, marker: object) -> None:
         """Wake the thread whose request carries ``marker`` and still awaits its response headers: shut its pooled
         connection's socket down (httpcore 1.0's pool, as ``close`` walks it)."""
-        pool = getattr(getattr(self._client, "_transport", None), "_pool", None)
-        for pending in list(getattr(pool, "_requests", None) or ()):
-            request = getattr(pending, "request", None)
-            if getattr(request, "extensions", {}).get("bkmcp_request") is marker:
-                connection = getattr(getattr(pending, "connection", None), "_connection", None)
-                _shut_down_stream(getattr(connection, "_network_stream", None))
+        pool = _shaped_pool(self._client)
+        if pool is None:
+            return
+        with pool._optional_thread_lock:  # a connection handed over is this request's alone (``_hand_over_pool``)
+            for pending in pool._requests:
+                request = getattr(pending, "request", None)
+                if getattr(request, "extensions", {}).get("bkmcp_request") is marker:
+                    connection = getattr(getattr(pending, "connection", None), "_connection", None)
+                    _shut_down_stream(getattr(connection, "_network_stream", None))
 
     def _read_sse(self, response: Any, decoder: SseDecoder, deadline: Deadline) -> Iterable[Message]:
         for chunk in response.iter_bytes():
@@ -3621,16 +3686,23 @@ class HttpTransport:
             self.log.debug(f"ending the session failed: {type(exc).__name__}")
 
     def close_idle_connections(self) -> int:
-        """Close the pooled keep-alive connections no request is using now (the MCP session itself stays: the next
-        request opens a new connection); how many were closed."""
-        pool = getattr(getattr(self._client, "_transport", None), "_pool", None)
+        """Close the pooled keep-alive connections nobody holds (the MCP session itself stays: the next request opens
+        a new connection); how many were closed. They leave the pool under its lock, so none can be handed to a
+        request meanwhile; one already handed to a request that has not started on it yet (still IDLE) is that
+        request's (``_hand_over_pool``)."""
+        pool = _shaped_pool(self._client)
+        if pool is None:
+            return 0
+        with pool._optional_thread_lock:
+            held = {id(r.connection) for r in pool._requests if r.connection is not None}
+            idle = {id(c): c for c in pool._connections if id(c) not in held and c.is_idle()}
+            pool._connections = [c for c in pool._connections if id(c) not in idle]
         closed = 0
-        for connection in list(getattr(pool, "connections", None) or ()):
+        for connection in idle.values():
             try:
-                if connection.is_idle():
-                    connection.close()
-                    closed += 1
-            except Exception as exc:  # best effort: a connection that cannot say is left to the pool
+                connection.close()
+                closed += 1
+            except Exception as exc:  # best effort: out of the pool, whatever state it is in
                 self.log.debug(f"closing an idle connection failed: {type(exc).__name__}")
         return closed
 
