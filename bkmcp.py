@@ -2893,7 +2893,8 @@ def reject_excluded_tool(excluded: Sequence[Mapping[str, Any]], name: str, serve
 #       thread and handed to ``deliver`` before ``send`` returns (concurrent callers: concurrent POSTs on one
 #       pooled client); over stdio one line is written and a reader thread delivers what comes back.
 #   ``failure(method, request_id, sent)``, ``timeout_error(method, deadline)``  the errors a request waiting on
-#       a shared stream ends with; ``end_session(deadline, rules, session_id)``, ``restart_if_exited()``,
+#       a shared stream ends with; ``stop_requests()`` (every request in flight fails at once, none is sent any
+#       more: the first step of closing), ``end_session(deadline, rules, session_id)``, ``restart_if_exited()``,
 #       ``close()``; ``alive`` (False once a child's stream ended), ``pid`` and ``exit_status`` (a child's, else
 #       None).
 #   Capability flags replace tests of the server type: ``has_sessions`` (Mcp-Session-Id, DELETE at close),
@@ -2946,6 +2947,8 @@ class Transport(Protocol):
     def timeout_error(self, method: str, deadline: Deadline) -> BkmcpError: ...
 
     def restart_if_exited(self) -> bool: ...
+
+    def stop_requests(self) -> None: ...
 
     def end_session(self, deadline: Deadline, rules: EraRules | None = None, session_id: str | None = None) -> None: ...
 
@@ -3296,9 +3299,9 @@ class HttpTransport:
         self._own_client = client is None
         self._deliver: Deliver = lambda message, related: False
         self._answer_headers: AnswerHeaders = lambda method, headers: None
-        self._closing = False  # close() ran: requests still reading their answers fail now, with a clear error
-        self._active: set[Any] = set()  # responses being read (close() shuts their sockets down)
-        self._active_lock = _thread.allocate_lock()
+        self._closing = False  # stop_requests() ran: requests in flight fail now, none is sent any more
+        self._sending: set[object] = set()  # markers of the requests on the wire (stop_requests wakes them)
+        self._sending_lock = _thread.allocate_lock()
 
     def attach(self, deliver: Deliver, lost: Callable[[], None], answer_headers: AnswerHeaders) -> None:
         self._deliver = deliver
@@ -3307,6 +3310,8 @@ class HttpTransport:
     # -- plumbing --------------------------------------------------------------------------------------
 
     def _http(self) -> Any:
+        if self._closing:  # never a new client for a closed session
+            raise _mark(ConnectionFailedError("bkmcp closed the session"), sent=False)
         if self._client is None:
             self._client = new_http_client(self.url, insecure=self.insecure)
         return self._client
@@ -3433,9 +3438,13 @@ class HttpTransport:
             raise _mark(ConnectionFailedError(f"bkmcp closed the session before {method} was sent"), sent=False)
         try:
             self._request_once(message, rules, deadline, extra_headers, session_id)
-        except BkmcpError:
+        except BkmcpError as exc:
             if not self._closing:
                 raise
+            if not request_was_sent(exc):  # stopped before its headers went out (``_admit``)
+                raise _mark(
+                    ConnectionFailedError(f"bkmcp closed the session before {method} was sent"), sent=False
+                ) from None
             raise _mark(
                 ConnectionFailedError(
                     f"bkmcp closed the session while {method} (id {message['id']}) was waiting for its answer"
@@ -3465,7 +3474,7 @@ class HttpTransport:
         started = time.monotonic()
         self._log_request("POST", headers, message)
         interrupt = deadline.interrupt  # a warm client's Ctrl-C: the wait for the answer ends at once
-        marker = object()  # finds this request's pooled connection while its headers are awaited
+        marker = object()  # finds this request's pooled connection (``_shut_pending``)
         hook = interrupt.hook(lambda: self._shut_pending(marker)) if interrupt is not None else None
         try:
             with _HttpxBoundary(self.url, deadline):
@@ -3475,62 +3484,62 @@ class HttpTransport:
                     content=body,
                     headers=_wire_headers(headers),
                     timeout=timeout,
-                    extensions={"bkmcp_request": marker} if interrupt is not None else None,
+                    extensions=self._extensions(marker, sent=False),
                 ) as response:
-                    with self._active_lock:
-                        self._active.add(response)
                     if hook is not None and interrupt is not None:
                         interrupt.unhook(hook)
                         hook = interrupt.hook(lambda: _shut_down(response))
-                    try:
-                        self._log_response(response, started)
-                        self._check_status(response, method, with_session=session_id is not None)
-                        self._answer_headers(method, response.headers)  # the core decides what they issue
-                        ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
-                        if response.status_code == 202:  # whatever its content type: an answer with no response
-                            ctype = ""
-                        if ctype == "text/event-stream":
-                            decoder = SseDecoder()
-                            for incoming in self._read_sse(response, decoder, deadline):
-                                if self._deliver(incoming, request_id):
-                                    return
-                        elif ctype == "application/json" or ctype.endswith("+json"):
-                            chunks = []
-                            for chunk in response.iter_bytes():  # the budget is checked while a slow body trickles in
-                                chunks.append(chunk)
-                                deadline.remaining()
-                            raw = b"".join(chunks)
-                            del chunks
-                            for incoming in decode_messages(raw):  # a response for another id is the core's Stray
-                                if self._deliver(incoming, request_id):
-                                    return
-                            raise ProtocolError(
-                                f"the server's JSON answer to {method} has no response for request id {request_id}"
+                    self._log_response(response, started)
+                    self._check_status(response, method, with_session=session_id is not None)
+                    self._answer_headers(method, response.headers)  # the core decides what they issue
+                    ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
+                    if response.status_code == 202:  # whatever its content type: an answer with no response
+                        ctype = ""
+                    if ctype == "text/event-stream":
+                        decoder = SseDecoder()
+                        for incoming in self._read_sse(response, decoder, deadline):
+                            if self._deliver(incoming, request_id):
+                                return
+                    elif ctype == "application/json" or ctype.endswith("+json"):
+                        chunks = []
+                        for chunk in response.iter_bytes():  # the budget is checked while a slow body trickles in
+                            chunks.append(chunk)
+                            deadline.remaining()
+                        raw = b"".join(chunks)
+                        del chunks
+                        for incoming in decode_messages(raw):  # a response for another id is the core's Stray
+                            if self._deliver(incoming, request_id):
+                                return
+                        raise ProtocolError(
+                            f"the server's JSON answer to {method} has no response for request id {request_id}"
+                        )
+                    elif response.status_code == 202 or not ctype:
+                        raise ProtocolError(
+                            f"the server answered request {method} with HTTP {response.status_code} and no "
+                            "JSON-RPC response"
+                            + (
+                                " (202 Accepted is only for notifications and responses)"
+                                if response.status_code == 202
+                                else ""
                             )
-                        elif response.status_code == 202 or not ctype:
-                            raise ProtocolError(
-                                f"the server answered request {method} with HTTP {response.status_code} and no "
-                                "JSON-RPC response"
-                                + (
-                                    " (202 Accepted is only for notifications and responses)"
-                                    if response.status_code == 202
-                                    else ""
-                                )
-                            )
-                        else:
-                            raise ProtocolError(
-                                f"the server answered with unsupported content type {ctype!r} "
-                                "(expected application/json or text/event-stream)"
-                            )
-                    finally:
-                        with self._active_lock:
-                            self._active.discard(response)
+                        )
+                    else:
+                        raise ProtocolError(
+                            f"the server answered with unsupported content type {ctype!r} "
+                            "(expected application/json or text/event-stream)"
+                        )
         finally:
+            with self._sending_lock:
+                self._sending.discard(marker)
             if hook is not None and interrupt is not None:
                 interrupt.unhook(hook)
         # The POST's event stream ended before the response (docs/contract.md §5: 2025-11-25 resumption).
         if rules is not None and rules.sse_resumption and decoder is not None and decoder.last_event_id:
-            self._resume(decoder, request_id, rules, deadline, session_id)
+            try:
+                self._resume(decoder, request_id, rules, deadline, session_id, marker)
+            finally:
+                with self._sending_lock:
+                    self._sending.discard(marker)
             return
         raise _mark(
             ConnectionFailedError(
@@ -3538,6 +3547,28 @@ class HttpTransport:
             ),
             sent=True,
         )
+
+    def _extensions(self, marker: object, *, sent: bool) -> dict[str, Any]:
+        """httpcore extensions of one request: its ``marker`` (``_shut_pending`` finds its connection by it) and a
+        trace that admits it onto the wire (``_admit``) just before its headers go out."""
+
+        def trace(event: str, info: Any) -> None:
+            if event == "http11.send_request_headers.started":
+                self._admit(marker, sent=sent)
+
+        return {"bkmcp_request": marker, "trace": trace}
+
+    def _admit(self, marker: object, *, sent: bool) -> None:
+        """The request of ``marker`` is about to send its headers (on a connection it holds): registered for
+        ``stop_requests``, or refused once that ran. One lock orders the two, so a request is either woken by it or
+        never sent: one that was still connecting, or waiting for a connection, when the session closed included.
+        ``sent``: the operation reached the server already (a resumption GET after its POST); ``_request`` words
+        the error."""
+        with self._sending_lock:
+            if not self._closing:
+                self._sending.add(marker)
+                return
+        raise _mark(ConnectionFailedError("bkmcp closed the session"), sent=sent)
 
     def _shut_pending(self, marker: object) -> None:
         """Wake the thread whose request carries ``marker`` and still awaits its response headers: shut its pooled
@@ -3573,6 +3604,7 @@ class HttpTransport:
         rules: EraRules,
         deadline: Deadline,
         session_id: str | None,
+        marker: object,
     ) -> None:
         """GET + Last-Event-ID after the server's ``retry`` delay, until the response or the budget ends."""
         idle = 0
@@ -3599,7 +3631,11 @@ class HttpTransport:
             self._log_request("GET", headers, None)
             with _HttpxBoundary(self.url, deadline):
                 with self._http().stream(
-                    "GET", self.url, headers=_wire_headers(headers), timeout=self._timeout(deadline)
+                    "GET",
+                    self.url,
+                    headers=_wire_headers(headers),
+                    timeout=self._timeout(deadline),
+                    extensions=self._extensions(marker, sent=True),
                 ) as response:
                     self._log_response(response, started)
                     try:
@@ -3706,18 +3742,24 @@ class HttpTransport:
                 self.log.debug(f"closing an idle connection failed: {type(exc).__name__}")
         return closed
 
+    def stop_requests(self) -> None:
+        """Fail every request in flight now, each with a clear error, and send none any more (the first step of
+        closing the session, before the DELETE that ends it): the sockets of those on the wire are shut down
+        (closing a socket does not wake a thread blocked reading it); one still connecting or waiting for a
+        connection is refused before it sends anything (``_admit``). Idempotent."""
+        with self._sending_lock:
+            self._closing = True
+            sending = list(self._sending)
+        for marker in sending:
+            self._shut_pending(marker)
+
     def close(self, deadline: Deadline | None = None) -> None:
-        """Close the pool. Responses other threads are still reading are shut down first (closing a socket does
-        not wake a thread blocked reading it), so their requests fail at once instead of hanging."""
-        self._closing = True
-        with self._active_lock:
-            streams = [response.extensions.get("network_stream") for response in self._active]
-        if self._own_client and self._client is not None:  # requests still waiting for their response headers
+        """``stop_requests``, then close the pool (an injected one is someone else's: left open)."""
+        self.stop_requests()
+        if self._own_client and self._client is not None:  # whatever httpcore's shape, every socket of ours wakes
             pool = getattr(getattr(self._client, "_transport", None), "_pool", None)
             for connection in list(getattr(pool, "connections", None) or ()):
-                streams.append(getattr(getattr(connection, "_connection", None), "_network_stream", None))
-        for stream in streams:
-            _shut_down_stream(stream)
+                _shut_down_stream(getattr(getattr(connection, "_connection", None), "_network_stream", None))
         if self._client is not None and self._own_client:
             try:
                 self._client.close()
@@ -4308,6 +4350,9 @@ class StdioTransport:
         self.log.debug("the stdio server exited during the era probe; starting it again for initialize")
         return True
 
+    def stop_requests(self) -> None:
+        """Nothing before ``close``: stopping the child ends its stream, which fails the requests in flight."""
+
     def end_session(self, deadline: Deadline, rules: EraRules | None = None, session_id: str | None = None) -> None:
         """Nothing to end: a stdio server's lifetime is its process (``close``)."""
 
@@ -4633,11 +4678,13 @@ class McpSession:
 
     def close(self, deadline: Deadline | None = None) -> None:
         """End the session (DELETE for legacy HTTP sessions) and the transport; idempotent. Requests still in
-        flight fail as if the stream had ended."""
+        flight fail at once (``stop_requests``, before the DELETE, which may take its time), as if the stream had
+        ended."""
         if self.closed:
             return
         self.closed = True
         try:
+            self.transport.stop_requests()
             rules, session_id = self.core.rules, self.core.session_id
             if rules is not None and rules.sessions and self.transport.has_sessions and session_id:
                 try:

@@ -390,3 +390,89 @@ def test_trimming_idle_connections_leaves_the_one_handed_to_a_waiting_call(monke
             session.close(ctx.deadline)
     assert isinstance(box["victim"], dict) and echoed(box["victim"]) == "victim"
     assert len(held.calls_with("victim")) == 1
+
+
+# -- closing an HTTP session fails its waiters at once (issue 16 item 4) ------------------------------------------
+
+
+def start_calls(session: McpSession, texts: list[str], tool: str = "slow", timeout: float = 60) -> tuple[dict, list]:
+    box: dict[str, Any] = {}
+    threads = [threading.Thread(target=one_call, args=(session, tool, text, box, timeout)) for text in texts]
+    for thread in threads:
+        thread.start()
+    return box, threads
+
+
+def test_closing_a_legacy_http_session_fails_its_calls_before_it_ends_the_session(monkeypatch):
+    """The calls in flight fail when ``close`` begins, not once the DELETE that ends the legacy session is answered
+    (up to 2 s; a server busy with those very calls may take all of it). The DELETE waits here, inside
+    ``end_session``, for the calls to be over: they must be over before the session is ended."""
+    texts = [f"w{i}" for i in range(4)]
+    slow = [mock_tool("slow", "slow", ms=60000)]
+    with MockServer({"versions": ["2025-11-25"], "tools": slow}) as srv:
+        session, ctx = opened(resolved({"type": "http", "url": srv.url}))
+        box, threads = start_calls(session, texts)
+        end = time.monotonic() + 30
+        while len(srv.requests(rpc_method="tools/call")) < len(texts) and time.monotonic() < end:
+            time.sleep(0.02)
+        seen: dict[str, bool] = {}
+        end_session = session.transport.end_session
+
+        def ended_after_the_calls(*args: Any, **kwargs: Any) -> None:
+            until = time.monotonic() + 20  # a safety net: before the fix the calls wait for this very DELETE
+            while any(t.is_alive() for t in threads) and time.monotonic() < until:
+                time.sleep(0.01)
+            seen["calls over before the DELETE"] = not any(t.is_alive() for t in threads)
+            end_session(*args, **kwargs)
+
+        monkeypatch.setattr(session.transport, "end_session", ended_after_the_calls)
+        session.close(ctx.deadline)
+        for thread in threads:
+            thread.join(30)
+        calls = srv.requests(rpc_method="tools/call")
+        deletes = srv.requests(http_method="DELETE")
+    assert seen == {"calls over before the DELETE": True}
+    for text in texts:
+        error = box[text]
+        assert isinstance(error, bkmcp.ConnectionFailedError), (text, error)
+        assert "bkmcp closed the session while tools/call" in error.message, error.message
+        assert bkmcp.request_was_sent(error) and error.details["outcome"] == "unknown"
+    assert sorted(c["json"]["params"]["arguments"]["text"] for c in calls) == texts  # each sent once
+    assert len(deletes) == 1
+
+
+def test_a_call_still_connecting_when_its_http_session_closes_is_never_sent(monkeypatch):
+    """A call whose connection was still being opened (or that waited for one) when the session closed: it fails at
+    once, never sent. Before: it went on, sent tools/call on the closed session after the close, and
+    nothing woke it (its socket did not exist when ``close`` shut the others down): it waited for the answer."""
+    from httpcore._sync import connection as httpcore_connection
+
+    with MockServer({"versions": ["2026-07-28"], "tools": TOOLS}) as srv:
+        session, ctx = opened(resolved({"type": "http", "url": srv.url}))
+        session.transport.close_idle_connections()  # type: ignore[attr-defined]  # the next call connects
+        victim: dict[str, Any] = {}
+        connecting, go = threading.Event(), threading.Event()
+        connect = httpcore_connection.HTTPConnection._connect
+
+        def held_connect(connection: Any, request: Any) -> Any:
+            if threading.current_thread() is victim.get("thread"):
+                connecting.set()
+                go.wait(30)
+            return connect(connection, request)
+
+        monkeypatch.setattr(httpcore_connection.HTTPConnection, "_connect", held_connect)
+        box: dict[str, Any] = {}
+        victim["thread"] = threading.Thread(target=one_call, args=(session, "slow", "late", box, 10))
+        victim["thread"].start()
+        try:
+            assert connecting.wait(20)
+            session.close(ctx.deadline)
+        finally:
+            go.set()
+        victim["thread"].join(30)
+        calls = srv.requests(rpc_method="tools/call")
+    error = box["late"]
+    assert isinstance(error, bkmcp.ConnectionFailedError), error
+    assert "bkmcp closed the session before tools/call was sent" in error.message, error.message
+    assert not bkmcp.request_was_sent(error) and error.details.get("outcome") != "unknown"
+    assert calls == []  # never sent after the close
