@@ -2905,7 +2905,8 @@ def reject_excluded_tool(excluded: Sequence[Mapping[str, Any]], name: str, serve
 #       thread and handed to ``deliver`` before ``send`` returns (concurrent callers: concurrent POSTs on one
 #       pooled client); over stdio one line is written and a reader thread delivers what comes back.
 #   ``failure(method, request_id, sent)``, ``timeout_error(method, deadline)``  the errors a request waiting on
-#       a shared stream ends with; ``end_session(deadline, rules, session_id)``, ``restart_if_exited()``,
+#       a shared stream ends with; ``stop_requests()`` (every request in flight fails at once, none is sent any
+#       more: the first step of closing), ``end_session(deadline, rules, session_id)``, ``restart_if_exited()``,
 #       ``close()``; ``alive`` (False once a child's stream ended), ``pid`` and ``exit_status`` (a child's, else
 #       None).
 #   Capability flags replace tests of the server type: ``has_sessions`` (Mcp-Session-Id, DELETE at close),
@@ -2965,6 +2966,8 @@ class Transport(Protocol):
     def stderr_position(self) -> int | None: ...
 
     def mark_started(self) -> None: ...
+
+    def stop_requests(self) -> None: ...
 
     def end_session(self, deadline: Deadline, rules: EraRules | None = None, session_id: str | None = None) -> None: ...
 
@@ -3056,6 +3059,7 @@ _HTTPX_HIDDEN = (
 _HTTPX_LOCK = _thread.allocate_lock()  # the builtin lock type: `threading` is not imported by the help paths
 _TLS_LOCK = _thread.allocate_lock()  # verifying clients are made one at a time (their CA bundle's first lookup)
 _HTTPX: list[Any] = []  # the httpx module once its import has *finished* (sys.modules holds it while it runs)
+_HAND_OVER_POOL: list[type] = []  # the pool class of ``_hand_over_pool``, made once httpcore is loaded
 
 
 def _import_httpx() -> Any:
@@ -3119,9 +3123,70 @@ def new_http_client(url: str, *, insecure: bool) -> Any:
         "limits": httpx.Limits(max_connections=None, max_keepalive_connections=20),
     }
     if not verify:
-        return httpx.Client(**options)
+        return _keep_hand_overs(httpx.Client(**options))
     with _TLS_LOCK:  # certifi.where() fills a global on first use (from the pyz: a temporary copy of the CA bundle)
-        return httpx.Client(**options)
+        return _keep_hand_overs(httpx.Client(**options))
+
+
+def _hand_over_pool() -> type | None:
+    """httpcore 1.0's ``ConnectionPool`` without its hand-over race (encode/httpcore#1110, open upstream).
+
+    A pass of the pool (``_assign_requests_to_connections``, under the pool lock, whenever a request starts or ends)
+    hands an idle keep-alive connection to a waiting request; the connection stays IDLE until that request's thread
+    wakes and starts on it. A pass by another thread in between found it idle and closed it (a surplus keep-alive
+    connection beyond ``max_keepalive_connections``, an expired one, or one closed to make room); that close runs
+    after the lock is released, so it could land once the request was sent: "[Errno 9] Bad file descriptor", or a
+    hang, for a call the server ran. Here a pass never sees a connection a pending request holds (one handed over,
+    or in use), and hands out one per waiting request (the stock pass gives the same IDLE connection to every
+    request waiting, and all but one retry): a connection handed over is its request's until that request ends,
+    which ``_shut_pending`` relies on. None when httpcore is not the 1.0 this was written for (the race stays)."""
+    if _HAND_OVER_POOL:
+        return _HAND_OVER_POOL[0]
+    base = getattr(sys.modules.get("httpcore"), "ConnectionPool", None)
+    if base is None or not hasattr(base, "_assign_requests_to_connections"):
+        return None
+
+    class HandOverPool(base):  # type: ignore[misc, valid-type]
+        def _assign_requests_to_connections(self) -> list[Any]:
+            pool: Any = self  # httpcore's own state, untyped here
+            everyone, limit = pool._requests, pool._max_connections
+            held = {id(r.connection) for r in everyone if r.connection is not None}
+            closing: list[Any] = []
+            try:
+                for waiting in [r for r in everyone if r.is_queued()] or [None]:
+                    kept = [c for c in pool._connections if id(c) in held]
+                    pool._connections = [c for c in pool._connections if id(c) not in held]
+                    pool._requests = [] if waiting is None else [waiting]
+                    pool._max_connections = max(limit - len(kept), 0)  # the held ones still count
+                    try:
+                        closing += super()._assign_requests_to_connections()
+                    finally:
+                        pool._connections = kept + pool._connections
+                    if waiting is not None and waiting.connection is not None:
+                        held.add(id(waiting.connection))
+            finally:
+                pool._requests, pool._max_connections = everyone, limit
+            return closing
+
+    _HAND_OVER_POOL.append(HandOverPool)
+    return HandOverPool
+
+
+def _keep_hand_overs(client: Any) -> Any:
+    """``client`` with its connection pool a ``_hand_over_pool()`` (same state, one method changed)."""
+    pool = _shaped_pool(client)
+    cls = _hand_over_pool()
+    if cls is not None and type(pool) is cls.__bases__[0]:
+        pool.__class__ = cls
+    return client
+
+
+def _shaped_pool(client: Any) -> Any:
+    """The connection pool of ``client`` if it has the httpcore 1.0 state that ``_hand_over_pool`` and
+    ``HttpTransport`` read under its lock, else None (an injected test transport; another httpcore)."""
+    pool = getattr(getattr(client, "_transport", None), "_pool", None)
+    names = ("_requests", "_connections", "_max_connections", "_optional_thread_lock")
+    return pool if all(hasattr(pool, name) for name in names) else None
 
 
 def translate_httpx_error(exc: BaseException, url: str, deadline: Deadline) -> BkmcpError:
@@ -3253,9 +3318,9 @@ class HttpTransport:
         self._own_client = client is None
         self._deliver: Deliver = lambda message, related: False
         self._answer_headers: AnswerHeaders = lambda method, headers: None
-        self._closing = False  # close() ran: requests still reading their answers fail now, with a clear error
-        self._active: set[Any] = set()  # responses being read (close() shuts their sockets down)
-        self._active_lock = _thread.allocate_lock()
+        self._closing = False  # stop_requests() ran: requests in flight fail now, none is sent any more
+        self._sending: set[object] = set()  # markers of the requests on the wire (stop_requests wakes them)
+        self._sending_lock = _thread.allocate_lock()
 
     def attach(self, deliver: Deliver, lost: Callable[[], None], answer_headers: AnswerHeaders) -> None:
         self._deliver = deliver
@@ -3264,6 +3329,8 @@ class HttpTransport:
     # -- plumbing --------------------------------------------------------------------------------------
 
     def _http(self) -> Any:
+        if self._closing:  # never a new client for a closed session
+            raise _mark(ConnectionFailedError("bkmcp closed the session"), sent=False)
         if self._client is None:
             self._client = new_http_client(self.url, insecure=self.insecure)
         return self._client
@@ -3390,9 +3457,13 @@ class HttpTransport:
             raise _mark(ConnectionFailedError(f"bkmcp closed the session before {method} was sent"), sent=False)
         try:
             self._request_once(message, rules, deadline, extra_headers, session_id)
-        except BkmcpError:
+        except BkmcpError as exc:
             if not self._closing:
                 raise
+            if not request_was_sent(exc):  # stopped before its headers went out (``_admit``)
+                raise _mark(
+                    ConnectionFailedError(f"bkmcp closed the session before {method} was sent"), sent=False
+                ) from None
             raise _mark(
                 ConnectionFailedError(f"bkmcp closed the session while {method} was waiting for its answer"),
                 sent=True,
@@ -3420,7 +3491,7 @@ class HttpTransport:
         started = time.monotonic()
         self._log_request("POST", headers, message)
         interrupt = deadline.interrupt  # a warm client's Ctrl-C: the wait for the answer ends at once
-        marker = object()  # finds this request's pooled connection while its headers are awaited
+        marker = object()  # finds this request's pooled connection (``_shut_pending``)
         hook = interrupt.hook(lambda: self._shut_pending(marker)) if interrupt is not None else None
         try:
             with _HttpxBoundary(self.url, deadline):
@@ -3430,62 +3501,62 @@ class HttpTransport:
                     content=body,
                     headers=_wire_headers(headers),
                     timeout=timeout,
-                    extensions={"bkmcp_request": marker} if interrupt is not None else None,
+                    extensions=self._extensions(marker, sent=False),
                 ) as response:
-                    with self._active_lock:
-                        self._active.add(response)
                     if hook is not None and interrupt is not None:
                         interrupt.unhook(hook)
                         hook = interrupt.hook(lambda: _shut_down(response))
-                    try:
-                        self._log_response(response, started)
-                        self._check_status(response, method, with_session=session_id is not None)
-                        self._answer_headers(method, response.headers)  # the core decides what they issue
-                        ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
-                        if response.status_code == 202:  # whatever its content type: an answer with no response
-                            ctype = ""
-                        if ctype == "text/event-stream":
-                            decoder = SseDecoder()
-                            for incoming in self._read_sse(response, decoder, deadline):
-                                if self._deliver(incoming, request_id):
-                                    return
-                        elif ctype == "application/json" or ctype.endswith("+json"):
-                            chunks = []
-                            for chunk in response.iter_bytes():  # the budget is checked while a slow body trickles in
-                                chunks.append(chunk)
-                                deadline.remaining()
-                            raw = b"".join(chunks)
-                            del chunks
-                            for incoming in decode_messages(raw):  # a response for another id is the core's Stray
-                                if self._deliver(incoming, request_id):
-                                    return
-                            raise ProtocolError(
-                                f"the server's JSON answer to {method} has no response for request id {request_id}"
+                    self._log_response(response, started)
+                    self._check_status(response, method, with_session=session_id is not None)
+                    self._answer_headers(method, response.headers)  # the core decides what they issue
+                    ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
+                    if response.status_code == 202:  # whatever its content type: an answer with no response
+                        ctype = ""
+                    if ctype == "text/event-stream":
+                        decoder = SseDecoder()
+                        for incoming in self._read_sse(response, decoder, deadline):
+                            if self._deliver(incoming, request_id):
+                                return
+                    elif ctype == "application/json" or ctype.endswith("+json"):
+                        chunks = []
+                        for chunk in response.iter_bytes():  # the budget is checked while a slow body trickles in
+                            chunks.append(chunk)
+                            deadline.remaining()
+                        raw = b"".join(chunks)
+                        del chunks
+                        for incoming in decode_messages(raw):  # a response for another id is the core's Stray
+                            if self._deliver(incoming, request_id):
+                                return
+                        raise ProtocolError(
+                            f"the server's JSON answer to {method} has no response for request id {request_id}"
+                        )
+                    elif response.status_code == 202 or not ctype:
+                        raise ProtocolError(
+                            f"the server answered request {method} with HTTP {response.status_code} and no "
+                            "JSON-RPC response"
+                            + (
+                                " (202 Accepted is only for notifications and responses)"
+                                if response.status_code == 202
+                                else ""
                             )
-                        elif response.status_code == 202 or not ctype:
-                            raise ProtocolError(
-                                f"the server answered request {method} with HTTP {response.status_code} and no "
-                                "JSON-RPC response"
-                                + (
-                                    " (202 Accepted is only for notifications and responses)"
-                                    if response.status_code == 202
-                                    else ""
-                                )
-                            )
-                        else:
-                            raise ProtocolError(
-                                f"the server answered with unsupported content type {ctype!r} "
-                                "(expected application/json or text/event-stream)"
-                            )
-                    finally:
-                        with self._active_lock:
-                            self._active.discard(response)
+                        )
+                    else:
+                        raise ProtocolError(
+                            f"the server answered with unsupported content type {ctype!r} "
+                            "(expected application/json or text/event-stream)"
+                        )
         finally:
+            with self._sending_lock:
+                self._sending.discard(marker)
             if hook is not None and interrupt is not None:
                 interrupt.unhook(hook)
         # The POST's event stream ended before the response (docs/contract.md §5: 2025-11-25 resumption).
         if rules is not None and rules.sse_resumption and decoder is not None and decoder.last_event_id:
-            self._resume(decoder, request_id, rules, deadline, session_id)
+            try:
+                self._resume(decoder, request_id, rules, deadline, session_id, marker)
+            finally:
+                with self._sending_lock:
+                    self._sending.discard(marker)
             return
         raise _mark(
             ConnectionFailedError(
@@ -3494,15 +3565,40 @@ class HttpTransport:
             sent=True,
         )
 
+    def _extensions(self, marker: object, *, sent: bool) -> dict[str, Any]:
+        """httpcore extensions of one request: its ``marker`` (``_shut_pending`` finds its connection by it) and a
+        trace that admits it onto the wire (``_admit``) just before its headers go out."""
+
+        def trace(event: str, info: Any) -> None:
+            if event == "http11.send_request_headers.started":
+                self._admit(marker, sent=sent)
+
+        return {"bkmcp_request": marker, "trace": trace}
+
+    def _admit(self, marker: object, *, sent: bool) -> None:
+        """The request of ``marker`` is about to send its headers (on a connection it holds): registered for
+        ``stop_requests``, or refused once that ran. One lock orders the two, so a request is either woken by it or
+        never sent: one that was still connecting, or waiting for a connection, when the session closed included.
+        ``sent``: the operation reached the server already (a resumption GET after its POST); ``_request`` words
+        the error."""
+        with self._sending_lock:
+            if not self._closing:
+                self._sending.add(marker)
+                return
+        raise _mark(ConnectionFailedError("bkmcp closed the session"), sent=sent)
+
     def _shut_pending(self, marker: object) -> None:
         """Wake the thread whose request carries ``marker`` and still awaits its response headers: shut its pooled
         connection's socket down (httpcore 1.0's pool, as ``close`` walks it)."""
-        pool = getattr(getattr(self._client, "_transport", None), "_pool", None)
-        for pending in list(getattr(pool, "_requests", None) or ()):
-            request = getattr(pending, "request", None)
-            if getattr(request, "extensions", {}).get("bkmcp_request") is marker:
-                connection = getattr(getattr(pending, "connection", None), "_connection", None)
-                _shut_down_stream(getattr(connection, "_network_stream", None))
+        pool = _shaped_pool(self._client)
+        if pool is None:
+            return
+        with pool._optional_thread_lock:  # a connection handed over is this request's alone (``_hand_over_pool``)
+            for pending in pool._requests:
+                request = getattr(pending, "request", None)
+                if getattr(request, "extensions", {}).get("bkmcp_request") is marker:
+                    connection = getattr(getattr(pending, "connection", None), "_connection", None)
+                    _shut_down_stream(getattr(connection, "_network_stream", None))
 
     def _read_sse(self, response: Any, decoder: SseDecoder, deadline: Deadline) -> Iterable[Message]:
         for chunk in response.iter_bytes():
@@ -3525,6 +3621,7 @@ class HttpTransport:
         rules: EraRules,
         deadline: Deadline,
         session_id: str | None,
+        marker: object,
     ) -> None:
         """GET + Last-Event-ID after the server's ``retry`` delay, until the response or the budget ends."""
         idle = 0
@@ -3551,7 +3648,11 @@ class HttpTransport:
             self._log_request("GET", headers, None)
             with _HttpxBoundary(self.url, deadline):
                 with self._http().stream(
-                    "GET", self.url, headers=_wire_headers(headers), timeout=self._timeout(deadline)
+                    "GET",
+                    self.url,
+                    headers=_wire_headers(headers),
+                    timeout=self._timeout(deadline),
+                    extensions=self._extensions(marker, sent=True),
                 ) as response:
                     self._log_response(response, started)
                     try:
@@ -3647,31 +3748,44 @@ class HttpTransport:
             self.log.debug(f"ending the session failed: {type(exc).__name__}")
 
     def close_idle_connections(self) -> int:
-        """Close the pooled keep-alive connections no request is using now (the MCP session itself stays: the next
-        request opens a new connection); how many were closed."""
-        pool = getattr(getattr(self._client, "_transport", None), "_pool", None)
+        """Close the pooled keep-alive connections nobody holds (the MCP session itself stays: the next request opens
+        a new connection); how many were closed. They leave the pool under its lock, so none can be handed to a
+        request meanwhile; one already handed to a request that has not started on it yet (still IDLE) is that
+        request's (``_hand_over_pool``)."""
+        pool = _shaped_pool(self._client)
+        if pool is None:
+            return 0
+        with pool._optional_thread_lock:
+            held = {id(r.connection) for r in pool._requests if r.connection is not None}
+            idle = {id(c): c for c in pool._connections if id(c) not in held and c.is_idle()}
+            pool._connections = [c for c in pool._connections if id(c) not in idle]
         closed = 0
-        for connection in list(getattr(pool, "connections", None) or ()):
+        for connection in idle.values():
             try:
-                if connection.is_idle():
-                    connection.close()
-                    closed += 1
-            except Exception as exc:  # best effort: a connection that cannot say is left to the pool
+                connection.close()
+                closed += 1
+            except Exception as exc:  # best effort: out of the pool, whatever state it is in
                 self.log.debug(f"closing an idle connection failed: {type(exc).__name__}")
         return closed
 
+    def stop_requests(self) -> None:
+        """Fail every request in flight now, each with a clear error, and send none any more (the first step of
+        closing the session, before the DELETE that ends it): the sockets of those on the wire are shut down
+        (closing a socket does not wake a thread blocked reading it); one still connecting or waiting for a
+        connection is refused before it sends anything (``_admit``). Idempotent."""
+        with self._sending_lock:
+            self._closing = True
+            sending = list(self._sending)
+        for marker in sending:
+            self._shut_pending(marker)
+
     def close(self, deadline: Deadline | None = None) -> None:
-        """Close the pool. Responses other threads are still reading are shut down first (closing a socket does
-        not wake a thread blocked reading it), so their requests fail at once instead of hanging."""
-        self._closing = True
-        with self._active_lock:
-            streams = [response.extensions.get("network_stream") for response in self._active]
-        if self._own_client and self._client is not None:  # requests still waiting for their response headers
+        """``stop_requests``, then close the pool (an injected one is someone else's: left open)."""
+        self.stop_requests()
+        if self._own_client and self._client is not None:  # whatever httpcore's shape, every socket of ours wakes
             pool = getattr(getattr(self._client, "_transport", None), "_pool", None)
             for connection in list(getattr(pool, "connections", None) or ()):
-                streams.append(getattr(getattr(connection, "_connection", None), "_network_stream", None))
-        for stream in streams:
-            _shut_down_stream(stream)
+                _shut_down_stream(getattr(getattr(connection, "_connection", None), "_network_stream", None))
         if self._client is not None and self._own_client:
             try:
                 self._client.close()
@@ -4293,6 +4407,9 @@ class StdioTransport:
         self.log.debug("the stdio server exited during the era probe; starting it again for initialize")
         return True
 
+    def stop_requests(self) -> None:
+        """Nothing before ``close``: stopping the child ends its stream, which fails the requests in flight."""
+
     def end_session(self, deadline: Deadline, rules: EraRules | None = None, session_id: str | None = None) -> None:
         """Nothing to end: a stdio server's lifetime is its process (``close``)."""
 
@@ -4641,11 +4758,13 @@ class McpSession:
 
     def close(self, deadline: Deadline | None = None) -> None:
         """End the session (DELETE for legacy HTTP sessions) and the transport; idempotent. Requests still in
-        flight fail as if the stream had ended."""
+        flight fail at once (``stop_requests``, before the DELETE, which may take its time), as if the stream had
+        ended."""
         if self.closed:
             return
         self.closed = True
         try:
+            self.transport.stop_requests()
             rules, session_id = self.core.rules, self.core.session_id
             if rules is not None and rules.sessions and self.transport.has_sessions and session_id:
                 try:

@@ -116,6 +116,34 @@ def test_closing_an_http_session_fails_its_waiters_at_once(tmp_path, resident, h
     assert texts(srv) == ["x"]
 
 
+@pytest.mark.parametrize("version", ["2025-03-26", None], ids=["legacy-session", "modern"])
+def test_shutdown_fails_every_http_call_in_flight_by_closing_its_session(tmp_path, resident, http_mock, version):
+    """Issue 16 item 4 at the end: ``shutdown`` with several slow HTTP calls in flight. Each is failed by the close
+    of its session (that wording, outcome unknown), not by the end's safety net for commands still running after
+    the grace (``bkmcp shut down before the call finished``), each before the ``stopped`` answer; the server had
+    each call once and none ran to its end. The session-engine tests (test_session_concurrency.py) hold the races
+    this can only meet by chance: a call still connecting, and a slow DELETE ending a legacy session."""
+    srv = http_mock({"tools": [mock_tool("slow", "slow", ms=60000), *DEFAULT_TOOLS]})
+    extra = {"protocol_version": version} if version else {}
+    res = resident(registry(tmp_path, [http_row("pub", srv.url, **extra)]), "--timeout", "120s")
+    res.ok("connect_server", "alice", server_name="pub")
+    names = [f"c{i}" for i in range(5)]
+    calls = [
+        res.send("call_tool", "alice", server_name="pub", tool_name="slow", arguments={"text": name}) for name in names
+    ]
+    until(lambda: sorted(texts(srv)) == names, "every call reached the server")
+    stop = res.send("shutdown")
+    assert res.exit_status() == 0
+    for call in calls:
+        answer = res.wait(call)
+        assert answer["error_code"] == "mcp_connection_error", answer
+        assert answer["error"].startswith("bkmcp closed the session while tools/call"), answer
+        assert answer["details"]["outcome"] == "unknown"
+    assert order(res, *calls, stop)[-1] == stop
+    assert sorted(texts(srv)) == names  # each sent once
+    assert [e["status"] for e in srv.requests("tools/call") if e["status"] == 200] == []  # none ran to its end
+
+
 # -- item 8: disabled or deleted public servers free their slot ------------------------------------------------
 
 

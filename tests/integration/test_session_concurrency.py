@@ -259,3 +259,220 @@ time.sleep(60)
             holder.wait(10)
         if ChildGroup.running(pid):  # a failing run must not leak the group either
             os.killpg(pid, signal.SIGKILL)
+
+
+class HeldHandOver:
+    """Holds httpcore 1.0's pool at the moment of the "Bad file descriptor" (issue 16, encode/httpcore#1110): the
+    pool has handed its idle keep-alive connection to the thread of one waiting call (the victim), whose connection
+    stays IDLE until that thread starts on it. ``release()`` lets the victim go on.
+
+    While ``close_on_send`` is set, a pass of the pool that decides to close the victim's connection while the
+    victim's request holds it is held between its decision and the close until the server has received the victim's
+    call, so the close lands on a request in flight, as it can on a loaded machine (the close runs outside the pool
+    lock)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, srv: MockServer) -> None:
+        from httpcore._sync import connection_pool
+
+        self.srv = srv
+        self.thread: threading.Thread | None = None
+        self.connection: Any = None
+        self.closed_under_it = False
+        self.assigned, self.go = threading.Event(), threading.Event()
+        self.close_on_send = False
+        wait_for_connection = connection_pool.PoolRequest.wait_for_connection
+        close_connections = connection_pool.ConnectionPool._close_connections
+
+        def wait_held(pool_request: Any, timeout: float | None = None) -> Any:
+            connection = wait_for_connection(pool_request, timeout)
+            if threading.current_thread() is self.thread and not self.assigned.is_set():
+                self.connection = connection
+                self.assigned.set()
+                self.go.wait(30)
+            return connection
+
+        def close_held(pool: Any, closing: list[Any]) -> None:
+            holds = any(r.connection is self.connection for r in pool._requests)  # the victim's call is not over
+            if self.close_on_send and holds and any(c is self.connection for c in closing):
+                self.closed_under_it = True
+                self.release()
+                self.srv_received("victim")
+            close_connections(pool, closing)
+
+        monkeypatch.setattr(connection_pool.PoolRequest, "wait_for_connection", wait_held)
+        monkeypatch.setattr(connection_pool.ConnectionPool, "_close_connections", close_held)
+
+    def srv_received(self, text: str, timeout: float = 20) -> bool:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if self.calls_with(text):
+                return True
+            time.sleep(0.01)
+        return False
+
+    def calls_with(self, text: str) -> list[dict[str, Any]]:
+        calls = self.srv.requests(rpc_method="tools/call")
+        return [c for c in calls if (c["json"] or {}).get("params", {}).get("arguments", {}).get("text") == text]
+
+    def start(self, target: Any) -> None:
+        self.thread = threading.Thread(target=target)
+        self.thread.start()
+        assert self.assigned.wait(20), "the victim's request was never given a connection"
+
+    def release(self) -> None:
+        self.go.set()
+
+
+def http_pool(session: McpSession) -> Any:
+    return session.transport._client._transport._pool  # type: ignore[attr-defined]
+
+
+def one_call(session: McpSession, tool: str, text: str, box: dict[str, Any], timeout: float = 20) -> None:
+    try:
+        box[text] = bkmcp.call_tool(session, OpContext(Deadline(timeout), session.log), tool, {"text": text})
+    except bkmcp.BkmcpError as exc:
+        box[text] = exc
+
+
+def test_the_pool_never_closes_the_connection_it_handed_to_a_waiting_call(monkeypatch):
+    """The cause of the intermittent "[Errno 9] Bad file descriptor" of 200 concurrent calls on one HTTP session:
+    a pass of httpcore's pool (another call starting or ending) found the connection it had just handed to a waiting
+    call still IDLE, and closed it as a surplus keep-alive connection (more connections than
+    max_keepalive_connections) after that call had started on it: the call was sent, the server ran it, and its
+    answer was lost (EBADF, or a hang to the timeout). Here every step of that interleaving is held; the pool must
+    leave a connection a request holds alone, and both calls are answered, each sent once."""
+    with MockServer({"versions": ["2026-07-28"], "tools": TOOLS}) as srv:
+        session, ctx = opened(resolved({"type": "http", "url": srv.url}))
+        held = HeldHandOver(monkeypatch, srv)
+        box: dict[str, Any] = {}
+        try:
+            one_call(session, "fast", "warm-up", box)  # the pool keeps one idle keep-alive connection
+            held.start(lambda: one_call(session, "slow", "victim", box))
+            assert held.connection in http_pool(session).connections and held.connection.is_idle()
+            held.close_on_send = True
+            # what 200 calls reach: more connections than the keep-alive limit (20), so any idle one is surplus
+            http_pool(session)._max_keepalive_connections = 0
+            bystander = threading.Thread(target=one_call, args=(session, "fast", "bystander", box))
+            bystander.start()
+            bystander.join(30)
+            held.release()
+            held.thread.join(30)  # type: ignore[union-attr]
+            assert not bystander.is_alive() and not held.thread.is_alive()  # type: ignore[union-attr]
+        finally:
+            held.release()
+            session.close(ctx.deadline)
+    for text in ("warm-up", "victim", "bystander"):
+        assert isinstance(box[text], dict), (text, box[text])
+        assert echoed(box[text]) == text
+        assert len(held.calls_with(text)) == 1  # each sent exactly once
+    assert not held.closed_under_it
+
+
+def test_trimming_idle_connections_leaves_the_one_handed_to_a_waiting_call(monkeypatch):
+    """``close_idle_connections`` (the resident mode's memory trim) closes only connections nobody holds: the one
+    the pool handed to a waiting call, still IDLE, is that call's (closed under it, the call could be sent and its
+    answer lost, as above)."""
+    with MockServer({"versions": ["2026-07-28"], "tools": TOOLS}) as srv:
+        session, ctx = opened(resolved({"type": "http", "url": srv.url}))
+        held = HeldHandOver(monkeypatch, srv)
+        box: dict[str, Any] = {}
+        try:
+            one_call(session, "fast", "warm-up", box)
+            held.start(lambda: one_call(session, "fast", "victim", box))
+            assert held.connection.is_idle()
+            assert session.transport.close_idle_connections() == 0  # type: ignore[attr-defined]
+            assert not held.connection.is_closed()
+            held.release()
+            held.thread.join(30)  # type: ignore[union-attr]
+            assert session.transport.close_idle_connections() == 1  # type: ignore[attr-defined]  # now nobody's
+        finally:
+            held.release()
+            session.close(ctx.deadline)
+    assert isinstance(box["victim"], dict) and echoed(box["victim"]) == "victim"
+    assert len(held.calls_with("victim")) == 1
+
+
+# -- closing an HTTP session fails its waiters at once (issue 16 item 4) ------------------------------------------
+
+
+def start_calls(session: McpSession, texts: list[str], tool: str = "slow", timeout: float = 60) -> tuple[dict, list]:
+    box: dict[str, Any] = {}
+    threads = [threading.Thread(target=one_call, args=(session, tool, text, box, timeout)) for text in texts]
+    for thread in threads:
+        thread.start()
+    return box, threads
+
+
+def test_closing_a_legacy_http_session_fails_its_calls_before_it_ends_the_session(monkeypatch):
+    """The calls in flight fail when ``close`` begins, not once the DELETE that ends the legacy session is answered
+    (up to 2 s; a server busy with those very calls may take all of it). The DELETE waits here, inside
+    ``end_session``, for the calls to be over: they must be over before the session is ended."""
+    texts = [f"w{i}" for i in range(4)]
+    slow = [mock_tool("slow", "slow", ms=60000)]
+    with MockServer({"versions": ["2025-11-25"], "tools": slow}) as srv:
+        session, ctx = opened(resolved({"type": "http", "url": srv.url}))
+        box, threads = start_calls(session, texts)
+        end = time.monotonic() + 30
+        while len(srv.requests(rpc_method="tools/call")) < len(texts) and time.monotonic() < end:
+            time.sleep(0.02)
+        seen: dict[str, bool] = {}
+        end_session = session.transport.end_session
+
+        def ended_after_the_calls(*args: Any, **kwargs: Any) -> None:
+            until = time.monotonic() + 20  # a safety net: before the fix the calls wait for this very DELETE
+            while any(t.is_alive() for t in threads) and time.monotonic() < until:
+                time.sleep(0.01)
+            seen["calls over before the DELETE"] = not any(t.is_alive() for t in threads)
+            end_session(*args, **kwargs)
+
+        monkeypatch.setattr(session.transport, "end_session", ended_after_the_calls)
+        session.close(ctx.deadline)
+        for thread in threads:
+            thread.join(30)
+        calls = srv.requests(rpc_method="tools/call")
+        deletes = srv.requests(http_method="DELETE")
+    assert seen == {"calls over before the DELETE": True}
+    for text in texts:
+        error = box[text]
+        assert isinstance(error, bkmcp.ConnectionFailedError), (text, error)
+        assert "bkmcp closed the session while tools/call" in error.message, error.message
+        assert bkmcp.request_was_sent(error) and error.details["outcome"] == "unknown"
+    assert sorted(c["json"]["params"]["arguments"]["text"] for c in calls) == texts  # each sent once
+    assert len(deletes) == 1
+
+
+def test_a_call_still_connecting_when_its_http_session_closes_is_never_sent(monkeypatch):
+    """A call whose connection was still being opened (or that waited for one) when the session closed: it fails at
+    once, never sent. Before: it went on, sent tools/call on the closed session after the close, and
+    nothing woke it (its socket did not exist when ``close`` shut the others down): it waited for the answer."""
+    from httpcore._sync import connection as httpcore_connection
+
+    with MockServer({"versions": ["2026-07-28"], "tools": TOOLS}) as srv:
+        session, ctx = opened(resolved({"type": "http", "url": srv.url}))
+        session.transport.close_idle_connections()  # type: ignore[attr-defined]  # the next call connects
+        victim: dict[str, Any] = {}
+        connecting, go = threading.Event(), threading.Event()
+        connect = httpcore_connection.HTTPConnection._connect
+
+        def held_connect(connection: Any, request: Any) -> Any:
+            if threading.current_thread() is victim.get("thread"):
+                connecting.set()
+                go.wait(30)
+            return connect(connection, request)
+
+        monkeypatch.setattr(httpcore_connection.HTTPConnection, "_connect", held_connect)
+        box: dict[str, Any] = {}
+        victim["thread"] = threading.Thread(target=one_call, args=(session, "slow", "late", box, 10))
+        victim["thread"].start()
+        try:
+            assert connecting.wait(20)
+            session.close(ctx.deadline)
+        finally:
+            go.set()
+        victim["thread"].join(30)
+        calls = srv.requests(rpc_method="tools/call")
+    error = box["late"]
+    assert isinstance(error, bkmcp.ConnectionFailedError), error
+    assert "bkmcp closed the session before tools/call was sent" in error.message, error.message
+    assert not bkmcp.request_was_sent(error) and error.details.get("outcome") != "unknown"
+    assert calls == []  # never sent after the close

@@ -164,6 +164,9 @@ class _FakeTransport:
     def restart_if_exited(self) -> bool:
         return False
 
+    def stop_requests(self) -> None:
+        pass
+
     def end_session(self, deadline, rules=None, session_id=None) -> None:
         pass
 
