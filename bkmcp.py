@@ -8050,6 +8050,10 @@ class Registry:
         with self._lock:
             self._tools.pop(_tools_user(server, user_id), None)
 
+    def forget_users(self, users: set[str]) -> None:
+        """The reaper forgot these users (no slot left): what is kept in memory for each goes (a user who comes back
+        is read again), so that memory follows the users active lately, not every user seen (§13)."""
+
     def abort(self) -> None:
         """Shutdown: commands waiting for this source stop waiting (``registry_error``); ``close`` follows."""
 
@@ -8245,7 +8249,9 @@ class SqliteRegistry(Registry):
         busy_ms = int(left * 1000)
         if abs(busy_ms - self._busy_ms) > 50:  # one statement, only when the wait differs noticeably
             try:
-                self._db.execute(f"PRAGMA busy_timeout = {busy_ms}")
+                # executescript: no transaction is open here, and it keeps no prepared statement (execute would
+                # cache one per distinct wait, up to sqlite3's 128)
+                self._db.executescript(f"PRAGMA busy_timeout = {busy_ms}")
                 self._busy_ms = busy_ms
             except BaseException:
                 self._lock.release()
@@ -8306,6 +8312,11 @@ class SqliteRegistry(Registry):
                 self._users[user_id] = (own.user_credentials, own.credential_problems)
         finally:
             self._db.execute("COMMIT")
+
+    def forget_users(self, users: set[str]) -> None:
+        with self._lock:
+            for user in users:
+                self._users.pop(user, None)
 
     def load_tools(self, server: RegistryServer | str, user_id: str | None) -> CachedTools | None:
         import sqlite3
@@ -8598,6 +8609,11 @@ class HttpRegistry(Registry):
         view = _build_view(rows, system.items(), own.items(), source=self.source, log=self.log)
         view.complete = user_id is None  # a user's answer lists what that user may use, not every server
         return view
+
+    def forget_users(self, users: set[str]) -> None:
+        with self._lock:
+            for key in [key for key in self._answers if key[0] in users]:
+                del self._answers[key]
 
     def close(self) -> None:
         with self._lock:
@@ -9401,8 +9417,12 @@ class SessionPool:
             if drop is not None:
                 drop(slot.server, slot.user)
         gone = {slot.user for slot in forgotten} - remaining
-        if gone and self.on_users_gone is not None:
-            self.on_users_gone(gone)
+        if gone:
+            forget = getattr(self.registry, "forget_users", None)  # a registry's per-user memory (credentials, answers)
+            if forget is not None:
+                forget(gone)
+            if self.on_users_gone is not None:
+                self.on_users_gone(gone)
 
     def close_all(self) -> None:
         """Shutdown: close every session, live or still opening (its child's whole process group is reaped too),
@@ -9913,7 +9933,9 @@ class WorkerPool:
         if reuse:
             self._jobs.put(job)
             return True
-        thread = threading.Thread(target=self._work, args=(job,), name=self._name, daemon=True)
+        # the first job in a box that _work empties: a Thread keeps its args while it runs, and an idle thread must
+        # not pin a command it ran (its arguments, its user's access token) for hours
+        thread = threading.Thread(target=self._work, args=([job],), name=self._name, daemon=True)
         with self._lock:
             self.threads.add(thread)
         try:
@@ -9925,15 +9947,17 @@ class WorkerPool:
             return False
         return True
 
-    def _work(self, job: Any) -> None:
+    def _work(self, first: list[Any]) -> None:
         import threading
 
+        job = first.pop()
         try:
             while job is not None:
                 try:
                     self._run(job)
                 finally:
                     self._room.release()
+                job = None  # not pinned while this thread waits for the next one
                 job = self._next()
         finally:
             with self._lock:
