@@ -1257,6 +1257,10 @@ class LineWriter:
                 writer.join(1.0)  # at most one select timeout (0.2 s): it never blocks in a write
         with self._lock:
             self._writer = None
+            for kind, _line in self._backlog or ():  # queued while the writer thread was ending
+                self._drop(kind, report=False)
+            if self._backlog:
+                self._backlog.clear()
         if self.stream is not None and self.owned:
             stream, self.stream = self.stream, None  # its descriptor may be reused: never written again
             try:
