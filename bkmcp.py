@@ -10,8 +10,9 @@ uses only the sections above it:
 
     1. Errors & exit codes      one exception root, every stable error code of docs/contract.md §7
     2. Helpers                  records (a small dataclass), JSON with number fidelity, redaction, durations,
-                                the default timeout and deadlines, logging, the progress line, names' close
-                                spellings, and the tool-option tokens the argv parser hands to section 8
+                                the default timeout and deadlines, logging, the line writer that never blocks
+                                (resident log and events), the progress line, names' close spellings, and the
+                                tool-option tokens the argv parser hands to section 8
     3. Config                   file selection, strict parsing, per-field validation, ${VAR} expansion
     4. Auth                     Bearer / X-Bkapi-Authorization forms, conflicts, secrets to scrub
     5. Protocol core (sans-IO)  JSON-RPC framing, SSE decoder, eras, request building, classification; the
@@ -1088,28 +1089,220 @@ def is_terminal(stream: Any) -> bool:
         return False
 
 
-class Log:
-    """Diagnostics on stderr. ``debug`` only with ``-v``; every line goes through the redactor."""
+_LINE_BUFFER = 10_000  # lines waiting for a slow stream (LineWriter); beyond that they are dropped and counted
+_PIPE_ATOMIC = 4096  # POSIX PIPE_BUF minimum: a pipe that select() calls writable takes a write this small whole
 
-    def __init__(self, stream: IO[str], *, verbose: bool = False, redactor: Redactor | None = None) -> None:
+
+def _log_lines_dropped(count: int) -> str:
+    return f"bkmcp: warning: {count} log line{'s' if count != 1 else ''} dropped (stderr was not read)\n"
+
+
+class LineWriter:
+    """Whole lines to one stream without ever holding the caller back (issue 16 item 13): the resident mode's
+    ``--events`` and operator log. The one-shot CLI writes its log synchronously and never uses this.
+
+    A line is written at once when the stream can take it without blocking (a file, a pipe with room: ``select``,
+    then one ``os.write`` of at most ``PIPE_BUF`` bytes, which a pipe takes whole); otherwise it waits in a bounded
+    buffer that a writer thread empties as the stream drains (order kept; writers sharing a stream share one
+    ``LineWriter``, so their lines never interleave mid-line). A line that finds the buffer full, or that the
+    stream refuses (a full disk), is dropped and counted by its ``kind``; the drops are reported once, by one line
+    per kind (``notes[kind](count)``), when writing works again. ``close`` waits a bounded time: what a stream nobody
+    reads still holds then is dropped (counted, never reported: nobody would read it)."""
+
+    def __init__(self, stream: IO[str] | None, *, owned: bool = False, buffer: int = _LINE_BUFFER) -> None:
+        import threading
+
+        self.stream = stream
+        self.owned = owned  # a file opened for us (closed by close()); stderr is not ours to close
+        self.notes: dict[str, Callable[[int], str]] = {"log": _log_lines_dropped}  # how each kind's drops read
+        self.dropped: dict[str, int] = {}
+        self.written = 0
+        self._limit = buffer
+        self._backlog: Any = None  # collections.deque[(kind, line)] waiting for the writer thread (made on first use)
+        self._unreported: dict[str, int] = {}  # drops not yet reported, by kind
+        self._lock = threading.Condition()
+        self._writer: Any = None
+        self._closing = False
+        self._abandon = False  # close() gave up on a stream nobody reads
+        self._fd: int | None = None
+        if stream is not None:
+            try:
+                self._fd = stream.fileno()
+                stream.flush()
+            except (AttributeError, OSError, ValueError):  # not a file (tests): written through its own write()
+                self._fd = None
+
+    def write(self, line: str, kind: str = "log") -> None:
+        """Queue one line (ending with a newline); never blocks on the stream."""
+        if self.stream is None:
+            return
+        with self._lock:
+            if not self._backlog and not self._unreported and self._write_now(line, kind):
+                return
+            if self._closing and self._writer is None or len(self._backlog or ()) >= self._limit:
+                self._drop(kind)
+                return
+            if self._backlog is None:
+                import collections
+
+                self._backlog = collections.deque()
+            self._backlog.append((kind, line))
+            if self._writer is None:
+                import threading
+
+                self._writer = threading.Thread(target=self._drain, name="bkmcp-lines", daemon=True)
+                self._writer.start()
+            self._lock.notify()
+
+    def _drop(self, kind: str, *, report: bool = True) -> None:
+        self.dropped[kind] = self.dropped.get(kind, 0) + 1
+        if report:
+            self._unreported[kind] = self._unreported.get(kind, 0) + 1
+
+    def _write_now(self, line: str, kind: str) -> bool:
+        """Write ``line`` if that cannot block (under ``_lock``); False when it would (it then waits in the buffer)."""
+        if self._fd is None:
+            self._count(self._write_stream(line), kind)
+            return True
+        data = line.encode("utf-8", "surrogatepass")
+        if len(data) > _PIPE_ATOMIC or not self._writable(self._fd, 0):
+            return False
+        self._count(self._write_fd(self._fd, data), kind)
+        return True
+
+    def _count(self, ok: bool, kind: str) -> None:
+        if ok:
+            self.written += 1
+        else:
+            self._drop(kind)
+
+    @staticmethod
+    def _writable(fd: int, timeout: float) -> bool:
+        import select
+
+        try:
+            return bool(select.select([], [fd], [], timeout)[1])
+        except (OSError, ValueError):  # a closed descriptor: the write says so (and the line counts as dropped)
+            return True
+
+    @staticmethod
+    def _write_fd(fd: int, data: bytes) -> bool:
+        try:
+            while data:
+                data = data[os.write(fd, data) :]
+            return True
+        except OSError:  # a full disk, a closed stream: dropped, serving goes on
+            return False
+
+    def _write_stream(self, line: str) -> bool:
+        assert self.stream is not None
+        try:
+            self.stream.write(line)
+            self.stream.flush()
+            return True
+        except (OSError, ValueError):
+            return False
+
+    def _drain(self) -> None:
+        """The writer thread: the backlog, oldest first, each line once the stream can take it; never blocked in a
+        write (``select`` first, with a timeout, so ``close`` can always end it). Drops are reported before the
+        next line, and at the end if the stream takes them."""
+        while True:
+            with self._lock:
+                while not self._backlog and not self._closing:
+                    self._lock.wait()
+                if self._abandon or not self._backlog and not self._unreported:
+                    for kind, _line in self._backlog or ():
+                        self._drop(kind, report=False)
+                    self._backlog.clear()
+                    return
+            if self._fd is not None and not self._writable(self._fd, 0.2):
+                continue
+            with self._lock:  # a line stays first in the backlog until written: write() keeps the order
+                for kind, count in list(self._unreported.items()):
+                    note = self.notes.get(kind)
+                    del self._unreported[kind]
+                    if note is not None and self._write_line(note(count)):  # a refused report stays in dropped
+                        self.written += 1
+                if self._backlog:
+                    kind, line = self._backlog[0]
+                    self._count(self._write_line(line), kind)
+                    self._backlog.popleft()
+
+    def _write_line(self, line: str) -> bool:
+        """One line from the writer thread, in pieces a pipe takes whole once ``select`` says it has room."""
+        if self._fd is None:
+            return self._write_stream(line)
+        data = line.encode("utf-8", "surrogatepass")
+        for start in range(0, len(data), _PIPE_ATOMIC):
+            if start and not self._writable(self._fd, 0.2):
+                return False
+            if not self._write_fd(self._fd, data[start : start + _PIPE_ATOMIC]):
+                return False
+        return True
+
+    def close(self, wait: float = 2.0) -> None:
+        """Write what waits, for at most ``wait`` seconds (a stream nobody reads is then given up: its lines count as
+        dropped), then close a stream we own. Later lines are written only when the stream takes them at once."""
+        with self._lock:
+            self._closing = True
+            writer = self._writer
+            self._lock.notify_all()
+        if writer is not None:
+            writer.join(max(wait, 0.0))
+            if writer.is_alive():
+                with self._lock:
+                    self._abandon = True
+                    self._lock.notify_all()
+                writer.join(1.0)  # at most one select timeout (0.2 s): it never blocks in a write
+        with self._lock:
+            self._writer = None
+            for kind, _line in self._backlog or ():  # queued while the writer thread was ending
+                self._drop(kind, report=False)
+            if self._backlog:
+                self._backlog.clear()
+        if self.stream is not None and self.owned:
+            stream, self.stream = self.stream, None  # its descriptor may be reused: never written again
+            try:
+                stream.close()
+            except (OSError, ValueError):
+                self._drop("", report=False)
+
+
+class Log:
+    """Diagnostics on stderr. ``debug`` only with ``-v``; every line goes through the redactor. Written at once
+    (the one-shot CLI), or through a ``LineWriter`` (the resident mode: a stderr nobody reads never blocks)."""
+
+    def __init__(
+        self,
+        stream: IO[str],
+        *,
+        verbose: bool = False,
+        redactor: Redactor | None = None,
+        lines: LineWriter | None = None,
+    ) -> None:
         self.stream = stream
         self.verbose = verbose
         self.redactor = redactor or Redactor()
+        self.lines = lines  # the resident mode: whole lines through a LineWriter, never blocking (no progress line)
         self._warned: set[str] = set()
         self._line_open = False  # a terminal progress line is on screen without its newline yet
 
-    def scoped(self, redactor: Redactor) -> Log:
-        """The same stream, verbosity and once-only warnings, scrubbed by ``redactor`` (the resident mode gives
-        each session a log that knows that session's secrets)."""
-        log = Log(self.stream, verbose=self.verbose, redactor=redactor)
+    def scoped(self, redactor: Redactor, *, lines: LineWriter | None = None) -> Log:
+        """The same stream, verbosity, line writer (or ``lines``) and once-only warnings, scrubbed by ``redactor``
+        (the resident mode gives each session a log that knows that session's secrets)."""
+        log = Log(self.stream, verbose=self.verbose, redactor=redactor, lines=lines or self.lines)
         log._warned = self._warned
         return log
 
     @property
     def is_tty(self) -> bool:
-        return is_terminal(self.stream)
+        return self.lines is None and is_terminal(self.stream)
 
     def _write(self, line: str) -> None:
+        if self.lines is not None:
+            self.lines.write(self.redactor.scrub(line) + "\n", "log")
+            return
         try:
             if self._line_open:  # any other line first clears the progress line (redrawn by its next update)
                 self._line_open = False
@@ -8071,6 +8264,10 @@ class Registry:
         with self._lock:
             self._tools.pop(_tools_user(server, user_id), None)
 
+    def forget_users(self, users: set[str]) -> None:
+        """The reaper forgot these users (no slot left): what is kept in memory for each goes (a user who comes back
+        is read again), so that memory follows the users active lately, not every user seen (§13)."""
+
     def abort(self) -> None:
         """Shutdown: commands waiting for this source stop waiting (``registry_error``); ``close`` follows."""
 
@@ -8266,7 +8463,9 @@ class SqliteRegistry(Registry):
         busy_ms = int(left * 1000)
         if abs(busy_ms - self._busy_ms) > 50:  # one statement, only when the wait differs noticeably
             try:
-                self._db.execute(f"PRAGMA busy_timeout = {busy_ms}")
+                # executescript: no transaction is open here, and it keeps no prepared statement (execute would
+                # cache one per distinct wait, up to sqlite3's 128)
+                self._db.executescript(f"PRAGMA busy_timeout = {busy_ms}")
                 self._busy_ms = busy_ms
             except BaseException:
                 self._lock.release()
@@ -8327,6 +8526,11 @@ class SqliteRegistry(Registry):
                 self._users[user_id] = (own.user_credentials, own.credential_problems)
         finally:
             self._db.execute("COMMIT")
+
+    def forget_users(self, users: set[str]) -> None:
+        with self._lock:
+            for user in users:
+                self._users.pop(user, None)
 
     def load_tools(self, server: RegistryServer | str, user_id: str | None) -> CachedTools | None:
         import sqlite3
@@ -8620,6 +8824,11 @@ class HttpRegistry(Registry):
         view.complete = user_id is None  # a user's answer lists what that user may use, not every server
         return view
 
+    def forget_users(self, users: set[str]) -> None:
+        with self._lock:
+            for key in [key for key in self._answers if key[0] in users]:
+                del self._answers[key]
+
     def close(self) -> None:
         with self._lock:
             client, self._client = self._client, None
@@ -8669,9 +8878,8 @@ DEFAULT_IDLE_TIMEOUT = 600.0
 DEFAULT_MAX_PROCESSES = 64
 DEFAULT_MAX_USER_PROCESSES = 8
 _RESTART_BACKOFF_MAX = 30.0
+_LINES_CLOSE_WAIT = 2.0  # at the end, what stderr or the --events stream still holds is given up after this long
 _KEEPALIVE_IDLE = 5.0  # an HTTP session unused this long has its keep-alive connections closed (the session stays)
-_EVENTS_BUFFER = 10_000  # event lines waiting for a slow --events stream; beyond that they are dropped and counted
-_PIPE_ATOMIC = 4096  # POSIX PIPE_BUF minimum: a pipe that select() calls writable takes a write this small whole
 
 
 def run_each(job: Callable[[Any], None], items: Sequence[Any], *, timeout: float | None = None) -> None:
@@ -8693,158 +8901,46 @@ def run_each(job: Callable[[Any], None], items: Sequence[Any], *, timeout: float
 # -- events (docs/contract.md §11.6) -------------------------------------------------------------------------------
 
 
+def _events_dropped(count: int) -> str:
+    return dump_json({"ts": round(time.time(), 3), "event": "events.dropped", "count": count}) + "\n"
+
+
 class EventSink:
     """``--events FILE|-``: one JSON line per event, scrubbed. Callers pass names, ids, counts and codes only: never
     argument values.
 
-    Writing never holds a command back (issue 16 item 13): a line is written at once when the stream can take it
-    without blocking (a file, a pipe with room: ``select``, then one ``os.write`` of at most ``PIPE_BUF`` bytes, which
-    a pipe takes whole); otherwise it waits in a bounded buffer that a writer thread empties as the stream drains
-    (order kept). A line that finds the buffer full, or that the stream refuses (a full disk), is dropped and
-    counted; the drops are reported once, by one ``events.dropped`` line (``count``) when writing works again."""
+    Writing never holds a command back (issue 16 item 13): the lines go through a section-2 ``LineWriter`` (the
+    operator log's too when both are stderr: ``lines``), so a stream that cannot take a line now gets it from a
+    bounded buffer as it drains; a line dropped (the buffer full, a full disk) is counted, and the drops are
+    reported once, by one ``events.dropped`` line (``count``) when writing works again."""
 
     def __init__(
-        self, stream: IO[str] | None, redactor: Redactor, *, owned: bool = False, buffer: int = _EVENTS_BUFFER
+        self,
+        stream: IO[str] | None,
+        redactor: Redactor,
+        *,
+        owned: bool = False,
+        buffer: int = _LINE_BUFFER,
+        lines: LineWriter | None = None,
     ) -> None:
-        import collections
-        import threading
-
-        self.stream = stream
         self.redactor = redactor
-        self.owned = owned  # a file opened for --events (closed at exit); stderr is not ours to close
-        self.dropped = 0
-        self.written = 0
-        self._limit = buffer
-        self._backlog: collections.deque[str] = collections.deque()  # lines waiting for the writer thread
-        self._unreported = 0  # drops not yet reported by an events.dropped line
-        self._lock = threading.Condition()
-        self._writer: Any = None
-        self._closing = False
-        self._abandon = False  # close() gave up on a stream nobody reads
-        self._fd: int | None = None
-        if stream is not None:
-            try:
-                self._fd = stream.fileno()
-                stream.flush()
-            except (AttributeError, OSError, ValueError):  # not a file (tests): written through its own write()
-                self._fd = None
+        self.lines = lines if lines is not None else LineWriter(stream, owned=owned, buffer=buffer)
+        self.lines.notes["events"] = _events_dropped
+
+    @property
+    def dropped(self) -> int:
+        return self.lines.dropped.get("events", 0)
 
     def emit(self, event: str, **fields: Any) -> None:
-        if self.stream is None:
+        if self.lines.stream is None:
             return
         line = self.redactor.scrub(dump_json({"ts": round(time.time(), 3), "event": event, **fields})) + "\n"
-        with self._lock:
-            if not self._backlog and not self._unreported and self._write_now(line):
-                return
-            if len(self._backlog) >= self._limit:
-                self.dropped += 1
-                self._unreported += 1
-                return
-            self._backlog.append(line)
-            if self._writer is None:
-                import threading
-
-                self._writer = threading.Thread(target=self._drain, name="bkmcp-events", daemon=True)
-                self._writer.start()
-            self._lock.notify()
-
-    def _write_now(self, line: str) -> bool:
-        """Write ``line`` if that cannot block (under ``_lock``); False when it would (it then waits in the buffer)."""
-        if self._fd is None:
-            self._count(self._write_stream(line))
-            return True
-        data = line.encode("utf-8", "surrogatepass")
-        if len(data) > _PIPE_ATOMIC or not self._writable(self._fd, 0):
-            return False
-        self._count(self._write_fd(self._fd, data))
-        return True
-
-    def _count(self, ok: bool) -> None:
-        if ok:
-            self.written += 1
-        else:
-            self.dropped += 1
-
-    @staticmethod
-    def _writable(fd: int, timeout: float) -> bool:
-        import select
-
-        try:
-            return bool(select.select([], [fd], [], timeout)[1])
-        except (OSError, ValueError):  # a closed descriptor: the write says so (and the line counts as dropped)
-            return True
-
-    @staticmethod
-    def _write_fd(fd: int, data: bytes) -> bool:
-        try:
-            while data:
-                data = data[os.write(fd, data) :]
-            return True
-        except OSError:  # a full disk, a closed stream: dropped, serving goes on
-            return False
-
-    def _write_stream(self, line: str) -> bool:
-        assert self.stream is not None
-        try:
-            self.stream.write(line)
-            self.stream.flush()
-            return True
-        except (OSError, ValueError):
-            return False
-
-    def _drain(self) -> None:
-        """The writer thread: the backlog, oldest first, each line once the stream can take it; never blocked in a
-        write (``select`` first, with a timeout, so ``close`` can always end it)."""
-        while True:
-            with self._lock:
-                while not self._backlog and not self._closing:
-                    self._lock.wait()
-                if not self._backlog or self._abandon:
-                    self.dropped += len(self._backlog)
-                    self._backlog.clear()
-                    return
-                line = self._backlog[0]
-            if self._fd is not None and not self._writable(self._fd, 0.2):
-                continue
-            with self._lock:  # the line stays first in the backlog until written: emit() keeps the order
-                if self._unreported:
-                    note = {"ts": round(time.time(), 3), "event": "events.dropped", "count": self._unreported}
-                    self._unreported = 0
-                    self._count(self._write_line(dump_json(note) + "\n"))
-                self._count(self._write_line(line))
-                self._backlog.popleft()
-
-    def _write_line(self, line: str) -> bool:
-        """One line from the writer thread, in pieces a pipe takes whole once ``select`` says it has room."""
-        if self._fd is None:
-            return self._write_stream(line)
-        data = line.encode("utf-8", "surrogatepass")
-        for start in range(0, len(data), _PIPE_ATOMIC):
-            if start and not self._writable(self._fd, 0.2):
-                return False
-            if not self._write_fd(self._fd, data[start : start + _PIPE_ATOMIC]):
-                return False
-        return True
+        self.lines.write(line, "events")
 
     def close(self, wait: float = 2.0) -> None:
         """Write what waits (at most ``wait`` seconds: a stream nobody reads is given up), then close a file we
         opened."""
-        with self._lock:
-            self._closing = True
-            writer = self._writer
-            self._lock.notify_all()
-        if writer is not None:
-            writer.join(wait)
-            if writer.is_alive():
-                with self._lock:
-                    self._abandon = True
-                    self._lock.notify_all()
-                writer.join(1.0)
-        if self.stream is not None and self.owned:
-            try:
-                self.stream.close()
-            except (OSError, ValueError):
-                self.dropped += 1
+        self.lines.close(wait)
 
 
 # -- one live session: the adapter over the section-7 engine ------------------------------------------
@@ -9535,8 +9631,12 @@ class SessionPool:
             if drop is not None:
                 drop(slot.server, slot.user)
         gone = {slot.user for slot in forgotten} - remaining
-        if gone and self.on_users_gone is not None:
-            self.on_users_gone(gone)
+        if gone:
+            forget = getattr(self.registry, "forget_users", None)  # a registry's per-user memory (credentials, answers)
+            if forget is not None:
+                forget(gone)
+            if self.on_users_gone is not None:
+                self.on_users_gone(gone)
 
     def close_all(self) -> None:
         """Shutdown: close every session, live or still opening (its child's whole process group is reaped too),
@@ -10045,7 +10145,9 @@ class WorkerPool:
         if reuse:
             self._jobs.put(job)
             return True
-        thread = threading.Thread(target=self._work, args=(job,), name=self._name, daemon=True)
+        # the first job in a box that _work empties: a Thread keeps its args while it runs, and an idle thread must
+        # not pin a command it ran (its arguments, its user's access token) for hours
+        thread = threading.Thread(target=self._work, args=([job],), name=self._name, daemon=True)
         with self._lock:
             self.threads.add(thread)
         try:
@@ -10057,15 +10159,17 @@ class WorkerPool:
             return False
         return True
 
-    def _work(self, job: Any) -> None:
+    def _work(self, first: list[Any]) -> None:
         import threading
 
+        job = first.pop()
         try:
             while job is not None:
                 try:
                     self._run(job)
                 finally:
                     self._room.release()
+                job = None  # not pinned while this thread waits for the next one
                 job = self._next()
         finally:
             with self._lock:
@@ -10750,9 +10854,16 @@ def run_resident(
     import signal
     import threading
 
-    log = log.scoped(Redactor(limit=RESIDENT_SYSTEM_SECRETS))  # system secrets only: see learn_system_secrets
+    # system secrets only (see learn_system_secrets); stderr through a LineWriter: a stderr nobody reads never blocks
+    # a command (issue 16 item 13), and with --events - the events share it, so lines never interleave
+    log_lines = LineWriter(stderr)
+    log = log.scoped(Redactor(limit=RESIDENT_SYSTEM_SECRETS), lines=log_lines)
     cwd = os.getcwd() if cwd is None else cwd
-    registry = open_registry(opts.registry, env=env, log=log, timeout=opts.timeout, cwd=cwd)
+    try:
+        registry = open_registry(opts.registry, env=env, log=log, timeout=opts.timeout, cwd=cwd)
+    except BaseException:
+        log_lines.close()  # its lines first, then main's envelope on the same stderr
+        raise
     if isinstance(registry, SqliteRegistry) and registry.created:
         log.warn(f"created a new, empty registry {registry.path} (is --registry the path you meant?)")
     _warm_resident_imports(log)
@@ -10765,8 +10876,10 @@ def run_resident(
             events_stream = open(events_path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the process
         except OSError as exc:
             registry.close()
+            log_lines.close()
             raise UsageError(f"cannot open --events file {opts.events!r}: {exc.strerror or exc}") from None
-    events = EventSink(events_stream, log.redactor, owned=opts.events not in (None, "-"))
+    shared = log_lines if opts.events == "-" else None
+    events = EventSink(events_stream, log.redactor, owned=opts.events not in (None, "-"), lines=shared)
     server = ResidentServer(opts, registry=registry, stdout=stdout, log=log, events=events, env=env)
     server.pool.start_reaper()
     previous: dict[int, Any] = {}
@@ -10801,7 +10914,9 @@ def run_resident(
             registry.close()
         except Exception as exc:
             log.debug(f"closing the registry failed: {type(exc).__name__}")
-        events.close()
+        give_up = time.monotonic() + _LINES_CLOSE_WAIT  # one bounded wait for both: the exit stays prompt
+        events.close(give_up - time.monotonic())
+        log_lines.close(give_up - time.monotonic())
     return EXIT_INTERRUPTED if server.signalled == signal.SIGINT else EXIT_OK
 
 

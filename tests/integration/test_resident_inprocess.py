@@ -474,11 +474,17 @@ def test_pool_retires_outdated_sessions_forgets_idle_users_and_trims_http(tmp_pa
         hsession.call_tool("echo", {"text": "x"}, 30, None)
         pool.release(hsession)
         pool.registry.store_tools("h", "b", [{"name": "echo"}], None)
+        for user in ("a", "b", "c"):  # each user's credentials are kept in memory after a view
+            pool.registry.view(user)
+        assert {"a", "b", "c"} <= set(pool.registry._users)
         time.sleep(0.1)
         pool.reap_once()  # idle past the idle timeout: the user's sessions are closed and their slots forgotten
         pool.reap_once()
         assert pool.peek("b", _Row("h")) is None and pool.peek("a", _Row("s1")) is None
         assert {"a", "b"} <= set().union(*gone)
+        # the registry's memory of a forgotten user goes too (soak: memory follows the users active lately); a user
+        # with no slot at all ("c") is not the reaper's to forget: bounded by the cache's own limit
+        assert "a" not in pool.registry._users and "b" not in pool.registry._users
         kept = pool.slot(None, _Row("q", "public"))
         q = pool.session(kept, http, 30)
         q.call_tool("echo", {"text": "y"}, 30, None)

@@ -116,6 +116,7 @@ BEHAVIOURS = [
     ("the SQLite registry", "10.1", "SQLite", "SqliteRegistry"),
     ("process limits, eviction, the idle reaper", "10.2", "reaper", "SessionPool"),
     ("resident events", "10.2", "events", "EventSink"),
+    ("a resident's stderr nobody reads never blocks a command", "2", "line writer", "LineWriter"),
     ("mcp_{server}_{tool} names", "10.3", "injected", "build_injected_names"),
     ("the tool catalogue cache of a resident session", "10.3", "Catalogues", "Catalogues"),
     ("what call_tool does in resident mode", "10.4", "Actions", "Actions"),

@@ -46,6 +46,26 @@ def test_worker_pool_reuses_an_idle_thread_caps_the_idle_ones_and_stops_them():
     assert pool.threads == set() and pool.idle == 0
 
 
+def test_an_idle_worker_thread_keeps_no_reference_to_a_job_it_ran():
+    """A kept thread lives for hours: a command it ran (a user's arguments and access token) must not
+    stay alive with it (soak memory; a secret kept no longer than its command)."""
+    import gc
+    import weakref
+
+    class Job:
+        pass
+
+    job = Job()
+    seen = weakref.ref(job)
+    pool = bkmcp.WorkerPool(lambda j: None, limit=2, keep=2, idle_seconds=600.0, name="test-pool-first")
+    assert pool.submit(job)
+    _until(lambda: pool.idle == 1)
+    del job
+    gc.collect()
+    assert seen() is None
+    pool.stop(wait=WAIT)
+
+
 def test_worker_pool_idle_threads_end_after_their_idle_time_and_a_late_job_still_runs():
     done: list[str] = []
     pool = bkmcp.WorkerPool(done.append, limit=4, keep=4, idle_seconds=0.01, name="test-pool")
