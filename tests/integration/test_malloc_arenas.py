@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -43,7 +44,7 @@ os.unlink(path)
 """
 
 glibc = pytest.mark.skipif(
-    not sys.platform.startswith("linux") or not os.confstr("CS_GNU_LIBC_VERSION"), reason="glibc's malloc only"
+    not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc", reason="glibc's malloc only"
 )
 
 
