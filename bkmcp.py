@@ -9201,7 +9201,7 @@ class SessionPool:
     idle reaping, crash restarts with back-off, the tools cache."""
 
     def __init__(
-        self, opts: ResidentOptions, *, registry: Any, log: Log, events: EventSink, env: Mapping[str, str]
+        self, opts: ResidentOptions, *, registry: Registry, log: Log, events: EventSink, env: Mapping[str, str]
     ) -> None:
         import threading
 
@@ -9626,15 +9626,11 @@ class SessionPool:
             if not forgotten:
                 return
             remaining = {slot.user for slot in self._slots.values() if slot.isolation == "user"}
-        drop = getattr(self.registry, "drop_tools", None)
         for slot in forgotten:
-            if drop is not None:
-                drop(slot.server, slot.user)
+            self.registry.drop_tools(slot.server, slot.user)
         gone = {slot.user for slot in forgotten} - remaining
         if gone:
-            forget = getattr(self.registry, "forget_users", None)  # a registry's per-user memory (credentials, answers)
-            if forget is not None:
-                forget(gone)
+            self.registry.forget_users(gone)  # its per-user memory (credentials, answers)
             if self.on_users_gone is not None:
                 self.on_users_gone(gone)
 
