@@ -3514,6 +3514,8 @@ class HttpTransport:
         self._closing = False  # stop_requests() ran: requests in flight fail now, none is sent any more
         self._sending: set[object] = set()  # markers of the requests on the wire (stop_requests wakes them)
         self._sending_lock = _thread.allocate_lock()
+        self._stopped = _thread.allocate_lock()  # held until stop_requests: a resumption delay waits on it
+        self._stopped.acquire()
 
     def attach(self, deliver: Deliver, lost: Callable[[], None], answer_headers: AnswerHeaders) -> None:
         self._deliver = deliver
@@ -3830,7 +3832,9 @@ class HttpTransport:
                     ),
                     sent=True,
                 )
-            time.sleep(delay)
+            if self._stopped.acquire(True, delay):  # the session closed during the delay: fail now, not after it
+                self._stopped.release()  # the next waiter wakes too
+                raise _mark(ConnectionFailedError("bkmcp closed the session"), sent=True)
             last_id = decoder.last_event_id
             assert last_id is not None
             headers = build_headers(
@@ -3967,8 +3971,10 @@ class HttpTransport:
         (closing a socket does not wake a thread blocked reading it); one still connecting or waiting for a
         connection is refused before it sends anything (``_admit``). Idempotent."""
         with self._sending_lock:
-            self._closing = True
+            stopping, self._closing = not self._closing, True
             sending = list(self._sending)
+        if stopping:
+            self._stopped.release()  # wakes the requests waiting out a resumption delay
         for marker in sending:
             self._shut_pending(marker)
 

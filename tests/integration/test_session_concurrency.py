@@ -441,6 +441,37 @@ def test_closing_a_legacy_http_session_fails_its_calls_before_it_ends_the_sessio
     assert len(deletes) == 1
 
 
+def test_a_call_waiting_out_a_resumption_delay_fails_when_its_session_closes(monkeypatch):
+    """2025-11-25: the POST's event stream ended with ``retry: 30000``; the call waits that long before its GET. A
+    close meanwhile fails it then (outcome unknown: tools/call was sent), and no GET is sent after the close. Before:
+    it slept the whole delay, then was refused."""
+    faults = {"sse_retry_resume": {"retry_ms": 30000}}
+    with MockServer({"versions": ["2025-11-25"], "response_mode": "sse", "faults": faults, "tools": TOOLS}) as srv:
+        session, ctx = opened(resolved({"type": "http", "url": srv.url}))
+        waiting = threading.Event()
+        resume = session.transport._resume  # type: ignore[attr-defined]
+
+        def entered(*args: Any, **kwargs: Any) -> None:
+            waiting.set()
+            resume(*args, **kwargs)
+
+        monkeypatch.setattr(session.transport, "_resume", entered)
+        box, [thread] = start_calls(session, ["resumed"], tool="fast")
+        assert waiting.wait(30), "the call never began its resumption"
+        session.close(ctx.deadline)
+        thread.join(15)  # the delay is 30 s: a call still waiting it out is alive here
+        finished = not thread.is_alive()
+        thread.join(40)
+        gets = srv.requests(http_method="GET")
+        calls = srv.requests(rpc_method="tools/call")
+    assert finished, "the call waited out its resumption delay after the session closed"
+    error = box["resumed"]
+    assert isinstance(error, bkmcp.ConnectionFailedError), error
+    assert "bkmcp closed the session while tools/call" in error.message, error.message
+    assert bkmcp.request_was_sent(error) and error.details["outcome"] == "unknown"
+    assert len(calls) == 1 and gets == []
+
+
 def test_a_call_still_connecting_when_its_http_session_closes_is_never_sent(monkeypatch):
     """A call whose connection was still being opened (or that waited for one) when the session closed: it fails at
     once, never sent. Before: it went on, sent tools/call on the closed session after the close, and
