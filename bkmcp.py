@@ -3093,11 +3093,11 @@ def reject_excluded_tool(excluded: Sequence[Mapping[str, Any]], name: str, serve
 #       (True once ``related``, the request whose stream carried it, has been answered); ``lost()`` says a shared
 #       stream died (every request in flight on it failed); ``answer_headers(method, headers)`` gets the HTTP
 #       headers of each answer to a request (the session core decides what they issue: the session id).
-#   ``send(message, *, rules, deadline, extra_headers, strict, session_id)``  one request, notification or
-#       response, under the session id the caller holds. Over HTTP the answer's stream is read in the caller's
+#   ``send(outgoing)``  one request, notification or response (an ``Outgoing``: the message and what sending it
+#       needs, the session id the caller holds included). Over HTTP the answer's stream is read in the caller's
 #       thread and handed to ``deliver`` before ``send`` returns (concurrent callers: concurrent POSTs on one
 #       pooled client); over stdio one line is written and a reader thread delivers what comes back.
-#   ``failure(method, request_id, sent)``, ``timeout_error(method, deadline)``  the errors a request waiting on
+#   ``failure(method, sent=)``, ``timeout_error(method, deadline)``  the errors a request waiting on
 #       a shared stream ends with; ``stop_requests()`` (every request in flight fails at once, none is sent any
 #       more: the first step of closing), ``end_session(deadline, rules, session_id)``, ``restart_if_exited()``,
 #       ``close()``; ``alive`` (False once a child's stream ended), ``pid`` and ``exit_status`` (a child's, else
@@ -3118,6 +3118,21 @@ else:
     Protocol = object
 
 
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """One message on its way out and what its transport needs to send it: the seam's one argument (as httpx's
+    ``handle_request(request)``). ``rules`` is None for the legacy ``initialize`` (no version header yet);
+    ``extra_headers`` go beside the era's (``Mcp-Param-*``, HTTP only); ``strict`` False: a failure to send is
+    logged, not raised (a reply or a notification nobody waits for); ``session_id`` is the one the caller holds."""
+
+    message: dict[str, Any]
+    rules: EraRules | None
+    deadline: Deadline
+    session_id: str | None = None
+    extra_headers: Iterable[tuple[str, str]] = ()
+    strict: bool = True
+
+
 class Transport(Protocol):
     kind: str
     has_sessions: bool
@@ -3136,16 +3151,7 @@ class Transport(Protocol):
 
     def attach(self, deliver: Deliver, lost: Callable[[], None], answer_headers: AnswerHeaders) -> None: ...
 
-    def send(
-        self,
-        message: dict[str, Any],
-        *,
-        rules: EraRules | None,
-        deadline: Deadline,
-        extra_headers: Iterable[tuple[str, str]] = (),
-        strict: bool = True,
-        session_id: str | None = None,
-    ) -> None: ...
+    def send(self, outgoing: Outgoing) -> None: ...
 
     def failure(self, method: str, *, sent: bool) -> BkmcpError: ...
 
@@ -3622,60 +3628,38 @@ class HttpTransport:
 
     # -- the seam --------------------------------------------------------------------------------------
 
-    def send(
-        self,
-        message: dict[str, Any],
-        *,
-        rules: EraRules | None,
-        deadline: Deadline,
-        extra_headers: Iterable[tuple[str, str]] = (),
-        strict: bool = True,
-        session_id: str | None = None,
-    ) -> None:
+    def send(self, outgoing: Outgoing) -> None:
+        message = outgoing.message
         if "method" in message and "id" in message:
-            self._request(message, rules, deadline, extra_headers, session_id)
+            self._request(outgoing)
         else:
-            self._post_one_way(message, rules, deadline, strict, session_id)
+            self._post_one_way(outgoing)
 
-    def _request(
-        self,
-        message: dict[str, Any],
-        rules: EraRules | None,
-        deadline: Deadline,
-        extra_headers: Iterable[tuple[str, str]],
-        session_id: str | None,
-    ) -> None:
+    def _request(self, outgoing: Outgoing) -> None:
         """POST one request and deliver every message of its answer until the response to it arrived. A request
         still waiting when ``close()`` runs fails at once with a clear error (sent: its outcome is unknown)."""
-        method = str(message.get("method"))
+        method = str(outgoing.message.get("method"))
+        unsent = f"bkmcp closed the session before {method} was sent"
         if self._closing:
-            raise _mark(ConnectionFailedError(f"bkmcp closed the session before {method} was sent"), sent=False)
+            raise _mark(ConnectionFailedError(unsent), sent=False)
         try:
-            self._request_once(message, rules, deadline, extra_headers, session_id)
+            self._request_once(outgoing)
         except BkmcpError as exc:
             if not self._closing:
                 raise
             if not request_was_sent(exc):  # stopped before its headers went out (``_admit``)
-                raise _mark(
-                    ConnectionFailedError(f"bkmcp closed the session before {method} was sent"), sent=False
-                ) from None
+                raise _mark(ConnectionFailedError(unsent), sent=False) from None
             raise _mark(
                 ConnectionFailedError(f"bkmcp closed the session while {method} was waiting for its answer"),
                 sent=True,
             ) from None
 
-    def _request_once(
-        self,
-        message: dict[str, Any],
-        rules: EraRules | None,
-        deadline: Deadline,
-        extra_headers: Iterable[tuple[str, str]],
-        session_id: str | None,
-    ) -> None:
+    def _request_once(self, outgoing: Outgoing) -> None:
+        message, rules, deadline, session_id = outgoing.message, outgoing.rules, outgoing.deadline, outgoing.session_id
         request_id = message["id"]
         method = str(message.get("method"))
         headers = build_headers(
-            rules, configured=self.configured, message=message, session_id=session_id, extra=extra_headers
+            rules, configured=self.configured, message=message, session_id=session_id, extra=outgoing.extra_headers
         )
         body = dump_json(message).encode("utf-8")  # dump_json escapes lone surrogates: always valid UTF-8
         decoder: SseDecoder | None = None
@@ -3883,11 +3867,15 @@ class HttpTransport:
                     sent=True,
                 )
 
-    def _post_one_way(
-        self, message: dict[str, Any], rules: EraRules | None, deadline: Deadline, strict: bool, session_id: str | None
-    ) -> None:
+    def _post_one_way(self, outgoing: Outgoing) -> None:
         """POST a notification or a response; expects 202 (any 2xx accepted)."""
-        headers = build_headers(rules, configured=self.configured, message=message, session_id=session_id)
+        message, deadline, strict, session_id = (
+            outgoing.message,
+            outgoing.deadline,
+            outgoing.strict,
+            outgoing.session_id,
+        )
+        headers = build_headers(outgoing.rules, configured=self.configured, message=message, session_id=session_id)
         started = time.monotonic()
         self._log_request("POST", headers, message)
         what = str(message.get("method", "a response"))
@@ -4535,18 +4523,10 @@ class StdioTransport:
 
     # -- writing ---------------------------------------------------------------------------------------
 
-    def send(
-        self,
-        message: dict[str, Any],
-        *,
-        rules: EraRules | None,
-        deadline: Deadline,
-        extra_headers: Iterable[tuple[str, str]] = (),
-        strict: bool = True,
-        session_id: str | None = None,
-    ) -> None:
+    def send(self, outgoing: Outgoing) -> None:
         """One line on the child's stdin. Headers (``Mcp-Param-*``) do not exist on stdio: everything the server
-        needs is in the message and its ``_meta``."""
+        needs is in the message and its ``_meta``; so is the session, which is the process."""
+        message, deadline = outgoing.message, outgoing.deadline
         method = str(message.get("method", "a response"))
         request_id = message.get("id") if "method" in message else None
         try:
@@ -4563,7 +4543,7 @@ class StdioTransport:
             self._sent_at = time.monotonic()
             self._write(message, deadline, method, request_id)
         except BkmcpError as exc:
-            if strict:
+            if outgoing.strict:
                 raise
             self.log.debug(f"sending {method} failed: {exc.message}")
 
@@ -4795,11 +4775,7 @@ class McpSession:
         hook = interrupt.hook(handle._event.set) if interrupt is not None else None
         try:
             self.transport.send(
-                message,
-                rules=None if handshake else rules,
-                deadline=deadline,
-                extra_headers=extra_headers,
-                session_id=self.core.session_id,
+                Outgoing(message, None if handshake else rules, deadline, self.core.session_id, extra_headers)
             )
             handle.sent = True
             while not handle._event.wait(max(deadline.end - time.monotonic(), 0)):  # woken by its answer
@@ -4844,11 +4820,9 @@ class McpSession:
 
     def notify(self, method: str, params: dict[str, Any] | None, deadline: Deadline, *, strict: bool = True) -> None:
         self.transport.send(
-            self.core.notification(method, params),
-            rules=self.core.rules,
-            deadline=deadline,
-            strict=strict,
-            session_id=self.core.session_id,
+            Outgoing(
+                self.core.notification(method, params), self.core.rules, deadline, self.core.session_id, strict=strict
+            )
         )
 
     def watch_progress(self, token: Any, callback: Callable[[dict[str, Any]], bool] | None) -> None:
@@ -4887,11 +4861,9 @@ class McpSession:
                 self._on_notification(event.message)
             elif isinstance(event, Reply):
                 self.transport.send(
-                    event.message,
-                    rules=self.core.rules,
-                    deadline=Deadline(_CANCEL_BUDGET),
-                    strict=False,
-                    session_id=self.core.session_id,
+                    Outgoing(
+                        event.message, self.core.rules, Deadline(_CANCEL_BUDGET), self.core.session_id, strict=False
+                    )
                 )
             elif isinstance(event, Declined):
                 for log in declined_logs.get(id(event), [self.log]):

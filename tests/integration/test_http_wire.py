@@ -228,20 +228,19 @@ def test_transport_exchange_against_the_mock_R01(mode):
         try:
             legacy = era_rules("2025-11-25")
             init = bkmcp.build_request(1, "initialize", bkmcp.build_initialize_params("2025-11-25"), legacy)
-            transport.send(init, rules=None, deadline=Deadline(5))
+            transport.send(bkmcp.Outgoing(init, None, Deadline(5)))
             [answer] = seen
             assert answer.kind == "result" and answer.result["protocolVersion"] == "2025-11-25"
             assert core.session_id and transport.responses == 1
             sid = core.session_id
             transport.send(
-                bkmcp.build_notification("notifications/initialized", None, legacy),
-                rules=legacy,
-                deadline=Deadline(5),
-                session_id=sid,
+                bkmcp.Outgoing(
+                    bkmcp.build_notification("notifications/initialized", None, legacy), legacy, Deadline(5), sid
+                )
             )
             seen.clear()
             listing = bkmcp.build_request(2, "tools/list", None, legacy)
-            transport.send(listing, rules=legacy, deadline=Deadline(5), session_id=sid)
+            transport.send(bkmcp.Outgoing(listing, legacy, Deadline(5), sid))
             assert [m.kind for m in seen] == ["notification", "result"]
             transport.end_session(Deadline(5), rules=legacy, session_id=sid)
         finally:

@@ -351,13 +351,12 @@ def test_transport_interface_directly(scripted):
     core, seen = attached(transport)
     rules = era_rules("2025-03-26")
     message = bkmcp.build_request(1, "initialize", bkmcp.build_initialize_params("2025-03-26"), rules)
-    transport.send(message, rules=None, deadline=Deadline(5))
+    transport.send(bkmcp.Outgoing(message, None, Deadline(5)))
     assert [m.kind for m in seen] == ["notification", "result"] and core.session_id == "abc"
     transport.send(
-        bkmcp.build_notification("notifications/initialized", None, rules),
-        rules=rules,
-        deadline=Deadline(5),
-        session_id=core.session_id,
+        bkmcp.Outgoing(
+            bkmcp.build_notification("notifications/initialized", None, rules), rules, Deadline(5), core.session_id
+        )
     )
     assert srv.requests[-1]["headers"]["mcp-session-id"] == "abc"
     transport.end_session(Deadline(5), rules=rules, session_id=core.session_id)

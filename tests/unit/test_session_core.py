@@ -147,15 +147,16 @@ class _FakeTransport:
     def attach(self, deliver, lost, answer_headers) -> None:
         self.deliver = deliver
 
-    def send(self, message, *, rules, deadline, extra_headers=(), strict=True, session_id=None) -> None:
+    def send(self, outgoing) -> None:
         import threading
 
-        self.sent.append((message, session_id))
+        message = outgoing.message
+        self.sent.append((message, outgoing.session_id))
         if self.delay is not None and "id" in message:
             answer = Message("result", id=message["id"], result={"tools": []})
             threading.Timer(self.delay, self.deliver, args=(answer, None)).start()
 
-    def failure(self, method, request_id, *, sent):
+    def failure(self, method, *, sent):
         return bkmcp.ConnectionFailedError("gone", request_sent=sent)
 
     def timeout_error(self, method, deadline):
