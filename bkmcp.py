@@ -1265,8 +1265,8 @@ class LineWriter:
             stream, self.stream = self.stream, None  # its descriptor may be reused: never written again
             try:
                 stream.close()
-            except (OSError, ValueError):
-                self._drop("", report=False)
+            except (OSError, ValueError):  # every line went to the descriptor or was counted: none is lost here
+                pass
 
 
 class Log:
@@ -3969,9 +3969,11 @@ class HttpTransport:
     def close(self, deadline: Deadline | None = None) -> None:
         """``stop_requests``, then close the pool (an injected one is someone else's: left open)."""
         self.stop_requests()
-        if self._own_client and self._client is not None:  # whatever httpcore's shape, every socket of ours wakes
-            pool = getattr(getattr(self._client, "_transport", None), "_pool", None)
-            for connection in list(getattr(pool, "connections", None) or ()):
+        pool = _shaped_pool(self._client) if self._own_client else None
+        if pool is not None:  # a one-way POST still on the wire too (``stop_requests`` knows requests only)
+            with pool._optional_thread_lock:
+                connections = list(pool._connections)
+            for connection in connections:
                 _shut_down_stream(getattr(getattr(connection, "_connection", None), "_network_stream", None))
         if self._client is not None and self._own_client:
             try:
@@ -12115,12 +12117,12 @@ def _warm_spawn(place: str, artifact: str) -> None:
     os.waitpid(pid, 0)
 
 
-def _warm_connect(place: str, artifact: str, *, start: bool = True) -> Any:
+def _warm_connect(place: str, artifact: str) -> Any:
     """A connected socket to the background process, started (under the lock, exactly once however many clients
-    race) when none listens; None when ``start`` is False and none runs. Raises OSError when it cannot start."""
+    race) when none listens. Raises OSError when it cannot start."""
     path = os.path.join(place, _WARM_SOCKET)
     sock = _warm_try_connect(path)
-    if sock is not None or not start:
+    if sock is not None:
         return sock
     import fcntl
 
@@ -12262,8 +12264,7 @@ def run_sessions_command(inv: Invocation, envr: Environment, log: Log) -> int:
     import json
 
     place, problem = warm_dir(envr.env)
-    artifact = warm_artifact()
-    sock = _warm_connect(place, artifact or "", start=False) if place is not None else None
+    sock = _warm_try_connect(os.path.join(place, _WARM_SOCKET)) if place is not None else None  # never starts one
     if sock is None:
         data: dict[str, Any] = {"running": False, "sessions": []}
         if inv.stop:
