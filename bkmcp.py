@@ -1154,6 +1154,13 @@ class LineWriter:
                 self._writer.start()
             self._lock.notify()
 
+    def _give_up_backlog(self) -> None:
+        """The lines still waiting will never be written (under ``_lock``): counted as dropped, never reported."""
+        for kind, _line in self._backlog or ():
+            self._drop(kind, report=False)
+        if self._backlog:
+            self._backlog.clear()
+
     def _drop(self, kind: str, *, report: bool = True) -> None:
         self.dropped[kind] = self.dropped.get(kind, 0) + 1
         if report:
@@ -1212,9 +1219,7 @@ class LineWriter:
                 while not self._backlog and not self._closing:
                     self._lock.wait()
                 if self._abandon or not self._backlog and not self._unreported:
-                    for kind, _line in self._backlog or ():
-                        self._drop(kind, report=False)
-                    self._backlog.clear()
+                    self._give_up_backlog()
                     return
             if self._fd is not None and not self._writable(self._fd, 0.2):
                 continue
@@ -1257,10 +1262,7 @@ class LineWriter:
                 writer.join(1.0)  # at most one select timeout (0.2 s): it never blocks in a write
         with self._lock:
             self._writer = None
-            for kind, _line in self._backlog or ():  # queued while the writer thread was ending
-                self._drop(kind, report=False)
-            if self._backlog:
-                self._backlog.clear()
+            self._give_up_backlog()  # what was queued while the writer thread was ending
         if self.stream is not None and self.owned:
             stream, self.stream = self.stream, None  # its descriptor may be reused: never written again
             try:
@@ -3869,12 +3871,7 @@ class HttpTransport:
 
     def _post_one_way(self, outgoing: Outgoing) -> None:
         """POST a notification or a response; expects 202 (any 2xx accepted)."""
-        message, deadline, strict, session_id = (
-            outgoing.message,
-            outgoing.deadline,
-            outgoing.strict,
-            outgoing.session_id,
-        )
+        message, deadline, session_id = outgoing.message, outgoing.deadline, outgoing.session_id
         headers = build_headers(outgoing.rules, configured=self.configured, message=message, session_id=session_id)
         started = time.monotonic()
         self._log_request("POST", headers, message)
@@ -3889,10 +3886,10 @@ class HttpTransport:
                     timeout=self._timeout(deadline),
                 ) as response:
                     self._log_response(response, started)
-                    if strict:
+                    if outgoing.strict:
                         self._check_status(response, what, with_session=session_id is not None)
         except BkmcpError as exc:
-            if strict:
+            if outgoing.strict:
                 raise
             self.log.debug(f"sending {what} failed: {exc.message}")
 
@@ -4777,7 +4774,9 @@ class McpSession:
         hook = interrupt.hook(handle._event.set) if interrupt is not None else None
         try:
             self.transport.send(
-                Outgoing(message, None if handshake else rules, deadline, self.core.session_id, extra_headers)
+                Outgoing(
+                    message, None if handshake else rules, deadline, self.core.session_id, extra_headers=extra_headers
+                )
             )
             handle.sent = True
             while not handle._event.wait(max(deadline.end - time.monotonic(), 0)):  # woken by its answer
