@@ -9164,15 +9164,16 @@ def build_command_redactor(
 
 @dataclass
 class ResidentOptions:
-    """The ``--resident`` command line (section 11 fills it)."""
+    """The ``--resident`` command line, checked. Section 11's ``build_resident_options`` makes it and is the one
+    place that knows each option's default."""
 
     registry: str
-    events: str | None = None
-    max_processes: int = DEFAULT_MAX_PROCESSES
-    max_user_processes: int = DEFAULT_MAX_USER_PROCESSES
-    idle_timeout: float = DEFAULT_IDLE_TIMEOUT
-    timeout: float = DEFAULT_TIMEOUT
-    insecure: bool = False
+    events: str | None
+    max_processes: int
+    max_user_processes: int
+    idle_timeout: float
+    timeout: float
+    insecure: bool
 
 
 class SessionPool:

@@ -122,6 +122,12 @@ def write_mcp_json(
     return path
 
 
+def resident_options(registry: str, *options: str) -> bkmcp.ResidentOptions:
+    """The options of ``bkmcp --resident --registry REGISTRY OPTIONS…``, made as the command line makes them (the
+    defaults are the CLI's)."""
+    return bkmcp.build_resident_options(bkmcp.parse_argv(["--resident", "--registry", registry, *options]))
+
+
 def fake_engine(client_class: Any) -> dict[str, Any]:
     """Stand-ins for the section-7 building blocks ``run_call`` uses (``SessionSource``, ``discover_tools``,
     ``call_tool``) backed by an object with ``connect/list_tools/call_tool/close``: for unit tests of the CLI's

@@ -16,6 +16,7 @@ import pytest
 from resident_harness import write_registry
 
 import bkmcp
+from tests.helpers import resident_options
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -73,7 +74,7 @@ def test_the_resident_and_the_warm_process_cap_them(tmp_path, monkeypatch):
     calls: list[str] = []
     monkeypatch.setattr(bkmcp, "limit_malloc_arenas", lambda: calls.append("capped") or True)
     write_registry(str(tmp_path / "r.db"), [])
-    opts = bkmcp.ResidentOptions(registry=str(tmp_path / "r.db"))
+    opts = resident_options(str(tmp_path / "r.db"))
     log = bkmcp.Log(io.StringIO())
     assert (
         bkmcp.run_resident(opts, stdin=io.BytesIO(b""), stdout=io.BytesIO(), log=log, env={}, stderr=io.StringIO()) == 0

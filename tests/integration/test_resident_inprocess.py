@@ -13,7 +13,7 @@ from resident_harness import group_alive, http_row, mock_stdio, stdio_row, write
 
 import bkmcp
 from mock_server.mcp_mock import DEFAULT_TOOLS, MockServer, mock_tool
-from tests.helpers import run_bkmcp, until
+from tests.helpers import resident_options, run_bkmcp, until
 
 
 @pytest.fixture
@@ -145,12 +145,13 @@ class _Row:
         self.name, self.isolation, self.problem, self.enabled = name, isolation, None, True
 
 
-def _pool(tmp_path, **opts):
+def _pool(tmp_path, *options):
     registry = bkmcp.open_registry(str(tmp_path / "pool.db"), env={}, log=bkmcp.Log(sys.stderr), timeout=5.0)
     log = bkmcp.Log(sys.stderr)
-    options = bkmcp.ResidentOptions(registry="x", **opts)
     events = bkmcp.EventSink(None, log.redactor)
-    return bkmcp.SessionPool(options, registry=registry, log=log, events=events, env={"PATH": "/usr/bin:/bin"})
+    return bkmcp.SessionPool(
+        resident_options("x", *options), registry=registry, log=log, events=events, env={"PATH": "/usr/bin:/bin"}
+    )
 
 
 def _server(name):
@@ -160,7 +161,7 @@ def _server(name):
 
 
 def test_pool_eviction_limit_reaping_and_backoff(tmp_path):
-    pool = _pool(tmp_path, max_processes=2, max_user_processes=1, idle_timeout=0.05)
+    pool = _pool(tmp_path, "--max-processes", "2", "--max-user-processes", "1", "--idle-timeout", "50ms")
     try:
         a1 = pool.slot("a", _Row("s1"))
         first = pool.session(a1, _server("s1"), 30)
@@ -242,7 +243,7 @@ def test_a_broken_stdout_stops_serving_cleanly(tmp_path):
     write_registry(str(tmp_path / "r.db"), [])
     log = bkmcp.Log(io.StringIO())
     stdin = io.BytesIO(b"".join((line(f"t{i}", "list_servers") + "\n").encode() for i in range(50)))
-    opts = bkmcp.ResidentOptions(registry=str(tmp_path / "r.db"))
+    opts = resident_options(str(tmp_path / "r.db"))
     status = bkmcp.run_resident(opts, stdin=stdin, stdout=_BrokenOut(), log=log, env={}, stderr=io.StringIO())
     assert status == 0
 
@@ -312,7 +313,7 @@ def _resident_server(tmp_path, rows):
 
     write_registry(str(tmp_path / "r.db"), rows)
     log = bkmcp.Log(io.StringIO())
-    opts = bkmcp.ResidentOptions(registry=str(tmp_path / "r.db"))
+    opts = resident_options(str(tmp_path / "r.db"))
     registry = bkmcp.open_registry(opts.registry, env={}, log=log, timeout=5.0)
     out = _Answers()
     server = bkmcp.ResidentServer(
@@ -444,7 +445,7 @@ def test_pool_retires_outdated_sessions_forgets_idle_users_and_trims_http(tmp_pa
     """Issue 16 items 4, 8, 11, 12 driven in-process: a retired session closes when its last lease is released;
     a public row disabled in a view is retired and its slot forgotten; an idle user slot is forgotten with its
     in-memory catalogue; an idle HTTP session closes its keep-alive connections and keeps serving."""
-    pool = _pool(tmp_path, idle_timeout=0.05)
+    pool = _pool(tmp_path, "--idle-timeout", "50ms")
     gone: list[set] = []
     pool.on_users_gone = gone.append
     try:

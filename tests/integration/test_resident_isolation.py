@@ -17,6 +17,7 @@ from resident_harness import http_row, mock_stdio, stdio_row, write_registry
 
 import bkmcp
 from mock_server.mcp_mock import DEFAULT_TOOLS, mock_tool
+from tests.helpers import resident_options
 
 CRASH = mock_tool("crash", "drop")
 
@@ -108,7 +109,7 @@ def test_process_redactor_does_not_grow_with_tokens_and_users(tmp_path, http_moc
     log = bkmcp.Log(io.StringIO())
     registry = bkmcp.SqliteRegistry(str(reg), log=log)
     events = bkmcp.EventSink(None, log.redactor)
-    opts = bkmcp.ResidentOptions(registry=str(reg))
+    opts = resident_options(str(reg))
     out = io.BytesIO()
     server = bkmcp.ResidentServer(opts, registry=registry, stdout=out, log=log, events=events, env={})
     try:
