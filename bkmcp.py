@@ -3893,7 +3893,9 @@ class HttpTransport:
                 raise
             self.log.debug(f"sending {what} failed: {exc.message}")
 
-    def failure(self, method: str, *, sent: bool) -> BkmcpError:  # pragma: no cover - not shared
+    def failure(self, method: str, *, sent: bool) -> BkmcpError:  # pragma: no cover - a race with close()
+        """HTTP has no shared stream to lose: only ``McpSession.close`` finds a request still waiting here (its
+        thread had not yet collected what ``stop_requests`` made it raise)."""
         return _mark(ConnectionFailedError(f"no response to {method}"), sent=sent)
 
     def timeout_error(self, method: str, deadline: Deadline) -> BkmcpError:
