@@ -3170,6 +3170,8 @@ class Transport(Protocol):
 
     def stop_requests(self) -> None: ...
 
+    def close_idle_connections(self) -> int: ...
+
     def end_session(self, deadline: Deadline, rules: EraRules | None = None, session_id: str | None = None) -> None: ...
 
     def close(self, deadline: Deadline | None = None) -> None: ...
@@ -4589,6 +4591,10 @@ class StdioTransport:
 
     def stop_requests(self) -> None:
         """Nothing before ``close``: stopping the child ends its stream, which fails the requests in flight."""
+
+    def close_idle_connections(self) -> int:
+        """None to close: the child's pipes are the one connection."""
+        return 0
 
     def end_session(self, deadline: Deadline, rules: EraRules | None = None, session_id: str | None = None) -> None:
         """Nothing to end: a stdio server's lifetime is its process (``close``)."""
@@ -9018,8 +9024,7 @@ class ResidentSession:
     def close_idle_connections(self) -> int:
         """HTTP: close the keep-alive connections no request uses (the session stays); stdio: nothing."""
         session = self._session
-        trim = getattr(session.transport, "close_idle_connections", None) if session is not None else None
-        return trim() if trim is not None else 0
+        return session.transport.close_idle_connections() if session is not None else 0
 
     def exit_status(self) -> int | None:
         return self._session.transport.exit_status if self._session is not None else None
@@ -9760,7 +9765,7 @@ class Catalogues:
     injected-name table. ``tools`` is one server's catalogue, ``gather`` many at once, ``answer`` the listing."""
 
     pool: SessionPool
-    registry: Any
+    registry: Registry
     events: EventSink
     log: Log
     timeout: float  # --timeout: each discovery's budget
@@ -9859,11 +9864,8 @@ class Catalogues:
             self.pool.use(slot, -1)
 
     def _load(self, slot: _Slot) -> list[dict[str, Any]] | None:
-        load = getattr(self.registry, "load_tools", None)
-        if load is None:
-            return None
         try:
-            cached = load(slot.server, slot.user)
+            cached = self.registry.load_tools(slot.server, slot.user)
         except BkmcpError as exc:
             self.log.debug(f"tools cache of {slot.server!r} unreadable: {exc.code}")
             return None
@@ -9871,11 +9873,10 @@ class Catalogues:
         return tools if isinstance(tools, list) else None
 
     def _store(self, slot: _Slot) -> None:
-        store = getattr(self.registry, "store_tools", None)
-        if store is None or slot.tools is None:
+        if slot.tools is None:
             return
         try:
-            store(slot.server, slot.user, slot.tools, slot.tools_version)
+            self.registry.store_tools(slot.server, slot.user, slot.tools, slot.tools_version)
         except BkmcpError as exc:
             self.log.debug(f"tools cache of {slot.server!r} not written: {exc.code}")
 
@@ -10330,7 +10331,7 @@ class Actions:
     ``result`` or raises the error its answer carries."""
 
     opts: ResidentOptions
-    registry: Any
+    registry: Registry
     pool: SessionPool
     catalogues: Catalogues
     events: EventSink
@@ -10605,7 +10606,14 @@ class ResidentServer:
     ``finish`` / ``answer_the_rest``."""
 
     def __init__(
-        self, opts: ResidentOptions, *, registry: Any, stdout: Any, log: Log, events: EventSink, env: Mapping[str, str]
+        self,
+        opts: ResidentOptions,
+        *,
+        registry: Registry,
+        stdout: Any,
+        log: Log,
+        events: EventSink,
+        env: Mapping[str, str],
     ) -> None:
         import threading
 
@@ -10748,9 +10756,7 @@ class ResidentServer:
         ``grace`` seconds to write their own answers, answer the rest (``answer_the_rest``), end the threads."""
         self.stopping.set()
         self.pool.close_all()
-        abort = getattr(self.registry, "abort", None)
-        if abort is not None:
-            abort()
+        self.registry.abort()
         end = time.monotonic() + grace
         self.in_flight.wait(lambda c: end)
         self.answer_the_rest()
