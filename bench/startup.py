@@ -99,8 +99,11 @@ def site_dir(python: str, work: Path, pyz: Path) -> Path:
         for line in (ROOT / "vendor.txt").read_text().splitlines()
         if line.strip() and not line.startswith("#") and not line.startswith("jq==")
     ]
+    # The locked wheels are pure Python, so this interpreter's pip installs them for one without pip (Debian's
+    # python3.14-minimal, which .ci/install_foreign.sh fetches); the bytecode is still compiled by ``python``.
+    has_pip = subprocess.run([python, "-c", "import pip"], capture_output=True, check=False).returncode == 0
     cmd = [
-        python,
+        python if has_pip else sys.executable,
         "-m",
         "pip",
         "install",
