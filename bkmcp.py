@@ -3896,8 +3896,8 @@ class HttpTransport:
             self.log.debug(f"sending {what} failed: {exc.message}")
 
     def failure(self, method: str, *, sent: bool) -> BkmcpError:  # pragma: no cover - a race with close()
-        """HTTP has no shared stream to lose: only ``McpSession.close`` finds a request still waiting here (its
-        thread had not yet collected what ``stop_requests`` made it raise)."""
+        """HTTP has no shared stream to lose: only ``McpSession.close`` comes here, for a request still registered
+        when the session closes (its POST not yet returned, or its answer still awaited)."""
         return _mark(ConnectionFailedError(f"no response to {method}"), sent=sent)
 
     def timeout_error(self, method: str, deadline: Deadline) -> BkmcpError:
