@@ -123,9 +123,11 @@ def write_mcp_json(
 
 
 def resident_options(registry: str, *options: str) -> bkmcp.ResidentOptions:
-    """The options of ``bkmcp --resident --registry REGISTRY OPTIONS…``, made as the command line makes them (the
-    defaults are the CLI's)."""
-    return bkmcp.build_resident_options(bkmcp.parse_argv(["--resident", "--registry", registry, *options]))
+    """The options of ``bkmcp --resident --registry REGISTRY OPTIONS…``, made as ``main`` makes them: parsed,
+    checked (``check_invocation``), then built (the defaults are the CLI's)."""
+    inv = bkmcp.parse_argv(["--resident", "--registry", registry, *options])
+    bkmcp.check_invocation(inv)
+    return bkmcp.build_resident_options(inv)
 
 
 def fake_engine(client_class: Any) -> dict[str, Any]:
