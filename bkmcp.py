@@ -4487,7 +4487,7 @@ class StdioTransport:
         self._start_lock = _thread.allocate_lock()
         self._reader: Any = None
         self._skipped = LineTail(_STDIO_STDOUT_TAIL)  # the current child's stdout lines that were not JSON-RPC
-        self._ended: BkmcpError | None = None  # why the current child's stream ended
+        self._ended = False  # the current child's stdout ended (it exited or closed it)
         self._sent_at = 0.0
         self._spent = False
         self._closing = False  # close() ran: no child starts any more, and requests cut short say bkmcp closed it
@@ -4530,7 +4530,7 @@ class StdioTransport:
     def alive(self) -> bool:
         """The child is running and its stdout is open (False before the first spawn)."""
         proc = self.child.proc
-        return proc is not None and self._ended is None and proc.poll() is None
+        return proc is not None and not self._ended and proc.poll() is None
 
     def _start(self) -> None:
         import threading
@@ -4541,7 +4541,7 @@ class StdioTransport:
             if self._closing:  # closed while a request was on its way (a shutdown during the start)
                 raise _mark(ConnectionFailedError("bkmcp closed the stdio server before it started"), sent=False)
             proc = self.child.spawn()
-            self._ended = None
+            self._ended = False
             self._skipped = skipped = LineTail(_STDIO_STDOUT_TAIL)  # error details describe the current child
             if os.name == "posix":
                 os.set_blocking(proc.stdin.fileno(), False)  # writes wait in select(), bounded by the deadline
@@ -4581,7 +4581,7 @@ class StdioTransport:
             read_lines(proc.stdout, on_line, on_too_long, limit=STDIO_LINE_LIMIT)
         except (OSError, ValueError):
             pass
-        self._end(proc, None)
+        self._end(proc)
 
     def _skip(self, skipped: LineTail, line: bytes, note: str) -> None:
         """A stdout line that is not JSON-RPC: counted, kept (scrubbed, clipped) for errors, shown with ``-v``."""
@@ -4599,13 +4599,13 @@ class StdioTransport:
         reader = self._reader
         if reader is not None:
             reader.join(0.5)
-        self._end(proc, None)
+        self._end(proc)
 
-    def _end(self, proc: Any, error: BkmcpError | None) -> None:
-        if proc is not self.child.proc or self._ended is not None:
+    def _end(self, proc: Any) -> None:
+        if proc is not self.child.proc or self._ended:
             return
-        status = self.child.exit_status(0.5) if error is None else None  # kept as child.returncode
-        self._ended = error or ConnectionFailedError(self.child.describe_exit(status))
+        self.child.exit_status(0.5)  # kept as child.returncode
+        self._ended = True
         self._lost()
 
     def _with_stderr(self, error: BkmcpError, **changes: Any) -> BkmcpError:
@@ -4625,14 +4625,11 @@ class StdioTransport:
         return error.copy(**changes)
 
     def failure(self, method: str, *, sent: bool) -> BkmcpError:
-        """The error a request ends with when the child's stream ended (exit, closed stdout, a bad line)."""
+        """The error a request ends with when the child's stream ended (exit, closed stdout)."""
         answer = f" before answering {method}"
         if self._closing:  # bkmcp itself ended it (shutdown, disconnect): not the server's doing
             return _mark(ConnectionFailedError(f"bkmcp closed the stdio server{answer}"), sent=sent)
-        ended = self._ended
-        if ended is not None and not isinstance(ended, ConnectionFailedError):
-            return ended.copy(request_sent=sent)  # the stored end, never raised itself
-        status = self.child.returncode if ended is not None else self.child.exit_status(0.5)
+        status = self.child.returncode if self._ended else self.child.exit_status(0.5)
         exited = ConnectionFailedError(
             f"the stdio server {self.child.describe_exit(status)}{answer}",
             hint=f'check "command", "args" and "env" of {self.child.where()}',

@@ -364,6 +364,8 @@ def test_stdio_lines_printed_during_a_call_are_never_its_answer(stdio_mock):
     call's id without "jsonrpc", a JSON-RPC object that is no response, are skipped; a valid response for an unknown
     id is a stray (logged); the call gets its own answer, intact."""
     noise = [
+        "",  # blank lines are ignored, not counted
+        "   ",
         "log: adding 2 and 3",
         '{"id": $ID, "result": {"content": [{"type": "text", "text": "FAKE"}]}}',
         '{"jsonrpc": "2.0", "id": $ID}',

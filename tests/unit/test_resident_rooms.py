@@ -115,7 +115,7 @@ def test_read_lines_splits_skips_overlong_lines_and_keeps_a_last_line_without_ne
     monkeypatch.setattr(bkmcp, "_READ_CHUNK", 4)
     lines: list[bytes] = []
     skipped: list[bytes] = []
-    stream = io.BytesIO(b"one\n" + b"x" * 25 + b"\ntwo\n\nthree\n" + b"y" * 11)
+    stream = io.BytesIO(b"one\n" + b"x" * 25 + b"\ntwo\n\n" + b"y" * 11 + b"\nthree")
     bkmcp.read_lines(stream, lines.append, skipped.append, limit=10, stop=threading.Event())
     assert lines == [b"one", b"two", b"", b"three"] and skipped == [b"x" * 12, b"y" * 11]
 
