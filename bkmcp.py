@@ -4575,7 +4575,7 @@ class StdioTransport:
                 self._deliver(incoming, None)
 
         def on_too_long(head: bytes) -> None:
-            self._skip(skipped, head, f" … [dropped: a line longer than {STDIO_LINE_LIMIT} bytes]")
+            self._skip(skipped, head, f" [dropped: a line longer than {STDIO_LINE_LIMIT} bytes]")
 
         try:
             read_lines(proc.stdout, on_line, on_too_long, limit=STDIO_LINE_LIMIT)
@@ -5175,7 +5175,7 @@ def _discover_step(session: McpSession, ctx: OpContext, step: Step) -> Evidence:
                 raise
             evidence = Evidence(status, message)
         elif isinstance(exc, ProtocolError):
-            if not probing or shared_probe:  # stdio skips lines that are not JSON-RPC (§9): nothing here is evidence
+            if not probing or shared_probe:  # stdio skips lines that are not JSON-RPC (§9): no era evidence here
                 raise
             evidence = Evidence(200, None)  # an unparsable answer from a non-MCP or legacy endpoint
         elif isinstance(exc, (McpTimeoutError, ConnectionFailedError)) and shared_probe:

@@ -432,7 +432,7 @@ def test_stdio_line_longer_than_the_limit_is_dropped_unread(stdio_mock, monkeypa
     assert result.exit_status == 0, result.stdout + result.stderr[-2000:]
     assert result.json["data"]["result"]["structuredContent"] == {"arguments": {"text": "after the flood"}}
     skipped = [line for line in result.stderr.splitlines() if line.startswith(SKIPPED)]
-    note = " … [dropped: a line longer than 65536 bytes]"
+    note = " [dropped: a line longer than 65536 bytes]"
     assert skipped == [f"{SKIPPED}{'x' * 499}…{note}", f"{SKIPPED}{'y' * 499}…{note}"]
 
 
