@@ -19,7 +19,8 @@ uses only the sections above it:
                                 session core (ids, pending requests, the one matching rule, era and session
                                 state) and negotiation as pure decision steps
     6. Transports               the Transport seam: HTTP via httpx (concurrent POSTs on one pooled client),
-                                stdio framing apart from child-process supervision
+                                stdio framing (a bounded line reader, lines that are not JSON-RPC skipped)
+                                apart from child-process supervision
     7. Client flows             the per-operation OpContext, McpSession (many requests in flight, each with
                                 its own deadline) and the flows: negotiate, discover, call, check, tools, dry-run
     8. Schema flags             inputSchema -> typed flags, values, validation
@@ -3168,6 +3169,11 @@ class Transport(Protocol):
 
     def mark_started(self) -> None: ...
 
+    # Its stdout lines that were not JSON-RPC (stdio: skipped): (the last few, how many), as ``stderr_tail`` counts.
+    def stdout_skipped(self, since: int | None = None) -> tuple[list[str], int]: ...
+
+    def stdout_position(self) -> int | None: ...
+
     def stop_requests(self) -> None: ...
 
     def close_idle_connections(self) -> int: ...
@@ -3917,6 +3923,12 @@ class HttpTransport:
     def mark_started(self) -> None:
         pass
 
+    def stdout_skipped(self, since: int | None = None) -> tuple[list[str], int]:
+        return [], 0  # an HTTP answer that is not JSON-RPC is an error, never skipped
+
+    def stdout_position(self) -> int | None:
+        return None
+
     def end_session(self, deadline: Deadline, rules: EraRules | None = None, session_id: str | None = None) -> None:
         """DELETE the legacy session ``session_id`` (405 is fine); best effort, never raises."""
         if session_id is None or self._client is None:
@@ -4001,7 +4013,97 @@ _STDIO_TERM_GRACE = 2.0  # after SIGTERM to the process group, before SIGKILL
 _STDIO_POLL = 0.1  # how often a write waiting for the child to read also checks whether it is still alive
 _STDIO_STDERR_TAIL = 20  # stderr lines kept (without -v) for error details
 _STDIO_LINE_CLIP = 500
+_STDIO_STDOUT_TAIL = 5  # skipped stdout lines (not JSON-RPC) kept for error details
+STDIO_LINE_LIMIT = 64 * 1024 * 1024  # bytes of one line on a stdio server's stdout (docs/contract.md §9)
 _PR_SET_PDEATHSIG = 1
+_READ_CHUNK = 64 * 1024
+_TOO_LONG_HEAD = 4096  # bytes of an overlong line kept to say what it was
+
+
+def read_lines(
+    stream: Any,
+    on_line: Callable[[bytes], None],
+    on_too_long: Callable[[bytes], None],
+    *,
+    limit: int,
+    stop: Any = None,
+) -> None:
+    """A bounded line reader (the resident's stdin, a stdio server's stdout): ``stream`` in 64 KiB chunks, each
+    complete line to ``on_line`` (the last one at EOF too, without its newline), until EOF or ``stop`` (an Event)
+    is set after a chunk. A line longer than ``limit`` bytes is skipped: ``on_too_long`` gets its first bytes as
+    soon as it passes the limit, and the rest of it is read and dropped up to its newline, so memory stays
+    bounded however long a line grows. Reads the descriptor itself when there is one: a thread blocked in a
+    buffered read would hold the buffer's lock when the interpreter exits (a fatal error)."""
+    fd: int | None = None
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (in-process tests)
+        fd = None
+    read = (lambda size: os.read(fd, size)) if fd is not None else (getattr(stream, "read1", None) or stream.read)
+    buffer = bytearray()
+    skipping = False
+    while stop is None or not stop.is_set():
+        chunk = read(_READ_CHUNK)
+        if not chunk:
+            if buffer and not skipping:
+                on_line(bytes(buffer))
+            return
+        start = 0
+        while True:
+            end = chunk.find(b"\n", start)
+            if not skipping:
+                buffer += chunk[start : end if end >= 0 else len(chunk)]
+                if len(buffer) > limit:
+                    head = bytes(buffer[:_TOO_LONG_HEAD])
+                    buffer.clear()
+                    skipping = True
+                    on_too_long(head)
+            if end < 0:
+                break
+            if not skipping:
+                on_line(bytes(buffer))
+            buffer.clear()
+            skipping = False
+            start = end + 1
+
+
+class LineTail:
+    """The last ``keep`` lines of one of a child's streams and how many it wrote: what an error quotes. Once
+    ``mark_started`` noted the child's start-up, ``tail(since)`` answers for an operation on a kept child that
+    began at ``position()``: its start-up lines and its own, as a child started for it alone would have told it
+    (docs/contract.md §14); ``since`` None: every line."""
+
+    def __init__(self, keep: int) -> None:
+        import collections
+
+        self._lines: collections.deque[str] = collections.deque(maxlen=keep)
+        self._count = 0
+        self._startup: list[str] | None = None
+        self._started_at = 0
+        self._lock = _thread.allocate_lock()
+
+    def add(self, line: str) -> None:
+        with self._lock:
+            self._lines.append(line)
+            self._count += 1
+
+    def position(self) -> int:
+        with self._lock:
+            return self._count
+
+    def mark_started(self) -> None:
+        with self._lock:
+            if self._startup is None:
+                self._startup, self._started_at = list(self._lines), self._count
+
+    def tail(self, since: int | None = None) -> tuple[list[str], int]:
+        """(the last lines, how many lines there were) for an operation that began at ``since``."""
+        with self._lock:
+            lines, keep = list(self._lines), self._lines.maxlen or 0
+            if since is None or self._startup is None or since <= self._started_at:
+                return lines, self._count
+            own = self._count - since
+            return (self._startup + lines[max(len(lines) - own, 0) :])[-keep:], self._started_at + own
 
 
 class _Spawner:
@@ -4363,8 +4465,9 @@ class StdioTransport:
 
     The child (``ChildProcess``) is spawned on the first message. One reader thread turns stdout into messages
     and delivers each to the session, which matches it by id, so any number of requests may be in flight; writes
-    are serialised and bounded by the caller's deadline (a child that stops reading cannot hang bkmcp). When the
-    child exits or writes a line that is not JSON-RPC, ``lost()`` fails every request in flight on it.
+    are serialised and bounded by the caller's deadline (a child that stops reading cannot hang bkmcp). A line that
+    is not JSON-RPC (a banner, a log line) is skipped and counted, its last few kept for errors (``_skipped``);
+    when the child exits, ``lost()`` fails every request in flight on it.
     """
 
     kind = "stdio"
@@ -4383,7 +4486,8 @@ class StdioTransport:
         self._write_lock = _thread.allocate_lock()
         self._start_lock = _thread.allocate_lock()
         self._reader: Any = None
-        self._ended: BkmcpError | None = None  # why the current child's stream ended (exit, bad line)
+        self._skipped = LineTail(_STDIO_STDOUT_TAIL)  # the current child's stdout lines that were not JSON-RPC
+        self._ended = False  # the current child's stdout ended (it exited or closed it)
         self._sent_at = 0.0
         self._spent = False
         self._closing = False  # close() ran: no child starts any more, and requests cut short say bkmcp closed it
@@ -4414,12 +4518,19 @@ class StdioTransport:
 
     def mark_started(self) -> None:
         self.child.mark_started()
+        self._skipped.mark_started()
+
+    def stdout_skipped(self, since: int | None = None) -> tuple[list[str], int]:
+        return self._skipped.tail(since)
+
+    def stdout_position(self) -> int | None:
+        return self._skipped.position()
 
     @property
     def alive(self) -> bool:
         """The child is running and its stdout is open (False before the first spawn)."""
         proc = self.child.proc
-        return proc is not None and self._ended is None and proc.poll() is None
+        return proc is not None and not self._ended and proc.poll() is None
 
     def _start(self) -> None:
         import threading
@@ -4430,51 +4541,54 @@ class StdioTransport:
             if self._closing:  # closed while a request was on its way (a shutdown during the start)
                 raise _mark(ConnectionFailedError("bkmcp closed the stdio server before it started"), sent=False)
             proc = self.child.spawn()
-            self._ended = None
+            self._ended = False
+            self._skipped = skipped = LineTail(_STDIO_STDOUT_TAIL)  # error details describe the current child
             if os.name == "posix":
                 os.set_blocking(proc.stdin.fileno(), False)  # writes wait in select(), bounded by the deadline
-            self._reader = threading.Thread(target=self._read_stdout, args=(proc,), name="bkmcp-stdio-out", daemon=True)
+            self._reader = threading.Thread(
+                target=self._read_stdout, args=(proc, skipped), name="bkmcp-stdio-out", daemon=True
+            )
             self._reader.start()
             threading.Thread(target=self._watch_exit, args=(proc,), name="bkmcp-stdio-wait", daemon=True).start()
 
     # -- reading ---------------------------------------------------------------------------------------
 
-    def _read_stdout(self, proc: Any) -> None:
+    def _read_stdout(self, proc: Any, skipped: LineTail) -> None:
+        """Lines of one child's stdout (bounded: ``STDIO_LINE_LIMIT``); each JSON-RPC message to the session, any
+        other line skipped (docs/contract.md §9: servers print banners and logs there; the SDKs' clients skip them)."""
+
+        def on_line(line: bytes) -> None:
+            if not line.strip():
+                return
+            try:
+                messages = decode_messages(line)
+            except ProtocolError:  # the one judgement of what is JSON-RPC; an HTTP answer's failure, a line's skip
+                self._skip(skipped, line, "")
+                return
+            for incoming in messages:
+                self.responses += 1
+                if self.log.verbose:
+                    label = incoming.method if incoming.kind in ("request", "notification") else incoming.kind
+                    rpc = f"{label}" + (f" id={incoming.id}" if incoming.id is not None else "")
+                    ms = (time.monotonic() - self._sent_at) * 1000
+                    self.log.debug(f"<- stdio [{rpc}] ({ms:.0f} ms)")
+                self._deliver(incoming, None)
+
+        def on_too_long(head: bytes) -> None:
+            self._skip(skipped, head, f" [dropped: a line longer than {STDIO_LINE_LIMIT} bytes]")
+
         try:
-            for line in iter(proc.stdout.readline, b""):
-                if not line.strip():
-                    continue
-                try:
-                    messages = decode_messages(line)
-                except ProtocolError as exc:
-                    text = line.decode("utf-8", "replace").strip()
-                    sample = _clip(self.log.redactor.scrub(text), 200)
-                    quoted = f": {sample!r}" if self.child.server.child_output_in_errors else ""
-                    if not quoted:
-                        self.log.debug(f"[server stdout] {sample}")
-                    self._end(
-                        proc,
-                        self._with_stderr(
-                            ProtocolError(
-                                "the stdio server wrote a line to stdout that is not a JSON-RPC message "
-                                f"({exc.message}){quoted}",
-                                hint="a stdio server must write only JSON-RPC messages to stdout "
-                                "(logs belong on stderr)",
-                            )
-                        ),
-                    )
-                    return
-                for incoming in messages:
-                    self.responses += 1
-                    if self.log.verbose:
-                        label = incoming.method if incoming.kind in ("request", "notification") else incoming.kind
-                        rpc = f"{label}" + (f" id={incoming.id}" if incoming.id is not None else "")
-                        ms = (time.monotonic() - self._sent_at) * 1000
-                        self.log.debug(f"<- stdio [{rpc}] ({ms:.0f} ms)")
-                    self._deliver(incoming, None)
+            read_lines(proc.stdout, on_line, on_too_long, limit=STDIO_LINE_LIMIT)
         except (OSError, ValueError):
             pass
-        self._end(proc, None)
+        self._end(proc)
+
+    def _skip(self, skipped: LineTail, line: bytes, note: str) -> None:
+        """A stdout line that is not JSON-RPC: counted, kept (scrubbed, clipped) for errors, shown with ``-v``."""
+        text = self.log.redactor.scrub(line[: _STDIO_LINE_CLIP * 8].decode("utf-8", "replace").strip())
+        shown = _clip(text, _STDIO_LINE_CLIP) + note  # scrubbed, then clipped: a secret cut in two would stay
+        skipped.add(shown)
+        self.log.debug(f"[server stdout, not JSON-RPC] {shown}")
 
     def _watch_exit(self, proc: Any) -> None:
         """The child is gone but a grandchild may hold stdout open: give the reader a moment only."""
@@ -4485,32 +4599,37 @@ class StdioTransport:
         reader = self._reader
         if reader is not None:
             reader.join(0.5)
-        self._end(proc, None)
+        self._end(proc)
 
-    def _end(self, proc: Any, error: BkmcpError | None) -> None:
-        if proc is not self.child.proc or self._ended is not None:
+    def _end(self, proc: Any) -> None:
+        if proc is not self.child.proc or self._ended:
             return
-        status = self.child.exit_status(0.5) if error is None else None  # kept as child.returncode
-        self._ended = error or ConnectionFailedError(self.child.describe_exit(status))
+        self.child.exit_status(0.5)  # kept as child.returncode
+        self._ended = True
         self._lost()
 
     def _with_stderr(self, error: BkmcpError, **changes: Any) -> BkmcpError:
-        """A copy of ``error`` with the child's recent stderr in its details (and ``changes``); never the stderr of
-        a child shared by several users (``child_output_in_errors``)."""
-        tail = self.stderr_tail() if self.child.server.child_output_in_errors else None
-        if tail and "server_stderr" not in error.details:
-            changes["details"] = {**error.details, "server_stderr": tail}
+        """A copy of ``error`` with the child's recent stderr and its skipped stdout lines (and how many) in its
+        details (and ``changes``); never the output of a child shared by several users (``child_output_in_errors``)."""
+        if not self.child.server.child_output_in_errors:
+            return error.copy(**changes)
+        details = dict(error.details)
+        tail = self.stderr_tail()
+        if tail and "server_stderr" not in details:
+            details["server_stderr"] = tail
+        lines, count = self._skipped.tail()
+        if count and "server_stdout" not in details:
+            details.update(server_stdout=lines, server_stdout_skipped=count)
+        if details != error.details:
+            changes["details"] = details
         return error.copy(**changes)
 
     def failure(self, method: str, *, sent: bool) -> BkmcpError:
-        """The error a request ends with when the child's stream ended (exit, closed stdout, a bad line)."""
+        """The error a request ends with when the child's stream ended (exit, closed stdout)."""
         answer = f" before answering {method}"
         if self._closing:  # bkmcp itself ended it (shutdown, disconnect): not the server's doing
             return _mark(ConnectionFailedError(f"bkmcp closed the stdio server{answer}"), sent=sent)
-        ended = self._ended
-        if ended is not None and not isinstance(ended, ConnectionFailedError):
-            return ended.copy(request_sent=sent)  # the stored end, never raised itself
-        status = self.child.returncode if ended is not None else self.child.exit_status(0.5)
+        status = self.child.returncode if self._ended else self.child.exit_status(0.5)
         exited = ConnectionFailedError(
             f"the stdio server {self.child.describe_exit(status)}{answer}",
             hint=f'check "command", "args" and "env" of {self.child.where()}',
@@ -4651,6 +4770,7 @@ class OpContext:
     # a kept stdio session's stderr position when the operation began (``ChildProcess.stderr_tail``): its errors
     # tell the start-up lines and its own, not those of earlier operations; None: every line is this operation's
     stderr_since: int | None = None
+    stdout_since: int | None = None  # the same for its skipped stdout lines (``StdioTransport.stdout_skipped``)
 
     def note_request(self, method: str) -> None:
         """``method`` is being handed to the transport (``McpSession.request``)."""
@@ -4795,10 +4915,10 @@ class McpSession:
         except BkmcpError as exc:
             if interrupt is not None:
                 interrupt.check()  # a read cut short by the interrupt is the interrupt
-            own = self._own_stderr(exc, ctx)
+            own = self._own_output(exc, ctx)
             if own is exc:
                 raise
-            raise own  # noqa: B904 - the same error with its operation's stderr: its chain stays
+            raise own  # noqa: B904 - the same error with its operation's output: its chain stays
         finally:
             if hook is not None and interrupt is not None:
                 interrupt.unhook(hook)
@@ -4806,7 +4926,7 @@ class McpSession:
                 if self._handles.pop(_id_key(handle.id), None) is not None:
                     self.core.forget(handle.id)
         if handle.error is not None:
-            raise self._own_stderr(handle.error, ctx)
+            raise self._own_output(handle.error, ctx)
         assert handle.message is not None
         return handle.message
 
@@ -4823,8 +4943,23 @@ class McpSession:
             del details["server_stderr"]
         return error.copy(details=details)
 
+    def _own_output(self, error: BkmcpError, ctx: OpContext) -> BkmcpError:
+        """``_own_stderr``, and likewise the skipped stdout lines (``ctx.stdout_since``): what a server started for
+        this operation alone would have shown (§14)."""
+        error = self._own_stderr(error, ctx)
+        if ctx.stdout_since is None or "server_stdout_skipped" not in error.details:
+            return error
+        details = dict(error.details)
+        lines, count = self.transport.stdout_skipped(ctx.stdout_since)
+        if count:
+            details.update(server_stdout=lines, server_stdout_skipped=count)
+        else:  # as the transport does: no lines, no keys
+            del details["server_stdout"], details["server_stdout_skipped"]
+        return error.copy(details=details)
+
     def mark_started(self) -> None:
-        """Negotiated: what its server process wrote to stderr so far is its start-up (``OpContext.stderr_since``)."""
+        """Negotiated: what its server process wrote to stderr (and skipped stdout) so far is its start-up
+        (``OpContext.stderr_since``, ``stdout_since``)."""
         self.transport.mark_started()
 
     def notify(self, method: str, params: dict[str, Any] | None, deadline: Deadline, *, strict: bool = True) -> None:
@@ -5040,7 +5175,7 @@ def _discover_step(session: McpSession, ctx: OpContext, step: Step) -> Evidence:
                 raise
             evidence = Evidence(status, message)
         elif isinstance(exc, ProtocolError):
-            if not probing or shared_probe:  # stdio: stdout that is not JSON-RPC is an error in any era (contract §9)
+            if not probing or shared_probe:  # stdio skips lines that are not JSON-RPC (§9): no era evidence here
                 raise
             evidence = Evidence(200, None)  # an unparsable answer from a non-MCP or legacy endpoint
         elif isinstance(exc, (McpTimeoutError, ConnectionFailedError)) and shared_probe:
@@ -9974,7 +10109,6 @@ RESIDENT_ACTIONS = (
     "shutdown",
 )
 _NO_USER_ACTIONS = frozenset({"init", "list_servers", "shutdown"})
-_READ_CHUNK = 64 * 1024
 _MAX_COMMANDS_RUNNING = 4096  # commands executing at once; the reader waits (back-pressure) beyond it
 _IDLE_WORKERS = 16  # command threads kept waiting for the next command (starting a thread costs ~0.1 ms)
 _WORKER_IDLE_SECONDS = 30.0  # an idle command thread ends after this long without a command
@@ -10183,48 +10317,6 @@ class WorkerPool:
         end = time.monotonic() + wait
         for thread in threads:
             thread.join(max(0.0, end - time.monotonic()))
-
-
-def read_lines(stdin: Any, on_line: Callable[[bytes], None], on_too_long: Callable[[], None], stop: Any) -> None:
-    """The line reader: stdin in 64 KiB chunks, each complete line to ``on_line`` (the last one at EOF too, without
-    its newline), until EOF or ``stop`` is set after a chunk; a line longer than ``RESIDENT_LINE_LIMIT`` is skipped
-    (``on_too_long``), so memory stays bounded. Reads the descriptor itself when there is one: a thread blocked in a
-    buffered read would hold the buffer's lock when the interpreter exits (a fatal error)."""
-    fd: int | None = None
-    try:
-        fd = stdin.fileno()
-    except (AttributeError, OSError, ValueError):  # not a file (in-process tests)
-        fd = None
-    read = (lambda size: os.read(fd, size)) if fd is not None else (getattr(stdin, "read1", None) or stdin.read)
-    buffer = bytearray()
-    skipping = False
-    while not stop.is_set():
-        chunk = read(_READ_CHUNK)
-        if not chunk:
-            if buffer and not skipping:
-                on_line(bytes(buffer))
-            return
-        start = 0
-        while True:
-            end = chunk.find(b"\n", start)
-            if end < 0:
-                if not skipping:
-                    buffer += chunk[start:]
-                    if len(buffer) > RESIDENT_LINE_LIMIT:
-                        buffer.clear()
-                        skipping = True
-                break
-            if skipping:
-                skipping = False
-                on_too_long()
-            else:
-                buffer += chunk[start:end]
-                if len(buffer) > RESIDENT_LINE_LIMIT:
-                    on_too_long()
-                else:
-                    on_line(bytes(buffer))
-                buffer.clear()
-            start = end + 1
 
 
 class AnswerWriter:
@@ -10668,11 +10760,11 @@ class ResidentServer:
         """Read lines until EOF or a stop (``read_lines``); the lines that came in the same read as a ``shutdown``,
         after it, are answered ``invalid_command`` (``dispatch``)."""
 
-        def too_long() -> None:
+        def too_long(_head: bytes) -> None:
             limit = RESIDENT_LINE_LIMIT
             self.out.fail(None, InvalidCommandError(f"the command line is longer than {limit} bytes and was skipped"))
 
-        read_lines(stdin, self.dispatch, too_long, self.stopping)
+        read_lines(stdin, self.dispatch, too_long, limit=RESIDENT_LINE_LIMIT, stop=self.stopping)
 
     def dispatch(self, line: bytes) -> None:
         try:
@@ -11111,6 +11203,7 @@ class _WarmSource(SessionSource):
                 self._kept[id(kept)] = entry
                 entry.lock.release()
                 ctx.stderr_since = kept.transport.stderr_position()  # what its server writes from now is this one's
+                ctx.stdout_since = kept.transport.stdout_position()
                 return kept
             if kept is not None:  # its child died or it closed while idle: a new one
                 self.warm._close(entry)

@@ -53,7 +53,9 @@ faults                     {duplicate_cursor, cursor_cycle, infinite_pages, fail
 Tool behaviours (mock-only key ``"x-mock"`` on a tool, stripped from tools/list together with every other key
 starting with ``x-mock``): echo (default), add, is_error, rpc_error, input_required, task, url_elicitation,
 malformed, slow, drop, big, unknown_result_type, image, progress, env, environ, counter. Any tool may also have
-``"x-mock-stderr": LINE``: a stdio server writes that line to its stderr on each call, before the behaviour runs.
+``"x-mock-stderr": LINE``: a stdio server writes that line to its stderr on each call, before the behaviour runs;
+``"x-mock-stdout": LINE or [LINE, ...]`` likewise on its stdout (log lines that are not JSON-RPC; ``$ID`` in a line
+becomes the call's request id).
 
 Request log entry (HTTP): seq, time, transport, http_method, path, headers (lower-case names), body (raw text),
 json (ints exact, other numbers Decimal), rpc_method, rpc_id, status, session_id, era, fault, response_headers,
@@ -546,6 +548,9 @@ class Sink:
         """Write one diagnostic line to the server process's stderr (stdio only: over HTTP the mock's stderr is
         the test's own, so nothing is written)."""
 
+    def stdout(self, line: str) -> None:
+        """Write one line that is not JSON-RPC to the server process's stdout (stdio only: a log line)."""
+
 
 def _encode_cursor(page: int) -> str:
     return base64.urlsafe_b64encode(f"mock-page:{page}".encode()).decode().rstrip("=")
@@ -904,6 +909,9 @@ class Core:
             answered = self._ask(sink, srv_req)
         if tool.get("x-mock-stderr") is not None:  # any behaviour: a diagnostic line of this call (stdio)
             sink.stderr(str(tool["x-mock-stderr"]))
+        lines = tool.get("x-mock-stdout")  # any behaviour: lines that are not JSON-RPC on stdout (stdio)
+        for line in [lines] if isinstance(lines, str) else lines or []:
+            sink.stdout(str(line).replace("$ID", rid.text if isinstance(rid, RawNumber) else dump_json(rid)))
         behaviour = tool.get("x-mock", "echo")
         reply = BEHAVIOURS[behaviour](self, Call(tool, ctx, params, args, sink, rid))
         if answered is not None and reply.kind == "result" and isinstance(reply.value, dict):
@@ -1955,6 +1963,9 @@ class _StdioSink(Sink):
 
     def stderr(self, line: str) -> None:
         self.server.write_stderr(line)
+
+    def stdout(self, line: str) -> None:
+        self.server.write(line.encode("utf-8", errors="replace"))
 
 
 class StdioServer:

@@ -233,17 +233,29 @@ def test_disconnect_of_a_public_server_never_restarts_the_shared_child(tmp_path,
     assert len(res.events("process.started")) == 1 and res.events("process.exited") == []
 
 
-def test_a_shared_childs_stray_stdout_is_not_quoted_to_users(tmp_path, resident):
-    """A non-JSON stdout line of a public stdio child (a log line: it may hold any user's data) is not quoted in
-    the users' answers; a per-user child's is (it is that user's own)."""
+def test_a_shared_childs_stdout_noise_is_skipped_and_never_quoted_to_users(tmp_path, resident):
+    """Lines a stdio child writes to stdout that are not JSON-RPC (a banner, a log line during a call) are skipped,
+    as in the CLI (docs/contract.md §9): calls work. A failure quotes them (details.server_stdout) for a per-user
+    child, never for a public one, whose lines may hold any user's data (§11.5); the operator's -v log has them."""
     reg = tmp_path / "r.db"
-    noisy = mock_stdio({"tools": DEFAULT_TOOLS, "stdout_lines": ["log: stray-line-of-someone-9f"]})
+    tools = [mock_tool("echo", "echo", {"text": {"type": "string"}}, stdout="log: echo called"), CRASH]
+    noisy = mock_stdio({"tools": tools, "stdout_lines": ["log: stray-line-of-someone-9f"]})
     write_registry(str(reg), [stdio_row("shared", noisy, isolation="public"), stdio_row("own", noisy)], {"own": {}})
-    res = resident(reg)
-    shared = res.ask("call_tool", "u-ann", server_name="shared", tool_name="echo", arguments={"text": "a"})
-    assert shared["success"] is False and "stray-line-of-someone-9f" not in json.dumps(shared), shared
-    own = res.ask("call_tool", "u-ann", server_name="own", tool_name="echo", arguments={"text": "a"})
-    assert own["success"] is False and "stray-line-of-someone-9f" in json.dumps(own), own
+    res = resident(reg, "-v")
+    for server in ("shared", "own"):
+        answer = res.ok("call_tool", "u-ann", server_name=server, tool_name="echo", arguments={"text": "a"})
+        assert answer["result"]["structuredContent"] == {"arguments": {"text": "a"}}, answer
+    shared = res.ask("call_tool", "u-ann", server_name="shared", tool_name="crash", arguments={})
+    assert shared["success"] is False and shared["error_code"] == "mcp_connection_error", shared
+    assert "stray-line-of-someone-9f" not in json.dumps(shared) and "server_stdout" not in shared.get("details", {})
+    own = res.ask("call_tool", "u-ann", server_name="own", tool_name="crash", arguments={})
+    assert own["error_code"] == "mcp_connection_error", own
+    details = own["details"]
+    assert details["server_stdout"] == ["log: stray-line-of-someone-9f", "log: echo called"], details
+    assert details["server_stdout_skipped"] == 2
+    res.close()
+    logged = [line for line in res.stderr_lines if "[server stdout, not JSON-RPC]" in line]
+    assert sum("stray-line-of-someone-9f" in line for line in logged) == 2, res.stderr_lines[-20:]  # both children
 
 
 def test_the_operators_verbose_log_keeps_a_public_childs_stderr(tmp_path, resident):

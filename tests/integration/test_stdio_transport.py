@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+import bkmcp
 from mock_server.mcp_mock import mock_tool
 from tests.helpers import LEGACY, VERSIONS, run_bkmcp, write_mcp_json
 
@@ -334,26 +335,105 @@ def test_stdio_server_failing_at_startup_reports_exit_and_stderr(stdio_mock):
     assert spawns(result.stderr) == 2
 
 
+# -- stdout lines that are not JSON-RPC (contract.md §9: skipped and counted, never fatal) -------------------------
+
+BANNER = "sys.stdout.write('Server listening on stdio, token=%s\\n' % os.environ['API_TOKEN']); sys.stdout.flush()"
+SKIPPED = "bkmcp: [server stdout, not JSON-RPC] "
+
+
 @pytest.mark.parametrize("pinned", [MODERN, "2025-06-18", None])
-def test_stdio_non_json_stdout_is_a_protocol_error(stdio_mock, pinned):
-    """contract.md §9: a line on stdout that is not JSON-RPC (a start-up banner) is mcp_protocol_error with a clipped
-    sample, also during the era probe."""
-    wrapper = "sys.stdout.write('Server listening on stdio, token=%s\\n' % os.environ['API_TOKEN']); sys.stdout.flush()"
-    target = stdio_mock(None, wrapper=wrapper, protocol_version=pinned, env={"API_TOKEN": "${TOK}"})
-    result = target.run(target.name, "--tools", env={"TOK": SECRET})
+def test_stdio_banner_before_json_rpc_is_skipped_and_shown_scrubbed_with_v(stdio_mock, pinned):
+    """A start-up banner on stdout (time-mcp, mcp-server-code-runner) is skipped: --check, --tools and a call work,
+    also during the era probe; -v shows the line, prefixed and scrubbed of the secret it carries."""
+    target = stdio_mock(None, wrapper=BANNER, protocol_version=pinned, env={"API_TOKEN": "${TOK}"})
+    env = {"TOK": SECRET}
+    check = target.run(target.name, "--check", env=env)
+    assert check.exit_status == 0 and check.json["ok"] is True, check.stdout
+    tools = target.run(target.name, "--tools", env=env)
+    assert tools.exit_status == 0 and "echo" in [t["name"] for t in tools.json["data"]["tools"]], tools.stdout
+    call = target.run(target.name, "echo", "--text", "hi", "-v", env=env)
+    assert call.exit_status == 0 and call.json["data"]["result"]["structuredContent"] == {"arguments": {"text": "hi"}}
+    calls = [e["json"]["params"] for e in target.log() if e["rpc_method"] == "tools/call"]
+    assert [(p["name"], p["arguments"]) for p in calls] == [("echo", {"text": "hi"})]  # what the server received
+    assert f"{SKIPPED}Server listening on stdio, token=***" in call.stderr.splitlines()
+    assert SECRET not in check.stdout + check.stderr + tools.stdout + tools.stderr + call.stdout + call.stderr
+
+
+def test_stdio_lines_printed_during_a_call_are_never_its_answer(stdio_mock):
+    """Lines on stdout while a call runs (mcp-hello-world's console.log): a log line, a JSON object carrying the
+    call's id without "jsonrpc", a JSON-RPC object that is no response, are skipped; a valid response for an unknown
+    id is a stray (logged); the call gets its own answer, intact."""
+    noise = [
+        "",  # blank lines are ignored, not counted
+        "   ",
+        "log: adding 2 and 3",
+        '{"id": $ID, "result": {"content": [{"type": "text", "text": "FAKE"}]}}',
+        '{"jsonrpc": "2.0", "id": $ID}',
+        '{"jsonrpc": "2.0", "id": 987654, "result": {"content": [{"type": "text", "text": "STRAY"}]}}',
+    ]
+    tool = mock_tool("echo", "echo", {"text": {"type": "string"}}, stdout=noise)
+    target = stdio_mock({"tools": [tool]}, protocol_version="2025-11-25")
+    result = target.run(target.name, "echo", "--text", "real", "-v")
+    assert result.exit_status == 0, result.stdout + result.stderr
+    assert result.json["data"]["result"]["content"] == [{"type": "text", "text": '{"text":"real"}'}]
+    skipped = [line for line in result.stderr.splitlines() if line.startswith(SKIPPED)]
+    call_id = next(e["rpc_id"] for e in target.log() if e["rpc_method"] == "tools/call")
+    assert skipped == [
+        f"{SKIPPED}log: adding 2 and 3",
+        f'{SKIPPED}{{"id": {call_id}, "result": {{"content": [{{"type": "text", "text": "FAKE"}}]}}}}',
+        f'{SKIPPED}{{"jsonrpc": "2.0", "id": {call_id}}}',
+    ]
+    assert "ignoring a response for another request id (987654)" in result.stderr
+    assert target.count("tools/call") == 1
+
+
+@pytest.mark.parametrize("rate", ["once", "forever"])
+def test_stdio_server_that_prints_only_junk_explains_its_timeout(stdio_mock, rate):
+    """A server that never speaks JSON-RPC is bounded by the operation's budget (the handshake's own timeout), and
+    its error shows what it printed: the last lines in details.server_stdout, how many in server_stdout_skipped."""
+    code = (
+        "import sys, time\n"
+        "n = 0\n"
+        "while True:\n"
+        "    n += 1\n"
+        "    print(f'hello {n}', flush=True)\n"
+        f"    time.sleep({'3600' if rate == 'once' else '0.01'})\n"
+    )
+    target = stdio_mock(command=sys.executable, args=["-c", code])
+    result = target.run(target.name, "--check", "--timeout", "4s")
     assert result.exit_status == 2, result.stdout
     error = result.json["error"]
-    assert error["code"] == "mcp_protocol_error"
-    assert "not a JSON-RPC message" in error["message"] and "Server listening on stdio" in error["message"]
-    assert SECRET not in result.stdout + result.stderr
-    assert "token=***" in error["message"]
+    assert error["code"] == "mcp_timeout", error
+    shown, count = error["server_stdout"], error["server_stdout_skipped"]
+    if rate == "once":
+        assert shown == ["hello 1"] and count == 1
+    else:
+        last = int(shown[-1].split()[1])
+        assert count == last >= 5 and shown == [f"hello {n}" for n in range(last - 4, last + 1)]
 
 
-def test_stdio_malformed_json_answer_is_a_protocol_error(stdio_mock):
+def test_stdio_malformed_json_answer_is_skipped_and_the_timeout_shows_it(stdio_mock):
+    """An answer that is not JSON is no answer: the request runs into its budget, and the error shows the line."""
     target = stdio_mock({"faults": {"malformed_json": "tools/list"}}, protocol_version="2025-11-25")
-    result = target.run(target.name, "--tools")
-    assert result.exit_status == 2 and result.error_code == "mcp_protocol_error"
-    assert "oops this is not JSON" in result.json["error"]["message"]
+    result = target.run(target.name, "--tools", "--timeout", "3s")
+    assert result.exit_status == 2 and result.error_code == "mcp_timeout"
+    assert result.json["error"]["server_stdout"] == ['{"jsonrpc": "2.0", "id": oops this is not JSON']
+    assert target.count("tools/list") == 1
+
+
+def test_stdio_line_longer_than_the_limit_is_dropped_unread(stdio_mock, monkeypatch):
+    """A line past the limit (64 MiB; 64 KiB here) is dropped as it streams in, counted as skipped; the session
+    goes on."""
+    monkeypatch.setattr(bkmcp, "STDIO_LINE_LIMIT", 64 * 1024)
+    flood = "for _ in range(64): sys.stdout.write('x' * 16384)\nsys.stdout.write('\\n'); sys.stdout.flush()"
+    tool = mock_tool("echo", "echo", {"text": {"type": "string"}}, stdout="y" * 70000)
+    target = stdio_mock({"tools": [tool]}, wrapper=flood, protocol_version=MODERN)
+    result = target.run(target.name, "echo", "--text", "after the flood", "-v")
+    assert result.exit_status == 0, result.stdout + result.stderr[-2000:]
+    assert result.json["data"]["result"]["structuredContent"] == {"arguments": {"text": "after the flood"}}
+    skipped = [line for line in result.stderr.splitlines() if line.startswith(SKIPPED)]
+    note = " [dropped: a line longer than 65536 bytes]"
+    assert skipped == [f"{SKIPPED}{'x' * 499}…{note}", f"{SKIPPED}{'y' * 499}…{note}"]
 
 
 def test_stdio_timeout_bounded_and_process_reaped(stdio_mock):

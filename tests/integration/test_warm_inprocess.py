@@ -212,6 +212,32 @@ def test_a_warm_commands_stderr_tail_is_the_one_shot_runs(place):
     assert status == 2 and json.loads(out)["error"] == one
 
 
+def test_a_warm_session_skips_stdout_noise_and_its_errors_tell_the_one_shot_runs_lines(place):
+    """A server that prints a banner and logs on stdout works warm as one-shot (docs/contract.md §9); a failure's
+    details.server_stdout holds what the one-shot run would hold: the start-up lines and the command's own, never
+    those of earlier commands (§14)."""
+    tools = [mock_tool("first", "echo", stdout="first call was here"), mock_tool("dies", "drop", stdout="dying now")]
+    scenario = {"tools": tools, "stdout_lines": ["Starting Time MCP server...", "ready"]}
+    write_mcp_json(place.config, {"st": _stdio_entry(scenario)})
+    one_call = place.main("st", "first")
+    assert one_call[0] == 0 and place.main("st", "first", "--keep-alive") == one_call  # opens the kept session
+    status, out, _ = place.main("st", "dies")
+    one = json.loads(out)["error"]
+    assert status == 2 and one["server_stdout"] == ["Starting Time MCP server...", "ready", "dying now"]
+    assert one["server_stdout_skipped"] == 3
+    assert place.main("st", "first", "--keep-alive")[0] == 0  # the kept session's server logs once more
+    status, out, _ = place.main("st", "dies", "--keep-alive")
+    assert status == 2 and json.loads(out)["error"] == one
+    quiet = {"tools": [tools[0], mock_tool("dies", "drop")]}  # no start-up lines, a death without a word
+    write_mcp_json(place.config, {"st": _stdio_entry(quiet)})
+    status, out, _ = place.main("st", "dies")
+    one = json.loads(out)["error"]
+    assert status == 2 and "server_stdout" not in one and "server_stdout_skipped" not in one
+    assert place.main("st", "first", "--keep-alive")[0] == 0
+    status, out, _ = place.main("st", "dies", "--keep-alive")  # only an earlier command's line was skipped
+    assert status == 2 and json.loads(out)["error"] == one
+
+
 @pytest.mark.parametrize(
     ("ttl", "discoveries"),
     [

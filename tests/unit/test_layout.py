@@ -123,7 +123,8 @@ BEHAVIOURS = [
     ("which kept session a --keep-alive call gets", "10.5", "WarmSessions", "WarmSessions"),
     ("the --keep-alive background process", "11", "WarmServer", "WarmServer"),
     ("the bounded worker pool", "10.4", "worker pool", "WorkerPool"),
-    ("the resident's line reader", "10.4", "reader", "read_lines"),
+    ("the bounded line reader (resident stdin, a stdio server's stdout)", "6", "line reader", "read_lines"),
+    ("a stdio server's stdout line that is not JSON-RPC is skipped", "6", "skipped", "StdioTransport"),
     ("argv routing", "11", "argument routing", "parse_argv"),
     ("exception to exit status", "11", "exit ladder", "main"),
 ]

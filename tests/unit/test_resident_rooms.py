@@ -112,13 +112,12 @@ def test_run_each_runs_every_item_at_once_and_honours_its_deadline():
 
 
 def test_read_lines_splits_skips_overlong_lines_and_keeps_a_last_line_without_newline(monkeypatch):
-    monkeypatch.setattr(bkmcp, "RESIDENT_LINE_LIMIT", 10)
     monkeypatch.setattr(bkmcp, "_READ_CHUNK", 4)
     lines: list[bytes] = []
-    skipped: list[int] = []
-    stream = io.BytesIO(b"one\n" + b"x" * 25 + b"\ntwo\n\nthree")
-    bkmcp.read_lines(stream, lines.append, lambda: skipped.append(1), threading.Event())
-    assert lines == [b"one", b"two", b"", b"three"] and skipped == [1]
+    skipped: list[bytes] = []
+    stream = io.BytesIO(b"one\n" + b"x" * 25 + b"\ntwo\n\n" + b"y" * 11 + b"\nthree")
+    bkmcp.read_lines(stream, lines.append, skipped.append, limit=10, stop=threading.Event())
+    assert lines == [b"one", b"two", b"", b"three"] and skipped == [b"x" * 12, b"y" * 11]
 
 
 def test_in_flight_gives_each_command_exactly_one_answer():
@@ -131,3 +130,33 @@ def test_in_flight_gives_each_command_exactly_one_answer():
     table.wait(lambda c: end)  # returns at the latest deadline of those left
     table.wait(lambda c: end + WAIT, cut=lambda: True)  # or at once when cut
     assert [c.task_id for c in table.take_all()] == ["t1"] and not table.claim(b)
+
+
+def test_read_lines_reports_an_endless_line_once_it_passes_the_limit_and_holds_no_more_of_it():
+    """A line that never ends (a stdio server flooding stdout) is reported as soon as it is longer than the limit,
+    and reading on keeps nothing of it: 100 MiB of one line read with a peak of a few MiB (the limit and a chunk)."""
+    import tracemalloc
+
+    stop = threading.Event()
+    skipped: list[int] = []
+    reads = 0
+
+    class Endless(io.RawIOBase):
+        def readable(self) -> bool:
+            return True
+
+        def read(self, size: int = -1) -> bytes:
+            nonlocal reads
+            reads += 1
+            if reads == 1600:  # 100 MiB in 64 KiB reads: bounds the test
+                stop.set()
+            return b"z" * size
+
+    tracemalloc.start()
+    try:
+        bkmcp.read_lines(Endless(), lambda line: None, lambda head: skipped.append(reads), limit=1 << 20, stop=stop)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert skipped == [17] and reads == 1600  # reported at the read that passed 1 MiB, once
+    assert peak < 8 << 20, peak

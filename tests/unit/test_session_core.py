@@ -453,6 +453,24 @@ def test_a_kept_childs_stderr_tail_for_one_operation_is_its_start_up_and_its_own
     assert child.stderr_tail(since) == [f"later {i}" for i in range(keep)]  # bounded: its own last lines only
 
 
+def test_a_line_tail_for_one_operation_is_its_start_up_and_its_own_lines_and_counts_them():
+    """A stdio child's skipped stdout lines (docs/contract.md §9, §14): the last few, and how many there were, for an
+    operation on a kept child: its start-up lines and its own, as a child started for it alone would have shown."""
+    tail = bkmcp.LineTail(3)
+    for i in range(4):
+        tail.add(f"start {i}")
+    assert tail.tail(0) == tail.tail() == (["start 1", "start 2", "start 3"], 4)  # not marked yet: every line
+    tail.mark_started()
+    tail.add("opening command")
+    since = tail.position()
+    assert since == 5 and tail.tail(since) == (["start 1", "start 2", "start 3"], 4)
+    tail.add("mine")
+    assert tail.tail(since) == (["start 2", "start 3", "mine"], 5)
+    assert tail.tail(3) == tail.tail() == (["start 3", "opening command", "mine"], 6)  # began during the start-up
+    tail.mark_started()  # once per child: a second mark changes nothing
+    assert tail.tail(since) == (["start 2", "start 3", "mine"], 5)
+
+
 @pytest.mark.parametrize(
     ("result", "ttl"),
     [({"ttlMs": 60000}, 60000), ({"ttlMs": 0}, 0), ({}, 0), ({"ttlMs": -1}, 0), ({"ttlMs": 1.5}, 0),
