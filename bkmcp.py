@@ -7661,12 +7661,19 @@ _LIST_ITEM = _lazy_re(r"(?:[-*+\u2022]|[0-9]{1,3}[.)])[ ]+")
 
 def _flowing_lines(text: str) -> list[str]:
     """The lines of server text as a reader meant them: a line joins the one before it (a hard-wrapped paragraph
-    flows again), unless either is blank or it is a list item (``- ``, ``* ``, ``1. ``) or indented. Two CJK
+    flows again), unless either is blank or indented or it is a list item (``- ``, ``* ``, ``1. ``). Two CJK
     characters meet without a space."""
     out: list[str] = []
     for line in _printable_lines(text):
         line = line.rstrip()
-        if out and out[-1] and line and not line[0].isspace() and not _LIST_ITEM.match(line):
+        if (
+            out
+            and out[-1]
+            and not out[-1][0].isspace()
+            and line
+            and not line[0].isspace()
+            and not _LIST_ITEM.match(line)
+        ):
             glue = "" if _is_wide(out[-1][-1]) and _is_wide(line[0]) else " "
             out[-1] += glue + line
         else:
