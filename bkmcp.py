@@ -7816,6 +7816,14 @@ def _flag_example(flag: ToolFlag, value: Any) -> list[str]:
     return [flag.option, _shell_quote(_printable(dump_json(value if fits else [] if flag.kind == "array" else {})))]
 
 
+def _flag_example_value(flag: ToolFlag, root: Any) -> Any:
+    """A flag's example value; an object too long for one example line shows its required properties only."""
+    value = _clip_strings(_example_value(flag.schema, root, flag.name))
+    if isinstance(value, dict) and len(dump_json(value)) > 48 and isinstance(flag.schema.get("properties"), dict):
+        value = _clip_strings(_example_object(flag.schema, root, 1, limit=0)[0])
+    return value
+
+
 def _annotation_lines(tool: Mapping[str, Any]) -> list[str]:
     annotations = tool.get("annotations")
     if not isinstance(annotations, dict):
@@ -7912,9 +7920,7 @@ def render_tool_help(server_name: str, tool: Mapping[str, Any]) -> str:
         chosen = [f for f in flags if f.required] or flags[:1]
         if len(chosen) < 3:
             chosen += [f for f in flags if not f.required and f not in chosen][: 3 - len(chosen)]
-        parts = [
-            word for f in chosen for word in _flag_example(f, _clip_strings(_example_value(f.schema, schema, f.name)))
-        ]
+        parts = [word for f in chosen for word in _flag_example(f, _flag_example_value(f, schema))]
         out += _command_lines([command, *parts])
     elif not required_body_only:
         out.append(f"  {command}")
