@@ -8073,9 +8073,9 @@ def _flag_details(flag: ToolFlag) -> list[str]:
         types = json_member_types(schema)
         what = f"a JSON value: {_types_words(types)}" if types else "any JSON value"
         quoted = " (a string is written in JSON quotes)" if "string" in types or not types else ""
-        lines += _wrap(
-            f"{what}, read as JSON text{quoted}, e.g. {', '.join(json_flag_examples(flag))}", HELP_WIDTH, indent, indent
-        )
+        examples = json_flag_examples(flag)
+        lines += _wrap(f"{what}, read as JSON text{quoted}, e.g.", HELP_WIDTH, indent, indent)
+        lines += _fill([*(e + "," for e in examples[:-1]), examples[-1]], HELP_WIDTH, indent, indent)
     return lines
 
 

@@ -292,7 +292,8 @@ def test_union_flag_help_shows_member_types_and_worked_examples() -> None:
     assert "--nextThoughtNeeded JSON  required" in text
     assert (
         "      a JSON value: boolean or string, read as JSON text (a string is written in\n"
-        "      JSON quotes), e.g. --nextThoughtNeeded true, --nextThoughtNeeded '\"text\"'\n"
+        "      JSON quotes), e.g.\n"
+        "      --nextThoughtNeeded true, --nextThoughtNeeded '\"text\"'\n"
     ) in text
     examples = text.split("Examples:\n")[1].split("\n\n")[0].replace(" \\\n", " ")
     words = shlex.split(examples.splitlines()[0])
