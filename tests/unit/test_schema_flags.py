@@ -149,12 +149,16 @@ def test_p01_each_declared_type_gets_a_typed_flag() -> None:
         (True, []),
         ({"type": "date"}, ["date"]),
         ({"type": 5}, []),
+        ({"anyOf": [{"type": "string"}, True]}, []),  # one branch admits anything
+        ({"$ref": "#/$defs/X", "type": "string"}, []),  # a sibling that contradicts the target: both apply
+        ({"$ref": "#/$defs/Anything", "description": "free-form"}, []),
     ],
 )
 def test_p05_unions_and_untyped_schemas_get_a_json_value_flag(schema: Any, types: list[str]) -> None:
     """Issue 27 item 2 (contract §6): a union that is not "T or null", combinators, not/if, no type, ``{}`` and
     ``true`` get a JSON-value flag: its text is JSON, whose syntax names the type; --tools lists the members."""
-    tool = make_tool({"hard": schema, "easy": {"type": "string"}}, **{"$defs": {"X": {"type": "object", "title": "X"}}})
+    defs = {"X": {"type": "object", "title": "X"}, "Anything": {}}
+    tool = make_tool({"hard": schema, "easy": {"type": "string"}}, **{"$defs": defs})
     mapped = build_tool_flags(tool)
     assert "easy" in mapped.flags and mapped.body_only == {}
     flag = mapped.flags["hard"]
@@ -177,6 +181,8 @@ def test_p05_unions_and_untyped_schemas_get_a_json_value_flag(schema: Any, types
         ({"$ref": "#/$defs/a~1b~0c"}, "number"),  # JSON-pointer escapes
         ({"$ref": "#/$defs/with%20space"}, "boolean"),  # percent-encoding
         ({"$ref": "#/$defs/Nested/properties/inner"}, "array"),  # a pointer into a definition
+        ({"$ref": "#/$defs/Pair/prefixItems/1"}, "integer"),  # through an array
+        ({"$ref": "#"}, "object"),  # the inputSchema itself
     ],
 )
 def test_p05_local_refs_and_wrappers_type_the_flag_as_if_inline(schema: Any, kind: str) -> None:
@@ -189,6 +195,7 @@ def test_p05_local_refs_and_wrappers_type_the_flag_as_if_inline(schema: Any, kin
         "a/b~c": {"type": "number"},
         "with space": {"type": "boolean"},
         "Nested": {"type": "object", "properties": {"inner": {"type": "array"}}},
+        "Pair": {"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}]},
     }
     tool = make_tool({"p": schema}, **{"$defs": defs, "definitions": {"Size": {"type": "integer"}}})
     flag = build_tool_flags(tool).flags["p"]

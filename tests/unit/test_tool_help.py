@@ -380,3 +380,18 @@ def test_a_long_list_item_wraps_under_its_text() -> None:
     lines = bkmcp._wrap("- " + "word " * 30, 40, "  ", "  ")
     assert lines[0].startswith("  - word") and all(line.startswith("    word") for line in lines[1:])
     assert all(bkmcp._cell_width(line) <= 40 for line in lines)
+
+
+def test_a_long_object_flag_example_shows_its_required_properties() -> None:
+    """Issue 27 item 2: a model flag ($ref) whose example would not fit one line shows only the model's required
+    properties, so the example command stays within 80 columns."""
+    tank = {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, **{f"optional_{i}": {"type": "string"} for i in range(4)}},
+        "required": ["name"],
+    }
+    tool = make_tool({"tank": {"$ref": "#/$defs/Tank"}}, required=["tank"], **{"$defs": {"Tank": tank}})
+    text = render_tool_help("srv", tool)
+    example = text.split("Examples:\n")[1].splitlines()[0]
+    assert shlex.split(example)[-2:] == ["--tank", '{"name":"<name>"}']
+    assert_fits_80(text)
