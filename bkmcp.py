@@ -5668,8 +5668,11 @@ def resolve_schema(schema: Any, root: Any) -> tuple[Any, str]:
     return _inline(schema, root, (), 0)
 
 
+_INLINED_KEYWORDS = frozenset((*_REF_KEYWORDS, *_COMBINATORS))
+
+
 def _inline(schema: Any, root: Any, chain: tuple[str, ...], depth: int) -> tuple[Any, str]:
-    if not isinstance(schema, dict):
+    if not isinstance(schema, dict) or schema.keys().isdisjoint(_INLINED_KEYWORDS):
         return schema, ""
     if depth > REF_DEPTH_LIMIT:
         return None, f"its $ref chain is longer than {REF_DEPTH_LIMIT} steps"
@@ -5727,8 +5730,9 @@ def _beside(target: Any, outer: dict[str, Any]) -> Any:
         return target
     if target is True or target == {}:
         return outer
-    if isinstance(target, dict) and all(
-        k in _ANNOTATION_KEYWORDS or k not in target or target[k] == v for k, v in outer.items()
+    if isinstance(target, dict) and (
+        outer.keys() <= _ANNOTATION_KEYWORDS
+        or all(k in _ANNOTATION_KEYWORDS or k not in target or target[k] == v for k, v in outer.items())
     ):
         return {**target, **outer}
     notes = {k: v for k, v in outer.items() if k in _ANNOTATION_KEYWORDS}
