@@ -6771,12 +6771,13 @@ def _problem_from_error(error: Any) -> dict[str, str]:
     return {"path": json_path(path), "message": _printable(message)}
 
 
-def _problem_line(problem: Mapping[str, str]) -> str:
-    """``$.a.b: message``; for a value given as a flag ``--a: message`` or ``--a at $.a.b: message``."""
+def _problem_line(problem: Mapping[str, str], given: Mapping[str, str]) -> str:
+    """``$.a.b: message``; for a value given as a flag (``given``: its path -> ``--a``) ``--a: message`` or
+    ``--a at $.a.b: message``."""
     flag = problem.get("flag")
     if flag is None:
         return f"{problem['path']}: {problem['message']}"
-    if problem["path"] == _flag_path(flag[2:]):
+    if problem["path"] in given:
         return f"{_short(flag, 60)}: {problem['message']}"
     return f"{_short(flag, 60)} at {problem['path']}: {problem['message']}"
 
@@ -6817,12 +6818,12 @@ def validate_arguments(
             if problem not in unique:
                 unique.append(problem)
         unique.sort(key=lambda p: p["path"])
-        for name in flags:
-            at = _flag_path(name)
+        given = {_flag_path(name): f"--{name}" for name in flags}
+        for at, option in given.items():
             for problem in unique:
                 if problem["path"] == at or problem["path"].startswith((at + ".", at + "[")):
-                    problem["flag"] = f"--{name}"
-        lines = "; ".join(_problem_line(p) for p in unique[:5])
+                    problem["flag"] = option
+        lines = "; ".join(_problem_line(p, given) for p in unique[:5])
         more = f"; and {len(unique) - 5} more" if len(unique) > 5 else ""
         checked = "the full inputSchema" if scope == "full" else "required fields, types and enum only"
         hint = f"checked locally: {checked}"

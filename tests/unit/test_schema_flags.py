@@ -1223,3 +1223,17 @@ def test_a_resolver_is_reused_per_schema_object_and_thread_with_the_same_answers
     worker.start()
     worker.join()
     assert other["answer"] == expected and other["resolver"] is not state.resolvers[id(schema)][3]
+
+
+def test_p05_optional_enum_behind_a_ref_is_the_one_simple_type_or_null_rule() -> None:
+    """Issue 27 item 2: ``Optional[Color]`` (anyOf of a $ref to a string Enum and null) is read as if inline, so
+    the unchanged "T or null" rule gives a nullable string flag with the enum's values."""
+    tool = make_tool(
+        {"color": {"anyOf": [{"$ref": "#/$defs/Color"}, {"type": "null"}], "default": None}},
+        **{"$defs": {"Color": {"enum": ["red", "green"], "title": "Color", "type": "string"}}},
+    )
+    flag = build_tool_flags(tool).flags["color"]
+    assert (flag.kind, flag.nullable, flag.schema["enum"]) == ("string", True, ["red", "green"])
+    assert parse_tool_arguments(tool, [tok("color", "green")]) == {"color": "green"}
+    with pytest.raises(InvalidArgumentsError, match="--color: "):
+        validate_arguments(tool, {"color": "blue"}, flags=["color"])
