@@ -5781,8 +5781,8 @@ _JSON_SAMPLES = {
 
 def json_flag_examples(flag: ToolFlag) -> list[str]:
     """Worked examples of a JSON-value flag: its first non-string member, then a string written as JSON."""
-    types = json_member_types(flag.schema)
-    shown = [t for t in types if t != "string" and t in _JSON_SAMPLES][:1] or ([] if types else ["object"])
+    types = [t for t in json_member_types(flag.schema) if t in _JSON_SAMPLES]  # a made-up type shows as any
+    shown = [t for t in types if t != "string"][:1] or ([] if types else ["object"])
     if "string" in types or not types:
         shown.append("string")
     return [f"{flag.option} {_JSON_SAMPLES[t]}" for t in shown]

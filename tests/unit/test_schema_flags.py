@@ -165,6 +165,9 @@ def test_p05_unions_and_untyped_schemas_get_a_json_value_flag(schema: Any, types
     assert (flag.kind, flag.usage, flag.nullable) == ("json", "--hard JSON", False)
     cli = describe_cli(tool)["flags"][0]
     assert cli == {"name": "hard", "flag": "--hard JSON", "type": "json", "required": False, "types": types}
+    examples = bkmcp.json_flag_examples(flag)
+    assert examples and all(e.startswith("--hard ") for e in examples)  # at least one worked example, always
+    assert "--hard JSON" in bkmcp.render_tool_help("srv", tool)
 
 
 @pytest.mark.parametrize(
