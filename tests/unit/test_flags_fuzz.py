@@ -72,10 +72,23 @@ property_names = st.one_of(
 )
 
 
+JSON_VALUE_SCHEMAS: list[dict[str, Any]] = [
+    {},
+    {"description": "anything"},
+    {"type": ["boolean", "string", "integer", "number", "array", "object", "null"]},
+    {"anyOf": [{"type": t} for t in ("object", "array", "string", "number", "boolean", "null")]},
+]
+
+
 @st.composite
 def flag_case(draw: st.DrawFn, kind: str) -> tuple[dict[str, Any], Any, str, bool]:
-    """(property schema, intended value, token text, use '=') for one flag of ``kind``."""
+    """(property schema, intended value, token text, use '=') for one flag of ``kind``; "json" is a JSON-value flag
+    (a union or untyped property, issue 27): its text is the value's JSON."""
     schema: dict[str, Any] = {"type": kind}
+    if kind == "json":
+        schema = draw(st.sampled_from(JSON_VALUE_SCHEMAS))
+        value = draw(json_values)
+        return schema, value, dump_json(value), draw(st.booleans())
     if kind == "string":
         value = draw(st.text(max_size=40))
         text = value
@@ -112,7 +125,7 @@ def tool_with_values(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any], l
     wire: list[str] = []
     argv = ["srv", "tool"]
     for name in names:
-        kind = draw(st.sampled_from(bkmcp.FLAG_TYPES))
+        kind = draw(st.sampled_from([*bkmcp.FLAG_TYPES, "json"]))
         schema, value, text, use_eq = draw(flag_case(kind))
         properties[name] = schema
         if name in bkmcp.RESERVED_OPTION_NAMES or not draw(st.integers(0, 3)):
