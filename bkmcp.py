@@ -5622,8 +5622,10 @@ RESERVED_OPTION_NAMES = frozenset(
 )
 
 
-# Rules (docs/contract.md §6, seed §6): flags are named exactly as the property; only declared simple types get a flag;
-# anything a flag cannot express unambiguously stays usable through --body. Only what the user typed is sent.
+# Rules (docs/contract.md §6, seed §6): flags are named exactly as the property; one declared type gets a flag of that
+# type, any other schema a JSON-value flag (its JSON text says the type); what a flag cannot express unambiguously
+# (a name that cannot be an option, a remote or recursive $ref) stays usable through --body. Only what the user typed
+# is sent.
 
 FLAG_TYPES = ("string", "integer", "number", "boolean", "array", "object")
 _FLAG_METAVAR = {
@@ -5632,6 +5634,7 @@ _FLAG_METAVAR = {
     "number": "NUMBER",
     "array": "JSON-ARRAY",
     "object": "JSON-OBJECT",
+    "json": "JSON",
 }
 _COMBINATORS = ("anyOf", "oneOf", "allOf")
 _REF_KEYWORDS = ("$ref", "$dynamicRef", "$recursiveRef")
@@ -5646,12 +5649,13 @@ _FLAG_TYPE_SET = frozenset(FLAG_TYPES)
 
 @dataclass(slots=True)
 class ToolFlag:
-    """A property that has a flag: ``--<name>`` typed by ``kind`` (one of FLAG_TYPES)."""
+    """A property that has a flag: ``--<name>`` typed by ``kind`` (one of FLAG_TYPES, or "json": any JSON value,
+    checked against the property's schema by validation)."""
 
     name: str
     kind: str
     required: bool
-    schema: dict[str, Any]  # of a nullable property: its non-null branch, with the property's own annotations
+    schema: dict[str, Any]  # local $refs followed; of a nullable property: its non-null branch with its annotations
     nullable: bool = False  # "T or null": the flag gives T; JSON null only through --body (docs/contract.md §6)
 
     @property
@@ -5747,32 +5751,180 @@ def _nullable_simple(schema: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _property_kind(schema: Any) -> tuple[str | None, str]:
-    """(flag type, "") when the property schema maps to a flag, else (None, reason to use --body)."""
+    """(flag type, "") for a property schema whose local references are followed (``resolve_schema``), else
+    (None, why only --body can set it). One declared type T is a T flag (combinators beside it only narrow T);
+    anything else a value can be — unions, ``anyOf``/``oneOf``, ``not``, no type, ``{}``/``true`` — is a
+    JSON-value flag: JSON text names its own type, so nothing is guessed (docs/contract.md §6)."""
+    if schema is False:
+        return None, "its schema is false: no value is valid"
     if not isinstance(schema, dict):
-        return None, "its schema is not an object (any value allowed), so a flag could not know the type"
-    for keyword in _REF_KEYWORDS:
-        if keyword in schema:
-            return None, f"its schema is a reference ({keyword}: {_short(schema[keyword])})"
-    for keyword in _COMBINATORS:
-        if keyword in schema:
-            nullable = isinstance(schema[keyword], list) and any(
-                isinstance(s, dict) and s.get("type") == "null" for s in schema[keyword]
-            )
-            extra = ", e.g. an optional value that may be null" if nullable else ""
-            return None, f"its schema combines alternatives ({keyword}{extra})"
+        return "json", ""
     declared = schema.get("type")
+    if isinstance(declared, list) and len(declared) == 1:
+        declared = declared[0]
+    if isinstance(declared, str) and declared in _FLAG_TYPE_SET:
+        return declared, ""
+    return "json", ""
+
+
+# -- local references: one resolver for flags and help examples -----------------------------------------------
+# pydantic (FastMCP, the SDK's MCPServer) writes every model and Enum parameter as {"$ref": "#/$defs/Tank"}: a
+# flag is typed as if the referenced schema were written inline. A reference that leaves the document or leads
+# back to itself before reaching a type has no type a flag could take.
+
+REF_DEPTH_LIMIT = 32  # references and single-schema allOf wrappers followed for one property
+_ANNOTATION_KEYWORDS = frozenset(
+    ("title", "description", "default", "examples", "deprecated", "readOnly", "writeOnly", "$comment")
+)
+
+
+def _ref_pointer(ref: str) -> list[str] | None:
+    """The JSON-pointer tokens of a same-document ``$ref`` (``#``, ``#/$defs/Tank``, percent-encoding and ``~0``
+    ``~1`` escapes undone), None for anything else (another document, a plain-name fragment such as ``#tank``)."""
+    if not ref.startswith("#"):
+        return None
+    fragment = ref[1:]
+    if "%" in fragment:
+        from urllib.parse import unquote
+
+        fragment = unquote(fragment)
+    if not fragment:
+        return []
+    if not fragment.startswith("/"):
+        return None
+    return [part.replace("~1", "/").replace("~0", "~") for part in fragment[1:].split("/")]
+
+
+def resolve_schema(schema: Any, root: Any) -> tuple[Any, str]:
+    """``schema`` as if its local references were written inline: ``$ref`` (its sibling keywords kept beside the
+    target, e.g. a description), single-schema ``allOf`` wrappers, and the same in each ``anyOf``/``oneOf``
+    branch. Returns (schema, "") or (None, why it cannot be followed: remote, recursive, dangling). Bounded by
+    ``REF_DEPTH_LIMIT``; ``root`` is the inputSchema the pointers start from."""
+    return _inline(schema, root, (), 0)
+
+
+_INLINED_KEYWORDS = frozenset((*_REF_KEYWORDS, *_COMBINATORS))
+
+
+def _inline(schema: Any, root: Any, chain: tuple[str, ...], depth: int) -> tuple[Any, str]:
+    if not isinstance(schema, dict) or schema.keys().isdisjoint(_INLINED_KEYWORDS):
+        return schema, ""
+    if depth > REF_DEPTH_LIMIT:
+        return None, f"its $ref chain is longer than {REF_DEPTH_LIMIT} steps"
+    for keyword in ("$dynamicRef", "$recursiveRef"):
+        if keyword in schema:
+            return None, f"its schema is a dynamic reference ({keyword}: {_short(schema[keyword])}), not followed"
+    if "$ref" in schema:
+        ref = schema["$ref"]
+        if not isinstance(ref, str):
+            return None, f"its $ref is not a string ({_short(ref)})"
+        pointer = _ref_pointer(ref)
+        if pointer is None or ("$id" in schema and schema is not root):
+            where = "a nested $id makes it another document" if pointer is not None else _short(ref, 60)
+            if pointer is None and ref.startswith("#"):
+                return None, f"its $ref {_short(ref, 60)} is not a JSON pointer into the inputSchema"
+            return None, f"remote $ref ({where}): not fetched"
+        if ref in chain:
+            return None, f"recursive $ref ({_short(ref, 60)} leads back to itself before reaching a type)"
+        target = root
+        for part in pointer:
+            if isinstance(target, dict) and part in target:
+                target = target[part]
+            elif isinstance(target, list) and part.isdigit() and int(part) < len(target):
+                target = target[int(part)]
+            else:
+                return None, f"its $ref {_short(ref, 60)} points to nothing in the inputSchema"
+        target, why = _inline(target, root, (*chain, ref), depth + 1)
+        if why:
+            return None, why
+        return _beside(target, {k: v for k, v in schema.items() if k != "$ref"}), ""
+    wrapped = schema.get("allOf")
+    if isinstance(wrapped, list) and len(wrapped) == 1:  # older pydantic: {"allOf": [{"$ref": ...}], ...}
+        inner, why = _inline(wrapped[0], root, chain, depth + 1)
+        if why:
+            return None, why
+        return _beside(inner, {k: v for k, v in schema.items() if k != "allOf"}), ""
+    for keyword in ("anyOf", "oneOf"):
+        branches = schema.get(keyword)
+        if isinstance(branches, list) and any(isinstance(b, dict) and ("$ref" in b or "allOf" in b) for b in branches):
+            resolved = []
+            for branch in branches:
+                inner, why = _inline(branch, root, chain, depth + 1)
+                if why:
+                    return None, why
+                resolved.append(inner)
+            schema = {**schema, keyword: resolved}
+    return schema, ""
+
+
+def _beside(target: Any, outer: dict[str, Any]) -> Any:
+    """``target`` with ``outer``'s keywords applied beside it (a ``$ref``'s siblings, an ``allOf`` wrapper's own
+    keywords): merged when they agree, else both kept under ``allOf`` (then a JSON-value flag, which the full
+    validation checks), annotations such as the description on top either way."""
+    if not outer:
+        return target
+    if target is True or target == {}:
+        return outer
+    if isinstance(target, dict) and (
+        outer.keys() <= _ANNOTATION_KEYWORDS
+        or all(k in _ANNOTATION_KEYWORDS or k not in target or target[k] == v for k, v in outer.items())
+    ):
+        return {**target, **outer}
+    notes = {k: v for k, v in outer.items() if k in _ANNOTATION_KEYWORDS}
+    rules = {k: v for k, v in outer.items() if k not in _ANNOTATION_KEYWORDS}
+    return {**notes, "allOf": [target, rules] if rules else [target]}
+
+
+def json_member_types(schema: Any, depth: int = 0) -> list[str]:
+    """The JSON types a (resolved) schema admits, in its own order: ``type``, the branches of ``anyOf``/``oneOf``,
+    the values of ``enum``/``const``; [] when it does not say (any JSON value)."""
+    if not isinstance(schema, dict) or depth > 8:
+        return []
+    declared = schema.get("type")
+    if isinstance(declared, str):
+        return [declared]
     if isinstance(declared, list):
-        if len(declared) == 1 and isinstance(declared[0], str):
-            declared = declared[0]
-        else:
-            return None, f"its type is a union ({', '.join(_short(t) for t in declared)})"
-    if declared is None:
-        return None, "its schema declares no type"
-    if declared == "null":
-        return None, "its type is null (only JSON null is valid)"
-    if declared not in FLAG_TYPES:
-        return None, f"its type {_short(declared)} is not a JSON Schema type a flag can map"
-    return str(declared), ""
+        return list(dict.fromkeys(t for t in declared if isinstance(t, str)))
+    for keyword in ("anyOf", "oneOf"):
+        branches = schema.get(keyword)
+        if isinstance(branches, list) and branches:
+            found: list[str] = []
+            for branch in branches:
+                types = json_member_types(branch, depth + 1)
+                if not types:
+                    return []
+                found += types
+            return list(dict.fromkeys(found))
+    enum = schema.get("enum")
+    if isinstance(enum, list) and enum:
+        return list(dict.fromkeys(json_type(v, integers=True) for v in enum))
+    if "const" in schema:
+        return [json_type(schema["const"], integers=True)]
+    return []
+
+
+_JSON_SAMPLES = {
+    "boolean": "true",
+    "integer": "1",
+    "number": "1.5",
+    "array": "'[1,2]'",
+    "object": '\'{"key":"value"}\'',
+    "null": "null",
+    "string": "'\"text\"'",
+}
+
+
+def json_flag_examples(flag: ToolFlag) -> list[str]:
+    """Worked examples of a JSON-value flag: its first non-string member, then a string written as JSON."""
+    types = [t for t in json_member_types(flag.schema) if t in _JSON_SAMPLES]  # a made-up type shows as any
+    shown = [t for t in types if t != "string"][:1] or ([] if types else ["object"])
+    if "string" in types or not types:
+        shown.append("string")
+    return [f"{flag.option} {_JSON_SAMPLES[t]}" for t in shown]
+
+
+def _types_words(types: Sequence[str]) -> str:
+    return " or ".join(types) if types else "any JSON value"
 
 
 def _short(value: Any, limit: int = 40) -> str:
@@ -5792,9 +5944,9 @@ def _printable(text: str) -> str:
 def build_tool_flags(tool: Mapping[str, Any]) -> ToolFlags:
     """Map ``inputSchema.properties`` to typed flags (docs/contract.md §6). Never raises on odd schemas.
 
-    A property whose schema a flag cannot express (null, union, anyOf/oneOf/allOf, $ref, no type) or whose name
-    cannot be a flag (empty, leading '-', '=', whitespace/control characters, reserved option name) goes to
-    ``body_only`` with the reason; the other properties still get their flags.
+    Local ``$ref``s are followed first (``resolve_schema``). A property whose name cannot be a flag (empty, leading
+    '-', '=', whitespace/control characters, reserved option name) or whose reference cannot be followed (remote,
+    recursive, dangling) goes to ``body_only`` with the reason; the other properties still get their flags.
     """
     notes: list[str] = []
     schema = _schema_object(tool)
@@ -5824,15 +5976,19 @@ def build_tool_flags(tool: Mapping[str, Any]) -> ToolFlags:
                 flags[name] = ToolFlag(name, declared, is_required, prop)
                 continue
         problem = _flag_name_problem(name)
-        nullable = _nullable_simple(prop) if problem is None and type(prop) is dict else None
+        resolved, problem = (None, problem) if problem else resolve_schema(prop, schema)
+        if problem:
+            body_only[name] = BodyOnlyField(name, problem, is_required, prop)
+            continue
+        nullable = _nullable_simple(resolved) if type(resolved) is dict else None
         if nullable is not None:
             flags[name] = ToolFlag(name, nullable["type"], is_required, nullable, nullable=True)
             continue
-        kind, reason = (None, problem) if problem else _property_kind(prop)
+        kind, reason = _property_kind(resolved)
         if kind is None:
             body_only[name] = BodyOnlyField(name, reason, is_required, prop)
         else:
-            flags[name] = ToolFlag(name, kind, is_required, prop)
+            flags[name] = ToolFlag(name, kind, is_required, resolved if isinstance(resolved, dict) else {})
     for name in required:
         if name not in properties:
             body_only[name] = BodyOnlyField(name, "it is required but has no schema in properties", True)
@@ -5840,12 +5996,14 @@ def build_tool_flags(tool: Mapping[str, Any]) -> ToolFlags:
 
 
 def describe_cli(tool: Mapping[str, Any]) -> dict[str, Any]:
-    """Per-tool CLI summary for ``--tools`` (``data.cli[tool_name]``): flags and fields that need --body."""
+    """Per-tool CLI summary for ``--tools`` (``data.cli[tool_name]``): flags and fields that need --body. A
+    JSON-value flag (``"type": "json"``) lists the JSON types its schema admits (``"types"``, [] for any)."""
     mapped = build_tool_flags(tool)
     out: dict[str, Any] = {
         "flags": [
             {"name": f.name, "flag": f.usage, "type": f.kind, "required": f.required}
             | ({"nullable": True} if f.nullable else {})
+            | ({"types": json_member_types(f.schema)} if f.kind == "json" else {})
             for f in mapped.flags.values()
         ],
         "body_only": [{"name": b.name, "reason": b.reason} for b in mapped.body_only.values()],
@@ -5917,6 +6075,15 @@ def convert_flag_value(flag: ToolFlag, token: ToolToken) -> Any:
         if not _JSON_NUMBER.fullmatch(value):
             raise ValueError(f"{flag.option} expects a JSON number (e.g. 0.5, -2, 1e-3), got {_short(value)!r}")
         return _exact_number(value)
+    if flag.kind == "json":
+        try:
+            return parse_json(value)
+        except JsonInputError as exc:
+            types = _types_words(json_member_types(flag.schema))
+            raise ValueError(
+                f"{flag.option} takes a JSON value ({types}): write a JSON value, e.g. "
+                f"{' or '.join(json_flag_examples(flag))} (a string goes in JSON quotes); {exc}"
+            ) from None
     try:
         parsed = parse_json(value)
     except JsonInputError as exc:
@@ -5947,10 +6114,9 @@ def _is_json_number(value: Any) -> bool:
 
 
 def _read_tokens(
-    tool: Mapping[str, Any], tokens: Sequence[ToolToken], server_name: str
+    tool: Mapping[str, Any], mapped: ToolFlags, tokens: Sequence[ToolToken]
 ) -> tuple[dict[str, Any], list[dict[str, str]]]:
     """Convert tokens to values; collect every problem instead of stopping at the first."""
-    mapped = build_tool_flags(tool)
     values: dict[str, Any] = {}
     problems: list[dict[str, str]] = []
     seen: set[str] = set()
@@ -6010,9 +6176,20 @@ def parse_tool_arguments(
     """Named flags -> the ``arguments`` object (P01, P02, P03). Only given flags are sent; no defaults.
 
     Every malformed, repeated, unknown or body-only flag is reported at once as ``invalid_mcp_arguments`` whose
-    ``problems`` name the flag, and the hint names the tool help command.
+    ``problems`` name the flag, and the hint names the tool help command; so is a required field that has no flag
+    (with the way to send it: ``--body``).
     """
-    values, problems = _read_tokens(tool, tokens, server_name)
+    mapped = build_tool_flags(tool)
+    values, problems = _read_tokens(tool, mapped, tokens)
+    for field_ in mapped.body_only.values():
+        if field_.required:  # flags alone can never satisfy it: say how it can be sent
+            problems.append(
+                {
+                    "path": _flag_path(field_.name),
+                    "message": f"required field {_printable(field_.name)!r} has no flag ({field_.reason}); send "
+                    f"the arguments with --body: {_tool_command(server_name, tool.get('name'))} --body '{{...}}'",
+                }
+            )
     _raise_token_problems(tool, problems, server_name)
     return values
 
@@ -6024,7 +6201,7 @@ def check_tool_tokens(
 
     Returns the ignored flags (``--name``), for a warning; raises like ``parse_tool_arguments`` otherwise.
     """
-    _values, problems = _read_tokens(tool, tokens, server_name)
+    _values, problems = _read_tokens(tool, build_tool_flags(tool), tokens)
     _raise_token_problems(tool, problems, server_name)
     return [f"--{t.name}" for t in tokens]
 
@@ -6722,15 +6899,30 @@ def _problem_from_error(error: Any) -> dict[str, str]:
     message = str(error.message)
     try:  # jsonschema starts most messages with repr(instance); show JSON instead of Python reprs
         shown = repr(instance)
-        if message.startswith(shown) and not isinstance(instance, (dict, list)):
+        if message.startswith(shown):
             message = _short(dump_json(instance), 60) + message[len(shown) :]
     except Exception:  # pragma: no cover - repr of plain JSON values does not fail
         pass
     return {"path": json_path(path), "message": _printable(message)}
 
 
+def _problem_line(problem: Mapping[str, str], given: Mapping[str, str]) -> str:
+    """``$.a.b: message``; for a value given as a flag (``given``: its path -> ``--a``) ``--a: message`` or
+    ``--a at $.a.b: message``."""
+    flag = problem.get("flag")
+    if flag is None:
+        return f"{problem['path']}: {problem['message']}"
+    if problem["path"] in given:
+        return f"{_short(flag, 60)}: {problem['message']}"
+    return f"{_short(flag, 60)} at {problem['path']}: {problem['message']}"
+
+
 def validate_arguments(
-    tool: Mapping[str, Any], arguments: Mapping[str, Any], *, deadline: Deadline | None = None
+    tool: Mapping[str, Any],
+    arguments: Mapping[str, Any],
+    *,
+    deadline: Deadline | None = None,
+    flags: Iterable[str] = (),
 ) -> ArgumentCheck:
     """Check the final arguments object before any ``tools/call`` (docs/contract.md §6, P03, P05).
 
@@ -6740,6 +6932,7 @@ def validate_arguments(
 
     Bounded: each schema keyword first checks ``deadline`` (``mcp_timeout`` once the operation's budget is spent),
     and patterns that could backtrack for long (``regex_risk``) are left to the server, noted in the result.
+    ``flags`` names the properties the user gave as flags: a problem inside one names its flag (``--name``).
     """
     schema = _schema_object(tool)
     if schema is None:
@@ -6760,7 +6953,12 @@ def validate_arguments(
             if problem not in unique:
                 unique.append(problem)
         unique.sort(key=lambda p: p["path"])
-        lines = "; ".join(f"{p['path']}: {p['message']}" for p in unique[:5])
+        given = {_flag_path(name): f"--{name}" for name in flags}
+        for at, option in given.items():
+            for problem in unique:
+                if problem["path"] == at or problem["path"].startswith((at + ".", at + "[")):
+                    problem["flag"] = option
+        lines = "; ".join(_problem_line(p, given) for p in unique[:5])
         more = f"; and {len(unique) - 5} more" if len(unique) > 5 else ""
         checked = "the full inputSchema" if scope == "full" else "required fields, types and enum only"
         hint = f"checked locally: {checked}"
@@ -7557,21 +7755,27 @@ def _cell_width(text: str) -> int:
 
 
 def _wrap(text: str, width: int, indent: str = "", first_indent: str | None = None) -> list[str]:
-    """Greedy wrap by display width; CJK text (no spaces) breaks between characters; paragraphs kept."""
+    """Greedy wrap by display width; CJK text (no spaces) breaks between characters. A paragraph's hard line breaks
+    are joined first; blank lines, list items and indented lines keep their own lines (``_flowing_lines``), an
+    indented line its indentation (up to 8 columns) and a list item a hanging indent."""
     first = indent if first_indent is None else first_indent
     out: list[str] = []
-    for paragraph in _printable_lines(text):
+    for paragraph in _flowing_lines(text):
         if not paragraph.strip():
             if out and out[-1].strip():
                 out.append("")
             continue
+        words = paragraph.lstrip()
+        lead = " " * min(len(paragraph) - len(words), 8)
+        item = _LIST_ITEM.match(words)
         atoms: list[tuple[str, bool]] = []  # (piece, space before it)
-        if paragraph.isascii():
-            atoms = [(word, True) for word in paragraph.split()]
+        if words.isascii():
+            atoms = [(word, True) for word in words.split()]
         else:
-            for word in paragraph.split():
+            for word in words.split():
                 atoms.extend((piece, i == 0) for i, piece in enumerate(_word_atoms(word)))
-        line = first if not out else indent
+        line = (first if not out else indent) + lead
+        following = indent + lead + (" " * len(item.group()) if item else "")
         line_start = len(line)
         used = _cell_width(line)
         for piece, spaced in atoms:
@@ -7579,7 +7783,7 @@ def _wrap(text: str, width: int, indent: str = "", first_indent: str | None = No
             cells = (len(piece) if piece.isascii() else _cell_width(piece)) + len(sep)
             if len(line) > line_start and used + cells > width:
                 out.append(line)
-                line = indent
+                line = following
                 line_start = len(line)
                 used = _cell_width(line)
                 sep = ""
@@ -7589,6 +7793,31 @@ def _wrap(text: str, width: int, indent: str = "", first_indent: str | None = No
         out.append(line)
     while out and not out[-1].strip():
         out.pop()
+    return out
+
+
+_LIST_ITEM = _lazy_re(r"(?:[-*+\u2022]|[0-9]{1,3}[.)])[ ]+")
+
+
+def _flowing_lines(text: str) -> list[str]:
+    """The lines of server text as a reader meant them: a line joins the one before it (a hard-wrapped paragraph
+    flows again), unless either is blank or indented or it is a list item (``- ``, ``* ``, ``1. ``). Two CJK
+    characters meet without a space."""
+    out: list[str] = []
+    for line in _printable_lines(text):
+        line = line.rstrip()
+        if (
+            out
+            and out[-1]
+            and not out[-1][0].isspace()
+            and line
+            and not line[0].isspace()
+            and not _LIST_ITEM.match(line)
+        ):
+            glue = "" if _is_wide(out[-1][-1]) and _is_wide(line[0]) else " "
+            out[-1] += glue + line
+        else:
+            out.append(line)
     return out
 
 
@@ -7624,24 +7853,17 @@ def _printable_lines(text: str) -> list[str]:
     return [_printable(line.replace("\t", "    ")) for line in lines]
 
 
-def _resolve_local(schema: Any, root: Any, depth: int) -> Any:
-    if isinstance(schema, dict) and isinstance(schema.get("$ref"), str) and depth < 8:
-        ref = schema["$ref"]
-        if ref.startswith("#/"):
-            node = root
-            for part in ref[2:].split("/"):
-                part = part.replace("~1", "/").replace("~0", "~")
-                if isinstance(node, dict) and part in node:
-                    node = node[part]
-                else:
-                    return schema
-            return _resolve_local(node, root, depth + 1)
-    return schema
+JS_SAFE_INTEGER = 2**53 - 1  # Number.MAX_SAFE_INTEGER: zod writes ± it as the bounds of every integer
+
+
+def _is_js_safe_bound(value: Any) -> bool:
+    """A bound that only says "a JavaScript number": not a limit worth showing (validation still applies it)."""
+    return _is_json_number(value) and value in (JS_SAFE_INTEGER, -JS_SAFE_INTEGER)
 
 
 def _example_value(schema: Any, root: Any, name: str, depth: int = 0) -> Any:
     """A plausible placeholder for a property: const, first enum value, default, else by type."""
-    schema = _resolve_local(schema, root, depth)
+    schema = resolve_schema(schema, root)[0]
     if not isinstance(schema, dict) or depth > 4:
         return f"<{name}>"
     if "const" in schema:
@@ -7658,7 +7880,7 @@ def _example_value(schema: Any, root: Any, name: str, depth: int = 0) -> Any:
         options = schema.get(keyword)
         if isinstance(options, list):
             for option in options:
-                resolved = _resolve_local(option, root, depth + 1)
+                resolved = resolve_schema(option, root)[0]
                 if isinstance(resolved, dict) and resolved.get("type") != "null":
                     return _example_value(resolved, root, name, depth + 1)
     declared = schema.get("type")
@@ -7668,7 +7890,7 @@ def _example_value(schema: Any, root: Any, name: str, depth: int = 0) -> Any:
         return f"<{name}>"
     if declared == "integer":
         low = schema.get("minimum")
-        return low if isinstance(low, int) and not isinstance(low, bool) else 1
+        return low if isinstance(low, int) and not isinstance(low, bool) and not _is_js_safe_bound(low) else 1
     if declared == "number":
         low = schema.get("minimum")
         return low if _is_json_number(low) else JsonNumber("1.5")
@@ -7728,8 +7950,18 @@ def _flag_example(flag: ToolFlag, value: Any) -> list[str]:
         fits = _is_json_number(value) and not isinstance(value, float)
         fits = fits and (flag.kind == "number" or _is_json_integer(value))
         return [flag.option, dump_json(value) if fits else "1"]
+    if flag.kind == "json":
+        return [flag.option, _shell_quote(_printable(dump_json(value)))]
     fits = isinstance(value, list if flag.kind == "array" else dict)
     return [flag.option, _shell_quote(_printable(dump_json(value if fits else [] if flag.kind == "array" else {})))]
+
+
+def _flag_example_value(flag: ToolFlag, root: Any) -> Any:
+    """A flag's example value; an object too long for one example line shows its required properties only."""
+    value = _clip_strings(_example_value(flag.schema, root, flag.name))
+    if isinstance(value, dict) and len(dump_json(value)) > 48 and isinstance(flag.schema.get("properties"), dict):
+        value = _clip_strings(_example_object(flag.schema, root, 1, limit=0)[0])
+    return value
 
 
 def _annotation_lines(tool: Mapping[str, Any]) -> list[str]:
@@ -7828,9 +8060,7 @@ def render_tool_help(server_name: str, tool: Mapping[str, Any]) -> str:
         chosen = [f for f in flags if f.required] or flags[:1]
         if len(chosen) < 3:
             chosen += [f for f in flags if not f.required and f not in chosen][: 3 - len(chosen)]
-        parts = [
-            word for f in chosen for word in _flag_example(f, _clip_strings(_example_value(f.schema, schema, f.name)))
-        ]
+        parts = [word for f in chosen for word in _flag_example(f, _flag_example_value(f, schema))]
         out += _command_lines([command, *parts])
     elif not required_body_only:
         out.append(f"  {command}")
@@ -7844,9 +8074,14 @@ def render_tool_help(server_name: str, tool: Mapping[str, Any]) -> str:
         )
     out.append(f"  {command} --body @args.json")
     out.append(f"  {command} --body @args.json --dry-run")
+    any_json = (
+        " A JSON-value flag's text is JSON: write a string in JSON quotes."
+        if any(f.kind == "json" for f in flags)
+        else ""
+    )
     out += [""] + _wrap(
         "Only the flags you give are sent; defaults are shown for information and never sent. Booleans are "
-        "--name=true or --name=false; arrays and objects are JSON. With --body, the JSON object is the "
+        f"--name=true or --name=false; arrays and objects are JSON.{any_json} With --body, the JSON object is the "
         "complete arguments and named flags are ignored.",
         HELP_WIDTH,
         "  ",
@@ -7948,6 +8183,7 @@ def _flag_details(flag: ToolFlag) -> list[str]:
         lines += _wrap(
             f"default: {_short(schema['default'], 60)} (information only, not sent)", HELP_WIDTH, indent, indent
         )
+    integral = flag.kind == "integer" or (flag.kind == "json" and "integer" in json_member_types(schema))
     bounds = [
         f"{word} {dump_json(schema[key])}"
         for key, word in (
@@ -7960,7 +8196,7 @@ def _flag_details(flag: ToolFlag) -> list[str]:
             ("minItems", "min items"),
             ("maxItems", "max items"),
         )
-        if key in schema and _is_json_number(schema[key])
+        if key in schema and _is_json_number(schema[key]) and not (integral and _is_js_safe_bound(schema[key]))
     ]
     if bounds:
         lines += _wrap("limits: " + ", ".join(bounds), HELP_WIDTH, indent, indent)
@@ -7973,6 +8209,13 @@ def _flag_details(flag: ToolFlag) -> list[str]:
         )
     elif flag.kind == "object":
         lines += _wrap(f"a JSON object, e.g. {flag.option} '{{...}}'", HELP_WIDTH, indent, indent)
+    elif flag.kind == "json":
+        types = json_member_types(schema)
+        what = f"a JSON value: {_types_words(types)}" if types else "any JSON value"
+        quoted = " (a string is written in JSON quotes)" if "string" in types or not types else ""
+        examples = json_flag_examples(flag)
+        lines += _wrap(f"{what}, read as JSON text{quoted}, e.g.", HELP_WIDTH, indent, indent)
+        lines += _fill([*(e + "," for e in examples[:-1]), examples[-1]], HELP_WIDTH, indent, indent)
     return lines
 
 
@@ -12039,14 +12282,16 @@ class _Runner:
         def prepare(tool: dict[str, Any]) -> dict[str, Any] | None:
             if inv.help:
                 return None
+            given: list[str] = []
             if arguments is None:
                 chosen = parse_tool_arguments(tool, inv.tool_tokens, server_name=server.name)
+                given = list(chosen)
             else:
                 chosen = arguments
                 ignored = check_tool_tokens(tool, inv.tool_tokens, server_name=server.name)
                 if ignored:
                     self.log.warn(f"--body is the complete arguments object; not sent: {', '.join(ignored)}")
-            self.log.debug(validate_arguments(tool, chosen, deadline=ctx.deadline).describe())
+            self.log.debug(validate_arguments(tool, chosen, deadline=ctx.deadline, flags=given).describe())
             return chosen
 
         data = run_call(server, ctx, name, insecure=inv.insecure, prepare=prepare)

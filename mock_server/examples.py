@@ -34,6 +34,39 @@ from mock_server.mcp_mock import DEFAULT_TOOLS, MockServer, mock_tool  # noqa: E
 DEMO_TOKEN = "demo-secret-token"  # the token `demo` wants; the config reads it from $DEMO_TOKEN
 
 
+# The shapes of docs/user-guide.md's worked union and $ref examples: server-sequential-thinking's boolean-or-string
+# field, and a FastMCP / SDK MCPServer tool with a pydantic model, an Enum and an Optional[model] parameter.
+THINK = mock_tool(
+    "think",
+    properties={
+        "thought": {"type": "string"},
+        "nextThoughtNeeded": {"type": ["boolean", "string"], "description": "Whether another thought is needed"},
+    },
+    required=["thought", "nextThoughtNeeded"],
+)
+SHRIMP = {
+    **mock_tool("name_shrimp", required=["tank"]),
+    "inputSchema": {
+        "type": "object",
+        "properties": {
+            "tank": {"$ref": "#/$defs/Tank"},
+            "color": {"$ref": "#/$defs/Color", "default": "red"},
+            "spare": {"anyOf": [{"$ref": "#/$defs/Tank"}, {"type": "null"}], "default": None},
+        },
+        "required": ["tank"],
+        "$defs": {
+            "Color": {"enum": ["red", "green"], "title": "Color", "type": "string"},
+            "Tank": {
+                "type": "object",
+                "title": "Tank",
+                "properties": {"name": {"type": "string"}, "litres": {"type": "integer", "default": 10}},
+                "required": ["name"],
+            },
+        },
+    },
+}
+
+
 def build_example_servers() -> dict[str, MockServer]:
     """The HTTP mocks, not started: ``demo`` (Bearer token), ``lab`` (tools that fail in instructive ways),
     ``pages`` (a pagination cycle), ``locked`` (401 for this token), ``denied`` (403)."""
@@ -46,6 +79,8 @@ def build_example_servers() -> dict[str, MockServer]:
                     mock_tool("ask", "input_required"),
                     mock_tool("slow", "slow", ms=5000),
                     mock_tool("rpc", "rpc_error", message="no such report"),
+                    THINK,
+                    SHRIMP,
                 ]
             }
         ),

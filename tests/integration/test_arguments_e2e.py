@@ -261,14 +261,14 @@ def test_p05_body_overrides_flags_not_merged(mock, version) -> None:
         (["--limt", "7"], "unknown option --limt"),
         (["--limit"], "needs a value"),
         (["--enabled", "true"], "--enabled=true"),
-        (["--point", "{}"], "has no flag"),
+        (["--doc", "{}"], "has no flag"),
     ],
 )
 def test_p05_body_with_bad_flags_sends_no_call(mock, argv: list[str], word: str) -> None:
     """P05: with --body, unknown or malformed flags are still errors; nothing is called."""
     target = mock(SCENARIO)
-    tool = "greet" if "--point" in argv else "search_reports"
-    result = target.run(target.name, tool, "--body", '{"keyword": "k", "name": "n"}', *argv)
+    tool = "remote" if "--doc" in argv else "search_reports"
+    result = target.run(target.name, tool, "--body", '{"keyword": "k", "n": 1}', *argv)
     error = assert_no_call(target, result)
     assert word in error["message"]
 
@@ -291,7 +291,7 @@ def test_p05_reserved_name_fields_via_body(mock) -> None:
 
 def test_p05_pydantic_schema_flags_and_body(mock) -> None:
     """P05: a pydantic schema: plain flags work, Optional[str] (anyOf string|null) has a string flag (issue 17
-    item 7) while its null and the $ref fields go through --body, $defs validated."""
+    item 7) while its null goes through --body, a $ref model has a JSON-object flag (issue 27), $defs validated."""
     target = mock(SCENARIO)
     result = target.run(target.name, "greet", "--name", "Ada")
     assert result.exit_status == 0, result.stderr
@@ -309,7 +309,11 @@ def test_p05_pydantic_schema_flags_and_body(mock) -> None:
     assert sent_arguments(target) == '{"name":"Ada","title":"null"}'  # the flag's text is a string, never JSON null
     target.srv.reset_log()
     error = assert_no_call(target, target.run(target.name, "greet", "--name", "Ada", "--point", "{}"))
-    assert "has no flag" in error["message"] and "--body" in error["message"]
+    assert error["problems"] == [{"path": "$.point.x", "message": "required property is missing", "flag": "--point"}]
+    assert "--point at $.point.x: required property is missing" in error["message"]
+    result = target.run(target.name, "greet", "--name", "Ada", "--point", '{"x": 1}')
+    assert result.exit_status == 0, result.stderr
+    assert sent_arguments(target) == '{"name":"Ada","point":{"x":1}}'
 
 
 def test_p05_zod_schema(mock) -> None:
@@ -382,6 +386,128 @@ def test_d02_unknown_tool_suggests(mock) -> None:
     assert result.exit_status == 1 and result.error_code == "mcp_tool_not_found"
     assert "search_reports" in result.json["error"]["suggestions"]
     assert target.count("tools/call") == 0
+
+
+# -- issue 27 item 2: every argument has a flag -------------------------------------------------------------------
+# The shapes real servers send: @modelcontextprotocol/server-sequential-thinking's boolean-or-string field, and
+# FastMCP / the SDK's MCPServer pydantic parameters ($ref to a model, $ref to an Enum, Optional[Model]).
+
+THINK_TOOL = mock_tool(
+    "sequentialthinking",
+    "echo",
+    properties={
+        "thought": {"type": "string"},
+        "nextThoughtNeeded": {"type": ["boolean", "string"], "description": "Whether another thought is needed"},
+        "thoughtNumber": {"type": "integer", "minimum": 1},
+    },
+    required=["thought", "nextThoughtNeeded", "thoughtNumber"],
+)
+SHRIMP_TOOL = {
+    "name": "name_shrimp",
+    "x-mock": "echo",
+    "inputSchema": {
+        "type": "object",
+        "properties": {
+            "tank": {"$ref": "#/$defs/Tank"},
+            "color": {"$ref": "#/$defs/Color"},
+            "extra": {"anyOf": [{"$ref": "#/$defs/Tank"}, {"type": "null"}], "default": None},
+        },
+        "required": ["tank"],
+        "$defs": {
+            "Color": {"enum": ["red", "green"], "title": "Color", "type": "string"},
+            "Tank": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
+        },
+    },
+}
+UNFOLLOWABLE_TOOL = {
+    "name": "unfollowable",
+    "x-mock": "echo",
+    "inputSchema": {
+        "type": "object",
+        "properties": {
+            "doc": {"$ref": "https://example.invalid/doc.json"},
+            "node": {"$ref": "#/$defs/Node"},
+            "n": {"type": "integer"},
+        },
+        "required": ["doc"],
+        "$defs": {"Node": {"$ref": "#/$defs/Node"}},
+    },
+}
+SCENARIO_27 = {"tools": [THINK_TOOL, SHRIMP_TOOL, UNFOLLOWABLE_TOOL]}
+
+
+@pytest.mark.parametrize("version", ERAS)
+def test_union_flag_sends_the_json_value_typed(mock, version) -> None:
+    """Issue 27 item 2: ``--nextThoughtNeeded true`` sends JSON true, ``'"true"'`` the string; text that is not
+    JSON is refused before any tools/call, saying how to write a string."""
+    target = mock(SCENARIO_27, protocol_version=version)
+    base = ["sequentialthinking", "--thought", "t", "--thoughtNumber", "1"]
+    result = target.run(target.name, *base, "--nextThoughtNeeded", "true")
+    assert result.exit_status == 0, result.stderr
+    assert sent_arguments(target) == '{"thought":"t","thoughtNumber":1,"nextThoughtNeeded":true}'
+    target.srv.reset_log()
+    result = target.run(target.name, *base, '--nextThoughtNeeded="true"')
+    assert result.exit_status == 0, result.stderr
+    assert sent_arguments(target) == '{"thought":"t","thoughtNumber":1,"nextThoughtNeeded":"true"}'
+    target.srv.reset_log()
+    error = assert_no_call(target, target.run(target.name, *base, "--nextThoughtNeeded", "yes"))
+    assert "write a JSON value" in error["message"] and "--nextThoughtNeeded '\"text\"'" in error["message"]
+    error = assert_no_call(target, target.run(target.name, *base, "--nextThoughtNeeded", "5"))
+    assert error["problems"] == [
+        {
+            "path": "$.nextThoughtNeeded",
+            "message": "expected boolean or string, got integer",
+            "flag": "--nextThoughtNeeded",
+        }
+    ]
+
+
+def test_ref_flags_reach_the_server_and_the_enum_is_checked_first(mock) -> None:
+    """Issue 27 item 2: ``--tank '{"name":"x"}'`` for a $ref to a model, an Enum $ref and Optional[Model] by
+    flags; a value outside the enum behind the $ref sends no tools/call."""
+    target = mock(SCENARIO_27)
+    result = target.run(
+        target.name, "name_shrimp", "--tank", '{"name":"x"}', "--color", "green", "--extra", '{"name": "y"}'
+    )
+    assert result.exit_status == 0, result.stderr
+    assert sent_arguments(target) == '{"tank":{"name":"x"},"color":"green","extra":{"name":"y"}}'
+    target.srv.reset_log()
+    error = assert_no_call(target, target.run(target.name, "name_shrimp", "--tank", '{"name":"x"}', "--color", "blue"))
+    assert "--color: must be one of" in error["message"]
+    error = assert_no_call(target, target.run(target.name, "name_shrimp", "--tank", '{"name":"x"}', "--extra", "[]"))
+    assert error["problems"][0]["flag"] == "--extra"
+
+
+def test_unfollowable_refs_have_no_flag_help_says_why_and_the_missing_field_names_body(mock) -> None:
+    """Issue 27 item 2: a remote and a recursive $ref stay --body-only; help says why; calling with flags alone
+    names the required one and --body, and sends nothing; --body still works."""
+    target = mock(SCENARIO_27)
+    result = target.run(target.name, "unfollowable", "--help")
+    assert result.exit_status == 0, result.stderr
+    help_text = " ".join(result.stdout.split())
+    assert "no flag: remote $ref (https://example.invalid/doc.json): not fetched" in help_text
+    assert "no flag: recursive $ref (#/$defs/Node leads back to itself before reaching a type)" in help_text
+    error = assert_no_call(target, target.run(target.name, "unfollowable", "--n", "1"))
+    assert error["message"].startswith("required field 'doc' has no flag (remote $ref")
+    assert f"send the arguments with --body: bkmcp {target.name} unfollowable --body" in error["message"]
+    result = target.run(target.name, "unfollowable", "--body", '{"doc": {"a": 1}}')
+    assert result.exit_status == 0, result.stderr
+    assert sent_arguments(target) == '{"doc":{"a":1}}'
+
+
+def test_union_flags_beside_body_are_named_in_one_warning_and_not_sent(mock) -> None:
+    """Issue 27 item 2: tool flags given with --body are neither merged nor sent; one warning names them."""
+    target = mock(SCENARIO_27)
+    body = '{"thought": "b", "nextThoughtNeeded": false, "thoughtNumber": 2}'
+    result = target.run(
+        target.name, "sequentialthinking", "--body", body, "--nextThoughtNeeded", "true", "--thought", "flag"
+    )
+    assert result.exit_status == 0, result.stderr
+    assert sent_arguments(target) == '{"thought":"b","nextThoughtNeeded":false,"thoughtNumber":2}'
+    warnings = [line for line in result.stderr.splitlines() if "warning" in line]
+    assert warnings == [
+        "bkmcp: warning: --body is the complete arguments object; not sent: --nextThoughtNeeded, --thought"
+    ]
 
 
 # -- against the official MCP Python SDK server (pydantic-generated schemas) ----------------------------------
@@ -465,14 +591,30 @@ def test_p03_sdk_constraints_checked_before_call(sdk, args: list[str], path: str
 
 @pytest.mark.interop
 def test_d02_sdk_tool_help(sdk) -> None:
-    """D02 (SDK): help for a pydantic tool lists flags, the $ref/anyOf fields under --body, a valid example."""
+    """D02 (SDK): help for a pydantic tool lists flags: the $ref model a JSON-object flag, Optional[dict] a
+    JSON-value flag (issue 27), nothing left for --body; a valid example."""
     result = sdk("summarize", "--help")
     assert result.exit_status == 0, result.stderr
     text = result.stdout
-    assert "--values JSON-ARRAY" in text and "required" in text
-    section = text.split("Fields without a flag")[1]
-    assert "shape" in section and "weights" in section
+    assert "--values JSON-ARRAY" in text and "--shape JSON-OBJECT" in text and "--weights JSON" in text
+    assert "a JSON value: object or null" in text and "Fields without a flag" not in text
     assert all(len(line) <= 80 for line in text.splitlines())
+
+
+@pytest.mark.interop
+def test_sdk_model_enum_and_optional_dict_by_flags(sdk) -> None:
+    """Issue 27 item 2 (SDK): a pydantic model ($ref), an Enum ($ref) and Optional[dict] are called with flags
+    alone; what the server computed shows it received them; a value outside the $ref'd enum is refused locally."""
+    shape = '{"name": "tri", "points": [{"x": 1}, {"x": 2, "y": 3}], "closed": true}'
+    result = sdk("summarize", "--values", "[1, 2, 3]", "--shape", shape, "--weights", '{"a": 0.5}')
+    content = result.json["data"]["result"]["structuredContent"] if result.exit_status == 0 else result.stderr
+    assert content == {"count": 3, "sum": 6, "shape": "tri", "n_points": 2, "closed": True, "weights": {"a": 0.5}}
+    chosen = sdk("choose", "--mode", "a", "--color", "green")
+    assert chosen.exit_status == 0, chosen.stderr
+    assert chosen.json["data"]["result"]["structuredContent"] == {"mode": "a", "color": "green"}
+    bad = sdk("choose", "--mode", "a", "--color", "purple")
+    assert bad.exit_status == 1 and bad.error_code == "invalid_mcp_arguments"
+    assert bad.json["error"]["problems"][0]["flag"] == "--color"
 
 
 # -- over stdio (mock_server/mcp_mock.py --stdio, JSON-lines request log) ---------------------------------------

@@ -87,7 +87,9 @@ def test_safe_patterns_are_still_checked_locally(evil_server, tmp_path):
     config = write_config(tmp_path, evil_server.url)
     res = run_bkmcp("--config", config, "m", "t", "--s", "abc1")
     assert res.exit_status == 1 and res.error_code == "invalid_mcp_arguments"
-    assert res.json["error"]["problems"] == [{"path": "$.s", "message": "\"abc1\" does not match '^[a-z]+$'"}]
+    assert res.json["error"]["problems"] == [
+        {"path": "$.s", "message": "\"abc1\" does not match '^[a-z]+$'", "flag": "--s"}  # given as --s (issue 27)
+    ]
     assert evil_server.requests("tools/call") == []
 
 

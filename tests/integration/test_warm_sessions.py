@@ -548,3 +548,16 @@ def test_a_declined_server_request_is_warned_on_the_commands_own_stderr(world):
         assert json.loads(warm.stdout)["error"] == json.loads(one.stdout)["error"]
     finally:
         srv.stop()
+
+
+def test_tool_flags_beside_body_are_warned_once_the_same_warm(world):
+    """Issue 27 item 2: tool flags given with --body are not sent, and one warning names them, byte for byte the
+    same through the background process (it relays the command's stderr) as one-shot."""
+    for server in ("st", "hm"):
+        args = (server, "echo", "--body", '{"text": "b"}', "--count", "3", "--loud=true")
+        one = world.run(*args)
+        warm = world.run(*args, "--keep-alive")
+        _same(one, warm, args)
+        assert one.returncode == 0 and one.stderr.decode().count("warning") == 1
+        assert b"not sent: --count, --loud" in one.stderr
+        assert json.loads(one.stdout)["data"]["result"]["structuredContent"]["arguments"] == {"text": "b"}

@@ -72,10 +72,23 @@ property_names = st.one_of(
 )
 
 
+JSON_VALUE_SCHEMAS: list[dict[str, Any]] = [
+    {},
+    {"description": "anything"},
+    {"type": ["boolean", "string", "integer", "number", "array", "object", "null"]},
+    {"anyOf": [{"type": t} for t in ("object", "array", "string", "number", "boolean", "null")]},
+]
+
+
 @st.composite
 def flag_case(draw: st.DrawFn, kind: str) -> tuple[dict[str, Any], Any, str, bool]:
-    """(property schema, intended value, token text, use '=') for one flag of ``kind``."""
+    """(property schema, intended value, token text, use '=') for one flag of ``kind``; "json" is a JSON-value flag
+    (a union or untyped property, issue 27): its text is the value's JSON."""
     schema: dict[str, Any] = {"type": kind}
+    if kind == "json":
+        schema = draw(st.sampled_from(JSON_VALUE_SCHEMAS))
+        value = draw(json_values)
+        return schema, value, dump_json(value), draw(st.booleans())
     if kind == "string":
         value = draw(st.text(max_size=40))
         text = value
@@ -112,7 +125,7 @@ def tool_with_values(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any], l
     wire: list[str] = []
     argv = ["srv", "tool"]
     for name in names:
-        kind = draw(st.sampled_from(bkmcp.FLAG_TYPES))
+        kind = draw(st.sampled_from([*bkmcp.FLAG_TYPES, "json"]))
         schema, value, text, use_eq = draw(flag_case(kind))
         properties[name] = schema
         if name in bkmcp.RESERVED_OPTION_NAMES or not draw(st.integers(0, 3)):
@@ -128,13 +141,33 @@ def tool_with_values(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any], l
     return tool, intended, argv, "{" + ",".join(wire) + "}"
 
 
+def parse_flags_alone(tool: dict[str, Any], argv: list[str]) -> dict[str, Any]:
+    """The arguments ``argv``'s flags give. A required property with a reserved name has no flag, so flags alone
+    are refused naming each such field and --body (issue 27); the values are then those the same flags give
+    once those fields are not required (what a --body call would carry beside them is not the flags' business)."""
+    tokens = parse_argv(argv).tool_tokens
+    required = tool["inputSchema"]["required"]
+    no_flag = [n for n in required if n in bkmcp.RESERVED_OPTION_NAMES]
+    if no_flag:
+        try:
+            parse_tool_arguments(tool, tokens, server_name="srv")
+        except bkmcp.InvalidArgumentsError as exc:
+            named = {p["path"] for p in exc.details["problems"] if "has no flag" in p["message"]}
+            assert named == {bkmcp.json_path([n]) for n in no_flag}
+            assert all("--body" in p["message"] for p in exc.details["problems"] if p["path"] in named)
+        else:
+            raise AssertionError(f"required fields without a flag were not named: {no_flag}")
+        schema = {**tool["inputSchema"], "required": [n for n in required if n not in no_flag]}
+        tool = {**tool, "inputSchema": schema}
+    return parse_tool_arguments(tool, tokens, server_name="srv")
+
+
 @FUZZ
 @given(tool_with_values())
 def test_p01_p02_flag_values_reach_json_exactly(case: tuple[dict[str, Any], dict[str, Any], list[str], str]) -> None:
     """P01/P02/P06: a flag value that passes local validation becomes exactly the intended JSON value."""
     tool, intended, argv, wire = case
-    tokens = parse_argv(argv).tool_tokens
-    arguments = parse_tool_arguments(tool, tokens, server_name="srv")
+    arguments = parse_flags_alone(tool, argv)
     assert list(arguments) == list(intended)  # only what was given, in order; nothing injected
     assert dump_json(arguments) == wire  # byte-level: numbers exactly as typed
     assert parse_json(dump_json(arguments)) == intended

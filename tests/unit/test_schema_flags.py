@@ -84,6 +84,9 @@ PYDANTIC = {
     },
 }
 
+# a property whose $ref leaves the document: no flag (issue 27: never fetched, so no type to read)
+REMOTE = make_tool({"shape": {"$ref": "https://example.com/shape.json"}, "name": {"type": "string"}})
+
 # zod-to-json-schema (TypeScript SDK): draft-07 with $schema, additionalProperties false, unions as type lists.
 ZOD = {
     "name": "fetch",
@@ -124,35 +127,262 @@ def test_p01_each_declared_type_gets_a_typed_flag() -> None:
 
 
 @pytest.mark.parametrize(
-    ("schema", "reason_word"),
+    ("schema", "types"),
     [
-        ({"type": "null"}, "null"),
-        ({"type": ["string", "integer"]}, "union"),
-        ({"type": ["string", "integer", "null"]}, "union"),
-        ({"type": ["array", "null"]}, "union"),  # only a simple type: "null" would be ambiguous as JSON text
-        ({"anyOf": [{"type": "string"}, {"type": "integer"}]}, "anyOf"),
-        ({"anyOf": [{"type": "string"}, {"type": "null"}, {"type": "integer"}]}, "anyOf"),
-        ({"anyOf": [{"type": "object"}, {"type": "null"}]}, "anyOf"),
-        ({"anyOf": [{"$ref": "#/$defs/X"}, {"type": "null"}]}, "anyOf"),
-        ({"anyOf": [{"type": "string", "anyOf": [{"minLength": 1}]}, {"type": "null"}]}, "anyOf"),
-        ({"anyOf": [{"type": "string"}, {"type": "null"}], "type": "string"}, "anyOf"),
-        ({"oneOf": [{"type": "string"}, {"type": "integer"}]}, "oneOf"),
-        ({"allOf": [{"type": "string"}]}, "allOf"),
-        ({"$ref": "#/$defs/X"}, "$ref"),
-        ({"type": "string", "$ref": "#/$defs/X"}, "$ref"),
-        ({"description": "anything"}, "no type"),
-        ({}, "no type"),
-        (True, "not an object"),
-        ({"type": "date"}, "not a JSON Schema type"),
-        ({"type": 5}, "not a JSON Schema type"),
+        ({"type": "null"}, ["null"]),
+        ({"type": ["string", "integer"]}, ["string", "integer"]),
+        ({"type": ["string", "integer", "null"]}, ["string", "integer", "null"]),
+        ({"type": ["array", "null"]}, ["array", "null"]),  # only a simple type or null is a T flag
+        ({"anyOf": [{"type": "string"}, {"type": "integer"}]}, ["string", "integer"]),
+        ({"anyOf": [{"type": "string"}, {"type": "null"}, {"type": "integer"}]}, ["string", "null", "integer"]),
+        ({"anyOf": [{"type": "object"}, {"type": "null"}]}, ["object", "null"]),
+        ({"anyOf": [{"$ref": "#/$defs/X"}, {"type": "null"}]}, ["object", "null"]),
+        ({"anyOf": [{"type": "string", "anyOf": [{"minLength": 1}]}, {"type": "null"}]}, ["string", "null"]),
+        ({"anyOf": [{"type": "object"}, {"type": "array"}]}, ["object", "array"]),
+        ({"oneOf": [{"type": "string"}, {"type": "integer"}]}, ["string", "integer"]),
+        ({"oneOf": [{"enum": ["a", 1]}, {"const": True}]}, ["string", "integer", "boolean"]),
+        ({"allOf": [{"type": "string"}, {"minLength": 2}]}, []),
+        ({"not": {"type": "string"}}, []),
+        ({"if": {"type": "string"}, "then": {"minLength": 1}}, []),
+        ({"description": "anything"}, []),
+        ({}, []),
+        (True, []),
+        ({"type": "date"}, ["date"]),
+        ({"type": 5}, []),
+        ({"anyOf": [{"type": "string"}, True]}, []),  # one branch admits anything
+        ({"$ref": "#/$defs/X", "type": "string"}, []),  # a sibling that contradicts the target: both apply
+        ({"$ref": "#/$defs/Anything", "description": "free-form"}, []),
     ],
 )
-def test_p05_hard_property_schemas_get_no_flag_with_reason(schema: Any, reason_word: str) -> None:
-    """P05: null, unions, combinators, $ref, untyped and odd schemas stay body-only, with a reason."""
-    tool = make_tool({"hard": schema, "easy": {"type": "string"}})
+def test_p05_unions_and_untyped_schemas_get_a_json_value_flag(schema: Any, types: list[str]) -> None:
+    """Issue 27 item 2 (contract §6): a union that is not "T or null", combinators, not/if, no type, ``{}`` and
+    ``true`` get a JSON-value flag: its text is JSON, whose syntax names the type; --tools lists the members."""
+    defs = {"X": {"type": "object", "title": "X"}, "Anything": {}}
+    tool = make_tool({"hard": schema, "easy": {"type": "string"}}, **{"$defs": defs})
     mapped = build_tool_flags(tool)
-    assert "easy" in mapped.flags  # one hard property never breaks the others
-    assert "hard" in mapped.body_only and reason_word in mapped.body_only["hard"].reason
+    assert "easy" in mapped.flags and mapped.body_only == {}
+    flag = mapped.flags["hard"]
+    assert (flag.kind, flag.usage, flag.nullable) == ("json", "--hard JSON", False)
+    cli = describe_cli(tool)["flags"][0]
+    assert cli == {"name": "hard", "flag": "--hard JSON", "type": "json", "required": False, "types": types}
+    examples = bkmcp.json_flag_examples(flag)
+    assert examples and all(e.startswith("--hard ") for e in examples)  # at least one worked example, always
+    assert "--hard JSON" in bkmcp.render_tool_help("srv", tool)
+
+
+@pytest.mark.parametrize(
+    ("schema", "kind"),
+    [
+        ({"anyOf": [{"type": "string"}, {"type": "null"}], "type": "string"}, "string"),  # type narrows anyOf
+        ({"type": "integer", "oneOf": [{"minimum": 5}, {"maximum": 1}]}, "integer"),
+        ({"allOf": [{"type": "string"}]}, "string"),  # a single-schema wrapper is its schema
+        ({"allOf": [{"$ref": "#/$defs/Color"}], "description": "pick one"}, "string"),  # older pydantic
+        ({"type": "string", "$ref": "#/$defs/Color"}, "string"),  # 2019-09+: siblings beside a $ref
+        ({"$ref": "#/$defs/Tank", "description": "the tank"}, "object"),
+        ({"$ref": "#/definitions/Size"}, "integer"),
+        ({"$ref": "#/$defs/Alias"}, "object"),  # a chain: Alias -> Tank
+        ({"$ref": "#/$defs/a~1b~0c"}, "number"),  # JSON-pointer escapes
+        ({"$ref": "#/$defs/with%20space"}, "boolean"),  # percent-encoding
+        ({"$ref": "#/$defs/Nested/properties/inner"}, "array"),  # a pointer into a definition
+        ({"$ref": "#/$defs/Pair/prefixItems/1"}, "integer"),  # through an array
+        ({"$ref": "#"}, "object"),  # the inputSchema itself
+    ],
+)
+def test_p05_local_refs_and_wrappers_type_the_flag_as_if_inline(schema: Any, kind: str) -> None:
+    """Issue 27 item 2: a local $ref (#/$defs, #/definitions, chains, ~0 ~1, %20, nested pointers) and a
+    single-schema allOf are typed as if the target were written inline; sibling keywords stay beside it."""
+    defs = {
+        "Color": {"enum": ["red", "green"], "title": "Color", "type": "string"},
+        "Tank": {"type": "object", "properties": {"name": {"type": "string"}}, "title": "Tank"},
+        "Alias": {"$ref": "#/$defs/Tank"},
+        "a/b~c": {"type": "number"},
+        "with space": {"type": "boolean"},
+        "Nested": {"type": "object", "properties": {"inner": {"type": "array"}}},
+        "Pair": {"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}]},
+    }
+    tool = make_tool({"p": schema}, **{"$defs": defs, "definitions": {"Size": {"type": "integer"}}})
+    flag = build_tool_flags(tool).flags["p"]
+    assert flag.kind == kind
+    if "description" in schema:
+        assert flag.schema["description"] == schema["description"]  # the property's own words win
+
+
+@pytest.mark.parametrize(
+    ("schema", "word"),
+    [
+        ({"$ref": "https://example.com/tank.json"}, "remote $ref (https://example.com/tank.json): not fetched"),
+        ({"$ref": "other.json#/Tank"}, "remote $ref (other.json#/Tank): not fetched"),
+        ({"$id": "https://example.com/x/", "$ref": "#/$defs/Tank"}, "remote $ref (a nested $id"),
+        ({"$ref": "#/$defs/Loop"}, "recursive $ref (#/$defs/Loop leads back to itself"),
+        ({"$ref": "#/$defs/A"}, "recursive $ref (#/$defs/A leads back"),
+        ({"anyOf": [{"$ref": "#/$defs/A"}, {"type": "null"}]}, "recursive $ref"),
+        ({"allOf": [{"$ref": "https://example.com/t.json"}]}, "remote $ref"),
+        ({"$ref": "#/$defs/Missing"}, "points to nothing in the inputSchema"),
+        ({"$ref": "#tank"}, "not a JSON pointer"),
+        ({"$ref": 5}, "not a string"),
+        ({"$dynamicRef": "#meta"}, "dynamic reference"),
+        (False, "no value is valid"),
+    ],
+)
+def test_p05_remote_and_recursive_refs_stay_body_only_and_say_why(schema: Any, word: str) -> None:
+    """Issue 27 item 2: a reference that leaves the document (never fetched) or returns to itself before reaching
+    a type has no flag; the reason says which; one such property never breaks the others."""
+    defs = {"Loop": {"$ref": "#/$defs/Loop"}, "A": {"$ref": "#/$defs/B"}, "B": {"$ref": "#/$defs/A"}, "Tank": {}}
+    tool = make_tool({"hard": schema, "easy": {"type": "string"}}, **{"$defs": defs})
+    mapped = build_tool_flags(tool)
+    assert "easy" in mapped.flags
+    assert "hard" in mapped.body_only and word in mapped.body_only["hard"].reason, mapped.body_only["hard"].reason
+
+
+def test_p05_a_ref_chain_longer_than_the_limit_is_body_only() -> None:
+    """The resolver is bounded: a chain of 40 distinct references stops at REF_DEPTH_LIMIT with a reason."""
+    defs = {f"d{i}": {"$ref": f"#/$defs/d{i + 1}"} for i in range(40)} | {"d40": {"type": "string"}}
+    mapped = build_tool_flags(make_tool({"p": {"$ref": "#/$defs/d0"}}, **{"$defs": defs}))
+    assert "longer than" in mapped.body_only["p"].reason
+    short = build_tool_flags(make_tool({"p": {"$ref": "#/$defs/d30"}}, **{"$defs": defs}))
+    assert short.flags["p"].kind == "string"
+
+
+# FastMCP / the SDK's MCPServer (mcp 2.3.0, .venv-sdk): the inputSchema of
+#   @mcp.tool() def name_shrimp(tank: Tank, color: Color, extra: Optional[Tank] = None,
+#                               names: list[str] | None = None)
+# with ``class Tank(BaseModel): name: str; litres: int = 10`` and ``class Color(Enum): red, green``, printed by
+# ``MCPServer.list_tools()`` (docs: tests/unit/test_schema_flags.py, issue 27).
+SDK_SHRIMP = {
+    "name": "name_shrimp",
+    "inputSchema": {
+        "$defs": {
+            "Color": {"enum": ["red", "green"], "title": "Color", "type": "string"},
+            "Tank": {
+                "properties": {
+                    "name": {"title": "Name", "type": "string"},
+                    "litres": {"default": 10, "title": "Litres", "type": "integer"},
+                },
+                "required": ["name"],
+                "title": "Tank",
+                "type": "object",
+            },
+        },
+        "properties": {
+            "tank": {"$ref": "#/$defs/Tank"},
+            "color": {"$ref": "#/$defs/Color"},
+            "extra": {"anyOf": [{"$ref": "#/$defs/Tank"}, {"type": "null"}], "default": None},
+            "names": {
+                "anyOf": [{"items": {"type": "string"}, "type": "array"}, {"type": "null"}],
+                "default": None,
+                "title": "Names",
+            },
+        },
+        "required": ["tank", "color"],
+        "title": "name_shrimpArguments",
+        "type": "object",
+    },
+}
+
+# @modelcontextprotocol/server-sequential-thinking: nextThoughtNeeded is a union of boolean and string.
+SEQUENTIAL = make_tool(
+    {
+        "thought": {"type": "string"},
+        "nextThoughtNeeded": {"type": ["boolean", "string"], "description": "Whether another thought step is needed"},
+        "thoughtNumber": {"type": "integer", "minimum": 1},
+    },
+    required=["thought", "nextThoughtNeeded", "thoughtNumber"],
+)
+
+
+def test_p05_sdk_pydantic_model_enum_and_optional_model_get_flags() -> None:
+    """Issue 27 item 2 on the SDK's real schema: a model is a JSON-object flag, an Enum a string flag with its
+    values, Optional[Model] and Optional[list] JSON-value flags; every required field has a flag."""
+    mapped = build_tool_flags(SDK_SHRIMP)
+    assert {n: f.kind for n, f in mapped.flags.items()} == {
+        "tank": "object",
+        "color": "string",
+        "extra": "json",
+        "names": "json",
+    }
+    assert mapped.body_only == {}
+    assert mapped.flags["color"].schema["enum"] == ["red", "green"]
+    args = parse_tool_arguments(
+        SDK_SHRIMP,
+        [tok("tank", '{"name":"x"}'), tok("color", "red"), tok("extra", "null"), tok("names", '["a"]')],
+    )
+    assert dump_json(args) == '{"tank":{"name":"x"},"color":"red","extra":null,"names":["a"]}'
+    assert validate_arguments(SDK_SHRIMP, args).scope == "full"
+    with pytest.raises(InvalidArgumentsError) as info:  # the enum behind the $ref is checked before sending
+        validate_arguments(SDK_SHRIMP, {"tank": {"name": "x"}, "color": "blue"}, flags=["tank", "color"])
+    assert info.value.details["problems"] == [
+        {"path": "$.color", "message": 'must be one of ["red","green"]', "flag": "--color"}
+    ]
+    assert "--color: must be one of" in info.value.message
+
+
+def test_p05_json_value_flag_sends_the_json_it_reads() -> None:
+    """Issue 27 item 2: ``--nextThoughtNeeded true`` sends JSON true, ``'"true"'`` the string; nothing is inferred
+    from the look of a literal, and numbers stay exact."""
+    base = [tok("thought", "t"), tok("thoughtNumber", "1")]
+    sent = parse_tool_arguments(SEQUENTIAL, [*base, tok("nextThoughtNeeded", "true")])
+    assert dump_json(sent) == '{"thought":"t","thoughtNumber":1,"nextThoughtNeeded":true}'
+    sent = parse_tool_arguments(SEQUENTIAL, [*base, tok("nextThoughtNeeded", '"true"', True)])
+    assert sent["nextThoughtNeeded"] == "true"
+    either = make_tool({"id": {"type": ["string", "number"]}})
+    assert dump_json(parse_tool_arguments(either, [tok("id", '"00123"')])) == '{"id":"00123"}'
+    assert dump_json(parse_tool_arguments(either, [tok("id", "1e400")])) == '{"id":1e400}'
+
+
+@pytest.mark.parametrize("text", ["yes", "00123", "text with spaces", "", "{", "True"])
+def test_p05_json_value_flag_rejects_text_that_is_not_json(text: str) -> None:
+    """Issue 27 item 2: text that is not JSON is invalid_mcp_arguments saying to write a JSON value, with the
+    example for strings; it is never sent as a string."""
+    with pytest.raises(InvalidArgumentsError) as info:
+        parse_tool_arguments(SEQUENTIAL, [tok("nextThoughtNeeded", text)])
+    message = info.value.message
+    assert message.startswith("--nextThoughtNeeded takes a JSON value (boolean or string): write a JSON value")
+    assert "--nextThoughtNeeded true or --nextThoughtNeeded '\"text\"'" in message
+    assert info.value.details["problems"][0]["flag"] == "--nextThoughtNeeded"
+
+
+def test_p05_json_value_is_checked_against_the_whole_property_schema_naming_the_flag() -> None:
+    """Issue 27 item 2: a JSON-value flag's value goes through the full validation; a mismatch names the flag
+    (also for a problem inside the value)."""
+    tool = make_tool(
+        {
+            "nextThoughtNeeded": {"type": ["boolean", "string"]},
+            "tank": {"anyOf": [{"$ref": "#/$defs/Tank"}, {"type": "null"}]},
+        },
+        **{"$defs": SDK_SHRIMP["inputSchema"]["$defs"]},
+    )
+    args = parse_tool_arguments(tool, [tok("nextThoughtNeeded", "5"), tok("tank", '{"name": 1}')])
+    with pytest.raises(InvalidArgumentsError) as info:
+        validate_arguments(tool, args, flags=list(args))
+    problems = info.value.details["problems"]
+    assert [(p["path"], p["flag"]) for p in problems] == [
+        ("$.nextThoughtNeeded", "--nextThoughtNeeded"),
+        ("$.tank", "--tank"),
+    ]
+    assert "--nextThoughtNeeded: expected boolean or string, got integer" in info.value.message
+    assert '--tank: {"name":1} is not valid under any of the given schemas' in info.value.message
+    with pytest.raises(InvalidArgumentsError) as info:
+        validate_arguments(
+            make_tool({"t": {"type": "object", "properties": {"n": {"type": "integer"}}}}),
+            {"t": {"n": "x"}},
+            flags=["t"],
+        )
+    assert "--t at $.t.n: expected integer, got string" in info.value.message
+    with pytest.raises(InvalidArgumentsError) as info:  # without flags (--body) the message is as before
+        validate_arguments(tool, args)
+    assert "flag" not in info.value.details["problems"][0] and "$.nextThoughtNeeded: expected" in info.value.message
+
+
+def test_p05_missing_required_field_without_a_flag_names_body() -> None:
+    """Issue 27 item 2: a required field that has no flag is named in the error with the way to send it."""
+    tool = make_tool({"doc": {"$ref": "https://example.com/doc.json"}, "n": {"type": "integer"}}, required=["doc", "n"])
+    with pytest.raises(InvalidArgumentsError) as info:
+        parse_tool_arguments(tool, [tok("n", "1")], server_name="srv")
+    assert info.value.message == (
+        "required field 'doc' has no flag (remote $ref (https://example.com/doc.json): not fetched); send the "
+        "arguments with --body: bkmcp srv search_reports --body '{...}'"
+    )
+    assert info.value.details["problems"][0]["path"] == "$.doc"
 
 
 @pytest.mark.parametrize(
@@ -252,7 +482,11 @@ def test_p05_odd_input_schemas_never_crash(schema: Any) -> None:
     mapped = build_tool_flags(tool)
     describe_cli(tool)
     bkmcp.render_tool_help("srv", tool)
-    assert parse_tool_arguments(tool, []) == {}
+    if "z" in mapped.body_only:  # required, no schema, so no flag: flags alone cannot call it
+        with pytest.raises(InvalidArgumentsError, match="required field 'z' has no flag"):
+            parse_tool_arguments(tool, [])
+    else:
+        assert parse_tool_arguments(tool, []) == {}
     try:
         validate_arguments(tool, {})
     except InvalidArgumentsError:
@@ -267,21 +501,22 @@ def test_p05_required_name_without_property_is_body_only() -> None:
 
 
 def test_p05_pydantic_schema() -> None:
-    """P05: pydantic Optional (anyOf [X, null]) gets an X flag (issue 17 item 7); $ref models and enum $ref stay
-    body-only; the rest get flags."""
+    """P05: pydantic Optional (anyOf [X, null]) gets an X flag (issue 17 item 7); $ref models and enum $ref get
+    flags of their targets' types (issue 27); the rest get flags."""
     mapped = build_tool_flags(PYDANTIC)
-    assert list(mapped.flags) == ["name", "title", "times", "mode"]
-    assert set(mapped.body_only) == {"shape", "color"}
+    assert list(mapped.flags) == ["name", "title", "times", "shape", "color", "mode"]
+    assert (mapped.flags["shape"].kind, mapped.flags["color"].kind) == ("object", "string")
+    assert mapped.flags["color"].schema["default"] == "red" and mapped.body_only == {}
     assert mapped.flags["title"].nullable and mapped.flags["title"].kind == "string"
     assert parse_tool_arguments(PYDANTIC, [tok("name", "Ada"), tok("mode", "a")]) == {"name": "Ada", "mode": "a"}
     assert parse_tool_arguments(PYDANTIC, [tok("name", "Ada"), tok("mode", "a"), tok("title", "Dr")])["title"] == "Dr"
 
 
 def test_p05_zod_schema() -> None:
-    """P05: zod draft-07 schema: typed flags, the type list stays body-only, $schema does not disturb anything."""
+    """P05: zod draft-07 schema: typed flags, the type list a JSON-value flag, $schema does not disturb anything."""
     mapped = build_tool_flags(ZOD)
-    assert list(mapped.flags) == ["url", "max_length", "raw", "headers"]
-    assert "union" in mapped.body_only["either"].reason
+    assert list(mapped.flags) == ["url", "max_length", "raw", "headers", "either"]
+    assert mapped.flags["either"].kind == "json" and mapped.body_only == {}
     args = parse_tool_arguments(ZOD, [tok("url", "https://x"), tok("max_length", "0.1"), tok("raw", "false", True)])
     assert dump_json(args) == '{"url":"https://x","max_length":0.1,"raw":false}'
     assert validate_arguments(ZOD, args).scope == "full"
@@ -291,7 +526,8 @@ def test_describe_cli_shape() -> None:
     """describe_cli: flags and body_only with reasons, for --tools ``data.cli``."""
     cli = describe_cli(PYDANTIC)
     assert cli["flags"][0] == {"name": "name", "flag": "--name STRING", "type": "string", "required": True}
-    assert {b["name"] for b in cli["body_only"]} == {"shape", "color"}
+    assert cli["body_only"] == []
+    assert [b["name"] for b in describe_cli(REMOTE)["body_only"]] == ["shape"]
     assert cli["flags"][1] == {
         "name": "title",
         "flag": "--title STRING",
@@ -459,7 +695,7 @@ def test_p03_unknown_flag_suggests_closest_and_help() -> None:
 def test_p03_unknown_flag_close_to_body_only_field() -> None:
     """P03/P05: a typo of a body-only field suggests it and says to use --body."""
     with pytest.raises(InvalidArgumentsError) as info:
-        parse_tool_arguments(PYDANTIC, [tok("shap", "Dr")])
+        parse_tool_arguments(REMOTE, [tok("shap", "Dr")])
     assert "did you mean 'shape' (no flag: set it with --body)" in info.value.message
 
 
@@ -483,7 +719,7 @@ def test_p03_value_needed() -> None:
 def test_p05_body_only_property_as_flag_says_use_body() -> None:
     """P05: a flag for a body-only property tells the user to use --body (with the reason)."""
     with pytest.raises(InvalidArgumentsError) as info:
-        parse_tool_arguments(PYDANTIC, [tok("shape", "Dr")])
+        parse_tool_arguments(REMOTE, [tok("shape", "Dr")])
     assert "has no flag" in info.value.message and "--body" in info.value.message
 
 
@@ -541,7 +777,7 @@ def test_p05_body_path_bad_tokens_are_errors(tokens: list[ToolToken], word: str)
 def test_p05_body_path_body_only_flag_is_error() -> None:
     """P05: with --body, a flag for a body-only field is an error pointing into the body."""
     with pytest.raises(InvalidArgumentsError, match="set it with --body"):
-        check_tool_tokens(PYDANTIC, [tok("shape", "x")])
+        check_tool_tokens(REMOTE, [tok("shape", "x")])
 
 
 # -- validation --------------------------------------------------------------------------------------------
@@ -990,3 +1226,17 @@ def test_a_resolver_is_reused_per_schema_object_and_thread_with_the_same_answers
     worker.start()
     worker.join()
     assert other["answer"] == expected and other["resolver"] is not state.resolvers[id(schema)][3]
+
+
+def test_p05_optional_enum_behind_a_ref_is_the_one_simple_type_or_null_rule() -> None:
+    """Issue 27 item 2: ``Optional[Color]`` (anyOf of a $ref to a string Enum and null) is read as if inline, so
+    the unchanged "T or null" rule gives a nullable string flag with the enum's values."""
+    tool = make_tool(
+        {"color": {"anyOf": [{"$ref": "#/$defs/Color"}, {"type": "null"}], "default": None}},
+        **{"$defs": {"Color": {"enum": ["red", "green"], "title": "Color", "type": "string"}}},
+    )
+    flag = build_tool_flags(tool).flags["color"]
+    assert (flag.kind, flag.nullable, flag.schema["enum"]) == ("string", True, ["red", "green"])
+    assert parse_tool_arguments(tool, [tok("color", "green")]) == {"color": "green"}
+    with pytest.raises(InvalidArgumentsError, match="--color: "):
+        validate_arguments(tool, {"color": "blue"}, flags=["color"])

@@ -278,3 +278,120 @@ def test_d02_wrapped_example_commands_are_copy_pasteable() -> None:
     assert len(block) > 1 and all(bkmcp._cell_width(line) <= 80 for line in block)
     words = shlex.split("\n".join(block))
     assert words[3:5] == ["--parameter_0", "two words"] and words.count("two words") == 4
+
+
+# -- issue 27: every argument has a flag (item 2), help reads cleanly (item 7) ---------------------------------
+
+
+def test_union_flag_help_shows_member_types_and_worked_examples() -> None:
+    """Issue 27 item 2: a JSON-value flag's help names its member types and shows a worked example for each kind,
+    the string one written as JSON; the example command uses the flag and parses back as JSON."""
+    from test_schema_flags import SEQUENTIAL
+
+    text = render_tool_help("think", SEQUENTIAL)
+    assert "--nextThoughtNeeded JSON  required" in text
+    assert (
+        "      a JSON value: boolean or string, read as JSON text (a string is written in\n"
+        "      JSON quotes), e.g.\n"
+        "      --nextThoughtNeeded true, --nextThoughtNeeded '\"text\"'\n"
+    ) in text
+    examples = text.split("Examples:\n")[1].split("\n\n")[0].replace(" \\\n", " ")
+    words = shlex.split(examples.splitlines()[0])
+    assert words[words.index("--nextThoughtNeeded") + 1] == "true"
+    assert "so call this tool with --body" not in text  # every required field has a flag: examples use flags
+    assert "A JSON-value flag's text is JSON: write a string in JSON quotes." in " ".join(text.split())
+
+
+def test_ref_flags_help_as_if_inline_and_unfollowable_refs_say_why() -> None:
+    """Issue 27 item 2: an enum behind a $ref lists its values, a model is a JSON-object flag; a remote or
+    recursive $ref is listed under "Fields without a flag" with why."""
+    from test_schema_flags import SDK_SHRIMP
+
+    text = render_tool_help("sdk", SDK_SHRIMP)
+    assert "--tank JSON-OBJECT" in text and "--color STRING" in text and "one of: red, green" in text
+    assert "--extra JSON" in text and "a JSON value: object or null" in text
+    assert "Fields without a flag" not in text
+    tool = make_tool(
+        {"doc": {"$ref": "https://example.com/doc.json"}, "tree": {"$ref": "#/$defs/T"}, "n": {"type": "integer"}},
+        required=["doc"],
+        **{"$defs": {"T": {"$ref": "#/$defs/T"}}},
+    )
+    section = " ".join(render_tool_help("srv", tool).split("Fields without a flag (set them with --body):")[1].split())
+    assert "doc required no flag: remote $ref (https://example.com/doc.json): not fetched" in section
+    assert "tree optional no flag: recursive $ref (#/$defs/T leads back to itself before reaching a type)" in section
+    assert "required field doc has no flag, so call this tool with --body" in section
+
+
+# zod (TypeScript SDK, server-everything and most npm servers): z.number().int() becomes an integer bounded by
+# Number.MAX_SAFE_INTEGER on both sides.
+ZOD_INT = make_tool(
+    {
+        "count": {"type": "integer", "minimum": -9007199254740991, "maximum": 9007199254740991},
+        "page": {"type": "integer", "exclusiveMinimum": 0, "maximum": 9007199254740991},
+        "n": {"type": ["integer", "null"], "minimum": -9007199254740991},
+        "ratio": {"type": "number", "maximum": 9007199254740991},
+    },
+    required=["count"],
+)
+
+
+def test_js_safe_integer_bounds_are_not_shown_as_limits() -> None:
+    """Issue 27 item 7: ±9007199254740991 on an integer is not a limit in help (nor the example's placeholder);
+    any other bound is shown as before, and validation still applies the schema."""
+    text = render_tool_help("srv", ZOD_INT)
+    assert "limits: > 0\n" in text  # page keeps its real bound
+    assert text.count("9007199254740991") == 1 and "limits: <= 9007199254740991" in text  # the number's: shown
+    assert body_example(text)["count"] == 1
+    with pytest.raises(bkmcp.InvalidArgumentsError):
+        validate_arguments(ZOD_INT, {"count": 9007199254740992})
+
+
+def test_hard_wrapped_descriptions_flow_as_paragraphs() -> None:
+    """Issue 27 item 7: single line breaks inside a paragraph are joined before wrapping; blank lines, list items
+    and indented lines keep their own lines; CJK lines join without a space."""
+    description = (
+        "Fetches a URL from the internet and optionally extracts its\ncontents as markdown.\n\n"
+        "Although originally you did not have internet access, and were\nadvised to refuse, this tool now grants "
+        "you\ninternet access.\n- first item\n- second item that\n  continues\n1. numbered\n    code line\n"
+        "参数说明\n继续"
+    )
+    tool = {"name": "fetch", "description": description, "inputSchema": {"type": "object"}}
+    head = render_tool_help("srv", tool).split("\nUsage:")[0]
+    assert head.split("\n", 1)[1] == (
+        "\n"
+        "  Fetches a URL from the internet and optionally extracts its contents as\n"
+        "  markdown.\n"
+        "\n"
+        "  Although originally you did not have internet access, and were advised to\n"
+        "  refuse, this tool now grants you internet access.\n"
+        "  - first item\n"
+        "  - second item that\n"
+        "    continues\n"
+        "  1. numbered\n"
+        "      code line\n"
+        "  参数说明继续\n"
+    )
+    flag = make_tool({"q": {"type": "string", "description": "one\ntwo\n\nthree"}})
+    assert "      one two\n\n      three\n" in render_tool_help("srv", flag)
+
+
+def test_a_long_list_item_wraps_under_its_text() -> None:
+    """Issue 27 item 7: a wrapped list item continues under its text (a hanging indent), within 80 columns."""
+    lines = bkmcp._wrap("- " + "word " * 30, 40, "  ", "  ")
+    assert lines[0].startswith("  - word") and all(line.startswith("    word") for line in lines[1:])
+    assert all(bkmcp._cell_width(line) <= 40 for line in lines)
+
+
+def test_a_long_object_flag_example_shows_its_required_properties() -> None:
+    """Issue 27 item 2: a model flag ($ref) whose example would not fit one line shows only the model's required
+    properties, so the example command stays within 80 columns."""
+    tank = {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, **{f"optional_{i}": {"type": "string"} for i in range(4)}},
+        "required": ["name"],
+    }
+    tool = make_tool({"tank": {"$ref": "#/$defs/Tank"}}, required=["tank"], **{"$defs": {"Tank": tank}})
+    text = render_tool_help("srv", tool)
+    example = text.split("Examples:\n")[1].splitlines()[0]
+    assert shlex.split(example)[-2:] == ["--tank", '{"name":"<name>"}']
+    assert_fits_80(text)

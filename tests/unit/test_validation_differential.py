@@ -17,11 +17,11 @@ from unittest import mock
 
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
-from test_flags_fuzz import help_tool, json_values, schema_values, tool_with_values
+from test_flags_fuzz import help_tool, json_values, parse_flags_alone, schema_values, tool_with_values
 from test_schema_flags import ALL_TYPES, PYDANTIC, ZOD
 
 import bkmcp
-from bkmcp import InvalidArgumentsError, parse_argv, parse_json, parse_tool_arguments, validate_arguments
+from bkmcp import InvalidArgumentsError, parse_json, validate_arguments
 from tests.helpers import FUZZ_EXAMPLES
 
 FUZZ = settings(
@@ -82,7 +82,7 @@ def test_p05_random_schemas_same_result(raw_schema: Any, arguments: Any) -> None
 def test_p03_generated_tools_same_result(case: tuple[dict[str, Any], dict[str, Any], list[str], str]) -> None:
     """The tools and flag values of test_p01_p02_flag_values_reach_json_exactly, parsed from their argv."""
     tool, intended, argv, _wire = case
-    arguments = parse_tool_arguments(tool, parse_argv(argv).tool_tokens, server_name="srv")
+    arguments = parse_flags_alone(tool, argv)
     assert_same(tool, arguments)
     assert_same(tool, intended)
 
