@@ -3087,6 +3087,39 @@ def reject_excluded_tool(excluded: Sequence[Mapping[str, Any]], name: str, serve
             )
 
 
+# -- task-only tools (docs/contract.md §5): bkmcp has no task support, so a tool that runs only as a task is
+# refused before its tools/call (the server would only fail it)
+
+TASK_ONLY_NOTE = (
+    'it needs task support (execution.taskSupport "required"), which bkmcp does not have: '
+    "a call is refused before anything is sent"
+)
+
+
+def tool_task_support(tool: Any) -> str | None:
+    """A tool's ``execution.taskSupport`` as declared ("forbidden", "optional", "required"), or None: an
+    ``execution`` that is not an object, or a value that is not a string, counts as absent."""
+    execution = tool.get("execution") if isinstance(tool, dict) else None
+    support = execution.get("taskSupport") if isinstance(execution, dict) else None
+    return support if isinstance(support, str) else None
+
+
+def build_task_refusal(tool: Mapping[str, Any], server_name: str) -> CapabilityUnsupportedError | None:
+    """The error that answers a call of a task-only tool instead of a ``tools/call`` (nothing is sent), or None
+    when the tool may be called ("optional", "forbidden", absent or malformed)."""
+    if tool_task_support(tool) != "required":
+        return None
+    name = tool.get("name")
+    return CapabilityUnsupportedError(
+        f"tool {_clip(repr(name), 80)} of server {server_name!r} needs task support "
+        '(execution.taskSupport "required"), which bkmcp does not have; nothing was sent',
+        hint="call it from a client with MCP task support; bkmcp never sends a call that can only run as a task",
+        details={"capability": "tasks", "task_support": "required", "outcome": "not_sent"},
+        data={"server": server_name, "tool": name},
+        request_sent=False,
+    )
+
+
 # ======================================================================================================
 # 6. Transports — deferred in the pyz
 # ======================================================================================================
@@ -5236,12 +5269,16 @@ _progress_tokens = iter(range(1, 1 << 62))
 def call_tool(
     session: McpSession, ctx: OpContext, name: str, arguments: dict[str, Any], tool: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    """``tools/call`` sent exactly once, on every path; an unknown outcome is said so, never retried.
+    """``tools/call`` sent exactly once, on every path (a task-only tool: never); an unknown outcome is said so,
+    never retried.
 
     Returns the raw result (``isError: true`` included: whether that fails is the caller's rule). On a timeout
     or cancellation a call that was sent is cancelled on the wire: ``notifications/cancelled`` on a shared
     stream and in the legacy era; modern HTTP closes the call's stream.
     """
+    refusal = build_task_refusal(tool, session.server.name) if tool is not None else None
+    if refusal is not None:  # its declaration says a plain call cannot work (docs/contract.md §5)
+        raise refusal
     rules = session.core.rules
     assert rules is not None
     extra = build_param_headers(tool, arguments) if rules.method_headers else []
@@ -5717,6 +5754,9 @@ def describe_cli(tool: Mapping[str, Any]) -> dict[str, Any]:
     }
     if mapped.notes:
         out["notes"] = list(mapped.notes)
+    if tool_task_support(tool) == "required":  # beside the flags: the call itself is refused (contract §5)
+        out["task_support"] = "required"
+        out["notes"] = [*out.get("notes", []), TASK_ONLY_NOTE]
     return out
 
 
@@ -7629,6 +7669,8 @@ def render_tool_help(server_name: str, tool: Mapping[str, Any]) -> str:
     hints = _annotation_lines(tool)
     if hints:
         out += ["", "Annotations:", *hints]
+    if tool_task_support(tool) == "required":  # docs/contract.md §5: never called
+        out += [""] + _wrap(f"Task-only: {TASK_ONLY_NOTE}.", HELP_WIDTH, "  ", "  ")
 
     flags = list(mapped.flags.values())
     flags.sort(key=lambda f: not f.required)  # required first, then schema order
@@ -9704,6 +9746,8 @@ def build_tool_entry(name: str, server: str, tool: Mapping[str, Any]) -> dict[st
     }
     if isinstance(tool.get("annotations"), dict):
         entry["annotations"] = tool["annotations"]
+    if tool_task_support(tool) == "required":  # listed, never hidden; its call_tool is refused unsent (§5)
+        entry["task_support"] = "required"
     # OpenAI: the "function" of a Chat Completions tool ({"type": "function", "function": …}); Anthropic: a
     # Messages API tool as it is. The injected name fits both ([A-Za-z0-9_-]{1,64}).
     entry["function"] = {"name": name, "description": description, "parameters": parameters}
@@ -10552,6 +10596,10 @@ class Actions:
         except InvalidArgumentsError as exc:
             self.events.emit("tool.rejected", **base, error_code=exc.code)
             raise _platform_error(exc) from None
+        refusal = build_task_refusal(tool, server_name)
+        if refusal is not None:  # a task-only tool: no session is needed to refuse it (docs/contract.md §5)
+            self.events.emit("tool.rejected", **base, error_code=refusal.code)
+            raise _platform_error(refusal)
         slot, server = self.pool.use_server(view, row, command.user_id)
         self.pool.use(slot, 1)
         started = time.monotonic()

@@ -101,10 +101,27 @@ def test_interop_everything_call_with_flags_and_pinned_version(everything):
     assert "3.5" in result.json["data"]["result"]["content"][0]["text"]
 
 
-def test_interop_everything_task_required_tool_is_never_success_R04(everything):
-    result = everything()("ev", "simulate-research-query", "--body", '{"topic": "mcp"}')
-    assert result.exit_status == 2
-    assert result.error_code in ("mcp_tool_error", "mcp_capability_unsupported")
+@pytest.mark.parametrize("args", [("--body", '{"topic": "mcp"}'), ("--topic", "mcp")])
+def test_interop_everything_task_required_tool_is_never_success_R04(everything, args):
+    """Its ``execution.taskSupport`` is "required": refused before sending (issue 27 item 5). What bkmcp sent is
+    read from its own -v log of every HTTP request (the server keeps no request log)."""
+    result = everything()("-v", "ev", "simulate-research-query", *args)
+    assert result.exit_status == 2, result.stdout + result.stderr
+    assert result.error_code == "mcp_capability_unsupported"
+    error = result.json["error"]
+    assert "needs task support" in error["message"] and "nothing was sent" in error["message"]
+    assert error["outcome"] == "not_sent"
+    assert "tools/list" in result.stderr and "tools/call" not in result.stderr
+
+
+def test_interop_everything_task_required_tool_help_and_tools_say_so(everything):
+    run = everything()
+    helped = run("ev", "simulate-research-query", "--help")
+    assert helped.exit_status == 0 and "Task-only: it needs task support" in helped.stdout
+    listed = run("ev", "--tools")
+    cli = listed.json["data"]["cli"]
+    assert cli["simulate-research-query"]["task_support"] == "required"
+    assert [name for name, entry in cli.items() if "task_support" in entry] == ["simulate-research-query"]
 
 
 def test_interop_everything_tool_help(everything):
