@@ -9000,6 +9000,7 @@ class ResidentSession:
         self._state = _thread.allocate_lock()  # _session and _closed: close() never waits for an open in progress
         self.leases = 0  # commands holding this session now (SessionPool.session .. SessionPool.release)
         self.retired = False  # outdated: no new command gets it; closed when the last lease is released
+        self.stopped = False  # close() stopped a child that was still running (it had not exited by itself)
 
     @property
     def alive(self) -> bool:
@@ -9081,13 +9082,20 @@ class ResidentSession:
             session = self._session
         if session is None:
             return
+        running = self.pid is not None and self.exit_status() is None  # else it exited by itself, or never ran
         try:
             session.close(Deadline(2.0))
         except Exception as exc:  # closing never raises into the resident loop
             self.log.debug(f"closing server {self.server.name!r} failed: {type(exc).__name__}")
+        self.stopped = running
         if self.pid is not None:
             self.events.emit(
-                "process.exited", server=self.server.name, user=self.user_id, pid=self.pid, status=self.exit_status()
+                "process.exited",
+                server=self.server.name,
+                user=self.user_id,
+                pid=self.pid,
+                status=self.exit_status(),
+                stopped=running,
             )
 
 
@@ -9111,8 +9119,9 @@ class _Slot:
         self.opening = False
         self.tools: list[dict[str, Any]] | None = None
         self.tools_version: str | None = None
-        self.failures = 0  # consecutive crashes (reset by a successful operation)
+        self.failures = 0  # failures in a row, crashes and failed starts (reset by a successful operation)
         self.retry_at = 0.0
+        self.failure: BkmcpError | None = None  # the last of them: what an answer inside the back-off quotes
         self.last_error: BkmcpError | None = None
         self.open_lock = threading.Lock()
         self.trimmed = 0.0  # when the reaper last closed the idle keep-alive connections of its HTTP session
@@ -9223,6 +9232,23 @@ class ResidentOptions:
     idle_timeout: float
     timeout: float
     insecure: bool
+
+
+def build_backoff_error(server: str, cause: BkmcpError, failures: int, wait_ms: int) -> BkmcpError:
+    """The answer to a use of ``server`` inside its back-off: the last failure's code and message (a copy), with
+    ``restarts`` (failures in a row) and ``retry_after_ms``; nothing was sent."""
+    return cause.copy(
+        message=f"server {server!r} is backing off after {cause.code}: {cause.message} ({failures} failures in a "
+        f"row); the next attempt is allowed in {wait_ms} ms",
+        details={**cause.details, "restarts": failures, "retry_after_ms": wait_ms},
+        hint=None,
+        notes=(),
+        remedy=None,
+        what=None,
+        budget=None,
+        data=None,
+        request_sent=False,
+    )
 
 
 class SessionPool:
@@ -9426,14 +9452,8 @@ class SessionPool:
             now = time.monotonic()
             if now < slot.retry_at:
                 wait_ms = int((slot.retry_at - now) * 1000) + 1
-                raise _mark(
-                    ConnectionFailedError(
-                        f"server {slot.server!r} exited {slot.failures} times in a row; the next restart is allowed in "
-                        f"{wait_ms} ms",
-                        details={"restarts": slot.failures, "retry_after_ms": wait_ms},
-                    ),
-                    sent=False,
-                )
+                cause = slot.failure or ConnectionFailedError("the server failed")
+                raise build_backoff_error(slot.server, cause, slot.failures, wait_ms)
             if slot.fingerprint != fingerprint:
                 slot.tools = None
             with self._lock:
@@ -9468,7 +9488,7 @@ class SessionPool:
                         "protocol.rejected", server=slot.server, user=slot.user or None, error_code=exc.code
                     )
                 if session.pid is not None:
-                    self.crashed(slot, session)
+                    self.crashed(slot, session, exc)
                 raise
             except BaseException:
                 session.close()
@@ -9553,16 +9573,24 @@ class SessionPool:
         if self._stop.is_set():
             raise _mark(ConnectionFailedError("the resident process is shutting down"), sent=False)
 
-    def crashed(self, slot: _Slot, session: ResidentSession) -> None:
-        """A child that exited: damp the next restarts (crashes in a row: none, then 1 s doubling up to
-        ``_RESTART_BACKOFF_MAX``)."""
+    def crashed(self, slot: _Slot, session: ResidentSession, cause: BkmcpError | None = None) -> None:
+        """A failure that damps the next attempts (failures in a row: none, then 1 s doubling up to
+        ``_RESTART_BACKOFF_MAX``): a child that ended while in use, or a start that failed with ``cause`` (a
+        protocol or handshake failure: then bkmcp stopped the child). The warning, in the session's scrubbed log,
+        names the cause; "exited" is said only of a child that exited by itself (docs/contract.md §11.5)."""
+        if cause is None:
+            cause = ConnectionFailedError(
+                "the server's output ended while its process ran"
+                if session.stopped
+                else f"the server's process exited (status {session.exit_status()})"
+            )
         slot.failures += 1
         delay = 0.0 if slot.failures <= 1 else min(_RESTART_BACKOFF_MAX, 2.0 ** (slot.failures - 2))
         slot.retry_at = time.monotonic() + delay
-        self.log.warn(
-            f"server {slot.server!r} exited (status {session.exit_status()}); "
-            f"restart {'on next use' if delay == 0 else f'allowed in {delay:g}s'}"
-        )
+        slot.failure = cause
+        stopped = "; bkmcp stopped its process" if session.stopped else ""
+        when = "next attempt on next use" if delay == 0 else f"backing off: next attempt allowed in {delay:g}s"
+        session.log.warn(f"server {slot.server!r} failed ({cause.code}: {cause.message}){stopped}; {when}")
 
     def detach(self, slot: _Slot, session: ResidentSession) -> None:
         with self._lock:
@@ -9779,7 +9807,7 @@ def _platform_error(exc: BkmcpError, *, server: str | None = None, timeout: floa
         )
         return _mark(limited, sent=request_was_sent(exc))
     changes: dict[str, Any] = {"hint": None, "notes": (), "remedy": None}
-    if isinstance(exc, McpTimeoutError) and timeout is not None:
+    if isinstance(exc, McpTimeoutError) and timeout is not None and exc.what is not None:
         where = f" on server {server!r}" if server else ""
         sent = request_was_sent(exc)
         changes["message"] = f"no answer{where} within {int(timeout * 1000)} ms" + (
