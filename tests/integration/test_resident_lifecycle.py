@@ -428,3 +428,39 @@ def test_a_failed_start_is_no_crash_and_the_backoff_keeps_its_cause(tmp_path, re
     assert "exited" not in log
     blob = json.dumps(res.answers) + log + json.dumps(res.events())
     assert TOKEN not in blob and "stderr line of the server" not in blob
+
+
+CLOSES_STDOUT = """
+import json, os, sys
+TOOL = {"name": "quit", "description": "closes stdout", "inputSchema": {"type": "object", "properties": {}}}
+INIT = {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}, "serverInfo": {"name": "c", "version": "1"}}
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg or "method" not in msg:
+        continue
+    if msg["method"] == "tools/call":
+        os.close(1)  # stdout ends; the process keeps reading stdin until bkmcp stops it
+        continue
+    answer = {"initialize": {"result": INIT}, "tools/list": {"result": {"tools": [TOOL]}}}.get(
+        msg["method"], {"error": {"code": -32601, "message": "Method not found"}}
+    )
+    print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], **answer}), flush=True)
+"""
+
+
+def test_a_child_whose_output_ends_while_it_runs_is_stopped_not_exited(tmp_path, resident):
+    """Issue 27 item 6: "exited" only of a process that exited by itself. Before: the warning said the child
+    "exited (status 0)" (its status after bkmcp stopped it) and process.exited did not say who ended it."""
+    script = tmp_path / "closes_stdout.py"
+    script.write_text(CLOSES_STDOUT)
+    res = resident(registry(tmp_path, [stdio_row("c", [sys.executable, str(script)])]))
+    failed = res.ask("call_tool", "u", server_name="c", tool_name="quit", arguments={})
+    assert failed["error_code"] == "mcp_connection_error" and failed["details"]["outcome"] == "unknown", failed
+    assert "closed its stdout" in failed["error"]
+    (pid,) = res.child_pids()
+    (ended,) = res.wait_event("process.exited", pid=pid)
+    assert ended["stopped"] is True
+    res.close()
+    (warning,) = [line for line in res.stderr_lines if "server 'c'" in line]
+    assert "failed (mcp_connection_error: the server's output ended while its process ran); bkmcp stopped" in warning
+    assert "exited" not in warning
