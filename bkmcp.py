@@ -3088,6 +3088,39 @@ def reject_excluded_tool(excluded: Sequence[Mapping[str, Any]], name: str, serve
             )
 
 
+# -- task-only tools (docs/contract.md §5): bkmcp has no task support, so a tool that runs only as a task is
+# refused before its tools/call (the server would only fail it)
+
+TASK_ONLY_NOTE = (
+    'it needs task support (execution.taskSupport "required"), which bkmcp does not have: '
+    "a call is refused before anything is sent"
+)
+
+
+def tool_task_support(tool: Any) -> str | None:
+    """A tool's ``execution.taskSupport`` as declared ("forbidden", "optional", "required"), or None: an
+    ``execution`` that is not an object, or a value that is not a string, counts as absent."""
+    execution = tool.get("execution") if isinstance(tool, dict) else None
+    support = execution.get("taskSupport") if isinstance(execution, dict) else None
+    return support if isinstance(support, str) else None
+
+
+def build_task_refusal(tool: Mapping[str, Any], server_name: str) -> CapabilityUnsupportedError | None:
+    """The error that answers a call of a task-only tool instead of a ``tools/call`` (nothing is sent), or None
+    when the tool may be called ("optional", "forbidden", absent or malformed)."""
+    if tool_task_support(tool) != "required":
+        return None
+    name = tool.get("name")
+    return CapabilityUnsupportedError(
+        f"tool {_clip(repr(name), 80)} of server {server_name!r} needs task support "
+        '(execution.taskSupport "required"), which bkmcp does not have; nothing was sent',
+        hint="call it from a client with MCP task support; bkmcp never sends a call that can only run as a task",
+        details={"capability": "tasks", "task_support": "required", "outcome": "not_sent"},
+        data={"server": server_name, "tool": name},
+        request_sent=False,
+    )
+
+
 # ======================================================================================================
 # 6. Transports — deferred in the pyz
 # ======================================================================================================
@@ -5371,12 +5404,16 @@ _progress_tokens = iter(range(1, 1 << 62))
 def call_tool(
     session: McpSession, ctx: OpContext, name: str, arguments: dict[str, Any], tool: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    """``tools/call`` sent exactly once, on every path; an unknown outcome is said so, never retried.
+    """``tools/call`` sent exactly once, on every path (a task-only tool: never); an unknown outcome is said so,
+    never retried.
 
     Returns the raw result (``isError: true`` included: whether that fails is the caller's rule). On a timeout
     or cancellation a call that was sent is cancelled on the wire: ``notifications/cancelled`` on a shared
     stream and in the legacy era; modern HTTP closes the call's stream.
     """
+    refusal = build_task_refusal(tool, session.server.name) if tool is not None else None
+    if refusal is not None:  # its declaration says a plain call cannot work (docs/contract.md §5)
+        raise refusal
     rules = session.core.rules
     assert rules is not None
     extra = build_param_headers(tool, arguments) if rules.method_headers else []
@@ -6010,6 +6047,9 @@ def describe_cli(tool: Mapping[str, Any]) -> dict[str, Any]:
     }
     if mapped.notes:
         out["notes"] = list(mapped.notes)
+    if tool_task_support(tool) == "required":  # beside the flags: the call itself is refused (contract §5)
+        out["task_support"] = "required"
+        out["notes"] = [*out.get("notes", []), TASK_ONLY_NOTE]
     return out
 
 
@@ -7996,6 +8036,8 @@ def render_tool_help(server_name: str, tool: Mapping[str, Any]) -> str:
     hints = _annotation_lines(tool)
     if hints:
         out += ["", "Annotations:", *hints]
+    if tool_task_support(tool) == "required":  # docs/contract.md §5: never called
+        out += [""] + _wrap(f"Task-only: {TASK_ONLY_NOTE}.", HELP_WIDTH, "  ", "  ")
 
     flags = list(mapped.flags.values())
     flags.sort(key=lambda f: not f.required)  # required first, then schema order
@@ -9336,6 +9378,7 @@ class ResidentSession:
         self._state = _thread.allocate_lock()  # _session and _closed: close() never waits for an open in progress
         self.leases = 0  # commands holding this session now (SessionPool.session .. SessionPool.release)
         self.retired = False  # outdated: no new command gets it; closed when the last lease is released
+        self.stopped = False  # close() stopped a child that was still running (it had not exited by itself)
 
     @property
     def alive(self) -> bool:
@@ -9417,13 +9460,20 @@ class ResidentSession:
             session = self._session
         if session is None:
             return
+        running = self.pid is not None and self.exit_status() is None  # else it exited by itself, or never ran
         try:
             session.close(Deadline(2.0))
         except Exception as exc:  # closing never raises into the resident loop
             self.log.debug(f"closing server {self.server.name!r} failed: {type(exc).__name__}")
+        self.stopped = running
         if self.pid is not None:
             self.events.emit(
-                "process.exited", server=self.server.name, user=self.user_id, pid=self.pid, status=self.exit_status()
+                "process.exited",
+                server=self.server.name,
+                user=self.user_id,
+                pid=self.pid,
+                status=self.exit_status(),
+                stopped=running,
             )
 
 
@@ -9447,8 +9497,9 @@ class _Slot:
         self.opening = False
         self.tools: list[dict[str, Any]] | None = None
         self.tools_version: str | None = None
-        self.failures = 0  # consecutive crashes (reset by a successful operation)
+        self.failures = 0  # failures in a row, crashes and failed starts (reset by a successful operation)
         self.retry_at = 0.0
+        self.failure: BkmcpError | None = None  # the last of them: what an answer inside the back-off quotes
         self.last_error: BkmcpError | None = None
         self.open_lock = threading.Lock()
         self.trimmed = 0.0  # when the reaper last closed the idle keep-alive connections of its HTTP session
@@ -9559,6 +9610,23 @@ class ResidentOptions:
     idle_timeout: float
     timeout: float
     insecure: bool
+
+
+def build_backoff_error(server: str, cause: BkmcpError, failures: int, wait_ms: int) -> BkmcpError:
+    """The answer to a use of ``server`` inside its back-off: the last failure's code and message (a copy), with
+    ``restarts`` (failures in a row) and ``retry_after_ms``; nothing was sent."""
+    return cause.copy(
+        message=f"server {server!r} is backing off after {cause.code}: {cause.message} ({failures} failures in a "
+        f"row); the next attempt is allowed in {wait_ms} ms",
+        details={**cause.details, "restarts": failures, "retry_after_ms": wait_ms},
+        hint=None,
+        notes=(),
+        remedy=None,
+        what=None,
+        budget=None,
+        data=None,
+        request_sent=False,
+    )
 
 
 class SessionPool:
@@ -9762,14 +9830,8 @@ class SessionPool:
             now = time.monotonic()
             if now < slot.retry_at:
                 wait_ms = int((slot.retry_at - now) * 1000) + 1
-                raise _mark(
-                    ConnectionFailedError(
-                        f"server {slot.server!r} exited {slot.failures} times in a row; the next restart is allowed in "
-                        f"{wait_ms} ms",
-                        details={"restarts": slot.failures, "retry_after_ms": wait_ms},
-                    ),
-                    sent=False,
-                )
+                cause = slot.failure or ConnectionFailedError("the server failed")
+                raise build_backoff_error(slot.server, cause, slot.failures, wait_ms)
             if slot.fingerprint != fingerprint:
                 slot.tools = None
             with self._lock:
@@ -9804,7 +9866,7 @@ class SessionPool:
                         "protocol.rejected", server=slot.server, user=slot.user or None, error_code=exc.code
                     )
                 if session.pid is not None:
-                    self.crashed(slot, session)
+                    self.crashed(slot, session, exc)
                 raise
             except BaseException:
                 session.close()
@@ -9889,16 +9951,24 @@ class SessionPool:
         if self._stop.is_set():
             raise _mark(ConnectionFailedError("the resident process is shutting down"), sent=False)
 
-    def crashed(self, slot: _Slot, session: ResidentSession) -> None:
-        """A child that exited: damp the next restarts (crashes in a row: none, then 1 s doubling up to
-        ``_RESTART_BACKOFF_MAX``)."""
+    def crashed(self, slot: _Slot, session: ResidentSession, cause: BkmcpError | None = None) -> None:
+        """A failure that damps the next attempts (failures in a row: none, then 1 s doubling up to
+        ``_RESTART_BACKOFF_MAX``): a child that ended while in use, or a start that failed with ``cause`` (a
+        protocol or handshake failure: then bkmcp stopped the child). The warning, in the session's scrubbed log,
+        names the cause; "exited" is said only of a child that exited by itself (docs/contract.md §11.5)."""
+        if cause is None:
+            cause = ConnectionFailedError(
+                "the server's output ended while its process ran"
+                if session.stopped
+                else f"the server's process exited (status {session.exit_status()})"
+            )
         slot.failures += 1
         delay = 0.0 if slot.failures <= 1 else min(_RESTART_BACKOFF_MAX, 2.0 ** (slot.failures - 2))
         slot.retry_at = time.monotonic() + delay
-        self.log.warn(
-            f"server {slot.server!r} exited (status {session.exit_status()}); "
-            f"restart {'on next use' if delay == 0 else f'allowed in {delay:g}s'}"
-        )
+        slot.failure = cause
+        stopped = "; bkmcp stopped its process" if session.stopped else ""
+        when = "next attempt on next use" if delay == 0 else f"backing off: next attempt allowed in {delay:g}s"
+        session.log.warn(f"server {slot.server!r} failed ({cause.code}: {cause.message}){stopped}; {when}")
 
     def detach(self, slot: _Slot, session: ResidentSession) -> None:
         with self._lock:
@@ -10082,6 +10152,8 @@ def build_tool_entry(name: str, server: str, tool: Mapping[str, Any]) -> dict[st
     }
     if isinstance(tool.get("annotations"), dict):
         entry["annotations"] = tool["annotations"]
+    if tool_task_support(tool) == "required":  # listed, never hidden; its call_tool is refused unsent (§5)
+        entry["task_support"] = "required"
     # OpenAI: the "function" of a Chat Completions tool ({"type": "function", "function": …}); Anthropic: a
     # Messages API tool as it is. The injected name fits both ([A-Za-z0-9_-]{1,64}).
     entry["function"] = {"name": name, "description": description, "parameters": parameters}
@@ -10113,7 +10185,7 @@ def _platform_error(exc: BkmcpError, *, server: str | None = None, timeout: floa
         )
         return _mark(limited, sent=request_was_sent(exc))
     changes: dict[str, Any] = {"hint": None, "notes": (), "remedy": None}
-    if isinstance(exc, McpTimeoutError) and timeout is not None:
+    if isinstance(exc, McpTimeoutError) and timeout is not None and exc.what is not None:
         where = f" on server {server!r}" if server else ""
         sent = request_was_sent(exc)
         changes["message"] = f"no answer{where} within {int(timeout * 1000)} ms" + (
@@ -10887,6 +10959,10 @@ class Actions:
         except InvalidArgumentsError as exc:
             self.events.emit("tool.rejected", **base, error_code=exc.code)
             raise _platform_error(exc) from None
+        refusal = build_task_refusal(tool, server_name)
+        if refusal is not None:  # a task-only tool: no session is needed to refuse it (docs/contract.md §5)
+            self.events.emit("tool.rejected", **base, error_code=refusal.code)
+            raise _platform_error(refusal)
         slot, server = self.pool.use_server(view, row, command.user_id)
         self.pool.use(slot, 1)
         started = time.monotonic()

@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+from resident_harness import Resident, stdio_row, write_registry
 
-from tests.helpers import run_bkmcp, write_mcp_json
+from tests.helpers import ROOT, run_bkmcp, until, write_mcp_json
 
 pytestmark = [pytest.mark.integration, pytest.mark.interop]
 
@@ -101,10 +106,88 @@ def test_interop_everything_call_with_flags_and_pinned_version(everything):
     assert "3.5" in result.json["data"]["result"]["content"][0]["text"]
 
 
-def test_interop_everything_task_required_tool_is_never_success_R04(everything):
-    result = everything()("ev", "simulate-research-query", "--body", '{"topic": "mcp"}')
-    assert result.exit_status == 2
-    assert result.error_code in ("mcp_tool_error", "mcp_capability_unsupported")
+@pytest.mark.parametrize("args", [("--body", '{"topic": "mcp"}'), ("--topic", "mcp")])
+def test_interop_everything_task_required_tool_is_never_success_R04(everything, args):
+    """Its ``execution.taskSupport`` is "required": refused before sending (issue 27 item 5). What bkmcp sent is
+    read from its own -v log of every HTTP request (the server keeps no request log)."""
+    result = everything()("-v", "ev", "simulate-research-query", *args)
+    assert result.exit_status == 2, result.stdout + result.stderr
+    assert result.error_code == "mcp_capability_unsupported"
+    error = result.json["error"]
+    assert "needs task support" in error["message"] and "nothing was sent" in error["message"]
+    assert error["outcome"] == "not_sent"
+    assert "tools/list" in result.stderr and "tools/call" not in result.stderr
+
+
+def test_interop_everything_task_required_tool_help_and_tools_say_so(everything):
+    run = everything()
+    helped = run("ev", "simulate-research-query", "--help")
+    assert helped.exit_status == 0 and "Task-only: it needs task support" in helped.stdout
+    listed = run("ev", "--tools")
+    cli = listed.json["data"]["cli"]
+    assert cli["simulate-research-query"]["task_support"] == "required"
+    assert [name for name, entry in cli.items() if "task_support" in entry] == ["simulate-research-query"]
+
+
+def test_interop_everything_task_required_tool_refused_warm(everything_server, tmp_path):
+    """The same refusal from a warm session (--keep-alive): byte for byte the one-shot answer, after discovery
+    (test_task_only_tools.py checks on a mock's request log that a warm session sends no tools/call)."""
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    config = write_mcp_json(tmp_path / "mcp.json", {"ev": {"type": "http", "url": everything_server.url}})
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), "XDG_RUNTIME_DIR": str(runtime)}
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        argv = [sys.executable, str(ROOT / "bkmcp.py"), "--config", str(config), *args]
+        return subprocess.run(argv, capture_output=True, env=env, cwd=tmp_path, timeout=120)
+
+    daemon = f"--keep-alive-daemon {runtime / 'bkmcp'}"
+
+    def daemon_running() -> bool:
+        for entry in os.listdir("/proc"):
+            try:
+                if (
+                    entry.isdigit()
+                    and daemon in Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+                ):
+                    return True
+            except OSError:
+                continue
+        return False
+
+    try:
+        one = run("ev", "simulate-research-query", "--topic", "mcp")
+        warm = run("-v", "ev", "simulate-research-query", "--topic", "mcp", "--keep-alive")
+        assert daemon_running()
+        assert (warm.returncode, warm.stdout) == (one.returncode, one.stdout) and warm.returncode == 2
+        assert json.loads(warm.stdout)["error"]["code"] == "mcp_capability_unsupported"
+        assert b"discovered 13 tool(s)" in warm.stderr
+    finally:
+        run("--sessions", "--stop")
+        until(lambda: not daemon_running(), "the background process ended", 20)
+
+
+def test_interop_everything_task_required_tool_resident(tmp_path, everything_stdio_argv, interop_subprocess_env):
+    """The resident lists it marked (never hidden) and answers its call_tool unsent; the -v log shows every
+    tools/call written to the child's stdin: only the echo's."""
+    reg = tmp_path / "registry.db"
+    write_registry(str(reg), [stdio_row("every", everything_stdio_argv, isolation="public")])
+    res = Resident(reg, "-v", env=interop_subprocess_env)
+    try:
+        tools = {t["tool_name"]: t for t in res.ok("list_tools", "u")["tools"]}
+        assert set(tools) >= EVERYTHING_TOOLS - {"get-roots-list"}
+        assert tools["simulate-research-query"]["task_support"] == "required"
+        assert [name for name, t in tools.items() if "task_support" in t] == ["simulate-research-query"]
+        refused = res.ask("call_tool", "u", server_name="every", tool_name="simulate-research-query",
+                          arguments={"topic": "mcp"})  # fmt: skip
+        assert refused["error_code"] == "mcp_capability_unsupported" and refused["details"]["outcome"] == "not_sent"
+        assert res.ok("call_tool", "u", server_name="every", tool_name="echo", arguments={"message": "x"})
+        (rejected,) = res.wait_event("tool.rejected", tool="simulate-research-query")
+        assert rejected["error_code"] == "mcp_capability_unsupported"
+    finally:
+        assert res.close() == []
+    sent = [line for line in res.stderr_lines if "-> stdio [tools/call" in line]
+    assert len(sent) == 1  # the echo's
 
 
 def test_interop_everything_tool_help(everything):

@@ -374,7 +374,8 @@ def test_crash_fails_the_call_then_restarts_on_next_use(tmp_path, resident):
     crashed = res.ask("call_tool", "u", server_name="s", tool_name="crash", arguments={})
     assert crashed["error_code"] == "mcp_connection_error" and crashed["details"]["outcome"] == "unknown"
     first_pid = res.child_pids()[0]
-    res.wait_event("process.exited", pid=first_pid)
+    (exited,) = res.wait_event("process.exited", pid=first_pid)
+    assert exited["stopped"] is False  # it exited by itself (issue 27 item 6: bkmcp did not stop it)
     assert not group_alive(first_pid)
     again = res.ok("call_tool", "u", server_name="s", tool_name="echo", arguments={"text": "back"})
     assert again["result"]["isError"] is False
@@ -385,6 +386,9 @@ def test_crash_fails_the_call_then_restarts_on_next_use(tmp_path, resident):
     damped = res.ask("call_tool", "u", server_name="s", tool_name="echo", arguments={"text": "x"})
     assert damped["error_code"] == "mcp_connection_error" and damped["details"]["restarts"] == 2
     assert damped["details"]["retry_after_ms"] > 0
+    assert "is backing off after mcp_connection_error: the server's process exited (status" in damped["error"]
+    warned = [line for line in res.stderr_lines if "server 's' failed" in line]
+    assert warned and all("process exited (status" in w and "bkmcp stopped" not in w for w in warned)
 
 
 def test_idle_user_sessions_are_reaped(tmp_path, resident):

@@ -356,3 +356,111 @@ def test_stdio_start_out_of_descriptors_is_resource_limit(tmp_path, resident):
     codes = [a.get("error_code") for a in answers if not a["success"]]
     assert codes and set(codes) == {"resource_limit"}, answers
     assert sum(a["success"] for a in answers) >= 1
+
+
+# -- issue 27 item 6: a server bkmcp closes after a failed start is no crash; the back-off keeps the cause ---------
+
+BAD_START = """
+import json, os, sys
+print("stderr line of the server " + os.environ["API_TOKEN"], file=sys.stderr, flush=True)
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg or "method" not in msg:
+        continue
+    if msg["method"] != "initialize":
+        answer = {"error": {"code": -32601, "message": "Method not found"}}  # the era probe: legacy
+    elif sys.argv[1] == "invalid":
+        answer = {"result": {"protocolVersion": 42}}
+    else:
+        answer = {"error": {"code": -32603, "message": "token " + os.environ["API_TOKEN"] + " refused"}}
+    print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], **answer}), flush=True)
+"""
+TOKEN = "sekret-tok-7f3a9c"
+
+
+@pytest.mark.parametrize(
+    "mode, cause",
+    [
+        ("invalid", "initialize result has no protocolVersion string"),
+        ("error", "the server answered initialize with JSON-RPC error -32603: token *** refused"),
+    ],
+)
+def test_a_failed_start_is_no_crash_and_the_backoff_keeps_its_cause(tmp_path, resident, mode, cause):
+    """Issue 27 item 6. Before: the third use answered mcp_connection_error "server 'bad' exited 2 times in a row;
+    the next restart is allowed in 999 ms" and the warnings said it "exited (status 0)", though bkmcp stopped it
+    after a protocol failure. Now the back-off answer and the warning carry the failure's code and message,
+    scrubbed (the token the server quotes is a system credential), and never the shared child's stderr."""
+    script = tmp_path / "bad_start.py"
+    script.write_text(BAD_START)
+    row = stdio_row("bad", [sys.executable, str(script), mode], isolation="public", env={"API_TOKEN": "${user.tok}"})
+    res = resident(registry(tmp_path, [row], {"bad": {"tok": TOKEN}}))
+    answers = []
+    for _attempt in range(6):  # a loaded machine may let a back-off run out between two commands: ask again
+        answers.append(res.ask("call_tool", "u", server_name="bad", tool_name="x", arguments={}))
+        if "retry_after_ms" in answers[-1].get("details", {}):
+            break
+    *starts, damped = answers
+    assert len(starts) >= 2
+    for answer in starts:  # the start's own failure, as before
+        assert answer["error_code"] == "mcp_protocol_error" and answer["error"] == cause, answer
+    failures = len(starts)
+    assert damped["error_code"] == "mcp_protocol_error", damped
+    assert damped["error"].startswith(
+        f"server 'bad' is backing off after mcp_protocol_error: {cause} ({failures} failures in a row); "
+        "the next attempt is allowed in "
+    )
+    assert damped["details"]["restarts"] == failures and damped["details"]["retry_after_ms"] > 0
+    listed = res.ok("list_tools", "u")
+    assert listed["errors"][0]["error_code"] == "mcp_protocol_error" and cause in listed["errors"][0]["error"]
+    pids = res.child_pids()
+    assert len(pids) == failures  # the answers inside the back-off started nothing
+    for pid in pids:
+        (exited,) = res.wait_event("process.exited", pid=pid)
+        assert exited["stopped"] is True  # bkmcp stopped it: it did not exit by itself
+    rejected = res.wait_event("server.failed", count=failures + 2)
+    assert {e["error_code"] for e in rejected} == {"mcp_protocol_error"}
+    res.close()
+    log = "".join(res.stderr_lines)
+    warnings = [line for line in log.splitlines() if "server 'bad'" in line]
+    assert len(warnings) == failures, log
+    assert all(f"failed (mcp_protocol_error: {cause}); bkmcp stopped its process" in w for w in warnings)
+    assert warnings[0].endswith("next attempt on next use") and "backing off: next attempt allowed in" in warnings[1]
+    assert "exited" not in log
+    blob = json.dumps(res.answers) + log + json.dumps(res.events())
+    assert TOKEN not in blob and "stderr line of the server" not in blob
+
+
+CLOSES_STDOUT = """
+import json, os, sys
+TOOL = {"name": "quit", "description": "closes stdout", "inputSchema": {"type": "object", "properties": {}}}
+INIT = {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}, "serverInfo": {"name": "c", "version": "1"}}
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg or "method" not in msg:
+        continue
+    if msg["method"] == "tools/call":
+        os.close(1)  # stdout ends; the process keeps reading stdin until bkmcp stops it
+        continue
+    answer = {"initialize": {"result": INIT}, "tools/list": {"result": {"tools": [TOOL]}}}.get(
+        msg["method"], {"error": {"code": -32601, "message": "Method not found"}}
+    )
+    print(json.dumps({"jsonrpc": "2.0", "id": msg["id"], **answer}), flush=True)
+"""
+
+
+def test_a_child_whose_output_ends_while_it_runs_is_stopped_not_exited(tmp_path, resident):
+    """Issue 27 item 6: "exited" only of a process that exited by itself. Before: the warning said the child
+    "exited (status 0)" (its status after bkmcp stopped it) and process.exited did not say who ended it."""
+    script = tmp_path / "closes_stdout.py"
+    script.write_text(CLOSES_STDOUT)
+    res = resident(registry(tmp_path, [stdio_row("c", [sys.executable, str(script)])]))
+    failed = res.ask("call_tool", "u", server_name="c", tool_name="quit", arguments={})
+    assert failed["error_code"] == "mcp_connection_error" and failed["details"]["outcome"] == "unknown", failed
+    assert "closed its stdout" in failed["error"]
+    (pid,) = res.child_pids()
+    (ended,) = res.wait_event("process.exited", pid=pid)
+    assert ended["stopped"] is True
+    res.close()
+    (warning,) = [line for line in res.stderr_lines if "server 'c'" in line]
+    assert "failed (mcp_connection_error: the server's output ended while its process ran); bkmcp stopped" in warning
+    assert "exited" not in warning
