@@ -27,10 +27,14 @@ class Place:
         self.place = self.runtime / "bkmcp"
         self.place.mkdir(mode=0o700)
         self.log = io.StringIO()
-        self.server = bkmcp.WarmServer(str(self.place), str(ROOT / "bkmcp.py"), bkmcp.Log(self.log))
+        held, problem = bkmcp.open_private_dir(str(self.place))
+        assert held is not None, problem
+        self.held = held
+        self.server = bkmcp.WarmServer(held, str(ROOT / "bkmcp.py"), bkmcp.Log(self.log))
+        self.socket = self.place / self.server.name
         self.thread = threading.Thread(target=self.server.serve, daemon=True)
         self.thread.start()
-        until(lambda: (self.place / "warm.sock").exists(), "the warm server listens", 10)
+        until(self.socket.exists, "the warm server listens", 10)
         self.srv = MockServer({"tools": TOOLS})
         self.srv.start()
         self.config = write_mcp_json(tmp / "mcp.json", {"m": {"type": "http", "url": self.srv.url}})
@@ -52,6 +56,7 @@ class Place:
         self.server.stopping = True
         self.thread.join(10)
         self.srv.stop()
+        self.held.close()
         assert not self.thread.is_alive()
 
 
@@ -93,9 +98,17 @@ def test_sessions_listing_and_stop_in_process(place):
     data = json.loads(out)["data"]
     assert status == 0 and data["running"] is True and data["sessions"][0]["transport"] == "http"
     status, out, _ = place.main("--sessions", "--stop")
-    assert json.loads(out)["data"] == {"running": True, "stopped": True, "closed": 1}
+    stopped = json.loads(out)["data"]
+    assert stopped == {
+        "running": True,
+        "stopped": True,
+        "closed": 1,
+        "pid": os.getpid(),
+        "build": place.server.build,
+        "other_builds": [],
+    }
     place.thread.join(10)
-    assert not place.thread.is_alive() and not (place.place / "warm.sock").exists()
+    assert not place.thread.is_alive() and not place.socket.exists()
 
 
 def test_reap_closes_idle_sessions_and_the_limit_closes_the_oldest(place):
@@ -123,6 +136,63 @@ def test_a_bad_folder_runs_one_shot_with_one_warning(place):
         place.place.chmod(0o700)
     assert status == 0 and json.loads(out)["ok"] is True
     assert err.count("warning") == 1 and "mode 0755" in err
+
+
+def test_a_listener_of_another_uid_is_never_sent_a_byte(place, monkeypatch):
+    """Issue 29, item 1: the peer's uid is checked after connect, before the request; else one-shot, one warning."""
+    monkeypatch.setattr(bkmcp, "peer_uid", lambda sock: 54321)
+    status, out, err = place.main("m", "echo", "--text", "hi", "--keep-alive")
+    assert status == 0 and json.loads(out)["data"]["result"]["structuredContent"] == {"arguments": {"text": "hi"}}
+    assert err.count("warning") == 1 and "is uid 54321, not you" in err
+    assert place.server.sessions.listing() == []  # the process never got the command
+    with pytest.raises(bkmcp.ConnectionFailedError, match="uid 54321"):
+        bkmcp.run_sessions_command(bkmcp.parse_argv(["--sessions"]), _envr(place), bkmcp.Log(io.StringIO()))
+
+
+def _envr(place: Place) -> bkmcp.Environment:
+    return bkmcp.Environment(stdin=io.StringIO(), stdout=io.StringIO(), stderr=io.StringIO(), env=place.env, cwd="/")
+
+
+def test_a_symlinked_folder_is_refused_as_a_symlink(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    (tmp_path / "link").symlink_to(real)
+    assert bkmcp.open_private_dir(str(tmp_path / "link")) == (
+        None,
+        f"{tmp_path / 'link'} is a symlink; it must be a directory of yours",
+    )
+    (tmp_path / "file").write_text("")
+    assert bkmcp.open_private_dir(str(tmp_path / "file")) == (None, f"{tmp_path / 'file'} is not a directory")
+    assert bkmcp.open_private_dir(str(tmp_path / "none"))[1].startswith("cannot open")
+    assert bkmcp.open_private_dir("/x", fd=987654)[1].startswith("cannot read /x")
+
+
+def test_a_folder_path_longer_than_a_unix_socket_address_still_works(tmp_path):
+    """The socket is reached as /proc/self/fd/N/NAME: a runtime folder deeper than AF_UNIX's 108 bytes is fine."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True, mode=0o700)
+    held, problem = bkmcp.warm_dir({"XDG_RUNTIME_DIR": str(deep)})
+    assert held is not None and len(os.path.join(held.path, "warm-00000000.sock")) > 108, problem
+    server = bkmcp.WarmServer(held, str(ROOT / "bkmcp.py"), bkmcp.Log(io.StringIO()))
+    thread = threading.Thread(target=server.serve, daemon=True)
+    thread.start()
+    try:
+        until(lambda: (Path(held.path) / server.name).exists(), "the warm server listens", 10)
+        envr = bkmcp.Environment(
+            stdin=io.StringIO(), stdout=io.StringIO(), stderr=io.StringIO(), env={"XDG_RUNTIME_DIR": str(deep)}, cwd="/"
+        )
+        assert bkmcp.run_sessions_command(bkmcp.parse_argv(["--sessions"]), envr, bkmcp.Log(envr.stderr)) == 0
+        assert json.loads(envr.stdout.getvalue())["data"]["pid"] == os.getpid()
+    finally:
+        server.stopping = True
+        thread.join(10)
+        held.close()
+
+
+def test_the_background_process_runs_only_in_the_folder_it_was_handed(tmp_path, capsys):
+    assert bkmcp.serve_warm_process(["--keep-alive-daemon", str(tmp_path)]) == bkmcp.EXIT_LOCAL
+    assert bkmcp.serve_warm_process(["--keep-alive-daemon", str(tmp_path), "notanfd"]) == bkmcp.EXIT_LOCAL
+    assert "started by bkmcp itself" in capsys.readouterr().err
 
 
 def test_keep_alive_values():

@@ -101,6 +101,9 @@ class World:
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)["data"]
 
+    def sockets(self) -> list[Path]:
+        return sorted(self.place.glob("warm*.sock"))
+
     def daemons(self) -> list[int]:
         marker = f"--keep-alive-daemon {self.place}"
         return [pid for pid, line in _processes().items() if marker in line]
@@ -308,7 +311,7 @@ def test_idle_sessions_close_and_the_process_ends_by_itself(world):
     assert world.daemons() and world.children()
     until(lambda: not world.children(), "the idle session closed", 30)
     until(lambda: not world.daemons(), "the idle process ended", 30)
-    assert not (world.place / "warm.sock").exists()
+    assert not world.sockets()
 
 
 def test_another_build_replaces_the_background_process(tmp_path):
@@ -365,13 +368,14 @@ def test_another_uid_cannot_connect(world):
         )
         return done.stdout.strip() + done.stderr
 
-    assert attempt(world.place / "warm.sock").startswith("refused 13")  # the 0700 folder
+    (sock,) = world.sockets()
+    assert attempt(sock).startswith("refused 13")  # the 0700 folder
     # past the folder: a hard link to the socket where that uid may go, and a socket mode that lets it connect;
     # the process's own peer-credential check still refuses (it closes without an answer)
     link = Path(f"/tmp/bkmcp-uid-test-{os.getpid()}.sock")
     if os.stat("/tmp").st_dev != os.stat(world.place).st_dev:
         pytest.skip("the test's folder is on another file system than /tmp (no hard link to the socket)")
-    os.link(world.place / "warm.sock", link)
+    os.link(sock, link)
     try:
         link.chmod(0o777)
         assert attempt(link) == "answer b''"
@@ -435,7 +439,7 @@ def test_help_dry_run_and_check_never_use_the_background_process(world):
             assert warm_data == one_data, args
         else:
             assert warm.stdout == one.stdout, args
-    assert not world.daemons() and not world.place.joinpath("warm.sock").exists()
+    assert not world.daemons() and not world.sockets()
 
 
 def test_sessions_without_a_process_and_stop(world):
@@ -475,7 +479,7 @@ def test_a_terminating_signal_closes_every_session_and_ends_the_process(world, s
     assert world.children()
     os.kill(world.daemons()[0], getattr(signal, signame))
     until(lambda: not world.daemons() and not world.children(), "the process and its servers ended", 20)
-    assert not (world.place / "warm.sock").exists()
+    assert not world.sockets()
     until(lambda: world.http.requests(http_method="DELETE"), "the legacy session was ended (DELETE)", 10)
     again = world.run("st", "counter", "--keep-alive")
     assert json.loads(again.stdout)["data"]["result"]["structuredContent"]["count"] == 1
@@ -548,3 +552,122 @@ def test_a_declined_server_request_is_warned_on_the_commands_own_stderr(world):
         assert json.loads(warm.stdout)["error"] == json.loads(one.stdout)["error"]
     finally:
         srv.stop()
+
+
+# The other user of issue 29: owns the (world-writable, not sticky) parent of DIR, listens in a folder of its own and
+# swaps it with DIR (renameat2 RENAME_EXCHANGE) in a tight loop; it answers like a warm process with a forged result
+# and records every connection's bytes. On its way out it swaps back if DIR is its folder at that moment.
+_IMPOSTOR = r"""
+import ctypes, os, socket, sys, threading, time
+parent, name, record, stop = sys.argv[1:5]
+os.chdir(parent)
+os.mkdir("evil", 0o700)
+listener = socket.socket(socket.AF_UNIX)
+listener.bind(os.path.join("evil", name))
+listener.listen(64)
+print("ready", flush=True)
+
+def frame(kind, payload=b""):
+    return kind + len(payload).to_bytes(4, "big") + payload
+
+def serve():
+    while True:
+        conn, _ = listener.accept()
+        conn.settimeout(2)
+        got = b""
+        try:
+            while True:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    break
+                got += chunk
+                if len(got) >= 5 and len(got) >= 5 + int.from_bytes(got[1:5], "big"):
+                    break
+            conn.sendall(frame(b"A") + frame(b"O", b'{"ok": true, "data": "forged"}\n') + frame(b"X", b'{"status": 0}'))
+        except OSError:
+            pass
+        with open(record, "a") as out:
+            out.write(got.hex() + "\n")
+        conn.close()
+
+threading.Thread(target=serve, daemon=True).start()
+renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+swaps, end = 0, time.monotonic() + 600
+while not os.path.exists(stop) and time.monotonic() < end:
+    for _ in range(200):
+        swaps += renameat2(-100, b"bkmcp", -100, b"evil", 2) == 0  # AT_FDCWD, RENAME_EXCHANGE
+if os.stat("bkmcp").st_uid == os.getuid():
+    renameat2(-100, b"bkmcp", -100, b"evil", 2)
+print(swaps, flush=True)
+"""
+
+
+def _require_root_linux() -> None:
+    """Skip where the test cannot run (fail instead under BKMCP_INTEROP_REQUIRED=1, as CI runs: it is root there)."""
+    why = ""
+    if not sys.platform.startswith("linux"):
+        why = "needs Linux (renameat2, /proc/self/fd)"
+    elif os.geteuid() != 0:
+        why = "needs root (it runs the other user as uid 54321)"
+    elif not os.access("/usr/bin/python3", os.X_OK):
+        why = "needs /usr/bin/python3 (run by the other uid)"
+    if why and os.environ.get("BKMCP_INTEROP_REQUIRED", "") not in ("", "0"):
+        pytest.fail(f"{why}; BKMCP_INTEROP_REQUIRED is set, so this is a failure, not a skip")
+    if why:
+        pytest.skip(why)
+
+
+def test_a_swapped_folder_never_reaches_another_users_listener(world):
+    """Issue 29, item 1: the client uses DIR only through a descriptor checked after opening it (no symlink, ours,
+    0700) and checks its peer's uid before a byte; another uid swapping DIR for its own folder gets no connection."""
+    import tempfile
+
+    _require_root_linux()
+    other = 54321
+    parent = Path(tempfile.mkdtemp(prefix="bkmcp-race-", dir="/tmp"))
+    os.chown(parent, other, other)
+    parent.chmod(0o777)  # world-writable, no sticky bit: the other uid may rename what is in it
+    world.env["XDG_RUNTIME_DIR"] = str(parent)
+    world.place = parent / "bkmcp"
+    impostor = None
+    try:
+        assert world.run("hm", "echo", "--text", "warm-up", "--keep-alive").returncode == 0
+        (sock,) = world.sockets()
+        record, stop = parent / "record", parent / "stop"
+        impostor = subprocess.Popen(
+            ["/usr/bin/python3", "-c", _IMPOSTOR, str(parent), sock.name, str(record), str(stop)],
+            stdout=subprocess.PIPE,
+            user=other,
+            group=other,
+            cwd="/",
+        )
+        assert impostor.stdout is not None and impostor.stdout.readline() == b"ready\n"
+        sentinel = "sentinel-secret-9b1d4c"
+        world.http.reset_log()
+        outputs = [
+            world.run("hm", "echo", "--text", f"call-{i}", "--keep-alive", env={"RACE_TOKEN": sentinel})
+            for i in range(20)
+        ]
+        stop.touch()
+        out, _ = impostor.communicate(timeout=60)
+        assert int(out) > 0, "the other uid swapped the folders"
+        assert os.stat(world.place).st_uid == 0, "DIR is ours again"
+        records = record.read_text().split() if record.exists() else []
+        leaked = [r for r in records if sentinel.encode().hex() in r]
+        assert not leaked, f"{len(leaked)} of 20 calls sent the secret to the other user's listener"
+        assert records == [], f"{len(records)} of 20 calls reached the other user's listener"
+        for i, done in enumerate(outputs):
+            assert done.returncode == 0, done.stderr
+            assert json.loads(done.stdout)["data"]["result"]["structuredContent"] == {
+                "arguments": {"text": f"call-{i}"}
+            }
+            assert done.stderr.decode().count("warning") <= 1  # a call that met the swap ran one-shot, said once
+        texts = [json.loads(e["body"])["params"]["arguments"]["text"] for e in world.http.requests("tools/call")]
+        assert sorted(texts) == sorted(f"call-{i}" for i in range(20))  # the real server got each call, once
+    finally:
+        if impostor is not None and impostor.poll() is None:
+            impostor.kill()
+            impostor.wait(10)
+        world.run("--sessions", "--stop")
+        until(lambda: not world.daemons(), "the background process ended", 20)
+        shutil.rmtree(parent, ignore_errors=True)
