@@ -12193,8 +12193,9 @@ def _warm_spawn(place: WarmPlace, artifact: str) -> None:
         if os.fstat(log).st_size > _WARM_LOG_LIMIT:
             os.ftruncate(log, 0)
         argv = [sys.executable, artifact, _WARM_DAEMON, place.path, str(place.fd)]
-        # sh starts it in the background and exits: the process is then init's child, not ours
-        shell = ["/bin/sh", "-c", 'exec "$@" </dev/null >/dev/null &', "sh", *argv]
+        # sh starts it in the background and exits: the process is then init's child, not ours (and PWD, which sh
+        # sets, is the client's directory: not the process's to keep)
+        shell = ["/bin/sh", "-c", 'unset PWD OLDPWD; exec "$@" </dev/null >/dev/null &', "sh", *argv]
         os.set_inheritable(place.fd, True)
         try:
             pid = os.posix_spawn(

@@ -314,20 +314,31 @@ def test_idle_sessions_close_and_the_process_ends_by_itself(world):
     assert not world.sockets()
 
 
-def test_another_build_replaces_the_background_process(tmp_path):
-    copy = tmp_path / "bkmcp.py"
-    shutil.copy(ROOT / "bkmcp.py", copy)
-    world = World(tmp_path, bkmcp=copy)
-    try:
-        assert world.run("hm", "echo", "--text", "a", "--keep-alive").returncode == 0
-        first = world.sessions()
-        os.utime(copy, ns=(time.time_ns(), time.time_ns() + 5_000_000_000))  # a new build of the same file
-        assert world.run("hm", "echo", "--text", "b", "--keep-alive").returncode == 0
-        second = world.sessions()
-        assert second["build"] != first["build"] and second["pid"] != first["pid"]
-        until(lambda: first["pid"] not in world.daemons(), "the old process retired", 20)
-    finally:
-        world.close()
+def test_two_builds_keep_their_own_process_and_server_state(world):
+    """Issue 29, item 5: each build has its own socket and process; alternating calls never stop the other's, so
+    a stateful server counts on in each; ``--sessions`` shows the other build and ``--sessions --stop`` ends both."""
+    copy = world.tmp / "copy" / "bkmcp.py"
+    copy.parent.mkdir()
+    shutil.copy(ROOT / "bkmcp.py", copy)  # another path: another build
+    other = World.__new__(World)
+    other.__dict__.update(world.__dict__, bkmcp=copy)
+
+    def count(who: World) -> int:
+        done = who.run("st", "counter", "--keep-alive")
+        assert done.returncode == 0 and done.stderr == b"", done.stderr
+        return json.loads(done.stdout)["data"]["result"]["structuredContent"]["count"]
+
+    assert [count(who) for _ in range(3) for who in (world, other)] == [1, 1, 2, 2, 3, 3]
+    assert len(world.daemons()) == 2 and len(world.children()) == 2 and len(world.sockets()) == 2
+    mine, theirs = world.sessions(), other.sessions()
+    assert mine["build"] != theirs["build"] and mine["pid"] != theirs["pid"]
+    assert [(o["pid"], [s["server"] for s in o["sessions"]]) for o in mine["other_builds"]] == [(theirs["pid"], ["st"])]
+    assert [o["pid"] for o in theirs["other_builds"]] == [mine["pid"]]
+    stopped = world.run("--sessions", "--stop")
+    data = json.loads(stopped.stdout)["data"]
+    assert data["stopped"] is True and data["closed"] == 1 and data["pid"] == mine["pid"]
+    assert [(o["pid"], o["stopped"], o["closed"]) for o in data["other_builds"]] == [(theirs["pid"], True, 1)]
+    until(lambda: not world.daemons() and not world.children(), "both processes and their servers ended", 20)
 
 
 def test_a_folder_that_is_not_private_is_refused_and_the_command_runs_one_shot(world):
@@ -443,7 +454,7 @@ def test_help_dry_run_and_check_never_use_the_background_process(world):
 
 
 def test_sessions_without_a_process_and_stop(world):
-    assert world.sessions() == {"running": False, "sessions": []}
+    assert world.sessions() == {"running": False, "sessions": [], "other_builds": []}
     assert not world.daemons()
     assert world.run("st", "counter", "--keep-alive").returncode == 0
     listing = world.sessions()
@@ -457,6 +468,7 @@ def test_sessions_without_a_process_and_stop(world):
         "running": False,
         "sessions": [],
         "stopped": False,
+        "other_builds": [],
     }
 
 
@@ -671,3 +683,24 @@ def test_a_swapped_folder_never_reaches_another_users_listener(world):
         world.run("--sessions", "--stop")
         until(lambda: not world.daemons(), "the background process ended", 20)
         shutil.rmtree(parent, ignore_errors=True)
+
+
+def test_the_background_process_holds_no_variable_of_any_client(world):
+    """Issue 29, item 4: it starts with the interpreter's few variables only; each command's environment travels in
+    that command's request (the token below reaches its server, never the process's own environment)."""
+    first, second = "env-sentinel-first-4f2a", "env-sentinel-second-77c0"
+    for token in (first, second):
+        done = world.run("hs", "echo", "--text", token, "--keep-alive", env={"WARM_TOKEN": token, "OTHER": token})
+        assert done.returncode == 0, done.stderr
+    assert [e["headers"].get("x-tok") for e in world.http.requests("tools/call")] == [first, second]
+    (daemon,) = world.daemons()
+    environ = Path(f"/proc/{daemon}/environ").read_bytes()
+    names = {entry.split(b"=", 1)[0].decode() for entry in environ.split(b"\0") if entry}
+    assert first.encode() not in environ and second.encode() not in environ
+    assert "WARM_TOKEN" not in names and "OTHER" not in names and "XDG_RUNTIME_DIR" not in names
+    assert names <= {
+        "PATH",
+        "HOME",
+        "PYTHONDONTWRITEBYTECODE",
+        "LC_CTYPE",
+    }  # of the test's client environment, the allowed ones
