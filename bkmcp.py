@@ -10990,22 +10990,25 @@ class WarmSessions:
     def for_command(self, cwd: str, idle: float) -> SessionSource:
         return _WarmSource(self, cwd, idle)
 
-    def _entry(self, key: str, idle: float) -> _Warm:
+    def _entry(self, key: str, idle: float) -> _Warm | None:
+        """The entry of ``key``, lent to one more command; None when ``limit`` entries exist and none of them is
+        idle (all in use or opening): the command then runs on a session of its own. The count is checked and the
+        entry made under one lock, so any number of commands opening at once never keep more than ``limit``."""
         with self._lock:
             entry = self._entries.get(key)
+            evicted: _Warm | None = None
             if entry is None:
+                if len(self._entries) >= self.limit:
+                    spare = [e for e in self._entries.values() if e.lent == 0 and not e.lock.locked()]
+                    if not spare:
+                        return None
+                    evicted = min(spare, key=lambda e: e.used)  # the least recently used idle one
+                    del self._entries[evicted.key]
                 entry = self._entries[key] = _Warm(key, idle)
-                spare = [e for e in self._entries.values() if e.lent == 0 and e is not entry and not e.lock.locked()]
-                spare.sort(key=lambda e: e.used)
-                evicted = spare[: max(len(self._entries) - self.limit, 0)]  # least recently used idle ones first
-                for old in evicted:
-                    del self._entries[old.key]
-            else:
-                evicted = []
             entry.idle = idle
             entry.lent += 1
-        for old in evicted:
-            self._close(old)
+        if evicted is not None:
+            self._close(evicted)
         return entry
 
     def _returned(self, entry: _Warm, session: McpSession | None) -> None:
@@ -11083,8 +11086,8 @@ def _warm_alive(entry: _Warm) -> bool:
 
 class _WarmSource(SessionSource):
     """One command's view of ``WarmSessions``: the kept session of its key, opened (and kept) on first use. While
-    another command opens that key's session, this one gets a fresh session of its own, closed at its end, so no
-    command ever waits for another."""
+    another command opens that key's session, or when ``WARM_MAX_SESSIONS`` are kept and all in use, this one gets
+    a fresh session of its own, closed at its end, so no command ever waits for another."""
 
     def __init__(self, warm: WarmSessions, cwd: str, idle: float) -> None:
         self.warm = warm
@@ -11100,8 +11103,9 @@ class _WarmSource(SessionSource):
 
             server = dataclasses.replace(server, cwd=self.cwd)
         entry = self.warm._entry(warm_session_key(server, insecure), self.idle)
-        if not entry.lock.acquire(blocking=False):  # being opened by another command
-            self.warm._returned(entry, None)
+        if entry is None or not entry.lock.acquire(blocking=False):  # at the limit, or being opened by another command
+            if entry is not None:
+                self.warm._returned(entry, None)
             session = SessionSource.start(self, server, ctx, insecure=insecure)
             self._fresh.add(id(session))
             return session

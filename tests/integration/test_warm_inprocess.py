@@ -338,3 +338,24 @@ def test_a_one_shot_command_always_lists_whatever_the_ttl(place):
         assert len(srv.requests("tools/list")) == 2
     finally:
         srv.stop()
+
+
+def test_the_limit_holds_while_sessions_open_together(place):
+    """Issue 29, item 6: the count is checked and the entry made under one lock; a command finding every kept
+    session in use (here: all still opening) runs on a session of its own, closed at its end."""
+    warm = bkmcp.WarmSessions(bkmcp.Log(io.StringIO()), limit=2)
+    log = bkmcp.Log(io.StringIO())
+    opened = []
+    for which in ("a", "b", "c", "d"):
+        server = bkmcp.resolve_server(bkmcp.load_config(str(place.config)).servers["m"], {}, cwd=str(place.runtime))
+        server.headers["X-Which"] = which
+        source = warm.for_command(str(place.runtime), 60.0)
+        ctx = bkmcp.OpContext(bkmcp.Deadline(10), log)
+        opened.append((source, source.start(server, ctx, insecure=False), ctx))  # none ready yet: all opening
+        assert len(warm._entries) <= 2
+    for source, session, ctx in opened:
+        source.ready(session, ctx)
+        source.done(session, ctx)
+    assert len(warm.listing()) == 2 and all(s["alive"] for s in warm.listing())
+    assert not opened[2][1].alive and not opened[3][1].alive  # the extra ones closed with their command
+    warm.close_all()

@@ -704,3 +704,42 @@ def test_the_background_process_holds_no_variable_of_any_client(world):
         "PYTHONDONTWRITEBYTECODE",
         "LC_CTYPE",
     }  # of the test's client environment, the allowed ones
+
+
+def test_never_more_than_32_warm_sessions_while_many_open_together(world):
+    """Issue 29, item 6: 40 distinct stdio servers called at once; when the calls end at most 32 sessions are
+    kept, and at most 32 of the servers still run (the server side's count)."""
+    barrier = world.tmp / "barrier"
+    barrier.mkdir()
+    # each server waits (bounded) until all 40 have started: every session is opening at the same time
+    wait_all = (
+        f'touch {barrier}/$$; n=0; while [ "$(ls {barrier} | wc -l)" -lt 40 ] && [ $n -lt 1200 ]; do '
+        'sleep 0.05; n=$((n+1)); done; exec "$0" "$@"'
+    )
+    st = world.servers["st"]
+    for i in range(40):  # another name: another session key
+        world.servers[f"s{i}"] = {
+            "type": "stdio",
+            "command": "/bin/sh",
+            "args": ["-c", wait_all, st["command"], *st["args"]],
+        }
+    write_mcp_json(world.config, world.servers)
+    procs = [
+        subprocess.Popen(
+            world.argv(f"s{i}", "echo", "--text", f"s{i}", "--keep-alive"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=world.env,
+            cwd=world.tmp,
+        )
+        for i in range(40)
+    ]
+    outputs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err for _, err in outputs if err][:3]
+    for i, (out, _err) in enumerate(outputs):
+        assert json.loads(out)["data"]["result"]["structuredContent"] == {"arguments": {"text": f"s{i}"}}
+    assert len(list(barrier.iterdir())) == 40  # all opened at once
+    until(lambda: len(world.children()) <= 32, "the servers beyond the limit ended with their calls", 30)
+    listing = world.sessions()["sessions"]
+    assert 0 < len(listing) <= 32 and len(world.children()) <= 32
+    assert len(world.children()) == len(listing)  # every running server is a kept session's
