@@ -12392,7 +12392,9 @@ def _warm_ask(place: WarmPlace, name: str, op: str) -> dict[str, Any] | None:
     try:
         sock = _warm_try_connect(place, name)
     except OSError as exc:
-        raise ConnectionFailedError(str(exc), hint="remove that socket; only your own processes are asked") from None
+        raise ConnectionFailedError(
+            str(exc), hint="something not yours listens in your private folder: remove it"
+        ) from None
     if sock is None:
         return None
     try:

@@ -149,6 +149,17 @@ def test_a_listener_of_another_uid_is_never_sent_a_byte(place, monkeypatch):
         bkmcp.run_sessions_command(bkmcp.parse_argv(["--sessions"]), _envr(place), bkmcp.Log(io.StringIO()))
 
 
+def test_two_builds_whose_socket_names_collide_never_run_a_command_together(place, monkeypatch):
+    """The build travels in the request: a process of another build answers "other build" and keeps serving its
+    own; the client runs one-shot with one warning (docs/contract.md §14)."""
+    monkeypatch.setattr(bkmcp, "warm_build", lambda artifact: "another build")
+    monkeypatch.setattr(bkmcp, "warm_socket_name", lambda build: place.server.name)
+    status, out, err = place.main("m", "echo", "--text", "hi", "--keep-alive")
+    assert status == 0 and json.loads(out)["data"]["result"]["structuredContent"] == {"arguments": {"text": "hi"}}
+    assert err.count("warning") == 1 and "another build" in err
+    assert not place.server.retiring and place.socket.exists()
+
+
 def _envr(place: Place) -> bkmcp.Environment:
     return bkmcp.Environment(stdin=io.StringIO(), stdout=io.StringIO(), stderr=io.StringIO(), env=place.env, cwd="/")
 
