@@ -370,3 +370,46 @@ def test_the_limit_holds_while_sessions_open_together(place):
     assert len(warm.listing()) == 2 and all(s["alive"] for s in warm.listing())
     assert not opened[2][1].alive and not opened[3][1].alive  # the extra ones closed with their command
     warm.close_all()
+
+
+def test_the_client_starts_a_process_with_the_few_variables_it_needs(tmp_path, monkeypatch):
+    """``_warm_connect`` in this interpreter: under the lock it starts the background process (the folder's
+    descriptor handed over, a log over 1 MiB truncated through its descriptor) with a minimal environment."""
+    monkeypatch.setenv("WARM_SECRET_TOKEN", "inprocess-sentinel-31c9")
+    assert "WARM_SECRET_TOKEN" not in bkmcp.build_warm_process_env(os.environ)
+    assert bkmcp.build_warm_process_env({"HOME": "/h", "TOKEN": "x", "LANG": "C"}) == {"HOME": "/h", "LANG": "C"}
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    held, _ = bkmcp.warm_dir({"XDG_RUNTIME_DIR": str(runtime)})
+    assert held is not None
+    (runtime / "bkmcp" / "warm.log").write_bytes(b"x" * (bkmcp._WARM_LOG_LIMIT + 1))
+    artifact = str(ROOT / "bkmcp.py")
+    sock = bkmcp._warm_connect(held, artifact, bkmcp.warm_socket_name(bkmcp.warm_build(artifact)))
+    sock.close()
+    held.close()
+    assert (runtime / "bkmcp" / "warm.log").stat().st_size < bkmcp._WARM_LOG_LIMIT
+    envr = bkmcp.Environment(
+        stdin=io.StringIO(), stdout=io.StringIO(), stderr=io.StringIO(), env={"XDG_RUNTIME_DIR": str(runtime)}, cwd="/"
+    )
+    assert bkmcp.run_sessions_command(bkmcp.parse_argv(["--sessions", "--stop"]), envr, bkmcp.Log(envr.stderr)) == 0
+    pid = json.loads(envr.stdout.getvalue())["data"]["pid"]
+    assert pid != os.getpid()
+    until(lambda: _ended(pid), "the background process ended", 20)
+
+
+def _ended(pid: int) -> bool:
+    try:  # a zombie has ended too (under a subreaper nobody may wait for it soon)
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def test_a_folder_of_another_uid_or_not_a_directory_is_refused(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("needs root (chown to another uid)")
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o700)
+    os.chown(theirs, 54321, 54321)
+    assert bkmcp.open_private_dir(str(theirs))[1] == f"{theirs} belongs to uid 54321, not to you (uid 0)"
+    fd = os.open(tmp_path / "file", os.O_CREAT | os.O_RDONLY, 0o600)
+    assert bkmcp.open_private_dir("f", fd=fd) == (None, "f is not a directory")  # the descriptor is closed
