@@ -11401,22 +11401,25 @@ class WarmSessions:
     def for_command(self, cwd: str, idle: float) -> SessionSource:
         return _WarmSource(self, cwd, idle)
 
-    def _entry(self, key: str, idle: float) -> _Warm:
+    def _entry(self, key: str, idle: float) -> _Warm | None:
+        """The entry of ``key``, lent to one more command; None when ``limit`` entries exist and none of them is
+        idle (all in use or opening): the command then runs on a session of its own. The count is checked and the
+        entry made under one lock, so any number of commands opening at once never keep more than ``limit``."""
         with self._lock:
             entry = self._entries.get(key)
+            evicted: _Warm | None = None
             if entry is None:
+                if len(self._entries) >= self.limit:
+                    spare = [e for e in self._entries.values() if e.lent == 0 and not e.lock.locked()]
+                    if not spare:
+                        return None
+                    evicted = min(spare, key=lambda e: e.used)  # the least recently used idle one
+                    del self._entries[evicted.key]
                 entry = self._entries[key] = _Warm(key, idle)
-                spare = [e for e in self._entries.values() if e.lent == 0 and e is not entry and not e.lock.locked()]
-                spare.sort(key=lambda e: e.used)
-                evicted = spare[: max(len(self._entries) - self.limit, 0)]  # least recently used idle ones first
-                for old in evicted:
-                    del self._entries[old.key]
-            else:
-                evicted = []
             entry.idle = idle
             entry.lent += 1
-        for old in evicted:
-            self._close(old)
+        if evicted is not None:
+            self._close(evicted)
         return entry
 
     def _returned(self, entry: _Warm, session: McpSession | None) -> None:
@@ -11494,8 +11497,8 @@ def _warm_alive(entry: _Warm) -> bool:
 
 class _WarmSource(SessionSource):
     """One command's view of ``WarmSessions``: the kept session of its key, opened (and kept) on first use. While
-    another command opens that key's session, this one gets a fresh session of its own, closed at its end, so no
-    command ever waits for another."""
+    another command opens that key's session, or when ``WARM_MAX_SESSIONS`` are kept and all in use, this one gets
+    a fresh session of its own, closed at its end, so no command ever waits for another."""
 
     def __init__(self, warm: WarmSessions, cwd: str, idle: float) -> None:
         self.warm = warm
@@ -11511,8 +11514,9 @@ class _WarmSource(SessionSource):
 
             server = dataclasses.replace(server, cwd=self.cwd)
         entry = self.warm._entry(warm_session_key(server, insecure), self.idle)
-        if not entry.lock.acquire(blocking=False):  # being opened by another command
-            self.warm._returned(entry, None)
+        if entry is None or not entry.lock.acquire(blocking=False):  # at the limit, or being opened by another command
+            if entry is not None:
+                self.warm._returned(entry, None)
             session = SessionSource.start(self, server, ctx, insecure=insecure)
             self._fresh.add(id(session))
             return session
@@ -12388,7 +12392,7 @@ class _Runner:
 # Without --keep-alive / BKMCP_KEEP_ALIVE nothing here runs.
 
 KEEP_ALIVE_DEFAULT = 600.0  # --keep-alive without a value: 10 minutes
-_WARM_SOCKET, _WARM_LOCK, _WARM_LOG = "warm.sock", "warm.lock", "warm.log"
+_WARM_LOCK, _WARM_LOG = "warm.lock", "warm.log"  # shared by the builds; each has its own socket (below)
 _WARM_LOG_LIMIT = 1024 * 1024  # bytes of the background process's log
 _WARM_START_WAIT = 30.0  # seconds a new background process gets to listen (a loaded machine: many first calls at once)
 _WARM_DAEMON = "--keep-alive-daemon"  # argv[1] of the background process (never typed by a user)
@@ -12427,9 +12431,10 @@ def uses_warm_session(inv: Invocation) -> bool:
     return inv.server is not None and not (inv.help or inv.dry_run or inv.check) and (inv.tools or inv.tool is not None)
 
 
-def warm_dir(env: Mapping[str, str]) -> tuple[str | None, str]:
-    """The private folder of the background process: ``$XDG_RUNTIME_DIR/bkmcp``, else ``$TMPDIR/bkmcp-<uid>``,
-    made 0700 if missing. (None, why) when it is not a directory of this user's with mode 0700."""
+def warm_dir(env: Mapping[str, str]) -> tuple[WarmPlace | None, str]:
+    """The private folder of the background processes, open: ``$XDG_RUNTIME_DIR/bkmcp``, else
+    ``$TMPDIR/bkmcp-<uid>``, made 0700 if missing. (None, why) when it is not a directory of this user's with mode
+    0700. The caller closes it."""
     uid = os.getuid()
     runtime = env.get("XDG_RUNTIME_DIR", "")
     if runtime and os.path.isabs(runtime):
@@ -12443,26 +12448,62 @@ def warm_dir(env: Mapping[str, str]) -> tuple[str | None, str]:
         pass
     except OSError as exc:
         return None, f"cannot create {place}: {exc.strerror or exc}"
-    problem = private_dir_problem(place)
-    return (None, problem) if problem else (place, "")
+    return open_private_dir(place)
 
 
-def private_dir_problem(place: str) -> str:
-    """Why ``place`` is not a private folder (a directory of this user's, mode 0700, not a symlink), or ""."""
+class WarmPlace:
+    """The private folder, held by a descriptor checked after it was opened without following a symlink. Everything
+    in it is reached through that descriptor (``dir_fd``; a socket's address through ``/proc/self/fd/N`` where
+    there is one), so renaming or swapping the folder's path later reaches nothing of ours (docs/contract.md §14)."""
+
+    def __init__(self, path: str, fd: int) -> None:
+        self.path, self.fd = path, fd  # path: only shown, and the background process's argv
+        proc = f"/proc/self/fd/{fd}"
+        self.base = proc if os.path.isdir(proc) else path  # elsewhere: the path, guarded by the peer check only
+
+    def address(self, name: str) -> str:
+        """What ``connect``/``bind`` take for ``name`` in this folder (at most 30 bytes through /proc: no
+        AF_UNIX length limit however long the folder's path is)."""
+        return f"{self.base}/{name}"
+
+    def open(self, name: str, flags: int) -> int:
+        return os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=self.fd)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def open_private_dir(place: str, fd: int | None = None) -> tuple[WarmPlace | None, str]:
+    """``place`` opened (or ``fd``, the descriptor a client handed over) when it is a private folder: a directory,
+    not a symlink, this user's, mode 0700, as ``fstat`` sees what was opened; else (None, why)."""
+    import errno
     import stat
 
+    if fd is None:
+        try:
+            fd = os.open(place, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(place):
+                return None, f"{place} is a symlink; it must be a directory of yours"
+            if exc.errno == errno.ENOTDIR:
+                return None, f"{place} is not a directory"
+            return None, f"cannot open {place}: {exc.strerror or exc}"
     uid = os.getuid()
     try:
-        info = os.lstat(place)
+        info = os.fstat(fd)
     except OSError as exc:
-        return f"cannot read {place}: {exc.strerror or exc}"
+        return None, f"cannot read {place}: {exc.strerror or exc}"
+    problem = ""
     if not stat.S_ISDIR(info.st_mode):
-        return f"{place} is not a directory"
-    if info.st_uid != uid:
-        return f"{place} belongs to uid {info.st_uid}, not to you (uid {uid})"
-    if info.st_mode & 0o077:
-        return f"{place} has mode {stat.S_IMODE(info.st_mode):04o}; it must be 0700"
-    return ""
+        problem = f"{place} is not a directory"
+    elif info.st_uid != uid:
+        problem = f"{place} belongs to uid {info.st_uid}, not to you (uid {uid})"
+    elif info.st_mode & 0o077:
+        problem = f"{place} has mode {stat.S_IMODE(info.st_mode):04o}; it must be 0700"
+    if problem:
+        os.close(fd)
+        return None, problem
+    return WarmPlace(place, fd), ""
 
 
 def warm_artifact() -> str | None:
@@ -12483,6 +12524,26 @@ def warm_build(artifact: str) -> str:
     info = os.stat(artifact)
     interpreter = f"{__version__}|{sys.executable}|{sys.version.split()[0]}"
     return f"{interpreter}|{artifact}|{info.st_size}|{info.st_mtime_ns}|{info.st_ino}"
+
+
+def warm_socket_name(build: str) -> str:
+    """Each build's own socket in the folder (docs/contract.md §14: builds coexist, never stop each other). A
+    checksum names it (zlib: no hashlib import in the client); the build itself travels in every request and is
+    checked, so two builds sharing a name still never run a command together."""
+    import zlib
+
+    return f"warm-{zlib.crc32(build.encode('utf-8', 'surrogatepass')):08x}.sock"
+
+
+def peer_uid(sock: Any) -> int | None:
+    """The uid of the process at the other end of a connected Unix socket; None where the system does not say."""
+    if sys.platform.startswith("linux"):
+        cred = sock.getsockopt(1, 17, 12)  # SOL_SOCKET, SO_PEERCRED: struct ucred {pid, uid, gid}
+        return int.from_bytes(cred[4:8], sys.byteorder)
+    if sys.platform == "darwin" or "bsd" in sys.platform:  # pragma: no cover - not Linux
+        cred = sock.getsockopt(0, 1, 128)  # SOL_LOCAL, LOCAL_PEERCRED: struct xucred {cr_version, cr_uid, …}
+        return int.from_bytes(cred[4:8], sys.byteorder)
+    return None  # pragma: no cover - not Linux
 
 
 def send_frame(sock: Any, kind: bytes, payload: bytes = b"") -> None:
@@ -12510,58 +12571,87 @@ def recv_frame(sock: Any) -> tuple[bytes, bytes] | None:
     return None if payload is None else (head[:1], payload)
 
 
-def _warm_try_connect(path: str) -> Any:
+def _warm_try_connect(place: WarmPlace, name: str) -> Any:
+    """A socket connected to ``name`` in the folder, None when nothing listens there; OSError when what listens
+    is not this user's (checked before a byte is sent)."""
     import _socket  # the C module: the client needs no more of socket.py (and its selectors, enum) than this
 
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
-        sock.connect(path)
+        sock.connect(place.address(name))
+        uid = peer_uid(sock)
     except OSError:
         sock.close()
         return None
+    if uid != os.getuid():
+        sock.close()
+        who = "an unknown user" if uid is None else f"uid {uid}"
+        raise OSError(f"the process listening on {os.path.join(place.path, name)} is {who}, not you")
     return sock
 
 
-def _warm_spawn(place: str, artifact: str) -> None:
-    """Start the background process, detached (its own session, reparented at once: never a zombie of ours);
-    its stderr is the size-bounded log."""
-    log_path = os.path.join(place, _WARM_LOG)
-    os.close(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))  # 0600 before sh appends to it
+# The background process's environment: what the interpreter, the pyz's vendored-package cache and finding
+# programs need, never a client's token: each command's environment travels in its own request (docs/contract.md §14).
+_WARM_PROCESS_ENV = (
+    "PATH", "HOME", "TMPDIR", "XDG_CACHE_HOME", "LANG", "LC_ALL", "LC_CTYPE", "MALLOC_ARENA_MAX",
+    "PYTHONPATH", "PYTHONHOME", "PYTHONNOUSERSITE", "PYTHONSAFEPATH", "PYTHONUTF8", "PYTHONDONTWRITEBYTECODE",
+    "BKMCP_NO_COMPILED_CACHE",
+)  # fmt: skip
+
+
+def build_warm_process_env(env: Mapping[str, str]) -> dict[str, str]:
+    return {name: env[name] for name in _WARM_PROCESS_ENV if name in env}
+
+
+def _warm_spawn(place: WarmPlace, artifact: str) -> None:
+    """Start the background process, detached (its own session, reparented at once: never a zombie of ours). It
+    gets the folder's descriptor (its argv names the number) and, as its stderr, the size-bounded log."""
+    log = place.open(_WARM_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     try:
-        if os.path.getsize(log_path) > _WARM_LOG_LIMIT:
-            os.truncate(log_path, 0)
-    except OSError:
-        pass
-    argv = [sys.executable, artifact, _WARM_DAEMON, place]
-    # sh starts it in the background and exits: the process is then init's child, not ours
-    shell = ["/bin/sh", "-c", 'exec "$@" </dev/null >/dev/null 2>>"$0" &', log_path, *argv]
-    pid = os.posix_spawn("/bin/sh", shell, dict(os.environ), setsid=True)
-    os.waitpid(pid, 0)
+        if os.fstat(log).st_size > _WARM_LOG_LIMIT:
+            os.ftruncate(log, 0)
+        argv = [sys.executable, artifact, _WARM_DAEMON, place.path, str(place.fd)]
+        # sh starts it in the background and exits: the process is then init's child, not ours (and PWD, which sh
+        # sets, is the client's directory: not the process's to keep)
+        shell = ["/bin/sh", "-c", 'unset PWD OLDPWD; exec "$@" </dev/null >/dev/null &', "sh", *argv]
+        os.set_inheritable(place.fd, True)
+        try:
+            pid = os.posix_spawn(
+                "/bin/sh",
+                shell,
+                build_warm_process_env(os.environ),
+                file_actions=[(os.POSIX_SPAWN_DUP2, log, 2)],
+                setsid=True,
+            )
+        finally:
+            os.set_inheritable(place.fd, False)
+        os.waitpid(pid, 0)
+    finally:
+        os.close(log)
 
 
-def _warm_connect(place: str, artifact: str) -> Any:
-    """A connected socket to the background process, started (under the lock, exactly once however many clients
-    race) when none listens. Raises OSError when it cannot start."""
-    path = os.path.join(place, _WARM_SOCKET)
-    sock = _warm_try_connect(path)
+def _warm_connect(place: WarmPlace, artifact: str, name: str) -> Any:
+    """A connected socket to the background process of this build (``name``), started (under the lock, exactly
+    once however many clients race) when none listens. Raises OSError when it cannot start."""
+    sock = _warm_try_connect(place, name)
     if sock is not None:
         return sock
     import fcntl
 
-    lock = os.open(os.path.join(place, _WARM_LOCK), os.O_RDWR | os.O_CREAT, 0o600)
+    lock = place.open(_WARM_LOCK, os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        sock = _warm_try_connect(path)  # another client started it while this one waited
+        sock = _warm_try_connect(place, name)  # another client started it while this one waited
         if sock is not None:
             return sock
         try:
-            os.unlink(path)  # a socket file left by a process that died
+            os.unlink(name, dir_fd=place.fd)  # a socket file left by a process that died
         except FileNotFoundError:
             pass
         _warm_spawn(place, artifact)
         end = time.monotonic() + _WARM_START_WAIT
         while time.monotonic() < end:
-            sock = _warm_try_connect(path)
+            sock = _warm_try_connect(place, name)
             if sock is not None:
                 return sock
             time.sleep(0.005)
@@ -12570,50 +12660,46 @@ def _warm_connect(place: str, artifact: str) -> Any:
         os.close(lock)  # closing the descriptor releases the lock
 
 
-def _warm_open(place: str, artifact: str, build: str, request: dict[str, Any], stdin: bytes | None) -> Any:
-    """Connect (starting the process if needed), send the request and see it accepted. A process of another
-    build is told to retire and a new one is started: at most twice, then OSError."""
+def _warm_open(place: WarmPlace, artifact: str, build: str, request: dict[str, Any], stdin: bytes | None) -> Any:
+    """Connect (starting the process if needed), send the request and see it accepted; OSError when it is not."""
     import json
 
-    for _attempt in range(3):
-        sock = _warm_connect(place, artifact)
-        send_frame(sock, b"R", json.dumps({**request, "build": build}).encode("utf-8", "surrogatepass"))
-        frame = recv_frame(sock)
-        if frame is not None and frame[0] == b"A":  # accepted: it runs the command
-            if stdin is not None:
-                send_frame(sock, b"I", stdin)
-            return sock
-        sock.close()
-        if frame is None or frame[0] != b"M":
-            raise OSError("the background process closed the connection before accepting the command")
-        # M: another build; it removed its socket and retires after its calls: start ours
-    raise OSError("background processes of other builds kept answering")
+    sock = _warm_connect(place, artifact, warm_socket_name(build))
+    send_frame(sock, b"R", json.dumps({**request, "build": build}).encode("utf-8", "surrogatepass"))
+    frame = recv_frame(sock)
+    if frame is not None and frame[0] == b"A":  # accepted: it runs the command
+        if stdin is not None:
+            send_frame(sock, b"I", stdin)
+        return sock
+    sock.close()
+    if frame is not None and frame[0] == b"M":  # two builds whose socket names collide: neither stops the other
+        raise OSError("a background process of another build listens on this build's socket")
+    raise OSError("the background process closed the connection before accepting the command")
 
 
 def run_warm_client(inv: Invocation, envr: Environment, log: Log, seconds: float) -> int | None:
     """Run the command in the warm process and print what it printed, exiting as it exited; None (after one
     warning saying why) when the warm process cannot be used: the caller then runs the command one-shot."""
-    place, problem = warm_dir(envr.env)
     artifact = warm_artifact()
+    place, problem = warm_dir(envr.env) if artifact is not None else (None, "cannot tell which bkmcp file is running")
     if place is None or artifact is None:
-        why = problem or "cannot tell which bkmcp file is running"
-        log.warn(f"--keep-alive: {why}; the command runs one-shot")
+        log.warn(f"--keep-alive: {problem}; the command runs one-shot")
         return None
     timeout = cli_timeout(inv)
     stdin: bytes | None = None
-    if inv.body == "-":  # read here (bounded as one-shot reads it); the process gets the bytes
-        stdin = _read_body_stream(envr.stdin, "--body", Deadline(timeout))
-    request = {
-        "op": "run",
-        "argv": inv.argv,
-        "env": dict(envr.env),
-        "cwd": envr.cwd,
-        "stdin": stdin is not None,
-        "stdout_tty": is_terminal(envr.stdout),
-        "stderr_tty": is_terminal(envr.stderr),
-        "keep_alive": seconds,
-    }
     try:
+        if inv.body == "-":  # read here (bounded as one-shot reads it); the process gets the bytes
+            stdin = _read_body_stream(envr.stdin, "--body", Deadline(timeout))
+        request = {
+            "op": "run",
+            "argv": inv.argv,
+            "env": dict(envr.env),
+            "cwd": envr.cwd,
+            "stdin": stdin is not None,
+            "stdout_tty": is_terminal(envr.stdout),
+            "stderr_tty": is_terminal(envr.stderr),
+            "keep_alive": seconds,
+        }
         sock = _warm_open(place, artifact, warm_build(artifact), request, stdin)
     except OSError as exc:
         log.warn(f"--keep-alive: the background bkmcp could not be used ({exc}); the command runs one-shot")
@@ -12622,6 +12708,8 @@ def run_warm_client(inv: Invocation, envr: Environment, log: Log, seconds: float
 
             envr.stdin = io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8", errors="surrogateescape")
         return None
+    finally:
+        place.close()
     sock.settimeout(timeout + _WARM_RELAY_SLACK)  # the command ends within its --timeout: a silent process is dead
     return _warm_relay(sock, inv, envr, log)
 
@@ -12682,21 +12770,49 @@ def _warm_relay(sock: Any, inv: Invocation, envr: Environment, log: Log) -> int:
 
 
 def run_sessions_command(inv: Invocation, envr: Environment, log: Log) -> int:
-    """``bkmcp --sessions`` (the warm sessions, never a secret) and ``bkmcp --sessions --stop``."""
+    """``bkmcp --sessions`` (the warm sessions, never a secret) and ``bkmcp --sessions --stop``: this build's
+    process at the top, the other builds' in ``other_builds``; ``--stop`` stops them all. Never starts one."""
+    place, problem = warm_dir(envr.env)
+    data: dict[str, Any] = {"running": False, "sessions": []}
+    if inv.stop:
+        data["stopped"] = False
+    others: list[dict[str, Any]] = []
+    if place is None:
+        data["problem"] = problem
+    else:
+        try:
+            artifact = warm_artifact()
+            own = warm_socket_name(warm_build(artifact)) if artifact is not None else None
+            names = sorted(n for n in os.listdir(place.fd) if n.startswith("warm-") and n.endswith(".sock"))
+            for name in names:
+                answer = _warm_ask(place, name, "stop" if inv.stop else "list")
+                if answer is None:  # nothing listens: a socket file left by a process that died
+                    continue
+                if name == own:
+                    data = answer
+                else:
+                    others.append(answer)
+        finally:
+            place.close()
+    data["other_builds"] = others
+    envr.stdout.write(dump_json(build_success(data)) + "\n")
+    return EXIT_OK
+
+
+def _warm_ask(place: WarmPlace, name: str, op: str) -> dict[str, Any] | None:
+    """The answer of the process on socket ``name`` to ``op`` (list, stop); None when nothing listens there."""
     import json
 
-    place, problem = warm_dir(envr.env)
-    sock = _warm_try_connect(os.path.join(place, _WARM_SOCKET)) if place is not None else None  # never starts one
-    if sock is None:
-        data: dict[str, Any] = {"running": False, "sessions": []}
-        if inv.stop:
-            data["stopped"] = False
-        if place is None:
-            data["problem"] = problem
-        envr.stdout.write(dump_json(build_success(data)) + "\n")
-        return EXIT_OK
     try:
-        send_frame(sock, b"R", json.dumps({"op": "stop" if inv.stop else "list"}).encode("utf-8"))
+        sock = _warm_try_connect(place, name)
+    except OSError as exc:
+        raise ConnectionFailedError(
+            str(exc), hint="something not yours listens in your private folder: remove it"
+        ) from None
+    if sock is None:
+        return None
+    try:
+        send_frame(sock, b"R", json.dumps({"op": op}).encode("utf-8"))
         frame = recv_frame(sock)
     except OSError:
         frame = None
@@ -12706,8 +12822,8 @@ def run_sessions_command(inv: Invocation, envr: Environment, log: Log) -> int:
         raise ConnectionFailedError(
             "the background bkmcp process did not answer", hint="it may be ending; run bkmcp --sessions again"
         )
-    envr.stdout.write(dump_json(build_success(json.loads(frame[1]))) + "\n")
-    return EXIT_OK
+    answer: dict[str, Any] = json.loads(frame[1])
+    return answer
 
 
 class _FrameStream:
@@ -12756,12 +12872,14 @@ class WarmServer:
     """The background process (docs/contract.md §14): accepts its own uid's connections on the socket, runs each
     forwarded command through ``main`` with ``WarmRun``, lists and stops on request, closes idle sessions, and
     exits when it holds none and has had no request for the last command's ``--keep-alive``; SIGTERM, SIGINT
-    and SIGHUP close everything. Started by ``_warm_spawn`` as ``bkmcp --keep-alive-daemon DIR``."""
+    and SIGHUP close everything. Started by ``_warm_spawn`` as ``bkmcp --keep-alive-daemon DIR FD``; its socket
+    is its build's own (``warm_socket_name``), reached through the folder's descriptor like everything in it."""
 
-    def __init__(self, place: str, artifact: str, log: Log) -> None:
+    def __init__(self, place: WarmPlace, artifact: str, log: Log) -> None:
         self.place = place
-        self.path = os.path.join(place, _WARM_SOCKET)
         self.build = warm_build(artifact)
+        self.name = warm_socket_name(self.build)
+        self.path = os.path.join(place.path, self.name)  # shown only
         self.log = log
         self.sessions = WarmSessions(log)
         self.linger = KEEP_ALIVE_DEFAULT
@@ -12786,11 +12904,11 @@ class WarmServer:
         os.umask(0o077)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            listener.bind(self.path)
+            listener.bind(self.place.address(self.name))
         except OSError as exc:  # another process took the path first: it serves
             self.log.warn(f"cannot listen on {self.path}: {exc.strerror or exc}")
             return EXIT_LOCAL
-        self._inode = os.stat(self.path).st_ino
+        self._inode = self._socket_inode()
         listener.listen(128)
         listener.settimeout(0.25)
         try:
@@ -12829,26 +12947,27 @@ class WarmServer:
             self.retiring = True
         return idle and left == 0 and quiet
 
-    def _still_ours(self) -> bool:
+    def _socket_inode(self) -> int | None:
         try:
-            return os.stat(self.path).st_ino == self._inode
+            return os.stat(self.name, dir_fd=self.place.fd, follow_symlinks=False).st_ino
         except OSError:
-            return False
+            return None
+
+    def _still_ours(self) -> bool:
+        return self._inode is not None and self._socket_inode() == self._inode
 
     def _unlink(self) -> None:
         if self._still_ours():
             try:
-                os.unlink(self.path)
+                os.unlink(self.name, dir_fd=self.place.fd)
             except OSError:
                 pass
 
     def _handle(self, conn: Any) -> None:
         import json
-        import socket
 
         try:
-            cred = conn.getsockopt(socket.SOL_SOCKET, getattr(socket, "SO_PEERCRED", 17), 12)
-            uid = int.from_bytes(cred[4:8], sys.byteorder)
+            uid = peer_uid(conn)
             if uid != os.getuid():  # the folder is 0700; this holds even if it were not
                 self.log.warn(f"refused a connection from uid {uid}")
                 return
@@ -12865,12 +12984,11 @@ class WarmServer:
                 self.retiring = True  # no new command runs; the servers are gone before the answer
                 self._unlink()
                 self.sessions.close_all()
-                send_frame(conn, b"L", dump_json({"running": True, "stopped": True, "closed": count}).encode())
+                stopped = {"running": True, "stopped": True, "closed": count, "pid": os.getpid(), "build": self.build}
+                send_frame(conn, b"L", dump_json(stopped).encode())
                 self.stopping = True
             elif op == "run" and request.get("build") != self.build:
-                self._unlink()  # a client of another build starts its own process; this one retires
-                self.retiring = True
-                send_frame(conn, b"M")
+                send_frame(conn, b"M")  # socket names of two builds collided: that client runs one-shot
             elif op == "run" and not (self.stopping or self.retiring):
                 send_frame(conn, b"A")
                 self._run(conn, request)
@@ -12927,14 +13045,17 @@ class WarmServer:
 
 
 def serve_warm_process(args: Sequence[str]) -> int:  # pyz: remote part
-    """``bkmcp --keep-alive-daemon DIR``: the background process ``_warm_spawn`` starts."""
-    place = args[1] if len(args) == 2 else ""
+    """``bkmcp --keep-alive-daemon DIR FD``: the background process ``_warm_spawn`` starts, given the folder the
+    client checked as the open descriptor FD (DIR only names it)."""
+    fd = int(args[2]) if len(args) == 3 and args[2].isdigit() else None
     artifact = warm_artifact()
-    if not place or artifact is None or private_dir_problem(place):
+    place = open_private_dir(args[1], fd)[0] if fd is not None and artifact is not None else None
+    if place is None or artifact is None:
         sys.stderr.write("bkmcp: --keep-alive-daemon is started by bkmcp itself (--keep-alive) in its private folder\n")
         return EXIT_LOCAL
+    os.set_inheritable(place.fd, False)  # never handed on to a server
     log = Log(_BoundedText(sys.stderr))  # type: ignore[arg-type]
-    os.chdir(place)  # every command brings its own cwd: this process pins no user directory
+    os.fchdir(place.fd)  # every command brings its own cwd: this process pins no user directory
     limit_malloc_arenas()
     return WarmServer(place, artifact, log).serve()
 

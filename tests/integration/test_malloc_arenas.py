@@ -84,8 +84,10 @@ def test_the_resident_and_the_warm_process_cap_them(tmp_path, monkeypatch):
     place = tmp_path / "warm"
     place.mkdir(mode=0o700)
     here = os.getcwd()
+    fd = os.open(place, os.O_RDONLY | os.O_DIRECTORY)  # the folder a client hands its background process
     try:
-        assert bkmcp.serve_warm_process(["--keep-alive-daemon", str(place)]) == 0
+        assert bkmcp.serve_warm_process(["--keep-alive-daemon", str(place), str(fd)]) == 0
     finally:
         os.chdir(here)
+        os.close(fd)
     assert calls == ["capped", "capped"]

@@ -27,10 +27,14 @@ class Place:
         self.place = self.runtime / "bkmcp"
         self.place.mkdir(mode=0o700)
         self.log = io.StringIO()
-        self.server = bkmcp.WarmServer(str(self.place), str(ROOT / "bkmcp.py"), bkmcp.Log(self.log))
+        held, problem = bkmcp.open_private_dir(str(self.place))
+        assert held is not None, problem
+        self.held = held
+        self.server = bkmcp.WarmServer(held, str(ROOT / "bkmcp.py"), bkmcp.Log(self.log))
+        self.socket = self.place / self.server.name
         self.thread = threading.Thread(target=self.server.serve, daemon=True)
         self.thread.start()
-        until(lambda: (self.place / "warm.sock").exists(), "the warm server listens", 10)
+        until(self.socket.exists, "the warm server listens", 10)
         self.srv = MockServer({"tools": TOOLS})
         self.srv.start()
         self.config = write_mcp_json(tmp / "mcp.json", {"m": {"type": "http", "url": self.srv.url}})
@@ -52,6 +56,7 @@ class Place:
         self.server.stopping = True
         self.thread.join(10)
         self.srv.stop()
+        self.held.close()
         assert not self.thread.is_alive()
 
 
@@ -93,9 +98,17 @@ def test_sessions_listing_and_stop_in_process(place):
     data = json.loads(out)["data"]
     assert status == 0 and data["running"] is True and data["sessions"][0]["transport"] == "http"
     status, out, _ = place.main("--sessions", "--stop")
-    assert json.loads(out)["data"] == {"running": True, "stopped": True, "closed": 1}
+    stopped = json.loads(out)["data"]
+    assert stopped == {
+        "running": True,
+        "stopped": True,
+        "closed": 1,
+        "pid": os.getpid(),
+        "build": place.server.build,
+        "other_builds": [],
+    }
     place.thread.join(10)
-    assert not place.thread.is_alive() and not (place.place / "warm.sock").exists()
+    assert not place.thread.is_alive() and not place.socket.exists()
 
 
 def test_reap_closes_idle_sessions_and_the_limit_closes_the_oldest(place):
@@ -123,6 +136,74 @@ def test_a_bad_folder_runs_one_shot_with_one_warning(place):
         place.place.chmod(0o700)
     assert status == 0 and json.loads(out)["ok"] is True
     assert err.count("warning") == 1 and "mode 0755" in err
+
+
+def test_a_listener_of_another_uid_is_never_sent_a_byte(place, monkeypatch):
+    """Issue 29, item 1: the peer's uid is checked after connect, before the request; else one-shot, one warning."""
+    monkeypatch.setattr(bkmcp, "peer_uid", lambda sock: 54321)
+    status, out, err = place.main("m", "echo", "--text", "hi", "--keep-alive")
+    assert status == 0 and json.loads(out)["data"]["result"]["structuredContent"] == {"arguments": {"text": "hi"}}
+    assert err.count("warning") == 1 and "is uid 54321, not you" in err
+    assert place.server.sessions.listing() == []  # the process never got the command
+    with pytest.raises(bkmcp.ConnectionFailedError, match="uid 54321"):
+        bkmcp.run_sessions_command(bkmcp.parse_argv(["--sessions"]), _envr(place), bkmcp.Log(io.StringIO()))
+
+
+def test_two_builds_whose_socket_names_collide_never_run_a_command_together(place, monkeypatch):
+    """The build travels in the request: a process of another build answers "other build" and keeps serving its
+    own; the client runs one-shot with one warning (docs/contract.md §14)."""
+    monkeypatch.setattr(bkmcp, "warm_build", lambda artifact: "another build")
+    monkeypatch.setattr(bkmcp, "warm_socket_name", lambda build: place.server.name)
+    status, out, err = place.main("m", "echo", "--text", "hi", "--keep-alive")
+    assert status == 0 and json.loads(out)["data"]["result"]["structuredContent"] == {"arguments": {"text": "hi"}}
+    assert err.count("warning") == 1 and "another build" in err
+    assert not place.server.retiring and place.socket.exists()
+
+
+def _envr(place: Place) -> bkmcp.Environment:
+    return bkmcp.Environment(stdin=io.StringIO(), stdout=io.StringIO(), stderr=io.StringIO(), env=place.env, cwd="/")
+
+
+def test_a_symlinked_folder_is_refused_as_a_symlink(tmp_path):
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    (tmp_path / "link").symlink_to(real)
+    assert bkmcp.open_private_dir(str(tmp_path / "link")) == (
+        None,
+        f"{tmp_path / 'link'} is a symlink; it must be a directory of yours",
+    )
+    (tmp_path / "file").write_text("")
+    assert bkmcp.open_private_dir(str(tmp_path / "file")) == (None, f"{tmp_path / 'file'} is not a directory")
+    assert bkmcp.open_private_dir(str(tmp_path / "none"))[1].startswith("cannot open")
+    assert bkmcp.open_private_dir("/x", fd=987654)[1].startswith("cannot read /x")
+
+
+def test_a_folder_path_longer_than_a_unix_socket_address_still_works(tmp_path):
+    """The socket is reached as /proc/self/fd/N/NAME: a runtime folder deeper than AF_UNIX's 108 bytes is fine."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True, mode=0o700)
+    held, problem = bkmcp.warm_dir({"XDG_RUNTIME_DIR": str(deep)})
+    assert held is not None and len(os.path.join(held.path, "warm-00000000.sock")) > 108, problem
+    server = bkmcp.WarmServer(held, str(ROOT / "bkmcp.py"), bkmcp.Log(io.StringIO()))
+    thread = threading.Thread(target=server.serve, daemon=True)
+    thread.start()
+    try:
+        until(lambda: (Path(held.path) / server.name).exists(), "the warm server listens", 10)
+        envr = bkmcp.Environment(
+            stdin=io.StringIO(), stdout=io.StringIO(), stderr=io.StringIO(), env={"XDG_RUNTIME_DIR": str(deep)}, cwd="/"
+        )
+        assert bkmcp.run_sessions_command(bkmcp.parse_argv(["--sessions"]), envr, bkmcp.Log(envr.stderr)) == 0
+        assert json.loads(envr.stdout.getvalue())["data"]["pid"] == os.getpid()
+    finally:
+        server.stopping = True
+        thread.join(10)
+        held.close()
+
+
+def test_the_background_process_runs_only_in_the_folder_it_was_handed(tmp_path, capsys):
+    assert bkmcp.serve_warm_process(["--keep-alive-daemon", str(tmp_path)]) == bkmcp.EXIT_LOCAL
+    assert bkmcp.serve_warm_process(["--keep-alive-daemon", str(tmp_path), "notanfd"]) == bkmcp.EXIT_LOCAL
+    assert "started by bkmcp itself" in capsys.readouterr().err
 
 
 def test_keep_alive_values():
@@ -294,3 +375,67 @@ def test_a_one_shot_command_always_lists_whatever_the_ttl(place):
         assert len(srv.requests("tools/list")) == 2
     finally:
         srv.stop()
+
+
+def test_the_limit_holds_while_sessions_open_together(place):
+    """Issue 29, item 6: the count is checked and the entry made under one lock; a command finding every kept
+    session in use (here: all still opening) runs on a session of its own, closed at its end."""
+    warm = bkmcp.WarmSessions(bkmcp.Log(io.StringIO()), limit=2)
+    log = bkmcp.Log(io.StringIO())
+    opened = []
+    for which in ("a", "b", "c", "d"):
+        server = bkmcp.resolve_server(bkmcp.load_config(str(place.config)).servers["m"], {}, cwd=str(place.runtime))
+        server.headers["X-Which"] = which
+        source = warm.for_command(str(place.runtime), 60.0)
+        ctx = bkmcp.OpContext(bkmcp.Deadline(10), log)
+        opened.append((source, source.start(server, ctx, insecure=False), ctx))  # none ready yet: all opening
+        assert len(warm._entries) <= 2
+    for source, session, ctx in opened:
+        source.ready(session, ctx)
+        source.done(session, ctx)
+    assert len(warm.listing()) == 2 and all(s["alive"] for s in warm.listing())
+    assert not opened[2][1].alive and not opened[3][1].alive  # the extra ones closed with their command
+    warm.close_all()
+
+
+def test_the_client_starts_a_process_with_the_few_variables_it_needs(tmp_path, monkeypatch):
+    """``_warm_connect`` in this interpreter: under the lock it starts the background process (the folder's
+    descriptor handed over, a log over 1 MiB truncated through its descriptor) with a minimal environment."""
+    monkeypatch.setenv("WARM_SECRET_TOKEN", "inprocess-sentinel-31c9")
+    assert "WARM_SECRET_TOKEN" not in bkmcp.build_warm_process_env(os.environ)
+    assert bkmcp.build_warm_process_env({"HOME": "/h", "TOKEN": "x", "LANG": "C"}) == {"HOME": "/h", "LANG": "C"}
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    held, _ = bkmcp.warm_dir({"XDG_RUNTIME_DIR": str(runtime)})
+    assert held is not None
+    (runtime / "bkmcp" / "warm.log").write_bytes(b"x" * (bkmcp._WARM_LOG_LIMIT + 1))
+    artifact = str(ROOT / "bkmcp.py")
+    sock = bkmcp._warm_connect(held, artifact, bkmcp.warm_socket_name(bkmcp.warm_build(artifact)))
+    sock.close()
+    held.close()
+    assert (runtime / "bkmcp" / "warm.log").stat().st_size < bkmcp._WARM_LOG_LIMIT
+    envr = bkmcp.Environment(
+        stdin=io.StringIO(), stdout=io.StringIO(), stderr=io.StringIO(), env={"XDG_RUNTIME_DIR": str(runtime)}, cwd="/"
+    )
+    assert bkmcp.run_sessions_command(bkmcp.parse_argv(["--sessions", "--stop"]), envr, bkmcp.Log(envr.stderr)) == 0
+    pid = json.loads(envr.stdout.getvalue())["data"]["pid"]
+    assert pid != os.getpid()
+    until(lambda: _ended(pid), "the background process ended", 20)
+
+
+def _ended(pid: int) -> bool:
+    try:  # a zombie has ended too (under a subreaper nobody may wait for it soon)
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def test_a_folder_of_another_uid_or_not_a_directory_is_refused(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("needs root (chown to another uid)")
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o700)
+    os.chown(theirs, 54321, 54321)
+    assert bkmcp.open_private_dir(str(theirs))[1] == f"{theirs} belongs to uid 54321, not to you (uid 0)"
+    fd = os.open(tmp_path / "file", os.O_CREAT | os.O_RDONLY, 0o600)
+    assert bkmcp.open_private_dir("f", fd=fd) == (None, "f is not a directory")  # the descriptor is closed

@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +99,9 @@ class World:
         done = self.run("--sessions")
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)["data"]
+
+    def sockets(self) -> list[Path]:
+        return sorted(self.place.glob("warm*.sock"))
 
     def daemons(self) -> list[int]:
         marker = f"--keep-alive-daemon {self.place}"
@@ -308,23 +310,34 @@ def test_idle_sessions_close_and_the_process_ends_by_itself(world):
     assert world.daemons() and world.children()
     until(lambda: not world.children(), "the idle session closed", 30)
     until(lambda: not world.daemons(), "the idle process ended", 30)
-    assert not (world.place / "warm.sock").exists()
+    assert not world.sockets()
 
 
-def test_another_build_replaces_the_background_process(tmp_path):
-    copy = tmp_path / "bkmcp.py"
-    shutil.copy(ROOT / "bkmcp.py", copy)
-    world = World(tmp_path, bkmcp=copy)
-    try:
-        assert world.run("hm", "echo", "--text", "a", "--keep-alive").returncode == 0
-        first = world.sessions()
-        os.utime(copy, ns=(time.time_ns(), time.time_ns() + 5_000_000_000))  # a new build of the same file
-        assert world.run("hm", "echo", "--text", "b", "--keep-alive").returncode == 0
-        second = world.sessions()
-        assert second["build"] != first["build"] and second["pid"] != first["pid"]
-        until(lambda: first["pid"] not in world.daemons(), "the old process retired", 20)
-    finally:
-        world.close()
+def test_two_builds_keep_their_own_process_and_server_state(world):
+    """Issue 29, item 5: each build has its own socket and process; alternating calls never stop the other's, so
+    a stateful server counts on in each; ``--sessions`` shows the other build and ``--sessions --stop`` ends both."""
+    copy = world.tmp / "copy" / "bkmcp.py"
+    copy.parent.mkdir()
+    shutil.copy(ROOT / "bkmcp.py", copy)  # another path: another build
+    other = World.__new__(World)
+    other.__dict__.update(world.__dict__, bkmcp=copy)
+
+    def count(who: World) -> int:
+        done = who.run("st", "counter", "--keep-alive")
+        assert done.returncode == 0 and done.stderr == b"", done.stderr
+        return json.loads(done.stdout)["data"]["result"]["structuredContent"]["count"]
+
+    assert [count(who) for _ in range(3) for who in (world, other)] == [1, 1, 2, 2, 3, 3]
+    assert len(world.daemons()) == 2 and len(world.children()) == 2 and len(world.sockets()) == 2
+    mine, theirs = world.sessions(), other.sessions()
+    assert mine["build"] != theirs["build"] and mine["pid"] != theirs["pid"]
+    assert [(o["pid"], [s["server"] for s in o["sessions"]]) for o in mine["other_builds"]] == [(theirs["pid"], ["st"])]
+    assert [o["pid"] for o in theirs["other_builds"]] == [mine["pid"]]
+    stopped = world.run("--sessions", "--stop")
+    data = json.loads(stopped.stdout)["data"]
+    assert data["stopped"] is True and data["closed"] == 1 and data["pid"] == mine["pid"]
+    assert [(o["pid"], o["stopped"], o["closed"]) for o in data["other_builds"]] == [(theirs["pid"], True, 1)]
+    until(lambda: not world.daemons() and not world.children(), "both processes and their servers ended", 20)
 
 
 def test_a_folder_that_is_not_private_is_refused_and_the_command_runs_one_shot(world):
@@ -365,13 +378,14 @@ def test_another_uid_cannot_connect(world):
         )
         return done.stdout.strip() + done.stderr
 
-    assert attempt(world.place / "warm.sock").startswith("refused 13")  # the 0700 folder
+    (sock,) = world.sockets()
+    assert attempt(sock).startswith("refused 13")  # the 0700 folder
     # past the folder: a hard link to the socket where that uid may go, and a socket mode that lets it connect;
     # the process's own peer-credential check still refuses (it closes without an answer)
     link = Path(f"/tmp/bkmcp-uid-test-{os.getpid()}.sock")
     if os.stat("/tmp").st_dev != os.stat(world.place).st_dev:
         pytest.skip("the test's folder is on another file system than /tmp (no hard link to the socket)")
-    os.link(world.place / "warm.sock", link)
+    os.link(sock, link)
     try:
         link.chmod(0o777)
         assert attempt(link) == "answer b''"
@@ -435,11 +449,11 @@ def test_help_dry_run_and_check_never_use_the_background_process(world):
             assert warm_data == one_data, args
         else:
             assert warm.stdout == one.stdout, args
-    assert not world.daemons() and not world.place.joinpath("warm.sock").exists()
+    assert not world.daemons() and not world.sockets()
 
 
 def test_sessions_without_a_process_and_stop(world):
-    assert world.sessions() == {"running": False, "sessions": []}
+    assert world.sessions() == {"running": False, "sessions": [], "other_builds": []}
     assert not world.daemons()
     assert world.run("st", "counter", "--keep-alive").returncode == 0
     listing = world.sessions()
@@ -453,6 +467,7 @@ def test_sessions_without_a_process_and_stop(world):
         "running": False,
         "sessions": [],
         "stopped": False,
+        "other_builds": [],
     }
 
 
@@ -475,7 +490,7 @@ def test_a_terminating_signal_closes_every_session_and_ends_the_process(world, s
     assert world.children()
     os.kill(world.daemons()[0], getattr(signal, signame))
     until(lambda: not world.daemons() and not world.children(), "the process and its servers ended", 20)
-    assert not (world.place / "warm.sock").exists()
+    assert not world.sockets()
     until(lambda: world.http.requests(http_method="DELETE"), "the legacy session was ended (DELETE)", 10)
     again = world.run("st", "counter", "--keep-alive")
     assert json.loads(again.stdout)["data"]["result"]["structuredContent"]["count"] == 1
@@ -561,3 +576,182 @@ def test_tool_flags_beside_body_are_warned_once_the_same_warm(world):
         assert one.returncode == 0 and one.stderr.decode().count("warning") == 1
         assert b"not sent: --count, --loud" in one.stderr
         assert json.loads(one.stdout)["data"]["result"]["structuredContent"]["arguments"] == {"text": "b"}
+
+
+# The other user of issue 29: owns the (world-writable, not sticky) parent of DIR, listens in a folder of its own and
+# swaps it with DIR (renameat2 RENAME_EXCHANGE) in a tight loop; it answers like a warm process with a forged result
+# and records every connection's bytes. On its way out it swaps back if DIR is its folder at that moment.
+_IMPOSTOR = r"""
+import ctypes, os, socket, sys, threading, time
+parent, name, record, stop = sys.argv[1:5]
+os.chdir(parent)
+os.mkdir("evil", 0o700)
+listener = socket.socket(socket.AF_UNIX)
+listener.bind(os.path.join("evil", name))
+listener.listen(64)
+print("ready", flush=True)
+
+def frame(kind, payload=b""):
+    return kind + len(payload).to_bytes(4, "big") + payload
+
+def serve():
+    while True:
+        conn, _ = listener.accept()
+        conn.settimeout(2)
+        got = b""
+        try:
+            while True:
+                chunk = conn.recv(65536)
+                if not chunk:
+                    break
+                got += chunk
+                if len(got) >= 5 and len(got) >= 5 + int.from_bytes(got[1:5], "big"):
+                    break
+            conn.sendall(frame(b"A") + frame(b"O", b'{"ok": true, "data": "forged"}\n') + frame(b"X", b'{"status": 0}'))
+        except OSError:
+            pass
+        with open(record, "a") as out:
+            out.write(got.hex() + "\n")
+        conn.close()
+
+threading.Thread(target=serve, daemon=True).start()
+renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+swaps, end = 0, time.monotonic() + 600
+while not os.path.exists(stop) and time.monotonic() < end:
+    for _ in range(200):
+        swaps += renameat2(-100, b"bkmcp", -100, b"evil", 2) == 0  # AT_FDCWD, RENAME_EXCHANGE
+if os.stat("bkmcp").st_uid == os.getuid():
+    renameat2(-100, b"bkmcp", -100, b"evil", 2)
+print(swaps, flush=True)
+"""
+
+
+def _require_root_linux() -> None:
+    """Skip where the test cannot run (fail instead under BKMCP_INTEROP_REQUIRED=1, as CI runs: it is root there)."""
+    why = ""
+    if not sys.platform.startswith("linux"):
+        why = "needs Linux (renameat2, /proc/self/fd)"
+    elif os.geteuid() != 0:
+        why = "needs root (it runs the other user as uid 54321)"
+    elif not os.access("/usr/bin/python3", os.X_OK):
+        why = "needs /usr/bin/python3 (run by the other uid)"
+    if why and os.environ.get("BKMCP_INTEROP_REQUIRED", "") not in ("", "0"):
+        pytest.fail(f"{why}; BKMCP_INTEROP_REQUIRED is set, so this is a failure, not a skip")
+    if why:
+        pytest.skip(why)
+
+
+def test_a_swapped_folder_never_reaches_another_users_listener(world):
+    """Issue 29, item 1: the client uses DIR only through a descriptor checked after opening it (no symlink, ours,
+    0700) and checks its peer's uid before a byte; another uid swapping DIR for its own folder gets no connection."""
+    import tempfile
+
+    _require_root_linux()
+    other = 54321
+    parent = Path(tempfile.mkdtemp(prefix="bkmcp-race-", dir="/tmp"))
+    os.chown(parent, other, other)
+    parent.chmod(0o777)  # world-writable, no sticky bit: the other uid may rename what is in it
+    world.env["XDG_RUNTIME_DIR"] = str(parent)
+    world.place = parent / "bkmcp"
+    impostor = None
+    try:
+        assert world.run("hm", "echo", "--text", "warm-up", "--keep-alive").returncode == 0
+        (sock,) = world.sockets()
+        record, stop = parent / "record", parent / "stop"
+        impostor = subprocess.Popen(
+            ["/usr/bin/python3", "-c", _IMPOSTOR, str(parent), sock.name, str(record), str(stop)],
+            stdout=subprocess.PIPE,
+            user=other,
+            group=other,
+            cwd="/",
+        )
+        assert impostor.stdout is not None and impostor.stdout.readline() == b"ready\n"
+        sentinel = "sentinel-secret-9b1d4c"
+        world.http.reset_log()
+        outputs = [
+            world.run("hm", "echo", "--text", f"call-{i}", "--keep-alive", env={"RACE_TOKEN": sentinel})
+            for i in range(20)
+        ]
+        stop.touch()
+        out, _ = impostor.communicate(timeout=60)
+        assert int(out) > 0, "the other uid swapped the folders"
+        assert os.stat(world.place).st_uid == 0, "DIR is ours again"
+        records = record.read_text().split() if record.exists() else []
+        leaked = [r for r in records if sentinel.encode().hex() in r]
+        assert not leaked, f"{len(leaked)} of 20 calls sent the secret to the other user's listener"
+        assert records == [], f"{len(records)} of 20 calls reached the other user's listener"
+        for i, done in enumerate(outputs):
+            assert done.returncode == 0, done.stderr
+            assert json.loads(done.stdout)["data"]["result"]["structuredContent"] == {
+                "arguments": {"text": f"call-{i}"}
+            }
+            assert done.stderr.decode().count("warning") <= 1  # a call that met the swap ran one-shot, said once
+        texts = [json.loads(e["body"])["params"]["arguments"]["text"] for e in world.http.requests("tools/call")]
+        assert sorted(texts) == sorted(f"call-{i}" for i in range(20))  # the real server got each call, once
+    finally:
+        if impostor is not None and impostor.poll() is None:
+            impostor.kill()
+            impostor.wait(10)
+        world.run("--sessions", "--stop")
+        until(lambda: not world.daemons(), "the background process ended", 20)
+        shutil.rmtree(parent, ignore_errors=True)
+
+
+def test_the_background_process_holds_no_variable_of_any_client(world):
+    """Issue 29, item 4: it starts with the interpreter's few variables only; each command's environment travels in
+    that command's request (the token below reaches its server, never the process's own environment)."""
+    first, second = "env-sentinel-first-4f2a", "env-sentinel-second-77c0"
+    for token in (first, second):
+        done = world.run("hs", "echo", "--text", token, "--keep-alive", env={"WARM_TOKEN": token, "OTHER": token})
+        assert done.returncode == 0, done.stderr
+    assert [e["headers"].get("x-tok") for e in world.http.requests("tools/call")] == [first, second]
+    (daemon,) = world.daemons()
+    environ = Path(f"/proc/{daemon}/environ").read_bytes()
+    names = {entry.split(b"=", 1)[0].decode() for entry in environ.split(b"\0") if entry}
+    assert first.encode() not in environ and second.encode() not in environ
+    assert "WARM_TOKEN" not in names and "OTHER" not in names and "XDG_RUNTIME_DIR" not in names
+    assert names <= {
+        "PATH",
+        "HOME",
+        "PYTHONDONTWRITEBYTECODE",
+        "LC_CTYPE",
+    }  # of the test's client environment, the allowed ones
+
+
+def test_never_more_than_32_warm_sessions_while_many_open_together(world):
+    """Issue 29, item 6: 40 distinct stdio servers called at once; when the calls end at most 32 sessions are
+    kept, and at most 32 of the servers still run (the server side's count)."""
+    barrier = world.tmp / "barrier"
+    barrier.mkdir()
+    # each server waits (bounded) until all 40 have started: every session is opening at the same time
+    wait_all = (
+        f'touch {barrier}/$$; n=0; while [ "$(ls {barrier} | wc -l)" -lt 40 ] && [ $n -lt 1200 ]; do '
+        'sleep 0.05; n=$((n+1)); done; exec "$0" "$@"'
+    )
+    st = world.servers["st"]
+    for i in range(40):  # another name: another session key
+        world.servers[f"s{i}"] = {
+            "type": "stdio",
+            "command": "/bin/sh",
+            "args": ["-c", wait_all, st["command"], *st["args"]],
+        }
+    write_mcp_json(world.config, world.servers)
+    procs = [
+        subprocess.Popen(
+            world.argv(f"s{i}", "echo", "--text", f"s{i}", "--keep-alive"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=world.env,
+            cwd=world.tmp,
+        )
+        for i in range(40)
+    ]
+    outputs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err for _, err in outputs if err][:3]
+    for i, (out, _err) in enumerate(outputs):
+        assert json.loads(out)["data"]["result"]["structuredContent"] == {"arguments": {"text": f"s{i}"}}
+    assert len(list(barrier.iterdir())) == 40  # all opened at once
+    until(lambda: len(world.children()) <= 32, "the servers beyond the limit ended with their calls", 30)
+    listing = world.sessions()["sessions"]
+    assert 0 < len(listing) <= 32 and len(world.children()) <= 32
+    assert len(world.children()) == len(listing)  # every running server is a kept session's
