@@ -318,7 +318,7 @@ def resident(bed: Bed):
     rows = [stdio_row(name, argv) for name, argv in bed.argv.items()]
     registry = bed.tmp / "registry.db"
     write_registry(str(registry), rows, {name: {} for name in bed.argv}, {})
-    res = Resident(registry, "--timeout", "60s")
+    res = Resident(registry, "--timeout", "60s", "--max-user-processes", str(2 * len(SPECS)))
     try:
         res.listed = res.ok("list_tools", "alice")  # type: ignore[attr-defined]
         yield res
