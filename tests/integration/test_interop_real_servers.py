@@ -55,7 +55,7 @@ class Spec:
     era: str
     tools: set[str]
     calls: list[Call] = field(default_factory=list)
-    extra_args: tuple[str, ...] = ()
+    delay: str = ""  # wire_tap.py --delay: the server reads nothing for this many seconds
     env: dict[str, str] = field(default_factory=dict)
 
 
@@ -79,7 +79,9 @@ SPECS = {
                 {"sourceTimezone": "Asia/Shanghai", "targetTimezone": "Europe/London", "time": "2025-03-23 12:30:00"},
                 "Europe/London is 2025-03-23 04:30:00",
             ),
-            Call("current_time", ("--format", "YYYY-MM"), {"format": "YYYY-MM"}, "Current time", stable=False),
+            Call("days_in_month", ("--date", "2024-02-10"), {"date": "2024-02-10"}, "days in month is 29"),
+            # its optional "format" is bkmcp's reserved --format: --body only, by the seed's rule
+            Call("current_time", ("--timezone", "UTC"), {"timezone": "UTC"}, "Current time", stable=False),
         ],
     ),
     # prints a banner on stdout at start and two lines on stdout during each run-code call
@@ -103,7 +105,7 @@ SPECS = {
         {"echo", "debug", "add"},
         [
             Call("add", ("--a", "2.5", "--b", "3"), {"a": 2.5, "b": 3}, "The sum is: 5.5"),
-            Call("echo", ("--message", "网关"), {"message": "网关"}, "Hello 网关"),
+            Call("echo", ("--message", "网关"), {"message": "网关"}, "You said: 网关"),
         ],
     ),
     # required nextThoughtNeeded is type ["boolean","string"]; integers carry zod's 9007199254740991 maximum
@@ -192,7 +194,7 @@ SPECS = {
         MODERN,
         {"add", "label"},
         [Call("add", ("--a", "1", "--b", "1"), {"a": 1, "b": 1}, '"text": "2"')],
-        extra_args=("--delay", SLOW_START_S),
+        delay=SLOW_START_S,
     ),
     # server-everything over stdio: legacy; simulate-research-query is task-only (test below)
     "everything": Spec(
@@ -243,7 +245,8 @@ class Bed:
             except InteropUnavailable as exc:
                 self.missing[name] = str(exc)
                 continue
-            self.argv[name] = [sys.executable, str(TAP), str(self.tap_path(name)), *command, *spec.extra_args]
+            delay = ["--delay", spec.delay] if spec.delay else []
+            self.argv[name] = [sys.executable, str(TAP), *delay, str(self.tap_path(name)), *command]
             entry: dict[str, Any] = {"type": "stdio", "command": self.argv[name][0], "args": self.argv[name][1:]}
             if name == "code-runner":  # it writes the code to $TMPDIR/tmp.<language> before running it
                 (tmp / "runner-tmp").mkdir()
