@@ -3,7 +3,7 @@
 For each server: ``--check`` (and its era) and ``--tools`` succeed; the help of every tool exits 0; every required
 field whose name can be an option has a flag; one flag call per kind of parameter (string, integer, number,
 boolean, enum, JSON object through a ``$ref``, union through a JSON-value flag) reaches the server as the JSON the
-test expects (each server runs behind ``wire_tap.py``, which records every line bkmcp wrote to its stdin); and the
+test expects (each server runs with a stdin tap, ``stdin_tap.cjs`` / ``stdin_tap.py``, that logs what it read); and the
 same calls through ``--keep-alive`` and ``--resident`` give the one-shot answer. Server-specific expectations:
 a banner (time-mcp, mcp-server-code-runner) or a log line during a call (mcp-hello-world) on stdout is skipped;
 sequential-thinking's ``nextThoughtNeeded`` (``type: ["boolean","string"]``) is a flag; FastMCP 1.x is legacy and a
@@ -33,7 +33,7 @@ from tests.integration.conftest_interop import INTEROP_DIR, InteropUnavailable, 
 pytestmark = [pytest.mark.integration, pytest.mark.interop]
 
 MODERN, LEGACY = "2026-07-28", "2025-11-25"
-TAP = INTEROP_DIR / "wire_tap.py"
+NODE_TAP, PYTHON_TAP = INTEROP_DIR / "stdin_tap.cjs", INTEROP_DIR / "stdin_tap.py"
 NOON = "2025-03-23 12:30:00"
 SLOW_START_S = "4"  # beyond the 2 s stdio probe window of docs/contract.md §5 before issue 27
 
@@ -55,7 +55,7 @@ class Spec:
     era: str
     tools: set[str]
     calls: list[Call] = field(default_factory=list)
-    delay: str = ""  # wire_tap.py --delay: the server reads nothing for this many seconds
+    extra_args: tuple[str, ...] = ()
     env: dict[str, str] = field(default_factory=dict)
 
 
@@ -81,7 +81,7 @@ SPECS = {
             ),
             Call("days_in_month", ("--date", "2024-02-10"), {"date": "2024-02-10"}, "days in month is 29"),
             # its optional "format" is bkmcp's reserved --format: --body only, by the seed's rule
-            Call("current_time", ("--timezone", "UTC"), {"timezone": "UTC"}, "Current time", stable=False),
+            Call("current_time", ("--timezone", "UTC"), {"timezone": "UTC"}, "Current UTC time is", stable=False),
         ],
     ),
     # prints a banner on stdout at start and two lines on stdout during each run-code call
@@ -194,7 +194,7 @@ SPECS = {
         MODERN,
         {"add", "label"},
         [Call("add", ("--a", "1", "--b", "1"), {"a": 1, "b": 1}, '"text": "2"')],
-        delay=SLOW_START_S,
+        extra_args=("--delay", SLOW_START_S),
     ),
     # server-everything over stdio: legacy; simulate-research-query is task-only (test below)
     "everything": Spec(
@@ -238,6 +238,7 @@ class Bed:
         self.runtime.mkdir(mode=0o700)
         self.missing: dict[str, str] = {}
         self.argv: dict[str, list[str]] = {}
+        self.server_env: dict[str, dict[str, str]] = {}
         servers: dict[str, Any] = {}
         for name, spec in SPECS.items():
             try:
@@ -245,13 +246,18 @@ class Bed:
             except InteropUnavailable as exc:
                 self.missing[name] = str(exc)
                 continue
-            delay = ["--delay", spec.delay] if spec.delay else []
-            self.argv[name] = [sys.executable, str(TAP), *delay, str(self.tap_path(name)), *command]
-            entry: dict[str, Any] = {"type": "stdio", "command": self.argv[name][0], "args": self.argv[name][1:]}
+            tap = ["--require", str(NODE_TAP)] if Path(command[0]).name.startswith("node") else [str(PYTHON_TAP)]
+            self.argv[name] = [command[0], *tap, *command[1:], *spec.extra_args]
+            self.server_env[name] = {"BKMCP_STDIN_TAP": str(self.tap_path(name))}
             if name == "code-runner":  # it writes the code to $TMPDIR/tmp.<language> before running it
                 (tmp / "runner-tmp").mkdir()
-                entry["env"] = {"TMPDIR": str(tmp / "runner-tmp")}
-            servers[name] = entry
+                self.server_env[name]["TMPDIR"] = str(tmp / "runner-tmp")
+            servers[name] = {
+                "type": "stdio",
+                "command": command[0],
+                "args": self.argv[name][1:],
+                "env": self.server_env[name],
+            }
         self.config = write_mcp_json(tmp / "mcp.json", servers)
         self.env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -268,7 +274,7 @@ class Bed:
         return self.tmp / f"{name}.received.jsonl"
 
     def received(self, name: str) -> list[dict[str, Any]]:
-        """Every message bkmcp wrote to the server, in order."""
+        """Every message the server read, in order."""
         path = self.tap_path(name)
         return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
@@ -318,7 +324,7 @@ def bed(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture(scope="module")
 def resident(bed: Bed):
     """One ``bkmcp --resident`` with every available server as a per-user stdio server; alice's catalogue listed."""
-    rows = [stdio_row(name, argv) for name, argv in bed.argv.items()]
+    rows = [stdio_row(name, argv, env=bed.server_env[name]) for name, argv in bed.argv.items()]
     registry = bed.tmp / "registry.db"
     write_registry(str(registry), rows, {name: {} for name in bed.argv}, {})
     res = Resident(registry, "--timeout", "60s", "--max-user-processes", str(2 * len(SPECS)))

@@ -1,10 +1,13 @@
 // Interop test server on the official TypeScript SDK 2.x (npm @modelcontextprotocol/server, pinned in package.json).
 // It serves stdio through serveStdio(), the SDK's dual-era entry that @bytebase/dbhub uses: the opening exchange
 // picks the era, and a late server/discover is answered even when an initialize follows it. It stands in for dbhub
-// (which needs Node.js >= 22.5 for node:sqlite; docs/interop.md). The tests make it slow to start with
-// wire_tap.py --delay (nothing reads its stdin meanwhile, as when dbhub connects its database first).
+// (which needs Node.js >= 22.5 for node:sqlite; docs/interop.md) and, like dbhub connecting its database first,
+// can start slowly:  node ts2_server.mjs [--delay SECONDS]  (stdin is not read before the delay is over).
 import { McpServer, fromJsonSchema } from "@modelcontextprotocol/server";
 import { serveStdio } from "@modelcontextprotocol/server/stdio";
+
+const at = process.argv.indexOf("--delay");
+const delayMs = at > 0 ? Math.round(Number(process.argv[at + 1]) * 1000) : 0;
 
 function createServer() {
   const server = new McpServer({ name: "bkmcp-interop-ts2", version: "2.4.0-interop" }, { capabilities: { tools: {} } });
@@ -42,5 +45,10 @@ function createServer() {
   return server;
 }
 
-serveStdio(createServer);
-console.error("ts2_server: serving on stdio");
+async function main() {
+  if (delayMs > 0) await new Promise((resolve) => setTimeout(resolve, delayMs));
+  serveStdio(createServer);
+  console.error("ts2_server: serving on stdio");
+}
+
+main();
