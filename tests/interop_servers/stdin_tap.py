@@ -3,7 +3,8 @@
 reading file descriptor 0 through a tap that appends every chunk the server reads to ``$BKMCP_STDIN_TAP``.
 
 The tap reads only when the server reads (a chunk of at most what the server's buffer asks for), so the client
-sees the server's own reading (bkmcp's probe window watches exactly that). Stdlib only, Python 3.9+.
+sees the server's own reading (bkmcp's probe window watches exactly that). The tapped stdin has no ``fileno()``, so a
+server that would claim descriptor 0 itself (mcp 2.x's stdio_server) reads through the tap. Stdlib only, Python 3.9+.
 """
 
 from __future__ import annotations
@@ -20,9 +21,6 @@ class _TappedStdin(io.RawIOBase):
 
     def readable(self) -> bool:
         return True
-
-    def fileno(self) -> int:
-        return 0
 
     def readinto(self, buffer) -> int:  # type: ignore[no-untyped-def]
         data = os.read(0, len(buffer))
