@@ -293,23 +293,30 @@ class Bed:
         return subprocess.run(argv, capture_output=True, env=self.env, cwd=self.tmp, timeout=180)
 
     def daemons(self) -> list[int]:
-        marker = f"--keep-alive-daemon {self.runtime / 'bkmcp'}"
-        found = []
-        for entry in os.listdir("/proc"):
-            try:
-                if (
-                    entry.isdigit()
-                    and marker in Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-                ):
-                    found.append(int(entry))
-            except OSError:
-                continue
-        return found
+        """The warm process of this module (found by its runtime folder on its command line)."""
+        marker = f"--keep-alive-daemon {self.runtime / 'bkmcp'}".encode()
+        return _pids_with(lambda pid: marker in Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" "))
+
+    def servers(self) -> list[int]:
+        """Server processes of this module, whoever started them (their environment names this module's tap)."""
+        marker = str(self.tmp).encode()
+        return _pids_with(lambda pid: b"BKMCP_STDIN_TAP=" + marker in Path(f"/proc/{pid}/environ").read_bytes())
 
     def close(self) -> None:
         argv = [sys.executable, str(ROOT / "bkmcp.py"), "--sessions", "--stop"]
         subprocess.run(argv, capture_output=True, env=self.env, cwd=self.tmp, timeout=120)
-        until(lambda: not self.daemons(), "the warm process ended", 60)
+        until(lambda: not self.daemons() and not self.servers(), "the warm process and every server ended", 60)
+
+
+def _pids_with(test: Any) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and test(entry):
+                found.append(int(entry))
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return found
 
 
 @pytest.fixture(scope="module")
