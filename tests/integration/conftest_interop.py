@@ -90,8 +90,8 @@ NODE_SERVERS = {
 REAL_SERVERS = (*NODE_SERVERS, "fastmcp1", "sdk2", "everything")
 
 INSTALL_HINT = (
-    "`.ci/install_interop.sh .venv-sdk` installs both (npm ci in tests/interop_servers/node, "
-    "pip install 'mcp==2.3.0' into .venv-sdk)"
+    "`.ci/install_interop.sh .venv-sdk` installs them all (npm ci in tests/interop_servers/node, "
+    "pip install 'mcp==2.3.0' into .venv-sdk and 'mcp==1.30.0' into .venv-mcp1)"
 )
 
 
