@@ -13,7 +13,8 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $@
 
-# Servers nobody here wrote: the official Python SDK (own venv: it needs jsonschema>=4.20) and server-everything.
+# Servers nobody here wrote: the official Python SDK (own venv: it needs jsonschema>=4.20), server-everything, the
+# real stdio servers of issue 27 (npm) and FastMCP on mcp 1.x (.venv-mcp1); docs/interop.md.
 interop:
 	bash .ci/install_interop.sh .venv-sdk
 

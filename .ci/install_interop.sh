@@ -7,13 +7,16 @@
 # Do not point VENV at the test venv (.venv): mcp 2.3.0 requires jsonschema>=4.20 and pip would upgrade
 # bkmcp's pinned jsonschema==4.17.3 there. The SDK server only ever runs from its own venv.
 #
-# 1. npm ci in tests/interop_servers/node  -> @modelcontextprotocol/server-everything@2026.8.31
-#    (skipped when node_modules already holds exactly that version; FORCE=1 reinstalls).
+# 1. npm ci in tests/interop_servers/node  -> @modelcontextprotocol/server-everything@2026.8.31 and the real stdio
+#    servers of tests/integration/test_interop_real_servers.py (time-mcp, mcp-server-code-runner, mcp-hello-world,
+#    server-sequential-thinking, the TypeScript SDK @modelcontextprotocol/server), all pinned in package.json
+#    (skipped when node_modules already holds exactly those versions; FORCE=1 reinstalls).
 # 2. pip install 'mcp==2.3.0' into VENV (created if missing, with python3 if >= 3.10, else python3.11/3.12/3.13/3.10
 #    found, or $BKMCP_SDK_BASE_PYTHON). If VENV exists but its Python is older than 3.10 (the project
 #    supports 3.9), the SDK goes into <repo>/.venv-sdk instead.
+# 3. pip install 'mcp==1.30.0' (the newest 1.x: FastMCP, legacy era only) into <repo>/.venv-mcp1 (Python >= 3.10).
 # The fixtures find the SDK in the test interpreter itself or in <repo>/.venv-sdk, else via
-# BKMCP_SDK_PYTHON; the script prints which.
+# BKMCP_SDK_PYTHON; the script prints which. mcp 1.x: <repo>/.venv-mcp1, else BKMCP_MCP1_PYTHON.
 #
 # Needs: bash, coreutils timeout, Node.js >= 20 + npm, a Python >= 3.10. Network: npm registry, PyPI.
 set -euo pipefail
@@ -21,13 +24,18 @@ set -euo pipefail
 SDK_PIN="mcp==2.3.0"
 SDK_VERSION="2.3.0"
 EVERYTHING_VERSION="2026.8.31"
+MCP1_PIN="mcp==1.30.0"
+MCP1_VERSION="1.30.0"
+# package@version of every npm server the tests run; each must be what npm ci installed (package.json pins them)
+NODE_PINS="@modelcontextprotocol/server-everything@$EVERYTHING_VERSION time-mcp@1.0.6 mcp-server-code-runner@0.1.8
+mcp-hello-world@1.1.2 @modelcontextprotocol/server-sequential-thinking@2026.8.31 @modelcontextprotocol/server@2.4.0"
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 VENV="${1:-.venv-sdk}"
 NODE_DIR="$ROOT/tests/interop_servers/node"
-EVERYTHING_PKG="$NODE_DIR/node_modules/@modelcontextprotocol/server-everything/package.json"
 SDK_VENV_FALLBACK="$ROOT/.venv-sdk"
+MCP1_VENV="$ROOT/.venv-mcp1"
 
 start=$(date +%s)
 log() { printf 'install_interop: %s\n' "$*" >&2; }
@@ -39,19 +47,22 @@ command -v npm >/dev/null 2>&1 || die "npm not found"
 node_major=$(node -p 'process.versions.node.split(".")[0]')
 [ "$node_major" -ge 20 ] || die "Node.js >= 20 required, found $(node --version)"
 
-installed_version=""
-if [ -f "$EVERYTHING_PKG" ]; then
-  installed_version=$(node -p "require(process.argv[1]).version" "$EVERYTHING_PKG" 2>/dev/null || true)
-fi
-if [ "${FORCE:-0}" != "1" ] && [ "$installed_version" = "$EVERYTHING_VERSION" ] \
-   && [ "$NODE_DIR/node_modules/.package-lock.json" -nt "$NODE_DIR/package-lock.json" ]; then
-  log "server-everything $EVERYTHING_VERSION already installed in $NODE_DIR (FORCE=1 to reinstall)"
+node_pins_ok() {  # every pinned package installed at its version, and installed after the lock file changed
+  local pin name
+  [ "$NODE_DIR/node_modules/.package-lock.json" -nt "$NODE_DIR/package-lock.json" ] || return 1
+  for pin in $NODE_PINS; do
+    name="${pin%@*}"
+    [ "$(node -p "require(process.argv[1]).version" "$NODE_DIR/node_modules/$name/package.json" 2>/dev/null)" = "${pin##*@}" ] || return 1
+  done
+}
+if [ "${FORCE:-0}" != "1" ] && node_pins_ok; then
+  log "npm servers already installed in $NODE_DIR (FORCE=1 to reinstall)"
 else
   log "npm ci in $NODE_DIR (node $(node --version), npm $(npm --version))"
   (cd "$NODE_DIR" && timeout 600 npm ci --no-audit --no-fund --loglevel=error)
-  installed_version=$(node -p "require(process.argv[1]).version" "$EVERYTHING_PKG")
-  [ "$installed_version" = "$EVERYTHING_VERSION" ] || die "npm ci installed server-everything $installed_version, expected $EVERYTHING_VERSION"
+  node_pins_ok || die "npm ci in $NODE_DIR did not install the pinned versions: $NODE_PINS"
 fi
+installed_version="$EVERYTHING_VERSION"
 
 # ---------------------------------------------------------------- Python SDK
 py_ok() {  # $1 = python; true if >= 3.10
@@ -106,9 +117,29 @@ case "$SDK_PY" in
   *) sdk_note="tests run by $SDK_PY find the SDK in-process; any other test interpreter needs: export BKMCP_SDK_PYTHON=$SDK_PY" ;;
 esac
 
+# ---------------------------------------------------------------- mcp 1.x (FastMCP)
+mcp1_ok() {
+  "$1" -c "import importlib.metadata as m, sys; import mcp.server.fastmcp; sys.exit(0 if m.version('mcp') == '$MCP1_VERSION' else 1)" >/dev/null 2>&1
+}
+if [ ! -x "$MCP1_VENV/bin/python" ] || ! py_ok "$MCP1_VENV/bin/python"; then
+  base="$(find_base_python)"
+  [ -n "$base" ] || die "no Python >= 3.10 found to create $MCP1_VENV (set BKMCP_SDK_BASE_PYTHON)"
+  rm -rf "$MCP1_VENV"
+  log "creating venv $MCP1_VENV with $base"
+  timeout 300 "$base" -m venv "$MCP1_VENV"
+fi
+if mcp1_ok "$MCP1_VENV/bin/python"; then
+  log "$MCP1_PIN already installed in $MCP1_VENV"
+else
+  log "pip install '$MCP1_PIN' into $MCP1_VENV"
+  timeout 900 "$MCP1_VENV/bin/python" -m pip install --quiet --disable-pip-version-check "$MCP1_PIN"
+  mcp1_ok "$MCP1_VENV/bin/python" || die "$MCP1_PIN not importable from $MCP1_VENV after install"
+fi
+
 end=$(date +%s)
 log "done in $((end - start)) s"
 log "server-everything $installed_version: $NODE_DIR  (BKMCP_EVERYTHING_DIR default)"
 log "mcp $SDK_VERSION: $SDK_PY ($("$SDK_PY" --version 2>&1))"
 log "$sdk_note"
+log "mcp $MCP1_VERSION (FastMCP): $MCP1_VENV/bin/python"
 log "smoke: <test venv>/bin/python -m pytest tests/integration/test_interop_smoke.py"

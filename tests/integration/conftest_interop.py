@@ -16,6 +16,9 @@ Session-scoped fixtures, each a running server on ``127.0.0.1:<free port>``:
 ``everything_server``      ``@modelcontextprotocol/server-everything@2026.8.31`` streamableHttp
 =========================  ===============================================================
 
+Real stdio servers of issue 27 (``test_interop_real_servers.py``): fixture ``real_stdio_argv`` (a function
+``name -> argv``) or :func:`real_stdio_command`, for the names of :data:`REAL_SERVERS`.
+
 Each yields an :class:`InteropServer` with ``.url`` (``http://127.0.0.1:N/mcp``), ``.port``,
 ``.proc`` (``subprocess.Popen``), ``.argv``, ``.stderr_path`` / ``.stdout_path`` and
 ``.read_stderr()`` / ``.read_stdout()`` / ``.log_tail()``.  The process group is terminated
@@ -33,6 +36,7 @@ Environment:
 * ``BKMCP_EVERYTHING_DIR``  directory where ``npm ci`` installed server-everything
   (default ``tests/interop_servers/node``).
 * ``BKMCP_NODE``            node binary (default: ``node`` on PATH; Node >= 20).
+* ``BKMCP_MCP1_PYTHON``     interpreter that has ``mcp==1.30.0`` (default ``<repo>/.venv-mcp1/bin/python``).
 * ``BKMCP_INTEROP_REQUIRED=1``  turn "not installed" skips into failures (set it in CI).
 
 Everything here is Python 3.9 compatible and only ever binds/connects 127.0.0.1.
@@ -70,10 +74,24 @@ SDK_VENV = REPO_ROOT / ".venv-sdk"  # where `.ci/install_interop.sh .venv-sdk` p
 SDK_SERVER_SCRIPT = INTEROP_DIR / "sdk_server.py"
 FORCE_LOCALHOST = INTEROP_DIR / "force_localhost.cjs"
 EVERYTHING_REL_ENTRY = Path("node_modules/@modelcontextprotocol/server-everything/dist/index.js")
+MCP1_VERSION = "1.30.0"
+MCP1_VENV = REPO_ROOT / ".venv-mcp1"  # made by .ci/install_interop.sh
+FASTMCP1_SERVER_SCRIPT = INTEROP_DIR / "fastmcp1_server.py"
+TS2_SERVER_SCRIPT = INTEROP_DIR / "node" / "ts2_server.mjs"
+# npm package, version (pinned in tests/interop_servers/node/package.json) and bin entry of each npm stdio server
+NODE_SERVERS = {
+    "time-mcp": ("time-mcp", "1.0.6", "dist/index.js"),
+    "code-runner": ("mcp-server-code-runner", "0.1.8", "dist/cli.js"),
+    "hello-world": ("mcp-hello-world", "1.1.2", "build/stdio.js"),
+    "sequential-thinking": ("@modelcontextprotocol/server-sequential-thinking", "2026.8.31", "dist/index.js"),
+    "ts2": ("@modelcontextprotocol/server", "2.4.0", ""),  # the SDK our ts2_server.mjs runs on
+}
+# Every name real_stdio_command knows: the npm servers above, FastMCP 1.x, the Python SDK 2.x, server-everything.
+REAL_SERVERS = (*NODE_SERVERS, "fastmcp1", "sdk2", "everything")
 
 INSTALL_HINT = (
-    "`.ci/install_interop.sh .venv-sdk` installs both (npm ci in tests/interop_servers/node, "
-    "pip install 'mcp==2.3.0' into .venv-sdk)"
+    "`.ci/install_interop.sh .venv-sdk` installs them all (npm ci in tests/interop_servers/node, "
+    "pip install 'mcp==2.3.0' into .venv-sdk and 'mcp==1.30.0' into .venv-mcp1)"
 )
 
 
@@ -210,6 +228,66 @@ def resolve_everything() -> list[str]:
             f"need {EVERYTHING_VERSION} (run `npm ci` there)"
         )
     return [node, "--require", str(FORCE_LOCALHOST), str(entry)]
+
+
+def _node_binary() -> str:
+    node = os.environ.get("BKMCP_NODE", "").strip() or shutil.which("node")
+    if not node:
+        raise InteropUnavailable(
+            "node not found: install Node.js >= 20 (or set BKMCP_NODE), then npm ci; " + INSTALL_HINT
+        )
+    return node
+
+
+def resolve_node_server(name: str) -> list[str]:
+    """``[node, entry]`` of one of :data:`NODE_SERVERS`, its installed version checked; raises InteropUnavailable."""
+    package, version, entry = NODE_SERVERS[name]
+    base = os.environ.get("BKMCP_EVERYTHING_DIR", "").strip()
+    node_dir = Path(base).resolve() if base else INTEROP_DIR / "node"
+    pkg = node_dir / "node_modules" / package / "package.json"
+    try:
+        found = json.loads(pkg.read_text(encoding="utf-8")).get("version")
+    except (OSError, ValueError):
+        found = None
+    if found != version:
+        raise InteropUnavailable(
+            f"npm {package}@{version} not installed in {node_dir} (found {found}); run `npm ci` there; {INSTALL_HINT}"
+        )
+    if not entry:  # our own server on that SDK; it resolves the SDK from its own folder
+        if base:
+            raise InteropUnavailable(f"{TS2_SERVER_SCRIPT.name} runs only from tests/interop_servers/node")
+        return [_node_binary(), str(TS2_SERVER_SCRIPT)]
+    return [_node_binary(), str(pkg.parent / entry)]
+
+
+def resolve_mcp1_python() -> str:
+    """Interpreter with ``mcp==MCP1_VERSION`` (FastMCP 1.x): ``$BKMCP_MCP1_PYTHON`` or ``<repo>/.venv-mcp1``."""
+    python = os.environ.get("BKMCP_MCP1_PYTHON", "").strip() or str(MCP1_VENV / "bin" / "python")
+    check = "import importlib.metadata as m; import mcp.server.fastmcp; print(m.version('mcp'))"
+    try:
+        out = subprocess.run(
+            [python, "-c", check], stdin=subprocess.DEVNULL, capture_output=True, timeout=PROBE_TIMEOUT_S, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise InteropUnavailable(f"mcp {MCP1_VERSION} unavailable: cannot run {python}: {exc}; {INSTALL_HINT}") from exc
+    if out.returncode != 0 or out.stdout.decode().strip() != MCP1_VERSION:
+        raise InteropUnavailable(
+            f"{python} has no mcp=={MCP1_VERSION} (`.ci/install_interop.sh` makes .venv-mcp1; or set BKMCP_MCP1_PYTHON)"
+        )
+    return python
+
+
+def real_stdio_command(name: str) -> list[str]:
+    """argv of one of :data:`REAL_SERVERS` on stdio; raises InteropUnavailable."""
+    if name in NODE_SERVERS:
+        return resolve_node_server(name)
+    if name == "fastmcp1":
+        return [resolve_mcp1_python(), str(FASTMCP1_SERVER_SCRIPT)]
+    if name == "sdk2":
+        return sdk_stdio_command("stateful-sse")
+    if name == "everything":
+        return everything_stdio_command()
+    raise ValueError("unknown real server {!r} (one of {})".format(name, ", ".join(REAL_SERVERS)))
 
 
 def sdk_stdio_command(variant: str = "stateful-sse") -> list[str]:
@@ -481,6 +559,20 @@ def sdk_stdio_argv() -> Callable[[str], list[str]]:
     except InteropUnavailable as exc:
         _unavailable(str(exc))
     return sdk_stdio_command
+
+
+@pytest.fixture(scope="session")
+def real_stdio_argv() -> Callable[[str], list[str]]:
+    """``real_stdio_argv(name) -> argv`` for a name of :data:`REAL_SERVERS` (skips, or fails when required)."""
+
+    def argv(name: str) -> list[str]:
+        try:
+            return real_stdio_command(name)
+        except InteropUnavailable as exc:
+            _unavailable(str(exc))
+            raise  # unreachable
+
+    return argv
 
 
 @pytest.fixture(scope="session")
