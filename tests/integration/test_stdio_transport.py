@@ -275,8 +275,8 @@ def test_stdio_server_that_exits_on_unknown_method_is_restarted(stdio_mock):
 
 
 def test_stdio_slow_server_that_exits_on_unknown_method_is_restarted_for_initialize(stdio_mock):
-    """Slower than the probe window AND stopping on any pre-initialize request: initialize was queued behind the
-    probe and dies with the child; a fresh child gets initialize first (once)."""
+    """Slower to start than the probe window AND stopping on any pre-initialize request: the window waits for it to
+    read the probe, it exits on it, and a fresh child gets initialize first (once)."""
     target = stdio_mock(
         {"versions": ["2025-11-25"], "stdio_unknown_method": "exit"}, wrapper="import time; time.sleep(2.3)"
     )
@@ -287,15 +287,51 @@ def test_stdio_slow_server_that_exits_on_unknown_method_is_restarted_for_initial
     assert target.count("initialize") == 1  # the first child exited on discover, before reading initialize
 
 
-def test_stdio_era_locked_by_late_discover_answer_switches_to_modern(stdio_mock):
-    """A dual-era server that answers discover only after the probe window (slow start): it locked the modern era,
-    so the fallback initialize gets -32022; bkmcp then uses the modern era (no restart, no error)."""
-    wrapper = "import time; time.sleep(2.6)"  # start-up slower than the 2 s probe window
-    target = stdio_mock(None, wrapper=wrapper)
+SLOW_START_S = 3.0  # longer than the 2 s probe window: start-up spent before the server reads its stdin
+
+
+@pytest.mark.parametrize("start_s", [SLOW_START_S])
+def test_stdio_slow_starting_dual_era_server_gets_the_modern_era(stdio_mock, start_s):
+    """Issue 27 item 3 (contract §5): the probe window starts when the server has READ the probe, so a dual-era server
+    that sleeps ``start_s`` before reading its stdin (npx, module loading under load) is modern at once: it never
+    receives initialize. Before, the window ran from the write: initialize was sent behind the unread probe."""
+    target = stdio_mock(None, wrapper=f"import time; time.sleep({start_s})")
+    result = target.run("--timeout", "60s", target.name, "--check", "-v")
+    assert result.exit_status == 0, result.stdout + result.stderr
+    assert (result.json["data"]["era"], result.json["data"]["protocol_version"]) == ("modern", MODERN)
+    assert target.methods() == ["server/discover", "tools/list"]
+    assert_modern_stdio(target)
+    assert spawns(result.stderr) == 1
+    assert "era probe: the server read" in result.stderr
+
+
+def test_stdio_slow_starting_legacy_server_that_ignores_the_probe_gets_legacy_within_the_budget(stdio_mock):
+    """Issue 27 item 3: a legacy server that starts late and then ignores the probe is judged by the window once it
+    has read the probe, not by the whole budget: the command succeeds (it would be mcp_timeout had it waited out
+    the 60 s) and the server's own log shows initialize after the probe, on the same process."""
+    target = stdio_mock(
+        {"versions": ["2025-11-25"], "stdio_unknown_method": "silent"},
+        wrapper=f"import time; time.sleep({SLOW_START_S})",
+    )
+    result = target.run("--timeout", "60s", target.name, "--check", "-v")
+    assert result.exit_status == 0, result.stdout + result.stderr
+    assert (result.json["data"]["era"], result.json["data"]["protocol_version"]) == ("legacy", "2025-11-25")
+    assert target.methods() == ["server/discover", "initialize", "notifications/initialized", "tools/list"]
+    assert spawns(result.stderr) == 1
+    assert "era probe: the server read the probe after" in result.stderr
+    assert "no answer within the probe window" in result.stderr
+
+
+def test_stdio_server_that_read_the_probe_but_answers_after_the_window_is_switched_to_modern(stdio_mock):
+    """The window's remaining limit: a dual-era server that has read the probe but takes longer than the window to
+    answer it. Its late answer locked the modern era, so the fallback initialize gets -32022; bkmcp then uses the
+    modern era (no restart, no error)."""
+    target = stdio_mock({"faults": {"slow_on": {"server/discover": 2600}}})
     result = target.run(target.name, "--tools", "-v")
     assert result.exit_status == 0, result.stdout + result.stderr
     assert spawns(result.stderr) == 1
     assert target.methods() == ["server/discover", "initialize", "server/discover", "tools/list"]
+    assert "no answer within the probe window" in result.stderr
     assert "initialize refused with -32022" in result.stderr
     assert result.json["data"]["protocol_version"] == MODERN
 

@@ -426,6 +426,76 @@ def test_library_errors_are_neutral_and_the_cli_words_them():
     assert (noted.message, noted.remedy) == ("no answer from http://h/mcp within 5s", "timeout")  # never changed
 
 
+class _Clock:
+    """A clock the waits below move forward: no real time passes."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class _Event:
+    """A ``threading.Event`` stand-in: ``wait`` moves the clock by its timeout; set at ``answered_at`` (or never)."""
+
+    def __init__(self, clock: _Clock, answered_at: float | None = None) -> None:
+        self.clock, self.answered_at, self.waits = clock, answered_at, []
+
+    def wait(self, timeout: float) -> bool:
+        self.waits.append(timeout)
+        if self.answered_at is not None and self.clock.now + timeout >= self.answered_at:
+            self.clock.now = max(self.clock.now, self.answered_at)
+            return True
+        self.clock.now += timeout
+        return False
+
+
+def _window(clock: _Clock, unread: list[int | None], budget: float = 60.0) -> bkmcp.ProbeWindow:
+    """A 2 s probe window inside a ``budget``; ``unread`` is what each look at the pipe finds (the last repeats)."""
+    looks = iter(unread)
+
+    def ask() -> int | None:
+        return next(looks, unread[-1])
+
+    return bkmcp.ProbeWindow(2.0, bkmcp.Deadline(budget, clock), ask, poll=0.25, clock=clock)  # exact in binary
+
+
+def test_the_probe_window_starts_when_the_server_has_read_the_probe():
+    """Issue 27 item 3 (contract §5): start-up time before the server reads the probe never counts; the 2 s start
+    at the first look that finds the pipe empty."""
+    clock = _Clock()
+    window = _window(clock, [120] * 20 + [0])  # 20 looks (5 s) with the probe still in the pipe, then read
+    assert window.end == 160.0  # not started: only the budget bounds it
+    assert window.wait(_Event(clock)) is False  # nobody answers
+    assert (window.read_after_ms, window.counted) == (5000, True)
+    assert window.end == clock.now == 107.0  # read at 105.0, the window's 2 s from there
+
+
+def test_a_probe_answered_while_still_in_the_pipe_wakes_the_wait_at_once():
+    clock = _Clock()
+    window = _window(clock, [120])
+    assert window.wait(_Event(clock, answered_at=104.0)) is True  # 4 s: beyond 2 s from the write, yet modern
+    assert window.read_after_ms is None and clock.now == 104.0
+
+
+def test_a_probe_window_that_cannot_see_the_pipe_runs_from_the_write():
+    """No FIONREAD (or HTTP): the old rule, 2 s from the first look; ``counted`` False (logged with -v)."""
+    clock = _Clock()
+    window = _window(clock, [None])
+    assert window.wait(_Event(clock)) is False
+    assert (window.read_after_ms, window.counted, clock.now) == (0, False, 102.0)
+
+
+def test_a_probe_window_never_outlives_the_budget():
+    clock = _Clock()
+    unread = _window(clock, [120], budget=1.0)  # never read: the budget ends it
+    assert unread.wait(_Event(clock)) is False and clock.now == 101.0 and unread.read_after_ms is None
+    clock = _Clock()
+    late = _window(clock, [120, 120, 0], budget=1.0)  # read after 0.5 s: the window is cut to the budget
+    assert late.wait(_Event(clock)) is False and late.end == clock.now == 101.0
+
+
 def test_a_kept_childs_stderr_tail_for_one_operation_is_its_start_up_and_its_own_lines():
     """docs/contract.md §14: a warm command is told what a child started for it alone would have written."""
     server = bkmcp.ResolvedServer(
