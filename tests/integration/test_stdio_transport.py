@@ -356,6 +356,79 @@ def test_stdio_crash_mid_call_outcome_unknown_never_resent_R03(stdio_mock, versi
     assert result.json["data"]["tool"] == "dropper"
 
 
+PROBE_NOISE = r"""
+import json, sys
+mode, log = sys.argv[1:]
+def send(message):
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+def say(line):
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+for line in sys.stdin:
+    message = json.loads(line)
+    method, rid = message.get("method"), message.get("id")
+    with open(log, "a") as received:
+        received.write(json.dumps(method) + "\n")
+    if method == "server/discover":  # like every mcp 1.x server: log the validation errors, then answer
+        if mode == "answer":
+            for i in range(96):
+                say(f"probe noise {i}: 1 validation error for ClientRequest")
+            send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32602, "message": "Invalid request parameters"}})
+        else:  # a legacy server that logs and never answers
+            say("ignoring unknown method server/discover")
+    elif method == "initialize":
+        version = message["params"]["protocolVersion"]
+        send({"jsonrpc": "2.0", "id": rid, "result": {"protocolVersion": version, "capabilities": {"tools": {}},
+                                                       "serverInfo": {"name": "noisy", "version": "1"}}})
+    elif method == "tools/list":
+        send({"jsonrpc": "2.0", "id": rid, "result": {"tools": [{"name": "boom", "inputSchema": {"type": "object"}}]}})
+    elif method == "tools/call":
+        say("REAL COMPLAINT")
+        sys.exit(5)
+"""
+
+
+def _probe_noise(stdio_mock, tmp_path: Path, mode: str) -> tuple[StdioTarget, Path]:
+    script, log = tmp_path / "noisy.py", tmp_path / "received.jsonl"
+    script.write_text(PROBE_NOISE, encoding="utf-8")
+    return stdio_mock(command=sys.executable, args=[str(script), mode, str(log)]), log
+
+
+def _received(log: Path) -> list[Any]:
+    return [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_stdio_stderr_written_in_answer_to_the_probe_is_not_a_later_failures_stderr(stdio_mock, tmp_path, verbose):
+    """Issue 27 item 4: an mcp 1.x server logs ~96 lines for server/discover before answering it; a later failure's
+    server_stderr starts after the probe was answered (its real complaint, none of the probe's noise); -v shows the
+    probe's lines marked as the probe's."""
+    target, log = _probe_noise(stdio_mock, tmp_path, "answer")
+    result = target.run(target.name, "boom", "--body", "{}", *(["-v"] if verbose else []))
+    assert result.exit_status == 2, result.stdout + result.stderr
+    error = result.json["error"]
+    assert error["code"] == "mcp_connection_error" and error["exit_status"] == 5
+    assert error["server_stderr"] == ["REAL COMPLAINT"]
+    assert _received(log) == ["server/discover", "initialize", "notifications/initialized", "tools/list", "tools/call"]
+    if verbose:
+        assert result.stderr.count("[server stderr, era probe] probe noise") == 96
+        assert "[server stderr] REAL COMPLAINT" in result.stderr
+    else:
+        assert "probe noise" not in result.stderr
+
+
+def test_stdio_stderr_of_a_probe_never_answered_stays_in_the_tail(stdio_mock, tmp_path):
+    """Issue 27 item 4, the probe got no answer (silence -> legacy): nothing shows that what the server wrote in the
+    window was about the probe, so a later failure keeps it (marked as written during the probe with -v)."""
+    target, log = _probe_noise(stdio_mock, tmp_path, "silent")
+    result = target.run(target.name, "boom", "--body", "{}", "-v")
+    assert result.exit_status == 2, result.stdout + result.stderr
+    assert result.json["error"]["server_stderr"] == ["ignoring unknown method server/discover", "REAL COMPLAINT"]
+    assert "[server stderr, era probe] ignoring unknown method server/discover" in result.stderr
+    assert _received(log)[:2] == ["server/discover", "initialize"]
+
+
 def test_stdio_server_failing_at_startup_reports_exit_and_stderr(stdio_mock):
     """A server that dies on start: the probe sees the exit, the one restart dies too -> mcp_connection_error
     with the exit status and its stderr; --check stages say the connection failed."""
