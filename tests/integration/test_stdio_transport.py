@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+import bkmcp
 from mock_server.mcp_mock import mock_tool
 from tests.helpers import LEGACY, VERSIONS, run_bkmcp, write_mcp_json
 
@@ -320,6 +321,18 @@ def test_stdio_slow_starting_legacy_server_that_ignores_the_probe_gets_legacy_wi
     assert spawns(result.stderr) == 1
     assert "era probe: the server read the probe after" in result.stderr
     assert "no answer within the probe window" in result.stderr
+
+
+def test_stdio_probe_window_runs_from_the_write_where_the_pipe_cannot_be_asked(stdio_mock, monkeypatch):
+    """Where FIONREAD on a pipe's write end does not count (Windows, some systems: bkmcp checks once), the window
+    runs from the write as before, and -v says so: a server slower to start than the window gets initialize behind
+    the unread probe (then -32022 from this dual-era mock, so modern after all)."""
+    monkeypatch.setattr(bkmcp, "_WRITE_END_COUNTS", [False])
+    target = stdio_mock(None, wrapper="import time; time.sleep(2.6)")
+    result = target.run(target.name, "--tools", "-v")
+    assert result.exit_status == 0, result.stdout + result.stderr
+    assert target.methods() == ["server/discover", "initialize", "server/discover", "tools/list"]
+    assert "when the server reads its stdin cannot be told here" in result.stderr
 
 
 def test_stdio_server_that_read_the_probe_but_answers_after_the_window_is_switched_to_modern(stdio_mock):

@@ -496,6 +496,27 @@ def test_a_probe_window_never_outlives_the_budget():
     assert late.wait(_Event(clock)) is False and late.end == clock.now == 101.0
 
 
+def test_the_pipe_is_asked_with_fionread_and_a_closed_one_cannot_be():
+    import os
+
+    read_end, write_end = os.pipe()
+    os.write(write_end, b"probe\n")
+    assert bkmcp._pipe_unread(write_end) == bkmcp._pipe_unread(read_end) == 6  # the write end counts too (Linux)
+    assert bkmcp._write_end_counts() is True
+    os.close(read_end)
+    os.close(write_end)
+    assert bkmcp._pipe_unread(write_end) is None
+    server = bkmcp.ResolvedServer(
+        name="f", type="stdio", config_file="/c", url=None, headers={}, command="x", args=[], env={}, cwd=None,
+        protocol_version=None, auth_source="none",
+    )  # fmt: skip
+    child = bkmcp.ChildProcess(server, bkmcp.Log(io.StringIO()))
+    assert child.unread_input() is None  # no child yet
+    child.close_probe(answered=True)  # no probe open: nothing changes
+    child.keep_stderr("kept")
+    assert child.stderr_tail() == ["kept"]
+
+
 def test_a_kept_childs_stderr_tail_for_one_operation_is_its_start_up_and_its_own_lines():
     """docs/contract.md §14: a warm command is told what a child started for it alone would have written."""
     server = bkmcp.ResolvedServer(
