@@ -4268,13 +4268,13 @@ class ChildProcess:
         tells the probe's lines from later ones (``probe_ends``)."""
         import select
 
-        fd = stream.fileno()
         poll = getattr(select, "poll", None)  # not select(): a resident's descriptors go beyond FD_SETSIZE
         readable = poll() if poll is not None else None
-        if readable is not None:
-            readable.register(fd, select.POLLIN)
         pending, ended_at = b"", 0  # a line not complete yet; the stream offset where the last line ended
         try:
+            fd = stream.fileno()
+            if readable is not None:
+                readable.register(fd, select.POLLIN)
             while True:
                 if readable is not None:
                     readable.poll()  # readable or at its end: the read below never waits with the lock held

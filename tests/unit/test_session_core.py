@@ -517,6 +517,39 @@ def test_the_pipe_is_asked_with_fionread_and_a_closed_one_cannot_be():
     assert child.stderr_tail() == ["kept"]
 
 
+def test_the_stderr_reader_counts_bytes_and_keeps_a_probes_lines_out_of_the_tail():
+    """Issue 27 item 4, the reader alone (a pipe, no child): lines still in the pipe when the probe was answered are
+    the probe's (shown marked with -v, not kept); what follows is the tail's; long and unfinished lines as before."""
+    import os
+    import types
+
+    server = bkmcp.ResolvedServer(
+        name="f", type="stdio", config_file="/c", url=None, headers={}, command="x", args=[], env={}, cwd=None,
+        protocol_version=None, auth_source="none",
+    )  # fmt: skip
+    shown = io.StringIO()
+    child = bkmcp.ChildProcess(server, bkmcp.Log(shown, verbose=True))
+    err_read, err_write = os.pipe()
+    in_read, in_write = os.pipe()
+    child.proc = types.SimpleNamespace(stderr=open(err_read, "rb"), stdin=open(in_write, "wb"))
+    os.write(err_write, b"noise 1\nnoise 2\n")
+    child.open_probe()
+    child.close_probe(answered=True)  # both lines still wait in the pipe: they were written before the answer
+    os.write(err_write, b"REAL\n" + b"x" * 9000 + b"\nunfinished")
+    os.close(err_write)
+    child._read_stderr(child.proc.stderr)
+    assert child.stderr_tail() == ["REAL", "x" * 499 + "…", "x" * 499 + "…", "unfinished"]
+    assert child.stderr_position() == 4 and child._stderr_taken == 16 + 5 + 9001 + 10
+    assert "[server stderr, era probe] noise 1\n" in shown.getvalue() and "[server stderr] REAL\n" in shown.getvalue()
+    assert child.unread_input() == 0  # nothing written to its stdin
+    child.proc.stdin.close()
+    assert child.unread_input() is None  # closed: cannot be asked
+    child.proc.stderr.close()
+    os.close(in_read)
+    child._read_stderr(child.proc.stderr)  # a closed stream ends the reader quietly
+    assert child.stderr_position() == 4
+
+
 def test_a_kept_childs_stderr_tail_for_one_operation_is_its_start_up_and_its_own_lines():
     """docs/contract.md §14: a warm command is told what a child started for it alone would have written."""
     server = bkmcp.ResolvedServer(
