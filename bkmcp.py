@@ -4265,7 +4265,7 @@ class ChildProcess:
 
     def _read_stderr(self, stream: Any) -> None:
         """Reads the pipe itself (not through a buffer), counting every byte taken: where a line ends in the stream
-        tells the probe's lines from later ones (``probe_ends``)."""
+        tells the probe's lines from later ones (``close_probe``)."""
         import select
 
         poll = getattr(select, "poll", None)  # not select(): a resident's descriptors go beyond FD_SETSIZE
@@ -4309,7 +4309,7 @@ class ChildProcess:
             if not probe:
                 self._stderr_tail.append(scrubbed)
                 self._stderr_count += 1
-            elif self._probe_open:  # its fate waits for the probe's (``probe_ends``)
+            elif self._probe_open:  # its fate waits for the probe's (``close_probe``)
                 self._probe_lines.append(scrubbed)
                 self._probe_count += 1
         if self.log.verbose:
@@ -5181,7 +5181,7 @@ class ProbeWindow(Deadline):
         super().__init__(seconds, clock)
         self.outer, self._unread, self._poll = outer, unread, poll
         self.end = outer.end
-        self.read_after_ms: int | None = None  # when the window started (ms after the write); None: not yet
+        self.read_after_ms: int | None = None  # when the window started (ms after the probe was sent); None: not yet
         self.counted = False  # the start is when the server read the probe (False: from the write, or not yet)
 
     def wait(self, event: Any) -> bool:
