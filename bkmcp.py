@@ -1063,6 +1063,13 @@ class Deadline:
     def elapsed_ms(self) -> int:
         return int((self._clock() - self._start) * 1000)
 
+    def wait(self, event: Any) -> bool:
+        """Wait for ``event`` (a ``threading.Event``) until the end; True once it is set, False when time is up."""
+        while not event.wait(max(self.end - self._clock(), 0)):
+            if self._clock() >= self.end:  # a wait may end a hair early: the deadline decides
+                return False
+        return True
+
 
 _SLOW_HINT = "allow more time if the server is slow"
 
@@ -3139,8 +3146,8 @@ def build_task_refusal(tool: Mapping[str, Any], server_name: str) -> CapabilityU
 #       ``close()``; ``alive`` (False once a child's stream ended), ``pid`` and ``exit_status`` (a child's, else
 #       None).
 #   Capability flags replace tests of the server type: ``has_sessions`` (Mcp-Session-Id, DELETE at close),
-#   ``shared_stream`` (one stream for all messages: a silent server needs a probe window, cancellation needs a
-#   notification), ``restartable`` (a child process that may be started again).
+#   ``shared_stream`` (one stream for all messages: a silent server needs a probe window, ``unread_input`` says when
+#   it starts; cancellation needs a notification), ``restartable`` (a child process that may be started again).
 # Foreign exceptions are translated once, here (``_HttpxBoundary``), with ``raise … from exc``; HTTP statuses
 # become section-1 errors before they leave this section (their declared ``http_status``, ``http_message`` and
 # ``session_lost`` fields say what the status was, for era evidence and lost sessions).
@@ -3206,6 +3213,15 @@ class Transport(Protocol):
     def stdout_skipped(self, since: int | None = None) -> tuple[list[str], int]: ...
 
     def stdout_position(self) -> int | None: ...
+
+    # The era probe on a shared stream (docs/contract.md §5): how much of what was written the server has not read
+    # yet (None: cannot be told), and the probe's stderr kept apart from the tail (``probe_begins`` before it is
+    # sent, ``probe_ends`` once it was answered or given up).
+    def unread_input(self) -> int | None: ...
+
+    def probe_begins(self) -> None: ...
+
+    def probe_ends(self, answered: bool) -> None: ...
 
     def stop_requests(self) -> None: ...
 
@@ -3962,6 +3978,15 @@ class HttpTransport:
     def stdout_position(self) -> int | None:
         return None
 
+    def unread_input(self) -> int | None:
+        return None  # no probe window over HTTP: its answer is HTTP evidence
+
+    def probe_begins(self) -> None:
+        pass
+
+    def probe_ends(self, answered: bool) -> None:
+        pass
+
     def end_session(self, deadline: Deadline, rules: EraRules | None = None, session_id: str | None = None) -> None:
         """DELETE the legacy session ``session_id`` (405 is fine); best effort, never raises."""
         if session_id is None or self._client is None:
@@ -4048,6 +4073,7 @@ _STDIO_STDERR_TAIL = 20  # stderr lines kept (without -v) for error details
 _STDIO_LINE_CLIP = 500
 _STDIO_STDOUT_TAIL = 5  # skipped stdout lines (not JSON-RPC) kept for error details
 STDIO_LINE_LIMIT = 64 * 1024 * 1024  # bytes of one line on a stdio server's stdout (docs/contract.md §9)
+_STDIO_READ_LINE = 8192  # a stderr line longer than this is taken in pieces
 _PR_SET_PDEATHSIG = 1
 _READ_CHUNK = 64 * 1024
 _TOO_LONG_HEAD = 4096  # bytes of an overlong line kept to say what it was
@@ -4139,6 +4165,37 @@ class LineTail:
             return (self._startup + lines[max(len(lines) - own, 0) :])[-keep:], self._started_at + own
 
 
+def _pipe_unread(fd: int) -> int | None:
+    """Bytes waiting in the pipe that ``fd`` is an end of (``FIONREAD``), or None where that cannot be asked."""
+    try:
+        import array
+        import fcntl
+        import termios
+
+        count = array.array("i", [0])
+        fcntl.ioctl(fd, termios.FIONREAD, count, True)
+    except (ImportError, AttributeError, OSError):  # Windows (no fcntl), a closed descriptor
+        return None
+    return int(count[0])
+
+
+_WRITE_END_COUNTS: list[bool] = []  # asked once per process (``_write_end_counts``)
+
+
+def _write_end_counts() -> bool:
+    """Whether ``FIONREAD`` on a pipe's WRITE end counts what its reader has not taken yet (Linux does; a system
+    whose answer is always 0 would make every server look as if it read at once). Asked once, of a pipe of ours."""
+    if not _WRITE_END_COUNTS:
+        read_end, write_end = os.pipe()
+        try:
+            os.write(write_end, b"x")
+            _WRITE_END_COUNTS.append(_pipe_unread(write_end) == 1)
+        finally:
+            os.close(read_end)
+            os.close(write_end)
+    return _WRITE_END_COUNTS[0]
+
+
 class _Spawner:
     """Starts children from one thread that lives as long as the process: ``PR_SET_PDEATHSIG`` fires when the
     *thread* that forked a child exits, so a child spawned from a short-lived worker thread would be killed with
@@ -4228,6 +4285,14 @@ class ChildProcess:
         self._stderr_startup: list[str] | None = None  # the tail when it had started (``mark_started``)
         self._stderr_started_at = 0  # the count then
         self._stderr_lock = _thread.allocate_lock()
+        # The era probe's stderr (docs/contract.md §5): bytes taken from the pipe so far; while the probe is open,
+        # the lines written after the server read it wait apart (the last ``_STDIO_STDERR_TAIL``, and how many);
+        # once it was answered, lines ending at or before ``_probe_end`` (a byte offset) were written for it.
+        self._stderr_taken = 0
+        self._probe_open = False
+        self._probe_lines: collections.deque[str] = collections.deque(maxlen=_STDIO_STDERR_TAIL)
+        self._probe_count = 0
+        self._probe_end: int | None = None
 
     def where(self) -> str:
         return f"server {self.server.name!r} in {self.server.config_file}"
@@ -4324,6 +4389,8 @@ class ChildProcess:
         with self._stderr_lock:  # error details describe the current child
             self._stderr_tail.clear()
             self._stderr_count, self._stderr_startup, self._stderr_started_at = 0, None, 0
+            self._stderr_taken, self._probe_open, self._probe_count, self._probe_end = 0, False, 0, None
+            self._probe_lines.clear()
         self._stderr_reader = threading.Thread(
             target=self._read_stderr, args=(proc.stderr,), name="bkmcp-stdio-err", daemon=True
         )
@@ -4332,20 +4399,96 @@ class ChildProcess:
         return proc
 
     def _read_stderr(self, stream: Any) -> None:
+        """Reads the pipe itself (not through a buffer), counting every byte taken: where a line ends in the stream
+        tells the probe's lines from later ones (``close_probe``)."""
+        import select
+
+        poll = getattr(select, "poll", None)  # not select(): a resident's descriptors go beyond FD_SETSIZE
+        readable = poll() if poll is not None else None
+        pending, ended_at = b"", 0  # a line not complete yet; the stream offset where the last line ended
         try:
-            for raw in iter(lambda: stream.readline(8192), b""):
-                line = _clip(raw.decode("utf-8", "replace").rstrip("\r\n"), _STDIO_LINE_CLIP)
-                if self.log.verbose:
-                    self.log.debug(f"[server stderr] {line}")
-                self.keep_stderr(self.log.redactor.scrub(line))
+            fd = stream.fileno()
+            if readable is not None:
+                readable.register(fd, select.POLLIN)
+            while True:
+                if readable is not None:
+                    readable.poll()  # readable or at its end: the read below never waits with the lock held
+                    with self._stderr_lock:  # taken and counted at once: ``close_probe`` sees both or neither
+                        chunk = os.read(fd, 65536)
+                        self._stderr_taken += len(chunk)
+                else:  # pragma: no cover - Windows: no poll() on pipes (nor FIONREAD: the probe's end is approximate)
+                    chunk = os.read(fd, 65536)
+                    with self._stderr_lock:
+                        self._stderr_taken += len(chunk)
+                pending += chunk
+                while pending:
+                    cut = pending.find(b"\n", 0, _STDIO_READ_LINE) + 1
+                    if not cut and chunk and len(pending) < _STDIO_READ_LINE:
+                        break  # the rest of the line is still to come
+                    raw, pending = pending[: cut or _STDIO_READ_LINE], pending[cut or _STDIO_READ_LINE :]
+                    ended_at += len(raw)
+                    self._take_stderr(_clip(raw.decode("utf-8", "replace").rstrip("\r\n"), _STDIO_LINE_CLIP), ended_at)
+                if not chunk:
+                    return
         except (OSError, ValueError):
             pass
+
+    def _take_stderr(self, line: str, ended_at: int) -> None:
+        """One stderr line that ends at stream offset ``ended_at``: the probe's (shown marked with ``-v``; kept apart
+        from the tail) or the tail's."""
+        scrubbed = self.log.redactor.scrub(line)
+        with self._stderr_lock:
+            probe = self._probe_end is not None and ended_at <= self._probe_end
+            if not probe and self._probe_open:
+                probe = not self.unread_input()  # it was read (or that cannot be told): a line in answer to it
+            if not probe:
+                self._stderr_tail.append(scrubbed)
+                self._stderr_count += 1
+            elif self._probe_open:  # its fate waits for the probe's (``close_probe``)
+                self._probe_lines.append(scrubbed)
+                self._probe_count += 1
+        if self.log.verbose:
+            self.log.debug(f"[server stderr{', era probe' if probe else ''}] {line}")
 
     def keep_stderr(self, line: str) -> None:
         """One stderr line of the current child (the reader's, already clipped and scrubbed)."""
         with self._stderr_lock:
             self._stderr_tail.append(line)
             self._stderr_count += 1
+
+    def unread_input(self) -> int | None:
+        """Bytes written to the child's stdin that it has not read yet; None when that cannot be told (no child, or
+        no ``FIONREAD`` on a pipe's write end here)."""
+        proc = self.proc
+        if proc is None or not _write_end_counts():
+            return None
+        try:
+            return _pipe_unread(proc.stdin.fileno())
+        except ValueError:  # closed
+            return None
+
+    def open_probe(self) -> None:
+        """The era probe was just written: what the child writes to stderr once it has read it is the probe's."""
+        with self._stderr_lock:
+            self._probe_open, self._probe_count, self._probe_end = True, 0, None
+            self._probe_lines.clear()
+
+    def close_probe(self, answered: bool) -> None:
+        """The probe got its answer (``answered``) or was given up. Answered: the stderr written up to now (what the
+        reader took plus what still waits in the pipe: a server logs before it answers) was the probe's, and leaves
+        the tail. Given up: nothing shows those lines were about the probe, so the tail keeps them."""
+        with self._stderr_lock:
+            if not self._probe_open:
+                return
+            self._probe_open = False
+            if answered:
+                proc = self.proc
+                waiting = _pipe_unread(proc.stderr.fileno()) if proc is not None else None
+                self._probe_end = self._stderr_taken + (waiting or 0)
+            else:
+                self._stderr_tail.extend(self._probe_lines)
+                self._stderr_count += self._probe_count
+            self._probe_lines.clear()
 
     def stderr_position(self) -> int:
         """How many stderr lines the current child wrote so far: where an operation on it began (``stderr_tail``)."""
@@ -4524,6 +4667,7 @@ class StdioTransport:
         self._sent_at = 0.0
         self._spent = False
         self._closing = False  # close() ran: no child starts any more, and requests cut short say bkmcp closed it
+        self._probe_next = False  # the next message written is the era probe (``probe_begins``)
 
     def attach(self, deliver: Deliver, lost: Callable[[], None], answer_headers: AnswerHeaders) -> None:
         self._deliver = deliver
@@ -4558,6 +4702,16 @@ class StdioTransport:
 
     def stdout_position(self) -> int | None:
         return self._skipped.position()
+
+    def unread_input(self) -> int | None:
+        return self.child.unread_input()
+
+    def probe_begins(self) -> None:
+        self._probe_next = True  # the probe's stderr starts once it is written (``send``), on the child it spawns
+
+    def probe_ends(self, answered: bool) -> None:
+        self._probe_next = False
+        self.child.close_probe(answered)
 
     @property
     def alive(self) -> bool:
@@ -4697,6 +4851,9 @@ class StdioTransport:
                 self.log.debug(f"-> stdio [{rpc}]")
             self._sent_at = time.monotonic()
             self._write(message, deadline, method, request_id)
+            if self._probe_next:
+                self._probe_next = False
+                self.child.open_probe()
         except BkmcpError as exc:
             if outgoing.strict:
                 raise
@@ -4816,6 +4973,7 @@ class OpContext:
 _CANCEL_BUDGET = 1.0
 _KEPT_NOTIFICATIONS = 1000  # a chatty server cannot grow memory without bound
 _STDIO_PROBE_WINDOW = 2.0  # shared stream: no answer to server/discover within this (inside the budget) means legacy
+_STDIO_PROBE_POLL = 0.025  # how often the window asks whether the server has read the probe yet
 _DECLINED_CAPABILITIES = {"sampling/createMessage": "sampling", "elicitation/create": "elicitation"}
 
 
@@ -4940,9 +5098,8 @@ class McpSession:
                 )
             )
             handle.sent = True
-            while not handle._event.wait(max(deadline.end - time.monotonic(), 0)):  # woken by its answer
-                if time.monotonic() >= deadline.end:  # a wait may end a hair early: the deadline decides
-                    raise self.transport.timeout_error(method, deadline)
+            if not deadline.wait(handle._event):  # woken by its answer
+                raise self.transport.timeout_error(method, deadline)
             if interrupt is not None:
                 interrupt.check()
         except BkmcpError as exc:
@@ -5173,6 +5330,43 @@ def negotiate(session: McpSession, ctx: OpContext, *, server_info: bool = False)
     raise AssertionError("negotiation did not settle")  # pragma: no cover - the plan is bounded
 
 
+class ProbeWindow(Deadline):
+    """The stdio probe's window (docs/contract.md §5): ``seconds`` from when the server has READ the probe, not from
+    when bkmcp wrote it, so that start-up time (npx, loading modules, imports: spent before a server reads its stdin)
+    never counts and the era does not depend on the machine's load. Until then only ``outer`` (the operation's
+    budget) bounds the wait; ``unread()`` (the probe's bytes still in the pipe) is asked every ``poll`` seconds.
+    When it cannot be told (None), the window starts at once: from the write, as it did before."""
+
+    def __init__(
+        self,
+        seconds: float,
+        outer: Deadline,
+        unread: Callable[[], int | None],
+        *,
+        poll: float = _STDIO_PROBE_POLL,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(seconds, clock)
+        self.outer, self._unread, self._poll = outer, unread, poll
+        self.end = outer.end
+        self.read_after_ms: int | None = None  # when the window started (ms after the probe was sent); None: not yet
+        self.counted = False  # the start is when the server read the probe (False: from the write, or not yet)
+
+    def wait(self, event: Any) -> bool:
+        while self.read_after_ms is None:
+            unread = self._unread()
+            if not unread:  # 0: the server took it; None: cannot be told
+                now = self._clock()
+                self.read_after_ms, self.counted = int((now - self._start) * 1000), unread is not None
+                self.end = min(now + self.seconds, self.outer.end)
+                break
+            if event.wait(max(min(self._poll, self.end - self._clock()), 0)):
+                return True
+            if self._clock() >= self.end:
+                return False
+        return super().wait(event)
+
+
 def _log_protocol(session: McpSession, ctx: OpContext) -> None:
     rules = session.core.rules
     assert rules is not None
@@ -5188,10 +5382,18 @@ def _discover_step(session: McpSession, ctx: OpContext, step: Step) -> Evidence:
     if probing:
         ctx.log.debug(f"era probe: server/discover at {rules.version}")
     shared_probe = probing and session.transport.shared_stream
-    window = Deadline(min(_STDIO_PROBE_WINDOW, ctx.deadline.remaining())) if shared_probe else None
+    window = ProbeWindow(_STDIO_PROBE_WINDOW, ctx.deadline, session.transport.unread_input) if shared_probe else None
     evidence: Evidence
+    answer: Message | None = None
     try:
-        answer = session.request("server/discover", None, ctx, rules=rules, deadline=window)
+        if window is not None:
+            session.transport.probe_begins()
+        try:
+            answer = session.request("server/discover", None, ctx, rules=rules, deadline=window)
+        finally:
+            if window is not None:
+                session.transport.probe_ends(answered=answer is not None)
+                _log_window(window, ctx, answered=answer is not None)
         if not probing and answer.kind == "error":
             raise rpc_error_exception("server/discover", answer.error or {})
         evidence = Evidence(200, answer)
@@ -5226,6 +5428,19 @@ def _discover_step(session: McpSession, ctx: OpContext, step: Step) -> Evidence:
         verdict, value = classify_discover(evidence.status, evidence.message, rules.version)
         ctx.log.debug(f"era probe verdict: {verdict}" + (f" {value}" if value else ""))
     return evidence
+
+
+def _log_window(window: ProbeWindow, ctx: OpContext, *, answered: bool) -> None:
+    seconds = format_duration(window.seconds)
+    if window.read_after_ms is None:  # answered between two looks at the pipe, or never read
+        done = f"read and answered the probe after {window.elapsed_ms()} ms" if answered else "had not read the probe"
+        ctx.log.debug(f"era probe: the server {done}")
+    elif window.counted:
+        ctx.log.debug(
+            f"era probe: the server read the probe after {window.read_after_ms} ms; the {seconds} window began"
+        )
+    else:
+        ctx.log.debug(f"era probe: when the server reads its stdin cannot be told here; the {seconds} window began")
 
 
 def initialize(session: McpSession, ctx: OpContext, offer: str) -> None:

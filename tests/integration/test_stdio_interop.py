@@ -22,13 +22,26 @@ pytestmark = [pytest.mark.integration, pytest.mark.interop]
 
 MODERN = "2026-07-28"
 TEE = r"""
-import subprocess, sys, time
-record, delay, *argv = sys.argv[1:]
+import subprocess, sys, threading, time
+record, delay, hold, ready, *argv = sys.argv[1:]
 time.sleep(float(delay))  # a slow start-up: bkmcp's messages wait in the pipe
-child = subprocess.Popen(argv, stdin=subprocess.PIPE)  # stdout and stderr go straight to bkmcp
+child = subprocess.Popen(argv, stdin=subprocess.PIPE, stderr=subprocess.PIPE if ready else None)  # stdout: to bkmcp
+if ready:  # read nothing before the server itself would: its own start-up (imports) is start-up too
+    for err in iter(child.stderr.readline, b""):
+        sys.stderr.buffer.write(err)
+        sys.stderr.flush()
+        if ready.encode() in err:
+            break
+    def forward(src=child.stderr, dst=sys.stderr.buffer):
+        for err in iter(src.readline, b""):
+            dst.write(err)
+            dst.flush()
+    threading.Thread(target=forward, daemon=True).start()
 with open(record, "ab", buffering=0) as rec:
     for line in iter(sys.stdin.buffer.readline, b""):
         rec.write(line)
+        time.sleep(float(hold))  # a server that read the message and answers late
+        hold = 0
         try:
             child.stdin.write(line)
             child.stdin.flush()
@@ -45,7 +58,14 @@ INHERITED = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "SYSTEMROOT
 
 class Server:
     def __init__(
-        self, tmp_path: Path, argv: list[str], env: dict[str, str], protocol_version: str | None, delay: float = 0.0
+        self,
+        tmp_path: Path,
+        argv: list[str],
+        env: dict[str, str],
+        protocol_version: str | None,
+        delay: float = 0.0,
+        hold: float = 0.0,
+        ready: str = "",
     ) -> None:
         self.record = tmp_path / "received.jsonl"
         tee = tmp_path / "tee.py"
@@ -53,7 +73,7 @@ class Server:
         entry: dict[str, Any] = {
             "type": "stdio",
             "command": sys.executable,
-            "args": [str(tee), str(self.record), str(delay), *argv],
+            "args": [str(tee), str(self.record), str(delay), str(hold), ready, *argv],
             # the interop environment minus what bkmcp passes on by itself
             "env": {k: v for k, v in env.items() if k not in INHERITED},
         }
@@ -79,8 +99,12 @@ class Server:
 
 @pytest.fixture
 def sdk(tmp_path: Path, sdk_stdio_argv, interop_subprocess_env):
-    def make(variant: str = "stateful-sse", protocol_version: str | None = None, delay: float = 0.0) -> Server:
-        return Server(tmp_path, sdk_stdio_argv(variant), interop_subprocess_env, protocol_version, delay)
+    def make(
+        variant: str = "stateful-sse", protocol_version: str | None = None, delay: float = 0.0, hold: float = 0.0
+    ) -> Server:
+        # the tee reads stdin only once the SDK server says it starts serving (sdk_server.py, after its imports)
+        ready = "sdk_server: starting"
+        return Server(tmp_path, sdk_stdio_argv(variant), interop_subprocess_env, protocol_version, delay, hold, ready)
 
     return make
 
@@ -133,11 +157,29 @@ def test_stdio_sdk_unpinned_is_modern_R01_I01(sdk):
     assert_modern(server.received())
 
 
-def test_stdio_sdk_slow_start_locks_modern_after_the_probe_window(sdk):
-    """The SDK server starts after the 2 s probe window: bkmcp has already sent initialize behind the unanswered
-    discover. The SDK answers discover (locking the modern era) and refuses initialize with -32022; bkmcp then
-    asks discover again and stays modern on the same process."""
-    server = sdk(delay=2.5)
+SLOW_START_S = 3.0  # longer than the 2 s probe window, spent before the server reads its stdin
+
+
+@pytest.mark.parametrize("start_s", [SLOW_START_S])
+def test_stdio_sdk_slow_start_gets_the_modern_era_R01(sdk, start_s):
+    """Issue 27 item 3: the SDK server starts ``start_s`` late (before it reads its stdin, like npx under load). The
+    probe window starts when the server has read the probe, so it is modern at once and never receives initialize
+    (before: the window ran from the write, and initialize was sent behind the unread probe)."""
+    server = sdk(delay=start_s)
+    result = server.run("--check", "-v")
+    assert result.exit_status == 0, result.stdout + result.stderr
+    data = result.json["data"]
+    assert (data["era"], data["protocol_version"]) == ("modern", MODERN)
+    assert server.methods() == ["server/discover", "tools/list"]
+    assert_modern(server.received())
+    assert result.stderr.count("stdio server started") == 1
+
+
+def test_stdio_sdk_answering_the_probe_after_the_window_locks_modern(sdk):
+    """The window's limit: the server has read the probe but answers it only after the 2 s window. bkmcp has sent
+    initialize behind it; the SDK answers discover (locking the modern era) and refuses initialize with -32022;
+    bkmcp then asks discover again and stays modern on the same process."""
+    server = sdk(hold=2.5)
     result = server.run("--tools", "-v")
     assert result.exit_status == 0, result.stdout + result.stderr
     assert result.json["data"]["protocol_version"] == MODERN

@@ -276,8 +276,8 @@ def test_stdio_server_that_exits_on_unknown_method_is_restarted(stdio_mock):
 
 
 def test_stdio_slow_server_that_exits_on_unknown_method_is_restarted_for_initialize(stdio_mock):
-    """Slower than the probe window AND stopping on any pre-initialize request: initialize was queued behind the
-    probe and dies with the child; a fresh child gets initialize first (once)."""
+    """Slower to start than the probe window AND stopping on any pre-initialize request: the window waits for it to
+    read the probe, it exits on it, and a fresh child gets initialize first (once)."""
     target = stdio_mock(
         {"versions": ["2025-11-25"], "stdio_unknown_method": "exit"}, wrapper="import time; time.sleep(2.3)"
     )
@@ -288,15 +288,63 @@ def test_stdio_slow_server_that_exits_on_unknown_method_is_restarted_for_initial
     assert target.count("initialize") == 1  # the first child exited on discover, before reading initialize
 
 
-def test_stdio_era_locked_by_late_discover_answer_switches_to_modern(stdio_mock):
-    """A dual-era server that answers discover only after the probe window (slow start): it locked the modern era,
-    so the fallback initialize gets -32022; bkmcp then uses the modern era (no restart, no error)."""
-    wrapper = "import time; time.sleep(2.6)"  # start-up slower than the 2 s probe window
-    target = stdio_mock(None, wrapper=wrapper)
+SLOW_START_S = 3.0  # longer than the 2 s probe window: start-up spent before the server reads its stdin
+
+
+@pytest.mark.parametrize("start_s", [SLOW_START_S])
+def test_stdio_slow_starting_dual_era_server_gets_the_modern_era(stdio_mock, start_s):
+    """Issue 27 item 3 (contract §5): the probe window starts when the server has READ the probe, so a dual-era server
+    that sleeps ``start_s`` before reading its stdin (npx, module loading under load) is modern at once: it never
+    receives initialize. Before, the window ran from the write: initialize was sent behind the unread probe."""
+    target = stdio_mock(None, wrapper=f"import time; time.sleep({start_s})")
+    result = target.run("--timeout", "60s", target.name, "--check", "-v")
+    assert result.exit_status == 0, result.stdout + result.stderr
+    assert (result.json["data"]["era"], result.json["data"]["protocol_version"]) == ("modern", MODERN)
+    assert target.methods() == ["server/discover", "tools/list"]
+    assert_modern_stdio(target)
+    assert spawns(result.stderr) == 1
+    assert "era probe: the server read" in result.stderr
+
+
+def test_stdio_slow_starting_legacy_server_that_ignores_the_probe_gets_legacy_within_the_budget(stdio_mock):
+    """Issue 27 item 3: a legacy server that starts late and then ignores the probe is judged by the window once it
+    has read the probe, not by the whole budget: the command succeeds (it would be mcp_timeout had it waited out
+    the 60 s) and the server's own log shows initialize after the probe, on the same process."""
+    target = stdio_mock(
+        {"versions": ["2025-11-25"], "stdio_unknown_method": "silent"},
+        wrapper=f"import time; time.sleep({SLOW_START_S})",
+    )
+    result = target.run("--timeout", "60s", target.name, "--check", "-v")
+    assert result.exit_status == 0, result.stdout + result.stderr
+    assert (result.json["data"]["era"], result.json["data"]["protocol_version"]) == ("legacy", "2025-11-25")
+    assert target.methods() == ["server/discover", "initialize", "notifications/initialized", "tools/list"]
+    assert spawns(result.stderr) == 1
+    assert "era probe: the server read the probe after" in result.stderr
+    assert "no answer within the probe window" in result.stderr
+
+
+def test_stdio_probe_window_runs_from_the_write_where_the_pipe_cannot_be_asked(stdio_mock, monkeypatch):
+    """Where FIONREAD on a pipe's write end does not count (Windows, some systems: bkmcp checks once), the window
+    runs from the write as before, and -v says so: a server slower to start than the window gets initialize behind
+    the unread probe (then -32022 from this dual-era mock, so modern after all)."""
+    monkeypatch.setattr(bkmcp, "_WRITE_END_COUNTS", [False])
+    target = stdio_mock(None, wrapper="import time; time.sleep(2.6)")
+    result = target.run(target.name, "--tools", "-v")
+    assert result.exit_status == 0, result.stdout + result.stderr
+    assert target.methods() == ["server/discover", "initialize", "server/discover", "tools/list"]
+    assert "when the server reads its stdin cannot be told here" in result.stderr
+
+
+def test_stdio_server_that_read_the_probe_but_answers_after_the_window_is_switched_to_modern(stdio_mock):
+    """The window's remaining limit: a dual-era server that has read the probe but takes longer than the window to
+    answer it. Its late answer locked the modern era, so the fallback initialize gets -32022; bkmcp then uses the
+    modern era (no restart, no error)."""
+    target = stdio_mock({"faults": {"slow_on": {"server/discover": 2600}}})
     result = target.run(target.name, "--tools", "-v")
     assert result.exit_status == 0, result.stdout + result.stderr
     assert spawns(result.stderr) == 1
     assert target.methods() == ["server/discover", "initialize", "server/discover", "tools/list"]
+    assert "no answer within the probe window" in result.stderr
     assert "initialize refused with -32022" in result.stderr
     assert result.json["data"]["protocol_version"] == MODERN
 
@@ -319,6 +367,79 @@ def test_stdio_crash_mid_call_outcome_unknown_never_resent_R03(stdio_mock, versi
     assert error["server_stderr"][-2:] == ["starting", "about to crash"]
     assert target.count("tools/call") == 1
     assert result.json["data"]["tool"] == "dropper"
+
+
+PROBE_NOISE = r"""
+import json, sys
+mode, log = sys.argv[1:]
+def send(message):
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+def say(line):
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+for line in sys.stdin:
+    message = json.loads(line)
+    method, rid = message.get("method"), message.get("id")
+    with open(log, "a") as received:
+        received.write(json.dumps(method) + "\n")
+    if method == "server/discover":  # like every mcp 1.x server: log the validation errors, then answer
+        if mode == "answer":
+            for i in range(96):
+                say(f"probe noise {i}: 1 validation error for ClientRequest")
+            send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32602, "message": "Invalid request parameters"}})
+        else:  # a legacy server that logs and never answers
+            say("ignoring unknown method server/discover")
+    elif method == "initialize":
+        version = message["params"]["protocolVersion"]
+        send({"jsonrpc": "2.0", "id": rid, "result": {"protocolVersion": version, "capabilities": {"tools": {}},
+                                                       "serverInfo": {"name": "noisy", "version": "1"}}})
+    elif method == "tools/list":
+        send({"jsonrpc": "2.0", "id": rid, "result": {"tools": [{"name": "boom", "inputSchema": {"type": "object"}}]}})
+    elif method == "tools/call":
+        say("REAL COMPLAINT")
+        sys.exit(5)
+"""
+
+
+def _probe_noise(stdio_mock, tmp_path: Path, mode: str) -> tuple[StdioTarget, Path]:
+    script, log = tmp_path / "noisy.py", tmp_path / "received.jsonl"
+    script.write_text(PROBE_NOISE, encoding="utf-8")
+    return stdio_mock(command=sys.executable, args=[str(script), mode, str(log)]), log
+
+
+def _received(log: Path) -> list[Any]:
+    return [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines()]
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_stdio_stderr_written_in_answer_to_the_probe_is_not_a_later_failures_stderr(stdio_mock, tmp_path, verbose):
+    """Issue 27 item 4: an mcp 1.x server logs ~96 lines for server/discover before answering it; a later failure's
+    server_stderr starts after the probe was answered (its real complaint, none of the probe's noise); -v shows the
+    probe's lines marked as the probe's."""
+    target, log = _probe_noise(stdio_mock, tmp_path, "answer")
+    result = target.run(target.name, "boom", "--body", "{}", *(["-v"] if verbose else []))
+    assert result.exit_status == 2, result.stdout + result.stderr
+    error = result.json["error"]
+    assert error["code"] == "mcp_connection_error" and error["exit_status"] == 5
+    assert error["server_stderr"] == ["REAL COMPLAINT"]
+    assert _received(log) == ["server/discover", "initialize", "notifications/initialized", "tools/list", "tools/call"]
+    if verbose:
+        assert result.stderr.count("[server stderr, era probe] probe noise") == 96
+        assert "[server stderr] REAL COMPLAINT" in result.stderr
+    else:
+        assert "probe noise" not in result.stderr
+
+
+def test_stdio_stderr_of_a_probe_never_answered_stays_in_the_tail(stdio_mock, tmp_path):
+    """Issue 27 item 4, the probe got no answer (silence -> legacy): nothing shows that what the server wrote in the
+    window was about the probe, so a later failure keeps it (marked as written during the probe with -v)."""
+    target, log = _probe_noise(stdio_mock, tmp_path, "silent")
+    result = target.run(target.name, "boom", "--body", "{}", "-v")
+    assert result.exit_status == 2, result.stdout + result.stderr
+    assert result.json["error"]["server_stderr"] == ["ignoring unknown method server/discover", "REAL COMPLAINT"]
+    assert "[server stderr, era probe] ignoring unknown method server/discover" in result.stderr
+    assert _received(log)[:2] == ["server/discover", "initialize"]
 
 
 def test_stdio_server_failing_at_startup_reports_exit_and_stderr(stdio_mock):

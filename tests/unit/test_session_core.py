@@ -426,6 +426,130 @@ def test_library_errors_are_neutral_and_the_cli_words_them():
     assert (noted.message, noted.remedy) == ("no answer from http://h/mcp within 5s", "timeout")  # never changed
 
 
+class _Clock:
+    """A clock the waits below move forward: no real time passes."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class _Event:
+    """A ``threading.Event`` stand-in: ``wait`` moves the clock by its timeout; set at ``answered_at`` (or never)."""
+
+    def __init__(self, clock: _Clock, answered_at: float | None = None) -> None:
+        self.clock, self.answered_at, self.waits = clock, answered_at, []
+
+    def wait(self, timeout: float) -> bool:
+        self.waits.append(timeout)
+        if self.answered_at is not None and self.clock.now + timeout >= self.answered_at:
+            self.clock.now = max(self.clock.now, self.answered_at)
+            return True
+        self.clock.now += timeout
+        return False
+
+
+def _window(clock: _Clock, unread: list[int | None], budget: float = 60.0) -> bkmcp.ProbeWindow:
+    """A 2 s probe window inside a ``budget``; ``unread`` is what each look at the pipe finds (the last repeats)."""
+    looks = iter(unread)
+
+    def ask() -> int | None:
+        return next(looks, unread[-1])
+
+    return bkmcp.ProbeWindow(2.0, bkmcp.Deadline(budget, clock), ask, poll=0.25, clock=clock)  # exact in binary
+
+
+def test_the_probe_window_starts_when_the_server_has_read_the_probe():
+    """Issue 27 item 3 (contract §5): start-up time before the server reads the probe never counts; the 2 s start
+    at the first look that finds the pipe empty."""
+    clock = _Clock()
+    window = _window(clock, [120] * 20 + [0])  # 20 looks (5 s) with the probe still in the pipe, then read
+    assert window.end == 160.0  # not started: only the budget bounds it
+    assert window.wait(_Event(clock)) is False  # nobody answers
+    assert (window.read_after_ms, window.counted) == (5000, True)
+    assert window.end == clock.now == 107.0  # read at 105.0, the window's 2 s from there
+
+
+def test_a_probe_answered_while_still_in_the_pipe_wakes_the_wait_at_once():
+    clock = _Clock()
+    window = _window(clock, [120])
+    assert window.wait(_Event(clock, answered_at=104.0)) is True  # 4 s: beyond 2 s from the write, yet modern
+    assert window.read_after_ms is None and clock.now == 104.0
+
+
+def test_a_probe_window_that_cannot_see_the_pipe_runs_from_the_write():
+    """No FIONREAD (or HTTP): the old rule, 2 s from the first look; ``counted`` False (logged with -v)."""
+    clock = _Clock()
+    window = _window(clock, [None])
+    assert window.wait(_Event(clock)) is False
+    assert (window.read_after_ms, window.counted, clock.now) == (0, False, 102.0)
+
+
+def test_a_probe_window_never_outlives_the_budget():
+    clock = _Clock()
+    unread = _window(clock, [120], budget=1.0)  # never read: the budget ends it
+    assert unread.wait(_Event(clock)) is False and clock.now == 101.0 and unread.read_after_ms is None
+    clock = _Clock()
+    late = _window(clock, [120, 120, 0], budget=1.0)  # read after 0.5 s: the window is cut to the budget
+    assert late.wait(_Event(clock)) is False and late.end == clock.now == 101.0
+
+
+def test_the_pipe_is_asked_with_fionread_and_a_closed_one_cannot_be():
+    import os
+
+    read_end, write_end = os.pipe()
+    os.write(write_end, b"probe\n")
+    assert bkmcp._pipe_unread(write_end) == bkmcp._pipe_unread(read_end) == 6  # the write end counts too (Linux)
+    assert bkmcp._write_end_counts() is True
+    os.close(read_end)
+    os.close(write_end)
+    assert bkmcp._pipe_unread(write_end) is None
+    server = bkmcp.ResolvedServer(
+        name="f", type="stdio", config_file="/c", url=None, headers={}, command="x", args=[], env={}, cwd=None,
+        protocol_version=None, auth_source="none",
+    )  # fmt: skip
+    child = bkmcp.ChildProcess(server, bkmcp.Log(io.StringIO()))
+    assert child.unread_input() is None  # no child yet
+    child.close_probe(answered=True)  # no probe open: nothing changes
+    child.keep_stderr("kept")
+    assert child.stderr_tail() == ["kept"]
+
+
+def test_the_stderr_reader_counts_bytes_and_keeps_a_probes_lines_out_of_the_tail():
+    """Issue 27 item 4, the reader alone (a pipe, no child): lines still in the pipe when the probe was answered are
+    the probe's (shown marked with -v, not kept); what follows is the tail's; long and unfinished lines as before."""
+    import os
+    import types
+
+    server = bkmcp.ResolvedServer(
+        name="f", type="stdio", config_file="/c", url=None, headers={}, command="x", args=[], env={}, cwd=None,
+        protocol_version=None, auth_source="none",
+    )  # fmt: skip
+    shown = io.StringIO()
+    child = bkmcp.ChildProcess(server, bkmcp.Log(shown, verbose=True))
+    err_read, err_write = os.pipe()
+    in_read, in_write = os.pipe()
+    child.proc = types.SimpleNamespace(stderr=open(err_read, "rb"), stdin=open(in_write, "wb"))
+    os.write(err_write, b"noise 1\nnoise 2\n")
+    child.open_probe()
+    child.close_probe(answered=True)  # both lines still wait in the pipe: they were written before the answer
+    os.write(err_write, b"REAL\n" + b"x" * 9000 + b"\nunfinished")
+    os.close(err_write)
+    child._read_stderr(child.proc.stderr)
+    assert child.stderr_tail() == ["REAL", "x" * 499 + "…", "x" * 499 + "…", "unfinished"]
+    assert child.stderr_position() == 4 and child._stderr_taken == 16 + 5 + 9001 + 10
+    assert "[server stderr, era probe] noise 1\n" in shown.getvalue() and "[server stderr] REAL\n" in shown.getvalue()
+    assert child.unread_input() == 0  # nothing written to its stdin
+    child.proc.stdin.close()
+    assert child.unread_input() is None  # closed: cannot be asked
+    child.proc.stderr.close()
+    os.close(in_read)
+    child._read_stderr(child.proc.stderr)  # a closed stream ends the reader quietly
+    assert child.stderr_position() == 4
+
+
 def test_a_kept_childs_stderr_tail_for_one_operation_is_its_start_up_and_its_own_lines():
     """docs/contract.md §14: a warm command is told what a child started for it alone would have written."""
     server = bkmcp.ResolvedServer(
