@@ -5415,8 +5415,14 @@ def _discover_step(session: McpSession, ctx: OpContext, step: Step) -> Evidence:
             evidence = Evidence(200, None)  # an unparsable answer from a non-MCP or legacy endpoint
         elif isinstance(exc, (McpTimeoutError, ConnectionFailedError)) and shared_probe:
             # No answer within the probe window, or the child exited (the Rust SDK stops on any request before
-            # initialize) -> legacy (docs/contract.md §5). The operation's own budget still rules.
-            ctx.deadline.remaining()
+            # initialize) -> legacy (docs/contract.md §5). The operation's own budget still rules: spent on the
+            # probe (a server that never read it), the error is the transport's, with what the server printed.
+            try:
+                ctx.deadline.remaining()
+            except McpTimeoutError:
+                if not isinstance(exc, McpTimeoutError):
+                    raise
+                raise session.transport.timeout_error("server/discover", ctx.deadline) from None
             ctx.log.debug(
                 "era probe: "
                 + ("no answer within the probe window" if isinstance(exc, McpTimeoutError) else "the server exited")

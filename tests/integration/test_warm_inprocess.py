@@ -20,6 +20,15 @@ from tests.helpers import ROOT, until, write_mcp_json
 TOOLS = [*DEFAULT_TOOLS, mock_tool("counter", "counter")]
 
 
+def _listening(place, name) -> bool:
+    """The warm server accepts connections (its socket file exists from bind on, before it listens)."""
+    sock = bkmcp._warm_try_connect(place, name)
+    if sock is None:
+        return False
+    sock.close()
+    return True
+
+
 class Place:
     def __init__(self, tmp: Path) -> None:
         self.runtime = tmp / "run"
@@ -34,7 +43,7 @@ class Place:
         self.socket = self.place / self.server.name
         self.thread = threading.Thread(target=self.server.serve, daemon=True)
         self.thread.start()
-        until(self.socket.exists, "the warm server listens", 10)
+        until(lambda: _listening(held, self.server.name), "the warm server listens", 10)
         self.srv = MockServer({"tools": TOOLS})
         self.srv.start()
         self.config = write_mcp_json(tmp / "mcp.json", {"m": {"type": "http", "url": self.srv.url}})
@@ -188,7 +197,7 @@ def test_a_folder_path_longer_than_a_unix_socket_address_still_works(tmp_path):
     thread = threading.Thread(target=server.serve, daemon=True)
     thread.start()
     try:
-        until(lambda: (Path(held.path) / server.name).exists(), "the warm server listens", 10)
+        until(lambda: _listening(held, server.name), "the warm server listens", 10)
         envr = bkmcp.Environment(
             stdin=io.StringIO(), stdout=io.StringIO(), stderr=io.StringIO(), env={"XDG_RUNTIME_DIR": str(deep)}, cwd="/"
         )
