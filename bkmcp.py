@@ -6554,6 +6554,21 @@ def _basic_problems(schema: dict[str, Any], arguments: Mapping[str, Any]) -> lis
     return problems
 
 
+def _schema_too_large(schema: Any, limit: int) -> bool:
+    """The schema holds more than ``limit`` objects and arrays; counting stops there, so a huge one costs no more."""
+    pending, count = [schema], 0
+    while pending:
+        node = pending.pop()
+        if isinstance(node, dict):
+            pending.extend(value for value in node.values() if isinstance(value, (dict, list)))
+        elif isinstance(node, list):
+            pending.extend(value for value in node if isinstance(value, (dict, list)))
+        count += 1
+        if count > limit:
+            return True
+    return False
+
+
 def _non_local_refs(schema: Any, found: list[str], depth: int = 0) -> None:
     if depth > 200 or len(found) > 5:
         found.append("(schema nested too deeply to inspect)")
@@ -6584,6 +6599,9 @@ def _non_local_refs(schema: Any, found: list[str], depth: int = 0) -> None:
 REGEX_WORK_LIMIT = 10**8  # ~0.1 s of the re engine in the worst case
 REGEX_TEXT_LIMIT = 1_000_000  # characters any pattern is run on locally
 UNIQUE_ITEMS_LIMIT = 2000  # uniqueItems over containers is quadratic in jsonschema: longer arrays go to the server
+# jsonschema's cost grows with the schema (its meta-schema pass, ~0.2 ms per object or array of the schema, more
+# than the validation itself): a larger inputSchema is checked by the basic rules only, and the answer says so.
+SCHEMA_NODE_LIMIT = 5000  # objects and arrays in an inputSchema that local validation checks in full
 _REGEX_SHAPES: dict[str, tuple[str | None, int, bool]] = {}
 
 
@@ -6745,18 +6763,68 @@ def _timed_validators(keywords: dict[str, Any], deadline: Deadline | None = None
 
 
 def _check_schema(cls: Any, schema: Any, deadline: Deadline | None) -> None:
-    """``cls.check_schema(schema)`` (the schema against its meta-schema), checking ``deadline`` between keywords:
-    a huge schema from the server must not outlast the budget either."""
-    if deadline is None or not hasattr(cls, "META_SCHEMA"):
-        cls.check_schema(schema)
-        return
+    """``cls.check_schema(schema)`` (the schema against its meta-schema), checking ``deadline`` between keywords
+    and at each ``$ref`` (a subschema carrying ``$schema`` switches jsonschema to its registered class, which
+    the timed keywords do not reach; the resolver travels along): a huge schema must not outlast the budget.
+    The outcome is kept per schema text (its hash, ``_META_CHECKED``): a catalogue's schema is checked once, not
+    per call."""
+    import hashlib
+
+    key = hashlib.sha256(dump_json(schema, sort_keys=True).encode()).hexdigest()
+    found = _META_CHECKED.get(key)
+    if found is None:
+        found = (_meta_schema_error(cls, schema, deadline),)
+        if len(_META_CHECKED) >= _META_CHECKED_KEPT:
+            _META_CHECKED.clear()
+        _META_CHECKED[key] = found
+    if found[0] is not None:
+        raise found[0].with_traceback(None)
+
+
+def _meta_schema_error(cls: Any, schema: Any, deadline: Deadline | None) -> Any:
+    """The first ``SchemaError`` of ``schema`` against ``cls``'s meta-schema, or None (see ``_check_schema``)."""
     from jsonschema import exceptions as jexc
+
+    if deadline is None or not hasattr(cls, "META_SCHEMA"):
+        try:
+            cls.check_schema(schema)
+        except jexc.SchemaError as exc:
+            return exc
+        return None
     from jsonschema import validators
 
     meta = validators.validator_for(cls.META_SCHEMA, default=cls)
     meta = validators.extend(meta, _timed_validators(dict(meta.VALIDATORS), deadline))
-    for error in meta(cls.META_SCHEMA, format_checker=meta.FORMAT_CHECKER).iter_errors(schema):
-        raise jexc.SchemaError.create_from(error)
+    resolver = _timed_resolver_class().from_schema(cls.META_SCHEMA, id_of=meta.ID_OF)
+    resolver.deadline = deadline
+    for error in meta(cls.META_SCHEMA, resolver=resolver, format_checker=meta.FORMAT_CHECKER).iter_errors(schema):
+        return jexc.SchemaError.create_from(error)
+    return None
+
+
+_META_CHECKED: dict[str, tuple[Any]] = {}  # SHA-256 of the schema text -> (its SchemaError or None), for _check_schema
+_META_CHECKED_KEPT = 256
+_TIMED_RESOLVER: list[Any] = []
+
+
+def _timed_resolver_class() -> Any:
+    """A ``RefResolver`` whose ``push_scope`` (every ``$ref`` and ``$dynamicRef`` taken) first checks its
+    ``deadline``: the meta-schemas descend into each subschema by reference."""
+    if not _TIMED_RESOLVER:
+        import jsonschema
+
+        class TimedResolver(jsonschema.RefResolver):
+            deadline: Deadline | None = None
+
+            def push_scope(self, scope: str) -> None:
+                if self.deadline is not None:
+                    self.deadline.remaining()
+                super().push_scope(scope)
+
+        with _VALIDATORS_LOCK:
+            if not _TIMED_RESOLVER:
+                _TIMED_RESOLVER.append(TimedResolver)
+    return _TIMED_RESOLVER[0]
 
 
 def _validator_class(schema: dict[str, Any]) -> tuple[Any, Any]:
@@ -7074,7 +7142,10 @@ def _jsonschema_importable() -> bool:
 def _schema_problems(
     schema: dict[str, Any], arguments: Mapping[str, Any], budget: _ValidationBudget | None = None
 ) -> list[dict[str, str]]:
-    """The full schema via jsonschema; ``_NotLocal`` when that is not possible without the network."""
+    """The full schema via jsonschema; ``_NotLocal`` when that is not possible without the network or the schema
+    is larger than ``SCHEMA_NODE_LIMIT``."""
+    if _schema_too_large(schema, SCHEMA_NODE_LIMIT):
+        raise _NotLocal(f"the inputSchema is too large to check locally (over {SCHEMA_NODE_LIMIT} objects and arrays)")
     remote: list[str] = []
     _non_local_refs(schema, remote)
     if remote:
@@ -11175,11 +11246,14 @@ class Actions:
                 f"server {server_name!r} has no tool {_clip(repr(tool_name), 80)}",
                 details={"server_name": server_name, "tool_name": tool_name},
             )
-        try:
-            validate_arguments(tool, arguments)
+        try:  # bounded by the command's own deadline, like every later step (docs/contract.md §11)
+            validate_arguments(tool, arguments, deadline=Deadline(_time_left(command, timeout)))
         except InvalidArgumentsError as exc:
             self.events.emit("tool.rejected", **base, error_code=exc.code)
             raise _platform_error(exc) from None
+        except McpTimeoutError as exc:
+            self.events.emit("tool.failed", **base, error_code=exc.code, outcome="not_sent")
+            raise _platform_error(exc, server=server_name, timeout=timeout) from None
         refusal = build_task_refusal(tool, server_name)
         if refusal is not None:  # a task-only tool: no session is needed to refuse it (docs/contract.md §5)
             self.events.emit("tool.rejected", **base, error_code=refusal.code)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -1240,3 +1241,76 @@ def test_p05_optional_enum_behind_a_ref_is_the_one_simple_type_or_null_rule() ->
     assert parse_tool_arguments(tool, [tok("color", "green")]) == {"color": "green"}
     with pytest.raises(InvalidArgumentsError, match="--color: "):
         validate_arguments(tool, {"color": "blue"}, flags=["color"])
+
+
+# -- bounded validation (issue 29, item 2) ---------------------------------------------------------------------
+
+
+def ticking(step: float) -> Callable[[], float]:
+    """A clock that moves ``step`` seconds each time it is read: a deadline spent after a known number of checks."""
+    now = [0.0]
+
+    def clock() -> float:
+        now[0] += step
+        return now[0]
+
+    return clock
+
+
+def leaves_schema(count: int, tag: str) -> dict[str, Any]:
+    return {"type": "object", "properties": {"q": {"anyOf": [{"const": f"{tag}{i}"} for i in range(count)]}}}
+
+
+def test_meta_schema_pass_stops_at_the_deadline() -> None:
+    """The meta-schema pass descends into subschemas through ``$ref``/``$dynamicRef`` and through vocabulary
+    meta-schemas carrying ``$schema`` (jsonschema then switches to its own, untimed class): the deadline is
+    checked at each reference too, so a 100 ms budget ends after about 100 clock reads, not after the schema."""
+    schema = leaves_schema(300, "meta-deadline-")
+    cls, _resolver = bkmcp._validator_class(schema)
+    with pytest.raises(bkmcp.McpTimeoutError):
+        bkmcp._check_schema(cls, schema, bkmcp.Deadline(0.1, clock=ticking(0.001)))
+    bkmcp._check_schema(cls, schema, bkmcp.Deadline(600))  # the same schema passes with time enough
+
+
+def test_meta_schema_pass_runs_once_per_schema_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wrong argument costs the meta-schema pass (~100x the validation) once per schema, not per call: equal
+    schemas (a catalogue read again) share the outcome, an invalid schema's SchemaError included."""
+    runs: list[Any] = []
+    original = bkmcp._meta_schema_error
+
+    def counted(cls: Any, schema: Any, deadline: Any) -> Any:
+        runs.append(schema)
+        return original(cls, schema, deadline)
+
+    monkeypatch.setattr(bkmcp, "_meta_schema_error", counted)
+    for _ in range(3):
+        tool = {"name": "t", "inputSchema": leaves_schema(20, "meta-once-")}  # a new, equal object each time
+        with pytest.raises(InvalidArgumentsError):
+            validate_arguments(tool, {"q": 5}, deadline=bkmcp.Deadline(600))
+    assert len(runs) == 1
+    bad = {"type": "object", "required": "name", "properties": {"name": {"title": "meta-once-bad"}}}
+    for _ in range(2):
+        check = validate_arguments({"name": "t", "inputSchema": dict(bad)}, {"name": "x"}, deadline=bkmcp.Deadline(600))
+        assert check.scope == "basic" and "not a valid JSON Schema" in check.notes[0]
+    assert len(runs) == 2
+
+
+def test_schema_over_the_node_limit_is_checked_by_the_basic_rules_and_says_so() -> None:
+    """The issue's property (27 000 ``anyOf`` leaves): never handed to jsonschema; the basic rules decide, and
+    the answer (details.validation, hint, or the check's note) says why."""
+    schema = leaves_schema(27_000, "v")
+    schema["properties"]["q"]["type"] = "string"
+    tool = {"name": "big", "inputSchema": schema}
+    with pytest.raises(InvalidArgumentsError) as raised:
+        validate_arguments(tool, {"q": 5}, deadline=bkmcp.Deadline(600))
+    assert raised.value.details["validation"] == "basic"
+    assert "too large to check locally" in (raised.value.hint or "")
+    check = validate_arguments(tool, {"q": "not one of them"})
+    assert check.scope == "basic" and "too large" in check.describe()
+
+
+def test_schema_size_is_counted_only_up_to_the_limit() -> None:
+    schema = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(9)}}  # 11 containers
+    assert not bkmcp._schema_too_large(schema, 11)
+    assert bkmcp._schema_too_large(schema, 10)
+    assert not bkmcp._schema_too_large({"enum": list(range(100_000))}, 2)  # values are not containers
