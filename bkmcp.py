@@ -6554,19 +6554,24 @@ def _basic_problems(schema: dict[str, Any], arguments: Mapping[str, Any]) -> lis
     return problems
 
 
-def _schema_too_large(schema: Any, limit: int) -> bool:
-    """The schema holds more than ``limit`` objects and arrays; counting stops there, so a huge one costs no more."""
-    pending, count = [schema], 0
+def _unbounded_schema(schema: dict[str, Any], limit: int) -> str | None:
+    """Why jsonschema could not check ``schema`` within bkmcp's bounds, or None: more than ``limit`` objects and
+    arrays (counting stops there, so a huge schema costs no more), or a subschema with its own ``$schema``
+    (jsonschema validates that part with its registered class: no deadline, no pattern limits)."""
+    pending: list[Any] = [value for value in schema.values() if isinstance(value, (dict, list))]
+    count = 1
     while pending:
         node = pending.pop()
         if isinstance(node, dict):
+            if isinstance(node.get("$schema"), str):
+                return "a subschema declares its own $schema"
             pending.extend(value for value in node.values() if isinstance(value, (dict, list)))
-        elif isinstance(node, list):
+        else:
             pending.extend(value for value in node if isinstance(value, (dict, list)))
         count += 1
         if count > limit:
-            return True
-    return False
+            return f"the inputSchema is too large to check locally (over {limit} objects and arrays)"
+    return None
 
 
 def _non_local_refs(schema: Any, found: list[str], depth: int = 0) -> None:
@@ -7142,10 +7147,11 @@ def _jsonschema_importable() -> bool:
 def _schema_problems(
     schema: dict[str, Any], arguments: Mapping[str, Any], budget: _ValidationBudget | None = None
 ) -> list[dict[str, str]]:
-    """The full schema via jsonschema; ``_NotLocal`` when that is not possible without the network or the schema
-    is larger than ``SCHEMA_NODE_LIMIT``."""
-    if _schema_too_large(schema, SCHEMA_NODE_LIMIT):
-        raise _NotLocal(f"the inputSchema is too large to check locally (over {SCHEMA_NODE_LIMIT} objects and arrays)")
+    """The full schema via jsonschema; ``_NotLocal`` when that is not possible without the network or within
+    bkmcp's bounds (``_unbounded_schema``)."""
+    unbounded = _unbounded_schema(schema, SCHEMA_NODE_LIMIT)
+    if unbounded is not None:
+        raise _NotLocal(unbounded)
     remote: list[str] = []
     _non_local_refs(schema, remote)
     if remote:

@@ -1311,6 +1311,17 @@ def test_schema_over_the_node_limit_is_checked_by_the_basic_rules_and_says_so() 
 
 def test_schema_size_is_counted_only_up_to_the_limit() -> None:
     schema = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(9)}}  # 11 containers
-    assert not bkmcp._schema_too_large(schema, 11)
-    assert bkmcp._schema_too_large(schema, 10)
-    assert not bkmcp._schema_too_large({"enum": list(range(100_000))}, 2)  # values are not containers
+    assert bkmcp._unbounded_schema(schema, 11) is None
+    assert "over 10 objects and arrays" in (bkmcp._unbounded_schema(schema, 10) or "")
+    assert bkmcp._unbounded_schema({"enum": list(range(100_000))}, 2) is None  # values are not containers
+
+
+def test_a_subschema_with_its_own_dialect_is_left_to_the_server() -> None:
+    """jsonschema validates a subschema carrying ``$schema`` with its registered class, which has neither the
+    deadline nor the pattern limits: ``^(a+)+$`` on a long string would hold the call for hours. Basic rules."""
+    nested = {"$schema": "http://json-schema.org/draft-07/schema#", "type": "string", "pattern": "^(a+)+$"}
+    tool = {"name": "t", "inputSchema": {"type": "object", "properties": {"t": nested}}}
+    check = validate_arguments(tool, {"t": "a" * 20 + "b"}, deadline=bkmcp.Deadline(600))
+    assert check.scope == "basic" and "its own $schema" in check.notes[0]
+    root = {"name": "t", "inputSchema": {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object"}}
+    assert validate_arguments(root, {}).scope == "full"  # the root's own dialect is fine
