@@ -6819,11 +6819,10 @@ def _timed_resolver_class() -> Any:
         import jsonschema
 
         class TimedResolver(jsonschema.RefResolver):
-            deadline: Deadline | None = None
+            deadline: Deadline  # set on each instance before use
 
             def push_scope(self, scope: str) -> None:
-                if self.deadline is not None:
-                    self.deadline.remaining()
+                self.deadline.remaining()
                 super().push_scope(scope)
 
         with _VALIDATORS_LOCK:
