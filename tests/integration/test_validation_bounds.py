@@ -179,3 +179,28 @@ def test_one_shot_cli_slow_validation_times_out_on_time(tmp_path, http_mock):
     assert envelope["error"]["code"] == "mcp_timeout", envelope
     assert elapsed < MARGIN * 2.0, elapsed
     assert heavy.requests("tools/call") == []
+
+
+def test_in_process_resident_answers_a_slow_validation_with_its_own_timeout(tmp_path, http_mock):
+    """The same through ``run_bkmcp`` in this process (the resident's call path under coverage)."""
+    from tests.helpers import run_bkmcp
+
+    heavy = http_mock({"tools": [slow_tool()]})
+    path = tmp_path / "registry.db"
+    write_registry(str(path), [http_row("heavy", heavy.url)])
+    command = {
+        "command": "invoke",
+        "task_id": "slow",
+        "params": {
+            "action": "call_tool",
+            "server_name": "heavy",
+            "tool_name": "slow",
+            "arguments": {"t": nested(40)},
+            "timeout_ms": 500,
+        },
+        "user": {"userId": "alice"},
+    }
+    done = run_bkmcp("--resident", "--registry", str(path), stdin=json.dumps(command) + "\n")
+    answer = json.loads(done.stdout)
+    assert answer["error_code"] == "mcp_timeout" and "within 500 ms" in answer["error"], answer
+    assert heavy.requests("tools/call") == []
