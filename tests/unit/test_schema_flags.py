@@ -1325,3 +1325,14 @@ def test_a_subschema_with_its_own_dialect_is_left_to_the_server() -> None:
     assert check.scope == "basic" and "its own $schema" in check.notes[0]
     root = {"name": "t", "inputSchema": {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object"}}
     assert validate_arguments(root, {}).scope == "full"  # the root's own dialect is fine
+
+
+def test_meta_schema_outcomes_kept_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At most ``_META_CHECKED_KEPT`` outcomes are kept: one more empties the table first."""
+    monkeypatch.setattr(bkmcp, "_META_CHECKED", {})
+    monkeypatch.setattr(bkmcp, "_META_CHECKED_KEPT", 2)
+    for tag in ("kept-a-", "kept-b-", "kept-c-"):
+        schema = leaves_schema(3, tag)
+        cls, _resolver = bkmcp._validator_class(schema)
+        bkmcp._check_schema(cls, schema, bkmcp.Deadline(600))
+    assert len(bkmcp._META_CHECKED) == 1
