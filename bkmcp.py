@@ -1450,6 +1450,10 @@ SUPPORTED_VERSIONS = ("2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28")
 CONFIG_FILE_NAME = "mcp.json"
 _HTTP_FIELDS = frozenset({"type", "url", "headers", "protocolVersion"})
 _STDIO_FIELDS = frozenset({"type", "command", "args", "env", "cwd", "protocolVersion"})
+# What editors (Claude Desktop, Cursor, Cline, Roo) also write per entry and bkmcp accepts without acting on it:
+# tool approval lists (bkmcp calls only the tool named on its command line, so they grant nothing here) and
+# "disabled" (a disabled entry is refused when selected). docs/contract.md §3.
+_EDITOR_FIELDS = frozenset({"autoApprove", "alwaysAllow", "disabled"})
 _FORBIDDEN_HEADERS = frozenset(
     name.lower()
     for name in (
@@ -1506,6 +1510,7 @@ class ServerConfig:
     env: tuple[tuple[str, str], ...] = ()
     cwd: str | None = None
     protocol_version: str | None = None
+    disabled: bool = False  # an editor's "disabled": true; refused when selected
 
 
 @dataclass(frozen=True)
@@ -1655,20 +1660,31 @@ def _parse_server(path: str, name: str, entry: Any) -> ServerConfig:
     if not isinstance(entry, dict):
         raise InvalidConfigError(f"{where}: entry must be an object")
     kind = entry.get("type")
+    if kind is None and "command" in entry:  # the entry every editor writes for a stdio server
+        kind = "stdio"
     if kind is None:
-        raise InvalidConfigError(f'{where}: field "type" is required ("http" or "stdio")')
+        hint = 'add "type": "http" for a Streamable HTTP server' if "url" in entry else None
+        raise InvalidConfigError(f'{where}: field "type" is required ("http" or "stdio")', hint=hint)
     if kind not in ("http", "stdio"):
         raise InvalidConfigError(
             f"{where}: unsupported type {kind!r}" if isinstance(kind, str) else f'{where}: "type" must be a string',
             hint='use "http" (Streamable HTTP) or "stdio"',
         )
     allowed = _HTTP_FIELDS if kind == "http" else _STDIO_FIELDS
-    unknown = sorted(set(entry) - allowed)
+    unknown = sorted(set(entry) - allowed - _EDITOR_FIELDS)
     if unknown:
         raise InvalidConfigError(
             f"{where}: unknown field(s) {', '.join(repr(_safe_name(k)) for k in unknown)} for type {kind!r}",
-            hint=f"known fields: {', '.join(sorted(allowed))}",
+            hint=f"known fields: {', '.join(sorted(allowed))}"
+            + ("; a call's time limit is the --timeout option" if "timeout" in unknown else ""),
         )
+    for field_name in ("autoApprove", "alwaysAllow"):
+        listed = entry.get(field_name, [])
+        if not isinstance(listed, list) or not all(isinstance(t, str) for t in listed):
+            raise InvalidConfigError(f'{where}: field "{field_name}" must be an array of tool names')
+    disabled = entry.get("disabled", False)
+    if not isinstance(disabled, bool):
+        raise InvalidConfigError(f'{where}: field "disabled" must be true or false')
     version = entry.get("protocolVersion")
     if version is not None and version not in SUPPORTED_VERSIONS:
         raise InvalidConfigError(f'{where}: field "protocolVersion" must be one of {", ".join(SUPPORTED_VERSIONS)}')
@@ -1680,6 +1696,7 @@ def _parse_server(path: str, name: str, entry: Any) -> ServerConfig:
             url=_check_url(where, entry.get("url")),
             headers=_check_headers(where, entry.get("headers")),
             protocol_version=version,
+            disabled=disabled,
         )
     command = entry.get("command")
     if not isinstance(command, str) or not command.strip():
@@ -1713,6 +1730,7 @@ def _parse_server(path: str, name: str, entry: Any) -> ServerConfig:
         env=tuple(env.items()),
         cwd=cwd,
         protocol_version=version,
+        disabled=disabled,
     )
 
 
@@ -9218,7 +9236,8 @@ class SqliteRegistry(Registry):
             self._lock.release()
 
     def import_config(self, config: ConfigFile, log: Log) -> list[str]:
-        """``--import``: add or replace the file's servers (public, enabled), in one transaction (contract.md §11.3)."""
+        """``--import``: add or replace the file's servers (public; enabled unless the entry says
+        ``"disabled": true``), in one transaction (contract.md §11.3)."""
         import sqlite3
 
         for name in config.servers:
@@ -9233,7 +9252,7 @@ class SqliteRegistry(Registry):
                         stdio = server.type == "stdio"
                         self._db.execute(
                             f"INSERT INTO mcp_servers ({', '.join(REGISTRY_COLUMNS)}) "
-                            "VALUES (?, ?, ?, ?, ?, ?, ?, 'public', ?, 1) ON CONFLICT(name) DO UPDATE SET "
+                            "VALUES (?, ?, ?, ?, ?, ?, ?, 'public', ?, ?) ON CONFLICT(name) DO UPDATE SET "
                             + ", ".join(f"{c} = excluded.{c}" for c in REGISTRY_COLUMNS[1:]),
                             (
                                 server.name,
@@ -9244,6 +9263,7 @@ class SqliteRegistry(Registry):
                                 None if stdio else server.url,
                                 None if stdio else dump_json(dict(server.headers)),
                                 server.protocol_version,
+                                0 if server.disabled else 1,
                             ),
                         )
                         self._db.execute("DELETE FROM mcp_tools_cache WHERE server_name = ?", (server.name,))
@@ -12275,7 +12295,13 @@ def _select_server(config: ConfigFile, name: str) -> ServerConfig:
             hint=hint,
             details={"configured": names},
         )
-    return config.servers[name]
+    server = config.servers[name]
+    if server.disabled:
+        raise InvalidConfigError(
+            f'{config.path}: server {name!r} is disabled in this file ("disabled": true)',
+            hint='set "disabled" to false or remove it to use this server',
+        )
+    return server
 
 
 def _warn_invalid_server_names(config: ConfigFile, log: Log) -> None:
