@@ -11585,6 +11585,7 @@ def run_resident(
 # command whose resolved server has that key, closed after its idle time, at most ``WARM_MAX_SESSIONS``.
 
 WARM_MAX_SESSIONS = 32
+_WARM_OPEN_POLL = 0.05  # a command waiting for its key's opening asks this often whether its budget or Ctrl-C ended it
 
 
 def warm_session_key(server: ResolvedServer, insecure: bool) -> str:
@@ -11613,7 +11614,7 @@ def warm_session_key(server: ResolvedServer, insecure: bool) -> str:
 
 
 class _Warm:
-    """One kept session: the lock is held while it opens (others then get a fresh session of their own)."""
+    """One kept session: the lock is held while it opens (other commands with its key wait for it)."""
 
     __slots__ = ("key", "session", "lock", "opened", "used", "calls", "lent", "idle", "catalogue", "fresh_until")
 
@@ -11738,8 +11739,10 @@ def _warm_alive(entry: _Warm) -> bool:
 
 class _WarmSource(SessionSource):
     """One command's view of ``WarmSessions``: the kept session of its key, opened (and kept) on first use. While
-    another command opens that key's session, or when ``WARM_MAX_SESSIONS`` are kept and all in use, this one gets
-    a fresh session of its own, closed at its end, so no command ever waits for another."""
+    another command opens that key's session, this one waits for the opening (within its own time budget), so one
+    key reaches one server process (docs/contract.md §14); when the opening failed, the waiter opens afresh, never
+    taking a half-open session. When ``WARM_MAX_SESSIONS`` are kept and all in use, it gets a fresh session of its
+    own, closed at its end."""
 
     def __init__(self, warm: WarmSessions, cwd: str, idle: float) -> None:
         self.warm = warm
@@ -11755,12 +11758,16 @@ class _WarmSource(SessionSource):
 
             server = dataclasses.replace(server, cwd=self.cwd)
         entry = self.warm._entry(warm_session_key(server, insecure), self.idle)
-        if entry is None or not entry.lock.acquire(blocking=False):  # at the limit, or being opened by another command
-            if entry is not None:
-                self.warm._returned(entry, None)
+        if entry is None:  # at the limit, every kept session in use
             session = SessionSource.start(self, server, ctx, insecure=insecure)
             self._fresh.add(id(session))
             return session
+        try:  # another command may be opening it: its outcome (negotiated, or None after a failure) is ours to see
+            while not entry.lock.acquire(timeout=min(ctx.deadline.remaining(), _WARM_OPEN_POLL)):
+                pass  # remaining() ends the wait: this command's budget spent, or its Ctrl-C
+        except BaseException:
+            self.warm._returned(entry, None)
+            raise
         try:
             kept = entry.session
             if kept is not None and kept.alive:
