@@ -7828,7 +7828,8 @@ bkmcp --resident - resident multi-server mode for agent platforms (docs/resident
 
 Usage:
   bkmcp --resident --registry SOURCE [--events FILE|-] [--max-processes N] [--max-user-processes N]
-                   [--idle-timeout DURATION] [--timeout DURATION] [-v] [--insecure]
+                   [--idle-timeout DURATION] [--shutdown-grace DURATION] [--timeout DURATION]
+                   [-v] [--insecure]
   bkmcp --registry FILE --import mcp.json      add or replace mcp.json's servers in a SQLite registry
   bkmcp --registry FILE --list                 the registry's servers as JSON, never a credential
 
@@ -7838,6 +7839,7 @@ Options:
   --max-processes N        live child processes in all (default {max_processes})
   --max-user-processes N   live child processes per user (default {max_user_processes})
   --idle-timeout DURATION  close a user's idle session after this long (default {idle_timeout})
+  --shutdown-grace DURATION  at shutdown, time commands in flight get to finish (default {shutdown_grace}; 0: none)
   --timeout DURATION       budget of one call without its own timeout_ms (default 60s)
 
 One JSON command per line on stdin, one answer per line on stdout (matched by task_id), e.g.
@@ -7848,7 +7850,7 @@ Command protocol: docs/resident.md; registry and credentials: docs/resident-regi
 """
 # The resident mode's defaults, as its help prints them; section 10 (which the pyz runs only on first use) holds
 # the values, and tests/unit/test_cli.py checks that the two agree.
-RESIDENT_HELP_DEFAULTS = {"max_processes": 64, "max_user_processes": 8, "idle_timeout": "10m"}
+RESIDENT_HELP_DEFAULTS = {"max_processes": 64, "max_user_processes": 8, "idle_timeout": "10m", "shutdown_grace": "5s"}
 
 
 def render_resident_help() -> str:
@@ -7862,11 +7864,11 @@ COMPLETION_SHELLS = ("bash", "zsh", "fish")
 _COMPLETION_OPTIONS = (
     "--help --version --config --timeout --jq --verbose --insecure --check --tools --body --dry-run --resident "
     "--registry --import --list --completion --events --max-processes --max-user-processes --idle-timeout "
-    "--keep-alive --sessions --stop"
+    "--shutdown-grace --keep-alive --sessions --stop"
 )
 _COMPLETION_VALUE_OPTIONS = (
     "--config --timeout --jq --body --registry --import --events --max-processes --max-user-processes "
-    "--idle-timeout --completion"
+    "--idle-timeout --shutdown-grace --completion"
 )
 _BASH_COMPLETION = """\
 # bkmcp completion for bash: eval "$(bkmcp --completion bash)" in ~/.bashrc, or save it as
@@ -7890,7 +7892,7 @@ _bkmcp() {{
     case "$prev" in
         --completion) COMPREPLY=($(compgen -W "{shells}" -- "$cur")); return ;;
         --config|--body|--registry|--import|--events) COMPREPLY=($(compgen -f -- "$cur")); return ;;
-        --timeout|--jq|--max-processes|--max-user-processes|--idle-timeout) COMPREPLY=(); return ;;
+        --timeout|--jq|--max-processes|--max-user-processes|--idle-timeout|--shutdown-grace) COMPREPLY=(); return ;;
     esac
     if [[ $cur == -* ]]; then
         COMPREPLY=($(compgen -W "{options}" -- "$cur"))
@@ -9525,6 +9527,7 @@ def open_registry(
 DEFAULT_IDLE_TIMEOUT = 600.0
 DEFAULT_MAX_PROCESSES = 64
 DEFAULT_MAX_USER_PROCESSES = 8
+DEFAULT_SHUTDOWN_GRACE = 5.0  # shutdown: how long the commands in flight may still finish on their own
 _RESTART_BACKOFF_MAX = 30.0
 _LINES_CLOSE_WAIT = 2.0  # at the end, what stderr or the --events stream still holds is given up after this long
 _KEEPALIVE_IDLE = 5.0  # an HTTP session unused this long has its keep-alive connections closed (the session stays)
@@ -9851,6 +9854,7 @@ class ResidentOptions:
     idle_timeout: float
     timeout: float
     insecure: bool
+    shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE  # --shutdown-grace (0: cut at once)
 
 
 def build_backoff_error(server: str, cause: BkmcpError, failures: int, wait_ms: int) -> BkmcpError:
@@ -11139,7 +11143,7 @@ class Actions:
         if row.isolation == "public":  # shared by every user: one user never closes it under the others (§11.5)
             session = slot.session if slot is not None else None
             status = "connected" if session is not None and session.alive else "disconnected"
-            return {"server_name": row.name, "status": status, "shared": True, "disconnected": False}
+            return {"server_name": row.name, "status": status, "shared": True, "closed": False}
         if slot is not None:
             self.pool.disconnect(slot, self.opts.timeout)
             slot.last_error = None
@@ -11557,8 +11561,10 @@ def run_resident(
         reader.start()
         while not server.ended.wait(0.1) and server.signalled is None:
             pass
-        if server.signalled is None and server.shutdown_task is None and not server.output_broken:
-            server.drain()  # EOF: the commands already read run to their own end and are answered
+        if server.signalled is None and not server.output_broken:
+            # EOF: the commands already read run to their own end; shutdown: they get --shutdown-grace to finish.
+            # Either way they are answered with their own results; a signal cuts the wait short.
+            server.drain(None if server.shutdown_task is None else opts.shutdown_grace)
         if server.signalled is not None:
             log.debug(f"{signal.Signals(server.signalled).name}: shutting down")
         server.finish(grace=_SHUTDOWN_GRACE)
@@ -11890,6 +11896,7 @@ _RESIDENT_OPTIONS = {
     "--max-processes": "max_processes",
     "--max-user-processes": "max_user_processes",
     "--idle-timeout": "idle_timeout",
+    "--shutdown-grace": "shutdown_grace",
 }
 _RESERVED_UNSUPPORTED = {"--format"}
 
@@ -11921,6 +11928,7 @@ class Invocation:
     max_processes: str | None = None
     max_user_processes: str | None = None
     idle_timeout: str | None = None
+    shutdown_grace: str | None = None
     keep_alive: str | None = None  # --keep-alive ("") or --keep-alive=DURATION (docs/contract.md §14)
     sessions: bool = False  # --sessions [--stop] (root only)
     stop: bool = False
@@ -12354,7 +12362,17 @@ def build_resident_options(inv: Invocation) -> ResidentOptions:
         else DEFAULT_IDLE_TIMEOUT,
         timeout=cli_timeout(inv),
         insecure=inv.insecure,
+        shutdown_grace=_shutdown_grace(inv.shutdown_grace),
     )
+
+
+def _shutdown_grace(text: str | None) -> float:
+    """``--shutdown-grace``: a duration, or ``0`` for none (the commands in flight are cut at once)."""
+    if text is None:
+        return DEFAULT_SHUTDOWN_GRACE
+    if text.strip() in ("0", "0s", "0ms"):
+        return 0.0
+    return parse_duration(text, option="--shutdown-grace")
 
 
 def run_registry_tool(inv: Invocation, envr: Environment, log: Log) -> int:
