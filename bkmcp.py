@@ -10988,7 +10988,7 @@ class Actions:
     catalogues: Catalogues
     events: EventSink
     log: Log
-    stopping: Any  # threading.Event: shutdown, a signal, broken output
+    stopping: Any  # threading.Event: the end is closing the sessions under running commands (ResidentServer.cutting)
 
     def run(self, command: _Command) -> dict[str, Any]:
         return getattr(self, f"do_{command.action}")(command)  # type: ignore[no-any-return]
@@ -11285,6 +11285,9 @@ class ResidentServer:
             name="bkmcp-command",
         )
         self.stopping = threading.Event()  # shutdown, a signal, broken output: no new command runs
+        # the end closes the sessions under the commands still running (``finish``): a failure from then on is the
+        # cut's, never a partial answer; during shutdown's grace a server's own failure is still reported as itself
+        self.cutting = threading.Event()
         self.catalogues = Catalogues(self.pool, registry=registry, events=events, log=log, timeout=opts.timeout)
         self.pool.on_users_gone = self.catalogues.forget
         self.actions = Actions(
@@ -11294,7 +11297,7 @@ class ResidentServer:
             catalogues=self.catalogues,
             events=events,
             log=log,
-            stopping=self.stopping,
+            stopping=self.cutting,
         )
         self.ended = threading.Event()  # the reader stopped (EOF, shutdown, unreadable stdin) or output broke
         self.signalled: int | None = None  # the terminating signal received (set by the handler, read by run_resident)
@@ -11380,7 +11383,7 @@ class ResidentServer:
 
                 traceback.print_exc(file=sys.stderr)
             answer = None
-            if self.stopping.is_set():  # e.g. a closed HTTP client under a call cut by the shutdown
+            if self.cutting.is_set():  # e.g. a closed HTTP client under a call cut by the shutdown
                 error = _cut_by_shutdown(command)
             elif is_exhaustion(exc):  # out of descriptors, threads or memory: a limit, never internal_error
                 error = ResourceLimitError(
@@ -11411,6 +11414,7 @@ class ResidentServer:
         answered, children's process groups are reaped), stop waiting on the registry, give the commands cut short
         ``grace`` seconds to write their own answers, answer the rest (``answer_the_rest``), end the threads."""
         self.stopping.set()
+        self.cutting.set()
         self.pool.close_all()
         self.registry.abort()
         end = time.monotonic() + grace
