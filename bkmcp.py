@@ -1450,6 +1450,10 @@ SUPPORTED_VERSIONS = ("2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28")
 CONFIG_FILE_NAME = "mcp.json"
 _HTTP_FIELDS = frozenset({"type", "url", "headers", "protocolVersion"})
 _STDIO_FIELDS = frozenset({"type", "command", "args", "env", "cwd", "protocolVersion"})
+# What editors (Claude Desktop, Cursor, Cline, Roo) also write per entry and bkmcp accepts without acting on it:
+# tool approval lists (bkmcp calls only the tool named on its command line, so they grant nothing here) and
+# "disabled" (a disabled entry is refused when selected). docs/contract.md §3.
+_EDITOR_FIELDS = frozenset({"autoApprove", "alwaysAllow", "disabled"})
 _FORBIDDEN_HEADERS = frozenset(
     name.lower()
     for name in (
@@ -1506,6 +1510,7 @@ class ServerConfig:
     env: tuple[tuple[str, str], ...] = ()
     cwd: str | None = None
     protocol_version: str | None = None
+    disabled: bool = False  # an editor's "disabled": true; refused when selected
 
 
 @dataclass(frozen=True)
@@ -1655,20 +1660,31 @@ def _parse_server(path: str, name: str, entry: Any) -> ServerConfig:
     if not isinstance(entry, dict):
         raise InvalidConfigError(f"{where}: entry must be an object")
     kind = entry.get("type")
+    if kind is None and "command" in entry:  # the entry every editor writes for a stdio server
+        kind = "stdio"
     if kind is None:
-        raise InvalidConfigError(f'{where}: field "type" is required ("http" or "stdio")')
+        hint = 'add "type": "http" for a Streamable HTTP server' if "url" in entry else None
+        raise InvalidConfigError(f'{where}: field "type" is required ("http" or "stdio")', hint=hint)
     if kind not in ("http", "stdio"):
         raise InvalidConfigError(
             f"{where}: unsupported type {kind!r}" if isinstance(kind, str) else f'{where}: "type" must be a string',
             hint='use "http" (Streamable HTTP) or "stdio"',
         )
     allowed = _HTTP_FIELDS if kind == "http" else _STDIO_FIELDS
-    unknown = sorted(set(entry) - allowed)
+    unknown = sorted(set(entry) - allowed - _EDITOR_FIELDS)
     if unknown:
         raise InvalidConfigError(
             f"{where}: unknown field(s) {', '.join(repr(_safe_name(k)) for k in unknown)} for type {kind!r}",
-            hint=f"known fields: {', '.join(sorted(allowed))}",
+            hint=f"known fields: {', '.join(sorted(allowed))}"
+            + ("; a call's time limit is the --timeout option" if "timeout" in unknown else ""),
         )
+    for field_name in ("autoApprove", "alwaysAllow"):
+        listed = entry.get(field_name, [])
+        if not isinstance(listed, list) or not all(isinstance(t, str) for t in listed):
+            raise InvalidConfigError(f'{where}: field "{field_name}" must be an array of tool names')
+    disabled = entry.get("disabled", False)
+    if not isinstance(disabled, bool):
+        raise InvalidConfigError(f'{where}: field "disabled" must be true or false')
     version = entry.get("protocolVersion")
     if version is not None and version not in SUPPORTED_VERSIONS:
         raise InvalidConfigError(f'{where}: field "protocolVersion" must be one of {", ".join(SUPPORTED_VERSIONS)}')
@@ -1680,6 +1696,7 @@ def _parse_server(path: str, name: str, entry: Any) -> ServerConfig:
             url=_check_url(where, entry.get("url")),
             headers=_check_headers(where, entry.get("headers")),
             protocol_version=version,
+            disabled=disabled,
         )
     command = entry.get("command")
     if not isinstance(command, str) or not command.strip():
@@ -1713,6 +1730,7 @@ def _parse_server(path: str, name: str, entry: Any) -> ServerConfig:
         env=tuple(env.items()),
         cwd=cwd,
         protocol_version=version,
+        disabled=disabled,
     )
 
 
@@ -7886,7 +7904,8 @@ bkmcp --resident - resident multi-server mode for agent platforms (docs/resident
 
 Usage:
   bkmcp --resident --registry SOURCE [--events FILE|-] [--max-processes N] [--max-user-processes N]
-                   [--idle-timeout DURATION] [--timeout DURATION] [-v] [--insecure]
+                   [--idle-timeout DURATION] [--shutdown-grace DURATION] [--timeout DURATION]
+                   [-v] [--insecure]
   bkmcp --registry FILE --import mcp.json      add or replace mcp.json's servers in a SQLite registry
   bkmcp --registry FILE --list                 the registry's servers as JSON, never a credential
 
@@ -7896,6 +7915,7 @@ Options:
   --max-processes N        live child processes in all (default {max_processes})
   --max-user-processes N   live child processes per user (default {max_user_processes})
   --idle-timeout DURATION  close a user's idle session after this long (default {idle_timeout})
+  --shutdown-grace DURATION  at shutdown, time commands in flight get to finish (default {shutdown_grace}; 0: none)
   --timeout DURATION       budget of one call without its own timeout_ms (default 60s)
 
 One JSON command per line on stdin, one answer per line on stdout (matched by task_id), e.g.
@@ -7906,7 +7926,7 @@ Command protocol: docs/resident.md; registry and credentials: docs/resident-regi
 """
 # The resident mode's defaults, as its help prints them; section 10 (which the pyz runs only on first use) holds
 # the values, and tests/unit/test_cli.py checks that the two agree.
-RESIDENT_HELP_DEFAULTS = {"max_processes": 64, "max_user_processes": 8, "idle_timeout": "10m"}
+RESIDENT_HELP_DEFAULTS = {"max_processes": 64, "max_user_processes": 8, "idle_timeout": "10m", "shutdown_grace": "5s"}
 
 
 def render_resident_help() -> str:
@@ -7920,11 +7940,11 @@ COMPLETION_SHELLS = ("bash", "zsh", "fish")
 _COMPLETION_OPTIONS = (
     "--help --version --config --timeout --jq --verbose --insecure --check --tools --body --dry-run --resident "
     "--registry --import --list --completion --events --max-processes --max-user-processes --idle-timeout "
-    "--keep-alive --sessions --stop"
+    "--shutdown-grace --keep-alive --sessions --stop"
 )
 _COMPLETION_VALUE_OPTIONS = (
     "--config --timeout --jq --body --registry --import --events --max-processes --max-user-processes "
-    "--idle-timeout --completion"
+    "--idle-timeout --shutdown-grace --completion"
 )
 _BASH_COMPLETION = """\
 # bkmcp completion for bash: eval "$(bkmcp --completion bash)" in ~/.bashrc, or save it as
@@ -7948,7 +7968,7 @@ _bkmcp() {{
     case "$prev" in
         --completion) COMPREPLY=($(compgen -W "{shells}" -- "$cur")); return ;;
         --config|--body|--registry|--import|--events) COMPREPLY=($(compgen -f -- "$cur")); return ;;
-        --timeout|--jq|--max-processes|--max-user-processes|--idle-timeout) COMPREPLY=(); return ;;
+        --timeout|--jq|--max-processes|--max-user-processes|--idle-timeout|--shutdown-grace) COMPREPLY=(); return ;;
     esac
     if [[ $cur == -* ]]; then
         COMPREPLY=($(compgen -W "{options}" -- "$cur"))
@@ -9294,7 +9314,8 @@ class SqliteRegistry(Registry):
             self._lock.release()
 
     def import_config(self, config: ConfigFile, log: Log) -> list[str]:
-        """``--import``: add or replace the file's servers (public, enabled), in one transaction (contract.md §11.3)."""
+        """``--import``: add or replace the file's servers (public; enabled unless the entry says
+        ``"disabled": true``), in one transaction (contract.md §11.3)."""
         import sqlite3
 
         for name in config.servers:
@@ -9309,7 +9330,7 @@ class SqliteRegistry(Registry):
                         stdio = server.type == "stdio"
                         self._db.execute(
                             f"INSERT INTO mcp_servers ({', '.join(REGISTRY_COLUMNS)}) "
-                            "VALUES (?, ?, ?, ?, ?, ?, ?, 'public', ?, 1) ON CONFLICT(name) DO UPDATE SET "
+                            "VALUES (?, ?, ?, ?, ?, ?, ?, 'public', ?, ?) ON CONFLICT(name) DO UPDATE SET "
                             + ", ".join(f"{c} = excluded.{c}" for c in REGISTRY_COLUMNS[1:]),
                             (
                                 server.name,
@@ -9320,6 +9341,7 @@ class SqliteRegistry(Registry):
                                 None if stdio else server.url,
                                 None if stdio else dump_json(dict(server.headers)),
                                 server.protocol_version,
+                                0 if server.disabled else 1,
                             ),
                         )
                         self._db.execute("DELETE FROM mcp_tools_cache WHERE server_name = ?", (server.name,))
@@ -9581,6 +9603,7 @@ def open_registry(
 DEFAULT_IDLE_TIMEOUT = 600.0
 DEFAULT_MAX_PROCESSES = 64
 DEFAULT_MAX_USER_PROCESSES = 8
+DEFAULT_SHUTDOWN_GRACE = 5.0  # shutdown: how long the commands in flight may still finish on their own
 _RESTART_BACKOFF_MAX = 30.0
 _LINES_CLOSE_WAIT = 2.0  # at the end, what stderr or the --events stream still holds is given up after this long
 _KEEPALIVE_IDLE = 5.0  # an HTTP session unused this long has its keep-alive connections closed (the session stays)
@@ -9907,6 +9930,7 @@ class ResidentOptions:
     idle_timeout: float
     timeout: float
     insecure: bool
+    shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE  # --shutdown-grace (0: cut at once)
 
 
 def build_backoff_error(server: str, cause: BkmcpError, failures: int, wait_ms: int) -> BkmcpError:
@@ -11040,7 +11064,7 @@ class Actions:
     catalogues: Catalogues
     events: EventSink
     log: Log
-    stopping: Any  # threading.Event: shutdown, a signal, broken output
+    stopping: Any  # threading.Event: the end is closing the sessions under running commands (ResidentServer.cutting)
 
     def run(self, command: _Command) -> dict[str, Any]:
         return getattr(self, f"do_{command.action}")(command)  # type: ignore[no-any-return]
@@ -11195,7 +11219,7 @@ class Actions:
         if row.isolation == "public":  # shared by every user: one user never closes it under the others (§11.5)
             session = slot.session if slot is not None else None
             status = "connected" if session is not None and session.alive else "disconnected"
-            return {"server_name": row.name, "status": status, "shared": True, "disconnected": False}
+            return {"server_name": row.name, "status": status, "shared": True, "closed": False}
         if slot is not None:
             self.pool.disconnect(slot, self.opts.timeout)
             slot.last_error = None
@@ -11340,6 +11364,9 @@ class ResidentServer:
             name="bkmcp-command",
         )
         self.stopping = threading.Event()  # shutdown, a signal, broken output: no new command runs
+        # the end closes the sessions under the commands still running (``finish``): a failure from then on is the
+        # cut's, never a partial answer; during shutdown's grace a server's own failure is still reported as itself
+        self.cutting = threading.Event()
         self.catalogues = Catalogues(self.pool, registry=registry, events=events, log=log, timeout=opts.timeout)
         self.pool.on_users_gone = self.catalogues.forget
         self.actions = Actions(
@@ -11349,7 +11376,7 @@ class ResidentServer:
             catalogues=self.catalogues,
             events=events,
             log=log,
-            stopping=self.stopping,
+            stopping=self.cutting,
         )
         self.ended = threading.Event()  # the reader stopped (EOF, shutdown, unreadable stdin) or output broke
         self.signalled: int | None = None  # the terminating signal received (set by the handler, read by run_resident)
@@ -11435,7 +11462,7 @@ class ResidentServer:
 
                 traceback.print_exc(file=sys.stderr)
             answer = None
-            if self.stopping.is_set():  # e.g. a closed HTTP client under a call cut by the shutdown
+            if self.cutting.is_set():  # e.g. a closed HTTP client under a call cut by the shutdown
                 error = _cut_by_shutdown(command)
             elif is_exhaustion(exc):  # out of descriptors, threads or memory: a limit, never internal_error
                 error = ResourceLimitError(
@@ -11466,6 +11493,7 @@ class ResidentServer:
         answered, children's process groups are reaped), stop waiting on the registry, give the commands cut short
         ``grace`` seconds to write their own answers, answer the rest (``answer_the_rest``), end the threads."""
         self.stopping.set()
+        self.cutting.set()
         self.pool.close_all()
         self.registry.abort()
         end = time.monotonic() + grace
@@ -11616,8 +11644,10 @@ def run_resident(
         reader.start()
         while not server.ended.wait(0.1) and server.signalled is None:
             pass
-        if server.signalled is None and server.shutdown_task is None and not server.output_broken:
-            server.drain()  # EOF: the commands already read run to their own end and are answered
+        if server.signalled is None and not server.output_broken:
+            # EOF: the commands already read run to their own end; shutdown: they get --shutdown-grace to finish.
+            # Either way they are answered with their own results; a signal cuts the wait short.
+            server.drain(None if server.shutdown_task is None else opts.shutdown_grace)
         if server.signalled is not None:
             log.debug(f"{signal.Signals(server.signalled).name}: shutting down")
         server.finish(grace=_SHUTDOWN_GRACE)
@@ -11644,6 +11674,7 @@ def run_resident(
 # command whose resolved server has that key, closed after its idle time, at most ``WARM_MAX_SESSIONS``.
 
 WARM_MAX_SESSIONS = 32
+_WARM_OPEN_POLL = 0.05  # a command waiting for its key's opening asks this often whether its budget or Ctrl-C ended it
 
 
 def warm_session_key(server: ResolvedServer, insecure: bool) -> str:
@@ -11672,7 +11703,7 @@ def warm_session_key(server: ResolvedServer, insecure: bool) -> str:
 
 
 class _Warm:
-    """One kept session: the lock is held while it opens (others then get a fresh session of their own)."""
+    """One kept session: the lock is held while it opens (other commands with its key wait for it)."""
 
     __slots__ = ("key", "session", "lock", "opened", "used", "calls", "lent", "idle", "catalogue", "fresh_until")
 
@@ -11797,8 +11828,10 @@ def _warm_alive(entry: _Warm) -> bool:
 
 class _WarmSource(SessionSource):
     """One command's view of ``WarmSessions``: the kept session of its key, opened (and kept) on first use. While
-    another command opens that key's session, or when ``WARM_MAX_SESSIONS`` are kept and all in use, this one gets
-    a fresh session of its own, closed at its end, so no command ever waits for another."""
+    another command opens that key's session, this one waits for the opening (within its own time budget), so one
+    key reaches one server process (docs/contract.md §14); when the opening failed, the waiter opens afresh, never
+    taking a half-open session. When ``WARM_MAX_SESSIONS`` are kept and all in use, it gets a fresh session of its
+    own, closed at its end."""
 
     def __init__(self, warm: WarmSessions, cwd: str, idle: float) -> None:
         self.warm = warm
@@ -11814,12 +11847,16 @@ class _WarmSource(SessionSource):
 
             server = dataclasses.replace(server, cwd=self.cwd)
         entry = self.warm._entry(warm_session_key(server, insecure), self.idle)
-        if entry is None or not entry.lock.acquire(blocking=False):  # at the limit, or being opened by another command
-            if entry is not None:
-                self.warm._returned(entry, None)
+        if entry is None:  # at the limit, every kept session in use
             session = SessionSource.start(self, server, ctx, insecure=insecure)
             self._fresh.add(id(session))
             return session
+        try:  # another command may be opening it: its outcome (negotiated, or None after a failure) is ours to see
+            while not entry.lock.acquire(timeout=min(ctx.deadline.remaining(), _WARM_OPEN_POLL)):
+                pass  # remaining() ends the wait: this command's budget spent, or its Ctrl-C
+        except BaseException:
+            self.warm._returned(entry, None)
+            raise
         try:
             kept = entry.session
             if kept is not None and kept.alive:
@@ -11942,6 +11979,7 @@ _RESIDENT_OPTIONS = {
     "--max-processes": "max_processes",
     "--max-user-processes": "max_user_processes",
     "--idle-timeout": "idle_timeout",
+    "--shutdown-grace": "shutdown_grace",
 }
 _RESERVED_UNSUPPORTED = {"--format"}
 
@@ -11973,6 +12011,7 @@ class Invocation:
     max_processes: str | None = None
     max_user_processes: str | None = None
     idle_timeout: str | None = None
+    shutdown_grace: str | None = None
     keep_alive: str | None = None  # --keep-alive ("") or --keep-alive=DURATION (docs/contract.md §14)
     sessions: bool = False  # --sessions [--stop] (root only)
     stop: bool = False
@@ -12354,7 +12393,13 @@ def _select_server(config: ConfigFile, name: str) -> ServerConfig:
             hint=hint,
             details={"configured": names},
         )
-    return config.servers[name]
+    server = config.servers[name]
+    if server.disabled:
+        raise InvalidConfigError(
+            f'{config.path}: server {name!r} is disabled in this file ("disabled": true)',
+            hint='set "disabled" to false or remove it to use this server',
+        )
+    return server
 
 
 def _warn_invalid_server_names(config: ConfigFile, log: Log) -> None:
@@ -12400,7 +12445,17 @@ def build_resident_options(inv: Invocation) -> ResidentOptions:
         else DEFAULT_IDLE_TIMEOUT,
         timeout=cli_timeout(inv),
         insecure=inv.insecure,
+        shutdown_grace=_shutdown_grace(inv.shutdown_grace),
     )
+
+
+def _shutdown_grace(text: str | None) -> float:
+    """``--shutdown-grace``: a duration, or ``0`` for none (the commands in flight are cut at once)."""
+    if text is None:
+        return DEFAULT_SHUTDOWN_GRACE
+    if text.strip() in ("0", "0s", "0ms"):
+        return 0.0
+    return parse_duration(text, option="--shutdown-grace")
 
 
 def run_registry_tool(inv: Invocation, envr: Environment, log: Log) -> int:

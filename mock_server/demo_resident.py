@@ -81,6 +81,8 @@ def start_mock() -> tuple[subprocess.Popen[str], str]:
 
 
 def write_registry(path: str, url: str) -> None:
+    # It holds credentials: created 0600 before sqlite opens it, as an operator should (bkmcp warns otherwise).
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     db = sqlite3.connect(path)
     db.executescript(SCHEMA)
     stdio = [
@@ -117,7 +119,7 @@ class Session:
         if user:
             command["user"] = {"userId": user}
         line = json.dumps(command)
-        print(f"\n>>> {line}")
+        print(f"\n>>> {line}", flush=True)  # before bkmcp's own stderr lines about it
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.proc.stdin.write(line + "\n")
         self.proc.stdin.flush()
@@ -155,6 +157,12 @@ def main() -> int:
             s.send("call_tool", "alice", name="mcp_notes_whoami")
             s.send("call_tool", "bob", name="mcp_notes_whoami")
             s.send("call_tool", "bob", name="mcp_weather_echo", arguments={"text": "hello from bob"})
+            print(
+                "\n--- next, on purpose: the tool 'crash' makes alice's notes server exit mid-call. bkmcp answers "
+                "mcp_connection_error (outcome unknown),\n--- warns on stderr, and starts the server again on its "
+                "next use (the call after it).",
+                flush=True,
+            )
             s.send("call_tool", "alice", server_name="notes", tool_name="crash")
             s.send("call_tool", "alice", server_name="notes", tool_name="echo", arguments={"text": "restarted"})
             s.send("list_servers", "alice")

@@ -125,6 +125,57 @@ def test_inprocess_shutdown_and_duplicates(tmp_path, srv):
     assert len([a for a in out if a["task_id"] == "s1"]) == 2
 
 
+def test_a_script_that_ends_with_shutdown_gets_every_answer(tmp_path):
+    """Issue 28 item 9: calls in flight when ``shutdown`` is read finish within --shutdown-grace and are answered
+    with their results (before: cut, mcp_connection_error with outcome unknown); a list_tools sent just before it
+    comes back with its tools (and the failure of a server that is down as an ``errors`` entry); the server ran
+    each call once, to its end; the shutdown answer is last."""
+    slow = MockServer({"tools": [mock_tool("slow", "slow", {"text": {"type": "string"}}, ms=1000), *DEFAULT_TOOLS]})
+    slow.start()
+    try:
+        reg = tmp_path / "r.db"
+        write_registry(str(reg), [http_row("pub", slow.url), http_row("down", "http://127.0.0.1:9/mcp")])
+        names = [f"c{i}" for i in range(5)]
+        calls = [line(n, "call_tool", "u1", server_name="pub", tool_name="slow", arguments={"text": n}) for n in names]
+        stdin = "\n".join([*calls, line("tools", "list_tools", "u1"), line("z", "shutdown")]) + "\n"
+        res = run_bkmcp("--resident", "--registry", str(reg), "--shutdown-grace", "60s", stdin=stdin)
+        assert res.exit_status == 0, res.stderr
+        out = [json.loads(x) for x in res.stdout.splitlines()]
+        got = {a["task_id"]: a for a in out}
+        for name in names:
+            assert got[name]["success"] is True, got[name]
+            assert got[name]["result"]["result"]["structuredContent"] == {"arguments": {"text": name}}
+        # a server's own failure during the grace is reported as itself, beside the tools, not as the shutdown's cut
+        assert got["tools"]["success"], got["tools"]
+        assert [e["server_name"] for e in got["tools"]["result"]["errors"]] == ["down"]
+        assert {t["tool_name"] for t in got["tools"]["result"]["tools"]} >= {"slow", "echo"}
+        assert out[-1] == {"task_id": "z", "success": True, "result": {"stopped": True}} and len(out) == 7
+        done = [json.loads(e["body"])["params"]["arguments"]["text"] for e in slow.requests("tools/call")]
+        assert sorted(done) == names and all(e["status"] == 200 for e in slow.requests("tools/call"))
+    finally:
+        slow.stop()
+
+
+def test_inprocess_disconnect_of_a_public_server_says_what_it_did(tmp_path, srv):
+    """Issue 28 item 9 (contract §11.2): a public server is never closed by one user; the answer gives the shared
+    session's state and ``closed: false``, never ``"status": "disconnected", "disconnected": false``
+    (the connected case: test_resident_isolation.py)."""
+    reg = tmp_path / "r.db"
+    write_registry(str(reg), [http_row("pub", srv.url)])
+    stdin = (
+        "\n".join(
+            [
+                line("before", "disconnect_server", "u1", server_name="pub"),
+            ]
+        )
+        + "\n"
+    )
+    res = run_bkmcp("--resident", "--registry", str(reg), "--shutdown-grace", "0", stdin=stdin)
+    got = answers(res)
+    assert res.exit_status == 0, res.stderr
+    assert got["before"]["result"] == {"server_name": "pub", "status": "disconnected", "shared": True, "closed": False}
+
+
 def test_inprocess_registry_failure_and_events_file(tmp_path):
     res = run_bkmcp("--resident", "--registry", str(tmp_path / "no" / "r.db"))
     assert res.exit_status == 1 and res.error_code == "registry_error" and res.stdout == ""

@@ -210,7 +210,7 @@ def test_a_call_cut_by_shutdown_has_no_null_exit_status(tmp_path, resident):
     reg = tmp_path / "r.db"
     slow = mock_tool("slow", "slow", ms=20000)
     write_registry(str(reg), [stdio_row("box", mock_stdio({"tools": [slow]}), isolation="public")])
-    res = resident(reg)
+    res = resident(reg, "--shutdown-grace", "0")  # the cut itself
     task = res.send("call_tool", "u-ann", server_name="box", tool_name="slow", arguments={})
     res.wait_event("tool.started", task_id=task)
     res.send("shutdown")
@@ -228,7 +228,7 @@ def test_disconnect_of_a_public_server_never_restarts_the_shared_child(tmp_path,
     res = resident(reg)
     res.ok("call_tool", "u-ann", server_name="shared", tool_name="echo", arguments={"text": "a"})
     answer = res.ok("disconnect_server", "u-ben", server_name="shared")
-    assert answer == {"server_name": "shared", "status": "connected", "shared": True, "disconnected": False}
+    assert answer == {"server_name": "shared", "status": "connected", "shared": True, "closed": False}
     res.ok("call_tool", "u-ann", server_name="shared", tool_name="echo", arguments={"text": "b"})
     assert len(res.events("process.started")) == 1 and res.events("process.exited") == []
 

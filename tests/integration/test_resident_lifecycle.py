@@ -125,7 +125,10 @@ def test_shutdown_fails_every_http_call_in_flight_by_closing_its_session(tmp_pat
     this can only meet by chance: a call still connecting, and a slow DELETE ending a legacy session."""
     srv = http_mock({"tools": [mock_tool("slow", "slow", ms=60000), *DEFAULT_TOOLS]})
     extra = {"protocol_version": version} if version else {}
-    res = resident(registry(tmp_path, [http_row("pub", srv.url, **extra)]), "--timeout", "120s")
+    # --shutdown-grace 0: the cut itself (with a grace, calls that end within it are answered with their results)
+    res = resident(
+        registry(tmp_path, [http_row("pub", srv.url, **extra)]), "--timeout", "120s", "--shutdown-grace", "0"
+    )
     res.ok("connect_server", "alice", server_name="pub")
     names = [f"c{i}" for i in range(5)]
     calls = [
@@ -464,3 +467,24 @@ def test_a_child_whose_output_ends_while_it_runs_is_stopped_not_exited(tmp_path,
     (warning,) = [line for line in res.stderr_lines if "server 'c'" in line]
     assert "failed (mcp_connection_error: the server's output ended while its process ran); bkmcp stopped" in warning
     assert "exited" not in warning
+
+
+# -- issue 28 item 9: make demo-resident as an operator sees it ----------------------------------------------------
+
+
+def test_demo_resident_keeps_its_registry_private_and_announces_its_crash(tmp_path):
+    """The demo's registry holds credentials: created 0600, so bkmcp has no permission warning for it; the crash
+    it causes on purpose is announced (stdout) before bkmcp's warning about it (stderr), on one merged stream."""
+    import subprocess
+
+    demo = Path(__file__).resolve().parents[2] / "mock_server" / "demo_resident.py"
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, str(demo)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "readable by group/others" not in done.stdout
+    announced = done.stdout.index("--- next, on purpose: the tool 'crash'")
+    warned = done.stdout.index("bkmcp: warning: server 'notes' failed")
+    assert announced < warned < done.stdout.index('"stopped":true')
+    assert list(tmp_path.iterdir()) == []  # its temporary folder is gone

@@ -480,6 +480,27 @@ def test_stdio_banner_before_json_rpc_is_skipped_and_shown_scrubbed_with_v(stdio
     assert SECRET not in check.stdout + check.stderr + tools.stdout + tools.stderr + call.stdout + call.stderr
 
 
+def test_stdio_an_editor_config_file_runs_as_it_is(tmp_path):
+    """Issue 28 item 5: the file Claude Desktop / Cursor / Cline write (no "type", "env", approval lists,
+    "disabled": false) is pointed at with --config and its server is started and called as written."""
+    log = tmp_path / "log.jsonl"
+    code = "import os, runpy, sys\nassert os.environ['MODE'] == 'ro'\nsys.argv = sys.argv[1:]\n"
+    code += "runpy.run_path(sys.argv[0], run_name='__main__')\n"
+    entry = {
+        "command": sys.executable,
+        "args": ["-c", code, MOCK, "--stdio", "--log", str(log)],
+        "env": {"MODE": "ro"},
+        "autoApprove": ["echo"],
+        "alwaysAllow": ["echo"],
+        "disabled": False,
+    }
+    config = write_mcp_json(tmp_path, {"notes": entry}, name="claude_desktop_config.json")
+    result = run_bkmcp("--config", str(config), "--timeout", "20s", "notes", "echo", "--text", "hi")
+    assert result.exit_status == 0 and result.stderr == "", result.stdout + result.stderr
+    calls = [json.loads(line)["json"]["params"] for line in log.read_text().splitlines() if '"tools/call"' in line]
+    assert [(p["name"], p["arguments"]) for p in calls] == [("echo", {"text": "hi"})]
+
+
 def test_stdio_lines_printed_during_a_call_are_never_its_answer(stdio_mock):
     """Lines on stdout while a call runs (mcp-hello-world's console.log): a log line, a JSON object carrying the
     call's id without "jsonrpc", a JSON-RPC object that is no response, are skipped; a valid response for an unknown

@@ -386,6 +386,115 @@ def test_a_one_shot_command_always_lists_whatever_the_ttl(place):
         srv.stop()
 
 
+# A stdio server that records its pid, then waits (bounded) for the test's "go" before it serves: every command of
+# the test arrives while the first one is still opening. With FAIL_FIRST the first process started exits instead.
+GATED = """
+import os, runpy, sys, time
+where, fail_first, argv = sys.argv[1], sys.argv[2] == "1", sys.argv[3:]
+with open(os.path.join(where, "pids"), "a") as pids:
+    pids.write(f"{os.getpid()}\\n")
+try:
+    os.close(os.open(os.path.join(where, "first"), os.O_CREAT | os.O_EXCL))
+    first = True
+except FileExistsError:
+    first = False
+end = time.monotonic() + 60
+while not os.path.exists(os.path.join(where, "go")) and time.monotonic() < end:
+    time.sleep(0.02)
+if first and fail_first:
+    sys.exit(1)
+sys.argv = argv
+runpy.run_path(argv[0], run_name="__main__")
+"""
+
+
+def _gated_first_calls(place, tmp: Path, count: int, fail_first: bool) -> tuple[list[tuple[int, str, str]], list[str]]:
+    """``count`` simultaneous first calls of ``echo`` with one key; (their results, the pids of servers started)."""
+    gate = tmp / "gate"
+    gate.mkdir()
+    mock = [str(MOCK), "--stdio", "--quiet", "--log", str(gate / "log.jsonl")]
+    args = ["-c", GATED, str(gate), "1" if fail_first else "0", *mock]
+    entry = {"type": "stdio", "command": sys.executable, "args": args}
+    if fail_first:  # pinned: no era probe, which would start a server that exits during it once more
+        entry["protocolVersion"] = "2025-06-18"
+    write_mcp_json(place.config, {"st": entry})
+    results: list[tuple[int, str, str]] = []
+
+    def call(i: int) -> None:
+        results.append(place.main("--timeout", "60s", "st", "echo", "--text", f"c{i}", "--keep-alive"))
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+
+    def pids() -> list[str]:
+        return (gate / "pids").read_text().split() if (gate / "pids").exists() else []
+
+    def all_arrived() -> bool:
+        entries = list(place.server.sessions._entries.values())
+        return bool(entries) and entries[0].lent == count and len(pids()) == 1
+
+    until(lambda: all_arrived() or len(pids()) > 1, "every command reached the key's session, or a second server")
+    (gate / "go").touch()
+    for thread in threads:
+        thread.join(120)
+    calls = (
+        [
+            json.loads(line)["json"]["params"]["arguments"]["text"]
+            for line in (gate / "log.jsonl").read_text().splitlines()
+            if '"tools/call"' in line
+        ]
+        if (gate / "log.jsonl").exists()
+        else []
+    )
+    assert sorted(calls) == sorted(
+        json.loads(out)["data"]["result"]["structuredContent"]["arguments"]["text"]
+        for status, out, _ in results
+        if status == 0
+    )
+    return results, pids()
+
+
+def test_simultaneous_first_calls_with_one_key_reach_one_server_process(place, tmp_path):
+    """Issue 28 item 10 (docs/contract.md §14): 20 commands that find their key's session still opening wait for it
+    instead of opening their own: one server process served all 20 calls."""
+    results, pids = _gated_first_calls(place, tmp_path, 20, fail_first=False)
+    assert [status for status, _, _ in results] == [0] * 20, [err for _, _, err in results if err][:2]
+    assert len(pids) == 1, f"{len(pids)} server processes for one key"
+    assert all(s["calls"] == 20 for s in place.server.sessions.listing())
+
+
+def test_a_failed_opening_is_never_shared_half_open(place, tmp_path):
+    """The opening of the key's session fails (its server exits before answering): that command gets the failure;
+    each waiter opens afresh (one of them the new server, the others wait for it), never a half-open session."""
+    results, pids = _gated_first_calls(place, tmp_path, 5, fail_first=True)
+    statuses = sorted(status for status, _, _ in results)
+    assert statuses == [0, 0, 0, 0, 2], [out for status, out, _ in results if status]
+    failed = next(json.loads(out)["error"] for status, out, _ in results if status == 2)
+    assert failed["code"] == "mcp_connection_error"
+    assert len(pids) == 2  # the one that failed and the one every other call used
+
+
+def test_a_command_waits_for_an_opening_within_its_own_budget_only(place):
+    """A command that finds its key's session opening waits within its own budget: spent, it is that command's
+    mcp_timeout, and the entry is no longer lent to it (the opener's session is untouched)."""
+    warm = bkmcp.WarmSessions(bkmcp.Log(io.StringIO()))
+    log = bkmcp.Log(io.StringIO())
+    server = bkmcp.resolve_server(bkmcp.load_config(str(place.config)).servers["m"], {}, cwd=str(place.runtime))
+    opener, opener_ctx = warm.for_command(str(place.runtime), 60.0), bkmcp.OpContext(bkmcp.Deadline(10), log)
+    session = opener.start(server, opener_ctx, insecure=False)  # opening: its lock held
+    with pytest.raises(bkmcp.McpTimeoutError):
+        warm.for_command(str(place.runtime), 60.0).start(
+            server, bkmcp.OpContext(bkmcp.Deadline(0.1), log), insecure=False
+        )
+    (entry,) = warm._entries.values()
+    assert entry.lent == 1 and entry.session is session
+    opener.ready(session, opener_ctx)
+    opener.done(session, opener_ctx)
+    assert [s["calls"] for s in warm.listing()] == [1] and not place.srv.requests("tools/call")
+    warm.close_all()
+
+
 def test_the_limit_holds_while_sessions_open_together(place):
     """Issue 29, item 6: the count is checked and the entry made under one lock; a command finding every kept
     session in use (here: all still opening) runs on a session of its own, closed at its end."""

@@ -901,6 +901,7 @@ def test_resident_help_defaults_are_the_resident_modes_own():
     assert f"(default {bkmcp.DEFAULT_MAX_PROCESSES})" in text
     assert f"(default {bkmcp.DEFAULT_MAX_USER_PROCESSES})" in text
     assert "(default 10m)" in text and bkmcp.parse_duration("10m") == bkmcp.DEFAULT_IDLE_TIMEOUT
+    assert "(default 5s; 0: none)" in text and bkmcp.parse_duration("5s") == bkmcp.DEFAULT_SHUTDOWN_GRACE
 
 
 def test_completion_offers_every_option_of_the_option_tables():

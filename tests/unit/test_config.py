@@ -184,6 +184,60 @@ def test_c02_an_invalid_server_name_is_reported_for_that_server_only(kind, write
     assert res.error_code == "mcp_server_not_found" and res.json["error"]["configured"] == ["good"]
 
 
+# -- the file people already have (issue 28 item 5): Claude Desktop, Cursor, Cline, Claude Code's .mcp.json ----
+
+
+def test_c02_an_entry_with_command_and_no_type_is_stdio():
+    """The entry every editor writes for a stdio server has no "type": it is a stdio server. What editors add
+    per entry and bkmcp does not act on (approval lists, "disabled": false) is accepted; the rest stays refused."""
+    conf = parse_config(
+        json.dumps(
+            cfg(
+                desktop={"command": "npx", "args": ["-y", "pkg"], "env": {"K": "v"}},
+                code={"type": "stdio", "command": "uvx", "args": ["mcp-server-time"]},
+                cline={"command": "node", "autoApprove": ["read"], "alwaysAllow": [], "disabled": False},
+            )
+        ),
+        "/f.json",
+    )
+    assert {name: s.type for name, s in conf.servers.items()} == {"desktop": "stdio", "code": "stdio", "cline": "stdio"}
+    assert conf.servers["desktop"].args == ("-y", "pkg") and conf.servers["desktop"].env == (("K", "v"),)
+    assert not any(s.disabled for s in conf.servers.values())
+
+
+EDITOR_REFUSALS = {
+    # a url entry does not imply its transport (Streamable HTTP or the older SSE): "type" stays required
+    "url-no-type": ({"url": "https://x/"}, 'field "type" is required', 'add "type": "http"'),
+    "sse": ({"type": "sse", "url": "https://x/"}, "unsupported type 'sse'", "Streamable HTTP"),
+    "neither": ({"args": ["x"]}, 'field "type" is required', None),
+    "timeout": ({"command": "x", "timeout": 60}, "unknown field(s) 'timeout' for type 'stdio'", "--timeout option"),
+    "typo": ({"command": "x", "arg": ["y"]}, "unknown field(s) 'arg'", "known fields"),
+    "disabled-not-bool": ({"command": "x", "disabled": "yes"}, '"disabled" must be true or false', None),
+    "approve-not-list": ({"command": "x", "autoApprove": "all"}, '"autoApprove" must be an array', None),
+    "allow-not-strings": ({"command": "x", "alwaysAllow": [1]}, '"alwaysAllow" must be an array', None),
+    "editor-keys-on-http": ({"url": "https://x/", "disabled": False}, 'field "type" is required', "type"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EDITOR_REFUSALS))
+def test_c02_what_an_editor_file_may_hold_that_bkmcp_refuses(case):
+    entry, message, hint = EDITOR_REFUSALS[case]
+    with pytest.raises(InvalidConfigError) as info:
+        parse_config(json.dumps(cfg(a=entry)), "/f.json")
+    assert message in info.value.message
+    if hint is not None:
+        assert hint in (info.value.hint or "")
+
+
+def test_c02_a_disabled_entry_is_refused_when_selected_only(write_config, no_network):
+    """ "disabled": true (Cline, Roo) is honoured: that server is refused by name, the file's others work."""
+    path = write_config(cfg(off={"command": "x", "disabled": True}, on=http()))
+    res = dry("--config", str(path), "off")
+    assert res.exit_status == 1 and res.error_code == "invalid_mcp_config"
+    assert "'off' is disabled in this file" in res.json["error"]["message"]
+    assert dry("--config", str(path), "on").exit_status == 0
+
+
 def test_c02_servers_layout_says_not_supported():
     with pytest.raises(InvalidConfigError, match="not supported"):
         parse_config('{"servers": {}}', "/f.json")

@@ -619,6 +619,22 @@ def test_import_then_list_in_process(tmp_path: Path, write_config) -> None:
     _assert_no_secret(listed.stdout)
 
 
+def test_import_takes_an_editor_file_as_it_is(tmp_path: Path, write_config) -> None:
+    """Issue 28 item 5: a Claude Desktop / Cline file imports as written: a typeless "command" entry is stdio,
+    "disabled": true arrives disabled, approval lists are not carried."""
+    editor = {
+        "mcpServers": {
+            "fs": {"command": "npx", "args": ["-y", "server-fs"], "autoApprove": ["read_file"]},
+            "off": {"command": "uvx", "args": ["mcp-server-git"], "disabled": True},
+        }
+    }
+    result = run_bkmcp("--registry", "reg.db", "--import", str(write_config(editor)), cwd=str(tmp_path))
+    assert result.exit_status == 0 and result.stderr == "", result.stderr
+    with sqlite3.connect(tmp_path / "reg.db") as db:
+        rows = {r[0]: r[1:] for r in db.execute("SELECT name, transport_type, command, args, enabled FROM mcp_servers")}
+    assert rows == {"fs": ("stdio", "npx", '["-y","server-fs"]', 1), "off": ("stdio", "uvx", '["mcp-server-git"]', 0)}
+
+
 def test_import_replaces_keeps_credentials_and_clears_the_tools_cache(tmp_path: Path, write_config) -> None:
     reg = tmp_path / "reg.db"
     assert run_bkmcp("--registry", str(reg), "--import", str(write_config(MCP_JSON))).exit_status == 0

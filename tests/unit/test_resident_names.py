@@ -134,6 +134,7 @@ def test_parse_command_ok():
         (["--resident", "--registry", "r.db", "--max-processes", "0"], "usage_error"),
         (["--resident", "--registry", "r.db", "--max-user-processes", "x"], "usage_error"),
         (["--resident", "--registry", "r.db", "--idle-timeout", "soon"], "usage_error"),
+        (["--resident", "--registry", "r.db", "--shutdown-grace", "-1s"], "usage_error"),
         (
             [
                 "--resident",
@@ -185,3 +186,14 @@ def test_resident_options_before_or_after():
         3,
         "-",
     )
+
+
+def test_shutdown_grace_option():
+    """Issue 28 item 9: --shutdown-grace takes a duration or 0 (none); 5 s when not given."""
+
+    def grace(*extra: str) -> float:
+        inv = bkmcp.parse_argv(["--resident", "--registry", "r.db", *extra])
+        bkmcp.check_invocation(inv)
+        return bkmcp.build_resident_options(inv).shutdown_grace
+
+    assert (grace(), grace("--shutdown-grace", "30s"), grace("--shutdown-grace", "0")) == (5.0, 30.0, 0.0)
