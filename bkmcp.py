@@ -5875,7 +5875,7 @@ def build_dry_run(server: ResolvedServer, tool: str, arguments: dict[str, Any]) 
 # ======================================================================================================
 
 RESERVED_OPTION_NAMES = frozenset(
-    "help h check tools config body timeout jq context dry-run verbose v insecure format resident registry "
+    "help h check tools config body timeout jq raw r context dry-run verbose v insecure format resident registry "
     "version keep-alive".split()
 )
 
@@ -7393,8 +7393,9 @@ class JqProgram:
         """Every output value of ``stream`` at once."""
         return list(self.stream(envelope, deadline))
 
-    def stream(self, envelope: dict[str, Any], deadline: Deadline | None = None) -> Iterator[str]:
-        """Run over the final envelope; yield each output value as one compact JSON line as soon as jq has it.
+    def stream(self, envelope: dict[str, Any], deadline: Deadline | None = None, *, raw: bool = False) -> Iterator[str]:
+        """Run over the final envelope; yield each output value as one compact JSON line as soon as jq has it
+        (with ``raw``, a string value as its text, as ``jq -r`` prints it).
 
         ``deadline`` bounds the run: it is checked between output values (a ``jq`` executable is also killed when
         it is silent past it); past it the run is ``jq_error``. A ``halt_error`` raises ``JqHalt`` after the
@@ -7411,7 +7412,8 @@ class JqProgram:
         # The number walks are iterative (no recursion limit is raised: nothing process-wide changes per call);
         # the jq binding's own conversions still recurse, which is what this guards.
         try:
-            yield from self._stream(envelope, deadline)
+            for value in self._stream(envelope, deadline):
+                yield render_raw_text(value) if raw and isinstance(value, str) else dump_json(value)
         except RecursionError:
             raise JqError(
                 "--jq failed on the result: it is nested too deeply",
@@ -7419,7 +7421,7 @@ class JqProgram:
                 hint="project a smaller part (e.g. --jq '.data.result.content'), or drop --jq and save the output",
             ) from None
 
-    def _stream(self, envelope: dict[str, Any], deadline: Deadline | None) -> Iterator[str]:
+    def _stream(self, envelope: dict[str, Any], deadline: Deadline | None) -> Iterator[Any]:
         nonce = os.urandom(4).hex()
         if self._literal:
             exact_protect, text_protect = _jq_beyond_decimal, _jq_literal_differs
@@ -7443,7 +7445,7 @@ class JqProgram:
                     else:  # once the runs part, the value computed with real numbers is the answer
                         _close(respelled)
                         respelled = None
-                yield dump_json(value)
+                yield value
                 if deadline is not None and deadline.end - time.monotonic() <= 0:
                     raise _JqOverBudget()
         except (ValueError, _JqOverBudget) as exc:
@@ -7741,6 +7743,63 @@ def compile_jq(expression: str) -> JqProgram:
     return JqProgram(expression)
 
 
+# -- --raw: a result as plain text (docs/contract.md §7) ----------------------------------------------------
+
+
+def render_raw_result(result: Mapping[str, Any], *, pretty: bool = False) -> str:
+    """A successful call's result as ``--raw`` prints it: each ``text`` block as it is, followed by a newline
+    unless it ends with one; any other block as one bracketed line naming it, never its bytes; no block but a
+    ``structuredContent``: that value as JSON. Lone surrogates (valid in JSON, not in UTF-8) become U+FFFD."""
+    content = result.get("content")
+    blocks = content if isinstance(content, list) else []
+    if not blocks and "structuredContent" in result:
+        return dump_json(result["structuredContent"], indent=2 if pretty else None) + "\n"
+    out: list[str] = []
+    for block in blocks:
+        if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
+            text = render_raw_text(block["text"])
+            out.append(text if text.endswith("\n") else text + "\n")
+        else:
+            out.append(_raw_block_line(block) + "\n")
+    return "".join(out)
+
+
+def render_raw_text(text: str) -> str:
+    """``text`` as a UTF-8 stream can carry it: lone surrogates become U+FFFD, everything else stays."""
+    return _LONE_SURROGATE.sub("\ufffd", text)
+
+
+_LONE_SURROGATE = _lazy_re("[\ud800-\udfff]")
+
+
+def _raw_block_line(block: Any) -> str:
+    """``[image image/png, 3412 bytes]``, ``[resource file:///a.txt, text/plain]``, ``[resource_link …]``: what the
+    block is, on one line, its text made printable; a block of unknown shape is ``[unknown block]``."""
+    if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+        return "[unknown block]"
+    kind = block["type"]
+    inner = block["resource"] if kind == "resource" and isinstance(block.get("resource"), dict) else block
+    parts = [inner[key] for key in ("uri", "mimeType") if isinstance(inner.get(key), str) and inner[key]]
+    payload = inner.get("data", inner.get("blob"))
+    if isinstance(payload, str):
+        parts.append(f"{_base64_size(payload)} bytes")
+    elif kind == "resource" and isinstance(inner.get("text"), str):
+        parts.append(f"{len(inner['text'].encode('utf-8', 'surrogatepass'))} bytes")
+    line = kind + (" " + ", ".join(parts) if parts else "")
+    if len(line) > _RAW_LINE_LIMIT:
+        line = line[: _RAW_LINE_LIMIT - 1] + "…"
+    return _printable(f"[{line}]")
+
+
+_RAW_LINE_LIMIT = 300  # characters of a bracketed line: a URI is shown, a data: URI never in full
+
+
+def _base64_size(text: str) -> int:
+    """The decoded size of base64 ``text`` without decoding it (whitespace and padding are not data)."""
+    chars = sum(1 for ch in text if not ch.isspace() and ch != "=")
+    return chars * 3 // 4
+
+
 # -- help text -----------------------------------------------------------------------------------------
 
 ROOT_HELP = """\
@@ -7766,6 +7825,7 @@ Global options (before or after <server>):
   --config PATH        config file (default: $BK_CLI_CONFIG_DIR/mcp.json, else ~/.bk-cli/mcp.json)
   --timeout DURATION   budget for the whole remote operation: 500ms, 30s, 2m, 1h (default 60s)
   --jq EXPR            project the final JSON envelope with a jq expression (one value per line)
+  -r, --raw            a call's result as plain text (text blocks as they are); with --jq, strings unquoted
   -v, --verbose        diagnostics on stderr (requests, eras, timing); secrets print as ***
   --insecure           skip TLS certificate verification
   --keep-alive[=DUR]   keep the server's session warm in a background process for the next calls (default 10m;
@@ -7842,7 +7902,7 @@ def render_resident_help() -> str:
 # contacted while completing). Tool names would need discovery, so they are never completed.
 COMPLETION_SHELLS = ("bash", "zsh", "fish")
 _COMPLETION_OPTIONS = (
-    "--help --version --config --timeout --jq --verbose --insecure --check --tools --body --dry-run --resident "
+    "--help --version --config --timeout --jq --raw --verbose --insecure --check --tools --body --dry-run --resident "
     "--registry --import --list --completion --events --max-processes --max-user-processes --idle-timeout "
     "--keep-alive --sessions --stop"
 )
@@ -11851,6 +11911,8 @@ _FLAG_OPTIONS = {
     "--help": "help",
     "--version": "version",
     "--resident": "resident",
+    "-r": "raw",
+    "--raw": "raw",
 }
 # `bkmcp --registry FILE --import mcp.json | --list` (contract §11.3): options only before any server name, so a tool's
 # own `--list`/`--import` parameter (after the tool name) keeps working as a tool option.
@@ -11887,6 +11949,7 @@ class Invocation:
     help: bool = False
     version: bool = False
     resident: bool = False
+    raw: bool = False  # -r/--raw: a call's result as text; with --jq, strings unquoted (docs/contract.md §7)
     registry_import: str | None = None
     registry_list: bool = False
     completion: str | None = None  # --completion bash|zsh|fish|servers (root only)
@@ -12008,7 +12071,7 @@ def check_invocation(inv: Invocation) -> None:
         raise UsageError("--stop is only valid with --sessions", hint="bkmcp --sessions --stop")
     if inv.sessions and not inv.help:
         extra = inv.server or inv.check or inv.tools or inv.body is not None or inv.resident or inv.dry_run
-        if extra or inv.registry is not None or inv.jq is not None or inv.completion is not None:
+        if extra or inv.registry is not None or inv.jq is not None or inv.completion is not None or inv.raw:
             raise UsageError(
                 "--sessions takes nothing else but --stop", hint="bkmcp --sessions | bkmcp --sessions --stop"
             )
@@ -12019,7 +12082,7 @@ def check_invocation(inv: Invocation) -> None:
                 hint='eval "$(bkmcp --completion bash)"',
             )
         extra = inv.server or inv.check or inv.tools or inv.body is not None or inv.resident or inv.registry is not None
-        if extra or inv.jq is not None or inv.dry_run or inv.help:
+        if extra or inv.jq is not None or inv.dry_run or inv.help or inv.raw:
             raise UsageError("--completion takes nothing else but --config", hint="bkmcp --completion bash")
     registry_tool = inv.registry_import is not None or inv.registry_list
     if inv.registry is not None and not inv.resident and not registry_tool:
@@ -12037,6 +12100,7 @@ def check_invocation(inv: Invocation) -> None:
                 ("--dry-run", inv.dry_run),
                 ("--config", inv.config),
                 ("--jq", inv.jq),
+                ("--raw", inv.raw),
             )
             if on
         ]
@@ -12056,6 +12120,7 @@ def check_invocation(inv: Invocation) -> None:
             name
             for name, on in (
                 ("--jq", inv.jq is not None),
+                ("--raw", inv.raw),
                 ("--config", inv.config is not None),
                 ("--dry-run", inv.dry_run),
             )
@@ -12097,6 +12162,14 @@ def check_invocation(inv: Invocation) -> None:
                 f"--dry-run does not accept named tool flags (got --{inv.tool_tokens[0].name})",
                 hint="put every argument into --body",
             )
+    if inv.raw and inv.jq is None and not inv.help and (inv.check or inv.tools or inv.dry_run):
+        # without --jq there is no result to print as text: a catalogue or preview is JSON by nature
+        mode = "--check" if inv.check else "--tools" if inv.tools else "--dry-run"
+        raise UsageError(
+            f"--raw prints a tool call's result as text; {mode} has none",
+            hint="drop --raw, or add --jq EXPR to print the strings it selects unquoted "
+            "(e.g. --tools --jq '.data.tools[].name' --raw)",
+        )
     if inv.timeout is not None:
         parse_duration(inv.timeout)
 
@@ -12401,14 +12474,15 @@ class _Runner:
         self.envr.stdout.write(text if text.endswith("\n") else text + "\n")
         return EXIT_OK
 
-    def emit_envelope(self, envelope: dict[str, Any], jq: JqProgram | None, status: int) -> int:
+    def emit_envelope(self, envelope: dict[str, Any], jq: JqProgram | None, status: int, *, raw: bool = False) -> int:
         """Write the envelope, or each ``--jq`` value as it comes (flushed, within the budget). A reader that goes
-        away ends the output quietly: ``main`` maps the ``BrokenPipeError`` to the exit status."""
+        away ends the output quietly: ``main`` maps the ``BrokenPipeError`` to the exit status. ``raw`` (a success
+        under ``--raw``): ``--jq``'s strings unquoted, else the call's result as text (docs/contract.md §7)."""
         out = self.envr.stdout
         try:
             if jq is not None:
                 try:
-                    for line in jq.stream(envelope, self.jq_deadline()):
+                    for line in jq.stream(envelope, self.jq_deadline(), raw=raw):
                         out.write(line + "\n")
                         out.flush()
                 except JqHalt as halt:
@@ -12418,7 +12492,10 @@ class _Runner:
                     return halt.status
             else:
                 pretty = 2 if getattr(out, "isatty", lambda: False)() else None
-                out.write(dump_json(envelope, indent=pretty) + "\n")
+                if raw:
+                    out.write(render_raw_result(envelope["data"]["result"], pretty=pretty is not None))
+                else:
+                    out.write(dump_json(envelope, indent=pretty) + "\n")
             out.flush()
         except BrokenPipeError:
             if out is sys.__stdout__:  # the interpreter would flush what is left at exit, fail again, exit 120
@@ -12513,7 +12590,7 @@ class _Runner:
         if inv.dry_run:
             assert inv.tool is not None and inv.body is not None
             preview = read_body(inv.body, envr.stdin, envr.cwd, deadline, env=envr.env)
-            return self.emit_envelope(build_success(build_dry_run(server, inv.tool, preview)), jq, EXIT_OK)
+            return self.emit_envelope(build_success(build_dry_run(server, inv.tool, preview)), jq, EXIT_OK, raw=inv.raw)
         arguments: dict[str, Any] | None = None
         if inv.tool is not None and not inv.help and inv.body is not None:
             arguments = read_body(inv.body, envr.stdin, envr.cwd, deadline, env=envr.env)
@@ -12527,12 +12604,12 @@ class _Runner:
             self.remote_started = True
             if inv.check:
                 data = run_check(server, ctx, insecure=inv.insecure)
-                return self.emit_envelope(build_success(data), jq, EXIT_OK)
+                return self.emit_envelope(build_success(data), jq, EXIT_OK, raw=inv.raw)
             if inv.tools:
                 data = run_tools(server, ctx, insecure=inv.insecure)
                 # tools stay exactly as received; how each maps to flags (and what needs --body) sits beside them
                 data["cli"] = {str(t.get("name")): describe_cli(t) for t in data["tools"] if isinstance(t, dict)}
-                return self.emit_envelope(build_success(data), jq, EXIT_OK)
+                return self.emit_envelope(build_success(data), jq, EXIT_OK, raw=inv.raw)
             assert inv.tool is not None
             return self.run_tool(server, inv.tool, arguments, jq, ctx)
         except RemoteError as exc:
@@ -12604,7 +12681,7 @@ class _Runner:
                 hint="the tool ran and returned an error result; see data.result",
                 data=data,
             )
-        return self.emit_envelope(build_success(data), jq, EXIT_OK)
+        return self.emit_envelope(build_success(data), jq, EXIT_OK, raw=inv.raw)
 
 
 # -- warm sessions: the --keep-alive client and its background process (docs/contract.md §14) ---------------------

@@ -912,7 +912,7 @@ def test_completion_offers_every_option_of_the_option_tables():
         bkmcp._REGISTRY_FLAG_OPTIONS,
         bkmcp._RESIDENT_OPTIONS,
     )
-    offered = set(bkmcp._COMPLETION_OPTIONS.split()) | {"-h", "-v"}
+    offered = set(bkmcp._COMPLETION_OPTIONS.split()) | {"-h", "-v", "-r"}  # short forms: the long one is offered
     missing = sorted({name for table in tables for name in table} - offered - {"--context"})  # --context: refused
     assert missing == []
     assert set(bkmcp._COMPLETION_VALUE_OPTIONS.split()) <= {
