@@ -7800,6 +7800,23 @@ def _base64_size(text: str) -> int:
     return chars * 3 // 4
 
 
+TOOL_REASON_LIMIT = 200  # characters of a tool's own reason that mcp_tool_error's message quotes
+
+
+def render_tool_reason(result: Mapping[str, Any], scrub: Callable[[str], str]) -> str | None:
+    """Why an ``isError`` result failed, as the tool put it: the first non-blank line of its text blocks, scrubbed
+    of secrets before it is cut to ``TOOL_REASON_LIMIT`` characters (a cut must not split a secret out of reach
+    of the scrub), control characters shown as escapes. None when no text block says anything."""
+    content = result.get("content")
+    for block in content if isinstance(content, list) else []:
+        if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
+            line = next((line.strip() for line in block["text"].splitlines() if line.strip()), "")
+            if line:
+                line = _printable(scrub(line))
+                return line if len(line) <= TOOL_REASON_LIMIT else line[: TOOL_REASON_LIMIT - 1] + "…"
+    return None
+
+
 # -- help text -----------------------------------------------------------------------------------------
 
 ROOT_HELP = """\
@@ -12676,8 +12693,9 @@ class _Runner:
         if "schema" in data:
             return self.emit_text(render_tool_help(server.name, data["schema"]))
         if data["result"].get("isError") is True:
+            reason = render_tool_reason(data["result"], self.redactor.scrub)
             raise ToolError(
-                f"tool {name!r} reported an error (isError: true)",
+                f"tool {name!r} failed: {reason}" if reason else f"tool {name!r} reported an error (isError: true)",
                 hint="the tool ran and returned an error result; see data.result",
                 data=data,
             )

@@ -164,3 +164,41 @@ def test_render_raw_result_pretty_json_and_blocks_of_no_known_shape():
     first, second, third = lines.splitlines()
     assert (first, second) == ("[unknown block]", "[unknown block]")
     assert len(third) == 302 and third.endswith("…]")
+
+
+# -- mcp_tool_error says why (issue 28 item 2) ----------------------------------------------------------------
+
+
+def test_a_tool_error_message_ends_with_the_tools_own_first_line(mock):
+    text = "\n  Invalid timezone: 'No time zone found with key Mars/Olympus'\nTraceback (most recent call last): ..."
+    target = mock({"tools": [mock_tool("get_current_time", "is_error", text=text)]})
+    result = target.run(target.name, "get_current_time", "--body", '{"timezone": "Mars/Olympus"}')
+    assert result.exit_status == 2 and result.error_code == "mcp_tool_error"
+    assert result.json["error"]["message"] == (
+        "tool 'get_current_time' failed: Invalid timezone: 'No time zone found with key Mars/Olympus'"
+    )
+    assert result.json["data"]["result"]["content"] == [{"type": "text", "text": text}]
+    assert sent(target, "arguments") == [{"timezone": "Mars/Olympus"}]
+
+
+def test_a_tool_reason_is_scrubbed_before_it_is_cut_and_made_printable(mock):
+    secret = "s3cr3t-token-value-abcdef"
+    tools = [
+        mock_tool("leaks", "is_error", text="x" * 185 + secret + " tail"),  # cut first, 14 of its characters would stay
+        mock_tool("long", "is_error", text="\ty" * 150),
+    ]
+    target = mock({"tools": tools}, headers={"Authorization": f"Bearer {secret}"})
+    message = target.run(target.name, "leaks").json["error"]["message"]
+    assert message == "tool 'leaks' failed: " + "x" * 185 + "*** tail"
+    message = target.run(target.name, "long").json["error"]["message"]
+    assert message == "tool 'long' failed: " + "y" + "\\ty" * 66 + "…"  # stripped, escaped, then 200 characters
+
+
+@pytest.mark.parametrize(
+    "content", [[], [{"type": "image", "data": "AAAA", "mimeType": "image/png"}], [{"type": "text", "text": " \n"}]]
+)
+def test_a_tool_error_without_text_keeps_the_plain_message(mock, content):
+    target = mock({"tools": [result_tool("t", {"content": content, "isError": True})]})
+    result = target.run(target.name, "t")
+    assert result.exit_status == 2 and result.json["error"]["message"] == "tool 't' reported an error (isError: true)"
+    assert target.count("tools/call") == 1
