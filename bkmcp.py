@@ -1448,6 +1448,14 @@ def closest_names(name: str, candidates: Iterable[str], *, limit: int = 3) -> li
 
 SUPPORTED_VERSIONS = ("2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28")
 CONFIG_FILE_NAME = "mcp.json"
+# The smallest useful config, one stdio and one HTTP server: shown where a newcomer looks first (the not-found hint,
+# the root help, skills/bkmcp/SKILL.md).
+CONFIG_EXAMPLE_LINES = (
+    '{"mcpServers": {',
+    '  "fs": {"type": "stdio", "command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/data"]},',
+    '  "api": {"type": "http", "url": "https://mcp.example.com/mcp", "headers": {"Authorization": "Bearer ${TOKEN}"}}',
+    "}}",
+)
 _HTTP_FIELDS = frozenset({"type", "url", "headers", "protocolVersion"})
 _STDIO_FIELDS = frozenset({"type", "command", "args", "env", "cwd", "protocolVersion"})
 _FORBIDDEN_HEADERS = frozenset(
@@ -1580,7 +1588,8 @@ def load_config(path: str) -> ConfigFile:
     except FileNotFoundError:
         raise ConfigNotFoundError(
             f"config file not found: {path}",
-            hint="create it, pass --config PATH, or set BK_CLI_CONFIG_DIR; bkmcp never falls back to another file",
+            hint="create it, pass --config PATH, or set BK_CLI_CONFIG_DIR; bkmcp never falls back to another file. "
+            "A minimal file: " + " ".join(line.strip() for line in CONFIG_EXAMPLE_LINES),
         ) from None
     except IsADirectoryError:
         raise InvalidConfigError(
@@ -6455,6 +6464,40 @@ def parse_tool_arguments(
     return values
 
 
+def build_positional_error(
+    tool: Mapping[str, Any], value: str, follows: str | None = None, *, server_name: str = "<server>"
+) -> UsageError:
+    """A bare value after the tool name (``bkmcp fs list_directory ./notes``): tool arguments are flags, so the
+    error names this tool's flags, and the one to write when exactly one required flag takes a string. ``follows``:
+    the flag whose value came just before (``--text hello world``: the value's unquoted rest, most likely)."""
+    import shlex
+
+    flags = list(build_tool_flags(tool).flags.values())
+    command = _tool_command(server_name, tool.get("name"))
+    shown = _printable(repr(value))
+    if not flags:
+        return UsageError(
+            f"unexpected argument {shown}: tool {_printable(str(tool.get('name')))!r} has no flags",
+            hint=f"pass its arguments as one JSON object: {command} --body '{{...}}'",
+        )
+    listed = [f"{flag.usage}{' (required)' if flag.required else ''}" for flag in flags[:_POSITIONAL_FLAGS_SHOWN]]
+    more = f", … ({len(flags) - _POSITIONAL_FLAGS_SHOWN} more)" if len(flags) > _POSITIONAL_FLAGS_SHOWN else ""
+    required = [flag for flag in flags if flag.required]
+    if follows is not None:
+        hint = f"quote a value that contains spaces (--{_printable(follows)} 'two words'); every flag: {command} --help"
+    elif len(required) == 1 and required[0].kind == "string":
+        hint = f"write {_printable(required[0].option + ' ' + shlex.quote(value))}; every flag: {command} --help"
+    else:
+        hint = f"every flag with its meaning: {command} --help"
+    return UsageError(
+        f"unexpected argument {shown}: tool arguments are flags (--name VALUE); this tool's: {', '.join(listed)}{more}",
+        hint=hint,
+    )
+
+
+_POSITIONAL_FLAGS_SHOWN = 8  # flags a positional-argument error lists before "… (N more)"
+
+
 def check_tool_tokens(
     tool: Mapping[str, Any], tokens: Sequence[ToolToken], *, server_name: str = "<server>"
 ) -> list[str]:
@@ -7852,6 +7895,9 @@ Global options (before or after <server>):
 
 {config}
 
+Config file (strict JSON, one file, never merged; every field: docs/user-guide.md#configuration), e.g.
+{config_example}
+
 Output: one JSON envelope on stdout, {{"ok": true, "data": …}} or {{"ok": false, "error": {{"code", …}}}}.
 Exit status: 0 success or help; 1 local/usage error (envelope on stderr); 2 remote error (envelope on
 stdout); 130 interrupted.
@@ -7879,7 +7925,8 @@ def render_root_help(config_path: str, servers: Sequence[str] | None = None, pro
         )
     else:
         config = f"Config file: {config_path}\nConfigured servers ({len(servers)}): {', '.join(servers) or '(none)'}"
-    return ROOT_HELP.format(version=__version__, config=config)
+    example = "\n".join("  " + line for line in CONFIG_EXAMPLE_LINES)
+    return ROOT_HELP.format(version=__version__, config=config, config_example=example)
 
 
 RESIDENT_HELP = """\
@@ -11978,6 +12025,8 @@ class Invocation:
     sessions: bool = False  # --sessions [--stop] (root only)
     stop: bool = False
     tool_tokens: list[ToolToken] = field(default_factory=list)
+    # bare values after the tool, each with the flag whose value it follows: an error naming the tool's flags
+    positional: list[tuple[str, str | None]] = field(default_factory=list)
     argv: list[str] = field(default_factory=list)  # as given (a warm client forwards it)
 
 
@@ -12064,16 +12113,20 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
                 raise UsageError("a tool name must not be empty")
             inv.tool = token
         else:
-            hint = "quote values that contain spaces"
             last = inv.tool_tokens[-1] if inv.tool_tokens else None
-            if last is not None and not last.has_equals and (last.value or "").startswith("-"):
-                # "--loud --text x": --loud took "--text" as its value, which left "x" over
-                hint = (
-                    f"--{last.name} took {last.value!r} as its value; a boolean flag needs "
-                    f"--{last.name}=true or --{last.name}=false, and a value starting with '-' can be given as "
-                    f"--{last.name}=VALUE"
-                )
-            raise UsageError(f"unexpected argument {token!r}", hint=hint)
+            if last is None or last.has_equals or not (last.value or "").startswith("-"):
+                # the tool's flags, once discovered, tell how to write it (run_tool); after a flag's value it is
+                # likely the rest of that value
+                follows = last.name if last is not None and last.value is not None and not last.has_equals else None
+                inv.positional.append((token, follows))
+                continue
+            # "--loud --text x": --loud took "--text" as its value, which left "x" over
+            raise UsageError(
+                f"unexpected argument {token!r}",
+                hint=f"--{last.name} took {last.value!r} as its value; a boolean flag needs "
+                f"--{last.name}=true or --{last.name}=false, and a value starting with '-' can be given as "
+                f"--{last.name}=VALUE",
+            )
     return inv
 
 
@@ -12179,6 +12232,12 @@ def check_invocation(inv: Invocation) -> None:
                 f"--dry-run does not accept named tool flags (got --{inv.tool_tokens[0].name})",
                 hint="put every argument into --body",
             )
+    if inv.positional and (inv.help or inv.body is not None or inv.dry_run):
+        # a plain call hears about it after discovery, with the tool's flags (run_tool); these never discover
+        raise UsageError(
+            f"unexpected argument {inv.positional[0][0]!r}",
+            hint="tool arguments are flags (--name VALUE)" + (" or keys of --body" if inv.body is not None else ""),
+        )
     if inv.raw and inv.jq is None and not inv.help and (inv.check or inv.tools or inv.dry_run):
         # without --jq there is no result to print as text: a catalogue or preview is JSON by nature
         mode = "--check" if inv.check else "--tools" if inv.tools else "--dry-run"
@@ -12677,6 +12736,9 @@ class _Runner:
         def prepare(tool: dict[str, Any]) -> dict[str, Any] | None:
             if inv.help:
                 return None
+            if inv.positional:
+                value, follows = inv.positional[0]
+                raise build_positional_error(tool, value, follows, server_name=server.name)
             given: list[str] = []
             if arguments is None:
                 chosen = parse_tool_arguments(tool, inv.tool_tokens, server_name=server.name)
