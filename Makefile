@@ -3,8 +3,9 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 PYZ    := dist/bkmcp.pyz
+PREFIX ?= $(HOME)/.local
 
-.PHONY: demo demo-resident examples test venv interop peers lint fmt unit integration artifact build scenario bench clean conformance
+.PHONY: install install-pyz demo demo-resident examples test venv interop peers lint fmt unit integration artifact build scenario bench clean conformance
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -24,6 +25,20 @@ peers:
 
 build:
 	$(PYTHON) build_zipapp.py
+
+# `make install PREFIX=/usr/local` (default ~/.local): the freshly built dist/bkmcp.pyz as $(PREFIX)/bin/bkmcp, an
+# executable (its #! line finds python3), and whether that folder is on PATH. install-pyz copies without building.
+install: build
+	@$(MAKE) --no-print-directory install-pyz PREFIX="$(PREFIX)"
+
+install-pyz:
+	install -d "$(DESTDIR)$(PREFIX)/bin"
+	install -m 755 "$(PYZ)" "$(DESTDIR)$(PREFIX)/bin/bkmcp"
+	@case ":$$PATH:" in \
+		*":$(PREFIX)/bin:"*) echo "installed $(PREFIX)/bin/bkmcp: run bkmcp --help" ;; \
+		*) echo "installed $(PREFIX)/bin/bkmcp; $(PREFIX)/bin is not on PATH: add" \
+			"export PATH=\"$(PREFIX)/bin:\$$PATH\" to ~/.bashrc (or your shell's rc file), then run bkmcp --help" ;; \
+	esac
 
 # The official MCP conformance harness (npm @modelcontextprotocol/conformance 0.1.16 and 0.2.0-alpha.12, Node 22,
 # pinned in tests/conformance/node) runs its client scenarios against dist/bkmcp.pyz, inside a loopback-only network

@@ -1448,6 +1448,14 @@ def closest_names(name: str, candidates: Iterable[str], *, limit: int = 3) -> li
 
 SUPPORTED_VERSIONS = ("2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28")
 CONFIG_FILE_NAME = "mcp.json"
+# The smallest useful config, one stdio and one HTTP server: shown where a newcomer looks first (the not-found hint,
+# the root help, skills/bkmcp/SKILL.md).
+CONFIG_EXAMPLE_LINES = (
+    '{"mcpServers": {',
+    '  "fs": {"type": "stdio", "command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/data"]},',
+    '  "api": {"type": "http", "url": "https://mcp.example.com/mcp", "headers": {"Authorization": "Bearer ${TOKEN}"}}',
+    "}}",
+)
 _HTTP_FIELDS = frozenset({"type", "url", "headers", "protocolVersion"})
 _STDIO_FIELDS = frozenset({"type", "command", "args", "env", "cwd", "protocolVersion"})
 # What editors (Claude Desktop, Cursor, Cline, Roo) also write per entry and bkmcp accepts without acting on it:
@@ -1585,7 +1593,8 @@ def load_config(path: str) -> ConfigFile:
     except FileNotFoundError:
         raise ConfigNotFoundError(
             f"config file not found: {path}",
-            hint="create it, pass --config PATH, or set BK_CLI_CONFIG_DIR; bkmcp never falls back to another file",
+            hint="create it, pass --config PATH, or set BK_CLI_CONFIG_DIR; bkmcp never falls back to another file. "
+            "A minimal file: " + " ".join(line.strip() for line in CONFIG_EXAMPLE_LINES),
         ) from None
     except IsADirectoryError:
         raise InvalidConfigError(
@@ -5893,7 +5902,7 @@ def build_dry_run(server: ResolvedServer, tool: str, arguments: dict[str, Any]) 
 # ======================================================================================================
 
 RESERVED_OPTION_NAMES = frozenset(
-    "help h check tools config body timeout jq context dry-run verbose v insecure format resident registry "
+    "help h check tools config body timeout jq raw r context dry-run verbose v insecure format resident registry "
     "version keep-alive".split()
 )
 
@@ -6471,6 +6480,40 @@ def parse_tool_arguments(
             )
     _raise_token_problems(tool, problems, server_name)
     return values
+
+
+def build_positional_error(
+    tool: Mapping[str, Any], value: str, follows: str | None = None, *, server_name: str = "<server>"
+) -> UsageError:
+    """A bare value after the tool name (``bkmcp fs list_directory ./notes``): tool arguments are flags, so the
+    error names this tool's flags, and the one to write when exactly one required flag takes a string. ``follows``:
+    the flag whose value came just before (``--text hello world``: the value's unquoted rest, most likely)."""
+    import shlex
+
+    flags = list(build_tool_flags(tool).flags.values())
+    command = _tool_command(server_name, tool.get("name"))
+    shown = _printable(repr(value))
+    if not flags:
+        return UsageError(
+            f"unexpected argument {shown}: tool {_printable(str(tool.get('name')))!r} has no flags",
+            hint=f"pass its arguments as one JSON object: {command} --body '{{...}}'",
+        )
+    listed = [f"{flag.usage}{' (required)' if flag.required else ''}" for flag in flags[:_POSITIONAL_FLAGS_SHOWN]]
+    more = f", … ({len(flags) - _POSITIONAL_FLAGS_SHOWN} more)" if len(flags) > _POSITIONAL_FLAGS_SHOWN else ""
+    required = [flag for flag in flags if flag.required]
+    if follows is not None:
+        hint = f"quote a value that contains spaces (--{_printable(follows)} 'two words'); every flag: {command} --help"
+    elif len(required) == 1 and required[0].kind == "string":
+        hint = f"write {_printable(required[0].option + ' ' + shlex.quote(value))}; every flag: {command} --help"
+    else:
+        hint = f"every flag with its meaning: {command} --help"
+    return UsageError(
+        f"unexpected argument {shown}: tool arguments are flags (--name VALUE); this tool's: {', '.join(listed)}{more}",
+        hint=hint,
+    )
+
+
+_POSITIONAL_FLAGS_SHOWN = 8  # flags a positional-argument error lists before "… (N more)"
 
 
 def check_tool_tokens(
@@ -7487,8 +7530,9 @@ class JqProgram:
         """Every output value of ``stream`` at once."""
         return list(self.stream(envelope, deadline))
 
-    def stream(self, envelope: dict[str, Any], deadline: Deadline | None = None) -> Iterator[str]:
-        """Run over the final envelope; yield each output value as one compact JSON line as soon as jq has it.
+    def stream(self, envelope: dict[str, Any], deadline: Deadline | None = None, *, raw: bool = False) -> Iterator[str]:
+        """Run over the final envelope; yield each output value as one compact JSON line as soon as jq has it
+        (with ``raw``, a string value as its text, as ``jq -r`` prints it).
 
         ``deadline`` bounds the run: it is checked between output values (a ``jq`` executable is also killed when
         it is silent past it); past it the run is ``jq_error``. A ``halt_error`` raises ``JqHalt`` after the
@@ -7505,7 +7549,8 @@ class JqProgram:
         # The number walks are iterative (no recursion limit is raised: nothing process-wide changes per call);
         # the jq binding's own conversions still recurse, which is what this guards.
         try:
-            yield from self._stream(envelope, deadline)
+            for value in self._stream(envelope, deadline):
+                yield render_raw_text(value) if raw and isinstance(value, str) else dump_json(value)
         except RecursionError:
             raise JqError(
                 "--jq failed on the result: it is nested too deeply",
@@ -7513,7 +7558,7 @@ class JqProgram:
                 hint="project a smaller part (e.g. --jq '.data.result.content'), or drop --jq and save the output",
             ) from None
 
-    def _stream(self, envelope: dict[str, Any], deadline: Deadline | None) -> Iterator[str]:
+    def _stream(self, envelope: dict[str, Any], deadline: Deadline | None) -> Iterator[Any]:
         nonce = os.urandom(4).hex()
         if self._literal:
             exact_protect, text_protect = _jq_beyond_decimal, _jq_literal_differs
@@ -7537,7 +7582,7 @@ class JqProgram:
                     else:  # once the runs part, the value computed with real numbers is the answer
                         _close(respelled)
                         respelled = None
-                yield dump_json(value)
+                yield value
                 if deadline is not None and deadline.end - time.monotonic() <= 0:
                     raise _JqOverBudget()
         except (ValueError, _JqOverBudget) as exc:
@@ -7835,6 +7880,80 @@ def compile_jq(expression: str) -> JqProgram:
     return JqProgram(expression)
 
 
+# -- --raw: a result as plain text (docs/contract.md §7) ----------------------------------------------------
+
+
+def render_raw_result(result: Mapping[str, Any], *, pretty: bool = False) -> str:
+    """A successful call's result as ``--raw`` prints it: each ``text`` block as it is, followed by a newline
+    unless it ends with one; any other block as one bracketed line naming it, never its bytes; no block but a
+    ``structuredContent``: that value as JSON. Lone surrogates (valid in JSON, not in UTF-8) become U+FFFD."""
+    content = result.get("content")
+    blocks = content if isinstance(content, list) else []
+    if not blocks and "structuredContent" in result:
+        return dump_json(result["structuredContent"], indent=2 if pretty else None) + "\n"
+    out: list[str] = []
+    for block in blocks:
+        if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
+            text = render_raw_text(block["text"])
+            out.append(text if text.endswith("\n") else text + "\n")
+        else:
+            out.append(_raw_block_line(block) + "\n")
+    return "".join(out)
+
+
+def render_raw_text(text: str) -> str:
+    """``text`` as a UTF-8 stream can carry it: lone surrogates become U+FFFD, everything else stays."""
+    return _LONE_SURROGATE.sub("\ufffd", text)
+
+
+_LONE_SURROGATE = _lazy_re("[\ud800-\udfff]")
+
+
+def _raw_block_line(block: Any) -> str:
+    """``[image image/png, 3412 bytes]``, ``[resource file:///a.txt, text/plain]``, ``[resource_link …]``: what the
+    block is, on one line, its text made printable; a block of unknown shape is ``[unknown block]``."""
+    if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+        return "[unknown block]"
+    kind = block["type"]
+    inner = block["resource"] if kind == "resource" and isinstance(block.get("resource"), dict) else block
+    parts = [inner[key] for key in ("uri", "mimeType") if isinstance(inner.get(key), str) and inner[key]]
+    payload = inner.get("data", inner.get("blob"))
+    if isinstance(payload, str):
+        parts.append(f"{_base64_size(payload)} bytes")
+    elif kind == "resource" and isinstance(inner.get("text"), str):
+        parts.append(f"{len(inner['text'].encode('utf-8', 'surrogatepass'))} bytes")
+    line = kind + (" " + ", ".join(parts) if parts else "")
+    if len(line) > _RAW_LINE_LIMIT:
+        line = line[: _RAW_LINE_LIMIT - 1] + "…"
+    return _printable(f"[{line}]")
+
+
+_RAW_LINE_LIMIT = 300  # characters of a bracketed line: a URI is shown, a data: URI never in full
+
+
+def _base64_size(text: str) -> int:
+    """The decoded size of base64 ``text`` without decoding it (whitespace and padding are not data)."""
+    chars = sum(1 for ch in text if not ch.isspace() and ch != "=")
+    return chars * 3 // 4
+
+
+TOOL_REASON_LIMIT = 200  # characters of a tool's own reason that mcp_tool_error's message quotes
+
+
+def render_tool_reason(result: Mapping[str, Any], scrub: Callable[[str], str]) -> str | None:
+    """Why an ``isError`` result failed, as the tool put it: the first non-blank line of its text blocks, scrubbed
+    of secrets before it is cut to ``TOOL_REASON_LIMIT`` characters (a cut must not split a secret out of reach
+    of the scrub), control characters shown as escapes. None when no text block says anything."""
+    content = result.get("content")
+    for block in content if isinstance(content, list) else []:
+        if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
+            line = next((line.strip() for line in block["text"].splitlines() if line.strip()), "")
+            if line:
+                line = _printable(scrub(line))
+                return line if len(line) <= TOOL_REASON_LIMIT else line[: TOOL_REASON_LIMIT - 1] + "…"
+    return None
+
+
 # -- help text -----------------------------------------------------------------------------------------
 
 ROOT_HELP = """\
@@ -7860,6 +7979,7 @@ Global options (before or after <server>):
   --config PATH        config file (default: $BK_CLI_CONFIG_DIR/mcp.json, else ~/.bk-cli/mcp.json)
   --timeout DURATION   budget for the whole remote operation: 500ms, 30s, 2m, 1h (default 60s)
   --jq EXPR            project the final JSON envelope with a jq expression (one value per line)
+  -r, --raw            a call's result as plain text (text blocks as they are); with --jq, strings unquoted
   -v, --verbose        diagnostics on stderr (requests, eras, timing); secrets print as ***
   --insecure           skip TLS certificate verification
   --keep-alive[=DUR]   keep the server's session warm in a background process for the next calls (default 10m;
@@ -7868,6 +7988,9 @@ Global options (before or after <server>):
   --version            print the version
 
 {config}
+
+Config file (strict JSON, one file, never merged; every field: docs/user-guide.md#configuration), e.g.
+{config_example}
 
 Output: one JSON envelope on stdout, {{"ok": true, "data": …}} or {{"ok": false, "error": {{"code", …}}}}.
 Exit status: 0 success or help; 1 local/usage error (envelope on stderr); 2 remote error (envelope on
@@ -7896,7 +8019,8 @@ def render_root_help(config_path: str, servers: Sequence[str] | None = None, pro
         )
     else:
         config = f"Config file: {config_path}\nConfigured servers ({len(servers)}): {', '.join(servers) or '(none)'}"
-    return ROOT_HELP.format(version=__version__, config=config)
+    example = "\n".join("  " + line for line in CONFIG_EXAMPLE_LINES)
+    return ROOT_HELP.format(version=__version__, config=config, config_example=example)
 
 
 RESIDENT_HELP = """\
@@ -7938,7 +8062,7 @@ def render_resident_help() -> str:
 # contacted while completing). Tool names would need discovery, so they are never completed.
 COMPLETION_SHELLS = ("bash", "zsh", "fish")
 _COMPLETION_OPTIONS = (
-    "--help --version --config --timeout --jq --verbose --insecure --check --tools --body --dry-run --resident "
+    "--help --version --config --timeout --jq --raw --verbose --insecure --check --tools --body --dry-run --resident "
     "--registry --import --list --completion --events --max-processes --max-user-processes --idle-timeout "
     "--shutdown-grace --keep-alive --sessions --stop"
 )
@@ -11967,6 +12091,8 @@ _FLAG_OPTIONS = {
     "--help": "help",
     "--version": "version",
     "--resident": "resident",
+    "-r": "raw",
+    "--raw": "raw",
 }
 # `bkmcp --registry FILE --import mcp.json | --list` (contract §11.3): options only before any server name, so a tool's
 # own `--list`/`--import` parameter (after the tool name) keeps working as a tool option.
@@ -12004,6 +12130,7 @@ class Invocation:
     help: bool = False
     version: bool = False
     resident: bool = False
+    raw: bool = False  # -r/--raw: a call's result as text; with --jq, strings unquoted (docs/contract.md §7)
     registry_import: str | None = None
     registry_list: bool = False
     completion: str | None = None  # --completion bash|zsh|fish|servers (root only)
@@ -12016,6 +12143,8 @@ class Invocation:
     sessions: bool = False  # --sessions [--stop] (root only)
     stop: bool = False
     tool_tokens: list[ToolToken] = field(default_factory=list)
+    # bare values after the tool, each with the flag whose value it follows: an error naming the tool's flags
+    positional: list[tuple[str, str | None]] = field(default_factory=list)
     argv: list[str] = field(default_factory=list)  # as given (a warm client forwards it)
 
 
@@ -12102,16 +12231,20 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
                 raise UsageError("a tool name must not be empty")
             inv.tool = token
         else:
-            hint = "quote values that contain spaces"
             last = inv.tool_tokens[-1] if inv.tool_tokens else None
-            if last is not None and not last.has_equals and (last.value or "").startswith("-"):
-                # "--loud --text x": --loud took "--text" as its value, which left "x" over
-                hint = (
-                    f"--{last.name} took {last.value!r} as its value; a boolean flag needs "
-                    f"--{last.name}=true or --{last.name}=false, and a value starting with '-' can be given as "
-                    f"--{last.name}=VALUE"
-                )
-            raise UsageError(f"unexpected argument {token!r}", hint=hint)
+            if last is None or last.has_equals or not (last.value or "").startswith("-"):
+                # the tool's flags, once discovered, tell how to write it (run_tool); after a flag's value it is
+                # likely the rest of that value
+                follows = last.name if last is not None and last.value is not None and not last.has_equals else None
+                inv.positional.append((token, follows))
+                continue
+            # "--loud --text x": --loud took "--text" as its value, which left "x" over
+            raise UsageError(
+                f"unexpected argument {token!r}",
+                hint=f"--{last.name} took {last.value!r} as its value; a boolean flag needs "
+                f"--{last.name}=true or --{last.name}=false, and a value starting with '-' can be given as "
+                f"--{last.name}=VALUE",
+            )
     return inv
 
 
@@ -12126,7 +12259,7 @@ def check_invocation(inv: Invocation) -> None:
         raise UsageError("--stop is only valid with --sessions", hint="bkmcp --sessions --stop")
     if inv.sessions and not inv.help:
         extra = inv.server or inv.check or inv.tools or inv.body is not None or inv.resident or inv.dry_run
-        if extra or inv.registry is not None or inv.jq is not None or inv.completion is not None:
+        if extra or inv.registry is not None or inv.jq is not None or inv.completion is not None or inv.raw:
             raise UsageError(
                 "--sessions takes nothing else but --stop", hint="bkmcp --sessions | bkmcp --sessions --stop"
             )
@@ -12137,7 +12270,7 @@ def check_invocation(inv: Invocation) -> None:
                 hint='eval "$(bkmcp --completion bash)"',
             )
         extra = inv.server or inv.check or inv.tools or inv.body is not None or inv.resident or inv.registry is not None
-        if extra or inv.jq is not None or inv.dry_run or inv.help:
+        if extra or inv.jq is not None or inv.dry_run or inv.help or inv.raw:
             raise UsageError("--completion takes nothing else but --config", hint="bkmcp --completion bash")
     registry_tool = inv.registry_import is not None or inv.registry_list
     if inv.registry is not None and not inv.resident and not registry_tool:
@@ -12155,6 +12288,7 @@ def check_invocation(inv: Invocation) -> None:
                 ("--dry-run", inv.dry_run),
                 ("--config", inv.config),
                 ("--jq", inv.jq),
+                ("--raw", inv.raw),
             )
             if on
         ]
@@ -12174,6 +12308,7 @@ def check_invocation(inv: Invocation) -> None:
             name
             for name, on in (
                 ("--jq", inv.jq is not None),
+                ("--raw", inv.raw),
                 ("--config", inv.config is not None),
                 ("--dry-run", inv.dry_run),
             )
@@ -12215,6 +12350,20 @@ def check_invocation(inv: Invocation) -> None:
                 f"--dry-run does not accept named tool flags (got --{inv.tool_tokens[0].name})",
                 hint="put every argument into --body",
             )
+    if inv.positional and (inv.help or inv.body is not None or inv.dry_run):
+        # a plain call hears about it after discovery, with the tool's flags (run_tool); these never discover
+        raise UsageError(
+            f"unexpected argument {inv.positional[0][0]!r}",
+            hint="tool arguments are flags (--name VALUE)" + (" or keys of --body" if inv.body is not None else ""),
+        )
+    if inv.raw and inv.jq is None and not inv.help and (inv.check or inv.tools or inv.dry_run):
+        # without --jq there is no result to print as text: a catalogue or preview is JSON by nature
+        mode = "--check" if inv.check else "--tools" if inv.tools else "--dry-run"
+        raise UsageError(
+            f"--raw prints a tool call's result as text; {mode} has none",
+            hint="drop --raw, or add --jq EXPR to print the strings it selects unquoted "
+            "(e.g. --tools --jq '.data.tools[].name' --raw)",
+        )
     if inv.timeout is not None:
         parse_duration(inv.timeout)
 
@@ -12535,14 +12684,15 @@ class _Runner:
         self.envr.stdout.write(text if text.endswith("\n") else text + "\n")
         return EXIT_OK
 
-    def emit_envelope(self, envelope: dict[str, Any], jq: JqProgram | None, status: int) -> int:
+    def emit_envelope(self, envelope: dict[str, Any], jq: JqProgram | None, status: int, *, raw: bool = False) -> int:
         """Write the envelope, or each ``--jq`` value as it comes (flushed, within the budget). A reader that goes
-        away ends the output quietly: ``main`` maps the ``BrokenPipeError`` to the exit status."""
+        away ends the output quietly: ``main`` maps the ``BrokenPipeError`` to the exit status. ``raw`` (a success
+        under ``--raw``): ``--jq``'s strings unquoted, else the call's result as text (docs/contract.md §7)."""
         out = self.envr.stdout
         try:
             if jq is not None:
                 try:
-                    for line in jq.stream(envelope, self.jq_deadline()):
+                    for line in jq.stream(envelope, self.jq_deadline(), raw=raw):
                         out.write(line + "\n")
                         out.flush()
                 except JqHalt as halt:
@@ -12552,7 +12702,10 @@ class _Runner:
                     return halt.status
             else:
                 pretty = 2 if getattr(out, "isatty", lambda: False)() else None
-                out.write(dump_json(envelope, indent=pretty) + "\n")
+                if raw:
+                    out.write(render_raw_result(envelope["data"]["result"], pretty=pretty is not None))
+                else:
+                    out.write(dump_json(envelope, indent=pretty) + "\n")
             out.flush()
         except BrokenPipeError:
             if out is sys.__stdout__:  # the interpreter would flush what is left at exit, fail again, exit 120
@@ -12647,7 +12800,7 @@ class _Runner:
         if inv.dry_run:
             assert inv.tool is not None and inv.body is not None
             preview = read_body(inv.body, envr.stdin, envr.cwd, deadline, env=envr.env)
-            return self.emit_envelope(build_success(build_dry_run(server, inv.tool, preview)), jq, EXIT_OK)
+            return self.emit_envelope(build_success(build_dry_run(server, inv.tool, preview)), jq, EXIT_OK, raw=inv.raw)
         arguments: dict[str, Any] | None = None
         if inv.tool is not None and not inv.help and inv.body is not None:
             arguments = read_body(inv.body, envr.stdin, envr.cwd, deadline, env=envr.env)
@@ -12661,12 +12814,12 @@ class _Runner:
             self.remote_started = True
             if inv.check:
                 data = run_check(server, ctx, insecure=inv.insecure)
-                return self.emit_envelope(build_success(data), jq, EXIT_OK)
+                return self.emit_envelope(build_success(data), jq, EXIT_OK, raw=inv.raw)
             if inv.tools:
                 data = run_tools(server, ctx, insecure=inv.insecure)
                 # tools stay exactly as received; how each maps to flags (and what needs --body) sits beside them
                 data["cli"] = {str(t.get("name")): describe_cli(t) for t in data["tools"] if isinstance(t, dict)}
-                return self.emit_envelope(build_success(data), jq, EXIT_OK)
+                return self.emit_envelope(build_success(data), jq, EXIT_OK, raw=inv.raw)
             assert inv.tool is not None
             return self.run_tool(server, inv.tool, arguments, jq, ctx)
         except RemoteError as exc:
@@ -12717,6 +12870,9 @@ class _Runner:
         def prepare(tool: dict[str, Any]) -> dict[str, Any] | None:
             if inv.help:
                 return None
+            if inv.positional:
+                value, follows = inv.positional[0]
+                raise build_positional_error(tool, value, follows, server_name=server.name)
             given: list[str] = []
             if arguments is None:
                 chosen = parse_tool_arguments(tool, inv.tool_tokens, server_name=server.name)
@@ -12733,12 +12889,13 @@ class _Runner:
         if "schema" in data:
             return self.emit_text(render_tool_help(server.name, data["schema"]))
         if data["result"].get("isError") is True:
+            reason = render_tool_reason(data["result"], self.redactor.scrub)
             raise ToolError(
-                f"tool {name!r} reported an error (isError: true)",
+                f"tool {name!r} failed: {reason}" if reason else f"tool {name!r} reported an error (isError: true)",
                 hint="the tool ran and returned an error result; see data.result",
                 data=data,
             )
-        return self.emit_envelope(build_success(data), jq, EXIT_OK)
+        return self.emit_envelope(build_success(data), jq, EXIT_OK, raw=inv.raw)
 
 
 # -- warm sessions: the --keep-alive client and its background process (docs/contract.md §14) ---------------------

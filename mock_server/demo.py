@@ -64,6 +64,12 @@ def main() -> int:
                 ["demo", "echo", "--body", '{"text": "exact numbers", "ratio": 12345678901234567890.5}'],
                 ["demo", "echo", "--body", '{"text": "offline"}', "--dry-run"],
             ]
+            print(
+                f"demo: each `$ bkmcp …` below runs {shlex.join([sys.executable, pyz])} with BK_CLI_CONFIG_DIR={tmp}\n"
+                "      (a config for this demo's mock, removed at the end); to run them yourself afterwards, use the\n"
+                "      lines `make examples` prints\n",
+                flush=True,
+            )
             for args in steps:
                 print(f"$ bkmcp {' '.join(shlex.quote(a) for a in args)}", flush=True)
                 done = subprocess.run([sys.executable, pyz, *args], env=env, text=True, capture_output=True, timeout=60)

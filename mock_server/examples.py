@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -158,6 +159,25 @@ def start_examples(folder: Path, bkmcp: list[str] | None = None) -> tuple[list[M
     return list(servers.values()), exports
 
 
+def render_next_steps(folder: Path, exports: dict[str, str], command: list[str] | None) -> list[str]:
+    """What to paste into another shell, runnable exactly as printed: into the folder, the variables, a ``bkmcp``
+    (the one on PATH, else a shell function running this build), then a first command."""
+    lines = ["in another shell (bash or zsh), paste:"]
+    lines.append(
+        f"  cd {shlex.quote(str(folder))} && export " + " ".join(f"{k}={shlex.quote(v)}" for k, v in exports.items())
+    )
+    if shutil.which("bkmcp") is None:
+        if command is None:
+            lines.append("  # no bkmcp on PATH and no dist/bkmcp.pyz: run `make install` (or `make build`) first")
+        else:
+            lines.append(
+                f'  bkmcp() {{ {shlex.join(command)} "$@"; }}  # this build; `make install` puts bkmcp on PATH'
+            )
+    lines.append("  bkmcp demo --check")
+    lines.append("(Ctrl-C here stops the servers)")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folder", nargs="?", help="where to write the examples' files (default: a new temp folder)")
@@ -173,9 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"the example servers are running; their config is {folder / 'mcp.json'}")
     if command is None:
         print("(no registry.db: build dist/bkmcp.pyz first, or pass --bkmcp, for the resident-mode examples)")
-    print("in another shell, from that folder:")
-    print(f"  cd {folder} && export " + " ".join(f"{k}={v}" for k, v in exports.items()))
-    print("  bkmcp demo --check        # bkmcp is python3 dist/bkmcp.pyz; Ctrl-C here stops the servers", flush=True)
+    for line in render_next_steps(folder, exports, command):
+        print(line)
+    sys.stdout.flush()
 
     def stop(*_args: object) -> None:
         raise KeyboardInterrupt

@@ -1099,6 +1099,9 @@ class Core:
         content = [{"type": "image", "data": TINY_PNG, "mimeType": "image/png"}, {"type": "text", "text": "a 1x1 PNG"}]
         return Reply("result", {"content": content, "isError": False})
 
+    def _result(self, call: Call) -> Reply:
+        return Reply("result", copy.deepcopy(call.tool.get("x-mock-result", {"content": []})))
+
     def _progress(self, call: Call) -> Reply:
         token = self._progress_token(call.params)
         steps = int(call.tool.get("x-mock-steps", 3))
@@ -1142,6 +1145,7 @@ BEHAVIOURS: dict[str, Callable[[Core, Call], Reply]] = {
     "big": Core._big,
     "unknown_result_type": Core._unknown_result_type,
     "image": Core._image,
+    "result": Core._result,
     "progress": Core._progress,
     "env": Core._env,
     "counter": Core._counter,

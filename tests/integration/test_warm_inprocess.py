@@ -92,6 +92,19 @@ def test_a_warm_command_prints_what_the_one_shot_prints(place):
     assert [s["server"] for s in listing] == ["m"] and listing[0]["calls"] == 5  # every warm command that used it
 
 
+def test_a_warm_raw_command_prints_what_the_one_shot_prints(place):
+    for args in [
+        ("m", "echo", "--text", "hi", "--raw"),
+        ("m", "fail", "-r"),
+        ("m", "--tools", "--jq", ".data.tools[].name", "-r"),
+    ]:
+        one = place.main(*args)
+        warm = place.main(*args, "--keep-alive")
+        assert warm == one, args
+        assert ('"ok"' in one[1]) == (args[1] == "fail"), one
+    assert len(place.srv.requests("tools/call")) == 4
+
+
 def test_the_session_is_kept_and_its_state_with_it(place):
     counts = []
     for _ in range(3):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 
@@ -41,3 +42,40 @@ def test_make_test_without_case_is_the_whole_suite() -> None:
     assert any("-p no:cacheprovider tests/artifact >" in run for run in runs)
     assert any("wait $side" in run and "test $main -eq 0 && test $side_status -eq 0" in run for run in runs)
     assert any("-m interop tests/integration/test_mock_server.py" in run for run in runs)
+
+
+def test_make_install_builds_then_puts_the_pyz_on_prefix_bin_as_bkmcp(tmp_path) -> None:
+    """`make install PREFIX=…` (issue 28 item 3): `make -n` shows the build first, then the copy; the copy itself
+    runs for real (install-pyz, with a stand-in for the built file) and the result runs as `bkmcp` from PATH."""
+    dry = subprocess.run(
+        ["make", "-n", "-C", str(ROOT), "install", f"PREFIX={tmp_path}/p"], capture_output=True, text=True, timeout=60
+    )
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout.index("build_zipapp.py") < dry.stdout.index(
+        f'install -m 755 "dist/bkmcp.pyz" "{tmp_path}/p/bin/bkmcp"'
+    )
+    assert not (tmp_path / "p").exists()
+    stand_in = tmp_path / "built.pyz"
+    stand_in.write_text('#!/bin/sh\necho "stand-in $*"\n')
+    for path_env, said in (
+        ("/usr/bin:/bin", "is not on PATH: add export PATH="),
+        (f"{tmp_path}/p/bin:/usr/bin:/bin", "run bkmcp --help"),
+    ):
+        done = subprocess.run(
+            ["make", "--no-print-directory", "-C", str(ROOT), "install-pyz", f"PREFIX={tmp_path}/p", f"PYZ={stand_in}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={
+                **os.environ,
+                "PATH": path_env
+                if shutil.which("make", path=path_env)
+                else f"{path_env}:{os.path.dirname(shutil.which('make') or '')}",
+            },
+        )
+        assert done.returncode == 0, done.stderr
+        assert said in done.stdout
+    installed = tmp_path / "p" / "bin" / "bkmcp"
+    assert installed.stat().st_mode & 0o777 == 0o755
+    run = subprocess.run(["bkmcp", "--version"], env={"PATH": str(installed.parent)}, capture_output=True, text=True)
+    assert run.stdout == "stand-in --version\n"

@@ -1,0 +1,72 @@
+"""`make examples` prints what to paste into another shell, and it runs exactly as printed, from any folder, with no
+bkmcp on PATH (issue 28 item 3): mock_server/examples.py against real loopback servers, the pasted lines in bash."""
+
+from __future__ import annotations
+
+import os
+import queue
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import ROOT
+
+pytestmark = [pytest.mark.integration, pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")]
+
+
+def test_the_printed_next_steps_run_as_printed(tmp_path: Path) -> None:
+    folder, elsewhere = tmp_path / "examples", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "PYTHONPATH": ""}
+    assert shutil.which("bkmcp", path=env["PATH"]) is None
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "mock_server" / "examples.py"),
+            "--bkmcp",
+            f"{sys.executable} {ROOT / 'bkmcp.py'}",
+            str(folder),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=str(ROOT),
+    )
+    try:
+        assert proc.stdout is not None
+        printed: list[str] = []
+        lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
+        while not printed or not printed[-1].startswith("  bkmcp demo --check"):  # then the servers serve on
+            printed.append(lines.get(timeout=60).rstrip("\n"))  # bounded: a safety net if the line never comes
+        pasted = [line[2:] for line in printed if line.startswith("  ")]
+        assert pasted[-1] == "bkmcp demo --check" and pasted[-2].startswith("bkmcp() {"), printed
+        run = subprocess.run(
+            ["bash", "-c", "\n".join(pasted)], cwd=str(elsewhere), env=env, capture_output=True, text=True, timeout=60
+        )
+        assert run.returncode == 0, (printed, run.stdout, run.stderr)
+        assert '"ok":true' in run.stdout and '"server":"demo"' in run.stdout
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
+    assert proc.returncode == 0
+
+
+def test_with_bkmcp_on_path_no_function_is_printed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sys.path.insert(0, str(ROOT))
+    from mock_server import examples
+
+    on_path = tmp_path / "bin"
+    on_path.mkdir()
+    (on_path / "bkmcp").write_text("#!/bin/sh\n")
+    (on_path / "bkmcp").chmod(0o755)
+    monkeypatch.setenv("PATH", str(on_path))
+    lines = examples.render_next_steps(tmp_path / "a b", {"DEMO_TOKEN": "t"}, ["python3", "/x/bkmcp.pyz"])
+    assert lines[1] == f"  cd '{tmp_path}/a b' && export DEMO_TOKEN=t" and lines[2] == "  bkmcp demo --check"
+    monkeypatch.setenv("PATH", os.devnull)
+    assert "make install" in examples.render_next_steps(tmp_path, {}, None)[2]
