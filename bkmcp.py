@@ -4239,8 +4239,87 @@ class _Spawner:
         return box[0]
 
 
+# The group watchdog's program (``_GroupWatchdog``): it reads "+PGID" / "-PGID" lines from its stdin, a pipe whose
+# only write end bkmcp holds, and at EOF (bkmcp ended, however) SIGKILLs every group still recorded.
+_WATCHDOG_PROGRAM = """
+import os, signal
+for s in (signal.SIGINT, signal.SIGHUP):
+    signal.signal(s, signal.SIG_IGN)
+groups, pending = set(), b""
+while True:
+    chunk = os.read(0, 4096)
+    if not chunk:
+        break
+    *lines, pending = (pending + chunk).split(b"\\n")
+    for line in lines:
+        (groups.add if line[:1] == b"+" else groups.discard)(int(line[1:]))
+for group in groups:
+    try:
+        os.killpg(group, signal.SIGKILL)
+    except OSError:
+        pass
+"""
+
+
+class _GroupWatchdog:
+    """One small process per bkmcp process that kills the process groups of its stdio children when bkmcp dies,
+    SIGKILL included (docs/contract.md §11.5, §14): ``PR_SET_PDEATHSIG`` reaches a direct child only, and a
+    server's own children (``npx`` -> ``node``, workers) stay in its group. A child records its group itself,
+    before ``exec`` (``_die_with_parent_hook``), so no window is left between its start and its record; bkmcp
+    strikes it off once the group is gone and its leader reaped (a pid is reused only after that). Started on
+    the first such child, never on the one-shot CLI's path."""
+
+    _lock = _thread.allocate_lock()
+    _write_end: int | None = None
+    _started = False
+
+    @classmethod
+    def write_end(cls) -> int | None:
+        """The descriptor children record their group on, starting the watchdog the first time; None where
+        it cannot run (no interpreter path, the spawn failed): then ``PR_SET_PDEATHSIG`` alone holds."""
+        with cls._lock:
+            if not cls._started:
+                cls._started = True
+                cls._write_end = cls._start()
+            return cls._write_end
+
+    @staticmethod
+    def _start() -> int | None:
+        if not sys.executable:  # pragma: no cover - an embedded interpreter
+            return None
+        read_end, write_end = os.pipe()  # both close-on-exec: no other child holds the write end past its exec
+        try:
+            os.posix_spawn(
+                sys.executable,
+                [sys.executable, "-I", "-S", "-c", _WATCHDOG_PROGRAM],
+                {},
+                file_actions=[
+                    (os.POSIX_SPAWN_DUP2, read_end, 0),
+                    (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+                    (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
+                ],
+                setsid=True,  # a terminal's signals to bkmcp's group do not reach it
+            )
+        except OSError:  # pragma: no cover - no process to be had: PR_SET_PDEATHSIG still covers the direct child
+            os.close(write_end)
+            return None
+        finally:
+            os.close(read_end)
+        return write_end
+
+    @classmethod
+    def forget(cls, pgid: int) -> None:
+        """Strike group ``pgid`` off: it is gone and its leader reaped."""
+        if cls._write_end is not None:
+            try:
+                os.write(cls._write_end, b"-%d\n" % pgid)
+            except OSError:  # pragma: no cover - the watchdog was killed: nothing is left to tell
+                pass
+
+
 def _die_with_parent_hook() -> Callable[[], None] | None:
-    """A ``preexec_fn`` that makes the child receive SIGKILL when bkmcp dies (Linux ``prctl``), or None."""
+    """A ``preexec_fn`` that makes the child receive SIGKILL when bkmcp dies (Linux ``prctl``) and records its
+    process group with the group watchdog (its descendants die then too), or None."""
     if not sys.platform.startswith("linux"):
         return None  # pragma: no cover - elsewhere the resident mode's own shutdown paths reap the children
     try:
@@ -4253,11 +4332,14 @@ def _die_with_parent_hook() -> Callable[[], None] | None:
 
     parent = os.getpid()
     kill = int(signal.SIGKILL)
+    watchdog = _GroupWatchdog.write_end()
 
     def hook() -> None:
         prctl(_PR_SET_PDEATHSIG, kill, 0, 0, 0)
         if os.getppid() != parent:  # bkmcp died between fork and prctl
             os._exit(1)
+        if watchdog is not None:  # after setsid (``start_new_session``): our pid is our group
+            os.write(watchdog, b"+%d\n" % os.getpid())
 
     return hook
 
@@ -4573,6 +4655,8 @@ class ChildProcess:
         except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
             status = None
         self.returncode = status
+        if self.die_with_parent and status is not None and not self.group_running(proc.pid):
+            _GroupWatchdog.forget(proc.pid)  # a group left running stays recorded: it dies with bkmcp
         self.log.debug(f"stdio server stopped (pid {proc.pid}, status {status})")
         threads = [t for t in (*readers, self._stderr_reader) if t is not None]
         for thread in threads:

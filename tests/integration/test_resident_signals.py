@@ -16,10 +16,18 @@ import time
 from pathlib import Path
 
 import pytest
-from resident_harness import Resident, group_alive, http_row, mock_stdio, stdio_row, write_registry
+from resident_harness import (
+    Resident,
+    group_alive,
+    http_row,
+    mock_stdio,
+    stdio_row,
+    write_registry,
+)
 
 from mock_server.mcp_mock import DEFAULT_TOOLS, MockServer, mock_tool
 from mock_server.registry_source import RegistrySource
+from tests.helpers import process_running
 
 STUBBORN = str(Path(__file__).with_name("stubborn_stdio.py"))
 LONG = mock_tool("long", "slow", ms=60_000)
@@ -138,3 +146,28 @@ def test_at_eof_a_call_longer_than_timeout_plus_5s_still_gets_its_result(tmp_pat
     finally:
         res.close()
         srv.stop()
+
+
+def test_sigkill_of_the_resident_leaves_no_process_of_a_server_tree(tmp_path):
+    """Issue 29, item 3 (docs/contract.md §11.5): a stdio server that forks a descendant, both ignoring SIGHUP,
+    SIGTERM and EOF on stdin; SIGKILL of the resident ends the whole tree, not only the direct child."""
+    tree = tmp_path / "tree.txt"
+    python = mock_stdio()[0]
+    reg = tmp_path / "registry.db"
+    write_registry(str(reg), [stdio_row("p", [python, STUBBORN, "--tree", str(tree)], isolation="public")])
+    res = Resident(reg)
+    try:
+        assert res.ok("list_tools", "u", server_name="p")["tools"]
+        wait_for(lambda: len(pids_in(tree)) == 2, "the server and its descendant recorded their pids")
+        pids = pids_in(tree)
+        assert all(process_running(p) for p in pids)
+        res.proc.kill()
+        assert res.exit_status() == -signal.SIGKILL
+        wait_for(lambda: not any(process_running(p) for p in pids), "every process of the server's tree ended")
+    finally:
+        for pid in pids_in(tree):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        res.close()
