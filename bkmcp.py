@@ -4280,16 +4280,18 @@ class _GroupWatchdog:
         with cls._lock:
             if not cls._started:
                 cls._started = True
-                cls._write_end = cls._start()
+                started = cls._start()
+                cls._write_end = started[1] if started is not None else None
             return cls._write_end
 
     @staticmethod
-    def _start() -> int | None:
+    def _start() -> tuple[int, int] | None:
+        """A new watchdog: (its pid, the write end of its pipe)."""
         if not sys.executable:  # pragma: no cover - an embedded interpreter
             return None
         read_end, write_end = os.pipe()  # both close-on-exec: no other child holds the write end past its exec
         try:
-            os.posix_spawn(
+            pid = os.posix_spawn(
                 sys.executable,
                 [sys.executable, "-I", "-S", "-c", _WATCHDOG_PROGRAM],
                 {},
@@ -4305,7 +4307,7 @@ class _GroupWatchdog:
             return None
         finally:
             os.close(read_end)
-        return write_end
+        return pid, write_end
 
     @classmethod
     def forget(cls, pgid: int) -> None:

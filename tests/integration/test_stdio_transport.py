@@ -21,7 +21,7 @@ import pytest
 
 import bkmcp
 from mock_server.mcp_mock import mock_tool
-from tests.helpers import LEGACY, VERSIONS, run_bkmcp, write_mcp_json
+from tests.helpers import LEGACY, VERSIONS, process_running, run_bkmcp, until, write_mcp_json
 
 pytestmark = [pytest.mark.integration]
 
@@ -889,3 +889,47 @@ def test_stdio_write_to_a_server_that_stopped_reading_is_bounded(stdio_mock):
     assert time.monotonic() - started < 15
     error = result.json["error"]
     assert error["code"] == "mcp_timeout" and error["outcome"] == "unknown"
+
+
+def test_group_watchdog_kills_the_groups_still_recorded_when_its_pipe_ends():
+    """Issue 29, item 3: the watchdog's protocol. Of two process groups recorded, the one struck off again
+    survives the end of the pipe (its number may belong to another group by then); the other is SIGKILLed, every
+    member of it, although they ignore SIGHUP and SIGTERM."""
+
+    ignoring = "import signal, time\nfor s in (signal.SIGTERM, signal.SIGHUP): signal.signal(s, signal.SIG_IGN)\n"
+    leader = ignoring + "import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', sys.argv[1]])\ntime.sleep(60)"
+    member = ignoring + "time.sleep(60)"
+    kept = subprocess.Popen([sys.executable, "-c", ignoring + "time.sleep(60)"], start_new_session=True)
+    doomed = subprocess.Popen([sys.executable, "-c", leader, member], start_new_session=True)
+    try:
+        until(lambda: len(_group_members(doomed.pid)) == 2, "the leader started its descendant")
+        members = _group_members(doomed.pid)
+        started = bkmcp._GroupWatchdog._start()
+        assert started is not None
+        watchdog, write_end = started
+        os.write(write_end, b"+%d\n+%d\n-%d\n" % (kept.pid, doomed.pid, kept.pid))
+        os.close(write_end)  # what bkmcp's death does
+        assert os.waitpid(watchdog, 0)[1] == 0  # it ended by itself, after its work
+        until(lambda: not any(process_running(p) for p in members), "the recorded group died")  # SIGKILL is async
+        assert doomed.wait(30) == -signal.SIGKILL
+        assert kept.poll() is None
+    finally:
+        for proc in (kept, doomed):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            proc.wait(30)
+
+
+def _group_members(pgid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_bytes().rsplit(b")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if fields[2] == str(pgid).encode() and fields[0] not in (b"Z", b"X"):
+                found.append(int(entry))
+    return found
