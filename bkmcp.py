@@ -9956,7 +9956,10 @@ class SessionPool:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._reaper: Any = None
-        self._retiring: dict[ResidentSession, str] = {}  # retired sessions still serving calls -> transport
+        self._retiring: set[ResidentSession] = set()  # retired sessions still serving calls
+        # Sessions taken off their slot whose child may still run (retired, disconnected, reaped, being closed):
+        # counted against the limits until their close returned -> (transport, user of a per-user session)
+        self._closing: dict[ResidentSession, tuple[str, str | None]] = {}
         self._public: dict[str, _Slot] = {}  # the public servers' slots, by server name (also in ``_slots``)
         self.on_users_gone: Callable[[set[str]], None] | None = None  # users the reaper forgot (no slot left)
         self.http_limit = build_http_session_limit(opts.max_processes, _open_file_limit())
@@ -10048,8 +10051,13 @@ class SessionPool:
     # -- opening, limits ---------------------------------------------------------------------------
 
     def _live(self, kind: str = "stdio") -> tuple[int, dict[str, int]]:
-        total = sum(1 for session, k in self._retiring.items() if k == kind)  # retired, still running their calls
+        total = 0
         per_user: dict[str, int] = {}
+        for k, user in self._closing.values():  # off their slot, their child not stopped yet
+            if k == kind:
+                total += 1
+                if user is not None:
+                    per_user[user] = per_user.get(user, 0) + 1
         for slot in self._slots.values():
             if slot.transport == kind and (slot.opening or (slot.session is not None)):
                 total += 1
@@ -10111,7 +10119,7 @@ class SessionPool:
                         victims.append(victim.session)
                     victim.session = None
             slot.opening = True
-        for session in victims:
+        for session in victims:  # not counted meanwhile: ``slot`` holds its place, and opens once it is closed
             session.close()
 
     def session(self, slot: _Slot, server: ResolvedServer, timeout: float) -> ResidentSession:
@@ -10210,7 +10218,7 @@ class SessionPool:
             session.leases -= 1
             last = session.retired and session.leases <= 0 and session in self._retiring
             if last:
-                del self._retiring[session]
+                self._retiring.discard(session)
         if last:
             self._close_later(session)
 
@@ -10223,9 +10231,10 @@ class SessionPool:
             if session.retired:
                 return
             session.retired = True
+            self._set_closing(slot, session)
             idle = session.leases <= 0
             if not idle:
-                self._retiring[session] = slot.transport
+                self._retiring.add(session)
         self.log.debug(f"retiring the outdated session of {slot.server!r}")
         if idle:
             self._close_later(session)
@@ -10236,7 +10245,7 @@ class SessionPool:
 
         def close() -> None:
             try:
-                session.close()
+                self._close_counted(session)
             finally:
                 with self._lock:
                     self._closers.discard(thread)
@@ -10277,11 +10286,24 @@ class SessionPool:
         when = "next attempt on next use" if delay == 0 else f"backing off: next attempt allowed in {delay:g}s"
         session.log.warn(f"server {slot.server!r} failed ({cause.code}: {cause.message}){stopped}; {when}")
 
+    def _set_closing(self, slot: _Slot, session: ResidentSession) -> None:
+        """Under ``_lock``: ``session`` leaves ``slot`` but its child still counts until ``_close_counted``, so no
+        command opens a process in a place not yet free (the limits hold however many open at once)."""
+        self._closing[session] = (slot.transport, slot.user if slot.isolation == "user" else None)
+
+    def _close_counted(self, session: ResidentSession) -> None:
+        try:
+            session.close()
+        finally:
+            with self._lock:
+                self._closing.pop(session, None)
+
     def detach(self, slot: _Slot, session: ResidentSession) -> None:
         with self._lock:
             if slot.session is session:
                 slot.session = None
-        session.close()
+                self._set_closing(slot, session)
+        self._close_counted(session)
 
     def after_failure(self, slot: _Slot, session: ResidentSession) -> None:
         """A call failed: a session whose child died is dropped now (the next use restarts it)."""
@@ -10295,12 +10317,14 @@ class SessionPool:
             session = slot.session
             with self._lock:
                 slot.session = None
+                if session is not None:
+                    self._set_closing(slot, session)
         if session is None:
             return
         end = time.monotonic() + timeout
         while (session.in_flight > 0 or session.leases > 0) and time.monotonic() < end:
             time.sleep(0.02)
-        session.close()
+        self._close_counted(session)
 
     # -- idle reaping ------------------------------------------------------------------------------
 
