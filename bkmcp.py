@@ -4267,22 +4267,47 @@ class _GroupWatchdog:
     server's own children (``npx`` -> ``node``, workers) stay in its group. A child records its group itself,
     before ``exec`` (``_die_with_parent_hook``), so no window is left between its start and its record; bkmcp
     strikes it off once the group is gone and its leader reaped (a pid is reused only after that). Started on
-    the first such child, never on the one-shot CLI's path."""
+    the first such child, never on the one-shot CLI's path; a watchdog that was killed is replaced at the next
+    child, and told the groups bkmcp knows (kept here too: ``recorded``)."""
 
     _lock = _thread.allocate_lock()
     _write_end: int | None = None
+    _pid: int | None = None
     _started = False
+    _groups: set[int] = set()
 
     @classmethod
     def write_end(cls) -> int | None:
-        """The descriptor children record their group on, starting the watchdog the first time; None where
-        it cannot run (no interpreter path, the spawn failed): then ``PR_SET_PDEATHSIG`` alone holds."""
+        """The descriptor children record their group on, starting the watchdog if none runs; None where it
+        cannot run (no interpreter path, the spawn failed): then ``PR_SET_PDEATHSIG`` alone holds. A former
+        watchdog's write end stays open: a hook made before may still write to it (an error there is harmless,
+        a reused descriptor number would not be)."""
         with cls._lock:
+            if cls._pid is not None and _process_ended(cls._pid):
+                cls._started = False
             if not cls._started:
                 cls._started = True
                 started = cls._start()
-                cls._write_end = started[1] if started is not None else None
+                cls._pid, cls._write_end = started if started is not None else (None, None)
+                if cls._groups:
+                    cls._send(b"".join(b"+%d\n" % group for group in cls._groups))
             return cls._write_end
+
+    @classmethod
+    def _send(cls, data: bytes) -> None:
+        if cls._write_end is not None:
+            try:
+                os.write(cls._write_end, data)
+            except OSError:  # the watchdog was killed: the next child starts another
+                pass
+
+    @classmethod
+    def recorded(cls, pgid: int) -> None:
+        """Group ``pgid`` started (its hook recorded it, maybe with a watchdog replaced since): bkmcp's own
+        record, told to the current watchdog too."""
+        with cls._lock:
+            cls._groups.add(pgid)
+            cls._send(b"+%d\n" % pgid)
 
     @staticmethod
     def _start() -> tuple[int, int] | None:
@@ -4312,11 +4337,17 @@ class _GroupWatchdog:
     @classmethod
     def forget(cls, pgid: int) -> None:
         """Strike group ``pgid`` off: it is gone and its leader reaped."""
-        if cls._write_end is not None:
-            try:
-                os.write(cls._write_end, b"-%d\n" % pgid)
-            except OSError:  # pragma: no cover - the watchdog was killed: nothing is left to tell
-                pass
+        with cls._lock:
+            cls._groups.discard(pgid)
+            cls._send(b"-%d\n" % pgid)
+
+
+def _process_ended(pid: int) -> bool:
+    """Whether our child ``pid`` ended (reaping it)."""
+    try:
+        return os.waitpid(pid, os.WNOHANG)[0] != 0
+    except ChildProcessError:  # reaped elsewhere
+        return True
 
 
 def _die_with_parent_hook() -> Callable[[], None] | None:
@@ -4341,7 +4372,13 @@ def _die_with_parent_hook() -> Callable[[], None] | None:
         if os.getppid() != parent:  # bkmcp died between fork and prctl
             os._exit(1)
         if watchdog is not None:  # after setsid (``start_new_session``): our pid is our group
-            os.write(watchdog, b"+%d\n" % os.getpid())
+            # SIGPIPE is back to its default here: a killed watchdog must cost this child nothing but the record
+            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGPIPE])
+            try:
+                os.write(watchdog, b"+%d\n" % os.getpid())
+            except OSError:
+                signal.sigtimedwait([signal.SIGPIPE], 0)  # the pending SIGPIPE, taken before it is unblocked
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
     return hook
 
@@ -4466,6 +4503,8 @@ class ChildProcess:
                 ),
                 sent=False,
             ) from exc
+        if hook is not None:
+            _GroupWatchdog.recorded(proc.pid)
         self.proc = proc
         self.spawns += 1
         self.pid = proc.pid
