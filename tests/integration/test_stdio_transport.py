@@ -933,3 +933,41 @@ def _group_members(pgid: int) -> list[int]:
             if fields[2] == str(pgid).encode() and fields[0] not in (b"Z", b"X"):
                 found.append(int(entry))
     return found
+
+
+def test_group_watchdog_killed_is_replaced_and_told_the_recorded_groups(monkeypatch):
+    """Issue 29, item 3: the watchdog bkmcp started was killed; the next child's ``write_end`` starts another and
+    tells it the groups recorded so far (not those struck off), which it kills when bkmcp's end of the pipe ends."""
+    watchdog = bkmcp._GroupWatchdog
+    for name, value in {"_started": False, "_pid": None, "_write_end": None, "_groups": set()}.items():
+        monkeypatch.setattr(watchdog, name, value)  # a fresh one for this test: the process's own stays as it is
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    kept, doomed = (subprocess.Popen(sleeper, start_new_session=True) for _ in range(2))
+    first_end = None
+    try:
+        first_end = watchdog.write_end()
+        first = watchdog._pid
+        assert first_end is not None and first is not None
+        watchdog.recorded(kept.pid)
+        watchdog.recorded(doomed.pid)
+        watchdog.forget(kept.pid)
+        os.kill(first, signal.SIGKILL)
+        until(lambda: not process_running(first), "the first watchdog died")
+        watchdog.forget(kept.pid)  # to a dead watchdog: no error
+        second_end = watchdog.write_end()
+        second = watchdog._pid
+        assert second_end is not None and second not in (None, first)
+        os.close(second_end)
+        assert os.waitpid(second, 0)[1] == 0
+        assert doomed.wait(30) == -signal.SIGKILL
+        assert kept.poll() is None
+        assert bkmcp._process_ended(first)  # reaped already
+    finally:
+        for proc in (kept, doomed):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            proc.wait(30)
+        if first_end is not None:
+            os.close(first_end)
