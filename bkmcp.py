@@ -9993,6 +9993,7 @@ class SessionPool:
         self._slots: dict[tuple[str, str], _Slot] = {}
         self._opening: set[ResidentSession] = set()  # sessions whose open is in progress (close_all ends them too)
         self._lock = threading.Lock()
+        self._closed = threading.Condition(self._lock)  # a session left ``_closing``: its place is free
         self._stop = threading.Event()
         self._reaper: Any = None
         self._retiring: set[ResidentSession] = set()  # retired sessions still serving calls
@@ -10119,11 +10120,21 @@ class SessionPool:
         ]
         return sorted(found, key=lambda s: s.last_used)
 
-    def _reserve(self, slot: _Slot, server: ResolvedServer) -> None:
-        """Room for one more child, by evicting the least recently used idle user session if needed."""
+    def _stopping(self, scope: str | None, kind: str) -> bool:
+        """Under ``_lock``: whether a session of ``kind`` (of user ``scope``, or anyone's) is being closed now, its
+        calls done: its place is free once its child is stopped, which takes seconds at most."""
+        return any(
+            k == kind and (scope is None or user == scope) and session not in self._retiring
+            for session, (k, user) in self._closing.items()
+        )
+
+    def _reserve(self, slot: _Slot, server: ResolvedServer, timeout: float) -> None:
+        """Room for one more child, by evicting the least recently used idle user session if needed, or by waiting
+        (within ``timeout``) for a child being stopped to be gone."""
         victims: list[ResidentSession] = []
         kind = server.type
         most = self.opts.max_processes if kind == "stdio" else self.http_limit
+        end = time.monotonic() + timeout
         with self._lock:
             slot.transport = kind
             if kind in ("stdio", "http"):
@@ -10136,6 +10147,10 @@ class SessionPool:
                     else:
                         break
                     candidates = self._evictable(scope, kind)
+                    left = end - time.monotonic()
+                    if not candidates and left > 0 and self._stopping(scope, kind):
+                        self._closed.wait(left)
+                        continue
                     if not candidates:
                         if kind == "stdio":
                             which = "--max-user-processes" if scope is not None else "--max-processes"
@@ -10195,7 +10210,7 @@ class SessionPool:
                     ConnectionFailedError(f"the session of server {slot.server!r} was replaced meanwhile; retry"),
                     sent=False,
                 )
-            self._reserve(slot, server)
+            self._reserve(slot, server, timeout)
             session = ResidentSession(
                 server,
                 log=self.log.scoped(build_session_redactor(self.log.redactor, server)),
@@ -10336,6 +10351,7 @@ class SessionPool:
         finally:
             with self._lock:
                 self._closing.pop(session, None)
+                self._closed.notify_all()
 
     def detach(self, slot: _Slot, session: ResidentSession) -> None:
         with self._lock:
