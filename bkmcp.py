@@ -4266,8 +4266,120 @@ class _Spawner:
         return box[0]
 
 
+# The group watchdog's program (``_GroupWatchdog``): it reads "+PGID" / "-PGID" lines from its stdin, a pipe whose
+# only write end bkmcp holds, and at EOF (bkmcp ended, however) SIGKILLs every group still recorded.
+_WATCHDOG_PROGRAM = """
+import os, signal
+for s in (signal.SIGINT, signal.SIGHUP):
+    signal.signal(s, signal.SIG_IGN)
+groups, pending = set(), b""
+while True:
+    chunk = os.read(0, 4096)
+    if not chunk:
+        break
+    *lines, pending = (pending + chunk).split(b"\\n")
+    for line in lines:
+        (groups.add if line[:1] == b"+" else groups.discard)(int(line[1:]))
+for group in groups:
+    try:
+        os.killpg(group, signal.SIGKILL)
+    except OSError:
+        pass
+"""
+
+
+class _GroupWatchdog:
+    """One small process per bkmcp process that kills the process groups of its stdio children when bkmcp dies,
+    SIGKILL included (docs/contract.md §11.5, §14): ``PR_SET_PDEATHSIG`` reaches a direct child only, and a
+    server's own children (``npx`` -> ``node``, workers) stay in its group. A child records its group itself,
+    before ``exec`` (``_die_with_parent_hook``), so no window is left between its start and its record; bkmcp
+    strikes it off once the group is gone and its leader reaped (a pid is reused only after that). Started on
+    the first such child, never on the one-shot CLI's path; a watchdog that was killed is replaced at the next
+    child, and told the groups bkmcp knows (kept here too: ``recorded``)."""
+
+    _lock = _thread.allocate_lock()
+    _write_end: int | None = None
+    _pid: int | None = None
+    _started = False
+    _groups: set[int] = set()
+
+    @classmethod
+    def write_end(cls) -> int | None:
+        """The descriptor children record their group on, starting the watchdog if none runs; None where it
+        cannot run (no interpreter path, the spawn failed): then ``PR_SET_PDEATHSIG`` alone holds. A former
+        watchdog's write end stays open: a hook made before may still write to it (an error there is harmless,
+        a reused descriptor number would not be)."""
+        with cls._lock:
+            if cls._pid is not None and _process_ended(cls._pid):
+                cls._started = False
+            if not cls._started:
+                cls._started = True
+                started = cls._start()
+                cls._pid, cls._write_end = started if started is not None else (None, None)
+                if cls._groups:
+                    cls._send(b"".join(b"+%d\n" % group for group in cls._groups))
+            return cls._write_end
+
+    @classmethod
+    def _send(cls, data: bytes) -> None:
+        if cls._write_end is not None:
+            try:
+                os.write(cls._write_end, data)
+            except OSError:  # the watchdog was killed: the next child starts another
+                pass
+
+    @classmethod
+    def recorded(cls, pgid: int) -> None:
+        """Group ``pgid`` started (its hook recorded it, maybe with a watchdog replaced since): bkmcp's own
+        record, told to the current watchdog too."""
+        with cls._lock:
+            cls._groups.add(pgid)
+            cls._send(b"+%d\n" % pgid)
+
+    @staticmethod
+    def _start() -> tuple[int, int] | None:
+        """A new watchdog: (its pid, the write end of its pipe)."""
+        if not sys.executable:  # pragma: no cover - an embedded interpreter
+            return None
+        read_end, write_end = os.pipe()  # both close-on-exec: no other child holds the write end past its exec
+        try:
+            pid = os.posix_spawn(
+                sys.executable,
+                [sys.executable, "-I", "-S", "-c", _WATCHDOG_PROGRAM],
+                {},
+                file_actions=[
+                    (os.POSIX_SPAWN_DUP2, read_end, 0),
+                    (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+                    (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
+                ],
+                setsid=True,  # a terminal's signals to bkmcp's group do not reach it
+            )
+        except OSError:  # pragma: no cover - no process to be had: PR_SET_PDEATHSIG still covers the direct child
+            os.close(write_end)
+            return None
+        finally:
+            os.close(read_end)
+        return pid, write_end
+
+    @classmethod
+    def forget(cls, pgid: int) -> None:
+        """Strike group ``pgid`` off: it is gone and its leader reaped."""
+        with cls._lock:
+            cls._groups.discard(pgid)
+            cls._send(b"-%d\n" % pgid)
+
+
+def _process_ended(pid: int) -> bool:
+    """Whether our child ``pid`` ended (reaping it)."""
+    try:
+        return os.waitpid(pid, os.WNOHANG)[0] != 0
+    except ChildProcessError:  # reaped elsewhere
+        return True
+
+
 def _die_with_parent_hook() -> Callable[[], None] | None:
-    """A ``preexec_fn`` that makes the child receive SIGKILL when bkmcp dies (Linux ``prctl``), or None."""
+    """A ``preexec_fn`` that makes the child receive SIGKILL when bkmcp dies (Linux ``prctl``) and records its
+    process group with the group watchdog (its descendants die then too), or None."""
     if not sys.platform.startswith("linux"):
         return None  # pragma: no cover - elsewhere the resident mode's own shutdown paths reap the children
     try:
@@ -4280,11 +4392,20 @@ def _die_with_parent_hook() -> Callable[[], None] | None:
 
     parent = os.getpid()
     kill = int(signal.SIGKILL)
+    watchdog = _GroupWatchdog.write_end()
 
     def hook() -> None:
         prctl(_PR_SET_PDEATHSIG, kill, 0, 0, 0)
         if os.getppid() != parent:  # bkmcp died between fork and prctl
             os._exit(1)
+        if watchdog is not None:  # after setsid (``start_new_session``): our pid is our group
+            # SIGPIPE is back to its default here: a killed watchdog must cost this child nothing but the record
+            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGPIPE])
+            try:
+                os.write(watchdog, b"+%d\n" % os.getpid())
+            except OSError:
+                signal.sigtimedwait([signal.SIGPIPE], 0)  # the pending SIGPIPE, taken before it is unblocked
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
     return hook
 
@@ -4409,6 +4530,8 @@ class ChildProcess:
                 ),
                 sent=False,
             ) from exc
+        if hook is not None:
+            _GroupWatchdog.recorded(proc.pid)
         self.proc = proc
         self.spawns += 1
         self.pid = proc.pid
@@ -4600,6 +4723,8 @@ class ChildProcess:
         except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
             status = None
         self.returncode = status
+        if self.die_with_parent and status is not None and not self.group_running(proc.pid):
+            _GroupWatchdog.forget(proc.pid)  # a group left running stays recorded: it dies with bkmcp
         self.log.debug(f"stdio server stopped (pid {proc.pid}, status {status})")
         threads = [t for t in (*readers, self._stderr_reader) if t is not None]
         for thread in threads:
@@ -10092,9 +10217,13 @@ class SessionPool:
         self._slots: dict[tuple[str, str], _Slot] = {}
         self._opening: set[ResidentSession] = set()  # sessions whose open is in progress (close_all ends them too)
         self._lock = threading.Lock()
+        self._closed = threading.Condition(self._lock)  # a session left ``_closing``: its place is free
         self._stop = threading.Event()
         self._reaper: Any = None
-        self._retiring: dict[ResidentSession, str] = {}  # retired sessions still serving calls -> transport
+        self._retiring: set[ResidentSession] = set()  # retired sessions still serving calls
+        # Sessions taken off their slot whose child may still run (retired, disconnected, reaped, being closed):
+        # counted against the limits until their close returned -> (transport, user of a per-user session)
+        self._closing: dict[ResidentSession, tuple[str, str | None]] = {}
         self._public: dict[str, _Slot] = {}  # the public servers' slots, by server name (also in ``_slots``)
         self.on_users_gone: Callable[[set[str]], None] | None = None  # users the reaper forgot (no slot left)
         self.http_limit = build_http_session_limit(opts.max_processes, _open_file_limit())
@@ -10186,8 +10315,13 @@ class SessionPool:
     # -- opening, limits ---------------------------------------------------------------------------
 
     def _live(self, kind: str = "stdio") -> tuple[int, dict[str, int]]:
-        total = sum(1 for session, k in self._retiring.items() if k == kind)  # retired, still running their calls
+        total = 0
         per_user: dict[str, int] = {}
+        for k, user in self._closing.values():  # off their slot, their child not stopped yet
+            if k == kind:
+                total += 1
+                if user is not None:
+                    per_user[user] = per_user.get(user, 0) + 1
         for slot in self._slots.values():
             if slot.transport == kind and (slot.opening or (slot.session is not None)):
                 total += 1
@@ -10210,11 +10344,21 @@ class SessionPool:
         ]
         return sorted(found, key=lambda s: s.last_used)
 
-    def _reserve(self, slot: _Slot, server: ResolvedServer) -> None:
-        """Room for one more child, by evicting the least recently used idle user session if needed."""
+    def _stopping(self, scope: str | None, kind: str) -> bool:
+        """Under ``_lock``: whether a session of ``kind`` (of user ``scope``, or anyone's) is being closed now, its
+        calls done: its place is free once its child is stopped, which takes seconds at most."""
+        return any(
+            k == kind and (scope is None or user == scope) and session not in self._retiring
+            for session, (k, user) in self._closing.items()
+        )
+
+    def _reserve(self, slot: _Slot, server: ResolvedServer, timeout: float) -> None:
+        """Room for one more child, by evicting the least recently used idle user session if needed, or by waiting
+        (within ``timeout``) for a child being stopped to be gone."""
         victims: list[ResidentSession] = []
         kind = server.type
         most = self.opts.max_processes if kind == "stdio" else self.http_limit
+        end = time.monotonic() + timeout
         with self._lock:
             slot.transport = kind
             if kind in ("stdio", "http"):
@@ -10227,6 +10371,10 @@ class SessionPool:
                     else:
                         break
                     candidates = self._evictable(scope, kind)
+                    left = end - time.monotonic()
+                    if not candidates and left > 0 and self._stopping(scope, kind):
+                        self._closed.wait(left)
+                        continue
                     if not candidates:
                         if kind == "stdio":
                             which = "--max-user-processes" if scope is not None else "--max-processes"
@@ -10249,7 +10397,7 @@ class SessionPool:
                         victims.append(victim.session)
                     victim.session = None
             slot.opening = True
-        for session in victims:
+        for session in victims:  # not counted meanwhile: ``slot`` holds its place, and opens once it is closed
             session.close()
 
     def session(self, slot: _Slot, server: ResolvedServer, timeout: float) -> ResidentSession:
@@ -10286,7 +10434,7 @@ class SessionPool:
                     ConnectionFailedError(f"the session of server {slot.server!r} was replaced meanwhile; retry"),
                     sent=False,
                 )
-            self._reserve(slot, server)
+            self._reserve(slot, server, timeout)
             session = ResidentSession(
                 server,
                 log=self.log.scoped(build_session_redactor(self.log.redactor, server)),
@@ -10348,7 +10496,7 @@ class SessionPool:
             session.leases -= 1
             last = session.retired and session.leases <= 0 and session in self._retiring
             if last:
-                del self._retiring[session]
+                self._retiring.discard(session)
         if last:
             self._close_later(session)
 
@@ -10361,9 +10509,10 @@ class SessionPool:
             if session.retired:
                 return
             session.retired = True
+            self._set_closing(slot, session)
             idle = session.leases <= 0
             if not idle:
-                self._retiring[session] = slot.transport
+                self._retiring.add(session)
         self.log.debug(f"retiring the outdated session of {slot.server!r}")
         if idle:
             self._close_later(session)
@@ -10374,7 +10523,7 @@ class SessionPool:
 
         def close() -> None:
             try:
-                session.close()
+                self._close_counted(session)
             finally:
                 with self._lock:
                     self._closers.discard(thread)
@@ -10415,11 +10564,25 @@ class SessionPool:
         when = "next attempt on next use" if delay == 0 else f"backing off: next attempt allowed in {delay:g}s"
         session.log.warn(f"server {slot.server!r} failed ({cause.code}: {cause.message}){stopped}; {when}")
 
+    def _set_closing(self, slot: _Slot, session: ResidentSession) -> None:
+        """Under ``_lock``: ``session`` leaves ``slot`` but its child still counts until ``_close_counted``, so no
+        command opens a process in a place not yet free (the limits hold however many open at once)."""
+        self._closing[session] = (slot.transport, slot.user if slot.isolation == "user" else None)
+
+    def _close_counted(self, session: ResidentSession) -> None:
+        try:
+            session.close()
+        finally:
+            with self._lock:
+                self._closing.pop(session, None)
+                self._closed.notify_all()
+
     def detach(self, slot: _Slot, session: ResidentSession) -> None:
         with self._lock:
             if slot.session is session:
                 slot.session = None
-        session.close()
+                self._set_closing(slot, session)
+        self._close_counted(session)
 
     def after_failure(self, slot: _Slot, session: ResidentSession) -> None:
         """A call failed: a session whose child died is dropped now (the next use restarts it)."""
@@ -10433,12 +10596,14 @@ class SessionPool:
             session = slot.session
             with self._lock:
                 slot.session = None
+                if session is not None:
+                    self._set_closing(slot, session)
         if session is None:
             return
         end = time.monotonic() + timeout
         while (session.in_flight > 0 or session.leases > 0) and time.monotonic() < end:
             time.sleep(0.02)
-        session.close()
+        self._close_counted(session)
 
     # -- idle reaping ------------------------------------------------------------------------------
 

@@ -95,6 +95,15 @@ def run_bkmcp(
     return Result(status, out.getvalue(), err.getvalue())
 
 
+def process_running(pid: int) -> bool:
+    """Process ``pid`` exists and is not a zombie (a killed orphan waits for init to reap it)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return handle.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+    except (OSError, IndexError):
+        return False
+
+
 def until(predicate: Any, what: str, timeout: float = 60.0, interval: float = 0.02) -> None:
     """Poll ``predicate`` until it holds (bounded: a safety net, never a performance threshold)."""
     import time

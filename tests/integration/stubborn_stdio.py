@@ -1,10 +1,12 @@
-"""A stdio MCP server that is hard to stop: it ignores SIGTERM, keeps running after EOF on stdin, and (unless
-``--alone``) has a descendant that ignores SIGTERM too. Shutdown must still leave nothing behind (contract.md §11.5).
+"""A stdio MCP server that is hard to stop: it ignores SIGTERM and SIGHUP, keeps running after EOF on stdin, and
+(unless ``--alone``) has a descendant that ignores them too. Shutdown must still leave nothing behind (contract.md
+§11.5), and so must SIGKILL of bkmcp (§14).
 
-    python stubborn_stdio.py [--alone] [--pidfile PATH] [--delay SECONDS] [mcp_mock.py options...]
+    python stubborn_stdio.py [--alone] [--tree PATH] [--pidfile PATH] [--delay SECONDS] [mcp_mock.py options...]
 
-``--pidfile`` appends its own pid (its process group: bkmcp starts it as a group leader) once it runs; ``--delay``
-waits that long before serving, so the child is still starting (no answer to initialize) meanwhile.
+``--tree`` appends its own pid and, from the descendant itself, the descendant's; ``--pidfile`` appends its own pid
+(its process group: bkmcp starts it as a group leader) once it runs; ``--delay`` waits that long before serving, so
+the child is still starting (no answer to initialize) meanwhile.
 """
 
 import os
@@ -17,10 +19,16 @@ import time
 MOCK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "mock_server", "mcp_mock.py")
 
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
+signal.signal(signal.SIGHUP, signal.SIG_IGN)
 args = sys.argv[1:]
 alone = args[:1] == ["--alone"]
 if alone:
     args = args[1:]
+tree = None
+if args[:1] == ["--tree"]:
+    tree, args = args[1], args[2:]
+    with open(tree, "a") as handle:
+        handle.write(f"{os.getpid()}\n")
 if args[:1] == ["--pidfile"]:
     with open(args[1], "a") as handle:
         handle.write(f"{os.getpid()}\n")
@@ -29,8 +37,13 @@ delay = 0.0
 if args[:1] == ["--delay"]:
     delay, args = float(args[1]), args[2:]
 if not alone:
+    descendant = (
+        "import os, signal, sys, time\nfor s in (signal.SIGTERM, signal.SIGHUP): signal.signal(s, signal.SIG_IGN)\n"
+    )
+    if tree is not None:
+        descendant += "open(sys.argv[1], 'a').write(f'{os.getpid()}\\n')\n"
     subprocess.Popen(
-        [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)"],
+        [sys.executable, "-c", descendant + "time.sleep(300)", *([tree] if tree else [])],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
     )

@@ -600,3 +600,37 @@ def test_registry_that_cannot_be_opened_exits_1_with_an_envelope(tmp_path, resid
     envelope = json.loads(res.stderr_lines[-1])
     assert envelope["ok"] is False and envelope["error"]["code"] == "registry_error"
     assert res.raw_stdout == []
+
+
+COUNTED = str(Path(__file__).with_name("counted_stdio.py"))
+
+
+def _peaks(path: Path) -> list[int]:
+    """How many servers ran (by their own count) as each one started."""
+    return [int(line.split()[1]) for line in path.read_text().splitlines()] if path.is_file() else []
+
+
+def test_process_limits_hold_while_many_commands_open_at_once(tmp_path, resident):
+    """Issue 29, item 6 (docs/contract.md §11.5): connects and disconnects sent all at once, by one user and by many
+    users. Each server counts, as it starts, how many servers run (one lingers 1 s after its stdin ends, as a
+    server saving its state does): never more than ``--max-user-processes`` for one user, nor ``--max-processes``
+    in all. A disconnected or reaped session's child counts until it is stopped."""
+    python = mock_stdio()[0]
+    one, many = tmp_path / "one-user.txt", tmp_path / "many-users.txt"
+    rows = [stdio_row(f"a{i}", [python, COUNTED, str(one), "--linger", "1"]) for i in range(3)]
+    rows += [stdio_row(f"m{i}", [python, COUNTED, str(many), "--linger", "1"]) for i in range(2)]
+    res = resident(registry(tmp_path, rows), "--max-user-processes", "2", "--max-processes", "3")
+
+    def burst(commands: list[tuple[str, str, str]]) -> None:
+        tasks = [res.send(action, user, server_name=name) for action, user, name in commands]
+        for task in tasks:
+            answer = res.wait(task)
+            assert answer["success"] or answer["error_code"] == "resource_limit", answer
+
+    for _ in range(3):  # one user: each disconnect's child still runs while the next connects open
+        burst([(a, "alice", f"a{i}") for i in range(3) for a in ("connect_server", "disconnect_server")])
+    assert _peaks(one) and max(_peaks(one)) <= 2, _peaks(one)
+    users = [f"u{n}" for n in range(4)]
+    for _ in range(2):  # many users: 3 in all, alice's two idle sessions among them
+        burst([(a, u, f"m{i}") for u in users for i in range(2) for a in ("connect_server", "disconnect_server")])
+    assert _peaks(many) and max(_peaks(many)) <= 3, _peaks(many)

@@ -16,10 +16,18 @@ import time
 from pathlib import Path
 
 import pytest
-from resident_harness import Resident, group_alive, http_row, mock_stdio, stdio_row, write_registry
+from resident_harness import (
+    Resident,
+    group_alive,
+    http_row,
+    mock_stdio,
+    stdio_row,
+    write_registry,
+)
 
 from mock_server.mcp_mock import DEFAULT_TOOLS, MockServer, mock_tool
 from mock_server.registry_source import RegistrySource
+from tests.helpers import process_running
 
 STUBBORN = str(Path(__file__).with_name("stubborn_stdio.py"))
 LONG = mock_tool("long", "slow", ms=60_000)
@@ -138,3 +146,76 @@ def test_at_eof_a_call_longer_than_timeout_plus_5s_still_gets_its_result(tmp_pat
     finally:
         res.close()
         srv.stop()
+
+
+def test_sigkill_of_the_resident_leaves_no_process_of_a_server_tree(tmp_path):
+    """Issue 29, item 3 (docs/contract.md §11.5): a stdio server that forks a descendant, both ignoring SIGHUP,
+    SIGTERM and EOF on stdin; SIGKILL of the resident ends the whole tree, not only the direct child."""
+    tree = tmp_path / "tree.txt"
+    python = mock_stdio()[0]
+    reg = tmp_path / "registry.db"
+    write_registry(str(reg), [stdio_row("p", [python, STUBBORN, "--tree", str(tree)], isolation="public")])
+    res = Resident(reg)
+    try:
+        assert res.ok("list_tools", "u", server_name="p")["tools"]
+        wait_for(lambda: len(pids_in(tree)) == 2, "the server and its descendant recorded their pids")
+        pids = pids_in(tree)
+        assert all(process_running(p) for p in pids)
+        res.proc.kill()
+        assert res.exit_status() == -signal.SIGKILL
+        wait_for(lambda: not any(process_running(p) for p in pids), "every process of the server's tree ended")
+    finally:
+        for pid in pids_in(tree):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        res.close()
+
+
+def _watchdogs_of(parent: int) -> list[int]:
+    """The group watchdogs ``parent`` started (its children running ``python -I -S -c``)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_bytes().rsplit(b")", 1)[1].split()
+                argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            except (OSError, IndexError):
+                continue
+            if int(stat[1]) == parent and argv[1:4] == [b"-I", b"-S", b"-c"] and stat[0] not in (b"Z", b"X"):
+                found.append(int(entry))
+    return found
+
+
+def test_a_killed_group_watchdog_is_replaced_and_told_the_groups_still_running(tmp_path):
+    """Issue 29, item 3: someone kills the resident's group watchdog. The next child starts all the same (its
+    record to the dead watchdog costs it nothing), a new watchdog records both servers' groups, and SIGKILL of
+    the resident still ends both trees."""
+    trees = [tmp_path / "p.txt", tmp_path / "q.txt"]
+    python = mock_stdio()[0]
+    reg = tmp_path / "registry.db"
+    rows = [stdio_row(n, [python, STUBBORN, "--tree", str(t)], isolation="public") for n, t in zip("pq", trees)]
+    write_registry(str(reg), rows)
+    res = Resident(reg)
+    try:
+        assert res.ok("list_tools", "u", server_name="p")["tools"]
+        wait_for(lambda: len(_watchdogs_of(res.proc.pid)) == 1, "the group watchdog started")
+        first = _watchdogs_of(res.proc.pid)[0]
+        os.kill(first, signal.SIGKILL)
+        wait_for(lambda: not process_running(first), "the watchdog died")
+        assert res.ok("list_tools", "u", server_name="q")["tools"]
+        wait_for(lambda: [len(pids_in(t)) for t in trees] == [2, 2], "both servers and descendants recorded their pids")
+        assert [w for w in _watchdogs_of(res.proc.pid) if w != first]
+        pids = [p for t in trees for p in pids_in(t)]
+        assert all(process_running(p) for p in pids)
+        res.proc.kill()
+        assert res.exit_status() == -signal.SIGKILL
+        wait_for(lambda: not any(process_running(p) for p in pids), "every process of both trees ended")
+    finally:
+        for pid in [p for t in trees for p in pids_in(t)]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        res.close()

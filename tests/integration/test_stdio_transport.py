@@ -21,7 +21,7 @@ import pytest
 
 import bkmcp
 from mock_server.mcp_mock import mock_tool
-from tests.helpers import LEGACY, VERSIONS, run_bkmcp, write_mcp_json
+from tests.helpers import LEGACY, VERSIONS, process_running, run_bkmcp, until, write_mcp_json
 
 pytestmark = [pytest.mark.integration]
 
@@ -910,3 +910,85 @@ def test_stdio_write_to_a_server_that_stopped_reading_is_bounded(stdio_mock):
     assert time.monotonic() - started < 15
     error = result.json["error"]
     assert error["code"] == "mcp_timeout" and error["outcome"] == "unknown"
+
+
+def test_group_watchdog_kills_the_groups_still_recorded_when_its_pipe_ends():
+    """Issue 29, item 3: the watchdog's protocol. Of two process groups recorded, the one struck off again
+    survives the end of the pipe (its number may belong to another group by then); the other is SIGKILLed, every
+    member of it, although they ignore SIGHUP and SIGTERM."""
+
+    ignoring = "import signal, time\nfor s in (signal.SIGTERM, signal.SIGHUP): signal.signal(s, signal.SIG_IGN)\n"
+    leader = ignoring + "import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', sys.argv[1]])\ntime.sleep(60)"
+    member = ignoring + "time.sleep(60)"
+    kept = subprocess.Popen([sys.executable, "-c", ignoring + "time.sleep(60)"], start_new_session=True)
+    doomed = subprocess.Popen([sys.executable, "-c", leader, member], start_new_session=True)
+    try:
+        until(lambda: len(_group_members(doomed.pid)) == 2, "the leader started its descendant")
+        members = _group_members(doomed.pid)
+        started = bkmcp._GroupWatchdog._start()
+        assert started is not None
+        watchdog, write_end = started
+        os.write(write_end, b"+%d\n+%d\n-%d\n" % (kept.pid, doomed.pid, kept.pid))
+        os.close(write_end)  # what bkmcp's death does
+        assert os.waitpid(watchdog, 0)[1] == 0  # it ended by itself, after its work
+        until(lambda: not any(process_running(p) for p in members), "the recorded group died")  # SIGKILL is async
+        assert doomed.wait(30) == -signal.SIGKILL
+        assert kept.poll() is None
+    finally:
+        for proc in (kept, doomed):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            proc.wait(30)
+
+
+def _group_members(pgid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_bytes().rsplit(b")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if fields[2] == str(pgid).encode() and fields[0] not in (b"Z", b"X"):
+                found.append(int(entry))
+    return found
+
+
+def test_group_watchdog_killed_is_replaced_and_told_the_recorded_groups(monkeypatch):
+    """Issue 29, item 3: the watchdog bkmcp started was killed; the next child's ``write_end`` starts another and
+    tells it the groups recorded so far (not those struck off), which it kills when bkmcp's end of the pipe ends."""
+    watchdog = bkmcp._GroupWatchdog
+    for name, value in {"_started": False, "_pid": None, "_write_end": None, "_groups": set()}.items():
+        monkeypatch.setattr(watchdog, name, value)  # a fresh one for this test: the process's own stays as it is
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    kept, doomed = (subprocess.Popen(sleeper, start_new_session=True) for _ in range(2))
+    first_end = None
+    try:
+        first_end = watchdog.write_end()
+        first = watchdog._pid
+        assert first_end is not None and first is not None
+        watchdog.recorded(kept.pid)
+        watchdog.recorded(doomed.pid)
+        watchdog.forget(kept.pid)
+        os.kill(first, signal.SIGKILL)
+        until(lambda: not process_running(first), "the first watchdog died")
+        watchdog.forget(kept.pid)  # to a dead watchdog: no error
+        second_end = watchdog.write_end()
+        second = watchdog._pid
+        assert second_end is not None and second not in (None, first)
+        os.close(second_end)
+        assert os.waitpid(second, 0)[1] == 0
+        assert doomed.wait(30) == -signal.SIGKILL
+        assert kept.poll() is None
+        assert bkmcp._process_ended(first)  # reaped already
+    finally:
+        for proc in (kept, doomed):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            proc.wait(30)
+        if first_end is not None:
+            os.close(first_end)

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from mock_server.mcp_mock import DEFAULT_TOOLS, MockServer, mock_tool
-from tests.helpers import ROOT, until, write_mcp_json
+from tests.helpers import ROOT, process_running, until, write_mcp_json
 
 MOCK = ROOT / "mock_server" / "mcp_mock.py"
 BIG = 30 * 1024 * 1024
@@ -303,6 +303,32 @@ def test_sigkill_of_the_background_process_mid_call_is_reported_never_resent(wor
     again = world.run("st", "counter", "--keep-alive")
     assert again.returncode == 0 and json.loads(again.stdout)["data"]["result"]["structuredContent"]["count"] == 1
     assert world.daemons() and world.daemons()[0] != daemon
+
+
+def test_sigkill_of_the_background_process_leaves_no_process_of_a_server_tree(world):
+    """Issue 29, item 3 (docs/contract.md §14): a stdio server that forks a descendant, both ignoring SIGHUP,
+    SIGTERM and EOF on stdin; SIGKILL of the background process ends the whole tree, not only the direct child."""
+    tree = world.tmp / "tree.txt"
+    stubborn = ROOT / "tests" / "integration" / "stubborn_stdio.py"
+    world.servers["tree"] = {"type": "stdio", "command": sys.executable, "args": [str(stubborn), "--tree", str(tree)]}
+    write_mcp_json(world.config, world.servers)
+
+    def pids() -> list[int]:
+        return [int(x) for x in tree.read_text().split()] if tree.is_file() else []
+
+    try:
+        done = world.run("tree", "echo", "--text", "x", "--keep-alive")
+        assert done.returncode == 0, done.stderr
+        until(lambda: len(pids()) == 2, "the server and its descendant recorded their pids", 30)
+        assert all(process_running(p) for p in pids())
+        os.kill(world.daemons()[0], signal.SIGKILL)
+        until(lambda: not any(process_running(p) for p in pids()), "every process of the server's tree ended", 30)
+    finally:
+        for pid in pids():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
 
 
 def test_idle_sessions_close_and_the_process_ends_by_itself(world):
