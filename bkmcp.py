@@ -580,10 +580,11 @@ else:
 class JsonInputError(ValueError):
     """Invalid JSON text. ``str()`` says what and where, never echoes the text itself."""
 
-    def __init__(self, reason: str, line: int = 0, column: int = 0) -> None:
+    def __init__(self, reason: str, line: int = 0, column: int = 0, *, too_deep: bool = False) -> None:
         self.reason = reason
         self.line = line
         self.column = column
+        self.too_deep = too_deep  # valid as far as read, but nested deeper than bkmcp parses (not a JSON rule)
         where = f" at line {line} column {column}" if line else ""
         super().__init__(f"{reason}{where}")
 
@@ -671,13 +672,18 @@ def parse_json_plain(text: str, *, strict_keys: bool = True) -> Any:
         where = _duplicate_key_position(text)
         line, column = (text.count("\n", 0, where) + 1, where - text.rfind("\n", 0, where)) if where >= 0 else (0, 0)
         raise JsonInputError(f"duplicate key {json.dumps(exc.key, ensure_ascii=False)}", line, column) from None
-    except RecursionError:
-        raise JsonInputError("nesting too deep") from None
+    except RecursionError:  # the parser recurses: Python's recursion limit is bkmcp's, JSON itself has none
+        raise JsonInputError(f"nesting too deep: {too_deep_words()}", too_deep=True) from None
     except json.JSONDecodeError as exc:
         reason = exc.msg.lower() if text.strip() else "empty input"
         raise JsonInputError(reason, exc.lineno, exc.colno) from None
     except ValueError as exc:  # a rejected constant (NaN, Infinity)
         raise JsonInputError(str(exc)) from None
+
+
+def too_deep_words() -> str:
+    """What ``JsonInputError.too_deep`` means, in words that say whose limit it is."""
+    return f"nested deeper than bkmcp parses (about {sys.getrecursionlimit()} levels)"
 
 
 def _duplicate_key_position(text: str) -> int:
@@ -2192,6 +2198,9 @@ def decode_messages(text: str | bytes) -> list[Message]:
     try:
         value = parse_json(text, strict_keys=False)
     except JsonInputError as exc:
+        if exc.too_deep:  # not the server's fault alone: say whose limit it is
+            deep = {"reason": "nested_too_deep"}
+            raise ProtocolError(f"the server sent JSON {too_deep_words()}", details=deep) from None
         raise ProtocolError(f"the server sent invalid JSON: {exc}") from None
     if isinstance(value, list):
         if not value:
@@ -4749,8 +4758,9 @@ class StdioTransport:
                 return
             try:
                 messages = decode_messages(line)
-            except ProtocolError:  # the one judgement of what is JSON-RPC; an HTTP answer's failure, a line's skip
-                self._skip(skipped, line, "")
+            except ProtocolError as exc:  # the one judgement of what is JSON-RPC: an HTTP answer fails, a line skips
+                deep = exc.details.get("reason") == "nested_too_deep"
+                self._skip(skipped, line, f" [{too_deep_words()}]" if deep else "")
                 return
             for incoming in messages:
                 self.responses += 1
