@@ -4271,6 +4271,19 @@ def _die_with_parent_hook() -> Callable[[], None] | None:
     return hook
 
 
+def _path_problem(path: str, otherwise: str) -> str:
+    """Why a stdio ``command`` or ``cwd`` path cannot be used: ``otherwise`` when it exists, else "does not exist"
+    or, when a folder on its way cannot be searched by this user, permission denied (``os.path.exists`` says False
+    for both)."""
+    try:
+        os.stat(path)
+    except PermissionError:
+        return "cannot be reached: permission denied (a folder on its path is not searchable by this user)"
+    except OSError:
+        return "does not exist"
+    return otherwise
+
+
 class ChildProcess:
     """Supervision of one stdio server process (contract.md §9, §11.5), apart from its framing: spawn without a shell in
     its own process group (optionally dying with bkmcp), keep the last stderr lines (streamed with ``-v``; counted, and
@@ -4319,7 +4332,7 @@ class ChildProcess:
         if os.sep in command or (os.altsep and os.altsep in command):
             path = os.path.join(self.server.cwd or os.getcwd(), command)  # resolve_server made it absolute
             found = path if os.path.isfile(path) and os.access(path, os.X_OK) else None
-            problem = "does not exist" if not os.path.exists(path) else "is not an executable file"
+            problem = _path_problem(path, "is not an executable file")
         else:
             found = shutil.which(command, path=env.get("PATH", os.defpath))
             problem = "was not found on PATH"
@@ -4344,7 +4357,7 @@ class ChildProcess:
         executable = self._executable(env)
         cwd = self.server.cwd
         if cwd is not None and not os.path.isdir(cwd):
-            problem = "is not a directory" if os.path.exists(cwd) else "does not exist"
+            problem = _path_problem(cwd, "is not a directory")
             raise _mark(
                 ConnectionFailedError(
                     f"cannot start the stdio server: working directory {cwd!r} {problem}",
