@@ -9013,6 +9013,7 @@ class SqliteRegistry(Registry):
         self._cached: RegistryView | None = None
         self._users: dict[str, tuple[dict[str, dict[str, str]], dict[tuple[str, str], BkmcpError]]] = {}
         self._store_warned = False
+        self._gone_warned = False  # the file's deletion was told (once per deletion)
         self.created = False  # this process created the file (``--resident`` warns: a mistyped path?)
         self._busy_ms = int(timeout * 1000)  # SQLite's busy timeout now (sqlite3.connect sets it to ``timeout``)
         if os.path.isdir(path):
@@ -9046,8 +9047,17 @@ class SqliteRegistry(Registry):
         """A registry replaced by rename (``mv new.db registry.db``, an atomic deploy) is opened again: the old
         connection would read the old file forever. Under ``_lock``; one ``stat`` per view."""
         identity = _file_identity(self.path)
-        if identity is None or identity == self._identity:
-            return  # unchanged, or gone for a moment (the old file stays readable)
+        if identity is None:  # deleted: the open file still reads, but nothing edits it any more
+            if not self._gone_warned:
+                self._gone_warned = True
+                self.log.warn(
+                    f"{self.source}: the file was deleted; still serving its last contents (restore the file, or "
+                    "restart the resident with --registry naming the registry)"
+                )
+            return
+        self._gone_warned = False  # back (or replaced): a later deletion is told again
+        if identity == self._identity:
+            return
         old = self._db
         try:
             self._connect()
