@@ -187,3 +187,22 @@ def test_the_warm_process_gives_back_the_memory_of_a_large_result(tmp_path):
     finally:
         world.close()
         srv.stop()
+
+
+def test_a_utf8_bom_before_mcp_json_is_accepted_and_utf16_is_refused(tmp_path):
+    """Decided (contract §3): one UTF-8 byte order mark before mcp.json is accepted and ignored (Windows editors
+    write it); the server is used as configured. A UTF-16 file (also with a BOM) is invalid_mcp_config."""
+    with MockServer({"versions": ["2025-11-25"]}) as srv:
+        text = json.dumps({"mcpServers": {"s": {"type": "http", "url": srv.url, "headers": {"X-From": "bom-file"}}}})
+        path = tmp_path / "mcp.json"
+        path.write_bytes(b"\xef\xbb\xbf" + text.encode())
+        path.chmod(0o600)
+        res = run_bkmcp("--config", str(path), "s", "echo", "--text", "hi")
+        calls = srv.requests(rpc_method="tools/call")
+        path.write_bytes(text.encode("utf-16"))
+        refused = run_bkmcp("--config", str(path), "s", "echo", "--text", "hi")
+        assert len(srv.requests(rpc_method="tools/call")) == 1  # nothing sent for the UTF-16 file
+    assert res.exit_status == 0, res.stdout + res.stderr
+    assert [json.loads(c["body"])["params"]["arguments"] for c in calls] == [{"text": "hi"}]
+    assert calls[0]["headers"]["x-from"] == "bom-file"
+    assert refused.exit_status == 1 and refused.error_code == "invalid_mcp_config", refused.stdout
