@@ -13150,6 +13150,29 @@ class _BoundedText:
         return False
 
 
+class RefusalNotes:
+    """The lines a background process writes about refused other-uid connections: at most one per uid every
+    ``every`` seconds, the next one saying how many were refused meanwhile (a flood would fill warm.log)."""
+
+    def __init__(self, every: float = 60.0) -> None:
+        self.every = every
+        self._seen: dict[int | None, list[float]] = {}  # uid (None: unknown) -> [its last line, refusals since]
+
+    def line(self, uid: int | None, now: float) -> str | None:
+        """The line to write for a refusal of ``uid`` at ``now`` (monotonic), or None: suppressed and counted."""
+        last = self._seen.get(uid)
+        if last is not None and now - last[0] < self.every:
+            last[1] += 1
+            return None
+        more = int(last[1]) if last is not None else 0
+        if last is None and len(self._seen) >= 1024:  # bounded: uids are few, but never trust that
+            self._seen.clear()
+        self._seen[uid] = [now, 0]
+        return f"refused a connection from uid {uid}" + (
+            f" ({more} more refused since the last such line)" if more else ""
+        )
+
+
 _WARM_TRIM_ABOVE = 16 << 20  # RSS grown this much over the last trimmed level: give freed memory back
 
 
@@ -13177,6 +13200,7 @@ class WarmServer:
         self._rss_floor = resident_set_size() or 0  # RSS after the last trim (``_trim_memory``)
         self._trimming = False
         self._trim_again = False  # a command's trim is repeated on the next idle tick
+        self._refusals = RefusalNotes()
 
     def serve(self) -> int:
         import signal
@@ -13259,7 +13283,10 @@ class WarmServer:
         try:
             uid = peer_uid(conn)
             if uid != os.getuid():  # the folder is 0700; this holds even if it were not
-                self.log.warn(f"refused a connection from uid {uid}")
+                with self._lock:
+                    line = self._refusals.line(uid, time.monotonic())
+                if line is not None:
+                    self.log.warn(line)
                 return
             frame = recv_frame(conn)
             if frame is None or frame[0] != b"R":

@@ -206,3 +206,55 @@ def test_a_utf8_bom_before_mcp_json_is_accepted_and_utf16_is_refused(tmp_path):
     assert [json.loads(c["body"])["params"]["arguments"] for c in calls] == [{"text": "hi"}]
     assert calls[0]["headers"]["x-from"] == "bom-file"
     assert refused.exit_status == 1 and refused.error_code == "invalid_mcp_config", refused.stdout
+
+
+_CONNECT_AS = (
+    "import socket,sys\n"
+    "for _ in range(int(sys.argv[2])):\n"
+    " s=socket.socket(socket.AF_UNIX)\n"
+    " s.connect(sys.argv[1])\n"
+    " s.recv(10)\n"  # the process closes without an answer
+    " s.close()\n"
+    "print('done')\n"
+)
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not os.access("/usr/bin/python3", os.X_OK), reason="needs root and /usr/bin/python3"
+)
+def test_refused_other_uid_connections_write_one_warm_log_line_a_minute(tmp_path):
+    """Before: each refused connection of another uid wrote a line to warm.log (a flood fills it). Now one line per
+    uid a minute; the next says how many were refused meanwhile (RefusalNotes, checked with a clock below)."""
+    from test_warm_sessions import World
+
+    world = World(tmp_path)
+    link = Path(f"/tmp/bkmcp-refusals-{os.getpid()}.sock")
+    try:
+        assert world.run("hm", "echo", "--text", "x", "--keep-alive").returncode == 0
+        (sock,) = world.sockets()
+        if os.stat("/tmp").st_dev != os.stat(world.place).st_dev:
+            pytest.skip("the test's folder is on another file system than /tmp (no hard link to the socket)")
+        os.link(sock, link)  # past the 0700 folder, where that uid may connect; the peer check still refuses
+        link.chmod(0o777)
+        done = subprocess.run(
+            ["/usr/bin/python3", "-c", _CONNECT_AS, str(link), "25"],
+            capture_output=True, text=True, timeout=60, user=65534, group=65534, extra_groups=[], cwd="/",
+        )  # fmt: skip
+        assert done.stdout.strip() == "done", done.stderr
+        assert world.run("hm", "echo", "--text", "y", "--keep-alive").returncode == 0  # still serves its user
+        log = (world.place / "warm.log").read_text()
+        assert log.count("refused a connection from uid 65534") == 1, log
+    finally:
+        link.unlink(missing_ok=True)
+        world.close()
+
+
+def test_refusal_notes_count_what_they_suppress():
+    from bkmcp import RefusalNotes
+
+    notes = RefusalNotes(every=60.0)
+    assert notes.line(1000, 0.0) == "refused a connection from uid 1000"
+    assert [notes.line(1000, t) for t in (1.0, 30.0, 59.9)] == [None, None, None]
+    assert notes.line(1001, 2.0) == "refused a connection from uid 1001"  # per uid
+    assert notes.line(1000, 60.0) == "refused a connection from uid 1000 (3 more refused since the last such line)"
+    assert notes.line(1000, 121.0) == "refused a connection from uid 1000"
