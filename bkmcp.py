@@ -8826,7 +8826,7 @@ def render_registry_row(record: RegistryServer) -> dict[str, Any]:
         "name": record.name,
         "transport_type": record.transport_type,
         "command": record.command,
-        "args": record.args,
+        "args": render_registry_args(record.args),
         "env_template": {k: _redact_template(k, v) for k, v in record.env_template.items()},
         "url": render_listed_url(record.url),
         "headers": {k: _redact_template(k, v) for k, v in record.headers.items()},
@@ -8854,6 +8854,37 @@ def render_listed_url(url: str | None) -> str | None:
             authority = f"{user}:{REDACTED}@{host}" if colon else f"{REDACTED}@{host}"
         url = f"{scheme}://{authority}{tail}"
     return redact_url(url)
+
+
+def secret_arg_positions(args: Sequence[Any]) -> list[int]:
+    """Where a stdio row's ``args`` hold a literal secret: the value after a secret-looking flag (``--token
+    VALUE``) or in its ``--flag=VALUE`` form (``is_secret_name`` on the flag's name); a value made only of
+    ``${…}`` references holds none."""
+    found: list[int] = []
+    for index, arg in enumerate(args):
+        if not isinstance(arg, str) or not arg.startswith("-"):
+            continue
+        name, equals, value = arg.partition("=")
+        if not is_secret_name(name.lstrip("-")):
+            continue
+        if not equals and index + 1 < len(args) and isinstance(args[index + 1], str):
+            value = args[index + 1]
+            if value.startswith("-") and value != "-":
+                continue  # another flag: nothing was given after this one
+        if _ENV_REF.sub("", value).strip():
+            found.append(index if equals else index + 1)
+    return found
+
+
+def render_registry_args(args: Any) -> Any:
+    """A row's ``args`` as ``--list`` prints them: each literal secret (``secret_arg_positions``) as ``***``."""
+    if not isinstance(args, list):
+        return args
+    shown = list(args)
+    for index in secret_arg_positions(args):
+        flag, equals, _ = shown[index].partition("=") if shown[index].startswith("-") else ("", "", "")
+        shown[index] = f"{flag}={REDACTED}" if equals else REDACTED
+    return shown
 
 
 def _redact_template(name: str, value: Any) -> Any:
@@ -9289,6 +9320,11 @@ class SqliteRegistry(Registry):
         for server in config.servers.values():
             if server.cwd is not None:
                 log.warn(f'{config.path}: server {server.name!r}: "cwd" has no registry column and was dropped')
+            if server.type == "stdio" and secret_arg_positions(server.args):
+                log.warn(
+                    f"{config.path}: server {server.name!r}: its args hold a literal secret (after a flag such as "
+                    '--token); it is stored in clear in the registry (--list shows it as ***): pass it through "env"'
+                )
         return list(config.servers)
 
     def close(self) -> None:
