@@ -282,3 +282,16 @@ def test_literal_secrets_in_registry_args_warn_at_import_and_are_masked_by_list(
     with sqlite3.connect(reg) as db:
         (stored,) = db.execute("SELECT args FROM mcp_servers WHERE name = 's'").fetchone()
     assert json.loads(stored) == args
+
+
+def test_secret_arg_positions_edge_cases():
+    from bkmcp import RefusalNotes, render_registry_args, secret_arg_positions
+
+    assert secret_arg_positions(["--token", "--verbose", "--key"]) == []  # a flag, then nothing: no value given
+    assert secret_arg_positions(["--token", "-"]) == [1]  # "-" is a value (stdin), not a flag
+    assert secret_arg_positions([7, "--password=", "--auth=${A}$${B}"]) == [2]  # empty: nothing; "$${" is literal
+    assert render_registry_args(None) is None and render_registry_args(["--secret", "x"]) == ["--secret", "***"]
+    notes = RefusalNotes()
+    for uid in range(1030):  # bounded: the table starts over rather than grow
+        assert notes.line(uid, 0.0) is not None
+    assert len(notes._seen) <= 1024
