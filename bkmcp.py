@@ -580,10 +580,11 @@ else:
 class JsonInputError(ValueError):
     """Invalid JSON text. ``str()`` says what and where, never echoes the text itself."""
 
-    def __init__(self, reason: str, line: int = 0, column: int = 0) -> None:
+    def __init__(self, reason: str, line: int = 0, column: int = 0, *, too_deep: bool = False) -> None:
         self.reason = reason
         self.line = line
         self.column = column
+        self.too_deep = too_deep  # valid as far as read, but nested deeper than bkmcp parses (not a JSON rule)
         where = f" at line {line} column {column}" if line else ""
         super().__init__(f"{reason}{where}")
 
@@ -671,13 +672,18 @@ def parse_json_plain(text: str, *, strict_keys: bool = True) -> Any:
         where = _duplicate_key_position(text)
         line, column = (text.count("\n", 0, where) + 1, where - text.rfind("\n", 0, where)) if where >= 0 else (0, 0)
         raise JsonInputError(f"duplicate key {json.dumps(exc.key, ensure_ascii=False)}", line, column) from None
-    except RecursionError:
-        raise JsonInputError("nesting too deep") from None
+    except RecursionError:  # the parser recurses: Python's recursion limit is bkmcp's, JSON itself has none
+        raise JsonInputError(f"nesting too deep: {too_deep_words()}", too_deep=True) from None
     except json.JSONDecodeError as exc:
         reason = exc.msg.lower() if text.strip() else "empty input"
         raise JsonInputError(reason, exc.lineno, exc.colno) from None
     except ValueError as exc:  # a rejected constant (NaN, Infinity)
         raise JsonInputError(str(exc)) from None
+
+
+def too_deep_words() -> str:
+    """What ``JsonInputError.too_deep`` means, in words that say whose limit it is."""
+    return f"nested deeper than bkmcp parses (about {sys.getrecursionlimit()} levels)"
 
 
 def _duplicate_key_position(text: str) -> int:
@@ -2219,6 +2225,9 @@ def decode_messages(text: str | bytes) -> list[Message]:
     try:
         value = parse_json(text, strict_keys=False)
     except JsonInputError as exc:
+        if exc.too_deep:  # not the server's fault alone: say whose limit it is
+            deep = {"reason": "nested_too_deep"}
+            raise ProtocolError(f"the server sent JSON {too_deep_words()}", details=deep) from None
         raise ProtocolError(f"the server sent invalid JSON: {exc}") from None
     if isinstance(value, list):
         if not value:
@@ -4410,6 +4419,19 @@ def _die_with_parent_hook() -> Callable[[], None] | None:
     return hook
 
 
+def _path_problem(path: str, otherwise: str) -> str:
+    """Why a stdio ``command`` or ``cwd`` path cannot be used: ``otherwise`` when it exists, else "does not exist"
+    or, when a folder on its way cannot be searched by this user, permission denied (``os.path.exists`` says False
+    for both)."""
+    try:
+        os.stat(path)
+    except PermissionError:
+        return "cannot be reached: permission denied (a folder on its path is not searchable by this user)"
+    except OSError:
+        return "does not exist"
+    return otherwise
+
+
 class ChildProcess:
     """Supervision of one stdio server process (contract.md §9, §11.5), apart from its framing: spawn without a shell in
     its own process group (optionally dying with bkmcp), keep the last stderr lines (streamed with ``-v``; counted, and
@@ -4458,7 +4480,7 @@ class ChildProcess:
         if os.sep in command or (os.altsep and os.altsep in command):
             path = os.path.join(self.server.cwd or os.getcwd(), command)  # resolve_server made it absolute
             found = path if os.path.isfile(path) and os.access(path, os.X_OK) else None
-            problem = "does not exist" if not os.path.exists(path) else "is not an executable file"
+            problem = _path_problem(path, "is not an executable file")
         else:
             found = shutil.which(command, path=env.get("PATH", os.defpath))
             problem = "was not found on PATH"
@@ -4483,7 +4505,7 @@ class ChildProcess:
         executable = self._executable(env)
         cwd = self.server.cwd
         if cwd is not None and not os.path.isdir(cwd):
-            problem = "is not a directory" if os.path.exists(cwd) else "does not exist"
+            problem = _path_problem(cwd, "is not a directory")
             raise _mark(
                 ConnectionFailedError(
                     f"cannot start the stdio server: working directory {cwd!r} {problem}",
@@ -4901,8 +4923,9 @@ class StdioTransport:
                 return
             try:
                 messages = decode_messages(line)
-            except ProtocolError:  # the one judgement of what is JSON-RPC; an HTTP answer's failure, a line's skip
-                self._skip(skipped, line, "")
+            except ProtocolError as exc:  # the one judgement of what is JSON-RPC: an HTTP answer fails, a line skips
+                deep = exc.details.get("reason") == "nested_too_deep"
+                self._skip(skipped, line, f" [{too_deep_words()}]" if deep else "")
                 return
             for incoming in messages:
                 self.responses += 1
@@ -9148,7 +9171,7 @@ def render_registry_row(record: RegistryServer) -> dict[str, Any]:
         "name": record.name,
         "transport_type": record.transport_type,
         "command": record.command,
-        "args": record.args,
+        "args": render_registry_args(record.args),
         "env_template": {k: _redact_template(k, v) for k, v in record.env_template.items()},
         "url": render_listed_url(record.url),
         "headers": {k: _redact_template(k, v) for k, v in record.headers.items()},
@@ -9176,6 +9199,37 @@ def render_listed_url(url: str | None) -> str | None:
             authority = f"{user}:{REDACTED}@{host}" if colon else f"{REDACTED}@{host}"
         url = f"{scheme}://{authority}{tail}"
     return redact_url(url)
+
+
+def secret_arg_positions(args: Sequence[Any]) -> list[int]:
+    """Where a stdio row's ``args`` hold a literal secret: the value after a secret-looking flag (``--token
+    VALUE``) or in its ``--flag=VALUE`` form (``is_secret_name`` on the flag's name); a value made only of
+    ``${…}`` references holds none."""
+    found: list[int] = []
+    for index, arg in enumerate(args):
+        if not isinstance(arg, str) or not arg.startswith("-"):
+            continue
+        name, equals, value = arg.partition("=")
+        if not is_secret_name(name.lstrip("-")):
+            continue
+        if not equals and index + 1 < len(args) and isinstance(args[index + 1], str):
+            value = args[index + 1]
+            if value.startswith("-") and value != "-":
+                continue  # another flag: nothing was given after this one
+        if _ENV_REF.sub("", value).strip():
+            found.append(index if equals else index + 1)
+    return found
+
+
+def render_registry_args(args: Any) -> Any:
+    """A row's ``args`` as ``--list`` prints them: each literal secret (``secret_arg_positions``) as ``***``."""
+    if not isinstance(args, list):
+        return args
+    shown = list(args)
+    for index in secret_arg_positions(args):
+        flag, equals, _ = shown[index].partition("=") if shown[index].startswith("-") else ("", "", "")
+        shown[index] = f"{flag}={REDACTED}" if equals else REDACTED
+    return shown
 
 
 def _redact_template(name: str, value: Any) -> Any:
@@ -9335,6 +9389,7 @@ class SqliteRegistry(Registry):
         self._cached: RegistryView | None = None
         self._users: dict[str, tuple[dict[str, dict[str, str]], dict[tuple[str, str], BkmcpError]]] = {}
         self._store_warned = False
+        self._gone_warned = False  # the file's deletion was told (once per deletion)
         self.created = False  # this process created the file (``--resident`` warns: a mistyped path?)
         self._busy_ms = int(timeout * 1000)  # SQLite's busy timeout now (sqlite3.connect sets it to ``timeout``)
         if os.path.isdir(path):
@@ -9368,8 +9423,17 @@ class SqliteRegistry(Registry):
         """A registry replaced by rename (``mv new.db registry.db``, an atomic deploy) is opened again: the old
         connection would read the old file forever. Under ``_lock``; one ``stat`` per view."""
         identity = _file_identity(self.path)
-        if identity is None or identity == self._identity:
-            return  # unchanged, or gone for a moment (the old file stays readable)
+        if identity is None:  # deleted: the open file still reads, but nothing edits it any more
+            if not self._gone_warned:
+                self._gone_warned = True
+                self.log.warn(
+                    f"{self.source}: the file was deleted; still serving its last contents (restore the file, or "
+                    "restart the resident with --registry naming the registry)"
+                )
+            return
+        self._gone_warned = False  # back (or replaced): a later deletion is told again
+        if identity == self._identity:
+            return
         old = self._db
         try:
             self._connect()
@@ -9603,6 +9667,11 @@ class SqliteRegistry(Registry):
         for server in config.servers.values():
             if server.cwd is not None:
                 log.warn(f'{config.path}: server {server.name!r}: "cwd" has no registry column and was dropped')
+            if server.type == "stdio" and secret_arg_positions(server.args):
+                log.warn(
+                    f"{config.path}: server {server.name!r}: its args hold a literal secret (after a flag such as "
+                    '--token); it is stored in clear in the registry (--list shows it as ***): pass it through "env"'
+                )
         return list(config.servers)
 
     def close(self) -> None:
@@ -11867,6 +11936,34 @@ def limit_malloc_arenas(count: int = _MALLOC_ARENAS) -> bool:
     return bool(mallopt(-8, count))  # M_ARENA_MAX (glibc malloc.h); musl's mallopt ignores it and answers 0
 
 
+def resident_set_size() -> int | None:
+    """This process's resident set in bytes (Linux ``/proc/self/statm``), or None where it cannot be read."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def release_free_memory() -> bool:
+    """Give the memory Python freed back to the system (glibc ``malloc_trim(0)``): after one large result a
+    long-lived process otherwise keeps its peak RSS (the warm process: 24 -> 119 MB until its idle exit), since
+    glibc keeps freed heap pages. False elsewhere than glibc."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        trim = ctypes.CDLL(None).malloc_trim
+    except (ImportError, OSError, AttributeError):  # no ctypes, or a libc without malloc_trim (musl)
+        return False
+    import gc
+
+    gc.collect()  # cycles a large result left behind (frames of a failed parse, a traceback) go first
+    trim(0)
+    return True
+
+
 def run_resident(
     opts: ResidentOptions,
     *,
@@ -13545,6 +13642,32 @@ class _BoundedText:
         return False
 
 
+class RefusalNotes:
+    """The lines a background process writes about refused other-uid connections: at most one per uid every
+    ``every`` seconds, the next one saying how many were refused meanwhile (a flood would fill warm.log)."""
+
+    def __init__(self, every: float = 60.0) -> None:
+        self.every = every
+        self._seen: dict[int | None, list[float]] = {}  # uid (None: unknown) -> [its last line, refusals since]
+
+    def line(self, uid: int | None, now: float) -> str | None:
+        """The line to write for a refusal of ``uid`` at ``now`` (monotonic), or None: suppressed and counted."""
+        last = self._seen.get(uid)
+        if last is not None and now - last[0] < self.every:
+            last[1] += 1
+            return None
+        more = int(last[1]) if last is not None else 0
+        if last is None and len(self._seen) >= 1024:  # bounded: uids are few, but never trust that
+            self._seen.clear()
+        self._seen[uid] = [now, 0]
+        return f"refused a connection from uid {uid}" + (
+            f" ({more} more refused since the last such line)" if more else ""
+        )
+
+
+_WARM_TRIM_ABOVE = 16 << 20  # RSS grown this much over the last trimmed level: give freed memory back
+
+
 class WarmServer:
     """The background process (docs/contract.md §14): accepts its own uid's connections on the socket, runs each
     forwarded command through ``main`` with ``WarmRun``, lists and stops on request, closes idle sessions, and
@@ -13566,6 +13689,10 @@ class WarmServer:
         self.retiring = False
         self._lock = _thread.allocate_lock()
         self._inode: int | None = None
+        self._rss_floor = resident_set_size() or 0  # RSS after the last trim (``_trim_memory``)
+        self._trimming = False
+        self._trim_again = False  # a command's trim is repeated on the next idle tick
+        self._refusals = RefusalNotes()
 
     def serve(self) -> int:
         import signal
@@ -13606,6 +13733,8 @@ class WarmServer:
                     continue
                 if self._done():
                     break
+                if self.running == 0:
+                    self._trim_memory(again=True)
         finally:
             self._unlink()
             listener.close()
@@ -13646,7 +13775,10 @@ class WarmServer:
         try:
             uid = peer_uid(conn)
             if uid != os.getuid():  # the folder is 0700; this holds even if it were not
-                self.log.warn(f"refused a connection from uid {uid}")
+                with self._lock:
+                    line = self._refusals.line(uid, time.monotonic())
+                if line is not None:
+                    self.log.warn(line)
                 return
             frame = recv_frame(conn)
             if frame is None or frame[0] != b"R":
@@ -13668,7 +13800,10 @@ class WarmServer:
                 send_frame(conn, b"M")  # socket names of two builds collided: that client runs one-shot
             elif op == "run" and not (self.stopping or self.retiring):
                 send_frame(conn, b"A")
-                self._run(conn, request)
+                status = self._run(conn, request)
+                if status is not None:  # the command's objects are gone with _run's frame: memory back first, so
+                    self._trim_memory()  # a client that saw its exit status sees it back too
+                    send_frame(conn, b"X", json.dumps({"status": status}).encode())
         except (OSError, ValueError, KeyError, TypeError) as exc:
             self.log.debug(f"a client connection failed: {type(exc).__name__}")
         finally:
@@ -13677,16 +13812,16 @@ class WarmServer:
                 self.running -= 1
                 self.last = time.monotonic()
 
-    def _run(self, conn: Any, request: dict[str, Any]) -> None:
+    def _run(self, conn: Any, request: dict[str, Any]) -> int | None:
+        """One forwarded command; its exit status (for the X frame), None when the client sent no stdin."""
         import io
-        import json
         import threading
 
         stdin = b""
         if request.get("stdin"):
             frame = recv_frame(conn)
             if frame is None or frame[0] != b"I":
-                return
+                return None
             stdin = frame[1]
         seconds = float(request["keep_alive"])
         with self._lock:
@@ -13717,8 +13852,25 @@ class WarmServer:
             cwd=request["cwd"],
             warm=warm,
         )
-        with lock:
-            send_frame(conn, b"X", json.dumps({"status": status}).encode())
+        return status
+
+    def _trim_memory(self, *, again: bool = False) -> None:
+        """After a command that left RSS well above the last trimmed level (a large result), return the freed
+        memory to the system, and once more on the next idle tick (``again``: what its threads let go of only
+        after its answer); otherwise nothing (one read of /proc/self/statm)."""
+        rss = resident_set_size()
+        if rss is None or not (again and self._trim_again) and rss < self._rss_floor + _WARM_TRIM_ABOVE:
+            return
+        with self._lock:
+            if self._trimming:
+                return
+            self._trimming = True
+        try:
+            release_free_memory()
+            self._rss_floor = resident_set_size() or rss
+            self._trim_again = not again
+        finally:
+            self._trimming = False
 
 
 def serve_warm_process(args: Sequence[str]) -> int:  # pyz: remote part

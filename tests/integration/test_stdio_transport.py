@@ -992,3 +992,19 @@ def test_group_watchdog_killed_is_replaced_and_told_the_recorded_groups(monkeypa
             proc.wait(30)
         if first_end is not None:
             os.close(first_end)
+
+
+def test_stdio_line_nested_deeper_than_bkmcp_parses_says_whose_limit_it_is(stdio_mock):
+    """A valid JSON-RPC line nested deeper than bkmcp's parser goes is skipped, and -v says why: the depth limit is
+    bkmcp's (Python's recursion limit), not a sign that the server spoke something other than JSON-RPC."""
+    deep = '{"jsonrpc": "2.0", "method": "notifications/message", "params": {"data": ' + "[" * 5000 + "]" * 5000 + "}}"
+    tool = mock_tool("echo", "echo", {"text": {"type": "string"}}, stdout=["plain log line", deep])
+    target = stdio_mock({"tools": [tool]}, protocol_version="2025-11-25")
+    result = target.run(target.name, "echo", "--text", "real", "-v")
+    assert result.exit_status == 0, result.stdout + result.stderr
+    assert result.json["data"]["result"]["structuredContent"] == {"arguments": {"text": "real"}}
+    skipped = [line for line in result.stderr.splitlines() if line.startswith(SKIPPED)]
+    limit = f" [nested deeper than bkmcp parses (about {sys.getrecursionlimit()} levels)]"
+    assert skipped[0] == f"{SKIPPED}plain log line"  # an ordinary line gets no such note
+    assert len(skipped) == 2 and skipped[1].startswith(f'{SKIPPED}{{"jsonrpc": "2.0"') and skipped[1].endswith(limit)
+    assert target.count("tools/call") == 1
