@@ -248,3 +248,18 @@ def attached(transport: Any) -> tuple[bkmcp.ClientSession, list]:
 
     transport.attach(deliver, lambda: None, core.session_issued)
     return core, seen
+
+
+def group_watchdogs_of(parent: int) -> list[int]:
+    """The group watchdogs ``parent`` started (its children running ``python -I -S -c``)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_bytes().rsplit(b")", 1)[1].split()
+                argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            except (OSError, IndexError):
+                continue
+            if int(stat[1]) == parent and argv[1:4] == [b"-I", b"-S", b"-c"] and stat[0] not in (b"Z", b"X"):
+                found.append(int(entry))
+    return found

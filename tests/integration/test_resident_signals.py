@@ -27,7 +27,7 @@ from resident_harness import (
 
 from mock_server.mcp_mock import DEFAULT_TOOLS, MockServer, mock_tool
 from mock_server.registry_source import RegistrySource
-from tests.helpers import process_running
+from tests.helpers import group_watchdogs_of, process_running
 
 STUBBORN = str(Path(__file__).with_name("stubborn_stdio.py"))
 LONG = mock_tool("long", "slow", ms=60_000)
@@ -173,21 +173,6 @@ def test_sigkill_of_the_resident_leaves_no_process_of_a_server_tree(tmp_path):
         res.close()
 
 
-def _watchdogs_of(parent: int) -> list[int]:
-    """The group watchdogs ``parent`` started (its children running ``python -I -S -c``)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_bytes().rsplit(b")", 1)[1].split()
-                argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-            except (OSError, IndexError):
-                continue
-            if int(stat[1]) == parent and argv[1:4] == [b"-I", b"-S", b"-c"] and stat[0] not in (b"Z", b"X"):
-                found.append(int(entry))
-    return found
-
-
 def test_a_killed_group_watchdog_is_replaced_and_told_the_groups_still_running(tmp_path):
     """Issue 29, item 3: someone kills the resident's group watchdog. The next child starts all the same (its
     record to the dead watchdog costs it nothing), a new watchdog records both servers' groups, and SIGKILL of
@@ -200,13 +185,13 @@ def test_a_killed_group_watchdog_is_replaced_and_told_the_groups_still_running(t
     res = Resident(reg)
     try:
         assert res.ok("list_tools", "u", server_name="p")["tools"]
-        wait_for(lambda: len(_watchdogs_of(res.proc.pid)) == 1, "the group watchdog started")
-        first = _watchdogs_of(res.proc.pid)[0]
+        wait_for(lambda: len(group_watchdogs_of(res.proc.pid)) == 1, "the group watchdog started")
+        first = group_watchdogs_of(res.proc.pid)[0]
         os.kill(first, signal.SIGKILL)
         wait_for(lambda: not process_running(first), "the watchdog died")
         assert res.ok("list_tools", "u", server_name="q")["tools"]
         wait_for(lambda: [len(pids_in(t)) for t in trees] == [2, 2], "both servers and descendants recorded their pids")
-        assert [w for w in _watchdogs_of(res.proc.pid) if w != first]
+        assert [w for w in group_watchdogs_of(res.proc.pid) if w != first]
         pids = [p for t in trees for p in pids_in(t)]
         assert all(process_running(p) for p in pids)
         res.proc.kill()

@@ -17,7 +17,7 @@ import pytest
 from resident_harness import Resident, edit_registry, http_row, mock_stdio, stdio_row, write_registry
 
 from mock_server.mcp_mock import DEFAULT_TOOLS, MockServer, mock_tool
-from tests.helpers import until
+from tests.helpers import group_watchdogs_of, until
 
 pytestmark = pytest.mark.soak
 
@@ -137,7 +137,10 @@ def test_soak_users_come_and_go_with_edits_rotations_crashes_and_reaping(tmp_pat
         assert crashed["error_code"] == "mcp_connection_error", crashed
         unknown.add(crash_text)
         # the wave's users go away: their sessions are reaped and forgotten
-        until(lambda: children(res.proc.pid) <= 1, "the wave's children were reaped")
+        until(
+            lambda: children(res.proc.pid) - len(group_watchdogs_of(res.proc.pid)) <= 1,
+            "the wave's children were reaped",
+        )
 
     try:
         wave(0)
