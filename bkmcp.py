@@ -6428,6 +6428,30 @@ def build_tool_flags(tool: Mapping[str, Any]) -> ToolFlags:
     return ToolFlags(flags, body_only, tuple(required), tuple(notes))
 
 
+BRIEF_SUMMARY_LIMIT = 120  # characters of a tool's first description line in --tools --brief
+
+
+def describe_brief(tool: Mapping[str, Any]) -> dict[str, Any]:
+    """One tool for ``--tools --brief`` (contract §7): name, the first description line (cut to
+    ``BRIEF_SUMMARY_LIMIT``) and the flag signature, required flags first and optional ones in brackets. Fields
+    that only ``--body`` can set are named in ``body_only`` (optional ones in brackets); a task-only tool says so."""
+    mapped = build_tool_flags(tool)
+    description = tool.get("description")
+    lines = description.strip().splitlines() if isinstance(description, str) else []
+    summary = lines[0].strip() if lines else ""
+    if len(summary) > BRIEF_SUMMARY_LIMIT:
+        summary = summary[: BRIEF_SUMMARY_LIMIT - 1].rstrip() + "…"
+    flags = sorted(mapped.flags.values(), key=lambda f: not f.required)  # stable: schema order within each group
+    usage = " ".join(f.usage if f.required else f"[{f.usage}]" for f in flags)
+    out: dict[str, Any] = {"name": tool.get("name"), "summary": summary, "usage": usage}
+    if mapped.body_only:
+        body = sorted(mapped.body_only.values(), key=lambda b: not b.required)
+        out["body_only"] = [b.name if b.required else f"[{b.name}]" for b in body]
+    if tool_task_support(tool) == "required":
+        out["task_support"] = "required"
+    return out
+
+
 def describe_cli(tool: Mapping[str, Any]) -> dict[str, Any]:
     """Per-tool CLI summary for ``--tools`` (``data.cli[tool_name]``): flags and fields that need --body. A
     JSON-value flag (``"type": "json"``) lists the JSON types its schema admits (``"types"``, [] for any)."""
@@ -8111,6 +8135,7 @@ Usage:
   bkmcp [GLOBAL...] <server> [-h | --help]             static server help (no network)
   bkmcp [GLOBAL...] <server> --check                   config + connection + protocol + full discovery
   bkmcp [GLOBAL...] <server> --tools                   complete tool catalogue as JSON
+  bkmcp [GLOBAL...] <server> --tools --brief           compact: name, first line, flags per tool (start here)
   bkmcp [GLOBAL...] <server> <tool> --help             discover the tool's schema and show its flags
   bkmcp [GLOBAL...] <server> <tool> [--<param> VALUE...]   validate and call the tool once
   bkmcp [GLOBAL...] <server> <tool> --body JSON|@FILE|-    call with a complete arguments object
@@ -8210,8 +8235,8 @@ def render_resident_help() -> str:
 # contacted while completing). Tool names would need discovery, so they are never completed.
 COMPLETION_SHELLS = ("bash", "zsh", "fish")
 _COMPLETION_OPTIONS = (
-    "--help --version --config --timeout --jq --raw --verbose --insecure --check --tools --body --dry-run --resident "
-    "--registry --import --list --completion --events --max-processes --max-user-processes --idle-timeout "
+    "--help --version --config --timeout --jq --raw --verbose --insecure --check --tools --brief --body --dry-run "
+    "--resident --registry --import --list --completion --events --max-processes --max-user-processes --idle-timeout "
     "--shutdown-grace --keep-alive --sessions --stop"
 )
 _COMPLETION_VALUE_OPTIONS = (
@@ -8352,6 +8377,7 @@ def render_server_help(server: ServerConfig) -> str:
         "Usage:",
         f"  bkmcp {name} --check                    connect, negotiate and discover every tool",
         f"  bkmcp {name} --tools                    list every tool with its inputSchema (JSON)",
+        f"  bkmcp {name} --tools --brief            each tool's name, first line and flags (compact)",
         f"  bkmcp {name} <tool> --help              show a tool's flags (discovers its schema)",
         f"  bkmcp {name} <tool> [--<param> VALUE]   call a tool once with typed flags",
         f"  bkmcp {name} <tool> --body '{{...}}'      call with a complete arguments object",
@@ -12392,6 +12418,7 @@ class Invocation:
     help: bool = False
     version: bool = False
     resident: bool = False
+    brief: bool = False  # --tools --brief: a compact catalogue (docs/contract.md §7); before the tool name only
     raw: bool = False  # -r/--raw: a call's result as text; with --jq, strings unquoted (docs/contract.md §7)
     registry_import: str | None = None
     registry_list: bool = False
@@ -12437,6 +12464,11 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
         i += 1
         name, eq, inline = token.partition("=")
         registry_tool = inv.server is None and (name in _REGISTRY_VALUE_OPTIONS or token in _REGISTRY_FLAG_OPTIONS)
+        if token == "--brief" and inv.tool is None:  # after a tool name, --brief stays free for a tool's flag
+            if inv.brief:
+                raise UsageError("option --brief given more than once")
+            inv.brief = True
+            continue
         if name == "--keep-alive":  # an optional value, only as --keep-alive=DURATION (docs/contract.md §14)
             if inv.keep_alive is not None:
                 raise UsageError("option --keep-alive given more than once")
@@ -12563,6 +12595,8 @@ def check_invocation(inv: Invocation) -> None:
     modes = [m for m, on in (("--check", inv.check), ("--tools", inv.tools), ("a tool call", inv.tool)) if on]
     if len(modes) > 1:
         raise UsageError(f"{' and '.join(modes)} cannot be combined: choose one mode")
+    if inv.brief and not inv.tools:
+        raise UsageError("--brief is only valid with --tools", hint="bkmcp <server> --tools --brief")
     if inv.resident and (inv.server or modes):
         raise UsageError("--resident takes no server, tool or mode options")
     if inv.resident:
@@ -13079,6 +13113,9 @@ class _Runner:
                 return self.emit_envelope(build_success(data), jq, EXIT_OK, raw=inv.raw)
             if inv.tools:
                 data = run_tools(server, ctx, insecure=inv.insecure)
+                if inv.brief:  # compact discovery (contract §7): no schemas, one line of text per tool
+                    data["tools"] = [describe_brief(t) for t in data["tools"] if isinstance(t, dict)]
+                    return self.emit_envelope(build_success(data), jq, EXIT_OK, raw=inv.raw)
                 # tools stay exactly as received; how each maps to flags (and what needs --body) sits beside them
                 data["cli"] = {str(t.get("name")): describe_cli(t) for t in data["tools"] if isinstance(t, dict)}
                 return self.emit_envelope(build_success(data), jq, EXIT_OK, raw=inv.raw)

@@ -147,6 +147,7 @@ def _corpus() -> list[tuple[tuple[str, ...], bytes]]:
         commands += [
             ((server, "--tools"), b""),
             ((server, "--tools", "--jq", ".data.tools[].name"), b""),
+            ((server, "--tools", "--brief"), b""),
             ((server, "echo", "--text", "hi"), b""),
             ((server, "echo", "--text", "hi", "--count", "3", "--loud=true", "--tags", '["a","b"]'), b""),
             ((server, "echo"), b""),  # a required argument missing: local validation, exit 1
