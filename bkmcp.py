@@ -12553,9 +12553,10 @@ def check_invocation(inv: Invocation) -> None:
         raise UsageError("--stop is only valid with --sessions", hint="bkmcp --sessions --stop")
     if inv.sessions and not inv.help:
         extra = inv.server or inv.check or inv.tools or inv.body is not None or inv.resident or inv.dry_run
-        if extra or inv.registry is not None or inv.jq is not None or inv.completion is not None or inv.raw:
+        if extra or inv.registry is not None or inv.completion is not None or (inv.raw and inv.jq is None):
             raise UsageError(
-                "--sessions takes nothing else but --stop", hint="bkmcp --sessions | bkmcp --sessions --stop"
+                "--sessions takes nothing else but --stop and --jq [--raw]",
+                hint="bkmcp --sessions | bkmcp --sessions --stop | bkmcp --sessions --jq '.data.sessions[].server'",
             )
     if inv.completion is not None:
         if inv.completion not in (*COMPLETION_SHELLS, "servers"):
@@ -13033,8 +13034,9 @@ class _Runner:
         if inv.completion is not None:
             return self.run_completion(inv.completion, config_path)
         if inv.server is None:
-            if inv.sessions and not inv.help:
-                return run_sessions_command(inv, envr, self.log)
+            if inv.sessions and not inv.help:  # printed like every envelope: --jq, pretty on a terminal
+                jq = compile_jq(inv.jq) if inv.jq is not None else None
+                return self.emit_envelope(build_success(sessions_data(inv, envr)), jq, EXIT_OK, raw=inv.raw)
             if inv.help or not any((inv.check, inv.tools, inv.tool)):
                 return self.emit_text(render_root_help(config_path, *_configured_names(config_path)))
         seconds = keep_alive_seconds(inv, envr.env, self.log) if envr.warm is None else None
@@ -13580,9 +13582,9 @@ def _warm_relay(sock: Any, inv: Invocation, envr: Environment, log: Log) -> int:
     return _report_error(error, envr, log, None)
 
 
-def run_sessions_command(inv: Invocation, envr: Environment, log: Log) -> int:
-    """``bkmcp --sessions`` (the warm sessions, never a secret) and ``bkmcp --sessions --stop``: this build's
-    process at the top, the other builds' in ``other_builds``; ``--stop`` stops them all. Never starts one."""
+def sessions_data(inv: Invocation, envr: Environment) -> dict[str, Any]:
+    """The data of ``bkmcp --sessions`` (the warm sessions, never a secret) and ``bkmcp --sessions --stop``: this
+    build's process at the top, the other builds' in ``other_builds``; ``--stop`` stops them all. Never starts one."""
     place, problem = warm_dir(envr.env)
     data: dict[str, Any] = {"running": False, "sessions": []}
     if inv.stop:
@@ -13606,8 +13608,7 @@ def run_sessions_command(inv: Invocation, envr: Environment, log: Log) -> int:
         finally:
             place.close()
     data["other_builds"] = others
-    envr.stdout.write(dump_json(build_success(data)) + "\n")
-    return EXIT_OK
+    return data
 
 
 def _warm_ask(place: WarmPlace, name: str, op: str) -> dict[str, Any] | None:
