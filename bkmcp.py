@@ -14008,13 +14008,14 @@ def main(
 
 def _report_error(exc: BkmcpError, envr: Environment, log: Log, runner: _Runner | None) -> int:
     envelope = build_failure(exc, log.redactor)
-    text = dump_json(envelope)
     try:
         if exc.exit_status != EXIT_LOCAL:  # remote (2), interrupted after a request was sent (130)
-            envr.stdout.write(text + "\n")
+            # on stdout, like every other envelope: pretty on a terminal (emit_envelope), one line otherwise
+            pretty = 2 if getattr(envr.stdout, "isatty", lambda: False)() else None
+            envr.stdout.write(dump_json(envelope, indent=pretty) + "\n")
             envr.stdout.flush()
-        else:
-            envr.stderr.write(text + "\n")
+        else:  # one line: a script reads the last line of stderr
+            envr.stderr.write(dump_json(envelope) + "\n")
             envr.stderr.flush()
     except (OSError, ValueError):
         pass
