@@ -8562,7 +8562,8 @@ def _example_value(schema: Any, root: Any, name: str, depth: int = 0) -> Any:
 
 
 def _example_object(schema: dict[str, Any], root: Any, depth: int, limit: int) -> tuple[dict[str, Any], int]:
-    """Required properties first, then optional ones up to ``limit``; returns (object, omitted count)."""
+    """Required properties first, then optional ones up to ``limit``; returns (object, omitted count). An optional
+    boolean without a default is left out: any value given would change the call's meaning."""
     properties = schema.get("properties")
     properties = properties if isinstance(properties, dict) else {}
     required = (
@@ -8572,10 +8573,22 @@ def _example_object(schema: dict[str, Any], root: Any, depth: int, limit: int) -
     )
     chosen = [r for r in dict.fromkeys(required)]
     optional = [n for n in properties if n not in chosen]
+    shown = [n for n in optional if not _is_boolean_without_default(properties.get(n), root)]
     room = max(0, limit - len(chosen))
-    chosen += optional[:room]
+    chosen += shown[:room]
     value = {name: _example_value(properties.get(name), root, name, depth) for name in chosen}
-    return value, len(optional) - min(room, len(optional))
+    return value, len(optional) - min(room, len(shown))
+
+
+def _is_boolean_without_default(schema: Any, root: Any) -> bool:
+    """A boolean (or boolean-or-null) property that declares no default, const or enum to show."""
+    schema = resolve_schema(schema, root)[0]
+    if not isinstance(schema, dict) or any(schema.get(k) is not None for k in ("default", "const", "enum")):
+        return False
+    declared = schema.get("type")
+    listed = declared if isinstance(declared, list) else [declared]
+    types = {t for t in listed if isinstance(t, str)}
+    return "boolean" in types and types <= {"boolean", "null"}
 
 
 def _clip_strings(value: Any, limit: int = 32) -> Any:

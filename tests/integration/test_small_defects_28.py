@@ -8,6 +8,7 @@ import json
 import os
 import pty
 import select
+import shlex
 import signal
 import subprocess
 import sys
@@ -77,3 +78,46 @@ def test_cancelled_envelope_is_pretty_on_a_terminal(mock) -> None:
     assert text.startswith('{\n  "ok": false,\n'), text  # indented like every envelope on a terminal
     assert target.srv.wait_for("notifications/cancelled", timeout=CAP_S)  # and the server heard of it
     assert target.count("tools/call") == 1
+
+
+def body_example(text: str) -> dict:
+    """The JSON of tool help's ``--body`` example, read back the way a shell would."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("--body example"))
+    block = []
+    for line in lines[start + 1 :]:
+        if not line.strip() or line.strip().startswith("("):
+            break
+        block.append(line)
+    words = shlex.split("\n".join(block))
+    return json.loads(words[words.index("--body") + 1])
+
+
+THINK = {
+    "name": "think",
+    "description": "a sequential-thinking style tool",
+    "inputSchema": {
+        "type": "object",
+        "properties": {
+            "thought": {"type": "string"},
+            "nextThoughtNeeded": {"type": "boolean"},
+            "isRevision": {"type": "boolean"},
+            "branchy": {"type": ["boolean", "null"]},
+            "quiet": {"type": "boolean", "default": False},
+            "options": {"type": "object", "properties": {"deep": {"type": "boolean"}, "n": {"type": "integer"}}},
+        },
+        "required": ["thought", "nextThoughtNeeded"],
+    },
+}
+
+
+def test_tool_help_body_example_leaves_optional_booleans_out(mock) -> None:
+    """`"isRevision": true` in the example would change what the call means: an optional boolean without a
+    default is left out (counted as not shown), one with a default shows it, a required one stays."""
+    target = mock({"tools": [THINK]})
+    helped = target.run(target.name, "think", "--help")
+    assert helped.exit_status == 0, helped.stderr
+    example = body_example(helped.stdout)
+    assert example == {"thought": "<thought>", "nextThoughtNeeded": True, "quiet": False, "options": {"n": 1}}
+    assert "(2 more optional fields not shown)" in helped.stdout
+    assert target.count("tools/list") == 1 and target.count("tools/call") == 0
