@@ -6347,6 +6347,23 @@ _JSON_SAMPLES = {
 }
 
 
+_ARRAY_EXAMPLES = {
+    "string": """'["a","b"]'""",
+    "integer": "'[1,2,3]'",
+    "number": "'[1.5,2]'",
+    "boolean": "'[true,false]'",
+    "object": """'[{"key":"value"}]'""",
+    "array": "'[[1,2],[3]]'",
+}
+
+
+def _array_flag_example(schema: Mapping[str, Any]) -> str:
+    """An array flag's example in the type of its items (a string array shows strings, never numbers)."""
+    items = schema.get("items")
+    declared = items.get("type") if isinstance(items, dict) else None
+    return _ARRAY_EXAMPLES.get(declared, _ARRAY_EXAMPLES["string"]) if isinstance(declared, str) else "'[\"a\",1]'"
+
+
 def json_flag_examples(flag: ToolFlag) -> list[str]:
     """Worked examples of a JSON-value flag: its first non-string member, then a string written as JSON."""
     types = [t for t in json_member_types(flag.schema) if t in _JSON_SAMPLES]  # a made-up type shows as any
@@ -6547,7 +6564,7 @@ def convert_flag_value(flag: ToolFlag, token: ToolToken) -> Any:
     try:
         parsed = parse_json(value)
     except JsonInputError as exc:
-        example = "'[1,2,3]'" if flag.kind == "array" else '\'{"key":"value"}\''
+        example = _array_flag_example(flag.schema) if flag.kind == "array" else '\'{"key":"value"}\''
         extra = " (arrays are JSON, never comma-separated)" if flag.kind == "array" else ""
         raise ValueError(
             f"{flag.option} takes a JSON {flag.kind}{extra}, e.g. {flag.option} {example}: {exc}"

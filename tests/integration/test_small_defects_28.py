@@ -121,3 +121,20 @@ def test_tool_help_body_example_leaves_optional_booleans_out(mock) -> None:
     assert example == {"thought": "<thought>", "nextThoughtNeeded": True, "quiet": False, "options": {"n": 1}}
     assert "(2 more optional fields not shown)" in helped.stdout
     assert target.count("tools/list") == 1 and target.count("tools/call") == 0
+
+
+def test_array_flag_error_shows_an_example_of_the_items_type(mock) -> None:
+    properties = {
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "ids": {"type": "array", "items": {"type": "integer"}},
+        "any": {"type": "array"},
+    }
+    target = mock({"tools": [{"name": "tag", "inputSchema": {"type": "object", "properties": properties}}]})
+    examples = {"tags": """--tags '["a","b"]'""", "ids": "--ids '[1,2,3]'", "any": """--any '["a",1]'"""}
+    for name, example in examples.items():
+        done = target.run(target.name, "tag", f"--{name}", "a,b")
+        assert done.exit_status == 1 and done.error_code == "invalid_mcp_arguments", done.stderr
+        message = done.json["error"]["message"]
+        assert f"e.g. {example}" in message, message
+    assert "[1,2,3]" not in target.run(target.name, "tag", "--tags", "a,b").stderr
+    assert target.count("tools/list") == 4 and target.count("tools/call") == 0  # refused locally, after discovery
