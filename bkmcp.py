@@ -13064,9 +13064,8 @@ class _Runner:
         if inv.completion is not None:
             return self.run_completion(inv.completion, config_path)
         if inv.server is None:
-            if inv.sessions and not inv.help:  # printed like every envelope: --jq, pretty on a terminal
-                jq = compile_jq(inv.jq) if inv.jq is not None else None
-                return self.emit_envelope(build_success(sessions_data(inv, envr)), jq, EXIT_OK, raw=inv.raw)
+            if inv.sessions and not inv.help:
+                return self.run_sessions()
             if inv.help or not any((inv.check, inv.tools, inv.tool)):
                 return self.emit_text(render_root_help(config_path, *_configured_names(config_path)))
         seconds = keep_alive_seconds(inv, envr.env, self.log) if envr.warm is None else None
@@ -13097,6 +13096,12 @@ class _Runner:
         if names:
             self.envr.stdout.write("".join(name + "\n" for name in names))
         return EXIT_OK
+
+    def run_sessions(self) -> int:  # pyz: remote part
+        """``--sessions [--stop]``: printed like every envelope (``--jq``, ``-r`` with it, pretty on a terminal)."""
+        inv = self.inv
+        jq = compile_jq(inv.jq) if inv.jq is not None else None
+        return self.emit_envelope(build_success(sessions_data(inv, self.envr)), jq, EXIT_OK, raw=inv.raw)
 
     def run_resident_mode(self, registry_tool: bool) -> int:  # pyz: remote part
         """``--registry FILE --import/--list`` (``registry_tool``), or ``--resident`` (docs/contract.md §11)."""
