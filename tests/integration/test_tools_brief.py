@@ -45,6 +45,12 @@ def _rich_tool(n: int) -> dict:
 
 
 RICH = [_rich_tool(n) for n in range(5)]
+TASKY = {
+    "name": "tasky",
+    "description": "Runs as a task.",
+    "inputSchema": {"type": "object"},
+    "execution": {"taskSupport": "required"},
+}
 SIMPLE = {
     "name": "simple",
     "description": "  Echo it.  \nSecond line.",
@@ -63,12 +69,12 @@ SIMPLE = {
 
 
 def test_brief_gives_name_summary_and_signature_in_a_tenth_of_the_bytes(mock) -> None:
-    target = mock({"tools": [SIMPLE, *RICH, {"name": "bare", "inputSchema": {"type": "object"}}]})
+    target = mock({"tools": [SIMPLE, *RICH, {"name": "bare", "inputSchema": {"type": "object"}}, TASKY]})
     full = target.run(target.name, "--tools")
     brief = target.run(target.name, "--tools", "--brief")
     assert full.exit_status == 0 and brief.exit_status == 0, brief.stderr
     data = brief.json["data"]
-    assert brief.json["ok"] is True and data["complete"] is True and data["tool_count"] == 7
+    assert brief.json["ok"] is True and data["complete"] is True and data["tool_count"] == 8
     assert "cli" not in data
     tools = {t["name"]: t for t in data["tools"]}
     assert tools["simple"] == {
@@ -80,6 +86,7 @@ def test_brief_gives_name_summary_and_signature_in_a_tenth_of_the_bytes(mock) ->
     assert tools["rich_0"]["usage"].startswith("--p1 INTEGER [--p0 STRING] [--p2=true|false]")
     assert tools["rich_0"]["body_only"] == ["odd name"]
     assert tools["bare"] == {"name": "bare", "summary": "", "usage": ""}
+    assert tools["tasky"] == {"name": "tasky", "summary": "Runs as a task.", "usage": "", "task_support": "required"}
     assert len(brief.stdout.encode()) * 10 <= len(full.stdout.encode()), (len(brief.stdout), len(full.stdout))
     assert target.count("tools/list") == 2 and target.count("tools/call") == 0  # discovery only, on the wire
 
