@@ -6347,6 +6347,23 @@ _JSON_SAMPLES = {
 }
 
 
+_ARRAY_EXAMPLES = {
+    "string": """'["a","b"]'""",
+    "integer": "'[1,2,3]'",
+    "number": "'[1.5,2]'",
+    "boolean": "'[true,false]'",
+    "object": """'[{"key":"value"}]'""",
+    "array": "'[[1,2],[3]]'",
+}
+
+
+def _array_flag_example(schema: Mapping[str, Any]) -> str:
+    """An array flag's example in the type of its items (a string array shows strings, never numbers)."""
+    items = schema.get("items")
+    declared = items.get("type") if isinstance(items, dict) else None
+    return _ARRAY_EXAMPLES.get(declared, _ARRAY_EXAMPLES["string"]) if isinstance(declared, str) else "'[\"a\",1]'"
+
+
 def json_flag_examples(flag: ToolFlag) -> list[str]:
     """Worked examples of a JSON-value flag: its first non-string member, then a string written as JSON."""
     types = [t for t in json_member_types(flag.schema) if t in _JSON_SAMPLES]  # a made-up type shows as any
@@ -6426,6 +6443,30 @@ def build_tool_flags(tool: Mapping[str, Any]) -> ToolFlags:
         if name not in properties:
             body_only[name] = BodyOnlyField(name, "it is required but has no schema in properties", True)
     return ToolFlags(flags, body_only, tuple(required), tuple(notes))
+
+
+BRIEF_SUMMARY_LIMIT = 120  # characters of a tool's first description line in --tools --brief
+
+
+def describe_brief(tool: Mapping[str, Any]) -> dict[str, Any]:
+    """One tool for ``--tools --brief`` (contract §7): name, the first description line (cut to
+    ``BRIEF_SUMMARY_LIMIT``) and the flag signature, required flags first and optional ones in brackets. Fields
+    that only ``--body`` can set are named in ``body_only`` (optional ones in brackets); a task-only tool says so."""
+    mapped = build_tool_flags(tool)
+    description = tool.get("description")
+    lines = description.strip().splitlines() if isinstance(description, str) else []
+    summary = lines[0].strip() if lines else ""
+    if len(summary) > BRIEF_SUMMARY_LIMIT:
+        summary = summary[: BRIEF_SUMMARY_LIMIT - 1].rstrip() + "…"
+    flags = sorted(mapped.flags.values(), key=lambda f: not f.required)  # stable: schema order within each group
+    usage = " ".join(f.usage if f.required else f"[{f.usage}]" for f in flags)
+    out: dict[str, Any] = {"name": tool.get("name"), "summary": summary, "usage": usage}
+    if mapped.body_only:
+        body = sorted(mapped.body_only.values(), key=lambda b: not b.required)
+        out["body_only"] = [b.name if b.required else f"[{b.name}]" for b in body]
+    if tool_task_support(tool) == "required":
+        out["task_support"] = "required"
+    return out
 
 
 def describe_cli(tool: Mapping[str, Any]) -> dict[str, Any]:
@@ -6523,7 +6564,7 @@ def convert_flag_value(flag: ToolFlag, token: ToolToken) -> Any:
     try:
         parsed = parse_json(value)
     except JsonInputError as exc:
-        example = "'[1,2,3]'" if flag.kind == "array" else '\'{"key":"value"}\''
+        example = _array_flag_example(flag.schema) if flag.kind == "array" else '\'{"key":"value"}\''
         extra = " (arrays are JSON, never comma-separated)" if flag.kind == "array" else ""
         raise ValueError(
             f"{flag.option} takes a JSON {flag.kind}{extra}, e.g. {flag.option} {example}: {exc}"
@@ -8111,6 +8152,7 @@ Usage:
   bkmcp [GLOBAL...] <server> [-h | --help]             static server help (no network)
   bkmcp [GLOBAL...] <server> --check                   config + connection + protocol + full discovery
   bkmcp [GLOBAL...] <server> --tools                   complete tool catalogue as JSON
+  bkmcp [GLOBAL...] <server> --tools --brief           compact: name, first line, flags per tool (start here)
   bkmcp [GLOBAL...] <server> <tool> --help             discover the tool's schema and show its flags
   bkmcp [GLOBAL...] <server> <tool> [--<param> VALUE...]   validate and call the tool once
   bkmcp [GLOBAL...] <server> <tool> --body JSON|@FILE|-    call with a complete arguments object
@@ -8210,8 +8252,8 @@ def render_resident_help() -> str:
 # contacted while completing). Tool names would need discovery, so they are never completed.
 COMPLETION_SHELLS = ("bash", "zsh", "fish")
 _COMPLETION_OPTIONS = (
-    "--help --version --config --timeout --jq --raw --verbose --insecure --check --tools --body --dry-run --resident "
-    "--registry --import --list --completion --events --max-processes --max-user-processes --idle-timeout "
+    "--help --version --config --timeout --jq --raw --verbose --insecure --check --tools --brief --body --dry-run "
+    "--resident --registry --import --list --completion --events --max-processes --max-user-processes --idle-timeout "
     "--shutdown-grace --keep-alive --sessions --stop"
 )
 _COMPLETION_VALUE_OPTIONS = (
@@ -8352,6 +8394,7 @@ def render_server_help(server: ServerConfig) -> str:
         "Usage:",
         f"  bkmcp {name} --check                    connect, negotiate and discover every tool",
         f"  bkmcp {name} --tools                    list every tool with its inputSchema (JSON)",
+        f"  bkmcp {name} --tools --brief            each tool's name, first line and flags (compact)",
         f"  bkmcp {name} <tool> --help              show a tool's flags (discovers its schema)",
         f"  bkmcp {name} <tool> [--<param> VALUE]   call a tool once with typed flags",
         f"  bkmcp {name} <tool> --body '{{...}}'      call with a complete arguments object",
@@ -8536,7 +8579,8 @@ def _example_value(schema: Any, root: Any, name: str, depth: int = 0) -> Any:
 
 
 def _example_object(schema: dict[str, Any], root: Any, depth: int, limit: int) -> tuple[dict[str, Any], int]:
-    """Required properties first, then optional ones up to ``limit``; returns (object, omitted count)."""
+    """Required properties first, then optional ones up to ``limit``; returns (object, omitted count). An optional
+    boolean without a default is left out: any value given would change the call's meaning."""
     properties = schema.get("properties")
     properties = properties if isinstance(properties, dict) else {}
     required = (
@@ -8546,10 +8590,22 @@ def _example_object(schema: dict[str, Any], root: Any, depth: int, limit: int) -
     )
     chosen = [r for r in dict.fromkeys(required)]
     optional = [n for n in properties if n not in chosen]
+    shown = [n for n in optional if not _is_boolean_without_default(properties.get(n), root)]
     room = max(0, limit - len(chosen))
-    chosen += optional[:room]
+    chosen += shown[:room]
     value = {name: _example_value(properties.get(name), root, name, depth) for name in chosen}
-    return value, len(optional) - min(room, len(optional))
+    return value, len(optional) - min(room, len(shown))
+
+
+def _is_boolean_without_default(schema: Any, root: Any) -> bool:
+    """A boolean (or boolean-or-null) property that declares no default, const or enum to show."""
+    schema = resolve_schema(schema, root)[0]
+    if not isinstance(schema, dict) or any(schema.get(k) is not None for k in ("default", "const", "enum")):
+        return False
+    declared = schema.get("type")
+    listed = declared if isinstance(declared, list) else [declared]
+    types = {t for t in listed if isinstance(t, str)}
+    return "boolean" in types and types <= {"boolean", "null"}
 
 
 def _clip_strings(value: Any, limit: int = 32) -> Any:
@@ -12392,6 +12448,7 @@ class Invocation:
     help: bool = False
     version: bool = False
     resident: bool = False
+    brief: bool = False  # --tools --brief: a compact catalogue (docs/contract.md §7); before the tool name only
     raw: bool = False  # -r/--raw: a call's result as text; with --jq, strings unquoted (docs/contract.md §7)
     registry_import: str | None = None
     registry_list: bool = False
@@ -12437,6 +12494,11 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
         i += 1
         name, eq, inline = token.partition("=")
         registry_tool = inv.server is None and (name in _REGISTRY_VALUE_OPTIONS or token in _REGISTRY_FLAG_OPTIONS)
+        if token == "--brief" and inv.tool is None:  # after a tool name, --brief stays free for a tool's flag
+            if inv.brief:
+                raise UsageError("option --brief given more than once")
+            inv.brief = True
+            continue
         if name == "--keep-alive":  # an optional value, only as --keep-alive=DURATION (docs/contract.md §14)
             if inv.keep_alive is not None:
                 raise UsageError("option --keep-alive given more than once")
@@ -12521,9 +12583,10 @@ def check_invocation(inv: Invocation) -> None:
         raise UsageError("--stop is only valid with --sessions", hint="bkmcp --sessions --stop")
     if inv.sessions and not inv.help:
         extra = inv.server or inv.check or inv.tools or inv.body is not None or inv.resident or inv.dry_run
-        if extra or inv.registry is not None or inv.jq is not None or inv.completion is not None or inv.raw:
+        if extra or inv.registry is not None or inv.completion is not None or (inv.raw and inv.jq is None):
             raise UsageError(
-                "--sessions takes nothing else but --stop", hint="bkmcp --sessions | bkmcp --sessions --stop"
+                "--sessions takes nothing else but --stop and --jq [--raw]",
+                hint="bkmcp --sessions | bkmcp --sessions --stop | bkmcp --sessions --jq '.data.sessions[].server'",
             )
     if inv.completion is not None:
         if inv.completion not in (*COMPLETION_SHELLS, "servers"):
@@ -12563,6 +12626,8 @@ def check_invocation(inv: Invocation) -> None:
     modes = [m for m, on in (("--check", inv.check), ("--tools", inv.tools), ("a tool call", inv.tool)) if on]
     if len(modes) > 1:
         raise UsageError(f"{' and '.join(modes)} cannot be combined: choose one mode")
+    if inv.brief and not inv.tools:
+        raise UsageError("--brief is only valid with --tools", hint="bkmcp <server> --tools --brief")
     if inv.resident and (inv.server or modes):
         raise UsageError("--resident takes no server, tool or mode options")
     if inv.resident:
@@ -13000,7 +13065,7 @@ class _Runner:
             return self.run_completion(inv.completion, config_path)
         if inv.server is None:
             if inv.sessions and not inv.help:
-                return run_sessions_command(inv, envr, self.log)
+                return self.run_sessions()
             if inv.help or not any((inv.check, inv.tools, inv.tool)):
                 return self.emit_text(render_root_help(config_path, *_configured_names(config_path)))
         seconds = keep_alive_seconds(inv, envr.env, self.log) if envr.warm is None else None
@@ -13031,6 +13096,12 @@ class _Runner:
         if names:
             self.envr.stdout.write("".join(name + "\n" for name in names))
         return EXIT_OK
+
+    def run_sessions(self) -> int:  # pyz: remote part
+        """``--sessions [--stop]``: printed like every envelope (``--jq``, ``-r`` with it, pretty on a terminal)."""
+        inv = self.inv
+        jq = compile_jq(inv.jq) if inv.jq is not None else None
+        return self.emit_envelope(build_success(sessions_data(inv, self.envr)), jq, EXIT_OK, raw=inv.raw)
 
     def run_resident_mode(self, registry_tool: bool) -> int:  # pyz: remote part
         """``--registry FILE --import/--list`` (``registry_tool``), or ``--resident`` (docs/contract.md §11)."""
@@ -13079,6 +13150,9 @@ class _Runner:
                 return self.emit_envelope(build_success(data), jq, EXIT_OK, raw=inv.raw)
             if inv.tools:
                 data = run_tools(server, ctx, insecure=inv.insecure)
+                if inv.brief:  # compact discovery (contract §7): no schemas, one line of text per tool
+                    data["tools"] = [describe_brief(t) for t in data["tools"] if isinstance(t, dict)]
+                    return self.emit_envelope(build_success(data), jq, EXIT_OK, raw=inv.raw)
                 # tools stay exactly as received; how each maps to flags (and what needs --body) sits beside them
                 data["cli"] = {str(t.get("name")): describe_cli(t) for t in data["tools"] if isinstance(t, dict)}
                 return self.emit_envelope(build_success(data), jq, EXIT_OK, raw=inv.raw)
@@ -13543,9 +13617,9 @@ def _warm_relay(sock: Any, inv: Invocation, envr: Environment, log: Log) -> int:
     return _report_error(error, envr, log, None)
 
 
-def run_sessions_command(inv: Invocation, envr: Environment, log: Log) -> int:
-    """``bkmcp --sessions`` (the warm sessions, never a secret) and ``bkmcp --sessions --stop``: this build's
-    process at the top, the other builds' in ``other_builds``; ``--stop`` stops them all. Never starts one."""
+def sessions_data(inv: Invocation, envr: Environment) -> dict[str, Any]:
+    """The data of ``bkmcp --sessions`` (the warm sessions, never a secret) and ``bkmcp --sessions --stop``: this
+    build's process at the top, the other builds' in ``other_builds``; ``--stop`` stops them all. Never starts one."""
     place, problem = warm_dir(envr.env)
     data: dict[str, Any] = {"running": False, "sessions": []}
     if inv.stop:
@@ -13569,8 +13643,7 @@ def run_sessions_command(inv: Invocation, envr: Environment, log: Log) -> int:
         finally:
             place.close()
     data["other_builds"] = others
-    envr.stdout.write(dump_json(build_success(data)) + "\n")
-    return EXIT_OK
+    return data
 
 
 def _warm_ask(place: WarmPlace, name: str, op: str) -> dict[str, Any] | None:
@@ -13970,13 +14043,14 @@ def main(
 
 def _report_error(exc: BkmcpError, envr: Environment, log: Log, runner: _Runner | None) -> int:
     envelope = build_failure(exc, log.redactor)
-    text = dump_json(envelope)
     try:
         if exc.exit_status != EXIT_LOCAL:  # remote (2), interrupted after a request was sent (130)
-            envr.stdout.write(text + "\n")
+            # on stdout, like every other envelope: pretty on a terminal (emit_envelope), one line otherwise
+            pretty = 2 if getattr(envr.stdout, "isatty", lambda: False)() else None
+            envr.stdout.write(dump_json(envelope, indent=pretty) + "\n")
             envr.stdout.flush()
-        else:
-            envr.stderr.write(text + "\n")
+        else:  # one line: a script reads the last line of stderr
+            envr.stderr.write(dump_json(envelope) + "\n")
             envr.stderr.flush()
     except (OSError, ValueError):
         pass

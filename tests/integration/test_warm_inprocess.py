@@ -168,7 +168,7 @@ def test_a_listener_of_another_uid_is_never_sent_a_byte(place, monkeypatch):
     assert err.count("warning") == 1 and "is uid 54321, not you" in err
     assert place.server.sessions.listing() == []  # the process never got the command
     with pytest.raises(bkmcp.ConnectionFailedError, match="uid 54321"):
-        bkmcp.run_sessions_command(bkmcp.parse_argv(["--sessions"]), _envr(place), bkmcp.Log(io.StringIO()))
+        bkmcp.sessions_data(bkmcp.parse_argv(["--sessions"]), _envr(place))
 
 
 def test_two_builds_whose_socket_names_collide_never_run_a_command_together(place, monkeypatch):
@@ -214,8 +214,7 @@ def test_a_folder_path_longer_than_a_unix_socket_address_still_works(tmp_path):
         envr = bkmcp.Environment(
             stdin=io.StringIO(), stdout=io.StringIO(), stderr=io.StringIO(), env={"XDG_RUNTIME_DIR": str(deep)}, cwd="/"
         )
-        assert bkmcp.run_sessions_command(bkmcp.parse_argv(["--sessions"]), envr, bkmcp.Log(envr.stderr)) == 0
-        assert json.loads(envr.stdout.getvalue())["data"]["pid"] == os.getpid()
+        assert bkmcp.sessions_data(bkmcp.parse_argv(["--sessions"]), envr)["pid"] == os.getpid()
     finally:
         server.stopping = True
         thread.join(10)
@@ -548,8 +547,7 @@ def test_the_client_starts_a_process_with_the_few_variables_it_needs(tmp_path, m
     envr = bkmcp.Environment(
         stdin=io.StringIO(), stdout=io.StringIO(), stderr=io.StringIO(), env={"XDG_RUNTIME_DIR": str(runtime)}, cwd="/"
     )
-    assert bkmcp.run_sessions_command(bkmcp.parse_argv(["--sessions", "--stop"]), envr, bkmcp.Log(envr.stderr)) == 0
-    pid = json.loads(envr.stdout.getvalue())["data"]["pid"]
+    pid = bkmcp.sessions_data(bkmcp.parse_argv(["--sessions", "--stop"]), envr)["pid"]
     assert pid != os.getpid()
     until(lambda: _ended(pid), "the background process ended", 20)
 

@@ -147,6 +147,7 @@ def _corpus() -> list[tuple[tuple[str, ...], bytes]]:
         commands += [
             ((server, "--tools"), b""),
             ((server, "--tools", "--jq", ".data.tools[].name"), b""),
+            ((server, "--tools", "--brief"), b""),
             ((server, "echo", "--text", "hi"), b""),
             ((server, "echo", "--text", "hi", "--count", "3", "--loud=true", "--tags", '["a","b"]'), b""),
             ((server, "echo"), b""),  # a required argument missing: local validation, exit 1
@@ -781,3 +782,16 @@ def test_never_more_than_32_warm_sessions_while_many_open_together(world):
     listing = world.sessions()["sessions"]
     assert 0 < len(listing) <= 32 and len(world.children()) <= 32
     assert len(world.children()) == len(listing)  # every running server is a kept session's
+
+
+def test_sessions_takes_jq_and_raw_like_every_envelope(world):
+    """Issue 28 point 10: `--sessions --jq …` was a usage error; it projects the listing like any envelope."""
+    assert world.run("hm", "echo", "--text", "x", "--keep-alive").returncode == 0
+    listed = world.run("--sessions", "--jq", ".data.sessions[].server", "-r")
+    assert (listed.returncode, listed.stdout) == (0, b"hm\n"), listed.stderr
+    quoted = world.run("--sessions", "--jq", ".data.running")
+    assert (quoted.returncode, quoted.stdout) == (0, b"true\n"), quoted.stderr
+    bad = world.run("--sessions", "--jq", ".data[")  # compiled before anything is asked
+    assert bad.returncode == 1 and json.loads(bad.stderr.splitlines()[-1])["error"]["code"] == "invalid_jq_expression"
+    assert world.run("--sessions", "--raw").returncode == 1  # no text to print without --jq
+    assert len(world.daemons()) == 1

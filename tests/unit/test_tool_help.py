@@ -76,7 +76,7 @@ def test_d02_help_content() -> None:
     assert "limits: >= 1, <= 100" in text
     flag_lines = {line.split()[0]: line.split()[-1] for line in text.splitlines() if line.startswith("  --")}
     assert flag_lines["--keyword"] == "required" and flag_lines["--limit"] == "optional"
-    section = text.split("Fields without a flag (set them with --body):")[1]
+    section = text.split("Fields without a flag (set them with --body):")[1].split("--body example")[0]
     assert "timeout" in section and "collides with bkmcp's own option --timeout" in section
     assert "since" not in section  # "string or null" has a flag (issue 17 item 7, contract §6)
     assert "--since STRING" in text and "may also be null: only with --body" in text
