@@ -4178,9 +4178,13 @@ class LineTail:
         self._lock = _thread.allocate_lock()
 
     def add(self, line: str) -> None:
+        self.extend([line], 1)
+
+    def extend(self, lines: Iterable[str], count: int) -> None:
+        """``count`` lines written, of which ``lines`` are the last kept (another tail's ``tail()``)."""
         with self._lock:
-            self._lines.append(line)
-            self._count += 1
+            self._lines.extend(lines)
+            self._count += count
 
     def position(self) -> int:
         with self._lock:
@@ -4448,20 +4452,14 @@ class ChildProcess:
         self.returncode: int | None = None  # of the last child, once it was reaped
         self.spawns = 0
         self._stderr_reader: Any = None
-        import collections
-
-        self._stderr_tail: collections.deque[str] = collections.deque(maxlen=_STDIO_STDERR_TAIL)
-        self._stderr_count = 0  # lines the current child wrote so far (the last of them are the tail)
-        self._stderr_startup: list[str] | None = None  # the tail when it had started (``mark_started``)
-        self._stderr_started_at = 0  # the count then
+        self._stderr = LineTail(_STDIO_STDERR_TAIL)  # the current child's (a new one per spawn)
         self._stderr_lock = _thread.allocate_lock()
         # The era probe's stderr (docs/contract.md §5): bytes taken from the pipe so far; while the probe is open,
         # the lines written after the server read it wait apart (the last ``_STDIO_STDERR_TAIL``, and how many);
         # once it was answered, lines ending at or before ``_probe_end`` (a byte offset) were written for it.
         self._stderr_taken = 0
         self._probe_open = False
-        self._probe_lines: collections.deque[str] = collections.deque(maxlen=_STDIO_STDERR_TAIL)
-        self._probe_count = 0
+        self._probe_lines = LineTail(_STDIO_STDERR_TAIL)
         self._probe_end: int | None = None
 
     def where(self) -> str:
@@ -4559,10 +4557,9 @@ class ChildProcess:
         self.pid = proc.pid
         self.returncode = None
         with self._stderr_lock:  # error details describe the current child
-            self._stderr_tail.clear()
-            self._stderr_count, self._stderr_startup, self._stderr_started_at = 0, None, 0
-            self._stderr_taken, self._probe_open, self._probe_count, self._probe_end = 0, False, 0, None
-            self._probe_lines.clear()
+            self._stderr = LineTail(_STDIO_STDERR_TAIL)
+            self._stderr_taken, self._probe_open, self._probe_end = 0, False, None
+            self._probe_lines = LineTail(_STDIO_STDERR_TAIL)
         self._stderr_reader = threading.Thread(
             target=self._read_stderr, args=(proc.stderr,), name="bkmcp-stdio-err", daemon=True
         )
@@ -4614,19 +4611,15 @@ class ChildProcess:
             if not probe and self._probe_open:
                 probe = not self.unread_input()  # it was read (or that cannot be told): a line in answer to it
             if not probe:
-                self._stderr_tail.append(scrubbed)
-                self._stderr_count += 1
+                self._stderr.add(scrubbed)
             elif self._probe_open:  # its fate waits for the probe's (``close_probe``)
-                self._probe_lines.append(scrubbed)
-                self._probe_count += 1
+                self._probe_lines.add(scrubbed)
         if self.log.verbose:
             self.log.debug(f"[server stderr{', era probe' if probe else ''}] {line}")
 
     def keep_stderr(self, line: str) -> None:
         """One stderr line of the current child (the reader's, already clipped and scrubbed)."""
-        with self._stderr_lock:
-            self._stderr_tail.append(line)
-            self._stderr_count += 1
+        self._stderr.add(line)
 
     def unread_input(self) -> int | None:
         """Bytes written to the child's stdin that it has not read yet; None when that cannot be told (no child, or
@@ -4642,8 +4635,8 @@ class ChildProcess:
     def open_probe(self) -> None:
         """The era probe was just written: what the child writes to stderr once it has read it is the probe's."""
         with self._stderr_lock:
-            self._probe_open, self._probe_count, self._probe_end = True, 0, None
-            self._probe_lines.clear()
+            self._probe_open, self._probe_end = True, None
+            self._probe_lines = LineTail(_STDIO_STDERR_TAIL)
 
     def close_probe(self, answered: bool) -> None:
         """The probe got its answer (``answered``) or was given up. Answered: the stderr written up to now (what the
@@ -4658,32 +4651,22 @@ class ChildProcess:
                 waiting = _pipe_unread(proc.stderr.fileno()) if proc is not None else None
                 self._probe_end = self._stderr_taken + (waiting or 0)
             else:
-                self._stderr_tail.extend(self._probe_lines)
-                self._stderr_count += self._probe_count
-            self._probe_lines.clear()
+                self._stderr.extend(*self._probe_lines.tail())
+            self._probe_lines = LineTail(_STDIO_STDERR_TAIL)
 
     def stderr_position(self) -> int:
         """How many stderr lines the current child wrote so far: where an operation on it began (``stderr_tail``)."""
-        with self._stderr_lock:
-            return self._stderr_count
+        return self._stderr.position()
 
     def mark_started(self) -> None:
         """The child has started (its handshake is over): the lines so far are its start-up lines. Once per child."""
-        with self._stderr_lock:
-            if self._stderr_startup is None:
-                self._stderr_startup, self._stderr_started_at = list(self._stderr_tail), self._stderr_count
+        self._stderr.mark_started()
 
     def stderr_tail(self, since: int | None = None) -> list[str]:
         """The last stderr lines (at most ``_STDIO_STDERR_TAIL``). With ``since`` (a ``stderr_position`` taken after
         ``mark_started``) only the start-up lines and those written from there on: what an operation that began at
         ``since`` would have been told by a child started for it alone (docs/contract.md §14)."""
-        with self._stderr_lock:
-            lines = list(self._stderr_tail)
-            startup = self._stderr_startup
-            if since is None or startup is None or since <= self._stderr_started_at:
-                return lines
-            own = lines[max(len(lines) - (self._stderr_count - since), 0) :]
-            return (startup + own)[-_STDIO_STDERR_TAIL:]
+        return self._stderr.tail(since)[0]
 
     def exit_status(self, wait: float) -> int | None:
         """The exit status, waiting up to ``wait`` seconds; None while it runs. Its last stderr lines explain an
