@@ -6787,23 +6787,33 @@ def _basic_problems(schema: dict[str, Any], arguments: Mapping[str, Any]) -> lis
     return problems
 
 
+# Where a schema holds schemas: the values of these keywords are maps of names to schemas, and those of the data
+# keywords are JSON values (a "$schema" or "$ref" key there is data, not a keyword).
+_SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+_SCHEMA_DATA = ("enum", "const", "default", "examples", "title", "description")
+
+
 def _unbounded_schema(schema: dict[str, Any], limit: int) -> str | None:
     """Why jsonschema could not check ``schema`` within bkmcp's bounds, or None: more than ``limit`` objects and
     arrays (counting stops there, so a huge schema costs no more), or a subschema with its own ``$schema``
     (jsonschema validates that part with its registered class: no deadline, no pattern limits)."""
-    pending: list[Any] = [value for value in schema.values() if isinstance(value, (dict, list))]
-    count = 1
+    pending: list[tuple[Any, str]] = [(schema, "schema")]  # (node, "schema" | "map" | "data")
+    count = 0
     while pending:
-        node = pending.pop()
-        if isinstance(node, dict):
-            if isinstance(node.get("$schema"), str):
-                return "a subschema declares its own $schema"
-            pending.extend(value for value in node.values() if isinstance(value, (dict, list)))
-        else:
-            pending.extend(value for value in node if isinstance(value, (dict, list)))
+        node, role = pending.pop()
         count += 1
         if count > limit:
             return f"the inputSchema is too large to check locally (over {limit} objects and arrays)"
+        if isinstance(node, dict):
+            if role == "schema" and node is not schema and isinstance(node.get("$schema"), str):
+                return "a subschema declares its own $schema"  # the root's own dialect is fine
+            for key, value in node.items():
+                if isinstance(value, (dict, list)) and role == "schema":
+                    pending.append((value, "map" if key in _SCHEMA_MAPS else "data" if key in _SCHEMA_DATA else role))
+                elif isinstance(value, (dict, list)):
+                    pending.append((value, "schema" if role == "map" else "data"))
+        else:
+            pending.extend((value, role) for value in node if isinstance(value, (dict, list)))
     return None
 
 
@@ -6816,11 +6826,11 @@ def _non_local_refs(schema: Any, found: list[str], depth: int = 0) -> None:
             if key in _REF_KEYWORDS and isinstance(value, str):
                 if not value.startswith("#"):
                     found.append(value)
-            elif key in ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas"):
+            elif key in _SCHEMA_MAPS:
                 if isinstance(value, dict):
                     for sub in value.values():
                         _non_local_refs(sub, found, depth + 1)
-            elif key in ("enum", "const", "default", "examples", "title", "description"):
+            elif key in _SCHEMA_DATA:
                 continue  # data, not schemas
             else:
                 _non_local_refs(value, found, depth + 1)

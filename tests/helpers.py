@@ -263,3 +263,16 @@ def group_watchdogs_of(parent: int) -> list[int]:
             if int(stat[1]) == parent and argv[1:4] == [b"-I", b"-S", b"-c"] and stat[0] not in (b"Z", b"X"):
                 found.append(int(entry))
     return found
+
+
+def pids_running(marker: str) -> list[int]:
+    """The processes of this machine with ``marker`` in their command line (compared as bytes: another process's
+    argv need not be UTF-8)."""
+    needle, found = marker.encode(), []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and needle in Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" "):
+                found.append(int(entry))
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return found

@@ -12,12 +12,11 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from resident_harness import Resident, stdio_row, write_registry
 
-from tests.helpers import ROOT, run_bkmcp, until, write_mcp_json
+from tests.helpers import ROOT, pids_running, run_bkmcp, until, write_mcp_json
 
 pytestmark = [pytest.mark.integration, pytest.mark.interop]
 
@@ -144,16 +143,7 @@ def test_interop_everything_task_required_tool_refused_warm(everything_server, t
     daemon = f"--keep-alive-daemon {runtime / 'bkmcp'}"
 
     def daemon_running() -> bool:
-        for entry in os.listdir("/proc"):
-            try:
-                if (
-                    entry.isdigit()
-                    and daemon in Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-                ):
-                    return True
-            except OSError:
-                continue
-        return False
+        return bool(pids_running(daemon))
 
     try:
         one = run("ev", "simulate-research-query", "--topic", "mcp")

@@ -15,7 +15,7 @@ import pytest
 from resident_harness import mock_stdio, stdio_row, write_registry
 
 from mock_server.mcp_mock import DEFAULT_TOOLS, MockServer, mock_tool
-from tests.helpers import ROOT, run_bkmcp, until, write_mcp_json
+from tests.helpers import ROOT, pids_running, run_bkmcp, until, write_mcp_json
 
 pytestmark = [pytest.mark.integration]
 
@@ -66,13 +66,7 @@ def _logged(log: Path, method: str) -> list[dict]:
 
 def _running(marker: str) -> bool:
     """A process of this machine has ``marker`` in its command line."""
-    for entry in os.listdir("/proc"):
-        try:
-            if entry.isdigit() and marker in Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode():
-                return True
-        except OSError:
-            continue
-    return False
+    return bool(pids_running(marker))
 
 
 def _assert_refused(result, tool: str = "research") -> dict:

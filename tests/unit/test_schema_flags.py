@@ -1328,6 +1328,19 @@ def test_a_subschema_with_its_own_dialect_is_left_to_the_server() -> None:
     assert validate_arguments(root, {}).scope == "full"  # the root's own dialect is fine
 
 
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"$defs": {"$schema": ""}},  # a definition named "$schema" (CI's hypothesis example)
+        {"properties": {"$schema": {"type": "string"}}},  # a property named "$schema"
+        {"properties": {"a": {"default": {"$schema": "x"}, "enum": [{"$schema": "y"}]}}},  # data, not schemas
+    ],
+)
+def test_a_key_named_schema_outside_a_schema_position_is_not_a_dialect(schema) -> None:
+    assert bkmcp._unbounded_schema(schema, 100) is None
+    assert bkmcp._unbounded_schema({"items": [{"allOf": [{"$schema": "x"}]}]}, 100) is not None
+
+
 def test_meta_schema_outcomes_kept_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     """At most ``_META_CHECKED_KEPT`` outcomes are kept: one more empties the table first."""
     monkeypatch.setattr(bkmcp, "_META_CHECKED", {})
