@@ -908,6 +908,11 @@ class Redactor:
             self._secrets = sorted(self._known, key=len, reverse=True)
             self._version += 1
 
+    def learn(self, other: Redactor) -> None:
+        """Scrub every secret ``other`` scrubs too (its own, not its ``base``'s): each ``whole``."""
+        for secret in other._secrets:
+            self.add(secret)
+
     def secrets(self) -> list[str]:
         """Every secret scrubbed (``base``'s included), longest first."""
         base = self._base
@@ -1061,17 +1066,21 @@ class Deadline:
         interrupted)."""
         if self.interrupt is not None and self.interrupt.fired:
             raise KeyboardInterrupt
-        left = self.end - self._clock()
+        left = self.left()
         if left <= 0:
             raise budget_error("the operation did not finish", self.seconds)
         return left
+
+    def left(self) -> float:
+        """Seconds left by this deadline's clock, ``<= 0`` once spent; never raises (``remaining`` does)."""
+        return self.end - self._clock()
 
     def elapsed_ms(self) -> int:
         return int((self._clock() - self._start) * 1000)
 
     def wait(self, event: Any) -> bool:
         """Wait for ``event`` (a ``threading.Event``) until the end; True once it is set, False when time is up."""
-        while not event.wait(max(self.end - self._clock(), 0)):
+        while not event.wait(max(self.left(), 0)):
             if self._clock() >= self.end:  # a wait may end a hair early: the deadline decides
                 return False
         return True
@@ -5431,7 +5440,7 @@ class McpSession:
             rules, session_id = self.core.rules, self.core.session_id
             if rules is not None and rules.sessions and self.transport.has_sessions and session_id:
                 try:
-                    left = (deadline.end - time.monotonic()) if deadline is not None else 2.0
+                    left = deadline.left() if deadline is not None else 2.0
                     self.transport.end_session(Deadline(max(min(left, 2.0), 0.2)), rules=rules, session_id=session_id)
                 except Exception as exc:  # cleanup never replaces the operation's own outcome
                     self.log.debug(f"session cleanup failed: {type(exc).__name__}")
@@ -5518,7 +5527,7 @@ class ProbeWindow(Deadline):
                 self.read_after_ms, self.counted = int((now - self._start) * 1000), unread is not None
                 self.end = min(now + self.seconds, self.outer.end)
                 break
-            if event.wait(max(min(self._poll, self.end - self._clock()), 0)):
+            if event.wait(max(min(self._poll, self.left()), 0)):
                 return True
             if self._clock() >= self.end:
                 return False
@@ -7765,7 +7774,7 @@ class JqProgram:
                         _close(respelled)
                         respelled = None
                 yield value
-                if deadline is not None and deadline.end - time.monotonic() <= 0:
+                if deadline is not None and deadline.left() <= 0:
                     raise _JqOverBudget()
         except (ValueError, _JqOverBudget) as exc:
             if isinstance(exc, _JqOverBudget):
@@ -7856,7 +7865,7 @@ def _jq_executable_lines(argv: list[str], text: str, deadline: Deadline | None) 
         selector.register(proc.stdout, selectors.EVENT_READ)
         selector.register(proc.stderr, selectors.EVENT_READ)
         while selector.get_map():
-            wait = None if deadline is None else deadline.end - time.monotonic()
+            wait = None if deadline is None else deadline.left()
             if wait is not None and wait <= 0:
                 raise _JqOverBudget()
             for key, _events in selector.select(wait):
@@ -10252,15 +10261,13 @@ def learn_system_secrets(system: Redactor, view: Any, row: Any, server: Resolved
     for key, value in (view.system_credentials.get(row.name) or {}).items():
         system.add(value, whole=is_secret_name(key))
     if row.isolation == "public":
-        for secret in server.redactor._secrets:
-            system.add(secret)
+        system.learn(server.redactor)
 
 
 def build_session_redactor(system: Redactor, server: ResolvedServer) -> Redactor:
     """A session's log lines (``-v`` lines, its child's stderr): its own secrets plus the system ones."""
     redactor = Redactor(base=system)
-    for secret in server.redactor._secrets:
-        redactor.add(secret)
+    redactor.learn(server.redactor)
     return redactor
 
 
@@ -10280,8 +10287,7 @@ def build_command_redactor(
             for key, value in credential.items():
                 redactor.add(value, whole=is_secret_name(key))
     for server in servers:
-        for secret in server.redactor._secrets:
-            redactor.add(secret)
+        redactor.learn(server.redactor)
     return redactor
 
 
@@ -12428,7 +12434,7 @@ class Invocation:
     server: str | None = None
     tool: str | None = None
     config: str | None = None
-    timeout: str | None = None
+    timeout: str | None = None  # as written; ``timeout_seconds`` is the value
     jq: str | None = None
     context: str | None = None
     body: str | None = None
@@ -12458,11 +12464,7 @@ class Invocation:
     # bare values after the tool, each with the flag whose value it follows: an error naming the tool's flags
     positional: list[tuple[str, str | None]] = field(default_factory=list)
     argv: list[str] = field(default_factory=list)  # as given (a warm client forwards it)
-
-
-def cli_timeout(inv: Invocation) -> float:
-    """``--timeout`` in seconds, else ``DEFAULT_TIMEOUT`` (a bad value is a usage error)."""
-    return parse_duration(inv.timeout) if inv.timeout is not None else DEFAULT_TIMEOUT
+    timeout_seconds: float = DEFAULT_TIMEOUT  # --timeout, parsed once by check_invocation; everything reads this
 
 
 def _is_bkmcp_option(token: str) -> bool:
@@ -12565,8 +12567,10 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
     return inv
 
 
-def check_invocation(inv: Invocation) -> None:
-    """Mode exclusivity and option combinations (docs/contract.md §2, seed §3, §8 dry-run)."""
+def check_invocation(inv: Invocation, timeout: float | None = None) -> None:
+    """Mode exclusivity and option combinations (docs/contract.md §2, seed §3, §8 dry-run); sets
+    ``inv.timeout_seconds``: ``timeout`` when given (a warm client's, parsed by that client), else ``--timeout``
+    parsed (a bad value is a usage error)."""
     if inv.context is not None:
         raise UnsupportedOptionError(
             "--context is not supported: bkmcp takes identity only from the server's headers in mcp.json",
@@ -12684,8 +12688,10 @@ def check_invocation(inv: Invocation) -> None:
             hint="drop --raw, or add --jq EXPR to print the strings it selects unquoted "
             "(e.g. --tools --jq '.data.tools[].name' --raw)",
         )
-    if inv.timeout is not None:
-        parse_duration(inv.timeout)
+    if timeout is not None:
+        inv.timeout_seconds = timeout
+    elif inv.timeout is not None:
+        inv.timeout_seconds = parse_duration(inv.timeout)
 
 
 BODY_LIMIT = 64 * 1024 * 1024  # bytes of --body (inline, @FILE or -): tool arguments, not a data transfer
@@ -12787,7 +12793,7 @@ def _read_body_fd(fd: int, label: str, deadline: Deadline | None, where: str) ->
         if poller is not None:
             wait = None
             if deadline is not None:
-                left = deadline.end - time.monotonic()
+                left = deadline.left()
                 if left <= 0:
                     raise UsageError(
                         f"{label} delivered no end of input within --timeout {format_duration(deadline.seconds)}",
@@ -12912,7 +12918,7 @@ def build_resident_options(inv: Invocation) -> ResidentOptions:
         idle_timeout=parse_duration(inv.idle_timeout, option="--idle-timeout")
         if inv.idle_timeout is not None
         else DEFAULT_IDLE_TIMEOUT,
-        timeout=cli_timeout(inv),
+        timeout=inv.timeout_seconds,
         insecure=inv.insecure,
         shutdown_grace=_shutdown_grace(inv.shutdown_grace),
     )
@@ -12938,7 +12944,7 @@ def run_registry_tool(inv: Invocation, envr: Environment, log: Log) -> int:
         )
     if not inv.registry:
         raise UsageError("--registry needs a SQLite file path")
-    timeout = cli_timeout(inv)
+    timeout = inv.timeout_seconds
     path = resolve_user_path(inv.registry, envr.env, envr.cwd, option="--registry")
     if inv.registry_import is not None:
         if not inv.registry_import:
@@ -13038,16 +13044,16 @@ class _Runner:
     def jq_deadline(self) -> Deadline:
         """The budget of ``--jq``: what the operation left of ``--timeout``, at least ``JQ_MIN_BUDGET`` (so a
         timed-out envelope can still be projected); the whole ``--timeout`` when nothing remote ran (dry run)."""
-        timeout = cli_timeout(self.inv)
+        timeout = self.inv.timeout_seconds
         if self.deadline is None:
             return Deadline(timeout)
-        return Deadline(max(self.deadline.end - time.monotonic(), min(timeout, JQ_MIN_BUDGET)))
+        return Deadline(max(self.deadline.left(), min(timeout, JQ_MIN_BUDGET)))
 
     def run(self) -> int:
         inv, envr = self.inv, self.envr
         if inv.version:
             return self.emit_text(f"bkmcp {__version__}")
-        check_invocation(inv)
+        check_invocation(inv, envr.warm.timeout if envr.warm is not None else None)
         registry_tool = inv.registry_import is not None or inv.registry_list
         if inv.help and (registry_tool or inv.resident):  # a mode's --help prints that mode's help (contract §2)
             return self.emit_text(render_resident_help())
@@ -13117,10 +13123,8 @@ class _Runner:
         docs/building.md)."""
         inv, envr = self.inv, self.envr
         server = resolve_server(server_cfg, envr.env, cwd=envr.cwd)
-        for secret in server.redactor._secrets:
-            self.redactor.add(secret)
-        timeout = cli_timeout(inv)
-        deadline = Deadline(timeout)  # reading --body from a FIFO or pipe counts against the budget too
+        self.redactor.learn(server.redactor)
+        deadline = Deadline(inv.timeout_seconds)  # reading --body from a FIFO or pipe counts against the budget too
         warm = envr.warm  # run for a warm client: its Ctrl-C, the kept sessions (docs/contract.md §14)
         deadline.interrupt = warm.interrupt if warm is not None else None
         if inv.dry_run:
@@ -13248,6 +13252,7 @@ class WarmRun:
     sessions: Any  # SessionSource (section 7) lending WarmSessions' sessions (section 10.5)
     interrupt: Interrupt
     on_request: Callable[[str], None]
+    timeout: float  # the client's --timeout, as it parsed it
 
 
 def keep_alive_seconds(inv: Invocation, env: Mapping[str, str], log: Log) -> float | None:
@@ -13526,7 +13531,7 @@ def run_warm_client(inv: Invocation, envr: Environment, log: Log, seconds: float
     if place is None or artifact is None:
         log.warn(f"--keep-alive: {problem}; the command runs one-shot")
         return None
-    timeout = cli_timeout(inv)
+    timeout = inv.timeout_seconds
     stdin: bytes | None = None
     try:
         if inv.body == "-":  # read here (bounded as one-shot reads it); the process gets the bytes
@@ -13540,6 +13545,7 @@ def run_warm_client(inv: Invocation, envr: Environment, log: Log, seconds: float
             "stdout_tty": is_terminal(envr.stdout),
             "stderr_tty": is_terminal(envr.stderr),
             "keep_alive": seconds,
+            "timeout": timeout,  # the value: the process never parses --timeout again
         }
         sock = _warm_open(place, artifact, warm_build(artifact), request, stdin)
     except OSError as exc:
@@ -13908,7 +13914,7 @@ class WarmServer:
                 send_frame(conn, b"S", stage_of(method).encode("utf-8"))
 
         threading.Thread(target=watch, name="bkmcp-warm-watch", daemon=True).start()
-        warm = WarmRun(self.sessions.for_command(request["cwd"], seconds), interrupt, heard)
+        warm = WarmRun(self.sessions.for_command(request["cwd"], seconds), interrupt, heard, float(request["timeout"]))
         status = main(
             request["argv"],
             stdin=io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8", errors="surrogateescape"),

@@ -568,3 +568,29 @@ def test_a_folder_of_another_uid_or_not_a_directory_is_refused(tmp_path):
     assert bkmcp.open_private_dir(str(theirs))[1] == f"{theirs} belongs to uid 54321, not to you (uid 0)"
     fd = os.open(tmp_path / "file", os.O_CREAT | os.O_RDONLY, 0o600)
     assert bkmcp.open_private_dir("f", fd=fd) == (None, "f is not a directory")  # the descriptor is closed
+
+
+def test_the_warm_process_gets_the_timeout_value_not_the_text(place, monkeypatch):
+    """Issue 31 item 2: the client parses ``--timeout`` once and sends the value; the background process runs the
+    command with that value and never parses the text again (one interpreter here: one count for both sides)."""
+    parsed: list[str] = []
+    real = bkmcp.parse_duration
+    monkeypatch.setattr(bkmcp, "parse_duration", lambda text, **kw: parsed.append(text) or real(text, **kw))
+    received: list[dict] = []
+    served = bkmcp.WarmServer._run
+
+    def spy(self, conn, request):
+        received.append(request)
+        return served(self, conn, request)
+
+    monkeypatch.setattr(bkmcp.WarmServer, "_run", spy)
+    used: list[float] = []
+    budget = bkmcp._Runner.jq_deadline
+    monkeypatch.setattr(
+        bkmcp._Runner, "jq_deadline", lambda self: used.append(self.inv.timeout_seconds) or budget(self)
+    )
+    status, out, err = place.main("m", "echo", "--text", "t", "--timeout", "7s", "--jq", ".ok", "--keep-alive")
+    assert (status, out) == (0, "true\n"), err
+    assert [r["timeout"] for r in received] == [7.0] and "--timeout" in received[0]["argv"]
+    assert parsed.count("7s") == 1 and used == [7.0]
+    assert place.srv.requests("tools/call")[-1]["json"]["params"]["arguments"] == {"text": "t"}

@@ -1,0 +1,118 @@
+"""Data that travels one way (issue 31 item 2): ``--timeout`` is parsed once into the value the invocation carries,
+the time left is asked of ``Deadline.left`` (the injected clock), and a redactor shares its secrets through
+``Redactor.learn``, never through its private list."""
+
+from __future__ import annotations
+
+import inspect
+import io
+import re
+
+import pytest
+
+import bkmcp
+from tests.helpers import ROOT
+
+SOURCE = (ROOT / "bkmcp.py").read_text(encoding="utf-8")
+
+
+def _outside(cls: type) -> str:
+    """bkmcp.py without the class ``cls``'s own source."""
+    own = inspect.getsource(cls)
+    assert SOURCE.count(own) == 1
+    return SOURCE.replace(own, "")
+
+
+# -- Deadline.left ------------------------------------------------------------------------------------------------
+
+
+def test_deadline_left_uses_the_injected_clock_and_never_raises():
+    now = [50.0]
+    deadline = bkmcp.Deadline(3.0, clock=lambda: now[0])
+    assert deadline.left() == 3.0
+    now[0] = 52.5
+    assert deadline.left() == pytest.approx(0.5)
+    now[0] = 60.0
+    assert deadline.left() == pytest.approx(-7.0)  # spent: negative, and no error (remaining() raises)
+    with pytest.raises(bkmcp.McpTimeoutError):
+        deadline.remaining()
+
+
+def test_nothing_outside_deadline_computes_the_time_left_itself():
+    """``git grep 'deadline.end - '`` outside ``Deadline`` finds nothing: one clock, the injected one."""
+    rest = _outside(bkmcp.Deadline)
+    assert re.findall(r"deadline\.end\s*-", rest) == []
+    assert re.findall(r"\.end\s*-\s*(?:time\.monotonic|self\._clock)\(\)", rest) == []
+
+
+def test_jq_budget_is_what_the_deadline_left_by_its_clock():
+    now = [10.0]
+    cli = bkmcp._Runner(bkmcp.Invocation(timeout_seconds=30.0), None, bkmcp.Log(io.StringIO()))  # type: ignore[arg-type]
+    assert cli.jq_deadline().seconds == 30.0  # nothing remote ran: the whole --timeout
+    cli.deadline = bkmcp.Deadline(30.0, clock=lambda: now[0])
+    now[0] = 22.0
+    assert cli.jq_deadline().seconds == pytest.approx(18.0)
+    now[0] = 45.0  # spent: jq still gets its minimum to project the timed-out envelope
+    assert cli.jq_deadline().seconds == bkmcp.JQ_MIN_BUDGET
+
+
+# -- Redactor.learn -----------------------------------------------------------------------------------------------
+
+
+def test_redactor_learn_takes_the_others_own_secrets_whole_and_not_its_base():
+    base = bkmcp.Redactor()
+    base.add("base-secret")
+    server = bkmcp.Redactor(base=base)
+    server.add("ab")  # short, yet whole: learned whole too
+    server.add("server-token")
+    learner = bkmcp.Redactor()
+    learner.learn(server)
+    assert learner.secrets() == ["server-token", "ab"]
+    assert learner.scrub("ab server-token base-secret") == "*** *** base-secret"
+
+
+def test_no_code_outside_the_redactor_reads_its_private_secrets():
+    assert "._secrets" not in _outside(bkmcp.Redactor)
+
+
+# -- --timeout parsed once ----------------------------------------------------------------------------------------
+
+
+def test_check_invocation_parses_timeout_into_the_invocation():
+    inv = bkmcp.parse_argv(["srv", "--check", "--timeout", "1500ms"])
+    assert inv.timeout == "1500ms" and inv.timeout_seconds == bkmcp.DEFAULT_TIMEOUT  # not yet checked
+    bkmcp.check_invocation(inv)
+    assert inv.timeout_seconds == 1.5
+    default = bkmcp.parse_argv(["srv", "--check"])
+    bkmcp.check_invocation(default)
+    assert default.timeout_seconds == bkmcp.DEFAULT_TIMEOUT
+    given = bkmcp.parse_argv(["srv", "--check", "--timeout", "1500ms"])
+    bkmcp.check_invocation(given, 4.25)  # a warm client's value wins over the text
+    assert given.timeout_seconds == 4.25
+    with pytest.raises(bkmcp.UsageError):
+        bkmcp.check_invocation(bkmcp.parse_argv(["srv", "--check", "--timeout", "soon"]))
+
+
+def test_timeout_text_is_parsed_in_one_function():
+    # parse_duration's default option is --timeout: every call without another option= parses --timeout
+    calls = [args for args in re.findall(r"parse_duration\(([^)]*)\)", SOURCE) if "option" not in args]
+    assert calls == ["inv.timeout"], calls
+    assert "def cli_timeout" not in SOURCE
+
+
+def test_a_call_parses_timeout_once(monkeypatch, write_config, no_network):
+    """One-shot: the text is parsed once, by ``check_invocation``, and the budget every step used is its value."""
+    from tests.helpers import run_bkmcp
+
+    parsed: list[str] = []
+    real = bkmcp.parse_duration
+
+    def counting(text, *args, **kwargs):
+        parsed.append(text)
+        return real(text, *args, **kwargs)
+
+    monkeypatch.setattr(bkmcp, "parse_duration", counting)
+    config = write_config({"mcpServers": {"s": {"type": "http", "url": "http://127.0.0.1:9/mcp"}}})
+    result = run_bkmcp("--config", str(config), "s", "t", "--body", "{}", "--dry-run", "--timeout", "7s")
+    assert result.exit_status == 0, result.stderr
+    assert parsed.count("7s") == 1
