@@ -1935,6 +1935,17 @@ class ResolvedServer:
     # shared by several users (the resident mode's public servers), whose output may hold any user's arguments
     child_output_in_errors: bool = True
 
+    def identity(self, *more: Any) -> str:
+        """The one hash of a resolved server: what a connection to it is made of (transport, URL, headers,
+        command, args, env, working directory, pinned ``protocolVersion``) plus ``more``, what a caller's
+        connections also differ by. The resident mode's fingerprint (``_slot_fingerprint``) and the warm session
+        key (``warm_session_key``) are both this; each says which ``more`` it adds and why."""
+        import hashlib
+
+        made_of = [self.type, self.url, sorted(self.headers.items()), self.command, self.args, sorted(self.env.items())]
+        made_of += [self.cwd, self.protocol_version, *more]
+        return hashlib.sha256(dump_json(made_of).encode("utf-8", "surrogatepass")).hexdigest()
+
 
 def _stdio_path(path: str, env: Mapping[str, str], cwd: str, where: str) -> str:
     resolved = expand_user_path(path, env, cwd)
@@ -10203,28 +10214,12 @@ class _Slot:
         self.resolved: tuple[RegistryServer, dict[str, str], ResolvedServer, str] | None = None
 
 
-def _fingerprint(server: ResolvedServer) -> str:
-    import hashlib
-
-    material = dump_json(
-        [
-            server.type,
-            server.url,
-            sorted(server.headers.items()),
-            server.command,
-            server.args,
-            sorted(server.env.items()),
-            server.cwd,
-            server.protocol_version,
-        ]
-    )
-    return hashlib.sha256(material.encode("utf-8", "surrogatepass")).hexdigest()
-
-
 def _slot_fingerprint(slot: _Slot, server: ResolvedServer) -> str:
-    """``_fingerprint(server)``, kept on the slot when ``server`` is its last resolution."""
+    """``server.identity()`` with nothing more: a slot already is one registry row (its name), this process's
+    environment and ``--insecure`` never change, so a changed resolution (URL, headers, the user's credential in
+    them, …) is what makes a new connection. Kept on the slot when ``server`` is its last resolution."""
     kept = slot.resolved
-    return kept[3] if kept is not None and kept[2] is server else _fingerprint(server)
+    return kept[3] if kept is not None and kept[2] is server else server.identity()
 
 
 def _open_file_limit() -> int | None:
@@ -10384,7 +10379,7 @@ class SessionPool:
         server = self.resolve(view, row, user)
         credential = select_credential(row, view=view, user_id=user_id)
         slot = self.slot(user, row)
-        slot.resolved = (row, credential, server, _fingerprint(server))
+        slot.resolved = (row, credential, server, server.identity())
         return slot, server
 
     def slot(self, user: str | None, row: Any) -> _Slot:
@@ -12119,28 +12114,14 @@ _WARM_OPEN_POLL = 0.05  # a command waiting for its key's opening asks this ofte
 
 
 def warm_session_key(server: ResolvedServer, insecure: bool) -> str:
-    """The hash of everything that makes a session what it is (docs/contract.md §14): the server as resolved after
-    ``${VAR}`` expansion (name, URL, headers, command, args, env, the passed-through variables, the working
-    directory), its pinned ``protocolVersion`` and ``--insecure``. Any difference is another session."""
-    import hashlib
-
-    described = [
-        server.name,
-        server.type,
-        server.config_file,
-        server.url,
-        sorted(server.headers.items()),
-        server.command,
-        list(server.args),
-        sorted(server.env.items()),
-        sorted(server.inherited_env.items()),
-        server.cwd,
-        server.protocol_version,
-        server.auth_source,
-        server.child_output_in_errors,
-        insecure,
-    ]
-    return hashlib.sha256(dump_json(described).encode("utf-8")).hexdigest()
+    """Everything that makes a kept session what it is (docs/contract.md §14): ``server.identity()`` (the server as
+    resolved after ``${VAR}`` expansion) plus what differs between the commands one process serves: the name and
+    config file (two entries never share a session), the passed-through variables (each command brings its
+    environment), the auth source, whether a child's output may be quoted, and ``--insecure``."""
+    inherited = sorted(server.inherited_env.items())
+    return server.identity(
+        server.name, server.config_file, inherited, server.auth_source, server.child_output_in_errors, insecure
+    )
 
 
 class _Warm:

@@ -116,3 +116,51 @@ def test_a_call_parses_timeout_once(monkeypatch, write_config, no_network):
     result = run_bkmcp("--config", str(config), "s", "t", "--body", "{}", "--dry-run", "--timeout", "7s")
     assert result.exit_status == 0, result.stderr
     assert parsed.count("7s") == 1
+
+
+# -- one identity for a resolved server ---------------------------------------------------------------------------
+
+
+def _server(**changes):
+    base = {
+        "name": "s",
+        "type": "http",
+        "config_file": "/c/mcp.json",
+        "url": "http://127.0.0.1:9/mcp",
+        "headers": {"Authorization": "Bearer t"},
+        "command": None,
+        "args": [],
+        "env": {},
+        "cwd": None,
+        "protocol_version": None,
+        "auth_source": "server_headers",
+    }
+    return bkmcp.ResolvedServer(**{**base, **changes})
+
+
+def test_warm_key_and_resident_fingerprint_are_one_identity_with_their_own_extras():
+    server = _server()
+    slot = bkmcp._Slot.__new__(bkmcp._Slot)
+    slot.resolved = None
+    assert bkmcp._slot_fingerprint(slot, server) == server.identity()
+    extras = (server.name, server.config_file, [], server.auth_source, True, False)
+    assert bkmcp.warm_session_key(server, False) == server.identity(*extras)
+    # what a connection is made of changes both
+    for change in ({"headers": {"Authorization": "Bearer u"}}, {"url": "http://127.0.0.1:9/other"}, {"cwd": "/x"}):
+        other = _server(**change)
+        assert bkmcp._slot_fingerprint(slot, other) != bkmcp._slot_fingerprint(slot, server), change
+        assert bkmcp.warm_session_key(other, False) != bkmcp.warm_session_key(server, False), change
+    # what only the warm process's commands differ by changes the warm key alone (a resident slot is one row)
+    for change in ({"name": "t"}, {"inherited_env": {"LANG": "C"}}, {"child_output_in_errors": False}):
+        other = _server(**change)
+        assert bkmcp._slot_fingerprint(slot, other) == bkmcp._slot_fingerprint(slot, server), change
+        assert bkmcp.warm_session_key(other, False) != bkmcp.warm_session_key(server, False), change
+    assert bkmcp.warm_session_key(server, True) != bkmcp.warm_session_key(server, False)
+    # a value from a non-UTF-8 environment (surrogate escapes) is hashed, not a crash
+    assert bkmcp.warm_session_key(_server(env={"X": "\udcff"}), False) != bkmcp.warm_session_key(server, False)
+
+
+def test_no_second_hash_of_a_resolved_server():
+    """Only ``ResolvedServer.identity`` lists a server's fields into a hash."""
+    assert re.findall(r"sorted\(\w+\.headers\.items\(\)\)", SOURCE) == ["sorted(self.headers.items())"]
+    assert "def _fingerprint" not in SOURCE
