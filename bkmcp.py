@@ -9192,23 +9192,11 @@ def build_credential_headers(record: RegistryServer, credential: Mapping[str, st
     return added
 
 
-def resolve_registry_server(
-    row: RegistryServer,
-    *,
-    view: RegistryView,
-    user_id: str | None,
-    env: Mapping[str, str],
-    inherited_env: Mapping[str, str] | None = None,
-) -> ResolvedServer:
-    """A registry row for one user -> the ``ResolvedServer`` the engine opens (docs/contract.md §11.3, §11.4).
-
-    The credential is chosen (``select_credential``), its fields mapped to headers, ``${user.FIELD}`` and
-    ``${NAME}`` (from ``env``, the resident's own environment) expanded by the CLI's one expansion function, and
-    the CLI's header rules applied to the result. The redactor knows every credential value. ``inherited_env``
-    (stdio) defaults to the CLI's minimal set taken from ``env``.
-    """
+def check_registry_row(row: RegistryServer) -> None:
+    """A row that can be resolved at all, checked before a credential is chosen for it: no stored problem,
+    enabled, ``${user.FIELD}`` only where it may stand."""
     if row.problem is not None:
-        raise row.problem.copy()
+        raise row.problem.copy()  # a stored error is never raised itself (its traceback would grow)
     if not row.enabled:
         raise ServerDisabledError(
             f"server {row.name!r} is disabled in {row.source}",
@@ -9216,7 +9204,28 @@ def resolve_registry_server(
             details={"server": row.name},
         )
     check_user_field_places(row)
-    credential = select_credential(row, view=view, user_id=user_id)
+
+
+def resolve_registry_server(
+    row: RegistryServer,
+    *,
+    view: RegistryView,
+    user_id: str | None,
+    env: Mapping[str, str],
+    inherited_env: Mapping[str, str] | None = None,
+    credential: dict[str, str] | None = None,
+) -> ResolvedServer:
+    """A registry row for one user -> the ``ResolvedServer`` the engine opens (docs/contract.md §11.3, §11.4).
+
+    ``credential``: the one a command already chose for the row (``select_credential``, once per command, after
+    ``check_registry_row``); else the row is checked and the credential chosen here. Its fields are mapped to
+    headers, ``${user.FIELD}`` and ``${NAME}`` (from ``env``, the resident's own environment) expanded by the CLI's
+    one expansion function, and the CLI's header rules applied to the result. The redactor knows every credential
+    value. ``inherited_env`` (stdio) defaults to the CLI's minimal set taken from ``env``.
+    """
+    if credential is None:
+        check_registry_row(row)
+        credential = select_credential(row, view=view, user_id=user_id)
     try:
         extra = build_credential_headers(row, credential) if row.transport_type == "http" else []
         config = build_registry_config(row, extra)
@@ -10350,34 +10359,38 @@ class SessionPool:
 
     # -- the registry view -------------------------------------------------------------------------
 
-    def resolve(self, view: Any, row: Any, user: str | None) -> ResolvedServer:
-        """The server as this user may reach it; a public server never gets the user's credentials."""
-        if row.problem is not None:
-            raise row.problem.copy()  # a stored error is never raised itself (its traceback would grow)
+    def resolve(
+        self, view: Any, row: Any, user: str | None, credential: dict[str, str] | None = None
+    ) -> ResolvedServer:
+        """The server as this user may reach it (``credential``: the one its command chose); a public server never
+        gets the user's credentials."""
+        user_id = user if row.isolation == "user" else None
         server = resolve_registry_server(
-            row,
-            view=view,
-            user_id=user if row.isolation == "user" else None,
-            env=self.env,
-            inherited_env=self.inherited_env,
+            row, view=view, user_id=user_id, env=self.env, inherited_env=self.inherited_env, credential=credential
         )
         learn_system_secrets(self.log.redactor, view, row, server)
         server.child_output_in_errors = row.isolation != "public"  # a shared child's output may hold anyone's data
         return server
 
-    def use_server(self, view: Any, row: Any, user: str | None) -> tuple[_Slot, ResolvedServer]:
+    def use_server(
+        self, view: Any, row: Any, user: str | None, chosen: dict[str, dict[str, str]]
+    ) -> tuple[_Slot, ResolvedServer]:
         """The slot of this user's session of ``row`` and ``resolve``'s server. Resolving is a function of the row,
         the chosen credential and the process environment only, so the slot keeps its last result and reuses it
-        while the row and the credential ``select_credential`` chooses now are equal to those it was made from."""
-        user_id = user if row.isolation == "user" else None
+        while the row and the credential are equal to those it was made from. ``chosen``: the command's credentials
+        by server name; ``select_credential`` chooses one only for a server the command has not used yet."""
         slot = self.peek(user, row)
         kept = slot.resolved if slot is not None else None
-        if slot is not None and kept is not None and (kept[0] is row or kept[0] == row):
-            # the row resolved before, so it has no problem and is enabled: only the credential may differ
-            if select_credential(row, view=view, user_id=user_id) == kept[1]:
-                return slot, kept[2]
-        server = self.resolve(view, row, user)
-        credential = select_credential(row, view=view, user_id=user_id)
+        if kept is None or not (kept[0] is row or kept[0] == row):
+            kept = None  # a row resolved before was checked then: only the credential may differ since
+            check_registry_row(row)
+        credential = chosen.get(row.name)
+        if credential is None:
+            user_id = user if row.isolation == "user" else None
+            credential = chosen[row.name] = select_credential(row, view=view, user_id=user_id)
+        if slot is not None and kept is not None and credential == kept[1]:
+            return slot, kept[2]
+        server = self.resolve(view, row, user, credential)
         slot = self.slot(user, row)
         slot.resolved = (row, credential, server, server.identity())
         return slot, server
@@ -10901,6 +10914,7 @@ class _Command:
     access_token: str | None
     received: float = field(default_factory=time.monotonic)
     servers: list[ResolvedServer] = field(default_factory=list)  # resolved for it: their secrets scrub its answer
+    chosen: dict[str, dict[str, str]] = field(default_factory=dict)  # server -> its credential, chosen once
     # from its registry view: the user's own credentials and the system ones (both scrub its answer)
     credentials: tuple[Mapping[str, Mapping[str, str]], ...] = ()
 
@@ -10954,7 +10968,7 @@ class Catalogues:
         """The slot and resolved server of ``row`` for ``command``'s user (whose secrets then scrub its answer);
         ``server.failed`` when it cannot be resolved (credentials, variables, its row)."""
         try:
-            slot, server = self.pool.use_server(view, row, command.user_id)
+            slot, server = self.pool.use_server(view, row, command.user_id, command.chosen)
         except BkmcpError as exc:
             self.failed_event(command, row, "resolve", exc)
             raise
@@ -11695,7 +11709,7 @@ class Actions:
         if refusal is not None:  # a task-only tool: no session is needed to refuse it (docs/contract.md §5)
             self.events.emit("tool.rejected", **base, error_code=refusal.code)
             raise _platform_error(refusal)
-        slot, server = self.pool.use_server(view, row, command.user_id)
+        slot, server = self.pool.use_server(view, row, command.user_id, command.chosen)
         self.pool.use(slot, 1)
         started = time.monotonic()
         try:
@@ -12118,10 +12132,8 @@ def warm_session_key(server: ResolvedServer, insecure: bool) -> str:
     resolved after ``${VAR}`` expansion) plus what differs between the commands one process serves: the name and
     config file (two entries never share a session), the passed-through variables (each command brings its
     environment), the auth source, whether a child's output may be quoted, and ``--insecure``."""
-    inherited = sorted(server.inherited_env.items())
-    return server.identity(
-        server.name, server.config_file, inherited, server.auth_source, server.child_output_in_errors, insecure
-    )
+    kept_apart_by = (server.name, server.config_file, sorted(server.inherited_env.items()), server.auth_source)
+    return server.identity(*kept_apart_by, server.child_output_in_errors, insecure)
 
 
 class _Warm:
@@ -12925,19 +12937,18 @@ def run_registry_tool(inv: Invocation, envr: Environment, log: Log) -> int:
         )
     if not inv.registry:
         raise UsageError("--registry needs a SQLite file path")
-    timeout = inv.timeout_seconds
     path = resolve_user_path(inv.registry, envr.env, envr.cwd, option="--registry")
     if inv.registry_import is not None:
         if not inv.registry_import:
             raise UsageError("--import needs an mcp.json path")
         config = load_config(resolve_user_path(inv.registry_import, envr.env, envr.cwd, option="--import"))
-        registry = SqliteRegistry(path, log=log, timeout=timeout)
+        registry = SqliteRegistry(path, log=log, timeout=inv.timeout_seconds)
         try:
             data: dict[str, Any] = {"imported": registry.import_config(config, log), "registry": path}
         finally:
             registry.close()
     else:
-        registry = SqliteRegistry(path, log=log, timeout=timeout, create=False)
+        registry = SqliteRegistry(path, log=log, timeout=inv.timeout_seconds, create=False)
         try:
             data = {"servers": [render_registry_row(s) for s in registry.view(None).servers.values()]}
         finally:
@@ -13026,9 +13037,7 @@ class _Runner:
         """The budget of ``--jq``: what the operation left of ``--timeout``, at least ``JQ_MIN_BUDGET`` (so a
         timed-out envelope can still be projected); the whole ``--timeout`` when nothing remote ran (dry run)."""
         timeout = self.inv.timeout_seconds
-        if self.deadline is None:
-            return Deadline(timeout)
-        return Deadline(max(self.deadline.left(), min(timeout, JQ_MIN_BUDGET)))
+        return Deadline(timeout if self.deadline is None else max(self.deadline.left(), min(timeout, JQ_MIN_BUDGET)))
 
     def run(self) -> int:
         inv, envr = self.inv, self.envr

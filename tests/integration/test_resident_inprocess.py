@@ -630,3 +630,21 @@ def test_a_broken_row_is_reported_again_and_again_without_growing(tmp_path):
         server.finish(grace=5.0)
         server.pool.close_all()
         registry.close()
+
+
+def test_a_users_credential_is_chosen_once_per_command(tmp_path, srv, monkeypatch):
+    """Issue 31 item 2: a command that reaches a per-user server chooses the user's credential once (a call reads
+    the catalogue, then calls: one choice for both), and the server receives it."""
+    chosen: list[str] = []
+    real = bkmcp.select_credential
+    monkeypatch.setattr(bkmcp, "select_credential", lambda row, **kw: chosen.append(row.name) or real(row, **kw))
+    reg = tmp_path / "r.db"
+    row = http_row("mine", srv.url, isolation="user", headers={"X-Key": "${user.k}"})
+    write_registry(str(reg), [row], users={("u1", "mine"): {"k": "user-k-1"}})
+    call = {"server_name": "mine", "tool_name": "echo", "arguments": {"text": "x"}}
+    stdin = "".join(line(task, "call_tool", "u1", **call) + "\n" for task in ("first", "second"))
+    got = answers(run_bkmcp("--resident", "--registry", str(reg), stdin=stdin))
+    assert got["first"]["success"] and got["second"]["success"], got
+    calls = srv.requests("tools/call")
+    assert [c["headers"].get("x-key") for c in calls] == ["user-k-1", "user-k-1"]
+    assert chosen == ["mine", "mine"]  # one choice per command
