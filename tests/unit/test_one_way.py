@@ -4,7 +4,6 @@ the time left is asked of ``Deadline.left`` (the injected clock), and a redactor
 
 from __future__ import annotations
 
-import inspect
 import io
 import re
 
@@ -17,10 +16,11 @@ SOURCE = (ROOT / "bkmcp.py").read_text(encoding="utf-8")
 
 
 def _outside(cls: type) -> str:
-    """bkmcp.py without the class ``cls``'s own source."""
-    own = inspect.getsource(cls)
-    assert SOURCE.count(own) == 1
-    return SOURCE.replace(own, "")
+    """bkmcp.py without the class ``cls``'s own body (up to the next line that is not indented)."""
+    start = SOURCE.index(f"\nclass {cls.__name__}") + 1
+    end = re.compile(r"\n(?=\S)").search(SOURCE, start).start()
+    assert f"def {'remaining' if cls is bkmcp.Deadline else 'scrub'}(" in SOURCE[start:end]
+    return SOURCE[:start] + SOURCE[end:]
 
 
 # -- Deadline.left ------------------------------------------------------------------------------------------------
