@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 PYZ    := dist/bkmcp.pyz
 PREFIX ?= $(HOME)/.local
 
-.PHONY: install install-pyz demo demo-resident examples test venv interop peers lint fmt unit integration artifact build scenario bench clean conformance
+.PHONY: install install-pyz demo demo-resident examples test check venv interop peers lint fmt unit integration artifact build scenario bench clean conformance
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
@@ -64,6 +64,11 @@ lint: venv
 	$(BIN)/ruff check bkmcp.py build_zipapp.py zipapp_support.py mock_server tests bench
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy bkmcp.py build_zipapp.py zipapp_support.py
+
+# The quick loop while editing: lint, then the unit tests but the heavy property tests (marked fuzz: make test and
+# CI run them). Offline, no Node, no build: nothing here downloads once `make venv` has run.
+check: lint
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not fuzz" tests/unit
 
 # make test CASE=tests/unit/test_cli.py::test_name (one test, a file or a node id) or CASE='jq and not halt' (a -k
 # expression over the whole suite): lint, build and interop as usual, then only that case (no coverage threshold).

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
@@ -162,6 +163,7 @@ def parse_flags_alone(tool: dict[str, Any], argv: list[str]) -> dict[str, Any]:
     return parse_tool_arguments(tool, tokens, server_name="srv")
 
 
+@pytest.mark.fuzz
 @FUZZ
 @given(tool_with_values())
 def test_p01_p02_flag_values_reach_json_exactly(case: tuple[dict[str, Any], dict[str, Any], list[str], str]) -> None:
@@ -507,6 +509,7 @@ def _is_json_pair_line(line: str) -> bool:
     return False
 
 
+@pytest.mark.fuzz
 @FUZZ
 @given(help_tool())
 @example(

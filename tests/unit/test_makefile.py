@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 
@@ -79,3 +80,33 @@ def test_make_install_builds_then_puts_the_pyz_on_prefix_bin_as_bkmcp(tmp_path) 
     assert installed.stat().st_mode & 0o777 == 0o755
     run = subprocess.run(["bkmcp", "--version"], env={"PATH": str(installed.parent)}, capture_output=True, text=True)
     assert run.stdout == "stand-in --version\n"
+
+
+def _plan(*args: str) -> str:
+    """Every command `make -n` would run for ``args`` (the venv taken as made: `-o`), continued lines joined."""
+    proc = subprocess.run(
+        ["make", "-n", "-o", ".venv/.installed", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.replace("\\\n", " ")
+
+
+def test_make_check_is_lint_and_the_unit_tests_but_fuzz_offline() -> None:
+    """Issue 31 item 3: the quick loop runs ruff, the format check, mypy and tests/unit without the fuzz-marked
+    tests; it builds nothing and installs nothing (no npm, no pip, no vendored wheels), so it runs offline."""
+    plan = _plan("check")
+    assert "ruff check" in plan and "ruff format --check" in plan and "mypy bkmcp.py" in plan
+    [run] = [line for line in plan.splitlines() if "pytest" in line]
+    assert run.rstrip().endswith('-m "not fuzz" tests/unit')
+    for downloads in ("pip install", "npm", "install_", "python3 build_zipapp.py", ".venv-sdk"):
+        assert downloads not in plan, downloads
+    assert "not fuzz" not in _plan("test")  # the whole suite keeps them
+
+
+def test_the_fuzz_marker_is_declared_and_marks_the_heavy_property_tests() -> None:
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    assert '"fuzz: ' in pyproject
+    marked = set()
+    for path in (ROOT / "tests" / "unit").glob("test_*.py"):
+        marked |= set(re.findall(r"^@pytest\.mark\.fuzz\n(?:[@ )].*\n)*def (\w+)", path.read_text(), re.M))
+    assert {"test_p05_decided_keywords_same_result", "test_p01_p02_flag_values_reach_json_exactly"} <= marked

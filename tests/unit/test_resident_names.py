@@ -27,6 +27,7 @@ def test_names_are_valid_unique_and_map_back(items):
     assert all(NAME.match(name) for name in table)
 
 
+@pytest.mark.fuzz
 @settings(max_examples=FUZZ_EXAMPLES, deadline=None)
 @given(pairs, st.randoms())
 def test_names_do_not_depend_on_order(items, rnd):
@@ -35,6 +36,7 @@ def test_names_do_not_depend_on_order(items, rnd):
     assert bkmcp.build_injected_names(items) == bkmcp.build_injected_names(shuffled)
 
 
+@pytest.mark.fuzz
 @settings(max_examples=FUZZ_EXAMPLES, deadline=None)
 @given(pairs)
 def test_a_plain_name_is_kept_unless_too_long_or_colliding(items):

@@ -15,6 +15,7 @@ import sys
 from typing import Any
 from unittest import mock
 
+import pytest
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 from test_flags_fuzz import help_tool, json_values, parse_flags_alone, schema_values, tool_with_values
@@ -67,6 +68,7 @@ def as_object(value: Any) -> dict[str, Any]:
 # -- the existing fuzz corpus ------------------------------------------------------------------------------
 
 
+@pytest.mark.fuzz
 @FUZZ
 @given(schema_values, json_values)
 def test_p05_random_schemas_same_result(raw_schema: Any, arguments: Any) -> None:
@@ -77,6 +79,7 @@ def test_p05_random_schemas_same_result(raw_schema: Any, arguments: Any) -> None
         assert_same(candidate, as_object(arguments))
 
 
+@pytest.mark.fuzz
 @CORPUS
 @given(tool_with_values())
 def test_p03_generated_tools_same_result(case: tuple[dict[str, Any], dict[str, Any], list[str], str]) -> None:
@@ -87,6 +90,7 @@ def test_p03_generated_tools_same_result(case: tuple[dict[str, Any], dict[str, A
     assert_same(tool, intended)
 
 
+@pytest.mark.fuzz
 @CORPUS
 @given(help_tool(), st.dictionaries(st.from_regex(r"\A[a-z][a-z0-9_]{0,24}\Z"), json_values, max_size=4))
 def test_p03_help_tools_same_result(tool: dict[str, Any], arguments: dict[str, Any]) -> None:
@@ -173,6 +177,7 @@ def quick_case(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any]]:
     return {"name": "t", "inputSchema": schema}, arguments
 
 
+@pytest.mark.fuzz
 @FUZZ
 @given(quick_case())
 @example(({"name": "t", "inputSchema": {"properties": {"a": {"enum": [1]}}}}, {"a": True}))

@@ -281,6 +281,7 @@ _json = st.recursive(
 )
 
 
+@pytest.mark.fuzz
 @settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(schema=_json, arguments=st.dictionaries(st.sampled_from(["a", "b", "x"]), _json, max_size=3))
 def test_fuzz_the_rule_never_raises_and_agrees_with_the_headers(schema, arguments):
