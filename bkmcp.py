@@ -11179,7 +11179,7 @@ def _strict_node(schema: Any, required: bool, level: int, counts: list[int]) -> 
     elif kind == "object":
         properties = _schema_map(schema, "properties")
         extra = schema.get("additionalProperties", True)
-        if not properties and extra is not False:
+        if not properties and extra is not False and level > 1:  # at the top: a tool without parameters
             raise _Unfit("an object with free-form keys has no strict form (strict mode needs every key named)")
         if isinstance(extra, dict) and extra:
             raise _Unfit("an object with named and free-form keys has no strict form")
@@ -11314,6 +11314,11 @@ def build_call_arguments(schema: Any, arguments: Any, root: Any = None) -> Any:
         schema, _ = resolve_schema(schema, root)
     if not isinstance(schema, dict):
         return arguments
+    branches = schema.get("anyOf", schema.get("oneOf"))
+    if isinstance(branches, list):  # the one branch that admits an object (an array), if only one does
+        kind = "object" if isinstance(arguments, dict) else "array"
+        fitting = [b for b in branches if isinstance(b, dict) and kind in json_member_types(b)]
+        return build_call_arguments(fitting[0], arguments, root) if len(fitting) == 1 else arguments
     if isinstance(arguments, dict) and isinstance(schema.get("properties"), dict):
         properties = schema["properties"]
         required = _schema_list(schema, "required")
