@@ -10868,7 +10868,7 @@ def build_injected_names(pairs: Iterable[tuple[str, str]]) -> dict[str, tuple[st
     return table
 
 
-# -- 10.3 model-ready definitions: one tool's schema shaped for each model family ------------------------------------
+# -- model-ready definitions (10.3): one tool's schema shaped for each model family ----------------------------------
 # A server's inputSchema is JSON Schema of any draft; each model API accepts its own subset. ``build_definitions``
 # writes it once per catalogue (``_Slot.shaped``) for four families, by the table in docs/resident.md ("Definitions
 # for each model family"); the rules come from each family's own reference, read on 2026-12-04:
