@@ -4,7 +4,8 @@
 Starts the bundled mock MCP server over HTTP (a public server with a system credential) and names a stdio mock
 (a per-user server whose environment carries each user's own token), writes a SQLite registry with raw sqlite3
 (the docs/contract.md §11.3 schema) holding both servers and two users' credentials, then runs ``bkmcp --resident`` and
-sends: init, list_tools for two users (one tool shown in each model family's form), calls, a crash and the restart on next use, list_servers, shutdown.
+sends: init, list_tools for two users (one tool shown in each model family's form), calls, a crash and the restart
+on next use, list_servers, shutdown.
 
     python3 mock_server/demo_resident.py [dist/bkmcp.pyz]     (default: the source tree's bkmcp.py)
 """

@@ -47,10 +47,29 @@ STRICT_BY_TYPE = {
 }
 
 GEMINI_FIELDS = {
-    "type", "format", "title", "description", "nullable", "enum", "maxItems", "minItems", "properties",
-    "required", "minProperties", "maxProperties", "minLength", "maxLength", "pattern", "example", "anyOf",
-    "propertyOrdering", "default", "items", "minimum", "maximum",
-}  # fmt: skip
+    "type",
+    "format",
+    "title",
+    "description",
+    "nullable",
+    "enum",
+    "maxItems",
+    "minItems",
+    "properties",
+    "required",
+    "minProperties",
+    "maxProperties",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "example",
+    "anyOf",
+    "propertyOrdering",
+    "default",
+    "items",
+    "minimum",
+    "maximum",
+}
 GEMINI_TYPES = {"STRING", "NUMBER", "INTEGER", "BOOLEAN", "ARRAY", "OBJECT", "NULL"}
 GEMINI_FORMATS = {"NUMBER": {"float", "double"}, "INTEGER": {"int32", "int64"}, "STRING": {"enum", "date-time"}}
 

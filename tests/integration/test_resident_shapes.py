@@ -28,7 +28,14 @@ def registry(tmp_path: Path, url: str) -> Path:
 
 
 def test_strict_nulls_reach_the_server_as_fields_left_out_and_nothing_else_is_rewritten(tmp_path, resident, http_mock):
-    server = http_mock({"tools": [mock_tool("search", "echo", SCHEMA_PROPS, ["query"]), mock_tool("odd-names", "echo", {"max-results": {"type": "integer"}})]})  # fmt: skip
+    server = http_mock(
+        {
+            "tools": [
+                mock_tool("search", "echo", SCHEMA_PROPS, ["query"]),
+                mock_tool("odd-names", "echo", {"max-results": {"type": "integer"}}),
+            ]
+        }
+    )
     res = resident(registry(tmp_path, server.url))
     listed = res.ok("list_tools", "u")
     assert check_listing(listed) == []

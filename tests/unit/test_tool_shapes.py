@@ -19,9 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import bkmcp
-from mock_server.mcp_mock import DEFAULT_TOOLS, normalize_scenario
+from mock_server.mcp_mock import normalize_scenario
 from tests.helpers import FUZZ_EXAMPLES, ROOT
-from tests.tool_shape_checkers import CHECKERS, check_listing, gemini_as_json_schema
+from tests.tool_shape_checkers import check_listing, gemini_as_json_schema
 
 FUZZ = settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 FAMILIES = ("function", "function_strict", "anthropic", "gemini")
@@ -120,11 +120,19 @@ def test_top_level_combinators_become_one_object_keeping_the_fields_every_branch
     shaped, reasons = shaped_of(
         {
             "anyOf": [
-                {"type": "object", "properties": {"id": {"type": "string"}, "a": {"type": "string"}}, "required": ["id", "a"]},
-                {"type": "object", "properties": {"id": {"type": "string"}, "b": {"type": "string"}}, "required": ["id", "b"]},
+                {
+                    "type": "object",
+                    "properties": {"id": {"type": "string"}, "a": {"type": "string"}},
+                    "required": ["id", "a"],
+                },
+                {
+                    "type": "object",
+                    "properties": {"id": {"type": "string"}, "b": {"type": "string"}},
+                    "required": ["id", "b"],
+                },
             ]
         }
-    )  # fmt: skip
+    )
     for family in ("function", "anthropic"):
         assert shaped[family]["type"] == "object" and "anyOf" not in shaped[family]
         assert shaped[family]["required"] == ["id"] and "one of 2 forms" in shaped[family]["description"]
@@ -141,7 +149,7 @@ def test_recursive_refs_are_written_to_a_bounded_depth_then_an_open_object_that_
         "type": "object",
         "properties": {"v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/N"}}},
     }
-    shaped, reasons = shaped_of({"$defs": {"N": node}, "type": "object", "properties": {"root": {"$ref": "#/$defs/N"}}})  # fmt: skip
+    shaped, reasons = shaped_of({"$defs": {"N": node}, "type": "object", "properties": {"root": {"$ref": "#/$defs/N"}}})
     text = json.dumps(shaped["function"])
     assert "$ref" not in text and "recursive: deeper levels are not described" in text
     assert "function_strict" not in shaped and "recursive" in reasons["function_strict"]
@@ -168,7 +176,13 @@ def test_a_tool_without_parameters_has_no_gemini_parameters_and_an_empty_strict_
 
 def test_strict_null_rule_drops_only_optional_non_nullable_nulls():
     schema = {
-        "$defs": {"P": {"type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}}, "required": ["x"]}},
+        "$defs": {
+            "P": {
+                "type": "object",
+                "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}},
+                "required": ["x"],
+            }
+        },
         "type": "object",
         "properties": {
             "req": {"type": ["string", "null"]},
@@ -178,7 +192,7 @@ def test_strict_null_rule_drops_only_optional_non_nullable_nulls():
             "points": {"type": "array", "items": {"$ref": "#/$defs/P"}},
         },
         "required": ["req"],
-    }  # fmt: skip
+    }
     arguments = {"req": None, "opt": None, "nullable": None, "any": None, "points": [{"x": 1, "y": None}]}
     before = copy.deepcopy(arguments)
     assert bkmcp.build_call_arguments(schema, arguments) == {
@@ -213,9 +227,12 @@ def leaf() -> st.SearchStrategy[tuple[dict[str, Any], st.SearchStrategy[Any]]]:
     )
     numbers = st.just(({"type": "number", "exclusiveMinimum": 0}, st.integers(1, 9)))
     booleans = st.just(({"type": "boolean", "default": False}, st.booleans()))
-    enums = st.lists(st.one_of(st.integers(-3, 3), st.text("ab", max_size=3), st.booleans(), st.none()), min_size=1, max_size=4, unique_by=lambda v: json.dumps(v)).map(
-        lambda values: ({"enum": values}, st.sampled_from(values))
-    )  # fmt: skip
+    enums = st.lists(
+        st.one_of(st.integers(-3, 3), st.text("ab", max_size=3), st.booleans(), st.none()),
+        min_size=1,
+        max_size=4,
+        unique_by=lambda v: json.dumps(v),
+    ).map(lambda values: ({"enum": values}, st.sampled_from(values)))
     anything = st.just(({}, st.one_of(st.none(), st.integers(), st.text(max_size=3))))
     pair = st.just(({"type": ["boolean", "string"]}, st.one_of(st.booleans(), st.text(max_size=3))))
     return st.one_of(strings, integers, numbers, booleans, enums, anything, pair)
@@ -236,20 +253,30 @@ def extend(children: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
         )
         return schema, values
 
-    objects = st.builds(obj, st.lists(st.tuples(NAMES, children), max_size=4, unique_by=lambda p: p[0]), st.lists(st.booleans(), min_size=4, max_size=4), st.booleans())  # fmt: skip
+    objects = st.builds(
+        obj,
+        st.lists(st.tuples(NAMES, children), max_size=4, unique_by=lambda p: p[0]),
+        st.lists(st.booleans(), min_size=4, max_size=4),
+        st.booleans(),
+    )
     arrays = children.map(lambda c: ({"type": "array", "items": c[0], "maxItems": 3}, st.lists(c[1], max_size=3)))
     nullable = children.map(lambda c: ({"anyOf": [c[0], {"type": "null"}]}, st.one_of(st.none(), c[1])))
     union = st.tuples(children, children).map(
         lambda p: ({"oneOf": [p[0][0], p[1][0]]}, st.nothing())  # values come from a branch only when exclusive
     )
-    maps = children.map(lambda c: ({"type": "object", "additionalProperties": c[0]}, st.dictionaries(NAMES, c[1], max_size=2)))  # fmt: skip
+    maps = children.map(
+        lambda c: ({"type": "object", "additionalProperties": c[0]}, st.dictionaries(NAMES, c[1], max_size=2))
+    )
     return st.one_of(objects, arrays, nullable, union, maps)
 
 
 def top(body: tuple[dict[str, Any], Any], defs: bool, dialect: bool, recursive: bool, wrap: str) -> Any:
     schema, values = body
     if schema.get("type") != "object" or "properties" not in schema:
-        schema, values = {"type": "object", "properties": {"v": schema}, "required": ["v"]}, st.fixed_dictionaries({"v": values})  # fmt: skip
+        schema, values = (
+            {"type": "object", "properties": {"v": schema}, "required": ["v"]},
+            st.fixed_dictionaries({"v": values}),
+        )
     schema = copy.deepcopy(schema)
     if defs:  # move the first property's schema into $defs behind a $ref (pydantic's shape)
         first = next(iter(schema["properties"]), None)
@@ -257,7 +284,10 @@ def top(body: tuple[dict[str, Any], Any], defs: bool, dialect: bool, recursive: 
             schema["$defs"] = {"First": schema["properties"][first]}
             schema["properties"][first] = {"$ref": "#/$defs/First", "description": "from $defs"}
     if recursive:
-        node = {"type": "object", "properties": {"v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/Node"}}}}  # fmt: skip
+        node = {
+            "type": "object",
+            "properties": {"v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/Node"}}},
+        }
         schema.setdefault("$defs", {})["Node"] = node
         schema["properties"]["tree"] = {"$ref": "#/$defs/Node"}
     if dialect:
