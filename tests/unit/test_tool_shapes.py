@@ -358,3 +358,119 @@ def test_every_emitted_definition_passes_its_checker_and_valid_arguments_stay_va
         assert valid(written, strict), (written, strict)
         sent = bkmcp.build_call_arguments(schema, written)
         assert valid(sent, schema), (sent, written)
+
+
+def _deep(levels: int) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "string"}
+    for _ in range(levels):
+        schema = {"type": "object", "properties": {"n": schema}, "required": ["n"]}
+    return schema
+
+
+def _fan_out(levels: int, width: int) -> dict[str, Any]:
+    defs = {
+        f"D{i}": {"type": "object", "properties": {f"p{j}": {"$ref": f"#/$defs/D{i + 1}"} for j in range(width)}}
+        for i in range(levels)
+    }
+    defs[f"D{levels}"] = {"type": "string"}
+    return {"$defs": defs, "type": "object", "properties": {"root": {"$ref": "#/$defs/D0"}}}
+
+
+EDGE_SCHEMAS = {
+    "empty": {},
+    "bare object": {"type": "object"},
+    "not an object": "bad",
+    "object or null": {"type": ["object", "null"], "properties": {"a": {"const": 5}}},
+    "not / if-then": {
+        "type": "object",
+        "properties": {"a": {"not": {"type": "string"}}, "b": {"if": {"type": "string"}, "then": {"minLength": 1}}},
+    },
+    "draft-04 tuple": {
+        "type": "object",
+        "properties": {"t": {"type": "array", "items": [{"type": "string"}, {"type": "integer"}]}},
+    },
+    "prefixItems": {"type": "object", "properties": {"t": {"type": "array", "prefixItems": [{"type": "string"}]}}},
+    "allOf that clashes": {"type": "object", "properties": {"a": {"allOf": [{"type": "string"}, {"type": "integer"}]}}},
+    "top allOf that clashes": {
+        "allOf": [
+            {"type": "object", "properties": {"a": {"type": "string"}}},
+            {"properties": {"a": {"type": "integer"}}},
+        ]
+    },
+    "top oneOf of non-objects": {"oneOf": [{"type": "string"}, {"type": "integer"}]},
+    "top enum": {"type": "object", "enum": [{"a": 1}]},
+    "named and free-form keys": {
+        "type": "object",
+        "properties": {
+            "m": {"type": "object", "properties": {"a": {"type": "string"}}, "additionalProperties": {"type": "string"}}
+        },
+    },
+    "requires a key it forbids": {
+        "type": "object",
+        "properties": {"a": {"type": "string"}},
+        "required": ["a", "ghost"],
+        "additionalProperties": False,
+    },
+    "null only": {"type": "object", "properties": {"a": {"type": "null"}, "b": {"anyOf": [{"type": "null"}]}}},
+    "empty anyOf": {"type": "object", "properties": {"a": {"anyOf": []}}},
+    "consts and unique items": {
+        "type": "object",
+        "properties": {
+            "a": {"const": "x"},
+            "b": {"const": 3},
+            "u": {"type": "array", "uniqueItems": True, "items": {"type": "integer"}},
+        },
+    },
+    "remote $ref": {"type": "object", "properties": {"r": {"$ref": "http://example.com/x.json"}}},
+    "dangling $ref": {"type": "object", "properties": {"r": {"$ref": "#/$defs/missing"}}},
+    "array of anything": {"type": "object", "properties": {"a": {"type": "array"}}},
+    "optional enums": {
+        "type": "object",
+        "properties": {
+            "e": {"type": "string", "enum": ["a", "b"]},
+            "i": {"type": "integer", "enum": [1, 2], "format": "int32"},
+        },
+    },
+    "required outside properties": {
+        "type": "object",
+        "properties": {"a": {"type": "object", "properties": {"x": {"type": "string"}}, "required": ["x", "y"]}},
+    },
+    "annotations": {
+        "type": "object",
+        "properties": {
+            "s": {
+                "type": "string",
+                "pattern": "^a",
+                "format": "date-time",
+                "default": "x",
+                "examples": ["a"],
+                "deprecated": True,
+                "title": "S",
+            }
+        },
+    },
+    "non-string description": {
+        "type": "object",
+        "description": 5,
+        "properties": {"a": {"type": "string", "description": ["x"]}},
+    },
+    "huge": {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(6000)}},
+    "deep": _deep(30),
+    "fan-out": _fan_out(6, 6),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EDGE_SCHEMAS))
+def test_odd_schemas_give_definitions_that_pass_the_checkers_or_say_why_not(name):
+    tool = {"name": "t", "inputSchema": EDGE_SCHEMAS[name]}
+    answer = listing([tool])
+    assert check_listing(answer) == []
+    reasons = {w["family"]: w["reason"] for w in answer["warnings"]}
+    if name == "huge":
+        assert "strict mode's limit" in reasons["function_strict"] and set(reasons) == {"function_strict"}
+    if name == "deep":
+        assert "nested deeper than 24 levels" in json.dumps(answer["tools"][0]["function"])
+    if name == "fan-out":
+        assert set(reasons) == set(FAMILIES) and "larger than" in reasons["function"]
+    if name in ("top oneOf of non-objects",):
+        assert set(reasons) == set(FAMILIES)
