@@ -11106,11 +11106,6 @@ def _top_object(schema: dict[str, Any]) -> dict[str, Any]:
     return _described(schema, notes)
 
 
-def _json_family(schema: dict[str, Any]) -> dict[str, Any]:
-    """OpenAI (non-strict) and Anthropic: JSON Schema as expanded, a ``type: object`` at the top."""
-    return schema
-
-
 def _strict_family(schema: dict[str, Any]) -> dict[str, Any]:
     """OpenAI Structured Outputs (``strict: true``): every property required (optional ones nullable),
     ``additionalProperties: false`` on every object, supported keywords only, within its size limits."""
@@ -11294,7 +11289,7 @@ def build_definitions(tool: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str
         top = _top_object(expander.expand(schema))
     except _Unfit as exc:
         return {}, dict.fromkeys(SHAPE_FAMILIES, str(exc))
-    shaped["function"] = shaped["anthropic"] = _json_family(top)
+    shaped["function"] = shaped["anthropic"] = top  # OpenAI (non-strict), Anthropic: JSON Schema, an object on top
     for family, build in (("function_strict", _strict_family), ("gemini", _gemini_family)):
         try:
             if family == "function_strict" and expander.cut:  # an open object stands in for part of it
