@@ -474,3 +474,30 @@ def test_odd_schemas_give_definitions_that_pass_the_checkers_or_say_why_not(name
         assert set(reasons) == set(FAMILIES) and "larger than" in reasons["function"]
     if name in ("top oneOf of non-objects",):
         assert set(reasons) == set(FAMILIES)
+
+
+def test_shaping_happens_once_per_catalogue_not_per_list_tools(monkeypatch):
+    """Deliver 5: the definitions are kept with the catalogue on its slot; a new catalogue (a refresh) is shaped
+    anew, and a snapshot that is no longer the slot's is shaped without replacing the slot's."""
+    calls = []
+    real = bkmcp.build_definitions
+    monkeypatch.setattr(bkmcp, "build_definitions", lambda tool: calls.append(tool["name"]) or real(tool))
+    slot = bkmcp._Slot("", "s", "public")
+    slot.tools = [{"name": "a", "inputSchema": {"type": "object"}}, {"name": "b", "inputSchema": {}}]
+
+    class Pool:
+        def peek(self, user, row):
+            return slot
+
+    catalogues = bkmcp.Catalogues(Pool(), None, None, None, 1.0)  # type: ignore[arg-type]
+    row = type("Row", (), {"name": "s", "isolation": "public"})()
+    for user in ("u1", "u2", "u1"):
+        command = bkmcp._Command("t", "list_tools", {}, user, None)
+        shaped = catalogues.shaped(command, row, slot.tools)
+        assert set(shaped) == {0, 1}
+    assert calls == ["a", "b"]
+    old, slot.tools = slot.tools, [{"name": "c", "inputSchema": {}}]  # refreshed
+    catalogues.shaped(command, row, slot.tools)
+    assert calls == ["a", "b", "c"]
+    catalogues.shaped(command, row, old)  # an answer built from the previous snapshot
+    assert calls == ["a", "b", "c", "a", "b"] and slot.shaped is not None and slot.shaped[0] is slot.tools
