@@ -11300,45 +11300,59 @@ def build_definitions(tool: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str
     return shaped, reasons
 
 
+def _argument_shapes(schema: Any, root: Any, kind: str, depth: int = 0) -> list[dict[str, Any]]:
+    """The (resolved) schemas an object (``kind``) or array value may match: ``schema`` itself when it describes
+    one, and its ``anyOf``/``oneOf`` branches that admit that kind."""
+    if isinstance(schema, dict) and not schema.keys().isdisjoint(_INLINED_KEYWORDS):
+        schema, _ = resolve_schema(schema, root)
+    if not isinstance(schema, dict) or depth > REF_DEPTH_LIMIT:
+        return []
+    key = "properties" if kind == "object" else "items"
+    found = [schema] if isinstance(schema.get(key), dict) else []
+    branches = schema.get("anyOf", schema.get("oneOf"))
+    for branch in branches if isinstance(branches, list) else []:
+        if isinstance(branch, dict) and kind in (json_member_types(branch) or [kind]):
+            found += _argument_shapes(branch, root, kind, depth + 1)
+    return found
+
+
+def _excludes_null(schema: Any, root: Any) -> bool:
+    resolved, _ = resolve_schema(schema, root) if isinstance(schema, dict) else (schema, "")
+    types = json_member_types(resolved)
+    return bool(types) and "null" not in types
+
+
 def build_call_arguments(schema: Any, arguments: Any, root: Any = None) -> Any:
     """``arguments`` without the nulls a strict-mode model sends for fields the original ``schema`` makes
     optional and not nullable (the field left out, as the server's schema means it); nothing else changed.
-    Follows ``properties`` and ``items`` through local references; the input is never modified."""
+    Follows ``properties`` and ``items`` through local references and the ``anyOf``/``oneOf`` branches that
+    admit the value (a null is left out when no branch requires that field or admits null for it); the input
+    is never modified."""
     root = schema if root is None else root
-    if isinstance(schema, dict) and not schema.keys().isdisjoint(_INLINED_KEYWORDS):
-        schema, _ = resolve_schema(schema, root)
-    if not isinstance(schema, dict):
-        return arguments
-    branches = schema.get("anyOf", schema.get("oneOf"))
-    if isinstance(branches, list):  # the one branch that admits an object (an array), if only one does
-        kind = "object" if isinstance(arguments, dict) else "array"
-        fitting = [b for b in branches if isinstance(b, dict) and kind in json_member_types(b)]
-        return build_call_arguments(fitting[0], arguments, root) if len(fitting) == 1 else arguments
-    if isinstance(arguments, dict) and isinstance(schema.get("properties"), dict):
-        properties = schema["properties"]
-        required = _schema_list(schema, "required")
+    if isinstance(arguments, dict):
+        shapes = _argument_shapes(schema, root, "object")
         out = None
         for name, value in arguments.items():
-            sub = properties.get(name)
-            if sub is None:
-                continue
-            if value is None and name not in required:
-                resolved, _ = resolve_schema(sub, root) if isinstance(sub, dict) else (sub, "")
-                types = json_member_types(resolved)
-                if types and "null" not in types:
+            declaring = [s["properties"][name] for s in shapes if name in s["properties"]]
+            if value is None:
+                if (
+                    declaring
+                    and all(_excludes_null(sub, root) for sub in declaring)
+                    and not any(name in _schema_list(s, "required") for s in shapes)
+                ):
                     out = dict(arguments) if out is None else out
                     del out[name]
-                continue
-            if isinstance(value, (dict, list)):
-                new = build_call_arguments(sub, value, root)
+            elif isinstance(value, (dict, list)) and len(declaring) == 1:
+                new = build_call_arguments(declaring[0], value, root)
                 if new is not value:
                     out = dict(arguments) if out is None else out
                     out[name] = new
         return arguments if out is None else out
-    if isinstance(arguments, list) and isinstance(schema.get("items"), dict):
-        items = [
-            build_call_arguments(schema["items"], v, root) if isinstance(v, (dict, list)) else v for v in arguments
-        ]
+    if isinstance(arguments, list):
+        shapes = [s for s in _argument_shapes(schema, root, "array") if isinstance(s.get("items"), dict)]
+        if len(shapes) != 1:
+            return arguments
+        items = [build_call_arguments(shapes[0]["items"], v, root) for v in arguments]
         return items if any(a is not b for a, b in zip(items, arguments)) else arguments
     return arguments
 

@@ -501,3 +501,18 @@ def test_shaping_happens_once_per_catalogue_not_per_list_tools(monkeypatch):
     assert calls == ["a", "b", "c"]
     catalogues.shaped(command, row, old)  # an answer built from the previous snapshot
     assert calls == ["a", "b", "c", "a", "b"] and slot.shaped is not None and slot.shaped[0] is slot.tools
+
+
+def test_strict_null_rule_across_a_top_level_union_keeps_fields_some_branch_requires():
+    schema = {
+        "anyOf": [
+            {"type": "object", "properties": {"id": {"type": "string"}, "a": {"type": "string"}}, "required": ["id"]},
+            {"type": "object", "properties": {"b": {"type": "string"}, "n": {"type": ["integer", "null"]}}},
+        ]
+    }
+    shaped, reasons = bkmcp.build_definitions({"name": "t", "inputSchema": schema})
+    assert "function_strict" in shaped
+    written = {"id": None, "a": None, "b": "x", "n": None}  # a strict-mode model choosing the second form
+    sent = bkmcp.build_call_arguments(schema, written)
+    assert sent == {"id": None, "b": "x", "n": None}  # "a" left out; "id" (required by a branch) and "n" kept
+    assert jsonschema.Draft202012Validator(schema).is_valid(sent)
