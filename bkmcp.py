@@ -28,7 +28,8 @@ uses only the sections above it:
    10. Resident mode            many users' sessions behind one JSON stdin/stdout process (four rooms), warm sessions:
        10.1 registry, credentials  SQLite / HTTP sources, one user's view, a row -> ResolvedServer
        10.2 sessions               events, the live session, slots, the pool (limits, eviction, reaper)
-       10.3 names, catalogues      injected mcp_{server}_{tool} names, Catalogues (cached per session)
+       10.3 names, catalogues      injected mcp_{server}_{tool} names, model-ready definitions per family
+                                   (OpenAI, OpenAI strict, Anthropic, Gemini), Catalogues (cached per session)
        10.4 command server         the reader, a bounded worker pool, Actions (the seven), the end that answers all
        10.5 warm sessions          WarmSessions: the --keep-alive process's kept sessions, lent by key
    11. CLI                      argument routing and ``main(argv) -> int``, the one exception -> exit ladder;
@@ -10213,6 +10214,8 @@ class _Slot:
         self.opening = False
         self.tools: list[dict[str, Any]] | None = None
         self.tools_version: str | None = None
+        # (the catalogue, its tools' definitions per model family): shaped once per catalogue (section 10.3)
+        self.shaped: tuple[list[dict[str, Any]], dict[int, Any]] | None = None
         self.failures = 0  # failures in a row, crashes and failed starts (reset by a successful operation)
         self.retry_at = 0.0
         self.failure: BkmcpError | None = None  # the last of them: what an answer inside the back-off quotes
@@ -10879,27 +10882,528 @@ def build_injected_names(pairs: Iterable[tuple[str, str]]) -> dict[str, tuple[st
     return table
 
 
-def build_tool_entry(name: str, server: str, tool: Mapping[str, Any]) -> dict[str, Any]:
-    """A ``list_tools`` entry (docs/contract.md §11.2 TOOL) with the model-ready ``function`` definition."""
+# -- model-ready definitions (10.3): one tool's schema shaped for each model family ----------------------------------
+# A server's inputSchema is JSON Schema of any draft; each model API accepts its own subset. ``build_definitions``
+# writes it once per catalogue (``_Slot.shaped``) for four families, by the table in docs/resident.md ("Definitions
+# for each model family"); the rules come from each family's own reference, read on 2026-12-04:
+#   OpenAI    platform.openai.com/docs/guides/function-calling (parameters: a JSON Schema object) and
+#             platform.openai.com/docs/guides/structured-outputs#supported-schemas (strict: true)
+#   Anthropic docs.anthropic.com/en/docs/agents-and-tools/tool-use/implement-tool-use (input_schema: type object)
+#   Gemini    ai.google.dev/api/caching#FunctionDeclaration and ai.google.dev/api/caching#Schema (OpenAPI 3.0 subset)
+# Shaping only ever narrows or loosens what a model may send: ``call_tool`` still validates against the original
+# inputSchema (a loosened constraint is said in the description and checked there) after
+# ``build_call_arguments`` drops the nulls strict mode makes a model send for optional fields.
+
+SHAPE_FAMILIES = ("function", "function_strict", "anthropic", "gemini")
+_SHAPE_RECURSION = 2  # times one $ref is written out along a path before an open object stands in for it
+_SHAPE_DEPTH = 24  # schema nesting written out at most (the same open object beyond it)
+_SHAPE_NODES = 20000  # schemas written for one tool at most: beyond it every family is left out
+_JS_SAFE_INTEGER = 9007199254740991  # zod's integer bounds: no constraint a model needs to hear about
+_SHAPE_DROPPED = frozenset(
+    ("$schema", "$id", "$anchor", "$dynamicAnchor", "$comment", "$defs", "definitions", "$vocabulary", "examples")
+    + ("deprecated", "readOnly", "writeOnly", "contentMediaType", "contentEncoding", "contentSchema")
+)
+# schema-valued keywords no family below takes: dropped, the description saying the server checks more
+_SHAPE_UNFOLLOWED = frozenset(
+    ("not", "if", "then", "else", "contains", "propertyNames", "dependentSchemas", "dependencies")
+    + ("patternProperties", "unevaluatedProperties", "unevaluatedItems", "dependentRequired")
+)
+_STRICT_FORMATS = frozenset(("date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid"))
+_STRICT_KEYWORDS = {  # OpenAI Structured Outputs, "Supported properties" per type
+    "string": ("pattern", "format"),
+    "number": ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"),
+    "integer": ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"),
+    "array": ("minItems", "maxItems"),
+}
+_STRICT_LIMITS = (5000, 10, 1000, 120000)  # properties, nesting levels, enum values, characters of names and values
+_GEMINI_FORMATS = {"string": ("date-time", "enum"), "number": ("float", "double"), "integer": ("int32", "int64")}
+_GEMINI_KEYWORDS = {  # Gemini Schema fields per type (beside type, description, nullable, enum, anyOf)
+    "string": ("minLength", "maxLength", "pattern"),
+    "number": ("minimum", "maximum"),
+    "integer": ("minimum", "maximum"),
+    "array": ("minItems", "maxItems"),
+    "object": ("minProperties", "maxProperties"),
+}
+_GEMINI_NAME = r"[A-Za-z_][A-Za-z0-9_]{0,63}"  # a parameter name Gemini accepts (FunctionDeclaration.parameters)
+_JSON_TYPES = ("string", "number", "integer", "boolean", "array", "object", "null")
+_CONSTRAINT_WORDS = {  # keyword -> how a description says it, when a family has no keyword for it
+    "minLength": "at least {} characters",
+    "maxLength": "at most {} characters",
+    "pattern": "matching the pattern {}",
+    "format": "format: {}",
+    "minimum": "at least {}",
+    "maximum": "at most {}",
+    "exclusiveMinimum": "greater than {}",
+    "exclusiveMaximum": "less than {}",
+    "multipleOf": "a multiple of {}",
+    "minItems": "at least {} items",
+    "maxItems": "at most {} items",
+    "uniqueItems": "items unique",
+    "minProperties": "at least {} keys",
+    "maxProperties": "at most {} keys",
+    "default": "default: {}",
+    "const": "exactly {}",
+    "enum": "one of: {}",
+}
+
+
+class _Unfit(Exception):
+    """A schema one family cannot take without changing its meaning (the reason is its message)."""
+
+
+def _schema_map(schema: Mapping[str, Any], key: str) -> dict[str, Any]:
+    value = schema.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _schema_list(schema: Mapping[str, Any], key: str) -> list[Any]:
+    value = schema.get(key)
+    return value if isinstance(value, list) else []
+
+
+def _words(keyword: str, value: Any) -> str:
+    if keyword == "uniqueItems":
+        return "items unique" if value is True else ""
+    if keyword == "enum" and isinstance(value, list):
+        return "one of: " + ", ".join(_short(v, 60) for v in value[:50]) + (", …" if len(value) > 50 else "")
+    return _CONSTRAINT_WORDS[keyword].format(_short(value, 80))
+
+
+def _described(schema: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+    """``schema`` with ``notes`` (constraints its family cannot write as keywords) appended to its description."""
+    notes = [n for n in notes if n]
+    if not notes:
+        return schema
+    text = schema.get("description")
+    text = text if isinstance(text, str) else ""
+    joined = "; ".join(dict.fromkeys(notes))
+    return {**schema, "description": f"{text} ({joined})" if text else f"({joined})"}
+
+
+def _schema_types(schema: Mapping[str, Any]) -> list[str]:
+    """The JSON types ``schema`` names (``type``, else its ``enum``/``const`` values); [] for any value."""
+    declared = schema.get("type")
+    if isinstance(declared, str):
+        return [declared] if declared in _JSON_TYPES else []
+    if isinstance(declared, list):
+        return [t for t in dict.fromkeys(declared) if isinstance(t, str) and t in _JSON_TYPES]
+    if isinstance(schema.get("enum"), list) and schema["enum"]:
+        return list(dict.fromkeys(json_type(v, integers=True) for v in schema["enum"]))
+    if "const" in schema:
+        return [json_type(schema["const"], integers=True)]
+    return []
+
+
+class _Expander:
+    """An inputSchema with its local references written inline (bounded), annotations no family needs dropped,
+    ``allOf`` of objects merged, unfollowed keywords said in the description and ±2^53-1 bounds dropped."""
+
+    def __init__(self, root: Any) -> None:
+        self.root = root
+        self.nodes = 0
+        self.cut: list[str] = []  # why parts were left open (recursion, depth, unresolvable $ref)
+
+    def open(self, schema: Mapping[str, Any], why: str) -> dict[str, Any]:
+        self.cut.append(why)
+        note = {"description": schema["description"]} if isinstance(schema.get("description"), str) else {}
+        return _described({"type": "object", **note}, [why])
+
+    def expand(self, schema: Any, refs: tuple[str, ...] = (), depth: int = 0) -> Any:
+        self.nodes += 1
+        if self.nodes > _SHAPE_NODES:
+            raise _Unfit(f"its inputSchema written out inline is larger than {_SHAPE_NODES} schemas")
+        if schema is True or not isinstance(schema, dict):
+            return {}
+        ref = schema.get("$ref")
+        if isinstance(ref, str) and refs.count(ref) >= _SHAPE_RECURSION or depth > _SHAPE_DEPTH:
+            return self.open(
+                schema,
+                "recursive: deeper levels are not described"
+                if depth <= _SHAPE_DEPTH
+                else f"nested deeper than {_SHAPE_DEPTH} levels: not described",
+            )
+        if not schema.keys().isdisjoint(_INLINED_KEYWORDS):
+            resolved, why = resolve_schema(schema, self.root)
+            if why:
+                return self.open(schema, f"not described: {why}")
+            schema = resolved if isinstance(resolved, dict) else {}
+            refs = (*refs, ref) if isinstance(ref, str) else refs
+        out: dict[str, Any] = {}
+        notes: list[str] = []
+        for key, value in schema.items():
+            if key in _SHAPE_DROPPED:
+                continue
+            if key in _SHAPE_UNFOLLOWED:
+                notes.append("further conditions are checked by the server")
+            elif (
+                key in ("minimum", "maximum")
+                and not isinstance(value, bool)
+                and value in (_JS_SAFE_INTEGER, -_JS_SAFE_INTEGER)
+            ):
+                continue
+            elif key == "properties" and isinstance(value, dict):
+                out[key] = {name: self.expand(sub, refs, depth + 1) for name, sub in value.items()}
+            elif key in ("items", "additionalProperties") and isinstance(value, dict):
+                out[key] = self.expand(value, refs, depth + 1)
+            elif key in ("anyOf", "oneOf", "allOf", "prefixItems") and isinstance(value, list):
+                out[key] = [self.expand(sub, refs, depth + 1) for sub in value]
+            elif key == "items" and isinstance(value, list):  # draft-04 tuples
+                out["prefixItems"] = [self.expand(sub, refs, depth + 1) for sub in value]
+            else:
+                out[key] = value
+        return _described(_merged_all_of(out), notes)
+
+
+def _merged_all_of(schema: dict[str, Any]) -> dict[str, Any]:
+    """``allOf`` whose branches only add properties, ``required`` and annotations, merged into ``schema``."""
+    branches = schema.get("allOf")
+    if not isinstance(branches, list):
+        return schema
+    merged = {k: v for k, v in schema.items() if k != "allOf"}
+    for branch in branches:
+        if not isinstance(branch, dict):
+            return schema
+        for key, value in branch.items():
+            if key == "properties" and isinstance(value, dict) and isinstance(merged.get(key, {}), dict):
+                clash = [n for n in value if n in merged.get(key, {}) and merged[key][n] != value[n]]
+                if clash:
+                    return schema
+                merged[key] = {**merged.get(key, {}), **value}
+            elif key == "required" and isinstance(value, list):
+                merged[key] = list(dict.fromkeys([*merged.get(key, []), *value]))
+            elif key == "description" and key in merged:
+                continue
+            elif key in merged and merged[key] != value:
+                return schema
+            else:
+                merged[key] = value
+    return merged
+
+
+def _top_object(schema: dict[str, Any]) -> dict[str, Any]:
+    """The expanded inputSchema as one ``type: object`` schema every family takes at the top: ``anyOf``/``oneOf``
+    of objects become one object with every branch's properties (a field required by every branch stays
+    required; the alternatives are said in the description); a missing type or a type list with ``object``
+    becomes ``object``. Raises ``_Unfit`` for a schema that admits no object (the arguments are one)."""
+    notes: list[str] = []
+    for keyword in ("anyOf", "oneOf", "allOf"):
+        branches = schema.get(keyword)
+        if not isinstance(branches, list):
+            continue
+        objects = [b for b in branches if isinstance(b, dict) and "object" in (_schema_types(b) or ["object"])]
+        if not objects:
+            raise _Unfit(f"its inputSchema's {keyword} admits no object")
+        properties = dict(_schema_map(schema, "properties"))
+        sets = []
+        for branch in objects:
+            for name, sub in _schema_map(branch, "properties").items():
+                properties.setdefault(name, sub)
+            sets.append([r for r in _schema_list(branch, "required") if isinstance(r, str)])
+        required = [r for r in _schema_list(schema, "required") if isinstance(r, str)]
+        if keyword == "allOf":
+            required += [r for s in sets for r in s]
+        else:
+            required += [r for r in sets[0] if all(r in s for s in sets)]
+            shapes = "; ".join(f"({i}) " + (", ".join(s) if s else "no required field") for i, s in enumerate(sets, 1))
+            notes.append(f"the arguments match one of {len(sets)} forms, by required fields: {shapes}")
+        schema = {k: v for k, v in schema.items() if k not in (keyword, "required", "properties")}
+        schema["properties"] = properties
+        if required:
+            schema["required"] = list(dict.fromkeys(required))
+    types = _schema_types(schema)
+    if types and "object" not in types:
+        raise _Unfit(f"its inputSchema admits no object (type {_short(schema.get('type'), 40)})")
+    for key in ("enum", "const"):
+        if key in schema:
+            notes.append(_words(key, schema.pop(key)))
+    schema["type"] = "object"
+    return _described(schema, notes)
+
+
+def _strict_family(schema: dict[str, Any]) -> dict[str, Any]:
+    """OpenAI Structured Outputs (``strict: true``): every property required (optional ones nullable),
+    ``additionalProperties: false`` on every object, supported keywords only, within its size limits."""
+    counts = [0, 0, 0, 0]  # properties, deepest nesting, enum values, characters
+    shaped = _strict_node(schema, True, 1, counts)
+    for count, limit, what in zip(
+        counts, _STRICT_LIMITS, ("properties", "nesting levels", "enum values", "characters of names and enum values")
+    ):
+        if count > limit:
+            raise _Unfit(f"more than {limit} {what} (strict mode's limit)")
+    return shaped
+
+
+def _strict_node(schema: Any, required: bool, level: int, counts: list[int]) -> dict[str, Any]:
+    if not isinstance(schema, dict):
+        raise _Unfit("a subschema is not an object")
+    counts[1] = max(counts[1], level)
+    notes: list[str] = []
+    base = {k: schema[k] for k in ("description",) if isinstance(schema.get(k), str)}
+    if "allOf" in schema:
+        raise _Unfit("allOf of schemas that do not merge has no strict form")
+    branches = schema.get("anyOf", schema.get("oneOf"))
+    if isinstance(branches, list):
+        if "oneOf" in schema:
+            notes.append("exactly one of the alternatives")
+        shaped = [_strict_node(b, True, level, counts) for b in branches]
+        if not required and not any(b.get("type") == "null" for b in shaped):
+            shaped.append({"type": "null"})
+        if not shaped:
+            raise _Unfit("an empty anyOf admits no value")
+        return _described({**base, "anyOf": shaped}, notes)
+    types = _schema_types(schema)
+    if not types:
+        raise _Unfit("a value of any type has no strict form (strict mode needs a type everywhere)")
+    nullable = "null" in types or not required
+    kinds = [t for t in types if t != "null"]
+    if len(kinds) > 1:
+        alternatives = [_strict_node({**schema, "type": t}, True, level, counts) for t in kinds]
+        if nullable:
+            alternatives.append({"type": "null"})
+        return _described({**base, "anyOf": alternatives}, notes)
+    kind = kinds[0] if kinds else "null"
+    out: dict[str, Any] = {"type": kind, **base}
+    allowed = _STRICT_KEYWORDS.get(kind, ())
+    for key, value in schema.items():
+        if key in ("type", "description", "title", "anyOf", "oneOf", "properties", "items", "required"):
+            continue
+        if key == "additionalProperties" or key == "prefixItems":
+            continue
+        if key == "format" and value not in _STRICT_FORMATS:
+            notes.append(_words(key, value))
+        elif key in allowed:
+            out[key] = value
+        elif key == "enum" and isinstance(value, list):
+            out["enum"] = list(value)
+            counts[2] += len(value)
+            counts[3] += sum(len(v) for v in value if isinstance(v, str))
+        elif key == "const":
+            out["const"] = value
+        elif key in _CONSTRAINT_WORDS:
+            notes.append(_words(key, value))
+    if kind == "array":
+        if "prefixItems" in schema or not isinstance(schema.get("items"), dict):
+            raise _Unfit("an array of items of any type (or a tuple) has no strict form")
+        out["items"] = _strict_node(schema["items"], True, level + 1, counts)
+    elif kind == "object":
+        properties = _schema_map(schema, "properties")
+        extra = schema.get("additionalProperties", True)
+        if not properties and extra is not False and level > 1:  # at the top: a tool without parameters
+            raise _Unfit("an object with free-form keys has no strict form (strict mode needs every key named)")
+        if isinstance(extra, dict) and extra:
+            raise _Unfit("an object with named and free-form keys has no strict form")
+        wanted = _schema_list(schema, "required")
+        missing = [r for r in wanted if r not in properties]
+        if missing and extra is False:
+            raise _Unfit(f"it requires {_short(missing[0])}, which it does not allow")
+        counts[0] += len(properties)
+        counts[3] += sum(len(n) for n in properties)
+        out["properties"] = {n: _strict_node(s, n in wanted, level + 1, counts) for n, s in properties.items()}
+        out["required"] = list(properties)
+        out["additionalProperties"] = False
+    if nullable and kind != "null":
+        out["type"] = [kind, "null"]
+        if "const" in out:
+            out["enum"] = [out.pop("const")]
+        if "enum" in out and None not in out["enum"]:
+            out["enum"] = [*out["enum"], None]
+    else:
+        out["type"] = kind
+    return _described(out, notes)
+
+
+def _gemini_family(schema: dict[str, Any]) -> dict[str, Any] | None:
+    """Gemini's ``FunctionDeclaration.parameters``: an OpenAPI 3.0 subset ``Schema`` (upper-case types,
+    ``nullable``, string ``enum`` only, no ``additionalProperties``/``$ref``); None for no parameters."""
+    shaped = _gemini_node(schema)
+    if not shaped.get("properties") and shaped.keys() <= {"type", "description"}:
+        return None  # "For function with no parameters, this can be left unset"
+    return shaped
+
+
+def _gemini_node(schema: Any) -> dict[str, Any]:
+    import re
+
+    if not isinstance(schema, dict):
+        raise _Unfit("a subschema is not an object")
+    notes: list[str] = []
+    base = {k: schema[k] for k in ("description",) if isinstance(schema.get(k), str)}
+    if "allOf" in schema:
+        raise _Unfit("allOf of schemas that do not merge has no Gemini form")
+    branches = schema.get("anyOf", schema.get("oneOf"))
+    types = _schema_types(schema)
+    if isinstance(branches, list) or not types:
+        alternatives = branches if isinstance(branches, list) else [{"type": t} for t in _JSON_TYPES if t != "integer"]
+        if "oneOf" in schema:
+            notes.append("exactly one of the alternatives")
+        nullable = not isinstance(branches, list) or any(
+            isinstance(b, dict) and _schema_types(b) == ["null"] and "enum" not in b for b in alternatives
+        )
+        kept = [_gemini_node(b) for b in alternatives if not (isinstance(b, dict) and _schema_types(b) == ["null"])]
+        if not kept:
+            return _described({**base, "type": "OBJECT", "nullable": True}, [*notes, "always null"])
+        if len(kept) == 1:
+            return _described({**kept[0], **base, **({"nullable": True} if nullable else {})}, notes)
+        return _described({**base, "anyOf": kept, **({"nullable": True} if nullable else {})}, notes)
+    kinds = [t for t in types if t != "null"]
+    nullable = "null" in types
+    if len(kinds) > 1:
+        return _gemini_node(
+            {**base, "anyOf": [{**schema, "type": t} for t in kinds] + ([{"type": "null"}] if nullable else [])}
+        )
+    if not kinds:
+        return _described({**base, "type": "OBJECT", "nullable": True}, ["always null"])
+    kind = kinds[0]
+    out: dict[str, Any] = {**base, "type": kind.upper()}
+    allowed = _GEMINI_KEYWORDS.get(kind, ())
+    for key, value in schema.items():
+        if key in ("type", "description", "title", "properties", "items", "required", "additionalProperties"):
+            continue
+        if key == "format" and value in _GEMINI_FORMATS.get(kind, ()):
+            out[key] = value
+        elif key in allowed and isinstance(value, (int, str)) and not isinstance(value, bool):
+            out[key] = value
+        elif key == "enum" and isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+            out["enum"] = list(value)
+        elif key == "const" and isinstance(value, str):
+            out["enum"] = [value]
+        elif key in _CONSTRAINT_WORDS:
+            notes.append(_words(key, value))
+        elif key == "prefixItems":
+            notes.append("a tuple: " + ", ".join(_types_words(_schema_types(s)) for s in value if isinstance(s, dict)))
+    if kind == "array" and isinstance(schema.get("items"), dict):
+        out["items"] = _gemini_node(schema["items"])
+    elif kind == "object":
+        properties = _schema_map(schema, "properties")
+        for name in properties:
+            if not re.fullmatch(_GEMINI_NAME, name):
+                raise _Unfit(f"parameter name {_short(name)} is not [A-Za-z_][A-Za-z0-9_]{{0,63}}")
+        if properties:
+            out["properties"] = {n: _gemini_node(s) for n, s in properties.items()}
+        wanted = _schema_list(schema, "required")
+        if [r for r in wanted if r in properties]:
+            out["required"] = [r for r in wanted if r in properties]
+        if [r for r in wanted if r not in properties]:
+            notes.append("also requires " + ", ".join(_short(r) for r in wanted if r not in properties))
+    if nullable:
+        out["nullable"] = True
+    return _described(out, notes)
+
+
+def build_definitions(tool: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """One tool's parameters for each family (``SHAPE_FAMILIES``; Gemini's may be None: no parameters) and, for
+    a family it is left out of, why. Pure; called once per catalogue (``_Slot.shaped``)."""
+    schema = tool.get("inputSchema")
+    if not isinstance(schema, dict):
+        schema = {"type": "object", "properties": {}}
+    shaped: dict[str, Any] = {}
+    reasons: dict[str, str] = {}
+    try:
+        expander = _Expander(schema)
+        top = _top_object(expander.expand(schema))
+    except _Unfit as exc:
+        return {}, dict.fromkeys(SHAPE_FAMILIES, str(exc))
+    shaped["function"] = shaped["anthropic"] = top  # OpenAI (non-strict), Anthropic: JSON Schema, an object on top
+    for family, build in (("function_strict", _strict_family), ("gemini", _gemini_family)):
+        try:
+            if family == "function_strict" and expander.cut:  # an open object stands in for part of it
+                raise _Unfit(f"part of it has no strict form ({expander.cut[0]})")
+            shaped[family] = build(top)
+        except _Unfit as exc:
+            reasons[family] = str(exc)
+    return shaped, reasons
+
+
+def _argument_shapes(schema: Any, root: Any, kind: str, depth: int = 0) -> list[dict[str, Any]]:
+    """The (resolved) schemas an object (``kind``) or array value may match: ``schema`` itself when it describes
+    one, and its ``anyOf``/``oneOf`` branches that admit that kind."""
+    if isinstance(schema, dict) and not schema.keys().isdisjoint(_INLINED_KEYWORDS):
+        schema, _ = resolve_schema(schema, root)
+    if not isinstance(schema, dict) or depth > REF_DEPTH_LIMIT:
+        return []
+    key = "properties" if kind == "object" else "items"
+    found = [schema] if isinstance(schema.get(key), dict) else []
+    branches = schema.get("anyOf", schema.get("oneOf"))
+    for branch in branches if isinstance(branches, list) else []:
+        if isinstance(branch, dict) and kind in (json_member_types(branch) or [kind]):
+            found += _argument_shapes(branch, root, kind, depth + 1)
+    return found
+
+
+def _excludes_null(schema: Any, root: Any) -> bool:
+    resolved, _ = resolve_schema(schema, root) if isinstance(schema, dict) else (schema, "")
+    types = json_member_types(resolved)
+    return bool(types) and "null" not in types
+
+
+def build_call_arguments(schema: Any, arguments: Any, root: Any = None) -> Any:
+    """``arguments`` without the nulls a strict-mode model sends for fields the original ``schema`` makes
+    optional and not nullable (the field left out, as the server's schema means it); nothing else changed.
+    Follows ``properties`` and ``items`` through local references and the ``anyOf``/``oneOf`` branches that
+    admit the value (a null is left out when no branch requires that field or admits null for it); the input
+    is never modified."""
+    root = schema if root is None else root
+    if isinstance(arguments, dict):
+        shapes = _argument_shapes(schema, root, "object")
+        out = None
+        for name, value in arguments.items():
+            declaring = [s["properties"][name] for s in shapes if name in s["properties"]]
+            if value is None:
+                if (
+                    declaring
+                    and all(_excludes_null(sub, root) for sub in declaring)
+                    and not any(name in _schema_list(s, "required") for s in shapes)
+                ):
+                    out = dict(arguments) if out is None else out
+                    del out[name]
+            elif isinstance(value, (dict, list)) and len(declaring) == 1:
+                new = build_call_arguments(declaring[0], value, root)
+                if new is not value:
+                    out = dict(arguments) if out is None else out
+                    out[name] = new
+        return arguments if out is None else out
+    if isinstance(arguments, list):
+        shapes = [s for s in _argument_shapes(schema, root, "array") if isinstance(s.get("items"), dict)]
+        if len(shapes) != 1:
+            return arguments
+        items = [build_call_arguments(shapes[0]["items"], v, root) for v in arguments]
+        return items if any(a is not b for a, b in zip(items, arguments)) else arguments
+    return arguments
+
+
+def build_tool_entry(
+    name: str, server: str, tool: Mapping[str, Any], shaped: tuple[dict[str, Any], dict[str, str]] | None = None
+) -> dict[str, Any]:
+    """A ``list_tools`` entry (docs/contract.md §11.2 TOOL) with a definition for each model family (``shaped``:
+    ``build_definitions(tool)``, cached with the catalogue); a family it is left out of has none."""
     description = tool.get("description")
     description = description if isinstance(description, str) else ""
     schema = tool.get("inputSchema")
-    parameters = schema if isinstance(schema, dict) else {"type": "object", "properties": {}}
     entry: dict[str, Any] = {
         "name": name,
         "server_name": server,
         "tool_name": tool.get("name"),
         "description": description,
-        "inputSchema": schema if isinstance(schema, dict) else parameters,
+        "inputSchema": schema if isinstance(schema, dict) else {"type": "object", "properties": {}},
     }
     if isinstance(tool.get("annotations"), dict):
         entry["annotations"] = tool["annotations"]
     if tool_task_support(tool) == "required":  # listed, never hidden; its call_tool is refused unsent (§5)
         entry["task_support"] = "required"
-    # OpenAI: the "function" of a Chat Completions tool ({"type": "function", "function": …}); Anthropic: a
-    # Messages API tool as it is. The injected name fits both ([A-Za-z0-9_-]{1,64}).
-    entry["function"] = {"name": name, "description": description, "parameters": parameters}
-    entry["anthropic"] = {"name": name, "description": description, "input_schema": parameters}
+    # OpenAI: the "function" of a Chat Completions tool ({"type": "function", "function": …}), strict or not;
+    # Anthropic: a Messages API tool as it is; Gemini: a FunctionDeclaration. The injected name fits all three.
+    definitions, reasons = shaped if shaped is not None else build_definitions(tool)
+    if "function" in definitions:
+        entry["function"] = {"name": name, "description": description, "parameters": definitions["function"]}
+    if "function_strict" in definitions:
+        strict = definitions["function_strict"]
+        entry["function_strict"] = {"name": name, "description": description, "parameters": strict, "strict": True}
+    if "anthropic" in definitions:
+        entry["anthropic"] = {"name": name, "description": description, "input_schema": definitions["anthropic"]}
+    if "gemini" in definitions:
+        entry["gemini"] = {"name": name, "description": description}
+        if definitions["gemini"] is not None:
+            entry["gemini"]["parameters"] = definitions["gemini"]
     return entry
 
 
@@ -11137,13 +11641,35 @@ class Catalogues:
         assert command.user_id is not None
         self.names[command.user_id] = table
         by_pair = {pair: injected for injected, pair in table.items()}
-        tools = []
+        tools: list[dict[str, Any]] = []
+        warnings: list[dict[str, Any]] = []
         for row in rows:
-            for tool in found.get(row.name, []):
+            catalogue = found.get(row.name, [])
+            shaped = self.shaped(command, row, catalogue)
+            for index, tool in enumerate(catalogue):
                 if isinstance(tool, dict):
                     pair = (row.name, str(tool.get("name")))
-                    tools.append(build_tool_entry(by_pair[pair], row.name, tool))
-        return {"tools": tools, "errors": errors}
+                    tools.append(build_tool_entry(by_pair[pair], row.name, tool, shaped[index]))
+                    warnings += [  # a family a tool is left out of, and why (docs/contract.md §11.2)
+                        {"server_name": row.name, "tool_name": tool.get("name"), "family": family, "reason": why}
+                        for family, why in shaped[index][1].items()
+                    ]
+        answer: dict[str, Any] = {"tools": tools, "errors": errors}
+        if warnings:
+            answer["warnings"] = warnings
+        return answer
+
+    def shaped(self, command: _Command, row: Any, catalogue: list[dict[str, Any]]) -> dict[int, Any]:
+        """Each tool's definitions per model family (``build_definitions``), by its index in ``catalogue``:
+        built once per catalogue and kept on its slot beside it (a catalogue replaced since is shaped anew)."""
+        slot = self.pool.peek(command.user_id, row)
+        kept = slot.shaped if slot is not None else None
+        if kept is not None and kept[0] is catalogue:
+            return kept[1]
+        shaped = {i: build_definitions(t) for i, t in enumerate(catalogue) if isinstance(t, dict)}
+        if slot is not None and slot.tools is catalogue:
+            slot.shaped = (catalogue, shaped)
+        return shaped
 
     def forget(self, users: set[str]) -> None:
         """The reaper forgot these users' slots: their name tables go too (a user who comes back starts over)."""
@@ -11697,6 +12223,8 @@ class Actions:
                 f"server {server_name!r} has no tool {_clip(repr(tool_name), 80)}",
                 details={"server_name": server_name, "tool_name": tool_name},
             )
+        # a strict-mode null for a field the server's schema makes optional and not nullable: left out (§11.2)
+        arguments = build_call_arguments(tool.get("inputSchema"), arguments)
         try:  # bounded by the command's own deadline, like every later step (docs/contract.md §11)
             validate_arguments(tool, arguments, deadline=Deadline(_time_left(command, timeout)))
         except InvalidArgumentsError as exc:

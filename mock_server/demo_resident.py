@@ -4,7 +4,8 @@
 Starts the bundled mock MCP server over HTTP (a public server with a system credential) and names a stdio mock
 (a per-user server whose environment carries each user's own token), writes a SQLite registry with raw sqlite3
 (the docs/contract.md §11.3 schema) holding both servers and two users' credentials, then runs ``bkmcp --resident`` and
-sends: init, list_tools for two users, calls, a crash and the restart on next use, list_servers, shutdown.
+sends: init, list_tools for two users (one tool shown in each model family's form), calls, a crash and the restart
+on next use, list_servers, shutdown.
 
     python3 mock_server/demo_resident.py [dist/bkmcp.pyz]     (default: the source tree's bkmcp.py)
 """
@@ -56,6 +57,14 @@ NOTES_TOOLS = [
         "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
     },
 ]
+
+
+FORMS = (
+    ("function", "OpenAI, sent as {type: function, function: …}"),
+    ("function_strict", "OpenAI strict (Structured Outputs), the same way"),
+    ("anthropic", "Anthropic, one of tools"),
+    ("gemini", "Gemini, one of functionDeclarations"),
+)
 
 
 def start_mock() -> tuple[subprocess.Popen[str], str]:
@@ -154,6 +163,10 @@ def main() -> int:
             for user in ("alice", "bob"):
                 tools = s.send("list_tools", user)
                 print("    injected:", ", ".join(t["name"] for t in tools["result"]["tools"]))
+            echo = next(t for t in tools["result"]["tools"] if t["name"] == "mcp_notes_echo")
+            print("\n--- one tool in each model family's form (docs/resident.md, 'Definitions for each model family'):")
+            for family, how in FORMS:
+                print(f"    {family:<16} {how}: {json.dumps(echo.get(family))}")
             s.send("call_tool", "alice", name="mcp_notes_whoami")
             s.send("call_tool", "bob", name="mcp_notes_whoami")
             s.send("call_tool", "bob", name="mcp_weather_echo", arguments={"text": "hello from bob"})

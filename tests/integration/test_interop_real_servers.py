@@ -29,6 +29,7 @@ from resident_harness import Resident, stdio_row, write_registry
 import bkmcp
 from tests.helpers import ROOT, run_bkmcp, until, write_mcp_json
 from tests.integration.conftest_interop import INTEROP_DIR, InteropUnavailable, _unavailable, real_stdio_command
+from tests.tool_shape_checkers import check_listing
 
 pytestmark = [pytest.mark.integration, pytest.mark.interop]
 
@@ -340,6 +341,13 @@ def resident(bed: Bed):
         yield res
     finally:
         assert res.close() == []
+
+
+def test_every_real_tool_has_each_family_s_definition_or_a_warning_and_each_passes_its_checker(bed, resident):
+    """Issue 30's corpus: the resident's list_tools over every real server (tests/tool_shape_checkers.py)."""
+    listed = resident.listed
+    assert {t["server_name"] for t in listed["tools"]} == set(bed.argv)
+    assert check_listing(listed) == []
 
 
 def _result(output: str) -> Any:
