@@ -568,3 +568,29 @@ def test_a_folder_of_another_uid_or_not_a_directory_is_refused(tmp_path):
     assert bkmcp.open_private_dir(str(theirs))[1] == f"{theirs} belongs to uid 54321, not to you (uid 0)"
     fd = os.open(tmp_path / "file", os.O_CREAT | os.O_RDONLY, 0o600)
     assert bkmcp.open_private_dir("f", fd=fd) == (None, "f is not a directory")  # the descriptor is closed
+
+
+def test_a_completion_is_answered_by_the_kept_session_and_opens_none(place):
+    """Issue 28 item 6 (contract §2, §14): ``--completion tools|flags`` asks the background process first; with no
+    kept session of the server it opens none (the client then connects once itself), with one it is answered
+    from that session: no new negotiation reaches the server."""
+
+    def negotiations() -> int:
+        return len(place.srv.requests("server/discover")) + len(place.srv.requests("initialize"))
+
+    names = "".join(f"{t['name']}\n" for t in TOOLS)
+    assert place.main("--completion", "tools", "m") == (0, names, "")
+    assert place.server.sessions.listing() == []  # the peek kept nothing, and opened nothing to keep
+    assert negotiations() == 1  # the client's own bounded connect
+    assert place.main("m", "--tools", "--keep-alive")[0] == 0
+    before, lists = negotiations(), len(place.srv.requests("tools/list"))
+    assert place.main("--completion", "flags", "m", "add") == (0, "--a\n--b\n", "")
+    assert place.main("--completion", "tools", "m") == (0, names, "")
+    assert place.main("--completion", "flags", "m", "nope") == (0, "", "")
+    assert negotiations() == before  # the kept session answered
+    assert len(place.srv.requests("tools/list")) - lists <= 3
+    assert place.server.sessions.listing()[0]["server"] == "m"
+    assert place.main("--sessions", "--stop")[0] == 0
+    place.thread.join(10)
+    assert place.main("--completion", "tools", "m") == (0, names, "")  # no process: the one bounded connect
+    assert negotiations() == before + 1
