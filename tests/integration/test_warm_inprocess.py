@@ -594,3 +594,29 @@ def test_a_completion_is_answered_by_the_kept_session_and_opens_none(place):
     place.thread.join(10)
     assert place.main("--completion", "tools", "m") == (0, names, "")  # no process: the one bounded connect
     assert negotiations() == before + 1
+
+
+def test_a_completion_never_trusts_a_folder_a_listener_or_a_build_it_should_not(place, monkeypatch):
+    """Issue 28 item 6: a bad private folder, a listener of another uid, a process of another build or one that
+    hangs up: the completion asks nothing of it and answers from its own bounded connect, silently."""
+    names = "".join(f"{t['name']}\n" for t in TOOLS)
+    assert place.main("m", "--tools", "--keep-alive")[0] == 0
+    negotiations = len(place.srv.requests("server/discover")) + len(place.srv.requests("initialize"))
+    place.place.chmod(0o755)
+    try:
+        assert place.main("--completion", "tools", "m") == (0, names, "")
+    finally:
+        place.place.chmod(0o700)
+    with monkeypatch.context() as patched:
+        patched.setattr(bkmcp, "peer_uid", lambda sock: 54321)
+        assert place.main("--completion", "tools", "m") == (0, names, "")
+    with monkeypatch.context() as patched:
+        patched.setattr(bkmcp, "warm_build", lambda artifact: "another build")
+        patched.setattr(bkmcp, "warm_socket_name", lambda build: place.server.name)
+        assert place.main("--completion", "tools", "m") == (0, names, "")
+    with monkeypatch.context() as patched:
+        patched.setattr(bkmcp, "recv_frame", lambda sock: (_ for _ in ()).throw(OSError("reset")))
+        assert place.main("--completion", "tools", "m") == (0, names, "")
+    after = len(place.srv.requests("server/discover")) + len(place.srv.requests("initialize"))
+    assert after == negotiations + 4  # each of the four connected on its own
+    assert not place.server.retiring and place.socket.exists()
