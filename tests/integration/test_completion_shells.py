@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT, until
+from tests.helpers import ROOT, process_running, until
 from tests.integration.test_warm_sessions import World
 
 REQUIRED = os.environ.get("BKMCP_INTEROP_REQUIRED") == "1"  # CI (.ci/run installs tmux and zsh): never skipped
@@ -37,8 +37,10 @@ class Shell:
 
     def __init__(self, tmp: Path, kind: str, env: dict[str, str]) -> None:
         self.socket = str(tmp / "tmux.sock")
+        self.count = 0  # commands run: each waits for its own end marker
         argv = ["bash", "--norc", "--noprofile", "-i"] if kind == "bash" else ["zsh", "-f", "-i"]
         self.run("new-session", "-d", "-x", "200", "-y", "60", "-c", str(tmp), *argv, env=env)
+        self.pids = [int(pid) for pid in self.run("display-message", "-p", "-t", "0", "#{pid} #{pane_pid}").split()]
 
     def run(self, *args: str, env: dict[str, str] | None = None) -> str:
         done = subprocess.run(
@@ -61,11 +63,12 @@ class Shell:
         return self.run("capture-pane", "-p", "-t", "0")
 
     def command(self, line: str) -> None:
-        """Run ``line`` and wait until it printed its end marker (the screen is cleared first)."""
+        """Run ``line`` and wait until it printed its own end marker (the screen is cleared first)."""
+        self.count += 1
         self.keys("C-u")
-        self.type(f"clear; {line}; echo done-$((6*7))")
+        self.type(f"clear; {line}; echo done-$((6*7))-{self.count}")
         self.keys("Enter")
-        until(lambda: "done-42" in self.screen(), f"the shell ran {line!r}", 60)
+        until(lambda: f"done-42-{self.count}" in self.screen(), f"the shell ran {line!r}", 60)
 
     def complete(self, line: str, expect: str, tabs: int = 1) -> str:
         """Type ``line``, press Tab ``tabs`` times and return the screen once ``expect`` is on it."""
@@ -80,7 +83,9 @@ class Shell:
         return screen
 
     def close(self) -> None:
+        """Stop the tmux server; its shell and it are gone before this returns."""
         subprocess.run(["tmux", "-S", self.socket, "kill-server"], capture_output=True, timeout=60, check=False)
+        until(lambda: not any(process_running(pid) for pid in self.pids), "tmux and its shell ended", 30)
 
 
 def _count(log: Path, method: str) -> int:
@@ -191,8 +196,8 @@ def test_completion_prints_nothing_when_the_server_cannot_answer(shell_world, tm
         shell.keys("C-u")
         shell.type(f"bkmcp {server} ecf")
         shell.keys("Tab")  # whatever it completed stays on the line, which then runs
-        shell.type("; echo ran-$((6*7))")
+        shell.type(f"; echo ran-$((6*7))-{server}")
         shell.keys("Enter")
-        until(lambda: "ran-42" in shell.screen(), "the line ran", 60)
+        until(lambda: f"ran-42-{server}" in shell.screen(), "the line ran", 60)
         screen = shell.screen()
         assert f"bkmcp {server} ecf; echo" in screen and "ecfile" not in screen, screen
