@@ -12657,6 +12657,12 @@ def check_invocation(inv: Invocation) -> None:
         extra = inv.check or inv.tools or inv.body is not None or inv.resident or inv.registry is not None
         misplaced = bool(inv.tool_tokens or inv.positional) or not words.get(inv.completion, inv.server is None)
         if extra or misplaced or inv.jq is not None or inv.dry_run or inv.help or inv.raw:
+            if inv.completion in words:
+                raise UsageError(
+                    "--completion tools takes a server name, --completion flags a server and a tool name, and "
+                    "nothing else but --config",
+                    hint="bkmcp --completion flags SERVER TOOL (what the completion scripts run)",
+                )
             raise UsageError("--completion takes nothing else but --config", hint="bkmcp --completion bash")
     registry_tool = inv.registry_import is not None or inv.registry_list
     if inv.registry is not None and not inv.resident and not registry_tool:

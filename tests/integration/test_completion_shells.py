@@ -198,6 +198,6 @@ def test_completion_prints_nothing_when_the_server_cannot_answer(shell_world, tm
         shell.keys("Tab")  # whatever it completed stays on the line, which then runs
         shell.type(f"; echo ran-$((6*7))-{server}")
         shell.keys("Enter")
-        until(lambda: f"ran-42-{server}" in shell.screen(), "the line ran", 60)
+        until(lambda marker=f"ran-42-{server}": marker in shell.screen(), "the line ran", 60)
         screen = shell.screen()
         assert f"bkmcp {server} ecf; echo" in screen and "ecfile" not in screen, screen

@@ -916,6 +916,7 @@ def test_completion_words_take_exactly_their_words(args, tmp_path, no_network):
     """Issue 28 item 6: ``--completion tools SERVER`` and ``--completion flags SERVER TOOL``, nothing else."""
     res = run_bkmcp(*args, env={"HOME": str(tmp_path)})
     assert res.exit_status == 1 and res.stdout == "" and res.error_code == "usage_error", res.stderr
+    assert ("a server name" in res.stderr) == (args[1] != "servers"), res.stderr
 
 
 def test_completion_words_print_nothing_when_the_server_cannot_answer(tmp_path, write_config, no_network):
