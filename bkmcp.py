@@ -13374,10 +13374,10 @@ def uses_warm_session(inv: Invocation) -> bool:
     return inv.server is not None and not (inv.help or inv.dry_run or inv.check) and (inv.tools or inv.tool is not None)
 
 
-def warm_dir(env: Mapping[str, str]) -> tuple[WarmPlace | None, str]:
+def warm_dir(env: Mapping[str, str], *, create: bool = True) -> tuple[WarmPlace | None, str]:
     """The private folder of the background processes, open: ``$XDG_RUNTIME_DIR/bkmcp``, else
-    ``$TMPDIR/bkmcp-<uid>``, made 0700 if missing. (None, why) when it is not a directory of this user's with mode
-    0700. The caller closes it."""
+    ``$TMPDIR/bkmcp-<uid>``, made 0700 if missing (unless not ``create``). (None, why) when it is not a directory of
+    this user's with mode 0700. The caller closes it."""
     uid = os.getuid()
     runtime = env.get("XDG_RUNTIME_DIR", "")
     if runtime and os.path.isabs(runtime):
@@ -13386,7 +13386,8 @@ def warm_dir(env: Mapping[str, str]) -> tuple[WarmPlace | None, str]:
         tmp = env.get("TMPDIR", "")
         place = os.path.join(tmp if os.path.isabs(tmp) else "/tmp", f"bkmcp-{uid}")
     try:
-        os.mkdir(place, 0o700)
+        if create:
+            os.mkdir(place, 0o700)
     except FileExistsError:
         pass
     except OSError as exc:
@@ -13664,7 +13665,7 @@ def ask_warm_completion(inv: Invocation, envr: Environment) -> str | None:
     import json
 
     artifact = warm_artifact()
-    place = warm_dir(envr.env)[0] if artifact is not None else None
+    place = warm_dir(envr.env, create=False)[0] if artifact is not None else None  # a missing folder: none runs
     if place is None or artifact is None:
         return None
     try:

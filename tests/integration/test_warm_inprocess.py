@@ -620,3 +620,21 @@ def test_a_completion_never_trusts_a_folder_a_listener_or_a_build_it_should_not(
     after = len(place.srv.requests("server/discover")) + len(place.srv.requests("initialize"))
     assert after == negotiations + 4  # each of the four connected on its own
     assert not place.server.retiring and place.socket.exists()
+
+
+def test_a_completion_creates_no_private_folder(tmp_path):
+    """Without a background process a completion leaves no trace: not even the private folder is made."""
+    srv = MockServer({"tools": TOOLS})
+    srv.start()
+    try:
+        config = write_mcp_json(tmp_path / "mcp.json", {"m": {"type": "http", "url": srv.url}})
+        runtime = tmp_path / "run"
+        runtime.mkdir(mode=0o700)
+        out = io.StringIO()
+        env = {"HOME": str(tmp_path), "PATH": os.environ.get("PATH", ""), "XDG_RUNTIME_DIR": str(runtime)}
+        argv = ["--config", str(config), "--completion", "flags", "m", "add"]
+        assert bkmcp.main(argv, stdout=out, stderr=out, env=env, cwd=str(tmp_path)) == 0
+        assert out.getvalue() == "--a\n--b\n" and list(runtime.iterdir()) == []
+        assert len(srv.requests("tools/list")) == 1
+    finally:
+        srv.stop()
