@@ -8,10 +8,13 @@ PREFIX ?= $(HOME)/.local
 .PHONY: install install-pyz demo demo-resident examples test check venv interop peers lint fmt unit integration artifact build scenario bench clean conformance
 
 venv: $(VENV)/.installed
+# Says what it installs; on a terminal pip shows its progress (in a log: quiet).
 $(VENV)/.installed: pyproject.toml
+	@echo "== $(VENV): installing from the package index, once: bkmcp's runtime dependencies (httpx, jsonschema," \
+		"jq) and the test tools pinned in pyproject.toml [test] (pytest, pytest-cov, hypothesis, ruff, mypy)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test]'
+	$(BIN)/python -m pip install $$([ -t 1 ] || echo -q) -e '.[test]'
 	touch $@
 
 # Servers nobody here wrote: the official Python SDK (own venv: it needs jsonschema>=4.20), server-everything, the

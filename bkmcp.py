@@ -8261,28 +8261,42 @@ def render_resident_help() -> str:
     return RESIDENT_HELP.format(**RESIDENT_HELP_DEFAULTS)
 
 
-# Shell completion (``bkmcp --completion bash|zsh|fish``): options, and server names that the script asks
-# ``bkmcp [--config PATH] --completion servers`` for (it reads the config file only: nothing is started or
-# contacted while completing). Tool names would need discovery, so they are never completed.
+# Shell completion (``bkmcp --completion bash|zsh|fish``): options, server names that the script asks
+# ``bkmcp [--config PATH] --completion servers`` for (the config file only), after a server its tool names and after
+# a tool that tool's flags, which it asks ``--completion tools SERVER`` and ``--completion flags SERVER TOOL`` for:
+# a live warm session's catalogue, else one connect bounded by ``COMPLETION_TIMEOUT`` (docs/contract.md §2). Never
+# file names where a server, tool or flag goes; only the options valid at each position.
 COMPLETION_SHELLS = ("bash", "zsh", "fish")
+COMPLETION_WORDS = ("servers", "tools", "flags")  # what the scripts ask for (hidden: --help names only the shells)
+COMPLETION_TIMEOUT = 2.0  # seconds one completion may spend connecting to a server for its tools
 _COMPLETION_OPTIONS = (
     "--help --version --config --timeout --jq --raw --verbose --insecure --check --tools --brief --body --dry-run "
     "--resident --registry --import --list --completion --events --max-processes --max-user-processes --idle-timeout "
     "--shutdown-grace --keep-alive --sessions --stop"
 )
+# the options valid after <server> (before a tool), and after <server> <tool> beside the tool's own flags
+_COMPLETION_SERVER_OPTIONS = (
+    "--check --tools --brief --help --config --timeout --jq --raw --verbose --insecure --keep-alive"
+)
+_COMPLETION_CALL_OPTIONS = "--body --dry-run --help --config --timeout --jq --raw --verbose --insecure --keep-alive"
 _COMPLETION_VALUE_OPTIONS = (
     "--config --timeout --jq --body --registry --import --events --max-processes --max-user-processes "
     "--idle-timeout --shutdown-grace --completion"
 )
 _BASH_COMPLETION = """\
 # bkmcp completion for bash: eval "$(bkmcp --completion bash)" in ~/.bashrc, or save it as
-# ~/.local/share/bash-completion/completions/bkmcp. Server names come from the config file (offline).
+# ~/.local/share/bash-completion/completions/bkmcp. Server names come from the config file (offline); tool names
+# and a tool's flags from the server (a warm session's catalogue, else one connect of at most 2 s).
 _bkmcp() {{
     local cur="${{COMP_WORDS[COMP_CWORD]}}" prev="${{COMP_WORDS[COMP_CWORD-1]}}" word
     local -a config=() positional=()
     local i=1
     while (( i < COMP_CWORD )); do
         word="${{COMP_WORDS[i]}}"
+        if [[ ${{COMP_WORDS[i+1]}} == = ]]; then  # bash splits --name=VALUE at the '=' (COMP_WORDBREAKS)
+            [[ $word == --config ]] && config=(--config "${{COMP_WORDS[i+2]}}")
+            (( i += 3 )); continue
+        fi
         case " {value_options} " in
             *" $word "*) [[ $word == --config ]] && config=(--config "${{COMP_WORDS[i+1]}}"); (( i += 2 )); continue ;;
         esac
@@ -8293,20 +8307,35 @@ _bkmcp() {{
         esac
         (( i += 1 ))
     done
+    [[ $prev == = ]] && prev="${{COMP_WORDS[COMP_CWORD-2]}}="
     case "$prev" in
         --completion) COMPREPLY=($(compgen -W "{shells}" -- "$cur")); return ;;
-        --config|--body|--registry|--import|--events) COMPREPLY=($(compgen -f -- "$cur")); return ;;
-        --timeout|--jq|--max-processes|--max-user-processes|--idle-timeout|--shutdown-grace) COMPREPLY=(); return ;;
+        --config|--body|--registry|--import|--events|--config=|--body=|--registry=|--import=|--events=)
+            type compopt >/dev/null 2>&1 && compopt -o filenames
+            COMPREPLY=($(compgen -f -- "$cur")); return ;;
+        --timeout|--jq|--max-processes|--max-user-processes|--idle-timeout|--shutdown-grace|*=) COMPREPLY=(); return ;;
     esac
-    if [[ $cur == -* ]]; then
-        COMPREPLY=($(compgen -W "{options}" -- "$cur"))
-    elif (( ${{#positional[@]}} == 0 )); then
-        COMPREPLY=($(compgen -W "$(command {command} "${{config[@]}}" --completion servers 2>/dev/null)" -- "$cur"))
+    if (( ${{#positional[@]}} == 0 )); then
+        if [[ $cur == -* ]]; then
+            COMPREPLY=($(compgen -W "{options}" -- "$cur"))
+        else
+            COMPREPLY=($(compgen -W "$(command {command} "${{config[@]}}" --completion servers 2>/dev/null)" -- "$cur"))
+        fi
+    elif (( ${{#positional[@]}} == 1 )); then
+        if [[ $cur == -* ]]; then
+            COMPREPLY=($(compgen -W "{server_options}" -- "$cur"))
+        else
+            COMPREPLY=($(compgen -W "$(command {command} "${{config[@]}}" --completion tools "${{positional[0]}}" \\
+                2>/dev/null)" -- "$cur"))
+        fi
+    elif [[ $prev == -* && $prev != *=* && " {flag_options} " != *" $prev "* && $cur != -* ]]; then
+        COMPREPLY=()  # the value of a tool's flag
     else
-        COMPREPLY=()
+        COMPREPLY=($(compgen -W "$(command {command} "${{config[@]}}" --completion flags "${{positional[0]}}" \\
+            "${{positional[1]}}" 2>/dev/null) {call_options}" -- "$cur"))
     fi
 }}
-complete -o default -F _bkmcp bkmcp
+complete -F _bkmcp bkmcp
 """
 _ZSH_COMPLETION = """\
 #compdef bkmcp
@@ -8363,6 +8392,9 @@ def render_completion(shell: str, command: Sequence[str]) -> str:
         value_options=_COMPLETION_VALUE_OPTIONS,
         shells=" ".join(COMPLETION_SHELLS),
         options=_COMPLETION_OPTIONS + " -h -v",
+        server_options=_COMPLETION_SERVER_OPTIONS,
+        call_options=_COMPLETION_CALL_OPTIONS,
+        flag_options="--raw -r --verbose -v --insecure --dry-run --help -h --keep-alive",
         command=quoted,
     )
     if shell == "bash":
@@ -8377,6 +8409,23 @@ def render_completion(shell: str, command: Sequence[str]) -> str:
     return _FISH_COMPLETION.format(
         value_options=_COMPLETION_VALUE_OPTIONS, command=quoted, options=options, shells=" ".join(COMPLETION_SHELLS)
     )
+
+
+# The characters of a name the completion offers: ``compgen -W`` expands its words (``$(…)`` would run), so a
+# name from a server is offered only when it holds none but these (MCP tool names keep to far fewer).
+_COMPLETION_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-+:/@%,")
+
+
+def render_completion_words(tools: Sequence[Any], tool: str | None) -> str:
+    """What ``--completion tools|flags`` prints: the tool names (``tool`` None), or that tool's flags as ``--name``,
+    one a line; a name with any character outside ``_COMPLETION_SAFE``, or one starting with '-', is left out."""
+    if tool is None:
+        words = [t.get("name") for t in tools if isinstance(t, dict)]
+        words = [word for word in words if isinstance(word, str) and not word.startswith("-")]
+    else:
+        found = next((t for t in tools if isinstance(t, dict) and t.get("name") == tool), None)
+        words = [] if found is None else [f"--{name}" for name in build_tool_flags(found).flags]
+    return "".join(f"{word}\n" for word in words if isinstance(word, str) and word and set(word) <= _COMPLETION_SAFE)
 
 
 def render_server_help(server: ServerConfig) -> str:
@@ -12691,8 +12740,18 @@ class WarmSessions:
         self._entries: dict[str, _Warm] = {}
         self._lock = _thread.allocate_lock()
 
-    def for_command(self, cwd: str, idle: float) -> SessionSource:
-        return _WarmSource(self, cwd, idle)
+    def for_command(self, cwd: str, idle: float, *, peek: bool = False) -> SessionSource:
+        """``peek``: only a kept, live session answers (a completion, docs/contract.md §2); none is opened."""
+        return _WarmSource(self, cwd, idle, peek=peek)
+
+    def _kept_entry(self, key: str) -> _Warm | None:
+        """The entry of ``key`` lent to one more command when its session is kept and alive; None otherwise."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None or not _warm_alive(entry):
+                return None
+            entry.lent += 1
+        return entry
 
     def _entry(self, key: str, idle: float) -> _Warm | None:
         """The entry of ``key``, lent to one more command; None when ``limit`` entries exist and none of them is
@@ -12795,10 +12854,11 @@ class _WarmSource(SessionSource):
     taking a half-open session. When ``WARM_MAX_SESSIONS`` are kept and all in use, it gets a fresh session of its
     own, closed at its end."""
 
-    def __init__(self, warm: WarmSessions, cwd: str, idle: float) -> None:
+    def __init__(self, warm: WarmSessions, cwd: str, idle: float, *, peek: bool = False) -> None:
         self.warm = warm
         self.cwd = cwd
         self.idle = idle
+        self.peek = peek  # lend a kept, live session or fail: never open one
         self._opening: dict[int, _Warm] = {}  # id(session) -> its entry, until negotiated
         self._kept: dict[int, _Warm] = {}  # id(session) -> its entry, lent to this command
         self._fresh: set[int] = set()
@@ -12808,7 +12868,10 @@ class _WarmSource(SessionSource):
             import dataclasses
 
             server = dataclasses.replace(server, cwd=self.cwd)
-        entry = self.warm._entry(warm_session_key(server, insecure), self.idle)
+        key = warm_session_key(server, insecure)
+        entry = self.warm._kept_entry(key) if self.peek else self.warm._entry(key, self.idle)
+        if entry is None and self.peek:
+            raise ConnectionFailedError(f"no warm session of {server.name!r} is kept")
         if entry is None:  # at the limit, every kept session in use
             session = SessionSource.start(self, server, ctx, insecure=insecure)
             self._fresh.add(id(session))
@@ -12827,6 +12890,8 @@ class _WarmSource(SessionSource):
                 ctx.stderr_since = kept.transport.stderr_position()  # what its server writes from now is this one's
                 ctx.stdout_since = kept.transport.stdout_position()
                 return kept
+            if self.peek:  # pragma: no cover - it died between _kept_entry's look and this one: a peek opens nothing
+                raise ConnectionFailedError(f"the warm session of {server.name!r} ended")
             if kept is not None:  # its child died or it closed while idle: a new one
                 self.warm._close(entry)
             session = McpSession(server, insecure=insecure, log=self.warm.log, die_with_parent=True)
@@ -13107,13 +13172,22 @@ def check_invocation(inv: Invocation, timeout: float | None = None) -> None:
                 hint="bkmcp --sessions | bkmcp --sessions --stop | bkmcp --sessions --jq '.data.sessions[].server'",
             )
     if inv.completion is not None:
-        if inv.completion not in (*COMPLETION_SHELLS, "servers"):
+        if inv.completion not in (*COMPLETION_SHELLS, *COMPLETION_WORDS):
             raise UsageError(
                 f"--completion takes bash, zsh or fish, got {inv.completion!r}",
                 hint='eval "$(bkmcp --completion bash)"',
             )
-        extra = inv.server or inv.check or inv.tools or inv.body is not None or inv.resident or inv.registry is not None
-        if extra or inv.jq is not None or inv.dry_run or inv.help or inv.raw:
+        # what the scripts ask: `--completion tools SERVER`, `--completion flags SERVER TOOL` (the rest: no words)
+        words = {"tools": inv.server is not None and inv.tool is None, "flags": inv.tool is not None}
+        extra = inv.check or inv.tools or inv.body is not None or inv.resident or inv.registry is not None
+        misplaced = bool(inv.tool_tokens or inv.positional) or not words.get(inv.completion, inv.server is None)
+        if extra or misplaced or inv.jq is not None or inv.dry_run or inv.help or inv.raw:
+            if inv.completion in words:
+                raise UsageError(
+                    "--completion tools takes a server name, --completion flags a server and a tool name, and "
+                    "nothing else but --config",
+                    hint="bkmcp --completion flags SERVER TOOL (what the completion scripts run)",
+                )
             raise UsageError("--completion takes nothing else but --config", hint="bkmcp --completion bash")
     registry_tool = inv.registry_import is not None or inv.registry_list
     if inv.registry is not None and not inv.resident and not registry_tool:
@@ -13607,11 +13681,39 @@ class _Runner:
     def run_completion(self, shell: str, config_path: str) -> int:
         """``--completion SHELL`` prints the script; ``--completion servers`` (what the script runs) prints the
         configured server names, one a line, and nothing at all when the file is missing or invalid."""
+        if shell in ("tools", "flags"):
+            return self.run_completion_words(config_path)
         if shell != "servers":
             return self.emit_text(render_completion(shell, _completion_command()))
         names, _problem = _configured_names(config_path)
         if names:
             self.envr.stdout.write("".join(name + "\n" for name in names))
+        return EXIT_OK
+
+    def run_completion_words(self, config_path: str) -> int:  # pyz: remote part
+        """``--completion tools SERVER`` / ``--completion flags SERVER TOOL`` (what the scripts run): the server's
+        tool names, or that tool's flags, one a line. From a live warm session's catalogue (docs/contract.md §14),
+        else one connect within ``COMPLETION_TIMEOUT`` whose server is gone when it ends; nothing at all, exit 0,
+        when neither answers. In the warm process (``envr.warm``) only a kept session answers: it opens none."""
+        inv, envr = self.inv, self.envr
+        assert inv.server is not None
+        if envr.warm is None:
+            answer = ask_warm_completion(inv, envr)
+            if answer is not None:
+                envr.stdout.write(answer)
+                return EXIT_OK
+        import io
+
+        silent = Log(io.StringIO())
+        try:
+            server = resolve_server(_select_server(load_config(config_path), inv.server), envr.env, cwd=envr.cwd)
+            ctx = OpContext(Deadline(COMPLETION_TIMEOUT), silent)
+            if envr.warm is not None:
+                ctx.sessions = envr.warm.sessions
+            tools = run_tools(server, ctx, insecure=inv.insecure)["tools"]
+        except BkmcpError:
+            return EXIT_OK if envr.warm is None else EXIT_LOCAL  # the warm client then connects itself
+        envr.stdout.write(render_completion_words(tools, inv.tool))
         return EXIT_OK
 
     def run_sessions(self) -> int:  # pyz: remote part
@@ -13795,10 +13897,10 @@ def uses_warm_session(inv: Invocation) -> bool:
     return inv.server is not None and not (inv.help or inv.dry_run or inv.check) and (inv.tools or inv.tool is not None)
 
 
-def warm_dir(env: Mapping[str, str]) -> tuple[WarmPlace | None, str]:
+def warm_dir(env: Mapping[str, str], *, create: bool = True) -> tuple[WarmPlace | None, str]:
     """The private folder of the background processes, open: ``$XDG_RUNTIME_DIR/bkmcp``, else
-    ``$TMPDIR/bkmcp-<uid>``, made 0700 if missing. (None, why) when it is not a directory of this user's with mode
-    0700. The caller closes it."""
+    ``$TMPDIR/bkmcp-<uid>``, made 0700 if missing (unless not ``create``). (None, why) when it is not a directory of
+    this user's with mode 0700. The caller closes it."""
     uid = os.getuid()
     runtime = env.get("XDG_RUNTIME_DIR", "")
     if runtime and os.path.isabs(runtime):
@@ -13807,7 +13909,8 @@ def warm_dir(env: Mapping[str, str]) -> tuple[WarmPlace | None, str]:
         tmp = env.get("TMPDIR", "")
         place = os.path.join(tmp if os.path.isabs(tmp) else "/tmp", f"bkmcp-{uid}")
     try:
-        os.mkdir(place, 0o700)
+        if create:
+            os.mkdir(place, 0o700)
     except FileExistsError:
         pass
     except OSError as exc:
@@ -14077,6 +14180,42 @@ def run_warm_client(inv: Invocation, envr: Environment, log: Log, seconds: float
         place.close()
     sock.settimeout(timeout + _WARM_RELAY_SLACK)  # the command ends within its --timeout: a silent process is dead
     return _warm_relay(sock, inv, envr, log)
+
+
+def ask_warm_completion(inv: Invocation, envr: Environment) -> str | None:
+    """What this build's background process, when one runs, prints for a ``--completion tools|flags`` command from
+    a session it keeps (docs/contract.md §2); None when none runs, it keeps no live session of the server, or it
+    does not answer within ``COMPLETION_TIMEOUT``. Never starts a process."""
+    import json
+
+    artifact = warm_artifact()
+    place = warm_dir(envr.env, create=False)[0] if artifact is not None else None  # a missing folder: none runs
+    if place is None or artifact is None:
+        return None
+    try:
+        build = warm_build(artifact)
+        sock = _warm_try_connect(place, warm_socket_name(build))
+    except OSError:
+        return None
+    finally:
+        place.close()
+    if sock is None:
+        return None
+    out: list[str] = []
+    try:
+        sock.settimeout(COMPLETION_TIMEOUT)
+        request = {"op": "complete", "build": build, "argv": inv.argv, "env": dict(envr.env), "cwd": envr.cwd}
+        send_frame(sock, b"R", json.dumps(request).encode("utf-8", "surrogatepass"))
+        while (frame := recv_frame(sock)) is not None:
+            if frame[0] == b"O":
+                out.append(frame[1].decode("utf-8", "surrogatepass"))
+            elif frame[0] == b"X":
+                return "".join(out) if json.loads(frame[1])["status"] == EXIT_OK else None
+    except (OSError, ValueError, KeyError):
+        pass
+    finally:
+        sock.close()
+    return None
 
 
 def _warm_relay(sock: Any, inv: Invocation, envr: Environment, log: Log) -> int:
@@ -14386,11 +14525,11 @@ class WarmServer:
                 stopped = {"running": True, "stopped": True, "closed": count, "pid": os.getpid(), "build": self.build}
                 send_frame(conn, b"L", dump_json(stopped).encode())
                 self.stopping = True
-            elif op == "run" and request.get("build") != self.build:
+            elif op in ("run", "complete") and request.get("build") != self.build:
                 send_frame(conn, b"M")  # socket names of two builds collided: that client runs one-shot
-            elif op == "run" and not (self.stopping or self.retiring):
+            elif op in ("run", "complete") and not (self.stopping or self.retiring):
                 send_frame(conn, b"A")
-                status = self._run(conn, request)
+                status = self._run(conn, request, peek=op == "complete")
                 if status is not None:  # the command's objects are gone with _run's frame: memory back first, so
                     self._trim_memory()  # a client that saw its exit status sees it back too
                     send_frame(conn, b"X", json.dumps({"status": status}).encode())
@@ -14402,8 +14541,9 @@ class WarmServer:
                 self.running -= 1
                 self.last = time.monotonic()
 
-    def _run(self, conn: Any, request: dict[str, Any]) -> int | None:
-        """One forwarded command; its exit status (for the X frame), None when the client sent no stdin."""
+    def _run(self, conn: Any, request: dict[str, Any], *, peek: bool = False) -> int | None:
+        """One forwarded command; its exit status (for the X frame), None when the client sent no stdin. ``peek``:
+        a completion's (``--completion tools|flags``), which uses a kept session or none and sets no linger."""
         import io
         import threading
 
@@ -14413,7 +14553,7 @@ class WarmServer:
             if frame is None or frame[0] != b"I":
                 return None
             stdin = frame[1]
-        seconds = float(request["keep_alive"])
+        seconds = self.linger if peek else float(request["keep_alive"])
         with self._lock:
             self.linger = seconds
         lock = threading.Lock()
@@ -14432,7 +14572,9 @@ class WarmServer:
                 send_frame(conn, b"S", stage_of(method).encode("utf-8"))
 
         threading.Thread(target=watch, name="bkmcp-warm-watch", daemon=True).start()
-        warm = WarmRun(self.sessions.for_command(request["cwd"], seconds), interrupt, heard, float(request["timeout"]))
+        warm = WarmRun(
+            self.sessions.for_command(request["cwd"], seconds, peek=peek), interrupt, heard, float(request["timeout"])
+        )
         status = main(
             request["argv"],
             stdin=io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8", errors="surrogateescape"),

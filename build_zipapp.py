@@ -44,6 +44,7 @@ import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from zipapp_support import lean_code  # the same compile the pyz's compiled cache uses for bkmcp.py
 
@@ -208,6 +209,41 @@ def fetch_wheel(pin: Pin, cache: Path, platforms: list[str]) -> bytes:
     if _sha256(data) != pin.sha256:
         raise BuildError(f"{path} does not match the sha256 pinned in vendor.txt: delete it or fix the pin")
     return data
+
+
+def prefetch_wheels(pins: list[Pin], cache: Path, platforms: list[str], out: IO[str] | None = None) -> int:
+    """Download the pins not in ``cache`` yet, saying first how many and where they go, then each one as it comes
+    (on a terminal one line that updates, else a line per wheel), then the total size; nothing when all are
+    cached. On stderr: stdout keeps the build's one summary line. How many were downloaded."""
+    out = sys.stderr if out is None else out
+    missing = [pin for pin in dict.fromkeys(pins) if not (cache / pin.filename).exists()]
+    if not missing:
+        return 0
+    tty = out.isatty()
+    where = cache.resolve()
+    out.write(
+        f"build_zipapp: downloading {len(missing)} of the {len(set(pins))} wheels pinned in vendor.txt "
+        f"(pip download from the package index, each checked against its sha256) into {where}/, once: later builds "
+        "use that cache\n"
+    )
+    out.flush()
+    total = 0
+    for done, pin in enumerate(missing, 1):
+        if tty:
+            out.write(f"\r\033[K  [{done}/{len(missing)}] {pin.filename} …")
+            out.flush()
+        fetch_wheel(pin, cache, platforms)
+        size = (cache / pin.filename).stat().st_size
+        total += size
+        if not tty:
+            shown = f"{size / 1e6:.1f} MB" if size >= 1e6 else f"{size / 1e3:.0f} kB"
+            out.write(f"  [{done}/{len(missing)}] {pin.filename} ({shown})\n")
+            out.flush()
+    if tty:
+        out.write("\r\033[K")
+    out.write(f"build_zipapp: downloaded {len(missing)} wheels, {total / 1e6:.1f} MB, into {where}/\n")
+    out.flush()
+    return len(missing)
 
 
 def update_lock(platforms: list[str], pythons: tuple[str, ...], cache: Path) -> None:
@@ -555,6 +591,7 @@ def main(argv: list[str] | None = None) -> int:
         pure = [p for p in lock if not p.native]
         natives = select_native_pins(lock, platforms, pythons) if platforms else []
         epoch = source_date_epoch()
+        prefetch_wheels(pure + natives, args.cache_dir, platforms)
         files = collect(
             args.source, HERE / "zipapp_support.py", pure, natives, platforms, args.cache_dir, epoch, not args.no_pyc
         )

@@ -3,8 +3,9 @@
 
 Starts the mock servers of docs/user-guide.md, "Trying the examples", on free loopback ports, writes the folder
 the examples run in (``mcp.json`` naming them, ``params.json``, ``broken.json``, ``examples/mcp.json`` — the
-user guide's configuration example — and, when a bkmcp is given, ``registry.db``: the servers imported into a
-SQLite registry), prints the two variables to export, and serves until Ctrl-C.
+user guide's configuration example —, ``resident.db``: the registry of docs/resident.md's examples, and, when a
+bkmcp is given, ``registry.db``: the servers imported into a SQLite registry), prints the two variables to export,
+and serves until Ctrl-C.
 ``tests/integration/test_doc_examples.py`` runs every documented example in a folder made by ``start_examples``,
 so what the docs show is what this starts.
 
@@ -19,6 +20,7 @@ import os
 import shlex
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -30,6 +32,7 @@ ROOT = HERE.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from mock_server.demo_resident import NOTES_TOOLS, SCHEMA  # noqa: E402
 from mock_server.mcp_mock import DEFAULT_TOOLS, MockServer, mock_tool  # noqa: E402
 
 DEMO_TOKEN = "demo-secret-token"  # the token `demo` wants; the config reads it from $DEMO_TOKEN
@@ -127,6 +130,35 @@ def example_config(urls: dict[str, str], python: str = sys.executable) -> dict:
     }
 
 
+def write_resident_registry(path: Path, urls: dict[str, str], python: str = sys.executable) -> None:
+    """The registry docs/resident.md's action examples run against (docs/resident-registry.md schema, created 0600:
+    it holds credentials): ``weather`` (public HTTP, the ``demo`` mock with a system credential), ``notes`` (a
+    per-user stdio server; alice and bob have tokens), ``crm`` (per-user HTTP; nobody has a credential yet) and
+    ``broken`` (public HTTP, nothing listens)."""
+    path.unlink(missing_ok=True)
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    stdio = [str(HERE / "mcp_mock.py"), "--stdio", "--quiet", "--scenario-json", json.dumps({"tools": NOTES_TOOLS})]
+    db = sqlite3.connect(path)
+    try:
+        db.executescript(SCHEMA)
+        http = "INSERT INTO mcp_servers (name, transport_type, url, headers, isolation) VALUES (?, 'http', ?, ?, ?)"
+        bearer = {"Authorization": "Bearer ${user.api_key}"}
+        db.execute(http, ("weather", urls["demo"], json.dumps(bearer), "public"))
+        db.execute(http, ("crm", urls["lab"], json.dumps(bearer), "user"))
+        db.execute(http, ("broken", "http://127.0.0.1:9/mcp", "{}", "public"))
+        db.execute(
+            "INSERT INTO mcp_servers (name, transport_type, command, args, env_template, isolation) "
+            "VALUES ('notes', 'stdio', ?, ?, ?, 'user')",
+            (python, json.dumps(stdio), json.dumps({"NOTES_TOKEN": "${user.token}"})),
+        )
+        db.execute("INSERT INTO mcp_credentials VALUES ('weather', ?)", (json.dumps({"api_key": DEMO_TOKEN}),))
+        for user in ("alice", "bob"):
+            db.execute("INSERT INTO mcp_user_credentials VALUES (?, 'notes', ?)", (user, json.dumps({"token": user})))
+        db.commit()
+    finally:
+        db.close()
+
+
 def start_examples(folder: Path, bkmcp: list[str] | None = None) -> tuple[list[MockServer], dict[str, str]]:
     """Start the mocks and fill ``folder``; (the started servers, the variables to export). ``bkmcp`` (a command
     line) imports the servers into ``folder/registry.db``; without it there is no registry."""
@@ -142,6 +174,7 @@ def start_examples(folder: Path, bkmcp: list[str] | None = None) -> tuple[list[M
         (folder / "params.json").write_text('{"text": "from a file", "count": 2}\n', encoding="utf-8")
         (folder / "examples").mkdir(exist_ok=True)
         shutil.copyfile(ROOT / "examples" / "mcp.json", folder / "examples" / "mcp.json")
+        write_resident_registry(folder / "resident.db", urls)
         exports = {"BK_CLI_CONFIG_DIR": str(folder), "DEMO_TOKEN": DEMO_TOKEN}
         if bkmcp is not None:
             subprocess.run(

@@ -237,3 +237,73 @@ def test_example_runner_feeds_stdin_from_echo_and_printf(mock_env) -> None:
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["data"]["arguments"] == {"text": "piped"}
     assert (tmp / "registry.db").is_file()
+
+
+def _resident_actions() -> list[tuple[str, str | None]]:
+    """docs/resident.md, "Actions, one example each": every command line of its ```json blocks, in order, each with
+    the answer the doc shows for its task_id (None when it shows none). An answer wrapped over several lines
+    continues on lines that start with a space."""
+    text = _read(RESIDENT)
+    section = text[text.index("## Actions, one example each") :]
+    section = section[: section.index("\n## ", 1)]
+    commands: list[tuple[str, str | None]] = []
+    for block in re.findall(r"^```json\n(.*?)^```", section, re.M | re.S):
+        lines: list[str] = []
+        for line in block.splitlines():
+            if line.startswith(" ") and lines:
+                lines[-1] += line[1:]
+            elif line.strip():
+                lines.append(line)
+        answers = {json.loads(re.sub(r"…", "", a.split(",", 1)[0] + "}"))["task_id"]: a for a in lines[1:]}
+        for line in lines:
+            if line.startswith('{"command"'):
+                commands.append((line, answers.get(json.loads(line)["task_id"])))
+    return commands
+
+
+def test_resident_action_examples_answer_as_documented(mock_env) -> None:
+    """Issue 28 item 9: every per-action example of docs/resident.md runs against the registry ``make examples``
+    leaves (``resident.db``), in the doc's order in one resident process, and each answer is the one shown."""
+    tmp, env = mock_env
+    actions = _resident_actions()
+    assert [json.loads(c)["params"]["action"] for c, _ in actions] == [
+        "init",
+        "list_servers",
+        "connect_server",
+        "disconnect_server",
+        "disconnect_server",
+        "list_tools",
+        "refresh_tools",
+        "call_tool",
+        "shutdown",
+    ]
+    assert sum(1 for _, shown in actions if shown is not None) == 8
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "bkmcp.py"), "--resident", "--registry", "resident.db"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp,
+        env=env,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        for command, shown in actions:
+            proc.stdin.write(command + "\n")
+            proc.stdin.flush()
+            answer = proc.stdout.readline()
+            assert json.loads(answer)["task_id"] == json.loads(command)["task_id"], answer
+            assert json.loads(answer)["success"] is True, answer
+            if shown is not None:
+                pattern = _line_pattern(_normalise(shown, tmp))
+                assert pattern.fullmatch(_normalise(answer.rstrip("\n"), tmp)), (
+                    f"documented:\n{shown}\nanswered:\n{answer}"
+                )
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=60)
+    stderr = proc.stderr.read() if proc.stderr is not None else ""
+    assert DEMO_TOKEN not in stderr and "readable by group/others" not in stderr, stderr

@@ -594,3 +594,73 @@ def test_the_warm_process_gets_the_timeout_value_not_the_text(place, monkeypatch
     assert [r["timeout"] for r in received] == [7.0] and "--timeout" in received[0]["argv"]
     assert parsed.count("7s") == 1 and used == [7.0]
     assert place.srv.requests("tools/call")[-1]["json"]["params"]["arguments"] == {"text": "t"}
+
+
+def test_a_completion_is_answered_by_the_kept_session_and_opens_none(place):
+    """Issue 28 item 6 (contract §2, §14): ``--completion tools|flags`` asks the background process first; with no
+    kept session of the server it opens none (the client then connects once itself), with one it is answered
+    from that session: no new negotiation reaches the server."""
+
+    def negotiations() -> int:
+        return len(place.srv.requests("server/discover")) + len(place.srv.requests("initialize"))
+
+    names = "".join(f"{t['name']}\n" for t in TOOLS)
+    assert place.main("--completion", "tools", "m") == (0, names, "")
+    assert place.server.sessions.listing() == []  # the peek kept nothing, and opened nothing to keep
+    assert negotiations() == 1  # the client's own bounded connect
+    assert place.main("m", "--tools", "--keep-alive")[0] == 0
+    before, lists = negotiations(), len(place.srv.requests("tools/list"))
+    assert place.main("--completion", "flags", "m", "add") == (0, "--a\n--b\n", "")
+    assert place.main("--completion", "tools", "m") == (0, names, "")
+    assert place.main("--completion", "flags", "m", "nope") == (0, "", "")
+    assert negotiations() == before  # the kept session answered
+    assert len(place.srv.requests("tools/list")) - lists <= 3
+    assert place.server.sessions.listing()[0]["server"] == "m"
+    assert place.main("--sessions", "--stop")[0] == 0
+    place.thread.join(10)
+    assert place.main("--completion", "tools", "m") == (0, names, "")  # no process: the one bounded connect
+    assert negotiations() == before + 1
+
+
+def test_a_completion_never_trusts_a_folder_a_listener_or_a_build_it_should_not(place, monkeypatch):
+    """Issue 28 item 6: a bad private folder, a listener of another uid, a process of another build or one that
+    hangs up: the completion asks nothing of it and answers from its own bounded connect, silently."""
+    names = "".join(f"{t['name']}\n" for t in TOOLS)
+    assert place.main("m", "--tools", "--keep-alive")[0] == 0
+    negotiations = len(place.srv.requests("server/discover")) + len(place.srv.requests("initialize"))
+    place.place.chmod(0o755)
+    try:
+        assert place.main("--completion", "tools", "m") == (0, names, "")
+    finally:
+        place.place.chmod(0o700)
+    with monkeypatch.context() as patched:
+        patched.setattr(bkmcp, "peer_uid", lambda sock: 54321)
+        assert place.main("--completion", "tools", "m") == (0, names, "")
+    with monkeypatch.context() as patched:
+        patched.setattr(bkmcp, "warm_build", lambda artifact: "another build")
+        patched.setattr(bkmcp, "warm_socket_name", lambda build: place.server.name)
+        assert place.main("--completion", "tools", "m") == (0, names, "")
+    with monkeypatch.context() as patched:
+        patched.setattr(bkmcp, "recv_frame", lambda sock: (_ for _ in ()).throw(OSError("reset")))
+        assert place.main("--completion", "tools", "m") == (0, names, "")
+    after = len(place.srv.requests("server/discover")) + len(place.srv.requests("initialize"))
+    assert after == negotiations + 4  # each of the four connected on its own
+    assert not place.server.retiring and place.socket.exists()
+
+
+def test_a_completion_creates_no_private_folder(tmp_path):
+    """Without a background process a completion leaves no trace: not even the private folder is made."""
+    srv = MockServer({"tools": TOOLS})
+    srv.start()
+    try:
+        config = write_mcp_json(tmp_path / "mcp.json", {"m": {"type": "http", "url": srv.url}})
+        runtime = tmp_path / "run"
+        runtime.mkdir(mode=0o700)
+        out = io.StringIO()
+        env = {"HOME": str(tmp_path), "PATH": os.environ.get("PATH", ""), "XDG_RUNTIME_DIR": str(runtime)}
+        argv = ["--config", str(config), "--completion", "flags", "m", "add"]
+        assert bkmcp.main(argv, stdout=out, stderr=out, env=env, cwd=str(tmp_path)) == 0
+        assert out.getvalue() == "--a\n--b\n" and list(runtime.iterdir()) == []
+        assert len(srv.requests("tools/list")) == 1
+    finally:
+        srv.stop()

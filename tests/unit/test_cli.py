@@ -892,7 +892,56 @@ def test_bash_completion_completes_options_and_server_names(tmp_path, write_conf
     assert sorted(complete("bkmcp", "--completion", "")) == ["bash", "fish", "zsh"]
     other = write_config({"mcpServers": {"only": {"type": "stdio", "command": "x"}}}, name="other.json")
     assert complete("bkmcp", "--config", str(other), "") == ["only"]
-    assert complete("bkmcp", "demo", "") == []  # tool names would need discovery: never contacted while completing
+    assert complete("bkmcp", "demo", "") == []  # its server cannot start: no tool names, and never file names
+    assert complete("bkmcp", "demo", "--ch") == ["--check"]  # the options valid after a server
+    assert "--check" not in complete("bkmcp", "demo", "tool", "--")  # ... and after a tool
+    assert complete("bkmcp", "demo", "tool", "--text", "") == []  # a tool flag's value: nothing offered
+    assert complete("bkmcp", "--timeout", "=", "") == []  # bash splits --name=VALUE at '='
+    assert complete("bkmcp", "--config", "=", str(other), "") == ["only"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--completion", "tools"),
+        ("--completion", "tools", "srv", "tool"),
+        ("--completion", "flags", "srv"),
+        ("--completion", "flags", "srv", "tool", "--x", "1"),
+        ("--completion", "flags", "srv", "tool", "extra"),
+        ("--completion", "servers", "srv"),
+        ("--completion", "tools", "srv", "--check"),
+    ],
+)
+def test_completion_words_take_exactly_their_words(args, tmp_path, no_network):
+    """Issue 28 item 6: ``--completion tools SERVER`` and ``--completion flags SERVER TOOL``, nothing else."""
+    res = run_bkmcp(*args, env={"HOME": str(tmp_path)})
+    assert res.exit_status == 1 and res.stdout == "" and res.error_code == "usage_error", res.stderr
+    assert ("a server name" in res.stderr) == (args[1] != "servers"), res.stderr
+
+
+def test_completion_words_print_nothing_when_the_server_cannot_answer(tmp_path, write_config, no_network):
+    """A server whose program is missing, an unknown server, a broken config: no words, no output, exit 0."""
+    config = write_config({"mcpServers": {"gone": {"type": "stdio", "command": str(tmp_path / "missing")}}})
+    for args in (("tools", "gone"), ("flags", "gone", "echo"), ("tools", "unknown")):
+        res = run_bkmcp("--config", str(config), "--completion", *args, env={"HOME": str(tmp_path)})
+        assert (res.exit_status, res.stdout, res.stderr) == (0, "", ""), args
+
+
+def test_completion_words_offer_only_names_a_shell_cannot_expand():
+    """compgen -W expands its words: a server's name with '$', '`', quotes, spaces or a leading '-' is left out."""
+    tools = [
+        {"name": "read_file", "inputSchema": {"type": "object", "properties": {"path": {"type": "string"}}}},
+        {"name": "$(touch pwned)"},
+        {"name": "a b"},
+        {"name": "-x"},
+        {"name": 7},
+        "not a tool",
+        {"name": "ns/tool.v2", "inputSchema": {"type": "object", "properties": {"ok": {}, "it's": {"type": "string"}}}},
+    ]
+    assert bkmcp.render_completion_words(tools, None) == "read_file\nns/tool.v2\n"
+    assert bkmcp.render_completion_words(tools, "read_file") == "--path\n"
+    assert bkmcp.render_completion_words(tools, "ns/tool.v2") == "--ok\n"
+    assert bkmcp.render_completion_words(tools, "missing") == ""
 
 
 def test_resident_help_defaults_are_the_resident_modes_own():

@@ -1,0 +1,203 @@
+"""Issue 28 item 6: completion that knows the server, in a real interactive bash and zsh under tmux.
+
+The test types into the shell (``tmux send-keys``) and reads the screen (``capture-pane``): after ``bkmcp <server>``
+the tool names, after ``bkmcp <server> <tool>`` that tool's flags and only the options valid there, never a file
+name in those positions. The names come from the server: the mock's request log shows the ``tools/list`` each
+completion sent, or, with a warm session alive (``--keep-alive``), that the kept server process answered and no
+other one started. Every process a completion started is gone when it ends; teardown stops the warm process, the
+tmux server and fails when any server process of the test is left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import ROOT, process_running, until
+from tests.integration.test_warm_sessions import World
+
+REQUIRED = os.environ.get("BKMCP_INTEROP_REQUIRED") == "1"  # CI (.ci/run installs tmux and zsh): never skipped
+
+
+def _need(program: str) -> None:
+    if shutil.which(program) is None:
+        if REQUIRED:
+            pytest.fail(f"{program} is not installed (.ci/run installs it)")
+        pytest.skip(f"{program} is not installed")
+
+
+class Shell:
+    """An interactive shell in a detached tmux session on a socket of the test's own."""
+
+    def __init__(self, tmp: Path, kind: str, env: dict[str, str]) -> None:
+        self.socket = str(tmp / "tmux.sock")
+        self.count = 0  # commands run: each waits for its own end marker
+        argv = ["bash", "--norc", "--noprofile", "-i"] if kind == "bash" else ["zsh", "-f", "-i"]
+        self.run("new-session", "-d", "-x", "200", "-y", "60", "-c", str(tmp), *argv, env=env)
+        self.pids = [int(pid) for pid in self.run("display-message", "-p", "-t", "0", "#{pid} #{pane_pid}").split()]
+
+    def run(self, *args: str, env: dict[str, str] | None = None) -> str:
+        done = subprocess.run(
+            ["tmux", "-S", self.socket, "-f", "/dev/null", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env if env is not None else {"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    def keys(self, *keys: str) -> None:
+        self.run("send-keys", "-t", "0", *keys)
+
+    def type(self, text: str) -> None:
+        self.run("send-keys", "-t", "0", "-l", text)
+
+    def screen(self) -> str:
+        return self.run("capture-pane", "-p", "-t", "0")
+
+    def command(self, line: str) -> None:
+        """Run ``line`` and wait until it printed its own end marker (the screen is cleared first)."""
+        self.count += 1
+        self.keys("C-u")
+        self.type(f"clear; {line}; echo done-$((6*7))-{self.count}")
+        self.keys("Enter")
+        until(lambda: f"done-42-{self.count}" in self.screen(), f"the shell ran {line!r}", 60)
+
+    def complete(self, line: str, expect: str, tabs: int = 1) -> str:
+        """Type ``line``, press Tab ``tabs`` times and return the screen once ``expect`` is on it."""
+        self.command("true")
+        self.keys("C-u")
+        self.type(line)
+        for _ in range(tabs):
+            self.keys("Tab")
+        until(lambda: expect in self.screen(), f"{expect!r} after {line!r}<Tab>", 60)
+        screen = self.screen()
+        self.keys("C-c")
+        return screen
+
+    def close(self) -> None:
+        """Stop the tmux server; its shell and it are gone before this returns."""
+        subprocess.run(["tmux", "-S", self.socket, "kill-server"], capture_output=True, timeout=60, check=False)
+        until(lambda: not any(process_running(pid) for pid in self.pids), "tmux and its shell ended", 30)
+
+
+def _count(log: Path, method: str) -> int:
+    lines = log.read_text().splitlines() if log.exists() else []
+    return sum(1 for line in lines if json.loads(line).get("rpc_method") == method)
+
+
+@pytest.fixture(params=["bash", "zsh"])
+def shell_world(request, tmp_path):
+    _need("tmux")
+    _need(request.param)
+    world = World(tmp_path)
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "bkmcp").write_text(f'#!/bin/sh\nexec {sys.executable} {ROOT / "bkmcp.py"} "$@"\n')
+    (bindir / "bkmcp").chmod(0o755)
+    (tmp_path / "ecfile").write_text("")  # a file that would be offered where a tool name goes
+    (tmp_path / "--tefile").write_text("")
+    script = tmp_path / f"complete.{request.param}"
+    done = world.run("--completion", request.param)
+    assert done.returncode == 0, done.stderr
+    script.write_bytes(done.stdout)
+    env = {
+        **world.env,
+        "PATH": f"{bindir}:{world.env['PATH']}",
+        "BK_CLI_CONFIG_DIR": str(tmp_path),
+        "PS1": "$ ",
+        "PROMPT": "$ ",
+        "TERM": "xterm",
+    }
+    shell = Shell(tmp_path, request.param, env)
+    try:
+        until(lambda: "$" in shell.screen(), "the shell's prompt", 60)
+        if request.param == "bash":  # one Tab lists the candidates, all of them, no pager
+            shell.command("bind 'set show-all-if-ambiguous on'; bind 'set completion-query-items 0'")
+            shell.command("bind 'set page-completions off'; bind 'set bell-style none'")
+        else:
+            shell.command("autoload -U compinit && compinit -u; setopt nolistbeep nobeep")
+        shell.command(f"source {script}")
+        yield request.param, shell, world
+    finally:
+        shell.close()
+        world.close()  # stops the warm process and fails when a server process of the test is left
+
+
+def test_completion_offers_the_servers_tools_then_the_tools_flags(shell_world):
+    """Issue 28 item 6: tool names after the server, the tool's flags (and the call options) after the tool, from
+    a tools/list the server received on each completion; never a file name there."""
+    _kind, shell, world = shell_world
+    lists = len(world.http.requests("tools/list"))
+    screen = shell.complete("bkmcp hm ", "noop")
+    for name in ("echo", "pick", "add", "fail", "counter", "slow"):
+        assert name in screen, screen
+    assert "ecfile" not in screen and "mcp.json" not in screen
+    assert len(world.http.requests("tools/list")) > lists  # the names came from the server
+
+    screen = shell.complete("bkmcp hm ec", "bkmcp hm echo")  # unique: the file ecfile is not a candidate
+    assert "ecfile" not in screen
+
+    screen = shell.complete("bkmcp hm echo --", "--count")
+    for flag in ("--text", "--ratio", "--loud", "--tags", "--options", "--body", "--dry-run", "--jq", "--raw"):
+        assert flag in screen, screen
+    for wrong in ("--check", "--tools", "--resident", "--registry", "--sessions", "--completion", "--tefile"):
+        assert wrong not in screen, screen
+
+    screen = shell.complete("bkmcp hm echo --te", "--text")
+    assert "--tefile" not in screen
+
+    screen = shell.complete("bkmcp --timeout 5s hm add --", "--a")  # global options before the server: skipped
+    assert "--b" in screen and "--text" not in screen
+
+    screen = shell.complete("bkmcp hm --", "--tools")  # after the server: the options valid there
+    assert "--check" in screen and "--brief" in screen and "--body" not in screen and "--resident" not in screen
+
+
+def test_a_warm_session_answers_the_completion_and_a_cold_one_leaves_nothing_running(shell_world):
+    """Issue 28 item 6 / contract §14: with the server's session kept warm, the completion asks the kept process
+    (no second server process starts); without one, one bounded connect whose server is gone at the end."""
+    _kind, shell, world = shell_world
+    shell.command("bkmcp st --tools --keep-alive >/dev/null")
+    assert _count(world.stdio_log, "server/discover") == 1 and len(world.children()) == 1
+    warm_pid = world.children()
+    screen = shell.complete("bkmcp st ", "noop")
+    assert "counter" in screen and "ecfile" not in screen
+    screen = shell.complete("bkmcp st echo --", "--count")
+    assert _count(world.stdio_log, "server/discover") == 1  # served by the kept session: no server started
+    assert world.children() == warm_pid
+    assert world.sessions()["sessions"][0]["server"] == "st"
+
+    shell.command("bkmcp --sessions --stop >/dev/null")
+    until(lambda: not world.children(), "the warm server ended", 30)
+    lists = _count(world.stdio_log, "tools/list")
+    screen = shell.complete("bkmcp st ", "noop")
+    assert "counter" in screen
+    assert _count(world.stdio_log, "server/discover") == 2 and _count(world.stdio_log, "tools/list") == lists + 1
+    until(lambda: not world.children(), "the completion's server ended", 30)  # the completion has returned
+    assert not world.daemons()  # a cold completion starts no background process
+
+
+def test_completion_prints_nothing_when_the_server_cannot_answer(shell_world, tmp_path):
+    """A server that does not exist, or that fails to start: no candidates (no file names either), no output."""
+    _kind, shell, world = shell_world
+    world.servers["gone"] = {"type": "http", "url": "http://127.0.0.1:9/mcp"}
+    world.servers["bad"] = {"type": "stdio", "command": str(tmp_path / "no-such-program")}
+    world.config.write_text(json.dumps({"mcpServers": world.servers}))
+    for server in ("gone", "bad", "unknown"):
+        shell.command("true")
+        shell.keys("C-u")
+        shell.type(f"bkmcp {server} ecf")
+        shell.keys("Tab")  # whatever it completed stays on the line, which then runs
+        shell.type(f"; echo ran-$((6*7))-{server}")
+        shell.keys("Enter")
+        until(lambda marker=f"ran-42-{server}": marker in shell.screen(), "the line ran", 60)
+        screen = shell.screen()
+        assert f"bkmcp {server} ecf; echo" in screen and "ecfile" not in screen, screen
