@@ -21,7 +21,7 @@ def _recipe(*args: str) -> list[str]:
     )
     assert proc.returncode == 0, proc.stderr
     joined = proc.stdout.replace("\\\n", " ")  # continued recipe lines, as the shell would see them
-    return [line for line in joined.splitlines() if "pytest" in line]
+    return [line for line in joined.splitlines() if "-m pytest" in line]  # not the venv step's echo
 
 
 def test_make_test_case_runs_one_test_by_node_id() -> None:
