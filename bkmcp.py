@@ -14204,7 +14204,14 @@ def ask_warm_completion(inv: Invocation, envr: Environment) -> str | None:
     out: list[str] = []
     try:
         sock.settimeout(COMPLETION_TIMEOUT)
-        request = {"op": "complete", "build": build, "argv": inv.argv, "env": dict(envr.env), "cwd": envr.cwd}
+        request = {
+            "op": "complete",
+            "build": build,
+            "argv": inv.argv,
+            "env": dict(envr.env),
+            "cwd": envr.cwd,
+            "timeout": inv.timeout_seconds,  # as a command's: the process never parses --timeout again
+        }
         send_frame(sock, b"R", json.dumps(request).encode("utf-8", "surrogatepass"))
         while (frame := recv_frame(sock)) is not None:
             if frame[0] == b"O":

@@ -579,9 +579,9 @@ def test_the_warm_process_gets_the_timeout_value_not_the_text(place, monkeypatch
     received: list[dict] = []
     served = bkmcp.WarmServer._run
 
-    def spy(self, conn, request):
+    def spy(self, conn, request, **options):
         received.append(request)
-        return served(self, conn, request)
+        return served(self, conn, request, **options)
 
     monkeypatch.setattr(bkmcp.WarmServer, "_run", spy)
     used: list[float] = []
