@@ -21,7 +21,8 @@ def _recipe(*args: str) -> list[str]:
     )
     assert proc.returncode == 0, proc.stderr
     joined = proc.stdout.replace("\\\n", " ")  # continued recipe lines, as the shell would see them
-    return [line for line in joined.splitlines() if "-m pytest" in line]  # not the venv step's echo
+    # not the venv step's echo; runs of blanks (continuation indents) as one space
+    return [" ".join(line.split()) for line in joined.splitlines() if "-m pytest" in line]
 
 
 def test_make_test_case_runs_one_test_by_node_id() -> None:
@@ -38,9 +39,11 @@ def test_make_test_case_runs_a_k_expression() -> None:
 
 def test_make_test_without_case_is_the_whole_suite() -> None:
     runs = _recipe("test")
-    # the whole suite: the artifact tests in one run, beside the rest (with the coverage threshold) in another
-    assert any("--cov-fail-under=90" in run and "--ignore=tests/artifact tests;" in run for run in runs)
-    assert any("-p no:cacheprovider tests/artifact >" in run for run in runs)
+    # the whole suite: the artifact tests, then the fuzz-marked ones, in one run beside the rest (with the coverage
+    # threshold) in another; every test is in exactly one of them (the same paths, "fuzz" and "not fuzz")
+    assert any("--cov-fail-under=90" in run and '--ignore=tests/artifact -m "not fuzz" tests;' in run for run in runs)
+    assert any("-p no:cacheprovider tests/artifact &&" in run for run in runs)
+    assert any("-m fuzz --ignore=tests/conformance --ignore=tests/artifact tests; }" in run for run in runs)
     assert any("wait $side" in run and "test $main -eq 0 && test $side_status -eq 0" in run for run in runs)
     assert any("-m interop tests/integration/test_mock_server.py" in run for run in runs)
 
@@ -96,11 +99,11 @@ def test_make_check_is_lint_and_the_unit_tests_but_fuzz_offline() -> None:
     tests; it builds nothing and installs nothing (no npm, no pip, no vendored wheels), so it runs offline."""
     plan = _plan("check")
     assert "ruff check" in plan and "ruff format --check" in plan and "mypy bkmcp.py" in plan
-    [run] = [line for line in plan.splitlines() if "pytest" in line]
+    [run] = [line for line in plan.splitlines() if "-m pytest" in line]
     assert run.rstrip().endswith('-m "not fuzz" tests/unit')
     for downloads in ("pip install", "npm", "install_", "python3 build_zipapp.py", ".venv-sdk"):
         assert downloads not in plan, downloads
-    assert "not fuzz" not in _plan("test")  # the whole suite keeps them
+    assert "-m fuzz " in _plan("test")  # the whole suite keeps them (beside the rest)
 
 
 def test_the_fuzz_marker_is_declared_and_marks_the_heavy_property_tests() -> None:
