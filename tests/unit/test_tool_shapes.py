@@ -333,6 +333,7 @@ def valid(value: Any, schema: Any) -> bool:
     return jsonschema.Draft202012Validator(schema).is_valid(value)
 
 
+@pytest.mark.fuzz
 @FUZZ
 @given(CORPUS, st.data())
 def test_every_emitted_definition_passes_its_checker_and_valid_arguments_stay_valid(case, data):
