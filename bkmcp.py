@@ -1876,32 +1876,6 @@ def expand_env(
     return _ENV_REF.sub(replace, template), used
 
 
-# What a stdio server inherits from bkmcp's environment (docs/contract.md §9): locating programs, the user, locale, temp
-# dirs, the terminal and what Windows needs to start a process. Nothing else (no tokens, no proxies).
-STDIO_INHERITED_ENV = (
-    "PATH",
-    "HOME",
-    "USER",
-    "LOGNAME",
-    "LANG",
-    "TMPDIR",
-    "TEMP",
-    "TMP",
-    "SHELL",
-    "TERM",
-    "SYSTEMROOT",
-    "COMSPEC",
-    "PATHEXT",
-    "WINDIR",
-)
-
-
-def select_inherited_env(env: Mapping[str, str]) -> dict[str, str]:
-    """The minimal inherited part of a stdio server's environment (``LC_*`` included); the entry's ``env`` is
-    laid over it by the transport."""
-    return {name: value for name, value in env.items() if name in STDIO_INHERITED_ENV or name.startswith("LC_")}
-
-
 # ======================================================================================================
 # 4. Auth
 # ======================================================================================================
@@ -1945,6 +1919,32 @@ class ResolvedServer:
         made_of = [self.type, self.url, sorted(self.headers.items()), self.command, self.args, sorted(self.env.items())]
         made_of += [self.cwd, self.protocol_version, *more]
         return hashlib.sha256(dump_json(made_of).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+# What a stdio server inherits from bkmcp's environment (docs/contract.md §9): locating programs, the user, locale, temp
+# dirs, the terminal and what Windows needs to start a process. Nothing else (no tokens, no proxies).
+STDIO_INHERITED_ENV = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "TMPDIR",
+    "TEMP",
+    "TMP",
+    "SHELL",
+    "TERM",
+    "SYSTEMROOT",
+    "COMSPEC",
+    "PATHEXT",
+    "WINDIR",
+)
+
+
+def select_inherited_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The minimal inherited part of a stdio server's environment (``LC_*`` included); the entry's ``env`` is
+    laid over it by the transport."""
+    return {name: value for name, value in env.items() if name in STDIO_INHERITED_ENV or name.startswith("LC_")}
 
 
 def _stdio_path(path: str, env: Mapping[str, str], cwd: str, where: str) -> str:
