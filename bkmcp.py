@@ -10832,7 +10832,7 @@ class SessionPool:
 # -- 10.3 injected names and catalogues (docs/contract.md §11.2 TOOL, §11.5) -------------------------------------------
 # What the platform hands its models: every tool a user may use as ``mcp_{server}_{tool}`` with a model-ready
 # definition, from the catalogues ``Catalogues`` keeps per session (its slot, the registry's cache, discovery);
-# ``_Command`` and ``_platform_error`` (the platform's wording of an error) are shared with the command server below.
+# ``_Command`` is shared with the command server below, whose ``_platform_error`` words their errors.
 
 _INJECTED_MAX = 64
 _INJECTED_PREFIX = 55
@@ -10917,24 +10917,6 @@ class _Command:
     chosen: dict[str, dict[str, str]] = field(default_factory=dict)  # server -> its credential, chosen once
     # from its registry view: the user's own credentials and the system ones (both scrub its answer)
     credentials: tuple[Mapping[str, Mapping[str, str]], ...] = ()
-
-
-def _platform_error(exc: BkmcpError, *, server: str | None = None, timeout: float | None = None) -> BkmcpError:
-    """An error in the platform's words, built from its fields (a copy): no hints; a timeout names the
-    command's budget in ms; a connection that failed for want of descriptors is ``resource_limit``."""
-    if isinstance(exc, ConnectionFailedError) and is_exhaustion(exc.__cause__ or exc.__context__):
-        limited = ResourceLimitError(
-            exc.message + " (a system limit on open files is reached)", details=dict(exc.details)
-        )
-        return _mark(limited, sent=request_was_sent(exc))
-    changes: dict[str, Any] = {"hint": None, "notes": (), "remedy": None}
-    if isinstance(exc, McpTimeoutError) and timeout is not None and exc.what is not None:
-        where = f" on server {server!r}" if server else ""
-        sent = request_was_sent(exc)
-        changes["message"] = f"no answer{where} within {int(timeout * 1000)} ms" + (
-            "; the call was sent and its outcome is unknown" if sent and exc.details.get("outcome") else ""
-        )
-    return exc.copy(**changes)
 
 
 def _usable_rows(view: RegistryView) -> list[RegistryServer]:
@@ -11153,7 +11135,8 @@ class Catalogues:
 
 # -- 10.4 the command server (docs/contract.md §11.1, §11.2) -----------------------------------------------------------
 # JSON lines in, one answer per command out: the reader thread, a bounded worker pool, the seven actions
-# (``Actions``), the end (shutdown, EOF, signals) that answers every command read, and ``run_resident``.
+# (``Actions``), the end (shutdown, EOF, signals) that answers every command read, and ``run_resident``. An error
+# reaches the platform in its words (``_platform_error``: no hints, a timeout as the command's budget in ms).
 
 RESIDENT_LINE_LIMIT = 16 * 1024 * 1024  # bytes of one command line (docs/contract.md §11.1)
 RESIDENT_ACTIONS = (
@@ -11175,6 +11158,24 @@ _SHUTDOWN_GRACE = 2.0  # shutdown: time the commands cut short get to write thei
 # Terminating signals that end the process like SIGTERM (every command answered, no child left); SIGINT exits 130.
 _STOP_SIGNALS = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
 _MAX_TIMEOUT_MS = 7 * 24 * 3600 * 1000
+
+
+def _platform_error(exc: BkmcpError, *, server: str | None = None, timeout: float | None = None) -> BkmcpError:
+    """An error in the platform's words, built from its fields (a copy): no hints; a timeout names the
+    command's budget in ms; a connection that failed for want of descriptors is ``resource_limit``."""
+    if isinstance(exc, ConnectionFailedError) and is_exhaustion(exc.__cause__ or exc.__context__):
+        limited = ResourceLimitError(
+            exc.message + " (a system limit on open files is reached)", details=dict(exc.details)
+        )
+        return _mark(limited, sent=request_was_sent(exc))
+    changes: dict[str, Any] = {"hint": None, "notes": (), "remedy": None}
+    if isinstance(exc, McpTimeoutError) and timeout is not None and exc.what is not None:
+        where = f" on server {server!r}" if server else ""
+        sent = request_was_sent(exc)
+        changes["message"] = f"no answer{where} within {int(timeout * 1000)} ms" + (
+            "; the call was sent and its outcome is unknown" if sent and exc.details.get("outcome") else ""
+        )
+    return exc.copy(**changes)
 
 
 def _field_type(params: Mapping[str, Any], name: str, kind: type, task_id: Any, what: str) -> Any:
