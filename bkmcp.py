@@ -5,34 +5,59 @@ Connect to MCP servers configured in one ``mcp.json``, check them, discover thei
 call a tool with typed arguments, with one JSON envelope on stdout and exit codes scripts can trust
 (0 success, 1 local/usage error, 2 remote/runtime error, 130 interrupted).
 
-The module is split into sections by banner comments (``grep -n '^# ====' bkmcp.py`` prints them). Each section
-uses only the sections above it:
+The module is split into sections by banner comments (``grep -n '^# ====' -A1 bkmcp.py`` prints them), some into
+numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the sections above it:
 
     1. Errors & exit codes      one exception root, every stable error code of docs/contract.md §7
-    2. Helpers                  records (a small dataclass), JSON with number fidelity, redaction, durations,
-                                the default timeout and deadlines, logging, the line writer that never blocks
-                                (resident log and events), the progress line, names' close spellings, and the
-                                tool-option tokens the argv parser hands to section 8
-    3. Config                   file selection, strict parsing, per-field validation, ${VAR} expansion
-    4. Auth                     Bearer / X-Bkapi-Authorization forms, conflicts, secrets to scrub
+    2. Helpers                  records (a small dataclass), JSON with number fidelity (a duplicate key rejected),
+                                redaction, durations, the default timeout and deadlines, logging, the line writer
+                                that never blocks (resident log and events), the progress line, names' close
+                                spellings, and the tool-option tokens the argv parser hands to section 8
+    3. Config                   file selection, strict parsing (a duplicate key: section 2's JSON), per-field
+                                validation, ${VAR} expansion
+    4. Auth                     Bearer / X-Bkapi-Authorization forms, conflicts, secrets to scrub; a server resolved
+                                for its transport (ResolvedServer), with the environment a stdio child inherits
     5. Protocol core (sans-IO)  JSON-RPC framing, SSE decoder, eras, request building, classification; the
                                 session core (ids, pending requests, the one matching rule, era and session
-                                state) and negotiation as pure decision steps
+                                state, the Mcp-Session-Id that initialize issues) and negotiation as pure decision
+                                steps; a tool excluded for an invalid x-mcp-header declaration
     6. Transports               the Transport seam: HTTP via httpx (concurrent POSTs on one pooled client),
                                 stdio framing (a bounded line reader, lines that are not JSON-RPC skipped)
-                                apart from child-process supervision
+                                apart from child-process supervision, in four rooms:
+       6.1 the seam                Transport and Outgoing, whether a request was sent; open_transport ends section 6
+       6.2 HTTP                    HttpTransport: status mapping (401/403 -> mcp_auth_required /
+                                   mcp_permission_denied, status_failure for the rest), SSE resumption (GET +
+                                   Last-Event-ID)
+       6.3 stdio framing           a bounded line reader (read_lines), the stderr tail kept for errors (LineTail)
+       6.4 the child process       ChildProcess (its group, reaping) and StdioTransport over it: lines that are
+                                   not JSON-RPC skipped, the server's stderr in an error; what it inherits: section 4
     7. Client flows             the per-operation OpContext, McpSession (many requests in flight, each with
-                                its own deadline) and the flows: negotiate, discover, call, check, tools, dry-run
-    8. Schema flags             inputSchema -> typed flags, values, validation
-    9. Output                   envelopes, --jq, help text
-   10. Resident mode            many users' sessions behind one JSON stdin/stdout process (four rooms), warm sessions:
+                                its own deadline) and the flows: negotiate, discover, call, check, tools, dry-run;
+                                a call that times out or is interrupted cancelled (notifications/cancelled)
+    8. Schema flags             inputSchema -> typed flags, values, validation; why a property gets no flag
+                                (BodyOnlyField: set it with --body)
+    9. Output                   envelopes, --jq (JqProgram: compiled, applied), help text, the shell completion
+                                scripts
+   10. Resident mode            many users' sessions behind one JSON stdin/stdout process, and the --keep-alive
+                                process's kept sessions, in five rooms:
        10.1 registry, credentials  SQLite / HTTP sources, one user's view, a row -> ResolvedServer
-       10.2 sessions               events, the live session, slots, the pool (limits, eviction, reaper)
-       10.3 names, catalogues      injected mcp_{server}_{tool} names, Catalogues (cached per session)
+       10.2 sessions               events, the live session, slots, the pool (limits: --max-processes and
+                                   --max-user-processes; eviction, reaper; a crashed stdio child's retry-after
+                                   back-off)
+       10.3 names, catalogues      injected mcp_{server}_{tool} names (shortened past 64 characters), Catalogues
+                                   (cached per session)
        10.4 command server         the reader, a bounded worker pool, Actions (the seven), the end that answers all
+                                   (shutdown, EOF, a signal), an error worded for the platform (_platform_error)
        10.5 warm sessions          WarmSessions: the --keep-alive process's kept sessions, lent by key
+                                   (warm_session_key), a catalogue kept by its ttlMs; its client and process: 11.4
    11. CLI                      argument routing and ``main(argv) -> int``, the one exception -> exit ladder;
-                                the --keep-alive client and its background process (WarmServer)
+                                the --keep-alive client and its background process (WarmServer), in five rooms:
+       11.1 argument routing       parse_argv -> Invocation, check_invocation
+       11.2 --body                 inline, @FILE or - (stdin), read and bounded (read_body)
+       11.3 the runner             Environment, _Runner: one command, local or remote, to its envelope
+       11.4 --keep-alive           the client and its background process (WarmServer), a process that dies
+                                   mid-call; the sessions it keeps: 10.5
+       11.5 main, exit ladder      last: word_for_cli, main, _report_error
 
 Exception tree (section 1)::
 
@@ -3187,6 +3212,7 @@ def build_task_refusal(tool: Mapping[str, Any], server_name: str) -> CapabilityU
 # ======================================================================================================
 # 6. Transports — deferred in the pyz
 # ======================================================================================================
+# -- 6.1 the Transport seam (docs/design.md, "The session engine") -----------------------------------------------------
 # A transport moves section-5 messages and decides nothing about eras or matching. The seam (``Transport``):
 #   ``attach(deliver, lost, answer_headers)``  ``deliver(message, related) -> bool`` takes every incoming message
 #       (True once ``related``, the request whose stream carried it, has been answered); ``lost()`` says a shared
@@ -3312,6 +3338,14 @@ def is_exhaustion(exc: BaseException | None) -> bool:
 def request_was_sent(error: BaseException) -> bool:
     """Whether the request reached the wire; not known counts as sent (never resend)."""
     return not isinstance(error, BkmcpError) or error.request_sent is not False
+
+
+# -- 6.2 HTTP: status mapping, the session id, SSE resumption (docs/contract.md §7, docs/protocol.md) ------------------
+# ``HttpTransport``: one pooled httpx client, a POST per message, the answer's JSON or SSE stream read in the caller's
+# thread. Statuses are mapped here: 401 -> ``mcp_auth_required``, 403 -> ``mcp_permission_denied``
+# (``HttpTransport._check_status``), any other non-2xx by ``status_failure``. The ``Mcp-Session-Id`` header of each
+# answer goes to the session core (section 5 decides that ``initialize`` issues it); a POST's stream that closes
+# before its answer is resumed by GET + Last-Event-ID (``HttpTransport._resume``).
 
 
 def status_failure(status: int, message: Message | None, text: str, method: str, *, with_session: bool) -> RemoteError:
@@ -4121,6 +4155,8 @@ def _decode_error_message(text: str) -> Message | None:
     return messages[0] if len(messages) == 1 else None
 
 
+# -- 6.3 stdio framing: the bounded line reader and the stderr tail (docs/contract.md §9) ------------------------------
+
 _STDIO_EXIT_GRACE = 2.0  # after closing stdin: time to exit on its own
 _STDIO_QUICK_EXIT_GRACE = 0.5  # the same once the operation's budget is spent
 _STDIO_TERM_GRACE = 2.0  # after SIGTERM to the process group, before SIGKILL
@@ -4223,6 +4259,14 @@ class LineTail:
                 return lines, self._count
             own = self._count - since
             return (self._startup + lines[max(len(lines) - own, 0) :])[-keep:], self._started_at + own
+
+
+# -- 6.4 the child process: spawning, its group, reaping, StdioTransport (docs/contract.md §9) -------------------------
+# ``ChildProcess`` starts a stdio server in its own process group (with the environment section 4's
+# ``select_inherited_env`` chose), watches it and reaps it; ``StdioTransport`` writes JSON-RPC lines to it, skips
+# stdout lines that are not JSON-RPC and puts the server's stderr tail into its errors (``_with_stderr``). A
+# resident session's crashed child is restarted after a back-off (10.2, ``SessionPool``). ``open_transport``, the
+# seam's one entry, ends the section: its table names both transports.
 
 
 def _pipe_unread(fd: int) -> int | None:
@@ -12383,6 +12427,8 @@ class _WarmSource(SessionSource):
 #   * Outside them, a deferred name is used only inside function bodies: never as a base class, decorator,
 #     default value, class attribute or module-level value, and never bound again.
 
+# -- 11.1 argument routing: argv -> Invocation, checked (docs/contract.md §2) ------------------------------------------
+
 _VALUE_OPTIONS = {
     "--config": "config",
     "--timeout": "timeout",
@@ -12688,6 +12734,8 @@ def check_invocation(inv: Invocation, timeout: float | None = None) -> None:
         inv.timeout_seconds = parse_duration(inv.timeout)
 
 
+# -- 11.2 --body: inline, @FILE or - (stdin), read and bounded (docs/contract.md §2, §6) -------------------------------
+
 BODY_LIMIT = 64 * 1024 * 1024  # bytes of --body (inline, @FILE or -): tool arguments, not a data transfer
 
 
@@ -12810,6 +12858,9 @@ def _read_body_fd(fd: int, label: str, deadline: Deadline | None, where: str) ->
         size += len(chunk)
         if size > BODY_LIMIT:
             raise _body_too_large(label)
+
+
+# -- 11.3 the runner: one command from its Invocation to its envelope --------------------------------------------------
 
 
 @dataclass
@@ -13222,7 +13273,7 @@ class _Runner:
         return self.emit_envelope(build_success(data), jq, EXIT_OK, raw=inv.raw)
 
 
-# -- warm sessions: the --keep-alive client and its background process (docs/contract.md §14) ---------------------
+# -- 11.4 --keep-alive: the client and its background process, WarmServer (docs/contract.md §14) -----------------------
 # The client forwards the command line, environment, cwd and (for --body -) stdin over a private Unix socket and
 # prints what comes back; the background process runs ``main`` on it with ``WarmRun`` (section 10.5's sessions).
 # Without --keep-alive / BKMCP_KEEP_ALIVE nothing here runs.
@@ -13951,6 +14002,11 @@ def serve_warm_process(args: Sequence[str]) -> int:  # pyz: remote part
     limit_malloc_arenas()
     return WarmServer(place, artifact, log).serve()
 
+
+# -- 11.5 last: word_for_cli, main and the exit ladder (docs/contract.md §7) -------------------------------------------
+# ``main(argv) -> int`` routes a command to the runner (or the warm client, or the background process) and is the
+# one place an exception becomes an exit status: ``_report_error`` prints the failure envelope of a ``BkmcpError``
+# worded for the CLI (``word_for_cli``); anything else is ``internal_error``, Ctrl-C exit 130.
 
 # How the CLI words the remedies that library errors leave neutral (their ``remedy`` field): it names its own options.
 _CLI_REMEDIES = {
