@@ -55,8 +55,8 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        11.1 argument routing       parse_argv -> Invocation, check_invocation
        11.2 --body                 inline, @FILE or - (stdin), read and bounded (read_body)
        11.3 the runner             Environment, _Runner: one command, local or remote, to its envelope
-       11.4 --keep-alive           the client and its background process (WarmServer), a process that dies
-                                   mid-call; the sessions it keeps: 10.5
+       11.4 --keep-alive           the client and its background process (WarmServer), the client's Ctrl-C
+                                   (Interrupt), a process that dies mid-call; the sessions it keeps: 10.5
        11.5 main, exit ladder      last: word_for_cli, main, _report_error
 
 Exception tree (section 1)::
@@ -1031,52 +1031,10 @@ def format_duration(seconds: float) -> str:
 DEFAULT_TIMEOUT = 60.0
 
 
-class Interrupt:
-    """A Ctrl-C that reaches an operation from outside its thread (a warm client's, docs/contract.md §14).
-
-    ``fire`` marks it and runs the wake-ups the operation's waits registered (``hook``): an answer's event, an HTTP
-    response's socket. The operation then raises ``KeyboardInterrupt`` where it checks (``Deadline.remaining``,
-    ``McpSession.request``), exactly where a one-shot Ctrl-C lands. Never an asynchronous exception: a session
-    shared by many calls is only ever left at a point that expects to be left."""
-
-    def __init__(self) -> None:
-        self.fired = False
-        self._hooks: dict[int, Callable[[], None]] = {}
-        self._next = 0
-        self._lock = _thread.allocate_lock()
-
-    def fire(self) -> None:
-        with self._lock:
-            self.fired = True
-            hooks = list(self._hooks.values())
-        for wake in hooks:
-            try:
-                wake()
-            except Exception:  # noqa: S110 - a wake-up that fails leaves the deadline to end the wait
-                pass
-
-    def hook(self, wake: Callable[[], None]) -> int:
-        """Run ``wake`` when the interrupt fires (at once if it has); ``unhook`` with the number returned."""
-        with self._lock:
-            key = self._next = self._next + 1
-            self._hooks[key] = wake
-            fired = self.fired
-        if fired:
-            wake()
-        return key
-
-    def unhook(self, key: int) -> None:
-        with self._lock:
-            self._hooks.pop(key, None)
-
-    def check(self) -> None:
-        if self.fired:
-            raise KeyboardInterrupt
-
-
 class Deadline:
     """The whole remote operation's time budget (docs/contract.md §2): every step asks how much is left. An
-    ``interrupt`` (a warm client's Ctrl-C) ends it early with ``KeyboardInterrupt``, as a Ctrl-C does."""
+    ``interrupt`` (a warm client's Ctrl-C: ``Interrupt``, section 11.4) ends it early with ``KeyboardInterrupt``,
+    as a Ctrl-C does."""
 
     interrupt: Interrupt | None = None
 
@@ -12164,9 +12122,12 @@ def run_resident(
 
 
 # -- 10.5 warm sessions: what the --keep-alive process keeps (docs/contract.md §14) ------------------------------------
-# The CLI's background process (section 11 serves its socket) runs each forwarded command line through the CLI's own
-# ``main``; ``WarmSessions`` is the ``SessionSource`` it hands the flows: a kept session per key, lent to every
-# command whose resolved server has that key, closed after its idle time, at most ``WARM_MAX_SESSIONS``.
+# --keep-alive is one room in two sub-sections: this one (deferred in the pyz, with the engine it keeps sessions
+# of) and 11.4 (the client and the background process: the client must start without the deferred sections, and
+# the process runs ``main``, which a section above 11 cannot name). The background process runs each forwarded
+# command line through the CLI's own ``main``; ``WarmSessions`` is the ``SessionSource`` it hands the flows: a kept
+# session per key, lent to every command whose resolved server has that key, closed after its idle time, at most
+# ``WARM_MAX_SESSIONS``.
 
 WARM_MAX_SESSIONS = 32
 _WARM_OPEN_POLL = 0.05  # a command waiting for its key's opening asks this often whether its budget or Ctrl-C ended it
@@ -13274,8 +13235,11 @@ class _Runner:
 
 
 # -- 11.4 --keep-alive: the client and its background process, WarmServer (docs/contract.md §14) -----------------------
-# The client forwards the command line, environment, cwd and (for --body -) stdin over a private Unix socket and
-# prints what comes back; the background process runs ``main`` on it with ``WarmRun`` (section 10.5's sessions).
+# --keep-alive is one room in two sub-sections: this one and 10.5 (the kept sessions, ``WarmSessions``; deferred in
+# the pyz with the engine they belong to, and section 7's ``SessionSource`` is their base class, which the pyz
+# allows only inside the deferred sections). The client forwards the command line, environment, cwd and (for
+# --body -) stdin over a private Unix socket and prints what comes back; the background process runs ``main`` on it
+# with ``WarmRun`` (10.5's sessions, the client's Ctrl-C as an ``Interrupt`` on the operation's ``Deadline``).
 # Without --keep-alive / BKMCP_KEEP_ALIVE nothing here runs.
 
 KEEP_ALIVE_DEFAULT = 600.0  # --keep-alive without a value: 10 minutes
@@ -13284,6 +13248,49 @@ _WARM_LOG_LIMIT = 1024 * 1024  # bytes of the background process's log
 _WARM_START_WAIT = 30.0  # seconds a new background process gets to listen (a loaded machine: many first calls at once)
 _WARM_DAEMON = "--keep-alive-daemon"  # argv[1] of the background process (never typed by a user)
 _WARM_RELAY_SLACK = 30.0  # beyond the command's --timeout, how long a client waits for the process's next frame
+
+
+class Interrupt:
+    """A Ctrl-C that reaches an operation from outside its thread (a warm client's, docs/contract.md §14).
+
+    ``fire`` marks it and runs the wake-ups the operation's waits registered (``hook``): an answer's event, an HTTP
+    response's socket. The operation then raises ``KeyboardInterrupt`` where it checks (``Deadline.remaining``,
+    ``McpSession.request``), exactly where a one-shot Ctrl-C lands. Never an asynchronous exception: a session
+    shared by many calls is only ever left at a point that expects to be left."""
+
+    def __init__(self) -> None:
+        self.fired = False
+        self._hooks: dict[int, Callable[[], None]] = {}
+        self._next = 0
+        self._lock = _thread.allocate_lock()
+
+    def fire(self) -> None:
+        with self._lock:
+            self.fired = True
+            hooks = list(self._hooks.values())
+        for wake in hooks:
+            try:
+                wake()
+            except Exception:  # noqa: S110 - a wake-up that fails leaves the deadline to end the wait
+                pass
+
+    def hook(self, wake: Callable[[], None]) -> int:
+        """Run ``wake`` when the interrupt fires (at once if it has); ``unhook`` with the number returned."""
+        with self._lock:
+            key = self._next = self._next + 1
+            self._hooks[key] = wake
+            fired = self.fired
+        if fired:
+            wake()
+        return key
+
+    def unhook(self, key: int) -> None:
+        with self._lock:
+            self._hooks.pop(key, None)
+
+    def check(self) -> None:
+        if self.fired:
+            raise KeyboardInterrupt
 
 
 @dataclass

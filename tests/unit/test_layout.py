@@ -150,6 +150,7 @@ BEHAVIOURS = [
     ("a warm background process that dies mid-call", "11.4", "dies", "_warm_relay"),
     ("a stdio server's stderr in an error", "6.4", "stderr", "StdioTransport._with_stderr"),
     ("the --keep-alive client and its background process", "11.4", "--keep-alive", "WarmServer"),
+    ("a warm client's Ctrl-C reaching the operation in the background process", "11.4", "Ctrl-C", "Interrupt"),
     ("the CLI's wording of an error", "11.5", "word_for_cli", "word_for_cli"),
     ("main and the exit ladder, last", "11.5", "main", "_report_error"),
 ]
