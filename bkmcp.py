@@ -5,35 +5,60 @@ Connect to MCP servers configured in one ``mcp.json``, check them, discover thei
 call a tool with typed arguments, with one JSON envelope on stdout and exit codes scripts can trust
 (0 success, 1 local/usage error, 2 remote/runtime error, 130 interrupted).
 
-The module is split into sections by banner comments (``grep -n '^# ====' bkmcp.py`` prints them). Each section
-uses only the sections above it:
+The module is split into sections by banner comments (``grep -n '^# ====' -A1 bkmcp.py`` prints them), some into
+numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the sections above it:
 
     1. Errors & exit codes      one exception root, every stable error code of docs/contract.md §7
-    2. Helpers                  records (a small dataclass), JSON with number fidelity, redaction, durations,
-                                the default timeout and deadlines, logging, the line writer that never blocks
-                                (resident log and events), the progress line, names' close spellings, and the
-                                tool-option tokens the argv parser hands to section 8
-    3. Config                   file selection, strict parsing, per-field validation, ${VAR} expansion
-    4. Auth                     Bearer / X-Bkapi-Authorization forms, conflicts, secrets to scrub
+    2. Helpers                  records (a small dataclass), JSON with number fidelity (a duplicate key rejected),
+                                redaction, durations, the default timeout and deadlines, logging, the line writer
+                                that never blocks (resident log and events), the progress line, names' close
+                                spellings, and the tool-option tokens the argv parser hands to section 8
+    3. Config                   file selection, strict parsing (a duplicate key: section 2's JSON), per-field
+                                validation, ${VAR} expansion
+    4. Auth                     Bearer / X-Bkapi-Authorization forms, conflicts, secrets to scrub; a server resolved
+                                for its transport (ResolvedServer), with the environment a stdio child inherits
     5. Protocol core (sans-IO)  JSON-RPC framing, SSE decoder, eras, request building, classification; the
                                 session core (ids, pending requests, the one matching rule, era and session
-                                state) and negotiation as pure decision steps
+                                state, the Mcp-Session-Id that initialize issues) and negotiation as pure decision
+                                steps; a tool excluded for an invalid x-mcp-header declaration
     6. Transports               the Transport seam: HTTP via httpx (concurrent POSTs on one pooled client),
                                 stdio framing (a bounded line reader, lines that are not JSON-RPC skipped)
-                                apart from child-process supervision
+                                apart from child-process supervision, in four rooms:
+       6.1 the seam                Transport and Outgoing, whether a request was sent; open_transport ends section 6
+       6.2 HTTP                    HttpTransport: status mapping (401/403 -> mcp_auth_required /
+                                   mcp_permission_denied, status_failure for the rest), SSE resumption (GET +
+                                   Last-Event-ID)
+       6.3 stdio framing           a bounded line reader (read_lines), the stderr tail kept for errors (LineTail)
+       6.4 the child process       ChildProcess (its group, reaping) and StdioTransport over it: lines that are
+                                   not JSON-RPC skipped, the server's stderr in an error; what it inherits: section 4
     7. Client flows             the per-operation OpContext, McpSession (many requests in flight, each with
-                                its own deadline) and the flows: negotiate, discover, call, check, tools, dry-run
-    8. Schema flags             inputSchema -> typed flags, values, validation
-    9. Output                   envelopes, --jq, help text
-   10. Resident mode            many users' sessions behind one JSON stdin/stdout process (four rooms), warm sessions:
+                                its own deadline) and the flows: negotiate, discover, call, check, tools, dry-run;
+                                a call that times out or is interrupted cancelled (notifications/cancelled)
+    8. Schema flags             inputSchema -> typed flags, values, validation; why a property gets no flag
+                                (BodyOnlyField: set it with --body)
+    9. Output                   envelopes, --jq (JqProgram: compiled, applied), help text, the shell completion
+                                scripts
+   10. Resident mode            many users' sessions behind one JSON stdin/stdout process, and the --keep-alive
+                                process's kept sessions, in five rooms:
        10.1 registry, credentials  SQLite / HTTP sources, one user's view, a row -> ResolvedServer
-       10.2 sessions               events, the live session, slots, the pool (limits, eviction, reaper)
-       10.3 names, catalogues      injected mcp_{server}_{tool} names, model-ready definitions per family
-                                   (OpenAI, OpenAI strict, Anthropic, Gemini), Catalogues (cached per session)
+       10.2 sessions               events, the live session, slots, the pool (limits: --max-processes and
+                                   --max-user-processes; eviction, reaper; a crashed stdio child's retry-after
+                                   back-off)
+       10.3 names, catalogues      injected mcp_{server}_{tool} names (shortened past 64 characters), model-ready
+                                   definitions per family (OpenAI, OpenAI strict, Anthropic, Gemini), Catalogues
+                                   (cached per session)
        10.4 command server         the reader, a bounded worker pool, Actions (the seven), the end that answers all
+                                   (shutdown, EOF, a signal), an error worded for the platform (_platform_error)
        10.5 warm sessions          WarmSessions: the --keep-alive process's kept sessions, lent by key
+                                   (warm_session_key), a catalogue kept by its ttlMs; its client and process: 11.4
    11. CLI                      argument routing and ``main(argv) -> int``, the one exception -> exit ladder;
-                                the --keep-alive client and its background process (WarmServer)
+                                the --keep-alive client and its background process (WarmServer), in five rooms:
+       11.1 argument routing       parse_argv -> Invocation, check_invocation
+       11.2 --body                 inline, @FILE or - (stdin), read and bounded (read_body)
+       11.3 the runner             Environment, _Runner: one command, local or remote, to its envelope
+       11.4 --keep-alive           the client and its background process (WarmServer), the client's Ctrl-C
+                                   (Interrupt), a process that dies mid-call; the sessions it keeps: 10.5
+       11.5 main, exit ladder      last: word_for_cli, main, _report_error
 
 Exception tree (section 1)::
 
@@ -1007,52 +1032,10 @@ def format_duration(seconds: float) -> str:
 DEFAULT_TIMEOUT = 60.0
 
 
-class Interrupt:
-    """A Ctrl-C that reaches an operation from outside its thread (a warm client's, docs/contract.md §14).
-
-    ``fire`` marks it and runs the wake-ups the operation's waits registered (``hook``): an answer's event, an HTTP
-    response's socket. The operation then raises ``KeyboardInterrupt`` where it checks (``Deadline.remaining``,
-    ``McpSession.request``), exactly where a one-shot Ctrl-C lands. Never an asynchronous exception: a session
-    shared by many calls is only ever left at a point that expects to be left."""
-
-    def __init__(self) -> None:
-        self.fired = False
-        self._hooks: dict[int, Callable[[], None]] = {}
-        self._next = 0
-        self._lock = _thread.allocate_lock()
-
-    def fire(self) -> None:
-        with self._lock:
-            self.fired = True
-            hooks = list(self._hooks.values())
-        for wake in hooks:
-            try:
-                wake()
-            except Exception:  # noqa: S110 - a wake-up that fails leaves the deadline to end the wait
-                pass
-
-    def hook(self, wake: Callable[[], None]) -> int:
-        """Run ``wake`` when the interrupt fires (at once if it has); ``unhook`` with the number returned."""
-        with self._lock:
-            key = self._next = self._next + 1
-            self._hooks[key] = wake
-            fired = self.fired
-        if fired:
-            wake()
-        return key
-
-    def unhook(self, key: int) -> None:
-        with self._lock:
-            self._hooks.pop(key, None)
-
-    def check(self) -> None:
-        if self.fired:
-            raise KeyboardInterrupt
-
-
 class Deadline:
     """The whole remote operation's time budget (docs/contract.md §2): every step asks how much is left. An
-    ``interrupt`` (a warm client's Ctrl-C) ends it early with ``KeyboardInterrupt``, as a Ctrl-C does."""
+    ``interrupt`` (a warm client's Ctrl-C: ``Interrupt``, section 11.4) ends it early with ``KeyboardInterrupt``,
+    as a Ctrl-C does."""
 
     interrupt: Interrupt | None = None
 
@@ -1877,32 +1860,6 @@ def expand_env(
     return _ENV_REF.sub(replace, template), used
 
 
-# What a stdio server inherits from bkmcp's environment (docs/contract.md §9): locating programs, the user, locale, temp
-# dirs, the terminal and what Windows needs to start a process. Nothing else (no tokens, no proxies).
-STDIO_INHERITED_ENV = (
-    "PATH",
-    "HOME",
-    "USER",
-    "LOGNAME",
-    "LANG",
-    "TMPDIR",
-    "TEMP",
-    "TMP",
-    "SHELL",
-    "TERM",
-    "SYSTEMROOT",
-    "COMSPEC",
-    "PATHEXT",
-    "WINDIR",
-)
-
-
-def select_inherited_env(env: Mapping[str, str]) -> dict[str, str]:
-    """The minimal inherited part of a stdio server's environment (``LC_*`` included); the entry's ``env`` is
-    laid over it by the transport."""
-    return {name: value for name, value in env.items() if name in STDIO_INHERITED_ENV or name.startswith("LC_")}
-
-
 # ======================================================================================================
 # 4. Auth
 # ======================================================================================================
@@ -1946,6 +1903,32 @@ class ResolvedServer:
         made_of = [self.type, self.url, sorted(self.headers.items()), self.command, self.args, sorted(self.env.items())]
         made_of += [self.cwd, self.protocol_version, *more]
         return hashlib.sha256(dump_json(made_of).encode("utf-8", "surrogatepass")).hexdigest()
+
+
+# What a stdio server inherits from bkmcp's environment (docs/contract.md §9): locating programs, the user, locale, temp
+# dirs, the terminal and what Windows needs to start a process. Nothing else (no tokens, no proxies).
+STDIO_INHERITED_ENV = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "TMPDIR",
+    "TEMP",
+    "TMP",
+    "SHELL",
+    "TERM",
+    "SYSTEMROOT",
+    "COMSPEC",
+    "PATHEXT",
+    "WINDIR",
+)
+
+
+def select_inherited_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The minimal inherited part of a stdio server's environment (``LC_*`` included); the entry's ``env`` is
+    laid over it by the transport."""
+    return {name: value for name, value in env.items() if name in STDIO_INHERITED_ENV or name.startswith("LC_")}
 
 
 def _stdio_path(path: str, env: Mapping[str, str], cwd: str, where: str) -> str:
@@ -3188,6 +3171,7 @@ def build_task_refusal(tool: Mapping[str, Any], server_name: str) -> CapabilityU
 # ======================================================================================================
 # 6. Transports — deferred in the pyz
 # ======================================================================================================
+# -- 6.1 the Transport seam (docs/design.md, "The session engine") -----------------------------------------------------
 # A transport moves section-5 messages and decides nothing about eras or matching. The seam (``Transport``):
 #   ``attach(deliver, lost, answer_headers)``  ``deliver(message, related) -> bool`` takes every incoming message
 #       (True once ``related``, the request whose stream carried it, has been answered); ``lost()`` says a shared
@@ -3313,6 +3297,14 @@ def is_exhaustion(exc: BaseException | None) -> bool:
 def request_was_sent(error: BaseException) -> bool:
     """Whether the request reached the wire; not known counts as sent (never resend)."""
     return not isinstance(error, BkmcpError) or error.request_sent is not False
+
+
+# -- 6.2 HTTP: status mapping, the session id, SSE resumption (docs/contract.md §7, docs/protocol.md) ------------------
+# ``HttpTransport``: one pooled httpx client, a POST per message, the answer's JSON or SSE stream read in the caller's
+# thread. Statuses are mapped here: 401 -> ``mcp_auth_required``, 403 -> ``mcp_permission_denied``
+# (``HttpTransport._check_status``), any other non-2xx by ``status_failure``. The ``Mcp-Session-Id`` header of each
+# answer goes to the session core (section 5 decides that ``initialize`` issues it); a POST's stream that closes
+# before its answer is resumed by GET + Last-Event-ID (``HttpTransport._resume``).
 
 
 def status_failure(status: int, message: Message | None, text: str, method: str, *, with_session: bool) -> RemoteError:
@@ -4122,6 +4114,8 @@ def _decode_error_message(text: str) -> Message | None:
     return messages[0] if len(messages) == 1 else None
 
 
+# -- 6.3 stdio framing: the bounded line reader and the stderr tail (docs/contract.md §9) ------------------------------
+
 _STDIO_EXIT_GRACE = 2.0  # after closing stdin: time to exit on its own
 _STDIO_QUICK_EXIT_GRACE = 0.5  # the same once the operation's budget is spent
 _STDIO_TERM_GRACE = 2.0  # after SIGTERM to the process group, before SIGKILL
@@ -4224,6 +4218,14 @@ class LineTail:
                 return lines, self._count
             own = self._count - since
             return (self._startup + lines[max(len(lines) - own, 0) :])[-keep:], self._started_at + own
+
+
+# -- 6.4 the child process: spawning, its group, reaping, StdioTransport (docs/contract.md §9) -------------------------
+# ``ChildProcess`` starts a stdio server in its own process group (with the environment section 4's
+# ``select_inherited_env`` chose), watches it and reaps it; ``StdioTransport`` writes JSON-RPC lines to it, skips
+# stdout lines that are not JSON-RPC and puts the server's stderr tail into its errors (``_with_stderr``). A
+# resident session's crashed child is restarted after a back-off (10.2, ``SessionPool``). ``open_transport``, the
+# seam's one entry, ends the section: its table names both transports.
 
 
 def _pipe_unread(fd: int) -> int | None:
@@ -10884,7 +10886,7 @@ class SessionPool:
 # -- 10.3 injected names and catalogues (docs/contract.md §11.2 TOOL, §11.5) -------------------------------------------
 # What the platform hands its models: every tool a user may use as ``mcp_{server}_{tool}`` with a model-ready
 # definition, from the catalogues ``Catalogues`` keeps per session (its slot, the registry's cache, discovery);
-# ``_Command`` and ``_platform_error`` (the platform's wording of an error) are shared with the command server below.
+# ``_Command`` is shared with the command server below, whose ``_platform_error`` words their errors.
 
 _INJECTED_MAX = 64
 _INJECTED_PREFIX = 55
@@ -11472,24 +11474,6 @@ class _Command:
     credentials: tuple[Mapping[str, Mapping[str, str]], ...] = ()
 
 
-def _platform_error(exc: BkmcpError, *, server: str | None = None, timeout: float | None = None) -> BkmcpError:
-    """An error in the platform's words, built from its fields (a copy): no hints; a timeout names the
-    command's budget in ms; a connection that failed for want of descriptors is ``resource_limit``."""
-    if isinstance(exc, ConnectionFailedError) and is_exhaustion(exc.__cause__ or exc.__context__):
-        limited = ResourceLimitError(
-            exc.message + " (a system limit on open files is reached)", details=dict(exc.details)
-        )
-        return _mark(limited, sent=request_was_sent(exc))
-    changes: dict[str, Any] = {"hint": None, "notes": (), "remedy": None}
-    if isinstance(exc, McpTimeoutError) and timeout is not None and exc.what is not None:
-        where = f" on server {server!r}" if server else ""
-        sent = request_was_sent(exc)
-        changes["message"] = f"no answer{where} within {int(timeout * 1000)} ms" + (
-            "; the call was sent and its outcome is unknown" if sent and exc.details.get("outcome") else ""
-        )
-    return exc.copy(**changes)
-
-
 def _usable_rows(view: RegistryView) -> list[RegistryServer]:
     """The enabled servers of a view, by name."""
     return [row for name, row in sorted(view.servers.items()) if row.enabled]
@@ -11728,7 +11712,8 @@ class Catalogues:
 
 # -- 10.4 the command server (docs/contract.md §11.1, §11.2) -----------------------------------------------------------
 # JSON lines in, one answer per command out: the reader thread, a bounded worker pool, the seven actions
-# (``Actions``), the end (shutdown, EOF, signals) that answers every command read, and ``run_resident``.
+# (``Actions``), the end (shutdown, EOF, signals) that answers every command read, and ``run_resident``. An error
+# reaches the platform in its words (``_platform_error``: no hints, a timeout as the command's budget in ms).
 
 RESIDENT_LINE_LIMIT = 16 * 1024 * 1024  # bytes of one command line (docs/contract.md §11.1)
 RESIDENT_ACTIONS = (
@@ -11750,6 +11735,24 @@ _SHUTDOWN_GRACE = 2.0  # shutdown: time the commands cut short get to write thei
 # Terminating signals that end the process like SIGTERM (every command answered, no child left); SIGINT exits 130.
 _STOP_SIGNALS = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
 _MAX_TIMEOUT_MS = 7 * 24 * 3600 * 1000
+
+
+def _platform_error(exc: BkmcpError, *, server: str | None = None, timeout: float | None = None) -> BkmcpError:
+    """An error in the platform's words, built from its fields (a copy): no hints; a timeout names the
+    command's budget in ms; a connection that failed for want of descriptors is ``resource_limit``."""
+    if isinstance(exc, ConnectionFailedError) and is_exhaustion(exc.__cause__ or exc.__context__):
+        limited = ResourceLimitError(
+            exc.message + " (a system limit on open files is reached)", details=dict(exc.details)
+        )
+        return _mark(limited, sent=request_was_sent(exc))
+    changes: dict[str, Any] = {"hint": None, "notes": (), "remedy": None}
+    if isinstance(exc, McpTimeoutError) and timeout is not None and exc.what is not None:
+        where = f" on server {server!r}" if server else ""
+        sent = request_was_sent(exc)
+        changes["message"] = f"no answer{where} within {int(timeout * 1000)} ms" + (
+            "; the call was sent and its outcome is unknown" if sent and exc.details.get("outcome") else ""
+        )
+    return exc.copy(**changes)
 
 
 def _field_type(params: Mapping[str, Any], name: str, kind: type, task_id: Any, what: str) -> Any:
@@ -12696,9 +12699,12 @@ def run_resident(
 
 
 # -- 10.5 warm sessions: what the --keep-alive process keeps (docs/contract.md §14) ------------------------------------
-# The CLI's background process (section 11 serves its socket) runs each forwarded command line through the CLI's own
-# ``main``; ``WarmSessions`` is the ``SessionSource`` it hands the flows: a kept session per key, lent to every
-# command whose resolved server has that key, closed after its idle time, at most ``WARM_MAX_SESSIONS``.
+# --keep-alive is one room in two sub-sections: this one (deferred in the pyz, with the engine it keeps sessions
+# of) and 11.4 (the client and the background process: the client must start without the deferred sections, and
+# the process runs ``main``, which a section above 11 cannot name). The background process runs each forwarded
+# command line through the CLI's own ``main``; ``WarmSessions`` is the ``SessionSource`` it hands the flows: a kept
+# session per key, lent to every command whose resolved server has that key, closed after its idle time, at most
+# ``WARM_MAX_SESSIONS``.
 
 WARM_MAX_SESSIONS = 32
 _WARM_OPEN_POLL = 0.05  # a command waiting for its key's opening asks this often whether its budget or Ctrl-C ended it
@@ -12974,6 +12980,8 @@ class _WarmSource(SessionSource):
 #     while it runs but zipapp_support.DEFERRABLE_CALLS and the dataclasses it defines.
 #   * Outside them, a deferred name is used only inside function bodies: never as a base class, decorator,
 #     default value, class attribute or module-level value, and never bound again.
+
+# -- 11.1 argument routing: argv -> Invocation, checked (docs/contract.md §2) ------------------------------------------
 
 _VALUE_OPTIONS = {
     "--config": "config",
@@ -13289,6 +13297,8 @@ def check_invocation(inv: Invocation, timeout: float | None = None) -> None:
         inv.timeout_seconds = parse_duration(inv.timeout)
 
 
+# -- 11.2 --body: inline, @FILE or - (stdin), read and bounded (docs/contract.md §2, §6) -------------------------------
+
 BODY_LIMIT = 64 * 1024 * 1024  # bytes of --body (inline, @FILE or -): tool arguments, not a data transfer
 
 
@@ -13411,6 +13421,9 @@ def _read_body_fd(fd: int, label: str, deadline: Deadline | None, where: str) ->
         size += len(chunk)
         if size > BODY_LIMIT:
             raise _body_too_large(label)
+
+
+# -- 11.3 the runner: one command from its Invocation to its envelope --------------------------------------------------
 
 
 @dataclass
@@ -13851,9 +13864,12 @@ class _Runner:
         return self.emit_envelope(build_success(data), jq, EXIT_OK, raw=inv.raw)
 
 
-# -- warm sessions: the --keep-alive client and its background process (docs/contract.md §14) ---------------------
-# The client forwards the command line, environment, cwd and (for --body -) stdin over a private Unix socket and
-# prints what comes back; the background process runs ``main`` on it with ``WarmRun`` (section 10.5's sessions).
+# -- 11.4 --keep-alive: the client and its background process, WarmServer (docs/contract.md §14) -----------------------
+# --keep-alive is one room in two sub-sections: this one and 10.5 (the kept sessions, ``WarmSessions``; deferred in
+# the pyz with the engine they belong to, and section 7's ``SessionSource`` is their base class, which the pyz
+# allows only inside the deferred sections). The client forwards the command line, environment, cwd and (for
+# --body -) stdin over a private Unix socket and prints what comes back; the background process runs ``main`` on it
+# with ``WarmRun`` (10.5's sessions, the client's Ctrl-C as an ``Interrupt`` on the operation's ``Deadline``).
 # Without --keep-alive / BKMCP_KEEP_ALIVE nothing here runs.
 
 KEEP_ALIVE_DEFAULT = 600.0  # --keep-alive without a value: 10 minutes
@@ -13862,6 +13878,49 @@ _WARM_LOG_LIMIT = 1024 * 1024  # bytes of the background process's log
 _WARM_START_WAIT = 30.0  # seconds a new background process gets to listen (a loaded machine: many first calls at once)
 _WARM_DAEMON = "--keep-alive-daemon"  # argv[1] of the background process (never typed by a user)
 _WARM_RELAY_SLACK = 30.0  # beyond the command's --timeout, how long a client waits for the process's next frame
+
+
+class Interrupt:
+    """A Ctrl-C that reaches an operation from outside its thread (a warm client's, docs/contract.md §14).
+
+    ``fire`` marks it and runs the wake-ups the operation's waits registered (``hook``): an answer's event, an HTTP
+    response's socket. The operation then raises ``KeyboardInterrupt`` where it checks (``Deadline.remaining``,
+    ``McpSession.request``), exactly where a one-shot Ctrl-C lands. Never an asynchronous exception: a session
+    shared by many calls is only ever left at a point that expects to be left."""
+
+    def __init__(self) -> None:
+        self.fired = False
+        self._hooks: dict[int, Callable[[], None]] = {}
+        self._next = 0
+        self._lock = _thread.allocate_lock()
+
+    def fire(self) -> None:
+        with self._lock:
+            self.fired = True
+            hooks = list(self._hooks.values())
+        for wake in hooks:
+            try:
+                wake()
+            except Exception:  # noqa: S110 - a wake-up that fails leaves the deadline to end the wait
+                pass
+
+    def hook(self, wake: Callable[[], None]) -> int:
+        """Run ``wake`` when the interrupt fires (at once if it has); ``unhook`` with the number returned."""
+        with self._lock:
+            key = self._next = self._next + 1
+            self._hooks[key] = wake
+            fired = self.fired
+        if fired:
+            wake()
+        return key
+
+    def unhook(self, key: int) -> None:
+        with self._lock:
+            self._hooks.pop(key, None)
+
+    def check(self) -> None:
+        if self.fired:
+            raise KeyboardInterrupt
 
 
 @dataclass
@@ -14627,6 +14686,11 @@ def serve_warm_process(args: Sequence[str]) -> int:  # pyz: remote part
     limit_malloc_arenas()
     return WarmServer(place, artifact, log).serve()
 
+
+# -- 11.5 last: word_for_cli, main and the exit ladder (docs/contract.md §7) -------------------------------------------
+# ``main(argv) -> int`` routes a command to the runner (or the warm client, or the background process) and is the
+# one place an exception becomes an exit status: ``_report_error`` prints the failure envelope of a ``BkmcpError``
+# worded for the CLI (``word_for_cli``); anything else is ``internal_error``, Ctrl-C exit 130.
 
 # How the CLI words the remedies that library errors leave neutral (their ``remedy`` field): it names its own options.
 _CLI_REMEDIES = {
