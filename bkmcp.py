@@ -5301,32 +5301,21 @@ class McpSession:
         assert handle.message is not None
         return handle.message
 
-    def _own_stderr(self, error: BkmcpError, ctx: OpContext) -> BkmcpError:
-        """``error`` with the server stderr this operation would have been told by a server started for it alone: on
-        a kept session (``ctx.stderr_since``) the start-up lines and its own, not earlier operations' (§14)."""
-        if ctx.stderr_since is None or "server_stderr" not in error.details:
-            return error
-        details = dict(error.details)
-        tail = self.transport.stderr_tail(ctx.stderr_since)
-        if tail:
-            details["server_stderr"] = tail
-        else:  # as the transport does: no lines, no key
-            del details["server_stderr"]
-        return error.copy(details=details)
-
     def _own_output(self, error: BkmcpError, ctx: OpContext) -> BkmcpError:
-        """``_own_stderr``, and likewise the skipped stdout lines (``ctx.stdout_since``): what a server started for
-        this operation alone would have shown (§14)."""
-        error = self._own_stderr(error, ctx)
-        if ctx.stdout_since is None or "server_stdout_skipped" not in error.details:
-            return error
+        """``error`` with the server output this operation would have been told by a server started for it alone: on
+        a kept session (``ctx.stderr_since``, ``ctx.stdout_since``) the start-up lines and its own stderr and
+        skipped stdout lines, not earlier operations' (§14). As the transport does: no lines, no keys."""
         details = dict(error.details)
-        lines, count = self.transport.stdout_skipped(ctx.stdout_since)
-        if count:
+        if ctx.stderr_since is not None and "server_stderr" in details:
+            details["server_stderr"] = self.transport.stderr_tail(ctx.stderr_since)
+            if not details["server_stderr"]:
+                del details["server_stderr"]
+        if ctx.stdout_since is not None and "server_stdout_skipped" in details:
+            lines, count = self.transport.stdout_skipped(ctx.stdout_since)
             details.update(server_stdout=lines, server_stdout_skipped=count)
-        else:  # as the transport does: no lines, no keys
-            del details["server_stdout"], details["server_stdout_skipped"]
-        return error.copy(details=details)
+            if not count:
+                del details["server_stdout"], details["server_stdout_skipped"]
+        return error if details == error.details else error.copy(details=details)
 
     def mark_started(self) -> None:
         """Negotiated: what its server process wrote to stderr (and skipped stdout) so far is its start-up
