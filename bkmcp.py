@@ -3377,6 +3377,7 @@ def _import_httpx() -> Any:
         hidden = [name for name in _HTTPX_HIDDEN if name not in sys.modules]
         for name in hidden:
             sys.modules[name] = None  # type: ignore[assignment]  # `import name` now raises ImportError
+        deferred = _deferred_certifi() if "certifi" not in sys.modules else None
         try:
             importlib.import_module("httpcore")  # httpx imports it on the first Client: load it with the rest hidden
             module = importlib.import_module("httpx")
@@ -3392,6 +3393,29 @@ def _import_httpx() -> Any:
             for name in hidden:
                 if name in sys.modules and sys.modules[name] is None:
                     del sys.modules[name]
+            if deferred is not None and sys.modules.get("certifi") is deferred:
+                del sys.modules["certifi"]  # the next `import certifi` (an https:// client's) loads the real one
+
+
+def _deferred_certifi() -> Any:
+    """A stand-in ``certifi`` in ``sys.modules`` while httpcore is imported: httpcore/_ssl.py imports certifi at
+    its top (certifi pulls in importlib.resources, tempfile, shutil, …: ~10 ms) but calls ``certifi.where()`` only
+    to verify an https:// origin. Every attribute of the stand-in is the real module's, loaded on first access, so
+    it is exact; ``_import_httpx`` removes it from ``sys.modules`` once httpx is loaded."""
+    import types
+
+    stand_in = types.ModuleType("certifi")
+
+    def real(name: str) -> Any:
+        import importlib
+
+        if sys.modules.get("certifi") is stand_in:
+            del sys.modules["certifi"]
+        return getattr(importlib.import_module("certifi"), name)
+
+    stand_in.__getattr__ = real  # type: ignore[method-assign]  # PEP 562: every attribute comes from the real one
+    sys.modules["certifi"] = stand_in
+    return stand_in
 
 
 def _no_cookies() -> Any:
@@ -3404,22 +3428,38 @@ def _no_cookies() -> Any:
 def new_http_client(url: str, *, insecure: bool) -> Any:
     """The pooled ``httpx.Client`` of one HTTP session (or, injected, of many): no redirects, no cookies, no
     proxies or ~/.netrc from the environment (trust_env=False), TLS verified unless ``insecure``. A plain http://
-    endpoint needs no TLS context (redirects are never followed), which saves loading the CA bundle (~35 ms)."""
+    endpoint gets a pool with no TLS context at all (redirects are never followed, so it only ever reaches that
+    http:// origin): neither certifi nor an ``SSLContext`` is loaded for it (``_plain_transport``)."""
     httpx = _import_httpx()
 
-    verify = not insecure if url.lower().startswith("https:") else False
     options = {
         "follow_redirects": False,
-        "verify": verify,
+        "verify": not insecure,
         "trust_env": False,
         "cookies": _no_cookies(),
         "headers": {"User-Agent": f"bkmcp/{__version__}"},
         "limits": httpx.Limits(max_connections=None, max_keepalive_connections=20),
     }
-    if not verify:
-        return _keep_hand_overs(httpx.Client(**options))
+    if not url.lower().startswith("https:"):
+        return _keep_hand_overs(httpx.Client(**options, transport=_plain_transport(httpx, options["limits"])))
     with _TLS_LOCK:  # certifi.where() fills a global on first use (from the pyz: a temporary copy of the CA bundle)
         return _keep_hand_overs(httpx.Client(**options))
+
+
+def _plain_transport(httpx: Any, limits: Any) -> Any:
+    """The ``httpx.HTTPTransport`` that ``httpx.Client(limits=limits)`` builds, minus its TLS context: httpx 0.28
+    makes one (``create_ssl_context``, which imports certifi) even for ``verify=False``; here the httpcore pool
+    gets ``ssl_context=None``, which httpcore uses only for an https:// origin (then its own verifying default)."""
+    import httpcore
+
+    transport = httpx.HTTPTransport.__new__(httpx.HTTPTransport)
+    transport._pool = httpcore.ConnectionPool(
+        ssl_context=None,
+        max_connections=limits.max_connections,
+        max_keepalive_connections=limits.max_keepalive_connections,
+        keepalive_expiry=limits.keepalive_expiry,
+    )
+    return transport
 
 
 def _hand_over_pool() -> type | None:
