@@ -13065,7 +13065,8 @@ class _Runner:
                 if raw:
                     out.write(render_raw_result(envelope["data"]["result"], pretty=pretty is not None))
                 else:
-                    out.write(dump_json(envelope, indent=pretty) + "\n")
+                    out.write(dump_json(envelope, indent=pretty))  # then its newline: a large result is not copied
+                    out.write("\n")
             out.flush()
         except BrokenPipeError:
             if out is sys.__stdout__:  # the interpreter would flush what is left at exit, fail again, exit 120
@@ -13427,9 +13428,17 @@ def peer_uid(sock: Any) -> int | None:
     return None  # pragma: no cover - not Linux
 
 
+_FRAME_CHUNK = 1 << 18  # characters of output a frame carries at most (a large result is sent in pieces)
+
+
 def send_frame(sock: Any, kind: bytes, payload: bytes = b"") -> None:
-    """One frame: a kind byte, a 4-byte big-endian length, the payload."""
-    sock.sendall(kind + len(payload).to_bytes(4, "big") + payload)
+    """One frame: a kind byte, a 4-byte big-endian length, the payload (a large one sent as it is, not copied)."""
+    head = kind + len(payload).to_bytes(4, "big")
+    if len(payload) <= _FRAME_CHUNK:
+        sock.sendall(head + payload)
+    else:
+        sock.sendall(head)
+        sock.sendall(payload)
 
 
 def _recv_exact(sock: Any, size: int) -> bytes | None:
@@ -13713,9 +13722,11 @@ class _FrameStream:
         self.conn, self.kind, self.tty, self.lock = conn, kind, tty, lock
 
     def write(self, text: str) -> int:
-        if text:
-            with self.lock:
-                send_frame(self.conn, self.kind, text.encode("utf-8", "surrogatepass"))
+        """``text`` in frames of at most ``_FRAME_CHUNK`` characters, each encoded on its own: the same bytes as
+        the whole (every character is encoded alone), without a second copy of a large result held at once."""
+        with self.lock:
+            for start in range(0, len(text), _FRAME_CHUNK):
+                send_frame(self.conn, self.kind, text[start : start + _FRAME_CHUNK].encode("utf-8", "surrogatepass"))
         return len(text)
 
     def flush(self) -> None:
