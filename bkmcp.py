@@ -3390,6 +3390,7 @@ def _import_httpx() -> Any:
         hidden = [name for name in _HTTPX_HIDDEN if name not in sys.modules]
         for name in hidden:
             sys.modules[name] = None  # type: ignore[assignment]  # `import name` now raises ImportError
+        deferred = _deferred_certifi() if "certifi" not in sys.modules else None
         try:
             importlib.import_module("httpcore")  # httpx imports it on the first Client: load it with the rest hidden
             module = importlib.import_module("httpx")
@@ -3405,6 +3406,29 @@ def _import_httpx() -> Any:
             for name in hidden:
                 if name in sys.modules and sys.modules[name] is None:
                     del sys.modules[name]
+            if deferred is not None and sys.modules.get("certifi") is deferred:
+                del sys.modules["certifi"]  # the next `import certifi` (an https:// client's) loads the real one
+
+
+def _deferred_certifi() -> Any:
+    """A stand-in ``certifi`` in ``sys.modules`` while httpcore is imported: httpcore/_ssl.py imports certifi at
+    its top (certifi pulls in importlib.resources, tempfile, shutil, …: ~10 ms) but calls ``certifi.where()`` only
+    to verify an https:// origin. Every attribute of the stand-in is the real module's, loaded on first access, so
+    it is exact; ``_import_httpx`` removes it from ``sys.modules`` once httpx is loaded."""
+    import types
+
+    stand_in = types.ModuleType("certifi")
+
+    def real(name: str) -> Any:
+        import importlib
+
+        if sys.modules.get("certifi") is stand_in:
+            del sys.modules["certifi"]
+        return getattr(importlib.import_module("certifi"), name)
+
+    stand_in.__getattr__ = real  # type: ignore[method-assign]  # PEP 562: every attribute comes from the real one
+    sys.modules["certifi"] = stand_in
+    return stand_in
 
 
 def _no_cookies() -> Any:
@@ -3417,22 +3441,38 @@ def _no_cookies() -> Any:
 def new_http_client(url: str, *, insecure: bool) -> Any:
     """The pooled ``httpx.Client`` of one HTTP session (or, injected, of many): no redirects, no cookies, no
     proxies or ~/.netrc from the environment (trust_env=False), TLS verified unless ``insecure``. A plain http://
-    endpoint needs no TLS context (redirects are never followed), which saves loading the CA bundle (~35 ms)."""
+    endpoint gets a pool with no TLS context at all (redirects are never followed, so it only ever reaches that
+    http:// origin): neither certifi nor an ``SSLContext`` is loaded for it (``_plain_transport``)."""
     httpx = _import_httpx()
 
-    verify = not insecure if url.lower().startswith("https:") else False
     options = {
         "follow_redirects": False,
-        "verify": verify,
+        "verify": not insecure,
         "trust_env": False,
         "cookies": _no_cookies(),
         "headers": {"User-Agent": f"bkmcp/{__version__}"},
         "limits": httpx.Limits(max_connections=None, max_keepalive_connections=20),
     }
-    if not verify:
-        return _keep_hand_overs(httpx.Client(**options))
+    if not url.lower().startswith("https:"):
+        return _keep_hand_overs(httpx.Client(**options, transport=_plain_transport(httpx, options["limits"])))
     with _TLS_LOCK:  # certifi.where() fills a global on first use (from the pyz: a temporary copy of the CA bundle)
         return _keep_hand_overs(httpx.Client(**options))
+
+
+def _plain_transport(httpx: Any, limits: Any) -> Any:
+    """The ``httpx.HTTPTransport`` that ``httpx.Client(limits=limits)`` builds, minus its TLS context: httpx 0.28
+    makes one (``create_ssl_context``, which imports certifi) even for ``verify=False``; here the httpcore pool
+    gets ``ssl_context=None``, which httpcore uses only for an https:// origin (then its own verifying default)."""
+    import httpcore
+
+    transport = httpx.HTTPTransport.__new__(httpx.HTTPTransport)
+    transport._pool = httpcore.ConnectionPool(
+        ssl_context=None,
+        max_connections=limits.max_connections,
+        max_keepalive_connections=limits.max_keepalive_connections,
+        keepalive_expiry=limits.keepalive_expiry,
+    )
+    return transport
 
 
 def _hand_over_pool() -> type | None:
@@ -12558,15 +12598,30 @@ def limit_malloc_arenas(count: int = _MALLOC_ARENAS) -> bool:
     (docs/resident.md, soak: +15.8 % with glibc's default, +6.2 % with 2). Python allocates under the GIL, so more
     arenas buy almost no concurrency. A ``MALLOC_ARENA_MAX`` the operator set wins; elsewhere than glibc nothing
     changes. True when the cap was set."""
-    if not sys.platform.startswith("linux") or "MALLOC_ARENA_MAX" in os.environ:
-        return False
+    mallopt = None if "MALLOC_ARENA_MAX" in os.environ else _mallopt()
+    return mallopt is not None and bool(mallopt(-8, count))  # M_ARENA_MAX (glibc malloc.h); musl answers 0
+
+
+def keep_large_blocks_mapped() -> bool:
+    """glibc: every block of 128 KiB or more gets a mapping of its own, returned to the system when freed (the
+    warm process, after a large result). By default glibc raises that threshold to the largest block freed so far
+    (up to 32 MiB), so after one 30 MB result the next large strings land in the heap, where fragmentation kept
+    +3 to +36 MB after ``malloc_trim``; with it fixed, +2 to +4 MB. A ``MALLOC_MMAP_THRESHOLD_`` the operator set
+    wins. True when it was set."""
+    mallopt = None if "MALLOC_MMAP_THRESHOLD_" in os.environ else _mallopt()
+    return mallopt is not None and bool(mallopt(-3, 128 * 1024))  # M_MMAP_THRESHOLD (glibc malloc.h)
+
+
+def _mallopt() -> Any:
+    """libc's ``mallopt`` on Linux (ctypes), else None."""
+    if not sys.platform.startswith("linux"):
+        return None
     try:
         import ctypes
 
-        mallopt = ctypes.CDLL(None).mallopt
+        return ctypes.CDLL(None).mallopt
     except (ImportError, OSError, AttributeError):  # no ctypes, or a libc without mallopt
-        return False
-    return bool(mallopt(-8, count))  # M_ARENA_MAX (glibc malloc.h); musl's mallopt ignores it and answers 0
+        return None
 
 
 def resident_set_size() -> int | None:
@@ -13627,7 +13682,8 @@ class _Runner:
                 if raw:
                     out.write(render_raw_result(envelope["data"]["result"], pretty=pretty is not None))
                 else:
-                    out.write(dump_json(envelope, indent=pretty) + "\n")
+                    out.write(dump_json(envelope, indent=pretty))  # then its newline: a large result is not copied
+                    out.write("\n")
             out.flush()
         except BrokenPipeError:
             if out is sys.__stdout__:  # the interpreter would flush what is left at exit, fail again, exit 120
@@ -14061,9 +14117,17 @@ def peer_uid(sock: Any) -> int | None:
     return None  # pragma: no cover - not Linux
 
 
+_FRAME_CHUNK = 1 << 18  # characters of output a frame carries at most (a large result is sent in pieces)
+
+
 def send_frame(sock: Any, kind: bytes, payload: bytes = b"") -> None:
-    """One frame: a kind byte, a 4-byte big-endian length, the payload."""
-    sock.sendall(kind + len(payload).to_bytes(4, "big") + payload)
+    """One frame: a kind byte, a 4-byte big-endian length, the payload (a large one sent as it is, not copied)."""
+    head = kind + len(payload).to_bytes(4, "big")
+    if len(payload) <= _FRAME_CHUNK:
+        sock.sendall(head + payload)
+    else:
+        sock.sendall(head)
+        sock.sendall(payload)
 
 
 def _recv_exact(sock: Any, size: int) -> bytes | None:
@@ -14391,9 +14455,11 @@ class _FrameStream:
         self.conn, self.kind, self.tty, self.lock = conn, kind, tty, lock
 
     def write(self, text: str) -> int:
-        if text:
-            with self.lock:
-                send_frame(self.conn, self.kind, text.encode("utf-8", "surrogatepass"))
+        """``text`` in frames of at most ``_FRAME_CHUNK`` characters, each encoded on its own: the same bytes as
+        the whole (every character is encoded alone), without a second copy of a large result held at once."""
+        with self.lock:
+            for start in range(0, len(text), _FRAME_CHUNK):
+                send_frame(self.conn, self.kind, text[start : start + _FRAME_CHUNK].encode("utf-8", "surrogatepass"))
         return len(text)
 
     def flush(self) -> None:
@@ -14673,6 +14739,7 @@ def serve_warm_process(args: Sequence[str]) -> int:  # pyz: remote part
     log = Log(_BoundedText(sys.stderr))  # type: ignore[arg-type]
     os.fchdir(place.fd)  # every command brings its own cwd: this process pins no user directory
     limit_malloc_arenas()
+    keep_large_blocks_mapped()
     return WarmServer(place, artifact, log).serve()
 
 

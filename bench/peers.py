@@ -20,6 +20,14 @@ process, over HTTP (an in-process ``MockServer``) and over stdio (the client sta
   mcpc 0.2.6, which has no one-shot mode since 0.2.0: ``connect … @bench`` then ``@bench tools-list`` are timed
   together, the ``close @bench`` after them is not
 - any --peer NAME=COMMAND (HTTP only; the server URL is appended)
+- over HTTP, the same validated call by the peers that have a one-shot call (Inspector ``--method tools/call
+  --tool-name tool_000 --tool-arg q=hello --tool-arg n=7``, mcporter ``call --tool tool_000 --args JSON``): it
+  counts only if the server received exactly those arguments once
+- over stdio, the floor row: the bare server, started with an empty stdin (it exits at EOF); the last column says
+  what each client adds above it (wall ms)
+
+Each cell (``--tools``, the call) compares bkmcp.pyz with the fastest peer of that cell, and their geometric mean is
+printed (issue 31's goal: at most 0.30x the fastest peer's time).
 
 A run counts only if it exits 0 and its output names every tool of the catalogue; over HTTP the server must also
 have answered at least one tools/list per page during it (no answer from a cache). A client that fails once is
@@ -86,6 +94,7 @@ class Client:
     cleanup: list[list[str]] = field(default_factory=list)  # after each run, untimed
     peer: bool = True  # False for bkmcp's own rows
     call: bool = False  # a tools/call of CALL instead of listing the catalogue
+    floor: bool = False  # the bare stdio server, started and ended by EOF on stdin: what every stdio client pays
     times: list[float] = field(default_factory=list)
     cpu: list[float] = field(default_factory=list)
     error: str | None = None
@@ -110,7 +119,9 @@ def run_once(
     try:
         cpu_start, start = cpu_ms(), time.perf_counter()
         for step, argv in enumerate(client.steps, 1):
-            done = subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=120)
+            done = subprocess.run(
+                argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL
+            )
             if done.returncode != 0:
                 where = f" (step {step}: {' '.join(argv[2:4])})" if len(client.steps) > 1 else ""
                 raise RuntimeError(f"exit {done.returncode}{where}: {last_line(done.stderr + done.stdout)}")
@@ -120,9 +131,12 @@ def run_once(
     finally:
         for argv in client.cleanup:
             subprocess.run(argv, env=env, cwd=cwd, capture_output=True, timeout=120)
+    if client.floor:
+        return elapsed, cpu
     if client.call:
         calls = server.requests("tools/call")[-1:] if server else []
-        if '"isError":false' not in done.stdout or (server and len(server.requests("tools/call")) != before_calls + 1):
+        own_ok = client.peer or '"isError":false' in done.stdout  # a peer prints the result its own way
+        if not own_ok or (server and len(server.requests("tools/call")) != before_calls + 1):
             raise RuntimeError(f"the call did not complete once: {last_line(done.stderr + done.stdout)}")
         if server and json.loads(calls[0]["body"])["params"].get("arguments") != CALL_ARGUMENTS:
             raise RuntimeError(f"the server received other arguments: {calls[0]['body'][:200]}")
@@ -160,6 +174,8 @@ def build_clients(
         Client("bkmcp.pyz --tools --keep-alive (warm)", [[python, args.pyz, *bkmcp, "--keep-alive"]], peer=False),
         Client("bkmcp.py --tools (source)", [[python, str(ROOT / "bkmcp.py"), *bkmcp]], peer=False),
     ]
+    if transport == "stdio":  # the floor row: the server alone, which every stdio number above includes
+        clients.append(Client("bare stdio server (floor)", [list(target)], peer=False, floor=True))
     missing = []
     if Path(args.sdk_python).exists():
         clients.append(Client("official Python SDK client", [[args.sdk_python, "-c", SDK_CLIENT, *target]]))
@@ -200,6 +216,28 @@ def build_clients(
             else ["--stdio", target[0], *(arg for value in target[1:] for arg in ("--stdio-arg", value))]
         )
         clients.append(Client("mcporter 0.12.3", [[str(node), str(scripts["mcporter"]), "list", *how, "--json"]]))
+    if transport == "http" and scripts["inspector"].exists():  # the validated call's peers (issue 31 item 5)
+        args_ = [arg for key, value in CALL_ARGUMENTS.items() for arg in ("--tool-arg", f"{key}={value}")]
+        clients.append(
+            Client(
+                "MCP Inspector CLI 2.12.0 call",
+                [
+                    [str(node), str(scripts["inspector"]), "--cli", *target, "--method", "tools/call"]
+                    + ["--tool-name", CALL[0], *args_]
+                ],
+                call=True,
+            )
+        )
+    if transport == "http" and scripts["mcporter"].exists():
+        # --args, not q=hello n=7: mcporter 0.12.3 sent {"n": 7} for those (q dropped)
+        how = ["--http-url", target[0], "--allow-http", "--tool", CALL[0], "--args", json.dumps(CALL_ARGUMENTS)]
+        clients.append(
+            Client(
+                "mcporter 0.12.3 call",
+                [[str(node), str(scripts["mcporter"]), "call", *how, "--output", "json"]],
+                call=True,
+            )
+        )
     if scripts["mcpc"].exists():
         mcpc = [str(node), str(scripts["mcpc"])]
         server = target[0] if transport == "http" else f"{config}:bench"
@@ -233,7 +271,9 @@ def measure(
 
 def report(transport: str, clients: list[Client], missing: list[tuple[str, str]]) -> None:
     own = clients[0]
-    print(f"\n{transport + ':':41s} {'wall ms':>9s} {'x pyz':>7s}  {'CPU ms':>9s} {'x pyz':>7s}")
+    floor = next((c for c in clients if c.floor and c.times), None)
+    head = f"{'+ floor':>9s}" if floor else ""
+    print(f"\n{transport + ':':41s} {'wall ms':>9s} {'x pyz':>7s}  {'CPU ms':>9s} {'x pyz':>7s}  {head}")
     for client in clients:
         if client.error:
             print(f"  {client.name:39s}    failed: {client.error}")
@@ -242,17 +282,31 @@ def report(transport: str, clients: list[Client], missing: list[tuple[str, str]]
         for mine, base in ((client.times, own.times), (client.cpu, own.cpu)):
             value = statistics.median(mine)
             cells.append(f"{value:9.1f} {value / statistics.median(base):6.2f}x" if base else f"{value:9.1f}")
+        if floor and not client.floor:  # what the client adds above the bare server (wall)
+            cells.append(f"{statistics.median(client.times) - statistics.median(floor.times):9.1f}")
         print(f"  {client.name:39s} {'  '.join(cells)}")
     for name, why in missing:
         print(f"  {name:39s}    not installed: {why}")
-    timed = [c for c in clients if c.peer and not c.error]
-    if own.times and timed:
-        for label, series in (("wall", lambda c: c.times), ("CPU", lambda c: c.cpu)):
+    for label, series in (("wall", lambda c: c.times), ("CPU", lambda c: c.cpu)):
+        ratios = []
+        for call in (False, True):
+            mine = next((c for c in clients if not c.peer and c.call == call and not c.floor and series(c)), None)
+            timed = [c for c in clients if c.peer and c.call == call and not c.error]
+            if mine is None or not timed:
+                continue
             fastest = min(timed, key=lambda c: statistics.median(series(c)))
-            speedup = statistics.median(series(fastest)) / statistics.median(series(own))
+            ratio = statistics.median(series(mine)) / statistics.median(series(fastest))
+            ratios.append(ratio)
+            what = "call" if call else "--tools"
             print(
-                f"  fastest peer ({label}): {fastest.name}; bkmcp.pyz is {speedup:.2f}x faster: "
-                f"{'meets' if speedup >= TARGET else 'misses'} the >= {TARGET:g}x target (docs/contract.md §13)"
+                f"  {what} ({label}): fastest peer {fastest.name}; {mine.name} takes {ratio:.2f}x its time "
+                f"({1 / ratio:.2f}x faster): {'meets' if 1 / ratio >= TARGET else 'misses'} the >= {TARGET:g}x "
+                "target (docs/contract.md §13)"
+            )
+        if len(ratios) == 2:
+            mean = statistics.geometric_mean(ratios)
+            print(
+                f"  geometric mean of the two cells ({label}): {mean:.3f}x the fastest peer (issue 31 goal: <= 0.30x)"
             )
 
 

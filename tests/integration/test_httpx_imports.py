@@ -6,6 +6,8 @@ path: each records being imported, and the server shows which encodings bkmcp of
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 from tests.helpers import run_bkmcp_modules
@@ -32,3 +34,72 @@ def test_remote_command_imports_no_optional_httpx_extras(tmp_path: Path, mock) -
     assert not {m.split(".")[0] for m in modules} & set(HIDDEN)
     lists = target.srv.requests("tools/list")
     assert lists and {e["headers"].get("accept-encoding") for e in lists} == {"gzip, deflate"}
+
+
+# A site hook that records every TLS context the process builds (ssl.SSLContext.__new__ is Python code)
+_COUNT_CONTEXTS = """
+import ssl
+_new = ssl.SSLContext.__new__
+def _counted(cls, *args, **kwargs):
+    open({marker!r}, "a").write("SSLContext\\n")
+    return _new(cls, *args, **kwargs)
+ssl.SSLContext.__new__ = staticmethod(_counted)
+"""
+
+
+def test_http_url_builds_no_tls_context_and_loads_no_certifi(tmp_path: Path, mock) -> None:
+    """Issue 31 item 5: an http:// server needs no TLS set-up: `--tools` and a call (fresh interpreter) build no
+    ``SSLContext`` and never import certifi (its CA bundle lookup pulls importlib.resources in)."""
+    target = mock({"tools": [{"name": "echo", "inputSchema": {"type": "object"}}]})
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    marker = tmp_path / "contexts.txt"
+    (hooks / "sitecustomize.py").write_text(_COUNT_CONTEXTS.format(marker=str(marker)), encoding="utf-8")
+    for args in (("--tools",), ("echo", "--body", '{"a": 1}')):
+        code, modules, proc = run_bkmcp_modules(
+            tmp_path, "--config", str(target.config), target.name, *args, env={"PYTHONPATH": str(hooks)}
+        )
+        assert code == 0, proc.stdout + proc.stderr
+        assert "ssl" in modules and "httpcore" in modules  # the hook ran; httpcore itself imports ssl
+        assert "certifi" not in modules
+        assert not marker.exists(), marker.read_text()
+    assert len(target.srv.requests("tools/list")) == 2
+    assert [json.loads(e["body"])["params"]["arguments"] for e in target.srv.requests("tools/call")] == [{"a": 1}]
+
+
+_HTTPS_AFTER_HTTP = """
+import ssl, sys
+sys.path.insert(0, sys.argv[1])
+import bkmcp
+bkmcp.new_http_client("http://127.0.0.1:9/mcp", insecure=False)
+assert "certifi" not in sys.modules
+client = bkmcp.new_http_client("https://127.0.0.1:9/mcp", insecure=False)
+import certifi, httpcore._ssl
+context = client._transport._pool._ssl_context
+assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname
+assert context.cert_store_stats()["x509_ca"] > 0  # the CA bundle was loaded
+assert getattr(certifi, "__file__", None) and httpcore._ssl.certifi.where() == certifi.where()
+print("ok")
+"""
+
+
+def test_https_url_after_http_still_verifies_with_the_real_certifi(tmp_path: Path) -> None:
+    """The certifi stand-in of ``_import_httpx`` is gone once httpx is loaded: an https:// client built later gets
+    a verifying context from the real CA bundle, and httpcore's own reference to certifi answers the same path."""
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run(
+        [sys.executable, "-S", "-c", _HTTPS_AFTER_HTTP, str(root)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+        env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "PYTHONPATH": _site_packages()},
+    )
+    assert (proc.returncode, proc.stdout.strip()) == (0, "ok"), proc.stderr
+
+
+def _site_packages() -> str:
+    """Where httpx is installed (``-S`` keeps site's .pth files, which may preload certifi, out of the process)."""
+    import httpx
+
+    return str(Path(httpx.__file__).resolve().parents[1])

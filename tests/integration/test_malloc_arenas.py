@@ -85,9 +85,53 @@ def test_the_resident_and_the_warm_process_cap_them(tmp_path, monkeypatch):
     place.mkdir(mode=0o700)
     here = os.getcwd()
     fd = os.open(place, os.O_RDONLY | os.O_DIRECTORY)  # the folder a client hands its background process
+    monkeypatch.setattr(bkmcp, "keep_large_blocks_mapped", lambda: calls.append("mapped") or True)
     try:
         assert bkmcp.serve_warm_process(["--keep-alive-daemon", str(place), str(fd)]) == 0
     finally:
         os.chdir(here)
         os.close(fd)
-    assert calls == ["capped", "capped"]
+    assert calls == ["capped", "capped", "mapped"]  # the resident: arenas only
+
+
+# After a 16 MiB block is freed, is an 8 MiB block still given its own mapping? (mallinfo2's hblks counts them.) In a
+# thread of its own: a fresh arena, whose heap has no free 8 MiB (the main one keeps what importing bkmcp freed).
+_MAPPED = r"""
+import ctypes, sys, threading
+sys.path.insert(0, sys.argv[1])
+import bkmcp
+fixed = bkmcp.keep_large_blocks_mapped() if sys.argv[2] == "fixed" else False
+class Info(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks "
+                "fordblks keepcost".split()]
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype = Info
+libc.malloc.restype = ctypes.c_void_p
+def measure():
+    libc.free(ctypes.c_void_p(libc.malloc(16 << 20)))  # glibc's default now raises its threshold to 16 MiB
+    before = libc.mallinfo2().hblks
+    block = libc.malloc(8 << 20)
+    print(fixed, libc.mallinfo2().hblks - before)
+    libc.free(ctypes.c_void_p(block))
+thread = threading.Thread(target=measure)
+thread.start()
+thread.join()
+"""
+
+
+def _mapped(mode: str, **env: str) -> list[str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")} | env
+    run = subprocess.run(
+        [sys.executable, "-c", _MAPPED, str(ROOT), mode], capture_output=True, text=True, timeout=120, env=environ
+    )
+    assert run.returncode == 0, run.stderr
+    return run.stdout.split()
+
+
+@glibc
+def test_the_warm_process_keeps_large_blocks_mapped_where_glibc_would_raise_its_threshold():
+    """Issue 29 point 7: after a large result glibc's dynamic threshold put the next large blocks into the heap,
+    whose fragmentation kept +3 to +36 MB after malloc_trim; a fixed threshold gives each its own mapping."""
+    assert _mapped("default") == ["False", "0"]  # the control: glibc put the 8 MiB block in the heap
+    assert _mapped("fixed") == ["True", "1"]
+    assert _mapped("fixed", MALLOC_MMAP_THRESHOLD_="16777216") == ["False", "0"]  # the operator's value wins

@@ -270,6 +270,43 @@ def test_frames_round_trip():
         assert bkmcp.recv_frame(b) is None
 
 
+class _Recorder:
+    """A socket stand-in that keeps every object ``sendall`` is given."""
+
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+
+    def sendall(self, data: bytes) -> None:
+        self.sent.append(data)
+
+
+def test_a_large_output_goes_out_in_bounded_frames_with_the_same_bytes():
+    """Issue 29 point 7 (the warm process's peak after a large result): its stdout is sent in frames of at most
+    ``_FRAME_CHUNK`` characters, each encoded on its own, so no second whole copy of a 30 MB result is held; the
+    client receives exactly the bytes of the whole text (a multi-byte character and a lone surrogate on the
+    boundaries), and a large frame's payload is handed to the socket as it is, not copied behind its header."""
+    import threading
+
+    chunk = bkmcp._FRAME_CHUNK
+    text = "a" * (chunk - 1) + "\u00e9" + "\udcff" + "b" * (chunk - 1) + "\U0001f600" * 3 + "\n"
+    recorder = _Recorder()
+    stream = bkmcp._FrameStream(recorder, b"O", False, threading.Lock())
+    assert stream.write(text) == len(text) and stream.write("") == 0
+    wire, frames = b"".join(recorder.sent), []
+    while wire:
+        size = int.from_bytes(wire[1:5], "big")
+        frames.append((wire[:1], wire[5 : 5 + size]))
+        wire = wire[5 + size :]
+    assert len(frames) == 3 and all(kind == b"O" for kind, _ in frames)
+    assert all(len(payload.decode("utf-8", "surrogatepass")) <= chunk for _, payload in frames)
+    assert b"".join(payload for _, payload in frames) == text.encode("utf-8", "surrogatepass")
+
+    big = b"x" * (chunk + 1)
+    recorder.sent.clear()
+    bkmcp.send_frame(recorder, b"O", big)
+    assert recorder.sent[0] == b"O" + len(big).to_bytes(4, "big") and recorder.sent[1] is big
+
+
 @pytest.mark.parametrize(("stages", "outcome"), [([b"negotiate", b"call"], "unknown"), ([b"discover"], "not_sent")])
 def test_a_process_that_dies_mid_command_is_reported_with_its_outcome(stages, outcome):
     import socket
