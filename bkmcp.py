@@ -3257,12 +3257,12 @@ class Transport(Protocol):
 
     # The era probe on a shared stream (docs/contract.md §5): how much of what was written the server has not read
     # yet (None: cannot be told), and the probe's stderr kept apart from the tail (``probe_begins`` before it is
-    # sent, ``probe_ends`` once it was answered or given up).
+    # sent, ``probe_ends`` once it was answered or given up; ``rejected``: answered with an error).
     def unread_input(self) -> int | None: ...
 
     def probe_begins(self) -> None: ...
 
-    def probe_ends(self, answered: bool) -> None: ...
+    def probe_ends(self, rejected: bool) -> None: ...
 
     def stop_requests(self) -> None: ...
 
@@ -4073,7 +4073,7 @@ class HttpTransport:
     def probe_begins(self) -> None:
         pass
 
-    def probe_ends(self, answered: bool) -> None:
+    def probe_ends(self, rejected: bool) -> None:
         pass
 
     def end_session(self, deadline: Deadline, rules: EraRules | None = None, session_id: str | None = None) -> None:
@@ -4519,7 +4519,7 @@ class ChildProcess:
         self._stderr_lock = _thread.allocate_lock()
         # The era probe's stderr (docs/contract.md §5): bytes taken from the pipe so far; while the probe is open,
         # the lines written after the server read it wait apart (the last ``_STDIO_STDERR_TAIL``, and how many);
-        # once it was answered, lines ending at or before ``_probe_end`` (a byte offset) were written for it.
+        # once it was rejected, lines ending at or before ``_probe_end`` (a byte offset) were written for it.
         self._stderr_taken = 0
         self._probe_open = False
         self._probe_lines = LineTail(_STDIO_STDERR_TAIL)
@@ -4701,15 +4701,16 @@ class ChildProcess:
             self._probe_open, self._probe_end = True, None
             self._probe_lines = LineTail(_STDIO_STDERR_TAIL)
 
-    def close_probe(self, answered: bool) -> None:
-        """The probe got its answer (``answered``) or was given up. Answered: the stderr written up to now (what the
-        reader took plus what still waits in the pipe: a server logs before it answers) was the probe's, and leaves
-        the tail. Given up: nothing shows those lines were about the probe, so the tail keeps them."""
+    def close_probe(self, rejected: bool) -> None:
+        """The probe was rejected (an error answer: the legacy server's complaint), accepted or given up. Rejected:
+        the stderr written up to now (what the reader took plus what still waits in the pipe: a server logs before
+        it answers) was the probe's, and leaves the tail. Accepted (its lines are the server's log of a request like
+        any other) or given up (nothing shows those lines were about the probe): the tail keeps them."""
         with self._stderr_lock:
             if not self._probe_open:
                 return
             self._probe_open = False
-            if answered:
+            if rejected:
                 proc = self.proc
                 waiting = _pipe_unread(proc.stderr.fileno()) if proc is not None else None
                 self._probe_end = self._stderr_taken + (waiting or 0)
@@ -4929,9 +4930,9 @@ class StdioTransport:
     def probe_begins(self) -> None:
         self._probe_next = True  # the probe's stderr starts once it is written (``send``), on the child it spawns
 
-    def probe_ends(self, answered: bool) -> None:
+    def probe_ends(self, rejected: bool) -> None:
         self._probe_next = False
-        self.child.close_probe(answered)
+        self.child.close_probe(rejected)
 
     @property
     def alive(self) -> bool:
@@ -5602,7 +5603,7 @@ def _discover_step(session: McpSession, ctx: OpContext, step: Step) -> Evidence:
             answer = session.request("server/discover", None, ctx, rules=rules, deadline=window)
         finally:
             if window is not None:
-                session.transport.probe_ends(answered=answer is not None)
+                session.transport.probe_ends(rejected=answer is not None and answer.kind == "error")
                 _log_window(window, ctx, answered=answer is not None)
         if not probing and answer.kind == "error":
             raise rpc_error_exception("server/discover", answer.error or {})

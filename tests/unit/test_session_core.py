@@ -512,7 +512,7 @@ def test_the_pipe_is_asked_with_fionread_and_a_closed_one_cannot_be():
     )  # fmt: skip
     child = bkmcp.ChildProcess(server, bkmcp.Log(io.StringIO()))
     assert child.unread_input() is None  # no child yet
-    child.close_probe(answered=True)  # no probe open: nothing changes
+    child.close_probe(rejected=True)  # no probe open: nothing changes
     child.keep_stderr("kept")
     assert child.stderr_tail() == ["kept"]
 
@@ -534,7 +534,7 @@ def test_the_stderr_reader_counts_bytes_and_keeps_a_probes_lines_out_of_the_tail
     child.proc = types.SimpleNamespace(stderr=open(err_read, "rb"), stdin=open(in_write, "wb"))
     os.write(err_write, b"noise 1\nnoise 2\n")
     child.open_probe()
-    child.close_probe(answered=True)  # both lines still wait in the pipe: they were written before the answer
+    child.close_probe(rejected=True)  # both lines still wait in the pipe: they were written before the answer
     os.write(err_write, b"REAL\n" + b"x" * 9000 + b"\nunfinished")
     os.close(err_write)
     child._read_stderr(child.proc.stderr)
@@ -548,6 +548,35 @@ def test_the_stderr_reader_counts_bytes_and_keeps_a_probes_lines_out_of_the_tail
     os.close(in_read)
     child._read_stderr(child.proc.stderr)  # a closed stream ends the reader quietly
     assert child.stderr_position() == 4
+
+
+def test_lines_read_while_an_accepted_probe_was_open_stay_in_the_tail():
+    """A modern server accepts the probe: its lines are no complaint about it, so the tail keeps them, also one
+    that bkmcp's reader took only after the server had read the probe (a slow reader on a loaded machine took a
+    mock server's start-up lines then, and a failure's server_stderr lost them). Rejected: they leave the tail."""
+    import os
+    import types
+
+    server = bkmcp.ResolvedServer(
+        name="f", type="stdio", config_file="/c", url=None, headers={}, command="x", args=[], env={}, cwd=None,
+        protocol_version=None, auth_source="none",
+    )  # fmt: skip
+    for rejected, tail in ((False, ["starting up", "ready", "later"]), (True, ["later"])):
+        child = bkmcp.ChildProcess(server, bkmcp.Log(io.StringIO()))
+        err_read, err_write = os.pipe()
+        in_read, in_write = os.pipe()
+        child.proc = types.SimpleNamespace(stderr=open(err_read, "rb"), stdin=open(in_write, "wb"))
+        child.open_probe()
+        assert child.unread_input() == 0  # the server has read the probe: what the reader takes now is in doubt
+        child._take_stderr("starting up", 12)
+        child._take_stderr("ready", 18)
+        child.close_probe(rejected=rejected)
+        child._take_stderr("later", 24)
+        assert child.stderr_tail() == tail, rejected
+        for end in (child.proc.stdin, child.proc.stderr):
+            end.close()
+        os.close(in_read)
+        os.close(err_write)
 
 
 def test_a_kept_childs_stderr_tail_for_one_operation_is_its_start_up_and_its_own_lines():
