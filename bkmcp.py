@@ -10966,11 +10966,14 @@ def build_injected_names(pairs: Iterable[tuple[str, str]]) -> dict[str, tuple[st
 # -- model-ready definitions (10.3): one tool's schema shaped for each model family ----------------------------------
 # A server's inputSchema is JSON Schema of any draft; each model API accepts its own subset. ``build_definitions``
 # writes it once per catalogue (``_Slot.shaped``) for four families, by the table in docs/resident.md ("Definitions
-# for each model family"); the rules come from each family's own reference, read on 2026-12-04:
-#   OpenAI    platform.openai.com/docs/guides/function-calling (parameters: a JSON Schema object) and
-#             platform.openai.com/docs/guides/structured-outputs#supported-schemas (strict: true)
-#   Anthropic docs.anthropic.com/en/docs/agents-and-tools/tool-use/implement-tool-use (input_schema: type object)
-#   Gemini    ai.google.dev/api/caching#FunctionDeclaration and ai.google.dev/api/caching#Schema (OpenAPI 3.0 subset)
+# for each model family"); the rules come from each family's official definition, read on 2026-12-04:
+#   OpenAI    openai/openai-openapi openapi.yaml @f85dbe22 (2026-08-21), FunctionObject (parameters: a JSON Schema
+#             object); strict mode's subset is only linked there, to
+#             platform.openai.com/docs/guides/structured-outputs#supported-schemas, whose list is used
+#   Anthropic anthropics/anthropic-sdk-python src/anthropic/types/tool_param.py @009b0353 (2026-08-07), generated
+#             from Anthropic's OpenAPI spec (input_schema: JSON Schema 2020-12, type "object" required)
+#   Gemini    googleapis/googleapis google/ai/generativelanguage/v1beta/content.proto @bc7e3baa (2025-12-18),
+#             FunctionDeclaration and Schema (an OpenAPI 3.0 subset; enum only for Type.STRING)
 # Shaping only ever narrows or loosens what a model may send: ``call_tool`` still validates against the original
 # inputSchema (a loosened constraint is said in the description and checked there) after
 # ``build_call_arguments`` drops the nulls strict mode makes a model send for optional fields.
@@ -11344,9 +11347,15 @@ def _gemini_node(schema: Any) -> dict[str, Any]:
             out[key] = value
         elif key in allowed and isinstance(value, (int, str)) and not isinstance(value, bool):
             out[key] = value
-        elif key == "enum" and isinstance(value, list) and value and all(isinstance(v, str) for v in value):
-            out["enum"] = list(value)
-        elif key == "const" and isinstance(value, str):
+        elif (
+            key == "enum"
+            and kind == "string"
+            and isinstance(value, list)
+            and value
+            and all(isinstance(v, str) for v in value)
+        ):
+            out["enum"] = list(value)  # "Possible values of the element of Type.STRING" only
+        elif key == "const" and kind == "string" and isinstance(value, str):
             out["enum"] = [value]
         elif key in _CONSTRAINT_WORDS:
             notes.append(_words(key, value))

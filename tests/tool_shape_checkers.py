@@ -1,26 +1,40 @@
 """One checker per model family for the definitions the resident hands a platform (docs/resident.md, "Definitions
-for each model family"). Each encodes its family's own documented rules, read on 2026-12-04, independently of
-bkmcp's shaping code (it shares no code with it):
+for each model family"). Each encodes its family's own official, machine-readable definition (read on 2026-12-04,
+commits named below) independently of bkmcp's shaping code (it shares no code with it). A rule the official
+definition does not settle is marked "(bkmcp's rule)": bkmcp's definitions keep it, to stay inside what the API's
+guide pages and peers' reports say is accepted, and docs/resident.md says so.
 
-- OpenAI function calling, https://platform.openai.com/docs/guides/function-calling: ``name`` matches
-  ``^[a-zA-Z0-9_-]{1,64}$``; ``parameters`` is a JSON Schema object whose top level is ``type: object``
-  (no ``oneOf``/``anyOf``/``allOf``/``enum``/``not`` there; the API answers 400 otherwise).
-- OpenAI Structured Outputs, https://platform.openai.com/docs/guides/structured-outputs#supported-schemas
-  (``strict: true``): the root is an object, not ``anyOf``; every object has ``additionalProperties: false``
-  and lists every property in ``required``; types string, number, integer, boolean, object, array, null (and
-  ``anyOf``, ``enum``, ``const``); supported keywords only (string: pattern, format of date-time, time, date,
-  duration, email, hostname, ipv4, ipv6, uuid; number/integer: minimum, maximum, exclusiveMinimum,
-  exclusiveMaximum, multipleOf; array: minItems, maxItems); at most 5000 properties, 10 levels of nesting,
-  1000 enum values.
-- Anthropic tool use, https://docs.anthropic.com/en/docs/agents-and-tools/tool-use/implement-tool-use:
-  ``name`` matches ``^[a-zA-Z0-9_-]{1,64}$``; ``input_schema`` is a JSON Schema object with ``type: object``
-  at the top (no ``oneOf``/``anyOf``/``allOf`` at the top level).
-- Gemini, https://ai.google.dev/api/caching#FunctionDeclaration and https://ai.google.dev/api/caching#Schema:
-  the name starts with a letter or ``_`` and has at most 64 of ``[A-Za-z0-9_.-]``; ``parameters`` is a
-  ``Schema``, an OpenAPI 3.0 subset: only its listed fields, ``type`` one of the ``Type`` enum (STRING, NUMBER,
-  INTEGER, BOOLEAN, ARRAY, OBJECT, NULL), ``enum`` a list of strings, ``format`` float/double (NUMBER),
-  int32/int64 (INTEGER), enum/date-time (STRING); parameter names ``[A-Za-z_][A-Za-z0-9_]{0,63}``; no
-  ``$ref``/``$defs``/``additionalProperties``.
+- OpenAI: openai/openai-openapi ``openapi.yaml`` at f85dbe223d40e1a31cba812ab2d755c7e98a92a3 (2026-08-21),
+  ``FunctionObject``: ``name`` "a-z, A-Z, 0-9, or contain underscores and dashes, with a maximum length of 64",
+  ``parameters`` (``FunctionParameters``) "a JSON Schema object", ``strict`` a boolean ("Only a subset of JSON
+  Schema is supported when strict is true", the subset only linked to the guide). (bkmcp's rule, from
+  https://platform.openai.com/docs/guides/function-calling and the 400s peers report: the top level is
+  ``type: object`` without ``oneOf``/``anyOf``/``allOf``/``enum``/``not``; no ``$schema``/``$ref``/``$defs``.)
+- OpenAI strict: the spec does not list the subset; these rules are bkmcp's, from
+  https://platform.openai.com/docs/guides/structured-outputs#supported-schemas: the root is an object, not
+  ``anyOf``; every object has ``additionalProperties: false`` and lists every property in ``required``; types
+  string, number, integer, boolean, object, array, null (and ``anyOf``, ``enum``, ``const``); supported keywords
+  only (string: pattern, format of date-time, time, date, duration, email, hostname, ipv4, ipv6, uuid;
+  number/integer: minimum, maximum, exclusiveMinimum, exclusiveMaximum, multipleOf; array: minItems, maxItems); at
+  most 5000 properties, 10 levels of nesting, 1000 enum values.
+- Anthropic: anthropics/anthropic-sdk-python ``src/anthropic/types/tool_param.py`` at
+  009b035305e0724ce108ebd796935f91711fc6e1 (2026-08-07), generated from Anthropic's OpenAPI spec: ``ToolParam``
+  has ``name`` and ``input_schema`` (required) and ``allowed_callers``, ``cache_control``, ``defer_loading``,
+  ``description``, ``eager_input_streaming``, ``input_examples``, ``strict``, ``type``; ``InputSchema`` is JSON
+  Schema 2020-12 with ``type: "object"`` required, ``properties`` a map, ``required`` a list of strings, other keys
+  allowed. (bkmcp's rule: ``name`` ``^[a-zA-Z0-9_-]{1,64}$``, no top-level ``oneOf``/``anyOf``/``allOf``, no
+  ``$schema``/``$ref``/``$defs``; the SDK states no name pattern.)
+- Gemini: googleapis/googleapis ``google/ai/generativelanguage/v1beta/content.proto`` at
+  bc7e3baa28fbb223fa93782e130260fab8205bfc (2025-12-18; unchanged at the snapshot f8291d2b of 2026-08-22; the v1
+  directory has no function calling): ``FunctionDeclaration`` fields name, description (both REQUIRED),
+  parameters, parametersJsonSchema (mutually exclusive), response, responseJsonSchema, behavior; ``name`` "a-z,
+  A-Z, 0-9, or contain underscores, colons, dots, and dashes, with a maximum length of 64"; ``Schema`` fields
+  type (the ``Type`` enum STRING, NUMBER, INTEGER, BOOLEAN, ARRAY, OBJECT, NULL), format ("Any value is allowed"),
+  title, description, nullable, enum ("Possible values of the element of Type.STRING"), items, maxItems, minItems,
+  properties, required, minProperties, maxProperties, minimum, maximum, minLength, maxLength, pattern, example,
+  anyOf, propertyOrdering, default. (bkmcp's rule: parameter names ``[A-Za-z_][A-Za-z0-9_]{0,63}``, the proto
+  only says they are case sensitive. Not settled: ``type`` is marked REQUIRED beside ``anyOf`` alternatives of
+  different types; a node with ``anyOf`` and no ``type`` is accepted here.)
 """
 
 from __future__ import annotations
@@ -29,7 +43,9 @@ import re
 from typing import Any
 
 NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
-GEMINI_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
+GEMINI_NAME = re.compile(r"^[a-zA-Z0-9_:.-]{1,64}$")
+ANTHROPIC_TOOL_FIELDS = {"name", "input_schema", "allowed_callers", "cache_control", "defer_loading", "description"}
+ANTHROPIC_TOOL_FIELDS |= {"eager_input_streaming", "input_examples", "strict", "type"}
 GEMINI_PARAM = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 JSON_SCHEMA_TOP_FORBIDDEN = ("oneOf", "anyOf", "allOf", "enum", "not")
 
@@ -71,7 +87,8 @@ GEMINI_FIELDS = {
     "maximum",
 }
 GEMINI_TYPES = {"STRING", "NUMBER", "INTEGER", "BOOLEAN", "ARRAY", "OBJECT", "NULL"}
-GEMINI_FORMATS = {"NUMBER": {"float", "double"}, "INTEGER": {"int32", "int64"}, "STRING": {"enum", "date-time"}}
+GEMINI_DECLARATION_FIELDS = {"name", "description", "parameters", "parametersJsonSchema", "response"}
+GEMINI_DECLARATION_FIELDS |= {"responseJsonSchema", "behavior"}
 
 
 def _walk_json_schema(schema: Any, path: str, problems: list[str]) -> None:
@@ -106,9 +123,16 @@ def check_openai(function: Any) -> list[str]:
 
 def check_anthropic(tool: Any) -> list[str]:
     problems = [] if NAME.match(str(tool.get("name"))) else ["name"]
-    if set(tool) - {"name", "description", "input_schema"}:
-        problems.append(f"unknown fields {sorted(set(tool) - {'name', 'description', 'input_schema'})}")
+    if set(tool) - ANTHROPIC_TOOL_FIELDS:
+        problems.append(f"unknown fields {sorted(set(tool) - ANTHROPIC_TOOL_FIELDS)}")
+    if "description" in tool and not isinstance(tool["description"], str):
+        problems.append("description is not a string")
     problems += _top_object(tool.get("input_schema"), "input_schema")
+    schema = tool.get("input_schema")
+    if isinstance(schema, dict) and not isinstance(schema.get("properties", {}), (dict, type(None))):
+        problems.append("input_schema.properties is not a map")
+    if isinstance(schema, dict) and not all(isinstance(r, str) for r in schema.get("required") or []):
+        problems.append("input_schema.required is not a list of strings")
     _walk_json_schema(tool.get("input_schema"), "input_schema", problems)
     return problems
 
@@ -187,8 +211,10 @@ def _gemini_node(schema: Any, path: str, problems: list[str]) -> None:
         problems.append(f"{path}: nullable")
     if "enum" in schema and not (isinstance(schema["enum"], list) and all(isinstance(v, str) for v in schema["enum"])):
         problems.append(f"{path}: enum of non-strings")
-    if "format" in schema and schema["format"] not in GEMINI_FORMATS.get(kind, set()):
-        problems.append(f"{path}: format {schema['format']!r} for {kind}")
+    if "enum" in schema and kind != "STRING":
+        problems.append(f"{path}: enum on {kind}, not STRING")
+    if "format" in schema and not isinstance(schema["format"], str):
+        problems.append(f"{path}: format {schema['format']!r}")
     for branch in schema.get("anyOf", []):
         _gemini_node(branch, f"{path}/anyOf", problems)
     if "items" in schema:
@@ -207,8 +233,12 @@ def _gemini_node(schema: Any, path: str, problems: list[str]) -> None:
 
 def check_gemini(declaration: Any) -> list[str]:
     problems = [] if GEMINI_NAME.match(str(declaration.get("name"))) else ["name"]
-    if set(declaration) - {"name", "description", "parameters"}:
-        problems.append("unknown FunctionDeclaration fields")
+    if set(declaration) - GEMINI_DECLARATION_FIELDS:
+        problems.append(f"unknown FunctionDeclaration fields {sorted(set(declaration) - GEMINI_DECLARATION_FIELDS)}")
+    if not isinstance(declaration.get("description"), str):
+        problems.append("description (REQUIRED) is not a string")
+    if "parameters" in declaration and "parametersJsonSchema" in declaration:
+        problems.append("parameters beside parametersJsonSchema")
     if "parameters" in declaration:
         parameters = declaration["parameters"]
         if not isinstance(parameters, dict) or parameters.get("type") != "OBJECT":

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 import bkmcp
 from mock_server.mcp_mock import normalize_scenario
 from tests.helpers import FUZZ_EXAMPLES, ROOT
-from tests.tool_shape_checkers import check_listing, gemini_as_json_schema
+from tests.tool_shape_checkers import check_anthropic, check_gemini, check_listing, gemini_as_json_schema
 
 FUZZ = settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 FAMILIES = ("function", "function_strict", "anthropic", "gemini")
@@ -517,3 +517,64 @@ def test_strict_null_rule_across_a_top_level_union_keeps_fields_some_branch_requ
     sent = bkmcp.build_call_arguments(schema, written)
     assert sent == {"id": None, "b": "x", "n": None}  # "a" left out; "id" (required by a branch) and "n" kept
     assert jsonschema.Draft202012Validator(schema).is_valid(sent)
+
+
+# -- each rule checked against its family's official definition (tests/tool_shape_checkers.py names the sources) --
+
+
+def test_gemini_enum_is_written_only_on_a_string_the_other_types_hear_it_in_the_description():
+    """content.proto ``Schema.enum``: "Possible values of the element of Type.STRING"; a union's number branch
+    keeps no enum of strings (before, it carried one the API does not define)."""
+    schema = {"type": "object", "properties": {"level": {"type": ["string", "number"], "enum": ["1", "2"]}}}
+    shaped, reasons = shaped_of(schema)
+    assert "gemini" not in reasons
+    branches = {b["type"]: b for b in shaped["gemini"]["properties"]["level"]["anyOf"]}
+    assert branches["STRING"]["enum"] == ["1", "2"]
+    assert "enum" not in branches["NUMBER"] and "one of: 1, 2" in branches["NUMBER"]["description"]
+    const = shaped_of({"type": "object", "properties": {"n": {"type": "integer", "const": "x"}}})[0]["gemini"]
+    assert "enum" not in const["properties"]["n"]
+    tool = {"name": "t", "inputSchema": schema}
+    assert check_listing(listing([tool])) == []
+
+
+def test_the_gemini_checker_follows_function_declaration_and_schema_as_content_proto_defines_them():
+    base = {"name": "mcp_s_t", "description": "", "parameters": {"type": "OBJECT"}}
+    assert check_gemini(base) == []
+    for name in ("mcp:s.t", "1tool", "a" * 64):  # colons, dots, a leading digit; at most 64
+        assert check_gemini({**base, "name": name}) == [], name
+    assert check_gemini({**base, "name": "a" * 65}) == ["name"]
+    assert check_gemini({**base, "name": "mcp s"}) == ["name"]
+    assert any("description" in p for p in check_gemini({"name": "t", "parameters": {"type": "OBJECT"}}))
+    both = {**base, "parametersJsonSchema": {"type": "object"}}
+    assert check_gemini(both) == ["parameters beside parametersJsonSchema"]
+    assert check_gemini({"name": "t", "description": "", "parametersJsonSchema": {"type": "object"}}) == []
+    assert check_gemini({**base, "behavior": "BLOCKING"}) == []
+    assert check_gemini({**base, "strict": True}) == ["unknown FunctionDeclaration fields ['strict']"]
+
+    def param(schema: dict[str, Any]) -> list[str]:
+        return check_gemini({**base, "parameters": {"type": "OBJECT", "properties": {"p": schema}}})
+
+    assert param({"type": "STRING", "format": "uri"}) == []  # "Any value is allowed"
+    assert param({"type": "STRING", "format": 3}) != []
+    assert param({"type": "STRING", "enum": ["a"]}) == []
+    assert param({"type": "NUMBER", "enum": ["1"]}) == ["parameters/p: enum on NUMBER, not STRING"]
+    assert param({"type": "NULL"}) == []
+    assert param({"type": "STRING", "minLength": 1, "maxLength": 2, "pattern": "x", "example": "xx"}) == []
+    assert param({"type": "STRING", "const": "x"}) != []
+
+
+def test_the_anthropic_checker_follows_tool_param_as_the_sdk_defines_it():
+    base = {"name": "mcp_s_t", "input_schema": {"type": "object", "properties": {}, "required": []}}
+    assert check_anthropic(base) == []
+    assert check_anthropic({**base, "cache_control": {"type": "ephemeral"}, "strict": True, "type": "custom"}) == []
+    assert check_anthropic({**base, "parameters": {}}) == ["unknown fields ['parameters']"]
+    assert check_anthropic({**base, "description": None}) == ["description is not a string"]
+    assert check_anthropic({**base, "input_schema": {"type": "object", "properties": []}}) == [
+        "input_schema.properties is not a map"
+    ]
+    assert check_anthropic({**base, "input_schema": {"type": "object", "required": [1]}}) == [
+        "input_schema.required is not a list of strings"
+    ]
+    assert check_anthropic({**base, "input_schema": {"type": "string"}}) == [
+        "input_schema.type is 'string', not 'object'"
+    ]
