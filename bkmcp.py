@@ -11490,8 +11490,9 @@ def build_tool_entry(
         entry["function_strict"] = {"name": name, "description": description, "parameters": strict, "strict": True}
     if "anthropic" in definitions:
         entry["anthropic"] = {"name": name, "description": description, "input_schema": definitions["anthropic"]}
-    if "gemini" in definitions:
-        entry["gemini"] = {"name": name, "description": description}
+    if "gemini" in definitions:  # FunctionDeclaration.description is REQUIRED: an empty one is unset (AIP-203)
+        title = tool.get("title") if isinstance(tool.get("title"), str) else ""
+        entry["gemini"] = {"name": name, "description": description or title or name}
         if definitions["gemini"] is not None:
             entry["gemini"]["parameters"] = definitions["gemini"]
     return entry

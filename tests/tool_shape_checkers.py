@@ -34,7 +34,10 @@ guide pages and peers' reports say is accepted, and docs/resident.md says so.
   properties, required, minProperties, maxProperties, minimum, maximum, minLength, maxLength, pattern, example,
   anyOf, propertyOrdering, default. (bkmcp's rule: parameter names ``[A-Za-z_][A-Za-z0-9_]{0,63}``, the proto
   only says they are case sensitive. Not settled: ``type`` is marked REQUIRED beside ``anyOf`` alternatives of
-  different types; a node with ``anyOf`` and no ``type`` is accepted here.)
+  different types; a node with ``anyOf`` and no ``type`` is accepted here, as Google's own SDK sends it:
+  googleapis/python-genai ``google/genai/_transformers.py`` ``process_schema`` at
+  66807187f2123c6676175ac991f4e34eb09200d1 (2026-08-21) returns an ``anyOf`` node without adding a ``type``.
+  ``description`` REQUIRED: a proto3 string left empty is unset (AIP-203), so it must not be empty.)
 """
 
 from __future__ import annotations
@@ -235,8 +238,8 @@ def check_gemini(declaration: Any) -> list[str]:
     problems = [] if GEMINI_NAME.match(str(declaration.get("name"))) else ["name"]
     if set(declaration) - GEMINI_DECLARATION_FIELDS:
         problems.append(f"unknown FunctionDeclaration fields {sorted(set(declaration) - GEMINI_DECLARATION_FIELDS)}")
-    if not isinstance(declaration.get("description"), str):
-        problems.append("description (REQUIRED) is not a string")
+    if not isinstance(declaration.get("description"), str) or not declaration["description"]:
+        problems.append("description (REQUIRED) is not a non-empty string")
     if "parameters" in declaration and "parametersJsonSchema" in declaration:
         problems.append("parameters beside parametersJsonSchema")
     if "parameters" in declaration:

@@ -165,7 +165,7 @@ def test_gemini_is_left_out_alone_for_a_parameter_name_it_rejects():
 def test_a_tool_without_parameters_has_no_gemini_parameters_and_an_empty_strict_object():
     tool = {"name": "ping", "inputSchema": {"type": "object", "properties": {}}}
     entry = bkmcp.build_tool_entry("mcp_s_ping", "s", tool)
-    assert entry["gemini"] == {"name": "mcp_s_ping", "description": ""}
+    assert entry["gemini"] == {"name": "mcp_s_ping", "description": "mcp_s_ping"}  # REQUIRED, never empty
     assert entry["function_strict"]["parameters"] == {
         "type": "object",
         "properties": {},
@@ -538,7 +538,7 @@ def test_gemini_enum_is_written_only_on_a_string_the_other_types_hear_it_in_the_
 
 
 def test_the_gemini_checker_follows_function_declaration_and_schema_as_content_proto_defines_them():
-    base = {"name": "mcp_s_t", "description": "", "parameters": {"type": "OBJECT"}}
+    base = {"name": "mcp_s_t", "description": "d", "parameters": {"type": "OBJECT"}}
     assert check_gemini(base) == []
     for name in ("mcp:s.t", "1tool", "a" * 64):  # colons, dots, a leading digit; at most 64
         assert check_gemini({**base, "name": name}) == [], name
@@ -547,7 +547,8 @@ def test_the_gemini_checker_follows_function_declaration_and_schema_as_content_p
     assert any("description" in p for p in check_gemini({"name": "t", "parameters": {"type": "OBJECT"}}))
     both = {**base, "parametersJsonSchema": {"type": "object"}}
     assert check_gemini(both) == ["parameters beside parametersJsonSchema"]
-    assert check_gemini({"name": "t", "description": "", "parametersJsonSchema": {"type": "object"}}) == []
+    assert check_gemini({"name": "t", "description": "d", "parametersJsonSchema": {"type": "object"}}) == []
+    assert check_gemini({**base, "description": ""}) == ["description (REQUIRED) is not a non-empty string"]
     assert check_gemini({**base, "behavior": "BLOCKING"}) == []
     assert check_gemini({**base, "strict": True}) == ["unknown FunctionDeclaration fields ['strict']"]
 
@@ -578,3 +579,12 @@ def test_the_anthropic_checker_follows_tool_param_as_the_sdk_defines_it():
     assert check_anthropic({**base, "input_schema": {"type": "string"}}) == [
         "input_schema.type is 'string', not 'object'"
     ]
+
+
+def test_a_gemini_declaration_always_has_a_description_the_tools_own_else_its_title_else_its_name():
+    """content.proto ``FunctionDeclaration.description`` is REQUIRED; a proto3 string left empty is unset."""
+    entry = bkmcp.build_tool_entry("mcp_s_t", "s", {"name": "t", "title": "Tee", "inputSchema": {"type": "object"}})
+    assert entry["gemini"]["description"] == "Tee" and entry["function"]["description"] == ""
+    said = bkmcp.build_tool_entry("mcp_s_t", "s", {"name": "t", "description": "Does t.", "title": "Tee"})
+    assert said["gemini"]["description"] == "Does t."
+    assert check_listing(listing([{"name": "t", "inputSchema": {"type": "object"}}])) == []
