@@ -11345,7 +11345,9 @@ def _gemini_node(schema: Any) -> dict[str, Any]:
             continue
         if key == "format" and value in _GEMINI_FORMATS.get(kind, ()):
             out[key] = value
-        elif key in allowed and isinstance(value, (int, str)) and not isinstance(value, bool):
+        elif key in allowed and (
+            isinstance(value, str) if key == "pattern" else isinstance(value, int) and not isinstance(value, bool)
+        ):  # content.proto: pattern a string, the others int64 (minimum/maximum a double: integers kept)
             out[key] = value
         elif (
             key == "enum"

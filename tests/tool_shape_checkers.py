@@ -89,6 +89,21 @@ GEMINI_FIELDS = {
     "minimum",
     "maximum",
 }
+GEMINI_FOR_TYPES = {  # content.proto: "... of Type.ARRAY", "... of Type.OBJECT", "... of the Type.STRING", ...
+    "items": {"ARRAY"},
+    "minItems": {"ARRAY"},
+    "maxItems": {"ARRAY"},
+    "properties": {"OBJECT"},
+    "required": {"OBJECT"},
+    "minProperties": {"OBJECT"},
+    "maxProperties": {"OBJECT"},
+    "minimum": {"INTEGER", "NUMBER"},
+    "maximum": {"INTEGER", "NUMBER"},
+    "minLength": {"STRING"},
+    "maxLength": {"STRING"},
+    "pattern": {"STRING"},
+}
+GEMINI_INT64 = ("minItems", "maxItems", "minProperties", "maxProperties", "minLength", "maxLength")
 GEMINI_TYPES = {"STRING", "NUMBER", "INTEGER", "BOOLEAN", "ARRAY", "OBJECT", "NULL"}
 GEMINI_DECLARATION_FIELDS = {"name", "description", "parameters", "parametersJsonSchema", "response"}
 GEMINI_DECLARATION_FIELDS |= {"responseJsonSchema", "behavior"}
@@ -216,6 +231,17 @@ def _gemini_node(schema: Any, path: str, problems: list[str]) -> None:
         problems.append(f"{path}: enum of non-strings")
     if "enum" in schema and kind != "STRING":
         problems.append(f"{path}: enum on {kind}, not STRING")
+    for key in set(schema) & set(GEMINI_FOR_TYPES):
+        if kind not in GEMINI_FOR_TYPES[key]:
+            problems.append(f"{path}: {key} on {kind}")
+    for key in set(schema) & set(GEMINI_INT64):  # int64: a JSON integer (or its decimal string)
+        if isinstance(schema[key], bool) or not isinstance(schema[key], (int, str)) or not str(schema[key]).isdigit():
+            problems.append(f"{path}: {key} {schema[key]!r} is not an int64")
+    for key in set(schema) & {"minimum", "maximum"}:
+        if isinstance(schema[key], bool) or not isinstance(schema[key], (int, float)):
+            problems.append(f"{path}: {key} {schema[key]!r} is not a double")
+    if "pattern" in schema and not isinstance(schema["pattern"], str):
+        problems.append(f"{path}: pattern {schema['pattern']!r} is not a string")
     if "format" in schema and not isinstance(schema["format"], str):
         problems.append(f"{path}: format {schema['format']!r}")
     for branch in schema.get("anyOf", []):

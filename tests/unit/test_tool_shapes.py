@@ -588,3 +588,28 @@ def test_a_gemini_declaration_always_has_a_description_the_tools_own_else_its_ti
     said = bkmcp.build_tool_entry("mcp_s_t", "s", {"name": "t", "description": "Does t.", "title": "Tee"})
     assert said["gemini"]["description"] == "Does t."
     assert check_listing(listing([{"name": "t", "inputSchema": {"type": "object"}}])) == []
+
+
+def test_gemini_keeps_a_schema_field_only_with_the_value_type_content_proto_gives_it():
+    """content.proto ``Schema``: ``pattern`` a string, ``minLength`` … ``maxProperties`` int64, ``minimum`` /
+    ``maximum`` doubles, each for its own type; a value of another type is said in the description instead."""
+    odd = {"a": {"type": "string", "pattern": 5, "maxLength": "8"}, "n": {"type": "integer", "minimum": "x"}}
+    shaped, reasons = shaped_of({"type": "object", "properties": odd})
+    assert "gemini" not in reasons
+    a, n = shaped["gemini"]["properties"]["a"], shaped["gemini"]["properties"]["n"]
+    assert "pattern" not in a and "maxLength" not in a and "minimum" not in n
+    assert "matching the pattern 5" in a["description"] and "at least x" in n["description"]
+    assert check_listing(listing([{"name": "t", "description": "d", "inputSchema": {"properties": odd}}])) == []
+
+    def param(schema: dict[str, Any]) -> list[str]:
+        return check_gemini(
+            {"name": "t", "description": "d", "parameters": {"type": "OBJECT", "properties": {"p": schema}}}
+        )
+
+    assert param({"type": "STRING", "maxLength": 3, "pattern": "^a"}) == []
+    assert param({"type": "STRING", "maxLength": True}) == ["parameters/p: maxLength True is not an int64"]
+    assert param({"type": "NUMBER", "minimum": 0.5}) == []
+    assert param({"type": "NUMBER", "minimum": "0"}) == ["parameters/p: minimum '0' is not a double"]
+    assert param({"type": "STRING", "pattern": 5}) == ["parameters/p: pattern 5 is not a string"]
+    assert param({"type": "STRING", "items": {"type": "STRING"}}) == ["parameters/p: items on STRING"]
+    assert param({"type": "ARRAY", "minimum": 1}) == ["parameters/p: minimum on ARRAY"]
