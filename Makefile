@@ -84,9 +84,9 @@ CASE_IS_PATH = $(findstring ::,$(CASE))$(findstring .py,$(CASE))
 test: venv interop lint build
 ifeq ($(CASE),)
 	@set -u; side_log=$$(mktemp); \
-	{ BKMCP_INTEROP_REQUIRED=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/artifact \
-		&& BKMCP_INTEROP_REQUIRED=1 $(BIN)/python -m pytest -q -p no:cacheprovider -m fuzz \
-			--ignore=tests/conformance --ignore=tests/artifact tests; } >"$$side_log" 2>&1 & \
+	{ BKMCP_INTEROP_REQUIRED=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/artifact; artifact=$$?; \
+		BKMCP_INTEROP_REQUIRED=1 $(BIN)/python -m pytest -q -p no:cacheprovider -m fuzz \
+			--ignore=tests/conformance --ignore=tests/artifact tests && exit $$artifact; } >"$$side_log" 2>&1 & \
 	side=$$!; trap 'kill $$side 2>/dev/null; rm -f "$$side_log"' EXIT INT TERM; \
 	BKMCP_INTEROP_REQUIRED=1 $(BIN)/python -m pytest -q -p no:cacheprovider --cov=bkmcp --cov-branch \
 		--cov-report=term-missing:skip-covered --cov-fail-under=90 --ignore=tests/conformance \
