@@ -11274,8 +11274,8 @@ def _strict_node(schema: Any, required: bool, level: int, counts: list[int]) -> 
         extra = schema.get("additionalProperties", True)
         if not properties and extra is not False and level > 1:  # at the top: a tool without parameters
             raise _Unfit("an object with free-form keys has no strict form (strict mode needs every key named)")
-        if isinstance(extra, dict) and extra:
-            raise _Unfit("an object with named and free-form keys has no strict form")
+        if "additionalProperties" in schema and extra is not False:  # true and {} too (openai-agents-python)
+            raise _Unfit(f"an object with {'named and ' if properties else ''}free-form keys has no strict form")
         wanted = _schema_list(schema, "required")
         missing = [r for r in wanted if r not in properties]
         if missing and extra is False:

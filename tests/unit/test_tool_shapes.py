@@ -162,6 +162,20 @@ def test_gemini_is_left_out_alone_for_a_parameter_name_it_rejects():
     assert {"function", "function_strict", "anthropic"} <= shaped.keys()
 
 
+@pytest.mark.parametrize("extra", [True, {}, {"type": "string"}])
+@pytest.mark.parametrize("nested", [False, True])
+def test_an_explicitly_open_object_has_no_strict_form(extra: Any, nested: bool):
+    # openai/openai-agents-python src/agents/strict_schema.py refuses additionalProperties other than false, the
+    # empty schema {} included ("allow anything", falsy in Python): closing it would change what the server takes
+    obj = {"type": "object", "properties": {"a": {"type": "string"}}, "additionalProperties": extra}
+    schema = {"type": "object", "properties": {"o": obj}} if nested else obj
+    shaped, reasons = shaped_of(schema)
+    assert "function_strict" not in shaped and "named and free-form keys" in reasons["function_strict"]
+    assert {"function", "anthropic", "gemini"} <= shaped.keys()
+    open_top = bkmcp.build_definitions({"name": "t", "inputSchema": {"type": "object", "additionalProperties": extra}})
+    assert "free-form keys" in open_top[1]["function_strict"]
+
+
 def test_a_tool_without_parameters_has_no_gemini_parameters_and_an_empty_strict_object():
     tool = {"name": "ping", "inputSchema": {"type": "object", "properties": {}}}
     entry = bkmcp.build_tool_entry("mcp_s_ping", "s", tool)
