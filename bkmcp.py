@@ -11235,7 +11235,8 @@ def _strict_node(schema: Any, required: bool, level: int, counts: list[int]) -> 
         if not shaped:
             raise _Unfit("an empty anyOf admits no value")
         return _described({**base, "anyOf": shaped}, notes)
-    types = _schema_types(schema)
+    # named properties without a type: an object, as OpenAI's converter (openai-agents-python) reads it
+    types = _schema_types(schema) or (["object"] if _schema_map(schema, "properties") else [])
     if not types:
         raise _Unfit("a value of any type has no strict form (strict mode needs a type everywhere)")
     nullable = "null" in types or not required

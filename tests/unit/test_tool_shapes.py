@@ -176,6 +176,21 @@ def test_an_explicitly_open_object_has_no_strict_form(extra: Any, nested: bool):
     assert "free-form keys" in open_top[1]["function_strict"]
 
 
+def test_named_properties_without_a_type_are_an_object_in_strict_form():
+    # openai/openai-agents-python src/agents/strict_schema.py (and its tests) read {"properties": …} as an object
+    schema = {"type": "object", "properties": {"p": {"properties": {"x": {"type": "string"}}, "description": "d"}}}
+    shaped, reasons = shaped_of(schema)
+    assert "function_strict" not in reasons
+    p = shaped["function_strict"]["properties"]["p"]
+    assert p["type"] == ["object", "null"] and p["additionalProperties"] is False and p["required"] == ["x"]
+    assert check_listing(listing([{"name": "t", "inputSchema": schema}])) == []
+    for sent in ({"p": {"x": None}}, {"p": None}, {"p": {"x": "a"}}):  # what a strict-mode model may send
+        jsonschema.validate(sent, shaped["function_strict"])
+        jsonschema.validate(bkmcp.build_call_arguments(schema, sent), schema)
+    empty = {"type": "object", "properties": {"p": {"properties": {}}}}  # no key named: still any value
+    assert "any type" in shaped_of(empty)[1]["function_strict"]
+
+
 def test_a_tool_without_parameters_has_no_gemini_parameters_and_an_empty_strict_object():
     tool = {"name": "ping", "inputSchema": {"type": "object", "properties": {}}}
     entry = bkmcp.build_tool_entry("mcp_s_ping", "s", tool)
