@@ -10999,6 +10999,7 @@ _STRICT_KEYWORDS = {  # OpenAI Structured Outputs, "Supported properties" per ty
     "integer": ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"),
     "array": ("minItems", "maxItems"),
 }
+_OBJECT_KEYWORDS = ("properties", "required", "additionalProperties", "minProperties", "maxProperties")
 _STRICT_LIMITS = (5000, 10, 1000, 120000)  # properties, nesting levels, enum values, characters of names and values
 _GEMINI_FORMATS = {"string": ("date-time", "enum"), "number": ("float", "double"), "integer": ("int32", "int64")}
 _GEMINI_KEYWORDS = {  # Gemini Schema fields per type (beside type, description, nullable, enum, anyOf)
@@ -11235,8 +11236,8 @@ def _strict_node(schema: Any, required: bool, level: int, counts: list[int]) -> 
         if not shaped:
             raise _Unfit("an empty anyOf admits no value")
         return _described({**base, "anyOf": shaped}, notes)
-    # named properties without a type: an object, as OpenAI's converter (openai-agents-python) reads it
-    types = _schema_types(schema) or (["object"] if _schema_map(schema, "properties") else [])
+    # object keywords without a type: an object, as OpenAI's converters read it (openai-node's hasObjectShape)
+    types = _schema_types(schema) or (["object"] if not schema.keys().isdisjoint(_OBJECT_KEYWORDS) else [])
     if not types:
         raise _Unfit("a value of any type has no strict form (strict mode needs a type everywhere)")
     nullable = "null" in types or not required

@@ -176,8 +176,9 @@ def test_an_explicitly_open_object_has_no_strict_form(extra: Any, nested: bool):
     assert "free-form keys" in open_top[1]["function_strict"]
 
 
-def test_named_properties_without_a_type_are_an_object_in_strict_form():
-    # openai/openai-agents-python src/agents/strict_schema.py (and its tests) read {"properties": …} as an object
+def test_object_keywords_without_a_type_are_an_object_in_strict_form():
+    # openai/openai-agents-python src/agents/strict_schema.py and openai/openai-node src/lib/transform.ts read
+    # {"properties": …} (openai-node: any object keyword) without a type as an object
     schema = {"type": "object", "properties": {"p": {"properties": {"x": {"type": "string"}}, "description": "d"}}}
     shaped, reasons = shaped_of(schema)
     assert "function_strict" not in reasons
@@ -187,8 +188,11 @@ def test_named_properties_without_a_type_are_an_object_in_strict_form():
     for sent in ({"p": {"x": None}}, {"p": None}, {"p": {"x": "a"}}):  # what a strict-mode model may send
         jsonschema.validate(sent, shaped["function_strict"])
         jsonschema.validate(bkmcp.build_call_arguments(schema, sent), schema)
-    empty = {"type": "object", "properties": {"p": {"properties": {}}}}  # no key named: still any value
-    assert "any type" in shaped_of(empty)[1]["function_strict"]
+    for typeless in ({"properties": {}}, {"additionalProperties": {"type": "string"}}):  # no key named: free-form
+        reasons = shaped_of({"type": "object", "properties": {"p": typeless}})[1]
+        assert "free-form keys" in reasons["function_strict"]
+    closed = shaped_of({"type": "object", "properties": {"p": {"additionalProperties": False}}})[0]
+    assert closed["function_strict"]["properties"]["p"]["type"] == ["object", "null"]
 
 
 def test_a_tool_without_parameters_has_no_gemini_parameters_and_an_empty_strict_object():
