@@ -10970,6 +10970,14 @@ def build_injected_names(pairs: Iterable[tuple[str, str]]) -> dict[str, tuple[st
 #   OpenAI    openai/openai-openapi openapi.yaml @f85dbe22 (2026-08-21), FunctionObject (parameters: a JSON Schema
 #             object); strict mode's subset is only linked there, to
 #             platform.openai.com/docs/guides/structured-outputs#supported-schemas, whose list is used
+#   (strict)  and OpenAI's own converters agree on its rules (additionalProperties false on every object, false
+#             only; every property required; no root anyOf or nullable root; object keywords without a type make
+#             an object; allOf, oneOf, uniqueItems, min/maxProperties, prefixItems, if/then/else, not,
+#             patternProperties unsupported; arrays need items): openai/openai-node src/lib/transform.ts @7b7d6ca7
+#             (2026-08-21), openai/openai-agents-python src/agents/strict_schema.py + tests @7f7a44f8
+#             (2026-08-22), openai/openai-python src/openai/lib/_pydantic.py @e43b4224 (2026-08-21). They do not
+#             settle formats, minLength/maxLength or default (passed through, never said accepted), the limits;
+#             they keep $ref/$defs (recursion too), which bkmcp inlines (a recursive schema: no strict form)
 #   Anthropic anthropics/anthropic-sdk-python src/anthropic/types/tool_param.py @009b0353 (2026-08-07), generated
 #             from Anthropic's OpenAPI spec (input_schema: JSON Schema 2020-12, type "object" required)
 #   Gemini    googleapis/googleapis google/ai/generativelanguage/v1beta/content.proto @bc7e3baa (2025-12-18),

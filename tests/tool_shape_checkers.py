@@ -16,7 +16,18 @@ guide pages and peers' reports say is accepted, and docs/resident.md says so.
   string, number, integer, boolean, object, array, null (and ``anyOf``, ``enum``, ``const``); supported keywords
   only (string: pattern, format of date-time, time, date, duration, email, hostname, ipv4, ipv6, uuid;
   number/integer: minimum, maximum, exclusiveMinimum, exclusiveMaximum, multipleOf; array: minItems, maxItems); at
-  most 5000 properties, 10 levels of nesting, 1000 enum values.
+  most 5000 properties, 10 levels of nesting, 1000 enum values. OpenAI's own strict converters, read on
+  2026-12-04, agree with every rule they touch: openai/openai-node ``src/lib/transform.ts`` at
+  7b7d6ca71130d37ec09792c50056b47861f2eccf (2026-08-21; ``toStrictJsonSchema``: root a non-union object,
+  ``additionalProperties`` false and nothing else, every property required, arrays need ``items``, rejects
+  ``allOf`` it cannot merge, ``oneOf``, ``uniqueItems``, ``minProperties``/``maxProperties``, ``prefixItems``,
+  ``if``/``then``/``else``, ``not``, ``patternProperties`` and the other ``JSON_SCHEMA_UNSUPPORTED_SCHEMA_KEYWORDS``),
+  openai/openai-agents-python ``src/agents/strict_schema.py`` and ``tests/test_strict_schema.py`` at
+  7f7a44f8dc0650296bd5ab6c745c9bcbaa6ac3b7 (2026-08-22; non-nullable object root, no root ``anyOf``,
+  ``additionalProperties`` true or ``{}`` refused) and openai/openai-python ``src/openai/lib/_pydantic.py`` at
+  e43b422412a9e96c9cc5192c61fffbe2d7e04836 (2026-08-21). They do not settle the formats, ``minLength``/
+  ``maxLength``, ``default``, ``title`` (passed through, never said accepted) or the size limits, so this
+  checker keeps the guide's narrower list; they do keep ``$ref``/``$defs``, which it rejects (bkmcp inlines).
 - Anthropic: anthropics/anthropic-sdk-python ``src/anthropic/types/tool_param.py`` at
   009b035305e0724ce108ebd796935f91711fc6e1 (2026-08-07), generated from Anthropic's OpenAPI spec: ``ToolParam``
   has ``name`` and ``input_schema`` (required) and ``allowed_callers``, ``cache_control``, ``defer_loading``,
