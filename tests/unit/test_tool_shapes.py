@@ -356,6 +356,8 @@ def strictify(value: Any, schema: Any) -> Any:
 
 
 def _fits(value: Any, schema: dict[str, Any]) -> bool:
+    if isinstance(schema.get("anyOf"), list):  # a union inside a union: one of its branches
+        return any(_fits(value, branch) for branch in schema["anyOf"] if isinstance(branch, dict))
     kinds = schema.get("type")
     kinds = kinds if isinstance(kinds, list) else [kinds]
     kind = bkmcp.json_type(value, integers=True)
@@ -646,3 +648,21 @@ def test_gemini_keeps_a_schema_field_only_with_the_value_type_content_proto_give
     assert param({"type": "STRING", "pattern": 5}) == ["parameters/p: pattern 5 is not a string"]
     assert param({"type": "STRING", "items": {"type": "STRING"}}) == ["parameters/p: items on STRING"]
     assert param({"type": "ARRAY", "minimum": 1}) == ["parameters/p: minimum on ARRAY"]
+
+
+def test_a_strict_mode_model_fills_an_optional_field_inside_a_union_inside_a_union():
+    """CI-sized fuzzing's example: items that are (an object or null) or null; an item {} written by a strict-mode
+    model is {"a": null}, valid under the strict definition, and sent as {} (the null dropped)."""
+    inner = {"type": "object", "properties": {"a": {"type": "number", "exclusiveMinimum": 0}}}
+    schema = {
+        "type": "object",
+        "properties": {
+            "v": {"type": "array", "items": {"anyOf": [{"anyOf": [inner, {"type": "null"}]}, {"type": "null"}]}}
+        },
+        "required": ["v"],
+    }
+    entry = listing([{"name": "t", "description": "d", "inputSchema": schema}])["tools"][0]
+    strict = entry["function_strict"]["parameters"]
+    written = strictify({"v": [{}]}, strict)
+    assert written == {"v": [{"a": None}]} and valid(written, strict)
+    assert bkmcp.build_call_arguments(schema, written) == {"v": [{}]}
