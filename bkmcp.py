@@ -6344,9 +6344,10 @@ def _beside(target: Any, outer: dict[str, Any]) -> Any:
     return {**notes, "allOf": [target, rules] if rules else [target]}
 
 
-def json_member_types(schema: Any, depth: int = 0) -> list[str]:
-    """The JSON types a (resolved) schema admits, in its own order: ``type``, the branches of ``anyOf``/``oneOf``,
-    the values of ``enum``/``const``; [] when it does not say (any JSON value)."""
+def json_member_types(schema: Any, depth: int = 0, *, unions: bool = True) -> list[str]:
+    """The JSON types a (resolved) schema admits, in its own order: ``type``, the branches of ``anyOf``/``oneOf``
+    (not with ``unions=False``: what the schema itself names), the values of ``enum``/``const``; [] when it does
+    not say (any JSON value)."""
     if not isinstance(schema, dict) or depth > 8:
         return []
     declared = schema.get("type")
@@ -6354,7 +6355,7 @@ def json_member_types(schema: Any, depth: int = 0) -> list[str]:
         return [declared]
     if isinstance(declared, list):
         return list(dict.fromkeys(t for t in declared if isinstance(t, str)))
-    for keyword in ("anyOf", "oneOf"):
+    for keyword in ("anyOf", "oneOf") if unions else ():
         branches = schema.get(keyword)
         if isinstance(branches, list) and branches:
             found: list[str] = []
@@ -11074,17 +11075,9 @@ def _described(schema: dict[str, Any], notes: list[str]) -> dict[str, Any]:
 
 
 def _schema_types(schema: Mapping[str, Any]) -> list[str]:
-    """The JSON types ``schema`` names (``type``, else its ``enum``/``const`` values); [] for any value."""
-    declared = schema.get("type")
-    if isinstance(declared, str):
-        return [declared] if declared in _JSON_TYPES else []
-    if isinstance(declared, list):
-        return [t for t in dict.fromkeys(declared) if isinstance(t, str) and t in _JSON_TYPES]
-    if isinstance(schema.get("enum"), list) and schema["enum"]:
-        return list(dict.fromkeys(json_type(v, integers=True) for v in schema["enum"]))
-    if "const" in schema:
-        return [json_type(schema["const"], integers=True)]
-    return []
+    """The JSON types ``schema`` itself names (``type``, else its ``enum``/``const`` values; its branches are
+    not looked into), names that are no JSON type left out; [] for any value."""
+    return [t for t in json_member_types(schema, unions=False) if t in _JSON_TYPES]
 
 
 class _Expander:

@@ -50,13 +50,18 @@ glibc = pytest.mark.skipif(
 )
 
 
-def _arenas(mode: str, **env: str) -> list[str]:
-    environ = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"} | env
+def _probe(program: str, mode: str, **env: str) -> list[str]:
+    """What ``program`` prints in a fresh interpreter, with no malloc tuning from this environment but ``env``."""
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")} | env
     run = subprocess.run(
-        [sys.executable, "-c", _ARENAS, str(ROOT), mode], capture_output=True, text=True, timeout=120, env=environ
+        [sys.executable, "-c", program, str(ROOT), mode], capture_output=True, text=True, timeout=120, env=environ
     )
     assert run.returncode == 0, run.stderr
     return run.stdout.split()
+
+
+def _arenas(mode: str, **env: str) -> list[str]:
+    return _probe(_ARENAS, mode, **env)
 
 
 @glibc
@@ -120,12 +125,7 @@ thread.join()
 
 
 def _mapped(mode: str, **env: str) -> list[str]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")} | env
-    run = subprocess.run(
-        [sys.executable, "-c", _MAPPED, str(ROOT), mode], capture_output=True, text=True, timeout=120, env=environ
-    )
-    assert run.returncode == 0, run.stderr
-    return run.stdout.split()
+    return _probe(_MAPPED, mode, **env)
 
 
 @glibc
