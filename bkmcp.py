@@ -14272,6 +14272,12 @@ def _warm_open(place: WarmPlace, artifact: str, build: str, request: dict[str, A
     raise OSError("the background process closed the connection before accepting the command")
 
 
+def _warm_request(op: str, inv: Invocation, envr: Environment, **more: Any) -> dict[str, Any]:
+    """A command forwarded to the background process (a run or a completion): its argv, environment, cwd and
+    ``--timeout`` value (the process never parses --timeout again), plus what ``op`` needs (``more``)."""
+    return {"op": op, "argv": inv.argv, "env": dict(envr.env), "cwd": envr.cwd, "timeout": inv.timeout_seconds, **more}
+
+
 def run_warm_client(inv: Invocation, envr: Environment, log: Log, seconds: float) -> int | None:
     """Run the command in the warm process and print what it printed, exiting as it exited; None (after one
     warning saying why) when the warm process cannot be used: the caller then runs the command one-shot."""
@@ -14285,17 +14291,15 @@ def run_warm_client(inv: Invocation, envr: Environment, log: Log, seconds: float
     try:
         if inv.body == "-":  # read here (bounded as one-shot reads it); the process gets the bytes
             stdin = _read_body_stream(envr.stdin, "--body", Deadline(timeout))
-        request = {
-            "op": "run",
-            "argv": inv.argv,
-            "env": dict(envr.env),
-            "cwd": envr.cwd,
-            "stdin": stdin is not None,
-            "stdout_tty": is_terminal(envr.stdout),
-            "stderr_tty": is_terminal(envr.stderr),
-            "keep_alive": seconds,
-            "timeout": timeout,  # the value: the process never parses --timeout again
-        }
+        request = _warm_request(
+            "run",
+            inv,
+            envr,
+            stdin=stdin is not None,
+            stdout_tty=is_terminal(envr.stdout),
+            stderr_tty=is_terminal(envr.stderr),
+            keep_alive=seconds,
+        )
         sock = _warm_open(place, artifact, warm_build(artifact), request, stdin)
     except OSError as exc:
         log.warn(f"--keep-alive: the background bkmcp could not be used ({exc}); the command runs one-shot")
@@ -14332,14 +14336,7 @@ def ask_warm_completion(inv: Invocation, envr: Environment) -> str | None:
     out: list[str] = []
     try:
         sock.settimeout(COMPLETION_TIMEOUT)
-        request = {
-            "op": "complete",
-            "build": build,
-            "argv": inv.argv,
-            "env": dict(envr.env),
-            "cwd": envr.cwd,
-            "timeout": inv.timeout_seconds,  # as a command's: the process never parses --timeout again
-        }
+        request = _warm_request("complete", inv, envr, build=build)
         send_frame(sock, b"R", json.dumps(request).encode("utf-8", "surrogatepass"))
         while (frame := recv_frame(sock)) is not None:
             if frame[0] == b"O":
