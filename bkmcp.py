@@ -33,7 +33,8 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                    not JSON-RPC skipped, the server's stderr in an error; what it inherits: section 4
     7. Client flows             the per-operation OpContext, McpSession (many requests in flight, each with
                                 its own deadline) and the flows: negotiate, discover, call, check, tools, dry-run;
-                                a call that times out or is interrupted cancelled (notifications/cancelled)
+                                a call that times out or is interrupted cancelled (notifications/cancelled); how
+                                long a kept catalogue stays fresh (ttlMs, list_changed), for 10.3 and 10.5
     8. Schema flags             inputSchema -> typed flags, values, validation; why a property gets no flag
                                 (BodyOnlyField: set it with --body)
     9. Output                   envelopes, --jq (JqProgram: compiled, applied), help text, the shell completion
@@ -50,7 +51,8 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        10.4 command server         the reader, a bounded worker pool, Actions (the seven), the end that answers all
                                    (shutdown, EOF, a signal), an error worded for the platform (_platform_error)
        10.5 warm sessions          WarmSessions: the --keep-alive process's kept sessions, lent by key
-                                   (warm_session_key), a catalogue kept by its ttlMs; its client and process: 11.4
+                                   (warm_session_key), catalogues kept by section 7's rule; its client and
+                                   process: 11.4
    11. CLI                      argument routing and ``main(argv) -> int``, the one exception -> exit ladder;
                                 the --keep-alive client and its background process (WarmServer), in five rooms:
        11.1 argument routing       parse_argv -> Invocation, check_invocation
@@ -5746,7 +5748,7 @@ def discover_tools(session: McpSession, ctx: OpContext) -> tuple[list[dict[str, 
 
 def discover_catalogue(session: McpSession, ctx: OpContext) -> tuple[list[dict[str, Any]], int, int]:
     """``discover_tools`` with how long the server says the catalogue stays fresh, in ms: the smallest ``ttlMs`` of
-    its pages, 0 as soon as one page has none (or in an era without it). Only a warm session keeps it (§14)."""
+    its pages, 0 as soon as one page has none (or in an era without it). Kept catalogues: ``catalogue_kept_until``."""
     tools: list[dict[str, Any]] = []
     ttl_ms: int | None = None
     names: dict[str, int] = {}
@@ -5800,6 +5802,31 @@ def discover_catalogue(session: McpSession, ctx: OpContext) -> tuple[list[dict[s
         cursor = next_cursor
     ctx.log.debug(f"discovered {len(tools)} tool(s) in {pages} page(s)")
     return tools, pages, ttl_ms or 0
+
+
+def catalogue_kept_until(session: McpSession, ttl_ms: int, asked: float, *, unhinted: float | None) -> float | None:
+    """Until when a catalogue discovered on ``session`` (asked for at ``asked``, monotonic) stays fresh; None: until
+    the server says it changed. The one freshness rule of kept catalogues, the warm process's (10.5) and the
+    resident's (10.3), docs/contract.md §11.5 and §14:
+
+    - a server that declared ``tools.listChanged`` on a stream that carries its notifications at any time (stdio)
+      is believed until its ``notifications/tools/list_changed``;
+    - else a positive ``ttlMs`` (``discover_catalogue``: the smallest of its pages) says how long;
+    - else (no hint, or 0) the holder decides, ``unhinted``: the warm process lists again at its next command
+      (``asked``: the same answers as one-shot), the resident keeps it until a change is notified or asked for
+      (None: ``refresh_tools``, a changed registry row).
+
+    A ``list_changed`` ends freshness at once whatever this said (``catalogue_fresh``)."""
+    capability = (session.core.capabilities or {}).get("tools")
+    if isinstance(capability, dict) and capability.get("listChanged") is True and session.transport.shared_stream:
+        return None
+    return asked + ttl_ms / 1000 if ttl_ms > 0 else unhinted
+
+
+def catalogue_fresh(until: float | None, changed: bool, now: float) -> bool:
+    """Whether a catalogue kept ``until`` (``catalogue_kept_until``) still holds at ``now``: no ``list_changed``
+    since it was read, and its time not up."""
+    return not changed and (until is None or now < until)
 
 
 def usable_tools(
@@ -10230,11 +10257,14 @@ class ResidentSession:
             raise _mark(ConnectionFailedError(f"server {self.server.name!r} is not connected"), sent=False)
         return session
 
-    def list_tools(self, timeout: float) -> list[dict[str, Any]]:
-        """The usable catalogue: in the modern era without the tools whose x-mcp-header is invalid (contract.md §5)."""
-        session, ctx = self._require(), self._ctx(timeout)
-        tools, _excluded = usable_tools(session, ctx, discover_tools(session, ctx)[0])
-        return tools
+    def list_tools(self, timeout: float) -> tuple[list[dict[str, Any]], float | None]:
+        """The usable catalogue (in the modern era without the tools whose x-mcp-header is invalid, contract.md §5)
+        and until when it stays fresh: ``catalogue_kept_until``, where a catalogue without a hint is kept until a
+        change is notified or asked for."""
+        session, ctx, asked = self._require(), self._ctx(timeout), time.monotonic()
+        tools, _pages, ttl_ms = discover_catalogue(session, ctx)
+        usable, _excluded = usable_tools(session, ctx, tools)
+        return usable, catalogue_kept_until(session, ttl_ms, asked, unhinted=None)
 
     def call_tool(
         self, name: str, arguments: dict[str, Any], timeout: float, tool: dict[str, Any] | None
@@ -10296,6 +10326,7 @@ class _Slot:
         self.opening = False
         self.tools: list[dict[str, Any]] | None = None
         self.tools_version: str | None = None
+        self.fresh_until: float | None = None  # the catalogue's freshness (catalogue_kept_until); None: until changed
         # (the catalogue, its tools' definitions per model family): shaped once per catalogue (section 10.3)
         self.shaped: tuple[list[dict[str, Any]], dict[int, Any]] | None = None
         self.failures = 0  # failures in a row, crashes and failed starts (reset by a successful operation)
@@ -11592,21 +11623,21 @@ class Catalogues:
             stale = live is not None and live.tools_stale
             if (
                 not refresh
-                and not stale
                 and slot.tools is not None
+                and catalogue_fresh(slot.fresh_until, stale, time.monotonic())
                 and slot.fingerprint == _slot_fingerprint(slot, server)
             ):
                 return slot.tools
             if not refresh and not stale and slot.tools is None and live is None:
-                cached = self._load(slot)
+                cached = self._load(slot)  # kept from an earlier run: until a change (its ttlMs is not stored)
                 if cached is not None:
-                    slot.tools = cached
+                    slot.tools, slot.fresh_until = cached, None
                     slot.fingerprint = _slot_fingerprint(slot, server)
                     return cached
             session = self.session(command, row, slot, server, _time_left(command, timeout))
             started = time.monotonic()
             try:
-                tools = session.list_tools(_time_left(command, timeout))
+                tools, fresh_until = session.list_tools(_time_left(command, timeout))
             except BkmcpError as exc:
                 self.pool.release(session)
                 self.events.emit(
@@ -11633,6 +11664,7 @@ class Catalogues:
                 ms=int((time.monotonic() - started) * 1000),
             )
             slot.tools, slot.tools_version, slot.failures = tools, session.protocol_version, 0
+            slot.fresh_until = fresh_until
             self._store(slot)
             return tools
         finally:
@@ -12986,29 +13018,23 @@ class _WarmSource(SessionSource):
             entry.lock.release()
 
     def discover(self, session: McpSession, ctx: OpContext) -> tuple[list[dict[str, Any]], int]:
-        """Discovered again on every command, unless the server said how long it stays fresh: its ``ttlMs`` (the
-        smallest of its pages, any transport), or ``tools.listChanged`` declared over a stream that carries its
-        notifications to bkmcp at any time (stdio: kept until it notifies). A ``notifications/tools/list_changed``
-        drops a kept catalogue at once (docs/contract.md §14)."""
+        """Discovered again on every command, unless the server said how long it stays fresh: the rule of
+        ``catalogue_kept_until``, where a catalogue without a hint is listed again (docs/contract.md §14)."""
         entry = self._kept.get(id(session))
         if entry is None:
             return discover_tools(session, ctx)
         kept, now, until = entry.catalogue, time.monotonic(), entry.fresh_until
-        if kept is not None and not session.core.tools_stale and entry.session is session:
-            if until is None or now < until:
-                why = (
-                    "the server notifies its changes"
-                    if until is None
-                    else f"fresh for another {(until - now) * 1000:.0f} ms by its ttlMs"
-                )
-                ctx.log.debug(f"the catalogue of {len(kept[0])} tool(s) is kept ({why})")
-                return list(kept[0]), kept[1]
+        if kept is not None and entry.session is session and catalogue_fresh(until, session.core.tools_stale, now):
+            why = (
+                "the server notifies its changes"
+                if until is None
+                else f"fresh for another {(until - now) * 1000:.0f} ms by its ttlMs"
+            )
+            ctx.log.debug(f"the catalogue of {len(kept[0])} tool(s) is kept ({why})")
+            return list(kept[0]), kept[1]
         tools, pages, ttl_ms = discover_catalogue(session, ctx)
-        tools_capability = (session.core.capabilities or {}).get("tools")
-        promised = isinstance(tools_capability, dict) and tools_capability.get("listChanged") is True
-        notified = promised and session.transport.shared_stream
-        entry.fresh_until = None if notified else now + ttl_ms / 1000
-        entry.catalogue = (list(tools), pages) if notified or ttl_ms > 0 else None
+        entry.fresh_until = catalogue_kept_until(session, ttl_ms, now, unhinted=now)
+        entry.catalogue = (list(tools), pages) if catalogue_fresh(entry.fresh_until, False, now) else None
         return tools, pages
 
     def done(self, session: McpSession, ctx: OpContext) -> None:

@@ -468,6 +468,42 @@ def test_tools_list_changed_marks_the_catalogue_stale(tmp_path, resident, http_m
     assert len(srv.requests("tools/list")) == 2
 
 
+@pytest.mark.parametrize(
+    ("ttl", "discoveries"),
+    [
+        (60000, 1),  # fresh for a minute
+        (0, 1),  # no hint: kept until a change is notified or asked for, as before ttlMs existed
+        (None, 1),
+        ([60000, 0], 1),  # one page without a hint: none for the catalogue, kept until a change
+        ([60000, 30000], 1),
+    ],
+)
+def test_a_resident_catalogue_without_a_change_is_kept(tmp_path, resident, http_mock, ttl, discoveries):
+    srv = http_mock({"ttl_ms": ttl, "page_size": 3})  # the 5 default tools on 2 pages
+    res = resident(registry(tmp_path, [http_row("pub", srv.url)]))
+    for _ in range(3):
+        assert len(res.ok("list_tools", "u")["tools"]) == 5
+    assert len(srv.requests("tools/list")) == 2 * discoveries
+
+
+def test_a_resident_catalogue_past_its_ttl_is_discovered_again(tmp_path, resident, http_mock):
+    """The one freshness rule (catalogue_kept_until, the warm process's too): a positive ttlMs ends freshness,
+    and the server's new tools reach list_tools without refresh_tools; a stdio server that declared
+    tools.listChanged is believed until it notifies, ttlMs or not."""
+    short = http_mock({"ttl_ms": [1, 5], "page_size": 3})  # the smallest of its pages rules: 1 ms
+    notifying = {"ttl_ms": 1, "capabilities": {"tools": {"listChanged": True}}}
+    rows = [http_row("pub", short.url), stdio_row("st", mock_stdio(notifying, log=tmp_path / "st.log"))]
+    res = resident(registry(tmp_path, rows))
+    assert len(res.ok("list_tools", "u")["tools"]) == 10
+    short.update(tools=[*DEFAULT_TOOLS, mock_tool("brand_new")])
+    time.sleep(0.05)  # well past 1 ms
+    names = {t["name"] for t in res.ok("list_tools", "u")["tools"]}
+    assert "mcp_pub_brand_new" in names and len(names) == 11
+    assert len(short.requests("tools/list")) == 4  # two pages each time
+    logged = [json.loads(line) for line in (tmp_path / "st.log").read_text().splitlines()]
+    assert [entry["rpc_method"] for entry in logged].count("tools/list") == 1
+
+
 def test_refresh_tools_failure_keeps_the_previous_catalogue(tmp_path, resident, http_mock):
     srv = http_mock()
     res = resident(registry(tmp_path, [http_row("pub", srv.url)]))

@@ -144,7 +144,7 @@ BEHAVIOURS = [
     ("the shell completion scripts", "9", "completion", "render_completion"),
     ("every resident command answered at shutdown, EOF or a signal", "10.4", "answers all", "ResidentServer.drain"),
     ("a resident error worded for the platform", "10.4", "platform", "_platform_error"),
-    ("catalogue freshness by ttlMs", "10.5", "ttlMs", "_WarmSource.discover"),
+    ("catalogue freshness by ttlMs", "7", "ttlMs", "catalogue_kept_until"),
     ("a config file's duplicate key rejected", "2", "duplicate key", "_strict_pairs"),
     ("--max-user-processes enforced", "10.2", "--max-user-processes", "SessionPool"),
     ("a warm background process that dies mid-call", "11.4", "dies", "_warm_relay"),
