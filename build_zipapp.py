@@ -11,7 +11,7 @@ Inputs: `bkmcp.py`, `zipapp_support.py` (stored as `_bkmcp_boot.py`), and the wh
 `vendor.txt`, fetched by `pip download --only-binary=:all: --no-deps` into `vendor_cache/` and checked against
 the pins before use. Output layout:
 
-    __main__.py(c)                 version gate, then `import bkmcp; sys.exit(bkmcp.main())`
+    __main__.py(c)                 version gate, bkmcp's module (loaded once: docs/building.md), bkmcp.main()
     bkmcp.py(c), _bkmcp_boot.py(c) the program and its zipapp runtime support
     _bkmcp_vendor.zip              stored, nested zip of the pure packages: httpx & co, jsonschema & co, as
                                    `.py` plus `.pyc` (unchecked-hash, legacy layout) for the build Python only,
@@ -353,7 +353,18 @@ if not _copy:
                         _Vendored.done = True
             return None
     sys.meta_path.insert(0, _Vendored)
-import bkmcp
+if not _copy and isinstance(globals().get("__loader__"), __import__("zipimport").zipimporter):
+    # `import bkmcp` here costs two reads and unmarshals of bkmcp.pyc (~0.9 MB, ~1.5 ms): zipimport's find_spec
+    # loads the code to learn its file name, exec_module loads it again. This is the same spec (name, loader,
+    # origin) and the import system's own recipe (importlib docs, "Importing a source file directly"), minus the
+    # first load. tests/artifact/test_pyz_start.py compares the module with a plain import.
+    import importlib.util
+    _spec = importlib.util.spec_from_file_location(
+        "bkmcp", __loader__.archive + "/" + __loader__.prefix + "bkmcp.pyc", loader=__loader__)
+    bkmcp = sys.modules["bkmcp"] = importlib.util.module_from_spec(_spec)
+    __loader__.exec_module(bkmcp)
+else:
+    import bkmcp
 
 sys.exit(bkmcp.main())
 """

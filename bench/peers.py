@@ -35,8 +35,11 @@ reported with its error line and never timed. Medians of --runs runs after one w
 of CPU time (user+sys of the client and of the children it waited for: steadier on a busy machine; mcpc's
 detached bridge process is not in it, and the HTTP server, in this process, is in nobody's); the commands run
 round-robin so drift on a busy machine hits them alike. All of them get a fresh HOME (peers keep
-state there). Prints each median, its ratio to bkmcp.pyz, the fastest peer and whether bkmcp.pyz is ≥ 3× faster
-than it, by either clock. No thresholds: this is a report, not a test.
+state there). bkmcp.pyz runs with the running Python through a fresh empty venv, as a user's python3 runs it
+(this repository's .venv has the editable install's .pth, whose finder imports pathlib and re at every start);
+``--host-python`` runs it with this interpreter as it is; the source row needs the venv's httpx.
+Prints each median, its ratio to bkmcp.pyz, the fastest peer and whether bkmcp.pyz is ≥ 3× faster than it, by
+either clock. No thresholds: this is a report, not a test.
 """
 
 from __future__ import annotations
@@ -157,7 +160,7 @@ def build_clients(
     transport: str, target: list[str], args: argparse.Namespace, tmp: Path
 ) -> tuple[list[Client], list[tuple[str, str]]]:
     """The clients to time over `transport` (target = [url] or the stdio server's argv), and the peers missing."""
-    python = sys.executable
+    python = args.pyz_python  # the pyz rows: the interpreter as shipped (see main)
     entry = (
         {"type": "http", "url": target[0]}
         if transport == "http"
@@ -172,7 +175,7 @@ def build_clients(
         Client("bkmcp.pyz call (validated)", [[python, args.pyz, *call]], peer=False, call=True),
         # warm (docs/contract.md §14): the warm-up run starts the background process; it is stopped at the end
         Client("bkmcp.pyz --tools --keep-alive (warm)", [[python, args.pyz, *bkmcp, "--keep-alive"]], peer=False),
-        Client("bkmcp.py --tools (source)", [[python, str(ROOT / "bkmcp.py"), *bkmcp]], peer=False),
+        Client("bkmcp.py --tools (source)", [[sys.executable, str(ROOT / "bkmcp.py"), *bkmcp]], peer=False),
     ]
     if transport == "stdio":  # the floor row: the server alone, which every stdio number above includes
         clients.append(Client("bare stdio server (floor)", [list(target)], peer=False, floor=True))
@@ -316,6 +319,12 @@ def main() -> int:
     parser.add_argument("--tools", type=int, default=50, help="catalogue size")
     parser.add_argument("--pyz", default=str(ROOT / "dist" / "bkmcp.pyz"))
     parser.add_argument("--sdk-python", default=str(ROOT / ".venv-sdk" / "bin" / "python"))
+    parser.add_argument(
+        "--host-python",
+        action="store_true",
+        help="run bkmcp.pyz with this interpreter as it is (default: through a fresh empty venv of it, so that a "
+        ".pth file of this venv, such as the editable install's finder, cannot add its imports to every run)",
+    )
     parser.add_argument("--peers-dir", default=str(ROOT / ".peers"), help="where bench/install_peers.sh installed")
     parser.add_argument("--peer", action="append", default=[], help="NAME=COMMAND (HTTP; the server URL is appended)")
     parser.add_argument("--transport", default="http,stdio", help="http, stdio or both (default)")
@@ -345,6 +354,10 @@ def main() -> int:
             [str(Path(args.peers_dir).resolve() / "node" / "node_modules" / ".bin"), env.get("PATH", "")]
         )
         (tmp / "scenario.json").write_text(json.dumps(scenario))
+        args.pyz_python = sys.executable
+        if not args.host_python:  # what a user's python3 runs the pyz with: no packages, no .pth files of a dev venv
+            subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp / "venv")], check=True)
+            args.pyz_python = str(tmp / "venv" / "bin" / "python")
         for transport in args.transport.split(","):
             server = MockServer(scenario) if transport == "http" else None
             target = (

@@ -178,10 +178,14 @@ def main() -> int:
         empty = work / "empty.pyz"
         with zipfile.ZipFile(empty, "w") as zf:
             zf.writestr("__main__.py", "pass\n")
-        # The pyz's own __main__.py, run with `-c`, minus its last step (bkmcp.main()).
-        tail = "import bkmcp\n\nsys.exit(bkmcp.main())\n"
+        # The pyz's own __main__.py, run with `-c` as zipimport runs it (its __file__ and __loader__), minus its
+        # last step (bkmcp.main()).
+        tail = "\nsys.exit(bkmcp.main())\n"
         assert main_src.endswith(tail), "unexpected __main__.py"
-        boot = f"import sys; sys.path.insert(0, {str(pyz)!r}); __file__ = {str(pyz / '__main__.py')!r}\n"
+        boot = (
+            f"import sys, zipimport; sys.path.insert(0, {str(pyz)!r}); __file__ = {str(pyz / '__main__.py')!r}; "
+            f"__loader__ = zipimport.zipimporter({str(pyz)!r})\n"
+        )
         boot += main_src[: -len(tail)]
         header = (
             f"{'python':<7}{'pass':>7}{'empty':>7}{'--version':>15}{'--help':>15}{'srv --help':>15}"

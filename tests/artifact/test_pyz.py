@@ -458,3 +458,41 @@ def test_help_runs_without_the_deferred_sections_on_every_python(
         proc = run_in_pyz(python, pyz_path, prelude + code, env=pyz_env)
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.splitlines() == ["True True False", "False True", "bkmcp False"]
+
+
+_MODULE_FACTS = (
+    "m = sys.modules['bkmcp']; s = m.__spec__\n"
+    "print(json.dumps([m.__name__, m.__file__, m.__cached__, m.__package__, s.name, s.origin, s.cached, s.parent,\n"
+    "    s.has_location, s.submodule_search_locations, type(m.__loader__).__name__, m.__loader__.archive,\n"
+    "    m.__loader__ is s.loader, sorted(k for k in vars(m) if k.startswith('__')), m.main.__module__]))\n"
+)
+
+
+def test_the_build_python_loads_bkmcp_once_with_the_spec_of_a_plain_import(pyz_path: Path, pyz_env: dict) -> None:
+    """On the build Python the pyz's __main__ makes bkmcp's module itself (zipimport's find_spec would unmarshal
+    bkmcp.pyc only to learn its file name, then exec_module again): bkmcp.pyc is unmarshalled once, and the module
+    has every attribute a plain `import bkmcp` from the pyz gives it."""
+    counting = (
+        "import json, marshal, runpy, sys\n"
+        "real, sizes = marshal.loads, []\n"
+        "def loads(data, *rest):\n"
+        "    sizes.append(len(data))\n"
+        "    return real(data, *rest)\n"
+        "marshal.loads = loads\n"
+        f"sys.argv = [{str(pyz_path)!r}, '--version']\n"
+        "try:\n"
+        f"    runpy.run_path({str(pyz_path)!r}, run_name='__main__')\n"
+        "except SystemExit as exc:\n"
+        "    assert exc.code in (0, None), exc.code\n"
+        "print(sum(size > 500_000 for size in sizes))\n" + _MODULE_FACTS
+    )
+    plain = f"import json, sys\nsys.path.insert(0, {str(pyz_path)!r})\nimport bkmcp\n" + _MODULE_FACTS
+    ran, imported = (
+        subprocess.run([sys.executable, "-c", code], env=pyz_env, capture_output=True, text=True, timeout=60)
+        for code in (counting, plain)
+    )
+    assert ran.returncode == 0 and imported.returncode == 0, ran.stderr + imported.stderr
+    version, loads, facts = ran.stdout.splitlines()
+    assert version.startswith("bkmcp ") and loads == "1"  # bkmcp.pyc: the one code object that large
+    assert json.loads(facts) == json.loads(imported.stdout)
+    assert json.loads(facts)[1] == f"{pyz_path}/bkmcp.pyc"
