@@ -61,7 +61,7 @@ def test_http_url_builds_no_tls_context_and_loads_no_certifi(tmp_path: Path, moc
         )
         assert code == 0, proc.stdout + proc.stderr
         assert "ssl" in modules and "httpcore" in modules  # the hook ran; httpcore itself imports ssl
-        assert "certifi" not in modules
+        assert "certifi" not in modules and "idna" not in modules  # 127.0.0.1: no IDNA encoding either
         assert not marker.exists(), marker.read_text()
     assert len(target.srv.requests("tools/list")) == 2
     assert [json.loads(e["body"])["params"]["arguments"] for e in target.srv.requests("tools/call")] == [{"a": 1}]
@@ -96,6 +96,40 @@ def test_https_url_after_http_still_verifies_with_the_real_certifi(tmp_path: Pat
         env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "PYTHONPATH": _site_packages()},
     )
     assert (proc.returncode, proc.stdout.strip()) == (0, "ok"), proc.stderr
+
+
+_IDNA_AFTER_IMPORT = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import bkmcp
+httpx = bkmcp._import_httpx()
+assert "idna" not in sys.modules
+url = httpx.URL("http://B\u00fccher.example:8080/mcp")
+import idna, httpx._urlparse
+assert url.host == "b\u00fccher.example"
+assert url.raw_host == idna.encode("b\u00fccher.example") == b"xn--bcher-kva.example"
+assert httpx._urlparse.idna.IDNAError is idna.IDNAError and getattr(idna, "__file__", None)
+try:
+    httpx.URL("http://a\u200db.example/")
+except httpx.InvalidURL as exc:
+    print("ok", exc)
+"""
+
+
+def test_non_ascii_host_after_import_encodes_with_the_real_idna(tmp_path: Path) -> None:
+    """The idna stand-in of ``_import_httpx`` (httpx imports idna at its top, for non-ASCII hosts only) is gone
+    once httpx is loaded; a non-ASCII host then loads the real idna, encodes as it does, and its error is the
+    real ``IDNAError`` that httpx turns into ``InvalidURL``."""
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run(
+        [sys.executable, "-S", "-c", _IDNA_AFTER_IMPORT, str(root)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+        env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "PYTHONPATH": _site_packages()},
+    )
+    assert proc.returncode == 0 and proc.stdout.startswith("ok Invalid IDNA hostname"), proc.stdout + proc.stderr
 
 
 def _site_packages() -> str:
