@@ -3363,6 +3363,7 @@ _HTTPX_HIDDEN = (
     "h2",
     "socksio",
 )
+_HTTPX_DEFERRED = ("certifi", "idna", "ipaddress", "mimetypes")  # stood in for while httpx loads: _deferred_module
 _HTTPX_LOCK = _thread.allocate_lock()  # the builtin lock type: `threading` is not imported by the help paths
 _TLS_LOCK = _thread.allocate_lock()  # verifying clients are made one at a time (their CA bundle's first lookup)
 _HTTPX: list[Any] = []  # the httpx module once its import has *finished* (sys.modules holds it while it runs)
@@ -3390,7 +3391,7 @@ def _import_httpx() -> Any:
         hidden = [name for name in _HTTPX_HIDDEN if name not in sys.modules]
         for name in hidden:
             sys.modules[name] = None  # type: ignore[assignment]  # `import name` now raises ImportError
-        deferred = {name: _deferred_module(name) for name in ("certifi", "idna") if name not in sys.modules}
+        deferred = {name: _deferred_module(name) for name in _HTTPX_DEFERRED if name not in sys.modules}
         try:
             importlib.import_module("httpcore")  # httpx imports it on the first Client: load it with the rest hidden
             module = importlib.import_module("httpx")
@@ -3412,9 +3413,9 @@ def _import_httpx() -> Any:
 
 
 def _deferred_module(module: str) -> Any:
-    """A stand-in ``certifi``/``idna`` in ``sys.modules`` while httpx loads: httpcore and httpx import them at the
-    top but call ``certifi.where()`` only for https:// (~10 ms of imports), ``idna.encode`` for a non-ASCII host.
-    Every attribute is the real module's, loaded on first access: exact; ``_import_httpx`` then removes it."""
+    """A stand-in, while httpx loads, for a module it imports at the top but uses only in functions: certifi (https://,
+    ~10 ms), idna (a non-ASCII host), ipaddress (an IP literal; urllib.parse's too), mimetypes (uploads). Every
+    attribute is the real module's, loaded on first access: exact; ``_import_httpx`` then removes it."""
     import types
 
     stand_in = types.ModuleType(module)

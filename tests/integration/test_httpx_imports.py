@@ -61,7 +61,7 @@ def test_http_url_builds_no_tls_context_and_loads_no_certifi(tmp_path: Path, moc
         )
         assert code == 0, proc.stdout + proc.stderr
         assert "ssl" in modules and "httpcore" in modules  # the hook ran; httpcore itself imports ssl
-        assert "certifi" not in modules and "idna" not in modules  # 127.0.0.1: no IDNA encoding either
+        assert not {"certifi", "idna", "mimetypes"} & modules  # 127.0.0.1: no IDNA encoding either, no uploads
         assert not marker.exists(), marker.read_text()
     assert len(target.srv.requests("tools/list")) == 2
     assert [json.loads(e["body"])["params"]["arguments"] for e in target.srv.requests("tools/call")] == [{"a": 1}]
@@ -103,7 +103,16 @@ import sys
 sys.path.insert(0, sys.argv[1])
 import bkmcp
 httpx = bkmcp._import_httpx()
-assert "idna" not in sys.modules
+assert not {"idna", "ipaddress", "mimetypes"} & set(sys.modules), sorted(sys.modules)
+import httpx._multipart, mimetypes, urllib.parse
+assert httpx._multipart.mimetypes.guess_type("a.json") == mimetypes.guess_type("a.json") == ("application/json", None)
+assert urllib.parse.urlsplit("http://[::1]:8080/").hostname == httpx.URL("http://[::1]:8080/").host == "::1"
+import ipaddress
+assert urllib.parse.ipaddress.ip_address is httpx._urlparse.ipaddress.ip_address is ipaddress.ip_address
+try:
+    urllib.parse.urlsplit("http://[127.0.0.1]/")  # urllib.parse's own check, through the stand-in it holds
+except ValueError as exc:
+    assert "IPv4" in str(exc)
 url = httpx.URL("http://B\u00fccher.example:8080/mcp")
 import idna, httpx._urlparse
 assert url.host == "b\u00fccher.example"
@@ -116,10 +125,12 @@ except httpx.InvalidURL as exc:
 """
 
 
-def test_non_ascii_host_after_import_encodes_with_the_real_idna(tmp_path: Path) -> None:
-    """The idna stand-in of ``_import_httpx`` (httpx imports idna at its top, for non-ASCII hosts only) is gone
-    once httpx is loaded; a non-ASCII host then loads the real idna, encodes as it does, and its error is the
-    real ``IDNAError`` that httpx turns into ``InvalidURL``."""
+def test_modules_stood_in_for_while_httpx_loads_answer_as_the_real_ones_afterwards(tmp_path: Path) -> None:
+    """The stand-ins of ``_import_httpx`` (idna, ipaddress, mimetypes: imported at a module's top, used only in
+    functions) are never resolved while httpx loads and are gone once it is loaded; what holds one gets the real
+    module's answers: a multipart file's type, an IPv6 literal (httpx's and urllib.parse's, whose IPv4-in-brackets
+    check also goes through it), a non-ASCII host encoded by the real idna, whose ``IDNAError`` httpx turns into
+    ``InvalidURL``."""
     root = Path(__file__).resolve().parents[2]
     proc = subprocess.run(
         [sys.executable, "-S", "-c", _IDNA_AFTER_IMPORT, str(root)],
