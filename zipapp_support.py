@@ -692,7 +692,8 @@ class VendoredSpecs:
         """Put a finder for the vendor zip `root` just before `PathFinder`, if it can be exact here: this
         Python's bytecode magic is `magic` and `root` is absolute (`spec_from_file_location` makes a relative
         name absolute, zipimport does not). Inserting never makes a thread walking `sys.meta_path` skip a
-        finder."""
+        finder. (From 3.14 the import system walks a copy of `sys.meta_path`, gh-130094: the import during which
+        this runs, the first vendored one, goes on without it, as a plain zipimport.)"""
         from importlib.machinery import PathFinder
         from importlib.util import MAGIC_NUMBER
 
