@@ -355,11 +355,10 @@ if not _copy:
     sys.meta_path.insert(0, _Vendored)
 if not _copy and hasattr(globals().get("__loader__"), "exec_module") and isinstance(
         __loader__, __import__("zipimport").zipimporter):
-    # `import bkmcp` here costs two reads and unmarshals of bkmcp.pyc (~0.9 MB, ~1.5 ms): zipimport's find_spec
-    # loads the code to learn its file name, exec_module loads it again. This is the same spec (name, loader,
+    # `import bkmcp` costs two reads and unmarshals of bkmcp.pyc (~0.9 MB, ~1.5 ms): zipimport's find_spec loads
+    # the code to learn its file name, exec_module (not on 3.9) loads it again. This is the same spec (name, loader,
     # origin) and the import system's own recipe (importlib docs, "Importing a source file directly"), minus the
-    # first load. tests/artifact/test_pyz.py compares the module with a plain import. (3.9's zipimporter has no
-    # exec_module: its load_module makes the module.)
+    # first load. tests/artifact/test_pyz.py compares the module with a plain import.
     import importlib.util
     _spec = importlib.util.spec_from_file_location(
         "bkmcp", __loader__.archive + "/" + __loader__.prefix + "bkmcp.pyc", loader=__loader__)
