@@ -3416,9 +3416,7 @@ def _deferred_module(module: str) -> Any:
     """A stand-in, while httpx loads, for a module it imports at the top but uses only in functions: certifi (https://,
     ~10 ms), idna (a non-ASCII host), ipaddress (an IP literal; urllib.parse's too), mimetypes (uploads). Every
     attribute is the real module's, loaded on first access: exact; ``_import_httpx`` then removes it."""
-    import types
-
-    stand_in = types.ModuleType(module)
+    stand_in = type(sys)(module)  # a module object (types.ModuleType)
 
     def real(name: str) -> Any:
         import importlib
