@@ -3365,6 +3365,7 @@ _HTTPX_HIDDEN = (
     "h2",
     "socksio",
 )
+_HTTPX_DEFERRED = ("certifi", "idna", "ipaddress", "mimetypes")  # stood in for while httpx loads: _deferred_module
 _HTTPX_LOCK = _thread.allocate_lock()  # the builtin lock type: `threading` is not imported by the help paths
 _TLS_LOCK = _thread.allocate_lock()  # verifying clients are made one at a time (their CA bundle's first lookup)
 _HTTPX: list[Any] = []  # the httpx module once its import has *finished* (sys.modules holds it while it runs)
@@ -3392,7 +3393,7 @@ def _import_httpx() -> Any:
         hidden = [name for name in _HTTPX_HIDDEN if name not in sys.modules]
         for name in hidden:
             sys.modules[name] = None  # type: ignore[assignment]  # `import name` now raises ImportError
-        deferred = _deferred_certifi() if "certifi" not in sys.modules else None
+        deferred = {name: _deferred_module(name) for name in _HTTPX_DEFERRED if name not in sys.modules}
         try:
             importlib.import_module("httpcore")  # httpx imports it on the first Client: load it with the rest hidden
             module = importlib.import_module("httpx")
@@ -3408,28 +3409,26 @@ def _import_httpx() -> Any:
             for name in hidden:
                 if name in sys.modules and sys.modules[name] is None:
                     del sys.modules[name]
-            if deferred is not None and sys.modules.get("certifi") is deferred:
-                del sys.modules["certifi"]  # the next `import certifi` (an https:// client's) loads the real one
+            for name, stand_in in deferred.items():
+                if sys.modules.get(name) is stand_in:
+                    del sys.modules[name]  # the next `import certifi` (an https:// client's) loads the real one
 
 
-def _deferred_certifi() -> Any:
-    """A stand-in ``certifi`` in ``sys.modules`` while httpcore is imported: httpcore/_ssl.py imports certifi at
-    its top (certifi pulls in importlib.resources, tempfile, shutil, …: ~10 ms) but calls ``certifi.where()`` only
-    to verify an https:// origin. Every attribute of the stand-in is the real module's, loaded on first access, so
-    it is exact; ``_import_httpx`` removes it from ``sys.modules`` once httpx is loaded."""
-    import types
-
-    stand_in = types.ModuleType("certifi")
+def _deferred_module(module: str) -> Any:
+    """A stand-in, while httpx loads, for a module it imports at the top but uses only in functions: certifi (https://,
+    ~10 ms), idna (a non-ASCII host), ipaddress (an IP literal; urllib.parse's too), mimetypes (uploads). Every
+    attribute is the real module's, loaded on first access: exact; ``_import_httpx`` then removes it."""
+    stand_in = type(sys)(module)  # a module object (types.ModuleType)
 
     def real(name: str) -> Any:
         import importlib
 
-        if sys.modules.get("certifi") is stand_in:
-            del sys.modules["certifi"]
-        return getattr(importlib.import_module("certifi"), name)
+        if sys.modules.get(module) is stand_in:
+            del sys.modules[module]
+        return getattr(importlib.import_module(module), name)
 
     stand_in.__getattr__ = real  # type: ignore[method-assign]  # PEP 562: every attribute comes from the real one
-    sys.modules["certifi"] = stand_in
+    sys.modules[module] = stand_in
     return stand_in
 
 

@@ -349,15 +349,16 @@ if not _copy:
                 with _Vendored.lock:
                     if not _Vendored.done:
                         import _bkmcp_boot  # its ImportError (no cache folder, damaged pyz) keeps the finder active
-                        _bkmcp_boot.use_vendor_zip(%(build_id)r, _archive, %(vendor_sha256)r)
+                        _bkmcp_boot.use_vendor_zip(%(build_id)r, _archive, %(vendor_sha256)r, %(vendored)r, %(magic)r)
                         _Vendored.done = True
             return None
     sys.meta_path.insert(0, _Vendored)
-if not _copy and isinstance(globals().get("__loader__"), __import__("zipimport").zipimporter):
-    # `import bkmcp` here costs two reads and unmarshals of bkmcp.pyc (~0.9 MB, ~1.5 ms): zipimport's find_spec
-    # loads the code to learn its file name, exec_module loads it again. This is the same spec (name, loader,
+if not _copy and hasattr(globals().get("__loader__"), "exec_module") and isinstance(
+        __loader__, __import__("zipimport").zipimporter):
+    # `import bkmcp` costs two reads and unmarshals of bkmcp.pyc (~0.9 MB, ~1.5 ms): zipimport's find_spec loads
+    # the code to learn its file name, exec_module (not on 3.9) loads it again. This is the same spec (name, loader,
     # origin) and the import system's own recipe (importlib docs, "Importing a source file directly"), minus the
-    # first load. tests/artifact/test_pyz_start.py compares the module with a plain import.
+    # first load. tests/artifact/test_pyz.py compares the module with a plain import.
     import importlib.util
     _spec = importlib.util.spec_from_file_location(
         "bkmcp", __loader__.archive + "/" + __loader__.prefix + "bkmcp.pyc", loader=__loader__)
@@ -471,7 +472,13 @@ def collect(
     cache_tag = sys.implementation.cache_tag if with_pyc else "none"
     main = (
         MAIN_TEMPLATE
-        % {"cache_tag": cache_tag, "build_id": build_id, "vendored": vendored, "vendor_sha256": vendor_sha256}
+        % {
+            "cache_tag": cache_tag,
+            "build_id": build_id,
+            "vendored": vendored,
+            "vendor_sha256": vendor_sha256,
+            "magic": importlib.util.MAGIC_NUMBER if with_pyc else None,  # the vendor zip's spec finder, if any
+        }
     ).encode()
     files["__main__.py"] = main
     if with_pyc:

@@ -625,14 +625,17 @@ def defer_sections(tree: Any, source: bytes, filename: str, allowed_calls: froze
 VENDOR_ZIP = "_bkmcp_vendor.zip"  # build_zipapp.VENDOR_ZIP
 
 
-def use_vendor_zip(build_id: str, archive: str, sha256: str) -> None:
+def use_vendor_zip(
+    build_id: str, archive: str, sha256: str, top_level: tuple[str, ...] = (), magic: bytes | None = None
+) -> None:
     """Put the pyz's nested zip of vendored packages first on sys.path, copied once into the per-user cache.
 
     The pyz `__main__` calls this on the first import of a vendored package (httpx, jsonschema, ...), so runs
     that need none (`--help`, `--dry-run`) read only the pyz's small zip directory. zipimport needs a file of its
     own: the first run writes the copy under a temporary name, checks its sha256 and renames it into place
     (concurrent first runs are safe); later runs only find it. Raises ImportError, saying why, when there is no
-    folder to copy it to or the pyz is damaged.
+    folder to copy it to or the pyz is damaged. With the build's bytecode `magic` (the zip has a `.pyc` beside
+    every `.py`), the packages `top_level` and their modules get their specs from `VendoredSpecs`.
     """
     global ARCHIVE
     ARCHIVE = archive
@@ -656,6 +659,79 @@ def use_vendor_zip(build_id: str, archive: str, sha256: str) -> None:
         except OSError as exc:  # e.g. a full disk: say what bkmcp was doing, not only errno
             raise ImportError(f"bkmcp.pyz: cannot copy its vendored packages into {root}: {exc}") from exc
     sys.path.insert(0, path)
+    if magic is not None:
+        VendoredSpecs.install(path, top_level, magic)
+
+
+class VendoredSpecs:
+    """A meta path finder, placed just before `PathFinder`, that gives a module of the vendor zip the very spec
+    zipimport gives it, without loading its code to make it.
+
+    zipimport's `find_spec` (3.10+; `find_loader` on 3.9) asks `spec_from_loader`, whose `get_filename` reads and
+    unmarshals the module's code only to learn which file it came from; `exec_module` (`load_module` on 3.9)
+    then reads and unmarshals it again. Every module of the vendor zip has its `.pyc` beside its `.py`, compiled
+    by the build Python (build_zipapp.py; tests/artifact/test_pyz_vendor.py checks the zip), which zipimport
+    takes first: so when this Python's bytecode magic is the build's, `get_filename` answers that `.pyc`, and
+    this finder builds the spec with the public recipe (`spec_from_file_location` with the folder's own
+    zipimporter as loader, which asks `is_package`) from that name. The module is then loaded once, by the same
+    loader. It answers only where `PathFinder` would ask the vendor zip first — the first `sys.path` entry for a
+    vendored top-level name, a vendored package's `__path__` — with the zipimporter `PathFinder` would use (its
+    `sys.path_importer_cache` entry, made by `sys.path_hooks` as `PathFinder` makes it); anything else, a name the
+    zip lacks included, it leaves to `PathFinder`. The spec, `__file__`, `__cached__`, `__path__` and `__loader__`
+    of every module equal a plain import's (tests/artifact/test_pyz_vendor.py compares them)."""
+
+    def __init__(self, root: str, top_level: tuple[str, ...]) -> None:
+        self.root, self.inside, self.top_level = root, root + os.sep, frozenset(top_level)
+        from importlib.util import spec_from_file_location
+        from zipimport import zipimporter
+
+        self.spec_from_file_location, self.zipimporter = spec_from_file_location, zipimporter
+
+    @classmethod
+    def install(cls, root: str, top_level: tuple[str, ...], magic: bytes) -> None:
+        """Put a finder for the vendor zip `root` just before `PathFinder`, if it can be exact here: this
+        Python's bytecode magic is `magic` and `root` is absolute (`spec_from_file_location` makes a relative
+        name absolute, zipimport does not). Inserting never makes a thread walking `sys.meta_path` skip a
+        finder. (From 3.14 the import system walks a copy of `sys.meta_path`, gh-130094: the import during which
+        this runs, the first vendored one, goes on without it, as a plain zipimport.)"""
+        from importlib.machinery import PathFinder
+        from importlib.util import MAGIC_NUMBER
+
+        if magic == MAGIC_NUMBER and os.path.isabs(root) and PathFinder in sys.meta_path:
+            sys.meta_path.insert(sys.meta_path.index(PathFinder), cls(root, top_level))
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if path is None and name not in self.top_level:
+            return None
+        for entry in sys.path if path is None else path:
+            if isinstance(entry, str):  # PathFinder skips the others
+                break
+        else:
+            return None
+        if entry != self.root and not entry.startswith(self.inside):
+            return None
+        try:
+            importer = sys.path_importer_cache[entry]
+        except KeyError:
+            if not sys.path_hooks:
+                return None  # PathFinder warns about that: leave it to it
+            importer = None
+            for hook in sys.path_hooks:  # what PathFinder does for an entry it has not seen
+                try:
+                    importer = hook(entry)
+                    break
+                except ImportError:
+                    continue
+            sys.path_importer_cache[entry] = importer
+        if type(importer) is not self.zipimporter:
+            return None
+        try:
+            package = importer.is_package(name)
+        except ImportError:  # not a module of this folder: PathFinder looks further (namespace portions too)
+            return None
+        where = importer.archive + os.sep + importer.prefix + name.rpartition(".")[2]
+        where += os.sep + "__init__.pyc" if package else ".pyc"
+        return self.spec_from_file_location(name, where, loader=importer)
 
 
 def _install_writing_finder(tree: str) -> None:

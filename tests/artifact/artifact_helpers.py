@@ -44,11 +44,14 @@ def foreign_native_python(version: str) -> str | None:
     return None
 
 
-def build_pyz(output: Path, *options: str, epoch: str | None = None, source: Path | None = None) -> Path:
+def build_pyz(
+    output: Path, *options: str, epoch: str | None = None, source: Path | None = None, python: str = sys.executable
+) -> Path:
+    """Build the pyz with `python` as the build Python (its bytecode goes inside)."""
     env = dict(os.environ)
     if epoch is not None:
         env["SOURCE_DATE_EPOCH"] = epoch
-    cmd = [sys.executable, str(BUILD), "--output", str(output), *options]
+    cmd = [python, str(BUILD), "--output", str(output), *options]
     if source is not None:
         cmd += ["--source", str(source)]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, check=False)

@@ -61,7 +61,7 @@ def test_http_url_builds_no_tls_context_and_loads_no_certifi(tmp_path: Path, moc
         )
         assert code == 0, proc.stdout + proc.stderr
         assert "ssl" in modules and "httpcore" in modules  # the hook ran; httpcore itself imports ssl
-        assert "certifi" not in modules
+        assert not {"certifi", "idna", "mimetypes"} & modules  # 127.0.0.1: no IDNA encoding either, no uploads
         assert not marker.exists(), marker.read_text()
     assert len(target.srv.requests("tools/list")) == 2
     assert [json.loads(e["body"])["params"]["arguments"] for e in target.srv.requests("tools/call")] == [{"a": 1}]
@@ -96,6 +96,51 @@ def test_https_url_after_http_still_verifies_with_the_real_certifi(tmp_path: Pat
         env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "PYTHONPATH": _site_packages()},
     )
     assert (proc.returncode, proc.stdout.strip()) == (0, "ok"), proc.stderr
+
+
+_IDNA_AFTER_IMPORT = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import bkmcp
+httpx = bkmcp._import_httpx()
+assert not {"idna", "ipaddress", "mimetypes"} & set(sys.modules), sorted(sys.modules)
+import httpx._multipart, mimetypes, urllib.parse
+assert httpx._multipart.mimetypes.guess_type("a.json") == mimetypes.guess_type("a.json") == ("application/json", None)
+assert urllib.parse.urlsplit("http://[::1]:8080/").hostname == httpx.URL("http://[::1]:8080/").host == "::1"
+import ipaddress
+assert urllib.parse.ipaddress.ip_address is httpx._urlparse.ipaddress.ip_address is ipaddress.ip_address
+try:
+    urllib.parse.urlsplit("http://[127.0.0.1]/")  # urllib.parse's own check, through the stand-in it holds
+except ValueError as exc:
+    assert "IPv4" in str(exc)
+url = httpx.URL("http://B\u00fccher.example:8080/mcp")
+import idna, httpx._urlparse
+assert url.host == "b\u00fccher.example"
+assert url.raw_host == idna.encode("b\u00fccher.example") == b"xn--bcher-kva.example"
+assert httpx._urlparse.idna.IDNAError is idna.IDNAError and getattr(idna, "__file__", None)
+try:
+    httpx.URL("http://a\u200db.example/")
+except httpx.InvalidURL as exc:
+    print("ok", exc)
+"""
+
+
+def test_modules_stood_in_for_while_httpx_loads_answer_as_the_real_ones_afterwards(tmp_path: Path) -> None:
+    """The stand-ins of ``_import_httpx`` (idna, ipaddress, mimetypes: imported at a module's top, used only in
+    functions) are never resolved while httpx loads and are gone once it is loaded; what holds one gets the real
+    module's answers: a multipart file's type, an IPv6 literal (httpx's and urllib.parse's, whose IPv4-in-brackets
+    check also goes through it), a non-ASCII host encoded by the real idna, whose ``IDNAError`` httpx turns into
+    ``InvalidURL``."""
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run(
+        [sys.executable, "-S", "-c", _IDNA_AFTER_IMPORT, str(root)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+        env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "PYTHONPATH": _site_packages()},
+    )
+    assert proc.returncode == 0 and proc.stdout.startswith("ok Invalid IDNA hostname"), proc.stdout + proc.stderr
 
 
 def _site_packages() -> str:

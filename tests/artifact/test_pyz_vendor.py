@@ -1,0 +1,172 @@
+"""The vendored packages from the pyz's nested zip: each module's code is unmarshalled once, and every module has
+the spec, file names, path and loader that a plain zipimport gives it (zipapp_support.VendoredSpecs,
+docs/building.md "Fast start on every Python")."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from artifact_helpers import TIMEOUT, build_pyz, program_source, run_in_pyz
+
+# Run with the pyz's path and "pyz" (its own __main__, as `python bkmcp.pyz` runs it) or "plain" (bkmcp imported
+# from the pyz, the vendor zip copy put first on sys.path by hand: zipimport alone). Loads what a remote command
+# and a validated call load (httpx as bkmcp loads it, jsonschema with its meta-schemas, certifi's bundle), then
+# prints, for every module from the vendor zip, its attributes and how often zipimport unmarshalled its code.
+_PROBE = """
+import collections, json, marshal, os, runpy, sys, zipfile
+mode, pyz = sys.argv[1], sys.argv[2]
+real, loads = marshal.loads, collections.Counter()
+def counting(data, *rest):
+    code = real(data, *rest)
+    if sys._getframe(1).f_globals.get("__name__") == "zipimport":
+        loads[code.co_filename] += 1
+    return code
+marshal.loads = counting
+sys.path.insert(0, pyz)
+if mode == "pyz":
+    sys.argv = [pyz, "--version"]
+    try:
+        runpy.run_path(pyz, run_name="__main__")
+    except SystemExit as exc:
+        assert exc.code in (0, None), exc.code
+    import bkmcp
+else:
+    import bkmcp, _bkmcp_boot
+    build_id = json.loads(zipfile.ZipFile(pyz).read("BUILD-INFO.json"))["build_id"]
+    sys.path.insert(0, os.path.join(_bkmcp_boot.zipapp_cache_dir(build_id), "_bkmcp_vendor.zip"))
+bkmcp._import_httpx()
+import certifi, jsonschema
+jsonschema.Draft202012Validator({"type": "object"}).validate({})
+certifi.where()
+vendor = next(p for p in sys.path if p.endswith("_bkmcp_vendor.zip"))
+facts = {}
+for name, m in sorted(sys.modules.items()):
+    if not (getattr(m, "__file__", None) or "").startswith(vendor + os.sep):
+        continue
+    s, loader = m.__spec__, m.__loader__
+    entry = sys.modules[name.rpartition(".")[0]].__path__[0] if "." in name else vendor
+    facts[name] = {
+        "module": [m.__name__, m.__file__, m.__cached__, getattr(m, "__path__", None), m.__package__],
+        "spec": [s.name, s.origin, s.cached, s.parent, s.has_location, s.submodule_search_locations, s.loader_state],
+        "loader": [type(loader).__module__, type(loader).__name__, loader.archive, loader.prefix,
+                   loader is s.loader, loader is sys.path_importer_cache.get(entry)],
+        "dunders": sorted(k for k in vars(m) if k.startswith("__") and k.endswith("__")),
+        "unmarshalled": loads["bkmcp.pyz/" + m.__file__[len(vendor) + 1 : -1]],
+    }
+class Inserting:  # does this import system see a finder inserted while it walks sys.meta_path? (3.14: a copy)
+    def find_spec(self, name, path=None, target=None):
+        if name == "_bkmcp_no_such_module":
+            sys.meta_path.insert(sys.meta_path.index(self) + 1, Seen())
+class Seen:
+    def find_spec(self, name, path=None, target=None):
+        seen.append(name)
+seen = []
+sys.meta_path.insert(0, Inserting())
+try:
+    import _bkmcp_no_such_module
+except ImportError:
+    pass
+print(json.dumps({"vendor": vendor, "modules": facts, "live_meta_path": seen == ["_bkmcp_no_such_module"]}))
+"""
+
+
+def _probe(python: str, pyz: Path, mode: str, env: dict) -> dict:
+    """`-S`: no site-packages, whose .pth files may import a vendored name (certifi, on this machine's 3.11)."""
+    proc = subprocess.run(
+        [python, "-S", "-c", _PROBE, mode, str(pyz)], env=env, capture_output=True, text=True, timeout=TIMEOUT
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def test_vendored_modules_are_unmarshalled_once_with_the_specs_of_plain_zipimport(
+    python: str, tmp_path: Path, pyz_env: dict
+) -> None:
+    """Built by each Python in turn (the build Python's bytecode is the one the pyz carries, and zipimport differs
+    from 3.9 to 3.14), the pyz loads every vendored module httpx, jsonschema and certifi need once, and each module
+    equals a plain zipimport's: module attributes, spec, loader (the very zipimporter that `sys.path_importer_cache`
+    holds for its folder). Where the import system walks a copy of `sys.meta_path` (3.14, gh-130094), the import
+    that installs the finder does not see it: that one module is loaded as before."""
+    pyz = build_pyz(tmp_path / "bkmcp.pyz", "--platform", "none", source=program_source(), python=python)
+    ran = _probe(python, pyz, "pyz", pyz_env)
+    plain = _probe(python, pyz, "plain", pyz_env)  # the same vendor zip copy: the first run made it
+    assert ran["vendor"] == plain["vendor"]
+    modules = ran["modules"]
+    assert {"httpx", "httpcore", "h11", "idna", "certifi", "jsonschema", "attr", "pyrsistent"} <= set(modules)
+    once = dict.fromkeys(modules, 1)
+    if not ran["live_meta_path"]:  # the finder came too late for the import that put the vendor zip on sys.path
+        once["httpcore"] = 2  # the first vendored name bkmcp._import_httpx imports; loaded as plain zipimport does
+    assert {name: facts["unmarshalled"] for name, facts in modules.items()} == once
+    for facts in (*modules.values(), *plain["modules"].values()):
+        del facts["unmarshalled"]  # plain zipimport: twice (find_spec's get_filename, then exec_module)
+    assert modules == plain["modules"]
+    assert modules["httpx"]["spec"][1] == ran["vendor"] + "/httpx/__init__.pyc"
+    assert modules["httpx"]["loader"][-2:] == [True, True]
+
+
+def test_vendor_zip_has_unchecked_bytecode_beside_every_source(pyz_path: Path, build_info: dict) -> None:
+    """What VendoredSpecs relies on: every module of the vendor zip has its `.pyc` beside its `.py` (zipimport
+    takes it first), compiled by the build Python (the magic BUILD-INFO records), unchecked-hash (PEP 552) and
+    hashed from that very source (so even `--check-hash-based-pycs always` accepts it)."""
+    magic = bytes.fromhex(build_info["bytecode"]["magic"])
+    assert magic == importlib.util.MAGIC_NUMBER  # the fixture's build Python is this one
+    with zipfile.ZipFile(pyz_path) as outer:
+        nested = zipfile.ZipFile(io.BytesIO(outer.read(build_info["vendor_zip"]["member"])))
+    files = {name: nested.read(name) for name in nested.namelist()}
+    sources = sorted(name for name in files if name.endswith(".py"))
+    assert len(sources) > 100 and sorted(name[:-1] for name in files if name.endswith(".pyc")) == sources
+    for name in sources:
+        pyc = files[name + "c"]
+        assert pyc[:4] == magic, name
+        assert int.from_bytes(pyc[4:8], "little") == 0b01, name  # hash-based, check_source off
+        assert pyc[8:16] == importlib.util.source_hash(files[name]), name
+
+
+def test_vendored_specs_answer_only_where_the_path_finder_would_ask_the_vendor_zip_first(
+    pyz_path: Path, pyz_env: dict, build_info: dict, tmp_path: Path
+) -> None:
+    """VendoredSpecs leaves everything else to PathFinder: an `idna` put before the vendor zip on sys.path wins as
+    it would without the finder, a name the zip lacks is the usual ModuleNotFoundError, and the finder is not
+    installed where it could not be exact (other bytecode magic, a relative vendor zip path)."""
+    (tmp_path / "shadow" / "idna").mkdir(parents=True)
+    (tmp_path / "shadow" / "idna" / "__init__.py").write_text("SHADOW = True\n")
+    vendor = build_info["vendor_zip"]
+    code = (
+        "import importlib.machinery, importlib.util, os\n"
+        "finders = lambda: [type(f).__name__ for f in sys.meta_path if type(f) is boot.VendoredSpecs]\n"
+        f"args = {(build_info['build_id'], str(pyz_path), vendor['sha256'], tuple(vendor['top_level']))!r}\n"
+        "boot.use_vendor_zip(*args, b'\\0\\0\\r\\n')\n"
+        "print(finders())\n"
+        "boot.VendoredSpecs.install(os.path.relpath(sys.path[0]), args[3], importlib.util.MAGIC_NUMBER)\n"
+        "print(finders())\n"
+        "sys.path.remove(sys.path[0])\n"
+        "boot.use_vendor_zip(*args, importlib.util.MAGIC_NUMBER)\n"
+        "before_path_finder = sys.meta_path[sys.meta_path.index(importlib.machinery.PathFinder) - 1]\n"
+        "print(finders(), type(before_path_finder) is boot.VendoredSpecs)\n"
+        f"sys.path.insert(0, {str(tmp_path / 'shadow')!r})\n"
+        "import idna\n"
+        "print(idna.SHADOW, idna.__file__)\n"
+        "try:\n"
+        "    import h11.no_such_module\n"
+        "except ModuleNotFoundError as exc:\n"
+        "    print(exc.name)\n"
+        "import h11\n"
+        "spec = h11.__spec__\n"
+        "print(spec.origin == sys.path[1] + '/h11/__init__.pyc', spec.loader is sys.path_importer_cache[sys.path[1]])\n"
+    )
+    proc = run_in_pyz(sys.executable, pyz_path, code, env=pyz_env, no_site=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [
+        "[]",
+        "[]",
+        "['VendoredSpecs'] True",
+        f"True {tmp_path / 'shadow' / 'idna' / '__init__.py'}",
+        "h11.no_such_module",
+        "True True",
+    ]
