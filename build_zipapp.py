@@ -320,17 +320,14 @@ def native_folder(platform: str) -> str:
 MAIN_TEMPLATE = """\
 # bkmcp.pyz entry point, written by build_zipapp.py. Old Pythons parse it too: keep the syntax plain.
 import sys
-
 if sys.version_info < (3, 9):
     sys.stderr.write("bkmcp needs Python 3.9 or newer; %%s is Python %%s. Run it with a newer python3.\\n"
                      %% (sys.executable or "this interpreter", sys.version.split()[0]))
     sys.exit(1)
 import os
-
 _archive = os.path.dirname(os.path.abspath(__file__))
 _copy = False
-if sys.implementation.cache_tag != %(cache_tag)r:
-    # the zip's bytecode is for one Python: others import a per-user copy (_bkmcp_boot.use_compiled_cache)
+if sys.implementation.cache_tag != %(cache_tag)r:  # the zip's bytecode is for one Python: others use a per-user copy
     _cache = os.environ.get("XDG_CACHE_HOME", "")
     _cache = _cache if os.path.isabs(_cache) else os.path.join(os.path.expanduser("~"), ".cache")
     _tree = os.path.join(_cache, "bkmcp", %(build_id)r, "py")
@@ -340,8 +337,7 @@ if sys.implementation.cache_tag != %(cache_tag)r:
     import _bkmcp_boot
     _copy = _bkmcp_boot.use_compiled_cache(%(build_id)r, _archive)
 if not _copy:
-    # Finds nothing: the first vendored import puts their nested zip on sys.path, once, under the lock (threads
-    # may race); it stays in sys.meta_path (removing it would shift the list another thread is walking).
+    # Finds nothing: the first vendored import puts their nested zip on sys.path, once (docs/building.md)
     class _Vendored:
         lock, done = __import__("_thread").allocate_lock(), False
         def find_spec(name, path=None, target=None):  # looked up on the class: a plain function
@@ -353,20 +349,13 @@ if not _copy:
                         _Vendored.done = True
             return None
     sys.meta_path.insert(0, _Vendored)
-if not _copy and hasattr(globals().get("__loader__"), "exec_module") and isinstance(
-        __loader__, __import__("zipimport").zipimporter):
-    # `import bkmcp` costs two reads and unmarshals of bkmcp.pyc (~0.9 MB, ~1.5 ms): zipimport's find_spec loads
-    # the code to learn its file name, exec_module (not on 3.9) loads it again. This is the same spec (name, loader,
-    # origin) and the import system's own recipe (importlib docs, "Importing a source file directly"), minus the
-    # first load. tests/artifact/test_pyz.py compares the module with a plain import.
-    import importlib.util
-    _spec = importlib.util.spec_from_file_location(
-        "bkmcp", __loader__.archive + "/" + __loader__.prefix + "bkmcp.pyc", loader=__loader__)
-    bkmcp = sys.modules["bkmcp"] = importlib.util.module_from_spec(_spec)
+if _copy or not (isinstance(globals().get("__loader__"), __import__("zipimport").zipimporter) and hasattr(__loader__, "exec_module")):
+    import bkmcp  # another Python's copy; 3.9's zipimporter (no exec_module); not run from the zip
+else:  # bkmcp.pyc loaded once, with zipimport's spec: importing it unmarshals it twice (docs/building.md, Fast start)
+    import importlib.util as _util
+    bkmcp = sys.modules["bkmcp"] = _util.module_from_spec(_util.spec_from_file_location(
+        "bkmcp", __loader__.archive + "/" + __loader__.prefix + "bkmcp.pyc", loader=__loader__))
     __loader__.exec_module(bkmcp)
-else:
-    import bkmcp
-
 sys.exit(bkmcp.main())
 """
 
