@@ -349,13 +349,13 @@ if not _copy:
                         _Vendored.done = True
             return None
     sys.meta_path.insert(0, _Vendored)
-if _copy or not (isinstance(globals().get("__loader__"), __import__("zipimport").zipimporter) and hasattr(__loader__, "exec_module")):
-    import bkmcp  # another Python's copy; 3.9's zipimporter (no exec_module); not run from the zip
-else:  # bkmcp.pyc loaded once, with zipimport's spec: importing it unmarshals it twice (docs/building.md, Fast start)
-    import importlib.util as _util
-    bkmcp = sys.modules["bkmcp"] = _util.module_from_spec(_util.spec_from_file_location(
+if not _copy and isinstance(globals().get("__loader__"), __import__("zipimport").zipimporter) and hasattr(__loader__, "exec_module"):
+    import importlib.util as _util  # bkmcp.pyc loaded once, not twice as zipimport does (docs/building.md, Fast start)
+    sys.modules["bkmcp"] = _util.module_from_spec(_util.spec_from_file_location(
         "bkmcp", __loader__.archive + "/" + __loader__.prefix + "bkmcp.pyc", loader=__loader__))
-    __loader__.exec_module(bkmcp)
+    __loader__.exec_module(sys.modules["bkmcp"])
+import bkmcp
+
 sys.exit(bkmcp.main())
 """
 

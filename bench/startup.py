@@ -180,7 +180,7 @@ def main() -> int:
             zf.writestr("__main__.py", "pass\n")
         # The pyz's own __main__.py, run with `-c` as zipimport runs it (its __file__ and __loader__), minus its
         # last step (bkmcp.main()).
-        tail = "\nsys.exit(bkmcp.main())\n"
+        tail = "import bkmcp\n\nsys.exit(bkmcp.main())\n"
         assert main_src.endswith(tail), "unexpected __main__.py"
         boot = (
             f"import sys, zipimport; sys.path.insert(0, {str(pyz)!r}); __file__ = {str(pyz / '__main__.py')!r}; "
