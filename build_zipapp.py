@@ -349,8 +349,8 @@ if not _copy:
                         _Vendored.done = True
             return None
     sys.meta_path.insert(0, _Vendored)
-if not _copy and isinstance(globals().get("__loader__"), __import__("zipimport").zipimporter) and hasattr(__loader__, "exec_module"):
-    import importlib.util as _util  # bkmcp.pyc loaded once, not twice as zipimport does (docs/building.md, Fast start)
+if not _copy and type(globals().get("__loader__")).__name__ == "zipimporter" and hasattr(__loader__, "exec_module"):
+    import importlib.util as _util  # bkmcp.pyc loaded once, not twice as import does (docs/building.md, Fast start)
     sys.modules["bkmcp"] = _util.module_from_spec(_util.spec_from_file_location(
         "bkmcp", __loader__.archive + "/" + __loader__.prefix + "bkmcp.pyc", loader=__loader__))
     __loader__.exec_module(sys.modules["bkmcp"])
