@@ -3273,11 +3273,6 @@ class Transport(Protocol):
     def close(self, deadline: Deadline | None = None) -> None: ...
 
 
-def _mark(error: BkmcpError, *, sent: bool) -> BkmcpError:
-    """``error`` saying whether its request reached the wire (a copy: ``error`` may have been raised)."""
-    return error.copy(request_sent=sent)
-
-
 def is_exhaustion(exc: BaseException | None) -> bool:
     """``exc`` (or what caused it) is the system running out of descriptors, processes or memory (EMFILE, ENFILE,
     EAGAIN, ENOMEM; a thread that cannot start): a resource limit, never an internal error."""
@@ -3542,12 +3537,10 @@ def translate_httpx_error(exc: BaseException, url: str, deadline: Deadline) -> B
 
     target = strip_url_credentials(url)
     if isinstance(exc, (httpx.InvalidURL, UnicodeError)):  # IDNA / host name encoding, before any I/O
-        return _mark(
-            ConnectionFailedError(
-                f"the host name in {target} is not valid: {_clip(str(exc), 200)}",
-                hint='check the host name in the server\'s "url"',
-            ),
-            sent=False,
+        return ConnectionFailedError(
+            f"the host name in {target} is not valid: {_clip(str(exc), 200)}",
+            hint='check the host name in the server\'s "url"',
+            request_sent=False,
         )
     if isinstance(exc, httpx.TimeoutException):
         sent = not isinstance(exc, (httpx.ConnectTimeout, httpx.PoolTimeout))
@@ -3573,31 +3566,24 @@ def translate_httpx_error(exc: BaseException, url: str, deadline: Deadline) -> B
             or "name resolution" in str(exc).lower()
             or "name or service not known" in str(exc).lower()
         ):
-            return _mark(
-                ConnectionFailedError(
-                    f"cannot resolve the host of {target}: {_clip(str(exc), 200)}",
-                    hint='check the host name in the server\'s "url"',
-                ),
-                sent=False,
+            return ConnectionFailedError(
+                f"cannot resolve the host of {target}: {_clip(str(exc), 200)}",
+                hint='check the host name in the server\'s "url"',
+                request_sent=False,
             )
-        return _mark(
-            ConnectionFailedError(
-                f"cannot connect to {target}: {_clip(str(exc), 200) or 'connection failed'}",
-                hint="is the server running and the URL right?",
-            ),
-            sent=False,
+        return ConnectionFailedError(
+            f"cannot connect to {target}: {_clip(str(exc), 200) or 'connection failed'}",
+            hint="is the server running and the URL right?",
+            request_sent=False,
         )
     if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError, httpx.CloseError)):
-        return _mark(
-            ConnectionFailedError(
-                f"the connection to {target} broke before the answer was complete: "
-                f"{_clip(str(exc), 200) or type(exc).__name__}",
-            ),
-            sent=True,
+        return ConnectionFailedError(
+            f"the connection to {target} broke before the answer was complete: "
+            f"{_clip(str(exc), 200) or type(exc).__name__}",
+            request_sent=True,
         )
-    return _mark(
-        ConnectionFailedError(f"HTTP request to {target} failed: {type(exc).__name__}: {_clip(str(exc), 200)}"),
-        sent=True,
+    return ConnectionFailedError(
+        f"HTTP request to {target} failed: {type(exc).__name__}: {_clip(str(exc), 200)}", request_sent=True
     )
 
 
@@ -3679,7 +3665,7 @@ class HttpTransport:
 
     def _http(self) -> Any:
         if self._closing:  # never a new client for a closed session
-            raise _mark(ConnectionFailedError("bkmcp closed the session"), sent=False)
+            raise ConnectionFailedError("bkmcp closed the session", request_sent=False)
         if self._client is None:
             self._client = new_http_client(self.url, insecure=self.insecure)
         return self._client
@@ -3716,13 +3702,11 @@ class HttpTransport:
         if 300 <= status < 400:
             location = response.headers.get("location")
             shown = strip_url_credentials(location) if location else "(no Location header)"
-            raise _mark(
-                ConnectionFailedError(
-                    f"{target} answered HTTP {status} redirecting to {shown}; bkmcp never follows redirects",
-                    hint=f'update "url" of {where} if the endpoint moved',
-                    details={"http_status": status, "location": shown},
-                ),
-                sent=True,
+            raise ConnectionFailedError(
+                f"{target} answered HTTP {status} redirecting to {shown}; bkmcp never follows redirects",
+                hint=f'update "url" of {where} if the endpoint moved',
+                details={"http_status": status, "location": shown},
+                request_sent=True,
             )
         text = self._read_error_body(response)
         message = _decode_error_message(text)
@@ -3736,15 +3720,13 @@ class HttpTransport:
                     if k in ("scheme", "resource_metadata", "scope", "error", "error_description")
                 }
             )
-            raise _mark(
-                AuthRequiredError(
-                    f"{target} requires authentication (HTTP 401)"
-                    + (f": {_clip(params['error_description'], 200)}" if params.get("error_description") else ""),
-                    hint=f"fix the headers (or the environment variables they use) of {where}; the credentials are "
-                    "missing, expired or not accepted",
-                    details=details,
-                ),
-                sent=False,
+            raise AuthRequiredError(
+                f"{target} requires authentication (HTTP 401)"
+                + (f": {_clip(params['error_description'], 200)}" if params.get("error_description") else ""),
+                hint=f"fix the headers (or the environment variables they use) of {where}; the credentials are "
+                "missing, expired or not accepted",
+                details=details,
+                request_sent=False,
             )
         if status == 403:
             params = parse_www_authenticate(response.headers.get("www-authenticate", ""))
@@ -3753,13 +3735,11 @@ class HttpTransport:
             )
             details = {"http_status": 403}
             details.update({k: v for k, v in params.items() if k in ("scope", "error", "resource_metadata")})
-            raise _mark(
-                PermissionDeniedError(
-                    f"{target} refused the request (HTTP 403)" + (f": {_clip(reason, 300)}" if reason else ""),
-                    hint=f"the identity in {where} lacks permission for this server, tool or resource",
-                    details=details,
-                ),
-                sent=False,
+            raise PermissionDeniedError(
+                f"{target} refused the request (HTTP 403)" + (f": {_clip(reason, 300)}" if reason else ""),
+                hint=f"the identity in {where} lacks permission for this server, tool or resource",
+                details=details,
+                request_sent=False,
             )
         raise status_failure(status, message, text, method, with_session=with_session)
 
@@ -3789,17 +3769,16 @@ class HttpTransport:
         method = str(outgoing.message.get("method"))
         unsent = f"bkmcp closed the session before {method} was sent"
         if self._closing:
-            raise _mark(ConnectionFailedError(unsent), sent=False)
+            raise ConnectionFailedError(unsent, request_sent=False)
         try:
             self._request_once(outgoing)
         except BkmcpError as exc:
             if not self._closing:
                 raise
             if not request_was_sent(exc):  # stopped before its headers went out (``_admit``)
-                raise _mark(ConnectionFailedError(unsent), sent=False) from None
-            raise _mark(
-                ConnectionFailedError(f"bkmcp closed the session while {method} was waiting for its answer"),
-                sent=True,
+                raise ConnectionFailedError(unsent, request_sent=False) from None
+            raise ConnectionFailedError(
+                f"bkmcp closed the session while {method} was waiting for its answer", request_sent=True
             ) from None
 
     def _request_once(self, outgoing: Outgoing) -> None:
@@ -3814,7 +3793,7 @@ class HttpTransport:
         try:
             timeout = self._timeout(deadline)
         except McpTimeoutError as exc:
-            raise _mark(exc, sent=False) from None
+            raise exc.copy(request_sent=False) from None
         started = time.monotonic()
         self._log_request("POST", headers, message)
         interrupt = deadline.interrupt  # a warm client's Ctrl-C: the wait for the answer ends at once
@@ -3885,12 +3864,7 @@ class HttpTransport:
                 with self._sending_lock:
                     self._sending.discard(marker)
             return
-        raise _mark(
-            ConnectionFailedError(
-                f"the server closed the event stream before answering {method}",
-            ),
-            sent=True,
-        )
+        raise ConnectionFailedError(f"the server closed the event stream before answering {method}", request_sent=True)
 
     def _extensions(self, marker: object, *, sent: bool) -> dict[str, Any]:
         """httpcore extensions of one request: its ``marker`` (``_shut_pending`` finds its connection by it) and a
@@ -3912,7 +3886,7 @@ class HttpTransport:
             if not self._closing:
                 self._sending.add(marker)
                 return
-        raise _mark(ConnectionFailedError("bkmcp closed the session"), sent=sent)
+        raise ConnectionFailedError("bkmcp closed the session", request_sent=sent)
 
     def _shut_pending(self, marker: object) -> None:
         """Wake the thread whose request carries ``marker`` and still awaits its response headers: shut its pooled
@@ -3955,18 +3929,16 @@ class HttpTransport:
         while True:
             delay = (decoder.retry_ms if decoder.retry_ms is not None else _RESUME_DEFAULT_MS) / 1000
             if delay >= deadline.remaining():
-                raise _mark(
-                    budget_error(
-                        f"the server closed the event stream and its retry delay ({delay:g}s) exceeds the time left",
-                        deadline.seconds,
-                        remedy="retry_delay",
-                        hint="allow more time",
-                    ),
-                    sent=True,
+                raise budget_error(
+                    f"the server closed the event stream and its retry delay ({delay:g}s) exceeds the time left",
+                    deadline.seconds,
+                    remedy="retry_delay",
+                    hint="allow more time",
+                    request_sent=True,
                 )
             if self._stopped.acquire(True, delay):  # the session closed during the delay: fail now, not after it
                 self._stopped.release()  # the next waiter wakes too
-                raise _mark(ConnectionFailedError("bkmcp closed the session"), sent=True)
+                raise ConnectionFailedError("bkmcp closed the session", request_sent=True)
             last_id = decoder.last_event_id
             assert last_id is not None
             headers = build_headers(
@@ -3989,30 +3961,24 @@ class HttpTransport:
                     except ProtocolError as exc:
                         if exc.http_status is None:
                             raise
-                        raise _mark(
-                            ConnectionFailedError(
-                                f"the server closed the event stream early and refused to resume it "
-                                f"(GET with Last-Event-ID: HTTP {exc.http_status})",
-                            ),
-                            sent=True,
+                        raise ConnectionFailedError(
+                            f"the server closed the event stream early and refused to resume it "
+                            f"(GET with Last-Event-ID: HTTP {exc.http_status})",
+                            request_sent=True,
                         ) from None
                     ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
                     if ctype != "text/event-stream":
-                        raise _mark(
-                            ConnectionFailedError(
-                                f"resuming the event stream returned {ctype or 'no content type'}, not "
-                                "text/event-stream"
-                            ),
-                            sent=True,
+                        raise ConnectionFailedError(
+                            f"resuming the event stream returned {ctype or 'no content type'}, not text/event-stream",
+                            request_sent=True,
                         )
                     for incoming in self._read_sse(response, decoder, deadline):
                         if self._deliver(incoming, request_id):
                             return
             idle = 0 if decoder.last_event_id != last_id else idle + 1
             if idle >= _RESUME_MAX_IDLE:
-                raise _mark(
-                    ConnectionFailedError("the server keeps closing the resumed event stream without sending anything"),
-                    sent=True,
+                raise ConnectionFailedError(
+                    "the server keeps closing the resumed event stream without sending anything", request_sent=True
                 )
 
     def _post_one_way(self, outgoing: Outgoing) -> None:
@@ -4042,11 +4008,11 @@ class HttpTransport:
     def failure(self, method: str, *, sent: bool) -> BkmcpError:  # pragma: no cover - a race with close()
         """HTTP has no shared stream to lose: only ``McpSession.close`` comes here, for a request still registered
         when the session closes (its POST not yet returned, or its answer still awaited)."""
-        return _mark(ConnectionFailedError(f"no response to {method}"), sent=sent)
+        return ConnectionFailedError(f"no response to {method}", request_sent=sent)
 
     def timeout_error(self, method: str, deadline: Deadline) -> BkmcpError:
-        return _mark(
-            budget_error(f"no answer to {method} from {strip_url_credentials(self.url)}", deadline.seconds), sent=True
+        return budget_error(
+            f"no answer to {method} from {strip_url_credentials(self.url)}", deadline.seconds, request_sent=True
         )
 
     def restart_if_exited(self) -> bool:
@@ -4546,14 +4512,12 @@ class ChildProcess:
             found = shutil.which(command, path=env.get("PATH", os.defpath))
             problem = "was not found on PATH"
         if found is None:
-            raise _mark(
-                ConnectionFailedError(
-                    f"cannot start the stdio server: command {command!r} {problem}",
-                    hint=f'install it, or set "command" of {self.where()} to an absolute path of an executable '
-                    "(PATH comes from bkmcp's environment or the entry's \"env\")",
-                    details={"command": command},
-                ),
-                sent=False,
+            raise ConnectionFailedError(
+                f"cannot start the stdio server: command {command!r} {problem}",
+                hint=f'install it, or set "command" of {self.where()} to an absolute path of an executable '
+                "(PATH comes from bkmcp's environment or the entry's \"env\")",
+                details={"command": command},
+                request_sent=False,
             )
         return found
 
@@ -4567,12 +4531,10 @@ class ChildProcess:
         cwd = self.server.cwd
         if cwd is not None and not os.path.isdir(cwd):
             problem = _path_problem(cwd, "is not a directory")
-            raise _mark(
-                ConnectionFailedError(
-                    f"cannot start the stdio server: working directory {cwd!r} {problem}",
-                    hint=f'fix "cwd" of {self.where()}',
-                ),
-                sent=False,
+            raise ConnectionFailedError(
+                f"cannot start the stdio server: working directory {cwd!r} {problem}",
+                hint=f'fix "cwd" of {self.where()}',
+                request_sent=False,
             )
         argv = [executable, *self.server.args]
         if self.log.verbose:
@@ -4598,20 +4560,15 @@ class ChildProcess:
             proc = _Spawner.shared().call(popen) if hook is not None else popen()
         except OSError as exc:
             if is_exhaustion(exc):  # no descriptor, process or memory to be had: a limit, not a bug
-                raise _mark(
-                    ResourceLimitError(
-                        f"cannot start the stdio server {self.server.command!r}: {exc.strerror or exc} (a system "
-                        "limit on open files, processes or memory is reached)"
-                    ),
-                    sent=False,
+                raise ResourceLimitError(
+                    f"cannot start the stdio server {self.server.command!r}: {exc.strerror or exc} (a system "
+                    "limit on open files, processes or memory is reached)",
+                    request_sent=False,
                 ) from exc
-            raise _mark(
-                ConnectionFailedError(
-                    f"cannot start the stdio server {self.server.command!r}: {exc.strerror or exc}",
-                    hint=f'check "command" and "args" of {self.where()} (an interpreter named by a #! line '
-                    "must exist too)",
-                ),
-                sent=False,
+            raise ConnectionFailedError(
+                f"cannot start the stdio server {self.server.command!r}: {exc.strerror or exc}",
+                hint=f'check "command" and "args" of {self.where()} (an interpreter named by a #! line must exist too)',
+                request_sent=False,
             ) from exc
         if hook is not None:
             _GroupWatchdog.recorded(proc.pid)
@@ -4947,7 +4904,7 @@ class StdioTransport:
             if self.child.proc is not None:
                 return
             if self._closing:  # closed while a request was on its way (a shutdown during the start)
-                raise _mark(ConnectionFailedError("bkmcp closed the stdio server before it started"), sent=False)
+                raise ConnectionFailedError("bkmcp closed the stdio server before it started", request_sent=False)
             proc = self.child.spawn()
             self._ended = False
             self._skipped = skipped = LineTail(_STDIO_STDOUT_TAIL)  # error details describe the current child
@@ -5037,7 +4994,7 @@ class StdioTransport:
         """The error a request ends with when the child's stream ended (exit, closed stdout)."""
         answer = f" before answering {method}"
         if self._closing:  # bkmcp itself ended it (shutdown, disconnect): not the server's doing
-            return _mark(ConnectionFailedError(f"bkmcp closed the stdio server{answer}"), sent=sent)
+            return ConnectionFailedError(f"bkmcp closed the stdio server{answer}", request_sent=sent)
         status = self.child.returncode if self._ended else self.child.exit_status(0.5)
         exited = ConnectionFailedError(
             f"the stdio server {self.child.describe_exit(status)}{answer}",
@@ -5064,7 +5021,7 @@ class StdioTransport:
             try:
                 deadline.remaining()
             except McpTimeoutError as exc:
-                raise _mark(exc, sent=False) from None
+                raise exc.copy(request_sent=False) from None
             self._start()
             if not self.alive:
                 raise self.failure(method, sent=False)
@@ -5091,7 +5048,7 @@ class StdioTransport:
         proc = self.child.proc
         fd = proc.stdin.fileno()
         if not self._write_lock.acquire(timeout=max(deadline.remaining(), 0.001)):
-            raise _mark(self.timeout_error(method, deadline), sent=False)
+            raise self.timeout_error(method, deadline).copy(request_sent=False)
         try:
             while data:
                 try:
@@ -5301,7 +5258,7 @@ class McpSession:
         negotiated ones; ``handshake`` sends without the version header (legacy ``initialize``); ``deadline``
         narrows the operation's budget (the probe window). Never resends."""
         if self.closed:
-            raise _mark(ConnectionFailedError("the session is closed"), sent=False)
+            raise ConnectionFailedError("the session is closed", request_sent=False)
         rules = rules or self.core.rules
         assert rules is not None
         deadline = deadline or ctx.deadline
@@ -10205,8 +10162,8 @@ class ResidentSession:
                 if self._session is not None and not self._closed:
                     return
                 if self._closed:
-                    raise _mark(
-                        ConnectionFailedError(f"the session of server {self.server.name!r} was closed"), sent=False
+                    raise ConnectionFailedError(
+                        f"the session of server {self.server.name!r} was closed", request_sent=False
                     )
                 session = McpSession(self.server, insecure=self.insecure, log=self.log, die_with_parent=True)
                 self._session = session
@@ -10218,16 +10175,15 @@ class ResidentSession:
                     self.pid = pid
                     self.events.emit("process.started", server=self.server.name, user=self.user_id, pid=pid)
             if self._closed:
-                raise _mark(
-                    ConnectionFailedError(f"bkmcp closed the session of server {self.server.name!r} while it started"),
-                    sent=False,
+                raise ConnectionFailedError(
+                    f"bkmcp closed the session of server {self.server.name!r} while it started", request_sent=False
                 )
             self.era, self.protocol_version = session.era, session.protocol_version
 
     def _require(self) -> McpSession:
         session = self._session
         if session is None or not self.alive:
-            raise _mark(ConnectionFailedError(f"server {self.server.name!r} is not connected"), sent=False)
+            raise ConnectionFailedError(f"server {self.server.name!r} is not connected", request_sent=False)
         return session
 
     def list_tools(self, timeout: float) -> list[dict[str, Any]]:
@@ -10647,9 +10603,8 @@ class SessionPool:
             with self._lock:
                 registered = self._register(slot)
             if not registered:  # forgotten and replaced meanwhile: never open a session nobody would close
-                raise _mark(
-                    ConnectionFailedError(f"the session of server {slot.server!r} was replaced meanwhile; retry"),
-                    sent=False,
+                raise ConnectionFailedError(
+                    f"the session of server {slot.server!r} was replaced meanwhile; retry", request_sent=False
                 )
             self._reserve(slot, server, timeout)
             session = ResidentSession(
@@ -10760,7 +10715,7 @@ class SessionPool:
 
     def _check_open(self) -> None:
         if self._stop.is_set():
-            raise _mark(ConnectionFailedError("the resident process is shutting down"), sent=False)
+            raise ConnectionFailedError("the resident process is shutting down", request_sent=False)
 
     def crashed(self, slot: _Slot, session: ResidentSession, cause: BkmcpError | None = None) -> None:
         """A failure that damps the next attempts (failures in a row: none, then 1 s doubling up to
@@ -11786,10 +11741,11 @@ def _platform_error(exc: BkmcpError, *, server: str | None = None, timeout: floa
     """An error in the platform's words, built from its fields (a copy): no hints; a timeout names the
     command's budget in ms; a connection that failed for want of descriptors is ``resource_limit``."""
     if isinstance(exc, ConnectionFailedError) and is_exhaustion(exc.__cause__ or exc.__context__):
-        limited = ResourceLimitError(
-            exc.message + " (a system limit on open files is reached)", details=dict(exc.details)
+        return ResourceLimitError(
+            exc.message + " (a system limit on open files is reached)",
+            details=dict(exc.details),
+            request_sent=request_was_sent(exc),
         )
-        return _mark(limited, sent=request_was_sent(exc))
     changes: dict[str, Any] = {"hint": None, "notes": (), "remedy": None}
     if isinstance(exc, McpTimeoutError) and timeout is not None and exc.what is not None:
         where = f" on server {server!r}" if server else ""
