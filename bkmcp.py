@@ -1967,13 +1967,11 @@ def check_authorization_value(value: str, *, where: str) -> list[str]:
             hint='write "Bearer <token>", or remove the header for anonymous access',
         )
     scheme, _, credentials = value.strip().partition(" ")
-    if scheme.lower() == "bearer":
-        if not credentials.strip():
-            raise InvalidConfigError(
-                f"{where}: header 'Authorization' has an empty Bearer token",
-                hint='put the token after "Bearer ", e.g. "Bearer ${TOKEN}"',
-            )
-        return [credentials.strip()]
+    if scheme.lower() == "bearer" and not credentials.strip():
+        raise InvalidConfigError(
+            f"{where}: header 'Authorization' has an empty Bearer token",
+            hint='put the token after "Bearer ", e.g. "Bearer ${TOKEN}"',
+        )
     return [credentials.strip()] if credentials.strip() else []
 
 
@@ -2351,11 +2349,8 @@ class SseDecoder:
     def _dispatch(self, events: list[SseEvent]) -> None:
         self.last_event_id = self._id_buffer
         data = self._data[0] if len(self._data) == 1 else "\n".join(self._data)
-        if not data:  # no data line, or one empty data line (WHATWG: an empty data buffer is not dispatched)
-            self._data = []
-            self._event = ""
-            return
-        events.append(SseEvent(self._event or "message", data, self._id_buffer))
+        if data:  # WHATWG: an empty data buffer (no data line, or one empty data line) is not dispatched
+            events.append(SseEvent(self._event or "message", data, self._id_buffer))
         self._data = []
         self._event = ""
 
@@ -2365,11 +2360,7 @@ class SseDecoder:
 
 def build_request(request_id: int, method: str, params: dict[str, Any] | None, rules: EraRules) -> dict[str, Any]:
     """A JSON-RPC request; modern requests carry the per-request ``_meta`` keys (docs/protocol.md §3.1)."""
-    message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
-    params = _with_meta(params, rules)
-    if params is not None:
-        message["params"] = params
-    return message
+    return {"jsonrpc": "2.0", "id": request_id, **build_notification(method, params, rules)}
 
 
 def build_notification(method: str, params: dict[str, Any] | None, rules: EraRules) -> dict[str, Any]:
