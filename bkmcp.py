@@ -7228,32 +7228,25 @@ def _quick_schema(schema: Any, keywords: frozenset[str], depth: int) -> bool:
             return False
         if key == "type":
             types = [value] if isinstance(value, str) else value
-            if not isinstance(types, list) or not all(isinstance(t, str) and t in _QUICK_TYPES for t in types):
-                return False
+            ok = isinstance(types, list) and all(isinstance(t, str) and t in _QUICK_TYPES for t in types)
         elif key == "properties":
-            if not isinstance(value, dict) or not all(_quick_schema(s, keywords, depth + 1) for s in value.values()):
-                return False
+            ok = isinstance(value, dict) and all(_quick_schema(s, keywords, depth + 1) for s in value.values())
         elif key in ("additionalProperties", "items", "not"):
-            if not _quick_schema(value, keywords, depth + 1):
-                return False
+            ok = _quick_schema(value, keywords, depth + 1)
         elif key in ("allOf", "anyOf", "oneOf"):
-            if not isinstance(value, list) or not value:
-                return False
-            if not all(_quick_schema(s, keywords, depth + 1) for s in value):
-                return False
+            ok = isinstance(value, list) and bool(value) and all(_quick_schema(s, keywords, depth + 1) for s in value)
         elif key == "required":
-            if not isinstance(value, list) or not all(isinstance(r, str) for r in value):
-                return False
+            ok = isinstance(value, list) and all(isinstance(r, str) for r in value)
         elif key == "enum":
-            if not isinstance(value, list):
-                return False
+            ok = isinstance(value, list)
         elif key in _QUICK_SIZES:
-            if type(value) is not int or value < 0:
-                return False
+            ok = type(value) is int and value >= 0
         elif key in _QUICK_BOUNDS:
-            if not _is_json_number(value):
-                return False
-        # const and format: any value (format asserts nothing: bkmcp's validators have no format checker)
+            ok = _is_json_number(value)
+        else:  # const and format: any value (format asserts nothing: bkmcp's validators have no format checker)
+            ok = True
+        if not ok:
+            return False
     return True
 
 
@@ -7294,62 +7287,59 @@ def _quick_valid(schema: Any, instance: Any, deadline: Deadline | None) -> bool:
         if deadline is not None:
             deadline.remaining()
         if key == "type":
-            if not any(_TYPE_TESTS[t](instance) for t in ([value] if isinstance(value, str) else value)):
-                return False
+            ok = any(_TYPE_TESTS[t](instance) for t in ([value] if isinstance(value, str) else value))
         elif key == "properties":
-            if is_object and not all(_quick_valid(s, instance[p], deadline) for p, s in value.items() if p in instance):
-                return False
+            ok = not is_object or all(_quick_valid(s, instance[p], deadline) for p, s in value.items() if p in instance)
         elif key == "additionalProperties":
+            ok = True
             if is_object:
                 declared = schema.get("properties", {})
                 extras = [instance[p] for p in instance if p not in declared]
                 if isinstance(value, dict):
-                    if not all(_quick_valid(value, extra, deadline) for extra in extras):
-                        return False
-                elif not value and extras:
-                    return False
+                    ok = all(_quick_valid(value, extra, deadline) for extra in extras)
+                else:
+                    ok = bool(value) or not extras
         elif key == "required":
-            if is_object and any(r not in instance for r in value):
-                return False
+            ok = not is_object or all(r in instance for r in value)
         elif key == "items":
-            if is_array and not all(_quick_valid(value, item, deadline) for item in instance):
-                return False
+            ok = not is_array or all(_quick_valid(value, item, deadline) for item in instance)
         elif key == "enum":
             if instance == 0 or instance == 1:
                 unbooled = _quick_unbool(instance)
-                if all(unbooled != _quick_unbool(each) for each in value):
-                    return False
-            elif instance not in value:
-                return False
+                ok = not all(unbooled != _quick_unbool(each) for each in value)
+            else:
+                ok = instance in value
         elif key == "const":
-            if not _quick_equal(instance, value):
-                return False
+            ok = _quick_equal(instance, value)
         elif key == "allOf":
-            if not all(_quick_valid(s, instance, deadline) for s in value):
-                return False
+            ok = all(_quick_valid(s, instance, deadline) for s in value)
         elif key == "anyOf":
-            if not any(_quick_valid(s, instance, deadline) for s in value):
-                return False
+            ok = any(_quick_valid(s, instance, deadline) for s in value)
         elif key == "oneOf":
-            if sum(1 for s in value if _quick_valid(s, instance, deadline)) != 1:
-                return False
+            ok = sum(1 for s in value if _quick_valid(s, instance, deadline)) == 1
         elif key == "not":
-            if _quick_valid(value, instance, deadline):
-                return False
+            ok = not _quick_valid(value, instance, deadline)
         elif key in ("minLength", "maxLength"):
-            if is_string and (len(instance) < value if key == "minLength" else len(instance) > value):
-                return False
+            ok = not is_string or (len(instance) >= value if key == "minLength" else len(instance) <= value)
         elif key in ("minItems", "maxItems"):
-            if is_array and (len(instance) < value if key == "minItems" else len(instance) > value):
-                return False
+            ok = not is_array or (len(instance) >= value if key == "minItems" else len(instance) <= value)
         elif key in ("minProperties", "maxProperties"):
-            if is_object and (len(instance) < value if key == "minProperties" else len(instance) > value):
-                return False
+            ok = not is_object or (len(instance) >= value if key == "minProperties" else len(instance) <= value)
         elif key in _QUICK_BOUNDS and is_number:
-            if key == "minimum" and instance < value or key == "maximum" and instance > value:
-                return False
-            if key == "exclusiveMinimum" and instance <= value or key == "exclusiveMaximum" and instance >= value:
-                return False
+            ok = not (
+                key == "minimum"
+                and instance < value
+                or key == "maximum"
+                and instance > value
+                or key == "exclusiveMinimum"
+                and instance <= value
+                or key == "exclusiveMaximum"
+                and instance >= value
+            )
+        else:
+            ok = True
+        if not ok:
+            return False
     return True
 
 
