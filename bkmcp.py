@@ -812,7 +812,9 @@ def dump_json(value: Any, *, indent: int | None = None, sort_keys: bool = False)
         if isinstance(obj, decimal.Decimal):
             if not nonce:
                 nonce = os.urandom(6).hex()
-            raws.append(obj.text if isinstance(obj, JsonNumber) else _decimal_text(obj))
+            if not isinstance(obj, JsonNumber) and not obj.is_finite():
+                raise TypeError("NaN and infinite numbers are not valid JSON")
+            raws.append(obj.text if isinstance(obj, JsonNumber) else str(obj))
             return f"{_RAW_MARK}{nonce}-{len(raws) - 1}\ue001"
         if isinstance(obj, (set, frozenset, tuple)):
             return list(obj)
@@ -833,12 +835,6 @@ def dump_json(value: Any, *, indent: int | None = None, sort_keys: bool = False)
 
 
 _ESCAPE_ALWAYS = _lazy_re("[\ud800-\udfff\u0085\u2028\u2029]")
-
-
-def _decimal_text(number: decimal.Decimal) -> str:
-    if not number.is_finite():
-        raise TypeError("NaN and infinite numbers are not valid JSON")
-    return str(number)
 
 
 def _is_json_integer(value: Any) -> bool:
@@ -1494,11 +1490,6 @@ def _is_token(text: str) -> bool:
     return bool(text) and all(ch in _TOKEN_CHARS for ch in text)
 
 
-def _is_env_name(text: str) -> bool:
-    """``[A-Za-z_][A-Za-z0-9_]*``."""
-    return text.isascii() and text.isidentifier()
-
-
 def _has_control(text: str) -> bool:
     return any(ch < " " or ch == "\x7f" for ch in text)
 
@@ -1716,7 +1707,7 @@ def _parse_server(path: str, name: str, entry: Any) -> ServerConfig:
     if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
         raise InvalidConfigError(f'{where}: field "env" must be an object of string values')
     for key in env:
-        if not _is_env_name(key):
+        if not (key.isascii() and key.isidentifier()):  # [A-Za-z_][A-Za-z0-9_]*
             raise InvalidConfigError(f'{where}: field "env" has an invalid variable name {_safe_name(key)!r}')
     cwd = entry.get("cwd")
     if cwd is not None and (not isinstance(cwd, str) or not cwd):
@@ -3008,11 +2999,6 @@ _SUBSCHEMA_MAP_KEYWORDS = frozenset(("patternProperties", "dependentSchemas", "d
 _MAX_HEADER_PROBLEMS = 5  # a reason names this many problems, then says how many more
 
 
-def _pointer(segments: tuple[str, ...]) -> str:
-    """RFC 6901 JSON pointer of a schema position (``/properties/a~1b``)."""
-    return "".join("/" + s.replace("~", "~0").replace("/", "~1") for s in segments) or "/"
-
-
 def scan_header_declarations(schema: Any) -> tuple[list[tuple[tuple[str, ...], str]], list[str]]:
     """Every ``x-mcp-header`` of an inputSchema: the valid ones as ``(property path, name)`` in document order,
     and a problem text for each invalid one (empty list: the schema is acceptable)."""
@@ -3052,7 +3038,7 @@ def scan_header_declarations(schema: Any) -> tuple[list[tuple[tuple[str, ...], s
 def _declaration_problem(
     node: dict[str, Any], where: tuple[str, ...], path: tuple[str, ...] | None, seen: dict[str, str]
 ) -> str | None:
-    at = _pointer(where)
+    at = "".join("/" + s.replace("~", "~0").replace("/", "~1") for s in where) or "/"  # RFC 6901 (/properties/a~1b)
     name = node[_X_MCP_HEADER]
     if not path:
         place = (
@@ -3611,11 +3597,6 @@ def _shut_down_stream(stream: Any) -> None:
         pass
 
 
-def _shut_down(response: Any) -> None:
-    """Wake the thread reading ``response`` (its request is interrupted)."""
-    _shut_down_stream(response.extensions.get("network_stream"))
-
-
 class HttpTransport:
     """Streamable HTTP over one pooled ``httpx.Client`` (keep-alive, no redirects, no cookies, TLS verified);
     many requests may be in flight at once, one POST each. ``client`` injects a client (``httpx.MockTransport``
@@ -3802,7 +3783,7 @@ class HttpTransport:
                 ) as response:
                     if hook is not None and interrupt is not None:
                         interrupt.unhook(hook)
-                        hook = interrupt.hook(lambda: _shut_down(response))
+                        hook = interrupt.hook(lambda: _shut_down_stream(response.extensions.get("network_stream")))
                     self._log_response(response, started)
                     self._check_status(response, method, with_session=session_id is not None)
                     self._answer_headers(method, response.headers)  # the core decides what they issue
@@ -4485,11 +4466,6 @@ class ChildProcess:
     def where(self) -> str:
         return f"server {self.server.name!r} in {self.server.config_file}"
 
-    def _environment(self) -> dict[str, str]:
-        env = dict(self.server.inherited_env)
-        env.update(self.server.env)
-        return env
-
     def _executable(self, env: Mapping[str, str]) -> str:
         """``command`` as a path to run: looked up on the child's PATH unless it names a path itself."""
         import shutil
@@ -4517,7 +4493,7 @@ class ChildProcess:
         import subprocess
         import threading
 
-        env = self._environment()
+        env = {**self.server.inherited_env, **self.server.env}
         executable = self._executable(env)
         cwd = self.server.cwd
         if cwd is not None and not os.path.isdir(cwd):
@@ -6485,10 +6461,6 @@ def _tool_command(server_name: str, tool_name: Any) -> str:
     return _printable(f"bkmcp {shlex.quote(server_name)} {shlex.quote(str(tool_name))}")
 
 
-def _tool_help_command(server_name: str, tool: Mapping[str, Any]) -> str:
-    return f"{_tool_command(server_name, tool.get('name'))} --help"
-
-
 def _flag_path(name: str) -> str:
     return json_path([name])
 
@@ -6627,7 +6599,7 @@ def _raise_token_problems(tool: Mapping[str, Any], problems: list[dict[str, str]
     more = f" (and {len(problems) - 1} more problem{'s' if len(problems) > 2 else ''})" if len(problems) > 1 else ""
     raise InvalidArgumentsError(
         f"{first}{more}",
-        hint=f"see the tool's flags with: {_tool_help_command(server_name, tool)}",
+        hint=f"see the tool's flags with: {_tool_command(server_name, tool.get('name'))} --help",
         details={"problems": problems},
     )
 
@@ -8352,13 +8324,9 @@ complete -c bkmcp -l events -r -F
 """
 
 
-def _sh_quote(text: str) -> str:
-    return "'" + text.replace("'", "'\\''") + "'"
-
-
 def render_completion(shell: str, command: Sequence[str]) -> str:
     """The completion script for ``shell``; ``command`` is how the script runs bkmcp for server names."""
-    quoted = " ".join(_sh_quote(part) for part in command)
+    quoted = " ".join("'" + part.replace("'", "'\\''") + "'" for part in command)
     bash = _BASH_COMPLETION.format(
         value_options=_COMPLETION_VALUE_OPTIONS,
         shells=" ".join(COMPLETION_SHELLS),
@@ -10859,10 +10827,6 @@ _INJECTED_MAX = 64
 _INJECTED_PREFIX = 55
 
 
-def _injected_base(server: str, tool: str) -> str:
-    return "".join(ch if (ch.isascii() and (ch.isalnum() or ch in "_-")) else "_" for ch in f"mcp_{server}_{tool}")
-
-
 def _injected_suffixed(base: str, server: str, tool: str) -> str:
     import hashlib
 
@@ -10879,7 +10843,12 @@ def build_injected_names(pairs: Iterable[tuple[str, str]]) -> dict[str, tuple[st
     on the tool and on which other tools are in ``pairs``, never on their order.
     """
     unique = sorted(set(pairs))
-    bases = {pair: _injected_base(*pair) for pair in unique}
+    bases = {
+        (server, tool): "".join(
+            ch if ch.isascii() and (ch.isalnum() or ch in "_-") else "_" for ch in f"mcp_{server}_{tool}"
+        )
+        for server, tool in unique
+    }
     groups: dict[str, int] = {}
     for base in bases.values():
         groups[base] = groups.get(base, 0) + 1
@@ -12366,10 +12335,6 @@ class ResidentServer:
         self.signalled: int | None = None  # the terminating signal received (set by the handler, read by run_resident)
         self.shutdown_task: str | None = None
 
-    @property
-    def output_broken(self) -> bool:
-        return self.out.broken
-
     def _output_broke(self) -> None:
         """The platform went away (stdout closed): stop serving."""
         self.stopping.set()
@@ -12671,7 +12636,7 @@ def run_resident(
         reader.start()
         while not server.ended.wait(0.1) and server.signalled is None:
             pass
-        if server.signalled is None and not server.output_broken:
+        if server.signalled is None and not server.out.broken:
             # EOF: the commands already read run to their own end; shutdown: they get --shutdown-grace to finish.
             # Either way they are answered with their own results; a signal cuts the wait short.
             server.drain(None if server.shutdown_task is None else opts.shutdown_grace)
@@ -13482,11 +13447,6 @@ def _select_server(config: ConfigFile, name: str) -> ServerConfig:
     return server
 
 
-def _warn_invalid_server_names(config: ConfigFile, log: Log) -> None:
-    for name, problem in config.invalid_names:
-        log.warn(f"{config.path}: server {_safe_name(name)!r} is ignored: {problem}; rename it to use it")
-
-
 def _warn_literal_credentials(config: ConfigFile, log: Log) -> None:
     if not config.readable_by_others:
         return
@@ -13680,7 +13640,8 @@ class _Runner:
         jq = compile_jq(inv.jq) if projected and inv.jq is not None else None
         self.log.debug(f"config file: {config_path}")
         config = load_config(config_path)
-        _warn_invalid_server_names(config, self.log)
+        for name, problem in config.invalid_names:
+            self.log.warn(f"{config.path}: server {_safe_name(name)!r} is ignored: {problem}; rename it to use it")
         _warn_literal_credentials(config, self.log)
         assert inv.server is not None
         server_cfg = _select_server(config, inv.server)
