@@ -6188,18 +6188,15 @@ def _ref_pointer(ref: str) -> list[str] | None:
     return [part.replace("~1", "/").replace("~0", "~") for part in fragment[1:].split("/")]
 
 
-def resolve_schema(schema: Any, root: Any) -> tuple[Any, str]:
-    """``schema`` as if its local references were written inline: ``$ref`` (its sibling keywords kept beside the
-    target, e.g. a description), single-schema ``allOf`` wrappers, and the same in each ``anyOf``/``oneOf``
-    branch. Returns (schema, "") or (None, why it cannot be followed: remote, recursive, dangling). Bounded by
-    ``REF_DEPTH_LIMIT``; ``root`` is the inputSchema the pointers start from."""
-    return _inline(schema, root, (), 0)
-
-
 _INLINED_KEYWORDS = frozenset((*_REF_KEYWORDS, *_COMBINATORS))
 
 
-def _inline(schema: Any, root: Any, chain: tuple[str, ...], depth: int) -> tuple[Any, str]:
+def resolve_schema(schema: Any, root: Any, chain: tuple[str, ...] = (), depth: int = 0) -> tuple[Any, str]:
+    """``schema`` as if its local references were written inline: ``$ref`` (its sibling keywords kept beside the
+    target, e.g. a description), single-schema ``allOf`` wrappers, and the same in each ``anyOf``/``oneOf``
+    branch. Returns (schema, "") or (None, why it cannot be followed: remote, recursive, dangling). Bounded by
+    ``REF_DEPTH_LIMIT``; ``root`` is the inputSchema the pointers start from; ``chain`` the references followed
+    to get here, ``depth`` how many steps."""
     if not isinstance(schema, dict) or schema.keys().isdisjoint(_INLINED_KEYWORDS):
         return schema, ""
     if depth > REF_DEPTH_LIMIT:
@@ -6227,13 +6224,13 @@ def _inline(schema: Any, root: Any, chain: tuple[str, ...], depth: int) -> tuple
                 target = target[int(part)]
             else:
                 return None, f"its $ref {_short(ref, 60)} points to nothing in the inputSchema"
-        target, why = _inline(target, root, (*chain, ref), depth + 1)
+        target, why = resolve_schema(target, root, (*chain, ref), depth + 1)
         if why:
             return None, why
         return _beside(target, {k: v for k, v in schema.items() if k != "$ref"}), ""
     wrapped = schema.get("allOf")
     if isinstance(wrapped, list) and len(wrapped) == 1:  # older pydantic: {"allOf": [{"$ref": ...}], ...}
-        inner, why = _inline(wrapped[0], root, chain, depth + 1)
+        inner, why = resolve_schema(wrapped[0], root, chain, depth + 1)
         if why:
             return None, why
         return _beside(inner, {k: v for k, v in schema.items() if k != "allOf"}), ""
@@ -6242,7 +6239,7 @@ def _inline(schema: Any, root: Any, chain: tuple[str, ...], depth: int) -> tuple
         if isinstance(branches, list) and any(isinstance(b, dict) and ("$ref" in b or "allOf" in b) for b in branches):
             resolved = []
             for branch in branches:
-                inner, why = _inline(branch, root, chain, depth + 1)
+                inner, why = resolve_schema(branch, root, chain, depth + 1)
                 if why:
                     return None, why
                 resolved.append(inner)
@@ -6461,10 +6458,6 @@ def _tool_command(server_name: str, tool_name: Any) -> str:
     return _printable(f"bkmcp {shlex.quote(server_name)} {shlex.quote(str(tool_name))}")
 
 
-def _flag_path(name: str) -> str:
-    return json_path([name])
-
-
 def json_path(parts: Iterable[Any]) -> str:
     """``$.a.b[0]["odd key"]``: the JSON path of a location in the arguments object."""
     out = "$"
@@ -6556,39 +6549,27 @@ def _read_tokens(
     seen: set[str] = set()
     for token in tokens:
         option = _short(f"--{token.name}", 60)
-        if token.name in seen:
-            problems.append(
-                {
-                    "flag": option,
-                    "path": _flag_path(token.name),
-                    "message": f"{option} is given more than once (give each flag once; arrays are JSON)",
-                }
-            )
-            continue
+        repeated, flag, body_field = token.name in seen, mapped.flags.get(token.name), mapped.body_only.get(token.name)
         seen.add(token.name)
-        flag = mapped.flags.get(token.name)
-        if flag is not None:
+        if repeated:
+            message = f"{option} is given more than once (give each flag once; arrays are JSON)"
+        elif flag is not None:
             try:
                 values[token.name] = convert_flag_value(flag, token)
+                continue
             except ValueError as exc:
-                problems.append({"flag": option, "path": _flag_path(token.name), "message": str(exc)})
-            continue
-        body_field = mapped.body_only.get(token.name)
-        if body_field is not None:
+                message = str(exc)
+        elif body_field is not None:
+            message = f"{_printable(token.name)!r} has no flag: {body_field.reason}; set it with --body"
+        else:
+            close = closest_names(token.name, [*mapped.flags, *mapped.body_only])
+            shown = [f"--{c}" if c in mapped.flags else f"{_short(c)!r} (no flag: set it with --body)" for c in close]
+            suggestion = f"; did you mean {', '.join(shown)}?" if close else ""
             problems.append(
-                {
-                    "flag": option,
-                    "path": _flag_path(token.name),
-                    "message": f"{_printable(token.name)!r} has no flag: {body_field.reason}; set it with --body",
-                }
+                {"flag": option, "message": f"unknown option {option} for tool {tool.get('name')!r}{suggestion}"}
             )
             continue
-        close = closest_names(token.name, [*mapped.flags, *mapped.body_only])
-        shown = [f"--{c}" if c in mapped.flags else f"{_short(c)!r} (no flag: set it with --body)" for c in close]
-        suggestion = f"; did you mean {', '.join(shown)}?" if close else ""
-        problems.append(
-            {"flag": option, "message": f"unknown option {option} for tool {tool.get('name')!r}{suggestion}"}
-        )
+        problems.append({"flag": option, "path": json_path([token.name]), "message": message})
     return values, problems
 
 
@@ -6619,7 +6600,7 @@ def parse_tool_arguments(
         if field_.required:  # flags alone can never satisfy it: say how it can be sent
             problems.append(
                 {
-                    "path": _flag_path(field_.name),
+                    "path": json_path([field_.name]),
                     "message": f"required field {_printable(field_.name)!r} has no flag ({field_.reason}); send "
                     f"the arguments with --body: {_tool_command(server_name, tool.get('name'))} --body '{{...}}'",
                 }
@@ -7497,7 +7478,7 @@ def validate_arguments(
             if problem not in unique:
                 unique.append(problem)
         unique.sort(key=lambda p: p["path"])
-        given = {_flag_path(name): f"--{name}" for name in flags}
+        given = {json_path([name]): f"--{name}" for name in flags}
         for at, option in given.items():
             for problem in unique:
                 if problem["path"] == at or problem["path"].startswith((at + ".", at + "[")):
