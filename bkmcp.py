@@ -5923,6 +5923,17 @@ def run_tools(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict
     """``--tools`` data (contract §7): server, protocol_version, tool_count, complete, tools (as received), excluded."""
     sessions = ctx.sessions or SessionSource()
     session = sessions.start(server, ctx, insecure=insecure)
+
+    def data(tools: list[dict[str, Any]], excluded: list[dict[str, Any]], complete: bool) -> dict[str, Any]:
+        return {
+            "server": server.name,
+            "protocol_version": session.protocol_version,
+            "tool_count": len(tools),
+            "complete": complete,
+            "tools": tools,
+            "excluded": excluded,
+        }
+
     try:
         try:
             sessions.ready(session, ctx)
@@ -5931,25 +5942,10 @@ def run_tools(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict
             partial, excluded = (exc.data or {}).get("tools", []), []
             if session.rules is not None and session.rules.header_exclusion:
                 partial, excluded = split_excluded_tools(partial)
-            staged = {
-                "server": server.name,
-                "protocol_version": session.protocol_version,
-                "tool_count": len(partial),
-                "complete": False,
-                "tools": partial,
-                "excluded": excluded,
-            }
-            raise exc.copy(data=staged)  # noqa: B904 - the same error with its data: its chain stays
+            raise exc.copy(data=data(partial, excluded, False))  # noqa: B904 - the same error with its data: its chain stays
     finally:
         sessions.done(session, ctx)
-    return {
-        "server": server.name,
-        "protocol_version": session.protocol_version,
-        "tool_count": len(tools),
-        "complete": True,
-        "tools": tools,
-        "excluded": excluded,
-    }
+    return data(tools, excluded, True)
 
 
 def run_call(
@@ -7956,19 +7952,15 @@ def _json_map(value: Any, leaf: Callable[[Any], Any], key: Callable[[str], str] 
                     name = key(name)
             else:
                 child = item
-            if isinstance(child, (dict, list)):
-                built: Any = {} if isinstance(child, dict) else []
-                if type(out) is dict:
-                    out[name] = built
-                else:
-                    out.append(built)
+            nested = isinstance(child, (dict, list))
+            built: Any = ({} if isinstance(child, dict) else []) if nested else leaf(child)
+            if type(out) is dict:
+                out[name] = built
+            else:
+                out.append(built)
+            if nested:
                 stack.append((iter(child.items()) if isinstance(child, dict) else iter(child), built))
                 break
-            mapped = leaf(child)
-            if type(out) is dict:
-                out[name] = mapped
-            else:
-                out.append(mapped)
         else:
             stack.pop()
     return result
@@ -10551,22 +10543,18 @@ class SessionPool:
                 self._opening.add(session)
             try:
                 session.open(timeout)
-            except BkmcpError as exc:
+            except BaseException as exc:
                 session.close()
                 with self._lock:
                     slot.opening = False
-                slot.last_error = exc
-                if isinstance(exc, ProtocolError):
-                    self.events.emit(
-                        "protocol.rejected", server=slot.server, user=slot.user or None, error_code=exc.code
-                    )
-                if session.pid is not None:
-                    self.crashed(slot, session, exc)
-                raise
-            except BaseException:
-                session.close()
-                with self._lock:
-                    slot.opening = False
+                if isinstance(exc, BkmcpError):
+                    slot.last_error = exc
+                    if isinstance(exc, ProtocolError):
+                        self.events.emit(
+                            "protocol.rejected", server=slot.server, user=slot.user or None, error_code=exc.code
+                        )
+                    if session.pid is not None:
+                        self.crashed(slot, session, exc)
                 raise
             finally:
                 with self._lock:
@@ -12088,26 +12076,24 @@ class Actions:
         view = self._view(command)
         servers = []
         for row in _usable_rows(view):
+            if row.isolation == "user" and command.user_id is None:
+                continue
             entry: dict[str, Any] = {
                 "server_name": row.name,
                 "transport_type": row.transport_type,
                 "isolation": row.isolation,
             }
-            if row.isolation == "user" and command.user_id is None:
-                continue
+            servers.append(entry)
             try:
                 if row.problem is not None:
                     entry.update(status="failed", error_code=row.problem.code)
-                    servers.append(entry)
                     continue
                 command.servers.append(self.pool.resolve(view, row, command.user_id))
             except CredentialsMissingError:
                 entry["status"] = "no_credentials"
-                servers.append(entry)
                 continue
             except BkmcpError as exc:
                 entry.update(status="failed", error_code=exc.code)
-                servers.append(entry)
                 continue
             slot = self.pool.peek(command.user_id, row)
             session = slot.session if slot is not None else None
@@ -12119,7 +12105,6 @@ class Actions:
                 entry["status"] = "disconnected"
             if slot is not None and slot.tools is not None:
                 entry["tool_count"] = len(slot.tools)
-            servers.append(entry)
         return {"servers": servers}
 
     def do_connect_server(self, command: _Command) -> dict[str, Any]:
