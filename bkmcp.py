@@ -8038,7 +8038,8 @@ def _raw_block_line(block: Any) -> str:
     parts = [inner[key] for key in ("uri", "mimeType") if isinstance(inner.get(key), str) and inner[key]]
     payload = inner.get("data", inner.get("blob"))
     if isinstance(payload, str):
-        parts.append(f"{_base64_size(payload)} bytes")
+        chars = sum(1 for ch in payload if not ch.isspace() and ch != "=")  # base64: whitespace, padding: no data
+        parts.append(f"{chars * 3 // 4} bytes")  # the decoded size, without decoding it
     elif kind == "resource" and isinstance(inner.get("text"), str):
         parts.append(f"{len(inner['text'].encode('utf-8', 'surrogatepass'))} bytes")
     line = kind + (" " + ", ".join(parts) if parts else "")
@@ -8048,12 +8049,6 @@ def _raw_block_line(block: Any) -> str:
 
 
 _RAW_LINE_LIMIT = 300  # characters of a bracketed line: a URI is shown, a data: URI never in full
-
-
-def _base64_size(text: str) -> int:
-    """The decoded size of base64 ``text`` without decoding it (whitespace and padding are not data)."""
-    chars = sum(1 for ch in text if not ch.isspace() and ch != "=")
-    return chars * 3 // 4
 
 
 TOOL_REASON_LIMIT = 200  # characters of a tool's own reason that mcp_tool_error's message quotes
@@ -8451,8 +8446,8 @@ def _flowing_lines(text: str) -> list[str]:
     flows again), unless either is blank or indented or it is a list item (``- ``, ``* ``, ``1. ``). Two CJK
     characters meet without a space."""
     out: list[str] = []
-    for line in _printable_lines(text):
-        line = line.rstrip()
+    for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
+        line = _printable(line.replace("\t", "    ")).rstrip()
         if (
             out
             and out[-1]
@@ -8493,11 +8488,6 @@ def _word_atoms(word: str) -> list[str]:
     if buf:
         pieces.append(buf)
     return pieces or [word]
-
-
-def _printable_lines(text: str) -> list[str]:
-    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    return [_printable(line.replace("\t", "    ")) for line in lines]
 
 
 JS_SAFE_INTEGER = 2**53 - 1  # Number.MAX_SAFE_INTEGER: zod writes ± it as the bounds of every integer
@@ -8723,7 +8713,8 @@ def render_tool_help(server_name: str, tool: Mapping[str, Any]) -> str:
         if len(chosen) < 3:
             chosen += [f for f in flags if not f.required and f not in chosen][: 3 - len(chosen)]
         parts = [word for f in chosen for word in _flag_example(f, _flag_example_value(f, schema))]
-        out += _command_lines([command, *parts])
+        lines = _fill([command, *parts], HELP_WIDTH - 2, "  ", "      ")  # copy-pasteable: ' \' continuations
+        out += [line + " \\" for line in lines[:-1]] + lines[-1:]
     elif not required_body_only:
         out.append(f"  {command}")
     else:
@@ -8750,12 +8741,6 @@ def render_tool_help(server_name: str, tool: Mapping[str, Any]) -> str:
         "  ",
     )
     return "\n".join(out) + "\n"
-
-
-def _command_lines(parts: Sequence[str]) -> list[str]:
-    """A copy-pasteable example command: words never split, wrapped lines end with a ' \\' continuation."""
-    lines = _fill(parts, HELP_WIDTH - 2, "  ", "      ")
-    return [line + " \\" for line in lines[:-1]] + lines[-1:]
 
 
 def _fill(parts: Sequence[str], width: int, first_indent: str, indent: str) -> list[str]:
@@ -10811,6 +10796,8 @@ def build_injected_names(pairs: Iterable[tuple[str, str]]) -> dict[str, tuple[st
     sha256(server + NUL + tool), and so does every member of a colliding group. A name therefore depends only
     on the tool and on which other tools are in ``pairs``, never on their order.
     """
+    import collections
+
     unique = sorted(set(pairs))
     bases = {
         (server, tool): "".join(
@@ -10818,9 +10805,7 @@ def build_injected_names(pairs: Iterable[tuple[str, str]]) -> dict[str, tuple[st
         )
         for server, tool in unique
     }
-    groups: dict[str, int] = {}
-    for base in bases.values():
-        groups[base] = groups.get(base, 0) + 1
+    groups = collections.Counter(bases.values())
     suffixed = {pair for pair, base in bases.items() if len(base) > _INJECTED_MAX or groups[base] > 1}
     while True:  # a suffixed name equal to another tool's plain name: that tool is suffixed too
         names = {pair: (_injected_suffixed(bases[pair], *pair) if pair in suffixed else bases[pair]) for pair in unique}
@@ -13700,19 +13685,18 @@ class _Runner:
         self.deadline, self.ctx = deadline, ctx
         try:
             self.remote_started = True
+            if not (inv.check or inv.tools):
+                assert inv.tool is not None
+                return self.run_tool(server, inv.tool, arguments, jq, ctx)
             if inv.check:
                 data = run_check(server, ctx, insecure=inv.insecure)
-                return self.emit_envelope(build_success(data), jq, EXIT_OK, raw=inv.raw)
-            if inv.tools:
+            elif inv.brief:  # compact discovery (contract §7): no schemas, one line of text per tool
                 data = run_tools(server, ctx, insecure=inv.insecure)
-                if inv.brief:  # compact discovery (contract §7): no schemas, one line of text per tool
-                    data["tools"] = [describe_brief(t) for t in data["tools"] if isinstance(t, dict)]
-                    return self.emit_envelope(build_success(data), jq, EXIT_OK, raw=inv.raw)
-                # tools stay exactly as received; how each maps to flags (and what needs --body) sits beside them
+                data["tools"] = [describe_brief(t) for t in data["tools"] if isinstance(t, dict)]
+            else:  # tools stay exactly as received; how each maps to flags (and what needs --body) sits beside them
+                data = run_tools(server, ctx, insecure=inv.insecure)
                 data["cli"] = {str(t.get("name")): describe_cli(t) for t in data["tools"] if isinstance(t, dict)}
-                return self.emit_envelope(build_success(data), jq, EXIT_OK, raw=inv.raw)
-            assert inv.tool is not None
-            return self.run_tool(server, inv.tool, arguments, jq, ctx)
+            return self.emit_envelope(build_success(data), jq, EXIT_OK, raw=inv.raw)
         except RemoteError as exc:
             if isinstance(exc, JqError):
                 raise
@@ -13729,9 +13713,7 @@ class _Runner:
         if ctx is None or ctx.last_request is None:
             return None
         stage = stage_of(ctx.last_request)
-        data = (
-            {"server": self.inv.server} if self.inv.tool is None else {"server": self.inv.server, "tool": self.inv.tool}
-        )
+        data = {"server": self.inv.server, **({"tool": self.inv.tool} if self.inv.tool is not None else {})}
         if ctx.call_sent:
             return CancelledError(
                 f"interrupted (Ctrl-C) in the {stage} stage, after tools/call was sent: the call may or may not "
@@ -14266,7 +14248,7 @@ def _warm_relay(sock: Any, inv: Invocation, envr: Environment, log: Log) -> int:
         details=details,
         data={"server": inv.server} if inv.tool is None else {"server": inv.server, "tool": inv.tool},
     )
-    return _report_error(error, envr, log, None)
+    return _report_error(error, envr, log)
 
 
 def sessions_data(inv: Invocation, envr: Environment) -> dict[str, Any]:
@@ -14573,7 +14555,7 @@ class WarmServer:
         warm = WarmRun(
             self.sessions.for_command(request["cwd"], seconds, peek=peek), interrupt, heard, float(request["timeout"])
         )
-        status = main(
+        return main(
             request["argv"],
             stdin=io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8", errors="surrogateescape"),
             stdout=_FrameStream(conn, b"O", bool(request.get("stdout_tty")), lock),  # type: ignore[arg-type]
@@ -14582,7 +14564,6 @@ class WarmServer:
             cwd=request["cwd"],
             warm=warm,
         )
-        return status
 
     def _trim_memory(self, *, again: bool = False) -> None:
         """After a command that left RSS well above the last trimmed level (a large result), return the freed
@@ -14684,9 +14665,9 @@ def main(
         if cancelled is None:  # nothing was sent yet: nothing to report but the interruption itself
             log.warn("interrupted")
             return EXIT_INTERRUPTED
-        return _report_error(cancelled, envr, log, runner)
+        return _report_error(cancelled, envr, log)
     except BkmcpError as exc:
-        return _report_error(exc, envr, log, runner)
+        return _report_error(exc, envr, log)
     except BrokenPipeError:
         return EXIT_REMOTE if runner is not None and runner.remote_started else EXIT_LOCAL
     except Exception as exc:  # the last rung of the ladder: never a traceback unless asked for
@@ -14701,10 +14682,10 @@ def main(
             + ("; the remote operation may already have happened, do not retry it blindly" if remote else ""),
         )
         error.exit_status = EXIT_REMOTE if remote else EXIT_LOCAL
-        return _report_error(error, envr, log, runner)
+        return _report_error(error, envr, log)
 
 
-def _report_error(exc: BkmcpError, envr: Environment, log: Log, runner: _Runner | None) -> int:
+def _report_error(exc: BkmcpError, envr: Environment, log: Log) -> int:
     envelope = build_failure(exc, log.redactor)
     try:
         if exc.exit_status != EXIT_LOCAL:  # remote (2), interrupted after a request was sent (130)
