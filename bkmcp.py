@@ -7395,36 +7395,32 @@ def _problems_from_error(error: Any) -> list[dict[str, str]]:
 
 
 def _problem_from_error(error: Any) -> dict[str, str]:
-    path = list(error.absolute_path)
-    keyword = error.validator
-    value = error.validator_value
-    instance = error.instance
+    keyword, value, instance = error.validator, error.validator_value, error.instance
     if keyword == "type":
         types = value if isinstance(value, list) else [value]
-        return {
-            "path": json_path(path),
-            "message": f"expected {' or '.join(str(t) for t in types)}, got {json_type(instance, integers=True)}",
-        }
-    if keyword == "enum":
-        return {"path": json_path(path), "message": f"must be one of {_short(value, 200)}"}
-    if keyword == "const":
-        return {"path": json_path(path), "message": f"must be {_short(value, 200)}"}
-    if keyword in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum") and _is_json_number(value):
+        message = f"expected {' or '.join(str(t) for t in types)}, got {json_type(instance, integers=True)}"
+    elif keyword == "enum":
+        message = f"must be one of {_short(value, 200)}"
+    elif keyword == "const":
+        message = f"must be {_short(value, 200)}"
+    elif keyword in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum") and _is_json_number(value):
         words = {
             "minimum": "at least",
             "maximum": "at most",
             "exclusiveMinimum": "greater than",
             "exclusiveMaximum": "less than",
         }
-        return {"path": json_path(path), "message": f"must be {words[keyword]} {_short(value)}, got {_short(instance)}"}
-    message = str(error.message)
-    try:  # jsonschema starts most messages with repr(instance); show JSON instead of Python reprs
-        shown = repr(instance)
-        if message.startswith(shown):
-            message = _short(dump_json(instance), 60) + message[len(shown) :]
-    except Exception:  # pragma: no cover - repr of plain JSON values does not fail
-        pass
-    return {"path": json_path(path), "message": _printable(message)}
+        message = f"must be {words[keyword]} {_short(value)}, got {_short(instance)}"
+    else:
+        message = str(error.message)
+        try:  # jsonschema starts most messages with repr(instance); show JSON instead of Python reprs
+            shown = repr(instance)
+            if message.startswith(shown):
+                message = _short(dump_json(instance), 60) + message[len(shown) :]
+        except Exception:  # pragma: no cover - repr of plain JSON values does not fail
+            pass
+        message = _printable(message)
+    return {"path": json_path(list(error.absolute_path)), "message": message}
 
 
 def _problem_line(problem: Mapping[str, str], given: Mapping[str, str]) -> str:
@@ -7482,12 +7478,9 @@ def validate_arguments(
         lines = "; ".join(_problem_line(p, given) for p in unique[:5])
         more = f"; and {len(unique) - 5} more" if len(unique) > 5 else ""
         checked = "the full inputSchema" if scope == "full" else "required fields, types and enum only"
-        hint = f"checked locally: {checked}"
-        if notes:
-            hint += f" ({notes[0]})"
         raise InvalidArgumentsError(
             f"arguments for tool {tool.get('name')!r} do not match its inputSchema: {lines}{more}",
-            hint=hint,
+            hint=f"checked locally: {checked}" + (f" ({notes[0]})" if notes else ""),
             details={"problems": unique, "validation": scope},
         )
     return ArgumentCheck(scope, tuple(notes))
