@@ -8431,6 +8431,11 @@ def _wrap(text: str, width: int, indent: str = "", first_indent: str | None = No
     return out
 
 
+def _paragraph(text: str) -> list[str]:
+    """``text`` wrapped for help, indented by two columns."""
+    return _wrap(text, HELP_WIDTH, "  ", "  ")
+
+
 _LIST_ITEM = _lazy_re(r"(?:[-*+\u2022]|[0-9]{1,3}[.)])[ ]+")
 
 
@@ -8541,12 +8546,8 @@ def _example_object(schema: dict[str, Any], root: Any, depth: int, limit: int) -
     boolean without a default is left out: any value given would change the call's meaning."""
     properties = schema.get("properties")
     properties = properties if isinstance(properties, dict) else {}
-    required = (
-        [r for r in schema.get("required") or [] if isinstance(r, str)]
-        if isinstance(schema.get("required"), list)
-        else []
-    )
-    chosen = [r for r in dict.fromkeys(required)]
+    required = schema.get("required")
+    chosen = list(dict.fromkeys(r for r in required if isinstance(r, str))) if isinstance(required, list) else []
     optional = [n for n in properties if n not in chosen]
     shown = [n for n in optional if not _is_boolean_without_default(properties.get(n), root)]
     room = max(0, limit - len(chosen))
@@ -8617,7 +8618,7 @@ def _annotation_lines(tool: Mapping[str, Any]) -> list[str]:
             words.append(yes if annotations[key] else no)
     if not words:
         return []
-    return _wrap(", ".join(words) + " (hints declared by the server, not verified)", HELP_WIDTH, "  ", "  ")
+    return _paragraph(", ".join(words) + " (hints declared by the server, not verified)")
 
 
 def render_tool_help(server_name: str, tool: Mapping[str, Any]) -> str:
@@ -8635,12 +8636,12 @@ def render_tool_help(server_name: str, tool: Mapping[str, Any]) -> str:
     description = tool.get("description")
     if isinstance(description, str) and description.strip():
         out.append("")
-        out += _wrap(description.strip(), HELP_WIDTH, "  ", "  ")
+        out += _paragraph(description.strip())
     hints = _annotation_lines(tool)
     if hints:
         out += ["", "Annotations:", *hints]
     if tool_task_support(tool) == "required":  # docs/contract.md §5: never called
-        out += [""] + _wrap(f"Task-only: {TASK_ONLY_NOTE}.", HELP_WIDTH, "  ", "  ")
+        out += [""] + _paragraph(f"Task-only: {TASK_ONLY_NOTE}.")
 
     flags = list(mapped.flags.values())
     flags.sort(key=lambda f: not f.required)  # required first, then schema order
@@ -8675,15 +8676,12 @@ def render_tool_help(server_name: str, tool: Mapping[str, Any]) -> str:
                 out += _wrap(field_.schema["description"], HELP_WIDTH, "      ", "      ")
         reserved = [b.name for b in mapped.body_only.values() if b.name in RESERVED_OPTION_NAMES]
         if reserved:
-            out += [""] + _wrap(
+            out += [""] + _paragraph(
                 f"Reserved names ({', '.join(reserved)}) are bkmcp's own options, so they are never tool flags "
-                "and never renamed; pass them inside --body under their exact names.",
-                HELP_WIDTH,
-                "  ",
-                "  ",
+                "and never renamed; pass them inside --body under their exact names."
             )
     for note in mapped.notes:
-        out += [""] + _wrap(f"Note: {note}", HELP_WIDTH, "  ", "  ")
+        out += [""] + _paragraph(f"Note: {note}")
 
     example, omitted = _example_object(schema, schema, 0, limit=6)
     example = _clip_strings(example)
@@ -8712,11 +8710,8 @@ def render_tool_help(server_name: str, tool: Mapping[str, Any]) -> str:
         out.append(f"  {command}")
     else:
         which = "field {} has no flag" if len(required_body_only) == 1 else "fields {} have no flags"
-        out += _wrap(
-            f"(required {which.format(', '.join(required_body_only))}, so call this tool with --body as shown above)",
-            HELP_WIDTH,
-            "  ",
-            "  ",
+        out += _paragraph(
+            f"(required {which.format(', '.join(required_body_only))}, so call this tool with --body as shown above)"
         )
     out.append(f"  {command} --body @args.json")
     out.append(f"  {command} --body @args.json --dry-run")
@@ -8725,13 +8720,10 @@ def render_tool_help(server_name: str, tool: Mapping[str, Any]) -> str:
         if any(f.kind == "json" for f in flags)
         else ""
     )
-    out += [""] + _wrap(
+    out += [""] + _paragraph(
         "Only the flags you give are sent; defaults are shown for information and never sent. Booleans are "
         f"--name=true or --name=false; arrays and objects are JSON.{any_json} With --body, the JSON object is the "
-        "complete arguments and named flags are ignored.",
-        HELP_WIDTH,
-        "  ",
-        "  ",
+        "complete arguments and named flags are ignored."
     )
     return "\n".join(out) + "\n"
 
@@ -8800,29 +8792,29 @@ def _flag_details(flag: ToolFlag) -> list[str]:
     lines: list[str] = []
     schema = flag.schema
     indent = "      "
+
+    def say(text: str) -> None:
+        lines.extend(_wrap(text, HELP_WIDTH, indent, indent))
+
     title = schema.get("title")
     description = schema.get("description")
     if isinstance(description, str) and description.strip():
-        lines += _wrap(description.strip(), HELP_WIDTH, indent, indent)
+        say(description.strip())
     elif isinstance(title, str) and _plain(title) != _plain(flag.name):  # pydantic titles just echo the name
-        lines += _wrap(title.strip(), HELP_WIDTH, indent, indent)
+        say(title.strip())
     if flag.nullable:
-        lines += _wrap(
-            f"may also be null: only with --body (the flag's text is always a {flag.kind})", HELP_WIDTH, indent, indent
-        )
+        say(f"may also be null: only with --body (the flag's text is always a {flag.kind})")
     enum = schema.get("enum")
     if isinstance(enum, list) and enum:
         limit = 30  # a huge enum would bury the other flags; --tools has the full list
         plain = [isinstance(v, str) and v and v.strip() == v and "," not in v for v in enum[:limit]]
         shown = ", ".join(v if ok else _short(dump_json(v), 60) for v, ok in zip(enum, plain))
         more = f" … and {len(enum) - limit} more (see --tools)" if len(enum) > limit else ""
-        lines += _wrap(f"one of: {shown}{more}", HELP_WIDTH, indent, indent)
+        say(f"one of: {shown}{more}")
     if "const" in schema:
-        lines += _wrap(f"must be: {dump_json(schema['const'])}", HELP_WIDTH, indent, indent)
+        say(f"must be: {dump_json(schema['const'])}")
     if "default" in schema:
-        lines += _wrap(
-            f"default: {_short(schema['default'], 60)} (information only, not sent)", HELP_WIDTH, indent, indent
-        )
+        say(f"default: {_short(schema['default'], 60)} (information only, not sent)")
     integral = flag.kind == "integer" or (flag.kind == "json" and "integer" in json_member_types(schema))
     bounds = [
         f"{word} {dump_json(schema[key])}"
@@ -8839,22 +8831,20 @@ def _flag_details(flag: ToolFlag) -> list[str]:
         if key in schema and _is_json_number(schema[key]) and not (integral and _is_js_safe_bound(schema[key]))
     ]
     if bounds:
-        lines += _wrap("limits: " + ", ".join(bounds), HELP_WIDTH, indent, indent)
+        say("limits: " + ", ".join(bounds))
     if flag.kind == "array":
         items = schema.get("items")
         item_type = items.get("type") if isinstance(items, dict) else None
         of = f" of {item_type}" if isinstance(item_type, str) else ""
-        lines += _wrap(
-            f"a JSON array{of}, e.g. {flag.option} '[...]' (never comma-separated)", HELP_WIDTH, indent, indent
-        )
+        say(f"a JSON array{of}, e.g. {flag.option} '[...]' (never comma-separated)")
     elif flag.kind == "object":
-        lines += _wrap(f"a JSON object, e.g. {flag.option} '{{...}}'", HELP_WIDTH, indent, indent)
+        say(f"a JSON object, e.g. {flag.option} '{{...}}'")
     elif flag.kind == "json":
         types = json_member_types(schema)
         what = f"a JSON value: {_types_words(types)}" if types else "any JSON value"
         quoted = " (a string is written in JSON quotes)" if "string" in types or not types else ""
         examples = json_flag_examples(flag)
-        lines += _wrap(f"{what}, read as JSON text{quoted}, e.g.", HELP_WIDTH, indent, indent)
+        say(f"{what}, read as JSON text{quoted}, e.g.")
         lines += _fill([*(e + "," for e in examples[:-1]), examples[-1]], HELP_WIDTH, indent, indent)
     return lines
 
