@@ -12450,7 +12450,7 @@ def limit_malloc_arenas(count: int = _MALLOC_ARENAS) -> bool:
     (docs/resident.md, soak: +15.8 % with glibc's default, +6.2 % with 2). Python allocates under the GIL, so more
     arenas buy almost no concurrency. A ``MALLOC_ARENA_MAX`` the operator set wins; elsewhere than glibc nothing
     changes. True when the cap was set."""
-    mallopt = None if "MALLOC_ARENA_MAX" in os.environ else _mallopt()
+    mallopt = None if "MALLOC_ARENA_MAX" in os.environ else _libc("mallopt")
     return mallopt is not None and bool(mallopt(-8, count))  # M_ARENA_MAX (glibc malloc.h); musl answers 0
 
 
@@ -12460,19 +12460,19 @@ def keep_large_blocks_mapped() -> bool:
     (up to 32 MiB), so after one 30 MB result the next large strings land in the heap, where fragmentation kept
     +3 to +36 MB after ``malloc_trim``; with it fixed, +2 to +4 MB. A ``MALLOC_MMAP_THRESHOLD_`` the operator set
     wins. True when it was set."""
-    mallopt = None if "MALLOC_MMAP_THRESHOLD_" in os.environ else _mallopt()
+    mallopt = None if "MALLOC_MMAP_THRESHOLD_" in os.environ else _libc("mallopt")
     return mallopt is not None and bool(mallopt(-3, 128 * 1024))  # M_MMAP_THRESHOLD (glibc malloc.h)
 
 
-def _mallopt() -> Any:
-    """libc's ``mallopt`` on Linux (ctypes), else None."""
+def _libc(name: str) -> Any:
+    """libc's function ``name`` on Linux (ctypes), else None."""
     if not sys.platform.startswith("linux"):
         return None
     try:
         import ctypes
 
-        return ctypes.CDLL(None).mallopt
-    except (ImportError, OSError, AttributeError):  # no ctypes, or a libc without mallopt
+        return getattr(ctypes.CDLL(None), name)
+    except (ImportError, OSError, AttributeError):  # no ctypes, or a libc without it (musl has no malloc_trim)
         return None
 
 
@@ -12489,13 +12489,8 @@ def release_free_memory() -> bool:
     """Give the memory Python freed back to the system (glibc ``malloc_trim(0)``): after one large result a
     long-lived process otherwise keeps its peak RSS (the warm process: 24 -> 119 MB until its idle exit), since
     glibc keeps freed heap pages. False elsewhere than glibc."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        import ctypes
-
-        trim = ctypes.CDLL(None).malloc_trim
-    except (ImportError, OSError, AttributeError):  # no ctypes, or a libc without malloc_trim (musl)
+    trim = _libc("malloc_trim")
+    if trim is None:
         return False
     import gc
 
