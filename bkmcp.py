@@ -3218,34 +3218,51 @@ class Transport(Protocol):
 
     def timeout_error(self, method: str, deadline: Deadline) -> BkmcpError: ...
 
-    def restart_if_exited(self) -> bool: ...
+    # What only a child process has: a transport without one (HTTP) keeps these answers of nothing.
+    def restart_if_exited(self) -> bool:
+        return False
 
     # A server process's stderr (stdio): its last lines, how many so far, the end of its start-up (ChildProcess).
-    def stderr_tail(self, since: int | None = None) -> list[str]: ...
+    def stderr_tail(self, since: int | None = None) -> list[str]:
+        return []
 
-    def stderr_position(self) -> int | None: ...
+    def stderr_position(self) -> int | None:
+        return None
 
-    def mark_started(self) -> None: ...
+    def mark_started(self) -> None:
+        pass
 
-    # Its stdout lines that were not JSON-RPC (stdio: skipped): (the last few, how many), as ``stderr_tail`` counts.
-    def stdout_skipped(self, since: int | None = None) -> tuple[list[str], int]: ...
+    # Its stdout lines that were not JSON-RPC (stdio: skipped; an HTTP answer that is not JSON-RPC is an error):
+    # (the last few, how many), as ``stderr_tail`` counts.
+    def stdout_skipped(self, since: int | None = None) -> tuple[list[str], int]:
+        return [], 0
 
-    def stdout_position(self) -> int | None: ...
+    def stdout_position(self) -> int | None:
+        return None
 
     # The era probe on a shared stream (docs/contract.md §5): how much of what was written the server has not read
-    # yet (None: cannot be told), and the probe's stderr kept apart from the tail (``probe_begins`` before it is
-    # sent, ``probe_ends`` once it was answered or given up; ``rejected``: answered with an error).
-    def unread_input(self) -> int | None: ...
+    # yet (None: cannot be told; over HTTP the probe's answer is HTTP evidence), and the probe's stderr kept apart
+    # from the tail (``probe_begins`` before it is sent, ``probe_ends`` once it was answered or given up;
+    # ``rejected``: answered with an error).
+    def unread_input(self) -> int | None:
+        return None
 
-    def probe_begins(self) -> None: ...
+    def probe_begins(self) -> None:
+        pass
 
-    def probe_ends(self, rejected: bool) -> None: ...
+    def probe_ends(self, rejected: bool) -> None:
+        pass
 
-    def stop_requests(self) -> None: ...
+    # What only an HTTP session has: a transport without one (stdio: the session is the process, its pipes the one
+    # connection; stopping the child ends its stream, which fails the requests in flight) keeps these.
+    def stop_requests(self) -> None:
+        pass
 
-    def close_idle_connections(self) -> int: ...
+    def close_idle_connections(self) -> int:
+        return 0
 
-    def end_session(self, deadline: Deadline, rules: EraRules | None = None, session_id: str | None = None) -> None: ...
+    def end_session(self, deadline: Deadline, rules: EraRules | None = None, session_id: str | None = None) -> None:
+        pass
 
     def close(self, deadline: Deadline | None = None) -> None: ...
 
@@ -3597,7 +3614,7 @@ def _shut_down_stream(stream: Any) -> None:
         pass
 
 
-class HttpTransport:
+class HttpTransport(Transport):
     """Streamable HTTP over one pooled ``httpx.Client`` (keep-alive, no redirects, no cookies, TLS verified);
     many requests may be in flight at once, one POST each. ``client`` injects a client (``httpx.MockTransport``
     in unit tests, or one pool shared by many sessions)."""
@@ -3986,33 +4003,6 @@ class HttpTransport:
         return budget_error(
             f"no answer to {method} from {strip_url_credentials(self.url)}", deadline.seconds, request_sent=True
         )
-
-    def restart_if_exited(self) -> bool:
-        return False
-
-    def stderr_tail(self, since: int | None = None) -> list[str]:
-        return []  # no server process of ours
-
-    def stderr_position(self) -> int | None:
-        return None
-
-    def mark_started(self) -> None:
-        pass
-
-    def stdout_skipped(self, since: int | None = None) -> tuple[list[str], int]:
-        return [], 0  # an HTTP answer that is not JSON-RPC is an error, never skipped
-
-    def stdout_position(self) -> int | None:
-        return None
-
-    def unread_input(self) -> int | None:
-        return None  # no probe window over HTTP: its answer is HTTP evidence
-
-    def probe_begins(self) -> None:
-        pass
-
-    def probe_ends(self, rejected: bool) -> None:
-        pass
 
     def end_session(self, deadline: Deadline, rules: EraRules | None = None, session_id: str | None = None) -> None:
         """DELETE the legacy session ``session_id`` (405 is fine); best effort, never raises."""
@@ -4781,7 +4771,7 @@ class ChildProcess:
             time.sleep(0.05)
 
 
-class StdioTransport:
+class StdioTransport(Transport):
     """A stdio server (docs/contract.md §9, docs/protocol.md §1.4): newline-delimited JSON-RPC over one child's pipes.
 
     The child (``ChildProcess``) is spawned on the first message. One reader thread turns stdout into messages
@@ -5043,16 +5033,6 @@ class StdioTransport:
         self._stop_child()
         self.log.debug("the stdio server exited during the era probe; starting it again for initialize")
         return True
-
-    def stop_requests(self) -> None:
-        """Nothing before ``close``: stopping the child ends its stream, which fails the requests in flight."""
-
-    def close_idle_connections(self) -> int:
-        """None to close: the child's pipes are the one connection."""
-        return 0
-
-    def end_session(self, deadline: Deadline, rules: EraRules | None = None, session_id: str | None = None) -> None:
-        """Nothing to end: a stdio server's lifetime is its process (``close``)."""
 
     def close(self, deadline: Deadline | None = None) -> None:
         """Stop the child for good; a start still in progress finishes first, then its child is stopped too."""
