@@ -3699,16 +3699,11 @@ class HttpTransport(Transport):
             )
         text = self._read_error_body(response)
         message = _decode_error_message(text)
-        if status == 401:
+        if status in (401, 403):  # the WWW-Authenticate parameters that say why (a 401's scheme and description too)
             params = parse_www_authenticate(response.headers.get("www-authenticate", ""))
-            details: dict[str, Any] = {"http_status": 401}
-            details.update(
-                {
-                    k: v
-                    for k, v in params.items()
-                    if k in ("scheme", "resource_metadata", "scope", "error", "error_description")
-                }
-            )
+            named = ("resource_metadata", "scope", "error") + (("scheme", "error_description") if status == 401 else ())
+            details = {"http_status": status, **{k: v for k, v in params.items() if k in named}}
+        if status == 401:
             raise AuthRequiredError(
                 f"{target} requires authentication (HTTP 401)"
                 + (f": {_clip(params['error_description'], 200)}" if params.get("error_description") else ""),
@@ -3718,12 +3713,9 @@ class HttpTransport(Transport):
                 request_sent=False,
             )
         if status == 403:
-            params = parse_www_authenticate(response.headers.get("www-authenticate", ""))
             reason = params.get("error_description") or (
                 str(message.error.get("message")) if message is not None and message.error else text.strip()
             )
-            details = {"http_status": 403}
-            details.update({k: v for k, v in params.items() if k in ("scope", "error", "resource_metadata")})
             raise PermissionDeniedError(
                 f"{target} refused the request (HTTP 403)" + (f": {_clip(reason, 300)}" if reason else ""),
                 hint=f"the identity in {where} lacks permission for this server, tool or resource",
