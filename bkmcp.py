@@ -9005,21 +9005,18 @@ def select_credential(row: RegistryServer, *, view: RegistryView, user_id: str |
     """docs/contract.md §11.4: a user server takes the user's credential, else the system default, else
     ``mcp_credentials_missing``; a public server takes its system credential only (or none)."""
     name = row.name
-    if row.isolation == "user":
-        if user_id is None:
-            raise CredentialsMissingError(
-                f"server {name!r} is a per-user server: it needs a user", details={"server": name}
-            )
-        problem = view.credential_problems.get(("user", name))
+    if row.isolation == "user" and user_id is None:
+        raise CredentialsMissingError(
+            f"server {name!r} is a per-user server: it needs a user", details={"server": name}
+        )
+    for scope, stored in (("user", view.user_credentials), ("system", view.system_credentials)):
+        if scope == "user" and row.isolation != "user":
+            continue
+        problem = view.credential_problems.get((scope, name))
         if problem is not None:
             raise problem.copy()  # a stored error is never raised itself
-        if name in view.user_credentials:
-            return view.user_credentials[name]
-    problem = view.credential_problems.get(("system", name))
-    if problem is not None:
-        raise problem.copy()  # a stored error is never raised itself
-    if name in view.system_credentials:
-        return view.system_credentials[name]
+        if name in stored:
+            return stored[name]
     if row.isolation == "user":
         needed = _template_fields(row)
         details: dict[str, Any] = {"server": name}
@@ -12109,8 +12106,7 @@ class Actions:
             server_name, tool_name = pair
         else:
             server_name, tool_name = params["server_name"], params["tool_name"]
-        arguments = params.get("arguments")
-        arguments = {} if arguments is None else arguments
+        arguments = {} if params.get("arguments") is None else params["arguments"]
         timeout = self.timeout(command)
         try:
             row = self._row(view, server_name)
@@ -13411,21 +13407,19 @@ def run_registry_tool(inv: Invocation, envr: Environment, log: Log) -> int:
     if not inv.registry:
         raise UsageError("--registry needs a SQLite file path")
     path = resolve_user_path(inv.registry, envr.env, envr.cwd, option="--registry")
+    importing = inv.registry_import is not None
     if inv.registry_import is not None:
         if not inv.registry_import:
             raise UsageError("--import needs an mcp.json path")
         config = load_config(resolve_user_path(inv.registry_import, envr.env, envr.cwd, option="--import"))
-        registry = SqliteRegistry(path, log=log, timeout=inv.timeout_seconds)
-        try:
+    registry = SqliteRegistry(path, log=log, timeout=inv.timeout_seconds, create=importing)
+    try:
+        if importing:
             data: dict[str, Any] = {"imported": registry.import_config(config, log), "registry": path}
-        finally:
-            registry.close()
-    else:
-        registry = SqliteRegistry(path, log=log, timeout=inv.timeout_seconds, create=False)
-        try:
+        else:
             data = {"servers": [render_registry_row(s) for s in registry.view(None).servers.values()]}
-        finally:
-            registry.close()
+    finally:
+        registry.close()
     envr.stdout.write(dump_json(build_success(data)) + "\n")
     envr.stdout.flush()
     return EXIT_OK
