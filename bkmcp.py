@@ -1687,16 +1687,10 @@ def _parse_server(path: str, name: str, entry: Any) -> ServerConfig:
     version = entry.get("protocolVersion")
     if version is not None and version not in SUPPORTED_VERSIONS:
         raise InvalidConfigError(f'{where}: field "protocolVersion" must be one of {", ".join(SUPPORTED_VERSIONS)}')
+    common: dict[str, Any] = {"name": name, "type": kind, "config_file": path, "protocol_version": version}
     if kind == "http":
-        return ServerConfig(
-            name=name,
-            type=kind,
-            config_file=path,
-            url=_check_url(where, entry.get("url")),
-            headers=_check_headers(where, entry.get("headers")),
-            protocol_version=version,
-            disabled=disabled,
-        )
+        url, headers = _check_url(where, entry.get("url")), _check_headers(where, entry.get("headers"))
+        return ServerConfig(**common, url=url, headers=headers, disabled=disabled)
     command = entry.get("command")
     if not isinstance(command, str) or not command.strip():
         raise InvalidConfigError(f'{where}: field "command" must be a non-empty string')
@@ -1720,17 +1714,7 @@ def _parse_server(path: str, name: str, entry: Any) -> ServerConfig:
     ):
         if "\x00" in text:  # no process can be started with it
             raise InvalidConfigError(f'{where}: field "{label}" contains a NUL character')
-    return ServerConfig(
-        name=name,
-        type=kind,
-        config_file=path,
-        command=command,
-        args=tuple(args),
-        env=tuple(env.items()),
-        cwd=cwd,
-        protocol_version=version,
-        disabled=disabled,
-    )
+    return ServerConfig(**common, command=command, args=tuple(args), env=tuple(env.items()), cwd=cwd, disabled=disabled)
 
 
 def _check_url(where: str, url: Any) -> str:
@@ -11848,12 +11832,9 @@ class AnswerWriter:
             "error": scrub.scrub(exc.message),
             "error_code": exc.code,
         }
-        details = {k: v for k, v in exc.details.items() if k != "task_id"}
+        details = scrub.scrub_value({k: v for k, v in exc.details.items() if k != "task_id"})
         if isinstance(exc, CapabilityUnsupportedError) and isinstance(exc.data, dict) and "result" in exc.data:
-            details = scrub.scrub_value(details)
             details["result"] = exc.data["result"]  # the tool's raw result is data, returned as received
-        elif details:
-            details = scrub.scrub_value(details)
         if details:
             answer["details"] = details
         self.write(answer)
