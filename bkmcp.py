@@ -1917,10 +1917,7 @@ def _stdio_path(path: str, env: Mapping[str, str], cwd: str, where: str) -> str:
 
 def find_header(headers: Iterable[tuple[str, str]], name: str) -> tuple[str, str] | None:
     lowered = name.lower()
-    for key, value in headers:
-        if key.lower() == lowered:
-            return key, value
-    return None
+    return next(((key, value) for key, value in headers if key.lower() == lowered), None)
 
 
 def check_auth_conflict(server: ServerConfig) -> None:
@@ -2033,9 +2030,9 @@ def resolve_server(
         child_env[name] = value
         if is_secret_name(name) or used:
             redactor.add(value, whole=is_secret_name(name))
-    if child_env:
-        # a stdio server has no headers: credentials it gets travel in its environment (docs/contract.md §7)
-        auth_source = "server_env" if auth_source == "none" and any(map(is_secret_name, child_env)) else auth_source
+    # a stdio server has no headers: credentials it gets travel in its environment (docs/contract.md §7)
+    if auth_source == "none" and any(map(is_secret_name, child_env)):
+        auth_source = "server_env"
     command, workdir = server.command, server.cwd
     if server.type == "stdio":
         base = os.getcwd() if cwd is None else cwd
@@ -8568,10 +8565,7 @@ def _annotation_lines(tool: Mapping[str, Any]) -> list[str]:
     annotations = tool.get("annotations")
     if not isinstance(annotations, dict):
         return []
-    words = []
-    for key, yes, no in _HINT_WORDS:
-        if isinstance(annotations.get(key), bool):
-            words.append(yes if annotations[key] else no)
+    words = [yes if annotations[key] else no for key, yes, no in _HINT_WORDS if isinstance(annotations.get(key), bool)]
     if not words:
         return []
     return _paragraph(", ".join(words) + " (hints declared by the server, not verified)")
