@@ -5809,15 +5809,6 @@ def _cancel(session: McpSession, rules: EraRules, request_id: Any, *, reason: st
 # -- the CLI's operations: one session each -------------------------------------------------------------
 
 
-def _staged_failure(error: RemoteError, data: dict[str, Any]) -> RemoteError:
-    extra = error.data or {}
-    data = dict(data)
-    for key in ("pages", "tool_count", "complete"):
-        if key in extra:
-            data[key] = extra[key]
-    return error.copy(data=data)
-
-
 def run_check(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict[str, Any]:
     """``--check`` data (contract.md §7); on failure raises a RemoteError whose ``data`` has the staged ``checks``."""
     checks = {"config": "passed", "connection": "not_run", "protocol": "not_run", "tools": "not_run"}
@@ -5865,7 +5856,9 @@ def run_check(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict
             checks[stage] = "failed"
             data.update(protocol_version=session.protocol_version, era=session.era)
             data["elapsed_ms"] = ctx.deadline.elapsed_ms()
-            raise _staged_failure(exc, data) from None
+            extra = exc.data or {}  # what discovery got as far as
+            data.update({key: extra[key] for key in ("pages", "tool_count", "complete") if key in extra})
+            raise exc.copy(data=data) from None
     finally:
         session.close(ctx.deadline)
     data["elapsed_ms"] = ctx.deadline.elapsed_ms()
