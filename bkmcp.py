@@ -8276,8 +8276,7 @@ def render_completion_words(tools: Sequence[Any], tool: str | None) -> str:
 
 def render_server_help(server: ServerConfig) -> str:
     """Static help for one configured server: reads no environment variables and makes no request."""
-    lines = [f"bkmcp server {server.name!r} ({server.type})", ""]
-    lines.append(f"  config file    {server.config_file}")
+    lines = [f"bkmcp server {server.name!r} ({server.type})", "", f"  config file    {server.config_file}"]
     if server.type == "http":
         lines.append(f"  url            {redact_url(server.url or '')}")
         if server.headers:
@@ -8924,9 +8923,7 @@ def parse_registry_row(row: Mapping[str, Any], *, source: str) -> RegistryServer
         if isolation is not None and isolation not in ("public", "user"):
             raise InvalidConfigError(f'{where}: isolation must be "public" or "user"')
         record.isolation = isolation or "public"
-        enabled = row.get("enabled", True)
-        if enabled is None:
-            enabled = True
+        enabled = True if row.get("enabled") is None else row["enabled"]
         if not isinstance(enabled, (bool, int)) or enabled not in (0, 1):
             raise InvalidConfigError(f"{where}: enabled must be 0/1 or a boolean")
         record.enabled = bool(enabled)
@@ -11173,14 +11170,14 @@ def build_definitions(tool: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str
     schema = tool.get("inputSchema")
     if not isinstance(schema, dict):
         schema = {"type": "object", "properties": {}}
-    shaped: dict[str, Any] = {}
     reasons: dict[str, str] = {}
     try:
         expander = _Expander(schema)
         top = _top_object(expander.expand(schema))
     except _Unfit as exc:
         return {}, dict.fromkeys(SHAPE_FAMILIES, str(exc))
-    shaped["function"] = shaped["anthropic"] = top  # OpenAI (non-strict), Anthropic: JSON Schema, an object on top
+    # OpenAI (non-strict), Anthropic: JSON Schema, an object on top
+    shaped: dict[str, Any] = {"function": top, "anthropic": top}
     for family, build in (("function_strict", _strict_family), ("gemini", _gemini_family)):
         try:
             if family == "function_strict" and expander.cut:  # an open object stands in for part of it
