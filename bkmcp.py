@@ -2787,8 +2787,9 @@ class ClientSession:
     # -- era and session state -------------------------------------------------------------------------
     # Only these verbs change it; transports and flows report what happened, the core decides what it means.
 
-    def use(self, rules: EraRules) -> None:
+    def use(self, rules: EraRules) -> EraRules:
         self.rules = rules
+        return rules
 
     def handshake_started(self) -> None:
         """A legacy ``initialize`` is on its way: no era until its answer (``apply_initialize``)."""
@@ -2816,9 +2817,7 @@ class ClientSession:
             raise rpc_error_exception("initialize", message.error or {})
         version = check_initialize_result(message.result, offered)
         self._take_server_state(message.result, message.result.get("serverInfo"))
-        rules = era_rules(version)
-        self.use(rules)
-        return rules
+        return self.use(era_rules(version))
 
     def apply_discover(self, message: Message | None, version: str) -> EraRules:
         """A modern ``server/discover`` answer (or none: a pinned modern server): version and server state."""
@@ -2827,9 +2826,7 @@ class ClientSession:
             self._take_server_state(
                 message.result, meta.get("io.modelcontextprotocol/serverInfo") if isinstance(meta, dict) else None
             )
-        rules = era_rules(version)
-        self.use(rules)
-        return rules
+        return self.use(era_rules(version))
 
     def _take_server_state(self, result: dict[str, Any], info: Any) -> None:
         self.server_info = info if isinstance(info, dict) else {}
