@@ -4082,9 +4082,8 @@ def read_lines(
     soon as it passes the limit, and the rest of it is read and dropped up to its newline, so memory stays
     bounded however long a line grows. Reads the descriptor itself when there is one: a thread blocked in a
     buffered read would hold the buffer's lock when the interpreter exits (a fatal error)."""
-    fd: int | None = None
     try:
-        fd = stream.fileno()
+        fd: int | None = stream.fileno()
     except (AttributeError, OSError, ValueError):  # not a file (in-process tests)
         fd = None
     read = (lambda size: os.read(fd, size)) if fd is not None else (getattr(stream, "read1", None) or stream.read)
@@ -4943,7 +4942,6 @@ class StdioTransport(Transport):
         needs is in the message and its ``_meta``; so is the session, which is the process."""
         message, deadline = outgoing.message, outgoing.deadline
         method = str(message.get("method", "a response"))
-        request_id = message.get("id") if "method" in message else None
         try:
             try:
                 deadline.remaining()
@@ -4956,7 +4954,7 @@ class StdioTransport(Transport):
                 rpc = f"{message.get('method', 'response')}" + (f" id={message['id']}" if "id" in message else "")
                 self.log.debug(f"-> stdio [{rpc}]")
             self._sent_at = time.monotonic()
-            self._write(message, deadline, method, request_id)
+            self._write(message, deadline, method)
             if self._probe_next:
                 self._probe_next = False
                 self.child.open_probe()
@@ -4965,7 +4963,7 @@ class StdioTransport(Transport):
                 raise
             self.log.debug(f"sending {method} failed: {exc.message}")
 
-    def _write(self, message: Mapping[str, Any], deadline: Deadline, method: str, request_id: Any) -> None:
+    def _write(self, message: Mapping[str, Any], deadline: Deadline, method: str) -> None:
         import select
 
         text = dump_json(message)
