@@ -814,7 +814,9 @@ def dump_json(value: Any, *, indent: int | None = None, sort_keys: bool = False)
         if isinstance(obj, decimal.Decimal):
             if not nonce:
                 nonce = os.urandom(6).hex()
-            raws.append(obj.text if isinstance(obj, JsonNumber) else _decimal_text(obj))
+            if not isinstance(obj, JsonNumber) and not obj.is_finite():
+                raise TypeError("NaN and infinite numbers are not valid JSON")
+            raws.append(obj.text if isinstance(obj, JsonNumber) else str(obj))
             return f"{_RAW_MARK}{nonce}-{len(raws) - 1}\ue001"
         if isinstance(obj, (set, frozenset, tuple)):
             return list(obj)
@@ -835,12 +837,6 @@ def dump_json(value: Any, *, indent: int | None = None, sort_keys: bool = False)
 
 
 _ESCAPE_ALWAYS = _lazy_re("[\ud800-\udfff\u0085\u2028\u2029]")
-
-
-def _decimal_text(number: decimal.Decimal) -> str:
-    if not number.is_finite():
-        raise TypeError("NaN and infinite numbers are not valid JSON")
-    return str(number)
 
 
 def _is_json_integer(value: Any) -> bool:
@@ -1496,11 +1492,6 @@ def _is_token(text: str) -> bool:
     return bool(text) and all(ch in _TOKEN_CHARS for ch in text)
 
 
-def _is_env_name(text: str) -> bool:
-    """``[A-Za-z_][A-Za-z0-9_]*``."""
-    return text.isascii() and text.isidentifier()
-
-
 def _has_control(text: str) -> bool:
     return any(ch < " " or ch == "\x7f" for ch in text)
 
@@ -1698,16 +1689,10 @@ def _parse_server(path: str, name: str, entry: Any) -> ServerConfig:
     version = entry.get("protocolVersion")
     if version is not None and version not in SUPPORTED_VERSIONS:
         raise InvalidConfigError(f'{where}: field "protocolVersion" must be one of {", ".join(SUPPORTED_VERSIONS)}')
+    common: dict[str, Any] = {"name": name, "type": kind, "config_file": path, "protocol_version": version}
     if kind == "http":
-        return ServerConfig(
-            name=name,
-            type=kind,
-            config_file=path,
-            url=_check_url(where, entry.get("url")),
-            headers=_check_headers(where, entry.get("headers")),
-            protocol_version=version,
-            disabled=disabled,
-        )
+        url, headers = _check_url(where, entry.get("url")), _check_headers(where, entry.get("headers"))
+        return ServerConfig(**common, url=url, headers=headers, disabled=disabled)
     command = entry.get("command")
     if not isinstance(command, str) or not command.strip():
         raise InvalidConfigError(f'{where}: field "command" must be a non-empty string')
@@ -1718,7 +1703,7 @@ def _parse_server(path: str, name: str, entry: Any) -> ServerConfig:
     if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
         raise InvalidConfigError(f'{where}: field "env" must be an object of string values')
     for key in env:
-        if not _is_env_name(key):
+        if not (key.isascii() and key.isidentifier()):  # [A-Za-z_][A-Za-z0-9_]*
             raise InvalidConfigError(f'{where}: field "env" has an invalid variable name {_safe_name(key)!r}')
     cwd = entry.get("cwd")
     if cwd is not None and (not isinstance(cwd, str) or not cwd):
@@ -1731,17 +1716,7 @@ def _parse_server(path: str, name: str, entry: Any) -> ServerConfig:
     ):
         if "\x00" in text:  # no process can be started with it
             raise InvalidConfigError(f'{where}: field "{label}" contains a NUL character')
-    return ServerConfig(
-        name=name,
-        type=kind,
-        config_file=path,
-        command=command,
-        args=tuple(args),
-        env=tuple(env.items()),
-        cwd=cwd,
-        protocol_version=version,
-        disabled=disabled,
-    )
+    return ServerConfig(**common, command=command, args=tuple(args), env=tuple(env.items()), cwd=cwd, disabled=disabled)
 
 
 def _check_url(where: str, url: Any) -> str:
@@ -1944,10 +1919,7 @@ def _stdio_path(path: str, env: Mapping[str, str], cwd: str, where: str) -> str:
 
 def find_header(headers: Iterable[tuple[str, str]], name: str) -> tuple[str, str] | None:
     lowered = name.lower()
-    for key, value in headers:
-        if key.lower() == lowered:
-            return key, value
-    return None
+    return next(((key, value) for key, value in headers if key.lower() == lowered), None)
 
 
 def check_auth_conflict(server: ServerConfig) -> None:
@@ -1969,13 +1941,11 @@ def check_authorization_value(value: str, *, where: str) -> list[str]:
             hint='write "Bearer <token>", or remove the header for anonymous access',
         )
     scheme, _, credentials = value.strip().partition(" ")
-    if scheme.lower() == "bearer":
-        if not credentials.strip():
-            raise InvalidConfigError(
-                f"{where}: header 'Authorization' has an empty Bearer token",
-                hint='put the token after "Bearer ", e.g. "Bearer ${TOKEN}"',
-            )
-        return [credentials.strip()]
+    if scheme.lower() == "bearer" and not credentials.strip():
+        raise InvalidConfigError(
+            f"{where}: header 'Authorization' has an empty Bearer token",
+            hint='put the token after "Bearer ", e.g. "Bearer ${TOKEN}"',
+        )
     return [credentials.strip()] if credentials.strip() else []
 
 
@@ -2062,9 +2032,9 @@ def resolve_server(
         child_env[name] = value
         if is_secret_name(name) or used:
             redactor.add(value, whole=is_secret_name(name))
-    if child_env:
-        # a stdio server has no headers: credentials it gets travel in its environment (docs/contract.md §7)
-        auth_source = "server_env" if auth_source == "none" and any(map(is_secret_name, child_env)) else auth_source
+    # a stdio server has no headers: credentials it gets travel in its environment (docs/contract.md §7)
+    if auth_source == "none" and any(map(is_secret_name, child_env)):
+        auth_source = "server_env"
     command, workdir = server.command, server.cwd
     if server.type == "stdio":
         base = os.getcwd() if cwd is None else cwd
@@ -2353,11 +2323,8 @@ class SseDecoder:
     def _dispatch(self, events: list[SseEvent]) -> None:
         self.last_event_id = self._id_buffer
         data = self._data[0] if len(self._data) == 1 else "\n".join(self._data)
-        if not data:  # no data line, or one empty data line (WHATWG: an empty data buffer is not dispatched)
-            self._data = []
-            self._event = ""
-            return
-        events.append(SseEvent(self._event or "message", data, self._id_buffer))
+        if data:  # WHATWG: an empty data buffer (no data line, or one empty data line) is not dispatched
+            events.append(SseEvent(self._event or "message", data, self._id_buffer))
         self._data = []
         self._event = ""
 
@@ -2367,11 +2334,7 @@ class SseDecoder:
 
 def build_request(request_id: int, method: str, params: dict[str, Any] | None, rules: EraRules) -> dict[str, Any]:
     """A JSON-RPC request; modern requests carry the per-request ``_meta`` keys (docs/protocol.md §3.1)."""
-    message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
-    params = _with_meta(params, rules)
-    if params is not None:
-        message["params"] = params
-    return message
+    return {"jsonrpc": "2.0", "id": request_id, **build_notification(method, params, rules)}
 
 
 def build_notification(method: str, params: dict[str, Any] | None, rules: EraRules) -> dict[str, Any]:
@@ -2826,8 +2789,9 @@ class ClientSession:
     # -- era and session state -------------------------------------------------------------------------
     # Only these verbs change it; transports and flows report what happened, the core decides what it means.
 
-    def use(self, rules: EraRules) -> None:
+    def use(self, rules: EraRules) -> EraRules:
         self.rules = rules
+        return rules
 
     def handshake_started(self) -> None:
         """A legacy ``initialize`` is on its way: no era until its answer (``apply_initialize``)."""
@@ -2855,9 +2819,7 @@ class ClientSession:
             raise rpc_error_exception("initialize", message.error or {})
         version = check_initialize_result(message.result, offered)
         self._take_server_state(message.result, message.result.get("serverInfo"))
-        rules = era_rules(version)
-        self.use(rules)
-        return rules
+        return self.use(era_rules(version))
 
     def apply_discover(self, message: Message | None, version: str) -> EraRules:
         """A modern ``server/discover`` answer (or none: a pinned modern server): version and server state."""
@@ -2866,9 +2828,7 @@ class ClientSession:
             self._take_server_state(
                 message.result, meta.get("io.modelcontextprotocol/serverInfo") if isinstance(meta, dict) else None
             )
-        rules = era_rules(version)
-        self.use(rules)
-        return rules
+        return self.use(era_rules(version))
 
     def _take_server_state(self, result: dict[str, Any], info: Any) -> None:
         self.server_info = info if isinstance(info, dict) else {}
@@ -3019,11 +2979,6 @@ _SUBSCHEMA_MAP_KEYWORDS = frozenset(("patternProperties", "dependentSchemas", "d
 _MAX_HEADER_PROBLEMS = 5  # a reason names this many problems, then says how many more
 
 
-def _pointer(segments: tuple[str, ...]) -> str:
-    """RFC 6901 JSON pointer of a schema position (``/properties/a~1b``)."""
-    return "".join("/" + s.replace("~", "~0").replace("/", "~1") for s in segments) or "/"
-
-
 def scan_header_declarations(schema: Any) -> tuple[list[tuple[tuple[str, ...], str]], list[str]]:
     """Every ``x-mcp-header`` of an inputSchema: the valid ones as ``(property path, name)`` in document order,
     and a problem text for each invalid one (empty list: the schema is acceptable)."""
@@ -3063,7 +3018,7 @@ def scan_header_declarations(schema: Any) -> tuple[list[tuple[tuple[str, ...], s
 def _declaration_problem(
     node: dict[str, Any], where: tuple[str, ...], path: tuple[str, ...] | None, seen: dict[str, str]
 ) -> str | None:
-    at = _pointer(where)
+    at = "".join("/" + s.replace("~", "~0").replace("/", "~1") for s in where) or "/"  # RFC 6901 (/properties/a~1b)
     name = node[_X_MCP_HEADER]
     if not path:
         place = (
@@ -3243,41 +3198,53 @@ class Transport(Protocol):
 
     def timeout_error(self, method: str, deadline: Deadline) -> BkmcpError: ...
 
-    def restart_if_exited(self) -> bool: ...
+    # What only a child process has: a transport without one (HTTP) keeps these answers of nothing.
+    def restart_if_exited(self) -> bool:
+        return False
 
     # A server process's stderr (stdio): its last lines, how many so far, the end of its start-up (ChildProcess).
-    def stderr_tail(self, since: int | None = None) -> list[str]: ...
+    def stderr_tail(self, since: int | None = None) -> list[str]:
+        return []
 
-    def stderr_position(self) -> int | None: ...
+    def stderr_position(self) -> int | None:
+        return None
 
-    def mark_started(self) -> None: ...
+    def mark_started(self) -> None:
+        pass
 
-    # Its stdout lines that were not JSON-RPC (stdio: skipped): (the last few, how many), as ``stderr_tail`` counts.
-    def stdout_skipped(self, since: int | None = None) -> tuple[list[str], int]: ...
+    # Its stdout lines that were not JSON-RPC (stdio: skipped; an HTTP answer that is not JSON-RPC is an error):
+    # (the last few, how many), as ``stderr_tail`` counts.
+    def stdout_skipped(self, since: int | None = None) -> tuple[list[str], int]:
+        return [], 0
 
-    def stdout_position(self) -> int | None: ...
+    def stdout_position(self) -> int | None:
+        return None
 
     # The era probe on a shared stream (docs/contract.md §5): how much of what was written the server has not read
-    # yet (None: cannot be told), and the probe's stderr kept apart from the tail (``probe_begins`` before it is
-    # sent, ``probe_ends`` once it was answered or given up; ``rejected``: answered with an error).
-    def unread_input(self) -> int | None: ...
+    # yet (None: cannot be told; over HTTP the probe's answer is HTTP evidence), and the probe's stderr kept apart
+    # from the tail (``probe_begins`` before it is sent, ``probe_ends`` once it was answered or given up;
+    # ``rejected``: answered with an error).
+    def unread_input(self) -> int | None:
+        return None
 
-    def probe_begins(self) -> None: ...
+    def probe_begins(self) -> None:
+        pass
 
-    def probe_ends(self, rejected: bool) -> None: ...
+    def probe_ends(self, rejected: bool) -> None:
+        pass
 
-    def stop_requests(self) -> None: ...
+    # What only an HTTP session has: a transport without one (stdio: the session is the process, its pipes the one
+    # connection; stopping the child ends its stream, which fails the requests in flight) keeps these.
+    def stop_requests(self) -> None:
+        pass
 
-    def close_idle_connections(self) -> int: ...
+    def close_idle_connections(self) -> int:
+        return 0
 
-    def end_session(self, deadline: Deadline, rules: EraRules | None = None, session_id: str | None = None) -> None: ...
+    def end_session(self, deadline: Deadline, rules: EraRules | None = None, session_id: str | None = None) -> None:
+        pass
 
     def close(self, deadline: Deadline | None = None) -> None: ...
-
-
-def _mark(error: BkmcpError, *, sent: bool) -> BkmcpError:
-    """``error`` saying whether its request reached the wire (a copy: ``error`` may have been raised)."""
-    return error.copy(request_sent=sent)
 
 
 def is_exhaustion(exc: BaseException | None) -> bool:
@@ -3543,12 +3510,10 @@ def translate_httpx_error(exc: BaseException, url: str, deadline: Deadline) -> B
 
     target = strip_url_credentials(url)
     if isinstance(exc, (httpx.InvalidURL, UnicodeError)):  # IDNA / host name encoding, before any I/O
-        return _mark(
-            ConnectionFailedError(
-                f"the host name in {target} is not valid: {_clip(str(exc), 200)}",
-                hint='check the host name in the server\'s "url"',
-            ),
-            sent=False,
+        return ConnectionFailedError(
+            f"the host name in {target} is not valid: {_clip(str(exc), 200)}",
+            hint='check the host name in the server\'s "url"',
+            request_sent=False,
         )
     if isinstance(exc, httpx.TimeoutException):
         sent = not isinstance(exc, (httpx.ConnectTimeout, httpx.PoolTimeout))
@@ -3574,31 +3539,24 @@ def translate_httpx_error(exc: BaseException, url: str, deadline: Deadline) -> B
             or "name resolution" in str(exc).lower()
             or "name or service not known" in str(exc).lower()
         ):
-            return _mark(
-                ConnectionFailedError(
-                    f"cannot resolve the host of {target}: {_clip(str(exc), 200)}",
-                    hint='check the host name in the server\'s "url"',
-                ),
-                sent=False,
+            return ConnectionFailedError(
+                f"cannot resolve the host of {target}: {_clip(str(exc), 200)}",
+                hint='check the host name in the server\'s "url"',
+                request_sent=False,
             )
-        return _mark(
-            ConnectionFailedError(
-                f"cannot connect to {target}: {_clip(str(exc), 200) or 'connection failed'}",
-                hint="is the server running and the URL right?",
-            ),
-            sent=False,
+        return ConnectionFailedError(
+            f"cannot connect to {target}: {_clip(str(exc), 200) or 'connection failed'}",
+            hint="is the server running and the URL right?",
+            request_sent=False,
         )
     if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError, httpx.CloseError)):
-        return _mark(
-            ConnectionFailedError(
-                f"the connection to {target} broke before the answer was complete: "
-                f"{_clip(str(exc), 200) or type(exc).__name__}",
-            ),
-            sent=True,
+        return ConnectionFailedError(
+            f"the connection to {target} broke before the answer was complete: "
+            f"{_clip(str(exc), 200) or type(exc).__name__}",
+            request_sent=True,
         )
-    return _mark(
-        ConnectionFailedError(f"HTTP request to {target} failed: {type(exc).__name__}: {_clip(str(exc), 200)}"),
-        sent=True,
+    return ConnectionFailedError(
+        f"HTTP request to {target} failed: {type(exc).__name__}: {_clip(str(exc), 200)}", request_sent=True
     )
 
 
@@ -3635,12 +3593,7 @@ def _shut_down_stream(stream: Any) -> None:
         pass
 
 
-def _shut_down(response: Any) -> None:
-    """Wake the thread reading ``response`` (its request is interrupted)."""
-    _shut_down_stream(response.extensions.get("network_stream"))
-
-
-class HttpTransport:
+class HttpTransport(Transport):
     """Streamable HTTP over one pooled ``httpx.Client`` (keep-alive, no redirects, no cookies, TLS verified);
     many requests may be in flight at once, one POST each. ``client`` injects a client (``httpx.MockTransport``
     in unit tests, or one pool shared by many sessions)."""
@@ -3680,7 +3633,7 @@ class HttpTransport:
 
     def _http(self) -> Any:
         if self._closing:  # never a new client for a closed session
-            raise _mark(ConnectionFailedError("bkmcp closed the session"), sent=False)
+            raise ConnectionFailedError("bkmcp closed the session", request_sent=False)
         if self._client is None:
             self._client = new_http_client(self.url, insecure=self.insecure)
         return self._client
@@ -3717,50 +3670,36 @@ class HttpTransport:
         if 300 <= status < 400:
             location = response.headers.get("location")
             shown = strip_url_credentials(location) if location else "(no Location header)"
-            raise _mark(
-                ConnectionFailedError(
-                    f"{target} answered HTTP {status} redirecting to {shown}; bkmcp never follows redirects",
-                    hint=f'update "url" of {where} if the endpoint moved',
-                    details={"http_status": status, "location": shown},
-                ),
-                sent=True,
+            raise ConnectionFailedError(
+                f"{target} answered HTTP {status} redirecting to {shown}; bkmcp never follows redirects",
+                hint=f'update "url" of {where} if the endpoint moved',
+                details={"http_status": status, "location": shown},
+                request_sent=True,
             )
         text = self._read_error_body(response)
         message = _decode_error_message(text)
-        if status == 401:
+        if status in (401, 403):  # the WWW-Authenticate parameters that say why (a 401's scheme and description too)
             params = parse_www_authenticate(response.headers.get("www-authenticate", ""))
-            details: dict[str, Any] = {"http_status": 401}
-            details.update(
-                {
-                    k: v
-                    for k, v in params.items()
-                    if k in ("scheme", "resource_metadata", "scope", "error", "error_description")
-                }
-            )
-            raise _mark(
-                AuthRequiredError(
-                    f"{target} requires authentication (HTTP 401)"
-                    + (f": {_clip(params['error_description'], 200)}" if params.get("error_description") else ""),
-                    hint=f"fix the headers (or the environment variables they use) of {where}; the credentials are "
-                    "missing, expired or not accepted",
-                    details=details,
-                ),
-                sent=False,
+            named = ("resource_metadata", "scope", "error") + (("scheme", "error_description") if status == 401 else ())
+            details = {"http_status": status, **{k: v for k, v in params.items() if k in named}}
+        if status == 401:
+            raise AuthRequiredError(
+                f"{target} requires authentication (HTTP 401)"
+                + (f": {_clip(params['error_description'], 200)}" if params.get("error_description") else ""),
+                hint=f"fix the headers (or the environment variables they use) of {where}; the credentials are "
+                "missing, expired or not accepted",
+                details=details,
+                request_sent=False,
             )
         if status == 403:
-            params = parse_www_authenticate(response.headers.get("www-authenticate", ""))
             reason = params.get("error_description") or (
                 str(message.error.get("message")) if message is not None and message.error else text.strip()
             )
-            details = {"http_status": 403}
-            details.update({k: v for k, v in params.items() if k in ("scope", "error", "resource_metadata")})
-            raise _mark(
-                PermissionDeniedError(
-                    f"{target} refused the request (HTTP 403)" + (f": {_clip(reason, 300)}" if reason else ""),
-                    hint=f"the identity in {where} lacks permission for this server, tool or resource",
-                    details=details,
-                ),
-                sent=False,
+            raise PermissionDeniedError(
+                f"{target} refused the request (HTTP 403)" + (f": {_clip(reason, 300)}" if reason else ""),
+                hint=f"the identity in {where} lacks permission for this server, tool or resource",
+                details=details,
+                request_sent=False,
             )
         raise status_failure(status, message, text, method, with_session=with_session)
 
@@ -3790,17 +3729,16 @@ class HttpTransport:
         method = str(outgoing.message.get("method"))
         unsent = f"bkmcp closed the session before {method} was sent"
         if self._closing:
-            raise _mark(ConnectionFailedError(unsent), sent=False)
+            raise ConnectionFailedError(unsent, request_sent=False)
         try:
             self._request_once(outgoing)
         except BkmcpError as exc:
             if not self._closing:
                 raise
             if not request_was_sent(exc):  # stopped before its headers went out (``_admit``)
-                raise _mark(ConnectionFailedError(unsent), sent=False) from None
-            raise _mark(
-                ConnectionFailedError(f"bkmcp closed the session while {method} was waiting for its answer"),
-                sent=True,
+                raise ConnectionFailedError(unsent, request_sent=False) from None
+            raise ConnectionFailedError(
+                f"bkmcp closed the session while {method} was waiting for its answer", request_sent=True
             ) from None
 
     def _request_once(self, outgoing: Outgoing) -> None:
@@ -3815,7 +3753,7 @@ class HttpTransport:
         try:
             timeout = self._timeout(deadline)
         except McpTimeoutError as exc:
-            raise _mark(exc, sent=False) from None
+            raise exc.copy(request_sent=False) from None
         started = time.monotonic()
         self._log_request("POST", headers, message)
         interrupt = deadline.interrupt  # a warm client's Ctrl-C: the wait for the answer ends at once
@@ -3833,7 +3771,7 @@ class HttpTransport:
                 ) as response:
                     if hook is not None and interrupt is not None:
                         interrupt.unhook(hook)
-                        hook = interrupt.hook(lambda: _shut_down(response))
+                        hook = interrupt.hook(lambda: _shut_down_stream(response.extensions.get("network_stream")))
                     self._log_response(response, started)
                     self._check_status(response, method, with_session=session_id is not None)
                     self._answer_headers(method, response.headers)  # the core decides what they issue
@@ -3886,12 +3824,7 @@ class HttpTransport:
                 with self._sending_lock:
                     self._sending.discard(marker)
             return
-        raise _mark(
-            ConnectionFailedError(
-                f"the server closed the event stream before answering {method}",
-            ),
-            sent=True,
-        )
+        raise ConnectionFailedError(f"the server closed the event stream before answering {method}", request_sent=True)
 
     def _extensions(self, marker: object, *, sent: bool) -> dict[str, Any]:
         """httpcore extensions of one request: its ``marker`` (``_shut_pending`` finds its connection by it) and a
@@ -3913,7 +3846,7 @@ class HttpTransport:
             if not self._closing:
                 self._sending.add(marker)
                 return
-        raise _mark(ConnectionFailedError("bkmcp closed the session"), sent=sent)
+        raise ConnectionFailedError("bkmcp closed the session", request_sent=sent)
 
     def _shut_pending(self, marker: object) -> None:
         """Wake the thread whose request carries ``marker`` and still awaits its response headers: shut its pooled
@@ -3956,18 +3889,16 @@ class HttpTransport:
         while True:
             delay = (decoder.retry_ms if decoder.retry_ms is not None else _RESUME_DEFAULT_MS) / 1000
             if delay >= deadline.remaining():
-                raise _mark(
-                    budget_error(
-                        f"the server closed the event stream and its retry delay ({delay:g}s) exceeds the time left",
-                        deadline.seconds,
-                        remedy="retry_delay",
-                        hint="allow more time",
-                    ),
-                    sent=True,
+                raise budget_error(
+                    f"the server closed the event stream and its retry delay ({delay:g}s) exceeds the time left",
+                    deadline.seconds,
+                    remedy="retry_delay",
+                    hint="allow more time",
+                    request_sent=True,
                 )
             if self._stopped.acquire(True, delay):  # the session closed during the delay: fail now, not after it
                 self._stopped.release()  # the next waiter wakes too
-                raise _mark(ConnectionFailedError("bkmcp closed the session"), sent=True)
+                raise ConnectionFailedError("bkmcp closed the session", request_sent=True)
             last_id = decoder.last_event_id
             assert last_id is not None
             headers = build_headers(
@@ -3990,30 +3921,24 @@ class HttpTransport:
                     except ProtocolError as exc:
                         if exc.http_status is None:
                             raise
-                        raise _mark(
-                            ConnectionFailedError(
-                                f"the server closed the event stream early and refused to resume it "
-                                f"(GET with Last-Event-ID: HTTP {exc.http_status})",
-                            ),
-                            sent=True,
+                        raise ConnectionFailedError(
+                            f"the server closed the event stream early and refused to resume it "
+                            f"(GET with Last-Event-ID: HTTP {exc.http_status})",
+                            request_sent=True,
                         ) from None
                     ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
                     if ctype != "text/event-stream":
-                        raise _mark(
-                            ConnectionFailedError(
-                                f"resuming the event stream returned {ctype or 'no content type'}, not "
-                                "text/event-stream"
-                            ),
-                            sent=True,
+                        raise ConnectionFailedError(
+                            f"resuming the event stream returned {ctype or 'no content type'}, not text/event-stream",
+                            request_sent=True,
                         )
                     for incoming in self._read_sse(response, decoder, deadline):
                         if self._deliver(incoming, request_id):
                             return
             idle = 0 if decoder.last_event_id != last_id else idle + 1
             if idle >= _RESUME_MAX_IDLE:
-                raise _mark(
-                    ConnectionFailedError("the server keeps closing the resumed event stream without sending anything"),
-                    sent=True,
+                raise ConnectionFailedError(
+                    "the server keeps closing the resumed event stream without sending anything", request_sent=True
                 )
 
     def _post_one_way(self, outgoing: Outgoing) -> None:
@@ -4043,39 +3968,12 @@ class HttpTransport:
     def failure(self, method: str, *, sent: bool) -> BkmcpError:  # pragma: no cover - a race with close()
         """HTTP has no shared stream to lose: only ``McpSession.close`` comes here, for a request still registered
         when the session closes (its POST not yet returned, or its answer still awaited)."""
-        return _mark(ConnectionFailedError(f"no response to {method}"), sent=sent)
+        return ConnectionFailedError(f"no response to {method}", request_sent=sent)
 
     def timeout_error(self, method: str, deadline: Deadline) -> BkmcpError:
-        return _mark(
-            budget_error(f"no answer to {method} from {strip_url_credentials(self.url)}", deadline.seconds), sent=True
+        return budget_error(
+            f"no answer to {method} from {strip_url_credentials(self.url)}", deadline.seconds, request_sent=True
         )
-
-    def restart_if_exited(self) -> bool:
-        return False
-
-    def stderr_tail(self, since: int | None = None) -> list[str]:
-        return []  # no server process of ours
-
-    def stderr_position(self) -> int | None:
-        return None
-
-    def mark_started(self) -> None:
-        pass
-
-    def stdout_skipped(self, since: int | None = None) -> tuple[list[str], int]:
-        return [], 0  # an HTTP answer that is not JSON-RPC is an error, never skipped
-
-    def stdout_position(self) -> int | None:
-        return None
-
-    def unread_input(self) -> int | None:
-        return None  # no probe window over HTTP: its answer is HTTP evidence
-
-    def probe_begins(self) -> None:
-        pass
-
-    def probe_ends(self, rejected: bool) -> None:
-        pass
 
     def end_session(self, deadline: Deadline, rules: EraRules | None = None, session_id: str | None = None) -> None:
         """DELETE the legacy session ``session_id`` (405 is fine); best effort, never raises."""
@@ -4185,9 +4083,8 @@ def read_lines(
     soon as it passes the limit, and the rest of it is read and dropped up to its newline, so memory stays
     bounded however long a line grows. Reads the descriptor itself when there is one: a thread blocked in a
     buffered read would hold the buffer's lock when the interpreter exits (a fatal error)."""
-    fd: int | None = None
     try:
-        fd = stream.fileno()
+        fd: int | None = stream.fileno()
     except (AttributeError, OSError, ValueError):  # not a file (in-process tests)
         fd = None
     read = (lambda size: os.read(fd, size)) if fd is not None else (getattr(stream, "read1", None) or stream.read)
@@ -4529,11 +4426,6 @@ class ChildProcess:
     def where(self) -> str:
         return f"server {self.server.name!r} in {self.server.config_file}"
 
-    def _environment(self) -> dict[str, str]:
-        env = dict(self.server.inherited_env)
-        env.update(self.server.env)
-        return env
-
     def _executable(self, env: Mapping[str, str]) -> str:
         """``command`` as a path to run: looked up on the child's PATH unless it names a path itself."""
         import shutil
@@ -4547,14 +4439,12 @@ class ChildProcess:
             found = shutil.which(command, path=env.get("PATH", os.defpath))
             problem = "was not found on PATH"
         if found is None:
-            raise _mark(
-                ConnectionFailedError(
-                    f"cannot start the stdio server: command {command!r} {problem}",
-                    hint=f'install it, or set "command" of {self.where()} to an absolute path of an executable '
-                    "(PATH comes from bkmcp's environment or the entry's \"env\")",
-                    details={"command": command},
-                ),
-                sent=False,
+            raise ConnectionFailedError(
+                f"cannot start the stdio server: command {command!r} {problem}",
+                hint=f'install it, or set "command" of {self.where()} to an absolute path of an executable '
+                "(PATH comes from bkmcp's environment or the entry's \"env\")",
+                details={"command": command},
+                request_sent=False,
             )
         return found
 
@@ -4563,17 +4453,15 @@ class ChildProcess:
         import subprocess
         import threading
 
-        env = self._environment()
+        env = {**self.server.inherited_env, **self.server.env}
         executable = self._executable(env)
         cwd = self.server.cwd
         if cwd is not None and not os.path.isdir(cwd):
             problem = _path_problem(cwd, "is not a directory")
-            raise _mark(
-                ConnectionFailedError(
-                    f"cannot start the stdio server: working directory {cwd!r} {problem}",
-                    hint=f'fix "cwd" of {self.where()}',
-                ),
-                sent=False,
+            raise ConnectionFailedError(
+                f"cannot start the stdio server: working directory {cwd!r} {problem}",
+                hint=f'fix "cwd" of {self.where()}',
+                request_sent=False,
             )
         argv = [executable, *self.server.args]
         if self.log.verbose:
@@ -4599,20 +4487,15 @@ class ChildProcess:
             proc = _Spawner.shared().call(popen) if hook is not None else popen()
         except OSError as exc:
             if is_exhaustion(exc):  # no descriptor, process or memory to be had: a limit, not a bug
-                raise _mark(
-                    ResourceLimitError(
-                        f"cannot start the stdio server {self.server.command!r}: {exc.strerror or exc} (a system "
-                        "limit on open files, processes or memory is reached)"
-                    ),
-                    sent=False,
+                raise ResourceLimitError(
+                    f"cannot start the stdio server {self.server.command!r}: {exc.strerror or exc} (a system "
+                    "limit on open files, processes or memory is reached)",
+                    request_sent=False,
                 ) from exc
-            raise _mark(
-                ConnectionFailedError(
-                    f"cannot start the stdio server {self.server.command!r}: {exc.strerror or exc}",
-                    hint=f'check "command" and "args" of {self.where()} (an interpreter named by a #! line '
-                    "must exist too)",
-                ),
-                sent=False,
+            raise ConnectionFailedError(
+                f"cannot start the stdio server {self.server.command!r}: {exc.strerror or exc}",
+                hint=f'check "command" and "args" of {self.where()} (an interpreter named by a #! line must exist too)',
+                request_sent=False,
             ) from exc
         if hook is not None:
             _GroupWatchdog.recorded(proc.pid)
@@ -4858,7 +4741,7 @@ class ChildProcess:
             time.sleep(0.05)
 
 
-class StdioTransport:
+class StdioTransport(Transport):
     """A stdio server (docs/contract.md §9, docs/protocol.md §1.4): newline-delimited JSON-RPC over one child's pipes.
 
     The child (``ChildProcess``) is spawned on the first message. One reader thread turns stdout into messages
@@ -4948,7 +4831,7 @@ class StdioTransport:
             if self.child.proc is not None:
                 return
             if self._closing:  # closed while a request was on its way (a shutdown during the start)
-                raise _mark(ConnectionFailedError("bkmcp closed the stdio server before it started"), sent=False)
+                raise ConnectionFailedError("bkmcp closed the stdio server before it started", request_sent=False)
             proc = self.child.spawn()
             self._ended = False
             self._skipped = skipped = LineTail(_STDIO_STDOUT_TAIL)  # error details describe the current child
@@ -5038,7 +4921,7 @@ class StdioTransport:
         """The error a request ends with when the child's stream ended (exit, closed stdout)."""
         answer = f" before answering {method}"
         if self._closing:  # bkmcp itself ended it (shutdown, disconnect): not the server's doing
-            return _mark(ConnectionFailedError(f"bkmcp closed the stdio server{answer}"), sent=sent)
+            return ConnectionFailedError(f"bkmcp closed the stdio server{answer}", request_sent=sent)
         status = self.child.returncode if self._ended else self.child.exit_status(0.5)
         exited = ConnectionFailedError(
             f"the stdio server {self.child.describe_exit(status)}{answer}",
@@ -5060,12 +4943,11 @@ class StdioTransport:
         needs is in the message and its ``_meta``; so is the session, which is the process."""
         message, deadline = outgoing.message, outgoing.deadline
         method = str(message.get("method", "a response"))
-        request_id = message.get("id") if "method" in message else None
         try:
             try:
                 deadline.remaining()
             except McpTimeoutError as exc:
-                raise _mark(exc, sent=False) from None
+                raise exc.copy(request_sent=False) from None
             self._start()
             if not self.alive:
                 raise self.failure(method, sent=False)
@@ -5073,7 +4955,7 @@ class StdioTransport:
                 rpc = f"{message.get('method', 'response')}" + (f" id={message['id']}" if "id" in message else "")
                 self.log.debug(f"-> stdio [{rpc}]")
             self._sent_at = time.monotonic()
-            self._write(message, deadline, method, request_id)
+            self._write(message, deadline, method)
             if self._probe_next:
                 self._probe_next = False
                 self.child.open_probe()
@@ -5082,7 +4964,7 @@ class StdioTransport:
                 raise
             self.log.debug(f"sending {method} failed: {exc.message}")
 
-    def _write(self, message: Mapping[str, Any], deadline: Deadline, method: str, request_id: Any) -> None:
+    def _write(self, message: Mapping[str, Any], deadline: Deadline, method: str) -> None:
         import select
 
         text = dump_json(message)
@@ -5092,7 +4974,7 @@ class StdioTransport:
         proc = self.child.proc
         fd = proc.stdin.fileno()
         if not self._write_lock.acquire(timeout=max(deadline.remaining(), 0.001)):
-            raise _mark(self.timeout_error(method, deadline), sent=False)
+            raise self.timeout_error(method, deadline).copy(request_sent=False)
         try:
             while data:
                 try:
@@ -5120,16 +5002,6 @@ class StdioTransport:
         self._stop_child()
         self.log.debug("the stdio server exited during the era probe; starting it again for initialize")
         return True
-
-    def stop_requests(self) -> None:
-        """Nothing before ``close``: stopping the child ends its stream, which fails the requests in flight."""
-
-    def close_idle_connections(self) -> int:
-        """None to close: the child's pipes are the one connection."""
-        return 0
-
-    def end_session(self, deadline: Deadline, rules: EraRules | None = None, session_id: str | None = None) -> None:
-        """Nothing to end: a stdio server's lifetime is its process (``close``)."""
 
     def close(self, deadline: Deadline | None = None) -> None:
         """Stop the child for good; a start still in progress finishes first, then its child is stopped too."""
@@ -5302,7 +5174,7 @@ class McpSession:
         negotiated ones; ``handshake`` sends without the version header (legacy ``initialize``); ``deadline``
         narrows the operation's budget (the probe window). Never resends."""
         if self.closed:
-            raise _mark(ConnectionFailedError("the session is closed"), sent=False)
+            raise ConnectionFailedError("the session is closed", request_sent=False)
         rules = rules or self.core.rules
         assert rules is not None
         deadline = deadline or ctx.deadline
@@ -5958,15 +5830,6 @@ def _cancel(session: McpSession, rules: EraRules, request_id: Any, *, reason: st
 # -- the CLI's operations: one session each -------------------------------------------------------------
 
 
-def _staged_failure(error: RemoteError, data: dict[str, Any]) -> RemoteError:
-    extra = error.data or {}
-    data = dict(data)
-    for key in ("pages", "tool_count", "complete"):
-        if key in extra:
-            data[key] = extra[key]
-    return error.copy(data=data)
-
-
 def run_check(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict[str, Any]:
     """``--check`` data (contract.md §7); on failure raises a RemoteError whose ``data`` has the staged ``checks``."""
     checks = {"config": "passed", "connection": "not_run", "protocol": "not_run", "tools": "not_run"}
@@ -6014,7 +5877,9 @@ def run_check(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict
             checks[stage] = "failed"
             data.update(protocol_version=session.protocol_version, era=session.era)
             data["elapsed_ms"] = ctx.deadline.elapsed_ms()
-            raise _staged_failure(exc, data) from None
+            extra = exc.data or {}  # what discovery got as far as
+            data.update({key: extra[key] for key in ("pages", "tool_count", "complete") if key in extra})
+            raise exc.copy(data=data) from None
     finally:
         session.close(ctx.deadline)
     data["elapsed_ms"] = ctx.deadline.elapsed_ms()
@@ -6025,6 +5890,17 @@ def run_tools(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict
     """``--tools`` data (contract §7): server, protocol_version, tool_count, complete, tools (as received), excluded."""
     sessions = ctx.sessions or SessionSource()
     session = sessions.start(server, ctx, insecure=insecure)
+
+    def data(tools: list[dict[str, Any]], excluded: list[dict[str, Any]], complete: bool) -> dict[str, Any]:
+        return {
+            "server": server.name,
+            "protocol_version": session.protocol_version,
+            "tool_count": len(tools),
+            "complete": complete,
+            "tools": tools,
+            "excluded": excluded,
+        }
+
     try:
         try:
             sessions.ready(session, ctx)
@@ -6033,25 +5909,10 @@ def run_tools(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict
             partial, excluded = (exc.data or {}).get("tools", []), []
             if session.rules is not None and session.rules.header_exclusion:
                 partial, excluded = split_excluded_tools(partial)
-            staged = {
-                "server": server.name,
-                "protocol_version": session.protocol_version,
-                "tool_count": len(partial),
-                "complete": False,
-                "tools": partial,
-                "excluded": excluded,
-            }
-            raise exc.copy(data=staged)  # noqa: B904 - the same error with its data: its chain stays
+            raise exc.copy(data=data(partial, excluded, False))  # noqa: B904 - the same error with its data: its chain stays
     finally:
         sessions.done(session, ctx)
-    return {
-        "server": server.name,
-        "protocol_version": session.protocol_version,
-        "tool_count": len(tools),
-        "complete": True,
-        "tools": tools,
-        "excluded": excluded,
-    }
+    return data(tools, excluded, True)
 
 
 def run_call(
@@ -6290,18 +6151,15 @@ def _ref_pointer(ref: str) -> list[str] | None:
     return [part.replace("~1", "/").replace("~0", "~") for part in fragment[1:].split("/")]
 
 
-def resolve_schema(schema: Any, root: Any) -> tuple[Any, str]:
-    """``schema`` as if its local references were written inline: ``$ref`` (its sibling keywords kept beside the
-    target, e.g. a description), single-schema ``allOf`` wrappers, and the same in each ``anyOf``/``oneOf``
-    branch. Returns (schema, "") or (None, why it cannot be followed: remote, recursive, dangling). Bounded by
-    ``REF_DEPTH_LIMIT``; ``root`` is the inputSchema the pointers start from."""
-    return _inline(schema, root, (), 0)
-
-
 _INLINED_KEYWORDS = frozenset((*_REF_KEYWORDS, *_COMBINATORS))
 
 
-def _inline(schema: Any, root: Any, chain: tuple[str, ...], depth: int) -> tuple[Any, str]:
+def resolve_schema(schema: Any, root: Any, chain: tuple[str, ...] = (), depth: int = 0) -> tuple[Any, str]:
+    """``schema`` as if its local references were written inline: ``$ref`` (its sibling keywords kept beside the
+    target, e.g. a description), single-schema ``allOf`` wrappers, and the same in each ``anyOf``/``oneOf``
+    branch. Returns (schema, "") or (None, why it cannot be followed: remote, recursive, dangling). Bounded by
+    ``REF_DEPTH_LIMIT``; ``root`` is the inputSchema the pointers start from; ``chain`` the references followed
+    to get here, ``depth`` how many steps."""
     if not isinstance(schema, dict) or schema.keys().isdisjoint(_INLINED_KEYWORDS):
         return schema, ""
     if depth > REF_DEPTH_LIMIT:
@@ -6329,13 +6187,13 @@ def _inline(schema: Any, root: Any, chain: tuple[str, ...], depth: int) -> tuple
                 target = target[int(part)]
             else:
                 return None, f"its $ref {_short(ref, 60)} points to nothing in the inputSchema"
-        target, why = _inline(target, root, (*chain, ref), depth + 1)
+        target, why = resolve_schema(target, root, (*chain, ref), depth + 1)
         if why:
             return None, why
         return _beside(target, {k: v for k, v in schema.items() if k != "$ref"}), ""
     wrapped = schema.get("allOf")
     if isinstance(wrapped, list) and len(wrapped) == 1:  # older pydantic: {"allOf": [{"$ref": ...}], ...}
-        inner, why = _inline(wrapped[0], root, chain, depth + 1)
+        inner, why = resolve_schema(wrapped[0], root, chain, depth + 1)
         if why:
             return None, why
         return _beside(inner, {k: v for k, v in schema.items() if k != "allOf"}), ""
@@ -6344,7 +6202,7 @@ def _inline(schema: Any, root: Any, chain: tuple[str, ...], depth: int) -> tuple
         if isinstance(branches, list) and any(isinstance(b, dict) and ("$ref" in b or "allOf" in b) for b in branches):
             resolved = []
             for branch in branches:
-                inner, why = _inline(branch, root, chain, depth + 1)
+                inner, why = resolve_schema(branch, root, chain, depth + 1)
                 if why:
                     return None, why
                 resolved.append(inner)
@@ -6563,14 +6421,6 @@ def _tool_command(server_name: str, tool_name: Any) -> str:
     return _printable(f"bkmcp {shlex.quote(server_name)} {shlex.quote(str(tool_name))}")
 
 
-def _tool_help_command(server_name: str, tool: Mapping[str, Any]) -> str:
-    return f"{_tool_command(server_name, tool.get('name'))} --help"
-
-
-def _flag_path(name: str) -> str:
-    return json_path([name])
-
-
 def json_path(parts: Iterable[Any]) -> str:
     """``$.a.b[0]["odd key"]``: the JSON path of a location in the arguments object."""
     out = "$"
@@ -6662,39 +6512,27 @@ def _read_tokens(
     seen: set[str] = set()
     for token in tokens:
         option = _short(f"--{token.name}", 60)
-        if token.name in seen:
-            problems.append(
-                {
-                    "flag": option,
-                    "path": _flag_path(token.name),
-                    "message": f"{option} is given more than once (give each flag once; arrays are JSON)",
-                }
-            )
-            continue
+        repeated, flag, body_field = token.name in seen, mapped.flags.get(token.name), mapped.body_only.get(token.name)
         seen.add(token.name)
-        flag = mapped.flags.get(token.name)
-        if flag is not None:
+        if repeated:
+            message = f"{option} is given more than once (give each flag once; arrays are JSON)"
+        elif flag is not None:
             try:
                 values[token.name] = convert_flag_value(flag, token)
+                continue
             except ValueError as exc:
-                problems.append({"flag": option, "path": _flag_path(token.name), "message": str(exc)})
-            continue
-        body_field = mapped.body_only.get(token.name)
-        if body_field is not None:
+                message = str(exc)
+        elif body_field is not None:
+            message = f"{_printable(token.name)!r} has no flag: {body_field.reason}; set it with --body"
+        else:
+            close = closest_names(token.name, [*mapped.flags, *mapped.body_only])
+            shown = [f"--{c}" if c in mapped.flags else f"{_short(c)!r} (no flag: set it with --body)" for c in close]
+            suggestion = f"; did you mean {', '.join(shown)}?" if close else ""
             problems.append(
-                {
-                    "flag": option,
-                    "path": _flag_path(token.name),
-                    "message": f"{_printable(token.name)!r} has no flag: {body_field.reason}; set it with --body",
-                }
+                {"flag": option, "message": f"unknown option {option} for tool {tool.get('name')!r}{suggestion}"}
             )
             continue
-        close = closest_names(token.name, [*mapped.flags, *mapped.body_only])
-        shown = [f"--{c}" if c in mapped.flags else f"{_short(c)!r} (no flag: set it with --body)" for c in close]
-        suggestion = f"; did you mean {', '.join(shown)}?" if close else ""
-        problems.append(
-            {"flag": option, "message": f"unknown option {option} for tool {tool.get('name')!r}{suggestion}"}
-        )
+        problems.append({"flag": option, "path": json_path([token.name]), "message": message})
     return values, problems
 
 
@@ -6705,7 +6543,7 @@ def _raise_token_problems(tool: Mapping[str, Any], problems: list[dict[str, str]
     more = f" (and {len(problems) - 1} more problem{'s' if len(problems) > 2 else ''})" if len(problems) > 1 else ""
     raise InvalidArgumentsError(
         f"{first}{more}",
-        hint=f"see the tool's flags with: {_tool_help_command(server_name, tool)}",
+        hint=f"see the tool's flags with: {_tool_command(server_name, tool.get('name'))} --help",
         details={"problems": problems},
     )
 
@@ -6725,7 +6563,7 @@ def parse_tool_arguments(
         if field_.required:  # flags alone can never satisfy it: say how it can be sent
             problems.append(
                 {
-                    "path": _flag_path(field_.name),
+                    "path": json_path([field_.name]),
                     "message": f"required field {_printable(field_.name)!r} has no flag ({field_.reason}); send "
                     f"the arguments with --body: {_tool_command(server_name, tool.get('name'))} --body '{{...}}'",
                 }
@@ -7306,32 +7144,25 @@ def _quick_schema(schema: Any, keywords: frozenset[str], depth: int) -> bool:
             return False
         if key == "type":
             types = [value] if isinstance(value, str) else value
-            if not isinstance(types, list) or not all(isinstance(t, str) and t in _QUICK_TYPES for t in types):
-                return False
+            ok = isinstance(types, list) and all(isinstance(t, str) and t in _QUICK_TYPES for t in types)
         elif key == "properties":
-            if not isinstance(value, dict) or not all(_quick_schema(s, keywords, depth + 1) for s in value.values()):
-                return False
+            ok = isinstance(value, dict) and all(_quick_schema(s, keywords, depth + 1) for s in value.values())
         elif key in ("additionalProperties", "items", "not"):
-            if not _quick_schema(value, keywords, depth + 1):
-                return False
+            ok = _quick_schema(value, keywords, depth + 1)
         elif key in ("allOf", "anyOf", "oneOf"):
-            if not isinstance(value, list) or not value:
-                return False
-            if not all(_quick_schema(s, keywords, depth + 1) for s in value):
-                return False
+            ok = isinstance(value, list) and bool(value) and all(_quick_schema(s, keywords, depth + 1) for s in value)
         elif key == "required":
-            if not isinstance(value, list) or not all(isinstance(r, str) for r in value):
-                return False
+            ok = isinstance(value, list) and all(isinstance(r, str) for r in value)
         elif key == "enum":
-            if not isinstance(value, list):
-                return False
+            ok = isinstance(value, list)
         elif key in _QUICK_SIZES:
-            if type(value) is not int or value < 0:
-                return False
+            ok = type(value) is int and value >= 0
         elif key in _QUICK_BOUNDS:
-            if not _is_json_number(value):
-                return False
-        # const and format: any value (format asserts nothing: bkmcp's validators have no format checker)
+            ok = _is_json_number(value)
+        else:  # const and format: any value (format asserts nothing: bkmcp's validators have no format checker)
+            ok = True
+        if not ok:
+            return False
     return True
 
 
@@ -7372,62 +7203,59 @@ def _quick_valid(schema: Any, instance: Any, deadline: Deadline | None) -> bool:
         if deadline is not None:
             deadline.remaining()
         if key == "type":
-            if not any(_TYPE_TESTS[t](instance) for t in ([value] if isinstance(value, str) else value)):
-                return False
+            ok = any(_TYPE_TESTS[t](instance) for t in ([value] if isinstance(value, str) else value))
         elif key == "properties":
-            if is_object and not all(_quick_valid(s, instance[p], deadline) for p, s in value.items() if p in instance):
-                return False
+            ok = not is_object or all(_quick_valid(s, instance[p], deadline) for p, s in value.items() if p in instance)
         elif key == "additionalProperties":
+            ok = True
             if is_object:
                 declared = schema.get("properties", {})
                 extras = [instance[p] for p in instance if p not in declared]
                 if isinstance(value, dict):
-                    if not all(_quick_valid(value, extra, deadline) for extra in extras):
-                        return False
-                elif not value and extras:
-                    return False
+                    ok = all(_quick_valid(value, extra, deadline) for extra in extras)
+                else:
+                    ok = bool(value) or not extras
         elif key == "required":
-            if is_object and any(r not in instance for r in value):
-                return False
+            ok = not is_object or all(r in instance for r in value)
         elif key == "items":
-            if is_array and not all(_quick_valid(value, item, deadline) for item in instance):
-                return False
+            ok = not is_array or all(_quick_valid(value, item, deadline) for item in instance)
         elif key == "enum":
             if instance == 0 or instance == 1:
                 unbooled = _quick_unbool(instance)
-                if all(unbooled != _quick_unbool(each) for each in value):
-                    return False
-            elif instance not in value:
-                return False
+                ok = not all(unbooled != _quick_unbool(each) for each in value)
+            else:
+                ok = instance in value
         elif key == "const":
-            if not _quick_equal(instance, value):
-                return False
+            ok = _quick_equal(instance, value)
         elif key == "allOf":
-            if not all(_quick_valid(s, instance, deadline) for s in value):
-                return False
+            ok = all(_quick_valid(s, instance, deadline) for s in value)
         elif key == "anyOf":
-            if not any(_quick_valid(s, instance, deadline) for s in value):
-                return False
+            ok = any(_quick_valid(s, instance, deadline) for s in value)
         elif key == "oneOf":
-            if sum(1 for s in value if _quick_valid(s, instance, deadline)) != 1:
-                return False
+            ok = sum(1 for s in value if _quick_valid(s, instance, deadline)) == 1
         elif key == "not":
-            if _quick_valid(value, instance, deadline):
-                return False
+            ok = not _quick_valid(value, instance, deadline)
         elif key in ("minLength", "maxLength"):
-            if is_string and (len(instance) < value if key == "minLength" else len(instance) > value):
-                return False
+            ok = not is_string or (len(instance) >= value if key == "minLength" else len(instance) <= value)
         elif key in ("minItems", "maxItems"):
-            if is_array and (len(instance) < value if key == "minItems" else len(instance) > value):
-                return False
+            ok = not is_array or (len(instance) >= value if key == "minItems" else len(instance) <= value)
         elif key in ("minProperties", "maxProperties"):
-            if is_object and (len(instance) < value if key == "minProperties" else len(instance) > value):
-                return False
+            ok = not is_object or (len(instance) >= value if key == "minProperties" else len(instance) <= value)
         elif key in _QUICK_BOUNDS and is_number:
-            if key == "minimum" and instance < value or key == "maximum" and instance > value:
-                return False
-            if key == "exclusiveMinimum" and instance <= value or key == "exclusiveMaximum" and instance >= value:
-                return False
+            ok = not (
+                key == "minimum"
+                and instance < value
+                or key == "maximum"
+                and instance > value
+                or key == "exclusiveMinimum"
+                and instance <= value
+                or key == "exclusiveMaximum"
+                and instance >= value
+            )
+        else:
+            ok = True
+        if not ok:
+            return False
     return True
 
 
@@ -7534,36 +7362,32 @@ def _problems_from_error(error: Any) -> list[dict[str, str]]:
 
 
 def _problem_from_error(error: Any) -> dict[str, str]:
-    path = list(error.absolute_path)
-    keyword = error.validator
-    value = error.validator_value
-    instance = error.instance
+    keyword, value, instance = error.validator, error.validator_value, error.instance
     if keyword == "type":
         types = value if isinstance(value, list) else [value]
-        return {
-            "path": json_path(path),
-            "message": f"expected {' or '.join(str(t) for t in types)}, got {json_type(instance, integers=True)}",
-        }
-    if keyword == "enum":
-        return {"path": json_path(path), "message": f"must be one of {_short(value, 200)}"}
-    if keyword == "const":
-        return {"path": json_path(path), "message": f"must be {_short(value, 200)}"}
-    if keyword in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum") and _is_json_number(value):
+        message = f"expected {' or '.join(str(t) for t in types)}, got {json_type(instance, integers=True)}"
+    elif keyword == "enum":
+        message = f"must be one of {_short(value, 200)}"
+    elif keyword == "const":
+        message = f"must be {_short(value, 200)}"
+    elif keyword in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum") and _is_json_number(value):
         words = {
             "minimum": "at least",
             "maximum": "at most",
             "exclusiveMinimum": "greater than",
             "exclusiveMaximum": "less than",
         }
-        return {"path": json_path(path), "message": f"must be {words[keyword]} {_short(value)}, got {_short(instance)}"}
-    message = str(error.message)
-    try:  # jsonschema starts most messages with repr(instance); show JSON instead of Python reprs
-        shown = repr(instance)
-        if message.startswith(shown):
-            message = _short(dump_json(instance), 60) + message[len(shown) :]
-    except Exception:  # pragma: no cover - repr of plain JSON values does not fail
-        pass
-    return {"path": json_path(path), "message": _printable(message)}
+        message = f"must be {words[keyword]} {_short(value)}, got {_short(instance)}"
+    else:
+        message = str(error.message)
+        try:  # jsonschema starts most messages with repr(instance); show JSON instead of Python reprs
+            shown = repr(instance)
+            if message.startswith(shown):
+                message = _short(dump_json(instance), 60) + message[len(shown) :]
+        except Exception:  # pragma: no cover - repr of plain JSON values does not fail
+            pass
+        message = _printable(message)
+    return {"path": json_path(list(error.absolute_path)), "message": message}
 
 
 def _problem_line(problem: Mapping[str, str], given: Mapping[str, str]) -> str:
@@ -7613,7 +7437,7 @@ def validate_arguments(
             if problem not in unique:
                 unique.append(problem)
         unique.sort(key=lambda p: p["path"])
-        given = {_flag_path(name): f"--{name}" for name in flags}
+        given = {json_path([name]): f"--{name}" for name in flags}
         for at, option in given.items():
             for problem in unique:
                 if problem["path"] == at or problem["path"].startswith((at + ".", at + "[")):
@@ -7621,12 +7445,9 @@ def validate_arguments(
         lines = "; ".join(_problem_line(p, given) for p in unique[:5])
         more = f"; and {len(unique) - 5} more" if len(unique) > 5 else ""
         checked = "the full inputSchema" if scope == "full" else "required fields, types and enum only"
-        hint = f"checked locally: {checked}"
-        if notes:
-            hint += f" ({notes[0]})"
         raise InvalidArgumentsError(
             f"arguments for tool {tool.get('name')!r} do not match its inputSchema: {lines}{more}",
-            hint=hint,
+            hint=f"checked locally: {checked}" + (f" ({notes[0]})" if notes else ""),
             details={"problems": unique, "validation": scope},
         )
     return ArgumentCheck(scope, tuple(notes))
@@ -8091,19 +7912,15 @@ def _json_map(value: Any, leaf: Callable[[Any], Any], key: Callable[[str], str] 
                     name = key(name)
             else:
                 child = item
-            if isinstance(child, (dict, list)):
-                built: Any = {} if isinstance(child, dict) else []
-                if type(out) is dict:
-                    out[name] = built
-                else:
-                    out.append(built)
+            nested = isinstance(child, (dict, list))
+            built: Any = ({} if isinstance(child, dict) else []) if nested else leaf(child)
+            if type(out) is dict:
+                out[name] = built
+            else:
+                out.append(built)
+            if nested:
                 stack.append((iter(child.items()) if isinstance(child, dict) else iter(child), built))
                 break
-            mapped = leaf(child)
-            if type(out) is dict:
-                out[name] = mapped
-            else:
-                out.append(mapped)
         else:
             stack.pop()
     return result
@@ -8181,7 +7998,8 @@ def _raw_block_line(block: Any) -> str:
     parts = [inner[key] for key in ("uri", "mimeType") if isinstance(inner.get(key), str) and inner[key]]
     payload = inner.get("data", inner.get("blob"))
     if isinstance(payload, str):
-        parts.append(f"{_base64_size(payload)} bytes")
+        chars = sum(1 for ch in payload if not ch.isspace() and ch != "=")  # base64: whitespace, padding: no data
+        parts.append(f"{chars * 3 // 4} bytes")  # the decoded size, without decoding it
     elif kind == "resource" and isinstance(inner.get("text"), str):
         parts.append(f"{len(inner['text'].encode('utf-8', 'surrogatepass'))} bytes")
     line = kind + (" " + ", ".join(parts) if parts else "")
@@ -8191,12 +8009,6 @@ def _raw_block_line(block: Any) -> str:
 
 
 _RAW_LINE_LIMIT = 300  # characters of a bracketed line: a URI is shown, a data: URI never in full
-
-
-def _base64_size(text: str) -> int:
-    """The decoded size of base64 ``text`` without decoding it (whitespace and padding are not data)."""
-    chars = sum(1 for ch in text if not ch.isspace() and ch != "=")
-    return chars * 3 // 4
 
 
 TOOL_REASON_LIMIT = 200  # characters of a tool's own reason that mcp_tool_error's message quotes
@@ -8440,13 +8252,9 @@ complete -c bkmcp -l events -r -F
 """
 
 
-def _sh_quote(text: str) -> str:
-    return "'" + text.replace("'", "'\\''") + "'"
-
-
 def render_completion(shell: str, command: Sequence[str]) -> str:
     """The completion script for ``shell``; ``command`` is how the script runs bkmcp for server names."""
-    quoted = " ".join(_sh_quote(part) for part in command)
+    quoted = " ".join("'" + part.replace("'", "'\\''") + "'" for part in command)
     bash = _BASH_COMPLETION.format(
         value_options=_COMPLETION_VALUE_OPTIONS,
         shells=" ".join(COMPLETION_SHELLS),
@@ -8489,8 +8297,7 @@ def render_completion_words(tools: Sequence[Any], tool: str | None) -> str:
 
 def render_server_help(server: ServerConfig) -> str:
     """Static help for one configured server: reads no environment variables and makes no request."""
-    lines = [f"bkmcp server {server.name!r} ({server.type})", ""]
-    lines.append(f"  config file    {server.config_file}")
+    lines = [f"bkmcp server {server.name!r} ({server.type})", "", f"  config file    {server.config_file}"]
     if server.type == "http":
         lines.append(f"  url            {redact_url(server.url or '')}")
         if server.headers:
@@ -8590,6 +8397,11 @@ def _wrap(text: str, width: int, indent: str = "", first_indent: str | None = No
     return out
 
 
+def _paragraph(text: str) -> list[str]:
+    """``text`` wrapped for help, indented by two columns."""
+    return _wrap(text, HELP_WIDTH, "  ", "  ")
+
+
 _LIST_ITEM = _lazy_re(r"(?:[-*+\u2022]|[0-9]{1,3}[.)])[ ]+")
 
 
@@ -8598,8 +8410,8 @@ def _flowing_lines(text: str) -> list[str]:
     flows again), unless either is blank or indented or it is a list item (``- ``, ``* ``, ``1. ``). Two CJK
     characters meet without a space."""
     out: list[str] = []
-    for line in _printable_lines(text):
-        line = line.rstrip()
+    for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
+        line = _printable(line.replace("\t", "    ")).rstrip()
         if (
             out
             and out[-1]
@@ -8640,11 +8452,6 @@ def _word_atoms(word: str) -> list[str]:
     if buf:
         pieces.append(buf)
     return pieces or [word]
-
-
-def _printable_lines(text: str) -> list[str]:
-    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    return [_printable(line.replace("\t", "    ")) for line in lines]
 
 
 JS_SAFE_INTEGER = 2**53 - 1  # Number.MAX_SAFE_INTEGER: zod writes ± it as the bounds of every integer
@@ -8705,12 +8512,8 @@ def _example_object(schema: dict[str, Any], root: Any, depth: int, limit: int) -
     boolean without a default is left out: any value given would change the call's meaning."""
     properties = schema.get("properties")
     properties = properties if isinstance(properties, dict) else {}
-    required = (
-        [r for r in schema.get("required") or [] if isinstance(r, str)]
-        if isinstance(schema.get("required"), list)
-        else []
-    )
-    chosen = [r for r in dict.fromkeys(required)]
+    required = schema.get("required")
+    chosen = list(dict.fromkeys(r for r in required if isinstance(r, str))) if isinstance(required, list) else []
     optional = [n for n in properties if n not in chosen]
     shown = [n for n in optional if not _is_boolean_without_default(properties.get(n), root)]
     room = max(0, limit - len(chosen))
@@ -8775,13 +8578,10 @@ def _annotation_lines(tool: Mapping[str, Any]) -> list[str]:
     annotations = tool.get("annotations")
     if not isinstance(annotations, dict):
         return []
-    words = []
-    for key, yes, no in _HINT_WORDS:
-        if isinstance(annotations.get(key), bool):
-            words.append(yes if annotations[key] else no)
+    words = [yes if annotations[key] else no for key, yes, no in _HINT_WORDS if isinstance(annotations.get(key), bool)]
     if not words:
         return []
-    return _wrap(", ".join(words) + " (hints declared by the server, not verified)", HELP_WIDTH, "  ", "  ")
+    return _paragraph(", ".join(words) + " (hints declared by the server, not verified)")
 
 
 def render_tool_help(server_name: str, tool: Mapping[str, Any]) -> str:
@@ -8799,12 +8599,12 @@ def render_tool_help(server_name: str, tool: Mapping[str, Any]) -> str:
     description = tool.get("description")
     if isinstance(description, str) and description.strip():
         out.append("")
-        out += _wrap(description.strip(), HELP_WIDTH, "  ", "  ")
+        out += _paragraph(description.strip())
     hints = _annotation_lines(tool)
     if hints:
         out += ["", "Annotations:", *hints]
     if tool_task_support(tool) == "required":  # docs/contract.md §5: never called
-        out += [""] + _wrap(f"Task-only: {TASK_ONLY_NOTE}.", HELP_WIDTH, "  ", "  ")
+        out += [""] + _paragraph(f"Task-only: {TASK_ONLY_NOTE}.")
 
     flags = list(mapped.flags.values())
     flags.sort(key=lambda f: not f.required)  # required first, then schema order
@@ -8839,15 +8639,12 @@ def render_tool_help(server_name: str, tool: Mapping[str, Any]) -> str:
                 out += _wrap(field_.schema["description"], HELP_WIDTH, "      ", "      ")
         reserved = [b.name for b in mapped.body_only.values() if b.name in RESERVED_OPTION_NAMES]
         if reserved:
-            out += [""] + _wrap(
+            out += [""] + _paragraph(
                 f"Reserved names ({', '.join(reserved)}) are bkmcp's own options, so they are never tool flags "
-                "and never renamed; pass them inside --body under their exact names.",
-                HELP_WIDTH,
-                "  ",
-                "  ",
+                "and never renamed; pass them inside --body under their exact names."
             )
     for note in mapped.notes:
-        out += [""] + _wrap(f"Note: {note}", HELP_WIDTH, "  ", "  ")
+        out += [""] + _paragraph(f"Note: {note}")
 
     example, omitted = _example_object(schema, schema, 0, limit=6)
     example = _clip_strings(example)
@@ -8870,16 +8667,14 @@ def render_tool_help(server_name: str, tool: Mapping[str, Any]) -> str:
         if len(chosen) < 3:
             chosen += [f for f in flags if not f.required and f not in chosen][: 3 - len(chosen)]
         parts = [word for f in chosen for word in _flag_example(f, _flag_example_value(f, schema))]
-        out += _command_lines([command, *parts])
+        lines = _fill([command, *parts], HELP_WIDTH - 2, "  ", "      ")  # copy-pasteable: ' \' continuations
+        out += [line + " \\" for line in lines[:-1]] + lines[-1:]
     elif not required_body_only:
         out.append(f"  {command}")
     else:
         which = "field {} has no flag" if len(required_body_only) == 1 else "fields {} have no flags"
-        out += _wrap(
-            f"(required {which.format(', '.join(required_body_only))}, so call this tool with --body as shown above)",
-            HELP_WIDTH,
-            "  ",
-            "  ",
+        out += _paragraph(
+            f"(required {which.format(', '.join(required_body_only))}, so call this tool with --body as shown above)"
         )
     out.append(f"  {command} --body @args.json")
     out.append(f"  {command} --body @args.json --dry-run")
@@ -8888,21 +8683,12 @@ def render_tool_help(server_name: str, tool: Mapping[str, Any]) -> str:
         if any(f.kind == "json" for f in flags)
         else ""
     )
-    out += [""] + _wrap(
+    out += [""] + _paragraph(
         "Only the flags you give are sent; defaults are shown for information and never sent. Booleans are "
         f"--name=true or --name=false; arrays and objects are JSON.{any_json} With --body, the JSON object is the "
-        "complete arguments and named flags are ignored.",
-        HELP_WIDTH,
-        "  ",
-        "  ",
+        "complete arguments and named flags are ignored."
     )
     return "\n".join(out) + "\n"
-
-
-def _command_lines(parts: Sequence[str]) -> list[str]:
-    """A copy-pasteable example command: words never split, wrapped lines end with a ' \\' continuation."""
-    lines = _fill(parts, HELP_WIDTH - 2, "  ", "      ")
-    return [line + " \\" for line in lines[:-1]] + lines[-1:]
 
 
 def _fill(parts: Sequence[str], width: int, first_indent: str, indent: str) -> list[str]:
@@ -8969,29 +8755,29 @@ def _flag_details(flag: ToolFlag) -> list[str]:
     lines: list[str] = []
     schema = flag.schema
     indent = "      "
+
+    def say(text: str) -> None:
+        lines.extend(_wrap(text, HELP_WIDTH, indent, indent))
+
     title = schema.get("title")
     description = schema.get("description")
     if isinstance(description, str) and description.strip():
-        lines += _wrap(description.strip(), HELP_WIDTH, indent, indent)
+        say(description.strip())
     elif isinstance(title, str) and _plain(title) != _plain(flag.name):  # pydantic titles just echo the name
-        lines += _wrap(title.strip(), HELP_WIDTH, indent, indent)
+        say(title.strip())
     if flag.nullable:
-        lines += _wrap(
-            f"may also be null: only with --body (the flag's text is always a {flag.kind})", HELP_WIDTH, indent, indent
-        )
+        say(f"may also be null: only with --body (the flag's text is always a {flag.kind})")
     enum = schema.get("enum")
     if isinstance(enum, list) and enum:
         limit = 30  # a huge enum would bury the other flags; --tools has the full list
         plain = [isinstance(v, str) and v and v.strip() == v and "," not in v for v in enum[:limit]]
         shown = ", ".join(v if ok else _short(dump_json(v), 60) for v, ok in zip(enum, plain))
         more = f" … and {len(enum) - limit} more (see --tools)" if len(enum) > limit else ""
-        lines += _wrap(f"one of: {shown}{more}", HELP_WIDTH, indent, indent)
+        say(f"one of: {shown}{more}")
     if "const" in schema:
-        lines += _wrap(f"must be: {dump_json(schema['const'])}", HELP_WIDTH, indent, indent)
+        say(f"must be: {dump_json(schema['const'])}")
     if "default" in schema:
-        lines += _wrap(
-            f"default: {_short(schema['default'], 60)} (information only, not sent)", HELP_WIDTH, indent, indent
-        )
+        say(f"default: {_short(schema['default'], 60)} (information only, not sent)")
     integral = flag.kind == "integer" or (flag.kind == "json" and "integer" in json_member_types(schema))
     bounds = [
         f"{word} {dump_json(schema[key])}"
@@ -9008,22 +8794,20 @@ def _flag_details(flag: ToolFlag) -> list[str]:
         if key in schema and _is_json_number(schema[key]) and not (integral and _is_js_safe_bound(schema[key]))
     ]
     if bounds:
-        lines += _wrap("limits: " + ", ".join(bounds), HELP_WIDTH, indent, indent)
+        say("limits: " + ", ".join(bounds))
     if flag.kind == "array":
         items = schema.get("items")
         item_type = items.get("type") if isinstance(items, dict) else None
         of = f" of {item_type}" if isinstance(item_type, str) else ""
-        lines += _wrap(
-            f"a JSON array{of}, e.g. {flag.option} '[...]' (never comma-separated)", HELP_WIDTH, indent, indent
-        )
+        say(f"a JSON array{of}, e.g. {flag.option} '[...]' (never comma-separated)")
     elif flag.kind == "object":
-        lines += _wrap(f"a JSON object, e.g. {flag.option} '{{...}}'", HELP_WIDTH, indent, indent)
+        say(f"a JSON object, e.g. {flag.option} '{{...}}'")
     elif flag.kind == "json":
         types = json_member_types(schema)
         what = f"a JSON value: {_types_words(types)}" if types else "any JSON value"
         quoted = " (a string is written in JSON quotes)" if "string" in types or not types else ""
         examples = json_flag_examples(flag)
-        lines += _wrap(f"{what}, read as JSON text{quoted}, e.g.", HELP_WIDTH, indent, indent)
+        say(f"{what}, read as JSON text{quoted}, e.g.")
         lines += _fill([*(e + "," for e in examples[:-1]), examples[-1]], HELP_WIDTH, indent, indent)
     return lines
 
@@ -9160,9 +8944,7 @@ def parse_registry_row(row: Mapping[str, Any], *, source: str) -> RegistryServer
         if isolation is not None and isolation not in ("public", "user"):
             raise InvalidConfigError(f'{where}: isolation must be "public" or "user"')
         record.isolation = isolation or "public"
-        enabled = row.get("enabled", True)
-        if enabled is None:
-            enabled = True
+        enabled = True if row.get("enabled") is None else row["enabled"]
         if not isinstance(enabled, (bool, int)) or enabled not in (0, 1):
             raise InvalidConfigError(f"{where}: enabled must be 0/1 or a boolean")
         record.enabled = bool(enabled)
@@ -9212,21 +8994,18 @@ def select_credential(row: RegistryServer, *, view: RegistryView, user_id: str |
     """docs/contract.md §11.4: a user server takes the user's credential, else the system default, else
     ``mcp_credentials_missing``; a public server takes its system credential only (or none)."""
     name = row.name
-    if row.isolation == "user":
-        if user_id is None:
-            raise CredentialsMissingError(
-                f"server {name!r} is a per-user server: it needs a user", details={"server": name}
-            )
-        problem = view.credential_problems.get(("user", name))
+    if row.isolation == "user" and user_id is None:
+        raise CredentialsMissingError(
+            f"server {name!r} is a per-user server: it needs a user", details={"server": name}
+        )
+    for scope, stored in (("user", view.user_credentials), ("system", view.system_credentials)):
+        if scope == "user" and row.isolation != "user":
+            continue
+        problem = view.credential_problems.get((scope, name))
         if problem is not None:
             raise problem.copy()  # a stored error is never raised itself
-        if name in view.user_credentials:
-            return view.user_credentials[name]
-    problem = view.credential_problems.get(("system", name))
-    if problem is not None:
-        raise problem.copy()  # a stored error is never raised itself
-    if name in view.system_credentials:
-        return view.system_credentials[name]
+        if name in stored:
+            return stored[name]
     if row.isolation == "user":
         needed = _template_fields(row)
         details: dict[str, Any] = {"server": name}
@@ -10231,8 +10010,8 @@ class ResidentSession:
                 if self._session is not None and not self._closed:
                     return
                 if self._closed:
-                    raise _mark(
-                        ConnectionFailedError(f"the session of server {self.server.name!r} was closed"), sent=False
+                    raise ConnectionFailedError(
+                        f"the session of server {self.server.name!r} was closed", request_sent=False
                     )
                 session = McpSession(self.server, insecure=self.insecure, log=self.log, die_with_parent=True)
                 self._session = session
@@ -10244,16 +10023,15 @@ class ResidentSession:
                     self.pid = pid
                     self.events.emit("process.started", server=self.server.name, user=self.user_id, pid=pid)
             if self._closed:
-                raise _mark(
-                    ConnectionFailedError(f"bkmcp closed the session of server {self.server.name!r} while it started"),
-                    sent=False,
+                raise ConnectionFailedError(
+                    f"bkmcp closed the session of server {self.server.name!r} while it started", request_sent=False
                 )
             self.era, self.protocol_version = session.era, session.protocol_version
 
     def _require(self) -> McpSession:
         session = self._session
         if session is None or not self.alive:
-            raise _mark(ConnectionFailedError(f"server {self.server.name!r} is not connected"), sent=False)
+            raise ConnectionFailedError(f"server {self.server.name!r} is not connected", request_sent=False)
         return session
 
     def list_tools(self, timeout: float) -> tuple[list[dict[str, Any]], float | None]:
@@ -10677,9 +10455,8 @@ class SessionPool:
             with self._lock:
                 registered = self._register(slot)
             if not registered:  # forgotten and replaced meanwhile: never open a session nobody would close
-                raise _mark(
-                    ConnectionFailedError(f"the session of server {slot.server!r} was replaced meanwhile; retry"),
-                    sent=False,
+                raise ConnectionFailedError(
+                    f"the session of server {slot.server!r} was replaced meanwhile; retry", request_sent=False
                 )
             self._reserve(slot, server, timeout)
             session = ResidentSession(
@@ -10696,22 +10473,18 @@ class SessionPool:
                 self._opening.add(session)
             try:
                 session.open(timeout)
-            except BkmcpError as exc:
+            except BaseException as exc:
                 session.close()
                 with self._lock:
                     slot.opening = False
-                slot.last_error = exc
-                if isinstance(exc, ProtocolError):
-                    self.events.emit(
-                        "protocol.rejected", server=slot.server, user=slot.user or None, error_code=exc.code
-                    )
-                if session.pid is not None:
-                    self.crashed(slot, session, exc)
-                raise
-            except BaseException:
-                session.close()
-                with self._lock:
-                    slot.opening = False
+                if isinstance(exc, BkmcpError):
+                    slot.last_error = exc
+                    if isinstance(exc, ProtocolError):
+                        self.events.emit(
+                            "protocol.rejected", server=slot.server, user=slot.user or None, error_code=exc.code
+                        )
+                    if session.pid is not None:
+                        self.crashed(slot, session, exc)
                 raise
             finally:
                 with self._lock:
@@ -10790,7 +10563,7 @@ class SessionPool:
 
     def _check_open(self) -> None:
         if self._stop.is_set():
-            raise _mark(ConnectionFailedError("the resident process is shutting down"), sent=False)
+            raise ConnectionFailedError("the resident process is shutting down", request_sent=False)
 
     def crashed(self, slot: _Slot, session: ResidentSession, cause: BkmcpError | None = None) -> None:
         """A failure that damps the next attempts (failures in a row: none, then 1 s doubling up to
@@ -10953,10 +10726,6 @@ _INJECTED_MAX = 64
 _INJECTED_PREFIX = 55
 
 
-def _injected_base(server: str, tool: str) -> str:
-    return "".join(ch if (ch.isascii() and (ch.isalnum() or ch in "_-")) else "_" for ch in f"mcp_{server}_{tool}")
-
-
 def _injected_suffixed(base: str, server: str, tool: str) -> str:
     import hashlib
 
@@ -10972,11 +10741,16 @@ def build_injected_names(pairs: Iterable[tuple[str, str]]) -> dict[str, tuple[st
     sha256(server + NUL + tool), and so does every member of a colliding group. A name therefore depends only
     on the tool and on which other tools are in ``pairs``, never on their order.
     """
+    import collections
+
     unique = sorted(set(pairs))
-    bases = {pair: _injected_base(*pair) for pair in unique}
-    groups: dict[str, int] = {}
-    for base in bases.values():
-        groups[base] = groups.get(base, 0) + 1
+    bases = {
+        (server, tool): "".join(
+            ch if ch.isascii() and (ch.isalnum() or ch in "_-") else "_" for ch in f"mcp_{server}_{tool}"
+        )
+        for server, tool in unique
+    }
+    groups = collections.Counter(bases.values())
     suffixed = {pair for pair, base in bases.items() if len(base) > _INJECTED_MAX or groups[base] > 1}
     while True:  # a suffixed name equal to another tool's plain name: that tool is suffixed too
         names = {pair: (_injected_suffixed(bases[pair], *pair) if pair in suffixed else bases[pair]) for pair in unique}
@@ -11421,14 +11195,14 @@ def build_definitions(tool: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str
     schema = tool.get("inputSchema")
     if not isinstance(schema, dict):
         schema = {"type": "object", "properties": {}}
-    shaped: dict[str, Any] = {}
     reasons: dict[str, str] = {}
     try:
         expander = _Expander(schema)
         top = _top_object(expander.expand(schema))
     except _Unfit as exc:
         return {}, dict.fromkeys(SHAPE_FAMILIES, str(exc))
-    shaped["function"] = shaped["anthropic"] = top  # OpenAI (non-strict), Anthropic: JSON Schema, an object on top
+    # OpenAI (non-strict), Anthropic: JSON Schema, an object on top
+    shaped: dict[str, Any] = {"function": top, "anthropic": top}
     for family, build in (("function_strict", _strict_family), ("gemini", _gemini_family)):
         try:
             if family == "function_strict" and expander.cut:  # an open object stands in for part of it
@@ -11817,10 +11591,11 @@ def _platform_error(exc: BkmcpError, *, server: str | None = None, timeout: floa
     """An error in the platform's words, built from its fields (a copy): no hints; a timeout names the
     command's budget in ms; a connection that failed for want of descriptors is ``resource_limit``."""
     if isinstance(exc, ConnectionFailedError) and is_exhaustion(exc.__cause__ or exc.__context__):
-        limited = ResourceLimitError(
-            exc.message + " (a system limit on open files is reached)", details=dict(exc.details)
+        return ResourceLimitError(
+            exc.message + " (a system limit on open files is reached)",
+            details=dict(exc.details),
+            request_sent=request_was_sent(exc),
         )
-        return _mark(limited, sent=request_was_sent(exc))
     changes: dict[str, Any] = {"hint": None, "notes": (), "remedy": None}
     if isinstance(exc, McpTimeoutError) and timeout is not None and exc.what is not None:
         where = f" on server {server!r}" if server else ""
@@ -12067,12 +11842,9 @@ class AnswerWriter:
             "error": scrub.scrub(exc.message),
             "error_code": exc.code,
         }
-        details = {k: v for k, v in exc.details.items() if k != "task_id"}
+        details = scrub.scrub_value({k: v for k, v in exc.details.items() if k != "task_id"})
         if isinstance(exc, CapabilityUnsupportedError) and isinstance(exc.data, dict) and "result" in exc.data:
-            details = scrub.scrub_value(details)
             details["result"] = exc.data["result"]  # the tool's raw result is data, returned as received
-        elif details:
-            details = scrub.scrub_value(details)
         if details:
             answer["details"] = details
         self.write(answer)
@@ -12232,26 +12004,24 @@ class Actions:
         view = self._view(command)
         servers = []
         for row in _usable_rows(view):
+            if row.isolation == "user" and command.user_id is None:
+                continue
             entry: dict[str, Any] = {
                 "server_name": row.name,
                 "transport_type": row.transport_type,
                 "isolation": row.isolation,
             }
-            if row.isolation == "user" and command.user_id is None:
-                continue
+            servers.append(entry)
             try:
                 if row.problem is not None:
                     entry.update(status="failed", error_code=row.problem.code)
-                    servers.append(entry)
                     continue
                 command.servers.append(self.pool.resolve(view, row, command.user_id))
             except CredentialsMissingError:
                 entry["status"] = "no_credentials"
-                servers.append(entry)
                 continue
             except BkmcpError as exc:
                 entry.update(status="failed", error_code=exc.code)
-                servers.append(entry)
                 continue
             slot = self.pool.peek(command.user_id, row)
             session = slot.session if slot is not None else None
@@ -12263,7 +12033,6 @@ class Actions:
                 entry["status"] = "disconnected"
             if slot is not None and slot.tools is not None:
                 entry["tool_count"] = len(slot.tools)
-            servers.append(entry)
         return {"servers": servers}
 
     def do_connect_server(self, command: _Command) -> dict[str, Any]:
@@ -12328,8 +12097,7 @@ class Actions:
             server_name, tool_name = pair
         else:
             server_name, tool_name = params["server_name"], params["tool_name"]
-        arguments = params.get("arguments")
-        arguments = {} if arguments is None else arguments
+        arguments = {} if params.get("arguments") is None else params["arguments"]
         timeout = self.timeout(command)
         try:
             row = self._row(view, server_name)
@@ -12459,10 +12227,6 @@ class ResidentServer:
         self.ended = threading.Event()  # the reader stopped (EOF, shutdown, unreadable stdin) or output broke
         self.signalled: int | None = None  # the terminating signal received (set by the handler, read by run_resident)
         self.shutdown_task: str | None = None
-
-    @property
-    def output_broken(self) -> bool:
-        return self.out.broken
 
     def _output_broke(self) -> None:
         """The platform went away (stdout closed): stop serving."""
@@ -12645,7 +12409,7 @@ def limit_malloc_arenas(count: int = _MALLOC_ARENAS) -> bool:
     (docs/resident.md, soak: +15.8 % with glibc's default, +6.2 % with 2). Python allocates under the GIL, so more
     arenas buy almost no concurrency. A ``MALLOC_ARENA_MAX`` the operator set wins; elsewhere than glibc nothing
     changes. True when the cap was set."""
-    mallopt = None if "MALLOC_ARENA_MAX" in os.environ else _mallopt()
+    mallopt = None if "MALLOC_ARENA_MAX" in os.environ else _libc("mallopt")
     return mallopt is not None and bool(mallopt(-8, count))  # M_ARENA_MAX (glibc malloc.h); musl answers 0
 
 
@@ -12655,19 +12419,19 @@ def keep_large_blocks_mapped() -> bool:
     (up to 32 MiB), so after one 30 MB result the next large strings land in the heap, where fragmentation kept
     +3 to +36 MB after ``malloc_trim``; with it fixed, +2 to +4 MB. A ``MALLOC_MMAP_THRESHOLD_`` the operator set
     wins. True when it was set."""
-    mallopt = None if "MALLOC_MMAP_THRESHOLD_" in os.environ else _mallopt()
+    mallopt = None if "MALLOC_MMAP_THRESHOLD_" in os.environ else _libc("mallopt")
     return mallopt is not None and bool(mallopt(-3, 128 * 1024))  # M_MMAP_THRESHOLD (glibc malloc.h)
 
 
-def _mallopt() -> Any:
-    """libc's ``mallopt`` on Linux (ctypes), else None."""
+def _libc(name: str) -> Any:
+    """libc's function ``name`` on Linux (ctypes), else None."""
     if not sys.platform.startswith("linux"):
         return None
     try:
         import ctypes
 
-        return ctypes.CDLL(None).mallopt
-    except (ImportError, OSError, AttributeError):  # no ctypes, or a libc without mallopt
+        return getattr(ctypes.CDLL(None), name)
+    except (ImportError, OSError, AttributeError):  # no ctypes, or a libc without it (musl has no malloc_trim)
         return None
 
 
@@ -12684,13 +12448,8 @@ def release_free_memory() -> bool:
     """Give the memory Python freed back to the system (glibc ``malloc_trim(0)``): after one large result a
     long-lived process otherwise keeps its peak RSS (the warm process: 24 -> 119 MB until its idle exit), since
     glibc keeps freed heap pages. False elsewhere than glibc."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        import ctypes
-
-        trim = ctypes.CDLL(None).malloc_trim
-    except (ImportError, OSError, AttributeError):  # no ctypes, or a libc without malloc_trim (musl)
+    trim = _libc("malloc_trim")
+    if trim is None:
         return False
     import gc
 
@@ -12765,7 +12524,7 @@ def run_resident(
         reader.start()
         while not server.ended.wait(0.1) and server.signalled is None:
             pass
-        if server.signalled is None and not server.output_broken:
+        if server.signalled is None and not server.out.broken:
             # EOF: the commands already read run to their own end; shutdown: they get --shutdown-grace to finish.
             # Either way they are answered with their own results; a signal cuts the wait short.
             server.drain(None if server.shutdown_task is None else opts.shutdown_grace)
@@ -13570,11 +13329,6 @@ def _select_server(config: ConfigFile, name: str) -> ServerConfig:
     return server
 
 
-def _warn_invalid_server_names(config: ConfigFile, log: Log) -> None:
-    for name, problem in config.invalid_names:
-        log.warn(f"{config.path}: server {_safe_name(name)!r} is ignored: {problem}; rename it to use it")
-
-
 def _warn_literal_credentials(config: ConfigFile, log: Log) -> None:
     if not config.readable_by_others:
         return
@@ -13638,21 +13392,19 @@ def run_registry_tool(inv: Invocation, envr: Environment, log: Log) -> int:
     if not inv.registry:
         raise UsageError("--registry needs a SQLite file path")
     path = resolve_user_path(inv.registry, envr.env, envr.cwd, option="--registry")
+    importing = inv.registry_import is not None
     if inv.registry_import is not None:
         if not inv.registry_import:
             raise UsageError("--import needs an mcp.json path")
         config = load_config(resolve_user_path(inv.registry_import, envr.env, envr.cwd, option="--import"))
-        registry = SqliteRegistry(path, log=log, timeout=inv.timeout_seconds)
-        try:
+    registry = SqliteRegistry(path, log=log, timeout=inv.timeout_seconds, create=importing)
+    try:
+        if importing:
             data: dict[str, Any] = {"imported": registry.import_config(config, log), "registry": path}
-        finally:
-            registry.close()
-    else:
-        registry = SqliteRegistry(path, log=log, timeout=inv.timeout_seconds, create=False)
-        try:
+        else:
             data = {"servers": [render_registry_row(s) for s in registry.view(None).servers.values()]}
-        finally:
-            registry.close()
+    finally:
+        registry.close()
     envr.stdout.write(dump_json(build_success(data)) + "\n")
     envr.stdout.flush()
     return EXIT_OK
@@ -13768,7 +13520,8 @@ class _Runner:
         jq = compile_jq(inv.jq) if projected and inv.jq is not None else None
         self.log.debug(f"config file: {config_path}")
         config = load_config(config_path)
-        _warn_invalid_server_names(config, self.log)
+        for name, problem in config.invalid_names:
+            self.log.warn(f"{config.path}: server {_safe_name(name)!r} is ignored: {problem}; rename it to use it")
         _warn_literal_credentials(config, self.log)
         assert inv.server is not None
         server_cfg = _select_server(config, inv.server)
@@ -13861,19 +13614,18 @@ class _Runner:
         self.deadline, self.ctx = deadline, ctx
         try:
             self.remote_started = True
+            if not (inv.check or inv.tools):
+                assert inv.tool is not None
+                return self.run_tool(server, inv.tool, arguments, jq, ctx)
             if inv.check:
                 data = run_check(server, ctx, insecure=inv.insecure)
-                return self.emit_envelope(build_success(data), jq, EXIT_OK, raw=inv.raw)
-            if inv.tools:
+            elif inv.brief:  # compact discovery (contract §7): no schemas, one line of text per tool
                 data = run_tools(server, ctx, insecure=inv.insecure)
-                if inv.brief:  # compact discovery (contract §7): no schemas, one line of text per tool
-                    data["tools"] = [describe_brief(t) for t in data["tools"] if isinstance(t, dict)]
-                    return self.emit_envelope(build_success(data), jq, EXIT_OK, raw=inv.raw)
-                # tools stay exactly as received; how each maps to flags (and what needs --body) sits beside them
+                data["tools"] = [describe_brief(t) for t in data["tools"] if isinstance(t, dict)]
+            else:  # tools stay exactly as received; how each maps to flags (and what needs --body) sits beside them
+                data = run_tools(server, ctx, insecure=inv.insecure)
                 data["cli"] = {str(t.get("name")): describe_cli(t) for t in data["tools"] if isinstance(t, dict)}
-                return self.emit_envelope(build_success(data), jq, EXIT_OK, raw=inv.raw)
-            assert inv.tool is not None
-            return self.run_tool(server, inv.tool, arguments, jq, ctx)
+            return self.emit_envelope(build_success(data), jq, EXIT_OK, raw=inv.raw)
         except RemoteError as exc:
             if isinstance(exc, JqError):
                 raise
@@ -13890,9 +13642,7 @@ class _Runner:
         if ctx is None or ctx.last_request is None:
             return None
         stage = stage_of(ctx.last_request)
-        data = (
-            {"server": self.inv.server} if self.inv.tool is None else {"server": self.inv.server, "tool": self.inv.tool}
-        )
+        data = {"server": self.inv.server, **({"tool": self.inv.tool} if self.inv.tool is not None else {})}
         if ctx.call_sent:
             return CancelledError(
                 f"interrupted (Ctrl-C) in the {stage} stage, after tools/call was sent: the call may or may not "
@@ -14427,7 +14177,7 @@ def _warm_relay(sock: Any, inv: Invocation, envr: Environment, log: Log) -> int:
         details=details,
         data={"server": inv.server} if inv.tool is None else {"server": inv.server, "tool": inv.tool},
     )
-    return _report_error(error, envr, log, None)
+    return _report_error(error, envr, log)
 
 
 def sessions_data(inv: Invocation, envr: Environment) -> dict[str, Any]:
@@ -14734,7 +14484,7 @@ class WarmServer:
         warm = WarmRun(
             self.sessions.for_command(request["cwd"], seconds, peek=peek), interrupt, heard, float(request["timeout"])
         )
-        status = main(
+        return main(
             request["argv"],
             stdin=io.TextIOWrapper(io.BytesIO(stdin), encoding="utf-8", errors="surrogateescape"),
             stdout=_FrameStream(conn, b"O", bool(request.get("stdout_tty")), lock),  # type: ignore[arg-type]
@@ -14743,7 +14493,6 @@ class WarmServer:
             cwd=request["cwd"],
             warm=warm,
         )
-        return status
 
     def _trim_memory(self, *, again: bool = False) -> None:
         """After a command that left RSS well above the last trimmed level (a large result), return the freed
@@ -14845,9 +14594,9 @@ def main(
         if cancelled is None:  # nothing was sent yet: nothing to report but the interruption itself
             log.warn("interrupted")
             return EXIT_INTERRUPTED
-        return _report_error(cancelled, envr, log, runner)
+        return _report_error(cancelled, envr, log)
     except BkmcpError as exc:
-        return _report_error(exc, envr, log, runner)
+        return _report_error(exc, envr, log)
     except BrokenPipeError:
         return EXIT_REMOTE if runner is not None and runner.remote_started else EXIT_LOCAL
     except Exception as exc:  # the last rung of the ladder: never a traceback unless asked for
@@ -14862,10 +14611,10 @@ def main(
             + ("; the remote operation may already have happened, do not retry it blindly" if remote else ""),
         )
         error.exit_status = EXIT_REMOTE if remote else EXIT_LOCAL
-        return _report_error(error, envr, log, runner)
+        return _report_error(error, envr, log)
 
 
-def _report_error(exc: BkmcpError, envr: Environment, log: Log, runner: _Runner | None) -> int:
+def _report_error(exc: BkmcpError, envr: Environment, log: Log) -> int:
     envelope = build_failure(exc, log.redactor)
     try:
         if exc.exit_status != EXIT_LOCAL:  # remote (2), interrupted after a request was sent (130)
