@@ -3,6 +3,7 @@
 
     bench/install_peers.sh .peers                  # pinned peers (PyPI + npm), once
     python3 bench/peers.py [--runs 15] [--transport http,stdio] [--peers-dir .peers] [--pyz dist/bkmcp.pyz]
+                           [--baseline-pyz OLD.pyz]    # before and after, in one sitting
 
 Every client lists the same mock server's catalogue (50 tools over 2 pages by default) in one cold one-shot
 process, over HTTP (an in-process ``MockServer``) and over stdio (the client starts
@@ -45,6 +46,7 @@ either clock. No thresholds: this is a report, not a test.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import re
@@ -98,6 +100,7 @@ class Client:
     peer: bool = True  # False for bkmcp's own rows
     call: bool = False  # a tools/call of CALL instead of listing the catalogue
     floor: bool = False  # the bare stdio server, started and ended by EOF on stdin: what every stdio client pays
+    baseline: bool = False  # --baseline-pyz's rows: another build of bkmcp, timed in the same sitting
     times: list[float] = field(default_factory=list)
     cpu: list[float] = field(default_factory=list)
     error: str | None = None
@@ -177,6 +180,11 @@ def build_clients(
         Client("bkmcp.pyz --tools --keep-alive (warm)", [[python, args.pyz, *bkmcp, "--keep-alive"]], peer=False),
         Client("bkmcp.py --tools (source)", [[sys.executable, str(ROOT / "bkmcp.py"), *bkmcp]], peer=False),
     ]
+    if args.baseline_pyz:  # before and after in one sitting: the rows of another build, round-robin with the rest
+        clients += [
+            Client("baseline pyz --tools", [[python, args.baseline_pyz, *bkmcp]], peer=False, baseline=True),
+            Client("baseline pyz call", [[python, args.baseline_pyz, *call]], peer=False, call=True, baseline=True),
+        ]
     if transport == "stdio":  # the floor row: the server alone, which every stdio number above includes
         clients.append(Client("bare stdio server (floor)", [list(target)], peer=False, floor=True))
     missing = []
@@ -290,10 +298,16 @@ def report(transport: str, clients: list[Client], missing: list[tuple[str, str]]
         print(f"  {client.name:39s} {'  '.join(cells)}")
     for name, why in missing:
         print(f"  {name:39s}    not installed: {why}")
-    for label, series in (("wall", lambda c: c.times), ("CPU", lambda c: c.cpu)):
+    for (label, series), baseline in itertools.product(
+        (("wall", lambda c: c.times), ("CPU", lambda c: c.cpu)), (False, True)
+    ):
         ratios = []
         for call in (False, True):
-            mine = next((c for c in clients if not c.peer and c.call == call and not c.floor and series(c)), None)
+            mine = next(
+                (c for c in clients if not c.peer and c.baseline == baseline and c.call == call and not c.floor),
+                None,
+            )
+            mine = mine if mine is not None and series(mine) else None
             timed = [c for c in clients if c.peer and c.call == call and not c.error]
             if mine is None or not timed:
                 continue
@@ -308,8 +322,10 @@ def report(transport: str, clients: list[Client], missing: list[tuple[str, str]]
             )
         if len(ratios) == 2:
             mean = statistics.geometric_mean(ratios)
+            who = "baseline pyz" if baseline else "bkmcp.pyz"
             print(
-                f"  geometric mean of the two cells ({label}): {mean:.3f}x the fastest peer (issue 31 goal: <= 0.30x)"
+                f"  geometric mean of the two cells ({label}, {who}): {mean:.3f}x the fastest peer "
+                "(issue 31 goal: <= 0.30x)"
             )
 
 
@@ -318,6 +334,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--tools", type=int, default=50, help="catalogue size")
     parser.add_argument("--pyz", default=str(ROOT / "dist" / "bkmcp.pyz"))
+    parser.add_argument("--baseline-pyz", help="another bkmcp.pyz (an earlier build) timed beside it, same sitting")
     parser.add_argument("--sdk-python", default=str(ROOT / ".venv-sdk" / "bin" / "python"))
     parser.add_argument(
         "--host-python",
