@@ -83,18 +83,24 @@ print("ok")
 """
 
 
-def test_https_url_after_http_still_verifies_with_the_real_certifi(tmp_path: Path) -> None:
-    """The certifi stand-in of ``_import_httpx`` is gone once httpx is loaded: an https:// client built later gets
-    a verifying context from the real CA bundle, and httpcore's own reference to certifi answers the same path."""
+def _probe(code: str, home: Path) -> subprocess.CompletedProcess[str]:
+    """``code`` in a fresh interpreter without site (``-S``), bkmcp's checkout as its argv[1], the test venv's
+    packages on PYTHONPATH."""
     root = Path(__file__).resolve().parents[2]
-    proc = subprocess.run(
-        [sys.executable, "-S", "-c", _HTTPS_AFTER_HTTP, str(root)],
+    return subprocess.run(
+        [sys.executable, "-S", "-c", code, str(root)],
         capture_output=True,
         text=True,
         timeout=60,
         stdin=subprocess.DEVNULL,
-        env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "PYTHONPATH": _site_packages()},
+        env={"HOME": str(home), "PATH": "/usr/bin:/bin", "PYTHONPATH": _site_packages()},
     )
+
+
+def test_https_url_after_http_still_verifies_with_the_real_certifi(tmp_path: Path) -> None:
+    """The certifi stand-in of ``_import_httpx`` is gone once httpx is loaded: an https:// client built later gets
+    a verifying context from the real CA bundle, and httpcore's own reference to certifi answers the same path."""
+    proc = _probe(_HTTPS_AFTER_HTTP, tmp_path)
     assert (proc.returncode, proc.stdout.strip()) == (0, "ok"), proc.stderr
 
 
@@ -131,15 +137,7 @@ def test_modules_stood_in_for_while_httpx_loads_answer_as_the_real_ones_afterwar
     module's answers: a multipart file's type, an IPv6 literal (httpx's and urllib.parse's, whose IPv4-in-brackets
     check also goes through it), a non-ASCII host encoded by the real idna, whose ``IDNAError`` httpx turns into
     ``InvalidURL``."""
-    root = Path(__file__).resolve().parents[2]
-    proc = subprocess.run(
-        [sys.executable, "-S", "-c", _IDNA_AFTER_IMPORT, str(root)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-        env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "PYTHONPATH": _site_packages()},
-    )
+    proc = _probe(_IDNA_AFTER_IMPORT, tmp_path)
     assert proc.returncode == 0 and proc.stdout.startswith("ok Invalid IDNA hostname"), proc.stdout + proc.stderr
 
 
