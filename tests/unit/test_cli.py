@@ -970,3 +970,29 @@ def test_completion_offers_every_option_of_the_option_tables():
         *bkmcp._REGISTRY_VALUE_OPTIONS,
         *bkmcp._RESIDENT_OPTIONS,
     }
+
+
+def test_only_the_process_own_short_command_ends_without_the_last_collection(monkeypatch, tmp_path):
+    """11.5: ``main()`` reading sys.argv registers the exit collection once, however often it runs; ``main(argv)``
+    (tests, the background process running a client's command) and the resident never do. The collection freezes
+    what is left (tests/artifact/test_pyz_exit.py: at the real entry point, and that nothing left would act)."""
+    import atexit
+    import gc
+
+    registered: list = []
+    monkeypatch.setattr(atexit, "register", registered.append)
+    monkeypatch.setattr(atexit, "unregister", lambda f: registered.remove(f) if f in registered else None)
+    out = io.StringIO()
+    assert bkmcp.main(["--version"], stdout=out, env={}) == 0 and registered == []
+    monkeypatch.setattr(sys, "argv", ["bkmcp", "--resident", "--help"])
+    assert bkmcp.main(stdout=out, env={}) == 0 and registered == []
+    monkeypatch.setattr(sys, "argv", ["bkmcp", "--version"])
+    assert bkmcp.main(stdout=out, env={}) == 0 and bkmcp.main(stdout=out, env={}) == 0
+    assert registered == [bkmcp._end_without_a_last_collection]
+
+    frozen = gc.get_freeze_count()
+    try:
+        bkmcp._end_without_a_last_collection()
+        assert gc.get_freeze_count() > frozen
+    finally:
+        gc.unfreeze()

@@ -153,6 +153,12 @@ BEHAVIOURS = [
     ("a warm client's Ctrl-C reaching the operation in the background process", "11.4", "Ctrl-C", "Interrupt"),
     ("the CLI's wording of an error", "11.5", "word_for_cli", "word_for_cli"),
     ("main and the exit ladder, last", "11.5", "main", "_report_error"),
+    (
+        "a short command's exit without the interpreter's last collection",
+        "11.5",
+        "last collection",
+        "_end_without_a_last_collection",
+    ),
 ]
 
 
