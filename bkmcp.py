@@ -3431,17 +3431,36 @@ def new_http_client(url: str, *, insecure: bool) -> Any:
 def _plain_transport(httpx: Any, limits: Any) -> Any:
     """The ``httpx.HTTPTransport`` that ``httpx.Client(limits=limits)`` builds, minus its TLS context: httpx 0.28
     makes one (``create_ssl_context``, which imports certifi) even for ``verify=False``; here the httpcore pool
-    gets ``ssl_context=None``, which httpcore uses only for an https:// origin (then its own verifying default)."""
+    gets ``ssl_context=None``, which httpcore uses only for an https:// origin (then its own verifying default).
+    Its network back end is httpcore's own but for the host name it resolves (``_ascii_host``)."""
     import httpcore
+
+    class Backend(httpcore.SyncBackend):  # getaddrinfo gets an ASCII host name as bytes: _ascii_host
+        def connect_tcp(self, host: str, port: int, *more: Any, **options: Any) -> Any:
+            return super().connect_tcp(_ascii_host(host), port, *more, **options)  # type: ignore[arg-type]
 
     transport = httpx.HTTPTransport.__new__(httpx.HTTPTransport)
     transport._pool = httpcore.ConnectionPool(
+        network_backend=Backend(),
         ssl_context=None,
         max_connections=limits.max_connections,
         max_keepalive_connections=limits.max_keepalive_connections,
         keepalive_expiry=limits.keepalive_expiry,
     )
     return transport
+
+
+def _ascii_host(host: str) -> str | bytes:
+    """``host`` as the 'idna' codec would hand it to getaddrinfo (which encodes every text host name with it), without
+    loading the codec (encodings.idna, stringprep, unicodedata: ~0.6 ms of an HTTP command): an ASCII name whose
+    labels before the last have 1-63 characters and whose last has fewer than 64 is its ASCII bytes, the codec's
+    own fast path on 3.9-3.14; anything else stays text, for the codec to encode or refuse as before
+    (tests/artifact/test_pyz_vendor.py compares the two on every Python)."""
+    if host.isascii():
+        *labels, last = host.split(".")
+        if host and all(0 < len(label) < 64 for label in labels) and len(last) < 64:
+            return host.encode("ascii")
+    return host
 
 
 def _hand_over_pool() -> type | None:
@@ -6499,9 +6518,11 @@ def _exact_number(text: str) -> Any:
 def _is_json_number(value: Any) -> bool:
     if isinstance(value, bool):
         return False
-    if isinstance(value, decimal.Decimal):
-        return value.is_finite()
-    return isinstance(value, (int, float))
+    if isinstance(value, (int, float)):
+        return True
+    if "_decimal" not in sys.modules and "_pydecimal" not in sys.modules:
+        return False  # no Decimal exists before the module defining it is loaded: a string never loads it
+    return isinstance(value, decimal.Decimal) and value.is_finite()
 
 
 def _read_tokens(

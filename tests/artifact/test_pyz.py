@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from artifact_helpers import ROOT, build_pyz, find_python, program_source, run_in_pyz, run_pyz
 
+from mock_server.mcp_mock import MockServer
 from tests.helpers import write_mcp_json
 
 pytestmark = pytest.mark.artifact
@@ -432,6 +433,50 @@ def test_bkmcp_bytecode_is_lean_on_every_python(python: str, pyz_path: Path, pyz
         proc = run_in_pyz(python, pyz_path, code, env=pyz_env)
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.split() == [str(def_main), str(def_flags), "--q", "STRING"]
+
+
+def test_a_host_name_reaches_getaddrinfo_as_the_idna_codec_would_give_it(
+    python: str, pyz_path: Path, pyz_env: dict, build_info: dict, tmp_path: Path
+) -> None:
+    """``bkmcp._ascii_host`` (section 6) on every Python: where it answers bytes, they are what the 'idna' codec
+    gives getaddrinfo for that name, and every name the codec's fast path takes is answered so; the rest stays text,
+    for the codec. A --tools over http://localhost then never loads the codec, and the server answers it."""
+    code = (
+        f"if sys.implementation.cache_tag != {build_info['bytecode']['cache_tag']!r}:\n"
+        f"    assert boot.use_compiled_cache({build_info['build_id']!r}, {str(pyz_path)!r})\n"
+        "import bkmcp\n"
+        "fast = ['127.0.0.1', 'localhost', 'localhost.', '::1', 'mcp.example.com', 'a' * 63 + '.com', 'x.' + 'a' * 63,\n"
+        "        'A-b_c.D', 'has space.com', 'a.' * 200]\n"
+        "other = ['', 'a..b', '.a', 'a' * 64 + '.com', 'x.' + 'a' * 64, 'a' * 64, 'b\\u00fccher.de', 'xn--.\\u00e9']\n"
+        "for host in fast + other:\n"
+        "    got = bkmcp._ascii_host(host)\n"
+        "    try:\n"
+        "        want = host.encode('idna')\n"
+        "    except UnicodeError:\n"
+        "        want = None\n"
+        "    assert (got == want) if isinstance(got, bytes) else (got == host), (host, got, want)\n"
+        "    assert isinstance(got, bytes) == (host in fast), host\n"
+        "print('ok')\n"
+    )
+    proc = run_in_pyz(python, pyz_path, code, env=pyz_env)
+    assert proc.returncode == 0 and proc.stdout.split() == ["ok"], proc.stdout + proc.stderr
+
+    server = MockServer({})
+    port = server.start().split(":")[2].split("/")[0]
+    try:
+        config = write_mcp_json(tmp_path, {"local": {"type": "http", "url": f"http://localhost:{port}/mcp"}})
+        proc = subprocess.run(
+            [python, "-X", "importtime", str(pyz_path), "--config", str(config), "local", "--tools"],
+            capture_output=True,
+            text=True,
+            env=pyz_env,
+            timeout=120,
+            check=False,
+        )
+        assert proc.returncode == 0 and json.loads(proc.stdout)["ok"], proc.stderr[-2000:]
+        assert "encodings.idna" not in proc.stderr and server.requests("tools/list")
+    finally:
+        server.stop()
 
 
 def test_help_runs_without_the_deferred_sections_on_every_python(

@@ -257,3 +257,25 @@ def test_a_valid_call_loads_no_jsonschema_in_a_fresh_interpreter() -> None:
         "full False",
         "full [{'path': '$.n', 'message': 'expected integer, got string'}] True",
     ]
+
+
+def test_a_call_of_text_and_integers_is_validated_without_loading_decimal() -> None:
+    """``_is_json_number`` (section 8) in a fresh interpreter: the quick path over text, integers, floats, null and
+    containers answers as before without loading decimal (no Decimal exists before its module is loaded); once
+    it is loaded, Decimals, bkmcp's JsonNumber among them, answer as before (finite ones only)."""
+    code = (
+        "import sys; import bkmcp\n"
+        "schema = {'type': 'object', 'properties': {'q': {'type': 'string'}, 'n': {'type': 'integer', 'minimum': 1}}}\n"
+        "assert bkmcp._quickly_valid(schema, {'q': 'hello', 'n': 7})\n"
+        "values = ['x', 7, 2.5, float('nan'), True, None, [], {}]\n"
+        "assert [bkmcp._is_json_number(v) for v in values] == [False, True, True, True, False, False, False, False]\n"
+        "assert '_decimal' not in sys.modules and '_pydecimal' not in sys.modules and 'decimal' not in sys.modules\n"
+        "from decimal import Decimal\n"
+        "numbers = [Decimal('1.5'), Decimal('NaN'), Decimal('-Infinity'), bkmcp.parse_json('1.25'), 'x', 3]\n"
+        "assert [bkmcp._is_json_number(v) for v in numbers] == [True, False, False, True, False, True]\n"
+        "print('ok')\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=bkmcp.__file__.rsplit("/", 1)[0]
+    )
+    assert proc.returncode == 0 and proc.stdout.split() == ["ok"], proc.stdout + proc.stderr
