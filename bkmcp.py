@@ -404,6 +404,12 @@ def error_classes() -> list[type[BkmcpError]]:
 # 2. Helpers: JSON with number fidelity, redaction, durations, deadlines, logging
 # ======================================================================================================
 
+# Set by ``main`` when this process runs one short command of its own (not the resident, not the --keep-alive
+# background process, not a caller of ``main(argv)``): once the HTTP stack is loaded it is frozen for the
+# collections still to come (``_import_httpx``), and the exit skips the interpreter's last collection (11.5,
+# ``_end_without_a_last_collection``, which says why that is exact).
+SHORT_COMMAND: list[bool] = []
+
 if not TYPE_CHECKING:
     _MISSING = object()
 
@@ -3366,6 +3372,10 @@ def _import_httpx() -> Any:
             importlib.import_module("httpcore")  # httpx imports it on the first Client: load it with the rest hidden
             module = importlib.import_module("httpx")
             _HTTPX.append(module)
+            if SHORT_COMMAND:  # what it loaded lives to the end of the process: the collections to come skip it
+                import gc
+
+                gc.freeze()
             return module
         except ImportError as exc:  # nothing was sent: a local error that says what is missing, not "a bkmcp bug"
             raise InternalError(
@@ -14613,6 +14623,7 @@ def main(
         if argv is None and warm is None and not inv.resident:  # this process is one short command
             import atexit
 
+            SHORT_COMMAND[:] = [True]
             atexit.unregister(_end_without_a_last_collection)  # once, however often main() runs
             atexit.register(_end_without_a_last_collection)
         runner = _Runner(inv, envr, log)
@@ -14645,13 +14656,15 @@ def main(
 def _end_without_a_last_collection() -> None:
     """The exit of a short command, registered by ``main`` when it runs the process's own command (no ``argv``; not
     the resident, not the background process): one collection, then every object left is frozen (``gc.freeze``),
-    so the collections the interpreter runs while it tears the modules down have nothing to look at (net ~8 ms of a
+    so the collections the interpreter runs while it tears the modules down have nothing to look at (~8 ms of a
     ~100 ms ``--tools`` over HTTP, 3.11-3.13). Exact: this runs after every exit handler registered during the
     command (last in, first out), and its collection finalizes all that is garbage by then, as those collections
-    would; what is left is reachable, and of that only reference cycles are never collected. A short command
-    leaves nothing reachable whose finalizer would do anything — no open socket or file, child process, suspended
-    generator, database connection or other ``__del__`` — which tests/artifact/test_pyz_exit.py checks at the exit
-    of the real entry point on every Python. The memory goes with the process."""
+    would, but for what was frozen earlier: the heap as it was when the HTTP stack had been loaded
+    (``_import_httpx``, before the first request is sent: modules and the command's records). What is left
+    unfrozen is reachable, and of that only reference cycles are never collected. A short command leaves nothing,
+    frozen or not, whose finalizer would do anything — no open socket or file, child process, suspended generator,
+    database connection or other ``__del__`` — which tests/artifact/test_pyz_exit.py checks at the exit of the
+    real entry point on every Python. The memory goes with the process."""
     import gc
 
     gc.collect()

@@ -1,18 +1,20 @@
 """A short command's exit without the interpreter's last collection (bkmcp.py 11.5,
 ``_end_without_a_last_collection``; docs/building.md "Fast start"), at the real entry point on every Python 3.9-3.14.
 
-The exit collects once and freezes what is left, so the interpreter's collections while it tears the modules down
-look at nothing. That is exact only if nothing left then has a finalizer that would act when those collections
-reach it. Each command here runs the pyz's ``__main__`` as ``python bkmcp.pyz`` does (runpy, zipimport's loader) in
-a fresh interpreter whose own exit handler was registered before bkmcp's, so it runs after it: it finds the objects
-frozen, unfreezes them and lists every open socket or file, child process, suspended generator, SQLite connection,
-other object with ``__del__`` and pending ``weakref.finalize`` still reachable that bkmcp made (what the interpreter
-made before it started, the standard streams and a site ``.pth``'s objects, is left out).
+The heap is frozen once httpx has loaded, and the exit collects once and freezes the rest, so the interpreter's
+collections while it tears the modules down look at nothing. That is exact only if nothing then has a finalizer
+that would act when those collections reach it. Each command here runs the pyz's ``__main__`` as ``python
+bkmcp.pyz`` does (runpy, zipimport's loader) in a fresh interpreter whose own exit handler was registered before
+bkmcp's, so it runs after it: it finds the objects frozen, unfreezes them and lists every open socket or file,
+child process, suspended generator, SQLite connection, other object with ``__del__`` and pending
+``weakref.finalize`` that bkmcp made, garbage or not (what the interpreter made before it started, the standard
+streams and a site ``.pth``'s objects, is left out).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -133,6 +135,15 @@ def test_a_short_commands_exit_leaves_nothing_a_finalizer_would_act_on(
             assert code == status, (args, code, err[-2000:])
             assert found["frozen"] > 0, (args, "bkmcp's exit handler did not run before the inventory")
             assert found["found"] == [] and found["finalize"] == [], (args, found)
+
+        # --keep-alive where the background process's folder is refused (not a directory): one warning, one-shot
+        refused = tmp_path / "refused"
+        refused.mkdir()
+        (refused / f"bkmcp-{os.getuid()}").write_text("not a directory")
+        args = base + ["--keep-alive", "mock", "--tools"]
+        code, found, err = _finish(_start(python, pyz_path, args, dict(env, TMPDIR=str(refused)), inventory), inventory)
+        assert code == 0 and "one-shot" in err, (code, err[-2000:])
+        assert found["frozen"] > 0 and found["found"] == [] and found["finalize"] == [], found
 
         # Ctrl-C once the server runs the call: mcp_cancelled, exit 130, and the same clean exit
         calls = len(server.requests("tools/call"))

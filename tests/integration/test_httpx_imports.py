@@ -142,6 +142,30 @@ def test_modules_stood_in_for_while_httpx_loads_answer_as_the_real_ones_afterwar
     assert proc.returncode == 0 and proc.stdout.startswith("ok Invalid IDNA hostname"), proc.stdout + proc.stderr
 
 
+_FROZEN_AFTER_IMPORT = """
+import gc, sys
+sys.path.insert(0, sys.argv[1])
+import bkmcp
+before = gc.get_freeze_count()
+bkmcp._import_httpx()
+assert gc.get_freeze_count() == before, "not a short command: nothing frozen"
+del bkmcp._HTTPX[:]
+for name in [m for m in sys.modules if m.split(".")[0] in ("httpx", "httpcore", "h11")]:
+    del sys.modules[name]
+bkmcp.SHORT_COMMAND.append(True)
+httpx = bkmcp._import_httpx()
+assert gc.get_freeze_count() > before + 1000, (before, gc.get_freeze_count())
+print("ok")
+"""
+
+
+def test_a_short_commands_http_stack_is_frozen_once_loaded(tmp_path: Path) -> None:
+    """``SHORT_COMMAND`` (set by ``main`` for the process's own command, 11.5): once httpx is loaded, the heap is
+    frozen (the collections to come, the exit's among them, skip it); in any other process nothing is."""
+    proc = _probe(_FROZEN_AFTER_IMPORT, tmp_path)
+    assert (proc.returncode, proc.stdout.strip()) == (0, "ok"), proc.stderr
+
+
 def _site_packages() -> str:
     """Where httpx is installed (``-S`` keeps site's .pth files, which may preload certifi, out of the process)."""
     import httpx

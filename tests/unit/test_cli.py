@@ -980,15 +980,16 @@ def test_only_the_process_own_short_command_ends_without_the_last_collection(mon
     import gc
 
     registered: list = []
+    monkeypatch.setattr(bkmcp, "SHORT_COMMAND", [])  # reached through the module: the one main sets
     monkeypatch.setattr(atexit, "register", registered.append)
     monkeypatch.setattr(atexit, "unregister", lambda f: registered.remove(f) if f in registered else None)
     out = io.StringIO()
     assert bkmcp.main(["--version"], stdout=out, env={}) == 0 and registered == []
     monkeypatch.setattr(sys, "argv", ["bkmcp", "--resident", "--help"])
-    assert bkmcp.main(stdout=out, env={}) == 0 and registered == []
+    assert bkmcp.main(stdout=out, env={}) == 0 and registered == [] and bkmcp.SHORT_COMMAND == []
     monkeypatch.setattr(sys, "argv", ["bkmcp", "--version"])
     assert bkmcp.main(stdout=out, env={}) == 0 and bkmcp.main(stdout=out, env={}) == 0
-    assert registered == [bkmcp._end_without_a_last_collection]
+    assert registered == [bkmcp._end_without_a_last_collection] and bkmcp.SHORT_COMMAND == [True]
 
     frozen = gc.get_freeze_count()
     try:
