@@ -14604,7 +14604,9 @@ def main(
     warm: WarmRun | None = None,
 ) -> int:
     """Run bkmcp; the only place where exceptions become envelopes and exit statuses (docs/design.md, Code style).
-    ``warm``: the warm process runs this command for a client (docs/contract.md §14)."""
+    ``warm``: the warm process runs this command for a client (docs/contract.md §14). With no ``argv`` the process
+    is taken as this command's own: a short command then ends without the interpreter's last collection
+    (``_end_without_a_last_collection``); pass ``argv`` to run commands inside a longer-lived program."""
     envr = Environment(
         stdin=stdin if stdin is not None else sys.stdin,
         stdout=stdout if stdout is not None else sys.stdout,
