@@ -410,6 +410,15 @@ def error_classes() -> list[type[BkmcpError]]:
 # ``_end_without_a_last_collection``, which says why that is exact).
 SHORT_COMMAND: list[bool] = []
 
+
+def freeze_heap() -> None:
+    """Leave every object that exists now out of the collections to come (``gc.freeze``, CPython 3.7+; an
+    interpreter without it collects as before)."""
+    import gc
+
+    getattr(gc, "freeze", lambda: None)()
+
+
 if not TYPE_CHECKING:
     _MISSING = object()
 
@@ -3373,9 +3382,7 @@ def _import_httpx() -> Any:
             module = importlib.import_module("httpx")
             _HTTPX.append(module)
             if SHORT_COMMAND:  # what it loaded lives to the end of the process: the collections to come skip it
-                import gc
-
-                gc.freeze()
+                freeze_heap()
             return module
         except ImportError as exc:  # nothing was sent: a local error that says what is missing, not "a bkmcp bug"
             raise InternalError(
@@ -14669,8 +14676,11 @@ def _end_without_a_last_collection() -> None:
     real entry point on every Python. The memory goes with the process."""
     import gc
 
-    gc.collect()
-    gc.freeze()
+    try:
+        gc.collect()
+        freeze_heap()
+    except KeyboardInterrupt:  # a Ctrl-C as the process ends: it ends as the interpreter would, without a traceback
+        pass
 
 
 def _report_error(exc: BkmcpError, envr: Environment, log: Log) -> int:

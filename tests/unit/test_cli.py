@@ -997,3 +997,15 @@ def test_only_the_process_own_short_command_ends_without_the_last_collection(mon
         assert gc.get_freeze_count() > frozen
     finally:
         gc.unfreeze()
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    unfrozen = gc.get_freeze_count()
+    monkeypatch.setattr(gc, "collect", interrupted)  # a Ctrl-C as the process ends: no traceback, nothing frozen
+    bkmcp._end_without_a_last_collection()
+    monkeypatch.undo()
+    monkeypatch.delattr(gc, "freeze")  # an interpreter without gc.freeze collects as before
+    bkmcp.freeze_heap()
+    bkmcp._end_without_a_last_collection()
+    assert gc.get_freeze_count() == unfrozen
