@@ -36,8 +36,8 @@ def acts(obj):
         return "socket %r" % (obj,) if obj.fileno() != -1 else None
     if isinstance(obj, io.IOBase):
         return None if obj.closed else "file %r" % (obj,)
-    if isinstance(obj, subprocess.Popen):
-        return "child pid %s, returncode %s" % (obj.pid, obj.returncode)
+    if isinstance(obj, subprocess.Popen):  # a reaped child's finalizer does nothing (its pipes are files, above)
+        return None if obj.returncode is not None else "child pid %s, not reaped" % (obj.pid,)
     if kind.__name__ in ("generator", "coroutine", "async_generator"):
         frame = getattr(obj, "gi_frame", None) or getattr(obj, "cr_frame", None) or getattr(obj, "ag_frame", None)
         if frame is not None and frame.f_lasti >= 0:
