@@ -3472,7 +3472,7 @@ def _ascii_host(host: str) -> str | bytes:
     loading the codec (encodings.idna, stringprep, unicodedata: ~0.6 ms of an HTTP command): an ASCII name whose
     labels before the last have 1-63 characters and whose last has fewer than 64 is its ASCII bytes, the codec's
     own fast path on 3.9-3.14; anything else stays text, for the codec to encode or refuse as before
-    (tests/artifact/test_pyz_vendor.py compares the two on every Python)."""
+    (tests/artifact/test_pyz.py compares the two on every Python)."""
     if host.isascii():
         *labels, last = host.split(".")
         if host and all(0 < len(label) < 64 for label in labels) and len(last) < 64:
