@@ -9,18 +9,30 @@ The module is split into sections by banner comments (``grep -n '^# ====' -A1 bk
 numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the sections above it:
 
     1. Errors & exit codes      one exception root, every stable error code of docs/contract.md §7
-    2. Helpers                  records (a small dataclass), JSON with number fidelity (a duplicate key rejected),
-                                redaction, durations, the default timeout and deadlines, logging, the line writer
-                                that never blocks (resident log and events), the progress line, names' close
-                                spellings, and the tool-option tokens the argv parser hands to section 8
+    2. Helpers                  small records, JSON, redaction, durations and deadlines, logging, terminal text:
+       2.1 records, JSON           a small dataclass, the heap frozen (freeze_heap), JSON with number fidelity (a
+                                   duplicate key rejected: parse_json, dump_json)
+       2.2 redaction               secrets scrubbed from every output (Redactor, redact_url)
+       2.3 durations, deadlines    --timeout's durations (parse_duration), the default timeout, Deadline
+       2.4 logging                 is_terminal, the line writer that never blocks (resident log and events), Log
+       2.5 terminal text           server text made safe for a terminal, the progress line, close spellings, the
+                                   tool-option tokens the argv parser hands to section 8
     3. Config                   file selection, strict parsing (a duplicate key: section 2's JSON), per-field
                                 validation, ${VAR} expansion
     4. Auth                     Bearer / X-Bkapi-Authorization forms, conflicts, secrets to scrub; a server resolved
                                 for its transport (ResolvedServer), with the environment a stdio child inherits
-    5. Protocol core (sans-IO)  JSON-RPC framing, SSE decoder, eras, request building, classification; the
-                                session core (ids, pending requests, the one matching rule, era and session
-                                state, the Mcp-Session-Id that initialize issues) and negotiation as pure decision
-                                steps; a tool excluded for an invalid x-mcp-header declaration
+    5. Protocol core (sans-IO)  JSON-RPC framing, SSE decoder, eras, request building, classification, the session
+                                core and negotiation as pure decision steps, in nine rooms:
+       5.1 eras                    the protocol versions and what differs between them (EraRules, era_rules)
+       5.2 JSON-RPC framing        Message, one line or body -> messages
+       5.3 SSE decoding            SseDecoder: event ids, retry, the last event id for resumption
+       5.4 request building        initialize, server/discover, tools/list, tools/call and their _meta
+       5.5 answers                 era evidence, results, errors classified
+       5.6 the session core        ids, pending requests, the one matching rule, era and session state, the
+                                   Mcp-Session-Id that initialize issues (ClientSession)
+       5.7 negotiation             the modern probe and the legacy fallback as pure decision steps (Negotiation)
+       5.8 x-mcp-header            a tool excluded for an invalid x-mcp-header declaration (split_excluded_tools)
+       5.9 task-only tools         refused before their tools/call (bkmcp has no task support)
     6. Transports               the Transport seam: HTTP via httpx (concurrent POSTs on one pooled client),
                                 stdio framing (a bounded line reader, lines that are not JSON-RPC skipped)
                                 apart from child-process supervision, in four rooms:
@@ -31,35 +43,67 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        6.3 stdio framing           a bounded line reader (read_lines), the stderr tail kept for errors (LineTail)
        6.4 the child process       ChildProcess (its group, reaping) and StdioTransport over it: lines that are
                                    not JSON-RPC skipped, the server's stderr in an error; what it inherits: section 4
-    7. Client flows             the per-operation OpContext, McpSession (many requests in flight, each with
-                                its own deadline) and the flows: negotiate, discover, call, check, tools, dry-run;
-                                a call that times out or is interrupted cancelled (notifications/cancelled); how
-                                long a kept catalogue stays fresh (ttlMs, list_changed), for 10.3 and 10.5
-    8. Schema flags             inputSchema -> typed flags, values, validation; why a property gets no flag
-                                (BodyOnlyField: set it with --body)
-    9. Output                   envelopes, --jq (JqProgram: compiled, applied), help text, the shell completion
-                                scripts
+    7. Client flows             the per-operation OpContext, McpSession and the flows, in four rooms:
+       7.1 OpContext, McpSession   the per-operation context, McpSession (many requests in flight, each with its
+                                   own deadline)
+       7.2 negotiation             negotiate: the era probe over a real session, the stdio probe window
+       7.3 requests                discover (tools/list pagination and its guards); how long a kept catalogue
+                                   stays fresh (ttlMs, list_changed), for 10.3 and 10.5; call; a call that times
+                                   out or is interrupted cancelled (notifications/cancelled)
+       7.4 the CLI's operations    one session each: --check, --tools (and --tools --brief), --dry-run
+    8. Schema flags             inputSchema -> typed flags, values, validation, in five rooms:
+       8.1 flag records            ToolFlag, BodyOnlyField (why a property gets no flag: set it with --body)
+       8.2 local references        resolve_schema: one resolver for flags and help examples
+       8.3 flags                   build_tool_flags: a schema -> typed flags; --tools --brief (describe_brief)
+       8.4 values                  a flag's text -> its JSON value, positional-argument errors
+       8.5 validation              validate_arguments: the inputSchema checked locally, bounded
+    9. Output                   envelopes, --jq, --raw, help text, completion, in six rooms:
+       9.1 envelopes               build_success, build_failure
+       9.2 --jq                    JqProgram: compiled, applied with number fidelity
+       9.3 --raw                   a result as plain text (render_raw_result)
+       9.4 help text               the root help (--help, --version) and the resident's (--resident --help)
+       9.5 completion              the shell completion scripts (--completion bash|zsh|fish) and their words
+       9.6 server and tool help    render_server_help, render_tool_help
    10. Resident mode            many users' sessions behind one JSON stdin/stdout process, and the --keep-alive
                                 process's kept sessions, in five rooms:
-       10.1 registry, credentials  SQLite / HTTP sources, one user's view, a row -> ResolvedServer
+       10.1 registry, credentials  SQLite / HTTP sources, one user's view, a row -> ResolvedServer:
+       10.1.1 rows, credentials      a row checked, a user's credential chosen (select_credential), what a
+                                     listing shows
+       10.1.2 sources                the SQLite file (SqliteRegistry, --registry --import/--list) and the HTTP
+                                     endpoint (HttpRegistry), open_registry
        10.2 sessions               events, the live session, slots, the pool (limits: --max-processes and
                                    --max-user-processes; eviction, reaper; a crashed stdio child's retry-after
-                                   back-off)
+                                   back-off):
+       10.2.1 events                 EventSink (--events)
+       10.2.2 the live session       ResidentSession, the adapter over the section-7 engine
+       10.2.3 slots, limits          a slot per server instance, the open-file limit
+       10.2.4 whose secrets          which secrets scrub whose answers
+       10.2.5 the pool               SessionPool: limits, eviction, the idle reaper (--idle-timeout), back-off
        10.3 names, catalogues      injected mcp_{server}_{tool} names (shortened past 64 characters), model-ready
                                    definitions per family (OpenAI, OpenAI strict, Anthropic, Gemini), Catalogues
-                                   (cached per session)
+                                   (cached per session):
+       10.3.1 injected names         build_injected_names
+       10.3.2 definitions            build_definitions per model family; a model's arguments back to the schema
+       10.3.3 a command, catalogues  the parsed command record, Catalogues cached per session
        10.4 command server         the reader, a bounded worker pool, Actions (the seven), the end that answers all
-                                   (shutdown, EOF, a signal), an error worded for the platform (_platform_error)
+                                   (shutdown, EOF, a signal), an error worded for the platform (_platform_error):
+       10.4.1 parsing a command      limits, the platform's wording, parse_command
+       10.4.2 pool, writer           the bounded worker pool, the answer writer, commands in flight
+       10.4.3 Actions                one method per action
+       10.4.4 ResidentServer         the reader and the end that answers all (--shutdown-grace); memory;
+                                     run_resident
        10.5 warm sessions          WarmSessions: the --keep-alive process's kept sessions, lent by key
                                    (warm_session_key), catalogues kept by section 7's rule; its client and
                                    process: 11.4
    11. CLI                      argument routing and ``main(argv) -> int``, the one exception -> exit ladder;
                                 the --keep-alive client and its background process (WarmServer), in five rooms:
-       11.1 argument routing       parse_argv -> Invocation, check_invocation
+       11.1 argument routing       parse_argv -> Invocation, check_invocation: --config, --timeout, --verbose,
+                                   --insecure, --check, --tools, --brief, --dry-run, --jq, --raw, --help
        11.2 --body                 inline, @FILE or - (stdin), read and bounded (read_body)
        11.3 the runner             Environment, _Runner: one command, local or remote, to its envelope
-       11.4 --keep-alive           the client and its background process (WarmServer), the client's Ctrl-C
-                                   (Interrupt), a process that dies mid-call; the sessions it keeps: 10.5
+       11.4 --keep-alive           the client and its background process (WarmServer), --sessions and --stop, the
+                                   client's Ctrl-C (Interrupt), a process that dies mid-call; the sessions it
+                                   keeps: 10.5
        11.5 main, exit ladder      last: word_for_cli, main, _report_error; a short command's exit skips the
                                    interpreter's last collection (_end_without_a_last_collection)
 
@@ -403,6 +447,9 @@ def error_classes() -> list[type[BkmcpError]]:
 # ======================================================================================================
 # 2. Helpers: JSON with number fidelity, redaction, durations, deadlines, logging
 # ======================================================================================================
+
+
+# -- 2.1 records, the heap, JSON with number fidelity (parse_json, dump_json) ------------------------------------------
 
 # Set by ``main`` when this process runs one short command of its own (not the resident, not the --keep-alive
 # background process, not a caller of ``main(argv)``): once the HTTP stack is loaded it is frozen for the
@@ -891,7 +938,7 @@ def json_type(value: Any, *, integers: bool = False) -> str:
     return "object" if isinstance(value, dict) else type(value).__name__
 
 
-# -- redaction -----------------------------------------------------------------------------------------
+# -- 2.2 redaction: secrets never printed (Redactor, redact_url) -------------------------------------------------------
 
 REDACTED = "***"
 _SECRET_HEADER_NAMES = frozenset(
@@ -1016,7 +1063,7 @@ def redact_url(url: str) -> str:
     return f"{base}?{'&'.join(pieces)}" + (f"#{REDACTED}" if hash_mark else "")
 
 
-# -- durations and deadlines ---------------------------------------------------------------------------
+# -- 2.3 durations and deadlines (parse_duration, Deadline) ------------------------------------------------------------
 
 _DURATION = _lazy_re(r"^([0-9]+(?:\.[0-9]+)?|\.[0-9]+)(ms|s|m|h)?$")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
@@ -1098,7 +1145,7 @@ def budget_error(
     )
 
 
-# -- logging -------------------------------------------------------------------------------------------
+# -- 2.4 logging: the line writer that never blocks, Log ---------------------------------------------------------------
 
 
 def is_terminal(stream: Any) -> bool:
@@ -1376,6 +1423,8 @@ class Log:
             except (OSError, ValueError):
                 pass
 
+
+# -- 2.5 terminal text, the progress line, close spellings, tool-option tokens -----------------------------------------
 
 _TERMINAL_UNSAFE = _lazy_re(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
@@ -2082,6 +2131,9 @@ def resolve_server(
 # what an answer means. It imports neither httpx nor sockets nor subprocess (design.md, Code style: the h11 model); the
 # transports of section 6 own the I/O and drive these functions message by message.
 
+
+# -- 5.1 eras and their rules (EraRules, era_rules) --------------------------------------------------------------------
+
 LEGACY_VERSIONS = ("2025-03-26", "2025-06-18", "2025-11-25")
 MODERN_VERSIONS = ("2026-07-28",)
 LATEST_LEGACY_VERSION = "2025-11-25"
@@ -2149,7 +2201,7 @@ def era_rules(version: str) -> EraRules:
         ) from None
 
 
-# -- JSON-RPC framing ----------------------------------------------------------------------------------
+# -- 5.2 JSON-RPC framing ----------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -2234,7 +2286,7 @@ def _json_kind(value: Any) -> str:
     return kind if kind == "null" else ("an " if kind[0] in "aeiou" else "a ") + kind
 
 
-# -- SSE decoding --------------------------------------------------------------------------------------
+# -- 5.3 SSE decoding --------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -2345,7 +2397,7 @@ class SseDecoder:
         self._event = ""
 
 
-# -- request building ----------------------------------------------------------------------------------
+# -- 5.4 request building ----------------------------------------------------------------------------------------------
 
 
 def build_request(request_id: int, method: str, params: dict[str, Any] | None, rules: EraRules) -> dict[str, Any]:
@@ -2465,7 +2517,7 @@ def build_headers(
     return headers
 
 
-# -- answers: era evidence, results, errors ------------------------------------------------------------
+# -- 5.5 answers: era evidence, results, errors ------------------------------------------------------------------------
 
 
 def classify_discover(status: int, message: Message | None, requested: str) -> tuple[str, Any]:
@@ -2658,7 +2710,7 @@ def strip_url_credentials(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
-# -- the session core: ids, pending requests, the one matching rule, era and session state --------------
+# -- 5.6 the session core: ids, pending requests, the one matching rule, era and session state -------------------------
 # One object per MCP session, like h11's Connection: the I/O side (section 7) hands it every message that
 # arrives and sends what it returns; it never touches a socket, a process, a clock or a thread. Callers that
 # share a session between threads serialise their calls into it (section 7 holds a lock around it).
@@ -2854,7 +2906,7 @@ class ClientSession:
         self.instructions = instructions if isinstance(instructions, str) else None
 
 
-# -- negotiation as a pure decision procedure (docs/contract.md §5) ------------------------------------------------
+# -- 5.7 negotiation as a pure decision procedure (docs/contract.md §5) ------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -2959,7 +3011,7 @@ class Negotiation:
         raise error
 
 
-# -- x-mcp-header declarations (2026-07-28) ------------------------------------------------------------
+# -- 5.8 x-mcp-header declarations (2026-07-28) ------------------------------------------------------------------------
 # One rule, two uses: a modern-era tool whose inputSchema carries an invalid ``x-mcp-header`` declaration is
 # excluded from the catalogue (the 2026-07-28 transports spec: clients MUST exclude it and SHOULD warn), and the
 # valid declarations of a kept tool become its ``Mcp-Param-*`` headers (``build_param_headers``). A declaration
@@ -3108,8 +3160,8 @@ def reject_excluded_tool(excluded: Sequence[Mapping[str, Any]], name: str, serve
             )
 
 
-# -- task-only tools (docs/contract.md §5): bkmcp has no task support, so a tool that runs only as a task is
-# refused before its tools/call (the server would only fail it)
+# -- 5.9 task-only tools: refused before their tools/call (docs/contract.md §5) ----------------------------------------
+# bkmcp has no task support; a tool that runs only as a task would only be failed by the server.
 
 TASK_ONLY_NOTE = (
     'it needs task support (execution.taskSupport "required"), which bkmcp does not have: '
@@ -5070,6 +5122,9 @@ TRANSPORTS: dict[str, Callable[..., Any]] = {"http": HttpTransport, "stdio": Std
 # the CLI (section 11) and the resident mode (section 10) only parse their input, call them and render.
 
 
+# -- 7.1 the operation context (OpContext) and McpSession, many requests in flight -------------------------------------
+
+
 @dataclass
 class OpContext:
     """What one operation carries through the flows of section 7 instead of module or process state: its time
@@ -5405,7 +5460,7 @@ class McpSession:
             self._lost()
 
 
-# -- negotiation (docs/contract.md §5) -----------------------------------------------------------------------------
+# -- 7.2 negotiation: the era probe over a session, the stdio probe window (docs/contract.md §5) -----------------------
 
 
 def negotiate(session: McpSession, ctx: OpContext, *, server_info: bool = False) -> None:
@@ -5614,7 +5669,7 @@ class SessionSource:
         session.close(ctx.deadline)
 
 
-# -- requests after negotiation ------------------------------------------------------------------------
+# -- 7.3 requests after negotiation: discover, catalogue freshness, call, cancel ---------------------------------------
 
 # The stage an operation is in, named by its last request sent (a Ctrl-C reports it: docs/contract.md §7).
 _REQUEST_STAGES = {
@@ -5864,7 +5919,7 @@ def _cancel(session: McpSession, rules: EraRules, request_id: Any, *, reason: st
         session.log.debug(f"sending notifications/cancelled failed: {type(exc).__name__}")
 
 
-# -- the CLI's operations: one session each -------------------------------------------------------------
+# -- 7.4 the CLI's operations: one session each (check, tools, dry-run) ------------------------------------------------
 
 
 def run_check(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict[str, Any]:
@@ -6008,6 +6063,9 @@ def build_dry_run(server: ResolvedServer, tool: str, arguments: dict[str, Any]) 
 # ======================================================================================================
 # 8. Schema flags — deferred in the pyz
 # ======================================================================================================
+
+
+# -- 8.1 flag records and property kinds (ToolFlag, BodyOnlyField) -----------------------------------------------------
 
 RESERVED_OPTION_NAMES = frozenset(
     "help h check tools config body timeout jq raw r context dry-run verbose v insecure format resident registry "
@@ -6160,7 +6218,7 @@ def _property_kind(schema: Any) -> tuple[str | None, str]:
     return "json", ""
 
 
-# -- local references: one resolver for flags and help examples -----------------------------------------------
+# -- 8.2 local references: one resolver for flags and help examples (resolve_schema) -----------------------------------
 # pydantic (FastMCP, the SDK's MCPServer) writes every model and Enum parameter as {"$ref": "#/$defs/Tank"}: a
 # flag is typed as if the referenced schema were written inline. A reference that leaves the document or leads
 # back to itself before reaching a type has no type a flag could take.
@@ -6293,6 +6351,8 @@ def json_member_types(schema: Any, depth: int = 0, *, unions: bool = True) -> li
         return [json_type(schema["const"], integers=True)]
     return []
 
+
+# -- 8.3 flags: a schema -> typed flags (build_tool_flags); --tools --brief (describe_brief) ---------------------------
 
 _JSON_SAMPLES = {
     "boolean": "true",
@@ -6448,7 +6508,7 @@ def describe_cli(tool: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-# -- values --------------------------------------------------------------------------------------------
+# -- 8.4 values: a flag's text -> its JSON value, positional-argument errors -------------------------------------------
 
 
 def _tool_command(server_name: str, tool_name: Any) -> str:
@@ -6657,7 +6717,7 @@ def check_tool_tokens(
     return [f"--{t.name}" for t in tokens]
 
 
-# -- validation ----------------------------------------------------------------------------------------
+# -- 8.5 validation: the inputSchema checked locally, bounded ----------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -7497,6 +7557,9 @@ def validate_arguments(
 # ======================================================================================================
 
 
+# -- 9.1 envelopes (build_success, build_failure) ----------------------------------------------------------------------
+
+
 def build_success(data: dict[str, Any]) -> dict[str, Any]:
     return {"ok": True, "data": data}
 
@@ -7510,7 +7573,7 @@ def build_failure(error: BkmcpError, redactor: Redactor | None = None) -> dict[s
     return envelope
 
 
-# -- --jq ----------------------------------------------------------------------------------------------
+# -- 9.2 --jq: JqProgram, compiled and applied with number fidelity ----------------------------------------------------
 
 _DOUBLE_EXACT = 2**53
 _JQ_MARK = "\ue000bkmcp-num-"
@@ -7998,7 +8061,7 @@ def compile_jq(expression: str) -> JqProgram:
     return JqProgram(expression)
 
 
-# -- --raw: a result as plain text (docs/contract.md §7) ----------------------------------------------------
+# -- 9.3 --raw: a result as plain text (docs/contract.md §7) -----------------------------------------------------------
 
 
 def render_raw_result(result: Mapping[str, Any], *, pretty: bool = False) -> str:
@@ -8067,7 +8130,7 @@ def render_tool_reason(result: Mapping[str, Any], scrub: Callable[[str], str]) -
     return None
 
 
-# -- help text -----------------------------------------------------------------------------------------
+# -- 9.4 help text: the root and resident help -------------------------------------------------------------------------
 
 ROOT_HELP = """\
 bkmcp {version} - command-line MCP client: check servers, discover tools, call them.
@@ -8176,6 +8239,10 @@ def render_resident_help() -> str:
 # a tool that tool's flags, which it asks ``--completion tools SERVER`` and ``--completion flags SERVER TOOL`` for:
 # a live warm session's catalogue, else one connect bounded by ``COMPLETION_TIMEOUT`` (docs/contract.md §2). Never
 # file names where a server, tool or flag goes; only the options valid at each position.
+
+
+# -- 9.5 shell completion: the bash, zsh and fish scripts and the words they ask for -----------------------------------
+
 COMPLETION_SHELLS = ("bash", "zsh", "fish")
 COMPLETION_WORDS = ("servers", "tools", "flags")  # what the scripts ask for (hidden: --help names only the shells)
 COMPLETION_TIMEOUT = 2.0  # seconds one completion may spend connecting to a server for its tools
@@ -8332,6 +8399,9 @@ def render_completion_words(tools: Sequence[Any], tool: str | None) -> str:
         found = next((t for t in tools if isinstance(t, dict) and t.get("name") == tool), None)
         words = [] if found is None else [f"--{name}" for name in build_tool_flags(found).flags]
     return "".join(f"{word}\n" for word in words if isinstance(word, str) and word and set(word) <= _COMPLETION_SAFE)
+
+
+# -- 9.6 server and tool help (render_server_help, render_tool_help) ---------------------------------------------------
 
 
 def render_server_help(server: ServerConfig) -> str:
@@ -8856,6 +8926,10 @@ def _flag_details(flag: ToolFlag) -> list[str]:
 # ======================================================================================================
 
 # -- 10.1 registry and credentials (docs/contract.md §11.3, §11.4) -------------------------------------------------
+
+
+# -- 10.1.1 registry rows and credentials: a row -> ResolvedServer -----------------------------------------------------
+
 # The registry says which servers exist and which credentials they use. The resident engine (10.2) asks it for
 # one user's view per command (``Registry.view``) and turns a row into the ``ResolvedServer`` the transports use
 # (``resolve_registry_server``). Two sources: a SQLite file (the embedded default) and the host platform's
@@ -9245,6 +9319,8 @@ def _redact_template(name: str, value: Any) -> Any:
     literal = _ENV_REF.sub("", value).strip().lower()
     return value if literal in ("", "bearer", "basic", "token") else REDACTED
 
+
+# -- 10.1.2 registry sources: SQLite file and HTTP endpoint (open_registry) --------------------------------------------
 
 CachedTools = tuple  # (tools: list, protocol_version: str | None, fetched_at: unix seconds)
 
@@ -9948,7 +10024,7 @@ def run_each(job: Callable[[Any], None], items: Sequence[Any], *, timeout: float
         thread.join(None if end is None else max(0.0, end - time.monotonic()))
 
 
-# -- events (docs/contract.md §11.6) -------------------------------------------------------------------------------
+# -- 10.2.1 events (docs/contract.md §11.6) ----------------------------------------------------------------------------
 
 
 def _events_dropped(count: int) -> str:
@@ -9993,7 +10069,7 @@ class EventSink:
         self.lines.close(wait)
 
 
-# -- one live session: the adapter over the section-7 engine ------------------------------------------
+# -- 10.2.2 one live session: the adapter over the section-7 engine ----------------------------------------------------
 
 
 class ResidentSession:
@@ -10122,7 +10198,7 @@ class ResidentSession:
             )
 
 
-# -- sessions, limits, reaping (docs/contract.md §11.5) ------------------------------------------------------------
+# -- 10.2.3 slots and limits (docs/contract.md §11.5) ------------------------------------------------------------------
 
 
 class _Slot:
@@ -10183,7 +10259,7 @@ def build_http_session_limit(max_processes: int, open_files: int | None) -> int:
     return max(8, limit)
 
 
-# -- whose secrets scrub what (docs/contract.md §11.5 "Secrets") ----------------------------------------------------
+# -- 10.2.4 whose secrets scrub what (docs/contract.md §11.5 "Secrets") ------------------------------------------------
 # No redaction oracle: the process-wide redactor (the operator's log and events) knows the system secrets only,
 # bounded; a session's log adds that session's own; an answer is scrubbed with its command's own secrets.
 
@@ -10225,6 +10301,9 @@ def build_command_redactor(
     for server in servers:
         redactor.learn(server.redactor)
     return redactor
+
+
+# -- 10.2.5 the pool: SessionPool, its limits, eviction and reaper; the crash back-off ---------------------------------
 
 
 @dataclass
@@ -10761,6 +10840,9 @@ class SessionPool:
 # definition, from the catalogues ``Catalogues`` keeps per session (its slot, the registry's cache, discovery);
 # ``_Command`` is shared with the command server below, whose ``_platform_error`` words their errors.
 
+
+# -- 10.3.1 injected names: mcp_{server}_{tool}, shortened past 64 characters ------------------------------------------
+
 _INJECTED_MAX = 64
 _INJECTED_PREFIX = 55
 
@@ -10807,7 +10889,7 @@ def build_injected_names(pairs: Iterable[tuple[str, str]]) -> dict[str, tuple[st
     return table
 
 
-# -- model-ready definitions (10.3): one tool's schema shaped for each model family ----------------------------------
+# -- 10.3.2 model-ready definitions: one tool's schema shaped for each model family ------------------------------------
 # A server's inputSchema is JSON Schema of any draft; each model API accepts its own subset. ``build_definitions``
 # writes it once per catalogue (``_Slot.shaped``) for four families, by the table in docs/resident.md ("Definitions
 # for each model family"); the rules come from each family's official definition, read on 2026-12-04:
@@ -11346,6 +11428,9 @@ def build_tool_entry(
     return entry
 
 
+# -- 10.3.3 a command and its catalogues: the parsed command, Catalogues cached per session ----------------------------
+
+
 @dataclass(slots=True)
 class _Command:
     """One command read from stdin, while it is served."""
@@ -11600,6 +11685,10 @@ class Catalogues:
 
 
 # -- 10.4 the command server (docs/contract.md §11.1, §11.2) -----------------------------------------------------------
+
+
+# -- 10.4.1 parsing a command: limits, the platform's wording (_platform_error), parse_command -------------------------
+
 # JSON lines in, one answer per command out: the reader thread, a bounded worker pool, the seven actions
 # (``Actions``), the end (shutdown, EOF, signals) that answers every command read, and ``run_resident``. An error
 # reaches the platform in its words (``_platform_error``: no hints, a timeout as the command's budget in ms).
@@ -11747,6 +11836,9 @@ def _cut_by_shutdown(command: _Command) -> BkmcpError:
             details={"outcome": "unknown"},
         )
     return ConnectionFailedError(f"bkmcp shut down before {command.action} finished")
+
+
+# -- 10.4.2 the reader's helpers: the bounded worker pool, the answer writer, commands in flight -----------------------
 
 
 class WorkerPool:
@@ -11937,6 +12029,9 @@ class InFlight:
             self._commands.clear()
             self._changed.notify_all()
         return left
+
+
+# -- 10.4.3 Actions: the resident's actions, one method each -----------------------------------------------------------
 
 
 @dataclass
@@ -12217,6 +12312,9 @@ class Actions:
             "tool.finished", **base, ms=int((time.monotonic() - started) * 1000), is_error=result.get("isError") is True
         )
         return {"server_name": server_name, "tool_name": tool_name, "result": result}
+
+
+# -- 10.4.4 ResidentServer: the reader and the end that answers all; memory; run_resident ------------------------------
 
 
 class ResidentServer:

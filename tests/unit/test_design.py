@@ -8,8 +8,8 @@ import re
 from tests.helpers import ROOT
 
 _TOP = re.compile(r"^# (\d+)\. (.+)$")
-_SUB = re.compile(r"^# -- (\d+\.\d+) (.+?)(?: \(docs/[^)]*\))? -*$")
-_ROW = re.compile(r"^\| (\d+(?:\.\d+)?) +\| (.+?) +\|")
+_SUB = re.compile(r"^# -- (\d+(?:\.\d+)+) (.+?)(?: \(docs/[^)]*\))? -*$")
+_ROW = re.compile(r"^\| (\d+(?:\.\d+)*) +\| (.+?) +\|")
 
 
 def module_sections(source: str) -> list[tuple[str, str]]:

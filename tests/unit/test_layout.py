@@ -90,62 +90,62 @@ def test_the_module_docstring_lists_the_sections_of_the_file():
 # (behaviour, the section the docstring sends a reader to, a word of that section's docstring line, the definition)
 BEHAVIOURS = [
     ("stable error codes and exit statuses", "1", "error code", "BkmcpError"),
-    ("JSON numbers kept exact", "2", "JSON", "parse_json"),
-    ("secrets scrubbed from output", "2", "redaction", "Redactor"),
-    ("--timeout 30s / 500ms parsing", "2", "durations", "parse_duration"),
-    ("the 60 s default budget", "2", "default timeout", "DEFAULT_TIMEOUT"),
-    ("the progress line on a terminal", "2", "progress line", "ProgressLine"),
+    ("JSON numbers kept exact", "2.1", "JSON", "parse_json"),
+    ("secrets scrubbed from output", "2.2", "scrubbed", "Redactor"),
+    ("--timeout 30s / 500ms parsing", "2.3", "durations", "parse_duration"),
+    ("the 60 s default budget", "2.3", "default timeout", "DEFAULT_TIMEOUT"),
+    ("the progress line on a terminal", "2.5", "progress line", "ProgressLine"),
     ("which mcp.json is read", "3", "file selection", "resolve_config_path"),
     ("where ~ and relative paths point", "3", "file selection", "expand_user_path"),
     ("${VAR} in headers and env", "3", "${VAR} expansion", "expand_env"),
     ("Bearer vs X-Bkapi-Authorization conflicts", "4", "conflicts", "check_auth_conflict"),
-    ("SSE decoding", "5", "SSE decoder", "SseDecoder"),
-    ("which answer belongs to which request", "5", "matching rule", "ClientSession"),
-    ("modern probe, legacy fallback", "5", "negotiation", "Negotiation"),
+    ("SSE decoding", "5.3", "SseDecoder", "SseDecoder"),
+    ("which answer belongs to which request", "5.6", "matching rule", "ClientSession"),
+    ("modern probe, legacy fallback", "5.7", "legacy fallback", "Negotiation"),
     ("HTTP, many POSTs on one pooled client", "6", "HTTP via httpx", "HttpTransport"),
     ("a stdio child's process group and reaping", "6", "child-process supervision", "ChildProcess"),
-    ("many requests in flight on one session", "7", "McpSession", "McpSession"),
-    ("the per-operation deadline and logger", "7", "OpContext", "OpContext"),
-    ("tools/list pagination", "7", "discover", "discover_tools"),
-    ("calling a tool, never resent", "7", "call", "call_tool"),
-    ("inputSchema to --flags", "8", "typed flags", "build_tool_flags"),
-    ("arguments checked before the call", "8", "validation", "validate_arguments"),
-    ("the ok:false envelope", "9", "envelopes", "build_failure"),
-    ("a tool's --help text", "9", "help text", "render_tool_help"),
-    ("a user's credential row", "10.1", "credentials", "select_credential"),
-    ("the SQLite registry", "10.1", "SQLite", "SqliteRegistry"),
-    ("process limits, eviction, the idle reaper", "10.2", "reaper", "SessionPool"),
-    ("resident events", "10.2", "events", "EventSink"),
-    ("a resident's stderr nobody reads never blocks a command", "2", "line writer", "LineWriter"),
-    ("mcp_{server}_{tool} names", "10.3", "injected", "build_injected_names"),
-    ("the tool catalogue cache of a resident session", "10.3", "Catalogues", "Catalogues"),
-    ("what call_tool does in resident mode", "10.4", "Actions", "Actions"),
+    ("many requests in flight on one session", "7.1", "McpSession", "McpSession"),
+    ("the per-operation deadline and logger", "7.1", "OpContext", "OpContext"),
+    ("tools/list pagination", "7.3", "pagination", "discover_tools"),
+    ("calling a tool, never resent", "7.3", "call", "call_tool"),
+    ("inputSchema to --flags", "8.3", "typed flags", "build_tool_flags"),
+    ("arguments checked before the call", "8.5", "checked locally", "validate_arguments"),
+    ("the ok:false envelope", "9.1", "build_failure", "build_failure"),
+    ("a tool's --help text", "9.6", "tool help", "render_tool_help"),
+    ("a user's credential row", "10.1.1", "credential", "select_credential"),
+    ("the SQLite registry", "10.1.2", "SQLite", "SqliteRegistry"),
+    ("process limits, eviction, the idle reaper", "10.2.5", "reaper", "SessionPool"),
+    ("resident events", "10.2.1", "EventSink", "EventSink"),
+    ("a resident's stderr nobody reads never blocks a command", "2.4", "line writer", "LineWriter"),
+    ("mcp_{server}_{tool} names", "10.3.1", "build_injected_names", "build_injected_names"),
+    ("the tool catalogue cache of a resident session", "10.3.3", "Catalogues", "Catalogues"),
+    ("what call_tool does in resident mode", "10.4.3", "Actions", "Actions"),
     ("which kept session a --keep-alive call gets", "10.5", "WarmSessions", "WarmSessions"),
-    ("the --keep-alive background process", "11", "WarmServer", "WarmServer"),
-    ("the bounded worker pool", "10.4", "worker pool", "WorkerPool"),
-    ("the bounded line reader (resident stdin, a stdio server's stdout)", "6", "line reader", "read_lines"),
-    ("a stdio server's stdout line that is not JSON-RPC is skipped", "6", "skipped", "StdioTransport"),
-    ("argv routing", "11", "argument routing", "parse_argv"),
-    ("exception to exit status", "11", "exit ladder", "main"),
+    ("the --keep-alive background process", "11.4", "WarmServer", "WarmServer"),
+    ("the bounded worker pool", "10.4.2", "worker pool", "WorkerPool"),
+    ("the bounded line reader (resident stdin, a stdio server's stdout)", "6.3", "line reader", "read_lines"),
+    ("a stdio server's stdout line that is not JSON-RPC is skipped", "6.4", "skipped", "StdioTransport"),
+    ("argv routing", "11.1", "parse_argv", "parse_argv"),
+    ("exception to exit status", "11.5", "exit ladder", "main"),
     # the twenty of issue 31 item 1 (a reviewer's one-jump test): a method is found through its class
-    ("the retry-after back-off of a crashed stdio child (resident)", "10.2", "back-off", "SessionPool"),
-    ("where --jq is applied", "9", "--jq", "JqProgram"),
+    ("the retry-after back-off of a crashed stdio child (resident)", "10.2.5", "back-off", "SessionPool"),
+    ("where --jq is applied", "9.2", "JqProgram", "JqProgram"),
     ("where injected names are shortened", "10.3", "shortened", "build_injected_names"),
     ("SSE resumption (GET + Last-Event-ID)", "6.2", "resumption", "HttpTransport._resume"),
     ("the warm-session key", "10.5", "warm_session_key", "warm_session_key"),
-    ("why a property gets no flag", "8", "no flag", "BodyOnlyField"),
-    ("the Mcp-Session-Id that initialize issues", "5", "Mcp-Session-Id", "ClientSession.session_issued"),
+    ("why a property gets no flag", "8.1", "no flag", "BodyOnlyField"),
+    ("the Mcp-Session-Id that initialize issues", "5.6", "Mcp-Session-Id", "ClientSession.session_issued"),
     ("HTTP 401/403 to mcp_auth_required/mcp_permission_denied", "6.2", "401/403", "HttpTransport._check_status"),
     ("HTTP statuses other than 401/403", "6.2", "status_failure", "status_failure"),
-    ("notifications/cancelled after a timeout or Ctrl-C", "7", "notifications/cancelled", "_cancel"),
+    ("notifications/cancelled after a timeout or Ctrl-C", "7.3", "notifications/cancelled", "_cancel"),
     ("which environment variables a stdio child inherits", "4", "inherits", "select_inherited_env"),
     ("--body @file / - read and bounded", "11.2", "--body", "read_body"),
-    ("a tool excluded for a bad x-mcp-header declaration", "5", "x-mcp-header", "split_excluded_tools"),
-    ("the shell completion scripts", "9", "completion", "render_completion"),
-    ("every resident command answered at shutdown, EOF or a signal", "10.4", "answers all", "ResidentServer.drain"),
-    ("a resident error worded for the platform", "10.4", "platform", "_platform_error"),
-    ("catalogue freshness by ttlMs", "7", "ttlMs", "catalogue_kept_until"),
-    ("a config file's duplicate key rejected", "2", "duplicate key", "_strict_pairs"),
+    ("a tool excluded for a bad x-mcp-header declaration", "5.8", "x-mcp-header", "split_excluded_tools"),
+    ("the shell completion scripts", "9.5", "completion", "render_completion"),
+    ("every resident command answered at shutdown, EOF or a signal", "10.4.4", "answers all", "ResidentServer.drain"),
+    ("a resident error worded for the platform", "10.4.1", "platform", "_platform_error"),
+    ("catalogue freshness by ttlMs", "7.3", "ttlMs", "catalogue_kept_until"),
+    ("a config file's duplicate key rejected", "2.1", "duplicate key", "_strict_pairs"),
     ("--max-user-processes enforced", "10.2", "--max-user-processes", "SessionPool"),
     ("a warm background process that dies mid-call", "11.4", "dies", "_warm_relay"),
     ("a stdio server's stderr in an error", "6.4", "stderr", "StdioTransport._with_stderr"),
@@ -168,7 +168,7 @@ def _docstring_lines() -> dict[str, str]:
     lines: dict[str, str] = {}
     current = None
     for raw in listing.splitlines():
-        found = re.match(r"^ {3,7}(\d+\.\d+|\d+\.) (.*)$", raw)
+        found = re.match(r"^ {3,7}(\d+(?:\.\d+)+|\d+\.) (.*)$", raw)
         if found:
             current = found.group(1).rstrip(".")
             lines[current] = found.group(2)
@@ -184,15 +184,16 @@ def _extents() -> dict[str, tuple[int, int]]:
     marks += [
         (index + 1, found.group(1))
         for index, text in enumerate(lines)
-        if (found := re.match(r"^# -- (\d+\.\d+) ", text))
+        if (found := re.match(r"^# -- (\d+(?:\.\d+)+) ", text))
     ]
     marks.sort()
     extents: dict[str, tuple[int, int]] = {}
     for (start, number), (after, _next) in zip(marks, [*marks[1:], (len(lines) + 1, "")]):
         extents[number] = (start, after - 1)
-        main = number.split(".")[0]
-        if "." in number:  # a sub-section lies inside its section
-            extents[main] = (min(extents[main][0], start), max(extents[main][1], after - 1))
+        parts = number.split(".")
+        for depth in range(1, len(parts)):  # a room lies inside its section and the rooms that number it
+            outer = ".".join(parts[:depth])
+            extents[outer] = (min(extents[outer][0], start), max(extents[outer][1], after - 1))
     return extents
 
 
@@ -225,7 +226,7 @@ def test_every_behaviour_is_one_jump_from_the_module_docstring(behaviour, sectio
 def test_the_behaviour_list_is_long_enough_to_mean_something():
     assert len(BEHAVIOURS) >= 20
     assert {section.split(".")[0] for _b, section, _w, _n in BEHAVIOURS} == {str(n) for n in range(1, 12)}
-    assert {"10.1", "10.2", "10.3", "10.4"} <= {section for _b, section, _w, _n in BEHAVIOURS}
+    assert {"10.1.1", "10.2.5", "10.3.3", "10.4.3"} <= {section for _b, section, _w, _n in BEHAVIOURS}
     assert {"6.2", "6.4", "10.5", "11.2", "11.4", "11.5"} <= {section for _b, section, _w, _n in BEHAVIOURS}
     assert sum(1 for _b, _s, _w, name in BEHAVIOURS if "." in name) >= 5  # methods, found through their class
 
@@ -233,3 +234,66 @@ def test_the_behaviour_list_is_long_enough_to_mean_something():
 def test_every_sub_section_of_the_docstring_has_its_banner():
     listed = {number for number in _docstring_lines() if "." in number}
     assert listed == {number for number in _extents() if "." in number}
+
+
+# -- issue 37 item 1: every room numbered, listed and within its budget ------------------------------------------------
+
+ROOM_BUDGET = 900  # lines of one room (a banner to the next): past it, split the room by job into numbered sub-rooms
+_BANNER = re.compile(r"^# -- .*-{3,}$")
+
+
+def _rooms(source: str) -> list[tuple[str, int]]:
+    """(number, lines) of every leaf room: from a section's or a numbered room's banner to the next banner."""
+    lines = source.splitlines()
+    marks = [(line, str(number)) for line, number in zipapp_support.section_starts(source)]
+    marks += [
+        (index + 1, found.group(1))
+        for index, text in enumerate(lines)
+        if (found := re.match(r"^# -- (\d+(?:\.\d+)+) ", text))
+    ]
+    marks.sort()
+    return [(number, after - start) for (start, number), (after, _n) in zip(marks, [*marks[1:], (len(lines) + 1, "")])]
+
+
+def test_every_banner_is_numbered():
+    unnumbered = [
+        text for text in SOURCE.splitlines() if _BANNER.match(text) and not re.match(r"^# -- \d+(?:\.\d+)+ ", text)
+    ]
+    assert unnumbered == []
+
+
+def test_no_room_is_over_its_budget():
+    assert [(number, size) for number, size in _rooms(SOURCE) if size > ROOM_BUDGET] == []
+
+
+def test_the_room_checks_catch_an_unnumbered_banner_and_a_room_over_budget():
+    source = "# " + "=" * 20 + "\n# 1. A\n# " + "=" * 20 + "\n" + "x = 1\n" * (ROOM_BUDGET + 1)
+    assert _rooms(source)[0][1] > ROOM_BUDGET
+    assert _BANNER.match("# -- logging ----------") and not re.match(r"^# -- \d", "# -- logging ---")
+
+
+def test_every_numbered_room_is_in_the_docstring_and_every_listed_room_has_its_banner():
+    listed = set(_docstring_lines())
+    numbered = {number for number, _size in _rooms(SOURCE)}
+    assert listed == numbered
+
+
+def _user_facing_options() -> set[str]:
+    """Every option a user can type (argv routing's tables, --brief and --keep-alive) that a help text names."""
+    tables = (
+        bkmcp._VALUE_OPTIONS,
+        bkmcp._FLAG_OPTIONS,
+        bkmcp._REGISTRY_VALUE_OPTIONS,
+        bkmcp._REGISTRY_FLAG_OPTIONS,
+        bkmcp._RESIDENT_OPTIONS,
+    )
+    parsed = {name for table in tables for name in table if name.startswith("--")} | {"--brief", "--keep-alive"}
+    shown = set(re.findall(r"--[a-z][a-z-]+", bkmcp.render_root_help("mcp.json") + bkmcp.render_resident_help()))
+    return parsed & shown
+
+
+def test_every_user_facing_option_is_named_on_a_room_line_of_the_docstring():
+    options = _user_facing_options()
+    assert {"--tools", "--brief", "--sessions", "--keep-alive", "--raw", "--jq", "--idle-timeout"} <= options
+    listing = " ".join(_docstring_lines().values())
+    assert sorted(o for o in options if not re.search(re.escape(o) + r"(?![a-z-])", listing)) == []
