@@ -20,6 +20,9 @@ For each Python, medians (ms) of:
               extracting the per-user compiled cache (and compiling bkmcp.py)
 Each Python runs through a fresh empty venv (`--host-site`: the interpreter itself), so that a .pth file of the
 host's site-packages (this machine's 3.11 imports certifi from one at every start) cannot inflate `pass`.
+After the table, for this interpreter: a checkout's two ways to start (docs/building.md, issue 37 item 6):
+`python bkmcp.py --help` (a script is compiled at every start: 14k+ lines) against `python -m bkmcp --help` (the
+module's compiled cache in __pycache__, written once), both in a copy of the checkout's bkmcp.py.
 Ratios: the CLI runs against `pass`, `help src` as said, `imp pyz` against `imp site`. Every command runs once
 before timing, so caches (the per-user compiled cache of non-build Pythons) are warm, then the commands of one
 Python run round-robin. Nothing is asserted, only printed.
@@ -124,6 +127,33 @@ def site_dir(python: str, work: Path, pyz: Path) -> Path:
         (target / "bkmcp.py").write_bytes(zf.read("bkmcp.py"))
     subprocess.run([python, "-m", "compileall", "-q", str(target)], check=True)
     return target
+
+
+def checkout_start(work: Path, runs: int, env: dict[str, str]) -> None:
+    """A checkout's `python bkmcp.py --help` against `python -m bkmcp --help` (module bytecode cached)."""
+    checkout = work / "checkout"
+    checkout.mkdir()
+    shutil.copy(ROOT / "bkmcp.py", checkout / "bkmcp.py")
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(checkout)], check=True)
+    here = os.getcwd()
+    os.chdir(checkout)  # `-m` looks in the working directory first: this checkout's bkmcp.py and its cache
+    try:
+        m = medians(
+            {
+                "pass": [sys.executable, "-c", "pass"],
+                "script": [sys.executable, "bkmcp.py", "--help"],
+                "module": [sys.executable, "-m", "bkmcp", "--help"],
+            },
+            runs,
+            env,
+        )
+    finally:
+        os.chdir(here)
+    print(
+        f"checkout ({sys.version_info[0]}.{sys.version_info[1]}): python -c pass {m['pass']:.1f}, "
+        f"python -m bkmcp --help {m['module']:.1f}, python bkmcp.py --help {m['script']:.1f} "
+        f"({m['script'] / m['module']:.2f}x the -m form)"
+    )
 
 
 def main() -> int:
@@ -257,6 +287,7 @@ def main() -> int:
         missing = [f"3.{m}" for m in range(9, 15) if f"3.{m}" not in rows]
         if missing:
             print("not measured (no interpreter found):", ", ".join(missing))
+        checkout_start(work, args.runs, env)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0
