@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,6 +114,13 @@ def until(predicate: Any, what: str, timeout: float = 60.0, interval: float = 0.
         if time.monotonic() > end:
             raise AssertionError(f"never happened: {what}")
         time.sleep(interval)
+
+
+def before_the_answer_was_due(received_at: float, delay: float) -> bool:
+    """Whether now (just after bkmcp returned) precedes the answer a mock server scheduled ``delay`` seconds after
+    it received the request (its log's ``time``, ``time.time()``): "bkmcp did not wait for the result" as an
+    order of events against the server's own schedule, not a speed threshold."""
+    return time.time() < received_at + delay
 
 
 def write_mcp_json(

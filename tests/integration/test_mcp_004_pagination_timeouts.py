@@ -9,11 +9,10 @@ results, no resend of tools/call, outcome unknown, connections released).
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
-from mock_server.mcp_mock import mock_tool
+from mock_server.mcp_mock import DEFAULT_TOOLS, mock_tool
+from tests.helpers import before_the_answer_was_due
 
 pytestmark = [pytest.mark.integration, pytest.mark.scenario]
 
@@ -64,12 +63,10 @@ def test_MCP_004_cursor_cycle_is_incomplete_D04(mock):
 def test_MCP_004_thousand_page_guard_D04(mock):
     """D04: a server that never stops paginating is cut at 1000 pages, reported incomplete, never hangs."""
     target = mock({"page_size": 1, "faults": {"infinite_pages": True}}, protocol_version="2026-07-28")
-    started = time.monotonic()
     result = target.run("--timeout", "120s", target.name, "--tools")
-    data = incomplete(result, pages=1000)
+    data = incomplete(result, pages=1000)  # the page guard ended it, not the 120 s budget (that is mcp_timeout)
     assert data["tool_count"] == 1000
     assert target.count("tools/list") == 1000
-    assert time.monotonic() - started < 110
 
 
 def test_MCP_004_tool_count_guard_D04(mock, monkeypatch):
@@ -111,12 +108,10 @@ def test_MCP_004_duplicate_tool_names_across_pages_is_protocol_error_D04(mock):
 def test_MCP_004_slow_call_times_out_and_is_sent_once_R03(mock, version, mode):
     """R03: --timeout bounds the whole operation; the call is sent exactly once; outcome unknown."""
     target = mock({"response_mode": mode, "tools": [mock_tool("slow", "slow", ms=5000)]}, protocol_version=version)
-    started = time.monotonic()
     result = target.run("--timeout", "1s", target.name, "slow", "--body", "{}")
-    elapsed = time.monotonic() - started
     assert result.exit_status == 2 and result.error_code == "mcp_timeout"
     assert result.json["error"]["outcome"] == "unknown"
-    assert elapsed < 4
+    assert before_the_answer_was_due(target.srv.requests("tools/call")[0]["time"], 5.0)
     assert target.count("tools/call") == 1
     cancels = target.srv.requests("notifications/cancelled")
     if version == "2026-07-28":
@@ -130,13 +125,12 @@ def test_MCP_004_slow_call_times_out_and_is_sent_once_R03(mock, version, mode):
 def test_MCP_004_timeout_budget_covers_discovery_not_each_step_R03(mock):
     """Every request takes 300 ms; 6 requests cannot fit a 1 s budget even though each fits on its own."""
     target = mock({"page_size": 1, "faults": {"slow_ms": 300}}, protocol_version="2026-07-28")
-    started = time.monotonic()
     result = target.run("--timeout", "1s", target.name, "--tools")
     assert result.exit_status == 2
     assert result.error_code in ("mcp_timeout", "mcp_discovery_incomplete")
     if result.error_code == "mcp_discovery_incomplete":
         assert result.json["error"]["cause"]["code"] == "mcp_timeout"
-    assert time.monotonic() - started < 2.5
+    assert target.count("tools/list") < len(DEFAULT_TOOLS)  # one tool a page: the budget ended it before the last
 
 
 @pytest.mark.parametrize("how", ["behaviour", "fault"])
@@ -217,11 +211,10 @@ def test_MCP_004_sse_resumption_bounded_by_timeout_R03(mock):
     target = mock(
         {"response_mode": "sse", "faults": {"sse_retry_resume": {"retry_ms": 5000}}}, protocol_version="2025-11-25"
     )
-    started = time.monotonic()
     result = target.run("--timeout", "1s", target.name, "echo", "--body", '{"text": "x"}')
     assert result.exit_status == 2 and result.error_code == "mcp_timeout"
     assert result.json["error"]["outcome"] == "unknown"
-    assert time.monotonic() - started < 3
+    assert before_the_answer_was_due(target.srv.requests("tools/call")[0]["time"], 5.0)  # retry: 5000 ms
     assert target.count("tools/call") == 1
 
 
@@ -297,14 +290,13 @@ def test_MCP_004_ctrl_c_during_legacy_call_sends_cancelled_R03(mock, mode):
 def test_MCP_004_ctrl_c_during_modern_call_closes_the_stream_R03(mock):
     target = mock({"tools": [mock_tool("slow", "slow", ms=3000)]}, protocol_version="2026-07-28")
     timer = _interrupt_after(0.5)
-    started = time.monotonic()
     try:
         result = target.run(target.name, "slow", "--body", "{}")
     finally:
         timer.cancel()
     assert result.exit_status == 130
     cancelled(result, outcome="unknown", stage="call")
-    assert time.monotonic() - started < 2.5  # the client did not wait for the result
+    assert before_the_answer_was_due(target.srv.requests("tools/call")[0]["time"], 3.0)  # did not wait for it
     assert target.count("notifications/cancelled") == 0
     assert target.count("tools/call") == 1
 
@@ -342,10 +334,9 @@ def test_MCP_004_jq_runtime_error_after_call_never_resends_R03(mock):
 def test_MCP_004_probe_timeout_is_never_era_evidence_R01_R03(mock):
     """A server that does not answer the modern probe within the budget: mcp_timeout, no legacy fallback."""
     target = mock({"faults": {"slow_on": {"server/discover": 5000}}})
-    started = time.monotonic()
     result = target.run("--timeout", "800ms", target.name, "--check")
     assert result.exit_status == 2 and result.error_code == "mcp_timeout"
-    assert time.monotonic() - started < 3
+    assert before_the_answer_was_due(target.srv.requests("server/discover")[0]["time"], 5.0)
     assert target.count("initialize") == 0 and target.count("server/discover") == 1
     assert result.json["data"]["checks"]["connection"] == "failed"
 

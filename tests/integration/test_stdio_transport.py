@@ -21,7 +21,15 @@ import pytest
 
 import bkmcp
 from mock_server.mcp_mock import mock_tool
-from tests.helpers import LEGACY, VERSIONS, process_running, run_bkmcp, until, write_mcp_json
+from tests.helpers import (
+    LEGACY,
+    VERSIONS,
+    before_the_answer_was_due,
+    process_running,
+    run_bkmcp,
+    until,
+    write_mcp_json,
+)
 
 pytestmark = [pytest.mark.integration]
 
@@ -255,11 +263,9 @@ def test_stdio_probe_window_is_inside_the_budget(stdio_mock):
     """With --timeout shorter than the probe window, a silent server is an mcp_timeout of the whole operation
     (the probe never outlives --timeout)."""
     target = stdio_mock({"versions": ["2025-11-25"], "stdio_unknown_method": "silent"})
-    started = time.monotonic()
     result = target.run("--timeout", "700ms", target.name, "--tools")
     assert result.exit_status == 2 and result.error_code == "mcp_timeout", result.stdout
     assert "700ms" in result.json["error"]["message"]
-    assert time.monotonic() - started < 10
     assert target.methods() == ["server/discover"]
 
 
@@ -583,14 +589,13 @@ def test_stdio_timeout_bounded_and_process_reaped(stdio_mock):
     wrapper = "open(PIDS, 'w').write(str(os.getpid()))"
     scenario = {"tools": [mock_tool("sleepy", "slow", ms=60000)]}
     target = stdio_mock(scenario, wrapper=wrapper, protocol_version="2025-11-25")
-    started = time.monotonic()
     result = target.run("--timeout", "1500ms", target.name, "sleepy", "--body", "{}")
-    elapsed = time.monotonic() - started
     assert result.exit_status == 2
     error = result.json["error"]
     assert error["code"] == "mcp_timeout" and error["outcome"] == "unknown"
     assert target.count("tools/call") == 1
-    assert elapsed < 15  # the 60 s tool was not waited for
+    [call] = [e for e in target.log() if e["rpc_method"] == "tools/call"]
+    assert before_the_answer_was_due(call["time"], 60.0)  # the 60 s tool was not waited for
     (pid,) = target.pids()
     assert not alive(pid)
 
@@ -879,11 +884,9 @@ def test_stdio_exit_detected_while_a_grandchild_holds_stdout(stdio_mock):
         "open(PIDS, 'w').write('%d %d' % (os.getpid(), child.pid))"
     )
     target = stdio_mock({"tools": [mock_tool("dropper", "drop")]}, wrapper=wrapper, protocol_version=MODERN)
-    started = time.monotonic()
     result = target.run("--timeout", "30s", target.name, "dropper", "--body", "{}")
-    assert time.monotonic() - started < 15
     error = result.json["error"]
-    assert error["code"] == "mcp_connection_error" and error["outcome"] == "unknown"
+    assert error["code"] == "mcp_connection_error" and error["outcome"] == "unknown"  # not the 30 s mcp_timeout
     assert error["exit_status"] == 3
     leader, grandchild = target.pids()
     assert not alive(leader) and not alive(grandchild)
@@ -905,9 +908,7 @@ def test_stdio_write_to_a_server_that_stopped_reading_is_bounded(stdio_mock):
     stuck), reported as mcp_timeout with outcome unknown (part of the call may have been read)."""
     target = stdio_mock(command=sys.executable, args=["-c", STOPS_READING], protocol_version=MODERN)
     body = json.dumps({"blob": "x" * (4 * 1024 * 1024)})
-    started = time.monotonic()
     result = target.run("--timeout", "2s", target.name, "t", "--body", body)
-    assert time.monotonic() - started < 15
     error = result.json["error"]
     assert error["code"] == "mcp_timeout" and error["outcome"] == "unknown"
 
