@@ -10201,6 +10201,17 @@ class ResidentSession:
 # -- 10.2.3 slots and limits (docs/contract.md §11.5) ------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class SlotResolution:
+    """A slot's last resolution: the registry row and the credential it was made from, the server they resolve to
+    and its fingerprint (``ResolvedServer.identity``); reused while the row and the credential stay equal."""
+
+    row: RegistryServer
+    credential: dict[str, str]
+    server: ResolvedServer
+    fingerprint: str
+
+
 class _Slot:
     """Where one session lives: the shared one of a public server (user ``""``) or one user's instance."""
 
@@ -10227,8 +10238,7 @@ class _Slot:
         self.last_error: BkmcpError | None = None
         self.open_lock = threading.Lock()
         self.trimmed = 0.0  # when the reaper last closed the idle keep-alive connections of its HTTP session
-        # the last resolution for this slot: (row, chosen credential, server, its fingerprint)
-        self.resolved: tuple[RegistryServer, dict[str, str], ResolvedServer, str] | None = None
+        self.resolved: SlotResolution | None = None  # the last resolution for this slot
 
 
 def _slot_fingerprint(slot: _Slot, server: ResolvedServer) -> str:
@@ -10236,7 +10246,7 @@ def _slot_fingerprint(slot: _Slot, server: ResolvedServer) -> str:
     environment and ``--insecure`` never change, so a changed resolution (URL, headers, the user's credential in
     them, …) is what makes a new connection. Kept on the slot when ``server`` is its last resolution."""
     kept = slot.resolved
-    return kept[3] if kept is not None and kept[2] is server else server.identity()
+    return kept.fingerprint if kept is not None and kept.server is server else server.identity()
 
 
 def _open_file_limit() -> int | None:
@@ -10370,9 +10380,7 @@ class SessionPool:
 
     # -- the registry view -------------------------------------------------------------------------
 
-    def resolve(
-        self, view: Any, row: Any, user: str | None, credential: dict[str, str] | None = None
-    ) -> ResolvedServer:
+    def resolve(self, view: Any, row: Any, user: str | None, credential: dict[str, str]) -> ResolvedServer:
         """The server as this user may reach it (``credential``: the one its command chose); a public server never
         gets the user's credentials."""
         user_id = user if row.isolation == "user" else None
@@ -10392,19 +10400,26 @@ class SessionPool:
         by server name; ``select_credential`` chooses one only for a server the command has not used yet."""
         slot = self.peek(user, row)
         kept = slot.resolved if slot is not None else None
-        if kept is None or not (kept[0] is row or kept[0] == row):
+        if kept is None or not (kept.row is row or kept.row == row):
             kept = None  # a row resolved before was checked then: only the credential may differ since
             check_registry_row(row)
+        credential = self.choose_credential(view, row, user, chosen)
+        if slot is not None and kept is not None and credential == kept.credential:
+            return slot, kept.server
+        server = self.resolve(view, row, user, credential)
+        slot = self.slot(user, row)
+        slot.resolved = SlotResolution(row, credential, server, server.identity())
+        return slot, server
+
+    @staticmethod
+    def choose_credential(view: Any, row: Any, user: str | None, chosen: dict[str, dict[str, str]]) -> dict[str, str]:
+        """The command's credential for a checked ``row``: chosen once per command (``select_credential``) and
+        kept in ``chosen`` (the command's, by server name), whichever action asks first."""
         credential = chosen.get(row.name)
         if credential is None:
             user_id = user if row.isolation == "user" else None
             credential = chosen[row.name] = select_credential(row, view=view, user_id=user_id)
-        if slot is not None and kept is not None and credential == kept[1]:
-            return slot, kept[2]
-        server = self.resolve(view, row, user, credential)
-        slot = self.slot(user, row)
-        slot.resolved = (row, credential, server, server.identity())
-        return slot, server
+        return credential
 
     def slot(self, user: str | None, row: Any) -> _Slot:
         key = ((user or "") if row.isolation == "user" else "", row.name)
@@ -10425,7 +10440,7 @@ class SessionPool:
             for name, slot in self._public.items():
                 row = view.servers.get(name)
                 kept = slot.resolved
-                if kept is not None and row is kept[0]:
+                if kept is not None and row is kept.row:
                     continue
                 if (row is None and view.complete) or (
                     row is not None and (not row.enabled or row.problem is not None or row.isolation != "public")
@@ -12150,7 +12165,9 @@ class Actions:
                 if row.problem is not None:
                     entry.update(status="failed", error_code=row.problem.code)
                     continue
-                command.servers.append(self.pool.resolve(view, row, command.user_id))
+                check_registry_row(row)
+                credential = self.pool.choose_credential(view, row, command.user_id, command.chosen)
+                command.servers.append(self.pool.resolve(view, row, command.user_id, credential))
             except CredentialsMissingError:
                 entry["status"] = "no_credentials"
                 continue

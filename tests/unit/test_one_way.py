@@ -1,6 +1,7 @@
 """Data that travels one way (issue 31 item 2): ``--timeout`` is parsed once into the value the invocation carries,
 the time left is asked of ``Deadline.left`` (the injected clock), and a redactor shares its secrets through
-``Redactor.learn``, never through its private list."""
+``Redactor.learn``, never through its private list; a resident slot's resolution is a record, and a user's credential
+is chosen once per command, through the command (issue 37 item 3)."""
 
 from __future__ import annotations
 
@@ -164,3 +165,48 @@ def test_no_second_hash_of_a_resolved_server():
     """Only ``ResolvedServer.identity`` lists a server's fields into a hash."""
     assert re.findall(r"sorted\(\w+\.headers\.items\(\)\)", SOURCE) == ["sorted(self.headers.items())"]
     assert "def _fingerprint" not in SOURCE
+
+
+# -- a resident slot's resolution, and a user's credential chosen once per command (issue 37 item 3) ---------------
+
+
+def test_a_slots_resolution_is_a_record_with_named_fields():
+    server = _server()
+    slot = bkmcp._Slot.__new__(bkmcp._Slot)
+    slot.resolved = bkmcp.SlotResolution(row=None, credential={}, server=server, fingerprint="kept")  # type: ignore[arg-type]
+    assert bkmcp._slot_fingerprint(slot, server) == "kept"  # the kept fingerprint of this very server
+    assert bkmcp._slot_fingerprint(slot, _server()) == server.identity()  # another object: computed
+    assert re.findall(r"\bresolved\[\d\]|\bkept\[[23]\]", SOURCE) == []  # no positional reading of it anywhere
+
+
+def test_every_resident_action_chooses_a_credential_through_the_commands_choice(tmp_path, monkeypatch):
+    """``list_servers`` included: the resident resolves a row only with the credential its command chose
+    (``SessionPool.choose_credential``, kept in the command's ``chosen``), never letting ``resolve_registry_server``
+    choose one of its own."""
+    import json as json_module
+
+    from tests.helpers import run_bkmcp
+    from tests.integration.resident_harness import http_row, write_registry
+
+    chosen_by_the_library = []
+    real = bkmcp.resolve_registry_server
+
+    def resolve(row, **kw):
+        if kw.get("credential") is None:
+            chosen_by_the_library.append(row.name)
+        return real(row, **kw)
+
+    monkeypatch.setattr(bkmcp, "resolve_registry_server", resolve)
+    reg = tmp_path / "r.db"
+    write_registry(
+        str(reg), [http_row("pub", "http://127.0.0.1:9/mcp", headers={"X-K": "${user.k}"})], {"pub": {"k": "v"}}
+    )
+    lines = [
+        {"command": "invoke", "task_id": "a", "params": {"action": "list_servers"}},
+        {"command": "invoke", "task_id": "b", "params": {"action": "list_servers"}, "user": {"userId": "u1"}},
+    ]
+    res = run_bkmcp("--resident", "--registry", str(reg), stdin="".join(json_module.dumps(x) + "\n" for x in lines))
+    answers = [json_module.loads(x) for x in res.stdout.splitlines()]
+    assert [a["task_id"] for a in answers if a.get("success")] == ["a", "b"], res.stdout + res.stderr
+    assert [s["status"] for s in answers[0]["result"]["servers"]] == ["disconnected"]  # resolved, not failed
+    assert chosen_by_the_library == []
