@@ -1096,12 +1096,13 @@ DEFAULT_TIMEOUT = 60.0
 class Deadline:
     """The whole remote operation's time budget (docs/contract.md §2): every step asks how much is left. An
     ``interrupt`` (a warm client's Ctrl-C: ``Interrupt``, section 11.4) ends it early with ``KeyboardInterrupt``,
-    as a Ctrl-C does."""
+    as a Ctrl-C does. Built whole: nothing is attached to it afterwards."""
 
-    interrupt: Interrupt | None = None
-
-    def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, seconds: float, clock: Callable[[], float] = time.monotonic, *, interrupt: Interrupt | None = None
+    ) -> None:
         self.seconds = seconds
+        self.interrupt = interrupt
         self._clock = clock
         self._start = clock()
         self.end = self._start + seconds
@@ -13713,9 +13714,9 @@ class _Runner:
         silent = Log(io.StringIO())
         try:
             server = resolve_server(_select_server(load_config(config_path), inv.server), envr.env, cwd=envr.cwd)
-            ctx = OpContext(Deadline(COMPLETION_TIMEOUT), silent)
-            if envr.warm is not None:
-                ctx.sessions = envr.warm.sessions
+            ctx = OpContext(
+                Deadline(COMPLETION_TIMEOUT), silent, sessions=envr.warm.sessions if envr.warm is not None else None
+            )
             tools = run_tools(server, ctx, insecure=inv.insecure)["tools"]
         except BkmcpError:
             return EXIT_OK if envr.warm is None else EXIT_LOCAL  # the warm client then connects itself
@@ -13750,9 +13751,9 @@ class _Runner:
         inv, envr = self.inv, self.envr
         server = resolve_server(server_cfg, envr.env, cwd=envr.cwd)
         self.redactor.learn(server.redactor)
-        deadline = Deadline(inv.timeout_seconds)  # reading --body from a FIFO or pipe counts against the budget too
         warm = envr.warm  # run for a warm client: its Ctrl-C, the kept sessions (docs/contract.md §14)
-        deadline.interrupt = warm.interrupt if warm is not None else None
+        # reading --body from a FIFO or pipe counts against the budget too
+        deadline = Deadline(inv.timeout_seconds, interrupt=warm.interrupt if warm is not None else None)
         if inv.dry_run:
             assert inv.tool is not None and inv.body is not None
             preview = read_body(inv.body, envr.stdin, envr.cwd, deadline, env=envr.env)
@@ -13762,9 +13763,13 @@ class _Runner:
             arguments = read_body(inv.body, envr.stdin, envr.cwd, deadline, env=envr.env)
         log = self.log
         progress = (lambda token: ProgressLine(log, token)) if log.verbose or log.is_tty else None
-        ctx = OpContext(deadline, log, progress=progress)
-        if warm is not None:
-            ctx.sessions, ctx.on_request = warm.sessions, warm.on_request
+        ctx = OpContext(
+            deadline,
+            log,
+            progress=progress,
+            sessions=warm.sessions if warm is not None else None,
+            on_request=warm.on_request if warm is not None else None,
+        )
         self.deadline, self.ctx = deadline, ctx
         try:
             self.remote_started = True

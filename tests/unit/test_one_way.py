@@ -210,3 +210,19 @@ def test_every_resident_action_chooses_a_credential_through_the_commands_choice(
     assert [a["task_id"] for a in answers if a.get("success")] == ["a", "b"], res.stdout + res.stderr
     assert [s["status"] for s in answers[0]["result"]["servers"]] == ["disconnected"]  # resolved, not failed
     assert chosen_by_the_library == []
+
+
+# -- a Deadline and an OpContext built whole (issue 37 item 3) ----------------------------------------------------
+
+
+def test_deadline_and_opcontext_are_built_whole():
+    """The warm client's interrupt is given to the ``Deadline`` and the warm hooks to the ``OpContext`` when they
+    are made; nothing attaches them afterwards."""
+    interrupt = bkmcp.Interrupt()
+    deadline = bkmcp.Deadline(5.0, interrupt=interrupt)
+    assert deadline.interrupt is interrupt and bkmcp.Deadline(5.0).interrupt is None
+    interrupt.fire()
+    with pytest.raises(KeyboardInterrupt):
+        deadline.remaining()
+    assert re.findall(r"\w+\.interrupt\s*=(?!=)", SOURCE) == ["self.interrupt ="]  # in Deadline.__init__ only
+    assert re.findall(r"\bctx\.(?:sessions|on_request)\s*=(?!=)", SOURCE) == []
