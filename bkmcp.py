@@ -5137,6 +5137,7 @@ class OpContext:
     log: Log
     progress: Callable[[str], ProgressLine] | None = None  # token -> the line that shows that call's progress
     renewed: bool = False
+    refresh: bool = False  # the user asked for the catalogue itself (--tools, --check): a kept one is listed again
     # what a Ctrl-C has to report (docs/contract.md §7): the last request whose sending began, and whether a
     # tools/call was among them (once handed to the transport it may have reached the server)
     last_request: str | None = None
@@ -5768,23 +5769,17 @@ def discover_catalogue(session: McpSession, ctx: OpContext) -> tuple[list[dict[s
     return tools, pages, ttl_ms or 0
 
 
-def catalogue_kept_until(session: McpSession, ttl_ms: int, asked: float, *, unhinted: float | None) -> float | None:
-    """Until when a catalogue discovered on ``session`` (asked for at ``asked``, monotonic) stays fresh; None: until
-    the server says it changed. The one freshness rule of kept catalogues, the warm process's (10.5) and the
-    resident's (10.3), docs/contract.md §11.5 and §14:
+def catalogue_kept_until(ttl_ms: int, asked: float) -> float | None:
+    """Until when a catalogue asked for at ``asked`` (monotonic) stays fresh by the server's word; None: no end of
+    its own. The one freshness rule of every kept catalogue, the warm process's (10.5) and the resident's (10.3,
+    its registry cache included), docs/contract.md §11.5 and §14: a kept catalogue is fresh until the first of
 
-    - a server that declared ``tools.listChanged`` on a stream that carries its notifications at any time (stdio)
-      is believed until its ``notifications/tools/list_changed``;
-    - else a positive ``ttlMs`` (``discover_catalogue``: the smallest of its pages) says how long;
-    - else (no hint, or 0) the holder decides, ``unhinted``: the warm process lists again at its next command
-      (``asked``: the same answers as one-shot), the resident keeps it until a change is notified or asked for
-      (None: ``refresh_tools``, a changed registry row).
-
-    A ``list_changed`` ends freshness at once whatever this said (``catalogue_fresh``)."""
-    capability = (session.core.capabilities or {}).get("tools")
-    if isinstance(capability, dict) and capability.get("listChanged") is True and session.transport.shared_stream:
-        return None
-    return asked + ttl_ms / 1000 if ttl_ms > 0 else unhinted
+    - its positive ``ttlMs`` passing (``discover_catalogue``: the smallest of its pages; 0, absent or a legacy
+      server: no such end),
+    - a ``notifications/tools/list_changed`` from the server (``catalogue_fresh``'s ``changed``),
+    - the user or the platform asking for the catalogue itself (``--tools``, ``--check``, ``refresh_tools``),
+    - (resident) a change of the server's registry row."""
+    return asked + ttl_ms / 1000 if ttl_ms > 0 else None
 
 
 def catalogue_fresh(until: float | None, changed: bool, now: float) -> bool:
@@ -8955,7 +8950,8 @@ CREATE TABLE mcp_user_credentials (     -- a user's own credentials, per server
   PRIMARY KEY (user_id, server_name));
 CREATE TABLE mcp_tools_cache (          -- user_id '' for a public server
   server_name TEXT NOT NULL, user_id TEXT NOT NULL, tools TEXT NOT NULL, protocol_version TEXT,
-  fetched_at REAL NOT NULL, PRIMARY KEY (server_name, user_id));
+  fetched_at REAL NOT NULL, ttl_ms INTEGER,                     -- the server's ttlMs; NULL or 0: none
+  PRIMARY KEY (server_name, user_id));
 """
 REGISTRY_TABLES = ("mcp_servers", "mcp_credentials", "mcp_user_credentials", "mcp_tools_cache")
 REGISTRY_COLUMNS = (
@@ -9323,7 +9319,16 @@ def _redact_template(name: str, value: Any) -> Any:
 
 # -- 10.1.2 registry sources: SQLite file and HTTP endpoint (open_registry) --------------------------------------------
 
-CachedTools = tuple  # (tools: list, protocol_version: str | None, fetched_at: unix seconds)
+
+@dataclass
+class CachedTools:
+    """A catalogue kept by a registry source: the tools, the protocol version they came with, when they were
+    fetched (unix seconds) and the server's ``ttlMs`` (0: none; ``catalogue_kept_until``)."""
+
+    tools: list[Any]
+    protocol_version: str | None
+    fetched_at: float
+    ttl_ms: int = 0
 
 
 def _tools_user(server: RegistryServer | str, user_id: str | None) -> tuple[str, str]:
@@ -9358,15 +9363,20 @@ class Registry:
         return self.timeout if timeout is None else max(0.0, min(timeout, self.timeout))
 
     def load_tools(self, server: RegistryServer | str, user_id: str | None) -> CachedTools | None:
-        """The cached catalogue of ``server`` for ``user_id``: (tools, protocol_version, fetched_at) or None."""
+        """The cached catalogue of ``server`` for ``user_id``, or None."""
         with self._lock:
             return self._tools.get(_tools_user(server, user_id))
 
     def store_tools(
-        self, server: RegistryServer | str, user_id: str | None, tools: list[Any], protocol_version: str | None
+        self,
+        server: RegistryServer | str,
+        user_id: str | None,
+        tools: list[Any],
+        protocol_version: str | None,
+        ttl_ms: int = 0,
     ) -> None:
         with self._lock:
-            self._tools[_tools_user(server, user_id)] = (list(tools), protocol_version, time.time())
+            self._tools[_tools_user(server, user_id)] = CachedTools(list(tools), protocol_version, time.time(), ttl_ms)
 
     def drop_tools(self, server: str, user_id: str) -> None:
         """Forget a catalogue kept in memory (a reaped user's); what the SQLite file holds stays."""
@@ -9471,6 +9481,7 @@ class SqliteRegistry(Registry):
         self._cached: RegistryView | None = None
         self._users: dict[str, tuple[dict[str, dict[str, str]], dict[tuple[str, str], BkmcpError]]] = {}
         self._store_warned = False
+        self._cache_ttl = False  # mcp_tools_cache has the ttl_ms column (``_connect``)
         self._gone_warned = False  # the file's deletion was told (once per deletion)
         self.created = False  # this process created the file (``--resident`` warns: a mistyped path?)
         self._busy_ms = int(timeout * 1000)  # SQLite's busy timeout now (sqlite3.connect sets it to ``timeout``)
@@ -9496,6 +9507,8 @@ class SqliteRegistry(Registry):
         self._db = db
         try:
             self._ensure_schema()
+            # a registry made before the cache kept ttlMs has no such column: its catalogues have no ttlMs
+            self._cache_ttl = any(row[1] == "ttl_ms" for row in db.execute("PRAGMA table_info(mcp_tools_cache)"))
         except BaseException:
             db.close()
             raise
@@ -9664,8 +9677,8 @@ class SqliteRegistry(Registry):
                 return self._tools[key]
             try:
                 row = self._db.execute(
-                    "SELECT tools, protocol_version, fetched_at FROM mcp_tools_cache WHERE server_name = ? "
-                    "AND user_id = ?",
+                    f"SELECT tools, protocol_version, fetched_at, {'ttl_ms' if self._cache_ttl else '0'} "
+                    "FROM mcp_tools_cache WHERE server_name = ? AND user_id = ?",
                     key,
                 ).fetchone()
             except sqlite3.Error as exc:
@@ -9681,10 +9694,15 @@ class SqliteRegistry(Registry):
             return None
         if not isinstance(tools, list):
             return None
-        return tools, row[1], float(row[2])
+        return CachedTools(tools, row[1], float(row[2]), row[3] if isinstance(row[3], int) and row[3] > 0 else 0)
 
     def store_tools(
-        self, server: RegistryServer | str, user_id: str | None, tools: list[Any], protocol_version: str | None
+        self,
+        server: RegistryServer | str,
+        user_id: str | None,
+        tools: list[Any],
+        protocol_version: str | None,
+        ttl_ms: int = 0,
     ) -> None:
         """Best effort: a registry that refuses the write (read-only, locked) keeps the catalogue in memory."""
         import sqlite3
@@ -9693,10 +9711,11 @@ class SqliteRegistry(Registry):
         self._locked(self._wait(_CACHE_WRITE_WAIT), "write")
         try:
             try:
+                ttl = (", ttl_ms", ", ?", (ttl_ms,)) if self._cache_ttl else ("", "", ())
                 self._db.execute(
                     "INSERT OR REPLACE INTO mcp_tools_cache (server_name, user_id, tools, protocol_version, "
-                    "fetched_at) VALUES (?, ?, ?, ?, ?)",
-                    (*key, dump_json(list(tools)), protocol_version, time.time()),
+                    f"fetched_at{ttl[0]}) VALUES (?, ?, ?, ?, ?{ttl[1]})",
+                    (*key, dump_json(list(tools)), protocol_version, time.time(), *ttl[2]),
                 )
                 self._tools.pop(key, None)
                 return
@@ -9704,7 +9723,7 @@ class SqliteRegistry(Registry):
                 if not self._store_warned:
                     self._store_warned = True
                     self.log.warn(f"{self.source}: cannot write the tools cache ({exc}); keeping it in memory")
-            self._tools[key] = (list(tools), protocol_version, time.time())
+            self._tools[key] = CachedTools(list(tools), protocol_version, time.time(), ttl_ms)
         finally:
             self._lock.release()
 
@@ -10150,14 +10169,13 @@ class ResidentSession:
             raise ConnectionFailedError(f"server {self.server.name!r} is not connected", request_sent=False)
         return session
 
-    def list_tools(self, timeout: float) -> tuple[list[dict[str, Any]], float | None]:
+    def list_tools(self, timeout: float) -> tuple[list[dict[str, Any]], int]:
         """The usable catalogue (in the modern era without the tools whose x-mcp-header is invalid, contract.md §5)
-        and until when it stays fresh: ``catalogue_kept_until``, where a catalogue without a hint is kept until a
-        change is notified or asked for."""
-        session, ctx, asked = self._require(), self._ctx(timeout), time.monotonic()
+        and its ``ttlMs`` (``catalogue_kept_until`` says what it means)."""
+        session, ctx = self._require(), self._ctx(timeout)
         tools, _pages, ttl_ms = discover_catalogue(session, ctx)
         usable, _excluded = usable_tools(session, ctx, tools)
-        return usable, catalogue_kept_until(session, ttl_ms, asked, unhinted=None)
+        return usable, ttl_ms
 
     def call_tool(
         self, name: str, arguments: dict[str, Any], timeout: float, tool: dict[str, Any] | None
@@ -11542,15 +11560,15 @@ class Catalogues:
             ):
                 return slot.tools
             if not refresh and not stale and slot.tools is None and live is None:
-                cached = self._load(slot)  # kept from an earlier run: until a change (its ttlMs is not stored)
+                cached = self._load(slot)  # kept from an earlier run, by the same rule (its ttlMs is stored)
                 if cached is not None:
-                    slot.tools, slot.fresh_until = cached, None
+                    slot.tools, slot.fresh_until = cached
                     slot.fingerprint = _slot_fingerprint(slot, server)
-                    return cached
+                    return slot.tools
             session = self.session(command, row, slot, server, _time_left(command, timeout))
             started = time.monotonic()
             try:
-                tools, fresh_until = session.list_tools(_time_left(command, timeout))
+                tools, ttl_ms = session.list_tools(_time_left(command, timeout))
             except BkmcpError as exc:
                 self.pool.release(session)
                 self.events.emit(
@@ -11577,26 +11595,31 @@ class Catalogues:
                 ms=int((time.monotonic() - started) * 1000),
             )
             slot.tools, slot.tools_version, slot.failures = tools, session.protocol_version, 0
-            slot.fresh_until = fresh_until
-            self._store(slot)
+            slot.fresh_until = catalogue_kept_until(ttl_ms, started)
+            self._store(slot, ttl_ms)
             return tools
         finally:
             self.pool.use(slot, -1)
 
-    def _load(self, slot: _Slot) -> list[dict[str, Any]] | None:
+    def _load(self, slot: _Slot) -> tuple[list[dict[str, Any]], float | None] | None:
+        """The registry's cached catalogue of ``slot`` and until when it is fresh (monotonic; None: until a change),
+        or None: none, unreadable, or its ``ttlMs`` passed since it was fetched."""
         try:
             cached = self.registry.load_tools(slot.server, slot.user)
         except BkmcpError as exc:
             self.log.debug(f"tools cache of {slot.server!r} unreadable: {exc.code}")
             return None
-        tools = cached[0] if isinstance(cached, tuple) and cached else cached  # (tools, version, fetched_at)
-        return tools if isinstance(tools, list) else None
+        if cached is None:
+            return None
+        # its age by the wall clock (the catalogue may come from an earlier run), counted on this process's clock
+        fresh_until = catalogue_kept_until(cached.ttl_ms, time.monotonic() - (time.time() - cached.fetched_at))
+        return None if not catalogue_fresh(fresh_until, False, time.monotonic()) else (cached.tools, fresh_until)
 
-    def _store(self, slot: _Slot) -> None:
+    def _store(self, slot: _Slot, ttl_ms: int) -> None:
         if slot.tools is None:
             return
         try:
-            self.registry.store_tools(slot.server, slot.user, slot.tools, slot.tools_version)
+            self.registry.store_tools(slot.server, slot.user, slot.tools, slot.tools_version, ttl_ms)
         except BkmcpError as exc:
             self.log.debug(f"tools cache of {slot.server!r} not written: {exc.code}")
 
@@ -12931,23 +12954,24 @@ class _WarmSource(SessionSource):
             entry.lock.release()
 
     def discover(self, session: McpSession, ctx: OpContext) -> tuple[list[dict[str, Any]], int]:
-        """Discovered again on every command, unless the server said how long it stays fresh: the rule of
-        ``catalogue_kept_until``, where a catalogue without a hint is listed again (docs/contract.md §14)."""
+        """The session's kept catalogue while it is fresh by the rule of ``catalogue_kept_until`` (docs/contract.md
+        §14); ``--tools`` and ``--check`` (``ctx.refresh``) list again."""
         entry = self._kept.get(id(session))
         if entry is None:
             return discover_tools(session, ctx)
         kept, now, until = entry.catalogue, time.monotonic(), entry.fresh_until
-        if kept is not None and entry.session is session and catalogue_fresh(until, session.core.tools_stale, now):
-            why = (
-                "the server notifies its changes"
-                if until is None
-                else f"fresh for another {(until - now) * 1000:.0f} ms by its ttlMs"
-            )
+        if (
+            kept is not None
+            and not ctx.refresh
+            and entry.session is session
+            and catalogue_fresh(until, session.core.tools_stale, now)
+        ):
+            why = "until a change" if until is None else f"fresh for another {(until - now) * 1000:.0f} ms by its ttlMs"
             ctx.log.debug(f"the catalogue of {len(kept[0])} tool(s) is kept ({why})")
             return list(kept[0]), kept[1]
         tools, pages, ttl_ms = discover_catalogue(session, ctx)
-        entry.fresh_until = catalogue_kept_until(session, ttl_ms, now, unhinted=now)
-        entry.catalogue = (list(tools), pages) if catalogue_fresh(entry.fresh_until, False, now) else None
+        entry.fresh_until = catalogue_kept_until(ttl_ms, now)
+        entry.catalogue = (list(tools), pages)
         return tools, pages
 
     def done(self, session: McpSession, ctx: OpContext) -> None:
@@ -13767,6 +13791,7 @@ class _Runner:
             deadline,
             log,
             progress=progress,
+            refresh=inv.tools or inv.check,
             sessions=warm.sessions if warm is not None else None,
             on_request=warm.on_request if warm is not None else None,
         )

@@ -300,9 +300,10 @@ def test_tools_cache_is_in_memory_per_user(source: RegistrySource) -> None:
     registry.store_tools(view.servers["gitea"], "alice", [{"name": "a"}], "2025-11-25")
     registry.store_tools(view.servers["public-docs"], "alice", [{"name": "p"}], None)
     assert registry.load_tools(view.servers["gitea"], "bob") is None
-    tools, version, fetched_at = registry.load_tools(view.servers["gitea"], "alice")  # type: ignore[misc]
-    assert tools == [{"name": "a"}] and version == "2025-11-25" and fetched_at > 0
-    assert registry.load_tools(view.servers["public-docs"], "bob")[0] == [{"name": "p"}]  # type: ignore[index]
+    cached = registry.load_tools(view.servers["gitea"], "alice")
+    assert cached is not None and cached.tools == [{"name": "a"}]
+    assert cached.protocol_version == "2025-11-25" and cached.fetched_at > 0
+    assert registry.load_tools(view.servers["public-docs"], "bob").tools == [{"name": "p"}]  # type: ignore[union-attr]
     assert len(source.requests()) == 1
     registry.close()
 

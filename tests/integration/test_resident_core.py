@@ -489,7 +489,7 @@ def test_a_resident_catalogue_without_a_change_is_kept(tmp_path, resident, http_
 def test_a_resident_catalogue_past_its_ttl_is_discovered_again(tmp_path, resident, http_mock):
     """The one freshness rule (catalogue_kept_until, the warm process's too): a positive ttlMs ends freshness,
     and the server's new tools reach list_tools without refresh_tools; a stdio server that declared
-    tools.listChanged is believed until it notifies, ttlMs or not."""
+    tools.listChanged too (its ttlMs passes whatever it promises)."""
     short = http_mock({"ttl_ms": [1, 5], "page_size": 3})  # the smallest of its pages rules: 1 ms
     notifying = {"ttl_ms": 1, "capabilities": {"tools": {"listChanged": True}}}
     rows = [http_row("pub", short.url), stdio_row("st", mock_stdio(notifying, log=tmp_path / "st.log"))]
@@ -501,7 +501,7 @@ def test_a_resident_catalogue_past_its_ttl_is_discovered_again(tmp_path, residen
     assert "mcp_pub_brand_new" in names and len(names) == 11
     assert len(short.requests("tools/list")) == 4  # two pages each time
     logged = [json.loads(line) for line in (tmp_path / "st.log").read_text().splitlines()]
-    assert [entry["rpc_method"] for entry in logged].count("tools/list") == 1
+    assert [entry["rpc_method"] for entry in logged].count("tools/list") == 2
 
 
 def test_refresh_tools_failure_keeps_the_previous_catalogue(tmp_path, resident, http_mock):

@@ -554,6 +554,27 @@ def test_pool_retires_outdated_sessions_forgets_idle_users_and_trims_http(tmp_pa
     assert bkmcp.is_exhaustion(RuntimeError("can't start new thread"))
 
 
+@pytest.mark.parametrize(("age", "ttl_ms", "lists"), [(3600.0, 1000, 1), (1.0, 600000, 0), (3600.0, None, 0)])
+def test_a_cached_catalogue_read_at_start_keeps_its_ttl(tmp_path, srv, age, ttl_ms, lists):
+    """docs/contract.md §11.5: a catalogue from mcp_tools_cache is fresh until its stored ttlMs passes, counted
+    from fetched_at (here an hour ago: discovered again), else until a change (no ttlMs: used as it is)."""
+    import sqlite3
+
+    reg = tmp_path / "r.db"
+    write_registry(str(reg), [http_row("pub", srv.url)], {"pub": {}})
+    with sqlite3.connect(reg) as db:
+        db.execute(
+            "INSERT INTO mcp_tools_cache (server_name, user_id, tools, protocol_version, fetched_at, ttl_ms) "
+            "VALUES ('pub', '', ?, '2025-11-25', ?, ?)",
+            (json.dumps([mock_tool("cached_only")]), time.time() - age, ttl_ms),
+        )
+    srv.reset_log()
+    res = run_bkmcp("--resident", "--registry", str(reg), stdin=line("a", "list_tools", "u1") + "\n")
+    names = {t["name"] for t in answers(res)["a"]["result"]["tools"]}
+    assert len(srv.requests("tools/list")) == lists
+    assert ("mcp_pub_cached_only" in names) == (lists == 0), names
+
+
 def test_sqlite_registry_waits_at_most_the_time_left(tmp_path):
     """Issue 16 item 7 in-process: a locked file, or a registry lock held by another command, makes a view wait
     only the caller's time left; the tools cache gives up after its short wait."""
@@ -573,7 +594,7 @@ def test_sqlite_registry_waits_at_most_the_time_left(tmp_path):
                 registry.view("u1", timeout=0.3)
             assert registry.load_tools("pub", None) is None
             registry.store_tools("pub", None, [{"name": "t"}], None)  # refused: kept in memory
-            assert registry.load_tools("pub", None)[0] == [{"name": "t"}]
+            assert registry.load_tools("pub", None).tools == [{"name": "t"}]
         finally:
             admin.execute("ROLLBACK")
             admin.close()

@@ -38,7 +38,8 @@ CREATE TABLE mcp_user_credentials (     -- a user's own credentials, per server
   PRIMARY KEY (user_id, server_name));
 CREATE TABLE mcp_tools_cache (          -- user_id '' for a public server
   server_name TEXT NOT NULL, user_id TEXT NOT NULL, tools TEXT NOT NULL, protocol_version TEXT,
-  fetched_at REAL NOT NULL, PRIMARY KEY (server_name, user_id));
+  fetched_at REAL NOT NULL, ttl_ms INTEGER,                     -- the server's ttlMs; NULL or 0: none
+  PRIMARY KEY (server_name, user_id));
 """
 
 SECRET_USER = "SENTINEL-user-a1b2c3"
@@ -528,10 +529,37 @@ def test_tools_cache_round_trip_public_key_and_exact_numbers(registry_db) -> Non
     assert rows[0][:2] == ("own", "u1") and rows[1][:2] == ("pub", "")
     assert "12345678901234567890.5" in rows[1][2]
     loaded = registry.load_tools(view.servers["pub"], "someone-else")
-    assert loaded is not None and loaded[1] == "2025-11-25" and bkmcp.dump_json(loaded[0]) == bkmcp.dump_json(tools)
+    assert loaded is not None and loaded.protocol_version == "2025-11-25"
+    assert bkmcp.dump_json(loaded.tools) == bkmcp.dump_json(tools)
     assert registry.load_tools("own", "u1") is not None and registry.load_tools("own", "u2") is None
     db.execute("UPDATE mcp_tools_cache SET tools = 'garbage' WHERE server_name = 'own'")
     assert registry.load_tools("own", "u1") is None
+    registry.close()
+
+
+def test_the_tools_cache_keeps_the_servers_ttl(registry_db, tmp_path: Path) -> None:
+    """The one freshness rule's third store (docs/contract.md §11.3, §11.5): the cache keeps ``ttlMs`` with the
+    catalogue; a registry made before the ``ttl_ms`` column works as before, its catalogues without a ttlMs."""
+    path, db = registry_db
+    registry = bkmcp.SqliteRegistry(str(path), log=_log()[0])
+    registry.store_tools("pub", None, [{"name": "t"}], "2026-07-28", 60000)
+    assert db.execute("SELECT ttl_ms FROM mcp_tools_cache").fetchall() == [(60000,)]
+    loaded = registry.load_tools("pub", None)
+    assert loaded is not None and loaded.ttl_ms == 60000 and loaded.tools == [{"name": "t"}]
+    registry.close()
+    old = tmp_path / "old.db"
+    with sqlite3.connect(old) as made:
+        made.executescript(SPEC_SCHEMA.replace("ttl_ms INTEGER,", ""))
+    assert (
+        "ttl_ms"
+        not in sqlite3.connect(old)
+        .execute("SELECT sql FROM sqlite_master WHERE name = 'mcp_tools_cache'")
+        .fetchone()[0]
+    )
+    registry = bkmcp.SqliteRegistry(str(old), log=_log()[0])
+    registry.store_tools("pub", None, [{"name": "t"}], None, 60000)
+    loaded = registry.load_tools("pub", None)
+    assert loaded is not None and loaded.ttl_ms == 0 and loaded.tools == [{"name": "t"}]
     registry.close()
 
 
@@ -548,7 +576,7 @@ def test_read_only_registry_keeps_the_tools_cache_in_memory(registry_db) -> None
         db.execute("ROLLBACK")
     assert stream.getvalue().count("cannot write the tools cache") == 1
     loaded = registry.load_tools("pub", None)
-    assert loaded is not None and loaded[0] == [{"name": "t2"}]
+    assert loaded is not None and loaded.tools == [{"name": "t2"}]
     registry.close()
 
 
@@ -641,7 +669,9 @@ def test_import_replaces_keeps_credentials_and_clears_the_tools_cache(tmp_path: 
     with sqlite3.connect(reg) as db:
         db.execute("UPDATE mcp_servers SET isolation = 'user', enabled = 0 WHERE name = 'docs'")
         db.execute("INSERT INTO mcp_credentials VALUES ('docs', ?)", (json.dumps({"token": SECRET_SYSTEM}),))
-        db.execute("INSERT INTO mcp_tools_cache VALUES ('docs', '', '[]', NULL, 1.0)")
+        db.execute(
+            "INSERT INTO mcp_tools_cache (server_name, user_id, tools, fetched_at) VALUES ('docs', '', '[]', 1.0)"
+        )
     again = {"mcpServers": {"docs": {"type": "http", "url": "https://new.example.com/mcp"}}}
     result = run_bkmcp("--registry", str(reg), "--import", str(write_config(again, name="again.json")))
     assert result.exit_status == 0 and result.json["data"]["imported"] == ["docs"]
