@@ -9368,15 +9368,10 @@ class Registry:
             return self._tools.get(_tools_user(server, user_id))
 
     def store_tools(
-        self,
-        server: RegistryServer | str,
-        user_id: str | None,
-        tools: list[Any],
-        protocol_version: str | None,
-        ttl_ms: int = 0,
+        self, server: RegistryServer | str, user: str | None, tools: list, version: str | None, ttl_ms=0
     ) -> None:
         with self._lock:
-            self._tools[_tools_user(server, user_id)] = CachedTools(list(tools), protocol_version, time.time(), ttl_ms)
+            self._tools[_tools_user(server, user)] = CachedTools(list(tools), version, time.time(), ttl_ms)
 
     def drop_tools(self, server: str, user_id: str) -> None:
         """Forget a catalogue kept in memory (a reaped user's); what the SQLite file holds stays."""
@@ -9697,17 +9692,12 @@ class SqliteRegistry(Registry):
         return CachedTools(tools, row[1], float(row[2]), row[3] if isinstance(row[3], int) and row[3] > 0 else 0)
 
     def store_tools(
-        self,
-        server: RegistryServer | str,
-        user_id: str | None,
-        tools: list[Any],
-        protocol_version: str | None,
-        ttl_ms: int = 0,
+        self, server: RegistryServer | str, user: str | None, tools: list, version: str | None, ttl_ms=0
     ) -> None:
         """Best effort: a registry that refuses the write (read-only, locked) keeps the catalogue in memory."""
         import sqlite3
 
-        key = _tools_user(server, user_id)
+        key = _tools_user(server, user)
         self._locked(self._wait(_CACHE_WRITE_WAIT), "write")
         try:
             try:
@@ -9715,7 +9705,7 @@ class SqliteRegistry(Registry):
                 self._db.execute(
                     "INSERT OR REPLACE INTO mcp_tools_cache (server_name, user_id, tools, protocol_version, "
                     f"fetched_at{ttl[0]}) VALUES (?, ?, ?, ?, ?{ttl[1]})",
-                    (*key, dump_json(list(tools)), protocol_version, time.time(), *ttl[2]),
+                    (*key, dump_json(list(tools)), version, time.time(), *ttl[2]),
                 )
                 self._tools.pop(key, None)
                 return
@@ -9723,7 +9713,7 @@ class SqliteRegistry(Registry):
                 if not self._store_warned:
                     self._store_warned = True
                     self.log.warn(f"{self.source}: cannot write the tools cache ({exc}); keeping it in memory")
-            self._tools[key] = CachedTools(list(tools), protocol_version, time.time(), ttl_ms)
+            self._tools[key] = CachedTools(list(tools), version, time.time(), ttl_ms)
         finally:
             self._lock.release()
 
