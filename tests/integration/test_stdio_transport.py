@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -113,6 +115,51 @@ class StdioTarget:
 
     def pids(self) -> list[int]:
         return [int(p) for p in self.pid_path.read_text().split()] if self.pid_path.exists() else []
+
+
+def _run_as_another_user(argv: list[str], home: Path) -> subprocess.CompletedProcess[str]:
+    """bkmcp run by a user who is denied what the test locks: uid 65534 when the tests run as root (root passes
+    every permission check), else the test's own user. Its files live in ``home`` (0755)."""
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8", "XDG_RUNTIME_DIR": str(home)}
+    if os.geteuid() == 0:
+        assert os.access("/usr/bin/python3", os.X_OK), "the root run needs /usr/bin/python3 for uid 65534"
+        return subprocess.run(
+            ["/usr/bin/python3", *argv], capture_output=True, text=True, timeout=60, env=env, cwd=home,
+            user=65534, group=65534, extra_groups=[],
+        )  # fmt: skip
+    return subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=60, env=env, cwd=home)
+
+
+@pytest.mark.parametrize("what", ["command", "cwd"])
+def test_a_command_or_cwd_behind_a_folder_the_user_cannot_search_is_permission_denied(what):
+    """``command`` (or ``cwd``) in a folder whose parent the user may not search is not "does not exist": the error
+    says permission denied. The server never starts (its start would leave a mark file)."""
+    home = Path(tempfile.mkdtemp(prefix="bkmcp-perm-"))
+    try:
+        home.chmod(0o755)
+        shutil.copy(ROOT / "bkmcp.py", home / "bkmcp.py")
+        locked = home / "locked"
+        (locked / "bin").mkdir(parents=True)
+        mark = home / "started"
+        server = locked / "bin" / "server"
+        server.write_text(f"#!/bin/sh\ntouch {mark}\n")
+        server.chmod(0o755)
+        locked.chmod(0o700)  # owner only: the other user cannot search it (nor, as root, uid 65534)
+        entry = {"type": "stdio", "command": str(server)}
+        if what == "cwd":
+            entry = {"type": "stdio", "command": "/bin/sh", "args": ["-c", f"touch {mark}"], "cwd": str(locked / "bin")}
+        (home / "mcp.json").write_text(json.dumps({"mcpServers": {"s": entry}}))
+        (home / "mcp.json").chmod(0o644)
+        if os.geteuid() != 0:
+            locked.chmod(0o600)  # not even searchable by its owner
+        res = _run_as_another_user([str(home / "bkmcp.py"), "--config", str(home / "mcp.json"), "s", "--check"], home)
+        error = json.loads(res.stdout)["error"]
+        assert res.returncode == 2 and error["code"] == "mcp_connection_error", res.stdout + res.stderr
+        assert "permission denied" in error["message"] and "does not exist" not in error["message"], error
+        assert not mark.exists()
+    finally:
+        locked.chmod(0o700)
+        shutil.rmtree(home)
 
 
 @pytest.fixture

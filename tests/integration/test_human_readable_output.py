@@ -1,6 +1,6 @@
-"""Issue 28 point 10, the smaller defects, each on the real wire (HTTP on 127.0.0.1, a real pseudo-terminal):
-the ``mcp_cancelled`` envelope pretty-printed on a terminal like every other envelope, tool help's ``--body``
-example without optional booleans, the array-flag error's example for a string array."""
+"""What a person reads, on the real wire (HTTP on 127.0.0.1, a real pseudo-terminal): the ``mcp_cancelled``
+envelope pretty-printed on a terminal like every other envelope, tool help's ``--body`` example without optional
+booleans, the array-flag error's example for a string array."""
 
 from __future__ import annotations
 
