@@ -2,6 +2,9 @@
 
 These prove the mock speaks the MCP wire correctly (per era), that every fault does what it says, and that the
 request log records what the server received. bkmcp's own integration tests build on this mock.
+
+Longer than 1,500 lines because it is the mock's specification in one place: every section below drives the mock
+through the same tiny client, in the order of docs/mock_server.md; split, each part would repeat that client.
 """
 
 from __future__ import annotations

@@ -297,3 +297,29 @@ def test_every_user_facing_option_is_named_on_a_room_line_of_the_docstring():
     assert {"--tools", "--brief", "--sessions", "--keep-alive", "--raw", "--jq", "--idle-timeout"} <= options
     listing = " ".join(_docstring_lines().values())
     assert sorted(o for o in options if not re.search(re.escape(o) + r"(?![a-z-])", listing)) == []
+
+
+# -- issue 37 item 4: test files a reader can take in ------------------------------------------------------------------
+
+TEST_FILE_BUDGET = 1500  # lines of one test file, unless its docstring says why it is longer
+_LONGER_BECAUSE = "Longer than 1,500 lines because"
+
+
+def _long_test_files() -> list[str]:
+    long = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        if "node_modules" in path.parts:
+            continue
+        text = path.read_text(encoding="utf-8")
+        if text.count("\n") > TEST_FILE_BUDGET and _LONGER_BECAUSE not in (ast.get_docstring(ast.parse(text)) or ""):
+            long.append(str(path.relative_to(ROOT)))
+    return long
+
+
+def test_no_test_file_passes_its_budget_without_saying_why():
+    assert _long_test_files() == []
+
+
+def test_test_files_are_named_after_an_area_not_an_issue():
+    named_after_issues = [p.name for p in (ROOT / "tests").rglob("test_*.py") if re.search(r"_\d+\.py$", p.name)]
+    assert named_after_issues == []
