@@ -302,6 +302,23 @@ def everything_stdio_command() -> list[str]:
     return resolve_everything() + ["stdio"]
 
 
+# The tools server-everything (the pinned version) lists.
+EVERYTHING_TOOLS = {
+    "echo",
+    "get-annotated-message",
+    "get-env",
+    "get-resource-links",
+    "get-resource-reference",
+    "get-structured-content",
+    "get-sum",
+    "get-tiny-image",
+    "gzip-file-as-resource",
+    "toggle-simulated-logging",
+    "toggle-subscriber-updates",
+    "trigger-long-running-operation",
+    "simulate-research-query",
+}
+
 # The tools every variant of the SDK interop server lists.
 SDK_TOOLS = {
     "add",

@@ -28,7 +28,14 @@ from resident_harness import Resident, stdio_row, write_registry
 
 import bkmcp
 from tests.helpers import ROOT, run_bkmcp, until, write_mcp_json
-from tests.integration.conftest_interop import INTEROP_DIR, InteropUnavailable, _unavailable, real_stdio_command
+from tests.integration.conftest_interop import (
+    EVERYTHING_TOOLS,
+    INTEROP_DIR,
+    SDK_TOOLS,
+    InteropUnavailable,
+    _unavailable,
+    real_stdio_command,
+)
 from tests.tool_shape_checkers import check_listing
 
 pytestmark = [pytest.mark.integration, pytest.mark.interop]
@@ -147,21 +154,7 @@ SPECS = {
     "sdk2": Spec(
         "sdk2",
         MODERN,
-        {
-            "add",
-            "echo",
-            "greet",
-            "choose",
-            "summarize",
-            "echo_float",
-            "echo_json",
-            "fail",
-            "fail_tool_error",
-            "weather",
-            "no_args",
-            "ns.tool-name_v2",
-            "slow",
-        },
+        SDK_TOOLS,
         [
             Call("add", ("--a", "19", "--b", "23"), {"a": 19, "b": 23}, '"result": 42'),
             Call("echo", ("--text", "hi", "--upper=true"), {"text": "hi", "upper": True}, '"result": "HI"'),
@@ -201,21 +194,7 @@ SPECS = {
     "everything": Spec(
         "everything",
         LEGACY,
-        {
-            "echo",
-            "get-annotated-message",
-            "get-env",
-            "get-resource-links",
-            "get-resource-reference",
-            "get-structured-content",
-            "get-sum",
-            "get-tiny-image",
-            "gzip-file-as-resource",
-            "toggle-simulated-logging",
-            "toggle-subscriber-updates",
-            "trigger-long-running-operation",
-            "simulate-research-query",
-        },
+        EVERYTHING_TOOLS,
         [
             Call("get-sum", ("--a", "19", "--b", "23"), {"a": 19, "b": 23}, "42"),
             Call(
