@@ -7,10 +7,13 @@ from __future__ import annotations
 import io
 import json
 import os
+import select
+import shlex
+import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +21,10 @@ from typing import Any
 import bkmcp
 
 ROOT = Path(__file__).resolve().parent.parent
+MOCK_SCRIPT = ROOT / "mock_server" / "mcp_mock.py"
+DOCS = ROOT / "docs"
+README_EN, README_ZH = ROOT / "README.md", ROOT / "README_zh.md"
+USER_GUIDE, RESIDENT, RESIDENT_REGISTRY = DOCS / "user-guide.md", DOCS / "resident.md", DOCS / "resident-registry.md"
 
 VERSIONS = bkmcp.SUPPORTED_VERSIONS  # ("2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28")
 LEGACY = VERSIONS[:3]
@@ -96,6 +103,17 @@ def run_bkmcp(
     return Result(status, out.getvalue(), err.getvalue())
 
 
+def proc_stats() -> Iterator[tuple[int, list[bytes]]]:
+    """(pid, the fields of ``/proc/PID/stat`` after the command name: state, ppid, pgrp, …) of every process of this
+    machine; one gone meanwhile is left out."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                yield int(entry), Path(f"/proc/{entry}/stat").read_bytes().rsplit(b")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+
+
 def process_running(pid: int) -> bool:
     """Process ``pid`` exists and is not a zombie (a killed orphan waits for init to reap it)."""
     try:
@@ -103,6 +121,41 @@ def process_running(pid: int) -> bool:
             return handle.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
     except (OSError, IndexError):
         return False
+
+
+def sigkill_each(ids: Iterable[int], kill: Any = os.kill) -> None:
+    """Test teardown: SIGKILL each process (``kill=os.killpg``: each process group); one already gone is fine."""
+    for target in ids:
+        try:
+            kill(target, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def kill_groups(*procs: subprocess.Popen) -> None:
+    """Test teardown: SIGKILL the process group of each child started with ``start_new_session=True``, and reap it."""
+    sigkill_each([proc.pid for proc in procs], os.killpg)
+    for proc in procs:
+        proc.wait(30)
+
+
+def read_terminal(master: int, proc: subprocess.Popen, deadline: float) -> bytes:
+    """What the children write to a pseudo-terminal (``master`` its parent end), until every writer is gone (EIO or
+    EOF), ``proc`` ended with nothing left to read, or ``time.monotonic()`` passes ``deadline`` (a safety net)."""
+    terminal = b""
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 0.2)
+        if ready:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: every writer of the terminal is gone
+                break
+            if not chunk:
+                break
+            terminal += chunk
+        elif proc.poll() is not None:
+            break
+    return terminal
 
 
 def until(predicate: Any, what: str, timeout: float = 60.0, interval: float = 0.02) -> None:
@@ -261,15 +314,14 @@ def attached(transport: Any) -> tuple[bkmcp.ClientSession, list]:
 def group_watchdogs_of(parent: int) -> list[int]:
     """The group watchdogs ``parent`` started (its children running ``python -I -S -c``)."""
     found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
+    for pid, stat in proc_stats():
+        if int(stat[1]) == parent and stat[0] not in (b"Z", b"X"):
             try:
-                stat = Path(f"/proc/{entry}/stat").read_bytes().rsplit(b")", 1)[1].split()
-                argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-            except (OSError, IndexError):
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
                 continue
-            if int(stat[1]) == parent and argv[1:4] == [b"-I", b"-S", b"-c"] and stat[0] not in (b"Z", b"X"):
-                found.append(int(entry))
+            if argv[1:4] == [b"-I", b"-S", b"-c"]:
+                found.append(pid)
     return found
 
 
@@ -284,3 +336,44 @@ def pids_running(marker: str) -> list[int]:
         except OSError:  # gone meanwhile, or not ours to read
             continue
     return found
+
+
+def body_example(text: str) -> Any:
+    """The JSON of tool help's ``--body`` example, read back the way a shell would."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("--body example"))
+    block = []
+    for line in lines[start + 1 :]:
+        if not line.strip() or line.strip().startswith("("):
+            break
+        block.append(line)
+    words = shlex.split("\n".join(block))
+    return bkmcp.parse_json(words[words.index("--body") + 1])
+
+
+def object_tool(name: str, properties: dict[str, Any], *, schema: Any = None, **fields: Any) -> dict[str, Any]:
+    """A tool definition ``{"name", **fields, "inputSchema": {"type": "object", "properties", **schema}}``: the
+    keys in that order (``schema`` holds ``required``, ``$defs``, …)."""
+    return {"name": name, **fields, "inputSchema": {"type": "object", "properties": properties, **(schema or {})}}
+
+
+def stdio_mock_entry(folder: Path, scenario: Any, version: str | None = None) -> tuple[dict[str, Any], Path]:
+    """An mcp.json ``type: stdio`` entry that runs mock_server/mcp_mock.py on ``scenario`` (written to
+    ``folder/scenario.json``), and the path of the JSON-lines request log it writes (``folder/log.jsonl``)."""
+    spec, log = folder / "scenario.json", folder / "log.jsonl"
+    spec.write_text(json.dumps(scenario), encoding="utf-8")
+    entry: dict[str, Any] = {
+        "type": "stdio",
+        "command": sys.executable,
+        "args": [str(MOCK_SCRIPT), "--stdio", "--scenario", str(spec), "--log", str(log)],
+    }
+    if version:
+        entry["protocolVersion"] = version
+    return entry, log
+
+
+def stdio_mock_log(path: Path) -> list[dict[str, Any]]:
+    """The entries of a stdio mock's JSON-lines request log (none before it wrote one)."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]

@@ -13,7 +13,7 @@ import pytest
 
 import bkmcp
 from mock_server.mcp_mock import mock_tool
-from tests.helpers import run_bkmcp, write_mcp_json
+from tests.helpers import run_bkmcp, stdio_mock_entry, stdio_mock_log, write_mcp_json
 
 pytestmark = [pytest.mark.integration]
 
@@ -623,31 +623,16 @@ def test_sdk_model_enum_and_optional_dict_by_flags(sdk) -> None:
 @pytest.fixture
 def stdio_target(tmp_path):
     """A config whose server ``s`` runs the mock on stdio; returns (run, received tools/call bodies)."""
-    import sys
-    from pathlib import Path
-
-    mock_script = str(Path(__file__).resolve().parents[2] / "mock_server" / "mcp_mock.py")
 
     def make(version: str | None = None) -> tuple[Any, Any]:
-        scenario, log = tmp_path / "scenario.json", tmp_path / "log.jsonl"
-        scenario.write_text(json.dumps(SCENARIO), encoding="utf-8")
-        entry: dict[str, Any] = {
-            "type": "stdio",
-            "command": sys.executable,
-            "args": [mock_script, "--stdio", "--scenario", str(scenario), "--log", str(log)],
-        }
-        if version:
-            entry["protocolVersion"] = version
+        entry, log = stdio_mock_entry(tmp_path, SCENARIO, version)
         config = write_mcp_json(tmp_path, {"s": entry})
 
         def run(*args: str) -> Any:
             return run_bkmcp("--config", str(config), "--timeout", "20s", "s", *args)
 
         def calls() -> list[str]:
-            if not log.exists():
-                return []
-            entries = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines() if line]
-            return [e["body"] for e in entries if e.get("rpc_method") == "tools/call"]
+            return [e["body"] for e in stdio_mock_log(log) if e.get("rpc_method") == "tools/call"]
 
         return run, calls
 

@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import os
 import pty
-import select
-import shlex
 import signal
 import subprocess
 import sys
@@ -18,16 +16,12 @@ from pathlib import Path
 import pytest
 
 from mock_server.mcp_mock import mock_tool
-from tests.helpers import until
+from tests.helpers import body_example, read_terminal, sigint_as_in_a_terminal, until
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 CAP_S = 60.0  # a safety net only: the command ends within a second or two of its Ctrl-C
-
-
-def _default_sigint() -> None:  # the child gets the handler a terminal session has, even from a background shell
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def test_cancelled_envelope_is_pretty_on_a_terminal(mock) -> None:
@@ -42,27 +36,14 @@ def test_cancelled_envelope_is_pretty_on_a_terminal(mock) -> None:
             stderr=subprocess.PIPE,
             env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(target.config.parent)},
             start_new_session=True,
-            preexec_fn=_default_sigint,
+            preexec_fn=sigint_as_in_a_terminal,
         )
     finally:
         os.close(slave)
-    terminal = b""
     try:
         until(lambda: target.count("tools/call") == 1, "the call reached the server", CAP_S)  # outcome now unknown
         proc.send_signal(signal.SIGINT)
-        deadline = time.monotonic() + CAP_S
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([master], [], [], 0.2)
-            if ready:
-                try:
-                    chunk = os.read(master, 65536)
-                except OSError:  # EIO: the child is gone
-                    break
-                if not chunk:
-                    break
-                terminal += chunk
-            elif proc.poll() is not None:
-                break
+        terminal = read_terminal(master, proc, time.monotonic() + CAP_S)
         status = proc.wait(timeout=CAP_S)
     finally:
         os.close(master)
@@ -78,19 +59,6 @@ def test_cancelled_envelope_is_pretty_on_a_terminal(mock) -> None:
     assert text.startswith('{\n  "ok": false,\n'), text  # indented like every envelope on a terminal
     assert target.srv.wait_for("notifications/cancelled", timeout=CAP_S)  # and the server heard of it
     assert target.count("tools/call") == 1
-
-
-def body_example(text: str) -> dict:
-    """The JSON of tool help's ``--body`` example, read back the way a shell would."""
-    lines = text.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("--body example"))
-    block = []
-    for line in lines[start + 1 :]:
-        if not line.strip() or line.strip().startswith("("):
-            break
-        block.append(line)
-    words = shlex.split("\n".join(block))
-    return json.loads(words[words.index("--body") + 1])
 
 
 THINK = {

@@ -27,6 +27,8 @@ from tests.helpers import (
     LEGACY,
     VERSIONS,
     before_the_answer_was_due,
+    kill_groups,
+    proc_stats,
     process_running,
     run_bkmcp,
     until,
@@ -983,25 +985,11 @@ def test_group_watchdog_kills_the_groups_still_recorded_when_its_pipe_ends():
         assert doomed.wait(30) == -signal.SIGKILL
         assert kept.poll() is None
     finally:
-        for proc in (kept, doomed):
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
-            proc.wait(30)
+        kill_groups(kept, doomed)
 
 
 def _group_members(pgid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                fields = Path(f"/proc/{entry}/stat").read_bytes().rsplit(b")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            if fields[2] == str(pgid).encode() and fields[0] not in (b"Z", b"X"):
-                found.append(int(entry))
-    return found
+    return [pid for pid, stat in proc_stats() if stat[2] == str(pgid).encode() and stat[0] not in (b"Z", b"X")]
 
 
 def test_group_watchdog_killed_is_replaced_and_told_the_recorded_groups(monkeypatch):
@@ -1032,12 +1020,7 @@ def test_group_watchdog_killed_is_replaced_and_told_the_recorded_groups(monkeypa
         assert kept.poll() is None
         assert bkmcp._process_ended(first)  # reaped already
     finally:
-        for proc in (kept, doomed):
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
-            proc.wait(30)
+        kill_groups(kept, doomed)
         if first_end is not None:
             os.close(first_end)
 

@@ -95,6 +95,12 @@ class World:
             timeout=120,
         )
 
+    def start(self, *args: str) -> subprocess.Popen:
+        """``bkmcp ARGS`` started in the background, stdout and stderr on pipes (``communicate`` reads them)."""
+        return subprocess.Popen(
+            self.argv(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env, cwd=self.tmp
+        )
+
     def sessions(self) -> dict[str, Any]:
         done = self.run("--sessions")
         assert done.returncode == 0, done.stderr
@@ -331,16 +337,7 @@ def test_a_warm_session_keeps_server_state_and_one_shot_does_not(world):
 
 
 def test_simultaneous_first_calls_start_exactly_one_process(world):
-    procs = [
-        subprocess.Popen(
-            world.argv("hm", "echo", "--text", f"first-{i}", "--keep-alive"),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=world.env,
-            cwd=world.tmp,
-        )
-        for i in range(50)
-    ]
+    procs = [world.start("hm", "echo", "--text", f"first-{i}", "--keep-alive") for i in range(50)]
     outputs = [p.communicate(timeout=120) for p in procs]
     assert all(p.returncode == 0 for p in procs), [err for _, err in outputs if err][:3]
     assert all(err == b"" for _, err in outputs)
@@ -865,16 +862,7 @@ def test_never_more_than_32_warm_sessions_while_many_open_together(world):
             "args": ["-c", wait_all, st["command"], *st["args"]],
         }
     write_mcp_json(world.config, world.servers)
-    procs = [
-        subprocess.Popen(
-            world.argv(f"s{i}", "echo", "--text", f"s{i}", "--keep-alive"),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=world.env,
-            cwd=world.tmp,
-        )
-        for i in range(40)
-    ]
+    procs = [world.start(f"s{i}", "echo", "--text", f"s{i}", "--keep-alive") for i in range(40)]
     outputs = [p.communicate(timeout=300) for p in procs]
     assert all(p.returncode == 0 for p in procs), [err for _, err in outputs if err][:3]
     for i, (out, _err) in enumerate(outputs):

@@ -10,6 +10,7 @@ from test_schema_flags import ALL_TYPES, PYDANTIC, ZOD, make_tool
 
 import bkmcp
 from bkmcp import JsonNumber, parse_json, render_tool_help, validate_arguments
+from tests.helpers import body_example
 
 RICH = {
     "name": "search_reports",
@@ -42,19 +43,6 @@ RICH = {
         "required": ["keyword", "timeout"],
     },
 }
-
-
-def body_example(text: str) -> Any:
-    """The JSON of the generated ``--body`` example, read back the way a shell would."""
-    lines = text.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("--body example"))
-    block = []
-    for line in lines[start + 1 :]:
-        if not line.strip() or line.strip().startswith("("):
-            break
-        block.append(line)
-    words = shlex.split("\n".join(block))
-    return parse_json(words[words.index("--body") + 1])
 
 
 def assert_fits_80(text: str) -> None:
