@@ -4,16 +4,21 @@ mcp.json, the protocol versions, the fuzz budget. Fixtures live in the conftest.
 
 from __future__ import annotations
 
+import fcntl
 import io
 import json
 import os
+import pty
 import select
 import shlex
 import signal
+import struct
 import subprocess
 import sys
+import termios
 import time
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +33,8 @@ USER_GUIDE, RESIDENT, RESIDENT_REGISTRY = DOCS / "user-guide.md", DOCS / "reside
 
 VERSIONS = bkmcp.SUPPORTED_VERSIONS  # ("2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28")
 LEGACY = VERSIONS[:3]
+# JSON texts with a syntax error (and a position to report), shared by the JSON parser's tests
+JSON_SYNTAX_TYPOS = ["{bad", '{"a": 1,}', '{"a": "unterminated', '{"a": 1e}', "[1, 2,]", '{"a" 1}']
 # Hypothesis examples per property test: CI sets BKMCP_FUZZ_EXAMPLES=2000, the default keeps `make unit` quick.
 FUZZ_EXAMPLES = int(os.environ.get("BKMCP_FUZZ_EXAMPLES", "300"))
 
@@ -139,6 +146,34 @@ def kill_groups(*procs: subprocess.Popen) -> None:
         proc.wait(30)
 
 
+@contextmanager
+def child_on_a_pty(
+    argv: list[str], terminal: str, *, columns: int | None = None, **popen: Any
+) -> Iterator[tuple[subprocess.Popen, int]]:
+    """``argv`` started in a session of its own with its ``terminal`` ("stdout" or "stderr") on a new
+    pseudo-terminal (``columns`` wide when given) and the other on a pipe, stdin empty; yields (the process, the
+    terminal's parent end). On exit the parent end and the pipe are closed and a child still running is killed with
+    its group."""
+    master, slave = pty.openpty()
+    if columns:
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, columns, 0, 0))
+    streams = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, terminal: slave}
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True, **streams, **popen)
+    finally:
+        os.close(slave)
+    try:
+        yield proc, master
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+
+
 def read_terminal(master: int, proc: subprocess.Popen, deadline: float) -> bytes:
     """What the children write to a pseudo-terminal (``master`` its parent end), until every writer is gone (EIO or
     EOF), ``proc`` ended with nothing left to read, or ``time.monotonic()`` passes ``deadline`` (a safety net)."""
@@ -190,6 +225,18 @@ def write_mcp_json(
     if mode is not None:
         path.chmod(mode)
     return path
+
+
+def routed_options() -> set[str]:
+    """Every option name of section 11's argv routing tables (the one-shot CLI's, the registry's, the resident's)."""
+    tables = (
+        bkmcp._VALUE_OPTIONS,
+        bkmcp._FLAG_OPTIONS,
+        bkmcp._REGISTRY_VALUE_OPTIONS,
+        bkmcp._REGISTRY_FLAG_OPTIONS,
+        bkmcp._RESIDENT_OPTIONS,
+    )
+    return {name for table in tables for name in table}
 
 
 def resident_options(registry: str, *options: str) -> bkmcp.ResidentOptions:

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-import pty
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -16,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from mock_server.mcp_mock import mock_tool
-from tests.helpers import body_example, read_terminal, sigint_as_in_a_terminal, until
+from tests.helpers import body_example, child_on_a_pty, read_terminal, sigint_as_in_a_terminal, until
 
 pytestmark = pytest.mark.integration
 
@@ -26,32 +24,13 @@ CAP_S = 60.0  # a safety net only: the command ends within a second or two of it
 
 def test_cancelled_envelope_is_pretty_on_a_terminal(mock) -> None:
     target = mock({"tools": [mock_tool("slow", "slow", ms=20_000)]}, protocol_version="2025-11-25")
-    master, slave = pty.openpty()
     argv = [sys.executable, str(ROOT / "bkmcp.py"), "--config", str(target.config), target.name, "slow", "--body", "{}"]
-    try:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=slave,
-            stderr=subprocess.PIPE,
-            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(target.config.parent)},
-            start_new_session=True,
-            preexec_fn=sigint_as_in_a_terminal,
-        )
-    finally:
-        os.close(slave)
-    try:
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(target.config.parent)}
+    with child_on_a_pty(argv, "stdout", env=env, preexec_fn=sigint_as_in_a_terminal) as (proc, master):
         until(lambda: target.count("tools/call") == 1, "the call reached the server", CAP_S)  # outcome now unknown
         proc.send_signal(signal.SIGINT)
         terminal = read_terminal(master, proc, time.monotonic() + CAP_S)
         status = proc.wait(timeout=CAP_S)
-    finally:
-        os.close(master)
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        assert proc.stderr is not None
-        proc.stderr.close()
     text = terminal.decode().replace("\r\n", "\n")
     assert status == 130, text
     envelope = json.loads(text)

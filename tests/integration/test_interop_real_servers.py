@@ -19,6 +19,7 @@ import json
 import os
 import subprocess
 import sys
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -301,11 +302,8 @@ def _pids_with(test: Any) -> list[int]:
 
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory: pytest.TempPathFactory):
-    made = Bed(tmp_path_factory.mktemp("real-servers"))
-    try:
+    with closing(Bed(tmp_path_factory.mktemp("real-servers"))) as made:
         yield made
-    finally:
-        made.close()
 
 
 @pytest.fixture(scope="module")

@@ -6,22 +6,18 @@ what it is without progress. Without a terminal and without ``-v`` no token is s
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import pty
 import signal
-import struct
 import subprocess
 import sys
-import termios
 import time
 from pathlib import Path
 
 import pytest
 
 from mock_server.mcp_mock import mock_tool
-from tests.helpers import read_terminal, write_mcp_json
+from tests.helpers import child_on_a_pty, read_terminal, write_mcp_json
 
 pytestmark = pytest.mark.integration
 
@@ -33,22 +29,8 @@ CAP_S = 60.0  # hard safety net only; the commands take well under a few seconds
 def run_with_terminal_stderr(argv: list[str], env: dict[str, str]) -> tuple[int, str, str]:
     """Run ``argv`` with stderr on a pseudo-terminal (120 columns) and stdout on a pipe; (status, stdout, the
     terminal's bytes as text). Bounded: the process group is killed after CAP_S."""
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 120, 0, 0))
-    try:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=slave,
-            env=env,
-            cwd=str(ROOT),
-            start_new_session=True,
-        )
-    finally:
-        os.close(slave)
-    deadline = time.monotonic() + CAP_S
-    try:
+    with child_on_a_pty(argv, "stderr", columns=120, env=env, cwd=str(ROOT)) as (proc, master):
+        deadline = time.monotonic() + CAP_S
         terminal = read_terminal(master, proc, deadline)
         if time.monotonic() > deadline:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -56,13 +38,6 @@ def run_with_terminal_stderr(argv: list[str], env: dict[str, str]) -> tuple[int,
         assert proc.stdout is not None
         stdout = proc.stdout.read().decode()
         status = proc.wait(timeout=CAP_S)
-    finally:
-        os.close(master)
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
     return status, stdout, terminal.decode("utf-8", "replace")
 
 

@@ -874,20 +874,7 @@ def test_stdio_ctrl_c_sends_cancelled_then_shuts_down(stdio_mock, version):
 def test_stdio_inherited_environment_selection():
     import bkmcp
 
-    env = {
-        "PATH": "/bin",
-        "HOME": "/h",
-        "LC_ALL": "C",
-        "LC_MESSAGES": "C",
-        "LANG": "C.UTF-8",
-        "SYSTEMROOT": "C:\\W",
-        "AWS_SECRET_ACCESS_KEY": "x",
-        "HTTPS_PROXY": "p",
-        "PYTHONPATH": "/p",
-        "BK_CLI_CONFIG_DIR": "/c",
-        "LD_PRELOAD": "evil.so",
-    }
-    assert bkmcp.select_inherited_env(env) == {
+    inherited = {
         "PATH": "/bin",
         "HOME": "/h",
         "LC_ALL": "C",
@@ -895,6 +882,9 @@ def test_stdio_inherited_environment_selection():
         "LANG": "C.UTF-8",
         "SYSTEMROOT": "C:\\W",
     }
+    others = {"AWS_SECRET_ACCESS_KEY": "x", "HTTPS_PROXY": "p", "PYTHONPATH": "/p", "BK_CLI_CONFIG_DIR": "/c"}
+    env = {**inherited, **others, "LD_PRELOAD": "evil.so"}
+    assert bkmcp.select_inherited_env(env) == inherited
     stdio = bkmcp.ServerConfig(name="s", type="stdio", config_file="/f", command="srv")
     http = bkmcp.ServerConfig(name="h", type="http", config_file="/f", url="https://example.com/mcp")
     assert bkmcp.resolve_server(stdio, env).inherited_env["PATH"] == "/bin"
