@@ -398,10 +398,17 @@ def body_example(text: str) -> Any:
     return bkmcp.parse_json(words[words.index("--body") + 1])
 
 
-def object_tool(name: str, properties: dict[str, Any], *, schema: Any = None, **fields: Any) -> dict[str, Any]:
-    """A tool definition ``{"name", **fields, "inputSchema": {"type": "object", "properties", **schema}}``: the
-    keys in that order (``schema`` holds ``required``, ``$defs``, …)."""
-    return {"name": name, **fields, "inputSchema": {"type": "object", "properties": properties, **(schema or {})}}
+def object_tool(
+    name: str, properties: dict[str, Any], required: list[str] | None = None, *, defs: Any = None, **fields: Any
+) -> dict[str, Any]:
+    """A tool definition: ``{"name", **fields, "inputSchema": {"type": "object", "properties", "required", "$defs"}}``
+    (``required`` and ``$defs`` when given; a field whose key is no Python name goes in as ``**{"x-mock": …}``)."""
+    schema: dict[str, Any] = {"type": "object", "properties": properties}
+    if required is not None:
+        schema["required"] = required
+    if defs is not None:
+        schema["$defs"] = defs
+    return {"name": name, **fields, "inputSchema": schema}
 
 
 def stdio_mock_entry(folder: Path, scenario: Any, version: str | None = None) -> tuple[dict[str, Any], Path]:

@@ -13,7 +13,7 @@ import pytest
 
 import bkmcp
 from mock_server.mcp_mock import mock_tool
-from tests.helpers import run_bkmcp, stdio_mock_entry, stdio_mock_log, write_mcp_json
+from tests.helpers import object_tool, run_bkmcp, stdio_mock_entry, stdio_mock_log, write_mcp_json
 
 pytestmark = [pytest.mark.integration]
 
@@ -402,37 +402,31 @@ THINK_TOOL = mock_tool(
     },
     required=["thought", "nextThoughtNeeded", "thoughtNumber"],
 )
-SHRIMP_TOOL = {
-    "name": "name_shrimp",
-    "x-mock": "echo",
-    "inputSchema": {
-        "type": "object",
-        "properties": {
-            "tank": {"$ref": "#/$defs/Tank"},
-            "color": {"$ref": "#/$defs/Color"},
-            "extra": {"anyOf": [{"$ref": "#/$defs/Tank"}, {"type": "null"}], "default": None},
-        },
-        "required": ["tank"],
-        "$defs": {
-            "Color": {"enum": ["red", "green"], "title": "Color", "type": "string"},
-            "Tank": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
-        },
+SHRIMP_TOOL = object_tool(
+    "name_shrimp",
+    {
+        "tank": {"$ref": "#/$defs/Tank"},
+        "color": {"$ref": "#/$defs/Color"},
+        "extra": {"anyOf": [{"$ref": "#/$defs/Tank"}, {"type": "null"}], "default": None},
     },
-}
-UNFOLLOWABLE_TOOL = {
-    "name": "unfollowable",
-    "x-mock": "echo",
-    "inputSchema": {
-        "type": "object",
-        "properties": {
-            "doc": {"$ref": "https://example.invalid/doc.json"},
-            "node": {"$ref": "#/$defs/Node"},
-            "n": {"type": "integer"},
-        },
-        "required": ["doc"],
-        "$defs": {"Node": {"$ref": "#/$defs/Node"}},
+    ["tank"],
+    defs={
+        "Color": {"enum": ["red", "green"], "title": "Color", "type": "string"},
+        "Tank": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
     },
-}
+    **{"x-mock": "echo"},
+)
+UNFOLLOWABLE_TOOL = object_tool(
+    "unfollowable",
+    {
+        "doc": {"$ref": "https://example.invalid/doc.json"},
+        "node": {"$ref": "#/$defs/Node"},
+        "n": {"type": "integer"},
+    },
+    ["doc"],
+    defs={"Node": {"$ref": "#/$defs/Node"}},
+    **{"x-mock": "echo"},
+)
 SCENARIO_27 = {"tools": [THINK_TOOL, SHRIMP_TOOL, UNFOLLOWABLE_TOOL]}
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from mock_server.mcp_mock import mock_tool
-from tests.helpers import body_example, child_on_a_pty, read_terminal, sigint_as_in_a_terminal, until
+from tests.helpers import body_example, child_on_a_pty, object_tool, read_terminal, sigint_as_in_a_terminal, until
 
 pytestmark = pytest.mark.integration
 
@@ -40,22 +40,19 @@ def test_cancelled_envelope_is_pretty_on_a_terminal(mock) -> None:
     assert target.count("tools/call") == 1
 
 
-THINK = {
-    "name": "think",
-    "description": "a sequential-thinking style tool",
-    "inputSchema": {
-        "type": "object",
-        "properties": {
-            "thought": {"type": "string"},
-            "nextThoughtNeeded": {"type": "boolean"},
-            "isRevision": {"type": "boolean"},
-            "branchy": {"type": ["boolean", "null"]},
-            "quiet": {"type": "boolean", "default": False},
-            "options": {"type": "object", "properties": {"deep": {"type": "boolean"}, "n": {"type": "integer"}}},
-        },
-        "required": ["thought", "nextThoughtNeeded"],
+THINK = object_tool(
+    "think",
+    {
+        "thought": {"type": "string"},
+        "nextThoughtNeeded": {"type": "boolean"},
+        "isRevision": {"type": "boolean"},
+        "branchy": {"type": ["boolean", "null"]},
+        "quiet": {"type": "boolean", "default": False},
+        "options": {"type": "object", "properties": {"deep": {"type": "boolean"}, "n": {"type": "integer"}}},
     },
-}
+    ["thought", "nextThoughtNeeded"],
+    description="a sequential-thinking style tool",
+)
 
 
 def test_tool_help_body_example_leaves_optional_booleans_out(mock) -> None:

@@ -31,6 +31,7 @@ from mock_server.mcp_mock import (  # noqa: E402
     mock_tool,
     normalize_scenario,
 )
+from tests.helpers import object_tool  # noqa: E402
 
 MOCK = ROOT / "mock_server" / "mcp_mock.py"
 ACCEPT = "application/json, text/event-stream"
@@ -450,18 +451,15 @@ def test_modern_discover_supported_versions_override(client):
 
 
 def test_modern_param_headers(client):
-    tool = {
-        "name": "geo",
-        "inputSchema": {
-            "type": "object",
-            "properties": {
-                "region": {"type": "string", "x-mcp-header": "Region"},
-                "n": {"type": "integer", "x-mcp-header": "N"},
-                "flag": {"type": "boolean", "x-mcp-header": "Flag"},
-                "note": {"type": "string"},
-            },
+    tool = object_tool(
+        "geo",
+        {
+            "region": {"type": "string", "x-mcp-header": "Region"},
+            "n": {"type": "integer", "x-mcp-header": "N"},
+            "flag": {"type": "boolean", "x-mcp-header": "Flag"},
+            "note": {"type": "string"},
         },
-    }
+    )
     srv, c = client({"tools": [tool]})
     args = {"region": "eu-west", "n": 3, "flag": True, "note": "x"}
     ok = c.modern(

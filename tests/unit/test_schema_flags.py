@@ -23,6 +23,7 @@ from bkmcp import (
     parse_tool_arguments,
     validate_arguments,
 )
+from tests.helpers import object_tool
 
 
 def tok(name: str, value: str | None, eq: bool = False) -> ToolToken:
@@ -1090,21 +1091,18 @@ def test_regex_length_limit_shrinks_with_open_quantifiers() -> None:
 
 
 def test_risky_patterns_are_left_to_the_server_and_said() -> None:
-    tool = {
-        "name": "t",
-        "inputSchema": {
-            "type": "object",
-            "properties": {
-                "s": {"type": "string", "pattern": "^(a+)+$"},
-                "ok": {"type": "string", "pattern": "^[a-z]+$"},
-                "m": {
-                    "type": "object",
-                    "patternProperties": {"^(x+)+$": {"type": "integer"}},
-                    "additionalProperties": False,
-                },
+    tool = object_tool(
+        "t",
+        {
+            "s": {"type": "string", "pattern": "^(a+)+$"},
+            "ok": {"type": "string", "pattern": "^[a-z]+$"},
+            "m": {
+                "type": "object",
+                "patternProperties": {"^(x+)+$": {"type": "integer"}},
+                "additionalProperties": False,
             },
         },
-    }
+    )
     check = validate_arguments(tool, {"s": "a" * 30 + "!", "ok": "abc", "m": {"x" * 30 + "!": "z"}})
     assert check.scope == "full" and len(check.notes) == 3
     assert "except: pattern ^(a+)+$ not run locally (it nests quantifiers" in check.describe()
