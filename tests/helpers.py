@@ -399,11 +399,21 @@ def body_example(text: str) -> Any:
 
 
 def object_tool(
-    name: str, properties: dict[str, Any], required: list[str] | None = None, *, defs: Any = None, **fields: Any
+    name: str,
+    properties: dict[str, Any],
+    required: list[str] | None = None,
+    *,
+    defs: Any = None,
+    schema_title: str | None = None,
+    **fields: Any,
 ) -> dict[str, Any]:
-    """A tool definition: ``{"name", **fields, "inputSchema": {"type": "object", "properties", "required", "$defs"}}``
-    (``required`` and ``$defs`` when given; a field whose key is no Python name goes in as ``**{"x-mock": …}``)."""
-    schema: dict[str, Any] = {"type": "object", "properties": properties}
+    """A tool definition: ``{"name", **fields, "inputSchema": {"type": "object", "title", "properties", "required",
+    "$defs"}}`` (``title``, ``required`` and ``$defs`` when given; a field whose key is no Python name goes in as
+    ``**{"x-mock": …}``)."""
+    schema: dict[str, Any] = {"type": "object"}
+    if schema_title is not None:
+        schema["title"] = schema_title
+    schema["properties"] = properties
     if required is not None:
         schema["required"] = required
     if defs is not None:

@@ -38,22 +38,19 @@ TYPED = mock_tool(
     required=["keyword"],
 )
 
-PYDANTIC_TOOL = {
-    "name": "greet",
-    "description": "pydantic-style schema (Optional -> anyOf null, $defs, titles, defaults)",
-    "x-mock": "echo",
-    "inputSchema": {
-        "type": "object",
-        "title": "greetArguments",
-        "properties": {
-            "name": {"type": "string", "title": "Name"},
-            "title": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None, "title": "Title"},
-            "point": {"$ref": "#/$defs/Point"},
-        },
-        "required": ["name"],
-        "$defs": {"Point": {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}},
+PYDANTIC_TOOL = object_tool(
+    "greet",
+    {
+        "name": {"type": "string", "title": "Name"},
+        "title": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None, "title": "Title"},
+        "point": {"$ref": "#/$defs/Point"},
     },
-}
+    ["name"],
+    defs={"Point": {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}},
+    schema_title="greetArguments",
+    description="pydantic-style schema (Optional -> anyOf null, $defs, titles, defaults)",
+    **{"x-mock": "echo"},
+)
 
 REMOTE_REF_TOOL = {
     "name": "remote",

@@ -111,10 +111,15 @@ ZOD = {
 # -- mapping ---------------------------------------------------------------------------------------------
 
 
+def flag_kinds(mapped: Any) -> dict[str, str]:
+    """Property name -> the kind of flag ``build_tool_flags`` made of it."""
+    return {name: flag.kind for name, flag in mapped.flags.items()}
+
+
 def test_p01_each_declared_type_gets_a_typed_flag() -> None:
     """P01: string, integer, number, boolean, array, object each map to a flag named exactly as the property."""
     mapped = build_tool_flags(ALL_TYPES)
-    assert {n: f.kind for n, f in mapped.flags.items()} == {
+    assert flag_kinds(mapped) == {
         "keyword": "string",
         "limit": "integer",
         "ratio": "number",
@@ -296,12 +301,7 @@ def test_p05_sdk_pydantic_model_enum_and_optional_model_get_flags() -> None:
     """Issue 27 item 2 on the SDK's real schema: a model is a JSON-object flag, an Enum a string flag with its
     values, Optional[Model] and Optional[list] JSON-value flags; every required field has a flag."""
     mapped = build_tool_flags(SDK_SHRIMP)
-    assert {n: f.kind for n, f in mapped.flags.items()} == {
-        "tank": "object",
-        "color": "string",
-        "extra": "json",
-        "names": "json",
-    }
+    assert flag_kinds(mapped) == {"tank": "object", "color": "string", "extra": "json", "names": "json"}
     assert mapped.body_only == {}
     assert mapped.flags["color"].schema["enum"] == ["red", "green"]
     args = parse_tool_arguments(
