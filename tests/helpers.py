@@ -1,6 +1,8 @@
 """Shared test helpers (import them as ``from tests.helpers import …``; ``tests/conftest.py`` puts the
 repository root on ``sys.path``): run bkmcp in-process (httpie style) or in a fresh interpreter, write an
-mcp.json, the protocol versions, the fuzz budget. Fixtures live in the conftest.py files."""
+mcp.json, the protocol versions, the fuzz budget, the docs' paths; build a tool definition (``object_tool``) or the
+stdio mock's mcp.json entry; run a child on a pseudo-terminal; find and kill processes at teardown. Fixtures live
+in the conftest.py files."""
 
 from __future__ import annotations
 
