@@ -1,16 +1,26 @@
 """Shared test helpers (import them as ``from tests.helpers import …``; ``tests/conftest.py`` puts the
 repository root on ``sys.path``): run bkmcp in-process (httpie style) or in a fresh interpreter, write an
-mcp.json, the protocol versions, the fuzz budget. Fixtures live in the conftest.py files."""
+mcp.json, the protocol versions, the fuzz budget, the docs' paths; build a tool definition (``object_tool``) or the
+stdio mock's mcp.json entry; run a child on a pseudo-terminal; find and kill processes at teardown. Fixtures live
+in the conftest.py files."""
 
 from __future__ import annotations
 
+import fcntl
 import io
 import json
 import os
+import pty
+import select
+import shlex
+import signal
+import struct
 import subprocess
 import sys
+import termios
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,9 +28,15 @@ from typing import Any
 import bkmcp
 
 ROOT = Path(__file__).resolve().parent.parent
+MOCK_SCRIPT = ROOT / "mock_server" / "mcp_mock.py"
+DOCS = ROOT / "docs"
+README_EN, README_ZH = ROOT / "README.md", ROOT / "README_zh.md"
+USER_GUIDE, RESIDENT, RESIDENT_REGISTRY = DOCS / "user-guide.md", DOCS / "resident.md", DOCS / "resident-registry.md"
 
 VERSIONS = bkmcp.SUPPORTED_VERSIONS  # ("2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28")
 LEGACY = VERSIONS[:3]
+# JSON texts with a syntax error (and a position to report), shared by the JSON parser's tests
+JSON_SYNTAX_TYPOS = ["{bad", '{"a": 1,}', '{"a": "unterminated', '{"a": 1e}', "[1, 2,]", '{"a" 1}']
 # Hypothesis examples per property test: CI sets BKMCP_FUZZ_EXAMPLES=2000, the default keeps `make unit` quick.
 FUZZ_EXAMPLES = int(os.environ.get("BKMCP_FUZZ_EXAMPLES", "300"))
 
@@ -96,6 +112,17 @@ def run_bkmcp(
     return Result(status, out.getvalue(), err.getvalue())
 
 
+def proc_stats() -> Iterator[tuple[int, list[bytes]]]:
+    """(pid, the fields of ``/proc/PID/stat`` after the command name: state, ppid, pgrp, …) of every process of this
+    machine; one gone meanwhile is left out."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                yield int(entry), Path(f"/proc/{entry}/stat").read_bytes().rsplit(b")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+
+
 def process_running(pid: int) -> bool:
     """Process ``pid`` exists and is not a zombie (a killed orphan waits for init to reap it)."""
     try:
@@ -103,6 +130,69 @@ def process_running(pid: int) -> bool:
             return handle.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
     except (OSError, IndexError):
         return False
+
+
+def sigkill_each(ids: Iterable[int], kill: Any = os.kill) -> None:
+    """Test teardown: SIGKILL each process (``kill=os.killpg``: each process group); one already gone is fine."""
+    for target in ids:
+        try:
+            kill(target, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def kill_groups(*procs: subprocess.Popen) -> None:
+    """Test teardown: SIGKILL the process group of each child started with ``start_new_session=True``, and reap it."""
+    sigkill_each([proc.pid for proc in procs], os.killpg)
+    for proc in procs:
+        proc.wait(30)
+
+
+@contextmanager
+def child_on_a_pty(
+    argv: list[str], terminal: str, *, columns: int | None = None, **popen: Any
+) -> Iterator[tuple[subprocess.Popen, int]]:
+    """``argv`` started in a session of its own with its ``terminal`` ("stdout" or "stderr") on a new
+    pseudo-terminal (``columns`` wide when given) and the other on a pipe, stdin empty; yields (the process, the
+    terminal's parent end). On exit the parent end and the pipe are closed and a child still running is killed with
+    its group."""
+    master, slave = pty.openpty()
+    if columns:
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, columns, 0, 0))
+    streams = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, terminal: slave}
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, start_new_session=True, **streams, **popen)
+    finally:
+        os.close(slave)
+    try:
+        yield proc, master
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+
+
+def read_terminal(master: int, proc: subprocess.Popen, deadline: float) -> bytes:
+    """What the children write to a pseudo-terminal (``master`` its parent end), until every writer is gone (EIO or
+    EOF), ``proc`` ended with nothing left to read, or ``time.monotonic()`` passes ``deadline`` (a safety net)."""
+    terminal = b""
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([master], [], [], 0.2)
+        if ready:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: every writer of the terminal is gone
+                break
+            if not chunk:
+                break
+            terminal += chunk
+        elif proc.poll() is not None:
+            break
+    return terminal
 
 
 def until(predicate: Any, what: str, timeout: float = 60.0, interval: float = 0.02) -> None:
@@ -137,6 +227,18 @@ def write_mcp_json(
     if mode is not None:
         path.chmod(mode)
     return path
+
+
+def routed_options() -> set[str]:
+    """Every option name of section 11's argv routing tables (the one-shot CLI's, the registry's, the resident's)."""
+    tables = (
+        bkmcp._VALUE_OPTIONS,
+        bkmcp._FLAG_OPTIONS,
+        bkmcp._REGISTRY_VALUE_OPTIONS,
+        bkmcp._REGISTRY_FLAG_OPTIONS,
+        bkmcp._RESIDENT_OPTIONS,
+    )
+    return {name for table in tables for name in table}
 
 
 def resident_options(registry: str, *options: str) -> bkmcp.ResidentOptions:
@@ -261,15 +363,14 @@ def attached(transport: Any) -> tuple[bkmcp.ClientSession, list]:
 def group_watchdogs_of(parent: int) -> list[int]:
     """The group watchdogs ``parent`` started (its children running ``python -I -S -c``)."""
     found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
+    for pid, stat in proc_stats():
+        if int(stat[1]) == parent and stat[0] not in (b"Z", b"X"):
             try:
-                stat = Path(f"/proc/{entry}/stat").read_bytes().rsplit(b")", 1)[1].split()
-                argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
-            except (OSError, IndexError):
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
                 continue
-            if int(stat[1]) == parent and argv[1:4] == [b"-I", b"-S", b"-c"] and stat[0] not in (b"Z", b"X"):
-                found.append(int(entry))
+            if argv[1:4] == [b"-I", b"-S", b"-c"]:
+                found.append(pid)
     return found
 
 
@@ -284,3 +385,61 @@ def pids_running(marker: str) -> list[int]:
         except OSError:  # gone meanwhile, or not ours to read
             continue
     return found
+
+
+def body_example(text: str) -> Any:
+    """The JSON of tool help's ``--body`` example, read back the way a shell would."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("--body example"))
+    block = []
+    for line in lines[start + 1 :]:
+        if not line.strip() or line.strip().startswith("("):
+            break
+        block.append(line)
+    words = shlex.split("\n".join(block))
+    return bkmcp.parse_json(words[words.index("--body") + 1])
+
+
+def object_tool(
+    name: str,
+    properties: dict[str, Any],
+    required: list[str] | None = None,
+    *,
+    defs: Any = None,
+    schema_title: str | None = None,
+    **fields: Any,
+) -> dict[str, Any]:
+    """A tool definition: ``{"name", **fields, "inputSchema": {"type": "object", "title", "properties", "required",
+    "$defs"}}`` (``title``, ``required`` and ``$defs`` when given; a field whose key is no Python name goes in as
+    ``**{"x-mock": …}``)."""
+    schema: dict[str, Any] = {"type": "object"}
+    if schema_title is not None:
+        schema["title"] = schema_title
+    schema["properties"] = properties
+    if required is not None:
+        schema["required"] = required
+    if defs is not None:
+        schema["$defs"] = defs
+    return {"name": name, **fields, "inputSchema": schema}
+
+
+def stdio_mock_entry(folder: Path, scenario: Any, version: str | None = None) -> tuple[dict[str, Any], Path]:
+    """An mcp.json ``type: stdio`` entry that runs mock_server/mcp_mock.py on ``scenario`` (written to
+    ``folder/scenario.json``), and the path of the JSON-lines request log it writes (``folder/log.jsonl``)."""
+    spec, log = folder / "scenario.json", folder / "log.jsonl"
+    spec.write_text(json.dumps(scenario), encoding="utf-8")
+    entry: dict[str, Any] = {
+        "type": "stdio",
+        "command": sys.executable,
+        "args": [str(MOCK_SCRIPT), "--stdio", "--scenario", str(spec), "--log", str(log)],
+    }
+    if version:
+        entry["protocolVersion"] = version
+    return entry, log
+
+
+def stdio_mock_log(path: Path) -> list[dict[str, Any]]:
+    """The entries of a stdio mock's JSON-lines request log (none before it wrote one)."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]

@@ -26,7 +26,7 @@ import fresh_fuzz
 import pytest
 from artifact_helpers import PY_VERSIONS, find_python, program_source
 
-from tests.helpers import write_mcp_json
+from tests.helpers import JSON_SYNTAX_TYPOS, write_mcp_json
 
 BUILD_VERSION = f"{sys.version_info[0]}.{sys.version_info[1]}"
 TARGETS = sorted(fresh_fuzz.GENERATORS)
@@ -125,12 +125,7 @@ print(outcome(bkmcp.parse_json))  # first: json not imported yet
 print(outcome(bkmcp.parse_json_plain))
 """
 EQUAL_TEXTS = [
-    "{bad",
-    '{"a": 1,}',
-    '{"a": "unterminated',
-    '{"a": 1e}',
-    "[1, 2,]",
-    '{"a" 1}',
+    *JSON_SYNTAX_TYPOS,
     "{} x",
     "",
     '{"a": NaN}',

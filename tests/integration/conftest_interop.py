@@ -205,11 +205,7 @@ def resolve_sdk_python() -> str:
 
 def resolve_everything() -> list[str]:
     """``[node, --require, force_localhost.cjs, entry]``; raises InteropUnavailable with an install hint."""
-    node = os.environ.get("BKMCP_NODE", "").strip() or shutil.which("node")
-    if not node:
-        raise InteropUnavailable(
-            "node not found: install Node.js >= 20 (or set BKMCP_NODE), then npm ci; " + INSTALL_HINT
-        )
+    node = _node_binary()
     base = os.environ.get("BKMCP_EVERYTHING_DIR", "").strip()
     node_dir = Path(base).resolve() if base else INTEROP_DIR / "node"
     entry = node_dir / EVERYTHING_REL_ENTRY
@@ -218,10 +214,7 @@ def resolve_everything() -> list[str]:
         raise InteropUnavailable(
             f"server-everything not installed: {entry} is missing; run `npm ci` in {node_dir}; {INSTALL_HINT}"
         )
-    try:
-        version = json.loads(pkg.read_text(encoding="utf-8")).get("version")
-    except (OSError, ValueError):
-        version = None
+    version = _installed_version(pkg)
     if version != EVERYTHING_VERSION:
         raise InteropUnavailable(
             f"server-everything version mismatch in {node_dir}: found {version}, "
@@ -239,16 +232,21 @@ def _node_binary() -> str:
     return node
 
 
+def _installed_version(package_json: Path) -> str | None:
+    """The ``version`` of an installed npm package's package.json (None when it is missing or unreadable)."""
+    try:
+        return json.loads(package_json.read_text(encoding="utf-8")).get("version")
+    except (OSError, ValueError):
+        return None
+
+
 def resolve_node_server(name: str) -> list[str]:
     """``[node, entry]`` of one of :data:`NODE_SERVERS`, its installed version checked; raises InteropUnavailable."""
     package, version, entry = NODE_SERVERS[name]
     base = os.environ.get("BKMCP_EVERYTHING_DIR", "").strip()
     node_dir = Path(base).resolve() if base else INTEROP_DIR / "node"
     pkg = node_dir / "node_modules" / package / "package.json"
-    try:
-        found = json.loads(pkg.read_text(encoding="utf-8")).get("version")
-    except (OSError, ValueError):
-        found = None
+    found = _installed_version(pkg)
     if found != version:
         raise InteropUnavailable(
             f"npm {package}@{version} not installed in {node_dir} (found {found}); run `npm ci` there; {INSTALL_HINT}"
@@ -301,6 +299,23 @@ def everything_stdio_command() -> list[str]:
     """argv of server-everything on stdio (no port; the preload is harmless)."""
     return resolve_everything() + ["stdio"]
 
+
+# The tools server-everything (the pinned version) lists.
+EVERYTHING_TOOLS = {
+    "echo",
+    "get-annotated-message",
+    "get-env",
+    "get-resource-links",
+    "get-resource-reference",
+    "get-structured-content",
+    "get-sum",
+    "get-tiny-image",
+    "gzip-file-as-resource",
+    "toggle-simulated-logging",
+    "toggle-subscriber-updates",
+    "trigger-long-running-operation",
+    "simulate-research-query",
+}
 
 # The tools every variant of the SDK interop server lists.
 SDK_TOOLS = {

@@ -266,3 +266,14 @@ class Resident:
             except OSError:
                 pass
         return left
+
+
+def resident_serving(registry: Path, server: Any, *options: str) -> Any:
+    """For a module fixture (``yield from``): a ``bkmcp --resident`` on ``registry`` with ``options``, yielded with
+    the started mock ``server`` it talks to; at teardown both stop, and no child may be left nor a traceback said."""
+    res = Resident(registry, *options)
+    yield res, server
+    left = res.close()
+    server.stop()
+    assert left == []
+    assert "Traceback" not in "".join(res.stderr_lines)

@@ -13,7 +13,7 @@ import pytest
 
 import bkmcp
 from mock_server.mcp_mock import mock_tool
-from tests.helpers import run_bkmcp, write_mcp_json
+from tests.helpers import object_tool, run_bkmcp, stdio_mock_entry, stdio_mock_log, write_mcp_json
 
 pytestmark = [pytest.mark.integration]
 
@@ -38,22 +38,19 @@ TYPED = mock_tool(
     required=["keyword"],
 )
 
-PYDANTIC_TOOL = {
-    "name": "greet",
-    "description": "pydantic-style schema (Optional -> anyOf null, $defs, titles, defaults)",
-    "x-mock": "echo",
-    "inputSchema": {
-        "type": "object",
-        "title": "greetArguments",
-        "properties": {
-            "name": {"type": "string", "title": "Name"},
-            "title": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None, "title": "Title"},
-            "point": {"$ref": "#/$defs/Point"},
-        },
-        "required": ["name"],
-        "$defs": {"Point": {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}},
+PYDANTIC_TOOL = object_tool(
+    "greet",
+    {
+        "name": {"type": "string", "title": "Name"},
+        "title": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None, "title": "Title"},
+        "point": {"$ref": "#/$defs/Point"},
     },
-}
+    ["name"],
+    defs={"Point": {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}},
+    schema_title="greetArguments",
+    description="pydantic-style schema (Optional -> anyOf null, $defs, titles, defaults)",
+    **{"x-mock": "echo"},
+)
 
 REMOTE_REF_TOOL = {
     "name": "remote",
@@ -402,37 +399,31 @@ THINK_TOOL = mock_tool(
     },
     required=["thought", "nextThoughtNeeded", "thoughtNumber"],
 )
-SHRIMP_TOOL = {
-    "name": "name_shrimp",
-    "x-mock": "echo",
-    "inputSchema": {
-        "type": "object",
-        "properties": {
-            "tank": {"$ref": "#/$defs/Tank"},
-            "color": {"$ref": "#/$defs/Color"},
-            "extra": {"anyOf": [{"$ref": "#/$defs/Tank"}, {"type": "null"}], "default": None},
-        },
-        "required": ["tank"],
-        "$defs": {
-            "Color": {"enum": ["red", "green"], "title": "Color", "type": "string"},
-            "Tank": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
-        },
+SHRIMP_TOOL = object_tool(
+    "name_shrimp",
+    {
+        "tank": {"$ref": "#/$defs/Tank"},
+        "color": {"$ref": "#/$defs/Color"},
+        "extra": {"anyOf": [{"$ref": "#/$defs/Tank"}, {"type": "null"}], "default": None},
     },
-}
-UNFOLLOWABLE_TOOL = {
-    "name": "unfollowable",
-    "x-mock": "echo",
-    "inputSchema": {
-        "type": "object",
-        "properties": {
-            "doc": {"$ref": "https://example.invalid/doc.json"},
-            "node": {"$ref": "#/$defs/Node"},
-            "n": {"type": "integer"},
-        },
-        "required": ["doc"],
-        "$defs": {"Node": {"$ref": "#/$defs/Node"}},
+    ["tank"],
+    defs={
+        "Color": {"enum": ["red", "green"], "title": "Color", "type": "string"},
+        "Tank": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
     },
-}
+    **{"x-mock": "echo"},
+)
+UNFOLLOWABLE_TOOL = object_tool(
+    "unfollowable",
+    {
+        "doc": {"$ref": "https://example.invalid/doc.json"},
+        "node": {"$ref": "#/$defs/Node"},
+        "n": {"type": "integer"},
+    },
+    ["doc"],
+    defs={"Node": {"$ref": "#/$defs/Node"}},
+    **{"x-mock": "echo"},
+)
 SCENARIO_27 = {"tools": [THINK_TOOL, SHRIMP_TOOL, UNFOLLOWABLE_TOOL]}
 
 
@@ -623,31 +614,16 @@ def test_sdk_model_enum_and_optional_dict_by_flags(sdk) -> None:
 @pytest.fixture
 def stdio_target(tmp_path):
     """A config whose server ``s`` runs the mock on stdio; returns (run, received tools/call bodies)."""
-    import sys
-    from pathlib import Path
-
-    mock_script = str(Path(__file__).resolve().parents[2] / "mock_server" / "mcp_mock.py")
 
     def make(version: str | None = None) -> tuple[Any, Any]:
-        scenario, log = tmp_path / "scenario.json", tmp_path / "log.jsonl"
-        scenario.write_text(json.dumps(SCENARIO), encoding="utf-8")
-        entry: dict[str, Any] = {
-            "type": "stdio",
-            "command": sys.executable,
-            "args": [mock_script, "--stdio", "--scenario", str(scenario), "--log", str(log)],
-        }
-        if version:
-            entry["protocolVersion"] = version
+        entry, log = stdio_mock_entry(tmp_path, SCENARIO, version)
         config = write_mcp_json(tmp_path, {"s": entry})
 
         def run(*args: str) -> Any:
             return run_bkmcp("--config", str(config), "--timeout", "20s", "s", *args)
 
         def calls() -> list[str]:
-            if not log.exists():
-                return []
-            entries = [json.loads(line) for line in log.read_text(encoding="utf-8").splitlines() if line]
-            return [e["body"] for e in entries if e.get("rpc_method") == "tools/call"]
+            return [e["body"] for e in stdio_mock_log(log) if e.get("rpc_method") == "tools/call"]
 
         return run, calls
 

@@ -22,16 +22,9 @@ from pathlib import Path
 import pytest
 
 from mock_server.examples import DEMO_TOKEN, start_examples
-from tests.helpers import ROOT
+from tests.helpers import README_EN, README_ZH, RESIDENT, RESIDENT_REGISTRY, ROOT, USER_GUIDE
 
 pytestmark = [pytest.mark.integration]
-
-DOCS = ROOT / "docs"
-README_EN = ROOT / "README.md"
-README_ZH = ROOT / "README_zh.md"
-USER_GUIDE = DOCS / "user-guide.md"
-RESIDENT = DOCS / "resident.md"
-RESIDENT_REGISTRY = DOCS / "resident-registry.md"
 
 
 def _read(path: Path) -> str:

@@ -15,6 +15,7 @@ import resource
 import subprocess
 import sys
 import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -62,6 +63,67 @@ def run_process(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
 
 def write_config(tmp_path: Path, url: str) -> str:
     return str(write_mcp_json(tmp_path, {"m": {"type": "http", "url": url}}))
+
+
+class _DeepAnswers(BaseHTTPRequestHandler):
+    """Answers every POST with a valid JSON-RPC result nested 5000 levels deep; records what it received."""
+
+    received: list[bytes] = []
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        type(self).received.append(body)
+        answer = b'{"jsonrpc": "2.0", "id": 1, "result": {"deep": ' + b"[" * 5000 + b"]" * 5000 + b"}}"
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_an_http_answer_nested_deeper_than_bkmcp_parses_names_bkmcps_limit(tmp_path):
+    """Valid JSON nested 5000 deep is not "invalid JSON" and not "not JSON-RPC": the limit is bkmcp's, and the
+    error says so (over stdio such a line is skipped with the same words: test_stdio_transport.py)."""
+    _DeepAnswers.received = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _DeepAnswers)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/mcp"
+        config = str(write_mcp_json(tmp_path, {"s": {"type": "http", "url": url}}))
+        res = run_bkmcp("--config", config, "s", "--check", "--timeout", "10s")
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+    assert res.exit_status == 2, res.stdout + res.stderr
+    error = res.json["error"]
+    limit = f"nested deeper than bkmcp parses (about {sys.getrecursionlimit()} levels)"
+    assert error["code"] == "mcp_protocol_error" and limit in error["message"], error
+    assert "invalid JSON" not in error["message"] and "not JSON-RPC" not in error["message"]
+    assert _DeepAnswers.received and b'"jsonrpc"' in _DeepAnswers.received[0]  # it reached the server
+
+
+def test_a_utf8_bom_before_mcp_json_is_accepted_and_utf16_is_refused(tmp_path):
+    """Decided (contract §3): one UTF-8 byte order mark before mcp.json is accepted and ignored (Windows editors
+    write it); the server is used as configured. A UTF-16 file (also with a BOM) is invalid_mcp_config."""
+    with MockServer({"versions": ["2025-11-25"]}) as srv:
+        text = json.dumps({"mcpServers": {"s": {"type": "http", "url": srv.url, "headers": {"X-From": "bom-file"}}}})
+        path = tmp_path / "mcp.json"
+        path.write_bytes(b"\xef\xbb\xbf" + text.encode())
+        path.chmod(0o600)
+        res = run_bkmcp("--config", str(path), "s", "echo", "--text", "hi")
+        calls = srv.requests(rpc_method="tools/call")
+        path.write_bytes(text.encode("utf-16"))
+        refused = run_bkmcp("--config", str(path), "s", "echo", "--text", "hi")
+        assert len(srv.requests(rpc_method="tools/call")) == 1  # nothing sent for the UTF-16 file
+    assert res.exit_status == 0, res.stdout + res.stderr
+    assert [json.loads(c["body"])["params"]["arguments"] for c in calls] == [{"text": "hi"}]
+    assert calls[0]["headers"]["x-from"] == "bom-file"
+    assert refused.exit_status == 1 and refused.error_code == "invalid_mcp_config", refused.stdout
 
 
 @pytest.fixture

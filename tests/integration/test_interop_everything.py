@@ -17,24 +17,10 @@ import pytest
 from resident_harness import Resident, stdio_row, write_registry
 
 from tests.helpers import ROOT, pids_running, run_bkmcp, until, write_mcp_json
+from tests.integration.conftest_interop import EVERYTHING_TOOLS
 
 pytestmark = [pytest.mark.integration, pytest.mark.interop]
 
-EVERYTHING_TOOLS = {
-    "echo",
-    "get-annotated-message",
-    "get-env",
-    "get-resource-links",
-    "get-resource-reference",
-    "get-structured-content",
-    "get-sum",
-    "get-tiny-image",
-    "gzip-file-as-resource",
-    "toggle-simulated-logging",
-    "toggle-subscriber-updates",
-    "trigger-long-running-operation",
-    "simulate-research-query",
-}
 # Every tool that needs no client capability, with arguments that keep it offline and quick.
 CALLS = {
     "echo": {"message": "hello 网关"},

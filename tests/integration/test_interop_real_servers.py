@@ -19,6 +19,7 @@ import json
 import os
 import subprocess
 import sys
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,14 @@ from resident_harness import Resident, stdio_row, write_registry
 
 import bkmcp
 from tests.helpers import ROOT, run_bkmcp, until, write_mcp_json
-from tests.integration.conftest_interop import INTEROP_DIR, InteropUnavailable, _unavailable, real_stdio_command
+from tests.integration.conftest_interop import (
+    EVERYTHING_TOOLS,
+    INTEROP_DIR,
+    SDK_TOOLS,
+    InteropUnavailable,
+    _unavailable,
+    real_stdio_command,
+)
 from tests.tool_shape_checkers import check_listing
 
 pytestmark = [pytest.mark.integration, pytest.mark.interop]
@@ -147,21 +155,7 @@ SPECS = {
     "sdk2": Spec(
         "sdk2",
         MODERN,
-        {
-            "add",
-            "echo",
-            "greet",
-            "choose",
-            "summarize",
-            "echo_float",
-            "echo_json",
-            "fail",
-            "fail_tool_error",
-            "weather",
-            "no_args",
-            "ns.tool-name_v2",
-            "slow",
-        },
+        SDK_TOOLS,
         [
             Call("add", ("--a", "19", "--b", "23"), {"a": 19, "b": 23}, '"result": 42'),
             Call("echo", ("--text", "hi", "--upper=true"), {"text": "hi", "upper": True}, '"result": "HI"'),
@@ -201,21 +195,7 @@ SPECS = {
     "everything": Spec(
         "everything",
         LEGACY,
-        {
-            "echo",
-            "get-annotated-message",
-            "get-env",
-            "get-resource-links",
-            "get-resource-reference",
-            "get-structured-content",
-            "get-sum",
-            "get-tiny-image",
-            "gzip-file-as-resource",
-            "toggle-simulated-logging",
-            "toggle-subscriber-updates",
-            "trigger-long-running-operation",
-            "simulate-research-query",
-        },
+        EVERYTHING_TOOLS,
         [
             Call("get-sum", ("--a", "19", "--b", "23"), {"a": 19, "b": 23}, "42"),
             Call(
@@ -322,11 +302,8 @@ def _pids_with(test: Any) -> list[int]:
 
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory: pytest.TempPathFactory):
-    made = Bed(tmp_path_factory.mktemp("real-servers"))
-    try:
+    with closing(Bed(tmp_path_factory.mktemp("real-servers"))) as made:
         yield made
-    finally:
-        made.close()
 
 
 @pytest.fixture(scope="module")

@@ -242,6 +242,15 @@ def _interrupt_after(seconds: float):
     return timer
 
 
+def run_interrupted(target, *args: str):
+    """``target.run(*args)`` with a Ctrl-C in this process half a second after it starts."""
+    timer = _interrupt_after(0.5)
+    try:
+        return target.run(*args)
+    finally:
+        timer.cancel()
+
+
 def cancelled(result, *, outcome: str, stage: str) -> dict:
     """Issue 17 item 2 (contract §7): Ctrl-C after the first request was sent is one ok:false envelope on stdout,
     code mcp_cancelled, exit 130, saying whether the call may have run and where it stopped."""
@@ -257,11 +266,7 @@ def cancelled(result, *, outcome: str, stage: str) -> dict:
 def test_MCP_004_ctrl_c_during_discovery_says_not_sent_R03(mock, version):
     """R03: Ctrl-C while tools/list pages are read: the call was never sent (outcome not_sent, stage discover)."""
     target = mock({"faults": {"slow_on": {"tools/list": 3000}}}, protocol_version=version)
-    timer = _interrupt_after(0.5)
-    try:
-        result = target.run(target.name, "echo", "--text", "x")
-    finally:
-        timer.cancel()
+    result = run_interrupted(target, target.name, "echo", "--text", "x")
     env = cancelled(result, outcome="not_sent", stage="discover")
     assert env["data"] == {"server": target.name, "tool": "echo"}
     assert target.count("tools/call") == 0
@@ -272,11 +277,7 @@ def test_MCP_004_ctrl_c_during_legacy_call_sends_cancelled_R03(mock, mode):
     """R03: Ctrl-C while tools/call runs -> legacy notifications/cancelled for that request id, exit 130,
     the call is not resent."""
     target = mock({"response_mode": mode, "tools": [mock_tool("slow", "slow", ms=3000)]}, protocol_version="2025-11-25")
-    timer = _interrupt_after(0.5)
-    try:
-        result = target.run(target.name, "slow", "--body", "{}")
-    finally:
-        timer.cancel()
+    result = run_interrupted(target, target.name, "slow", "--body", "{}")
     assert result.exit_status == 130
     cancelled(result, outcome="unknown", stage="call")
     [call] = target.srv.requests("tools/call")
@@ -289,11 +290,7 @@ def test_MCP_004_ctrl_c_during_legacy_call_sends_cancelled_R03(mock, mode):
 
 def test_MCP_004_ctrl_c_during_modern_call_closes_the_stream_R03(mock):
     target = mock({"tools": [mock_tool("slow", "slow", ms=3000)]}, protocol_version="2026-07-28")
-    timer = _interrupt_after(0.5)
-    try:
-        result = target.run(target.name, "slow", "--body", "{}")
-    finally:
-        timer.cancel()
+    result = run_interrupted(target, target.name, "slow", "--body", "{}")
     assert result.exit_status == 130
     cancelled(result, outcome="unknown", stage="call")
     assert before_the_answer_was_due(target.srv.requests("tools/call")[0]["time"], 3.0)  # did not wait for it

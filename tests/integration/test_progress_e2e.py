@@ -6,23 +6,18 @@ what it is without progress. Without a terminal and without ``-v`` no token is s
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import pty
-import select
 import signal
-import struct
 import subprocess
 import sys
-import termios
 import time
 from pathlib import Path
 
 import pytest
 
 from mock_server.mcp_mock import mock_tool
-from tests.helpers import write_mcp_json
+from tests.helpers import child_on_a_pty, read_terminal, write_mcp_json
 
 pytestmark = pytest.mark.integration
 
@@ -34,48 +29,15 @@ CAP_S = 60.0  # hard safety net only; the commands take well under a few seconds
 def run_with_terminal_stderr(argv: list[str], env: dict[str, str]) -> tuple[int, str, str]:
     """Run ``argv`` with stderr on a pseudo-terminal (120 columns) and stdout on a pipe; (status, stdout, the
     terminal's bytes as text). Bounded: the process group is killed after CAP_S."""
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 120, 0, 0))
-    try:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=slave,
-            env=env,
-            cwd=str(ROOT),
-            start_new_session=True,
-        )
-    finally:
-        os.close(slave)
-    terminal = b""
-    deadline = time.monotonic() + CAP_S
-    try:
-        while True:
-            if time.monotonic() > deadline:
-                os.killpg(proc.pid, signal.SIGKILL)
-                pytest.fail("bkmcp did not finish within the safety net")
-            ready, _, _ = select.select([master], [], [], 0.2)
-            if ready:
-                try:
-                    chunk = os.read(master, 65536)
-                except OSError:  # EIO: every writer of the terminal is gone
-                    break
-                if not chunk:
-                    break
-                terminal += chunk
-            elif proc.poll() is not None:
-                break
+    with child_on_a_pty(argv, "stderr", columns=120, env=env, cwd=str(ROOT)) as (proc, master):
+        deadline = time.monotonic() + CAP_S
+        terminal = read_terminal(master, proc, deadline)
+        if time.monotonic() > deadline:
+            os.killpg(proc.pid, signal.SIGKILL)
+            pytest.fail("bkmcp did not finish within the safety net")
         assert proc.stdout is not None
         stdout = proc.stdout.read().decode()
         status = proc.wait(timeout=CAP_S)
-    finally:
-        os.close(master)
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
     return status, stdout, terminal.decode("utf-8", "replace")
 
 
@@ -85,6 +47,19 @@ def bkmcp_argv(config: Path, *args: str) -> list[str]:
 
 def child_env(tmp_path: Path) -> dict[str, str]:
     return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def run_without_a_terminal(argv: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """Run ``argv`` with stdout and stderr on pipes (no terminal anywhere); bounded by CAP_S."""
+    return subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        env=child_env(tmp_path),
+        cwd=str(ROOT),
+        timeout=CAP_S,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def call_meta(entry: dict) -> dict:
@@ -141,15 +116,7 @@ def test_terminal_shows_one_updating_line_and_stdout_is_unchanged(mock, tmp_path
     assert terminal.count("\x1b[K") == 3 and terminal.endswith("\x1b[K\r\n")  # finished with a newline
     assert terminal.count("\n") == 1  # one line, redrawn in place
     # stdout is exactly the envelope a run without a terminal prints
-    plain = subprocess.run(
-        bkmcp_argv(target.config, target.name, "long_job", "--text", "x"),
-        capture_output=True,
-        text=True,
-        env=child_env(tmp_path),
-        cwd=str(ROOT),
-        timeout=CAP_S,
-        stdin=subprocess.DEVNULL,
-    )
+    plain = run_without_a_terminal(bkmcp_argv(target.config, target.name, "long_job", "--text", "x"), tmp_path)
     assert plain.returncode == 0 and plain.stderr == ""
     assert stdout == plain.stdout and json.loads(stdout)["ok"] is True
 
@@ -166,14 +133,6 @@ def test_server_everything_long_running_operation_under_a_pseudo_terminal(everyt
     assert "progress" not in stdout.replace("Long running operation", "")
     envelope = json.loads(stdout)
     assert envelope["ok"] is True and "Long running operation completed" in json.dumps(envelope["data"]["result"])
-    plain = subprocess.run(
-        argv,
-        capture_output=True,
-        text=True,
-        env=child_env(tmp_path),
-        cwd=str(ROOT),
-        timeout=CAP_S,
-        stdin=subprocess.DEVNULL,
-    )
+    plain = run_without_a_terminal(argv, tmp_path)
     assert plain.returncode == 0 and plain.stderr == ""  # no terminal, no -v: no token, so no progress at all
     assert plain.stdout == stdout

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from resident_harness import Resident, http_row, mock_stdio, stdio_row, write_registry
+from resident_harness import http_row, mock_stdio, resident_serving, stdio_row, write_registry
 
 import bkmcp
 from mock_server.mcp_mock import DEFAULT_TOOLS, MockServer, mock_tool
@@ -52,12 +52,7 @@ def world(tmp_path_factory):
         db.execute("INSERT INTO mcp_tools_cache VALUES ('box', ?, ?, NULL, 0)", (user, json.dumps([whoami, only])))
     db.commit()
     db.close()
-    res = Resident(reg, "--max-user-processes", "2")
-    yield res, srv
-    left = res.close()
-    srv.stop()
-    assert left == []
-    assert "Traceback" not in "".join(res.stderr_lines)
+    yield from resident_serving(reg, srv, "--max-user-processes", "2")
 
 
 def test_cached_catalogues_are_per_user(world):

@@ -42,6 +42,36 @@ def order(res: Resident, *task_ids: str) -> list[str]:
 # -- item 4: registry edits during calls retire the outdated session ------------------------------------------
 
 
+def test_a_registry_file_deleted_under_the_resident_is_told_once_per_deletion(tmp_path, resident):
+    """Before: a deleted registry file was served on without a word (the open SQLite file still reads, but no
+    edit reaches it any more). Now one warning per deletion; a file that comes back (here: the same inode, linked
+    again) is served silently, and its next deletion is told again."""
+    from resident_harness import http_row, write_registry
+
+    reg = tmp_path / "registry.db"
+    write_registry(str(reg), [http_row("pub", "http://127.0.0.1:9/mcp")], {"pub": {}}, None)
+    reg.chmod(0o600)
+    keep = tmp_path / "keep.db"
+    os.link(reg, keep)  # the same file under a second name: it can come back
+    res = resident(reg)
+    warning = f"bkmcp: warning: registry {reg}: the file was deleted; still serving its last contents"
+
+    def names() -> list[str]:
+        return [s["server_name"] for s in res.ok("list_servers", "alice")["servers"]]
+
+    assert names() == ["pub"]
+    reg.unlink()
+    assert names() == ["pub"] and names() == ["pub"]  # still served, from the open file
+    os.link(keep, reg)
+    assert names() == ["pub"]
+    reg.unlink()
+    assert names() == ["pub"]
+    assert res.close() == []
+    res.exit_status()  # its stderr read to the end
+    told = [line for line in res.stderr_lines if line.startswith(warning)]
+    assert len(told) == 2, res.stderr_lines
+
+
 def test_registry_edit_during_an_http_call_retires_the_session_the_call_finishes(tmp_path, resident, http_mock):
     """Issue 16 item 4. Before: user B's unrelated call after an edit of the public row closed the shared session
     at once, and user A's call in flight came back as mcp_timeout / 'Bad file descriptor' instead of its result."""

@@ -20,7 +20,7 @@ import time
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from resident_harness import Resident, http_row, mock_stdio, stdio_row, write_registry
+from resident_harness import Resident, http_row, mock_stdio, resident_serving, stdio_row, write_registry
 
 from mock_server.mcp_mock import DEFAULT_TOOLS, MockServer, mock_tool
 from tests.helpers import FUZZ_EXAMPLES
@@ -60,12 +60,7 @@ def world(tmp_path_factory):
             users[(user, server)] = {"token": SENTINEL[(user, "cred")], "region": SENTINEL[(user, "region")]}
     reg = tmp / "registry.db"
     write_registry(str(reg), rows, {"spub": {"sys": SYSTEM}, "hpub": {"sys": SYSTEM}}, users)
-    res = Resident(reg, "--max-user-processes", "2")
-    yield res, srv
-    left = res.close()
-    srv.stop()
-    assert left == []
-    assert "Traceback" not in "".join(res.stderr_lines)
+    yield from resident_serving(reg, srv, "--max-user-processes", "2")
 
 
 ACTIONS = (

@@ -27,7 +27,7 @@ from resident_harness import (
 
 from mock_server.mcp_mock import DEFAULT_TOOLS, MockServer, mock_tool
 from mock_server.registry_source import RegistrySource
-from tests.helpers import group_watchdogs_of, process_running
+from tests.helpers import group_watchdogs_of, process_running, sigkill_each
 
 STUBBORN = str(Path(__file__).with_name("stubborn_stdio.py"))
 LONG = mock_tool("long", "slow", ms=60_000)
@@ -115,11 +115,7 @@ def test_every_command_is_answered_and_no_child_group_is_left(tmp_path, how):
         assert [p for p in res.child_pids() if group_alive(p)] == []
         assert "Traceback" not in "".join(res.stderr_lines)
     finally:
-        for group in pids_in(pidfile):
-            try:
-                os.killpg(group, signal.SIGKILL)
-            except OSError:
-                pass
+        sigkill_each(pids_in(pidfile), os.killpg)
         res.close()
         source.stop()
         srv.stop()
@@ -165,11 +161,7 @@ def test_sigkill_of_the_resident_leaves_no_process_of_a_server_tree(tmp_path):
         assert res.exit_status() == -signal.SIGKILL
         wait_for(lambda: not any(process_running(p) for p in pids), "every process of the server's tree ended")
     finally:
-        for pid in pids_in(tree):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        sigkill_each(pids_in(tree))
         res.close()
 
 
@@ -198,9 +190,5 @@ def test_a_killed_group_watchdog_is_replaced_and_told_the_groups_still_running(t
         assert res.exit_status() == -signal.SIGKILL
         wait_for(lambda: not any(process_running(p) for p in pids), "every process of both trees ended")
     finally:
-        for pid in [p for t in trees for p in pids_in(t)]:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+        sigkill_each([p for t in trees for p in pids_in(t)])
         res.close()

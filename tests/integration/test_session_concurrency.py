@@ -21,9 +21,10 @@ import pytest
 import bkmcp
 from bkmcp import Deadline, Log, McpSession, OpContext
 from mock_server.mcp_mock import MockServer, mock_tool
+from tests.helpers import stdio_mock_entry as stdio_entry
+from tests.helpers import stdio_mock_log as stdio_log
 
 ROOT = Path(__file__).resolve().parents[2]
-MOCK = str(ROOT / "mock_server" / "mcp_mock.py")
 CALLS = 200
 TOOLS = [mock_tool("fast", "echo"), mock_tool("slow", "slow", ms=1500), mock_tool("drop", "drop")]
 for _tool in TOOLS:
@@ -33,25 +34,6 @@ for _tool in TOOLS:
 def resolved(entry: dict[str, Any], name: str = "m") -> bkmcp.ResolvedServer:
     config = bkmcp.parse_config(json.dumps({"mcpServers": {name: entry}}), "/tmp/concurrency-mcp.json")
     return bkmcp.resolve_server(config.servers[name], {"PATH": os.environ.get("PATH", "")})
-
-
-def stdio_entry(tmp_path: Path, scenario: dict[str, Any], version: str | None = None) -> tuple[dict, Path]:
-    spec, log = tmp_path / "scenario.json", tmp_path / "log.jsonl"
-    spec.write_text(json.dumps(scenario), encoding="utf-8")
-    entry: dict[str, Any] = {
-        "type": "stdio",
-        "command": sys.executable,
-        "args": [MOCK, "--stdio", "--scenario", str(spec), "--log", str(log)],
-    }
-    if version:
-        entry["protocolVersion"] = version
-    return entry, log
-
-
-def stdio_log(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 def opened(server: bkmcp.ResolvedServer, timeout: float = 60) -> tuple[McpSession, OpContext]:

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,8 @@ from tests.helpers import (
     LEGACY,
     VERSIONS,
     before_the_answer_was_due,
+    kill_groups,
+    proc_stats,
     process_running,
     run_bkmcp,
     until,
@@ -113,6 +117,51 @@ class StdioTarget:
 
     def pids(self) -> list[int]:
         return [int(p) for p in self.pid_path.read_text().split()] if self.pid_path.exists() else []
+
+
+def _run_as_another_user(argv: list[str], home: Path) -> subprocess.CompletedProcess[str]:
+    """bkmcp run by a user who is denied what the test locks: uid 65534 when the tests run as root (root passes
+    every permission check), else the test's own user. Its files live in ``home`` (0755)."""
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "LANG": "C.UTF-8", "XDG_RUNTIME_DIR": str(home)}
+    if os.geteuid() == 0:
+        assert os.access("/usr/bin/python3", os.X_OK), "the root run needs /usr/bin/python3 for uid 65534"
+        return subprocess.run(
+            ["/usr/bin/python3", *argv], capture_output=True, text=True, timeout=60, env=env, cwd=home,
+            user=65534, group=65534, extra_groups=[],
+        )  # fmt: skip
+    return subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=60, env=env, cwd=home)
+
+
+@pytest.mark.parametrize("what", ["command", "cwd"])
+def test_a_command_or_cwd_behind_a_folder_the_user_cannot_search_is_permission_denied(what):
+    """``command`` (or ``cwd``) in a folder whose parent the user may not search is not "does not exist": the error
+    says permission denied. The server never starts (its start would leave a mark file)."""
+    home = Path(tempfile.mkdtemp(prefix="bkmcp-perm-"))
+    try:
+        home.chmod(0o755)
+        shutil.copy(ROOT / "bkmcp.py", home / "bkmcp.py")
+        locked = home / "locked"
+        (locked / "bin").mkdir(parents=True)
+        mark = home / "started"
+        server = locked / "bin" / "server"
+        server.write_text(f"#!/bin/sh\ntouch {mark}\n")
+        server.chmod(0o755)
+        locked.chmod(0o700)  # owner only: the other user cannot search it (nor, as root, uid 65534)
+        entry = {"type": "stdio", "command": str(server)}
+        if what == "cwd":
+            entry = {"type": "stdio", "command": "/bin/sh", "args": ["-c", f"touch {mark}"], "cwd": str(locked / "bin")}
+        (home / "mcp.json").write_text(json.dumps({"mcpServers": {"s": entry}}))
+        (home / "mcp.json").chmod(0o644)
+        if os.geteuid() != 0:
+            locked.chmod(0o600)  # not even searchable by its owner
+        res = _run_as_another_user([str(home / "bkmcp.py"), "--config", str(home / "mcp.json"), "s", "--check"], home)
+        error = json.loads(res.stdout)["error"]
+        assert res.returncode == 2 and error["code"] == "mcp_connection_error", res.stdout + res.stderr
+        assert "permission denied" in error["message"] and "does not exist" not in error["message"], error
+        assert not mark.exists()
+    finally:
+        locked.chmod(0o700)
+        shutil.rmtree(home)
 
 
 @pytest.fixture
@@ -825,20 +874,7 @@ def test_stdio_ctrl_c_sends_cancelled_then_shuts_down(stdio_mock, version):
 def test_stdio_inherited_environment_selection():
     import bkmcp
 
-    env = {
-        "PATH": "/bin",
-        "HOME": "/h",
-        "LC_ALL": "C",
-        "LC_MESSAGES": "C",
-        "LANG": "C.UTF-8",
-        "SYSTEMROOT": "C:\\W",
-        "AWS_SECRET_ACCESS_KEY": "x",
-        "HTTPS_PROXY": "p",
-        "PYTHONPATH": "/p",
-        "BK_CLI_CONFIG_DIR": "/c",
-        "LD_PRELOAD": "evil.so",
-    }
-    assert bkmcp.select_inherited_env(env) == {
+    inherited = {
         "PATH": "/bin",
         "HOME": "/h",
         "LC_ALL": "C",
@@ -846,6 +882,9 @@ def test_stdio_inherited_environment_selection():
         "LANG": "C.UTF-8",
         "SYSTEMROOT": "C:\\W",
     }
+    others = {"AWS_SECRET_ACCESS_KEY": "x", "HTTPS_PROXY": "p", "PYTHONPATH": "/p", "BK_CLI_CONFIG_DIR": "/c"}
+    env = {**inherited, **others, "LD_PRELOAD": "evil.so"}
+    assert bkmcp.select_inherited_env(env) == inherited
     stdio = bkmcp.ServerConfig(name="s", type="stdio", config_file="/f", command="srv")
     http = bkmcp.ServerConfig(name="h", type="http", config_file="/f", url="https://example.com/mcp")
     assert bkmcp.resolve_server(stdio, env).inherited_env["PATH"] == "/bin"
@@ -936,25 +975,11 @@ def test_group_watchdog_kills_the_groups_still_recorded_when_its_pipe_ends():
         assert doomed.wait(30) == -signal.SIGKILL
         assert kept.poll() is None
     finally:
-        for proc in (kept, doomed):
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
-            proc.wait(30)
+        kill_groups(kept, doomed)
 
 
 def _group_members(pgid: int) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                fields = Path(f"/proc/{entry}/stat").read_bytes().rsplit(b")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            if fields[2] == str(pgid).encode() and fields[0] not in (b"Z", b"X"):
-                found.append(int(entry))
-    return found
+    return [pid for pid, stat in proc_stats() if stat[2] == str(pgid).encode() and stat[0] not in (b"Z", b"X")]
 
 
 def test_group_watchdog_killed_is_replaced_and_told_the_recorded_groups(monkeypatch):
@@ -985,12 +1010,7 @@ def test_group_watchdog_killed_is_replaced_and_told_the_recorded_groups(monkeypa
         assert kept.poll() is None
         assert bkmcp._process_ended(first)  # reaped already
     finally:
-        for proc in (kept, doomed):
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
-            proc.wait(30)
+        kill_groups(kept, doomed)
         if first_end is not None:
             os.close(first_end)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import run_bkmcp, write_mcp_json
+from tests.helpers import object_tool, run_bkmcp, write_mcp_json
 
 pytestmark = [pytest.mark.integration]
 
@@ -51,21 +51,18 @@ TASKY = {
     "inputSchema": {"type": "object"},
     "execution": {"taskSupport": "required"},
 }
-SIMPLE = {
-    "name": "simple",
-    "description": "  Echo it.  \nSecond line.",
-    "inputSchema": {
-        "type": "object",
-        "properties": {
-            "depth": {"type": "integer"},
-            "path": {"type": "string"},
-            "loud": {"type": "boolean"},
-            "tags": {"type": "array", "items": {"type": "string"}},
-            "either": {"type": ["string", "integer"]},
-        },
-        "required": ["path"],
+SIMPLE = object_tool(
+    "simple",
+    {
+        "depth": {"type": "integer"},
+        "path": {"type": "string"},
+        "loud": {"type": "boolean"},
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "either": {"type": ["string", "integer"]},
     },
-}
+    ["path"],
+    description="  Echo it.  \nSecond line.",
+)
 
 
 def test_brief_gives_name_summary_and_signature_in_a_tenth_of_the_bytes(mock) -> None:

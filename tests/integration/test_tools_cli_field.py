@@ -8,28 +8,27 @@ from decimal import Decimal
 
 import pytest
 
+from tests.helpers import object_tool
+
 pytestmark = [pytest.mark.integration]
 
-HARD_TOOL = {
-    "name": "hard",
-    "description": "properties that cannot all be flags",
-    "inputSchema": {
-        "type": "object",
-        "properties": {
-            "query": {"type": "string"},
-            "timeout": {"type": "integer"},
-            "maybe": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None},
-            "ref": {"$ref": "#/$defs/Thing"},
-            "has space": {"type": "string"},
-            "either": {"type": ["boolean", "string"]},
-            "far": {"$ref": "https://example.invalid/far.json"},
-        },
-        "$defs": {"Thing": {"type": "object"}},
-        "required": ["query"],
+HARD_TOOL = object_tool(
+    "hard",
+    {
+        "query": {"type": "string"},
+        "timeout": {"type": "integer"},
+        "maybe": {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None},
+        "ref": {"$ref": "#/$defs/Thing"},
+        "has space": {"type": "string"},
+        "either": {"type": ["boolean", "string"]},
+        "far": {"$ref": "https://example.invalid/far.json"},
     },
-    "annotations": {"readOnlyHint": True},
-    "x-vendor": {"kept": [1, Decimal("2.50"), 12345678901234567890123]},
-}
+    ["query"],
+    defs={"Thing": {"type": "object"}},
+    description="properties that cannot all be flags",
+    annotations={"readOnlyHint": True},
+    **{"x-vendor": {"kept": [1, Decimal("2.50"), 12345678901234567890123]}},
+)
 
 
 def test_P05_tools_output_keeps_tools_verbatim_and_explains_body_only_fields(mock) -> None:

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 import bkmcp
-from tests.helpers import ROOT, Result, run_bkmcp, write_mcp_json
+from tests.helpers import ROOT, Result, routed_options, run_bkmcp, write_mcp_json
 
 URL = "https://mcp.example.com/report/mcp/?stage=prod"
 
@@ -955,15 +955,8 @@ def test_resident_help_defaults_are_the_resident_modes_own():
 
 def test_completion_offers_every_option_of_the_option_tables():
     """A new bkmcp option is completed too (the completion's list is checked against section 11's tables)."""
-    tables = (
-        bkmcp._VALUE_OPTIONS,
-        bkmcp._FLAG_OPTIONS,
-        bkmcp._REGISTRY_VALUE_OPTIONS,
-        bkmcp._REGISTRY_FLAG_OPTIONS,
-        bkmcp._RESIDENT_OPTIONS,
-    )
     offered = set(bkmcp._COMPLETION_OPTIONS.split()) | {"-h", "-v", "-r"}  # short forms: the long one is offered
-    missing = sorted({name for table in tables for name in table} - offered - {"--context"})  # --context: refused
+    missing = sorted(routed_options() - offered - {"--context"})  # --context: refused
     assert missing == []
     assert set(bkmcp._COMPLETION_VALUE_OPTIONS.split()) <= {
         *bkmcp._VALUE_OPTIONS,

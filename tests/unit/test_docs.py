@@ -22,14 +22,9 @@ from pathlib import Path
 import pytest
 
 import bkmcp
+from tests.helpers import DOCS, README_EN, README_ZH, RESIDENT, USER_GUIDE
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = ROOT / "docs"
-README_EN = ROOT / "README.md"
-README_ZH = ROOT / "README_zh.md"
-USER_GUIDE = DOCS / "user-guide.md"
-RESIDENT = DOCS / "resident.md"
-RESIDENT_REGISTRY = DOCS / "resident-registry.md"
 CODES = {cls.code: cls.exit_status for cls in bkmcp.error_classes()}
 
 

@@ -14,21 +14,8 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 import bkmcp
-from bkmcp import (
-    BkmcpError,
-    JsonNumber,
-    ToolToken,
-    build_tool_flags,
-    check_tool_tokens,
-    describe_cli,
-    dump_json,
-    parse_argv,
-    parse_json,
-    parse_tool_arguments,
-    render_tool_help,
-    validate_arguments,
-)
-from tests.helpers import FUZZ_EXAMPLES, fake_engine, write_mcp_json
+from bkmcp import BkmcpError, dump_json, parse_json, parse_tool_arguments, render_tool_help, validate_arguments
+from tests.helpers import FUZZ_EXAMPLES, body_example, fake_engine, object_tool, write_mcp_json
 
 FUZZ = settings(
     max_examples=FUZZ_EXAMPLES,
@@ -146,7 +133,7 @@ def parse_flags_alone(tool: dict[str, Any], argv: list[str]) -> dict[str, Any]:
     """The arguments ``argv``'s flags give. A required property with a reserved name has no flag, so flags alone
     are refused naming each such field and --body (issue 27); the values are then those the same flags give
     once those fields are not required (what a --body call would carry beside them is not the flags' business)."""
-    tokens = parse_argv(argv).tool_tokens
+    tokens = bkmcp.parse_argv(argv).tool_tokens
     required = tool["inputSchema"]["required"]
     no_flag = [n for n in required if n in bkmcp.RESERVED_OPTION_NAMES]
     if no_flag:
@@ -175,7 +162,7 @@ def test_p01_p02_flag_values_reach_json_exactly(case: tuple[dict[str, Any], dict
     assert parse_json(dump_json(arguments)) == intended
     for name, value in intended.items():
         sent = arguments[name]
-        if isinstance(value, JsonNumber):
+        if isinstance(value, bkmcp.JsonNumber):
             assert sent.text == value.text
         elif not bkmcp._is_json_number(value):  # numbers: the byte-level text check above is the contract
             assert type(sent) is type(value)
@@ -195,7 +182,7 @@ def test_p01_p02_flag_values_reach_json_exactly(case: tuple[dict[str, Any], dict
 
 tokens_strategy = st.lists(
     st.builds(
-        lambda name, value, eq: ToolToken(name, value, eq, f"--{name}"),
+        lambda name, value, eq: bkmcp.ToolToken(name, value, eq, f"--{name}"),
         st.one_of(property_names, st.sampled_from(["keyword", "limit", "ratio", "enabled", "ids", "filter"])),
         st.one_of(st.none(), st.text(max_size=30), json_number_text, json_values.map(dump_json)),
         st.booleans(),
@@ -267,14 +254,14 @@ schema_values = st.recursive(
 
 @FUZZ
 @given(tokens_strategy, st.sampled_from(["all", "random"]), schema_values)
-def test_p03_random_tokens_only_raise_bkmcp_errors(tokens: list[ToolToken], which: str, raw_schema: Any) -> None:
+def test_p03_random_tokens_only_raise_bkmcp_errors(tokens: list[bkmcp.ToolToken], which: str, raw_schema: Any) -> None:
     """P03/P05: arbitrary tokens against a real or a random schema raise nothing but BkmcpError subclasses."""
     from test_schema_flags import ALL_TYPES
 
     tool = ALL_TYPES if which == "all" else {"name": "t", "inputSchema": raw_schema}
     for call in (
         lambda: parse_tool_arguments(tool, tokens, server_name="s"),
-        lambda: check_tool_tokens(tool, tokens, server_name="s"),
+        lambda: bkmcp.check_tool_tokens(tool, tokens, server_name="s"),
     ):
         try:
             result = call()
@@ -292,12 +279,12 @@ def test_p03_random_tokens_only_raise_bkmcp_errors(tokens: list[ToolToken], whic
 def test_d02_random_schemas_never_crash(raw_schema: Any, arguments: Any) -> None:
     """D02/P05: mapping, describe, help and validation survive any JSON-shaped inputSchema."""
     tool = {"name": "t", "inputSchema": raw_schema, "annotations": raw_schema, "description": "d"}
-    build_tool_flags(tool)
-    describe_cli(tool)
+    bkmcp.build_tool_flags(tool)
+    bkmcp.describe_cli(tool)
     text = render_tool_help("srv", tool)
     assert text.endswith("\n")
     wrapped = {"name": "t", "inputSchema": {"type": "object", "properties": raw_schema, "$defs": raw_schema}}
-    build_tool_flags(wrapped)
+    bkmcp.build_tool_flags(wrapped)
     render_tool_help("srv", wrapped)
     for candidate in (tool, wrapped):
         try:
@@ -509,42 +496,23 @@ def _is_json_pair_line(line: str) -> bool:
     return False
 
 
+def one_string_with_default(default: Any) -> dict[str, Any]:
+    """A tool with one optional string property ``a`` whose default is ``default`` (empty title and description)."""
+    return object_tool("a", {"a": {"type": "string", "default": default}}, [], title="", description="")
+
+
 @pytest.mark.fuzz
 @FUZZ
 @given(help_tool())
 @example(
-    {
-        "name": "a",
-        "title": "",
-        "description": "",
-        "inputSchema": {
-            "type": "object",
-            "properties": {
-                "a": {"type": "string", "default": [{"0000'\U00010324\U00018d09\U0002ebe1": [None, None, None, None]}]}
-            },
-            "required": [],
-        },
-    }
+    one_string_with_default([{"0000'\U00010324\U00018d09\U0002ebe1": [None, None, None, None]}])
 )  # found by CI: a key with ' is shell-quoted (+4 columns) and its value must break
 @example(
-    {
-        "name": "a",
-        "title": "",
-        "description": "",
-        "inputSchema": {
-            "type": "object",
-            "properties": {
-                "a": {"type": "string", "default": [[{"\x1f\x1f\x1f\U00012544\U00018cd6\U00018d09\U0001b2fc": [None]}]]}
-            },
-            "required": [],
-        },
-    }
+    one_string_with_default([[{"\x1f\x1f\x1f\U00012544\U00018cd6\U00018d09\U0001b2fc": [None]}]])
 )  # found by CI: a 66-column escaped key opening an array is one unbreakable 81-column line
 def test_d02_help_lines_fit_80_columns(tool: dict[str, Any]) -> None:
     """D02: with any descriptions (CJK, long words, blank lines), a help line wider than 80 columns is a single
     unbreakable token; the --body example is valid JSON."""
-    from test_tool_help import body_example
-
     text = render_tool_help("server", tool)
     assert all(ch.isprintable() or ch == "\n" for ch in text)  # nothing from the server can drive the terminal
     for line in text.splitlines():

@@ -243,43 +243,20 @@ def test_numbers_round_trip_and_survive_jq(numbers):
     assert bkmcp.compile_jq(".data").apply({"ok": True, "data": value}) == [text]
 
 
+def command_lines(words: list[str], *, word_size: int, size: int) -> st.SearchStrategy[list[str]]:
+    """Command lines of up to ``size`` words, each one of ``words`` or any text up to ``word_size`` characters."""
+    return st.lists(st.one_of(st.sampled_from(words), st.text(max_size=word_size)), max_size=size)
+
+
 @FUZZ
 @given(
-    argv=st.lists(
-        st.one_of(
-            st.sampled_from(
-                [
-                    "--check",
-                    "--tools",
-                    "--help",
-                    "-h",
-                    "--body",
-                    "{}",
-                    "-",
-                    "--dry-run",
-                    "--jq",
-                    ".",
-                    "--timeout",
-                    "5s",
-                    "--config",
-                    "-v",
-                    "--insecure",
-                    "--context",
-                    "--format",
-                    "--version",
-                    "--resident",
-                    "--registry",
-                    "srv",
-                    "tool",
-                    "--limit",
-                    "--x=1",
-                    "--",
-                    "@f",
-                ]
-            ),
-            st.text(max_size=8),
-        ),
-        max_size=8,
+    argv=command_lines(
+        (
+            "--check --tools --help -h --body {} - --dry-run --jq . --timeout 5s --config -v --insecure --context "
+            "--format --version --resident --registry srv tool --limit --x=1 -- @f"
+        ).split(),
+        word_size=8,
+        size=8,
     )
 )
 def test_arbitrary_command_lines_without_a_config(tmp_path_factory, argv):
@@ -294,39 +271,15 @@ def test_arbitrary_command_lines_without_a_config(tmp_path_factory, argv):
 
 @settings(max_examples=max(FUZZ_EXAMPLES // 4, 25), deadline=None, suppress_health_check=list(HealthCheck))
 @given(
-    argv=st.lists(
-        st.one_of(
-            st.sampled_from(
-                [
-                    "--check",
-                    "--tools",
-                    "--help",
-                    "-h",
-                    "--body",
-                    "{}",
-                    '{"a": 1E+2}',
-                    "-",
-                    "@args.json",
-                    "--dry-run",
-                    "--jq",
-                    ".",
-                    ".data",
-                    "--timeout",
-                    "2s",
-                    "-v",
-                    "--insecure",
-                    "--limit",
-                    "--x=1",
-                    "srv",
-                    "fs",
-                    "tool",
-                    "--context",
-                    "x",
-                ]
-            ),
-            st.text(max_size=6),
-        ),
-        max_size=7,
+    argv=command_lines(
+        [
+            *"--check --tools --help -h --body {}".split(),
+            '{"a": 1E+2}',
+            *"- @args.json --dry-run --jq . .data --timeout 2s -v --insecure".split(),
+            *"--limit --x=1 srv fs tool --context x".split(),
+        ],
+        word_size=6,
+        size=7,
     )
 )
 def test_arbitrary_command_lines_with_a_config(tmp_path_factory, argv):

@@ -312,24 +312,16 @@ def fake_jq(tmp_path, monkeypatch, script: str) -> None:
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ.get('PATH', '')}")
 
 
+def dry_run_jq(write_config, program: str, *options: str, **kw):
+    """``bkmcp --config C OPTIONS a t --body {} --dry-run --jq PROGRAM``, server ``a`` a closed loopback port."""
+    config = write_config({"mcpServers": {"a": {"type": "http", "url": "http://127.0.0.1:9/mcp"}}})
+    return run_bkmcp("--config", str(config), *options, "a", "t", "--body", "{}", "--dry-run", "--jq", program, **kw)
+
+
 def test_jq_executable_past_the_budget_is_jq_error(tmp_path, monkeypatch, write_config, no_network):
     """A jq executable that answers nothing is killed at the budget: jq_error, not internal_error."""
     fake_jq(tmp_path, monkeypatch, 'if [ "$1" = "-n" ]; then exit 0; fi\nexec sleep 30\n')
-    config = write_config({"mcpServers": {"a": {"type": "http", "url": "http://127.0.0.1:9/mcp"}}})
-    res = run_bkmcp(
-        "--config",
-        str(config),
-        "--timeout",
-        "300ms",
-        "a",
-        "t",
-        "--body",
-        "{}",
-        "--dry-run",
-        "--jq",
-        ".",
-        env={"PATH": os.environ["PATH"]},
-    )
+    res = dry_run_jq(write_config, ".", "--timeout", "300ms", env={"PATH": os.environ["PATH"]})
     assert res.exit_status == 2 and res.error_code == "jq_error", res.stdout + res.stderr
     assert "did not finish within the time --timeout left for it" in res.json["error"]["message"]
 
@@ -337,8 +329,7 @@ def test_jq_executable_past_the_budget_is_jq_error(tmp_path, monkeypatch, write_
 def test_jq_executable_that_cannot_compile_in_time_is_jq_unavailable(tmp_path, monkeypatch, write_config, no_network):
     fake_jq(tmp_path, monkeypatch, "exec sleep 30\n")
     monkeypatch.setattr(bkmcp, "JQ_EXECUTABLE_CHECK_SECONDS", 0.2)
-    config = write_config({"mcpServers": {"a": {"type": "http", "url": "http://127.0.0.1:9/mcp"}}})
-    res = run_bkmcp("--config", str(config), "a", "t", "--body", "{}", "--dry-run", "--jq", ".")
+    res = dry_run_jq(write_config, ".")
     assert res.exit_status == 1 and res.error_code == "jq_unavailable", res.stdout + res.stderr
     assert "did not compile the --jq expression within 200ms" in res.stderr
 
@@ -347,20 +338,7 @@ def test_jq_executable_silent_computation_is_stopped_at_the_budget(monkeypatch, 
     if shutil.which("jq") is None:
         pytest.skip("no jq executable on PATH")
     monkeypatch.setattr(bkmcp, "_load_jq_module", lambda: None)
-    config = write_config({"mcpServers": {"a": {"type": "http", "url": "http://127.0.0.1:9/mcp"}}})
-    res = run_bkmcp(
-        "--config",
-        str(config),
-        "--timeout",
-        "500ms",
-        "a",
-        "t",
-        "--body",
-        "{}",
-        "--dry-run",
-        "--jq",
-        "last(range(1e15))",
-    )
+    res = dry_run_jq(write_config, "last(range(1e15))", "--timeout", "500ms")
     assert res.exit_status == 2 and res.error_code == "jq_error"
 
 
@@ -368,10 +346,7 @@ def test_jq_values_stream_with_the_executable_and_stop_at_the_budget(monkeypatch
     if shutil.which("jq") is None:
         pytest.skip("no jq executable on PATH")
     monkeypatch.setattr(bkmcp, "_load_jq_module", lambda: None)
-    config = write_config({"mcpServers": {"a": {"type": "http", "url": "http://127.0.0.1:9/mcp"}}})
-    res = run_bkmcp(
-        "--config", str(config), "--timeout", "300ms", "a", "t", "--body", "{}", "--dry-run", "--jq", "repeat(.ok)"
-    )
+    res = dry_run_jq(write_config, "repeat(.ok)", "--timeout", "300ms")
     lines = res.stdout.splitlines()
     assert res.exit_status == 2 and lines[0] == "true" and json.loads(lines[-1])["error"]["code"] == "jq_error"
 
@@ -387,6 +362,5 @@ def test_jq_executable_that_cannot_run_is_jq_unavailable(tmp_path, monkeypatch, 
     broken.chmod(0o644)
     monkeypatch.setattr(bkmcp, "_load_jq_module", lambda: None)
     monkeypatch.setattr(shutil, "which", lambda name: str(broken))
-    config = write_config({"mcpServers": {"a": {"type": "http", "url": "http://127.0.0.1:9/mcp"}}})
-    res = run_bkmcp("--config", str(config), "a", "t", "--body", "{}", "--dry-run", "--jq", ".")
+    res = dry_run_jq(write_config, ".")
     assert res.exit_status == 1 and res.error_code == "jq_unavailable" and "cannot be run" in res.stderr

@@ -333,16 +333,11 @@ from pathlib import Path  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from tests.helpers import FUZZ_EXAMPLES  # noqa: E402
+from tests.helpers import FUZZ_EXAMPLES, JSON_SYNTAX_TYPOS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 TYPOS = [
-    "{bad",
-    '{"a": 1,}',
-    '{"a": "unterminated',
-    '{"a": 1e}',
-    "[1, 2,]",
-    '{"a" 1}',
+    *JSON_SYNTAX_TYPOS,
     '{"a": 1} x',
     "",
     " \n",

@@ -12,6 +12,7 @@ import pytest
 
 import bkmcp
 import zipapp_support
+from tests.helpers import routed_options
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = (ROOT / "bkmcp.py").read_text(encoding="utf-8")
@@ -177,16 +178,21 @@ def _docstring_lines() -> dict[str, str]:
     return lines
 
 
+def _banners(source: str) -> list[tuple[int, str]]:
+    """(line, number) of every section's banner and numbered room's ``# -- N.M`` banner, in order."""
+    marks = [(line, str(number)) for line, number in zipapp_support.section_starts(source)]
+    marks += [
+        (index + 1, found.group(1))
+        for index, text in enumerate(source.splitlines())
+        if (found := re.match(r"^# -- (\d+(?:\.\d+)+) ", text))
+    ]
+    return sorted(marks)
+
+
 def _extents() -> dict[str, tuple[int, int]]:
     """Section number -> (first line, last line) of its code, sub-sections from their ``# -- 10.N`` banners."""
     lines = SOURCE.splitlines()
-    marks = [(line, str(number)) for line, number in zipapp_support.section_starts(SOURCE)]
-    marks += [
-        (index + 1, found.group(1))
-        for index, text in enumerate(lines)
-        if (found := re.match(r"^# -- (\d+(?:\.\d+)+) ", text))
-    ]
-    marks.sort()
+    marks = _banners(SOURCE)
     extents: dict[str, tuple[int, int]] = {}
     for (start, number), (after, _next) in zip(marks, [*marks[1:], (len(lines) + 1, "")]):
         extents[number] = (start, after - 1)
@@ -245,13 +251,7 @@ _BANNER = re.compile(r"^# -- .*-{3,}$")
 def _rooms(source: str) -> list[tuple[str, int]]:
     """(number, lines) of every leaf room: from a section's or a numbered room's banner to the next banner."""
     lines = source.splitlines()
-    marks = [(line, str(number)) for line, number in zipapp_support.section_starts(source)]
-    marks += [
-        (index + 1, found.group(1))
-        for index, text in enumerate(lines)
-        if (found := re.match(r"^# -- (\d+(?:\.\d+)+) ", text))
-    ]
-    marks.sort()
+    marks = _banners(source)
     return [(number, after - start) for (start, number), (after, _n) in zip(marks, [*marks[1:], (len(lines) + 1, "")])]
 
 
@@ -280,14 +280,7 @@ def test_every_numbered_room_is_in_the_docstring_and_every_listed_room_has_its_b
 
 def _user_facing_options() -> set[str]:
     """Every option a user can type (argv routing's tables, --brief and --keep-alive) that a help text names."""
-    tables = (
-        bkmcp._VALUE_OPTIONS,
-        bkmcp._FLAG_OPTIONS,
-        bkmcp._REGISTRY_VALUE_OPTIONS,
-        bkmcp._REGISTRY_FLAG_OPTIONS,
-        bkmcp._RESIDENT_OPTIONS,
-    )
-    parsed = {name for table in tables for name in table if name.startswith("--")} | {"--brief", "--keep-alive"}
+    parsed = {name for name in routed_options() if name.startswith("--")} | {"--brief", "--keep-alive"}
     shown = set(re.findall(r"--[a-z][a-z-]+", bkmcp.render_root_help("mcp.json") + bkmcp.render_resident_help()))
     return parsed & shown
 
@@ -297,3 +290,29 @@ def test_every_user_facing_option_is_named_on_a_room_line_of_the_docstring():
     assert {"--tools", "--brief", "--sessions", "--keep-alive", "--raw", "--jq", "--idle-timeout"} <= options
     listing = " ".join(_docstring_lines().values())
     assert sorted(o for o in options if not re.search(re.escape(o) + r"(?![a-z-])", listing)) == []
+
+
+# -- issue 37 item 4: test files a reader can take in ------------------------------------------------------------------
+
+TEST_FILE_BUDGET = 1500  # lines of one test file, unless its docstring says why it is longer
+_LONGER_BECAUSE = "Longer than 1,500 lines because"
+
+
+def _long_test_files() -> list[str]:
+    long = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        if "node_modules" in path.parts:
+            continue
+        text = path.read_text(encoding="utf-8")
+        if text.count("\n") > TEST_FILE_BUDGET and _LONGER_BECAUSE not in (ast.get_docstring(ast.parse(text)) or ""):
+            long.append(str(path.relative_to(ROOT)))
+    return long
+
+
+def test_no_test_file_passes_its_budget_without_saying_why():
+    assert _long_test_files() == []
+
+
+def test_test_files_are_named_after_an_area_not_an_issue():
+    named_after_issues = [p.name for p in (ROOT / "tests").rglob("test_*.py") if re.search(r"_\d+\.py$", p.name)]
+    assert named_after_issues == []

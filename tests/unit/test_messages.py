@@ -11,44 +11,24 @@ import pytest
 from tests.helpers import run_bkmcp
 
 HTTP = {"type": "http", "url": "http://127.0.0.1:9/mcp"}
+DRY_CALL = ["srv", "t", "--body", "{}", "--dry-run"]
+
+
+def with_headers(headers: dict[str, str]) -> dict:
+    """A config whose server ``srv`` (HTTP, a closed loopback port) sends ``headers``."""
+    return {"mcpServers": {"srv": {**HTTP, "headers": headers}}}
+
+
 CASES = {
     "config-directory": ("{dir}", {}, ["srv", "--tools"]),
     "top-level-array": ("[]", {}, ["srv", "--tools"]),
-    "duplicate-header": (
-        {"mcpServers": {"srv": {**HTTP, "headers": {"X-A": "1", "x-a": "2"}}}},
-        {},
-        ["srv", "--tools"],
-    ),
-    "empty-authorization": (
-        {"mcpServers": {"srv": {**HTTP, "headers": {"Authorization": ""}}}},
-        {},
-        ["srv", "t", "--body", "{}", "--dry-run"],
-    ),
-    "empty-bearer": (
-        {"mcpServers": {"srv": {**HTTP, "headers": {"Authorization": "Bearer "}}}},
-        {},
-        ["srv", "t", "--body", "{}", "--dry-run"],
-    ),
-    "bkapi-not-json": (
-        {"mcpServers": {"srv": {**HTTP, "headers": {"X-Bkapi-Authorization": "{x"}}}},
-        {},
-        ["srv", "t", "--body", "{}", "--dry-run"],
-    ),
-    "bkapi-empty": (
-        {"mcpServers": {"srv": {**HTTP, "headers": {"X-Bkapi-Authorization": " "}}}},
-        {},
-        ["srv", "t", "--body", "{}", "--dry-run"],
-    ),
-    "bkapi-array": (
-        {"mcpServers": {"srv": {**HTTP, "headers": {"X-Bkapi-Authorization": "[]"}}}},
-        {},
-        ["srv", "t", "--body", "{}", "--dry-run"],
-    ),
-    "non-ascii-reference": (
-        {"mcpServers": {"srv": {**HTTP, "headers": {"X-A": "${ÄÖ}"}}}},
-        {},
-        ["srv", "t", "--body", "{}", "--dry-run"],
-    ),
+    "duplicate-header": (with_headers({"X-A": "1", "x-a": "2"}), {}, ["srv", "--tools"]),
+    "empty-authorization": (with_headers({"Authorization": ""}), {}, DRY_CALL),
+    "empty-bearer": (with_headers({"Authorization": "Bearer "}), {}, DRY_CALL),
+    "bkapi-not-json": (with_headers({"X-Bkapi-Authorization": "{x"}), {}, DRY_CALL),
+    "bkapi-empty": (with_headers({"X-Bkapi-Authorization": " "}), {}, DRY_CALL),
+    "bkapi-array": (with_headers({"X-Bkapi-Authorization": "[]"}), {}, DRY_CALL),
+    "non-ascii-reference": (with_headers({"X-A": "${ÄÖ}"}), {}, DRY_CALL),
     "empty-jq": ({"mcpServers": {"srv": HTTP}}, {}, ["srv", "--tools", "--jq", " "]),
     "bad-jq": ({"mcpServers": {"srv": HTTP}}, {}, ["srv", "--tools", "--jq", ".["]),
     "argv-server-name": ({"mcpServers": {"srv": HTTP}}, {}, ["a b", "--tools"]),

@@ -34,7 +34,7 @@ from bkmcp import (
     rpc_error_exception,
     strip_url_credentials,
 )
-from tests.helpers import FUZZ_EXAMPLES
+from tests.helpers import FUZZ_EXAMPLES, object_tool
 
 FUZZ = settings(
     max_examples=FUZZ_EXAMPLES,
@@ -265,20 +265,17 @@ def test_header_value_base64_sentinel_rule(value, expected):
 
 
 def test_mcp_param_headers_from_x_mcp_header():
-    tool = {
-        "name": "t",
-        "inputSchema": {
-            "type": "object",
-            "properties": {
-                "region": {"type": "string", "x-mcp-header": "Region"},
-                "limit": {"type": "integer", "x-mcp-header": "Limit"},
-                "ratio": {"type": "number", "x-mcp-header": "Ratio"},  # numbers may not be headers
-                "bad": {"type": "string", "x-mcp-header": "no spaces"},
-                "dup": {"type": "string", "x-mcp-header": "region"},
-                "absent": {"type": "string", "x-mcp-header": "Absent"},
-            },
+    tool = object_tool(
+        "t",
+        {
+            "region": {"type": "string", "x-mcp-header": "Region"},
+            "limit": {"type": "integer", "x-mcp-header": "Limit"},
+            "ratio": {"type": "number", "x-mcp-header": "Ratio"},  # numbers may not be headers
+            "bad": {"type": "string", "x-mcp-header": "no spaces"},
+            "dup": {"type": "string", "x-mcp-header": "region"},
+            "absent": {"type": "string", "x-mcp-header": "Absent"},
         },
-    }
+    )
     headers = build_param_headers(tool, {"region": "東京", "limit": 5, "ratio": 0.5, "bad": "x", "dup": "y"})
     assert headers == [
         ("Mcp-Param-Region", "=?base64?" + base64.b64encode("東京".encode()).decode() + "?="),

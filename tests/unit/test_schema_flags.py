@@ -23,6 +23,7 @@ from bkmcp import (
     parse_tool_arguments,
     validate_arguments,
 )
+from tests.helpers import object_tool
 
 
 def tok(name: str, value: str | None, eq: bool = False) -> ToolToken:
@@ -110,10 +111,15 @@ ZOD = {
 # -- mapping ---------------------------------------------------------------------------------------------
 
 
+def flag_kinds(mapped: Any) -> dict[str, str]:
+    """Property name -> the kind of flag ``build_tool_flags`` made of it."""
+    return {name: flag.kind for name, flag in mapped.flags.items()}
+
+
 def test_p01_each_declared_type_gets_a_typed_flag() -> None:
     """P01: string, integer, number, boolean, array, object each map to a flag named exactly as the property."""
     mapped = build_tool_flags(ALL_TYPES)
-    assert {n: f.kind for n, f in mapped.flags.items()} == {
+    assert flag_kinds(mapped) == {
         "keyword": "string",
         "limit": "integer",
         "ratio": "number",
@@ -295,12 +301,7 @@ def test_p05_sdk_pydantic_model_enum_and_optional_model_get_flags() -> None:
     """Issue 27 item 2 on the SDK's real schema: a model is a JSON-object flag, an Enum a string flag with its
     values, Optional[Model] and Optional[list] JSON-value flags; every required field has a flag."""
     mapped = build_tool_flags(SDK_SHRIMP)
-    assert {n: f.kind for n, f in mapped.flags.items()} == {
-        "tank": "object",
-        "color": "string",
-        "extra": "json",
-        "names": "json",
-    }
+    assert flag_kinds(mapped) == {"tank": "object", "color": "string", "extra": "json", "names": "json"}
     assert mapped.body_only == {}
     assert mapped.flags["color"].schema["enum"] == ["red", "green"]
     args = parse_tool_arguments(
@@ -1090,21 +1091,18 @@ def test_regex_length_limit_shrinks_with_open_quantifiers() -> None:
 
 
 def test_risky_patterns_are_left_to_the_server_and_said() -> None:
-    tool = {
-        "name": "t",
-        "inputSchema": {
-            "type": "object",
-            "properties": {
-                "s": {"type": "string", "pattern": "^(a+)+$"},
-                "ok": {"type": "string", "pattern": "^[a-z]+$"},
-                "m": {
-                    "type": "object",
-                    "patternProperties": {"^(x+)+$": {"type": "integer"}},
-                    "additionalProperties": False,
-                },
+    tool = object_tool(
+        "t",
+        {
+            "s": {"type": "string", "pattern": "^(a+)+$"},
+            "ok": {"type": "string", "pattern": "^[a-z]+$"},
+            "m": {
+                "type": "object",
+                "patternProperties": {"^(x+)+$": {"type": "integer"}},
+                "additionalProperties": False,
             },
         },
-    }
+    )
     check = validate_arguments(tool, {"s": "a" * 30 + "!", "ok": "abc", "m": {"x" * 30 + "!": "z"}})
     assert check.scope == "full" and len(check.notes) == 3
     assert "except: pattern ^(a+)+$ not run locally (it nests quantifiers" in check.describe()

@@ -10,6 +10,7 @@ from test_schema_flags import ALL_TYPES, PYDANTIC, ZOD, make_tool
 
 import bkmcp
 from bkmcp import JsonNumber, parse_json, render_tool_help, validate_arguments
+from tests.helpers import body_example, object_tool
 
 RICH = {
     "name": "search_reports",
@@ -42,19 +43,6 @@ RICH = {
         "required": ["keyword", "timeout"],
     },
 }
-
-
-def body_example(text: str) -> Any:
-    """The JSON of the generated ``--body`` example, read back the way a shell would."""
-    lines = text.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("--body example"))
-    block = []
-    for line in lines[start + 1 :]:
-        if not line.strip() or line.strip().startswith("("):
-            break
-        block.append(line)
-    words = shlex.split("\n".join(block))
-    return parse_json(words[words.index("--body") + 1])
 
 
 def assert_fits_80(text: str) -> None:
@@ -143,18 +131,11 @@ def test_d02_cjk_wraps_by_display_width() -> None:
 
 def test_d02_server_text_cannot_inject_terminal_escapes() -> None:
     """D02: control characters from the server are shown escaped, never emitted raw."""
-    tool = {
-        "name": "t\x1b[31m",
-        "title": "red\x1b[0m",
-        "description": "bell\x07 and \x1b]0;title\x07",
-        "inputSchema": {
-            "type": "object",
-            "properties": {
-                "a\x1bb": {"type": "string", "description": "\x1b[2J"},
-                "ok": {"type": "string", "description": "x\x1b[2Jy"},
-            },
-        },
+    properties = {
+        "a\x1bb": {"type": "string", "description": "\x1b[2J"},
+        "ok": {"type": "string", "description": "x\x1b[2Jy"},
     }
+    tool = object_tool("t\x1b[31m", properties, title="red\x1b[0m", description="bell\x07 and \x1b]0;title\x07")
     text = render_tool_help("s", tool)
     assert "\x1b" not in text and "\x07" not in text
     assert "\\u001b" in text

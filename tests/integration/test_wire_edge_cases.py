@@ -1,4 +1,4 @@
-"""Issue 11 item 7, the smaller defects, each on the real wire (HTTP on 127.0.0.1 or a real stdio child):
+"""Edge cases of the wire, each on the real wire (HTTP on 127.0.0.1 or a real stdio child):
 a stdio ``cwd`` that is a file, a stdio server that exits at start, a 202 answer to ``tools/call``, the
 authentication source of a stdio server, a second answer for one request id, and ``Set-Cookie`` never replayed.
 """

@@ -1,16 +1,12 @@
-"""Issue 28 point 10, the smaller defects, each on the real wire (HTTP on 127.0.0.1, a real pseudo-terminal):
-the ``mcp_cancelled`` envelope pretty-printed on a terminal like every other envelope, tool help's ``--body``
-example without optional booleans, the array-flag error's example for a string array."""
+"""What a person reads, on the real wire (HTTP on 127.0.0.1, a real pseudo-terminal): the ``mcp_cancelled``
+envelope pretty-printed on a terminal like every other envelope, tool help's ``--body`` example without optional
+booleans, the array-flag error's example for a string array."""
 
 from __future__ import annotations
 
 import json
 import os
-import pty
-import select
-import shlex
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -18,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from mock_server.mcp_mock import mock_tool
-from tests.helpers import until
+from tests.helpers import body_example, child_on_a_pty, object_tool, read_terminal, sigint_as_in_a_terminal, until
 
 pytestmark = pytest.mark.integration
 
@@ -26,51 +22,15 @@ ROOT = Path(__file__).resolve().parents[2]
 CAP_S = 60.0  # a safety net only: the command ends within a second or two of its Ctrl-C
 
 
-def _default_sigint() -> None:  # the child gets the handler a terminal session has, even from a background shell
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def test_cancelled_envelope_is_pretty_on_a_terminal(mock) -> None:
     target = mock({"tools": [mock_tool("slow", "slow", ms=20_000)]}, protocol_version="2025-11-25")
-    master, slave = pty.openpty()
     argv = [sys.executable, str(ROOT / "bkmcp.py"), "--config", str(target.config), target.name, "slow", "--body", "{}"]
-    try:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=slave,
-            stderr=subprocess.PIPE,
-            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(target.config.parent)},
-            start_new_session=True,
-            preexec_fn=_default_sigint,
-        )
-    finally:
-        os.close(slave)
-    terminal = b""
-    try:
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(target.config.parent)}
+    with child_on_a_pty(argv, "stdout", env=env, preexec_fn=sigint_as_in_a_terminal) as (proc, master):
         until(lambda: target.count("tools/call") == 1, "the call reached the server", CAP_S)  # outcome now unknown
         proc.send_signal(signal.SIGINT)
-        deadline = time.monotonic() + CAP_S
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([master], [], [], 0.2)
-            if ready:
-                try:
-                    chunk = os.read(master, 65536)
-                except OSError:  # EIO: the child is gone
-                    break
-                if not chunk:
-                    break
-                terminal += chunk
-            elif proc.poll() is not None:
-                break
+        terminal = read_terminal(master, proc, time.monotonic() + CAP_S)
         status = proc.wait(timeout=CAP_S)
-    finally:
-        os.close(master)
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        assert proc.stderr is not None
-        proc.stderr.close()
     text = terminal.decode().replace("\r\n", "\n")
     assert status == 130, text
     envelope = json.loads(text)
@@ -80,35 +40,19 @@ def test_cancelled_envelope_is_pretty_on_a_terminal(mock) -> None:
     assert target.count("tools/call") == 1
 
 
-def body_example(text: str) -> dict:
-    """The JSON of tool help's ``--body`` example, read back the way a shell would."""
-    lines = text.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("--body example"))
-    block = []
-    for line in lines[start + 1 :]:
-        if not line.strip() or line.strip().startswith("("):
-            break
-        block.append(line)
-    words = shlex.split("\n".join(block))
-    return json.loads(words[words.index("--body") + 1])
-
-
-THINK = {
-    "name": "think",
-    "description": "a sequential-thinking style tool",
-    "inputSchema": {
-        "type": "object",
-        "properties": {
-            "thought": {"type": "string"},
-            "nextThoughtNeeded": {"type": "boolean"},
-            "isRevision": {"type": "boolean"},
-            "branchy": {"type": ["boolean", "null"]},
-            "quiet": {"type": "boolean", "default": False},
-            "options": {"type": "object", "properties": {"deep": {"type": "boolean"}, "n": {"type": "integer"}}},
-        },
-        "required": ["thought", "nextThoughtNeeded"],
+THINK = object_tool(
+    "think",
+    {
+        "thought": {"type": "string"},
+        "nextThoughtNeeded": {"type": "boolean"},
+        "isRevision": {"type": "boolean"},
+        "branchy": {"type": ["boolean", "null"]},
+        "quiet": {"type": "boolean", "default": False},
+        "options": {"type": "object", "properties": {"deep": {"type": "boolean"}, "n": {"type": "integer"}}},
     },
-}
+    ["thought", "nextThoughtNeeded"],
+    description="a sequential-thinking style tool",
+)
 
 
 def test_tool_help_body_example_leaves_optional_booleans_out(mock) -> None:
