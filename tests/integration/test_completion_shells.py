@@ -1,4 +1,4 @@
-"""Issue 28 item 6: completion that knows the server, in a real interactive bash and zsh under tmux.
+"""Issue 28 item 6: completion that knows the server, in a real interactive bash and zsh (and fish) under tmux.
 
 The test types into the shell (``tmux send-keys``) and reads the screen (``capture-pane``): after ``bkmcp <server>``
 the tool names, after ``bkmcp <server> <tool>`` that tool's flags and only the options valid there, never a file
@@ -6,6 +6,10 @@ name in those positions. The names come from the server: the mock's request log 
 completion sent, or, with a warm session alive (``--keep-alive``), that the kept server process answered and no
 other one started. Every process a completion started is gone when it ends; teardown stops the warm process, the
 tmux server and fails when any server process of the test is left.
+
+Issue 36 items 2 and 3: server names a shell would expand run nothing and are not offered (bash, zsh, fish); Tab
+starts no stdio server of a config named on the line, and one of the user's own config only in its ``cwd`` or
+``$HOME``, never a relative command or the files of the shell's directory (marker files show what ran, and where).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import pytest
 from tests.helpers import ROOT, process_running, until, write_mcp_json
 from tests.integration.test_warm_sessions import World
 
-REQUIRED = os.environ.get("BKMCP_INTEROP_REQUIRED") == "1"  # CI (.ci/run installs tmux and zsh): never skipped
+REQUIRED = os.environ.get("BKMCP_INTEROP_REQUIRED") == "1"  # CI (.ci/run installs tmux, zsh, fish): never skipped
 
 
 def _need(program: str) -> None:
