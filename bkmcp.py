@@ -57,7 +57,8 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                 the --keep-alive client and its background process (WarmServer), in five rooms:
        11.1 argument routing       parse_argv -> Invocation, check_invocation
        11.2 --body                 inline, @FILE or - (stdin), read and bounded (read_body)
-       11.3 the runner             Environment, _Runner: one command, local or remote, to its envelope
+       11.3 the runner             Environment, _Runner: one command, local or remote, to its envelope; which
+                                   servers a Tab may start, and where (resolve_completion_server)
        11.4 --keep-alive           the client and its background process (WarmServer), the client's Ctrl-C
                                    (Interrupt), a process that dies mid-call; the sessions it keeps: 10.5
        11.5 main, exit ladder      last: word_for_cli, main, _report_error; a short command's exit skips the
