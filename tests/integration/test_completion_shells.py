@@ -90,7 +90,7 @@ class Shell:
             self.keys("Tab")
         until(lambda: expect in self.screen(), f"{expect!r} after {line!r}<Tab>", 60)
         screen = self.screen()
-        self.keys("C-c")
+        self.keys("C-u")  # not C-c: the shell's SIGINT handling flushes keys typed next (the next line lost its c)
         return screen
 
     def tab(self, line: str) -> None:
