@@ -100,7 +100,8 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        11.1 argument routing       parse_argv -> Invocation, check_invocation: --config, --timeout, --verbose,
                                    --insecure, --check, --tools, --brief, --dry-run, --jq, --raw, --help
        11.2 --body                 inline, @FILE or - (stdin), read and bounded (read_body)
-       11.3 the runner             Environment, _Runner: one command, local or remote, to its envelope
+       11.3 the runner             Environment, _Runner: one command, local or remote, to its envelope; which
+                                   servers a Tab may start, and where (resolve_completion_server)
        11.4 --keep-alive           the client and its background process (WarmServer), --sessions and --stop, the
                                    client's Ctrl-C (Interrupt), a process that dies mid-call; the sessions it
                                    keeps: 10.5
@@ -8260,6 +8261,12 @@ _BASH_COMPLETION = """\
 # bkmcp completion for bash: eval "$(bkmcp --completion bash)" in ~/.bashrc, or save it as
 # ~/.local/share/bash-completion/completions/bkmcp. Server names come from the config file (offline); tool names
 # and a tool's flags from the server (a warm session's catalogue, else one connect of at most 2 s).
+_bkmcp_offer() {{  # the lines of $1 that start with $cur, taken as they are: what bkmcp prints is never expanded
+    local word
+    while IFS= read -r word; do
+        [[ -n $word && $word == "$cur"* ]] && COMPREPLY+=("$word")
+    done <<<"$1"
+}}
 _bkmcp() {{
     local cur="${{COMP_WORDS[COMP_CWORD]}}" prev="${{COMP_WORDS[COMP_CWORD-1]}}" word
     local -a config=() positional=()
@@ -8292,20 +8299,21 @@ _bkmcp() {{
         if [[ $cur == -* ]]; then
             COMPREPLY=($(compgen -W "{options}" -- "$cur"))
         else
-            COMPREPLY=($(compgen -W "$(command {command} "${{config[@]}}" --completion servers 2>/dev/null)" -- "$cur"))
+            COMPREPLY=(); _bkmcp_offer "$(command {command} "${{config[@]}}" --completion servers 2>/dev/null)"
         fi
     elif (( ${{#positional[@]}} == 1 )); then
         if [[ $cur == -* ]]; then
             COMPREPLY=($(compgen -W "{server_options}" -- "$cur"))
         else
-            COMPREPLY=($(compgen -W "$(command {command} "${{config[@]}}" --completion tools "${{positional[0]}}" \\
-                2>/dev/null)" -- "$cur"))
+            COMPREPLY=()
+            _bkmcp_offer "$(command {command} "${{config[@]}}" --completion tools "${{positional[0]}}" 2>/dev/null)"
         fi
     elif [[ $prev == -* && $prev != *=* && " {flag_options} " != *" $prev "* && $cur != -* ]]; then
         COMPREPLY=()  # the value of a tool's flag
     else
-        COMPREPLY=($(compgen -W "$(command {command} "${{config[@]}}" --completion flags "${{positional[0]}}" \\
-            "${{positional[1]}}" 2>/dev/null) {call_options}" -- "$cur"))
+        COMPREPLY=($(compgen -W "{call_options}" -- "$cur"))
+        _bkmcp_offer "$(command {command} "${{config[@]}}" --completion flags "${{positional[0]}}" \\
+            "${{positional[1]}}" 2>/dev/null)"
     fi
 }}
 complete -F _bkmcp bkmcp
@@ -8380,21 +8388,27 @@ def render_completion(shell: str, command: Sequence[str]) -> str:
     )
 
 
-# The characters of a name the completion offers: ``compgen -W`` expands its words (``$(…)`` would run), so a
-# name from a server is offered only when it holds none but these (MCP tool names keep to far fewer).
+# The characters of a name the completion offers. The scripts take each word literally, but a shell inserts a
+# chosen word into the line unquoted (zsh's bashcompinit) and runs it on Enter, so a server, tool or flag name is
+# offered only when it holds none but these (MCP tool names keep to far fewer).
 _COMPLETION_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-+:/@%,")
 
 
+def render_completion_names(names: Iterable[Any]) -> str:
+    """The names a completion may offer, one a line: a name with any character outside ``_COMPLETION_SAFE``
+    (``$``, quotes, spaces, ``*``, ``~``, …) or one starting with '-' is left out (docs/contract.md §2)."""
+    safe = (name for name in names if isinstance(name, str) and name and not name.startswith("-"))
+    return "".join(f"{name}\n" for name in safe if set(name) <= _COMPLETION_SAFE)
+
+
 def render_completion_words(tools: Sequence[Any], tool: str | None) -> str:
-    """What ``--completion tools|flags`` prints: the tool names (``tool`` None), or that tool's flags as ``--name``,
-    one a line; a name with any character outside ``_COMPLETION_SAFE``, or one starting with '-', is left out."""
+    """What ``--completion tools|flags`` prints (``render_completion_names``): the tool names (``tool`` None), or
+    that tool's flags as ``--name``."""
     if tool is None:
-        words = [t.get("name") for t in tools if isinstance(t, dict)]
-        words = [word for word in words if isinstance(word, str) and not word.startswith("-")]
-    else:
-        found = next((t for t in tools if isinstance(t, dict) and t.get("name") == tool), None)
-        words = [] if found is None else [f"--{name}" for name in build_tool_flags(found).flags]
-    return "".join(f"{word}\n" for word in words if isinstance(word, str) and word and set(word) <= _COMPLETION_SAFE)
+        return render_completion_names(t.get("name") for t in tools if isinstance(t, dict))
+    found = next((t for t in tools if isinstance(t, dict) and t.get("name") == tool), None)
+    flags = [] if found is None else [f"--{name}" for name in build_tool_flags(found).flags]
+    return "".join(f"{flag}\n" for flag in flags if set(flag) <= _COMPLETION_SAFE)
 
 
 # -- 9.6 server and tool help (render_server_help, render_tool_help) ---------------------------------------------------
@@ -13479,6 +13493,42 @@ def _completion_command() -> list[str]:
     return ["bkmcp"]
 
 
+def resolve_completion_server(server: ServerConfig, envr: Environment, *, named: bool) -> ResolvedServer | None:
+    """The server a Tab may connect to for its tool names (docs/contract.md §2), resolved; None when Tab must start
+    nothing. An HTTP server as configured, but from a ``named`` config (``--config`` on the line: it may be anyone's)
+    not one whose URL or headers hold a ``${…}`` reference (a Tab would send the user's environment to it). A stdio
+    server only from the user's own config, and never in the shell's working directory: it
+    runs in the entry's ``cwd``, else in ``$HOME``; a ``command`` or ``cwd`` that is a relative path (not starting
+    at ``/`` or ``~``) is never started, and a bare ``command`` is looked up on the absolute directories of its
+    PATH only (a ``.`` or empty entry would name the shell's directory). Relative ``args`` start from that cwd."""
+    import dataclasses
+    import shutil
+
+    if server.type != "stdio":
+        # a named config's ${VAR} would send the user's environment to a URL anyone may have written
+        refers = any("${" in text for text in (server.url or "", *(text for pair in server.headers for text in pair)))
+        return None if named and refers else resolve_server(server, envr.env, cwd=envr.cwd)
+    if named:
+        return None
+
+    def anchored(path: str) -> bool:  # names one place whatever the working directory
+        resolved = expand_user_path(path, envr.env, "")
+        return resolved is not None and os.path.isabs(resolved)
+
+    command = server.command or ""
+    workdir = server.cwd or envr.env.get("HOME") or ""
+    is_path = os.sep in command or bool(os.altsep and os.altsep in command)
+    if not anchored(workdir) or (is_path and not anchored(command)):
+        return None
+    resolved = resolve_server(server, envr.env, cwd=workdir)
+    resolved = dataclasses.replace(resolved, cwd=resolved.cwd or os.path.normpath(workdir))
+    if is_path:
+        return resolved
+    child_path = {**resolved.inherited_env, **resolved.env}.get("PATH", os.defpath)
+    found = shutil.which(command, path=os.pathsep.join(d for d in child_path.split(os.pathsep) if os.path.isabs(d)))
+    return None if found is None else dataclasses.replace(resolved, command=found)
+
+
 def _select_server(config: ConfigFile, name: str) -> ServerConfig:
     if name not in config.servers:
         names = sorted(config.servers)
@@ -13707,15 +13757,15 @@ class _Runner:
         if shell != "servers":
             return self.emit_text(render_completion(shell, _completion_command()))
         names, _problem = _configured_names(config_path)
-        if names:
-            self.envr.stdout.write("".join(name + "\n" for name in names))
+        self.envr.stdout.write(render_completion_names(names or ()))
         return EXIT_OK
 
     def run_completion_words(self, config_path: str) -> int:  # pyz: remote part
         """``--completion tools SERVER`` / ``--completion flags SERVER TOOL`` (what the scripts run): the server's
         tool names, or that tool's flags, one a line. From a live warm session's catalogue (docs/contract.md §14),
-        else one connect within ``COMPLETION_TIMEOUT`` whose server is gone when it ends; nothing at all, exit 0,
-        when neither answers. In the warm process (``envr.warm``) only a kept session answers: it opens none."""
+        else one connect within ``COMPLETION_TIMEOUT`` whose server is gone when it ends, to a server that
+        ``resolve_completion_server`` lets Tab start; nothing at all, exit 0, when neither answers. In the warm
+        process (``envr.warm``) only a kept session answers: it opens none."""
         inv, envr = self.inv, self.envr
         assert inv.server is not None
         if envr.warm is None:
@@ -13727,7 +13777,13 @@ class _Runner:
 
         silent = Log(io.StringIO())
         try:
-            server = resolve_server(_select_server(load_config(config_path), inv.server), envr.env, cwd=envr.cwd)
+            server_cfg = _select_server(load_config(config_path), inv.server)
+            if envr.warm is not None:  # a kept session's identity: resolved as the command that started it was
+                server: ResolvedServer | None = resolve_server(server_cfg, envr.env, cwd=envr.cwd)
+            else:
+                server = resolve_completion_server(server_cfg, envr, named=inv.config is not None)
+            if server is None:
+                return EXIT_OK
             ctx = OpContext(
                 Deadline(COMPLETION_TIMEOUT), silent, sessions=envr.warm.sessions if envr.warm is not None else None
             )

@@ -944,6 +944,91 @@ def test_completion_words_offer_only_names_a_shell_cannot_expand():
     assert bkmcp.render_completion_words(tools, "missing") == ""
 
 
+def test_completion_servers_offers_only_names_a_shell_cannot_expand(write_config, no_network):
+    """Issue 36 item 2: server names pass the same filter as tool names (a project's .mcp.json may name a server
+    ``$(…)``, which a shell would run when the word reached it)."""
+    hostile = ["$(id>x)", "`id`", "${x:-y}", "~root", "*", "a'b", 'a"b', "a;b", "ok.one"]
+    config = write_config({"mcpServers": {name: {"command": "never-run"} for name in hostile}})
+    res = run_bkmcp("--config", str(config), "--completion", "servers")
+    assert (res.exit_status, res.stdout, res.stderr) == (0, "ok.one\n", "")
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh"])
+def test_completion_script_takes_what_bkmcp_prints_literally(shell, tmp_path):
+    """Issue 36 item 2: the script never lets the shell expand a word bkmcp printed (no ``compgen -W``), even one
+    the filter would have left out: a stand-in ``bkmcp`` prints hostile words, the script offers them as they are
+    and nothing runs."""
+    if shutil.which(shell) is None:
+        pytest.skip(f"{shell} is not installed (tests/integration/test_completion_shells.py requires it in CI)")
+    marker = tmp_path / "ran"
+    words = [f"$(touch {marker})", f"`touch {marker}`", f"${{x:-$(touch {marker})}}", "~root", "*", "plain"]
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "bkmcp").write_text("#!/bin/sh\ncat " + str(tmp_path / "words") + "\n")
+    (bindir / "bkmcp").chmod(0o755)
+    (tmp_path / "words").write_text("".join(f"{w}\n" for w in words))
+    (tmp_path / "complete.sh").write_text(bkmcp.render_completion("bash", ["bkmcp"]))
+    # zsh runs the function as bashcompinit's _bash_complete does (its options: 0-based arrays, ksh globs)
+    setup = "autoload -U +X bashcompinit && bashcompinit\n" if shell == "zsh" else ""
+    options = "emulate -L sh; setopt kshglob noshglob braceexpand; " if shell == "zsh" else ""
+    program = (
+        f"{setup}source {tmp_path / 'complete.sh'}\n"
+        f"run() {{ {options}COMP_WORDS=(bkmcp ''); COMP_CWORD=1; _bkmcp bkmcp '' bkmcp; "
+        "printf '%s\\n' \"${COMPREPLY[@]}\"; }\nrun\n"
+    )
+    argv = [shell, "--norc", "--noprofile", "-c", program] if shell == "bash" else [shell, "-f", "-c", program]
+    env = {"PATH": f"{bindir}:/usr/bin:/bin", "HOME": str(tmp_path)}
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == words and not marker.exists()
+
+
+def test_tab_resolves_a_stdio_server_away_from_the_shells_directory(tmp_path):
+    """Issue 36 item 3 (contract §2): which servers Tab may start, and where. ``named``: --config on the line."""
+    home, shell_dir = tmp_path / "home", tmp_path / "repo"
+    (home / "bin").mkdir(parents=True)
+    shell_dir.mkdir()
+    python = home / "bin" / "python3"
+    python.write_text("#!/bin/sh\n")
+    python.chmod(0o755)
+    envr = bkmcp.Environment(
+        io.StringIO(), io.StringIO(), io.StringIO(), {"HOME": str(home), "PATH": f".:{home}/bin"}, str(shell_dir)
+    )
+
+    def server(**entry):
+        return bkmcp._parse_server("cfg", "s", {"type": "stdio", **entry})
+
+    def tab(entry, named=False):
+        resolved = bkmcp.resolve_completion_server(server(**entry), envr, named=named)
+        return None if resolved is None else (resolved.command, resolved.cwd, resolved.args)
+
+    assert tab({"command": "python3", "args": ["server.py"]}) == (str(python), str(home), ["server.py"])
+    assert tab({"command": "/bin/true", "cwd": "/tmp"}) == ("/bin/true", "/tmp", [])
+    assert tab({"command": "~/bin/python3"}) == (str(python), str(home), [])
+    for relative in (
+        {"command": "./server"},
+        {"command": "bin/x", "cwd": "/tmp"},
+        {"command": "/bin/true", "cwd": "sub"},
+    ):
+        assert tab(relative) is None, relative
+    assert tab({"command": "missing"}) is None  # not on PATH's absolute directories ('.' is skipped)
+    assert tab({"command": "/bin/true"}, named=True) is None  # a config named on the line: no stdio server
+    http = bkmcp.resolve_completion_server(
+        bkmcp._parse_server("cfg", "h", {"type": "http", "url": "http://127.0.0.1:9/mcp"}), envr, named=True
+    )
+    assert http is not None and http.url == "http://127.0.0.1:9/mcp"
+    for leaky in (  # a named config's ${VAR} would send the user's environment where its author chose
+        {"url": "http://127.0.0.1:9/${HOME}"},
+        {"url": "http://127.0.0.1:9/mcp", "headers": {"Authorization": "Bearer ${GITHUB_TOKEN}"}},
+    ):
+        entry = bkmcp._parse_server("cfg", "h", {"type": "http", **leaky})
+        assert bkmcp.resolve_completion_server(entry, envr, named=True) is None, leaky
+    own = bkmcp._parse_server("cfg", "h", {"type": "http", "url": "http://127.0.0.1:9/${HOME}"})
+    assert bkmcp.resolve_completion_server(own, envr, named=False) is not None  # the user's own config: as usual
+    envr.env = {"PATH": "/usr/bin"}  # no HOME: a stdio entry without cwd has nowhere to run
+    assert tab({"command": "/bin/true"}) is None
+
+
 def test_resident_help_defaults_are_the_resident_modes_own():
     """The resident help (section 9) prints the defaults section 10 holds; the two must agree."""
     text = bkmcp.render_resident_help()
