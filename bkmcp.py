@@ -10464,8 +10464,9 @@ class SessionPool:
         for session in victims:  # not counted meanwhile: ``slot`` holds its place, and opens once it is closed
             session.close()
 
-    def session(self, slot: _Slot, server: ResolvedServer, timeout: float) -> ResidentSession:
-        """The live session of ``slot``, opened (or reopened after a crash, a config change) on demand, with a
+    def session(self, slot: _Slot, server: ResolvedServer, timeout: float, *, budget: float) -> ResidentSession:
+        """The live session of ``slot``, opened (or reopened after a crash, a config change) on demand within
+        ``timeout`` (what is left of the command's configured ``budget``, which a timeout's message names), with a
         lease the caller gives back with ``release``. A session made from an outdated row or credential is
         retired (``retire``): this command and the next ones get a new one, calls in flight on it finish."""
         with slot.open_lock:
@@ -10517,13 +10518,18 @@ class SessionPool:
                 with self._lock:
                     slot.opening = False
                 if isinstance(exc, BkmcpError):
-                    slot.last_error = exc
+                    failure = exc
+                    if isinstance(exc, McpTimeoutError) and exc.what is not None:  # the budget set, not what was left
+                        failure = exc.copy(message=f"{exc.what} within {format_duration(budget)}", budget=budget)
+                    slot.last_error = failure
                     if isinstance(exc, ProtocolError):
                         self.events.emit(
                             "protocol.rejected", server=slot.server, user=slot.user or None, error_code=exc.code
                         )
                     if session.pid is not None:
-                        self.crashed(slot, session, exc)
+                        self.crashed(slot, session, failure)
+                    if failure is not exc:
+                        raise failure from exc.__cause__
                 raise
             finally:
                 with self._lock:
@@ -11403,9 +11409,10 @@ class Catalogues:
     def session(
         self, command: _Command, row: Any, slot: _Slot, server: ResolvedServer, timeout: float
     ) -> ResidentSession:
-        """The slot's live session (opened when needed); ``server.failed`` when it cannot be connected."""
+        """The slot's live session (opened when needed within what is left of ``timeout``, the command's budget);
+        ``server.failed`` when it cannot be connected."""
         try:
-            return self.pool.session(slot, server, timeout)
+            return self.pool.session(slot, server, _time_left(command, timeout), budget=timeout)
         except BkmcpError as exc:
             self.failed_event(command, row, "connect", exc)
             raise
@@ -11446,7 +11453,7 @@ class Catalogues:
                     slot.tools, slot.fresh_until = cached, None
                     slot.fingerprint = _slot_fingerprint(slot, server)
                     return cached
-            session = self.session(command, row, slot, server, _time_left(command, timeout))
+            session = self.session(command, row, slot, server, timeout)
             started = time.monotonic()
             try:
                 tools, fresh_until = session.list_tools(_time_left(command, timeout))
@@ -11521,7 +11528,9 @@ class Catalogues:
                         {
                             "server_name": row.name,
                             "error_code": exc.code,
-                            "error": _command_scrubber(self.log, command).scrub(_platform_error(exc).message),
+                            "error": _command_scrubber(self.log, command).scrub(
+                                _platform_error(exc, server=row.name, timeout=self.timeout).message
+                            ),
                         }
                     )
                 if refresh:  # the previous catalogue stays for list_tools
@@ -12030,7 +12039,9 @@ class Actions:
                 entry.update(
                     status="failed",
                     error_code=exc.code,
-                    error=_command_scrubber(self.log, public).scrub(_platform_error(exc).message),
+                    error=_command_scrubber(self.log, public).scrub(
+                        _platform_error(exc, server=row.name, timeout=self.opts.timeout).message
+                    ),
                 )
             servers[row.name] = entry
 
@@ -12081,7 +12092,7 @@ class Actions:
         self.pool.use(slot, 1)
         try:
             try:
-                session = self.catalogues.session(command, row, slot, server, _time_left(command, self.opts.timeout))
+                session = self.catalogues.session(command, row, slot, server, self.opts.timeout)
             except BkmcpError as exc:
                 raise _platform_error(exc, server=row.name, timeout=self.opts.timeout) from None
             self.pool.release(session)
@@ -12177,7 +12188,7 @@ class Actions:
         started = time.monotonic()
         try:
             try:
-                session = self.pool.session(slot, server, _time_left(command, timeout))
+                session = self.pool.session(slot, server, _time_left(command, timeout), budget=timeout)
             except BkmcpError as exc:
                 self.events.emit("tool.failed", **base, error_code=exc.code, outcome="not_sent")
                 raise _platform_error(exc, server=server_name, timeout=timeout) from None
