@@ -8001,30 +8001,41 @@ def compile_jq(expression: str) -> JqProgram:
 # -- --raw: a result as plain text (docs/contract.md §7) ----------------------------------------------------
 
 
-def render_raw_result(result: Mapping[str, Any], *, pretty: bool = False) -> str:
+def render_raw_result(result: Mapping[str, Any], *, pretty: bool = False, terminal: bool = False) -> str:
     """A successful call's result as ``--raw`` prints it: each ``text`` block as it is, followed by a newline
     unless it ends with one; any other block as one bracketed line naming it, never its bytes; no block but a
-    ``structuredContent``: that value as JSON. Lone surrogates (valid in JSON, not in UTF-8) become U+FFFD."""
+    ``structuredContent``: that value as JSON. Lone surrogates (valid in JSON, not in UTF-8) become U+FFFD; for
+    a ``terminal``, controls are shown as escapes (``render_raw_text``)."""
     content = result.get("content")
     blocks = content if isinstance(content, list) else []
     if not blocks and "structuredContent" in result:
-        return dump_json(result["structuredContent"], indent=2 if pretty else None) + "\n"
+        return render_raw_text(dump_json(result["structuredContent"], indent=2 if pretty else None), terminal) + "\n"
     out: list[str] = []
     for block in blocks:
         if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
-            text = render_raw_text(block["text"])
+            text = render_raw_text(block["text"], terminal)
             out.append(text if text.endswith("\n") else text + "\n")
         else:
             out.append(_raw_block_line(block) + "\n")
     return "".join(out)
 
 
-def render_raw_text(text: str) -> str:
-    """``text`` as a UTF-8 stream can carry it: lone surrogates become U+FFFD, everything else stays."""
-    return _LONE_SURROGATE.sub("\ufffd", text)
+def render_raw_text(text: str, terminal: bool = False) -> str:
+    """The one renderer of a server's text for stdout (``--raw``, ``--jq``'s strings, an envelope's JSON): as a
+    UTF-8 stream can carry it, lone surrogates become U+FFFD. For a ``terminal`` (docs/contract.md §7), every
+    character a terminal would act on (C0 controls but newline, tab and the carriage return of a CRLF; DEL; C1
+    controls) is shown as its JSON escape (``\\u001b``, ``\\r``, ``\\u009b``), so a tool's text can neither
+    write the clipboard (OSC 52), set the title, clear the screen, nor hide a link. JSON text stays valid JSON:
+    such characters only occur inside its strings, where the escape means the same character. Piped, nothing
+    else changes: the bytes are exact."""
+    text = _LONE_SURROGATE.sub("\ufffd", text)
+    if terminal and _TERMINAL_CONTROL.search(text):
+        text = _TERMINAL_CONTROL.sub(lambda m: json.dumps(m.group())[1:-1], text)
+    return text
 
 
 _LONE_SURROGATE = _lazy_re("[\ud800-\udfff]")
+_TERMINAL_CONTROL = _lazy_re("\r(?!\n)|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
 
 def _raw_block_line(block: Any) -> str:
@@ -13507,13 +13518,15 @@ class _Runner:
     def emit_envelope(self, envelope: dict[str, Any], jq: JqProgram | None, status: int, *, raw: bool = False) -> int:
         """Write the envelope, or each ``--jq`` value as it comes (flushed, within the budget). A reader that goes
         away ends the output quietly: ``main`` maps the ``BrokenPipeError`` to the exit status. ``raw`` (a success
-        under ``--raw``): ``--jq``'s strings unquoted, else the call's result as text (docs/contract.md §7)."""
+        under ``--raw``): ``--jq``'s strings unquoted, else the call's result as text (docs/contract.md §7). On a
+        terminal, controls in what a server sent are shown as escapes (``render_raw_text``)."""
         out = self.envr.stdout
+        terminal = is_terminal(out)
         try:
             if jq is not None:
                 try:
                     for line in jq.stream(envelope, self.jq_deadline(), raw=raw):
-                        out.write(line + "\n")
+                        out.write((render_raw_text(line, terminal) if terminal else line) + "\n")
                         out.flush()
                 except JqHalt as halt:
                     out.flush()
@@ -13521,11 +13534,12 @@ class _Runner:
                     self.envr.stderr.flush()
                     return halt.status
             else:
-                pretty = 2 if getattr(out, "isatty", lambda: False)() else None
+                pretty = 2 if terminal else None
                 if raw:
-                    out.write(render_raw_result(envelope["data"]["result"], pretty=pretty is not None))
+                    out.write(render_raw_result(envelope["data"]["result"], pretty=terminal, terminal=terminal))
                 else:
-                    out.write(dump_json(envelope, indent=pretty))  # then its newline: a large result is not copied
+                    text = dump_json(envelope, indent=pretty)
+                    out.write(render_raw_text(text, terminal) if terminal else text)  # then its newline: not copied
                     out.write("\n")
             out.flush()
         except BrokenPipeError:
@@ -14699,11 +14713,11 @@ def _report_error(exc: BkmcpError, envr: Environment, log: Log) -> int:
     try:
         if exc.exit_status != EXIT_LOCAL:  # remote (2), interrupted after a request was sent (130)
             # on stdout, like every other envelope: pretty on a terminal (emit_envelope), one line otherwise
-            pretty = 2 if getattr(envr.stdout, "isatty", lambda: False)() else None
-            envr.stdout.write(dump_json(envelope, indent=pretty) + "\n")
+            terminal = is_terminal(envr.stdout)
+            envr.stdout.write(render_raw_text(dump_json(envelope, indent=2 if terminal else None), terminal) + "\n")
             envr.stdout.flush()
         else:  # one line: a script reads the last line of stderr
-            envr.stderr.write(dump_json(envelope) + "\n")
+            envr.stderr.write(render_raw_text(dump_json(envelope), is_terminal(envr.stderr)) + "\n")
             envr.stderr.flush()
     except (OSError, ValueError):
         pass
