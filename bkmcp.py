@@ -37,8 +37,8 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                 long a kept catalogue stays fresh (ttlMs, list_changed), for 10.3 and 10.5
     8. Schema flags             inputSchema -> typed flags, values, validation; why a property gets no flag
                                 (BodyOnlyField: set it with --body)
-    9. Output                   envelopes, --jq (JqProgram: compiled, applied), help text, the shell completion
-                                scripts
+    9. Output                   envelopes, --jq (JqProgram: compiled, applied), --raw text and a server's text on
+                                a terminal, controls escaped (render_raw_text), help text, the shell completion scripts
    10. Resident mode            many users' sessions behind one JSON stdin/stdout process, and the --keep-alive
                                 process's kept sessions, in five rooms:
        10.1 registry, credentials  SQLite / HTTP sources, one user's view, a row -> ResolvedServer
