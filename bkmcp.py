@@ -11293,7 +11293,8 @@ def _excludes_null(schema: Any, root: Any) -> bool:
 
 def build_call_arguments(schema: Any, arguments: Any, root: Any = None) -> Any:
     """``arguments`` without the nulls a strict-mode model sends for fields the original ``schema`` makes
-    optional and not nullable (the field left out, as the server's schema means it); nothing else changed.
+    optional and not nullable (the field left out, as the server's schema means it); nothing else changed. For a
+    tool with a strict definition only (``do_call_tool``; docs/contract.md §11.2).
     Follows ``properties`` and ``items`` through local references and the ``anyOf``/``oneOf`` branches that
     admit the value (a null is left out when no branch requires that field or admits null for it); the input
     is never modified."""
@@ -12180,8 +12181,12 @@ class Actions:
                 f"server {server_name!r} has no tool {_clip(repr(tool_name), 80)}",
                 details={"server_name": server_name, "tool_name": tool_name},
             )
-        # a strict-mode null for a field the server's schema makes optional and not nullable: left out (§11.2)
-        arguments = build_call_arguments(tool.get("inputSchema"), arguments)
+        # a strict-mode null for a field the server's schema makes optional and not nullable: left out, only for a
+        # tool listed with a strict definition (the one that made such fields nullable); elsewhere a null stays and
+        # the validation below refuses it, so the model learns its mistake (§11.2)
+        index = next(i for i, t in enumerate(tools) if t is tool)
+        if "function_strict" in self.catalogues.shaped(command, row, tools)[index][0]:
+            arguments = build_call_arguments(tool.get("inputSchema"), arguments)
         try:  # bounded by the command's own deadline, like every later step (docs/contract.md §11)
             validate_arguments(tool, arguments, deadline=Deadline(_time_left(command, timeout)))
         except InvalidArgumentsError as exc:
