@@ -1498,7 +1498,7 @@ _FORBIDDEN_HEADERS = frozenset(
 )
 _TOKEN_CHARS = frozenset("!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
 _ENV_REF = _lazy_re(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$\{user\.([A-Za-z_][A-Za-z0-9_]*)\}|\$\{")
-_CONTROL = _lazy_re(r"[\x00-\x1f\x7f]")
+_CONTROL = _lazy_re(r"[\x00-\x1f\x7f-\x9f]")  # C0, DEL and C1: what a terminal would act on
 
 
 # Plain string checks instead of regular expressions: `bkmcp <server> --help` validates the whole file, and
@@ -5351,7 +5351,8 @@ class McpSession:
             if callback is None or not callback(params):
                 self.log.debug(f"ignored notifications/progress not for this call: {_clip(dump_json(params), 200)}")
         elif note.method == "notifications/message":
-            self.log.debug(f"server log [{params.get('level')}]: {_clip(dump_json(params.get('data')), 500)}")
+            level = _clip(str(params.get("level")), 20)
+            self.log.debug(f"server log [{level}]: {_clip(dump_json(params.get('data')), 500)}")
         else:
             self.log.debug(f"notification {note.method}")
         if self.on_notification is not None:
