@@ -10476,11 +10476,14 @@ class SessionPool:
         for session in victims:  # not counted meanwhile: ``slot`` holds its place, and opens once it is closed
             session.close()
 
-    def session(self, slot: _Slot, server: ResolvedServer, timeout: float, *, budget: float) -> ResidentSession:
+    def session(
+        self, slot: _Slot, server: ResolvedServer, timeout: float, *, budget: float | None = None
+    ) -> ResidentSession:
         """The live session of ``slot``, opened (or reopened after a crash, a config change) on demand within
-        ``timeout`` (what is left of the command's configured ``budget``, which a timeout's message names), with a
-        lease the caller gives back with ``release``. A session made from an outdated row or credential is
-        retired (``retire``): this command and the next ones get a new one, calls in flight on it finish."""
+        ``timeout`` (what is left of the command's configured ``budget``, which a timeout's message names; by
+        default ``timeout`` itself), with a lease the caller gives back with ``release``. A session made from an
+        outdated row or credential is retired (``retire``): this command and the next ones get a new one, calls in
+        flight on it finish."""
         with slot.open_lock:
             session = slot.session
             fingerprint = _slot_fingerprint(slot, server)
@@ -10532,7 +10535,8 @@ class SessionPool:
                 if isinstance(exc, BkmcpError):
                     failure = exc
                     if isinstance(exc, McpTimeoutError) and exc.what is not None:  # the budget set, not what was left
-                        failure = exc.copy(message=f"{exc.what} within {format_duration(budget)}", budget=budget)
+                        said = timeout if budget is None else budget
+                        failure = exc.copy(message=f"{exc.what} within {format_duration(said)}", budget=said)
                     slot.last_error = failure
                     if isinstance(exc, ProtocolError):
                         self.events.emit(
