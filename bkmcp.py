@@ -60,7 +60,8 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
     9. Output                   envelopes, --jq, --raw, help text, completion, in six rooms:
        9.1 envelopes               build_success, build_failure
        9.2 --jq                    JqProgram: compiled, applied with number fidelity
-       9.3 --raw                   a result as plain text (render_raw_result)
+       9.3 --raw                   a result as plain text (render_raw_result); a server's text on a terminal, its
+                                   controls escaped (render_raw_text)
        9.4 help text               the root help (--help, --version) and the resident's (--resident --help)
        9.5 completion              the shell completion scripts (--completion bash|zsh|fish) and their words
        9.6 server and tool help    render_server_help, render_tool_help
@@ -1549,7 +1550,7 @@ _FORBIDDEN_HEADERS = frozenset(
 )
 _TOKEN_CHARS = frozenset("!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
 _ENV_REF = _lazy_re(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$\{user\.([A-Za-z_][A-Za-z0-9_]*)\}|\$\{")
-_CONTROL = _lazy_re(r"[\x00-\x1f\x7f]")
+_CONTROL = _lazy_re(r"[\x00-\x1f\x7f-\x9f]")  # C0, DEL and C1: what a terminal would act on
 
 
 # Plain string checks instead of regular expressions: `bkmcp <server> --help` validates the whole file, and
@@ -5409,7 +5410,8 @@ class McpSession:
             if callback is None or not callback(params):
                 self.log.debug(f"ignored notifications/progress not for this call: {_clip(dump_json(params), 200)}")
         elif note.method == "notifications/message":
-            self.log.debug(f"server log [{params.get('level')}]: {_clip(dump_json(params.get('data')), 500)}")
+            level = _clip(str(params.get("level")), 20)
+            self.log.debug(f"server log [{level}]: {_clip(dump_json(params.get('data')), 500)}")
         else:
             self.log.debug(f"notification {note.method}")
         if self.on_notification is not None:
@@ -8061,30 +8063,41 @@ def compile_jq(expression: str) -> JqProgram:
 # -- 9.3 --raw: a result as plain text (docs/contract.md §7) -----------------------------------------------------------
 
 
-def render_raw_result(result: Mapping[str, Any], *, pretty: bool = False) -> str:
+def render_raw_result(result: Mapping[str, Any], *, pretty: bool = False, terminal: bool = False) -> str:
     """A successful call's result as ``--raw`` prints it: each ``text`` block as it is, followed by a newline
     unless it ends with one; any other block as one bracketed line naming it, never its bytes; no block but a
-    ``structuredContent``: that value as JSON. Lone surrogates (valid in JSON, not in UTF-8) become U+FFFD."""
+    ``structuredContent``: that value as JSON. Lone surrogates (valid in JSON, not in UTF-8) become U+FFFD; for
+    a ``terminal``, controls are shown as escapes (``render_raw_text``)."""
     content = result.get("content")
     blocks = content if isinstance(content, list) else []
     if not blocks and "structuredContent" in result:
-        return dump_json(result["structuredContent"], indent=2 if pretty else None) + "\n"
+        return render_raw_text(dump_json(result["structuredContent"], indent=2 if pretty else None), terminal) + "\n"
     out: list[str] = []
     for block in blocks:
         if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
-            text = render_raw_text(block["text"])
+            text = render_raw_text(block["text"], terminal)
             out.append(text if text.endswith("\n") else text + "\n")
         else:
             out.append(_raw_block_line(block) + "\n")
     return "".join(out)
 
 
-def render_raw_text(text: str) -> str:
-    """``text`` as a UTF-8 stream can carry it: lone surrogates become U+FFFD, everything else stays."""
-    return _LONE_SURROGATE.sub("\ufffd", text)
+def render_raw_text(text: str, terminal: bool = False) -> str:
+    """The one renderer of a server's text for stdout (``--raw``, ``--jq``'s strings, an envelope's JSON): as a
+    UTF-8 stream can carry it, lone surrogates become U+FFFD. For a ``terminal`` (docs/contract.md §7), every
+    character a terminal would act on (C0 controls but newline, tab and the carriage return of a CRLF; DEL; C1
+    controls) is shown as its JSON escape (``\\u001b``, ``\\r``, ``\\u009b``), so a tool's text can neither
+    write the clipboard (OSC 52), set the title, clear the screen, nor hide a link. JSON text stays valid JSON:
+    such characters only occur inside its strings, where the escape means the same character. Piped, nothing
+    else changes: the bytes are exact."""
+    text = _LONE_SURROGATE.sub("\ufffd", text)
+    if terminal and _TERMINAL_CONTROL.search(text):
+        text = _TERMINAL_CONTROL.sub(lambda m: json.dumps(m.group())[1:-1], text)
+    return text
 
 
 _LONE_SURROGATE = _lazy_re("[\ud800-\udfff]")
+_TERMINAL_CONTROL = _lazy_re("\r(?!\n)|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
 
 def _raw_block_line(block: Any) -> str:
@@ -10581,10 +10594,14 @@ class SessionPool:
         for session in victims:  # not counted meanwhile: ``slot`` holds its place, and opens once it is closed
             session.close()
 
-    def session(self, slot: _Slot, server: ResolvedServer, timeout: float) -> ResidentSession:
-        """The live session of ``slot``, opened (or reopened after a crash, a config change) on demand, with a
-        lease the caller gives back with ``release``. A session made from an outdated row or credential is
-        retired (``retire``): this command and the next ones get a new one, calls in flight on it finish."""
+    def session(
+        self, slot: _Slot, server: ResolvedServer, timeout: float, *, budget: float | None = None
+    ) -> ResidentSession:
+        """The live session of ``slot``, opened (or reopened after a crash, a config change) on demand within
+        ``timeout`` (what is left of the command's configured ``budget``, which a timeout's message names; by
+        default ``timeout`` itself), with a lease the caller gives back with ``release``. A session made from an
+        outdated row or credential is retired (``retire``): this command and the next ones get a new one, calls in
+        flight on it finish."""
         with slot.open_lock:
             session = slot.session
             fingerprint = _slot_fingerprint(slot, server)
@@ -10634,13 +10651,19 @@ class SessionPool:
                 with self._lock:
                     slot.opening = False
                 if isinstance(exc, BkmcpError):
-                    slot.last_error = exc
+                    failure = exc
+                    if isinstance(exc, McpTimeoutError) and exc.what is not None:  # the budget set, not what was left
+                        said = timeout if budget is None else budget
+                        failure = exc.copy(message=f"{exc.what} within {format_duration(said)}", budget=said)
+                    slot.last_error = failure
                     if isinstance(exc, ProtocolError):
                         self.events.emit(
                             "protocol.rejected", server=slot.server, user=slot.user or None, error_code=exc.code
                         )
                     if session.pid is not None:
-                        self.crashed(slot, session, exc)
+                        self.crashed(slot, session, failure)
+                    if failure is not exc:
+                        raise failure from exc.__cause__
                 raise
             finally:
                 with self._lock:
@@ -11396,7 +11419,8 @@ def _excludes_null(schema: Any, root: Any) -> bool:
 
 def build_call_arguments(schema: Any, arguments: Any, root: Any = None) -> Any:
     """``arguments`` without the nulls a strict-mode model sends for fields the original ``schema`` makes
-    optional and not nullable (the field left out, as the server's schema means it); nothing else changed.
+    optional and not nullable (the field left out, as the server's schema means it); nothing else changed. For a
+    tool with a strict definition only (``do_call_tool``; docs/contract.md §11.2).
     Follows ``properties`` and ``items`` through local references and the ``anyOf``/``oneOf`` branches that
     admit the value (a null is left out when no branch requires that field or admits null for it); the input
     is never modified."""
@@ -11526,9 +11550,10 @@ class Catalogues:
     def session(
         self, command: _Command, row: Any, slot: _Slot, server: ResolvedServer, timeout: float
     ) -> ResidentSession:
-        """The slot's live session (opened when needed); ``server.failed`` when it cannot be connected."""
+        """The slot's live session (opened when needed within what is left of ``timeout``, the command's budget);
+        ``server.failed`` when it cannot be connected."""
         try:
-            return self.pool.session(slot, server, timeout)
+            return self.pool.session(slot, server, _time_left(command, timeout), budget=timeout)
         except BkmcpError as exc:
             self.failed_event(command, row, "connect", exc)
             raise
@@ -11569,7 +11594,7 @@ class Catalogues:
                     slot.tools, slot.fresh_until = cached
                     slot.fingerprint = _slot_fingerprint(slot, server)
                     return slot.tools
-            session = self.session(command, row, slot, server, _time_left(command, timeout))
+            session = self.session(command, row, slot, server, timeout)
             started = time.monotonic()
             try:
                 tools, ttl_ms = session.list_tools(_time_left(command, timeout))
@@ -11649,7 +11674,9 @@ class Catalogues:
                         {
                             "server_name": row.name,
                             "error_code": exc.code,
-                            "error": _command_scrubber(self.log, command).scrub(_platform_error(exc).message),
+                            "error": _command_scrubber(self.log, command).scrub(
+                                _platform_error(exc, server=row.name, timeout=self.timeout).message
+                            ),
                         }
                     )
                 if refresh:  # the previous catalogue stays for list_tools
@@ -12168,7 +12195,9 @@ class Actions:
                 entry.update(
                     status="failed",
                     error_code=exc.code,
-                    error=_command_scrubber(self.log, public).scrub(_platform_error(exc).message),
+                    error=_command_scrubber(self.log, public).scrub(
+                        _platform_error(exc, server=row.name, timeout=self.opts.timeout).message
+                    ),
                 )
             servers[row.name] = entry
 
@@ -12221,7 +12250,7 @@ class Actions:
         self.pool.use(slot, 1)
         try:
             try:
-                session = self.catalogues.session(command, row, slot, server, _time_left(command, self.opts.timeout))
+                session = self.catalogues.session(command, row, slot, server, self.opts.timeout)
             except BkmcpError as exc:
                 raise _platform_error(exc, server=row.name, timeout=self.opts.timeout) from None
             self.pool.release(session)
@@ -12298,8 +12327,12 @@ class Actions:
                 f"server {server_name!r} has no tool {_clip(repr(tool_name), 80)}",
                 details={"server_name": server_name, "tool_name": tool_name},
             )
-        # a strict-mode null for a field the server's schema makes optional and not nullable: left out (§11.2)
-        arguments = build_call_arguments(tool.get("inputSchema"), arguments)
+        # a strict-mode null for a field the server's schema makes optional and not nullable: left out, only for a
+        # tool listed with a strict definition (the one that made such fields nullable); elsewhere a null stays and
+        # the validation below refuses it, so the model learns its mistake (§11.2)
+        index = next(i for i, t in enumerate(tools) if t is tool)
+        if "function_strict" in self.catalogues.shaped(command, row, tools)[index][0]:
+            arguments = build_call_arguments(tool.get("inputSchema"), arguments)
         try:  # bounded by the command's own deadline, like every later step (docs/contract.md §11)
             validate_arguments(tool, arguments, deadline=Deadline(_time_left(command, timeout)))
         except InvalidArgumentsError as exc:
@@ -12317,7 +12350,7 @@ class Actions:
         started = time.monotonic()
         try:
             try:
-                session = self.pool.session(slot, server, _time_left(command, timeout))
+                session = self.pool.session(slot, server, _time_left(command, timeout), budget=timeout)
             except BkmcpError as exc:
                 self.events.emit("tool.failed", **base, error_code=exc.code, outcome="not_sent")
                 raise _platform_error(exc, server=server_name, timeout=timeout) from None
@@ -13676,13 +13709,15 @@ class _Runner:
     def emit_envelope(self, envelope: dict[str, Any], jq: JqProgram | None, status: int, *, raw: bool = False) -> int:
         """Write the envelope, or each ``--jq`` value as it comes (flushed, within the budget). A reader that goes
         away ends the output quietly: ``main`` maps the ``BrokenPipeError`` to the exit status. ``raw`` (a success
-        under ``--raw``): ``--jq``'s strings unquoted, else the call's result as text (docs/contract.md §7)."""
+        under ``--raw``): ``--jq``'s strings unquoted, else the call's result as text (docs/contract.md §7). On a
+        terminal, controls in what a server sent are shown as escapes (``render_raw_text``)."""
         out = self.envr.stdout
+        terminal = is_terminal(out)
         try:
             if jq is not None:
                 try:
                     for line in jq.stream(envelope, self.jq_deadline(), raw=raw):
-                        out.write(line + "\n")
+                        out.write((render_raw_text(line, terminal) if terminal else line) + "\n")
                         out.flush()
                 except JqHalt as halt:
                     out.flush()
@@ -13690,11 +13725,12 @@ class _Runner:
                     self.envr.stderr.flush()
                     return halt.status
             else:
-                pretty = 2 if getattr(out, "isatty", lambda: False)() else None
+                pretty = 2 if terminal else None
                 if raw:
-                    out.write(render_raw_result(envelope["data"]["result"], pretty=pretty is not None))
+                    out.write(render_raw_result(envelope["data"]["result"], pretty=terminal, terminal=terminal))
                 else:
-                    out.write(dump_json(envelope, indent=pretty))  # then its newline: a large result is not copied
+                    text = dump_json(envelope, indent=pretty)
+                    out.write(render_raw_text(text, terminal) if terminal else text)  # then its newline: not copied
                     out.write("\n")
             out.flush()
         except BrokenPipeError:
@@ -14879,11 +14915,11 @@ def _report_error(exc: BkmcpError, envr: Environment, log: Log) -> int:
     try:
         if exc.exit_status != EXIT_LOCAL:  # remote (2), interrupted after a request was sent (130)
             # on stdout, like every other envelope: pretty on a terminal (emit_envelope), one line otherwise
-            pretty = 2 if getattr(envr.stdout, "isatty", lambda: False)() else None
-            envr.stdout.write(dump_json(envelope, indent=pretty) + "\n")
+            terminal = is_terminal(envr.stdout)
+            envr.stdout.write(render_raw_text(dump_json(envelope, indent=2 if terminal else None), terminal) + "\n")
             envr.stdout.flush()
         else:  # one line: a script reads the last line of stderr
-            envr.stderr.write(dump_json(envelope) + "\n")
+            envr.stderr.write(render_raw_text(dump_json(envelope), is_terminal(envr.stderr)) + "\n")
             envr.stderr.flush()
     except (OSError, ValueError):
         pass

@@ -4,6 +4,8 @@ received."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from mock_server.mcp_mock import TINY_PNG, RawNumber, mock_tool
@@ -202,3 +204,101 @@ def test_a_tool_error_without_text_keeps_the_plain_message(mock, content):
     result = target.run(target.name, "t")
     assert result.exit_status == 2 and result.json["error"]["message"] == "tool 't' reported an error (isError: true)"
     assert target.count("tools/call") == 1
+
+
+# -- a terminal sees escapes, a pipe the exact bytes (issue 36 item 6) ------------------------------------------
+
+HOSTILE = (
+    "clip\x1b]52;c;ZXZpbA==\x07 title\x1b]0;pwned\x07 clear\x1b[2J"
+    " link\x1b]8;;https://evil.example/\x1b\\here\x1b]8;;\x1b\\ csi\x9b31m del\x7f bel\x07 bs\x08 cr\rx"
+    "\ttab\nline two\r\nend"
+)
+# what a terminal gets: each control as its JSON escape; newline, tab and a CRLF's carriage return stay
+HOSTILE_SHOWN = (
+    "clip\\u001b]52;c;ZXZpbA==\\u0007 title\\u001b]0;pwned\\u0007 clear\\u001b[2J"
+    " link\\u001b]8;;https://evil.example/\\u001b\\here\\u001b]8;;\\u001b\\ csi\\u009b31m del\\u007f bel\\u0007 bs\\b"
+    " cr\\rx\ttab\nline two\r\nend"
+)
+RAW_CONTROLS = (b"\x1b", b"\x07", b"\x08", b"\xc2\x9b", b"\x7f", b"\r" + b"x")  # \x9b is C2 9B in UTF-8
+
+
+def run_program(config, *args: str, terminal: bool) -> tuple[int, bytes, bytes]:
+    """``python bkmcp.py --config CONFIG ARGS`` as a process whose stdout is a real pseudo-terminal (raw mode: the
+    line discipline adds no carriage returns) or a pipe; its exit status, stdout and stderr bytes."""
+    import os
+    import subprocess
+    import sys
+    import tty
+    from pathlib import Path
+
+    argv = [sys.executable, str(Path(__file__).resolve().parents[2] / "bkmcp.py"), "--config", str(config), *args]
+    env = {"HOME": os.environ.get("HOME", "/nonexistent"), "PATH": os.environ.get("PATH", ""), "LANG": "C.UTF-8"}
+    if not terminal:
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, env=env, timeout=120)
+        return done.returncode, done.stdout, done.stderr
+    master, slave = os.openpty()
+    try:
+        tty.setraw(slave)
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=slave, stderr=subprocess.PIPE, env=env)
+        os.close(slave)
+        slave = -1
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # EIO: every writer of the pty's other end has closed it
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        err = proc.stderr.read()
+        proc.stderr.close()
+        return proc.wait(timeout=120), b"".join(chunks), err
+    finally:
+        os.close(master)
+        if slave >= 0:
+            os.close(slave)
+
+
+def test_on_a_terminal_controls_in_a_tools_text_show_as_escapes_piped_the_bytes_stay_exact(mock):
+    """A tool's text with OSC 52 (clipboard), a title set, a screen clear, an OSC 8 hyperlink, a C1 CSI, DEL,
+    BEL, a backspace and a lone carriage return: on a pseudo-terminal none of them reaches it raw (``--raw``,
+    ``--jq … -r``, the envelope), newlines and tabs stay; through a pipe ``--raw`` prints the exact bytes."""
+    target = mock({"tools": [result_tool("show", {"content": [{"type": "text", "text": HOSTILE}]})]})
+    status, out, err = run_program(target.config, target.name, "show", "--raw", terminal=True)
+    assert status == 0, err
+    assert out.decode("utf-8") == HOSTILE_SHOWN + "\n"
+    status, jq_out, err = run_program(
+        target.config, target.name, "show", "--jq", ".data.result.content[0].text", "-r", terminal=True
+    )
+    assert status == 0, err
+    assert jq_out.decode("utf-8") == HOSTILE_SHOWN + "\n"
+    status, envelope, err = run_program(target.config, target.name, "show", terminal=True)
+    assert status == 0, err
+    assert json.loads(envelope)["data"]["result"]["content"][0]["text"] == HOSTILE  # the same value, escaped
+    for shown in (out, jq_out, envelope):
+        assert not [c for c in RAW_CONTROLS if c in shown], shown
+        assert b"\ttab\nline two\r\nend" in shown or shown is envelope
+    status, piped, err = run_program(target.config, target.name, "show", "--raw", terminal=False)
+    assert status == 0, err
+    assert piped == (HOSTILE + "\n").encode("utf-8")
+    status, piped_jq, err = run_program(
+        target.config, target.name, "show", "--jq", ".data.result.content[0].text", "-r", terminal=False
+    )
+    assert status == 0, err
+    assert piped_jq == (HOSTILE + "\n").encode("utf-8")
+    assert sent(target, "name") == ["show"] * 5
+
+
+def test_on_a_terminal_a_failures_envelope_shows_a_c1_control_as_an_escape(mock):
+    """A tool error's text (``isError: true``) reaches the terminal in the failure envelope, a C1 CSI and DEL
+    escaped as the JSON escapes they are (the value unchanged); piped, JSON's own escaping only."""
+    failing = {"isError": True, "content": [{"type": "text", "text": "bad\x9b2J\x7f\x1b[31m"}]}
+    target = mock({"tools": [result_tool("oops", failing)]})
+    status, out, err = run_program(target.config, target.name, "oops", terminal=True)
+    assert status == 2, err
+    assert b"\\u009b2J\\u007f\\u001b[31m" in out and not [c for c in RAW_CONTROLS if c in out]
+    assert json.loads(out)["data"]["result"]["content"][0]["text"] == "bad\x9b2J\x7f\x1b[31m"
+    status, piped, err = run_program(target.config, target.name, "oops", terminal=False)
+    assert status == 2 and "bad\x9b2J\x7f\\u001b[31m".encode() in piped
+    assert target.count("tools/call") == 2

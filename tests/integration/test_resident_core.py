@@ -342,6 +342,27 @@ def test_duplicate_task_id_is_answered_at_once_and_the_original_still_runs(tmp_p
     assert res.ok("call_tool", "u", task_id="dup", server_name="pub", tool_name="echo", arguments={"text": "2"})
 
 
+def test_a_timeout_names_the_configured_budget_not_what_was_left(tmp_path, resident, http_mock):
+    """Issue 36 item 7: a server that never answers its handshake fails every action with the budget the command
+    had (--timeout 1500ms, a call's timeout_ms 1200), never the time that was left when the session was opened
+    (``within 1.49842s``); the back-off that follows repeats the same figure."""
+    hang = {"faults": {"slow_on": {"initialize": 5000, "server/discover": 5000}}}
+    rows = [http_row("pub", http_mock(hang).url), stdio_row("st", mock_stdio(hang), isolation="public")]
+    res = resident(registry(tmp_path, rows), "--timeout", "1500ms")
+    figures = re.compile(r"within ([0-9.]+ ?m?s)")
+    answers = [
+        res.ask("call_tool", "u", server_name="pub", tool_name="echo", arguments={"text": "x"})["error"],
+        *(e["error"] for e in res.ok("list_tools", "u")["errors"]),
+        *(s["error"] for s in res.ok("init")["servers"]),
+        res.ask("connect_server", "u", server_name="st")["error"],
+    ]
+    assert len(answers) == 6
+    for text in answers:
+        assert figures.findall(text) in (["1.5s"], ["1500 ms"]), text
+    call = res.ask("call_tool", "v", server_name="st", tool_name="echo", arguments={"text": "x"}, timeout_ms=1200)
+    assert call["error_code"] == "mcp_timeout" and figures.findall(call["error"]) in (["1.2s"], ["1200 ms"], ["1.5s"])
+
+
 def test_timeout_ms_bounds_one_call_cancelled_on_the_wire_outcome_unknown(tmp_path, resident):
     log = tmp_path / "stdio.log"
     rows = [

@@ -64,3 +64,23 @@ def test_strict_nulls_reach_the_server_as_fields_left_out_and_nothing_else_is_re
     refused = res.ask("call_tool", "u", name=strict["name"], arguments={**written, "query": "x" * 9})
     assert refused["error_code"] == "invalid_mcp_arguments"
     assert len(server.requests("tools/call")) == 1
+
+
+def test_a_null_is_left_out_only_for_a_tool_with_a_strict_definition(tmp_path, resident, http_mock):
+    """Issue 36 item 7 (docs/contract.md §11.2): only a strict definition turns an optional field into a required
+    nullable one, so only a tool listed with ``function_strict`` has its nulls left out. A tool without one (a
+    free-form object has no strict form) keeps the null: its validation refuses it and nothing is sent, so the model
+    sees its own mistake instead of a call the server's schema forbids being quietly rewritten."""
+    props = {"query": {"type": "string"}, "limit": {"type": "integer"}}
+    loose = {**props, "options": {"type": "object"}}  # free-form keys: no strict form
+    server = http_mock({"tools": [mock_tool("strict", "echo", props, ["query"]), mock_tool("loose", "echo", loose)]})
+    res = resident(registry(tmp_path, server.url))
+    listed = {t["tool_name"]: t for t in res.ok("list_tools", "u")["tools"]}
+    assert "function_strict" in listed["strict"] and "function_strict" not in listed["loose"]
+    res.ok("call_tool", "u", server_name="docs", tool_name="strict", arguments={"query": "q", "limit": None})
+    refused = res.ask("call_tool", "u", server_name="docs", tool_name="loose", arguments={"query": "q", "limit": None})
+    assert refused["error_code"] == "invalid_mcp_arguments"
+    assert [p["path"] for p in refused["details"]["problems"]] == ["$.limit"]
+    res.ok("call_tool", "u", server_name="docs", tool_name="loose", arguments={"query": "q"})
+    sent = [json.loads(e["body"])["params"] for e in server.requests("tools/call")]
+    assert [(p["name"], p["arguments"]) for p in sent] == [("strict", {"query": "q"}), ("loose", {"query": "q"})]

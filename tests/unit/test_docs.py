@@ -142,6 +142,17 @@ def test_the_example_config_is_the_user_guides() -> None:
     assert json.loads(shown.group(1)) == json.loads(_read(ROOT / "examples" / "mcp.json"))
 
 
+def test_the_editor_file_advice_says_where_a_relative_command_starts() -> None:
+    """Issue 36 item 7: "point --config at your editor's file" says that a relative ``command`` (and ``cwd``)
+    starts at the working directory bkmcp runs in, not at the file's folder, and how to run it right."""
+    match = re.search(r"^### The file your editor already has\n(.*?)(?=^##)", _read(USER_GUIDE), re.M | re.S)
+    assert match, "no '### The file your editor already has' section"
+    prose = " ".join(match.group(1).split())
+    sentence = next((s for s in prose.split(". ") if "relative" in s.lower() and "`command`" in s), "")
+    assert "working directory" in sentence and "not taken from the file's folder" in sentence, sentence
+    assert "give the entry a `cwd`" in prose
+
+
 def test_resident_doc_exists_for_the_examples() -> None:
     _resident_doc()
 

@@ -188,3 +188,18 @@ def test_local_failure_prints_nothing_on_stdout(config, no_network):
     res = run_bkmcp("--config", str(config), "a", "search", "--body", "{}", "--dry-run")
     assert res.exit_status == 1 and res.stdout == ""
     assert res.stderr.count("\n") == 1 and res.error_code == "missing_environment_variable"
+
+
+def test_render_raw_text_escapes_what_a_terminal_acts_on_and_only_for_a_terminal():
+    """docs/contract.md §7 (issue 36 item 6): every C0 control but newline, tab and a CRLF's carriage return, DEL
+    and every C1 control become their JSON escapes for a terminal; printable text (a backslash, quotes, U+00A0
+    and beyond) stays; piped, only a lone surrogate changes. JSON text stays the same JSON value."""
+    controls = "".join(chr(c) for c in [*range(0x20), *range(0x7F, 0xA0)])
+    shown = bkmcp.render_raw_text(controls + '\r\n\\ "q" \xa0é\ud800', terminal=True)
+    assert shown.isprintable() is False and set(shown) & set(controls) == {"\t", "\n", "\r"}
+    assert shown.endswith('\r\n\\ "q" \xa0é\ufffd') and "\\u001b" in shown and "\\u009b" in shown
+    assert "\\u007f" in shown and "\\r\\u000e" in shown and "\\t" not in shown
+    assert bkmcp.render_raw_text(controls + "\ud800") == controls + "\ufffd"
+    value = {"t": "a\x1b]52;c;x\x07\x9b\x7f\r\n\u0085"}
+    text = bkmcp.dump_json(value, indent=2)
+    assert bkmcp.parse_json(bkmcp.render_raw_text(text, terminal=True)) == value

@@ -632,3 +632,40 @@ def test_a_line_tail_for_one_operation_is_its_start_up_and_its_own_lines_and_cou
 def test_a_list_results_ttl_ms_is_a_non_negative_integer_or_stale(result, ttl):
     assert bkmcp.parse_ttl_ms(result) == ttl
     assert era_rules("2026-07-28").list_ttl and not any(era_rules(v).list_ttl for v in LEGACY)
+
+
+def test_a_servers_log_notification_reaches_verbose_stderr_without_a_control_character():
+    """Issue 36 item 6: ``-v`` shows a ``notifications/message`` with its level and data; a level or data that
+    carries an escape sequence or a C1 control (OSC 52, CSI) reaches stderr with those characters as spaces."""
+    import httpx
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content) if request.content else None
+        if body and body.get("method") == "initialize":
+            init = {"protocolVersion": "2025-11-25", "capabilities": {}, "serverInfo": {"name": "x"}}
+            return httpx.Response(200, json={"jsonrpc": "2.0", "id": body["id"], "result": init})
+        if body and "id" in body:
+            note = {"level": "info\x1b]52;c;ZXZpbA==\x07", "data": "page \x9b2J text \x1b]0;title\x07"}
+            events = [
+                {"jsonrpc": "2.0", "method": "notifications/message", "params": note},
+                {"jsonrpc": "2.0", "id": body["id"], "result": {"tools": []}},
+            ]
+            text = "".join(f"event: message\ndata: {json.dumps(e)}\n\n" for e in events)
+            return httpx.Response(200, text=text, headers={"Content-Type": "text/event-stream"})
+        return httpx.Response(202)
+
+    client = httpx.Client(transport=httpx.MockTransport(handler), cookies=bkmcp._no_cookies())
+    server = http_server("http://127.0.0.1:9/mcp")
+    stream = io.StringIO()
+    log = bkmcp.Log(stream, verbose=True)
+    session = bkmcp.McpSession(
+        server, insecure=False, log=log, transport=bkmcp.HttpTransport(server, insecure=False, log=log, client=client)
+    )
+    ctx = bkmcp.OpContext(bkmcp.Deadline(5), log)
+    bkmcp.initialize(session, ctx, "2025-11-25")
+    assert bkmcp.discover_tools(session, ctx) == ([], 1)
+    session.close(ctx.deadline)
+    client.close()
+    shown = [line for line in stream.getvalue().splitlines() if "server log" in line]
+    assert len(shown) == 1 and "ZXZpbA==" in shown[0] and "2J text" in shown[0], shown
+    assert not [ch for ch in shown[0] if ord(ch) < 0x20 or 0x7F <= ord(ch) <= 0x9F], shown
