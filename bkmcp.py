@@ -9,7 +9,8 @@ The module is split into sections by banner comments (``grep -n '^# ====' -A1 bk
 numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the sections above it:
 
     1. Errors & exit codes      one exception root, every stable error code of docs/contract.md §7
-    2. Helpers                  small records, JSON, redaction, durations and deadlines, logging, terminal text:
+    2. Helpers                  small records, JSON, redaction, durations and deadlines, logging, terminal text,
+                                URI templates:
        2.1 records, JSON           a small dataclass, the heap frozen (freeze_heap), JSON with number fidelity (a
                                    duplicate key rejected: parse_json, dump_json)
        2.2 redaction               secrets scrubbed from every output (Redactor, redact_url)
@@ -17,6 +18,8 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        2.4 logging                 is_terminal, the line writer that never blocks (resident log and events), Log
        2.5 terminal text           server text made safe for a terminal, the progress line, close spellings, the
                                    tool-option tokens the argv parser hands to section 8
+       2.6 URI templates           RFC 6570 levels 1-3 expanded locally for --read TEMPLATE --VAR VALUE
+                                   (parse_uri_template, expand_uri_template, parse_template_values)
     3. Config                   file selection, strict parsing (a duplicate key: section 2's JSON), per-field
                                 validation, ${VAR} expansion
     4. Auth                     Bearer / X-Bkapi-Authorization forms, conflicts, secrets to scrub; a server resolved
@@ -26,8 +29,9 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        5.1 eras                    the protocol versions and what differs between them (EraRules, era_rules)
        5.2 JSON-RPC framing        Message, one line or body -> messages
        5.3 SSE decoding            SseDecoder: event ids, retry, the last event id for resumption
-       5.4 request building        initialize, server/discover, tools/list, tools/call and their _meta
-       5.5 answers                 era evidence, results, errors classified
+       5.4 request building        initialize, server/discover, tools/list, tools/call and their _meta; the
+                                   Mcp-Method/Mcp-Name headers (tools/call, resources/read, prompts/get)
+       5.5 answers                 era evidence, results (a list method's items: LISTINGS), errors classified
        5.6 the session core        ids, pending requests, the one matching rule, era and session state, the
                                    Mcp-Session-Id that initialize issues (ClientSession)
        5.7 negotiation             the modern probe and the legacy fallback as pure decision steps (Negotiation)
@@ -47,23 +51,30 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        7.1 OpContext, McpSession   the per-operation context, McpSession (many requests in flight, each with its
                                    own deadline)
        7.2 negotiation             negotiate: the era probe over a real session, the stdio probe window
-       7.3 requests                discover (tools/list pagination and its guards); how long a kept catalogue
+       7.3 requests                discover_listing (the one pagination of tools/list, resources/list,
+                                   resources/templates/list and prompts/list, and its guards); a capability
+                                   the server lacks: no request (require_capability); read_resource (an
+                                   unknown URI: mcp_resource_not_found); how long a kept catalogue
                                    stays fresh (ttlMs, list_changed), for 10.3 and 10.5; call; a call that times
                                    out or is interrupted cancelled (notifications/cancelled)
-       7.4 the CLI's operations    one session each: --check, --tools (and --tools --brief), --dry-run
+       7.4 the CLI's operations    one session each: --check, --tools (and --tools --brief), --resources (and
+                                   --resources --brief), --read, --prompts, --prompt, --dry-run
     8. Schema flags             inputSchema -> typed flags, values, validation, in five rooms:
        8.1 flag records            ToolFlag, BodyOnlyField (why a property gets no flag: set it with --body)
        8.2 local references        resolve_schema: one resolver for flags and help examples
        8.3 flags                   build_tool_flags: a schema -> typed flags; --tools --brief (describe_brief)
-       8.4 values                  a flag's text -> its JSON value, positional-argument errors
+       8.4 values                  a flag's text -> its JSON value, positional-argument errors; a prompt's
+                                   string flags (parse_prompt_arguments)
        8.5 validation              validate_arguments: the inputSchema checked locally, bounded
     9. Output                   envelopes, --jq, --raw, help text, completion, in six rooms:
        9.1 envelopes               build_success, build_failure
        9.2 --jq                    JqProgram: compiled, applied with number fidelity
-       9.3 --raw                   a result as plain text (render_raw_result)
+       9.3 --raw                   a result as plain text (render_raw_result; a read's texts and a prompt's
+                                   messages with their roles: render_raw_data)
        9.4 help text               the root help (--help, --version) and the resident's (--resident --help)
        9.5 completion              the shell completion scripts (--completion bash|zsh|fish) and their words
-       9.6 server and tool help    render_server_help, render_tool_help
+       9.6 server and tool help    render_server_help, render_tool_help, render_prompt_help (--prompt NAME
+                                   --help), render_template_help (--read TEMPLATE --help, offline)
    10. Resident mode            many users' sessions behind one JSON stdin/stdout process, and the --keep-alive
                                 process's kept sessions, in five rooms:
        10.1 registry, credentials  SQLite / HTTP sources, one user's view, a row -> ResolvedServer:
@@ -98,7 +109,8 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
    11. CLI                      argument routing and ``main(argv) -> int``, the one exception -> exit ladder;
                                 the --keep-alive client and its background process (WarmServer), in five rooms:
        11.1 argument routing       parse_argv -> Invocation, check_invocation: --config, --timeout, --verbose,
-                                   --insecure, --check, --tools, --brief, --dry-run, --jq, --raw, --help
+                                   --insecure, --check, --tools, --brief, --dry-run, --jq, --raw, --help,
+                                   --resources, --read, --prompts, --prompt
        11.2 --body                 inline, @FILE or - (stdin), read and bounded (read_body)
        11.3 the runner             Environment, _Runner: one command, local or remote, to its envelope
        11.4 --keep-alive           the client and its background process (WarmServer), --sessions and --stop, the
