@@ -2318,14 +2318,13 @@ class EraRules:
     # Mcp-Param-* come from inputSchema x-mcp-header: a tool whose declaration is invalid is excluded (§5)
     header_exclusion: bool
     list_ttl: bool  # a tools/list page's ttlMs says how long it may be kept (a warm session keeps it: contract §14)
-    unknown_resource: int  # the JSON-RPC code of resources/read for a URI the server does not know
 
 
-def _era(version: str, era: str = "legacy", **changes: Any) -> EraRules:
+def _era(version: str, era: str = "legacy", **changes: bool) -> EraRules:
     """A row of the table: the rules of 2025-11-25 with ``changes``."""
-    base: dict[str, Any] = {"handshake": True, "version_header": True, "sessions": True, "request_meta": False}
+    base = {"handshake": True, "version_header": True, "sessions": True, "request_meta": False}
     base.update(method_headers=False, sse_resumption=True, cancel_notification=True, header_exclusion=False)
-    base.update(list_ttl=False, unknown_resource=-32002)
+    base.update(list_ttl=False)
     return EraRules(version=version, era=era, **{**base, **changes})
 
 
@@ -2344,7 +2343,6 @@ ERA_TABLE: dict[str, EraRules] = {
         cancel_notification=False,
         header_exclusion=True,
         list_ttl=True,
-        unknown_resource=-32602,
     ),
 }
 
@@ -6025,14 +6023,13 @@ def require_capability(session: McpSession, capability: str, method: str) -> Non
 
 def read_resource(session: McpSession, ctx: OpContext, uri: str) -> dict[str, Any]:
     """``resources/read`` of one URI, the result as received; a URI the server does not know is
-    ``mcp_resource_not_found`` in both eras (its JSON-RPC code: ``EraRules.unknown_resource``, or -32002)."""
+    ``mcp_resource_not_found`` in both eras: the legacy spec's -32002 (resource not found), and -32602 (invalid
+    params: the 2026-07-28 spec's code, which legacy SDK servers answer too; ``uri`` is the request's only param)."""
     require_capability(session, "resources", "resources/read")
     try:
         return request_result(session, ctx, "resources/read", {"uri": uri})
     except ProtocolError as exc:
-        rules = session.core.rules
-        code = (exc.details.get("rpc_error") or {}).get("code")
-        if code not in (-32002, rules.unknown_resource if rules is not None else -32002):
+        if (exc.details.get("rpc_error") or {}).get("code") not in _UNKNOWN_RESOURCE_CODES:
             raise
         raise ResourceNotFoundError(
             f"server {session.server.name!r} has no resource {_clip(repr(uri), 200)}",
@@ -6040,6 +6037,9 @@ def read_resource(session: McpSession, ctx: OpContext, uri: str) -> dict[str, An
             details=dict(exc.details),
             data={"server": session.server.name, "uri": uri},
         ) from None
+
+
+_UNKNOWN_RESOURCE_CODES = (-32002, -32602)
 
 
 def find_prompt(prompts: Sequence[dict[str, Any]], name: str, server_name: str) -> dict[str, Any]:
@@ -8849,7 +8849,8 @@ def render_template_help(server_name: str, template: str) -> str:
     out = [*_wrap(command, HELP_WIDTH), "", "Usage:"]
     out += _fill([command, *(f"--{name} VALUE" for name in names)], HELP_WIDTH, "  ", "      ")
     out += ["", "Variables (RFC 6570, expanded by bkmcp):" if names else "Variables: none"]
-    out += [f"  {_terminal_safe('--' + name)} VALUE  required" for name in names]
+    width = max((len(name) for name in names), default=0) + 8
+    out += [f"  {_terminal_safe(f'--{name} VALUE').ljust(width)}  required" for name in names]
     return "\n".join(out) + "\n"
 
 
