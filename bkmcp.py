@@ -8846,8 +8846,7 @@ def render_template_help(server_name: str, template: str) -> str:
 
     names = uri_template_variables(template)
     command = _terminal_safe(f"bkmcp {shlex.quote(server_name)} --read {shlex.quote(template)}")
-    out = [*_wrap(command, HELP_WIDTH), "", "Usage:"]
-    out += _fill([command, *(f"--{name} VALUE" for name in names)], HELP_WIDTH, "  ", "      ")
+    out = [command, "", "Usage:", "  " + " ".join([command, *(f"--{name} VALUE" for name in names)])]
     out += ["", "Variables (RFC 6570, expanded by bkmcp):" if names else "Variables: none"]
     width = max((len(name) for name in names), default=0) + 8
     out += [f"  {_terminal_safe(f'--{name} VALUE').ljust(width)}  required" for name in names]
