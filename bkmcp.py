@@ -8534,6 +8534,10 @@ Usage:
   bkmcp [GLOBAL...] <server> <tool> [--<param> VALUE...]   validate and call the tool once
   bkmcp [GLOBAL...] <server> <tool> --body JSON|@FILE|-    call with a complete arguments object
   bkmcp [GLOBAL...] <server> <tool> --body ... --dry-run   offline preview, zero network
+  bkmcp [GLOBAL...] <server> --resources [--brief]     every resource and resource template as JSON
+  bkmcp [GLOBAL...] <server> --read URI                read one resource (a template: --VAR VALUE per variable)
+  bkmcp [GLOBAL...] <server> --prompts                 every prompt as JSON
+  bkmcp [GLOBAL...] <server> --prompt NAME [--ARG VALUE...]   get one prompt (--help: its arguments)
 
 Other modes (bkmcp --resident --help; docs/resident.md):
   bkmcp --resident --registry SOURCE [...]     resident multi-server mode for agent platforms (JSON lines)
