@@ -5856,6 +5856,9 @@ _REQUEST_STAGES = {
     "server/discover": "negotiate",
     "initialize": "negotiate",
     "tools/list": "discover",
+    "resources/list": "discover",
+    "resources/templates/list": "discover",
+    "prompts/list": "discover",
     "tools/call": "call",
 }
 
