@@ -13532,7 +13532,7 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
                 raise UsageError(f"option {name} needs a {'URI' if attr == 'read' else 'prompt name'}")
             setattr(inv, attr, inline)
             continue
-        if token == "--brief" and inv.tool is None:  # after a tool name, --brief stays free for a tool's flag
+        if token == "--brief" and not target:  # after a tool name (or --read/--prompt's), --brief is its own flag
             if inv.brief:
                 raise UsageError("option --brief given more than once")
             inv.brief = True

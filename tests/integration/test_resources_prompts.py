@@ -303,3 +303,12 @@ def test_the_new_options_after_a_tool_name_stay_that_tools_flags(tmp_path):
         assert calls[0]["arguments"] == {"read": "a", "prompt": "b", "resources": "c"}
     finally:
         server.stop()
+
+
+def test_after_the_prompt_name_brief_read_and_prompt_are_its_arguments(make_target):
+    prompt = {"name": "p", "arguments": [{"name": n, "required": True} for n in ("brief", "read", "prompt")]}
+    target = make_target("http", LEGACY, prompts=[prompt])
+    result = target.run("--prompt", "p", "--brief", "b", "--read", "r", "--prompt", "q")
+    assert result.exit_status == 0, result.stdout + result.stderr
+    gets = [e["json"]["params"]["arguments"] for e in target.received() if e["rpc_method"] == "prompts/get"]
+    assert gets == [{"brief": "b", "read": "r", "prompt": "q"}]
