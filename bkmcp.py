@@ -6305,7 +6305,13 @@ def run_resources(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> 
     def work(session: McpSession) -> dict[str, Any]:
         require_capability(session, "resources", "resources/list")
         resources = discover_listing(session, ctx, LISTINGS["resources/list"])[0]
-        templates = discover_listing(session, ctx, LISTINGS["resources/templates/list"])[0]
+        try:
+            templates = discover_listing(session, ctx, LISTINGS["resources/templates/list"])[0]
+        except ProtocolError as exc:  # "method not found": a server with resources and no templates at all
+            if (exc.details.get("rpc_error") or {}).get("code") != -32601:
+                raise
+            ctx.log.debug("the server has no resources/templates/list: no templates")
+            templates = []
         return {
             "server": server.name,
             "protocol_version": session.protocol_version,

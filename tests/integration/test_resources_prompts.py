@@ -312,3 +312,12 @@ def test_after_the_prompt_name_brief_read_and_prompt_are_its_arguments(make_targ
     assert result.exit_status == 0, result.stdout + result.stderr
     gets = [e["json"]["params"]["arguments"] for e in target.received() if e["rpc_method"] == "prompts/get"]
     assert gets == [{"brief": "b", "read": "r", "prompt": "q"}]
+
+
+@pytest.mark.parametrize("version", [LEGACY, MODERN])
+def test_a_server_without_templates_list_has_no_templates(make_target, version):
+    target = make_target("http", version, faults={"rpc_error_on": {"resources/templates/list": -32601}})
+    data = target.run("--resources").json["data"]
+    assert (data["resource_count"], data["template_count"], data["templates"]) == (2, 0, [])
+    other = make_target("http", version, faults={"rpc_error_on": {"resources/templates/list": -32603}})
+    assert other.run("--resources").error_code == "mcp_protocol_error"
