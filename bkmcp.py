@@ -9,7 +9,8 @@ The module is split into sections by banner comments (``grep -n '^# ====' -A1 bk
 numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the sections above it:
 
     1. Errors & exit codes      one exception root, every stable error code of docs/contract.md §7
-    2. Helpers                  small records, JSON, redaction, durations and deadlines, logging, terminal text:
+    2. Helpers                  small records, JSON, redaction, durations and deadlines, logging, terminal text,
+                                URI templates:
        2.1 records, JSON           a small dataclass, the heap frozen (freeze_heap), JSON with number fidelity (a
                                    duplicate key rejected: parse_json, dump_json)
        2.2 redaction               secrets scrubbed from every output (Redactor, redact_url)
@@ -17,6 +18,8 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        2.4 logging                 is_terminal, the line writer that never blocks (resident log and events), Log
        2.5 terminal text           server text made safe for a terminal, the progress line, close spellings, the
                                    tool-option tokens the argv parser hands to section 8
+       2.6 URI templates           RFC 6570 levels 1-3 expanded locally for --read TEMPLATE --VAR VALUE
+                                   (parse_uri_template, expand_uri_template, parse_template_values)
     3. Config                   file selection, strict parsing (a duplicate key: section 2's JSON), per-field
                                 validation, ${VAR} expansion
     4. Auth                     Bearer / X-Bkapi-Authorization forms, conflicts, secrets to scrub; a server resolved
@@ -26,8 +29,9 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        5.1 eras                    the protocol versions and what differs between them (EraRules, era_rules)
        5.2 JSON-RPC framing        Message, one line or body -> messages
        5.3 SSE decoding            SseDecoder: event ids, retry, the last event id for resumption
-       5.4 request building        initialize, server/discover, tools/list, tools/call and their _meta
-       5.5 answers                 era evidence, results, errors classified
+       5.4 request building        initialize, server/discover, tools/list, tools/call and their _meta; the
+                                   Mcp-Method/Mcp-Name headers (tools/call, resources/read, prompts/get)
+       5.5 answers                 era evidence, results (a list method's items: LISTINGS), errors classified
        5.6 the session core        ids, pending requests, the one matching rule, era and session state, the
                                    Mcp-Session-Id that initialize issues (ClientSession)
        5.7 negotiation             the modern probe and the legacy fallback as pure decision steps (Negotiation)
@@ -47,24 +51,31 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        7.1 OpContext, McpSession   the per-operation context, McpSession (many requests in flight, each with its
                                    own deadline)
        7.2 negotiation             negotiate: the era probe over a real session, the stdio probe window
-       7.3 requests                discover (tools/list pagination and its guards); how long a kept catalogue
+       7.3 requests                discover_listing (the one pagination of tools/list, resources/list,
+                                   resources/templates/list and prompts/list, and its guards); a capability
+                                   the server lacks: no request (require_capability); read_resource (an
+                                   unknown URI: mcp_resource_not_found); how long a kept catalogue
                                    stays fresh (ttlMs, list_changed), for 10.3 and 10.5; call; a call that times
                                    out or is interrupted cancelled (notifications/cancelled)
-       7.4 the CLI's operations    one session each: --check, --tools (and --tools --brief), --dry-run
+       7.4 the CLI's operations    one session each: --check, --tools (and --tools --brief), --resources (and
+                                   --resources --brief), --read, --prompts, --prompt, --dry-run
     8. Schema flags             inputSchema -> typed flags, values, validation, in five rooms:
        8.1 flag records            ToolFlag, BodyOnlyField (why a property gets no flag: set it with --body)
        8.2 local references        resolve_schema: one resolver for flags and help examples
        8.3 flags                   build_tool_flags: a schema -> typed flags; --tools --brief (describe_brief)
-       8.4 values                  a flag's text -> its JSON value, positional-argument errors
+       8.4 values                  a flag's text -> its JSON value, positional-argument errors; a prompt's
+                                   string flags (parse_prompt_arguments)
        8.5 validation              validate_arguments: the inputSchema checked locally, bounded
     9. Output                   envelopes, --jq, --raw, help text, completion, in six rooms:
        9.1 envelopes               build_success, build_failure
        9.2 --jq                    JqProgram: compiled, applied with number fidelity
-       9.3 --raw                   a result as plain text (render_raw_result); a server's text on a terminal, its
+       9.3 --raw                   a result as plain text (render_raw_result; a read's texts and a prompt's
+                                   messages with their roles: render_raw_data); a server's text on a terminal, its
                                    controls escaped (render_raw_text)
        9.4 help text               the root help (--help, --version) and the resident's (--resident --help)
        9.5 completion              the shell completion scripts (--completion bash|zsh|fish) and their words
-       9.6 server and tool help    render_server_help, render_tool_help
+       9.6 server and tool help    render_server_help, render_tool_help, render_prompt_help (--prompt NAME
+                                   --help), render_template_help (--read TEMPLATE --help, offline)
    10. Resident mode            many users' sessions behind one JSON stdin/stdout process, and the --keep-alive
                                 process's kept sessions, in five rooms:
        10.1 registry, credentials  SQLite / HTTP sources, one user's view, a row -> ResolvedServer:
@@ -99,7 +110,8 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
    11. CLI                      argument routing and ``main(argv) -> int``, the one exception -> exit ladder;
                                 the --keep-alive client and its background process (WarmServer), in five rooms:
        11.1 argument routing       parse_argv -> Invocation, check_invocation: --config, --timeout, --verbose,
-                                   --insecure, --check, --tools, --brief, --dry-run, --jq, --raw, --help
+                                   --insecure, --check, --tools, --brief, --dry-run, --jq, --raw, --help,
+                                   --resources, --read, --prompts, --prompt
        11.2 --body                 inline, @FILE or - (stdin), read and bounded (read_body)
        11.3 the runner             Environment, _Runner: one command, local or remote, to its envelope; which
                                    servers a Tab may start, and where (resolve_completion_server)
@@ -121,6 +133,7 @@ Exception tree (section 1)::
      +-- InvalidArgumentsError      invalid_mcp_arguments
      +-- UnsupportedOptionError     unsupported_option
      +-- ToolNotFoundError          mcp_tool_not_found
+     +-- PromptNotFoundError        mcp_prompt_not_found
      +-- InvalidJqExpressionError   invalid_jq_expression
      +-- JqUnavailableError         jq_unavailable
      +-- InternalError              internal_error (exit 1 before a remote step, 2 after)
@@ -139,6 +152,7 @@ Exception tree (section 1)::
           +-- DiscoveryIncompleteError  mcp_discovery_incomplete
           +-- ToolError             mcp_tool_error
           +-- CapabilityUnsupportedError  mcp_capability_unsupported
+          +-- ResourceNotFoundError mcp_resource_not_found
           +-- JqError               jq_error
           +-- CancelledError        mcp_cancelled          (exit 130: Ctrl-C once a request was sent)
           +-- ResourceLimitError    resource_limit         (resident)
@@ -341,6 +355,10 @@ class ToolNotFoundError(BkmcpError):
     code = "mcp_tool_not_found"
 
 
+class PromptNotFoundError(BkmcpError):
+    code = "mcp_prompt_not_found"
+
+
 class InvalidJqExpressionError(BkmcpError):
     code = "invalid_jq_expression"
 
@@ -390,6 +408,10 @@ class ToolError(RemoteError):
 
 class CapabilityUnsupportedError(RemoteError):
     code = "mcp_capability_unsupported"
+
+
+class ResourceNotFoundError(RemoteError):
+    code = "mcp_resource_not_found"
 
 
 class JqError(RemoteError):
@@ -1505,6 +1527,139 @@ def closest_names(name: str, candidates: Iterable[str], *, limit: int = 3) -> li
     found = difflib.get_close_matches(name, pool, n=limit, cutoff=0.6)
     lowered = [c for c in pool if c.lower() == name.lower() and c not in found]
     return (lowered + found)[:limit]
+
+
+# -- 2.6 URI templates: RFC 6570 expanded locally (parse_uri_template, expand_uri_template) ----------------------------
+# `--read TEMPLATE --VAR VALUE` (docs/contract.md §2): levels 1-3 of RFC 6570 (simple, +, #, ., /, ;, ?, &) and the
+# level-4 prefix `:n` and explode `*` as they apply to a string value (every value given as a flag is one). Here,
+# not in section 5, because `--read TEMPLATE --help` is a help path (section 11's rules).
+
+# operator -> (first, separator, named, if empty, reserved characters allowed): RFC 6570 appendix A
+_URI_OPERATORS = {
+    "": ("", ",", False, "", False),
+    "+": ("", ",", False, "", True),
+    "#": ("#", ",", False, "", True),
+    ".": (".", ".", False, "", False),
+    "/": ("/", "/", False, "", False),
+    ";": (";", ";", True, "", False),
+    "?": ("?", "&", True, "=", False),
+    "&": ("&", "&", True, "=", False),
+}
+_URI_VARSPEC = _lazy_re(
+    r"^((?:[A-Za-z0-9_]|%[0-9A-Fa-f]{2})(?:\.?(?:[A-Za-z0-9_]|%[0-9A-Fa-f]{2}))*)(?::([1-9][0-9]{0,3})|(\*))?$"
+)
+_URI_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+_URI_RESERVED = frozenset(":/?#[]@!$&'()*+,;=")
+
+
+@dataclass(frozen=True)
+class UriExpression:
+    """One ``{…}`` of a URI template: its operator and its variables as (name, prefix length or None)."""
+
+    operator: str
+    variables: tuple[tuple[str, int | None], ...]
+
+
+def is_uri_template(text: str) -> bool:
+    return "{" in text
+
+
+def parse_uri_template(template: str) -> list[str | UriExpression]:
+    """A URI template as literal text and expressions; a malformed one (an unclosed ``{``, a ``}`` alone, an
+    unknown operator or a bad variable name) is a ``UsageError`` naming it."""
+    parts: list[str | UriExpression] = []
+    rest = template
+    while rest:
+        start, close = rest.find("{"), rest.find("}")
+        if close != -1 and (start == -1 or close < start):
+            raise UsageError(f"URI template {template!r}: a '}}' without its '{{'")
+        if start == -1:
+            parts.append(rest)
+            break
+        if close == -1:
+            raise UsageError(f"URI template {template!r}: a '{{' is never closed")
+        if start:
+            parts.append(rest[:start])
+        body, rest = rest[start + 1 : close], rest[close + 1 :]
+        operator = body[:1] if body[:1] in _URI_OPERATORS and body[:1] else ""
+        if body[:1] in "=,!@|":
+            raise UsageError(f"URI template {template!r}: operator {body[:1]!r} is reserved by RFC 6570")
+        variables = []
+        for spec in body[len(operator) :].split(","):
+            match = _URI_VARSPEC.match(spec)
+            if match is None:
+                raise UsageError(f"URI template {template!r}: {spec!r} is not a variable name")
+            variables.append((match.group(1), int(match.group(2)) if match.group(2) else None))
+        parts.append(UriExpression(operator, tuple(variables)))
+    return parts
+
+
+def uri_template_variables(template: str) -> list[str]:
+    """The variables of a URI template, each once, in order of appearance."""
+    names: dict[str, None] = {}
+    for part in parse_uri_template(template):
+        if isinstance(part, UriExpression):
+            names.update((name, None) for name, _prefix in part.variables)
+    return list(names)
+
+
+def _uri_encode(text: str, reserved: bool) -> str:
+    out = []
+    for index, char in enumerate(text):
+        if char in _URI_UNRESERVED or reserved and char in _URI_RESERVED:
+            out.append(char)
+        elif reserved and char == "%" and re.match(r"[0-9A-Fa-f]{2}", text[index + 1 : index + 3]):
+            out.append(char)  # a pct-encoded triplet passes through `+` and `#` as it is
+        else:
+            out.append("".join(f"%{byte:02X}" for byte in char.encode("utf-8", "surrogatepass")))
+    return "".join(out)
+
+
+def expand_uri_template(template: str, values: Mapping[str, str]) -> str:
+    """RFC 6570 expansion of ``template`` with string ``values``; a variable without a value is undefined (left
+    out, as the RFC says: the CLI requires every variable before it gets here)."""
+    out: list[str] = []
+    for part in parse_uri_template(template):
+        if isinstance(part, str):
+            out.append(part)
+            continue
+        first, separator, named, if_empty, reserved = _URI_OPERATORS[part.operator]
+        items = []
+        for name, prefix in part.variables:
+            if name not in values:
+                continue
+            value = values[name] if prefix is None else values[name][:prefix]
+            encoded = _uri_encode(value, reserved)
+            items.append((f"{name}{'=' + encoded if encoded else if_empty}") if named else encoded)
+        if items:
+            out.append(first + separator.join(items))
+    return "".join(out)
+
+
+def parse_template_values(template: str, tokens: Sequence[ToolToken]) -> dict[str, str]:
+    """``--VAR VALUE`` flags after ``--read TEMPLATE``: each a variable of the template, given once, with a value,
+    and every variable given; anything else is a ``UsageError`` before anything is sent (docs/contract.md §2)."""
+    names = uri_template_variables(template)
+    values: dict[str, str] = {}
+    shown = ", ".join(f"--{name}" for name in names) or "none"
+    for token in tokens:
+        if token.name not in names:
+            raise UsageError(
+                f"--{token.name} is not a variable of {template!r} (its variables: {shown})",
+                hint=f"bkmcp <server> --read '{template}' --help",
+            )
+        if token.name in values:
+            raise UsageError(f"variable --{token.name} given more than once")
+        if token.value is None:
+            raise UsageError(f"variable --{token.name} needs a value", hint=f"write --{token.name}=VALUE")
+        values[token.name] = token.value
+    missing = [name for name in names if name not in values]
+    if missing:
+        raise UsageError(
+            f"{template!r} needs {', '.join(f'--{name}' for name in missing)}",
+            hint=f"bkmcp <server> --read '{template}' {' '.join(f'--{name} VALUE' for name in names)}",
+        )
+    return values
 
 
 # ======================================================================================================
@@ -2656,17 +2811,42 @@ def check_result(method: str, message: Message) -> dict[str, Any]:
             )
         if "isError" in result and not isinstance(result["isError"], bool):
             raise ProtocolError("tools/call result has a non-boolean isError", data={"result": result})
-    elif method == "tools/list":
-        tools = result.get("tools")
-        if not isinstance(tools, list):
-            raise ProtocolError("tools/list result has no tools array")
-        for index, tool in enumerate(tools):
-            if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
-                raise ProtocolError(f"tools/list entry {index} is not a tool object with a string name")
+    elif method in LISTINGS:
+        listing = LISTINGS[method]
+        items = result.get(listing.key)
+        if not isinstance(items, list):
+            raise ProtocolError(f"{method} result has no {listing.key} array")
+        for index, item in enumerate(items):
+            if not isinstance(item, dict) or not isinstance(item.get(listing.id_key), str):
+                raise ProtocolError(
+                    f"{method} entry {index} is not a {listing.noun} object with a string {listing.id_key}"
+                )
         cursor = result.get("nextCursor")
         if cursor is not None and not isinstance(cursor, str):
-            raise ProtocolError("tools/list nextCursor is not a string")
+            raise ProtocolError(f"{method} nextCursor is not a string")
+    elif method in ("resources/read", "prompts/get"):
+        key = "contents" if method == "resources/read" else "messages"
+        if not isinstance(result.get(key), list):
+            raise ProtocolError(f"{method} result has no {key} array", data={"result": result})
     return result
+
+
+@dataclass(frozen=True)
+class Listing:
+    """A paginated list method (docs/contract.md §5): where its items are, what names one, what it lists."""
+
+    method: str
+    key: str  # the result's array
+    id_key: str  # the field that names an item (two items with one name: a protocol error)
+    noun: str  # "tool": "tool_count", "tools_seen", "tool discovery is incomplete"
+
+
+LISTINGS = {
+    "tools/list": Listing("tools/list", "tools", "name", "tool"),
+    "resources/list": Listing("resources/list", "resources", "uri", "resource"),
+    "resources/templates/list": Listing("resources/templates/list", "resourceTemplates", "uriTemplate", "template"),
+    "prompts/list": Listing("prompts/list", "prompts", "name", "prompt"),
+}
 
 
 def parse_ttl_ms(result: Mapping[str, Any]) -> int:
@@ -5681,6 +5861,9 @@ _REQUEST_STAGES = {
     "server/discover": "negotiate",
     "initialize": "negotiate",
     "tools/list": "discover",
+    "resources/list": "discover",
+    "resources/templates/list": "discover",
+    "prompts/list": "discover",
     "tools/call": "call",
 }
 
@@ -5717,7 +5900,16 @@ def discover_tools(session: McpSession, ctx: OpContext) -> tuple[list[dict[str, 
 def discover_catalogue(session: McpSession, ctx: OpContext) -> tuple[list[dict[str, Any]], int, int]:
     """``discover_tools`` with how long the server says the catalogue stays fresh, in ms: the smallest ``ttlMs`` of
     its pages, 0 as soon as one page has none (or in an era without it). Kept catalogues: ``catalogue_kept_until``."""
-    tools: list[dict[str, Any]] = []
+    session.core.catalogue_read()
+    return discover_listing(session, ctx, LISTINGS["tools/list"])
+
+
+def discover_listing(session: McpSession, ctx: OpContext, listing: Listing) -> tuple[list[dict[str, Any]], int, int]:
+    """The one paginated listing of tools, resources, templates and prompts (``LISTINGS``): every page to the end
+    with the contract.md §5 guards (at most ``MAX_PAGES`` pages and ``MAX_TOOLS`` items, a repeated cursor, a cycle,
+    one name twice), the items exactly as received; (items, pages, the smallest ``ttlMs``)."""
+    noun, method = listing.noun, listing.method
+    items: list[dict[str, Any]] = []
     ttl_ms: int | None = None
     names: dict[str, int] = {}
     cursors: list[str] = []
@@ -5726,19 +5918,18 @@ def discover_catalogue(session: McpSession, ctx: OpContext) -> tuple[list[dict[s
 
     def incomplete(reason: str, cause: BkmcpError | None = None) -> DiscoveryIncompleteError:
         return DiscoveryIncompleteError(
-            f"tool discovery is incomplete: {reason} (after {pages} page(s), {len(tools)} tool(s))",
+            f"{noun} discovery is incomplete: {reason} (after {pages} page(s), {len(items)} {noun}(s))",
             hint="the server's catalogue could not be read to the end; nothing is reported as complete",
-            details={"pages": pages, "tools_seen": len(tools)},
-            data={"pages": pages, "tool_count": len(tools), "complete": False, "tools": tools},
+            details={"pages": pages, f"{noun}s_seen": len(items)},
+            data={"pages": pages, f"{noun}_count": len(items), "complete": False, listing.key: items},
             cause=cause,
         )
 
-    session.core.catalogue_read()
     while True:
         if pages >= MAX_PAGES:
             raise incomplete(f"more than {MAX_PAGES} pages")
         try:
-            result = request_result(session, ctx, "tools/list", {"cursor": cursor} if cursor is not None else None)
+            result = request_result(session, ctx, method, {"cursor": cursor} if cursor is not None else None)
         except RemoteError as exc:
             if pages == 0:
                 raise
@@ -5747,18 +5938,18 @@ def discover_catalogue(session: McpSession, ctx: OpContext) -> tuple[list[dict[s
         rules = session.core.rules
         page_ttl = parse_ttl_ms(result) if rules is not None and rules.list_ttl else 0
         ttl_ms = page_ttl if ttl_ms is None else min(ttl_ms, page_ttl)
-        for tool in result["tools"]:
-            name = tool["name"]
+        for item in result[listing.key]:
+            name = item[listing.id_key]
             if name in names:
                 raise ProtocolError(
-                    f"the server listed tool {name!r} twice (pages {names[name]} and {pages})",
-                    hint="the catalogue is ambiguous; bkmcp never picks one of two tools with the same name",
+                    f"the server listed {noun} {name!r} twice (pages {names[name]} and {pages})",
+                    hint=f"the catalogue is ambiguous; bkmcp never picks one of two {noun}s with the same name",
                     details={"duplicate": name},
                 )
             names[name] = pages
-            tools.append(tool)
-        if len(tools) > MAX_TOOLS:
-            raise incomplete(f"more than {MAX_TOOLS} tools")
+            items.append(item)
+        if len(items) > MAX_TOOLS:
+            raise incomplete(f"more than {MAX_TOOLS} {noun}s")
         next_cursor = result.get("nextCursor")
         if next_cursor is None:
             break
@@ -5768,8 +5959,8 @@ def discover_catalogue(session: McpSession, ctx: OpContext) -> tuple[list[dict[s
             raise incomplete(f"the cursors form a cycle (cursor {_clip(repr(next_cursor), 60)} came back)")
         cursors.append(next_cursor)
         cursor = next_cursor
-    ctx.log.debug(f"discovered {len(tools)} tool(s) in {pages} page(s)")
-    return tools, pages, ttl_ms or 0
+    ctx.log.debug(f"discovered {len(items)} {noun}(s) in {pages} page(s)")
+    return items, pages, ttl_ms or 0
 
 
 def catalogue_kept_until(ttl_ms: int, asked: float) -> float | None:
@@ -5816,6 +6007,53 @@ def find_tool(tools: Sequence[dict[str, Any]], name: str, server_name: str) -> d
         hint=f"did you mean {', '.join(close)}?" if close else "list the server's tools",
         details={"suggestions": close},
         remedy=None if close else "list_tools",
+    )
+
+
+def require_capability(session: McpSession, capability: str, method: str) -> None:
+    """``mcp_capability_unsupported`` before ``method`` is sent to a server that did not declare ``capability``
+    (``resources``, ``prompts``): such a server gets no request (docs/contract.md §5)."""
+    if isinstance((session.core.capabilities or {}).get(capability), dict):
+        return
+    raise CapabilityUnsupportedError(
+        f"server {session.server.name!r} does not declare the {capability!r} capability; {method} was not sent",
+        hint=f"the server offers no {capability}; bkmcp <server> --check shows what it declares",
+        details={"capability": capability, "outcome": "not_sent"},
+        request_sent=False,
+    )
+
+
+def read_resource(session: McpSession, ctx: OpContext, uri: str) -> dict[str, Any]:
+    """``resources/read`` of one URI, the result as received; a URI the server does not know is
+    ``mcp_resource_not_found`` in both eras: the legacy spec's -32002 (resource not found), and -32602 (invalid
+    params: the 2026-07-28 spec's code, which legacy SDK servers answer too; ``uri`` is the request's only param)."""
+    require_capability(session, "resources", "resources/read")
+    try:
+        return request_result(session, ctx, "resources/read", {"uri": uri})
+    except ProtocolError as exc:
+        if (exc.details.get("rpc_error") or {}).get("code") not in _UNKNOWN_RESOURCE_CODES:
+            raise
+        raise ResourceNotFoundError(
+            f"server {session.server.name!r} has no resource {_clip(repr(uri), 200)}",
+            hint="list what it offers: bkmcp <server> --resources",
+            details=dict(exc.details),
+            data={"server": session.server.name, "uri": uri},
+        ) from None
+
+
+_UNKNOWN_RESOURCE_CODES = (-32002, -32602)
+
+
+def find_prompt(prompts: Sequence[dict[str, Any]], name: str, server_name: str) -> dict[str, Any]:
+    """The prompt called exactly ``name``; ``mcp_prompt_not_found`` with close names otherwise."""
+    for prompt in prompts:
+        if prompt.get("name") == name:
+            return prompt
+    close = closest_names(name, [str(p.get("name")) for p in prompts])
+    raise PromptNotFoundError(
+        f"server {server_name!r} has no prompt {_clip(repr(name), 200)} ({len(prompts)} prompts listed)",
+        hint=f"did you mean {', '.join(close)}?" if close else "list the server's prompts: bkmcp <server> --prompts",
+        details={"suggestions": close},
     )
 
 
@@ -6041,6 +6279,109 @@ def run_call(
     finally:
         sessions.done(session, ctx)
     return {"server": server.name, "tool": name, "result": result}
+
+
+def run_on_session(
+    server: ResolvedServer, ctx: OpContext, work: Callable[[McpSession], dict[str, Any]], *, insecure: bool
+) -> dict[str, Any]:
+    """``work`` done on a session of ``ctx.sessions`` (a new one, or a warm one lent), negotiated first, given back
+    however it ends; a remote failure's data names the server."""
+    sessions = ctx.sessions or SessionSource()
+    try:
+        session = sessions.start(server, ctx, insecure=insecure)
+        try:
+            sessions.ready(session, ctx)
+            return work(session)
+        finally:
+            sessions.done(session, ctx)
+    except RemoteError as exc:
+        raise exc.copy(data={"server": server.name, **(exc.data or {})})  # noqa: B904 - its chain stays
+
+
+def run_resources(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict[str, Any]:
+    """``--resources`` data (docs/contract.md §7): every resource and resource template, as received."""
+
+    def work(session: McpSession) -> dict[str, Any]:
+        require_capability(session, "resources", "resources/list")
+        resources = discover_listing(session, ctx, LISTINGS["resources/list"])[0]
+        try:
+            templates = discover_listing(session, ctx, LISTINGS["resources/templates/list"])[0]
+        except ProtocolError as exc:  # "method not found": a server with resources and no templates at all
+            if (exc.details.get("rpc_error") or {}).get("code") != -32601:
+                raise
+            ctx.log.debug("the server has no resources/templates/list: no templates")
+            templates = []
+        return {
+            "server": server.name,
+            "protocol_version": session.protocol_version,
+            "resource_count": len(resources),
+            "template_count": len(templates),
+            "complete": True,
+            "resources": resources,
+            "templates": templates,
+        }
+
+    return run_on_session(server, ctx, work, insecure=insecure)
+
+
+def describe_resource_brief(item: Mapping[str, Any]) -> dict[str, Any]:
+    """One resource or template for ``--resources --brief``: name, URI (or URI template), MIME type and the first
+    description line."""
+    description = item.get("description")
+    lines = description.strip().splitlines() if isinstance(description, str) else []
+    out = {key: item[key] for key in ("name", "uri", "uriTemplate", "mimeType") if key in item}
+    out["summary"] = lines[0].strip() if lines else ""
+    return out
+
+
+def run_read(server: ResolvedServer, ctx: OpContext, uri: str, *, insecure: bool) -> dict[str, Any]:
+    """``--read URI`` data: ``{"server", "uri", "result"}``, the result with every content item as received."""
+
+    def work(session: McpSession) -> dict[str, Any]:
+        return {"server": server.name, "uri": uri, "result": read_resource(session, ctx, uri)}
+
+    return run_on_session(server, ctx, work, insecure=insecure)
+
+
+def run_prompts(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict[str, Any]:
+    """``--prompts`` data: every prompt, as received."""
+
+    def work(session: McpSession) -> dict[str, Any]:
+        require_capability(session, "prompts", "prompts/list")
+        prompts = discover_listing(session, ctx, LISTINGS["prompts/list"])[0]
+        return {
+            "server": server.name,
+            "protocol_version": session.protocol_version,
+            "prompt_count": len(prompts),
+            "complete": True,
+            "prompts": prompts,
+        }
+
+    return run_on_session(server, ctx, work, insecure=insecure)
+
+
+def run_prompt(
+    server: ResolvedServer,
+    ctx: OpContext,
+    name: str,
+    *,
+    insecure: bool,
+    prepare: Callable[[dict[str, Any]], dict[str, str] | None],
+) -> dict[str, Any]:
+    """List the prompts, find ``name``, let ``prepare(prompt)`` check the arguments, ``prompts/get`` once. As
+    ``run_call``: ``prepare`` returning None stops after the listing (prompt help: ``{"server", "prompt",
+    "definition"}``); else ``{"server", "prompt", "result"}``."""
+
+    def work(session: McpSession) -> dict[str, Any]:
+        require_capability(session, "prompts", "prompts/list")
+        prompt = find_prompt(discover_listing(session, ctx, LISTINGS["prompts/list"])[0], name, server.name)
+        arguments = prepare(prompt)
+        if arguments is None:
+            return {"server": server.name, "prompt": name, "definition": prompt}
+        params: dict[str, Any] = {"name": name, **({"arguments": arguments} if arguments else {})}
+        return {"server": server.name, "prompt": name, "result": request_result(session, ctx, "prompts/get", params)}
+
+    return run_on_session(server, ctx, work, insecure=insecure)
 
 
 def build_dry_run(server: ResolvedServer, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -6644,6 +6985,41 @@ def _raise_token_problems(tool: Mapping[str, Any], problems: list[dict[str, str]
         hint=f"see the tool's flags with: {_tool_command(server_name, tool.get('name'))} --help",
         details={"problems": problems},
     )
+
+
+def parse_prompt_arguments(
+    prompt: Mapping[str, Any], tokens: Sequence[ToolToken], *, server_name: str = "<server>"
+) -> dict[str, str]:
+    """``--ARG VALUE`` after ``--prompt NAME`` -> ``prompts/get``'s arguments, each a string (docs/contract.md §2).
+    An unknown, repeated or valueless flag and a required argument not given are ``invalid_mcp_arguments``, every
+    problem at once, before anything is sent; an argument named like a reserved option (contract §6) has no flag."""
+    declared = prompt.get("arguments")
+    arguments = [a for a in declared if isinstance(a, dict)] if isinstance(declared, list) else []
+    names = {str(a.get("name")): a for a in arguments}
+    values: dict[str, str] = {}
+    problems: list[dict[str, str]] = []
+    for token in tokens:
+        flag = _printable(f"--{token.name}")
+        if token.name not in names or token.name in RESERVED_OPTION_NAMES:
+            problems.append({"flag": flag, "message": f"prompt {prompt.get('name')!r} has no argument {flag}"})
+        elif token.name in values:
+            problems.append({"flag": flag, "message": f"{flag} given more than once"})
+        elif token.value is None:
+            problems.append({"flag": flag, "message": f"{flag} needs a value (write {flag}=VALUE)"})
+        else:
+            values[token.name] = token.value
+    for name, argument in names.items():
+        if argument.get("required") is True and name not in values:
+            why = " (its name is a bkmcp option, so it has no flag)" if name in RESERVED_OPTION_NAMES else ""
+            problems.append({"path": json_path([name]), "message": f"required argument {name!r} is missing{why}"})
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise InvalidArgumentsError(
+            problems[0]["message"] + more,
+            hint=f"see its arguments with: bkmcp {server_name} --prompt {prompt.get('name')} --help",
+            details={"problems": problems},
+        )
+    return values
 
 
 def parse_tool_arguments(
@@ -8072,14 +8448,38 @@ def render_raw_result(result: Mapping[str, Any], *, pretty: bool = False, termin
     blocks = content if isinstance(content, list) else []
     if not blocks and "structuredContent" in result:
         return render_raw_text(dump_json(result["structuredContent"], indent=2 if pretty else None), terminal) + "\n"
-    out: list[str] = []
-    for block in blocks:
-        if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
-            text = render_raw_text(block["text"], terminal)
-            out.append(text if text.endswith("\n") else text + "\n")
-        else:
-            out.append(_raw_block_line(block) + "\n")
-    return "".join(out)
+    return "".join(_raw_block(block, terminal) for block in blocks)
+
+
+def render_raw_data(data: Mapping[str, Any], *, pretty: bool = False, terminal: bool = False) -> str:
+    """What ``--raw`` prints of a command's data: a tool call's result (``render_raw_result``), a read resource's
+    contents (each text as it is, a blob as one bracketed line) or a prompt's messages (one block per message,
+    headed by its role); for a ``terminal``, controls shown as escapes (``render_raw_text``)."""
+    result = data["result"]
+    if "uri" in data:
+        contents = result.get("contents")
+        return "".join(_raw_block({"type": "resource", "resource": item}, terminal) for item in contents or [])
+    if "prompt" in data:
+        blocks = []
+        for message in result.get("messages") or []:
+            message = message if isinstance(message, dict) else {}
+            content = message.get("content")
+            blocks_of = content if isinstance(content, list) else [content]
+            body = "".join(_raw_block(block, terminal) for block in blocks_of)
+            blocks.append(_printable(f"[{message.get('role')}]") + "\n" + body)
+        return "\n".join(blocks)
+    return render_raw_result(result, pretty=pretty, terminal=terminal)
+
+
+def _raw_block(block: Any, terminal: bool = False) -> str:
+    """One content block as ``--raw`` prints it: a ``text`` block or an embedded text resource as its text (with a
+    final newline), anything else as its bracketed line."""
+    inner = block.get("resource") if isinstance(block, dict) and block.get("type") == "resource" else block
+    if isinstance(block, dict) and block.get("type") in ("text", "resource") and isinstance(inner, dict):
+        if isinstance(inner.get("text"), str):
+            text = render_raw_text(inner["text"], terminal)
+            return text if text.endswith("\n") else text + "\n"
+    return _raw_block_line(block) + "\n"
 
 
 def render_raw_text(text: str, terminal: bool = False) -> str:
@@ -8154,6 +8554,10 @@ Usage:
   bkmcp [GLOBAL...] <server> <tool> [--<param> VALUE...]   validate and call the tool once
   bkmcp [GLOBAL...] <server> <tool> --body JSON|@FILE|-    call with a complete arguments object
   bkmcp [GLOBAL...] <server> <tool> --body ... --dry-run   offline preview, zero network
+  bkmcp [GLOBAL...] <server> --resources [--brief]     every resource and resource template as JSON
+  bkmcp [GLOBAL...] <server> --read URI                read one resource (a template: --VAR VALUE per variable)
+  bkmcp [GLOBAL...] <server> --prompts                 every prompt as JSON
+  bkmcp [GLOBAL...] <server> --prompt NAME [--ARG VALUE...]   get one prompt (--help: its arguments)
 
 Other modes (bkmcp --resident --help; docs/resident.md):
   bkmcp --resident --registry SOURCE [...]     resident multi-server mode for agent platforms (JSON lines)
@@ -8460,6 +8864,10 @@ def render_server_help(server: ServerConfig) -> str:
         f"  bkmcp {name} <tool> [--<param> VALUE]   call a tool once with typed flags",
         f"  bkmcp {name} <tool> --body '{{...}}'      call with a complete arguments object",
         f"  bkmcp {name} <tool> --body @args.json --dry-run   preview offline, no network",
+        f"  bkmcp {name} --resources [--brief]      list every resource and resource template",
+        f"  bkmcp {name} --read URI [-r]            read one resource (a template: --VAR VALUE per variable)",
+        f"  bkmcp {name} --prompts                  list every prompt",
+        f"  bkmcp {name} --prompt NAME [--ARG VALUE]   get a prompt (--help: its arguments)",
         "",
         "Examples:",
         f"  bkmcp {name} --check",
@@ -8467,6 +8875,47 @@ def render_server_help(server: ServerConfig) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def render_template_help(server_name: str, template: str) -> str:
+    """``--read TEMPLATE --help``, offline: the command to read it and its variables, each a required flag."""
+    import shlex
+
+    names = uri_template_variables(template)
+    command = _terminal_safe(f"bkmcp {shlex.quote(server_name)} --read {shlex.quote(template)}")
+    out = [command, "", "Usage:", "  " + " ".join([command, *(f"--{name} VALUE" for name in names)])]
+    out += ["", "Variables (RFC 6570, expanded by bkmcp):" if names else "Variables: none"]
+    width = max((len(name) for name in names), default=0) + 8
+    out += [f"  {_terminal_safe(f'--{name} VALUE').ljust(width)}  required" for name in names]
+    return "\n".join(out) + "\n"
+
+
+def render_prompt_help(server_name: str, prompt: Mapping[str, Any]) -> str:
+    """``--prompt NAME --help``: the prompt's description and its arguments (string flags), required ones marked."""
+    import shlex
+
+    command = _printable(f"bkmcp {shlex.quote(server_name)} --prompt {shlex.quote(str(prompt.get('name')))}")
+    title = prompt.get("title")
+    out = _wrap(command + (f" - {title}" if isinstance(title, str) and title.strip() else ""), HELP_WIDTH)
+    if isinstance(prompt.get("description"), str) and prompt["description"].strip():
+        out += ["", *_paragraph(prompt["description"].strip())]
+    declared = prompt.get("arguments")
+    arguments = [a for a in declared if isinstance(a, dict)] if isinstance(declared, list) else []
+    arguments.sort(key=lambda a: a.get("required") is not True)
+    flags = [
+        f"--{a.get('name')} VALUE" if a.get("required") is True else f"[--{a.get('name')} VALUE]" for a in arguments
+    ]
+    out += ["", "Usage:", *_fill([command, *flags], HELP_WIDTH, "  ", "      ")]
+    out += ["", "Arguments (strings):" if arguments else "Arguments: none"]
+    for argument in arguments:
+        name = str(argument.get("name"))
+        status = "required" if argument.get("required") is True else "optional"
+        if name in RESERVED_OPTION_NAMES:
+            status += "; no flag: its name is a bkmcp option"
+        out.append(_printable(f"  --{name}  {status}"))
+        if isinstance(argument.get("description"), str):
+            out += _wrap(argument["description"], HELP_WIDTH, "      ", "      ")
+    return "\n".join(out) + "\n"
 
 
 HELP_WIDTH = 80
@@ -13079,6 +13528,11 @@ _RESIDENT_OPTIONS = {
     "--shutdown-grace": "shutdown_grace",
 }
 _RESERVED_UNSUPPORTED = {"--format"}
+# `bkmcp <server> --resources | --prompts | --read URI | --prompt NAME` (contract §2): before a tool name (and
+# before --read's URI or --prompt's name) only, as --brief: after one, such a name is that tool's, template's or
+# prompt's own flag (contract §6).
+_CATALOGUE_FLAGS = {"--resources": "resources", "--prompts": "prompts"}
+_TARGET_OPTIONS = {"--read": "read", "--prompt": "prompt"}
 
 
 @dataclass
@@ -13102,6 +13556,10 @@ class Invocation:
     version: bool = False
     resident: bool = False
     brief: bool = False  # --tools --brief: a compact catalogue (docs/contract.md §7); before the tool name only
+    resources: bool = False  # --resources, --prompts, --read URI, --prompt NAME: before a tool name only
+    prompts: bool = False
+    read: str | None = None  # a URI or a URI template (its variables: tool_tokens)
+    prompt: str | None = None  # a prompt's name (its arguments: tool_tokens)
     raw: bool = False  # -r/--raw: a call's result as text; with --jq, strings unquoted (docs/contract.md §7)
     registry_import: str | None = None
     registry_list: bool = False
@@ -13143,7 +13601,24 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
         i += 1
         name, eq, inline = token.partition("=")
         registry_tool = inv.server is None and (name in _REGISTRY_VALUE_OPTIONS or token in _REGISTRY_FLAG_OPTIONS)
-        if token == "--brief" and inv.tool is None:  # after a tool name, --brief stays free for a tool's flag
+        target = inv.tool is not None or inv.read is not None or inv.prompt is not None  # later flags are its own
+        if not target and (token in _CATALOGUE_FLAGS or name in _TARGET_OPTIONS):
+            attr = _CATALOGUE_FLAGS.get(token) or _TARGET_OPTIONS[name]
+            if attr in seen:
+                raise UsageError(f"option {name} given more than once")
+            seen.add(attr)
+            if token in _CATALOGUE_FLAGS:
+                setattr(inv, attr, True)
+                continue
+            if not eq and i < len(tokens) and not _is_bkmcp_option(tokens[i]):
+                inline, i = tokens[i], i + 1
+            elif not eq:
+                raise UsageError(f"option {name} needs a value", hint=f"write {name}=VALUE for a value starting with -")
+            if not inline:
+                raise UsageError(f"option {name} needs a {'URI' if attr == 'read' else 'prompt name'}")
+            setattr(inv, attr, inline)
+            continue
+        if token == "--brief" and not target:  # after a tool name (or --read/--prompt's), --brief is its own flag
             if inv.brief:
                 raise UsageError("option --brief given more than once")
             inv.brief = True
@@ -13183,8 +13658,8 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
                 raise UnsupportedOptionError(f"option {name} is reserved and not supported by bkmcp")
             if name in _FLAG_OPTIONS:
                 raise UsageError(f"option {name} takes no value")
-            if inv.tool is None or not token.startswith("--") or len(name) <= 2:
-                where = "" if inv.tool is None else " (tool options look like --name value or --name=value)"
+            if not target or not token.startswith("--") or len(name) <= 2:
+                where = "" if not target else " (tool options look like --name value or --name=value)"
                 raise UsageError(f"unknown option {name}{where}", hint="run bkmcp --help")
             flag = name[2:]
             if eq:
@@ -13283,11 +13758,11 @@ def check_invocation(inv: Invocation, timeout: float | None = None) -> None:
                 + (f" (got {', '.join(others)})" if others else ""),
                 hint="bkmcp --registry FILE --import mcp.json | bkmcp --registry FILE --list",
             )
-    modes = [m for m, on in (("--check", inv.check), ("--tools", inv.tools), ("a tool call", inv.tool)) if on]
+    modes = [m for m, on in _modes(inv) if on]
     if len(modes) > 1:
         raise UsageError(f"{' and '.join(modes)} cannot be combined: choose one mode")
-    if inv.brief and not inv.tools:
-        raise UsageError("--brief is only valid with --tools", hint="bkmcp <server> --tools --brief")
+    if inv.brief and not (inv.tools or inv.resources):
+        raise UsageError("--brief is only valid with --tools or --resources", hint="bkmcp <server> --tools --brief")
     if inv.resident and (inv.server or modes):
         raise UsageError("--resident takes no server, tool or mode options")
     if inv.resident:
@@ -13312,15 +13787,15 @@ def check_invocation(inv: Invocation, timeout: float | None = None) -> None:
             "--resident needs --registry SOURCE (a SQLite file or an http(s)://…/internal/mcp/config URL)",
             hint="bkmcp --resident --registry ./registry.db",
         )
-    if inv.check or inv.tools:
-        mode = "--check" if inv.check else "--tools"
+    if modes and not inv.tool:
+        mode = modes[0]
         if inv.body is not None:
             raise UsageError(f"{mode} takes no --body")
         if inv.dry_run:
             raise UsageError(f"--dry-run cannot be combined with {mode}")
     if inv.body is not None and inv.tool is None and not modes and not inv.help:
         raise UsageError("--body needs a tool: bkmcp <server> <tool> --body JSON|@FILE|-")
-    if (inv.check or inv.tools or inv.tool) and inv.server is None:
+    if modes and inv.server is None:
         raise UsageError("a server name is required", hint="bkmcp <server> --check")
     if inv.dry_run:
         if inv.tool is None:
@@ -13343,9 +13818,10 @@ def check_invocation(inv: Invocation, timeout: float | None = None) -> None:
             f"unexpected argument {inv.positional[0][0]!r}",
             hint="tool arguments are flags (--name VALUE)" + (" or keys of --body" if inv.body is not None else ""),
         )
-    if inv.raw and inv.jq is None and not inv.help and (inv.check or inv.tools or inv.dry_run):
+    catalogue = inv.check or inv.tools or inv.resources or inv.prompts
+    if inv.raw and inv.jq is None and not inv.help and (catalogue or inv.dry_run):
         # without --jq there is no result to print as text: a catalogue or preview is JSON by nature
-        mode = "--check" if inv.check else "--tools" if inv.tools else "--dry-run"
+        mode = modes[0] if modes else "--dry-run"
         raise UsageError(
             f"--raw prints a tool call's result as text; {mode} has none",
             hint="drop --raw, or add --jq EXPR to print the strings it selects unquoted "
@@ -13355,6 +13831,19 @@ def check_invocation(inv: Invocation, timeout: float | None = None) -> None:
         inv.timeout_seconds = timeout
     elif inv.timeout is not None:
         inv.timeout_seconds = parse_duration(inv.timeout)
+
+
+def _modes(inv: Invocation) -> tuple[tuple[str, bool], ...]:
+    """The modes of a command line, each with whether it was given: at most one may be (docs/contract.md §2)."""
+    return (
+        ("--check", inv.check),
+        ("--tools", inv.tools),
+        ("--resources", inv.resources),
+        ("--prompts", inv.prompts),
+        ("--read", inv.read is not None),
+        ("--prompt", inv.prompt is not None),
+        ("a tool call", inv.tool is not None),
+    )
 
 
 # -- 11.2 --body: inline, @FILE or - (stdin), read and bounded (docs/contract.md §2, §6) -------------------------------
@@ -13727,7 +14216,7 @@ class _Runner:
             else:
                 pretty = 2 if terminal else None
                 if raw:
-                    out.write(render_raw_result(envelope["data"]["result"], pretty=terminal, terminal=terminal))
+                    out.write(render_raw_data(envelope["data"], pretty=terminal, terminal=terminal))
                 else:
                     text = dump_json(envelope, indent=pretty)
                     out.write(render_raw_text(text, terminal) if terminal else text)  # then its newline: not copied
@@ -13760,10 +14249,11 @@ class _Runner:
         config_path = resolve_config_path(inv.config, envr.env, envr.cwd)
         if inv.completion is not None:
             return self.run_completion(inv.completion, config_path)
+        mode = any(on for _name, on in _modes(inv))
         if inv.server is None:
             if inv.sessions and not inv.help:
                 return self.run_sessions()
-            if inv.help or not any((inv.check, inv.tools, inv.tool)):
+            if inv.help or not mode:
                 return self.emit_text(render_root_help(config_path, *_configured_names(config_path)))
         seconds = keep_alive_seconds(inv, envr.env, self.log) if envr.warm is None else None
         if seconds is not None and uses_warm_session(inv):  # docs/contract.md §14: the warm process runs it
@@ -13771,7 +14261,7 @@ class _Runner:
             if status is not None:
                 return status
         # help (root, server, tool; bare `bkmcp <server>` too) is never projected, so --jq is not even compiled
-        projected = inv.jq is not None and not inv.help and (inv.check or inv.tools or inv.tool is not None)
+        projected = inv.jq is not None and not inv.help and mode
         jq = compile_jq(inv.jq) if projected and inv.jq is not None else None
         self.log.debug(f"config file: {config_path}")
         config = load_config(config_path)
@@ -13781,7 +14271,9 @@ class _Runner:
         assert inv.server is not None
         server_cfg = _select_server(config, inv.server)
         self.log.debug(f"server: {server_cfg.name} ({server_cfg.type})")
-        if inv.tool is None and (inv.help or not (inv.check or inv.tools)):
+        if inv.read is not None and inv.help:  # offline: the template's variables (docs/contract.md §2)
+            return self.emit_text(render_template_help(server_cfg.name, inv.read))
+        if inv.tool is None and inv.prompt is None and (inv.help or not mode):
             return self.emit_text(render_server_help(server_cfg))
         return self.run_remote(server_cfg, jq)
 
@@ -13880,10 +14372,19 @@ class _Runner:
         self.deadline, self.ctx = deadline, ctx
         try:
             self.remote_started = True
-            if not (inv.check or inv.tools):
+            if inv.read is not None or inv.prompt is not None:
+                return self.run_read_or_prompt(server, jq, ctx)
+            if not (inv.check or inv.tools or inv.resources or inv.prompts):
                 assert inv.tool is not None
                 return self.run_tool(server, inv.tool, arguments, jq, ctx)
-            if inv.check:
+            if inv.resources:
+                data = run_resources(server, ctx, insecure=inv.insecure)
+                if inv.brief:
+                    data["resources"] = [describe_resource_brief(r) for r in data["resources"]]
+                    data["templates"] = [describe_resource_brief(t) for t in data["templates"]]
+            elif inv.prompts:
+                data = run_prompts(server, ctx, insecure=inv.insecure)
+            elif inv.check:
                 data = run_check(server, ctx, insecure=inv.insecure)
             elif inv.brief:  # compact discovery (contract §7): no schemas, one line of text per tool
                 data = run_tools(server, ctx, insecure=inv.insecure)
@@ -13924,6 +14425,30 @@ class _Runner:
             details={"outcome": "not_sent", "stage": stage},
             data=data,
         )
+
+    def run_read_or_prompt(self, server: ResolvedServer, jq: JqProgram | None, ctx: OpContext) -> int:
+        """``--read URI`` (a template's variables expanded here, before anything is sent) or ``--prompt NAME``
+        (its arguments checked against the listed prompt before ``prompts/get``; ``--help``: its arguments)."""
+        inv = self.inv
+        if inv.positional:
+            raise UsageError(
+                f"unexpected argument {inv.positional[0][0]!r}", hint="variables and arguments are flags (--name VALUE)"
+            )
+        if inv.read is not None:
+            uri = inv.read
+            if is_uri_template(uri) or inv.tool_tokens:
+                uri = expand_uri_template(uri, parse_template_values(uri, inv.tool_tokens))
+            data = run_read(server, ctx, uri, insecure=inv.insecure)
+        else:
+            assert inv.prompt is not None
+
+            def prepare(prompt: dict[str, Any]) -> dict[str, str] | None:
+                return None if inv.help else parse_prompt_arguments(prompt, inv.tool_tokens, server_name=server.name)
+
+            data = run_prompt(server, ctx, inv.prompt, insecure=inv.insecure, prepare=prepare)
+            if "definition" in data:
+                return self.emit_text(render_prompt_help(server.name, data["definition"]))
+        return self.emit_envelope(build_success(data), jq, EXIT_OK, raw=inv.raw)
 
     def run_tool(
         self,
@@ -14054,8 +14579,9 @@ def keep_alive_seconds(inv: Invocation, env: Mapping[str, str], log: Log) -> flo
 
 
 def uses_warm_session(inv: Invocation) -> bool:
-    """``--tools`` and tool calls may; help paths, ``--dry-run`` and ``--check`` never do (docs/contract.md §14)."""
-    return inv.server is not None and not (inv.help or inv.dry_run or inv.check) and (inv.tools or inv.tool is not None)
+    """``--tools``, tool calls, ``--resources``, ``--read``, ``--prompts`` and ``--prompt`` may; help paths,
+    ``--dry-run`` and ``--check`` never do (docs/contract.md §14)."""
+    return inv.server is not None and not (inv.help or inv.dry_run or inv.check) and any(on for _n, on in _modes(inv))
 
 
 def warm_dir(env: Mapping[str, str], *, create: bool = True) -> tuple[WarmPlace | None, str]:

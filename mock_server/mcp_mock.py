@@ -83,6 +83,7 @@ import socket
 import sys
 import threading
 import time
+import urllib.parse
 from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, NamedTuple
@@ -110,6 +111,12 @@ TINY_PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAC
 
 # Methods whose modern request carries an Mcp-Name header, and the params key it mirrors.
 NAME_PARAM = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+# The other list methods: method -> (the result's key, the scenario key of its items); tools/list is tools_list.
+LISTINGS = {
+    "resources/list": ("resources", "_public_resources"),
+    "resources/templates/list": ("resourceTemplates", "resource_templates"),
+    "prompts/list": ("prompts", "prompts"),
+}
 
 
 # ############################################################################################################
@@ -272,6 +279,42 @@ DEFAULT_TOOLS: list[dict] = [
     },
 ]
 
+# Resources, templates and prompts (issue 38). `x-mock-text` / `x-mock-blob` are a resource's contents, stripped from
+# resources/list. A template's reads: mock://notes/{id} -> "note <id>", mock://search{?q,lang} -> the query echoed.
+DEFAULT_RESOURCES: list[dict] = [
+    {
+        "uri": "mock://notes/readme",
+        "name": "readme",
+        "title": "Read me",
+        "description": "A short text note.\nIts second line.",
+        "mimeType": "text/plain",
+        "x-mock-text": "hello from the mock\n",
+    },
+    {
+        "uri": "mock://images/dot.png",
+        "name": "dot",
+        "description": "A one-pixel PNG (a blob).",
+        "mimeType": "image/png",
+        "x-mock-blob": TINY_PNG,
+    },
+]
+DEFAULT_TEMPLATES: list[dict] = [
+    {"uriTemplate": "mock://notes/{id}", "name": "note", "description": "A note by id.", "mimeType": "text/plain"},
+    {"uriTemplate": "mock://search{?q,lang}", "name": "search", "description": "A search, its query echoed."},
+]
+DEFAULT_PROMPTS: list[dict] = [
+    {
+        "name": "greet",
+        "title": "Greeting",
+        "description": "Greet someone (a user and an assistant message).",
+        "arguments": [
+            {"name": "who", "description": "Who to greet", "required": True},
+            {"name": "tone", "description": "friendly or formal"},
+        ],
+    },
+    {"name": "plain", "description": "One user message, no arguments."},
+]
+
 DEFAULTS: dict[str, Any] = {
     "versions": list(ALL_VERSIONS),
     "path": "/mcp",
@@ -293,7 +336,10 @@ DEFAULTS: dict[str, Any] = {
     "page_size": None,
     "instructions": "Mock MCP server for bkmcp tests.",
     "server_info": {"name": "mcp-mock", "version": "1.0.0"},
-    "capabilities": {"tools": {}},
+    "capabilities": {"tools": {}, "resources": {}, "prompts": {}},
+    "resources": None,
+    "resource_templates": None,
+    "prompts": None,
     "ttl_ms": 0,
     "cache_scope": "private",
     "require_headers": {},
@@ -391,6 +437,14 @@ def normalize_scenario(scenario: dict | None) -> dict:
             raise ValueError(f"tool {tool.get('name')!r}: unknown x-mock behaviour {behaviour!r}")
     sc["tools"] = tools
     sc["_public_tools"] = [{k: v for k, v in t.items() if not k.startswith("x-mock")} for t in tools]
+    for key, default in (
+        ("resources", DEFAULT_RESOURCES),
+        ("resource_templates", DEFAULT_TEMPLATES),
+        ("prompts", DEFAULT_PROMPTS),
+    ):
+        if sc[key] is None:
+            sc[key] = copy.deepcopy(default)
+    sc["_public_resources"] = [{k: v for k, v in r.items() if not k.startswith("x-mock")} for r in sc["resources"]]
     sc["_tool_index"] = {t.get("name"): t for t in tools}
     if sc["page_size"] is not None and int(sc["page_size"]) < 1:
         raise ValueError("page_size must be >= 1")
@@ -808,6 +862,12 @@ class Core:
         modern = ctx.era == "modern"
         if method == "tools/list":
             reply = self.tools_list(params)
+        elif method in LISTINGS:
+            reply = self.list_page(LISTINGS[method][0], self.sc[LISTINGS[method][1]], params)
+        elif method == "resources/read":
+            reply = self.resources_read(params, modern)
+        elif method == "prompts/get":
+            reply = self.prompts_get(params)
         elif method == "tools/call":
             reply = self.tools_call(ctx, params, sink, msg.get("id"))
         elif method == "server/discover" and modern:
@@ -821,8 +881,9 @@ class Core:
         else:
             reply = Reply.error(-32601, f"Method not found: {method}", status=404 if modern else 200)
         if modern and reply.kind == "result":
-            page = (_decode_cursor(params.get("cursor")) or 1) if method == "tools/list" else 1
-            self.stamp_modern(reply.value, listing=method in ("tools/list", "server/discover"), page=page)
+            listing = method == "tools/list" or method in LISTINGS
+            page = (_decode_cursor(params.get("cursor")) or 1) if listing else 1
+            self.stamp_modern(reply.value, listing=listing or method == "server/discover", page=page)
         return reply
 
     def _notifications_before(self, method: Any, params: dict, sink: Sink) -> None:
@@ -868,7 +929,6 @@ class Core:
                 return Reply.error(-32602, "Invalid cursor")
         if faults.get("fail_on_page") is not None and page == int(faults["fail_on_page"]):
             return Reply.error(-32603, f"Internal error: mock failure on tools/list page {page}")
-        tools = self.sc["_public_tools"]
         size = self.sc["page_size"]
         if faults.get("infinite_pages"):
             per = int(size or 1)
@@ -876,10 +936,22 @@ class Core:
                 {"name": f"inf_{page}_{i}", "description": f"page {page}", "inputSchema": _schema()} for i in range(per)
             ]
             return Reply("result", {"tools": items, "nextCursor": _encode_cursor(page + 1)})
-        size = int(size) if size else max(len(tools), 1)
-        pages = max(1, -(-len(tools) // size))
-        items = tools[(page - 1) * size : page * size]
-        result: dict[str, Any] = {"tools": items}
+        return self.list_page("tools", self.sc["_public_tools"], params)
+
+    def list_page(self, key: str, everything: list, params: dict) -> Reply:
+        """One page of any list method: `page_size` items, the cursor faults (duplicate_cursor, cursor_cycle,
+        fail_on_page) applying to each list alike."""
+        faults = self.faults
+        page = 1 if params.get("cursor") is None else _decode_cursor(params.get("cursor"))
+        if page is None:
+            return Reply.error(-32602, "Invalid cursor")
+        if faults.get("fail_on_page") is not None and page == int(faults["fail_on_page"]):
+            return Reply.error(-32603, f"Internal error: mock failure on {key} page {page}")
+        size = self.sc["page_size"]
+        size = int(size) if size else max(len(everything), 1)
+        pages = max(1, -(-len(everything) // size))
+        items = everything[(page - 1) * size : page * size]
+        result: dict[str, Any] = {key: items}
         next_page: int | None = page + 1 if page < pages else None
         dup = faults.get("duplicate_cursor")
         if dup and page == (2 if dup is True else int(dup)):
@@ -889,6 +961,49 @@ class Core:
         if next_page is not None:
             result["nextCursor"] = _encode_cursor(next_page)
         return Reply("result", result)
+
+    # -- resources/read, prompts/get ----------------------------------------------------------------------
+    def resources_read(self, params: dict, modern: bool) -> Reply:
+        """A listed resource's text or blob; a template's URI (mock://notes/{id}, mock://search{?q,lang}) answered
+        from its variables; anything else: -32002 (legacy) / -32602 (2026-07-28) "Resource not found"."""
+        uri = params.get("uri")
+        for resource in self.sc["resources"]:
+            if resource.get("uri") == uri:
+                item: dict[str, Any] = {"uri": uri, "mimeType": resource.get("mimeType", "text/plain")}
+                if "x-mock-blob" in resource:
+                    item["blob"] = resource["x-mock-blob"]
+                else:
+                    item["text"] = resource.get("x-mock-text", "")
+                return Reply("result", {"contents": [item]})
+        if isinstance(uri, str) and uri.startswith("mock://notes/") and len(uri) > len("mock://notes/"):
+            note = urllib.parse.unquote(uri[len("mock://notes/") :])
+            return Reply("result", {"contents": [{"uri": uri, "mimeType": "text/plain", "text": f"note {note}"}]})
+        if isinstance(uri, str) and uri.startswith("mock://search"):
+            query = urllib.parse.parse_qs(urllib.parse.urlsplit(uri).query, keep_blank_values=True)
+            text = dump_json({k: v[0] for k, v in sorted(query.items())})
+            return Reply("result", {"contents": [{"uri": uri, "mimeType": "application/json", "text": text}]})
+        return Reply.error(-32602 if modern else -32002, "Resource not found", {"uri": uri})
+
+    def prompts_get(self, params: dict) -> Reply:
+        """`greet` (who required, tone optional): a user and an assistant message; any other listed prompt: one
+        user message naming it; an unknown prompt or a missing required argument: -32602."""
+        name = params.get("name")
+        prompt = next((p for p in self.sc["prompts"] if p.get("name") == name), None)
+        if prompt is None:
+            return Reply.error(-32602, f"Unknown prompt: {name}")
+        args = params.get("arguments") or {}
+        for argument in prompt.get("arguments") or []:
+            if argument.get("required") and argument["name"] not in args:
+                return Reply.error(-32602, f"Missing required argument: {argument['name']}")
+        if name == "greet":
+            tone = f" in a {args['tone']} tone" if "tone" in args else ""
+            messages = [
+                {"role": "user", "content": {"type": "text", "text": f"Greet {args['who']}{tone}."}},
+                {"role": "assistant", "content": {"type": "text", "text": f"Hello, {args['who']}!"}},
+            ]
+        else:
+            messages = [{"role": "user", "content": {"type": "text", "text": f"prompt {name} {dump_json(args)}"}}]
+        return Reply("result", {"description": prompt.get("description", ""), "messages": messages})
 
     # -- tools/call ---------------------------------------------------------------------------------------
     def tools_call(self, ctx: Ctx, params: dict, sink: Sink, rid: Any = None) -> Reply:

@@ -120,6 +120,9 @@ def test_a_short_commands_exit_leaves_nothing_a_finalizer_would_act_on(
         (base + ["dead", "--tools"], 2),
         (base + ["st", "--tools"], 0),
         (base + ["st", "echo", "--text", "hi"], 0),
+        (base + ["mock", "--resources"], 0),  # issue 38: resources and prompts, through the same session engine
+        (base + ["st", "--read", "mock://notes/{id}", "--id", "1", "-r"], 0),
+        (base + ["mock", "--prompt", "greet", "--who", "x"], 0),
         (base + ["crash", "--tools"], 2),
         (base + ["--timeout", "1s", "silent", "--tools"], 2),
         (base + ["--keep-alive", "mock", "--tools"], 0),  # starts the background process

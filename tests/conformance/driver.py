@@ -13,7 +13,10 @@ a temporary ``mcp.json`` with one http server ``conformance`` at that URL and ru
 2. one call per tool, tools excluded by bkmcp (``data.excluded``) included, so that the harness sees whether bkmcp
    refuses them: with the arguments ``MCP_CONFORMANCE_CONTEXT.toolCalls`` names, else the scenario's own plan
    below, else arguments made from the tool's ``inputSchema`` (each required property: its first ``enum`` value,
-   else a plain value of its type).
+   else a plain value of its type);
+3. for the scenarios of ``READS_RESOURCES_AND_PROMPTS`` (whose server offers them), ``--resources`` and a
+   ``--read`` of each resource, ``--prompts`` and a ``--prompt`` of each prompt (each required argument ``x``):
+   the harness checks the ``Mcp-Method``/``Mcp-Name`` headers of those requests (issue 38).
 
 The era is bkmcp's to negotiate. Only ``BKMCP_CONFORMANCE_PIN=1`` (the runner sets it for a run at an explicit
 ``--spec-version``) writes ``MCP_CONFORMANCE_PROTOCOL_VERSION`` into the config as ``protocolVersion``.
@@ -37,6 +40,7 @@ from typing import Any
 SERVER = "conformance"
 # A scenario server that never answers (one waiting on a client capability bkmcp lacks) ends within this.
 SHORT_TIMEOUT = {"elicitation-sep1034-client-defaults": "5s"}
+READS_RESOURCES_AND_PROMPTS = {"http-standard-headers"}
 _PLAIN = {"string": "x", "integer": 1, "number": 1.5, "boolean": True, "object": {}, "array": [], "null": None}
 
 
@@ -158,7 +162,31 @@ def main(argv: list[str] | None = None) -> int:
                 status = status or (0 if refused else 3)
             else:
                 status = status or done.returncode
+        if scenario in READS_RESOURCES_AND_PROMPTS:
+            read = read_resources_and_prompts(bkmcp)  # run whatever the calls did
+            status = status or read
         return status
+
+
+def read_resources_and_prompts(bkmcp: list[str]) -> int:
+    """``--resources`` then ``--read`` each resource, ``--prompts`` then ``--prompt`` each prompt; the first non-zero
+    exit status, else 0."""
+    status = 0
+    for listing, key, read in (("--resources", "resources", "--read"), ("--prompts", "prompts", "--prompt")):
+        listed = run_bkmcp(bkmcp, [SERVER, listing])
+        if listed.returncode != 0:
+            status = status or listed.returncode
+            continue
+        for item in json.loads(listed.stdout).get("data", {}).get(key, []):
+            if read == "--read":
+                args = [read, str(item.get("uri"))]
+            else:
+                declared = item.get("arguments") if isinstance(item.get("arguments"), list) else []
+                required = [a["name"] for a in declared if isinstance(a, dict) and a.get("required") is True]
+                args = [read, str(item.get("name"))] + [part for name in required for part in (f"--{name}", "x")]
+            done = run_bkmcp(bkmcp, [SERVER] + args)
+            status = status or done.returncode
+    return status
 
 
 if __name__ == "__main__":

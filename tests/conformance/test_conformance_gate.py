@@ -349,3 +349,28 @@ def test_driver_requires_excluded_tools_to_be_refused(tmp_path, monkeypatch, sen
             "conformance": {"type": "http", "url": "http://127.0.0.1:9/mcp", "protocolVersion": "2026-07-28"}
         }
     }
+
+
+def test_driver_reads_every_resource_and_prompt_of_the_standard_headers_scenario(monkeypatch):
+    """http-standard-headers (issue 38 item 8): the driver lists and reads the resources and gets the prompts, so the
+    harness sees Mcp-Method/Mcp-Name on resources/read and prompts/get; here against the mock, on the real wire."""
+    sys.path.insert(0, str(ROOT))
+    from mock_server.mcp_mock import MockServer
+
+    resource = {"uri": "file:///path/to/file%20name.txt", "name": "f", "mimeType": "text/plain", "x-mock-text": "t"}
+    prompts = [{"name": "test_prompt"}, {"name": "p2", "arguments": [{"name": "who", "required": True}]}]
+    tools = [{"name": "test_headers", "inputSchema": {"type": "object"}}]
+    server = MockServer({"versions": ["2026-07-28"], "tools": tools, "resources": [resource], "prompts": prompts})
+    url = server.start()
+    try:
+        monkeypatch.setenv("MCP_CONFORMANCE_SCENARIO", "http-standard-headers")
+        monkeypatch.delenv("MCP_CONFORMANCE_CONTEXT", raising=False)
+        monkeypatch.delenv("BKMCP_CONFORMANCE_PIN", raising=False)
+        assert drv.main([url]) == 0
+        sent = [(e["rpc_method"], e["headers"].get("mcp-name"), e["json"].get("params", {})) for e in server.log]
+        reads = [(name, params["uri"]) for method, name, params in sent if method == "resources/read"]
+        assert reads == [(resource["uri"], resource["uri"])]
+        gets = [(name, params.get("arguments")) for method, name, params in sent if method == "prompts/get"]
+        assert gets == [("test_prompt", None), ("p2", {"who": "x"})]
+    finally:
+        server.stop()

@@ -194,7 +194,7 @@ def test_legacy_handshake_each_version(client, version):
     res = r.json["result"]
     assert res["protocolVersion"] == version
     assert res["serverInfo"] == {"name": "mcp-mock", "version": "1.0.0"}
-    assert res["capabilities"] == {"tools": {}}
+    assert res["capabilities"] == {"tools": {}, "resources": {}, "prompts": {}}
     assert "instructions" in res
     assert r.headers["content-type"] == "application/json"
     assert c.session and all(0x21 <= ord(ch) <= 0x7E for ch in c.session)
@@ -366,7 +366,7 @@ def test_modern_discover_and_list_and_call(client):
     d = c.modern("server/discover").json["result"]
     assert d["resultType"] == "complete"
     assert d["supportedVersions"] == [MODERN]
-    assert d["capabilities"] == {"tools": {}}
+    assert d["capabilities"] == {"tools": {}, "resources": {}, "prompts": {}}
     assert d["_meta"]["io.modelcontextprotocol/serverInfo"] == {"name": "mcp-mock", "version": "1.0.0"}
     assert d["instructions"] == "hello" and d["ttlMs"] == 0 and d["cacheScope"] == "private"
     lst = c.modern("tools/list").json["result"]

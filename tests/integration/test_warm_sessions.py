@@ -288,6 +288,27 @@ def test_warm_answers_are_the_one_shot_answers_byte_for_byte(world):
     assert {"st", "hm", "hl", "hu", "hs", "pg"} <= kept
 
 
+def test_warm_resources_and_prompts_are_the_one_shot_answers_issue_38(world):
+    """--resources, --read (a template too), --prompts and --prompt (issue 38 item 6) over stdio and both eras of
+    HTTP: the warm answer is the one-shot answer byte for byte, failures included."""
+    for server in ("st", "hm", "hl"):
+        for args in (
+            ("--resources",),
+            ("--resources", "--brief"),
+            ("--read", "mock://notes/readme"),
+            ("--read", "mock://notes/readme", "-r"),
+            ("--read", "mock://search{?q,lang}", "--q", "a b", "--lang", "en"),
+            ("--read", "mock://nowhere"),
+            ("--prompts",),
+            ("--prompt", "greet", "--who", "Ann", "-r"),
+            ("--prompt", "greet"),  # a required argument missing
+        ):
+            one = world.run(server, *args)
+            warm = world.run(server, *args, "--keep-alive")
+            _same(one, warm, (server, *args))
+    assert world.daemons(), "the warm commands ran in a background process"
+
+
 def test_a_30_mb_result_is_the_same_warm(tmp_path):
     world = World(tmp_path)
     try:

@@ -24,6 +24,7 @@ SPEC_LOCAL = {
     "mcp_tool_not_found",
     "invalid_jq_expression",
     "jq_unavailable",
+    "mcp_prompt_not_found",
 }
 SPEC_REMOTE = {
     "mcp_auth_required",
@@ -34,6 +35,7 @@ SPEC_REMOTE = {
     "mcp_discovery_incomplete",
     "mcp_tool_error",
     "mcp_capability_unsupported",
+    "mcp_resource_not_found",
     "jq_error",
 }
 # docs/contract.md §7: Ctrl-C once a request was sent (issue 17 item 2): exit 130, the envelope on stdout
