@@ -1459,7 +1459,7 @@ def closest_names(name: str, candidates: Iterable[str], *, limit: int = 3) -> li
 # 3. Config
 # ======================================================================================================
 
-SUPPORTED_VERSIONS = ("2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28")
+SUPPORTED_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28")
 CONFIG_FILE_NAME = "mcp.json"
 # The smallest useful config, one stdio and one HTTP server: shown where a newcomer looks first (the not-found hint,
 # the root help, skills/bkmcp/SKILL.md).
@@ -2082,7 +2082,7 @@ def resolve_server(
 # what an answer means. It imports neither httpx nor sockets nor subprocess (design.md, Code style: the h11 model); the
 # transports of section 6 own the I/O and drive these functions message by message.
 
-LEGACY_VERSIONS = ("2025-03-26", "2025-06-18", "2025-11-25")
+LEGACY_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 MODERN_VERSIONS = ("2026-07-28",)
 LATEST_LEGACY_VERSION = "2025-11-25"
 LATEST_MODERN_VERSION = "2026-07-28"
@@ -2122,6 +2122,9 @@ def _era(version: str, era: str = "legacy", **changes: bool) -> EraRules:
 
 
 ERA_TABLE: dict[str, EraRules] = {
+    # 2024-11-05's messages are a subset of 2025-03-26's (no batches, annotations, audio, progress message); its
+    # HTTP+SSE transport is not spoken: a server that chose it over Streamable HTTP or stdio gets these rules
+    "2024-11-05": _era("2024-11-05", version_header=False),
     "2025-03-26": _era("2025-03-26", version_header=False),
     "2025-06-18": _era("2025-06-18"),
     "2025-11-25": _era("2025-11-25"),
@@ -2496,9 +2499,40 @@ def classify_discover(status: int, message: Message | None, requested: str) -> t
             if any(v in LEGACY_VERSIONS for v in supported):
                 return "legacy", None
             return "incompatible", list(supported)
-        if code == -32601 and status == 404:
-            return "modern", requested
+    # HTTP 404 + -32601 is how a modern server refuses a method it lacks, but every modern server implements
+    # server/discover, and legacy servers answer it so too (n8n-mcp): legacy, unless initialize is refused the
+    # same way (``Negotiation.after_initialize_failed``)
     return "legacy", None
+
+
+_MODERN_ERROR_CODES = (-32022, -32021, -32020)  # unsupported version, missing capability, missing header (2026-07-28)
+
+
+def is_method_unknown(error: BkmcpError) -> bool:
+    """HTTP 404 with a ``-32601`` body: how a modern HTTP server refuses a method it does not implement."""
+    message = error.http_message
+    rpc = message.error if message is not None and message.kind == "error" else None
+    return error.http_status == 404 and rpc is not None and rpc.get("code") == -32601
+
+
+def is_legacy_refusal(error: BkmcpError) -> bool:
+    """An error that reads like a legacy server refusing a request sent outside a session (docs/contract.md §5):
+    its JSON-RPC message (else, for HTTP 400/404, the body) speaks of a session or of ``initialize`` ("No valid
+    session ID provided and not an initialize request", "Server not initialized", "Missing session ID"), and it is
+    no modern error (``-32022``, ``-32021``, ``-32020``)."""
+    if not isinstance(error, RemoteError) or isinstance(error, (AuthRequiredError, PermissionDeniedError)):
+        return False
+    rpc = error.details.get("rpc_error")
+    if isinstance(rpc, dict):
+        if rpc.get("code") in _MODERN_ERROR_CODES:
+            return False
+        text = str(rpc.get("message", ""))
+    elif error.http_status in (400, 404):
+        text = error.message
+    else:
+        return False
+    text = text.lower()
+    return "session" in text or "initializ" in text or "initialis" in text
 
 
 def check_initialize_result(result: Any, offered: str) -> str:
@@ -2512,7 +2546,7 @@ def check_initialize_result(result: Any, offered: str) -> str:
         raise ProtocolError(
             f"the server chose protocol version {version!r}; bkmcp offered {offered!r} and speaks "
             f"{', '.join(SUPPORTED_VERSIONS)}",
-            hint='pin a version the server supports with "protocolVersion" in the config, or upgrade the server',
+            hint=f"use a release of the server that speaks one of {', '.join(SUPPORTED_VERSIONS)}",
             details={"server_version": version, "client_versions": list(SUPPORTED_VERSIONS)},
         )
     return version
@@ -2732,6 +2766,9 @@ class ClientSession:
         self.capabilities: dict[str, Any] = {}
         self.instructions: str | None = None
         self.tools_stale = False
+        # the modern era came from an unpinned probe and nothing has been answered under it yet: a legacy-looking
+        # refusal may still turn it to legacy, once (``refused_as_legacy``, docs/contract.md §5)
+        self.tentative = False
         self._next_id = 0
         self._pending: dict[tuple[type, Any], str] = {}  # id key -> method
         import collections
@@ -2784,6 +2821,8 @@ class ClientSession:
             if key in self._pending:
                 del self._pending[key]
                 self._remember(key)
+                if message.kind == "result":
+                    self.tentative = False  # the era is confirmed by an answer under it
                 return [Answered(target, message)]
             return [Stray(message, duplicate=key in self._answered, related=related)]
         if message.kind == "notification":
@@ -2812,6 +2851,13 @@ class ClientSession:
     def handshake_started(self) -> None:
         """A legacy ``initialize`` is on its way: no era until its answer (``apply_initialize``)."""
         self.rules = None
+        self.tentative = False
+
+    def refused_as_legacy(self, error: BkmcpError) -> bool:
+        """Whether ``error``, answering a request of a tentative modern era, means a legacy server after all: the
+        session falls back to ``initialize``, once. Only a request that changes nothing may be repeated after it:
+        the flows never ask this for ``tools/call``."""
+        return self.tentative and self.era == "modern" and is_legacy_refusal(error)
 
     def session_issued(self, method: str, headers: Mapping[str, str]) -> None:
         """The HTTP headers of the answer to ``method``: the answer to ``initialize`` issues the session id
@@ -2837,8 +2883,10 @@ class ClientSession:
         self._take_server_state(message.result, message.result.get("serverInfo"))
         return self.use(era_rules(version))
 
-    def apply_discover(self, message: Message | None, version: str) -> EraRules:
-        """A modern ``server/discover`` answer (or none: a pinned modern server): version and server state."""
+    def apply_discover(self, message: Message | None, version: str, *, tentative: bool = False) -> EraRules:
+        """A modern ``server/discover`` answer (or none: a pinned modern server): version and server state.
+        ``tentative``: the era was concluded from the unpinned probe (``refused_as_legacy``)."""
+        self.tentative = tentative
         if message is not None and message.kind == "result" and isinstance(message.result, dict):
             meta = message.result.get("_meta")
             self._take_server_state(
@@ -2892,6 +2940,7 @@ class Negotiation:
         self._fallback = False
         self._restarted_before = False
         self._restart_failure: BkmcpError | None = None
+        self._discover_unknown: str | None = None  # the probed version, when the probe got HTTP 404 + -32601
 
     def start(self) -> Step:
         if self.pinned is not None:
@@ -2911,6 +2960,9 @@ class Negotiation:
             return Step("done", step.version)
         verdict, value = classify_discover(evidence.status, evidence.message, step.version)
         self.verdict = (verdict, value)
+        message = evidence.message
+        if evidence.status == 404 and message is not None and message.error and message.error.get("code") == -32601:
+            self._discover_unknown = step.version
         if verdict == "modern":
             return Step("done", value)
         if verdict == "retry" and value != step.version and self._probes < 2:
@@ -2941,9 +2993,14 @@ class Negotiation:
     def after_initialize_failed(self, step: Step, error: BkmcpError) -> Step:
         """A legacy fallback whose initialize failed: a stdio child that exited on it gets one fresh start; a
         ``-32022`` naming a modern version means a modern-only server (its discover answer was not recognisable,
-        or came after the probe window)."""
+        or came after the probe window); HTTP 404 + ``-32601`` for both methods means a modern server without
+        ``server/discover``."""
         if not self._fallback:
             raise error
+        if self._discover_unknown is not None and is_method_unknown(error):
+            self._fallback = False
+            version = self._discover_unknown
+            return Step("discover", version) if self.server_info else Step("done", version)
         if isinstance(error, ConnectionFailedError) and self.restartable and not self._restarted_before:
             self._restarted_before = True
             self._restart_failure = error
@@ -5382,6 +5439,13 @@ class McpSession:
             self.core.session_ended()
             initialize(self, ctx, self.core.rules.version)
 
+    def fall_back(self, ctx: OpContext) -> None:
+        """The tentative modern era was refused as a legacy server would (``ClientSession.refused_as_legacy``):
+        ``initialize``, once for everyone who saw the refusal."""
+        with self._renew_lock:
+            if self.core.tentative:
+                initialize(self, ctx, LATEST_LEGACY_VERSION)
+
     def close(self, deadline: Deadline | None = None) -> None:
         """End the session (DELETE for legacy HTTP sessions) and the transport; idempotent. Requests still in
         flight fail at once (``stop_requests``, before the DELETE, which may take its time), as if the stream had
@@ -5423,10 +5487,10 @@ def negotiate(session: McpSession, ctx: OpContext, *, server_info: bool = False)
                 _log_protocol(session, ctx)
             return
         if step.action == "discover":
-            evidence = _discover_step(session, ctx, step)
+            evidence, probed = _discover_step(session, ctx, step), step.probing
             step = plan.after_discover(step, evidence)
             if step.action == "done":
-                session.core.apply_discover(evidence.message, step.version or "")
+                session.core.apply_discover(evidence.message, step.version or "", tentative=probed)
                 _log_protocol(session, ctx)
                 return
             if step.action in ("restart", "initialize"):
@@ -5444,10 +5508,9 @@ def negotiate(session: McpSession, ctx: OpContext, *, server_info: bool = False)
                 return
             except (ConnectionFailedError, ProtocolError) as exc:
                 step = plan.after_initialize_failed(step, exc)
-                if step.action == "discover":
-                    ctx.log.debug(
-                        f"initialize refused with -32022: the server serves {step.version}; using the modern era"
-                    )
+                if step.action != "initialize":
+                    how = "with -32022" if exc.http_status != 404 else "with HTTP 404, -32601 like server/discover"
+                    ctx.log.debug(f"initialize refused {how}: the server serves {step.version}; using the modern era")
     raise AssertionError("negotiation did not settle")  # pragma: no cover - the plan is bounded
 
 
@@ -5630,7 +5693,8 @@ def stage_of(method: str) -> str:
 
 
 def request_result(session: McpSession, ctx: OpContext, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
-    """A non-call request; a lost legacy session is re-initialized once per operation (docs/contract.md §5)."""
+    """A non-call request; a lost legacy session is re-initialized once per operation, and a tentative modern era
+    refused as by a legacy server falls back to ``initialize`` once (docs/contract.md §5)."""
     for attempt in range(2):
         rules = session.core.rules
         assert rules is not None
@@ -5638,6 +5702,10 @@ def request_result(session: McpSession, ctx: OpContext, method: str, params: dic
         try:
             answer = session.request(method, params, ctx)
         except RemoteError as exc:
+            if attempt == 0 and session.core.refused_as_legacy(exc):  # never asked for tools/call (call_tool)
+                ctx.log.debug(f"{method} refused as by a legacy server ({exc.message}); falling back to initialize")
+                session.fall_back(ctx)
+                continue
             if exc.session_lost and attempt == 0 and rules.handshake and not ctx.renewed:
                 ctx.renewed = True  # once per operation: a server that keeps losing it is an error
                 ctx.log.debug(f"the server lost the session (HTTP {exc.http_status}); re-initializing once")

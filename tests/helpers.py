@@ -18,8 +18,8 @@ import bkmcp
 
 ROOT = Path(__file__).resolve().parent.parent
 
-VERSIONS = bkmcp.SUPPORTED_VERSIONS  # ("2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28")
-LEGACY = VERSIONS[:3]
+VERSIONS = bkmcp.SUPPORTED_VERSIONS  # ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28")
+LEGACY = bkmcp.LEGACY_VERSIONS
 # Hypothesis examples per property test: CI sets BKMCP_FUZZ_EXAMPLES=2000, the default keeps `make unit` quick.
 FUZZ_EXAMPLES = int(os.environ.get("BKMCP_FUZZ_EXAMPLES", "300"))
 
