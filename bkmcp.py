@@ -5508,7 +5508,7 @@ def negotiate(session: McpSession, ctx: OpContext, *, server_info: bool = False)
                 return
             except (ConnectionFailedError, ProtocolError) as exc:
                 step = plan.after_initialize_failed(step, exc)
-                if step.action != "initialize":
+                if step.action in ("discover", "done"):
                     how = "with -32022" if exc.http_status != 404 else "with HTTP 404, -32601 like server/discover"
                     ctx.log.debug(f"initialize refused {how}: the server serves {step.version}; using the modern era")
     raise AssertionError("negotiation did not settle")  # pragma: no cover - the plan is bounded
