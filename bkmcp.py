@@ -34,7 +34,8 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
     7. Client flows             the per-operation OpContext, McpSession (many requests in flight, each with
                                 its own deadline) and the flows: negotiate, discover, call, check, tools, dry-run;
                                 a call that times out or is interrupted cancelled (notifications/cancelled); how
-                                long a kept catalogue stays fresh (ttlMs, list_changed), for 10.3 and 10.5
+                                long a kept catalogue stays fresh (ttlMs, list_changed), for 10.3 and 10.5; a
+                                tentative modern era refused as a legacy server refuses falls back (fall_back)
     8. Schema flags             inputSchema -> typed flags, values, validation; why a property gets no flag
                                 (BodyOnlyField: set it with --body)
     9. Output                   envelopes, --jq (JqProgram: compiled, applied), help text, the shell completion
