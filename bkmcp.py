@@ -10081,8 +10081,6 @@ class ResidentSession:
         self.insecure = insecure
         self.events = events
         self.user_id = user_id
-        self.era: str | None = None
-        self.protocol_version: str | None = None
         self.pid: int | None = None
         self._session: McpSession | None = None
         self._closed = False
@@ -10096,6 +10094,15 @@ class ResidentSession:
     def alive(self) -> bool:
         session = self._session
         return session is not None and not self._closed and session.rules is not None and session.alive
+
+    @property
+    def era(self) -> str | None:
+        """The live session's era, asked each time: a tentative modern one may still turn legacy (contract §5)."""
+        return self._session.era if self._session is not None else None
+
+    @property
+    def protocol_version(self) -> str | None:
+        return self._session.protocol_version if self._session is not None else None
 
     @property
     def in_flight(self) -> int:
@@ -10134,7 +10141,6 @@ class ResidentSession:
                 raise ConnectionFailedError(
                     f"bkmcp closed the session of server {self.server.name!r} while it started", request_sent=False
                 )
-            self.era, self.protocol_version = session.era, session.protocol_version
 
     def _require(self) -> McpSession:
         session = self._session
