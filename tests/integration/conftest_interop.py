@@ -18,7 +18,8 @@ Session-scoped fixtures, each a running server on ``127.0.0.1:<free port>``:
 =========================  ===============================================================
 
 Issue 36's stranded servers: ``n8n_server`` above (legacy, session-based; 404 -32601 to ``server/discover``) and
-``chroma_stdio_argv`` (``chroma-mcp==0.2.6`` on stdio, ``--client-type ephemeral``: mcp 1.6.0, 2024-11-05).
+``chroma_stdio_argv`` (``chroma-mcp==0.2.6`` on stdio, ``--client-type ephemeral``: mcp 1.6.0, 2024-11-05; run it
+with :data:`CHROMA_ENV` in its env, which turns chromadb's telemetry off).
 
 Real stdio servers of issue 27 (``test_interop_real_servers.py``): fixture ``real_stdio_argv`` (a function
 ``name -> argv``) or :func:`real_stdio_command`, for the names of :data:`REAL_SERVERS`.
@@ -86,6 +87,7 @@ TS2_SERVER_SCRIPT = INTEROP_DIR / "node" / "ts2_server.mjs"
 N8N_VERSION = "2.87.0"  # pinned in tests/interop_servers/node/package.json
 CHROMA_VERSION = "0.2.6"
 CHROMA_VENV = REPO_ROOT / ".venv-chroma"  # made by .ci/install_interop.sh
+CHROMA_ENV = {"ANONYMIZED_TELEMETRY": "False"}  # chromadb's posthog telemetry: tests reach only 127.0.0.1
 # npm package, version (pinned in tests/interop_servers/node/package.json) and bin entry of each npm stdio server
 NODE_SERVERS = {
     "time-mcp": ("time-mcp", "1.0.6", "dist/index.js"),

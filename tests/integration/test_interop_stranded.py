@@ -19,7 +19,7 @@ import json
 import pytest
 
 from tests.helpers import run_bkmcp, write_mcp_json
-from tests.integration.conftest_interop import INTEROP_DIR
+from tests.integration.conftest_interop import CHROMA_ENV, INTEROP_DIR
 
 pytestmark = [pytest.mark.integration, pytest.mark.interop]
 
@@ -62,7 +62,12 @@ def test_chroma_mcp_2024_11_05_unpinned_and_pinned_R01_I01(chroma_stdio_argv, tm
     probe, initialize offering 2024-11-05, as the server read it on its stdin); a tool call answers."""
     python, *rest = chroma_stdio_argv
     tap = tmp_path / "stdin.log"
-    base = {"type": "stdio", "command": python, "args": [str(PYTHON_TAP), *rest], "env": {"BKMCP_STDIN_TAP": str(tap)}}
+    base = {
+        "type": "stdio",
+        "command": python,
+        "args": [str(PYTHON_TAP), *rest],
+        "env": {"BKMCP_STDIN_TAP": str(tap), **CHROMA_ENV},
+    }
     config = write_mcp_json(tmp_path, {"chroma": base, "pinned": {**base, "protocolVersion": "2024-11-05"}})
     env = {"HOME": str(tmp_path)}
 
