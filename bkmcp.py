@@ -5936,6 +5936,19 @@ def _cancel(session: McpSession, rules: EraRules, request_id: Any, *, reason: st
 # -- the CLI's operations: one session each -------------------------------------------------------------
 
 
+def _take_negotiated(data: dict[str, Any], core: ClientSession) -> None:
+    data.update(
+        protocol_version=core.protocol_version,
+        era=core.era,
+        server_info=core.server_info,
+        capabilities=core.capabilities,
+    )
+    if core.instructions is not None:
+        data["instructions"] = core.instructions
+    else:
+        data.pop("instructions", None)
+
+
 def run_check(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict[str, Any]:
     """``--check`` data (contract.md §7); on failure raises a RemoteError whose ``data`` has the staged ``checks``."""
     checks = {"config": "passed", "connection": "not_run", "protocol": "not_run", "tools": "not_run"}
@@ -5965,17 +5978,10 @@ def run_check(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict
                     checks["connection"] = "passed"
                     stage = "protocol"
             checks["protocol"] = "passed"
-            core = session.core
-            data.update(
-                protocol_version=core.protocol_version,
-                era=core.era,
-                server_info=core.server_info,
-                capabilities=core.capabilities,
-            )
-            if core.instructions is not None:
-                data["instructions"] = core.instructions
+            _take_negotiated(data, session.core)
             stage = "tools"
             tools, excluded = usable_tools(session, ctx, discover_tools(session, ctx)[0])
+            _take_negotiated(data, session.core)  # a tentative modern era may have turned legacy (contract §5)
             checks["tools"] = "passed"
             data.update(tool_count=len(tools), excluded_count=len(excluded), complete=True)
             data["authentication"]["discovery_accepted"] = True
