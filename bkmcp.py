@@ -49,7 +49,8 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                    not JSON-RPC skipped, the server's stderr in an error; what it inherits: section 4
     7. Client flows             the per-operation OpContext, McpSession and the flows, in four rooms:
        7.1 OpContext, McpSession   the per-operation context, McpSession (many requests in flight, each with its
-                                   own deadline)
+                                   own deadline); a tentative modern era refused as a legacy server refuses falls
+                                   back to initialize once (fall_back)
        7.2 negotiation             negotiate: the era probe over a real session, the stdio probe window
        7.3 requests                discover_listing (the one pagination of tools/list, resources/list,
                                    resources/templates/list and prompts/list, and its guards); a capability
@@ -1666,7 +1667,7 @@ def parse_template_values(template: str, tokens: Sequence[ToolToken]) -> dict[st
 # 3. Config
 # ======================================================================================================
 
-SUPPORTED_VERSIONS = ("2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28")
+SUPPORTED_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28")
 CONFIG_FILE_NAME = "mcp.json"
 # The smallest useful config, one stdio and one HTTP server: shown where a newcomer looks first (the not-found hint,
 # the root help, skills/bkmcp/SKILL.md).
@@ -2292,7 +2293,7 @@ def resolve_server(
 
 # -- 5.1 eras and their rules (EraRules, era_rules) --------------------------------------------------------------------
 
-LEGACY_VERSIONS = ("2025-03-26", "2025-06-18", "2025-11-25")
+LEGACY_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 MODERN_VERSIONS = ("2026-07-28",)
 LATEST_LEGACY_VERSION = "2025-11-25"
 LATEST_MODERN_VERSION = "2026-07-28"
@@ -2332,6 +2333,9 @@ def _era(version: str, era: str = "legacy", **changes: bool) -> EraRules:
 
 
 ERA_TABLE: dict[str, EraRules] = {
+    # 2024-11-05's messages are a subset of 2025-03-26's (no batches, annotations, audio, progress message); its
+    # HTTP+SSE transport is not spoken: a server that chose it over Streamable HTTP or stdio gets these rules
+    "2024-11-05": _era("2024-11-05", version_header=False),
     "2025-03-26": _era("2025-03-26", version_header=False),
     "2025-06-18": _era("2025-06-18"),
     "2025-11-25": _era("2025-11-25"),
@@ -2706,9 +2710,40 @@ def classify_discover(status: int, message: Message | None, requested: str) -> t
             if any(v in LEGACY_VERSIONS for v in supported):
                 return "legacy", None
             return "incompatible", list(supported)
-        if code == -32601 and status == 404:
-            return "modern", requested
+    # HTTP 404 + -32601 is how a modern server refuses a method it lacks, but every modern server implements
+    # server/discover, and legacy servers answer it so too (n8n-mcp): legacy, unless initialize is refused the
+    # same way (``Negotiation.after_initialize_failed``)
     return "legacy", None
+
+
+_MODERN_ERROR_CODES = (-32022, -32021, -32020)  # unsupported version, missing capability, missing header (2026-07-28)
+
+
+def is_method_unknown(error: BkmcpError) -> bool:
+    """HTTP 404 with a ``-32601`` body: how a modern HTTP server refuses a method it does not implement."""
+    message = error.http_message
+    rpc = message.error if message is not None and message.kind == "error" else None
+    return error.http_status == 404 and rpc is not None and rpc.get("code") == -32601
+
+
+def is_legacy_refusal(error: BkmcpError) -> bool:
+    """An error that reads like a legacy server refusing a request sent outside a session (docs/contract.md §5):
+    its JSON-RPC message (else, for HTTP 400/404, the body) speaks of a session or of ``initialize`` ("No valid
+    session ID provided and not an initialize request", "Server not initialized", "Missing session ID"), and it is
+    no modern error (``-32022``, ``-32021``, ``-32020``)."""
+    if not isinstance(error, RemoteError) or isinstance(error, (AuthRequiredError, PermissionDeniedError)):
+        return False
+    rpc = error.details.get("rpc_error")
+    if isinstance(rpc, dict):
+        if rpc.get("code") in _MODERN_ERROR_CODES:
+            return False
+        text = str(rpc.get("message", ""))
+    elif error.http_status in (400, 404):
+        text = error.message
+    else:
+        return False
+    text = text.lower()
+    return "session" in text or "initializ" in text or "initialis" in text
 
 
 def check_initialize_result(result: Any, offered: str) -> str:
@@ -2722,7 +2757,7 @@ def check_initialize_result(result: Any, offered: str) -> str:
         raise ProtocolError(
             f"the server chose protocol version {version!r}; bkmcp offered {offered!r} and speaks "
             f"{', '.join(SUPPORTED_VERSIONS)}",
-            hint='pin a version the server supports with "protocolVersion" in the config, or upgrade the server',
+            hint=f"use a release of the server that speaks one of {', '.join(SUPPORTED_VERSIONS)}",
             details={"server_version": version, "client_versions": list(SUPPORTED_VERSIONS)},
         )
     return version
@@ -2967,6 +3002,9 @@ class ClientSession:
         self.capabilities: dict[str, Any] = {}
         self.instructions: str | None = None
         self.tools_stale = False
+        # the modern era came from an unpinned probe and nothing has been answered under it yet: a legacy-looking
+        # refusal may still turn it to legacy, once (``refused_as_legacy``, docs/contract.md §5)
+        self.tentative = False
         self._next_id = 0
         self._pending: dict[tuple[type, Any], str] = {}  # id key -> method
         import collections
@@ -3019,6 +3057,8 @@ class ClientSession:
             if key in self._pending:
                 del self._pending[key]
                 self._remember(key)
+                if message.kind == "result":
+                    self.tentative = False  # the era is confirmed by an answer under it
                 return [Answered(target, message)]
             return [Stray(message, duplicate=key in self._answered, related=related)]
         if message.kind == "notification":
@@ -3047,6 +3087,13 @@ class ClientSession:
     def handshake_started(self) -> None:
         """A legacy ``initialize`` is on its way: no era until its answer (``apply_initialize``)."""
         self.rules = None
+        self.tentative = False
+
+    def refused_as_legacy(self, error: BkmcpError) -> bool:
+        """Whether ``error``, answering a request of a tentative modern era, means a legacy server after all: the
+        session falls back to ``initialize``, once. Only a request that changes nothing may be repeated after it:
+        the flows never ask this for ``tools/call``."""
+        return self.tentative and self.era == "modern" and is_legacy_refusal(error)
 
     def session_issued(self, method: str, headers: Mapping[str, str]) -> None:
         """The HTTP headers of the answer to ``method``: the answer to ``initialize`` issues the session id
@@ -3072,8 +3119,10 @@ class ClientSession:
         self._take_server_state(message.result, message.result.get("serverInfo"))
         return self.use(era_rules(version))
 
-    def apply_discover(self, message: Message | None, version: str) -> EraRules:
-        """A modern ``server/discover`` answer (or none: a pinned modern server): version and server state."""
+    def apply_discover(self, message: Message | None, version: str, *, tentative: bool = False) -> EraRules:
+        """A modern ``server/discover`` answer (or none: a pinned modern server): version and server state.
+        ``tentative``: the era was concluded from the unpinned probe (``refused_as_legacy``)."""
+        self.tentative = tentative
         if message is not None and message.kind == "result" and isinstance(message.result, dict):
             meta = message.result.get("_meta")
             self._take_server_state(
@@ -3127,6 +3176,7 @@ class Negotiation:
         self._fallback = False
         self._restarted_before = False
         self._restart_failure: BkmcpError | None = None
+        self._discover_unknown: str | None = None  # the probed version, when the probe got HTTP 404 + -32601
 
     def start(self) -> Step:
         if self.pinned is not None:
@@ -3146,6 +3196,9 @@ class Negotiation:
             return Step("done", step.version)
         verdict, value = classify_discover(evidence.status, evidence.message, step.version)
         self.verdict = (verdict, value)
+        message = evidence.message
+        if evidence.status == 404 and message is not None and message.error and message.error.get("code") == -32601:
+            self._discover_unknown = step.version
         if verdict == "modern":
             return Step("done", value)
         if verdict == "retry" and value != step.version and self._probes < 2:
@@ -3176,9 +3229,14 @@ class Negotiation:
     def after_initialize_failed(self, step: Step, error: BkmcpError) -> Step:
         """A legacy fallback whose initialize failed: a stdio child that exited on it gets one fresh start; a
         ``-32022`` naming a modern version means a modern-only server (its discover answer was not recognisable,
-        or came after the probe window)."""
+        or came after the probe window); HTTP 404 + ``-32601`` for both methods means a modern server without
+        ``server/discover``."""
         if not self._fallback:
             raise error
+        if self._discover_unknown is not None and is_method_unknown(error):
+            self._fallback = False
+            version = self._discover_unknown
+            return Step("discover", version) if self.server_info else Step("done", version)
         if isinstance(error, ConnectionFailedError) and self.restartable and not self._restarted_before:
             self._restarted_before = True
             self._restart_failure = error
@@ -5622,6 +5680,13 @@ class McpSession:
             self.core.session_ended()
             initialize(self, ctx, self.core.rules.version)
 
+    def fall_back(self, ctx: OpContext) -> None:
+        """The tentative modern era was refused as a legacy server would (``ClientSession.refused_as_legacy``):
+        ``initialize``, once for everyone who saw the refusal."""
+        with self._renew_lock:
+            if self.core.tentative:
+                initialize(self, ctx, LATEST_LEGACY_VERSION)
+
     def close(self, deadline: Deadline | None = None) -> None:
         """End the session (DELETE for legacy HTTP sessions) and the transport; idempotent. Requests still in
         flight fail at once (``stop_requests``, before the DELETE, which may take its time), as if the stream had
@@ -5663,10 +5728,10 @@ def negotiate(session: McpSession, ctx: OpContext, *, server_info: bool = False)
                 _log_protocol(session, ctx)
             return
         if step.action == "discover":
-            evidence = _discover_step(session, ctx, step)
+            evidence, probed = _discover_step(session, ctx, step), step.probing
             step = plan.after_discover(step, evidence)
             if step.action == "done":
-                session.core.apply_discover(evidence.message, step.version or "")
+                session.core.apply_discover(evidence.message, step.version or "", tentative=probed)
                 _log_protocol(session, ctx)
                 return
             if step.action in ("restart", "initialize"):
@@ -5684,10 +5749,9 @@ def negotiate(session: McpSession, ctx: OpContext, *, server_info: bool = False)
                 return
             except (ConnectionFailedError, ProtocolError) as exc:
                 step = plan.after_initialize_failed(step, exc)
-                if step.action == "discover":
-                    ctx.log.debug(
-                        f"initialize refused with -32022: the server serves {step.version}; using the modern era"
-                    )
+                if step.action in ("discover", "done"):
+                    how = "with -32022" if exc.http_status != 404 else "with HTTP 404, -32601 like server/discover"
+                    ctx.log.debug(f"initialize refused {how}: the server serves {step.version}; using the modern era")
     raise AssertionError("negotiation did not settle")  # pragma: no cover - the plan is bounded
 
 
@@ -5873,7 +5937,8 @@ def stage_of(method: str) -> str:
 
 
 def request_result(session: McpSession, ctx: OpContext, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
-    """A non-call request; a lost legacy session is re-initialized once per operation (docs/contract.md §5)."""
+    """A non-call request; a lost legacy session is re-initialized once per operation, and a tentative modern era
+    refused as by a legacy server falls back to ``initialize`` once (docs/contract.md §5)."""
     for attempt in range(2):
         rules = session.core.rules
         assert rules is not None
@@ -5881,6 +5946,10 @@ def request_result(session: McpSession, ctx: OpContext, method: str, params: dic
         try:
             answer = session.request(method, params, ctx)
         except RemoteError as exc:
+            if attempt == 0 and session.core.refused_as_legacy(exc):  # never asked for tools/call (call_tool)
+                ctx.log.debug(f"{method} refused as by a legacy server ({exc.message}); falling back to initialize")
+                session.fall_back(ctx)
+                continue
             if exc.session_lost and attempt == 0 and rules.handshake and not ctx.renewed:
                 ctx.renewed = True  # once per operation: a server that keeps losing it is an error
                 ctx.log.debug(f"the server lost the session (HTTP {exc.http_status}); re-initializing once")
@@ -6159,6 +6228,19 @@ def _cancel(session: McpSession, rules: EraRules, request_id: Any, *, reason: st
 # -- 7.4 the CLI's operations: one session each (check, tools, dry-run) ------------------------------------------------
 
 
+def _take_negotiated(data: dict[str, Any], core: ClientSession) -> None:
+    data.update(
+        protocol_version=core.protocol_version,
+        era=core.era,
+        server_info=core.server_info,
+        capabilities=core.capabilities,
+    )
+    if core.instructions is not None:
+        data["instructions"] = core.instructions
+    else:
+        data.pop("instructions", None)
+
+
 def run_check(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict[str, Any]:
     """``--check`` data (contract.md §7); on failure raises a RemoteError whose ``data`` has the staged ``checks``."""
     checks = {"config": "passed", "connection": "not_run", "protocol": "not_run", "tools": "not_run"}
@@ -6188,17 +6270,10 @@ def run_check(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict
                     checks["connection"] = "passed"
                     stage = "protocol"
             checks["protocol"] = "passed"
-            core = session.core
-            data.update(
-                protocol_version=core.protocol_version,
-                era=core.era,
-                server_info=core.server_info,
-                capabilities=core.capabilities,
-            )
-            if core.instructions is not None:
-                data["instructions"] = core.instructions
+            _take_negotiated(data, session.core)
             stage = "tools"
             tools, excluded = usable_tools(session, ctx, discover_tools(session, ctx)[0])
+            _take_negotiated(data, session.core)  # a tentative modern era may have turned legacy (contract §5)
             checks["tools"] = "passed"
             data.update(tool_count=len(tools), excluded_count=len(excluded), complete=True)
             data["authentication"]["discovery_accepted"] = True
@@ -10574,8 +10649,6 @@ class ResidentSession:
         self.insecure = insecure
         self.events = events
         self.user_id = user_id
-        self.era: str | None = None
-        self.protocol_version: str | None = None
         self.pid: int | None = None
         self._session: McpSession | None = None
         self._closed = False
@@ -10589,6 +10662,15 @@ class ResidentSession:
     def alive(self) -> bool:
         session = self._session
         return session is not None and not self._closed and session.rules is not None and session.alive
+
+    @property
+    def era(self) -> str | None:
+        """The live session's era, asked each time: a tentative modern one may still turn legacy (contract §5)."""
+        return self._session.era if self._session is not None else None
+
+    @property
+    def protocol_version(self) -> str | None:
+        return self._session.protocol_version if self._session is not None else None
 
     @property
     def in_flight(self) -> int:
@@ -10627,7 +10709,6 @@ class ResidentSession:
                 raise ConnectionFailedError(
                     f"bkmcp closed the session of server {self.server.name!r} while it started", request_sent=False
                 )
-            self.era, self.protocol_version = session.era, session.protocol_version
 
     def _require(self) -> McpSession:
         session = self._session

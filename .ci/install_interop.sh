@@ -15,6 +15,9 @@
 #    found, or $BKMCP_SDK_BASE_PYTHON). If VENV exists but its Python is older than 3.10 (the project
 #    supports 3.9), the SDK goes into <repo>/.venv-sdk instead.
 # 3. pip install 'mcp==1.30.0' (the newest 1.x: FastMCP, legacy era only) into <repo>/.venv-mcp1 (Python >= 3.10).
+# 4. pip install 'chroma-mcp==0.2.6' (its newest release; it pins mcp 1.6.0, which answers initialize with 2024-11-05:
+#    issue 36) into <repo>/.venv-chroma, with pydantic 2.10.6 (mcp 1.6.0 imports a pydantic internal that 2.11
+#    removed) and chromadb 1.0.20 (newer ones need a pydantic >= 2.11 through kubernetes). ~640 MB, ~1 min.
 # The fixtures find the SDK in the test interpreter itself or in <repo>/.venv-sdk, else via
 # BKMCP_SDK_PYTHON; the script prints which. mcp 1.x: <repo>/.venv-mcp1, else BKMCP_MCP1_PYTHON.
 #
@@ -28,7 +31,10 @@ MCP1_PIN="mcp==1.30.0"
 MCP1_VERSION="1.30.0"
 # package@version of every npm server the tests run; each must be what npm ci installed (package.json pins them)
 NODE_PINS="@modelcontextprotocol/server-everything@$EVERYTHING_VERSION time-mcp@1.0.6 mcp-server-code-runner@0.1.8
-mcp-hello-world@1.1.2 @modelcontextprotocol/server-sequential-thinking@2026.8.31 @modelcontextprotocol/server@2.4.0"
+mcp-hello-world@1.1.2 @modelcontextprotocol/server-sequential-thinking@2026.8.31 @modelcontextprotocol/server@2.4.0
+n8n-mcp@2.87.0"
+CHROMA_PINS="chroma-mcp==0.2.6 chromadb==1.0.20 pydantic==2.10.6"
+CHROMA_VERSION="0.2.6"
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -36,6 +42,7 @@ VENV="${1:-.venv-sdk}"
 NODE_DIR="$ROOT/tests/interop_servers/node"
 SDK_VENV_FALLBACK="$ROOT/.venv-sdk"
 MCP1_VENV="$ROOT/.venv-mcp1"
+CHROMA_VENV="$ROOT/.venv-chroma"
 
 start=$(date +%s)
 log() { printf 'install_interop: %s\n' "$*" >&2; }
@@ -136,10 +143,31 @@ else
   mcp1_ok "$MCP1_VENV/bin/python" || die "$MCP1_PIN not importable from $MCP1_VENV after install"
 fi
 
+# ---------------------------------------------------------------- chroma-mcp (mcp 1.6.0: 2024-11-05)
+chroma_ok() {
+  "$1" -c "import importlib.metadata as m, sys; import chroma_mcp; sys.exit(0 if m.version('chroma-mcp') == '$CHROMA_VERSION' else 1)" >/dev/null 2>&1
+}
+if [ ! -x "$CHROMA_VENV/bin/python" ] || ! py_ok "$CHROMA_VENV/bin/python"; then
+  base="$(find_base_python)"
+  [ -n "$base" ] || die "no Python >= 3.10 found to create $CHROMA_VENV (set BKMCP_SDK_BASE_PYTHON)"
+  rm -rf "$CHROMA_VENV"
+  log "creating venv $CHROMA_VENV with $base"
+  timeout 300 "$base" -m venv "$CHROMA_VENV"
+fi
+if chroma_ok "$CHROMA_VENV/bin/python"; then
+  log "chroma-mcp $CHROMA_VERSION already installed in $CHROMA_VENV"
+else
+  log "pip install $CHROMA_PINS into $CHROMA_VENV"
+  # shellcheck disable=SC2086  # the pins are words
+  timeout 1200 "$CHROMA_VENV/bin/python" -m pip install --quiet --disable-pip-version-check $CHROMA_PINS
+  chroma_ok "$CHROMA_VENV/bin/python" || die "chroma-mcp $CHROMA_VERSION not importable from $CHROMA_VENV after install"
+fi
+
 end=$(date +%s)
 log "done in $((end - start)) s"
 log "server-everything $installed_version: $NODE_DIR  (BKMCP_EVERYTHING_DIR default)"
 log "mcp $SDK_VERSION: $SDK_PY ($("$SDK_PY" --version 2>&1))"
 log "$sdk_note"
 log "mcp $MCP1_VERSION (FastMCP): $MCP1_VENV/bin/python"
+log "chroma-mcp $CHROMA_VERSION: $CHROMA_VENV/bin/chroma-mcp"
 log "smoke: <test venv>/bin/python -m pytest tests/integration/test_interop_smoke.py"

@@ -92,7 +92,7 @@ from typing import Any, Callable, NamedTuple
 # Constants
 # ############################################################################################################
 
-LEGACY_VERSIONS = ("2025-03-26", "2025-06-18", "2025-11-25")
+LEGACY_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 MODERN_VERSIONS = ("2026-07-28",)
 ALL_VERSIONS = LEGACY_VERSIONS + MODERN_VERSIONS
 

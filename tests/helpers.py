@@ -33,8 +33,8 @@ DOCS = ROOT / "docs"
 README_EN, README_ZH = ROOT / "README.md", ROOT / "README_zh.md"
 USER_GUIDE, RESIDENT, RESIDENT_REGISTRY = DOCS / "user-guide.md", DOCS / "resident.md", DOCS / "resident-registry.md"
 
-VERSIONS = bkmcp.SUPPORTED_VERSIONS  # ("2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28")
-LEGACY = VERSIONS[:3]
+VERSIONS = bkmcp.SUPPORTED_VERSIONS  # ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28")
+LEGACY = bkmcp.LEGACY_VERSIONS
 # JSON texts with a syntax error (and a position to report), shared by the JSON parser's tests
 JSON_SYNTAX_TYPOS = ["{bad", '{"a": 1,}', '{"a": "unterminated', '{"a": 1e}', "[1, 2,]", '{"a" 1}']
 # Hypothesis examples per property test: CI sets BKMCP_FUZZ_EXAMPLES=2000, the default keeps `make unit` quick.

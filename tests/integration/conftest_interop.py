@@ -14,7 +14,12 @@ Session-scoped fixtures, each a running server on ``127.0.0.1:<free port>``:
 ``sdk_server_stateless``   same, variant ``stateless-json``
 ``sdk_server_legacy``      same, variant ``legacy-pinned`` (legacy-only behaviour)
 ``everything_server``      ``@modelcontextprotocol/server-everything@2026.8.31`` streamableHttp
+``n8n_server``             ``n8n-mcp@2.87.0`` (``MCP_MODE=http``; ``.headers`` has its bearer token)
 =========================  ===============================================================
+
+Issue 36's stranded servers: ``n8n_server`` above (legacy, session-based; 404 -32601 to ``server/discover``) and
+``chroma_stdio_argv`` (``chroma-mcp==0.2.6`` on stdio, ``--client-type ephemeral``: mcp 1.6.0, 2024-11-05; run it
+with :data:`CHROMA_ENV` in its env, which turns chromadb's telemetry off).
 
 Real stdio servers of issue 27 (``test_interop_real_servers.py``): fixture ``real_stdio_argv`` (a function
 ``name -> argv``) or :func:`real_stdio_command`, for the names of :data:`REAL_SERVERS`.
@@ -37,6 +42,7 @@ Environment:
   (default ``tests/interop_servers/node``).
 * ``BKMCP_NODE``            node binary (default: ``node`` on PATH; Node >= 20).
 * ``BKMCP_MCP1_PYTHON``     interpreter that has ``mcp==1.30.0`` (default ``<repo>/.venv-mcp1/bin/python``).
+* ``BKMCP_CHROMA_VENV``     venv that has ``chroma-mcp==0.2.6`` (default ``<repo>/.venv-chroma``).
 * ``BKMCP_INTEROP_REQUIRED=1``  turn "not installed" skips into failures (set it in CI).
 
 Everything here is Python 3.9 compatible and only ever binds/connects 127.0.0.1.
@@ -78,6 +84,10 @@ MCP1_VERSION = "1.30.0"
 MCP1_VENV = REPO_ROOT / ".venv-mcp1"  # made by .ci/install_interop.sh
 FASTMCP1_SERVER_SCRIPT = INTEROP_DIR / "fastmcp1_server.py"
 TS2_SERVER_SCRIPT = INTEROP_DIR / "node" / "ts2_server.mjs"
+N8N_VERSION = "2.87.0"  # pinned in tests/interop_servers/node/package.json
+CHROMA_VERSION = "0.2.6"
+CHROMA_VENV = REPO_ROOT / ".venv-chroma"  # made by .ci/install_interop.sh
+CHROMA_ENV = {"ANONYMIZED_TELEMETRY": "False"}  # chromadb's posthog telemetry: tests reach only 127.0.0.1
 # npm package, version (pinned in tests/interop_servers/node/package.json) and bin entry of each npm stdio server
 NODE_SERVERS = {
     "time-mcp": ("time-mcp", "1.0.6", "dist/index.js"),
@@ -85,13 +95,14 @@ NODE_SERVERS = {
     "hello-world": ("mcp-hello-world", "1.1.2", "build/stdio.js"),
     "sequential-thinking": ("@modelcontextprotocol/server-sequential-thinking", "2026.8.31", "dist/index.js"),
     "ts2": ("@modelcontextprotocol/server", "2.4.0", ""),  # the SDK our ts2_server.mjs runs on
+    "n8n": ("n8n-mcp", N8N_VERSION, "dist/mcp/index.js"),  # HTTP only here: the ``n8n_server`` fixture
 }
 # Every name real_stdio_command knows: the npm servers above, FastMCP 1.x, the Python SDK 2.x, server-everything.
 REAL_SERVERS = (*NODE_SERVERS, "fastmcp1", "sdk2", "everything")
 
 INSTALL_HINT = (
     "`.ci/install_interop.sh .venv-sdk` installs them all (npm ci in tests/interop_servers/node, "
-    "pip install 'mcp==2.3.0' into .venv-sdk and 'mcp==1.30.0' into .venv-mcp1)"
+    "pip install 'mcp==2.3.0' into .venv-sdk, 'mcp==1.30.0' into .venv-mcp1 and 'chroma-mcp==0.2.6' into .venv-chroma)"
 )
 
 
@@ -275,6 +286,28 @@ def resolve_mcp1_python() -> str:
     return python
 
 
+def resolve_chroma() -> list[str]:
+    """argv of ``chroma-mcp==CHROMA_VERSION`` on stdio with an in-memory database; raises InteropUnavailable."""
+    venv = Path(os.environ.get("BKMCP_CHROMA_VENV", "").strip() or CHROMA_VENV)
+    python = venv / "bin" / "python"
+    check = "import importlib.metadata as m; import chroma_mcp; print(m.version('chroma-mcp'))"
+    try:
+        out = subprocess.run(
+            [str(python), "-c", check],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=PROBE_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise InteropUnavailable(
+            f"chroma-mcp {CHROMA_VERSION} unavailable: cannot run {python}: {exc}; {INSTALL_HINT}"
+        ) from exc
+    if out.returncode != 0 or out.stdout.decode().strip() != CHROMA_VERSION:
+        raise InteropUnavailable(f"{python} has no chroma-mcp=={CHROMA_VERSION}; {INSTALL_HINT}")
+    return [str(python), str(venv / "bin" / "chroma-mcp"), "--client-type", "ephemeral"]
+
+
 def real_stdio_command(name: str) -> list[str]:
     """argv of one of :data:`REAL_SERVERS` on stdio; raises InteropUnavailable."""
     if name in NODE_SERVERS:
@@ -422,6 +455,7 @@ class InteropServer:
         self.host = HOST
         self.base_url = f"http://{HOST}:{port}"
         self.url = self.base_url + path
+        self.headers: dict[str, str] = {}  # what a client must send (a bearer token the fixture chose)
 
     def read_stderr(self) -> str:
         return _read(self.stderr_path)
@@ -558,6 +592,47 @@ def everything_server(interop_log_dir: Path):
         env_extra=lambda port: {"PORT": str(port)},
     )
     yield from _serving(server)
+
+
+@pytest.fixture(scope="session")
+def n8n_server(interop_log_dir: Path):
+    """n8n-mcp 2.87.0 in HTTP mode on 127.0.0.1: a legacy, session-based server that answers ``server/discover``
+    with HTTP 404 + -32601 (issue 36). Its telemetry is off and its auth rate limit (20 requests per 15 minutes)
+    out of the way; the token is a fresh random one."""
+    import secrets
+
+    try:
+        entry = resolve_node_server("n8n")
+    except InteropUnavailable as exc:
+        _unavailable(str(exc))
+        raise  # unreachable
+    token = secrets.token_hex(24)
+    server = start_http_server(
+        "n8n-mcp",
+        lambda port: entry,
+        lambda port: f"n8n MCP Single-Session HTTP Server running on {HOST}:{port}",
+        interop_log_dir,
+        env_extra=lambda port: {
+            "MCP_MODE": "http",
+            "PORT": str(port),
+            "HOST": HOST,
+            "AUTH_TOKEN": token,
+            "N8N_MCP_TELEMETRY_DISABLED": "true",
+            "AUTH_RATE_LIMIT_MAX": "1000000",
+        },
+    )
+    server.headers = {"Authorization": f"Bearer {token}"}
+    yield from _serving(server)
+
+
+@pytest.fixture(scope="session")
+def chroma_stdio_argv() -> list[str]:
+    """argv of chroma-mcp 0.2.6 on stdio (ephemeral client): mcp 1.6.0, answers initialize with 2024-11-05."""
+    try:
+        return resolve_chroma()
+    except InteropUnavailable as exc:
+        _unavailable(str(exc))
+        raise  # unreachable
 
 
 @pytest.fixture(scope="session")

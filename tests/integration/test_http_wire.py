@@ -265,3 +265,57 @@ def test_modern_only_server_refusing_initialize_with_32022_is_modern_R01():
         methods = [e["rpc_method"] for e in srv.log]
         assert methods[:3] == ["server/discover", "initialize", "server/discover"]
         assert "notifications/initialized" not in methods
+
+
+# -- issue 36: a tentative modern era refused as a legacy server refuses, through the CLI -------------------------
+
+
+def _stub_modern_discover_before_a_legacy_server(verb: str, rpc: dict | None, headers: dict) -> Reply:
+    """A modern ``DiscoverResult`` in front of a legacy, session-based server shaped like n8n-mcp (400 "No valid
+    session ID provided and not an initialize request" for anything but initialize without its session)."""
+    json_type = {"Content-Type": "application/json"}
+
+    def answer(result: Any, extra: dict | None = None) -> Reply:
+        return 200, {**json_type, **(extra or {})}, json.dumps({"jsonrpc": "2.0", "id": rpc["id"], "result": result})
+
+    if verb == "DELETE":
+        return 200, {}, ""
+    method = rpc.get("method")
+    if method == "server/discover":
+        return answer({"supportedVersions": ["2026-07-28"], "capabilities": {}, "resultType": "complete"})
+    if method == "initialize":
+        info = {"name": "legacy-behind", "version": "1"}
+        result = {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}, "serverInfo": info}
+        return answer(result, {"Mcp-Session-Id": "s-1"})
+    if headers.get("mcp-session-id") != "s-1":
+        error = {"code": -32000, "message": "Bad Request: No valid session ID provided and not an initialize request"}
+        return 400, json_type, json.dumps({"jsonrpc": "2.0", "id": rpc.get("id"), "error": error})
+    if "id" not in rpc:
+        return 202, {}, ""
+    if method == "tools/list":
+        return answer({"tools": [{"name": "t", "inputSchema": {"type": "object"}}]})
+    return answer({"content": [{"type": "text", "text": "ran"}]})
+
+
+def test_cli_falls_back_once_from_a_tentative_modern_era_issue36(tmp_path):
+    """--check and a call: the first tools/list refused as by a legacy server -> initialize once, tools/list again;
+    the envelope reports the legacy era and the server info of initialize; the call is sent once, in the session."""
+    srv = Scripted(_stub_modern_discover_before_a_legacy_server)
+    try:
+        config = write_mcp_json(tmp_path, {"s": {"type": "http", "url": srv.url}})
+        check = run_bkmcp("--config", str(config), "s", "--check")
+        assert check.exit_status == 0, check.stdout
+        data = check.json["data"]
+        assert (data["era"], data["protocol_version"]) == ("legacy", "2025-11-25")
+        assert data["server_info"]["name"] == "legacy-behind" and data["tool_count"] == 1
+        opening = ["server/discover", "tools/list", "initialize", "notifications/initialized", "tools/list"]
+        assert [(r["rpc"] or {}).get("method", r["verb"]) for r in srv.requests] == [*opening, "DELETE"]
+        srv.requests.clear()
+        call = run_bkmcp("--config", str(config), "s", "t")
+        assert call.exit_status == 0, call.stdout
+        assert call.json["data"]["result"]["content"][0]["text"] == "ran"
+        sent = [(r["rpc"] or {}).get("method", r["verb"]) for r in srv.requests]
+        assert sent == [*opening, "tools/call", "DELETE"]
+        assert srv.requests[5]["headers"]["mcp-session-id"] == "s-1"
+    finally:
+        srv.stop()

@@ -397,7 +397,7 @@ def test_modern_errors(client):
     r = c.modern("tools/list", version="2027-01-01")
     assert r.status == 400 and r.json["error"]["code"] == -32022
     assert r.json["error"]["data"] == {
-        "supported": [MODERN, "2025-11-25", "2025-06-18", "2025-03-26"],
+        "supported": [MODERN, "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"],
         "requested": "2027-01-01",
     }
     r = c.modern("tools/list", meta={"io.modelcontextprotocol/protocolVersion": "2027-01-01"})
@@ -999,7 +999,7 @@ def test_scenario_validation():
     with pytest.raises(ValueError):
         normalize_scenario({"faults": {"nope": 1}})
     with pytest.raises(ValueError):
-        normalize_scenario({"versions": ["2024-11-05"]})
+        normalize_scenario({"versions": ["2024-10-07"]})
     with pytest.raises(ValueError):
         normalize_scenario({"tools": [{"name": "x", "x-mock": "teleport"}]})
 

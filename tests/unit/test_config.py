@@ -134,7 +134,7 @@ BAD_DOCUMENTS = {
     "unknown-field": '{"mcpServers": {"a": {"type": "http", "url": "https://x/", "timeout": 5}}}',
     "stdio-field-on-http": '{"mcpServers": {"a": {"type": "http", "url": "https://x/", "command": "x"}}}',
     "http-field-on-stdio": '{"mcpServers": {"a": {"type": "stdio", "command": "x", "url": "https://x/"}}}',
-    "bad-version": '{"mcpServers": {"a": {"type": "http", "url": "https://x/", "protocolVersion": "2024-11-05"}}}',
+    "bad-version": '{"mcpServers": {"a": {"type": "http", "url": "https://x/", "protocolVersion": "2024-10-07"}}}',
     "stdio-no-command": '{"mcpServers": {"a": {"type": "stdio"}}}',
     "stdio-blank-command": '{"mcpServers": {"a": {"type": "stdio", "command": " "}}}',
     "stdio-args-not-strings": '{"mcpServers": {"a": {"type": "stdio", "command": "x", "args": [1]}}}',
@@ -271,6 +271,9 @@ def test_c02_valid_documents_parse():
     assert parse_config('{"mcpServers": {}}', "/f").servers == {}
     for version in bkmcp.SUPPORTED_VERSIONS:
         parse_config(json.dumps(cfg(a=http(protocolVersion=version))), "/f")
+    # issue 36: the version chroma-mcp 0.2.6 answers with is a valid pin
+    pinned = parse_config(json.dumps(cfg(a=http(protocolVersion="2024-11-05"))), "/f")
+    assert pinned.servers["a"].protocol_version == "2024-11-05"
 
 
 def test_c02_messages_never_echo_values():

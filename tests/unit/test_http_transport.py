@@ -132,9 +132,60 @@ def test_modern_32022_with_only_legacy_versions_falls_back_to_initialize_R01(scr
     assert srv.methods() == ["server/discover", "initialize", "notifications/initialized"]
 
 
-def test_modern_404_method_not_found_means_modern_R01(scripted):
+LEGACY_OPEN = ["server/discover", "initialize", "notifications/initialized"]
+
+
+def n8n_like_server(*, modern_discover: bool = False):
+    """A legacy, session-based server shaped like n8n-mcp 2.87.0's HTTP mode: without a session id, an unknown
+    method is HTTP 404 + -32601 and any other request but ``initialize`` is 400 -32000 "No valid session ID provided
+    and not an initialize request". ``modern_discover``: a stub in front of it answers ``server/discover`` with a
+    modern ``DiscoverResult`` (a modern verdict the rest of the server does not bear out)."""
+
+    def handler(verb: str, rpc: dict | None, headers: dict) -> Reply:
+        if verb == "DELETE":
+            return 200, {}, ""
+        method, session = rpc.get("method"), headers.get("mcp-session-id")
+        if method == "server/discover":
+            if modern_discover:
+                return ok(rpc, {"supportedVersions": ["2026-07-28"], "capabilities": {}, "resultType": "complete"})
+            return err(404 if session is None else 200, rpc, -32601, "Method not found: server/discover")
+        if method == "initialize":
+            return (
+                200,
+                {**JSON, "Mcp-Session-Id": "n8n-1"},
+                json.dumps({"jsonrpc": "2.0", "id": rpc["id"], "result": INIT}),
+            )
+        if session != "n8n-1":
+            return err(400, rpc, -32000, "Bad Request: No valid session ID provided and not an initialize request")
+        if "id" not in rpc:
+            return 202, {}, ""
+        if method == "tools/list":
+            return ok(rpc, TOOLS)
+        if method == "tools/call":
+            return ok(rpc, {"content": [{"type": "text", "text": "ran"}]})
+        return err(200, rpc, -32601)
+
+    return handler
+
+
+def test_404_method_not_found_to_discover_means_legacy_initialize_issue36(scripted):
+    """n8n-mcp answers server/discover with HTTP 404 + -32601: every modern server implements server/discover
+    (2026-07-28 server/discover: "Servers MUST implement it"), so that is no proof of a modern server."""
+    srv = scripted(n8n_like_server())
+    with client_for(srv) as client:
+        client.connect()
+        assert client.era == "legacy" and client.protocol_version == "2025-11-25"
+        assert [t["name"] for t in client.list_tools()] == ["t"]
+        assert client.call_tool("t", {})["content"][0]["text"] == "ran"
+    assert srv.methods() == [*LEGACY_OPEN, "tools/list", "tools/call", "DELETE"]
+
+
+def test_404_method_not_found_to_discover_and_initialize_means_modern_R01(scripted):
+    """A modern server that lacks server/discover refuses initialize the same way: modern after all, with no
+    further probe (and no server/discover for the server info it does not have)."""
+
     def handler(verb, rpc, headers):
-        if rpc["method"] == "server/discover":
+        if rpc["method"] in ("server/discover", "initialize"):
             return err(404, rpc, -32601, "Method not found")
         return ok(rpc, {**TOOLS, "resultType": "complete"})
 
@@ -143,7 +194,75 @@ def test_modern_404_method_not_found_means_modern_R01(scripted):
         client.connect()
         assert client.era == "modern"
         assert [t["name"] for t in client.list_tools()] == ["t"]
-    assert srv.methods() == ["server/discover", "tools/list"]
+    assert srv.methods() == ["server/discover", "initialize", "tools/list"]
+    assert srv.requests[2]["headers"]["mcp-protocol-version"] == "2026-07-28"
+
+
+def test_modern_verdict_refused_as_legacy_falls_back_to_initialize_once_issue36(scripted):
+    """A modern verdict whose first request, tools/list, is refused as a legacy server refuses a request outside a
+    session: initialize once, then tools/list again in the legacy session; the call is sent once, after it."""
+    srv = scripted(n8n_like_server(modern_discover=True))
+    with client_for(srv) as client:
+        client.connect()
+        assert client.era == "modern"
+        assert [t["name"] for t in client.list_tools()] == ["t"]
+        assert client.era == "legacy" and client.protocol_version == "2025-11-25"
+        client.call_tool("t", {})
+    assert srv.methods() == [
+        "server/discover",
+        "tools/list",
+        "initialize",
+        "notifications/initialized",
+        "tools/list",
+        "tools/call",
+        "DELETE",
+    ]
+    assert [r["headers"].get("mcp-session-id") for r in srv.requests[4:]] == ["n8n-1", "n8n-1", "n8n-1"]
+
+
+def test_modern_verdict_refused_on_a_call_never_resends_it_issue36(scripted):
+    """When the first request after the modern verdict is a tools/call (a kept catalogue: warm or resident), the
+    refusal is reported and nothing is resent; the next read-only request still falls back, once."""
+    srv = scripted(n8n_like_server(modern_discover=True))
+    with client_for(srv) as client:
+        client.connect()
+        with pytest.raises(bkmcp.RemoteError) as info:
+            client.call_tool("t", {})
+        assert "No valid session ID" in info.value.message
+        assert srv.methods() == ["server/discover", "tools/call"]
+        assert client.era == "modern"
+        client.list_tools()
+        assert client.era == "legacy"
+    assert srv.methods() == [
+        "server/discover",
+        "tools/call",
+        "tools/list",
+        "initialize",
+        "notifications/initialized",
+        "tools/list",
+        "DELETE",
+    ]
+
+
+def test_a_confirmed_modern_era_does_not_fall_back_issue36(scripted):
+    """Once a request was answered under the modern era (or it was pinned), a later refusal is the server's error."""
+    answered = []
+
+    def handler(verb, rpc, headers):
+        if rpc["method"] == "server/discover":
+            return ok(rpc, {"supportedVersions": ["2026-07-28"], "capabilities": {}, "resultType": "complete"})
+        if rpc["method"] == "tools/list" and not answered:
+            answered.append(1)
+            return ok(rpc, {**TOOLS, "resultType": "complete"})
+        return err(400, rpc, -32000, "Bad Request: No valid session ID provided")
+
+    srv = scripted(handler)
+    with client_for(srv) as client:
+        client.connect()
+        client.list_tools()
+        with pytest.raises(bkmcp.RemoteError):
+            client.list_tools()
+    assert srv.methods() == ["server/discover", "tools/list", "tools/list"]
 
 
 def test_modern_32022_with_disjoint_versions_is_protocol_error_listing_both_sides_R01(scripted):
@@ -178,14 +297,45 @@ def test_retry_once_with_a_shared_modern_version_R01(scripted, monkeypatch):
 def test_server_choosing_an_unsupported_version_is_protocol_error_R01(scripted):
     def extra(verb, rpc, headers):
         if rpc and rpc.get("method") == "initialize":
-            return ok(rpc, {**INIT, "protocolVersion": "2024-11-05"})
+            return ok(rpc, {**INIT, "protocolVersion": "2024-10-07"})
         return None
 
     srv = scripted(legacy_server(extra))
     with client_for(srv) as client, pytest.raises(bkmcp.ProtocolError) as info:
         client.connect()
-    assert "2024-11-05" in info.value.message and "2025-11-25" in info.value.message
+    assert "2024-10-07" in info.value.message and "2025-11-25" in info.value.message
+    assert "protocolVersion" not in (info.value.hint or "")  # a pin cannot help: the server chose its version
     assert "notifications/initialized" not in srv.methods()
+
+
+@pytest.mark.parametrize("pinned", [None, "2024-11-05"])
+def test_server_choosing_2024_11_05_is_spoken_issue36(scripted, pinned):
+    """chroma-mcp 0.2.6 (mcp 1.6.0) answers initialize with 2024-11-05: bkmcp speaks it (no version header: it
+    came in 2025-06-18), unpinned or pinned."""
+
+    def extra(verb, rpc, headers):
+        if rpc and rpc.get("method") == "initialize":
+            return ok(rpc, {**INIT, "protocolVersion": "2024-11-05"})
+        return None
+
+    srv = scripted(legacy_server(extra))
+    with client_for(srv, version=pinned) as client:
+        client.connect()
+        assert client.protocol_version == "2024-11-05" and client.era == "legacy"
+        assert [t["name"] for t in client.list_tools()] == ["t"]
+    assert srv.methods() == [
+        *(["server/discover"] if pinned is None else []),
+        "initialize",
+        "notifications/initialized",
+        "tools/list",
+    ]
+    init = next(r for r in srv.requests if (r["rpc"] or {}).get("method") == "initialize")
+    assert init["rpc"]["params"]["protocolVersion"] == (pinned or "2025-11-25")
+    assert all(
+        "mcp-protocol-version" not in r["headers"]
+        for r in srv.requests
+        if (r["rpc"] or {}).get("method") != "server/discover"
+    )
 
 
 def test_initialize_json_rpc_error_is_reported(scripted):

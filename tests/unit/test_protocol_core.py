@@ -201,13 +201,14 @@ def test_decode_messages_keeps_numbers_exact_and_accepts_batches():
 
 
 def test_era_table_R01():
-    assert [era_rules(v).era for v in bkmcp.SUPPORTED_VERSIONS] == ["legacy", "legacy", "legacy", "modern"]
+    assert [era_rules(v).era for v in bkmcp.SUPPORTED_VERSIONS] == ["legacy", "legacy", "legacy", "legacy", "modern"]
+    assert not era_rules("2024-11-05").version_header and era_rules("2024-11-05").handshake
     assert not era_rules("2025-03-26").version_header
     assert era_rules("2025-06-18").version_header and era_rules("2025-11-25").version_header
     modern = era_rules("2026-07-28")
     assert modern.request_meta and modern.method_headers and not modern.handshake and not modern.sessions
     with pytest.raises(ProtocolError):
-        era_rules("2024-11-05")
+        era_rules("2024-10-07")
 
 
 def test_modern_request_carries_meta_and_legacy_does_not():
@@ -308,7 +309,7 @@ def error(code, message="m", data=None):
         (400, error(-32022, data={"supported": ["2026-07-28"], "requested": "x"}), ("modern", "2026-07-28")),
         (400, error(-32022, data={"supported": ["2025-11-25"]}), ("legacy", None)),
         (400, error(-32022, data={"supported": ["1999-01-01"]}), ("incompatible", ["1999-01-01"])),
-        (404, error(-32601), ("modern", "2026-07-28")),
+        (404, error(-32601), ("legacy", None)),  # every modern server implements server/discover (n8n-mcp)
         (200, error(-32601), ("legacy", None)),
         (400, error(-32000, "Bad Request: Server not initialized"), ("legacy", None)),
         (400, error(-32600, "Bad Request: Missing session ID"), ("legacy", None)),
@@ -330,8 +331,18 @@ def test_classify_discover_retry_on_another_modern_version(monkeypatch):
 def test_check_initialize_result():
     assert bkmcp.check_initialize_result({"protocolVersion": "2025-06-18"}, "2025-11-25") == "2025-06-18"
     with pytest.raises(ProtocolError) as info:
-        bkmcp.check_initialize_result({"protocolVersion": "2024-11-05"}, "2025-11-25")
-    assert "2024-11-05" in info.value.message and "2025-11-25" in info.value.message
+        bkmcp.check_initialize_result({"protocolVersion": "2024-10-07"}, "2025-11-25")
+    assert "2024-10-07" in info.value.message and "2025-11-25" in info.value.message
+    # the hint names a step that works: pinning cannot make a server speak a version it did not choose
+    assert "protocolVersion" not in (info.value.hint or "") and "2024-11-05" in (info.value.hint or "")
+
+
+def test_2024_11_05_answer_is_spoken_issue36():
+    """chroma-mcp 0.2.6 (mcp 1.6.0) answers initialize with 2024-11-05: a subset of 2025-03-26's messages."""
+    assert bkmcp.check_initialize_result({"protocolVersion": "2024-11-05"}, "2025-11-25") == "2024-11-05"
+    rules = era_rules("2024-11-05")
+    assert rules.era == "legacy" and not rules.version_header and not rules.request_meta
+    assert build_request(1, "tools/list", None, rules) == {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
     for bad in ([], {}, {"protocolVersion": 5}):
         with pytest.raises(ProtocolError):
             bkmcp.check_initialize_result(bad, "2025-11-25")

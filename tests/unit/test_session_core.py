@@ -281,9 +281,21 @@ def test_r01_anything_else_means_legacy_initialize(evidence):
     assert steps[1] == Step("initialize", "2025-11-25")
 
 
-def test_r01_404_with_method_not_found_means_modern():
-    steps = drive(Negotiation(None, server_info=False, restartable=False), [Evidence(404, error(1, -32601))])
-    assert steps[-1] == Step("done", MODERN)
+def test_r01_404_with_method_not_found_means_legacy_unless_initialize_is_refused_alike_issue36():
+    """HTTP 404 + -32601 to server/discover is no proof of a modern server (n8n-mcp answers so): initialize; a
+    modern server without server/discover refuses initialize the same way, and is modern after all."""
+    plan = Negotiation(None, server_info=False, restartable=False)
+    init = plan.after_discover(plan.start(), Evidence(404, error(1, -32601)))
+    assert init == Step("initialize", "2025-11-25")
+    unknown = bkmcp.ProtocolError("404", http_status=404, http_message=error(2, -32601))
+    assert plan.after_initialize_failed(init, unknown) == Step("done", MODERN)
+    with_info = Negotiation(None, server_info=True, restartable=False)
+    init = with_info.after_discover(with_info.start(), Evidence(404, error(1, -32601)))
+    assert with_info.after_initialize_failed(init, unknown) == Step("discover", MODERN)
+    other = Negotiation(None, server_info=False, restartable=False)  # only when discover was refused alike
+    init = other.after_discover(other.start(), Evidence(400, error(1, -32000)))
+    with pytest.raises(bkmcp.ProtocolError):
+        other.after_initialize_failed(init, unknown)
 
 
 def test_r01_incompatible_versions_are_a_protocol_error():
