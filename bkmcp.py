@@ -6191,31 +6191,88 @@ def _ref_pointer(ref: str) -> list[str] | None:
 _INLINED_KEYWORDS = frozenset((*_REF_KEYWORDS, *_COMBINATORS))
 
 
-def resolve_schema(schema: Any, root: Any, chain: tuple[str, ...] = (), depth: int = 0) -> tuple[Any, str]:
+# A reference may be used many times (``{"anyOf": [{"$ref": "#/$defs/L4"}, …×30]}``, five levels: 30^5 branches
+# from a 4 KB schema), so written out inline a schema can grow as width^depth. ``SchemaWork`` bounds one operation:
+# a result is shared by every place that asks for it again (same node, same references followed, same depth), the
+# schemas a property writes out are counted with the shared parts counted in full, the steps taken across the
+# operation are counted too, and its deadline is checked at each step. Past either count a property is "too large to
+# type": --body only (docs/contract.md §6), and no model family gets the tool (§11.2).
+RESOLVE_NODE_LIMIT = 2000  # schemas one property written out inline may hold (shared subtrees counted in full)
+RESOLVE_STEP_LIMIT = 20000  # references and combinators followed for one operation (a tool's flags, its shapes)
+
+
+class SchemaWork:
+    """One operation's budget for ``resolve_schema`` (see above): shared results, counted schemas and steps, the
+    operation's ``deadline`` (``mcp_timeout`` once spent). ``too_large`` keeps the first "too large" reason."""
+
+    def __init__(self, deadline: Deadline | None = None) -> None:
+        self.deadline = deadline
+        self.steps = 0
+        self.too_large = ""
+        self.done: dict[tuple[int, tuple[str, ...], int], tuple[Any, Any, str, int]] = {}
+
+    def exceeded(self, what: str) -> tuple[Any, str, int]:
+        why = f"its schema is too large to type ({what})"
+        self.too_large = self.too_large or why
+        return None, why, 0
+
+
+def resolve_schema(
+    schema: Any, root: Any, chain: tuple[str, ...] = (), depth: int = 0, *, work: SchemaWork | None = None
+) -> tuple[Any, str]:
     """``schema`` as if its local references were written inline: ``$ref`` (its sibling keywords kept beside the
     target, e.g. a description), single-schema ``allOf`` wrappers, and the same in each ``anyOf``/``oneOf``
-    branch. Returns (schema, "") or (None, why it cannot be followed: remote, recursive, dangling). Bounded by
-    ``REF_DEPTH_LIMIT``; ``root`` is the inputSchema the pointers start from; ``chain`` the references followed
-    to get here, ``depth`` how many steps."""
+    branch. Returns (schema, "") or (None, why it cannot be followed: remote, recursive, dangling, too large to
+    type). Bounded by ``REF_DEPTH_LIMIT`` and by ``work`` (one operation's ``SchemaWork``; a fresh one when
+    None): at most ``RESOLVE_NODE_LIMIT`` schemas written out, parts used again shared, not copied. ``root`` is the
+    inputSchema the pointers start from; ``chain`` the references followed to get here, ``depth`` how many steps."""
     if not isinstance(schema, dict) or schema.keys().isdisjoint(_INLINED_KEYWORDS):
         return schema, ""
+    resolved, why, _size = _resolve_counted(schema, root, chain, depth, work or SchemaWork())
+    return resolved, why
+
+
+def _resolve_counted(
+    schema: Any, root: Any, chain: tuple[str, ...], depth: int, work: SchemaWork
+) -> tuple[Any, str, int]:
+    """``resolve_schema``'s step: (schema, why, how many schemas it holds written out), kept in ``work.done``."""
+    if not isinstance(schema, dict) or schema.keys().isdisjoint(_INLINED_KEYWORDS):
+        return schema, "", 1
+    key = (id(schema), chain, depth)
+    kept = work.done.get(key)
+    if kept is not None and kept[0] is schema:  # the node itself is kept too: its id cannot be reused meanwhile
+        return kept[1], kept[2], kept[3]
+    work.steps += 1
+    if work.steps > RESOLVE_STEP_LIMIT:
+        found = work.exceeded(f"more than {RESOLVE_STEP_LIMIT} $ref and anyOf steps to follow")
+    else:
+        if work.deadline is not None:
+            work.deadline.remaining()
+        found = _resolve_step(schema, root, chain, depth, work)
+        if not found[1] and found[2] > RESOLVE_NODE_LIMIT:
+            found = work.exceeded(f"its local $refs written out inline make more than {RESOLVE_NODE_LIMIT} schemas")
+    work.done[key] = (schema, *found)
+    return found
+
+
+def _resolve_step(schema: dict[str, Any], root: Any, chain: tuple[str, ...], depth: int, work: SchemaWork) -> Any:
     if depth > REF_DEPTH_LIMIT:
-        return None, f"its $ref chain is longer than {REF_DEPTH_LIMIT} steps"
+        return None, f"its $ref chain is longer than {REF_DEPTH_LIMIT} steps", 0
     for keyword in ("$dynamicRef", "$recursiveRef"):
         if keyword in schema:
-            return None, f"its schema is a dynamic reference ({keyword}: {_short(schema[keyword])}), not followed"
+            return None, f"its schema is a dynamic reference ({keyword}: {_short(schema[keyword])}), not followed", 0
     if "$ref" in schema:
         ref = schema["$ref"]
         if not isinstance(ref, str):
-            return None, f"its $ref is not a string ({_short(ref)})"
+            return None, f"its $ref is not a string ({_short(ref)})", 0
         pointer = _ref_pointer(ref)
         if pointer is None or ("$id" in schema and schema is not root):
             where = "a nested $id makes it another document" if pointer is not None else _short(ref, 60)
             if pointer is None and ref.startswith("#"):
-                return None, f"its $ref {_short(ref, 60)} is not a JSON pointer into the inputSchema"
-            return None, f"remote $ref ({where}): not fetched"
+                return None, f"its $ref {_short(ref, 60)} is not a JSON pointer into the inputSchema", 0
+            return None, f"remote $ref ({where}): not fetched", 0
         if ref in chain:
-            return None, f"recursive $ref ({_short(ref, 60)} leads back to itself before reaching a type)"
+            return None, f"recursive $ref ({_short(ref, 60)} leads back to itself before reaching a type)", 0
         target = root
         for part in pointer:
             if isinstance(target, dict) and part in target:
@@ -6223,28 +6280,36 @@ def resolve_schema(schema: Any, root: Any, chain: tuple[str, ...] = (), depth: i
             elif isinstance(target, list) and part.isdigit() and int(part) < len(target):
                 target = target[int(part)]
             else:
-                return None, f"its $ref {_short(ref, 60)} points to nothing in the inputSchema"
-        target, why = resolve_schema(target, root, (*chain, ref), depth + 1)
+                return None, f"its $ref {_short(ref, 60)} points to nothing in the inputSchema", 0
+        target, why, size = _resolve_counted(target, root, (*chain, ref), depth + 1, work)
         if why:
-            return None, why
-        return _beside(target, {k: v for k, v in schema.items() if k != "$ref"}), ""
+            return None, why, 0
+        return _beside(target, {k: v for k, v in schema.items() if k != "$ref"}), "", size
     wrapped = schema.get("allOf")
     if isinstance(wrapped, list) and len(wrapped) == 1:  # older pydantic: {"allOf": [{"$ref": ...}], ...}
-        inner, why = resolve_schema(wrapped[0], root, chain, depth + 1)
+        inner, why, size = _resolve_counted(wrapped[0], root, chain, depth + 1, work)
         if why:
-            return None, why
-        return _beside(inner, {k: v for k, v in schema.items() if k != "allOf"}), ""
+            return None, why, 0
+        return _beside(inner, {k: v for k, v in schema.items() if k != "allOf"}), "", size
+    size = 1
     for keyword in ("anyOf", "oneOf"):
         branches = schema.get(keyword)
         if isinstance(branches, list) and any(isinstance(b, dict) and ("$ref" in b or "allOf" in b) for b in branches):
             resolved = []
             for branch in branches:
-                inner, why = resolve_schema(branch, root, chain, depth + 1)
+                inner, why, count = _resolve_counted(branch, root, chain, depth + 1, work)
                 if why:
-                    return None, why
+                    return None, why, 0
                 resolved.append(inner)
+                size += count
+                if size > RESOLVE_NODE_LIMIT:
+                    return work.exceeded(
+                        f"its local $refs written out inline make more than {RESOLVE_NODE_LIMIT} schemas"
+                    )
             schema = {**schema, keyword: resolved}
-    return schema, ""
+        elif isinstance(branches, list):
+            size += len(branches)
+    return schema, "", size
 
 
 def _beside(target: Any, outer: dict[str, Any]) -> Any:
@@ -6352,9 +6417,10 @@ def _printable(text: str) -> str:
 def build_tool_flags(tool: Mapping[str, Any]) -> ToolFlags:
     """Map ``inputSchema.properties`` to typed flags (docs/contract.md §6). Never raises on odd schemas.
 
-    Local ``$ref``s are followed first (``resolve_schema``). A property whose name cannot be a flag (empty, leading
-    '-', '=', whitespace/control characters, reserved option name) or whose reference cannot be followed (remote,
-    recursive, dangling) goes to ``body_only`` with the reason; the other properties still get their flags.
+    Local ``$ref``s are followed first (``resolve_schema``, one ``SchemaWork`` for the tool). A property whose name
+    cannot be a flag (empty, leading '-', '=', whitespace/control characters, reserved option name) or whose
+    reference cannot be followed (remote, recursive, dangling, too large to type) goes to ``body_only`` with the
+    reason; the other properties still get their flags.
     """
     notes: list[str] = []
     schema = _schema_object(tool)
@@ -6376,6 +6442,7 @@ def build_tool_flags(tool: Mapping[str, Any]) -> ToolFlags:
     flags: dict[str, ToolFlag] = {}
     body_only: dict[str, BodyOnlyField] = {}
     required_set = set(required)
+    work = SchemaWork()
     for name, prop in properties.items():
         is_required = name in required_set
         if type(prop) is dict and _FAST_FLAG_NAME.fullmatch(name) and name not in RESERVED_OPTION_NAMES:
@@ -6384,7 +6451,7 @@ def build_tool_flags(tool: Mapping[str, Any]) -> ToolFlags:
                 flags[name] = ToolFlag(name, declared, is_required, prop)
                 continue
         problem = _flag_name_problem(name)
-        resolved, problem = (None, problem) if problem else resolve_schema(prop, schema)
+        resolved, problem = (None, problem) if problem else resolve_schema(prop, schema, work=work)
         if problem:
             body_only[name] = BodyOnlyField(name, problem, is_required, prop)
             continue
@@ -10929,6 +10996,7 @@ class _Expander:
 
     def __init__(self, root: Any) -> None:
         self.root = root
+        self.work = SchemaWork()  # one budget for the whole tool: references it uses again are followed once
         self.nodes = 0
         self.cut: list[str] = []  # why parts were left open (recursion, depth, unresolvable $ref)
 
@@ -10952,7 +11020,9 @@ class _Expander:
                 else f"nested deeper than {_SHAPE_DEPTH} levels: not described",
             )
         if not schema.keys().isdisjoint(_INLINED_KEYWORDS):
-            resolved, why = resolve_schema(schema, self.root)
+            resolved, why = resolve_schema(schema, self.root, work=self.work)
+            if self.work.too_large:  # no family can take a part this large: the tool is not described
+                raise _Unfit(f"not described: {self.work.too_large}")
             if why:
                 return self.open(schema, f"not described: {why}")
             schema = resolved if isinstance(resolved, dict) else {}
@@ -11252,11 +11322,11 @@ def build_definitions(tool: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str
     return shaped, reasons
 
 
-def _argument_shapes(schema: Any, root: Any, kind: str, depth: int = 0) -> list[dict[str, Any]]:
+def _argument_shapes(schema: Any, root: Any, kind: str, work: SchemaWork, depth: int = 0) -> list[dict[str, Any]]:
     """The (resolved) schemas an object (``kind``) or array value may match: ``schema`` itself when it describes
     one, and its ``anyOf``/``oneOf`` branches that admit that kind."""
     if isinstance(schema, dict) and not schema.keys().isdisjoint(_INLINED_KEYWORDS):
-        schema, _ = resolve_schema(schema, root)
+        schema, _ = resolve_schema(schema, root, work=work)
     if not isinstance(schema, dict) or depth > REF_DEPTH_LIMIT:
         return []
     key = "properties" if kind == "object" else "items"
@@ -11264,47 +11334,51 @@ def _argument_shapes(schema: Any, root: Any, kind: str, depth: int = 0) -> list[
     branches = schema.get("anyOf", schema.get("oneOf"))
     for branch in branches if isinstance(branches, list) else []:
         if isinstance(branch, dict) and kind in (json_member_types(branch) or [kind]):
-            found += _argument_shapes(branch, root, kind, depth + 1)
+            found += _argument_shapes(branch, root, kind, work, depth + 1)
     return found
 
 
-def _excludes_null(schema: Any, root: Any) -> bool:
-    resolved, _ = resolve_schema(schema, root) if isinstance(schema, dict) else (schema, "")
+def _excludes_null(schema: Any, root: Any, work: SchemaWork) -> bool:
+    resolved, _ = resolve_schema(schema, root, work=work) if isinstance(schema, dict) else (schema, "")
     types = json_member_types(resolved)
     return bool(types) and "null" not in types
 
 
-def build_call_arguments(schema: Any, arguments: Any, root: Any = None) -> Any:
+def build_call_arguments(
+    schema: Any, arguments: Any, root: Any = None, *, deadline: Deadline | None = None, work: SchemaWork | None = None
+) -> Any:
     """``arguments`` without the nulls a strict-mode model sends for fields the original ``schema`` makes
     optional and not nullable (the field left out, as the server's schema means it); nothing else changed.
     Follows ``properties`` and ``items`` through local references and the ``anyOf``/``oneOf`` branches that
     admit the value (a null is left out when no branch requires that field or admits null for it); the input
-    is never modified."""
+    is never modified. Bounded like ``resolve_schema`` (one ``SchemaWork`` for the call, checking ``deadline``):
+    a part too large to follow drops nothing."""
     root = schema if root is None else root
+    work = SchemaWork(deadline) if work is None else work
     if isinstance(arguments, dict):
-        shapes = _argument_shapes(schema, root, "object")
+        shapes = _argument_shapes(schema, root, "object", work)
         out = None
         for name, value in arguments.items():
             declaring = [s["properties"][name] for s in shapes if name in s["properties"]]
             if value is None:
                 if (
                     declaring
-                    and all(_excludes_null(sub, root) for sub in declaring)
+                    and all(_excludes_null(sub, root, work) for sub in declaring)
                     and not any(name in _schema_list(s, "required") for s in shapes)
                 ):
                     out = dict(arguments) if out is None else out
                     del out[name]
             elif isinstance(value, (dict, list)) and len(declaring) == 1:
-                new = build_call_arguments(declaring[0], value, root)
+                new = build_call_arguments(declaring[0], value, root, work=work)
                 if new is not value:
                     out = dict(arguments) if out is None else out
                     out[name] = new
         return arguments if out is None else out
     if isinstance(arguments, list):
-        shapes = [s for s in _argument_shapes(schema, root, "array") if isinstance(s.get("items"), dict)]
+        shapes = [s for s in _argument_shapes(schema, root, "array", work) if isinstance(s.get("items"), dict)]
         if len(shapes) != 1:
             return arguments
-        items = [build_call_arguments(shapes[0]["items"], v, root) for v in arguments]
+        items = [build_call_arguments(shapes[0]["items"], v, root, work=work) for v in arguments]
         return items if any(a is not b for a, b in zip(items, arguments)) else arguments
     return arguments
 
@@ -12158,10 +12232,11 @@ class Actions:
                 f"server {server_name!r} has no tool {_clip(repr(tool_name), 80)}",
                 details={"server_name": server_name, "tool_name": tool_name},
             )
-        # a strict-mode null for a field the server's schema makes optional and not nullable: left out (§11.2)
-        arguments = build_call_arguments(tool.get("inputSchema"), arguments)
         try:  # bounded by the command's own deadline, like every later step (docs/contract.md §11)
-            validate_arguments(tool, arguments, deadline=Deadline(_time_left(command, timeout)))
+            deadline = Deadline(_time_left(command, timeout))
+            # a strict-mode null for a field the server's schema makes optional and not nullable: left out (§11.2)
+            arguments = build_call_arguments(tool.get("inputSchema"), arguments, deadline=deadline)
+            validate_arguments(tool, arguments, deadline=deadline)
         except InvalidArgumentsError as exc:
             self.events.emit("tool.rejected", **base, error_code=exc.code)
             raise _platform_error(exc) from None
