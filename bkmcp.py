@@ -14199,7 +14199,7 @@ def run_warm_client(inv: Invocation, envr: Environment, log: Log, seconds: float
         return None
     finally:
         place.close()
-    sock.settimeout(timeout + _WARM_RELAY_SLACK)  # the command ends within its --timeout: a silent process is dead
+    sock.settimeout(timeout + _WARM_RELAY_SLACK)  # the command ends within its --timeout: a silent process is stuck
     return _warm_relay(sock, inv, envr, log)
 
 
@@ -14241,11 +14241,13 @@ def ask_warm_completion(inv: Invocation, envr: Environment) -> str | None:
 
 def _warm_relay(sock: Any, inv: Invocation, envr: Environment, log: Log) -> int:
     """Print the process's frames as they come; Ctrl-C is forwarded once (the call is cancelled on the wire
-    there), a second one leaves at once. A process that dies mid-command: ``mcp_connection_error``, never a retry."""
+    there), a second one leaves at once. A process that dies mid-command: ``mcp_connection_error``, never a retry;
+    one that is alive but sends nothing past the command's --timeout (busy): ``mcp_timeout``, its command cancelled."""
     import json
 
     stage: str | None = None
-    call_sent = interrupted = False
+    call_sent = interrupted = silent = False
+    waited = sock.gettimeout() or 0.0  # how long a silence lasts before it counts
     try:
         while True:
             try:
@@ -14260,6 +14262,9 @@ def _warm_relay(sock: Any, inv: Invocation, envr: Environment, log: Log) -> int:
                 except OSError:
                     pass
                 continue
+            except TimeoutError:  # the socket is open, so the process lives: it is busy, not ended
+                silent = True
+                frame = None
             except OSError:
                 frame = None
             if frame is None:
@@ -14276,11 +14281,30 @@ def _warm_relay(sock: Any, inv: Invocation, envr: Environment, log: Log) -> int:
                 call_sent = call_sent or stage == "call"
             elif kind == b"X":
                 return int(json.loads(payload)["status"])
+        if silent:
+            try:
+                send_frame(sock, b"C")  # cancel the command there, as a Ctrl-C would
+            except OSError:
+                pass
     finally:
         sock.close()
     details: dict[str, Any] = {"outcome": "unknown" if call_sent else "not_sent"}
     if stage:
         details["stage"] = stage
+    data = {"server": inv.server} if inv.tool is None else {"server": inv.server, "tool": inv.tool}
+    if silent:
+        error: BkmcpError = McpTimeoutError(
+            "the background bkmcp process (--keep-alive) is still running but sent nothing for "
+            f"{format_duration(waited)}, past the command's --timeout"
+            + (": tools/call had been sent, so the call may or may not have run" if call_sent else ""),
+            hint="check whether the tool ran before calling it again (bkmcp never resends a call); "
+            "bkmcp --sessions --stop ends a process that stays busy"
+            if call_sent
+            else "run the command again; bkmcp --sessions --stop ends a process that stays busy",
+            details=details,
+            data=data,
+        )
+        return _report_error(error, envr, log)
     error = ConnectionFailedError(
         "the background bkmcp process (--keep-alive) ended during the command"
         + (": tools/call had been sent, so the call may or may not have run" if call_sent else ""),
