@@ -244,6 +244,69 @@ def test_p05_a_ref_chain_longer_than_the_limit_is_body_only() -> None:
     assert short.flags["p"].kind == "string"
 
 
+def _fan_defs(depth: int, width: int = 30) -> dict[str, Any]:
+    defs: dict[str, Any] = {"L0": {"type": "string"}}
+    for i in range(1, depth + 1):
+        defs[f"L{i}"] = {"anyOf": [{"$ref": f"#/$defs/L{i - 1}"}] * width}
+    return defs
+
+
+def test_the_resolver_shares_what_it_follows_again_and_stops_at_its_node_budget() -> None:
+    """Issue 36 item 1: a reference used many times is followed once per (node, chain, depth) — the 30 branches
+    of a level are the same object, not 30 copies — and each step of the operation is counted; a union that
+    written out would exceed RESOLVE_NODE_LIMIT is "too large to type" after a handful of steps, whatever its
+    width^depth, and the operation's SchemaWork says so (the resident's shaping reads it)."""
+    from bkmcp import RESOLVE_NODE_LIMIT, SchemaWork, resolve_schema
+
+    root = {"$defs": _fan_defs(2)}  # 30 x 30 = 900 leaves: within the budget, typed
+    work = SchemaWork()
+    resolved, why = resolve_schema({"$ref": "#/$defs/L2"}, root, work=work)
+    assert why == "" and len(resolved["anyOf"]) == 30 and len(resolved["anyOf"][0]["anyOf"]) == 30
+    assert all(branch is resolved["anyOf"][0] for branch in resolved["anyOf"])  # shared, not copied
+    assert resolved["anyOf"][0]["anyOf"][0] == {"type": "string"}
+    assert work.steps <= 10 and work.too_large == ""
+
+    for depth in (3, 5, 6, 12):
+        root = {"$defs": _fan_defs(depth)}
+        work = SchemaWork()
+        resolved, why = resolve_schema({"$ref": f"#/$defs/L{depth}"}, root, work=work)
+        assert resolved is None and why.startswith("its schema is too large to type"), why
+        assert str(RESOLVE_NODE_LIMIT) in why and work.too_large == why
+        assert work.steps <= 3 * depth + 3, work.steps  # one step per level and reference, not width^depth
+
+
+def test_the_resolver_checks_the_operations_deadline() -> None:
+    """A spent deadline stops resolution with mcp_timeout at its first step (the call path's bound)."""
+    from bkmcp import Deadline, McpTimeoutError, SchemaWork, resolve_schema
+
+    spent = Deadline(1.0, clock=iter([0.0, 5.0, 5.0, 5.0]).__next__)
+    with pytest.raises(McpTimeoutError):
+        resolve_schema({"$ref": "#/$defs/L2"}, {"$defs": _fan_defs(2)}, work=SchemaWork(spent))
+
+
+def test_a_step_budget_bounds_one_operation_across_its_properties() -> None:
+    """Distinct chains defeat sharing (a level's two branches reach the next through different references, and each
+    property through its own wrapper): every property is within the node budget, but the operation's steps stop
+    at RESOLVE_STEP_LIMIT — the first properties are typed, the later ones "too large to type" — and a plain
+    property keeps its flag."""
+    from bkmcp import RESOLVE_STEP_LIMIT, SchemaWork, resolve_schema
+
+    defs: dict[str, Any] = {"A0": {"type": "string"}, "B0": {"type": "string"}}
+    for i in range(1, 10):
+        pair = {"anyOf": [{"$ref": f"#/$defs/A{i - 1}"}, {"$ref": f"#/$defs/B{i - 1}"}]}
+        defs[f"A{i}"], defs[f"B{i}"] = pair, dict(pair)
+    defs |= {f"W{k}": {"$ref": "#/$defs/A9"} for k in range(40)}
+    properties = {f"p{k}": {"$ref": f"#/$defs/W{k}"} for k in range(40)} | {"q": {"type": "integer"}}
+    mapped = build_tool_flags(make_tool(properties, **{"$defs": defs}))
+    assert mapped.flags["p0"].kind == "json" and mapped.flags["q"].kind == "integer"
+    assert "too large to type" in mapped.body_only["p39"].reason
+    assert "more than" in mapped.body_only["p39"].reason and str(RESOLVE_STEP_LIMIT) in mapped.body_only["p39"].reason
+    work = SchemaWork()  # one property alone is fine
+    assert resolve_schema({"$ref": "#/$defs/W39"}, {"$defs": defs}, work=work)[1] == ""
+    assert 1000 < work.steps < RESOLVE_STEP_LIMIT
+    assert RESOLVE_STEP_LIMIT >= 1000  # a real schema's unions (tens of models) stay far below it
+
+
 # FastMCP / the SDK's MCPServer (mcp 2.3.0, .venv-sdk): the inputSchema of
 #   @mcp.tool() def name_shrimp(tank: Tank, color: Color, extra: Optional[Tank] = None,
 #                               names: list[str] | None = None)
