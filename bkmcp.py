@@ -35,8 +35,9 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                 its own deadline) and the flows: negotiate, discover, call, check, tools, dry-run;
                                 a call that times out or is interrupted cancelled (notifications/cancelled); how
                                 long a kept catalogue stays fresh (ttlMs, list_changed), for 10.3 and 10.5
-    8. Schema flags             inputSchema -> typed flags, values, validation; why a property gets no flag
-                                (BodyOnlyField: set it with --body)
+    8. Schema flags             inputSchema -> typed flags, values, validation; local references followed
+                                within one operation's budget (SchemaWork: shared, counted, deadline); why a
+                                property gets no flag (BodyOnlyField: set it with --body)
     9. Output                   envelopes, --jq (JqProgram: compiled, applied), help text, the shell completion
                                 scripts
    10. Resident mode            many users' sessions behind one JSON stdin/stdout process, and the --keep-alive
