@@ -6842,26 +6842,28 @@ def _unbounded_schema(schema: dict[str, Any], limit: int) -> str | None:
     return None
 
 
-def _non_local_refs(schema: Any, found: list[str], depth: int = 0) -> None:
-    if depth > 200 or len(found) > 5:
-        found.append("(schema nested too deeply to inspect)")
-        return
-    if isinstance(schema, dict):
-        for key, value in schema.items():
-            if key in _REF_KEYWORDS and isinstance(value, str):
-                if not value.startswith("#"):
-                    found.append(value)
-            elif key in _SCHEMA_MAPS:
-                if isinstance(value, dict):
-                    for sub in value.values():
-                        _non_local_refs(sub, found, depth + 1)
-            elif key in _SCHEMA_DATA:
-                continue  # data, not schemas
-            else:
-                _non_local_refs(value, found, depth + 1)
-    elif isinstance(schema, list):
-        for item in schema:
-            _non_local_refs(item, found, depth + 1)
+def _non_local_refs(schema: Any, found: list[str]) -> None:
+    """The references of ``schema`` that leave the document, in document order, into ``found`` (a few at most); a
+    walk with its own stack: any depth."""
+    stack: list[Iterator[tuple[Any, Any]]] = [iter([(None, schema)])]
+    while stack and len(found) <= 5:
+        pair = next(stack[-1], None)
+        if pair is None:
+            stack.pop()
+            continue
+        key, value = pair
+        if key in _REF_KEYWORDS and isinstance(value, str):
+            if not value.startswith("#"):
+                found.append(value)
+        elif key in _SCHEMA_MAPS:
+            if isinstance(value, dict):
+                stack.append((None, sub) for sub in value.values())
+        elif key in _SCHEMA_DATA:
+            continue  # data, not schemas
+        elif isinstance(value, dict):
+            stack.append(iter(value.items()))
+        elif isinstance(value, list):
+            stack.append((None, item) for item in value)
 
 
 # Limits on what local validation attempts (docs/arguments.md): a server's schema must never hang bkmcp. Python's
@@ -7055,14 +7057,16 @@ def _check_schema(cls: Any, schema: Any, deadline: Deadline | None) -> None:
 
 
 def _meta_schema_error(cls: Any, schema: Any, deadline: Deadline | None) -> Any:
-    """The first ``SchemaError`` of ``schema`` against ``cls``'s meta-schema, or None (see ``_check_schema``)."""
+    """The first ``SchemaError`` of ``schema`` against ``cls``'s meta-schema, or None (see ``_check_schema``); a
+    deep schema is checked in pieces (``_schema_pieces``), so its depth never meets Python's recursion limit."""
     from jsonschema import exceptions as jexc
 
     if deadline is None or not hasattr(cls, "META_SCHEMA"):
-        try:
-            cls.check_schema(schema)
-        except jexc.SchemaError as exc:
-            return exc
+        for piece in _schema_pieces(schema):
+            try:
+                cls.check_schema(piece)
+            except jexc.SchemaError as exc:
+                return exc
         return None
     from jsonschema import validators
 
@@ -7070,9 +7074,49 @@ def _meta_schema_error(cls: Any, schema: Any, deadline: Deadline | None) -> Any:
     meta = validators.extend(meta, _timed_validators(dict(meta.VALIDATORS), deadline))
     resolver = _timed_resolver_class().from_schema(cls.META_SCHEMA, id_of=meta.ID_OF)
     resolver.deadline = deadline
-    for error in meta(cls.META_SCHEMA, resolver=resolver, format_checker=meta.FORMAT_CHECKER).iter_errors(schema):
-        return jexc.SchemaError.create_from(error)
+    checker = meta(cls.META_SCHEMA, resolver=resolver, format_checker=meta.FORMAT_CHECKER)
+    for piece in _schema_pieces(schema):
+        for error in checker.iter_errors(piece):
+            return jexc.SchemaError.create_from(error)
     return None
+
+
+# The meta-schema pass recurses about ten Python frames per schema level, so a schema a few hundred levels deep (the
+# JSON parser takes ~1000) would end it with RecursionError. Subschemas are checked against the meta-schema on
+# their own, wherever they sit, so a deep schema is checked as pieces: each no deeper than _META_PIECE_DEPTH levels,
+# a deeper subschema replaced by {} (a schema in every draft) and checked as the next piece.
+_META_PIECE_DEPTH = 16
+_ONE_SCHEMA = frozenset(
+    ("items", "additionalItems", "additionalProperties", "not", "if", "then", "else", "contains", "propertyNames")
+    + ("unevaluatedProperties", "unevaluatedItems")
+)
+_SCHEMA_LISTS = frozenset(("allOf", "anyOf", "oneOf", "prefixItems", "items"))
+
+
+def _schema_pieces(schema: Any) -> Iterator[Any]:
+    """``schema`` cut for the meta-schema pass (above): the whole when it is shallow, else its pieces in turn."""
+    pending = [schema]
+    while pending:
+        yield _cut_schema(pending.pop(), 0, pending)
+
+
+def _cut_schema(schema: Any, level: int, cut: list[Any]) -> Any:
+    if not isinstance(schema, dict):
+        return schema
+    if level >= _META_PIECE_DEPTH:
+        cut.append(schema)
+        return {}
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key in _SCHEMA_MAPS and isinstance(value, dict):
+            out[key] = {name: _cut_schema(sub, level + 1, cut) for name, sub in value.items()}
+        elif key in _ONE_SCHEMA and isinstance(value, dict):
+            out[key] = _cut_schema(value, level + 1, cut)
+        elif key in _SCHEMA_LISTS and isinstance(value, list):
+            out[key] = [_cut_schema(sub, level + 1, cut) for sub in value]
+        else:
+            out[key] = value
+    return out
 
 
 _META_CHECKED: dict[str, tuple[Any]] = {}  # SHA-256 of the schema text -> (its SchemaError or None), for _check_schema
@@ -7451,7 +7495,11 @@ def _schema_problems(
         ) from None
     except (_NotLocal, McpTimeoutError):
         raise
-    except (Exception, RecursionError) as exc:  # a validator bug or an exotic keyword must not crash the call
+    except RecursionError:  # the arguments (with their schema) deeper than jsonschema recurses
+        raise _NotLocal(
+            "the arguments and their schema are nested too deeply to check locally (Python's recursion limit)"
+        ) from None
+    except Exception as exc:  # a validator bug or an exotic keyword must not crash the call
         raise _NotLocal(f"local validation failed ({type(exc).__name__})") from None
     finally:
         state.budget = previous
