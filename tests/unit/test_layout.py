@@ -134,6 +134,7 @@ BEHAVIOURS = [
     ("SSE resumption (GET + Last-Event-ID)", "6.2", "resumption", "HttpTransport._resume"),
     ("the warm-session key", "10.5", "warm_session_key", "warm_session_key"),
     ("why a property gets no flag", "8", "no flag", "BodyOnlyField"),
+    ("the budget of $ref resolution (a schema too large to type)", "8", "budget", "SchemaWork"),
     ("the Mcp-Session-Id that initialize issues", "5", "Mcp-Session-Id", "ClientSession.session_issued"),
     ("HTTP 401/403 to mcp_auth_required/mcp_permission_denied", "6.2", "401/403", "HttpTransport._check_status"),
     ("HTTP statuses other than 401/403", "6.2", "status_failure", "status_failure"),
