@@ -185,6 +185,12 @@ def test_resident_list_tools_and_call_tool_answer_within_the_timeout(tmp_path, r
     assert answer["success"] is True, answer
     assert echoed(heavy) == [{"x": "deep"}]
 
+    started = time.monotonic()  # a wrong type: every branch is tried, until the call's own deadline at most
+    answer = res.ask("call_tool", "alice", server_name="heavy", tool_name="fan", arguments={"x": 5}, timeout_ms=1000)
+    assert_bounded(time.monotonic() - started, vm_hwm_kb(res.proc.pid), timeout=1.0)
+    assert answer["error_code"] in ("invalid_mcp_arguments", "mcp_timeout"), answer
+    assert echoed(heavy) == [{"x": "deep"}]  # nothing more was sent
+
 
 @pytest.mark.parametrize("depth", DEPTHS)
 def test_warm_client_and_process_answer_within_the_timeout(tmp_path, http_mock, depth):
