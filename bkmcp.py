@@ -6210,12 +6210,13 @@ class SchemaWork:
         self.deadline = deadline
         self.steps = 0
         self.too_large = ""
-        self.done: dict[tuple[int, tuple[str, ...], int], tuple[Any, Any, str, int]] = {}
+        self.done: dict[tuple[int, tuple[str, ...], int], tuple[Any, ...]] = {}  # (node, chain, depth) ->
+        self.shared: dict[tuple[int, int], tuple[Any, ...]] = {}  # (node, depth) -> (node, a result, ...)
 
-    def exceeded(self, what: str) -> tuple[Any, str, int]:
+    def exceeded(self, what: str) -> tuple[Any, str, int, frozenset[str]]:
         why = f"its schema is too large to type ({what})"
         self.too_large = self.too_large or why
-        return None, why, 0
+        return None, why, 0, frozenset()
 
 
 def resolve_schema(
@@ -6229,20 +6230,29 @@ def resolve_schema(
     inputSchema the pointers start from; ``chain`` the references followed to get here, ``depth`` how many steps."""
     if not isinstance(schema, dict) or schema.keys().isdisjoint(_INLINED_KEYWORDS):
         return schema, ""
-    resolved, why, _size = _resolve_counted(schema, root, chain, depth, work or SchemaWork())
+    resolved, why, _size, _refs = _resolve_counted(schema, root, chain, depth, work or SchemaWork())
     return resolved, why
+
+
+_NO_REFS: frozenset[str] = frozenset()
 
 
 def _resolve_counted(
     schema: Any, root: Any, chain: tuple[str, ...], depth: int, work: SchemaWork
-) -> tuple[Any, str, int]:
-    """``resolve_schema``'s step: (schema, why, how many schemas it holds written out), kept in ``work.done``."""
+) -> tuple[Any, str, int, frozenset[str]]:
+    """``resolve_schema``'s step: (schema, why, how many schemas it holds written out, the references it followed),
+    kept in ``work``. A result is the same whatever the chain that led to it unless the chain holds one of the
+    references it followed (then that one is recursive), so a success is shared by every chain that holds none of
+    them (``work.shared``); anything else is kept for its own chain (``work.done``)."""
     if not isinstance(schema, dict) or schema.keys().isdisjoint(_INLINED_KEYWORDS):
-        return schema, "", 1
+        return schema, "", 1, _NO_REFS
     key = (id(schema), chain, depth)
     kept = work.done.get(key)
     if kept is not None and kept[0] is schema:  # the node itself is kept too: its id cannot be reused meanwhile
-        return kept[1], kept[2], kept[3]
+        return kept[1:]
+    shared = work.shared.get((id(schema), depth))
+    if shared is not None and shared[0] is schema and shared[4].isdisjoint(chain):
+        return shared[1:]
     work.steps += 1
     if work.steps > RESOLVE_STEP_LIMIT:
         found = work.exceeded(f"more than {RESOLVE_STEP_LIMIT} $ref and anyOf steps to follow")
@@ -6253,27 +6263,32 @@ def _resolve_counted(
         if not found[1] and found[2] > RESOLVE_NODE_LIMIT:
             found = work.exceeded(f"its local $refs written out inline make more than {RESOLVE_NODE_LIMIT} schemas")
     work.done[key] = (schema, *found)
+    if not found[1]:
+        work.shared[(id(schema), depth)] = (schema, *found)
     return found
 
 
-def _resolve_step(schema: dict[str, Any], root: Any, chain: tuple[str, ...], depth: int, work: SchemaWork) -> Any:
+def _resolve_step(
+    schema: dict[str, Any], root: Any, chain: tuple[str, ...], depth: int, work: SchemaWork
+) -> tuple[Any, str, int, frozenset[str]]:
     if depth > REF_DEPTH_LIMIT:
-        return None, f"its $ref chain is longer than {REF_DEPTH_LIMIT} steps", 0
+        return None, f"its $ref chain is longer than {REF_DEPTH_LIMIT} steps", 0, _NO_REFS
     for keyword in ("$dynamicRef", "$recursiveRef"):
         if keyword in schema:
-            return None, f"its schema is a dynamic reference ({keyword}: {_short(schema[keyword])}), not followed", 0
+            why = f"its schema is a dynamic reference ({keyword}: {_short(schema[keyword])}), not followed"
+            return None, why, 0, _NO_REFS
     if "$ref" in schema:
         ref = schema["$ref"]
         if not isinstance(ref, str):
-            return None, f"its $ref is not a string ({_short(ref)})", 0
+            return None, f"its $ref is not a string ({_short(ref)})", 0, _NO_REFS
         pointer = _ref_pointer(ref)
         if pointer is None or ("$id" in schema and schema is not root):
             where = "a nested $id makes it another document" if pointer is not None else _short(ref, 60)
             if pointer is None and ref.startswith("#"):
-                return None, f"its $ref {_short(ref, 60)} is not a JSON pointer into the inputSchema", 0
-            return None, f"remote $ref ({where}): not fetched", 0
+                return None, f"its $ref {_short(ref, 60)} is not a JSON pointer into the inputSchema", 0, _NO_REFS
+            return None, f"remote $ref ({where}): not fetched", 0, _NO_REFS
         if ref in chain:
-            return None, f"recursive $ref ({_short(ref, 60)} leads back to itself before reaching a type)", 0
+            return None, f"recursive $ref ({_short(ref, 60)} leads back to itself before reaching a type)", 0, _NO_REFS
         target = root
         for part in pointer:
             if isinstance(target, dict) and part in target:
@@ -6281,28 +6296,29 @@ def _resolve_step(schema: dict[str, Any], root: Any, chain: tuple[str, ...], dep
             elif isinstance(target, list) and part.isdigit() and int(part) < len(target):
                 target = target[int(part)]
             else:
-                return None, f"its $ref {_short(ref, 60)} points to nothing in the inputSchema", 0
-        target, why, size = _resolve_counted(target, root, (*chain, ref), depth + 1, work)
+                return None, f"its $ref {_short(ref, 60)} points to nothing in the inputSchema", 0, _NO_REFS
+        target, why, size, refs = _resolve_counted(target, root, (*chain, ref), depth + 1, work)
         if why:
-            return None, why, 0
-        return _beside(target, {k: v for k, v in schema.items() if k != "$ref"}), "", size
+            return None, why, 0, _NO_REFS
+        return _beside(target, {k: v for k, v in schema.items() if k != "$ref"}), "", size, refs | {ref}
     wrapped = schema.get("allOf")
     if isinstance(wrapped, list) and len(wrapped) == 1:  # older pydantic: {"allOf": [{"$ref": ...}], ...}
-        inner, why, size = _resolve_counted(wrapped[0], root, chain, depth + 1, work)
+        inner, why, size, refs = _resolve_counted(wrapped[0], root, chain, depth + 1, work)
         if why:
-            return None, why, 0
-        return _beside(inner, {k: v for k, v in schema.items() if k != "allOf"}), "", size
-    size = 1
+            return None, why, 0, _NO_REFS
+        return _beside(inner, {k: v for k, v in schema.items() if k != "allOf"}), "", size, refs
+    size, followed = 1, set[str]()
     for keyword in ("anyOf", "oneOf"):
         branches = schema.get(keyword)
         if isinstance(branches, list) and any(isinstance(b, dict) and ("$ref" in b or "allOf" in b) for b in branches):
             resolved = []
             for branch in branches:
-                inner, why, count = _resolve_counted(branch, root, chain, depth + 1, work)
+                inner, why, count, refs = _resolve_counted(branch, root, chain, depth + 1, work)
                 if why:
-                    return None, why, 0
+                    return None, why, 0, _NO_REFS
                 resolved.append(inner)
                 size += count
+                followed |= refs
                 if size > RESOLVE_NODE_LIMIT:
                     return work.exceeded(
                         f"its local $refs written out inline make more than {RESOLVE_NODE_LIMIT} schemas"
@@ -6310,7 +6326,7 @@ def _resolve_step(schema: dict[str, Any], root: Any, chain: tuple[str, ...], dep
             schema = {**schema, keyword: resolved}
         elif isinstance(branches, list):
             size += len(branches)
-    return schema, "", size
+    return schema, "", size, frozenset(followed)
 
 
 def _beside(target: Any, outer: dict[str, Any]) -> Any:

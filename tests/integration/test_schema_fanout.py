@@ -27,7 +27,7 @@ from tests.helpers import ROOT, until, write_mcp_json
 
 pytestmark = [pytest.mark.integration]
 
-MARGIN = 5.0  # seconds beyond the command's own timeout (a shared, noisy machine)
+MARGIN = 15.0  # seconds beyond the command's own timeout: a shared machine under load (before: 40 s and more)
 MEMORY_KB = 150 * 1024  # docs/contract.md §13
 TIMEOUT = 2.0  # --timeout / timeout_ms of every command here
 DEPTHS = (5, 6)
