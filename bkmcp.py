@@ -6194,9 +6194,10 @@ _INLINED_KEYWORDS = frozenset((*_REF_KEYWORDS, *_COMBINATORS))
 
 # A reference may be used many times (``{"anyOf": [{"$ref": "#/$defs/L4"}, …×30]}``, five levels: 30^5 branches
 # from a 4 KB schema), so written out inline a schema can grow as width^depth. ``SchemaWork`` bounds one operation:
-# a result is shared by every place that asks for it again (same node, same references followed, same depth), the
-# schemas a property writes out are counted with the shared parts counted in full, the steps taken across the
-# operation are counted too, and its deadline is checked at each step. Past either count a property is "too large to
+# a node's result is shared by every place that asks for it again (the same node at the same depth, reached by a
+# chain holding none of the references it followed), the schemas a property writes out are counted with the shared
+# parts counted in full, the steps taken across the operation are counted too, and its deadline is checked at each
+# step. Past either count a property is "too large to
 # type": --body only (docs/contract.md §6), and no model family gets the tool (§11.2).
 RESOLVE_NODE_LIMIT = 2000  # schemas one property written out inline may hold (shared subtrees counted in full)
 RESOLVE_STEP_LIMIT = 20000  # references and combinators followed for one operation (a tool's flags, its shapes)
@@ -6210,8 +6211,9 @@ class SchemaWork:
         self.deadline = deadline
         self.steps = 0
         self.too_large = ""
-        self.done: dict[tuple[int, tuple[str, ...], int], tuple[Any, ...]] = {}  # (node, chain, depth) ->
-        self.shared: dict[tuple[int, int], tuple[Any, ...]] = {}  # (node, depth) -> (node, a result, ...)
+        # (id of the node, chain, depth) or (id, depth) -> (the node, its result, why, size, references followed)
+        self.done: dict[tuple[int, tuple[str, ...], int], tuple[Any, ...]] = {}
+        self.shared: dict[tuple[int, int], tuple[Any, ...]] = {}
 
     def exceeded(self, what: str) -> tuple[Any, str, int, frozenset[str]]:
         why = f"its schema is too large to type ({what})"
