@@ -7033,10 +7033,55 @@ def _guarded_validators(base: Any) -> dict[str, Any]:
             return None
         return originals["uniqueItems"](validator, value, instance, schema)
 
+    def any_of(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
+        context = _failed_branches(validator, value, instance)
+        if context is not None:
+            yield _validation_error(f"{instance!r} is not valid under any of the given schemas", context=context)
+
+    def one_of(validator: Any, value: Any, instance: Any, schema: Any) -> Any:  # jsonschema's, context kept short
+        branches, first = enumerate(value), None
+        kept: list[Any] = []
+        for index, subschema in branches:
+            errors = list(validator.descend(instance, subschema, schema_path=index))
+            if not errors:
+                first = subschema
+                break
+            kept += errors[: _CONTEXT_KEPT - len(kept)]
+        else:
+            yield _validation_error(f"{instance!r} is not valid under any of the given schemas", context=kept)
+        more = [each for _, each in branches if validator.evolve(schema=each).is_valid(instance)]
+        if more:
+            reprs = ", ".join(repr(each) for each in [*more, first])
+            yield _validation_error(f"{instance!r} is valid under each of {reprs}")
+
     replaced: dict[str, Callable[..., Any]] = {"pattern": pattern, "uniqueItems": unique_items}
+    replaced |= {"anyOf": any_of, "oneOf": one_of}
     for name in ("patternProperties", "additionalProperties", "unevaluatedProperties"):
         replaced[name] = key_patterns(name)
     return _timed_validators({name: replaced.get(name) or function for name, function in originals.items()})
+
+
+# jsonschema's anyOf and oneOf keep every failed branch's errors as the context of theirs, nested: a union of unions
+# holds width^depth errors (the issue-36 fan-out schema grew ~60 MB a second until its deadline). Its messages never
+# read them, so these keep the first _CONTEXT_KEPT of each (and say the same).
+_CONTEXT_KEPT = 8
+
+
+def _failed_branches(validator: Any, branches: Any, instance: Any, first: int = 0) -> list[Any] | None:
+    """The first errors of ``branches`` when every one fails (at most ``_CONTEXT_KEPT``), None when one passes."""
+    kept: list[Any] = []
+    for index, subschema in enumerate(branches, first):
+        errors = list(validator.descend(instance, subschema, schema_path=index))
+        if not errors:
+            return None
+        kept += errors[: _CONTEXT_KEPT - len(kept)]
+    return kept
+
+
+def _validation_error(message: str, **fields: Any) -> Any:
+    from jsonschema.exceptions import ValidationError
+
+    return ValidationError(message, **fields)
 
 
 def _timed_validators(keywords: dict[str, Any], deadline: Deadline | None = None) -> dict[str, Any]:

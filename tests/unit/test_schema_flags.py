@@ -947,6 +947,31 @@ def test_p05_remote_ref_never_fetched(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "required fields, types and enum only" in (info.value.hint or "")
 
 
+@pytest.mark.parametrize(
+    ("schema", "instance"),
+    [
+        ({"anyOf": [{"type": "string"}, {"type": "integer"}]}, None),
+        ({"anyOf": [{"anyOf": [{"const": i}, {"const": -i}]} for i in range(1, 20)]}, 0),
+        ({"oneOf": [{"type": "integer"}, {"minimum": 0}, {"type": "number"}]}, 3),
+        ({"oneOf": [{"type": "integer"}, {"type": "string"}]}, None),
+        ({"oneOf": [{"type": "integer"}, {"type": "string"}]}, 1),
+    ],
+)
+def test_union_keywords_answer_as_jsonschema_with_a_short_context(schema: dict[str, Any], instance: Any) -> None:
+    """Issue 36 item 1: bkmcp's anyOf/oneOf give jsonschema's errors (message, path, keyword) but keep at most
+    _CONTEXT_KEPT branch errors each (jsonschema keeps all: width^depth for a union of unions)."""
+    import jsonschema
+
+    cls, _resolver = bkmcp._validator_class(schema)
+    ours = list(cls(schema).iter_errors(instance))
+    theirs = list(jsonschema.Draft202012Validator(schema).iter_errors(instance))
+    assert [(e.message, e.validator, list(e.path)) for e in ours] == [
+        (e.message, e.validator, list(e.path)) for e in theirs
+    ]
+    assert all(len(e.context) <= bkmcp._CONTEXT_KEPT for e in ours)
+    assert len(ours) != 1 or not theirs[0].context or ours[0].context[0].message == theirs[0].context[0].message
+
+
 def _deep_tool(levels: int, leaf: Any = None) -> dict[str, Any]:
     """``$.a.b`` an integer beside ``$.a.deep``, a chain of ``levels`` nested object properties ending in ``leaf``."""
     node: Any = {"type": "string"} if leaf is None else leaf
