@@ -60,13 +60,16 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                    out or is interrupted cancelled (notifications/cancelled)
        7.4 the CLI's operations    one session each: --check, --tools (and --tools --brief), --resources (and
                                    --resources --brief), --read, --prompts, --prompt, --dry-run
-    8. Schema flags             inputSchema -> typed flags, values, validation, in five rooms:
+    8. Schema flags             inputSchema -> typed flags, values, validation, in six rooms:
        8.1 flag records            ToolFlag, BodyOnlyField (why a property gets no flag: set it with --body)
-       8.2 local references        resolve_schema: one resolver for flags and help examples
+       8.2 local references        resolve_schema: one resolver for flags and help examples, within one
+                                   operation's budget (SchemaWork: shared, counted, the deadline asked)
        8.3 flags                   build_tool_flags: a schema -> typed flags; --tools --brief (describe_brief)
        8.4 values                  a flag's text -> its JSON value, positional-argument errors; a prompt's
                                    string flags (parse_prompt_arguments)
-       8.5 validation              validate_arguments: the inputSchema checked locally, bounded
+       8.5 validation, bounded     jsonschema run locally within budgets (patterns, sizes, depth, the deadline)
+       8.6 validate_arguments      the quick path for common schemas, problems worded: the inputSchema checked
+                                   locally before a call
     9. Output                   envelopes, --jq, --raw, help text, completion, in six rooms:
        9.1 envelopes               build_success, build_failure
        9.2 --jq                    JqProgram: compiled, applied with number fidelity
@@ -6664,31 +6667,105 @@ def _ref_pointer(ref: str) -> list[str] | None:
 _INLINED_KEYWORDS = frozenset((*_REF_KEYWORDS, *_COMBINATORS))
 
 
-def resolve_schema(schema: Any, root: Any, chain: tuple[str, ...] = (), depth: int = 0) -> tuple[Any, str]:
+# A reference may be used many times (``{"anyOf": [{"$ref": "#/$defs/L4"}, …×30]}``, five levels: 30^5 branches
+# from a 4 KB schema), so written out inline a schema can grow as width^depth. ``SchemaWork`` bounds one operation:
+# a node's result is shared by every place that asks for it again (the same node at the same depth, reached by a
+# chain holding none of the references it followed), the schemas a property writes out are counted with the shared
+# parts counted in full, the steps taken across the operation are counted too, and its deadline is checked at each
+# step. Past either count a property is "too large to
+# type": --body only (docs/contract.md §6), and no model family gets the tool (§11.2).
+RESOLVE_NODE_LIMIT = 2000  # schemas one property written out inline may hold (shared subtrees counted in full)
+RESOLVE_STEP_LIMIT = 20000  # references and combinators followed for one operation (a tool's flags, its shapes)
+
+
+class SchemaWork:
+    """One operation's budget for ``resolve_schema`` (see above): shared results, counted schemas and steps, the
+    operation's ``deadline`` (``mcp_timeout`` once spent). ``too_large`` keeps the first "too large" reason."""
+
+    def __init__(self, deadline: Deadline | None = None) -> None:
+        self.deadline = deadline
+        self.steps = 0
+        self.too_large = ""
+        # (id of the node, chain, depth) or (id, depth) -> (the node, its result, why, size, references followed)
+        self.done: dict[tuple[int, tuple[str, ...], int], tuple[Any, ...]] = {}
+        self.shared: dict[tuple[int, int], tuple[Any, ...]] = {}
+
+    def exceeded(self, what: str) -> tuple[Any, str, int, frozenset[str]]:
+        why = f"its schema is too large to type ({what})"
+        self.too_large = self.too_large or why
+        return None, why, 0, frozenset()
+
+
+def resolve_schema(
+    schema: Any, root: Any, chain: tuple[str, ...] = (), depth: int = 0, *, work: SchemaWork | None = None
+) -> tuple[Any, str]:
     """``schema`` as if its local references were written inline: ``$ref`` (its sibling keywords kept beside the
     target, e.g. a description), single-schema ``allOf`` wrappers, and the same in each ``anyOf``/``oneOf``
-    branch. Returns (schema, "") or (None, why it cannot be followed: remote, recursive, dangling). Bounded by
-    ``REF_DEPTH_LIMIT``; ``root`` is the inputSchema the pointers start from; ``chain`` the references followed
-    to get here, ``depth`` how many steps."""
+    branch. Returns (schema, "") or (None, why it cannot be followed: remote, recursive, dangling, too large to
+    type). Bounded by ``REF_DEPTH_LIMIT`` and by ``work`` (one operation's ``SchemaWork``; a fresh one when
+    None): at most ``RESOLVE_NODE_LIMIT`` schemas written out, parts used again shared, not copied. ``root`` is the
+    inputSchema the pointers start from; ``chain`` the references followed to get here, ``depth`` how many steps."""
     if not isinstance(schema, dict) or schema.keys().isdisjoint(_INLINED_KEYWORDS):
         return schema, ""
+    resolved, why, _size, _refs = _resolve_counted(schema, root, chain, depth, work or SchemaWork())
+    return resolved, why
+
+
+_NO_REFS: frozenset[str] = frozenset()
+
+
+def _resolve_counted(
+    schema: Any, root: Any, chain: tuple[str, ...], depth: int, work: SchemaWork
+) -> tuple[Any, str, int, frozenset[str]]:
+    """``resolve_schema``'s step: (schema, why, how many schemas it holds written out, the references it followed),
+    kept in ``work``. A result is the same whatever the chain that led to it unless the chain holds one of the
+    references it followed (then that one is recursive), so a success is shared by every chain that holds none of
+    them (``work.shared``); anything else is kept for its own chain (``work.done``)."""
+    if not isinstance(schema, dict) or schema.keys().isdisjoint(_INLINED_KEYWORDS):
+        return schema, "", 1, _NO_REFS
+    key = (id(schema), chain, depth)
+    kept = work.done.get(key)
+    if kept is not None and kept[0] is schema:  # the node itself is kept too: its id cannot be reused meanwhile
+        return kept[1:]
+    shared = work.shared.get((id(schema), depth))
+    if shared is not None and shared[0] is schema and shared[4].isdisjoint(chain):
+        return shared[1:]
+    work.steps += 1
+    if work.steps > RESOLVE_STEP_LIMIT:
+        found = work.exceeded(f"more than {RESOLVE_STEP_LIMIT} $ref and anyOf steps to follow")
+    else:
+        if work.deadline is not None:
+            work.deadline.remaining()
+        found = _resolve_step(schema, root, chain, depth, work)
+        if not found[1] and found[2] > RESOLVE_NODE_LIMIT:
+            found = work.exceeded(f"its local $refs written out inline make more than {RESOLVE_NODE_LIMIT} schemas")
+    work.done[key] = (schema, *found)
+    if not found[1]:
+        work.shared[(id(schema), depth)] = (schema, *found)
+    return found
+
+
+def _resolve_step(
+    schema: dict[str, Any], root: Any, chain: tuple[str, ...], depth: int, work: SchemaWork
+) -> tuple[Any, str, int, frozenset[str]]:
     if depth > REF_DEPTH_LIMIT:
-        return None, f"its $ref chain is longer than {REF_DEPTH_LIMIT} steps"
+        return None, f"its $ref chain is longer than {REF_DEPTH_LIMIT} steps", 0, _NO_REFS
     for keyword in ("$dynamicRef", "$recursiveRef"):
         if keyword in schema:
-            return None, f"its schema is a dynamic reference ({keyword}: {_short(schema[keyword])}), not followed"
+            why = f"its schema is a dynamic reference ({keyword}: {_short(schema[keyword])}), not followed"
+            return None, why, 0, _NO_REFS
     if "$ref" in schema:
         ref = schema["$ref"]
         if not isinstance(ref, str):
-            return None, f"its $ref is not a string ({_short(ref)})"
+            return None, f"its $ref is not a string ({_short(ref)})", 0, _NO_REFS
         pointer = _ref_pointer(ref)
         if pointer is None or ("$id" in schema and schema is not root):
             where = "a nested $id makes it another document" if pointer is not None else _short(ref, 60)
             if pointer is None and ref.startswith("#"):
-                return None, f"its $ref {_short(ref, 60)} is not a JSON pointer into the inputSchema"
-            return None, f"remote $ref ({where}): not fetched"
+                return None, f"its $ref {_short(ref, 60)} is not a JSON pointer into the inputSchema", 0, _NO_REFS
+            return None, f"remote $ref ({where}): not fetched", 0, _NO_REFS
         if ref in chain:
-            return None, f"recursive $ref ({_short(ref, 60)} leads back to itself before reaching a type)"
+            return None, f"recursive $ref ({_short(ref, 60)} leads back to itself before reaching a type)", 0, _NO_REFS
         target = root
         for part in pointer:
             if isinstance(target, dict) and part in target:
@@ -6696,28 +6773,37 @@ def resolve_schema(schema: Any, root: Any, chain: tuple[str, ...] = (), depth: i
             elif isinstance(target, list) and part.isdigit() and int(part) < len(target):
                 target = target[int(part)]
             else:
-                return None, f"its $ref {_short(ref, 60)} points to nothing in the inputSchema"
-        target, why = resolve_schema(target, root, (*chain, ref), depth + 1)
+                return None, f"its $ref {_short(ref, 60)} points to nothing in the inputSchema", 0, _NO_REFS
+        target, why, size, refs = _resolve_counted(target, root, (*chain, ref), depth + 1, work)
         if why:
-            return None, why
-        return _beside(target, {k: v for k, v in schema.items() if k != "$ref"}), ""
+            return None, why, 0, _NO_REFS
+        return _beside(target, {k: v for k, v in schema.items() if k != "$ref"}), "", size, refs | {ref}
     wrapped = schema.get("allOf")
     if isinstance(wrapped, list) and len(wrapped) == 1:  # older pydantic: {"allOf": [{"$ref": ...}], ...}
-        inner, why = resolve_schema(wrapped[0], root, chain, depth + 1)
+        inner, why, size, refs = _resolve_counted(wrapped[0], root, chain, depth + 1, work)
         if why:
-            return None, why
-        return _beside(inner, {k: v for k, v in schema.items() if k != "allOf"}), ""
+            return None, why, 0, _NO_REFS
+        return _beside(inner, {k: v for k, v in schema.items() if k != "allOf"}), "", size, refs
+    size, followed = 1, set[str]()
     for keyword in ("anyOf", "oneOf"):
         branches = schema.get(keyword)
         if isinstance(branches, list) and any(isinstance(b, dict) and ("$ref" in b or "allOf" in b) for b in branches):
             resolved = []
             for branch in branches:
-                inner, why = resolve_schema(branch, root, chain, depth + 1)
+                inner, why, count, refs = _resolve_counted(branch, root, chain, depth + 1, work)
                 if why:
-                    return None, why
+                    return None, why, 0, _NO_REFS
                 resolved.append(inner)
+                size += count
+                followed |= refs
+                if size > RESOLVE_NODE_LIMIT:
+                    return work.exceeded(
+                        f"its local $refs written out inline make more than {RESOLVE_NODE_LIMIT} schemas"
+                    )
             schema = {**schema, keyword: resolved}
-    return schema, ""
+        elif isinstance(branches, list):
+            size += len(branches)
+    return schema, "", size, frozenset(followed)
 
 
 def _beside(target: Any, outer: dict[str, Any]) -> Any:
@@ -6827,9 +6913,10 @@ def _printable(text: str) -> str:
 def build_tool_flags(tool: Mapping[str, Any]) -> ToolFlags:
     """Map ``inputSchema.properties`` to typed flags (docs/contract.md §6). Never raises on odd schemas.
 
-    Local ``$ref``s are followed first (``resolve_schema``). A property whose name cannot be a flag (empty, leading
-    '-', '=', whitespace/control characters, reserved option name) or whose reference cannot be followed (remote,
-    recursive, dangling) goes to ``body_only`` with the reason; the other properties still get their flags.
+    Local ``$ref``s are followed first (``resolve_schema``, one ``SchemaWork`` for the tool). A property whose name
+    cannot be a flag (empty, leading '-', '=', whitespace/control characters, reserved option name) or whose
+    reference cannot be followed (remote, recursive, dangling, too large to type) goes to ``body_only`` with the
+    reason; the other properties still get their flags.
     """
     notes: list[str] = []
     schema = _schema_object(tool)
@@ -6851,6 +6938,7 @@ def build_tool_flags(tool: Mapping[str, Any]) -> ToolFlags:
     flags: dict[str, ToolFlag] = {}
     body_only: dict[str, BodyOnlyField] = {}
     required_set = set(required)
+    work = SchemaWork()
     for name, prop in properties.items():
         is_required = name in required_set
         if type(prop) is dict and _FAST_FLAG_NAME.fullmatch(name) and name not in RESERVED_OPTION_NAMES:
@@ -6859,7 +6947,7 @@ def build_tool_flags(tool: Mapping[str, Any]) -> ToolFlags:
                 flags[name] = ToolFlag(name, declared, is_required, prop)
                 continue
         problem = _flag_name_problem(name)
-        resolved, problem = (None, problem) if problem else resolve_schema(prop, schema)
+        resolved, problem = (None, problem) if problem else resolve_schema(prop, schema, work=work)
         if problem:
             body_only[name] = BodyOnlyField(name, problem, is_required, prop)
             continue
@@ -7167,7 +7255,7 @@ def check_tool_tokens(
     return [f"--{t.name}" for t in tokens]
 
 
-# -- 8.5 validation: the inputSchema checked locally, bounded ----------------------------------------------------------
+# -- 8.5 validation: jsonschema run locally and bounded (patterns, sizes, depth, the deadline) -------------------------
 
 
 @dataclass(frozen=True)
@@ -7284,26 +7372,28 @@ def _unbounded_schema(schema: dict[str, Any], limit: int) -> str | None:
     return None
 
 
-def _non_local_refs(schema: Any, found: list[str], depth: int = 0) -> None:
-    if depth > 200 or len(found) > 5:
-        found.append("(schema nested too deeply to inspect)")
-        return
-    if isinstance(schema, dict):
-        for key, value in schema.items():
-            if key in _REF_KEYWORDS and isinstance(value, str):
-                if not value.startswith("#"):
-                    found.append(value)
-            elif key in _SCHEMA_MAPS:
-                if isinstance(value, dict):
-                    for sub in value.values():
-                        _non_local_refs(sub, found, depth + 1)
-            elif key in _SCHEMA_DATA:
-                continue  # data, not schemas
-            else:
-                _non_local_refs(value, found, depth + 1)
-    elif isinstance(schema, list):
-        for item in schema:
-            _non_local_refs(item, found, depth + 1)
+def _non_local_refs(schema: Any, found: list[str]) -> None:
+    """The references of ``schema`` that leave the document, in document order, into ``found`` (a few at most); a
+    walk with its own stack: any depth."""
+    stack: list[Iterator[tuple[Any, Any]]] = [iter([(None, schema)])]
+    while stack and len(found) <= 5:
+        pair = next(stack[-1], None)
+        if pair is None:
+            stack.pop()
+            continue
+        key, value = pair
+        if key in _REF_KEYWORDS and isinstance(value, str):
+            if not value.startswith("#"):
+                found.append(value)
+        elif key in _SCHEMA_MAPS:
+            if isinstance(value, dict):
+                stack.append((None, sub) for sub in value.values())
+        elif key in _SCHEMA_DATA:
+            continue  # data, not schemas
+        elif isinstance(value, dict):
+            stack.append(iter(value.items()))
+        elif isinstance(value, list):
+            stack.append((None, item) for item in value)
 
 
 # Limits on what local validation attempts (docs/arguments.md): a server's schema must never hang bkmcp. Python's
@@ -7455,10 +7545,55 @@ def _guarded_validators(base: Any) -> dict[str, Any]:
             return None
         return originals["uniqueItems"](validator, value, instance, schema)
 
+    def any_of(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
+        context = _failed_branches(validator, value, instance)
+        if context is not None:
+            yield _validation_error(f"{instance!r} is not valid under any of the given schemas", context=context)
+
+    def one_of(validator: Any, value: Any, instance: Any, schema: Any) -> Any:  # jsonschema's, context kept short
+        branches, first = enumerate(value), None
+        kept: list[Any] = []
+        for index, subschema in branches:
+            errors = list(validator.descend(instance, subschema, schema_path=index))
+            if not errors:
+                first = subschema
+                break
+            kept += errors[: _CONTEXT_KEPT - len(kept)]
+        else:
+            yield _validation_error(f"{instance!r} is not valid under any of the given schemas", context=kept)
+        more = [each for _, each in branches if validator.evolve(schema=each).is_valid(instance)]
+        if more:
+            reprs = ", ".join(repr(each) for each in [*more, first])
+            yield _validation_error(f"{instance!r} is valid under each of {reprs}")
+
     replaced: dict[str, Callable[..., Any]] = {"pattern": pattern, "uniqueItems": unique_items}
+    replaced |= {"anyOf": any_of, "oneOf": one_of}
     for name in ("patternProperties", "additionalProperties", "unevaluatedProperties"):
         replaced[name] = key_patterns(name)
     return _timed_validators({name: replaced.get(name) or function for name, function in originals.items()})
+
+
+# jsonschema's anyOf and oneOf keep every failed branch's errors as the context of theirs, nested: a union of unions
+# holds width^depth errors (the issue-36 fan-out schema grew ~60 MB a second until its deadline). Its messages never
+# read them, so these keep the first _CONTEXT_KEPT of each (and say the same).
+_CONTEXT_KEPT = 8
+
+
+def _failed_branches(validator: Any, branches: Any, instance: Any, first: int = 0) -> list[Any] | None:
+    """The first errors of ``branches`` when every one fails (at most ``_CONTEXT_KEPT``), None when one passes."""
+    kept: list[Any] = []
+    for index, subschema in enumerate(branches, first):
+        errors = list(validator.descend(instance, subschema, schema_path=index))
+        if not errors:
+            return None
+        kept += errors[: _CONTEXT_KEPT - len(kept)]
+    return kept
+
+
+def _validation_error(message: str, **fields: Any) -> Any:
+    from jsonschema.exceptions import ValidationError
+
+    return ValidationError(message, **fields)
 
 
 def _timed_validators(keywords: dict[str, Any], deadline: Deadline | None = None) -> dict[str, Any]:
@@ -7497,14 +7632,16 @@ def _check_schema(cls: Any, schema: Any, deadline: Deadline | None) -> None:
 
 
 def _meta_schema_error(cls: Any, schema: Any, deadline: Deadline | None) -> Any:
-    """The first ``SchemaError`` of ``schema`` against ``cls``'s meta-schema, or None (see ``_check_schema``)."""
+    """The first ``SchemaError`` of ``schema`` against ``cls``'s meta-schema, or None (see ``_check_schema``); a
+    deep schema is checked in pieces (``_schema_pieces``), so its depth never meets Python's recursion limit."""
     from jsonschema import exceptions as jexc
 
     if deadline is None or not hasattr(cls, "META_SCHEMA"):
-        try:
-            cls.check_schema(schema)
-        except jexc.SchemaError as exc:
-            return exc
+        for piece in _schema_pieces(schema):
+            try:
+                cls.check_schema(piece)
+            except jexc.SchemaError as exc:
+                return exc
         return None
     from jsonschema import validators
 
@@ -7512,9 +7649,49 @@ def _meta_schema_error(cls: Any, schema: Any, deadline: Deadline | None) -> Any:
     meta = validators.extend(meta, _timed_validators(dict(meta.VALIDATORS), deadline))
     resolver = _timed_resolver_class().from_schema(cls.META_SCHEMA, id_of=meta.ID_OF)
     resolver.deadline = deadline
-    for error in meta(cls.META_SCHEMA, resolver=resolver, format_checker=meta.FORMAT_CHECKER).iter_errors(schema):
-        return jexc.SchemaError.create_from(error)
+    checker = meta(cls.META_SCHEMA, resolver=resolver, format_checker=meta.FORMAT_CHECKER)
+    for piece in _schema_pieces(schema):
+        for error in checker.iter_errors(piece):
+            return jexc.SchemaError.create_from(error)
     return None
+
+
+# The meta-schema pass recurses about ten Python frames per schema level, so a schema a few hundred levels deep (the
+# JSON parser takes ~1000) would end it with RecursionError. Subschemas are checked against the meta-schema on
+# their own, wherever they sit, so a deep schema is checked as pieces: each no deeper than _META_PIECE_DEPTH levels,
+# a deeper subschema replaced by {} (a schema in every draft) and checked as the next piece.
+_META_PIECE_DEPTH = 16
+_ONE_SCHEMA = frozenset(
+    ("items", "additionalItems", "additionalProperties", "not", "if", "then", "else", "contains", "propertyNames")
+    + ("unevaluatedProperties", "unevaluatedItems")
+)
+_SCHEMA_LISTS = frozenset(("allOf", "anyOf", "oneOf", "prefixItems", "items"))
+
+
+def _schema_pieces(schema: Any) -> Iterator[Any]:
+    """``schema`` cut for the meta-schema pass (above): the whole when it is shallow, else its pieces in turn."""
+    pending = [schema]
+    while pending:
+        yield _cut_schema(pending.pop(), 0, pending)
+
+
+def _cut_schema(schema: Any, level: int, cut: list[Any]) -> Any:
+    if not isinstance(schema, dict):
+        return schema
+    if level >= _META_PIECE_DEPTH:
+        cut.append(schema)
+        return {}
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key in _SCHEMA_MAPS and isinstance(value, dict):
+            out[key] = {name: _cut_schema(sub, level + 1, cut) for name, sub in value.items()}
+        elif key in _ONE_SCHEMA and isinstance(value, dict):
+            out[key] = _cut_schema(value, level + 1, cut)
+        elif key in _SCHEMA_LISTS and isinstance(value, list):
+            out[key] = [_cut_schema(sub, level + 1, cut) for sub in value]
+        else:
+            out[key] = value
+    return out
 
 
 _META_CHECKED: dict[str, tuple[Any]] = {}  # SHA-256 of the schema text -> (its SchemaError or None), for _check_schema
@@ -7640,6 +7817,9 @@ def _keep_resolver(state: Any, schema: dict[str, Any], cls: Any, resolver_class:
 # a problem to report, a keyword it does not know, a value jsonschema could choke on — goes to jsonschema as
 # before, so every outcome (problems, messages, scope, notes) is the one jsonschema gives
 # (tests/unit/test_validation_differential.py compares the two over the fuzz corpus).
+
+# -- 8.6 validation: the quick path, problems worded, validate_arguments -----------------------------------------------
+
 _QUICK_DIALECTS = {  # $schema -> its dialect in jsonschema 4.17.3 (no $schema: the latest, draft 2020-12)
     "https://json-schema.org/draft/2020-12/schema": "draft2020-12",
     "https://json-schema.org/draft/2020-12/schema#": "draft2020-12",
@@ -7893,7 +8073,11 @@ def _schema_problems(
         ) from None
     except (_NotLocal, McpTimeoutError):
         raise
-    except (Exception, RecursionError) as exc:  # a validator bug or an exotic keyword must not crash the call
+    except RecursionError:  # the arguments (with their schema) deeper than jsonschema recurses
+        raise _NotLocal(
+            "the arguments and their schema are nested too deeply to check locally (Python's recursion limit)"
+        ) from None
+    except Exception as exc:  # a validator bug or an exotic keyword must not crash the call
         raise _NotLocal(f"local validation failed ({type(exc).__name__})") from None
     finally:
         state.budget = previous
@@ -11602,6 +11786,7 @@ class _Expander:
 
     def __init__(self, root: Any) -> None:
         self.root = root
+        self.work = SchemaWork()  # one budget for the whole tool: references it uses again are followed once
         self.nodes = 0
         self.cut: list[str] = []  # why parts were left open (recursion, depth, unresolvable $ref)
 
@@ -11625,7 +11810,9 @@ class _Expander:
                 else f"nested deeper than {_SHAPE_DEPTH} levels: not described",
             )
         if not schema.keys().isdisjoint(_INLINED_KEYWORDS):
-            resolved, why = resolve_schema(schema, self.root)
+            resolved, why = resolve_schema(schema, self.root, work=self.work)
+            if self.work.too_large:  # no family can take a part this large: the tool is not described
+                raise _Unfit(f"not described: {self.work.too_large}")
             if why:
                 return self.open(schema, f"not described: {why}")
             schema = resolved if isinstance(resolved, dict) else {}
@@ -11925,11 +12112,11 @@ def build_definitions(tool: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str
     return shaped, reasons
 
 
-def _argument_shapes(schema: Any, root: Any, kind: str, depth: int = 0) -> list[dict[str, Any]]:
+def _argument_shapes(schema: Any, root: Any, kind: str, work: SchemaWork, depth: int = 0) -> list[dict[str, Any]]:
     """The (resolved) schemas an object (``kind``) or array value may match: ``schema`` itself when it describes
     one, and its ``anyOf``/``oneOf`` branches that admit that kind."""
     if isinstance(schema, dict) and not schema.keys().isdisjoint(_INLINED_KEYWORDS):
-        schema, _ = resolve_schema(schema, root)
+        schema, _ = resolve_schema(schema, root, work=work)
     if not isinstance(schema, dict) or depth > REF_DEPTH_LIMIT:
         return []
     key = "properties" if kind == "object" else "items"
@@ -11937,48 +12124,52 @@ def _argument_shapes(schema: Any, root: Any, kind: str, depth: int = 0) -> list[
     branches = schema.get("anyOf", schema.get("oneOf"))
     for branch in branches if isinstance(branches, list) else []:
         if isinstance(branch, dict) and kind in (json_member_types(branch) or [kind]):
-            found += _argument_shapes(branch, root, kind, depth + 1)
+            found += _argument_shapes(branch, root, kind, work, depth + 1)
     return found
 
 
-def _excludes_null(schema: Any, root: Any) -> bool:
-    resolved, _ = resolve_schema(schema, root) if isinstance(schema, dict) else (schema, "")
+def _excludes_null(schema: Any, root: Any, work: SchemaWork) -> bool:
+    resolved, _ = resolve_schema(schema, root, work=work) if isinstance(schema, dict) else (schema, "")
     types = json_member_types(resolved)
     return bool(types) and "null" not in types
 
 
-def build_call_arguments(schema: Any, arguments: Any, root: Any = None) -> Any:
+def build_call_arguments(
+    schema: Any, arguments: Any, root: Any = None, *, deadline: Deadline | None = None, work: SchemaWork | None = None
+) -> Any:
     """``arguments`` without the nulls a strict-mode model sends for fields the original ``schema`` makes
     optional and not nullable (the field left out, as the server's schema means it); nothing else changed. For a
     tool with a strict definition only (``do_call_tool``; docs/contract.md §11.2).
     Follows ``properties`` and ``items`` through local references and the ``anyOf``/``oneOf`` branches that
     admit the value (a null is left out when no branch requires that field or admits null for it); the input
-    is never modified."""
+    is never modified. Bounded like ``resolve_schema`` (one ``SchemaWork`` for the call, checking ``deadline``):
+    a part too large to follow drops nothing."""
     root = schema if root is None else root
+    work = SchemaWork(deadline) if work is None else work
     if isinstance(arguments, dict):
-        shapes = _argument_shapes(schema, root, "object")
+        shapes = _argument_shapes(schema, root, "object", work)
         out = None
         for name, value in arguments.items():
             declaring = [s["properties"][name] for s in shapes if name in s["properties"]]
             if value is None:
                 if (
                     declaring
-                    and all(_excludes_null(sub, root) for sub in declaring)
+                    and all(_excludes_null(sub, root, work) for sub in declaring)
                     and not any(name in _schema_list(s, "required") for s in shapes)
                 ):
                     out = dict(arguments) if out is None else out
                     del out[name]
             elif isinstance(value, (dict, list)) and len(declaring) == 1:
-                new = build_call_arguments(declaring[0], value, root)
+                new = build_call_arguments(declaring[0], value, root, work=work)
                 if new is not value:
                     out = dict(arguments) if out is None else out
                     out[name] = new
         return arguments if out is None else out
     if isinstance(arguments, list):
-        shapes = [s for s in _argument_shapes(schema, root, "array") if isinstance(s.get("items"), dict)]
+        shapes = [s for s in _argument_shapes(schema, root, "array", work) if isinstance(s.get("items"), dict)]
         if len(shapes) != 1:
             return arguments
-        items = [build_call_arguments(shapes[0]["items"], v, root) for v in arguments]
+        items = [build_call_arguments(shapes[0]["items"], v, root, work=work) for v in arguments]
         return items if any(a is not b for a, b in zip(items, arguments)) else arguments
     return arguments
 
@@ -12857,14 +13048,15 @@ class Actions:
                 f"server {server_name!r} has no tool {_clip(repr(tool_name), 80)}",
                 details={"server_name": server_name, "tool_name": tool_name},
             )
-        # a strict-mode null for a field the server's schema makes optional and not nullable: left out, only for a
-        # tool listed with a strict definition (the one that made such fields nullable); elsewhere a null stays and
-        # the validation below refuses it, so the model learns its mistake (§11.2)
-        index = next(i for i, t in enumerate(tools) if t is tool)
-        if "function_strict" in self.catalogues.shaped(command, row, tools)[index][0]:
-            arguments = build_call_arguments(tool.get("inputSchema"), arguments)
         try:  # bounded by the command's own deadline, like every later step (docs/contract.md §11)
-            validate_arguments(tool, arguments, deadline=Deadline(_time_left(command, timeout)))
+            deadline = Deadline(_time_left(command, timeout))
+            # a strict-mode null for a field the server's schema makes optional and not nullable: left out, only for
+            # a tool listed with a strict definition (the one that made such fields nullable); elsewhere a null stays
+            # and the validation below refuses it, so the model learns its mistake (§11.2)
+            index = next(i for i, t in enumerate(tools) if t is tool)
+            if "function_strict" in self.catalogues.shaped(command, row, tools)[index][0]:
+                arguments = build_call_arguments(tool.get("inputSchema"), arguments, deadline=deadline)
+            validate_arguments(tool, arguments, deadline=deadline)
         except InvalidArgumentsError as exc:
             self.events.emit("tool.rejected", **base, error_code=exc.code)
             raise _platform_error(exc) from None
@@ -14958,7 +15150,7 @@ def run_warm_client(inv: Invocation, envr: Environment, log: Log, seconds: float
         return None
     finally:
         place.close()
-    sock.settimeout(timeout + _WARM_RELAY_SLACK)  # the command ends within its --timeout: a silent process is dead
+    sock.settimeout(timeout + _WARM_RELAY_SLACK)  # the command ends within its --timeout: a silent process is stuck
     return _warm_relay(sock, inv, envr, log)
 
 
@@ -15000,11 +15192,13 @@ def ask_warm_completion(inv: Invocation, envr: Environment) -> str | None:
 
 def _warm_relay(sock: Any, inv: Invocation, envr: Environment, log: Log) -> int:
     """Print the process's frames as they come; Ctrl-C is forwarded once (the call is cancelled on the wire
-    there), a second one leaves at once. A process that dies mid-command: ``mcp_connection_error``, never a retry."""
+    there), a second one leaves at once. A process that dies mid-command: ``mcp_connection_error``, never a retry;
+    one that is alive but sends nothing past the command's --timeout (busy): ``mcp_timeout``, its command cancelled."""
     import json
 
     stage: str | None = None
-    call_sent = interrupted = False
+    call_sent = interrupted = silent = False
+    waited = sock.gettimeout() or 0.0  # how long a silence lasts before it counts
     try:
         while True:
             try:
@@ -15019,6 +15213,9 @@ def _warm_relay(sock: Any, inv: Invocation, envr: Environment, log: Log) -> int:
                 except OSError:
                     pass
                 continue
+            except TimeoutError:  # the socket is open, so the process lives: it is busy, not ended
+                silent = True
+                frame = None
             except OSError:
                 frame = None
             if frame is None:
@@ -15035,11 +15232,30 @@ def _warm_relay(sock: Any, inv: Invocation, envr: Environment, log: Log) -> int:
                 call_sent = call_sent or stage == "call"
             elif kind == b"X":
                 return int(json.loads(payload)["status"])
+        if silent:
+            try:
+                send_frame(sock, b"C")  # cancel the command there, as a Ctrl-C would
+            except OSError:
+                pass
     finally:
         sock.close()
     details: dict[str, Any] = {"outcome": "unknown" if call_sent else "not_sent"}
     if stage:
         details["stage"] = stage
+    data = {"server": inv.server} if inv.tool is None else {"server": inv.server, "tool": inv.tool}
+    if silent:
+        error: BkmcpError = McpTimeoutError(
+            "the background bkmcp process (--keep-alive) is still running but sent nothing for "
+            f"{format_duration(waited)}, past the command's --timeout"
+            + (": tools/call had been sent, so the call may or may not have run" if call_sent else ""),
+            hint="check whether the tool ran before calling it again (bkmcp never resends a call); "
+            "bkmcp --sessions --stop ends a process that stays busy"
+            if call_sent
+            else "run the command again; bkmcp --sessions --stop ends a process that stays busy",
+            details=details,
+            data=data,
+        )
+        return _report_error(error, envr, log)
     error = ConnectionFailedError(
         "the background bkmcp process (--keep-alive) ended during the command"
         + (": tools/call had been sent, so the call may or may not have run" if call_sent else ""),

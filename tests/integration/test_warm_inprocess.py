@@ -327,6 +327,31 @@ def test_a_process_that_dies_mid_command_is_reported_with_its_outcome(stages, ou
     assert json.loads(out.getvalue())["data"] == {"server": "srv", "tool": "tool"}
 
 
+@pytest.mark.parametrize(("stages", "outcome"), [([b"negotiate", b"call"], "unknown"), ([b"discover"], "not_sent")])
+def test_a_live_process_that_stays_silent_is_a_timeout_never_ended(stages, outcome):
+    """Issue 36 item 1: a background process that is alive and busy (its socket open, no frame past the client's
+    wait) is reported ``mcp_timeout`` with the call's outcome, and is sent a cancel; "ended" is only said of a
+    process whose socket closed (above)."""
+    import socket
+
+    ours, theirs = socket.socketpair()
+    try:
+        for stage in stages:
+            bkmcp.send_frame(theirs, b"S", stage)
+        ours.settimeout(0.3)  # the client's wait: --timeout plus its slack
+        out, err = io.StringIO(), io.StringIO()
+        envr = bkmcp.Environment(stdin=io.StringIO(), stdout=out, stderr=err, env={}, cwd="/")
+        inv = bkmcp.parse_argv(["srv", "tool", "--keep-alive"])
+        status = bkmcp._warm_relay(ours, inv, envr, bkmcp.Log(err))
+        error = json.loads(out.getvalue())["error"]
+        assert status == 2 and error["code"] == "mcp_timeout" and error["outcome"] == outcome, error
+        assert "still running" in error["message"] and "ended" not in error["message"]
+        theirs.settimeout(5)
+        assert bkmcp.recv_frame(theirs) == (b"C", b"")  # the busy command is cancelled there
+    finally:
+        theirs.close()
+
+
 MOCK = ROOT / "mock_server" / "mcp_mock.py"
 
 

@@ -250,6 +250,78 @@ def test_p05_a_ref_chain_longer_than_the_limit_is_body_only() -> None:
     assert short.flags["p"].kind == "string"
 
 
+def _fan_defs(depth: int, width: int = 30) -> dict[str, Any]:
+    defs: dict[str, Any] = {"L0": {"type": "string"}}
+    for i in range(1, depth + 1):
+        defs[f"L{i}"] = {"anyOf": [{"$ref": f"#/$defs/L{i - 1}"}] * width}
+    return defs
+
+
+def test_the_resolver_shares_what_it_follows_again_and_stops_at_its_node_budget() -> None:
+    """Issue 36 item 1: a reference used many times is followed once per (node, chain, depth) — the 30 branches
+    of a level are the same object, not 30 copies — and each step of the operation is counted; a union that
+    written out would exceed RESOLVE_NODE_LIMIT is "too large to type" after a handful of steps, whatever its
+    width^depth, and the operation's SchemaWork says so (the resident's shaping reads it)."""
+    from bkmcp import RESOLVE_NODE_LIMIT, SchemaWork, resolve_schema
+
+    root = {"$defs": _fan_defs(2)}  # 30 x 30 = 900 leaves: within the budget, typed
+    work = SchemaWork()
+    resolved, why = resolve_schema({"$ref": "#/$defs/L2"}, root, work=work)
+    assert why == "" and len(resolved["anyOf"]) == 30 and len(resolved["anyOf"][0]["anyOf"]) == 30
+    assert all(branch is resolved["anyOf"][0] for branch in resolved["anyOf"])  # shared, not copied
+    assert resolved["anyOf"][0]["anyOf"][0] == {"type": "string"}
+    assert work.steps <= 10 and work.too_large == ""
+
+    for depth in (3, 5, 6, 12):
+        root = {"$defs": _fan_defs(depth)}
+        work = SchemaWork()
+        resolved, why = resolve_schema({"$ref": f"#/$defs/L{depth}"}, root, work=work)
+        assert resolved is None and why.startswith("its schema is too large to type"), why
+        assert str(RESOLVE_NODE_LIMIT) in why and work.too_large == why
+        assert work.steps <= 3 * depth + 3, work.steps  # one step per level and reference, not width^depth
+
+
+def test_the_resolver_checks_the_operations_deadline() -> None:
+    """A spent deadline stops resolution with mcp_timeout at its first step (the call path's bound)."""
+    from bkmcp import Deadline, McpTimeoutError, SchemaWork, resolve_schema
+
+    spent = Deadline(1.0, clock=iter([0.0, 5.0, 5.0, 5.0]).__next__)
+    with pytest.raises(McpTimeoutError):
+        resolve_schema({"$ref": "#/$defs/L2"}, {"$defs": _fan_defs(2)}, work=SchemaWork(spent))
+
+
+def test_a_result_is_shared_across_chains_and_a_step_budget_bounds_one_operation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Distinct chains do not defeat sharing: each level's two branches reach the next through different
+    references, and each property through its own wrapper (2^10 paths per property, 40 properties), yet a node is
+    followed once per depth (a result holds for every chain that holds none of the references it followed), so the
+    whole tool takes a few dozen steps and every property is typed. The steps of one operation are still counted:
+    past RESOLVE_STEP_LIMIT (made small here) the remaining properties are "too large to type", and a plain
+    property keeps its flag."""
+    from bkmcp import SchemaWork
+
+    defs: dict[str, Any] = {"A0": {"type": "string"}, "B0": {"type": "string"}}
+    for i in range(1, 10):
+        pair = {"anyOf": [{"$ref": f"#/$defs/A{i - 1}"}, {"$ref": f"#/$defs/B{i - 1}"}]}
+        defs[f"A{i}"], defs[f"B{i}"] = pair, dict(pair)
+    defs |= {f"W{k}": {"$ref": "#/$defs/A9"} for k in range(40)}
+    properties = {f"p{k}": {"$ref": f"#/$defs/W{k}"} for k in range(40)} | {"q": {"type": "integer"}}
+    tool = make_tool(properties, **{"$defs": defs})
+    work = SchemaWork()
+    for k in range(40):
+        resolved, why = bkmcp.resolve_schema({"$ref": f"#/$defs/W{k}"}, tool["inputSchema"], work=work)
+        assert why == "" and len(resolved["anyOf"]) == 2
+    assert work.steps < 200, work.steps
+    mapped = build_tool_flags(tool)
+    assert all(mapped.flags[f"p{k}"].kind == "json" for k in range(40)) and mapped.flags["q"].kind == "integer"
+
+    monkeypatch.setattr(bkmcp, "RESOLVE_STEP_LIMIT", 60)
+    mapped = build_tool_flags(tool)
+    assert mapped.flags["p0"].kind == "json" and mapped.flags["q"].kind == "integer"
+    assert "too large to type" in mapped.body_only["p39"].reason and "more than 60" in mapped.body_only["p39"].reason
+
+
 # FastMCP / the SDK's MCPServer (mcp 2.3.0, .venv-sdk): the inputSchema of
 #   @mcp.tool() def name_shrimp(tank: Tank, color: Color, extra: Optional[Tank] = None,
 #                               names: list[str] | None = None)
@@ -874,6 +946,76 @@ def test_p05_remote_ref_never_fetched(monkeypatch: pytest.MonkeyPatch) -> None:
         validate_arguments(tool, {"n": "x"})
     assert info.value.details["validation"] == "basic"
     assert "required fields, types and enum only" in (info.value.hint or "")
+
+
+@pytest.mark.parametrize(
+    ("schema", "instance"),
+    [
+        ({"anyOf": [{"type": "string"}, {"type": "integer"}]}, None),
+        ({"anyOf": [{"anyOf": [{"const": i}, {"const": -i}]} for i in range(1, 20)]}, 0),
+        ({"oneOf": [{"type": "integer"}, {"minimum": 0}, {"type": "number"}]}, 3),
+        ({"oneOf": [{"type": "integer"}, {"type": "string"}]}, None),
+        ({"oneOf": [{"type": "integer"}, {"type": "string"}]}, 1),
+    ],
+)
+def test_union_keywords_answer_as_jsonschema_with_a_short_context(schema: dict[str, Any], instance: Any) -> None:
+    """Issue 36 item 1: bkmcp's anyOf/oneOf give jsonschema's errors (message, path, keyword) but keep at most
+    _CONTEXT_KEPT branch errors each (jsonschema keeps all: width^depth for a union of unions)."""
+    import jsonschema
+
+    cls, _resolver = bkmcp._validator_class(schema)
+    ours = list(cls(schema).iter_errors(instance))
+    theirs = list(jsonschema.Draft202012Validator(schema).iter_errors(instance))
+    assert [(e.message, e.validator, list(e.path)) for e in ours] == [
+        (e.message, e.validator, list(e.path)) for e in theirs
+    ]
+    assert all(len(e.context) <= bkmcp._CONTEXT_KEPT for e in ours)
+    assert len(ours) != 1 or not theirs[0].context or ours[0].context[0].message == theirs[0].context[0].message
+
+
+def _deep_tool(levels: int, leaf: Any = None) -> dict[str, Any]:
+    """``$.a.b`` an integer beside ``$.a.deep``, a chain of ``levels`` nested object properties ending in ``leaf``."""
+    node: Any = {"type": "string"} if leaf is None else leaf
+    for i in range(levels):
+        node = {"type": "object", "properties": {f"n{i}": node}}
+    return make_tool({"a": {"type": "object", "properties": {"b": {"type": "integer"}, "deep": node}}})
+
+
+@pytest.mark.parametrize("levels", [150, 450])
+def test_a_wrong_type_near_the_top_of_a_deep_schema_is_refused_locally(levels: int) -> None:
+    """Issue 36 item 7: a schema nested as deep as bkmcp parses (450 property levels: ~900 JSON levels) is checked
+    in full; before, past ~100 levels the meta-schema pass hit Python's recursion limit (and past 200 the remote
+    $ref scan gave up), so the wrong type at depth 2 fell to the basic rules and was sent."""
+    tool = _deep_tool(levels)
+    with pytest.raises(InvalidArgumentsError) as info:
+        validate_arguments(tool, {"a": {"b": "text"}})
+    assert info.value.details["validation"] == "full"
+    assert info.value.details["problems"] == [{"path": "$.a.b", "message": "expected integer, got string"}]
+    assert validate_arguments(tool, {"a": {"b": 1}}) == bkmcp.ArgumentCheck("full")
+
+
+def test_a_deep_schema_is_still_checked_against_its_meta_schema_and_its_deep_remote_ref_named() -> None:
+    """The meta-schema check reaches the bottom of a deep schema (an invalid ``type`` 300 levels down: the problem
+    is not reported, the basic rules say why), and a remote $ref that deep is named as such — never a sentence about
+    depth in its place."""
+    broken = validate_arguments(_deep_tool(300, {"type": 5}), {"a": {"b": "text"}, "x": 1})
+    assert broken.scope == "basic" and "not a valid JSON Schema" in broken.notes[0], broken.notes
+    remote = validate_arguments(_deep_tool(300, {"$ref": "https://example.com/leaf.json"}), {"a": {"b": 1}})
+    assert remote.notes == ("the schema references https://example.com/leaf.json, which is never fetched",)
+
+
+def test_arguments_deeper_than_the_validator_recurses_are_said_in_the_right_words() -> None:
+    """Beyond what jsonschema recurses (Python's recursion limit), the -v sentence says so: the arguments are nested
+    too deeply to check locally; it never speaks of a reference."""
+    tool = make_tool(
+        {"t": {"$ref": "#/$defs/n"}}, **{"$defs": {"n": {"type": "array", "items": {"$ref": "#/$defs/n"}}}}
+    )
+    value: Any = []
+    for _ in range(sys.getrecursionlimit() // 2):
+        value = [value]
+    check = validate_arguments(tool, {"t": value})
+    assert check.scope == "basic" and "nested too deeply to check locally" in check.notes[0], check.notes
+    assert "references" not in check.describe()
 
 
 def test_p05_remote_ref_via_id_refused(monkeypatch: pytest.MonkeyPatch) -> None:
