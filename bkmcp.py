@@ -4310,7 +4310,7 @@ class _GroupWatchdog:
 
     _lock = _thread.allocate_lock()
     _write_end: int | None = None
-    _pid: int | None = None
+    _proc: Any = None  # its Popen: polled (and so reaped) only through it, never by a bare waitpid on a reusable pid
     _started = False
     _groups: set[int] = set()
 
@@ -4321,12 +4321,12 @@ class _GroupWatchdog:
         watchdog's write end stays open: a hook made before may still write to it (an error there is harmless,
         a reused descriptor number would not be)."""
         with cls._lock:
-            if cls._pid is not None and _process_ended(cls._pid):
+            if cls._proc is not None and cls._proc.poll() is not None:
                 cls._started = False
             if not cls._started:
                 cls._started = True
                 started = cls._start()
-                cls._pid, cls._write_end = started if started is not None else (None, None)
+                cls._proc, cls._write_end = started if started is not None else (None, None)
                 if cls._groups:
                     cls._send(b"".join(b"+%d\n" % group for group in cls._groups))
             return cls._write_end
@@ -4348,29 +4348,30 @@ class _GroupWatchdog:
             cls._send(b"+%d\n" % pgid)
 
     @staticmethod
-    def _start() -> tuple[int, int] | None:
-        """A new watchdog: (its pid, the write end of its pipe)."""
+    def _start() -> tuple[Any, int] | None:
+        """A new watchdog: (its Popen, the write end of its pipe). It starts with 0, 1 and 2 open and nothing else
+        (``close_fds``): a descriptor bkmcp inherited (a caller's lock, a pipe) is never held for its life."""
+        import subprocess
+
         if not sys.executable:  # pragma: no cover - an embedded interpreter
             return None
         read_end, write_end = os.pipe()  # both close-on-exec: no other child holds the write end past its exec
         try:
-            pid = os.posix_spawn(
-                sys.executable,
+            proc = subprocess.Popen(
                 [sys.executable, "-I", "-S", "-c", _WATCHDOG_PROGRAM],
-                {},
-                file_actions=[
-                    (os.POSIX_SPAWN_DUP2, read_end, 0),
-                    (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
-                    (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
-                ],
-                setsid=True,  # a terminal's signals to bkmcp's group do not reach it
+                stdin=read_end,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env={},
+                close_fds=True,
+                start_new_session=True,  # a terminal's signals to bkmcp's group do not reach it
             )
         except OSError:  # pragma: no cover - no process to be had: PR_SET_PDEATHSIG still covers the direct child
             os.close(write_end)
             return None
         finally:
             os.close(read_end)
-        return pid, write_end
+        return proc, write_end
 
     @classmethod
     def forget(cls, pgid: int) -> None:
@@ -4378,14 +4379,6 @@ class _GroupWatchdog:
         with cls._lock:
             cls._groups.discard(pgid)
             cls._send(b"-%d\n" % pgid)
-
-
-def _process_ended(pid: int) -> bool:
-    """Whether our child ``pid`` ended (reaping it)."""
-    try:
-        return os.waitpid(pid, os.WNOHANG)[0] != 0
-    except ChildProcessError:  # reaped elsewhere
-        return True
 
 
 def _die_with_parent_hook() -> Callable[[], None] | None:
@@ -14015,26 +14008,27 @@ def build_warm_process_env(env: Mapping[str, str]) -> dict[str, str]:
 def _warm_spawn(place: WarmPlace, artifact: str) -> None:
     """Start the background process, detached (its own session, reparented at once: never a zombie of ours). It
     gets the folder's descriptor (its argv names the number) and, as its stderr, the size-bounded log."""
+    import subprocess
+
     log = place.open(_WARM_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     try:
         if os.fstat(log).st_size > _WARM_LOG_LIMIT:
             os.ftruncate(log, 0)
         argv = [sys.executable, artifact, _WARM_DAEMON, place.path, str(place.fd)]
         # sh starts it in the background and exits: the process is then init's child, not ours (and PWD, which sh
-        # sets, is the client's directory: not the process's to keep)
+        # sets, is the client's directory: not the process's to keep). It gets 0, 1, 2 and the folder and nothing
+        # else (``close_fds``): a descriptor the client inherited (a caller's flock, a pipe) is not held for its life.
         shell = ["/bin/sh", "-c", 'unset PWD OLDPWD; exec "$@" </dev/null >/dev/null &', "sh", *argv]
-        os.set_inheritable(place.fd, True)
-        try:
-            pid = os.posix_spawn(
-                "/bin/sh",
-                shell,
-                build_warm_process_env(os.environ),
-                file_actions=[(os.POSIX_SPAWN_DUP2, log, 2)],
-                setsid=True,
-            )
-        finally:
-            os.set_inheritable(place.fd, False)
-        os.waitpid(pid, 0)
+        subprocess.Popen(
+            shell,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            env=build_warm_process_env(os.environ),
+            close_fds=True,
+            pass_fds=(place.fd,),
+            start_new_session=True,
+        ).wait()
     finally:
         os.close(log)
 
