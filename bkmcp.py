@@ -2228,6 +2228,63 @@ def decode_messages(text: str | bytes) -> list[Message]:
     return [parse_message(value)]
 
 
+_ENVELOPE_TOKEN = _lazy_re(r'"(?:[^"\\]|\\.)*"|[{}\[\]:,]|[^\s"{}\[\]:,]+')
+_ENVELOPE_TOKENS = 4_000_000  # tokens of an unreadable line looked at to find its id (the rest is never the envelope)
+_TRAILING_ID = _lazy_re(r'"id"\s*:\s*(-?[0-9]+|"(?:[^"\\]|\\.)*")\s*}\s*$')
+
+
+def parse_rpc_envelope(text: str) -> tuple[bool, Any]:
+    """What can be told of a line that is too deep (or too long: ``text`` is then its head) to parse: whether it is
+    a JSON-RPC response — an object whose top level has ``"jsonrpc"`` and no ``"method"`` — and the id at its top
+    level (None when there is none, or it lies past ``_ENVELOPE_TOKENS``). A scan of the top level only: no
+    recursion."""
+    if not text.lstrip(_JSON_SPACE).startswith("{"):
+        return False, None
+    depth, expect_key, key, value_of = 0, False, None, None
+    keys: set[str] = set()
+    found = None
+    for count, match in enumerate(_ENVELOPE_TOKEN.finditer(text)):
+        token = match.group()
+        if count >= _ENVELOPE_TOKENS:
+            break
+        if token in "{[":
+            depth += 1
+            expect_key, value_of = depth == 1, None
+        elif token in "}]":
+            depth -= 1
+            if depth <= 0:
+                break
+        elif depth != 1:
+            continue
+        elif token == ",":
+            expect_key = True
+        elif token == ":":
+            value_of, key = key, None
+        elif expect_key and token.startswith('"'):
+            key, expect_key = token[1:-1], False
+            keys.add(key)
+        elif value_of == "id":
+            try:
+                found = parse_json(token)
+            except JsonInputError:
+                found = None
+            value_of = None
+    shaped = "jsonrpc" in keys and "method" not in keys
+    return shaped, found if shaped and _is_rpc_id(found) else None
+
+
+def parse_trailing_id(text: str) -> Any:
+    """The id a too-long line's last bytes end with (``…,"id":4}``: the TypeScript SDK writes it last), or None."""
+    match = _TRAILING_ID.search(text)
+    if match is None:
+        return None
+    try:
+        found = parse_json(match.group(1))
+    except JsonInputError:
+        return None
+    return found if _is_rpc_id(found) else None
+
+
 def _json_kind(value: Any) -> str:
     """``json_type`` with its article, for messages: "an object", "a number", "null"."""
     kind = json_type(value)
@@ -2348,7 +2405,7 @@ class SseDecoder:
 # -- request building ----------------------------------------------------------------------------------
 
 
-def build_request(request_id: int, method: str, params: dict[str, Any] | None, rules: EraRules) -> dict[str, Any]:
+def build_request(request_id: Any, method: str, params: dict[str, Any] | None, rules: EraRules) -> dict[str, Any]:
     """A JSON-RPC request; modern requests carry the per-request ``_meta`` keys (docs/protocol.md §3.1)."""
     return {"jsonrpc": "2.0", "id": request_id, **build_notification(method, params, rules)}
 
@@ -2697,11 +2754,27 @@ class Declined:
 
 @dataclass(frozen=True)
 class Stray:
-    """A response that answers no request in flight: an unknown id, or a second answer for one id."""
+    """A response that answers no request in flight: ``why`` is ``duplicate`` (a second answer for an id already
+    answered), ``late`` (for a request that ended without one: a timeout, a cancellation), ``unknown`` (an id
+    never sent) or ``null_id`` (an error with a null id that no response stream carried)."""
 
     message: Message
-    duplicate: bool
+    why: str
     related: Any = None
+
+    @property
+    def duplicate(self) -> bool:
+        return self.why == "duplicate"
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A line that is a JSON-RPC answer to ``request_id`` (its envelope says so) but cannot be parsed: ``why`` says
+    what is wrong (nested too deep, too long), ``reason`` is the stable ``details.reason``."""
+
+    request_id: Any
+    why: str
+    reason: str
 
 
 def _id_key(request_id: Any) -> tuple[type, Any]:
@@ -2709,6 +2782,13 @@ def _id_key(request_id: Any) -> tuple[type, Any]:
 
 
 _ANSWERED_KEPT = 4096  # recently answered ids remembered to recognise a second answer for one id
+
+
+def random_first_id() -> int:
+    """A session's first request id when nothing but the id ties an answer to its request (stdio, whose stdout a
+    server may also print fetched text on: docs/contract.md §9): a random integer below 2**53 (exact in every
+    JSON parser, JavaScript's included), so no line of that text can guess it; the ids then count up from it."""
+    return 1 + int.from_bytes(os.urandom(7), "big") % (2**52)
 
 
 class ClientSession:
@@ -2720,23 +2800,24 @@ class ClientSession:
     that ended without an answer (timeout, cancellation, broken transport). The matching rule, in one place:
       - a result or error whose id is in flight answers that request, once; a second answer for an id already
         answered, or an answer for an id never sent, is a ``Stray`` (never guessed, never delivered);
-      - an error with a null id answers the request whose response stream carried it (``related``), else the
-        only request in flight, else it is a ``Stray``;
+      - an error with a null id answers the request whose response stream carried it (``related``: HTTP), else it
+        is a ``Stray`` — never the only request in flight, which a line of a server's stdout could then fail;
       - a server ``ping`` is answered ``{}``; any other server request ``-32601`` (and reported as ``Declined``).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, first_id: int = 1) -> None:
         self.rules: EraRules | None = None
         self.session_id: str | None = None
         self.server_info: dict[str, Any] = {}
         self.capabilities: dict[str, Any] = {}
         self.instructions: str | None = None
         self.tools_stale = False
-        self._next_id = 0
+        self._next_id = first_id - 1
         self._pending: dict[tuple[type, Any], str] = {}  # id key -> method
         import collections
 
-        self._answered: collections.OrderedDict[tuple[type, Any], None] = collections.OrderedDict()
+        # id key -> True when it was answered, False when its request ended without an answer (``forget``)
+        self._answered: collections.OrderedDict[tuple[type, Any], bool] = collections.OrderedDict()
 
     @property
     def era(self) -> str | None:
@@ -2763,7 +2844,7 @@ class ClientSession:
         """The request ended without an answer; a late answer for it becomes a ``Stray``."""
         key = _id_key(request_id)
         if self._pending.pop(key, None) is not None:
-            self._remember(key)
+            self._remember(key, answered=False)
 
     def in_flight(self) -> list[Any]:
         return [value for _kind, value in self._pending]
@@ -2776,16 +2857,16 @@ class ClientSession:
             target = message.id
             if target is None:  # only errors may carry a null id (parse_message)
                 target = related if related is not None and _id_key(related) in self._pending else None
-                if target is None and len(self._pending) == 1:
-                    target = self.in_flight()[0]
                 if target is None:
-                    return [Stray(message, duplicate=False, related=related)]
+                    return [Stray(message, "null_id", related=related)]
             key = _id_key(target)
             if key in self._pending:
                 del self._pending[key]
-                self._remember(key)
+                self._remember(key, answered=True)
                 return [Answered(target, message)]
-            return [Stray(message, duplicate=key in self._answered, related=related)]
+            seen = self._answered.get(key)
+            why = "unknown" if seen is None else "duplicate" if seen else "late"
+            return [Stray(message, why, related=related)]
         if message.kind == "notification":
             if message.method == "notifications/tools/list_changed":
                 self.tools_stale = True
@@ -2797,8 +2878,8 @@ class ClientSession:
             Declined(str(message.method), related),
         ]
 
-    def _remember(self, key: tuple[type, Any]) -> None:
-        self._answered[key] = None
+    def _remember(self, key: tuple[type, Any], *, answered: bool) -> None:
+        self._answered[key] = answered
         if len(self._answered) > _ANSWERED_KEPT:
             self._answered.popitem(last=False)
 
@@ -3148,8 +3229,10 @@ def build_task_refusal(tool: Mapping[str, Any], server_name: str) -> CapabilityU
 # A transport moves section-5 messages and decides nothing about eras or matching. The seam (``Transport``):
 #   ``attach(deliver, lost, answer_headers)``  ``deliver(message, related) -> bool`` takes every incoming message
 #       (True once ``related``, the request whose stream carried it, has been answered); ``lost()`` says a shared
-#       stream died (every request in flight on it failed); ``answer_headers(method, headers)`` gets the HTTP
-#       headers of each answer to a request (the session core decides what they issue: the session id).
+#       stream died (every request in flight on it failed), ``lost(Unreadable(id, why, reason))`` that one answer
+#       on it could not be read (too deep, too long: that request fails at once); ``answer_headers(method,
+#       headers)`` gets the HTTP headers of each answer to a request (the session core decides what they issue:
+#       the session id).
 #   ``send(outgoing)``  one request, notification or response (an ``Outgoing``: the message and what sending it
 #       needs, the session id the caller holds included). Over HTTP the answer's stream is read in the caller's
 #       thread and handed to ``deliver`` before ``send`` returns (concurrent callers: concurrent POSTs on one
@@ -3170,6 +3253,7 @@ if TYPE_CHECKING:
     from typing import Protocol
 
     Deliver = Callable[[Message, Any], bool]  # deliver(message, related) -> the related request is answered
+    Lost = Callable[..., None]  # lost(): the shared stream ended; lost(Unreadable(...)): one answer on it is unreadable
     AnswerHeaders = Callable[[str, Mapping[str, str]], None]  # answer_headers(method, headers)
 else:
     Protocol = object
@@ -3206,7 +3290,7 @@ class Transport(Protocol):
     @property
     def exit_status(self) -> int | None: ...
 
-    def attach(self, deliver: Deliver, lost: Callable[[], None], answer_headers: AnswerHeaders) -> None: ...
+    def attach(self, deliver: Deliver, lost: Lost, answer_headers: AnswerHeaders) -> None: ...
 
     def send(self, outgoing: Outgoing) -> None: ...
 
@@ -3662,7 +3746,7 @@ class HttpTransport(Transport):
         self._stopped = _thread.allocate_lock()  # held until stop_requests: a resumption delay waits on it
         self._stopped.acquire()
 
-    def attach(self, deliver: Deliver, lost: Callable[[], None], answer_headers: AnswerHeaders) -> None:
+    def attach(self, deliver: Deliver, lost: Lost, answer_headers: AnswerHeaders) -> None:
         self._deliver = deliver
         self._answer_headers = answer_headers
 
@@ -4113,13 +4197,15 @@ def read_lines(
     *,
     limit: int,
     stop: Any = None,
+    on_too_long_end: Callable[[bytes], None] | None = None,
 ) -> None:
     """A bounded line reader (the resident's stdin, a stdio server's stdout): ``stream`` in 64 KiB chunks, each
     complete line to ``on_line`` (the last one at EOF too, without its newline), until EOF or ``stop`` (an Event)
     is set after a chunk. A line longer than ``limit`` bytes is skipped: ``on_too_long`` gets its first bytes as
     soon as it passes the limit, and the rest of it is read and dropped up to its newline, so memory stays
-    bounded however long a line grows. Reads the descriptor itself when there is one: a thread blocked in a
-    buffered read would hold the buffer's lock when the interpreter exits (a fatal error)."""
+    bounded however long a line grows; ``on_too_long_end`` (if given) gets its last bytes at its newline. Reads
+    the descriptor itself when there is one: a thread blocked in a buffered read would hold the buffer's lock when
+    the interpreter exits (a fatal error)."""
     try:
         fd: int | None = stream.fileno()
     except (AttributeError, OSError, ValueError):  # not a file (in-process tests)
@@ -4136,17 +4222,23 @@ def read_lines(
         start = 0
         while True:
             end = chunk.find(b"\n", start)
+            piece = chunk[start : end if end >= 0 else len(chunk)]
             if not skipping:
-                buffer += chunk[start : end if end >= 0 else len(chunk)]
+                buffer += piece
                 if len(buffer) > limit:
                     head = bytes(buffer[:_TOO_LONG_HEAD])
-                    buffer.clear()
+                    del buffer[:-_TOO_LONG_HEAD]  # its last bytes stay: what ``on_too_long_end`` gets
                     skipping = True
                     on_too_long(head)
+            elif on_too_long_end is not None:
+                buffer += piece
+                del buffer[:-_TOO_LONG_HEAD]
             if end < 0:
                 break
             if not skipping:
                 on_line(bytes(buffer))
+            elif on_too_long_end is not None:
+                on_too_long_end(bytes(buffer))
             buffer.clear()
             skipping = False
             start = end + 1
@@ -4793,7 +4885,7 @@ class StdioTransport(Transport):
         self.child = ChildProcess(server, log, die_with_parent=die_with_parent)
         self.responses = 0
         self._deliver: Callable[[Message, Any], bool] = lambda message, related: False
-        self._lost: Callable[[], None] = lambda: None
+        self._lost: Lost = lambda *unreadable: None
         self._write_lock = _thread.allocate_lock()
         self._start_lock = _thread.allocate_lock()
         self._reader: Any = None
@@ -4804,7 +4896,7 @@ class StdioTransport(Transport):
         self._closing = False  # close() ran: no child starts any more, and requests cut short say bkmcp closed it
         self._probe_next = False  # the next message written is the era probe (``probe_begins``)
 
-    def attach(self, deliver: Deliver, lost: Callable[[], None], answer_headers: AnswerHeaders) -> None:
+    def attach(self, deliver: Deliver, lost: Lost, answer_headers: AnswerHeaders) -> None:
         self._deliver = deliver
         self._lost = lost
 
@@ -4886,6 +4978,8 @@ class StdioTransport(Transport):
                 messages = decode_messages(line)
             except ProtocolError as exc:  # the one judgement of what is JSON-RPC: an HTTP answer fails, a line skips
                 deep = exc.details.get("reason") == "nested_too_deep"
+                if deep:  # unreadable, but an answer's envelope fails its request at once (never its whole timeout)
+                    self._unreadable(line.decode("utf-8", "replace"), None, too_deep_words(), "nested_too_deep")
                 self._skip(skipped, line, f" [{too_deep_words()}]" if deep else "")
                 return
             for incoming in messages:
@@ -4897,14 +4991,32 @@ class StdioTransport(Transport):
                     self.log.debug(f"<- stdio [{rpc}] ({ms:.0f} ms)")
                 self._deliver(incoming, None)
 
+        too_long = f"longer than {STDIO_LINE_LIMIT} bytes"
+        heads: list[bytes] = []
+
         def on_too_long(head: bytes) -> None:
-            self._skip(skipped, head, f" [dropped: a line longer than {STDIO_LINE_LIMIT} bytes]")
+            heads[:] = [head]
+            self._skip(skipped, head, f" [dropped: a line {too_long}]")
+
+        def on_too_long_end(tail: bytes) -> None:
+            head = heads.pop().decode("utf-8", "replace") if heads else ""
+            self._unreadable(head, tail.decode("utf-8", "replace"), too_long, "line_too_long")
 
         try:
-            read_lines(proc.stdout, on_line, on_too_long, limit=STDIO_LINE_LIMIT)
+            read_lines(proc.stdout, on_line, on_too_long, limit=STDIO_LINE_LIMIT, on_too_long_end=on_too_long_end)
         except (OSError, ValueError):
             pass
         self._end(proc)
+
+    def _unreadable(self, head: str, tail: str | None, why: str, reason: str) -> None:
+        """A stdout line that cannot be parsed (``head``: all of it, or a too-long line's first bytes and ``tail``
+        its last): when it is a JSON-RPC answer with an id (its top level, read without parsing the rest), the
+        request of that id fails at once; any other line stays skipped."""
+        shaped, request_id = parse_rpc_envelope(head)
+        if request_id is None and shaped and tail is not None:
+            request_id = parse_trailing_id(tail)
+        if shaped and request_id is not None:
+            self._lost(Unreadable(request_id, why, reason))
 
     def _skip(self, skipped: LineTail, line: bytes, note: str) -> None:
         """A stdout line that is not JSON-RPC: counted, kept (scrubbed, clipped) for errors, shown with ``-v``."""
@@ -5147,14 +5259,16 @@ class McpSession:
 
         self.server = server
         self.log = log
-        self.core = ClientSession()
         self.transport: Transport = (
             transport
             if transport is not None
             else open_transport(server, insecure=insecure, log=log, **transport_options)
         )
+        # one shared stream (stdio): nothing but the id ties an answer to its request, so the ids are not guessable
+        self.core = ClientSession(random_first_id() if self.transport.shared_stream else 1)
         self.notifications: collections.deque[dict[str, Any]] = collections.deque(maxlen=_KEPT_NOTIFICATIONS)
         self.on_notification: Callable[[Message], None] | None = None
+        self.on_stray: Callable[[Stray], None] | None = None  # the resident's events; the CLI's log warns either way
         self.closed = False
         self._lock = _thread.allocate_lock()
         self._renew_lock = _thread.allocate_lock()
@@ -5320,15 +5434,26 @@ class McpSession:
                         "and declined it (-32601)"
                     )
             elif isinstance(event, Stray):
-                shown = _clip(repr(event.message.id), 40)
-                if event.duplicate:
-                    self.log.debug(
-                        f"warning: the server answered request id {shown} a second time; the second "
-                        "answer is ignored (a protocol violation)"
-                    )
-                else:
-                    self.log.debug(f"ignoring a response for another request id ({shown})")
+                self._on_stray(event)
         return answered
+
+    def _on_stray(self, stray: Stray) -> None:
+        """A response that answers nothing in flight: reported (a warning; the resident's event too), never
+        delivered. A late answer (its request timed out or was cancelled) is expected and only shown with -v."""
+        if self.on_stray is not None:
+            self.on_stray(stray)
+        shown = _clip(repr(stray.message.id), 40)
+        if stray.why == "late":
+            self.log.debug(f"ignoring a late answer to request id {shown} (that request already ended)")
+            return
+        said = {
+            "duplicate": f"answered request id {shown} a second time",
+            "unknown": f"sent an answer to request id {shown}, which bkmcp never sent",
+            "null_id": "sent an error with a null id, which answers no request",
+        }[stray.why]
+        error = stray.message.error if stray.message.kind == "error" else None
+        code = f" (JSON-RPC error {error.get('code')})" if error is not None else ""
+        self.log.warn(f"the server {said}{code}; it was ignored (a protocol violation, or a line of its output)")
 
     def _answer_headers(self, method: str, headers: Mapping[str, str]) -> None:
         """The transport's callback with the HTTP headers of each answer to a request: the core decides."""
@@ -5350,15 +5475,33 @@ class McpSession:
         if self.on_notification is not None:
             self.on_notification(note)
 
-    def _lost(self) -> None:
-        """The shared stream ended: every request in flight on it fails (they were all sent)."""
+    def _lost(self, unreadable: Unreadable | None = None) -> None:
+        """The shared stream ended: every request in flight on it fails (they were all sent). ``unreadable``: only
+        the request whose answer arrived but could not be read fails, at once, saying why (a protocol error)."""
         with self._lock:
-            handles = list(self._handles.values())
-            self._handles.clear()
+            if unreadable is None:
+                handles = list(self._handles.values())
+                self._handles.clear()
+            else:
+                found = self._handles.pop(_id_key(unreadable.request_id), None)
+                handles = [found] if found is not None else []
             for handle in handles:
                 self.core.forget(handle.id)
         for handle in handles:
-            handle._finish(error=self.transport.failure(handle.method, sent=True))
+            if unreadable is None:
+                handle._finish(error=self.transport.failure(handle.method, sent=True))
+            else:
+                error = ProtocolError(
+                    f"the server's answer to {handle.method} is {unreadable.why}; bkmcp could not read it",
+                    details={"reason": unreadable.reason},
+                    request_sent=True,
+                )
+                handle._finish(error=error)
+        if unreadable is not None and not handles:
+            self.log.warn(
+                f"the server sent an answer to request id {_clip(repr(unreadable.request_id), 40)}, which is not "
+                f"in flight, and it is {unreadable.why}; it was ignored"
+            )
 
     # -- lifecycle -------------------------------------------------------------------------------------
 
@@ -10046,6 +10189,7 @@ class ResidentSession:
                         f"the session of server {self.server.name!r} was closed", request_sent=False
                     )
                 session = McpSession(self.server, insecure=self.insecure, log=self.log, die_with_parent=True)
+                session.on_stray = self._stray
                 self._session = session
             try:
                 negotiate(session, self._ctx(timeout))
@@ -10059,6 +10203,10 @@ class ResidentSession:
                     f"bkmcp closed the session of server {self.server.name!r} while it started", request_sent=False
                 )
             self.era, self.protocol_version = session.era, session.protocol_version
+
+    def _stray(self, stray: Stray) -> None:
+        """A response that answers no request in flight (``Stray``): an event, besides the operator log's warning."""
+        self.events.emit("response.stray", server=self.server.name, user=self.user_id, reason=stray.why)
 
     def _require(self) -> McpSession:
         session = self._session
