@@ -18,9 +18,10 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
     4. Auth                     Bearer / X-Bkapi-Authorization forms, conflicts, secrets to scrub; a server resolved
                                 for its transport (ResolvedServer), with the environment a stdio child inherits
     5. Protocol core (sans-IO)  JSON-RPC framing, SSE decoder, eras, request building, classification; the
-                                session core (ids, pending requests, the one matching rule, era and session
-                                state, the Mcp-Session-Id that initialize issues) and negotiation as pure decision
-                                steps; a tool excluded for an invalid x-mcp-header declaration
+                                session core (ids, random on stdio: random_first_id; pending requests, the one
+                                matching rule, strays; era and session state, the Mcp-Session-Id that initialize
+                                issues) and negotiation as pure decision steps; a tool excluded for an invalid
+                                x-mcp-header declaration; the envelope of an unreadable answer (parse_rpc_envelope)
     6. Transports               the Transport seam: HTTP via httpx (concurrent POSTs on one pooled client),
                                 stdio framing (a bounded line reader, lines that are not JSON-RPC skipped)
                                 apart from child-process supervision, in four rooms:
@@ -30,7 +31,8 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                    Last-Event-ID)
        6.3 stdio framing           a bounded line reader (read_lines), the stderr tail kept for errors (LineTail)
        6.4 the child process       ChildProcess (its group, reaping) and StdioTransport over it: lines that are
-                                   not JSON-RPC skipped, the server's stderr in an error; what it inherits: section 4
+                                   not JSON-RPC skipped, an answer too deep or too long failing its request, the
+                                   server's stderr in an error; what it inherits: section 4
     7. Client flows             the per-operation OpContext, McpSession (many requests in flight, each with
                                 its own deadline) and the flows: negotiate, discover, call, check, tools, dry-run;
                                 a call that times out or is interrupted cancelled (notifications/cancelled); how
@@ -2786,9 +2788,10 @@ _ANSWERED_KEPT = 4096  # recently answered ids remembered to recognise a second 
 
 def random_first_id() -> int:
     """A session's first request id when nothing but the id ties an answer to its request (stdio, whose stdout a
-    server may also print fetched text on: docs/contract.md §9): a random integer below 2**53 (exact in every
-    JSON parser, JavaScript's included), so no line of that text can guess it; the ids then count up from it."""
-    return 1 + int.from_bytes(os.urandom(7), "big") % (2**52)
+    server may also print fetched text on: docs/contract.md §9): a random integer, so no line of that text can
+    guess it; the ids then count up from it. Below 2**31 - 2**24 with room to count: servers keep integer ids in
+    an i32 (rmcp before i64, LSP-style types) or a double; every one of them reads it exactly."""
+    return 1 + int.from_bytes(os.urandom(4), "big") % (2**31 - 2**24)
 
 
 class ClientSession:
@@ -12360,6 +12363,13 @@ class Actions:
         return {"server_name": server_name, "tool_name": tool_name, "result": result}
 
 
+class _Chunks:
+    """A stream whose only method is ``read1`` (``read_lines`` reads it in chunks)."""
+
+    def __init__(self, read1: Callable[[int], bytes]) -> None:
+        self.read1 = read1
+
+
 class ResidentServer:
     """The resident process: each line read (``read_lines``, on the reader thread) becomes a command run by the
     worker pool (``WorkerPool``: commands run concurrently, up to ``_MAX_COMMANDS_RUNNING``) and answered exactly once
@@ -12407,10 +12417,15 @@ class ResidentServer:
         self.ended = threading.Event()  # the reader stopped (EOF, shutdown, unreadable stdin) or output broke
         self.signalled: int | None = None  # the terminating signal received (set by the handler, read by run_resident)
         self.shutdown_task: str | None = None
+        # the reader keeps reading through the end (each line answered ``invalid_command``) until ``close_input``;
+        # it holds ``_reading`` while it handles what it read, never while it waits for more
+        self._input_closed = threading.Event()
+        self._reading = threading.Lock()
 
     def _output_broke(self) -> None:
         """The platform went away (stdout closed): stop serving."""
         self.stopping.set()
+        self._input_closed.set()
         self.ended.set()
 
     # -- input -------------------------------------------------------------------------------------
@@ -12425,14 +12440,50 @@ class ResidentServer:
             self.ended.set()
 
     def serve(self, stdin: Any) -> None:
-        """Read lines until EOF or a stop (``read_lines``); the lines that came in the same read as a ``shutdown``,
-        after it, are answered ``invalid_command`` (``dispatch``)."""
+        """Read lines until EOF or ``close_input`` (``read_lines``); the lines read after a ``shutdown`` — in the
+        same read or while the end runs — are answered ``invalid_command`` (``dispatch``)."""
 
         def too_long(_head: bytes) -> None:
             limit = RESIDENT_LINE_LIMIT
             self.out.fail(None, InvalidCommandError(f"the command line is longer than {limit} bytes and was skipped"))
 
-        read_lines(stdin, self.dispatch, too_long, limit=RESIDENT_LINE_LIMIT, stop=self.stopping)
+        try:
+            fd: int | None = stdin.fileno()
+        except (AttributeError, OSError, ValueError):  # not a file (in-process tests)
+            fd = None
+        read = (lambda size: os.read(fd, size)) if fd is not None else (getattr(stdin, "read1", None) or stdin.read)
+
+        def read1(size: int) -> bytes:
+            self._reading.release()  # waiting for input: ``close_input`` may take the lock now
+            try:
+                return read(size)  # type: ignore[no-any-return]
+            finally:
+                self._reading.acquire()
+
+        with self._reading:
+            read_lines(_Chunks(read1), self.dispatch, too_long, limit=RESIDENT_LINE_LIMIT, stop=self._input_closed)
+
+    def close_input(self, stdin: Any, reader: Any, wait: float) -> None:
+        """Before the answer to ``shutdown``: the reader takes what already arrived on stdin (at most ``wait``
+        seconds) and answers it, then reads no more; so every line that arrived before that answer gets one."""
+        import select
+
+        self._input_closed.set()
+        end = time.monotonic() + wait
+        try:
+            fd: int | None = stdin.fileno()
+        except (AttributeError, OSError, ValueError):
+            fd = None
+        while fd is not None and reader.is_alive() and time.monotonic() < end:
+            try:
+                waiting = bool(select.select([fd], [], [], 0)[0])
+            except (OSError, ValueError):
+                break
+            if not waiting:
+                break
+            reader.join(0.01)
+        if reader.is_alive() and self._reading.acquire(timeout=max(end - time.monotonic(), 0.01)):
+            pass  # kept: the reader handles nothing more (it is a daemon thread, the process is ending)
 
     def dispatch(self, line: bytes) -> None:
         try:
@@ -12712,8 +12763,9 @@ def run_resident(
             log.debug(f"{signal.Signals(server.signalled).name}: shutting down")
         server.finish(grace=_SHUTDOWN_GRACE)
         if server.shutdown_task is not None:
+            server.close_input(stdin, reader, _SHUTDOWN_GRACE)  # each line that came before the answer is answered
             server.out.write({"task_id": server.shutdown_task, "success": True, "result": {"stopped": True}})
-        if server.signalled is None:
+        if server.signalled is None and server.shutdown_task is None:  # EOF: the reader ended (or is ending)
             reader.join(1.0)
     finally:
         for number, handler in previous.items():
