@@ -27,12 +27,14 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
     5. Protocol core (sans-IO)  JSON-RPC framing, SSE decoder, eras, request building, classification, the session
                                 core and negotiation as pure decision steps, in nine rooms:
        5.1 eras                    the protocol versions and what differs between them (EraRules, era_rules)
-       5.2 JSON-RPC framing        Message, one line or body -> messages
+       5.2 JSON-RPC framing        Message, one line or body -> messages; the envelope of an answer too deep or
+                                   too long to parse (parse_rpc_envelope, parse_trailing_id)
        5.3 SSE decoding            SseDecoder: event ids, retry, the last event id for resumption
        5.4 request building        initialize, server/discover, tools/list, tools/call and their _meta; the
                                    Mcp-Method/Mcp-Name headers (tools/call, resources/read, prompts/get)
        5.5 answers                 era evidence, results (a list method's items: LISTINGS), errors classified
-       5.6 the session core        ids, pending requests, the one matching rule, era and session state, the
+       5.6 the session core        ids (random on stdio: random_first_id), pending requests, the one matching
+                                   rule, answers that match no request (Stray), era and session state, the
                                    Mcp-Session-Id that initialize issues (ClientSession)
        5.7 negotiation             the modern probe and the legacy fallback as pure decision steps (Negotiation)
        5.8 x-mcp-header            a tool excluded for an invalid x-mcp-header declaration (split_excluded_tools)
@@ -46,7 +48,8 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                    Last-Event-ID)
        6.3 stdio framing           a bounded line reader (read_lines), the stderr tail kept for errors (LineTail)
        6.4 the child process       ChildProcess (its group, reaping) and StdioTransport over it: lines that are
-                                   not JSON-RPC skipped, the server's stderr in an error; what it inherits: section 4
+                                   not JSON-RPC skipped, an answer too deep or too long failing its request, the
+                                   server's stderr in an error; what it inherits: section 4
     7. Client flows             the per-operation OpContext, McpSession and the flows, in four rooms:
        7.1 OpContext, McpSession   the per-operation context, McpSession (many requests in flight, each with its
                                    own deadline); a tentative modern era refused as a legacy server refuses falls
@@ -2445,6 +2448,63 @@ def decode_messages(text: str | bytes) -> list[Message]:
     return [parse_message(value)]
 
 
+_ENVELOPE_TOKEN = _lazy_re(r'"(?:[^"\\]|\\.)*"|[{}\[\]:,]|[^\s"{}\[\]:,]+')
+_ENVELOPE_TOKENS = 4_000_000  # tokens of an unreadable line looked at to find its id (the rest is never the envelope)
+_TRAILING_ID = _lazy_re(r'"id"\s*:\s*(-?[0-9]+|"(?:[^"\\]|\\.)*")\s*}\s*$')
+
+
+def parse_rpc_envelope(text: str) -> tuple[bool, Any]:
+    """What can be told of a line that is too deep (or too long: ``text`` is then its head) to parse: whether it is
+    a JSON-RPC response — an object whose top level has ``"jsonrpc"`` and no ``"method"`` — and the id at its top
+    level (None when there is none, or it lies past ``_ENVELOPE_TOKENS``). A scan of the top level only: no
+    recursion."""
+    if not text.lstrip(_JSON_SPACE).startswith("{"):
+        return False, None
+    depth, expect_key, key, value_of = 0, False, None, None
+    keys: set[str] = set()
+    found = None
+    for count, match in enumerate(_ENVELOPE_TOKEN.finditer(text)):
+        token = match.group()
+        if count >= _ENVELOPE_TOKENS:
+            break
+        if token in "{[":
+            depth += 1
+            expect_key, value_of = depth == 1, None
+        elif token in "}]":
+            depth -= 1
+            if depth <= 0:
+                break
+        elif depth != 1:
+            continue
+        elif token == ",":
+            expect_key = True
+        elif token == ":":
+            value_of, key = key, None
+        elif expect_key and token.startswith('"'):
+            key, expect_key = token[1:-1], False
+            keys.add(key)
+        elif value_of == "id":
+            try:
+                found = parse_json(token)
+            except JsonInputError:
+                found = None
+            value_of = None
+    shaped = "jsonrpc" in keys and "method" not in keys
+    return shaped, found if shaped and _is_rpc_id(found) else None
+
+
+def parse_trailing_id(text: str) -> Any:
+    """The id a too-long line's last bytes end with (``…,"id":4}``: the TypeScript SDK writes it last), or None."""
+    match = _TRAILING_ID.search(text)
+    if match is None:
+        return None
+    try:
+        found = parse_json(match.group(1))
+    except JsonInputError:
+        return None
+    return found if _is_rpc_id(found) else None
+
+
 def _json_kind(value: Any) -> str:
     """``json_type`` with its article, for messages: "an object", "a number", "null"."""
     kind = json_type(value)
@@ -2565,7 +2625,7 @@ class SseDecoder:
 # -- 5.4 request building ----------------------------------------------------------------------------------------------
 
 
-def build_request(request_id: int, method: str, params: dict[str, Any] | None, rules: EraRules) -> dict[str, Any]:
+def build_request(request_id: Any, method: str, params: dict[str, Any] | None, rules: EraRules) -> dict[str, Any]:
     """A JSON-RPC request; modern requests carry the per-request ``_meta`` keys (docs/protocol.md §3.1)."""
     return {"jsonrpc": "2.0", "id": request_id, **build_notification(method, params, rules)}
 
@@ -2970,11 +3030,27 @@ class Declined:
 
 @dataclass(frozen=True)
 class Stray:
-    """A response that answers no request in flight: an unknown id, or a second answer for one id."""
+    """A response that answers no request in flight: ``why`` is ``duplicate`` (a second answer for an id already
+    answered), ``late`` (for a request that ended without one: a timeout, a cancellation), ``unknown`` (an id
+    never sent) or ``null_id`` (an error with a null id that no response stream carried)."""
 
     message: Message
-    duplicate: bool
+    why: str
     related: Any = None
+
+    @property
+    def duplicate(self) -> bool:
+        return self.why == "duplicate"
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A line that is a JSON-RPC answer to ``request_id`` (its envelope says so) but cannot be parsed: ``why`` says
+    what is wrong (nested too deep, too long), ``reason`` is the stable ``details.reason``."""
+
+    request_id: Any
+    why: str
+    reason: str
 
 
 def _id_key(request_id: Any) -> tuple[type, Any]:
@@ -2982,6 +3058,14 @@ def _id_key(request_id: Any) -> tuple[type, Any]:
 
 
 _ANSWERED_KEPT = 4096  # recently answered ids remembered to recognise a second answer for one id
+
+
+def random_first_id() -> int:
+    """A session's first request id when nothing but the id ties an answer to its request (stdio, whose stdout a
+    server may also print fetched text on: docs/contract.md §9): a random integer, so no line of that text can
+    guess it; the ids then count up from it. Below 2**31 - 2**24 with room to count: servers keep integer ids in
+    an i32 (rmcp before i64, LSP-style types) or a double; every one of them reads it exactly."""
+    return 1 + int.from_bytes(os.urandom(4), "big") % (2**31 - 2**24)
 
 
 class ClientSession:
@@ -2993,12 +3077,12 @@ class ClientSession:
     that ended without an answer (timeout, cancellation, broken transport). The matching rule, in one place:
       - a result or error whose id is in flight answers that request, once; a second answer for an id already
         answered, or an answer for an id never sent, is a ``Stray`` (never guessed, never delivered);
-      - an error with a null id answers the request whose response stream carried it (``related``), else the
-        only request in flight, else it is a ``Stray``;
+      - an error with a null id answers the request whose response stream carried it (``related``: HTTP), else it
+        is a ``Stray`` — never the only request in flight, which a line of a server's stdout could then fail;
       - a server ``ping`` is answered ``{}``; any other server request ``-32601`` (and reported as ``Declined``).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, first_id: int = 1) -> None:
         self.rules: EraRules | None = None
         self.session_id: str | None = None
         self.server_info: dict[str, Any] = {}
@@ -3008,11 +3092,12 @@ class ClientSession:
         # the modern era came from an unpinned probe and nothing has been answered under it yet: a legacy-looking
         # refusal may still turn it to legacy, once (``refused_as_legacy``, docs/contract.md §5)
         self.tentative = False
-        self._next_id = 0
+        self._next_id = first_id - 1
         self._pending: dict[tuple[type, Any], str] = {}  # id key -> method
         import collections
 
-        self._answered: collections.OrderedDict[tuple[type, Any], None] = collections.OrderedDict()
+        # id key -> True when it was answered, False when its request ended without an answer (``forget``)
+        self._answered: collections.OrderedDict[tuple[type, Any], bool] = collections.OrderedDict()
 
     @property
     def era(self) -> str | None:
@@ -3039,7 +3124,7 @@ class ClientSession:
         """The request ended without an answer; a late answer for it becomes a ``Stray``."""
         key = _id_key(request_id)
         if self._pending.pop(key, None) is not None:
-            self._remember(key)
+            self._remember(key, answered=False)
 
     def in_flight(self) -> list[Any]:
         return [value for _kind, value in self._pending]
@@ -3052,18 +3137,18 @@ class ClientSession:
             target = message.id
             if target is None:  # only errors may carry a null id (parse_message)
                 target = related if related is not None and _id_key(related) in self._pending else None
-                if target is None and len(self._pending) == 1:
-                    target = self.in_flight()[0]
                 if target is None:
-                    return [Stray(message, duplicate=False, related=related)]
+                    return [Stray(message, "null_id", related=related)]
             key = _id_key(target)
             if key in self._pending:
                 del self._pending[key]
-                self._remember(key)
+                self._remember(key, answered=True)
                 if message.kind == "result":
                     self.tentative = False  # the era is confirmed by an answer under it
                 return [Answered(target, message)]
-            return [Stray(message, duplicate=key in self._answered, related=related)]
+            seen = self._answered.get(key)
+            why = "unknown" if seen is None else "duplicate" if seen else "late"
+            return [Stray(message, why, related=related)]
         if message.kind == "notification":
             if message.method == "notifications/tools/list_changed":
                 self.tools_stale = True
@@ -3075,8 +3160,8 @@ class ClientSession:
             Declined(str(message.method), related),
         ]
 
-    def _remember(self, key: tuple[type, Any]) -> None:
-        self._answered[key] = None
+    def _remember(self, key: tuple[type, Any], *, answered: bool) -> None:
+        self._answered[key] = answered
         if len(self._answered) > _ANSWERED_KEPT:
             self._answered.popitem(last=False)
 
@@ -3444,8 +3529,10 @@ def build_task_refusal(tool: Mapping[str, Any], server_name: str) -> CapabilityU
 # A transport moves section-5 messages and decides nothing about eras or matching. The seam (``Transport``):
 #   ``attach(deliver, lost, answer_headers)``  ``deliver(message, related) -> bool`` takes every incoming message
 #       (True once ``related``, the request whose stream carried it, has been answered); ``lost()`` says a shared
-#       stream died (every request in flight on it failed); ``answer_headers(method, headers)`` gets the HTTP
-#       headers of each answer to a request (the session core decides what they issue: the session id).
+#       stream died (every request in flight on it failed), ``lost(Unreadable(id, why, reason))`` that one answer
+#       on it could not be read (too deep, too long: that request fails at once); ``answer_headers(method,
+#       headers)`` gets the HTTP headers of each answer to a request (the session core decides what they issue:
+#       the session id).
 #   ``send(outgoing)``  one request, notification or response (an ``Outgoing``: the message and what sending it
 #       needs, the session id the caller holds included). Over HTTP the answer's stream is read in the caller's
 #       thread and handed to ``deliver`` before ``send`` returns (concurrent callers: concurrent POSTs on one
@@ -3466,6 +3553,7 @@ if TYPE_CHECKING:
     from typing import Protocol
 
     Deliver = Callable[[Message, Any], bool]  # deliver(message, related) -> the related request is answered
+    Lost = Callable[..., None]  # lost(): the shared stream ended; lost(Unreadable(...)): one answer on it is unreadable
     AnswerHeaders = Callable[[str, Mapping[str, str]], None]  # answer_headers(method, headers)
 else:
     Protocol = object
@@ -3502,7 +3590,7 @@ class Transport(Protocol):
     @property
     def exit_status(self) -> int | None: ...
 
-    def attach(self, deliver: Deliver, lost: Callable[[], None], answer_headers: AnswerHeaders) -> None: ...
+    def attach(self, deliver: Deliver, lost: Lost, answer_headers: AnswerHeaders) -> None: ...
 
     def send(self, outgoing: Outgoing) -> None: ...
 
@@ -3958,7 +4046,7 @@ class HttpTransport(Transport):
         self._stopped = _thread.allocate_lock()  # held until stop_requests: a resumption delay waits on it
         self._stopped.acquire()
 
-    def attach(self, deliver: Deliver, lost: Callable[[], None], answer_headers: AnswerHeaders) -> None:
+    def attach(self, deliver: Deliver, lost: Lost, answer_headers: AnswerHeaders) -> None:
         self._deliver = deliver
         self._answer_headers = answer_headers
 
@@ -4409,13 +4497,15 @@ def read_lines(
     *,
     limit: int,
     stop: Any = None,
+    on_too_long_end: Callable[[bytes], None] | None = None,
 ) -> None:
     """A bounded line reader (the resident's stdin, a stdio server's stdout): ``stream`` in 64 KiB chunks, each
     complete line to ``on_line`` (the last one at EOF too, without its newline), until EOF or ``stop`` (an Event)
     is set after a chunk. A line longer than ``limit`` bytes is skipped: ``on_too_long`` gets its first bytes as
     soon as it passes the limit, and the rest of it is read and dropped up to its newline, so memory stays
-    bounded however long a line grows. Reads the descriptor itself when there is one: a thread blocked in a
-    buffered read would hold the buffer's lock when the interpreter exits (a fatal error)."""
+    bounded however long a line grows; ``on_too_long_end`` (if given) gets its last bytes at its newline. Reads
+    the descriptor itself when there is one: a thread blocked in a buffered read would hold the buffer's lock when
+    the interpreter exits (a fatal error)."""
     try:
         fd: int | None = stream.fileno()
     except (AttributeError, OSError, ValueError):  # not a file (in-process tests)
@@ -4432,17 +4522,23 @@ def read_lines(
         start = 0
         while True:
             end = chunk.find(b"\n", start)
+            piece = chunk[start : end if end >= 0 else len(chunk)]
             if not skipping:
-                buffer += chunk[start : end if end >= 0 else len(chunk)]
+                buffer += piece
                 if len(buffer) > limit:
                     head = bytes(buffer[:_TOO_LONG_HEAD])
-                    buffer.clear()
+                    del buffer[:-_TOO_LONG_HEAD]  # its last bytes stay: what ``on_too_long_end`` gets
                     skipping = True
                     on_too_long(head)
+            elif on_too_long_end is not None:
+                buffer += piece
+                del buffer[:-_TOO_LONG_HEAD]
             if end < 0:
                 break
             if not skipping:
                 on_line(bytes(buffer))
+            elif on_too_long_end is not None:
+                on_too_long_end(bytes(buffer))
             buffer.clear()
             skipping = False
             start = end + 1
@@ -4606,7 +4702,7 @@ class _GroupWatchdog:
 
     _lock = _thread.allocate_lock()
     _write_end: int | None = None
-    _pid: int | None = None
+    _proc: Any = None  # its Popen: polled (and so reaped) only through it, never by a bare waitpid on a reusable pid
     _started = False
     _groups: set[int] = set()
 
@@ -4617,12 +4713,12 @@ class _GroupWatchdog:
         watchdog's write end stays open: a hook made before may still write to it (an error there is harmless,
         a reused descriptor number would not be)."""
         with cls._lock:
-            if cls._pid is not None and _process_ended(cls._pid):
+            if cls._proc is not None and cls._proc.poll() is not None:
                 cls._started = False
             if not cls._started:
                 cls._started = True
                 started = cls._start()
-                cls._pid, cls._write_end = started if started is not None else (None, None)
+                cls._proc, cls._write_end = started if started is not None else (None, None)
                 if cls._groups:
                     cls._send(b"".join(b"+%d\n" % group for group in cls._groups))
             return cls._write_end
@@ -4644,29 +4740,30 @@ class _GroupWatchdog:
             cls._send(b"+%d\n" % pgid)
 
     @staticmethod
-    def _start() -> tuple[int, int] | None:
-        """A new watchdog: (its pid, the write end of its pipe)."""
+    def _start() -> tuple[Any, int] | None:
+        """A new watchdog: (its Popen, the write end of its pipe). It starts with 0, 1 and 2 open and nothing else
+        (``close_fds``): a descriptor bkmcp inherited (a caller's lock, a pipe) is never held for its life."""
+        import subprocess
+
         if not sys.executable:  # pragma: no cover - an embedded interpreter
             return None
         read_end, write_end = os.pipe()  # both close-on-exec: no other child holds the write end past its exec
         try:
-            pid = os.posix_spawn(
-                sys.executable,
+            proc = subprocess.Popen(
                 [sys.executable, "-I", "-S", "-c", _WATCHDOG_PROGRAM],
-                {},
-                file_actions=[
-                    (os.POSIX_SPAWN_DUP2, read_end, 0),
-                    (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
-                    (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
-                ],
-                setsid=True,  # a terminal's signals to bkmcp's group do not reach it
+                stdin=read_end,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env={},
+                close_fds=True,
+                start_new_session=True,  # a terminal's signals to bkmcp's group do not reach it
             )
         except OSError:  # pragma: no cover - no process to be had: PR_SET_PDEATHSIG still covers the direct child
             os.close(write_end)
             return None
         finally:
             os.close(read_end)
-        return pid, write_end
+        return proc, write_end
 
     @classmethod
     def forget(cls, pgid: int) -> None:
@@ -4674,14 +4771,6 @@ class _GroupWatchdog:
         with cls._lock:
             cls._groups.discard(pgid)
             cls._send(b"-%d\n" % pgid)
-
-
-def _process_ended(pid: int) -> bool:
-    """Whether our child ``pid`` ended (reaping it)."""
-    try:
-        return os.waitpid(pid, os.WNOHANG)[0] != 0
-    except ChildProcessError:  # reaped elsewhere
-        return True
 
 
 def _die_with_parent_hook() -> Callable[[], None] | None:
@@ -5096,7 +5185,7 @@ class StdioTransport(Transport):
         self.child = ChildProcess(server, log, die_with_parent=die_with_parent)
         self.responses = 0
         self._deliver: Callable[[Message, Any], bool] = lambda message, related: False
-        self._lost: Callable[[], None] = lambda: None
+        self._lost: Lost = lambda *unreadable: None
         self._write_lock = _thread.allocate_lock()
         self._start_lock = _thread.allocate_lock()
         self._reader: Any = None
@@ -5107,7 +5196,7 @@ class StdioTransport(Transport):
         self._closing = False  # close() ran: no child starts any more, and requests cut short say bkmcp closed it
         self._probe_next = False  # the next message written is the era probe (``probe_begins``)
 
-    def attach(self, deliver: Deliver, lost: Callable[[], None], answer_headers: AnswerHeaders) -> None:
+    def attach(self, deliver: Deliver, lost: Lost, answer_headers: AnswerHeaders) -> None:
         self._deliver = deliver
         self._lost = lost
 
@@ -5189,6 +5278,8 @@ class StdioTransport(Transport):
                 messages = decode_messages(line)
             except ProtocolError as exc:  # the one judgement of what is JSON-RPC: an HTTP answer fails, a line skips
                 deep = exc.details.get("reason") == "nested_too_deep"
+                if deep:  # unreadable, but an answer's envelope fails its request at once (never its whole timeout)
+                    self._unreadable(line.decode("utf-8", "replace"), None, too_deep_words(), "nested_too_deep")
                 self._skip(skipped, line, f" [{too_deep_words()}]" if deep else "")
                 return
             for incoming in messages:
@@ -5200,14 +5291,32 @@ class StdioTransport(Transport):
                     self.log.debug(f"<- stdio [{rpc}] ({ms:.0f} ms)")
                 self._deliver(incoming, None)
 
+        too_long = f"longer than {STDIO_LINE_LIMIT} bytes"
+        heads: list[bytes] = []
+
         def on_too_long(head: bytes) -> None:
-            self._skip(skipped, head, f" [dropped: a line longer than {STDIO_LINE_LIMIT} bytes]")
+            heads[:] = [head]
+            self._skip(skipped, head, f" [dropped: a line {too_long}]")
+
+        def on_too_long_end(tail: bytes) -> None:
+            head = heads.pop().decode("utf-8", "replace") if heads else ""
+            self._unreadable(head, tail.decode("utf-8", "replace"), too_long, "line_too_long")
 
         try:
-            read_lines(proc.stdout, on_line, on_too_long, limit=STDIO_LINE_LIMIT)
+            read_lines(proc.stdout, on_line, on_too_long, limit=STDIO_LINE_LIMIT, on_too_long_end=on_too_long_end)
         except (OSError, ValueError):
             pass
         self._end(proc)
+
+    def _unreadable(self, head: str, tail: str | None, why: str, reason: str) -> None:
+        """A stdout line that cannot be parsed (``head``: all of it, or a too-long line's first bytes and ``tail``
+        its last): when it is a JSON-RPC answer with an id (its top level, read without parsing the rest), the
+        request of that id fails at once; any other line stays skipped."""
+        shaped, request_id = parse_rpc_envelope(head)
+        if request_id is None and shaped and tail is not None:
+            request_id = parse_trailing_id(tail)
+        if shaped and request_id is not None:
+            self._lost(Unreadable(request_id, why, reason))
 
     def _skip(self, skipped: LineTail, line: bytes, note: str) -> None:
         """A stdout line that is not JSON-RPC: counted, kept (scrubbed, clipped) for errors, shown with ``-v``."""
@@ -5454,14 +5563,16 @@ class McpSession:
 
         self.server = server
         self.log = log
-        self.core = ClientSession()
         self.transport: Transport = (
             transport
             if transport is not None
             else open_transport(server, insecure=insecure, log=log, **transport_options)
         )
+        # one shared stream (stdio): nothing but the id ties an answer to its request, so the ids are not guessable
+        self.core = ClientSession(random_first_id() if self.transport.shared_stream else 1)
         self.notifications: collections.deque[dict[str, Any]] = collections.deque(maxlen=_KEPT_NOTIFICATIONS)
         self.on_notification: Callable[[Message], None] | None = None
+        self.on_stray: Callable[[Stray], None] | None = None  # the resident's events; the CLI's log warns either way
         self.closed = False
         self._lock = _thread.allocate_lock()
         self._renew_lock = _thread.allocate_lock()
@@ -5627,15 +5738,26 @@ class McpSession:
                         "and declined it (-32601)"
                     )
             elif isinstance(event, Stray):
-                shown = _clip(repr(event.message.id), 40)
-                if event.duplicate:
-                    self.log.debug(
-                        f"warning: the server answered request id {shown} a second time; the second "
-                        "answer is ignored (a protocol violation)"
-                    )
-                else:
-                    self.log.debug(f"ignoring a response for another request id ({shown})")
+                self._on_stray(event)
         return answered
+
+    def _on_stray(self, stray: Stray) -> None:
+        """A response that answers nothing in flight: reported (a warning; the resident's event too), never
+        delivered. A late answer (its request timed out or was cancelled) is expected and only shown with -v."""
+        if self.on_stray is not None:
+            self.on_stray(stray)
+        shown = _clip(repr(stray.message.id), 40)
+        if stray.why == "late":
+            self.log.debug(f"ignoring a late answer to request id {shown} (that request already ended)")
+            return
+        said = {
+            "duplicate": f"answered request id {shown} a second time",
+            "unknown": f"sent an answer to request id {shown}, which bkmcp never sent",
+            "null_id": "sent an error with a null id, which answers no request",
+        }[stray.why]
+        error = stray.message.error if stray.message.kind == "error" else None
+        code = f" (JSON-RPC error {error.get('code')})" if error is not None else ""
+        self.log.warn(f"the server {said}{code}; it was ignored (a protocol violation, or a line of its output)")
 
     def _answer_headers(self, method: str, headers: Mapping[str, str]) -> None:
         """The transport's callback with the HTTP headers of each answer to a request: the core decides."""
@@ -5658,15 +5780,33 @@ class McpSession:
         if self.on_notification is not None:
             self.on_notification(note)
 
-    def _lost(self) -> None:
-        """The shared stream ended: every request in flight on it fails (they were all sent)."""
+    def _lost(self, unreadable: Unreadable | None = None) -> None:
+        """The shared stream ended: every request in flight on it fails (they were all sent). ``unreadable``: only
+        the request whose answer arrived but could not be read fails, at once, saying why (a protocol error)."""
         with self._lock:
-            handles = list(self._handles.values())
-            self._handles.clear()
+            if unreadable is None:
+                handles = list(self._handles.values())
+                self._handles.clear()
+            else:
+                found = self._handles.pop(_id_key(unreadable.request_id), None)
+                handles = [found] if found is not None else []
             for handle in handles:
                 self.core.forget(handle.id)
         for handle in handles:
-            handle._finish(error=self.transport.failure(handle.method, sent=True))
+            if unreadable is None:
+                handle._finish(error=self.transport.failure(handle.method, sent=True))
+            else:
+                error = ProtocolError(
+                    f"the server's answer to {handle.method} is {unreadable.why}; bkmcp could not read it",
+                    details={"reason": unreadable.reason},
+                    request_sent=True,
+                )
+                handle._finish(error=error)
+        if unreadable is not None and not handles:
+            self.log.warn(
+                f"the server sent an answer to request id {_clip(repr(unreadable.request_id), 40)}, which is not "
+                f"in flight, and it is {unreadable.why}; it was ignored"
+            )
 
     # -- lifecycle -------------------------------------------------------------------------------------
 
@@ -10881,6 +11021,7 @@ class ResidentSession:
                         f"the session of server {self.server.name!r} was closed", request_sent=False
                     )
                 session = McpSession(self.server, insecure=self.insecure, log=self.log, die_with_parent=True)
+                session.on_stray = self._stray
                 self._session = session
             try:
                 negotiate(session, self._ctx(timeout))
@@ -10893,6 +11034,10 @@ class ResidentSession:
                 raise ConnectionFailedError(
                     f"bkmcp closed the session of server {self.server.name!r} while it started", request_sent=False
                 )
+
+    def _stray(self, stray: Stray) -> None:
+        """A response that answers no request in flight (``Stray``): an event, besides the operator log's warning."""
+        self.events.emit("response.stray", server=self.server.name, user=self.user_id, reason=stray.why)
 
     def _require(self) -> McpSession:
         session = self._session
@@ -13117,6 +13262,13 @@ class Actions:
 # -- 10.4.4 ResidentServer: the reader and the end that answers all; memory; run_resident ------------------------------
 
 
+class _Chunks:
+    """A stream whose only method is ``read1`` (``read_lines`` reads it in chunks)."""
+
+    def __init__(self, read1: Callable[[int], bytes]) -> None:
+        self.read1 = read1
+
+
 class ResidentServer:
     """The resident process: each line read (``read_lines``, on the reader thread) becomes a command run by the
     worker pool (``WorkerPool``: commands run concurrently, up to ``_MAX_COMMANDS_RUNNING``) and answered exactly once
@@ -13164,10 +13316,15 @@ class ResidentServer:
         self.ended = threading.Event()  # the reader stopped (EOF, shutdown, unreadable stdin) or output broke
         self.signalled: int | None = None  # the terminating signal received (set by the handler, read by run_resident)
         self.shutdown_task: str | None = None
+        # the reader keeps reading through the end (each line answered ``invalid_command``) until ``close_input``;
+        # it holds ``_reading`` while it handles what it read, never while it waits for more
+        self._input_closed = threading.Event()
+        self._reading = threading.Lock()
 
     def _output_broke(self) -> None:
         """The platform went away (stdout closed): stop serving."""
         self.stopping.set()
+        self._input_closed.set()
         self.ended.set()
 
     # -- input -------------------------------------------------------------------------------------
@@ -13182,14 +13339,50 @@ class ResidentServer:
             self.ended.set()
 
     def serve(self, stdin: Any) -> None:
-        """Read lines until EOF or a stop (``read_lines``); the lines that came in the same read as a ``shutdown``,
-        after it, are answered ``invalid_command`` (``dispatch``)."""
+        """Read lines until EOF or ``close_input`` (``read_lines``); the lines read after a ``shutdown`` — in the
+        same read or while the end runs — are answered ``invalid_command`` (``dispatch``)."""
 
         def too_long(_head: bytes) -> None:
             limit = RESIDENT_LINE_LIMIT
             self.out.fail(None, InvalidCommandError(f"the command line is longer than {limit} bytes and was skipped"))
 
-        read_lines(stdin, self.dispatch, too_long, limit=RESIDENT_LINE_LIMIT, stop=self.stopping)
+        try:
+            fd: int | None = stdin.fileno()
+        except (AttributeError, OSError, ValueError):  # not a file (in-process tests)
+            fd = None
+        read = (lambda size: os.read(fd, size)) if fd is not None else (getattr(stdin, "read1", None) or stdin.read)
+
+        def read1(size: int) -> bytes:
+            self._reading.release()  # waiting for input: ``close_input`` may take the lock now
+            try:
+                return read(size)  # type: ignore[no-any-return]
+            finally:
+                self._reading.acquire()
+
+        with self._reading:
+            read_lines(_Chunks(read1), self.dispatch, too_long, limit=RESIDENT_LINE_LIMIT, stop=self._input_closed)
+
+    def close_input(self, stdin: Any, reader: Any, wait: float) -> None:
+        """Before the answer to ``shutdown``: the reader takes what already arrived on stdin (at most ``wait``
+        seconds) and answers it, then reads no more; so every line that arrived before that answer gets one."""
+        import select
+
+        self._input_closed.set()
+        end = time.monotonic() + wait
+        try:
+            fd: int | None = stdin.fileno()
+        except (AttributeError, OSError, ValueError):
+            fd = None
+        while fd is not None and reader.is_alive() and time.monotonic() < end:
+            try:
+                waiting = bool(select.select([fd], [], [], 0)[0])
+            except (OSError, ValueError):
+                break
+            if not waiting:
+                break
+            reader.join(0.01)
+        if reader.is_alive() and self._reading.acquire(timeout=max(end - time.monotonic(), 0.01)):
+            pass  # kept: the reader handles nothing more (it is a daemon thread, the process is ending)
 
     def dispatch(self, line: bytes) -> None:
         try:
@@ -13469,8 +13662,9 @@ def run_resident(
             log.debug(f"{signal.Signals(server.signalled).name}: shutting down")
         server.finish(grace=_SHUTDOWN_GRACE)
         if server.shutdown_task is not None:
+            server.close_input(stdin, reader, _SHUTDOWN_GRACE)  # each line that came before the answer is answered
             server.out.write({"task_id": server.shutdown_task, "success": True, "result": {"stopped": True}})
-        if server.signalled is None:
+        if server.signalled is None and server.shutdown_task is None:  # EOF: the reader ended (or is ending)
             reader.join(1.0)
     finally:
         for number, handler in previous.items():
@@ -15041,26 +15235,27 @@ def build_warm_process_env(env: Mapping[str, str]) -> dict[str, str]:
 def _warm_spawn(place: WarmPlace, artifact: str) -> None:
     """Start the background process, detached (its own session, reparented at once: never a zombie of ours). It
     gets the folder's descriptor (its argv names the number) and, as its stderr, the size-bounded log."""
+    import subprocess
+
     log = place.open(_WARM_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     try:
         if os.fstat(log).st_size > _WARM_LOG_LIMIT:
             os.ftruncate(log, 0)
         argv = [sys.executable, artifact, _WARM_DAEMON, place.path, str(place.fd)]
         # sh starts it in the background and exits: the process is then init's child, not ours (and PWD, which sh
-        # sets, is the client's directory: not the process's to keep)
+        # sets, is the client's directory: not the process's to keep). It gets 0, 1, 2 and the folder and nothing
+        # else (``close_fds``): a descriptor the client inherited (a caller's flock, a pipe) is not held for its life.
         shell = ["/bin/sh", "-c", 'unset PWD OLDPWD; exec "$@" </dev/null >/dev/null &', "sh", *argv]
-        os.set_inheritable(place.fd, True)
-        try:
-            pid = os.posix_spawn(
-                "/bin/sh",
-                shell,
-                build_warm_process_env(os.environ),
-                file_actions=[(os.POSIX_SPAWN_DUP2, log, 2)],
-                setsid=True,
-            )
-        finally:
-            os.set_inheritable(place.fd, False)
-        os.waitpid(pid, 0)
+        subprocess.Popen(
+            shell,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            env=build_warm_process_env(os.environ),
+            close_fds=True,
+            pass_fds=(place.fd,),
+            start_new_session=True,
+        ).wait()
     finally:
         os.close(log)
 

@@ -518,3 +518,86 @@ def test_demo_resident_keeps_its_registry_private_and_announces_its_crash(tmp_pa
     warned = done.stdout.index("bkmcp: warning: server 'notes' failed")
     assert announced < warned < done.stdout.index('"stopped":true')
     assert list(tmp_path.iterdir()) == []  # its temporary folder is gone
+
+
+# -- issue 36 item 7: every line read before the answer to shutdown is answered -------------------------------------
+
+
+def _unread(pipe) -> int:
+    """Bytes written to ``pipe`` (our end of the resident's stdin) that it has not read yet."""
+    import fcntl
+    import struct
+    import termios
+
+    return struct.unpack("i", fcntl.ioctl(pipe.fileno(), termios.FIONREAD, b"\0" * 4))[0]
+
+
+@pytest.mark.parametrize("run", range(3))
+def test_a_command_written_after_shutdown_was_read_is_answered(tmp_path, resident, http_mock, run):
+    """Issue 36 item 7: ``shutdown`` is read on its own (the pipe is empty again) while a call still runs within
+    the shutdown grace, then another command is written. Before: the reader had stopped after the read that brought
+    ``shutdown``, so that command got no answer at all (a platform matching by task_id waited forever). Now every
+    line that arrives before the answer to ``shutdown`` is answered (``invalid_command``), before ``stopped``."""
+    srv = http_mock({"tools": [mock_tool("slow", "slow", ms=3000), *DEFAULT_TOOLS]})
+    res = resident(registry(tmp_path, [http_row("pub", srv.url)]), "--timeout", "120s", "--shutdown-grace", "60s")
+    res.ok("connect_server", "alice", server_name="pub")
+    call = res.send("call_tool", "alice", server_name="pub", tool_name="slow", arguments={"text": "s"})
+    until(lambda: texts(srv) == ["s"], "the call reached the server")
+    stop = res.send("shutdown")
+    until(lambda: _unread(res.proc.stdin) == 0, "the resident read the shutdown line")
+    late = res.send("list_servers")
+    answer = res.wait(late)
+    assert answer["success"] is False and answer["error_code"] == "invalid_command", answer
+    assert "shutting down" in answer["error"]
+    assert res.wait(call)["success"] is True  # the grace let it finish
+    assert res.wait(stop)["result"] == {"stopped": True}
+    assert order(res, late, stop) == [late, stop]
+    assert res.exit_status() == 0
+
+
+def test_a_command_read_with_shutdown_is_answered_before_it(tmp_path, resident):
+    """Issue 36 item 7: ``shutdown`` and another command in one write (the reader sees them in one read): the
+    command is answered ``invalid_command`` ("shutting down"), before ``stopped``, every run."""
+    reg = registry(tmp_path, [])
+    for run in range(2):
+        res = resident(reg)
+        res.ok("list_servers")  # up and serving
+        stop = res.command("shutdown", task_id=f"stop{run}")
+        late = res.command("list_servers", task_id=f"late{run}")
+        res.send_raw(b"".join((json.dumps(body) + "\n").encode() for body in (stop, late)))
+        answer = res.wait(f"late{run}")
+        assert answer["success"] is False and answer["error_code"] == "invalid_command", answer
+        assert "shutting down" in answer["error"]
+        assert res.wait(f"stop{run}")["result"] == {"stopped": True}
+        assert order(res, f"late{run}", f"stop{run}") == [f"late{run}", f"stop{run}"]
+        assert res.exit_status() == 0
+
+
+# -- issue 36 item 5: answers that answer nothing are events, never attributed ------------------------------------
+
+SPOOFING = str(Path(__file__).resolve().parent / "spoofing_stdio.py")
+
+
+@pytest.mark.parametrize(("mode", "reason"), [("duplicate", "duplicate"), ("spoof", "unknown"), ("nullid", "null_id")])
+def test_a_response_that_answers_nothing_is_an_event_and_a_warning(tmp_path, resident, mode, reason):
+    """Issue 36 item 5: a second answer to one id, "fetched text" guessing ids, a null-id error: each is a
+    ``response.stray`` event (and a warning in the operator log); the call gets its real answer."""
+    row = stdio_row("sp", [sys.executable, SPOOFING, mode], isolation="public")
+    res = resident(registry(tmp_path, [row]))
+    res.ok("connect_server", "alice", server_name="sp")
+    result = res.ok("call_tool", "alice", server_name="sp", tool_name="echo", arguments={"text": "hi"})
+    assert result["result"]["content"][0]["text"] == "real: hi"
+    [stray, *_] = res.wait_event("response.stray", server="sp", reason=reason)
+    assert stray["user"] is None
+    until(lambda: any("bkmcp: warning: the server" in line for line in res.stderr_lines), "the operator's warning")
+
+
+def test_a_catalogue_nested_deeper_than_bkmcp_parses_fails_list_tools_at_once(tmp_path, resident):
+    """Issue 36 item 5: the resident's ``list_tools`` of a server whose catalogue is ~700 ``properties`` levels deep
+    reports the server failed with mcp_protocol_error, not after its whole timeout (before: 20-60 s, then a timeout)."""
+    row = stdio_row("deep", [sys.executable, SPOOFING, "deep"], isolation="public")
+    res = resident(registry(tmp_path, [row]), "--timeout", "120s")
+    answer = res.ask("connect_server", "alice", server_name="deep")
+    text = json.dumps(answer)
+    assert "mcp_protocol_error" in text and "nested deeper than bkmcp parses" in text, answer
+    assert "mcp_timeout" not in text

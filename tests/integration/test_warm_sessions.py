@@ -905,3 +905,47 @@ def test_sessions_takes_jq_and_raw_like_every_envelope(world):
     assert bad.returncode == 1 and json.loads(bad.stderr.splitlines()[-1])["error"]["code"] == "invalid_jq_expression"
     assert world.run("--sessions", "--raw").returncode == 1  # no text to print without --jq
     assert len(world.daemons()) == 1
+
+
+def _fds_naming(pid: int, target: str) -> list[str]:
+    """The descriptors of process ``pid`` that name ``target`` (a path, or ``pipe:[N]``)."""
+    found = []
+    try:
+        entries = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return found
+    for fd in entries:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
+                found.append(fd)
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.skipif(shutil.which("flock") is None or shutil.which("sh") is None, reason="needs flock(1) and sh")
+def test_a_lock_the_first_client_held_is_free_once_it_exits(world):
+    """Issue 36, item 4: ``( flock -n 9 …; bkmcp … --keep-alive ) 9>lock``: the background process (and the
+    watchdog of its stdio server) starts without the client's descriptor 9, so the lock is free as soon as the
+    client exits, while the background process and its server live on."""
+    lock = world.tmp / "lock"
+    argv = " ".join(f"'{a}'" for a in world.argv("st", "counter", "--keep-alive"))
+    script = f'( flock -n 9 || exit 99; exec {argv} >/dev/null ) 9>"{lock}"'
+    done = subprocess.run(["sh", "-c", script], env=world.env, cwd=world.tmp, timeout=120, capture_output=True)
+    assert done.returncode == 0, done.stderr
+    assert world.daemons() and world.children()
+    holders = [pid for pid in _processes() if _fds_naming(pid, str(lock))]
+    assert holders == []
+    free = subprocess.run(["flock", "-n", str(lock), "true"], timeout=30)
+    assert free.returncode == 0  # on the old code: 1, held by the background process for its life
+
+
+@pytest.mark.skipif(shutil.which("sh") is None, reason="needs sh")
+def test_a_pipe_the_first_client_held_ends_when_the_client_does(world):
+    """Issue 36, item 4: ``{ bkmcp … --keep-alive 5>&1 >/dev/null; } | cat`` ends when the client does, not at
+    the background process's idle timeout: the process never holds the client's descriptor 5 (the pipe to cat)."""
+    argv = " ".join(f"'{a}'" for a in world.argv("st", "counter", "--keep-alive"))
+    script = f"{{ {argv} 5>&1 >/dev/null; }} | cat"
+    done = subprocess.run(["sh", "-c", script], env=world.env, cwd=world.tmp, timeout=60, capture_output=True)
+    assert done.returncode == 0, done.stderr  # on the old code: TimeoutExpired (cat waits for the idle timeout)
+    assert world.daemons()  # it ended although the background process lives on

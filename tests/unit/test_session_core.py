@@ -64,7 +64,7 @@ def test_a_response_answers_its_request_once_and_a_second_answer_is_a_duplicate_
     [stray] = core.receive(result(a, {"again": True}))
     assert isinstance(stray, Stray) and stray.duplicate
     [unknown] = core.receive(result(99))
-    assert isinstance(unknown, Stray) and not unknown.duplicate
+    assert isinstance(unknown, Stray) and not unknown.duplicate and unknown.why == "unknown"
     assert core.in_flight() == []
 
 
@@ -76,18 +76,21 @@ def test_ids_match_only_with_the_same_type():
     assert core.in_flight() == [rid]
 
 
-def test_a_null_id_error_answers_the_stream_owner_else_the_only_request_else_nothing():
+def test_a_null_id_error_answers_the_stream_owner_else_nothing():
+    """Issue 36 item 5: a null-id error answers the request whose response stream carried it (HTTP) and nothing
+    else: not even the only request in flight (on stdio any line of the server's stdout could otherwise fail it)."""
     core = ClientSession()
     rules = era_rules("2025-11-25")
     only = core.start_request("tools/list", None, rules)["id"]
-    assert core.receive(error(None)) == [Answered(only, error(None))]
-    a = core.start_request("tools/list", None, rules)["id"]
+    [stray] = core.receive(error(None))
+    assert isinstance(stray, Stray) and stray.why == "null_id"
+    assert core.in_flight() == [only]
     b = core.start_request("tools/list", None, rules)["id"]
     assert core.receive(error(None), related=b) == [Answered(b, error(None))]
     c = core.start_request("tools/list", None, rules)["id"]
-    [stray] = core.receive(error(None))  # two in flight (a, c) and no stream owner: never guessed
+    [stray] = core.receive(error(None))  # two in flight (only, c) and no stream owner: never guessed
     assert isinstance(stray, Stray)
-    assert sorted(core.in_flight()) == sorted([a, c])
+    assert sorted(core.in_flight()) == sorted([only, c])
 
 
 def test_forgotten_requests_turn_late_answers_into_strays():
@@ -95,7 +98,18 @@ def test_forgotten_requests_turn_late_answers_into_strays():
     rid = core.start_request("server/discover", None, era_rules(MODERN))["id"]
     core.forget(rid)  # the probe window passed
     [late] = core.receive(result(rid))
-    assert isinstance(late, Stray) and late.duplicate
+    assert isinstance(late, Stray) and late.why == "late" and not late.duplicate
+
+
+def test_a_random_first_id_counts_up_and_differs_between_sessions():
+    """Issue 36 item 5: stdio sessions start their ids at a random integer that fits an i32 with room to count."""
+    firsts = {bkmcp.random_first_id() for _ in range(50)}
+    assert len(firsts) == 50 and all(1 <= first <= 2**31 - 2**24 for first in firsts)
+    first = firsts.pop()
+    core = ClientSession(first)
+    rules = era_rules("2025-06-18")
+    ids = [core.start_request("ping", None, rules)["id"] for _ in range(3)]
+    assert ids == [first, first + 1, first + 2]
 
 
 def test_server_requests_ping_answered_others_declined():
