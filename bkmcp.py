@@ -1475,6 +1475,20 @@ _STDIO_FIELDS = frozenset({"type", "command", "args", "env", "cwd", "protocolVer
 # tool approval lists (bkmcp calls only the tool named on its command line, so they grant nothing here) and
 # "disabled" (a disabled entry is refused when selected). docs/contract.md §3.
 _EDITOR_FIELDS = frozenset({"autoApprove", "alwaysAllow", "disabled"})
+# What editors write per entry whose effect bkmcp does not have: accepted, and the selected entry's are named in a
+# warning (field -> who writes it and what to do instead). docs/contract.md §3.
+EDITOR_IGNORED_FIELDS = {
+    "timeout": "Cline, Roo Code, Claude Code; a call's time limit is the --timeout option",
+    "disabledTools": "Windsurf, Roo Code; bkmcp hides no tool",
+    "watchPaths": "Roo Code; bkmcp restarts no server on file changes",
+    "envFile": 'Cursor, VS Code; its variables are not loaded: put them in "env"',
+    "dev": "VS Code's watch and debug settings",
+}
+# Other spellings of "type" that editors write for a Streamable HTTP entry (Cline, Roo Code / Kilo Code).
+_HTTP_TYPE_ALIASES = frozenset({"streamableHttp", "streamable-http"})
+# Top-level fields of an editor's file that are about the editor, not its servers (VS Code's prompted inputs,
+# Claude Desktop's app settings): accepted and not read.
+_EDITOR_TOP_FIELDS = frozenset({"inputs", "globalShortcut", "preferences"})
 _FORBIDDEN_HEADERS = frozenset(
     name.lower()
     for name in (
@@ -1527,6 +1541,7 @@ class ServerConfig:
     cwd: str | None = None
     protocol_version: str | None = None
     disabled: bool = False  # an editor's "disabled": true; refused when selected
+    ignored: tuple[str, ...] = ()  # the entry's EDITOR_IGNORED_FIELDS, named in a warning when it is selected
 
 
 @dataclass(frozen=True)
@@ -1536,6 +1551,17 @@ class ConfigFile:
     readable_by_others: bool = False
     # entries whose name no command line can select (``check_server_name``): (name, why), left out of servers
     invalid_names: tuple[tuple[str, str], ...] = ()
+    # entries bkmcp cannot use (a bad or unknown field): (name, message, hint), left out of servers; selecting one
+    # is the error (``refusal``), any other command warns about it (docs/contract.md §3)
+    unusable: tuple[tuple[str, str, str | None], ...] = ()
+
+    def refusal(self, name: str) -> InvalidConfigError | None:
+        """The error that selecting the unusable entry ``name`` is, or None when it is not one (a new instance
+        each time: a stored error is never raised twice)."""
+        for unusable_name, message, hint in self.unusable:
+            if unusable_name == name:
+                return InvalidConfigError(message, hint=hint)
+        return None
 
 
 def expand_user_path(path: str, env: Mapping[str, str], cwd: str) -> str | None:
@@ -1615,7 +1641,7 @@ def load_config(path: str) -> ConfigFile:
             hint="check the path and its permissions",
         ) from None
     config = parse_config(raw, path)
-    return ConfigFile(config.path, config.servers, bool(mode & 0o044), config.invalid_names)
+    return ConfigFile(config.path, config.servers, bool(mode & 0o044), config.invalid_names, config.unusable)
 
 
 def parse_config(raw: str | bytes, path: str) -> ConfigFile:
@@ -1629,28 +1655,33 @@ def parse_config(raw: str | bytes, path: str) -> ConfigFile:
             f'{path}: top level must be a JSON object with "mcpServers"',
             hint='write {"mcpServers": {"<name>": {"type": "http", "url": "https://…"}}}',
         )
-    if "mcpServers" not in document:
-        other = ' (the "servers" layout of other clients is not supported)' if "servers" in document else ""
+    # "servers" is VS Code's .vscode/mcp.json layout, read when the file has no "mcpServers"
+    key = "mcpServers" if "mcpServers" in document or "servers" not in document else "servers"
+    if key not in document:
         raise InvalidConfigError(
-            f'{path}: missing top-level "mcpServers"{other}',
+            f'{path}: missing top-level "mcpServers"',
             hint='write {"mcpServers": {"<name>": {"type": "http", "url": "https://…"}}}',
         )
-    extra = sorted(set(document) - {"mcpServers"})
+    extra = sorted(set(document) - {key} - _EDITOR_TOP_FIELDS)
     if extra:
         shown = ", ".join(repr(_safe_name(k)) for k in extra)
         raise InvalidConfigError(f"{path}: unsupported top-level field(s): {shown}")
-    entries = document["mcpServers"]
+    entries = document[key]
     if not isinstance(entries, dict):
-        raise InvalidConfigError(f'{path}: "mcpServers" must be an object of named servers')
+        raise InvalidConfigError(f'{path}: "{key}" must be an object of named servers')
     servers: dict[str, ServerConfig] = {}
     invalid: list[tuple[str, str]] = []
+    unusable: list[tuple[str, str, str | None]] = []
     for name, entry in entries.items():
         problem = check_server_name(name)
         if problem:  # no command line can select it: reported for this entry only, the others stay usable
             invalid.append((name, problem))
-        else:
+            continue
+        try:
             servers[name] = _parse_server(path, name, entry)
-    return ConfigFile(path, servers, invalid_names=tuple(invalid))
+        except InvalidConfigError as exc:  # an error when selected; the file's other servers stay usable
+            unusable.append((name, exc.message, exc.hint))
+    return ConfigFile(path, servers, invalid_names=tuple(invalid), unusable=tuple(unusable))
 
 
 def _safe_name(name: str) -> str:
@@ -1679,22 +1710,25 @@ def _parse_server(path: str, name: str, entry: Any) -> ServerConfig:
     kind = entry.get("type")
     if kind is None and "command" in entry:  # the entry every editor writes for a stdio server
         kind = "stdio"
+    elif kind is None and "url" in entry:  # the entry Cursor and Claude Code write for a remote server
+        kind = "http"
+    elif kind in _HTTP_TYPE_ALIASES:
+        kind = "http"
     if kind is None:
-        hint = 'add "type": "http" for a Streamable HTTP server' if "url" in entry else None
-        raise InvalidConfigError(f'{where}: field "type" is required ("http" or "stdio")', hint=hint)
+        raise InvalidConfigError(f'{where}: field "type" is required ("http" or "stdio")')
     if kind not in ("http", "stdio"):
         raise InvalidConfigError(
             f"{where}: unsupported type {kind!r}" if isinstance(kind, str) else f'{where}: "type" must be a string',
             hint='use "http" (Streamable HTTP) or "stdio"',
         )
     allowed = _HTTP_FIELDS if kind == "http" else _STDIO_FIELDS
-    unknown = sorted(set(entry) - allowed - _EDITOR_FIELDS)
+    unknown = sorted(set(entry) - allowed - _EDITOR_FIELDS - set(EDITOR_IGNORED_FIELDS))
     if unknown:
         raise InvalidConfigError(
             f"{where}: unknown field(s) {', '.join(repr(_safe_name(k)) for k in unknown)} for type {kind!r}",
-            hint=f"known fields: {', '.join(sorted(allowed))}"
-            + ("; a call's time limit is the --timeout option" if "timeout" in unknown else ""),
+            hint=f"known fields: {', '.join(sorted(allowed))}",
         )
+    ignored = tuple(sorted(set(entry) & set(EDITOR_IGNORED_FIELDS)))
     for field_name in ("autoApprove", "alwaysAllow"):
         listed = entry.get(field_name, [])
         if not isinstance(listed, list) or not all(isinstance(t, str) for t in listed):
@@ -1706,6 +1740,7 @@ def _parse_server(path: str, name: str, entry: Any) -> ServerConfig:
     if version is not None and version not in SUPPORTED_VERSIONS:
         raise InvalidConfigError(f'{where}: field "protocolVersion" must be one of {", ".join(SUPPORTED_VERSIONS)}')
     common: dict[str, Any] = {"name": name, "type": kind, "config_file": path, "protocol_version": version}
+    common["ignored"] = ignored
     if kind == "http":
         url, headers = _check_url(where, entry.get("url")), _check_headers(where, entry.get("headers"))
         return ServerConfig(**common, url=url, headers=headers, disabled=disabled)
@@ -9636,6 +9671,9 @@ class SqliteRegistry(Registry):
         ``"disabled": true``), in one transaction (contract.md §11.3)."""
         import sqlite3
 
+        refusal = config.refusal(config.unusable[0][0]) if config.unusable else None
+        if refusal is not None:  # an import takes the whole file or nothing
+            raise refusal
         for name in config.servers:
             problem = check_registry_name(name)
             if problem:
@@ -13350,6 +13388,9 @@ def _completion_command() -> list[str]:
 
 
 def _select_server(config: ConfigFile, name: str) -> ServerConfig:
+    refusal = config.refusal(name)
+    if refusal is not None:
+        raise refusal
     if name not in config.servers:
         names = sorted(config.servers)
         close = closest_names(name, names)
@@ -13563,7 +13604,15 @@ class _Runner:
             self.log.warn(f"{config.path}: server {_safe_name(name)!r} is ignored: {problem}; rename it to use it")
         _warn_literal_credentials(config, self.log)
         assert inv.server is not None
+        for name, message, _hint in config.unusable:
+            if name != inv.server:  # one line each; the selected one is the error below
+                self.log.warn(f"{message}; this server is left out")
         server_cfg = _select_server(config, inv.server)
+        for field_name in server_cfg.ignored:
+            self.log.warn(
+                f'{config.path}: server {server_cfg.name!r}: field "{field_name}" is ignored '
+                f"({EDITOR_IGNORED_FIELDS[field_name]})"
+            )
         self.log.debug(f"server: {server_cfg.name} ({server_cfg.type})")
         if inv.tool is None and (inv.help or not (inv.check or inv.tools)):
             return self.emit_text(render_server_help(server_cfg))
