@@ -1613,6 +1613,25 @@ def resolve_config_path(option: str | None, env: Mapping[str, str], cwd: str) ->
     return path if resolved is None else resolved
 
 
+_SHELL_SAFE = frozenset("@%+=:,./-_0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def shell_quote(text: str) -> str:
+    """``shlex.quote(text)``, without importing re (shlex does): help paths print commands (tests/unit/test_cli.py
+    compares the two)."""
+    if text and all(ch in _SHELL_SAFE for ch in text):
+        return text
+    return "'" + text.replace("'", "'\"'\"'") + "'"
+
+
+def build_server_command(server_name: str, config: str | None = None) -> str:
+    """``bkmcp [--config PATH] SERVER`` as a user can paste it, shell-quoted: every hint, help line and example that
+    names a command carries the ``--config`` the command was run with (``config``: its resolved path; None when the
+    default file was read), so pasting it reads the same file (docs/contract.md §2)."""
+    given = f" --config {shell_quote(config)}" if config is not None else ""
+    return f"bkmcp{given} {shell_quote(server_name)}"
+
+
 def load_config(path: str) -> ConfigFile:
     """Read and validate the whole file (syntax and structure of every server; no environment expansion)."""
     if path.startswith("~"):  # resolve_config_path found no HOME to expand it with
@@ -6441,6 +6460,36 @@ def build_tool_flags(tool: Mapping[str, Any]) -> ToolFlags:
 BRIEF_SUMMARY_LIMIT = 120  # characters of a tool's first description line in --tools --brief
 
 
+BRIEF_ENUM_LIMIT = 5  # enum values a --tools --brief signature lists before "|…"
+
+
+def _brief_usage(flag: ToolFlag) -> str:
+    """A flag in a ``--tools --brief`` signature: as tool help writes it, with a string or number enum's values in
+    place of the type (``--level error|warning|info``), as tool help lists them."""
+    enum = flag.schema.get("enum")
+    if flag.kind in ("string", "integer", "number") and isinstance(enum, list) and enum:
+        shown = [v if isinstance(v, str) else dump_json(v) for v in enum[:BRIEF_ENUM_LIMIT]]
+        if all(v and v.isprintable() and " " not in v and "|" not in v for v in shown):
+            more = "|…" if len(enum) > BRIEF_ENUM_LIMIT else ""
+            return f"--{flag.name} {'|'.join(shown)}{more}"
+    return flag.usage
+
+
+def render_brief_lines(tools: Sequence[Mapping[str, Any]]) -> str:
+    """``--tools --brief --raw``: one line a person reads per tool (``describe_brief``'s fields): its name, its flag
+    signature, the fields only ``--body`` sets, and its summary after ``—``."""
+    lines = []
+    for brief in tools:
+        words = [str(brief["name"]), brief["usage"]]
+        if brief.get("body_only"):
+            words.append(f"--body {{{', '.join(brief['body_only'])}}}")
+        if brief.get("task_support"):
+            words.append("(task-only)")
+        summary = f"  — {brief['summary']}" if brief["summary"] else ""
+        lines.append(_printable(" ".join(w for w in words if w) + summary) + "\n")
+    return "".join(lines)
+
+
 def describe_brief(tool: Mapping[str, Any]) -> dict[str, Any]:
     """One tool for ``--tools --brief`` (contract §7): name, the first description line (cut to
     ``BRIEF_SUMMARY_LIMIT``) and the flag signature, required flags first and optional ones in brackets. Fields
@@ -6452,7 +6501,7 @@ def describe_brief(tool: Mapping[str, Any]) -> dict[str, Any]:
     if len(summary) > BRIEF_SUMMARY_LIMIT:
         summary = summary[: BRIEF_SUMMARY_LIMIT - 1].rstrip() + "…"
     flags = sorted(mapped.flags.values(), key=lambda f: not f.required)  # stable: schema order within each group
-    usage = " ".join(f.usage if f.required else f"[{f.usage}]" for f in flags)
+    usage = " ".join(_brief_usage(f) if f.required else f"[{_brief_usage(f)}]" for f in flags)
     out: dict[str, Any] = {"name": tool.get("name"), "summary": summary, "usage": usage}
     if mapped.body_only:
         body = sorted(mapped.body_only.values(), key=lambda b: not b.required)
@@ -6486,11 +6535,12 @@ def describe_cli(tool: Mapping[str, Any]) -> dict[str, Any]:
 # -- values --------------------------------------------------------------------------------------------
 
 
-def _tool_command(server_name: str, tool_name: Any) -> str:
-    """``bkmcp <server> <tool>`` as a user can paste it: shell-quoted when needed, control characters escaped."""
+def _tool_command(server_name: str, tool_name: Any, config: str | None = None) -> str:
+    """``bkmcp [--config PATH] <server> <tool>`` as a user can paste it: shell-quoted when needed, control characters
+    escaped (``build_server_command``)."""
     import shlex
 
-    return _printable(f"bkmcp {shlex.quote(server_name)} {shlex.quote(str(tool_name))}")
+    return _printable(f"{build_server_command(server_name, config)} {shlex.quote(str(tool_name))}")
 
 
 def json_path(parts: Iterable[Any]) -> str:
@@ -6610,44 +6660,56 @@ def _read_tokens(
     return values, problems
 
 
-def _raise_token_problems(tool: Mapping[str, Any], problems: list[dict[str, str]], server_name: str) -> None:
+def _raise_token_problems(
+    tool: Mapping[str, Any], problems: list[dict[str, str]], server_name: str, config: str | None
+) -> None:
     if not problems:
         return
     first = problems[0]["message"]
     more = f" (and {len(problems) - 1} more problem{'s' if len(problems) > 2 else ''})" if len(problems) > 1 else ""
     raise InvalidArgumentsError(
         f"{first}{more}",
-        hint=f"see the tool's flags with: {_tool_command(server_name, tool.get('name'))} --help",
+        hint=f"see the tool's flags with: {_tool_command(server_name, tool.get('name'), config)} --help",
         details={"problems": problems},
     )
 
 
 def parse_tool_arguments(
-    tool: Mapping[str, Any], tokens: Sequence[ToolToken], *, server_name: str = "<server>"
+    tool: Mapping[str, Any], tokens: Sequence[ToolToken], *, server_name: str = "<server>", config: str | None = None
 ) -> dict[str, Any]:
     """Named flags -> the ``arguments`` object (P01, P02, P03). Only given flags are sent; no defaults.
 
-    Every malformed, repeated, unknown or body-only flag is reported at once as ``invalid_mcp_arguments`` whose
-    ``problems`` name the flag, and the hint names the tool help command; so is a required field that has no flag
-    (with the way to send it: ``--body``).
+    Every malformed, repeated, unknown or body-only flag and every required flag not given is reported at once as
+    ``invalid_mcp_arguments`` whose ``problems`` name the flag, and the hint names the tool help command; so is a
+    required field that has no flag (with the way to send it: ``--body``).
     """
     mapped = build_tool_flags(tool)
     values, problems = _read_tokens(tool, mapped, tokens)
+    command = _tool_command(server_name, tool.get("name"), config)
     for field_ in mapped.body_only.values():
         if field_.required:  # flags alone can never satisfy it: say how it can be sent
             problems.append(
                 {
                     "path": json_path([field_.name]),
                     "message": f"required field {_printable(field_.name)!r} has no flag ({field_.reason}); send "
-                    f"the arguments with --body: {_tool_command(server_name, tool.get('name'))} --body '{{...}}'",
+                    f"the arguments with --body: {command} --body '{{...}}'",
                 }
             )
-    _raise_token_problems(tool, problems, server_name)
+    for flag in mapped.flags.values():  # a required flag not given: named like the other flag errors (issue 40)
+        if flag.required and flag.name not in values and all(p.get("flag") != flag.option for p in problems):
+            problem = f"missing required flag {_printable(flag.usage)}"
+            problems.append({"flag": flag.option, "path": json_path([flag.name]), "message": problem})
+    _raise_token_problems(tool, problems, server_name, config)
     return values
 
 
 def build_positional_error(
-    tool: Mapping[str, Any], value: str, follows: str | None = None, *, server_name: str = "<server>"
+    tool: Mapping[str, Any],
+    value: str,
+    follows: str | None = None,
+    *,
+    server_name: str = "<server>",
+    config: str | None = None,
 ) -> UsageError:
     """A bare value after the tool name (``bkmcp fs list_directory ./notes``): tool arguments are flags, so the
     error names this tool's flags, and the one to write when exactly one required flag takes a string. ``follows``:
@@ -6655,7 +6717,7 @@ def build_positional_error(
     import shlex
 
     flags = list(build_tool_flags(tool).flags.values())
-    command = _tool_command(server_name, tool.get("name"))
+    command = _tool_command(server_name, tool.get("name"), config)
     shown = _printable(repr(value))
     if not flags:
         return UsageError(
@@ -6681,14 +6743,14 @@ _POSITIONAL_FLAGS_SHOWN = 8  # flags a positional-argument error lists before "�
 
 
 def check_tool_tokens(
-    tool: Mapping[str, Any], tokens: Sequence[ToolToken], *, server_name: str = "<server>"
+    tool: Mapping[str, Any], tokens: Sequence[ToolToken], *, server_name: str = "<server>", config: str | None = None
 ) -> list[str]:
     """With ``--body`` (P05): tool flags are not merged or sent, but must be well-formed flags of the tool.
 
     Returns the ignored flags (``--name``), for a warning; raises like ``parse_tool_arguments`` otherwise.
     """
     _values, problems = _read_tokens(tool, build_tool_flags(tool), tokens)
-    _raise_token_problems(tool, problems, server_name)
+    _raise_token_problems(tool, problems, server_name, config)
     return [f"--{t.name}" for t in tokens]
 
 
@@ -8156,9 +8218,12 @@ Examples:
 """
 
 
-def render_root_help(config_path: str, servers: Sequence[str] | None = None, problem: str | None = None) -> str:
+def render_root_help(
+    config_path: str, servers: Sequence[str] | None = None, problem: str | None = None, *, given: bool = False
+) -> str:
     """The root help; ``servers`` are the configured names (None: the file is missing, or ``problem`` says why it
-    cannot be read). Reading the file is the caller's (no request, no environment variable)."""
+    cannot be read); ``given``: the file came from ``--config``, which the examples then carry. Reading the file is
+    the caller's (no request, no environment variable)."""
     if problem is not None:
         config = f"Config file: {config_path} (invalid: {problem})"
     elif servers is None:
@@ -8169,7 +8234,10 @@ def render_root_help(config_path: str, servers: Sequence[str] | None = None, pro
     else:
         config = f"Config file: {config_path}\nConfigured servers ({len(servers)}): {', '.join(servers) or '(none)'}"
     example = "\n".join("  " + line for line in CONFIG_EXAMPLE_LINES)
-    return ROOT_HELP.format(version=__version__, config=config, config_example=example)
+    text = ROOT_HELP.format(version=__version__, config=config, config_example=example)
+    if given:  # the examples carry the --config this help was run with (docs/contract.md §2)
+        text = text.replace("\n  bkmcp report-prod ", f"\n  {build_server_command('report-prod', config_path)} ")
+    return text
 
 
 RESIDENT_HELP = """\
@@ -8369,7 +8437,7 @@ def render_completion_words(tools: Sequence[Any], tool: str | None) -> str:
     return "".join(f"{word}\n" for word in words if isinstance(word, str) and word and set(word) <= _COMPLETION_SAFE)
 
 
-def render_server_help(server: ServerConfig) -> str:
+def render_server_help(server: ServerConfig, config: str | None = None) -> str:
     """Static help for one configured server: reads no environment variables and makes no request."""
     lines = [f"bkmcp server {server.name!r} ({server.type})", "", f"  config file    {server.config_file}"]
     if server.type == "http":
@@ -8391,7 +8459,7 @@ def render_server_help(server: ServerConfig) -> str:
         if server.cwd:
             lines.append(f"  cwd            {server.cwd}")
     lines.append(f"  protocol       {server.protocol_version or 'negotiated (2026-07-28 probe, legacy fallback)'}")
-    name = server.name
+    name = _printable(build_server_command(server.name, config))[len("bkmcp ") :]
     lines += [
         "",
         "Usage:",
@@ -8658,13 +8726,13 @@ def _annotation_lines(tool: Mapping[str, Any]) -> list[str]:
     return _paragraph(", ".join(words) + " (hints declared by the server, not verified)")
 
 
-def render_tool_help(server_name: str, tool: Mapping[str, Any]) -> str:
+def render_tool_help(server_name: str, tool: Mapping[str, Any], config: str | None = None) -> str:
     """Tool help (D02, contract.md §7): flags with type, required, enum, default (information only) and description;
     the fields that need --body and why; a --body example built from the schema; examples. Fits 80 columns."""
     name = str(tool.get("name"))
     mapped = build_tool_flags(tool)
     schema = _schema_object(tool) or {}
-    command = _tool_command(server_name, name)
+    command = _tool_command(server_name, name, config)
     out: list[str] = []
     annotations = tool.get("annotations") if isinstance(tool.get("annotations"), dict) else {}
     title = tool.get("title") or (annotations or {}).get("title")
@@ -12940,6 +13008,12 @@ _RESIDENT_OPTIONS = {
     "--shutdown-grace": "shutdown_grace",
 }
 _RESERVED_UNSUPPORTED = {"--format"}
+# every long option, for the close spellings of an unknown one (`--chek`: did you mean --check?)
+_LONG_OPTIONS = tuple(
+    name
+    for name in (*_VALUE_OPTIONS, *_FLAG_OPTIONS, *_REGISTRY_OPTION_NAMES, *_RESIDENT_OPTIONS, *_REGISTRY_VALUE_OPTIONS)
+    if name.startswith("--")
+) + ("--brief", "--keep-alive")
 
 
 @dataclass
@@ -13046,7 +13120,9 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
                 raise UsageError(f"option {name} takes no value")
             if inv.tool is None or not token.startswith("--") or len(name) <= 2:
                 where = "" if inv.tool is None else " (tool options look like --name value or --name=value)"
-                raise UsageError(f"unknown option {name}{where}", hint="run bkmcp --help")
+                close = closest_names(name, _LONG_OPTIONS) if inv.tool is None else []
+                hint = f"did you mean {', '.join(close)}? (every option: bkmcp --help)" if close else "run bkmcp --help"
+                raise UsageError(f"unknown option {name}{where}", hint=hint)
             flag = name[2:]
             if eq:
                 inv.tool_tokens.append(ToolToken(flag, inline, True, token))
@@ -13204,7 +13280,8 @@ def check_invocation(inv: Invocation, timeout: float | None = None) -> None:
             f"unexpected argument {inv.positional[0][0]!r}",
             hint="tool arguments are flags (--name VALUE)" + (" or keys of --body" if inv.body is not None else ""),
         )
-    if inv.raw and inv.jq is None and not inv.help and (inv.check or inv.tools or inv.dry_run):
+    brief_lines = inv.tools and inv.brief  # --tools --brief --raw: one line per tool (docs/contract.md §7)
+    if inv.raw and inv.jq is None and not inv.help and not brief_lines and (inv.check or inv.tools or inv.dry_run):
         # without --jq there is no result to print as text: a catalogue or preview is JSON by nature
         mode = "--check" if inv.check else "--tools" if inv.tools else "--dry-run"
         raise UsageError(
@@ -13529,6 +13606,7 @@ class _Runner:
         self.remote_started = False
         self.deadline: Deadline | None = None  # the remote operation's budget, once it started
         self.ctx: OpContext | None = None  # the remote operation, once it started
+        self.shown_config: str | None = None  # the given --config, resolved: every printed command carries it
 
     def emit_text(self, text: str) -> int:
         self.envr.stdout.write(text if text.endswith("\n") else text + "\n")
@@ -13583,13 +13661,15 @@ class _Runner:
         if registry_tool or inv.resident:
             return self.run_resident_mode(registry_tool)
         config_path = resolve_config_path(inv.config, envr.env, envr.cwd)
+        self.shown_config = config_path if inv.config is not None else None
         if inv.completion is not None:
             return self.run_completion(inv.completion, config_path)
         if inv.server is None:
             if inv.sessions and not inv.help:
                 return self.run_sessions()
             if inv.help or not any((inv.check, inv.tools, inv.tool)):
-                return self.emit_text(render_root_help(config_path, *_configured_names(config_path)))
+                names, problem = _configured_names(config_path)
+                return self.emit_text(render_root_help(config_path, names, problem, given=inv.config is not None))
         seconds = keep_alive_seconds(inv, envr.env, self.log) if envr.warm is None else None
         if seconds is not None and uses_warm_session(inv):  # docs/contract.md §14: the warm process runs it
             status = run_warm_client(inv, envr, self.log, seconds)
@@ -13615,7 +13695,7 @@ class _Runner:
             )
         self.log.debug(f"server: {server_cfg.name} ({server_cfg.type})")
         if inv.tool is None and (inv.help or not (inv.check or inv.tools)):
-            return self.emit_text(render_server_help(server_cfg))
+            return self.emit_text(render_server_help(server_cfg, self.shown_config))
         return self.run_remote(server_cfg, jq)
 
     def run_completion(self, shell: str, config_path: str) -> int:
@@ -13710,6 +13790,8 @@ class _Runner:
             elif inv.brief:  # compact discovery (contract §7): no schemas, one line of text per tool
                 data = run_tools(server, ctx, insecure=inv.insecure)
                 data["tools"] = [describe_brief(t) for t in data["tools"] if isinstance(t, dict)]
+                if inv.raw and jq is None:  # a person's list: one line per tool
+                    return self.emit_text(render_brief_lines(data["tools"]) or "(no tools)")
             else:  # tools stay exactly as received; how each maps to flags (and what needs --body) sits beside them
                 data = run_tools(server, ctx, insecure=inv.insecure)
                 data["cli"] = {str(t.get("name")): describe_cli(t) for t in data["tools"] if isinstance(t, dict)}
@@ -13718,10 +13800,10 @@ class _Runner:
             if isinstance(exc, JqError):
                 raise
             # --jq projects successes only: a failure is printed whole, never hidden (docs/contract.md §7)
-            error = word_for_cli(exc, server.name)
+            error = word_for_cli(exc, server.name, self.shown_config)
             return self.emit_envelope(build_failure(error, self.redactor), None, error.exit_status)
         except BkmcpError as exc:
-            raise word_for_cli(exc, server.name) from None
+            raise word_for_cli(exc, server.name, self.shown_config) from None
 
     def cancelled(self) -> CancelledError | None:  # pyz: remote part
         """What a Ctrl-C must tell once a request was sent (docs/contract.md §7): whether ``tools/call`` had been
@@ -13762,14 +13844,14 @@ class _Runner:
                 return None
             if inv.positional:
                 value, follows = inv.positional[0]
-                raise build_positional_error(tool, value, follows, server_name=server.name)
+                raise build_positional_error(tool, value, follows, server_name=server.name, config=self.shown_config)
             given: list[str] = []
             if arguments is None:
-                chosen = parse_tool_arguments(tool, inv.tool_tokens, server_name=server.name)
+                chosen = parse_tool_arguments(tool, inv.tool_tokens, server_name=server.name, config=self.shown_config)
                 given = list(chosen)
             else:
                 chosen = arguments
-                ignored = check_tool_tokens(tool, inv.tool_tokens, server_name=server.name)
+                ignored = check_tool_tokens(tool, inv.tool_tokens, server_name=server.name, config=self.shown_config)
                 if ignored:
                     self.log.warn(f"--body is the complete arguments object; not sent: {', '.join(ignored)}")
             self.log.debug(validate_arguments(tool, chosen, deadline=ctx.deadline, flags=given).describe())
@@ -13777,7 +13859,7 @@ class _Runner:
 
         data = run_call(server, ctx, name, insecure=inv.insecure, prepare=prepare)
         if "schema" in data:
-            return self.emit_text(render_tool_help(server.name, data["schema"]))
+            return self.emit_text(render_tool_help(server.name, data["schema"], self.shown_config))
         if data["result"].get("isError") is True:
             reason = render_tool_reason(data["result"], self.redactor.scrub)
             raise ToolError(
@@ -14631,21 +14713,21 @@ _CLI_REMEDIES = {
     "retry_delay": lambda hint, server: "raise --timeout",
     "tls": lambda hint, server: f"{hint}; --insecure skips verification (only for servers you trust)",
     "stdio_exit": lambda hint, server: f"run with -v to see its stderr; {hint}",
-    "list_tools": lambda hint, server: f"run: bkmcp {server} --tools",
+    "list_tools": lambda hint, server: f"run: {server} --tools",
 }
 
 
-def word_for_cli(error: BkmcpError, server_name: str) -> BkmcpError:
+def word_for_cli(error: BkmcpError, server_name: str, config: str | None = None) -> BkmcpError:
     """``error`` in the CLI's words, built from its fields: budgets name ``--timeout``, remedies name CLI options
-    (a copy; the error quoted as its ``cause`` is worded too)."""
+    and commands carry the given ``--config`` (a copy; the error quoted as its ``cause`` is worded too)."""
     changes: dict[str, Any] = {"remedy": None}
     if error.what is not None and error.budget is not None:
         changes["message"] = f"{error.what} within --timeout {format_duration(error.budget)}"
     word = _CLI_REMEDIES.get(error.remedy or "")
     if word is not None and error.hint is not None:
-        changes["hint"] = word(error.hint, server_name)
+        changes["hint"] = word(error.hint, build_server_command(server_name, config))
     if error.cause is not None:
-        changes["cause"] = word_for_cli(error.cause, server_name)
+        changes["cause"] = word_for_cli(error.cause, server_name, config)
     return error.copy(**changes)
 
 
@@ -14740,8 +14822,9 @@ def _report_error(exc: BkmcpError, envr: Environment, log: Log) -> int:
             pretty = 2 if getattr(envr.stdout, "isatty", lambda: False)() else None
             envr.stdout.write(dump_json(envelope, indent=pretty) + "\n")
             envr.stdout.flush()
-        else:  # one line: a script reads the last line of stderr
-            envr.stderr.write(dump_json(envelope) + "\n")
+        else:  # piped, one line: a script reads the last line of stderr; on a terminal pretty, as on stdout
+            pretty = 2 if getattr(envr.stderr, "isatty", lambda: False)() else None
+            envr.stderr.write(dump_json(envelope, indent=pretty) + "\n")
             envr.stderr.flush()
     except (OSError, ValueError):
         pass
