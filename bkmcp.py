@@ -6538,9 +6538,13 @@ def describe_cli(tool: Mapping[str, Any]) -> dict[str, Any]:
 def _tool_command(server_name: str, tool_name: Any, config: str | None = None) -> str:
     """``bkmcp [--config PATH] <server> <tool>`` as a user can paste it: shell-quoted when needed, control characters
     escaped (``build_server_command``)."""
-    import shlex
+    return _printable(" ".join(_tool_words(server_name, tool_name, config)))
 
-    return _printable(f"{build_server_command(server_name, config)} {shlex.quote(str(tool_name))}")
+
+def _tool_words(server_name: str, tool_name: Any, config: str | None = None) -> list[str]:
+    """``_tool_command``'s shell words, for help lines that wrap between words."""
+    given = ["--config", shell_quote(config)] if config is not None else []
+    return ["bkmcp", *given, shell_quote(server_name), shell_quote(str(tool_name))]
 
 
 def json_path(parts: Iterable[Any]) -> str:
@@ -8733,10 +8737,17 @@ def render_tool_help(server_name: str, tool: Mapping[str, Any], config: str | No
     mapped = build_tool_flags(tool)
     schema = _schema_object(tool) or {}
     command = _tool_command(server_name, name, config)
+    words = _tool_words(server_name, name, config)
+
+    def command_lines(*parts: str) -> list[str]:  # copy-pasteable within 80 columns: ' \' continuations
+        lines = _fill([*words, *parts], HELP_WIDTH - 2, "  ", "      ")
+        return [line + " \\" for line in lines[:-1]] + lines[-1:]
+
     out: list[str] = []
     annotations = tool.get("annotations") if isinstance(tool.get("annotations"), dict) else {}
     title = tool.get("title") or (annotations or {}).get("title")
-    heading = command + (f" - {title}" if isinstance(title, str) and title.strip() else "")
+    # the heading names the tool (its Usage and Examples lines carry --config, to be pasted)
+    heading = _tool_command(server_name, name) + (f" - {title}" if isinstance(title, str) and title.strip() else "")
     out += _wrap(heading, HELP_WIDTH)
     description = tool.get("description")
     if isinstance(description, str) and description.strip():
@@ -8754,8 +8765,8 @@ def render_tool_help(server_name: str, tool: Mapping[str, Any], config: str | No
     optional = [f for f in flags if not f.required]
     usage_parts = [f.usage for f in flags if f.required]
     usage_parts += [f"[{f.usage}]" for f in optional] if len(optional) <= 4 else ["[FLAGS...]"] if optional else []
-    out += _fill([command, *usage_parts], HELP_WIDTH, "  ", "      ")
-    out += _fill([command, "--body", "JSON|@FILE|-"], HELP_WIDTH, "  ", "      ")
+    out += _fill([*words, *usage_parts], HELP_WIDTH, "  ", "      ")
+    out += _fill([*words, "--body", "JSON|@FILE|-"], HELP_WIDTH, "  ", "      ")
 
     out += ["", "Flags:" if flags else "Flags: none"]
     spec_width = min(max((len(f.usage) for f in flags), default=0), 44)
@@ -8795,9 +8806,11 @@ def render_tool_help(server_name: str, tool: Mapping[str, Any], config: str | No
     if _cell_width(one_line) <= HELP_WIDTH:
         out.append(one_line)
     else:
-        start = _cell_width(f"  {command} --body '")
+        prefix = command_lines("--body")
+        start = _cell_width(f"{prefix[-1]} '")
         body_lines = _shell_quote(_pretty_json(example, 2, HELP_WIDTH, start)).split("\n")
-        out.append(f"  {command} --body {body_lines[0]}")
+        out += prefix[:-1]
+        out.append(f"{prefix[-1]} {body_lines[0]}")
         out += body_lines[1:]
     if omitted:
         out.append(f"  ({omitted} more optional field{'s' if omitted != 1 else ''} not shown)")
@@ -8809,17 +8822,16 @@ def render_tool_help(server_name: str, tool: Mapping[str, Any], config: str | No
         if len(chosen) < 3:
             chosen += [f for f in flags if not f.required and f not in chosen][: 3 - len(chosen)]
         parts = [word for f in chosen for word in _flag_example(f, _flag_example_value(f, schema))]
-        lines = _fill([command, *parts], HELP_WIDTH - 2, "  ", "      ")  # copy-pasteable: ' \' continuations
-        out += [line + " \\" for line in lines[:-1]] + lines[-1:]
+        out += command_lines(*parts)
     elif not required_body_only:
-        out.append(f"  {command}")
+        out += command_lines()
     else:
         which = "field {} has no flag" if len(required_body_only) == 1 else "fields {} have no flags"
         out += _paragraph(
             f"(required {which.format(', '.join(required_body_only))}, so call this tool with --body as shown above)"
         )
-    out.append(f"  {command} --body @args.json")
-    out.append(f"  {command} --body @args.json --dry-run")
+    out += command_lines("--body", "@args.json")
+    out += command_lines("--body", "@args.json", "--dry-run")
     any_json = (
         " A JSON-value flag's text is JSON: write a string in JSON quotes."
         if any(f.kind == "json" for f in flags)
