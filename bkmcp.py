@@ -8463,7 +8463,7 @@ def render_server_help(server: ServerConfig, config: str | None = None) -> str:
         if server.cwd:
             lines.append(f"  cwd            {server.cwd}")
     lines.append(f"  protocol       {server.protocol_version or 'negotiated (2026-07-28 probe, legacy fallback)'}")
-    name = _printable(build_server_command(server.name, config))[len("bkmcp ") :]
+    name = build_server_command(server.name, config)[len("bkmcp ") :]
     lines += [
         "",
         "Usage:",
