@@ -120,3 +120,14 @@ def test_a_platform_build_never_replaces_the_full_pyz(tmp_path, monkeypatch, cap
     assert full.read_bytes() == b"the full build"
     assert build_zipapp.main([]) == 0
     assert full.read_bytes() == b"fresh full"
+
+
+def test_the_license_is_an_spdx_string_with_the_setuptools_that_reads_it() -> None:
+    """Issue 40 item 7: `make venv` and `pip install .` printed setuptools' warning that the TOML-table
+    `project.license` stops working on 2027-02-18. The SPDX string form (PEP 639) needs setuptools >= 77."""
+    import re
+
+    text = (Path(build_zipapp.__file__).parent / "pyproject.toml").read_text()
+    assert re.search(r'^license = "MIT"$', text, re.M), "project.license must be the SPDX string"
+    [requires] = re.findall(r"^requires = \[(.*)\]", text, re.M)
+    assert '"setuptools>=77"' in requires
