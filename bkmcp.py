@@ -14,7 +14,8 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                 that never blocks (resident log and events), the progress line, names' close
                                 spellings, and the tool-option tokens the argv parser hands to section 8
     3. Config                   file selection, strict parsing (a duplicate key: section 2's JSON), per-field
-                                validation, ${VAR} expansion
+                                validation (editor files: an unusable entry is refused only when selected,
+                                EDITOR_IGNORED_FIELDS), ${VAR} expansion, build_server_command (with --config)
     4. Auth                     Bearer / X-Bkapi-Authorization forms, conflicts, secrets to scrub; a server resolved
                                 for its transport (ResolvedServer), with the environment a stdio child inherits
     5. Protocol core (sans-IO)  JSON-RPC framing, SSE decoder, eras, request building, classification; the
