@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 PYZ    := dist/bkmcp.pyz
 PREFIX ?= $(HOME)/.local
 
-.PHONY: install install-pyz demo demo-resident examples test check venv interop peers lint fmt unit integration artifact build scenario bench clean conformance
+.PHONY: prereqs install install-pyz demo demo-resident examples test check venv interop peers lint fmt unit integration artifact build scenario bench clean conformance
 
 venv: $(VENV)/.installed
 # Says what it installs; on a terminal pip shows its progress (in a log: quiet).
@@ -81,7 +81,12 @@ CASE_IS_PATH = $(findstring ::,$(CASE))$(findstring .py,$(CASE))
 # tracer). The rest, whose processes mostly wait on sockets, runs under coverage: its branch coverage of bkmcp.py
 # is the figure reported and held at 90 % (the fuzz tests' lines are the unit tests' lines too; the artifact tests
 # run the built .pyz in other processes). Both runs must pass; the side run's output is printed when it ends.
-test: venv interop lint build
+# zsh, tmux, Node.js >= 20 with npm and a Python >= 3.10, checked first: a missing one stops at once with the line
+# that installs it (.ci/check_prereqs.sh), not after minutes of tests.
+prereqs:
+	@bash .ci/check_prereqs.sh
+
+test: prereqs venv interop lint build
 ifeq ($(CASE),)
 	@set -u; side_log=$$(mktemp); \
 	{ BKMCP_INTEROP_REQUIRED=1 $(BIN)/python -m pytest -q -p no:cacheprovider tests/artifact; artifact=$$?; \

@@ -21,7 +21,8 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        2.6 URI templates           RFC 6570 levels 1-3 expanded locally for --read TEMPLATE --VAR VALUE
                                    (parse_uri_template, expand_uri_template, parse_template_values)
     3. Config                   file selection, strict parsing (a duplicate key: section 2's JSON), per-field
-                                validation, ${VAR} expansion
+                                validation (editor files: an unusable entry is refused only when selected,
+                                EDITOR_IGNORED_FIELDS), ${VAR} expansion, build_server_command (with --config)
     4. Auth                     Bearer / X-Bkapi-Authorization forms, conflicts, secrets to scrub; a server resolved
                                 for its transport (ResolvedServer), with the environment a stdio child inherits
     5. Protocol core (sans-IO)  JSON-RPC framing, SSE decoder, eras, request building, classification, the session
@@ -1689,6 +1690,20 @@ _STDIO_FIELDS = frozenset({"type", "command", "args", "env", "cwd", "protocolVer
 # tool approval lists (bkmcp calls only the tool named on its command line, so they grant nothing here) and
 # "disabled" (a disabled entry is refused when selected). docs/contract.md §3.
 _EDITOR_FIELDS = frozenset({"autoApprove", "alwaysAllow", "disabled"})
+# What editors write per entry whose effect bkmcp does not have: accepted, and the selected entry's are named in a
+# warning (field -> who writes it and what to do instead). docs/contract.md §3.
+EDITOR_IGNORED_FIELDS = {
+    "timeout": "Cline, Roo Code, Claude Code; a call's time limit is the --timeout option",
+    "disabledTools": "Windsurf, Roo Code; bkmcp hides no tool",
+    "watchPaths": "Roo Code; bkmcp restarts no server on file changes",
+    "envFile": 'Cursor, VS Code; its variables are not loaded: put them in "env"',
+    "dev": "VS Code's watch and debug settings",
+}
+# Other spellings of "type" that editors write for a Streamable HTTP entry (Cline, Roo Code / Kilo Code).
+_HTTP_TYPE_ALIASES = frozenset({"streamableHttp", "streamable-http"})
+# Top-level fields of an editor's file that are about the editor, not its servers (VS Code's prompted inputs,
+# Claude Desktop's app settings): accepted and not read.
+_EDITOR_TOP_FIELDS = frozenset({"inputs", "globalShortcut", "preferences"})
 _FORBIDDEN_HEADERS = frozenset(
     name.lower()
     for name in (
@@ -1741,6 +1756,7 @@ class ServerConfig:
     cwd: str | None = None
     protocol_version: str | None = None
     disabled: bool = False  # an editor's "disabled": true; refused when selected
+    ignored: tuple[str, ...] = ()  # the entry's EDITOR_IGNORED_FIELDS, named in a warning when it is selected
 
 
 @dataclass(frozen=True)
@@ -1750,6 +1766,17 @@ class ConfigFile:
     readable_by_others: bool = False
     # entries whose name no command line can select (``check_server_name``): (name, why), left out of servers
     invalid_names: tuple[tuple[str, str], ...] = ()
+    # entries bkmcp cannot use (a bad or unknown field): (name, message, hint), left out of servers; selecting one
+    # is the error (``refusal``), any other command warns about it (docs/contract.md §3)
+    unusable: tuple[tuple[str, str, str | None], ...] = ()
+
+    def refusal(self, name: str) -> InvalidConfigError | None:
+        """The error that selecting the unusable entry ``name`` is, or None when it is not one (a new instance
+        each time: a stored error is never raised twice)."""
+        for unusable_name, message, hint in self.unusable:
+            if unusable_name == name:
+                return InvalidConfigError(message, hint=hint)
+        return None
 
 
 def expand_user_path(path: str, env: Mapping[str, str], cwd: str) -> str | None:
@@ -1801,6 +1828,25 @@ def resolve_config_path(option: str | None, env: Mapping[str, str], cwd: str) ->
     return path if resolved is None else resolved
 
 
+_SHELL_SAFE = frozenset("@%+=:,./-_0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+def shell_quote(text: str) -> str:
+    """``shlex.quote(text)``, without importing re (shlex does): help paths print commands (tests/unit/test_cli.py
+    compares the two)."""
+    if text and all(ch in _SHELL_SAFE for ch in text):
+        return text
+    return "'" + text.replace("'", "'\"'\"'") + "'"
+
+
+def build_server_command(server_name: str, config: str | None = None) -> str:
+    """``bkmcp [--config PATH] SERVER`` as a user can paste it, shell-quoted: every hint, help line and example that
+    names a command carries the ``--config`` the command was run with (``config``: its resolved path; None when the
+    default file was read), so pasting it reads the same file (docs/contract.md §2)."""
+    given = f" --config {shell_quote(config)}" if config is not None else ""
+    return f"bkmcp{given} {shell_quote(server_name)}"
+
+
 def load_config(path: str) -> ConfigFile:
     """Read and validate the whole file (syntax and structure of every server; no environment expansion)."""
     if path.startswith("~"):  # resolve_config_path found no HOME to expand it with
@@ -1829,7 +1875,7 @@ def load_config(path: str) -> ConfigFile:
             hint="check the path and its permissions",
         ) from None
     config = parse_config(raw, path)
-    return ConfigFile(config.path, config.servers, bool(mode & 0o044), config.invalid_names)
+    return ConfigFile(config.path, config.servers, bool(mode & 0o044), config.invalid_names, config.unusable)
 
 
 def parse_config(raw: str | bytes, path: str) -> ConfigFile:
@@ -1843,28 +1889,33 @@ def parse_config(raw: str | bytes, path: str) -> ConfigFile:
             f'{path}: top level must be a JSON object with "mcpServers"',
             hint='write {"mcpServers": {"<name>": {"type": "http", "url": "https://…"}}}',
         )
-    if "mcpServers" not in document:
-        other = ' (the "servers" layout of other clients is not supported)' if "servers" in document else ""
+    # "servers" is VS Code's .vscode/mcp.json layout, read when the file has no "mcpServers"
+    key = "mcpServers" if "mcpServers" in document or "servers" not in document else "servers"
+    if key not in document:
         raise InvalidConfigError(
-            f'{path}: missing top-level "mcpServers"{other}',
+            f'{path}: missing top-level "mcpServers"',
             hint='write {"mcpServers": {"<name>": {"type": "http", "url": "https://…"}}}',
         )
-    extra = sorted(set(document) - {"mcpServers"})
+    extra = sorted(set(document) - {key} - _EDITOR_TOP_FIELDS)
     if extra:
         shown = ", ".join(repr(_safe_name(k)) for k in extra)
         raise InvalidConfigError(f"{path}: unsupported top-level field(s): {shown}")
-    entries = document["mcpServers"]
+    entries = document[key]
     if not isinstance(entries, dict):
-        raise InvalidConfigError(f'{path}: "mcpServers" must be an object of named servers')
+        raise InvalidConfigError(f'{path}: "{key}" must be an object of named servers')
     servers: dict[str, ServerConfig] = {}
     invalid: list[tuple[str, str]] = []
+    unusable: list[tuple[str, str, str | None]] = []
     for name, entry in entries.items():
         problem = check_server_name(name)
         if problem:  # no command line can select it: reported for this entry only, the others stay usable
             invalid.append((name, problem))
-        else:
+            continue
+        try:
             servers[name] = _parse_server(path, name, entry)
-    return ConfigFile(path, servers, invalid_names=tuple(invalid))
+        except InvalidConfigError as exc:  # an error when selected; the file's other servers stay usable
+            unusable.append((name, exc.message, exc.hint))
+    return ConfigFile(path, servers, invalid_names=tuple(invalid), unusable=tuple(unusable))
 
 
 def _safe_name(name: str) -> str:
@@ -1893,22 +1944,25 @@ def _parse_server(path: str, name: str, entry: Any) -> ServerConfig:
     kind = entry.get("type")
     if kind is None and "command" in entry:  # the entry every editor writes for a stdio server
         kind = "stdio"
+    elif kind is None and "url" in entry:  # the entry Cursor and Claude Code write for a remote server
+        kind = "http"
+    elif kind in _HTTP_TYPE_ALIASES:
+        kind = "http"
     if kind is None:
-        hint = 'add "type": "http" for a Streamable HTTP server' if "url" in entry else None
-        raise InvalidConfigError(f'{where}: field "type" is required ("http" or "stdio")', hint=hint)
+        raise InvalidConfigError(f'{where}: field "type" is required ("http" or "stdio")')
     if kind not in ("http", "stdio"):
         raise InvalidConfigError(
             f"{where}: unsupported type {kind!r}" if isinstance(kind, str) else f'{where}: "type" must be a string',
             hint='use "http" (Streamable HTTP) or "stdio"',
         )
     allowed = _HTTP_FIELDS if kind == "http" else _STDIO_FIELDS
-    unknown = sorted(set(entry) - allowed - _EDITOR_FIELDS)
+    unknown = sorted(set(entry) - allowed - _EDITOR_FIELDS - set(EDITOR_IGNORED_FIELDS))
     if unknown:
         raise InvalidConfigError(
             f"{where}: unknown field(s) {', '.join(repr(_safe_name(k)) for k in unknown)} for type {kind!r}",
-            hint=f"known fields: {', '.join(sorted(allowed))}"
-            + ("; a call's time limit is the --timeout option" if "timeout" in unknown else ""),
+            hint=f"known fields: {', '.join(sorted(allowed))}",
         )
+    ignored = tuple(sorted(set(entry) & set(EDITOR_IGNORED_FIELDS)))
     for field_name in ("autoApprove", "alwaysAllow"):
         listed = entry.get(field_name, [])
         if not isinstance(listed, list) or not all(isinstance(t, str) for t in listed):
@@ -1920,6 +1974,7 @@ def _parse_server(path: str, name: str, entry: Any) -> ServerConfig:
     if version is not None and version not in SUPPORTED_VERSIONS:
         raise InvalidConfigError(f'{where}: field "protocolVersion" must be one of {", ".join(SUPPORTED_VERSIONS)}')
     common: dict[str, Any] = {"name": name, "type": kind, "config_file": path, "protocol_version": version}
+    common["ignored"] = ignored
     if kind == "http":
         url, headers = _check_url(where, entry.get("url")), _check_headers(where, entry.get("headers"))
         return ServerConfig(**common, url=url, headers=headers, disabled=disabled)
@@ -7109,6 +7164,36 @@ def build_tool_flags(tool: Mapping[str, Any]) -> ToolFlags:
 BRIEF_SUMMARY_LIMIT = 120  # characters of a tool's first description line in --tools --brief
 
 
+BRIEF_ENUM_LIMIT = 5  # enum values a --tools --brief signature lists before "|…"
+
+
+def _brief_usage(flag: ToolFlag) -> str:
+    """A flag in a ``--tools --brief`` signature: as tool help writes it, with a string or number enum's values in
+    place of the type (``--level error|warning|info``), as tool help lists them."""
+    enum = flag.schema.get("enum")
+    if flag.kind in ("string", "integer", "number") and isinstance(enum, list) and enum:
+        shown = [v if isinstance(v, str) else dump_json(v) for v in enum[:BRIEF_ENUM_LIMIT]]
+        if all(v and v.isprintable() and " " not in v and "|" not in v for v in shown):
+            more = "|…" if len(enum) > BRIEF_ENUM_LIMIT else ""
+            return f"--{flag.name} {'|'.join(shown)}{more}"
+    return flag.usage
+
+
+def render_brief_lines(tools: Sequence[Mapping[str, Any]]) -> str:
+    """``--tools --brief --raw``: one line a person reads per tool (``describe_brief``'s fields): its name, its flag
+    signature, the fields only ``--body`` sets, and its summary after ``—``."""
+    lines = []
+    for brief in tools:
+        words = [str(brief["name"]), brief["usage"]]
+        if brief.get("body_only"):
+            words.append(f"--body {{{', '.join(brief['body_only'])}}}")
+        if brief.get("task_support"):
+            words.append("(task-only)")
+        summary = f"  — {brief['summary']}" if brief["summary"] else ""
+        lines.append(_printable(" ".join(w for w in words if w) + summary) + "\n")
+    return "".join(lines)
+
+
 def describe_brief(tool: Mapping[str, Any]) -> dict[str, Any]:
     """One tool for ``--tools --brief`` (contract §7): name, the first description line (cut to
     ``BRIEF_SUMMARY_LIMIT``) and the flag signature, required flags first and optional ones in brackets. Fields
@@ -7120,7 +7205,7 @@ def describe_brief(tool: Mapping[str, Any]) -> dict[str, Any]:
     if len(summary) > BRIEF_SUMMARY_LIMIT:
         summary = summary[: BRIEF_SUMMARY_LIMIT - 1].rstrip() + "…"
     flags = sorted(mapped.flags.values(), key=lambda f: not f.required)  # stable: schema order within each group
-    usage = " ".join(f.usage if f.required else f"[{f.usage}]" for f in flags)
+    usage = " ".join(_brief_usage(f) if f.required else f"[{_brief_usage(f)}]" for f in flags)
     out: dict[str, Any] = {"name": tool.get("name"), "summary": summary, "usage": usage}
     if mapped.body_only:
         body = sorted(mapped.body_only.values(), key=lambda b: not b.required)
@@ -7154,11 +7239,16 @@ def describe_cli(tool: Mapping[str, Any]) -> dict[str, Any]:
 # -- 8.4 values: a flag's text -> its JSON value, positional-argument errors -------------------------------------------
 
 
-def _tool_command(server_name: str, tool_name: Any) -> str:
-    """``bkmcp <server> <tool>`` as a user can paste it: shell-quoted when needed, control characters escaped."""
-    import shlex
+def _tool_command(server_name: str, tool_name: Any, config: str | None = None) -> str:
+    """``bkmcp [--config PATH] <server> <tool>`` as a user can paste it: shell-quoted when needed, control characters
+    escaped (``build_server_command``)."""
+    return _printable(" ".join(_tool_words(server_name, tool_name, config)))
 
-    return _printable(f"bkmcp {shlex.quote(server_name)} {shlex.quote(str(tool_name))}")
+
+def _tool_words(server_name: str, tool_name: Any, config: str | None = None) -> list[str]:
+    """``_tool_command``'s shell words, for help lines that wrap between words."""
+    given = ["--config", shell_quote(config)] if config is not None else []
+    return ["bkmcp", *given, shell_quote(server_name), shell_quote(str(tool_name))]
 
 
 def json_path(parts: Iterable[Any]) -> str:
@@ -7278,14 +7368,16 @@ def _read_tokens(
     return values, problems
 
 
-def _raise_token_problems(tool: Mapping[str, Any], problems: list[dict[str, str]], server_name: str) -> None:
+def _raise_token_problems(
+    tool: Mapping[str, Any], problems: list[dict[str, str]], server_name: str, config: str | None
+) -> None:
     if not problems:
         return
     first = problems[0]["message"]
     more = f" (and {len(problems) - 1} more problem{'s' if len(problems) > 2 else ''})" if len(problems) > 1 else ""
     raise InvalidArgumentsError(
         f"{first}{more}",
-        hint=f"see the tool's flags with: {_tool_command(server_name, tool.get('name'))} --help",
+        hint=f"see the tool's flags with: {_tool_command(server_name, tool.get('name'), config)} --help",
         details={"problems": problems},
     )
 
@@ -7326,31 +7418,41 @@ def parse_prompt_arguments(
 
 
 def parse_tool_arguments(
-    tool: Mapping[str, Any], tokens: Sequence[ToolToken], *, server_name: str = "<server>"
+    tool: Mapping[str, Any], tokens: Sequence[ToolToken], *, server_name: str = "<server>", config: str | None = None
 ) -> dict[str, Any]:
     """Named flags -> the ``arguments`` object (P01, P02, P03). Only given flags are sent; no defaults.
 
-    Every malformed, repeated, unknown or body-only flag is reported at once as ``invalid_mcp_arguments`` whose
-    ``problems`` name the flag, and the hint names the tool help command; so is a required field that has no flag
-    (with the way to send it: ``--body``).
+    Every malformed, repeated, unknown or body-only flag and every required flag not given is reported at once as
+    ``invalid_mcp_arguments`` whose ``problems`` name the flag, and the hint names the tool help command; so is a
+    required field that has no flag (with the way to send it: ``--body``).
     """
     mapped = build_tool_flags(tool)
     values, problems = _read_tokens(tool, mapped, tokens)
+    command = _tool_command(server_name, tool.get("name"), config)
     for field_ in mapped.body_only.values():
         if field_.required:  # flags alone can never satisfy it: say how it can be sent
             problems.append(
                 {
                     "path": json_path([field_.name]),
                     "message": f"required field {_printable(field_.name)!r} has no flag ({field_.reason}); send "
-                    f"the arguments with --body: {_tool_command(server_name, tool.get('name'))} --body '{{...}}'",
+                    f"the arguments with --body: {command} --body '{{...}}'",
                 }
             )
-    _raise_token_problems(tool, problems, server_name)
+    for flag in mapped.flags.values():  # a required flag not given: named like the other flag errors (issue 40)
+        if flag.required and flag.name not in values and all(p.get("flag") != flag.option for p in problems):
+            problem = f"missing required flag {_printable(flag.usage)}"
+            problems.append({"flag": flag.option, "path": json_path([flag.name]), "message": problem})
+    _raise_token_problems(tool, problems, server_name, config)
     return values
 
 
 def build_positional_error(
-    tool: Mapping[str, Any], value: str, follows: str | None = None, *, server_name: str = "<server>"
+    tool: Mapping[str, Any],
+    value: str,
+    follows: str | None = None,
+    *,
+    server_name: str = "<server>",
+    config: str | None = None,
 ) -> UsageError:
     """A bare value after the tool name (``bkmcp fs list_directory ./notes``): tool arguments are flags, so the
     error names this tool's flags, and the one to write when exactly one required flag takes a string. ``follows``:
@@ -7358,7 +7460,7 @@ def build_positional_error(
     import shlex
 
     flags = list(build_tool_flags(tool).flags.values())
-    command = _tool_command(server_name, tool.get("name"))
+    command = _tool_command(server_name, tool.get("name"), config)
     shown = _printable(repr(value))
     if not flags:
         return UsageError(
@@ -7384,14 +7486,14 @@ _POSITIONAL_FLAGS_SHOWN = 8  # flags a positional-argument error lists before "�
 
 
 def check_tool_tokens(
-    tool: Mapping[str, Any], tokens: Sequence[ToolToken], *, server_name: str = "<server>"
+    tool: Mapping[str, Any], tokens: Sequence[ToolToken], *, server_name: str = "<server>", config: str | None = None
 ) -> list[str]:
     """With ``--body`` (P05): tool flags are not merged or sent, but must be well-formed flags of the tool.
 
     Returns the ignored flags (``--name``), for a warning; raises like ``parse_tool_arguments`` otherwise.
     """
     _values, problems = _read_tokens(tool, build_tool_flags(tool), tokens)
-    _raise_token_problems(tool, problems, server_name)
+    _raise_token_problems(tool, problems, server_name, config)
     return [f"--{t.name}" for t in tokens]
 
 
@@ -8997,9 +9099,12 @@ Examples:
 """
 
 
-def render_root_help(config_path: str, servers: Sequence[str] | None = None, problem: str | None = None) -> str:
+def render_root_help(
+    config_path: str, servers: Sequence[str] | None = None, problem: str | None = None, *, given: bool = False
+) -> str:
     """The root help; ``servers`` are the configured names (None: the file is missing, or ``problem`` says why it
-    cannot be read). Reading the file is the caller's (no request, no environment variable)."""
+    cannot be read); ``given``: the file came from ``--config``, which the examples then carry. Reading the file is
+    the caller's (no request, no environment variable)."""
     if problem is not None:
         config = f"Config file: {config_path} (invalid: {problem})"
     elif servers is None:
@@ -9010,7 +9115,10 @@ def render_root_help(config_path: str, servers: Sequence[str] | None = None, pro
     else:
         config = f"Config file: {config_path}\nConfigured servers ({len(servers)}): {', '.join(servers) or '(none)'}"
     example = "\n".join("  " + line for line in CONFIG_EXAMPLE_LINES)
-    return ROOT_HELP.format(version=__version__, config=config, config_example=example)
+    text = ROOT_HELP.format(version=__version__, config=config, config_example=example)
+    if given:  # the examples carry the --config this help was run with (docs/contract.md §2)
+        text = text.replace("\n  bkmcp report-prod ", f"\n  {build_server_command('report-prod', config_path)} ")
+    return text
 
 
 RESIDENT_HELP = """\
@@ -9230,7 +9338,7 @@ def render_completion_words(tools: Sequence[Any], tool: str | None) -> str:
 # -- 9.6 server and tool help (render_server_help, render_tool_help) ---------------------------------------------------
 
 
-def render_server_help(server: ServerConfig) -> str:
+def render_server_help(server: ServerConfig, config: str | None = None) -> str:
     """Static help for one configured server: reads no environment variables and makes no request."""
     lines = [f"bkmcp server {server.name!r} ({server.type})", "", f"  config file    {server.config_file}"]
     if server.type == "http":
@@ -9252,7 +9360,7 @@ def render_server_help(server: ServerConfig) -> str:
         if server.cwd:
             lines.append(f"  cwd            {server.cwd}")
     lines.append(f"  protocol       {server.protocol_version or 'negotiated (2026-07-28 probe, legacy fallback)'}")
-    name = server.name
+    name = build_server_command(server.name, config)[len("bkmcp ") :]
     lines += [
         "",
         "Usage:",
@@ -9276,24 +9384,27 @@ def render_server_help(server: ServerConfig) -> str:
     return "\n".join(lines)
 
 
-def render_template_help(server_name: str, template: str) -> str:
-    """``--read TEMPLATE --help``, offline: the command to read it and its variables, each a required flag."""
-    import shlex
-
+def render_template_help(server_name: str, template: str, config: str | None = None) -> str:
+    """``--read TEMPLATE --help``, offline: the command to read it (with the ``--config`` given) and its variables,
+    each a required flag."""
     names = uri_template_variables(template)
-    command = _terminal_safe(f"bkmcp {shlex.quote(server_name)} --read {shlex.quote(template)}")
-    out = [command, "", "Usage:", "  " + " ".join([command, *(f"--{name} VALUE" for name in names)])]
+    given = ["--config", shell_quote(config)] if config is not None else []
+    target = [shell_quote(server_name), "--read", shell_quote(template)]
+    command = _terminal_safe(" ".join(["bkmcp", *target]))
+    usage = _terminal_safe(" ".join(["bkmcp", *given, *target, *(f"--{name} VALUE" for name in names)]))
+    out = [command, "", "Usage:", "  " + usage]
     out += ["", "Variables (RFC 6570, expanded by bkmcp):" if names else "Variables: none"]
     width = max((len(name) for name in names), default=0) + 8
     out += [f"  {_terminal_safe(f'--{name} VALUE').ljust(width)}  required" for name in names]
     return "\n".join(out) + "\n"
 
 
-def render_prompt_help(server_name: str, prompt: Mapping[str, Any]) -> str:
-    """``--prompt NAME --help``: the prompt's description and its arguments (string flags), required ones marked."""
-    import shlex
-
-    command = _printable(f"bkmcp {shlex.quote(server_name)} --prompt {shlex.quote(str(prompt.get('name')))}")
+def render_prompt_help(server_name: str, prompt: Mapping[str, Any], config: str | None = None) -> str:
+    """``--prompt NAME --help``: the prompt's description and its arguments (string flags), required ones marked;
+    the Usage line with the ``--config`` given."""
+    target = [shell_quote(server_name), "--prompt", shell_quote(str(prompt.get("name")))]
+    command = _printable(" ".join(["bkmcp", *target]))
+    given = ["--config", shell_quote(config)] if config is not None else []
     title = prompt.get("title")
     out = _wrap(command + (f" - {title}" if isinstance(title, str) and title.strip() else ""), HELP_WIDTH)
     if isinstance(prompt.get("description"), str) and prompt["description"].strip():
@@ -9304,7 +9415,8 @@ def render_prompt_help(server_name: str, prompt: Mapping[str, Any]) -> str:
     flags = [
         f"--{a.get('name')} VALUE" if a.get("required") is True else f"[--{a.get('name')} VALUE]" for a in arguments
     ]
-    out += ["", "Usage:", *_fill([command, *flags], HELP_WIDTH, "  ", "      ")]
+    usage = [_printable(word) for word in ["bkmcp", *given, *target]]
+    out += ["", "Usage:", *_fill([*usage, *flags], HELP_WIDTH, "  ", "      ")]
     out += ["", "Arguments (strings):" if arguments else "Arguments: none"]
     for argument in arguments:
         name = str(argument.get("name"))
@@ -9564,17 +9676,24 @@ def _annotation_lines(tool: Mapping[str, Any]) -> list[str]:
     return _paragraph(", ".join(words) + " (hints declared by the server, not verified)")
 
 
-def render_tool_help(server_name: str, tool: Mapping[str, Any]) -> str:
+def render_tool_help(server_name: str, tool: Mapping[str, Any], config: str | None = None) -> str:
     """Tool help (D02, contract.md §7): flags with type, required, enum, default (information only) and description;
     the fields that need --body and why; a --body example built from the schema; examples. Fits 80 columns."""
     name = str(tool.get("name"))
     mapped = build_tool_flags(tool)
     schema = _schema_object(tool) or {}
-    command = _tool_command(server_name, name)
+    command = _tool_command(server_name, name, config)
+    words = _tool_words(server_name, name, config)
+
+    def command_lines(*parts: str) -> list[str]:  # copy-pasteable within 80 columns: ' \' continuations
+        lines = _fill([*words, *parts], HELP_WIDTH - 2, "  ", "      ")
+        return [line + " \\" for line in lines[:-1]] + lines[-1:]
+
     out: list[str] = []
     annotations = tool.get("annotations") if isinstance(tool.get("annotations"), dict) else {}
     title = tool.get("title") or (annotations or {}).get("title")
-    heading = command + (f" - {title}" if isinstance(title, str) and title.strip() else "")
+    # the heading names the tool (its Usage and Examples lines carry --config, to be pasted)
+    heading = _tool_command(server_name, name) + (f" - {title}" if isinstance(title, str) and title.strip() else "")
     out += _wrap(heading, HELP_WIDTH)
     description = tool.get("description")
     if isinstance(description, str) and description.strip():
@@ -9592,8 +9711,8 @@ def render_tool_help(server_name: str, tool: Mapping[str, Any]) -> str:
     optional = [f for f in flags if not f.required]
     usage_parts = [f.usage for f in flags if f.required]
     usage_parts += [f"[{f.usage}]" for f in optional] if len(optional) <= 4 else ["[FLAGS...]"] if optional else []
-    out += _fill([command, *usage_parts], HELP_WIDTH, "  ", "      ")
-    out += _fill([command, "--body", "JSON|@FILE|-"], HELP_WIDTH, "  ", "      ")
+    out += _fill([*words, *usage_parts], HELP_WIDTH, "  ", "      ")
+    out += _fill([*words, "--body", "JSON|@FILE|-"], HELP_WIDTH, "  ", "      ")
 
     out += ["", "Flags:" if flags else "Flags: none"]
     spec_width = min(max((len(f.usage) for f in flags), default=0), 44)
@@ -9633,9 +9752,11 @@ def render_tool_help(server_name: str, tool: Mapping[str, Any]) -> str:
     if _cell_width(one_line) <= HELP_WIDTH:
         out.append(one_line)
     else:
-        start = _cell_width(f"  {command} --body '")
+        prefix = command_lines("--body")
+        start = _cell_width(f"{prefix[-1]} '")
         body_lines = _shell_quote(_pretty_json(example, 2, HELP_WIDTH, start)).split("\n")
-        out.append(f"  {command} --body {body_lines[0]}")
+        out += prefix[:-1]
+        out.append(f"{prefix[-1]} {body_lines[0]}")
         out += body_lines[1:]
     if omitted:
         out.append(f"  ({omitted} more optional field{'s' if omitted != 1 else ''} not shown)")
@@ -9647,17 +9768,16 @@ def render_tool_help(server_name: str, tool: Mapping[str, Any]) -> str:
         if len(chosen) < 3:
             chosen += [f for f in flags if not f.required and f not in chosen][: 3 - len(chosen)]
         parts = [word for f in chosen for word in _flag_example(f, _flag_example_value(f, schema))]
-        lines = _fill([command, *parts], HELP_WIDTH - 2, "  ", "      ")  # copy-pasteable: ' \' continuations
-        out += [line + " \\" for line in lines[:-1]] + lines[-1:]
+        out += command_lines(*parts)
     elif not required_body_only:
-        out.append(f"  {command}")
+        out += command_lines()
     else:
         which = "field {} has no flag" if len(required_body_only) == 1 else "fields {} have no flags"
         out += _paragraph(
             f"(required {which.format(', '.join(required_body_only))}, so call this tool with --body as shown above)"
         )
-    out.append(f"  {command} --body @args.json")
-    out.append(f"  {command} --body @args.json --dry-run")
+    out += command_lines("--body", "@args.json")
+    out += command_lines("--body", "@args.json", "--dry-run")
     any_json = (
         " A JSON-value flag's text is JSON: write a string in JSON quotes."
         if any(f.kind == "json" for f in flags)
@@ -10597,6 +10717,9 @@ class SqliteRegistry(Registry):
         ``"disabled": true``), in one transaction (contract.md §11.3)."""
         import sqlite3
 
+        refusal = config.refusal(config.unusable[0][0]) if config.unusable else None
+        if refusal is not None:  # an import takes the whole file or nothing
+            raise refusal
         for name in config.servers:
             problem = check_registry_name(name)
             if problem:
@@ -14000,6 +14123,20 @@ _RESERVED_UNSUPPORTED = {"--format"}
 # prompt's own flag (contract §6).
 _CATALOGUE_FLAGS = {"--resources": "resources", "--prompts": "prompts"}
 _TARGET_OPTIONS = {"--read": "read", "--prompt": "prompt"}
+# every long option, for the close spellings of an unknown one (`--chek`: did you mean --check?)
+_LONG_OPTIONS = tuple(
+    name
+    for name in (
+        *_VALUE_OPTIONS,
+        *_FLAG_OPTIONS,
+        *_REGISTRY_OPTION_NAMES,
+        *_RESIDENT_OPTIONS,
+        *_REGISTRY_VALUE_OPTIONS,
+        *_CATALOGUE_FLAGS,
+        *_TARGET_OPTIONS,
+    )
+    if name.startswith("--")
+) + ("--brief", "--keep-alive")
 
 
 @dataclass
@@ -14127,7 +14264,9 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
                 raise UsageError(f"option {name} takes no value")
             if not target or not token.startswith("--") or len(name) <= 2:
                 where = "" if not target else " (tool options look like --name value or --name=value)"
-                raise UsageError(f"unknown option {name}{where}", hint="run bkmcp --help")
+                close = closest_names(name, _LONG_OPTIONS) if not target else []
+                hint = f"did you mean {', '.join(close)}? (every option: bkmcp --help)" if close else "run bkmcp --help"
+                raise UsageError(f"unknown option {name}{where}", hint=hint)
             flag = name[2:]
             if eq:
                 inv.tool_tokens.append(ToolToken(flag, inline, True, token))
@@ -14286,7 +14425,8 @@ def check_invocation(inv: Invocation, timeout: float | None = None) -> None:
             hint="tool arguments are flags (--name VALUE)" + (" or keys of --body" if inv.body is not None else ""),
         )
     catalogue = inv.check or inv.tools or inv.resources or inv.prompts
-    if inv.raw and inv.jq is None and not inv.help and (catalogue or inv.dry_run):
+    brief_lines = inv.tools and inv.brief  # --tools --brief --raw: one line per tool (docs/contract.md §7)
+    if inv.raw and inv.jq is None and not inv.help and not brief_lines and (catalogue or inv.dry_run):
         # without --jq there is no result to print as text: a catalogue or preview is JSON by nature
         mode = modes[0] if modes else "--dry-run"
         raise UsageError(
@@ -14519,6 +14659,9 @@ def resolve_completion_server(server: ServerConfig, envr: Environment, *, named:
 
 
 def _select_server(config: ConfigFile, name: str) -> ServerConfig:
+    refusal = config.refusal(name)
+    if refusal is not None:
+        raise refusal
     if name not in config.servers:
         names = sorted(config.servers)
         close = closest_names(name, names)
@@ -14657,6 +14800,7 @@ class _Runner:
         self.remote_started = False
         self.deadline: Deadline | None = None  # the remote operation's budget, once it started
         self.ctx: OpContext | None = None  # the remote operation, once it started
+        self.shown_config: str | None = None  # the given --config, resolved: every printed command carries it
 
     def emit_text(self, text: str) -> int:
         self.envr.stdout.write(text if text.endswith("\n") else text + "\n")
@@ -14714,6 +14858,7 @@ class _Runner:
         if registry_tool or inv.resident:
             return self.run_resident_mode(registry_tool)
         config_path = resolve_config_path(inv.config, envr.env, envr.cwd)
+        self.shown_config = config_path if inv.config is not None else None
         if inv.completion is not None:
             return self.run_completion(inv.completion, config_path)
         mode = any(on for _name, on in _modes(inv))
@@ -14721,7 +14866,8 @@ class _Runner:
             if inv.sessions and not inv.help:
                 return self.run_sessions()
             if inv.help or not mode:
-                return self.emit_text(render_root_help(config_path, *_configured_names(config_path)))
+                names, problem = _configured_names(config_path)
+                return self.emit_text(render_root_help(config_path, names, problem, given=inv.config is not None))
         seconds = keep_alive_seconds(inv, envr.env, self.log) if envr.warm is None else None
         if seconds is not None and uses_warm_session(inv):  # docs/contract.md §14: the warm process runs it
             status = run_warm_client(inv, envr, self.log, seconds)
@@ -14736,12 +14882,20 @@ class _Runner:
             self.log.warn(f"{config.path}: server {_safe_name(name)!r} is ignored: {problem}; rename it to use it")
         _warn_literal_credentials(config, self.log)
         assert inv.server is not None
+        for name, message, _hint in config.unusable:
+            if name != inv.server:  # one line each; the selected one is the error below
+                self.log.warn(f"{message}; this server is left out")
         server_cfg = _select_server(config, inv.server)
+        for field_name in server_cfg.ignored:
+            self.log.warn(
+                f'{config.path}: server {server_cfg.name!r}: field "{field_name}" is ignored '
+                f"({EDITOR_IGNORED_FIELDS[field_name]})"
+            )
         self.log.debug(f"server: {server_cfg.name} ({server_cfg.type})")
         if inv.read is not None and inv.help:  # offline: the template's variables (docs/contract.md §2)
-            return self.emit_text(render_template_help(server_cfg.name, inv.read))
+            return self.emit_text(render_template_help(server_cfg.name, inv.read, self.shown_config))
         if inv.tool is None and inv.prompt is None and (inv.help or not mode):
-            return self.emit_text(render_server_help(server_cfg))
+            return self.emit_text(render_server_help(server_cfg, self.shown_config))
         return self.run_remote(server_cfg, jq)
 
     def run_completion(self, shell: str, config_path: str) -> int:
@@ -14856,6 +15010,8 @@ class _Runner:
             elif inv.brief:  # compact discovery (contract §7): no schemas, one line of text per tool
                 data = run_tools(server, ctx, insecure=inv.insecure)
                 data["tools"] = [describe_brief(t) for t in data["tools"] if isinstance(t, dict)]
+                if inv.raw and jq is None:  # a person's list: one line per tool
+                    return self.emit_text(render_brief_lines(data["tools"]) or "(no tools)")
             else:  # tools stay exactly as received; how each maps to flags (and what needs --body) sits beside them
                 data = run_tools(server, ctx, insecure=inv.insecure)
                 data["cli"] = {str(t.get("name")): describe_cli(t) for t in data["tools"] if isinstance(t, dict)}
@@ -14864,10 +15020,10 @@ class _Runner:
             if isinstance(exc, JqError):
                 raise
             # --jq projects successes only: a failure is printed whole, never hidden (docs/contract.md §7)
-            error = word_for_cli(exc, server.name)
+            error = word_for_cli(exc, server.name, self.shown_config)
             return self.emit_envelope(build_failure(error, self.redactor), None, error.exit_status)
         except BkmcpError as exc:
-            raise word_for_cli(exc, server.name) from None
+            raise word_for_cli(exc, server.name, self.shown_config) from None
 
     def cancelled(self) -> CancelledError | None:  # pyz: remote part
         """What a Ctrl-C must tell once a request was sent (docs/contract.md §7): whether ``tools/call`` had been
@@ -14914,7 +15070,7 @@ class _Runner:
 
             data = run_prompt(server, ctx, inv.prompt, insecure=inv.insecure, prepare=prepare)
             if "definition" in data:
-                return self.emit_text(render_prompt_help(server.name, data["definition"]))
+                return self.emit_text(render_prompt_help(server.name, data["definition"], self.shown_config))
         return self.emit_envelope(build_success(data), jq, EXIT_OK, raw=inv.raw)
 
     def run_tool(
@@ -14932,14 +15088,14 @@ class _Runner:
                 return None
             if inv.positional:
                 value, follows = inv.positional[0]
-                raise build_positional_error(tool, value, follows, server_name=server.name)
+                raise build_positional_error(tool, value, follows, server_name=server.name, config=self.shown_config)
             given: list[str] = []
             if arguments is None:
-                chosen = parse_tool_arguments(tool, inv.tool_tokens, server_name=server.name)
+                chosen = parse_tool_arguments(tool, inv.tool_tokens, server_name=server.name, config=self.shown_config)
                 given = list(chosen)
             else:
                 chosen = arguments
-                ignored = check_tool_tokens(tool, inv.tool_tokens, server_name=server.name)
+                ignored = check_tool_tokens(tool, inv.tool_tokens, server_name=server.name, config=self.shown_config)
                 if ignored:
                     self.log.warn(f"--body is the complete arguments object; not sent: {', '.join(ignored)}")
             self.log.debug(validate_arguments(tool, chosen, deadline=ctx.deadline, flags=given).describe())
@@ -14947,7 +15103,7 @@ class _Runner:
 
         data = run_call(server, ctx, name, insecure=inv.insecure, prepare=prepare)
         if "schema" in data:
-            return self.emit_text(render_tool_help(server.name, data["schema"]))
+            return self.emit_text(render_tool_help(server.name, data["schema"], self.shown_config))
         if data["result"].get("isError") is True:
             reason = render_tool_reason(data["result"], self.redactor.scrub)
             raise ToolError(
@@ -15827,21 +15983,21 @@ _CLI_REMEDIES = {
     "retry_delay": lambda hint, server: "raise --timeout",
     "tls": lambda hint, server: f"{hint}; --insecure skips verification (only for servers you trust)",
     "stdio_exit": lambda hint, server: f"run with -v to see its stderr; {hint}",
-    "list_tools": lambda hint, server: f"run: bkmcp {server} --tools",
+    "list_tools": lambda hint, server: f"run: {server} --tools",
 }
 
 
-def word_for_cli(error: BkmcpError, server_name: str) -> BkmcpError:
+def word_for_cli(error: BkmcpError, server_name: str, config: str | None = None) -> BkmcpError:
     """``error`` in the CLI's words, built from its fields: budgets name ``--timeout``, remedies name CLI options
-    (a copy; the error quoted as its ``cause`` is worded too)."""
+    and commands carry the given ``--config`` (a copy; the error quoted as its ``cause`` is worded too)."""
     changes: dict[str, Any] = {"remedy": None}
     if error.what is not None and error.budget is not None:
         changes["message"] = f"{error.what} within --timeout {format_duration(error.budget)}"
     word = _CLI_REMEDIES.get(error.remedy or "")
     if word is not None and error.hint is not None:
-        changes["hint"] = word(error.hint, server_name)
+        changes["hint"] = word(error.hint, build_server_command(server_name, config))
     if error.cause is not None:
-        changes["cause"] = word_for_cli(error.cause, server_name)
+        changes["cause"] = word_for_cli(error.cause, server_name, config)
     return error.copy(**changes)
 
 
@@ -15936,8 +16092,9 @@ def _report_error(exc: BkmcpError, envr: Environment, log: Log) -> int:
             terminal = is_terminal(envr.stdout)
             envr.stdout.write(render_raw_text(dump_json(envelope, indent=2 if terminal else None), terminal) + "\n")
             envr.stdout.flush()
-        else:  # one line: a script reads the last line of stderr
-            envr.stderr.write(render_raw_text(dump_json(envelope), is_terminal(envr.stderr)) + "\n")
+        else:  # piped, one line: a script reads the last line of stderr; on a terminal pretty, as on stdout
+            terminal = is_terminal(envr.stderr)
+            envr.stderr.write(render_raw_text(dump_json(envelope, indent=2 if terminal else None), terminal) + "\n")
             envr.stderr.flush()
     except (OSError, ValueError):
         pass

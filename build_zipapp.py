@@ -3,7 +3,8 @@
 
     python3 build_zipapp.py                       build dist/bkmcp.pyz, print its sha256 and size
     python3 build_zipapp.py --check               rebuild in memory, compare with dist/bkmcp.pyz byte for byte
-    python3 build_zipapp.py --platform none       no jq natives (jq then needs a `jq` executable)
+    python3 build_zipapp.py --platform none       no jq natives (jq then needs a `jq` executable), written to
+                                                  dist/bkmcp-platform-none.pyz: it never replaces the full build
     python3 build_zipapp.py --platform +macosx_11_0_arm64 --platform -musllinux_1_2_aarch64
     python3 build_zipapp.py --update-lock         (re)download the pins of vendor.txt and rewrite its hashes
 
@@ -565,11 +566,21 @@ def resolve_platforms(options: list[str]) -> list[str]:
     return result
 
 
+def default_output(platforms: list[str]) -> Path:
+    """dist/bkmcp.pyz for the default jq targets; another set (--platform) is a different file beside it, so a lean
+    or custom build never silently replaces the full one (issue 40)."""
+    if platforms == list(DEFAULT_PLATFORMS):
+        return DEFAULT_OUTPUT
+    return DEFAULT_OUTPUT.with_name("bkmcp-platform-none.pyz" if not platforms else "bkmcp-platform-custom.pyz")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("-o", "--output", type=Path, default=DEFAULT_OUTPUT)
+    parser.add_argument(
+        "-o", "--output", type=Path, help="default: dist/bkmcp.pyz, or dist/bkmcp-platform-*.pyz with --platform"
+    )
     parser.add_argument("--source", type=Path, default=HERE / "bkmcp.py", help="the program (default: bkmcp.py)")
     parser.add_argument(
         "--platform",
@@ -586,6 +597,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         platforms = resolve_platforms(args.platform)
+        if args.output is None:
+            args.output = default_output(platforms)
         pythons = tuple(v.strip() for v in args.jq_pythons.split(",") if v.strip())
         if args.update_lock:
             update_lock(

@@ -5,7 +5,8 @@ Starts the mock servers of docs/user-guide.md, "Trying the examples", on free lo
 the examples run in (``mcp.json`` naming them, ``params.json``, ``broken.json``, ``examples/mcp.json`` — the
 user guide's configuration example —, ``resident.db``: the registry of docs/resident.md's examples, and, when a
 bkmcp is given, ``registry.db``: the servers imported into a SQLite registry), prints the two variables to export,
-and serves until Ctrl-C.
+and serves until Ctrl-C (or SIGTERM). A temp folder it made itself (no DIR given) is removed then, demo tokens and
+all; a DIR you gave is left as it is.
 ``tests/integration/test_doc_examples.py`` runs every documented example in a folder made by ``start_examples``,
 so what the docs show is what this starts.
 
@@ -222,19 +223,22 @@ def main(argv: list[str] | None = None) -> int:
     command = args.bkmcp.split() if args.bkmcp else ([sys.executable, str(pyz)] if pyz.exists() else None)
     if command is not None:  # it runs inside the folder: paths given relative to here must still work
         command = [os.path.abspath(part) if os.path.exists(part) else part for part in command]
-    servers, exports = start_examples(folder, command)
-    print(f"the example servers are running; their config is {folder / 'mcp.json'}")
-    if command is None:
-        print("(no registry.db: build dist/bkmcp.pyz first, or pass --bkmcp, for the resident-mode examples)")
-    for line in render_next_steps(folder, exports, command):
-        print(line)
-    sys.stdout.flush()
 
     def stop(*_args: object) -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, stop)
-    try:
+    servers: list[MockServer] = []
+    try:  # from the first file written: a Ctrl-C at any point stops what started and removes a temp folder
+        servers, exports = start_examples(folder, command)
+        print(f"the example servers are running; their config is {folder / 'mcp.json'}")
+        if command is None:
+            print("(no registry.db: build dist/bkmcp.pyz first, or pass --bkmcp, for the resident-mode examples)")
+        for line in render_next_steps(folder, exports, command):
+            print(line)
+        if args.folder is None:
+            print(f"(Ctrl-C also removes {folder}, which holds the demo tokens)")
+        sys.stdout.flush()
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
@@ -242,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for server in servers:
             server.stop()
+        if args.folder is None:  # the temp folder is ours: nothing of it (tokens, registries) outlives the servers
+            shutil.rmtree(folder, ignore_errors=True)
     return 0
 
 

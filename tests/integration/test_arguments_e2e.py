@@ -203,7 +203,7 @@ def test_p03_unknown_flag_hint_names_tool_help(mock) -> None:
     target = mock(SCENARIO)
     error = assert_no_call(target, target.run(target.name, "search_reports", "--keywrod", "k"))
     assert "did you mean --keyword?" in error["message"]
-    assert f"bkmcp {target.name} search_reports --help" in error["hint"]
+    assert f"bkmcp --config {target.config} {target.name} search_reports --help" in error["hint"]
 
 
 def test_p03_validation_problems_listed_with_paths(mock) -> None:
@@ -480,7 +480,7 @@ def test_unfollowable_refs_have_no_flag_help_says_why_and_the_missing_field_name
     assert "no flag: recursive $ref (#/$defs/Node leads back to itself before reaching a type)" in help_text
     error = assert_no_call(target, target.run(target.name, "unfollowable", "--n", "1"))
     assert error["message"].startswith("required field 'doc' has no flag (remote $ref")
-    assert f"send the arguments with --body: bkmcp {target.name} unfollowable --body" in error["message"]
+    assert f"send the arguments with --body: bkmcp --config {target.config} m unfollowable --body" in error["message"]
     result = target.run(target.name, "unfollowable", "--body", '{"doc": {"a": 1}}')
     assert result.exit_status == 0, result.stderr
     assert sent_arguments(target) == '{"doc":{"a":1}}'
@@ -658,3 +658,41 @@ def test_p03_stdio_invalid_arguments_send_no_call(stdio_target) -> None:
     result = run("search_reports", "--keyword", "k", "--status", "pending")
     assert result.exit_status == 1 and result.error_code == "invalid_mcp_arguments", result.stderr
     assert calls() == []
+
+
+def test_a_required_flag_not_given_is_named_like_the_other_flag_errors(mock) -> None:
+    """Issue 40 item 2: ``search_reports --limit 1`` without ``--keyword`` is "missing required flag --keyword
+    STRING" with the tool-help hint (which carries the given --config), and nothing is called; a required field
+    without a flag still says to use --body."""
+    target = mock(SCENARIO)
+    error = assert_no_call(target, target.run(target.name, "search_reports", "--limit", "1"))
+    assert error["message"] == "missing required flag --keyword STRING"
+    assert error["hint"] == f"see the tool's flags with: bkmcp --config {target.config} m search_reports --help"
+    assert error["problems"] == [
+        {"flag": "--keyword", "path": "$.keyword", "message": "missing required flag --keyword STRING"}
+    ]
+    error = assert_no_call(target, target.run(target.name, "search_reports", "--limit", "x"))
+    assert [p["flag"] for p in error["problems"]] == ["--limit", "--keyword"]  # every problem at once
+    error = assert_no_call(target, target.run(target.name, "search_reports", "--keyword", "k", "--limit", "x"))
+    assert [p["flag"] for p in error["problems"]] == ["--limit"]
+
+
+def test_tool_help_commands_carry_the_given_config_within_80_columns(mock) -> None:
+    """Issue 40 item 3: the tool help's Usage, --body example and Examples lines carry the --config it was run
+    with (continued with ' \\' where the path is long); pasted, each reads the same file."""
+    import shlex
+
+    target = mock(SCENARIO)
+    result = target.run(target.name, "search_reports", "--help")
+    assert result.exit_status == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "bkmcp m search_reports"
+    # within 80 columns, but for a line that is one word too long to break (the config's path, on its own line)
+    wide = [line for line in lines if len(line) > 80 and len(line.strip().removesuffix(" \\").split()) > 1]
+    assert wide == []
+    examples = "\n".join(lines[lines.index("Examples:") + 1 :]).split("\n\n")[0]
+    commands = examples.replace(" \\\n", " ").splitlines()
+    assert len(commands) == 3
+    for command in commands:
+        assert shlex.split(command)[:5] == ["bkmcp", "--config", str(target.config), "m", "search_reports"]
+    assert target.count("tools/call") == 0

@@ -300,3 +300,47 @@ def test_resident_action_examples_answer_as_documented(mock_env) -> None:
             proc.wait(timeout=60)
     stderr = proc.stderr.read() if proc.stderr is not None else ""
     assert DEMO_TOKEN not in stderr and "readable by group/others" not in stderr, stderr
+
+
+_REAL_BLOCK = re.compile(r"^```sh real\n(.*?)^```", re.M | re.S)
+
+
+def _real_examples(path: Path) -> list[tuple[str, int]]:
+    """(command line, documented exit status) of every line of every ```sh real block: examples that name a real
+    server (issue 40 item 7: an example nobody ran named a flag the server does not have)."""
+    found = []
+    for block in _REAL_BLOCK.findall(_read(path)):
+        for line in block.splitlines():
+            if line.strip() and not line.lstrip().startswith("#"):
+                match = _EXIT.search(line)
+                assert match, f"{path.name}: a real-server example lacks its '# exit N' comment: {line!r}"
+                found.append((line[: match.start()].strip(), int(match.group(1))))
+    return found
+
+
+@pytest.mark.interop
+def test_documented_real_server_examples_run_against_those_servers(
+    tmp_path: Path, everything_stdio_argv, real_stdio_argv
+) -> None:
+    """Issue 40 item 7: every ```sh real example runs against the real server it names, through the editor files
+    it names, written as those editors write them (Claude Desktop: command/args; Cursor: the same beside a url-only
+    remote entry), and exits as documented; a failure names the --config it was run with in its hint."""
+    examples = [(path, command, status) for path in _example_files() for command, status in _real_examples(path)]
+    assert len(examples) >= 4, examples
+    time_argv = real_stdio_argv("time-mcp")
+    desktop = {"everything": {"command": everything_stdio_argv[0], "args": everything_stdio_argv[1:]}}
+    cursor = {
+        "time": {"command": time_argv[0], "args": time_argv[1:]},
+        "remote": {"url": "http://127.0.0.1:9/mcp"},  # a Cursor remote entry: Streamable HTTP, not selected here
+    }
+    for relative, servers in ((".config/Claude/claude_desktop_config.json", desktop), (".cursor/mcp.json", cursor)):
+        (tmp_path / relative).parent.mkdir(parents=True)
+        (tmp_path / relative).write_text(json.dumps({"mcpServers": servers}), encoding="utf-8")
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path), "LANG": "C.UTF-8"}
+    for path, command, status in examples:
+        done = run_example(command, tmp_path, env)
+        assert done.returncode == status, f"{path.name}: `{command}` exited {done.returncode}:\n{done.stderr[-2000:]}"
+        assert "Traceback" not in done.stderr, done.stderr
+        if status == 1:
+            hint = json.loads(done.stderr.strip().splitlines()[-1])["error"]["hint"]
+            assert f"--config {tmp_path}/" in hint, hint

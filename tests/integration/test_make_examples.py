@@ -70,3 +70,40 @@ def test_with_bkmcp_on_path_no_function_is_printed(tmp_path: Path, monkeypatch: 
     assert lines[1] == f"  cd '{tmp_path}/a b' && export DEMO_TOKEN=t" and lines[2] == "  bkmcp demo --check"
     monkeypatch.setenv("PATH", os.devnull)
     assert "make install" in examples.render_next_steps(tmp_path, {}, None)[2]
+
+
+def test_ctrl_c_removes_the_temp_folder_it_made_and_keeps_a_given_one(tmp_path: Path) -> None:
+    """Issue 40 item 7: `make examples` left its temp folder (mcp.json with the demo token, registries) behind after
+    Ctrl-C. A folder it made itself goes with the servers; a folder the user named stays."""
+    import signal
+
+    temp, given = tmp_path / "tmp", tmp_path / "given"
+    temp.mkdir()
+    for folder_arg in ([], [str(given)]):
+        env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "PYTHONPATH": "", "TMPDIR": str(temp)}
+        proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "mock_server" / "examples.py"), *folder_arg],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=str(ROOT),
+        )
+        try:
+            assert proc.stdout is not None
+            line = ""
+            while not line.startswith("(Ctrl-C here stops the servers)"):
+                line = proc.stdout.readline()
+                assert line, proc.stderr.read() if proc.stderr else ""
+            made = [p for p in temp.iterdir() if p.name.startswith("bkmcp-examples-")]
+            assert len(made) == (0 if folder_arg else 1) and (given.is_dir() if folder_arg else True)
+            assert (made[0] if made else given).joinpath("mcp.json").is_file()
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate(timeout=30)
+        assert proc.returncode == 0, err
+        assert not any(temp.iterdir()), list(temp.iterdir())
+        assert given.joinpath("mcp.json").is_file() == bool(folder_arg)

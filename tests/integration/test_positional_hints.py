@@ -25,7 +25,10 @@ def test_a_positional_value_names_the_one_required_string_flag(mock):
         "unexpected argument './my notes': tool arguments are flags (--name VALUE); this tool's: "
         "--path STRING (required), --depth INTEGER"
     )
-    assert error["hint"] == "write --path './my notes'; every flag: bkmcp m list_directory --help"
+    assert (
+        error["hint"]
+        == f"write --path './my notes'; every flag: bkmcp --config {target.config} m list_directory --help"
+    )
     assert target.count("tools/list") == 1 and target.count("tools/call") == 0
 
 
@@ -47,12 +50,14 @@ def test_without_one_required_string_flag_the_hint_points_at_tool_help(mock):
     ]
     target = mock({"tools": tools})
     two = target.run(target.name, "two", "x").json["error"]
-    assert two["hint"] == "every flag with its meaning: bkmcp m two --help"
+    assert two["hint"] == f"every flag with its meaning: bkmcp --config {target.config} m two --help"
     many_error = target.run(target.name, "many", "x").json["error"]
     assert many_error["message"].endswith("--p7 STRING, … (2 more)")
     none = target.run(target.name, "none", "x").json["error"]
     assert none["message"] == "unexpected argument 'x': tool 'none' has no flags"
-    assert none["hint"] == "pass its arguments as one JSON object: bkmcp m none --body '{...}'"
+    assert (
+        none["hint"] == f"pass its arguments as one JSON object: bkmcp --config {target.config} m none --body '{{...}}'"
+    )
     assert target.count("tools/call") == 0
 
 

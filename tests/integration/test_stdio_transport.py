@@ -1051,3 +1051,34 @@ def test_group_watchdog_starts_with_only_its_pipe_and_the_standard_descriptors()
         if started is not None:
             os.close(started[1])
             assert started[0].wait(30) == 0
+
+
+@pytest.mark.parametrize("editor", ["cursor", "cline", "vscode"])
+def test_stdio_an_editor_file_with_entries_bkmcp_cannot_take_still_runs_its_server(editor, tmp_path):
+    """Issue 40 item 1: Cursor's file mixes stdio entries with url-only ones (Streamable HTTP) and an SSE entry
+    bkmcp cannot take; Cline's carries "timeout"; VS Code's is a "servers" object with "inputs". The selected server
+    is started and called as written; the SSE entry costs one warning line, Cline's timeout one."""
+    log = tmp_path / "log.jsonl"
+    notes = {"command": sys.executable, "args": [MOCK, "--stdio", "--log", str(log)]}
+    others = {
+        "remote": {"url": "http://127.0.0.1:9/mcp"},
+        "legacy": {"type": "sse", "url": "http://127.0.0.1:9/sse"},
+    }
+    if editor == "cline":
+        notes |= {"disabled": False, "autoApprove": [], "timeout": 60}
+        others = {"remote": {"type": "streamableHttp", "url": "http://127.0.0.1:9/mcp", "disabled": True}}
+    document = {"mcpServers": {"notes": notes, **others}}
+    if editor == "vscode":
+        document = {"inputs": [], "servers": {"notes": {"type": "stdio", **notes}, **others}}
+    config = write_mcp_json(tmp_path, json.dumps(document), name=f"{editor}.json")
+    result = run_bkmcp("--config", str(config), "--timeout", "20s", "notes", "echo", "--text", "hi")
+    assert result.exit_status == 0, result.stdout + result.stderr
+    calls = [json.loads(line)["json"]["params"] for line in log.read_text().splitlines() if '"tools/call"' in line]
+    assert [(p["name"], p["arguments"]) for p in calls] == [("echo", {"text": "hi"})]
+    expected = {
+        "cline": [
+            f"bkmcp: warning: {config}: server 'notes': field \"timeout\" is ignored "
+            f"({bkmcp.EDITOR_IGNORED_FIELDS['timeout']})"
+        ]
+    }.get(editor, [f"bkmcp: warning: {config}: server 'legacy': unsupported type 'sse'; this server is left out"])
+    assert result.stderr.splitlines() == expected

@@ -80,12 +80,50 @@ def test_brief_gives_name_summary_and_signature_in_a_tenth_of_the_bytes(mock) ->
         "usage": "--path STRING [--depth INTEGER] [--loud=true|false] [--tags JSON-ARRAY] [--either JSON]",
     }
     assert tools["rich_0"]["summary"] == "Rich tool 0 does one thing well."
-    assert tools["rich_0"]["usage"].startswith("--p1 INTEGER [--p0 STRING] [--p2=true|false]")
+    choices = "|".join(f"choice-0-{k}" for k in range(5)) + "|…"  # an enum's first values in place of its type
+    assert tools["rich_0"]["usage"].startswith(f"--p1 INTEGER [--p0 {choices}] [--p2=true|false]")
     assert tools["rich_0"]["body_only"] == ["odd name"]
     assert tools["bare"] == {"name": "bare", "summary": "", "usage": ""}
     assert tools["tasky"] == {"name": "tasky", "summary": "Runs as a task.", "usage": "", "task_support": "required"}
     assert len(brief.stdout.encode()) * 10 <= len(full.stdout.encode()), (len(brief.stdout), len(full.stdout))
     assert target.count("tools/list") == 2 and target.count("tools/call") == 0  # discovery only, on the wire
+
+
+ENUMS = {
+    "name": "notify",
+    "description": "Sends a notification.\nSecond line.",
+    "inputSchema": {
+        "type": "object",
+        "properties": {
+            "messageType": {"type": "string", "enum": ["error", "success", "debug"]},
+            "level": {"type": "integer", "enum": [1, 2, 3]},
+            "many": {"type": "string", "enum": [f"v{k}" for k in range(12)]},
+            "spaced": {"type": "string", "enum": ["two words", "x"]},
+            "odd name": {"type": "string"},
+        },
+        "required": ["messageType", "odd name"],
+    },
+}
+
+
+def test_brief_usage_names_enum_values_and_raw_prints_one_line_per_tool(mock) -> None:
+    """Issue 40 item 5: the signature shows an enum's values (as tool help lists them), and ``--tools --brief -r``
+    is a list a person reads: one line per tool with its name, flags, --body-only fields and first line."""
+    target = mock({"tools": [ENUMS, SIMPLE, {"name": "bare", "inputSchema": {"type": "object"}}, TASKY]})
+    brief = target.run(target.name, "--tools", "--brief")
+    assert brief.exit_status == 0, brief.stderr
+    usage = {t["name"]: t["usage"] for t in brief.json["data"]["tools"]}
+    many = "|".join(f"v{k}" for k in range(5)) + "|…"
+    assert usage["notify"] == f"--messageType error|success|debug [--level 1|2|3] [--many {many}] [--spaced STRING]"
+    lines = target.run(target.name, "--tools", "--brief", "-r")
+    assert lines.exit_status == 0 and lines.stderr == "", lines.stderr
+    assert lines.stdout.splitlines() == [
+        f"notify {usage['notify']} --body {{odd name}}  — Sends a notification.",
+        f"simple {usage['simple']}  — Echo it.",
+        "bare",
+        "tasky (task-only)  — Runs as a task.",
+    ]
+    assert target.count("tools/list") == 2 and target.count("tools/call") == 0
 
 
 def test_brief_cuts_a_long_first_line_and_keeps_jq(mock) -> None:

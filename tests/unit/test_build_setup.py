@@ -91,3 +91,43 @@ def test_the_readmes_state_how_many_wheels_the_first_build_downloads():
     for name, pattern in (("README.md", r"\((\d+) wheels, "), ("README_zh.md", r"（(\d+) 个 wheel，")):
         stated = re.findall(pattern, (ROOT / name).read_text(encoding="utf-8"))
         assert stated == [str(count)], (name, stated, count)
+
+
+def test_a_platform_build_never_replaces_the_full_pyz(tmp_path, monkeypatch, capsys) -> None:
+    """Issue 40 item 7: `build_zipapp.py --platform none` used to overwrite dist/bkmcp.pyz, the full build, without a
+    word. Another jq set than the default goes to its own file beside it (and says so); the default build, or an
+    explicit --output, writes where it always did. The heavy steps are stand-ins: what is written, and where."""
+    import json
+
+    full = tmp_path / "dist" / "bkmcp.pyz"
+    full.parent.mkdir()
+    full.write_bytes(b"the full build")
+    monkeypatch.setattr(build_zipapp, "DEFAULT_OUTPUT", full)
+    monkeypatch.setattr(build_zipapp, "load_lock", lambda: [])
+    monkeypatch.setattr(build_zipapp, "prefetch_wheels", lambda *a, **k: 0)
+    monkeypatch.setattr(build_zipapp, "select_native_pins", lambda *a: [])
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
+    info = {"build_id": "b", "bytecode": {"cache_tag": "cpython-311"}, "natives": []}
+    monkeypatch.setattr(build_zipapp, "collect", lambda *a: {"BUILD-INFO.json": json.dumps(info)})
+    built = iter([b"lean", b"custom", b"fresh full"])
+    monkeypatch.setattr(build_zipapp, "write_pyz", lambda files, epoch: next(built))
+    assert build_zipapp.main(["--platform", "none"]) == 0
+    lean = full.with_name("bkmcp-platform-none.pyz")
+    assert lean.read_bytes() == b"lean" and full.read_bytes() == b"the full build"
+    assert capsys.readouterr().out.startswith(f"{lean}: sha256 ")
+    assert build_zipapp.main(["--platform=-musllinux_1_2_x86_64"]) == 0
+    assert full.with_name("bkmcp-platform-custom.pyz").read_bytes() == b"custom"
+    assert full.read_bytes() == b"the full build"
+    assert build_zipapp.main([]) == 0
+    assert full.read_bytes() == b"fresh full"
+
+
+def test_the_license_is_an_spdx_string_with_the_setuptools_that_reads_it() -> None:
+    """Issue 40 item 7: `make venv` and `pip install .` printed setuptools' warning that the TOML-table
+    `project.license` stops working on 2027-02-18. The SPDX string form (PEP 639) needs setuptools >= 77."""
+    import re
+
+    text = (Path(build_zipapp.__file__).parent / "pyproject.toml").read_text()
+    assert re.search(r'^license = "MIT"$', text, re.M), "project.license must be the SPDX string"
+    [requires] = re.findall(r"^requires = \[(.*)\]", text, re.M)
+    assert '"setuptools>=77"' in requires

@@ -1087,3 +1087,82 @@ def test_only_the_process_own_short_command_ends_without_the_last_collection(mon
     bkmcp.freeze_heap()
     bkmcp._end_without_a_last_collection()
     assert gc.get_freeze_count() == unfrozen
+
+
+# -- issue 40: printed commands carry --config; readable errors on a terminal; close spellings of options ------
+
+
+def test_every_printed_command_carries_the_given_config_quoted_for_the_shell(tmp_path, no_network):
+    """Issue 40 item 3: with --config, the server help's Usage and Examples lines, the root help's examples and the
+    CLI's remedies read the same file when pasted (shell-quoted: the path has a space and a quote); without it,
+    they name no --config."""
+    import shlex
+
+    folder = tmp_path / "Claude's files"
+    folder.mkdir()
+    path = write_mcp_json(folder, {"ev": {"command": "npx", "args": ["-y", "pkg"]}}, name="claude desktop.json")
+    server_help = run_bkmcp("--config", str(path), "ev", "--help")
+    assert server_help.exit_status == 0, server_help.stderr
+    commands = [line.split("  ")[1] for line in server_help.stdout.splitlines() if line.startswith("  bkmcp ")]
+    assert len(commands) == 13  # tools, resources and prompts
+    for command in commands:
+        assert shlex.split(command)[:4] == ["bkmcp", "--config", str(path), "ev"], command
+    root = run_bkmcp("--config", str(path), "--help").stdout
+    examples = root.split("Examples:\n", 1)[1].splitlines()
+    assert examples[0] == f"  bkmcp --config {shlex.quote(str(path))} report-prod --check"
+    assert all("--config" in line for line in examples if line.startswith("  bkmcp"))
+    error = bkmcp.ToolNotFoundError("no tool", hint="list the server's tools", remedy="list_tools")
+    assert bkmcp.word_for_cli(error, "ev", str(path)).hint == f"run: bkmcp --config {shlex.quote(str(path))} ev --tools"
+    default = run_bkmcp("ev", "--help", env={"BK_CLI_CONFIG_DIR": str(tmp_path)})
+    assert default.error_code == "mcp_config_not_found"  # the default file: no --config in what bkmcp prints
+    write_mcp_json(tmp_path, {"ev": {"command": "npx"}})
+    default = run_bkmcp("ev", "--help", env={"BK_CLI_CONFIG_DIR": str(tmp_path)})
+    assert "  bkmcp ev --check" in default.stdout and "--config" not in default.stdout.split("Usage:")[1]
+    assert "\n  bkmcp report-prod --check" in run_bkmcp("--help", env={"BK_CLI_CONFIG_DIR": str(tmp_path)}).stdout
+    template = run_bkmcp("--config", str(path), "ev", "--read", "demo://r/{id}", "--help")  # offline, as tool help
+    usage = template.stdout.split("Usage:\n", 1)[1].splitlines()[0]
+    assert shlex.split(usage) == ["bkmcp", "--config", str(path), "ev", "--read", "demo://r/{id}", "--id", "VALUE"]
+    prompt = bkmcp.render_prompt_help(
+        "ev", {"name": "greet", "arguments": [{"name": "who", "required": True}]}, str(path)
+    )
+    usage = " ".join(line.strip() for line in prompt.split("Usage:\n", 1)[1].split("\n\n")[0].splitlines())
+    assert shlex.split(usage) == ["bkmcp", "--config", str(path), "ev", "--prompt", "greet", "--who", "VALUE"]
+
+
+def test_shell_quote_is_shlex_quote():
+    """``shell_quote`` spares help paths shlex's re import; it must quote exactly as shlex does."""
+    import shlex
+
+    for text in ["a", "", "a b", "it's", "~/x.json", "/p/mcp.json", "a$b", "-x", "é", "a\nb", "@%+=:,./-_"]:
+        assert bkmcp.shell_quote(text) == shlex.quote(text), text
+
+
+class _Tty(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_a_local_error_on_a_terminal_is_pretty_and_piped_is_one_line(config, no_network):
+    """Issue 40 item 4: a local failure's envelope on stderr is pretty-printed on a terminal, as stdout's are;
+    piped (a script reads stderr's last line) it stays one line."""
+    for stderr, lines in ((_Tty(), 8), (io.StringIO(), 1)):
+        status = bkmcp.main(
+            ["--config", str(config), "--chek"], stdin=io.StringIO(), stdout=io.StringIO(), stderr=stderr, env=ENV
+        )
+        assert status == 1
+        text = stderr.getvalue()
+        assert text.count("\n") == lines, text
+        assert json.loads(text)["error"]["code"] == "usage_error"
+    assert _Tty().isatty() and text.startswith('{"ok":false,')
+
+
+@pytest.mark.parametrize(
+    ("args", "suggested"),
+    [(("--chek", "report-prod"), "--check"), (("report-prod", "--tool"), "--tools"), (("--confg", "x"), "--config")],
+)
+def test_an_unknown_option_gets_its_close_spellings(args, suggested, config, no_network):
+    """Issue 40 item 5: as tool, flag and server typos do, an option typo says what it may have meant."""
+    res = run_bkmcp(*args)
+    assert res.exit_status == 1 and res.error_code == "usage_error"
+    assert res.json["error"]["hint"].startswith(f"did you mean {suggested}")
+    assert run_bkmcp("--zzzzzz").json["error"]["hint"] == "run bkmcp --help"

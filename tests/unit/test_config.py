@@ -9,8 +9,18 @@ import os
 import pytest
 
 import bkmcp
-from bkmcp import InvalidConfigError, parse_config
+from bkmcp import InvalidConfigError
 from tests.helpers import run_bkmcp, write_mcp_json
+
+
+def parse_config(raw, path):
+    """``bkmcp.parse_config``, raising the first unusable entry's error as selecting that entry does (an entry's
+    problem is an error for that entry only: ``ConfigFile.refusal``)."""
+    conf = bkmcp.parse_config(raw, path)
+    for name, _message, _hint in conf.unusable:
+        raise conf.refusal(name)
+    return conf
+
 
 URL = "https://mcp.example.com/report/mcp/"
 
@@ -122,16 +132,15 @@ BAD_DOCUMENTS = {
     "dup-env": '{"mcpServers": {"a": {"type": "stdio", "command": "x", "env": {"A": "1", "A": "1"}}}}',
     "not-object": "[]",
     "empty": "",
-    "servers-layout": '{"servers": {"a": {"type": "http", "url": "https://x/"}}}',
     "no-top": "{}",
-    "extra-top": '{"mcpServers": {}, "inputs": []}',
+    "extra-top": '{"mcpServers": {}, "settings": []}',
+    "type-missing": '{"mcpServers": {"a": {"args": ["x"]}}}',
+    "unknown-field": '{"mcpServers": {"a": {"type": "http", "url": "https://x/", "timout": 5}}}',
     "mcpServers-array": '{"mcpServers": []}',
     "entry-not-object": '{"mcpServers": {"a": "https://x/"}}',
-    "type-missing": '{"mcpServers": {"a": {"url": "https://x/"}}}',
     "type-unknown": '{"mcpServers": {"a": {"type": "sse", "url": "https://x/"}}}',
     "type-case": '{"mcpServers": {"a": {"type": "HTTP", "url": "https://x/"}}}',
     "type-not-string": '{"mcpServers": {"a": {"type": 1, "url": "https://x/"}}}',
-    "unknown-field": '{"mcpServers": {"a": {"type": "http", "url": "https://x/", "timeout": 5}}}',
     "stdio-field-on-http": '{"mcpServers": {"a": {"type": "http", "url": "https://x/", "command": "x"}}}',
     "http-field-on-stdio": '{"mcpServers": {"a": {"type": "stdio", "command": "x", "url": "https://x/"}}}',
     "bad-version": '{"mcpServers": {"a": {"type": "http", "url": "https://x/", "protocolVersion": "2024-10-07"}}}',
@@ -153,7 +162,9 @@ def test_c02_invalid_documents(name, write_config, no_network):
     """C02: every structural problem is invalid_mcp_config, exit 1, stderr only, naming the absolute file."""
     path = write_config(BAD_DOCUMENTS[name])
     with pytest.raises(InvalidConfigError) as info:
-        bkmcp.load_config(str(path))
+        refusal = bkmcp.load_config(str(path)).refusal("a")  # an entry's problem is an error when it is selected
+        if refusal is not None:
+            raise refusal
     assert str(path) in info.value.message
     res = dry("--config", str(path), "a")
     assert res.exit_status == 1 and res.stdout == "" and res.error_code == "invalid_mcp_config"
@@ -206,16 +217,14 @@ def test_c02_an_entry_with_command_and_no_type_is_stdio():
 
 
 EDITOR_REFUSALS = {
-    # a url entry does not imply its transport (Streamable HTTP or the older SSE): "type" stays required
-    "url-no-type": ({"url": "https://x/"}, 'field "type" is required', 'add "type": "http"'),
     "sse": ({"type": "sse", "url": "https://x/"}, "unsupported type 'sse'", "Streamable HTTP"),
     "neither": ({"args": ["x"]}, 'field "type" is required', None),
-    "timeout": ({"command": "x", "timeout": 60}, "unknown field(s) 'timeout' for type 'stdio'", "--timeout option"),
     "typo": ({"command": "x", "arg": ["y"]}, "unknown field(s) 'arg'", "known fields"),
+    "timeout-typo": ({"command": "x", "timout": 60}, "unknown field(s) 'timout'", "known fields"),
+    "windsurf-serverUrl": ({"serverUrl": "https://x/"}, 'field "type" is required', None),
     "disabled-not-bool": ({"command": "x", "disabled": "yes"}, '"disabled" must be true or false', None),
     "approve-not-list": ({"command": "x", "autoApprove": "all"}, '"autoApprove" must be an array', None),
     "allow-not-strings": ({"command": "x", "alwaysAllow": [1]}, '"alwaysAllow" must be an array', None),
-    "editor-keys-on-http": ({"url": "https://x/", "disabled": False}, 'field "type" is required', "type"),
 }
 
 
@@ -238,9 +247,87 @@ def test_c02_a_disabled_entry_is_refused_when_selected_only(write_config, no_net
     assert dry("--config", str(path), "on").exit_status == 0
 
 
-def test_c02_servers_layout_says_not_supported():
-    with pytest.raises(InvalidConfigError, match="not supported"):
-        parse_config('{"servers": {}}', "/f.json")
+# Issue 40 item 1: editor files as they are. Each document is the shape that editor's docs show (Claude Desktop's
+# claude_desktop_config.json, Cursor's ~/.cursor/mcp.json, Cline's cline_mcp_settings.json, VS Code's
+# .vscode/mcp.json), with "time" the stdio server the command selects.
+TIME = {"command": "uvx", "args": ["mcp-server-time"]}
+EDITOR_FILES = {
+    "claude-desktop": (
+        {"mcpServers": {"time": TIME, "fs": {"command": "npx", "args": ["-y", "pkg", "/data"]}}, "globalShortcut": ""},
+        {"time": "stdio", "fs": "stdio"},
+        [],
+    ),
+    "cursor": (
+        {
+            "mcpServers": {
+                "time": {**TIME, "env": {"TZ": "UTC"}},
+                "linear": {"url": "https://mcp.linear.app/mcp"},
+                "context7": {"url": "https://mcp.context7.com/mcp", "headers": {"CONTEXT7_API_KEY": "${C7_KEY}"}},
+                "legacy": {"type": "sse", "url": "https://mcp.example.com/sse"},
+            }
+        },
+        {"time": "stdio", "linear": "http", "context7": "http"},
+        ["legacy"],
+    ),
+    "cline": (
+        {
+            "mcpServers": {
+                "time": {**TIME, "disabled": False, "autoApprove": ["get_current_time"], "timeout": 60},
+                "remote": {"type": "streamableHttp", "url": "https://x/mcp", "disabled": True, "timeout": 30},
+                "roo": {"type": "streamable-http", "url": "https://y/mcp", "alwaysAllow": [], "watchPaths": ["a"]},
+            }
+        },
+        {"time": "stdio", "remote": "http", "roo": "http"},
+        [],
+    ),
+    "vscode": (
+        {
+            "inputs": [{"type": "promptString", "id": "gh-token", "description": "GitHub token", "password": True}],
+            "servers": {
+                "time": {"type": "stdio", **TIME, "envFile": "${workspaceFolder}/.env", "dev": {"watch": "src/**"}},
+                "github": {"type": "http", "url": "https://api.githubcopilot.com/mcp/"},
+            },
+        },
+        {"time": "stdio", "github": "http"},
+        [],
+    ),
+}
+
+
+@pytest.mark.parametrize("editor", sorted(EDITOR_FILES))
+def test_c02_an_editor_file_works_as_it_is(editor, write_config, no_network):
+    """Issue 40 item 1: a url entry without "type" is Streamable HTTP (as a command entry is stdio); an entry bkmcp
+    cannot take is left out with one warning line and never blocks another server; an editor's own field on the
+    selected entry is ignored with a warning naming the field and its editor."""
+    document, types, left_out = EDITOR_FILES[editor]
+    path = write_config(document)
+    conf = bkmcp.load_config(str(path))
+    assert {name: s.type for name, s in conf.servers.items()} == types
+    assert [name for name, _m, _h in conf.unusable] == left_out
+    res = dry("--config", str(path), "time")
+    assert res.exit_status == 0 and res.json["data"]["transport"] == "stdio", res.stdout + res.stderr
+    warnings = res.stderr.splitlines()
+    expected = [f"bkmcp: warning: {path}: server 'legacy': unsupported type 'sse'; this server is left out"]
+    expected = expected if left_out else []
+    for field in conf.servers["time"].ignored:
+        note = bkmcp.EDITOR_IGNORED_FIELDS[field]
+        expected.append(f"bkmcp: warning: {path}: server 'time': field \"{field}\" is ignored ({note})")
+    assert warnings == expected
+    assert {"cline": ("timeout",), "vscode": ("dev", "envFile")}.get(editor, ()) == conf.servers["time"].ignored
+
+
+def test_c02_an_entry_bkmcp_cannot_take_is_the_error_only_when_selected(write_config, no_network):
+    """Issue 40 item 1: selecting the entry is invalid_mcp_config with the entry's own message and hint; an unknown
+    field of the selected entry (a typo) still fails."""
+    path = write_config(cfg(good=http(), legacy={"type": "sse", "url": URL}, typo={"command": "x", "arg": ["y"]}))
+    res = dry("--config", str(path), "legacy")
+    assert res.exit_status == 1 and res.error_code == "invalid_mcp_config"
+    assert res.json["error"]["message"] == f"{path}: server 'legacy': unsupported type 'sse'"
+    assert "Streamable HTTP" in res.json["error"]["hint"]
+    assert "server 'typo': unknown field(s) 'arg'" in res.stderr  # the other one: a warning line
+    res = dry("--config", str(path), "typo")
+    assert res.error_code == "invalid_mcp_config" and "unknown field(s) 'arg'" in res.json["error"]["message"]
+    assert "known fields" in res.json["error"]["hint"]
 
 
 def test_c02_duplicate_server_names_are_named():
@@ -249,9 +336,14 @@ def test_c02_duplicate_server_names_are_named():
 
 
 def test_c02_whole_file_is_validated_not_only_the_selected_server(write_config, no_network):
+    """Every entry is checked; one the command does not select is left out with one warning line (issue 40)."""
     path = write_config(cfg(good=http(), bad={"type": "http", "url": "ftp://x/"}))
     res = dry("--config", str(path), "good")
-    assert res.error_code == "invalid_mcp_config" and "'bad'" in res.json["error"]["message"]
+    assert res.exit_status == 0 and res.stderr.splitlines() == [
+        f"bkmcp: warning: {path}: server 'bad': field \"url\" must be an absolute http:// or https:// URL; "
+        "this server is left out"
+    ]
+    assert dry("--config", str(path), "bad").error_code == "invalid_mcp_config"
 
 
 def test_c02_valid_documents_parse():

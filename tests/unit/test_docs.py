@@ -244,3 +244,27 @@ def test_readmes_have_the_same_sections() -> None:
         assert re.search(r"[\u4e00-\u9fff]", match.group(1)), f"README_zh.md heading not translated: {heading!r}"
         mapped.append(match.group(2))
     assert mapped == english, f"README_zh.md sections {mapped} differ from README.md sections {english}"
+
+
+def test_the_fish_completion_install_line_works_on_a_fresh_home(tmp_path: Path) -> None:
+    """Issue 40 item 7: the user guide's fish line failed on a fresh HOME (no ~/.config/fish/completions yet)."""
+    import shutil
+    import subprocess
+    import sys
+
+    if shutil.which("bash") is None:
+        pytest.fail("bash is needed to run the documented line")
+    [line] = [
+        line for line in (ROOT / "docs" / "user-guide.md").read_text().splitlines() if "--completion fish >" in line
+    ]
+    command = line.split("  #")[0].strip()
+    function = f'bkmcp() {{ "{sys.executable}" "{ROOT / "bkmcp.py"}" "$@"; }}'
+    done = subprocess.run(
+        ["bash", "-c", f"{function}\n{command}"],
+        env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "complete -c bkmcp" in (tmp_path / ".config" / "fish" / "completions" / "bkmcp.fish").read_text()

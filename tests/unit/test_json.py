@@ -473,7 +473,13 @@ def test_records_work_with_the_dataclasses_module():
     assert dataclasses.asdict(server)["headers"] == (("H", "v"),) and dataclasses.astuple(server)[0] == "a"
     conf = bkmcp.ConfigFile("/f", {"a": server})
     assert dataclasses.asdict(conf)["servers"]["a"]["url"] == "https://x/"
-    assert [f.name for f in dataclasses.fields(conf)] == ["path", "servers", "readable_by_others", "invalid_names"]
+    assert [f.name for f in dataclasses.fields(conf)] == [
+        "path",
+        "servers",
+        "readable_by_others",
+        "invalid_names",
+        "unusable",
+    ]
     inv = dataclasses.replace(bkmcp.Invocation(), server="s")  # a default_factory field
     assert inv.server == "s" and inv.tool_tokens == [] and inv.tool_tokens is not bkmcp.Invocation().tool_tokens
     token = bkmcp.ToolToken("n", "v", True, "--n=v")  # a slots class

@@ -116,3 +116,51 @@ def test_the_fuzz_marker_is_declared_and_marks_the_heavy_property_tests() -> Non
     for path in (ROOT / "tests" / "unit").glob("test_*.py"):
         marked |= set(re.findall(r"^@pytest\.mark\.fuzz\n(?:[@ )].*\n)*def (\w+)", path.read_text(), re.M))
     assert {"test_p05_decided_keywords_same_result", "test_p01_p02_flag_values_reach_json_exactly"} <= marked
+
+
+def _fake_bin(tmp_path, *, have: tuple[str, ...], node_major: int = 22):
+    """A PATH holding make, bash and id, plus stand-ins for the prerequisites named in ``have``."""
+    folder = tmp_path / "bin"
+    folder.mkdir(parents=True)
+    for tool in ("make", "bash", "id", "cat"):
+        (folder / tool).symlink_to(shutil.which(tool))
+    stand_ins = {
+        "zsh": "exit 0",
+        "tmux": "exit 0",
+        "npm": "exit 0",
+        "node": f'[ "$1" = --version ] && echo v{node_major}.1.0 || echo {node_major}',
+        "python3": "exit 0",  # answers the version check: >= 3.10
+    }
+    for tool in have:
+        script = folder / tool
+        script.write_text(f"#!/bin/sh\n{stand_ins[tool]}\n")
+        script.chmod(0o755)
+    return str(folder)
+
+
+def test_make_test_checks_the_system_prerequisites_first_and_stops_with_the_install_line(tmp_path) -> None:
+    """Issue 40 item 6: `make test` checks zsh, tmux, Node.js >= 20 with npm and a Python >= 3.10 before anything
+    else (no venv, no npm install, no build, no test) and stops at once naming each missing one and the line that
+    installs it."""
+    plan = _plan("test")
+    assert [line for line in plan.splitlines() if not line.startswith("make")][0] == "bash .ci/check_prereqs.sh"
+    path = _fake_bin(tmp_path, have=("npm", "node", "python3"), node_major=18)
+    done = subprocess.run(
+        ["make", "-C", str(ROOT), "test"], capture_output=True, text=True, timeout=60, env={"PATH": path}
+    )
+    assert done.returncode != 0
+    assert "install_interop" not in done.stdout and "pip" not in done.stdout and "pytest" not in done.stdout
+    message = done.stderr
+    assert "make test: missing system prerequisites:" in message
+    assert "  - zsh (" in message and "  - tmux (" in message
+    assert "Node.js >= 20 with npm (found: node v18.1.0, npm present)" in message
+    assert "Python >= 3.10" not in message
+    assert "your system's packages for: zsh tmux, Node.js 22 with npm" in message
+    ok = subprocess.run(
+        ["bash", str(ROOT / ".ci" / "check_prereqs.sh")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": _fake_bin(tmp_path / "all", have=("zsh", "tmux", "npm", "node", "python3"))},
+    )
+    assert ok.returncode == 0 and ok.stdout == ok.stderr == ""

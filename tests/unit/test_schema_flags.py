@@ -636,8 +636,13 @@ def test_p01_values_of_each_type() -> None:
     )
     assert parse_tool_arguments(ALL_TYPES, [tok("keyword", "", True)]) == {"keyword": ""}
     assert parse_tool_arguments(ALL_TYPES, [tok("keyword", "")]) == {"keyword": ""}
-    assert parse_tool_arguments(ALL_TYPES, []) == {}  # no default injected (limit has default 20)
-    assert parse_tool_arguments(ALL_TYPES, [tok("enabled", "true", True)]) == {"enabled": True}
+    assert parse_tool_arguments(ALL_TYPES, [tok("keyword", "k")]) == {"keyword": "k"}  # no default (limit: 20)
+    assert parse_tool_arguments(ALL_TYPES, [tok("keyword", "k"), tok("enabled", "true", True)]) == {
+        "keyword": "k",
+        "enabled": True,
+    }
+    with pytest.raises(InvalidArgumentsError, match="^missing required flag --keyword STRING$"):  # issue 40
+        parse_tool_arguments(ALL_TYPES, [tok("enabled", "true", True)])
 
 
 def test_p02_number_fidelity_bytes() -> None:
@@ -779,9 +784,9 @@ def test_p03_every_token_problem_is_listed() -> None:
     with pytest.raises(InvalidArgumentsError) as info:
         parse_tool_arguments(ALL_TYPES, [tok("limit", "x"), tok("ratio", "y"), tok("nope", "1")])
     problems = info.value.details["problems"]
-    assert [p["flag"] for p in problems] == ["--limit", "--ratio", "--nope"]
+    assert [p["flag"] for p in problems] == ["--limit", "--ratio", "--nope", "--keyword"]  # --keyword: not given
     assert problems[0]["path"] == "$.limit"
-    assert "2 more problems" in info.value.message
+    assert "3 more problems" in info.value.message
 
 
 def test_p03_value_needed() -> None:

@@ -99,5 +99,5 @@ def test_template_help_is_offline_and_lists_the_variables(tmp_path):
     config = write_mcp_json(tmp_path, {"s": {"type": "http", "url": "http://127.0.0.1:9/mcp"}})
     result = run_bkmcp("--config", str(config), "s", "--read", "demo://r/{id}{?lang}", "--help")
     assert result.exit_status == 0, result.stderr
-    assert "bkmcp s --read 'demo://r/{id}{?lang}' --id VALUE --lang VALUE" in result.stdout
+    assert f"bkmcp --config {config} s --read 'demo://r/{{id}}{{?lang}}' --id VALUE --lang VALUE" in result.stdout
     assert "--id VALUE" in result.stdout and "--lang VALUE" in result.stdout
