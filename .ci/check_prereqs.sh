@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# What `make test` needs from the system, checked before anything is installed or run (issue 40 item 6): zsh and
-# tmux (the completion tests type into real shells under tmux), Node.js >= 20 with npm (the interop servers) and a
+# What `make test` needs from the system, checked before anything is installed or run (issue 40 item 6): zsh, fish
+# and tmux (the completion tests type into real shells under tmux), Node.js >= 20 with npm (the interop servers) and a
 # Python >= 3.10 (the official SDK's venv; .ci/install_interop.sh finds it the same way). Prints every missing one
 # with the exact line that installs it, then exits 1; prints nothing and exits 0 when all are there.
 #
@@ -11,7 +11,7 @@ missing=()
 packages=()  # what the package manager installs
 have() { command -v "$1" >/dev/null 2>&1; }
 
-for tool in zsh tmux; do
+for tool in zsh tmux fish; do
   have "$tool" || { missing+=("$tool (the completion tests run real shells under tmux)"); packages+=("$tool"); }
 done
 node_ok=0

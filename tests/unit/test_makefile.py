@@ -126,6 +126,7 @@ def _fake_bin(tmp_path, *, have: tuple[str, ...], node_major: int = 22):
         (folder / tool).symlink_to(shutil.which(tool))
     stand_ins = {
         "zsh": "exit 0",
+        "fish": "exit 0",
         "tmux": "exit 0",
         "npm": "exit 0",
         "node": f'[ "$1" = --version ] && echo v{node_major}.1.0 || echo {node_major}',
@@ -139,7 +140,7 @@ def _fake_bin(tmp_path, *, have: tuple[str, ...], node_major: int = 22):
 
 
 def test_make_test_checks_the_system_prerequisites_first_and_stops_with_the_install_line(tmp_path) -> None:
-    """Issue 40 item 6: `make test` checks zsh, tmux, Node.js >= 20 with npm and a Python >= 3.10 before anything
+    """Issue 40 item 6: `make test` checks zsh, fish, tmux, Node.js >= 20 with npm and a Python >= 3.10 before anything
     else (no venv, no npm install, no build, no test) and stops at once naming each missing one and the line that
     installs it."""
     plan = _plan("test")
@@ -152,15 +153,15 @@ def test_make_test_checks_the_system_prerequisites_first_and_stops_with_the_inst
     assert "install_interop" not in done.stdout and "pip" not in done.stdout and "pytest" not in done.stdout
     message = done.stderr
     assert "make test: missing system prerequisites:" in message
-    assert "  - zsh (" in message and "  - tmux (" in message
+    assert "  - zsh (" in message and "  - tmux (" in message and "  - fish (" in message
     assert "Node.js >= 20 with npm (found: node v18.1.0, npm present)" in message
     assert "Python >= 3.10" not in message
-    assert "your system's packages for: zsh tmux, Node.js 22 with npm" in message
+    assert "your system's packages for: zsh tmux fish, Node.js 22 with npm" in message
     ok = subprocess.run(
         ["bash", str(ROOT / ".ci" / "check_prereqs.sh")],
         capture_output=True,
         text=True,
         timeout=60,
-        env={"PATH": _fake_bin(tmp_path / "all", have=("zsh", "tmux", "npm", "node", "python3"))},
+        env={"PATH": _fake_bin(tmp_path / "all", have=("zsh", "fish", "tmux", "npm", "node", "python3"))},
     )
     assert ok.returncode == 0 and ok.stdout == ok.stderr == ""
