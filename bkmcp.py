@@ -16,8 +16,9 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        2.2 redaction               secrets scrubbed from every output (Redactor, redact_url)
        2.3 durations, deadlines    --timeout's durations (parse_duration), the default timeout, Deadline
        2.4 logging                 is_terminal, the line writer that never blocks (resident log and events), Log
-       2.5 terminal text           server text made safe for a terminal, the progress line, close spellings, the
-                                   tool-option tokens the argv parser hands to section 8
+       2.5 terminal text           server text in a message or on a terminal, the helpers every room uses
+                                   (CONTROL, clip_text, printable, short_text, terminal_safe); the progress line,
+                                   close spellings, the tool-option tokens the argv parser hands to section 8
        2.6 URI templates           RFC 6570 levels 1-3 expanded locally for --read TEMPLATE --VAR VALUE
                                    (parse_uri_template, expand_uri_template, parse_template_values)
     3. Config                   file selection, strict parsing (a duplicate key: section 2's JSON), per-field
@@ -106,7 +107,7 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        10.3.2 definitions            build_definitions per model family; a model's arguments back to the schema
        10.3.3 a command, catalogues  the parsed command record, Catalogues cached per session
        10.4 command server         the reader, a bounded worker pool, Actions (the seven), the end that answers all
-                                   (shutdown, EOF, a signal), an error worded for the platform (_platform_error):
+                                   (shutdown, EOF, a signal), an error worded for the platform (platform_error):
        10.4.1 parsing a command      limits, the platform's wording, parse_command
        10.4.2 pool, writer           the bounded worker pool, the answer writer, commands in flight
        10.4.3 Actions                one method per action
@@ -121,12 +122,12 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                    --insecure, --check, --tools, --brief, --dry-run, --jq, --raw, --help,
                                    --resources, --read, --prompts, --prompt
        11.2 --body                 inline, @FILE or - (stdin), read and bounded (read_body)
-       11.3 the runner             Environment, _Runner: one command, local or remote, to its envelope; which
+       11.3 the runner             Environment, Runner: one command, local or remote, to its envelope; which
                                    servers a Tab may start, and where (resolve_completion_server)
        11.4 --keep-alive           the client and its background process (WarmServer), --sessions and --stop, the
                                    client's Ctrl-C (Interrupt), a process that dies mid-call; the sessions it
                                    keeps: 10.5
-       11.5 main, exit ladder      last: word_for_cli, main, _report_error; a short command's exit skips the
+       11.5 main, exit ladder      last: word_for_cli, main, report_error; a short command's exit skips the
                                    interpreter's last collection (_end_without_a_last_collection)
 
 Exception tree (section 1)::
@@ -167,7 +168,7 @@ Exception tree (section 1)::
 
 An error is a value: every field it carries (``request_sent``, ``http_status``, ``remedy``, ``what``/``budget``…)
 is declared on ``BkmcpError``; a raised or stored error is never changed (``copy(**changes)``), and each front end
-words it once from its fields (section 11 ``word_for_cli``, section 10 ``_platform_error``).
+words it once from its fields (section 11 ``word_for_cli``, section 10 ``platform_error``).
 
 Heavy dependencies (httpx, jsonschema, jq) are imported lazily by the code paths that need them, so
 ``bkmcp --help`` and ``bkmcp <server> --help`` import none of them. Nothing connects at import time.
@@ -226,7 +227,7 @@ class _LazyPattern:
         return value
 
 
-def _lazy_re(pattern: str, flags: int = 0) -> re.Pattern[str]:
+def lazy_re(pattern: str, flags: int = 0) -> re.Pattern[str]:
     return _LazyPattern(pattern, flags)  # type: ignore[return-value]
 
 
@@ -248,7 +249,7 @@ class BkmcpError(Exception):
     An error is a value: every field is declared here and set when it is made; a raised error is never changed
     (``copy(**changes)`` makes the changed one) and a stored one is never raised (raise a copy). Its words are
     neutral; each front end words it once from its fields (the CLI's ``word_for_cli``, the resident's
-    ``_platform_error``).
+    ``platform_error``).
 
     ``details`` are extra machine-readable fields of the error object (e.g. ``outcome``, ``variable``);
     ``data`` is what the remote operation produced before it failed (completed stages, raw results).
@@ -485,7 +486,7 @@ def error_classes() -> list[type[BkmcpError]]:
 
 # Set by ``main`` when this process runs one short command of its own (not the resident, not the --keep-alive
 # background process, not a caller of ``main(argv)``): once the HTTP stack is loaded it is frozen for the
-# collections still to come (``_import_httpx``), and the exit skips the interpreter's last collection (11.5,
+# collections still to come (``import_httpx``), and the exit skips the interpreter's last collection (11.5,
 # ``_end_without_a_last_collection``, which says why that is exact).
 SHORT_COMMAND: list[bool] = []
 
@@ -718,16 +719,16 @@ class _DuplicateKey(ValueError):
         self.key = key
 
 
-_INT_DIGITS_LIMIT = 4000  # below CPython's int/str conversion limit (4300 digits)
+INT_DIGITS_LIMIT = 4000  # below CPython's int/str conversion limit (4300 digits)
 
 
 def _json_float(text: str) -> Any:
     return JsonNumber(text)  # looked up per call: the stand-in only until the first one is made
 
 
-def _parse_int(text: str) -> Any:
+def parse_int(text: str) -> Any:
     # "-0" as an int would be written back as "0": keep its text (it still compares equal to 0)
-    return int(text) if len(text) <= _INT_DIGITS_LIMIT and text != "-0" else JsonNumber(text)
+    return int(text) if len(text) <= INT_DIGITS_LIMIT and text != "-0" else JsonNumber(text)
 
 
 def _strict_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -774,9 +775,9 @@ def parse_json(text: str | bytes, *, strict_keys: bool = True) -> Any:
 def _scan_json(text: str, strict_keys: bool) -> Any:
     """``json.JSONDecoder.decode`` without the json module: the same scanner and context, the same whitespace
     rule (``[ \\t\\n\\r]*`` before and after), the same "extra data" check. Raises on any invalid input."""
-    start = len(text) - len(text.lstrip(_JSON_SPACE))
+    start = len(text) - len(text.lstrip(JSON_SPACE))
     value, end = _json_scanner(strict_keys)(text, start)
-    if len(text[end:].lstrip(_JSON_SPACE)):
+    if len(text[end:].lstrip(JSON_SPACE)):
         raise ValueError("extra data")
     return value
 
@@ -786,7 +787,7 @@ def parse_json_plain(text: str, *, strict_keys: bool = True) -> Any:
     decoder = json.JSONDecoder(
         object_pairs_hook=_strict_pairs if strict_keys else None,
         parse_float=_json_float,
-        parse_int=_parse_int,
+        parse_int=parse_int,
         parse_constant=_reject_constant,
     )
     try:
@@ -822,7 +823,7 @@ def _duplicate_key_position(text: str) -> int:
     found: list[int] = []
 
     def skip(pos: int) -> int:
-        while text[pos] in _JSON_SPACE:
+        while text[pos] in JSON_SPACE:
             pos += 1
         return pos
 
@@ -861,7 +862,7 @@ def _duplicate_key_position(text: str) -> int:
     return found[0] if found else -1
 
 
-_JSON_SPACE = " \t\n\r"
+JSON_SPACE = " \t\n\r"
 _SCANNERS: dict[bool, Callable[[str, int], tuple[Any, int]]] = {}
 
 
@@ -873,7 +874,7 @@ class _ScanContext:
         self.object_hook = None
         self.object_pairs_hook = _strict_pairs if strict_keys else None
         self.parse_float = _json_float
-        self.parse_int = _parse_int
+        self.parse_int = parse_int
         self.parse_constant = _reject_constant
         self.memo: dict[str, str] = {}
 
@@ -931,10 +932,10 @@ def dump_json(value: Any, *, indent: int | None = None, sort_keys: bool = False)
     return out
 
 
-_ESCAPE_ALWAYS = _lazy_re("[\ud800-\udfff\u0085\u2028\u2029]")
+_ESCAPE_ALWAYS = lazy_re("[\ud800-\udfff\u0085\u2028\u2029]")
 
 
-def _is_json_integer(value: Any) -> bool:
+def is_json_integer(value: Any) -> bool:
     """JSON Schema's integer (draft 6+): a number with no fractional part; never a boolean."""
     if isinstance(value, bool):
         return False
@@ -962,7 +963,7 @@ def json_type(value: Any, *, integers: bool = False) -> str:
     if isinstance(value, bool):
         return "boolean"
     if isinstance(value, (int, float, decimal.Decimal)):
-        return "integer" if integers and _is_json_integer(value) else "number"
+        return "integer" if integers and is_json_integer(value) else "number"
     if isinstance(value, str):
         return "string"
     if isinstance(value, list):
@@ -1097,7 +1098,7 @@ def redact_url(url: str) -> str:
 
 # -- 2.3 durations and deadlines (parse_duration, Deadline) ------------------------------------------------------------
 
-_DURATION = _lazy_re(r"^([0-9]+(?:\.[0-9]+)?|\.[0-9]+)(ms|s|m|h)?$")
+_DURATION = lazy_re(r"^([0-9]+(?:\.[0-9]+)?|\.[0-9]+)(ms|s|m|h)?$")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
 
@@ -1190,7 +1191,7 @@ def is_terminal(stream: Any) -> bool:
         return False
 
 
-_LINE_BUFFER = 10_000  # lines waiting for a slow stream (LineWriter); beyond that they are dropped and counted
+LINE_BUFFER = 10_000  # lines waiting for a slow stream (LineWriter); beyond that they are dropped and counted
 _PIPE_ATOMIC = 4096  # POSIX PIPE_BUF minimum: a pipe that select() calls writable takes a write this small whole
 
 
@@ -1210,7 +1211,7 @@ class LineWriter:
     per kind (``notes[kind](count)``), when writing works again. ``close`` waits a bounded time: what a stream nobody
     reads still holds then is dropped (counted, never reported: nobody would read it)."""
 
-    def __init__(self, stream: IO[str] | None, *, owned: bool = False, buffer: int = _LINE_BUFFER) -> None:
+    def __init__(self, stream: IO[str] | None, *, owned: bool = False, buffer: int = LINE_BUFFER) -> None:
         import threading
 
         self.stream = stream
@@ -1438,7 +1439,7 @@ class Log:
             columns = 80
         # scrubbed before clipping (a secret is never half shown); clipped so the line never wraps, or the
         # carriage return would redraw only its last row
-        text = _terminal_safe(self.redactor.scrub(f"bkmcp: {message}"))[: max(columns - 1, 20)]
+        text = terminal_safe(self.redactor.scrub(f"bkmcp: {message}"))[: max(columns - 1, 20)]
         try:
             self.stream.write("\r" + text + "\x1b[K")
             self.stream.flush()
@@ -1459,10 +1460,34 @@ class Log:
 
 # -- 2.5 terminal text, the progress line, close spellings, tool-option tokens -----------------------------------------
 
-_TERMINAL_UNSAFE = _lazy_re(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_TERMINAL_UNSAFE = lazy_re(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
-def _terminal_safe(text: str) -> str:
+CONTROL = lazy_re(r"[\x00-\x1f\x7f-\x9f]")  # C0, DEL and C1: what a terminal would act on
+
+
+def clip_text(text: str, limit: int) -> str:
+    """``text`` for one line of a message: controls as spaces, at most ``limit`` characters (an ellipsis ends it)."""
+    text = CONTROL.sub(" ", text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def printable(text: str) -> str:
+    """Server text made safe for a terminal: control (and other unprintable) characters shown as JSON escapes,
+    never interpreted. Applied to JSON text it keeps it valid JSON: such characters only occur inside strings."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() or ch == " " else json.dumps(ch)[1:-1] for ch in text)
+
+
+def short_text(value: Any, limit: int = 40) -> str:
+    """A value quoted in a message: its text or JSON, ``printable``, at most ``limit`` characters."""
+    text = value if isinstance(value, str) else dump_json(value)
+    text = printable(text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def terminal_safe(text: str) -> str:
     """Server text for a terminal: C0/C1 controls (escape sequences, carriage returns) become spaces."""
     return _TERMINAL_UNSAFE.sub(" ", text)
 
@@ -1483,7 +1508,7 @@ def render_progress(params: Mapping[str, Any], elapsed: float) -> str | None:
     text = f"progress {done}" + (f"/{total}" if total is not None else "")
     message = params.get("message")
     if isinstance(message, str) and message.strip():
-        message = _terminal_safe(message).strip()
+        message = terminal_safe(message).strip()
         text += ": " + (message if len(message) <= 200 else message[:199] + "…")
     return f"{text} ({elapsed:.1f}s)"
 
@@ -1553,7 +1578,7 @@ _URI_OPERATORS = {
     "?": ("?", "&", True, "=", False),
     "&": ("&", "&", True, "=", False),
 }
-_URI_VARSPEC = _lazy_re(
+_URI_VARSPEC = lazy_re(
     r"^((?:[A-Za-z0-9_]|%[0-9A-Fa-f]{2})(?:\.?(?:[A-Za-z0-9_]|%[0-9A-Fa-f]{2}))*)(?::([1-9][0-9]{0,3})|(\*))?$"
 )
 _URI_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
@@ -1726,18 +1751,17 @@ _FORBIDDEN_HEADERS = frozenset(
     )
 )
 _TOKEN_CHARS = frozenset("!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
-_ENV_REF = _lazy_re(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$\{user\.([A-Za-z_][A-Za-z0-9_]*)\}|\$\{")
-_CONTROL = _lazy_re(r"[\x00-\x1f\x7f-\x9f]")  # C0, DEL and C1: what a terminal would act on
+ENV_REF = lazy_re(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$\{user\.([A-Za-z_][A-Za-z0-9_]*)\}|\$\{")
 
 
 # Plain string checks instead of regular expressions: `bkmcp <server> --help` validates the whole file, and
 # importing re (with enum) would be the largest part of its start-up.
-def _is_token(text: str) -> bool:
+def is_token(text: str) -> bool:
     """An RFC 9110 token (a valid header name)."""
     return bool(text) and all(ch in _TOKEN_CHARS for ch in text)
 
 
-def _has_control(text: str) -> bool:
+def has_control(text: str) -> bool:
     return any(ch < " " or ch == "\x7f" for ch in text)
 
 
@@ -1898,7 +1922,7 @@ def parse_config(raw: str | bytes, path: str) -> ConfigFile:
         )
     extra = sorted(set(document) - {key} - _EDITOR_TOP_FIELDS)
     if extra:
-        shown = ", ".join(repr(_safe_name(k)) for k in extra)
+        shown = ", ".join(repr(safe_name(k)) for k in extra)
         raise InvalidConfigError(f"{path}: unsupported top-level field(s): {shown}")
     entries = document[key]
     if not isinstance(entries, dict):
@@ -1912,13 +1936,13 @@ def parse_config(raw: str | bytes, path: str) -> ConfigFile:
             invalid.append((name, problem))
             continue
         try:
-            servers[name] = _parse_server(path, name, entry)
+            servers[name] = parse_server(path, name, entry)
         except InvalidConfigError as exc:  # an error when selected; the file's other servers stay usable
             unusable.append((name, exc.message, exc.hint))
     return ConfigFile(path, servers, invalid_names=tuple(invalid), unusable=tuple(unusable))
 
 
-def _safe_name(name: str) -> str:
+def safe_name(name: str) -> str:
     """A config key as diagnostics may show it: up to its first character outside a header token, so a pasted
     ``Authorization: Bearer <token>`` or ``API_KEY=<value>`` key never prints its secret part (A05)."""
     prefix = re.match(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]*", name).group()  # type: ignore[union-attr]
@@ -1932,12 +1956,12 @@ def check_server_name(name: str) -> str | None:
         return "the name must not be empty"
     if name.startswith("-"):
         return "the name must not start with '-' (it would read as an option)"
-    if any(ch.isspace() for ch in name) or _has_control(name):
+    if any(ch.isspace() for ch in name) or has_control(name):
         return "the name must not contain whitespace or control characters"
     return None
 
 
-def _parse_server(path: str, name: str, entry: Any) -> ServerConfig:
+def parse_server(path: str, name: str, entry: Any) -> ServerConfig:
     where = f"{path}: server {name!r}"
     if not isinstance(entry, dict):
         raise InvalidConfigError(f"{where}: entry must be an object")
@@ -1959,7 +1983,7 @@ def _parse_server(path: str, name: str, entry: Any) -> ServerConfig:
     unknown = sorted(set(entry) - allowed - _EDITOR_FIELDS - set(EDITOR_IGNORED_FIELDS))
     if unknown:
         raise InvalidConfigError(
-            f"{where}: unknown field(s) {', '.join(repr(_safe_name(k)) for k in unknown)} for type {kind!r}",
+            f"{where}: unknown field(s) {', '.join(repr(safe_name(k)) for k in unknown)} for type {kind!r}",
             hint=f"known fields: {', '.join(sorted(allowed))}",
         )
     ignored = tuple(sorted(set(entry) & set(EDITOR_IGNORED_FIELDS)))
@@ -1976,7 +2000,7 @@ def _parse_server(path: str, name: str, entry: Any) -> ServerConfig:
     common: dict[str, Any] = {"name": name, "type": kind, "config_file": path, "protocol_version": version}
     common["ignored"] = ignored
     if kind == "http":
-        url, headers = _check_url(where, entry.get("url")), _check_headers(where, entry.get("headers"))
+        url, headers = check_url(where, entry.get("url")), _check_headers(where, entry.get("headers"))
         return ServerConfig(**common, url=url, headers=headers, disabled=disabled)
     command = entry.get("command")
     if not isinstance(command, str) or not command.strip():
@@ -1989,7 +2013,7 @@ def _parse_server(path: str, name: str, entry: Any) -> ServerConfig:
         raise InvalidConfigError(f'{where}: field "env" must be an object of string values')
     for key in env:
         if not (key.isascii() and key.isidentifier()):  # [A-Za-z_][A-Za-z0-9_]*
-            raise InvalidConfigError(f'{where}: field "env" has an invalid variable name {_safe_name(key)!r}')
+            raise InvalidConfigError(f'{where}: field "env" has an invalid variable name {safe_name(key)!r}')
     cwd = entry.get("cwd")
     if cwd is not None and (not isinstance(cwd, str) or not cwd):
         raise InvalidConfigError(f'{where}: field "cwd" must be a non-empty string')
@@ -2004,11 +2028,11 @@ def _parse_server(path: str, name: str, entry: Any) -> ServerConfig:
     return ServerConfig(**common, command=command, args=tuple(args), env=tuple(env.items()), cwd=cwd, disabled=disabled)
 
 
-def _check_url(where: str, url: Any) -> str:
+def check_url(where: str, url: Any) -> str:
     """Absolute http(s), a host, no user information, no fragment; the URL itself is kept byte for byte."""
     if not isinstance(url, str) or not url:
         raise InvalidConfigError(f'{where}: field "url" is required and must be a string')
-    if _has_control(url) or " " in url:
+    if has_control(url) or " " in url:
         raise InvalidConfigError(f'{where}: field "url" contains whitespace or control characters')
     scheme, separator, rest = url.partition("://")
     if not separator or scheme.lower() not in ("http", "https"):
@@ -2053,10 +2077,10 @@ def _check_headers(where: str, headers: Any) -> tuple[tuple[str, str], ...]:
         raise InvalidConfigError(f'{where}: field "headers" must be an object of strings')
     seen: dict[str, str] = {}
     for name, value in headers.items():
-        if not _is_token(name):
+        if not is_token(name):
             # never echo the whole name: a pasted "Authorization: Bearer <token>" key would print the token
             raise InvalidConfigError(
-                f"{where}: header name {_safe_name(name)!r} is not a valid HTTP header name",
+                f"{where}: header name {safe_name(name)!r} is not a valid HTTP header name",
                 hint="header names are tokens without spaces, ':' or control characters; values go after them",
             )
         if not isinstance(value, str):
@@ -2119,7 +2143,7 @@ def expand_env(
         used.append(env[name])
         return env[name]
 
-    return _ENV_REF.sub(replace, template), used
+    return ENV_REF.sub(replace, template), used
 
 
 # ======================================================================================================
@@ -2158,7 +2182,7 @@ class ResolvedServer:
     def identity(self, *more: Any) -> str:
         """The one hash of a resolved server: what a connection to it is made of (transport, URL, headers,
         command, args, env, working directory, pinned ``protocolVersion``) plus ``more``, what a caller's
-        connections also differ by. The resident mode's fingerprint (``_slot_fingerprint``) and the warm session
+        connections also differ by. The resident mode's fingerprint (``slot_fingerprint``) and the warm session
         key (``warm_session_key``) are both this; each says which ``more`` it adds and why."""
         import hashlib
 
@@ -2451,7 +2475,7 @@ def same_id(a: Any, b: Any) -> bool:
 def parse_message(value: Any) -> Message:
     """Classify one decoded JSON value as a JSON-RPC 2.0 message; ``ProtocolError`` says what is wrong."""
     if not isinstance(value, dict):
-        raise ProtocolError(f"the server sent a JSON-RPC message that is {_json_kind(value)}, not an object")
+        raise ProtocolError(f"the server sent a JSON-RPC message that is {json_kind(value)}, not an object")
     if value.get("jsonrpc") != "2.0":
         raise ProtocolError('the server sent a message without "jsonrpc": "2.0"')
     has_id = "id" in value
@@ -2462,22 +2486,22 @@ def parse_message(value: Any) -> Message:
             raise ProtocolError('the server sent a message whose "method" is not a non-empty string')
         params = value.get("params")
         if params is not None and not isinstance(params, (dict, list)):
-            raise ProtocolError(f"the server sent {method!r} with params that are {_json_kind(params)}")
+            raise ProtocolError(f"the server sent {method!r} with params that are {json_kind(params)}")
         if has_id and msg_id is not None:
             if not _is_rpc_id(msg_id):
-                raise ProtocolError(f"the server sent request {method!r} with an invalid id ({_json_kind(msg_id)})")
+                raise ProtocolError(f"the server sent request {method!r} with an invalid id ({json_kind(msg_id)})")
             return Message("request", id=msg_id, method=method, params=params)
         return Message("notification", method=method, params=params)
     if "result" in value and "error" not in value:
         if not _is_rpc_id(msg_id):
-            raise ProtocolError(f"the server sent a result with an invalid id ({_json_kind(msg_id)})")
+            raise ProtocolError(f"the server sent a result with an invalid id ({json_kind(msg_id)})")
         return Message("result", id=msg_id, result=value["result"])
     if "error" in value and "result" not in value:
         error = value["error"]
         if msg_id is not None and not _is_rpc_id(msg_id):
-            raise ProtocolError(f"the server sent an error with an invalid id ({_json_kind(msg_id)})")
+            raise ProtocolError(f"the server sent an error with an invalid id ({json_kind(msg_id)})")
         if not isinstance(error, dict):
-            raise ProtocolError(f"the server sent a JSON-RPC error that is {_json_kind(error)}, not an object")
+            raise ProtocolError(f"the server sent a JSON-RPC error that is {json_kind(error)}, not an object")
         code = error.get("code")
         if not isinstance(code, int) or isinstance(code, bool):
             raise ProtocolError("the server sent a JSON-RPC error without an integer code")
@@ -2503,9 +2527,9 @@ def decode_messages(text: str | bytes) -> list[Message]:
     return [parse_message(value)]
 
 
-_ENVELOPE_TOKEN = _lazy_re(r'"(?:[^"\\]|\\.)*"|[{}\[\]:,]|[^\s"{}\[\]:,]+')
+_ENVELOPE_TOKEN = lazy_re(r'"(?:[^"\\]|\\.)*"|[{}\[\]:,]|[^\s"{}\[\]:,]+')
 _ENVELOPE_TOKENS = 4_000_000  # tokens of an unreadable line looked at to find its id (the rest is never the envelope)
-_TRAILING_ID = _lazy_re(r'"id"\s*:\s*(-?[0-9]+|"(?:[^"\\]|\\.)*")\s*}\s*$')
+_TRAILING_ID = lazy_re(r'"id"\s*:\s*(-?[0-9]+|"(?:[^"\\]|\\.)*")\s*}\s*$')
 
 
 def parse_rpc_envelope(text: str) -> tuple[bool, Any]:
@@ -2513,7 +2537,7 @@ def parse_rpc_envelope(text: str) -> tuple[bool, Any]:
     a JSON-RPC response — an object whose top level has ``"jsonrpc"`` and no ``"method"`` — and the id at its top
     level (None when there is none, or it lies past ``_ENVELOPE_TOKENS``). A scan of the top level only: no
     recursion."""
-    if not text.lstrip(_JSON_SPACE).startswith("{"):
+    if not text.lstrip(JSON_SPACE).startswith("{"):
         return False, None
     depth, expect_key, key, value_of = 0, False, None, None
     keys: set[str] = set()
@@ -2560,7 +2584,7 @@ def parse_trailing_id(text: str) -> Any:
     return found if _is_rpc_id(found) else None
 
 
-def _json_kind(value: Any) -> str:
+def json_kind(value: Any) -> str:
     """``json_type`` with its article, for messages: "an object", "a number", "null"."""
     kind = json_type(value)
     return kind if kind == "null" else ("an " if kind[0] in "aeiou" else "a ") + kind
@@ -2576,7 +2600,7 @@ class SseEvent:
     id: str | None = None
 
 
-_SSE_EOL = _lazy_re(r"\r\n|\r|\n")
+_SSE_EOL = lazy_re(r"\r\n|\r|\n")
 _RETRY_MAX_MS = 600_000
 
 
@@ -2867,7 +2891,7 @@ def is_legacy_refusal(error: BkmcpError) -> bool:
 def check_initialize_result(result: Any, offered: str) -> str:
     """The version a legacy server chose; ``ProtocolError`` when bkmcp does not speak it."""
     if not isinstance(result, dict):
-        raise ProtocolError(f"initialize returned {_json_kind(result)}, not an InitializeResult object")
+        raise ProtocolError(f"initialize returned {json_kind(result)}, not an InitializeResult object")
     version = result.get("protocolVersion")
     if not isinstance(version, str):
         raise ProtocolError("initialize result has no protocolVersion string")
@@ -2884,7 +2908,7 @@ def check_initialize_result(result: Any, offered: str) -> str:
 def rpc_error_exception(method: str, error: Mapping[str, Any]) -> RemoteError:
     """A JSON-RPC error answering ``method``, as the error bkmcp reports (rpc code/message/data kept)."""
     code = error.get("code")
-    text = _clip(str(error.get("message", "")), 500)
+    text = clip_text(str(error.get("message", "")), 500)
     data = error.get("data")
     rpc = {"code": code, "message": text}
     if data is not None:
@@ -2924,7 +2948,7 @@ def check_result(method: str, message: Message) -> dict[str, Any]:
     result = message.result
     if not isinstance(result, dict):
         raise ProtocolError(
-            f"{method} returned {_json_kind(result)} instead of a result object", data={"result": result}
+            f"{method} returned {json_kind(result)} instead of a result object", data={"result": result}
         )
     result_type = result.get("resultType", "complete")
     if result_type == "input_required":
@@ -2955,7 +2979,7 @@ def check_result(method: str, message: Message) -> dict[str, Any]:
         )
     if result_type != "complete":
         raise ProtocolError(
-            f"{method} returned an unknown resultType {_clip(repr(result_type), 80)}", data={"result": result}
+            f"{method} returned an unknown resultType {clip_text(repr(result_type), 80)}", data={"result": result}
         )
     if method == "tools/call":
         if not isinstance(result.get("content"), list):
@@ -3009,11 +3033,6 @@ def parse_ttl_ms(result: Mapping[str, Any]) -> int:
     if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl < 0:
         return 0
     return ttl
-
-
-def _clip(text: str, limit: int) -> str:
-    text = _CONTROL.sub(" ", text)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def parse_www_authenticate(value: str) -> dict[str, str]:
@@ -3108,7 +3127,7 @@ class Unreadable:
     reason: str
 
 
-def _id_key(request_id: Any) -> tuple[type, Any]:
+def id_key(request_id: Any) -> tuple[type, Any]:
     return (type(request_id), request_id)  # JSON-RPC ids match only with the same type and value (same_id)
 
 
@@ -3168,7 +3187,7 @@ class ClientSession:
         """A new request under ``rules`` (the offered version's rules for ``initialize``), now in flight."""
         self._next_id += 1
         message = build_request(self._next_id, method, params, rules)
-        self._pending[_id_key(self._next_id)] = method
+        self._pending[id_key(self._next_id)] = method
         return message
 
     def notification(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
@@ -3177,7 +3196,7 @@ class ClientSession:
 
     def forget(self, request_id: Any) -> None:
         """The request ended without an answer; a late answer for it becomes a ``Stray``."""
-        key = _id_key(request_id)
+        key = id_key(request_id)
         if self._pending.pop(key, None) is not None:
             self._remember(key, answered=False)
 
@@ -3191,10 +3210,10 @@ class ClientSession:
         if message.kind in ("result", "error"):
             target = message.id
             if target is None:  # only errors may carry a null id (parse_message)
-                target = related if related is not None and _id_key(related) in self._pending else None
+                target = related if related is not None and id_key(related) in self._pending else None
                 if target is None:
                     return [Stray(message, "null_id", related=related)]
-            key = _id_key(target)
+            key = id_key(target)
             if key in self._pending:
                 del self._pending[key]
                 self._remember(key, answered=True)
@@ -3482,11 +3501,11 @@ def _declaration_problem(
     shown = dump_json(name if len(name) <= 60 else name[:59] + "…")
     if not name:
         return f"x-mcp-header at {at} is empty"
-    if not _is_token(name):
+    if not is_token(name):
         return f"x-mcp-header {shown} at {at} is not an RFC 9110 token (letters, digits and !#$%&'*+-.^_`|~ only)"
     kind = node.get("type")
     if not (isinstance(kind, str) and kind in _HEADER_PARAM_TYPES):
-        described = "has no type" if kind is None else f"has type {_clip(dump_json(kind), 60)}"
+        described = "has no type" if kind is None else f"has type {clip_text(dump_json(kind), 60)}"
         return (
             f"x-mcp-header {shown} at {at}: the property {described} "
             "(only a string, integer or boolean property may be a header)"
@@ -3523,7 +3542,7 @@ def split_excluded_tools(tools: Iterable[dict[str, Any]]) -> tuple[list[dict[str
 
 def render_excluded_warning(excluded: Sequence[Mapping[str, Any]]) -> str:
     """The one stderr warning of a command whose catalogue lost tools to invalid declarations."""
-    names = ", ".join(_clip(repr(e.get("name")), 80) for e in excluded[:10])
+    names = ", ".join(clip_text(repr(e.get("name")), 80) for e in excluded[:10])
     more = f" and {len(excluded) - 10} more" if len(excluded) > 10 else ""
     return (
         f"{len(excluded)} tool(s) excluded because their inputSchema declares an invalid x-mcp-header "
@@ -3538,7 +3557,7 @@ def reject_excluded_tool(excluded: Sequence[Mapping[str, Any]], name: str, serve
             raise ToolNotFoundError(
                 f"server {server_name!r} has no usable tool {name!r}: it was excluded because its inputSchema "
                 "declares an invalid x-mcp-header (2026-07-28 clients must not call it)",
-                hint=f"{_clip(str(entry.get('reason')), 300)}; the server's tool definition must be fixed "
+                hint=f"{clip_text(str(entry.get('reason')), 300)}; the server's tool definition must be fixed "
                 "(nothing was sent)",
                 details={"excluded": {"name": name, "reason": entry.get("reason")}, "suggestions": []},
             )
@@ -3568,7 +3587,7 @@ def build_task_refusal(tool: Mapping[str, Any], server_name: str) -> CapabilityU
         return None
     name = tool.get("name")
     return CapabilityUnsupportedError(
-        f"tool {_clip(repr(name), 80)} of server {server_name!r} needs task support "
+        f"tool {clip_text(repr(name), 80)} of server {server_name!r} needs task support "
         '(execution.taskSupport "required"), which bkmcp does not have; nothing was sent',
         hint="call it from a client with MCP task support; bkmcp never sends a call that can only run as a task",
         details={"capability": "tasks", "task_support": "required", "outcome": "not_sent"},
@@ -3600,7 +3619,7 @@ def build_task_refusal(tool: Mapping[str, Any], server_name: str) -> CapabilityU
 #   Capability flags replace tests of the server type: ``has_sessions`` (Mcp-Session-Id, DELETE at close),
 #   ``shared_stream`` (one stream for all messages: a silent server needs a probe window, ``unread_input`` says when
 #   it starts; cancellation needs a notification), ``restartable`` (a child process that may be started again).
-# Foreign exceptions are translated once, here (``_HttpxBoundary``), with ``raise … from exc``; HTTP statuses
+# Foreign exceptions are translated once, here (``HttpxBoundary``), with ``raise … from exc``; HTTP statuses
 # become section-1 errors before they leave this section (their declared ``http_status``, ``http_message`` and
 # ``session_lost`` fields say what the status was, for era evidence and lost sessions).
 
@@ -3752,10 +3771,10 @@ def status_failure(status: int, message: Message | None, text: str, method: str,
         if isinstance(error, ProtocolError):
             changes["message"] = (
                 f"the server answered {method} with HTTP {status} and JSON-RPC error "
-                f"{rpc_error.get('code')}: {_clip(str(rpc_error.get('message')), 300)}"
+                f"{rpc_error.get('code')}: {clip_text(str(rpc_error.get('message')), 300)}"
             )
         return error.copy(**changes, **fields)
-    snippet = f": {_clip(text.strip(), 200)}" if text.strip() else ""
+    snippet = f": {clip_text(text.strip(), 200)}" if text.strip() else ""
     return ProtocolError(
         f"the server answered {method} with HTTP {status}{snippet}", details={"http_status": status}, **fields
     )
@@ -3794,7 +3813,7 @@ _HTTPX: list[Any] = []  # the httpx module once its import has *finished* (sys.m
 _HAND_OVER_POOL: list[type] = []  # the pool class of ``_hand_over_pool``, made once httpcore is loaded
 
 
-def _import_httpx() -> Any:
+def import_httpx() -> Any:
     """The httpx module, loaded (the first time, once, under a lock) without the optional modules of
     ``_HTTPX_HIDDEN``: ``sys.modules`` is changed only during that one import, never per call.
 
@@ -3841,7 +3860,7 @@ def _import_httpx() -> Any:
 def _deferred_module(module: str) -> Any:
     """A stand-in, while httpx loads, for a module it imports at the top but uses only in functions: certifi (https://,
     ~10 ms), idna (a non-ASCII host), ipaddress (an IP literal; urllib.parse's too), mimetypes (uploads). Every
-    attribute is the real module's, loaded on first access: exact; ``_import_httpx`` then removes it."""
+    attribute is the real module's, loaded on first access: exact; ``import_httpx`` then removes it."""
     stand_in = type(sys)(module)  # a module object (types.ModuleType)
 
     def real(name: str) -> Any:
@@ -3868,7 +3887,7 @@ def new_http_client(url: str, *, insecure: bool) -> Any:
     proxies or ~/.netrc from the environment (trust_env=False), TLS verified unless ``insecure``. A plain http://
     endpoint gets a pool with no TLS context at all (redirects are never followed, so it only ever reaches that
     http:// origin): neither certifi nor an ``SSLContext`` is loaded for it (``_plain_transport``)."""
-    httpx = _import_httpx()
+    httpx = import_httpx()
 
     options = {
         "follow_redirects": False,
@@ -3981,13 +4000,13 @@ def _shaped_pool(client: Any) -> Any:
 
 
 def translate_httpx_error(exc: BaseException, url: str, deadline: Deadline) -> BkmcpError:
-    """httpx exception -> bkmcp error (the one mapping of foreign exceptions; ``_HttpxBoundary`` calls it)."""
-    httpx = _import_httpx()
+    """httpx exception -> bkmcp error (the one mapping of foreign exceptions; ``HttpxBoundary`` calls it)."""
+    httpx = import_httpx()
 
     target = strip_url_credentials(url)
     if isinstance(exc, (httpx.InvalidURL, UnicodeError)):  # IDNA / host name encoding, before any I/O
         return ConnectionFailedError(
-            f"the host name in {target} is not valid: {_clip(str(exc), 200)}",
+            f"the host name in {target} is not valid: {clip_text(str(exc), 200)}",
             hint='check the host name in the server\'s "url"',
             request_sent=False,
         )
@@ -4005,7 +4024,7 @@ def translate_httpx_error(exc: BaseException, url: str, deadline: Deadline) -> B
     if isinstance(exc, httpx.ConnectError):
         if any(isinstance(e, ssl.SSLError) for e in chain) or "SSL" in str(exc) or "TLS" in str(exc):
             return ConnectionFailedError(
-                f"TLS handshake with {target} failed: {_clip(str(exc), 200)}",
+                f"TLS handshake with {target} failed: {clip_text(str(exc), 200)}",
                 hint="check the URL scheme and the server certificate",
                 remedy="tls",
                 request_sent=False,
@@ -4016,28 +4035,28 @@ def translate_httpx_error(exc: BaseException, url: str, deadline: Deadline) -> B
             or "name or service not known" in str(exc).lower()
         ):
             return ConnectionFailedError(
-                f"cannot resolve the host of {target}: {_clip(str(exc), 200)}",
+                f"cannot resolve the host of {target}: {clip_text(str(exc), 200)}",
                 hint='check the host name in the server\'s "url"',
                 request_sent=False,
             )
         return ConnectionFailedError(
-            f"cannot connect to {target}: {_clip(str(exc), 200) or 'connection failed'}",
+            f"cannot connect to {target}: {clip_text(str(exc), 200) or 'connection failed'}",
             hint="is the server running and the URL right?",
             request_sent=False,
         )
     if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError, httpx.CloseError)):
         return ConnectionFailedError(
             f"the connection to {target} broke before the answer was complete: "
-            f"{_clip(str(exc), 200) or type(exc).__name__}",
+            f"{clip_text(str(exc), 200) or type(exc).__name__}",
             request_sent=True,
         )
     return ConnectionFailedError(
-        f"HTTP request to {target} failed: {type(exc).__name__}: {_clip(str(exc), 200)}", request_sent=True
+        f"HTTP request to {target} failed: {type(exc).__name__}: {clip_text(str(exc), 200)}", request_sent=True
     )
 
 
-class _HttpxBoundary:
-    """``with _HttpxBoundary(url, deadline):`` the one place httpx exceptions become bkmcp errors
+class HttpxBoundary:
+    """``with HttpxBoundary(url, deadline):`` the one place httpx exceptions become bkmcp errors
     (``translate_httpx_error``), raised ``from`` the original."""
 
     __slots__ = ("url", "deadline")
@@ -4051,7 +4070,7 @@ class _HttpxBoundary:
     def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
         if exc is None:
             return
-        httpx = _import_httpx()
+        httpx = import_httpx()
 
         if isinstance(exc, (httpx.HTTPError, httpx.StreamError, httpx.InvalidURL, UnicodeError)):
             raise translate_httpx_error(exc, self.url, self.deadline) from exc
@@ -4116,7 +4135,7 @@ class HttpTransport(Transport):
 
     @staticmethod
     def _timeout(deadline: Deadline, cap: float | None = None) -> Any:
-        httpx = _import_httpx()
+        httpx = import_httpx()
 
         left = deadline.remaining()
         return httpx.Timeout(min(left, cap) if cap else left)
@@ -4161,7 +4180,7 @@ class HttpTransport(Transport):
         if status == 401:
             raise AuthRequiredError(
                 f"{target} requires authentication (HTTP 401)"
-                + (f": {_clip(params['error_description'], 200)}" if params.get("error_description") else ""),
+                + (f": {clip_text(params['error_description'], 200)}" if params.get("error_description") else ""),
                 hint=f"fix the headers (or the environment variables they use) of {where}; the credentials are "
                 "missing, expired or not accepted",
                 details=details,
@@ -4172,7 +4191,7 @@ class HttpTransport(Transport):
                 str(message.error.get("message")) if message is not None and message.error else text.strip()
             )
             raise PermissionDeniedError(
-                f"{target} refused the request (HTTP 403)" + (f": {_clip(reason, 300)}" if reason else ""),
+                f"{target} refused the request (HTTP 403)" + (f": {clip_text(reason, 300)}" if reason else ""),
                 hint=f"the identity in {where} lacks permission for this server, tool or resource",
                 details=details,
                 request_sent=False,
@@ -4236,7 +4255,7 @@ class HttpTransport(Transport):
         marker = object()  # finds this request's pooled connection (``_shut_pending``)
         hook = interrupt.hook(lambda: self._shut_pending(marker)) if interrupt is not None else None
         try:
-            with _HttpxBoundary(self.url, deadline):
+            with HttpxBoundary(self.url, deadline):
                 with self._http().stream(
                     "POST",
                     self.url,
@@ -4344,7 +4363,7 @@ class HttpTransport(Transport):
             while events:
                 event = events.pop(0)
                 if event.event != "message":
-                    self.log.debug(f"ignoring SSE event of type {_clip(event.event, 40)!r}")
+                    self.log.debug(f"ignoring SSE event of type {clip_text(event.event, 40)!r}")
                     continue
                 messages = decode_messages(event.data)
                 del event  # the event text goes before its parsed value travels on (50 MB results)
@@ -4383,7 +4402,7 @@ class HttpTransport(Transport):
             headers.append(("Last-Event-ID", last_id))
             started = time.monotonic()
             self._log_request("GET", headers, None)
-            with _HttpxBoundary(self.url, deadline):
+            with HttpxBoundary(self.url, deadline):
                 with self._http().stream(
                     "GET",
                     self.url,
@@ -4425,7 +4444,7 @@ class HttpTransport(Transport):
         self._log_request("POST", headers, message)
         what = str(message.get("method", "a response"))
         try:
-            with _HttpxBoundary(self.url, deadline):
+            with HttpxBoundary(self.url, deadline):
                 with self._http().stream(
                     "POST",
                     self.url,
@@ -4459,7 +4478,7 @@ class HttpTransport(Transport):
         started = time.monotonic()
         self._log_request("DELETE", headers, None)
         try:
-            with _HttpxBoundary(self.url, deadline):
+            with HttpxBoundary(self.url, deadline):
                 response = self._client.request(
                     "DELETE", self.url, headers=_wire_headers(headers), timeout=self._timeout(deadline, cap=2.0)
                 )
@@ -4531,16 +4550,16 @@ def _decode_error_message(text: str) -> Message | None:
 
 # -- 6.3 stdio framing: the bounded line reader and the stderr tail (docs/contract.md §9) ------------------------------
 
-_STDIO_EXIT_GRACE = 2.0  # after closing stdin: time to exit on its own
-_STDIO_QUICK_EXIT_GRACE = 0.5  # the same once the operation's budget is spent
-_STDIO_TERM_GRACE = 2.0  # after SIGTERM to the process group, before SIGKILL
-_STDIO_POLL = 0.1  # how often a write waiting for the child to read also checks whether it is still alive
-_STDIO_STDERR_TAIL = 20  # stderr lines kept (without -v) for error details
-_STDIO_LINE_CLIP = 500
-_STDIO_STDOUT_TAIL = 5  # skipped stdout lines (not JSON-RPC) kept for error details
+STDIO_EXIT_GRACE = 2.0  # after closing stdin: time to exit on its own
+STDIO_QUICK_EXIT_GRACE = 0.5  # the same once the operation's budget is spent
+STDIO_TERM_GRACE = 2.0  # after SIGTERM to the process group, before SIGKILL
+STDIO_POLL = 0.1  # how often a write waiting for the child to read also checks whether it is still alive
+STDIO_STDERR_TAIL = 20  # stderr lines kept (without -v) for error details
+STDIO_LINE_CLIP = 500
+STDIO_STDOUT_TAIL = 5  # skipped stdout lines (not JSON-RPC) kept for error details
 STDIO_LINE_LIMIT = 64 * 1024 * 1024  # bytes of one line on a stdio server's stdout (docs/contract.md §9)
-_STDIO_READ_LINE = 8192  # a stderr line longer than this is taken in pieces
-_PR_SET_PDEATHSIG = 1
+STDIO_READ_LINE = 8192  # a stderr line longer than this is taken in pieces
+PR_SET_PDEATHSIG = 1
 _READ_CHUNK = 64 * 1024
 _TOO_LONG_HEAD = 4096  # bytes of an overlong line kept to say what it was
 
@@ -4846,7 +4865,7 @@ def _die_with_parent_hook() -> Callable[[], None] | None:
     watchdog = _GroupWatchdog.write_end()
 
     def hook() -> None:
-        prctl(_PR_SET_PDEATHSIG, kill, 0, 0, 0)
+        prctl(PR_SET_PDEATHSIG, kill, 0, 0, 0)
         if os.getppid() != parent:  # bkmcp died between fork and prctl
             os._exit(1)
         if watchdog is not None:  # after setsid (``start_new_session``): our pid is our group
@@ -4890,14 +4909,14 @@ class ChildProcess:
         self.returncode: int | None = None  # of the last child, once it was reaped
         self.spawns = 0
         self._stderr_reader: Any = None
-        self._stderr = LineTail(_STDIO_STDERR_TAIL)  # the current child's (a new one per spawn)
+        self._stderr = LineTail(STDIO_STDERR_TAIL)  # the current child's (a new one per spawn)
         self._stderr_lock = _thread.allocate_lock()
         # The era probe's stderr (docs/contract.md §5): bytes taken from the pipe so far; while the probe is open,
-        # the lines written after the server read it wait apart (the last ``_STDIO_STDERR_TAIL``, and how many);
+        # the lines written after the server read it wait apart (the last ``STDIO_STDERR_TAIL``, and how many);
         # once it was rejected, lines ending at or before ``_probe_end`` (a byte offset) were written for it.
         self._stderr_taken = 0
         self._probe_open = False
-        self._probe_lines = LineTail(_STDIO_STDERR_TAIL)
+        self._probe_lines = LineTail(STDIO_STDERR_TAIL)
         self._probe_end: int | None = None
 
     def where(self) -> str:
@@ -4981,9 +5000,9 @@ class ChildProcess:
         self.pid = proc.pid
         self.returncode = None
         with self._stderr_lock:  # error details describe the current child
-            self._stderr = LineTail(_STDIO_STDERR_TAIL)
+            self._stderr = LineTail(STDIO_STDERR_TAIL)
             self._stderr_taken, self._probe_open, self._probe_end = 0, False, None
-            self._probe_lines = LineTail(_STDIO_STDERR_TAIL)
+            self._probe_lines = LineTail(STDIO_STDERR_TAIL)
         self._stderr_reader = threading.Thread(
             target=self._read_stderr, args=(proc.stderr,), name="bkmcp-stdio-err", daemon=True
         )
@@ -5015,12 +5034,14 @@ class ChildProcess:
                         self._stderr_taken += len(chunk)
                 pending += chunk
                 while pending:
-                    cut = pending.find(b"\n", 0, _STDIO_READ_LINE) + 1
-                    if not cut and chunk and len(pending) < _STDIO_READ_LINE:
+                    cut = pending.find(b"\n", 0, STDIO_READ_LINE) + 1
+                    if not cut and chunk and len(pending) < STDIO_READ_LINE:
                         break  # the rest of the line is still to come
-                    raw, pending = pending[: cut or _STDIO_READ_LINE], pending[cut or _STDIO_READ_LINE :]
+                    raw, pending = pending[: cut or STDIO_READ_LINE], pending[cut or STDIO_READ_LINE :]
                     ended_at += len(raw)
-                    self._take_stderr(_clip(raw.decode("utf-8", "replace").rstrip("\r\n"), _STDIO_LINE_CLIP), ended_at)
+                    self._take_stderr(
+                        clip_text(raw.decode("utf-8", "replace").rstrip("\r\n"), STDIO_LINE_CLIP), ended_at
+                    )
                 if not chunk:
                     return
         except (OSError, ValueError):
@@ -5060,7 +5081,7 @@ class ChildProcess:
         """The era probe was just written: what the child writes to stderr once it has read it is the probe's."""
         with self._stderr_lock:
             self._probe_open, self._probe_end = True, None
-            self._probe_lines = LineTail(_STDIO_STDERR_TAIL)
+            self._probe_lines = LineTail(STDIO_STDERR_TAIL)
 
     def close_probe(self, rejected: bool) -> None:
         """The probe was rejected (an error answer: the legacy server's complaint), accepted or given up. Rejected:
@@ -5077,7 +5098,7 @@ class ChildProcess:
                 self._probe_end = self._stderr_taken + (waiting or 0)
             else:
                 self._stderr.extend(*self._probe_lines.tail())
-            self._probe_lines = LineTail(_STDIO_STDERR_TAIL)
+            self._probe_lines = LineTail(STDIO_STDERR_TAIL)
 
     def stderr_position(self) -> int:
         """How many stderr lines the current child wrote so far: where an operation on it began (``stderr_tail``)."""
@@ -5088,7 +5109,7 @@ class ChildProcess:
         self._stderr.mark_started()
 
     def stderr_tail(self, since: int | None = None) -> list[str]:
-        """The last stderr lines (at most ``_STDIO_STDERR_TAIL``). With ``since`` (a ``stderr_position`` taken after
+        """The last stderr lines (at most ``STDIO_STDERR_TAIL``). With ``since`` (a ``stderr_position`` taken after
         ``mark_started``) only the start-up lines and those written from there on: what an operation that began at
         ``since`` would have been told by a child started for it alone (docs/contract.md §14)."""
         return self._stderr.tail(since)[0]
@@ -5136,7 +5157,7 @@ class ChildProcess:
                 proc.stdin.close()
             except OSError:
                 pass
-        grace = _STDIO_QUICK_EXIT_GRACE if quick else _STDIO_EXIT_GRACE
+        grace = STDIO_QUICK_EXIT_GRACE if quick else STDIO_EXIT_GRACE
         try:
             status: int | None = proc.wait(timeout=0 if stdin_busy else grace)
         except subprocess.TimeoutExpired:
@@ -5144,12 +5165,12 @@ class ChildProcess:
         if status is None:
             self.log.debug(f"the stdio server did not exit within {grace:g}s of closing its stdin; sending SIGTERM")
         # Signal the group even after a clean exit of the leader: grandchildren must not outlive the operation.
-        if self._signal_group(proc, signal.SIGTERM) and not self._wait_group(proc, _STDIO_TERM_GRACE):
+        if self._signal_group(proc, signal.SIGTERM) and not self._wait_group(proc, STDIO_TERM_GRACE):
             self.log.debug("the stdio server ignored SIGTERM; sending SIGKILL")
             self._signal_group(proc, getattr(signal, "SIGKILL", signal.SIGTERM))
-            self._wait_group(proc, _STDIO_TERM_GRACE)
+            self._wait_group(proc, STDIO_TERM_GRACE)
         try:
-            status = proc.wait(timeout=_STDIO_TERM_GRACE)
+            status = proc.wait(timeout=STDIO_TERM_GRACE)
         except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL cannot be ignored
             status = None
         self.returncode = status
@@ -5244,7 +5265,7 @@ class StdioTransport(Transport):
         self._write_lock = _thread.allocate_lock()
         self._start_lock = _thread.allocate_lock()
         self._reader: Any = None
-        self._skipped = LineTail(_STDIO_STDOUT_TAIL)  # the current child's stdout lines that were not JSON-RPC
+        self._skipped = LineTail(STDIO_STDOUT_TAIL)  # the current child's stdout lines that were not JSON-RPC
         self._ended = False  # the current child's stdout ended (it exited or closed it)
         self._sent_at = 0.0
         self._spent = False
@@ -5311,7 +5332,7 @@ class StdioTransport(Transport):
                 raise ConnectionFailedError("bkmcp closed the stdio server before it started", request_sent=False)
             proc = self.child.spawn()
             self._ended = False
-            self._skipped = skipped = LineTail(_STDIO_STDOUT_TAIL)  # error details describe the current child
+            self._skipped = skipped = LineTail(STDIO_STDOUT_TAIL)  # error details describe the current child
             if os.name == "posix":
                 os.set_blocking(proc.stdin.fileno(), False)  # writes wait in select(), bounded by the deadline
             self._reader = threading.Thread(
@@ -5375,8 +5396,8 @@ class StdioTransport(Transport):
 
     def _skip(self, skipped: LineTail, line: bytes, note: str) -> None:
         """A stdout line that is not JSON-RPC: counted, kept (scrubbed, clipped) for errors, shown with ``-v``."""
-        text = self.log.redactor.scrub(line[: _STDIO_LINE_CLIP * 8].decode("utf-8", "replace").strip())
-        shown = _clip(text, _STDIO_LINE_CLIP) + note  # scrubbed, then clipped: a secret cut in two would stay
+        text = self.log.redactor.scrub(line[: STDIO_LINE_CLIP * 8].decode("utf-8", "replace").strip())
+        shown = clip_text(text, STDIO_LINE_CLIP) + note  # scrubbed, then clipped: a secret cut in two would stay
         skipped.add(shown)
         self.log.debug(f"[server stdout, not JSON-RPC] {shown}")
 
@@ -5485,7 +5506,7 @@ class StdioTransport(Transport):
                     left = deadline.remaining()
                 except McpTimeoutError as exc:
                     raise self._with_stderr(exc, request_sent=True) from None  # partly written: never resend
-                select.select([], [fd], [], min(left, _STDIO_POLL))
+                select.select([], [fd], [], min(left, STDIO_POLL))
         finally:
             self._write_lock.release()
 
@@ -5566,11 +5587,11 @@ class OpContext:
             self.on_request(method)
 
 
-_CANCEL_BUDGET = 1.0
+CANCEL_BUDGET = 1.0
 _KEPT_NOTIFICATIONS = 1000  # a chatty server cannot grow memory without bound
-_STDIO_PROBE_WINDOW = 2.0  # shared stream: no answer to server/discover within this (inside the budget) means legacy
-_STDIO_PROBE_POLL = 0.025  # how often the window asks whether the server has read the probe yet
-_DECLINED_CAPABILITIES = {"sampling/createMessage": "sampling", "elicitation/create": "elicitation"}
+STDIO_PROBE_WINDOW = 2.0  # shared stream: no answer to server/discover within this (inside the budget) means legacy
+STDIO_PROBE_POLL = 0.025  # how often the window asks whether the server has read the probe yet
+DECLINED_CAPABILITIES = {"sampling/createMessage": "sampling", "elicitation/create": "elicitation"}
 
 
 class RequestHandle:
@@ -5685,7 +5706,7 @@ class McpSession:
         with self._lock:
             message = self.core.start_request(method, params, rules)
             handle.id, handle.method, handle.log = message["id"], method, ctx.log
-            self._handles[_id_key(handle.id)] = handle
+            self._handles[id_key(handle.id)] = handle
         ctx.note_request(method)
         interrupt = ctx.deadline.interrupt  # a warm client's Ctrl-C: wakes the wait, raised as KeyboardInterrupt
         hook = interrupt.hook(handle._event.set) if interrupt is not None else None
@@ -5711,7 +5732,7 @@ class McpSession:
             if hook is not None and interrupt is not None:
                 interrupt.unhook(hook)
             with self._lock:
-                if self._handles.pop(_id_key(handle.id), None) is not None:
+                if self._handles.pop(id_key(handle.id), None) is not None:
                     self.core.forget(handle.id)
         if handle.error is not None:
             raise self._own_output(handle.error, ctx)
@@ -5760,17 +5781,17 @@ class McpSession:
         declined_logs: dict[int, list[Log]] = {}  # Declined event -> the logs of the operations it was for
         with self._lock:
             events = self.core.receive(message, related=related)
-            answered = related is not None and _id_key(related) not in self._handles
+            answered = related is not None and id_key(related) not in self._handles
             for event in events:
                 if isinstance(event, Answered):
-                    handle = self._handles.pop(_id_key(event.request_id), None)
+                    handle = self._handles.pop(id_key(event.request_id), None)
                     if handle is not None:
                         handle._finish(event.message)
                     answered = answered or (related is not None and same_id(event.request_id, related))
                 elif isinstance(event, Declined):
                     targets = (
-                        [self._handles[_id_key(related)]]
-                        if related is not None and _id_key(related) in self._handles
+                        [self._handles[id_key(related)]]
+                        if related is not None and id_key(related) in self._handles
                         else list(self._handles.values())
                     )
                     for handle in targets:
@@ -5783,7 +5804,7 @@ class McpSession:
             elif isinstance(event, Reply):
                 self.transport.send(
                     Outgoing(
-                        event.message, self.core.rules, Deadline(_CANCEL_BUDGET), self.core.session_id, strict=False
+                        event.message, self.core.rules, Deadline(CANCEL_BUDGET), self.core.session_id, strict=False
                     )
                 )
             elif isinstance(event, Declined):
@@ -5801,7 +5822,7 @@ class McpSession:
         delivered. A late answer (its request timed out or was cancelled) is expected and only shown with -v."""
         if self.on_stray is not None:
             self.on_stray(stray)
-        shown = _clip(repr(stray.message.id), 40)
+        shown = clip_text(repr(stray.message.id), 40)
         if stray.why == "late":
             self.log.debug(f"ignoring a late answer to request id {shown} (that request already ended)")
             return
@@ -5826,10 +5847,10 @@ class McpSession:
             with self._lock:
                 callback = self._progress.get(params.get("progressToken"))
             if callback is None or not callback(params):
-                self.log.debug(f"ignored notifications/progress not for this call: {_clip(dump_json(params), 200)}")
+                self.log.debug(f"ignored notifications/progress not for this call: {clip_text(dump_json(params), 200)}")
         elif note.method == "notifications/message":
-            level = _clip(str(params.get("level")), 20)
-            self.log.debug(f"server log [{level}]: {_clip(dump_json(params.get('data')), 500)}")
+            level = clip_text(str(params.get("level")), 20)
+            self.log.debug(f"server log [{level}]: {clip_text(dump_json(params.get('data')), 500)}")
         else:
             self.log.debug(f"notification {note.method}")
         if self.on_notification is not None:
@@ -5843,7 +5864,7 @@ class McpSession:
                 handles = list(self._handles.values())
                 self._handles.clear()
             else:
-                found = self._handles.pop(_id_key(unreadable.request_id), None)
+                found = self._handles.pop(id_key(unreadable.request_id), None)
                 handles = [found] if found is not None else []
             for handle in handles:
                 self.core.forget(handle.id)
@@ -5859,7 +5880,7 @@ class McpSession:
                 handle._finish(error=error)
         if unreadable is not None and not handles:
             self.log.warn(
-                f"the server sent an answer to request id {_clip(repr(unreadable.request_id), 40)}, which is not "
+                f"the server sent an answer to request id {clip_text(repr(unreadable.request_id), 40)}, which is not "
                 f"in flight, and it is {unreadable.why}; it was ignored"
             )
 
@@ -5966,7 +5987,7 @@ class ProbeWindow(Deadline):
         outer: Deadline,
         unread: Callable[[], int | None],
         *,
-        poll: float = _STDIO_PROBE_POLL,
+        poll: float = STDIO_PROBE_POLL,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         super().__init__(seconds, clock)
@@ -6005,7 +6026,7 @@ def _discover_step(session: McpSession, ctx: OpContext, step: Step) -> Evidence:
     if probing:
         ctx.log.debug(f"era probe: server/discover at {rules.version}")
     shared_probe = probing and session.transport.shared_stream
-    window = ProbeWindow(_STDIO_PROBE_WINDOW, ctx.deadline, session.transport.unread_input) if shared_probe else None
+    window = ProbeWindow(STDIO_PROBE_WINDOW, ctx.deadline, session.transport.unread_input) if shared_probe else None
     evidence: Evidence
     answer: Message | None = None
     try:
@@ -6221,9 +6242,9 @@ def discover_listing(session: McpSession, ctx: OpContext, listing: Listing) -> t
         if next_cursor is None:
             break
         if next_cursor == cursor:
-            raise incomplete(f"the server repeated cursor {_clip(repr(next_cursor), 60)}")
+            raise incomplete(f"the server repeated cursor {clip_text(repr(next_cursor), 60)}")
         if next_cursor in cursors:
-            raise incomplete(f"the cursors form a cycle (cursor {_clip(repr(next_cursor), 60)} came back)")
+            raise incomplete(f"the cursors form a cycle (cursor {clip_text(repr(next_cursor), 60)} came back)")
         cursors.append(next_cursor)
         cursor = next_cursor
     ctx.log.debug(f"discovered {len(items)} {noun}(s) in {pages} page(s)")
@@ -6301,7 +6322,7 @@ def read_resource(session: McpSession, ctx: OpContext, uri: str) -> dict[str, An
         if (exc.details.get("rpc_error") or {}).get("code") not in _UNKNOWN_RESOURCE_CODES:
             raise
         raise ResourceNotFoundError(
-            f"server {session.server.name!r} has no resource {_clip(repr(uri), 200)}",
+            f"server {session.server.name!r} has no resource {clip_text(repr(uri), 200)}",
             hint="list what it offers: bkmcp <server> --resources",
             details=dict(exc.details),
             data={"server": session.server.name, "uri": uri},
@@ -6318,7 +6339,7 @@ def find_prompt(prompts: Sequence[dict[str, Any]], name: str, server_name: str) 
             return prompt
     close = closest_names(name, [str(p.get("name")) for p in prompts])
     raise PromptNotFoundError(
-        f"server {server_name!r} has no prompt {_clip(repr(name), 200)} ({len(prompts)} prompts listed)",
+        f"server {server_name!r} has no prompt {clip_text(repr(name), 200)} ({len(prompts)} prompts listed)",
         hint=f"did you mean {', '.join(close)}?" if close else "list the server's prompts: bkmcp <server> --prompts",
         details={"suggestions": close},
     )
@@ -6381,7 +6402,7 @@ def call_tool(
         if line is not None:
             session.watch_progress(line.token, None)
             line.end()
-    declined = [m for m in handle.declined if m in _DECLINED_CAPABILITIES]
+    declined = [m for m in handle.declined if m in DECLINED_CAPABILITIES]
     try:
         result = check_result("tools/call", answer)
     except RemoteError as exc:
@@ -6390,7 +6411,7 @@ def call_tool(
             details["outcome"] = "unknown"
         if declined:
             raise CapabilityUnsupportedError(
-                f"the tool asked for {', '.join(_DECLINED_CAPABILITIES[m] for m in declined)}, which bkmcp "
+                f"the tool asked for {', '.join(DECLINED_CAPABILITIES[m] for m in declined)}, which bkmcp "
                 f"does not support ({exc.message})",
                 details={"server_requests": declined, **details},
                 data={**base, **(exc.data or {})},
@@ -6398,7 +6419,7 @@ def call_tool(
         raise exc.copy(details=details, data={**base, **(exc.data or {})}) from None
     if declined:
         raise CapabilityUnsupportedError(
-            f"the tool asked for {', '.join(_DECLINED_CAPABILITIES[m] for m in declined)} while running, which "
+            f"the tool asked for {', '.join(DECLINED_CAPABILITIES[m] for m in declined)} while running, which "
             "bkmcp declined; its result may be incomplete",
             hint="the raw result is in data.result; bkmcp never answers sampling or elicitation",
             details={"server_requests": declined},
@@ -6416,7 +6437,7 @@ def _cancel(session: McpSession, rules: EraRules, request_id: Any, *, reason: st
         session.notify(
             "notifications/cancelled",
             {"requestId": request_id, "reason": reason},
-            Deadline(_CANCEL_BUDGET),
+            Deadline(CANCEL_BUDGET),
             strict=False,
         )
     except BaseException as exc:  # noqa: B036 - a second Ctrl-C or any failure must not mask the first
@@ -6700,15 +6721,15 @@ _FLAG_METAVAR = {
     "object": "JSON-OBJECT",
     "json": "JSON",
 }
-_COMBINATORS = ("anyOf", "oneOf", "allOf")
-_REF_KEYWORDS = ("$ref", "$dynamicRef", "$recursiveRef")
-_JSON_INTEGER = _lazy_re(r"-?(?:0|[1-9][0-9]*)")
-_JSON_NUMBER = _lazy_re(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
-_IDENTIFIER = _lazy_re(r"[A-Za-z_][A-Za-z0-9_]*")
-_PLAIN_ASCII_NAME = _lazy_re(r"[!#-~]+")  # printable ASCII without space and '"': always a fine flag name
-_FAST_FLAG_NAME = _lazy_re(r"[!#-,.-<>-~][!#-<>-~]*")  # the same, minus '=' and a leading '-'
-_HARD_KEYWORDS = frozenset(_REF_KEYWORDS + _COMBINATORS)
-_FLAG_TYPE_SET = frozenset(FLAG_TYPES)
+COMBINATORS = ("anyOf", "oneOf", "allOf")
+REF_KEYWORDS = ("$ref", "$dynamicRef", "$recursiveRef")
+JSON_INTEGER = lazy_re(r"-?(?:0|[1-9][0-9]*)")
+JSON_NUMBER = lazy_re(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+IDENTIFIER = lazy_re(r"[A-Za-z_][A-Za-z0-9_]*")
+PLAIN_ASCII_NAME = lazy_re(r"[!#-~]+")  # printable ASCII without space and '"': always a fine flag name
+FAST_FLAG_NAME = lazy_re(r"[!#-,.-<>-~][!#-<>-~]*")  # the same, minus '=' and a leading '-'
+HARD_KEYWORDS = frozenset(REF_KEYWORDS + COMBINATORS)
+FLAG_TYPE_SET = frozenset(FLAG_TYPES)
 
 
 @dataclass(slots=True)
@@ -6754,12 +6775,12 @@ class ToolFlags:
     notes: tuple[str, ...] = ()
 
 
-def _schema_object(tool: Mapping[str, Any]) -> dict[str, Any] | None:
+def schema_object(tool: Mapping[str, Any]) -> dict[str, Any] | None:
     schema = tool.get("inputSchema") if type(tool) is dict or isinstance(tool, Mapping) else None
     return schema if isinstance(schema, dict) else None
 
 
-def _flag_name_problem(name: str) -> str | None:
+def flag_name_problem(name: str) -> str | None:
     """Why ``name`` cannot be a ``--name`` flag (None when it can)."""
     if not name:
         return "an empty name cannot be a flag"
@@ -6767,7 +6788,7 @@ def _flag_name_problem(name: str) -> str | None:
         return "a name starting with '-' cannot be a flag"
     if "=" in name:
         return "a name containing '=' cannot be a flag (--name=value would split it)"
-    if not _PLAIN_ASCII_NAME.fullmatch(name):  # printable ASCII (the common case) needs no per-character look
+    if not PLAIN_ASCII_NAME.fullmatch(name):  # printable ASCII (the common case) needs no per-character look
         import unicodedata
 
         if any(ch.isspace() or unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp") for ch in name):
@@ -6782,7 +6803,7 @@ _SIMPLE_TYPES = ("string", "integer", "number", "boolean")
 _NULL_ANNOTATIONS = frozenset({"type", "title", "description"})
 
 
-def _nullable_simple(schema: dict[str, Any]) -> dict[str, Any] | None:
+def nullable_simple(schema: dict[str, Any]) -> dict[str, Any] | None:
     """The non-null schema of "one simple type or null" (docs/contract.md §6): ``type: [T, "null"]``, or
     ``anyOf``/``oneOf`` of one simple schema and ``{type: null}``; None for anything else. The result keeps the
     property's own annotations (description, default, enum…) beside the branch's."""
@@ -6790,12 +6811,12 @@ def _nullable_simple(schema: dict[str, Any]) -> dict[str, Any] | None:
     if isinstance(declared, list):
         simple = [t for t in declared if t != "null"]
         if len(declared) == 2 and len(simple) == 1 and simple[0] in _SIMPLE_TYPES:
-            if any(k in schema for k in (*_REF_KEYWORDS, *_COMBINATORS)):
+            if any(k in schema for k in (*REF_KEYWORDS, *COMBINATORS)):
                 return None
             return {**schema, "type": simple[0]}
         return None
-    present = [k for k in _COMBINATORS if k in schema]
-    if present not in (["anyOf"], ["oneOf"]) or declared is not None or any(k in schema for k in _REF_KEYWORDS):
+    present = [k for k in COMBINATORS if k in schema]
+    if present not in (["anyOf"], ["oneOf"]) or declared is not None or any(k in schema for k in REF_KEYWORDS):
         return None
     branches = schema[present[0]]
     if not (isinstance(branches, list) and len(branches) == 2 and all(isinstance(b, dict) for b in branches)):
@@ -6808,13 +6829,13 @@ def _nullable_simple(schema: dict[str, Any]) -> dict[str, Any] | None:
     kind = branch.get("type")
     if isinstance(kind, list) and len(kind) == 1:
         kind = kind[0]
-    if kind not in _SIMPLE_TYPES or any(k in branch for k in (*_REF_KEYWORDS, *_COMBINATORS)):
+    if kind not in _SIMPLE_TYPES or any(k in branch for k in (*REF_KEYWORDS, *COMBINATORS)):
         return None
     outer = {k: v for k, v in schema.items() if k != present[0]}
     return {**branch, **outer, "type": kind}
 
 
-def _property_kind(schema: Any) -> tuple[str | None, str]:
+def property_kind(schema: Any) -> tuple[str | None, str]:
     """(flag type, "") for a property schema whose local references are followed (``resolve_schema``), else
     (None, why only --body can set it). One declared type T is a T flag (combinators beside it only narrow T);
     anything else a value can be — unions, ``anyOf``/``oneOf``, ``not``, no type, ``{}``/``true`` — is a
@@ -6826,7 +6847,7 @@ def _property_kind(schema: Any) -> tuple[str | None, str]:
     declared = schema.get("type")
     if isinstance(declared, list) and len(declared) == 1:
         declared = declared[0]
-    if isinstance(declared, str) and declared in _FLAG_TYPE_SET:
+    if isinstance(declared, str) and declared in FLAG_TYPE_SET:
         return declared, ""
     return "json", ""
 
@@ -6859,7 +6880,7 @@ def _ref_pointer(ref: str) -> list[str] | None:
     return [part.replace("~1", "/").replace("~0", "~") for part in fragment[1:].split("/")]
 
 
-_INLINED_KEYWORDS = frozenset((*_REF_KEYWORDS, *_COMBINATORS))
+INLINED_KEYWORDS = frozenset((*REF_KEYWORDS, *COMBINATORS))
 
 
 # A reference may be used many times (``{"anyOf": [{"$ref": "#/$defs/L4"}, …×30]}``, five levels: 30^5 branches
@@ -6900,7 +6921,7 @@ def resolve_schema(
     type). Bounded by ``REF_DEPTH_LIMIT`` and by ``work`` (one operation's ``SchemaWork``; a fresh one when
     None): at most ``RESOLVE_NODE_LIMIT`` schemas written out, parts used again shared, not copied. ``root`` is the
     inputSchema the pointers start from; ``chain`` the references followed to get here, ``depth`` how many steps."""
-    if not isinstance(schema, dict) or schema.keys().isdisjoint(_INLINED_KEYWORDS):
+    if not isinstance(schema, dict) or schema.keys().isdisjoint(INLINED_KEYWORDS):
         return schema, ""
     resolved, why, _size, _refs = _resolve_counted(schema, root, chain, depth, work or SchemaWork())
     return resolved, why
@@ -6916,7 +6937,7 @@ def _resolve_counted(
     kept in ``work``. A result is the same whatever the chain that led to it unless the chain holds one of the
     references it followed (then that one is recursive), so a success is shared by every chain that holds none of
     them (``work.shared``); anything else is kept for its own chain (``work.done``)."""
-    if not isinstance(schema, dict) or schema.keys().isdisjoint(_INLINED_KEYWORDS):
+    if not isinstance(schema, dict) or schema.keys().isdisjoint(INLINED_KEYWORDS):
         return schema, "", 1, _NO_REFS
     key = (id(schema), chain, depth)
     kept = work.done.get(key)
@@ -6947,20 +6968,25 @@ def _resolve_step(
         return None, f"its $ref chain is longer than {REF_DEPTH_LIMIT} steps", 0, _NO_REFS
     for keyword in ("$dynamicRef", "$recursiveRef"):
         if keyword in schema:
-            why = f"its schema is a dynamic reference ({keyword}: {_short(schema[keyword])}), not followed"
+            why = f"its schema is a dynamic reference ({keyword}: {short_text(schema[keyword])}), not followed"
             return None, why, 0, _NO_REFS
     if "$ref" in schema:
         ref = schema["$ref"]
         if not isinstance(ref, str):
-            return None, f"its $ref is not a string ({_short(ref)})", 0, _NO_REFS
+            return None, f"its $ref is not a string ({short_text(ref)})", 0, _NO_REFS
         pointer = _ref_pointer(ref)
         if pointer is None or ("$id" in schema and schema is not root):
-            where = "a nested $id makes it another document" if pointer is not None else _short(ref, 60)
+            where = "a nested $id makes it another document" if pointer is not None else short_text(ref, 60)
             if pointer is None and ref.startswith("#"):
-                return None, f"its $ref {_short(ref, 60)} is not a JSON pointer into the inputSchema", 0, _NO_REFS
+                return None, f"its $ref {short_text(ref, 60)} is not a JSON pointer into the inputSchema", 0, _NO_REFS
             return None, f"remote $ref ({where}): not fetched", 0, _NO_REFS
         if ref in chain:
-            return None, f"recursive $ref ({_short(ref, 60)} leads back to itself before reaching a type)", 0, _NO_REFS
+            return (
+                None,
+                f"recursive $ref ({short_text(ref, 60)} leads back to itself before reaching a type)",
+                0,
+                _NO_REFS,
+            )
         target = root
         for part in pointer:
             if isinstance(target, dict) and part in target:
@@ -6968,7 +6994,7 @@ def _resolve_step(
             elif isinstance(target, list) and part.isdigit() and int(part) < len(target):
                 target = target[int(part)]
             else:
-                return None, f"its $ref {_short(ref, 60)} points to nothing in the inputSchema", 0, _NO_REFS
+                return None, f"its $ref {short_text(ref, 60)} points to nothing in the inputSchema", 0, _NO_REFS
         target, why, size, refs = _resolve_counted(target, root, (*chain, ref), depth + 1, work)
         if why:
             return None, why, 0, _NO_REFS
@@ -7071,7 +7097,7 @@ _ARRAY_EXAMPLES = {
 }
 
 
-def _array_flag_example(schema: Mapping[str, Any]) -> str:
+def array_flag_example(schema: Mapping[str, Any]) -> str:
     """An array flag's example in the type of its items (a string array shows strings, never numbers)."""
     items = schema.get("items")
     declared = items.get("type") if isinstance(items, dict) else None
@@ -7087,22 +7113,8 @@ def json_flag_examples(flag: ToolFlag) -> list[str]:
     return [f"{flag.option} {_JSON_SAMPLES[t]}" for t in shown]
 
 
-def _types_words(types: Sequence[str]) -> str:
+def types_words(types: Sequence[str]) -> str:
     return " or ".join(types) if types else "any JSON value"
-
-
-def _short(value: Any, limit: int = 40) -> str:
-    text = value if isinstance(value, str) else dump_json(value)
-    text = _printable(text)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _printable(text: str) -> str:
-    """Server text made safe for a terminal: control (and other unprintable) characters shown as JSON escapes,
-    never interpreted. Applied to JSON text it keeps it valid JSON: such characters only occur inside strings."""
-    if text.isprintable():
-        return text
-    return "".join(ch if ch.isprintable() or ch == " " else json.dumps(ch)[1:-1] for ch in text)
 
 
 def build_tool_flags(tool: Mapping[str, Any]) -> ToolFlags:
@@ -7114,7 +7126,7 @@ def build_tool_flags(tool: Mapping[str, Any]) -> ToolFlags:
     reason; the other properties still get their flags.
     """
     notes: list[str] = []
-    schema = _schema_object(tool)
+    schema = schema_object(tool)
     if schema is None:
         notes.append("the tool has no inputSchema object; only --body can pass arguments")
         return ToolFlags({}, {}, (), tuple(notes))
@@ -7136,21 +7148,21 @@ def build_tool_flags(tool: Mapping[str, Any]) -> ToolFlags:
     work = SchemaWork()
     for name, prop in properties.items():
         is_required = name in required_set
-        if type(prop) is dict and _FAST_FLAG_NAME.fullmatch(name) and name not in RESERVED_OPTION_NAMES:
+        if type(prop) is dict and FAST_FLAG_NAME.fullmatch(name) and name not in RESERVED_OPTION_NAMES:
             declared = prop.get("type")  # fast path for the common plain property; same rules as below
-            if type(declared) is str and declared in _FLAG_TYPE_SET and prop.keys().isdisjoint(_HARD_KEYWORDS):
+            if type(declared) is str and declared in FLAG_TYPE_SET and prop.keys().isdisjoint(HARD_KEYWORDS):
                 flags[name] = ToolFlag(name, declared, is_required, prop)
                 continue
-        problem = _flag_name_problem(name)
+        problem = flag_name_problem(name)
         resolved, problem = (None, problem) if problem else resolve_schema(prop, schema, work=work)
         if problem:
             body_only[name] = BodyOnlyField(name, problem, is_required, prop)
             continue
-        nullable = _nullable_simple(resolved) if type(resolved) is dict else None
+        nullable = nullable_simple(resolved) if type(resolved) is dict else None
         if nullable is not None:
             flags[name] = ToolFlag(name, nullable["type"], is_required, nullable, nullable=True)
             continue
-        kind, reason = _property_kind(resolved)
+        kind, reason = property_kind(resolved)
         if kind is None:
             body_only[name] = BodyOnlyField(name, reason, is_required, prop)
         else:
@@ -7190,7 +7202,7 @@ def render_brief_lines(tools: Sequence[Mapping[str, Any]]) -> str:
         if brief.get("task_support"):
             words.append("(task-only)")
         summary = f"  — {brief['summary']}" if brief["summary"] else ""
-        lines.append(_printable(" ".join(w for w in words if w) + summary) + "\n")
+        lines.append(printable(" ".join(w for w in words if w) + summary) + "\n")
     return "".join(lines)
 
 
@@ -7239,14 +7251,14 @@ def describe_cli(tool: Mapping[str, Any]) -> dict[str, Any]:
 # -- 8.4 values: a flag's text -> its JSON value, positional-argument errors -------------------------------------------
 
 
-def _tool_command(server_name: str, tool_name: Any, config: str | None = None) -> str:
+def tool_command(server_name: str, tool_name: Any, config: str | None = None) -> str:
     """``bkmcp [--config PATH] <server> <tool>`` as a user can paste it: shell-quoted when needed, control characters
     escaped (``build_server_command``)."""
-    return _printable(" ".join(_tool_words(server_name, tool_name, config)))
+    return printable(" ".join(tool_words(server_name, tool_name, config)))
 
 
-def _tool_words(server_name: str, tool_name: Any, config: str | None = None) -> list[str]:
-    """``_tool_command``'s shell words, for help lines that wrap between words."""
+def tool_words(server_name: str, tool_name: Any, config: str | None = None) -> list[str]:
+    """``tool_command``'s shell words, for help lines that wrap between words."""
     given = ["--config", shell_quote(config)] if config is not None else []
     return ["bkmcp", *given, shell_quote(server_name), shell_quote(str(tool_name))]
 
@@ -7257,7 +7269,7 @@ def json_path(parts: Iterable[Any]) -> str:
     for part in parts:
         if isinstance(part, int) and not isinstance(part, bool):
             out += f"[{part}]"
-        elif isinstance(part, str) and _IDENTIFIER.fullmatch(part):
+        elif isinstance(part, str) and IDENTIFIER.fullmatch(part):
             out += f".{part}"
         else:
             out += f"[{json.dumps(str(part), ensure_ascii=False)}]"
@@ -7273,33 +7285,33 @@ def convert_flag_value(flag: ToolFlag, token: ToolToken) -> Any:
         if not token.has_equals:
             raise ValueError(
                 f"boolean {flag.option} takes its value after '=': write {flag.option}=true or {flag.option}=false "
-                f"(not '{flag.option} {_short(value)}')"
+                f"(not '{flag.option} {short_text(value)}')"
             )
         if value == "true":
             return True
         if value == "false":
             return False
-        raise ValueError(f"{flag.option} must be {flag.option}=true or {flag.option}=false, got {_short(value)!r}")
+        raise ValueError(f"{flag.option} must be {flag.option}=true or {flag.option}=false, got {short_text(value)!r}")
     if value is None:
         raise ValueError(f"{flag.option} needs a value ({flag.usage})")
     if flag.kind == "string":
         return value
     if flag.kind == "integer":
-        if not _JSON_INTEGER.fullmatch(value):
+        if not JSON_INTEGER.fullmatch(value):
             raise ValueError(
                 f"{flag.option} expects an integer (digits with an optional leading '-', e.g. 20), got "
-                f"{_short(value)!r}"
+                f"{short_text(value)!r}"
             )
         return _exact_number(value)
     if flag.kind == "number":
-        if not _JSON_NUMBER.fullmatch(value):
-            raise ValueError(f"{flag.option} expects a JSON number (e.g. 0.5, -2, 1e-3), got {_short(value)!r}")
+        if not JSON_NUMBER.fullmatch(value):
+            raise ValueError(f"{flag.option} expects a JSON number (e.g. 0.5, -2, 1e-3), got {short_text(value)!r}")
         return _exact_number(value)
     if flag.kind == "json":
         try:
             return parse_json(value)
         except JsonInputError as exc:
-            types = _types_words(json_member_types(flag.schema))
+            types = types_words(json_member_types(flag.schema))
             raise ValueError(
                 f"{flag.option} takes a JSON value ({types}): write a JSON value, e.g. "
                 f"{' or '.join(json_flag_examples(flag))} (a string goes in JSON quotes); {exc}"
@@ -7307,7 +7319,7 @@ def convert_flag_value(flag: ToolFlag, token: ToolToken) -> Any:
     try:
         parsed = parse_json(value)
     except JsonInputError as exc:
-        example = _array_flag_example(flag.schema) if flag.kind == "array" else '\'{"key":"value"}\''
+        example = array_flag_example(flag.schema) if flag.kind == "array" else '\'{"key":"value"}\''
         extra = " (arrays are JSON, never comma-separated)" if flag.kind == "array" else ""
         raise ValueError(
             f"{flag.option} takes a JSON {flag.kind}{extra}, e.g. {flag.option} {example}: {exc}"
@@ -7320,12 +7332,12 @@ def convert_flag_value(flag: ToolFlag, token: ToolToken) -> Any:
 
 def _exact_number(text: str) -> Any:
     """Integers stay ``int`` (huge ones and -0 keep their text); everything else keeps its exact text."""
-    if _JSON_INTEGER.fullmatch(text) and text != "-0":
-        return _parse_int(text)
+    if JSON_INTEGER.fullmatch(text) and text != "-0":
+        return parse_int(text)
     return JsonNumber(text)
 
 
-def _is_json_number(value: Any) -> bool:
+def is_json_number(value: Any) -> bool:
     if isinstance(value, bool):
         return False
     if isinstance(value, (int, float)):
@@ -7343,7 +7355,7 @@ def _read_tokens(
     problems: list[dict[str, str]] = []
     seen: set[str] = set()
     for token in tokens:
-        option = _short(f"--{token.name}", 60)
+        option = short_text(f"--{token.name}", 60)
         repeated, flag, body_field = token.name in seen, mapped.flags.get(token.name), mapped.body_only.get(token.name)
         seen.add(token.name)
         if repeated:
@@ -7355,10 +7367,12 @@ def _read_tokens(
             except ValueError as exc:
                 message = str(exc)
         elif body_field is not None:
-            message = f"{_printable(token.name)!r} has no flag: {body_field.reason}; set it with --body"
+            message = f"{printable(token.name)!r} has no flag: {body_field.reason}; set it with --body"
         else:
             close = closest_names(token.name, [*mapped.flags, *mapped.body_only])
-            shown = [f"--{c}" if c in mapped.flags else f"{_short(c)!r} (no flag: set it with --body)" for c in close]
+            shown = [
+                f"--{c}" if c in mapped.flags else f"{short_text(c)!r} (no flag: set it with --body)" for c in close
+            ]
             suggestion = f"; did you mean {', '.join(shown)}?" if close else ""
             problems.append(
                 {"flag": option, "message": f"unknown option {option} for tool {tool.get('name')!r}{suggestion}"}
@@ -7377,7 +7391,7 @@ def _raise_token_problems(
     more = f" (and {len(problems) - 1} more problem{'s' if len(problems) > 2 else ''})" if len(problems) > 1 else ""
     raise InvalidArgumentsError(
         f"{first}{more}",
-        hint=f"see the tool's flags with: {_tool_command(server_name, tool.get('name'), config)} --help",
+        hint=f"see the tool's flags with: {tool_command(server_name, tool.get('name'), config)} --help",
         details={"problems": problems},
     )
 
@@ -7394,7 +7408,7 @@ def parse_prompt_arguments(
     values: dict[str, str] = {}
     problems: list[dict[str, str]] = []
     for token in tokens:
-        flag = _printable(f"--{token.name}")
+        flag = printable(f"--{token.name}")
         if token.name not in names or token.name in RESERVED_OPTION_NAMES:
             problems.append({"flag": flag, "message": f"prompt {prompt.get('name')!r} has no argument {flag}"})
         elif token.name in values:
@@ -7428,19 +7442,19 @@ def parse_tool_arguments(
     """
     mapped = build_tool_flags(tool)
     values, problems = _read_tokens(tool, mapped, tokens)
-    command = _tool_command(server_name, tool.get("name"), config)
+    command = tool_command(server_name, tool.get("name"), config)
     for field_ in mapped.body_only.values():
         if field_.required:  # flags alone can never satisfy it: say how it can be sent
             problems.append(
                 {
                     "path": json_path([field_.name]),
-                    "message": f"required field {_printable(field_.name)!r} has no flag ({field_.reason}); send "
+                    "message": f"required field {printable(field_.name)!r} has no flag ({field_.reason}); send "
                     f"the arguments with --body: {command} --body '{{...}}'",
                 }
             )
     for flag in mapped.flags.values():  # a required flag not given: named like the other flag errors (issue 40)
         if flag.required and flag.name not in values and all(p.get("flag") != flag.option for p in problems):
-            problem = f"missing required flag {_printable(flag.usage)}"
+            problem = f"missing required flag {printable(flag.usage)}"
             problems.append({"flag": flag.option, "path": json_path([flag.name]), "message": problem})
     _raise_token_problems(tool, problems, server_name, config)
     return values
@@ -7460,20 +7474,20 @@ def build_positional_error(
     import shlex
 
     flags = list(build_tool_flags(tool).flags.values())
-    command = _tool_command(server_name, tool.get("name"), config)
-    shown = _printable(repr(value))
+    command = tool_command(server_name, tool.get("name"), config)
+    shown = printable(repr(value))
     if not flags:
         return UsageError(
-            f"unexpected argument {shown}: tool {_printable(str(tool.get('name')))!r} has no flags",
+            f"unexpected argument {shown}: tool {printable(str(tool.get('name')))!r} has no flags",
             hint=f"pass its arguments as one JSON object: {command} --body '{{...}}'",
         )
     listed = [f"{flag.usage}{' (required)' if flag.required else ''}" for flag in flags[:_POSITIONAL_FLAGS_SHOWN]]
     more = f", … ({len(flags) - _POSITIONAL_FLAGS_SHOWN} more)" if len(flags) > _POSITIONAL_FLAGS_SHOWN else ""
     required = [flag for flag in flags if flag.required]
     if follows is not None:
-        hint = f"quote a value that contains spaces (--{_printable(follows)} 'two words'); every flag: {command} --help"
+        hint = f"quote a value that contains spaces (--{printable(follows)} 'two words'); every flag: {command} --help"
     elif len(required) == 1 and required[0].kind == "string":
-        hint = f"write {_printable(required[0].option + ' ' + shlex.quote(value))}; every flag: {command} --help"
+        hint = f"write {printable(required[0].option + ' ' + shlex.quote(value))}; every flag: {command} --help"
     else:
         hint = f"every flag with its meaning: {command} --help"
     return UsageError(
@@ -7519,14 +7533,14 @@ class ArgumentCheck:
         return f"arguments checked locally for required fields, types and enum only ({why}); the server validates"
 
 
-class _NotLocal(Exception):
+class NotLocal(Exception):
     """The full schema cannot be checked here (remote reference, unsupported feature): fall back, say so."""
 
 
 def _json_equal(a: Any, b: Any) -> bool:
     if isinstance(a, bool) or isinstance(b, bool):
         return isinstance(a, bool) and isinstance(b, bool) and a == b
-    if _is_json_number(a) and _is_json_number(b):
+    if is_json_number(a) and is_json_number(b):
         try:
             return decimal.Decimal(str(a) if isinstance(a, float) else a) == decimal.Decimal(
                 str(b) if isinstance(b, float) else b
@@ -7542,10 +7556,10 @@ def _json_equal(a: Any, b: Any) -> bool:
     return a is None and b is None
 
 
-_TYPE_TESTS: dict[str, Callable[[Any], bool]] = {
+TYPE_TESTS: dict[str, Callable[[Any], bool]] = {
     "string": lambda v: isinstance(v, str),
-    "integer": _is_json_integer,
-    "number": _is_json_number,
+    "integer": is_json_integer,
+    "number": is_json_number,
     "boolean": lambda v: isinstance(v, bool),
     "array": lambda v: isinstance(v, list),
     "object": lambda v: isinstance(v, dict),
@@ -7553,7 +7567,7 @@ _TYPE_TESTS: dict[str, Callable[[Any], bool]] = {
 }
 
 
-def _basic_problems(schema: dict[str, Any], arguments: Mapping[str, Any]) -> list[dict[str, str]]:
+def basic_problems(schema: dict[str, Any], arguments: Mapping[str, Any]) -> list[dict[str, str]]:
     """Required, declared type and enum/const of top-level properties: needs no library, always runs."""
     problems: list[dict[str, str]] = []
     required = schema.get("required")
@@ -7571,16 +7585,16 @@ def _basic_problems(schema: dict[str, Any], arguments: Mapping[str, Any]) -> lis
         path = json_path([name])
         declared = prop.get("type")
         types = [declared] if isinstance(declared, str) else declared if isinstance(declared, list) else []
-        known = [t for t in types if isinstance(t, str) and t in _TYPE_TESTS]
-        if known and len(known) == len(types) and not any(_TYPE_TESTS[t](value) for t in known):
+        known = [t for t in types if isinstance(t, str) and t in TYPE_TESTS]
+        if known and len(known) == len(types) and not any(TYPE_TESTS[t](value) for t in known):
             got = json_type(value, integers=True)
             problems.append({"path": path, "message": f"expected {' or '.join(known)}, got {got}"})
             continue
         enum = prop.get("enum")
         if isinstance(enum, list) and not any(_json_equal(value, e) for e in enum):
-            problems.append({"path": path, "message": f"must be one of {_short(enum, 200)}"})
+            problems.append({"path": path, "message": f"must be one of {short_text(enum, 200)}"})
         if "const" in prop and not _json_equal(value, prop["const"]):
-            problems.append({"path": path, "message": f"must be {_short(prop['const'], 200)}"})
+            problems.append({"path": path, "message": f"must be {short_text(prop['const'], 200)}"})
     return problems
 
 
@@ -7590,7 +7604,7 @@ _SCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "depe
 _SCHEMA_DATA = ("enum", "const", "default", "examples", "title", "description")
 
 
-def _unbounded_schema(schema: dict[str, Any], limit: int) -> str | None:
+def unbounded_schema(schema: dict[str, Any], limit: int) -> str | None:
     """Why jsonschema could not check ``schema`` within bkmcp's bounds, or None: more than ``limit`` objects and
     arrays (counting stops there, so a huge schema costs no more), or a subschema with its own ``$schema``
     (jsonschema validates that part with its registered class: no deadline, no pattern limits)."""
@@ -7614,7 +7628,7 @@ def _unbounded_schema(schema: dict[str, Any], limit: int) -> str | None:
     return None
 
 
-def _non_local_refs(schema: Any, found: list[str]) -> None:
+def non_local_refs(schema: Any, found: list[str]) -> None:
     """The references of ``schema`` that leave the document, in document order, into ``found`` (a few at most); a
     walk with its own stack: any depth."""
     stack: list[Iterator[tuple[Any, Any]]] = [iter([(None, schema)])]
@@ -7624,7 +7638,7 @@ def _non_local_refs(schema: Any, found: list[str]) -> None:
             stack.pop()
             continue
         key, value = pair
-        if key in _REF_KEYWORDS and isinstance(value, str):
+        if key in REF_KEYWORDS and isinstance(value, str):
             if not value.startswith("#"):
                 found.append(value)
         elif key in _SCHEMA_MAPS:
@@ -7725,8 +7739,8 @@ def regex_risk(pattern: str, length: int) -> str | None:
     return None
 
 
-class _ValidationBudget:
-    """What a validator class of ``_validator_class`` checks between keywords and what it chose not to run."""
+class ValidationBudget:
+    """What a validator class of ``validator_class`` checks between keywords and what it chose not to run."""
 
     def __init__(self, deadline: Deadline | None) -> None:
         self.deadline = deadline
@@ -7742,9 +7756,9 @@ _VALIDATORS_LOCK = _thread.allocate_lock()
 _VALIDATION_STATE: Any = None  # a threading.local: the budget of the validation running on this thread
 
 
-def _active_budget() -> _ValidationBudget:
+def _active_budget() -> ValidationBudget:
     budget = getattr(_VALIDATION_STATE, "budget", None)
-    return budget if budget is not None else _ValidationBudget(None)
+    return budget if budget is not None else ValidationBudget(None)
 
 
 def _guarded_validators(base: Any) -> dict[str, Any]:
@@ -7756,7 +7770,7 @@ def _guarded_validators(base: Any) -> dict[str, Any]:
         if isinstance(value, str) and isinstance(instance, str):
             why = regex_risk(value, len(instance))
             if why is not None:
-                _active_budget().skip(f"pattern {_short(value)} not run locally ({why})")
+                _active_budget().skip(f"pattern {short_text(value)} not run locally ({why})")
                 return None
         return originals["pattern"](validator, value, instance, schema)
 
@@ -7768,7 +7782,7 @@ def _guarded_validators(base: Any) -> dict[str, Any]:
                 for key_pattern in patterns:
                     why = regex_risk(key_pattern, longest) if isinstance(key_pattern, str) else None
                     if why is not None:
-                        _active_budget().skip(f"{name} with pattern {_short(key_pattern)} not run locally ({why})")
+                        _active_budget().skip(f"{name} with pattern {short_text(key_pattern)} not run locally ({why})")
                         return None
             return originals[name](validator, value, instance, schema)
 
@@ -7854,7 +7868,7 @@ def _timed_validators(keywords: dict[str, Any], deadline: Deadline | None = None
     return {name: timed(function) for name, function in keywords.items()}
 
 
-def _check_schema(cls: Any, schema: Any, deadline: Deadline | None) -> None:
+def check_schema(cls: Any, schema: Any, deadline: Deadline | None) -> None:
     """``cls.check_schema(schema)`` (the schema against its meta-schema), checking ``deadline`` between keywords
     and at each ``$ref`` (a subschema carrying ``$schema`` switches jsonschema to its registered class, which
     the timed keywords do not reach; the resolver travels along): a huge schema must not outlast the budget.
@@ -7874,7 +7888,7 @@ def _check_schema(cls: Any, schema: Any, deadline: Deadline | None) -> None:
 
 
 def _meta_schema_error(cls: Any, schema: Any, deadline: Deadline | None) -> Any:
-    """The first ``SchemaError`` of ``schema`` against ``cls``'s meta-schema, or None (see ``_check_schema``); a
+    """The first ``SchemaError`` of ``schema`` against ``cls``'s meta-schema, or None (see ``check_schema``); a
     deep schema is checked in pieces (``_schema_pieces``), so its depth never meets Python's recursion limit."""
     from jsonschema import exceptions as jexc
 
@@ -7936,7 +7950,7 @@ def _cut_schema(schema: Any, level: int, cut: list[Any]) -> Any:
     return out
 
 
-_META_CHECKED: dict[str, tuple[Any]] = {}  # SHA-256 of the schema text -> (its SchemaError or None), for _check_schema
+_META_CHECKED: dict[str, tuple[Any]] = {}  # SHA-256 of the schema text -> (its SchemaError or None), for check_schema
 _META_CHECKED_KEPT = 256
 _TIMED_RESOLVER: list[Any] = []
 
@@ -7960,7 +7974,7 @@ def _timed_resolver_class() -> Any:
     return _TIMED_RESOLVER[0]
 
 
-def _validator_class(schema: dict[str, Any]) -> tuple[Any, Any]:
+def validator_class(schema: dict[str, Any]) -> tuple[Any, Any]:
     """(validator class, resolver class) for the schema's dialect: JSON number semantics for Decimal/JsonNumber,
     every keyword checking the running validation's deadline, pattern matching within the limits above, remote
     ``$ref`` refused. Built once per dialect under a lock and shared by every call and thread."""
@@ -7970,7 +7984,7 @@ def _validator_class(schema: dict[str, Any]) -> tuple[Any, Any]:
     if "$schema" in schema:
         base = validators.validator_for(schema, default=None) if isinstance(dialect, str) else None
         if base is None:
-            raise _NotLocal(f"unknown $schema dialect {_short(dialect)}")
+            raise NotLocal(f"unknown $schema dialect {short_text(dialect)}")
     else:
         base = validators.validator_for(schema)
     built = _VALIDATORS.get(base)
@@ -7983,7 +7997,7 @@ def _validator_class(schema: dict[str, Any]) -> tuple[Any, Any]:
         return built  # type: ignore[no-any-return]
 
 
-def _validation_state() -> Any:
+def validation_state() -> Any:
     global _VALIDATION_STATE
     if _VALIDATION_STATE is None:
         import threading
@@ -8000,29 +8014,29 @@ def _build_validator(base: Any) -> tuple[Any, Any]:
 
     checker = base.TYPE_CHECKER.redefine_many(
         {
-            "integer": lambda _checker, value: _is_json_integer(value),
-            "number": lambda _checker, value: _is_json_number(value),
+            "integer": lambda _checker, value: is_json_integer(value),
+            "number": lambda _checker, value: is_json_number(value),
         }
     )
 
     def multiple_of(validator: Any, divisor: Any, instance: Any, _schema: Any) -> Any:
         from jsonschema.exceptions import ValidationError
 
-        if not _is_json_number(instance) or not _is_json_number(divisor):
+        if not is_json_number(instance) or not is_json_number(divisor):
             return
         if any(isinstance(n, decimal.Decimal) and abs(n.adjusted()) > 4000 for n in (instance, divisor)):
-            raise _NotLocal("multipleOf on a number too large to check exactly")
+            raise NotLocal("multipleOf on a number too large to check exactly")
         import fractions
 
         quotient = fractions.Fraction(instance) / fractions.Fraction(divisor)
         if quotient.denominator != 1:
-            yield ValidationError(f"must be a multiple of {_short(divisor)}")
+            yield ValidationError(f"must be a multiple of {short_text(divisor)}")
 
     extended = validators.extend(base, {"multipleOf": multiple_of}, type_checker=checker)
 
     class LocalOnlyResolver(jsonschema.RefResolver):
         def resolve_remote(self, uri: str) -> Any:
-            raise _NotLocal(f"the schema references {_short(uri, 80)}, which is never fetched")
+            raise NotLocal(f"the schema references {short_text(uri, 80)}, which is never fetched")
 
     return validators.extend(extended, _guarded_validators(extended)), LocalOnlyResolver
 
@@ -8030,7 +8044,7 @@ def _build_validator(base: Any) -> tuple[Any, Any]:
 _RESOLVERS_PER_THREAD = 32
 
 
-def _take_resolver(state: Any, schema: dict[str, Any], cls: Any, resolver_class: Any) -> Any:
+def take_resolver(state: Any, schema: dict[str, Any], cls: Any, resolver_class: Any) -> Any:
     """A resolver for ``schema``: the one the last validation of this same schema object on this thread left
     (building one costs more than validating a small schema), else a new one. It is taken out while in use."""
     kept = getattr(state, "resolvers", None)
@@ -8040,7 +8054,7 @@ def _take_resolver(state: Any, schema: dict[str, Any], cls: Any, resolver_class:
     return resolver_class.from_schema(schema, id_of=cls.ID_OF)
 
 
-def _keep_resolver(state: Any, schema: dict[str, Any], cls: Any, resolver_class: Any, resolver: Any) -> None:
+def keep_resolver(state: Any, schema: dict[str, Any], cls: Any, resolver_class: Any, resolver: Any) -> None:
     """After a validation that ended normally (its scope stack is back to the schema's base URI; remote documents
     are never fetched, so its store holds only the meta-schemas): the next validation may reuse it."""
     kept = getattr(state, "resolvers", None)
@@ -8129,7 +8143,7 @@ def _quick_schema(schema: Any, keywords: frozenset[str], depth: int) -> bool:
         elif key in _QUICK_SIZES:
             ok = type(value) is int and value >= 0
         elif key in _QUICK_BOUNDS:
-            ok = _is_json_number(value)
+            ok = is_json_number(value)
         else:  # const and format: any value (format asserts nothing: bkmcp's validators have no format checker)
             ok = True
         if not ok:
@@ -8167,14 +8181,14 @@ def _quick_valid(schema: Any, instance: Any, deadline: Deadline | None) -> bool:
     if schema is True or schema is False:
         return schema
     is_object, is_array, is_string = isinstance(instance, dict), isinstance(instance, list), isinstance(instance, str)
-    is_number = _is_json_number(instance)
+    is_number = is_json_number(instance)
     for key, value in schema.items():
         if key not in _QUICK_KEYWORDS:
             continue  # ignored, or not a keyword of this dialect (_quick_schema saw to the rest)
         if deadline is not None:
             deadline.remaining()
         if key == "type":
-            ok = any(_TYPE_TESTS[t](instance) for t in ([value] if isinstance(value, str) else value))
+            ok = any(TYPE_TESTS[t](instance) for t in ([value] if isinstance(value, str) else value))
         elif key == "properties":
             ok = not is_object or all(_quick_valid(s, instance[p], deadline) for p, s in value.items() if p in instance)
         elif key == "additionalProperties":
@@ -8266,61 +8280,61 @@ def _jsonschema_importable() -> bool:
 
 
 def _schema_problems(
-    schema: dict[str, Any], arguments: Mapping[str, Any], budget: _ValidationBudget | None = None
+    schema: dict[str, Any], arguments: Mapping[str, Any], budget: ValidationBudget | None = None
 ) -> list[dict[str, str]]:
-    """The full schema via jsonschema; ``_NotLocal`` when that is not possible without the network or within
-    bkmcp's bounds (``_unbounded_schema``)."""
-    unbounded = _unbounded_schema(schema, SCHEMA_NODE_LIMIT)
+    """The full schema via jsonschema; ``NotLocal`` when that is not possible without the network or within
+    bkmcp's bounds (``unbounded_schema``)."""
+    unbounded = unbounded_schema(schema, SCHEMA_NODE_LIMIT)
     if unbounded is not None:
-        raise _NotLocal(unbounded)
+        raise NotLocal(unbounded)
     remote: list[str] = []
-    _non_local_refs(schema, remote)
+    non_local_refs(schema, remote)
     if remote:
-        raise _NotLocal(f"the schema references {_short(remote[0], 80)}, which is never fetched")
+        raise NotLocal(f"the schema references {short_text(remote[0], 80)}, which is never fetched")
     if _jsonschema_importable() and _quickly_valid(schema, arguments, budget.deadline if budget else None):
         return []  # what jsonschema would answer, without loading it (above)
     try:
         from jsonschema import exceptions as jexc
     except ImportError:
-        raise _NotLocal("the jsonschema library is not available") from None
-    state = _validation_state()
+        raise NotLocal("the jsonschema library is not available") from None
+    state = validation_state()
     previous = getattr(state, "budget", None)
-    state.budget = budget or _ValidationBudget(None)  # what the shared validator class checks, on this thread
+    state.budget = budget or ValidationBudget(None)  # what the shared validator class checks, on this thread
     try:
-        cls, resolver_class = _validator_class(schema)
-        resolver = _take_resolver(state, schema, cls, resolver_class)
+        cls, resolver_class = validator_class(schema)
+        resolver = take_resolver(state, schema, cls, resolver_class)
         try:
             errors = list(cls(schema, resolver=resolver).iter_errors(arguments))
-            _keep_resolver(state, schema, cls, resolver_class, resolver)
-        except (jexc.RefResolutionError, _NotLocal, McpTimeoutError):
+            keep_resolver(state, schema, cls, resolver_class, resolver)
+        except (jexc.RefResolutionError, NotLocal, McpTimeoutError):
             raise
         except (Exception, RecursionError):
-            _check_schema(cls, schema, state.budget.deadline)  # a SchemaError explains the failure better
+            check_schema(cls, schema, state.budget.deadline)  # a SchemaError explains the failure better
             raise
         if errors:
             # Checking the schema against its meta-schema costs ~100x the validation itself, so it runs only
             # when there are problems to report: a malformed schema must never block a call with false ones.
-            _check_schema(cls, schema, state.budget.deadline)
+            check_schema(cls, schema, state.budget.deadline)
     except jexc.SchemaError as exc:
         if exc.validator == "format":  # e.g. an ECMA-262 regex Python's re cannot compile
-            raise _NotLocal(
+            raise NotLocal(
                 f"the inputSchema uses a {exc.validator_value} this local validator cannot check "
-                f"({_short(exc.message, 80)})"
+                f"({short_text(exc.message, 80)})"
             ) from None
-        raise _NotLocal(f"the inputSchema is not a valid JSON Schema ({_short(exc.message, 80)})") from None
+        raise NotLocal(f"the inputSchema is not a valid JSON Schema ({short_text(exc.message, 80)})") from None
     except jexc.RefResolutionError as exc:
-        cause = exc._cause if isinstance(getattr(exc, "_cause", None), _NotLocal) else None
-        raise _NotLocal(
-            str(cause) if cause else f"a $ref could not be resolved locally ({_short(str(exc), 80)})"
+        cause = exc._cause if isinstance(getattr(exc, "_cause", None), NotLocal) else None
+        raise NotLocal(
+            str(cause) if cause else f"a $ref could not be resolved locally ({short_text(str(exc), 80)})"
         ) from None
-    except (_NotLocal, McpTimeoutError):
+    except (NotLocal, McpTimeoutError):
         raise
     except RecursionError:  # the arguments (with their schema) deeper than jsonschema recurses
-        raise _NotLocal(
+        raise NotLocal(
             "the arguments and their schema are nested too deeply to check locally (Python's recursion limit)"
         ) from None
     except Exception as exc:  # a validator bug or an exotic keyword must not crash the call
-        raise _NotLocal(f"local validation failed ({type(exc).__name__})") from None
+        raise NotLocal(f"local validation failed ({type(exc).__name__})") from None
     finally:
         state.budget = previous
     return [p for e in errors for p in _problems_from_error(e)]
@@ -8342,26 +8356,26 @@ def _problem_from_error(error: Any) -> dict[str, str]:
         types = value if isinstance(value, list) else [value]
         message = f"expected {' or '.join(str(t) for t in types)}, got {json_type(instance, integers=True)}"
     elif keyword == "enum":
-        message = f"must be one of {_short(value, 200)}"
+        message = f"must be one of {short_text(value, 200)}"
     elif keyword == "const":
-        message = f"must be {_short(value, 200)}"
-    elif keyword in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum") and _is_json_number(value):
+        message = f"must be {short_text(value, 200)}"
+    elif keyword in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum") and is_json_number(value):
         words = {
             "minimum": "at least",
             "maximum": "at most",
             "exclusiveMinimum": "greater than",
             "exclusiveMaximum": "less than",
         }
-        message = f"must be {words[keyword]} {_short(value)}, got {_short(instance)}"
+        message = f"must be {words[keyword]} {short_text(value)}, got {short_text(instance)}"
     else:
         message = str(error.message)
         try:  # jsonschema starts most messages with repr(instance); show JSON instead of Python reprs
             shown = repr(instance)
             if message.startswith(shown):
-                message = _short(dump_json(instance), 60) + message[len(shown) :]
+                message = short_text(dump_json(instance), 60) + message[len(shown) :]
         except Exception:  # pragma: no cover - repr of plain JSON values does not fail
             pass
-        message = _printable(message)
+        message = printable(message)
     return {"path": json_path(list(error.absolute_path)), "message": message}
 
 
@@ -8372,8 +8386,8 @@ def _problem_line(problem: Mapping[str, str], given: Mapping[str, str]) -> str:
     if flag is None:
         return f"{problem['path']}: {problem['message']}"
     if problem["path"] in given:
-        return f"{_short(flag, 60)}: {problem['message']}"
-    return f"{_short(flag, 60)} at {problem['path']}: {problem['message']}"
+        return f"{short_text(flag, 60)}: {problem['message']}"
+    return f"{short_text(flag, 60)} at {problem['path']}: {problem['message']}"
 
 
 def validate_arguments(
@@ -8393,18 +8407,18 @@ def validate_arguments(
     and patterns that could backtrack for long (``regex_risk``) are left to the server, noted in the result.
     ``flags`` names the properties the user gave as flags: a problem inside one names its flag (``--name``).
     """
-    schema = _schema_object(tool)
+    schema = schema_object(tool)
     if schema is None:
         return ArgumentCheck("basic", ("the tool has no inputSchema object",))
     notes: list[str] = []
-    budget = _ValidationBudget(deadline)
+    budget = ValidationBudget(deadline)
     try:
         problems = _schema_problems(schema, arguments, budget)
         scope = "full"
         notes += budget.skipped
-    except _NotLocal as exc:
+    except NotLocal as exc:
         notes.append(str(exc))
-        problems = _basic_problems(schema, arguments)
+        problems = basic_problems(schema, arguments)
         scope = "basic"
     if problems:
         unique: list[dict[str, str]] = []
@@ -8525,7 +8539,7 @@ class JqProgram:
                 self._program = self._module.compile(expression)
             except ValueError as exc:
                 raise InvalidJqExpressionError(
-                    f"invalid --jq expression: {_first_line(exc)}", hint=_JQ_SYNTAX_HINT
+                    f"invalid --jq expression: {first_line(exc)}", hint=_JQ_SYNTAX_HINT
                 ) from None
             self._literal = _jq_keeps_literals(self._module)
             try:  # each output as JSON text, so jq's own spelling of numbers reaches parse_json
@@ -8585,7 +8599,7 @@ class JqProgram:
                 f"the jq executable {self._executable} cannot be run: {exc.strerror or exc}",
                 hint="install a working jq, or drop --jq",
             ) from None
-        return None if proc.returncode == 0 else _first_line(proc.stderr)
+        return None if proc.returncode == 0 else first_line(proc.stderr)
 
     def apply(self, envelope: dict[str, Any], deadline: Deadline | None = None) -> list[str]:
         """Every output value of ``stream`` at once."""
@@ -8651,7 +8665,7 @@ class JqProgram:
                 assert deadline is not None
                 reason = f"--jq did not finish within the time --timeout left for it ({deadline.seconds:.1f}s)"
             else:
-                reason = f"--jq failed on the result: {_first_line(exc)}"
+                reason = f"--jq failed on the result: {first_line(exc)}"
             raise JqError(
                 reason,
                 hint="nothing was sent (dry run); fix the expression"
@@ -8703,7 +8717,7 @@ class JqProgram:
         try:
             status = int(code) % 256
         except (TypeError, ValueError, OverflowError, decimal.DecimalException):  # nan arrives as null
-            raise ValueError(f"halt_error/1: invalid exit status {_short(code)}") from None
+            raise ValueError(f"halt_error/1: invalid exit status {short_text(code)}") from None
         raise JqHalt(message if isinstance(message, str) else dump_json(message) + "\n", status)
 
 
@@ -8792,7 +8806,7 @@ def _jq_keeps_literals(module: Any) -> bool:
     return _JQ_LITERALS[id(module)]
 
 
-def _first_line(error: object) -> str:
+def first_line(error: object) -> str:
     text = str(error).strip()
     return text.splitlines()[0] if text else "unknown error"
 
@@ -8924,9 +8938,7 @@ def _jq_restore(value: Any, table: list[str], nonce: str) -> Any:
             whole = marker.fullmatch(item)
             if whole:
                 text = table[int(whole.group(1))]
-                return (
-                    int(text) if re.fullmatch(r"-?\d+", text) and len(text) <= _INT_DIGITS_LIMIT else JsonNumber(text)
-                )
+                return int(text) if re.fullmatch(r"-?\d+", text) and len(text) <= INT_DIGITS_LIMIT else JsonNumber(text)
             return marker.sub(lambda m: table[int(m.group(1))], item)
         return item
 
@@ -8967,7 +8979,7 @@ def render_raw_data(data: Mapping[str, Any], *, pretty: bool = False, terminal: 
             content = message.get("content")
             blocks_of = content if isinstance(content, list) else [content]
             body = "".join(_raw_block(block, terminal) for block in blocks_of)
-            blocks.append(_printable(f"[{message.get('role')}]") + "\n" + body)
+            blocks.append(printable(f"[{message.get('role')}]") + "\n" + body)
         return "\n".join(blocks)
     return render_raw_result(result, pretty=pretty, terminal=terminal)
 
@@ -8997,8 +9009,8 @@ def render_raw_text(text: str, terminal: bool = False) -> str:
     return text
 
 
-_LONE_SURROGATE = _lazy_re("[\ud800-\udfff]")
-_TERMINAL_CONTROL = _lazy_re("\r(?!\n)|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+_LONE_SURROGATE = lazy_re("[\ud800-\udfff]")
+_TERMINAL_CONTROL = lazy_re("\r(?!\n)|[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
 
 def _raw_block_line(block: Any) -> str:
@@ -9018,7 +9030,7 @@ def _raw_block_line(block: Any) -> str:
     line = kind + (" " + ", ".join(parts) if parts else "")
     if len(line) > _RAW_LINE_LIMIT:
         line = line[: _RAW_LINE_LIMIT - 1] + "…"
-    return _printable(f"[{line}]")
+    return printable(f"[{line}]")
 
 
 _RAW_LINE_LIMIT = 300  # characters of a bracketed line: a URI is shown, a data: URI never in full
@@ -9036,7 +9048,7 @@ def render_tool_reason(result: Mapping[str, Any], scrub: Callable[[str], str]) -
         if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
             line = next((line.strip() for line in block["text"].splitlines() if line.strip()), "")
             if line:
-                line = _printable(scrub(line))
+                line = printable(scrub(line))
                 return line if len(line) <= TOOL_REASON_LIMIT else line[: TOOL_REASON_LIMIT - 1] + "…"
     return None
 
@@ -9390,12 +9402,12 @@ def render_template_help(server_name: str, template: str, config: str | None = N
     names = uri_template_variables(template)
     given = ["--config", shell_quote(config)] if config is not None else []
     target = [shell_quote(server_name), "--read", shell_quote(template)]
-    command = _terminal_safe(" ".join(["bkmcp", *target]))
-    usage = _terminal_safe(" ".join(["bkmcp", *given, *target, *(f"--{name} VALUE" for name in names)]))
+    command = terminal_safe(" ".join(["bkmcp", *target]))
+    usage = terminal_safe(" ".join(["bkmcp", *given, *target, *(f"--{name} VALUE" for name in names)]))
     out = [command, "", "Usage:", "  " + usage]
     out += ["", "Variables (RFC 6570, expanded by bkmcp):" if names else "Variables: none"]
     width = max((len(name) for name in names), default=0) + 8
-    out += [f"  {_terminal_safe(f'--{name} VALUE').ljust(width)}  required" for name in names]
+    out += [f"  {terminal_safe(f'--{name} VALUE').ljust(width)}  required" for name in names]
     return "\n".join(out) + "\n"
 
 
@@ -9403,7 +9415,7 @@ def render_prompt_help(server_name: str, prompt: Mapping[str, Any], config: str 
     """``--prompt NAME --help``: the prompt's description and its arguments (string flags), required ones marked;
     the Usage line with the ``--config`` given."""
     target = [shell_quote(server_name), "--prompt", shell_quote(str(prompt.get("name")))]
-    command = _printable(" ".join(["bkmcp", *target]))
+    command = printable(" ".join(["bkmcp", *target]))
     given = ["--config", shell_quote(config)] if config is not None else []
     title = prompt.get("title")
     out = _wrap(command + (f" - {title}" if isinstance(title, str) and title.strip() else ""), HELP_WIDTH)
@@ -9415,7 +9427,7 @@ def render_prompt_help(server_name: str, prompt: Mapping[str, Any], config: str 
     flags = [
         f"--{a.get('name')} VALUE" if a.get("required") is True else f"[--{a.get('name')} VALUE]" for a in arguments
     ]
-    usage = [_printable(word) for word in ["bkmcp", *given, *target]]
+    usage = [printable(word) for word in ["bkmcp", *given, *target]]
     out += ["", "Usage:", *_fill([*usage, *flags], HELP_WIDTH, "  ", "      ")]
     out += ["", "Arguments (strings):" if arguments else "Arguments: none"]
     for argument in arguments:
@@ -9423,7 +9435,7 @@ def render_prompt_help(server_name: str, prompt: Mapping[str, Any], config: str 
         status = "required" if argument.get("required") is True else "optional"
         if name in RESERVED_OPTION_NAMES:
             status += "; no flag: its name is a bkmcp option"
-        out.append(_printable(f"  --{name}  {status}"))
+        out.append(printable(f"  --{name}  {status}"))
         if isinstance(argument.get("description"), str):
             out += _wrap(argument["description"], HELP_WIDTH, "      ", "      ")
     return "\n".join(out) + "\n"
@@ -9494,7 +9506,7 @@ def _paragraph(text: str) -> list[str]:
     return _wrap(text, HELP_WIDTH, "  ", "  ")
 
 
-_LIST_ITEM = _lazy_re(r"(?:[-*+\u2022]|[0-9]{1,3}[.)])[ ]+")
+_LIST_ITEM = lazy_re(r"(?:[-*+\u2022]|[0-9]{1,3}[.)])[ ]+")
 
 
 def _flowing_lines(text: str) -> list[str]:
@@ -9503,7 +9515,7 @@ def _flowing_lines(text: str) -> list[str]:
     characters meet without a space."""
     out: list[str] = []
     for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n"):
-        line = _printable(line.replace("\t", "    ")).rstrip()
+        line = printable(line.replace("\t", "    ")).rstrip()
         if (
             out
             and out[-1]
@@ -9551,7 +9563,7 @@ JS_SAFE_INTEGER = 2**53 - 1  # Number.MAX_SAFE_INTEGER: zod writes ± it as the 
 
 def _is_js_safe_bound(value: Any) -> bool:
     """A bound that only says "a JavaScript number": not a limit worth showing (validation still applies it)."""
-    return _is_json_number(value) and value in (JS_SAFE_INTEGER, -JS_SAFE_INTEGER)
+    return is_json_number(value) and value in (JS_SAFE_INTEGER, -JS_SAFE_INTEGER)
 
 
 def _example_value(schema: Any, root: Any, name: str, depth: int = 0) -> Any:
@@ -9569,7 +9581,7 @@ def _example_value(schema: Any, root: Any, name: str, depth: int = 0) -> Any:
     examples = schema.get("examples")
     if isinstance(examples, list) and examples:
         return examples[0]
-    for keyword in _COMBINATORS:
+    for keyword in COMBINATORS:
         options = schema.get(keyword)
         if isinstance(options, list):
             for option in options:
@@ -9586,7 +9598,7 @@ def _example_value(schema: Any, root: Any, name: str, depth: int = 0) -> Any:
         return low if isinstance(low, int) and not isinstance(low, bool) and not _is_js_safe_bound(low) else 1
     if declared == "number":
         low = schema.get("minimum")
-        return low if _is_json_number(low) else JsonNumber("1.5")
+        return low if is_json_number(low) else JsonNumber("1.5")
     if declared == "boolean":
         return True
     if declared == "null":
@@ -9649,13 +9661,13 @@ def _flag_example(flag: ToolFlag, value: Any) -> list[str]:
         ok = isinstance(value, str) and value.isprintable()  # newlines/controls make a poor example
         return [flag.option, _shell_quote(value if ok else f"<{flag.name}>")]
     if flag.kind in ("integer", "number"):
-        fits = _is_json_number(value) and not isinstance(value, float)
-        fits = fits and (flag.kind == "number" or _is_json_integer(value))
+        fits = is_json_number(value) and not isinstance(value, float)
+        fits = fits and (flag.kind == "number" or is_json_integer(value))
         return [flag.option, dump_json(value) if fits else "1"]
     if flag.kind == "json":
-        return [flag.option, _shell_quote(_printable(dump_json(value)))]
+        return [flag.option, _shell_quote(printable(dump_json(value)))]
     fits = isinstance(value, list if flag.kind == "array" else dict)
-    return [flag.option, _shell_quote(_printable(dump_json(value if fits else [] if flag.kind == "array" else {})))]
+    return [flag.option, _shell_quote(printable(dump_json(value if fits else [] if flag.kind == "array" else {})))]
 
 
 def _flag_example_value(flag: ToolFlag, root: Any) -> Any:
@@ -9681,9 +9693,9 @@ def render_tool_help(server_name: str, tool: Mapping[str, Any], config: str | No
     the fields that need --body and why; a --body example built from the schema; examples. Fits 80 columns."""
     name = str(tool.get("name"))
     mapped = build_tool_flags(tool)
-    schema = _schema_object(tool) or {}
-    command = _tool_command(server_name, name, config)
-    words = _tool_words(server_name, name, config)
+    schema = schema_object(tool) or {}
+    command = tool_command(server_name, name, config)
+    words = tool_words(server_name, name, config)
 
     def command_lines(*parts: str) -> list[str]:  # copy-pasteable within 80 columns: ' \' continuations
         lines = _fill([*words, *parts], HELP_WIDTH - 2, "  ", "      ")
@@ -9693,7 +9705,7 @@ def render_tool_help(server_name: str, tool: Mapping[str, Any], config: str | No
     annotations = tool.get("annotations") if isinstance(tool.get("annotations"), dict) else {}
     title = tool.get("title") or (annotations or {}).get("title")
     # the heading names the tool (its Usage and Examples lines carry --config, to be pasted)
-    heading = _tool_command(server_name, name) + (f" - {title}" if isinstance(title, str) and title.strip() else "")
+    heading = tool_command(server_name, name) + (f" - {title}" if isinstance(title, str) and title.strip() else "")
     out += _wrap(heading, HELP_WIDTH)
     description = tool.get("description")
     if isinstance(description, str) and description.strip():
@@ -9718,7 +9730,7 @@ def render_tool_help(server_name: str, tool: Mapping[str, Any], config: str | No
     spec_width = min(max((len(f.usage) for f in flags), default=0), 44)
     for flag in flags:
         status = "required" if flag.required else "optional"
-        spec = _printable(flag.usage)
+        spec = printable(flag.usage)
         if len(spec) <= spec_width:
             out.append(f"  {spec.ljust(spec_width)}  {status}")
         else:
@@ -9796,7 +9808,7 @@ def _fill(parts: Sequence[str], width: int, first_indent: str, indent: str) -> l
     lines: list[str] = []
     line = first_indent
     for part in parts:
-        part = _printable(part)
+        part = printable(part)
         if line.strip() and _cell_width(line) + 1 + _cell_width(part) > width:
             lines.append(line)
             line = indent
@@ -9807,20 +9819,20 @@ def _fill(parts: Sequence[str], width: int, first_indent: str, indent: str) -> l
 
 def _field_label(name: str) -> str:
     """A property name as shown in help: plain when it reads unambiguously, else JSON-quoted."""
-    if _PLAIN_ASCII_NAME.fullmatch(name) or (
+    if PLAIN_ASCII_NAME.fullmatch(name) or (
         name and name.isprintable() and not any(ch.isspace() for ch in name) and '"' not in name
     ):
         return name
-    return _printable(json.dumps(name, ensure_ascii=False))
+    return printable(json.dumps(name, ensure_ascii=False))
 
 
 def _compact_json(value: Any) -> str:
     """JSON on one line with a space after ':' and ',' (readable in help, still valid JSON, terminal-safe)."""
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{_printable(dump_json(k))}: {_compact_json(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{printable(dump_json(k))}: {_compact_json(v)}" for k, v in value.items()) + "}"
     if isinstance(value, list):
         return "[" + ", ".join(_compact_json(v) for v in value) + "]"
-    return _printable(dump_json(value))
+    return printable(dump_json(value))
 
 
 def _plain(text: str) -> str:
@@ -9841,7 +9853,7 @@ def _pretty_json(value: Any, indent: int, width: int, start: int | None = None) 
     if isinstance(value, dict):
         items = []
         for key, item in value.items():
-            label = f"{_printable(dump_json(key))}: "
+            label = f"{printable(dump_json(key))}: "
             label_width = _cell_width(label) + 4 * label.count("'")  # the key is shell-quoted too
             items.append(label + _pretty_json(item, indent + 2, width, indent + 2 + label_width))
         opening, closing = "{", "}"
@@ -9871,13 +9883,13 @@ def _flag_details(flag: ToolFlag) -> list[str]:
     if isinstance(enum, list) and enum:
         limit = 30  # a huge enum would bury the other flags; --tools has the full list
         plain = [isinstance(v, str) and v and v.strip() == v and "," not in v for v in enum[:limit]]
-        shown = ", ".join(v if ok else _short(dump_json(v), 60) for v, ok in zip(enum, plain))
+        shown = ", ".join(v if ok else short_text(dump_json(v), 60) for v, ok in zip(enum, plain))
         more = f" … and {len(enum) - limit} more (see --tools)" if len(enum) > limit else ""
         say(f"one of: {shown}{more}")
     if "const" in schema:
         say(f"must be: {dump_json(schema['const'])}")
     if "default" in schema:
-        say(f"default: {_short(schema['default'], 60)} (information only, not sent)")
+        say(f"default: {short_text(schema['default'], 60)} (information only, not sent)")
     integral = flag.kind == "integer" or (flag.kind == "json" and "integer" in json_member_types(schema))
     bounds = [
         f"{word} {dump_json(schema[key])}"
@@ -9891,7 +9903,7 @@ def _flag_details(flag: ToolFlag) -> list[str]:
             ("minItems", "min items"),
             ("maxItems", "max items"),
         )
-        if key in schema and _is_json_number(schema[key]) and not (integral and _is_js_safe_bound(schema[key]))
+        if key in schema and is_json_number(schema[key]) and not (integral and _is_js_safe_bound(schema[key]))
     ]
     if bounds:
         say("limits: " + ", ".join(bounds))
@@ -9904,7 +9916,7 @@ def _flag_details(flag: ToolFlag) -> list[str]:
         say(f"a JSON object, e.g. {flag.option} '{{...}}'")
     elif flag.kind == "json":
         types = json_member_types(schema)
-        what = f"a JSON value: {_types_words(types)}" if types else "any JSON value"
+        what = f"a JSON value: {types_words(types)}" if types else "any JSON value"
         quoted = " (a string is written in JSON quotes)" if "string" in types or not types else ""
         examples = json_flag_examples(flag)
         say(f"{what}, read as JSON text{quoted}, e.g.")
@@ -10038,11 +10050,11 @@ def parse_registry_row(row: Mapping[str, Any], *, source: str) -> RegistryServer
     if kind is None:  # docs/contract.md §11.3: stdio is the default (an HTTP-source row without the field)
         kind = "stdio"
     record = RegistryServer(name=name, transport_type=kind if isinstance(kind, str) else str(kind), source=source)
-    where = f"{source}: server {_safe_name(name)!r}"
+    where = f"{source}: server {safe_name(name)!r}"
     try:
         problem = check_registry_name(name)
         if problem:
-            raise InvalidConfigError(f"{source}: invalid server name {_safe_name(name)!r}: {problem}")
+            raise InvalidConfigError(f"{source}: invalid server name {safe_name(name)!r}: {problem}")
         if kind not in ("stdio", "http"):
             raise InvalidConfigError(f'{where}: unsupported transport_type ("stdio" or "http")')
         isolation = row.get("isolation")
@@ -10084,7 +10096,7 @@ def build_registry_config(record: RegistryServer, extra_headers: Sequence[tuple[
         entry["env"] = dict(record.env_template)
     if record.protocol_version is not None:
         entry["protocolVersion"] = record.protocol_version
-    return _parse_server(record.source, record.name, entry)
+    return parse_server(record.source, record.name, entry)
 
 
 def parse_credentials(value: Any, *, where: str) -> dict[str, str]:
@@ -10132,7 +10144,7 @@ def _template_fields(row: RegistryServer) -> list[str]:
     fields: list[str] = []
     for value in (*row.headers.values(), *row.env_template.values()):
         if isinstance(value, str):
-            for match in _ENV_REF.finditer(value):
+            for match in ENV_REF.finditer(value):
                 if match.group(2) and match.group(2) not in fields:
                     fields.append(match.group(2))
     return fields
@@ -10287,7 +10299,7 @@ def secret_arg_positions(args: Sequence[Any]) -> list[int]:
             value = args[index + 1]
             if value.startswith("-") and value != "-":
                 continue  # another flag: nothing was given after this one
-        if _ENV_REF.sub("", value).strip():
+        if ENV_REF.sub("", value).strip():
             found.append(index if equals else index + 1)
     return found
 
@@ -10308,7 +10320,7 @@ def _redact_template(name: str, value: Any) -> Any:
         return REDACTED
     if not is_secret_name(name):
         return value
-    literal = _ENV_REF.sub("", value).strip().lower()
+    literal = ENV_REF.sub("", value).strip().lower()
     return value if literal in ("", "bearer", "basic", "token") else REDACTED
 
 
@@ -10400,7 +10412,7 @@ def _build_view(
             continue
         record = parse_registry_row(row, source=source)
         if name in servers:
-            record.problem = InvalidConfigError(f"{source}: server {_safe_name(name)!r} is listed more than once")
+            record.problem = InvalidConfigError(f"{source}: server {safe_name(name)!r} is listed more than once")
             servers[name].problem = record.problem
         servers[name] = record
     view = RegistryView(servers)
@@ -10410,7 +10422,7 @@ def _build_view(
                 continue
             try:
                 target[server_name] = parse_credentials(
-                    value, where=f"{source}: {kind} credentials of server {_safe_name(server_name)!r}"
+                    value, where=f"{source}: {kind} credentials of server {safe_name(server_name)!r}"
                 )
             except InvalidConfigError as exc:
                 view.credential_problems[(kind, server_name)] = exc.copy()  # no traceback kept
@@ -10723,7 +10735,7 @@ class SqliteRegistry(Registry):
         for name in config.servers:
             problem = check_registry_name(name)
             if problem:
-                raise InvalidConfigError(f"{config.path}: server {_safe_name(name)!r} cannot be imported: {problem}")
+                raise InvalidConfigError(f"{config.path}: server {safe_name(name)!r} cannot be imported: {problem}")
         with self._lock:
             try:
                 self._db.execute("BEGIN IMMEDIATE")
@@ -10872,14 +10884,14 @@ class HttpRegistry(Registry):
     def _fetch(self, user_id: str | None, token: str | None, seconds: float) -> RegistryView:
         from urllib.parse import quote
 
-        httpx = _import_httpx()
+        httpx = import_httpx()
         redactor = Redactor()
         target = self.url
         headers = {"Accept": "application/json"}
         if user_id is not None:
             target += ("&" if "?" in target else "?") + "user_id=" + quote(user_id, safe="")
             if token:
-                if not token.isascii() or _has_control(token) or token != token.strip():
+                if not token.isascii() or has_control(token) or token != token.strip():
                     raise AuthRequiredError(
                         f"the accessToken for {self.source} is not a valid header value",
                         hint="send the platform's access token unchanged",
@@ -10891,7 +10903,7 @@ class HttpRegistry(Registry):
         try:
             timeout = httpx.Timeout(deadline.remaining())
             with (
-                _HttpxBoundary(self.url, deadline),
+                HttpxBoundary(self.url, deadline),
                 client.stream("GET", target, headers=headers, timeout=timeout) as answer,
             ):
                 status = answer.status_code
@@ -10989,13 +11001,13 @@ def open_registry(
     scheme, separator, _ = source.partition("://")
     if separator and scheme.lower() in ("http", "https"):
         try:
-            _check_url("--registry", source)
+            check_url("--registry", source)
         except InvalidConfigError as exc:
             raise RegistryError(exc.message.replace('field "url"', "the URL"), hint=exc.hint) from None
         return HttpRegistry(source, log=log, timeout=timeout)
     if separator and scheme.isalpha():
         raise RegistryError(
-            f"--registry: unsupported URL scheme {_safe_name(scheme)!r}",
+            f"--registry: unsupported URL scheme {safe_name(scheme)!r}",
             hint="use an http(s):// URL or a SQLite file path",
         )
     path = resolve_user_path(source, env, cwd or os.getcwd(), option="--registry")
@@ -11012,7 +11024,7 @@ DEFAULT_MAX_PROCESSES = 64
 DEFAULT_MAX_USER_PROCESSES = 8
 DEFAULT_SHUTDOWN_GRACE = 5.0  # shutdown: how long the commands in flight may still finish on their own
 _RESTART_BACKOFF_MAX = 30.0
-_LINES_CLOSE_WAIT = 2.0  # at the end, what stderr or the --events stream still holds is given up after this long
+LINES_CLOSE_WAIT = 2.0  # at the end, what stderr or the --events stream still holds is given up after this long
 _KEEPALIVE_IDLE = 5.0  # an HTTP session unused this long has its keep-alive connections closed (the session stays)
 
 
@@ -11054,7 +11066,7 @@ class EventSink:
         redactor: Redactor,
         *,
         owned: bool = False,
-        buffer: int = _LINE_BUFFER,
+        buffer: int = LINE_BUFFER,
         lines: LineWriter | None = None,
     ) -> None:
         self.redactor = redactor
@@ -11230,7 +11242,7 @@ class SlotResolution:
     fingerprint: str
 
 
-class _Slot:
+class Slot:
     """Where one session lives: the shared one of a public server (user ``""``) or one user's instance."""
 
     def __init__(self, user: str, server: str, isolation: str) -> None:
@@ -11259,7 +11271,7 @@ class _Slot:
         self.resolved: SlotResolution | None = None  # the last resolution for this slot
 
 
-def _slot_fingerprint(slot: _Slot, server: ResolvedServer) -> str:
+def slot_fingerprint(slot: Slot, server: ResolvedServer) -> str:
     """``server.identity()`` with nothing more: a slot already is one registry row (its name), this process's
     environment and ``--insecure`` never change, so a changed resolution (URL, headers, the user's credential in
     them, …) is what makes a new connection. Kept on the slot when ``server`` is its last resolution."""
@@ -11381,7 +11393,7 @@ class SessionPool:
         self.events = events
         self.env = env
         self.inherited_env = select_inherited_env(env)
-        self._slots: dict[tuple[str, str], _Slot] = {}
+        self._slots: dict[tuple[str, str], Slot] = {}
         self._opening: set[ResidentSession] = set()  # sessions whose open is in progress (close_all ends them too)
         self._lock = threading.Lock()
         self._closed = threading.Condition(self._lock)  # a session left ``_closing``: its place is free
@@ -11391,7 +11403,7 @@ class SessionPool:
         # Sessions taken off their slot whose child may still run (retired, disconnected, reaped, being closed):
         # counted against the limits until their close returned -> (transport, user of a per-user session)
         self._closing: dict[ResidentSession, tuple[str, str | None]] = {}
-        self._public: dict[str, _Slot] = {}  # the public servers' slots, by server name (also in ``_slots``)
+        self._public: dict[str, Slot] = {}  # the public servers' slots, by server name (also in ``_slots``)
         self.on_users_gone: Callable[[set[str]], None] | None = None  # users the reaper forgot (no slot left)
         self.http_limit = build_http_session_limit(opts.max_processes, _open_file_limit())
         self._closers: set[Any] = set()  # threads closing retired sessions (close_all waits for them)
@@ -11411,7 +11423,7 @@ class SessionPool:
 
     def use_server(
         self, view: Any, row: Any, user: str | None, chosen: dict[str, dict[str, str]]
-    ) -> tuple[_Slot, ResolvedServer]:
+    ) -> tuple[Slot, ResolvedServer]:
         """The slot of this user's session of ``row`` and ``resolve``'s server. Resolving is a function of the row,
         the chosen credential and the process environment only, so the slot keeps its last result and reuses it
         while the row and the credential are equal to those it was made from. ``chosen``: the command's credentials
@@ -11439,12 +11451,12 @@ class SessionPool:
             credential = chosen[row.name] = select_credential(row, view=view, user_id=user_id)
         return credential
 
-    def slot(self, user: str | None, row: Any) -> _Slot:
+    def slot(self, user: str | None, row: Any) -> Slot:
         key = ((user or "") if row.isolation == "user" else "", row.name)
         with self._lock:
             slot = self._slots.get(key)
             if slot is None:
-                slot = self._slots[key] = _Slot(key[0], row.name, row.isolation)
+                slot = self._slots[key] = Slot(key[0], row.name, row.isolation)
                 if row.isolation == "public":
                     self._public[row.name] = slot
             return slot
@@ -11474,12 +11486,12 @@ class SessionPool:
                     self.retire(slot, session)
             slot.tools = None
 
-    def peek(self, user: str | None, row: Any) -> _Slot | None:
+    def peek(self, user: str | None, row: Any) -> Slot | None:
         key = ((user or "") if row.isolation == "user" else "", row.name)
         with self._lock:
             return self._slots.get(key)
 
-    def _register(self, slot: _Slot) -> bool:
+    def _register(self, slot: Slot) -> bool:
         """Under ``_lock``: put back a slot the reaper (or ``retire_gone``) forgot after a command found it, so
         whatever it opens is counted, reaped and closed at shutdown; False when another slot took its place."""
         key = (slot.user, slot.server)
@@ -11505,7 +11517,7 @@ class SessionPool:
                     per_user[slot.user] = per_user.get(slot.user, 0) + 1
         return total, per_user
 
-    def _evictable(self, user: str | None, kind: str = "stdio") -> list[_Slot]:
+    def _evictable(self, user: str | None, kind: str = "stdio") -> list[Slot]:
         found = [
             s
             for s in self._slots.values()
@@ -11528,7 +11540,7 @@ class SessionPool:
             for session, (k, user) in self._closing.items()
         )
 
-    def _reserve(self, slot: _Slot, server: ResolvedServer, timeout: float) -> None:
+    def _reserve(self, slot: Slot, server: ResolvedServer, timeout: float) -> None:
         """Room for one more child, by evicting the least recently used idle user session if needed, or by waiting
         (within ``timeout``) for a child being stopped to be gone."""
         victims: list[ResidentSession] = []
@@ -11577,7 +11589,7 @@ class SessionPool:
             session.close()
 
     def session(
-        self, slot: _Slot, server: ResolvedServer, timeout: float, *, budget: float | None = None
+        self, slot: Slot, server: ResolvedServer, timeout: float, *, budget: float | None = None
     ) -> ResidentSession:
         """The live session of ``slot``, opened (or reopened after a crash, a config change) on demand within
         ``timeout`` (what is left of the command's configured ``budget``, which a timeout's message names; by
@@ -11586,7 +11598,7 @@ class SessionPool:
         flight on it finish."""
         with slot.open_lock:
             session = slot.session
-            fingerprint = _slot_fingerprint(slot, server)
+            fingerprint = slot_fingerprint(slot, server)
             if session is not None and not session.alive:
                 self.detach(slot, session)
                 self.crashed(slot, session)
@@ -11681,7 +11693,7 @@ class SessionPool:
         if last:
             self._close_later(session)
 
-    def retire(self, slot: _Slot, session: ResidentSession) -> None:
+    def retire(self, slot: Slot, session: ResidentSession) -> None:
         """The ``disconnect_server`` way of ending an outdated session: new commands get a new session at once,
         commands holding this one finish (each bounded by its own timeout), then the last one closes it."""
         with self._lock:
@@ -11714,7 +11726,7 @@ class SessionPool:
             self._closers.add(thread)
         thread.start()
 
-    def use(self, slot: _Slot, delta: int) -> None:
+    def use(self, slot: Slot, delta: int) -> None:
         """A command starts (1) or stops (-1) using ``slot``: a slot in use is never evicted or reaped."""
         with self._lock:
             slot.users += delta
@@ -11726,7 +11738,7 @@ class SessionPool:
         if self._stop.is_set():
             raise ConnectionFailedError("the resident process is shutting down", request_sent=False)
 
-    def crashed(self, slot: _Slot, session: ResidentSession, cause: BkmcpError | None = None) -> None:
+    def crashed(self, slot: Slot, session: ResidentSession, cause: BkmcpError | None = None) -> None:
         """A failure that damps the next attempts (failures in a row: none, then 1 s doubling up to
         ``_RESTART_BACKOFF_MAX``): a child that ended while in use, or a start that failed with ``cause`` (a
         protocol or handshake failure: then bkmcp stopped the child). The warning, in the session's scrubbed log,
@@ -11745,7 +11757,7 @@ class SessionPool:
         when = "next attempt on next use" if delay == 0 else f"backing off: next attempt allowed in {delay:g}s"
         session.log.warn(f"server {slot.server!r} failed ({cause.code}: {cause.message}){stopped}; {when}")
 
-    def _set_closing(self, slot: _Slot, session: ResidentSession) -> None:
+    def _set_closing(self, slot: Slot, session: ResidentSession) -> None:
         """Under ``_lock``: ``session`` leaves ``slot`` but its child still counts until ``_close_counted``, so no
         command opens a process in a place not yet free (the limits hold however many open at once)."""
         self._closing[session] = (slot.transport, slot.user if slot.isolation == "user" else None)
@@ -11758,20 +11770,20 @@ class SessionPool:
                 self._closing.pop(session, None)
                 self._closed.notify_all()
 
-    def detach(self, slot: _Slot, session: ResidentSession) -> None:
+    def detach(self, slot: Slot, session: ResidentSession) -> None:
         with self._lock:
             if slot.session is session:
                 slot.session = None
                 self._set_closing(slot, session)
         self._close_counted(session)
 
-    def after_failure(self, slot: _Slot, session: ResidentSession) -> None:
+    def after_failure(self, slot: Slot, session: ResidentSession) -> None:
         """A call failed: a session whose child died is dropped now (the next use restarts it)."""
         if not session.alive and slot.session is session:
             self.detach(slot, session)
             self.crashed(slot, session)
 
-    def disconnect(self, slot: _Slot, timeout: float) -> None:
+    def disconnect(self, slot: Slot, timeout: float) -> None:
         """Close the slot's session once the calls in flight on it finished (bounded by ``timeout``)."""
         with slot.open_lock:
             session = slot.session
@@ -11881,7 +11893,7 @@ class SessionPool:
 # -- 10.3 injected names and catalogues (docs/contract.md §11.2 TOOL, §11.5) -------------------------------------------
 # What the platform hands its models: every tool a user may use as ``mcp_{server}_{tool}`` with a model-ready
 # definition, from the catalogues ``Catalogues`` keeps per session (its slot, the registry's cache, discovery);
-# ``_Command`` is shared with the command server below, whose ``_platform_error`` words their errors.
+# ``ResidentCommand`` is shared with the command server below, whose ``platform_error`` words their errors.
 
 
 # -- 10.3.1 injected names: mcp_{server}_{tool}, shortened past 64 characters ------------------------------------------
@@ -11934,7 +11946,7 @@ def build_injected_names(pairs: Iterable[tuple[str, str]]) -> dict[str, tuple[st
 
 # -- 10.3.2 model-ready definitions: one tool's schema shaped for each model family ------------------------------------
 # A server's inputSchema is JSON Schema of any draft; each model API accepts its own subset. ``build_definitions``
-# writes it once per catalogue (``_Slot.shaped``) for four families, by the table in docs/resident.md ("Definitions
+# writes it once per catalogue (``Slot.shaped``) for four families, by the table in docs/resident.md ("Definitions
 # for each model family"); the rules come from each family's official definition, read on 2026-12-04:
 #   OpenAI    openai/openai-openapi openapi.yaml @f85dbe22 (2026-08-21), FunctionObject (parameters: a JSON Schema
 #             object); strict mode's subset is only linked there, to
@@ -12027,8 +12039,8 @@ def _words(keyword: str, value: Any) -> str:
     if keyword == "uniqueItems":
         return "items unique" if value is True else ""
     if keyword == "enum" and isinstance(value, list):
-        return "one of: " + ", ".join(_short(v, 60) for v in value[:50]) + (", …" if len(value) > 50 else "")
-    return _CONSTRAINT_WORDS[keyword].format(_short(value, 80))
+        return "one of: " + ", ".join(short_text(v, 60) for v in value[:50]) + (", …" if len(value) > 50 else "")
+    return _CONSTRAINT_WORDS[keyword].format(short_text(value, 80))
 
 
 def _described(schema: dict[str, Any], notes: list[str]) -> dict[str, Any]:
@@ -12077,7 +12089,7 @@ class _Expander:
                 if depth <= _SHAPE_DEPTH
                 else f"nested deeper than {_SHAPE_DEPTH} levels: not described",
             )
-        if not schema.keys().isdisjoint(_INLINED_KEYWORDS):
+        if not schema.keys().isdisjoint(INLINED_KEYWORDS):
             resolved, why = resolve_schema(schema, self.root, work=self.work)
             if self.work.too_large:  # no family can take a part this large: the tool is not described
                 raise _Unfit(f"not described: {self.work.too_large}")
@@ -12169,7 +12181,7 @@ def _top_object(schema: dict[str, Any]) -> dict[str, Any]:
             schema["required"] = list(dict.fromkeys(required))
     types = _schema_types(schema)
     if types and "object" not in types:
-        raise _Unfit(f"its inputSchema admits no object (type {_short(schema.get('type'), 40)})")
+        raise _Unfit(f"its inputSchema admits no object (type {short_text(schema.get('type'), 40)})")
     for key in ("enum", "const"):
         if key in schema:
             notes.append(_words(key, schema.pop(key)))
@@ -12253,7 +12265,7 @@ def _strict_node(schema: Any, required: bool, level: int, counts: list[int]) -> 
         wanted = _schema_list(schema, "required")
         missing = [r for r in wanted if r not in properties]
         if missing and extra is False:
-            raise _Unfit(f"it requires {_short(missing[0])}, which it does not allow")
+            raise _Unfit(f"it requires {short_text(missing[0])}, which it does not allow")
         counts[0] += len(properties)
         counts[3] += sum(len(n) for n in properties)
         out["properties"] = {n: _strict_node(s, n in wanted, level + 1, counts) for n, s in properties.items()}
@@ -12336,21 +12348,21 @@ def _gemini_node(schema: Any) -> dict[str, Any]:
         elif key in _CONSTRAINT_WORDS:
             notes.append(_words(key, value))
         elif key == "prefixItems":
-            notes.append("a tuple: " + ", ".join(_types_words(_schema_types(s)) for s in value if isinstance(s, dict)))
+            notes.append("a tuple: " + ", ".join(types_words(_schema_types(s)) for s in value if isinstance(s, dict)))
     if kind == "array" and isinstance(schema.get("items"), dict):
         out["items"] = _gemini_node(schema["items"])
     elif kind == "object":
         properties = _schema_map(schema, "properties")
         for name in properties:
             if not re.fullmatch(_GEMINI_NAME, name):
-                raise _Unfit(f"parameter name {_short(name)} is not [A-Za-z_][A-Za-z0-9_]{{0,63}}")
+                raise _Unfit(f"parameter name {short_text(name)} is not [A-Za-z_][A-Za-z0-9_]{{0,63}}")
         if properties:
             out["properties"] = {n: _gemini_node(s) for n, s in properties.items()}
         wanted = _schema_list(schema, "required")
         if [r for r in wanted if r in properties]:
             out["required"] = [r for r in wanted if r in properties]
         if [r for r in wanted if r not in properties]:
-            notes.append("also requires " + ", ".join(_short(r) for r in wanted if r not in properties))
+            notes.append("also requires " + ", ".join(short_text(r) for r in wanted if r not in properties))
     if nullable:
         out["nullable"] = True
     return _described(out, notes)
@@ -12358,7 +12370,7 @@ def _gemini_node(schema: Any) -> dict[str, Any]:
 
 def build_definitions(tool: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
     """One tool's parameters for each family (``SHAPE_FAMILIES``; Gemini's may be None: no parameters) and, for
-    a family it is left out of, why. Pure; called once per catalogue (``_Slot.shaped``)."""
+    a family it is left out of, why. Pure; called once per catalogue (``Slot.shaped``)."""
     schema = tool.get("inputSchema")
     if not isinstance(schema, dict):
         schema = {"type": "object", "properties": {}}
@@ -12383,7 +12395,7 @@ def build_definitions(tool: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str
 def _argument_shapes(schema: Any, root: Any, kind: str, work: SchemaWork, depth: int = 0) -> list[dict[str, Any]]:
     """The (resolved) schemas an object (``kind``) or array value may match: ``schema`` itself when it describes
     one, and its ``anyOf``/``oneOf`` branches that admit that kind."""
-    if isinstance(schema, dict) and not schema.keys().isdisjoint(_INLINED_KEYWORDS):
+    if isinstance(schema, dict) and not schema.keys().isdisjoint(INLINED_KEYWORDS):
         schema, _ = resolve_schema(schema, root, work=work)
     if not isinstance(schema, dict) or depth > REF_DEPTH_LIMIT:
         return []
@@ -12483,7 +12495,7 @@ def build_tool_entry(
 
 
 @dataclass(slots=True)
-class _Command:
+class ResidentCommand:
     """One command read from stdin, while it is served."""
 
     task_id: str
@@ -12498,17 +12510,17 @@ class _Command:
     credentials: tuple[Mapping[str, Mapping[str, str]], ...] = ()
 
 
-def _usable_rows(view: RegistryView) -> list[RegistryServer]:
+def usable_rows(view: RegistryView) -> list[RegistryServer]:
     """The enabled servers of a view, by name."""
     return [row for name, row in sorted(view.servers.items()) if row.enabled]
 
 
-def _time_left(command: _Command, timeout: float) -> float:
+def time_left(command: ResidentCommand, timeout: float) -> float:
     """What is left of ``timeout`` for ``command``, counted from its arrival."""
     return timeout - (time.monotonic() - command.received)
 
 
-def _command_scrubber(log: Log, command: _Command) -> Redactor:
+def command_scrubber(log: Log, command: ResidentCommand) -> Redactor:
     """What scrubs ``command``'s answer: the system secrets and the command's own user's and sessions' (§11.5)."""
     return build_command_redactor(log.redactor, command.access_token, command.servers, command.credentials)
 
@@ -12525,7 +12537,7 @@ class Catalogues:
     timeout: float  # --timeout: each discovery's budget
     names: dict[str, dict[str, tuple[str, str]]] = field(default_factory=dict)  # user -> injected -> (server, tool)
 
-    def use(self, command: _Command, view: Any, row: Any) -> tuple[_Slot, ResolvedServer]:
+    def use(self, command: ResidentCommand, view: Any, row: Any) -> tuple[Slot, ResolvedServer]:
         """The slot and resolved server of ``row`` for ``command``'s user (whose secrets then scrub its answer);
         ``server.failed`` when it cannot be resolved (credentials, variables, its row)."""
         try:
@@ -12537,17 +12549,17 @@ class Catalogues:
         return slot, server
 
     def session(
-        self, command: _Command, row: Any, slot: _Slot, server: ResolvedServer, timeout: float
+        self, command: ResidentCommand, row: Any, slot: Slot, server: ResolvedServer, timeout: float
     ) -> ResidentSession:
         """The slot's live session (opened when needed within what is left of ``timeout``, the command's budget);
         ``server.failed`` when it cannot be connected."""
         try:
-            return self.pool.session(slot, server, _time_left(command, timeout), budget=timeout)
+            return self.pool.session(slot, server, time_left(command, timeout), budget=timeout)
         except BkmcpError as exc:
             self.failed_event(command, row, "connect", exc)
             raise
 
-    def failed_event(self, command: _Command, row: Any, stage: str, exc: BkmcpError) -> None:
+    def failed_event(self, command: ResidentCommand, row: Any, stage: str, exc: BkmcpError) -> None:
         """``server.failed``: a server could not be resolved (credentials, variables, its row) or connected."""
         self.events.emit(
             "server.failed",
@@ -12559,7 +12571,7 @@ class Catalogues:
         )
 
     def tools(
-        self, command: _Command, view: Any, row: Any, *, refresh: bool = False, connect: bool = False
+        self, command: ResidentCommand, view: Any, row: Any, *, refresh: bool = False, connect: bool = False
     ) -> list[dict[str, Any]]:
         """The cached catalogue of this user's session of ``row``: memory, the registry cache, or discovery
         (``connect``: discover unless the session is live)."""
@@ -12574,19 +12586,19 @@ class Catalogues:
                 not refresh
                 and slot.tools is not None
                 and catalogue_fresh(slot.fresh_until, stale, time.monotonic())
-                and slot.fingerprint == _slot_fingerprint(slot, server)
+                and slot.fingerprint == slot_fingerprint(slot, server)
             ):
                 return slot.tools
             if not refresh and not stale and slot.tools is None and live is None:
                 cached = self._load(slot)  # kept from an earlier run, by the same rule (its ttlMs is stored)
                 if cached is not None:
                     slot.tools, slot.fresh_until = cached
-                    slot.fingerprint = _slot_fingerprint(slot, server)
+                    slot.fingerprint = slot_fingerprint(slot, server)
                     return slot.tools
             session = self.session(command, row, slot, server, timeout)
             started = time.monotonic()
             try:
-                tools, ttl_ms = session.list_tools(_time_left(command, timeout))
+                tools, ttl_ms = session.list_tools(time_left(command, timeout))
             except BkmcpError as exc:
                 self.pool.release(session)
                 self.events.emit(
@@ -12599,7 +12611,7 @@ class Catalogues:
                     error_code=exc.code,
                 )
                 self.pool.after_failure(slot, session)
-                raise _platform_error(exc, server=row.name, timeout=timeout) from None
+                raise platform_error(exc, server=row.name, timeout=timeout) from None
             except BaseException:
                 self.pool.release(session)
                 raise
@@ -12619,7 +12631,7 @@ class Catalogues:
         finally:
             self.pool.use(slot, -1)
 
-    def _load(self, slot: _Slot) -> tuple[list[dict[str, Any]], float | None] | None:
+    def _load(self, slot: Slot) -> tuple[list[dict[str, Any]], float | None] | None:
         """The registry's cached catalogue of ``slot`` and until when it is fresh (monotonic; None: until a change),
         or None: none, unreadable, or its ``ttlMs`` passed since it was fetched."""
         try:
@@ -12633,7 +12645,7 @@ class Catalogues:
         fresh_until = catalogue_kept_until(cached.ttl_ms, time.monotonic() - (time.time() - cached.fetched_at))
         return None if not catalogue_fresh(fresh_until, False, time.monotonic()) else (cached.tools, fresh_until)
 
-    def _store(self, slot: _Slot, ttl_ms: int) -> None:
+    def _store(self, slot: Slot, ttl_ms: int) -> None:
         if slot.tools is None:
             return
         try:
@@ -12642,7 +12654,7 @@ class Catalogues:
             self.log.debug(f"tools cache of {slot.server!r} not written: {exc.code}")
 
     def gather(
-        self, command: _Command, view: Any, rows: list[Any], refresh: bool
+        self, command: ResidentCommand, view: Any, rows: list[Any], refresh: bool
     ) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]]]:
         """Every server's catalogue, discovered concurrently; a failing server goes to ``errors``."""
         import threading
@@ -12663,8 +12675,8 @@ class Catalogues:
                         {
                             "server_name": row.name,
                             "error_code": exc.code,
-                            "error": _command_scrubber(self.log, command).scrub(
-                                _platform_error(exc, server=row.name, timeout=self.timeout).message
+                            "error": command_scrubber(self.log, command).scrub(
+                                platform_error(exc, server=row.name, timeout=self.timeout).message
                             ),
                         }
                     )
@@ -12679,12 +12691,12 @@ class Catalogues:
         return found, errors
 
     def known_pairs(
-        self, command: _Command, view: Any, found: Mapping[str, list[dict[str, Any]]] | None = None
+        self, command: ResidentCommand, view: Any, found: Mapping[str, list[dict[str, Any]]] | None = None
     ) -> list[tuple[str, str]]:
         """Every (server, tool) this user sees: the catalogues in ``found`` (those an answer is built from), else
         the ones cached for them now, each read once (another user's refresh may replace a shared one meanwhile)."""
         pairs = []
-        for row in _usable_rows(view):
+        for row in usable_rows(view):
             tools = found.get(row.name) if found is not None else None
             if tools is None:
                 slot = self.pool.peek(command.user_id, row)
@@ -12695,7 +12707,7 @@ class Catalogues:
 
     def answer(
         self,
-        command: _Command,
+        command: ResidentCommand,
         view: Any,
         rows: list[Any],
         found: Mapping[str, list[dict[str, Any]]],
@@ -12725,7 +12737,7 @@ class Catalogues:
             answer["warnings"] = warnings
         return answer
 
-    def shaped(self, command: _Command, row: Any, catalogue: list[dict[str, Any]]) -> dict[int, Any]:
+    def shaped(self, command: ResidentCommand, row: Any, catalogue: list[dict[str, Any]]) -> dict[int, Any]:
         """Each tool's definitions per model family (``build_definitions``), by its index in ``catalogue``:
         built once per catalogue and kept on its slot beside it (a catalogue replaced since is shaped anew)."""
         slot = self.pool.peek(command.user_id, row)
@@ -12746,11 +12758,11 @@ class Catalogues:
 # -- 10.4 the command server (docs/contract.md §11.1, §11.2) -----------------------------------------------------------
 
 
-# -- 10.4.1 parsing a command: limits, the platform's wording (_platform_error), parse_command -------------------------
+# -- 10.4.1 parsing a command: limits, the platform's wording (platform_error), parse_command -------------------------
 
 # JSON lines in, one answer per command out: the reader thread, a bounded worker pool, the seven actions
 # (``Actions``), the end (shutdown, EOF, signals) that answers every command read, and ``run_resident``. An error
-# reaches the platform in its words (``_platform_error``: no hints, a timeout as the command's budget in ms).
+# reaches the platform in its words (``platform_error``: no hints, a timeout as the command's budget in ms).
 
 RESIDENT_LINE_LIMIT = 16 * 1024 * 1024  # bytes of one command line (docs/contract.md §11.1)
 RESIDENT_ACTIONS = (
@@ -12774,7 +12786,7 @@ _STOP_SIGNALS = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
 _MAX_TIMEOUT_MS = 7 * 24 * 3600 * 1000
 
 
-def _platform_error(exc: BkmcpError, *, server: str | None = None, timeout: float | None = None) -> BkmcpError:
+def platform_error(exc: BkmcpError, *, server: str | None = None, timeout: float | None = None) -> BkmcpError:
     """An error in the platform's words, built from its fields (a copy): no hints; a timeout names the
     command's budget in ms; a connection that failed for want of descriptors is ``resource_limit``."""
     if isinstance(exc, ConnectionFailedError) and is_exhaustion(exc.__cause__ or exc.__context__):
@@ -12811,7 +12823,7 @@ def _is_utf8(text: str) -> bool:
     return True
 
 
-def parse_command(line: bytes) -> _Command:
+def parse_command(line: bytes) -> ResidentCommand:
     """One stdin line -> a command; ``InvalidCommandError``/``UnknownActionError`` carry ``details.task_id``
     (the task_id when one could be read, else None)."""
     try:
@@ -12840,7 +12852,7 @@ def parse_command(line: bytes) -> _Command:
         raise InvalidCommandError("field 'params.action' must be a string", details={"task_id": task_id})
     if action not in RESIDENT_ACTIONS:
         raise UnknownActionError(
-            f"unknown action {_clip(repr(action), 80)}; actions: {', '.join(RESIDENT_ACTIONS)}",
+            f"unknown action {clip_text(repr(action), 80)}; actions: {', '.join(RESIDENT_ACTIONS)}",
             details={"task_id": task_id},
         )
     user = document.get("user")
@@ -12883,10 +12895,10 @@ def parse_command(line: bytes) -> _Command:
             raise InvalidCommandError(
                 "field 'timeout_ms' must be a positive integer of at most 7 days", details={"task_id": task_id}
             )
-    return _Command(task_id, action, params, user_id, access_token)
+    return ResidentCommand(task_id, action, params, user_id, access_token)
 
 
-def _cut_by_shutdown(command: _Command) -> BkmcpError:
+def _cut_by_shutdown(command: ResidentCommand) -> BkmcpError:
     """The answer of a command that the end (``shutdown``, a signal, the EOF deadline) cut short before it could give
     its own: a failure, never a partial success; a call's outcome is unknown (it may have reached the server)."""
     if command.action == "call_tool":
@@ -13048,14 +13060,14 @@ class InFlight:
     def __init__(self) -> None:
         import threading
 
-        self._commands: dict[str, _Command] = {}
+        self._commands: dict[str, ResidentCommand] = {}
         self._changed = threading.Condition()  # notified whenever a command leaves
 
     def __contains__(self, task_id: str) -> bool:
         with self._changed:
             return task_id in self._commands
 
-    def add(self, command: _Command) -> bool:
+    def add(self, command: ResidentCommand) -> bool:
         """False (nothing added) when a command with this ``task_id`` is in flight."""
         with self._changed:
             if command.task_id in self._commands:
@@ -13063,7 +13075,7 @@ class InFlight:
             self._commands[command.task_id] = command
             return True
 
-    def claim(self, command: _Command) -> bool:
+    def claim(self, command: ResidentCommand) -> bool:
         """Whether ``command`` is still unanswered; it then leaves (its answer is the caller's to write)."""
         with self._changed:
             if self._commands.get(command.task_id) is not command:
@@ -13072,7 +13084,7 @@ class InFlight:
             self._changed.notify_all()
             return True
 
-    def wait(self, deadline: Callable[[_Command], float], cut: Callable[[], bool] = lambda: False) -> None:
+    def wait(self, deadline: Callable[[ResidentCommand], float], cut: Callable[[], bool] = lambda: False) -> None:
         """Until none is left, the latest ``deadline(command)`` (monotonic) of those left has passed, or ``cut()``."""
         with self._changed:
             while self._commands and not cut():
@@ -13081,7 +13093,7 @@ class InFlight:
                     return
                 self._changed.wait(min(0.25, left))
 
-    def take_all(self) -> list[_Command]:
+    def take_all(self) -> list[ResidentCommand]:
         """Every command still unanswered, oldest first; they leave (the caller answers each)."""
         with self._changed:
             left = sorted(self._commands.values(), key=lambda c: c.received)
@@ -13107,12 +13119,12 @@ class Actions:
     log: Log
     stopping: Any  # threading.Event: the end is closing the sessions under running commands (ResidentServer.cutting)
 
-    def run(self, command: _Command) -> dict[str, Any]:
+    def run(self, command: ResidentCommand) -> dict[str, Any]:
         return getattr(self, f"do_{command.action}")(command)  # type: ignore[no-any-return]
 
-    def _view(self, command: _Command) -> Any:
+    def _view(self, command: ResidentCommand) -> Any:
         """This command's registry view, waited for within the command's own timeout."""
-        timeout = _time_left(command, self.timeout(command))
+        timeout = time_left(command, self.timeout(command))
         view = self.registry.view(command.user_id, command.access_token, timeout=timeout)
         command.credentials = (view.user_credentials, view.system_credentials)
         self.pool.retire_gone(view)
@@ -13130,20 +13142,20 @@ class Actions:
             raise ServerDisabledError(f"server {name!r} is disabled", details={"server_name": name})
         return row
 
-    def timeout(self, command: _Command) -> float:
+    def timeout(self, command: ResidentCommand) -> float:
         timeout_ms = command.params.get("timeout_ms")
         return (
             timeout_ms / 1000 if isinstance(timeout_ms, int) and not isinstance(timeout_ms, bool) else self.opts.timeout
         )
 
-    def budget(self, command: _Command) -> float:
+    def budget(self, command: ResidentCommand) -> float:
         """How long ``command`` may run: its steps use ``--timeout`` from its arrival, a call its own ``timeout_ms``."""
         return max(self.timeout(command), self.opts.timeout)
 
-    def _rejected(self, command: _Command, server: str | None, tool: str, exc: BkmcpError) -> None:
+    def _rejected(self, command: ResidentCommand, server: str | None, tool: str, exc: BkmcpError) -> None:
         """``tool.rejected`` for a call refused before any server was reached (the names are the platform's
         text: scrubbed with the command's own secrets)."""
-        scrub = _command_scrubber(self.log, command).scrub
+        scrub = command_scrubber(self.log, command).scrub
         self.events.emit(
             "tool.rejected",
             server=None if server is None else scrub(server),
@@ -13153,9 +13165,9 @@ class Actions:
             error_code=exc.code,
         )
 
-    def _tool_list(self, command: _Command, refresh: bool) -> dict[str, Any]:
+    def _tool_list(self, command: ResidentCommand, refresh: bool) -> dict[str, Any]:
         view = self._view(command)
-        rows = _usable_rows(view)
+        rows = usable_rows(view)
         name = command.params.get("server_name")
         if name is not None:
             rows = [self._row(view, name)]
@@ -13168,11 +13180,11 @@ class Actions:
 
     # -- the actions ------------------------------------------------------------------------------
 
-    def do_init(self, command: _Command) -> dict[str, Any]:
+    def do_init(self, command: ResidentCommand) -> dict[str, Any]:
         view = self.registry.view(None, None)
         self.pool.retire_gone(view)
         rows = [row for _, row in sorted(view.servers.items()) if row.enabled and row.isolation == "public"]
-        public = _Command(command.task_id, "init", {}, None, None)
+        public = ResidentCommand(command.task_id, "init", {}, None, None)
         servers: dict[str, dict[str, Any]] = {}
 
         def one(row: Any) -> None:
@@ -13184,8 +13196,8 @@ class Actions:
                 entry.update(
                     status="failed",
                     error_code=exc.code,
-                    error=_command_scrubber(self.log, public).scrub(
-                        _platform_error(exc, server=row.name, timeout=self.opts.timeout).message
+                    error=command_scrubber(self.log, public).scrub(
+                        platform_error(exc, server=row.name, timeout=self.opts.timeout).message
                     ),
                 )
             servers[row.name] = entry
@@ -13195,10 +13207,10 @@ class Actions:
             raise _cut_by_shutdown(command)
         return {"servers": [servers[row.name] for row in rows]}
 
-    def do_list_servers(self, command: _Command) -> dict[str, Any]:
+    def do_list_servers(self, command: ResidentCommand) -> dict[str, Any]:
         view = self._view(command)
         servers = []
-        for row in _usable_rows(view):
+        for row in usable_rows(view):
             if row.isolation == "user" and command.user_id is None:
                 continue
             entry: dict[str, Any] = {
@@ -13232,7 +13244,7 @@ class Actions:
                 entry["tool_count"] = len(slot.tools)
         return {"servers": servers}
 
-    def do_connect_server(self, command: _Command) -> dict[str, Any]:
+    def do_connect_server(self, command: ResidentCommand) -> dict[str, Any]:
         view = self._view(command)
         row = self._row(view, command.params["server_name"])
         slot, server = self.catalogues.use(command, view, row)
@@ -13241,7 +13253,7 @@ class Actions:
             try:
                 session = self.catalogues.session(command, row, slot, server, self.opts.timeout)
             except BkmcpError as exc:
-                raise _platform_error(exc, server=row.name, timeout=self.opts.timeout) from None
+                raise platform_error(exc, server=row.name, timeout=self.opts.timeout) from None
             self.pool.release(session)
         finally:
             self.pool.use(slot, -1)
@@ -13254,7 +13266,7 @@ class Actions:
             "tool_count": len(tools),
         }
 
-    def do_disconnect_server(self, command: _Command) -> dict[str, Any]:
+    def do_disconnect_server(self, command: ResidentCommand) -> dict[str, Any]:
         view = self._view(command)
         row = self._row(view, command.params["server_name"])
         slot = self.pool.peek(command.user_id, row)
@@ -13267,13 +13279,13 @@ class Actions:
             slot.last_error = None
         return {"server_name": row.name, "status": "disconnected"}
 
-    def do_list_tools(self, command: _Command) -> dict[str, Any]:
+    def do_list_tools(self, command: ResidentCommand) -> dict[str, Any]:
         return self._tool_list(command, refresh=False)
 
-    def do_refresh_tools(self, command: _Command) -> dict[str, Any]:
+    def do_refresh_tools(self, command: ResidentCommand) -> dict[str, Any]:
         return self._tool_list(command, refresh=True)
 
-    def do_call_tool(self, command: _Command) -> dict[str, Any]:
+    def do_call_tool(self, command: ResidentCommand) -> dict[str, Any]:
         params = command.params
         view = self._view(command)
         assert command.user_id is not None
@@ -13287,7 +13299,7 @@ class Actions:
                 pair = self.catalogues.names.get(command.user_id, {}).get(injected)
             if pair is None:
                 exc: BkmcpError = ToolNotFoundError(
-                    f"no tool is injected as {_clip(repr(injected), 80)} for this user", details={"name": injected}
+                    f"no tool is injected as {clip_text(repr(injected), 80)} for this user", details={"name": injected}
                 )
                 self._rejected(command, None, injected, exc)
                 raise exc
@@ -13308,16 +13320,16 @@ class Actions:
             tool = next((t for t in tools if isinstance(t, dict) and t.get("name") == tool_name), None)
         # the tool name is the platform's text: scrubbed with this command's own secrets (the events' redactor
         # knows the system ones only)
-        shown = tool_name if tool is not None else _command_scrubber(self.log, command).scrub(tool_name)
+        shown = tool_name if tool is not None else command_scrubber(self.log, command).scrub(tool_name)
         base = {"server": server_name, "tool": shown, "user": command.user_id, "task_id": command.task_id}
         if tool is None:
             self.events.emit("tool.rejected", **base, error_code="mcp_tool_not_found")
             raise ToolNotFoundError(
-                f"server {server_name!r} has no tool {_clip(repr(tool_name), 80)}",
+                f"server {server_name!r} has no tool {clip_text(repr(tool_name), 80)}",
                 details={"server_name": server_name, "tool_name": tool_name},
             )
         try:  # bounded by the command's own deadline, like every later step (docs/contract.md §11)
-            deadline = Deadline(_time_left(command, timeout))
+            deadline = Deadline(time_left(command, timeout))
             # a strict-mode null for a field the server's schema makes optional and not nullable: left out, only for
             # a tool listed with a strict definition (the one that made such fields nullable); elsewhere a null stays
             # and the validation below refuses it, so the model learns its mistake (§11.2)
@@ -13327,27 +13339,27 @@ class Actions:
             validate_arguments(tool, arguments, deadline=deadline)
         except InvalidArgumentsError as exc:
             self.events.emit("tool.rejected", **base, error_code=exc.code)
-            raise _platform_error(exc) from None
+            raise platform_error(exc) from None
         except McpTimeoutError as exc:
             self.events.emit("tool.failed", **base, error_code=exc.code, outcome="not_sent")
-            raise _platform_error(exc, server=server_name, timeout=timeout) from None
+            raise platform_error(exc, server=server_name, timeout=timeout) from None
         refusal = build_task_refusal(tool, server_name)
         if refusal is not None:  # a task-only tool: no session is needed to refuse it (docs/contract.md §5)
             self.events.emit("tool.rejected", **base, error_code=refusal.code)
-            raise _platform_error(refusal)
+            raise platform_error(refusal)
         slot, server = self.pool.use_server(view, row, command.user_id, command.chosen)
         self.pool.use(slot, 1)
         started = time.monotonic()
         try:
             try:
-                session = self.pool.session(slot, server, _time_left(command, timeout), budget=timeout)
+                session = self.pool.session(slot, server, time_left(command, timeout), budget=timeout)
             except BkmcpError as exc:
                 self.events.emit("tool.failed", **base, error_code=exc.code, outcome="not_sent")
-                raise _platform_error(exc, server=server_name, timeout=timeout) from None
+                raise platform_error(exc, server=server_name, timeout=timeout) from None
             self.events.emit("tool.started", **base)
             started = time.monotonic()
             try:
-                result = session.call_tool(tool_name, arguments, _time_left(command, timeout), tool)
+                result = session.call_tool(tool_name, arguments, time_left(command, timeout), tool)
             except BkmcpError as exc:
                 self.pool.release(session)
                 if isinstance(exc, RemoteError) and not isinstance(exc, CapabilityUnsupportedError):
@@ -13368,7 +13380,7 @@ class Actions:
                         error_code=exc.code,
                     )
                 self.pool.after_failure(slot, session)
-                raise _platform_error(exc, server=server_name, timeout=timeout) from None
+                raise platform_error(exc, server=server_name, timeout=timeout) from None
             except BaseException:
                 self.pool.release(session)
                 raise
@@ -13523,7 +13535,7 @@ class ResidentServer:
             self.out.fail(
                 command.task_id,
                 DuplicateTaskIdError(
-                    f"task_id {_clip(repr(command.task_id), 80)} is already in flight; this command was not run"
+                    f"task_id {clip_text(repr(command.task_id), 80)} is already in flight; this command was not run"
                 ),
             )
             return
@@ -13543,7 +13555,7 @@ class ResidentServer:
                 ),
             )
 
-    def _run(self, command: _Command) -> None:
+    def _run(self, command: ResidentCommand) -> None:
         """A pool thread: run one command and write its answer (unless the shutdown answered it already)."""
         try:
             result = self.actions.run(command)
@@ -13561,17 +13573,17 @@ class ResidentServer:
                 error = _cut_by_shutdown(command)
             elif is_exhaustion(exc):  # out of descriptors, threads or memory: a limit, never internal_error
                 error = ResourceLimitError(
-                    f"a system limit was reached ({type(exc).__name__}: {_first_line(exc)}); the command was not "
+                    f"a system limit was reached ({type(exc).__name__}: {first_line(exc)}); the command was not "
                     "completed: retry it when fewer sessions or commands are live"
                 )
             else:
-                error = InternalError(f"internal error: {type(exc).__name__}: {_first_line(exc)}")
+                error = InternalError(f"internal error: {type(exc).__name__}: {first_line(exc)}")
         if not self.in_flight.claim(command):
             return  # the shutdown answered it already
         if answer is not None:
             self.out.write(answer)
         else:
-            self.out.fail(command.task_id, error, _command_scrubber(self.log, command))
+            self.out.fail(command.task_id, error, command_scrubber(self.log, command))
 
     def drain(self, seconds: float | None = None) -> None:
         """EOF: let the commands already read finish, each within its own deadline (``Actions.budget`` from its arrival,
@@ -13631,7 +13643,7 @@ _RESIDENT_MODULES = (
 
 
 def _warm_resident_imports(log: Log) -> None:
-    """First use of every lazily initialised global, on one thread: modules, httpx (``_import_httpx``), jsonschema and
+    """First use of every lazily initialised global, on one thread: modules, httpx (``import_httpx``), jsonschema and
     the validator classes built from it, ``JsonNumber``. Each is also safe to meet first on many threads (locks); this
     removes the interpreter's own import races too. A module that cannot load is left to the command that needs it
     (it then fails with its own clear error)."""
@@ -13643,7 +13655,7 @@ def _warm_resident_imports(log: Log) -> None:
         except ImportError:  # pragma: no cover - e.g. a Python built without ctypes or ssl
             log.debug(f"resident warm-up: {name} not available")
     try:
-        _import_httpx()
+        import_httpx()
         number = parse_json("0.5")
         tool = {"name": "warm", "inputSchema": {"type": "object", "properties": {"n": {"type": "number"}}}}
         validate_arguments(tool, {"n": number})
@@ -13796,7 +13808,7 @@ def run_resident(
             registry.close()
         except Exception as exc:
             log.debug(f"closing the registry failed: {type(exc).__name__}")
-        give_up = time.monotonic() + _LINES_CLOSE_WAIT  # one bounded wait for both: the exit stays prompt
+        give_up = time.monotonic() + LINES_CLOSE_WAIT  # one bounded wait for both: the exit stays prompt
         events.close(give_up - time.monotonic())
         log_lines.close(give_up - time.monotonic())
     return EXIT_INTERRUPTED if server.signalled == signal.SIGINT else EXIT_OK
@@ -14071,8 +14083,8 @@ class _WarmSource(SessionSource):
 #   * A section whose banner title ends with "— deferred in the pyz" (5-8 and 10) runs on first use in the pyz;
 #     consecutive marked sections load together. Marking or unmarking a banner is all it takes to change that.
 #   * The help paths (`--help`, `--version`, `<server> --help`, a bare `<server>`) are what `main` reaches before
-#     a def line that ends with "# pyz: remote part" (``_Runner.run_remote``, ``_Runner.run_resident_mode``,
-#     ``_Runner.cancelled``).
+#     a def line that ends with "# pyz: remote part" (``Runner.run_remote``, ``Runner.run_resident_mode``,
+#     ``Runner.cancelled``).
 #     Code on a help path lives outside the deferred sections and names nothing they define: a guard there
 #     would load them on every `--help`.
 #   * A deferred section only defines: defs, classes, imports and assignments to plain names, calling nothing
@@ -14364,7 +14376,7 @@ def check_invocation(inv: Invocation, timeout: float | None = None) -> None:
                 + (f" (got {', '.join(others)})" if others else ""),
                 hint="bkmcp --registry FILE --import mcp.json | bkmcp --registry FILE --list",
             )
-    modes = [m for m, on in _modes(inv) if on]
+    modes = [m for m, on in invocation_modes(inv) if on]
     if len(modes) > 1:
         raise UsageError(f"{' and '.join(modes)} cannot be combined: choose one mode")
     if inv.brief and not (inv.tools or inv.resources):
@@ -14440,7 +14452,7 @@ def check_invocation(inv: Invocation, timeout: float | None = None) -> None:
         inv.timeout_seconds = parse_duration(inv.timeout)
 
 
-def _modes(inv: Invocation) -> tuple[tuple[str, bool], ...]:
+def invocation_modes(inv: Invocation) -> tuple[tuple[str, bool], ...]:
     """The modes of a command line, each with whether it was given: at most one may be (docs/contract.md §2)."""
     return (
         ("--check", inv.check),
@@ -14468,7 +14480,7 @@ def read_body(
     """
     if source == "-":
         label = "--body -"
-        raw = _read_body_stream(stdin, label, deadline)
+        raw = read_body_stream(stdin, label, deadline)
     elif source.startswith("@"):
         label = f"--body {source}"
         if not source[1:]:
@@ -14522,7 +14534,7 @@ def load_body_file(path: str, label: str, deadline: Deadline | None) -> bytes:
         os.close(fd)
 
 
-def _read_body_stream(stdin: IO[str], label: str, deadline: Deadline | None) -> bytes:
+def read_body_stream(stdin: IO[str], label: str, deadline: Deadline | None) -> bytes:
     """``--body -``: stdin's bytes, bounded like a file; an injected stream without a descriptor (tests,
     embedding) is read directly, up to the limit."""
     try:
@@ -14789,7 +14801,7 @@ def _binary_stdout(stream: IO[str]) -> Any:
     return buffer if buffer is not None else _TextSink(stream)
 
 
-class _Runner:
+class Runner:
     """Executes one invocation. Raises BkmcpError; ``main`` turns it into an envelope and exit status."""
 
     def __init__(self, inv: Invocation, envr: Environment, log: Log) -> None:
@@ -14861,7 +14873,7 @@ class _Runner:
         self.shown_config = config_path if inv.config is not None else None
         if inv.completion is not None:
             return self.run_completion(inv.completion, config_path)
-        mode = any(on for _name, on in _modes(inv))
+        mode = any(on for _name, on in invocation_modes(inv))
         if inv.server is None:
             if inv.sessions and not inv.help:
                 return self.run_sessions()
@@ -14879,7 +14891,7 @@ class _Runner:
         self.log.debug(f"config file: {config_path}")
         config = load_config(config_path)
         for name, problem in config.invalid_names:
-            self.log.warn(f"{config.path}: server {_safe_name(name)!r} is ignored: {problem}; rename it to use it")
+            self.log.warn(f"{config.path}: server {safe_name(name)!r} is ignored: {problem}; rename it to use it")
         _warn_literal_credentials(config, self.log)
         assert inv.server is not None
         for name, message, _hint in config.unusable:
@@ -15126,7 +15138,7 @@ KEEP_ALIVE_DEFAULT = 600.0  # --keep-alive without a value: 10 minutes
 _WARM_LOCK, _WARM_LOG = "warm.lock", "warm.log"  # shared by the builds; each has its own socket (below)
 _WARM_LOG_LIMIT = 1024 * 1024  # bytes of the background process's log
 _WARM_START_WAIT = 30.0  # seconds a new background process gets to listen (a loaded machine: many first calls at once)
-_WARM_DAEMON = "--keep-alive-daemon"  # argv[1] of the background process (never typed by a user)
+WARM_DAEMON = "--keep-alive-daemon"  # argv[1] of the background process (never typed by a user)
 _WARM_RELAY_SLACK = 30.0  # beyond the command's --timeout, how long a client waits for the process's next frame
 
 
@@ -15204,7 +15216,11 @@ def keep_alive_seconds(inv: Invocation, env: Mapping[str, str], log: Log) -> flo
 def uses_warm_session(inv: Invocation) -> bool:
     """``--tools``, tool calls, ``--resources``, ``--read``, ``--prompts`` and ``--prompt`` may; help paths,
     ``--dry-run`` and ``--check`` never do (docs/contract.md §14)."""
-    return inv.server is not None and not (inv.help or inv.dry_run or inv.check) and any(on for _n, on in _modes(inv))
+    return (
+        inv.server is not None
+        and not (inv.help or inv.dry_run or inv.check)
+        and any(on for _n, on in invocation_modes(inv))
+    )
 
 
 def warm_dir(env: Mapping[str, str], *, create: bool = True) -> tuple[WarmPlace | None, str]:
@@ -15397,7 +15413,7 @@ def _warm_spawn(place: WarmPlace, artifact: str) -> None:
     try:
         if os.fstat(log).st_size > _WARM_LOG_LIMIT:
             os.ftruncate(log, 0)
-        argv = [sys.executable, artifact, _WARM_DAEMON, place.path, str(place.fd)]
+        argv = [sys.executable, artifact, WARM_DAEMON, place.path, str(place.fd)]
         # sh starts it in the background and exits: the process is then init's child, not ours (and PWD, which sh
         # sets, is the client's directory: not the process's to keep). It gets 0, 1, 2 and the folder and nothing
         # else (``close_fds``): a descriptor the client inherited (a caller's flock, a pipe) is not held for its life.
@@ -15481,7 +15497,7 @@ def run_warm_client(inv: Invocation, envr: Environment, log: Log, seconds: float
     stdin: bytes | None = None
     try:
         if inv.body == "-":  # read here (bounded as one-shot reads it); the process gets the bytes
-            stdin = _read_body_stream(envr.stdin, "--body", Deadline(timeout))
+            stdin = read_body_stream(envr.stdin, "--body", Deadline(timeout))
         request = _warm_request(
             "run",
             inv,
@@ -15606,7 +15622,7 @@ def _warm_relay(sock: Any, inv: Invocation, envr: Environment, log: Log) -> int:
             details=details,
             data=data,
         )
-        return _report_error(error, envr, log)
+        return report_error(error, envr, log)
     error = ConnectionFailedError(
         "the background bkmcp process (--keep-alive) ended during the command"
         + (": tools/call had been sent, so the call may or may not have run" if call_sent else ""),
@@ -15617,7 +15633,7 @@ def _warm_relay(sock: Any, inv: Invocation, envr: Environment, log: Log) -> int:
         details=details,
         data={"server": inv.server} if inv.tool is None else {"server": inv.server, "tool": inv.tool},
     )
-    return _report_error(error, envr, log)
+    return report_error(error, envr, log)
 
 
 def sessions_data(inv: Invocation, envr: Environment) -> dict[str, Any]:
@@ -15972,7 +15988,7 @@ def serve_warm_process(args: Sequence[str]) -> int:  # pyz: remote part
 
 # -- 11.5 last: word_for_cli, main and the exit ladder (docs/contract.md §7) -------------------------------------------
 # ``main(argv) -> int`` routes a command to the runner (or the warm client, or the background process) and is the
-# one place an exception becomes an exit status: ``_report_error`` prints the failure envelope of a ``BkmcpError``
+# one place an exception becomes an exit status: ``report_error`` prints the failure envelope of a ``BkmcpError``
 # worded for the CLI (``word_for_cli``); anything else is ``internal_error``, Ctrl-C exit 130. The process of a short
 # command then ends without the interpreter's last collection (``_end_without_a_last_collection``).
 
@@ -16024,10 +16040,10 @@ def main(
         warm=warm,
     )
     args = list(sys.argv[1:] if argv is None else argv)
-    if args[:1] == [_WARM_DAEMON] and warm is None:
+    if args[:1] == [WARM_DAEMON] and warm is None:
         return serve_warm_process(args)
     log = Log(envr.stderr, verbose=any(a in ("-v", "--verbose") for a in args))
-    runner: _Runner | None = None
+    runner: Runner | None = None
     try:
         inv = parse_argv(args)
         if argv is None and warm is None and not inv.resident:  # this process is one short command
@@ -16036,16 +16052,16 @@ def main(
             SHORT_COMMAND[:] = [True]
             atexit.unregister(_end_without_a_last_collection)  # once, however often main() runs
             atexit.register(_end_without_a_last_collection)
-        runner = _Runner(inv, envr, log)
+        runner = Runner(inv, envr, log)
         return runner.run()
     except KeyboardInterrupt:
         cancelled = runner.cancelled() if runner is not None else None
         if cancelled is None:  # nothing was sent yet: nothing to report but the interruption itself
             log.warn("interrupted")
             return EXIT_INTERRUPTED
-        return _report_error(cancelled, envr, log)
+        return report_error(cancelled, envr, log)
     except BkmcpError as exc:
-        return _report_error(exc, envr, log)
+        return report_error(exc, envr, log)
     except BrokenPipeError:
         return EXIT_REMOTE if runner is not None and runner.remote_started else EXIT_LOCAL
     except Exception as exc:  # the last rung of the ladder: never a traceback unless asked for
@@ -16055,12 +16071,12 @@ def main(
             traceback.print_exc(file=envr.stderr)
         remote = runner is not None and runner.remote_started
         error = InternalError(
-            f"internal error: {type(exc).__name__}: {_first_line(exc)}",
+            f"internal error: {type(exc).__name__}: {first_line(exc)}",
             hint="this is a bkmcp bug; re-run with BKMCP_TRACEBACK=1 and report it"
             + ("; the remote operation may already have happened, do not retry it blindly" if remote else ""),
         )
         error.exit_status = EXIT_REMOTE if remote else EXIT_LOCAL
-        return _report_error(error, envr, log)
+        return report_error(error, envr, log)
 
 
 def _end_without_a_last_collection() -> None:
@@ -16070,7 +16086,7 @@ def _end_without_a_last_collection() -> None:
     ~100 ms ``--tools`` over HTTP, 3.11-3.13). Exact: this runs after every exit handler registered during the
     command (last in, first out), and its collection finalizes all that is garbage by then, as those collections
     would, but for what was frozen earlier: the heap as it was when the HTTP stack had been loaded
-    (``_import_httpx``, before the first request is sent: modules and the command's records). What is left
+    (``import_httpx``, before the first request is sent: modules and the command's records). What is left
     unfrozen is reachable, and of that only reference cycles are never collected. A short command leaves nothing,
     frozen or not, whose finalizer would do anything — no open socket or file, child process, suspended generator,
     database connection or other ``__del__`` — which tests/artifact/test_pyz_exit.py checks at the exit of the
@@ -16084,7 +16100,7 @@ def _end_without_a_last_collection() -> None:
         pass
 
 
-def _report_error(exc: BkmcpError, envr: Environment, log: Log) -> int:
+def report_error(exc: BkmcpError, envr: Environment, log: Log) -> int:
     envelope = build_failure(exc, log.redactor)
     try:
         if exc.exit_status != EXIT_LOCAL:  # remote (2), interrupted after a request was sent (130)

@@ -45,7 +45,7 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-IMPORTS = "import bkmcp; bkmcp._import_httpx()"  # what --tools loads: httpx and httpcore, without their extras
+IMPORTS = "import bkmcp; bkmcp.import_httpx()"  # what --tools loads: httpx and httpcore, without their extras
 
 
 def find_pythons() -> list[tuple[str, str]]:

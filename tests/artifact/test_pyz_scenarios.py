@@ -175,7 +175,7 @@ def test_vendor_zip_copied_once_by_the_first_run_that_needs_it(
     )
     assert verbose.returncode == 0, verbose.stderr[-2000:]
     assert f"import 'httpx' # <zipimporter object \"{copy}/\">" in verbose.stderr
-    assert "import 'anyio'" not in verbose.stderr and "import 'trio'" not in verbose.stderr  # _import_httpx
+    assert "import 'anyio'" not in verbose.stderr and "import 'trio'" not in verbose.stderr  # import_httpx
 
 
 def test_damaged_vendor_zip_fails_cleanly_and_never_falls_back_to_host_packages(

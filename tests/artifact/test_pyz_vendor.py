@@ -40,7 +40,7 @@ else:
     import bkmcp, _bkmcp_boot
     build_id = json.loads(zipfile.ZipFile(pyz).read("BUILD-INFO.json"))["build_id"]
     sys.path.insert(0, os.path.join(_bkmcp_boot.zipapp_cache_dir(build_id), "_bkmcp_vendor.zip"))
-bkmcp._import_httpx()
+bkmcp.import_httpx()
 import certifi, jsonschema
 jsonschema.Draft202012Validator({"type": "object"}).validate({})
 certifi.where()
@@ -101,7 +101,7 @@ def test_vendored_modules_are_unmarshalled_once_with_the_specs_of_plain_zipimpor
     assert {"httpx", "httpcore", "h11", "idna", "certifi", "jsonschema", "attr", "pyrsistent"} <= set(modules)
     once = dict.fromkeys(modules, 1)
     if not ran["live_meta_path"]:  # the finder came too late for the import that put the vendor zip on sys.path
-        once["httpcore"] = 2  # the first vendored name bkmcp._import_httpx imports; loaded as plain zipimport does
+        once["httpcore"] = 2  # the first vendored name bkmcp.import_httpx imports; loaded as plain zipimport does
     assert {name: facts["unmarshalled"] for name, facts in modules.items()} == once
     for facts in (*modules.values(), *plain["modules"].values()):
         del facts["unmarshalled"]  # plain zipimport: twice (find_spec's get_filename, then exec_module)

@@ -172,14 +172,14 @@ def test_validation_past_the_budget_is_a_timeout_and_nothing_is_sent(evil_server
 
         monkeypatch.setattr(bkmcp, "_quick_valid", spend_quick)
     else:
-        real = bkmcp._validator_class
+        real = bkmcp.validator_class
 
         def spend_budget(schema):
             bkmcp._active_budget().deadline.end = 0.0
             return real(schema)
 
         monkeypatch.setattr(bkmcp, "_quickly_valid", lambda *args: False)
-        monkeypatch.setattr(bkmcp, "_validator_class", spend_budget)
+        monkeypatch.setattr(bkmcp, "validator_class", spend_budget)
     res = run_bkmcp("--config", config, "m", "t", "--xs", json.dumps(["x"] * 50))
     assert res.exit_status == 2 and res.error_code == "mcp_timeout", res.stdout + res.stderr
     assert evil_server.requests("tools/call") == []

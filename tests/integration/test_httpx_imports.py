@@ -1,4 +1,4 @@
-"""Remote commands load httpx without its optional extras (``bkmcp._import_httpx``): no async back end (trio,
+"""Remote commands load httpx without its optional extras (``bkmcp.import_httpx``): no async back end (trio,
 anyio, sniffio), no httpx CLI (click, rich, pygments), no brotli/zstandard decoders, whatever the host has
 installed. Run as a real process against the mock over HTTP, with fake versions of those modules first on the
 path: each records being imported, and the server shows which encodings bkmcp offered."""
@@ -98,7 +98,7 @@ def _probe(code: str, home: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_https_url_after_http_still_verifies_with_the_real_certifi(tmp_path: Path) -> None:
-    """The certifi stand-in of ``_import_httpx`` is gone once httpx is loaded: an https:// client built later gets
+    """The certifi stand-in of ``import_httpx`` is gone once httpx is loaded: an https:// client built later gets
     a verifying context from the real CA bundle, and httpcore's own reference to certifi answers the same path."""
     proc = _probe(_HTTPS_AFTER_HTTP, tmp_path)
     assert (proc.returncode, proc.stdout.strip()) == (0, "ok"), proc.stderr
@@ -108,7 +108,7 @@ _IDNA_AFTER_IMPORT = """
 import sys
 sys.path.insert(0, sys.argv[1])
 import bkmcp
-httpx = bkmcp._import_httpx()
+httpx = bkmcp.import_httpx()
 assert not {"idna", "ipaddress", "mimetypes"} & set(sys.modules), sorted(sys.modules)
 import httpx._multipart, mimetypes, urllib.parse
 assert httpx._multipart.mimetypes.guess_type("a.json") == mimetypes.guess_type("a.json") == ("application/json", None)
@@ -132,7 +132,7 @@ except httpx.InvalidURL as exc:
 
 
 def test_modules_stood_in_for_while_httpx_loads_answer_as_the_real_ones_afterwards(tmp_path: Path) -> None:
-    """The stand-ins of ``_import_httpx`` (idna, ipaddress, mimetypes: imported at a module's top, used only in
+    """The stand-ins of ``import_httpx`` (idna, ipaddress, mimetypes: imported at a module's top, used only in
     functions) are never resolved while httpx loads and are gone once it is loaded; what holds one gets the real
     module's answers: a multipart file's type, an IPv6 literal (httpx's and urllib.parse's, whose IPv4-in-brackets
     check also goes through it), a non-ASCII host encoded by the real idna, whose ``IDNAError`` httpx turns into
@@ -146,13 +146,13 @@ import gc, sys
 sys.path.insert(0, sys.argv[1])
 import bkmcp
 before = gc.get_freeze_count()
-bkmcp._import_httpx()
+bkmcp.import_httpx()
 assert gc.get_freeze_count() == before, "not a short command: nothing frozen"
 del bkmcp._HTTPX[:]
 for name in [m for m in sys.modules if m.split(".")[0] in ("httpx", "httpcore", "h11")]:
     del sys.modules[name]
 bkmcp.SHORT_COMMAND.append(True)
-httpx = bkmcp._import_httpx()
+httpx = bkmcp.import_httpx()
 assert gc.get_freeze_count() > before + 1000, (before, gc.get_freeze_count())
 print("ok")
 """

@@ -354,7 +354,7 @@ def test_tools_help_of_every_tool_and_a_flag_for_every_required_field(bed, name)
     for tool_name, tool in tools.items():
         helped = bed.one_shot(name, tool_name, "--help")
         assert helped.exit_status == 0, (tool_name, helped.stderr)
-        required = [f for f in tool["inputSchema"].get("required", []) if bkmcp._flag_name_problem(f) is None]
+        required = [f for f in tool["inputSchema"].get("required", []) if bkmcp.flag_name_problem(f) is None]
         flags = {f["name"] for f in data["cli"][tool_name]["flags"]}
         assert [f for f in required if f not in flags] == [], (tool_name, data["cli"][tool_name]["body_only"])
         for field_name in required:

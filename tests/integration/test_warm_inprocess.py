@@ -643,10 +643,8 @@ def test_the_warm_process_gets_the_timeout_value_not_the_text(place, monkeypatch
 
     monkeypatch.setattr(bkmcp.WarmServer, "_run", spy)
     used: list[float] = []
-    budget = bkmcp._Runner.jq_deadline
-    monkeypatch.setattr(
-        bkmcp._Runner, "jq_deadline", lambda self: used.append(self.inv.timeout_seconds) or budget(self)
-    )
+    budget = bkmcp.Runner.jq_deadline
+    monkeypatch.setattr(bkmcp.Runner, "jq_deadline", lambda self: used.append(self.inv.timeout_seconds) or budget(self))
     status, out, err = place.main("m", "echo", "--text", "t", "--timeout", "7s", "--jq", ".ok", "--keep-alive")
     assert (status, out) == (0, "true\n"), err
     assert [r["timeout"] for r in received] == [7.0] and "--timeout" in received[0]["argv"]

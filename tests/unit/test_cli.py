@@ -996,7 +996,7 @@ def test_tab_resolves_a_stdio_server_away_from_the_shells_directory(tmp_path):
     )
 
     def server(**entry):
-        return bkmcp._parse_server("cfg", "s", {"type": "stdio", **entry})
+        return bkmcp.parse_server("cfg", "s", {"type": "stdio", **entry})
 
     def tab(entry, named=False):
         resolved = bkmcp.resolve_completion_server(server(**entry), envr, named=named)
@@ -1014,16 +1014,16 @@ def test_tab_resolves_a_stdio_server_away_from_the_shells_directory(tmp_path):
     assert tab({"command": "missing"}) is None  # not on PATH's absolute directories ('.' is skipped)
     assert tab({"command": "/bin/true"}, named=True) is None  # a config named on the line: no stdio server
     http = bkmcp.resolve_completion_server(
-        bkmcp._parse_server("cfg", "h", {"type": "http", "url": "http://127.0.0.1:9/mcp"}), envr, named=True
+        bkmcp.parse_server("cfg", "h", {"type": "http", "url": "http://127.0.0.1:9/mcp"}), envr, named=True
     )
     assert http is not None and http.url == "http://127.0.0.1:9/mcp"
     for leaky in (  # a named config's ${VAR} would send the user's environment where its author chose
         {"url": "http://127.0.0.1:9/${HOME}"},
         {"url": "http://127.0.0.1:9/mcp", "headers": {"Authorization": "Bearer ${GITHUB_TOKEN}"}},
     ):
-        entry = bkmcp._parse_server("cfg", "h", {"type": "http", **leaky})
+        entry = bkmcp.parse_server("cfg", "h", {"type": "http", **leaky})
         assert bkmcp.resolve_completion_server(entry, envr, named=True) is None, leaky
-    own = bkmcp._parse_server("cfg", "h", {"type": "http", "url": "http://127.0.0.1:9/${HOME}"})
+    own = bkmcp.parse_server("cfg", "h", {"type": "http", "url": "http://127.0.0.1:9/${HOME}"})
     assert bkmcp.resolve_completion_server(own, envr, named=False) is not None  # the user's own config: as usual
     envr.env = {"PATH": "/usr/bin"}  # no HOME: a stdio entry without cwd has nowhere to run
     assert tab({"command": "/bin/true"}) is None

@@ -166,7 +166,7 @@ def test_the_cli_words_remedies_and_the_platform_drops_them():
     )
     assert worded.remedy is None and bkmcp.word_for_cli(worded, "s").error_object() == worded.error_object()
     late = bkmcp.budget_error("no answer from x", 1.5, request_sent=True, details={"outcome": "unknown"})
-    platform = bkmcp._platform_error(late, server="pub", timeout=1.5)
+    platform = bkmcp.platform_error(late, server="pub", timeout=1.5)
     assert platform.message == "no answer on server 'pub' within 1500 ms; the call was sent and its outcome is unknown"
     assert platform.full_hint is None and "hint" not in platform.error_object()
     assert late.message == "no answer from x within 1.5s" and late.hint is not None

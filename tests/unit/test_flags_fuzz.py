@@ -164,7 +164,7 @@ def test_p01_p02_flag_values_reach_json_exactly(case: tuple[dict[str, Any], dict
         sent = arguments[name]
         if isinstance(value, bkmcp.JsonNumber):
             assert sent.text == value.text
-        elif not bkmcp._is_json_number(value):  # numbers: the byte-level text check above is the contract
+        elif not bkmcp.is_json_number(value):  # numbers: the byte-level text check above is the contract
             assert type(sent) is type(value)
     try:
         validate_arguments(tool, arguments)

@@ -30,7 +30,7 @@ class Scripted:
     url = "http://scripted.invalid/mcp"  # never resolved: the mock transport answers in-process
 
     def __init__(self, handler: Callable[[str, dict | None, dict], Reply]) -> None:
-        httpx = bkmcp._import_httpx()
+        httpx = bkmcp.import_httpx()
         self.handler = handler
         self.requests: list[dict[str, Any]] = []
 

@@ -267,7 +267,7 @@ def test_jq_halt_and_halt_error_behave_as_in_jq_1_7(expression, stdout, stderr, 
 
 def test_jq_halt_error_never_hides_a_failure(write_config, jq_mode, monkeypatch, no_network):
     """A refused connection (an ``httpx.MockTransport`` that raises what a closed port raises: no socket)."""
-    httpx = bkmcp._import_httpx()
+    httpx = bkmcp.import_httpx()
 
     def refuse(request):
         raise httpx.ConnectError("[Errno 111] Connection refused", request=request)

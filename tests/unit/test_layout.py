@@ -155,7 +155,7 @@ BEHAVIOURS = [
     ("a tool excluded for a bad x-mcp-header declaration", "5.8", "x-mcp-header", "split_excluded_tools"),
     ("the shell completion scripts", "9.5", "completion", "render_completion"),
     ("every resident command answered at shutdown, EOF or a signal", "10.4.4", "answers all", "ResidentServer.drain"),
-    ("a resident error worded for the platform", "10.4.1", "platform", "_platform_error"),
+    ("a resident error worded for the platform", "10.4.1", "platform", "platform_error"),
     ("catalogue freshness by ttlMs", "7.3", "ttlMs", "catalogue_kept_until"),
     ("a config file's duplicate key rejected", "2.1", "duplicate key", "_strict_pairs"),
     ("--max-user-processes enforced", "10.2", "--max-user-processes", "SessionPool"),
@@ -164,7 +164,7 @@ BEHAVIOURS = [
     ("the --keep-alive client and its background process", "11.4", "--keep-alive", "WarmServer"),
     ("a warm client's Ctrl-C reaching the operation in the background process", "11.4", "Ctrl-C", "Interrupt"),
     ("the CLI's wording of an error", "11.5", "word_for_cli", "word_for_cli"),
-    ("main and the exit ladder, last", "11.5", "main", "_report_error"),
+    ("main and the exit ladder, last", "11.5", "main", "report_error"),
     (
         "a short command's exit without the interpreter's last collection",
         "11.5",
@@ -327,3 +327,61 @@ def test_no_test_file_passes_its_budget_without_saying_why():
 def test_test_files_are_named_after_an_area_not_an_issue():
     named_after_issues = [p.name for p in (ROOT / "tests").rglob("test_*.py") if re.search(r"_\d+\.py$", p.name)]
     assert named_after_issues == []
+
+
+# -- issue 37 item 2: walls a test can see --------------------------------------------------------------------------
+
+
+def _wall_violations(source: str) -> list[tuple[str, str, str, int]]:
+    """(name, its room, the room using it, line) of every private module-level name (``_x``) used outside its room.
+    A room is a numbered ``N.M`` banner (its ``N.M.K`` sub-rooms share it), else a whole section; what another room
+    needs it exports under a public name."""
+    lines = source.splitlines()
+    marks = [(line, str(number)) for line, number in zipapp_support.section_starts(source)]
+    marks += [
+        (index + 1, found.group(1))
+        for index, text in enumerate(lines)
+        if (found := re.match(r"^# -- (\d+(?:\.\d+)+) ", text))
+    ]
+    marks.sort()
+
+    def room_of(lineno: int) -> str:
+        room = "0"
+        for start, number in marks:
+            if start > lineno:
+                break
+            room = ".".join(number.split(".")[:2])
+        return room
+
+    tree = ast.parse(source)
+    private: dict[str, str] = {}
+    for node in tree.body:
+        names: list[str] = []
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names = [node.name]
+        elif isinstance(node, ast.Assign):
+            names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names = [node.target.id]
+        for name in names:
+            if name.startswith("_") and not name.startswith("__"):
+                private.setdefault(name, room_of(node.lineno))
+    found = []
+    for node in tree.body:
+        room = room_of(node.lineno)
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Name) and sub.id in private and private[sub.id] != room:
+                found.append((sub.id, private[sub.id], room, sub.lineno))
+    return found
+
+
+def test_a_private_name_is_used_only_in_its_room():
+    assert _wall_violations(SOURCE) == []
+
+
+def test_the_wall_check_catches_a_private_name_used_next_door():
+    source = (
+        "# =====\n# 1. A\n# =====\n# -- 1.1 one ---\ndef _inner():\n    return 1\n\n"
+        "# -- 1.2 two ---\ndef outer():\n    return _inner()\n"
+    )
+    assert _wall_violations(source) == [("_inner", "1.1", "1.2", 10)]

@@ -48,7 +48,7 @@ def test_nothing_outside_deadline_computes_the_time_left_itself():
 
 def test_jq_budget_is_what_the_deadline_left_by_its_clock():
     now = [10.0]
-    cli = bkmcp._Runner(bkmcp.Invocation(timeout_seconds=30.0), None, bkmcp.Log(io.StringIO()))  # type: ignore[arg-type]
+    cli = bkmcp.Runner(bkmcp.Invocation(timeout_seconds=30.0), None, bkmcp.Log(io.StringIO()))  # type: ignore[arg-type]
     assert cli.jq_deadline().seconds == 30.0  # nothing remote ran: the whole --timeout
     cli.deadline = bkmcp.Deadline(30.0, clock=lambda: now[0])
     now[0] = 22.0
@@ -141,20 +141,20 @@ def _server(**changes):
 
 def test_warm_key_and_resident_fingerprint_are_one_identity_with_their_own_extras():
     server = _server()
-    slot = bkmcp._Slot.__new__(bkmcp._Slot)
+    slot = bkmcp.Slot.__new__(bkmcp.Slot)
     slot.resolved = None
-    assert bkmcp._slot_fingerprint(slot, server) == server.identity()
+    assert bkmcp.slot_fingerprint(slot, server) == server.identity()
     extras = (server.name, server.config_file, [], server.auth_source, True, False)
     assert bkmcp.warm_session_key(server, False) == server.identity(*extras)
     # what a connection is made of changes both
     for change in ({"headers": {"Authorization": "Bearer u"}}, {"url": "http://127.0.0.1:9/other"}, {"cwd": "/x"}):
         other = _server(**change)
-        assert bkmcp._slot_fingerprint(slot, other) != bkmcp._slot_fingerprint(slot, server), change
+        assert bkmcp.slot_fingerprint(slot, other) != bkmcp.slot_fingerprint(slot, server), change
         assert bkmcp.warm_session_key(other, False) != bkmcp.warm_session_key(server, False), change
     # what only the warm process's commands differ by changes the warm key alone (a resident slot is one row)
     for change in ({"name": "t"}, {"inherited_env": {"LANG": "C"}}, {"child_output_in_errors": False}):
         other = _server(**change)
-        assert bkmcp._slot_fingerprint(slot, other) == bkmcp._slot_fingerprint(slot, server), change
+        assert bkmcp.slot_fingerprint(slot, other) == bkmcp.slot_fingerprint(slot, server), change
         assert bkmcp.warm_session_key(other, False) != bkmcp.warm_session_key(server, False), change
     assert bkmcp.warm_session_key(server, True) != bkmcp.warm_session_key(server, False)
     # a value from a non-UTF-8 environment (surrogate escapes) is hashed, not a crash
@@ -172,10 +172,10 @@ def test_no_second_hash_of_a_resolved_server():
 
 def test_a_slots_resolution_is_a_record_with_named_fields():
     server = _server()
-    slot = bkmcp._Slot.__new__(bkmcp._Slot)
+    slot = bkmcp.Slot.__new__(bkmcp.Slot)
     slot.resolved = bkmcp.SlotResolution(row=None, credential={}, server=server, fingerprint="kept")  # type: ignore[arg-type]
-    assert bkmcp._slot_fingerprint(slot, server) == "kept"  # the kept fingerprint of this very server
-    assert bkmcp._slot_fingerprint(slot, _server()) == server.identity()  # another object: computed
+    assert bkmcp.slot_fingerprint(slot, server) == "kept"  # the kept fingerprint of this very server
+    assert bkmcp.slot_fingerprint(slot, _server()) == server.identity()  # another object: computed
     assert re.findall(r"\bresolved\[\d\]|\bkept\[[23]\]", SOURCE) == []  # no positional reading of it anywhere
 
 

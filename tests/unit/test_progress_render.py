@@ -142,4 +142,4 @@ def test_a_closed_terminal_never_fails_the_command():
     log.progress("progress 1")
     log._line_open = True
     log.progress_end()  # swallowed
-    assert bkmcp._terminal_safe("a\x07b") == "a b"
+    assert bkmcp.terminal_safe("a\x07b") == "a b"

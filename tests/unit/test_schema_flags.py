@@ -968,7 +968,7 @@ def test_union_keywords_answer_as_jsonschema_with_a_short_context(schema: dict[s
     _CONTEXT_KEPT branch errors each (jsonschema keeps all: width^depth for a union of unions)."""
     import jsonschema
 
-    cls, _resolver = bkmcp._validator_class(schema)
+    cls, _resolver = bkmcp.validator_class(schema)
     ours = list(cls(schema).iter_errors(instance))
     theirs = list(jsonschema.Draft202012Validator(schema).iter_errors(instance))
     assert [(e.message, e.validator, list(e.path)) for e in ours] == [
@@ -1074,8 +1074,8 @@ def test_p05_validator_crash_falls_back(monkeypatch: pytest.MonkeyPatch) -> None
         def check_schema(cls, schema: Any) -> None:
             pass
 
-    real = bkmcp._validator_class
-    monkeypatch.setattr(bkmcp, "_validator_class", lambda schema: (Crashing, real(schema)[1]))
+    real = bkmcp.validator_class
+    monkeypatch.setattr(bkmcp, "validator_class", lambda schema: (Crashing, real(schema)[1]))
     monkeypatch.setattr(bkmcp, "_quickly_valid", lambda *args: False)  # jsonschema decides, not the quick path
     check = validate_arguments(ALL_TYPES, {"keyword": "x"})
     assert check.scope == "basic" and check.notes == ("local validation failed (ValueError)",)
@@ -1103,8 +1103,8 @@ def test_basic_checks_enum_const_types() -> None:
             "d": {"type": "number"},
         },
     }
-    assert bkmcp._basic_problems(schema, {"a": None, "b": JsonNumber("1.0"), "c": True, "d": 1}) == []
-    problems = bkmcp._basic_problems(schema, {"b": True, "c": 1, "d": "1"})
+    assert bkmcp.basic_problems(schema, {"a": None, "b": JsonNumber("1.0"), "c": True, "d": 1}) == []
+    problems = bkmcp.basic_problems(schema, {"b": True, "c": 1, "d": "1"})
     assert [p["path"] for p in problems] == ["$.a", "$.b", "$.c", "$.d"]
 
 
@@ -1186,8 +1186,8 @@ def test_p03_enum_and_types_with_json_semantics() -> None:
         "properties": {"e": {"enum": [[1, {"a": None}], 2]}, "s": {"type": "string"}, "c": {"const": {"k": [True]}}},
     }
     ok = {"e": [JsonNumber("1.0"), {"a": None}], "c": {"k": [True]}}
-    assert bkmcp._basic_problems(schema, ok) == []
-    bad = bkmcp._basic_problems(schema, {"e": [True, {"a": None}], "s": None, "c": {"k": [1]}})
+    assert bkmcp.basic_problems(schema, ok) == []
+    bad = bkmcp.basic_problems(schema, {"e": [True, {"a": None}], "s": None, "c": {"k": [1]}})
     assert [p["path"] for p in bad] == ["$.e", "$.s", "$.c"]
     assert bad[1]["message"] == "expected string, got null"
     tool = {"name": "t", "inputSchema": schema}
@@ -1310,7 +1310,7 @@ def test_the_validator_class_is_built_once_and_budgets_stay_per_thread() -> None
     import threading
 
     schema = {"type": "object", "properties": {"xs": {"type": "array", "items": {"type": "string"}}}}
-    assert bkmcp._validator_class(schema) is bkmcp._validator_class(dict(schema))
+    assert bkmcp.validator_class(schema) is bkmcp.validator_class(dict(schema))
     tool = {"name": "t", "inputSchema": schema}
     outcomes: dict[int, object] = {}
 
@@ -1353,7 +1353,7 @@ def test_a_resolver_is_reused_per_schema_object_and_thread_with_the_same_answers
     expected = problems({"name": "greet", "inputSchema": copy.deepcopy(schema)}, bad)
     assert [p["path"] for p in expected] == ["$.mode", "$.nested.color", "$.shape.points[0].x"]
     assert problems(tool, bad) == expected
-    state = bkmcp._validation_state()
+    state = bkmcp.validation_state()
     kept = state.resolvers[id(schema)][3]
     for _ in range(3):
         assert problems(tool, {"name": "a", "mode": "a", "nested": {"color": "red"}}) == "full"
@@ -1367,7 +1367,7 @@ def test_a_resolver_is_reused_per_schema_object_and_thread_with_the_same_answers
     other: dict[str, Any] = {}
     worker = threading.Thread(
         target=lambda: other.update(
-            answer=problems(tool, bad), resolver=bkmcp._validation_state().resolvers[id(schema)][3]
+            answer=problems(tool, bad), resolver=bkmcp.validation_state().resolvers[id(schema)][3]
         )
     )
     worker.start()
@@ -1412,10 +1412,10 @@ def test_meta_schema_pass_stops_at_the_deadline() -> None:
     meta-schemas carrying ``$schema`` (jsonschema then switches to its own, untimed class): the deadline is
     checked at each reference too, so a 100 ms budget ends after about 100 clock reads, not after the schema."""
     schema = leaves_schema(300, "meta-deadline-")
-    cls, _resolver = bkmcp._validator_class(schema)
+    cls, _resolver = bkmcp.validator_class(schema)
     with pytest.raises(bkmcp.McpTimeoutError):
-        bkmcp._check_schema(cls, schema, bkmcp.Deadline(0.1, clock=ticking(0.001)))
-    bkmcp._check_schema(cls, schema, bkmcp.Deadline(600))  # the same schema passes with time enough
+        bkmcp.check_schema(cls, schema, bkmcp.Deadline(0.1, clock=ticking(0.001)))
+    bkmcp.check_schema(cls, schema, bkmcp.Deadline(600))  # the same schema passes with time enough
 
 
 def test_meta_schema_pass_runs_once_per_schema_text(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -1457,9 +1457,9 @@ def test_schema_over_the_node_limit_is_checked_by_the_basic_rules_and_says_so() 
 
 def test_schema_size_is_counted_only_up_to_the_limit() -> None:
     schema = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(9)}}  # 11 containers
-    assert bkmcp._unbounded_schema(schema, 11) is None
-    assert "over 10 objects and arrays" in (bkmcp._unbounded_schema(schema, 10) or "")
-    assert bkmcp._unbounded_schema({"enum": list(range(100_000))}, 2) is None  # values are not containers
+    assert bkmcp.unbounded_schema(schema, 11) is None
+    assert "over 10 objects and arrays" in (bkmcp.unbounded_schema(schema, 10) or "")
+    assert bkmcp.unbounded_schema({"enum": list(range(100_000))}, 2) is None  # values are not containers
 
 
 def test_a_subschema_with_its_own_dialect_is_left_to_the_server() -> None:
@@ -1482,8 +1482,8 @@ def test_a_subschema_with_its_own_dialect_is_left_to_the_server() -> None:
     ],
 )
 def test_a_key_named_schema_outside_a_schema_position_is_not_a_dialect(schema) -> None:
-    assert bkmcp._unbounded_schema(schema, 100) is None
-    assert bkmcp._unbounded_schema({"items": [{"allOf": [{"$schema": "x"}]}]}, 100) is not None
+    assert bkmcp.unbounded_schema(schema, 100) is None
+    assert bkmcp.unbounded_schema({"items": [{"allOf": [{"$schema": "x"}]}]}, 100) is not None
 
 
 def test_meta_schema_outcomes_kept_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -1492,6 +1492,6 @@ def test_meta_schema_outcomes_kept_are_bounded(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(bkmcp, "_META_CHECKED_KEPT", 2)
     for tag in ("kept-a-", "kept-b-", "kept-c-"):
         schema = leaves_schema(3, tag)
-        cls, _resolver = bkmcp._validator_class(schema)
-        bkmcp._check_schema(cls, schema, bkmcp.Deadline(600))
+        cls, _resolver = bkmcp.validator_class(schema)
+        bkmcp.check_schema(cls, schema, bkmcp.Deadline(600))
     assert len(bkmcp._META_CHECKED) == 1

@@ -387,7 +387,7 @@ def test_r01_retry_once_with_a_shared_modern_version():
 
 
 def test_http_transport_takes_an_injected_client_and_keeps_no_cookies():
-    httpx = bkmcp._import_httpx()
+    httpx = bkmcp.import_httpx()
     seen: list[Any] = []
 
     def handler(request: Any) -> Any:
@@ -612,7 +612,7 @@ def test_a_kept_childs_stderr_tail_for_one_operation_is_its_start_up_and_its_own
         protocol_version=None, auth_source="none",
     )  # fmt: skip
     child = bkmcp.ChildProcess(server, bkmcp.Log(io.StringIO()))
-    keep = bkmcp._STDIO_STDERR_TAIL
+    keep = bkmcp.STDIO_STDERR_TAIL
     for i in range(3):
         child.keep_stderr(f"start {i}")
     assert child.stderr_tail(0) == child.stderr_tail() == ["start 0", "start 1", "start 2"]  # not marked yet: all

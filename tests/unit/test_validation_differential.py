@@ -49,15 +49,15 @@ def outcome(tool: dict[str, Any], arguments: Any, *, quick: bool) -> tuple[Any, 
 def assert_same(tool: dict[str, Any], arguments: Any, *, fuzzed: bool = True) -> None:
     schema = tool.get("inputSchema")
     remote: list[str] = []  # _schema_problems refuses a remote $ref before the quick path is asked
-    bkmcp._non_local_refs(schema, remote)
+    bkmcp.non_local_refs(schema, remote)
     quick = isinstance(schema, dict) and not remote and bkmcp._quickly_valid(schema, arguments)
     if fuzzed:
         event("quick path: valid" if quick else "quick path: ask jsonschema")
     # jsonschema itself, with nothing around it: no problem, nothing skipped. Not for a schema bkmcp keeps from
     # jsonschema (_unbounded_schema: too large, or a "$schema" where jsonschema might switch dialects): the quick
     # path is never asked there, and both outcomes below are the basic rules'.
-    if quick and bkmcp._unbounded_schema(schema, bkmcp.SCHEMA_NODE_LIMIT) is None:
-        budget = bkmcp._ValidationBudget(None)
+    if quick and bkmcp.unbounded_schema(schema, bkmcp.SCHEMA_NODE_LIMIT) is None:
+        budget = bkmcp.ValidationBudget(None)
         with mock.patch.object(bkmcp, "_quickly_valid", lambda *args: False):
             assert bkmcp._schema_problems(schema, arguments, budget) == []
         assert budget.skipped == []
@@ -268,11 +268,11 @@ def test_a_call_of_text_and_integers_is_validated_without_loading_decimal() -> N
         "schema = {'type': 'object', 'properties': {'q': {'type': 'string'}, 'n': {'type': 'integer', 'minimum': 1}}}\n"
         "assert bkmcp._quickly_valid(schema, {'q': 'hello', 'n': 7})\n"
         "values = ['x', 7, 2.5, float('nan'), True, None, [], {}]\n"
-        "assert [bkmcp._is_json_number(v) for v in values] == [False, True, True, True, False, False, False, False]\n"
+        "assert [bkmcp.is_json_number(v) for v in values] == [False, True, True, True, False, False, False, False]\n"
         "assert '_decimal' not in sys.modules and '_pydecimal' not in sys.modules and 'decimal' not in sys.modules\n"
         "from decimal import Decimal\n"
         "numbers = [Decimal('1.5'), Decimal('NaN'), Decimal('-Infinity'), bkmcp.parse_json('1.25'), 'x', 3]\n"
-        "assert [bkmcp._is_json_number(v) for v in numbers] == [True, False, False, True, False, True]\n"
+        "assert [bkmcp.is_json_number(v) for v in numbers] == [True, False, False, True, False, True]\n"
         "print('ok')\n"
     )
     proc = subprocess.run(

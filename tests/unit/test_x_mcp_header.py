@@ -291,4 +291,4 @@ def test_fuzz_the_rule_never_raises_and_agrees_with_the_headers(schema, argument
     names = [name for _, name in valid]
     assert len({n.lower() for n in names}) == len(names)  # the valid ones never collide
     for header, value in build_param_headers({"inputSchema": schema}, arguments):
-        assert header[len("Mcp-Param-") :] in names and bkmcp._is_token(header) and "\n" not in value
+        assert header[len("Mcp-Param-") :] in names and bkmcp.is_token(header) and "\n" not in value
