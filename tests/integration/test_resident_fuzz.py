@@ -49,7 +49,8 @@ def world(tmp_path_factory):
     whoami = {k: v for k, v in ENV_TOOL.items() if not k.startswith("x-mock")}
     for user in USERS:
         only = {"name": f"only_{user}", "inputSchema": {"type": "object"}}
-        db.execute("INSERT INTO mcp_tools_cache VALUES ('box', ?, ?, NULL, 0)", (user, json.dumps([whoami, only])))
+        row = (user, json.dumps([whoami, only]))
+        db.execute("INSERT INTO mcp_tools_cache (server_name, user_id, tools, fetched_at) VALUES ('box', ?, ?, 0)", row)
     db.commit()
     db.close()
     yield from resident_serving(reg, srv, "--max-user-processes", "2")
