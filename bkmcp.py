@@ -1137,7 +1137,7 @@ class Deadline:
         self.seconds = seconds
         self.interrupt = interrupt
         self._clock = clock
-        self._start = clock()
+        self._start = self.start = clock()  # when the budget began (a resident command: its arrival)
         self.end = self._start + seconds
 
     def remaining(self) -> float:
@@ -12503,7 +12503,8 @@ class ResidentCommand:
     params: dict[str, Any]
     user_id: str | None
     access_token: str | None
-    received: float = field(default_factory=time.monotonic)
+    # its one budget, from its arrival (``parse_command``): every step of it asks this Deadline
+    deadline: Deadline
     servers: list[ResolvedServer] = field(default_factory=list)  # resolved for it: their secrets scrub its answer
     chosen: dict[str, dict[str, str]] = field(default_factory=dict)  # server -> its credential, chosen once
     # from its registry view: the user's own credentials and the system ones (both scrub its answer)
@@ -12513,11 +12514,6 @@ class ResidentCommand:
 def usable_rows(view: RegistryView) -> list[RegistryServer]:
     """The enabled servers of a view, by name."""
     return [row for name, row in sorted(view.servers.items()) if row.enabled]
-
-
-def time_left(command: ResidentCommand, timeout: float) -> float:
-    """What is left of ``timeout`` for ``command``, counted from its arrival."""
-    return timeout - (time.monotonic() - command.received)
 
 
 def command_scrubber(log: Log, command: ResidentCommand) -> Redactor:
@@ -12548,13 +12544,12 @@ class Catalogues:
         command.servers.append(server)
         return slot, server
 
-    def session(
-        self, command: ResidentCommand, row: Any, slot: Slot, server: ResolvedServer, timeout: float
-    ) -> ResidentSession:
-        """The slot's live session (opened when needed within what is left of ``timeout``, the command's budget);
+    def session(self, command: ResidentCommand, row: Any, slot: Slot, server: ResolvedServer) -> ResidentSession:
+        """The slot's live session (opened when needed within what is left of the command's one ``Deadline``);
         ``server.failed`` when it cannot be connected."""
+        deadline = command.deadline
         try:
-            return self.pool.session(slot, server, time_left(command, timeout), budget=timeout)
+            return self.pool.session(slot, server, deadline.left(), budget=deadline.seconds)
         except BkmcpError as exc:
             self.failed_event(command, row, "connect", exc)
             raise
@@ -12576,7 +12571,7 @@ class Catalogues:
         """The cached catalogue of this user's session of ``row``: memory, the registry cache, or discovery
         (``connect``: discover unless the session is live)."""
         slot, server = self.use(command, view, row)
-        timeout = self.timeout
+        timeout = command.deadline.seconds  # what a timeout's message names
         self.pool.use(slot, 1)
         try:
             live = slot.session
@@ -12595,10 +12590,10 @@ class Catalogues:
                     slot.tools, slot.fresh_until = cached
                     slot.fingerprint = slot_fingerprint(slot, server)
                     return slot.tools
-            session = self.session(command, row, slot, server, timeout)
+            session = self.session(command, row, slot, server)
             started = time.monotonic()
             try:
-                tools, ttl_ms = session.list_tools(time_left(command, timeout))
+                tools, ttl_ms = session.list_tools(command.deadline.left())
             except BkmcpError as exc:
                 self.pool.release(session)
                 self.events.emit(
@@ -12676,7 +12671,7 @@ class Catalogues:
                             "server_name": row.name,
                             "error_code": exc.code,
                             "error": command_scrubber(self.log, command).scrub(
-                                platform_error(exc, server=row.name, timeout=self.timeout).message
+                                platform_error(exc, server=row.name, timeout=command.deadline.seconds).message
                             ),
                         }
                     )
@@ -12823,9 +12818,10 @@ def _is_utf8(text: str) -> bool:
     return True
 
 
-def parse_command(line: bytes) -> ResidentCommand:
-    """One stdin line -> a command; ``InvalidCommandError``/``UnknownActionError`` carry ``details.task_id``
-    (the task_id when one could be read, else None)."""
+def parse_command(line: bytes, timeout: float = DEFAULT_TIMEOUT) -> ResidentCommand:
+    """One stdin line -> a command with its one ``Deadline`` (its ``timeout_ms``, else ``timeout``: ``--timeout``)
+    from now, its arrival; ``InvalidCommandError``/``UnknownActionError`` carry ``details.task_id`` (the task_id
+    when one could be read, else None)."""
     try:
         document = parse_json(line)
     except JsonInputError as exc:
@@ -12895,7 +12891,9 @@ def parse_command(line: bytes) -> ResidentCommand:
             raise InvalidCommandError(
                 "field 'timeout_ms' must be a positive integer of at most 7 days", details={"task_id": task_id}
             )
-    return ResidentCommand(task_id, action, params, user_id, access_token)
+    own = params.get("timeout_ms")  # checked above for call_tool; any action's integer counts, as it always did
+    seconds = own / 1000 if isinstance(own, int) and not isinstance(own, bool) else timeout
+    return ResidentCommand(task_id, action, params, user_id, access_token, Deadline(seconds))
 
 
 def _cut_by_shutdown(command: ResidentCommand) -> BkmcpError:
@@ -13096,7 +13094,7 @@ class InFlight:
     def take_all(self) -> list[ResidentCommand]:
         """Every command still unanswered, oldest first; they leave (the caller answers each)."""
         with self._changed:
-            left = sorted(self._commands.values(), key=lambda c: c.received)
+            left = sorted(self._commands.values(), key=lambda c: c.deadline.start)
             self._commands.clear()
             self._changed.notify_all()
         return left
@@ -13124,8 +13122,7 @@ class Actions:
 
     def _view(self, command: ResidentCommand) -> Any:
         """This command's registry view, waited for within the command's own timeout."""
-        timeout = time_left(command, self.timeout(command))
-        view = self.registry.view(command.user_id, command.access_token, timeout=timeout)
+        view = self.registry.view(command.user_id, command.access_token, timeout=command.deadline.left())
         command.credentials = (view.user_credentials, view.system_credentials)
         self.pool.retire_gone(view)
         return view
@@ -13143,10 +13140,8 @@ class Actions:
         return row
 
     def timeout(self, command: ResidentCommand) -> float:
-        timeout_ms = command.params.get("timeout_ms")
-        return (
-            timeout_ms / 1000 if isinstance(timeout_ms, int) and not isinstance(timeout_ms, bool) else self.opts.timeout
-        )
+        """The command's configured budget (its ``timeout_ms``, else ``--timeout``): what its messages name."""
+        return command.deadline.seconds
 
     def budget(self, command: ResidentCommand) -> float:
         """How long ``command`` may run: its steps use ``--timeout`` from its arrival, a call its own ``timeout_ms``."""
@@ -13184,7 +13179,7 @@ class Actions:
         view = self.registry.view(None, None)
         self.pool.retire_gone(view)
         rows = [row for _, row in sorted(view.servers.items()) if row.enabled and row.isolation == "public"]
-        public = ResidentCommand(command.task_id, "init", {}, None, None)
+        public = ResidentCommand(command.task_id, "init", {}, None, None, command.deadline)
         servers: dict[str, dict[str, Any]] = {}
 
         def one(row: Any) -> None:
@@ -13197,7 +13192,7 @@ class Actions:
                     status="failed",
                     error_code=exc.code,
                     error=command_scrubber(self.log, public).scrub(
-                        platform_error(exc, server=row.name, timeout=self.opts.timeout).message
+                        platform_error(exc, server=row.name, timeout=command.deadline.seconds).message
                     ),
                 )
             servers[row.name] = entry
@@ -13251,9 +13246,9 @@ class Actions:
         self.pool.use(slot, 1)
         try:
             try:
-                session = self.catalogues.session(command, row, slot, server, self.opts.timeout)
+                session = self.catalogues.session(command, row, slot, server)
             except BkmcpError as exc:
-                raise platform_error(exc, server=row.name, timeout=self.opts.timeout) from None
+                raise platform_error(exc, server=row.name, timeout=command.deadline.seconds) from None
             self.pool.release(session)
         finally:
             self.pool.use(slot, -1)
@@ -13328,8 +13323,8 @@ class Actions:
                 f"server {server_name!r} has no tool {clip_text(repr(tool_name), 80)}",
                 details={"server_name": server_name, "tool_name": tool_name},
             )
+        deadline = command.deadline
         try:  # bounded by the command's own deadline, like every later step (docs/contract.md §11)
-            deadline = Deadline(time_left(command, timeout))
             # a strict-mode null for a field the server's schema makes optional and not nullable: left out, only for
             # a tool listed with a strict definition (the one that made such fields nullable); elsewhere a null stays
             # and the validation below refuses it, so the model learns its mistake (§11.2)
@@ -13352,14 +13347,14 @@ class Actions:
         started = time.monotonic()
         try:
             try:
-                session = self.pool.session(slot, server, time_left(command, timeout), budget=timeout)
+                session = self.pool.session(slot, server, deadline.left(), budget=timeout)
             except BkmcpError as exc:
                 self.events.emit("tool.failed", **base, error_code=exc.code, outcome="not_sent")
                 raise platform_error(exc, server=server_name, timeout=timeout) from None
             self.events.emit("tool.started", **base)
             started = time.monotonic()
             try:
-                result = session.call_tool(tool_name, arguments, time_left(command, timeout), tool)
+                result = session.call_tool(tool_name, arguments, deadline.left(), tool)
             except BkmcpError as exc:
                 self.pool.release(session)
                 if isinstance(exc, RemoteError) and not isinstance(exc, CapabilityUnsupportedError):
@@ -13521,7 +13516,7 @@ class ResidentServer:
 
     def dispatch(self, line: bytes) -> None:
         try:
-            command = parse_command(line)
+            command = parse_command(line, self.actions.opts.timeout)
         except (InvalidCommandError, UnknownActionError) as exc:
             self.out.fail(exc.details.get("task_id"), exc)
             return
@@ -13591,7 +13586,9 @@ class ResidentServer:
         signal cuts the wait short."""
         cap = None if seconds is None else time.monotonic() + seconds
         self.in_flight.wait(
-            lambda c: min(c.received + self.actions.budget(c) + _DRAIN_SLACK, cap if cap is not None else float("inf")),
+            lambda c: min(
+                c.deadline.start + self.actions.budget(c) + _DRAIN_SLACK, cap if cap is not None else float("inf")
+            ),
             lambda: self.signalled is not None,
         )
 

@@ -226,3 +226,18 @@ def test_deadline_and_opcontext_are_built_whole():
         deadline.remaining()
     assert re.findall(r"\w+\.interrupt\s*=(?!=)", SOURCE) == ["self.interrupt ="]  # in Deadline.__init__ only
     assert re.findall(r"\bctx\.(?:sessions|on_request)\s*=(?!=)", SOURCE) == []
+
+
+# -- a resident command's one Deadline (issue 37 item 3) ----------------------------------------------------------
+
+
+def test_a_resident_command_gets_one_deadline_when_it_is_parsed_and_every_step_asks_it():
+    params = b'"params":{"action":"call_tool","name":"x","timeout_ms":1500}'
+    call = b'{"task_id":"t","command":"invoke","user":{"userId":"u"},' + params + b"}"
+    command = bkmcp.parse_command(call, 60.0)
+    assert command.deadline.seconds == 1.5 and 0 < command.deadline.left() <= 1.5
+    listing = bkmcp.parse_command(b'{"task_id":"u","command":"invoke","params":{"action":"list_servers"}}', 7.0)
+    assert listing.deadline.seconds == 7.0  # no timeout_ms: the resident's --timeout
+    assert "def time_left" not in SOURCE and "_time_left" not in SOURCE
+    assert re.findall(r"time\.monotonic\(\)\s*-\s*\w+\.(?:received|start)\b", SOURCE) == []
+    assert re.findall(r"\bDeadline\(time_left", SOURCE) == []
