@@ -85,7 +85,8 @@ for line in sys.stdin:
 """
 
 
-def test_a_second_answer_for_one_request_id_is_a_verbose_warning_and_ignored(tmp_path):
+def test_a_second_answer_for_one_request_id_is_warned_and_ignored(tmp_path):
+    """docs/contract.md §9 (issue 36 item 5): a second answer to an answered id is reported, never dropped silently."""
     script = tmp_path / "twice.py"
     script.write_text(TWICE, encoding="utf-8")
     path = config(
@@ -94,9 +95,12 @@ def test_a_second_answer_for_one_request_id_is_a_verbose_warning_and_ignored(tmp
     res = run_bkmcp("--config", path, "-v", "s", "t", "--body", "{}")
     assert res.exit_status == 0, res.stdout + res.stderr
     assert res.json["data"]["result"]["content"][0]["text"] == "once"
-    assert "a second time; the second answer is ignored" in res.stderr
+    warning = "bkmcp: warning: the server answered request id "
+    assert warning in res.stderr and "a second time; it was ignored" in res.stderr
     quiet = run_bkmcp("--config", path, "s", "t", "--body", "{}")
-    assert quiet.exit_status == 0 and quiet.stderr == ""
+    assert quiet.exit_status == 0 and [line.split(" id ")[0] for line in quiet.stderr.splitlines()] == [
+        warning.split(" id ")[0]
+    ]
 
 
 def test_set_cookie_is_never_replayed(tmp_path):
