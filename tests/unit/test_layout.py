@@ -18,6 +18,17 @@ ROOT = Path(__file__).resolve().parents[2]
 SOURCE = (ROOT / "bkmcp.py").read_text(encoding="utf-8")
 
 
+def defined_names(node: ast.stmt) -> list[str]:
+    """The module-level names one top-level statement defines (a def, a class, a plain assignment)."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [node.name]
+    if isinstance(node, ast.Assign):
+        return [t.id for t in node.targets if isinstance(t, ast.Name)]
+    if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+        return [node.target.id]
+    return []
+
+
 def sections_and_violations(source: str) -> tuple[list[tuple[int, int]], list[tuple[int, str, int, int]]]:
     """(section starts, references of a section to a name defined in a section below it)."""
     starts = zipapp_support.section_starts(source)  # what a section is: the build's deferred sections read it too
@@ -28,14 +39,7 @@ def sections_and_violations(source: str) -> tuple[list[tuple[int, int]], list[tu
     tree = ast.parse(source)
     defined: dict[str, int] = {}
     for node in tree.body:
-        names: list[str] = []
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names = [node.name]
-        elif isinstance(node, ast.Assign):
-            names = [t.id for t in node.targets if isinstance(t, ast.Name)]
-        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            names = [node.target.id]
-        for name in names:
+        for name in defined_names(node):
             defined.setdefault(name, section_of(node.lineno))
     violations = []
     for node in tree.body:
@@ -356,14 +360,7 @@ def _wall_violations(source: str) -> list[tuple[str, str, str, int]]:
     tree = ast.parse(source)
     private: dict[str, str] = {}
     for node in tree.body:
-        names: list[str] = []
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names = [node.name]
-        elif isinstance(node, ast.Assign):
-            names = [t.id for t in node.targets if isinstance(t, ast.Name)]
-        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            names = [node.target.id]
-        for name in names:
+        for name in defined_names(node):
             if name.startswith("_") and not name.startswith("__"):
                 private.setdefault(name, room_of(node.lineno))
     found = []
