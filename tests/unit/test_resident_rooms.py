@@ -123,8 +123,8 @@ def test_read_lines_splits_skips_overlong_lines_and_keeps_a_last_line_without_ne
 def test_in_flight_gives_each_command_exactly_one_answer():
     table = bkmcp.InFlight()
     a, b = (
-        bkmcp.ResidentCommand("t1", "list_tools", {}, "u", None),
-        bkmcp.ResidentCommand("t1", "list_tools", {}, "u", None),
+        bkmcp.ResidentCommand("t1", "list_tools", {}, "u", None, bkmcp.Deadline(60.0)),
+        bkmcp.ResidentCommand("t1", "list_tools", {}, "u", None, bkmcp.Deadline(60.0)),
     )
     assert table.add(a) and not table.add(b) and "t1" in table
     assert table.claim(a) and not table.claim(a) and "t1" not in table

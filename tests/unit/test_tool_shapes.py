@@ -528,7 +528,7 @@ def test_shaping_happens_once_per_catalogue_not_per_list_tools(monkeypatch):
     catalogues = bkmcp.Catalogues(Pool(), None, None, None, 1.0)  # type: ignore[arg-type]
     row = type("Row", (), {"name": "s", "isolation": "public"})()
     for user in ("u1", "u2", "u1"):
-        command = bkmcp.ResidentCommand("t", "list_tools", {}, user, None)
+        command = bkmcp.ResidentCommand("t", "list_tools", {}, user, None, bkmcp.Deadline(60.0))
         shaped = catalogues.shaped(command, row, slot.tools)
         assert set(shaped) == {0, 1}
     assert calls == ["a", "b"]
