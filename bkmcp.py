@@ -1711,13 +1711,14 @@ CONFIG_EXAMPLE_LINES = (
 )
 _HTTP_FIELDS = frozenset({"type", "url", "headers", "protocolVersion"})
 _STDIO_FIELDS = frozenset({"type", "command", "args", "env", "cwd", "protocolVersion"})
-# What editors (Claude Desktop, Cursor, Cline, Roo) also write per entry and bkmcp accepts without acting on it:
-# tool approval lists (bkmcp calls only the tool named on its command line, so they grant nothing here) and
-# "disabled" (a disabled entry is refused when selected). docs/contract.md §3.
-_EDITOR_FIELDS = frozenset({"autoApprove", "alwaysAllow", "disabled"})
+# "disabled", which editors (Cline, Roo Code, Windsurf) write per entry, is honoured: a disabled entry is refused
+# when selected. docs/contract.md §3.
+_EDITOR_FIELDS = frozenset({"disabled"})
 # What editors write per entry whose effect bkmcp does not have: accepted, and the selected entry's are named in a
 # warning (field -> who writes it and what to do instead). docs/contract.md §3.
 EDITOR_IGNORED_FIELDS = {
+    "autoApprove": "Cline; bkmcp calls only the tool named on its command line, so it grants nothing",
+    "alwaysAllow": "Roo Code, Kilo Code; bkmcp calls only the tool named on its command line, so it grants nothing",
     "timeout": "Cline, Roo Code, Claude Code; a call's time limit is the --timeout option",
     "disabledTools": "Windsurf, Roo Code; bkmcp hides no tool",
     "watchPaths": "Roo Code; bkmcp restarts no server on file changes",

@@ -552,7 +552,11 @@ def test_stdio_an_editor_config_file_runs_as_it_is(tmp_path):
     }
     config = write_mcp_json(tmp_path, {"notes": entry}, name="claude_desktop_config.json")
     result = run_bkmcp("--config", str(config), "--timeout", "20s", "notes", "echo", "--text", "hi")
-    assert result.exit_status == 0 and result.stderr == "", result.stdout + result.stderr
+    assert result.exit_status == 0, result.stdout + result.stderr
+    assert result.stderr.splitlines() == [  # issue 40 item 1: the approval lists are named as ignored
+        f"bkmcp: warning: {config}: server 'notes': field \"{field}\" is ignored ({bkmcp.EDITOR_IGNORED_FIELDS[field]})"
+        for field in ("alwaysAllow", "autoApprove")
+    ]
     calls = [json.loads(line)["json"]["params"] for line in log.read_text().splitlines() if '"tools/call"' in line]
     assert [(p["name"], p["arguments"]) for p in calls] == [("echo", {"text": "hi"})]
 
@@ -1077,8 +1081,9 @@ def test_stdio_an_editor_file_with_entries_bkmcp_cannot_take_still_runs_its_serv
     assert [(p["name"], p["arguments"]) for p in calls] == [("echo", {"text": "hi"})]
     expected = {
         "cline": [
-            f"bkmcp: warning: {config}: server 'notes': field \"timeout\" is ignored "
-            f"({bkmcp.EDITOR_IGNORED_FIELDS['timeout']})"
+            f"bkmcp: warning: {config}: server 'notes': field \"{field}\" is ignored "
+            f"({bkmcp.EDITOR_IGNORED_FIELDS[field]})"
+            for field in ("autoApprove", "timeout")
         ]
     }.get(editor, [f"bkmcp: warning: {config}: server 'legacy': unsupported type 'sse'; this server is left out"])
     assert result.stderr.splitlines() == expected

@@ -313,7 +313,8 @@ def test_c02_an_editor_file_works_as_it_is(editor, write_config, no_network):
         note = bkmcp.EDITOR_IGNORED_FIELDS[field]
         expected.append(f"bkmcp: warning: {path}: server 'time': field \"{field}\" is ignored ({note})")
     assert warnings == expected
-    assert {"cline": ("timeout",), "vscode": ("dev", "envFile")}.get(editor, ()) == conf.servers["time"].ignored
+    ignored = {"cline": ("autoApprove", "timeout"), "vscode": ("dev", "envFile")}.get(editor, ())
+    assert ignored == conf.servers["time"].ignored
 
 
 def test_c02_an_entry_bkmcp_cannot_take_is_the_error_only_when_selected(write_config, no_network):
