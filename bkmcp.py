@@ -2372,6 +2372,7 @@ def resolve_server(
 # ======================================================================================================
 # 5. Protocol core (sans-IO) — deferred in the pyz
 # ======================================================================================================
+
 # Everything here is pure: it turns bytes into events and dicts into wire messages and back, and decides
 # what an answer means. It imports neither httpx nor sockets nor subprocess (design.md, Code style: the h11 model); the
 # transports of section 6 own the I/O and drive these functions message by message.
@@ -3600,6 +3601,7 @@ def build_task_refusal(tool: Mapping[str, Any], server_name: str) -> CapabilityU
 # ======================================================================================================
 # 6. Transports — deferred in the pyz
 # ======================================================================================================
+
 # -- 6.1 the Transport seam (docs/design.md, "The session engine") -----------------------------------------------------
 # A transport moves section-5 messages and decides nothing about eras or matching. The seam (``Transport``):
 #   ``attach(deliver, lost, answer_headers)``  ``deliver(message, related) -> bool`` takes every incoming message
@@ -5546,6 +5548,7 @@ TRANSPORTS: dict[str, Callable[..., Any]] = {"http": HttpTransport, "stdio": Std
 # ======================================================================================================
 # 7. Client flows — deferred in the pyz
 # ======================================================================================================
+
 # ``McpSession`` drives the section-5 core over a section-6 transport: open once, then any number of requests,
 # many in flight at once (from as many threads), each with its own deadline. The flows below —
 # negotiate, discover, call, check, dry-run — take a session (or open one) and a per-operation ``OpContext``;
@@ -14076,6 +14079,7 @@ class _WarmSource(SessionSource):
 # ======================================================================================================
 # 11. CLI
 # ======================================================================================================
+
 # Where code goes, for the pyz's deferred sections (docs/building.md; the build, zipapp_support.defer_sections,
 # refuses a source that breaks a rule and says what to move):
 #   * A section whose banner title ends with "— deferred in the pyz" (5-8 and 10) runs on first use in the pyz;
