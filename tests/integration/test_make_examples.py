@@ -18,25 +18,24 @@ from tests.helpers import ROOT
 pytestmark = [pytest.mark.integration, pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")]
 
 
-def test_the_printed_next_steps_run_as_printed(tmp_path: Path) -> None:
-    folder, elsewhere = tmp_path / "examples", tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "PYTHONPATH": ""}
-    assert shutil.which("bkmcp", path=env["PATH"]) is None
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            str(ROOT / "mock_server" / "examples.py"),
-            "--bkmcp",
-            f"{sys.executable} {ROOT / 'bkmcp.py'}",
-            str(folder),
-        ],
+def start_examples(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    """``mock_server/examples.py ARGS`` (what ``make examples`` runs) from the repository, its output piped."""
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "mock_server" / "examples.py"), *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env=env,
         cwd=str(ROOT),
     )
+
+
+def test_the_printed_next_steps_run_as_printed(tmp_path: Path) -> None:
+    folder, elsewhere = tmp_path / "examples", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "PYTHONPATH": ""}
+    assert shutil.which("bkmcp", path=env["PATH"]) is None
+    proc = start_examples(["--bkmcp", f"{sys.executable} {ROOT / 'bkmcp.py'}", str(folder)], env)
     try:
         assert proc.stdout is not None
         printed: list[str] = []
@@ -81,14 +80,7 @@ def test_ctrl_c_removes_the_temp_folder_it_made_and_keeps_a_given_one(tmp_path: 
     temp.mkdir()
     for folder_arg in ([], [str(given)]):
         env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "PYTHONPATH": "", "TMPDIR": str(temp)}
-        proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "mock_server" / "examples.py"), *folder_arg],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-            cwd=str(ROOT),
-        )
+        proc = start_examples(folder_arg, env)
         try:
             assert proc.stdout is not None
             line = ""
