@@ -12641,8 +12641,9 @@ class Catalogues:
         if cached is None:
             return None
         # its age by the wall clock (the catalogue may come from an earlier run), counted on this process's clock
-        fresh_until = catalogue_kept_until(cached.ttl_ms, time.monotonic() - (time.time() - cached.fetched_at))
-        return None if not catalogue_fresh(fresh_until, False, time.monotonic()) else (cached.tools, fresh_until)
+        now = time.monotonic()
+        fresh_until = catalogue_kept_until(cached.ttl_ms, now - (time.time() - cached.fetched_at))
+        return (cached.tools, fresh_until) if catalogue_fresh(fresh_until, False, now) else None
 
     def _store(self, slot: Slot, ttl_ms: int) -> None:
         if slot.tools is None:
