@@ -11408,7 +11408,8 @@ class SessionPool:
         # counted against the limits until their close returned -> (transport, user of a per-user session)
         self._closing: dict[ResidentSession, tuple[str, str | None]] = {}
         self._public: dict[str, Slot] = {}  # the public servers' slots, by server name (also in ``_slots``)
-        self.on_users_gone: Callable[[set[str]], None] | None = None  # users the reaper forgot (no slot left)
+        # users the reaper forgot (no slot left) and when it decided so (monotonic)
+        self.on_users_gone: Callable[[set[str], float], None] | None = None
         self.http_limit = build_http_session_limit(opts.max_processes, _open_file_limit())
         self._closers: set[Any] = set()  # threads closing retired sessions (close_all waits for them)
 
@@ -11874,7 +11875,7 @@ class SessionPool:
         if gone:
             self.registry.forget_users(gone)  # its per-user memory (credentials, answers)
             if self.on_users_gone is not None:
-                self.on_users_gone(gone)
+                self.on_users_gone(gone, now)
 
     def close_all(self) -> None:
         """Shutdown: close every session, live or still opening (its child's whole process group is reaped too),
@@ -12536,6 +12537,7 @@ class Catalogues:
     log: Log
     timeout: float  # --timeout: each discovery's budget
     names: dict[str, dict[str, tuple[str, str]]] = field(default_factory=dict)  # user -> injected -> (server, tool)
+    named_at: dict[str, float] = field(default_factory=dict)  # user -> when ``names`` was set (monotonic)
 
     def use(self, command: ResidentCommand, view: Any, row: Any) -> tuple[Slot, ResolvedServer]:
         """The slot and resolved server of ``row`` for ``command``'s user (whose secrets then scrub its answer);
@@ -12718,6 +12720,7 @@ class Catalogues:
         table = build_injected_names(self.known_pairs(command, view, found))
         assert command.user_id is not None
         self.names[command.user_id] = table
+        self.named_at[command.user_id] = time.monotonic()
         by_pair = {pair: injected for injected, pair in table.items()}
         tools: list[dict[str, Any]] = []
         warnings: list[dict[str, Any]] = []
@@ -12749,10 +12752,13 @@ class Catalogues:
             slot.shaped = (catalogue, shaped)
         return shaped
 
-    def forget(self, users: set[str]) -> None:
-        """The reaper forgot these users' slots: their name tables go too (a user who comes back starts over)."""
+    def forget(self, users: set[str], decided: float) -> None:
+        """The reaper forgot these users' slots at ``decided``: their name tables go too (a user who comes back
+        starts over), but not one a command of a user who came back has set since."""
         for user in users:
-            self.names.pop(user, None)
+            if self.named_at.get(user, decided) < decided:
+                self.names.pop(user, None)
+                self.named_at.pop(user, None)
 
 
 # -- 10.4 the command server (docs/contract.md §11.1, §11.2) -----------------------------------------------------------
@@ -13295,8 +13301,8 @@ class Actions:
             if pair is None:
                 pair = build_injected_names(self.catalogues.known_pairs(command, view)).get(injected)
             if pair is None and command.user_id not in self.catalogues.names:  # forgotten after idling: list again
-                self._tool_list(command, refresh=False)
-                pair = self.catalogues.names.get(command.user_id, {}).get(injected)
+                listed = self._tool_list(command, refresh=False)["tools"]
+                pair = next(((t["server_name"], t["tool_name"]) for t in listed if t["name"] == injected), None)
             if pair is None:
                 exc: BkmcpError = ToolNotFoundError(
                     f"no tool is injected as {clip_text(repr(injected), 80)} for this user", details={"name": injected}

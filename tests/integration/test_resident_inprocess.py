@@ -498,7 +498,7 @@ def test_pool_retires_outdated_sessions_forgets_idle_users_and_trims_http(tmp_pa
     in-memory catalogue; an idle HTTP session closes its keep-alive connections and keeps serving."""
     pool = _pool(tmp_path, "--idle-timeout", "50ms")
     gone: list[set] = []
-    pool.on_users_gone = gone.append
+    pool.on_users_gone = lambda users, decided: gone.append(users)
     try:
         slot = pool.slot("a", _Row("s1"))
         first = pool.session(slot, _server("s1"), 30)
@@ -552,6 +552,32 @@ def test_pool_retires_outdated_sessions_forgets_idle_users_and_trims_http(tmp_pa
     assert bkmcp.is_exhaustion(OSError(24, "Too many open files"))
     assert not bkmcp.is_exhaustion(OSError(2, "No such file"))
     assert bkmcp.is_exhaustion(RuntimeError("can't start new thread"))
+
+
+def test_a_user_who_came_back_keeps_the_name_table_the_reaper_decided_to_forget_before():
+    """The reaper decides which users are gone, then forgets their name tables after writing to disk: a user whose
+    list_tools set a new table in between kept it (CI saw its call_tool answered mcp_tool_not_found); a table
+    made before the decision goes."""
+    slot = bkmcp.Slot("u", "s", "user")
+    slot.tools = [{"name": "echo", "inputSchema": {"type": "object"}}]
+
+    class Pool:
+        def peek(self, user, row):
+            return slot
+
+    catalogues = bkmcp.Catalogues(Pool(), None, None, None, 1.0)  # type: ignore[arg-type]
+    view = bkmcp.RegistryView({"s": bkmcp.RegistryServer(name="s", transport_type="stdio", isolation="user")})
+    command = bkmcp.ResidentCommand("t", "list_tools", {}, "u", None, bkmcp.Deadline(60.0))
+
+    def listed() -> None:
+        catalogues.answer(command, view, list(view.servers.values()), {"s": slot.tools}, [])
+
+    decided = time.monotonic()
+    listed()  # the user came back after the reaper's decision
+    catalogues.forget({"u"}, decided)
+    assert catalogues.names["u"] == {"mcp_s_echo": ("s", "echo")}
+    catalogues.forget({"u"}, time.monotonic())  # decided after the table was made: forgotten
+    assert "u" not in catalogues.names and "u" not in catalogues.named_at
 
 
 @pytest.mark.parametrize(("age", "ttl_ms", "lists"), [(3600.0, 1000, 1), (1.0, 600000, 0), (3600.0, None, 0)])
