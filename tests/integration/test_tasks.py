@@ -1,0 +1,196 @@
+"""Tasks (docs/contract.md §5 "Tasks"), against the mock's "job" tools in both shapes: the 2025-11-25 core
+(``params.task``, ``tasks/get|result|list|cancel``) and the 2026-07-28 extension ``io.modelcontextprotocol/tasks``
+(declared per request, ``tasks/get|cancel`` with ``Mcp-Name: <taskId>``). What the server received is asserted:
+one ``tools/call`` per command, polls bounded, the routing header, no ``tasks/cancel`` unless asked."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mock_server.mcp_mock import TASK_CAPABILITIES, TASKS_EXTENSION, MockServer, mock_tool
+from tests.helpers import ROOT, run_bkmcp, sigint_as_in_a_terminal, write_mcp_json
+
+pytestmark = [pytest.mark.integration]
+
+LEGACY, MODERN = "2025-11-25", "2026-07-28"
+ERAS = [LEGACY, MODERN]
+SECRET = "tok-3d1c0ffee-secret"
+TEXT = {"text": {"type": "string"}}
+
+
+def job(name: str, support: str | None = "optional", **options: object) -> dict:
+    tool = mock_tool(name, "job", TEXT, poll_ms=40, **options)
+    if support is not None:
+        tool["execution"] = {"taskSupport": support}
+    return tool
+
+
+TOOLS = [
+    job("quick"),
+    job("slowish", after_ms=300),
+    job("must", "required"),
+    job("never", end="never"),
+    job("failing", end="failed"),
+    job("erring", end="is_error"),
+    job("cancelled", end="cancelled"),
+    job("expiring", end="expires", after_ms=100),
+    job("asking", end="input", after_ms=50),
+    job("plain_only", None),
+    mock_tool("echoer", "echo", TEXT),
+]
+
+
+@pytest.fixture
+def server():
+    srv = MockServer({"tools": TOOLS, "capabilities": TASK_CAPABILITIES})
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+class Cli:
+    """bkmcp in-process against one mock, with a private state directory (the task store)."""
+
+    def __init__(self, tmp_path: Path, srv: MockServer, version: str | None) -> None:
+        entry: dict = {"type": "http", "url": srv.url, "headers": {"Authorization": f"Bearer {SECRET}"}}
+        if version:
+            entry["protocolVersion"] = version
+        self.srv = srv
+        self.config = write_mcp_json(tmp_path / "mcp.json", {"m": entry})
+        self.state = tmp_path / "state"
+        self.env = {"HOME": str(tmp_path), "XDG_STATE_HOME": str(self.state)}
+
+    def __call__(self, *args: str):
+        return run_bkmcp("--config", str(self.config), "m", *args, env=self.env)
+
+    @property
+    def store(self) -> Path:
+        return self.state / "bkmcp" / "tasks.json"
+
+    def sent(self, method: str) -> list[dict]:
+        return [e for e in self.srv.requests(method)]
+
+    def params(self, method: str) -> list[dict]:
+        return [json.loads(e["body"])["params"] for e in self.srv.requests(method)]
+
+
+@pytest.fixture(params=ERAS)
+def cli(request, tmp_path, server):
+    return Cli(tmp_path, server, request.param)
+
+
+def _assert_asked_as_task(cli: Cli, modern: bool) -> None:
+    (call,) = cli.params("tools/call")
+    if modern:
+        caps = call["_meta"]["io.modelcontextprotocol/clientCapabilities"]
+        assert caps["extensions"] == {TASKS_EXTENSION: {}} and "task" not in call
+    else:
+        assert call["task"] == {}
+
+
+def test_task_waits_and_prints_the_result_as_a_plain_call_would(cli):
+    modern = "2026" in cli.config.read_text()
+    waited = cli("slowish", "--text", "hi", "--task")
+    assert waited.exit_status == 0, waited.stdout + waited.stderr
+    data = waited.json["data"]
+    assert set(data) == {"server", "tool", "result"} and data["tool"] == "slowish"
+    assert data["result"]["content"][0]["text"] == 'job done: {"text":"hi"}'
+    _assert_asked_as_task(cli, modern)
+    polls = cli.sent("tasks/get")
+    assert 1 <= len(polls) <= 300 // 30 + 2  # at the server's 40 ms interval, jittered down to no less than 32 ms
+    assert not cli.sent("tasks/cancel")
+    if modern:  # the extension routes by task id: Mcp-Name on every tasks/* request
+        task_id = polls[0]["json"]["params"]["taskId"]
+        assert {e["headers"]["mcp-name"] for e in polls} == {task_id}
+        assert {e["headers"]["mcp-method"] for e in polls} == {"tasks/get"}
+        assert not cli.sent("tasks/result")
+    else:
+        assert len(cli.sent("tasks/result")) == 1
+
+
+def test_a_task_required_tool_runs_as_a_task_without_the_flag(cli):
+    modern = "2026" in cli.config.read_text()
+    result = cli("must", "--text", "x")
+    assert result.exit_status == 0, result.stdout + result.stderr
+    assert result.json["data"]["result"]["content"][0]["text"] == 'job done: {"text":"x"}'
+    notes = [line for line in result.stderr.splitlines() if "task" in line]
+    assert len(notes) == 1 and "can only run as a task" in notes[0]
+    _assert_asked_as_task(cli, modern)
+
+
+def test_a_plain_call_stays_plain(cli):
+    result = cli("quick", "--text", "x")
+    assert result.exit_status == 0, result.stderr
+    (call,) = cli.params("tools/call")
+    assert "task" not in call and not cli.sent("tasks/get")
+
+
+@pytest.mark.parametrize(
+    ("tool", "code"),
+    [
+        ("failing", "mcp_task_failed"),
+        ("cancelled", "mcp_task_cancelled"),
+        ("expiring", "mcp_task_expired"),
+        ("erring", "mcp_tool_error"),
+    ],
+)
+def test_a_task_that_does_not_complete_ends_with_a_stable_code(cli, tool, code):
+    result = cli(tool, "--text", "x", "--task")
+    assert result.exit_status == 2, result.stdout + result.stderr
+    assert result.error_code == code
+    envelope = result.json
+    if code == "mcp_tool_error":  # the call's own isError result, as a plain call reports it
+        assert envelope["data"]["result"]["isError"] is True
+    elif code != "mcp_task_expired":
+        assert envelope["data"]["task"]["status"] == tool.replace("failing", "failed")
+    assert len(cli.sent("tools/call")) == 1 and not cli.sent("tasks/cancel")
+
+
+def test_a_wait_that_outlasts_timeout_detaches_with_the_handle(cli):
+    result = cli("never", "--text", "x", "--task", "--timeout", "1s")
+    assert result.exit_status == 2, result.stdout + result.stderr
+    envelope = result.json
+    assert envelope["error"]["code"] == "mcp_task_running" and envelope["error"]["outcome"] == "task_running"
+    assert "goes on" in envelope["error"]["message"]
+    task = envelope["data"]["task"]
+    assert task["status"] == "working" and task["mcp_task_id"].startswith("job-")
+    assert envelope["data"]["commands"]["cancel"].endswith(f"--task-cancel {task['mcp_task_id']}")
+    assert 1 <= len(cli.sent("tasks/get")) <= 1000 // 32 + 1  # bounded by --timeout and the interval
+    assert not cli.sent("tasks/cancel") and len(cli.sent("tools/call")) == 1
+    kept = json.loads(cli.store.read_text())["tasks"]
+    assert [t["mcp_task_id"] for t in kept] == [task["mcp_task_id"]]
+
+
+def test_a_task_asking_for_input_ends_with_a_clear_error_and_is_left_waiting(cli):
+    result = cli("asking", "--text", "x", "--task")
+    assert result.exit_status == 2, result.stdout + result.stderr
+    error = result.json["error"]
+    assert error["code"] == "mcp_capability_unsupported" and error["capability"] == "elicitation"
+    assert "input_required" in error["message"] and error["outcome"] == "task_waiting"
+    assert not cli.sent("tasks/cancel") and not cli.sent("tasks/update")
+
+
+def test_task_on_a_tool_that_cannot_run_as_one_is_refused_unsent(tmp_path, server):
+    legacy = Cli(tmp_path, server, LEGACY)
+    refused = legacy("plain_only", "--text", "x", "--task")
+    assert refused.exit_status == 2 and refused.error_code == "mcp_capability_unsupported"
+    assert refused.json["error"]["outcome"] == "not_sent" and "cannot run as a task" in refused.json["error"]["message"]
+    assert not server.requests("tools/call")
+
+
+def test_a_modern_server_that_answers_at_once_is_printed_as_is(tmp_path, server):
+    modern = Cli(tmp_path, server, MODERN)
+    server.core.update({"capabilities": {"tools": {}}})  # no extension offered: bkmcp still declares it for --task
+    result = modern("echoer", "--text", "x", "--task")
+    assert result.exit_status == 0, result.stdout + result.stderr
+    assert "no task was made" in result.stderr
+    _assert_asked_as_task(modern, True)
