@@ -194,3 +194,146 @@ def test_a_modern_server_that_answers_at_once_is_printed_as_is(tmp_path, server)
     assert result.exit_status == 0, result.stdout + result.stderr
     assert "no task was made" in result.stderr
     _assert_asked_as_task(modern, True)
+
+
+def test_detach_prints_the_handle_and_later_commands_resume_it(cli):
+    modern = "2026" in cli.config.read_text()
+    detached = cli("slowish", "--text", "hi-value", "--detach")
+    assert detached.exit_status == 0, detached.stdout + detached.stderr
+    data = detached.json["data"]
+    task = data["task"]
+    assert set(task) >= {"mcp_task_id", "server", "era", "status", "ttl_ms", "poll_interval_ms", "tool"}
+    assert (task["era"], task["status"], task["ttl_ms"]) == ("modern" if modern else "legacy", "working", 60000)
+    task_id = task["mcp_task_id"]
+    assert set(data["commands"]) == {"status", "result", "cancel"} and task_id in data["commands"]["status"]
+    assert len(cli.sent("tools/call")) == 1 and not cli.sent("tasks/get")
+    status = cli("--task-status", task_id)
+    assert status.exit_status == 0, status.stdout + status.stderr
+    assert status.json["data"]["task"]["mcp_task_id"] == task_id
+    assert status.json["data"]["task"]["tool"] == "slowish"  # from the local store
+    done = cli("--task-result", task_id, "--wait")
+    assert done.exit_status == 0, done.stdout + done.stderr
+    assert done.json["data"]["result"]["content"][0]["text"] == 'job done: {"text":"hi-value"}'
+    assert done.json["data"]["task"]["status"] == "completed"
+    assert len(cli.sent("tools/call")) == 1  # resuming never calls again
+    if modern:
+        assert {e["headers"]["mcp-name"] for e in cli.sent("tasks/get")} == {task_id}
+    else:  # the task lives in its legacy session: the later commands continue it, without a new initialize
+        (call,) = cli.sent("tools/call")
+        session = call["headers"]["mcp-session-id"]
+        assert {e["headers"]["mcp-session-id"] for e in cli.sent("tasks/get")} == {session}
+        assert len(cli.sent("initialize")) == 1
+    listed = cli("--tasks")
+    assert listed.exit_status == 0, listed.stdout + listed.stderr
+    assert [t["mcp_task_id"] for t in listed.json["data"]["tasks"]] == [task_id]
+    assert "session_id" not in listed.json["data"]["tasks"][0]
+    if modern:
+        assert listed.json["data"]["server_tasks"] is None and not cli.sent("tasks/list")
+    else:
+        assert task_id in [t["taskId"] for t in listed.json["data"]["server_tasks"]]
+    store = cli.store
+    assert stat.S_IMODE(store.stat().st_mode) == 0o600 and stat.S_IMODE(store.parent.stat().st_mode) == 0o700
+    text = store.read_text()
+    assert SECRET not in text and "hi-value" not in text  # no credential, no argument value
+
+
+def test_a_detached_task_is_cancelled_by_id(cli):
+    modern = "2026" in cli.config.read_text()
+    task_id = cli("never", "--text", "x", "--detach").json["data"]["task"]["mcp_task_id"]
+    cancelled = cli("--task-cancel", task_id)
+    assert cancelled.exit_status == 0, cancelled.stdout + cancelled.stderr
+    # the extension acknowledges with {} (cancellation is cooperative); the core answers the cancelled task
+    assert cancelled.json["data"]["task"]["status"] == ("cancel_requested" if modern else "cancelled")
+    (sent,) = cli.sent("tasks/cancel")
+    if modern:
+        assert sent["headers"]["mcp-name"] == task_id
+    ended = cli("--task-result", task_id)
+    assert (ended.exit_status, ended.error_code) == (2, "mcp_task_cancelled")
+    assert len(cli.sent("tools/call")) == 1
+
+
+def test_a_result_asked_before_the_task_ends_says_it_still_runs(cli):
+    task_id = cli("never", "--text", "x", "--detach").json["data"]["task"]["mcp_task_id"]
+    early = cli("--task-result", task_id)
+    assert (early.exit_status, early.error_code) == (2, "mcp_task_running")
+    assert early.json["data"]["commands"]["result"].endswith("--wait")
+    assert not cli.sent("tasks/cancel")
+
+
+def test_an_unknown_task_id_is_expired(cli):
+    result = cli("--task-status", "job-nope")
+    assert (result.exit_status, result.error_code) == (2, "mcp_task_expired")
+    assert "no longer knows task 'job-nope'" in result.json["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--task-status", "x", "--wait"), "--wait is only valid with --task-result"),
+        (("--task",), "--task needs a tool call"),
+        (("quick", "--body", "{}", "--dry-run", "--detach"), "--detach needs a tool call (and no --dry-run)"),
+        (("--tasks", "--task-status", "x"), "cannot be combined"),
+        (("--task-cancel",), "--task-cancel needs a task id"),
+    ],
+)
+def test_task_option_mistakes_are_usage_errors(tmp_path, args, message):
+    config = write_mcp_json(tmp_path / "mcp.json", {"m": {"type": "http", "url": "http://127.0.0.1:9/mcp"}})
+    result = run_bkmcp("--config", str(config), "m", *args, env={"HOME": str(tmp_path)})
+    assert (result.exit_status, result.error_code) == (1, "usage_error"), result.stderr
+    assert message in result.json["error"]["message"]
+
+
+def test_a_tool_property_named_task_is_reached_only_through_body(tmp_path):
+    """``task`` and ``detach`` are reserved (docs/contract.md §6): such a property has no flag."""
+    tool = mock_tool("t", "echo", {"task": {"type": "string"}, "detach": {"type": "boolean"}})
+    with MockServer({"tools": [tool]}) as srv:
+        config = write_mcp_json(tmp_path / "mcp.json", {"m": {"type": "http", "url": srv.url}})
+        listed = run_bkmcp("--config", str(config), "m", "--tools", env={"HOME": str(tmp_path)})
+        body_only = listed.json["data"]["cli"]["t"]["body_only"]
+        assert {entry["name"] for entry in body_only} >= {"task", "detach"}
+        sent = run_bkmcp("--config", str(config), "m", "t", "--body", '{"task": "write"}', env={"HOME": str(tmp_path)})
+        assert sent.exit_status == 0, sent.stdout + sent.stderr
+        assert json.loads(srv.requests("tools/call")[0]["body"])["params"]["arguments"] == {"task": "write"}
+
+
+def test_ctrl_c_while_waiting_detaches_without_cancelling(tmp_path, server):
+    """SIGINT during the wait: exit 130, the task's handle and the commands that resume or cancel it; the server
+    receives neither tasks/cancel nor notifications/cancelled, and the task is still there."""
+    cli = Cli(tmp_path, server, LEGACY)
+    env = {**cli.env, "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    argv = [sys.executable, str(ROOT / "bkmcp.py"), "--config", str(cli.config), "m", "never", "--text", "x", "--task"]
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, preexec_fn=sigint_as_in_a_terminal
+    )
+    try:
+        assert server.wait_for("tasks/get", timeout=30)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, out + err
+    envelope = json.loads(out)
+    assert envelope["error"]["code"] == "mcp_cancelled" and envelope["error"]["outcome"] == "task_running"
+    task_id = envelope["data"]["task"]["mcp_task_id"]
+    assert envelope["data"]["commands"]["cancel"].endswith(f"--task-cancel {task_id}")
+    assert "not cancelled" in envelope["error"]["message"]
+    time.sleep(0.2)  # anything bkmcp would still send on its way out has arrived
+    assert not server.requests("tasks/cancel") and not server.requests("notifications/cancelled")
+    assert cli("--task-status", task_id).json["data"]["task"]["status"] == "working"
+
+
+def test_over_stdio_one_shot_a_task_is_waited_for_and_detach_is_refused(tmp_path):
+    from tests.helpers import stdio_mock_entry, stdio_mock_log
+
+    entry, log = stdio_mock_entry(tmp_path, {"tools": TOOLS, "capabilities": TASK_CAPABILITIES}, LEGACY)
+    config = write_mcp_json(tmp_path / "mcp.json", {"s": entry})
+    env = {"HOME": str(tmp_path)}
+    waited = run_bkmcp("--config", str(config), "s", "must", "--text", "x", env=env)
+    assert waited.exit_status == 0, waited.stdout + waited.stderr
+    refused = run_bkmcp("--config", str(config), "s", "slowish", "--text", "x", "--detach", env=env)
+    assert (refused.exit_status, refused.error_code) == (1, "usage_error")
+    assert "--keep-alive" in refused.json["error"]["hint"] and "live in its process" in refused.json["error"]["message"]
+    calls = [e for e in stdio_mock_log(log) if e.get("rpc_method") == "tools/call"]
+    assert len(calls) == 1 and calls[0]["json"]["params"]["task"] == {}
