@@ -40,7 +40,8 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                    Mcp-Session-Id that initialize issues (ClientSession)
        5.7 negotiation             the modern probe and the legacy fallback as pure decision steps (Negotiation)
        5.8 x-mcp-header            a tool excluded for an invalid x-mcp-header declaration (split_excluded_tools)
-       5.9 task-only tools         refused before their tools/call (bkmcp has no task support)
+       5.9 tasks                   who runs a call as a task (decide_task), the task's shapes in both eras
+                                   (parse_created_task, build_task_handle), the poll delay (task_poll_delay)
     6. Transports               the Transport seam: HTTP via httpx (concurrent POSTs on one pooled client),
                                 stdio framing (a bounded line reader, lines that are not JSON-RPC skipped)
                                 apart from child-process supervision, in four rooms:
@@ -63,6 +64,9 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                    unknown URI: mcp_resource_not_found); how long a kept catalogue
                                    stays fresh (ttlMs, list_changed), for 10.3 and 10.5; call; a call that times
                                    out or is interrupted cancelled (notifications/cancelled)
+       7.3.1 tasks                   a call run as a task and waited for (--task, --detach); --task-status,
+                                     --task-result [--wait], --task-cancel, --tasks; a legacy HTTP task's own
+                                     session (ResumedSessions); the handle store (task_store_path)
        7.4 the CLI's operations    one session each: --check, --tools (and --tools --brief), --resources (and
                                    --resources --brief), --read, --prompts, --prompt, --dry-run
     8. Schema flags             inputSchema -> typed flags, values, validation, in six rooms:
@@ -6840,6 +6844,18 @@ def _still_running(session: McpSession, ctx: OpContext, handle: dict[str, Any]) 
     )
 
 
+def plan_task(session: McpSession, ctx: OpContext, tool: Mapping[str, Any], choice: TaskChoice) -> bool:
+    """``decide_task`` for this session (its era, the capabilities it was told), and the one stderr line that
+    says a task-only tool runs as a task without ``--task``."""
+    known = session.core.capabilities if session.core.capabilities_known else None
+    as_task = decide_task(session.era, known, tool, choice.wanted, session.server.name)
+    if as_task and not choice.wanted and tool_task_support(tool) == "required":
+        choice.told = True
+        name = tool.get("name")
+        ctx.log.note(f'tool {name!r} can only run as a task (execution.taskSupport "required"): running it as one')
+    return as_task
+
+
 def run_created_task(
     session: McpSession, ctx: OpContext, name: str, created: dict[str, Any], choice: TaskChoice
 ) -> dict[str, Any]:
@@ -7155,11 +7171,7 @@ def run_call(
         arguments = prepare(tool)
         if arguments is None:
             return {"server": server.name, "tool": name, "schema": tool}
-        known = session.core.capabilities if session.core.capabilities_known else None
-        as_task = decide_task(session.era, known, tool, choice.wanted, server.name)
-        if as_task and not choice.wanted and tool_task_support(tool) == "required":
-            choice.told = True
-            ctx.log.note(f'tool {name!r} can only run as a task (execution.taskSupport "required"): running it as one')
+        as_task = plan_task(session, ctx, tool, choice)
         result = call_tool(session, ctx, name, arguments, tool, as_task=as_task)
         created = parse_created_task(result, session.era) if as_task else None
         if created is not None:
@@ -7172,11 +7184,16 @@ def run_call(
 
 
 def run_on_session(
-    server: ResolvedServer, ctx: OpContext, work: Callable[[McpSession], dict[str, Any]], *, insecure: bool
+    server: ResolvedServer,
+    ctx: OpContext,
+    work: Callable[[McpSession], dict[str, Any]],
+    *,
+    insecure: bool,
+    sessions: SessionSource | None = None,
 ) -> dict[str, Any]:
-    """``work`` done on a session of ``ctx.sessions`` (a new one, or a warm one lent), negotiated first, given back
-    however it ends; a remote failure's data names the server."""
-    sessions = ctx.sessions or SessionSource()
+    """``work`` done on a session of ``sessions`` (default ``ctx.sessions``: a new one, or a warm one lent),
+    negotiated first, given back however it ends; a remote failure's data names the server."""
+    sessions = sessions or ctx.sessions or SessionSource()
     try:
         session = sessions.start(server, ctx, insecure=insecure)
         try:
@@ -9778,13 +9795,15 @@ COMPLETION_TIMEOUT = 2.0  # seconds one completion may spend connecting to a ser
 _COMPLETION_OPTIONS = (
     "--help --version --config --timeout --jq --raw --verbose --insecure --check --tools --brief --body --dry-run "
     "--resident --registry --import --list --completion --events --max-processes --max-user-processes --idle-timeout "
-    "--shutdown-grace --keep-alive --sessions --stop"
+    "--shutdown-grace --keep-alive --sessions --stop --task --detach"
 )
 # the options valid after <server> (before a tool), and after <server> <tool> beside the tool's own flags
 _COMPLETION_SERVER_OPTIONS = (
     "--check --tools --brief --help --config --timeout --jq --raw --verbose --insecure --keep-alive"
 )
-_COMPLETION_CALL_OPTIONS = "--body --dry-run --help --config --timeout --jq --raw --verbose --insecure --keep-alive"
+_COMPLETION_CALL_OPTIONS = (
+    "--body --dry-run --help --config --timeout --jq --raw --verbose --insecure --keep-alive --task --detach"
+)
 _COMPLETION_VALUE_OPTIONS = (
     "--config --timeout --jq --body --registry --import --events --max-processes --max-user-processes "
     "--idle-timeout --shutdown-grace --completion"
@@ -15771,13 +15790,13 @@ class Runner:
             if t is not None
         )
         known = next((e for e in mine if e.get("mcp_task_id") == task_id), None)
-        if ctx.sessions is None:  # one-shot: a legacy HTTP task's own session (a warm one is kept anyway)
-            ctx.sessions = ResumedSessions(next((e for e in stored if e.get("mcp_task_id") == task_id), None))
+        # one-shot: a legacy HTTP task's own session (a warm one is kept anyway)
+        source = ctx.sessions or ResumedSessions(next((e for e in stored if e.get("mcp_task_id") == task_id), None))
 
         def work(session: McpSession) -> dict[str, Any]:
             return run_task_action(session, ctx, action, task_id, known, wait=inv.wait)
 
-        data = run_on_session(server, ctx, work, insecure=inv.insecure)
+        data = run_on_session(server, ctx, work, insecure=inv.insecure, sessions=source)
         self.save_task(data["task"])
         if "result" not in data:
             if data["task"].get("status") not in TASK_TERMINAL:

@@ -251,9 +251,9 @@ def resident_options(registry: str, *options: str) -> bkmcp.ResidentOptions:
 
 def fake_engine(client_class: Any) -> dict[str, Any]:
     """Stand-ins for the section-7 building blocks ``run_call`` uses (``SessionSource``, ``discover_tools``,
-    ``call_tool``) backed by an object with ``connect/list_tools/call_tool/close``: for unit tests of the CLI's
-    routing that must not touch the network. Apply with ``monkeypatch.setattr(bkmcp, name, value)`` or
-    ``mock.patch.multiple(bkmcp, **fake_engine(cls))``."""
+    ``call_tool``, ``plan_task``: never a task) backed by an object with ``connect/list_tools/call_tool/close``:
+    for unit tests of the CLI's routing that must not touch the network. Apply with
+    ``monkeypatch.setattr(bkmcp, name, value)`` or ``mock.patch.multiple(bkmcp, **fake_engine(cls))``."""
 
     class Sessions:
         def start(self, server: Any, ctx: Any, *, insecure: bool) -> Any:
@@ -272,7 +272,8 @@ def fake_engine(client_class: Any) -> dict[str, Any]:
         "SessionSource": Sessions,
         "discover_tools": lambda session, ctx: (session.list_tools(), 1),
         "usable_tools": lambda session, ctx, tools: (tools, list(getattr(session, "excluded", []))),
-        "call_tool": lambda session, ctx, name, arguments, tool=None: session.call_tool(name, arguments),
+        "call_tool": lambda session, ctx, name, arguments, tool=None, as_task=False: session.call_tool(name, arguments),
+        "plan_task": lambda session, ctx, tool, choice: False,
     }
 
 

@@ -2,7 +2,8 @@
 priming events, stateful sessions): --check, --tools, and a call of every tool that needs no client capability.
 
 Seed rows: R01 (legacy fallback from the modern probe, SSE priming events), R02, R04 (a task-required tool runs
-as a task and is waited for: docs/contract.md §5 "Tasks"), I01. Skipped with the fixture's reason only when the server is not installed.
+as a task and is waited for: docs/contract.md §5 "Tasks"), I01. Skipped with the fixture's reason only when the
+server is not installed.
 """
 
 from __future__ import annotations

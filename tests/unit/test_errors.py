@@ -35,6 +35,10 @@ SPEC_REMOTE = {
     "mcp_discovery_incomplete",
     "mcp_tool_error",
     "mcp_capability_unsupported",
+    "mcp_task_failed",
+    "mcp_task_cancelled",
+    "mcp_task_running",
+    "mcp_task_expired",
     "mcp_resource_not_found",
     "jq_error",
 }
