@@ -6787,8 +6787,8 @@ def _pause(deadline: Deadline, seconds: float) -> None:
 def await_task(
     session: McpSession, ctx: OpContext, handle: dict[str, Any], choice: TaskChoice | None = None
 ) -> dict[str, Any]:
-    """Poll ``tasks/get`` until the task ends (``task_outcome``), each poll after ``task_poll_delay`` of the
-    interval the server last gave, within ``ctx.deadline``: when it is spent the wait ends (the task goes on) as
+    """Poll ``tasks/get`` until the task ends (``task_outcome``): the first at once, each next after
+    ``task_poll_delay`` of the interval the server last gave, within ``ctx.deadline``: when it is spent the wait ends (the task goes on) as
     ``mcp_task_running``. ``ctx.task`` follows the handle (a Ctrl-C reports it); on a terminal or with ``-v``
     each status is shown (``Log.progress``). A task asking for input ends the wait as ``mcp_capability_unsupported``
     (bkmcp answers no elicitation yet), the task left as it is."""
@@ -6798,11 +6798,14 @@ def await_task(
     started = time.monotonic()
     ctx.task = handle
     shown = ctx.progress is not None
+    first = True  # the first poll goes at once, as the TypeScript SDK's requestStream does (sdk 1.32.2,
+    # shared/protocol.js): a task that ends at once costs a round trip, not an interval
     try:
         while True:
-            delay = task_poll_delay(handle.get("poll_interval_ms"), random.random())
+            delay = 0.0 if first else task_poll_delay(handle.get("poll_interval_ms"), random.random())
+            first = False
             left = ctx.deadline.left()
-            if left <= delay:
+            if left <= delay or left <= 0:
                 _pause(ctx.deadline, left)
                 raise _still_running(session, ctx, handle)
             _pause(ctx.deadline, delay)
