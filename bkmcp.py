@@ -9687,6 +9687,8 @@ Usage:
   bkmcp [GLOBAL...] <server> --read URI                read one resource (a template: --VAR VALUE per variable)
   bkmcp [GLOBAL...] <server> --prompts                 every prompt as JSON
   bkmcp [GLOBAL...] <server> --prompt NAME [--ARG VALUE...]   get one prompt (--help: its arguments)
+  bkmcp [GLOBAL...] <server> <tool> ... --task | --detach      run the call as a task: wait, or print its handle
+  bkmcp [GLOBAL...] <server> --task-status ID | --task-result ID [--wait] | --task-cancel ID | --tasks
 
 Other modes (bkmcp --resident --help; docs/resident.md):
   bkmcp --resident --registry SOURCE [...]     resident multi-server mode for agent platforms (JSON lines)
@@ -10005,6 +10007,8 @@ def render_server_help(server: ServerConfig, config: str | None = None) -> str:
         f"  bkmcp {name} --read URI [-r]            read one resource (a template: --VAR VALUE per variable)",
         f"  bkmcp {name} --prompts                  list every prompt",
         f"  bkmcp {name} --prompt NAME [--ARG VALUE]   get a prompt (--help: its arguments)",
+        f"  bkmcp {name} <tool> ... --task | --detach   run a call as a task: wait for it, or print its handle",
+        f"  bkmcp {name} --task-result ID --wait     a task's result (--task-status ID, --task-cancel ID, --tasks)",
         "",
         "Examples:",
         f"  bkmcp {name} --check",
