@@ -286,6 +286,25 @@ def sigint_as_in_a_terminal() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def interrupted_run(
+    argv: list[str], env: Mapping[str, str], ready: Any, timeout: float = 30.0
+) -> tuple[int, bytes, bytes]:
+    """Run ``argv``, send it SIGINT (as a terminal's Ctrl-C) once ``ready()`` is true, and return its exit status,
+    stdout and stderr; the process is gone when this returns, whatever happened."""
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(env), preexec_fn=sigint_as_in_a_terminal
+    )
+    try:
+        assert ready(), "the process never got ready to be interrupted"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return proc.returncode, out, err
+
+
 def http_server(
     url: str,
     *,

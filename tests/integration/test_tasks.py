@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import stat
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -17,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from mock_server.mcp_mock import TASK_CAPABILITIES, TASKS_EXTENSION, MockServer, mock_tool
-from tests.helpers import ROOT, run_bkmcp, sigint_as_in_a_terminal, write_mcp_json
+from tests.helpers import ROOT, interrupted_run, run_bkmcp, write_mcp_json
 
 pytestmark = [pytest.mark.integration]
 
@@ -302,18 +300,8 @@ def test_ctrl_c_while_waiting_detaches_without_cancelling(tmp_path, server):
     cli = Cli(tmp_path, server, LEGACY)
     env = {**cli.env, "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
     argv = [sys.executable, str(ROOT / "bkmcp.py"), "--config", str(cli.config), "m", "never", "--text", "x", "--task"]
-    proc = subprocess.Popen(
-        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, preexec_fn=sigint_as_in_a_terminal
-    )
-    try:
-        assert server.wait_for("tasks/get", timeout=30)
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 130, out + err
+    status, out, err = interrupted_run(argv, env, lambda: server.wait_for("tasks/get", timeout=30))
+    assert status == 130, out + err
     envelope = json.loads(out)
     assert envelope["error"]["code"] == "mcp_cancelled" and envelope["error"]["outcome"] == "task_running"
     task_id = envelope["data"]["task"]["mcp_task_id"]
@@ -337,3 +325,19 @@ def test_over_stdio_one_shot_a_task_is_waited_for_and_detach_is_refused(tmp_path
     assert "--keep-alive" in refused.json["error"]["hint"] and "live in its process" in refused.json["error"]["message"]
     calls = [e for e in stdio_mock_log(log) if e.get("rpc_method") == "tools/call"]
     assert len(calls) == 1 and calls[0]["json"]["params"]["task"] == {}
+
+
+def test_without_a_state_directory_the_handle_is_printed_and_one_warning_says_it_is_not_kept(tmp_path, server):
+    cli = Cli(tmp_path, server, MODERN)
+    result = run_bkmcp("--config", str(cli.config), "m", "slowish", "--text", "x", "--detach", env={"HOME": ""})
+    assert result.exit_status == 0, result.stdout + result.stderr
+    assert result.json["data"]["task"]["status"] == "working"
+    assert result.stderr.count("task handles are not kept") == 1
+
+
+def test_with_verbose_each_status_is_a_line_and_stdout_is_unchanged(cli):
+    result = cli("-v", "slowish", "--text", "x", "--task")
+    assert result.exit_status == 0, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("bkmcp: task ")]
+    assert lines and lines[-1].startswith("bkmcp: task completed: mock job completed (")
+    assert set(result.json["data"]) == {"server", "tool", "result"}
