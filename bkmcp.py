@@ -3676,28 +3676,23 @@ def decide_task(
     support = tool_task_support(tool)
     if era == "modern" and (runs or capabilities is None):  # the server decides, and may answer at once
         return runs or wanted or support == "required"
+    lacking = (
+        "the server does not offer the io.modelcontextprotocol/tasks extension"
+        if era == "modern"
+        else "the server does not declare capabilities.tasks.requests.tools.call"
+    )
     if support == "required":
         if runs:
             return True
-        why = (
-            "the server does not offer the io.modelcontextprotocol/tasks extension"
-            if era == "modern"
-            else "the server does not declare capabilities.tasks.requests.tools.call"
-        )
+        why = lacking
     elif not wanted:
         return False
     elif not runs:
-        why = (
-            "the server does not offer the io.modelcontextprotocol/tasks extension"
-            if era == "modern"
-            else "the server does not declare capabilities.tasks.requests.tools.call"
-        )
+        why = lacking
     elif support != "optional":
         why = f"the tool does not allow it (execution.taskSupport {support or 'absent'})"
     else:
         return True
-    if not wanted and support != "required":
-        return False
     name = clip_text(repr(tool.get("name")), 80)
     first = (
         f'tool {name} of server {server_name!r} needs task support (execution.taskSupport "required"), but {why}'

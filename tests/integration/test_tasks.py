@@ -341,3 +341,18 @@ def test_with_verbose_each_status_is_a_line_and_stdout_is_unchanged(cli):
     lines = [line for line in result.stderr.splitlines() if line.startswith("bkmcp: task ")]
     assert lines and lines[-1].startswith("bkmcp: task completed: mock job completed (")
     assert set(result.json["data"]) == {"server", "tool", "result"}
+
+
+def test_a_modern_server_offering_tasks_gets_the_extension_on_every_call_and_decides(tmp_path, server):
+    """Unpinned, the server/discover capabilities offer the extension: a plain call declares it too (the server
+    alone decides), and a task the server makes is waited for, one stderr line saying so."""
+    entry = {"type": "http", "url": server.url}
+    config = write_mcp_json(tmp_path / "mcp.json", {"m": entry})
+    result = run_bkmcp("--config", str(config), "m", "quick", "--text", "x", env={"HOME": str(tmp_path)})
+    assert result.exit_status == 0, result.stdout + result.stderr
+    assert "the server runs tool 'quick' as a task" in result.stderr
+    assert result.json["data"]["result"]["content"][0]["text"] == 'job done: {"text":"x"}'
+    echoed = run_bkmcp("--config", str(config), "m", "echoer", "--text", "x", env={"HOME": str(tmp_path)})
+    assert echoed.exit_status == 0 and "task" not in echoed.stderr
+    for params in [json.loads(e["body"])["params"] for e in server.requests("tools/call")]:
+        assert params["_meta"]["io.modelcontextprotocol/clientCapabilities"]["extensions"] == {TASKS_EXTENSION: {}}
