@@ -323,8 +323,14 @@ def test_over_stdio_one_shot_a_task_is_waited_for_and_detach_is_refused(tmp_path
     refused = run_bkmcp("--config", str(config), "s", "slowish", "--text", "x", "--detach", env=env)
     assert (refused.exit_status, refused.error_code) == (1, "usage_error")
     assert "--keep-alive" in refused.json["error"]["hint"] and "live in its process" in refused.json["error"]["message"]
+    status = run_bkmcp("--config", str(config), "s", "--task-status", "job-x", env=env)
+    assert (status.exit_status, status.error_code) == (1, "usage_error")
+    listed = run_bkmcp("--config", str(config), "s", "--tasks", env=env)  # the local store only: no process
+    assert listed.exit_status == 0 and listed.json["data"]["server_tasks"] is None
+    assert [t["tool"] for t in listed.json["data"]["tasks"]] == ["must"]  # kept, though it lived one command
     calls = [e for e in stdio_mock_log(log) if e.get("rpc_method") == "tools/call"]
     assert len(calls) == 1 and calls[0]["json"]["params"]["task"] == {}
+    assert len([e for e in stdio_mock_log(log) if e.get("rpc_method") == "initialize"]) == 1
 
 
 def test_without_a_state_directory_the_handle_is_printed_and_one_warning_says_it_is_not_kept(tmp_path, server):
