@@ -6787,10 +6787,10 @@ def await_task(
     session: McpSession, ctx: OpContext, handle: dict[str, Any], choice: TaskChoice | None = None
 ) -> dict[str, Any]:
     """Poll ``tasks/get`` until the task ends (``task_outcome``): the first at once, each next after
-    ``task_poll_delay`` of the interval the server last gave, within ``ctx.deadline``: when it is spent the wait ends (the task goes on) as
-    ``mcp_task_running``. ``ctx.task`` follows the handle (a Ctrl-C reports it); on a terminal or with ``-v``
-    each status is shown (``Log.progress``). A task asking for input ends the wait as ``mcp_capability_unsupported``
-    (bkmcp answers no elicitation yet), the task left as it is."""
+    ``task_poll_delay`` of the interval the server last gave, within ``ctx.deadline``: when it is spent the wait
+    ends (the task goes on) as ``mcp_task_running``. ``ctx.task`` follows the handle (a Ctrl-C reports it); on a
+    terminal or with ``-v`` each status is shown (``Log.progress``). A task asking for input ends the wait as
+    ``mcp_capability_unsupported`` (bkmcp answers no elicitation yet), the task left as it is."""
     import random
 
     task_id = handle["mcp_task_id"]
