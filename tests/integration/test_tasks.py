@@ -283,8 +283,10 @@ def test_task_option_mistakes_are_usage_errors(tmp_path, args, message):
 
 
 def test_a_tool_property_named_task_is_reached_only_through_body(tmp_path):
-    """``task`` and ``detach`` are reserved (docs/contract.md §6): such a property has no flag."""
-    tool = mock_tool("t", "echo", {"task": {"type": "string"}, "detach": {"type": "boolean"}})
+    """``task`` and ``detach`` are reserved (docs/contract.md §6): such a property has no flag; ``wait``, ``tasks``
+    and ``task-status`` are bkmcp's only before a tool name, so they stay a tool's own flags."""
+    properties = {"task": {"type": "string"}, "detach": {"type": "boolean"}, "wait": {"type": "integer"}}
+    tool = mock_tool("t", "echo", {**properties, "tasks": {"type": "string"}, "task-status": {"type": "string"}})
     with MockServer({"tools": [tool]}) as srv:
         config = write_mcp_json(tmp_path / "mcp.json", {"m": {"type": "http", "url": srv.url}})
         listed = run_bkmcp("--config", str(config), "m", "--tools", env={"HOME": str(tmp_path)})
@@ -293,6 +295,12 @@ def test_a_tool_property_named_task_is_reached_only_through_body(tmp_path):
         sent = run_bkmcp("--config", str(config), "m", "t", "--body", '{"task": "write"}', env={"HOME": str(tmp_path)})
         assert sent.exit_status == 0, sent.stdout + sent.stderr
         assert json.loads(srv.requests("tools/call")[0]["body"])["params"]["arguments"] == {"task": "write"}
+        # the names that are modes before a tool name stay the tool's own flags after it
+        flags = ("--wait", "3", "--tasks", "all", "--task-status", "open")
+        own = run_bkmcp("--config", str(config), "m", "t", *flags, env={"HOME": str(tmp_path)})
+        assert own.exit_status == 0, own.stdout + own.stderr
+        sent = json.loads(srv.requests("tools/call")[1]["body"])["params"]["arguments"]
+        assert sent == {"wait": 3, "tasks": "all", "task-status": "open"}
 
 
 def test_ctrl_c_while_waiting_detaches_without_cancelling(tmp_path, server):
