@@ -15115,9 +15115,9 @@ def check_invocation(inv: Invocation, timeout: float | None = None) -> None:
     task_modes = inv.tasks or inv.task_status is not None or inv.task_cancel is not None
     catalogue = inv.check or inv.tools or inv.resources or inv.prompts or task_modes
     brief_lines = inv.tools and inv.brief  # --tools --brief --raw: one line per tool (docs/contract.md §7)
-    if inv.raw and inv.jq is None and not inv.help and not brief_lines and (catalogue or inv.dry_run):
-        # without --jq there is no result to print as text: a catalogue or preview is JSON by nature
-        mode = modes[0] if modes else "--dry-run"
+    if inv.raw and inv.jq is None and not inv.help and not brief_lines and (catalogue or inv.dry_run or inv.detach):
+        # without --jq there is no result to print as text: a catalogue, preview or task handle is JSON by nature
+        mode = "--detach" if inv.detach and not catalogue else modes[0] if modes else "--dry-run"
         raise UsageError(
             f"--raw prints a tool call's result as text; {mode} has none",
             hint="drop --raw, or add --jq EXPR to print the strings it selects unquoted "

@@ -273,6 +273,7 @@ def test_an_unknown_task_id_is_expired(cli):
         (("quick", "--body", "{}", "--dry-run", "--detach"), "--detach needs a tool call (and no --dry-run)"),
         (("--tasks", "--task-status", "x"), "cannot be combined"),
         (("--task-cancel",), "--task-cancel needs a task id"),
+        (("quick", "--detach", "--raw"), "--raw prints a tool call's result as text; --detach has none"),
     ],
 )
 def test_task_option_mistakes_are_usage_errors(tmp_path, args, message):
