@@ -12,7 +12,8 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
     2. Helpers                  small records, JSON, redaction, durations and deadlines, logging, terminal text,
                                 URI templates:
        2.1 records, JSON           a small dataclass, the heap frozen (freeze_heap), JSON with number fidelity (a
-                                   duplicate key rejected: parse_json, dump_json)
+                                   duplicate key rejected: parse_json, dump_json), as deep as it parses
+                                   (too_deep_words; call_with_headroom: a deep walk on a stack of its own)
        2.2 redaction               secrets scrubbed from every output (Redactor, redact_url)
        2.3 durations, deadlines    --timeout's durations (parse_duration), the default timeout, Deadline
        2.4 logging                 is_terminal, the line writer that never blocks (resident log and events), Log
@@ -807,7 +808,77 @@ def parse_json_plain(text: str, *, strict_keys: bool = True) -> Any:
 
 def too_deep_words() -> str:
     """What ``JsonInputError.too_deep`` means, in words that say whose limit it is."""
-    return f"nested deeper than bkmcp parses (about {sys.getrecursionlimit()} levels)"
+    return f"nested deeper than bkmcp parses (about {recursion_ceiling()} levels)"
+
+
+def json_depth(value: Any) -> int:
+    """How deeply ``value`` nests objects and arrays (a scalar: 0, ``[[]]``: 2); a walk with its own stack."""
+    deepest, pending = 0, [(value, 1)]
+    while pending:
+        node, level = pending.pop()
+        if isinstance(node, (dict, list)):
+            deepest = max(deepest, level)
+            pending.extend((child, level + 1) for child in (node.values() if isinstance(node, dict) else node))
+    return deepest
+
+
+_HEADROOM_LOCK = _thread.allocate_lock()
+_HEADROOM: list[int] = []  # while raised: [Python's own recursion limit, the limit raised to, callers running]
+
+
+def recursion_ceiling() -> int:
+    """Python's recursion limit as bkmcp found it: what ``call_with_headroom`` raises for a while does not count."""
+    with _HEADROOM_LOCK:
+        return _HEADROOM[0] if _HEADROOM else sys.getrecursionlimit()
+
+
+def call_with_headroom(work: Callable[[], Any], frames: int) -> Any:
+    """``work()`` with room for ``frames`` Python frames: on a thread of its own, with a stack that holds them on
+    every CPython (before 3.12 each Python frame takes C stack; 3.12 and 3.13 count C recursion apart, which no
+    stack changes) and the recursion limit raised while it runs. The limit is the process's: raised once for all
+    concurrent callers and put back when the last one ends. Returns or raises what ``work`` does; RecursionError
+    when no such thread can be started (e.g. no memory for its stack)."""
+    import threading
+
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, work()))
+        except BaseException as exc:  # handed to the caller's thread as it is
+            outcome.append((False, exc))
+
+    stack = (16 << 20) + (frames * 512 if sys.version_info < (3, 12) else 0)
+    with _HEADROOM_LOCK:
+        if not _HEADROOM:
+            _HEADROOM.extend((sys.getrecursionlimit(), 0, 0))
+        if frames + _HEADROOM[0] > _HEADROOM[1]:
+            _HEADROOM[1] = frames + _HEADROOM[0]
+            sys.setrecursionlimit(_HEADROOM[1])
+        _HEADROOM[2] += 1
+        try:
+            previous = threading.stack_size(min(stack, 1 << 30))
+            try:
+                worker = threading.Thread(target=run, name="bkmcp-deep", daemon=True)
+                worker.start()
+            finally:
+                threading.stack_size(previous)
+        except (RuntimeError, MemoryError, ValueError):
+            worker = None
+    try:
+        if worker is None:
+            raise RecursionError("no thread with a stack that deep could be started")
+        worker.join()
+    finally:
+        with _HEADROOM_LOCK:
+            _HEADROOM[2] -= 1
+            if not _HEADROOM[2]:
+                sys.setrecursionlimit(_HEADROOM[0])
+                _HEADROOM.clear()
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value
 
 
 def _duplicate_key_position(text: str) -> int:
@@ -8295,6 +8366,30 @@ def _schema_problems(
     non_local_refs(schema, remote)
     if remote:
         raise NotLocal(f"the schema references {short_text(remote[0], 80)}, which is never fetched")
+    depth = json_depth(arguments)
+    if depth > recursion_ceiling():  # deeper than an answer or a --body bkmcp parses: left to the server
+        raise NotLocal(f"the arguments are {too_deep_words()}")
+    levels = depth + json_depth(schema)
+    try:  # as deep as bkmcp parses: the validators recurse ~10 Python frames a level (issue 36 item 7)
+        if levels <= _IN_PLACE_LEVELS:
+            return _jsonschema_problems(schema, arguments, budget)
+        problems: list[dict[str, str]] = call_with_headroom(
+            lambda: _jsonschema_problems(schema, arguments, budget), levels * 16
+        )
+        return problems
+    except RecursionError:  # 3.12 and 3.13 count C recursion apart (a fixed limit); a $ref that loops in place
+        raise NotLocal(
+            "the arguments and their schema are nested too deeply to check locally (Python's recursion limit)"
+        ) from None
+
+
+_IN_PLACE_LEVELS = 40  # arguments' and schema's levels (together) validated on the caller's own stack
+
+
+def _jsonschema_problems(
+    schema: dict[str, Any], arguments: Mapping[str, Any], budget: ValidationBudget | None
+) -> list[dict[str, str]]:
+    """``_schema_problems`` once the schema is known local and bounded: the quick path, then jsonschema."""
     if _jsonschema_importable() and _quickly_valid(schema, arguments, budget.deadline if budget else None):
         return []  # what jsonschema would answer, without loading it (above)
     try:
@@ -8331,12 +8426,8 @@ def _schema_problems(
         raise NotLocal(
             str(cause) if cause else f"a $ref could not be resolved locally ({short_text(str(exc), 80)})"
         ) from None
-    except (NotLocal, McpTimeoutError):
+    except (NotLocal, McpTimeoutError, RecursionError):
         raise
-    except RecursionError:  # the arguments (with their schema) deeper than jsonschema recurses
-        raise NotLocal(
-            "the arguments and their schema are nested too deeply to check locally (Python's recursion limit)"
-        ) from None
     except Exception as exc:  # a validator bug or an exotic keyword must not crash the call
         raise NotLocal(f"local validation failed ({type(exc).__name__})") from None
     finally:
