@@ -3687,12 +3687,11 @@ def build_task_refusal(tool: Mapping[str, Any], server_name: str) -> CapabilityU
 #       pooled client); over stdio one line is written and a reader thread delivers what comes back.
 #   ``failure(method, sent=)``, ``timeout_error(method, deadline)``  the errors a request waiting on
 #       a shared stream ends with; ``stop_requests()`` (every request in flight fails at once, none is sent any
-#       more: the first step of closing), ``end_session(deadline, rules, session_id)``, ``restart_if_exited()``,
-#       ``close()``; ``alive`` (False once a child's stream ended), ``pid`` and ``exit_status`` (a child's, else
-#       None).
+#       more: the first step of closing), ``end_session(deadline, rules, session_id)``, ``close()``; ``alive``
+#       (False once a child's stream ended).
 #   Capability flags replace tests of the server type: ``has_sessions`` (Mcp-Session-Id, DELETE at close),
-#   ``shared_stream`` (one stream for all messages: a silent server needs a probe window, ``unread_input`` says when
-#   it starts; cancellation needs a notification), ``restartable`` (a child process that may be started again).
+#   ``shared_stream`` (one stream for all messages: a silent server needs a probe window; cancellation needs a
+#   notification), ``stdio`` (what only a child process answers, ``StdioPart``: it may be restarted; None: HTTP).
 # Foreign exceptions are translated once, here (``HttpxBoundary``), with ``raise … from exc``; HTTP statuses
 # become section-1 errors before they leave this section (their declared ``http_status``, ``http_message`` and
 # ``session_lost`` fields say what the status was, for era evidence and lost sessions).
@@ -3722,21 +3721,50 @@ class Outgoing:
     strict: bool = True
 
 
-class Transport(Protocol):
-    kind: str
-    has_sessions: bool
-    shared_stream: bool
-    restartable: bool
-    responses: int
-
-    @property
-    def alive(self) -> bool: ...
+class StdioPart(Protocol):
+    """What only a transport over a child process answers (``Transport.stdio``; HTTP has none): the child's
+    ``pid`` and ``exit_status``; ``restart_if_exited()`` (before the legacy fallback). Its stderr: the last lines,
+    a position to count from, the end of its start-up (``mark_started``, as ``ChildProcess.stderr_tail`` counts);
+    its stdout lines that were not JSON-RPC, counted alike. The era probe on the shared stream (docs/contract.md
+    §5): how much of what was written the server has not read yet (None: cannot be told), and the probe's stderr
+    kept apart from the tail (``probe_begins`` before it is sent, ``probe_ends`` once answered or given up)."""
 
     @property
     def pid(self) -> int | None: ...
 
     @property
     def exit_status(self) -> int | None: ...
+
+    def restart_if_exited(self) -> bool: ...
+
+    def stderr_tail(self, since: int | None = None) -> list[str]: ...
+
+    def stderr_position(self) -> int | None: ...
+
+    def mark_started(self) -> None: ...
+
+    def stdout_skipped(self, since: int | None = None) -> tuple[list[str], int]: ...
+
+    def stdout_position(self) -> int | None: ...
+
+    def unread_input(self) -> int | None: ...
+
+    def probe_begins(self) -> None: ...
+
+    def probe_ends(self, rejected: bool) -> None: ...
+
+
+class Transport(Protocol):
+    kind: str
+    has_sessions: bool
+    shared_stream: bool
+    responses: int
+
+    @property
+    def stdio(self) -> StdioPart | None: ...
+
+    @property
+    def alive(self) -> bool: ...
 
     def attach(self, deliver: Deliver, lost: Lost, answer_headers: AnswerHeaders) -> None: ...
 
@@ -3745,41 +3773,6 @@ class Transport(Protocol):
     def failure(self, method: str, *, sent: bool) -> BkmcpError: ...
 
     def timeout_error(self, method: str, deadline: Deadline) -> BkmcpError: ...
-
-    # What only a child process has: a transport without one (HTTP) keeps these answers of nothing.
-    def restart_if_exited(self) -> bool:
-        return False
-
-    # A server process's stderr (stdio): its last lines, how many so far, the end of its start-up (ChildProcess).
-    def stderr_tail(self, since: int | None = None) -> list[str]:
-        return []
-
-    def stderr_position(self) -> int | None:
-        return None
-
-    def mark_started(self) -> None:
-        pass
-
-    # Its stdout lines that were not JSON-RPC (stdio: skipped; an HTTP answer that is not JSON-RPC is an error):
-    # (the last few, how many), as ``stderr_tail`` counts.
-    def stdout_skipped(self, since: int | None = None) -> tuple[list[str], int]:
-        return [], 0
-
-    def stdout_position(self) -> int | None:
-        return None
-
-    # The era probe on a shared stream (docs/contract.md §5): how much of what was written the server has not read
-    # yet (None: cannot be told; over HTTP the probe's answer is HTTP evidence), and the probe's stderr kept apart
-    # from the tail (``probe_begins`` before it is sent, ``probe_ends`` once it was answered or given up;
-    # ``rejected``: answered with an error).
-    def unread_input(self) -> int | None:
-        return None
-
-    def probe_begins(self) -> None:
-        pass
-
-    def probe_ends(self, rejected: bool) -> None:
-        pass
 
     # What only an HTTP session has: a transport without one (stdio: the session is the process, its pipes the one
     # connection; stopping the child ends its stream, which fails the requests in flight) keeps these.
@@ -4170,9 +4163,8 @@ class HttpTransport(Transport):
     kind = "http"
     has_sessions = True
     shared_stream = False
-    restartable = False
     alive = True  # each request opens its own stream: nothing to lose between requests
-    pid = exit_status = None  # no child process
+    stdio = None  # no child process
 
     def __init__(
         self, server: ResolvedServer, *, insecure: bool, log: Log, client: Any = None, die_with_parent: bool = False
@@ -5313,7 +5305,7 @@ class ChildProcess:
             time.sleep(0.05)
 
 
-class StdioTransport(Transport):
+class StdioTransport(Transport, StdioPart):
     """A stdio server (docs/contract.md §9, docs/protocol.md §1.4): newline-delimited JSON-RPC over one child's pipes.
 
     The child (``ChildProcess``) is spawned on the first message. One reader thread turns stdout into messages
@@ -5326,7 +5318,6 @@ class StdioTransport(Transport):
     kind = "stdio"
     has_sessions = False
     shared_stream = True
-    restartable = True
 
     def __init__(self, server: ResolvedServer, *, insecure: bool, log: Log, die_with_parent: bool = False) -> None:
         assert server.command is not None
@@ -5349,6 +5340,10 @@ class StdioTransport(Transport):
     def attach(self, deliver: Deliver, lost: Lost, answer_headers: AnswerHeaders) -> None:
         self._deliver = deliver
         self._lost = lost
+
+    @property
+    def stdio(self) -> StdioTransport:
+        return self
 
     @property
     def pid(self) -> int | None:
@@ -5819,12 +5814,13 @@ class McpSession:
         a kept session (``ctx.stderr_since``, ``ctx.stdout_since``) the start-up lines and its own stderr and
         skipped stdout lines, not earlier operations' (§14). As the transport does: no lines, no keys."""
         details = dict(error.details)
-        if ctx.stderr_since is not None and "server_stderr" in details:
-            details["server_stderr"] = self.transport.stderr_tail(ctx.stderr_since)
+        stdio = self.transport.stdio
+        if stdio is not None and ctx.stderr_since is not None and "server_stderr" in details:
+            details["server_stderr"] = stdio.stderr_tail(ctx.stderr_since)
             if not details["server_stderr"]:
                 del details["server_stderr"]
-        if ctx.stdout_since is not None and "server_stdout_skipped" in details:
-            lines, count = self.transport.stdout_skipped(ctx.stdout_since)
+        if stdio is not None and ctx.stdout_since is not None and "server_stdout_skipped" in details:
+            lines, count = stdio.stdout_skipped(ctx.stdout_since)
             details.update(server_stdout=lines, server_stdout_skipped=count)
             if not count:
                 del details["server_stdout"], details["server_stdout_skipped"]
@@ -5833,7 +5829,8 @@ class McpSession:
     def mark_started(self) -> None:
         """Negotiated: what its server process wrote to stderr (and skipped stdout) so far is its start-up
         (``OpContext.stderr_since``, ``stdout_since``)."""
-        self.transport.mark_started()
+        if self.transport.stdio is not None:
+            self.transport.stdio.mark_started()
 
     def notify(self, method: str, params: dict[str, Any] | None, deadline: Deadline, *, strict: bool = True) -> None:
         self.transport.send(
@@ -6010,7 +6007,7 @@ class McpSession:
 def negotiate(session: McpSession, ctx: OpContext, *, server_info: bool = False) -> None:
     """Run the section-5 ``Negotiation`` over the session: each step's I/O here, each decision there."""
     pinned = session.server.protocol_version
-    plan = Negotiation(pinned, server_info=server_info, restartable=session.transport.restartable)
+    plan = Negotiation(pinned, server_info=server_info, restartable=session.transport.stdio is not None)
     step = plan.start()
     if pinned is not None:
         ctx.log.debug(f"protocol version pinned to {pinned} ({era_rules(pinned).era}); no era probe")
@@ -6035,7 +6032,8 @@ def negotiate(session: McpSession, ctx: OpContext, *, server_info: bool = False)
             elif step.probing:
                 ctx.log.debug(f"era probe: server supports {step.version}; retrying server/discover once with it")
         elif step.action == "restart":
-            step = plan.after_restart(step, session.transport.restart_if_exited())
+            stdio = session.transport.stdio
+            step = plan.after_restart(step, stdio is not None and stdio.restart_if_exited())
         else:
             assert step.version is not None
             try:
@@ -6100,18 +6098,18 @@ def _discover_step(session: McpSession, ctx: OpContext, step: Step) -> Evidence:
     probing = step.probing
     if probing:
         ctx.log.debug(f"era probe: server/discover at {rules.version}")
-    shared_probe = probing and session.transport.shared_stream
-    window = ProbeWindow(STDIO_PROBE_WINDOW, ctx.deadline, session.transport.unread_input) if shared_probe else None
+    stdio = session.transport.stdio if probing and session.transport.shared_stream else None
+    window = ProbeWindow(STDIO_PROBE_WINDOW, ctx.deadline, stdio.unread_input) if stdio is not None else None
     evidence: Evidence
     answer: Message | None = None
     try:
-        if window is not None:
-            session.transport.probe_begins()
+        if stdio is not None:
+            stdio.probe_begins()
         try:
             answer = session.request("server/discover", None, ctx, rules=rules, deadline=window)
         finally:
-            if window is not None:
-                session.transport.probe_ends(rejected=answer is not None and answer.kind == "error")
+            if stdio is not None and window is not None:
+                stdio.probe_ends(rejected=answer is not None and answer.kind == "error")
                 _log_window(window, ctx, answered=answer is not None)
         if not probing and answer.kind == "error":
             raise rpc_error_exception("server/discover", answer.error or {})
@@ -6129,10 +6127,10 @@ def _discover_step(session: McpSession, ctx: OpContext, step: Step) -> Evidence:
                 raise
             evidence = Evidence(status, message)
         elif isinstance(exc, ProtocolError):
-            if not probing or shared_probe:  # stdio skips lines that are not JSON-RPC (§9): no era evidence here
+            if not probing or stdio is not None:  # stdio skips lines that are not JSON-RPC (§9): no era evidence here
                 raise
             evidence = Evidence(200, None)  # an unparsable answer from a non-MCP or legacy endpoint
-        elif isinstance(exc, (McpTimeoutError, ConnectionFailedError)) and shared_probe:
+        elif isinstance(exc, (McpTimeoutError, ConnectionFailedError)) and stdio is not None:
             # No answer within the probe window, or the child exited (the Rust SDK stops on any request before
             # initialize) -> legacy (docs/contract.md §5). The operation's own budget still rules: spent on the
             # probe (a server that never read it), the error is the transport's, with what the server printed.
@@ -11256,7 +11254,7 @@ class ResidentSession:
             try:
                 negotiate(session, self._ctx(timeout))
             finally:
-                pid = session.transport.pid
+                pid = session.transport.stdio.pid if session.transport.stdio is not None else None
                 if pid is not None and self.pid is None:
                     self.pid = pid
                     self.events.emit("process.started", server=self.server.name, user=self.user_id, pid=pid)
@@ -11294,7 +11292,8 @@ class ResidentSession:
         return session.transport.close_idle_connections() if session is not None else 0
 
     def exit_status(self) -> int | None:
-        return self._session.transport.exit_status if self._session is not None else None
+        stdio = self._session.transport.stdio if self._session is not None else None
+        return stdio.exit_status if stdio is not None else None
 
     def close(self) -> None:
         """Idempotent; ends the session and stops the child (stdin, SIGTERM, SIGKILL), reaping its group. Does not
@@ -14046,7 +14045,7 @@ class WarmSessions:
                     "server": session.server.name,
                     "config_file": session.server.config_file,
                     "transport": session.server.type,
-                    "pid": session.transport.pid,
+                    "pid": session.transport.stdio.pid if session.transport.stdio is not None else None,
                     "protocol_version": session.protocol_version,
                     "alive": session.alive,
                     "age_s": round(now - entry.opened, 1),
@@ -14108,8 +14107,9 @@ class _WarmSource(SessionSource):
             if kept is not None and kept.alive:
                 self._kept[id(kept)] = entry
                 entry.lock.release()
-                ctx.stderr_since = kept.transport.stderr_position()  # what its server writes from now is this one's
-                ctx.stdout_since = kept.transport.stdout_position()
+                stdio = kept.transport.stdio  # what its server writes from now is this one's
+                ctx.stderr_since = stdio.stderr_position() if stdio is not None else None
+                ctx.stdout_since = stdio.stdout_position() if stdio is not None else None
                 return kept
             if self.peek:  # pragma: no cover - it died between _kept_entry's look and this one: a peek opens nothing
                 raise ConnectionFailedError(f"the warm session of {server.name!r} ended")
