@@ -119,9 +119,9 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                    process: 11.4
    11. CLI                      argument routing and ``main(argv) -> int``, the one exception -> exit ladder;
                                 the --keep-alive client and its background process (WarmServer), in five rooms:
-       11.1 argument routing       parse_argv -> Invocation, check_invocation: --config, --timeout, --verbose,
-                                   --insecure, --check, --tools, --brief, --dry-run, --jq, --raw, --help,
-                                   --resources, --read, --prompts, --prompt
+       11.1 argument routing       parse_argv -> Invocation, check_invocation (MODE_TABLE: the options each mode
+                                   takes): --config, --timeout, --verbose, --insecure, --check, --tools, --brief,
+                                   --dry-run, --jq, --raw, --help, --resources, --read, --prompts, --prompt
        11.2 --body                 inline, @FILE or - (stdin), read and bounded (read_body)
        11.3 the runner             Environment, Runner: one command, local or remote, to its envelope; which
                                    servers a Tab may start, and where (resolve_completion_server)
@@ -14235,20 +14235,17 @@ _RESERVED_UNSUPPORTED = {"--format"}
 # prompt's own flag (contract §6).
 _CATALOGUE_FLAGS = {"--resources": "resources", "--prompts": "prompts"}
 _TARGET_OPTIONS = {"--read": "read", "--prompt": "prompt"}
+# every option of the root parser, with its Invocation attribute
+ROOT_OPTIONS = {
+    **_VALUE_OPTIONS,
+    **_FLAG_OPTIONS,
+    **_REGISTRY_VALUE_OPTIONS,
+    **_REGISTRY_FLAG_OPTIONS,
+    **_RESIDENT_OPTIONS,
+}
+ROOT_OPTIONS.update({**_CATALOGUE_FLAGS, **_TARGET_OPTIONS, "--brief": "brief", "--keep-alive": "keep_alive"})
 # every long option, for the close spellings of an unknown one (`--chek`: did you mean --check?)
-_LONG_OPTIONS = tuple(
-    name
-    for name in (
-        *_VALUE_OPTIONS,
-        *_FLAG_OPTIONS,
-        *_REGISTRY_OPTION_NAMES,
-        *_RESIDENT_OPTIONS,
-        *_REGISTRY_VALUE_OPTIONS,
-        *_CATALOGUE_FLAGS,
-        *_TARGET_OPTIONS,
-    )
-    if name.startswith("--")
-) + ("--brief", "--keep-alive")
+_LONG_OPTIONS = tuple(name for name in ROOT_OPTIONS if name.startswith("--"))
 
 
 @dataclass
@@ -14414,122 +14411,108 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
     return inv
 
 
+# The words MODE_TABLE names options by (a refusal lists them in this order), each with its Invocation attribute.
+INVOCATION_WORDS = {
+    **{"--resident": "resident", "a server name": "server", "a tool": "tool", "--check": "check", "--tools": "tools"},
+    **{"--resources": "resources", "--prompts": "prompts", "--read": "read", "--prompt": "prompt", "--body": "body"},
+    **{"--dry-run": "dry_run", "--config": "config", "--jq": "jq", "--raw": "raw", "--help": "help", "-v": "verbose"},
+    **{"--brief": "brief", "--keep-alive": "keep_alive", "tool flags": "tool_tokens", "bare arguments": "positional"},
+}
+INVOCATION_WORDS.update((w, a) for w, a in ROOT_OPTIONS.items() if a not in INVOCATION_WORDS.values())  # -h: --help's
+# A refusal's or a need's words: (sentence, hint), with {mode}, {got} (the options refused) and {inv} filled in.
+_REGISTRY_WORDS = "--import and --list take a --registry FILE and nothing else but -v and --timeout"
+_RESIDENT_CLI = "--resident cannot be combined with {got}: the resident mode takes its servers from --registry and "
+USAGE_WORDS: dict[str, tuple[str, str | None]] = {
+    "sessions": ("--sessions takes nothing else but --stop and --jq [--raw]", "bkmcp --sessions | bkmcp --sessions "
+                 "--stop | bkmcp --sessions --jq '.data.sessions[].server'"),
+    "shell": ("--completion takes nothing else but --config", "bkmcp --completion bash"),
+    "words": ("--completion tools takes a server name, --completion flags a server and a tool name, and nothing else "
+              "but --config", "bkmcp --completion flags SERVER TOOL (what the completion scripts run)"),
+    "registry": (_REGISTRY_WORDS, "bkmcp --registry FILE --import mcp.json | bkmcp --registry FILE --list"),
+    "registry got": (_REGISTRY_WORDS + " (got {got})", "bkmcp --registry FILE --import mcp.json | bkmcp --registry "
+                     "FILE --list"),
+    "resident modes": ("--resident takes no server, tool or mode options", None),
+    "resident cli": (_RESIDENT_CLI + "answers every command in full", "remove {got}"),
+    "resident registry": ("--resident needs --registry SOURCE (a SQLite file or an http(s)://…/internal/mcp/config "
+                          "URL)", "bkmcp --resident --registry ./registry.db"),
+    "body": ("{mode} takes no --body", None),
+    "dry-run": ("--dry-run cannot be combined with {mode}", None),
+    "modes": ("{mode} and {got} cannot be combined: choose one mode", None),
+    "server": ("a server name is required", "bkmcp <server> --check"),
+    "dry-run help": ("--dry-run cannot be combined with tool --help (tool help needs discovery)", None),
+    "dry-run flags": ("--dry-run does not accept named tool flags (got --{inv.tool_tokens[0].name})",
+                      "put every argument into --body"),
+    "dry-run other": ("--dry-run cannot be combined with {got}", None),
+    "dry-run tool": ("--dry-run needs a tool and --body", "bkmcp <server> <tool> --body '{{}}' --dry-run"),
+    "dry-run body": ("--dry-run needs a complete --body (flag types come from the server, which dry-run never "
+                     "contacts)", "use --body '{{...}}' (or --body '{{}}' for a tool without arguments)"),
+    "stop": ("--stop is only valid with --sessions", "bkmcp --sessions --stop"),
+    "registry only": ("--registry is only valid with --resident, --import or --list", None),
+    "brief": ("--brief is only valid with --tools or --resources", "bkmcp <server> --tools --brief"),
+    "body needs": ("--body needs a tool: bkmcp <server> <tool> --body JSON|@FILE|-", None),
+    "one mode": ("{modes} cannot be combined: choose one mode", None),
+}  # fmt: skip
+EVERY_MODE_TAKES = "-v, --timeout, --insecure, --keep-alive, --version, --context"  # --context: refused before
+_SERVER = "a server name, --config, --jq, --raw, --help"
+_SERVER_MODE = ("--body: body; --dry-run: dry-run; *: modes", "a server name: server")
+# Which options each mode takes (docs/contract.md §2), a row per mode, and the options only some modes take: tried in
+# order, read across: when the row applies; what it takes besides EVERY_MODE_TAKES ("A+B": A only beside B); what it
+# refuses ("OPTIONS: WORDS; …", "*": any other) and needs ("OPTION|OPTION: WORDS; …"; "-": never there), worded in
+# USAGE_WORDS. A new mode is one row; a new option, a word in INVOCATION_WORDS and in the rows that take it.
+MODE_TABLE: dict[str, tuple[Callable[[Invocation], bool], str, str, str]] = {
+    "--stop": (lambda inv: inv.stop, "", "", "--sessions: stop"),
+    "--sessions": (lambda inv: inv.sessions and not inv.help, "--sessions, --stop, --jq, --raw+--jq, --config",
+                   "*: sessions", ""),
+    "--completion SHELL": (lambda inv: inv.completion not in (None, "tools", "flags"), "--completion, --config",
+                           "*: shell", ""),
+    "--completion tools": (lambda inv: inv.completion == "tools", "--completion, --config, a server name", "*: words",
+                           "a server name: words"),
+    "--completion flags": (lambda inv: inv.completion == "flags", "--completion, --config, a server name, a tool",
+                           "*: words", "a tool: words"),
+    "--registry": (lambda inv: inv.registry is not None, "", "", "--resident|--import|--list: registry only"),
+    "--import, --list": (lambda inv: inv.registry_import is not None or inv.registry_list,
+                         "--import, --list, --registry, --help", "*: registry got", "--registry: registry"),
+    "one mode at a time": (lambda inv: sum(on for _, on in invocation_modes(inv)) > 1, "", "", "-: one mode"),
+    "--brief": (lambda inv: inv.brief, "", "", "--tools|--resources: brief"),
+    "--resident": (lambda inv: inv.resident, "--resident, --registry, --help, " + ", ".join(_RESIDENT_OPTIONS),
+                   "a server name, a tool, --check, --tools, --resources, --prompts, --read, --prompt: resident modes; "
+                   "--jq, --raw, --config, --dry-run: resident cli; *: resident cli",
+                   "--registry|--help: resident registry"),
+    "--check": (lambda inv: inv.check, "--check, " + _SERVER, *_SERVER_MODE),
+    "--tools": (lambda inv: inv.tools, "--tools, --brief, " + _SERVER, *_SERVER_MODE),
+    "--resources": (lambda inv: inv.resources, "--resources, --brief, " + _SERVER, *_SERVER_MODE),
+    "--prompts": (lambda inv: inv.prompts, "--prompts, " + _SERVER, *_SERVER_MODE),
+    "--read": (lambda inv: inv.read is not None, "--read, tool flags, " + _SERVER, *_SERVER_MODE),
+    "--prompt": (lambda inv: inv.prompt is not None, "--prompt, tool flags, " + _SERVER, *_SERVER_MODE),
+    "--body": (lambda inv: inv.body is not None, "", "", "a tool|--help: body needs"),
+    "a tool call": (lambda inv: inv.tool is not None,
+                    "a tool, --body, --dry-run, tool flags, bare arguments, --completion, " + _SERVER, "*: modes", ""),
+    "--dry-run": (lambda inv: inv.dry_run, "--dry-run, a tool, --body, bare arguments, a server name, --config, --jq, "
+                  "--raw", "--help: dry-run help; tool flags: dry-run flags; *: dry-run other",
+                  "a tool: dry-run tool; --body: dry-run body"),
+}  # fmt: skip
+
+
 def check_invocation(inv: Invocation, timeout: float | None = None) -> None:
-    """Mode exclusivity and option combinations (docs/contract.md §2, seed §3, §8 dry-run); sets
-    ``inv.timeout_seconds``: ``timeout`` when given (a warm client's, parsed by that client), else ``--timeout``
-    parsed (a bad value is a usage error)."""
+    """Mode exclusivity and option combinations (docs/contract.md §2, seed §3, §8 dry-run), derived from
+    ``MODE_TABLE``; sets ``inv.timeout_seconds``: ``timeout`` when given (a warm client's,
+    parsed by that client), else ``--timeout`` parsed (a bad value is a usage error)."""
     if inv.context is not None:
         raise UnsupportedOptionError(
             "--context is not supported: bkmcp takes identity only from the server's headers in mcp.json",
             hint="remove --context; configure the server's headers instead",
         )
-    if inv.stop and not inv.sessions:
-        raise UsageError("--stop is only valid with --sessions", hint="bkmcp --sessions --stop")
-    if inv.sessions and not inv.help:
-        extra = inv.server or inv.check or inv.tools or inv.body is not None or inv.resident or inv.dry_run
-        if extra or inv.registry is not None or inv.completion is not None or (inv.raw and inv.jq is None):
-            raise UsageError(
-                "--sessions takes nothing else but --stop and --jq [--raw]",
-                hint="bkmcp --sessions | bkmcp --sessions --stop | bkmcp --sessions --jq '.data.sessions[].server'",
-            )
-    if inv.completion is not None:
-        if inv.completion not in (*COMPLETION_SHELLS, *COMPLETION_WORDS):
-            raise UsageError(
-                f"--completion takes bash, zsh or fish, got {inv.completion!r}",
-                hint='eval "$(bkmcp --completion bash)"',
-            )
-        # what the scripts ask: `--completion tools SERVER`, `--completion flags SERVER TOOL` (the rest: no words)
-        words = {"tools": inv.server is not None and inv.tool is None, "flags": inv.tool is not None}
-        extra = inv.check or inv.tools or inv.body is not None or inv.resident or inv.registry is not None
-        misplaced = bool(inv.tool_tokens or inv.positional) or not words.get(inv.completion, inv.server is None)
-        if extra or misplaced or inv.jq is not None or inv.dry_run or inv.help or inv.raw:
-            if inv.completion in words:
-                raise UsageError(
-                    "--completion tools takes a server name, --completion flags a server and a tool name, and "
-                    "nothing else but --config",
-                    hint="bkmcp --completion flags SERVER TOOL (what the completion scripts run)",
-                )
-            raise UsageError("--completion takes nothing else but --config", hint="bkmcp --completion bash")
-    registry_tool = inv.registry_import is not None or inv.registry_list
-    if inv.registry is not None and not inv.resident and not registry_tool:
-        raise UsageError("--registry is only valid with --resident, --import or --list")
-    if registry_tool:
-        both = inv.registry_import is not None and inv.registry_list
-        others = [
-            name
-            for name, on in (
-                ("--resident", inv.resident),
-                ("a server name", inv.server),
-                ("--check", inv.check),
-                ("--tools", inv.tools),
-                ("--body", inv.body),
-                ("--dry-run", inv.dry_run),
-                ("--config", inv.config),
-                ("--jq", inv.jq),
-                ("--raw", inv.raw),
-            )
-            if on
-        ]
-        if inv.registry is None or both or others:
-            raise UsageError(
-                "--import and --list take a --registry FILE and nothing else but -v and --timeout"
-                + (f" (got {', '.join(others)})" if others else ""),
-                hint="bkmcp --registry FILE --import mcp.json | bkmcp --registry FILE --list",
-            )
-    modes = [m for m, on in invocation_modes(inv) if on]
-    if len(modes) > 1:
-        raise UsageError(f"{' and '.join(modes)} cannot be combined: choose one mode")
-    if inv.brief and not (inv.tools or inv.resources):
-        raise UsageError("--brief is only valid with --tools or --resources", hint="bkmcp <server> --tools --brief")
-    if inv.resident and (inv.server or modes):
-        raise UsageError("--resident takes no server, tool or mode options")
-    if inv.resident:
-        cli_only = [
-            name
-            for name, on in (
-                ("--jq", inv.jq is not None),
-                ("--raw", inv.raw),
-                ("--config", inv.config is not None),
-                ("--dry-run", inv.dry_run),
-            )
-            if on
-        ]
-        if cli_only:
-            raise UsageError(
-                f"--resident cannot be combined with {', '.join(cli_only)}: the resident mode takes its servers from "
-                "--registry and answers every command in full",
-                hint="remove " + ", ".join(cli_only),
-            )
-    if inv.resident and inv.registry is None and not inv.help:
+    if inv.completion is not None and inv.completion not in (*COMPLETION_SHELLS, *COMPLETION_WORDS):
         raise UsageError(
-            "--resident needs --registry SOURCE (a SQLite file or an http(s)://…/internal/mcp/config URL)",
-            hint="bkmcp --resident --registry ./registry.db",
+            f"--completion takes bash, zsh or fish, got {inv.completion!r}", hint='eval "$(bkmcp --completion bash)"'
         )
-    if modes and not inv.tool:
-        mode = modes[0]
-        if inv.body is not None:
-            raise UsageError(f"{mode} takes no --body")
-        if inv.dry_run:
-            raise UsageError(f"--dry-run cannot be combined with {mode}")
-    if inv.body is not None and inv.tool is None and not modes and not inv.help:
-        raise UsageError("--body needs a tool: bkmcp <server> <tool> --body JSON|@FILE|-")
-    if modes and inv.server is None:
-        raise UsageError("a server name is required", hint="bkmcp <server> --check")
-    if inv.dry_run:
-        if inv.tool is None:
-            raise UsageError("--dry-run needs a tool and --body", hint="bkmcp <server> <tool> --body '{}' --dry-run")
-        if inv.help:
-            raise UsageError("--dry-run cannot be combined with tool --help (tool help needs discovery)")
-        if inv.body is None:
-            raise UsageError(
-                "--dry-run needs a complete --body (flag types come from the server, which dry-run never contacts)",
-                hint="use --body '{...}' (or --body '{}' for a tool without arguments)",
-            )
-        if inv.tool_tokens:
-            raise UsageError(
-                f"--dry-run does not accept named tool flags (got --{inv.tool_tokens[0].name})",
-                hint="put every argument into --body",
-            )
+    given = [word for word, attr in INVOCATION_WORDS.items() if getattr(inv, attr) not in (None, False, [])]
+    modes = [m for m, on in invocation_modes(inv) if on]
+    for mode, row in MODE_TABLE.items():
+        if row[0](inv):
+            check_mode_row(mode, inv, given, " and ".join(modes))
+    if inv.registry_import is not None and inv.registry_list:
+        raise usage_words("registry")
     if inv.positional and (inv.help or inv.body is not None or inv.dry_run):
         # a plain call hears about it after discovery, with the tool's flags (run_tool); these never discover
         raise UsageError(
@@ -14552,17 +14535,31 @@ def check_invocation(inv: Invocation, timeout: float | None = None) -> None:
         inv.timeout_seconds = parse_duration(inv.timeout)
 
 
+def check_mode_row(mode: str, inv: Invocation, given: list[str], modes: str) -> None:
+    """A mode that was given, against its row of ``MODE_TABLE``: what it does not take refused, what it needs."""
+    _, takes, refusals, needs = MODE_TABLE[mode]
+    taken = {*takes.split(", "), *EVERY_MODE_TAKES.split(", ")}
+    refused = [word for word in given if word not in taken and not any(f"{word}+{w}" in taken for w in given)]
+    for names, key in (part.split(": ") for part in refusals.split("; ") if part):
+        got = [word for word in (refused if names == "*" else names.split(", ")) if word in refused]
+        if got:
+            raise usage_words(key, mode=mode, got=", ".join(got), inv=inv, modes=modes)
+    for names, key in (part.split(": ") for part in needs.split("; ") if part):
+        if not any(word in given for word in names.split("|")):
+            raise usage_words(key, mode=mode, inv=inv, modes=modes)
+
+
+def usage_words(key: str, **fill: Any) -> UsageError:
+    message, hint = USAGE_WORDS[key]
+    return UsageError(message.format(**fill), hint=hint.format(**fill) if hint else None)
+
+
+SERVER_MODES = ("--check", "--tools", "--resources", "--prompts", "--read", "--prompt", "a tool call")
+
+
 def invocation_modes(inv: Invocation) -> tuple[tuple[str, bool], ...]:
     """The modes of a command line, each with whether it was given: at most one may be (docs/contract.md §2)."""
-    return (
-        ("--check", inv.check),
-        ("--tools", inv.tools),
-        ("--resources", inv.resources),
-        ("--prompts", inv.prompts),
-        ("--read", inv.read is not None),
-        ("--prompt", inv.prompt is not None),
-        ("a tool call", inv.tool is not None),
-    )
+    return tuple((mode, MODE_TABLE[mode][0](inv)) for mode in SERVER_MODES)
 
 
 # -- 11.2 --body: inline, @FILE or - (stdin), read and bounded (docs/contract.md §2, §6) -------------------------------
