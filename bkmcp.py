@@ -60,7 +60,8 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        7.3 requests                discover_listing (the one pagination of tools/list, resources/list,
                                    resources/templates/list and prompts/list, and its guards); a capability
                                    the server lacks: no request (require_capability); read_resource (an
-                                   unknown URI: mcp_resource_not_found); how long a kept catalogue
+                                   unknown URI: mcp_resource_not_found), list_resources, list_prompts,
+                                   get_prompt: the CLI's and the resident's one path each; how long a kept catalogue
                                    stays fresh (ttlMs, list_changed), for 10.3 and 10.5; call; a call that times
                                    out or is interrupted cancelled (notifications/cancelled)
        7.4 the CLI's operations    one session each: --check, --tools (and --tools --brief), --resources (and
@@ -71,7 +72,8 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                    operation's budget (SchemaWork: shared, counted, the deadline asked)
        8.3 flags                   build_tool_flags: a schema -> typed flags; --tools --brief (describe_brief)
        8.4 values                  a flag's text -> its JSON value, positional-argument errors; a prompt's
-                                   string flags (parse_prompt_arguments)
+                                   string flags (parse_prompt_arguments), its arguments checked against its
+                                   declaration before prompts/get (check_prompt_arguments)
        8.5 validation, bounded     jsonschema run locally within budgets (patterns, sizes, depth, the deadline)
        8.6 validate_arguments      the quick path for common schemas, problems worded: the inputSchema checked
                                    locally before a call
@@ -95,7 +97,7 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        10.2 sessions               events, the live session, slots, the pool (limits: --max-processes and
                                    --max-user-processes; eviction, reaper; a crashed stdio child's retry-after
                                    back-off):
-       10.2.1 events                 EventSink (--events)
+       10.2.1 events                 EventSink (--events); a URI as an event names it (build_event_uri)
        10.2.2 the live session       ResidentSession, the adapter over the section-7 engine
        10.2.3 slots, limits          a slot per server instance, the open-file limit
        10.2.4 whose secrets          which secrets scrub whose answers
@@ -103,14 +105,17 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        10.3 names, catalogues      injected mcp_{server}_{tool} names (shortened past 64 characters), model-ready
                                    definitions per family (OpenAI, OpenAI strict, Anthropic, Gemini), Catalogues
                                    (cached per session):
-       10.3.1 injected names         build_injected_names
-       10.3.2 definitions            build_definitions per model family; a model's arguments back to the schema
+       10.3.1 injected names         build_injected_names (a server's resource-reading tool among them)
+       10.3.2 definitions            build_definitions per model family; a model's arguments back to the schema;
+                                     the resource-reading tool of --inject-resource-tools (build_resource_reader)
        10.3.3 a command, catalogues  the parsed command record, Catalogues cached per session
-       10.4 command server         the reader, a bounded worker pool, Actions (the seven), the end that answers all
+       10.4 command server         the reader, a bounded worker pool, Actions (the eleven), the end that answers all
                                    (shutdown, EOF, a signal), an error worded for the platform (platform_error):
        10.4.1 parsing a command      limits, the platform's wording, parse_command
        10.4.2 pool, writer           the bounded worker pool, the answer writer, commands in flight
-       10.4.3 Actions                one method per action
+       10.4.3 Actions                one method per action; resources and prompts (list_resources, read_resource
+                                     with its blobs as size and sha256 within --max-blob-bytes: build_resource_contents,
+                                     list_prompts, get_prompt) on the CLI's section-7 paths
        10.4.4 ResidentServer         the reader and the end that answers all (--shutdown-grace); memory;
                                      run_resident
        10.5 warm sessions          WarmSessions: the --keep-alive process's kept sessions, lent by key
@@ -12925,7 +12930,7 @@ class Catalogues:
 
 # -- 10.4.1 parsing a command: limits, the platform's wording (platform_error), parse_command -------------------------
 
-# JSON lines in, one answer per command out: the reader thread, a bounded worker pool, the seven actions
+# JSON lines in, one answer per command out: the reader thread, a bounded worker pool, the eleven actions
 # (``Actions``), the end (shutdown, EOF, signals) that answers every command read, and ``run_resident``. An error
 # reaches the platform in its words (``platform_error``: no hints, a timeout as the command's budget in ms).
 
@@ -13331,7 +13336,7 @@ def build_resource_contents(result: dict[str, Any], *, include_blobs: bool, cap:
 
 @dataclass
 class Actions:
-    """The seven actions of docs/contract.md §11.2 (``do_*``, one command each, on a worker thread): each takes its
+    """The eleven actions of docs/contract.md §11.2 (``do_*``, one command each, on a worker thread): each takes its
     user's registry view (``_view``), uses the session pool (10.2) and the catalogues (10.3), and returns its
     ``result`` or raises the error its answer carries."""
 

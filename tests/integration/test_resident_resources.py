@@ -117,7 +117,12 @@ def test_read_resource_gives_text_as_received_and_a_blob_as_its_size_and_hash(wo
     png = base64.b64decode(TINY_PNG)
     blob = world.res.ok("read_resource", "ann", server_name="m", uri="mock://images/dot.png")
     assert blob["result"]["contents"] == [
-        {"uri": "mock://images/dot.png", "mimeType": "image/png", "bytes": 70, "sha256": hashlib.sha256(png).hexdigest()}
+        {
+            "uri": "mock://images/dot.png",
+            "mimeType": "image/png",
+            "bytes": 70,
+            "sha256": hashlib.sha256(png).hexdigest(),
+        }
     ]
     whole = world.res.ok("read_resource", "ann", server_name="m", uri="mock://images/dot.png", include_blobs=True)
     assert whole["result"]["contents"][0]["blob"] == TINY_PNG and len(png) == 70
@@ -134,9 +139,7 @@ def test_list_prompts_and_get_prompt_with_its_arguments(world):
     got = world.res.ok("get_prompt", "ann", server_name="m", name="greet", arguments={"who": "Ann", "tone": "007"})
     assert (got["server_name"], got["name"]) == ("m", "greet")
     assert [m["role"] for m in got["result"]["messages"]] == ["user", "assistant"]
-    assert world.params("prompts/get") == [
-        {"name": "greet", "arguments": {"who": "Ann", "tone": "007"}}
-    ]
+    assert world.params("prompts/get") == [{"name": "greet", "arguments": {"who": "Ann", "tone": "007"}}]
     # checked against the prompt's declaration before sending, as the one-shot --prompt does
     missing = world.res.ask("get_prompt", "ann", server_name="m", name="greet", arguments={"tone": "x"})
     assert missing["error_code"] == "invalid_mcp_arguments" and "'who' is missing" in missing["error"]
@@ -239,7 +242,9 @@ def test_two_users_read_through_their_own_sessions_and_never_see_each_others_cre
         for user in users:
             for server in ("hown", "sown"):
                 uri = f"mock://search?q=query-of-{user}"
-                answers[user] = answers.get(user, "") + json.dumps(res.ask("read_resource", user, server_name=server, uri=uri))
+                answers[user] = answers.get(user, "") + json.dumps(
+                    res.ask("read_resource", user, server_name=server, uri=uri)
+                )
                 answers[user] += json.dumps(res.ask("list_resources", user, server_name=server))
                 answers[user] += json.dumps(res.ask("get_prompt", user, server_name=server, name="plain"))
         for user, text in answers.items():
@@ -294,7 +299,11 @@ def test_the_injected_resource_tool_reads_and_never_collides_with_a_server_tool(
             "content": [
                 {
                     "type": "resource",
-                    "resource": {"uri": "mock://notes/readme", "mimeType": "text/plain", "text": "hello from the mock\n"},
+                    "resource": {
+                        "uri": "mock://notes/readme",
+                        "mimeType": "text/plain",
+                        "text": "hello from the mock\n",
+                    },
                 }
             ],
             "isError": False,
