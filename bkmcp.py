@@ -11808,6 +11808,26 @@ class SessionPool:
         if last:
             self._close_later(session)
 
+    def lend(
+        self, slot: Slot, session: ResidentSession, work: Callable[[], Any], failed: Callable[[BkmcpError], None]
+    ) -> Any:
+        """``work()`` on ``session`` (leased by ``session()``), given back however it ends: a success resets the
+        slot's failures in a row; a failure is told to ``failed`` (its event) and drops a session whose child died
+        (``after_failure``), then raised as it is."""
+        try:
+            result = work()
+        except BkmcpError as exc:
+            self.release(session)
+            failed(exc)
+            self.after_failure(slot, session)
+            raise
+        except BaseException:
+            self.release(session)
+            raise
+        self.release(session)
+        slot.failures = 0
+        return result
+
     def retire(self, slot: Slot, session: ResidentSession) -> None:
         """The ``disconnect_server`` way of ending an outdated session: new commands get a new session at once,
         commands holding this one finish (each bounded by its own timeout), then the last one closes it."""
@@ -12740,10 +12760,8 @@ class Catalogues:
                     return slot.tools
             session = self.session(command, row, slot, server)
             started = time.monotonic()
-            try:
-                tools, ttl_ms = session.list_tools(command.deadline.left())
-            except BkmcpError as exc:
-                self.pool.release(session)
+
+            def failed(exc: BkmcpError) -> None:
                 self.events.emit(
                     "server.discover",
                     server=row.name,
@@ -12753,12 +12771,13 @@ class Catalogues:
                     ms=int((time.monotonic() - started) * 1000),
                     error_code=exc.code,
                 )
-                self.pool.after_failure(slot, session)
+
+            try:
+                tools, ttl_ms = self.pool.lend(
+                    slot, session, lambda: session.list_tools(command.deadline.left()), failed
+                )
+            except BkmcpError as exc:
                 raise platform_error(exc, server=row.name, timeout=timeout) from None
-            except BaseException:
-                self.pool.release(session)
-                raise
-            self.pool.release(session)
             self.events.emit(
                 "server.discover",
                 server=row.name,
@@ -12767,7 +12786,7 @@ class Catalogues:
                 complete=True,
                 ms=int((time.monotonic() - started) * 1000),
             )
-            slot.tools, slot.tools_version, slot.failures = tools, session.protocol_version, 0
+            slot.tools, slot.tools_version = tools, session.protocol_version
             slot.fresh_until = catalogue_kept_until(ttl_ms, started)
             self._store(slot, ttl_ms)
             return tools
@@ -13473,16 +13492,7 @@ class Actions:
     def do_connect_server(self, command: ResidentCommand) -> dict[str, Any]:
         view = self._view(command)
         row = self._row(view, command.params["server_name"])
-        slot, server = self.catalogues.use(command, view, row)
-        self.pool.use(slot, 1)
-        try:
-            try:
-                session = self.catalogues.session(command, row, slot, server)
-            except BkmcpError as exc:
-                raise platform_error(exc, server=row.name, timeout=command.deadline.seconds) from None
-            self.pool.release(session)
-        finally:
-            self.pool.use(slot, -1)
+        session = self._on_server(command, view, row, None, lambda session, _left: session)
         tools = self.catalogues.tools(command, view, row, connect=True)
         return {
             "server_name": row.name,
@@ -13587,10 +13597,8 @@ class Actions:
                 raise platform_error(exc, server=server_name, timeout=timeout) from None
             self.events.emit("tool.started", **base)
             started = time.monotonic()
-            try:
-                result = session.call_tool(tool_name, arguments, deadline.left(), tool)
-            except BkmcpError as exc:
-                self.pool.release(session)
+
+            def failed(exc: BkmcpError) -> None:
                 if isinstance(exc, RemoteError) and not isinstance(exc, CapabilityUnsupportedError):
                     outcome = exc.details.get("outcome") or ("unknown" if request_was_sent(exc) else "not_sent")
                     self.events.emit(
@@ -13608,13 +13616,13 @@ class Actions:
                         is_error=False,
                         error_code=exc.code,
                     )
-                self.pool.after_failure(slot, session)
+
+            try:
+                result = self.pool.lend(
+                    slot, session, lambda: session.call_tool(tool_name, arguments, deadline.left(), tool), failed
+                )
+            except BkmcpError as exc:
                 raise platform_error(exc, server=server_name, timeout=timeout) from None
-            except BaseException:
-                self.pool.release(session)
-                raise
-            self.pool.release(session)
-            slot.failures = 0
         finally:
             self.pool.use(slot, -1)
         self.events.emit(
@@ -13629,14 +13637,14 @@ class Actions:
         command: ResidentCommand,
         view: Any,
         row: Any,
-        event: tuple[str, dict[str, Any]],
+        event: tuple[str, dict[str, Any]] | None,
         work: Callable[[ResidentSession, float], Any],
-        counts: Callable[[Any], dict[str, Any]],
+        counts: Callable[[Any], dict[str, Any]] = lambda _result: {},
     ) -> Any:
         """``work(session, time left)`` on this user's session of ``row`` (opened on demand within the command's one
-        ``Deadline``), then one event, ``event`` = (name, fields without values), with ``counts(result)`` or the
-        failure's ``error_code``; a failure in the platform's words."""
-        name, fields = event
+        ``Deadline``), then one event (unless None), ``event`` = (name, fields without values), with
+        ``counts(result)`` or the failure's ``error_code``; a failure in the platform's words."""
+        name, fields = event or ("", {})
         base = {"server": row.name, "user": command.user_id, "task_id": command.task_id, **fields}
         timeout = command.deadline.seconds
         slot, server = self.catalogues.use(command, view, row)
@@ -13647,21 +13655,19 @@ class Actions:
             except BkmcpError as exc:
                 raise platform_error(exc, server=row.name, timeout=timeout) from None
             started = time.monotonic()
+
+            def failed(exc: BkmcpError) -> None:
+                if name:
+                    self.events.emit(name, **base, ms=int((time.monotonic() - started) * 1000), error_code=exc.code)
+
             try:
-                result = work(session, command.deadline.left())
+                result = self.pool.lend(slot, session, lambda: work(session, command.deadline.left()), failed)
             except BkmcpError as exc:
-                self.pool.release(session)
-                self.events.emit(name, **base, ms=int((time.monotonic() - started) * 1000), error_code=exc.code)
-                self.pool.after_failure(slot, session)
                 raise platform_error(exc, server=row.name, timeout=timeout) from None
-            except BaseException:
-                self.pool.release(session)
-                raise
-            self.pool.release(session)
-            slot.failures = 0
         finally:
             self.pool.use(slot, -1)
-        self.events.emit(name, **base, ms=int((time.monotonic() - started) * 1000), **counts(result))
+        if name:
+            self.events.emit(name, **base, ms=int((time.monotonic() - started) * 1000), **counts(result))
         return result
 
     def _each_server(
