@@ -348,3 +348,100 @@ def test_parse_errors_of_the_new_actions_are_invalid_command(make_world):
         answer = res.ask(action, "ann", **params)
         assert answer["error_code"] == "invalid_command", (action, params, answer)
     assert res.ok("list_prompts", "ann")["servers"][0]["prompt_count"] == 2
+
+
+def test_in_process_resources_prompts_and_the_reader(tmp_path):
+    """The same actions through ``bkmcp.main`` in this process (what coverage measures): a public HTTP server, a
+    per-user stdio one and one without resources or prompts, each answer and what it cost the servers."""
+    from tests.helpers import run_bkmcp
+
+    srv = MockServer({"tools": [*DEFAULT_TOOLS, mock_tool("read_resource", "echo", {"text": {"type": "string"}})]})
+    bare = MockServer({"capabilities": {"tools": {}}})
+    srv.start()
+    bare.start()
+    try:
+        reg = tmp_path / "r.db"
+        rows = [
+            http_row("pub", srv.url),
+            stdio_row("box", mock_stdio()),
+            http_row("bare", bare.url),
+            http_row("down", "http://127.0.0.1:9/mcp"),  # nothing listens
+        ]
+        write_registry(str(reg), rows, {"box": {}})
+        events = tmp_path / "events.jsonl"
+
+        def line(task: str, action: str, **params: Any) -> str:
+            body = {"command": "invoke", "task_id": task, "params": {"action": action, **params}}
+            return json.dumps({**body, "user": {"userId": "u1"}})
+
+        reader = "mcp_pub_read_resource_" + hashlib.sha256(b"resources/read\0pub").hexdigest()[:8]
+        stdin = "".join(
+            line(*command[:2], **command[2]) + "\n"
+            for command in (
+                ("a", "list_resources", {}),
+                ("b", "read_resource", {"server_name": "box", "uri": "mock://notes/readme"}),
+                ("c", "read_resource", {"server_name": "pub", "uri": "mock://images/dot.png", "include_blobs": True}),
+                ("d", "read_resource", {"server_name": "pub", "uri": "mock://images/dot.png"}),
+                ("e", "read_resource", {"server_name": "pub", "uri": "mock://nowhere"}),
+                ("f", "read_resource", {"server_name": "bare", "uri": "mock://notes/readme"}),
+                ("g", "read_resource", {"server_name": "nope", "uri": "mock://notes/readme"}),
+                ("h", "list_prompts", {"server_name": "box"}),
+                ("i", "get_prompt", {"server_name": "pub", "name": "greet", "arguments": {"who": "Ann"}}),
+                ("j", "get_prompt", {"server_name": "box", "name": "greet"}),
+                ("k", "list_tools", {}),
+                ("l", "call_tool", {"name": reader, "arguments": {"uri": "mock://notes/readme"}}),
+                ("m", "call_tool", {"name": reader, "arguments": {"uri": 5}}),
+                ("n", "connect_server", {"server_name": "box"}),
+                ("o", "read_resource", {"server_name": "down", "uri": "mock://notes/readme"}),
+                ("p", "get_prompt", {"server_name": "pub", "name": "greet", "arguments": {"who": "a", "x": "y"}}),
+            )
+        )
+        res = run_bkmcp(
+            "--resident",
+            "--registry",
+            str(reg),
+            "--events",
+            str(events),
+            "--inject-resource-tools",
+            "--max-blob-bytes",
+            "10",
+            stdin=stdin,
+        )
+        assert res.exit_status == 0, res.stderr
+        got = {a["task_id"]: a for a in map(json.loads, res.stdout.splitlines())}
+        listed = got["a"]["result"]
+        assert [(s["server_name"], s["resource_count"]) for s in listed["servers"]] == [("box", 2), ("pub", 2)]
+        assert [(e["server_name"], e["error_code"]) for e in listed["errors"]] == [
+            ("bare", "mcp_capability_unsupported"),
+            ("down", "mcp_connection_error"),
+        ]
+        assert got["b"]["result"]["result"]["contents"][0]["text"] == "hello from the mock\n"
+        assert (got["c"]["error_code"], got["c"]["details"]["bytes"]) == ("resource_limit", 70)
+        assert got["d"]["result"]["result"]["contents"][0]["bytes"] == 70
+        assert got["e"]["error_code"] == "mcp_resource_not_found"
+        assert got["f"]["error_code"] == "mcp_capability_unsupported"
+        assert got["g"]["error_code"] == "mcp_server_not_found"
+        assert got["h"]["result"]["servers"][0]["prompt_count"] == 2
+        assert got["i"]["result"]["result"]["messages"][0]["content"]["text"] == "Greet Ann."
+        assert got["j"]["error_code"] == "invalid_mcp_arguments"
+        tools = got["k"]["result"]["tools"]
+        assert sorted(t["server_name"] for t in tools if t.get("resource_reader")) == ["box", "pub"]
+        assert reader in {t["name"] for t in tools}
+        assert got["l"]["result"]["result"]["content"][0]["resource"]["text"] == "hello from the mock\n"
+        assert got["m"]["error_code"] == "invalid_mcp_arguments"
+        assert got["n"]["result"]["status"] == "connected"
+        assert got["o"]["error_code"] == "mcp_connection_error"
+        assert got["p"]["error_code"] == "invalid_mcp_arguments" and "no argument 'x'" in got["p"]["error"]
+        # a later run reads pub's catalogue from the registry's cache: it opens pub's session to learn its resources
+        again = run_bkmcp(
+            "--resident", "--registry", str(reg), "--inject-resource-tools", stdin=line("q", "list_tools")
+        )
+        tools = json.loads(again.stdout)["result"]["tools"]
+        assert sorted(t["server_name"] for t in tools if t.get("resource_reader")) == ["box", "pub"]
+        sent = {e["rpc_method"] for e in bare.log if e.get("rpc_method")}
+        assert not sent & {"resources/list", "resources/read", "prompts/list"}
+        kinds = [json.loads(e)["event"] for e in events.read_text().splitlines()]
+        assert {"resources.listed", "resource.read", "prompts.listed", "prompt.fetched", "tool.rejected"} <= set(kinds)
+    finally:
+        srv.stop()
+        bare.stop()
