@@ -13696,12 +13696,17 @@ class Actions:
         rows = usable_rows(view) if name is None else [self._row(view, name)]
         found: dict[str, dict[str, Any]] = {}
         errors: list[dict[str, Any]] = []
+        lock = _thread.allocate_lock()
 
         def each(row: Any) -> None:
             try:
-                found[row.name] = one(view, row)
+                answer = one(view, row)
+                with lock:
+                    found[row.name] = answer
             except BkmcpError as exc:
-                errors.append(self.catalogues.error_entry(command, row, exc))
+                entry = self.catalogues.error_entry(command, row, exc)
+                with lock:
+                    errors.append(entry)
 
         run_each(each, rows)
         if errors and self.stopping.is_set():  # cut by the shutdown: a failure, never a partial answer
