@@ -6168,16 +6168,23 @@ def stage_of(method: str) -> str:
     return _REQUEST_STAGES.get(method, method)
 
 
-def request_result(session: McpSession, ctx: OpContext, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+def request_result(
+    session: McpSession, ctx: OpContext, method: str, params: dict[str, Any] | None, *, cancel: bool = False
+) -> dict[str, Any]:
     """A non-call request; a lost legacy session is re-initialized once per operation, and a tentative modern era
-    refused as by a legacy server falls back to ``initialize`` once (docs/contract.md §5)."""
+    refused as by a legacy server falls back to ``initialize`` once (docs/contract.md §5). ``cancel``: a request
+    that was sent and timed out is cancelled on the wire as a timed-out ``tools/call`` is (``_cancel``):
+    ``resources/read`` and ``prompts/get``, whose work a server may go on doing."""
     for attempt in range(2):
         rules = session.core.rules
         assert rules is not None
         session_id = session.core.session_id
+        handle = RequestHandle()
         try:
-            answer = session.request(method, params, ctx)
+            answer = session.request(method, params, ctx, handle=handle)
         except RemoteError as exc:
+            if cancel and isinstance(exc, McpTimeoutError) and request_was_sent(exc):
+                _cancel(session, rules, handle.id, reason=f"timed out after {format_duration(ctx.deadline.seconds)}")
             if attempt == 0 and session.core.refused_as_legacy(exc):  # never asked for tools/call (call_tool)
                 ctx.log.debug(f"{method} refused as by a legacy server ({exc.message}); falling back to initialize")
                 session.fall_back(ctx)
@@ -6335,7 +6342,7 @@ def read_resource(session: McpSession, ctx: OpContext, uri: str) -> dict[str, An
     params: the 2026-07-28 spec's code, which legacy SDK servers answer too; ``uri`` is the request's only param)."""
     require_capability(session, "resources", "resources/read")
     try:
-        return request_result(session, ctx, "resources/read", {"uri": uri})
+        return request_result(session, ctx, "resources/read", {"uri": uri}, cancel=True)
     except ProtocolError as exc:
         if (exc.details.get("rpc_error") or {}).get("code") not in _UNKNOWN_RESOURCE_CODES:
             raise
@@ -6387,7 +6394,7 @@ def get_prompt(
     if arguments is None:
         return prompt, None
     params: dict[str, Any] = {"name": name, **({"arguments": dict(arguments)} if arguments else {})}
-    return prompt, request_result(session, ctx, "prompts/get", params)
+    return prompt, request_result(session, ctx, "prompts/get", params, cancel=True)
 
 
 def find_prompt(prompts: Sequence[dict[str, Any]], name: str, server_name: str) -> dict[str, Any]:

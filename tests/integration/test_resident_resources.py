@@ -45,18 +45,27 @@ class World:
         write_registry(str(reg), [row], {"m": {}})
         self.res: Resident = resident(reg, *options)
 
+    def _log(self) -> list[dict[str, Any]]:
+        if self.http is not None:
+            return list(self.http.log)
+        text = self.log_path.read_text() if self.log_path.exists() else ""
+        return [json.loads(line) for line in text.splitlines()]
+
     def received(self, method: str | None = None) -> list[dict[str, Any]]:
         """Every JSON-RPC request the server received (``method``'s only), in order."""
-        if self.http is not None:
-            entries = self.http.log
-        else:
-            text = self.log_path.read_text() if self.log_path.exists() else ""
-            entries = [json.loads(line) for line in text.splitlines()]
         return [
             e
-            for e in entries
+            for e in self._log()
             if e.get("rpc_method") and isinstance(e.get("json"), dict) and "id" in e["json"]
             if method is None or e["rpc_method"] == method
+        ]
+
+    def notifications(self, method: str) -> list[dict[str, Any]]:
+        """The params of every ``method`` notification received."""
+        return [
+            e["json"].get("params") or {}
+            for e in self._log()
+            if e.get("rpc_method") == method and isinstance(e.get("json"), dict) and "id" not in e["json"]
         ]
 
     def params(self, method: str) -> list[dict[str, Any]]:
@@ -199,6 +208,34 @@ def test_each_command_has_its_own_timeout(make_world):
     listed = res.ok("list_prompts", "ann", timeout_ms=300)
     assert [e["error_code"] for e in listed["errors"]] == ["mcp_timeout"]
     assert res.wait_event("resource.read", error_code="mcp_timeout")
+
+
+@pytest.mark.parametrize("transport,version", [("http", LEGACY), ("stdio", MODERN), ("http", MODERN)], ids="-".join)
+def test_a_timed_out_read_or_prompt_is_cancelled_on_the_wire_as_a_call_is(make_world, transport, version):
+    """As a timed-out tools/call: notifications/cancelled for the request's id where closing its stream does not
+    cancel it (legacy, stdio); modern HTTP closes the stream instead."""
+    slow = {"resources/read": 3000, "prompts/get": 3000}
+    world = make_world(transport, version, faults={"slow_on": slow})
+    res = world.res
+    read = res.ask("read_resource", "ann", server_name="m", uri="mock://notes/readme", timeout_ms=300)
+    got = res.ask("get_prompt", "ann", server_name="m", name="plain", timeout_ms=300)
+    assert [read["error_code"], got["error_code"]] == ["mcp_timeout", "mcp_timeout"]
+    ids = [e["json"]["id"] for method in ("resources/read", "prompts/get") for e in world.received(method)]
+    if transport == "http" and version == MODERN:
+        assert world.notifications("notifications/cancelled") == []
+        return
+    cancels = until_found(lambda: world.notifications("notifications/cancelled"), 2)
+    assert [c["requestId"] for c in cancels] == ids and all("timed out" in c["reason"] for c in cancels)
+
+
+def until_found(read: Any, count: int) -> list[Any]:
+    """``read()`` once it holds ``count`` items (a notification is logged as it arrives), within a safety net."""
+    import time
+
+    end = time.monotonic() + 30
+    while len(found := read()) < count and time.monotonic() < end:
+        time.sleep(0.05)
+    return found  # type: ignore[no-any-return]
 
 
 def test_events_carry_no_query_strings_and_no_argument_values(make_world):
