@@ -482,3 +482,22 @@ def test_in_process_resources_prompts_and_the_reader(tmp_path):
     finally:
         srv.stop()
         bare.stop()
+
+
+def test_the_clis_read_and_prompt_cancel_a_timed_out_request_too(tmp_path):
+    """One path per method: the CLI's --read and --prompt go through the same request as the resident's actions, so
+    a timed-out one is cancelled on the wire there too (legacy HTTP, in this process)."""
+    from tests.helpers import run_bkmcp, write_mcp_json
+
+    srv = MockServer({"versions": [LEGACY], "faults": {"slow_on": {"resources/read": 3000, "prompts/get": 3000}}})
+    srv.start()
+    try:
+        config = write_mcp_json(tmp_path / "mcp.json", {"m": {"type": "http", "url": srv.url}})
+        read = run_bkmcp("--config", str(config), "--timeout", "300ms", "m", "--read", "mock://notes/readme")
+        prompt = run_bkmcp("--config", str(config), "--timeout", "300ms", "m", "--prompt", "plain")
+        assert [read.error_code, prompt.error_code] == ["mcp_timeout", "mcp_timeout"]
+        ids = [e["json"]["id"] for method in ("resources/read", "prompts/get") for e in srv.requests(method)]
+        cancels = [e["json"]["params"] for e in srv.requests("notifications/cancelled")]
+        assert [c["requestId"] for c in cancels] == ids and all("timed out after 300ms" in c["reason"] for c in cancels)
+    finally:
+        srv.stop()
