@@ -270,7 +270,7 @@ def test_an_unknown_task_id_is_expired(cli):
     [
         (("--task-status", "x", "--wait"), "--wait is only valid with --task-result"),
         (("--task",), "--task needs a tool call"),
-        (("quick", "--body", "{}", "--dry-run", "--detach"), "--detach needs a tool call (and no --dry-run)"),
+        (("quick", "--body", "{}", "--dry-run", "--detach"), "--dry-run cannot be combined with --detach"),
         (("--tasks", "--task-status", "x"), "cannot be combined"),
         (("--task-cancel",), "--task-cancel needs a task id"),
         (("quick", "--detach", "--raw"), "--raw prints a tool call's result as text; --detach has none"),
