@@ -3274,6 +3274,11 @@ class ClientSession:
         assert self.rules is not None
         return build_notification(method, params, self.rules, self.client_capabilities)
 
+    def ids_from(self, first_id: int) -> None:
+        """Number the next requests from ``first_id`` (a resumed round: its retry must not reuse the id of the
+        request an earlier process sent, docs/contract.md §5)."""
+        self._next_id = first_id - 1
+
     def forget(self, request_id: Any) -> None:
         """The request ended without an answer; a late answer for it becomes a ``Stray``."""
         key = id_key(request_id)
@@ -5678,7 +5683,11 @@ CANCEL_BUDGET = 1.0
 _KEPT_NOTIFICATIONS = 1000  # a chatty server cannot grow memory without bound
 STDIO_PROBE_WINDOW = 2.0  # shared stream: no answer to server/discover within this (inside the budget) means legacy
 STDIO_PROBE_POLL = 0.025  # how often the window asks whether the server has read the probe yet
-DECLINED_CAPABILITIES = {"sampling/createMessage": "sampling", "elicitation/create": "elicitation"}
+DECLINED_CAPABILITIES = {
+    "sampling/createMessage": "sampling",
+    "roots/list": "roots",
+    "elicitation/create": "elicitation",
+}
 
 
 @dataclass(frozen=True)
@@ -5699,6 +5708,7 @@ class InputSource:
     The CLI's (section 8, ``CommandLineInput``) types answers given on the command line or asks on a terminal."""
 
     capabilities: dict[str, Any] = {}  # what the session declares: only what this source can answer
+    resuming = False  # it answers a round an earlier process kept: request ids start at random (``ids_from``)
 
     def answer(self, key: str | None, request: Mapping[str, Any], several: bool) -> InputAnswer:
         """The answer to one question (``request``: ``{"method", "params"}``); ``key`` is its ``inputRequests`` key
@@ -6293,6 +6303,8 @@ class SessionSource:
         session = McpSession(server, insecure=insecure, log=ctx.log)
         if ctx.input is not None:  # a legacy server learns it at initialize (docs/contract.md §5)
             session.core.client_capabilities = dict(ctx.input.capabilities)
+            if ctx.input.resuming and not session.transport.shared_stream:  # stdio ids are random already
+                session.core.ids_from(random_first_id())
         return session
 
     def ready(self, session: McpSession, ctx: OpContext) -> None:
@@ -8892,6 +8904,7 @@ class CommandLineInput(InputSource):
         self.action = action
         self.terminal = terminal
         self.keep = keep
+        self.resuming = resuming
         answers = bool(self.given) or inputs is not None or action is not None or resuming
         self.capabilities = ELICITATION_FORM_AND_URL if terminal is not None else ELICITATION_FORM if answers else {}
 
