@@ -3779,6 +3779,11 @@ class Transport(Protocol):
     def stdout_skipped(self, since: int | None = None) -> tuple[list[str], int]:
         return [], 0
 
+    # The server's own stream for requests outside any request's stream (legacy HTTP's optional GET): stdio has
+    # one stream for everything already.
+    def listen(self, rules: EraRules, session_id: str | None, deadline: Deadline) -> None:
+        pass
+
     def stdout_position(self) -> int | None:
         return None
 
@@ -4207,6 +4212,7 @@ class HttpTransport(Transport):
         self._sending_lock = _thread.allocate_lock()
         self._stopped = _thread.allocate_lock()  # held until stop_requests: a resumption delay waits on it
         self._stopped.acquire()
+        self._listener: Any = None  # the thread reading the standalone GET stream (``listen``)
 
     def attach(self, deliver: Deliver, lost: Lost, answer_headers: AnswerHeaders) -> None:
         self._deliver = deliver
@@ -4524,6 +4530,51 @@ class HttpTransport(Transport):
                     "the server keeps closing the resumed event stream without sending anything", request_sent=True
                 )
 
+    def listen(self, rules: EraRules, session_id: str | None, deadline: Deadline) -> None:
+        """Open the optional standalone GET stream of a legacy session (docs/contract.md §5): only for a session that
+        declared elicitation, so that a question the server sends outside any request's stream (a TypeScript SDK
+        server's ``server.request``) reaches bkmcp. Waits (within ``LISTEN_WAIT`` and ``deadline``) until the
+        server answered the GET, so that the requests after it find the stream open. Optional on both sides: a
+        405, another status or a failure ends it quietly. ``close`` ends it and waits for its thread."""
+        import threading
+
+        if self._listener is not None or rules.era != "legacy":
+            return
+        opened = threading.Event()
+        self._listener = threading.Thread(
+            target=self._listen, args=(rules, session_id, opened), name="bkmcp-get-stream", daemon=True
+        )
+        self._listener.start()
+        opened.wait(max(0.0, min(LISTEN_WAIT, deadline.remaining())))
+
+    def _listen(self, rules: EraRules, session_id: str | None, opened: Any) -> None:
+        marker = object()
+        headers = build_headers(rules, configured=self.configured, session_id=session_id, accept="text/event-stream")
+        deadline = Deadline(LISTEN_BUDGET)
+        try:
+            self._log_request("GET", headers, None)
+            with HttpxBoundary(self.url, deadline):
+                with self._http().stream(
+                    "GET",
+                    self.url,
+                    headers=_wire_headers(headers),
+                    timeout=self._timeout(deadline),
+                    extensions=self._extensions(marker, sent=True),
+                ) as response:
+                    opened.set()
+                    ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
+                    if response.status_code != 200 or ctype != "text/event-stream":
+                        self.log.debug(f"no standalone GET stream (HTTP {response.status_code}); it is optional")
+                        return
+                    for incoming in self._read_sse(response, SseDecoder(), deadline):
+                        self._deliver(incoming, None)
+        except Exception as exc:  # the stream is optional: its end is never the operation's error
+            self.log.debug(f"the standalone GET stream ended ({type(exc).__name__})")
+        finally:
+            opened.set()
+            with self._sending_lock:
+                self._sending.discard(marker)
+
     def _post_one_way(self, outgoing: Outgoing) -> None:
         """POST a notification or a response; expects 202 (any 2xx accepted)."""
         message, deadline, session_id = outgoing.message, outgoing.deadline, outgoing.session_id
@@ -4617,11 +4668,17 @@ class HttpTransport(Transport):
                 connections = list(pool._connections)
             for connection in connections:
                 _shut_down_stream(getattr(getattr(connection, "_connection", None), "_network_stream", None))
+        if self._listener is not None:  # woken by the shutdown above (or stop_requests): gone before close returns
+            self._listener.join(LISTEN_WAIT)
         if self._client is not None and self._own_client:
             try:
                 self._client.close()
             finally:
                 self._client = None
+
+
+LISTEN_WAIT = 2.0  # seconds: at most this for the server to answer the standalone GET, and for its thread to end
+LISTEN_BUDGET = 24 * 3600.0  # the standalone GET stream lives as long as the session (closed with it)
 
 
 def _decode_error_message(text: str) -> Message | None:
@@ -6278,6 +6335,8 @@ def initialize(session: McpSession, ctx: OpContext, offer: str) -> None:
         ctx.log.debug(f"the server chose {rules.version} (offered {offer})")
     _log_protocol(session, ctx)
     session.notify("notifications/initialized", None, ctx.deadline)
+    if "elicitation" in session.core.client_capabilities:  # a question may come outside any request's stream
+        session.transport.listen(rules, session.core.session_id, ctx.deadline)
 
 
 def open_session(
