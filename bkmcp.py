@@ -8897,6 +8897,10 @@ def type_answer(schema: Any, field_name: str, text: str) -> Any:
     """One answer's text -> its JSON value by the field's schema; ``ValueError`` saying why it does not fit."""
     flags = _answer_flags(schema)
     flag = flags.flags.get(field_name)
+    prop = _schema_fields(schema).get(field_name)
+    if flag is None and isinstance(prop, dict):  # a name that is a bkmcp option still types as its schema says
+        kind = property_kind(prop)[0]
+        flag = ToolFlag(field_name, kind, False, prop) if kind is not None else None
     if flag is None:
         if field_name in flags.body_only:
             try:
@@ -8988,7 +8992,9 @@ class CommandLineInput(InputSource):
         return InputAnswer(None, tuple(problems)) if problems else InputAnswer({"action": "accept", "content": content})
 
     def typed(self, key: str | None, schema: Any, several: bool) -> tuple[dict[str, Any], list[dict[str, str]], bool]:
-        """(the answers given for this question, typed; problems; whether any answer was given for it at all)."""
+        """(the answers given for this question, typed; problems; whether any answer was given for it at all). A
+        field the question does not have is left for another question: answers for every round of a multi-round
+        request can be given at once; answers that fit no field leave the question unanswered (reported)."""
         fields = _schema_fields(schema)
         content: dict[str, Any] = {}
         problems: list[dict[str, str]] = []
@@ -8997,24 +9003,16 @@ class CommandLineInput(InputSource):
             chosen = self.inputs.get(key) if key is not None else None
             if isinstance(chosen, dict) and key not in fields:
                 content.update(chosen)
-            elif several:
+            else:  # keyed by field: each question takes its own fields
                 content.update({k: v for k, v in self.inputs.items() if k in fields})
-            else:
-                content.update(self.inputs)
         for name, text in self.given:
-            if several and name not in fields:
-                continue  # another question's field
+            if name not in fields:
+                continue  # another question's field (a later round's, or another key's)
             given = True
             try:
                 content[name] = type_answer(schema, name, text)
             except ValueError as exc:
                 problems.append({"path": json_path([name]), "message": f"--input {printable(name)}: {exc}"})
-        if not several:
-            for name in content:
-                if name not in fields and not any(p.get("path") == json_path([name]) for p in problems):
-                    problems.append(
-                        {"path": json_path([name]), "message": f"the question has no field {short_text(name)!r}"}
-                    )
         return content, problems, given
 
     def park(self, method: str, params: Mapping[str, Any], pending: InputRound, era: str | None) -> dict[str, Any]:

@@ -1234,6 +1234,10 @@ class Core:
             "message": call.tool.get("x-mock-message", "Please sign in to continue"),
         }
         if call.ctx.era == "modern":
+            answered = call.params.get("inputResponses")
+            if answered is not None:  # the retry after the user's answer: done
+                text = "url answered: " + dump_json(answered)
+                return Reply("result", {"content": [{"type": "text", "text": text}], "isError": False})
             return Reply(
                 "result",
                 {

@@ -43,7 +43,10 @@ SHORT_TIMEOUT: dict[str, str] = {}
 READS_RESOURCES_AND_PROMPTS = {"http-standard-headers"}
 # Scenarios whose server asks the client (elicitation, input_required rounds): each call accepts with the requested
 # schema's defaults (``--inputs '{}'``, SEP-1034), as an agent that was told to accept would (docs/contract.md §5).
-ANSWERS = {"sep-2322-client-request-state": ["--inputs", "{}"], "elicitation-sep1034-client-defaults": ["--inputs", "{}"]}
+ANSWERS = {
+    "sep-2322-client-request-state": ["--inputs", "{}"],
+    "elicitation-sep1034-client-defaults": ["--inputs", "{}"],
+}
 _PLAIN = {"string": "x", "integer": 1, "number": 1.5, "boolean": True, "object": {}, "array": [], "null": None}
 
 

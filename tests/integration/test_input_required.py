@@ -220,10 +220,13 @@ def test_R04_legacy_headless_question_is_answered_cancel_never_decline_and_repor
 
 def test_R04_legacy_answer_that_does_not_fit_is_said_and_answered_cancel(mock, tmp_path):
     target = mock({"response_mode": "sse", "tools": [mock_tool("ask", "input_required")]}, protocol_version=LEGACY)
-    result = run(target, tmp_path, target.name, "ask", "--input", "nope=1")
+    result = run(target, tmp_path, target.name, "ask", "--input", "ok=maybe")
     assert result.exit_status == 2 and result.error_code == "input_required"
     assert target.srv.client_responses[0]["result"] == {"action": "cancel"}
-    assert "no field" in result.json["data"]["input_requests"]["elicitation-1"]["problems"][0]["message"]
+    assert "ok=true" in result.json["data"]["input_requests"]["elicitation-1"]["problems"][0]["message"]
+    other = run(target, tmp_path, target.name, "ask", "--input", "nope=1")  # fits no field: no answer at hand
+    assert other.exit_status == 2 and "problems" not in other.json["data"]["input_requests"]["elicitation-1"]
+    assert target.srv.client_responses[1]["result"] == {"action": "cancel"}
 
 
 def test_R04_answers_without_a_target_are_a_usage_error(mock, tmp_path):
