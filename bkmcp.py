@@ -55,17 +55,21 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
     7. Client flows             the per-operation OpContext, McpSession and the flows, in four rooms:
        7.1 OpContext, McpSession   the per-operation context, McpSession (many requests in flight, each with its
                                    own deadline); a tentative modern era refused as a legacy server refuses falls
-                                   back to initialize once (fall_back)
+                                   back to initialize once (fall_back); who answers a server's questions
+                                   (InputSource): a legacy elicitation/create answered mid-call, cancel when
+                                   nothing can answer it
        7.2 negotiation             negotiate: the era probe over a real session, the stdio probe window
        7.3 requests                discover_listing (the one pagination of tools/list, resources/list,
                                    resources/templates/list and prompts/list, and its guards); a capability
                                    the server lacks: no request (require_capability); read_resource (an
                                    unknown URI: mcp_resource_not_found); how long a kept catalogue
                                    stays fresh (ttlMs, list_changed), for 10.3 and 10.5; call; a call that times
-                                   out or is interrupted cancelled (notifications/cancelled)
+                                   out or is interrupted cancelled (notifications/cancelled); the one
+                                   multi-round-trip loop of input_required (send_with_input: the requestState
+                                   echoed exactly, at most MAX_INPUT_ROUNDS rounds)
        7.4 the CLI's operations    one session each: --check, --tools (and --tools --brief), --resources (and
                                    --resources --brief), --read, --prompts, --prompt, --dry-run
-    8. Schema flags             inputSchema -> typed flags, values, validation, in six rooms:
+    8. Schema flags             inputSchema -> typed flags, values, validation, answers, in seven rooms:
        8.1 flag records            ToolFlag, BodyOnlyField (why a property gets no flag: set it with --body)
        8.2 local references        resolve_schema: one resolver for flags and help examples, within one
                                    operation's budget (SchemaWork: shared, counted, the deadline asked)
@@ -75,6 +79,9 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        8.5 validation, bounded     jsonschema run locally within budgets (patterns, sizes, depth, the deadline)
        8.6 validate_arguments      the quick path for common schemas, problems worded: the inputSchema checked
                                    locally before a call
+       8.7 answers                 a server's questions answered: --input, --inputs, --input-action typed by the
+                                   requested schema with its defaults (CommandLineInput), a person on the
+                                   terminal (TerminalQuestions)
     9. Output                   envelopes, --jq, --raw, help text, completion, in six rooms:
        9.1 envelopes               build_success, build_failure
        9.2 --jq                    JqProgram: compiled, applied with number fidelity
@@ -120,10 +127,12 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                 the --keep-alive client and its background process (WarmServer), in five rooms:
        11.1 argument routing       parse_argv -> Invocation, check_invocation: --config, --timeout, --verbose,
                                    --insecure, --check, --tools, --brief, --dry-run, --jq, --raw, --help,
-                                   --resources, --read, --prompts, --prompt
+                                   --resources, --read, --prompts, --prompt, --input, --inputs, --input-action,
+                                   --resume
        11.2 --body                 inline, @FILE or - (stdin), read and bounded (read_body)
        11.3 the runner             Environment, Runner: one command, local or remote, to its envelope; which
-                                   servers a Tab may start, and where (resolve_completion_server)
+                                   servers a Tab may start, and where (resolve_completion_server); the kept
+                                   input rounds of --resume (save_resume, load_resume: 0600, expiring)
        11.4 --keep-alive           the client and its background process (WarmServer), --sessions and --stop, the
                                    client's Ctrl-C (Interrupt), a process that dies mid-call; the sessions it
                                    keeps: 10.5
@@ -9755,6 +9764,14 @@ Usage:
   bkmcp [GLOBAL...] <server> --read URI                read one resource (a template: --VAR VALUE per variable)
   bkmcp [GLOBAL...] <server> --prompts                 every prompt as JSON
   bkmcp [GLOBAL...] <server> --prompt NAME [--ARG VALUE...]   get one prompt (--help: its arguments)
+  bkmcp [GLOBAL...] <server> --resume ID --input FIELD=VALUE   answer a question a call stopped at (data.resume)
+
+When the server asks a question (elicitation; a call, --read or --prompt stopped with input_required):
+  --input FIELD=VALUE  an answer, typed by the question's schema as tool flags are (repeatable)
+  --inputs JSON|@FILE|-  answers as an object by field (or by question key); '{{}}' accepts the defaults
+  --input-action decline|cancel  refuse instead (decline only when you mean no)
+  On a terminal bkmcp asks each field and shows the answers before sending; elsewhere, without answers, it stops
+  with error input_required (the questions in data.input_requests, a handle in data.resume).
 
 Other modes (bkmcp --resident --help; docs/resident.md):
   bkmcp --resident --registry SOURCE [...]     resident multi-server mode for agent platforms (JSON lines)
@@ -9866,16 +9883,19 @@ COMPLETION_TIMEOUT = 2.0  # seconds one completion may spend connecting to a ser
 _COMPLETION_OPTIONS = (
     "--help --version --config --timeout --jq --raw --verbose --insecure --check --tools --brief --body --dry-run "
     "--resident --registry --import --list --completion --events --max-processes --max-user-processes --idle-timeout "
-    "--shutdown-grace --keep-alive --sessions --stop"
+    "--shutdown-grace --keep-alive --sessions --stop --input --inputs --input-action --resume"
 )
 # the options valid after <server> (before a tool), and after <server> <tool> beside the tool's own flags
 _COMPLETION_SERVER_OPTIONS = (
-    "--check --tools --brief --help --config --timeout --jq --raw --verbose --insecure --keep-alive"
+    "--check --tools --brief --help --config --timeout --jq --raw --verbose --insecure --keep-alive --resume"
 )
-_COMPLETION_CALL_OPTIONS = "--body --dry-run --help --config --timeout --jq --raw --verbose --insecure --keep-alive"
+_COMPLETION_CALL_OPTIONS = (
+    "--body --dry-run --help --config --timeout --jq --raw --verbose --insecure --keep-alive --input --inputs "
+    "--input-action"
+)
 _COMPLETION_VALUE_OPTIONS = (
     "--config --timeout --jq --body --registry --import --events --max-processes --max-user-processes "
-    "--idle-timeout --shutdown-grace --completion"
+    "--idle-timeout --shutdown-grace --completion --inputs --input-action --resume"
 )
 _BASH_COMPLETION = """\
 # bkmcp completion for bash: eval "$(bkmcp --completion bash)" in ~/.bashrc, or save it as

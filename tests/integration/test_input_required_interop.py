@@ -5,7 +5,7 @@ request state, three rounds, a sealed state bkmcp echoes exactly, a prompt) answ
 run's ``--resume`` handle completed by a second process, and the sampling and roots fixtures ending with the name of
 what bkmcp does not provide. The mock's control characters never reach the terminal.
 
-Seed rows R04, I01. Skipped with the fixture's reason only when a server is not installed.
+Seed row R04. Skipped with the fixture's reason only when a server is not installed.
 """
 
 from __future__ import annotations
