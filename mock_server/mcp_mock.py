@@ -28,6 +28,8 @@ delete_status              200 (default) or 405
 modern_only_initialize_error  -32601 (default, HTTP 404) or -32022 (HTTP 400, data.supported)
 discover_supported_versions   override DiscoverResult.supportedVersions
 response_mode              "json" (default) or "sse"
+standalone_get             legacy HTTP: a GET without Last-Event-ID opens the standalone stream (held open); an
+                           input_required tool's question goes there while it is open (default false: 405)
 sse_comments / sse_priming / sse_crlf / sse_omit_event   SSE framing variants (default false)
 sse_transfer               "chunked" (default, keep-alive) or "close" (Connection: close, no length)
 notifications_before_result   list (for tools/call) or {method: list} of notifications sent before the result
@@ -333,6 +335,7 @@ DEFAULTS: dict[str, Any] = {
     "modern_only_initialize_error": -32601,
     "discover_supported_versions": None,
     "response_mode": "json",
+    "standalone_get": False,
     "sse_comments": False,
     "sse_priming": False,
     "sse_crlf": False,
@@ -665,6 +668,7 @@ class Core:
         self.waiters: dict[str, dict] = {}  # server request id -> {"event", "response"}
         self.client_responses: list[dict] = []
         self.issued_states: set = set()  # requestState values handed out (input_required, 2026-07-28)
+        self.standalone: Any = None  # the open standalone GET stream's sink (scenario standalone_get)
         self.cancelled: set = set()
         self.base_url = ""
 
@@ -1211,7 +1215,9 @@ class Core:
             text = "answered: " + dump_json(answered["inputResponses"])
             return Reply("result", {"content": [{"type": "text", "text": text}], "structuredContent": answered})
         question = self._question(call.tool)
-        answer = self._ask(call.sink, question)
+        with self.lock:
+            standalone = self.standalone
+        answer = self._ask(standalone if standalone is not None else call.sink, question)
         return Reply(
             "result",
             {"content": [{"type": "text", "text": "elicitation: " + dump_json(answer)}], "structuredContent": answer},
@@ -2081,6 +2087,9 @@ class _Handler(BaseHTTPRequestHandler):
                 if core.use_session(self.header("mcp-session-id")) is None:
                     self._lost_session()
                     return
+            if core.sc["standalone_get"] and not last_id:
+                self._standalone()
+                return
             self._plain_error(405, "Method Not Allowed", {"Allow": self._allowed()})
             return
         if pending["session"] is not None:
@@ -2098,6 +2107,24 @@ class _Handler(BaseHTTPRequestHandler):
         sink.start(priming=False)
         sink.event(dump_bytes(pending["message"]), event_id=pending["event_id"])
         sink.end()
+
+    def _standalone(self) -> None:
+        """The standalone GET stream (scenario ``standalone_get``): held open until the client closes it or the
+        server stops; an ``input_required`` tool's legacy question goes here while it is open (as a TypeScript SDK
+        server's ``server.request()`` does)."""
+        core = self.core
+        sink = _HttpSink(self, None, Ctx("legacy", "2025-11-25", "http"))
+        sink.start(priming=False)
+        with core.lock:
+            core.standalone = sink
+        try:
+            while not core.stopping.is_set() and not sink.client_closed():
+                core.stopping.wait(0.05)
+        finally:
+            with core.lock:
+                if core.standalone is sink:
+                    core.standalone = None
+        self.close_connection = True
 
     def _delete(self) -> None:
         core = self.core

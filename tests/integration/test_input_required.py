@@ -250,3 +250,58 @@ def test_R04_no_request_is_ever_answered_decline_unless_said(mock, tmp_path):
     sent += [a.get("action") for c in calls(modern) for a in (c["params"].get("inputResponses") or {}).values()]
     assert sent and "decline" not in sent
     assert os.path.isdir(tmp_path / "state")
+
+
+def test_R04_legacy_question_on_the_standalone_get_stream_is_answered_and_the_stream_closed(mock, tmp_path):
+    scenario = {"standalone_get": True, "tools": [mock_tool("ask", "input_required")]}
+    target = mock(scenario, protocol_version=LEGACY)
+    result = run(target, tmp_path, target.name, "ask", "--input", "ok=true")
+    assert result.exit_status == 0, result.stdout + result.stderr
+    assert target.srv.client_responses[0]["result"] == {"action": "accept", "content": {"ok": True}}
+    [get] = target.srv.requests(http_method="GET")  # opened once, after initialize, because it declared elicitation
+    assert get["headers"]["accept"] == "text/event-stream" and "last-event-id" not in get["headers"]
+    assert target.count("tools/call") == 1
+    plain = mock(scenario, protocol_version=LEGACY, name="plain")
+    run(plain, tmp_path, "plain", "echo", "--body", "{}")
+    assert plain.srv.requests(http_method="GET") == []  # nothing declared: no stream opened
+
+
+def test_R04_resume_handles_expire_are_single_files_and_never_leave_the_folder(mock, tmp_path):
+    target = mock({"tools": [mock_tool("ask", "input_required")]}, protocol_version=MODERN)
+    handle = run(target, tmp_path, target.name, "ask").json["data"]["resume"]
+    kept = tmp_path / "state" / "bkmcp" / "resume" / f"{handle}.json"
+    record = json.loads(kept.read_text())
+    record["expires_at"] = 1
+    kept.write_text(json.dumps(record))
+    expired = run(target, tmp_path, target.name, "--resume", handle, "--input", "ok=true")
+    assert expired.exit_status == 1 and "expired" in expired.json["error"]["message"] and not kept.exists()
+    damaged = run(target, tmp_path, target.name, "ask").json["data"]["resume"]
+    (kept.parent / f"{damaged}.json").write_text("{not json")
+    assert run(target, tmp_path, target.name, "--resume", damaged, "--input", "ok=true").exit_status == 1
+    outside = run(target, tmp_path, target.name, "--resume", "../../../etc/passwd", "--input", "ok=true")
+    assert outside.exit_status == 1 and outside.error_code == "usage_error"
+    assert len(calls(target)) == 2  # the two first calls: no retry was ever sent
+
+
+def test_R04_a_round_that_cannot_be_kept_is_still_reported_with_a_warning(mock, tmp_path):
+    target = mock({"tools": [mock_tool("ask", "input_required")]}, protocol_version=MODERN)
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    result = target.run(target.name, "ask", env={"XDG_STATE_HOME": str(blocker)})
+    assert result.exit_status == 2 and result.error_code == "input_required"
+    assert "resume" not in result.json["data"] and "could not be kept" in result.stderr
+
+
+def test_R04_inputs_from_a_file_and_from_stdin(mock, tmp_path):
+    target = mock({"tools": [mock_tool("ask", "input_required")]}, protocol_version=MODERN)
+    answers = tmp_path / "answers.json"
+    answers.write_text('{"ok": true}')
+    from_file = run(target, tmp_path, target.name, "ask", "--inputs", f"@{answers}")
+    from_stdin = run(target, tmp_path, target.name, "ask", "--inputs", "-", stdin='{"ok": false}')
+    assert from_file.exit_status == 0 and from_stdin.exit_status == 0
+    sent = [
+        c["params"]["inputResponses"]["confirm"]["content"] for c in calls(target) if "inputResponses" in c["params"]
+    ]
+    assert sent == [{"ok": True}, {"ok": False}]
+    bad = run(target, tmp_path, target.name, "ask", "--inputs", "[1]")
+    assert bad.exit_status == 1 and "--inputs must be a JSON object" in bad.json["error"]["message"]
