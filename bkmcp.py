@@ -8910,13 +8910,8 @@ def type_answer(schema: Any, field_name: str, text: str) -> Any:
     if flag is None and isinstance(prop, dict):  # a name that is a bkmcp option still types as its schema says
         kind = property_kind(prop)[0]
         flag = ToolFlag(field_name, kind, False, prop) if kind is not None else None
-    if flag is None:
-        if field_name in flags.body_only:
-            try:
-                return parse_json(text)
-            except JsonInputError as exc:
-                raise ValueError(f"{printable(field_name)!r} takes a JSON value: {exc}") from None
-        raise ValueError(f"the question has no field {short_text(field_name)!r}")
+    if flag is None:  # a schema no text can be typed by (false, a remote $ref): JSON through --inputs
+        raise ValueError(f"{printable(field_name)!r} cannot be typed from text; give it in --inputs as JSON")
     return convert_flag_value(flag, ToolToken(field_name, text, True, f"{field_name}={text}"))
 
 

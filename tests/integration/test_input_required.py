@@ -183,12 +183,16 @@ def test_R04_prompt_and_resource_rounds_use_the_same_mechanism(mock, tmp_path):
     target = mock(scenario)
     prompt = run(target, tmp_path, target.name, "--prompt", "p", "--input", "ok=true")
     assert prompt.exit_status == 0, prompt.stdout
+    asked = run(target, tmp_path, target.name, "--prompt", "p")
+    assert asked.exit_status == 2 and asked.json["data"]["prompt"] == "p"
+    resumed = run(target, tmp_path, target.name, "--resume", asked.json["data"]["resume"], "--inputs", '{"ok": true}')
+    assert resumed.exit_status == 0 and resumed.json["data"]["prompt"] == "p"
     read = run(target, tmp_path, target.name, "--read", "mock://r")
     assert read.exit_status == 2 and read.error_code == "input_required" and read.json["data"]["uri"] == "mock://r"
     done = run(target, tmp_path, target.name, "--resume", read.json["data"]["resume"], "--input", "ok=true")
     assert done.exit_status == 0 and done.json["data"]["result"]["contents"][0]["text"] == "the text"
     gets, reads = target.srv.requests("prompts/get"), target.srv.requests("resources/read")
-    assert len(gets) == 2 and gets[1]["json"]["params"]["inputResponses"]["confirm"]["content"] == {"ok": True}
+    assert len(gets) == 4 and gets[1]["json"]["params"]["inputResponses"]["confirm"]["content"] == {"ok": True}
     assert len(reads) == 2 and reads[1]["json"]["params"]["requestState"] in issued(target)
 
 
@@ -275,12 +279,13 @@ def test_R04_resume_handles_expire_are_single_files_and_never_leave_the_folder(m
     kept.write_text(json.dumps(record))
     expired = run(target, tmp_path, target.name, "--resume", handle, "--input", "ok=true")
     assert expired.exit_status == 1 and "expired" in expired.json["error"]["message"] and not kept.exists()
-    damaged = run(target, tmp_path, target.name, "ask").json["data"]["resume"]
-    (kept.parent / f"{damaged}.json").write_text("{not json")
-    assert run(target, tmp_path, target.name, "--resume", damaged, "--input", "ok=true").exit_status == 1
+    for text in ("{not json", "{}"):
+        damaged = run(target, tmp_path, target.name, "ask").json["data"]["resume"]
+        (kept.parent / f"{damaged}.json").write_text(text)
+        assert run(target, tmp_path, target.name, "--resume", damaged, "--input", "ok=true").exit_status == 1
     outside = run(target, tmp_path, target.name, "--resume", "../../../etc/passwd", "--input", "ok=true")
     assert outside.exit_status == 1 and outside.error_code == "usage_error"
-    assert len(calls(target)) == 2  # the two first calls: no retry was ever sent
+    assert len(calls(target)) == 3  # the first calls only: no retry was ever sent
 
 
 def test_R04_a_round_that_cannot_be_kept_is_still_reported_with_a_warning(mock, tmp_path):
@@ -305,3 +310,24 @@ def test_R04_inputs_from_a_file_and_from_stdin(mock, tmp_path):
     assert sent == [{"ok": True}, {"ok": False}]
     bad = run(target, tmp_path, target.name, "ask", "--inputs", "[1]")
     assert bad.exit_status == 1 and "--inputs must be a JSON object" in bad.json["error"]["message"]
+
+
+def test_R04_resume_on_a_server_now_legacy_sends_nothing(mock, tmp_path):
+    target = mock({"tools": [mock_tool("ask", "input_required")]}, protocol_version=MODERN)
+    handle = run(target, tmp_path, target.name, "ask").json["data"]["resume"]
+    config = json.loads(target.config.read_text())
+    config["mcpServers"][target.name]["protocolVersion"] = LEGACY
+    target.config.write_text(json.dumps(config))
+    result = run(target, tmp_path, target.name, "--resume", handle, "--input", "ok=true")
+    assert result.exit_status == 2 and result.error_code == "mcp_protocol_error"
+    assert result.json["error"]["outcome"] == "not_sent" and len(calls(target)) == 1
+
+
+def test_R04_a_state_folder_open_to_others_is_not_used(mock, tmp_path):
+    target = mock({"tools": [mock_tool("ask", "input_required")]}, protocol_version=MODERN)
+    folder = tmp_path / "state" / "bkmcp" / "resume"
+    folder.mkdir(parents=True)
+    folder.chmod(0o755)
+    result = run(target, tmp_path, target.name, "ask")
+    assert result.exit_status == 2 and "resume" not in result.json["data"]
+    assert "not a private directory" in result.stderr and not list(folder.iterdir())

@@ -167,3 +167,46 @@ def test_session_core_hands_elicitation_over_and_declares_capabilities_R04():
     core.ids_from(500)
     assert core.start_request("ping", None, era_rules("2025-11-25"))["id"] == 500
     assert bkmcp.build_initialize_params("2025-11-25", ELICITATION_FORM)["capabilities"] == ELICITATION_FORM
+
+
+def test_terminal_form_edges_R04():
+    schema = {
+        "type": "object",
+        "properties": {"age": {"type": "integer", "description": "in years"}},
+        "required": ["age"],
+    }
+    out = io.StringIO()
+    no = TerminalQuestions(io.StringIO("\n5\nn\n"), out).ask_form({"requestedSchema": schema})
+    assert (
+        no.result == {"action": "cancel"} and "an answer is required" in out.getvalue() and "in years" in out.getvalue()
+    )
+    wrong = TerminalQuestions(io.StringIO("x\ny\nz\n"), io.StringIO()).ask_form({"requestedSchema": schema})
+    assert wrong.result is None  # three wrong values: no answer
+    bounded = {"type": "object", "properties": {"n": {"type": "integer", "maximum": 3}}}
+    out = io.StringIO()
+    unfit = TerminalQuestions(io.StringIO("9\n"), out).ask_form({"requestedSchema": bounded})
+    assert unfit.result is None and unfit.problems and "do not fit" in out.getvalue()
+    assert TerminalQuestions(io.StringIO("y\n"), io.StringIO()).ask_url({"url": "http://[x"}).result == {
+        "action": "accept"
+    }
+    assert TerminalQuestions(io.StringIO("n\n"), io.StringIO()).ask_url({"url": "https://h"}).result == {
+        "action": "decline"
+    }
+
+
+def test_base_input_source_answers_nothing_and_keeps_nothing_R04():
+    source = bkmcp.InputSource()
+    assert source.capabilities == {} and source.answer("k", FORM, False).result is None
+    assert source.answer("k", {"method": "roots/list"}, False).unsupported == "roots/list"
+    assert source.park("tools/call", {}, InputRound({}, "s"), "modern") == {}
+    with pytest.raises(ValueError, match="cannot be typed"):
+        bkmcp.type_answer({"type": "object", "properties": {"x": False}}, "x", "1")
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [(["srv", "tool", "--input"], "needs FIELD=VALUE"), (["srv", "tool", "--input", "--dry-run"], "needs FIELD=VALUE")],
+)
+def test_input_without_a_value_R04(argv, said):
+    with pytest.raises(UsageError, match=said):
+        parse_argv(argv)
