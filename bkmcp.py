@@ -5846,6 +5846,7 @@ class McpSession:
         self.notifications: collections.deque[dict[str, Any]] = collections.deque(maxlen=_KEPT_NOTIFICATIONS)
         self.on_notification: Callable[[Message], None] | None = None
         self.on_stray: Callable[[Stray], None] | None = None  # the resident's events; the CLI's log warns either way
+        self.on_fell_back: Callable[[], None] | None = None  # the resident's event: the era turned legacy
         self.closed = False
         self._lock = _thread.allocate_lock()
         self._renew_lock = _thread.allocate_lock()
@@ -6144,8 +6145,11 @@ class McpSession:
         """The tentative modern era was refused as a legacy server would (``ClientSession.refused_as_legacy``):
         ``initialize``, once for everyone who saw the refusal."""
         with self._renew_lock:
-            if self.core.tentative:
-                initialize(self, ctx, LATEST_LEGACY_VERSION)
+            if not self.core.tentative:
+                return
+            initialize(self, ctx, LATEST_LEGACY_VERSION)
+        if self.on_fell_back is not None:
+            self.on_fell_back()
 
     def close(self, deadline: Deadline | None = None) -> None:
         """End the session (DELETE for legacy HTTP sessions) and the transport; idempotent. Requests still in
@@ -11855,7 +11859,7 @@ class ResidentSession:
                         f"the session of server {self.server.name!r} was closed", request_sent=False
                     )
                 session = McpSession(self.server, insecure=self.insecure, log=self.log, die_with_parent=True)
-                session.on_stray = self._stray
+                session.on_stray, session.on_fell_back = self._stray, self._fell_back
                 self._session = session
             try:
                 negotiate(session, self._ctx(timeout))
@@ -11872,6 +11876,18 @@ class ResidentSession:
     def _stray(self, stray: Stray) -> None:
         """A response that answers no request in flight (``Stray``): an event, besides the operator log's warning."""
         self.events.emit("response.stray", server=self.server.name, user=self.user_id, reason=stray.why)
+
+    def _fell_back(self) -> None:
+        """The tentative modern era turned legacy (contract §5): its ``protocol.initialized`` again, now legacy."""
+        session = self._session
+        if session is not None:
+            self.events.emit(
+                "protocol.initialized",
+                server=self.server.name,
+                user=self.user_id,
+                version=session.protocol_version,
+                era=session.era,
+            )
 
     def _require(self) -> McpSession:
         session = self._session
