@@ -14709,7 +14709,15 @@ class _WarmSource(SessionSource):
             import dataclasses
 
             server = dataclasses.replace(server, cwd=self.cwd)
-        key = warm_session_key(server, insecure)
+        declares = dict(ctx.input.capabilities) if ctx.input is not None else {}
+        if ctx.input is not None and ctx.input.resuming and not self.peek:
+            # a resumed round (docs/contract.md §5): a session of its own, its request ids from a random number
+            session = SessionSource.start(self, server, ctx, insecure=insecure)
+            self._fresh.add(id(session))
+            return session
+        # a legacy session declares at initialize what its first command could answer: one that declares
+        # elicitation is kept apart from one that does not
+        key = warm_session_key(server, insecure) + (f"|declares {dump_json(declares)}" if declares else "")
         entry = self.warm._kept_entry(key) if self.peek else self.warm._entry(key, self.idle)
         if entry is None and self.peek:
             raise ConnectionFailedError(f"no warm session of {server.name!r} is kept")
@@ -14736,6 +14744,7 @@ class _WarmSource(SessionSource):
             if kept is not None:  # its child died or it closed while idle: a new one
                 self.warm._close(entry)
             session = McpSession(server, insecure=insecure, log=self.warm.log, die_with_parent=True)
+            session.core.client_capabilities = declares
         except BaseException:
             entry.lock.release()
             self.warm._returned(entry, None)
