@@ -39,8 +39,14 @@ from typing import Any
 
 SERVER = "conformance"
 # A scenario server that never answers (one waiting on a client capability bkmcp lacks) ends within this.
-SHORT_TIMEOUT = {"elicitation-sep1034-client-defaults": "5s"}
+SHORT_TIMEOUT: dict[str, str] = {}
 READS_RESOURCES_AND_PROMPTS = {"http-standard-headers"}
+# Scenarios whose server asks the client (elicitation, input_required rounds): each call accepts with the requested
+# schema's defaults (``--inputs '{}'``, SEP-1034), as an agent that was told to accept would (docs/contract.md §5).
+ANSWERS = {
+    "sep-2322-client-request-state": ["--inputs", "{}"],
+    "elicitation-sep1034-client-defaults": ["--inputs", "{}"],
+}
 _PLAIN = {"string": "x", "integer": 1, "number": 1.5, "boolean": True, "object": {}, "array": [], "null": None}
 
 
@@ -150,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         tools += [{"name": name} for name in excluded]
         status = 0
         for call in plan_calls(scenario, tools, context):
-            done = run_bkmcp(bkmcp, [SERVER] + call)
+            done = run_bkmcp(bkmcp, [SERVER] + call + ANSWERS.get(scenario, []))
             if call[0] in excluded:
                 # bkmcp listed this tool as excluded: calling it must be refused locally, never sent.
                 refused = done.returncode == 1 and '"mcp_tool_not_found"' in done.stderr + done.stdout

@@ -40,6 +40,7 @@ SPEC_REMOTE = {
     "mcp_task_running",
     "mcp_task_expired",
     "mcp_resource_not_found",
+    "input_required",  # docs/contract.md §5: a question no answer was given for (issue 39)
     "jq_error",
 }
 # docs/contract.md §7: Ctrl-C once a request was sent (issue 17 item 2): exit 130, the envelope on stdout
