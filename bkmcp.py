@@ -60,7 +60,8 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        7.3 requests                discover_listing (the one pagination of tools/list, resources/list,
                                    resources/templates/list and prompts/list, and its guards); a capability
                                    the server lacks: no request (require_capability); read_resource (an
-                                   unknown URI: mcp_resource_not_found); how long a kept catalogue
+                                   unknown URI: mcp_resource_not_found); complete_argument
+                                   (completion/complete, for Tab); how long a kept catalogue
                                    stays fresh (ttlMs, list_changed), for 10.3 and 10.5; call; a call that times
                                    out or is interrupted cancelled (notifications/cancelled)
        7.4 the CLI's operations    one session each: --check, --tools (and --tools --brief), --resources (and
@@ -82,7 +83,8 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                    messages with their roles: render_raw_data); a server's text on a terminal, its
                                    controls escaped (render_raw_text)
        9.4 help text               the root help (--help, --version) and the resident's (--resident --help)
-       9.5 completion              the shell completion scripts (--completion bash|zsh|fish) and their words
+       9.5 completion              the shell completion scripts (--completion bash|zsh|fish) and their words:
+                                   servers, tools, flags, prompt names, resource URIs, values (quoted)
        9.6 server and tool help    render_server_help, render_tool_help, render_prompt_help (--prompt NAME
                                    --help), render_template_help (--read TEMPLATE --help, offline)
    10. Resident mode            many users' sessions behind one JSON stdin/stdout process, and the --keep-alive
@@ -3007,6 +3009,10 @@ def check_result(method: str, message: Message) -> dict[str, Any]:
         key = "contents" if method == "resources/read" else "messages"
         if not isinstance(result.get(key), list):
             raise ProtocolError(f"{method} result has no {key} array", data={"result": result})
+    elif method == "completion/complete":
+        completion = result.get("completion")
+        if not isinstance(completion, dict) or not isinstance(completion.get("values"), list):
+            raise ProtocolError("completion/complete result has no completion.values array", data={"result": result})
     return result
 
 
@@ -6349,6 +6355,22 @@ def find_prompt(prompts: Sequence[dict[str, Any]], name: str, server_name: str) 
     )
 
 
+def complete_argument(
+    session: McpSession, ctx: OpContext, ref: dict[str, str], argument: tuple[str, str], context: Mapping[str, str]
+) -> dict[str, Any]:
+    """``completion/complete`` (both eras alike; on 2026-07-28 HTTP ``Mcp-Method`` only, it names no ``Mcp-Name``):
+    the values a server offers for one argument of a prompt (``ref`` ``{"type": "ref/prompt", "name"}``) or of a
+    resource template (``{"type": "ref/resource", "uri"}``) being typed, ``argument`` (its name, the value so far),
+    with the arguments already given as ``context.arguments``; the result's ``completion`` as received. A server
+    that does not declare ``completions`` gets no request (``mcp_capability_unsupported``)."""
+    require_capability(session, "completions", "completion/complete")
+    params: dict[str, Any] = {"ref": ref, "argument": {"name": argument[0], "value": argument[1]}}
+    if context:
+        params["context"] = {"arguments": dict(context)}
+    completion: dict[str, Any] = request_result(session, ctx, "completion/complete", params)["completion"]
+    return completion
+
+
 _progress_tokens = iter(range(1, 1 << 62))
 
 
@@ -9181,18 +9203,22 @@ def render_resident_help() -> str:
 # -- 9.5 shell completion: the bash, zsh and fish scripts and the words they ask for -----------------------------------
 
 COMPLETION_SHELLS = ("bash", "zsh", "fish")
-COMPLETION_WORDS = ("servers", "tools", "flags")  # what the scripts ask for (hidden: --help names only the shells)
+# what the scripts ask for (hidden: --help names only the shells); docs/contract.md §2
+COMPLETION_WORDS = ("servers", "tools", "flags", "prompts", "resources", "values")
 COMPLETION_TIMEOUT = 2.0  # seconds one completion may spend connecting to a server for its tools
 _COMPLETION_OPTIONS = (
     "--help --version --config --timeout --jq --raw --verbose --insecure --check --tools --brief --body --dry-run "
     "--resident --registry --import --list --completion --events --max-processes --max-user-processes --idle-timeout "
-    "--shutdown-grace --keep-alive --sessions --stop"
+    "--shutdown-grace --keep-alive --sessions --stop --resources --read --prompts --prompt"
 )
 # the options valid after <server> (before a tool), and after <server> <tool> beside the tool's own flags
 _COMPLETION_SERVER_OPTIONS = (
-    "--check --tools --brief --help --config --timeout --jq --raw --verbose --insecure --keep-alive"
+    "--check --tools --brief --help --config --timeout --jq --raw --verbose --insecure --keep-alive "
+    "--resources --read --prompts --prompt"
 )
 _COMPLETION_CALL_OPTIONS = "--body --dry-run --help --config --timeout --jq --raw --verbose --insecure --keep-alive"
+# after --read URI or --prompt NAME, beside the template's variables or the prompt's arguments
+_COMPLETION_TARGET_OPTIONS = "--help --config --timeout --jq --raw --verbose --insecure --keep-alive"
 _COMPLETION_VALUE_OPTIONS = (
     "--config --timeout --jq --body --registry --import --events --max-processes --max-user-processes "
     "--idle-timeout --shutdown-grace --completion"
@@ -9206,6 +9232,61 @@ _bkmcp_offer() {{  # the lines of $1 that start with $cur, taken as they are: wh
     while IFS= read -r word; do
         [[ -n $word && $word == "$cur"* ]] && COMPREPLY+=("$word")
     done <<<"$1"
+}}
+_bkmcp_offer_split() {{  # _bkmcp_offer for a word bash split at ':' (a URI): $full is the whole word typed,
+    # $cur its part bash replaces; a word bkmcp quoted ('…') matches without its quote and only where bash
+    # replaces the whole word
+    local word keep=${{full%"$cur"}} typed=${{full#[\\'\\"]}}
+    while IFS= read -r word; do
+        [[ -n $word && ${{word#\\'}} == "$typed"* ]] || continue
+        [[ $word == \\'* && -n $keep ]] && continue
+        COMPREPLY+=("${{word#"$keep"}}")
+    done <<<"$1"
+}}
+_bkmcp_target() {{  # after <server> --read URI|TEMPLATE or --prompt NAME: URIs, prompt names, flags, values
+    local -a line=() rest=() args=()
+    local before="${{COMP_LINE:0:$COMP_POINT}}" full="" server="" mode="" target="" pending="" skip="" j w
+    # the words split at blanks only (COMP_WORDS is split at ':' too); zsh runs this through bashcompinit
+    if [[ -n ${{ZSH_VERSION-}} ]]; then read -rA rest <<<"$before"; else read -ra rest <<<"$before"; fi
+    for w in "${{rest[@]}}"; do [[ -z $w ]] || line+=("$w"); done  # (zsh's read keeps an empty last word)
+    rest=()
+    if [[ -n $before && $before != *[[:space:]] ]]; then
+        full=${{line[${{#line[@]}}-1]}}; line=("${{line[@]:0:${{#line[@]}}-1}}")
+    fi
+    for (( j = 1; j < ${{#line[@]}}; j++ )); do
+        w=${{line[j]}}
+        if [[ -n $mode ]]; then rest+=("$w"); continue; fi
+        case " {value_options} " in *" $w "*) (( j += 1 )); continue ;; esac
+        case "$w" in
+            --read|--prompt) [[ -n $server ]] || return 1; mode=$w; (( j += 1 ))
+                (( j < ${{#line[@]}} )) || {{ pending=target; break; }}
+                target=${{line[j]}}; target=${{target#[\\'\\"]}}; target=${{target%[\\'\\"]}} ;;
+            -*) ;;
+            *) [[ -z $server ]] || return 1; server=$w ;;  # a tool name: not a --read or --prompt line
+        esac
+    done
+    [[ -n $mode ]] || return 1
+    COMPREPLY=()
+    if [[ $pending == target ]]; then
+        [[ $mode == --read ]] && w=resources || w=prompts
+        _bkmcp_offer_split "$(command {command} "${{config[@]}}" --completion $w "$server" 2>/dev/null)"
+        return 0
+    fi
+    for w in "${{rest[@]}}"; do
+        if [[ -n $skip ]]; then skip=""; continue; fi
+        if [[ -n $pending ]]; then args+=("$pending" "$w"); pending=""; continue; fi
+        case " {value_options} " in *" $w "*) skip=1; continue ;; esac
+        case " {flag_options} " in *" $w "*) continue ;; esac
+        case "$w" in --config=*|--timeout=*|--jq=*|--keep-alive=*) ;; --*=*) args+=("$w") ;; --*) pending=$w ;; esac
+    done
+    if [[ -n $pending && -z $skip && $full != -* ]]; then  # the value of a variable or argument: the server's
+        _bkmcp_offer_split "$(command {command} "${{config[@]}}" --completion values "$server" $mode "$target" \\
+            "${{args[@]}}" "$pending" "${{full#[\\'\\"]}}" 2>/dev/null)"
+    elif [[ -z $skip ]]; then
+        COMPREPLY=($(compgen -W "{target_options}" -- "$cur"))
+        _bkmcp_offer "$(command {command} "${{config[@]}}" --completion flags "$server" $mode "$target" 2>/dev/null)"
+    fi
+    return 0
 }}
 _bkmcp() {{
     local cur="${{COMP_WORDS[COMP_CWORD]}}" prev="${{COMP_WORDS[COMP_CWORD-1]}}" word
@@ -9235,6 +9316,7 @@ _bkmcp() {{
             COMPREPLY=($(compgen -f -- "$cur")); return ;;
         --timeout|--jq|--max-processes|--max-user-processes|--idle-timeout|--shutdown-grace|*=) COMPREPLY=(); return ;;
     esac
+    if (( ${{#positional[@]}} > 0 )) && _bkmcp_target; then return; fi
     if (( ${{#positional[@]}} == 0 )); then
         if [[ $cur == -* ]]; then
             COMPREPLY=($(compgen -W "{options}" -- "$cur"))
@@ -9311,6 +9393,7 @@ def render_completion(shell: str, command: Sequence[str]) -> str:
         options=_COMPLETION_OPTIONS + " -h -v",
         server_options=_COMPLETION_SERVER_OPTIONS,
         call_options=_COMPLETION_CALL_OPTIONS,
+        target_options=_COMPLETION_TARGET_OPTIONS,
         flag_options="--raw -r --verbose -v --insecure --dry-run --help -h --keep-alive",
         command=quoted,
     )
@@ -9349,6 +9432,35 @@ def render_completion_words(tools: Sequence[Any], tool: str | None) -> str:
     found = next((t for t in tools if isinstance(t, dict) and t.get("name") == tool), None)
     flags = [] if found is None else [f"--{name}" for name in build_tool_flags(found).flags]
     return "".join(f"{flag}\n" for flag in flags if set(flag) <= _COMPLETION_SAFE)
+
+
+# A URI, URI template or argument value may hold what a shell expands or splits (``{a,b}``, ``?``, ``&``, ``=``, a
+# blank): it is offered in single quotes, inside which bash and zsh expand nothing, when it holds nothing but
+# printable ASCII and no quote, backslash or ``!``; anything else is never offered.
+_COMPLETION_QUOTABLE = frozenset(map(chr, range(0x20, 0x7F))) - set("'\\!")
+
+
+def render_completion_quoted(words: Iterable[Any]) -> str:
+    """What ``--completion resources|values`` prints, one a line: a word of ``_COMPLETION_SAFE`` as it is, another
+    of ``_COMPLETION_QUOTABLE`` in single quotes, none starting with '-' (docs/contract.md §2)."""
+    out = []
+    for word in words:
+        if isinstance(word, str) and word and not word.startswith("-") and set(word) <= _COMPLETION_QUOTABLE:
+            out.append(f"{word}\n" if set(word) <= _COMPLETION_SAFE else f"'{word}'\n")
+    return "".join(out)
+
+
+def render_completion_target_flags(prompt: Mapping[str, Any] | None, template: str | None) -> str:
+    """What ``--completion flags SERVER --prompt NAME|--read TEMPLATE`` prints: the prompt's arguments as flags
+    (none named like a reserved option, docs/contract.md §6), or the template's variables."""
+    if template is not None:
+        names = uri_template_variables(template) if is_uri_template(template) else []
+    else:
+        declared = (prompt or {}).get("arguments")
+        arguments = declared if isinstance(declared, list) else []
+        names = [a["name"] for a in arguments if isinstance(a, dict) and isinstance(a.get("name"), str)]
+        names = [name for name in names if name not in RESERVED_OPTION_NAMES]
+    return "".join(f"--{name}\n" for name in names if name and set(name) <= _COMPLETION_SAFE)
 
 
 # -- 9.6 server and tool help (render_server_help, render_tool_help) ---------------------------------------------------
@@ -14347,15 +14459,28 @@ def check_invocation(inv: Invocation, timeout: float | None = None) -> None:
                 f"--completion takes bash, zsh or fish, got {inv.completion!r}",
                 hint='eval "$(bkmcp --completion bash)"',
             )
-        # what the scripts ask: `--completion tools SERVER`, `--completion flags SERVER TOOL` (the rest: no words)
-        words = {"tools": inv.server is not None and inv.tool is None, "flags": inv.tool is not None}
+        # what the scripts ask (the rest: no words): `--completion tools|prompts|resources SERVER`, `--completion
+        # flags SERVER TOOL|--prompt NAME|--read TEMPLATE`, `--completion values SERVER --prompt NAME|--read
+        # TEMPLATE [--ARG VALUE]... --ARG PARTIAL`
+        server_only = inv.server is not None and inv.tool is None and inv.read is None and inv.prompt is None
+        target = inv.read is not None or inv.prompt is not None
+        words = {
+            "tools": server_only,
+            "prompts": server_only,
+            "resources": server_only,
+            "flags": inv.tool is not None or target,
+            "values": target and bool(inv.tool_tokens),
+        }
         extra = inv.check or inv.tools or inv.body is not None or inv.resident or inv.registry is not None
-        misplaced = bool(inv.tool_tokens or inv.positional) or not words.get(inv.completion, inv.server is None)
+        extra = extra or inv.resources or inv.prompts or inv.brief
+        tokens = bool(inv.tool_tokens) and inv.completion != "values"
+        misplaced = tokens or bool(inv.positional) or not words.get(inv.completion, inv.server is None)
         if extra or misplaced or inv.jq is not None or inv.dry_run or inv.help or inv.raw:
             if inv.completion in words:
                 raise UsageError(
-                    "--completion tools takes a server name, --completion flags a server and a tool name, and "
-                    "nothing else but --config",
+                    "--completion tools|prompts|resources takes a server name, --completion flags a server and a "
+                    "tool name (or --prompt NAME, --read TEMPLATE), --completion values a server, --prompt NAME or "
+                    "--read TEMPLATE and its flags, and nothing else but --config",
                     hint="bkmcp --completion flags SERVER TOOL (what the completion scripts run)",
                 )
             raise UsageError("--completion takes nothing else but --config", hint="bkmcp --completion bash")
@@ -14922,7 +15047,7 @@ class Runner:
     def run_completion(self, shell: str, config_path: str) -> int:
         """``--completion SHELL`` prints the script; ``--completion servers`` (what the script runs) prints the
         configured server names, one a line, and nothing at all when the file is missing or invalid."""
-        if shell in ("tools", "flags"):
+        if shell not in (*COMPLETION_SHELLS, "servers"):
             return self.run_completion_words(config_path)
         if shell != "servers":
             return self.emit_text(render_completion(shell, _completion_command()))
@@ -14938,6 +15063,12 @@ class Runner:
         process (``envr.warm``) only a kept session answers: it opens none."""
         inv, envr = self.inv, self.envr
         assert inv.server is not None
+        if inv.completion == "flags" and inv.read is not None:  # a template's variables: read from it, offline
+            try:
+                envr.stdout.write(render_completion_target_flags(None, inv.read))
+            except BkmcpError:
+                pass
+            return EXIT_OK
         if envr.warm is None:
             answer = ask_warm_completion(inv, envr)
             if answer is not None:
@@ -14957,11 +15088,46 @@ class Runner:
             ctx = OpContext(
                 Deadline(COMPLETION_TIMEOUT), silent, sessions=envr.warm.sessions if envr.warm is not None else None
             )
-            tools = run_tools(server, ctx, insecure=inv.insecure)["tools"]
+            words = self.completion_words(server, ctx)
         except BkmcpError:
             return EXIT_OK if envr.warm is None else EXIT_LOCAL  # the warm client then connects itself
-        envr.stdout.write(render_completion_words(tools, inv.tool))
+        envr.stdout.write(words)
         return EXIT_OK
+
+    def completion_words(self, server: ResolvedServer, ctx: OpContext) -> str:  # pyz: remote part
+        """The words of one ``--completion tools|flags|prompts|resources|values`` (docs/contract.md §2): the
+        tools or a tool's flags; the prompt names, the resource URIs and templates, a prompt's arguments (as
+        flags); the values ``completion/complete`` offers for the last ``--ARG PARTIAL`` of a prompt or template,
+        the flags before it as ``context.arguments``. A template's flags are its variables, read from it."""
+        inv = self.inv
+        kind, insecure = inv.completion, inv.insecure
+        if kind == "prompts":
+            return render_completion_names(
+                p.get("name") for p in run_prompts(server, ctx, insecure=insecure)["prompts"]
+            )
+        if kind == "resources":
+            found = run_resources(server, ctx, insecure=insecure)
+            uris = [r.get("uri") for r in found["resources"]] + [t.get("uriTemplate") for t in found["templates"]]
+            return render_completion_quoted(uris)
+        if kind == "flags" and inv.prompt is not None:
+            definition = run_prompt(server, ctx, inv.prompt, insecure=insecure, prepare=lambda _prompt: None)
+            return render_completion_target_flags(definition["definition"], None)
+        if kind == "values":
+            *given, typed = inv.tool_tokens
+            context = {t.name: t.value for t in given if t.value is not None}
+            ref = (
+                {"type": "ref/prompt", "name": inv.prompt}
+                if inv.prompt is not None
+                else {"type": "ref/resource", "uri": inv.read or ""}
+            )
+            argument = (typed.name, typed.value or "")
+
+            def work(session: McpSession) -> dict[str, Any]:
+                return complete_argument(session, ctx, ref, argument, context)
+
+            completion = run_on_session(server, ctx, work, insecure=insecure)
+            return render_completion_quoted(completion["values"])
+        return render_completion_words(run_tools(server, ctx, insecure=insecure)["tools"], inv.tool)
 
     def run_sessions(self) -> int:  # pyz: remote part
         """``--sessions [--stop]``: printed like every envelope (``--jq``, ``-r`` with it, pretty on a terminal)."""
@@ -15531,7 +15697,7 @@ def run_warm_client(inv: Invocation, envr: Environment, log: Log, seconds: float
 
 
 def ask_warm_completion(inv: Invocation, envr: Environment) -> str | None:
-    """What this build's background process, when one runs, prints for a ``--completion tools|flags`` command from
+    """What this build's background process, when one runs, prints for a ``--completion tools|flags|…`` command from
     a session it keeps (docs/contract.md §2); None when none runs, it keeps no live session of the server, or it
     does not answer within ``COMPLETION_TIMEOUT``. Never starts a process."""
     import json
@@ -15917,7 +16083,7 @@ class WarmServer:
 
     def _run(self, conn: Any, request: dict[str, Any], *, peek: bool = False) -> int | None:
         """One forwarded command; its exit status (for the X frame), None when the client sent no stdin. ``peek``:
-        a completion's (``--completion tools|flags``), which uses a kept session or none and sets no linger."""
+        a completion's (``--completion tools|flags|…``), which uses a kept session or none and sets no linger."""
         import io
         import threading
 
