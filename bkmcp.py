@@ -3034,6 +3034,15 @@ LISTINGS = {
 }
 
 
+# The kept catalogues each list_changed notification makes stale (docs/contract.md §11.5, §14): a resource list
+# change covers the templates too (both belong to the ``resources`` capability).
+LIST_CHANGED = {
+    "notifications/tools/list_changed": ("tools/list",),
+    "notifications/resources/list_changed": ("resources/list", "resources/templates/list"),
+    "notifications/prompts/list_changed": ("prompts/list",),
+}
+
+
 def parse_ttl_ms(result: Mapping[str, Any]) -> int:
     """How long a list result may be considered fresh, in ms (2026-07-28 ``ttlMs``): a non-negative integer; absent
     or anything else is 0, immediately stale (a caching hint is never worth failing a command for)."""
@@ -3170,7 +3179,8 @@ class ClientSession:
         self.server_info: dict[str, Any] = {}
         self.capabilities: dict[str, Any] = {}
         self.instructions: str | None = None
-        self.tools_stale = False
+        # the list methods whose kept catalogue a list_changed made stale since they were last read (LIST_CHANGED)
+        self.stale: set[str] = set()
         # the modern era came from an unpinned probe and nothing has been answered under it yet: a legacy-looking
         # refusal may still turn it to legacy, once (``refused_as_legacy``, docs/contract.md §5)
         self.tentative = False
@@ -3232,8 +3242,7 @@ class ClientSession:
             why = "unknown" if seen is None else "duplicate" if seen else "late"
             return [Stray(message, why, related=related)]
         if message.kind == "notification":
-            if message.method == "notifications/tools/list_changed":
-                self.tools_stale = True
+            self.stale.update(LIST_CHANGED.get(str(message.method), ()))
             return [Notified(message, related)]
         if message.method == "ping":
             return [Reply(build_response(message.id, result={}))]
@@ -3277,9 +3286,13 @@ class ClientSession:
         """The session id is no longer valid (DELETE sent, or the server lost it)."""
         self.session_id = None
 
-    def catalogue_read(self) -> None:
-        """A fresh ``tools/list`` is being read: a ``list_changed`` seen before it is answered by it."""
-        self.tools_stale = False
+    @property
+    def tools_stale(self) -> bool:
+        return "tools/list" in self.stale
+
+    def catalogue_read(self, method: str = "tools/list") -> None:
+        """A fresh listing (``method``) is being read: a ``list_changed`` seen before it is answered by it."""
+        self.stale.discard(method)
 
     def apply_initialize(self, message: Message, offered: str) -> EraRules:
         """The handshake answer, parsed in one place: the chosen version (or ``ProtocolError``) and server state."""
@@ -5575,7 +5588,8 @@ class OpContext:
     log: Log
     progress: Callable[[str], ProgressLine] | None = None  # token -> the line that shows that call's progress
     renewed: bool = False
-    refresh: bool = False  # the user asked for the catalogue itself (--tools, --check): a kept one is listed again
+    # the user asked for the catalogue itself (--tools, --check, --resources, --prompts): a kept one is listed again
+    refresh: bool = False
     # what a Ctrl-C has to report (docs/contract.md §7): the last request whose sending began, and whether a
     # tools/call was among them (once handed to the transport it may have reached the server)
     last_request: str | None = None
@@ -6143,6 +6157,11 @@ class SessionSource:
         """The catalogue (``discover_tools``); a source that keeps sessions may answer from what it kept."""
         return discover_tools(session, ctx)
 
+    def listing(self, session: McpSession, ctx: OpContext, listing: Listing) -> list[dict[str, Any]]:
+        """The items of ``listing`` (``discover_listing``); a source that keeps sessions may answer from what it
+        kept (resources, templates, prompts as tools: ``discover``)."""
+        return discover_listing(session, ctx, listing)[0]
+
     def done(self, session: McpSession, ctx: OpContext) -> None:
         session.close(ctx.deadline)
 
@@ -6198,15 +6217,16 @@ def discover_tools(session: McpSession, ctx: OpContext) -> tuple[list[dict[str, 
 def discover_catalogue(session: McpSession, ctx: OpContext) -> tuple[list[dict[str, Any]], int, int]:
     """``discover_tools`` with how long the server says the catalogue stays fresh, in ms: the smallest ``ttlMs`` of
     its pages, 0 as soon as one page has none (or in an era without it). Kept catalogues: ``catalogue_kept_until``."""
-    session.core.catalogue_read()
     return discover_listing(session, ctx, LISTINGS["tools/list"])
 
 
 def discover_listing(session: McpSession, ctx: OpContext, listing: Listing) -> tuple[list[dict[str, Any]], int, int]:
     """The one paginated listing of tools, resources, templates and prompts (``LISTINGS``): every page to the end
     with the contract.md §5 guards (at most ``MAX_PAGES`` pages and ``MAX_TOOLS`` items, a repeated cursor, a cycle,
-    one name twice), the items exactly as received; (items, pages, the smallest ``ttlMs``)."""
+    one name twice), the items exactly as received; (items, pages, the smallest ``ttlMs``). A ``list_changed`` that
+    came before it is answered by it (``catalogue_read``), one that comes while it is read is not."""
     noun, method = listing.noun, listing.method
+    session.core.catalogue_read(method)
     items: list[dict[str, Any]] = []
     ttl_ms: int | None = None
     names: dict[str, int] = {}
@@ -6266,10 +6286,11 @@ def catalogue_kept_until(ttl_ms: int, asked: float) -> float | None:
     its own. The one freshness rule of every kept catalogue, the warm process's (10.5) and the resident's (10.3,
     its registry cache included), docs/contract.md §11.5 and §14: a kept catalogue is fresh until the first of
 
-    - its positive ``ttlMs`` passing (``discover_catalogue``: the smallest of its pages; 0, absent or a legacy
+    - its positive ``ttlMs`` passing (``discover_listing``: the smallest of its pages; 0, absent or a legacy
       server: no such end),
-    - a ``notifications/tools/list_changed`` from the server (``catalogue_fresh``'s ``changed``),
-    - the user or the platform asking for the catalogue itself (``--tools``, ``--check``, ``refresh_tools``),
+    - the server's ``list_changed`` for it (``LIST_CHANGED``; ``catalogue_fresh``'s ``changed``),
+    - the user or the platform asking for the catalogue itself (``--tools``, ``--check``, ``--resources``,
+      ``--prompts``, ``refresh_tools``),
     - (resident) a change of the server's registry row."""
     return asked + ttl_ms / 1000 if ttl_ms > 0 else None
 
@@ -6618,14 +6639,20 @@ def run_on_session(
         raise exc.copy(data={"server": server.name, **(exc.data or {})})  # noqa: B904 - its chain stays
 
 
+def list_kept(session: McpSession, ctx: OpContext, method: str) -> list[dict[str, Any]]:
+    """The items of list ``method`` from ``ctx.sessions``: a warm session's kept catalogue while it is fresh
+    (``catalogue_kept_until``, docs/contract.md §14), else listed now."""
+    return (ctx.sessions or SessionSource()).listing(session, ctx, LISTINGS[method])
+
+
 def run_resources(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict[str, Any]:
     """``--resources`` data (docs/contract.md §7): every resource and resource template, as received."""
 
     def work(session: McpSession) -> dict[str, Any]:
         require_capability(session, "resources", "resources/list")
-        resources = discover_listing(session, ctx, LISTINGS["resources/list"])[0]
+        resources = list_kept(session, ctx, "resources/list")
         try:
-            templates = discover_listing(session, ctx, LISTINGS["resources/templates/list"])[0]
+            templates = list_kept(session, ctx, "resources/templates/list")
         except ProtocolError as exc:  # "method not found": a server with resources and no templates at all
             if (exc.details.get("rpc_error") or {}).get("code") != -32601:
                 raise
@@ -6668,7 +6695,7 @@ def run_prompts(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> di
 
     def work(session: McpSession) -> dict[str, Any]:
         require_capability(session, "prompts", "prompts/list")
-        prompts = discover_listing(session, ctx, LISTINGS["prompts/list"])[0]
+        prompts = list_kept(session, ctx, "prompts/list")
         return {
             "server": server.name,
             "protocol_version": session.protocol_version,
@@ -6694,7 +6721,7 @@ def run_prompt(
 
     def work(session: McpSession) -> dict[str, Any]:
         require_capability(session, "prompts", "prompts/list")
-        prompt = find_prompt(discover_listing(session, ctx, LISTINGS["prompts/list"])[0], name, server.name)
+        prompt = find_prompt(list_kept(session, ctx, "prompts/list"), name, server.name)
         arguments = prepare(prompt)
         if arguments is None:
             return {"server": server.name, "prompt": name, "definition": prompt}
@@ -13955,10 +13982,20 @@ def warm_session_key(server: ResolvedServer, insecure: bool) -> str:
     return server.identity(*kept_apart_by, server.child_output_in_errors, insecure)
 
 
+@dataclass
+class _KeptCatalogue:
+    """One listing a warm session keeps: its items, pages, and until when it is fresh (``catalogue_kept_until``:
+    its ttlMs from when it was asked, monotonic; None: until notified)."""
+
+    items: list[dict[str, Any]]
+    pages: int
+    fresh_until: float | None
+
+
 class _Warm:
     """One kept session: the lock is held while it opens (other commands with its key wait for it)."""
 
-    __slots__ = ("key", "session", "lock", "opened", "used", "calls", "lent", "idle", "catalogue", "fresh_until")
+    __slots__ = ("key", "session", "lock", "opened", "used", "calls", "lent", "idle", "catalogues")
 
     def __init__(self, key: str, idle: float) -> None:
         self.key = key
@@ -13968,8 +14005,8 @@ class _Warm:
         self.calls = 0
         self.lent = 0  # operations using it now
         self.idle = idle  # closed after this long unused (the --keep-alive of the command that used it last)
-        self.catalogue: tuple[list[dict[str, Any]], int] | None = None  # kept while the server's word holds (below)
-        self.fresh_until: float | None = 0.0  # its ttlMs from when it was asked (monotonic); None: until notified
+        # list method -> its catalogue, kept while the server's word holds (``_WarmSource.kept``)
+        self.catalogues: dict[str, _KeptCatalogue] = {}
 
 
 class WarmSessions:
@@ -14162,25 +14199,33 @@ class _WarmSource(SessionSource):
             entry.lock.release()
 
     def discover(self, session: McpSession, ctx: OpContext) -> tuple[list[dict[str, Any]], int]:
-        """The session's kept catalogue while it is fresh by the rule of ``catalogue_kept_until`` (docs/contract.md
-        §14); ``--tools`` and ``--check`` (``ctx.refresh``) list again."""
+        return self.kept(session, ctx, LISTINGS["tools/list"])
+
+    def listing(self, session: McpSession, ctx: OpContext, listing: Listing) -> list[dict[str, Any]]:
+        return self.kept(session, ctx, listing)[0]
+
+    def kept(self, session: McpSession, ctx: OpContext, listing: Listing) -> tuple[list[dict[str, Any]], int]:
+        """The session's kept catalogue of ``listing`` (tools, resources, templates, prompts) while it is fresh by
+        the one rule of ``catalogue_kept_until`` (docs/contract.md §14): its ``ttlMs``, the server's list_changed
+        for it; ``--tools``, ``--check``, ``--resources`` and ``--prompts`` (``ctx.refresh``) list again."""
         entry = self._kept.get(id(session))
         if entry is None:
-            return discover_tools(session, ctx)
-        kept, now, until = entry.catalogue, time.monotonic(), entry.fresh_until
+            items, pages, _ttl_ms = discover_listing(session, ctx, listing)
+            return items, pages
+        kept, now = entry.catalogues.get(listing.method), time.monotonic()
         if (
             kept is not None
             and not ctx.refresh
             and entry.session is session
-            and catalogue_fresh(until, session.core.tools_stale, now)
+            and catalogue_fresh(kept.fresh_until, listing.method in session.core.stale, now)
         ):
+            until = kept.fresh_until
             why = "until a change" if until is None else f"fresh for another {(until - now) * 1000:.0f} ms by its ttlMs"
-            ctx.log.debug(f"the catalogue of {len(kept[0])} tool(s) is kept ({why})")
-            return list(kept[0]), kept[1]
-        tools, pages, ttl_ms = discover_catalogue(session, ctx)
-        entry.fresh_until = catalogue_kept_until(ttl_ms, now)
-        entry.catalogue = (list(tools), pages)
-        return tools, pages
+            ctx.log.debug(f"the catalogue of {len(kept.items)} {listing.noun}(s) is kept ({why})")
+            return list(kept.items), kept.pages
+        items, pages, ttl_ms = discover_listing(session, ctx, listing)
+        entry.catalogues[listing.method] = _KeptCatalogue(list(items), pages, catalogue_kept_until(ttl_ms, now))
+        return items, pages
 
     def done(self, session: McpSession, ctx: OpContext) -> None:
         if id(session) in self._fresh:
@@ -15173,7 +15218,7 @@ class Runner:
             deadline,
             log,
             progress=progress,
-            refresh=inv.tools or inv.check,
+            refresh=inv.tools or inv.check or inv.resources or inv.prompts,
             sessions=warm.sessions if warm is not None else None,
             on_request=warm.on_request if warm is not None else None,
         )
