@@ -60,9 +60,11 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        7.3 requests                discover_listing (the one pagination of tools/list, resources/list,
                                    resources/templates/list and prompts/list, and its guards); a capability
                                    the server lacks: no request (require_capability); read_resource (an
-                                   unknown URI: mcp_resource_not_found); complete_argument
-                                   (completion/complete, for Tab); how long a kept catalogue
-                                   stays fresh (ttlMs, list_changed), for 10.3 and 10.5; call; a call that times
+                                   unknown URI: mcp_resource_not_found), list_resources, list_prompts,
+                                   get_prompt: the CLI's and the resident's one path each (list_kept: a warm
+                                   session's kept lists); complete_argument (completion/complete, for Tab); how
+                                   long a kept catalogue stays fresh (ttlMs, list_changed), for 10.3 and 10.5;
+                                   call; a call that times
                                    out or is interrupted cancelled (notifications/cancelled)
        7.4 the CLI's operations    one session each: --check, --tools (and --tools --brief), --resources (and
                                    --resources --brief), --read, --prompts, --prompt, --dry-run
@@ -72,7 +74,8 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                    operation's budget (SchemaWork: shared, counted, the deadline asked)
        8.3 flags                   build_tool_flags: a schema -> typed flags; --tools --brief (describe_brief)
        8.4 values                  a flag's text -> its JSON value, positional-argument errors; a prompt's
-                                   string flags (parse_prompt_arguments)
+                                   string flags (parse_prompt_arguments), its arguments checked against its
+                                   declaration before prompts/get (check_prompt_arguments)
        8.5 validation, bounded     jsonschema run locally within budgets (patterns, sizes, depth, the deadline)
        8.6 validate_arguments      the quick path for common schemas, problems worded: the inputSchema checked
                                    locally before a call
@@ -97,7 +100,7 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        10.2 sessions               events, the live session, slots, the pool (limits: --max-processes and
                                    --max-user-processes; eviction, reaper; a crashed stdio child's retry-after
                                    back-off):
-       10.2.1 events                 EventSink (--events)
+       10.2.1 events                 EventSink (--events); a URI as an event names it (build_event_uri)
        10.2.2 the live session       ResidentSession, the adapter over the section-7 engine
        10.2.3 slots, limits          a slot per server instance, the open-file limit
        10.2.4 whose secrets          which secrets scrub whose answers
@@ -105,14 +108,17 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        10.3 names, catalogues      injected mcp_{server}_{tool} names (shortened past 64 characters), model-ready
                                    definitions per family (OpenAI, OpenAI strict, Anthropic, Gemini), Catalogues
                                    (cached per session):
-       10.3.1 injected names         build_injected_names
-       10.3.2 definitions            build_definitions per model family; a model's arguments back to the schema
+       10.3.1 injected names         build_injected_names (a server's resource-reading tool among them)
+       10.3.2 definitions            build_definitions per model family; a model's arguments back to the schema;
+                                     the resource-reading tool of --inject-resource-tools (build_resource_reader)
        10.3.3 a command, catalogues  the parsed command record, Catalogues cached per session
-       10.4 command server         the reader, a bounded worker pool, Actions (the seven), the end that answers all
+       10.4 command server         the reader, a bounded worker pool, Actions (the eleven), the end that answers all
                                    (shutdown, EOF, a signal), an error worded for the platform (platform_error):
        10.4.1 parsing a command      limits, the platform's wording, parse_command
        10.4.2 pool, writer           the bounded worker pool, the answer writer, commands in flight
-       10.4.3 Actions                one method per action
+       10.4.3 Actions                one method per action; resources and prompts (list_resources, read_resource
+                                     with its blobs as size and sha256 within --max-blob-bytes: build_resource_contents,
+                                     list_prompts, get_prompt) on the CLI's section-7 paths
        10.4.4 ResidentServer         the reader and the end that answers all (--shutdown-grace); memory;
                                      run_resident
        10.5 warm sessions          WarmSessions: the --keep-alive process's kept sessions, lent by key
@@ -5673,6 +5679,7 @@ class McpSession:
         self.notifications: collections.deque[dict[str, Any]] = collections.deque(maxlen=_KEPT_NOTIFICATIONS)
         self.on_notification: Callable[[Message], None] | None = None
         self.on_stray: Callable[[Stray], None] | None = None  # the resident's events; the CLI's log warns either way
+        self.on_fell_back: Callable[[], None] | None = None  # the resident's event: the era turned legacy
         self.closed = False
         self._lock = _thread.allocate_lock()
         self._renew_lock = _thread.allocate_lock()
@@ -5927,8 +5934,11 @@ class McpSession:
         """The tentative modern era was refused as a legacy server would (``ClientSession.refused_as_legacy``):
         ``initialize``, once for everyone who saw the refusal."""
         with self._renew_lock:
-            if self.core.tentative:
-                initialize(self, ctx, LATEST_LEGACY_VERSION)
+            if not self.core.tentative:
+                return
+            initialize(self, ctx, LATEST_LEGACY_VERSION)
+        if self.on_fell_back is not None:
+            self.on_fell_back()
 
     def close(self, deadline: Deadline | None = None) -> None:
         """End the session (DELETE for legacy HTTP sessions) and the transport; idempotent. Requests still in
@@ -6184,16 +6194,23 @@ def stage_of(method: str) -> str:
     return _REQUEST_STAGES.get(method, method)
 
 
-def request_result(session: McpSession, ctx: OpContext, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+def request_result(
+    session: McpSession, ctx: OpContext, method: str, params: dict[str, Any] | None, *, cancel: bool = False
+) -> dict[str, Any]:
     """A non-call request; a lost legacy session is re-initialized once per operation, and a tentative modern era
-    refused as by a legacy server falls back to ``initialize`` once (docs/contract.md §5)."""
+    refused as by a legacy server falls back to ``initialize`` once (docs/contract.md §5). ``cancel``: a request
+    that was sent and timed out is cancelled on the wire as a timed-out ``tools/call`` is (``_cancel``):
+    ``resources/read`` and ``prompts/get``, whose work a server may go on doing."""
     for attempt in range(2):
         rules = session.core.rules
         assert rules is not None
         session_id = session.core.session_id
+        handle = RequestHandle()
         try:
-            answer = session.request(method, params, ctx)
+            answer = session.request(method, params, ctx, handle=handle)
         except RemoteError as exc:
+            if cancel and isinstance(exc, McpTimeoutError) and request_was_sent(exc):
+                _cancel(session, rules, handle.id, reason=f"timed out after {format_duration(ctx.deadline.seconds)}")
             if attempt == 0 and session.core.refused_as_legacy(exc):  # never asked for tools/call (call_tool)
                 ctx.log.debug(f"{method} refused as by a legacy server ({exc.message}); falling back to initialize")
                 session.fall_back(ctx)
@@ -6329,10 +6346,15 @@ def find_tool(tools: Sequence[dict[str, Any]], name: str, server_name: str) -> d
     )
 
 
+def declares_capability(session: McpSession, capability: str) -> bool:
+    """Whether the negotiated server declared ``capability`` (an object under ``capabilities``)."""
+    return isinstance((session.core.capabilities or {}).get(capability), dict)
+
+
 def require_capability(session: McpSession, capability: str, method: str) -> None:
     """``mcp_capability_unsupported`` before ``method`` is sent to a server that did not declare ``capability``
     (``resources``, ``prompts``): such a server gets no request (docs/contract.md §5)."""
-    if isinstance((session.core.capabilities or {}).get(capability), dict):
+    if declares_capability(session, capability):
         return
     raise CapabilityUnsupportedError(
         f"server {session.server.name!r} does not declare the {capability!r} capability; {method} was not sent",
@@ -6348,7 +6370,7 @@ def read_resource(session: McpSession, ctx: OpContext, uri: str) -> dict[str, An
     params: the 2026-07-28 spec's code, which legacy SDK servers answer too; ``uri`` is the request's only param)."""
     require_capability(session, "resources", "resources/read")
     try:
-        return request_result(session, ctx, "resources/read", {"uri": uri})
+        return request_result(session, ctx, "resources/read", {"uri": uri}, cancel=True)
     except ProtocolError as exc:
         if (exc.details.get("rpc_error") or {}).get("code") not in _UNKNOWN_RESOURCE_CODES:
             raise
@@ -6361,6 +6383,52 @@ def read_resource(session: McpSession, ctx: OpContext, uri: str) -> dict[str, An
 
 
 _UNKNOWN_RESOURCE_CODES = (-32002, -32602)
+
+
+def list_kept(session: McpSession, ctx: OpContext, method: str) -> list[dict[str, Any]]:
+    """The items of list ``method`` from ``ctx.sessions``: a warm session's kept catalogue while it is fresh
+    (``catalogue_kept_until``, docs/contract.md §14), else listed now."""
+    return (ctx.sessions or SessionSource()).listing(session, ctx, LISTINGS[method])
+
+
+def list_resources(session: McpSession, ctx: OpContext) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(resources, templates): ``resources/list`` and ``resources/templates/list``, each paginated to the end
+    (``discover_listing``), as received; a server with resources and no ``resources/templates/list`` at all
+    ("method not found") has no templates. The one path of ``--resources`` and the resident's ``list_resources``."""
+    require_capability(session, "resources", "resources/list")
+    resources = list_kept(session, ctx, "resources/list")
+    try:
+        templates = list_kept(session, ctx, "resources/templates/list")
+    except ProtocolError as exc:
+        if (exc.details.get("rpc_error") or {}).get("code") != -32601:
+            raise
+        ctx.log.debug("the server has no resources/templates/list: no templates")
+        templates = []
+    return resources, templates
+
+
+def list_prompts(session: McpSession, ctx: OpContext) -> list[dict[str, Any]]:
+    """Every prompt (``prompts/list`` paginated to the end), as received: ``--prompts`` and ``list_prompts``."""
+    require_capability(session, "prompts", "prompts/list")
+    return list_kept(session, ctx, "prompts/list")
+
+
+def get_prompt(
+    session: McpSession,
+    ctx: OpContext,
+    name: str,
+    prepare: Callable[[dict[str, Any]], Mapping[str, str] | None],
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """List the prompts, find ``name`` (``mcp_prompt_not_found``), let ``prepare(prompt)`` check the arguments
+    (``invalid_mcp_arguments`` before sending), ``prompts/get`` once: (the prompt as listed, its result). ``prepare``
+    returning None stops after the listing (prompt help): the result is then None. The one path of ``--prompt`` and
+    the resident's ``get_prompt``."""
+    prompt = find_prompt(list_prompts(session, ctx), name, session.server.name)
+    arguments = prepare(prompt)
+    if arguments is None:
+        return prompt, None
+    params: dict[str, Any] = {"name": name, **({"arguments": dict(arguments)} if arguments else {})}
+    return prompt, request_result(session, ctx, "prompts/get", params, cancel=True)
 
 
 def find_prompt(prompts: Sequence[dict[str, Any]], name: str, server_name: str) -> dict[str, Any]:
@@ -6639,25 +6707,11 @@ def run_on_session(
         raise exc.copy(data={"server": server.name, **(exc.data or {})})  # noqa: B904 - its chain stays
 
 
-def list_kept(session: McpSession, ctx: OpContext, method: str) -> list[dict[str, Any]]:
-    """The items of list ``method`` from ``ctx.sessions``: a warm session's kept catalogue while it is fresh
-    (``catalogue_kept_until``, docs/contract.md §14), else listed now."""
-    return (ctx.sessions or SessionSource()).listing(session, ctx, LISTINGS[method])
-
-
 def run_resources(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict[str, Any]:
     """``--resources`` data (docs/contract.md §7): every resource and resource template, as received."""
 
     def work(session: McpSession) -> dict[str, Any]:
-        require_capability(session, "resources", "resources/list")
-        resources = list_kept(session, ctx, "resources/list")
-        try:
-            templates = list_kept(session, ctx, "resources/templates/list")
-        except ProtocolError as exc:  # "method not found": a server with resources and no templates at all
-            if (exc.details.get("rpc_error") or {}).get("code") != -32601:
-                raise
-            ctx.log.debug("the server has no resources/templates/list: no templates")
-            templates = []
+        resources, templates = list_resources(session, ctx)
         return {
             "server": server.name,
             "protocol_version": session.protocol_version,
@@ -6694,8 +6748,7 @@ def run_prompts(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> di
     """``--prompts`` data: every prompt, as received."""
 
     def work(session: McpSession) -> dict[str, Any]:
-        require_capability(session, "prompts", "prompts/list")
-        prompts = list_kept(session, ctx, "prompts/list")
+        prompts = list_prompts(session, ctx)
         return {
             "server": server.name,
             "protocol_version": session.protocol_version,
@@ -6720,13 +6773,10 @@ def run_prompt(
     "definition"}``); else ``{"server", "prompt", "result"}``."""
 
     def work(session: McpSession) -> dict[str, Any]:
-        require_capability(session, "prompts", "prompts/list")
-        prompt = find_prompt(list_kept(session, ctx, "prompts/list"), name, server.name)
-        arguments = prepare(prompt)
-        if arguments is None:
+        prompt, result = get_prompt(session, ctx, name, prepare)
+        if result is None:
             return {"server": server.name, "prompt": name, "definition": prompt}
-        params: dict[str, Any] = {"name": name, **({"arguments": arguments} if arguments else {})}
-        return {"server": server.name, "prompt": name, "result": request_result(session, ctx, "prompts/get", params)}
+        return {"server": server.name, "prompt": name, "result": result}
 
     return run_on_session(server, ctx, work, insecure=insecure)
 
@@ -7449,15 +7499,19 @@ def _raise_token_problems(
     )
 
 
+def _prompt_arguments(prompt: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """A prompt's declared arguments by name (the ones that are objects)."""
+    declared = prompt.get("arguments")
+    return {str(a.get("name")): a for a in declared if isinstance(a, dict)} if isinstance(declared, list) else {}
+
+
 def parse_prompt_arguments(
     prompt: Mapping[str, Any], tokens: Sequence[ToolToken], *, server_name: str = "<server>"
 ) -> dict[str, str]:
     """``--ARG VALUE`` after ``--prompt NAME`` -> ``prompts/get``'s arguments, each a string (docs/contract.md §2).
     An unknown, repeated or valueless flag and a required argument not given are ``invalid_mcp_arguments``, every
     problem at once, before anything is sent; an argument named like a reserved option (contract §6) has no flag."""
-    declared = prompt.get("arguments")
-    arguments = [a for a in declared if isinstance(a, dict)] if isinstance(declared, list) else []
-    names = {str(a.get("name")): a for a in arguments}
+    names = _prompt_arguments(prompt)
     values: dict[str, str] = {}
     problems: list[dict[str, str]] = []
     for token in tokens:
@@ -7470,18 +7524,37 @@ def parse_prompt_arguments(
             problems.append({"flag": flag, "message": f"{flag} needs a value (write {flag}=VALUE)"})
         else:
             values[token.name] = token.value
+    hint = f"see its arguments with: bkmcp {server_name} --prompt {prompt.get('name')} --help"
+    return check_prompt_arguments(prompt, values, problems, reserved=RESERVED_OPTION_NAMES, hint=hint)
+
+
+def check_prompt_arguments(
+    prompt: Mapping[str, Any],
+    values: Mapping[str, str],
+    problems: Sequence[dict[str, str]] = (),
+    *,
+    reserved: Iterable[str] = (),
+    hint: str | None = None,
+) -> dict[str, str]:
+    """A prompt's arguments checked against its declaration before ``prompts/get`` (the CLI's flags, the resident's
+    ``arguments`` object): a name it does not declare and a required argument not given are
+    ``invalid_mcp_arguments``, every problem at once (after ``problems`` already found); ``reserved`` names have no
+    flag (contract §6), which a missing one's message says."""
+    names = _prompt_arguments(prompt)
+    found = list(problems)
+    for name in values:
+        if name not in names:
+            found.append(
+                {"path": json_path([name]), "message": f"prompt {prompt.get('name')!r} has no argument {name!r}"}
+            )
     for name, argument in names.items():
         if argument.get("required") is True and name not in values:
-            why = " (its name is a bkmcp option, so it has no flag)" if name in RESERVED_OPTION_NAMES else ""
-            problems.append({"path": json_path([name]), "message": f"required argument {name!r} is missing{why}"})
-    if problems:
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise InvalidArgumentsError(
-            problems[0]["message"] + more,
-            hint=f"see its arguments with: bkmcp {server_name} --prompt {prompt.get('name')} --help",
-            details={"problems": problems},
-        )
-    return values
+            why = " (its name is a bkmcp option, so it has no flag)" if name in reserved else ""
+            found.append({"path": json_path([name]), "message": f"required argument {name!r} is missing{why}"})
+    if found:
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        raise InvalidArgumentsError(found[0]["message"] + more, hint=hint, details={"problems": found})
+    return dict(values)
 
 
 def parse_tool_arguments(
@@ -9192,7 +9265,7 @@ bkmcp --resident - resident multi-server mode for agent platforms (docs/resident
 Usage:
   bkmcp --resident --registry SOURCE [--events FILE|-] [--max-processes N] [--max-user-processes N]
                    [--idle-timeout DURATION] [--shutdown-grace DURATION] [--timeout DURATION]
-                   [-v] [--insecure]
+                   [--inject-resource-tools] [--max-blob-bytes N] [-v] [--insecure]
   bkmcp --registry FILE --import mcp.json      add or replace mcp.json's servers in a SQLite registry
   bkmcp --registry FILE --list                 the registry's servers as JSON, never a credential
 
@@ -9204,16 +9277,25 @@ Options:
   --idle-timeout DURATION  close a user's idle session after this long (default {idle_timeout})
   --shutdown-grace DURATION  at shutdown, time commands in flight get to finish (default {shutdown_grace}; 0: none)
   --timeout DURATION       budget of one call without its own timeout_ms (default 60s)
+  --inject-resource-tools  list_tools adds a resource-reading tool for each server that declares resources
+  --max-blob-bytes N       read_resource with include_blobs: at most N decoded blob bytes (default {max_blob_bytes})
 
 One JSON command per line on stdin, one answer per line on stdout (matched by task_id), e.g.
   {{"command": "invoke", "task_id": "t-1", "params": {{"action": "list_tools"}}, "user": {{"userId": "u1"}}}}
-Actions: init, list_servers, connect_server, disconnect_server, list_tools, refresh_tools, call_tool, shutdown.
+Actions: init, list_servers, connect_server, disconnect_server, list_tools, refresh_tools, call_tool,
+list_resources, read_resource, list_prompts, get_prompt, shutdown.
 Exit status: 0 after shutdown, end of input or SIGTERM; 130 after SIGINT; 1 when the registry cannot be opened.
 Command protocol: docs/resident.md; registry and credentials: docs/resident-registry.md.
 """
 # The resident mode's defaults, as its help prints them; section 10 (which the pyz runs only on first use) holds
 # the values, and tests/unit/test_cli.py checks that the two agree.
-RESIDENT_HELP_DEFAULTS = {"max_processes": 64, "max_user_processes": 8, "idle_timeout": "10m", "shutdown_grace": "5s"}
+RESIDENT_HELP_DEFAULTS = {
+    "max_processes": 64,
+    "max_user_processes": 8,
+    "idle_timeout": "10m",
+    "shutdown_grace": "5s",
+    "max_blob_bytes": 16777216,
+}
 
 
 def render_resident_help() -> str:
@@ -9236,7 +9318,8 @@ COMPLETION_TIMEOUT = 2.0  # seconds one completion may spend connecting to a ser
 _COMPLETION_OPTIONS = (
     "--help --version --config --timeout --jq --raw --verbose --insecure --check --tools --brief --body --dry-run "
     "--resident --registry --import --list --completion --events --max-processes --max-user-processes --idle-timeout "
-    "--shutdown-grace --keep-alive --sessions --stop --resources --read --prompts --prompt"
+    "--shutdown-grace --max-blob-bytes --inject-resource-tools --keep-alive --sessions --stop --resources --read "
+    "--prompts --prompt"
 )
 # the options valid after <server> (before a tool), and after <server> <tool> beside the tool's own flags
 _COMPLETION_SERVER_OPTIONS = (
@@ -9248,7 +9331,7 @@ _COMPLETION_CALL_OPTIONS = "--body --dry-run --help --config --timeout --jq --ra
 _COMPLETION_TARGET_OPTIONS = "--help --config --timeout --jq --raw --verbose --insecure --keep-alive"
 _COMPLETION_VALUE_OPTIONS = (
     "--config --timeout --jq --body --registry --import --events --max-processes --max-user-processes "
-    "--idle-timeout --shutdown-grace --completion"
+    "--idle-timeout --shutdown-grace --max-blob-bytes --completion"
 )
 _BASH_COMPLETION = """\
 # bkmcp completion for bash: eval "$(bkmcp --completion bash)" in ~/.bashrc, or save it as
@@ -11166,6 +11249,7 @@ DEFAULT_IDLE_TIMEOUT = 600.0
 DEFAULT_MAX_PROCESSES = 64
 DEFAULT_MAX_USER_PROCESSES = 8
 DEFAULT_SHUTDOWN_GRACE = 5.0  # shutdown: how long the commands in flight may still finish on their own
+DEFAULT_MAX_BLOB_BYTES = 16 * 1024 * 1024  # read_resource with include_blobs: decoded blob bytes in one answer
 _RESTART_BACKOFF_MAX = 30.0
 LINES_CLOSE_WAIT = 2.0  # at the end, what stderr or the --events stream still holds is given up after this long
 _KEEPALIVE_IDLE = 5.0  # an HTTP session unused this long has its keep-alive connections closed (the session stays)
@@ -11192,6 +11276,17 @@ def run_each(job: Callable[[Any], None], items: Sequence[Any], *, timeout: float
 
 def _events_dropped(count: int) -> str:
     return dump_json({"ts": round(time.time(), 3), "event": "events.dropped", "count": count}) + "\n"
+
+
+def build_event_uri(uri: str) -> str:
+    """A URI as an event names it (docs/contract.md §11.6): no query string, fragment or user information, which
+    may hold what a user typed or a credential."""
+    head = uri.split("#", 1)[0].split("?", 1)[0]
+    scheme, separator, rest = head.partition("://")
+    if separator:
+        authority, slash, path = rest.partition("/")
+        head = f"{scheme}://{authority.rpartition('@')[2]}{slash}{path}"
+    return clip_text(head, 200)
 
 
 class EventSink:
@@ -11299,7 +11394,7 @@ class ResidentSession:
                         f"the session of server {self.server.name!r} was closed", request_sent=False
                     )
                 session = McpSession(self.server, insecure=self.insecure, log=self.log, die_with_parent=True)
-                session.on_stray = self._stray
+                session.on_stray, session.on_fell_back = self._stray, self._fell_back
                 self._session = session
             try:
                 negotiate(session, self._ctx(timeout))
@@ -11316,6 +11411,18 @@ class ResidentSession:
     def _stray(self, stray: Stray) -> None:
         """A response that answers no request in flight (``Stray``): an event, besides the operator log's warning."""
         self.events.emit("response.stray", server=self.server.name, user=self.user_id, reason=stray.why)
+
+    def _fell_back(self) -> None:
+        """The tentative modern era turned legacy (contract §5): its ``protocol.initialized`` again, now legacy."""
+        session = self._session
+        if session is not None:
+            self.events.emit(
+                "protocol.initialized",
+                server=self.server.name,
+                user=self.user_id,
+                version=session.protocol_version,
+                era=session.era,
+            )
 
     def _require(self) -> McpSession:
         session = self._session
@@ -11335,6 +11442,30 @@ class ResidentSession:
         self, name: str, arguments: dict[str, Any], timeout: float, tool: dict[str, Any] | None
     ) -> dict[str, Any]:
         return call_tool(self._require(), self._ctx(timeout), name, arguments, tool)
+
+    # resources and prompts: the CLI's own section-7 paths (--resources, --read, --prompts, --prompt), one each
+
+    def list_resources(self, timeout: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        return list_resources(self._require(), self._ctx(timeout))
+
+    def read_resource(self, uri: str, timeout: float) -> dict[str, Any]:
+        return read_resource(self._require(), self._ctx(timeout), uri)
+
+    def list_prompts(self, timeout: float) -> list[dict[str, Any]]:
+        return list_prompts(self._require(), self._ctx(timeout))
+
+    def get_prompt(self, name: str, arguments: Mapping[str, str], timeout: float) -> dict[str, Any]:
+        """``prompts/get`` once the arguments passed the prompt's declaration (``check_prompt_arguments``)."""
+        result = get_prompt(self._require(), self._ctx(timeout), name, lambda p: check_prompt_arguments(p, arguments))[
+            1
+        ]
+        assert result is not None
+        return result
+
+    def declares(self, capability: str) -> bool:
+        """Whether the server declared ``capability`` (``resources``, ``prompts``) when it was negotiated."""
+        session = self._session
+        return session is not None and declares_capability(session, capability)
 
     def close_idle_connections(self) -> int:
         """HTTP: close the keep-alive connections no request uses (the session stays); stdio: nothing."""
@@ -11412,6 +11543,7 @@ class Slot:
         self.open_lock = threading.Lock()
         self.trimmed = 0.0  # when the reaper last closed the idle keep-alive connections of its HTTP session
         self.resolved: SlotResolution | None = None  # the last resolution for this slot
+        self.resources: bool | None = None  # its server declared resources at its last open (None: not opened yet)
 
 
 def slot_fingerprint(slot: Slot, server: ResolvedServer) -> str:
@@ -11502,6 +11634,8 @@ class ResidentOptions:
     timeout: float
     insecure: bool
     shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE  # --shutdown-grace (0: cut at once)
+    inject_resource_tools: bool = False  # --inject-resource-tools: list_tools adds a resource-reading tool per server
+    max_blob_bytes: int = DEFAULT_MAX_BLOB_BYTES  # --max-blob-bytes: read_resource's blobs with include_blobs
 
 
 def build_backoff_error(server: str, cause: BkmcpError, failures: int, wait_ms: int) -> BkmcpError:
@@ -11824,6 +11958,7 @@ class SessionPool:
             with self._lock:
                 slot.last_error = None
                 slot.last_used = time.monotonic()
+                slot.resources = session.declares("resources")  # --inject-resource-tools asks (Catalogues)
                 session.leases += 1
             return session
 
@@ -11836,6 +11971,26 @@ class SessionPool:
                 self._retiring.discard(session)
         if last:
             self._close_later(session)
+
+    def lend(
+        self, slot: Slot, session: ResidentSession, work: Callable[[], Any], failed: Callable[[BkmcpError], None]
+    ) -> Any:
+        """``work()`` on ``session`` (leased by ``session()``), given back however it ends: a success resets the
+        slot's failures in a row; a failure is told to ``failed`` (its event) and drops a session whose child died
+        (``after_failure``), then raised as it is."""
+        try:
+            result = work()
+        except BkmcpError as exc:
+            self.release(session)
+            failed(exc)
+            self.after_failure(slot, session)
+            raise
+        except BaseException:
+            self.release(session)
+            raise
+        self.release(session)
+        slot.failures = 0
+        return result
 
     def retire(self, slot: Slot, session: ResidentSession) -> None:
         """The ``disconnect_server`` way of ending an outdated session: new commands get a new session at once,
@@ -12046,27 +12201,35 @@ _INJECTED_MAX = 64
 _INJECTED_PREFIX = 55
 
 
-def _injected_suffixed(base: str, server: str, tool: str) -> str:
+# --inject-resource-tools: a server's resource-reading tool is the pair (server, None), named as a tool called
+# ``read_resource``; its hash input, "resources/read" NUL server, is no real pair's (a server name has no "/").
+RESOURCE_READER_TOOL = "read_resource"
+
+
+def _injected_suffixed(base: str, server: str, tool: str | None) -> str:
     import hashlib
 
-    digest = hashlib.sha256(f"{server}\0{tool}".encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    key = f"{server}\0{tool}" if tool is not None else f"resources/read\0{server}"
+    digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:8]
     return f"{base[:_INJECTED_PREFIX]}_{digest}"
 
 
-def build_injected_names(pairs: Iterable[tuple[str, str]]) -> dict[str, tuple[str, str]]:
+def build_injected_names(pairs: Iterable[tuple[str, str | None]]) -> dict[str, tuple[str, str | None]]:
     """Injected tool names (docs/contract.md §11.5) for every ``(server, tool)`` a user sees: name -> (server, tool).
 
     ``mcp_{server}_{tool}`` with every character outside ``[A-Za-z0-9_-]`` replaced by ``_``; a name longer than
     64 characters, or equal to another tool's name, becomes its first 55 characters + ``_`` + 8 hex digits of
     sha256(server + NUL + tool), and so does every member of a colliding group. A name therefore depends only
-    on the tool and on which other tools are in ``pairs``, never on their order.
+    on the tool and on which other tools are in ``pairs``, never on their order. ``(server, None)`` is the server's
+    resource-reading tool (``RESOURCE_READER_TOOL``), which collides like any tool: with a tool of that name too.
     """
     import collections
 
-    unique = sorted(set(pairs))
+    unique = sorted(set(pairs), key=lambda pair: (pair[0], pair[1] is not None, pair[1] or ""))
     bases = {
         (server, tool): "".join(
-            ch if ch.isascii() and (ch.isalnum() or ch in "_-") else "_" for ch in f"mcp_{server}_{tool}"
+            ch if ch.isascii() and (ch.isalnum() or ch in "_-") else "_"
+            for ch in f"mcp_{server}_{RESOURCE_READER_TOOL if tool is None else tool}"
         )
         for server, tool in unique
     }
@@ -12079,7 +12242,7 @@ def build_injected_names(pairs: Iterable[tuple[str, str]]) -> dict[str, tuple[st
         if not clash:
             break
         suffixed |= clash
-    table: dict[str, tuple[str, str]] = {}
+    table: dict[str, tuple[str, str | None]] = {}
     for pair in unique:
         name = names[pair]
         if name in table:  # two tools share a 55-character prefix and 32 bits of sha256: never guess
@@ -12635,6 +12798,28 @@ def build_tool_entry(
     return entry
 
 
+def build_resource_reader(server: str) -> dict[str, Any]:
+    """The resource-reading tool ``--inject-resource-tools`` adds for ``server``, as a server would list it."""
+    return {
+        "name": RESOURCE_READER_TOOL,
+        "description": f"Read one resource of MCP server {server!r} by its URI (resources/read), such as the URI of "
+        "a resource link in one of its tools' results.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {"uri": {"type": "string", "description": "the resource's URI"}},
+            "required": ["uri"],
+        },
+    }
+
+
+def build_resource_reader_entry(name: str, server: str) -> dict[str, Any]:
+    """The ``list_tools`` entry of ``server``'s resource-reading tool (docs/contract.md §11.2): a TOOL in all four
+    model-family shapes whose ``tool_name`` is null and ``resource_reader`` true."""
+    entry = build_tool_entry(name, server, build_resource_reader(server))
+    entry.update(tool_name=None, resource_reader=True)
+    return entry
+
+
 # -- 10.3.3 a command and its catalogues: the parsed command, Catalogues cached per session ----------------------------
 
 
@@ -12675,7 +12860,9 @@ class Catalogues:
     events: EventSink
     log: Log
     timeout: float  # --timeout: each discovery's budget
-    names: dict[str, dict[str, tuple[str, str]]] = field(default_factory=dict)  # user -> injected -> (server, tool)
+    inject: bool = False  # --inject-resource-tools: a resource-reading tool for each server that declares resources
+    # user -> injected -> (server, tool); (server, None): the server's resource-reading tool
+    names: dict[str, dict[str, tuple[str, str | None]]] = field(default_factory=dict)
     named_at: dict[str, float] = field(default_factory=dict)  # user -> when ``names`` was set (monotonic)
 
     def use(self, command: ResidentCommand, view: Any, row: Any) -> tuple[Slot, ResolvedServer]:
@@ -12737,10 +12924,8 @@ class Catalogues:
                     return slot.tools
             session = self.session(command, row, slot, server)
             started = time.monotonic()
-            try:
-                tools, ttl_ms = session.list_tools(command.deadline.left())
-            except BkmcpError as exc:
-                self.pool.release(session)
+
+            def failed(exc: BkmcpError) -> None:
                 self.events.emit(
                     "server.discover",
                     server=row.name,
@@ -12750,12 +12935,13 @@ class Catalogues:
                     ms=int((time.monotonic() - started) * 1000),
                     error_code=exc.code,
                 )
-                self.pool.after_failure(slot, session)
+
+            try:
+                tools, ttl_ms = self.pool.lend(
+                    slot, session, lambda: session.list_tools(command.deadline.left()), failed
+                )
+            except BkmcpError as exc:
                 raise platform_error(exc, server=row.name, timeout=timeout) from None
-            except BaseException:
-                self.pool.release(session)
-                raise
-            self.pool.release(session)
             self.events.emit(
                 "server.discover",
                 server=row.name,
@@ -12764,7 +12950,7 @@ class Catalogues:
                 complete=True,
                 ms=int((time.monotonic() - started) * 1000),
             )
-            slot.tools, slot.tools_version, slot.failures = tools, session.protocol_version, 0
+            slot.tools, slot.tools_version = tools, session.protocol_version
             slot.fresh_until = catalogue_kept_until(ttl_ms, started)
             self._store(slot, ttl_ms)
             return tools
@@ -12810,17 +12996,11 @@ class Catalogues:
                 tools = self.tools(command, view, row, refresh=refresh)
                 with lock:
                     found[row.name] = tools
+                if self.inject:
+                    self.reads_resources(command, view, row)
             except BkmcpError as exc:
                 with lock:
-                    errors.append(
-                        {
-                            "server_name": row.name,
-                            "error_code": exc.code,
-                            "error": command_scrubber(self.log, command).scrub(
-                                platform_error(exc, server=row.name, timeout=command.deadline.seconds).message
-                            ),
-                        }
-                    )
+                    errors.append(self.error_entry(command, row, exc))
                 if refresh:  # the previous catalogue stays for list_tools
                     slot = self.pool.peek(command.user_id, row)
                     if slot is not None and slot.tools is not None:
@@ -12831,19 +13011,45 @@ class Catalogues:
         errors.sort(key=lambda e: e["server_name"])
         return found, errors
 
+    def error_entry(self, command: ResidentCommand, row: Any, exc: BkmcpError) -> dict[str, Any]:
+        """One server's entry in an answer's ``errors`` (a listing across servers): its code and its message in the
+        platform's words, scrubbed with the command's own secrets."""
+        message = platform_error(exc, server=row.name, timeout=command.deadline.seconds).message
+        return {
+            "server_name": row.name,
+            "error_code": exc.code,
+            "error": command_scrubber(self.log, command).scrub(message),
+        }
+
+    def reads_resources(self, command: ResidentCommand, view: Any, row: Any) -> bool:
+        """``--inject-resource-tools``: whether ``row``'s server declared resources when this user's session of it
+        was last opened; a catalogue read from the registry's cache has no session yet: one is opened to learn it."""
+        slot = self.pool.peek(command.user_id, row)
+        if slot is None or slot.resources is None:
+            slot, server = self.use(command, view, row)
+            self.pool.use(slot, 1)
+            try:
+                self.pool.release(self.session(command, row, slot, server))
+            finally:
+                self.pool.use(slot, -1)
+        return slot.resources is True
+
     def known_pairs(
         self, command: ResidentCommand, view: Any, found: Mapping[str, list[dict[str, Any]]] | None = None
-    ) -> list[tuple[str, str]]:
+    ) -> list[tuple[str, str | None]]:
         """Every (server, tool) this user sees: the catalogues in ``found`` (those an answer is built from), else
-        the ones cached for them now, each read once (another user's refresh may replace a shared one meanwhile)."""
-        pairs = []
+        the ones cached for them now, each read once (another user's refresh may replace a shared one meanwhile);
+        with ``--inject-resource-tools``, (server, None) for each server whose session declared resources."""
+        pairs: list[tuple[str, str | None]] = []
         for row in usable_rows(view):
+            slot = self.pool.peek(command.user_id, row)
             tools = found.get(row.name) if found is not None else None
             if tools is None:
-                slot = self.pool.peek(command.user_id, row)
                 tools = slot.tools if slot is not None else None
             if tools is not None:
                 pairs += [(row.name, str(t.get("name"))) for t in tools if isinstance(t, dict)]
+                if self.inject and slot is not None and slot.resources is True:
+                    pairs.append((row.name, None))
         return pairs
 
     def answer(
@@ -12874,6 +13080,8 @@ class Catalogues:
                         {"server_name": row.name, "tool_name": tool.get("name"), "family": family, "reason": why}
                         for family, why in shaped[index][1].items()
                     ]
+            if (row.name, None) in by_pair:  # --inject-resource-tools
+                tools.append(build_resource_reader_entry(by_pair[(row.name, None)], row.name))
         answer: dict[str, Any] = {"tools": tools, "errors": errors}
         if warnings:
             answer["warnings"] = warnings
@@ -12905,7 +13113,7 @@ class Catalogues:
 
 # -- 10.4.1 parsing a command: limits, the platform's wording (platform_error), parse_command -------------------------
 
-# JSON lines in, one answer per command out: the reader thread, a bounded worker pool, the seven actions
+# JSON lines in, one answer per command out: the reader thread, a bounded worker pool, the eleven actions
 # (``Actions``), the end (shutdown, EOF, signals) that answers every command read, and ``run_resident``. An error
 # reaches the platform in its words (``platform_error``: no hints, a timeout as the command's budget in ms).
 
@@ -12918,9 +13126,21 @@ RESIDENT_ACTIONS = (
     "list_tools",
     "refresh_tools",
     "call_tool",
+    "list_resources",
+    "read_resource",
+    "list_prompts",
+    "get_prompt",
     "shutdown",
 )
 _NO_USER_ACTIONS = frozenset({"init", "list_servers", "shutdown"})
+# the params each action requires (parse_command: invalid_command without them)
+_REQUIRED_PARAMS = {
+    "connect_server": ("server_name",),
+    "disconnect_server": ("server_name",),
+    "read_resource": ("server_name", "uri"),
+    "get_prompt": ("server_name", "name"),
+}
+_TIMED_ACTIONS = frozenset({"call_tool", "list_resources", "read_resource", "list_prompts", "get_prompt"})
 _MAX_COMMANDS_RUNNING = 4096  # commands executing at once; the reader waits (back-pressure) beyond it
 _IDLE_WORKERS = 16  # command threads kept waiting for the next command (starting a thread costs ~0.1 ms)
 _WORKER_IDLE_SECONDS = 30.0  # an idle command thread ends after this long without a command
@@ -13024,8 +13244,26 @@ def parse_command(line: bytes, timeout: float = DEFAULT_TIMEOUT) -> ResidentComm
         value = _field_type(params, name, str, task_id, "a string")
         if value == "":
             raise InvalidCommandError(f"field {name!r} must not be empty", details={"task_id": task_id})
-    if action in ("connect_server", "disconnect_server") and params.get("server_name") is None:
-        raise InvalidCommandError(f"field 'server_name' is required for {action}", details={"task_id": task_id})
+    for name in _REQUIRED_PARAMS.get(action, ()):
+        if params.get(name) is None:
+            raise InvalidCommandError(f"field {name!r} is required for {action}", details={"task_id": task_id})
+    if action == "read_resource":
+        if not isinstance(params["uri"], str) or not params["uri"]:
+            raise InvalidCommandError("field 'uri' must be a non-empty string", details={"task_id": task_id})
+        _field_type(params, "include_blobs", bool, task_id, "a boolean")
+    if action == "get_prompt" and params.get("arguments") is not None:
+        arguments = params["arguments"]
+        if not isinstance(arguments, dict) or not all(isinstance(v, str) for v in arguments.values()):
+            raise InvalidCommandError(
+                "field 'arguments' must be an object of strings (a prompt's arguments are strings)",
+                details={"task_id": task_id},
+            )
+    if action in _TIMED_ACTIONS:
+        timeout_ms = _field_type(params, "timeout_ms", int, task_id, "a positive integer (milliseconds)")
+        if timeout_ms is not None and not 0 < timeout_ms <= _MAX_TIMEOUT_MS:
+            raise InvalidCommandError(
+                "field 'timeout_ms' must be a positive integer of at most 7 days", details={"task_id": task_id}
+            )
     if action == "call_tool":
         by_name = params.get("name") is not None
         by_pair = params.get("server_name") is not None or params.get("tool_name") is not None
@@ -13036,12 +13274,7 @@ def parse_command(line: bytes, timeout: float = DEFAULT_TIMEOUT) -> ResidentComm
             )
         if "arguments" in params and not isinstance(params["arguments"], dict):
             raise InvalidCommandError("field 'arguments' must be an object", details={"task_id": task_id})
-        timeout_ms = _field_type(params, "timeout_ms", int, task_id, "a positive integer (milliseconds)")
-        if timeout_ms is not None and not 0 < timeout_ms <= _MAX_TIMEOUT_MS:
-            raise InvalidCommandError(
-                "field 'timeout_ms' must be a positive integer of at most 7 days", details={"task_id": task_id}
-            )
-    own = params.get("timeout_ms")  # checked above for call_tool; any action's integer counts, as it always did
+    own = params.get("timeout_ms")  # checked above for _TIMED_ACTIONS; any action's integer counts, as it always did
     seconds = own / 1000 if isinstance(own, int) and not isinstance(own, bool) else timeout
     return ResidentCommand(task_id, action, params, user_id, access_token, Deadline(seconds))
 
@@ -13253,9 +13486,40 @@ class InFlight:
 # -- 10.4.3 Actions: the resident's actions, one method each -----------------------------------------------------------
 
 
+def build_resource_contents(result: dict[str, Any], *, include_blobs: bool, cap: int) -> dict[str, Any]:
+    """A ``resources/read`` result for the platform: text contents as received; each blob as ``{uri, mimeType, …,
+    bytes, sha256}`` (its decoded size and SHA-256, the base64 left out) unless ``include_blobs``, then as received
+    while the blobs' decoded bytes stay within ``cap`` (``--max-blob-bytes``), else ``resource_limit``."""
+    import base64
+    import hashlib
+
+    contents: list[Any] = []
+    total = 0
+    for item in result.get("contents") or []:
+        if isinstance(item, dict) and isinstance(item.get("blob"), str):
+            try:
+                data = base64.b64decode("".join(item["blob"].split()), validate=True)
+            except ValueError:
+                raise ProtocolError(
+                    f"resources/read: the blob of {clip_text(repr(item.get('uri')), 200)} is not base64"
+                ) from None
+            total += len(data)
+            if not include_blobs:
+                item = {k: v for k, v in item.items() if k != "blob"}
+                item.update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+        contents.append(item)
+    if include_blobs and total > cap:
+        raise ResourceLimitError(
+            f"the resource's blobs are {total} bytes, more than --max-blob-bytes ({cap}); read it without "
+            "include_blobs for each blob's size and sha256",
+            details={"limit": cap, "bytes": total, "kind": "blob"},
+        )
+    return {**result, "contents": contents}
+
+
 @dataclass
 class Actions:
-    """The seven actions of docs/contract.md §11.2 (``do_*``, one command each, on a worker thread): each takes its
+    """The eleven actions of docs/contract.md §11.2 (``do_*``, one command each, on a worker thread): each takes its
     user's registry view (``_view``), uses the session pool (10.2) and the catalogues (10.3), and returns its
     ``result`` or raises the error its answer carries."""
 
@@ -13392,16 +13656,7 @@ class Actions:
     def do_connect_server(self, command: ResidentCommand) -> dict[str, Any]:
         view = self._view(command)
         row = self._row(view, command.params["server_name"])
-        slot, server = self.catalogues.use(command, view, row)
-        self.pool.use(slot, 1)
-        try:
-            try:
-                session = self.catalogues.session(command, row, slot, server)
-            except BkmcpError as exc:
-                raise platform_error(exc, server=row.name, timeout=command.deadline.seconds) from None
-            self.pool.release(session)
-        finally:
-            self.pool.use(slot, -1)
+        session = self._on_server(command, view, row, None, lambda session, _left: session)
         tools = self.catalogues.tools(command, view, row, connect=True)
         return {
             "server_name": row.name,
@@ -13448,7 +13703,10 @@ class Actions:
                 )
                 self._rejected(command, None, injected, exc)
                 raise exc
-            server_name, tool_name = pair
+            server_name, reader_of = pair
+            if reader_of is None:  # --inject-resource-tools: the server's resource-reading tool
+                return self._read_by_tool(command, view, server_name, params.get("arguments") or {})
+            tool_name = reader_of
         else:
             server_name, tool_name = params["server_name"], params["tool_name"]
         arguments = {} if params.get("arguments") is None else params["arguments"]
@@ -13503,10 +13761,8 @@ class Actions:
                 raise platform_error(exc, server=server_name, timeout=timeout) from None
             self.events.emit("tool.started", **base)
             started = time.monotonic()
-            try:
-                result = session.call_tool(tool_name, arguments, deadline.left(), tool)
-            except BkmcpError as exc:
-                self.pool.release(session)
+
+            def failed(exc: BkmcpError) -> None:
                 if isinstance(exc, RemoteError) and not isinstance(exc, CapabilityUnsupportedError):
                     outcome = exc.details.get("outcome") or ("unknown" if request_was_sent(exc) else "not_sent")
                     self.events.emit(
@@ -13524,19 +13780,181 @@ class Actions:
                         is_error=False,
                         error_code=exc.code,
                     )
-                self.pool.after_failure(slot, session)
+
+            try:
+                result = self.pool.lend(
+                    slot, session, lambda: session.call_tool(tool_name, arguments, deadline.left(), tool), failed
+                )
+            except BkmcpError as exc:
                 raise platform_error(exc, server=server_name, timeout=timeout) from None
-            except BaseException:
-                self.pool.release(session)
-                raise
-            self.pool.release(session)
-            slot.failures = 0
         finally:
             self.pool.use(slot, -1)
         self.events.emit(
             "tool.finished", **base, ms=int((time.monotonic() - started) * 1000), is_error=result.get("isError") is True
         )
         return {"server_name": server_name, "tool_name": tool_name, "result": result}
+
+    # -- resources and prompts: the CLI's section-7 paths on this user's sessions ----------------------------------
+
+    def _on_server(
+        self,
+        command: ResidentCommand,
+        view: Any,
+        row: Any,
+        event: tuple[str, dict[str, Any]] | None,
+        work: Callable[[ResidentSession, float], Any],
+        counts: Callable[[Any], dict[str, Any]] = lambda _result: {},
+    ) -> Any:
+        """``work(session, time left)`` on this user's session of ``row`` (opened on demand within the command's one
+        ``Deadline``), then one event (unless None), ``event`` = (name, fields without values), with
+        ``counts(result)`` or the failure's ``error_code``; a failure in the platform's words."""
+        name, fields = event or ("", {})
+        base = {"server": row.name, "user": command.user_id, "task_id": command.task_id, **fields}
+        timeout = command.deadline.seconds
+        slot, server = self.catalogues.use(command, view, row)
+        self.pool.use(slot, 1)
+        try:
+            try:
+                session = self.catalogues.session(command, row, slot, server)
+            except BkmcpError as exc:
+                raise platform_error(exc, server=row.name, timeout=timeout) from None
+            started = time.monotonic()
+
+            def failed(exc: BkmcpError) -> None:
+                if name:
+                    self.events.emit(name, **base, ms=int((time.monotonic() - started) * 1000), error_code=exc.code)
+
+            try:
+                result = self.pool.lend(slot, session, lambda: work(session, command.deadline.left()), failed)
+            except BkmcpError as exc:
+                raise platform_error(exc, server=row.name, timeout=timeout) from None
+        finally:
+            self.pool.use(slot, -1)
+        if name:
+            self.events.emit(name, **base, ms=int((time.monotonic() - started) * 1000), **counts(result))
+        return result
+
+    def _each_server(
+        self, command: ResidentCommand, one: Callable[[Any, Any], dict[str, Any]]
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """``one(view, row)`` for every server the user may use (or the one ``server_name``), concurrently: (the
+        answers in server order, ``errors`` like ``list_tools``': a failing server never hides the others)."""
+        view = self._view(command)
+        name = command.params.get("server_name")
+        rows = usable_rows(view) if name is None else [self._row(view, name)]
+        found: dict[str, dict[str, Any]] = {}
+        errors: list[dict[str, Any]] = []
+        lock = _thread.allocate_lock()
+
+        def each(row: Any) -> None:
+            try:
+                answer = one(view, row)
+                with lock:
+                    found[row.name] = answer
+            except BkmcpError as exc:
+                entry = self.catalogues.error_entry(command, row, exc)
+                with lock:
+                    errors.append(entry)
+
+        run_each(each, rows)
+        if errors and self.stopping.is_set():  # cut by the shutdown: a failure, never a partial answer
+            raise _cut_by_shutdown(command)
+        return [found[row.name] for row in rows if row.name in found], sorted(errors, key=lambda e: e["server_name"])
+
+    def _read(self, command: ResidentCommand, view: Any, row: Any, uri: str, include_blobs: bool) -> dict[str, Any]:
+        """``resources/read`` of ``uri``, its blobs shaped by ``build_resource_contents``; ``resource.read`` names
+        the URI without its query string."""
+        cap = self.opts.max_blob_bytes
+        return self._on_server(  # type: ignore[no-any-return]
+            command,
+            view,
+            row,
+            ("resource.read", {"uri": build_event_uri(uri)}),
+            lambda session, left: build_resource_contents(
+                session.read_resource(uri, left), include_blobs=include_blobs, cap=cap
+            ),
+            lambda r: {"content_count": len(r["contents"])},
+        )
+
+    def _read_by_tool(
+        self, command: ResidentCommand, view: Any, server_name: str, arguments: dict[str, Any]
+    ) -> dict[str, Any]:
+        """``call_tool`` on a resource-reading tool (``--inject-resource-tools``): its ``uri`` read, the contents as
+        a tool result's embedded resources (blobs as ``{mimeType, bytes, sha256}``)."""
+        try:
+            row = self._row(view, server_name)
+            validate_arguments(build_resource_reader(server_name), arguments, deadline=command.deadline)
+        except BkmcpError as exc:
+            self._rejected(command, server_name, RESOURCE_READER_TOOL, exc)
+            raise platform_error(exc) from None
+        uri = arguments["uri"]
+        contents = self._read(command, view, row, uri, include_blobs=False).get("contents") or []
+        content = [{"type": "resource", "resource": item} for item in contents]
+        return {
+            "server_name": server_name,
+            "tool_name": None,
+            "resource_reader": True,
+            "uri": uri,
+            "result": {"content": content, "isError": False},
+        }
+
+    def do_list_resources(self, command: ResidentCommand) -> dict[str, Any]:
+        def one(view: Any, row: Any) -> dict[str, Any]:
+            resources, templates = self._on_server(
+                command,
+                view,
+                row,
+                ("resources.listed", {}),
+                lambda session, left: session.list_resources(left),
+                lambda r: {"resource_count": len(r[0]), "template_count": len(r[1])},
+            )
+            return {
+                "server_name": row.name,
+                "resource_count": len(resources),
+                "template_count": len(templates),
+                "resources": resources,
+                "templates": templates,
+            }
+
+        servers, errors = self._each_server(command, one)
+        return {"servers": servers, "errors": errors}
+
+    def do_read_resource(self, command: ResidentCommand) -> dict[str, Any]:
+        params = command.params
+        view = self._view(command)
+        row = self._row(view, params["server_name"])
+        result = self._read(command, view, row, params["uri"], params.get("include_blobs") is True)
+        return {"server_name": row.name, "uri": params["uri"], "result": result}
+
+    def do_list_prompts(self, command: ResidentCommand) -> dict[str, Any]:
+        def one(view: Any, row: Any) -> dict[str, Any]:
+            prompts = self._on_server(
+                command,
+                view,
+                row,
+                ("prompts.listed", {}),
+                lambda session, left: session.list_prompts(left),
+                lambda r: {"prompt_count": len(r)},
+            )
+            return {"server_name": row.name, "prompt_count": len(prompts), "prompts": prompts}
+
+        servers, errors = self._each_server(command, one)
+        return {"servers": servers, "errors": errors}
+
+    def do_get_prompt(self, command: ResidentCommand) -> dict[str, Any]:
+        params = command.params
+        name, arguments = params["name"], params.get("arguments") or {}
+        view = self._view(command)
+        row = self._row(view, params["server_name"])
+        result = self._on_server(
+            command,
+            view,
+            row,
+            ("prompt.fetched", {"prompt": command_scrubber(self.log, command).scrub(name)}),
+            lambda session, left: session.get_prompt(name, arguments, left),
+            lambda r: {"message_count": len(r.get("messages") or [])},
+        )
+        return {"server_name": row.name, "name": name, "result": result}
 
 
 # -- 10.4.4 ResidentServer: the reader and the end that answers all; memory; run_resident ------------------------------
@@ -13582,7 +14000,14 @@ class ResidentServer:
         # the end closes the sessions under the commands still running (``finish``): a failure from then on is the
         # cut's, never a partial answer; during shutdown's grace a server's own failure is still reported as itself
         self.cutting = threading.Event()
-        self.catalogues = Catalogues(self.pool, registry=registry, events=events, log=log, timeout=opts.timeout)
+        self.catalogues = Catalogues(
+            self.pool,
+            registry=registry,
+            events=events,
+            log=log,
+            timeout=opts.timeout,
+            inject=opts.inject_resource_tools,
+        )
         self.pool.on_users_gone = self.catalogues.forget
         self.actions = Actions(
             opts,
@@ -14294,7 +14719,9 @@ _RESIDENT_OPTIONS = {
     "--max-user-processes": "max_user_processes",
     "--idle-timeout": "idle_timeout",
     "--shutdown-grace": "shutdown_grace",
+    "--max-blob-bytes": "max_blob_bytes",
 }
+_RESIDENT_FLAG_OPTIONS = {"--inject-resource-tools": "inject_resource_tools"}
 _RESERVED_UNSUPPORTED = {"--format"}
 # `bkmcp <server> --resources | --prompts | --read URI | --prompt NAME` (contract §2): before a tool name (and
 # before --read's URI or --prompt's name) only, as --brief: after one, such a name is that tool's, template's or
@@ -14309,6 +14736,7 @@ _LONG_OPTIONS = tuple(
         *_FLAG_OPTIONS,
         *_REGISTRY_OPTION_NAMES,
         *_RESIDENT_OPTIONS,
+        *_RESIDENT_FLAG_OPTIONS,
         *_REGISTRY_VALUE_OPTIONS,
         *_CATALOGUE_FLAGS,
         *_TARGET_OPTIONS,
@@ -14351,6 +14779,8 @@ class Invocation:
     max_user_processes: str | None = None
     idle_timeout: str | None = None
     shutdown_grace: str | None = None
+    max_blob_bytes: str | None = None
+    inject_resource_tools: bool = False
     keep_alive: str | None = None  # --keep-alive ("") or --keep-alive=DURATION (docs/contract.md §14)
     sessions: bool = False  # --sessions [--stop] (root only)
     stop: bool = False
@@ -14377,6 +14807,7 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
     tokens = list(argv)
     # the resident options exist only beside --resident: elsewhere they stay free for tool flags
     value_options = {**_VALUE_OPTIONS, **_RESIDENT_OPTIONS} if "--resident" in tokens else _VALUE_OPTIONS
+    flag_options = {**_FLAG_OPTIONS, **_RESIDENT_FLAG_OPTIONS} if "--resident" in tokens else _FLAG_OPTIONS
     i = 0
     while i < len(tokens):
         token = tokens[i]
@@ -14429,8 +14860,8 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
             else:  # `--body --dry-run` must not silently make "--dry-run" the body (and skip the dry run)
                 raise UsageError(f"option {name} needs a value", hint=f"write {name}=VALUE for a value starting with -")
             setattr(inv, attr, value)
-        elif token in _FLAG_OPTIONS or registry_tool:
-            attr = _FLAG_OPTIONS.get(token) or _REGISTRY_FLAG_OPTIONS[token]
+        elif token in flag_options or registry_tool:
+            attr = flag_options.get(token) or _REGISTRY_FLAG_OPTIONS[token]
             if attr in seen and attr not in ("verbose", "help"):
                 raise UsageError(f"option {token} given more than once")
             seen.add(attr)
@@ -14910,7 +15341,18 @@ def build_resident_options(inv: Invocation) -> ResidentOptions:
         timeout=inv.timeout_seconds,
         insecure=inv.insecure,
         shutdown_grace=_shutdown_grace(inv.shutdown_grace),
+        inject_resource_tools=inv.inject_resource_tools,
+        max_blob_bytes=_byte_count(inv.max_blob_bytes, "--max-blob-bytes", DEFAULT_MAX_BLOB_BYTES),
     )
+
+
+def _byte_count(text: str | None, option: str, default: int) -> int:
+    """A positive number of bytes (digits only), or ``default`` when the option is not given."""
+    if text is None:
+        return default
+    if not (text.isascii() and text.isdigit()) or int(text) == 0:
+        raise UsageError(f"{option} must be a positive number of bytes, got {text!r}")
+    return int(text)
 
 
 def _shutdown_grace(text: str | None) -> float:
