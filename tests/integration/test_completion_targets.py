@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from mock_server.mcp_mock import MockServer
-from tests.helpers import ROOT, run_bkmcp, write_mcp_json
+from tests.helpers import ROOT, run_bkmcp, until, write_mcp_json
 from tests.integration.test_completion_shells import _count, _open_shell_world
 
 pytestmark = pytest.mark.integration
@@ -208,3 +208,29 @@ def test_server_everything_offers_its_completable_prompt_and_template_values(tmp
     template = "demo://resource/dynamic/text/{resourceId}"
     assert words("values", "ev", "--read", template, "--resourceId", "7") == ["7"]
     assert words("values", "ev", "--read", template, "--resourceId", "x") == []
+
+
+@pytest.fixture
+def bash_world(tmp_path):
+    yield from _open_shell_world("bash", tmp_path)
+
+
+def test_tab_offers_server_everythings_values_in_bash(bash_world, everything_server):
+    """The real bash against server-everything over HTTP: ``completable-prompt``'s ``name`` values narrowed by the
+    ``--department`` typed before it, and the text template's ``resourceId`` (the server offers a positive integer
+    back)."""
+    _kind, shell, world = bash_world
+    world.servers["ev"] = {"type": "http", "url": everything_server.url}
+    write_mcp_json(world.config, world.servers)
+    screen = shell.complete("bkmcp ev --prompt comp", "bkmcp ev --prompt completable-prompt")
+    screen = shell.complete("bkmcp ev --prompt completable-prompt --department ", "Marketing")
+    assert "Engineering" in screen and "Sales" in screen and "Support" in screen
+    screen = shell.complete("bkmcp ev --prompt completable-prompt --department Sales --name ", "Frank")
+    assert "David" in screen and "Eve" in screen and "Alice" not in screen
+    shell.command("true")  # the one value offered is the one typed: bash ends the word (a space follows it)
+    shell.keys("C-u")
+    shell.type("bkmcp ev --read 'demo://resource/dynamic/text/{resourceId}' --resourceId 4")
+    shell.keys("Tab")
+    shell.type("X")
+    until(lambda: "--resourceId 4 X" in shell.screen(), "the resourceId value completed", 60)
+    shell.keys("C-u")
