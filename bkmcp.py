@@ -9371,6 +9371,8 @@ _bkmcp_target() {{  # after <server> --read URI|TEMPLATE or --prompt NAME: URIs,
             --read|--prompt) [[ -n $server ]] || return 1; mode=$w; (( j += 1 ))
                 (( j < ${{#line[@]}} )) || {{ pending=target; break; }}
                 target=${{line[j]}}; target=${{target#[\\'\\"]}}; target=${{target%[\\'\\"]}} ;;
+            --read=*|--prompt=*) [[ -n $server ]] || return 1; mode=${{w%%=*}}; target=${{w#*=}}
+                target=${{target#[\\'\\"]}}; target=${{target%[\\'\\"]}} ;;
             -*) ;;
             *) [[ -z $server ]] || return 1; server=$w ;;  # a tool name: not a --read or --prompt line
         esac

@@ -141,6 +141,8 @@ def test_tab_offers_prompt_names_uris_flags_and_the_servers_values(shell_world):
     assert "--who" in screen and "--jq" in screen and "--body" not in screen and "--check" not in screen
     screen = shell.complete("bkmcp hu --read 'mock://search{?q,lang}' --", "--lang")
     assert "--q" in screen
+    screen = shell.complete("bkmcp hu --read='mock://search{?q,lang}' --", "--lang")
+    assert "--q" in screen
     world.http.reset_log()
     screen = shell.complete("bkmcp hu --prompt greet --who Ann --tone ", shown["two"], tabs)
     assert "friendly" in screen and "formal" in screen and shown["pwned"] in screen and "it's" not in screen
