@@ -12,7 +12,8 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
     2. Helpers                  small records, JSON, redaction, durations and deadlines, logging, terminal text,
                                 URI templates:
        2.1 records, JSON           a small dataclass, the heap frozen (freeze_heap), JSON with number fidelity (a
-                                   duplicate key rejected: parse_json, dump_json)
+                                   duplicate key rejected: parse_json, dump_json), as deep as it parses
+                                   (too_deep_words; call_with_headroom: a deep walk on a stack of its own)
        2.2 redaction               secrets scrubbed from every output (Redactor, redact_url)
        2.3 durations, deadlines    --timeout's durations (parse_duration), the default timeout, Deadline
        2.4 logging                 is_terminal, the line writer that never blocks (resident log and events), Log
@@ -126,9 +127,9 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                    process: 11.4
    11. CLI                      argument routing and ``main(argv) -> int``, the one exception -> exit ladder;
                                 the --keep-alive client and its background process (WarmServer), in five rooms:
-       11.1 argument routing       parse_argv -> Invocation, check_invocation: --config, --timeout, --verbose,
-                                   --insecure, --check, --tools, --brief, --dry-run, --jq, --raw, --help,
-                                   --resources, --read, --prompts, --prompt
+       11.1 argument routing       parse_argv -> Invocation, check_invocation (MODE_TABLE: the options each mode
+                                   takes): --config, --timeout, --verbose, --insecure, --check, --tools, --brief,
+                                   --dry-run, --jq, --raw, --help, --resources, --read, --prompts, --prompt
        11.2 --body                 inline, @FILE or - (stdin), read and bounded (read_body)
        11.3 the runner             Environment, Runner: one command, local or remote, to its envelope; which
                                    servers a Tab may start, and where (resolve_completion_server)
@@ -815,7 +816,77 @@ def parse_json_plain(text: str, *, strict_keys: bool = True) -> Any:
 
 def too_deep_words() -> str:
     """What ``JsonInputError.too_deep`` means, in words that say whose limit it is."""
-    return f"nested deeper than bkmcp parses (about {sys.getrecursionlimit()} levels)"
+    return f"nested deeper than bkmcp parses (about {recursion_ceiling()} levels)"
+
+
+def json_depth(value: Any) -> int:
+    """How deeply ``value`` nests objects and arrays (a scalar: 0, ``[[]]``: 2); a walk with its own stack."""
+    deepest, pending = 0, [(value, 1)]
+    while pending:
+        node, level = pending.pop()
+        if isinstance(node, (dict, list)):
+            deepest = max(deepest, level)
+            pending.extend((child, level + 1) for child in (node.values() if isinstance(node, dict) else node))
+    return deepest
+
+
+_HEADROOM_LOCK = _thread.allocate_lock()
+_HEADROOM: list[int] = []  # while raised: [Python's own recursion limit, the limit raised to, callers running]
+
+
+def recursion_ceiling() -> int:
+    """Python's recursion limit as bkmcp found it: what ``call_with_headroom`` raises for a while does not count."""
+    with _HEADROOM_LOCK:
+        return _HEADROOM[0] if _HEADROOM else sys.getrecursionlimit()
+
+
+def call_with_headroom(work: Callable[[], Any], frames: int) -> Any:
+    """``work()`` with room for ``frames`` Python frames: on a thread of its own, with a stack that holds them on
+    every CPython (before 3.12 each Python frame takes C stack; 3.12 and 3.13 count C recursion apart, which no
+    stack changes) and the recursion limit raised while it runs. The limit is the process's: raised once for all
+    concurrent callers and put back when the last one ends. Returns or raises what ``work`` does; RecursionError
+    when no such thread can be started (e.g. no memory for its stack)."""
+    import threading
+
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, work()))
+        except BaseException as exc:  # handed to the caller's thread as it is
+            outcome.append((False, exc))
+
+    stack = (16 << 20) + (frames * 512 if sys.version_info < (3, 12) else 0)
+    with _HEADROOM_LOCK:
+        if not _HEADROOM:
+            _HEADROOM.extend((sys.getrecursionlimit(), 0, 0))
+        if frames + _HEADROOM[0] > _HEADROOM[1]:
+            _HEADROOM[1] = frames + _HEADROOM[0]
+            sys.setrecursionlimit(_HEADROOM[1])
+        _HEADROOM[2] += 1
+        try:
+            previous = threading.stack_size(min(stack, 1 << 30))
+            try:
+                worker = threading.Thread(target=run, name="bkmcp-deep", daemon=True)
+                worker.start()
+            finally:
+                threading.stack_size(previous)
+        except (RuntimeError, MemoryError, ValueError):
+            worker = None
+    try:
+        if worker is None:
+            raise RecursionError("no thread with a stack that deep could be started")
+        worker.join()
+    finally:
+        with _HEADROOM_LOCK:
+            _HEADROOM[2] -= 1
+            if not _HEADROOM[2]:
+                sys.setrecursionlimit(_HEADROOM[0])
+                _HEADROOM.clear()
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value
 
 
 def _duplicate_key_position(text: str) -> int:
@@ -3641,12 +3712,11 @@ def build_task_refusal(tool: Mapping[str, Any], server_name: str) -> CapabilityU
 #       pooled client); over stdio one line is written and a reader thread delivers what comes back.
 #   ``failure(method, sent=)``, ``timeout_error(method, deadline)``  the errors a request waiting on
 #       a shared stream ends with; ``stop_requests()`` (every request in flight fails at once, none is sent any
-#       more: the first step of closing), ``end_session(deadline, rules, session_id)``, ``restart_if_exited()``,
-#       ``close()``; ``alive`` (False once a child's stream ended), ``pid`` and ``exit_status`` (a child's, else
-#       None).
+#       more: the first step of closing), ``end_session(deadline, rules, session_id)``, ``close()``; ``alive``
+#       (False once a child's stream ended).
 #   Capability flags replace tests of the server type: ``has_sessions`` (Mcp-Session-Id, DELETE at close),
-#   ``shared_stream`` (one stream for all messages: a silent server needs a probe window, ``unread_input`` says when
-#   it starts; cancellation needs a notification), ``restartable`` (a child process that may be started again).
+#   ``shared_stream`` (one stream for all messages: a silent server needs a probe window; cancellation needs a
+#   notification), ``stdio`` (what only a child process answers, ``StdioPart``: it may be restarted; None: HTTP).
 # Foreign exceptions are translated once, here (``HttpxBoundary``), with ``raise … from exc``; HTTP statuses
 # become section-1 errors before they leave this section (their declared ``http_status``, ``http_message`` and
 # ``session_lost`` fields say what the status was, for era evidence and lost sessions).
@@ -3676,21 +3746,50 @@ class Outgoing:
     strict: bool = True
 
 
-class Transport(Protocol):
-    kind: str
-    has_sessions: bool
-    shared_stream: bool
-    restartable: bool
-    responses: int
-
-    @property
-    def alive(self) -> bool: ...
+class StdioPart(Protocol):
+    """What only a transport over a child process answers (``Transport.stdio``; HTTP has none): the child's
+    ``pid`` and ``exit_status``; ``restart_if_exited()`` (before the legacy fallback). Its stderr: the last lines,
+    a position to count from, the end of its start-up (``mark_started``, as ``ChildProcess.stderr_tail`` counts);
+    its stdout lines that were not JSON-RPC, counted alike. The era probe on the shared stream (docs/contract.md
+    §5): how much of what was written the server has not read yet (None: cannot be told), and the probe's stderr
+    kept apart from the tail (``probe_begins`` before it is sent, ``probe_ends`` once answered or given up)."""
 
     @property
     def pid(self) -> int | None: ...
 
     @property
     def exit_status(self) -> int | None: ...
+
+    def restart_if_exited(self) -> bool: ...
+
+    def stderr_tail(self, since: int | None = None) -> list[str]: ...
+
+    def stderr_position(self) -> int | None: ...
+
+    def mark_started(self) -> None: ...
+
+    def stdout_skipped(self, since: int | None = None) -> tuple[list[str], int]: ...
+
+    def stdout_position(self) -> int | None: ...
+
+    def unread_input(self) -> int | None: ...
+
+    def probe_begins(self) -> None: ...
+
+    def probe_ends(self, rejected: bool) -> None: ...
+
+
+class Transport(Protocol):
+    kind: str
+    has_sessions: bool
+    shared_stream: bool
+    responses: int
+
+    @property
+    def stdio(self) -> StdioPart | None: ...
+
+    @property
+    def alive(self) -> bool: ...
 
     def attach(self, deliver: Deliver, lost: Lost, answer_headers: AnswerHeaders) -> None: ...
 
@@ -3699,41 +3798,6 @@ class Transport(Protocol):
     def failure(self, method: str, *, sent: bool) -> BkmcpError: ...
 
     def timeout_error(self, method: str, deadline: Deadline) -> BkmcpError: ...
-
-    # What only a child process has: a transport without one (HTTP) keeps these answers of nothing.
-    def restart_if_exited(self) -> bool:
-        return False
-
-    # A server process's stderr (stdio): its last lines, how many so far, the end of its start-up (ChildProcess).
-    def stderr_tail(self, since: int | None = None) -> list[str]:
-        return []
-
-    def stderr_position(self) -> int | None:
-        return None
-
-    def mark_started(self) -> None:
-        pass
-
-    # Its stdout lines that were not JSON-RPC (stdio: skipped; an HTTP answer that is not JSON-RPC is an error):
-    # (the last few, how many), as ``stderr_tail`` counts.
-    def stdout_skipped(self, since: int | None = None) -> tuple[list[str], int]:
-        return [], 0
-
-    def stdout_position(self) -> int | None:
-        return None
-
-    # The era probe on a shared stream (docs/contract.md §5): how much of what was written the server has not read
-    # yet (None: cannot be told; over HTTP the probe's answer is HTTP evidence), and the probe's stderr kept apart
-    # from the tail (``probe_begins`` before it is sent, ``probe_ends`` once it was answered or given up;
-    # ``rejected``: answered with an error).
-    def unread_input(self) -> int | None:
-        return None
-
-    def probe_begins(self) -> None:
-        pass
-
-    def probe_ends(self, rejected: bool) -> None:
-        pass
 
     # What only an HTTP session has: a transport without one (stdio: the session is the process, its pipes the one
     # connection; stopping the child ends its stream, which fails the requests in flight) keeps these.
@@ -4124,9 +4188,8 @@ class HttpTransport(Transport):
     kind = "http"
     has_sessions = True
     shared_stream = False
-    restartable = False
     alive = True  # each request opens its own stream: nothing to lose between requests
-    pid = exit_status = None  # no child process
+    stdio = None  # no child process
 
     def __init__(
         self, server: ResolvedServer, *, insecure: bool, log: Log, client: Any = None, die_with_parent: bool = False
@@ -5267,7 +5330,7 @@ class ChildProcess:
             time.sleep(0.05)
 
 
-class StdioTransport(Transport):
+class StdioTransport(Transport, StdioPart):
     """A stdio server (docs/contract.md §9, docs/protocol.md §1.4): newline-delimited JSON-RPC over one child's pipes.
 
     The child (``ChildProcess``) is spawned on the first message. One reader thread turns stdout into messages
@@ -5280,7 +5343,6 @@ class StdioTransport(Transport):
     kind = "stdio"
     has_sessions = False
     shared_stream = True
-    restartable = True
 
     def __init__(self, server: ResolvedServer, *, insecure: bool, log: Log, die_with_parent: bool = False) -> None:
         assert server.command is not None
@@ -5303,6 +5365,10 @@ class StdioTransport(Transport):
     def attach(self, deliver: Deliver, lost: Lost, answer_headers: AnswerHeaders) -> None:
         self._deliver = deliver
         self._lost = lost
+
+    @property
+    def stdio(self) -> StdioTransport:
+        return self
 
     @property
     def pid(self) -> int | None:
@@ -5775,12 +5841,13 @@ class McpSession:
         a kept session (``ctx.stderr_since``, ``ctx.stdout_since``) the start-up lines and its own stderr and
         skipped stdout lines, not earlier operations' (§14). As the transport does: no lines, no keys."""
         details = dict(error.details)
-        if ctx.stderr_since is not None and "server_stderr" in details:
-            details["server_stderr"] = self.transport.stderr_tail(ctx.stderr_since)
+        stdio = self.transport.stdio
+        if stdio is not None and ctx.stderr_since is not None and "server_stderr" in details:
+            details["server_stderr"] = stdio.stderr_tail(ctx.stderr_since)
             if not details["server_stderr"]:
                 del details["server_stderr"]
-        if ctx.stdout_since is not None and "server_stdout_skipped" in details:
-            lines, count = self.transport.stdout_skipped(ctx.stdout_since)
+        if stdio is not None and ctx.stdout_since is not None and "server_stdout_skipped" in details:
+            lines, count = stdio.stdout_skipped(ctx.stdout_since)
             details.update(server_stdout=lines, server_stdout_skipped=count)
             if not count:
                 del details["server_stdout"], details["server_stdout_skipped"]
@@ -5789,7 +5856,8 @@ class McpSession:
     def mark_started(self) -> None:
         """Negotiated: what its server process wrote to stderr (and skipped stdout) so far is its start-up
         (``OpContext.stderr_since``, ``stdout_since``)."""
-        self.transport.mark_started()
+        if self.transport.stdio is not None:
+            self.transport.stdio.mark_started()
 
     def notify(self, method: str, params: dict[str, Any] | None, deadline: Deadline, *, strict: bool = True) -> None:
         self.transport.send(
@@ -5969,7 +6037,7 @@ class McpSession:
 def negotiate(session: McpSession, ctx: OpContext, *, server_info: bool = False) -> None:
     """Run the section-5 ``Negotiation`` over the session: each step's I/O here, each decision there."""
     pinned = session.server.protocol_version
-    plan = Negotiation(pinned, server_info=server_info, restartable=session.transport.restartable)
+    plan = Negotiation(pinned, server_info=server_info, restartable=session.transport.stdio is not None)
     step = plan.start()
     if pinned is not None:
         ctx.log.debug(f"protocol version pinned to {pinned} ({era_rules(pinned).era}); no era probe")
@@ -5994,7 +6062,8 @@ def negotiate(session: McpSession, ctx: OpContext, *, server_info: bool = False)
             elif step.probing:
                 ctx.log.debug(f"era probe: server supports {step.version}; retrying server/discover once with it")
         elif step.action == "restart":
-            step = plan.after_restart(step, session.transport.restart_if_exited())
+            stdio = session.transport.stdio
+            step = plan.after_restart(step, stdio is not None and stdio.restart_if_exited())
         else:
             assert step.version is not None
             try:
@@ -6059,18 +6128,18 @@ def _discover_step(session: McpSession, ctx: OpContext, step: Step) -> Evidence:
     probing = step.probing
     if probing:
         ctx.log.debug(f"era probe: server/discover at {rules.version}")
-    shared_probe = probing and session.transport.shared_stream
-    window = ProbeWindow(STDIO_PROBE_WINDOW, ctx.deadline, session.transport.unread_input) if shared_probe else None
+    stdio = session.transport.stdio if probing and session.transport.shared_stream else None
+    window = ProbeWindow(STDIO_PROBE_WINDOW, ctx.deadline, stdio.unread_input) if stdio is not None else None
     evidence: Evidence
     answer: Message | None = None
     try:
-        if window is not None:
-            session.transport.probe_begins()
+        if stdio is not None:
+            stdio.probe_begins()
         try:
             answer = session.request("server/discover", None, ctx, rules=rules, deadline=window)
         finally:
-            if window is not None:
-                session.transport.probe_ends(rejected=answer is not None and answer.kind == "error")
+            if stdio is not None and window is not None:
+                stdio.probe_ends(rejected=answer is not None and answer.kind == "error")
                 _log_window(window, ctx, answered=answer is not None)
         if not probing and answer.kind == "error":
             raise rpc_error_exception("server/discover", answer.error or {})
@@ -6088,10 +6157,10 @@ def _discover_step(session: McpSession, ctx: OpContext, step: Step) -> Evidence:
                 raise
             evidence = Evidence(status, message)
         elif isinstance(exc, ProtocolError):
-            if not probing or shared_probe:  # stdio skips lines that are not JSON-RPC (§9): no era evidence here
+            if not probing or stdio is not None:  # stdio skips lines that are not JSON-RPC (§9): no era evidence here
                 raise
             evidence = Evidence(200, None)  # an unparsable answer from a non-MCP or legacy endpoint
-        elif isinstance(exc, (McpTimeoutError, ConnectionFailedError)) and shared_probe:
+        elif isinstance(exc, (McpTimeoutError, ConnectionFailedError)) and stdio is not None:
             # No answer within the probe window, or the child exited (the Rust SDK stops on any request before
             # initialize) -> legacy (docs/contract.md §5). The operation's own budget still rules: spent on the
             # probe (a server that never read it), the error is the transport's, with what the server printed.
@@ -8417,6 +8486,30 @@ def _schema_problems(
     non_local_refs(schema, remote)
     if remote:
         raise NotLocal(f"the schema references {short_text(remote[0], 80)}, which is never fetched")
+    depth = json_depth(arguments)
+    if depth > recursion_ceiling():  # deeper than an answer or a --body bkmcp parses: left to the server
+        raise NotLocal(f"the arguments are {too_deep_words()}")
+    levels = depth + json_depth(schema)
+    try:  # as deep as bkmcp parses: the validators recurse ~10 Python frames a level (issue 36 item 7)
+        if levels <= _IN_PLACE_LEVELS:
+            return _jsonschema_problems(schema, arguments, budget)
+        problems: list[dict[str, str]] = call_with_headroom(
+            lambda: _jsonschema_problems(schema, arguments, budget), levels * 16
+        )
+        return problems
+    except RecursionError:  # 3.12 and 3.13 count C recursion apart (a fixed limit); a $ref that loops in place
+        raise NotLocal(
+            "the arguments and their schema are nested too deeply to check locally (Python's recursion limit)"
+        ) from None
+
+
+_IN_PLACE_LEVELS = 40  # arguments' and schema's levels (together) validated on the caller's own stack
+
+
+def _jsonschema_problems(
+    schema: dict[str, Any], arguments: Mapping[str, Any], budget: ValidationBudget | None
+) -> list[dict[str, str]]:
+    """``_schema_problems`` once the schema is known local and bounded: the quick path, then jsonschema."""
     if _jsonschema_importable() and _quickly_valid(schema, arguments, budget.deadline if budget else None):
         return []  # what jsonschema would answer, without loading it (above)
     try:
@@ -8453,12 +8546,8 @@ def _schema_problems(
         raise NotLocal(
             str(cause) if cause else f"a $ref could not be resolved locally ({short_text(str(exc), 80)})"
         ) from None
-    except (NotLocal, McpTimeoutError):
+    except (NotLocal, McpTimeoutError, RecursionError):
         raise
-    except RecursionError:  # the arguments (with their schema) deeper than jsonschema recurses
-        raise NotLocal(
-            "the arguments and their schema are nested too deeply to check locally (Python's recursion limit)"
-        ) from None
     except Exception as exc:  # a validator bug or an exotic keyword must not crash the call
         raise NotLocal(f"local validation failed ({type(exc).__name__})") from None
     finally:
@@ -9313,7 +9402,8 @@ def render_resident_help() -> str:
 
 COMPLETION_SHELLS = ("bash", "zsh", "fish")
 # what the scripts ask for (hidden: --help names only the shells); docs/contract.md §2
-COMPLETION_WORDS = ("servers", "tools", "flags", "prompts", "resources", "values")
+COMPLETION_SERVER_WORDS = ("tools", "flags", "prompts", "resources", "values")  # the words that ask a server
+COMPLETION_WORDS = ("servers", *COMPLETION_SERVER_WORDS)
 COMPLETION_TIMEOUT = 2.0  # seconds one completion may spend connecting to a server for its tools
 _COMPLETION_OPTIONS = (
     "--help --version --config --timeout --jq --raw --verbose --insecure --check --tools --brief --body --dry-run "
@@ -11401,7 +11491,7 @@ class ResidentSession:
             try:
                 negotiate(session, self._ctx(timeout))
             finally:
-                pid = session.transport.pid
+                pid = session.transport.stdio.pid if session.transport.stdio is not None else None
                 if pid is not None and self.pid is None:
                     self.pid = pid
                     self.events.emit("process.started", server=self.server.name, user=self.user_id, pid=pid)
@@ -11475,7 +11565,8 @@ class ResidentSession:
         return session.transport.close_idle_connections() if session is not None else 0
 
     def exit_status(self) -> int | None:
-        return self._session.transport.exit_status if self._session is not None else None
+        stdio = self._session.transport.stdio if self._session is not None else None
+        return stdio.exit_status if stdio is not None else None
 
     def close(self) -> None:
         """Idempotent; ends the session and stops the child (stdin, SIGTERM, SIGKILL), reaping its group. Does not
@@ -14531,7 +14622,7 @@ class WarmSessions:
                     "server": session.server.name,
                     "config_file": session.server.config_file,
                     "transport": session.server.type,
-                    "pid": session.transport.pid,
+                    "pid": session.transport.stdio.pid if session.transport.stdio is not None else None,
                     "protocol_version": session.protocol_version,
                     "alive": session.alive,
                     "age_s": round(now - entry.opened, 1),
@@ -14593,8 +14684,9 @@ class _WarmSource(SessionSource):
             if kept is not None and kept.alive:
                 self._kept[id(kept)] = entry
                 entry.lock.release()
-                ctx.stderr_since = kept.transport.stderr_position()  # what its server writes from now is this one's
-                ctx.stdout_since = kept.transport.stdout_position()
+                stdio = kept.transport.stdio  # what its server writes from now is this one's
+                ctx.stderr_since = stdio.stderr_position() if stdio is not None else None
+                ctx.stdout_since = stdio.stdout_position() if stdio is not None else None
                 return kept
             if self.peek:  # pragma: no cover - it died between _kept_entry's look and this one: a peek opens nothing
                 raise ConnectionFailedError(f"the warm session of {server.name!r} ended")
@@ -14730,21 +14822,18 @@ _RESERVED_UNSUPPORTED = {"--format"}
 # prompt's own flag (contract §6).
 _CATALOGUE_FLAGS = {"--resources": "resources", "--prompts": "prompts"}
 _TARGET_OPTIONS = {"--read": "read", "--prompt": "prompt"}
+# every option of the root parser, with its Invocation attribute
+ROOT_OPTIONS = {
+    **_VALUE_OPTIONS,
+    **_FLAG_OPTIONS,
+    **_REGISTRY_VALUE_OPTIONS,
+    **_REGISTRY_FLAG_OPTIONS,
+    **_RESIDENT_OPTIONS,
+    **_RESIDENT_FLAG_OPTIONS,
+}
+ROOT_OPTIONS.update({**_CATALOGUE_FLAGS, **_TARGET_OPTIONS, "--brief": "brief", "--keep-alive": "keep_alive"})
 # every long option, for the close spellings of an unknown one (`--chek`: did you mean --check?)
-_LONG_OPTIONS = tuple(
-    name
-    for name in (
-        *_VALUE_OPTIONS,
-        *_FLAG_OPTIONS,
-        *_REGISTRY_OPTION_NAMES,
-        *_RESIDENT_OPTIONS,
-        *_RESIDENT_FLAG_OPTIONS,
-        *_REGISTRY_VALUE_OPTIONS,
-        *_CATALOGUE_FLAGS,
-        *_TARGET_OPTIONS,
-    )
-    if name.startswith("--")
-) + ("--brief", "--keep-alive")
+_LONG_OPTIONS = tuple(name for name in ROOT_OPTIONS if name.startswith("--"))
 
 
 @dataclass
@@ -14913,135 +15002,115 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
     return inv
 
 
+# The words MODE_TABLE names options by (a refusal lists them in this order), each with its Invocation attribute.
+INVOCATION_WORDS = {
+    **{"--resident": "resident", "a server name": "server", "a tool": "tool", "--check": "check", "--tools": "tools"},
+    **{"--resources": "resources", "--prompts": "prompts", "--read": "read", "--prompt": "prompt", "--body": "body"},
+    **{"--dry-run": "dry_run", "--config": "config", "--jq": "jq", "--raw": "raw", "--help": "help", "-v": "verbose"},
+    **{"--brief": "brief", "--keep-alive": "keep_alive", "tool flags": "tool_tokens", "bare arguments": "positional"},
+}
+INVOCATION_WORDS.update((w, a) for w, a in ROOT_OPTIONS.items() if a not in INVOCATION_WORDS.values())  # -h: --help's
+# A refusal's or a need's words: (sentence, hint), with {mode}, {got} (the options refused) and {inv} filled in.
+_REGISTRY_WORDS = "--import and --list take a --registry FILE and nothing else but -v and --timeout"
+_RESIDENT_CLI = "--resident cannot be combined with {got}: the resident mode takes its servers from --registry and "
+USAGE_WORDS: dict[str, tuple[str, str | None]] = {
+    "sessions": ("--sessions takes nothing else but --stop and --jq [--raw]", "bkmcp --sessions | bkmcp --sessions "
+                 "--stop | bkmcp --sessions --jq '.data.sessions[].server'"),
+    "shell": ("--completion takes nothing else but --config", "bkmcp --completion bash"),
+    "words": ("--completion tools|prompts|resources takes a server name, --completion flags a server and a tool name "
+              "(or --prompt NAME, --read TEMPLATE), --completion values a server, --prompt NAME or --read TEMPLATE and "
+              "its flags, and nothing else but --config",
+              "bkmcp --completion flags SERVER TOOL (what the completion scripts run)"),
+    "registry": (_REGISTRY_WORDS, "bkmcp --registry FILE --import mcp.json | bkmcp --registry FILE --list"),
+    "registry got": (_REGISTRY_WORDS + " (got {got})", "bkmcp --registry FILE --import mcp.json | bkmcp --registry "
+                     "FILE --list"),
+    "resident modes": ("--resident takes no server, tool or mode options", None),
+    "resident cli": (_RESIDENT_CLI + "answers every command in full", "remove {got}"),
+    "resident registry": ("--resident needs --registry SOURCE (a SQLite file or an http(s)://…/internal/mcp/config "
+                          "URL)", "bkmcp --resident --registry ./registry.db"),
+    "body": ("{mode} takes no --body", None),
+    "dry-run": ("--dry-run cannot be combined with {mode}", None),
+    "modes": ("{mode} and {got} cannot be combined: choose one mode", None),
+    "server": ("a server name is required", "bkmcp <server> --check"),
+    "dry-run help": ("--dry-run cannot be combined with tool --help (tool help needs discovery)", None),
+    "dry-run flags": ("--dry-run does not accept named tool flags (got --{inv.tool_tokens[0].name})",
+                      "put every argument into --body"),
+    "dry-run other": ("--dry-run cannot be combined with {got}", None),
+    "dry-run tool": ("--dry-run needs a tool and --body", "bkmcp <server> <tool> --body '{{}}' --dry-run"),
+    "dry-run body": ("--dry-run needs a complete --body (flag types come from the server, which dry-run never "
+                     "contacts)", "use --body '{{...}}' (or --body '{{}}' for a tool without arguments)"),
+    "stop": ("--stop is only valid with --sessions", "bkmcp --sessions --stop"),
+    "registry only": ("--registry is only valid with --resident, --import or --list", None),
+    "brief": ("--brief is only valid with --tools or --resources", "bkmcp <server> --tools --brief"),
+    "body needs": ("--body needs a tool: bkmcp <server> <tool> --body JSON|@FILE|-", None),
+    "one mode": ("{modes} cannot be combined: choose one mode", None),
+}  # fmt: skip
+EVERY_MODE_TAKES = "-v, --timeout, --insecure, --keep-alive, --version, --context"  # --context: refused before
+_SERVER = "a server name, --config, --jq, --raw, --help"
+_RESIDENT_TAKES = "--resident, --registry, --help, " + ", ".join({**_RESIDENT_OPTIONS, **_RESIDENT_FLAG_OPTIONS})
+_SERVER_MODE = ("--body: body; --dry-run: dry-run; *: modes", "a server name: server")
+# Which options each mode takes (docs/contract.md §2), a row per mode, and the options only some modes take: tried in
+# order, read across: when the row applies; what it takes besides EVERY_MODE_TAKES ("A+B": A only beside B); what it
+# refuses ("OPTIONS: WORDS; …", "*": any other) and needs ("OPTION|OPTION: WORDS; …"; "-": never there), worded in
+# USAGE_WORDS. A new mode is one row; a new option, a word in INVOCATION_WORDS and in the rows that take it.
+MODE_TABLE: dict[str, tuple[Callable[[Invocation], bool], str, str, str]] = {
+    "--stop": (lambda inv: inv.stop, "", "", "--sessions: stop"),
+    "--sessions": (lambda inv: inv.sessions and not inv.help, "--sessions, --stop, --jq, --raw+--jq, --config",
+                   "*: sessions", ""),
+    "--completion SHELL": (lambda inv: inv.completion not in (None, *COMPLETION_SERVER_WORDS), "--completion, --config",
+                           "*: shell", ""),
+    "--completion tools": (lambda inv: inv.completion in ("tools", "prompts", "resources"),
+                           "--completion, --config, a server name", "*: words", "a server name: words"),
+    "--completion flags": (lambda inv: inv.completion == "flags",
+                           "--completion, --config, a server name, a tool, --read, --prompt", "*: words",
+                           "a tool|--read|--prompt: words"),
+    "--completion values": (lambda inv: inv.completion == "values",
+                            "--completion, --config, a server name, --read, --prompt, tool flags", "*: words",
+                            "--read|--prompt: words; tool flags: words"),
+    "--registry": (lambda inv: inv.registry is not None, "", "", "--resident|--import|--list: registry only"),
+    "--import, --list": (lambda inv: inv.registry_import is not None or inv.registry_list,
+                         "--import, --list, --registry, --help", "*: registry got", "--registry: registry"),
+    "one mode at a time": (lambda inv: sum(on for _, on in invocation_modes(inv)) > 1, "", "", "-: one mode"),
+    "--brief": (lambda inv: inv.brief, "", "", "--tools|--resources: brief"),
+    "--resident": (lambda inv: inv.resident, _RESIDENT_TAKES,
+                   "a server name, a tool, --check, --tools, --resources, --prompts, --read, --prompt: resident modes; "
+                   "--jq, --raw, --config, --dry-run: resident cli; *: resident cli",
+                   "--registry|--help: resident registry"),
+    "--check": (lambda inv: inv.check, "--check, " + _SERVER, *_SERVER_MODE),
+    "--tools": (lambda inv: inv.tools, "--tools, --brief, " + _SERVER, *_SERVER_MODE),
+    "--resources": (lambda inv: inv.resources, "--resources, --brief, " + _SERVER, *_SERVER_MODE),
+    "--prompts": (lambda inv: inv.prompts, "--prompts, " + _SERVER, *_SERVER_MODE),
+    "--read": (lambda inv: inv.read is not None, "--read, tool flags, --completion, " + _SERVER, *_SERVER_MODE),
+    "--prompt": (lambda inv: inv.prompt is not None, "--prompt, tool flags, --completion, " + _SERVER, *_SERVER_MODE),
+    "--body": (lambda inv: inv.body is not None, "", "", "a tool|--help: body needs"),
+    "a tool call": (lambda inv: inv.tool is not None,
+                    "a tool, --body, --dry-run, tool flags, bare arguments, --completion, " + _SERVER, "*: modes", ""),
+    "--dry-run": (lambda inv: inv.dry_run, "--dry-run, a tool, --body, bare arguments, a server name, --config, --jq, "
+                  "--raw", "--help: dry-run help; tool flags: dry-run flags; *: dry-run other",
+                  "a tool: dry-run tool; --body: dry-run body"),
+}  # fmt: skip
+
+
 def check_invocation(inv: Invocation, timeout: float | None = None) -> None:
-    """Mode exclusivity and option combinations (docs/contract.md §2, seed §3, §8 dry-run); sets
-    ``inv.timeout_seconds``: ``timeout`` when given (a warm client's, parsed by that client), else ``--timeout``
-    parsed (a bad value is a usage error)."""
+    """Mode exclusivity and option combinations (docs/contract.md §2, seed §3, §8 dry-run), derived from
+    ``MODE_TABLE``; sets ``inv.timeout_seconds``: ``timeout`` when given (a warm client's,
+    parsed by that client), else ``--timeout`` parsed (a bad value is a usage error)."""
     if inv.context is not None:
         raise UnsupportedOptionError(
             "--context is not supported: bkmcp takes identity only from the server's headers in mcp.json",
             hint="remove --context; configure the server's headers instead",
         )
-    if inv.stop and not inv.sessions:
-        raise UsageError("--stop is only valid with --sessions", hint="bkmcp --sessions --stop")
-    if inv.sessions and not inv.help:
-        extra = inv.server or inv.check or inv.tools or inv.body is not None or inv.resident or inv.dry_run
-        if extra or inv.registry is not None or inv.completion is not None or (inv.raw and inv.jq is None):
-            raise UsageError(
-                "--sessions takes nothing else but --stop and --jq [--raw]",
-                hint="bkmcp --sessions | bkmcp --sessions --stop | bkmcp --sessions --jq '.data.sessions[].server'",
-            )
-    if inv.completion is not None:
-        if inv.completion not in (*COMPLETION_SHELLS, *COMPLETION_WORDS):
-            raise UsageError(
-                f"--completion takes bash, zsh or fish, got {inv.completion!r}",
-                hint='eval "$(bkmcp --completion bash)"',
-            )
-        # what the scripts ask (the rest: no words): `--completion tools|prompts|resources SERVER`, `--completion
-        # flags SERVER TOOL|--prompt NAME|--read TEMPLATE`, `--completion values SERVER --prompt NAME|--read
-        # TEMPLATE [--ARG VALUE]... --ARG PARTIAL`
-        server_only = inv.server is not None and inv.tool is None and inv.read is None and inv.prompt is None
-        target = inv.read is not None or inv.prompt is not None
-        words = {
-            "tools": server_only,
-            "prompts": server_only,
-            "resources": server_only,
-            "flags": inv.tool is not None or target,
-            "values": target and bool(inv.tool_tokens),
-        }
-        extra = inv.check or inv.tools or inv.body is not None or inv.resident or inv.registry is not None
-        extra = extra or inv.resources or inv.prompts or inv.brief
-        tokens = bool(inv.tool_tokens) and inv.completion != "values"
-        misplaced = tokens or bool(inv.positional) or not words.get(inv.completion, inv.server is None)
-        if extra or misplaced or inv.jq is not None or inv.dry_run or inv.help or inv.raw:
-            if inv.completion in words:
-                raise UsageError(
-                    "--completion tools|prompts|resources takes a server name, --completion flags a server and a "
-                    "tool name (or --prompt NAME, --read TEMPLATE), --completion values a server, --prompt NAME or "
-                    "--read TEMPLATE and its flags, and nothing else but --config",
-                    hint="bkmcp --completion flags SERVER TOOL (what the completion scripts run)",
-                )
-            raise UsageError("--completion takes nothing else but --config", hint="bkmcp --completion bash")
-    registry_tool = inv.registry_import is not None or inv.registry_list
-    if inv.registry is not None and not inv.resident and not registry_tool:
-        raise UsageError("--registry is only valid with --resident, --import or --list")
-    if registry_tool:
-        both = inv.registry_import is not None and inv.registry_list
-        others = [
-            name
-            for name, on in (
-                ("--resident", inv.resident),
-                ("a server name", inv.server),
-                ("--check", inv.check),
-                ("--tools", inv.tools),
-                ("--body", inv.body),
-                ("--dry-run", inv.dry_run),
-                ("--config", inv.config),
-                ("--jq", inv.jq),
-                ("--raw", inv.raw),
-            )
-            if on
-        ]
-        if inv.registry is None or both or others:
-            raise UsageError(
-                "--import and --list take a --registry FILE and nothing else but -v and --timeout"
-                + (f" (got {', '.join(others)})" if others else ""),
-                hint="bkmcp --registry FILE --import mcp.json | bkmcp --registry FILE --list",
-            )
-    modes = [m for m, on in invocation_modes(inv) if on]
-    if len(modes) > 1:
-        raise UsageError(f"{' and '.join(modes)} cannot be combined: choose one mode")
-    if inv.brief and not (inv.tools or inv.resources):
-        raise UsageError("--brief is only valid with --tools or --resources", hint="bkmcp <server> --tools --brief")
-    if inv.resident and (inv.server or modes):
-        raise UsageError("--resident takes no server, tool or mode options")
-    if inv.resident:
-        cli_only = [
-            name
-            for name, on in (
-                ("--jq", inv.jq is not None),
-                ("--raw", inv.raw),
-                ("--config", inv.config is not None),
-                ("--dry-run", inv.dry_run),
-            )
-            if on
-        ]
-        if cli_only:
-            raise UsageError(
-                f"--resident cannot be combined with {', '.join(cli_only)}: the resident mode takes its servers from "
-                "--registry and answers every command in full",
-                hint="remove " + ", ".join(cli_only),
-            )
-    if inv.resident and inv.registry is None and not inv.help:
+    if inv.completion is not None and inv.completion not in (*COMPLETION_SHELLS, *COMPLETION_WORDS):
         raise UsageError(
-            "--resident needs --registry SOURCE (a SQLite file or an http(s)://…/internal/mcp/config URL)",
-            hint="bkmcp --resident --registry ./registry.db",
+            f"--completion takes bash, zsh or fish, got {inv.completion!r}", hint='eval "$(bkmcp --completion bash)"'
         )
-    if modes and not inv.tool:
-        mode = modes[0]
-        if inv.body is not None:
-            raise UsageError(f"{mode} takes no --body")
-        if inv.dry_run:
-            raise UsageError(f"--dry-run cannot be combined with {mode}")
-    if inv.body is not None and inv.tool is None and not modes and not inv.help:
-        raise UsageError("--body needs a tool: bkmcp <server> <tool> --body JSON|@FILE|-")
-    if modes and inv.server is None:
-        raise UsageError("a server name is required", hint="bkmcp <server> --check")
-    if inv.dry_run:
-        if inv.tool is None:
-            raise UsageError("--dry-run needs a tool and --body", hint="bkmcp <server> <tool> --body '{}' --dry-run")
-        if inv.help:
-            raise UsageError("--dry-run cannot be combined with tool --help (tool help needs discovery)")
-        if inv.body is None:
-            raise UsageError(
-                "--dry-run needs a complete --body (flag types come from the server, which dry-run never contacts)",
-                hint="use --body '{...}' (or --body '{}' for a tool without arguments)",
-            )
-        if inv.tool_tokens:
-            raise UsageError(
-                f"--dry-run does not accept named tool flags (got --{inv.tool_tokens[0].name})",
-                hint="put every argument into --body",
-            )
+    given = [word for word, attr in INVOCATION_WORDS.items() if getattr(inv, attr) not in (None, False, [])]
+    modes = [m for m, on in invocation_modes(inv) if on]
+    for mode, row in MODE_TABLE.items():
+        if row[0](inv):
+            check_mode_row(mode, inv, given, " and ".join(modes))
+    if inv.registry_import is not None and inv.registry_list:
+        raise usage_words("registry")
     if inv.positional and (inv.help or inv.body is not None or inv.dry_run):
         # a plain call hears about it after discovery, with the tool's flags (run_tool); these never discover
         raise UsageError(
@@ -15064,17 +15133,31 @@ def check_invocation(inv: Invocation, timeout: float | None = None) -> None:
         inv.timeout_seconds = parse_duration(inv.timeout)
 
 
+def check_mode_row(mode: str, inv: Invocation, given: list[str], modes: str) -> None:
+    """A mode that was given, against its row of ``MODE_TABLE``: what it does not take refused, what it needs."""
+    _, takes, refusals, needs = MODE_TABLE[mode]
+    taken = {*takes.split(", "), *EVERY_MODE_TAKES.split(", ")}
+    refused = [word for word in given if word not in taken and not any(f"{word}+{w}" in taken for w in given)]
+    for names, key in (part.split(": ") for part in refusals.split("; ") if part):
+        got = [word for word in (refused if names == "*" else names.split(", ")) if word in refused]
+        if got:
+            raise usage_words(key, mode=mode, got=", ".join(got), inv=inv, modes=modes)
+    for names, key in (part.split(": ") for part in needs.split("; ") if part):
+        if not any(word in given for word in names.split("|")):
+            raise usage_words(key, mode=mode, inv=inv, modes=modes)
+
+
+def usage_words(key: str, **fill: Any) -> UsageError:
+    message, hint = USAGE_WORDS[key]
+    return UsageError(message.format(**fill), hint=hint.format(**fill) if hint else None)
+
+
+SERVER_MODES = ("--check", "--tools", "--resources", "--prompts", "--read", "--prompt", "a tool call")
+
+
 def invocation_modes(inv: Invocation) -> tuple[tuple[str, bool], ...]:
     """The modes of a command line, each with whether it was given: at most one may be (docs/contract.md §2)."""
-    return (
-        ("--check", inv.check),
-        ("--tools", inv.tools),
-        ("--resources", inv.resources),
-        ("--prompts", inv.prompts),
-        ("--read", inv.read is not None),
-        ("--prompt", inv.prompt is not None),
-        ("a tool call", inv.tool is not None),
-    )
+    return tuple((mode, MODE_TABLE[mode][0](inv)) for mode in SERVER_MODES)
 
 
 # -- 11.2 --body: inline, @FILE or - (stdin), read and bounded (docs/contract.md §2, §6) -------------------------------
