@@ -3334,6 +3334,7 @@ class ClientSession:
         self.client_capabilities: dict[str, Any] = {}
         self.server_info: dict[str, Any] = {}
         self.capabilities: dict[str, Any] = {}
+        self.heard = False  # whether the server said its capabilities (initialize, server/discover)
         self.instructions: str | None = None
         # the list methods whose kept catalogue a list_changed made stale since they were last read (LIST_CHANGED)
         self.stale: set[str] = set()
@@ -3485,6 +3486,7 @@ class ClientSession:
         return self.use(era_rules(version))
 
     def _take_server_state(self, result: dict[str, Any], info: Any) -> None:
+        self.heard = True
         self.server_info = info if isinstance(info, dict) else {}
         caps = result.get("capabilities")
         self.capabilities = caps if isinstance(caps, dict) else {}
@@ -6835,9 +6837,15 @@ def declares_capability(session: McpSession, capability: str) -> bool:
     return isinstance((session.core.capabilities or {}).get(capability), dict)
 
 
-def require_capability(session: McpSession, capability: str, method: str) -> None:
+def require_capability(session: McpSession, ctx: OpContext, capability: str, method: str) -> None:
     """``mcp_capability_unsupported`` before ``method`` is sent to a server that did not declare ``capability``
-    (``resources``, ``prompts``): such a server gets no request (docs/contract.md §5)."""
+    (``resources``, ``prompts``, ``completions``): such a server gets no request (docs/contract.md §5). A session
+    pinned to 2026-07-28 skipped ``server/discover``, so it asks it now, once: until then nothing was declared."""
+    rules = session.core.rules
+    if not session.core.heard and rules is not None and not rules.handshake:
+        answer = session.request("server/discover", None, ctx, rules=rules)
+        if answer.kind == "result":
+            session.core.apply_discover(answer, rules.version)
     if declares_capability(session, capability):
         return
     raise CapabilityUnsupportedError(
@@ -6852,7 +6860,7 @@ def read_resource(session: McpSession, ctx: OpContext, uri: str, pending: InputR
     """``resources/read`` of one URI, the result as received; a URI the server does not know is
     ``mcp_resource_not_found`` in both eras: the legacy spec's -32002 (resource not found), and -32602 (invalid
     params: the 2026-07-28 spec's code, which legacy SDK servers answer too; ``uri`` is the request's only param)."""
-    require_capability(session, "resources", "resources/read")
+    require_capability(session, ctx, "resources", "resources/read")
     try:
         return request_result(session, ctx, "resources/read", {"uri": uri}, pending, cancel=True)
     except ProtocolError as exc:
@@ -6879,7 +6887,7 @@ def list_resources(session: McpSession, ctx: OpContext) -> tuple[list[dict[str, 
     """(resources, templates): ``resources/list`` and ``resources/templates/list``, each paginated to the end
     (``discover_listing``), as received; a server with resources and no ``resources/templates/list`` at all
     ("method not found") has no templates. The one path of ``--resources`` and the resident's ``list_resources``."""
-    require_capability(session, "resources", "resources/list")
+    require_capability(session, ctx, "resources", "resources/list")
     resources = list_kept(session, ctx, "resources/list")
     try:
         templates = list_kept(session, ctx, "resources/templates/list")
@@ -6893,7 +6901,7 @@ def list_resources(session: McpSession, ctx: OpContext) -> tuple[list[dict[str, 
 
 def list_prompts(session: McpSession, ctx: OpContext) -> list[dict[str, Any]]:
     """Every prompt (``prompts/list`` paginated to the end), as received: ``--prompts`` and ``list_prompts``."""
-    require_capability(session, "prompts", "prompts/list")
+    require_capability(session, ctx, "prompts", "prompts/list")
     return list_kept(session, ctx, "prompts/list")
 
 
@@ -6937,7 +6945,7 @@ def complete_argument(
     resource template (``{"type": "ref/resource", "uri"}``) being typed, ``argument`` (its name, the value so far),
     with the arguments already given as ``context.arguments``; the result's ``completion`` as received. A server
     that does not declare ``completions`` gets no request (``mcp_capability_unsupported``)."""
-    require_capability(session, "completions", "completion/complete")
+    require_capability(session, ctx, "completions", "completion/complete")
     params: dict[str, Any] = {"ref": ref, "argument": {"name": argument[0], "value": argument[1]}}
     if context:
         params["context"] = {"arguments": dict(context)}
