@@ -376,6 +376,22 @@ class JqUnavailableError(BkmcpError):
     code = "jq_unavailable"
 
 
+class SkillNotFoundError(BkmcpError):
+    code = "mcp_skill_not_found"
+
+
+class BlobWriteError(BkmcpError):
+    """``--out DIR`` unusable (not a directory, not writable) or a write that failed: what was written is removed."""
+
+    code = "blob_write_error"
+
+
+class OutNeedsOneBlobError(BkmcpError):
+    """``--out -`` with no blob or more than one in the result: nothing is written."""
+
+    code = "out_needs_one_blob"
+
+
 class InternalError(BkmcpError):
     code = "internal_error"
 
@@ -425,6 +441,19 @@ class ResourceNotFoundError(RemoteError):
 
 class JqError(RemoteError):
     code = "jq_error"
+
+
+class BlobTooLargeError(RemoteError):
+    """A blob over ``--max-blob-bytes`` (docs/contract.md §7 "Blobs to files"): nothing was written."""
+
+    code = "blob_too_large"
+
+
+class SkillUnverifiedError(RemoteError):
+    """A skill file whose digest, size or frontmatter name is not what ``skills/list`` said: nothing printed or
+    written (docs/contract.md §2 "Skills")."""
+
+    code = "skill_unverified"
 
 
 class CancelledError(RemoteError):
@@ -1693,6 +1722,178 @@ def parse_template_values(template: str, tokens: Sequence[ToolToken]) -> dict[st
             hint=f"bkmcp <server> --read '{template}' {' '.join(f'--{name} VALUE' for name in names)}",
         )
     return values
+
+
+# -- 2.7 blob files: the one writer of --out, safe against its server (build_blob_name, BlobWriter) --------------------
+# `--out DIR` (docs/contract.md §7 "Blobs to files") and `--skill NAME --out DIR` put what a server sent into a
+# directory the user named; the server never chooses where. A file's name is built from the URI's last segment and
+# the MIME type (build_blob_name: never a path, `..`, a leading dot, NUL or a control character); a skill's relative
+# path is taken only part by part (parse_relative_path). Every file is opened relative to the directory's
+# descriptor with O_CREAT | O_EXCL | O_NOFOLLOW: a link is never followed and an existing name never overwritten (a
+# numbered name instead, `dot-1.png`); files are 0644. Here, in section 2, because the CLI (11) and the resident (10)
+# both write through it.
+
+DEFAULT_MAX_BLOB_BYTES = 64 * 1024 * 1024  # --max-blob-bytes: bytes of one decoded blob (docs/contract.md §7)
+BLOB_NAME_LIMIT = 100  # characters of a file name built from a URI, its extension included
+_BLOB_NUMBER_LIMIT = 1000  # `name-1.png` … `name-999.png`, then blob_write_error
+_BLOB_NAME_UNSAFE = lazy_re(r"[^A-Za-z0-9._+-]+")
+_MIME_EXTENSIONS = {
+    "application/json": ".json",
+    "application/octet-stream": ".bin",
+    "application/pdf": ".pdf",
+    "application/zip": ".zip",
+    "audio/mpeg": ".mp3",
+    "audio/ogg": ".ogg",
+    "audio/wav": ".wav",
+    "audio/x-wav": ".wav",
+    "image/gif": ".gif",
+    "image/jpeg": ".jpg",
+    "image/png": ".png",
+    "image/svg+xml": ".svg",
+    "image/webp": ".webp",
+    "text/csv": ".csv",
+    "text/html": ".html",
+    "text/markdown": ".md",
+    "text/plain": ".txt",
+}
+
+
+def build_blob_name(uri: Any, mime_type: Any, kind: str = "blob") -> str:
+    """The file name of one blob: the URI's last path segment (query and fragment dropped, percent-decoding
+    undone), every run of characters but ``A-Z a-z 0-9 . _ + -`` made one ``_``, leading dots and dashes and
+    trailing dots dropped, cut to ``BLOB_NAME_LIMIT``; ``kind`` (``image``, ``audio``, ``blob``) when nothing is
+    left; an extension from ``mime_type`` when it has none (``.bin`` for an unknown type)."""
+    import urllib.parse
+
+    segment = ""
+    if isinstance(uri, str):
+        path = uri.split("#", 1)[0].split("?", 1)[0]
+        segment = urllib.parse.unquote(path.rstrip("/").rsplit("/", 1)[-1]).replace("\\", "/").rsplit("/", 1)[-1]
+        if "/" not in path and ":" in segment:  # `urn:a:b.png`, `data:…`: no segment, the part after the scheme
+            segment = segment.rsplit(":", 1)[-1]
+    name = _BLOB_NAME_UNSAFE.sub("_", segment).lstrip(".-").rstrip(".")
+    name = name.strip("_") if set(name) <= {"_", "."} else name
+    stem, dot, extension = name.rpartition(".")
+    if not dot or not stem:
+        mime = mime_type.split(";", 1)[0].strip().lower() if isinstance(mime_type, str) else ""
+        stem, extension = name or kind, _MIME_EXTENSIONS.get(mime, ".bin")[1:]
+    extension = extension[:16]
+    return stem[: BLOB_NAME_LIMIT - len(extension) - 1] + "." + extension
+
+
+def parse_relative_path(path: Any) -> tuple[str, ...] | None:
+    """A server's relative file path (a skill's file) as its parts, or None when it is not one to write: empty,
+    absolute, with a backslash, an empty, ``.`` or ``..`` part, NUL or a control character, a part over 255
+    bytes, a part starting with ``-``."""
+    if not isinstance(path, str) or not path or path.startswith("/") or "\\" in path or CONTROL.search(path):
+        return None
+    parts = tuple(path.split("/"))
+    for part in parts:
+        if part in ("", ".", "..") or part.startswith("-") or len(part.encode("utf-8", "surrogatepass")) > 255:
+            return None
+    return parts
+
+
+class BlobWriter:
+    """The directory ``--out`` named, open (created with its parents when missing), and every file written into it
+    (docs/contract.md §7 "Blobs to files"). ``write`` makes a new file relative to the directory's descriptor,
+    never following a link and never replacing a file; ``discard`` removes what this writer made (a failed
+    command leaves nothing half-written). Raises ``BlobWriteError``."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.made: list[tuple[str, bool]] = []  # (path relative to the directory, is a directory), in order
+        try:
+            os.makedirs(path, exist_ok=True)
+            self.fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+        except OSError as exc:
+            raise BlobWriteError(
+                f"--out {path}: {exc.strerror or exc}", hint="name a directory you can write to (created if missing)"
+            ) from None
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+    def discard(self) -> None:
+        """Remove every file and directory this writer made, last first."""
+        for relative, is_dir in reversed(self.made):
+            try:
+                (os.rmdir if is_dir else os.unlink)(relative, dir_fd=self.fd)
+            except OSError:
+                pass
+        self.made.clear()
+
+    def _open_dir(self, parts: Sequence[str], create: bool) -> int:
+        """A descriptor of the directory ``parts`` below this one (each made when ``create`` and missing), no part
+        a link."""
+        fd = os.dup(self.fd)
+        flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+        try:
+            for depth, part in enumerate(parts):
+                if create:
+                    try:
+                        os.mkdir(part, 0o755, dir_fd=fd)
+                        self.made.append(("/".join(parts[: depth + 1]), True))
+                    except FileExistsError:
+                        pass
+                inner = os.open(part, flags, dir_fd=fd)
+                os.close(fd)
+                fd = inner
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def make_directory(self, name: str) -> str:
+        """A new directory ``name`` in this one (``name-1``, ``name-2``… when taken); its name."""
+        for number in range(_BLOB_NUMBER_LIMIT):
+            candidate = name if number == 0 else f"{name}-{number}"
+            try:
+                os.mkdir(candidate, 0o755, dir_fd=self.fd)
+            except FileExistsError:
+                continue
+            except OSError as exc:
+                raise BlobWriteError(f"--out {self.path}: cannot make {candidate}: {exc.strerror or exc}") from None
+            self.made.append((candidate, True))
+            return candidate
+        raise BlobWriteError(f"--out {self.path}: {name} and its numbered names are all taken")
+
+    def write(self, parts: Sequence[str], data: bytes, *, numbered: bool = True) -> str:
+        """A new file ``parts`` (directories below this one, then the file's name) holding ``data``, mode 0644; when
+        the name is taken (a file, a link, anything) and ``numbered``, the first free ``stem-N.ext``. Returns the
+        path written, under the directory as given."""
+        *folders, name = parts
+        stem, dot, extension = name.rpartition(".")
+        stem, dot = (stem, dot) if stem else (name, "")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+        try:
+            folder = self._open_dir(folders, create=True)
+        except OSError as exc:
+            raise BlobWriteError(f"--out {self.path}: cannot make {'/'.join(folders)}: {exc.strerror or exc}") from None
+        try:
+            for number in range(_BLOB_NUMBER_LIMIT if numbered else 1):
+                candidate = name if number == 0 else f"{stem}-{number}{dot}{extension}"
+                try:
+                    fd = os.open(candidate, flags, 0o644, dir_fd=folder)
+                except FileExistsError:
+                    continue
+                relative = "/".join((*folders, candidate))
+                self.made.append((relative, False))
+                try:
+                    os.fchmod(fd, 0o644)  # whatever the umask: the contract says 0644
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(fd, view) :]
+                finally:
+                    os.close(fd)
+                return os.path.join(self.path, *folders, candidate)
+        except OSError as exc:
+            raise BlobWriteError(f"--out {self.path}: cannot write {name}: {exc.strerror or exc}") from None
+        finally:
+            os.close(folder)
+        raise BlobWriteError(
+            f"--out {self.path}: {'/'.join(parts)} exists" + (" and its numbered names are all taken" if numbered else "")
+        )
 
 
 # ======================================================================================================
@@ -6707,7 +6908,7 @@ def build_dry_run(server: ResolvedServer, tool: str, arguments: dict[str, Any]) 
 
 RESERVED_OPTION_NAMES = frozenset(
     "help h check tools config body timeout jq raw r context dry-run verbose v insecure format resident registry "
-    "version keep-alive".split()
+    "version keep-alive out max-blob-bytes".split()
 )
 
 
@@ -9029,6 +9230,10 @@ def _raw_block_line(block: Any) -> str:
     if isinstance(payload, str):
         chars = sum(1 for ch in payload if not ch.isspace() and ch != "=")  # base64: whitespace, padding: no data
         parts.append(f"{chars * 3 // 4} bytes")  # the decoded size, without decoding it
+    elif isinstance(payload, dict) and isinstance(payload.get("bytes"), int):  # written by --out (section 9.7)
+        parts.append(f"{payload['bytes']} bytes")
+        if isinstance(payload.get("path"), str):
+            parts.append(f"saved as {payload['path']}")
     elif kind == "resource" and isinstance(inner.get("text"), str):
         parts.append(f"{len(inner['text'].encode('utf-8', 'surrogatepass'))} bytes")
     line = kind + (" " + ", ".join(parts) if parts else "")
@@ -9926,6 +10131,102 @@ def _flag_details(flag: ToolFlag) -> list[str]:
         say(f"{what}, read as JSON text{quoted}, e.g.")
         lines += _fill([*(e + "," for e in examples[:-1]), examples[-1]], HELP_WIDTH, indent, indent)
     return lines
+
+
+# -- 9.7 blobs to files: where a result holds base64 (find_blobs), saved through 2.7's writer (save_blobs) --------------
+
+
+@dataclass
+class BlobSpot:
+    """One base64 payload of a command's result: ``holder[key]`` is its text (docs/contract.md §7)."""
+
+    holder: dict[str, Any]
+    key: str  # "blob" (a resource's contents) or "data" (an image or audio block)
+    uri: Any
+    mime_type: Any
+    kind: str  # "image", "audio" or "blob": a file's name when its URI gives none
+
+
+def find_blobs(data: Mapping[str, Any]) -> list[BlobSpot]:
+    """Every blob of a ``--read`` (its contents), ``--prompt`` (its messages' blocks) or tool call's result (its
+    content blocks): ``image`` and ``audio`` data, a ``blob`` of a resource's contents or of an embedded resource."""
+    result = data.get("result")
+    if not isinstance(result, dict):
+        return []
+    if "uri" in data:
+        contents = result.get("contents")
+        blocks: list[Any] = [{"type": "resource", "resource": item} for item in contents or []]
+    elif "prompt" in data:
+        blocks = []
+        for message in result.get("messages") or []:
+            content = message.get("content") if isinstance(message, dict) else None
+            blocks.extend(content if isinstance(content, list) else [content])
+    else:
+        content = result.get("content")
+        blocks = content if isinstance(content, list) else []
+    spots = []
+    for block in blocks:
+        if not isinstance(block, dict):
+            continue
+        kind, inner = block.get("type"), block.get("resource")
+        if kind in ("image", "audio") and isinstance(block.get("data"), str):
+            spots.append(BlobSpot(block, "data", None, block.get("mimeType"), str(kind)))
+        elif kind == "resource" and isinstance(inner, dict) and isinstance(inner.get("blob"), str):
+            spots.append(BlobSpot(inner, "blob", inner.get("uri"), inner.get("mimeType"), "blob"))
+    return spots
+
+
+def blob_size(text: str) -> int:
+    """The decoded size of base64 ``text``, without decoding it (whitespace and padding carry no data)."""
+    return sum(1 for ch in text if not ch.isspace() and ch != "=") * 3 // 4
+
+
+def decode_blobs(spots: Sequence[BlobSpot], max_bytes: int, data: dict[str, Any]) -> list[bytes]:
+    """Each spot's bytes, checked before any is written: one over ``max_bytes`` is ``blob_too_large`` (every blob
+    then described in ``data`` as ``{bytes, mimeType, path: null}``, no base64), text that is not base64 is
+    ``mcp_protocol_error``."""
+    import base64
+    import binascii
+
+    sizes = [blob_size(spot.holder[spot.key]) for spot in spots]
+    over = next((i for i, size in enumerate(sizes) if size > max_bytes), None)
+    if over is not None:
+        for spot, size in zip(spots, sizes):
+            spot.holder[spot.key] = {"path": None, "bytes": size, "mimeType": spot.mime_type}
+        what = f"the blob of {short_text(spots[over].uri, 80)}" if spots[over].uri is not None else "a blob"
+        raise BlobTooLargeError(
+            f"{what} is {sizes[over]} bytes, over --max-blob-bytes {max_bytes}: nothing was written",
+            hint=f"raise --max-blob-bytes (now {max_bytes}) to write it",
+            details={"bytes": sizes[over], "limit": max_bytes},
+            data=data,
+        )
+    decoded = []
+    for spot in spots:
+        try:
+            decoded.append(base64.b64decode("".join(spot.holder[spot.key].split()), validate=True))
+        except (binascii.Error, ValueError):
+            raise ProtocolError(
+                f"the server sent a {spot.kind} that is not base64 ({short_text(spot.uri or spot.mime_type, 80)}): "
+                "nothing was written"
+            ) from None
+    return decoded
+
+
+def save_blobs(spots: Sequence[BlobSpot], decoded: Sequence[bytes], writer: BlobWriter) -> None:
+    """Write each blob as a new file through ``writer`` and put ``{path, bytes, sha256, mimeType}`` in place of its
+    base64; a write that fails removes what was written (``blob_write_error``)."""
+    import hashlib
+
+    files = []
+    try:
+        for spot, payload in zip(spots, decoded):
+            files.append(writer.write((build_blob_name(spot.uri, spot.mime_type, spot.kind),), payload))
+    except BkmcpError:
+        writer.discard()
+        raise
+    for spot, payload, path in zip(spots, decoded, files):
+        sha256 = hashlib.sha256(payload).hexdigest()
+        spot.holder[spot.key] = {"path": path, "bytes": len(payload), "sha256": sha256, "mimeType": spot.mime_type}
 
 
 # ======================================================================================================
@@ -14110,6 +14411,8 @@ _VALUE_OPTIONS = {
     "--context": "context",
     "--body": "body",
     "--registry": "registry",
+    "--out": "out",
+    "--max-blob-bytes": "max_blob_bytes",
 }
 _FLAG_OPTIONS = {
     "-v": "verbose",
@@ -14185,7 +14488,12 @@ class Invocation:
     prompts: bool = False
     read: str | None = None  # a URI or a URI template (its variables: tool_tokens)
     prompt: str | None = None  # a prompt's name (its arguments: tool_tokens)
+    skills: bool = False  # --skills, --skill NAME (SEP-2640): before a tool name only, as --resources
+    skill: str | None = None
     raw: bool = False  # -r/--raw: a call's result as text; with --jq, strings unquoted (docs/contract.md §7)
+    out: str | None = None  # --out DIR|-: blobs to files, or the one blob to stdout (docs/contract.md §7)
+    max_blob_bytes: str | None = None  # as written; ``blob_limit`` is the value
+    blob_limit: int = DEFAULT_MAX_BLOB_BYTES
     registry_import: str | None = None
     registry_list: bool = False
     completion: str | None = None  # --completion bash|zsh|fish|servers (root only)
@@ -14455,10 +14763,38 @@ def check_invocation(inv: Invocation, timeout: float | None = None) -> None:
             hint="drop --raw, or add --jq EXPR to print the strings it selects unquoted "
             "(e.g. --tools --jq '.data.tools[].name' --raw)",
         )
+    if inv.out is not None or inv.max_blob_bytes is not None:
+        _check_out_options(inv)
     if timeout is not None:
         inv.timeout_seconds = timeout
     elif inv.timeout is not None:
         inv.timeout_seconds = parse_duration(inv.timeout)
+
+
+def _check_out_options(inv: Invocation) -> None:
+    """``--out DIR|-`` and ``--max-blob-bytes N`` (docs/contract.md §7 "Blobs to files"): with a command that has a
+    result with blobs (``--read``, ``--prompt``, a tool call, ``--skill``); ``--out -`` is the one blob's bytes on
+    stdout, so neither ``--jq`` nor ``--raw``; sets ``inv.blob_limit``."""
+    if inv.max_blob_bytes is not None:
+        text = inv.max_blob_bytes
+        if inv.out is None:
+            raise UsageError("--max-blob-bytes is only valid with --out", hint="bkmcp <server> --read URI --out DIR")
+        if not (text.isascii() and text.isdigit()) or not 0 < int(text) <= 2**50:
+            raise UsageError(f"--max-blob-bytes must be a positive number of bytes, got {short_text(text)!r}")
+        inv.blob_limit = int(text)
+    if inv.out == "":
+        raise UsageError("--out needs a directory, or - for the one blob's bytes on stdout")
+    with_result = inv.read is not None or inv.prompt is not None or inv.skill is not None
+    if not inv.help and (inv.dry_run or not (with_result or inv.tool is not None)):
+        raise UsageError(
+            "--out writes the blobs of a result: it is valid with --read, --prompt, --skill or a tool call",
+            hint="bkmcp <server> --read URI --out DIR",
+        )
+    if inv.out == "-" and (inv.jq is not None or inv.raw):
+        raise UsageError(
+            "--out - writes the blob's bytes to stdout: it takes neither --jq nor --raw",
+            hint="use --out DIR to keep the envelope (--jq '.data' then shows each file's path)",
+        )
 
 
 def invocation_modes(inv: Invocation) -> tuple[tuple[str, bool], ...]:
@@ -14822,6 +15158,7 @@ class Runner:
         self.deadline: Deadline | None = None  # the remote operation's budget, once it started
         self.ctx: OpContext | None = None  # the remote operation, once it started
         self.shown_config: str | None = None  # the given --config, resolved: every printed command carries it
+        self.writer: BlobWriter | None = None  # --out DIR, open once the command is past its help paths
 
     def emit_text(self, text: str) -> int:
         self.envr.stdout.write(text if text.endswith("\n") else text + "\n")
@@ -15012,6 +15349,9 @@ class Runner:
             on_request=warm.on_request if warm is not None else None,
         )
         self.deadline, self.ctx = deadline, ctx
+        if inv.out not in (None, "-") and not inv.help:  # an unusable directory fails before anything is sent
+            assert inv.out is not None
+            self.writer = BlobWriter(resolve_user_path(inv.out, envr.env, envr.cwd, option="--out"))
         try:
             self.remote_started = True
             if inv.read is not None or inv.prompt is not None:
@@ -15045,6 +15385,32 @@ class Runner:
             return self.emit_envelope(build_failure(error, self.redactor), None, error.exit_status)
         except BkmcpError as exc:
             raise word_for_cli(exc, server.name, self.shown_config) from None
+        finally:
+            if self.writer is not None:
+                self.writer.close()
+
+    def emit_result(self, data: dict[str, Any], jq: JqProgram | None) -> int:
+        """A successful result's envelope; with ``--out`` its blobs written first, each replaced by ``{path, bytes,
+        sha256, mimeType}``, or with ``--out -`` the one blob's bytes on stdout instead of the envelope
+        (docs/contract.md §7 "Blobs to files")."""
+        inv = self.inv
+        if inv.out is not None:
+            spots = find_blobs(data)
+            if inv.out == "-":
+                if len(spots) != 1:
+                    raise OutNeedsOneBlobError(
+                        f"--out - writes one blob to stdout, and the result has {len(spots)}: nothing was written",
+                        hint="use --out DIR to write every blob to a file",
+                        details={"blobs": len(spots)},
+                    )
+                payload = decode_blobs(spots, inv.blob_limit, data)[0]
+                sink = _binary_stdout(self.envr.stdout)
+                sink.write(payload)
+                sink.flush()
+                return EXIT_OK
+            assert self.writer is not None
+            save_blobs(spots, decode_blobs(spots, inv.blob_limit, data), self.writer)
+        return self.emit_envelope(build_success(data), jq, EXIT_OK, raw=inv.raw)
 
     def cancelled(self) -> CancelledError | None:  # pyz: remote part
         """What a Ctrl-C must tell once a request was sent (docs/contract.md §7): whether ``tools/call`` had been
@@ -15092,7 +15458,7 @@ class Runner:
             data = run_prompt(server, ctx, inv.prompt, insecure=inv.insecure, prepare=prepare)
             if "definition" in data:
                 return self.emit_text(render_prompt_help(server.name, data["definition"], self.shown_config))
-        return self.emit_envelope(build_success(data), jq, EXIT_OK, raw=inv.raw)
+        return self.emit_result(data, jq)
 
     def run_tool(
         self,
@@ -15132,7 +15498,7 @@ class Runner:
                 hint="the tool ran and returned an error result; see data.result",
                 data=data,
             )
-        return self.emit_envelope(build_success(data), jq, EXIT_OK, raw=inv.raw)
+        return self.emit_result(data, jq)
 
 
 # -- 11.4 --keep-alive: the client and its background process, WarmServer (docs/contract.md §14) -----------------------
@@ -15224,10 +15590,11 @@ def keep_alive_seconds(inv: Invocation, env: Mapping[str, str], log: Log) -> flo
 
 def uses_warm_session(inv: Invocation) -> bool:
     """``--tools``, tool calls, ``--resources``, ``--read``, ``--prompts`` and ``--prompt`` may; help paths,
-    ``--dry-run`` and ``--check`` never do (docs/contract.md §14)."""
+    ``--dry-run``, ``--check`` and ``--out`` (its files are written by the command itself) never do
+    (docs/contract.md §14)."""
     return (
         inv.server is not None
-        and not (inv.help or inv.dry_run or inv.check)
+        and not (inv.help or inv.dry_run or inv.check or inv.out is not None)
         and any(on for _n, on in invocation_modes(inv))
     )
 

@@ -35,6 +35,9 @@ tools                      tool list (verbatim except "x-mock*" keys); default: 
 generate_tools             append N synthetic tools "gen_00001"… (for big catalogues)
 page_size                  tools per tools/list page (default: all on one page)
 instructions, server_info, capabilities   overrides
+resources, resource_templates, prompts   what the listings serve (docs/mock_server.md); a prompt's
+                           "x-mock-messages" are its prompts/get messages verbatim
+hostile_blobs              list HOSTILE_RESOURCES after the resources: blobs whose URIs try to choose their file
 ttl_ms, cache_scope        modern list results (default 0, "private"); ttl_ms null = omitted, a list = per page
 require_headers            {name: value}: otherwise 401 + WWW-Authenticate
 forbid_headers_403         {name: value}: 403 when the header has that value
@@ -115,7 +118,7 @@ NAME_PARAM = {"tools/call": "name", "prompts/get": "name", "resources/read": "ur
 LISTINGS = {
     "resources/list": ("resources", "_public_resources"),
     "resources/templates/list": ("resourceTemplates", "resource_templates"),
-    "prompts/list": ("prompts", "prompts"),
+    "prompts/list": ("prompts", "_public_prompts"),
 }
 
 
@@ -298,6 +301,35 @@ DEFAULT_RESOURCES: list[dict] = [
         "x-mock-blob": TINY_PNG,
     },
 ]
+# A hostile server's blobs (issue 38, `--out DIR`): `hostile_blobs: true` lists them after the resources. Each read
+# answers contents whose URI (`x-mock-content-uri`) tries to choose where bkmcp writes: a traversal, an encoded
+# traversal, an absolute path, control characters, a URI ending in `.` or `..`; `huge` is a blob of
+# `x-mock-blob-bytes` bytes (made when read), `not-base64` a blob that is not base64, `many` three blobs at once.
+HOSTILE_BLOB_BYTES = 4 * 1024 * 1024
+HOSTILE_RESOURCES: list[dict] = [
+    {"uri": "mock://hostile/traversal", "x-mock-content-uri": "mock://hostile/../../../escape.png"},
+    {"uri": "mock://hostile/encoded", "x-mock-content-uri": "mock://hostile/..%2F..%2F..%2Fescape.png"},
+    {"uri": "mock://hostile/absolute", "x-mock-content-uri": "/etc/passwd", "mimeType": "application/octet-stream"},
+    {"uri": "mock://hostile/controls", "x-mock-content-uri": "mock://hostile/a\u0000b\u001b[31mc\n.png"},
+    {"uri": "mock://hostile/dot", "x-mock-content-uri": "mock://hostile/."},
+    {"uri": "mock://hostile/dotdot", "x-mock-content-uri": "mock://hostile/.."},
+    {"uri": "mock://hostile/huge", "x-mock-blob-bytes": HOSTILE_BLOB_BYTES},
+    {"uri": "mock://hostile/not-base64", "x-mock-blob": "not base64!"},
+    {
+        "uri": "mock://hostile/many",
+        "x-mock-contents": [
+            {"uri": "mock://hostile/same.png", "mimeType": "image/png", "blob": TINY_PNG},
+            {"uri": "mock://hostile/same.png", "mimeType": "image/png", "blob": TINY_PNG},
+            {"uri": "mock://hostile/note.txt", "mimeType": "text/plain", "text": "not a blob"},
+            {"uri": "mock://hostile/../same.png", "mimeType": "image/png", "blob": TINY_PNG},
+        ],
+    },
+]
+for _hostile in HOSTILE_RESOURCES:
+    _hostile.setdefault("name", "hostile-" + _hostile["uri"].rsplit("/", 1)[1])
+    _hostile.setdefault("mimeType", "image/png")
+    if "x-mock-blob-bytes" not in _hostile and "x-mock-contents" not in _hostile:
+        _hostile.setdefault("x-mock-blob", TINY_PNG)
 DEFAULT_TEMPLATES: list[dict] = [
     {"uriTemplate": "mock://notes/{id}", "name": "note", "description": "A note by id.", "mimeType": "text/plain"},
     {"uriTemplate": "mock://search{?q,lang}", "name": "search", "description": "A search, its query echoed."},
@@ -338,6 +370,7 @@ DEFAULTS: dict[str, Any] = {
     "server_info": {"name": "mcp-mock", "version": "1.0.0"},
     "capabilities": {"tools": {}, "resources": {}, "prompts": {}},
     "resources": None,
+    "hostile_blobs": False,
     "resource_templates": None,
     "prompts": None,
     "ttl_ms": 0,
@@ -444,7 +477,10 @@ def normalize_scenario(scenario: dict | None) -> dict:
     ):
         if sc[key] is None:
             sc[key] = copy.deepcopy(default)
+    if sc["hostile_blobs"]:
+        sc["resources"] = [*sc["resources"], *copy.deepcopy(HOSTILE_RESOURCES)]
     sc["_public_resources"] = [{k: v for k, v in r.items() if not k.startswith("x-mock")} for r in sc["resources"]]
+    sc["_public_prompts"] = [{k: v for k, v in p.items() if not k.startswith("x-mock")} for p in sc["prompts"]]
     sc["_tool_index"] = {t.get("name"): t for t in tools}
     if sc["page_size"] is not None and int(sc["page_size"]) < 1:
         raise ValueError("page_size must be >= 1")
@@ -969,9 +1005,17 @@ class Core:
         uri = params.get("uri")
         for resource in self.sc["resources"]:
             if resource.get("uri") == uri:
-                item: dict[str, Any] = {"uri": uri, "mimeType": resource.get("mimeType", "text/plain")}
+                if "x-mock-contents" in resource:
+                    return Reply("result", {"contents": copy.deepcopy(resource["x-mock-contents"])})
+                item: dict[str, Any] = {
+                    "uri": resource.get("x-mock-content-uri", uri),
+                    "mimeType": resource.get("mimeType", "text/plain"),
+                }
                 if "x-mock-blob" in resource:
                     item["blob"] = resource["x-mock-blob"]
+                elif "x-mock-blob-bytes" in resource:
+                    size = int(resource["x-mock-blob-bytes"])
+                    item["blob"] = base64.b64encode(bytes(range(256)) * (size // 256) + bytes(size % 256)).decode()
                 else:
                     item["text"] = resource.get("x-mock-text", "")
                 return Reply("result", {"contents": [item]})
@@ -995,7 +1039,9 @@ class Core:
         for argument in prompt.get("arguments") or []:
             if argument.get("required") and argument["name"] not in args:
                 return Reply.error(-32602, f"Missing required argument: {argument['name']}")
-        if name == "greet":
+        if "x-mock-messages" in prompt:
+            messages = copy.deepcopy(prompt["x-mock-messages"])
+        elif name == "greet":
             tone = f" in a {args['tone']} tone" if "tone" in args else ""
             messages = [
                 {"role": "user", "content": {"type": "text", "text": f"Greet {args['who']}{tone}."}},
