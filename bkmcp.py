@@ -10,7 +10,7 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
 
     1. Errors & exit codes      one exception root, every stable error code of docs/contract.md §7
     2. Helpers                  small records, JSON, redaction, durations and deadlines, logging, terminal text,
-                                URI templates:
+                                URI templates, the blob writer:
        2.1 records, JSON           a small dataclass, the heap frozen (freeze_heap), JSON with number fidelity (a
                                    duplicate key rejected: parse_json, dump_json)
        2.2 redaction               secrets scrubbed from every output (Redactor, redact_url)
@@ -21,6 +21,10 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                    close spellings, the tool-option tokens the argv parser hands to section 8
        2.6 URI templates           RFC 6570 levels 1-3 expanded locally for --read TEMPLATE --VAR VALUE
                                    (parse_uri_template, expand_uri_template, parse_template_values)
+       2.7 blob files              the one writer of --out DIR (and --skill's copy), safe against its server: a
+                                   name from the URI and MIME type (build_blob_name), a relative path part by part
+                                   (parse_relative_path), O_EXCL | O_NOFOLLOW under the directory's descriptor,
+                                   numbered names, 0644 (BlobWriter); --max-blob-bytes' DEFAULT_MAX_BLOB_BYTES
     3. Config                   file selection, strict parsing (a duplicate key: section 2's JSON), per-field
                                 validation (editor files: an unusable entry is refused only when selected,
                                 EDITOR_IGNORED_FIELDS), ${VAR} expansion, build_server_command (with --config)
@@ -75,7 +79,7 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        8.5 validation, bounded     jsonschema run locally within budgets (patterns, sizes, depth, the deadline)
        8.6 validate_arguments      the quick path for common schemas, problems worded: the inputSchema checked
                                    locally before a call
-    9. Output                   envelopes, --jq, --raw, help text, completion, in six rooms:
+    9. Output                   envelopes, --jq, --raw, help text, completion, blobs to files, in seven rooms:
        9.1 envelopes               build_success, build_failure
        9.2 --jq                    JqProgram: compiled, applied with number fidelity
        9.3 --raw                   a result as plain text (render_raw_result; a read's texts and a prompt's
@@ -85,6 +89,8 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        9.5 completion              the shell completion scripts (--completion bash|zsh|fish) and their words
        9.6 server and tool help    render_server_help, render_tool_help, render_prompt_help (--prompt NAME
                                    --help), render_template_help (--read TEMPLATE --help, offline)
+       9.7 blobs to files          --out: a result's base64 found (find_blobs), checked against --max-blob-bytes
+                                   before anything is written (decode_blobs), saved through 2.7 (save_blobs)
    10. Resident mode            many users' sessions behind one JSON stdin/stdout process, and the --keep-alive
                                 process's kept sessions, in five rooms:
        10.1 registry, credentials  SQLite / HTTP sources, one user's view, a row -> ResolvedServer:
@@ -120,7 +126,7 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                 the --keep-alive client and its background process (WarmServer), in five rooms:
        11.1 argument routing       parse_argv -> Invocation, check_invocation: --config, --timeout, --verbose,
                                    --insecure, --check, --tools, --brief, --dry-run, --jq, --raw, --help,
-                                   --resources, --read, --prompts, --prompt
+                                   --resources, --read, --prompts, --prompt, --out, --max-blob-bytes
        11.2 --body                 inline, @FILE or - (stdin), read and bounded (read_body)
        11.3 the runner             Environment, Runner: one command, local or remote, to its envelope; which
                                    servers a Tab may start, and where (resolve_completion_server)
@@ -143,6 +149,9 @@ Exception tree (section 1)::
      +-- UnsupportedOptionError     unsupported_option
      +-- ToolNotFoundError          mcp_tool_not_found
      +-- PromptNotFoundError        mcp_prompt_not_found
+     +-- SkillNotFoundError         mcp_skill_not_found
+     +-- BlobWriteError             blob_write_error       (--out DIR unusable, a write failed)
+     +-- OutNeedsOneBlobError       out_needs_one_blob     (--out - and not exactly one blob)
      +-- InvalidJqExpressionError   invalid_jq_expression
      +-- JqUnavailableError         jq_unavailable
      +-- InternalError              internal_error (exit 1 before a remote step, 2 after)
@@ -163,6 +172,8 @@ Exception tree (section 1)::
           +-- CapabilityUnsupportedError  mcp_capability_unsupported
           +-- ResourceNotFoundError mcp_resource_not_found
           +-- JqError               jq_error
+          +-- BlobTooLargeError     blob_too_large         (a blob over --max-blob-bytes: nothing written)
+          +-- SkillUnverifiedError  skill_unverified       (a skill file not as skills/list said)
           +-- CancelledError        mcp_cancelled          (exit 130: Ctrl-C once a request was sent)
           +-- ResourceLimitError    resource_limit         (resident)
 
@@ -1892,7 +1903,8 @@ class BlobWriter:
         finally:
             os.close(folder)
         raise BlobWriteError(
-            f"--out {self.path}: {'/'.join(parts)} exists" + (" and its numbered names are all taken" if numbered else "")
+            f"--out {self.path}: {'/'.join(parts)} exists"
+            + (" and its numbered names are all taken" if numbered else "")
         )
 
 
@@ -9293,6 +9305,10 @@ Global options (before or after <server>):
   --timeout DURATION   budget for the whole remote operation: 500ms, 30s, 2m, 1h (default 60s)
   --jq EXPR            project the final JSON envelope with a jq expression (one value per line)
   -r, --raw            a call's result as plain text (text blocks as they are); with --jq, strings unquoted
+  --out DIR|-          --read, --prompt, a tool call: each blob (image, audio, resource blob) to a new file in DIR
+                       (made if missing; never overwritten, never through a link), its base64 replaced by {{path,
+                       bytes, sha256, mimeType}}; --out - : the one blob's bytes on stdout. Without it: nothing written
+  --max-blob-bytes N   with --out: the largest blob written (default {max_blob_bytes}, 64 MiB); larger: nothing written
   -v, --verbose        diagnostics on stderr (requests, eras, timing); secrets print as ***
   --insecure           skip TLS certificate verification
   --keep-alive[=DUR]   keep the server's session warm in a background process for the next calls (default 10m;
@@ -9336,7 +9352,9 @@ def render_root_help(
     else:
         config = f"Config file: {config_path}\nConfigured servers ({len(servers)}): {', '.join(servers) or '(none)'}"
     example = "\n".join("  " + line for line in CONFIG_EXAMPLE_LINES)
-    text = ROOT_HELP.format(version=__version__, config=config, config_example=example)
+    text = ROOT_HELP.format(
+        version=__version__, config=config, config_example=example, max_blob_bytes=DEFAULT_MAX_BLOB_BYTES
+    )
     if given:  # the examples carry the --config this help was run with (docs/contract.md §2)
         text = text.replace("\n  bkmcp report-prod ", f"\n  {build_server_command('report-prod', config_path)} ")
     return text
@@ -9391,7 +9409,7 @@ COMPLETION_TIMEOUT = 2.0  # seconds one completion may spend connecting to a ser
 _COMPLETION_OPTIONS = (
     "--help --version --config --timeout --jq --raw --verbose --insecure --check --tools --brief --body --dry-run "
     "--resident --registry --import --list --completion --events --max-processes --max-user-processes --idle-timeout "
-    "--shutdown-grace --keep-alive --sessions --stop"
+    "--shutdown-grace --keep-alive --sessions --stop --out --max-blob-bytes"
 )
 # the options valid after <server> (before a tool), and after <server> <tool> beside the tool's own flags
 _COMPLETION_SERVER_OPTIONS = (
@@ -9400,7 +9418,7 @@ _COMPLETION_SERVER_OPTIONS = (
 _COMPLETION_CALL_OPTIONS = "--body --dry-run --help --config --timeout --jq --raw --verbose --insecure --keep-alive"
 _COMPLETION_VALUE_OPTIONS = (
     "--config --timeout --jq --body --registry --import --events --max-processes --max-user-processes "
-    "--idle-timeout --shutdown-grace --completion"
+    "--idle-timeout --shutdown-grace --completion --out --max-blob-bytes"
 )
 _BASH_COMPLETION = """\
 # bkmcp completion for bash: eval "$(bkmcp --completion bash)" in ~/.bashrc, or save it as
@@ -10133,7 +10151,7 @@ def _flag_details(flag: ToolFlag) -> list[str]:
     return lines
 
 
-# -- 9.7 blobs to files: where a result holds base64 (find_blobs), saved through 2.7's writer (save_blobs) --------------
+# -- 9.7 blobs to files: where a result holds base64 (find_blobs), saved through 2.7's writer (save_blobs) -------------
 
 
 @dataclass
