@@ -31,7 +31,7 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
     4. Auth                     Bearer / X-Bkapi-Authorization forms, conflicts, secrets to scrub; a server resolved
                                 for its transport (ResolvedServer), with the environment a stdio child inherits
     5. Protocol core (sans-IO)  JSON-RPC framing, SSE decoder, eras, request building, classification, the session
-                                core and negotiation as pure decision steps, in nine rooms:
+                                core and negotiation as pure decision steps, in ten rooms:
        5.1 eras                    the protocol versions and what differs between them (EraRules, era_rules)
        5.2 JSON-RPC framing        Message, one line or body -> messages; the envelope of an answer too deep or
                                    too long to parse (parse_rpc_envelope, parse_trailing_id)
@@ -45,6 +45,9 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        5.7 negotiation             the modern probe and the legacy fallback as pure decision steps (Negotiation)
        5.8 x-mcp-header            a tool excluded for an invalid x-mcp-header declaration (split_excluded_tools)
        5.9 task-only tools         refused before their tools/call (bkmcp has no task support)
+       5.10 skills (SEP-2640)      a skill's listed files (parse_skill_files), each verified against its digest
+                                   and size, SKILL.md's YAML frontmatter against the listing's (verify_skill_file,
+                                   parse_frontmatter): skill_unverified
     6. Transports               the Transport seam: HTTP via httpx (concurrent POSTs on one pooled client),
                                 stdio framing (a bounded line reader, lines that are not JSON-RPC skipped)
                                 apart from child-process supervision, in four rooms:
@@ -68,7 +71,9 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                    stays fresh (ttlMs, list_changed), for 10.3 and 10.5; call; a call that times
                                    out or is interrupted cancelled (notifications/cancelled)
        7.4 the CLI's operations    one session each: --check, --tools (and --tools --brief), --resources (and
-                                   --resources --brief), --read, --prompts, --prompt, --dry-run
+                                   --resources --brief), --read, --prompts, --prompt, --skills, --skill (read
+                                   lazily, each file verified before the next: run_skill; the skills extension
+                                   declared by their sessions only: SkillSessions), --dry-run
     8. Schema flags             inputSchema -> typed flags, values, validation, in six rooms:
        8.1 flag records            ToolFlag, BodyOnlyField (why a property gets no flag: set it with --body)
        8.2 local references        resolve_schema: one resolver for flags and help examples, within one
@@ -90,7 +95,8 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        9.6 server and tool help    render_server_help, render_tool_help, render_prompt_help (--prompt NAME
                                    --help), render_template_help (--read TEMPLATE --help, offline)
        9.7 blobs to files          --out: a result's base64 found (find_blobs), checked against --max-blob-bytes
-                                   before anything is written (decode_blobs), saved through 2.7 (save_blobs)
+                                   before anything is written (decode_blobs), saved through 2.7 (save_blobs); a
+                                   verified skill's copy (save_skill)
    10. Resident mode            many users' sessions behind one JSON stdin/stdout process, and the --keep-alive
                                 process's kept sessions, in five rooms:
        10.1 registry, credentials  SQLite / HTTP sources, one user's view, a row -> ResolvedServer:
@@ -126,7 +132,8 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                 the --keep-alive client and its background process (WarmServer), in five rooms:
        11.1 argument routing       parse_argv -> Invocation, check_invocation: --config, --timeout, --verbose,
                                    --insecure, --check, --tools, --brief, --dry-run, --jq, --raw, --help,
-                                   --resources, --read, --prompts, --prompt, --out, --max-blob-bytes
+                                   --resources, --read, --prompts, --prompt, --skills, --skill, --out,
+                                   --max-blob-bytes
        11.2 --body                 inline, @FILE or - (stdin), read and bounded (read_body)
        11.3 the runner             Environment, Runner: one command, local or remote, to its envelope; which
                                    servers a Tab may start, and where (resolve_completion_server)
@@ -2919,14 +2926,28 @@ class SseDecoder:
 # -- 5.4 request building ----------------------------------------------------------------------------------------------
 
 
-def build_request(request_id: Any, method: str, params: dict[str, Any] | None, rules: EraRules) -> dict[str, Any]:
-    """A JSON-RPC request; modern requests carry the per-request ``_meta`` keys (docs/protocol.md §3.1)."""
-    return {"jsonrpc": "2.0", "id": request_id, **build_notification(method, params, rules)}
+NO_CAPABILITIES: Mapping[
+    str, Any
+] = {}  # what bkmcp declares as a client, but for a skill command (SKILLS_CAPABILITIES)
 
 
-def build_notification(method: str, params: dict[str, Any] | None, rules: EraRules) -> dict[str, Any]:
+def build_request(
+    request_id: Any,
+    method: str,
+    params: dict[str, Any] | None,
+    rules: EraRules,
+    capabilities: Mapping[str, Any] = NO_CAPABILITIES,
+) -> dict[str, Any]:
+    """A JSON-RPC request; modern requests carry the per-request ``_meta`` keys (docs/protocol.md §3.1), the client
+    capabilities among them (none, but the skills extension for a skill command: ``SKILLS_CAPABILITIES``)."""
+    return {"jsonrpc": "2.0", "id": request_id, **build_notification(method, params, rules, capabilities)}
+
+
+def build_notification(
+    method: str, params: dict[str, Any] | None, rules: EraRules, capabilities: Mapping[str, Any] = NO_CAPABILITIES
+) -> dict[str, Any]:
     message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
-    params = _with_meta(params, rules)
+    params = _with_meta(params, rules, capabilities)
     if params is not None:
         message["params"] = params
     return message
@@ -2938,20 +2959,28 @@ def build_response(request_id: Any, *, result: Any = None, error: dict[str, Any]
     return {"jsonrpc": "2.0", "id": request_id, "result": result if result is not None else {}}
 
 
-def _with_meta(params: dict[str, Any] | None, rules: EraRules) -> dict[str, Any] | None:
+def _with_meta(
+    params: dict[str, Any] | None, rules: EraRules, capabilities: Mapping[str, Any]
+) -> dict[str, Any] | None:
     if not rules.request_meta:
         return params
     params = dict(params or {})
     meta = dict(params.get("_meta") or {})
     meta[META_PROTOCOL_VERSION] = rules.version
-    meta[META_CLIENT_CAPABILITIES] = {}
+    meta[META_CLIENT_CAPABILITIES] = dict(capabilities)
     meta[META_CLIENT_INFO] = dict(CLIENT_INFO)
     params["_meta"] = meta
     return params
 
 
-def build_initialize_params(version: str) -> dict[str, Any]:
-    return {"protocolVersion": version, "capabilities": {}, "clientInfo": dict(CLIENT_INFO)}
+def build_initialize_params(version: str, capabilities: Mapping[str, Any] = NO_CAPABILITIES) -> dict[str, Any]:
+    return {"protocolVersion": version, "capabilities": dict(capabilities), "clientInfo": dict(CLIENT_INFO)}
+
+
+# SEP-2640 (modelcontextprotocol/modelcontextprotocol@01b12e05, seps/2640-skills-extension.md): the extension a skill
+# command declares, and only a skill command (--skills, --skill): every other session declares no client capability.
+SKILLS_EXTENSION = "io.modelcontextprotocol/skills"
+SKILLS_CAPABILITIES: Mapping[str, Any] = {"extensions": {SKILLS_EXTENSION: {}}}
 
 
 _SENTINEL_PREFIX = "=?base64?"
@@ -3238,6 +3267,7 @@ LISTINGS = {
     "resources/list": Listing("resources/list", "resources", "uri", "resource"),
     "resources/templates/list": Listing("resources/templates/list", "resourceTemplates", "uriTemplate", "template"),
     "prompts/list": Listing("prompts/list", "prompts", "name", "prompt"),
+    "skills/list": Listing("skills/list", "skills", "uri", "skill"),  # SEP-2640: a name is a label, the URI is unique
 }
 
 
@@ -3377,6 +3407,9 @@ class ClientSession:
         self.server_info: dict[str, Any] = {}
         self.capabilities: dict[str, Any] = {}
         self.instructions: str | None = None
+        self.client_capabilities: Mapping[str, Any] = (
+            NO_CAPABILITIES  # what this client declares: SKILLS_CAPABILITIES or none
+        )
         self.tools_stale = False
         # the modern era came from an unpinned probe and nothing has been answered under it yet: a legacy-looking
         # refusal may still turn it to legacy, once (``refused_as_legacy``, docs/contract.md §5)
@@ -3401,13 +3434,13 @@ class ClientSession:
     def start_request(self, method: str, params: dict[str, Any] | None, rules: EraRules) -> dict[str, Any]:
         """A new request under ``rules`` (the offered version's rules for ``initialize``), now in flight."""
         self._next_id += 1
-        message = build_request(self._next_id, method, params, rules)
+        message = build_request(self._next_id, method, params, rules, self.client_capabilities)
         self._pending[id_key(self._next_id)] = method
         return message
 
     def notification(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
         assert self.rules is not None
-        return build_notification(method, params, self.rules)
+        return build_notification(method, params, self.rules, self.client_capabilities)
 
     def forget(self, request_id: Any) -> None:
         """The request ended without an answer; a late answer for it becomes a ``Stray``."""
@@ -3809,6 +3842,271 @@ def build_task_refusal(tool: Mapping[str, Any], server_name: str) -> CapabilityU
         data={"server": server_name, "tool": name},
         request_sent=False,
     )
+
+
+# -- 5.10 skills (SEP-2640): an entry's files, each verified, SKILL.md's frontmatter (verify_skill_file) --------------
+# modelcontextprotocol/modelcontextprotocol@01b12e05 seps/2640-skills-extension.md, "Integrity and verification": a
+# file of a skill's `resources` is used only once its bytes match the entry's `digest` (`sha256:` + 64 lowercase hex
+# of the raw bytes) and, when the entry gives one, its `size`; SKILL.md's YAML frontmatter must equal the entry's
+# `frontmatter` field by field (the conformance harness 0.2.0-alpha.12 checks all three). Nothing here reads a file:
+# 7.4 reads them, lazily (SKILL.md first; nothing after a failure).
+
+SKILL_FILE = "SKILL.md"
+_SKILL_DIGEST = lazy_re(r"sha256:[0-9a-f]{64}")
+
+
+@dataclass(frozen=True)
+class SkillFile:
+    """One file of a skill's ``resources``: its URI, its path below the skill's root (parts), digest and size."""
+
+    uri: str
+    parts: tuple[str, ...]
+    digest: str
+    size: int | None
+
+
+def skill_name(entry: Mapping[str, Any]) -> str:
+    """A listed skill's name: its frontmatter's ``name``, else the last segment of its ``<skill-path>``."""
+    frontmatter = entry.get("frontmatter")
+    name = frontmatter.get("name") if isinstance(frontmatter, dict) else None
+    if isinstance(name, str) and name:
+        return name
+    uri = str(entry.get("uri", ""))
+    return uri[: -len("/" + SKILL_FILE)].rsplit("/", 1)[-1] if uri.endswith("/" + SKILL_FILE) else uri
+
+
+def skill_unverified(entry: Mapping[str, Any], file: str, reason: str, why: str) -> SkillUnverifiedError:
+    return SkillUnverifiedError(
+        f"skill {short_text(skill_name(entry), 80)}: {short_text(file, 200)} {why}; nothing was used",
+        hint="the content is not what the server's skills/list promised: do not use this skill",
+        details={"file": file, "reason": reason},
+    )
+
+
+def parse_skill_files(entry: Mapping[str, Any]) -> list[SkillFile]:
+    """An entry's ``resources`` as files, SKILL.md first: each URI below the skill's root (the entry's URI without
+    ``/SKILL.md``), a plain relative path (``parse_relative_path``), once, with a ``sha256:`` digest and, when given,
+    an integer size; SKILL.md among them. Anything else, or no ``resources`` (a "dynamic" skill offers no digests),
+    is ``skill_unverified``: bkmcp loads only what it can verify."""
+    uri = entry.get("uri")
+    listed = entry.get("resources")
+    if not isinstance(uri, str) or not uri.endswith("/" + SKILL_FILE):
+        raise skill_unverified(entry, str(uri), "uri", f"is not a skill's {SKILL_FILE} URI")
+    if not isinstance(listed, list):
+        raise skill_unverified(entry, uri, "no_digests", "lists no files with digests (a dynamic skill)")
+    root = uri[: -len(SKILL_FILE)]
+    files: dict[str, SkillFile] = {}
+    for item in listed:
+        file_uri = item.get("uri") if isinstance(item, dict) else None
+        if not isinstance(file_uri, str):
+            raise skill_unverified(entry, uri, "manifest", "lists a file without a URI")
+        parts = parse_relative_path(file_uri[len(root) :]) if file_uri.startswith(root) else None
+        digest, size = item.get("digest"), item.get("size")
+        if parts is None:
+            raise skill_unverified(entry, file_uri, "path", "is not a plain relative path below the skill")
+        if not isinstance(digest, str) or not _SKILL_DIGEST.fullmatch(digest):
+            raise skill_unverified(entry, file_uri, "manifest", "has no sha256:<64 hex> digest")
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 0):
+            raise skill_unverified(entry, file_uri, "manifest", "has a size that is not a byte count")
+        if file_uri in files:
+            raise skill_unverified(entry, file_uri, "manifest", "is listed twice")
+        files[file_uri] = SkillFile(file_uri, parts, digest, size)
+    if uri not in files:
+        raise skill_unverified(entry, uri, "manifest", "is not among the skill's listed files")
+    return [files.pop(uri), *files.values()]
+
+
+def verify_skill_file(entry: Mapping[str, Any], file: SkillFile, result: Mapping[str, Any]) -> bytes:
+    """The bytes of ``file`` from its ``resources/read`` result, once verified: exactly one contents item for its
+    URI (``text`` as UTF-8 or base64 ``blob``), of the listed size, with the listed digest; SKILL.md's frontmatter
+    equal to the entry's (``parse_frontmatter``). Else ``skill_unverified``."""
+    import base64
+    import binascii
+    import hashlib
+
+    contents = result.get("contents")
+    item = contents[0] if isinstance(contents, list) and len(contents) == 1 else None
+    if not isinstance(item, dict) or item.get("uri") not in (None, file.uri):
+        raise skill_unverified(entry, file.uri, "contents", "was not answered as exactly one contents item")
+    if isinstance(item.get("text"), str):
+        data = item["text"].encode("utf-8", "surrogatepass")
+    else:
+        try:
+            data = base64.b64decode("".join(str(item.get("blob")).split()), validate=True)
+        except (binascii.Error, ValueError):
+            raise skill_unverified(entry, file.uri, "contents", "has neither text nor a base64 blob") from None
+    if file.size is not None and len(data) != file.size:
+        raise skill_unverified(entry, file.uri, "size", f"is {len(data)} bytes, listed as {file.size}")
+    if "sha256:" + hashlib.sha256(data).hexdigest() != file.digest:
+        raise skill_unverified(entry, file.uri, "digest", "does not match its listed digest")
+    if file.parts == (SKILL_FILE,):
+        frontmatter = parse_frontmatter(data.decode("utf-8", "replace"))
+        if frontmatter is None:
+            raise skill_unverified(entry, file.uri, "frontmatter", "has no YAML frontmatter bkmcp can read")
+        listed = entry.get("frontmatter")
+        for key in sorted(set(frontmatter) | set(listed if isinstance(listed, dict) else {})):
+            mine = _yaml_value(frontmatter.get(key))
+            theirs = _yaml_value(listed.get(key) if isinstance(listed, dict) else None)
+            if mine != theirs:
+                raise skill_unverified(entry, file.uri, "frontmatter", f"has frontmatter {key!r} unlike the listing's")
+        name = frontmatter.get("name")
+        if name != entry["uri"][: -len("/" + SKILL_FILE)].rsplit("/", 1)[-1]:
+            raise skill_unverified(entry, file.uri, "frontmatter", "has a name that is not its directory's")
+    return data
+
+
+def _yaml_value(value: Any) -> Any:
+    """A value comparable across YAML and JSON: numbers as exact decimals, booleans apart from numbers."""
+    if isinstance(value, bool) or value is None:
+        return ("literal", value)
+    if isinstance(value, (int, float, decimal.Decimal)):
+        return ("number", decimal.Decimal(str(value)).normalize())
+    if isinstance(value, dict):
+        return ("map", {str(k): _yaml_value(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return ("list", [_yaml_value(v) for v in value])
+    return ("text", value)
+
+
+_FRONTMATTER = lazy_re(r"(?s)\A\ufeff?---\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)")
+_YAML_KEY = lazy_re(r"([^\s#'\"{}\[\],&*!|>%@`-][^:#]*?|\"[^\"]*\"|'[^']*')\s*:(?:\s+(.*))?$")
+
+
+def parse_frontmatter(text: str) -> dict[str, Any] | None:
+    """A SKILL.md's leading ``---`` YAML frontmatter as a mapping, for the subset skills use: nested block mappings,
+    block sequences, plain, quoted and block (``|``, ``>``) scalars, flow lists of plain scalars. None when there is
+    none, or it uses YAML beyond that subset (anchors, tags, flow mappings…): bkmcp then refuses to verify it."""
+    match = _FRONTMATTER.match(text)
+    if match is None:
+        return None
+    lines = [line.rstrip() for line in match.group(1).split("\n")]
+    try:
+        value, end = _yaml_block(lines, 0, 0)
+    except ValueError:
+        return None
+    if any(line.strip() and not line.lstrip().startswith("#") for line in lines[end:]) or not isinstance(value, dict):
+        return None
+    return value
+
+
+def _yaml_indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+def _yaml_next(lines: Sequence[str], at: int) -> int:
+    while at < len(lines) and (not lines[at].strip() or lines[at].lstrip().startswith("#")):
+        at += 1
+    return at
+
+
+def _yaml_block(lines: Sequence[str], at: int, indent: int) -> tuple[Any, int]:
+    """The block mapping or sequence starting at line ``at`` indented ``indent``; (its value, the next line)."""
+    at = _yaml_next(lines, at)
+    if at >= len(lines) or "\t" in lines[at][: _yaml_indent(lines[at]) + 1]:
+        raise ValueError("no block")
+    sequence = lines[at].lstrip().startswith("- ") or lines[at].strip() == "-"
+    out: Any = [] if sequence else {}
+    while at < len(lines):
+        line = lines[at]
+        if _yaml_indent(line) < indent:
+            break
+        if _yaml_indent(line) > indent:
+            raise ValueError("bad indentation")
+        body = line.strip()
+        if sequence:
+            if not (body.startswith("- ") or body == "-"):
+                break
+            if _YAML_KEY.fullmatch(body[1:].strip()):
+                raise ValueError("a sequence of mappings")
+            value, at = _yaml_value_at(lines, at, indent, body[1:].strip())
+            out.append(value)
+        else:
+            key = _YAML_KEY.fullmatch(body)
+            if key is None:
+                raise ValueError("not a key")
+            name = _yaml_scalar(key.group(1).strip())
+            if not isinstance(name, str) or name in out:
+                raise ValueError("bad or repeated key")
+            out[name], at = _yaml_value_at(lines, at, indent, (key.group(2) or "").strip())
+        at = _yaml_next(lines, at)
+    return out, at
+
+
+def _yaml_value_at(lines: Sequence[str], at: int, indent: int, rest: str) -> tuple[Any, int]:
+    """The value after ``key:`` or ``-`` on line ``at``: inline, a block scalar, or a nested block below."""
+    if rest.startswith(("|", ">")):
+        return _yaml_block_scalar(lines, at, indent, rest)
+    if rest.startswith("#") or not rest:
+        following = _yaml_next(lines, at + 1)
+        nested = following < len(lines) and (
+            _yaml_indent(lines[following]) > indent
+            or _yaml_indent(lines[following]) == indent
+            and lines[following].lstrip().startswith("- ")
+            and not lines[at].lstrip().startswith("- ")
+        )
+        if not nested:
+            return None, at + 1
+        return _yaml_block(lines, following, _yaml_indent(lines[following]))
+    # a plain scalar may go on over more-indented lines, folded with spaces
+    at += 1
+    while at < len(lines) and lines[at].strip() and _yaml_indent(lines[at]) > indent and rest[:1] not in "\"'[":
+        rest += " " + lines[at].strip()
+        at += 1
+    return _yaml_scalar(rest), at
+
+
+def _yaml_block_scalar(lines: Sequence[str], at: int, indent: int, header: str) -> tuple[str, int]:
+    """``|`` (lines kept) or ``>`` (lines folded), chomped as ``-`` / ``+`` / clip say."""
+    style, chomp = header[0], header[1:2]
+    if header[1:].strip() not in ("", "-", "+"):
+        raise ValueError("block scalar indicator")
+    body: list[str] = []
+    at += 1
+    inner: int | None = None
+    while at < len(lines) and (not lines[at].strip() or _yaml_indent(lines[at]) > indent):
+        if lines[at].strip() and inner is None:
+            inner = _yaml_indent(lines[at])
+        body.append(lines[at][inner or 0 :] if lines[at].strip() else "")
+        at += 1
+    while body and not body[-1] and chomp != "+":
+        body.pop()
+    if style == "|":
+        text = "\n".join(body)
+    else:
+        text = ""
+        for number, line in enumerate(body):
+            text += line if number == 0 else ("\n" + line if not line or not body[number - 1] else " " + line)
+    return text + ("" if chomp == "-" or not text else "\n"), at
+
+
+def _yaml_scalar(text: str) -> Any:
+    """One inline YAML value: a quoted string, a flow list of plain scalars, or a plain scalar (null, booleans,
+    integers and decimals as YAML 1.2's core schema reads them, else the text)."""
+    if text.startswith('"'):
+        if not text.endswith('"') or len(text) < 2:
+            raise ValueError("double-quoted")
+        return json.loads(text)
+    if text.startswith("'"):
+        if not text.endswith("'") or len(text) < 2:
+            raise ValueError("single-quoted")
+        return text[1:-1].replace("''", "'")
+    if text.startswith("["):
+        inner = text[1:-1].strip() if text.endswith("]") else None
+        if inner is None or any(ch in inner for ch in "[]{}\"'"):
+            raise ValueError("flow sequence")
+        return [_yaml_scalar(part.strip()) for part in inner.split(",")] if inner else []
+    text = text.split(" #", 1)[0].rstrip()
+    if text[:1] in ("{", "&", "*", "!", "%", "@", "`", "|", ">"):
+        raise ValueError("beyond the subset")
+    if text in ("", "~", "null", "Null", "NULL"):
+        return None
+    if text in ("true", "True", "TRUE", "false", "False", "FALSE"):
+        return text.lower() == "true"
+    if re.fullmatch(r"[-+]?[0-9]+", text):
+        return int(text)
+    if re.fullmatch(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?", text):
+        return decimal.Decimal(text)
+    return text
 
 
 # ======================================================================================================
@@ -6313,7 +6611,8 @@ def _log_window(window: ProbeWindow, ctx: OpContext, *, answered: bool) -> None:
 def initialize(session: McpSession, ctx: OpContext, offer: str) -> None:
     """The legacy handshake: ``initialize`` (no version header yet), then ``notifications/initialized``."""
     session.core.handshake_started()
-    answer = session.request("initialize", build_initialize_params(offer), ctx, rules=era_rules(offer), handshake=True)
+    params = build_initialize_params(offer, session.core.client_capabilities)
+    answer = session.request("initialize", params, ctx, rules=era_rules(offer), handshake=True)
     rules = session.core.apply_initialize(answer, offer)
     if rules.version != offer:
         ctx.log.debug(f"the server chose {rules.version} (offered {offer})")
@@ -6364,6 +6663,7 @@ _REQUEST_STAGES = {
     "resources/list": "discover",
     "resources/templates/list": "discover",
     "prompts/list": "discover",
+    "skills/list": "discover",
     "tools/call": "call",
 }
 
@@ -6515,10 +6815,15 @@ def find_tool(tools: Sequence[dict[str, Any]], name: str, server_name: str) -> d
     )
 
 
-def require_capability(session: McpSession, capability: str, method: str) -> None:
+def require_capability(session: McpSession, capability: str, method: str, *, extension: str | None = None) -> None:
     """``mcp_capability_unsupported`` before ``method`` is sent to a server that did not declare ``capability``
-    (``resources``, ``prompts``): such a server gets no request (docs/contract.md §5)."""
-    if isinstance((session.core.capabilities or {}).get(capability), dict):
+    (``resources``, ``prompts``; ``extensions`` with ``extension``: SEP-2640's skills): such a server gets no
+    request (docs/contract.md §5)."""
+    declared = (session.core.capabilities or {}).get(capability)
+    if extension is not None:
+        declared = declared.get(extension) if isinstance(declared, dict) else None
+        capability = extension
+    if isinstance(declared, dict):
         return
     raise CapabilityUnsupportedError(
         f"server {session.server.name!r} does not declare the {capability!r} capability; {method} was not sent",
@@ -6793,11 +7098,16 @@ def run_call(
 
 
 def run_on_session(
-    server: ResolvedServer, ctx: OpContext, work: Callable[[McpSession], dict[str, Any]], *, insecure: bool
+    server: ResolvedServer,
+    ctx: OpContext,
+    work: Callable[[McpSession], dict[str, Any]],
+    *,
+    insecure: bool,
+    sessions: SessionSource | None = None,
 ) -> dict[str, Any]:
-    """``work`` done on a session of ``ctx.sessions`` (a new one, or a warm one lent), negotiated first, given back
-    however it ends; a remote failure's data names the server."""
-    sessions = ctx.sessions or SessionSource()
+    """``work`` done on a session of ``sessions`` (else ``ctx.sessions``: a new one, or a warm one lent), negotiated
+    first, given back however it ends; a remote failure's data names the server."""
+    sessions = sessions or ctx.sessions or SessionSource()
     try:
         session = sessions.start(server, ctx, insecure=insecure)
         try:
@@ -6893,6 +7203,113 @@ def run_prompt(
         return {"server": server.name, "prompt": name, "result": request_result(session, ctx, "prompts/get", params)}
 
     return run_on_session(server, ctx, work, insecure=insecure)
+
+
+class SkillSessions(SessionSource):
+    """A skill command's session (SEP-2640): new, closed at the end, and the only kind that declares the skills
+    extension (``SKILLS_CAPABILITIES``) — every other session declares no client capability."""
+
+    def start(self, server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> McpSession:
+        session = McpSession(server, insecure=insecure, log=ctx.log)
+        session.core.client_capabilities = SKILLS_CAPABILITIES
+        return session
+
+
+def list_skills(session: McpSession, ctx: OpContext) -> list[dict[str, Any]]:
+    """``skills/list`` to the end (the one pagination), only to a server that declares the extension."""
+    require_capability(session, "extensions", "skills/list", extension=SKILLS_EXTENSION)
+    return discover_listing(session, ctx, LISTINGS["skills/list"])[0]
+
+
+def describe_skill(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """One skill of ``--skills``: its name, URI, frontmatter as listed and how many files it lists (null: none
+    listed, a dynamic skill, which ``--skill`` refuses); no file is read."""
+    listed = entry.get("resources")
+    return {
+        "name": skill_name(entry),
+        "uri": entry.get("uri"),
+        "frontmatter": entry.get("frontmatter"),
+        "file_count": len(listed) if isinstance(listed, list) else None,
+    }
+
+
+def run_skills(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict[str, Any]:
+    """``--skills`` data: every listed skill (``describe_skill``); nothing read ahead (SEP-2640: no file before the
+    skill is loaded)."""
+
+    def work(session: McpSession) -> dict[str, Any]:
+        skills = list_skills(session, ctx)
+        return {
+            "server": server.name,
+            "protocol_version": session.protocol_version,
+            "skill_count": len(skills),
+            "complete": True,
+            "skills": [describe_skill(entry) for entry in skills],
+        }
+
+    return run_on_session(server, ctx, work, insecure=insecure, sessions=SkillSessions())
+
+
+def find_skill(skills: Sequence[dict[str, Any]], name: str, server_name: str) -> dict[str, Any]:
+    """The one skill named ``name`` (or whose URI is ``name``): names are labels, so two skills of one name need
+    the URI; ``mcp_skill_not_found`` otherwise, with close names."""
+    found = [entry for entry in skills if entry.get("uri") == name] or [
+        entry for entry in skills if skill_name(entry) == name
+    ]
+    if len(found) == 1:
+        return found[0]
+    if found:
+        uris = [str(entry.get("uri")) for entry in found]
+        raise SkillNotFoundError(
+            f"server {server_name!r} has {len(found)} skills named {clip_text(repr(name), 100)}: give the URI of one",
+            hint="bkmcp <server> --skill " + " | ".join(uris[:5]),
+            details={"suggestions": uris},
+        )
+    close = closest_names(name, [skill_name(entry) for entry in skills])
+    raise SkillNotFoundError(
+        f"server {server_name!r} has no skill {clip_text(repr(name), 200)} ({len(skills)} skills listed)",
+        hint=f"did you mean {', '.join(close)}?" if close else "list the server's skills: bkmcp <server> --skills",
+        details={"suggestions": close},
+    )
+
+
+def run_skill(server: ResolvedServer, ctx: OpContext, name: str, *, insecure: bool) -> dict[str, Any]:
+    """``--skill NAME`` data: the listed skill's files read one by one through ``resources/read`` (SKILL.md
+    first), each verified against the listing before the next is read (``verify_skill_file``); the first that
+    fails ends the command with ``skill_unverified`` and no content. ``{"server", "skill", "uri", "frontmatter",
+    "files": [{"path", "uri", "mimeType", "bytes", "sha256", "text" | "blob"}]}``."""
+    import base64
+    import hashlib
+
+    def work(session: McpSession) -> dict[str, Any]:
+        entry = find_skill(list_skills(session, ctx), name, server.name)
+        files = []
+        for file in parse_skill_files(entry):
+            result = read_resource(session, ctx, file.uri)
+            data = verify_skill_file(entry, file, result)
+            item = result["contents"][0]
+            shown: dict[str, Any] = {
+                "path": "/".join(file.parts),
+                "uri": file.uri,
+                "mimeType": item.get("mimeType"),
+                "bytes": len(data),
+                "sha256": hashlib.sha256(data).hexdigest(),
+            }
+            try:
+                shown["text"] = data.decode("utf-8")
+            except UnicodeDecodeError:
+                shown["blob"] = base64.b64encode(data).decode("ascii")
+            files.append(shown)
+        frontmatter = entry.get("frontmatter")
+        return {
+            "server": server.name,
+            "skill": skill_name(entry),
+            "uri": entry["uri"],
+            "frontmatter": frontmatter,
+            "files": files,
+        }
+
+    return run_on_session(server, ctx, work, insecure=insecure, sessions=SkillSessions())
 
 
 def build_dry_run(server: ResolvedServer, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -9184,7 +9601,20 @@ def render_raw_result(result: Mapping[str, Any], *, pretty: bool = False, termin
 def render_raw_data(data: Mapping[str, Any], *, pretty: bool = False, terminal: bool = False) -> str:
     """What ``--raw`` prints of a command's data: a tool call's result (``render_raw_result``), a read resource's
     contents (each text as it is, a blob as one bracketed line) or a prompt's messages (one block per message,
-    headed by its role); for a ``terminal``, controls shown as escapes (``render_raw_text``)."""
+    headed by its role) or a skill's files (each text under its ``[path]``, any other as one bracketed line); for a
+    ``terminal``, controls shown as escapes (``render_raw_text``)."""
+    if "files" in data:
+        blocks = []
+        for file in data["files"]:
+            if isinstance(file.get("text"), str):
+                text = render_raw_text(file["text"], terminal)
+                blocks.append(printable(f"[{file['path']}]") + "\n" + (text if text.endswith("\n") else text + "\n"))
+            else:
+                saved = f", saved as {file['file']}" if "file" in file else ""
+                blocks.append(
+                    printable(f"[{file['path']}, {file.get('mimeType')}, {file['bytes']} bytes{saved}]") + "\n"
+                )
+        return "\n".join(blocks)
     result = data["result"]
     if "uri" in data:
         contents = result.get("contents")
@@ -10228,6 +10658,43 @@ def decode_blobs(spots: Sequence[BlobSpot], max_bytes: int, data: dict[str, Any]
                 "nothing was written"
             ) from None
     return decoded
+
+
+_SKILL_DIRECTORY = lazy_re(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def save_skill(data: dict[str, Any], writer: BlobWriter, max_bytes: int) -> None:
+    """``--skill NAME --out DIR``: the verified files written as a new directory named after the skill (``name-1``
+    when taken; ``skill`` for a name that is not a plain one), each at its relative path; each file's ``text`` or
+    ``blob`` replaced by ``file`` (the path written) and ``directory`` added. A file over ``max_bytes`` is
+    ``blob_too_large`` before anything is written; a write that fails removes what was written."""
+    import base64
+
+    files = data["files"]
+    payloads = [
+        f["text"].encode("utf-8", "surrogatepass") if "text" in f else base64.b64decode(f["blob"]) for f in files
+    ]
+    for file, payload in zip(files, payloads):
+        if len(payload) > max_bytes:
+            raise BlobTooLargeError(
+                f"skill file {short_text(file['path'], 120)} is {len(payload)} bytes, over --max-blob-bytes "
+                f"{max_bytes}: nothing was written",
+                hint=f"raise --max-blob-bytes (now {max_bytes}) to write it",
+                details={"bytes": len(payload), "limit": max_bytes},
+                data={key: data[key] for key in ("server", "skill", "uri")},
+            )
+    name = data["skill"] if _SKILL_DIRECTORY.fullmatch(data["skill"]) else "skill"
+    try:
+        folder = writer.make_directory(name)
+        written = [writer.write((folder, *f["path"].split("/")), p, numbered=False) for f, p in zip(files, payloads)]
+    except BkmcpError:
+        writer.discard()
+        raise
+    for file, path in zip(files, written):
+        file.pop("text", None)
+        file.pop("blob", None)
+        file["file"] = path
+    data["directory"] = os.path.join(writer.path, folder)
 
 
 def save_blobs(spots: Sequence[BlobSpot], decoded: Sequence[bytes], writer: BlobWriter) -> None:
@@ -14463,8 +14930,8 @@ _RESERVED_UNSUPPORTED = {"--format"}
 # `bkmcp <server> --resources | --prompts | --read URI | --prompt NAME` (contract §2): before a tool name (and
 # before --read's URI or --prompt's name) only, as --brief: after one, such a name is that tool's, template's or
 # prompt's own flag (contract §6).
-_CATALOGUE_FLAGS = {"--resources": "resources", "--prompts": "prompts"}
-_TARGET_OPTIONS = {"--read": "read", "--prompt": "prompt"}
+_CATALOGUE_FLAGS = {"--resources": "resources", "--prompts": "prompts", "--skills": "skills"}
+_TARGET_OPTIONS = {"--read": "read", "--prompt": "prompt", "--skill": "skill"}
 # every long option, for the close spellings of an unknown one (`--chek`: did you mean --check?)
 _LONG_OPTIONS = tuple(
     name
@@ -14552,7 +15019,8 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
         i += 1
         name, eq, inline = token.partition("=")
         registry_tool = inv.server is None and (name in _REGISTRY_VALUE_OPTIONS or token in _REGISTRY_FLAG_OPTIONS)
-        target = inv.tool is not None or inv.read is not None or inv.prompt is not None  # later flags are its own
+        # later flags are its own (a skill has none: any is refused)
+        target = inv.tool is not None or inv.read is not None or inv.prompt is not None or inv.skill is not None
         if not target and (token in _CATALOGUE_FLAGS or name in _TARGET_OPTIONS):
             attr = _CATALOGUE_FLAGS.get(token) or _TARGET_OPTIONS[name]
             if attr in seen:
@@ -14566,7 +15034,7 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
             elif not eq:
                 raise UsageError(f"option {name} needs a value", hint=f"write {name}=VALUE for a value starting with -")
             if not inline:
-                raise UsageError(f"option {name} needs a {'URI' if attr == 'read' else 'prompt name'}")
+                raise UsageError(f"option {name} needs a {dict(read='URI').get(attr, attr + ' name')}")
             setattr(inv, attr, inline)
             continue
         if token == "--brief" and not target:  # after a tool name (or --read/--prompt's), --brief is its own flag
@@ -14771,7 +15239,7 @@ def check_invocation(inv: Invocation, timeout: float | None = None) -> None:
             f"unexpected argument {inv.positional[0][0]!r}",
             hint="tool arguments are flags (--name VALUE)" + (" or keys of --body" if inv.body is not None else ""),
         )
-    catalogue = inv.check or inv.tools or inv.resources or inv.prompts
+    catalogue = inv.check or inv.tools or inv.resources or inv.prompts or inv.skills
     brief_lines = inv.tools and inv.brief  # --tools --brief --raw: one line per tool (docs/contract.md §7)
     if inv.raw and inv.jq is None and not inv.help and not brief_lines and (catalogue or inv.dry_run):
         # without --jq there is no result to print as text: a catalogue or preview is JSON by nature
@@ -14824,6 +15292,8 @@ def invocation_modes(inv: Invocation) -> tuple[tuple[str, bool], ...]:
         ("--prompts", inv.prompts),
         ("--read", inv.read is not None),
         ("--prompt", inv.prompt is not None),
+        ("--skills", inv.skills),
+        ("--skill", inv.skill is not None),
         ("a tool call", inv.tool is not None),
     )
 
@@ -15374,7 +15844,11 @@ class Runner:
             self.remote_started = True
             if inv.read is not None or inv.prompt is not None:
                 return self.run_read_or_prompt(server, jq, ctx)
-            if not (inv.check or inv.tools or inv.resources or inv.prompts):
+            if inv.skill is not None:
+                if inv.tool_tokens or inv.positional:
+                    raise UsageError("--skill NAME takes no further arguments", hint="bkmcp <server> --skill NAME")
+                return self.emit_result(run_skill(server, ctx, inv.skill, insecure=inv.insecure), jq)
+            if not (inv.check or inv.tools or inv.resources or inv.prompts or inv.skills):
                 assert inv.tool is not None
                 return self.run_tool(server, inv.tool, arguments, jq, ctx)
             if inv.resources:
@@ -15384,6 +15858,8 @@ class Runner:
                     data["templates"] = [describe_resource_brief(t) for t in data["templates"]]
             elif inv.prompts:
                 data = run_prompts(server, ctx, insecure=inv.insecure)
+            elif inv.skills:
+                data = run_skills(server, ctx, insecure=inv.insecure)
             elif inv.check:
                 data = run_check(server, ctx, insecure=inv.insecure)
             elif inv.brief:  # compact discovery (contract §7): no schemas, one line of text per tool
@@ -15412,7 +15888,16 @@ class Runner:
         sha256, mimeType}``, or with ``--out -`` the one blob's bytes on stdout instead of the envelope
         (docs/contract.md §7 "Blobs to files")."""
         inv = self.inv
-        if inv.out is not None:
+        if inv.out is not None and "files" in data:  # --skill NAME --out DIR: a verified copy (save_skill)
+            if inv.out == "-":
+                raise OutNeedsOneBlobError(
+                    "--out - writes one blob to stdout; a skill is a directory of files: nothing was written",
+                    hint="use --out DIR for a copy of the skill",
+                    details={"blobs": len(data["files"])},
+                )
+            assert self.writer is not None
+            save_skill(data, self.writer, inv.blob_limit)
+        elif inv.out is not None:
             spots = find_blobs(data)
             if inv.out == "-":
                 if len(spots) != 1:
@@ -15612,7 +16097,7 @@ def uses_warm_session(inv: Invocation) -> bool:
     (docs/contract.md §14)."""
     return (
         inv.server is not None
-        and not (inv.help or inv.dry_run or inv.check or inv.out is not None)
+        and not (inv.help or inv.dry_run or inv.check or inv.out is not None or inv.skills or inv.skill is not None)
         and any(on for _n, on in invocation_modes(inv))
     )
 
