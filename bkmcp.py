@@ -4050,6 +4050,8 @@ def _yaml_value_at(lines: Sequence[str], at: int, indent: int, rest: str) -> tup
     # a plain scalar may go on over more-indented lines, folded with spaces
     at += 1
     while at < len(lines) and lines[at].strip() and _yaml_indent(lines[at]) > indent and rest[:1] not in "\"'[":
+        if _YAML_KEY.fullmatch(lines[at].strip()):
+            raise ValueError("a mapping inside a plain scalar")
         rest += " " + lines[at].strip()
         at += 1
     return _yaml_scalar(rest), at
@@ -4074,8 +4076,8 @@ def _yaml_block_scalar(lines: Sequence[str], at: int, indent: int, header: str) 
         text = "\n".join(body)
     else:
         text = ""
-        for number, line in enumerate(body):
-            text += line if number == 0 else ("\n" + line if not line or not body[number - 1] else " " + line)
+        for number, line in enumerate(body):  # a blank line is a line break, the others fold into spaces
+            text += line if number == 0 or not body[number - 1] else ("\n" if not line else " " + line)
     return text + ("" if chomp == "-" or not text else "\n"), at
 
 
