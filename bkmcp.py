@@ -9724,6 +9724,9 @@ Usage:
   bkmcp [GLOBAL...] <server> --read URI                read one resource (a template: --VAR VALUE per variable)
   bkmcp [GLOBAL...] <server> --prompts                 every prompt as JSON
   bkmcp [GLOBAL...] <server> --prompt NAME [--ARG VALUE...]   get one prompt (--help: its arguments)
+  bkmcp [GLOBAL...] <server> --skills                  every skill (SEP-2640) as JSON; no file is read
+  bkmcp [GLOBAL...] <server> --skill NAME [--out DIR]  load a skill: every file read and verified (digest, size,
+                                                       frontmatter), else nothing printed but skill_unverified
 
 Other modes (bkmcp --resident --help; docs/resident.md):
   bkmcp --resident --registry SOURCE [...]     resident multi-server mode for agent platforms (JSON lines)
@@ -9737,7 +9740,7 @@ Global options (before or after <server>):
   --timeout DURATION   budget for the whole remote operation: 500ms, 30s, 2m, 1h (default 60s)
   --jq EXPR            project the final JSON envelope with a jq expression (one value per line)
   -r, --raw            a call's result as plain text (text blocks as they are); with --jq, strings unquoted
-  --out DIR|-          --read, --prompt, a tool call: each blob (image, audio, resource blob) to a new file in DIR
+  --out DIR|-          --read, --prompt, --skill, a tool call: each blob (image, audio, resource blob) to a new file in DIR
                        (made if missing; never overwritten, never through a link), its base64 replaced by {{path,
                        bytes, sha256, mimeType}}; --out - : the one blob's bytes on stdout. Without it: nothing written
   --max-blob-bytes N   with --out: the largest blob written (default {max_blob_bytes}, 64 MiB); larger: nothing written
@@ -10046,6 +10049,8 @@ def render_server_help(server: ServerConfig, config: str | None = None) -> str:
         f"  bkmcp {name} --read URI [-r]            read one resource (a template: --VAR VALUE per variable)",
         f"  bkmcp {name} --prompts                  list every prompt",
         f"  bkmcp {name} --prompt NAME [--ARG VALUE]   get a prompt (--help: its arguments)",
+        f"  bkmcp {name} --skills                   list every skill (SEP-2640)",
+        f"  bkmcp {name} --skill NAME [--out DIR]   load a skill, every file verified (--out: a copy)",
         "",
         "Examples:",
         f"  bkmcp {name} --check",
