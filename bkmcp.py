@@ -9740,9 +9740,10 @@ Global options (before or after <server>):
   --timeout DURATION   budget for the whole remote operation: 500ms, 30s, 2m, 1h (default 60s)
   --jq EXPR            project the final JSON envelope with a jq expression (one value per line)
   -r, --raw            a call's result as plain text (text blocks as they are); with --jq, strings unquoted
-  --out DIR|-          --read, --prompt, --skill, a tool call: each blob (image, audio, resource blob) to a new file in DIR
-                       (made if missing; never overwritten, never through a link), its base64 replaced by {{path,
-                       bytes, sha256, mimeType}}; --out - : the one blob's bytes on stdout. Without it: nothing written
+  --out DIR|-          --read, --prompt, --skill, a tool call: each blob (image, audio, resource blob) to a new
+                       file in DIR (made if missing; never overwritten, never through a link), its base64 replaced
+                       by {{path, bytes, sha256, mimeType}}; --out - : the one blob's bytes on stdout. Without it:
+                       nothing is written
   --max-blob-bytes N   with --out: the largest blob written (default {max_blob_bytes}, 64 MiB); larger: nothing written
   -v, --verbose        diagnostics on stderr (requests, eras, timing); secrets print as ***
   --insecure           skip TLS certificate verification
