@@ -330,3 +330,15 @@ def test_server_everything_blobs_over_stdio(tmp_path, everything_stdio_argv):
     prompt = run("--prompt", "resource-prompt", "--resourceType", "Blob", "--resourceId", "2")["messages"][1]
     assert prompt["content"]["resource"]["blob"]["path"] == str(tmp_path / "out" / "2-1.txt")
     assert sorted(files_under(tmp_path)) == ["mcp.json", "out/2-1.txt", "out/2.txt", "out/3.txt", "out/image.png"]
+
+
+def test_out_runs_one_shot_even_with_keep_alive(http_mock, tmp_path):
+    """docs/contract.md §14: a command with --out writes its files itself; no background process is started."""
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o700)
+    env = {"XDG_RUNTIME_DIR": str(runtime)}
+    argv = ("--config", str(http_mock.config), "--keep-alive", "m", "--read", "mock://images/dot.png", "--out", "o")
+    result = run_bkmcp(*argv, env=env, cwd=str(http_mock.cwd))
+    assert result.exit_status == 0, result.stderr
+    assert (http_mock.cwd / "o" / "dot.png").read_bytes() == PNG
+    assert list(runtime.iterdir()) == []  # no background process's folder: nothing warm was asked

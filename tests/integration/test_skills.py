@@ -238,3 +238,14 @@ def test_skill_options_misused_are_usage_errors(http_skills, args, words):
     error = json.loads(result.stderr.splitlines()[-1])["error"]
     assert error["code"] == "usage_error" and words in error["message"]
     assert http_skills.reads() == []
+
+
+def test_skill_commands_run_one_shot_even_with_keep_alive(http_skills, tmp_path):
+    """docs/contract.md §14: a skill session declares the extension, so it is never a kept one."""
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o700)
+    for args in (("--skills",), ("--skill", "pdf-processing")):
+        argv = ("--config", str(http_skills.config), "--keep-alive", "m", *args)
+        result = run_bkmcp(*argv, env={"XDG_RUNTIME_DIR": str(runtime)}, cwd=str(http_skills.cwd))
+        assert result.exit_status == 0, result.stderr
+    assert list(runtime.iterdir()) == []
