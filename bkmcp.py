@@ -12,7 +12,8 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
     2. Helpers                  small records, JSON, redaction, durations and deadlines, logging, terminal text,
                                 URI templates, the blob writer:
        2.1 records, JSON           a small dataclass, the heap frozen (freeze_heap), JSON with number fidelity (a
-                                   duplicate key rejected: parse_json, dump_json)
+                                   duplicate key rejected: parse_json, dump_json), as deep as it parses
+                                   (too_deep_words; call_with_headroom: a deep walk on a stack of its own)
        2.2 redaction               secrets scrubbed from every output (Redactor, redact_url)
        2.3 durations, deadlines    --timeout's durations (parse_duration), the default timeout, Deadline
        2.4 logging                 is_terminal, the line writer that never blocks (resident log and events), Log
@@ -24,7 +25,7 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        2.7 blob files              the one writer of --out DIR (and --skill's copy), safe against its server: a
                                    name from the URI and MIME type (build_blob_name), a relative path part by part
                                    (parse_relative_path), O_EXCL | O_NOFOLLOW under the directory's descriptor,
-                                   numbered names, 0644 (BlobWriter); --max-blob-bytes' DEFAULT_MAX_BLOB_BYTES
+                                   numbered names, 0644 (BlobWriter); --out's --max-blob-bytes (OUT_MAX_BLOB_BYTES)
     3. Config                   file selection, strict parsing (a duplicate key: section 2's JSON), per-field
                                 validation (editor files: an unusable entry is refused only when selected,
                                 EDITOR_IGNORED_FIELDS), ${VAR} expansion, build_server_command (with --config)
@@ -67,7 +68,8 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        7.3 requests                discover_listing (the one pagination of tools/list, resources/list,
                                    resources/templates/list and prompts/list, and its guards); a capability
                                    the server lacks: no request (require_capability); read_resource (an
-                                   unknown URI: mcp_resource_not_found); how long a kept catalogue
+                                   unknown URI: mcp_resource_not_found), list_resources, list_prompts,
+                                   get_prompt: the CLI's and the resident's one path each; how long a kept catalogue
                                    stays fresh (ttlMs, list_changed), for 10.3 and 10.5; call; a call that times
                                    out or is interrupted cancelled (notifications/cancelled)
        7.4 the CLI's operations    one session each: --check, --tools (and --tools --brief), --resources (and
@@ -80,7 +82,8 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                    operation's budget (SchemaWork: shared, counted, the deadline asked)
        8.3 flags                   build_tool_flags: a schema -> typed flags; --tools --brief (describe_brief)
        8.4 values                  a flag's text -> its JSON value, positional-argument errors; a prompt's
-                                   string flags (parse_prompt_arguments)
+                                   string flags (parse_prompt_arguments), its arguments checked against its
+                                   declaration before prompts/get (check_prompt_arguments)
        8.5 validation, bounded     jsonschema run locally within budgets (patterns, sizes, depth, the deadline)
        8.6 validate_arguments      the quick path for common schemas, problems worded: the inputSchema checked
                                    locally before a call
@@ -107,7 +110,7 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        10.2 sessions               events, the live session, slots, the pool (limits: --max-processes and
                                    --max-user-processes; eviction, reaper; a crashed stdio child's retry-after
                                    back-off):
-       10.2.1 events                 EventSink (--events)
+       10.2.1 events                 EventSink (--events); a URI as an event names it (build_event_uri)
        10.2.2 the live session       ResidentSession, the adapter over the section-7 engine
        10.2.3 slots, limits          a slot per server instance, the open-file limit
        10.2.4 whose secrets          which secrets scrub whose answers
@@ -115,14 +118,17 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        10.3 names, catalogues      injected mcp_{server}_{tool} names (shortened past 64 characters), model-ready
                                    definitions per family (OpenAI, OpenAI strict, Anthropic, Gemini), Catalogues
                                    (cached per session):
-       10.3.1 injected names         build_injected_names
-       10.3.2 definitions            build_definitions per model family; a model's arguments back to the schema
+       10.3.1 injected names         build_injected_names (a server's resource-reading tool among them)
+       10.3.2 definitions            build_definitions per model family; a model's arguments back to the schema;
+                                     the resource-reading tool of --inject-resource-tools (build_resource_reader)
        10.3.3 a command, catalogues  the parsed command record, Catalogues cached per session
-       10.4 command server         the reader, a bounded worker pool, Actions (the seven), the end that answers all
+       10.4 command server         the reader, a bounded worker pool, Actions (the eleven), the end that answers all
                                    (shutdown, EOF, a signal), an error worded for the platform (platform_error):
        10.4.1 parsing a command      limits, the platform's wording, parse_command
        10.4.2 pool, writer           the bounded worker pool, the answer writer, commands in flight
-       10.4.3 Actions                one method per action
+       10.4.3 Actions                one method per action; resources and prompts (list_resources, read_resource
+                                     with its blobs as size and sha256 within --max-blob-bytes: build_resource_contents,
+                                     list_prompts, get_prompt) on the CLI's section-7 paths
        10.4.4 ResidentServer         the reader and the end that answers all (--shutdown-grace); memory;
                                      run_resident
        10.5 warm sessions          WarmSessions: the --keep-alive process's kept sessions, lent by key
@@ -130,10 +136,10 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                    process: 11.4
    11. CLI                      argument routing and ``main(argv) -> int``, the one exception -> exit ladder;
                                 the --keep-alive client and its background process (WarmServer), in five rooms:
-       11.1 argument routing       parse_argv -> Invocation, check_invocation: --config, --timeout, --verbose,
-                                   --insecure, --check, --tools, --brief, --dry-run, --jq, --raw, --help,
-                                   --resources, --read, --prompts, --prompt, --skills, --skill, --out,
-                                   --max-blob-bytes
+       11.1 argument routing       parse_argv -> Invocation, check_invocation (MODE_TABLE: the options each mode
+                                   takes): --config, --timeout, --verbose, --insecure, --check, --tools, --brief,
+                                   --dry-run, --jq, --raw, --help, --resources, --read, --prompts, --prompt,
+                                   --skills, --skill, --out, --max-blob-bytes
        11.2 --body                 inline, @FILE or - (stdin), read and bounded (read_body)
        11.3 the runner             Environment, Runner: one command, local or remote, to its envelope; which
                                    servers a Tab may start, and where (resolve_completion_server)
@@ -854,7 +860,77 @@ def parse_json_plain(text: str, *, strict_keys: bool = True) -> Any:
 
 def too_deep_words() -> str:
     """What ``JsonInputError.too_deep`` means, in words that say whose limit it is."""
-    return f"nested deeper than bkmcp parses (about {sys.getrecursionlimit()} levels)"
+    return f"nested deeper than bkmcp parses (about {recursion_ceiling()} levels)"
+
+
+def json_depth(value: Any) -> int:
+    """How deeply ``value`` nests objects and arrays (a scalar: 0, ``[[]]``: 2); a walk with its own stack."""
+    deepest, pending = 0, [(value, 1)]
+    while pending:
+        node, level = pending.pop()
+        if isinstance(node, (dict, list)):
+            deepest = max(deepest, level)
+            pending.extend((child, level + 1) for child in (node.values() if isinstance(node, dict) else node))
+    return deepest
+
+
+_HEADROOM_LOCK = _thread.allocate_lock()
+_HEADROOM: list[int] = []  # while raised: [Python's own recursion limit, the limit raised to, callers running]
+
+
+def recursion_ceiling() -> int:
+    """Python's recursion limit as bkmcp found it: what ``call_with_headroom`` raises for a while does not count."""
+    with _HEADROOM_LOCK:
+        return _HEADROOM[0] if _HEADROOM else sys.getrecursionlimit()
+
+
+def call_with_headroom(work: Callable[[], Any], frames: int) -> Any:
+    """``work()`` with room for ``frames`` Python frames: on a thread of its own, with a stack that holds them on
+    every CPython (before 3.12 each Python frame takes C stack; 3.12 and 3.13 count C recursion apart, which no
+    stack changes) and the recursion limit raised while it runs. The limit is the process's: raised once for all
+    concurrent callers and put back when the last one ends. Returns or raises what ``work`` does; RecursionError
+    when no such thread can be started (e.g. no memory for its stack)."""
+    import threading
+
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, work()))
+        except BaseException as exc:  # handed to the caller's thread as it is
+            outcome.append((False, exc))
+
+    stack = (16 << 20) + (frames * 512 if sys.version_info < (3, 12) else 0)
+    with _HEADROOM_LOCK:
+        if not _HEADROOM:
+            _HEADROOM.extend((sys.getrecursionlimit(), 0, 0))
+        if frames + _HEADROOM[0] > _HEADROOM[1]:
+            _HEADROOM[1] = frames + _HEADROOM[0]
+            sys.setrecursionlimit(_HEADROOM[1])
+        _HEADROOM[2] += 1
+        try:
+            previous = threading.stack_size(min(stack, 1 << 30))
+            try:
+                worker = threading.Thread(target=run, name="bkmcp-deep", daemon=True)
+                worker.start()
+            finally:
+                threading.stack_size(previous)
+        except (RuntimeError, MemoryError, ValueError):
+            worker = None
+    try:
+        if worker is None:
+            raise RecursionError("no thread with a stack that deep could be started")
+        worker.join()
+    finally:
+        with _HEADROOM_LOCK:
+            _HEADROOM[2] -= 1
+            if not _HEADROOM[2]:
+                sys.setrecursionlimit(_HEADROOM[0])
+                _HEADROOM.clear()
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value
 
 
 def _duplicate_key_position(text: str) -> int:
@@ -1751,7 +1827,7 @@ def parse_template_values(template: str, tokens: Sequence[ToolToken]) -> dict[st
 # numbered name instead, `dot-1.png`); files are 0644. Here, in section 2, because the CLI (11) and the resident (10)
 # both write through it.
 
-DEFAULT_MAX_BLOB_BYTES = 64 * 1024 * 1024  # --max-blob-bytes: bytes of one decoded blob (docs/contract.md §7)
+OUT_MAX_BLOB_BYTES = 64 * 1024 * 1024  # --out's --max-blob-bytes: bytes of one decoded blob (docs/contract.md §7)
 BLOB_NAME_LIMIT = 100  # characters of a file name built from a URI, its extension included
 _BLOB_NUMBER_LIMIT = 1000  # `name-1.png` … `name-999.png`, then blob_write_error
 _BLOB_NAME_UNSAFE = lazy_re(r"[^A-Za-z0-9._+-]+")
@@ -4129,12 +4205,11 @@ def _yaml_scalar(text: str) -> Any:
 #       pooled client); over stdio one line is written and a reader thread delivers what comes back.
 #   ``failure(method, sent=)``, ``timeout_error(method, deadline)``  the errors a request waiting on
 #       a shared stream ends with; ``stop_requests()`` (every request in flight fails at once, none is sent any
-#       more: the first step of closing), ``end_session(deadline, rules, session_id)``, ``restart_if_exited()``,
-#       ``close()``; ``alive`` (False once a child's stream ended), ``pid`` and ``exit_status`` (a child's, else
-#       None).
+#       more: the first step of closing), ``end_session(deadline, rules, session_id)``, ``close()``; ``alive``
+#       (False once a child's stream ended).
 #   Capability flags replace tests of the server type: ``has_sessions`` (Mcp-Session-Id, DELETE at close),
-#   ``shared_stream`` (one stream for all messages: a silent server needs a probe window, ``unread_input`` says when
-#   it starts; cancellation needs a notification), ``restartable`` (a child process that may be started again).
+#   ``shared_stream`` (one stream for all messages: a silent server needs a probe window; cancellation needs a
+#   notification), ``stdio`` (what only a child process answers, ``StdioPart``: it may be restarted; None: HTTP).
 # Foreign exceptions are translated once, here (``HttpxBoundary``), with ``raise … from exc``; HTTP statuses
 # become section-1 errors before they leave this section (their declared ``http_status``, ``http_message`` and
 # ``session_lost`` fields say what the status was, for era evidence and lost sessions).
@@ -4164,21 +4239,50 @@ class Outgoing:
     strict: bool = True
 
 
-class Transport(Protocol):
-    kind: str
-    has_sessions: bool
-    shared_stream: bool
-    restartable: bool
-    responses: int
-
-    @property
-    def alive(self) -> bool: ...
+class StdioPart(Protocol):
+    """What only a transport over a child process answers (``Transport.stdio``; HTTP has none): the child's
+    ``pid`` and ``exit_status``; ``restart_if_exited()`` (before the legacy fallback). Its stderr: the last lines,
+    a position to count from, the end of its start-up (``mark_started``, as ``ChildProcess.stderr_tail`` counts);
+    its stdout lines that were not JSON-RPC, counted alike. The era probe on the shared stream (docs/contract.md
+    §5): how much of what was written the server has not read yet (None: cannot be told), and the probe's stderr
+    kept apart from the tail (``probe_begins`` before it is sent, ``probe_ends`` once answered or given up)."""
 
     @property
     def pid(self) -> int | None: ...
 
     @property
     def exit_status(self) -> int | None: ...
+
+    def restart_if_exited(self) -> bool: ...
+
+    def stderr_tail(self, since: int | None = None) -> list[str]: ...
+
+    def stderr_position(self) -> int | None: ...
+
+    def mark_started(self) -> None: ...
+
+    def stdout_skipped(self, since: int | None = None) -> tuple[list[str], int]: ...
+
+    def stdout_position(self) -> int | None: ...
+
+    def unread_input(self) -> int | None: ...
+
+    def probe_begins(self) -> None: ...
+
+    def probe_ends(self, rejected: bool) -> None: ...
+
+
+class Transport(Protocol):
+    kind: str
+    has_sessions: bool
+    shared_stream: bool
+    responses: int
+
+    @property
+    def stdio(self) -> StdioPart | None: ...
+
+    @property
+    def alive(self) -> bool: ...
 
     def attach(self, deliver: Deliver, lost: Lost, answer_headers: AnswerHeaders) -> None: ...
 
@@ -4187,41 +4291,6 @@ class Transport(Protocol):
     def failure(self, method: str, *, sent: bool) -> BkmcpError: ...
 
     def timeout_error(self, method: str, deadline: Deadline) -> BkmcpError: ...
-
-    # What only a child process has: a transport without one (HTTP) keeps these answers of nothing.
-    def restart_if_exited(self) -> bool:
-        return False
-
-    # A server process's stderr (stdio): its last lines, how many so far, the end of its start-up (ChildProcess).
-    def stderr_tail(self, since: int | None = None) -> list[str]:
-        return []
-
-    def stderr_position(self) -> int | None:
-        return None
-
-    def mark_started(self) -> None:
-        pass
-
-    # Its stdout lines that were not JSON-RPC (stdio: skipped; an HTTP answer that is not JSON-RPC is an error):
-    # (the last few, how many), as ``stderr_tail`` counts.
-    def stdout_skipped(self, since: int | None = None) -> tuple[list[str], int]:
-        return [], 0
-
-    def stdout_position(self) -> int | None:
-        return None
-
-    # The era probe on a shared stream (docs/contract.md §5): how much of what was written the server has not read
-    # yet (None: cannot be told; over HTTP the probe's answer is HTTP evidence), and the probe's stderr kept apart
-    # from the tail (``probe_begins`` before it is sent, ``probe_ends`` once it was answered or given up;
-    # ``rejected``: answered with an error).
-    def unread_input(self) -> int | None:
-        return None
-
-    def probe_begins(self) -> None:
-        pass
-
-    def probe_ends(self, rejected: bool) -> None:
-        pass
 
     # What only an HTTP session has: a transport without one (stdio: the session is the process, its pipes the one
     # connection; stopping the child ends its stream, which fails the requests in flight) keeps these.
@@ -4612,9 +4681,8 @@ class HttpTransport(Transport):
     kind = "http"
     has_sessions = True
     shared_stream = False
-    restartable = False
     alive = True  # each request opens its own stream: nothing to lose between requests
-    pid = exit_status = None  # no child process
+    stdio = None  # no child process
 
     def __init__(
         self, server: ResolvedServer, *, insecure: bool, log: Log, client: Any = None, die_with_parent: bool = False
@@ -5755,7 +5823,7 @@ class ChildProcess:
             time.sleep(0.05)
 
 
-class StdioTransport(Transport):
+class StdioTransport(Transport, StdioPart):
     """A stdio server (docs/contract.md §9, docs/protocol.md §1.4): newline-delimited JSON-RPC over one child's pipes.
 
     The child (``ChildProcess``) is spawned on the first message. One reader thread turns stdout into messages
@@ -5768,7 +5836,6 @@ class StdioTransport(Transport):
     kind = "stdio"
     has_sessions = False
     shared_stream = True
-    restartable = True
 
     def __init__(self, server: ResolvedServer, *, insecure: bool, log: Log, die_with_parent: bool = False) -> None:
         assert server.command is not None
@@ -5791,6 +5858,10 @@ class StdioTransport(Transport):
     def attach(self, deliver: Deliver, lost: Lost, answer_headers: AnswerHeaders) -> None:
         self._deliver = deliver
         self._lost = lost
+
+    @property
+    def stdio(self) -> StdioTransport:
+        return self
 
     @property
     def pid(self) -> int | None:
@@ -6166,6 +6237,7 @@ class McpSession:
         self.notifications: collections.deque[dict[str, Any]] = collections.deque(maxlen=_KEPT_NOTIFICATIONS)
         self.on_notification: Callable[[Message], None] | None = None
         self.on_stray: Callable[[Stray], None] | None = None  # the resident's events; the CLI's log warns either way
+        self.on_fell_back: Callable[[], None] | None = None  # the resident's event: the era turned legacy
         self.closed = False
         self._lock = _thread.allocate_lock()
         self._renew_lock = _thread.allocate_lock()
@@ -6261,12 +6333,13 @@ class McpSession:
         a kept session (``ctx.stderr_since``, ``ctx.stdout_since``) the start-up lines and its own stderr and
         skipped stdout lines, not earlier operations' (§14). As the transport does: no lines, no keys."""
         details = dict(error.details)
-        if ctx.stderr_since is not None and "server_stderr" in details:
-            details["server_stderr"] = self.transport.stderr_tail(ctx.stderr_since)
+        stdio = self.transport.stdio
+        if stdio is not None and ctx.stderr_since is not None and "server_stderr" in details:
+            details["server_stderr"] = stdio.stderr_tail(ctx.stderr_since)
             if not details["server_stderr"]:
                 del details["server_stderr"]
-        if ctx.stdout_since is not None and "server_stdout_skipped" in details:
-            lines, count = self.transport.stdout_skipped(ctx.stdout_since)
+        if stdio is not None and ctx.stdout_since is not None and "server_stdout_skipped" in details:
+            lines, count = stdio.stdout_skipped(ctx.stdout_since)
             details.update(server_stdout=lines, server_stdout_skipped=count)
             if not count:
                 del details["server_stdout"], details["server_stdout_skipped"]
@@ -6275,7 +6348,8 @@ class McpSession:
     def mark_started(self) -> None:
         """Negotiated: what its server process wrote to stderr (and skipped stdout) so far is its start-up
         (``OpContext.stderr_since``, ``stdout_since``)."""
-        self.transport.mark_started()
+        if self.transport.stdio is not None:
+            self.transport.stdio.mark_started()
 
     def notify(self, method: str, params: dict[str, Any] | None, deadline: Deadline, *, strict: bool = True) -> None:
         self.transport.send(
@@ -6420,8 +6494,11 @@ class McpSession:
         """The tentative modern era was refused as a legacy server would (``ClientSession.refused_as_legacy``):
         ``initialize``, once for everyone who saw the refusal."""
         with self._renew_lock:
-            if self.core.tentative:
-                initialize(self, ctx, LATEST_LEGACY_VERSION)
+            if not self.core.tentative:
+                return
+            initialize(self, ctx, LATEST_LEGACY_VERSION)
+        if self.on_fell_back is not None:
+            self.on_fell_back()
 
     def close(self, deadline: Deadline | None = None) -> None:
         """End the session (DELETE for legacy HTTP sessions) and the transport; idempotent. Requests still in
@@ -6452,7 +6529,7 @@ class McpSession:
 def negotiate(session: McpSession, ctx: OpContext, *, server_info: bool = False) -> None:
     """Run the section-5 ``Negotiation`` over the session: each step's I/O here, each decision there."""
     pinned = session.server.protocol_version
-    plan = Negotiation(pinned, server_info=server_info, restartable=session.transport.restartable)
+    plan = Negotiation(pinned, server_info=server_info, restartable=session.transport.stdio is not None)
     step = plan.start()
     if pinned is not None:
         ctx.log.debug(f"protocol version pinned to {pinned} ({era_rules(pinned).era}); no era probe")
@@ -6477,7 +6554,8 @@ def negotiate(session: McpSession, ctx: OpContext, *, server_info: bool = False)
             elif step.probing:
                 ctx.log.debug(f"era probe: server supports {step.version}; retrying server/discover once with it")
         elif step.action == "restart":
-            step = plan.after_restart(step, session.transport.restart_if_exited())
+            stdio = session.transport.stdio
+            step = plan.after_restart(step, stdio is not None and stdio.restart_if_exited())
         else:
             assert step.version is not None
             try:
@@ -6542,18 +6620,18 @@ def _discover_step(session: McpSession, ctx: OpContext, step: Step) -> Evidence:
     probing = step.probing
     if probing:
         ctx.log.debug(f"era probe: server/discover at {rules.version}")
-    shared_probe = probing and session.transport.shared_stream
-    window = ProbeWindow(STDIO_PROBE_WINDOW, ctx.deadline, session.transport.unread_input) if shared_probe else None
+    stdio = session.transport.stdio if probing and session.transport.shared_stream else None
+    window = ProbeWindow(STDIO_PROBE_WINDOW, ctx.deadline, stdio.unread_input) if stdio is not None else None
     evidence: Evidence
     answer: Message | None = None
     try:
-        if window is not None:
-            session.transport.probe_begins()
+        if stdio is not None:
+            stdio.probe_begins()
         try:
             answer = session.request("server/discover", None, ctx, rules=rules, deadline=window)
         finally:
-            if window is not None:
-                session.transport.probe_ends(rejected=answer is not None and answer.kind == "error")
+            if stdio is not None and window is not None:
+                stdio.probe_ends(rejected=answer is not None and answer.kind == "error")
                 _log_window(window, ctx, answered=answer is not None)
         if not probing and answer.kind == "error":
             raise rpc_error_exception("server/discover", answer.error or {})
@@ -6571,10 +6649,10 @@ def _discover_step(session: McpSession, ctx: OpContext, step: Step) -> Evidence:
                 raise
             evidence = Evidence(status, message)
         elif isinstance(exc, ProtocolError):
-            if not probing or shared_probe:  # stdio skips lines that are not JSON-RPC (§9): no era evidence here
+            if not probing or stdio is not None:  # stdio skips lines that are not JSON-RPC (§9): no era evidence here
                 raise
             evidence = Evidence(200, None)  # an unparsable answer from a non-MCP or legacy endpoint
-        elif isinstance(exc, (McpTimeoutError, ConnectionFailedError)) and shared_probe:
+        elif isinstance(exc, (McpTimeoutError, ConnectionFailedError)) and stdio is not None:
             # No answer within the probe window, or the child exited (the Rust SDK stops on any request before
             # initialize) -> legacy (docs/contract.md §5). The operation's own budget still rules: spent on the
             # probe (a server that never read it), the error is the transport's, with what the server printed.
@@ -6674,16 +6752,23 @@ def stage_of(method: str) -> str:
     return _REQUEST_STAGES.get(method, method)
 
 
-def request_result(session: McpSession, ctx: OpContext, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+def request_result(
+    session: McpSession, ctx: OpContext, method: str, params: dict[str, Any] | None, *, cancel: bool = False
+) -> dict[str, Any]:
     """A non-call request; a lost legacy session is re-initialized once per operation, and a tentative modern era
-    refused as by a legacy server falls back to ``initialize`` once (docs/contract.md §5)."""
+    refused as by a legacy server falls back to ``initialize`` once (docs/contract.md §5). ``cancel``: a request
+    that was sent and timed out is cancelled on the wire as a timed-out ``tools/call`` is (``_cancel``):
+    ``resources/read`` and ``prompts/get``, whose work a server may go on doing."""
     for attempt in range(2):
         rules = session.core.rules
         assert rules is not None
         session_id = session.core.session_id
+        handle = RequestHandle()
         try:
-            answer = session.request(method, params, ctx)
+            answer = session.request(method, params, ctx, handle=handle)
         except RemoteError as exc:
+            if cancel and isinstance(exc, McpTimeoutError) and request_was_sent(exc):
+                _cancel(session, rules, handle.id, reason=f"timed out after {format_duration(ctx.deadline.seconds)}")
             if attempt == 0 and session.core.refused_as_legacy(exc):  # never asked for tools/call (call_tool)
                 ctx.log.debug(f"{method} refused as by a legacy server ({exc.message}); falling back to initialize")
                 session.fall_back(ctx)
@@ -6817,16 +6902,22 @@ def find_tool(tools: Sequence[dict[str, Any]], name: str, server_name: str) -> d
     )
 
 
+def declares_capability(session: McpSession, capability: str, *, extension: str | None = None) -> bool:
+    """Whether the negotiated server declared ``capability`` (an object under ``capabilities``; with ``extension``,
+    an object under ``capabilities.extensions``: SEP-2640's skills)."""
+    declared = (session.core.capabilities or {}).get(capability)
+    if extension is not None:
+        declared = declared.get(extension) if isinstance(declared, dict) else None
+    return isinstance(declared, dict)
+
+
 def require_capability(session: McpSession, capability: str, method: str, *, extension: str | None = None) -> None:
     """``mcp_capability_unsupported`` before ``method`` is sent to a server that did not declare ``capability``
     (``resources``, ``prompts``; ``extensions`` with ``extension``: SEP-2640's skills): such a server gets no
     request (docs/contract.md §5)."""
-    declared = (session.core.capabilities or {}).get(capability)
-    if extension is not None:
-        declared = declared.get(extension) if isinstance(declared, dict) else None
-        capability = extension
-    if isinstance(declared, dict):
+    if declares_capability(session, capability, extension=extension):
         return
+    capability = extension or capability
     raise CapabilityUnsupportedError(
         f"server {session.server.name!r} does not declare the {capability!r} capability; {method} was not sent",
         hint=f"the server offers no {capability}; bkmcp <server> --check shows what it declares",
@@ -6841,7 +6932,7 @@ def read_resource(session: McpSession, ctx: OpContext, uri: str) -> dict[str, An
     params: the 2026-07-28 spec's code, which legacy SDK servers answer too; ``uri`` is the request's only param)."""
     require_capability(session, "resources", "resources/read")
     try:
-        return request_result(session, ctx, "resources/read", {"uri": uri})
+        return request_result(session, ctx, "resources/read", {"uri": uri}, cancel=True)
     except ProtocolError as exc:
         if (exc.details.get("rpc_error") or {}).get("code") not in _UNKNOWN_RESOURCE_CODES:
             raise
@@ -6854,6 +6945,46 @@ def read_resource(session: McpSession, ctx: OpContext, uri: str) -> dict[str, An
 
 
 _UNKNOWN_RESOURCE_CODES = (-32002, -32602)
+
+
+def list_resources(session: McpSession, ctx: OpContext) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(resources, templates): ``resources/list`` and ``resources/templates/list``, each paginated to the end
+    (``discover_listing``), as received; a server with resources and no ``resources/templates/list`` at all
+    ("method not found") has no templates. The one path of ``--resources`` and the resident's ``list_resources``."""
+    require_capability(session, "resources", "resources/list")
+    resources = discover_listing(session, ctx, LISTINGS["resources/list"])[0]
+    try:
+        templates = discover_listing(session, ctx, LISTINGS["resources/templates/list"])[0]
+    except ProtocolError as exc:
+        if (exc.details.get("rpc_error") or {}).get("code") != -32601:
+            raise
+        ctx.log.debug("the server has no resources/templates/list: no templates")
+        templates = []
+    return resources, templates
+
+
+def list_prompts(session: McpSession, ctx: OpContext) -> list[dict[str, Any]]:
+    """Every prompt (``prompts/list`` paginated to the end), as received: ``--prompts`` and ``list_prompts``."""
+    require_capability(session, "prompts", "prompts/list")
+    return discover_listing(session, ctx, LISTINGS["prompts/list"])[0]
+
+
+def get_prompt(
+    session: McpSession,
+    ctx: OpContext,
+    name: str,
+    prepare: Callable[[dict[str, Any]], Mapping[str, str] | None],
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """List the prompts, find ``name`` (``mcp_prompt_not_found``), let ``prepare(prompt)`` check the arguments
+    (``invalid_mcp_arguments`` before sending), ``prompts/get`` once: (the prompt as listed, its result). ``prepare``
+    returning None stops after the listing (prompt help): the result is then None. The one path of ``--prompt`` and
+    the resident's ``get_prompt``."""
+    prompt = find_prompt(list_prompts(session, ctx), name, session.server.name)
+    arguments = prepare(prompt)
+    if arguments is None:
+        return prompt, None
+    params: dict[str, Any] = {"name": name, **({"arguments": dict(arguments)} if arguments else {})}
+    return prompt, request_result(session, ctx, "prompts/get", params, cancel=True)
 
 
 def find_prompt(prompts: Sequence[dict[str, Any]], name: str, server_name: str) -> dict[str, Any]:
@@ -7125,15 +7256,7 @@ def run_resources(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> 
     """``--resources`` data (docs/contract.md §7): every resource and resource template, as received."""
 
     def work(session: McpSession) -> dict[str, Any]:
-        require_capability(session, "resources", "resources/list")
-        resources = discover_listing(session, ctx, LISTINGS["resources/list"])[0]
-        try:
-            templates = discover_listing(session, ctx, LISTINGS["resources/templates/list"])[0]
-        except ProtocolError as exc:  # "method not found": a server with resources and no templates at all
-            if (exc.details.get("rpc_error") or {}).get("code") != -32601:
-                raise
-            ctx.log.debug("the server has no resources/templates/list: no templates")
-            templates = []
+        resources, templates = list_resources(session, ctx)
         return {
             "server": server.name,
             "protocol_version": session.protocol_version,
@@ -7170,8 +7293,7 @@ def run_prompts(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> di
     """``--prompts`` data: every prompt, as received."""
 
     def work(session: McpSession) -> dict[str, Any]:
-        require_capability(session, "prompts", "prompts/list")
-        prompts = discover_listing(session, ctx, LISTINGS["prompts/list"])[0]
+        prompts = list_prompts(session, ctx)
         return {
             "server": server.name,
             "protocol_version": session.protocol_version,
@@ -7196,13 +7318,10 @@ def run_prompt(
     "definition"}``); else ``{"server", "prompt", "result"}``."""
 
     def work(session: McpSession) -> dict[str, Any]:
-        require_capability(session, "prompts", "prompts/list")
-        prompt = find_prompt(discover_listing(session, ctx, LISTINGS["prompts/list"])[0], name, server.name)
-        arguments = prepare(prompt)
-        if arguments is None:
+        prompt, result = get_prompt(session, ctx, name, prepare)
+        if result is None:
             return {"server": server.name, "prompt": name, "definition": prompt}
-        params: dict[str, Any] = {"name": name, **({"arguments": arguments} if arguments else {})}
-        return {"server": server.name, "prompt": name, "result": request_result(session, ctx, "prompts/get", params)}
+        return {"server": server.name, "prompt": name, "result": result}
 
     return run_on_session(server, ctx, work, insecure=insecure)
 
@@ -8032,15 +8151,19 @@ def _raise_token_problems(
     )
 
 
+def _prompt_arguments(prompt: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """A prompt's declared arguments by name (the ones that are objects)."""
+    declared = prompt.get("arguments")
+    return {str(a.get("name")): a for a in declared if isinstance(a, dict)} if isinstance(declared, list) else {}
+
+
 def parse_prompt_arguments(
     prompt: Mapping[str, Any], tokens: Sequence[ToolToken], *, server_name: str = "<server>"
 ) -> dict[str, str]:
     """``--ARG VALUE`` after ``--prompt NAME`` -> ``prompts/get``'s arguments, each a string (docs/contract.md §2).
     An unknown, repeated or valueless flag and a required argument not given are ``invalid_mcp_arguments``, every
     problem at once, before anything is sent; an argument named like a reserved option (contract §6) has no flag."""
-    declared = prompt.get("arguments")
-    arguments = [a for a in declared if isinstance(a, dict)] if isinstance(declared, list) else []
-    names = {str(a.get("name")): a for a in arguments}
+    names = _prompt_arguments(prompt)
     values: dict[str, str] = {}
     problems: list[dict[str, str]] = []
     for token in tokens:
@@ -8053,18 +8176,37 @@ def parse_prompt_arguments(
             problems.append({"flag": flag, "message": f"{flag} needs a value (write {flag}=VALUE)"})
         else:
             values[token.name] = token.value
+    hint = f"see its arguments with: bkmcp {server_name} --prompt {prompt.get('name')} --help"
+    return check_prompt_arguments(prompt, values, problems, reserved=RESERVED_OPTION_NAMES, hint=hint)
+
+
+def check_prompt_arguments(
+    prompt: Mapping[str, Any],
+    values: Mapping[str, str],
+    problems: Sequence[dict[str, str]] = (),
+    *,
+    reserved: Iterable[str] = (),
+    hint: str | None = None,
+) -> dict[str, str]:
+    """A prompt's arguments checked against its declaration before ``prompts/get`` (the CLI's flags, the resident's
+    ``arguments`` object): a name it does not declare and a required argument not given are
+    ``invalid_mcp_arguments``, every problem at once (after ``problems`` already found); ``reserved`` names have no
+    flag (contract §6), which a missing one's message says."""
+    names = _prompt_arguments(prompt)
+    found = list(problems)
+    for name in values:
+        if name not in names:
+            found.append(
+                {"path": json_path([name]), "message": f"prompt {prompt.get('name')!r} has no argument {name!r}"}
+            )
     for name, argument in names.items():
         if argument.get("required") is True and name not in values:
-            why = " (its name is a bkmcp option, so it has no flag)" if name in RESERVED_OPTION_NAMES else ""
-            problems.append({"path": json_path([name]), "message": f"required argument {name!r} is missing{why}"})
-    if problems:
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise InvalidArgumentsError(
-            problems[0]["message"] + more,
-            hint=f"see its arguments with: bkmcp {server_name} --prompt {prompt.get('name')} --help",
-            details={"problems": problems},
-        )
-    return values
+            why = " (its name is a bkmcp option, so it has no flag)" if name in reserved else ""
+            found.append({"path": json_path([name]), "message": f"required argument {name!r} is missing{why}"})
+    if found:
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        raise InvalidArgumentsError(found[0]["message"] + more, hint=hint, details={"problems": found})
+    return dict(values)
 
 
 def parse_tool_arguments(
@@ -8927,6 +9069,30 @@ def _schema_problems(
     non_local_refs(schema, remote)
     if remote:
         raise NotLocal(f"the schema references {short_text(remote[0], 80)}, which is never fetched")
+    depth = json_depth(arguments)
+    if depth > recursion_ceiling():  # deeper than an answer or a --body bkmcp parses: left to the server
+        raise NotLocal(f"the arguments are {too_deep_words()}")
+    levels = depth + json_depth(schema)
+    try:  # as deep as bkmcp parses: the validators recurse ~10 Python frames a level (issue 36 item 7)
+        if levels <= _IN_PLACE_LEVELS:
+            return _jsonschema_problems(schema, arguments, budget)
+        problems: list[dict[str, str]] = call_with_headroom(
+            lambda: _jsonschema_problems(schema, arguments, budget), levels * 16
+        )
+        return problems
+    except RecursionError:  # 3.12 and 3.13 count C recursion apart (a fixed limit); a $ref that loops in place
+        raise NotLocal(
+            "the arguments and their schema are nested too deeply to check locally (Python's recursion limit)"
+        ) from None
+
+
+_IN_PLACE_LEVELS = 40  # arguments' and schema's levels (together) validated on the caller's own stack
+
+
+def _jsonschema_problems(
+    schema: dict[str, Any], arguments: Mapping[str, Any], budget: ValidationBudget | None
+) -> list[dict[str, str]]:
+    """``_schema_problems`` once the schema is known local and bounded: the quick path, then jsonschema."""
     if _jsonschema_importable() and _quickly_valid(schema, arguments, budget.deadline if budget else None):
         return []  # what jsonschema would answer, without loading it (above)
     try:
@@ -8963,12 +9129,8 @@ def _schema_problems(
         raise NotLocal(
             str(cause) if cause else f"a $ref could not be resolved locally ({short_text(str(exc), 80)})"
         ) from None
-    except (NotLocal, McpTimeoutError):
+    except (NotLocal, McpTimeoutError, RecursionError):
         raise
-    except RecursionError:  # the arguments (with their schema) deeper than jsonschema recurses
-        raise NotLocal(
-            "the arguments and their schema are nested too deeply to check locally (Python's recursion limit)"
-        ) from None
     except Exception as exc:  # a validator bug or an exotic keyword must not crash the call
         raise NotLocal(f"local validation failed ({type(exc).__name__})") from None
     finally:
@@ -9789,7 +9951,7 @@ def render_root_help(
         config = f"Config file: {config_path}\nConfigured servers ({len(servers)}): {', '.join(servers) or '(none)'}"
     example = "\n".join("  " + line for line in CONFIG_EXAMPLE_LINES)
     text = ROOT_HELP.format(
-        version=__version__, config=config, config_example=example, max_blob_bytes=DEFAULT_MAX_BLOB_BYTES
+        version=__version__, config=config, config_example=example, max_blob_bytes=OUT_MAX_BLOB_BYTES
     )
     if given:  # the examples carry the --config this help was run with (docs/contract.md §2)
         text = text.replace("\n  bkmcp report-prod ", f"\n  {build_server_command('report-prod', config_path)} ")
@@ -9802,7 +9964,7 @@ bkmcp --resident - resident multi-server mode for agent platforms (docs/resident
 Usage:
   bkmcp --resident --registry SOURCE [--events FILE|-] [--max-processes N] [--max-user-processes N]
                    [--idle-timeout DURATION] [--shutdown-grace DURATION] [--timeout DURATION]
-                   [-v] [--insecure]
+                   [--inject-resource-tools] [--max-blob-bytes N] [-v] [--insecure]
   bkmcp --registry FILE --import mcp.json      add or replace mcp.json's servers in a SQLite registry
   bkmcp --registry FILE --list                 the registry's servers as JSON, never a credential
 
@@ -9814,16 +9976,25 @@ Options:
   --idle-timeout DURATION  close a user's idle session after this long (default {idle_timeout})
   --shutdown-grace DURATION  at shutdown, time commands in flight get to finish (default {shutdown_grace}; 0: none)
   --timeout DURATION       budget of one call without its own timeout_ms (default 60s)
+  --inject-resource-tools  list_tools adds a resource-reading tool for each server that declares resources
+  --max-blob-bytes N       read_resource with include_blobs: at most N decoded blob bytes (default {max_blob_bytes})
 
 One JSON command per line on stdin, one answer per line on stdout (matched by task_id), e.g.
   {{"command": "invoke", "task_id": "t-1", "params": {{"action": "list_tools"}}, "user": {{"userId": "u1"}}}}
-Actions: init, list_servers, connect_server, disconnect_server, list_tools, refresh_tools, call_tool, shutdown.
+Actions: init, list_servers, connect_server, disconnect_server, list_tools, refresh_tools, call_tool,
+list_resources, read_resource, list_prompts, get_prompt, shutdown.
 Exit status: 0 after shutdown, end of input or SIGTERM; 130 after SIGINT; 1 when the registry cannot be opened.
 Command protocol: docs/resident.md; registry and credentials: docs/resident-registry.md.
 """
 # The resident mode's defaults, as its help prints them; section 10 (which the pyz runs only on first use) holds
 # the values, and tests/unit/test_cli.py checks that the two agree.
-RESIDENT_HELP_DEFAULTS = {"max_processes": 64, "max_user_processes": 8, "idle_timeout": "10m", "shutdown_grace": "5s"}
+RESIDENT_HELP_DEFAULTS = {
+    "max_processes": 64,
+    "max_user_processes": 8,
+    "idle_timeout": "10m",
+    "shutdown_grace": "5s",
+    "max_blob_bytes": 16777216,
+}
 
 
 def render_resident_help() -> str:
@@ -9845,7 +10016,7 @@ COMPLETION_TIMEOUT = 2.0  # seconds one completion may spend connecting to a ser
 _COMPLETION_OPTIONS = (
     "--help --version --config --timeout --jq --raw --verbose --insecure --check --tools --brief --body --dry-run "
     "--resident --registry --import --list --completion --events --max-processes --max-user-processes --idle-timeout "
-    "--shutdown-grace --keep-alive --sessions --stop --out --max-blob-bytes"
+    "--shutdown-grace --max-blob-bytes --inject-resource-tools --keep-alive --sessions --stop --out"
 )
 # the options valid after <server> (before a tool), and after <server> <tool> beside the tool's own flags
 _COMPLETION_SERVER_OPTIONS = (
@@ -9854,7 +10025,7 @@ _COMPLETION_SERVER_OPTIONS = (
 _COMPLETION_CALL_OPTIONS = "--body --dry-run --help --config --timeout --jq --raw --verbose --insecure --keep-alive"
 _COMPLETION_VALUE_OPTIONS = (
     "--config --timeout --jq --body --registry --import --events --max-processes --max-user-processes "
-    "--idle-timeout --shutdown-grace --completion --out --max-blob-bytes"
+    "--idle-timeout --shutdown-grace --max-blob-bytes --completion --out"
 )
 _BASH_COMPLETION = """\
 # bkmcp completion for bash: eval "$(bkmcp --completion bash)" in ~/.bashrc, or save it as
@@ -11821,6 +11992,7 @@ DEFAULT_IDLE_TIMEOUT = 600.0
 DEFAULT_MAX_PROCESSES = 64
 DEFAULT_MAX_USER_PROCESSES = 8
 DEFAULT_SHUTDOWN_GRACE = 5.0  # shutdown: how long the commands in flight may still finish on their own
+DEFAULT_MAX_BLOB_BYTES = 16 * 1024 * 1024  # read_resource with include_blobs: decoded blob bytes in one answer
 _RESTART_BACKOFF_MAX = 30.0
 LINES_CLOSE_WAIT = 2.0  # at the end, what stderr or the --events stream still holds is given up after this long
 _KEEPALIVE_IDLE = 5.0  # an HTTP session unused this long has its keep-alive connections closed (the session stays)
@@ -11847,6 +12019,17 @@ def run_each(job: Callable[[Any], None], items: Sequence[Any], *, timeout: float
 
 def _events_dropped(count: int) -> str:
     return dump_json({"ts": round(time.time(), 3), "event": "events.dropped", "count": count}) + "\n"
+
+
+def build_event_uri(uri: str) -> str:
+    """A URI as an event names it (docs/contract.md §11.6): no query string, fragment or user information, which
+    may hold what a user typed or a credential."""
+    head = uri.split("#", 1)[0].split("?", 1)[0]
+    scheme, separator, rest = head.partition("://")
+    if separator:
+        authority, slash, path = rest.partition("/")
+        head = f"{scheme}://{authority.rpartition('@')[2]}{slash}{path}"
+    return clip_text(head, 200)
 
 
 class EventSink:
@@ -11954,12 +12137,12 @@ class ResidentSession:
                         f"the session of server {self.server.name!r} was closed", request_sent=False
                     )
                 session = McpSession(self.server, insecure=self.insecure, log=self.log, die_with_parent=True)
-                session.on_stray = self._stray
+                session.on_stray, session.on_fell_back = self._stray, self._fell_back
                 self._session = session
             try:
                 negotiate(session, self._ctx(timeout))
             finally:
-                pid = session.transport.pid
+                pid = session.transport.stdio.pid if session.transport.stdio is not None else None
                 if pid is not None and self.pid is None:
                     self.pid = pid
                     self.events.emit("process.started", server=self.server.name, user=self.user_id, pid=pid)
@@ -11971,6 +12154,18 @@ class ResidentSession:
     def _stray(self, stray: Stray) -> None:
         """A response that answers no request in flight (``Stray``): an event, besides the operator log's warning."""
         self.events.emit("response.stray", server=self.server.name, user=self.user_id, reason=stray.why)
+
+    def _fell_back(self) -> None:
+        """The tentative modern era turned legacy (contract §5): its ``protocol.initialized`` again, now legacy."""
+        session = self._session
+        if session is not None:
+            self.events.emit(
+                "protocol.initialized",
+                server=self.server.name,
+                user=self.user_id,
+                version=session.protocol_version,
+                era=session.era,
+            )
 
     def _require(self) -> McpSession:
         session = self._session
@@ -11991,13 +12186,38 @@ class ResidentSession:
     ) -> dict[str, Any]:
         return call_tool(self._require(), self._ctx(timeout), name, arguments, tool)
 
+    # resources and prompts: the CLI's own section-7 paths (--resources, --read, --prompts, --prompt), one each
+
+    def list_resources(self, timeout: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        return list_resources(self._require(), self._ctx(timeout))
+
+    def read_resource(self, uri: str, timeout: float) -> dict[str, Any]:
+        return read_resource(self._require(), self._ctx(timeout), uri)
+
+    def list_prompts(self, timeout: float) -> list[dict[str, Any]]:
+        return list_prompts(self._require(), self._ctx(timeout))
+
+    def get_prompt(self, name: str, arguments: Mapping[str, str], timeout: float) -> dict[str, Any]:
+        """``prompts/get`` once the arguments passed the prompt's declaration (``check_prompt_arguments``)."""
+        result = get_prompt(self._require(), self._ctx(timeout), name, lambda p: check_prompt_arguments(p, arguments))[
+            1
+        ]
+        assert result is not None
+        return result
+
+    def declares(self, capability: str) -> bool:
+        """Whether the server declared ``capability`` (``resources``, ``prompts``) when it was negotiated."""
+        session = self._session
+        return session is not None and declares_capability(session, capability)
+
     def close_idle_connections(self) -> int:
         """HTTP: close the keep-alive connections no request uses (the session stays); stdio: nothing."""
         session = self._session
         return session.transport.close_idle_connections() if session is not None else 0
 
     def exit_status(self) -> int | None:
-        return self._session.transport.exit_status if self._session is not None else None
+        stdio = self._session.transport.stdio if self._session is not None else None
+        return stdio.exit_status if stdio is not None else None
 
     def close(self) -> None:
         """Idempotent; ends the session and stops the child (stdin, SIGTERM, SIGKILL), reaping its group. Does not
@@ -12067,6 +12287,7 @@ class Slot:
         self.open_lock = threading.Lock()
         self.trimmed = 0.0  # when the reaper last closed the idle keep-alive connections of its HTTP session
         self.resolved: SlotResolution | None = None  # the last resolution for this slot
+        self.resources: bool | None = None  # its server declared resources at its last open (None: not opened yet)
 
 
 def slot_fingerprint(slot: Slot, server: ResolvedServer) -> str:
@@ -12157,6 +12378,8 @@ class ResidentOptions:
     timeout: float
     insecure: bool
     shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE  # --shutdown-grace (0: cut at once)
+    inject_resource_tools: bool = False  # --inject-resource-tools: list_tools adds a resource-reading tool per server
+    max_blob_bytes: int = DEFAULT_MAX_BLOB_BYTES  # --max-blob-bytes: read_resource's blobs with include_blobs
 
 
 def build_backoff_error(server: str, cause: BkmcpError, failures: int, wait_ms: int) -> BkmcpError:
@@ -12479,6 +12702,7 @@ class SessionPool:
             with self._lock:
                 slot.last_error = None
                 slot.last_used = time.monotonic()
+                slot.resources = session.declares("resources")  # --inject-resource-tools asks (Catalogues)
                 session.leases += 1
             return session
 
@@ -12491,6 +12715,26 @@ class SessionPool:
                 self._retiring.discard(session)
         if last:
             self._close_later(session)
+
+    def lend(
+        self, slot: Slot, session: ResidentSession, work: Callable[[], Any], failed: Callable[[BkmcpError], None]
+    ) -> Any:
+        """``work()`` on ``session`` (leased by ``session()``), given back however it ends: a success resets the
+        slot's failures in a row; a failure is told to ``failed`` (its event) and drops a session whose child died
+        (``after_failure``), then raised as it is."""
+        try:
+            result = work()
+        except BkmcpError as exc:
+            self.release(session)
+            failed(exc)
+            self.after_failure(slot, session)
+            raise
+        except BaseException:
+            self.release(session)
+            raise
+        self.release(session)
+        slot.failures = 0
+        return result
 
     def retire(self, slot: Slot, session: ResidentSession) -> None:
         """The ``disconnect_server`` way of ending an outdated session: new commands get a new session at once,
@@ -12701,27 +12945,35 @@ _INJECTED_MAX = 64
 _INJECTED_PREFIX = 55
 
 
-def _injected_suffixed(base: str, server: str, tool: str) -> str:
+# --inject-resource-tools: a server's resource-reading tool is the pair (server, None), named as a tool called
+# ``read_resource``; its hash input, "resources/read" NUL server, is no real pair's (a server name has no "/").
+RESOURCE_READER_TOOL = "read_resource"
+
+
+def _injected_suffixed(base: str, server: str, tool: str | None) -> str:
     import hashlib
 
-    digest = hashlib.sha256(f"{server}\0{tool}".encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    key = f"{server}\0{tool}" if tool is not None else f"resources/read\0{server}"
+    digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:8]
     return f"{base[:_INJECTED_PREFIX]}_{digest}"
 
 
-def build_injected_names(pairs: Iterable[tuple[str, str]]) -> dict[str, tuple[str, str]]:
+def build_injected_names(pairs: Iterable[tuple[str, str | None]]) -> dict[str, tuple[str, str | None]]:
     """Injected tool names (docs/contract.md §11.5) for every ``(server, tool)`` a user sees: name -> (server, tool).
 
     ``mcp_{server}_{tool}`` with every character outside ``[A-Za-z0-9_-]`` replaced by ``_``; a name longer than
     64 characters, or equal to another tool's name, becomes its first 55 characters + ``_`` + 8 hex digits of
     sha256(server + NUL + tool), and so does every member of a colliding group. A name therefore depends only
-    on the tool and on which other tools are in ``pairs``, never on their order.
+    on the tool and on which other tools are in ``pairs``, never on their order. ``(server, None)`` is the server's
+    resource-reading tool (``RESOURCE_READER_TOOL``), which collides like any tool: with a tool of that name too.
     """
     import collections
 
-    unique = sorted(set(pairs))
+    unique = sorted(set(pairs), key=lambda pair: (pair[0], pair[1] is not None, pair[1] or ""))
     bases = {
         (server, tool): "".join(
-            ch if ch.isascii() and (ch.isalnum() or ch in "_-") else "_" for ch in f"mcp_{server}_{tool}"
+            ch if ch.isascii() and (ch.isalnum() or ch in "_-") else "_"
+            for ch in f"mcp_{server}_{RESOURCE_READER_TOOL if tool is None else tool}"
         )
         for server, tool in unique
     }
@@ -12734,7 +12986,7 @@ def build_injected_names(pairs: Iterable[tuple[str, str]]) -> dict[str, tuple[st
         if not clash:
             break
         suffixed |= clash
-    table: dict[str, tuple[str, str]] = {}
+    table: dict[str, tuple[str, str | None]] = {}
     for pair in unique:
         name = names[pair]
         if name in table:  # two tools share a 55-character prefix and 32 bits of sha256: never guess
@@ -13290,6 +13542,28 @@ def build_tool_entry(
     return entry
 
 
+def build_resource_reader(server: str) -> dict[str, Any]:
+    """The resource-reading tool ``--inject-resource-tools`` adds for ``server``, as a server would list it."""
+    return {
+        "name": RESOURCE_READER_TOOL,
+        "description": f"Read one resource of MCP server {server!r} by its URI (resources/read), such as the URI of "
+        "a resource link in one of its tools' results.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {"uri": {"type": "string", "description": "the resource's URI"}},
+            "required": ["uri"],
+        },
+    }
+
+
+def build_resource_reader_entry(name: str, server: str) -> dict[str, Any]:
+    """The ``list_tools`` entry of ``server``'s resource-reading tool (docs/contract.md §11.2): a TOOL in all four
+    model-family shapes whose ``tool_name`` is null and ``resource_reader`` true."""
+    entry = build_tool_entry(name, server, build_resource_reader(server))
+    entry.update(tool_name=None, resource_reader=True)
+    return entry
+
+
 # -- 10.3.3 a command and its catalogues: the parsed command, Catalogues cached per session ----------------------------
 
 
@@ -13330,7 +13604,9 @@ class Catalogues:
     events: EventSink
     log: Log
     timeout: float  # --timeout: each discovery's budget
-    names: dict[str, dict[str, tuple[str, str]]] = field(default_factory=dict)  # user -> injected -> (server, tool)
+    inject: bool = False  # --inject-resource-tools: a resource-reading tool for each server that declares resources
+    # user -> injected -> (server, tool); (server, None): the server's resource-reading tool
+    names: dict[str, dict[str, tuple[str, str | None]]] = field(default_factory=dict)
     named_at: dict[str, float] = field(default_factory=dict)  # user -> when ``names`` was set (monotonic)
 
     def use(self, command: ResidentCommand, view: Any, row: Any) -> tuple[Slot, ResolvedServer]:
@@ -13392,10 +13668,8 @@ class Catalogues:
                     return slot.tools
             session = self.session(command, row, slot, server)
             started = time.monotonic()
-            try:
-                tools, ttl_ms = session.list_tools(command.deadline.left())
-            except BkmcpError as exc:
-                self.pool.release(session)
+
+            def failed(exc: BkmcpError) -> None:
                 self.events.emit(
                     "server.discover",
                     server=row.name,
@@ -13405,12 +13679,13 @@ class Catalogues:
                     ms=int((time.monotonic() - started) * 1000),
                     error_code=exc.code,
                 )
-                self.pool.after_failure(slot, session)
+
+            try:
+                tools, ttl_ms = self.pool.lend(
+                    slot, session, lambda: session.list_tools(command.deadline.left()), failed
+                )
+            except BkmcpError as exc:
                 raise platform_error(exc, server=row.name, timeout=timeout) from None
-            except BaseException:
-                self.pool.release(session)
-                raise
-            self.pool.release(session)
             self.events.emit(
                 "server.discover",
                 server=row.name,
@@ -13419,7 +13694,7 @@ class Catalogues:
                 complete=True,
                 ms=int((time.monotonic() - started) * 1000),
             )
-            slot.tools, slot.tools_version, slot.failures = tools, session.protocol_version, 0
+            slot.tools, slot.tools_version = tools, session.protocol_version
             slot.fresh_until = catalogue_kept_until(ttl_ms, started)
             self._store(slot, ttl_ms)
             return tools
@@ -13465,17 +13740,11 @@ class Catalogues:
                 tools = self.tools(command, view, row, refresh=refresh)
                 with lock:
                     found[row.name] = tools
+                if self.inject:
+                    self.reads_resources(command, view, row)
             except BkmcpError as exc:
                 with lock:
-                    errors.append(
-                        {
-                            "server_name": row.name,
-                            "error_code": exc.code,
-                            "error": command_scrubber(self.log, command).scrub(
-                                platform_error(exc, server=row.name, timeout=command.deadline.seconds).message
-                            ),
-                        }
-                    )
+                    errors.append(self.error_entry(command, row, exc))
                 if refresh:  # the previous catalogue stays for list_tools
                     slot = self.pool.peek(command.user_id, row)
                     if slot is not None and slot.tools is not None:
@@ -13486,19 +13755,45 @@ class Catalogues:
         errors.sort(key=lambda e: e["server_name"])
         return found, errors
 
+    def error_entry(self, command: ResidentCommand, row: Any, exc: BkmcpError) -> dict[str, Any]:
+        """One server's entry in an answer's ``errors`` (a listing across servers): its code and its message in the
+        platform's words, scrubbed with the command's own secrets."""
+        message = platform_error(exc, server=row.name, timeout=command.deadline.seconds).message
+        return {
+            "server_name": row.name,
+            "error_code": exc.code,
+            "error": command_scrubber(self.log, command).scrub(message),
+        }
+
+    def reads_resources(self, command: ResidentCommand, view: Any, row: Any) -> bool:
+        """``--inject-resource-tools``: whether ``row``'s server declared resources when this user's session of it
+        was last opened; a catalogue read from the registry's cache has no session yet: one is opened to learn it."""
+        slot = self.pool.peek(command.user_id, row)
+        if slot is None or slot.resources is None:
+            slot, server = self.use(command, view, row)
+            self.pool.use(slot, 1)
+            try:
+                self.pool.release(self.session(command, row, slot, server))
+            finally:
+                self.pool.use(slot, -1)
+        return slot.resources is True
+
     def known_pairs(
         self, command: ResidentCommand, view: Any, found: Mapping[str, list[dict[str, Any]]] | None = None
-    ) -> list[tuple[str, str]]:
+    ) -> list[tuple[str, str | None]]:
         """Every (server, tool) this user sees: the catalogues in ``found`` (those an answer is built from), else
-        the ones cached for them now, each read once (another user's refresh may replace a shared one meanwhile)."""
-        pairs = []
+        the ones cached for them now, each read once (another user's refresh may replace a shared one meanwhile);
+        with ``--inject-resource-tools``, (server, None) for each server whose session declared resources."""
+        pairs: list[tuple[str, str | None]] = []
         for row in usable_rows(view):
+            slot = self.pool.peek(command.user_id, row)
             tools = found.get(row.name) if found is not None else None
             if tools is None:
-                slot = self.pool.peek(command.user_id, row)
                 tools = slot.tools if slot is not None else None
             if tools is not None:
                 pairs += [(row.name, str(t.get("name"))) for t in tools if isinstance(t, dict)]
+                if self.inject and slot is not None and slot.resources is True:
+                    pairs.append((row.name, None))
         return pairs
 
     def answer(
@@ -13529,6 +13824,8 @@ class Catalogues:
                         {"server_name": row.name, "tool_name": tool.get("name"), "family": family, "reason": why}
                         for family, why in shaped[index][1].items()
                     ]
+            if (row.name, None) in by_pair:  # --inject-resource-tools
+                tools.append(build_resource_reader_entry(by_pair[(row.name, None)], row.name))
         answer: dict[str, Any] = {"tools": tools, "errors": errors}
         if warnings:
             answer["warnings"] = warnings
@@ -13560,7 +13857,7 @@ class Catalogues:
 
 # -- 10.4.1 parsing a command: limits, the platform's wording (platform_error), parse_command -------------------------
 
-# JSON lines in, one answer per command out: the reader thread, a bounded worker pool, the seven actions
+# JSON lines in, one answer per command out: the reader thread, a bounded worker pool, the eleven actions
 # (``Actions``), the end (shutdown, EOF, signals) that answers every command read, and ``run_resident``. An error
 # reaches the platform in its words (``platform_error``: no hints, a timeout as the command's budget in ms).
 
@@ -13573,9 +13870,21 @@ RESIDENT_ACTIONS = (
     "list_tools",
     "refresh_tools",
     "call_tool",
+    "list_resources",
+    "read_resource",
+    "list_prompts",
+    "get_prompt",
     "shutdown",
 )
 _NO_USER_ACTIONS = frozenset({"init", "list_servers", "shutdown"})
+# the params each action requires (parse_command: invalid_command without them)
+_REQUIRED_PARAMS = {
+    "connect_server": ("server_name",),
+    "disconnect_server": ("server_name",),
+    "read_resource": ("server_name", "uri"),
+    "get_prompt": ("server_name", "name"),
+}
+_TIMED_ACTIONS = frozenset({"call_tool", "list_resources", "read_resource", "list_prompts", "get_prompt"})
 _MAX_COMMANDS_RUNNING = 4096  # commands executing at once; the reader waits (back-pressure) beyond it
 _IDLE_WORKERS = 16  # command threads kept waiting for the next command (starting a thread costs ~0.1 ms)
 _WORKER_IDLE_SECONDS = 30.0  # an idle command thread ends after this long without a command
@@ -13679,8 +13988,26 @@ def parse_command(line: bytes, timeout: float = DEFAULT_TIMEOUT) -> ResidentComm
         value = _field_type(params, name, str, task_id, "a string")
         if value == "":
             raise InvalidCommandError(f"field {name!r} must not be empty", details={"task_id": task_id})
-    if action in ("connect_server", "disconnect_server") and params.get("server_name") is None:
-        raise InvalidCommandError(f"field 'server_name' is required for {action}", details={"task_id": task_id})
+    for name in _REQUIRED_PARAMS.get(action, ()):
+        if params.get(name) is None:
+            raise InvalidCommandError(f"field {name!r} is required for {action}", details={"task_id": task_id})
+    if action == "read_resource":
+        if not isinstance(params["uri"], str) or not params["uri"]:
+            raise InvalidCommandError("field 'uri' must be a non-empty string", details={"task_id": task_id})
+        _field_type(params, "include_blobs", bool, task_id, "a boolean")
+    if action == "get_prompt" and params.get("arguments") is not None:
+        arguments = params["arguments"]
+        if not isinstance(arguments, dict) or not all(isinstance(v, str) for v in arguments.values()):
+            raise InvalidCommandError(
+                "field 'arguments' must be an object of strings (a prompt's arguments are strings)",
+                details={"task_id": task_id},
+            )
+    if action in _TIMED_ACTIONS:
+        timeout_ms = _field_type(params, "timeout_ms", int, task_id, "a positive integer (milliseconds)")
+        if timeout_ms is not None and not 0 < timeout_ms <= _MAX_TIMEOUT_MS:
+            raise InvalidCommandError(
+                "field 'timeout_ms' must be a positive integer of at most 7 days", details={"task_id": task_id}
+            )
     if action == "call_tool":
         by_name = params.get("name") is not None
         by_pair = params.get("server_name") is not None or params.get("tool_name") is not None
@@ -13691,12 +14018,7 @@ def parse_command(line: bytes, timeout: float = DEFAULT_TIMEOUT) -> ResidentComm
             )
         if "arguments" in params and not isinstance(params["arguments"], dict):
             raise InvalidCommandError("field 'arguments' must be an object", details={"task_id": task_id})
-        timeout_ms = _field_type(params, "timeout_ms", int, task_id, "a positive integer (milliseconds)")
-        if timeout_ms is not None and not 0 < timeout_ms <= _MAX_TIMEOUT_MS:
-            raise InvalidCommandError(
-                "field 'timeout_ms' must be a positive integer of at most 7 days", details={"task_id": task_id}
-            )
-    own = params.get("timeout_ms")  # checked above for call_tool; any action's integer counts, as it always did
+    own = params.get("timeout_ms")  # checked above for _TIMED_ACTIONS; any action's integer counts, as it always did
     seconds = own / 1000 if isinstance(own, int) and not isinstance(own, bool) else timeout
     return ResidentCommand(task_id, action, params, user_id, access_token, Deadline(seconds))
 
@@ -13908,9 +14230,40 @@ class InFlight:
 # -- 10.4.3 Actions: the resident's actions, one method each -----------------------------------------------------------
 
 
+def build_resource_contents(result: dict[str, Any], *, include_blobs: bool, cap: int) -> dict[str, Any]:
+    """A ``resources/read`` result for the platform: text contents as received; each blob as ``{uri, mimeType, …,
+    bytes, sha256}`` (its decoded size and SHA-256, the base64 left out) unless ``include_blobs``, then as received
+    while the blobs' decoded bytes stay within ``cap`` (``--max-blob-bytes``), else ``resource_limit``."""
+    import base64
+    import hashlib
+
+    contents: list[Any] = []
+    total = 0
+    for item in result.get("contents") or []:
+        if isinstance(item, dict) and isinstance(item.get("blob"), str):
+            try:
+                data = base64.b64decode("".join(item["blob"].split()), validate=True)
+            except ValueError:
+                raise ProtocolError(
+                    f"resources/read: the blob of {clip_text(repr(item.get('uri')), 200)} is not base64"
+                ) from None
+            total += len(data)
+            if not include_blobs:
+                item = {k: v for k, v in item.items() if k != "blob"}
+                item.update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
+        contents.append(item)
+    if include_blobs and total > cap:
+        raise ResourceLimitError(
+            f"the resource's blobs are {total} bytes, more than --max-blob-bytes ({cap}); read it without "
+            "include_blobs for each blob's size and sha256",
+            details={"limit": cap, "bytes": total, "kind": "blob"},
+        )
+    return {**result, "contents": contents}
+
+
 @dataclass
 class Actions:
-    """The seven actions of docs/contract.md §11.2 (``do_*``, one command each, on a worker thread): each takes its
+    """The eleven actions of docs/contract.md §11.2 (``do_*``, one command each, on a worker thread): each takes its
     user's registry view (``_view``), uses the session pool (10.2) and the catalogues (10.3), and returns its
     ``result`` or raises the error its answer carries."""
 
@@ -14047,16 +14400,7 @@ class Actions:
     def do_connect_server(self, command: ResidentCommand) -> dict[str, Any]:
         view = self._view(command)
         row = self._row(view, command.params["server_name"])
-        slot, server = self.catalogues.use(command, view, row)
-        self.pool.use(slot, 1)
-        try:
-            try:
-                session = self.catalogues.session(command, row, slot, server)
-            except BkmcpError as exc:
-                raise platform_error(exc, server=row.name, timeout=command.deadline.seconds) from None
-            self.pool.release(session)
-        finally:
-            self.pool.use(slot, -1)
+        session = self._on_server(command, view, row, None, lambda session, _left: session)
         tools = self.catalogues.tools(command, view, row, connect=True)
         return {
             "server_name": row.name,
@@ -14103,7 +14447,10 @@ class Actions:
                 )
                 self._rejected(command, None, injected, exc)
                 raise exc
-            server_name, tool_name = pair
+            server_name, reader_of = pair
+            if reader_of is None:  # --inject-resource-tools: the server's resource-reading tool
+                return self._read_by_tool(command, view, server_name, params.get("arguments") or {})
+            tool_name = reader_of
         else:
             server_name, tool_name = params["server_name"], params["tool_name"]
         arguments = {} if params.get("arguments") is None else params["arguments"]
@@ -14158,10 +14505,8 @@ class Actions:
                 raise platform_error(exc, server=server_name, timeout=timeout) from None
             self.events.emit("tool.started", **base)
             started = time.monotonic()
-            try:
-                result = session.call_tool(tool_name, arguments, deadline.left(), tool)
-            except BkmcpError as exc:
-                self.pool.release(session)
+
+            def failed(exc: BkmcpError) -> None:
                 if isinstance(exc, RemoteError) and not isinstance(exc, CapabilityUnsupportedError):
                     outcome = exc.details.get("outcome") or ("unknown" if request_was_sent(exc) else "not_sent")
                     self.events.emit(
@@ -14179,19 +14524,181 @@ class Actions:
                         is_error=False,
                         error_code=exc.code,
                     )
-                self.pool.after_failure(slot, session)
+
+            try:
+                result = self.pool.lend(
+                    slot, session, lambda: session.call_tool(tool_name, arguments, deadline.left(), tool), failed
+                )
+            except BkmcpError as exc:
                 raise platform_error(exc, server=server_name, timeout=timeout) from None
-            except BaseException:
-                self.pool.release(session)
-                raise
-            self.pool.release(session)
-            slot.failures = 0
         finally:
             self.pool.use(slot, -1)
         self.events.emit(
             "tool.finished", **base, ms=int((time.monotonic() - started) * 1000), is_error=result.get("isError") is True
         )
         return {"server_name": server_name, "tool_name": tool_name, "result": result}
+
+    # -- resources and prompts: the CLI's section-7 paths on this user's sessions ----------------------------------
+
+    def _on_server(
+        self,
+        command: ResidentCommand,
+        view: Any,
+        row: Any,
+        event: tuple[str, dict[str, Any]] | None,
+        work: Callable[[ResidentSession, float], Any],
+        counts: Callable[[Any], dict[str, Any]] = lambda _result: {},
+    ) -> Any:
+        """``work(session, time left)`` on this user's session of ``row`` (opened on demand within the command's one
+        ``Deadline``), then one event (unless None), ``event`` = (name, fields without values), with
+        ``counts(result)`` or the failure's ``error_code``; a failure in the platform's words."""
+        name, fields = event or ("", {})
+        base = {"server": row.name, "user": command.user_id, "task_id": command.task_id, **fields}
+        timeout = command.deadline.seconds
+        slot, server = self.catalogues.use(command, view, row)
+        self.pool.use(slot, 1)
+        try:
+            try:
+                session = self.catalogues.session(command, row, slot, server)
+            except BkmcpError as exc:
+                raise platform_error(exc, server=row.name, timeout=timeout) from None
+            started = time.monotonic()
+
+            def failed(exc: BkmcpError) -> None:
+                if name:
+                    self.events.emit(name, **base, ms=int((time.monotonic() - started) * 1000), error_code=exc.code)
+
+            try:
+                result = self.pool.lend(slot, session, lambda: work(session, command.deadline.left()), failed)
+            except BkmcpError as exc:
+                raise platform_error(exc, server=row.name, timeout=timeout) from None
+        finally:
+            self.pool.use(slot, -1)
+        if name:
+            self.events.emit(name, **base, ms=int((time.monotonic() - started) * 1000), **counts(result))
+        return result
+
+    def _each_server(
+        self, command: ResidentCommand, one: Callable[[Any, Any], dict[str, Any]]
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """``one(view, row)`` for every server the user may use (or the one ``server_name``), concurrently: (the
+        answers in server order, ``errors`` like ``list_tools``': a failing server never hides the others)."""
+        view = self._view(command)
+        name = command.params.get("server_name")
+        rows = usable_rows(view) if name is None else [self._row(view, name)]
+        found: dict[str, dict[str, Any]] = {}
+        errors: list[dict[str, Any]] = []
+        lock = _thread.allocate_lock()
+
+        def each(row: Any) -> None:
+            try:
+                answer = one(view, row)
+                with lock:
+                    found[row.name] = answer
+            except BkmcpError as exc:
+                entry = self.catalogues.error_entry(command, row, exc)
+                with lock:
+                    errors.append(entry)
+
+        run_each(each, rows)
+        if errors and self.stopping.is_set():  # cut by the shutdown: a failure, never a partial answer
+            raise _cut_by_shutdown(command)
+        return [found[row.name] for row in rows if row.name in found], sorted(errors, key=lambda e: e["server_name"])
+
+    def _read(self, command: ResidentCommand, view: Any, row: Any, uri: str, include_blobs: bool) -> dict[str, Any]:
+        """``resources/read`` of ``uri``, its blobs shaped by ``build_resource_contents``; ``resource.read`` names
+        the URI without its query string."""
+        cap = self.opts.max_blob_bytes
+        return self._on_server(  # type: ignore[no-any-return]
+            command,
+            view,
+            row,
+            ("resource.read", {"uri": build_event_uri(uri)}),
+            lambda session, left: build_resource_contents(
+                session.read_resource(uri, left), include_blobs=include_blobs, cap=cap
+            ),
+            lambda r: {"content_count": len(r["contents"])},
+        )
+
+    def _read_by_tool(
+        self, command: ResidentCommand, view: Any, server_name: str, arguments: dict[str, Any]
+    ) -> dict[str, Any]:
+        """``call_tool`` on a resource-reading tool (``--inject-resource-tools``): its ``uri`` read, the contents as
+        a tool result's embedded resources (blobs as ``{mimeType, bytes, sha256}``)."""
+        try:
+            row = self._row(view, server_name)
+            validate_arguments(build_resource_reader(server_name), arguments, deadline=command.deadline)
+        except BkmcpError as exc:
+            self._rejected(command, server_name, RESOURCE_READER_TOOL, exc)
+            raise platform_error(exc) from None
+        uri = arguments["uri"]
+        contents = self._read(command, view, row, uri, include_blobs=False).get("contents") or []
+        content = [{"type": "resource", "resource": item} for item in contents]
+        return {
+            "server_name": server_name,
+            "tool_name": None,
+            "resource_reader": True,
+            "uri": uri,
+            "result": {"content": content, "isError": False},
+        }
+
+    def do_list_resources(self, command: ResidentCommand) -> dict[str, Any]:
+        def one(view: Any, row: Any) -> dict[str, Any]:
+            resources, templates = self._on_server(
+                command,
+                view,
+                row,
+                ("resources.listed", {}),
+                lambda session, left: session.list_resources(left),
+                lambda r: {"resource_count": len(r[0]), "template_count": len(r[1])},
+            )
+            return {
+                "server_name": row.name,
+                "resource_count": len(resources),
+                "template_count": len(templates),
+                "resources": resources,
+                "templates": templates,
+            }
+
+        servers, errors = self._each_server(command, one)
+        return {"servers": servers, "errors": errors}
+
+    def do_read_resource(self, command: ResidentCommand) -> dict[str, Any]:
+        params = command.params
+        view = self._view(command)
+        row = self._row(view, params["server_name"])
+        result = self._read(command, view, row, params["uri"], params.get("include_blobs") is True)
+        return {"server_name": row.name, "uri": params["uri"], "result": result}
+
+    def do_list_prompts(self, command: ResidentCommand) -> dict[str, Any]:
+        def one(view: Any, row: Any) -> dict[str, Any]:
+            prompts = self._on_server(
+                command,
+                view,
+                row,
+                ("prompts.listed", {}),
+                lambda session, left: session.list_prompts(left),
+                lambda r: {"prompt_count": len(r)},
+            )
+            return {"server_name": row.name, "prompt_count": len(prompts), "prompts": prompts}
+
+        servers, errors = self._each_server(command, one)
+        return {"servers": servers, "errors": errors}
+
+    def do_get_prompt(self, command: ResidentCommand) -> dict[str, Any]:
+        params = command.params
+        name, arguments = params["name"], params.get("arguments") or {}
+        view = self._view(command)
+        row = self._row(view, params["server_name"])
+        result = self._on_server(
+            command,
+            view,
+            row,
+            ("prompt.fetched", {"prompt": command_scrubber(self.log, command).scrub(name)}),
+            lambda session, left: session.get_prompt(name, arguments, left),
+            lambda r: {"message_count": len(r.get("messages") or [])},
+        )
+        return {"server_name": row.name, "name": name, "result": result}
 
 
 # -- 10.4.4 ResidentServer: the reader and the end that answers all; memory; run_resident ------------------------------
@@ -14237,7 +14744,14 @@ class ResidentServer:
         # the end closes the sessions under the commands still running (``finish``): a failure from then on is the
         # cut's, never a partial answer; during shutdown's grace a server's own failure is still reported as itself
         self.cutting = threading.Event()
-        self.catalogues = Catalogues(self.pool, registry=registry, events=events, log=log, timeout=opts.timeout)
+        self.catalogues = Catalogues(
+            self.pool,
+            registry=registry,
+            events=events,
+            log=log,
+            timeout=opts.timeout,
+            inject=opts.inject_resource_tools,
+        )
         self.pool.on_users_gone = self.catalogues.forget
         self.actions = Actions(
             opts,
@@ -14749,7 +15263,7 @@ class WarmSessions:
                     "server": session.server.name,
                     "config_file": session.server.config_file,
                     "transport": session.server.type,
-                    "pid": session.transport.pid,
+                    "pid": session.transport.stdio.pid if session.transport.stdio is not None else None,
                     "protocol_version": session.protocol_version,
                     "alive": session.alive,
                     "age_s": round(now - entry.opened, 1),
@@ -14811,8 +15325,9 @@ class _WarmSource(SessionSource):
             if kept is not None and kept.alive:
                 self._kept[id(kept)] = entry
                 entry.lock.release()
-                ctx.stderr_since = kept.transport.stderr_position()  # what its server writes from now is this one's
-                ctx.stdout_since = kept.transport.stdout_position()
+                stdio = kept.transport.stdio  # what its server writes from now is this one's
+                ctx.stderr_since = stdio.stderr_position() if stdio is not None else None
+                ctx.stdout_since = stdio.stdout_position() if stdio is not None else None
                 return kept
             if self.peek:  # pragma: no cover - it died between _kept_entry's look and this one: a peek opens nothing
                 raise ConnectionFailedError(f"the warm session of {server.name!r} ended")
@@ -14933,27 +15448,27 @@ _RESIDENT_OPTIONS = {
     "--max-user-processes": "max_user_processes",
     "--idle-timeout": "idle_timeout",
     "--shutdown-grace": "shutdown_grace",
+    "--max-blob-bytes": "max_blob_bytes",
 }
+_RESIDENT_FLAG_OPTIONS = {"--inject-resource-tools": "inject_resource_tools"}
 _RESERVED_UNSUPPORTED = {"--format"}
 # `bkmcp <server> --resources | --prompts | --read URI | --prompt NAME` (contract §2): before a tool name (and
 # before --read's URI or --prompt's name) only, as --brief: after one, such a name is that tool's, template's or
 # prompt's own flag (contract §6).
 _CATALOGUE_FLAGS = {"--resources": "resources", "--prompts": "prompts", "--skills": "skills"}
 _TARGET_OPTIONS = {"--read": "read", "--prompt": "prompt", "--skill": "skill"}
+# every option of the root parser, with its Invocation attribute
+ROOT_OPTIONS = {
+    **_VALUE_OPTIONS,
+    **_FLAG_OPTIONS,
+    **_REGISTRY_VALUE_OPTIONS,
+    **_REGISTRY_FLAG_OPTIONS,
+    **_RESIDENT_OPTIONS,
+    **_RESIDENT_FLAG_OPTIONS,
+}
+ROOT_OPTIONS.update({**_CATALOGUE_FLAGS, **_TARGET_OPTIONS, "--brief": "brief", "--keep-alive": "keep_alive"})
 # every long option, for the close spellings of an unknown one (`--chek`: did you mean --check?)
-_LONG_OPTIONS = tuple(
-    name
-    for name in (
-        *_VALUE_OPTIONS,
-        *_FLAG_OPTIONS,
-        *_REGISTRY_OPTION_NAMES,
-        *_RESIDENT_OPTIONS,
-        *_REGISTRY_VALUE_OPTIONS,
-        *_CATALOGUE_FLAGS,
-        *_TARGET_OPTIONS,
-    )
-    if name.startswith("--")
-) + ("--brief", "--keep-alive")
+_LONG_OPTIONS = tuple(name for name in ROOT_OPTIONS if name.startswith("--"))
 
 
 @dataclass
@@ -14985,8 +15500,8 @@ class Invocation:
     skill: str | None = None
     raw: bool = False  # -r/--raw: a call's result as text; with --jq, strings unquoted (docs/contract.md §7)
     out: str | None = None  # --out DIR|-: blobs to files, or the one blob to stdout (docs/contract.md §7)
-    max_blob_bytes: str | None = None  # as written; ``blob_limit`` is the value
-    blob_limit: int = DEFAULT_MAX_BLOB_BYTES
+    max_blob_bytes: str | None = None  # as written; ``blob_limit`` is --out's value (the resident's: section 10)
+    blob_limit: int = OUT_MAX_BLOB_BYTES
     registry_import: str | None = None
     registry_list: bool = False
     completion: str | None = None  # --completion bash|zsh|fish|servers (root only)
@@ -14994,7 +15509,8 @@ class Invocation:
     max_processes: str | None = None
     max_user_processes: str | None = None
     idle_timeout: str | None = None
-    shutdown_grace: str | None = None
+    shutdown_grace: str | None = None  # (--max-blob-bytes: with --out above, or the resident's blob cap)
+    inject_resource_tools: bool = False
     keep_alive: str | None = None  # --keep-alive ("") or --keep-alive=DURATION (docs/contract.md §14)
     sessions: bool = False  # --sessions [--stop] (root only)
     stop: bool = False
@@ -15021,6 +15537,7 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
     tokens = list(argv)
     # the resident options exist only beside --resident: elsewhere they stay free for tool flags
     value_options = {**_VALUE_OPTIONS, **_RESIDENT_OPTIONS} if "--resident" in tokens else _VALUE_OPTIONS
+    flag_options = {**_FLAG_OPTIONS, **_RESIDENT_FLAG_OPTIONS} if "--resident" in tokens else _FLAG_OPTIONS
     i = 0
     while i < len(tokens):
         token = tokens[i]
@@ -15074,8 +15591,8 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
             else:  # `--body --dry-run` must not silently make "--dry-run" the body (and skip the dry run)
                 raise UsageError(f"option {name} needs a value", hint=f"write {name}=VALUE for a value starting with -")
             setattr(inv, attr, value)
-        elif token in _FLAG_OPTIONS or registry_tool:
-            attr = _FLAG_OPTIONS.get(token) or _REGISTRY_FLAG_OPTIONS[token]
+        elif token in flag_options or registry_tool:
+            attr = flag_options.get(token) or _REGISTRY_FLAG_OPTIONS[token]
             if attr in seen and attr not in ("verbose", "help"):
                 raise UsageError(f"option {token} given more than once")
             seen.add(attr)
@@ -15125,122 +15642,113 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
     return inv
 
 
+# The words MODE_TABLE names options by (a refusal lists them in this order), each with its Invocation attribute.
+INVOCATION_WORDS = {
+    **{"--resident": "resident", "a server name": "server", "a tool": "tool", "--check": "check", "--tools": "tools"},
+    **{"--resources": "resources", "--prompts": "prompts", "--read": "read", "--prompt": "prompt", "--body": "body"},
+    **{"--dry-run": "dry_run", "--config": "config", "--jq": "jq", "--raw": "raw", "--help": "help", "-v": "verbose"},
+    **{"--brief": "brief", "--keep-alive": "keep_alive", "tool flags": "tool_tokens", "bare arguments": "positional"},
+}
+INVOCATION_WORDS.update((w, a) for w, a in ROOT_OPTIONS.items() if a not in INVOCATION_WORDS.values())  # -h: --help's
+# A refusal's or a need's words: (sentence, hint), with {mode}, {got} (the options refused) and {inv} filled in.
+_REGISTRY_WORDS = "--import and --list take a --registry FILE and nothing else but -v and --timeout"
+_RESIDENT_CLI = "--resident cannot be combined with {got}: the resident mode takes its servers from --registry and "
+USAGE_WORDS: dict[str, tuple[str, str | None]] = {
+    "sessions": ("--sessions takes nothing else but --stop and --jq [--raw]", "bkmcp --sessions | bkmcp --sessions "
+                 "--stop | bkmcp --sessions --jq '.data.sessions[].server'"),
+    "shell": ("--completion takes nothing else but --config", "bkmcp --completion bash"),
+    "words": ("--completion tools takes a server name, --completion flags a server and a tool name, and nothing else "
+              "but --config", "bkmcp --completion flags SERVER TOOL (what the completion scripts run)"),
+    "registry": (_REGISTRY_WORDS, "bkmcp --registry FILE --import mcp.json | bkmcp --registry FILE --list"),
+    "registry got": (_REGISTRY_WORDS + " (got {got})", "bkmcp --registry FILE --import mcp.json | bkmcp --registry "
+                     "FILE --list"),
+    "resident modes": ("--resident takes no server, tool or mode options", None),
+    "resident cli": (_RESIDENT_CLI + "answers every command in full", "remove {got}"),
+    "resident registry": ("--resident needs --registry SOURCE (a SQLite file or an http(s)://…/internal/mcp/config "
+                          "URL)", "bkmcp --resident --registry ./registry.db"),
+    "body": ("{mode} takes no --body", None),
+    "dry-run": ("--dry-run cannot be combined with {mode}", None),
+    "modes": ("{mode} and {got} cannot be combined: choose one mode", None),
+    "server": ("a server name is required", "bkmcp <server> --check"),
+    "dry-run help": ("--dry-run cannot be combined with tool --help (tool help needs discovery)", None),
+    "dry-run flags": ("--dry-run does not accept named tool flags (got --{inv.tool_tokens[0].name})",
+                      "put every argument into --body"),
+    "dry-run other": ("--dry-run cannot be combined with {got}", None),
+    "dry-run tool": ("--dry-run needs a tool and --body", "bkmcp <server> <tool> --body '{{}}' --dry-run"),
+    "dry-run body": ("--dry-run needs a complete --body (flag types come from the server, which dry-run never "
+                     "contacts)", "use --body '{{...}}' (or --body '{{}}' for a tool without arguments)"),
+    "stop": ("--stop is only valid with --sessions", "bkmcp --sessions --stop"),
+    "registry only": ("--registry is only valid with --resident, --import or --list", None),
+    "brief": ("--brief is only valid with --tools or --resources", "bkmcp <server> --tools --brief"),
+    "body needs": ("--body needs a tool: bkmcp <server> <tool> --body JSON|@FILE|-", None),
+    "one mode": ("{modes} cannot be combined: choose one mode", None),
+}  # fmt: skip
+EVERY_MODE_TAKES = "-v, --timeout, --insecure, --keep-alive, --version, --context"  # --context: refused before
+_SERVER = "a server name, --config, --jq, --raw, --help"
+_RESIDENT_TAKES = "--resident, --registry, --help, " + ", ".join({**_RESIDENT_OPTIONS, **_RESIDENT_FLAG_OPTIONS})
+_SERVER_MODE = ("--body: body; --dry-run: dry-run; *: modes", "a server name: server")
+_OUT = "--out, --max-blob-bytes, "  # docs/contract.md §7 "Blobs to files": the modes with a result
+# Which options each mode takes (docs/contract.md §2), a row per mode, and the options only some modes take: tried in
+# order, read across: when the row applies; what it takes besides EVERY_MODE_TAKES ("A+B": A only beside B); what it
+# refuses ("OPTIONS: WORDS; …", "*": any other) and needs ("OPTION|OPTION: WORDS; …"; "-": never there), worded in
+# USAGE_WORDS. A new mode is one row; a new option, a word in INVOCATION_WORDS and in the rows that take it.
+MODE_TABLE: dict[str, tuple[Callable[[Invocation], bool], str, str, str]] = {
+    "--stop": (lambda inv: inv.stop, "", "", "--sessions: stop"),
+    "--sessions": (lambda inv: inv.sessions and not inv.help, "--sessions, --stop, --jq, --raw+--jq, --config",
+                   "*: sessions", ""),
+    "--completion SHELL": (lambda inv: inv.completion not in (None, "tools", "flags"), "--completion, --config",
+                           "*: shell", ""),
+    "--completion tools": (lambda inv: inv.completion == "tools", "--completion, --config, a server name", "*: words",
+                           "a server name: words"),
+    "--completion flags": (lambda inv: inv.completion == "flags", "--completion, --config, a server name, a tool",
+                           "*: words", "a tool: words"),
+    "--registry": (lambda inv: inv.registry is not None, "", "", "--resident|--import|--list: registry only"),
+    "--import, --list": (lambda inv: inv.registry_import is not None or inv.registry_list,
+                         "--import, --list, --registry, --help", "*: registry got", "--registry: registry"),
+    "one mode at a time": (lambda inv: sum(on for _, on in invocation_modes(inv)) > 1, "", "", "-: one mode"),
+    "--brief": (lambda inv: inv.brief, "", "", "--tools|--resources: brief"),
+    "--resident": (lambda inv: inv.resident, _RESIDENT_TAKES,
+                   "a server name, a tool, --check, --tools, --resources, --prompts, --read, --prompt, --skills, "
+                   "--skill: resident modes; --jq, --raw, --config, --dry-run: resident cli; *: resident cli",
+                   "--registry|--help: resident registry"),
+    "--check": (lambda inv: inv.check, "--check, " + _SERVER, *_SERVER_MODE),
+    "--tools": (lambda inv: inv.tools, "--tools, --brief, " + _SERVER, *_SERVER_MODE),
+    "--resources": (lambda inv: inv.resources, "--resources, --brief, " + _SERVER, *_SERVER_MODE),
+    "--prompts": (lambda inv: inv.prompts, "--prompts, " + _SERVER, *_SERVER_MODE),
+    "--read": (lambda inv: inv.read is not None, "--read, tool flags, " + _OUT + _SERVER, *_SERVER_MODE),
+    "--prompt": (lambda inv: inv.prompt is not None, "--prompt, tool flags, " + _OUT + _SERVER, *_SERVER_MODE),
+    "--skills": (lambda inv: inv.skills, "--skills, " + _SERVER, *_SERVER_MODE),
+    "--skill": (lambda inv: inv.skill is not None, "--skill, " + _OUT + _SERVER, *_SERVER_MODE),
+    "--body": (lambda inv: inv.body is not None, "", "", "a tool|--help: body needs"),
+    "a tool call": (lambda inv: inv.tool is not None,
+                    "a tool, --body, --dry-run, tool flags, bare arguments, --completion, " + _OUT + _SERVER,
+                    "*: modes", ""),
+    "--dry-run": (lambda inv: inv.dry_run, "--dry-run, a tool, --body, bare arguments, a server name, --config, --jq, "
+                  "--raw", "--help: dry-run help; tool flags: dry-run flags; *: dry-run other",
+                  "a tool: dry-run tool; --body: dry-run body"),
+}  # fmt: skip
+
+
 def check_invocation(inv: Invocation, timeout: float | None = None) -> None:
-    """Mode exclusivity and option combinations (docs/contract.md §2, seed §3, §8 dry-run); sets
-    ``inv.timeout_seconds``: ``timeout`` when given (a warm client's, parsed by that client), else ``--timeout``
-    parsed (a bad value is a usage error)."""
+    """Mode exclusivity and option combinations (docs/contract.md §2, seed §3, §8 dry-run), derived from
+    ``MODE_TABLE``; sets ``inv.timeout_seconds``: ``timeout`` when given (a warm client's,
+    parsed by that client), else ``--timeout`` parsed (a bad value is a usage error)."""
     if inv.context is not None:
         raise UnsupportedOptionError(
             "--context is not supported: bkmcp takes identity only from the server's headers in mcp.json",
             hint="remove --context; configure the server's headers instead",
         )
-    if inv.stop and not inv.sessions:
-        raise UsageError("--stop is only valid with --sessions", hint="bkmcp --sessions --stop")
-    if inv.sessions and not inv.help:
-        extra = inv.server or inv.check or inv.tools or inv.body is not None or inv.resident or inv.dry_run
-        if extra or inv.registry is not None or inv.completion is not None or (inv.raw and inv.jq is None):
-            raise UsageError(
-                "--sessions takes nothing else but --stop and --jq [--raw]",
-                hint="bkmcp --sessions | bkmcp --sessions --stop | bkmcp --sessions --jq '.data.sessions[].server'",
-            )
-    if inv.completion is not None:
-        if inv.completion not in (*COMPLETION_SHELLS, *COMPLETION_WORDS):
-            raise UsageError(
-                f"--completion takes bash, zsh or fish, got {inv.completion!r}",
-                hint='eval "$(bkmcp --completion bash)"',
-            )
-        # what the scripts ask: `--completion tools SERVER`, `--completion flags SERVER TOOL` (the rest: no words)
-        words = {"tools": inv.server is not None and inv.tool is None, "flags": inv.tool is not None}
-        extra = inv.check or inv.tools or inv.body is not None or inv.resident or inv.registry is not None
-        misplaced = bool(inv.tool_tokens or inv.positional) or not words.get(inv.completion, inv.server is None)
-        if extra or misplaced or inv.jq is not None or inv.dry_run or inv.help or inv.raw:
-            if inv.completion in words:
-                raise UsageError(
-                    "--completion tools takes a server name, --completion flags a server and a tool name, and "
-                    "nothing else but --config",
-                    hint="bkmcp --completion flags SERVER TOOL (what the completion scripts run)",
-                )
-            raise UsageError("--completion takes nothing else but --config", hint="bkmcp --completion bash")
-    registry_tool = inv.registry_import is not None or inv.registry_list
-    if inv.registry is not None and not inv.resident and not registry_tool:
-        raise UsageError("--registry is only valid with --resident, --import or --list")
-    if registry_tool:
-        both = inv.registry_import is not None and inv.registry_list
-        others = [
-            name
-            for name, on in (
-                ("--resident", inv.resident),
-                ("a server name", inv.server),
-                ("--check", inv.check),
-                ("--tools", inv.tools),
-                ("--body", inv.body),
-                ("--dry-run", inv.dry_run),
-                ("--config", inv.config),
-                ("--jq", inv.jq),
-                ("--raw", inv.raw),
-            )
-            if on
-        ]
-        if inv.registry is None or both or others:
-            raise UsageError(
-                "--import and --list take a --registry FILE and nothing else but -v and --timeout"
-                + (f" (got {', '.join(others)})" if others else ""),
-                hint="bkmcp --registry FILE --import mcp.json | bkmcp --registry FILE --list",
-            )
-    modes = [m for m, on in invocation_modes(inv) if on]
-    if len(modes) > 1:
-        raise UsageError(f"{' and '.join(modes)} cannot be combined: choose one mode")
-    if inv.brief and not (inv.tools or inv.resources):
-        raise UsageError("--brief is only valid with --tools or --resources", hint="bkmcp <server> --tools --brief")
-    if inv.resident and (inv.server or modes):
-        raise UsageError("--resident takes no server, tool or mode options")
-    if inv.resident:
-        cli_only = [
-            name
-            for name, on in (
-                ("--jq", inv.jq is not None),
-                ("--raw", inv.raw),
-                ("--config", inv.config is not None),
-                ("--dry-run", inv.dry_run),
-            )
-            if on
-        ]
-        if cli_only:
-            raise UsageError(
-                f"--resident cannot be combined with {', '.join(cli_only)}: the resident mode takes its servers from "
-                "--registry and answers every command in full",
-                hint="remove " + ", ".join(cli_only),
-            )
-    if inv.resident and inv.registry is None and not inv.help:
+    if inv.completion is not None and inv.completion not in (*COMPLETION_SHELLS, *COMPLETION_WORDS):
         raise UsageError(
-            "--resident needs --registry SOURCE (a SQLite file or an http(s)://…/internal/mcp/config URL)",
-            hint="bkmcp --resident --registry ./registry.db",
+            f"--completion takes bash, zsh or fish, got {inv.completion!r}", hint='eval "$(bkmcp --completion bash)"'
         )
-    if modes and not inv.tool:
-        mode = modes[0]
-        if inv.body is not None:
-            raise UsageError(f"{mode} takes no --body")
-        if inv.dry_run:
-            raise UsageError(f"--dry-run cannot be combined with {mode}")
-    if inv.body is not None and inv.tool is None and not modes and not inv.help:
-        raise UsageError("--body needs a tool: bkmcp <server> <tool> --body JSON|@FILE|-")
-    if modes and inv.server is None:
-        raise UsageError("a server name is required", hint="bkmcp <server> --check")
-    if inv.dry_run:
-        if inv.tool is None:
-            raise UsageError("--dry-run needs a tool and --body", hint="bkmcp <server> <tool> --body '{}' --dry-run")
-        if inv.help:
-            raise UsageError("--dry-run cannot be combined with tool --help (tool help needs discovery)")
-        if inv.body is None:
-            raise UsageError(
-                "--dry-run needs a complete --body (flag types come from the server, which dry-run never contacts)",
-                hint="use --body '{...}' (or --body '{}' for a tool without arguments)",
-            )
-        if inv.tool_tokens:
-            raise UsageError(
-                f"--dry-run does not accept named tool flags (got --{inv.tool_tokens[0].name})",
-                hint="put every argument into --body",
-            )
+    given = [word for word, attr in INVOCATION_WORDS.items() if getattr(inv, attr) not in (None, False, [])]
+    modes = [m for m, on in invocation_modes(inv) if on]
+    for mode, row in MODE_TABLE.items():
+        if row[0](inv):
+            check_mode_row(mode, inv, given, " and ".join(modes))
+    if inv.registry_import is not None and inv.registry_list:
+        raise usage_words("registry")
     if inv.positional and (inv.help or inv.body is not None or inv.dry_run):
         # a plain call hears about it after discovery, with the tool's flags (run_tool); these never discover
         raise UsageError(
@@ -15257,7 +15765,7 @@ def check_invocation(inv: Invocation, timeout: float | None = None) -> None:
             hint="drop --raw, or add --jq EXPR to print the strings it selects unquoted "
             "(e.g. --tools --jq '.data.tools[].name' --raw)",
         )
-    if inv.out is not None or inv.max_blob_bytes is not None:
+    if (inv.out is not None or inv.max_blob_bytes is not None) and not inv.resident:  # the resident's own cap: 10
         _check_out_options(inv)
     if timeout is not None:
         inv.timeout_seconds = timeout
@@ -15279,7 +15787,7 @@ def _check_out_options(inv: Invocation) -> None:
     if inv.out == "":
         raise UsageError("--out needs a directory, or - for the one blob's bytes on stdout")
     with_result = inv.read is not None or inv.prompt is not None or inv.skill is not None
-    if not inv.help and (inv.dry_run or not (with_result or inv.tool is not None)):
+    if not inv.help and not (with_result or inv.tool is not None):  # a mode without a result: MODE_TABLE's words
         raise UsageError(
             "--out writes the blobs of a result: it is valid with --read, --prompt, --skill or a tool call",
             hint="bkmcp <server> --read URI --out DIR",
@@ -15291,19 +15799,41 @@ def _check_out_options(inv: Invocation) -> None:
         )
 
 
+def check_mode_row(mode: str, inv: Invocation, given: list[str], modes: str) -> None:
+    """A mode that was given, against its row of ``MODE_TABLE``: what it does not take refused, what it needs."""
+    _, takes, refusals, needs = MODE_TABLE[mode]
+    taken = {*takes.split(", "), *EVERY_MODE_TAKES.split(", ")}
+    refused = [word for word in given if word not in taken and not any(f"{word}+{w}" in taken for w in given)]
+    for names, key in (part.split(": ") for part in refusals.split("; ") if part):
+        got = [word for word in (refused if names == "*" else names.split(", ")) if word in refused]
+        if got:
+            raise usage_words(key, mode=mode, got=", ".join(got), inv=inv, modes=modes)
+    for names, key in (part.split(": ") for part in needs.split("; ") if part):
+        if not any(word in given for word in names.split("|")):
+            raise usage_words(key, mode=mode, inv=inv, modes=modes)
+
+
+def usage_words(key: str, **fill: Any) -> UsageError:
+    message, hint = USAGE_WORDS[key]
+    return UsageError(message.format(**fill), hint=hint.format(**fill) if hint else None)
+
+
+SERVER_MODES = (
+    "--check",
+    "--tools",
+    "--resources",
+    "--prompts",
+    "--read",
+    "--prompt",
+    "--skills",
+    "--skill",
+    "a tool call",
+)
+
+
 def invocation_modes(inv: Invocation) -> tuple[tuple[str, bool], ...]:
     """The modes of a command line, each with whether it was given: at most one may be (docs/contract.md §2)."""
-    return (
-        ("--check", inv.check),
-        ("--tools", inv.tools),
-        ("--resources", inv.resources),
-        ("--prompts", inv.prompts),
-        ("--read", inv.read is not None),
-        ("--prompt", inv.prompt is not None),
-        ("--skills", inv.skills),
-        ("--skill", inv.skill is not None),
-        ("a tool call", inv.tool is not None),
-    )
+    return tuple((mode, MODE_TABLE[mode][0](inv)) for mode in SERVER_MODES)
 
 
 # -- 11.2 --body: inline, @FILE or - (stdin), read and bounded (docs/contract.md §2, §6) -------------------------------
@@ -15572,7 +16102,18 @@ def build_resident_options(inv: Invocation) -> ResidentOptions:
         timeout=inv.timeout_seconds,
         insecure=inv.insecure,
         shutdown_grace=_shutdown_grace(inv.shutdown_grace),
+        inject_resource_tools=inv.inject_resource_tools,
+        max_blob_bytes=_byte_count(inv.max_blob_bytes, "--max-blob-bytes", DEFAULT_MAX_BLOB_BYTES),
     )
+
+
+def _byte_count(text: str | None, option: str, default: int) -> int:
+    """A positive number of bytes (digits only), or ``default`` when the option is not given."""
+    if text is None:
+        return default
+    if not (text.isascii() and text.isdigit()) or int(text) == 0:
+        raise UsageError(f"{option} must be a positive number of bytes, got {text!r}")
+    return int(text)
 
 
 def _shutdown_grace(text: str | None) -> float:
@@ -15852,9 +16393,7 @@ class Runner:
             self.remote_started = True
             if inv.read is not None or inv.prompt is not None:
                 return self.run_read_or_prompt(server, jq, ctx)
-            if inv.skill is not None:
-                if inv.tool_tokens or inv.positional:
-                    raise UsageError("--skill NAME takes no further arguments", hint="bkmcp <server> --skill NAME")
+            if inv.skill is not None:  # no further word: MODE_TABLE refused any
                 return self.emit_result(run_skill(server, ctx, inv.skill, insecure=inv.insecure), jq)
             if not (inv.check or inv.tools or inv.resources or inv.prompts or inv.skills):
                 assert inv.tool is not None

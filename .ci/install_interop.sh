@@ -124,44 +124,34 @@ case "$SDK_PY" in
   *) sdk_note="tests run by $SDK_PY find the SDK in-process; any other test interpreter needs: export BKMCP_SDK_PYTHON=$SDK_PY" ;;
 esac
 
-# ---------------------------------------------------------------- mcp 1.x (FastMCP)
-mcp1_ok() {
-  "$1" -c "import importlib.metadata as m, sys; import mcp.server.fastmcp; sys.exit(0 if m.version('mcp') == '$MCP1_VERSION' else 1)" >/dev/null 2>&1
+# ---------------------------------------------------------------- pinned venvs: mcp 1.x (FastMCP), chroma-mcp
+# pinned_venv VENV DIST VERSION MODULE PINS...: VENV (re)created on a Python >= 3.10 when it is missing or too old,
+# then DIST==VERSION installed from PINS unless MODULE already imports at that version.
+pinned_venv() {
+  local venv="$1" dist="$2" version="$3" module="$4" base
+  shift 4
+  pinned_ok() {
+    "$venv/bin/python" -c "import importlib.metadata as m, sys; import $module; sys.exit(0 if m.version('$dist') == '$version' else 1)" >/dev/null 2>&1
+  }
+  if [ ! -x "$venv/bin/python" ] || ! py_ok "$venv/bin/python"; then
+    base="$(find_base_python)"
+    [ -n "$base" ] || die "no Python >= 3.10 found to create $venv (set BKMCP_SDK_BASE_PYTHON)"
+    rm -rf "$venv"
+    log "creating venv $venv with $base"
+    timeout 300 "$base" -m venv "$venv"
+  fi
+  if pinned_ok; then
+    log "$dist $version already installed in $venv"
+  else
+    log "pip install $* into $venv"
+    timeout 1200 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$@"
+    pinned_ok || die "$dist $version not importable from $venv after install"
+  fi
 }
-if [ ! -x "$MCP1_VENV/bin/python" ] || ! py_ok "$MCP1_VENV/bin/python"; then
-  base="$(find_base_python)"
-  [ -n "$base" ] || die "no Python >= 3.10 found to create $MCP1_VENV (set BKMCP_SDK_BASE_PYTHON)"
-  rm -rf "$MCP1_VENV"
-  log "creating venv $MCP1_VENV with $base"
-  timeout 300 "$base" -m venv "$MCP1_VENV"
-fi
-if mcp1_ok "$MCP1_VENV/bin/python"; then
-  log "$MCP1_PIN already installed in $MCP1_VENV"
-else
-  log "pip install '$MCP1_PIN' into $MCP1_VENV"
-  timeout 900 "$MCP1_VENV/bin/python" -m pip install --quiet --disable-pip-version-check "$MCP1_PIN"
-  mcp1_ok "$MCP1_VENV/bin/python" || die "$MCP1_PIN not importable from $MCP1_VENV after install"
-fi
-
-# ---------------------------------------------------------------- chroma-mcp (mcp 1.6.0: 2024-11-05)
-chroma_ok() {
-  "$1" -c "import importlib.metadata as m, sys; import chroma_mcp; sys.exit(0 if m.version('chroma-mcp') == '$CHROMA_VERSION' else 1)" >/dev/null 2>&1
-}
-if [ ! -x "$CHROMA_VENV/bin/python" ] || ! py_ok "$CHROMA_VENV/bin/python"; then
-  base="$(find_base_python)"
-  [ -n "$base" ] || die "no Python >= 3.10 found to create $CHROMA_VENV (set BKMCP_SDK_BASE_PYTHON)"
-  rm -rf "$CHROMA_VENV"
-  log "creating venv $CHROMA_VENV with $base"
-  timeout 300 "$base" -m venv "$CHROMA_VENV"
-fi
-if chroma_ok "$CHROMA_VENV/bin/python"; then
-  log "chroma-mcp $CHROMA_VERSION already installed in $CHROMA_VENV"
-else
-  log "pip install $CHROMA_PINS into $CHROMA_VENV"
-  # shellcheck disable=SC2086  # the pins are words
-  timeout 1200 "$CHROMA_VENV/bin/python" -m pip install --quiet --disable-pip-version-check $CHROMA_PINS
-  chroma_ok "$CHROMA_VENV/bin/python" || die "chroma-mcp $CHROMA_VERSION not importable from $CHROMA_VENV after install"
-fi
+pinned_venv "$MCP1_VENV" mcp "$MCP1_VERSION" mcp.server.fastmcp "$MCP1_PIN"
+# chroma-mcp 0.2.6 pins mcp 1.6.0: a 2024-11-05 server
+# shellcheck disable=SC2086  # the pins are words
+pinned_venv "$CHROMA_VENV" chroma-mcp "$CHROMA_VERSION" chroma_mcp $CHROMA_PINS
 
 end=$(date +%s)
 log "done in $((end - start)) s"

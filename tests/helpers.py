@@ -237,6 +237,7 @@ def routed_options() -> set[str]:
         bkmcp._REGISTRY_VALUE_OPTIONS,
         bkmcp._REGISTRY_FLAG_OPTIONS,
         bkmcp._RESIDENT_OPTIONS,
+        bkmcp._RESIDENT_FLAG_OPTIONS,
     )
     return {name for table in tables for name in table}
 

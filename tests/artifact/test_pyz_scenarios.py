@@ -253,3 +253,37 @@ def test_pyz_validates_a_passing_call_without_jsonschema(
         assert len(server.requests("tools/call")) == 2
     finally:
         server.stop()
+
+
+def test_pyz_validates_arguments_as_deep_as_it_parses(
+    python: str, pyz_path: Path, pyz_env: dict, tmp_path: Path
+) -> None:
+    """P03 (issue 36 item 7): from the pyz on every Python (3.12 and 3.13 bound C recursion apart), a wrong type at
+    depth 2 beside a value 900 levels deep — near what bkmcp parses — is refused by the full schema and nothing is
+    sent; the valid call is validated in full and sent once."""
+    tool = {
+        "name": "deep",
+        "x-mock": "echo",
+        "inputSchema": {
+            "type": "object",
+            "properties": {"b": {"type": "integer"}, "tree": {"$ref": "#/$defs/node"}},
+            "$defs": {"node": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+        },
+    }
+    server = MockServer({"versions": ["2025-11-25"], "tools": [tool]})
+    config = _config(tmp_path, {"mock": {"type": "http", "url": server.start()}})
+    tree = "[" * 900 + "]" * 900
+    try:
+        base = ("--config", str(config), "mock", "deep", "-v", "--body")
+        bad = run_pyz(python, pyz_path, *base, f'{{"b": "2", "tree": {tree}}}', env=pyz_env)
+        assert bad.returncode == 1, bad.stderr
+        error = json.loads(bad.stderr.strip().splitlines()[-1])["error"]
+        assert error["code"] == "invalid_mcp_arguments" and error["validation"] == "full", error
+        assert error["problems"] == [{"path": "$.b", "message": "expected integer, got string"}]
+        assert server.requests("tools/call") == []
+        good = run_pyz(python, pyz_path, *base, f'{{"b": 2, "tree": {tree}}}', env=pyz_env)
+        assert good.returncode == 0, good.stderr
+        assert "arguments validated locally against the full inputSchema" in good.stderr
+        assert len(server.requests("tools/call")) == 1
+    finally:
+        server.stop()

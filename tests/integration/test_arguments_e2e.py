@@ -336,6 +336,36 @@ def test_p05_remote_ref_is_not_fetched_and_said_so(mock) -> None:
     assert error["validation"] == "basic"
 
 
+DEEP_TOOL = {
+    "name": "deep",
+    "x-mock": "echo",
+    "inputSchema": {
+        "type": "object",
+        "properties": {
+            "a": {"type": "object", "properties": {"b": {"type": "integer"}, "tree": {"$ref": "#/$defs/node"}}}
+        },
+        "$defs": {"node": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+    },
+}
+
+
+def test_p03_a_wrong_type_beside_a_value_500_levels_deep_is_refused_locally(mock) -> None:
+    """P03 (issue 36 item 7): validation reaches as deep as bkmcp parses. A wrong type at depth 2 beside a value
+    nested 500 levels deep is refused locally by the full schema, and the server receives no tools/call; the valid
+    call is sent once, validated in full (-v). Before, past ~100 levels the validator hit Python's recursion limit,
+    fell back to the top-level rules and sent the wrong type."""
+    target = mock({"tools": [DEEP_TOOL]})
+    tree = "[" * 500 + "]" * 500
+    bad = target.run(target.name, "deep", "--body", f'{{"a": {{"b": "2", "tree": {tree}}}}}')
+    error = assert_no_call(target, bad)
+    assert error["validation"] == "full"
+    assert error["problems"] == [{"path": "$.a.b", "message": "expected integer, got string"}]
+    good = target.run(target.name, "deep", "--body", f'{{"a": {{"b": 2, "tree": {tree}}}}}', "-v")
+    assert good.exit_status == 0, good.stderr
+    assert sent_arguments(target) == f'{{"a":{{"b":2,"tree":{tree}}}}}'
+    assert "arguments validated locally against the full inputSchema" in good.stderr
+
+
 def test_p05_complex_tool_is_listed(mock) -> None:
     """P05: tools whose schema cannot produce flags are still listed by --tools."""
     target = mock(SCENARIO)

@@ -264,14 +264,15 @@ def test_a_tool_call_and_a_prompt_write_their_blobs(tmp_path):
 @pytest.mark.parametrize(
     ("args", "words"),
     [
-        (("--tools", "--out", "out"), "--out writes the blobs of a result"),
-        (("--resources", "--out", "out"), "--out writes the blobs of a result"),
+        (("--tools", "--out", "out"), "--tools and --out cannot be combined"),
+        (("--resources", "--out", "out"), "--resources and --out cannot be combined"),
+        (("--out", "out"), "--out writes the blobs of a result"),
         (("--read", "mock://images/dot.png", "--max-blob-bytes", "10"), "only valid with --out"),
         (("--read", "mock://images/dot.png", "--out", "o", "--max-blob-bytes", "ten"), "positive number of bytes"),
         (("--read", "mock://images/dot.png", "--out", "-", "--jq", "."), "neither --jq nor --raw"),
         (("--read", "mock://images/dot.png", "--out", "-", "-r"), "neither --jq nor --raw"),
         (("--read", "mock://images/dot.png", "--out="), "--out needs a directory"),
-        (("tiny", "--body", "{}", "--dry-run", "--out", "o"), "--out writes the blobs of a result"),
+        (("tiny", "--body", "{}", "--dry-run", "--out", "o"), "--dry-run cannot be combined with --out"),
     ],
 )
 def test_out_misused_is_a_usage_error_before_anything_is_sent(http_mock, args, words):

@@ -268,9 +268,14 @@ def test_resident_action_examples_answer_as_documented(mock_env) -> None:
         "list_tools",
         "refresh_tools",
         "call_tool",
+        "list_resources",
+        "read_resource",
+        "read_resource",
+        "list_prompts",
+        "get_prompt",
         "shutdown",
     ]
-    assert sum(1 for _, shown in actions if shown is not None) == 8
+    assert sum(1 for _, shown in actions if shown is not None) == 13
     proc = subprocess.Popen(
         [sys.executable, str(ROOT / "bkmcp.py"), "--resident", "--registry", "resident.db"],
         stdin=subprocess.PIPE,

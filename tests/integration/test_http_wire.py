@@ -319,3 +319,26 @@ def test_cli_falls_back_once_from_a_tentative_modern_era_issue36(tmp_path):
         assert srv.requests[5]["headers"]["mcp-session-id"] == "s-1"
     finally:
         srv.stop()
+
+
+def test_resident_reports_the_era_again_after_the_tentative_modern_one_fell_back(tmp_path):
+    """The resident's protocol.initialized event said the tentative modern era and nothing once the first request
+    fell back to initialize; now a second protocol.initialized says the legacy era the session speaks."""
+    from tests.integration.resident_harness import http_row, write_registry
+
+    srv = Scripted(_stub_modern_discover_before_a_legacy_server)
+    try:
+        reg, events = tmp_path / "r.db", tmp_path / "events.jsonl"
+        write_registry(str(reg), [http_row("s", srv.url)])
+        command = {"command": "invoke", "task_id": "a", "params": {"action": "init"}}
+        res = run_bkmcp("--resident", "--registry", str(reg), "--events", str(events), stdin=json.dumps(command) + "\n")
+        assert res.exit_status == 0, res.stderr
+        assert json.loads(res.stdout)["result"]["servers"][0] == {
+            "server_name": "s",
+            "status": "connected",
+            "tool_count": 1,
+        }
+        said = [json.loads(e) for e in events.read_text().splitlines() if '"protocol.initialized"' in e]
+        assert [(e["era"], e["version"]) for e in said] == [("modern", "2026-07-28"), ("legacy", "2025-11-25")]
+    finally:
+        srv.stop()

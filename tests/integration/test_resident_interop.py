@@ -60,3 +60,47 @@ def test_sdk_and_everything_for_two_users(world):
     assert res.ok("shutdown") == {"stopped": True}
     assert res.exit_status() == 0
     assert [p for p in pids if group_alive(p)] == []
+
+
+def test_everything_resources_and_prompts_through_the_resident(tmp_path, everything_server, everything_stdio_argv):
+    """Issue 38 item 7 against server-everything over HTTP (public) and stdio (per user): 7 resources and 2
+    templates each, every resource read, a blob's size and sha256 those of its bytes, 4 prompts, a prompt with its
+    arguments, and the resource-reading tool of --inject-resource-tools reading the link a tool returned."""
+    import base64
+    import hashlib
+
+    rows = [http_row("evhttp", everything_server.url), stdio_row("evstdio", everything_stdio_argv)]
+    reg = tmp_path / "registry.db"
+    write_registry(str(reg), rows, {"evstdio": {}})
+    res = Resident(reg, "--timeout", "60s", "--inject-resource-tools")
+    try:
+        listed = res.ok("list_resources", "alice")
+        assert listed["errors"] == []
+        counts = {s["server_name"]: (s["resource_count"], s["template_count"]) for s in listed["servers"]}
+        assert counts == {"evhttp": (7, 2), "evstdio": (7, 2)}
+        for server in listed["servers"]:
+            for resource in server["resources"]:
+                read = res.ok("read_resource", "alice", server_name=server["server_name"], uri=resource["uri"])
+                assert read["result"]["contents"][0]["text"].strip(), resource["uri"]
+            uri = "demo://resource/dynamic/blob/3"
+            summary = res.ok("read_resource", "alice", server_name=server["server_name"], uri=uri)
+            whole = res.ok("read_resource", "alice", server_name=server["server_name"], uri=uri, include_blobs=True)
+            data = base64.b64decode(whole["result"]["contents"][0]["blob"])
+            item = summary["result"]["contents"][0]
+            assert (item["bytes"], item["sha256"]) == (len(data), hashlib.sha256(data).hexdigest()) and data
+            assert "blob" not in item
+        prompts = res.ok("list_prompts", "alice")
+        assert {s["server_name"]: s["prompt_count"] for s in prompts["servers"]} == {"evhttp": 4, "evstdio": 4}
+        for server in ("evhttp", "evstdio"):
+            args = {"city": "Paris", "state": "TX"}
+            got = res.ok("get_prompt", "alice", server_name=server, name="args-prompt", arguments=args)
+            assert "Paris" in got["result"]["messages"][0]["content"]["text"]
+        tools = {t["name"]: t for t in res.ok("list_tools", "alice")["tools"]}
+        readers = {t["server_name"]: t["name"] for t in tools.values() if t.get("resource_reader")}
+        assert readers == {"evhttp": "mcp_evhttp_read_resource", "evstdio": "mcp_evstdio_read_resource"}
+        links = res.ok("call_tool", "alice", server_name="evstdio", tool_name="get-resource-links", arguments={})
+        link = next(c for c in links["result"]["content"] if c["type"] == "resource_link")
+        read = res.ok("call_tool", "alice", name=readers["evstdio"], arguments={"uri": link["uri"]})
+        assert read["result"]["content"][0]["resource"]["uri"] == link["uri"] and read["result"]["isError"] is False
+    finally:
+        assert res.close() == []

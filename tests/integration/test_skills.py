@@ -227,9 +227,10 @@ def test_a_server_without_the_extension_gets_no_skills_request(tmp_path):
     [
         (("--skills", "-r"), "--skills has none"),
         (("--skills", "--tools"), "cannot be combined"),
-        (("--skill", "pdf-processing", "--who", "x"), "takes no further arguments"),
+        (("--skill", "pdf-processing", "--who", "x"), "--skill and tool flags cannot be combined"),
+        (("--skill", "pdf-processing", "extra"), "--skill and a tool call cannot be combined"),
         (("--skill",), "needs a value"),
-        (("--skills", "--out", "o"), "--out writes the blobs of a result"),
+        (("--skills", "--out", "o"), "--skills and --out cannot be combined"),
     ],
 )
 def test_skill_options_misused_are_usage_errors(http_skills, args, words):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -1166,3 +1167,59 @@ def test_an_unknown_option_gets_its_close_spellings(args, suggested, config, no_
     assert res.exit_status == 1 and res.error_code == "usage_error"
     assert res.json["error"]["hint"].startswith(f"did you mean {suggested}")
     assert run_bkmcp("--zzzzzz").json["error"]["hint"] == "run bkmcp --help"
+
+
+# -- issue 37 item 5: which options each mode takes, as a table -----------------------------------------------------
+
+ROOT_MODES = {"--sessions", "--completion SHELL", "--completion tools", "--completion flags", "--import, --list"}
+ROOT_MODES |= {"--resident", "--dry-run"}
+
+
+def test_the_mode_table_covers_every_root_option_and_every_mode():
+    """check_invocation is derived from MODE_TABLE. Every option of the root parser (its routing tables, the
+    catalogue and target options, --brief, --keep-alive) has a word there and is taken by some row or by every
+    mode; every word a row names is such an option or a word for what is none (a server name, a tool, tool flags,
+    bare arguments); every refusal and need is worded in USAGE_WORDS; every mode (the server's, invocation_modes,
+    and the root's) has its row."""
+    words = bkmcp.INVOCATION_WORDS
+    parser = routed_options() | set(bkmcp.ROOT_OPTIONS)
+    shown = set(re.findall(r"--[a-z][a-z-]+", bkmcp.render_root_help("mcp.json") + bkmcp.render_resident_help()))
+    assert parser == set(bkmcp.ROOT_OPTIONS) and {"--read", "--prompts", "--brief", "--keep-alive"} <= shown & parser
+    assert set(words.values()) == {bkmcp.ROOT_OPTIONS[name] for name in parser} | {"server", "tool"} | {
+        "tool_tokens",
+        "positional",
+    }
+    taken, named = set(bkmcp.EVERY_MODE_TAKES.split(", ")), set()
+    for _given, takes, refusals, needs in bkmcp.MODE_TABLE.values():
+        taken |= {word.split("+")[0] for word in takes.split(", ") if word}
+        for part in filter(None, refusals.split("; ")):
+            names, key = part.split(": ")
+            assert key in bkmcp.USAGE_WORDS
+            named |= set(names.split(", ")) - {"*"}
+        for part in filter(None, needs.split("; ")):
+            names, key = part.split(": ")
+            assert key in bkmcp.USAGE_WORDS
+            named |= set(names.split("|")) - {"-"}
+    assert taken | named <= set(words), (taken | named) - set(words)
+    assert (
+        sorted(word for word, attr in words.items() if attr in bkmcp.ROOT_OPTIONS.values() and word not in taken) == []
+    )
+    server_modes = {mode for mode, _on in bkmcp.invocation_modes(bkmcp.Invocation())}
+    assert server_modes | ROOT_MODES <= set(bkmcp.MODE_TABLE)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--sessions", "--resources"], "--sessions takes nothing else but --stop and --jq [--raw]"),
+        (["--completion", "bash", "--prompts"], "--completion takes nothing else but --config"),
+        (["--registry", "r.db", "--list", "--read", "u"], "nothing else but -v and --timeout (got --read)"),
+    ],
+)
+def test_a_mode_refuses_an_option_outside_its_row_in_its_own_words(argv, message, tmp_path, no_network):
+    """A mode given with an option its row does not take is refused in the row's words — the modes added since the
+    ladder was written included (before, --sessions --resources said "a server name is required")."""
+    res = run_bkmcp(*argv)
+    assert res.exit_status == 1 and res.error_code == "usage_error" and res.stdout == ""
+    assert message in res.json["error"]["message"], res.json
+    assert run_bkmcp("--sessions", "--jq", ".", "--raw", "--help").exit_status == 0

@@ -131,6 +131,13 @@ BEHAVIOURS = [
     ("a read's texts and a prompt's messages under -r", "9.3", "render_raw_data", "render_raw_data"),
     ("--prompt NAME --help", "9.6", "render_prompt_help", "render_prompt_help"),
     ("Mcp-Name for resources/read and prompts/get", "5.4", "Mcp-Name", "build_headers"),
+    # issue 38 item 7: the resident's resources and prompts, on the CLI's paths
+    ("resources and prompts listed for the CLI and the resident alike", "7.3", "list_resources", "list_resources"),
+    ("a prompt's arguments checked before prompts/get", "8.4", "check_prompt_arguments", "check_prompt_arguments"),
+    ("the resident's list_resources, read_resource, list_prompts, get_prompt", "10.4.3", "read_resource", "Actions"),
+    ("a resident blob answered as its size and sha256", "10.4.3", "sha256", "build_resource_contents"),
+    ("the resource-reading tool list_tools injects", "10.3.2", "--inject-resource-tools", "build_resource_reader"),
+    ("an event's URI without its query string", "10.2.1", "build_event_uri", "build_event_uri"),
     ("calling a tool, never resent", "7.3", "call", "call_tool"),
     ("inputSchema to --flags", "8.3", "typed flags", "build_tool_flags"),
     ("arguments checked before the call", "8.6", "checked", "validate_arguments"),

@@ -241,3 +241,35 @@ def test_a_resident_command_gets_one_deadline_when_it_is_parsed_and_every_step_a
     assert "def time_left" not in SOURCE and "_time_left" not in SOURCE
     assert re.findall(r"time\.monotonic\(\)\s*-\s*\w+\.(?:received|start)\b", SOURCE) == []
     assert re.findall(r"\bDeadline\(time_left", SOURCE) == []
+
+
+# -- the Transport seam -------------------------------------------------------------------------------------------
+
+SEAM = {"kind", "has_sessions", "shared_stream", "responses", "stdio", "alive", "attach", "send", "failure"}
+SEAM |= {"timeout_error", "stop_requests", "close_idle_connections", "end_session", "close"}
+STDIO_ONLY = {"pid", "exit_status", "restart_if_exited", "stderr_tail", "stderr_position", "mark_started"}
+STDIO_ONLY |= {"stdout_skipped", "stdout_position", "unread_input", "probe_begins", "probe_ends"}
+
+
+def _members(cls: type) -> set[str]:
+    return {name for name in [*vars(cls), *vars(cls).get("__annotations__", {})] if not name.startswith("__")}
+
+
+def test_the_transport_seam_answers_only_what_every_transport_can():
+    """Issue 37 item 3: the seam holds what every transport answers; what only a child process can (its pid, its
+    stderr and skipped stdout, the probe window, a restart) is the stdio part, ``Transport.stdio``, which HTTP does
+    not have (None) — before, HTTP answered those eleven questions with "nothing"."""
+    assert _members(bkmcp.Transport) == SEAM
+    assert _members(bkmcp.StdioPart) == STDIO_ONLY
+    assert [name for name in sorted(STDIO_ONLY) if hasattr(bkmcp.HttpTransport, name)] == []
+    assert bkmcp.HttpTransport.stdio is None
+    server = bkmcp.ResolvedServer(
+        name="s", type="stdio", config_file="/c", url=None, headers={}, command="x", args=[], env={}, cwd=None,
+        protocol_version=None, auth_source="none",
+    )  # fmt: skip
+    transport = bkmcp.StdioTransport(server, insecure=False, log=bkmcp.Log(io.StringIO()))
+    try:
+        assert transport.stdio is transport and all(hasattr(transport, name) for name in STDIO_ONLY)
+        assert transport.pid is None and transport.stderr_tail() == [] and not transport.restart_if_exited()
+    finally:
+        transport.close()

@@ -199,3 +199,138 @@ def test_shutdown_grace_option():
         return bkmcp.build_resident_options(inv).shutdown_grace
 
     assert (grace(), grace("--shutdown-grace", "30s"), grace("--shutdown-grace", "0")) == (5.0, 30.0, 0.0)
+
+
+# -- issue 38 item 7: resources and prompts in the resident mode -----------------------------------------------------
+
+
+def test_a_resource_reader_is_named_like_a_tool_and_collides_like_one():
+    """(server, None) is the server's resource-reading tool: mcp_{server}_read_resource, and with a server tool of
+    that name both are suffixed, each with its own hash (the reader's over "resources/read" NUL server)."""
+    alone = bkmcp.build_injected_names([("s", "echo"), ("s", None)])
+    assert alone == {"mcp_s_echo": ("s", "echo"), "mcp_s_read_resource": ("s", None)}
+    both = bkmcp.build_injected_names([("s", "read_resource"), ("s", None), ("t", None)])
+    tool_hash = hashlib.sha256(b"s\0read_resource").hexdigest()[:8]
+    reader_hash = hashlib.sha256(b"resources/read\0s").hexdigest()[:8]
+    assert both == {
+        f"mcp_s_read_resource_{tool_hash}": ("s", "read_resource"),
+        f"mcp_s_read_resource_{reader_hash}": ("s", None),
+        "mcp_t_read_resource": ("t", None),
+    }
+    assert bkmcp.build_injected_names([("t", None), ("s", "read_resource"), ("s", None)]) == both  # order-free
+
+
+def test_a_resource_reader_entry_has_the_four_shapes():
+    entry = bkmcp.build_resource_reader_entry("mcp_s_read_resource", "s")
+    assert (entry["tool_name"], entry["resource_reader"], entry["server_name"]) == (None, True, "s")
+    assert entry["inputSchema"]["required"] == ["uri"]
+    for family, schema_key in (
+        ("function", "parameters"),
+        ("function_strict", "parameters"),
+        ("anthropic", "input_schema"),
+    ):
+        assert entry[family]["name"] == "mcp_s_read_resource" and entry[family][schema_key]["required"] == ["uri"]
+    assert entry["gemini"]["parameters"]["properties"]["uri"]["type"] == "STRING"
+
+
+@pytest.mark.parametrize(
+    "uri,shown",
+    [
+        ("mock://search?q=secret&lang=zh", "mock://search"),
+        ("https://user:pw@example.com/a/b?token=x#frag", "https://example.com/a/b"),
+        ("demo://resource/static/document/a.md#part", "demo://resource/static/document/a.md"),
+        ("file:///tmp/x?y", "file:///tmp/x"),
+        ("urn:isbn:123?x=1", "urn:isbn:123"),
+    ],
+)
+def test_an_event_names_a_uri_without_its_query_fragment_or_user(uri, shown):
+    assert bkmcp.build_event_uri(uri) == shown
+
+
+def test_resource_contents_give_blobs_as_size_and_hash_unless_asked_and_within_the_cap():
+    import base64
+
+    data = bytes(range(256)) * 3
+    blob = {"uri": "x://b", "mimeType": "application/octet-stream", "blob": base64.b64encode(data).decode()}
+    text = {"uri": "x://t", "mimeType": "text/plain", "text": "as given"}
+    result = {"contents": [text, blob], "_meta": {"k": 1}}
+    summary = bkmcp.build_resource_contents(result, include_blobs=False, cap=1)
+    assert summary == {
+        "contents": [
+            text,
+            {
+                "uri": "x://b",
+                "mimeType": "application/octet-stream",
+                "bytes": 768,
+                "sha256": hashlib.sha256(data).hexdigest(),
+            },
+        ],
+        "_meta": {"k": 1},
+    }
+    assert bkmcp.build_resource_contents(result, include_blobs=True, cap=768) == result
+    with pytest.raises(bkmcp.ResourceLimitError) as info:
+        bkmcp.build_resource_contents(result, include_blobs=True, cap=767)
+    assert info.value.details == {"limit": 767, "bytes": 768, "kind": "blob"}
+    wrapped = {"contents": [{**blob, "blob": "\n".join([blob["blob"][:76], blob["blob"][76:]])}]}
+    assert bkmcp.build_resource_contents(wrapped, include_blobs=False, cap=1)["contents"][0]["bytes"] == 768
+    with pytest.raises(bkmcp.ProtocolError, match="not base64"):
+        bkmcp.build_resource_contents({"contents": [{"uri": "x://b", "blob": "!!"}]}, include_blobs=False, cap=1)
+
+
+def _command(params: dict) -> bytes:
+    import json
+
+    return json.dumps({"task_id": "r", "command": "invoke", "params": params, "user": {"userId": "u"}}).encode()
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"action": "read_resource", "server_name": "s"},
+        {"action": "read_resource", "uri": "x://a"},
+        {"action": "read_resource", "server_name": "s", "uri": 5},
+        {"action": "read_resource", "server_name": "s", "uri": "x://a", "include_blobs": 1},
+        {"action": "get_prompt", "server_name": "s"},
+        {"action": "get_prompt", "name": "p"},
+        {"action": "get_prompt", "server_name": "s", "name": "p", "arguments": {"a": 1}},
+        {"action": "get_prompt", "server_name": "s", "name": "p", "arguments": "a=1"},
+        {"action": "list_resources", "timeout_ms": -1},
+        {"action": "list_prompts", "timeout_ms": "5"},
+    ],
+)
+def test_parse_command_checks_the_new_actions_params(params):
+    with pytest.raises(bkmcp.InvalidCommandError):
+        bkmcp.parse_command(_command(params))
+
+
+def test_parse_command_takes_the_new_actions():
+    read = bkmcp.parse_command(
+        _command({"action": "read_resource", "server_name": "s", "uri": "x://a", "timeout_ms": 500})
+    )
+    assert (read.action, read.deadline.seconds) == ("read_resource", 0.5)
+    got = bkmcp.parse_command(
+        _command({"action": "get_prompt", "server_name": "s", "name": "p", "arguments": {"a": "1"}})
+    )
+    assert got.params["arguments"] == {"a": "1"}
+    for action in ("list_resources", "list_prompts"):
+        assert bkmcp.parse_command(_command({"action": action})).action == action
+    with pytest.raises(bkmcp.UnknownActionError):  # skills are not actions yet
+        bkmcp.parse_command(_command({"action": "list_skills"}))
+
+
+def test_the_resource_options():
+    def options(*extra: str) -> bkmcp.ResidentOptions:
+        inv = bkmcp.parse_argv(["--resident", "--registry", "r.db", *extra])
+        bkmcp.check_invocation(inv)
+        return bkmcp.build_resident_options(inv)
+
+    default = options()
+    assert (default.inject_resource_tools, default.max_blob_bytes) == (False, 16 * 1024 * 1024)
+    given = options("--inject-resource-tools", "--max-blob-bytes", "1024")
+    assert (given.inject_resource_tools, given.max_blob_bytes) == (True, 1024)
+    for bad in ("0", "1k", "-5"):
+        with pytest.raises(bkmcp.UsageError):
+            options(f"--max-blob-bytes={bad}")
+    inv = bkmcp.parse_argv(["srv", "tool", "--inject-resource-tools"])  # without --resident: a tool's flag
+    assert inv.tool_tokens[0].name == "inject-resource-tools" and not inv.inject_resource_tools
+    assert f"(default {bkmcp.DEFAULT_MAX_BLOB_BYTES})" in bkmcp.render_resident_help()

@@ -978,51 +978,6 @@ def test_union_keywords_answer_as_jsonschema_with_a_short_context(schema: dict[s
     assert len(ours) != 1 or not theirs[0].context or ours[0].context[0].message == theirs[0].context[0].message
 
 
-def _deep_tool(levels: int, leaf: Any = None) -> dict[str, Any]:
-    """``$.a.b`` an integer beside ``$.a.deep``, a chain of ``levels`` nested object properties ending in ``leaf``."""
-    node: Any = {"type": "string"} if leaf is None else leaf
-    for i in range(levels):
-        node = {"type": "object", "properties": {f"n{i}": node}}
-    return make_tool({"a": {"type": "object", "properties": {"b": {"type": "integer"}, "deep": node}}})
-
-
-@pytest.mark.parametrize("levels", [150, 450])
-def test_a_wrong_type_near_the_top_of_a_deep_schema_is_refused_locally(levels: int) -> None:
-    """Issue 36 item 7: a schema nested as deep as bkmcp parses (450 property levels: ~900 JSON levels) is checked
-    in full; before, past ~100 levels the meta-schema pass hit Python's recursion limit (and past 200 the remote
-    $ref scan gave up), so the wrong type at depth 2 fell to the basic rules and was sent."""
-    tool = _deep_tool(levels)
-    with pytest.raises(InvalidArgumentsError) as info:
-        validate_arguments(tool, {"a": {"b": "text"}})
-    assert info.value.details["validation"] == "full"
-    assert info.value.details["problems"] == [{"path": "$.a.b", "message": "expected integer, got string"}]
-    assert validate_arguments(tool, {"a": {"b": 1}}) == bkmcp.ArgumentCheck("full")
-
-
-def test_a_deep_schema_is_still_checked_against_its_meta_schema_and_its_deep_remote_ref_named() -> None:
-    """The meta-schema check reaches the bottom of a deep schema (an invalid ``type`` 300 levels down: the problem
-    is not reported, the basic rules say why), and a remote $ref that deep is named as such — never a sentence about
-    depth in its place."""
-    broken = validate_arguments(_deep_tool(300, {"type": 5}), {"a": {"b": "text"}, "x": 1})
-    assert broken.scope == "basic" and "not a valid JSON Schema" in broken.notes[0], broken.notes
-    remote = validate_arguments(_deep_tool(300, {"$ref": "https://example.com/leaf.json"}), {"a": {"b": 1}})
-    assert remote.notes == ("the schema references https://example.com/leaf.json, which is never fetched",)
-
-
-def test_arguments_deeper_than_the_validator_recurses_are_said_in_the_right_words() -> None:
-    """Beyond what jsonschema recurses (Python's recursion limit), the -v sentence says so: the arguments are nested
-    too deeply to check locally; it never speaks of a reference."""
-    tool = make_tool(
-        {"t": {"$ref": "#/$defs/n"}}, **{"$defs": {"n": {"type": "array", "items": {"$ref": "#/$defs/n"}}}}
-    )
-    value: Any = []
-    for _ in range(sys.getrecursionlimit() // 2):
-        value = [value]
-    check = validate_arguments(tool, {"t": value})
-    assert check.scope == "basic" and "nested too deeply to check locally" in check.notes[0], check.notes
-    assert "references" not in check.describe()
-
-
 def test_p05_remote_ref_via_id_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     """P05: a ref that only turns remote through a nested $id is refused by the resolver, not fetched."""
     import urllib.request

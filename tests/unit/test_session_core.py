@@ -152,8 +152,8 @@ def test_the_core_owns_the_session_id_and_the_era():
 class _FakeTransport:
     """The Transport seam with no I/O: answers each request from another thread after ``delay`` seconds."""
 
-    kind, has_sessions, shared_stream, restartable, responses = "fake", False, True, False, 0
-    alive, pid, exit_status = True, None, None
+    kind, has_sessions, shared_stream, responses = "fake", False, True, 0
+    alive, stdio = True, None
 
     def __init__(self, delay: float | None) -> None:
         self.delay, self.sent = delay, []
@@ -175,9 +175,6 @@ class _FakeTransport:
 
     def timeout_error(self, method, deadline):
         return bkmcp.budget_error(f"no answer to {method}", deadline.seconds, request_sent=True)
-
-    def restart_if_exited(self) -> bool:
-        return False
 
     def stop_requests(self) -> None:
         pass
