@@ -123,3 +123,23 @@ def test_a_directory_that_cannot_be_made_is_blob_write_error(tmp_path):
     with pytest.raises(BlobWriteError) as caught:
         BlobWriter(str(Path(tmp_path, "file", "sub")))
     assert caught.value.code == "blob_write_error" and caught.value.exit_status == 1
+
+
+def test_numbered_directories_run_out_and_a_file_in_the_way_of_a_folder(tmp_path):
+    writer = BlobWriter(str(tmp_path))
+    try:
+        for number in range(1000):
+            (tmp_path / ("s" if number == 0 else f"s-{number}")).mkdir()
+        with pytest.raises(BlobWriteError, match="all taken"):
+            writer.make_directory("s")
+        (tmp_path / "plain").write_text("")
+        with pytest.raises(BlobWriteError, match="cannot make plain"):
+            writer.write(("plain", "x.txt"), b"x")
+    finally:
+        writer.close()
+
+
+def test_find_blobs_skips_what_is_not_a_block():
+    assert bkmcp.find_blobs({"result": "not an object"}) == []
+    data = {"result": {"content": ["text", None, {"type": "image", "data": "AAAA", "mimeType": "image/png"}]}}
+    assert [spot.kind for spot in bkmcp.find_blobs(data)] == ["image"]

@@ -43,6 +43,13 @@ from bkmcp import SkillUnverifiedError, parse_frontmatter, parse_skill_files, ve
         ("---\nlist:\n  - k: v\n---\n", None),  # a sequence of mappings
         ("---\na: 1\n   b: 2\n---\n", None),  # bad indentation
         ('---\na: "open\n---\n', None),
+        ("---\na: 'open\n---\n", None),
+        ("---\na: [x, 'y']\n---\n", None),  # a quoted flow item: beyond the subset
+        ("---\na: |2\n  x\n---\n", None),  # an indentation indicator
+        ("---\n\ta: 1\n---\n", None),  # a tab
+        ("---\njust text\n---\n", None),  # not a key
+        ("---\nd: |+\n  kept\n\n---\n", {"d": "kept\n\n"}),
+        ("---\nnested:\n  deeper:\n    - [1, 2]\n---\n", {"nested": {"deeper": [[1, 2]]}}),
     ],
 )
 def test_frontmatter_subset(text, value):
@@ -149,3 +156,21 @@ def test_a_listed_size_that_differs_is_refused_before_the_digest():
     with pytest.raises(SkillUnverifiedError, match="listed as 1") as caught:
         verify_skill_file(listed, parse_skill_files(listed)[0], read(SKILL_MD))
     assert caught.value.details == {"file": "skill://acme/demo/SKILL.md", "reason": "size"}
+
+
+def test_a_list_in_the_frontmatter_is_compared_item_by_item():
+    text = "---\nname: demo\ndescription: A demo\ntools: [Bash, 2]\n---\n"
+    listed = entry(
+        frontmatter={"name": "demo", "description": "A demo", "tools": ["Bash", 2]},
+        resources=[{"uri": entry()["uri"], "digest": sha(text.encode())}],
+    )
+    assert verify_skill_file(listed, parse_skill_files(listed)[0], read(text)) == text.encode()
+    listed["frontmatter"]["tools"] = ["Bash", "2"]
+    with pytest.raises(SkillUnverifiedError):
+        verify_skill_file(listed, parse_skill_files(listed)[0], read(text))
+
+
+def test_an_entry_whose_uri_is_not_a_skill_md_is_refused():
+    with pytest.raises(SkillUnverifiedError) as caught:
+        parse_skill_files(entry(uri="skill://acme/demo/README.md"))
+    assert caught.value.details["reason"] == "uri"
