@@ -63,7 +63,9 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
     7. Client flows             the per-operation OpContext, McpSession and the flows, in four rooms:
        7.1 OpContext, McpSession   the per-operation context, McpSession (many requests in flight, each with its
                                    own deadline); a tentative modern era refused as a legacy server refuses falls
-                                   back to initialize once (fall_back)
+                                   back to initialize once (fall_back); who answers a server's questions
+                                   (InputSource): a legacy elicitation/create answered mid-call, cancel when
+                                   nothing can answer it
        7.2 negotiation             negotiate: the era probe over a real session, the stdio probe window
        7.3 requests                discover_listing (the one pagination of tools/list, resources/list,
                                    resources/templates/list and prompts/list, and its guards); a capability
@@ -71,12 +73,14 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                    unknown URI: mcp_resource_not_found), list_resources, list_prompts,
                                    get_prompt: the CLI's and the resident's one path each; how long a kept catalogue
                                    stays fresh (ttlMs, list_changed), for 10.3 and 10.5; call; a call that times
-                                   out or is interrupted cancelled (notifications/cancelled)
+                                   out or is interrupted cancelled (notifications/cancelled); the one
+                                   multi-round-trip loop of input_required (send_with_input: the requestState
+                                   echoed exactly, at most MAX_INPUT_ROUNDS rounds)
        7.4 the CLI's operations    one session each: --check, --tools (and --tools --brief), --resources (and
                                    --resources --brief), --read, --prompts, --prompt, --skills, --skill (read
                                    lazily, each file verified before the next: run_skill; the skills extension
                                    declared by their sessions only: SkillSessions), --dry-run
-    8. Schema flags             inputSchema -> typed flags, values, validation, in six rooms:
+    8. Schema flags             inputSchema -> typed flags, values, validation, answers, in seven rooms:
        8.1 flag records            ToolFlag, BodyOnlyField (why a property gets no flag: set it with --body)
        8.2 local references        resolve_schema: one resolver for flags and help examples, within one
                                    operation's budget (SchemaWork: shared, counted, the deadline asked)
@@ -87,6 +91,9 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        8.5 validation, bounded     jsonschema run locally within budgets (patterns, sizes, depth, the deadline)
        8.6 validate_arguments      the quick path for common schemas, problems worded: the inputSchema checked
                                    locally before a call
+       8.7 answers                 a server's questions answered: --input, --inputs, --input-action typed by the
+                                   requested schema with its defaults (CommandLineInput), a person on the
+                                   terminal (TerminalQuestions)
     9. Output                   envelopes, --jq, --raw, help text, completion, blobs to files, in seven rooms:
        9.1 envelopes               build_success, build_failure
        9.2 --jq                    JqProgram: compiled, applied with number fidelity
@@ -139,10 +146,12 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        11.1 argument routing       parse_argv -> Invocation, check_invocation (MODE_TABLE: the options each mode
                                    takes): --config, --timeout, --verbose, --insecure, --check, --tools, --brief,
                                    --dry-run, --jq, --raw, --help, --resources, --read, --prompts, --prompt,
-                                   --skills, --skill, --out, --max-blob-bytes
+                                   --input, --inputs, --input-action, --resume, --skills, --skill, --out,
+                                   --max-blob-bytes
        11.2 --body                 inline, @FILE or - (stdin), read and bounded (read_body)
        11.3 the runner             Environment, Runner: one command, local or remote, to its envelope; which
-                                   servers a Tab may start, and where (resolve_completion_server)
+                                   servers a Tab may start, and where (resolve_completion_server); the kept
+                                   input rounds of --resume (save_resume, load_resume: 0600, expiring)
        11.4 --keep-alive           the client and its background process (WarmServer), --sessions and --stop, the
                                    client's Ctrl-C (Interrupt), a process that dies mid-call; the sessions it
                                    keeps: 10.5
@@ -183,6 +192,7 @@ Exception tree (section 1)::
           +-- DiscoveryIncompleteError  mcp_discovery_incomplete
           +-- ToolError             mcp_tool_error
           +-- CapabilityUnsupportedError  mcp_capability_unsupported
+          +-- InputRequiredError    input_required         (the server asks a question no answer was given for)
           +-- ResourceNotFoundError mcp_resource_not_found
           +-- JqError               jq_error
           +-- BlobTooLargeError     blob_too_large         (a blob over --max-blob-bytes: nothing written)
@@ -457,6 +467,10 @@ class ToolError(RemoteError):
 
 class CapabilityUnsupportedError(RemoteError):
     code = "mcp_capability_unsupported"
+
+
+class InputRequiredError(RemoteError):
+    code = "input_required"
 
 
 class ResourceNotFoundError(RemoteError):
@@ -3002,25 +3016,20 @@ class SseDecoder:
 # -- 5.4 request building ----------------------------------------------------------------------------------------------
 
 
-NO_CAPABILITIES: Mapping[
-    str, Any
-] = {}  # what bkmcp declares as a client, but for a skill command (SKILLS_CAPABILITIES)
-
-
 def build_request(
     request_id: Any,
     method: str,
     params: dict[str, Any] | None,
     rules: EraRules,
-    capabilities: Mapping[str, Any] = NO_CAPABILITIES,
+    capabilities: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A JSON-RPC request; modern requests carry the per-request ``_meta`` keys (docs/protocol.md §3.1), the client
-    capabilities among them (none, but the skills extension for a skill command: ``SKILLS_CAPABILITIES``)."""
+    capabilities among them (``capabilities``: what this operation can answer, docs/contract.md §5)."""
     return {"jsonrpc": "2.0", "id": request_id, **build_notification(method, params, rules, capabilities)}
 
 
 def build_notification(
-    method: str, params: dict[str, Any] | None, rules: EraRules, capabilities: Mapping[str, Any] = NO_CAPABILITIES
+    method: str, params: dict[str, Any] | None, rules: EraRules, capabilities: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
     params = _with_meta(params, rules, capabilities)
@@ -3036,27 +3045,33 @@ def build_response(request_id: Any, *, result: Any = None, error: dict[str, Any]
 
 
 def _with_meta(
-    params: dict[str, Any] | None, rules: EraRules, capabilities: Mapping[str, Any]
+    params: dict[str, Any] | None, rules: EraRules, capabilities: Mapping[str, Any] | None
 ) -> dict[str, Any] | None:
     if not rules.request_meta:
         return params
     params = dict(params or {})
     meta = dict(params.get("_meta") or {})
     meta[META_PROTOCOL_VERSION] = rules.version
-    meta[META_CLIENT_CAPABILITIES] = dict(capabilities)
+    meta[META_CLIENT_CAPABILITIES] = dict(capabilities or {})
     meta[META_CLIENT_INFO] = dict(CLIENT_INFO)
     params["_meta"] = meta
     return params
 
 
-def build_initialize_params(version: str, capabilities: Mapping[str, Any] = NO_CAPABILITIES) -> dict[str, Any]:
-    return {"protocolVersion": version, "capabilities": dict(capabilities), "clientInfo": dict(CLIENT_INFO)}
+def build_initialize_params(version: str, capabilities: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    return {"protocolVersion": version, "capabilities": dict(capabilities or {}), "clientInfo": dict(CLIENT_INFO)}
+
+
+# What bkmcp declares when an operation can answer a server's questions (docs/contract.md §5): elicitation in form
+# mode, and URL mode only when a person sees the terminal. Never sampling or roots (deprecated in 2026-07-28).
+ELICITATION_FORM: dict[str, Any] = {"elicitation": {"form": {}}}
+ELICITATION_FORM_AND_URL: dict[str, Any] = {"elicitation": {"form": {}, "url": {}}}
 
 
 # SEP-2640 (modelcontextprotocol/modelcontextprotocol@01b12e05, seps/2640-skills-extension.md): the extension a skill
-# command declares, and only a skill command (--skills, --skill): every other session declares no client capability.
+# command's session declares, and only a skill command's (--skills, --skill).
 SKILLS_EXTENSION = "io.modelcontextprotocol/skills"
-SKILLS_CAPABILITIES: Mapping[str, Any] = {"extensions": {SKILLS_EXTENSION: {}}}
+SKILLS_CAPABILITIES: dict[str, Any] = {"extensions": {SKILLS_EXTENSION: {}}}
 
 
 _SENTINEL_PREFIX = "=?base64?"
@@ -3329,6 +3344,43 @@ def check_result(method: str, message: Message) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
+class InputRound:
+    """One 2026-07-28 ``InputRequiredResult`` (SEP-2322, docs/protocol.md): the server's questions by key, and the
+    opaque ``requestState`` the retry echoes exactly (None: the retry carries none)."""
+
+    requests: dict[str, dict[str, Any]]
+    state: str | None
+
+
+MAX_INPUT_REQUESTS = 32  # questions one round may ask; more is a protocol error, not a form to fill
+
+
+def parse_input_round(method: str, result: Mapping[str, Any]) -> InputRound:
+    """An ``input_required`` result read: ``inputRequests`` an object of request objects (each with a string
+    ``method``), ``requestState`` a string, at least one of the two; anything else is ``mcp_protocol_error``."""
+    requests, state = result.get("inputRequests"), result.get("requestState")
+
+    def malformed(why: str) -> ProtocolError:
+        return ProtocolError(
+            f"{method}: the server's input_required result is malformed: {why}", data={"result": result}
+        )
+
+    if requests is None and state is None:
+        raise malformed("it has neither inputRequests nor requestState")
+    if state is not None and not isinstance(state, str):
+        raise malformed("requestState is not a string")
+    if requests is not None:
+        if not isinstance(requests, dict):
+            raise malformed("inputRequests is not an object")
+        if len(requests) > MAX_INPUT_REQUESTS:
+            raise malformed(f"it asks {len(requests)} questions at once (at most {MAX_INPUT_REQUESTS})")
+        for key, request in requests.items():
+            if not isinstance(request, dict) or not isinstance(request.get("method"), str):
+                raise malformed(f"inputRequests[{clip_text(repr(key), 60)}] is not a request with a method")
+    return InputRound(dict(requests or {}), state)
+
+
+@dataclass(frozen=True)
 class Listing:
     """A paginated list method (docs/contract.md §5): where its items are, what names one, what it lists."""
 
@@ -3416,6 +3468,14 @@ class Reply:
 
 
 @dataclass(frozen=True)
+class Asked:
+    """A legacy server's ``elicitation/create`` request: the I/O side answers it (docs/contract.md §5)."""
+
+    message: Message
+    related: Any = None
+
+
+@dataclass(frozen=True)
 class Declined:
     """A server -> client request bkmcp answered with -32601 (it declares no client capabilities)."""
 
@@ -3474,18 +3534,18 @@ class ClientSession:
         answered, or an answer for an id never sent, is a ``Stray`` (never guessed, never delivered);
       - an error with a null id answers the request whose response stream carried it (``related``: HTTP), else it
         is a ``Stray`` — never the only request in flight, which a line of a server's stdout could then fail;
-      - a server ``ping`` is answered ``{}``; any other server request ``-32601`` (and reported as ``Declined``).
+      - a server ``ping`` is answered ``{}``; ``elicitation/create`` is ``Asked`` (section 7 answers it); any other
+        server request (sampling, roots) ``-32601``, never a made-up answer (and reported as ``Declined``).
+    ``client_capabilities`` is what the session declares (``initialize``; each modern request's ``_meta``).
     """
 
     def __init__(self, first_id: int = 1) -> None:
         self.rules: EraRules | None = None
         self.session_id: str | None = None
+        self.client_capabilities: dict[str, Any] = {}
         self.server_info: dict[str, Any] = {}
         self.capabilities: dict[str, Any] = {}
         self.instructions: str | None = None
-        self.client_capabilities: Mapping[str, Any] = (
-            NO_CAPABILITIES  # what this client declares: SKILLS_CAPABILITIES or none
-        )
         self.tools_stale = False
         # the modern era came from an unpinned probe and nothing has been answered under it yet: a legacy-looking
         # refusal may still turn it to legacy, once (``refused_as_legacy``, docs/contract.md §5)
@@ -3507,16 +3567,29 @@ class ClientSession:
 
     # -- outgoing --------------------------------------------------------------------------------------
 
-    def start_request(self, method: str, params: dict[str, Any] | None, rules: EraRules) -> dict[str, Any]:
-        """A new request under ``rules`` (the offered version's rules for ``initialize``), now in flight."""
+    def start_request(
+        self,
+        method: str,
+        params: dict[str, Any] | None,
+        rules: EraRules,
+        capabilities: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """A new request under ``rules`` (the offered version's rules for ``initialize``), now in flight; a modern
+        request declares ``capabilities`` (its operation's), else the session's ``client_capabilities``."""
         self._next_id += 1
-        message = build_request(self._next_id, method, params, rules, self.client_capabilities)
+        declared = self.client_capabilities if capabilities is None else capabilities
+        message = build_request(self._next_id, method, params, rules, declared)
         self._pending[id_key(self._next_id)] = method
         return message
 
     def notification(self, method: str, params: dict[str, Any] | None) -> dict[str, Any]:
         assert self.rules is not None
         return build_notification(method, params, self.rules, self.client_capabilities)
+
+    def ids_from(self, first_id: int) -> None:
+        """Number the next requests from ``first_id`` (a resumed round: its retry must not reuse the id of the
+        request an earlier process sent, docs/contract.md §5)."""
+        self._next_id = first_id - 1
 
     def forget(self, request_id: Any) -> None:
         """The request ended without an answer; a late answer for it becomes a ``Stray``."""
@@ -3553,6 +3626,8 @@ class ClientSession:
             return [Notified(message, related)]
         if message.method == "ping":
             return [Reply(build_response(message.id, result={}))]
+        if message.method == "elicitation/create":
+            return [Asked(message, related)]
         return [
             Reply(build_response(message.id, error={"code": -32601, "message": "Method not found"})),
             Declined(str(message.method), related),
@@ -4294,6 +4369,11 @@ class Transport(Protocol):
 
     # What only an HTTP session has: a transport without one (stdio: the session is the process, its pipes the one
     # connection; stopping the child ends its stream, which fails the requests in flight) keeps these.
+    # The server's own stream for requests outside any request's stream (legacy HTTP's optional GET): stdio has
+    # one stream for everything already.
+    def listen(self, rules: EraRules, session_id: str | None, deadline: Deadline) -> None:
+        pass
+
     def stop_requests(self) -> None:
         pass
 
@@ -4703,6 +4783,7 @@ class HttpTransport(Transport):
         self._sending_lock = _thread.allocate_lock()
         self._stopped = _thread.allocate_lock()  # held until stop_requests: a resumption delay waits on it
         self._stopped.acquire()
+        self._listener: Any = None  # the thread reading the standalone GET stream (``listen``)
 
     def attach(self, deliver: Deliver, lost: Lost, answer_headers: AnswerHeaders) -> None:
         self._deliver = deliver
@@ -5020,6 +5101,51 @@ class HttpTransport(Transport):
                     "the server keeps closing the resumed event stream without sending anything", request_sent=True
                 )
 
+    def listen(self, rules: EraRules, session_id: str | None, deadline: Deadline) -> None:
+        """Open the optional standalone GET stream of a legacy session (docs/contract.md §5): only for a session that
+        declared elicitation, so that a question the server sends outside any request's stream (a TypeScript SDK
+        server's ``server.request``) reaches bkmcp. Waits (within ``LISTEN_WAIT`` and ``deadline``) until the
+        server answered the GET, so that the requests after it find the stream open. Optional on both sides: a
+        405, another status or a failure ends it quietly. ``close`` ends it and waits for its thread."""
+        import threading
+
+        if self._listener is not None or rules.era != "legacy":
+            return
+        opened = threading.Event()
+        self._listener = threading.Thread(
+            target=self._listen, args=(rules, session_id, opened), name="bkmcp-get-stream", daemon=True
+        )
+        self._listener.start()
+        opened.wait(max(0.0, min(LISTEN_WAIT, deadline.remaining())))
+
+    def _listen(self, rules: EraRules, session_id: str | None, opened: Any) -> None:
+        marker = object()
+        headers = build_headers(rules, configured=self.configured, session_id=session_id, accept="text/event-stream")
+        deadline = Deadline(LISTEN_BUDGET)
+        try:
+            self._log_request("GET", headers, None)
+            with HttpxBoundary(self.url, deadline):
+                with self._http().stream(
+                    "GET",
+                    self.url,
+                    headers=_wire_headers(headers),
+                    timeout=self._timeout(deadline),
+                    extensions=self._extensions(marker, sent=True),
+                ) as response:
+                    opened.set()
+                    ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
+                    if response.status_code != 200 or ctype != "text/event-stream":
+                        self.log.debug(f"no standalone GET stream (HTTP {response.status_code}); it is optional")
+                        return
+                    for incoming in self._read_sse(response, SseDecoder(), deadline):
+                        self._deliver(incoming, None)
+        except Exception as exc:  # the stream is optional: its end is never the operation's error
+            self.log.debug(f"the standalone GET stream ended ({type(exc).__name__})")
+        finally:
+            opened.set()
+            with self._sending_lock:
+                self._sending.discard(marker)
+
     def _post_one_way(self, outgoing: Outgoing) -> None:
         """POST a notification or a response; expects 202 (any 2xx accepted)."""
         message, deadline, session_id = outgoing.message, outgoing.deadline, outgoing.session_id
@@ -5113,11 +5239,17 @@ class HttpTransport(Transport):
                 connections = list(pool._connections)
             for connection in connections:
                 _shut_down_stream(getattr(getattr(connection, "_connection", None), "_network_stream", None))
+        if self._listener is not None:  # woken by the shutdown above (or stop_requests): gone before close returns
+            self._listener.join(LISTEN_WAIT)
         if self._client is not None and self._own_client:
             try:
                 self._client.close()
             finally:
                 self._client = None
+
+
+LISTEN_WAIT = 2.0  # seconds: at most this for the server to answer the standalone GET, and for its thread to end
+LISTEN_BUDGET = 24 * 3600.0  # the standalone GET stream lives as long as the session (closed with it)
 
 
 def _decode_error_message(text: str) -> Message | None:
@@ -6166,6 +6298,9 @@ class OpContext:
     # tell the start-up lines and its own, not those of earlier operations; None: every line is this operation's
     stderr_since: int | None = None
     stdout_since: int | None = None  # the same for its skipped stdout lines (``StdioTransport.stdout_skipped``)
+    # who answers the server's questions (elicitation) for this operation; None: nobody (the resident), and a
+    # legacy question is declined with -32601 as a request for an undeclared capability
+    input: InputSource | None = None
 
     def note_request(self, method: str) -> None:
         """``method`` is being handed to the transport (``McpSession.request``)."""
@@ -6179,14 +6314,51 @@ CANCEL_BUDGET = 1.0
 _KEPT_NOTIFICATIONS = 1000  # a chatty server cannot grow memory without bound
 STDIO_PROBE_WINDOW = 2.0  # shared stream: no answer to server/discover within this (inside the budget) means legacy
 STDIO_PROBE_POLL = 0.025  # how often the window asks whether the server has read the probe yet
-DECLINED_CAPABILITIES = {"sampling/createMessage": "sampling", "elicitation/create": "elicitation"}
+DECLINED_CAPABILITIES = {
+    "sampling/createMessage": "sampling",
+    "roots/list": "roots",
+    "elicitation/create": "elicitation",
+}
+
+
+@dataclass(frozen=True)
+class InputAnswer:
+    """How one server question is answered (docs/contract.md §5): ``result`` is the ``ElicitResult`` to send, None
+    when no answer is at hand; ``problems`` say why answers given do not fit the question (then ``result`` is None
+    and the question counts as unanswered); ``unsupported`` names a request kind bkmcp never answers (sampling,
+    roots)."""
+
+    result: dict[str, Any] | None
+    problems: tuple[dict[str, str], ...] = ()
+    unsupported: str | None = None
+
+
+class InputSource:
+    """Who answers a server's questions for one operation (docs/contract.md §5). This base has no answers at all
+    (headless, nothing given): every question is unanswered, nothing is declared and nothing is kept for a resume.
+    The CLI's (section 8, ``CommandLineInput``) types answers given on the command line or asks on a terminal."""
+
+    capabilities: dict[str, Any] = {}  # what the session declares: only what this source can answer
+    resuming = False  # it answers a round an earlier process kept: request ids start at random (``ids_from``)
+
+    def answer(self, key: str | None, request: Mapping[str, Any], several: bool) -> InputAnswer:
+        """The answer to one question (``request``: ``{"method", "params"}``); ``key`` is its ``inputRequests`` key
+        (None for a legacy mid-call request), ``several``: its round asks more than one."""
+        method = request.get("method")
+        return InputAnswer(None, unsupported=None if method == "elicitation/create" else str(method))
+
+    def park(self, method: str, params: Mapping[str, Any], pending: InputRound, era: str | None) -> dict[str, Any]:
+        """A round no answer was at hand for, kept so that a later command can answer it: what ``data`` says about
+        it (``resume``, ``expires_in_s``); the base keeps nothing."""
+        return {}
 
 
 class RequestHandle:
-    """What the caller learns about one request while it runs: its id, whether it was sent, and the server
-    requests that were declined on its behalf."""
+    """What the caller learns about one request while it runs: its id, whether it was sent, the server requests
+    that were declined on its behalf, and the questions (legacy ``elicitation/create``) asked during it with how
+    each was answered (``asked``: ``{"request", "answer", "problems"}``)."""
 
-    __slots__ = ("id", "method", "sent", "declined", "_event", "message", "error", "log")
+    __slots__ = ("id", "method", "sent", "declined", "asked", "input", "_event", "message", "error", "log")
 
     def __init__(self) -> None:
         import threading
@@ -6195,6 +6367,8 @@ class RequestHandle:
         self.method = "the request"
         self.sent = False
         self.declined: list[str] = []
+        self.asked: list[dict[str, Any]] = []
+        self.input: InputSource | None = None  # its operation's (``OpContext.input``)
         self._event = threading.Event()
         self.message: Message | None = None
         self.error: BkmcpError | None = None
@@ -6293,8 +6467,10 @@ class McpSession:
         deadline = deadline or ctx.deadline
         handle = handle or RequestHandle()
         with self._lock:
-            message = self.core.start_request(method, params, rules)
-            handle.id, handle.method, handle.log = message["id"], method, ctx.log
+            message = self.core.start_request(
+                method, params, rules, ctx.input.capabilities if ctx.input is not None else None
+            )
+            handle.id, handle.method, handle.log, handle.input = message["id"], method, ctx.log, ctx.input
             self._handles[id_key(handle.id)] = handle
         ctx.note_request(method)
         interrupt = ctx.deadline.interrupt  # a warm client's Ctrl-C: wakes the wait, raised as KeyboardInterrupt
@@ -6370,6 +6546,7 @@ class McpSession:
     def _deliver(self, message: Message, related: Any) -> bool:
         """The transport's callback for every incoming message; True once ``related`` has been answered."""
         declined_logs: dict[int, list[Log]] = {}  # Declined event -> the logs of the operations it was for
+        asked: list[tuple[Asked, RequestHandle | None]] = []
         with self._lock:
             events = self.core.receive(message, related=related)
             answered = related is not None and id_key(related) not in self._handles
@@ -6389,6 +6566,15 @@ class McpSession:
                         handle.declined.append(event.method)
                     logs = {id(h.log): h.log for h in targets if h.log is not None}
                     declined_logs[id(event)] = list(logs.values()) or [self.log]
+                elif isinstance(event, Asked):  # the request it came with, else the one in flight that can answer
+                    candidates = (
+                        [self._handles[id_key(related)]]
+                        if related is not None and id_key(related) in self._handles
+                        else [h for h in self._handles.values() if h.input is not None]
+                    )
+                    asked.append((event, candidates[0] if candidates else None))
+        for event, handle in asked:
+            self._answer_question(event.message, handle)
         for event in events:
             if isinstance(event, Notified):
                 self._on_notification(event.message)
@@ -6407,6 +6593,38 @@ class McpSession:
             elif isinstance(event, Stray):
                 self._on_stray(event)
         return answered
+
+    def _answer_question(self, message: Message, handle: RequestHandle | None) -> None:
+        """A legacy ``elicitation/create``: answered from the operation's ``InputSource`` (docs/contract.md §5); no
+        answer at hand (or answers that do not fit) is ``cancel``, never ``decline``; an operation with no source
+        (the resident) declines it with -32601 as before. What was asked and answered goes on the handle."""
+        request = {"method": "elicitation/create", "params": message.params if isinstance(message.params, dict) else {}}
+        if handle is None or handle.input is None:
+            reply = build_response(message.id, error={"code": -32601, "message": "Method not found"})
+            if handle is not None:
+                handle.declined.append("elicitation/create")
+            (handle.log if handle is not None and handle.log is not None else self.log).warn(
+                "the server sent an 'elicitation/create' request; nothing can answer it here and it was declined "
+                "(-32601)"
+            )
+        else:
+            try:
+                answer = handle.input.answer(None, request, False)
+            except BkmcpError as exc:  # e.g. the terminal went away: the question stays unanswered
+                answer = InputAnswer(None, ({"message": exc.message},))
+            result = answer.result if answer.result is not None else {"action": "cancel"}
+            handle.asked.append(
+                {
+                    "request": request,
+                    "answer": result,
+                    "problems": list(answer.problems),
+                    "given": answer.result is not None,
+                }
+            )
+            reply = build_response(message.id, result=result)
+        self.transport.send(
+            Outgoing(reply, self.core.rules, Deadline(CANCEL_BUDGET), self.core.session_id, strict=False)
+        )
 
     def _on_stray(self, stray: Stray) -> None:
         """A response that answers nothing in flight: reported (a warning; the resident's event too), never
@@ -6698,6 +6916,8 @@ def initialize(session: McpSession, ctx: OpContext, offer: str) -> None:
         ctx.log.debug(f"the server chose {rules.version} (offered {offer})")
     _log_protocol(session, ctx)
     session.notify("notifications/initialized", None, ctx.deadline)
+    if "elicitation" in session.core.client_capabilities:  # a question may come outside any request's stream
+        session.transport.listen(rules, session.core.session_id, ctx.deadline)
 
 
 def open_session(
@@ -6720,7 +6940,12 @@ class SessionSource:
     (``WarmSessions``, section 10.5) lends a kept one and keeps it."""
 
     def start(self, server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> McpSession:
-        return McpSession(server, insecure=insecure, log=ctx.log)
+        session = McpSession(server, insecure=insecure, log=ctx.log)
+        if ctx.input is not None:  # a legacy server learns it at initialize (docs/contract.md §5)
+            session.core.client_capabilities = dict(ctx.input.capabilities)
+            if ctx.input.resuming and not session.transport.shared_stream:  # stdio ids are random already
+                session.core.ids_from(random_first_id())
+        return session
 
     def ready(self, session: McpSession, ctx: OpContext) -> None:
         negotiate(session, ctx)
@@ -6753,19 +6978,52 @@ def stage_of(method: str) -> str:
 
 
 def request_result(
-    session: McpSession, ctx: OpContext, method: str, params: dict[str, Any] | None, *, cancel: bool = False
+    session: McpSession,
+    ctx: OpContext,
+    method: str,
+    params: dict[str, Any] | None,
+    pending: InputRound | None = None,
+    *,
+    cancel: bool = False,
 ) -> dict[str, Any]:
     """A non-call request; a lost legacy session is re-initialized once per operation, and a tentative modern era
     refused as by a legacy server falls back to ``initialize`` once (docs/contract.md §5). ``cancel``: a request
     that was sent and timed out is cancelled on the wire as a timed-out ``tools/call`` is (``_cancel``):
-    ``resources/read`` and ``prompts/get``, whose work a server may go on doing."""
+    ``resources/read`` and ``prompts/get``, whose work a server may go on doing. A server's questions
+    (``prompts/get``, ``resources/read``) go through ``send_with_input``, as a call's do; ``pending``: a round
+    kept by an earlier command (``--resume``), answered before anything else is sent."""
+    handles: list[RequestHandle] = []
+
+    def send(current: dict[str, Any] | None) -> Message:
+        return _request_once(session, ctx, method, current, handles, cancel=cancel)
+
+    if ctx.input is not None and method in INPUT_METHODS:
+        answer = send_with_input(session, ctx, method, params or {}, send, pending)
+    else:
+        answer = send(params)
+    result = check_result(method, answer)
+    raise_unanswered(method, handles, {"result": result})
+    return result
+
+
+def _request_once(
+    session: McpSession,
+    ctx: OpContext,
+    method: str,
+    params: dict[str, Any] | None,
+    handles: list[RequestHandle],
+    *,
+    cancel: bool,
+) -> Message:
+    """One request of ``request_result`` (each attempt's handle joins ``handles``: the questions asked on it)."""
     for attempt in range(2):
         rules = session.core.rules
         assert rules is not None
         session_id = session.core.session_id
         handle = RequestHandle()
+        handles.append(handle)
         try:
-            answer = session.request(method, params, ctx, handle=handle)
+            return session.request(method, params, ctx, handle=handle)
         except RemoteError as exc:
             if cancel and isinstance(exc, McpTimeoutError) and request_was_sent(exc):
                 _cancel(session, rules, handle.id, reason=f"timed out after {format_duration(ctx.deadline.seconds)}")
@@ -6779,8 +7037,145 @@ def request_result(
                 session.renew(ctx, session_id)
                 continue
             raise
-        return check_result(method, answer)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+INPUT_METHODS = ("tools/call", "prompts/get", "resources/read")  # the requests a server may answer input_required
+MAX_INPUT_ROUNDS = 10  # input_required rounds one request may take (docs/contract.md §5); then it stops, said so
+
+
+def send_with_input(
+    session: McpSession,
+    ctx: OpContext,
+    method: str,
+    params: dict[str, Any],
+    send: Callable[[dict[str, Any]], Message],
+    pending: InputRound | None = None,
+) -> Message:
+    """The one multi-round-trip loop (2026-07-28, SEP-2322) of ``tools/call``, ``prompts/get`` and
+    ``resources/read``: while the answer is ``input_required``, each question is answered by ``ctx.input`` and the
+    same method and params are sent again (``send``: a new request, so a new JSON-RPC id) with ``inputResponses``
+    and the ``requestState`` echoed exactly (none when the server sent none). At most ``MAX_INPUT_ROUNDS`` rounds.
+    A question no answer is at hand for ends it: ``input_required`` with the questions, and the round kept for a
+    later ``--resume`` (``InputSource.park``). The final answer is returned as received (the caller checks it)."""
+    assert ctx.input is not None
+    rounds = 0
+    message = send(params) if pending is None else None
+    while True:
+        if message is not None:
+            result = message.result if message.kind == "result" else None
+            if not isinstance(result, dict) or result.get("resultType") != "input_required":
+                return message
+            pending = parse_input_round(method, result)
+        assert pending is not None
+        rounds += 1
+        if rounds > MAX_INPUT_ROUNDS:
+            raise ProtocolError(
+                f"{method}: the server asked for input {MAX_INPUT_ROUNDS} times and still asks; bkmcp stopped "
+                "(at most {MAX_INPUT_ROUNDS} rounds)".replace("{MAX_INPUT_ROUNDS}", str(MAX_INPUT_ROUNDS)),
+                hint="the server keeps asking; check the answers given, or report it to the server's authors",
+                details={"rounds": MAX_INPUT_ROUNDS, "outcome": "not_completed"},
+            )
+        if session.era != "modern":
+            raise ProtocolError(
+                f"{method}: an input_required round can only be answered on a 2026-07-28 session; the server now "
+                f"speaks {session.protocol_version}",
+                details={"outcome": "not_sent"},
+            )
+        responses, unanswered = answer_round(ctx.input, method, pending)
+        if unanswered:
+            parked = ctx.input.park(method, params, pending, session.era)
+            raise build_input_required(method, unanswered, parked)
+        retry = {key: value for key, value in params.items() if key not in ("inputResponses", "requestState")}
+        if pending.requests:
+            retry["inputResponses"] = responses
+        if pending.state is not None:
+            retry["requestState"] = pending.state  # the exact string received: never parsed, never rebuilt
+        ctx.log.debug(f"{method}: answering input round {rounds} ({', '.join(map(repr, responses)) or 'state only'})")
+        message = send(retry)
+
+
+def answer_round(
+    source: InputSource, method: str, pending: InputRound
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """(``inputResponses`` by key, the questions left unanswered by key, each described for ``data``). A request
+    for sampling or roots is ``mcp_capability_unsupported``: bkmcp never makes up such an answer."""
+    responses: dict[str, Any] = {}
+    unanswered: dict[str, dict[str, Any]] = {}
+    several = len(pending.requests) > 1
+    for key, request in pending.requests.items():
+        answer = source.answer(key, request, several)
+        if answer.unsupported is not None:
+            raise CapabilityUnsupportedError(
+                f"{method}: the server asks for {clip_text(answer.unsupported, 60)} ({clip_text(repr(key), 60)}), "
+                "which bkmcp does not provide; nothing was made up",
+                hint="bkmcp answers elicitation only; it never answers sampling or roots requests",
+                details={"capability": answer.unsupported, "input_request": key, "outcome": "not_completed"},
+            )
+        if answer.result is None:
+            unanswered[key] = describe_question(request, answer.problems)
+        else:
+            responses[key] = answer.result
+    return responses, unanswered
+
+
+def describe_question(request: Mapping[str, Any], problems: Sequence[Mapping[str, str]] = ()) -> dict[str, Any]:
+    """One server question for ``data.input_requests``: method, mode, message, the requested schema (form) or the
+    URL (url mode), and why answers given did not fit (``problems``)."""
+    params = request.get("params")
+    params = params if isinstance(params, dict) else {}
+    out: dict[str, Any] = {"method": request.get("method")}
+    if request.get("method") == "elicitation/create":
+        out["mode"] = params.get("mode", "form")
+        out["message"] = params.get("message")
+        if out["mode"] == "url":
+            out["url"] = params.get("url")
+        else:
+            out["requested_schema"] = params.get("requestedSchema")
+    if problems:
+        out["problems"] = [dict(p) for p in problems]
+    return out
+
+
+def build_input_required(
+    method: str,
+    questions: Mapping[str, dict[str, Any]],
+    parked: Mapping[str, Any],
+    data: Mapping[str, Any] | None = None,
+) -> InputRequiredError:
+    """``input_required`` (exit 2): the questions no answer was at hand for, in ``data.input_requests``, and where
+    a later command can answer them (``data.resume`` when the round was kept)."""
+    first = next(iter(questions.values()), {})
+    said = first.get("message")
+    shown = f": {clip_text(said, 200)}" if isinstance(said, str) and said.strip() else ""
+    fits = any(q.get("problems") for q in questions.values())
+    if parked.get("resume"):
+        how = f"answer it: bkmcp <server> --resume {parked['resume']} --input FIELD=VALUE (or --inputs JSON)"
+    elif data and "result" in data:  # a legacy server asked mid-call and was answered cancel
+        how = "the server was answered cancel; run the same command again with --input FIELD=VALUE (or --inputs JSON)"
+    else:
+        how = "run the same command again with --input FIELD=VALUE (or --inputs JSON)"
+    return InputRequiredError(
+        f"{method}: the server asks {len(questions)} question(s) "
+        + ("the answers given do not fit" if fits else "no answer was given for")
+        + shown,
+        hint=how + "; the questions and their schemas are in data.input_requests",
+        details={"input_requests": list(questions)},
+        data={**dict(data or {}), "input_requests": dict(questions), **dict(parked)},
+    )
+
+
+def raise_unanswered(method: str, handles: Sequence[RequestHandle], data: Mapping[str, Any]) -> None:
+    """A legacy server asked (``elicitation/create``) during ``method`` and some question had no answer at hand or
+    answers that did not fit: it was answered ``cancel`` (never ``decline``), and the command reports
+    ``input_required`` with the questions and what the server answered (docs/contract.md §5)."""
+    questions: dict[str, dict[str, Any]] = {}
+    for handle in handles:
+        for asked in handle.asked:
+            if not asked["given"]:
+                questions[f"elicitation-{len(questions) + 1}"] = describe_question(asked["request"], asked["problems"])
+    if questions:
+        raise build_input_required(method, questions, {}, data)
 
 
 def discover_tools(session: McpSession, ctx: OpContext) -> tuple[list[dict[str, Any]], int]:
@@ -6926,13 +7321,13 @@ def require_capability(session: McpSession, capability: str, method: str, *, ext
     )
 
 
-def read_resource(session: McpSession, ctx: OpContext, uri: str) -> dict[str, Any]:
+def read_resource(session: McpSession, ctx: OpContext, uri: str, pending: InputRound | None = None) -> dict[str, Any]:
     """``resources/read`` of one URI, the result as received; a URI the server does not know is
     ``mcp_resource_not_found`` in both eras: the legacy spec's -32002 (resource not found), and -32602 (invalid
     params: the 2026-07-28 spec's code, which legacy SDK servers answer too; ``uri`` is the request's only param)."""
     require_capability(session, "resources", "resources/read")
     try:
-        return request_result(session, ctx, "resources/read", {"uri": uri}, cancel=True)
+        return request_result(session, ctx, "resources/read", {"uri": uri}, pending, cancel=True)
     except ProtocolError as exc:
         if (exc.details.get("rpc_error") or {}).get("code") not in _UNKNOWN_RESOURCE_CODES:
             raise
@@ -6974,17 +7369,18 @@ def get_prompt(
     ctx: OpContext,
     name: str,
     prepare: Callable[[dict[str, Any]], Mapping[str, str] | None],
+    pending: InputRound | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """List the prompts, find ``name`` (``mcp_prompt_not_found``), let ``prepare(prompt)`` check the arguments
     (``invalid_mcp_arguments`` before sending), ``prompts/get`` once: (the prompt as listed, its result). ``prepare``
     returning None stops after the listing (prompt help): the result is then None. The one path of ``--prompt`` and
-    the resident's ``get_prompt``."""
+    the resident's ``get_prompt``; ``pending``: a kept input round answered first (``--resume``)."""
     prompt = find_prompt(list_prompts(session, ctx), name, session.server.name)
     arguments = prepare(prompt)
     if arguments is None:
         return prompt, None
     params: dict[str, Any] = {"name": name, **({"arguments": dict(arguments)} if arguments else {})}
-    return prompt, request_result(session, ctx, "prompts/get", params, cancel=True)
+    return prompt, request_result(session, ctx, "prompts/get", params, pending, cancel=True)
 
 
 def find_prompt(prompts: Sequence[dict[str, Any]], name: str, server_name: str) -> dict[str, Any]:
@@ -7004,10 +7400,16 @@ _progress_tokens = iter(range(1, 1 << 62))
 
 
 def call_tool(
-    session: McpSession, ctx: OpContext, name: str, arguments: dict[str, Any], tool: Mapping[str, Any] | None = None
+    session: McpSession,
+    ctx: OpContext,
+    name: str,
+    arguments: dict[str, Any],
+    tool: Mapping[str, Any] | None = None,
+    pending: InputRound | None = None,
 ) -> dict[str, Any]:
     """``tools/call`` sent exactly once, on every path (a task-only tool: never); an unknown outcome is said so,
-    never retried.
+    never retried. The only further ``tools/call`` is the one a 2026-07-28 server asks for: the retry that carries
+    the answers to its questions (``send_with_input``; ``pending``: a round kept by an earlier command).
 
     Returns the raw result (``isError: true`` included: whether that fails is the caller's rule). On a timeout
     or cancellation a call that was sent is cancelled on the wire: ``notifications/cancelled`` on a shared
@@ -7026,38 +7428,53 @@ def call_tool(
         params["_meta"] = {"progressToken": line.token}
         session.watch_progress(line.token, line.update)
     base = {"server": session.server.name, "tool": name}
-    handle = RequestHandle()
+    handles: list[RequestHandle] = []
+
+    def send(current: dict[str, Any]) -> Message:
+        handle = RequestHandle()
+        handles.append(handle)
+        try:
+            return session.request("tools/call", current, ctx, extra_headers=extra, handle=handle)
+        except KeyboardInterrupt:
+            if handle.id is not None:
+                _cancel(session, rules, handle.id, reason="interrupted by the user (Ctrl-C)")
+            raise
+        except RemoteError as exc:
+            status = exc.http_status
+            if exc.session_lost:
+                raise ConnectionFailedError(
+                    f"the server lost the session (HTTP {status}) while tools/call was in flight; "
+                    "bkmcp never resends a call",
+                    hint="the tool may or may not have run; check before calling again",
+                    details={"http_status": status, "outcome": "unknown"},
+                    data=dict(base),
+                ) from None
+            if status is not None:
+                unknown = {"outcome": "unknown"} if status >= 500 else {}
+                raise exc.copy(details={**exc.details, **unknown}, data=dict(base)) from None
+            if isinstance(exc, McpTimeoutError) and request_was_sent(exc):
+                _cancel(session, rules, handle.id, reason=f"timed out after {format_duration(ctx.deadline.seconds)}")
+            changes: dict[str, Any] = {"data": {**base, **(exc.data or {})}}
+            if request_was_sent(exc) and not isinstance(exc, (AuthRequiredError, PermissionDeniedError)):
+                changes["details"] = {**exc.details, "outcome": "unknown"}
+                changes["notes"] = (
+                    *exc.notes,
+                    "the call was sent and its outcome is unknown: check before calling again",
+                )
+            raise exc.copy(**changes)  # noqa: B904 - the same error, changed: its chain stays as it was
+
     try:
-        answer = session.request("tools/call", params, ctx, extra_headers=extra, handle=handle)
-    except KeyboardInterrupt:
-        if handle.id is not None:
-            _cancel(session, rules, handle.id, reason="interrupted by the user (Ctrl-C)")
-        raise
-    except RemoteError as exc:
-        status = exc.http_status
-        if exc.session_lost:
-            raise ConnectionFailedError(
-                f"the server lost the session (HTTP {status}) while tools/call was in flight; "
-                "bkmcp never resends a call",
-                hint="the tool may or may not have run; check before calling again",
-                details={"http_status": status, "outcome": "unknown"},
-                data=dict(base),
-            ) from None
-        if status is not None:
-            unknown = {"outcome": "unknown"} if status >= 500 else {}
-            raise exc.copy(details={**exc.details, **unknown}, data=dict(base)) from None
-        if isinstance(exc, McpTimeoutError) and request_was_sent(exc):
-            _cancel(session, rules, handle.id, reason=f"timed out after {format_duration(ctx.deadline.seconds)}")
-        changes: dict[str, Any] = {"data": {**base, **(exc.data or {})}}
-        if request_was_sent(exc) and not isinstance(exc, (AuthRequiredError, PermissionDeniedError)):
-            changes["details"] = {**exc.details, "outcome": "unknown"}
-            changes["notes"] = (*exc.notes, "the call was sent and its outcome is unknown: check before calling again")
-        raise exc.copy(**changes)  # noqa: B904 - the same error, changed: its chain stays as it was
+        if ctx.input is not None:
+            answer = send_with_input(session, ctx, "tools/call", params, send, pending)
+        else:
+            answer = send(params)
+    except InputRequiredError as exc:
+        raise exc.copy(data={**base, **(exc.data or {})}) from None
     finally:
         if line is not None:
             session.watch_progress(line.token, None)
             line.end()
-    declined = [m for m in handle.declined if m in DECLINED_CAPABILITIES]
+    declined = [m for handle in handles for m in handle.declined if m in DECLINED_CAPABILITIES]
     try:
         result = check_result("tools/call", answer)
     except RemoteError as exc:
@@ -7072,11 +7489,12 @@ def call_tool(
                 data={**base, **(exc.data or {})},
             ) from None
         raise exc.copy(details=details, data={**base, **(exc.data or {})}) from None
+    raise_unanswered("tools/call", handles, {**base, "result": result})
     if declined:
         raise CapabilityUnsupportedError(
             f"the tool asked for {', '.join(DECLINED_CAPABILITIES[m] for m in declined)} while running, which "
             "bkmcp declined; its result may be incomplete",
-            hint="the raw result is in data.result; bkmcp never answers sampling or elicitation",
+            hint="the raw result is in data.result; bkmcp never answers sampling; elicitation only when it can",
             details={"server_requests": declined},
             data={**base, "result": result},
         )
@@ -7200,8 +7618,10 @@ def run_call(
     *,
     insecure: bool,
     prepare: Callable[[dict[str, Any]], dict[str, Any] | None],
+    pending: InputRound | None = None,
 ) -> dict[str, Any]:
-    """Discover, find tool ``name``, let ``prepare(tool)`` build and check the arguments, call it once.
+    """Discover, find tool ``name``, let ``prepare(tool)`` build and check the arguments, call it once
+    (``pending``: the input round of an earlier command answered first, ``--resume``).
 
     ``prepare`` (the front end's: flags or ``--body``, local validation) returns the arguments, or None to stop
     after discovery (tool help): then the data is ``{"server", "tool", "schema": tool}`` and nothing is called.
@@ -7224,7 +7644,7 @@ def run_call(
         arguments = prepare(tool)
         if arguments is None:
             return {"server": server.name, "tool": name, "schema": tool}
-        result = call_tool(session, ctx, name, arguments, tool)
+        result = call_tool(session, ctx, name, arguments, tool, pending)
     finally:
         sessions.done(session, ctx)
     return {"server": server.name, "tool": name, "result": result}
@@ -7280,11 +7700,16 @@ def describe_resource_brief(item: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def run_read(server: ResolvedServer, ctx: OpContext, uri: str, *, insecure: bool) -> dict[str, Any]:
+def run_read(
+    server: ResolvedServer, ctx: OpContext, uri: str, *, insecure: bool, pending: InputRound | None = None
+) -> dict[str, Any]:
     """``--read URI`` data: ``{"server", "uri", "result"}``, the result with every content item as received."""
 
     def work(session: McpSession) -> dict[str, Any]:
-        return {"server": server.name, "uri": uri, "result": read_resource(session, ctx, uri)}
+        try:
+            return {"server": server.name, "uri": uri, "result": read_resource(session, ctx, uri, pending)}
+        except InputRequiredError as exc:
+            raise exc.copy(data={"server": server.name, "uri": uri, **(exc.data or {})}) from None
 
     return run_on_session(server, ctx, work, insecure=insecure)
 
@@ -7312,13 +7737,17 @@ def run_prompt(
     *,
     insecure: bool,
     prepare: Callable[[dict[str, Any]], dict[str, str] | None],
+    pending: InputRound | None = None,
 ) -> dict[str, Any]:
     """List the prompts, find ``name``, let ``prepare(prompt)`` check the arguments, ``prompts/get`` once. As
     ``run_call``: ``prepare`` returning None stops after the listing (prompt help: ``{"server", "prompt",
     "definition"}``); else ``{"server", "prompt", "result"}``."""
 
     def work(session: McpSession) -> dict[str, Any]:
-        prompt, result = get_prompt(session, ctx, name, prepare)
+        try:
+            prompt, result = get_prompt(session, ctx, name, prepare, pending)
+        except InputRequiredError as exc:
+            raise exc.copy(data={"server": server.name, "prompt": name, **(exc.data or {})}) from None
         if result is None:
             return {"server": server.name, "prompt": name, "definition": prompt}
         return {"server": server.name, "prompt": name, "result": result}
@@ -7458,7 +7887,7 @@ def build_dry_run(server: ResolvedServer, tool: str, arguments: dict[str, Any]) 
 
 RESERVED_OPTION_NAMES = frozenset(
     "help h check tools config body timeout jq raw r context dry-run verbose v insecure format resident registry "
-    "version keep-alive out max-blob-bytes".split()
+    "version keep-alive input inputs input-action resume out max-blob-bytes".split()
 )
 
 
@@ -9240,6 +9669,248 @@ def validate_arguments(
     return ArgumentCheck(scope, tuple(notes))
 
 
+# -- 8.7 answers to a server's questions: --input typed by the requested schema, the terminal form (CommandLineInput) --
+
+
+def _answer_flags(schema: Any) -> ToolFlags:
+    """The requested schema's fields as flags (``build_tool_flags``): ``--input FIELD=VALUE`` is typed as a tool's
+    ``--FIELD VALUE`` is (docs/contract.md §5, §6)."""
+    return build_tool_flags({"inputSchema": schema if isinstance(schema, dict) else {"type": "object"}})
+
+
+def _schema_fields(schema: Any) -> dict[str, Any]:
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    return properties if isinstance(properties, dict) else {}
+
+
+def type_answer(schema: Any, field_name: str, text: str) -> Any:
+    """One answer's text -> its JSON value by the field's schema; ``ValueError`` saying why it does not fit."""
+    flags = _answer_flags(schema)
+    flag = flags.flags.get(field_name)
+    prop = _schema_fields(schema).get(field_name)
+    if flag is None and isinstance(prop, dict):  # a name that is a bkmcp option still types as its schema says
+        kind = property_kind(prop)[0]
+        flag = ToolFlag(field_name, kind, False, prop) if kind is not None else None
+    if flag is None:  # a schema no text can be typed by (false, a remote $ref): JSON through --inputs
+        raise ValueError(f"{printable(field_name)!r} cannot be typed from text; give it in --inputs as JSON")
+    return convert_flag_value(flag, ToolToken(field_name, text, True, f"{field_name}={text}"))
+
+
+def with_defaults(schema: Any, content: Mapping[str, Any]) -> dict[str, Any]:
+    """``content`` with each field not given set to its schema ``default`` (SEP-1034)."""
+    out = dict(content)
+    for name, prop in _schema_fields(schema).items():
+        if name not in out and isinstance(prop, dict) and "default" in prop:
+            out[name] = prop["default"]
+    return out
+
+
+def content_problems(schema: Any, content: Mapping[str, Any]) -> tuple[dict[str, str], ...]:
+    """Why ``content`` does not fit the requested schema (checked locally, as tool arguments are: contract §6)."""
+    try:
+        validate_arguments({"name": "the question", "inputSchema": schema if isinstance(schema, dict) else {}}, content)
+    except InvalidArgumentsError as exc:
+        return tuple(exc.details.get("problems") or ({"message": exc.message},))
+    return ()
+
+
+def choices_of(prop: Mapping[str, Any]) -> list[tuple[Any, str]]:
+    """A field's choices (SEP-1330): ``enum`` (titled by legacy ``enumNames``), ``oneOf``/``anyOf`` of ``const``
+    with ``title``, and an array's ``items`` the same way (multi-select); (value, label) each."""
+    items = prop.get("items")
+    target: Mapping[str, Any] = items if prop.get("type") == "array" and isinstance(items, dict) else prop
+    enum = target.get("enum")
+    if isinstance(enum, list):
+        names = target.get("enumNames")
+        names = names if isinstance(names, list) else []
+        return [(v, str(names[i]) if i < len(names) else short_text(v, 80)) for i, v in enumerate(enum)]
+    for key in ("oneOf", "anyOf"):
+        options = target.get(key)
+        if isinstance(options, list) and options and all(isinstance(o, dict) and "const" in o for o in options):
+            return [(o["const"], str(o.get("title", short_text(o["const"], 80)))) for o in options]
+    return []
+
+
+class CommandLineInput(InputSource):
+    """The CLI's answers (docs/contract.md §5): ``--input FIELD=VALUE`` (``given``, typed by the requested schema),
+    ``--inputs`` (``inputs``: an object keyed by field, or by the ``inputRequests`` key when a round asks several),
+    ``--input-action decline|cancel`` (``action``), else a person on the terminal (``terminal``). A field not given
+    takes its schema ``default`` (SEP-1034). No answer at hand: None, never a made-up one. ``keep`` (the CLI's resume
+    store) keeps a 2026-07-28 round nobody answered."""
+
+    def __init__(
+        self,
+        given: Sequence[tuple[str, str]] = (),
+        inputs: Mapping[str, Any] | None = None,
+        action: str | None = None,
+        terminal: TerminalQuestions | None = None,
+        keep: Callable[[str, Mapping[str, Any], InputRound, str | None], dict[str, Any]] | None = None,
+        resuming: bool = False,
+    ) -> None:
+        self.given = list(given)
+        self.inputs = inputs
+        self.action = action
+        self.terminal = terminal
+        self.keep = keep
+        self.resuming = resuming
+        answers = bool(self.given) or inputs is not None or action is not None or resuming
+        self.capabilities = ELICITATION_FORM_AND_URL if terminal is not None else ELICITATION_FORM if answers else {}
+
+    def answer(self, key: str | None, request: Mapping[str, Any], several: bool) -> InputAnswer:
+        method = request.get("method")
+        if method != "elicitation/create":
+            return InputAnswer(None, unsupported=str(method))
+        params = request.get("params")
+        params = params if isinstance(params, dict) else {}
+        if self.action is not None:  # the user said so: the only way bkmcp ever answers decline
+            return InputAnswer({"action": self.action})
+        if params.get("mode", "form") == "url":
+            return self.terminal.ask_url(params) if self.terminal is not None else InputAnswer(None)
+        schema = params.get("requestedSchema")
+        content, problems, given = self.typed(key, schema, several)
+        if not given:
+            return self.terminal.ask_form(params) if self.terminal is not None else InputAnswer(None)
+        if problems:
+            return InputAnswer(None, tuple(problems))
+        content = with_defaults(schema, content)
+        problems = list(content_problems(schema, content))
+        return InputAnswer(None, tuple(problems)) if problems else InputAnswer({"action": "accept", "content": content})
+
+    def typed(self, key: str | None, schema: Any, several: bool) -> tuple[dict[str, Any], list[dict[str, str]], bool]:
+        """(the answers given for this question, typed; problems; whether any answer was given for it at all). A
+        field the question does not have is left for another question: answers for every round of a multi-round
+        request can be given at once; answers that fit no field leave the question unanswered (reported)."""
+        fields = _schema_fields(schema)
+        content: dict[str, Any] = {}
+        problems: list[dict[str, str]] = []
+        given = self.inputs is not None
+        if self.inputs is not None:
+            chosen = self.inputs.get(key) if key is not None else None
+            if isinstance(chosen, dict) and key not in fields:
+                content.update(chosen)
+            else:  # keyed by field: each question takes its own fields
+                content.update({k: v for k, v in self.inputs.items() if k in fields})
+        for name, text in self.given:
+            if name not in fields:
+                continue  # another question's field (a later round's, or another key's)
+            given = True
+            try:
+                content[name] = type_answer(schema, name, text)
+            except ValueError as exc:
+                problems.append({"path": json_path([name]), "message": f"--input {printable(name)}: {exc}"})
+        return content, problems, given
+
+    def park(self, method: str, params: Mapping[str, Any], pending: InputRound, era: str | None) -> dict[str, Any]:
+        return self.keep(method, params, pending, era) if self.keep is not None else {}
+
+
+class TerminalQuestions:
+    """A person on the terminal answers (docs/contract.md §5): each form field prompted on ``out`` with its title,
+    type, choices and default (Enter keeps the default), the answers reviewed before they are sent; a URL shown with
+    its host and asked consent for, never opened by bkmcp. Server text is made terminal-safe first (no control
+    characters reach the terminal). End of input, or no, is ``cancel``; ``decline`` only when the person says so."""
+
+    TRIES = 3  # a field typed wrong this many times ends the form (cancel)
+
+    def __init__(self, stdin: IO[str], out: IO[str]) -> None:
+        self.stdin, self.out = stdin, out
+
+    def say(self, text: str) -> None:
+        self.out.write(text)
+        self.out.flush()
+
+    def ask(self, prompt: str) -> str | None:
+        self.say(prompt)
+        line = self.stdin.readline()
+        return None if not line else line.rstrip("\r\n")
+
+    def ask_form(self, params: Mapping[str, Any]) -> InputAnswer:
+        schema = params.get("requestedSchema")
+        fields = _schema_fields(schema)
+        listed = schema.get("required") if isinstance(schema, dict) else None
+        required: list[Any] = listed if isinstance(listed, list) else []
+        self.say(f"\nThe server asks: {terminal_safe(str(params.get('message', '')))}\n")
+        content: dict[str, Any] = {}
+        for name, prop in fields.items():
+            prop = prop if isinstance(prop, dict) else {}
+            value = self.ask_field(schema, name, prop, name in required)
+            if value is _CANCELLED:
+                self.say("(no answer: cancelled)\n")
+                return InputAnswer(None)
+            if value is not _SKIPPED:
+                content[name] = value
+        problems = content_problems(schema, content)
+        if problems:
+            self.say(f"the answers do not fit: {terminal_safe(problems[0].get('message', ''))}\n")
+            return InputAnswer(None, problems)
+        self.say(
+            "Answers:\n"
+            + "".join(f"  {terminal_safe(k)} = {terminal_safe(dump_json(v))}\n" for k, v in content.items())
+        )
+        said = (self.ask("Send them? [y]es, [n]o (cancel), [d]ecline: ") or "").strip().lower()
+        if said in ("y", "yes"):
+            return InputAnswer({"action": "accept", "content": content})
+        if said in ("d", "decline"):
+            return InputAnswer({"action": "decline"})
+        return InputAnswer({"action": "cancel"})  # the person chose not to send
+
+    def ask_field(self, schema: Any, name: str, prop: Mapping[str, Any], required: bool) -> Any:
+        title = terminal_safe(str(prop.get("title") or name))
+        declared = prop.get("type")
+        kind = declared if isinstance(declared, str) else "value"
+        description = prop.get("description")
+        choices = choices_of(prop)
+        lines = [f"  {title} ({terminal_safe(kind)}{', required' if required else ''})"]
+        if isinstance(description, str) and description.strip():
+            lines.append(f"    {terminal_safe(description.strip())[:300]}")
+        for index, (value, label) in enumerate(choices, 1):
+            lines.append(f"    {index}) {terminal_safe(label)} [{terminal_safe(short_text(value, 60))}]")
+        self.say("\n".join(lines) + "\n")
+        shown = f" [{terminal_safe(short_text(prop['default'], 60))}]" if "default" in prop else ""
+        for _ in range(self.TRIES):
+            text = self.ask(f"  {title}{shown}: ")
+            if text is None:
+                return _CANCELLED
+            if text == "":
+                if "default" in prop:
+                    return prop["default"]
+                if not required:
+                    return _SKIPPED
+                self.say("  an answer is required\n")
+                continue
+            if choices and text.isdigit() and 1 <= int(text) <= len(choices) and kind != "array":
+                return choices[int(text) - 1][0]
+            try:
+                return type_answer(schema, name, text)
+            except ValueError as exc:
+                self.say(f"  {terminal_safe(str(exc))}\n")
+        return _CANCELLED
+
+    def ask_url(self, params: Mapping[str, Any]) -> InputAnswer:
+        from urllib.parse import urlsplit
+
+        url = str(params.get("url", ""))
+        try:
+            host = urlsplit(url).hostname or "(no host)"
+        except ValueError:
+            host = "(unparsable)"
+        self.say(
+            f"\nThe server asks you to open a URL: {terminal_safe(str(params.get('message', '')))}\n"
+            f"  host: {terminal_safe(host)}\n  URL:  {terminal_safe(url)}\n"
+            "bkmcp does not open it; open it yourself only if you trust that host.\n"
+        )
+        said = (self.ask("Consent (you will open it)? [y]es, [n]o (decline), Enter: cancel: ") or "").strip().lower()
+        if said in ("y", "yes"):
+            return InputAnswer({"action": "accept"})
+        if said in ("n", "no"):
+            return InputAnswer({"action": "decline"})
+        return InputAnswer({"action": "cancel"})
+
+
+_CANCELLED = object()  # a field the person did not answer (end of input, too many wrong tries)
+_SKIPPED = object()  # an optional field left empty
+
+
 # ======================================================================================================
 # 9. Output: envelopes, --jq, help text
 # ======================================================================================================
@@ -9889,6 +10560,14 @@ Usage:
   bkmcp [GLOBAL...] <server> --skills                  every skill (SEP-2640) as JSON; no file is read
   bkmcp [GLOBAL...] <server> --skill NAME [--out DIR]  load a skill: every file read and verified (digest, size,
                                                        frontmatter), else nothing printed but skill_unverified
+  bkmcp [GLOBAL...] <server> --resume ID --input FIELD=VALUE   answer a question a call stopped at (data.resume)
+
+When the server asks a question (elicitation; a call, --read or --prompt stopped with input_required):
+  --input FIELD=VALUE  an answer, typed by the question's schema as tool flags are (repeatable)
+  --inputs JSON|@FILE|-  answers as an object by field (or by question key); '{{}}' accepts the defaults
+  --input-action decline|cancel  refuse instead (decline only when you mean no)
+  On a terminal bkmcp asks each field and shows the answers before sending; elsewhere, without answers, it stops
+  with error input_required (the questions in data.input_requests, a handle in data.resume).
 
 Other modes (bkmcp --resident --help; docs/resident.md):
   bkmcp --resident --registry SOURCE [...]     resident multi-server mode for agent platforms (JSON lines)
@@ -10016,16 +10695,20 @@ COMPLETION_TIMEOUT = 2.0  # seconds one completion may spend connecting to a ser
 _COMPLETION_OPTIONS = (
     "--help --version --config --timeout --jq --raw --verbose --insecure --check --tools --brief --body --dry-run "
     "--resident --registry --import --list --completion --events --max-processes --max-user-processes --idle-timeout "
-    "--shutdown-grace --max-blob-bytes --inject-resource-tools --keep-alive --sessions --stop --out"
+    "--shutdown-grace --max-blob-bytes --inject-resource-tools --keep-alive --sessions --stop --input --inputs "
+    "--input-action --resume --out"
 )
 # the options valid after <server> (before a tool), and after <server> <tool> beside the tool's own flags
 _COMPLETION_SERVER_OPTIONS = (
-    "--check --tools --brief --help --config --timeout --jq --raw --verbose --insecure --keep-alive"
+    "--check --tools --brief --help --config --timeout --jq --raw --verbose --insecure --keep-alive --resume"
 )
-_COMPLETION_CALL_OPTIONS = "--body --dry-run --help --config --timeout --jq --raw --verbose --insecure --keep-alive"
+_COMPLETION_CALL_OPTIONS = (
+    "--body --dry-run --help --config --timeout --jq --raw --verbose --insecure --keep-alive --input --inputs "
+    "--input-action"
+)
 _COMPLETION_VALUE_OPTIONS = (
     "--config --timeout --jq --body --registry --import --events --max-processes --max-user-processes "
-    "--idle-timeout --shutdown-grace --max-blob-bytes --completion --out"
+    "--idle-timeout --shutdown-grace --max-blob-bytes --completion --inputs --input-action --resume --out"
 )
 _BASH_COMPLETION = """\
 # bkmcp completion for bash: eval "$(bkmcp --completion bash)" in ~/.bashrc, or save it as
@@ -15306,7 +15989,15 @@ class _WarmSource(SessionSource):
             import dataclasses
 
             server = dataclasses.replace(server, cwd=self.cwd)
-        key = warm_session_key(server, insecure)
+        declares = dict(ctx.input.capabilities) if ctx.input is not None else {}
+        if ctx.input is not None and ctx.input.resuming and not self.peek:
+            # a resumed round (docs/contract.md §5): a session of its own, its request ids from a random number
+            session = SessionSource.start(self, server, ctx, insecure=insecure)
+            self._fresh.add(id(session))
+            return session
+        # a legacy session declares at initialize what its first command could answer: one that declares
+        # elicitation is kept apart from one that does not
+        key = warm_session_key(server, insecure) + (f"|declares {dump_json(declares)}" if declares else "")
         entry = self.warm._kept_entry(key) if self.peek else self.warm._entry(key, self.idle)
         if entry is None and self.peek:
             raise ConnectionFailedError(f"no warm session of {server.name!r} is kept")
@@ -15334,6 +16025,7 @@ class _WarmSource(SessionSource):
             if kept is not None:  # its child died or it closed while idle: a new one
                 self.warm._close(entry)
             session = McpSession(server, insecure=insecure, log=self.warm.log, die_with_parent=True)
+            session.core.client_capabilities = declares
         except BaseException:
             entry.lock.release()
             self.warm._returned(entry, None)
@@ -15421,6 +16113,9 @@ _VALUE_OPTIONS = {
     "--registry": "registry",
     "--out": "out",
     "--max-blob-bytes": "max_blob_bytes",
+    "--inputs": "inputs",
+    "--input-action": "input_action",
+    "--resume": "resume",
 }
 _FLAG_OPTIONS = {
     "-v": "verbose",
@@ -15467,6 +16162,7 @@ ROOT_OPTIONS = {
     **_RESIDENT_FLAG_OPTIONS,
 }
 ROOT_OPTIONS.update({**_CATALOGUE_FLAGS, **_TARGET_OPTIONS, "--brief": "brief", "--keep-alive": "keep_alive"})
+ROOT_OPTIONS["--input"] = "input"  # repeatable (docs/contract.md §5)
 # every long option, for the close spellings of an unknown one (`--chek`: did you mean --check?)
 _LONG_OPTIONS = tuple(name for name in ROOT_OPTIONS if name.startswith("--"))
 
@@ -15512,6 +16208,12 @@ class Invocation:
     shutdown_grace: str | None = None  # (--max-blob-bytes: with --out above, or the resident's blob cap)
     inject_resource_tools: bool = False
     keep_alive: str | None = None  # --keep-alive ("") or --keep-alive=DURATION (docs/contract.md §14)
+    # answers to a server's questions (docs/contract.md §5): --input FIELD=VALUE (repeatable), --inputs
+    # JSON|@FILE|-, --input-action decline|cancel; --resume ID answers a round an earlier command kept
+    input: list[tuple[str, str]] = field(default_factory=list)
+    inputs: str | None = None
+    input_action: str | None = None
+    resume: str | None = None
     sessions: bool = False  # --sessions [--stop] (root only)
     stop: bool = False
     tool_tokens: list[ToolToken] = field(default_factory=list)
@@ -15523,7 +16225,7 @@ class Invocation:
 
 def _is_bkmcp_option(token: str) -> bool:
     name = token.split("=", 1)[0]
-    return name in _VALUE_OPTIONS or name in _FLAG_OPTIONS or name == "--keep-alive"
+    return name in _VALUE_OPTIONS or name in _FLAG_OPTIONS or name in ("--keep-alive", "--input")
 
 
 def parse_argv(argv: Sequence[str]) -> Invocation:
@@ -15566,6 +16268,18 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
             if inv.brief:
                 raise UsageError("option --brief given more than once")
             inv.brief = True
+            continue
+        if name == "--input":  # repeatable, anywhere: FIELD=VALUE (docs/contract.md §5)
+            if eq:
+                value = inline
+            elif i < len(tokens) and not _is_bkmcp_option(tokens[i]):
+                value, i = tokens[i], i + 1
+            else:
+                raise UsageError("option --input needs FIELD=VALUE", hint="write --input name=Ada")
+            answer_field, has_value, answer_text = value.partition("=")
+            if not has_value or not answer_field:
+                raise UsageError(f"--input takes FIELD=VALUE, got {short_text(value)!r}", hint="write --input name=Ada")
+            inv.input.append((answer_field, answer_text))
             continue
         if name == "--keep-alive":  # an optional value, only as --keep-alive=DURATION (docs/contract.md §14)
             if inv.keep_alive is not None:
@@ -15682,12 +16396,14 @@ USAGE_WORDS: dict[str, tuple[str, str | None]] = {
     "brief": ("--brief is only valid with --tools or --resources", "bkmcp <server> --tools --brief"),
     "body needs": ("--body needs a tool: bkmcp <server> <tool> --body JSON|@FILE|-", None),
     "one mode": ("{modes} cannot be combined: choose one mode", None),
+    "resume": ("--resume takes only the answers (--input, --inputs, --input-action)", None),
 }  # fmt: skip
 EVERY_MODE_TAKES = "-v, --timeout, --insecure, --keep-alive, --version, --context"  # --context: refused before
 _SERVER = "a server name, --config, --jq, --raw, --help"
 _RESIDENT_TAKES = "--resident, --registry, --help, " + ", ".join({**_RESIDENT_OPTIONS, **_RESIDENT_FLAG_OPTIONS})
 _SERVER_MODE = ("--body: body; --dry-run: dry-run; *: modes", "a server name: server")
 _OUT = "--out, --max-blob-bytes, "  # docs/contract.md §7 "Blobs to files": the modes with a result
+_ANSWERS = "--input, --inputs, --input-action, "  # a question's answers (docs/contract.md §5)
 # Which options each mode takes (docs/contract.md §2), a row per mode, and the options only some modes take: tried in
 # order, read across: when the row applies; what it takes besides EVERY_MODE_TAKES ("A+B": A only beside B); what it
 # refuses ("OPTIONS: WORDS; …", "*": any other) and needs ("OPTION|OPTION: WORDS; …"; "-": never there), worded in
@@ -15715,13 +16431,16 @@ MODE_TABLE: dict[str, tuple[Callable[[Invocation], bool], str, str, str]] = {
     "--tools": (lambda inv: inv.tools, "--tools, --brief, " + _SERVER, *_SERVER_MODE),
     "--resources": (lambda inv: inv.resources, "--resources, --brief, " + _SERVER, *_SERVER_MODE),
     "--prompts": (lambda inv: inv.prompts, "--prompts, " + _SERVER, *_SERVER_MODE),
-    "--read": (lambda inv: inv.read is not None, "--read, tool flags, " + _OUT + _SERVER, *_SERVER_MODE),
-    "--prompt": (lambda inv: inv.prompt is not None, "--prompt, tool flags, " + _OUT + _SERVER, *_SERVER_MODE),
+    "--read": (lambda inv: inv.read is not None, "--read, tool flags, " + _ANSWERS + _OUT + _SERVER, *_SERVER_MODE),
+    "--prompt": (lambda inv: inv.prompt is not None, "--prompt, tool flags, " + _ANSWERS + _OUT + _SERVER,
+                 *_SERVER_MODE),
     "--skills": (lambda inv: inv.skills, "--skills, " + _SERVER, *_SERVER_MODE),
     "--skill": (lambda inv: inv.skill is not None, "--skill, " + _OUT + _SERVER, *_SERVER_MODE),
+    "--resume": (lambda inv: inv.resume is not None, "--resume, " + _ANSWERS + _SERVER, "*: resume",
+                 "a server name: server"),
     "--body": (lambda inv: inv.body is not None, "", "", "a tool|--help: body needs"),
     "a tool call": (lambda inv: inv.tool is not None,
-                    "a tool, --body, --dry-run, tool flags, bare arguments, --completion, " + _OUT + _SERVER,
+                    "a tool, --body, --dry-run, tool flags, bare arguments, --completion, " + _ANSWERS + _OUT + _SERVER,
                     "*: modes", ""),
     "--dry-run": (lambda inv: inv.dry_run, "--dry-run, a tool, --body, bare arguments, a server name, --config, --jq, "
                   "--raw", "--help: dry-run help; tool flags: dry-run flags; *: dry-run other",
@@ -15742,6 +16461,7 @@ def check_invocation(inv: Invocation, timeout: float | None = None) -> None:
         raise UsageError(
             f"--completion takes bash, zsh or fish, got {inv.completion!r}", hint='eval "$(bkmcp --completion bash)"'
         )
+    check_input_options(inv)
     given = [word for word, attr in INVOCATION_WORDS.items() if getattr(inv, attr) not in (None, False, [])]
     modes = [m for m, on in invocation_modes(inv) if on]
     for mode, row in MODE_TABLE.items():
@@ -15828,7 +16548,29 @@ SERVER_MODES = (
     "--skills",
     "--skill",
     "a tool call",
+    "--resume",
 )
+
+
+def check_input_options(inv: Invocation) -> None:
+    """``--input``, ``--inputs``, ``--input-action`` and ``--resume`` (docs/contract.md §2, §5): answers go with a
+    tool call, ``--prompt``, ``--read`` or ``--resume``; an explicit refusal goes alone."""
+    answers = bool(inv.input) or inv.inputs is not None
+    if inv.input_action is not None and inv.input_action not in ("decline", "cancel"):
+        raise UsageError(
+            f"--input-action takes decline or cancel, got {short_text(inv.input_action)!r}",
+            hint="--input-action cancel (or decline: the server is told you refused)",
+        )
+    if inv.input_action is not None and answers:
+        raise UsageError("--input-action cannot be combined with --input or --inputs: answer, or refuse")
+    target = inv.tool is not None or inv.prompt is not None or inv.read is not None or inv.resume is not None
+    if (answers or inv.input_action is not None) and not target and not inv.help:
+        raise UsageError(
+            "--input, --inputs and --input-action go with a tool call, --prompt, --read or --resume",
+            hint="bkmcp <server> <tool> --input FIELD=VALUE",
+        )
+    if inv.inputs == "-" and inv.body == "-":
+        raise UsageError("--body - and --inputs - cannot both read stdin", hint="put one of them in a file: @FILE")
 
 
 def invocation_modes(inv: Invocation) -> tuple[tuple[str, bool], ...]:
@@ -15842,42 +16584,52 @@ BODY_LIMIT = 64 * 1024 * 1024  # bytes of --body (inline, @FILE or -): tool argu
 
 
 def read_body(
-    source: str, stdin: IO[str], cwd: str, deadline: Deadline | None = None, *, env: Mapping[str, str] | None = None
+    source: str,
+    stdin: IO[str],
+    cwd: str,
+    deadline: Deadline | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    option: str = "--body",
 ) -> dict[str, Any]:
-    """``--body JSON | @FILE | -``: the complete arguments object (P04, P06). stdin is read once.
+    """``--body JSON | @FILE | -``: the complete arguments object (P04, P06). stdin is read once. ``--inputs``
+    (``option``) is read the same way: an object of answers (docs/contract.md §5).
 
     Messages name the source as written (``--body``, ``--body @args.json``, ``--body -``). At most
     ``BODY_LIMIT`` bytes are read, and a FIFO or pipe that never delivers is bounded by ``deadline``.
     """
+    what = "the tool's arguments" if option == "--body" else "answers by field, or by question key"
     if source == "-":
-        label = "--body -"
+        label = f"{option} -"
         raw = read_body_stream(stdin, label, deadline)
     elif source.startswith("@"):
-        label = f"--body {source}"
+        label = f"{option} {source}"
         if not source[1:]:
-            raise UsageError("--body @FILE needs a file name", hint="write --body @args.json, or --body - for stdin")
+            raise UsageError(
+                f"{option} @FILE needs a file name", hint=f"write {option} @args.json, or {option} - for stdin"
+            )
         path = resolve_user_path(source[1:], os.environ if env is None else env, cwd, option=label)
         raw = load_body_file(path, label, deadline)
     else:
-        label = "--body"
+        label = option
         try:
             raw = source.encode("utf-8")
         except UnicodeEncodeError:  # undecodable argv bytes arrive as lone surrogates (PEP 383)
-            raise InvalidArgumentsError("--body is not valid JSON: input is not valid UTF-8") from None
+            raise InvalidArgumentsError(f"{option} is not valid JSON: input is not valid UTF-8") from None
         if len(raw) > BODY_LIMIT:
             raise _body_too_large(label)
     if not raw.strip():
-        raise InvalidArgumentsError(f"{label} is empty", hint="use --body '{}' for a tool without arguments")
+        raise InvalidArgumentsError(f"{label} is empty", hint=f"use {option} '{{}}' for an empty object")
     try:
         value = parse_json(raw)
     except JsonInputError as exc:
         raise InvalidArgumentsError(
-            f"{label} is not valid JSON: {exc}", hint="--body takes one strict JSON object"
+            f"{label} is not valid JSON: {exc}", hint=f"{option} takes one strict JSON object"
         ) from None
     if not isinstance(value, dict):
         kind = "an array" if isinstance(value, list) else "a scalar"
         raise InvalidArgumentsError(
-            f"{label} must be a JSON object (the tool's arguments), got {kind}",
+            f"{label} must be a JSON object ({what}), got {kind}",
             hint='wrap the values in an object, e.g. {"name": …}',
         )
     return value
@@ -16384,6 +17136,7 @@ class Runner:
             refresh=inv.tools or inv.check,
             sessions=warm.sessions if warm is not None else None,
             on_request=warm.on_request if warm is not None else None,
+            input=self.input_source(server, deadline) if not inv.help else None,
         )
         self.deadline, self.ctx = deadline, ctx
         if inv.out not in (None, "-") and not inv.help:  # an unusable directory fails before anything is sent
@@ -16391,6 +17144,8 @@ class Runner:
             self.writer = BlobWriter(resolve_user_path(inv.out, envr.env, envr.cwd, option="--out"))
         try:
             self.remote_started = True
+            if inv.resume is not None:
+                return self.run_resume(server, jq, ctx)
             if inv.read is not None or inv.prompt is not None:
                 return self.run_read_or_prompt(server, jq, ctx)
             if inv.skill is not None:  # no further word: MODE_TABLE refused any
@@ -16460,6 +17215,65 @@ class Runner:
                 return EXIT_OK
             assert self.writer is not None
             save_blobs(spots, decode_blobs(spots, inv.blob_limit, data), self.writer)
+        return self.emit_envelope(build_success(data), jq, EXIT_OK, raw=inv.raw)
+
+    def input_source(self, server: ResolvedServer, deadline: Deadline) -> CommandLineInput | None:  # pyz: remote part
+        """Who answers the server's questions in this command (docs/contract.md §5): the answers on the command line,
+        else a person when stdin and stderr are a terminal; a 2026-07-28 round nobody answered is kept for
+        ``--resume``. Listings and --check ask nothing: no source."""
+        inv, envr = self.inv, self.envr
+        if inv.tool is None and inv.prompt is None and inv.read is None and inv.resume is None:
+            return None
+        inputs = None
+        if inv.inputs is not None:
+            inputs = read_body(inv.inputs, envr.stdin, envr.cwd, deadline, env=envr.env, option="--inputs")
+        answers = bool(inv.input) or inputs is not None or inv.input_action is not None
+        terminal = None
+        if not answers and envr.warm is None and is_terminal(envr.stdin) and is_terminal(envr.stderr):
+            terminal = TerminalQuestions(envr.stdin, envr.stderr)
+
+        def keep(method: str, params: Mapping[str, Any], pending: InputRound, era: str | None) -> dict[str, Any]:
+            return save_resume(envr.env, server, method, params, pending, self.log)
+
+        return CommandLineInput(
+            inv.input, inputs, inv.input_action, terminal, keep=keep, resuming=inv.resume is not None
+        )
+
+    def run_resume(self, server: ResolvedServer, jq: JqProgram | None, ctx: OpContext) -> int:  # pyz: remote part
+        """``bkmcp <server> --resume ID --input …``: the request an earlier command left asking (its kept round,
+        ``save_resume``) sent again with a new JSON-RPC id, the answers and the ``requestState`` echoed exactly
+        (docs/contract.md §5). The handle is used once: it is removed when the server has answered."""
+        inv = self.inv
+        assert inv.resume is not None
+        record = load_resume(self.envr.env, inv.resume, server.name)
+        pending = InputRound(record["input_requests"], record.get("request_state"))
+        method, params = record["method"], record["params"]
+        try:
+            if method == "tools/call":
+                name, arguments = params["name"], params.get("arguments") or {}
+                data = run_call(
+                    server, ctx, name, insecure=inv.insecure, prepare=lambda _tool: arguments, pending=pending
+                )
+            elif method == "prompts/get":
+                name, arguments = params["name"], params.get("arguments") or {}
+                data = run_prompt(
+                    server, ctx, name, insecure=inv.insecure, prepare=lambda _prompt: arguments, pending=pending
+                )
+            else:
+                data = run_read(server, ctx, params["uri"], insecure=inv.insecure, pending=pending)
+        except RemoteError as exc:
+            if request_was_sent(exc) or isinstance(exc, InputRequiredError):
+                forget_resume(self.envr.env, inv.resume)
+            raise
+        forget_resume(self.envr.env, inv.resume)
+        result = data["result"]
+        if method == "tools/call" and result.get("isError") is True:
+            reason = render_tool_reason(result, self.redactor.scrub)
+            raise ToolError(
+                f"tool {data['tool']!r} failed: {reason}" if reason else f"tool {data['tool']!r} reported an error",
+                hint="the tool ran and returned an error result; see data.result",
+                data=data,
+            )
         return self.emit_envelope(build_success(data), jq, EXIT_OK, raw=inv.raw)
 
     def cancelled(self) -> CancelledError | None:  # pyz: remote part
@@ -16549,6 +17363,117 @@ class Runner:
                 data=data,
             )
         return self.emit_result(data, jq)
+
+
+# A kept input round (``--resume``, docs/contract.md §5): one 0600 file per handle in a 0700 folder of the user's state
+# directory, holding the server's name, the method and its params (the arguments the retry must send again), the
+# questions and the requestState; never a header, an environment value or anything of the config. It expires.
+RESUME_TTL = 3600.0  # seconds a kept round can be answered
+_RESUME_ID = lazy_re(r"[A-Za-z0-9_-]{16,64}")
+
+
+def resume_dir(env: Mapping[str, str]) -> str:
+    """``$XDG_STATE_HOME/bkmcp/resume``, else ``~/.local/state/bkmcp/resume`` (XDG base directories)."""
+    state = env.get("XDG_STATE_HOME", "")
+    if not os.path.isabs(state):
+        state = os.path.join(env.get("HOME") or os.path.expanduser("~"), ".local", "state")
+    return os.path.join(state, "bkmcp", "resume")
+
+
+def _private_folder(path: str) -> str:
+    """``path`` made (0700, its parents as the umask says) and checked: a directory of this user's, mode 0700."""
+    import stat
+
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    info = os.lstat(path)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise UsageError(
+            f"{path} is not a private directory of yours (mode 0700); bkmcp keeps resume handles there",
+            hint=f"chmod 700 {path} (or remove it)",
+        )
+    return path
+
+
+def save_resume(
+    env: Mapping[str, str],
+    server: ResolvedServer,
+    method: str,
+    params: Mapping[str, Any],
+    pending: InputRound,
+    log: Log,
+) -> dict[str, Any]:
+    """Keep ``pending`` for ``--resume``: ``{"resume": ID, "expires_in_s": …}`` for ``data``; {} (and a warning)
+    when it cannot be kept (the questions are still reported)."""
+    import secrets
+
+    handle = secrets.token_urlsafe(18)
+    record = {
+        "bkmcp_resume": 1,
+        "server": server.name,
+        "method": method,
+        "params": {key: value for key, value in params.items() if key != "_meta"},  # no progress token
+        "input_requests": pending.requests,
+        "expires_at": int(time.time() + RESUME_TTL),
+    }
+    if pending.state is not None:
+        record["request_state"] = pending.state
+    try:
+        folder = _private_folder(resume_dir(env))
+        fd = os.open(
+            os.path.join(folder, handle + ".json"), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600
+        )
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(dump_json(record))
+    except (OSError, BkmcpError) as exc:
+        log.warn(f"the question could not be kept for --resume: {getattr(exc, 'message', None) or exc}")
+        return {}
+    return {"resume": handle, "expires_in_s": int(RESUME_TTL)}
+
+
+def load_resume(env: Mapping[str, str], handle: str, server_name: str) -> dict[str, Any]:
+    """The round kept under ``handle`` for ``server_name``; ``usage_error`` when it is unknown, expired (then it is
+    removed), damaged or another server's."""
+    unknown = UsageError(
+        f"--resume {short_text(handle)}: no such handle (unknown, used, or expired after {int(RESUME_TTL)} s)",
+        hint="run the original command again; it reports a new handle in data.resume",
+    )
+    if not _RESUME_ID.fullmatch(handle):
+        raise unknown
+    path = os.path.join(resume_dir(env), handle + ".json")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, "rb") as source:
+            record = parse_json(source.read(BODY_LIMIT))
+    except (OSError, JsonInputError):
+        raise unknown from None
+    fields_ok = (
+        isinstance(record, dict) and record.get("method") in INPUT_METHODS and isinstance(record.get("params"), dict)
+    )
+    if not fields_ok or not isinstance(record.get("input_requests"), dict):
+        raise unknown
+    expires = record.get("expires_at")
+    if isinstance(expires, bool) or not isinstance(expires, int) or expires < time.time():
+        forget_resume(env, handle)
+        raise unknown
+    if record.get("server") != server_name:
+        raise UsageError(
+            f"--resume {short_text(handle)} was made for server {short_text(record.get('server'))!r}, not "
+            f"{short_text(server_name)!r}",
+            hint=f"bkmcp {short_text(record.get('server'))} --resume {short_text(handle)} --input …",
+        )
+    return record
+
+
+def forget_resume(env: Mapping[str, str], handle: str) -> None:
+    if _RESUME_ID.fullmatch(handle):
+        try:
+            os.unlink(os.path.join(resume_dir(env), handle + ".json"))
+        except OSError:
+            pass
 
 
 # -- 11.4 --keep-alive: the client and its background process, WarmServer (docs/contract.md §14) -----------------------

@@ -28,6 +28,8 @@ delete_status              200 (default) or 405
 modern_only_initialize_error  -32601 (default, HTTP 404) or -32022 (HTTP 400, data.supported)
 discover_supported_versions   override DiscoverResult.supportedVersions
 response_mode              "json" (default) or "sse"
+standalone_get             legacy HTTP: a GET without Last-Event-ID opens the standalone stream (held open); an
+                           input_required tool's question goes there while it is open (default false: 405)
 sse_comments / sse_priming / sse_crlf / sse_omit_event   SSE framing variants (default false)
 sse_transfer               "chunked" (default, keep-alive) or "close" (Connection: close, no length)
 notifications_before_result   list (for tools/call) or {method: list} of notifications sent before the result
@@ -57,7 +59,15 @@ faults                     {duplicate_cursor, cursor_cycle, infinite_pages, fail
 
 Tool behaviours (mock-only key ``"x-mock"`` on a tool, stripped from tools/list together with every other key
 starting with ``x-mock``): echo (default), add, is_error, rpc_error, input_required, task, url_elicitation,
-malformed, slow, drop, big, unknown_result_type, image, progress, env, environ, counter. Any tool may also have
+malformed, slow, drop, big, unknown_result_type, image, progress, env, environ, counter. ``input_required`` asks
+``x-mock-message`` with the form ``x-mock-schema`` (default: a required boolean ``ok``): legacy sessions send
+``elicitation/create`` mid-call and echo the answer; 2026-07-28 sessions answer ``InputRequiredResult`` and, on the
+retry that carries ``inputResponses`` and the issued ``requestState``, complete with both in ``structuredContent``.
+``x-mock-variant``: ``once`` (default), ``forever`` (asks again every round), ``reject_state`` (answers the retry
+with -32602 "invalid requestState", as a server that finds the state tampered with), ``several`` (two questions:
+``confirm`` and ``profile``), ``state_only`` (only a ``requestState``: load shedding), ``sampling`` (asks for
+``sampling/createMessage``). A prompt or resource with ``"x-mock": "input_required"`` (and the same keys) asks the
+same way on 2026-07-28 sessions before its answer. Any tool may also have
 ``"x-mock-stderr": LINE``: a stdio server writes that line to its stderr on each call, before the behaviour runs;
 ``"x-mock-stdout": LINE or [LINE, ...]`` likewise on its stdout (log lines that are not JSON-RPC; ``$ID`` in a line
 becomes the call's request id).
@@ -440,6 +450,7 @@ DEFAULTS: dict[str, Any] = {
     "modern_only_initialize_error": -32601,
     "discover_supported_versions": None,
     "response_mode": "json",
+    "standalone_get": False,
     "sse_comments": False,
     "sse_priming": False,
     "sse_crlf": False,
@@ -784,6 +795,8 @@ class Core:
         self.counted = 0  # the "counter" tool's state: kept as long as this server process lives
         self.waiters: dict[str, dict] = {}  # server request id -> {"event", "response"}
         self.client_responses: list[dict] = []
+        self.issued_states: set = set()  # requestState values handed out (input_required, 2026-07-28)
+        self.standalone: Any = None  # the open standalone GET stream's sink (scenario standalone_get)
         self.cancelled: set = set()
         self.base_url = ""
 
@@ -995,9 +1008,11 @@ class Core:
         elif method == "skills/list" and self.sc["skills"]:
             reply = self.list_page("skills", self.sc["_skills_listing"], params)
         elif method == "resources/read":
-            reply = self.resources_read(params, modern)
+            asked = self.input_round(params, self._asking("resources", "uri", params), modern)
+            reply = asked if asked is not None else self.resources_read(params, modern)
         elif method == "prompts/get":
-            reply = self.prompts_get(params)
+            asked = self.input_round(params, self._asking("prompts", "name", params), modern)
+            reply = asked if asked is not None else self.prompts_get(params)
         elif method == "tools/call":
             reply = self.tools_call(ctx, params, sink, msg.get("id"))
         elif method == "server/discover" and modern:
@@ -1275,31 +1290,81 @@ class Core:
             tool.get("x-mock-data"),
         )
 
+    def _asking(self, kind: str, key: str, params: dict) -> dict | None:
+        """The listed prompt or resource a request names when it asks for input (``"x-mock": "input_required"``)."""
+        item = next((i for i in self.sc[kind] if i.get(key) == params.get(key)), None)
+        return item if item is not None and item.get("x-mock") == "input_required" else None
+
+    @staticmethod
+    def _question(spec: dict) -> dict:
+        schema = spec.get(
+            "x-mock-schema", {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+        )
+        message = spec.get("x-mock-message", "Please confirm")
+        return {
+            "method": "elicitation/create",
+            "params": {"mode": "form", "message": message, "requestedSchema": schema},
+        }
+
+    def input_round(self, params: dict, spec: dict | None, modern: bool) -> Reply | None:
+        """2026-07-28 multi-round-trip input (SEP-2322) for ``spec`` (a tool, prompt or resource asking): the
+        ``InputRequiredResult`` of a round, the error answering a bad retry, or None once the retry carries answers
+        to the issued state (the request then completes; ``params`` keep them for the answer)."""
+        if spec is None or not modern:
+            return None
+        variant = spec.get("x-mock-variant", "once")
+        responses, state = params.get("inputResponses"), params.get("requestState")
+        if responses is not None or state is not None:
+            with self.lock:
+                issued = state in self.issued_states
+            if variant == "reject_state":
+                return Reply.error(-32602, "Invalid requestState (tampered or expired)", {"requestState": state})
+            if state is not None and not issued:
+                return Reply.error(-32602, "Unknown requestState", {"requestState": state})
+            if variant != "forever":
+                return None
+        if variant == "sampling":
+            requests = {"draft": {"method": "sampling/createMessage", "params": {"messages": [], "maxTokens": 8}}}
+        elif variant == "several":
+            profile = {
+                "type": "object",
+                "properties": {"name": {"type": "string", "default": "Ada"}, "age": {"type": "integer"}},
+                "required": ["age"],
+            }
+            requests = {
+                "confirm": self._question(spec),
+                "profile": self._question({"x-mock-schema": profile, "x-mock-message": "Who are you?"}),
+            }
+        else:
+            requests = {"confirm": self._question(spec)}
+        # a state with a character a careless client would re-encode (JSON text inside): echoed byte for byte
+        new_state = 'mock-state-{"n":"' + secrets.token_hex(8) + '","\u00e9":"é"}'
+        with self.lock:
+            self.issued_states.add(new_state)
+        result: dict[str, Any] = {"resultType": "input_required", "requestState": new_state}
+        if variant != "state_only" or state is not None:
+            result["inputRequests"] = requests
+        return Reply("result", result)
+
     def _input_required(self, call: Call) -> Reply:
         if call.ctx.era == "modern":
-            return Reply(
-                "result",
-                {
-                    "resultType": "input_required",
-                    "inputRequests": {
-                        "confirm": {
-                            "method": "elicitation/create",
-                            "params": {
-                                "mode": "form",
-                                "message": call.tool.get("x-mock-message", "Please confirm"),
-                                "requestedSchema": {
-                                    "type": "object",
-                                    "properties": {"ok": {"type": "boolean"}},
-                                    "required": ["ok"],
-                                },
-                            },
-                        }
-                    },
-                    "requestState": "mock-state-" + secrets.token_hex(8),
-                },
-            )
-        answer = self._ask(call.sink, {"method": "elicitation/create"})
-        return Reply("result", {"content": [{"type": "text", "text": "elicitation: " + dump_json(answer)}]})
+            asked = self.input_round(call.params, call.tool, True)
+            if asked is not None:
+                return asked
+            answered = {
+                "inputResponses": call.params.get("inputResponses"),
+                "requestState": call.params.get("requestState"),
+            }
+            text = "answered: " + dump_json(answered["inputResponses"])
+            return Reply("result", {"content": [{"type": "text", "text": text}], "structuredContent": answered})
+        question = self._question(call.tool)
+        with self.lock:
+            standalone = self.standalone
+        answer = self._ask(standalone if standalone is not None else call.sink, question)
+        return Reply(
+            "result",
+            {"content": [{"type": "text", "text": "elicitation: " + dump_json(answer)}], "structuredContent": answer},
+        )
 
     def _task(self, call: Call) -> Reply:
         task_id = "task-" + secrets.token_hex(6)
@@ -1318,6 +1383,10 @@ class Core:
             "message": call.tool.get("x-mock-message", "Please sign in to continue"),
         }
         if call.ctx.era == "modern":
+            answered = call.params.get("inputResponses")
+            if answered is not None:  # the retry after the user's answer: done
+                text = "url answered: " + dump_json(answered)
+                return Reply("result", {"content": [{"type": "text", "text": text}], "isError": False})
             return Reply(
                 "result",
                 {
@@ -2161,6 +2230,9 @@ class _Handler(BaseHTTPRequestHandler):
                 if core.use_session(self.header("mcp-session-id")) is None:
                     self._lost_session()
                     return
+            if core.sc["standalone_get"] and not last_id:
+                self._standalone()
+                return
             self._plain_error(405, "Method Not Allowed", {"Allow": self._allowed()})
             return
         if pending["session"] is not None:
@@ -2178,6 +2250,24 @@ class _Handler(BaseHTTPRequestHandler):
         sink.start(priming=False)
         sink.event(dump_bytes(pending["message"]), event_id=pending["event_id"])
         sink.end()
+
+    def _standalone(self) -> None:
+        """The standalone GET stream (scenario ``standalone_get``): held open until the client closes it or the
+        server stops; an ``input_required`` tool's legacy question goes here while it is open (as a TypeScript SDK
+        server's ``server.request()`` does)."""
+        core = self.core
+        sink = _HttpSink(self, None, Ctx("legacy", "2025-11-25", "http"))
+        sink.start(priming=False)
+        with core.lock:
+            core.standalone = sink
+        try:
+            while not core.stopping.is_set() and not sink.client_closed():
+                core.stopping.wait(0.05)
+        finally:
+            with core.lock:
+                if core.standalone is sink:
+                    core.standalone = None
+        self.close_connection = True
 
     def _delete(self) -> None:
         core = self.core

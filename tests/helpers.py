@@ -273,7 +273,7 @@ def fake_engine(client_class: Any) -> dict[str, Any]:
         "SessionSource": Sessions,
         "discover_tools": lambda session, ctx: (session.list_tools(), 1),
         "usable_tools": lambda session, ctx, tools: (tools, list(getattr(session, "excluded", []))),
-        "call_tool": lambda session, ctx, name, arguments, tool=None: session.call_tool(name, arguments),
+        "call_tool": lambda session, ctx, name, arguments, tool=None, pending=None: session.call_tool(name, arguments),
     }
 
 

@@ -42,8 +42,14 @@ from typing import Any
 
 SERVER = "conformance"
 # A scenario server that never answers (one waiting on a client capability bkmcp lacks) ends within this.
-SHORT_TIMEOUT = {"elicitation-sep1034-client-defaults": "5s"}
+SHORT_TIMEOUT: dict[str, str] = {}
 READS_RESOURCES_AND_PROMPTS = {"http-standard-headers"}
+# Scenarios whose server asks the client (elicitation, input_required rounds): each call accepts with the requested
+# schema's defaults (``--inputs '{}'``, SEP-1034), as an agent that was told to accept would (docs/contract.md §5).
+ANSWERS = {
+    "sep-2322-client-request-state": ["--inputs", "{}"],
+    "elicitation-sep1034-client-defaults": ["--inputs", "{}"],
+}
 # SEP-2640 scenarios: each lists the skills; these also load each (no-prefetch must see no file read at all)
 LISTS_SKILLS = {"sep-2640-client-no-prefetch"}
 LOADS_SKILLS = {"sep-2640-client-verify-digest", "sep-2640-client-verify-size", "sep-2640-client-verify-frontmatter"}
@@ -156,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         tools += [{"name": name} for name in excluded]
         status = 0
         for call in plan_calls(scenario, tools, context):
-            done = run_bkmcp(bkmcp, [SERVER] + call)
+            done = run_bkmcp(bkmcp, [SERVER] + call + ANSWERS.get(scenario, []))
             if call[0] in excluded:
                 # bkmcp listed this tool as excluded: calling it must be refused locally, never sent.
                 refused = done.returncode == 1 and '"mcp_tool_not_found"' in done.stderr + done.stdout

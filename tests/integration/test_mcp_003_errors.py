@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from mock_server.mcp_mock import mock_tool
-from tests.helpers import VERSIONS
+from tests.helpers import VERSIONS, Result
 
 pytestmark = [pytest.mark.integration, pytest.mark.scenario]
 
@@ -83,13 +83,19 @@ def test_MCP_003_http_error_status_on_call_R02(mock, status):
         assert result.json["error"]["outcome"] == "unknown"
 
 
-def test_MCP_003_input_required_is_capability_unsupported_R04(mock):
+def call_headless(target, tool: str, tmp_path) -> Result:
+    result = target.run(target.name, tool, "--body", "{}", env={"XDG_STATE_HOME": str(tmp_path)})
+    assert target.count("tools/call") == 1, target.methods()
+    return result
+
+
+def test_MCP_003_input_required_headless_is_input_required_with_the_question_R04(mock, tmp_path):
     target = mock({"tools": [mock_tool("ask", "input_required")]}, protocol_version="2026-07-28")
-    result = call(target, "ask")
-    assert result.exit_status == 2 and result.error_code == "mcp_capability_unsupported"
-    raw = result.json["data"]["result"]
-    assert raw["resultType"] == "input_required" and raw["requestState"].startswith("mock-state-")
-    assert result.json["error"]["input_requests"] == ["elicitation/create"]
+    result = call_headless(target, "ask", tmp_path)
+    assert result.exit_status == 2 and result.error_code == "input_required"
+    assert result.json["error"]["input_requests"] == ["confirm"]
+    assert result.json["data"]["input_requests"]["confirm"]["method"] == "elicitation/create"
+    assert result.json["data"]["resume"]  # kept for a later --resume (tests/integration/test_input_required.py)
 
 
 @pytest.mark.parametrize("version", ["2025-11-25", "2026-07-28"])
@@ -103,13 +109,17 @@ def test_MCP_003_task_result_is_capability_unsupported_keeping_task_id_R04(mock,
 
 
 @pytest.mark.parametrize("version", ["2025-11-25", "2026-07-28"])
-def test_MCP_003_url_elicitation_is_capability_unsupported_with_url_R04(mock, version):
+def test_MCP_003_url_elicitation_headless_is_reported_with_url_R04(mock, version, tmp_path):
     target = mock(
         {"tools": [mock_tool("login", "url_elicitation", url="https://auth.example.com/a?x=1")]},
         protocol_version=version,
     )
-    result = call(target, "login")
-    assert result.exit_status == 2 and result.error_code == "mcp_capability_unsupported"
+    result = call_headless(target, "login", tmp_path)
+    if version == "2025-11-25":  # -32042: the server ended the call; nothing to answer
+        assert result.exit_status == 2 and result.error_code == "mcp_capability_unsupported"
+    else:  # a URL-mode question nobody on a terminal could consent to: never answered, never opened
+        assert result.exit_status == 2 and result.error_code == "input_required"
+        assert result.json["data"]["input_requests"]["login"]["url"] == "https://auth.example.com/a?x=1"
     assert "https://auth.example.com/a?x=1" in result.stdout
 
 
@@ -121,8 +131,8 @@ def test_MCP_003_legacy_ping_from_server_is_answered_and_call_succeeds_R04(mock)
     assert answer["result"] == {} and answer["id"] == "mock-srv-1"
 
 
-@pytest.mark.parametrize("method", ["sampling/createMessage", "elicitation/create"])
-def test_MCP_003_legacy_sampling_or_elicitation_request_is_declined_and_reported_R04(mock, method):
+@pytest.mark.parametrize("method", ["sampling/createMessage", "roots/list"])
+def test_MCP_003_legacy_sampling_or_roots_request_is_declined_and_reported_R04(mock, method):
     target = mock({"response_mode": "sse", "faults": {"server_request_on_call": method}}, protocol_version="2025-06-18")
     result = call(target, "echo", '{"text":"x"}')
     assert result.exit_status == 2 and result.error_code == "mcp_capability_unsupported"
@@ -133,13 +143,26 @@ def test_MCP_003_legacy_sampling_or_elicitation_request_is_declined_and_reported
     assert method in result.stderr  # reported on stderr
 
 
-def test_MCP_003_legacy_input_required_tool_elicits_and_is_declined_R04(mock):
+def test_MCP_003_legacy_elicitation_request_headless_is_answered_cancel_and_reported_R04(mock, tmp_path):
+    target = mock(
+        {"response_mode": "sse", "faults": {"server_request_on_call": "elicitation/create"}},
+        protocol_version="2025-06-18",
+    )
+    result = target.run(target.name, "echo", "--body", '{"text":"x"}', env={"XDG_STATE_HOME": str(tmp_path)})
+    assert target.count("tools/call") == 1
+    assert result.exit_status == 2 and result.error_code == "input_required"
+    assert result.json["data"]["input_requests"]["elicitation-1"]["message"] == "Please confirm"
+    [answer] = target.srv.client_responses
+    assert answer["result"] == {"action": "cancel"}  # never decline: nobody said no
+
+
+def test_MCP_003_legacy_input_required_tool_elicits_and_is_answered_cancel_R04(mock, tmp_path):
     target = mock(
         {"response_mode": "sse", "tools": [mock_tool("ask", "input_required")]}, protocol_version="2025-11-25"
     )
-    result = call(target, "ask")
-    assert result.exit_status == 2 and result.error_code == "mcp_capability_unsupported"
-    assert target.srv.client_responses[0]["error"]["code"] == -32601
+    result = call_headless(target, "ask", tmp_path)
+    assert result.exit_status == 2 and result.error_code == "input_required"
+    assert target.srv.client_responses[0]["result"] == {"action": "cancel"}
 
 
 def test_MCP_003_unknown_tool_is_local_error_after_complete_discovery(mock):

@@ -34,6 +34,13 @@ legacy-pinned   The SDK has NO switch to turn the 2026-07-28 era off (the sessio
                 On stdio it runs the SDK's handshake-only ``serve_loop`` (no era
                 gate needed: that loop never speaks 2026-07-28).
 
+``--input-fixtures`` adds the SEP-2322 input_required fixtures of the SDK's own everything-server
+(python-sdk@57394b0548d1 examples/servers/everything-server, 2026-08-20; handlers re-declared here, same names and
+shapes): the tools ``test_input_required_result_elicitation``, ``_request_state``, ``_multi_round``,
+``_tampered_state``, ``_sampling``, ``_list_roots`` and the prompt ``test_input_required_result_prompt``, with the
+SDK's sealed request state under a fixed key (so a state minted by one server process opens in the next, as in a
+deployment with a shared key).
+
 Readiness: HTTP variants log uvicorn's ``Uvicorn running on http://127.0.0.1:N``
 line on stderr once the socket is bound, and this script first prints
 ``sdk_server: starting variant=... url=...`` on stderr.  Poll the TCP port.
@@ -55,6 +62,18 @@ from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.prompts.base import UserMessage
+from mcp.types import (
+    CreateMessageRequest,
+    CreateMessageRequestParams,
+    ElicitRequest,
+    ElicitRequestFormParams,
+    ElicitResult,
+    InputRequiredResult,
+    ListRootsRequest,
+    SamplingMessage,
+    TextContent,
+)
 from pydantic import BaseModel, Field
 
 VARIANTS = ("stateful-sse", "stateless-json", "legacy-pinned")
@@ -92,12 +111,20 @@ class WeatherReport(BaseModel):
     humidity_pct: int = Field(ge=0, le=100)
 
 
-def build_server(name: str) -> MCPServer:
+def build_server(name: str, input_fixtures: bool = False) -> MCPServer:
+    options: dict[str, Any] = {}
+    if input_fixtures:
+        from mcp.server.mcpserver import RequestStateSecurity
+
+        options["request_state_security"] = RequestStateSecurity(keys=[b"bkmcp-interop-fixture-request-state-key!"])
     mcp = MCPServer(
         name,
         version="2.3.0-interop",
         instructions="bkmcp interop test server (official MCP Python SDK 2.3.0)",
+        **options,
     )
+    if input_fixtures:
+        add_input_fixtures(mcp)
 
     @mcp.tool()
     def add(a: int, b: int) -> int:
@@ -244,6 +271,91 @@ def legacy_gate(app: Any, path: str = PATH) -> Any:
 # --------------------------------------------------------------------------- main
 
 
+def add_input_fixtures(mcp: MCPServer) -> None:
+    """The everything-server's SEP-2322 fixtures (see the module docstring)."""
+    name_schema = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+    ok_schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+
+    def ask(message: str, schema: dict[str, Any]) -> ElicitRequest:
+        return ElicitRequest(params=ElicitRequestFormParams(message=message, requested_schema=schema))
+
+    def field(answer: Any, key: str) -> Any:
+        return answer.content.get(key) if isinstance(answer, ElicitResult) and answer.content else None
+
+    @mcp.tool()
+    async def test_input_required_result_elicitation(ctx: Context) -> str | InputRequiredResult:
+        """Tests InputRequiredResult with a single elicitation request"""
+        responses = ctx.input_responses
+        if responses and "user_name" in responses:
+            return f"Hello, {field(responses['user_name'], 'name') or 'stranger'}!"
+        return InputRequiredResult(input_requests={"user_name": ask("What is your name?", name_schema)})
+
+    @mcp.tool()
+    async def test_input_required_result_request_state(ctx: Context) -> str | InputRequiredResult:
+        """Tests requestState round-tripping in the InputRequiredResult flow"""
+        responses = ctx.input_responses
+        if responses and "confirm" in responses and ctx.request_state == "request-state-nonce":
+            return "state-ok: confirmation received"
+        return InputRequiredResult(
+            input_requests={"confirm": ask("Please confirm", ok_schema)}, request_state="request-state-nonce"
+        )
+
+    @mcp.tool()
+    async def test_input_required_result_multi_round(ctx: Context) -> str | InputRequiredResult:
+        """Tests a three-round InputRequiredResult flow with evolving requestState"""
+        state = json.loads(ctx.request_state) if ctx.request_state else {"round": 0}
+        responses = ctx.input_responses or {}
+        if state["round"] == 1 and "step1" in responses:
+            color = {"type": "object", "properties": {"color": {"type": "string"}}, "required": ["color"]}
+            return InputRequiredResult(
+                input_requests={"step2": ask("Step 2: What is your favorite color?", color)},
+                request_state=json.dumps({"round": 2, "name": field(responses["step1"], "name")}),
+            )
+        if state["round"] == 2 and "step2" in responses:
+            return f"{state.get('name')} likes {field(responses['step2'], 'color')}."
+        return InputRequiredResult(
+            input_requests={"step1": ask("Step 1: What is your name?", name_schema)},
+            request_state=json.dumps({"round": 1}),
+        )
+
+    @mcp.tool()
+    async def test_input_required_result_tampered_state(ctx: Context) -> str | InputRequiredResult:
+        """Tests that the server rejects a tampered requestState echo"""
+        if ctx.request_state is None:
+            return InputRequiredResult(
+                input_requests={"confirm": ask("Please confirm", ok_schema)}, request_state="round-1"
+            )
+        return f"state-ok: {ctx.request_state}"
+
+    @mcp.tool()
+    async def test_input_required_result_sampling(ctx: Context) -> str | InputRequiredResult:
+        """Tests InputRequiredResult with a single sampling request"""
+        if ctx.input_responses and "capital_question" in ctx.input_responses:
+            return "Model answered"
+        message = SamplingMessage(role="user", content=TextContent(type="text", text="What is the capital of France?"))
+        params = CreateMessageRequestParams(messages=[message], max_tokens=100)
+        return InputRequiredResult(input_requests={"capital_question": CreateMessageRequest(params=params)})
+
+    @mcp.tool()
+    async def test_input_required_result_list_roots(ctx: Context) -> str | InputRequiredResult:
+        """Tests InputRequiredResult with a single roots/list request"""
+        if ctx.input_responses and "client_roots" in ctx.input_responses:
+            return "Client exposed roots"
+        return InputRequiredResult(input_requests={"client_roots": ListRootsRequest()})
+
+    @mcp.prompt()
+    async def test_input_required_result_prompt(ctx: Context) -> list[UserMessage] | InputRequiredResult:
+        """Tests InputRequiredResult from prompts/get (SEP-2322 non-tool request)"""
+        responses = ctx.input_responses
+        if responses and "user_context" in responses:
+            text = field(responses["user_context"], "context") or "?"
+            return [
+                UserMessage(role="user", content=TextContent(type="text", text=f"Use the following context: {text}"))
+            ]
+        schema = {"type": "object", "properties": {"context": {"type": "string"}}, "required": ["context"]}
+        return InputRequiredResult(input_requests={"user_context": ask("What context should the prompt use?", schema)})
+
+
 async def _serve_http(mcp: MCPServer, variant: str, port: int, log_level: str) -> None:
     import uvicorn
 
@@ -302,10 +414,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--variant", choices=VARIANTS, default="stateful-sse")
     p.add_argument("--stdio", action="store_true", help="serve on stdin/stdout instead of HTTP")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--input-fixtures", action="store_true", help="add the SEP-2322 input_required fixtures")
     args = p.parse_args(argv)
 
     _exit_with_parent()
-    mcp = build_server(f"bkmcp-interop-sdk-{args.variant}")
+    mcp = build_server(f"bkmcp-interop-sdk-{args.variant}", input_fixtures=args.input_fixtures)
     if args.stdio:
         print(f"sdk_server: starting variant={args.variant} transport=stdio", file=sys.stderr, flush=True)
         if args.variant == "legacy-pinned":

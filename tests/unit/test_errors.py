@@ -39,6 +39,7 @@ SPEC_REMOTE = {
     "mcp_tool_error",
     "mcp_capability_unsupported",
     "mcp_resource_not_found",
+    "input_required",  # docs/contract.md §5: a question no answer was given for (issue 39)
     "jq_error",
     "blob_too_large",
     "skill_unverified",
