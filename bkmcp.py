@@ -71,11 +71,13 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                    resources/templates/list and prompts/list, and its guards); a capability
                                    the server lacks: no request (require_capability); read_resource (an
                                    unknown URI: mcp_resource_not_found), list_resources, list_prompts,
-                                   get_prompt: the CLI's and the resident's one path each; how long a kept catalogue
-                                   stays fresh (ttlMs, list_changed), for 10.3 and 10.5; call; a call that times
-                                   out or is interrupted cancelled (notifications/cancelled); the one
-                                   multi-round-trip loop of input_required (send_with_input: the requestState
-                                   echoed exactly, at most MAX_INPUT_ROUNDS rounds)
+                                   get_prompt: the CLI's and the resident's one path each (list_kept: a warm
+                                   session's kept lists); complete_argument (completion/complete, for Tab); how
+                                   long a kept catalogue stays fresh (ttlMs, list_changed), for 10.3 and 10.5;
+                                   call; a call that times out or is interrupted cancelled
+                                   (notifications/cancelled); the one multi-round-trip loop of input_required
+                                   (send_with_input: the requestState echoed exactly, at most MAX_INPUT_ROUNDS
+                                   rounds)
        7.4 the CLI's operations    one session each: --check, --tools (and --tools --brief), --resources (and
                                    --resources --brief), --read, --prompts, --prompt, --skills, --skill (read
                                    lazily, each file verified before the next: run_skill; the skills extension
@@ -101,7 +103,8 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                    messages with their roles: render_raw_data); a server's text on a terminal, its
                                    controls escaped (render_raw_text)
        9.4 help text               the root help (--help, --version) and the resident's (--resident --help)
-       9.5 completion              the shell completion scripts (--completion bash|zsh|fish) and their words
+       9.5 completion              the shell completion scripts (--completion bash|zsh|fish) and their words:
+                                   servers, tools, flags, prompt names, resource URIs, values (quoted)
        9.6 server and tool help    render_server_help, render_tool_help, render_prompt_help (--prompt NAME
                                    --help), render_template_help (--read TEMPLATE --help, offline)
        9.7 blobs to files          --out: a result's base64 found (find_blobs), checked against --max-blob-bytes
@@ -3340,6 +3343,10 @@ def check_result(method: str, message: Message) -> dict[str, Any]:
         key = "contents" if method == "resources/read" else "messages"
         if not isinstance(result.get(key), list):
             raise ProtocolError(f"{method} result has no {key} array", data={"result": result})
+    elif method == "completion/complete":
+        completion = result.get("completion")
+        if not isinstance(completion, dict) or not isinstance(completion.get("values"), list):
+            raise ProtocolError("completion/complete result has no completion.values array", data={"result": result})
     return result
 
 
@@ -3396,6 +3403,15 @@ LISTINGS = {
     "resources/templates/list": Listing("resources/templates/list", "resourceTemplates", "uriTemplate", "template"),
     "prompts/list": Listing("prompts/list", "prompts", "name", "prompt"),
     "skills/list": Listing("skills/list", "skills", "uri", "skill"),  # SEP-2640: a name is a label, the URI is unique
+}
+
+
+# The kept catalogues each list_changed notification makes stale (docs/contract.md §11.5, §14): a resource list
+# change covers the templates too (both belong to the ``resources`` capability).
+LIST_CHANGED = {
+    "notifications/tools/list_changed": ("tools/list",),
+    "notifications/resources/list_changed": ("resources/list", "resources/templates/list"),
+    "notifications/prompts/list_changed": ("prompts/list",),
 }
 
 
@@ -3545,8 +3561,10 @@ class ClientSession:
         self.client_capabilities: dict[str, Any] = {}
         self.server_info: dict[str, Any] = {}
         self.capabilities: dict[str, Any] = {}
+        self.heard = False  # whether the server said its capabilities (initialize, server/discover)
         self.instructions: str | None = None
-        self.tools_stale = False
+        # the list methods whose kept catalogue a list_changed made stale since they were last read (LIST_CHANGED)
+        self.stale: set[str] = set()
         # the modern era came from an unpinned probe and nothing has been answered under it yet: a legacy-looking
         # refusal may still turn it to legacy, once (``refused_as_legacy``, docs/contract.md §5)
         self.tentative = False
@@ -3621,8 +3639,7 @@ class ClientSession:
             why = "unknown" if seen is None else "duplicate" if seen else "late"
             return [Stray(message, why, related=related)]
         if message.kind == "notification":
-            if message.method == "notifications/tools/list_changed":
-                self.tools_stale = True
+            self.stale.update(LIST_CHANGED.get(str(message.method), ()))
             return [Notified(message, related)]
         if message.method == "ping":
             return [Reply(build_response(message.id, result={}))]
@@ -3668,9 +3685,13 @@ class ClientSession:
         """The session id is no longer valid (DELETE sent, or the server lost it)."""
         self.session_id = None
 
-    def catalogue_read(self) -> None:
-        """A fresh ``tools/list`` is being read: a ``list_changed`` seen before it is answered by it."""
-        self.tools_stale = False
+    @property
+    def tools_stale(self) -> bool:
+        return "tools/list" in self.stale
+
+    def catalogue_read(self, method: str = "tools/list") -> None:
+        """A fresh listing (``method``) is being read: a ``list_changed`` seen before it is answered by it."""
+        self.stale.discard(method)
 
     def apply_initialize(self, message: Message, offered: str) -> EraRules:
         """The handshake answer, parsed in one place: the chosen version (or ``ProtocolError``) and server state."""
@@ -3692,6 +3713,7 @@ class ClientSession:
         return self.use(era_rules(version))
 
     def _take_server_state(self, result: dict[str, Any], info: Any) -> None:
+        self.heard = True
         self.server_info = info if isinstance(info, dict) else {}
         caps = result.get("capabilities")
         self.capabilities = caps if isinstance(caps, dict) else {}
@@ -6285,7 +6307,8 @@ class OpContext:
     log: Log
     progress: Callable[[str], ProgressLine] | None = None  # token -> the line that shows that call's progress
     renewed: bool = False
-    refresh: bool = False  # the user asked for the catalogue itself (--tools, --check): a kept one is listed again
+    # the user asked for the catalogue itself (--tools, --check, --resources, --prompts): a kept one is listed again
+    refresh: bool = False
     # what a Ctrl-C has to report (docs/contract.md §7): the last request whose sending began, and whether a
     # tools/call was among them (once handed to the transport it may have reached the server)
     last_request: str | None = None
@@ -6954,6 +6977,11 @@ class SessionSource:
         """The catalogue (``discover_tools``); a source that keeps sessions may answer from what it kept."""
         return discover_tools(session, ctx)
 
+    def listing(self, session: McpSession, ctx: OpContext, listing: Listing) -> list[dict[str, Any]]:
+        """The items of ``listing`` (``discover_listing``); a source that keeps sessions may answer from what it
+        kept (resources, templates, prompts as tools: ``discover``)."""
+        return discover_listing(session, ctx, listing)[0]
+
     def done(self, session: McpSession, ctx: OpContext) -> None:
         session.close(ctx.deadline)
 
@@ -7187,15 +7215,16 @@ def discover_tools(session: McpSession, ctx: OpContext) -> tuple[list[dict[str, 
 def discover_catalogue(session: McpSession, ctx: OpContext) -> tuple[list[dict[str, Any]], int, int]:
     """``discover_tools`` with how long the server says the catalogue stays fresh, in ms: the smallest ``ttlMs`` of
     its pages, 0 as soon as one page has none (or in an era without it). Kept catalogues: ``catalogue_kept_until``."""
-    session.core.catalogue_read()
     return discover_listing(session, ctx, LISTINGS["tools/list"])
 
 
 def discover_listing(session: McpSession, ctx: OpContext, listing: Listing) -> tuple[list[dict[str, Any]], int, int]:
     """The one paginated listing of tools, resources, templates and prompts (``LISTINGS``): every page to the end
     with the contract.md §5 guards (at most ``MAX_PAGES`` pages and ``MAX_TOOLS`` items, a repeated cursor, a cycle,
-    one name twice), the items exactly as received; (items, pages, the smallest ``ttlMs``)."""
+    one name twice), the items exactly as received; (items, pages, the smallest ``ttlMs``). A ``list_changed`` that
+    came before it is answered by it (``catalogue_read``), one that comes while it is read is not."""
     noun, method = listing.noun, listing.method
+    session.core.catalogue_read(method)
     items: list[dict[str, Any]] = []
     ttl_ms: int | None = None
     names: dict[str, int] = {}
@@ -7255,10 +7284,11 @@ def catalogue_kept_until(ttl_ms: int, asked: float) -> float | None:
     its own. The one freshness rule of every kept catalogue, the warm process's (10.5) and the resident's (10.3,
     its registry cache included), docs/contract.md §11.5 and §14: a kept catalogue is fresh until the first of
 
-    - its positive ``ttlMs`` passing (``discover_catalogue``: the smallest of its pages; 0, absent or a legacy
+    - its positive ``ttlMs`` passing (``discover_listing``: the smallest of its pages; 0, absent or a legacy
       server: no such end),
-    - a ``notifications/tools/list_changed`` from the server (``catalogue_fresh``'s ``changed``),
-    - the user or the platform asking for the catalogue itself (``--tools``, ``--check``, ``refresh_tools``),
+    - the server's ``list_changed`` for it (``LIST_CHANGED``; ``catalogue_fresh``'s ``changed``),
+    - the user or the platform asking for the catalogue itself (``--tools``, ``--check``, ``--resources``,
+      ``--prompts``, ``refresh_tools``),
     - (resident) a change of the server's registry row."""
     return asked + ttl_ms / 1000 if ttl_ms > 0 else None
 
@@ -7306,10 +7336,18 @@ def declares_capability(session: McpSession, capability: str, *, extension: str 
     return isinstance(declared, dict)
 
 
-def require_capability(session: McpSession, capability: str, method: str, *, extension: str | None = None) -> None:
+def require_capability(
+    session: McpSession, ctx: OpContext, capability: str, method: str, *, extension: str | None = None
+) -> None:
     """``mcp_capability_unsupported`` before ``method`` is sent to a server that did not declare ``capability``
-    (``resources``, ``prompts``; ``extensions`` with ``extension``: SEP-2640's skills): such a server gets no
-    request (docs/contract.md §5)."""
+    (``resources``, ``prompts``, ``completions``; ``extensions`` with ``extension``: SEP-2640's skills): such a
+    server gets no request (docs/contract.md §5). A session pinned to 2026-07-28 skipped ``server/discover``, so it
+    asks it now, once: until then nothing was declared."""
+    rules = session.core.rules
+    if not session.core.heard and rules is not None and not rules.handshake:
+        answer = session.request("server/discover", None, ctx, rules=rules)
+        if answer.kind == "result":
+            session.core.apply_discover(answer, rules.version)
     if declares_capability(session, capability, extension=extension):
         return
     capability = extension or capability
@@ -7325,7 +7363,7 @@ def read_resource(session: McpSession, ctx: OpContext, uri: str, pending: InputR
     """``resources/read`` of one URI, the result as received; a URI the server does not know is
     ``mcp_resource_not_found`` in both eras: the legacy spec's -32002 (resource not found), and -32602 (invalid
     params: the 2026-07-28 spec's code, which legacy SDK servers answer too; ``uri`` is the request's only param)."""
-    require_capability(session, "resources", "resources/read")
+    require_capability(session, ctx, "resources", "resources/read")
     try:
         return request_result(session, ctx, "resources/read", {"uri": uri}, pending, cancel=True)
     except ProtocolError as exc:
@@ -7342,14 +7380,20 @@ def read_resource(session: McpSession, ctx: OpContext, uri: str, pending: InputR
 _UNKNOWN_RESOURCE_CODES = (-32002, -32602)
 
 
+def list_kept(session: McpSession, ctx: OpContext, method: str) -> list[dict[str, Any]]:
+    """The items of list ``method`` from ``ctx.sessions``: a warm session's kept catalogue while it is fresh
+    (``catalogue_kept_until``, docs/contract.md §14), else listed now."""
+    return (ctx.sessions or SessionSource()).listing(session, ctx, LISTINGS[method])
+
+
 def list_resources(session: McpSession, ctx: OpContext) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(resources, templates): ``resources/list`` and ``resources/templates/list``, each paginated to the end
     (``discover_listing``), as received; a server with resources and no ``resources/templates/list`` at all
     ("method not found") has no templates. The one path of ``--resources`` and the resident's ``list_resources``."""
-    require_capability(session, "resources", "resources/list")
-    resources = discover_listing(session, ctx, LISTINGS["resources/list"])[0]
+    require_capability(session, ctx, "resources", "resources/list")
+    resources = list_kept(session, ctx, "resources/list")
     try:
-        templates = discover_listing(session, ctx, LISTINGS["resources/templates/list"])[0]
+        templates = list_kept(session, ctx, "resources/templates/list")
     except ProtocolError as exc:
         if (exc.details.get("rpc_error") or {}).get("code") != -32601:
             raise
@@ -7360,8 +7404,8 @@ def list_resources(session: McpSession, ctx: OpContext) -> tuple[list[dict[str, 
 
 def list_prompts(session: McpSession, ctx: OpContext) -> list[dict[str, Any]]:
     """Every prompt (``prompts/list`` paginated to the end), as received: ``--prompts`` and ``list_prompts``."""
-    require_capability(session, "prompts", "prompts/list")
-    return discover_listing(session, ctx, LISTINGS["prompts/list"])[0]
+    require_capability(session, ctx, "prompts", "prompts/list")
+    return list_kept(session, ctx, "prompts/list")
 
 
 def get_prompt(
@@ -7394,6 +7438,22 @@ def find_prompt(prompts: Sequence[dict[str, Any]], name: str, server_name: str) 
         hint=f"did you mean {', '.join(close)}?" if close else "list the server's prompts: bkmcp <server> --prompts",
         details={"suggestions": close},
     )
+
+
+def complete_argument(
+    session: McpSession, ctx: OpContext, ref: dict[str, str], argument: tuple[str, str], context: Mapping[str, str]
+) -> dict[str, Any]:
+    """``completion/complete`` (both eras alike; on 2026-07-28 HTTP ``Mcp-Method`` only, it names no ``Mcp-Name``):
+    the values a server offers for one argument of a prompt (``ref`` ``{"type": "ref/prompt", "name"}``) or of a
+    resource template (``{"type": "ref/resource", "uri"}``) being typed, ``argument`` (its name, the value so far),
+    with the arguments already given as ``context.arguments``; the result's ``completion`` as received. A server
+    that does not declare ``completions`` gets no request (``mcp_capability_unsupported``)."""
+    require_capability(session, ctx, "completions", "completion/complete")
+    params: dict[str, Any] = {"ref": ref, "argument": {"name": argument[0], "value": argument[1]}}
+    if context:
+        params["context"] = {"arguments": dict(context)}
+    completion: dict[str, Any] = request_result(session, ctx, "completion/complete", params)["completion"]
+    return completion
 
 
 _progress_tokens = iter(range(1, 1 << 62))
@@ -7767,7 +7827,7 @@ class SkillSessions(SessionSource):
 
 def list_skills(session: McpSession, ctx: OpContext) -> list[dict[str, Any]]:
     """``skills/list`` to the end (the one pagination), only to a server that declares the extension."""
-    require_capability(session, "extensions", "skills/list", extension=SKILLS_EXTENSION)
+    require_capability(session, ctx, "extensions", "skills/list", extension=SKILLS_EXTENSION)
     return discover_listing(session, ctx, LISTINGS["skills/list"])[0]
 
 
@@ -10690,21 +10750,28 @@ def render_resident_help() -> str:
 # -- 9.5 shell completion: the bash, zsh and fish scripts and the words they ask for -----------------------------------
 
 COMPLETION_SHELLS = ("bash", "zsh", "fish")
-COMPLETION_WORDS = ("servers", "tools", "flags")  # what the scripts ask for (hidden: --help names only the shells)
+# what the scripts ask for (hidden: --help names only the shells); docs/contract.md §2
+COMPLETION_SERVER_WORDS = ("tools", "flags", "prompts", "resources", "values")  # the words that ask a server
+COMPLETION_WORDS = ("servers", *COMPLETION_SERVER_WORDS)
 COMPLETION_TIMEOUT = 2.0  # seconds one completion may spend connecting to a server for its tools
 _COMPLETION_OPTIONS = (
     "--help --version --config --timeout --jq --raw --verbose --insecure --check --tools --brief --body --dry-run "
     "--resident --registry --import --list --completion --events --max-processes --max-user-processes --idle-timeout "
-    "--shutdown-grace --max-blob-bytes --inject-resource-tools --keep-alive --sessions --stop --input --inputs "
-    "--input-action --resume --out"
+    "--shutdown-grace --max-blob-bytes --inject-resource-tools --keep-alive --sessions --stop --resources --read "
+    "--prompts --prompt --input --inputs --input-action --resume --out"
 )
 # the options valid after <server> (before a tool), and after <server> <tool> beside the tool's own flags
 _COMPLETION_SERVER_OPTIONS = (
-    "--check --tools --brief --help --config --timeout --jq --raw --verbose --insecure --keep-alive --resume"
+    "--check --tools --brief --help --config --timeout --jq --raw --verbose --insecure --keep-alive "
+    "--resources --read --prompts --prompt --resume"
 )
 _COMPLETION_CALL_OPTIONS = (
     "--body --dry-run --help --config --timeout --jq --raw --verbose --insecure --keep-alive --input --inputs "
     "--input-action"
+)
+# after --read URI or --prompt NAME, beside the template's variables or the prompt's arguments
+_COMPLETION_TARGET_OPTIONS = (
+    "--help --config --timeout --jq --raw --verbose --insecure --keep-alive --input --inputs --input-action"
 )
 _COMPLETION_VALUE_OPTIONS = (
     "--config --timeout --jq --body --registry --import --events --max-processes --max-user-processes "
@@ -10719,6 +10786,63 @@ _bkmcp_offer() {{  # the lines of $1 that start with $cur, taken as they are: wh
     while IFS= read -r word; do
         [[ -n $word && $word == "$cur"* ]] && COMPREPLY+=("$word")
     done <<<"$1"
+}}
+_bkmcp_offer_split() {{  # _bkmcp_offer for a word bash split at ':' (a URI): $full is the whole word typed,
+    # $cur its part bash replaces; a word bkmcp quoted ('…') matches without its quote and only where bash
+    # replaces the whole word
+    local word keep=${{full%"$cur"}} typed=${{full#[\\'\\"]}}
+    while IFS= read -r word; do
+        [[ -n $word && ${{word#\\'}} == "$typed"* ]] || continue
+        [[ $word == \\'* && -n $keep ]] && continue
+        COMPREPLY+=("${{word#"$keep"}}")
+    done <<<"$1"
+}}
+_bkmcp_target() {{  # after <server> --read URI|TEMPLATE or --prompt NAME: URIs, prompt names, flags, values
+    local -a line=() rest=() args=()
+    local before="${{COMP_LINE:0:$COMP_POINT}}" full="" server="" mode="" target="" pending="" skip="" j w
+    # the words split at blanks only (COMP_WORDS is split at ':' too); zsh runs this through bashcompinit
+    if [[ -n ${{ZSH_VERSION-}} ]]; then read -rA rest <<<"$before"; else read -ra rest <<<"$before"; fi
+    for w in "${{rest[@]}}"; do [[ -z $w ]] || line+=("$w"); done  # (zsh's read keeps an empty last word)
+    rest=()
+    if [[ -n $before && $before != *[[:space:]] ]]; then
+        full=${{line[${{#line[@]}}-1]}}; line=("${{line[@]:0:${{#line[@]}}-1}}")
+    fi
+    for (( j = 1; j < ${{#line[@]}}; j++ )); do
+        w=${{line[j]}}
+        if [[ -n $mode ]]; then rest+=("$w"); continue; fi
+        case " {value_options} " in *" $w "*) (( j += 1 )); continue ;; esac
+        case "$w" in
+            --read|--prompt) [[ -n $server ]] || return 1; mode=$w; (( j += 1 ))
+                (( j < ${{#line[@]}} )) || {{ pending=target; break; }}
+                target=${{line[j]}}; target=${{target#[\\'\\"]}}; target=${{target%[\\'\\"]}} ;;
+            --read=*|--prompt=*) [[ -n $server ]] || return 1; mode=${{w%%=*}}; target=${{w#*=}}
+                target=${{target#[\\'\\"]}}; target=${{target%[\\'\\"]}} ;;
+            -*) ;;
+            *) [[ -z $server ]] || return 1; server=$w ;;  # a tool name: not a --read or --prompt line
+        esac
+    done
+    [[ -n $mode ]] || return 1
+    COMPREPLY=()
+    if [[ $pending == target ]]; then
+        [[ $mode == --read ]] && w=resources || w=prompts
+        _bkmcp_offer_split "$(command {command} "${{config[@]}}" --completion $w "$server" 2>/dev/null)"
+        return 0
+    fi
+    for w in "${{rest[@]}}"; do
+        if [[ -n $skip ]]; then skip=""; continue; fi
+        if [[ -n $pending ]]; then args+=("$pending" "$w"); pending=""; continue; fi
+        case " {value_options} " in *" $w "*) skip=1; continue ;; esac
+        case " {flag_options} " in *" $w "*) continue ;; esac
+        case "$w" in --config=*|--timeout=*|--jq=*|--keep-alive=*) ;; --*=*) args+=("$w") ;; --*) pending=$w ;; esac
+    done
+    if [[ -n $pending && -z $skip && $full != -* ]]; then  # the value of a variable or argument: the server's
+        _bkmcp_offer_split "$(command {command} "${{config[@]}}" --completion values "$server" $mode "$target" \\
+            "${{args[@]}}" "$pending" "${{full#[\\'\\"]}}" 2>/dev/null)"
+    elif [[ -z $skip ]]; then
+        COMPREPLY=($(compgen -W "{target_options}" -- "$cur"))
+        _bkmcp_offer "$(command {command} "${{config[@]}}" --completion flags "$server" $mode "$target" 2>/dev/null)"
+    fi
+    return 0
 }}
 _bkmcp() {{
     local cur="${{COMP_WORDS[COMP_CWORD]}}" prev="${{COMP_WORDS[COMP_CWORD-1]}}" word
@@ -10748,6 +10872,7 @@ _bkmcp() {{
             COMPREPLY=($(compgen -f -- "$cur")); return ;;
         --timeout|--jq|--max-processes|--max-user-processes|--idle-timeout|--shutdown-grace|*=) COMPREPLY=(); return ;;
     esac
+    if (( ${{#positional[@]}} > 0 )) && _bkmcp_target; then return; fi
     if (( ${{#positional[@]}} == 0 )); then
         if [[ $cur == -* ]]; then
             COMPREPLY=($(compgen -W "{options}" -- "$cur"))
@@ -10824,6 +10949,7 @@ def render_completion(shell: str, command: Sequence[str]) -> str:
         options=_COMPLETION_OPTIONS + " -h -v",
         server_options=_COMPLETION_SERVER_OPTIONS,
         call_options=_COMPLETION_CALL_OPTIONS,
+        target_options=_COMPLETION_TARGET_OPTIONS,
         flag_options="--raw -r --verbose -v --insecure --dry-run --help -h --keep-alive",
         command=quoted,
     )
@@ -10862,6 +10988,35 @@ def render_completion_words(tools: Sequence[Any], tool: str | None) -> str:
     found = next((t for t in tools if isinstance(t, dict) and t.get("name") == tool), None)
     flags = [] if found is None else [f"--{name}" for name in build_tool_flags(found).flags]
     return "".join(f"{flag}\n" for flag in flags if set(flag) <= _COMPLETION_SAFE)
+
+
+# A URI, URI template or argument value may hold what a shell expands or splits (``{a,b}``, ``?``, ``&``, ``=``, a
+# blank): it is offered in single quotes, inside which bash and zsh expand nothing, when it holds nothing but
+# printable ASCII and no quote, backslash or ``!``; anything else is never offered.
+_COMPLETION_QUOTABLE = frozenset(map(chr, range(0x20, 0x7F))) - set("'\\!")
+
+
+def render_completion_quoted(words: Iterable[Any]) -> str:
+    """What ``--completion resources|values`` prints, one a line: a word of ``_COMPLETION_SAFE`` as it is, another
+    of ``_COMPLETION_QUOTABLE`` in single quotes, none starting with '-' (docs/contract.md §2)."""
+    out = []
+    for word in words:
+        if isinstance(word, str) and word and not word.startswith("-") and set(word) <= _COMPLETION_QUOTABLE:
+            out.append(f"{word}\n" if set(word) <= _COMPLETION_SAFE else f"'{word}'\n")
+    return "".join(out)
+
+
+def render_completion_target_flags(prompt: Mapping[str, Any] | None, template: str | None) -> str:
+    """What ``--completion flags SERVER --prompt NAME|--read TEMPLATE`` prints: the prompt's arguments as flags
+    (none named like a reserved option, docs/contract.md §6), or the template's variables."""
+    if template is not None:
+        names = uri_template_variables(template) if is_uri_template(template) else []
+    else:
+        declared = (prompt or {}).get("arguments")
+        arguments = declared if isinstance(declared, list) else []
+        names = [a["name"] for a in arguments if isinstance(a, dict) and isinstance(a.get("name"), str)]
+        names = [name for name in names if name not in RESERVED_OPTION_NAMES]
+    return "".join(f"--{name}\n" for name in names if name and set(name) <= _COMPLETION_SAFE)
 
 
 # -- 9.6 server and tool help (render_server_help, render_tool_help) ---------------------------------------------------
@@ -15834,10 +15989,20 @@ def warm_session_key(server: ResolvedServer, insecure: bool) -> str:
     return server.identity(*kept_apart_by, server.child_output_in_errors, insecure)
 
 
+@dataclass
+class _KeptCatalogue:
+    """One listing a warm session keeps: its items, pages, and until when it is fresh (``catalogue_kept_until``:
+    its ttlMs from when it was asked, monotonic; None: until notified)."""
+
+    items: list[dict[str, Any]]
+    pages: int
+    fresh_until: float | None
+
+
 class _Warm:
     """One kept session: the lock is held while it opens (other commands with its key wait for it)."""
 
-    __slots__ = ("key", "session", "lock", "opened", "used", "calls", "lent", "idle", "catalogue", "fresh_until")
+    __slots__ = ("key", "session", "lock", "opened", "used", "calls", "lent", "idle", "catalogues")
 
     def __init__(self, key: str, idle: float) -> None:
         self.key = key
@@ -15847,8 +16012,8 @@ class _Warm:
         self.calls = 0
         self.lent = 0  # operations using it now
         self.idle = idle  # closed after this long unused (the --keep-alive of the command that used it last)
-        self.catalogue: tuple[list[dict[str, Any]], int] | None = None  # kept while the server's word holds (below)
-        self.fresh_until: float | None = 0.0  # its ttlMs from when it was asked (monotonic); None: until notified
+        # list method -> its catalogue, kept while the server's word holds (``_WarmSource.kept``)
+        self.catalogues: dict[str, _KeptCatalogue] = {}
 
 
 class WarmSessions:
@@ -16051,25 +16216,33 @@ class _WarmSource(SessionSource):
             entry.lock.release()
 
     def discover(self, session: McpSession, ctx: OpContext) -> tuple[list[dict[str, Any]], int]:
-        """The session's kept catalogue while it is fresh by the rule of ``catalogue_kept_until`` (docs/contract.md
-        §14); ``--tools`` and ``--check`` (``ctx.refresh``) list again."""
+        return self.kept(session, ctx, LISTINGS["tools/list"])
+
+    def listing(self, session: McpSession, ctx: OpContext, listing: Listing) -> list[dict[str, Any]]:
+        return self.kept(session, ctx, listing)[0]
+
+    def kept(self, session: McpSession, ctx: OpContext, listing: Listing) -> tuple[list[dict[str, Any]], int]:
+        """The session's kept catalogue of ``listing`` (tools, resources, templates, prompts) while it is fresh by
+        the one rule of ``catalogue_kept_until`` (docs/contract.md §14): its ``ttlMs``, the server's list_changed
+        for it; ``--tools``, ``--check``, ``--resources`` and ``--prompts`` (``ctx.refresh``) list again."""
         entry = self._kept.get(id(session))
         if entry is None:
-            return discover_tools(session, ctx)
-        kept, now, until = entry.catalogue, time.monotonic(), entry.fresh_until
+            items, pages, _ttl_ms = discover_listing(session, ctx, listing)
+            return items, pages
+        kept, now = entry.catalogues.get(listing.method), time.monotonic()
         if (
             kept is not None
             and not ctx.refresh
             and entry.session is session
-            and catalogue_fresh(until, session.core.tools_stale, now)
+            and catalogue_fresh(kept.fresh_until, listing.method in session.core.stale, now)
         ):
+            until = kept.fresh_until
             why = "until a change" if until is None else f"fresh for another {(until - now) * 1000:.0f} ms by its ttlMs"
-            ctx.log.debug(f"the catalogue of {len(kept[0])} tool(s) is kept ({why})")
-            return list(kept[0]), kept[1]
-        tools, pages, ttl_ms = discover_catalogue(session, ctx)
-        entry.fresh_until = catalogue_kept_until(ttl_ms, now)
-        entry.catalogue = (list(tools), pages)
-        return tools, pages
+            ctx.log.debug(f"the catalogue of {len(kept.items)} {listing.noun}(s) is kept ({why})")
+            return list(kept.items), kept.pages
+        items, pages, ttl_ms = discover_listing(session, ctx, listing)
+        entry.catalogues[listing.method] = _KeptCatalogue(list(items), pages, catalogue_kept_until(ttl_ms, now))
+        return items, pages
 
     def done(self, session: McpSession, ctx: OpContext) -> None:
         if id(session) in self._fresh:
@@ -16371,8 +16544,10 @@ USAGE_WORDS: dict[str, tuple[str, str | None]] = {
     "sessions": ("--sessions takes nothing else but --stop and --jq [--raw]", "bkmcp --sessions | bkmcp --sessions "
                  "--stop | bkmcp --sessions --jq '.data.sessions[].server'"),
     "shell": ("--completion takes nothing else but --config", "bkmcp --completion bash"),
-    "words": ("--completion tools takes a server name, --completion flags a server and a tool name, and nothing else "
-              "but --config", "bkmcp --completion flags SERVER TOOL (what the completion scripts run)"),
+    "words": ("--completion tools|prompts|resources takes a server name, --completion flags a server and a tool name "
+              "(or --prompt NAME, --read TEMPLATE), --completion values a server, --prompt NAME or --read TEMPLATE and "
+              "its flags, and nothing else but --config",
+              "bkmcp --completion flags SERVER TOOL (what the completion scripts run)"),
     "registry": (_REGISTRY_WORDS, "bkmcp --registry FILE --import mcp.json | bkmcp --registry FILE --list"),
     "registry got": (_REGISTRY_WORDS + " (got {got})", "bkmcp --registry FILE --import mcp.json | bkmcp --registry "
                      "FILE --list"),
@@ -16412,12 +16587,16 @@ MODE_TABLE: dict[str, tuple[Callable[[Invocation], bool], str, str, str]] = {
     "--stop": (lambda inv: inv.stop, "", "", "--sessions: stop"),
     "--sessions": (lambda inv: inv.sessions and not inv.help, "--sessions, --stop, --jq, --raw+--jq, --config",
                    "*: sessions", ""),
-    "--completion SHELL": (lambda inv: inv.completion not in (None, "tools", "flags"), "--completion, --config",
+    "--completion SHELL": (lambda inv: inv.completion not in (None, *COMPLETION_SERVER_WORDS), "--completion, --config",
                            "*: shell", ""),
-    "--completion tools": (lambda inv: inv.completion == "tools", "--completion, --config, a server name", "*: words",
-                           "a server name: words"),
-    "--completion flags": (lambda inv: inv.completion == "flags", "--completion, --config, a server name, a tool",
-                           "*: words", "a tool: words"),
+    "--completion tools": (lambda inv: inv.completion in ("tools", "prompts", "resources"),
+                           "--completion, --config, a server name", "*: words", "a server name: words"),
+    "--completion flags": (lambda inv: inv.completion == "flags",
+                           "--completion, --config, a server name, a tool, --read, --prompt", "*: words",
+                           "a tool|--read|--prompt: words"),
+    "--completion values": (lambda inv: inv.completion == "values",
+                            "--completion, --config, a server name, --read, --prompt, tool flags", "*: words",
+                            "--read|--prompt: words; tool flags: words"),
     "--registry": (lambda inv: inv.registry is not None, "", "", "--resident|--import|--list: registry only"),
     "--import, --list": (lambda inv: inv.registry_import is not None or inv.registry_list,
                          "--import, --list, --registry, --help", "*: registry got", "--registry: registry"),
@@ -16431,9 +16610,10 @@ MODE_TABLE: dict[str, tuple[Callable[[Invocation], bool], str, str, str]] = {
     "--tools": (lambda inv: inv.tools, "--tools, --brief, " + _SERVER, *_SERVER_MODE),
     "--resources": (lambda inv: inv.resources, "--resources, --brief, " + _SERVER, *_SERVER_MODE),
     "--prompts": (lambda inv: inv.prompts, "--prompts, " + _SERVER, *_SERVER_MODE),
-    "--read": (lambda inv: inv.read is not None, "--read, tool flags, " + _ANSWERS + _OUT + _SERVER, *_SERVER_MODE),
-    "--prompt": (lambda inv: inv.prompt is not None, "--prompt, tool flags, " + _ANSWERS + _OUT + _SERVER,
-                 *_SERVER_MODE),
+    "--read": (lambda inv: inv.read is not None, "--read, tool flags, --completion, " + _ANSWERS + _OUT + _SERVER,
+               *_SERVER_MODE),
+    "--prompt": (lambda inv: inv.prompt is not None, "--prompt, tool flags, --completion, " + _ANSWERS + _OUT
+                 + _SERVER, *_SERVER_MODE),
     "--skills": (lambda inv: inv.skills, "--skills, " + _SERVER, *_SERVER_MODE),
     "--skill": (lambda inv: inv.skill is not None, "--skill, " + _OUT + _SERVER, *_SERVER_MODE),
     "--resume": (lambda inv: inv.resume is not None, "--resume, " + _ANSWERS + _SERVER, "*: resume",
@@ -17048,7 +17228,7 @@ class Runner:
     def run_completion(self, shell: str, config_path: str) -> int:
         """``--completion SHELL`` prints the script; ``--completion servers`` (what the script runs) prints the
         configured server names, one a line, and nothing at all when the file is missing or invalid."""
-        if shell in ("tools", "flags"):
+        if shell not in (*COMPLETION_SHELLS, "servers"):
             return self.run_completion_words(config_path)
         if shell != "servers":
             return self.emit_text(render_completion(shell, _completion_command()))
@@ -17064,6 +17244,12 @@ class Runner:
         process (``envr.warm``) only a kept session answers: it opens none."""
         inv, envr = self.inv, self.envr
         assert inv.server is not None
+        if inv.completion == "flags" and inv.read is not None:  # a template's variables: read from it, offline
+            try:
+                envr.stdout.write(render_completion_target_flags(None, inv.read))
+            except BkmcpError:
+                pass
+            return EXIT_OK
         if envr.warm is None:
             answer = ask_warm_completion(inv, envr)
             if answer is not None:
@@ -17083,11 +17269,46 @@ class Runner:
             ctx = OpContext(
                 Deadline(COMPLETION_TIMEOUT), silent, sessions=envr.warm.sessions if envr.warm is not None else None
             )
-            tools = run_tools(server, ctx, insecure=inv.insecure)["tools"]
+            words = self.completion_words(server, ctx)
         except BkmcpError:
             return EXIT_OK if envr.warm is None else EXIT_LOCAL  # the warm client then connects itself
-        envr.stdout.write(render_completion_words(tools, inv.tool))
+        envr.stdout.write(words)
         return EXIT_OK
+
+    def completion_words(self, server: ResolvedServer, ctx: OpContext) -> str:  # pyz: remote part
+        """The words of one ``--completion tools|flags|prompts|resources|values`` (docs/contract.md §2): the
+        tools or a tool's flags; the prompt names, the resource URIs and templates, a prompt's arguments (as
+        flags); the values ``completion/complete`` offers for the last ``--ARG PARTIAL`` of a prompt or template,
+        the flags before it as ``context.arguments``. A template's flags are its variables, read from it."""
+        inv = self.inv
+        kind, insecure = inv.completion, inv.insecure
+        if kind == "prompts":
+            return render_completion_names(
+                p.get("name") for p in run_prompts(server, ctx, insecure=insecure)["prompts"]
+            )
+        if kind == "resources":
+            found = run_resources(server, ctx, insecure=insecure)
+            uris = [r.get("uri") for r in found["resources"]] + [t.get("uriTemplate") for t in found["templates"]]
+            return render_completion_quoted(uris)
+        if kind == "flags" and inv.prompt is not None:
+            definition = run_prompt(server, ctx, inv.prompt, insecure=insecure, prepare=lambda _prompt: None)
+            return render_completion_target_flags(definition["definition"], None)
+        if kind == "values":
+            *given, typed = inv.tool_tokens
+            context = {t.name: t.value for t in given if t.value is not None}
+            ref = (
+                {"type": "ref/prompt", "name": inv.prompt}
+                if inv.prompt is not None
+                else {"type": "ref/resource", "uri": inv.read or ""}
+            )
+            argument = (typed.name, typed.value or "")
+
+            def work(session: McpSession) -> dict[str, Any]:
+                return complete_argument(session, ctx, ref, argument, context)
+
+            completion = run_on_session(server, ctx, work, insecure=insecure)
+            return render_completion_quoted(completion["values"])
+        return render_completion_words(run_tools(server, ctx, insecure=insecure)["tools"], inv.tool)
 
     def run_sessions(self) -> int:  # pyz: remote part
         """``--sessions [--stop]``: printed like every envelope (``--jq``, ``-r`` with it, pretty on a terminal)."""
@@ -17133,7 +17354,7 @@ class Runner:
             deadline,
             log,
             progress=progress,
-            refresh=inv.tools or inv.check,
+            refresh=inv.tools or inv.check or inv.resources or inv.prompts,
             sessions=warm.sessions if warm is not None else None,
             on_request=warm.on_request if warm is not None else None,
             input=self.input_source(server, deadline) if not inv.help else None,
@@ -17873,7 +18094,7 @@ def run_warm_client(inv: Invocation, envr: Environment, log: Log, seconds: float
 
 
 def ask_warm_completion(inv: Invocation, envr: Environment) -> str | None:
-    """What this build's background process, when one runs, prints for a ``--completion tools|flags`` command from
+    """What this build's background process, when one runs, prints for a ``--completion tools|flags|…`` command from
     a session it keeps (docs/contract.md §2); None when none runs, it keeps no live session of the server, or it
     does not answer within ``COMPLETION_TIMEOUT``. Never starts a process."""
     import json
@@ -18259,7 +18480,7 @@ class WarmServer:
 
     def _run(self, conn: Any, request: dict[str, Any], *, peek: bool = False) -> int | None:
         """One forwarded command; its exit status (for the X frame), None when the client sent no stdin. ``peek``:
-        a completion's (``--completion tools|flags``), which uses a kept session or none and sets no linger."""
+        a completion's (``--completion tools|flags|…``), which uses a kept session or none and sets no linger."""
         import io
         import threading
 

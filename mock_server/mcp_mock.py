@@ -42,6 +42,7 @@ resources, resource_templates, prompts   what the listings serve (docs/mock_serv
 skills                     true: DEFAULT_SKILLS (SEP-2640: skills/list, files by resources/read, the extension
                            declared), or a list of skill specs (see DEFAULT_SKILLS), hostile ones included
 hostile_blobs              list HOSTILE_RESOURCES after the resources: blobs whose URIs try to choose their file
+completions                completion/complete values (only with a `completions` capability): DEFAULT_COMPLETIONS
 ttl_ms, cache_scope        modern list results (default 0, "private"); ttl_ms null = omitted, a list = per page
 require_headers            {name: value}: otherwise 401 + WWW-Authenticate
 forbid_headers_403         {name: value}: 403 when the header has that value
@@ -440,6 +441,15 @@ DEFAULT_PROMPTS: list[dict] = [
     {"name": "plain", "description": "One user message, no arguments."},
 ]
 
+# completion/complete (served only when `capabilities` declares `completions`, else -32601): "TYPE NAME-OR-URI ARGUMENT"
+# -> the values, those starting with the argument's value answered (a value a shell would expand among them).
+DEFAULT_COMPLETIONS: dict[str, list] = {
+    "ref/prompt greet who": ["Ann", "Anna", "Bob"],
+    "ref/prompt greet tone": ["friendly", "formal", "$(touch pwned)", "two words", "it's"],
+    "ref/resource mock://notes/{id} id": ["readme", "r1", "r2"],
+    "ref/resource mock://search{?q,lang} lang": ["en", "de", "fr"],
+}
+
 DEFAULTS: dict[str, Any] = {
     "versions": list(ALL_VERSIONS),
     "path": "/mcp",
@@ -468,6 +478,7 @@ DEFAULTS: dict[str, Any] = {
     "resource_templates": None,
     "prompts": None,
     "skills": None,
+    "completions": None,
     "ttl_ms": 0,
     "cache_scope": "private",
     "require_headers": {},
@@ -1013,6 +1024,8 @@ class Core:
         elif method == "prompts/get":
             asked = self.input_round(params, self._asking("prompts", "name", params), modern)
             reply = asked if asked is not None else self.prompts_get(params)
+        elif method == "completion/complete" and "completions" in (self.sc["capabilities"] or {}):
+            reply = self.complete(params)
         elif method == "tools/call":
             reply = self.tools_call(ctx, params, sink, msg.get("id"))
         elif method == "server/discover" and modern:
@@ -1162,6 +1175,19 @@ class Core:
         else:
             messages = [{"role": "user", "content": {"type": "text", "text": f"prompt {name} {dump_json(args)}"}}]
         return Reply("result", {"description": prompt.get("description", ""), "messages": messages})
+
+    def complete(self, params: dict) -> Reply:
+        """The `completions` values of the ref and argument that start with the argument's value; an unknown ref or
+        argument: -32602."""
+        ref, argument = params.get("ref") or {}, params.get("argument") or {}
+        target = ref.get("name") if ref.get("type") == "ref/prompt" else ref.get("uri")
+        table = self.sc["completions"] if self.sc["completions"] is not None else DEFAULT_COMPLETIONS
+        values = table.get(f"{ref.get('type')} {target} {argument.get('name')}")
+        if values is None:
+            return Reply.error(-32602, f"No completion for {ref.get('type')} {target} {argument.get('name')}")
+        typed = str(argument.get("value") or "")
+        found = [v for v in values if isinstance(v, str) and v.startswith(typed)]
+        return Reply("result", {"completion": {"values": found, "total": len(found), "hasMore": False}})
 
     # -- tools/call ---------------------------------------------------------------------------------------
     def tools_call(self, ctx: Ctx, params: dict, sink: Sink, rid: Any = None) -> Reply:

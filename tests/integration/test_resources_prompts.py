@@ -5,6 +5,7 @@ many requests; none at all without the capability).
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -19,15 +20,18 @@ pytestmark = pytest.mark.integration
 
 MOCK = ROOT / "mock_server" / "mcp_mock.py"
 MODERN, LEGACY = "2026-07-28", "2025-11-25"
+_TARGETS = itertools.count()
 
 
 class Target:
     """One mock server (HTTP in-process, or a stdio child with a JSON-lines log) and ``run`` for bkmcp commands."""
 
-    def __init__(self, tmp: Path, transport: str, version: str, scenario: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, tmp: Path, transport: str, version: str, scenario: dict[str, Any] | None = None, pin: bool = False
+    ) -> None:
         self.transport = transport
         self.http: MockServer | None = None
-        self.log_path = tmp / f"stdio-{version}.jsonl"
+        self.log_path = tmp / f"stdio-{version}-{next(_TARGETS)}.jsonl"  # one log per target
         scenario = {"versions": [version], **(scenario or {})}
         if transport == "http":
             self.http = MockServer(scenario)
@@ -44,6 +48,8 @@ class Target:
                 str(self.log_path),
             ]
             entry = {"type": "stdio", "command": sys.executable, "args": args}
+        if pin:
+            entry["protocolVersion"] = version
         self.config = write_mcp_json(tmp / f"mcp-{transport}-{version}.json", {"m": entry})
 
     def run(self, *args: str):
@@ -78,8 +84,8 @@ def target(request, tmp_path):
 def make_target(tmp_path):
     made: list[Target] = []
 
-    def make(transport: str, version: str, **scenario: Any) -> Target:
-        made.append(Target(tmp_path, transport, version, scenario))
+    def make(transport: str, version: str, pin: bool = False, **scenario: Any) -> Target:
+        made.append(Target(tmp_path, transport, version, scenario, pin))
         return made[-1]
 
     yield make
@@ -321,3 +327,18 @@ def test_a_server_without_templates_list_has_no_templates(make_target, version):
     assert (data["resource_count"], data["template_count"], data["templates"]) == (2, 0, [])
     other = make_target("http", version, faults={"rpc_error_on": {"resources/templates/list": -32603}})
     assert other.run("--resources").error_code == "mcp_protocol_error"
+
+
+@pytest.mark.parametrize("transport", ["http", "stdio"])
+def test_a_server_pinned_to_2026_07_28_is_asked_server_discover_once_for_its_capabilities(make_target, transport):
+    """A pin turns the era probe off, so the session never heard the server's capabilities and refused
+    --prompts, --resources and Tab as undeclared (tab38's report). Now the first request that needs a capability
+    asks server/discover once; a server that declares none still gets nothing else."""
+    target = make_target(transport, MODERN, pin=True)
+    result = target.run("--prompts")
+    assert result.exit_status == 0, result.stdout
+    assert [e["rpc_method"] for e in target.received()] == ["server/discover", "prompts/list"]
+    bare = make_target(transport, MODERN, pin=True, capabilities={"tools": {}})
+    result = bare.run("--resources")
+    assert (result.exit_status, result.error_code) == (2, "mcp_capability_unsupported")
+    assert [e["rpc_method"] for e in bare.received()] == ["server/discover"]

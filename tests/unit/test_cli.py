@@ -945,6 +945,45 @@ def test_completion_words_offer_only_names_a_shell_cannot_expand():
     assert bkmcp.render_completion_words(tools, "missing") == ""
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--completion", "prompts", "srv", "--prompt", "p"),
+        ("--completion", "resources", "srv", "tool"),
+        ("--completion", "values", "srv", "--prompt", "p"),
+        ("--completion", "values", "srv", "tool", "--x", "1"),
+        ("--completion", "values", "srv", "--read", "u{x}", "--x", "1", "extra"),
+        ("--completion", "flags", "srv", "--read", "u{x}", "--x", "1"),
+        ("--completion", "prompts", "srv", "--prompts"),
+    ],
+)
+def test_prompt_and_resource_completion_words_take_exactly_their_words(args, tmp_path, no_network):
+    """``--completion prompts|resources SERVER``, ``flags SERVER --prompt NAME|--read TEMPLATE`` and ``values
+    SERVER --prompt NAME|--read TEMPLATE --ARG PARTIAL`` (contract §2), nothing else."""
+    res = run_bkmcp(*args, env={"HOME": str(tmp_path)})
+    assert res.exit_status == 1 and res.stdout == "" and res.error_code == "usage_error", res.stderr
+
+
+def test_a_templates_flags_are_read_from_it_offline(tmp_path, write_config, no_network):
+    """``--completion flags SERVER --read TEMPLATE``: its variables, no server asked (even one Tab may not start);
+    a malformed template: nothing. A prompt's arguments named like a reserved option get no flag."""
+    config = write_config({"mcpServers": {"gone": {"type": "stdio", "command": str(tmp_path / "missing")}}})
+    words = run_bkmcp("--config", str(config), "--completion", "flags", "gone", "--read", "x://{a}/{+b}{?c,a}")
+    assert (words.exit_status, words.stdout, words.stderr) == (0, "--a\n--b\n--c\n", "")
+    broken = run_bkmcp("--config", str(config), "--completion", "flags", "gone", "--read", "x://{a")
+    assert (broken.exit_status, broken.stdout, broken.stderr) == (0, "", "")
+    prompt = {"name": "p", "arguments": [{"name": "who"}, {"name": "help"}, {"name": "a b"}, "x", {"name": 3}]}
+    assert bkmcp.render_completion_target_flags(prompt, None) == "--who\n"
+    assert bkmcp.render_completion_target_flags(None, "x://plain") == ""
+
+
+def test_uris_templates_and_values_are_offered_as_is_or_single_quoted():
+    """A word a shell would expand (a template's braces, '?', '$(…)', a blank) is offered in single quotes; one
+    holding a quote, a backslash, '!', a control or non-ASCII character, or starting with '-', never."""
+    words = ["mock://a", "mock://n/{id}", "$(touch x)", "two words", "it's", "a\\b", "hi!", "t\tab", "é", "-x", "", 5]
+    assert bkmcp.render_completion_quoted(words) == "mock://a\n'mock://n/{id}'\n'$(touch x)'\n'two words'\n"
+
+
 def test_completion_servers_offers_only_names_a_shell_cannot_expand(write_config, no_network):
     """Issue 36 item 2: server names pass the same filter as tool names (a project's .mcp.json may name a server
     ``$(…)``, which a shell would run when the word reached it)."""

@@ -355,6 +355,16 @@ def test_results_complete_and_absent_result_type_are_ok():
     assert check_result("tools/list", result({"tools": [{"name": "a"}], "nextCursor": "n"}))
 
 
+@pytest.mark.parametrize("bad", [{}, {"completion": []}, {"completion": {"values": "a"}}])
+def test_a_completion_result_holds_a_values_array(bad):
+    """``completion/complete``: ``completion.values`` is an array, else a protocol error (contract §2: Tab then
+    offers nothing)."""
+    ok = {"completion": {"values": ["a"], "total": 1, "hasMore": False}}
+    assert check_result("completion/complete", result(ok)) is ok
+    with pytest.raises(ProtocolError, match="completion.values"):
+        check_result("completion/complete", result(bad))
+
+
 def test_input_required_is_capability_unsupported_with_raw_result_R04():
     raw = {
         "resultType": "input_required",

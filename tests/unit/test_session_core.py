@@ -133,6 +133,18 @@ def test_notifications_pass_through_and_list_changed_marks_the_catalogue_stale()
     assert not core.tools_stale
 
 
+def test_each_list_changed_marks_its_own_kept_catalogues_stale():
+    """docs/contract.md §14: resources/list_changed covers the resources and the templates, prompts/list_changed
+    the prompts; reading one listing answers only its own."""
+    core = ClientSession()
+    core.receive(Message("notification", method="notifications/resources/list_changed"))
+    assert core.stale == {"resources/list", "resources/templates/list"} and not core.tools_stale
+    core.receive(Message("notification", method="notifications/prompts/list_changed"))
+    core.receive(Message("notification", method="notifications/message", params={"level": "info"}))
+    core.catalogue_read("resources/list")
+    assert core.stale == {"resources/templates/list", "prompts/list"}
+
+
 def test_the_core_owns_the_session_id_and_the_era():
     """Transports report what came back (an answer's headers); the core's verbs decide what it means."""
     core = ClientSession()
