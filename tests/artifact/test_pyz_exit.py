@@ -23,7 +23,7 @@ from pathlib import Path
 
 from artifact_helpers import ROOT, TIMEOUT
 
-from mock_server.mcp_mock import TASK_CAPABILITIES, MockServer, mock_tool
+from mock_server.mcp_mock import SKILLS_EXTENSION, TASK_CAPABILITIES, MockServer, mock_tool
 
 MOCK = str(ROOT / "mock_server" / "mcp_mock.py")
 
@@ -97,8 +97,10 @@ def test_a_short_commands_exit_leaves_nothing_a_finalizer_would_act_on(
     slow = mock_tool("nap", "slow", ms=20_000)
     job = mock_tool("job", "job", after_ms=100, poll_ms=30)  # issue 39: a call run as a task
     job["execution"] = {"taskSupport": "optional"}
-    echo = mock_tool("echo", properties={"text": {"type": "string"}})
-    server = MockServer({"tools": [echo, slow, job], "page_size": 1, "capabilities": TASK_CAPABILITIES})
+    tools = [mock_tool("echo", properties={"text": {"type": "string"}}), slow, job]
+    extensions = {**TASK_CAPABILITIES["extensions"], SKILLS_EXTENSION: {}}
+    capabilities = {**TASK_CAPABILITIES, "extensions": extensions}
+    server = MockServer({"tools": tools, "page_size": 1, "skills": True, "capabilities": capabilities})
     url = server.start()
     stdio = [sys.executable, MOCK, "--stdio", "--quiet"]
     servers = {
@@ -127,6 +129,10 @@ def test_a_short_commands_exit_leaves_nothing_a_finalizer_would_act_on(
         (base + ["mock", "--resources"], 0),  # issue 38: resources and prompts, through the same session engine
         (base + ["st", "--read", "mock://notes/{id}", "--id", "1", "-r"], 0),
         (base + ["mock", "--prompt", "greet", "--who", "x"], 0),
+        (base + ["mock", "--read", "mock://images/dot.png", "--out", str(tmp_path / "out")], 0),  # the directory fd
+        (base + ["mock", "--skills"], 0),  # SEP-2640 (issue 38 item 5): a skill session, one-shot
+        (base + ["mock", "--skill", "pdf-processing", "--out", str(tmp_path / "out")], 0),
+        (base + ["mock", "--skill", "tampered"], 2),  # refused: nothing printed but the error
         (base + ["mock", "job", "--task"], 0),  # polled until it ends, the result printed
         (base + ["mock", "job", "--detach"], 0),  # the handle kept in the store, the session left open
         (base + ["mock", "--tasks"], 0),
