@@ -159,6 +159,8 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        11.3 the runner             Environment, Runner: one command, local or remote, to its envelope; which
                                    servers a Tab may start, and where (resolve_completion_server); the kept
                                    input rounds of --resume (save_resume, load_resume: 0600, expiring)
+       11.3.1 tasks                  a task handle's commands (task_commands), the store written (save_task), the
+                                     task-id modes run (run_task_mode)
        11.4 --keep-alive           the client and its background process (WarmServer), --sessions and --stop, the
                                    client's Ctrl-C (Interrupt), a process that dies mid-call; the sessions it
                                    keeps: 10.5
@@ -18033,7 +18035,7 @@ class Runner:
         try:
             self.remote_started = True
             if inv.tasks or any(t is not None for t in task_ids):
-                return self.run_task_mode(server, jq, ctx)
+                return run_task_mode(self, server, jq, ctx)
             if inv.resume is not None:
                 return self.run_resume(server, jq, ctx)
             if inv.read is not None or inv.prompt is not None:
@@ -18067,7 +18069,7 @@ class Runner:
             if isinstance(exc, JqError):
                 raise
             # --jq projects successes only: a failure is printed whole, never hidden (docs/contract.md §7)
-            error = self.word_task_error(word_for_cli(exc, server.name, self.shown_config))
+            error = word_task_error(self, word_for_cli(exc, server.name, self.shown_config))
             return self.emit_envelope(build_failure(error, self.redactor), None, error.exit_status)
         except BkmcpError as exc:
             raise word_for_cli(exc, server.name, self.shown_config) from None
@@ -18106,98 +18108,6 @@ class Runner:
             assert self.writer is not None
             save_blobs(spots, decode_blobs(spots, inv.blob_limit, data), self.writer)
         return self.emit_envelope(build_success(data), jq, EXIT_OK, raw=inv.raw)
-
-    def task_commands(self, task_id: str) -> dict[str, str]:  # pyz: remote part
-        """The commands that show, wait for and cancel a task (a stdio server's: through --keep-alive)."""
-        base = build_server_command(self.server.name, self.shown_config)
-        tail = " --keep-alive" if self.server.type == "stdio" else ""
-        quoted = shell_quote(task_id)
-        return {
-            "status": f"{base} --task-status {quoted}{tail}",
-            "result": f"{base} --task-result {quoted} --wait{tail}",
-            "cancel": f"{base} --task-cancel {quoted}{tail}",
-        }
-
-    def task_lives_on(self) -> bool:  # pyz: remote part
-        """Whether a task outlives this command: not a one-shot stdio server's (its process ends with it)."""
-        return not (self.server.type == "stdio" and self.envr.warm is None)
-
-    def word_task_error(self, error: BkmcpError) -> BkmcpError:  # pyz: remote part
-        """An error about a task still alive (the wait ran out, it asks for input) names the commands that go on
-        with it; a one-shot stdio server's says the task ended with the server's process."""
-        task = (error.data or {}).get("task") if isinstance(error.data, dict) else None
-        if (
-            not isinstance(task, dict)
-            or task.get("status") in TASK_TERMINAL
-            or error.details.get("outcome")
-            not in (
-                "task_running",
-                "task_waiting",
-            )
-        ):
-            return error
-        if not self.task_lives_on():
-            hint = "a stdio server's task lives in its process, which ended with this command; add --keep-alive"
-            return error.copy(hint=hint)
-        commands = self.task_commands(task["mcp_task_id"])
-        hint = f"wait for it: {commands['result']}; cancel it: {commands['cancel']}"
-        return error.copy(hint=hint, data={**(error.data or {}), "commands": commands})
-
-    def save_task(self, handle: dict[str, Any], session_id: str | None = None) -> None:  # pyz: remote part
-        """Keep ``handle`` (and the legacy HTTP session it lives in) in this user's store (``task_store_path``):
-        never lost to a Ctrl-C or a timeout; a store that cannot be written is one warning (the command goes on)."""
-        path = task_store_path(self.envr.env)
-        if path is None:
-            self.log.warn("task handles are not kept: set HOME or XDG_STATE_HOME", once_key="task-store")
-            return
-        try:
-            update_task_store(path, build_store_change(handle, self.server.config_file, int(time.time()), session_id))
-        except OSError as exc:
-            self.log.warn(f"task handle not kept in {path}: {exc.strerror or exc}", once_key="task-store")
-
-    def run_task_mode(self, server: ResolvedServer, jq: JqProgram | None, ctx: OpContext) -> int:  # pyz: remote part
-        """``--tasks`` (this user's handles of the server, and its ``tasks/list`` where a legacy server offers it),
-        ``--task-status ID``, ``--task-result ID [--wait]``, ``--task-cancel ID`` (docs/contract.md §5 "Tasks")."""
-        inv = self.inv
-        if inv.positional or inv.tool_tokens:
-            raise UsageError("task options take a task id and nothing else", hint="bkmcp <server> --task-status ID")
-        path = task_store_path(self.envr.env)
-        try:
-            entries = update_task_store(path, lambda e: e, create=False) if path is not None else []
-        except OSError:
-            entries = []
-        stored = [e for e in entries if e.get("server") == server.name and e.get("config_file") == server.config_file]
-        hidden = ("config_file", "saved_at", "expires_at", "session_id")  # the store's own, not the handle's
-        mine = [{k: v for k, v in e.items() if k not in hidden} for e in stored]
-        if inv.tasks:
-            listed = None
-            if self.task_lives_on():
-
-                def listing(session: McpSession) -> dict[str, Any]:
-                    return {"tasks": list_server_tasks(session, ctx)}
-
-                listed = run_on_session(server, ctx, listing, insecure=inv.insecure)["tasks"]
-            data: dict[str, Any] = {"server": server.name, "tasks": mine, "server_tasks": listed}
-            return self.emit_envelope(build_success(data), jq, EXIT_OK, raw=inv.raw)
-        action, task_id = next(
-            (a, t)
-            for a, t in (("status", inv.task_status), ("result", inv.task_result), ("cancel", inv.task_cancel))
-            if t is not None
-        )
-        known = next((e for e in mine if e.get("mcp_task_id") == task_id), None)
-        # one-shot: a legacy HTTP task's own session (a warm one is kept anyway)
-        source = ctx.sessions or ResumedSessions(next((e for e in stored if e.get("mcp_task_id") == task_id), None))
-
-        def work(session: McpSession) -> dict[str, Any]:
-            return run_task_action(session, ctx, action, task_id, known, wait=inv.wait)
-
-        data = run_on_session(server, ctx, work, insecure=inv.insecure, sessions=source)
-        self.save_task(data["task"])
-        if "result" not in data:
-            if data["task"].get("status") not in TASK_TERMINAL:
-                data["commands"] = self.task_commands(task_id)
-            return self.emit_envelope(build_success(data), jq, EXIT_OK, raw=inv.raw)
-        return self.emit_call(data, jq)
 
     def emit_call(self, data: dict[str, Any], jq: JqProgram | None) -> int:
         """A call's data (or a task's result) printed; ``isError: true`` is ``mcp_tool_error``."""
@@ -18279,8 +18189,8 @@ class Runner:
             return None
         task = ctx.task
         if task is not None and task.get("status") not in TASK_TERMINAL:
-            lives = self.task_lives_on()
-            commands = self.task_commands(task["mcp_task_id"]) if lives else None
+            lives = task_lives_on(self)
+            commands = task_commands(self, task["mcp_task_id"]) if lives else None
             return CancelledError(
                 f"interrupted (Ctrl-C) while waiting for task {task['mcp_task_id']!r}: "
                 + (
@@ -18371,12 +18281,16 @@ class Runner:
             self.log.debug(validate_arguments(tool, chosen, deadline=ctx.deadline, flags=given).describe())
             return chosen
 
-        choice = TaskChoice(wanted=inv.task or inv.detach, detach=inv.detach, on_handle=self.save_task)
+        choice = TaskChoice(
+            wanted=inv.task or inv.detach,
+            detach=inv.detach,
+            on_handle=lambda handle, held: save_task(self, handle, held),
+        )
         data = run_call(server, ctx, name, insecure=inv.insecure, prepare=prepare, task=choice)
         if "schema" in data:
             return self.emit_text(render_tool_help(server.name, data["schema"], self.shown_config))
         if "result" not in data:  # --detach: the task's handle and the commands that go on with it
-            data["commands"] = self.task_commands(data["task"]["mcp_task_id"])
+            data["commands"] = task_commands(self, data["task"]["mcp_task_id"])
             return self.emit_envelope(build_success(data), jq, EXIT_OK, raw=False)
         return self.emit_call(data, jq)
 
@@ -18490,6 +18404,109 @@ def forget_resume(env: Mapping[str, str], handle: str) -> None:
             os.unlink(os.path.join(resume_dir(env), handle + ".json"))
         except OSError:
             pass
+
+
+# -- 11.3.1 tasks on the command line: the commands a handle names, the store, the task-id modes -----------------------
+# docs/contract.md §5 "Tasks": the Runner's part of tasks (the flows are section 7's, 7.3.1).
+
+
+def task_commands(runner: Runner, task_id: str) -> dict[str, str]:  # pyz: remote part
+    """The commands that show, wait for and cancel a task (a stdio server's: through --keep-alive)."""
+    base = build_server_command(runner.server.name, runner.shown_config)
+    tail = " --keep-alive" if runner.server.type == "stdio" else ""
+    quoted = shell_quote(task_id)
+    return {
+        "status": f"{base} --task-status {quoted}{tail}",
+        "result": f"{base} --task-result {quoted} --wait{tail}",
+        "cancel": f"{base} --task-cancel {quoted}{tail}",
+    }
+
+
+def task_lives_on(runner: Runner) -> bool:  # pyz: remote part
+    """Whether a task outlives this command: not a one-shot stdio server's (its process ends with it)."""
+    return not (runner.server.type == "stdio" and runner.envr.warm is None)
+
+
+def word_task_error(runner: Runner, error: BkmcpError) -> BkmcpError:  # pyz: remote part
+    """An error about a task still alive (the wait ran out, it asks for input) names the commands that go on
+    with it; a one-shot stdio server's says the task ended with the server's process."""
+    task = (error.data or {}).get("task") if isinstance(error.data, dict) else None
+    if (
+        not isinstance(task, dict)
+        or task.get("status") in TASK_TERMINAL
+        or error.details.get("outcome")
+        not in (
+            "task_running",
+            "task_waiting",
+        )
+    ):
+        return error
+    if not task_lives_on(runner):
+        hint = "a stdio server's task lives in its process, which ended with this command; add --keep-alive"
+        return error.copy(hint=hint)
+    commands = task_commands(runner, task["mcp_task_id"])
+    hint = f"wait for it: {commands['result']}; cancel it: {commands['cancel']}"
+    return error.copy(hint=hint, data={**(error.data or {}), "commands": commands})
+
+
+def save_task(runner: Runner, handle: dict[str, Any], session_id: str | None = None) -> None:  # pyz: remote part
+    """Keep ``handle`` (and the legacy HTTP session it lives in) in this user's store (``task_store_path``):
+    never lost to a Ctrl-C or a timeout; a store that cannot be written is one warning (the command goes on)."""
+    path = task_store_path(runner.envr.env)
+    if path is None:
+        runner.log.warn("task handles are not kept: set HOME or XDG_STATE_HOME", once_key="task-store")
+        return
+    try:
+        update_task_store(path, build_store_change(handle, runner.server.config_file, int(time.time()), session_id))
+    except OSError as exc:
+        runner.log.warn(f"task handle not kept in {path}: {exc.strerror or exc}", once_key="task-store")
+
+
+def run_task_mode(
+    runner: Runner, server: ResolvedServer, jq: JqProgram | None, ctx: OpContext
+) -> int:  # pyz: remote part
+    """``--tasks`` (this user's handles of the server, and its ``tasks/list`` where a legacy server offers it),
+    ``--task-status ID``, ``--task-result ID [--wait]``, ``--task-cancel ID`` (docs/contract.md §5 "Tasks")."""
+    inv = runner.inv
+    if inv.positional or inv.tool_tokens:
+        raise UsageError("task options take a task id and nothing else", hint="bkmcp <server> --task-status ID")
+    path = task_store_path(runner.envr.env)
+    try:
+        entries = update_task_store(path, lambda e: e, create=False) if path is not None else []
+    except OSError:
+        entries = []
+    stored = [e for e in entries if e.get("server") == server.name and e.get("config_file") == server.config_file]
+    hidden = ("config_file", "saved_at", "expires_at", "session_id")  # the store's own, not the handle's
+    mine = [{k: v for k, v in e.items() if k not in hidden} for e in stored]
+    if inv.tasks:
+        listed = None
+        if task_lives_on(runner):
+
+            def listing(session: McpSession) -> dict[str, Any]:
+                return {"tasks": list_server_tasks(session, ctx)}
+
+            listed = run_on_session(server, ctx, listing, insecure=inv.insecure)["tasks"]
+        data: dict[str, Any] = {"server": server.name, "tasks": mine, "server_tasks": listed}
+        return runner.emit_envelope(build_success(data), jq, EXIT_OK, raw=inv.raw)
+    action, task_id = next(
+        (a, t)
+        for a, t in (("status", inv.task_status), ("result", inv.task_result), ("cancel", inv.task_cancel))
+        if t is not None
+    )
+    known = next((e for e in mine if e.get("mcp_task_id") == task_id), None)
+    # one-shot: a legacy HTTP task's own session (a warm one is kept anyway)
+    source = ctx.sessions or ResumedSessions(next((e for e in stored if e.get("mcp_task_id") == task_id), None))
+
+    def work(session: McpSession) -> dict[str, Any]:
+        return run_task_action(session, ctx, action, task_id, known, wait=inv.wait)
+
+    data = run_on_session(server, ctx, work, insecure=inv.insecure, sessions=source)
+    save_task(runner, data["task"])
+    if "result" not in data:
+        if data["task"].get("status") not in TASK_TERMINAL:
+            data["commands"] = task_commands(runner, task_id)
+        return runner.emit_envelope(build_success(data), jq, EXIT_OK, raw=inv.raw)
+    return runner.emit_call(data, jq)
 
 
 # -- 11.4 --keep-alive: the client and its background process, WarmServer (docs/contract.md §14) -----------------------
