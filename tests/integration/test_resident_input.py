@@ -1,0 +1,178 @@
+"""Resident mode with ``--elicitation forward`` (docs/contract.md §11.2 "A server that asks", docs/resident.md): a
+2026-07-28 server's input_required round answered to the platform as ``{"status": "input_required", …}`` and
+retried on its resume with ``input_responses`` and the ``requestState`` echoed exactly; a resume bound to its user,
+action and server instance; a per-user cap; expiry; events without values. Off by default (test_resident_core)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from resident_harness import http_row, write_registry
+
+from mock_server.mcp_mock import mock_tool
+
+CAPS = "io.modelcontextprotocol/clientCapabilities"
+ACCEPT = {"confirm": {"action": "accept", "content": {"ok": True}}}
+
+
+def registry(tmp_path, rows):
+    path = tmp_path / "registry.db"
+    write_registry(str(path), rows)
+    return path
+
+
+def calls(srv) -> list[dict]:
+    return [e["json"] for e in srv.requests("tools/call")]
+
+
+def test_forwarded_round_resumed_with_exact_state_and_new_id(tmp_path, resident, http_mock):
+    srv = http_mock({"tools": [mock_tool("ask", "input_required")]})
+    res = resident(registry(tmp_path, [http_row("pub", srv.url)]), "--elicitation", "forward")
+    asked = res.ok("call_tool", "u1", server_name="pub", tool_name="ask", arguments={"text": "kept-arg-7"})
+    assert asked["status"] == "input_required" and asked["server_name"] == "pub" and asked["tool_name"] == "ask"
+    assert asked["input_requests"]["confirm"]["message"] == "Please confirm"
+    assert asked["input_requests"]["confirm"]["requested_schema"]["required"] == ["ok"]
+    assert asked["expires_in_ms"] == 300000 and asked["resume"].startswith("in-")
+    assert len(calls(srv)) == 1 and calls(srv)[0]["params"]["_meta"][CAPS] == {"elicitation": {"form": {}}}
+    done = res.ok(
+        "call_tool",
+        "u1",
+        server_name="pub",
+        tool_name="ask",
+        arguments={},
+        resume=asked["resume"],
+        input_responses=ACCEPT,
+    )
+    assert done["result"].get("isError") is not True and "status" not in done
+    first, retry = calls(srv)
+    [state] = srv.core.issued_states
+    assert retry["id"] != first["id"] and retry["params"]["requestState"] == state  # byte for byte
+    assert retry["params"]["inputResponses"] == ACCEPT
+    assert retry["params"]["arguments"] == {"text": "kept-arg-7"}  # the request that asked, not the platform's
+    assert done["result"]["structuredContent"]["requestState"] == state
+    # a handle is used once
+    again = res.ask("call_tool", "u1", server_name="pub", tool_name="ask", resume=asked["resume"], input_responses={})
+    assert again["error_code"] == "input_resume_invalid" and len(calls(srv)) == 2
+    names = [e["event"] for e in res.events() if e["event"].startswith("input.")]
+    assert names == ["input.requested", "input.answered"]
+    text = res.events_path.read_text()
+    assert "kept-arg-7" not in text and state not in text and '"ok"' not in text  # events carry no values
+
+
+def test_another_users_resume_is_refused_and_nothing_is_sent(tmp_path, resident, http_mock):
+    srv = http_mock({"tools": [mock_tool("ask", "input_required")]})
+    res = resident(registry(tmp_path, [http_row("pub", srv.url)]), "--elicitation", "forward")
+    asked = res.ok("call_tool", "alice", server_name="pub", tool_name="ask", arguments={"text": "alice-only-31"})
+    stolen = res.ask(
+        "call_tool",
+        "bob",
+        server_name="pub",
+        tool_name="ask",
+        arguments={},
+        resume=asked["resume"],
+        input_responses=ACCEPT,
+    )
+    assert stolen["success"] is False and stolen["error_code"] == "input_resume_invalid"
+    assert "alice-only-31" not in json.dumps(stolen) and len(calls(srv)) == 1
+    wrong_action = res.ask(
+        "get_prompt", "alice", server_name="pub", name="ask", resume=asked["resume"], input_responses=ACCEPT
+    )
+    assert wrong_action["error_code"] == "input_resume_invalid"
+    done = res.ok(
+        "call_tool", "alice", server_name="pub", tool_name="ask", resume=asked["resume"], input_responses=ACCEPT
+    )
+    assert done["result"]["structuredContent"]["requestState"] in srv.core.issued_states
+    assert [c["params"]["arguments"] for c in calls(srv)] == [{"text": "alice-only-31"}] * 2
+
+
+def test_several_questions_state_only_and_forever_each_round_resumed(tmp_path, resident, http_mock):
+    tools = [
+        mock_tool("two", "input_required", variant="several"),
+        mock_tool("st", "input_required", variant="state_only"),
+        mock_tool("ever", "input_required", variant="forever"),
+        mock_tool("rej", "input_required", variant="reject_state"),
+    ]
+    srv = http_mock({"tools": tools})
+    res = resident(registry(tmp_path, [http_row("pub", srv.url)]), "--elicitation", "forward")
+    asked = res.ok("call_tool", "u", server_name="pub", tool_name="two", arguments={})
+    assert set(asked["input_requests"]) == {"confirm", "profile"}
+    partial = res.ok(
+        "call_tool", "u", server_name="pub", tool_name="two", resume=asked["resume"], input_responses=ACCEPT
+    )  # one of two answered: asked again, nothing made up
+    assert partial["status"] == "input_required" and list(partial["input_requests"]) == ["profile"]
+    assert len(calls(srv)) == 1
+    profile = {"profile": {"action": "accept", "content": {"name": "Ada"}}}
+    both = res.ok(
+        "call_tool", "u", server_name="pub", tool_name="two", resume=partial["resume"], input_responses=profile
+    )  # the first answer was kept with the round
+    assert "result" in both and calls(srv)[-1]["params"]["inputResponses"] == {**ACCEPT, **profile}
+    st = res.ok("call_tool", "u", server_name="pub", tool_name="st", arguments={})  # a state only: no question
+    assert "result" in st
+    first, retry = calls(srv)[-2:]
+    assert "inputResponses" not in retry["params"] and retry["params"]["requestState"] in srv.core.issued_states
+    assert first["id"] != retry["id"]
+    ever = res.ok("call_tool", "u", server_name="pub", tool_name="ever", arguments={})
+    for _ in range(3):  # each round is the platform's: the resident never answers a later round by itself
+        before = len(calls(srv))
+        ever = res.ok(
+            "call_tool", "u", server_name="pub", tool_name="ever", resume=ever["resume"], input_responses=ACCEPT
+        )
+        assert ever["status"] == "input_required" and len(calls(srv)) == before + 1
+    rej = res.ok("call_tool", "u", server_name="pub", tool_name="rej", arguments={})
+    refused = res.ask(
+        "call_tool", "u", server_name="pub", tool_name="rej", resume=rej["resume"], input_responses=ACCEPT
+    )
+    assert refused["success"] is False and "requestState" in refused["error"]  # the server's error, not retried
+    assert [c["params"]["name"] for c in calls(srv)].count("rej") == 2
+
+
+def test_prompt_and_resource_ask_and_resume(tmp_path, resident, http_mock):
+    srv = http_mock(
+        {
+            "prompts": [{"name": "p", "description": "asks", "x-mock": "input_required"}],
+            "resources": [{"uri": "mock://r", "name": "r", "x-mock": "input_required", "x-mock-text": "the text"}],
+        }
+    )
+    res = resident(registry(tmp_path, [http_row("pub", srv.url)]), "--elicitation", "forward")
+    asked = res.ok("get_prompt", "u", server_name="pub", name="p")
+    assert asked["status"] == "input_required" and asked["name"] == "p"
+    done = res.ok("get_prompt", "u", server_name="pub", name="p", resume=asked["resume"], input_responses=ACCEPT)
+    assert done["result"]["messages"]
+    gets = [e["json"] for e in srv.requests("prompts/get")]
+    assert len(gets) == 2 and gets[1]["params"]["requestState"] in srv.core.issued_states
+    read = res.ok("read_resource", "u", server_name="pub", uri="mock://r")
+    assert read["status"] == "input_required" and read["uri"] == "mock://r"
+    text = res.ok(
+        "read_resource", "u", server_name="pub", uri="mock://r", resume=read["resume"], input_responses=ACCEPT
+    )
+    assert text["result"]["contents"][0]["text"] == "the text"
+    reads = [e["json"] for e in srv.requests("resources/read")]
+    assert len(reads) == 2 and reads[1]["params"]["inputResponses"] == ACCEPT
+
+
+def test_cap_per_user_and_expiry_with_event(tmp_path, resident, http_mock):
+    srv = http_mock({"tools": [mock_tool("ask", "input_required")]})
+    res = resident(registry(tmp_path, [http_row("pub", srv.url)]), "--elicitation", "forward", "--input-timeout", "2s")
+    kept = [res.ok("call_tool", "u", server_name="pub", tool_name="ask", arguments={}) for _ in range(8)]
+    assert all(k["status"] == "input_required" and k["expires_in_ms"] == 2000 for k in kept)
+    over = res.ask("call_tool", "u", server_name="pub", tool_name="ask", arguments={})
+    assert over["error_code"] == "input_pending_limit"
+    assert res.ok("call_tool", "other", server_name="pub", tool_name="ask", arguments={})["status"] == "input_required"
+    res.wait_event("input.expired", count=9)
+    late = res.ask(
+        "call_tool", "u", server_name="pub", tool_name="ask", resume=kept[0]["resume"], input_responses=ACCEPT
+    )
+    assert late["error_code"] == "input_resume_invalid" and len(calls(srv)) == 10
+    assert all(set(e) <= {"ts", "event", "server", "user", "task_id", "method"} for e in res.events("input.expired"))
+
+
+def test_off_by_default_resume_refused(tmp_path, resident, http_mock):
+    srv = http_mock({"tools": [mock_tool("ask", "input_required")]})
+    res = resident(registry(tmp_path, [http_row("pub", srv.url)]))
+    answer = res.ask(
+        "call_tool", "u", server_name="pub", tool_name="ask", arguments={}, resume="in-x", input_responses=ACCEPT
+    )
+    assert answer["error_code"] == "input_resume_invalid" and calls(srv) == []
+    bad = res.ask("call_tool", "u", server_name="pub", tool_name="ask", resume="in-x", input_responses={"k": 1})
+    assert bad["error_code"] == "invalid_command"
