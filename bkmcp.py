@@ -113,6 +113,8 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        10.2.3 slots, limits          a slot per server instance, the open-file limit
        10.2.4 whose secrets          which secrets scrub whose answers
        10.2.5 the pool               SessionPool: limits, eviction, the idle reaper (--idle-timeout), back-off
+       10.2.6 forwarded questions    --elicitation forward: ForwardedQuestions keeps input_required rounds for
+                                     the platform's resume (--input-timeout, a per-user cap), ResidentInput
        10.3 names, catalogues      injected mcp_{server}_{tool} names (shortened past 64 characters), model-ready
                                    definitions per family (OpenAI, OpenAI strict, Anthropic, Gemini), Catalogues
                                    (cached per session):
@@ -10128,7 +10130,8 @@ COMPLETION_TIMEOUT = 2.0  # seconds one completion may spend connecting to a ser
 _COMPLETION_OPTIONS = (
     "--help --version --config --timeout --jq --raw --verbose --insecure --check --tools --brief --body --dry-run "
     "--resident --registry --import --list --completion --events --max-processes --max-user-processes --idle-timeout "
-    "--shutdown-grace --max-blob-bytes --elicitation --input-timeout --inject-resource-tools --keep-alive --sessions --stop --resources --read "
+    "--shutdown-grace --max-blob-bytes --elicitation --input-timeout --inject-resource-tools --keep-alive --sessions "
+    "--stop --resources --read "
     "--prompts --prompt --input --inputs --input-action --resume"
 )
 # the options valid after <server> (before a tool), and after <server> <tool> beside the tool's own flags

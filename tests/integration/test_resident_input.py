@@ -6,7 +6,6 @@ action and server instance; a per-user cap; expiry; events without values. Off b
 from __future__ import annotations
 
 import json
-import time
 
 from resident_harness import http_row, write_registry
 
