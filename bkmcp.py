@@ -168,6 +168,8 @@ Exception tree (section 1)::
      +-- InternalError              internal_error (exit 1 before a remote step, 2 after)
      +-- InvalidCommandError        invalid_command        (resident mode, docs/contract.md §11.2)
      +-- UnknownActionError         unknown_action         (resident)
+     +-- InputResumeInvalidError    input_resume_invalid   (resident, --elicitation forward)
+     +-- InputPendingLimitError     input_pending_limit    (resident, --elicitation forward)
      +-- DuplicateTaskIdError       duplicate_task_id      (resident)
      +-- CredentialsMissingError    mcp_credentials_missing (resident)
      +-- ServerDisabledError        mcp_server_disabled    (resident)
