@@ -5893,6 +5893,11 @@ class InputSource:
         it (``resume``, ``expires_in_s``); the base keeps nothing."""
         return {}
 
+    def hold(self, request: Mapping[str, Any], reply: Callable[[dict[str, Any]], None]) -> bool:
+        """A legacy question answered later, by whoever calls ``reply(ElicitResult)`` (the resident's platform):
+        True when this source took it (nothing is sent now); the base answers at once (``answer``)."""
+        return False
+
 
 class RequestHandle:
     """What the caller learns about one request while it runs: its id, whether it was sent, the server requests
@@ -6148,6 +6153,8 @@ class McpSession:
                 "the server sent an 'elicitation/create' request; nothing can answer it here and it was declined "
                 "(-32601)"
             )
+        elif handle.input.hold(request, lambda result: self._reply_later(message.id, result)):
+            return
         else:
             try:
                 answer = handle.input.answer(None, request, False)
@@ -6166,6 +6173,17 @@ class McpSession:
         self.transport.send(
             Outgoing(reply, self.core.rules, Deadline(CANCEL_BUDGET), self.core.session_id, strict=False)
         )
+
+    def _reply_later(self, request_id: Any, result: dict[str, Any]) -> None:
+        """The answer to a question held open (``InputSource.hold``); a session closed meanwhile drops it."""
+        rules = self.core.rules
+        if self.closed or rules is None:
+            return
+        try:
+            reply = build_response(request_id, result=result)
+            self.transport.send(Outgoing(reply, rules, Deadline(CANCEL_BUDGET), self.core.session_id, strict=False))
+        except BkmcpError as exc:
+            self.log.debug(f"a held question's answer could not be sent: {exc.code}")
 
     def _on_stray(self, stray: Stray) -> None:
         """A response that answers nothing in flight: reported (a warning; the resident's event too), never
@@ -13059,6 +13077,59 @@ class SessionPool:
 # -- 10.2.6 forwarded questions: rounds kept for the platform's resume (docs/contract.md §11.2) -----------------------
 
 
+class HeldCall:
+    """A request run on its own thread while its server may ask mid-call (a legacy ``elicitation/create`` held
+    open, ``InputSource.hold``): the command waiting for it sees either a question or its end (``wait``)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._cond = threading.Condition()
+        self.questions: list[tuple[dict[str, Any], Callable[[dict[str, Any]], None]]] = []
+        self.finished = False
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+    def start(self, work: Callable[[], Any]) -> None:
+        import threading
+
+        def run() -> None:
+            result, error = None, None
+            try:
+                result = work()
+            except BaseException as exc:  # handed to the command that waits (``outcome``)
+                error = exc
+            with self._cond:
+                self.result, self.error, self.finished = result, error, True
+                self._cond.notify_all()
+
+        threading.Thread(target=run, name="bkmcp-asking", daemon=True).start()
+
+    def ask(self, request: Mapping[str, Any], reply: Callable[[dict[str, Any]], None]) -> None:
+        with self._cond:
+            self.questions.append((dict(request), reply))
+            self._cond.notify_all()
+
+    def wait(self, deadline: Deadline) -> tuple[dict[str, Any], Callable[[dict[str, Any]], None]] | None:
+        """The next question (request, reply), or None once the request ended (``outcome``); ``mcp_timeout`` when
+        ``deadline`` passes first (the request goes on within its own budget)."""
+        with self._cond:
+            while not self.questions and not self.finished:
+                left = deadline.left()
+                if left <= 0:
+                    raise McpTimeoutError(
+                        f"no answer within {int(deadline.seconds * 1000)} ms",
+                        details={"outcome": "unknown"},
+                    )
+                self._cond.wait(left)
+            return self.questions.pop(0) if self.questions and not self.finished else None
+
+    def outcome(self) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
 @dataclass
 class ForwardedRound:
     """A server's question the platform answers later (``--elicitation forward``): whose it is (the user, the slot
@@ -13075,6 +13146,8 @@ class ForwardedRound:
     expires: float
     task_id: str
     given: dict[str, Any]  # answers a resume gave to some of its questions: kept, the next resume adds the rest
+    held: HeldCall | None = None  # a legacy question held open: the request still in flight that asked it
+    reply: Callable[[dict[str, Any]], None] | None = None  # sends the held question's answer
 
 
 class ForwardedQuestions:
@@ -13098,6 +13171,8 @@ class ForwardedQuestions:
         params: Mapping[str, Any],
         pending: InputRound,
         given: Mapping[str, Any],
+        held: HeldCall | None = None,
+        reply: Callable[[dict[str, Any]], None] | None = None,
     ) -> dict[str, Any]:
         """Keep ``pending`` (with the answers ``given`` to some of its questions): what the answer says about it
         (``resume``, ``expires_in_ms``)."""
@@ -13105,10 +13180,10 @@ class ForwardedQuestions:
 
         self.sweep()
         with self._lock:
-            held = sum(1 for r in self._rounds.values() if r.user == command.user_id)
-            if held >= self.per_user:
+            count = sum(1 for r in self._rounds.values() if r.user == command.user_id)
+            if count >= self.per_user:
                 raise InputPendingLimitError(
-                    f"{method}: the server asks a question, and this user already has {held} waiting for an answer "
+                    f"{method}: the server asks a question, and this user already has {count} waiting for an answer "
                     f"(at most {self.per_user}); answer or let them expire first",
                     details={"limit": self.per_user, "outcome": "not_completed"},
                 )
@@ -13125,6 +13200,8 @@ class ForwardedQuestions:
                 time.monotonic() + self.ttl,
                 command.task_id,
                 dict(given),
+                held,
+                reply,
             )
             slot.questions += 1
         self.events.emit(
@@ -13176,6 +13253,8 @@ class ForwardedQuestions:
                 del self._rounds[r.resume]
                 r.slot.questions -= 1
         for r in gone:
+            if r.reply is not None:  # a legacy question held open: answered cancel, never decline
+                r.reply({"action": "cancel"})
             self.events.emit("input.expired", server=r.slot.server, user=r.user, task_id=r.task_id, method=r.method)
 
 
@@ -13183,7 +13262,7 @@ class ResidentInput(InputSource):
     """Who answers a server's questions in resident mode with ``--elicitation forward``: the platform. A first
     request has no answer at hand, so its round is kept (``keep``) and answered ``input_required``; a resume answers
     exactly the round it took (``answering``) with the platform's ``input_responses``, and any later round is kept
-    again. A legacy mid-call question is answered ``cancel`` (holding it open is not built)."""
+    again. A legacy mid-call question is held open (``hold``) for the command that waits on ``held``."""
 
     capabilities = ELICITATION_FORM
 
@@ -13194,6 +13273,11 @@ class ResidentInput(InputSource):
         responses: Mapping[str, Any] | None = None,
     ) -> None:
         self.keep, self.answering, self.responses = keep, answering, dict(responses or {})
+        self.held = HeldCall()
+
+    def hold(self, request: Mapping[str, Any], reply: Callable[[dict[str, Any]], None]) -> bool:
+        self.held.ask(request, reply)
+        return True
 
     def answer(self, key: str | None, request: Mapping[str, Any], several: bool) -> InputAnswer:
         if request.get("method") != "elicitation/create":
@@ -14674,11 +14758,7 @@ class Actions:
         A resume is answered only on the very session instance that asked (a restarted server knows no state)."""
         if self.questions is None or self.opts.elicitation != "forward":
             return None, None
-        if found is not None and found.session is not session:
-            raise InputResumeInvalidError(
-                f"server {slot.server!r} was restarted since it asked; the question cannot be answered, ask again",
-                details={"outcome": "not_sent"},
-            )
+        self._same_instance(slot, session, found)
         questions = self.questions
         source = ResidentInput(
             lambda method, params, pending, given: questions.keep(
@@ -14688,6 +14768,58 @@ class Actions:
             {**(found.given if found is not None else {}), **(command.params.get("input_responses") or {})},
         )
         return source, found.round if found is not None else None
+
+    @staticmethod
+    def _same_instance(slot: Slot, session: ResidentSession, found: ForwardedRound | None) -> None:
+        if found is not None and found.session is not session:
+            raise InputResumeInvalidError(
+                f"server {slot.server!r} was restarted since it asked; the question cannot be answered, ask again",
+                details={"outcome": "not_sent"},
+            )
+
+    def _asking(
+        self,
+        command: ResidentCommand,
+        slot: Slot,
+        session: ResidentSession,
+        found: ForwardedRound | None,
+        params: dict[str, Any],
+        work: Callable[[float, InputSource | None, InputRound | None], Any],
+    ) -> Any:
+        """``work(time left, source, pending)``; with ``--elicitation forward`` on its own thread (``HeldCall``), so
+        that a kept round or a legacy question held open becomes the ``input_required`` answer while the request
+        stays in flight; a resume of a held question sends its answer and waits on the same request (nothing is
+        sent again). ``params``: the request's (what a resume must name)."""
+        left = command.deadline.left()
+        if self.questions is None or self.opts.elicitation != "forward":
+            return work(left, None, None)
+        if found is not None and found.held is not None and found.reply is not None:
+            self._same_instance(slot, session, found)
+            key = next(iter(found.round.requests))
+            given = (command.params.get("input_responses") or {}).get(key)
+            found.reply(dict(given) if isinstance(given, dict) else {"action": "cancel"})  # no answer: never decline
+            held = found.held
+        else:
+            source, pending = self._input(command, slot, session, found)
+            assert isinstance(source, ResidentInput)
+            held = source.held
+            if session.era == "legacy":  # a question may be held open: its wait is not the request's own time
+                left += self.opts.input_timeout
+            held.start(lambda: work(left, source, pending))
+        asked = held.wait(command.deadline)
+        if asked is None:
+            return answer_or_ask(held.outcome)
+        request, reply = asked
+        method = {"call_tool": "tools/call", "get_prompt": "prompts/get"}.get(command.action, "resources/read")
+        round_ = InputRound({"elicitation-1": request}, None)
+        try:
+            kept = self.questions.keep(command, slot, session, method, params, round_, {}, held, reply)
+        except BkmcpError:
+            reply({"action": "cancel"})
+            raise
+        return AskedAnswer(
+            status="input_required", input_requests={"elicitation-1": describe_question(request)}, **kept
+        )
 
     # -- the actions ------------------------------------------------------------------------------
 
@@ -14890,10 +15022,13 @@ class Actions:
                 result = self.pool.lend(
                     slot,
                     session,
-                    lambda: answer_or_ask(
-                        lambda: session.call_tool(
-                            tool_name, arguments, deadline.left(), tool, *self._input(command, slot, session, found)
-                        )
+                    lambda: self._asking(
+                        command,
+                        slot,
+                        session,
+                        found,
+                        {"name": tool_name, "arguments": arguments},
+                        lambda left, *asking: session.call_tool(tool_name, arguments, left, tool, *asking),
                     ),
                     failed,
                 )
@@ -14918,13 +15053,13 @@ class Actions:
         event: tuple[str, dict[str, Any]] | None,
         work: Callable[..., Any],
         counts: Callable[[Any], dict[str, Any]] = lambda _result: {},
-        asks: tuple[ForwardedRound | None] | None = None,
+        asks: tuple[ForwardedRound | None, dict[str, Any]] | None = None,
     ) -> Any:
         """``work(session, time left)`` on this user's session of ``row`` (opened on demand within the command's one
         ``Deadline``), then one event (unless None), ``event`` = (name, fields without values), with
         ``counts(result)`` or the failure's ``error_code``; a failure in the platform's words. ``asks``: the request
-        may ask (``(round a resume answers or None,)``): ``work(session, left, source, pending)``, and a kept round is
-        the ``input_required`` answer (``answer_or_ask``, no event: ``input.requested`` said it)."""
+        may ask (``(round a resume answers or None, the request's params)``): ``work(session, left, source,
+        pending)`` through ``_asking``, a question is the ``input_required`` answer (no event: ``input.requested``)."""
         name, fields = event or ("", {})
         base = {"server": row.name, "user": command.user_id, "task_id": command.task_id, **fields}
         timeout = command.deadline.seconds
@@ -14948,10 +15083,8 @@ class Actions:
                     result = self.pool.lend(
                         slot,
                         session,
-                        lambda: answer_or_ask(
-                            lambda: work(
-                                session, command.deadline.left(), *self._input(command, slot, session, asks[0])
-                            )
+                        lambda: self._asking(
+                            command, slot, session, asks[0], asks[1], lambda *asking: work(session, *asking)
                         ),
                         failed,
                     )
@@ -14997,7 +15130,7 @@ class Actions:
         row: Any,
         uri: str,
         include_blobs: bool,
-        asks: tuple[ForwardedRound | None] | None = None,
+        asks: tuple[ForwardedRound | None, dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
         """``resources/read`` of ``uri``, its blobs shaped by ``build_resource_contents``; ``resource.read`` names
         the URI without its query string. ``asks``: as ``_on_server``'s (``read_resource`` may ask)."""
@@ -15062,7 +15195,8 @@ class Actions:
         view = self._view(command)
         row = self._row(view, params["server_name"])
         found = self._resumed(command, row.name, params["uri"])
-        result = self._read(command, view, row, params["uri"], params.get("include_blobs") is True, (found,))
+        uri = params["uri"]
+        result = self._read(command, view, row, uri, params.get("include_blobs") is True, (found, {"uri": uri}))
         if isinstance(result, AskedAnswer):
             return {"server_name": row.name, "uri": params["uri"], **result}
         return {"server_name": row.name, "uri": params["uri"], "result": result}
@@ -15097,7 +15231,7 @@ class Actions:
             ("prompt.fetched", {"prompt": command_scrubber(self.log, command).scrub(name)}),
             lambda session, left, *asking: session.get_prompt(name, arguments, left, *asking),
             lambda r: {"message_count": len(r.get("messages") or [])},
-            (found,),
+            (found, {"name": name, "arguments": arguments}),
         )
         if isinstance(result, AskedAnswer):
             return {"server_name": row.name, "name": name, **result}

@@ -175,3 +175,62 @@ def test_off_by_default_resume_refused(tmp_path, resident, http_mock):
     assert answer["error_code"] == "input_resume_invalid" and calls(srv) == []
     bad = res.ask("call_tool", "u", server_name="pub", tool_name="ask", resume="in-x", input_responses={"k": 1})
     assert bad["error_code"] == "invalid_command"
+
+
+# -- legacy: an elicitation/create held open while the platform answers ----------------------------------------------
+
+LEGACY = {"versions": ["2025-11-25"], "response_mode": "sse", "tools": [mock_tool("ask", "input_required")]}
+
+
+def test_legacy_question_held_open_answered_by_the_resume_one_call(tmp_path, resident, http_mock):
+    old = http_mock(LEGACY)
+    res = resident(registry(tmp_path, [http_row("old", old.url)]), "--elicitation", "forward")
+    asked = res.ok("call_tool", "alice", server_name="old", tool_name="ask", arguments={"text": "legacy-arg-5"})
+    assert asked["status"] == "input_required" and asked["input_requests"]["elicitation-1"]["message"] == (
+        "Please confirm"
+    )
+    assert old.client_responses == []  # held open: nothing answered yet, never a decline
+    assert old.requests("initialize")[0]["json"]["params"]["capabilities"] == {"elicitation": {"form": {}}}
+    stolen = res.ask(
+        "call_tool",
+        "bob",
+        server_name="old",
+        tool_name="ask",
+        resume=asked["resume"],
+        input_responses={"elicitation-1": {"action": "accept", "content": {"ok": False}}},
+    )
+    assert stolen["error_code"] == "input_resume_invalid" and old.client_responses == []
+    done = res.ok(
+        "call_tool",
+        "alice",
+        server_name="old",
+        tool_name="ask",
+        resume=asked["resume"],
+        input_responses={"elicitation-1": {"action": "accept", "content": {"ok": True}}},
+    )
+    assert [r["result"] for r in old.client_responses] == [{"action": "accept", "content": {"ok": True}}]
+    assert "result" in done and "status" not in done
+    assert len(old.requests("tools/call")) == 1  # the same call, never sent again
+    assert [e["event"] for e in res.events() if e["event"].startswith("input.")] == [
+        "input.requested",
+        "input.answered",
+    ]
+    assert "legacy-arg-5" not in res.events_path.read_text()
+
+
+def test_legacy_question_expired_is_answered_cancel(tmp_path, resident, http_mock):
+    old = http_mock(LEGACY)
+    res = resident(registry(tmp_path, [http_row("old", old.url)]), "--elicitation", "forward", "--input-timeout", "1s")
+    asked = res.ok("call_tool", "u", server_name="old", tool_name="ask", arguments={})
+    assert asked["status"] == "input_required" and asked["expires_in_ms"] == 1000
+    res.wait_event("input.expired")  # the answer was sent before the event was written
+    assert [r["result"] for r in old.client_responses] == [{"action": "cancel"}]
+    late = res.ask(
+        "call_tool",
+        "u",
+        server_name="old",
+        tool_name="ask",
+        resume=asked["resume"],
+        input_responses={"elicitation-1": {"action": "accept", "content": {"ok": True}}},
+    )
+    assert late["error_code"] == "input_resume_invalid" and len(old.requests("tools/call")) == 1
