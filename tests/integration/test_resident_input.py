@@ -6,8 +6,11 @@ action and server instance; a per-user cap; expiry; events without values. Off b
 from __future__ import annotations
 
 import json
+import time
 
-from resident_harness import http_row, write_registry
+import pytest
+
+from resident_harness import http_row, mock_stdio, stdio_row, write_registry
 
 from mock_server.mcp_mock import mock_tool
 
@@ -234,3 +237,74 @@ def test_legacy_question_expired_is_answered_cancel(tmp_path, resident, http_moc
         input_responses={"elicitation-1": {"action": "accept", "content": {"ok": True}}},
     )
     assert late["error_code"] == "input_resume_invalid" and len(old.requests("tools/call")) == 1
+
+
+def test_idle_reaping_keeps_a_user_server_holding_a_question_stdio(tmp_path, resident):
+    """A per-user stdio server holding a kept round outlives --idle-timeout; the resume reaches that very instance."""
+    argv = mock_stdio({"tools": [mock_tool("ask", "input_required")]})
+    reg = tmp_path / "registry.db"
+    write_registry(str(reg), [stdio_row("mine", argv)], {"mine": {}})
+    res = resident(reg, "--elicitation", "forward", "--idle-timeout", "1s")
+    asked = res.ok("call_tool", "u", server_name="mine", tool_name="ask", arguments={})
+    assert asked["status"] == "input_required"
+    time.sleep(3)  # three idle timeouts: an idle instance without a question would be reaped by now
+    assert res.events("process.exited") == []
+    done = res.ok("call_tool", "u", server_name="mine", tool_name="ask", resume=asked["resume"], input_responses=ACCEPT)
+    assert done["result"]["structuredContent"]["requestState"].startswith("mock-state-")
+    assert len(res.events("process.started")) == 1
+
+
+def test_legacy_stdio_question_held_open_on_the_shared_stream(tmp_path, resident):
+    log = tmp_path / "mock.log"
+    argv = mock_stdio({"versions": ["2025-11-25"], "tools": [mock_tool("ask", "input_required")]}, log=log)
+    reg = tmp_path / "registry.db"
+    write_registry(str(reg), [stdio_row("mine", argv)], {"mine": {}})
+    res = resident(reg, "--elicitation", "forward")
+    asked = res.ok("call_tool", "u", server_name="mine", tool_name="ask", arguments={})
+    assert asked["status"] == "input_required" and "elicitation-1" in asked["input_requests"]
+    done = res.ok(
+        "call_tool",
+        "u",
+        server_name="mine",
+        tool_name="ask",
+        resume=asked["resume"],
+        input_responses={"elicitation-1": {"action": "accept", "content": {"ok": True}}},
+    )
+    assert "result" in done and json.dumps({"action": "accept", "content": {"ok": True}}) in json.dumps(done)
+
+
+@pytest.mark.interop
+def test_interop_sdk_input_required_tools_through_the_resident(tmp_path, resident, sdk_stdio_argv):
+    """The Python SDK everything-server's SEP-2322 fixtures (tests/integration/test_input_required_interop.py)."""
+    reg = tmp_path / "registry.db"
+    row = stdio_row("sdk", sdk_stdio_argv("stateful-sse") + ["--input-fixtures"], isolation="public")
+    write_registry(str(reg), [row])
+    res = resident(reg, "--elicitation", "forward")
+    values = {"name": "Ada", "color": "teal", "ok": True, "context": "release notes"}
+
+    def answered(action: str, **target) -> dict:
+        """Run ``action`` and answer each round from ``values`` by the requested schema's fields (at most 4)."""
+        answer = res.ok(action, "u", server_name="sdk", **target)
+        for _ in range(4):
+            if answer.get("status") != "input_required":
+                return answer
+            responses = {
+                key: {
+                    "action": "accept",
+                    "content": {f: values[f] for f in question["requested_schema"]["properties"]},
+                }
+                for key, question in answer["input_requests"].items()
+            }
+            answer = res.ok(
+                action, "u", server_name="sdk", resume=answer["resume"], input_responses=responses, **target
+            )
+        raise AssertionError(answer)
+
+    multi = answered("call_tool", tool_name="test_input_required_result_multi_round")
+    assert multi["result"]["content"][0]["text"] == "Ada likes teal."
+    tampered = answered("call_tool", tool_name="test_input_required_result_tampered_state")
+    assert tampered["result"]["content"][0]["text"] == "state-ok: round-1"  # the state echoed exactly
+    single = answered("call_tool", tool_name="test_input_required_result_elicitation")
+    assert single["result"]["content"][0]["text"] == "Hello, Ada!"
+    text = answered("get_prompt", name="test_input_required_result_prompt")
+    assert text["result"]["messages"][0]["content"]["text"] == "Use the following context: release notes"
