@@ -9,7 +9,6 @@ import json
 import time
 
 import pytest
-
 from resident_harness import http_row, mock_stdio, stdio_row, write_registry
 
 from mock_server.mcp_mock import mock_tool
