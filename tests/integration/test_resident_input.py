@@ -307,3 +307,23 @@ def test_interop_sdk_input_required_tools_through_the_resident(tmp_path, residen
     assert single["result"]["content"][0]["text"] == "Hello, Ada!"
     text = answered("get_prompt", name="test_input_required_result_prompt")
     assert text["result"]["messages"][0]["content"]["text"] == "Use the following context: release notes"
+
+
+def test_resume_after_the_server_instance_was_restarted_is_refused(tmp_path, resident):
+    argv = mock_stdio({"tools": [mock_tool("ask", "input_required")]})
+    reg = tmp_path / "registry.db"
+    write_registry(str(reg), [stdio_row("mine", argv)], {"mine": {}})
+    res = resident(reg, "--elicitation", "forward")
+    asked = res.ok("call_tool", "u", server_name="mine", tool_name="ask", arguments={})
+    res.ok("disconnect_server", "u", server_name="mine")
+    again = res.ask(
+        "call_tool", "u", server_name="mine", tool_name="ask", resume=asked["resume"], input_responses=ACCEPT
+    )
+    assert again["error_code"] == "input_resume_invalid" and "restarted" in again["error"]
+
+
+def test_elicitation_option_is_checked(tmp_path):
+    from tests.helpers import run_bkmcp
+
+    result = run_bkmcp("--resident", "--registry", str(tmp_path / "r.db"), "--elicitation", "always")
+    assert result.exit_status == 1 and result.error_code == "usage_error" and "off or forward" in result.stderr
