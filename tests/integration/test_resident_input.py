@@ -327,3 +327,18 @@ def test_elicitation_option_is_checked(tmp_path):
 
     result = run_bkmcp("--resident", "--registry", str(tmp_path / "r.db"), "--elicitation", "always")
     assert result.exit_status == 1 and result.error_code == "usage_error" and "off or forward" in result.stderr
+
+
+def test_legacy_questions_over_the_per_user_cap_are_answered_cancel(tmp_path, resident, http_mock):
+    old = http_mock(LEGACY)
+    res = resident(registry(tmp_path, [http_row("old", old.url)]), "--elicitation", "forward")
+    kept = [res.ok("call_tool", "u", server_name="old", tool_name="ask", arguments={}) for _ in range(8)]
+    assert all(k["status"] == "input_required" for k in kept) and old.client_responses == []
+    over = res.ask("call_tool", "u", server_name="old", tool_name="ask", arguments={})
+    assert over["error_code"] == "input_pending_limit"
+    assert [r["result"] for r in old.client_responses] == [{"action": "cancel"}]  # the ninth: cancel, never decline
+    done = res.ok(
+        "call_tool", "u", server_name="old", tool_name="ask", resume=kept[3]["resume"], input_responses={}
+    )  # no answer given for its question: cancel
+    assert "result" in done and [r["result"] for r in old.client_responses][-1] == {"action": "cancel"}
+    assert len(old.requests("tools/call")) == 9
