@@ -158,10 +158,15 @@ def test_tab_offers_prompt_names_uris_flags_and_the_servers_values(shell_world):
     assert not (world.tmp / "pwned").exists()
 
 
-def test_a_kept_session_answers_the_value_completion(shell_world):
+@pytest.fixture(params=["bash", "zsh", "fish"])
+def any_shell_world(request, tmp_path):
+    yield from _open_shell_world(request.param, tmp_path)
+
+
+def test_a_kept_session_answers_the_value_completion(any_shell_world):
     """With ``--keep-alive`` holding a stdio server's session, a prompt's names, flags and values come from the
     kept process: the kept server received the ``completion/complete`` and no second server started."""
-    _kind, shell, world = shell_world
+    _kind, shell, world = any_shell_world
     log = world.tmp / "sc-log.jsonl"
     scenario = json.dumps({"capabilities": WITH_COMPLETIONS})
     args = [str(MOCK), "--stdio", "--quiet", "--scenario-json", scenario, "--log", str(log)]
