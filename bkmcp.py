@@ -10,7 +10,7 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
 
     1. Errors & exit codes      one exception root, every stable error code of docs/contract.md §7
     2. Helpers                  small records, JSON, redaction, durations and deadlines, logging, terminal text,
-                                URI templates:
+                                URI templates, the blob writer:
        2.1 records, JSON           a small dataclass, the heap frozen (freeze_heap), JSON with number fidelity (a
                                    duplicate key rejected: parse_json, dump_json), as deep as it parses
                                    (too_deep_words; call_with_headroom: a deep walk on a stack of its own)
@@ -22,13 +22,17 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                    close spellings, the tool-option tokens the argv parser hands to section 8
        2.6 URI templates           RFC 6570 levels 1-3 expanded locally for --read TEMPLATE --VAR VALUE
                                    (parse_uri_template, expand_uri_template, parse_template_values)
+       2.7 blob files              the one writer of --out DIR (and --skill's copy), safe against its server: a
+                                   name from the URI and MIME type (build_blob_name), a relative path part by part
+                                   (parse_relative_path), O_EXCL | O_NOFOLLOW under the directory's descriptor,
+                                   numbered names, 0644 (BlobWriter); --out's --max-blob-bytes (OUT_MAX_BLOB_BYTES)
     3. Config                   file selection, strict parsing (a duplicate key: section 2's JSON), per-field
                                 validation (editor files: an unusable entry is refused only when selected,
                                 EDITOR_IGNORED_FIELDS), ${VAR} expansion, build_server_command (with --config)
     4. Auth                     Bearer / X-Bkapi-Authorization forms, conflicts, secrets to scrub; a server resolved
                                 for its transport (ResolvedServer), with the environment a stdio child inherits
     5. Protocol core (sans-IO)  JSON-RPC framing, SSE decoder, eras, request building, classification, the session
-                                core and negotiation as pure decision steps, in nine rooms:
+                                core and negotiation as pure decision steps, in ten rooms:
        5.1 eras                    the protocol versions and what differs between them (EraRules, era_rules)
        5.2 JSON-RPC framing        Message, one line or body -> messages; the envelope of an answer too deep or
                                    too long to parse (parse_rpc_envelope, parse_trailing_id)
@@ -42,6 +46,9 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        5.7 negotiation             the modern probe and the legacy fallback as pure decision steps (Negotiation)
        5.8 x-mcp-header            a tool excluded for an invalid x-mcp-header declaration (split_excluded_tools)
        5.9 task-only tools         refused before their tools/call (bkmcp has no task support)
+       5.10 skills (SEP-2640)      a skill's listed files (parse_skill_files), each verified against its digest
+                                   and size, SKILL.md's YAML frontmatter against the listing's (verify_skill_file,
+                                   parse_frontmatter): skill_unverified
     6. Transports               the Transport seam: HTTP via httpx (concurrent POSTs on one pooled client),
                                 stdio framing (a bounded line reader, lines that are not JSON-RPC skipped)
                                 apart from child-process supervision, in four rooms:
@@ -72,7 +79,9 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                    (send_with_input: the requestState echoed exactly, at most MAX_INPUT_ROUNDS
                                    rounds)
        7.4 the CLI's operations    one session each: --check, --tools (and --tools --brief), --resources (and
-                                   --resources --brief), --read, --prompts, --prompt, --dry-run
+                                   --resources --brief), --read, --prompts, --prompt, --skills, --skill (read
+                                   lazily, each file verified before the next: run_skill; the skills extension
+                                   declared by their sessions only: SkillSessions), --dry-run
     8. Schema flags             inputSchema -> typed flags, values, validation, answers, in seven rooms:
        8.1 flag records            ToolFlag, BodyOnlyField (why a property gets no flag: set it with --body)
        8.2 local references        resolve_schema: one resolver for flags and help examples, within one
@@ -87,7 +96,7 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        8.7 answers                 a server's questions answered: --input, --inputs, --input-action typed by the
                                    requested schema with its defaults (CommandLineInput), a person on the
                                    terminal (TerminalQuestions)
-    9. Output                   envelopes, --jq, --raw, help text, completion, in six rooms:
+    9. Output                   envelopes, --jq, --raw, help text, completion, blobs to files, in seven rooms:
        9.1 envelopes               build_success, build_failure
        9.2 --jq                    JqProgram: compiled, applied with number fidelity
        9.3 --raw                   a result as plain text (render_raw_result; a read's texts and a prompt's
@@ -98,6 +107,9 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                    servers, tools, flags, prompt names, resource URIs, values (quoted)
        9.6 server and tool help    render_server_help, render_tool_help, render_prompt_help (--prompt NAME
                                    --help), render_template_help (--read TEMPLATE --help, offline)
+       9.7 blobs to files          --out: a result's base64 found (find_blobs), checked against --max-blob-bytes
+                                   before anything is written (decode_blobs), saved through 2.7 (save_blobs); a
+                                   verified skill's copy (save_skill)
    10. Resident mode            many users' sessions behind one JSON stdin/stdout process, and the --keep-alive
                                 process's kept sessions, in five rooms:
        10.1 registry, credentials  SQLite / HTTP sources, one user's view, a row -> ResolvedServer:
@@ -137,7 +149,8 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        11.1 argument routing       parse_argv -> Invocation, check_invocation (MODE_TABLE: the options each mode
                                    takes): --config, --timeout, --verbose, --insecure, --check, --tools, --brief,
                                    --dry-run, --jq, --raw, --help, --resources, --read, --prompts, --prompt,
-                                   --input, --inputs, --input-action, --resume
+                                   --input, --inputs, --input-action, --resume, --skills, --skill, --out,
+                                   --max-blob-bytes
        11.2 --body                 inline, @FILE or - (stdin), read and bounded (read_body)
        11.3 the runner             Environment, Runner: one command, local or remote, to its envelope; which
                                    servers a Tab may start, and where (resolve_completion_server); the kept
@@ -161,6 +174,9 @@ Exception tree (section 1)::
      +-- UnsupportedOptionError     unsupported_option
      +-- ToolNotFoundError          mcp_tool_not_found
      +-- PromptNotFoundError        mcp_prompt_not_found
+     +-- SkillNotFoundError         mcp_skill_not_found
+     +-- BlobWriteError             blob_write_error       (--out DIR unusable, a write failed)
+     +-- OutNeedsOneBlobError       out_needs_one_blob     (--out - and not exactly one blob)
      +-- InvalidJqExpressionError   invalid_jq_expression
      +-- JqUnavailableError         jq_unavailable
      +-- InternalError              internal_error (exit 1 before a remote step, 2 after)
@@ -182,6 +198,8 @@ Exception tree (section 1)::
           +-- InputRequiredError    input_required         (the server asks a question no answer was given for)
           +-- ResourceNotFoundError mcp_resource_not_found
           +-- JqError               jq_error
+          +-- BlobTooLargeError     blob_too_large         (a blob over --max-blob-bytes: nothing written)
+          +-- SkillUnverifiedError  skill_unverified       (a skill file not as skills/list said)
           +-- CancelledError        mcp_cancelled          (exit 130: Ctrl-C once a request was sent)
           +-- ResourceLimitError    resource_limit         (resident)
 
@@ -395,6 +413,22 @@ class JqUnavailableError(BkmcpError):
     code = "jq_unavailable"
 
 
+class SkillNotFoundError(BkmcpError):
+    code = "mcp_skill_not_found"
+
+
+class BlobWriteError(BkmcpError):
+    """``--out DIR`` unusable (not a directory, not writable) or a write that failed: what was written is removed."""
+
+    code = "blob_write_error"
+
+
+class OutNeedsOneBlobError(BkmcpError):
+    """``--out -`` with no blob or more than one in the result: nothing is written."""
+
+    code = "out_needs_one_blob"
+
+
 class InternalError(BkmcpError):
     code = "internal_error"
 
@@ -448,6 +482,19 @@ class ResourceNotFoundError(RemoteError):
 
 class JqError(RemoteError):
     code = "jq_error"
+
+
+class BlobTooLargeError(RemoteError):
+    """A blob over ``--max-blob-bytes`` (docs/contract.md §7 "Blobs to files"): nothing was written."""
+
+    code = "blob_too_large"
+
+
+class SkillUnverifiedError(RemoteError):
+    """A skill file whose digest, size or frontmatter name is not what ``skills/list`` said: nothing printed or
+    written (docs/contract.md §2 "Skills")."""
+
+    code = "skill_unverified"
 
 
 class CancelledError(RemoteError):
@@ -1788,6 +1835,179 @@ def parse_template_values(template: str, tokens: Sequence[ToolToken]) -> dict[st
     return values
 
 
+# -- 2.7 blob files: the one writer of --out, safe against its server (build_blob_name, BlobWriter) --------------------
+# `--out DIR` (docs/contract.md §7 "Blobs to files") and `--skill NAME --out DIR` put what a server sent into a
+# directory the user named; the server never chooses where. A file's name is built from the URI's last segment and
+# the MIME type (build_blob_name: never a path, `..`, a leading dot, NUL or a control character); a skill's relative
+# path is taken only part by part (parse_relative_path). Every file is opened relative to the directory's
+# descriptor with O_CREAT | O_EXCL | O_NOFOLLOW: a link is never followed and an existing name never overwritten (a
+# numbered name instead, `dot-1.png`); files are 0644. Here, in section 2, because the CLI (11) and the resident (10)
+# both write through it.
+
+OUT_MAX_BLOB_BYTES = 64 * 1024 * 1024  # --out's --max-blob-bytes: bytes of one decoded blob (docs/contract.md §7)
+BLOB_NAME_LIMIT = 100  # characters of a file name built from a URI, its extension included
+_BLOB_NUMBER_LIMIT = 1000  # `name-1.png` … `name-999.png`, then blob_write_error
+_BLOB_NAME_UNSAFE = lazy_re(r"[^A-Za-z0-9._+-]+")
+_MIME_EXTENSIONS = {
+    "application/json": ".json",
+    "application/octet-stream": ".bin",
+    "application/pdf": ".pdf",
+    "application/zip": ".zip",
+    "audio/mpeg": ".mp3",
+    "audio/ogg": ".ogg",
+    "audio/wav": ".wav",
+    "audio/x-wav": ".wav",
+    "image/gif": ".gif",
+    "image/jpeg": ".jpg",
+    "image/png": ".png",
+    "image/svg+xml": ".svg",
+    "image/webp": ".webp",
+    "text/csv": ".csv",
+    "text/html": ".html",
+    "text/markdown": ".md",
+    "text/plain": ".txt",
+}
+
+
+def build_blob_name(uri: Any, mime_type: Any, kind: str = "blob") -> str:
+    """The file name of one blob: the URI's last path segment (query and fragment dropped, percent-decoding
+    undone), every run of characters but ``A-Z a-z 0-9 . _ + -`` made one ``_``, leading dots and dashes and
+    trailing dots dropped, cut to ``BLOB_NAME_LIMIT``; ``kind`` (``image``, ``audio``, ``blob``) when nothing is
+    left; an extension from ``mime_type`` when it has none (``.bin`` for an unknown type)."""
+    import urllib.parse
+
+    segment = ""
+    if isinstance(uri, str):
+        path = uri.split("#", 1)[0].split("?", 1)[0]
+        segment = urllib.parse.unquote(path.rstrip("/").rsplit("/", 1)[-1]).replace("\\", "/").rsplit("/", 1)[-1]
+        if "/" not in path and ":" in segment:  # `urn:a:b.png`, `data:…`: no segment, the part after the scheme
+            segment = segment.rsplit(":", 1)[-1]
+    name = _BLOB_NAME_UNSAFE.sub("_", segment).lstrip(".-").rstrip(".")
+    name = name.strip("_") if set(name) <= {"_", "."} else name
+    stem, dot, extension = name.rpartition(".")
+    if not dot or not stem:
+        mime = mime_type.split(";", 1)[0].strip().lower() if isinstance(mime_type, str) else ""
+        stem, extension = name or kind, _MIME_EXTENSIONS.get(mime, ".bin")[1:]
+    extension = extension[:16]
+    return stem[: BLOB_NAME_LIMIT - len(extension) - 1] + "." + extension
+
+
+def parse_relative_path(path: Any) -> tuple[str, ...] | None:
+    """A server's relative file path (a skill's file) as its parts, or None when it is not one to write: empty,
+    absolute, with a backslash, an empty, ``.`` or ``..`` part, NUL or a control character, a part over 255
+    bytes, a part starting with ``-``."""
+    if not isinstance(path, str) or not path or path.startswith("/") or "\\" in path or CONTROL.search(path):
+        return None
+    parts = tuple(path.split("/"))
+    for part in parts:
+        if part in ("", ".", "..") or part.startswith("-") or len(part.encode("utf-8", "surrogatepass")) > 255:
+            return None
+    return parts
+
+
+class BlobWriter:
+    """The directory ``--out`` named, open (created with its parents when missing), and every file written into it
+    (docs/contract.md §7 "Blobs to files"). ``write`` makes a new file relative to the directory's descriptor,
+    never following a link and never replacing a file; ``discard`` removes what this writer made (a failed
+    command leaves nothing half-written). Raises ``BlobWriteError``."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.made: list[tuple[str, bool]] = []  # (path relative to the directory, is a directory), in order
+        try:
+            os.makedirs(path, exist_ok=True)
+            self.fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+        except OSError as exc:
+            raise BlobWriteError(
+                f"--out {path}: {exc.strerror or exc}", hint="name a directory you can write to (created if missing)"
+            ) from None
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+    def discard(self) -> None:
+        """Remove every file and directory this writer made, last first."""
+        for relative, is_dir in reversed(self.made):
+            try:
+                (os.rmdir if is_dir else os.unlink)(relative, dir_fd=self.fd)
+            except OSError:
+                pass
+        self.made.clear()
+
+    def _open_dir(self, parts: Sequence[str], create: bool) -> int:
+        """A descriptor of the directory ``parts`` below this one (each made when ``create`` and missing), no part
+        a link."""
+        fd = os.dup(self.fd)
+        flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+        try:
+            for depth, part in enumerate(parts):
+                if create:
+                    try:
+                        os.mkdir(part, 0o755, dir_fd=fd)
+                        self.made.append(("/".join(parts[: depth + 1]), True))
+                    except FileExistsError:
+                        pass
+                inner = os.open(part, flags, dir_fd=fd)
+                os.close(fd)
+                fd = inner
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def make_directory(self, name: str) -> str:
+        """A new directory ``name`` in this one (``name-1``, ``name-2``… when taken); its name."""
+        for number in range(_BLOB_NUMBER_LIMIT):
+            candidate = name if number == 0 else f"{name}-{number}"
+            try:
+                os.mkdir(candidate, 0o755, dir_fd=self.fd)
+            except FileExistsError:
+                continue
+            except OSError as exc:
+                raise BlobWriteError(f"--out {self.path}: cannot make {candidate}: {exc.strerror or exc}") from None
+            self.made.append((candidate, True))
+            return candidate
+        raise BlobWriteError(f"--out {self.path}: {name} and its numbered names are all taken")
+
+    def write(self, parts: Sequence[str], data: bytes, *, numbered: bool = True) -> str:
+        """A new file ``parts`` (directories below this one, then the file's name) holding ``data``, mode 0644; when
+        the name is taken (a file, a link, anything) and ``numbered``, the first free ``stem-N.ext``. Returns the
+        path written, under the directory as given."""
+        *folders, name = parts
+        stem, dot, extension = name.rpartition(".")
+        stem, dot = (stem, dot) if stem else (name, "")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+        try:
+            folder = self._open_dir(folders, create=True)
+        except OSError as exc:
+            raise BlobWriteError(f"--out {self.path}: cannot make {'/'.join(folders)}: {exc.strerror or exc}") from None
+        try:
+            for number in range(_BLOB_NUMBER_LIMIT if numbered else 1):
+                candidate = name if number == 0 else f"{stem}-{number}{dot}{extension}"
+                try:
+                    fd = os.open(candidate, flags, 0o644, dir_fd=folder)
+                except FileExistsError:
+                    continue
+                relative = "/".join((*folders, candidate))
+                self.made.append((relative, False))
+                try:
+                    os.fchmod(fd, 0o644)  # whatever the umask: the contract says 0644
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(fd, view) :]
+                finally:
+                    os.close(fd)
+                return os.path.join(self.path, *folders, candidate)
+        except OSError as exc:
+            raise BlobWriteError(f"--out {self.path}: cannot write {name}: {exc.strerror or exc}") from None
+        finally:
+            os.close(folder)
+        raise BlobWriteError(
+            f"--out {self.path}: {'/'.join(parts)} exists"
+            + (" and its numbered names are all taken" if numbered else "")
+        )
+
+
 # ======================================================================================================
 # 3. Config
 # ======================================================================================================
@@ -2851,6 +3071,12 @@ ELICITATION_FORM: dict[str, Any] = {"elicitation": {"form": {}}}
 ELICITATION_FORM_AND_URL: dict[str, Any] = {"elicitation": {"form": {}, "url": {}}}
 
 
+# SEP-2640 (modelcontextprotocol/modelcontextprotocol@01b12e05, seps/2640-skills-extension.md): the extension a skill
+# command's session declares, and only a skill command's (--skills, --skill).
+SKILLS_EXTENSION = "io.modelcontextprotocol/skills"
+SKILLS_CAPABILITIES: dict[str, Any] = {"extensions": {SKILLS_EXTENSION: {}}}
+
+
 _SENTINEL_PREFIX = "=?base64?"
 _SENTINEL_SUFFIX = "?="
 
@@ -3176,6 +3402,7 @@ LISTINGS = {
     "resources/list": Listing("resources/list", "resources", "uri", "resource"),
     "resources/templates/list": Listing("resources/templates/list", "resourceTemplates", "uriTemplate", "template"),
     "prompts/list": Listing("prompts/list", "prompts", "name", "prompt"),
+    "skills/list": Listing("skills/list", "skills", "uri", "skill"),  # SEP-2640: a name is a label, the URI is unique
 }
 
 
@@ -3788,6 +4015,273 @@ def build_task_refusal(tool: Mapping[str, Any], server_name: str) -> CapabilityU
         data={"server": server_name, "tool": name},
         request_sent=False,
     )
+
+
+# -- 5.10 skills (SEP-2640): an entry's files, each verified, SKILL.md's frontmatter (verify_skill_file) --------------
+# modelcontextprotocol/modelcontextprotocol@01b12e05 seps/2640-skills-extension.md, "Integrity and verification": a
+# file of a skill's `resources` is used only once its bytes match the entry's `digest` (`sha256:` + 64 lowercase hex
+# of the raw bytes) and, when the entry gives one, its `size`; SKILL.md's YAML frontmatter must equal the entry's
+# `frontmatter` field by field (the conformance harness 0.2.0-alpha.12 checks all three). Nothing here reads a file:
+# 7.4 reads them, lazily (SKILL.md first; nothing after a failure).
+
+SKILL_FILE = "SKILL.md"
+_SKILL_DIGEST = lazy_re(r"sha256:[0-9a-f]{64}")
+
+
+@dataclass(frozen=True)
+class SkillFile:
+    """One file of a skill's ``resources``: its URI, its path below the skill's root (parts), digest and size."""
+
+    uri: str
+    parts: tuple[str, ...]
+    digest: str
+    size: int | None
+
+
+def skill_name(entry: Mapping[str, Any]) -> str:
+    """A listed skill's name: its frontmatter's ``name``, else the last segment of its ``<skill-path>``."""
+    frontmatter = entry.get("frontmatter")
+    name = frontmatter.get("name") if isinstance(frontmatter, dict) else None
+    if isinstance(name, str) and name:
+        return name
+    uri = str(entry.get("uri", ""))
+    return uri[: -len("/" + SKILL_FILE)].rsplit("/", 1)[-1] if uri.endswith("/" + SKILL_FILE) else uri
+
+
+def skill_unverified(entry: Mapping[str, Any], file: str, reason: str, why: str) -> SkillUnverifiedError:
+    return SkillUnverifiedError(
+        f"skill {short_text(skill_name(entry), 80)}: {short_text(file, 200)} {why}; nothing was used",
+        hint="the content is not what the server's skills/list promised: do not use this skill",
+        details={"file": file, "reason": reason},
+    )
+
+
+def parse_skill_files(entry: Mapping[str, Any]) -> list[SkillFile]:
+    """An entry's ``resources`` as files, SKILL.md first: each URI below the skill's root (the entry's URI without
+    ``/SKILL.md``), a plain relative path (``parse_relative_path``), once, with a ``sha256:`` digest and, when given,
+    an integer size; SKILL.md among them. Anything else, or no ``resources`` (a "dynamic" skill offers no digests),
+    is ``skill_unverified``: bkmcp loads only what it can verify."""
+    uri = entry.get("uri")
+    listed = entry.get("resources")
+    if not isinstance(uri, str) or not uri.endswith("/" + SKILL_FILE):
+        raise skill_unverified(entry, str(uri), "uri", f"is not a skill's {SKILL_FILE} URI")
+    if not isinstance(listed, list):
+        raise skill_unverified(entry, uri, "no_digests", "lists no files with digests (a dynamic skill)")
+    root = uri[: -len(SKILL_FILE)]
+    files: dict[str, SkillFile] = {}
+    for item in listed:
+        file_uri = item.get("uri") if isinstance(item, dict) else None
+        if not isinstance(file_uri, str):
+            raise skill_unverified(entry, uri, "manifest", "lists a file without a URI")
+        parts = parse_relative_path(file_uri[len(root) :]) if file_uri.startswith(root) else None
+        digest, size = item.get("digest"), item.get("size")
+        if parts is None:
+            raise skill_unverified(entry, file_uri, "path", "is not a plain relative path below the skill")
+        if not isinstance(digest, str) or not _SKILL_DIGEST.fullmatch(digest):
+            raise skill_unverified(entry, file_uri, "manifest", "has no sha256:<64 hex> digest")
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 0):
+            raise skill_unverified(entry, file_uri, "manifest", "has a size that is not a byte count")
+        if file_uri in files:
+            raise skill_unverified(entry, file_uri, "manifest", "is listed twice")
+        files[file_uri] = SkillFile(file_uri, parts, digest, size)
+    if uri not in files:
+        raise skill_unverified(entry, uri, "manifest", "is not among the skill's listed files")
+    return [files.pop(uri), *files.values()]
+
+
+def verify_skill_file(entry: Mapping[str, Any], file: SkillFile, result: Mapping[str, Any]) -> bytes:
+    """The bytes of ``file`` from its ``resources/read`` result, once verified: exactly one contents item for its
+    URI (``text`` as UTF-8 or base64 ``blob``), of the listed size, with the listed digest; SKILL.md's frontmatter
+    equal to the entry's (``parse_frontmatter``). Else ``skill_unverified``."""
+    import base64
+    import binascii
+    import hashlib
+
+    contents = result.get("contents")
+    item = contents[0] if isinstance(contents, list) and len(contents) == 1 else None
+    if not isinstance(item, dict) or item.get("uri") not in (None, file.uri):
+        raise skill_unverified(entry, file.uri, "contents", "was not answered as exactly one contents item")
+    if isinstance(item.get("text"), str):
+        data = item["text"].encode("utf-8", "surrogatepass")
+    else:
+        try:
+            data = base64.b64decode("".join(str(item.get("blob")).split()), validate=True)
+        except (binascii.Error, ValueError):
+            raise skill_unverified(entry, file.uri, "contents", "has neither text nor a base64 blob") from None
+    if file.size is not None and len(data) != file.size:
+        raise skill_unverified(entry, file.uri, "size", f"is {len(data)} bytes, listed as {file.size}")
+    if "sha256:" + hashlib.sha256(data).hexdigest() != file.digest:
+        raise skill_unverified(entry, file.uri, "digest", "does not match its listed digest")
+    if file.parts == (SKILL_FILE,):
+        frontmatter = parse_frontmatter(data.decode("utf-8", "replace"))
+        if frontmatter is None:
+            raise skill_unverified(entry, file.uri, "frontmatter", "has no YAML frontmatter bkmcp can read")
+        listed = entry.get("frontmatter")
+        for key in sorted(set(frontmatter) | set(listed if isinstance(listed, dict) else {})):
+            mine = _yaml_value(frontmatter.get(key))
+            theirs = _yaml_value(listed.get(key) if isinstance(listed, dict) else None)
+            if mine != theirs:
+                raise skill_unverified(entry, file.uri, "frontmatter", f"has frontmatter {key!r} unlike the listing's")
+        name = frontmatter.get("name")
+        if name != entry["uri"][: -len("/" + SKILL_FILE)].rsplit("/", 1)[-1]:
+            raise skill_unverified(entry, file.uri, "frontmatter", "has a name that is not its directory's")
+    return data
+
+
+def _yaml_value(value: Any) -> Any:
+    """A value comparable across YAML and JSON: numbers as exact decimals, booleans apart from numbers."""
+    if isinstance(value, bool) or value is None:
+        return ("literal", value)
+    if isinstance(value, (int, float, decimal.Decimal)):
+        return ("number", decimal.Decimal(str(value)).normalize())
+    if isinstance(value, dict):
+        return ("map", {str(k): _yaml_value(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return ("list", [_yaml_value(v) for v in value])
+    return ("text", value)
+
+
+_FRONTMATTER = lazy_re(r"(?s)\A\ufeff?---\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)")
+_YAML_KEY = lazy_re(r"([^\s#'\"{}\[\],&*!|>%@`-][^:#]*?|\"[^\"]*\"|'[^']*')\s*:(?:\s+(.*))?$")
+
+
+def parse_frontmatter(text: str) -> dict[str, Any] | None:
+    """A SKILL.md's leading ``---`` YAML frontmatter as a mapping, for the subset skills use: nested block mappings,
+    block sequences, plain, quoted and block (``|``, ``>``) scalars, flow lists of plain scalars. None when there is
+    none, or it uses YAML beyond that subset (anchors, tags, flow mappings…): bkmcp then refuses to verify it."""
+    match = _FRONTMATTER.match(text)
+    if match is None:
+        return None
+    lines = [line.rstrip() for line in match.group(1).split("\n")]
+    try:
+        value, end = _yaml_block(lines, 0, 0)
+    except ValueError:
+        return None
+    if any(line.strip() and not line.lstrip().startswith("#") for line in lines[end:]) or not isinstance(value, dict):
+        return None
+    return value
+
+
+def _yaml_indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+def _yaml_next(lines: Sequence[str], at: int) -> int:
+    while at < len(lines) and (not lines[at].strip() or lines[at].lstrip().startswith("#")):
+        at += 1
+    return at
+
+
+def _yaml_block(lines: Sequence[str], at: int, indent: int) -> tuple[Any, int]:
+    """The block mapping or sequence starting at line ``at`` indented ``indent``; (its value, the next line)."""
+    at = _yaml_next(lines, at)
+    if at >= len(lines) or "\t" in lines[at][: _yaml_indent(lines[at]) + 1]:
+        raise ValueError("no block")
+    sequence = lines[at].lstrip().startswith("- ") or lines[at].strip() == "-"
+    out: Any = [] if sequence else {}
+    while at < len(lines):
+        line = lines[at]
+        if _yaml_indent(line) < indent:
+            break
+        if _yaml_indent(line) > indent:
+            raise ValueError("bad indentation")
+        body = line.strip()
+        if sequence:
+            if not (body.startswith("- ") or body == "-"):
+                break
+            if _YAML_KEY.fullmatch(body[1:].strip()):
+                raise ValueError("a sequence of mappings")
+            value, at = _yaml_value_at(lines, at, indent, body[1:].strip())
+            out.append(value)
+        else:
+            key = _YAML_KEY.fullmatch(body)
+            if key is None:
+                raise ValueError("not a key")
+            name = _yaml_scalar(key.group(1).strip())
+            if not isinstance(name, str) or name in out:
+                raise ValueError("bad or repeated key")
+            out[name], at = _yaml_value_at(lines, at, indent, (key.group(2) or "").strip())
+        at = _yaml_next(lines, at)
+    return out, at
+
+
+def _yaml_value_at(lines: Sequence[str], at: int, indent: int, rest: str) -> tuple[Any, int]:
+    """The value after ``key:`` or ``-`` on line ``at``: inline, a block scalar, or a nested block below."""
+    if rest.startswith(("|", ">")):
+        return _yaml_block_scalar(lines, at, indent, rest)
+    if rest.startswith("#") or not rest:
+        following = _yaml_next(lines, at + 1)
+        nested = following < len(lines) and (
+            _yaml_indent(lines[following]) > indent
+            or _yaml_indent(lines[following]) == indent
+            and lines[following].lstrip().startswith("- ")
+            and not lines[at].lstrip().startswith("- ")
+        )
+        if not nested:
+            return None, at + 1
+        return _yaml_block(lines, following, _yaml_indent(lines[following]))
+    # a plain scalar may go on over more-indented lines, folded with spaces
+    at += 1
+    while at < len(lines) and lines[at].strip() and _yaml_indent(lines[at]) > indent and rest[:1] not in "\"'[":
+        if _YAML_KEY.fullmatch(lines[at].strip()):
+            raise ValueError("a mapping inside a plain scalar")
+        rest += " " + lines[at].strip()
+        at += 1
+    return _yaml_scalar(rest), at
+
+
+def _yaml_block_scalar(lines: Sequence[str], at: int, indent: int, header: str) -> tuple[str, int]:
+    """``|`` (lines kept) or ``>`` (lines folded), chomped as ``-`` / ``+`` / clip say."""
+    style, chomp = header[0], header[1:2]
+    if header[1:].strip() not in ("", "-", "+"):
+        raise ValueError("block scalar indicator")
+    body: list[str] = []
+    at += 1
+    inner: int | None = None
+    while at < len(lines) and (not lines[at].strip() or _yaml_indent(lines[at]) > indent):
+        if lines[at].strip() and inner is None:
+            inner = _yaml_indent(lines[at])
+        body.append(lines[at][inner or 0 :] if lines[at].strip() else "")
+        at += 1
+    while body and not body[-1] and chomp != "+":
+        body.pop()
+    if style == "|":
+        text = "\n".join(body)
+    else:
+        text = ""
+        for number, line in enumerate(body):  # a blank line is a line break, the others fold into spaces
+            text += line if number == 0 or not body[number - 1] else ("\n" if not line else " " + line)
+    return text + ("" if chomp == "-" or not text else "\n"), at
+
+
+def _yaml_scalar(text: str) -> Any:
+    """One inline YAML value: a quoted string, a flow list of plain scalars, or a plain scalar (null, booleans,
+    integers and decimals as YAML 1.2's core schema reads them, else the text)."""
+    if text.startswith('"'):
+        if not text.endswith('"') or len(text) < 2:
+            raise ValueError("double-quoted")
+        return json.loads(text)
+    if text.startswith("'"):
+        if not text.endswith("'") or len(text) < 2:
+            raise ValueError("single-quoted")
+        return text[1:-1].replace("''", "'")
+    if text.startswith("["):
+        inner = text[1:-1].strip() if text.endswith("]") else None
+        if inner is None or any(ch in inner for ch in "[]{}\"'"):
+            raise ValueError("flow sequence")
+        return [_yaml_scalar(part.strip()) for part in inner.split(",")] if inner else []
+    text = text.split(" #", 1)[0].rstrip()
+    if text[:1] in ("{", "&", "*", "!", "%", "@", "`", "|", ">"):
+        raise ValueError("beyond the subset")
+    if text in ("", "~", "null", "Null", "NULL"):
+        return None
+    if text in ("true", "True", "TRUE", "false", "False", "FALSE"):
+        return text.lower() == "true"
+    if re.fullmatch(r"[-+]?[0-9]+", text):
+        return int(text)
+    if re.fullmatch(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?", text):
+        return decimal.Decimal(text)
+    return text
 
 
 # ======================================================================================================
@@ -6502,6 +6996,7 @@ _REQUEST_STAGES = {
     "resources/list": "discover",
     "resources/templates/list": "discover",
     "prompts/list": "discover",
+    "skills/list": "discover",
     "tools/call": "call",
 }
 
@@ -6832,22 +7327,30 @@ def find_tool(tools: Sequence[dict[str, Any]], name: str, server_name: str) -> d
     )
 
 
-def declares_capability(session: McpSession, capability: str) -> bool:
-    """Whether the negotiated server declared ``capability`` (an object under ``capabilities``)."""
-    return isinstance((session.core.capabilities or {}).get(capability), dict)
+def declares_capability(session: McpSession, capability: str, *, extension: str | None = None) -> bool:
+    """Whether the negotiated server declared ``capability`` (an object under ``capabilities``; with ``extension``,
+    an object under ``capabilities.extensions``: SEP-2640's skills)."""
+    declared = (session.core.capabilities or {}).get(capability)
+    if extension is not None:
+        declared = declared.get(extension) if isinstance(declared, dict) else None
+    return isinstance(declared, dict)
 
 
-def require_capability(session: McpSession, ctx: OpContext, capability: str, method: str) -> None:
+def require_capability(
+    session: McpSession, ctx: OpContext, capability: str, method: str, *, extension: str | None = None
+) -> None:
     """``mcp_capability_unsupported`` before ``method`` is sent to a server that did not declare ``capability``
-    (``resources``, ``prompts``, ``completions``): such a server gets no request (docs/contract.md §5). A session
-    pinned to 2026-07-28 skipped ``server/discover``, so it asks it now, once: until then nothing was declared."""
+    (``resources``, ``prompts``, ``completions``; ``extensions`` with ``extension``: SEP-2640's skills): such a
+    server gets no request (docs/contract.md §5). A session pinned to 2026-07-28 skipped ``server/discover``, so it
+    asks it now, once: until then nothing was declared."""
     rules = session.core.rules
     if not session.core.heard and rules is not None and not rules.handshake:
         answer = session.request("server/discover", None, ctx, rules=rules)
         if answer.kind == "result":
             session.core.apply_discover(answer, rules.version)
-    if declares_capability(session, capability):
+    if declares_capability(session, capability, extension=extension):
         return
+    capability = extension or capability
     raise CapabilityUnsupportedError(
         f"server {session.server.name!r} does not declare the {capability!r} capability; {method} was not sent",
         hint=f"the server offers no {capability}; bkmcp <server> --check shows what it declares",
@@ -7208,11 +7711,16 @@ def run_call(
 
 
 def run_on_session(
-    server: ResolvedServer, ctx: OpContext, work: Callable[[McpSession], dict[str, Any]], *, insecure: bool
+    server: ResolvedServer,
+    ctx: OpContext,
+    work: Callable[[McpSession], dict[str, Any]],
+    *,
+    insecure: bool,
+    sessions: SessionSource | None = None,
 ) -> dict[str, Any]:
-    """``work`` done on a session of ``ctx.sessions`` (a new one, or a warm one lent), negotiated first, given back
-    however it ends; a remote failure's data names the server."""
-    sessions = ctx.sessions or SessionSource()
+    """``work`` done on a session of ``sessions`` (else ``ctx.sessions``: a new one, or a warm one lent), negotiated
+    first, given back however it ends; a remote failure's data names the server."""
+    sessions = sessions or ctx.sessions or SessionSource()
     try:
         session = sessions.start(server, ctx, insecure=insecure)
         try:
@@ -7307,6 +7815,113 @@ def run_prompt(
     return run_on_session(server, ctx, work, insecure=insecure)
 
 
+class SkillSessions(SessionSource):
+    """A skill command's session (SEP-2640): new, closed at the end, and the only kind that declares the skills
+    extension (``SKILLS_CAPABILITIES``) — every other session declares no client capability."""
+
+    def start(self, server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> McpSession:
+        session = McpSession(server, insecure=insecure, log=ctx.log)
+        session.core.client_capabilities = SKILLS_CAPABILITIES
+        return session
+
+
+def list_skills(session: McpSession, ctx: OpContext) -> list[dict[str, Any]]:
+    """``skills/list`` to the end (the one pagination), only to a server that declares the extension."""
+    require_capability(session, ctx, "extensions", "skills/list", extension=SKILLS_EXTENSION)
+    return discover_listing(session, ctx, LISTINGS["skills/list"])[0]
+
+
+def describe_skill(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """One skill of ``--skills``: its name, URI, frontmatter as listed and how many files it lists (null: none
+    listed, a dynamic skill, which ``--skill`` refuses); no file is read."""
+    listed = entry.get("resources")
+    return {
+        "name": skill_name(entry),
+        "uri": entry.get("uri"),
+        "frontmatter": entry.get("frontmatter"),
+        "file_count": len(listed) if isinstance(listed, list) else None,
+    }
+
+
+def run_skills(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict[str, Any]:
+    """``--skills`` data: every listed skill (``describe_skill``); nothing read ahead (SEP-2640: no file before the
+    skill is loaded)."""
+
+    def work(session: McpSession) -> dict[str, Any]:
+        skills = list_skills(session, ctx)
+        return {
+            "server": server.name,
+            "protocol_version": session.protocol_version,
+            "skill_count": len(skills),
+            "complete": True,
+            "skills": [describe_skill(entry) for entry in skills],
+        }
+
+    return run_on_session(server, ctx, work, insecure=insecure, sessions=SkillSessions())
+
+
+def find_skill(skills: Sequence[dict[str, Any]], name: str, server_name: str) -> dict[str, Any]:
+    """The one skill named ``name`` (or whose URI is ``name``): names are labels, so two skills of one name need
+    the URI; ``mcp_skill_not_found`` otherwise, with close names."""
+    found = [entry for entry in skills if entry.get("uri") == name] or [
+        entry for entry in skills if skill_name(entry) == name
+    ]
+    if len(found) == 1:
+        return found[0]
+    if found:
+        uris = [str(entry.get("uri")) for entry in found]
+        raise SkillNotFoundError(
+            f"server {server_name!r} has {len(found)} skills named {clip_text(repr(name), 100)}: give the URI of one",
+            hint="bkmcp <server> --skill " + " | ".join(uris[:5]),
+            details={"suggestions": uris},
+        )
+    close = closest_names(name, [skill_name(entry) for entry in skills])
+    raise SkillNotFoundError(
+        f"server {server_name!r} has no skill {clip_text(repr(name), 200)} ({len(skills)} skills listed)",
+        hint=f"did you mean {', '.join(close)}?" if close else "list the server's skills: bkmcp <server> --skills",
+        details={"suggestions": close},
+    )
+
+
+def run_skill(server: ResolvedServer, ctx: OpContext, name: str, *, insecure: bool) -> dict[str, Any]:
+    """``--skill NAME`` data: the listed skill's files read one by one through ``resources/read`` (SKILL.md
+    first), each verified against the listing before the next is read (``verify_skill_file``); the first that
+    fails ends the command with ``skill_unverified`` and no content. ``{"server", "skill", "uri", "frontmatter",
+    "files": [{"path", "uri", "mimeType", "bytes", "sha256", "text" | "blob"}]}``."""
+    import base64
+    import hashlib
+
+    def work(session: McpSession) -> dict[str, Any]:
+        entry = find_skill(list_skills(session, ctx), name, server.name)
+        files = []
+        for file in parse_skill_files(entry):
+            result = read_resource(session, ctx, file.uri)
+            data = verify_skill_file(entry, file, result)
+            item = result["contents"][0]
+            shown: dict[str, Any] = {
+                "path": "/".join(file.parts),
+                "uri": file.uri,
+                "mimeType": item.get("mimeType"),
+                "bytes": len(data),
+                "sha256": hashlib.sha256(data).hexdigest(),
+            }
+            try:
+                shown["text"] = data.decode("utf-8")
+            except UnicodeDecodeError:
+                shown["blob"] = base64.b64encode(data).decode("ascii")
+            files.append(shown)
+        frontmatter = entry.get("frontmatter")
+        return {
+            "server": server.name,
+            "skill": skill_name(entry),
+            "uri": entry["uri"],
+            "frontmatter": frontmatter,
+            "files": files,
+        }
+
+    return run_on_session(server, ctx, work, insecure=insecure, sessions=SkillSessions())
+
+
 def build_dry_run(server: ResolvedServer, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
     """Dry-run data (docs/contract.md §7, O02): what would be sent, redacted; nothing remote verified."""
     data: dict[str, Any] = {"dry_run": True, "server": server.name, "tool": tool, "transport": server.type}
@@ -7332,7 +7947,7 @@ def build_dry_run(server: ResolvedServer, tool: str, arguments: dict[str, Any]) 
 
 RESERVED_OPTION_NAMES = frozenset(
     "help h check tools config body timeout jq raw r context dry-run verbose v insecure format resident registry "
-    "version keep-alive input inputs input-action resume".split()
+    "version keep-alive input inputs input-action resume out max-blob-bytes".split()
 )
 
 
@@ -9881,7 +10496,20 @@ def render_raw_result(result: Mapping[str, Any], *, pretty: bool = False, termin
 def render_raw_data(data: Mapping[str, Any], *, pretty: bool = False, terminal: bool = False) -> str:
     """What ``--raw`` prints of a command's data: a tool call's result (``render_raw_result``), a read resource's
     contents (each text as it is, a blob as one bracketed line) or a prompt's messages (one block per message,
-    headed by its role); for a ``terminal``, controls shown as escapes (``render_raw_text``)."""
+    headed by its role) or a skill's files (each text under its ``[path]``, any other as one bracketed line); for a
+    ``terminal``, controls shown as escapes (``render_raw_text``)."""
+    if "files" in data:
+        blocks = []
+        for file in data["files"]:
+            if isinstance(file.get("text"), str):
+                text = render_raw_text(file["text"], terminal)
+                blocks.append(printable(f"[{file['path']}]") + "\n" + (text if text.endswith("\n") else text + "\n"))
+            else:
+                saved = f", saved as {file['file']}" if "file" in file else ""
+                blocks.append(
+                    printable(f"[{file['path']}, {file.get('mimeType')}, {file['bytes']} bytes{saved}]") + "\n"
+                )
+        return "\n".join(blocks)
     result = data["result"]
     if "uri" in data:
         contents = result.get("contents")
@@ -9939,6 +10567,10 @@ def _raw_block_line(block: Any) -> str:
     if isinstance(payload, str):
         chars = sum(1 for ch in payload if not ch.isspace() and ch != "=")  # base64: whitespace, padding: no data
         parts.append(f"{chars * 3 // 4} bytes")  # the decoded size, without decoding it
+    elif isinstance(payload, dict) and isinstance(payload.get("bytes"), int):  # written by --out (section 9.7)
+        parts.append(f"{payload['bytes']} bytes")
+        if isinstance(payload.get("path"), str):
+            parts.append(f"saved as {payload['path']}")
     elif kind == "resource" and isinstance(inner.get("text"), str):
         parts.append(f"{len(inner['text'].encode('utf-8', 'surrogatepass'))} bytes")
     line = kind + (" " + ", ".join(parts) if parts else "")
@@ -9985,6 +10617,9 @@ Usage:
   bkmcp [GLOBAL...] <server> --read URI                read one resource (a template: --VAR VALUE per variable)
   bkmcp [GLOBAL...] <server> --prompts                 every prompt as JSON
   bkmcp [GLOBAL...] <server> --prompt NAME [--ARG VALUE...]   get one prompt (--help: its arguments)
+  bkmcp [GLOBAL...] <server> --skills                  every skill (SEP-2640) as JSON; no file is read
+  bkmcp [GLOBAL...] <server> --skill NAME [--out DIR]  load a skill: every file read and verified (digest, size,
+                                                       frontmatter), else nothing printed but skill_unverified
   bkmcp [GLOBAL...] <server> --resume ID --input FIELD=VALUE   answer a question a call stopped at (data.resume)
 
 When the server asks a question (elicitation; a call, --read or --prompt stopped with input_required):
@@ -10006,6 +10641,11 @@ Global options (before or after <server>):
   --timeout DURATION   budget for the whole remote operation: 500ms, 30s, 2m, 1h (default 60s)
   --jq EXPR            project the final JSON envelope with a jq expression (one value per line)
   -r, --raw            a call's result as plain text (text blocks as they are); with --jq, strings unquoted
+  --out DIR|-          --read, --prompt, --skill, a tool call: each blob (image, audio, resource blob) to a new
+                       file in DIR (made if missing; never overwritten, never through a link), its base64 replaced
+                       by {{path, bytes, sha256, mimeType}}; --out - : the one blob's bytes on stdout. Without it:
+                       nothing is written
+  --max-blob-bytes N   with --out: the largest blob written (default {max_blob_bytes}, 64 MiB); larger: nothing written
   -v, --verbose        diagnostics on stderr (requests, eras, timing); secrets print as ***
   --insecure           skip TLS certificate verification
   --keep-alive[=DUR]   keep the server's session warm in a background process for the next calls (default 10m;
@@ -10049,7 +10689,9 @@ def render_root_help(
     else:
         config = f"Config file: {config_path}\nConfigured servers ({len(servers)}): {', '.join(servers) or '(none)'}"
     example = "\n".join("  " + line for line in CONFIG_EXAMPLE_LINES)
-    text = ROOT_HELP.format(version=__version__, config=config, config_example=example)
+    text = ROOT_HELP.format(
+        version=__version__, config=config, config_example=example, max_blob_bytes=OUT_MAX_BLOB_BYTES
+    )
     if given:  # the examples carry the --config this help was run with (docs/contract.md §2)
         text = text.replace("\n  bkmcp report-prod ", f"\n  {build_server_command('report-prod', config_path)} ")
     return text
@@ -10116,7 +10758,7 @@ _COMPLETION_OPTIONS = (
     "--help --version --config --timeout --jq --raw --verbose --insecure --check --tools --brief --body --dry-run "
     "--resident --registry --import --list --completion --events --max-processes --max-user-processes --idle-timeout "
     "--shutdown-grace --max-blob-bytes --inject-resource-tools --keep-alive --sessions --stop --resources --read "
-    "--prompts --prompt --input --inputs --input-action --resume"
+    "--prompts --prompt --input --inputs --input-action --resume --out"
 )
 # the options valid after <server> (before a tool), and after <server> <tool> beside the tool's own flags
 _COMPLETION_SERVER_OPTIONS = (
@@ -10133,7 +10775,7 @@ _COMPLETION_TARGET_OPTIONS = (
 )
 _COMPLETION_VALUE_OPTIONS = (
     "--config --timeout --jq --body --registry --import --events --max-processes --max-user-processes "
-    "--idle-timeout --shutdown-grace --max-blob-bytes --completion --inputs --input-action --resume"
+    "--idle-timeout --shutdown-grace --max-blob-bytes --completion --inputs --input-action --resume --out"
 )
 _COMPLETION_FLAG_OPTIONS = "--raw -r --verbose -v --insecure --dry-run --help -h --keep-alive"  # (no value)
 _COMPLETION_FILE_OPTIONS = ("--config", "--body", "--registry", "--import", "--events")  # a file name as value
@@ -10508,6 +11150,8 @@ def render_server_help(server: ServerConfig, config: str | None = None) -> str:
         f"  bkmcp {name} --read URI [-r]            read one resource (a template: --VAR VALUE per variable)",
         f"  bkmcp {name} --prompts                  list every prompt",
         f"  bkmcp {name} --prompt NAME [--ARG VALUE]   get a prompt (--help: its arguments)",
+        f"  bkmcp {name} --skills                   list every skill (SEP-2640)",
+        f"  bkmcp {name} --skill NAME [--out DIR]   load a skill, every file verified (--out: a copy)",
         "",
         "Examples:",
         f"  bkmcp {name} --check",
@@ -11043,6 +11687,139 @@ def _flag_details(flag: ToolFlag) -> list[str]:
         say(f"{what}, read as JSON text{quoted}, e.g.")
         lines += _fill([*(e + "," for e in examples[:-1]), examples[-1]], HELP_WIDTH, indent, indent)
     return lines
+
+
+# -- 9.7 blobs to files: where a result holds base64 (find_blobs), saved through 2.7's writer (save_blobs) -------------
+
+
+@dataclass
+class BlobSpot:
+    """One base64 payload of a command's result: ``holder[key]`` is its text (docs/contract.md §7)."""
+
+    holder: dict[str, Any]
+    key: str  # "blob" (a resource's contents) or "data" (an image or audio block)
+    uri: Any
+    mime_type: Any
+    kind: str  # "image", "audio" or "blob": a file's name when its URI gives none
+
+
+def find_blobs(data: Mapping[str, Any]) -> list[BlobSpot]:
+    """Every blob of a ``--read`` (its contents), ``--prompt`` (its messages' blocks) or tool call's result (its
+    content blocks): ``image`` and ``audio`` data, a ``blob`` of a resource's contents or of an embedded resource."""
+    result = data.get("result")
+    if not isinstance(result, dict):
+        return []
+    if "uri" in data:
+        contents = result.get("contents")
+        blocks: list[Any] = [{"type": "resource", "resource": item} for item in contents or []]
+    elif "prompt" in data:
+        blocks = []
+        for message in result.get("messages") or []:
+            content = message.get("content") if isinstance(message, dict) else None
+            blocks.extend(content if isinstance(content, list) else [content])
+    else:
+        content = result.get("content")
+        blocks = content if isinstance(content, list) else []
+    spots = []
+    for block in blocks:
+        if not isinstance(block, dict):
+            continue
+        kind, inner = block.get("type"), block.get("resource")
+        if kind in ("image", "audio") and isinstance(block.get("data"), str):
+            spots.append(BlobSpot(block, "data", None, block.get("mimeType"), str(kind)))
+        elif kind == "resource" and isinstance(inner, dict) and isinstance(inner.get("blob"), str):
+            spots.append(BlobSpot(inner, "blob", inner.get("uri"), inner.get("mimeType"), "blob"))
+    return spots
+
+
+def blob_size(text: str) -> int:
+    """The decoded size of base64 ``text``, without decoding it (whitespace and padding carry no data)."""
+    return sum(1 for ch in text if not ch.isspace() and ch != "=") * 3 // 4
+
+
+def decode_blobs(spots: Sequence[BlobSpot], max_bytes: int, data: dict[str, Any]) -> list[bytes]:
+    """Each spot's bytes, checked before any is written: one over ``max_bytes`` is ``blob_too_large`` (every blob
+    then described in ``data`` as ``{bytes, mimeType, path: null}``, no base64), text that is not base64 is
+    ``mcp_protocol_error``."""
+    import base64
+    import binascii
+
+    sizes = [blob_size(spot.holder[spot.key]) for spot in spots]
+    over = next((i for i, size in enumerate(sizes) if size > max_bytes), None)
+    if over is not None:
+        for spot, size in zip(spots, sizes):
+            spot.holder[spot.key] = {"path": None, "bytes": size, "mimeType": spot.mime_type}
+        what = f"the blob of {short_text(spots[over].uri, 80)}" if spots[over].uri is not None else "a blob"
+        raise BlobTooLargeError(
+            f"{what} is {sizes[over]} bytes, over --max-blob-bytes {max_bytes}: nothing was written",
+            hint=f"raise --max-blob-bytes (now {max_bytes}) to write it",
+            details={"bytes": sizes[over], "limit": max_bytes},
+            data=data,
+        )
+    decoded = []
+    for spot in spots:
+        try:
+            decoded.append(base64.b64decode("".join(spot.holder[spot.key].split()), validate=True))
+        except (binascii.Error, ValueError):
+            raise ProtocolError(
+                f"the server sent a {spot.kind} that is not base64 ({short_text(spot.uri or spot.mime_type, 80)}): "
+                "nothing was written"
+            ) from None
+    return decoded
+
+
+_SKILL_DIRECTORY = lazy_re(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
+def save_skill(data: dict[str, Any], writer: BlobWriter, max_bytes: int) -> None:
+    """``--skill NAME --out DIR``: the verified files written as a new directory named after the skill (``name-1``
+    when taken; ``skill`` for a name that is not a plain one), each at its relative path; each file's ``text`` or
+    ``blob`` replaced by ``file`` (the path written) and ``directory`` added. A file over ``max_bytes`` is
+    ``blob_too_large`` before anything is written; a write that fails removes what was written."""
+    import base64
+
+    files = data["files"]
+    payloads = [
+        f["text"].encode("utf-8", "surrogatepass") if "text" in f else base64.b64decode(f["blob"]) for f in files
+    ]
+    for file, payload in zip(files, payloads):
+        if len(payload) > max_bytes:
+            raise BlobTooLargeError(
+                f"skill file {short_text(file['path'], 120)} is {len(payload)} bytes, over --max-blob-bytes "
+                f"{max_bytes}: nothing was written",
+                hint=f"raise --max-blob-bytes (now {max_bytes}) to write it",
+                details={"bytes": len(payload), "limit": max_bytes},
+                data={key: data[key] for key in ("server", "skill", "uri")},
+            )
+    name = data["skill"] if _SKILL_DIRECTORY.fullmatch(data["skill"]) else "skill"
+    try:
+        folder = writer.make_directory(name)
+        written = [writer.write((folder, *f["path"].split("/")), p, numbered=False) for f, p in zip(files, payloads)]
+    except BkmcpError:
+        writer.discard()
+        raise
+    for file, path in zip(files, written):
+        file.pop("text", None)
+        file.pop("blob", None)
+        file["file"] = path
+    data["directory"] = os.path.join(writer.path, folder)
+
+
+def save_blobs(spots: Sequence[BlobSpot], decoded: Sequence[bytes], writer: BlobWriter) -> None:
+    """Write each blob as a new file through ``writer`` and put ``{path, bytes, sha256, mimeType}`` in place of its
+    base64; a write that fails removes what was written (``blob_write_error``)."""
+    import hashlib
+
+    files = []
+    try:
+        for spot, payload in zip(spots, decoded):
+            files.append(writer.write((build_blob_name(spot.uri, spot.mime_type, spot.kind),), payload))
+    except BkmcpError:
+        writer.discard()
+        raise
+    for spot, payload, path in zip(spots, decoded, files):
+        sha256 = hashlib.sha256(payload).hexdigest()
+        spot.holder[spot.key] = {"path": path, "bytes": len(payload), "sha256": sha256, "mimeType": spot.mime_type}
 
 
 # ======================================================================================================
@@ -15598,6 +16375,8 @@ _VALUE_OPTIONS = {
     "--context": "context",
     "--body": "body",
     "--registry": "registry",
+    "--out": "out",
+    "--max-blob-bytes": "max_blob_bytes",
     "--inputs": "inputs",
     "--input-action": "input_action",
     "--resume": "resume",
@@ -15635,8 +16414,8 @@ _RESERVED_UNSUPPORTED = {"--format"}
 # `bkmcp <server> --resources | --prompts | --read URI | --prompt NAME` (contract §2): before a tool name (and
 # before --read's URI or --prompt's name) only, as --brief: after one, such a name is that tool's, template's or
 # prompt's own flag (contract §6).
-_CATALOGUE_FLAGS = {"--resources": "resources", "--prompts": "prompts"}
-_TARGET_OPTIONS = {"--read": "read", "--prompt": "prompt"}
+_CATALOGUE_FLAGS = {"--resources": "resources", "--prompts": "prompts", "--skills": "skills"}
+_TARGET_OPTIONS = {"--read": "read", "--prompt": "prompt", "--skill": "skill"}
 # every option of the root parser, with its Invocation attribute
 ROOT_OPTIONS = {
     **_VALUE_OPTIONS,
@@ -15677,7 +16456,12 @@ class Invocation:
     prompts: bool = False
     read: str | None = None  # a URI or a URI template (its variables: tool_tokens)
     prompt: str | None = None  # a prompt's name (its arguments: tool_tokens)
+    skills: bool = False  # --skills, --skill NAME (SEP-2640): before a tool name only, as --resources
+    skill: str | None = None
     raw: bool = False  # -r/--raw: a call's result as text; with --jq, strings unquoted (docs/contract.md §7)
+    out: str | None = None  # --out DIR|-: blobs to files, or the one blob to stdout (docs/contract.md §7)
+    max_blob_bytes: str | None = None  # as written; ``blob_limit`` is --out's value (the resident's: section 10)
+    blob_limit: int = OUT_MAX_BLOB_BYTES
     registry_import: str | None = None
     registry_list: bool = False
     completion: str | None = None  # --completion bash|zsh|fish|servers (root only)
@@ -15685,8 +16469,7 @@ class Invocation:
     max_processes: str | None = None
     max_user_processes: str | None = None
     idle_timeout: str | None = None
-    shutdown_grace: str | None = None
-    max_blob_bytes: str | None = None
+    shutdown_grace: str | None = None  # (--max-blob-bytes: with --out above, or the resident's blob cap)
     inject_resource_tools: bool = False
     keep_alive: str | None = None  # --keep-alive ("") or --keep-alive=DURATION (docs/contract.md §14)
     # answers to a server's questions (docs/contract.md §5): --input FIELD=VALUE (repeatable), --inputs
@@ -15727,7 +16510,8 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
         i += 1
         name, eq, inline = token.partition("=")
         registry_tool = inv.server is None and (name in _REGISTRY_VALUE_OPTIONS or token in _REGISTRY_FLAG_OPTIONS)
-        target = inv.tool is not None or inv.read is not None or inv.prompt is not None  # later flags are its own
+        # later flags are its own (a skill has none: any is refused)
+        target = inv.tool is not None or inv.read is not None or inv.prompt is not None or inv.skill is not None
         if not target and (token in _CATALOGUE_FLAGS or name in _TARGET_OPTIONS):
             attr = _CATALOGUE_FLAGS.get(token) or _TARGET_OPTIONS[name]
             if attr in seen:
@@ -15741,7 +16525,7 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
             elif not eq:
                 raise UsageError(f"option {name} needs a value", hint=f"write {name}=VALUE for a value starting with -")
             if not inline:
-                raise UsageError(f"option {name} needs a {'URI' if attr == 'read' else 'prompt name'}")
+                raise UsageError(f"option {name} needs a {dict(read='URI').get(attr, attr + ' name')}")
             setattr(inv, attr, inline)
             continue
         if token == "--brief" and not target:  # after a tool name (or --read/--prompt's), --brief is its own flag
@@ -15884,6 +16668,7 @@ EVERY_MODE_TAKES = "-v, --timeout, --insecure, --keep-alive, --version, --contex
 _SERVER = "a server name, --config, --jq, --raw, --help"
 _RESIDENT_TAKES = "--resident, --registry, --help, " + ", ".join({**_RESIDENT_OPTIONS, **_RESIDENT_FLAG_OPTIONS})
 _SERVER_MODE = ("--body: body; --dry-run: dry-run; *: modes", "a server name: server")
+_OUT = "--out, --max-blob-bytes, "  # docs/contract.md §7 "Blobs to files": the modes with a result
 _ANSWERS = "--input, --inputs, --input-action, "  # a question's answers (docs/contract.md §5)
 # Which options each mode takes (docs/contract.md §2), a row per mode, and the options only some modes take: tried in
 # order, read across: when the row applies; what it takes besides EVERY_MODE_TAKES ("A+B": A only beside B); what it
@@ -15909,22 +16694,24 @@ MODE_TABLE: dict[str, tuple[Callable[[Invocation], bool], str, str, str]] = {
     "one mode at a time": (lambda inv: sum(on for _, on in invocation_modes(inv)) > 1, "", "", "-: one mode"),
     "--brief": (lambda inv: inv.brief, "", "", "--tools|--resources: brief"),
     "--resident": (lambda inv: inv.resident, _RESIDENT_TAKES,
-                   "a server name, a tool, --check, --tools, --resources, --prompts, --read, --prompt: resident modes; "
-                   "--jq, --raw, --config, --dry-run: resident cli; *: resident cli",
+                   "a server name, a tool, --check, --tools, --resources, --prompts, --read, --prompt, --skills, "
+                   "--skill: resident modes; --jq, --raw, --config, --dry-run: resident cli; *: resident cli",
                    "--registry|--help: resident registry"),
     "--check": (lambda inv: inv.check, "--check, " + _SERVER, *_SERVER_MODE),
     "--tools": (lambda inv: inv.tools, "--tools, --brief, " + _SERVER, *_SERVER_MODE),
     "--resources": (lambda inv: inv.resources, "--resources, --brief, " + _SERVER, *_SERVER_MODE),
     "--prompts": (lambda inv: inv.prompts, "--prompts, " + _SERVER, *_SERVER_MODE),
-    "--read": (lambda inv: inv.read is not None, "--read, tool flags, --completion, " + _ANSWERS + _SERVER,
+    "--read": (lambda inv: inv.read is not None, "--read, tool flags, --completion, " + _ANSWERS + _OUT + _SERVER,
                *_SERVER_MODE),
-    "--prompt": (lambda inv: inv.prompt is not None, "--prompt, tool flags, --completion, " + _ANSWERS + _SERVER,
-                 *_SERVER_MODE),
+    "--prompt": (lambda inv: inv.prompt is not None, "--prompt, tool flags, --completion, " + _ANSWERS + _OUT
+                 + _SERVER, *_SERVER_MODE),
+    "--skills": (lambda inv: inv.skills, "--skills, " + _SERVER, *_SERVER_MODE),
+    "--skill": (lambda inv: inv.skill is not None, "--skill, " + _OUT + _SERVER, *_SERVER_MODE),
     "--resume": (lambda inv: inv.resume is not None, "--resume, " + _ANSWERS + _SERVER, "*: resume",
                  "a server name: server"),
     "--body": (lambda inv: inv.body is not None, "", "", "a tool|--help: body needs"),
     "a tool call": (lambda inv: inv.tool is not None,
-                    "a tool, --body, --dry-run, tool flags, bare arguments, --completion, " + _ANSWERS + _SERVER,
+                    "a tool, --body, --dry-run, tool flags, bare arguments, --completion, " + _ANSWERS + _OUT + _SERVER,
                     "*: modes", ""),
     "--dry-run": (lambda inv: inv.dry_run, "--dry-run, a tool, --body, bare arguments, a server name, --config, --jq, "
                   "--raw", "--help: dry-run help; tool flags: dry-run flags; *: dry-run other",
@@ -15959,7 +16746,7 @@ def check_invocation(inv: Invocation, timeout: float | None = None) -> None:
             f"unexpected argument {inv.positional[0][0]!r}",
             hint="tool arguments are flags (--name VALUE)" + (" or keys of --body" if inv.body is not None else ""),
         )
-    catalogue = inv.check or inv.tools or inv.resources or inv.prompts
+    catalogue = inv.check or inv.tools or inv.resources or inv.prompts or inv.skills
     brief_lines = inv.tools and inv.brief  # --tools --brief --raw: one line per tool (docs/contract.md §7)
     if inv.raw and inv.jq is None and not inv.help and not brief_lines and (catalogue or inv.dry_run):
         # without --jq there is no result to print as text: a catalogue or preview is JSON by nature
@@ -15969,10 +16756,38 @@ def check_invocation(inv: Invocation, timeout: float | None = None) -> None:
             hint="drop --raw, or add --jq EXPR to print the strings it selects unquoted "
             "(e.g. --tools --jq '.data.tools[].name' --raw)",
         )
+    if (inv.out is not None or inv.max_blob_bytes is not None) and not inv.resident:  # the resident's own cap: 10
+        _check_out_options(inv)
     if timeout is not None:
         inv.timeout_seconds = timeout
     elif inv.timeout is not None:
         inv.timeout_seconds = parse_duration(inv.timeout)
+
+
+def _check_out_options(inv: Invocation) -> None:
+    """``--out DIR|-`` and ``--max-blob-bytes N`` (docs/contract.md §7 "Blobs to files"): with a command that has a
+    result with blobs (``--read``, ``--prompt``, a tool call, ``--skill``); ``--out -`` is the one blob's bytes on
+    stdout, so neither ``--jq`` nor ``--raw``; sets ``inv.blob_limit``."""
+    if inv.max_blob_bytes is not None:
+        text = inv.max_blob_bytes
+        if inv.out is None:
+            raise UsageError("--max-blob-bytes is only valid with --out", hint="bkmcp <server> --read URI --out DIR")
+        if not (text.isascii() and text.isdigit()) or not 0 < int(text) <= 2**50:
+            raise UsageError(f"--max-blob-bytes must be a positive number of bytes, got {short_text(text)!r}")
+        inv.blob_limit = int(text)
+    if inv.out == "":
+        raise UsageError("--out needs a directory, or - for the one blob's bytes on stdout")
+    with_result = inv.read is not None or inv.prompt is not None or inv.skill is not None
+    if not inv.help and not (with_result or inv.tool is not None):  # a mode without a result: MODE_TABLE's words
+        raise UsageError(
+            "--out writes the blobs of a result: it is valid with --read, --prompt, --skill or a tool call",
+            hint="bkmcp <server> --read URI --out DIR",
+        )
+    if inv.out == "-" and (inv.jq is not None or inv.raw):
+        raise UsageError(
+            "--out - writes the blob's bytes to stdout: it takes neither --jq nor --raw",
+            hint="use --out DIR to keep the envelope (--jq '.data' then shows each file's path)",
+        )
 
 
 def check_mode_row(mode: str, inv: Invocation, given: list[str], modes: str) -> None:
@@ -15994,7 +16809,18 @@ def usage_words(key: str, **fill: Any) -> UsageError:
     return UsageError(message.format(**fill), hint=hint.format(**fill) if hint else None)
 
 
-SERVER_MODES = ("--check", "--tools", "--resources", "--prompts", "--read", "--prompt", "a tool call", "--resume")
+SERVER_MODES = (
+    "--check",
+    "--tools",
+    "--resources",
+    "--prompts",
+    "--read",
+    "--prompt",
+    "--skills",
+    "--skill",
+    "a tool call",
+    "--resume",
+)
 
 
 def check_input_options(inv: Invocation) -> None:
@@ -16392,6 +17218,7 @@ class Runner:
         self.deadline: Deadline | None = None  # the remote operation's budget, once it started
         self.ctx: OpContext | None = None  # the remote operation, once it started
         self.shown_config: str | None = None  # the given --config, resolved: every printed command carries it
+        self.writer: BlobWriter | None = None  # --out DIR, open once the command is past its help paths
 
     def emit_text(self, text: str) -> int:
         self.envr.stdout.write(text if text.endswith("\n") else text + "\n")
@@ -16624,13 +17451,18 @@ class Runner:
             input=self.input_source(server, deadline) if not inv.help else None,
         )
         self.deadline, self.ctx = deadline, ctx
+        if inv.out not in (None, "-") and not inv.help:  # an unusable directory fails before anything is sent
+            assert inv.out is not None
+            self.writer = BlobWriter(resolve_user_path(inv.out, envr.env, envr.cwd, option="--out"))
         try:
             self.remote_started = True
             if inv.resume is not None:
                 return self.run_resume(server, jq, ctx)
             if inv.read is not None or inv.prompt is not None:
                 return self.run_read_or_prompt(server, jq, ctx)
-            if not (inv.check or inv.tools or inv.resources or inv.prompts):
+            if inv.skill is not None:  # no further word: MODE_TABLE refused any
+                return self.emit_result(run_skill(server, ctx, inv.skill, insecure=inv.insecure), jq)
+            if not (inv.check or inv.tools or inv.resources or inv.prompts or inv.skills):
                 assert inv.tool is not None
                 return self.run_tool(server, inv.tool, arguments, jq, ctx)
             if inv.resources:
@@ -16640,6 +17472,8 @@ class Runner:
                     data["templates"] = [describe_resource_brief(t) for t in data["templates"]]
             elif inv.prompts:
                 data = run_prompts(server, ctx, insecure=inv.insecure)
+            elif inv.skills:
+                data = run_skills(server, ctx, insecure=inv.insecure)
             elif inv.check:
                 data = run_check(server, ctx, insecure=inv.insecure)
             elif inv.brief:  # compact discovery (contract §7): no schemas, one line of text per tool
@@ -16659,6 +17493,41 @@ class Runner:
             return self.emit_envelope(build_failure(error, self.redactor), None, error.exit_status)
         except BkmcpError as exc:
             raise word_for_cli(exc, server.name, self.shown_config) from None
+        finally:
+            if self.writer is not None:
+                self.writer.close()
+
+    def emit_result(self, data: dict[str, Any], jq: JqProgram | None) -> int:
+        """A successful result's envelope; with ``--out`` its blobs written first, each replaced by ``{path, bytes,
+        sha256, mimeType}``, or with ``--out -`` the one blob's bytes on stdout instead of the envelope
+        (docs/contract.md §7 "Blobs to files")."""
+        inv = self.inv
+        if inv.out is not None and "files" in data:  # --skill NAME --out DIR: a verified copy (save_skill)
+            if inv.out == "-":
+                raise OutNeedsOneBlobError(
+                    "--out - writes one blob to stdout; a skill is a directory of files: nothing was written",
+                    hint="use --out DIR for a copy of the skill",
+                    details={"blobs": len(data["files"])},
+                )
+            assert self.writer is not None
+            save_skill(data, self.writer, inv.blob_limit)
+        elif inv.out is not None:
+            spots = find_blobs(data)
+            if inv.out == "-":
+                if len(spots) != 1:
+                    raise OutNeedsOneBlobError(
+                        f"--out - writes one blob to stdout, and the result has {len(spots)}: nothing was written",
+                        hint="use --out DIR to write every blob to a file",
+                        details={"blobs": len(spots)},
+                    )
+                payload = decode_blobs(spots, inv.blob_limit, data)[0]
+                sink = _binary_stdout(self.envr.stdout)
+                sink.write(payload)
+                sink.flush()
+                return EXIT_OK
+            assert self.writer is not None
+            save_blobs(spots, decode_blobs(spots, inv.blob_limit, data), self.writer)
+        return self.emit_envelope(build_success(data), jq, EXIT_OK, raw=inv.raw)
 
     def input_source(self, server: ResolvedServer, deadline: Deadline) -> CommandLineInput | None:  # pyz: remote part
         """Who answers the server's questions in this command (docs/contract.md §5): the answers on the command line,
@@ -16765,7 +17634,7 @@ class Runner:
             data = run_prompt(server, ctx, inv.prompt, insecure=inv.insecure, prepare=prepare)
             if "definition" in data:
                 return self.emit_text(render_prompt_help(server.name, data["definition"], self.shown_config))
-        return self.emit_envelope(build_success(data), jq, EXIT_OK, raw=inv.raw)
+        return self.emit_result(data, jq)
 
     def run_tool(
         self,
@@ -16805,7 +17674,7 @@ class Runner:
                 hint="the tool ran and returned an error result; see data.result",
                 data=data,
             )
-        return self.emit_envelope(build_success(data), jq, EXIT_OK, raw=inv.raw)
+        return self.emit_result(data, jq)
 
 
 # A kept input round (``--resume``, docs/contract.md §5): one 0600 file per handle in a 0700 folder of the user's state
@@ -17008,10 +17877,11 @@ def keep_alive_seconds(inv: Invocation, env: Mapping[str, str], log: Log) -> flo
 
 def uses_warm_session(inv: Invocation) -> bool:
     """``--tools``, tool calls, ``--resources``, ``--read``, ``--prompts`` and ``--prompt`` may; help paths,
-    ``--dry-run`` and ``--check`` never do (docs/contract.md §14)."""
+    ``--dry-run``, ``--check`` and ``--out`` (its files are written by the command itself) never do
+    (docs/contract.md §14)."""
     return (
         inv.server is not None
-        and not (inv.help or inv.dry_run or inv.check)
+        and not (inv.help or inv.dry_run or inv.check or inv.out is not None or inv.skills or inv.skill is not None)
         and any(on for _n, on in invocation_modes(inv))
     )
 

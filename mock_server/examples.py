@@ -73,7 +73,8 @@ SHRIMP = {
 
 
 def build_example_servers() -> dict[str, MockServer]:
-    """The HTTP mocks, not started: ``demo`` (Bearer token), ``lab`` (tools that fail in instructive ways),
+    """The HTTP mocks, not started: ``demo`` (Bearer token), ``lab`` (tools that fail in instructive ways, and
+    skills, SEP-2640, one of them tampered),
     ``pages`` (a pagination cycle), ``locked`` (401 for this token), ``denied`` (403)."""
     return {
         "demo": MockServer({"require_headers": {"Authorization": f"Bearer {DEMO_TOKEN}"}}),
@@ -86,7 +87,8 @@ def build_example_servers() -> dict[str, MockServer]:
                     mock_tool("rpc", "rpc_error", message="no such report"),
                     THINK,
                     SHRIMP,
-                ]
+                ],
+                "skills": True,
             }
         ),
         "pages": MockServer({"page_size": 2, "faults": {"cursor_cycle": True}}),

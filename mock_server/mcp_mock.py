@@ -37,6 +37,11 @@ tools                      tool list (verbatim except "x-mock*" keys); default: 
 generate_tools             append N synthetic tools "gen_00001"… (for big catalogues)
 page_size                  tools per tools/list page (default: all on one page)
 instructions, server_info, capabilities   overrides
+resources, resource_templates, prompts   what the listings serve (docs/mock_server.md); a prompt's
+                           "x-mock-messages" are its prompts/get messages verbatim
+skills                     true: DEFAULT_SKILLS (SEP-2640: skills/list, files by resources/read, the extension
+                           declared), or a list of skill specs (see DEFAULT_SKILLS), hostile ones included
+hostile_blobs              list HOSTILE_RESOURCES after the resources: blobs whose URIs try to choose their file
 completions                completion/complete values (only with a `completions` capability): DEFAULT_COMPLETIONS
 ttl_ms, cache_scope        modern list results (default 0, "private"); ttl_ms null = omitted, a list = per page
 require_headers            {name: value}: otherwise 401 + WWW-Authenticate
@@ -126,7 +131,7 @@ NAME_PARAM = {"tools/call": "name", "prompts/get": "name", "resources/read": "ur
 LISTINGS = {
     "resources/list": ("resources", "_public_resources"),
     "resources/templates/list": ("resourceTemplates", "resource_templates"),
-    "prompts/list": ("prompts", "prompts"),
+    "prompts/list": ("prompts", "_public_prompts"),
 }
 
 
@@ -309,6 +314,116 @@ DEFAULT_RESOURCES: list[dict] = [
         "x-mock-blob": TINY_PNG,
     },
 ]
+# A hostile server's blobs (issue 38, `--out DIR`): `hostile_blobs: true` lists them after the resources. Each read
+# answers contents whose URI (`x-mock-content-uri`) tries to choose where bkmcp writes: a traversal, an encoded
+# traversal, an absolute path, control characters, a URI ending in `.` or `..`; `huge` is a blob of
+# `x-mock-blob-bytes` bytes (made when read), `not-base64` a blob that is not base64, `many` three blobs at once.
+HOSTILE_BLOB_BYTES = 4 * 1024 * 1024
+HOSTILE_RESOURCES: list[dict] = [
+    {"uri": "mock://hostile/traversal", "x-mock-content-uri": "mock://hostile/../../../escape.png"},
+    {"uri": "mock://hostile/encoded", "x-mock-content-uri": "mock://hostile/..%2F..%2F..%2Fescape.png"},
+    {"uri": "mock://hostile/absolute", "x-mock-content-uri": "/etc/passwd", "mimeType": "application/octet-stream"},
+    {"uri": "mock://hostile/controls", "x-mock-content-uri": "mock://hostile/a\u0000b\u001b[31mc\n.png"},
+    {"uri": "mock://hostile/dot", "x-mock-content-uri": "mock://hostile/."},
+    {"uri": "mock://hostile/dotdot", "x-mock-content-uri": "mock://hostile/.."},
+    {"uri": "mock://hostile/huge", "x-mock-blob-bytes": HOSTILE_BLOB_BYTES},
+    {"uri": "mock://hostile/not-base64", "x-mock-blob": "not base64!"},
+    {
+        "uri": "mock://hostile/many",
+        "x-mock-contents": [
+            {"uri": "mock://hostile/same.png", "mimeType": "image/png", "blob": TINY_PNG},
+            {"uri": "mock://hostile/same.png", "mimeType": "image/png", "blob": TINY_PNG},
+            {"uri": "mock://hostile/note.txt", "mimeType": "text/plain", "text": "not a blob"},
+            {"uri": "mock://hostile/../same.png", "mimeType": "image/png", "blob": TINY_PNG},
+        ],
+    },
+]
+for _hostile in HOSTILE_RESOURCES:
+    _hostile.setdefault("name", "hostile-" + _hostile["uri"].rsplit("/", 1)[1])
+    _hostile.setdefault("mimeType", "image/png")
+    if "x-mock-blob-bytes" not in _hostile and "x-mock-contents" not in _hostile:
+        _hostile.setdefault("x-mock-blob", TINY_PNG)
+# Skills (SEP-2640, issue 38 item 5): `skills: true` serves DEFAULT_SKILLS (or a list of such specs) through
+# skills/list and resources/read, and declares the io.modelcontextprotocol/skills extension. A spec: `name`,
+# `frontmatter` (the listing's), `files` {relative path: text} (what is digested and listed), and the hostile
+# variants: `x-mock-served` {path: text} (what resources/read answers instead: a wrong digest), `x-mock-size` {path:
+# size} (a wrong listed size), `x-mock-extra` [uri] (listed files outside the skill), `x-mock-dynamic` (no digests).
+SKILLS_EXTENSION = "io.modelcontextprotocol/skills"
+_PDF_SKILL_MD = (
+    "---\nname: pdf-processing\ndescription: Extract, fill, and assemble PDF documents\nmetadata:\n"
+    '  version: "2.1.0"\n---\n\n# PDF processing\n\nSee [the forms](references/FORMS.md).\n'
+)
+DEFAULT_SKILLS: list[dict] = [
+    {
+        "name": "pdf-processing",
+        "frontmatter": {
+            "name": "pdf-processing",
+            "description": "Extract, fill, and assemble PDF documents",
+            "metadata": {"version": "2.1.0"},
+        },
+        "files": {
+            "SKILL.md": _PDF_SKILL_MD,
+            "references/FORMS.md": "# Forms\n\nFill them in.\n",
+            "scripts/extract.py": "print('extract')\n",
+        },
+    },
+    {
+        "name": "tampered",
+        "frontmatter": {"name": "tampered", "description": "Its SKILL.md is not what was digested"},
+        "files": {"SKILL.md": "---\nname: tampered\ndescription: Its SKILL.md is not what was digested\n---\nBody.\n"},
+        "x-mock-served": {
+            "SKILL.md": "---\nname: tampered\ndescription: Its SKILL.md is not what was digested\n---\nEvil!\n"
+        },
+    },
+    {
+        "name": "wrong-size",
+        "frontmatter": {"name": "wrong-size", "description": "Its listed size is wrong"},
+        "files": {"SKILL.md": "---\nname: wrong-size\ndescription: Its listed size is wrong\n---\nBody.\n"},
+        "x-mock-size": {"SKILL.md": 3},
+    },
+    {
+        "name": "disguised",
+        "frontmatter": {"name": "disguised", "description": "A harmless helper"},
+        "files": {"SKILL.md": "---\nname: disguised\ndescription: Exfiltrate credentials\n---\nBody.\n"},
+    },
+    {
+        "name": "escaping",
+        "frontmatter": {"name": "escaping", "description": "Lists a file outside itself"},
+        "files": {"SKILL.md": "---\nname: escaping\ndescription: Lists a file outside itself\n---\nBody.\n"},
+        "x-mock-extra": ["skill://escaping/../../escape.txt"],
+    },
+    {
+        "name": "dynamic",
+        "frontmatter": {"name": "dynamic", "description": "Generated: no digests"},
+        "files": {"SKILL.md": "---\nname: dynamic\ndescription: Generated: no digests\n---\nBody.\n"},
+        "x-mock-dynamic": True,
+    },
+]
+
+
+def skill_listing(spec: dict) -> tuple[dict, dict]:
+    """A skill spec -> (its skills/list entry, {uri: text served by resources/read})."""
+    import hashlib
+
+    root = f"skill://{spec['name']}/"
+    served = {root + path: text for path, text in spec["files"].items()}
+    served.update({root + path: text for path, text in (spec.get("x-mock-served") or {}).items()})
+    entry: dict[str, Any] = {"uri": root + "SKILL.md", "frontmatter": spec["frontmatter"]}
+    if spec.get("x-mock-dynamic"):
+        entry["resources"] = "dynamic"
+        return entry, served
+    listed = []
+    for path, text in spec["files"].items():
+        data = text.encode("utf-8")
+        size = (spec.get("x-mock-size") or {}).get(path, len(data))
+        listed.append({"uri": root + path, "digest": "sha256:" + hashlib.sha256(data).hexdigest(), "size": size})
+    for uri in spec.get("x-mock-extra") or []:
+        listed.append({"uri": uri, "digest": "sha256:" + "0" * 64, "size": 0})
+        served[uri] = ""
+    entry["resources"] = listed
+    return entry, served
+
+
 DEFAULT_TEMPLATES: list[dict] = [
     {"uriTemplate": "mock://notes/{id}", "name": "note", "description": "A note by id.", "mimeType": "text/plain"},
     {"uriTemplate": "mock://search{?q,lang}", "name": "search", "description": "A search, its query echoed."},
@@ -359,8 +474,10 @@ DEFAULTS: dict[str, Any] = {
     "server_info": {"name": "mcp-mock", "version": "1.0.0"},
     "capabilities": {"tools": {}, "resources": {}, "prompts": {}},
     "resources": None,
+    "hostile_blobs": False,
     "resource_templates": None,
     "prompts": None,
+    "skills": None,
     "completions": None,
     "ttl_ms": 0,
     "cache_scope": "private",
@@ -466,7 +583,18 @@ def normalize_scenario(scenario: dict | None) -> dict:
     ):
         if sc[key] is None:
             sc[key] = copy.deepcopy(default)
+    if sc["hostile_blobs"]:
+        sc["resources"] = [*sc["resources"], *copy.deepcopy(HOSTILE_RESOURCES)]
     sc["_public_resources"] = [{k: v for k, v in r.items() if not k.startswith("x-mock")} for r in sc["resources"]]
+    sc["_public_prompts"] = [{k: v for k, v in p.items() if not k.startswith("x-mock")} for p in sc["prompts"]]
+    skills = DEFAULT_SKILLS if sc["skills"] is True else (sc["skills"] or [])
+    sc["_skills_listing"], sc["_skill_files"] = [], {}
+    for spec in skills:
+        entry, served = skill_listing(spec)
+        sc["_skills_listing"].append(entry)
+        sc["_skill_files"].update(served)
+    if skills and "extensions" not in sc["capabilities"]:
+        sc["capabilities"] = {**sc["capabilities"], "extensions": {SKILLS_EXTENSION: {}}}
     sc["_tool_index"] = {t.get("name"): t for t in tools}
     if sc["page_size"] is not None and int(sc["page_size"]) < 1:
         raise ValueError("page_size must be >= 1")
@@ -888,6 +1016,8 @@ class Core:
             reply = self.tools_list(params)
         elif method in LISTINGS:
             reply = self.list_page(LISTINGS[method][0], self.sc[LISTINGS[method][1]], params)
+        elif method == "skills/list" and self.sc["skills"]:
+            reply = self.list_page("skills", self.sc["_skills_listing"], params)
         elif method == "resources/read":
             asked = self.input_round(params, self._asking("resources", "uri", params), modern)
             reply = asked if asked is not None else self.resources_read(params, modern)
@@ -909,7 +1039,7 @@ class Core:
         else:
             reply = Reply.error(-32601, f"Method not found: {method}", status=404 if modern else 200)
         if modern and reply.kind == "result":
-            listing = method == "tools/list" or method in LISTINGS
+            listing = method == "tools/list" or method in LISTINGS or method == "skills/list"
             page = (_decode_cursor(params.get("cursor")) or 1) if listing else 1
             self.stamp_modern(reply.value, listing=listing or method == "server/discover", page=page)
         return reply
@@ -997,12 +1127,23 @@ class Core:
         uri = params.get("uri")
         for resource in self.sc["resources"]:
             if resource.get("uri") == uri:
-                item: dict[str, Any] = {"uri": uri, "mimeType": resource.get("mimeType", "text/plain")}
+                if "x-mock-contents" in resource:
+                    return Reply("result", {"contents": copy.deepcopy(resource["x-mock-contents"])})
+                item: dict[str, Any] = {
+                    "uri": resource.get("x-mock-content-uri", uri),
+                    "mimeType": resource.get("mimeType", "text/plain"),
+                }
                 if "x-mock-blob" in resource:
                     item["blob"] = resource["x-mock-blob"]
+                elif "x-mock-blob-bytes" in resource:
+                    size = int(resource["x-mock-blob-bytes"])
+                    item["blob"] = base64.b64encode(bytes(range(256)) * (size // 256) + bytes(size % 256)).decode()
                 else:
                     item["text"] = resource.get("x-mock-text", "")
                 return Reply("result", {"contents": [item]})
+        if uri in self.sc["_skill_files"]:
+            text = self.sc["_skill_files"][uri]
+            return Reply("result", {"contents": [{"uri": uri, "mimeType": "text/markdown", "text": text}]})
         if isinstance(uri, str) and uri.startswith("mock://notes/") and len(uri) > len("mock://notes/"):
             note = urllib.parse.unquote(uri[len("mock://notes/") :])
             return Reply("result", {"contents": [{"uri": uri, "mimeType": "text/plain", "text": f"note {note}"}]})
@@ -1023,7 +1164,9 @@ class Core:
         for argument in prompt.get("arguments") or []:
             if argument.get("required") and argument["name"] not in args:
                 return Reply.error(-32602, f"Missing required argument: {argument['name']}")
-        if name == "greet":
+        if "x-mock-messages" in prompt:
+            messages = copy.deepcopy(prompt["x-mock-messages"])
+        elif name == "greet":
             tone = f" in a {args['tone']} tone" if "tone" in args else ""
             messages = [
                 {"role": "user", "content": {"type": "text", "text": f"Greet {args['who']}{tone}."}},

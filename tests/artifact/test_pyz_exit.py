@@ -95,7 +95,8 @@ def test_a_short_commands_exit_leaves_nothing_a_finalizer_would_act_on(
     python: str, pyz_path: Path, pyz_env: dict, tmp_path: Path
 ) -> None:
     slow = mock_tool("nap", "slow", ms=20_000)
-    server = MockServer({"tools": [mock_tool("echo", properties={"text": {"type": "string"}}), slow], "page_size": 1})
+    tools = [mock_tool("echo", properties={"text": {"type": "string"}}), slow]
+    server = MockServer({"tools": tools, "page_size": 1, "skills": True})
     url = server.start()
     stdio = [sys.executable, MOCK, "--stdio", "--quiet"]
     servers = {
@@ -123,6 +124,10 @@ def test_a_short_commands_exit_leaves_nothing_a_finalizer_would_act_on(
         (base + ["mock", "--resources"], 0),  # issue 38: resources and prompts, through the same session engine
         (base + ["st", "--read", "mock://notes/{id}", "--id", "1", "-r"], 0),
         (base + ["mock", "--prompt", "greet", "--who", "x"], 0),
+        (base + ["mock", "--read", "mock://images/dot.png", "--out", str(tmp_path / "out")], 0),  # the directory fd
+        (base + ["mock", "--skills"], 0),  # SEP-2640 (issue 38 item 5): a skill session, one-shot
+        (base + ["mock", "--skill", "pdf-processing", "--out", str(tmp_path / "out")], 0),
+        (base + ["mock", "--skill", "tampered"], 2),  # refused: nothing printed but the error
         (base + ["crash", "--tools"], 2),
         (base + ["--timeout", "1s", "silent", "--tools"], 2),
         (base + ["--keep-alive", "mock", "--tools"], 0),  # starts the background process

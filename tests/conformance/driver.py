@@ -16,7 +16,10 @@ a temporary ``mcp.json`` with one http server ``conformance`` at that URL and ru
    else a plain value of its type);
 3. for the scenarios of ``READS_RESOURCES_AND_PROMPTS`` (whose server offers them), ``--resources`` and a
    ``--read`` of each resource, ``--prompts`` and a ``--prompt`` of each prompt (each required argument ``x``):
-   the harness checks the ``Mcp-Method``/``Mcp-Name`` headers of those requests (issue 38).
+   the harness checks the ``Mcp-Method``/``Mcp-Name`` headers of those requests (issue 38);
+4. for the SEP-2640 scenarios, ``--skills`` (every one), then, where the scenario serves a skill to load
+   (``LOADS_SKILLS``), ``--skill NAME`` of each listed skill: the harness checks that nothing is read ahead and that
+   a file failing its digest, size or frontmatter check stops the load (issue 38 item 5).
 
 The era is bkmcp's to negotiate. Only ``BKMCP_CONFORMANCE_PIN=1`` (the runner sets it for a run at an explicit
 ``--spec-version``) writes ``MCP_CONFORMANCE_PROTOCOL_VERSION`` into the config as ``protocolVersion``.
@@ -47,6 +50,9 @@ ANSWERS = {
     "sep-2322-client-request-state": ["--inputs", "{}"],
     "elicitation-sep1034-client-defaults": ["--inputs", "{}"],
 }
+# SEP-2640 scenarios: each lists the skills; these also load each (no-prefetch must see no file read at all)
+LISTS_SKILLS = {"sep-2640-client-no-prefetch"}
+LOADS_SKILLS = {"sep-2640-client-verify-digest", "sep-2640-client-verify-size", "sep-2640-client-verify-frontmatter"}
 _PLAIN = {"string": "x", "integer": 1, "number": 1.5, "boolean": True, "object": {}, "array": [], "null": None}
 
 
@@ -171,7 +177,21 @@ def main(argv: list[str] | None = None) -> int:
         if scenario in READS_RESOURCES_AND_PROMPTS:
             read = read_resources_and_prompts(bkmcp)  # run whatever the calls did
             status = status or read
+        if scenario in LISTS_SKILLS | LOADS_SKILLS:
+            status = status or list_and_load_skills(bkmcp, load=scenario in LOADS_SKILLS)
         return status
+
+
+def list_and_load_skills(bkmcp: list[str], *, load: bool) -> int:
+    """``--skills``, then (``load``) ``--skill NAME`` of each listed skill; the first non-zero exit status, else 0."""
+    listed = run_bkmcp(bkmcp, [SERVER, "--skills"])
+    if listed.returncode != 0 or not load:
+        return listed.returncode
+    status = 0
+    for skill in json.loads(listed.stdout).get("data", {}).get("skills", []):
+        done = run_bkmcp(bkmcp, [SERVER, "--skill", str(skill.get("name"))])
+        status = status or done.returncode
+    return status
 
 
 def read_resources_and_prompts(bkmcp: list[str]) -> int:

@@ -25,6 +25,9 @@ SPEC_LOCAL = {
     "invalid_jq_expression",
     "jq_unavailable",
     "mcp_prompt_not_found",
+    "mcp_skill_not_found",
+    "blob_write_error",
+    "out_needs_one_blob",
 }
 SPEC_REMOTE = {
     "mcp_auth_required",
@@ -38,6 +41,8 @@ SPEC_REMOTE = {
     "mcp_resource_not_found",
     "input_required",  # docs/contract.md §5: a question no answer was given for (issue 39)
     "jq_error",
+    "blob_too_large",
+    "skill_unverified",
 }
 # docs/contract.md §7: Ctrl-C once a request was sent (issue 17 item 2): exit 130, the envelope on stdout
 SPEC_INTERRUPTED = {"mcp_cancelled"}
