@@ -252,9 +252,9 @@ def resident_options(registry: str, *options: str) -> bkmcp.ResidentOptions:
 
 def fake_engine(client_class: Any) -> dict[str, Any]:
     """Stand-ins for the section-7 building blocks ``run_call`` uses (``SessionSource``, ``discover_tools``,
-    ``call_tool``) backed by an object with ``connect/list_tools/call_tool/close``: for unit tests of the CLI's
-    routing that must not touch the network. Apply with ``monkeypatch.setattr(bkmcp, name, value)`` or
-    ``mock.patch.multiple(bkmcp, **fake_engine(cls))``."""
+    ``call_tool``, ``plan_task``: never a task) backed by an object with ``connect/list_tools/call_tool/close``:
+    for unit tests of the CLI's routing that must not touch the network. Apply with
+    ``monkeypatch.setattr(bkmcp, name, value)`` or ``mock.patch.multiple(bkmcp, **fake_engine(cls))``."""
 
     class Sessions:
         def start(self, server: Any, ctx: Any, *, insecure: bool) -> Any:
@@ -273,7 +273,10 @@ def fake_engine(client_class: Any) -> dict[str, Any]:
         "SessionSource": Sessions,
         "discover_tools": lambda session, ctx: (session.list_tools(), 1),
         "usable_tools": lambda session, ctx, tools: (tools, list(getattr(session, "excluded", []))),
-        "call_tool": lambda session, ctx, name, arguments, tool=None, pending=None: session.call_tool(name, arguments),
+        "call_tool": lambda session, ctx, name, arguments, tool=None, pending=None, as_task=False: session.call_tool(
+            name, arguments
+        ),
+        "plan_task": lambda session, ctx, tool, choice: False,
     }
 
 
@@ -284,6 +287,25 @@ def sigint_as_in_a_terminal() -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def interrupted_run(
+    argv: list[str], env: Mapping[str, str], ready: Any, timeout: float = 30.0
+) -> tuple[int, bytes, bytes]:
+    """Run ``argv``, send it SIGINT (as a terminal's Ctrl-C) once ``ready()`` is true, and return its exit status,
+    stdout and stderr; the process is gone when this returns, whatever happened."""
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(env), preexec_fn=sigint_as_in_a_terminal
+    )
+    try:
+        assert ready(), "the process never got ready to be interrupted"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return proc.returncode, out, err
 
 
 def http_server(
@@ -444,3 +466,58 @@ def stdio_mock_log(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+_MOCK_TARGETS = iter(range(1 << 30))
+
+
+class MockTarget:
+    """The mock server (``mock_server/mcp_mock.py``) over one transport and era — HTTP in-process, or a stdio child
+    that logs JSON lines — as the server ``m`` of its own mcp.json (``pin``: with ``protocolVersion``); ``run`` runs
+    bkmcp in-process in ``cwd`` (``tmp/work``); ``received`` is the server's log of every request with an id."""
+
+    def __init__(
+        self, tmp: Path, transport: str, version: str, scenario: dict[str, Any] | None = None, *, pin: bool = False
+    ) -> None:
+        from mock_server.mcp_mock import MockServer
+
+        self.http: Any = None
+        self.log_path = tmp / f"stdio-{version}-{next(_MOCK_TARGETS)}.jsonl"  # one log per target
+        scenario = {"versions": [version], **(scenario or {})}
+        if transport == "http":
+            self.http = MockServer(scenario)
+            self.http.start()
+            entry: dict[str, Any] = {"type": "http", "url": self.http.url}
+        else:
+            argv = [str(ROOT / "mock_server" / "mcp_mock.py"), "--stdio", "--quiet", "--scenario-json"]
+            entry = {
+                "type": "stdio",
+                "command": sys.executable,
+                "args": [*argv, json.dumps(scenario), "--log", str(self.log_path)],
+            }
+        if pin:
+            entry["protocolVersion"] = version
+        self.config = write_mcp_json(tmp / f"mcp-{transport}-{version}.json", {"m": entry})
+        self.cwd = tmp / "work"
+        self.cwd.mkdir(exist_ok=True)
+
+    def run(self, *args: str) -> Any:
+        return run_bkmcp("--config", str(self.config), "m", *args, cwd=str(self.cwd))
+
+    def received(self) -> list[dict[str, Any]]:
+        """The log entry of every JSON-RPC request the server received, in order (notifications and responses left
+        out): ``rpc_method``, ``json`` and, over HTTP, ``headers``."""
+        if self.http is not None:
+            entries = self.http.log
+        else:
+            lines = self.log_path.read_text().splitlines() if self.log_path.exists() else []
+            entries = [json.loads(line) for line in lines]
+        return [e for e in entries if e.get("rpc_method") and isinstance(e.get("json"), dict) and "id" in e["json"]]
+
+    def requests(self) -> list[dict[str, Any]]:
+        """The JSON-RPC requests themselves, in order."""
+        return [e["json"] for e in self.received()]
+
+    def stop(self) -> None:
+        if self.http is not None:
+            self.http.stop()
