@@ -534,15 +534,15 @@ def interop_log_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return Path(tmp_path_factory.mktemp("interop-logs"))
 
 
-def _sdk_fixture(variant: str, log_dir: Path) -> InteropServer:
+def _sdk_fixture(variant: str, log_dir: Path, extra: tuple[str, ...] = ()) -> InteropServer:
     try:
         python = resolve_sdk_python()
     except InteropUnavailable as exc:
         _unavailable(str(exc))
         raise  # unreachable
     return start_http_server(
-        "sdk-" + variant,
-        lambda port: [python, str(SDK_SERVER_SCRIPT), "--port", str(port), "--variant", variant],
+        "sdk-" + variant + "".join(extra),
+        lambda port: [python, str(SDK_SERVER_SCRIPT), "--port", str(port), "--variant", variant, *extra],
         # uvicorn's own line, printed after the socket is bound
         lambda port: f"Uvicorn running on http://{HOST}:{port}",
         log_dir,
@@ -573,6 +573,18 @@ def sdk_server_stateless(interop_log_dir: Path):
 def sdk_server_legacy(interop_log_dir: Path):
     """Python SDK 2.3.0 stateful SSE behind a 1.x-style version gate: legacy-only on the wire."""
     yield from _serving(_sdk_fixture("legacy-pinned", interop_log_dir))
+
+
+@pytest.fixture(scope="session")
+def sdk_everything_stateful(interop_log_dir: Path):
+    """Python SDK 2.3.0, stateful + SSE, with the SDK everything-server's resources and prompts."""
+    yield from _serving(_sdk_fixture("stateful-sse", interop_log_dir, ("--everything-fixtures",)))
+
+
+@pytest.fixture(scope="session")
+def sdk_everything_stateless(interop_log_dir: Path):
+    """Python SDK 2.3.0, stateless_http + json_response, with the SDK everything-server's resources and prompts."""
+    yield from _serving(_sdk_fixture("stateless-json", interop_log_dir, ("--everything-fixtures",)))
 
 
 @pytest.fixture(scope="session")
