@@ -3,7 +3,8 @@ everything-server fixtures (``sdk_server.py --everything-fixtures``: python-sdk@
 examples/servers/everything-server, 2026-08-20, re-declared on ``mcp`` 2.3.0) over Streamable HTTP (stateful SSE and
 stateless JSON) and stdio, all three unpinned and so speaking 2026-07-28: every resource (3) and the template (1)
 listed, every resource read (text and blob), the template read through its ``--id`` flag, every prompt (4) fetched
-with its arguments; and the one-shot, warm (``--keep-alive``) and resident answers the same.
+with its arguments, an unknown URI's stable code (the 2026-07-28 ``-32602``); and the
+one-shot, warm (``--keep-alive``) and resident answers the same.
 """
 
 from __future__ import annotations
@@ -88,8 +89,9 @@ def test_every_resource_and_the_template_listed_and_read_in_2026_07_28(sdk):
         ("template_resource", TEMPLATE, "text/plain")
     ]
     for uri, (_, key, value) in RESOURCES.items():
-        contents = sdk.data("--read", uri)["result"]["contents"]
-        assert contents == [{"uri": uri, "mimeType": "text/plain", key: value}], uri
+        result = sdk.data("--read", uri)["result"]
+        assert result["contents"] == [{"uri": uri, "mimeType": "text/plain", key: value}], uri
+        assert result["resultType"] == "complete", uri  # a 2026-07-28 result
     assert base64.b64decode(PNG).startswith(b"\x89PNG")
     raw = sdk.run("--read", "test://static-text", "-r")
     assert (raw.returncode, raw.stdout) == (0, "This is the content of the static text resource.\n")
@@ -100,6 +102,16 @@ def test_every_resource_and_the_template_listed_and_read_in_2026_07_28(sdk):
     assert json.loads(item["text"]) == {"id": "42", "templateTest": True, "data": "Data for ID: 42"}
     help_ = sdk.run("--read", TEMPLATE, "--help")
     assert help_.returncode == 0 and "--id VALUE  required" in help_.stdout
+    # RFC 6570 simple expansion escapes "/", and the SDK's template matcher decodes it back
+    read = sdk.data("--read", TEMPLATE, "--id", "a/b c")
+    assert read["uri"] == "test://template/a%2Fb%20c/data"
+    assert json.loads(read["result"]["contents"][0]["text"])["id"] == "a/b c"
+
+
+def test_an_unknown_uri_is_mcp_resource_not_found_with_the_2026_07_28_code(sdk):
+    done = sdk.run("--read", "test://nowhere")
+    error = json.loads(done.stdout)["error"]
+    assert (done.returncode, error["code"], error["rpc_error"]["code"]) == (2, "mcp_resource_not_found", -32602)
 
 
 def test_every_prompt_fetched_with_its_arguments_in_2026_07_28(sdk):
@@ -109,6 +121,11 @@ def test_every_prompt_fetched_with_its_arguments_in_2026_07_28(sdk):
     for name, (flags, _, first) in PROMPTS.items():
         messages = sdk.data("--prompt", name, *flags)["result"]["messages"]
         assert messages[0] == {"role": "user", "content": first}, name
+    raw = sdk.run("--prompt", "test_prompt_with_image", "-r")
+    assert (raw.returncode, raw.stdout) == (
+        0,
+        "[user]\n[image image/png, 70 bytes]\n\n[user]\nPlease analyze the image above.\n",
+    )
     missing = sdk.run("--prompt", "test_prompt_with_arguments", "--arg1", "one")
     assert missing.returncode == 1
     assert json.loads(missing.stderr.splitlines()[-1])["error"]["code"] == "invalid_mcp_arguments"
@@ -121,6 +138,7 @@ def test_warm_and_resident_answers_are_the_one_shot_answers(sdk, tmp_path):
         *(["--read", uri] for uri in RESOURCES),
         ["--read", TEMPLATE, "--id", "42"],
         ["--read", "test://static-text", "-r"],
+        ["--read", "test://nowhere"],
         ["--prompts"],
         *(["--prompt", name, *flags] for name, (flags, _, _) in PROMPTS.items()),
     ]
@@ -128,7 +146,7 @@ def test_warm_and_resident_answers_are_the_one_shot_answers(sdk, tmp_path):
     for args in commands:
         one = sdk.run(*args)
         warm = sdk.run(*args, "--keep-alive")
-        assert one.returncode == 0, (args, one.stdout, one.stderr)
+        assert one.returncode == (2 if "test://nowhere" in args else 0), (args, one.stdout, one.stderr)
         assert (warm.returncode, warm.stdout, warm.stderr) == (one.returncode, one.stdout, one.stderr), args
         if "-r" not in args and "--brief" not in args:
             one_shot[tuple(args)] = json.loads(one.stdout)["data"]
