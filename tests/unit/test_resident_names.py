@@ -314,10 +314,14 @@ def test_parse_command_takes_the_new_actions():
         _command({"action": "get_prompt", "server_name": "s", "name": "p", "arguments": {"a": "1"}})
     )
     assert got.params["arguments"] == {"a": "1"}
-    for action in ("list_resources", "list_prompts"):
+    for action in ("list_resources", "list_prompts", "list_skills"):
         assert bkmcp.parse_command(_command({"action": action})).action == action
-    with pytest.raises(bkmcp.UnknownActionError):  # skills are not actions yet
-        bkmcp.parse_command(_command({"action": "list_skills"}))
+    skill = bkmcp.parse_command(
+        _command({"action": "read_skill", "server_name": "s", "name": "pdf", "timeout_ms": 500})
+    )
+    assert (skill.action, skill.params["name"], skill.deadline.seconds) == ("read_skill", "pdf", 0.5)
+    with pytest.raises(bkmcp.InvalidCommandError):
+        bkmcp.parse_command(_command({"action": "read_skill", "server_name": "s"}))
 
 
 def test_the_resource_options():
