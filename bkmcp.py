@@ -81,8 +81,9 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                    rounds)
        7.4 the CLI's operations    one session each: --check, --tools (and --tools --brief), --resources (and
                                    --resources --brief), --read, --prompts, --prompt, --skills, --skill (read
-                                   lazily, each file verified before the next: run_skill; the skills extension
-                                   declared by their sessions only: SkillSessions), --dry-run
+                                   lazily, each file verified before the next: load_skill, the resident's too;
+                                   the skills extension declared by their sessions only: SkillSessions),
+                                   --dry-run
     8. Schema flags             inputSchema -> typed flags, values, validation, answers, in seven rooms:
        8.1 flag records            ToolFlag, BodyOnlyField (why a property gets no flag: set it with --body)
        8.2 local references        resolve_schema: one resolver for flags and help examples, within one
@@ -122,7 +123,8 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                    --max-user-processes; eviction, reaper; a crashed stdio child's retry-after
                                    back-off):
        10.2.1 events                 EventSink (--events); a URI as an event names it (build_event_uri)
-       10.2.2 the live session       ResidentSession, the adapter over the section-7 engine
+       10.2.2 the live session       ResidentSession, the adapter over the section-7 engine; skills on it
+                                     (with_skills: the extension per request, a legacy server's own session)
        10.2.3 slots, limits          a slot per server instance, the open-file limit
        10.2.4 whose secrets          which secrets scrub whose answers
        10.2.5 the pool               SessionPool: limits, eviction, the idle reaper (--idle-timeout), back-off
