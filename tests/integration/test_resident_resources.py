@@ -447,7 +447,7 @@ def test_in_process_resources_prompts_and_the_reader(tmp_path):
             ("down", "mcp_connection_error"),
         ]
         assert got["b"]["result"]["result"]["contents"][0]["text"] == "hello from the mock\n"
-        assert (got["c"]["error_code"], got["c"]["details"]["bytes"]) == ("resource_limit", 70)
+        assert (got["c"]["error_code"], got["c"]["details"]["bytes"]) == ("blob_too_large", 70)
         assert got["d"]["result"]["result"]["contents"][0]["bytes"] == 70
         assert got["e"]["error_code"] == "mcp_resource_not_found"
         assert got["f"]["error_code"] == "mcp_capability_unsupported"

@@ -250,3 +250,52 @@ def test_parse_errors_of_the_skill_actions_are_invalid_command(make_world):
     late = world.res.ask("list_skills", "ann", timeout_ms=0)
     assert late["error_code"] == "invalid_command"
     assert world.methods() == []
+
+
+def test_in_process_skills_on_both_eras(tmp_path):
+    """The skill actions through ``bkmcp.main`` in this process (what coverage measures): a public 2026-07-28 HTTP
+    server (the extension per request on its kept session) and a per-user legacy stdio one (its own session for
+    each skill command, its child gone at the end), verified, unverified and unknown."""
+    from tests.helpers import run_bkmcp
+
+    srv = MockServer({"versions": [MODERN], "skills": True})
+    srv.start()
+    try:
+        reg = tmp_path / "r.db"
+        log = tmp_path / "box.jsonl"
+        rows = [http_row("pub", srv.url), stdio_row("box", mock_stdio({"versions": [LEGACY], "skills": True}, log=log))]
+        write_registry(str(reg), rows, {"box": {}})
+
+        def line(task: str, action: str, **params: Any) -> str:
+            body = {"command": "invoke", "task_id": task, "params": {"action": action, **params}}
+            return json.dumps({**body, "user": {"userId": "u1"}}) + "\n"
+
+        stdin = "".join(
+            (
+                line("a", "list_skills"),
+                line("b", "read_skill", server_name="pub", name="pdf-processing"),
+                line("c", "read_skill", server_name="box", name="pdf-processing"),
+                line("d", "read_skill", server_name="box", name="tampered"),
+                line("e", "read_skill", server_name="pub", name="nothing-like-it"),
+            )
+        )
+        res = run_bkmcp("--resident", "--registry", str(reg), stdin=stdin)
+        assert res.exit_status == 0, res.stderr
+        got = {a["task_id"]: a for a in map(json.loads, res.stdout.splitlines())}
+        listed = got["a"]["result"]
+        assert [(s["server_name"], s["skill_count"]) for s in listed["servers"]] == [
+            ("box", len(DEFAULT_SKILLS)),
+            ("pub", len(DEFAULT_SKILLS)),
+        ]
+        for task in ("b", "c"):
+            assert [f["text"] for f in got[task]["result"]["files"]] == list(PDF.values())
+        assert (got["d"]["error_code"], got["d"]["details"]["reason"]) == ("skill_unverified", "digest")
+        assert "Evil" not in res.stdout and "Exfiltrate" not in res.stdout
+        assert got["e"]["error_code"] == "mcp_skill_not_found"
+        kept = [json.loads(e["body"]) for e in srv.log if e.get("rpc_method") == "resources/read"]
+        assert all(r["params"]["_meta"][META] == DECLARED for r in kept) and len(kept) == len(PDF)
+        box = [json.loads(x)["json"] for x in log.read_text().splitlines() if json.loads(x).get("rpc_method")]
+        inits = [r["params"]["capabilities"] for r in box if r.get("method") == "initialize"]
+        assert inits == [{}, DECLARED, DECLARED, DECLARED]  # the kept session, then one own session per command
+    finally:
+        srv.stop()
