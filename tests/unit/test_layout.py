@@ -144,7 +144,7 @@ BEHAVIOURS = [
         "the skills extension declared per request, or a legacy server's own session",
         "10.2.2",
         "with_skills",
-        "with_skills",
+        "ResidentSession.with_skills",
     ),
     ("--max-blob-bytes: one decoded blob, CLI and resident alike", "2.7", "blob_too_large", "blob_over_cap"),
     ("calling a tool, never resent", "7.3", "call", "call_tool"),
