@@ -46,7 +46,8 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                    Mcp-Session-Id that initialize issues (ClientSession)
        5.7 negotiation             the modern probe and the legacy fallback as pure decision steps (Negotiation)
        5.8 x-mcp-header            a tool excluded for an invalid x-mcp-header declaration (split_excluded_tools)
-       5.9 task-only tools         refused before their tools/call (bkmcp has no task support)
+       5.9 tasks                   who runs a call as a task (decide_task), the task's shapes in both eras
+                                   (parse_created_task, build_task_handle), the poll delay (task_poll_delay)
        5.10 skills (SEP-2640)      a skill's listed files (parse_skill_files), each verified against its digest
                                    and size, SKILL.md's YAML frontmatter against the listing's (verify_skill_file,
                                    parse_frontmatter): skill_unverified
@@ -79,6 +80,9 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                    (notifications/cancelled); the one multi-round-trip loop of input_required
                                    (send_with_input: the requestState echoed exactly, at most MAX_INPUT_ROUNDS
                                    rounds)
+       7.3.1 tasks                   a call run as a task and waited for (--task, --detach); --task-status,
+                                     --task-result [--wait], --task-cancel, --tasks; a legacy HTTP task's own
+                                     session (ResumedSessions); the handle store (task_store_path)
        7.4 the CLI's operations    one session each: --check, --tools (and --tools --brief), --resources (and
                                    --resources --brief), --read, --prompts, --prompt, --skills, --skill (read
                                    lazily, each file verified before the next: load_skill, the resident's too;
@@ -160,6 +164,8 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        11.3 the runner             Environment, Runner: one command, local or remote, to its envelope; which
                                    servers a Tab may start, and where (resolve_completion_server); the kept
                                    input rounds of --resume (save_resume, load_resume: 0600, expiring)
+       11.3.1 tasks                  a task handle's commands (task_commands), the store written (save_task), the
+                                     task-id modes run (run_task_mode)
        11.4 --keep-alive           the client and its background process (WarmServer), --sessions and --stop, the
                                    client's Ctrl-C (Interrupt), a process that dies mid-call; the sessions it
                                    keeps: 10.5
@@ -202,6 +208,10 @@ Exception tree (section 1)::
           +-- CapabilityUnsupportedError  mcp_capability_unsupported
           +-- InputRequiredError    input_required         (the server asks a question no answer was given for)
           +-- ResourceNotFoundError mcp_resource_not_found
+          +-- TaskFailedError       mcp_task_failed
+          +-- TaskCancelledError    mcp_task_cancelled
+          +-- TaskRunningError      mcp_task_running
+          +-- TaskExpiredError      mcp_task_expired
           +-- JqError               jq_error
           +-- BlobTooLargeError     blob_too_large         (a blob over --max-blob-bytes: nothing written)
           +-- SkillUnverifiedError  skill_unverified       (a skill file not as skills/list said)
@@ -483,6 +493,28 @@ class InputRequiredError(RemoteError):
 
 class ResourceNotFoundError(RemoteError):
     code = "mcp_resource_not_found"
+
+
+class TaskFailedError(RemoteError):
+    """A task that ended ``failed`` (docs/contract.md §5, "Tasks"): the server's error or status message."""
+
+    code = "mcp_task_failed"
+
+
+class TaskCancelledError(RemoteError):
+    code = "mcp_task_cancelled"
+
+
+class TaskRunningError(RemoteError):
+    """A task still running when bkmcp stopped waiting (``--timeout``) or was asked for a result not there yet."""
+
+    code = "mcp_task_running"
+
+
+class TaskExpiredError(RemoteError):
+    """The server no longer knows a task (its ``ttl`` passed, or it never made one with that id)."""
+
+    code = "mcp_task_expired"
 
 
 class JqError(RemoteError):
@@ -1564,6 +1596,10 @@ class Log:
     def debug(self, message: str) -> None:
         if self.verbose:
             self._write(f"bkmcp: {message}")
+
+    def note(self, message: str) -> None:
+        """One line the user should see without -v (not a warning: bkmcp does what was asked)."""
+        self._write(f"bkmcp: {message}")
 
     def warn(self, message: str, *, once_key: str | None = None) -> None:
         if once_key is not None:
@@ -3066,6 +3102,17 @@ def build_response(request_id: Any, *, result: Any = None, error: dict[str, Any]
     return {"jsonrpc": "2.0", "id": request_id, "result": result if result is not None else {}}
 
 
+def merge_capabilities(declared: Mapping[str, Any] | None, asked: Any) -> dict[str, Any]:
+    """The client capabilities of one modern request: what the operation declares (elicitation when it can answer)
+    with what the request itself adds (the tasks extension, ``call_tool``), ``extensions`` merged key by key."""
+    merged = dict(declared or {})
+    if isinstance(asked, Mapping):
+        for key, value in asked.items():
+            both = isinstance(merged.get(key), Mapping) and isinstance(value, Mapping)
+            merged[key] = {**merged[key], **value} if key == "extensions" and both else value
+    return merged
+
+
 def _with_meta(
     params: dict[str, Any] | None, rules: EraRules, capabilities: Mapping[str, Any] | None
 ) -> dict[str, Any] | None:
@@ -3074,7 +3121,7 @@ def _with_meta(
     params = dict(params or {})
     meta = dict(params.get("_meta") or {})
     meta[META_PROTOCOL_VERSION] = rules.version
-    meta[META_CLIENT_CAPABILITIES] = dict(capabilities or {})
+    meta[META_CLIENT_CAPABILITIES] = merge_capabilities(capabilities, meta.get(META_CLIENT_CAPABILITIES))
     meta[META_CLIENT_INFO] = dict(CLIENT_INFO)
     params["_meta"] = meta
     return params
@@ -3144,6 +3191,18 @@ def build_param_headers(tool: Mapping[str, Any] | None, arguments: Mapping[str, 
     return headers
 
 
+# The param a modern request's ``Mcp-Name`` header carries; the tasks extension routes by task id (ext-tasks
+# specification/draft/tasks.md, "Streamable HTTP: Routing Headers").
+_NAME_HEADER_PARAMS = {
+    "tools/call": "name",
+    "prompts/get": "name",
+    "resources/read": "uri",
+    "tasks/get": "taskId",
+    "tasks/update": "taskId",
+    "tasks/cancel": "taskId",
+}
+
+
 def build_headers(
     rules: EraRules | None,
     *,
@@ -3169,7 +3228,7 @@ def build_headers(
         method = message["method"]
         headers.append(("Mcp-Method", method))
         params = message.get("params") or {}
-        name_key = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}.get(method)
+        name_key = _NAME_HEADER_PARAMS.get(method)
         if name_key and isinstance(params, Mapping):
             encoded = encode_header_value(params.get(name_key))
             if encoded is not None:
@@ -3294,11 +3353,12 @@ def rpc_error_exception(method: str, error: Mapping[str, Any]) -> RemoteError:
     )
 
 
-def check_result(method: str, message: Message) -> dict[str, Any]:
+def check_result(method: str, message: Message, *, task: bool = False) -> dict[str, Any]:
     """The result of ``method`` if it is one bkmcp can report as complete; otherwise the error to raise.
 
     ``resultType`` absent/``complete`` is a result; ``input_required``, ``task`` (and legacy ``{"task": …}``)
-    need capabilities bkmcp lacks (raw result kept in ``data``); anything else is a protocol error.
+    need capabilities bkmcp lacks (raw result kept in ``data``) — unless ``task``: a call sent as a task may be
+    answered with one (returned as is; ``parse_created_task`` reads it); anything else is a protocol error.
     """
     if message.kind == "error":
         raise rpc_error_exception(method, message.error or {})
@@ -3325,8 +3385,10 @@ def check_result(method: str, message: Message) -> dict[str, Any]:
     if result_type == "task" or (
         method == "tools/call" and isinstance(result.get("task"), dict) and "content" not in result
     ):
-        task = result.get("task") if result_type != "task" else result
-        task_id = task.get("taskId") if isinstance(task, dict) else None
+        if task:
+            return result
+        created = result.get("task") if result_type != "task" else result
+        task_id = created.get("taskId") if isinstance(created, dict) else None
         raise CapabilityUnsupportedError(
             f"{method}: the server answered with a task{f' ({task_id})' if task_id else ''}; bkmcp does not "
             "support tasks and never polls them",
@@ -3421,6 +3483,7 @@ LISTINGS = {
     "resources/list": Listing("resources/list", "resources", "uri", "resource"),
     "resources/templates/list": Listing("resources/templates/list", "resourceTemplates", "uriTemplate", "template"),
     "prompts/list": Listing("prompts/list", "prompts", "name", "prompt"),
+    "tasks/list": Listing("tasks/list", "tasks", "taskId", "task"),  # 2025-11-25 core only
     "skills/list": Listing("skills/list", "skills", "uri", "skill"),  # SEP-2640: a name is a label, the URI is unique
 }
 
@@ -3703,6 +3766,11 @@ class ClientSession:
     def session_ended(self) -> None:
         """The session id is no longer valid (DELETE sent, or the server lost it)."""
         self.session_id = None
+
+    def adopt_session(self, rules: EraRules, session_id: str) -> None:
+        """Continue a legacy session an earlier command left open (a task lives in it), without ``initialize``."""
+        self.use(rules)
+        self.session_id = session_id
 
     @property
     def tools_stale(self) -> bool:
@@ -4003,12 +4071,23 @@ def reject_excluded_tool(excluded: Sequence[Mapping[str, Any]], name: str, serve
             )
 
 
-# -- 5.9 task-only tools: refused before their tools/call (docs/contract.md §5) ----------------------------------------
-# bkmcp has no task support; a tool that runs only as a task would only be failed by the server.
+# -- 5.9 tasks: who runs a call as a task, the task's shapes (docs/contract.md §5, "Tasks") ----------------------------
+# Two shapes. The 2025-11-25 core (basic/utilities/tasks.mdx): a server declaring capabilities.tasks.requests.tools.call
+# takes ``params.task`` on tools/call of a tool whose execution.taskSupport is "optional" or "required" and answers
+# {"task": Task}; then tasks/get, tasks/result (the call's own answer), tasks/list, tasks/cancel; Task carries ttl and
+# pollInterval (ms). The 2026-07-28 extension io.modelcontextprotocol/tasks (modelcontextprotocol/ext-tasks@e434597,
+# specification/draft/tasks.md, 2026-08-21): the client declares it in each request's clientCapabilities.extensions;
+# the server alone decides to answer resultType "task" (a flat Task with ttlMs, pollIntervalMs); tasks/get carries
+# result or error inline; tasks/update, tasks/cancel; Mcp-Name is the task id. Pure decisions here; flows: 7.5.
+
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+TASK_TERMINAL = ("completed", "failed", "cancelled")
+TASK_POLL_DEFAULT = 1.0  # seconds between polls when the server suggests none
+TASK_POLL_MIN, TASK_POLL_MAX = 0.05, 30.0  # a suggestion is kept within these (nothing polls in a tight loop)
 
 TASK_ONLY_NOTE = (
-    'it needs task support (execution.taskSupport "required"), which bkmcp does not have: '
-    "a call is refused before anything is sent"
+    'it needs task support (execution.taskSupport "required"): bkmcp runs its call as a task and waits for the '
+    "result (--detach prints the task's handle instead)"
 )
 
 
@@ -4018,6 +4097,126 @@ def tool_task_support(tool: Any) -> str | None:
     execution = tool.get("execution") if isinstance(tool, dict) else None
     support = execution.get("taskSupport") if isinstance(execution, dict) else None
     return support if isinstance(support, str) else None
+
+
+def server_runs_tasks(era: str | None, capabilities: Mapping[str, Any] | None) -> bool:
+    """Whether the server declared tasks for tools/call: legacy ``capabilities.tasks.requests.tools.call``, modern
+    the extension in ``capabilities.extensions`` (its server/discover answer)."""
+    caps = capabilities if isinstance(capabilities, Mapping) else {}
+    if era == "modern":
+        extensions = caps.get("extensions")
+        return isinstance(extensions, dict) and isinstance(extensions.get(TASKS_EXTENSION), dict)
+    node: Any = caps
+    for key in ("tasks", "requests", "tools", "call"):
+        node = node.get(key) if isinstance(node, dict) else None
+    return isinstance(node, dict)
+
+
+def decide_task(
+    era: str | None, capabilities: Mapping[str, Any] | None, tool: Mapping[str, Any], wanted: bool, server_name: str
+) -> bool:
+    """Whether ``tools/call`` of ``tool`` goes as a task. Legacy: ``params.task``, as the tool and the server's
+    capability allow; a call that cannot be made as the tool or the user requires is refused before anything is
+    sent (``mcp_capability_unsupported``, ``outcome: not_sent``). Modern: the extension declared in the request
+    whenever the server offers it (its ``server/discover`` capabilities), since the server alone decides whether
+    to make a task; with ``capabilities`` None (a pinned version: never discovered) only when ``--task`` asks or
+    the tool is task-only; a server whose capabilities lack it is refused as a legacy one."""
+    runs = server_runs_tasks(era, capabilities)
+    support = tool_task_support(tool)
+    if era == "modern" and (runs or capabilities is None):  # the server decides, and may answer at once
+        return runs or wanted or support == "required"
+    lacking = (
+        "the server does not offer the io.modelcontextprotocol/tasks extension"
+        if era == "modern"
+        else "the server does not declare capabilities.tasks.requests.tools.call"
+    )
+    if support == "required":
+        if runs:
+            return True
+        why = lacking
+    elif not wanted:
+        return False
+    elif not runs:
+        why = lacking
+    elif support != "optional":
+        why = f"the tool does not allow it (execution.taskSupport {support or 'absent'})"
+    else:
+        return True
+    name = clip_text(repr(tool.get("name")), 80)
+    first = (
+        f'tool {name} of server {server_name!r} needs task support (execution.taskSupport "required"), but {why}'
+        if support == "required"
+        else f"--task: tool {name} of server {server_name!r} cannot run as a task: {why}"
+    )
+    raise CapabilityUnsupportedError(
+        f"{first}; nothing was sent",
+        hint="bkmcp never sends a call that the server or the tool says cannot work",
+        details={"capability": "tasks", "task_support": support, "outcome": "not_sent"},
+        data={"server": server_name, "tool": tool.get("name")},
+        request_sent=False,
+    )
+
+
+def parse_created_task(result: Mapping[str, Any], era: str | None) -> dict[str, Any] | None:
+    """The Task of a ``CreateTaskResult`` (modern: the result itself, ``resultType: "task"``; legacy: its ``task``),
+    or None for a plain result; a task without a string ``taskId`` and ``status`` is a protocol error."""
+    if result.get("resultType") == "task":
+        task: Any = result
+    elif era != "modern" and isinstance(result.get("task"), dict) and "content" not in result:
+        task = result["task"]
+    else:
+        return None
+    check_task_view(task, "tools/call")
+    return dict(task)
+
+
+def check_task_view(task: Any, method: str) -> None:
+    """A Task (``tasks/get``, a created task) must name its id and status as strings."""
+    if not isinstance(task, dict) or not isinstance(task.get("taskId"), str) or not isinstance(task.get("status"), str):
+        raise ProtocolError(f"{method} returned a malformed task (no string taskId and status)", data={"result": task})
+
+
+def read_task_timing(task: Mapping[str, Any], era: str | None) -> tuple[int | None, int | None]:
+    """(ttl, poll interval) in ms as the task says them (legacy ``ttl``/``pollInterval``, modern ``ttlMs``/
+    ``pollIntervalMs``); None where absent, null (unlimited ttl) or not a non-negative integer."""
+    keys = ("ttlMs", "pollIntervalMs") if era == "modern" else ("ttl", "pollInterval")
+    out: list[int | None] = []
+    for key in keys:
+        value = task.get(key)
+        out.append(value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None)
+    return out[0], out[1]
+
+
+def build_task_handle(
+    task: Mapping[str, Any], *, server: str, tool: str | None, era: str | None, version: str | None, transport: str
+) -> dict[str, Any]:
+    """What bkmcp keeps and prints of a task (``--detach``, the local store): the MCP task id and where it lives,
+    never an argument value or a credential."""
+    ttl, poll = read_task_timing(task, era)
+    handle: dict[str, Any] = {
+        "mcp_task_id": task["taskId"],
+        "server": server,
+        "tool": tool,
+        "era": era,
+        "protocol_version": version,
+        "transport": transport,
+        "status": task.get("status"),
+        "ttl_ms": ttl,
+        "poll_interval_ms": poll,
+        "created_at": task.get("createdAt") if isinstance(task.get("createdAt"), str) else None,
+    }
+    message = task.get("statusMessage")
+    if isinstance(message, str) and message:
+        handle["status_message"] = clip_text(printable(message), 300)
+    return handle
+
+
+def task_poll_delay(poll_ms: int | None, draw: float) -> float:
+    """Seconds before the next poll: the server's interval (``TASK_POLL_DEFAULT`` when it gives none) kept within
+    [``TASK_POLL_MIN``, ``TASK_POLL_MAX``], times 0.8-1.0 by ``draw`` in [0, 1) (jitter: many waiting clients do
+    not poll in step, and a wait never exceeds one interval)."""
+    base = poll_ms / 1000 if poll_ms else TASK_POLL_DEFAULT
+    return min(max(base, TASK_POLL_MIN), TASK_POLL_MAX) * (0.8 + 0.2 * draw)
 
 
 def build_task_refusal(tool: Mapping[str, Any], server_name: str) -> CapabilityUnsupportedError | None:
@@ -6340,6 +6539,7 @@ class OpContext:
     # tell the start-up lines and its own, not those of earlier operations; None: every line is this operation's
     stderr_since: int | None = None
     stdout_since: int | None = None  # the same for its skipped stdout lines (``StdioTransport.stdout_skipped``)
+    task: dict[str, Any] | None = None  # the handle of the task this operation waits for (a Ctrl-C reports it)
     # who answers the server's questions (elicitation) for this operation; None: nobody (the resident), and a
     # legacy question is declined with -32601 as a request for an undeclared capability
     input: InputSource | None = None
@@ -6458,6 +6658,8 @@ class McpSession:
         self.on_stray: Callable[[Stray], None] | None = None  # the resident's events; the CLI's log warns either way
         self.on_fell_back: Callable[[], None] | None = None  # the resident's event: the era turned legacy
         self.closed = False
+        # a legacy HTTP session holding a task still alive is left open at the end (no DELETE): the task lives in it
+        self.keep_session = False
         self._lock = _thread.allocate_lock()
         self._renew_lock = _thread.allocate_lock()
         self._handles: dict[tuple[type, Any], RequestHandle] = {}
@@ -6774,6 +6976,9 @@ class McpSession:
             self.transport.stop_requests()
             rules, session_id = self.core.rules, self.core.session_id
             if rules is not None and rules.sessions and self.transport.has_sessions and session_id:
+                if self.keep_session:
+                    self.log.debug("the session holds a live task: left open (no DELETE)")
+                    return
                 try:
                     left = deadline.left() if deadline is not None else 2.0
                     self.transport.end_session(Deadline(max(min(left, 2.0), 0.2)), rules=rules, session_id=session_id)
@@ -7488,27 +7693,39 @@ def call_tool(
     arguments: dict[str, Any],
     tool: Mapping[str, Any] | None = None,
     pending: InputRound | None = None,
+    *,
+    as_task: bool = False,
 ) -> dict[str, Any]:
-    """``tools/call`` sent exactly once, on every path (a task-only tool: never); an unknown outcome is said so,
-    never retried. The only further ``tools/call`` is the one a 2026-07-28 server asks for: the retry that carries
-    the answers to its questions (``send_with_input``; ``pending``: a round kept by an earlier command).
+    """``tools/call`` sent exactly once, on every path (a task-only tool not sent ``as_task``: never); an unknown
+    outcome is said so, never retried. The only further ``tools/call`` is the one a 2026-07-28 server asks for: the
+    retry that carries the answers to its questions (``send_with_input``; ``pending``: a round kept by an earlier
+    command).
 
-    Returns the raw result (``isError: true`` included: whether that fails is the caller's rule). On a timeout
-    or cancellation a call that was sent is cancelled on the wire: ``notifications/cancelled`` on a shared
+    Returns the raw result (``isError: true`` included: whether that fails is the caller's rule). ``as_task``
+    (``decide_task``): legacy ``params.task``, modern the tasks extension declared in this request's
+    ``clientCapabilities``; the answer may then be a created task (``parse_created_task``; 7.3.1 waits for it). On a
+    timeout or cancellation a call that was sent is cancelled on the wire: ``notifications/cancelled`` on a shared
     stream and in the legacy era; modern HTTP closes the call's stream.
     """
-    refusal = build_task_refusal(tool, session.server.name) if tool is not None else None
+    refusal = build_task_refusal(tool, session.server.name) if tool is not None and not as_task else None
     if refusal is not None:  # its declaration says a plain call cannot work (docs/contract.md §5)
         raise refusal
     rules = session.core.rules
     assert rules is not None
     extra = build_param_headers(tool, arguments) if rules.method_headers else []
     params: dict[str, Any] = {"name": name, "arguments": arguments}
+    meta: dict[str, Any] = {}
+    if as_task and rules.request_meta:
+        meta[META_CLIENT_CAPABILITIES] = {"extensions": {TASKS_EXTENSION: {}}}
+    elif as_task:
+        params["task"] = {}  # the server chooses the ttl (2025-11-25: a requested ttl is optional)
     line: ProgressLine | None = None
     if ctx.progress is not None:  # docs/contract.md §5: progress for long calls
         line = ctx.progress(f"bkmcp-{next(_progress_tokens)}")
-        params["_meta"] = {"progressToken": line.token}
+        meta["progressToken"] = line.token
         session.watch_progress(line.token, line.update)
+    if meta:
+        params["_meta"] = meta
     base = {"server": session.server.name, "tool": name}
     handles: list[RequestHandle] = []
 
@@ -7558,7 +7775,7 @@ def call_tool(
             line.end()
     declined = [m for handle in handles for m in handle.declined if m in DECLINED_CAPABILITIES]
     try:
-        result = check_result("tools/call", answer)
+        result = check_result("tools/call", answer, task=as_task)
     except RemoteError as exc:
         details = dict(exc.details)
         if isinstance(exc, ProtocolError) and answer.kind == "result":
@@ -7597,6 +7814,389 @@ def _cancel(session: McpSession, rules: EraRules, request_id: Any, *, reason: st
         )
     except BaseException as exc:  # noqa: B036 - a second Ctrl-C or any failure must not mask the first
         session.log.debug(f"sending notifications/cancelled failed: {type(exc).__name__}")
+
+
+# -- 7.3.1 tasks: a call run as a task and waited for; a task's status, result, cancel and list; the handle store ------
+# docs/contract.md §5 "Tasks". The wait polls tasks/get at the server's interval (task_poll_delay: bounded, jittered)
+# within the operation's one Deadline; nothing polls past it, and nothing here resends tools/call.
+
+TASK_STORE_LIMIT = 500  # handles kept in the local store (the oldest go first)
+TASK_STORE_FILE = "tasks.json"
+
+
+@dataclass
+class TaskChoice:
+    """What the command line asked of a call: ``--task`` (``wanted``), ``--detach`` (print the handle, not the
+    result); ``on_handle`` hears each new state of the task's handle (the CLI's store)."""
+
+    wanted: bool = False
+    detach: bool = False
+    on_handle: Callable[[dict[str, Any], str | None], None] | None = None  # (handle, the legacy session holding it)
+    told: bool = False  # the user was told the call runs as a task (one stderr line, not two)
+
+
+def task_request(session: McpSession, ctx: OpContext, method: str, task_id: str) -> dict[str, Any]:
+    """One of ``tasks/get|result|cancel|update`` for ``task_id`` (modern: the extension declared, ``Mcp-Name`` the
+    task id); a task the server no longer knows (-32602) is ``mcp_task_expired``."""
+    params: dict[str, Any] = {"taskId": task_id}
+    if session.rules is not None and session.rules.request_meta:
+        params["_meta"] = {META_CLIENT_CAPABILITIES: {"extensions": {TASKS_EXTENSION: {}}}}
+    try:
+        return request_result(session, ctx, method, params)
+    except ProtocolError as exc:
+        if (exc.details.get("rpc_error") or {}).get("code") != -32602 or method == "tasks/result":
+            raise
+        raise TaskExpiredError(
+            f"server {session.server.name!r} no longer knows task {clip_text(repr(task_id), 80)} "
+            "(its ttl passed, or it never made one with that id)",
+            hint="a task lives as long as its ttl; run the call again if its result is still needed",
+            details=dict(exc.details),
+            data={"server": session.server.name, "mcp_task_id": task_id},
+        ) from None
+
+
+def refresh_task_handle(handle: dict[str, Any], view: Mapping[str, Any], era: str | None) -> dict[str, Any]:
+    """``handle`` with what a ``tasks/get`` answer says now (status, message, ttl, poll interval)."""
+    fresh = build_task_handle(
+        {"createdAt": handle.get("created_at"), **view},
+        server=handle["server"],
+        tool=handle.get("tool"),
+        era=era,
+        version=handle.get("protocol_version"),
+        transport=handle.get("transport", ""),
+    )
+    for key in ("ttl_ms", "poll_interval_ms"):
+        if fresh[key] is None:
+            fresh[key] = handle.get(key)
+    return fresh
+
+
+def _call_result(result: Any, method: str) -> dict[str, Any]:
+    if not isinstance(result, dict) or not isinstance(result.get("content"), list):
+        raise ProtocolError(
+            f"{method}: the task's result is no CallToolResult (no content array)", data={"result": result}
+        )
+    return result
+
+
+def task_outcome(
+    session: McpSession, ctx: OpContext, view: Mapping[str, Any], handle: dict[str, Any]
+) -> dict[str, Any]:
+    """A terminal task's result (the call's own ``CallToolResult``, ``isError`` included), or its error:
+    ``mcp_task_cancelled``, ``mcp_task_failed`` (the JSON-RPC error the call ended with)."""
+    status, task_id = view.get("status"), handle["mcp_task_id"]
+    base = {"server": session.server.name, "tool": handle.get("tool"), "task": handle}
+    said = f": {handle['status_message']}" if handle.get("status_message") else ""
+    if status == "cancelled":
+        raise TaskCancelledError(
+            f"task {clip_text(repr(task_id), 80)} of server {session.server.name!r} was cancelled{said}",
+            hint="the task ended without a result; run the call again if it is still needed",
+            data=base,
+        )
+    if session.rules is not None and session.rules.request_meta:  # the extension: the outcome is inline
+        if status == "completed":
+            return _call_result(view.get("result"), "tasks/get")
+        raw_error = view.get("error")
+        error: dict[str, Any] = raw_error if isinstance(raw_error, dict) else {}
+        text = error.get("message") if isinstance(error.get("message"), str) else handle.get("status_message")
+        raise TaskFailedError(
+            f"task {clip_text(repr(task_id), 80)} of server {session.server.name!r} failed"
+            + (f": {clip_text(printable(text), 300)}" if text else ""),
+            hint="the server reported the task as failed; see error.rpc_error",
+            details={"rpc_error": error} if error else {},
+            data=base,
+        )
+    try:  # the 2025-11-25 core: tasks/result answers what the call itself would have (a result or an error)
+        result = task_request(session, ctx, "tasks/result", task_id)
+    except ProtocolError as exc:
+        rpc = exc.details.get("rpc_error")
+        if rpc is None:
+            raise
+        raise TaskFailedError(
+            f"task {clip_text(repr(task_id), 80)} of server {session.server.name!r} {status}: "
+            f"{clip_text(printable(str(rpc.get('message', ''))), 300)}",
+            hint="the call the task ran ended with a JSON-RPC error; see error.rpc_error",
+            details={"rpc_error": rpc},
+            data=base,
+        ) from None
+    return _call_result(result, "tasks/result")
+
+
+def _pause(deadline: Deadline, seconds: float) -> None:
+    """Sleep ``seconds`` unless interrupted (a one-shot Ctrl-C lands here; a warm client's wakes the event)."""
+    import threading
+
+    event = threading.Event()
+    interrupt = deadline.interrupt
+    key = interrupt.hook(event.set) if interrupt is not None else None
+    try:
+        event.wait(max(seconds, 0.0))
+    finally:
+        if interrupt is not None and key is not None:
+            interrupt.unhook(key)
+    if interrupt is not None and interrupt.fired:
+        raise KeyboardInterrupt
+
+
+def await_task(
+    session: McpSession, ctx: OpContext, handle: dict[str, Any], choice: TaskChoice | None = None
+) -> dict[str, Any]:
+    """Poll ``tasks/get`` until the task ends (``task_outcome``): the first at once, each next after
+    ``task_poll_delay`` of the interval the server last gave, within ``ctx.deadline``: when it is spent the wait
+    ends (the task goes on) as ``mcp_task_running``. ``ctx.task`` follows the handle (a Ctrl-C reports it); on a
+    terminal or with ``-v`` each status is shown (``Log.progress``). A task asking for input ends the wait as
+    ``mcp_capability_unsupported`` (bkmcp answers no elicitation yet), the task left as it is."""
+    import random
+
+    task_id = handle["mcp_task_id"]
+    started = time.monotonic()
+    ctx.task = handle
+    shown = ctx.progress is not None
+    first = True  # the first poll goes at once, as the TypeScript SDK's requestStream does (sdk 1.32.2,
+    # shared/protocol.js): a task that ends at once costs a round trip, not an interval
+    try:
+        while True:
+            delay = 0.0 if first else task_poll_delay(handle.get("poll_interval_ms"), random.random())
+            first = False
+            left = ctx.deadline.left()
+            if left <= delay or left <= 0:
+                _pause(ctx.deadline, left)
+                raise _still_running(session, ctx, handle)
+            _pause(ctx.deadline, delay)
+            try:
+                view = task_request(session, ctx, "tasks/get", task_id)
+            except McpTimeoutError:
+                raise _still_running(session, ctx, handle) from None
+            check_task_view(view, "tasks/get")
+            handle = ctx.task = refresh_task_handle(handle, view, session.era)
+            status = view["status"]
+            if shown:
+                said = f": {handle['status_message']}" if handle.get("status_message") else ""
+                ctx.log.progress(f"task {status}{said} ({time.monotonic() - started:.1f}s)")
+            if status in TASK_TERMINAL:
+                session.keep_session = False  # nothing lives in the session any more: it may end
+                if choice is not None and choice.on_handle is not None:
+                    choice.on_handle(handle, None)
+                return task_outcome(session, ctx, view, handle)
+            if status == "input_required":
+                raise CapabilityUnsupportedError(
+                    f"task {clip_text(repr(task_id), 80)} of server {session.server.name!r} needs input from the "
+                    "client (status input_required), which bkmcp cannot give yet; the task is left waiting",
+                    hint="answer it from a client with elicitation, or cancel it (--task-cancel)",
+                    details={"capability": "elicitation", "outcome": "task_waiting"},
+                    data={"server": session.server.name, "tool": handle.get("tool"), "task": handle},
+                )
+    finally:
+        if shown:
+            ctx.log.progress_end()
+
+
+def _still_running(session: McpSession, ctx: OpContext, handle: dict[str, Any]) -> TaskRunningError:
+    return TaskRunningError(
+        f"the wait for task {clip_text(repr(handle['mcp_task_id']), 80)} ended after "
+        f"{format_duration(ctx.deadline.seconds)} (the operation's budget); the task goes on (bkmcp detached)",
+        hint="wait again with --task-result ID --wait, or cancel it with --task-cancel ID",
+        details={"outcome": "task_running"},
+        data={"server": session.server.name, "tool": handle.get("tool"), "task": handle},
+    )
+
+
+def plan_task(session: McpSession, ctx: OpContext, tool: Mapping[str, Any], choice: TaskChoice) -> bool:
+    """``decide_task`` for this session (its era, the capabilities it was told), and the one stderr line that
+    says a task-only tool runs as a task without ``--task``."""
+    known = session.core.capabilities if session.core.heard else None  # a pinned modern server: never said
+    as_task = decide_task(session.era, known, tool, choice.wanted, session.server.name)
+    if as_task and not choice.wanted and tool_task_support(tool) == "required":
+        choice.told = True
+        name = tool.get("name")
+        ctx.log.note(f'tool {name!r} can only run as a task (execution.taskSupport "required"): running it as one')
+    return as_task
+
+
+def run_created_task(
+    session: McpSession, ctx: OpContext, name: str, created: dict[str, Any], choice: TaskChoice
+) -> dict[str, Any]:
+    """A call the server answered with a task: its handle (``--detach``), or the task waited for. The handle is
+    given to ``choice.on_handle`` as soon as it exists (never lost: a Ctrl-C or a timeout can come next)."""
+    server = session.server
+    handle = build_task_handle(
+        created,
+        server=server.name,
+        tool=name,
+        era=session.era,
+        version=session.protocol_version,
+        transport=server.type,
+    )
+    ctx.task = handle
+    holder = session.core.session_id if session.transport.has_sessions else None
+    session.keep_session = holder is not None  # a legacy HTTP task may be bound to its session (TypeScript SDK)
+    if choice.on_handle is not None:
+        choice.on_handle(handle, holder)
+    if choice.detach:
+        return {"server": server.name, "tool": name, "task": handle}
+    if not choice.wanted and not choice.told:
+        ctx.log.note(f"the server runs tool {name!r} as a task; waiting for its result")
+    return {"server": server.name, "tool": name, "result": await_task(session, ctx, handle, choice)}
+
+
+def run_task_action(
+    session: McpSession,
+    ctx: OpContext,
+    action: str,
+    task_id: str,
+    handle: dict[str, Any] | None,
+    *,
+    wait: bool = False,
+) -> dict[str, Any]:
+    """``--task-status``, ``--task-result [--wait]``, ``--task-cancel`` of ``task_id`` on this session. ``handle``:
+    the local store's (else one is made from the server's answer). Data: ``{"server", "task"}``, plus ``tool`` and
+    ``result`` for a result."""
+    server = session.server
+    if handle is None:
+        handle = build_task_handle(
+            {"taskId": task_id},
+            server=server.name,
+            tool=None,
+            era=session.era,
+            version=session.protocol_version,
+            transport=server.type,
+        )
+    if action == "cancel":
+        answer = task_request(session, ctx, "tasks/cancel", task_id)
+        status = answer.get("status") if isinstance(answer.get("status"), str) else "cancel_requested"
+        # the session stays (a later status or result reads the cancelled task there, then ends it)
+        return {"server": server.name, "task": {**handle, "status": status}}
+    view = task_request(session, ctx, "tasks/get", task_id)
+    check_task_view(view, "tasks/get")
+    handle = ctx.task = refresh_task_handle(handle, view, session.era)
+    if action == "status":
+        session.keep_session = session.keep_session and view["status"] not in TASK_TERMINAL
+        return {"server": server.name, "task": handle}
+    if view["status"] in TASK_TERMINAL:
+        session.keep_session = False
+        result = task_outcome(session, ctx, view, handle)
+    elif wait:
+        result = await_task(session, ctx, handle)
+        handle = ctx.task or handle
+    else:
+        raise TaskRunningError(
+            f"task {clip_text(repr(task_id), 80)} of server {server.name!r} is still {view['status']}; "
+            "its result is not there yet",
+            hint="wait for it with --task-result ID --wait (within --timeout)",
+            details={"outcome": "task_running"},
+            data={"server": server.name, "tool": handle.get("tool"), "task": handle},
+        )
+    return {"server": server.name, "tool": handle.get("tool"), "result": result, "task": handle}
+
+
+class ResumedSessions(SessionSource):
+    """The session for a stored task handle (``entry``): a legacy HTTP task lives in the session that made it
+    (the TypeScript SDK answers for it only there), so that session's id is used again, without ``initialize``,
+    and left open while the task lives; anything else negotiates as usual."""
+
+    def __init__(self, entry: Mapping[str, Any] | None) -> None:
+        self.entry = entry or {}
+
+    def ready(self, session: McpSession, ctx: OpContext) -> None:
+        held, version = self.entry.get("session_id"), self.entry.get("protocol_version")
+        if isinstance(held, str) and held and session.transport.has_sessions and version in LEGACY_VERSIONS:
+            ctx.log.debug("continuing the legacy session that holds the task (no initialize)")
+            session.core.adopt_session(era_rules(version), held)
+            session.keep_session = True
+            return
+        negotiate(session, ctx)
+
+
+def list_server_tasks(session: McpSession, ctx: OpContext) -> list[dict[str, Any]] | None:
+    """The server's ``tasks/list`` (every page, the one listing path) where a legacy server offers it
+    (``capabilities.tasks.list``); None elsewhere (the extension has no list)."""
+    tasks = (session.core.capabilities or {}).get("tasks")
+    if session.era == "modern" or not isinstance(tasks, dict) or not isinstance(tasks.get("list"), dict):
+        return None
+    return discover_listing(session, ctx, LISTINGS["tasks/list"])[0]
+
+
+def task_store_path(env: Mapping[str, str]) -> str | None:
+    """Where this user's task handles are kept: ``$XDG_STATE_HOME/bkmcp/tasks.json``, else
+    ``~/.local/state/bkmcp/tasks.json`` (the XDG base directory rule for state); None without either."""
+    state = env.get("XDG_STATE_HOME", "")
+    if not os.path.isabs(state):
+        home = env.get("HOME", "")
+        if not os.path.isabs(home):
+            return None
+        state = os.path.join(home, ".local", "state")
+    return os.path.join(state, "bkmcp", TASK_STORE_FILE)
+
+
+def update_task_store(
+    path: str, change: Callable[[list[dict[str, Any]]], list[dict[str, Any]]], *, create: bool = True
+) -> list[dict[str, Any]]:
+    """The store's handles after ``change`` (under an exclusive lock; written back only when changed). The file
+    is 0600 in a 0700 folder, opened without following a symlink, and must be this user's. Without ``create`` a
+    missing store reads as empty and is not made."""
+    import fcntl
+
+    folder = os.path.dirname(path)
+    if not create and not os.path.exists(path):
+        return change([])
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        if os.fstat(fd).st_uid != os.getuid():
+            raise OSError(f"{path} is not yours")
+        os.fchmod(fd, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+        try:
+            stored = parse_json(b"".join(chunks).decode("utf-8")) if chunks else {}
+        except (ValueError, UnicodeDecodeError):
+            stored = {}
+        entries = stored.get("tasks") if isinstance(stored, dict) else None
+        entries = [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
+        changed = change(list(entries))
+        if changed != entries:
+            os.lseek(fd, 0, os.SEEK_SET)
+            os.ftruncate(fd, 0)
+            os.write(fd, (dump_json({"tasks": changed}, indent=1) + "\n").encode("utf-8"))
+        return changed
+    finally:
+        os.close(fd)
+
+
+def build_store_change(
+    handle: Mapping[str, Any], config_file: str, now: int, session_id: str | None = None
+) -> Callable[[list[dict[str, Any]]], list[dict[str, Any]]]:
+    """The change that records ``handle`` (over the same task's older entry, whose ``session_id`` it keeps) and
+    forgets handles whose ttl passed, keeping at most ``TASK_STORE_LIMIT``. ``session_id``: the legacy HTTP
+    session the task lives in (``ResumedSessions``; not a credential: sessions never authenticate, 2025-11-25
+    security best practices)."""
+
+    def change(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        key = (handle["server"], config_file, handle["mcp_task_id"])
+        kept = [
+            e
+            for e in entries
+            if (e.get("server"), e.get("config_file"), e.get("mcp_task_id")) != key
+            and not (isinstance(e.get("expires_at"), (int, float)) and e["expires_at"] < now)
+        ]
+        ttl = handle.get("ttl_ms")
+        previous = next(
+            (e for e in entries if (e.get("server"), e.get("config_file"), e.get("mcp_task_id")) == key), {}
+        )
+        saved = previous.get("saved_at", now)
+        entry = {
+            **previous,
+            **handle,
+            **({"session_id": session_id} if session_id else {}),
+            "config_file": config_file,
+            "saved_at": saved,
+            "expires_at": saved + -(-ttl // 1000) if isinstance(ttl, int) else None,  # whole seconds: exact JSON
+        }
+        return [*kept, entry][-TASK_STORE_LIMIT:]
+
+    return change
 
 
 # -- 7.4 the CLI's operations: one session each (check, tools, dry-run) ------------------------------------------------
@@ -7701,14 +8301,18 @@ def run_call(
     insecure: bool,
     prepare: Callable[[dict[str, Any]], dict[str, Any] | None],
     pending: InputRound | None = None,
+    task: TaskChoice | None = None,
 ) -> dict[str, Any]:
     """Discover, find tool ``name``, let ``prepare(tool)`` build and check the arguments, call it once
     (``pending``: the input round of an earlier command answered first, ``--resume``).
 
     ``prepare`` (the front end's: flags or ``--body``, local validation) returns the arguments, or None to stop
     after discovery (tool help): then the data is ``{"server", "tool", "schema": tool}`` and nothing is called.
-    The call's data is ``{"server", "tool", "result"}`` with the result as received (``isError`` included).
+    The call's data is ``{"server", "tool", "result"}`` with the result as received (``isError`` included). A call
+    that runs as a task (``decide_task``: ``task.wanted``, a task-only tool, a modern server offering tasks) is
+    waited for (7.3.1), or with ``task.detach`` its data is ``{"server", "tool", "task": handle}``.
     """
+    choice = task or TaskChoice()
     sessions = ctx.sessions or SessionSource()
     try:
         session = sessions.start(server, ctx, insecure=insecure)
@@ -7726,7 +8330,13 @@ def run_call(
         arguments = prepare(tool)
         if arguments is None:
             return {"server": server.name, "tool": name, "schema": tool}
-        result = call_tool(session, ctx, name, arguments, tool, pending)
+        as_task = plan_task(session, ctx, tool, choice)
+        result = call_tool(session, ctx, name, arguments, tool, pending, as_task=as_task)
+        created = parse_created_task(result, session.era) if as_task else None
+        if created is not None:
+            return run_created_task(session, ctx, name, created, choice)
+        if choice.wanted:
+            ctx.log.note(f"the server answered tool {name!r} at once: no task was made")
     finally:
         sessions.done(session, ctx)
     return {"server": server.name, "tool": name, "result": result}
@@ -7968,7 +8578,7 @@ def build_dry_run(server: ResolvedServer, tool: str, arguments: dict[str, Any]) 
 
 RESERVED_OPTION_NAMES = frozenset(
     "help h check tools config body timeout jq raw r context dry-run verbose v insecure format resident registry "
-    "version keep-alive input inputs input-action resume out max-blob-bytes".split()
+    "version keep-alive input inputs input-action resume out max-blob-bytes task detach".split()
 )
 
 
@@ -10638,6 +11248,8 @@ Usage:
   bkmcp [GLOBAL...] <server> --read URI                read one resource (a template: --VAR VALUE per variable)
   bkmcp [GLOBAL...] <server> --prompts                 every prompt as JSON
   bkmcp [GLOBAL...] <server> --prompt NAME [--ARG VALUE...]   get one prompt (--help: its arguments)
+  bkmcp [GLOBAL...] <server> <tool> ... --task | --detach      run the call as a task: wait, or print its handle
+  bkmcp [GLOBAL...] <server> --task-status ID | --task-result ID [--wait] | --task-cancel ID | --tasks
   bkmcp [GLOBAL...] <server> --skills                  every skill (SEP-2640) as JSON; no file is read
   bkmcp [GLOBAL...] <server> --skill NAME [--out DIR]  load a skill: every file read and verified (digest, size,
                                                        frontmatter), else nothing printed but skill_unverified
@@ -10777,7 +11389,7 @@ _COMPLETION_OPTIONS = (
     "--help --version --config --timeout --jq --raw --verbose --insecure --check --tools --brief --body --dry-run "
     "--resident --registry --import --list --completion --events --max-processes --max-user-processes --idle-timeout "
     "--shutdown-grace --max-blob-bytes --inject-resource-tools --keep-alive --sessions --stop --resources --read "
-    "--prompts --prompt --input --inputs --input-action --resume --out"
+    "--prompts --prompt --input --inputs --input-action --resume --out --task --detach"
 )
 # the options valid after <server> (before a tool), and after <server> <tool> beside the tool's own flags
 _COMPLETION_SERVER_OPTIONS = (
@@ -11078,6 +11690,8 @@ def render_server_help(server: ServerConfig, config: str | None = None) -> str:
         f"  bkmcp {name} --read URI [-r]            read one resource (a template: --VAR VALUE per variable)",
         f"  bkmcp {name} --prompts                  list every prompt",
         f"  bkmcp {name} --prompt NAME [--ARG VALUE]   get a prompt (--help: its arguments)",
+        f"  bkmcp {name} <tool> ... --task | --detach   run a call as a task: wait for it, or print its handle",
+        f"  bkmcp {name} --task-result ID --wait     a task's result (--task-status ID, --task-cancel ID, --tasks)",
         f"  bkmcp {name} --skills                   list every skill (SEP-2640)",
         f"  bkmcp {name} --skill NAME [--out DIR]   load a skill, every file verified (--out: a copy)",
         "",
@@ -16386,6 +17000,8 @@ _FLAG_OPTIONS = {
     "--resident": "resident",
     "-r": "raw",
     "--raw": "raw",
+    "--task": "task",  # a call run as a task (docs/contract.md §5 "Tasks"): reserved, as --timeout is (§6)
+    "--detach": "detach",
 }
 # `bkmcp --registry FILE --import mcp.json | --list` (contract §11.3): options only before any server name, so a tool's
 # own `--list`/`--import` parameter (after the tool name) keeps working as a tool option.
@@ -16406,8 +17022,11 @@ _RESERVED_UNSUPPORTED = {"--format"}
 # `bkmcp <server> --resources | --prompts | --read URI | --prompt NAME` (contract §2): before a tool name (and
 # before --read's URI or --prompt's name) only, as --brief: after one, such a name is that tool's, template's or
 # prompt's own flag (contract §6).
-_CATALOGUE_FLAGS = {"--resources": "resources", "--prompts": "prompts", "--skills": "skills"}
+_CATALOGUE_FLAGS = {"--resources": "resources", "--prompts": "prompts", "--skills": "skills", "--tasks": "tasks"}
 _TARGET_OPTIONS = {"--read": "read", "--prompt": "prompt", "--skill": "skill"}
+# `bkmcp <server> --task-status ID | --task-result ID [--wait] | --task-cancel ID` (contract §5 "Tasks"): before a
+# tool name only, as --resources (a tool's own --wait or --task-status keeps working after the tool name).
+_TASK_OPTIONS = {"--task-status": "task_status", "--task-result": "task_result", "--task-cancel": "task_cancel"}
 # every option of the root parser, with its Invocation attribute
 ROOT_OPTIONS = {
     **_VALUE_OPTIONS,
@@ -16418,6 +17037,7 @@ ROOT_OPTIONS = {
     **_RESIDENT_FLAG_OPTIONS,
 }
 ROOT_OPTIONS.update({**_CATALOGUE_FLAGS, **_TARGET_OPTIONS, "--brief": "brief", "--keep-alive": "keep_alive"})
+ROOT_OPTIONS.update({**_TASK_OPTIONS, "--wait": "wait"})
 ROOT_OPTIONS["--input"] = "input"  # repeatable (docs/contract.md §5)
 # every long option, for the close spellings of an unknown one (`--chek`: did you mean --check?)
 _LONG_OPTIONS = tuple(name for name in ROOT_OPTIONS if name.startswith("--"))
@@ -16451,6 +17071,13 @@ class Invocation:
     skills: bool = False  # --skills, --skill NAME (SEP-2640): before a tool name only, as --resources
     skill: str | None = None
     raw: bool = False  # -r/--raw: a call's result as text; with --jq, strings unquoted (docs/contract.md §7)
+    task: bool = False  # --task: the call runs as a task, waited for (docs/contract.md §5 "Tasks")
+    detach: bool = False  # --detach: a task's handle printed instead of its result
+    tasks: bool = False  # --tasks: this user's task handles of the server (and its tasks/list)
+    task_status: str | None = None  # --task-status ID, --task-result ID [--wait], --task-cancel ID
+    task_result: str | None = None
+    task_cancel: str | None = None
+    wait: bool = False
     out: str | None = None  # --out DIR|-: blobs to files, or the one blob to stdout (docs/contract.md §7)
     max_blob_bytes: str | None = None  # as written; ``blob_limit`` is --out's value (the resident's: section 10)
     blob_limit: int = MAX_BLOB_BYTES
@@ -16519,6 +17146,24 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
             if not inline:
                 raise UsageError(f"option {name} needs a {dict(read='URI').get(attr, attr + ' name')}")
             setattr(inv, attr, inline)
+            continue
+        if name in _TASK_OPTIONS and not target:
+            attr = _TASK_OPTIONS[name]
+            if attr in seen:
+                raise UsageError(f"option {name} given more than once")
+            seen.add(attr)
+            if not eq and i < len(tokens) and not _is_bkmcp_option(tokens[i]):
+                inline, i = tokens[i], i + 1
+            elif not eq:
+                raise UsageError(f"option {name} needs a task id", hint=f"bkmcp <server> {name} ID")
+            if not inline:
+                raise UsageError(f"option {name} needs a task id", hint=f"bkmcp <server> {name} ID")
+            setattr(inv, attr, inline)
+            continue
+        if token == "--wait" and not target:  # with --task-result only (check_invocation)
+            if inv.wait:
+                raise UsageError("option --wait given more than once")
+            inv.wait = True
             continue
         if token == "--brief" and not target:  # after a tool name (or --read/--prompt's), --brief is its own flag
             if inv.brief:
@@ -16654,6 +17299,8 @@ USAGE_WORDS: dict[str, tuple[str, str | None]] = {
     "brief": ("--brief is only valid with --tools or --resources", "bkmcp <server> --tools --brief"),
     "body needs": ("--body needs a tool: bkmcp <server> <tool> --body JSON|@FILE|-", None),
     "one mode": ("{modes} cannot be combined: choose one mode", None),
+    "task needs": ("{mode} needs a tool call", "bkmcp <server> <tool> [--flags] {mode}"),
+    "wait": ("--wait is only valid with --task-result", "bkmcp <server> --task-result ID --wait"),
     "resume": ("--resume takes only the answers (--input, --inputs, --input-action)", None),
 }  # fmt: skip
 EVERY_MODE_TAKES = "-v, --timeout, --insecure, --keep-alive, --version, --context"  # --context: refused before
@@ -16701,10 +17348,17 @@ MODE_TABLE: dict[str, tuple[Callable[[Invocation], bool], str, str, str]] = {
     "--skill": (lambda inv: inv.skill is not None, "--skill, " + _OUT + _SERVER, *_SERVER_MODE),
     "--resume": (lambda inv: inv.resume is not None, "--resume, " + _ANSWERS + _SERVER, "*: resume",
                  "a server name: server"),
+    "--wait": (lambda inv: inv.wait, "", "", "--task-result: wait"),
+    "--task": (lambda inv: inv.task and not inv.help, "", "", "a tool: task needs"),
+    "--detach": (lambda inv: inv.detach and not inv.help, "", "", "a tool: task needs"),
+    "--tasks": (lambda inv: inv.tasks, "--tasks, " + _SERVER, *_SERVER_MODE),
+    "--task-status": (lambda inv: inv.task_status is not None, "--task-status, " + _SERVER, *_SERVER_MODE),
+    "--task-result": (lambda inv: inv.task_result is not None, "--task-result, --wait, " + _SERVER, *_SERVER_MODE),
+    "--task-cancel": (lambda inv: inv.task_cancel is not None, "--task-cancel, " + _SERVER, *_SERVER_MODE),
     "--body": (lambda inv: inv.body is not None, "", "", "a tool|--help: body needs"),
     "a tool call": (lambda inv: inv.tool is not None,
-                    "a tool, --body, --dry-run, tool flags, bare arguments, --completion, " + _ANSWERS + _OUT + _SERVER,
-                    "*: modes", ""),
+                    "a tool, --body, --dry-run, tool flags, bare arguments, --completion, --task, --detach, "
+                    + _ANSWERS + _OUT + _SERVER, "*: modes", ""),
     "--dry-run": (lambda inv: inv.dry_run, "--dry-run, a tool, --body, bare arguments, a server name, --config, --jq, "
                   "--raw", "--help: dry-run help; tool flags: dry-run flags; *: dry-run other",
                   "a tool: dry-run tool; --body: dry-run body"),
@@ -16738,11 +17392,12 @@ def check_invocation(inv: Invocation, timeout: float | None = None) -> None:
             f"unexpected argument {inv.positional[0][0]!r}",
             hint="tool arguments are flags (--name VALUE)" + (" or keys of --body" if inv.body is not None else ""),
         )
-    catalogue = inv.check or inv.tools or inv.resources or inv.prompts or inv.skills
+    task_modes = inv.tasks or inv.task_status is not None or inv.task_cancel is not None
+    catalogue = inv.check or inv.tools or inv.resources or inv.prompts or inv.skills or task_modes
     brief_lines = inv.tools and inv.brief  # --tools --brief --raw: one line per tool (docs/contract.md §7)
-    if inv.raw and inv.jq is None and not inv.help and not brief_lines and (catalogue or inv.dry_run):
-        # without --jq there is no result to print as text: a catalogue or preview is JSON by nature
-        mode = modes[0] if modes else "--dry-run"
+    if inv.raw and inv.jq is None and not inv.help and not brief_lines and (catalogue or inv.dry_run or inv.detach):
+        # without --jq there is no result to print as text: a catalogue, preview or task handle is JSON by nature
+        mode = "--detach" if inv.detach and not catalogue else modes[0] if modes else "--dry-run"
         raise UsageError(
             f"--raw prints a tool call's result as text; {mode} has none",
             hint="drop --raw, or add --jq EXPR to print the strings it selects unquoted "
@@ -16810,6 +17465,10 @@ SERVER_MODES = (
     "--prompt",
     "--skills",
     "--skill",
+    "--tasks",
+    "--task-status",
+    "--task-result",
+    "--task-cancel",
     "a tool call",
     "--resume",
 )
@@ -17210,6 +17869,7 @@ class Runner:
         self.deadline: Deadline | None = None  # the remote operation's budget, once it started
         self.ctx: OpContext | None = None  # the remote operation, once it started
         self.shown_config: str | None = None  # the given --config, resolved: every printed command carries it
+        self.server: ResolvedServer  # the resolved server, once run_remote resolved it
         self.writer: BlobWriter | None = None  # --out DIR, open once the command is past its help paths
 
     def emit_text(self, text: str) -> int:
@@ -17446,8 +18106,19 @@ class Runner:
         if inv.out not in (None, "-") and not inv.help:  # an unusable directory fails before anything is sent
             assert inv.out is not None
             self.writer = BlobWriter(resolve_user_path(inv.out, envr.env, envr.cwd, option="--out"))
+        self.server = server
+        task_ids = (inv.task_status, inv.task_result, inv.task_cancel)
+        if server.type == "stdio" and warm is None and (inv.detach or any(t is not None for t in task_ids)):
+            raise UsageError(
+                f"server {server.name!r} runs over stdio: its tasks live in its process, which a one-shot command "
+                "stops when it ends, so " + ("--detach" if inv.detach else "a task id") + " could never be used "
+                "again",
+                hint="add --keep-alive: the background process keeps the server (and its tasks) until it idles out",
+            )
         try:
             self.remote_started = True
+            if inv.tasks or any(t is not None for t in task_ids):
+                return run_task_mode(self, server, jq, ctx)
             if inv.resume is not None:
                 return self.run_resume(server, jq, ctx)
             if inv.read is not None or inv.prompt is not None:
@@ -17481,7 +18152,7 @@ class Runner:
             if isinstance(exc, JqError):
                 raise
             # --jq projects successes only: a failure is printed whole, never hidden (docs/contract.md §7)
-            error = word_for_cli(exc, server.name, self.shown_config)
+            error = word_task_error(self, word_for_cli(exc, server.name, self.shown_config))
             return self.emit_envelope(build_failure(error, self.redactor), None, error.exit_status)
         except BkmcpError as exc:
             raise word_for_cli(exc, server.name, self.shown_config) from None
@@ -17520,6 +18191,18 @@ class Runner:
             assert self.writer is not None
             save_blobs(spots, decode_blobs(spots, inv.blob_limit, data), self.writer)
         return self.emit_envelope(build_success(data), jq, EXIT_OK, raw=inv.raw)
+
+    def emit_call(self, data: dict[str, Any], jq: JqProgram | None) -> int:
+        """A call's data (or a task's result) printed; ``isError: true`` is ``mcp_tool_error``."""
+        if data["result"].get("isError") is True:
+            name = data.get("tool")
+            reason = render_tool_reason(data["result"], self.redactor.scrub)
+            raise ToolError(
+                f"tool {name!r} failed: {reason}" if reason else f"tool {name!r} reported an error (isError: true)",
+                hint="the tool ran and returned an error result; see data.result",
+                data=data,
+            )
+        return self.emit_result(data, jq)
 
     def input_source(self, server: ResolvedServer, deadline: Deadline) -> CommandLineInput | None:  # pyz: remote part
         """Who answers the server's questions in this command (docs/contract.md §5): the answers on the command line,
@@ -17582,10 +18265,35 @@ class Runner:
 
     def cancelled(self) -> CancelledError | None:  # pyz: remote part
         """What a Ctrl-C must tell once a request was sent (docs/contract.md §7): whether ``tools/call`` had been
-        sent (the outcome is then unknown) and the stage it stopped in. None before any request: a plain 130."""
+        sent (the outcome is then unknown) and the stage it stopped in. None before any request: a plain 130. While
+        a task is waited for: the task goes on (never cancelled), with the commands that go on with it."""
         ctx = self.ctx
         if ctx is None or ctx.last_request is None:
             return None
+        task = ctx.task
+        if task is not None and task.get("status") not in TASK_TERMINAL:
+            lives = task_lives_on(self)
+            commands = task_commands(self, task["mcp_task_id"]) if lives else None
+            return CancelledError(
+                f"interrupted (Ctrl-C) while waiting for task {task['mcp_task_id']!r}: "
+                + (
+                    "bkmcp detached; the task goes on (not cancelled)"
+                    if lives
+                    else "the task ends with the stdio server's process (one-shot)"
+                ),
+                hint=(
+                    f"wait for it: {commands['result']}; cancel it: {commands['cancel']}"
+                    if commands
+                    else "a stdio server's task lives in its process; add --keep-alive to keep it"
+                ),
+                details={"outcome": "task_running" if lives else "unknown", "stage": "task"},
+                data={
+                    "server": self.inv.server,
+                    "tool": task.get("tool"),
+                    "task": task,
+                    **({"commands": commands} if commands else {}),
+                },
+            )
         stage = stage_of(ctx.last_request)
         data = {"server": self.inv.server, **({"tool": self.inv.tool} if self.inv.tool is not None else {})}
         if ctx.call_sent:
@@ -17656,17 +18364,18 @@ class Runner:
             self.log.debug(validate_arguments(tool, chosen, deadline=ctx.deadline, flags=given).describe())
             return chosen
 
-        data = run_call(server, ctx, name, insecure=inv.insecure, prepare=prepare)
+        choice = TaskChoice(
+            wanted=inv.task or inv.detach,
+            detach=inv.detach,
+            on_handle=lambda handle, held: save_task(self, handle, held),
+        )
+        data = run_call(server, ctx, name, insecure=inv.insecure, prepare=prepare, task=choice)
         if "schema" in data:
             return self.emit_text(render_tool_help(server.name, data["schema"], self.shown_config))
-        if data["result"].get("isError") is True:
-            reason = render_tool_reason(data["result"], self.redactor.scrub)
-            raise ToolError(
-                f"tool {name!r} failed: {reason}" if reason else f"tool {name!r} reported an error (isError: true)",
-                hint="the tool ran and returned an error result; see data.result",
-                data=data,
-            )
-        return self.emit_result(data, jq)
+        if "result" not in data:  # --detach: the task's handle and the commands that go on with it
+            data["commands"] = task_commands(self, data["task"]["mcp_task_id"])
+            return self.emit_envelope(build_success(data), jq, EXIT_OK, raw=False)
+        return self.emit_call(data, jq)
 
 
 # A kept input round (``--resume``, docs/contract.md §5): one 0600 file per handle in a 0700 folder of the user's state
@@ -17778,6 +18487,109 @@ def forget_resume(env: Mapping[str, str], handle: str) -> None:
             os.unlink(os.path.join(resume_dir(env), handle + ".json"))
         except OSError:
             pass
+
+
+# -- 11.3.1 tasks on the command line: the commands a handle names, the store, the task-id modes -----------------------
+# docs/contract.md §5 "Tasks": the Runner's part of tasks (the flows are section 7's, 7.3.1).
+
+
+def task_commands(runner: Runner, task_id: str) -> dict[str, str]:  # pyz: remote part
+    """The commands that show, wait for and cancel a task (a stdio server's: through --keep-alive)."""
+    base = build_server_command(runner.server.name, runner.shown_config)
+    tail = " --keep-alive" if runner.server.type == "stdio" else ""
+    quoted = shell_quote(task_id)
+    return {
+        "status": f"{base} --task-status {quoted}{tail}",
+        "result": f"{base} --task-result {quoted} --wait{tail}",
+        "cancel": f"{base} --task-cancel {quoted}{tail}",
+    }
+
+
+def task_lives_on(runner: Runner) -> bool:  # pyz: remote part
+    """Whether a task outlives this command: not a one-shot stdio server's (its process ends with it)."""
+    return not (runner.server.type == "stdio" and runner.envr.warm is None)
+
+
+def word_task_error(runner: Runner, error: BkmcpError) -> BkmcpError:  # pyz: remote part
+    """An error about a task still alive (the wait ran out, it asks for input) names the commands that go on
+    with it; a one-shot stdio server's says the task ended with the server's process."""
+    task = (error.data or {}).get("task") if isinstance(error.data, dict) else None
+    if (
+        not isinstance(task, dict)
+        or task.get("status") in TASK_TERMINAL
+        or error.details.get("outcome")
+        not in (
+            "task_running",
+            "task_waiting",
+        )
+    ):
+        return error
+    if not task_lives_on(runner):
+        hint = "a stdio server's task lives in its process, which ended with this command; add --keep-alive"
+        return error.copy(hint=hint)
+    commands = task_commands(runner, task["mcp_task_id"])
+    hint = f"wait for it: {commands['result']}; cancel it: {commands['cancel']}"
+    return error.copy(hint=hint, data={**(error.data or {}), "commands": commands})
+
+
+def save_task(runner: Runner, handle: dict[str, Any], session_id: str | None = None) -> None:  # pyz: remote part
+    """Keep ``handle`` (and the legacy HTTP session it lives in) in this user's store (``task_store_path``):
+    never lost to a Ctrl-C or a timeout; a store that cannot be written is one warning (the command goes on)."""
+    path = task_store_path(runner.envr.env)
+    if path is None:
+        runner.log.warn("task handles are not kept: set HOME or XDG_STATE_HOME", once_key="task-store")
+        return
+    try:
+        update_task_store(path, build_store_change(handle, runner.server.config_file, int(time.time()), session_id))
+    except OSError as exc:
+        runner.log.warn(f"task handle not kept in {path}: {exc.strerror or exc}", once_key="task-store")
+
+
+def run_task_mode(
+    runner: Runner, server: ResolvedServer, jq: JqProgram | None, ctx: OpContext
+) -> int:  # pyz: remote part
+    """``--tasks`` (this user's handles of the server, and its ``tasks/list`` where a legacy server offers it),
+    ``--task-status ID``, ``--task-result ID [--wait]``, ``--task-cancel ID`` (docs/contract.md §5 "Tasks")."""
+    inv = runner.inv
+    if inv.positional or inv.tool_tokens:
+        raise UsageError("task options take a task id and nothing else", hint="bkmcp <server> --task-status ID")
+    path = task_store_path(runner.envr.env)
+    try:
+        entries = update_task_store(path, lambda e: e, create=False) if path is not None else []
+    except OSError:
+        entries = []
+    stored = [e for e in entries if e.get("server") == server.name and e.get("config_file") == server.config_file]
+    hidden = ("config_file", "saved_at", "expires_at", "session_id")  # the store's own, not the handle's
+    mine = [{k: v for k, v in e.items() if k not in hidden} for e in stored]
+    if inv.tasks:
+        listed = None
+        if task_lives_on(runner):
+
+            def listing(session: McpSession) -> dict[str, Any]:
+                return {"tasks": list_server_tasks(session, ctx)}
+
+            listed = run_on_session(server, ctx, listing, insecure=inv.insecure)["tasks"]
+        data: dict[str, Any] = {"server": server.name, "tasks": mine, "server_tasks": listed}
+        return runner.emit_envelope(build_success(data), jq, EXIT_OK, raw=inv.raw)
+    action, task_id = next(
+        (a, t)
+        for a, t in (("status", inv.task_status), ("result", inv.task_result), ("cancel", inv.task_cancel))
+        if t is not None
+    )
+    known = next((e for e in mine if e.get("mcp_task_id") == task_id), None)
+    # one-shot: a legacy HTTP task's own session (a warm one is kept anyway)
+    source = ctx.sessions or ResumedSessions(next((e for e in stored if e.get("mcp_task_id") == task_id), None))
+
+    def work(session: McpSession) -> dict[str, Any]:
+        return run_task_action(session, ctx, action, task_id, known, wait=inv.wait)
+
+    data = run_on_session(server, ctx, work, insecure=inv.insecure, sessions=source)
+    save_task(runner, data["task"])
+    if "result" not in data:
+        if data["task"].get("status") not in TASK_TERMINAL:
+            data["commands"] = task_commands(runner, task_id)
+        return runner.emit_envelope(build_success(data), jq, EXIT_OK, raw=inv.raw)
+    return runner.emit_call(data, jq)
 
 
 # -- 11.4 --keep-alive: the client and its background process, WarmServer (docs/contract.md §14) -----------------------

@@ -8,6 +8,9 @@ integer each) answers, round-robin, cold one-shot processes of
 
 - ``bkmcp.pyz bench --tools``                       (the baseline of the ratio)
 - ``bkmcp.pyz bench tool_000 --q hello --n 7``       (discover, map flags, validate the arguments, call once)
+- ``bkmcp.pyz bench task_now --q hello --n 7 --task`` (the same call run as a 2025-11-25 task that completes at
+  once, at a server poll interval of ``TASK_POLL_MS``: tools/call with ``params.task``, tasks/get, tasks/result;
+  docs/contract.md §5 "Tasks": it costs at most one poll interval more than the plain call)
 
 and, with ``--source``, the same two through ``bkmcp.py``. Prints the medians of wall time and of CPU time
 (user+sys of the child) and the ratio call / --tools by both clocks. ``--callgrind`` instead runs each command
@@ -33,10 +36,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from mock_server.mcp_mock import MockServer, mock_tool  # noqa: E402
+from mock_server.mcp_mock import TASK_CAPABILITIES, MockServer, mock_tool  # noqa: E402
 
 PAGE_SIZE = 25
 CALL = ["tool_000", "--q", "hello", "--n", "7"]
+TASK_CALL = ["task_now", "--q", "hello", "--n", "7", "--task"]
+TASK_POLL_MS = 1000  # the interval server-everything's tasks suggest
 
 
 def child_cpu_ms() -> float:
@@ -56,6 +61,8 @@ def run(argv: list[str], env: dict[str, str], server: MockServer, call: bool) ->
         got = [json.loads(c["body"])["params"].get("arguments") for c in calls]
         if got != [{"q": "hello", "n": 7}]:
             raise SystemExit(f"the server received {got!r}")
+        if argv[-1] == "--task" and len(server.requests("tasks/result")) == 0:
+            raise SystemExit("the --task call was not run as a task")
     elif len(re.findall(r'"tool_\d+"', done.stdout)) < 50:
         raise SystemExit("--tools did not list the catalogue")
     return wall, cpu
@@ -92,7 +99,10 @@ def main() -> int:
     tools = [
         mock_tool(f"tool_{i:03d}", properties={"q": {"type": "string"}, "n": {"type": "integer"}}) for i in range(50)
     ]
-    scenario = {"versions": ["2025-11-25"], "tools": tools, "page_size": PAGE_SIZE}
+    job = mock_tool("task_now", "job", {"q": {"type": "string"}, "n": {"type": "integer"}}, poll_ms=TASK_POLL_MS)
+    job["execution"] = {"taskSupport": "optional"}
+    tools.append(job)
+    scenario = {"versions": ["2025-11-25"], "tools": tools, "page_size": PAGE_SIZE, "capabilities": TASK_CAPABILITIES}
     server = MockServer(scenario)
     url = server.start()
     try:
@@ -111,6 +121,7 @@ def main() -> int:
                 base = [python, program, "--config", str(config), "bench"]
                 rows.append((f"{label} --tools", base + ["--tools"], False))
                 rows.append((f"{label} call {CALL[0]}", base + CALL, True))
+                rows.append((f"{label} call --task", base + TASK_CALL, True))
             for _, argv, call in rows:  # warm-up: the per-user cache, the page cache
                 run(argv, env, server, call)
             print(f"python: {args.python}")
@@ -138,6 +149,11 @@ def main() -> int:
                 wall = statistics.median(walls[call_name]) / statistics.median(walls[tools_name])
                 cpu = statistics.median(cpus[call_name]) / statistics.median(cpus[tools_name])
                 print(f"  {label}: call / --tools = {wall:.2f}x wall, {cpu:.2f}x CPU (target <= 1.2x)")
+                extra = statistics.median(walls[f"{label} call --task"]) - statistics.median(walls[call_name])
+                print(
+                    f"  {label}: call --task - call = {extra:.1f} ms wall "
+                    f"(target <= one poll interval, {TASK_POLL_MS} ms)"
+                )
     finally:
         server.stop()
     return 0

@@ -59,7 +59,7 @@ faults                     {duplicate_cursor, cursor_cycle, infinite_pages, fail
                             expire_session_after, sse_retry_resume, server_request_on_call, slow_on, html_on}
 
 Tool behaviours (mock-only key ``"x-mock"`` on a tool, stripped from tools/list together with every other key
-starting with ``x-mock``): echo (default), add, is_error, rpc_error, input_required, task, url_elicitation,
+starting with ``x-mock``): echo (default), add, is_error, rpc_error, input_required, task, job, url_elicitation,
 malformed, slow, drop, big, unknown_result_type, image, progress, env, environ, counter. ``input_required`` asks
 ``x-mock-message`` with the form ``x-mock-schema`` (default: a required boolean ``ok``): legacy sessions send
 ``elicitation/create`` mid-call and echo the answer; 2026-07-28 sessions answer ``InputRequiredResult`` and, on the
@@ -126,7 +126,25 @@ HANDLER_TIMEOUT_S = 60.0  # idle keep-alive connections are dropped after this
 TINY_PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
 
 # Methods whose modern request carries an Mcp-Name header, and the params key it mirrors.
-NAME_PARAM = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+NAME_PARAM = {
+    "tools/call": "name",
+    "prompts/get": "name",
+    "resources/read": "uri",
+    "tasks/get": "taskId",  # the tasks extension (io.modelcontextprotocol/tasks): Mcp-Name is the task id
+    "tasks/update": "taskId",
+    "tasks/cancel": "taskId",
+}
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+# What a server that runs tools/call as tasks declares: legacy (2025-11-25 core) and modern (the extension).
+TASK_CAPABILITIES = {
+    "tools": {},
+    "resources": {},
+    "prompts": {},
+    "tasks": {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}},
+    "extensions": {TASKS_EXTENSION: {}},
+}
+TERMINAL = ("completed", "failed", "cancelled")
+TASK_METHODS = ("tasks/get", "tasks/result", "tasks/list", "tasks/cancel", "tasks/update")
 # The other list methods: method -> (the result's key, the scenario key of its items); tools/list is tools_list.
 LISTINGS = {
     "resources/list": ("resources", "_public_resources"),
@@ -809,6 +827,7 @@ class Core:
         self.issued_states: set = set()  # requestState values handed out (input_required, 2026-07-28)
         self.standalone: Any = None  # the open standalone GET stream's sink (scenario standalone_get)
         self.cancelled: set = set()
+        self.tasks: dict[str, dict] = {}  # the "job" behaviour's tasks: id -> {tool, created, cancelled, …}
         self.base_url = ""
 
     # -- scenario views -----------------------------------------------------------------------------------
@@ -1028,6 +1047,8 @@ class Core:
             reply = self.complete(params)
         elif method == "tools/call":
             reply = self.tools_call(ctx, params, sink, msg.get("id"))
+        elif isinstance(method, str) and method in TASK_METHODS:
+            reply = self.task_method(ctx, method, params, sink)
         elif method == "server/discover" and modern:
             reply = Reply("result", self.discover_result())
         elif method == "ping" and not modern:
@@ -1247,6 +1268,132 @@ class Core:
         request = self.new_server_request(method, params)
         response = sink.ask_client(request, self.sc["server_request_wait_ms"] / 1000.0)
         return response if response is not None else {"no_answer": True, "request_id": request["id"]}
+
+    # -- tasks: the "job" behaviour's store, in both shapes ---------------------------------------------------
+    # Legacy (2025-11-25 core): a tools/call with ``params.task`` gets {"task": {…}}; tasks/get|result|list|cancel.
+    # Modern (extension io.modelcontextprotocol/tasks): a tools/call whose _meta clientCapabilities declare the
+    # extension gets resultType "task"; tasks/get carries result/error inline; tasks/update, tasks/cancel ack {}.
+    def task_state(self, task: dict) -> str:
+        """A job's status now: x-mock-end (completed, failed, is_error, cancelled, never, expires, input) once
+        x-mock-after-ms passed since it was created; "gone" once an expiring one passed its time."""
+        if task["cancelled"]:
+            return "cancelled"
+        tool = task["tool"]
+        end = tool.get("x-mock-end", "completed")
+        done = (time.monotonic() - task["created"]) * 1000 >= float(tool.get("x-mock-after-ms", 0))
+        if end == "never" or not done:
+            return "working"
+        if end == "expires":
+            return "gone"
+        if end == "input":
+            return "input_required"
+        if end == "is_error":
+            return "failed" if task["era"] == "legacy" else "completed"
+        return end
+
+    def task_view(self, task: dict, status: str) -> dict:
+        tool = task["tool"]
+        view: dict[str, Any] = {
+            "taskId": task["id"],
+            "status": status,
+            "statusMessage": f"mock job {status}",
+            "createdAt": task["created_at"],
+            "lastUpdatedAt": _now_iso(),
+        }
+        ttl, poll = tool.get("x-mock-ttl-ms", 60000), tool.get("x-mock-poll-ms", 50)
+        if task["era"] == "modern":
+            view.update(ttlMs=ttl, pollIntervalMs=poll)
+            if status == "completed":
+                view["result"] = self.task_outcome(task)
+            elif status == "failed":
+                view["error"] = {"code": -32603, "message": "mock job failed"}
+            elif status == "input_required":
+                view["inputRequests"] = {
+                    "confirm": {
+                        "method": "elicitation/create",
+                        "params": {"message": "Proceed?", "requestedSchema": {"type": "object", "properties": {}}},
+                    }
+                }
+        else:
+            view.update(ttl=ttl, pollInterval=poll)
+        return view
+
+    def task_outcome(self, task: dict) -> dict:
+        error = task["tool"].get("x-mock-end") == "is_error"
+        text = ("job failed: " if error else "job done: ") + dump_json(task["args"])
+        return {"content": [{"type": "text", "text": text}], "isError": error}
+
+    def _job(self, call: Call) -> Reply:
+        """A tool that runs as a task when the client asks for one (legacy ``params.task``, modern: the extension
+        declared); a plain call of a task-required job is refused as the specs say."""
+        modern = call.ctx.era == "modern"
+        if modern:
+            caps = (call.params.get("_meta") or {}).get(META_CAPS) or {}
+            asked = isinstance(caps, dict) and TASKS_EXTENSION in (caps.get("extensions") or {})
+        else:
+            asked = isinstance(call.params.get("task"), dict)
+        if not asked:
+            if (call.tool.get("execution") or {}).get("taskSupport") != "required":
+                task = {"tool": call.tool, "args": call.args}
+                return Reply("result", self.task_outcome(task))
+            if modern:
+                return Reply.error(
+                    -32021,
+                    "Missing required client capability",
+                    {"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}},
+                )
+            return Reply.error(-32601, "Task augmentation required for tools/call requests")
+        task_id = "job-" + secrets.token_hex(6)
+        task = {
+            "id": task_id,
+            "tool": call.tool,
+            "args": call.args,
+            "era": "modern" if modern else "legacy",
+            "created": time.monotonic(),
+            "created_at": _now_iso(),
+            "cancelled": False,
+        }
+        with self.lock:
+            self.tasks[task_id] = task
+        view = self.task_view(task, "working")
+        if modern:
+            return Reply("result", {"resultType": "task", **view})
+        return Reply("result", {"task": view})
+
+    def task_method(self, ctx: Ctx, method: str, params: dict, sink: Sink) -> Reply:
+        modern = ctx.era == "modern"
+        if method == "tasks/list" and not modern:
+            items = [self.task_view(t, self.task_state(t)) for t in list(self.tasks.values()) if t["era"] == "legacy"]
+            return Reply("result", {"tasks": [t for t in items if t["status"] != "gone"]})
+        if method == ("tasks/result" if modern else "tasks/update"):  # each shape's own methods
+            return Reply.error(-32601, f"Method not found: {method}", status=404 if modern else 200)
+        task = self.tasks.get(params.get("taskId"))
+        status = self.task_state(task) if task is not None else "gone"
+        if status == "gone":
+            return Reply.error(-32602, "Failed to retrieve task: Task not found")
+        if method == "tasks/get":
+            return Reply("result", self.task_view(task, status))
+        if method == "tasks/update":
+            return Reply("result", {})
+        if method == "tasks/cancel":
+            if status in TERMINAL and not modern:
+                return Reply.error(-32602, f"Cannot cancel task in terminal status {status!r}")
+            task["cancelled"] = True
+            return Reply("result", {} if modern else self.task_view(task, "cancelled"))
+        # legacy tasks/result: blocks until the task is terminal (bounded by MAX_SLEEP_S), then its outcome
+        deadline = time.monotonic() + MAX_SLEEP_S
+        while status not in TERMINAL and time.monotonic() < deadline:
+            if self.sleep_ms(20, sink.client_closed):
+                return Reply("drop", "client_closed")
+            status = self.task_state(task)
+        related = {"io.modelcontextprotocol/related-task": {"taskId": task["id"]}}
+        if status == "completed" or (status == "failed" and task["tool"].get("x-mock-end") == "is_error"):
+            return Reply("result", {**self.task_outcome(task), "_meta": related})
+        if status == "cancelled":
+            return Reply.error(-32603, "The task was cancelled")
+        if status == "failed":
+            return Reply.error(-32603, "mock job failed")
+        return Reply.error(-32603, "tasks/result: the mock job did not end in time")
 
     # -- tool behaviours: one method per "x-mock" name, listed in BEHAVIOURS below the class ---------------
     def _slow(self, call: Call) -> Reply:
@@ -1491,6 +1638,7 @@ BEHAVIOURS: dict[str, Callable[[Core, Call], Reply]] = {
     "rpc_error": Core._rpc_error,
     "input_required": Core._input_required,
     "task": Core._task,
+    "job": Core._job,
     "url_elicitation": Core._url_elicitation,
     "malformed": Core._malformed,
     "slow": Core._slow,

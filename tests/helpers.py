@@ -252,9 +252,9 @@ def resident_options(registry: str, *options: str) -> bkmcp.ResidentOptions:
 
 def fake_engine(client_class: Any) -> dict[str, Any]:
     """Stand-ins for the section-7 building blocks ``run_call`` uses (``SessionSource``, ``discover_tools``,
-    ``call_tool``) backed by an object with ``connect/list_tools/call_tool/close``: for unit tests of the CLI's
-    routing that must not touch the network. Apply with ``monkeypatch.setattr(bkmcp, name, value)`` or
-    ``mock.patch.multiple(bkmcp, **fake_engine(cls))``."""
+    ``call_tool``, ``plan_task``: never a task) backed by an object with ``connect/list_tools/call_tool/close``:
+    for unit tests of the CLI's routing that must not touch the network. Apply with
+    ``monkeypatch.setattr(bkmcp, name, value)`` or ``mock.patch.multiple(bkmcp, **fake_engine(cls))``."""
 
     class Sessions:
         def start(self, server: Any, ctx: Any, *, insecure: bool) -> Any:
@@ -273,7 +273,10 @@ def fake_engine(client_class: Any) -> dict[str, Any]:
         "SessionSource": Sessions,
         "discover_tools": lambda session, ctx: (session.list_tools(), 1),
         "usable_tools": lambda session, ctx, tools: (tools, list(getattr(session, "excluded", []))),
-        "call_tool": lambda session, ctx, name, arguments, tool=None, pending=None: session.call_tool(name, arguments),
+        "call_tool": lambda session, ctx, name, arguments, tool=None, pending=None, as_task=False: session.call_tool(
+            name, arguments
+        ),
+        "plan_task": lambda session, ctx, tool, choice: False,
     }
 
 
@@ -284,6 +287,25 @@ def sigint_as_in_a_terminal() -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def interrupted_run(
+    argv: list[str], env: Mapping[str, str], ready: Any, timeout: float = 30.0
+) -> tuple[int, bytes, bytes]:
+    """Run ``argv``, send it SIGINT (as a terminal's Ctrl-C) once ``ready()`` is true, and return its exit status,
+    stdout and stderr; the process is gone when this returns, whatever happened."""
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(env), preexec_fn=sigint_as_in_a_terminal
+    )
+    try:
+        assert ready(), "the process never got ready to be interrupted"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return proc.returncode, out, err
 
 
 def http_server(

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from artifact_helpers import ROOT, TIMEOUT
 
-from mock_server.mcp_mock import MockServer, mock_tool
+from mock_server.mcp_mock import SKILLS_EXTENSION, TASK_CAPABILITIES, MockServer, mock_tool
 
 MOCK = str(ROOT / "mock_server" / "mcp_mock.py")
 
@@ -95,8 +95,12 @@ def test_a_short_commands_exit_leaves_nothing_a_finalizer_would_act_on(
     python: str, pyz_path: Path, pyz_env: dict, tmp_path: Path
 ) -> None:
     slow = mock_tool("nap", "slow", ms=20_000)
-    tools = [mock_tool("echo", properties={"text": {"type": "string"}}), slow]
-    server = MockServer({"tools": tools, "page_size": 1, "skills": True})
+    job = mock_tool("job", "job", after_ms=100, poll_ms=30)  # issue 39: a call run as a task
+    job["execution"] = {"taskSupport": "optional"}
+    tools = [mock_tool("echo", properties={"text": {"type": "string"}}), slow, job]
+    extensions = {**TASK_CAPABILITIES["extensions"], SKILLS_EXTENSION: {}}
+    capabilities = {**TASK_CAPABILITIES, "extensions": extensions}
+    server = MockServer({"tools": tools, "page_size": 1, "skills": True, "capabilities": capabilities})
     url = server.start()
     stdio = [sys.executable, MOCK, "--stdio", "--quiet"]
     servers = {
@@ -110,6 +114,7 @@ def test_a_short_commands_exit_leaves_nothing_a_finalizer_would_act_on(
     config.write_text(json.dumps({"mcpServers": servers}))
     registry, inventory = tmp_path / "registry.db", tmp_path / "inventory.json"
     env = {k: v for k, v in pyz_env.items() if k != "XDG_RUNTIME_DIR"}  # the background process's folder: TMPDIR's
+    env["XDG_STATE_HOME"] = str(tmp_path / "state")  # the task handles (issue 39)
     base = ["--config", str(config)]
     cases = [
         (base + ["mock", "--tools"], 0),
@@ -128,6 +133,9 @@ def test_a_short_commands_exit_leaves_nothing_a_finalizer_would_act_on(
         (base + ["mock", "--skills"], 0),  # SEP-2640 (issue 38 item 5): a skill session, one-shot
         (base + ["mock", "--skill", "pdf-processing", "--out", str(tmp_path / "out")], 0),
         (base + ["mock", "--skill", "tampered"], 2),  # refused: nothing printed but the error
+        (base + ["mock", "job", "--task"], 0),  # polled until it ends, the result printed
+        (base + ["mock", "job", "--detach"], 0),  # the handle kept in the store, the session left open
+        (base + ["mock", "--tasks"], 0),
         (base + ["crash", "--tools"], 2),
         (base + ["--timeout", "1s", "silent", "--tools"], 2),
         (base + ["--keep-alive", "mock", "--tools"], 0),  # starts the background process

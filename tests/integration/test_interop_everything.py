@@ -1,8 +1,9 @@
 """bkmcp against ``@modelcontextprotocol/server-everything@2026.8.31`` (TypeScript SDK 1.x, legacy-only, SSE with
 priming events, stateful sessions): --check, --tools, and a call of every tool that needs no client capability.
 
-Seed rows: R01 (legacy fallback from the modern probe, SSE priming events), R02, R04 (a task-required tool is
-never reported as success), I01. Skipped with the fixture's reason only when the server is not installed.
+Seed rows: R01 (legacy fallback from the modern probe, SSE priming events), R02, R04 (a task-required tool runs
+as a task and is waited for: docs/contract.md §5 "Tasks"), I01. Skipped with the fixture's reason only when the
+server is not installed.
 """
 
 from __future__ import annotations
@@ -91,17 +92,59 @@ def test_interop_everything_call_with_flags_and_pinned_version(everything):
     assert "3.5" in result.json["data"]["result"]["content"][0]["text"]
 
 
-@pytest.mark.parametrize("args", [("--body", '{"topic": "mcp"}'), ("--topic", "mcp")])
-def test_interop_everything_task_required_tool_is_never_success_R04(everything, args):
-    """Its ``execution.taskSupport`` is "required": refused before sending (issue 27 item 5). What bkmcp sent is
-    read from its own -v log of every HTTP request (the server keeps no request log)."""
+def _sent(stderr: str, method: str) -> int:
+    """How many ``method`` requests bkmcp's -v log shows it sent (the server keeps no request log)."""
+    return sum(1 for line in stderr.splitlines() if f" [{method} id=" in line and "-> " in line)
+
+
+@pytest.mark.parametrize("args", [("--body", '{"topic": "mcp"}'), ("--topic", "mcp"), ("--topic", "mcp", "--task")])
+def test_interop_everything_task_required_tool_completes_as_a_task_R04(everything, args):
+    """Its ``execution.taskSupport`` is "required" and the server declares ``tasks.requests.tools.call``: with or
+    without ``--task`` it runs as a task (2025-11-25 core), polled with tasks/get at its 1 s interval, its result
+    read once with tasks/result and printed as a plain call's; tools/call is sent once."""
     result = everything()("-v", "ev", "simulate-research-query", *args)
-    assert result.exit_status == 2, result.stdout + result.stderr
-    assert result.error_code == "mcp_capability_unsupported"
-    error = result.json["error"]
-    assert "needs task support" in error["message"] and "nothing was sent" in error["message"]
-    assert error["outcome"] == "not_sent"
-    assert "tools/list" in result.stderr and "tools/call" not in result.stderr
+    assert result.exit_status == 0, result.stdout + result.stderr
+    data = result.json["data"]
+    assert set(data) == {"server", "tool", "result"}
+    assert "Research Report: mcp" in data["result"]["content"][0]["text"]
+    assert _sent(result.stderr, "tools/call") == 1 and _sent(result.stderr, "tasks/result") == 1
+    assert 1 <= _sent(result.stderr, "tasks/get") <= 8  # about 4 s of work at a 1 s interval
+    assert _sent(result.stderr, "tasks/cancel") == 0
+    assert ("can only run as a task" in result.stderr) == ("--task" not in args)
+
+
+def test_interop_everything_research_detaches_resumes_and_cancels(everything_server, tmp_path):
+    """One-shot HTTP: ``--detach`` prints the handle at once; later commands (new processes, new sessions) ask its
+    status and wait for its result by id; another is cancelled (tasks/cancel) and then ends as mcp_task_cancelled;
+    ``--tasks`` lists both handles from the local store (0600) beside the server's tasks/list."""
+    env = {"HOME": str(tmp_path)}
+    config = write_mcp_json(tmp_path / "mcp-ev.json", {"ev": {"type": "http", "url": everything_server.url}})
+
+    def run(*args: str):
+        return run_bkmcp("--config", str(config), *args, env=env)
+
+    detached = run("ev", "simulate-research-query", "--topic", "later", "--detach")
+    assert detached.exit_status == 0, detached.stdout + detached.stderr
+    handle = detached.json["data"]["task"]
+    assert (handle["era"], handle["status"], handle["ttl_ms"]) == ("legacy", "working", 300000)
+    task_id = handle["mcp_task_id"]
+    assert detached.json["data"]["commands"]["result"].endswith(f"--task-result {task_id} --wait")
+    status = run("ev", "--task-status", task_id)
+    assert status.exit_status == 0 and status.json["data"]["task"]["status"] in ("working", "completed")
+    done = run("ev", "--task-result", task_id, "--wait")
+    assert done.exit_status == 0, done.stdout + done.stderr
+    assert "Research Report: later" in done.json["data"]["result"]["content"][0]["text"]
+    other = run("ev", "simulate-research-query", "--topic", "x", "--detach").json["data"]["task"]["mcp_task_id"]
+    cancelled = run("ev", "--task-cancel", other)
+    assert cancelled.exit_status == 0 and cancelled.json["data"]["task"]["status"] == "cancelled"
+    ended = run("ev", "--task-result", other)
+    assert (ended.exit_status, ended.error_code) == (2, "mcp_task_cancelled")
+    listed = run("ev", "--tasks")
+    assert listed.exit_status == 0, listed.stdout + listed.stderr
+    assert {t["mcp_task_id"] for t in listed.json["data"]["tasks"]} == {task_id, other}
+    assert isinstance(listed.json["data"]["server_tasks"], list)  # its tasks/list (of a new session)
+    store = tmp_path / ".local" / "state" / "bkmcp" / "tasks.json"
+    assert oct(store.stat().st_mode & 0o777) == "0o600" and "later" not in store.read_text()
 
 
 def test_interop_everything_task_required_tool_help_and_tools_say_so(everything):
@@ -114,9 +157,9 @@ def test_interop_everything_task_required_tool_help_and_tools_say_so(everything)
     assert [name for name, entry in cli.items() if "task_support" in entry] == ["simulate-research-query"]
 
 
-def test_interop_everything_task_required_tool_refused_warm(everything_server, tmp_path):
-    """The same refusal from a warm session (--keep-alive): byte for byte the one-shot answer, after discovery
-    (test_task_only_tools.py checks on a mock's request log that a warm session sends no tools/call)."""
+def test_interop_everything_task_required_tool_completes_warm(everything_server, tmp_path):
+    """The same task from a warm session (--keep-alive): the same report as one-shot, polled in the background
+    process (test_interop_real_servers.py detaches, resumes and cancels over warm stdio)."""
     runtime = tmp_path / "run"
     runtime.mkdir(mode=0o700)
     config = write_mcp_json(tmp_path / "mcp.json", {"ev": {"type": "http", "url": everything_server.url}})
@@ -131,13 +174,16 @@ def test_interop_everything_task_required_tool_refused_warm(everything_server, t
     def daemon_running() -> bool:
         return bool(pids_running(daemon))
 
+    def report(done: subprocess.CompletedProcess) -> str:
+        return json.loads(done.stdout)["data"]["result"]["content"][0]["text"]
+
     try:
         one = run("ev", "simulate-research-query", "--topic", "mcp")
         warm = run("-v", "ev", "simulate-research-query", "--topic", "mcp", "--keep-alive")
         assert daemon_running()
-        assert (warm.returncode, warm.stdout) == (one.returncode, one.stdout) and warm.returncode == 2
-        assert json.loads(warm.stdout)["error"]["code"] == "mcp_capability_unsupported"
-        assert b"discovered 13 tool(s)" in warm.stderr
+        assert (warm.returncode, one.returncode) == (0, 0), warm.stdout + warm.stderr
+        assert report(warm) == report(one) and "Research Report: mcp" in report(warm)
+        assert b"discovered 13 tool(s)" in warm.stderr and b"can only run as a task" in warm.stderr
     finally:
         run("--sessions", "--stop")
         until(lambda: not daemon_running(), "the background process ended", 20)

@@ -395,16 +395,54 @@ def test_fastmcp1_a_later_failure_shows_no_probe_noise(bed):
     assert [line for line in stderr_tail if "server/discover" in line or "validation error" in line] == []
 
 
-def test_everything_task_only_tool_is_refused_before_sending_R04(bed, resident):
+def test_everything_research_runs_as_a_task_one_shot_and_warm_R04(bed, resident):
+    """server-everything's task-only ``simulate-research-query`` (2025-11-25 core tasks) runs as a task without
+    ``--task``: one-shot over stdio it is waited for in the one process; ``--detach`` there is refused unsent (the
+    task would die with the process); warm (``--keep-alive``) it detaches, its status and result are asked later by
+    id, and another is cancelled. Every tools/call the server read carried ``params.task``; the resident, which runs
+    no tasks, still refuses it unsent."""
     bed.need("everything")
-    before = len(bed.calls_of("everything", "simulate-research-query"))
+
+    def calls() -> list[dict[str, Any]]:
+        return [
+            m["params"]
+            for m in bed.received("everything")
+            if m.get("method") == "tools/call" and m["params"]["name"] == "simulate-research-query"
+        ]
+
+    before = len(calls())
     one = bed.one_shot("everything", "simulate-research-query", "--topic", "mcp")
-    assert (one.exit_status, one.error_code) == (2, "mcp_capability_unsupported"), one.stdout + one.stderr
-    assert "nothing was sent" in one.json["error"]["message"]
-    warm = bed.warm("everything", "simulate-research-query", "--topic", "mcp")
-    assert (warm.returncode, warm.stdout.decode()) == (one.exit_status, one.stdout)
+    assert one.exit_status == 0, one.stdout + one.stderr
+    assert "Research Report: mcp" in one.json["data"]["result"]["content"][0]["text"]
+    assert "can only run as a task" in one.stderr
+    refused = bed.one_shot("everything", "simulate-research-query", "--topic", "mcp", "--detach")
+    assert (refused.exit_status, refused.error_code) == (1, "usage_error") and "--keep-alive" in refused.stderr
+    assert len(calls()) == before + 1
+
+    warm = bed.warm("everything", "simulate-research-query", "--topic", "warm")
+    assert warm.returncode == 0, warm.stdout + warm.stderr
+    assert "Research Report: warm" in json.loads(warm.stdout)["data"]["result"]["content"][0]["text"]
+    detached = bed.warm("everything", "simulate-research-query", "--topic", "later", "--detach")
+    assert detached.returncode == 0, detached.stdout + detached.stderr
+    handle = json.loads(detached.stdout)["data"]["task"]
+    assert (handle["era"], handle["status"], handle["transport"]) == ("legacy", "working", "stdio")
+    assert handle["ttl_ms"] == 300000 and handle["poll_interval_ms"] == 1000
+    status = bed.warm("everything", "--task-status", handle["mcp_task_id"])
+    assert json.loads(status.stdout)["data"]["task"]["status"] in ("working", "completed"), status.stderr
+    done = bed.warm("everything", "--task-result", handle["mcp_task_id"], "--wait")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Research Report: later" in json.loads(done.stdout)["data"]["result"]["content"][0]["text"]
+    other = json.loads(bed.warm("everything", "simulate-research-query", "--topic", "x", "--detach").stdout)
+    task_id = other["data"]["task"]["mcp_task_id"]
+    cancelled = bed.warm("everything", "--task-cancel", task_id)
+    assert json.loads(cancelled.stdout)["data"]["task"]["status"] == "cancelled", cancelled.stderr
+    ended = bed.warm("everything", "--task-result", task_id)
+    assert (ended.returncode, json.loads(ended.stdout)["error"]["code"]) == (2, "mcp_task_cancelled")
+    sent = calls()[before:]
+    assert len(sent) == 4 and all(params.get("task") == {} for params in sent)  # never sent twice
+
     answer = resident.ask(
         "call_tool", "alice", server_name="everything", tool_name="simulate-research-query", arguments={"topic": "mcp"}
     )
     assert (answer["success"], answer["error_code"]) == (False, "mcp_capability_unsupported")
-    assert len(bed.calls_of("everything", "simulate-research-query")) == before  # no tools/call on the wire
+    assert len(calls()) == before + 4  # the resident sent no tools/call

@@ -1,7 +1,8 @@
-"""Task-only tools (issue 27 item 5, docs/contract.md §5): a tool declaring ``execution.taskSupport: "required"``
-is refused as ``mcp_capability_unsupported`` before any ``tools/call`` reaches the server — one-shot (HTTP in both
-eras, stdio), warm (``--keep-alive``) and resident — while ``"optional"``, absent and malformed declarations are
-called as before. Help, ``--tools`` and the resident's ``list_tools`` say so; the tool object stays as sent."""
+"""Task-only tools (issue 27 item 5, docs/contract.md §5): a tool declaring ``execution.taskSupport: "required"`` of
+a server that declares no tasks is refused as ``mcp_capability_unsupported`` before any ``tools/call`` reaches the
+server — one-shot (HTTP in both eras, stdio), warm (``--keep-alive``) and resident (which runs no tasks) —
+while ``"optional"``, absent and malformed declarations are called as before. Help, ``--tools`` and the
+resident's ``list_tools`` say so; the tool object stays as sent."""
 
 from __future__ import annotations
 
@@ -82,7 +83,10 @@ def _assert_refused(result, tool: str = "research") -> dict:
 
 @pytest.mark.parametrize("version", [MODERN, LEGACY])
 def test_a_task_only_tool_is_refused_and_never_sent_over_http(tmp_path, http_server, version):
-    config = _config(tmp_path, {"m": {"type": "http", "url": http_server.url, "protocolVersion": version}})
+    """The server declares no tasks (legacy: no ``capabilities.tasks``; modern: its ``server/discover`` offers no
+    tasks extension), so a task-only tool cannot run (a server that runs tasks: test_tasks.py)."""
+    entry = {"type": "http", "url": http_server.url, **({"protocolVersion": version} if version == LEGACY else {})}
+    config = _config(tmp_path, {"m": entry})
     refused = run_bkmcp("--config", str(config), "m", "research", "--text", "x")
     _assert_refused(refused)
     body = run_bkmcp("--config", str(config), "m", "research", "--body", '{"text": "x"}')

@@ -1144,7 +1144,7 @@ def test_every_printed_command_carries_the_given_config_quoted_for_the_shell(tmp
     server_help = run_bkmcp("--config", str(path), "ev", "--help")
     assert server_help.exit_status == 0, server_help.stderr
     commands = [line.split("  ")[1] for line in server_help.stdout.splitlines() if line.startswith("  bkmcp ")]
-    assert len(commands) == 15  # tools, resources, prompts and skills
+    assert len(commands) == 17  # tools, resources, prompts, skills and tasks
     for command in commands:
         assert shlex.split(command)[:4] == ["bkmcp", "--config", str(path), "ev"], command
     root = run_bkmcp("--config", str(path), "--help").stdout

@@ -38,6 +38,10 @@ SPEC_REMOTE = {
     "mcp_discovery_incomplete",
     "mcp_tool_error",
     "mcp_capability_unsupported",
+    "mcp_task_failed",
+    "mcp_task_cancelled",
+    "mcp_task_running",
+    "mcp_task_expired",
     "mcp_resource_not_found",
     "input_required",  # docs/contract.md §5: a question no answer was given for (issue 39)
     "jq_error",
