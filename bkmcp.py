@@ -132,6 +132,8 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        10.2.3 slots, limits          a slot per server instance, the open-file limit
        10.2.4 whose secrets          which secrets scrub whose answers
        10.2.5 the pool               SessionPool: limits, eviction, the idle reaper (--idle-timeout), back-off
+       10.2.6 forwarded questions    --elicitation forward: ForwardedQuestions keeps input_required rounds for
+                                     the platform's resume (--input-timeout, a per-user cap), ResidentInput
        10.3 names, catalogues      injected mcp_{server}_{tool} names (shortened past 64 characters), model-ready
                                    definitions per family (OpenAI, OpenAI strict, Anthropic, Gemini), Catalogues
                                    (cached per session):
@@ -193,6 +195,8 @@ Exception tree (section 1)::
      +-- InternalError              internal_error (exit 1 before a remote step, 2 after)
      +-- InvalidCommandError        invalid_command        (resident mode, docs/contract.md §11.2)
      +-- UnknownActionError         unknown_action         (resident)
+     +-- InputResumeInvalidError    input_resume_invalid   (resident, --elicitation forward)
+     +-- InputPendingLimitError     input_pending_limit    (resident, --elicitation forward)
      +-- DuplicateTaskIdError       duplicate_task_id      (resident)
      +-- CredentialsMissingError    mcp_credentials_missing (resident)
      +-- ServerDisabledError        mcp_server_disabled    (resident)
@@ -551,6 +555,14 @@ class InvalidCommandError(BkmcpError):
 
 class UnknownActionError(BkmcpError):
     code = "unknown_action"
+
+
+class InputResumeInvalidError(BkmcpError):
+    code = "input_resume_invalid"
+
+
+class InputPendingLimitError(BkmcpError):
+    code = "input_pending_limit"
 
 
 class DuplicateTaskIdError(BkmcpError):
@@ -6597,6 +6609,11 @@ class InputSource:
         it (``resume``, ``expires_in_s``); the base keeps nothing."""
         return {}
 
+    def hold(self, request: Mapping[str, Any], reply: Callable[[dict[str, Any]], None]) -> bool:
+        """A legacy question answered later, by whoever calls ``reply(ElicitResult)`` (the resident's platform):
+        True when this source took it (nothing is sent now); the base answers at once (``answer``)."""
+        return False
+
 
 class RequestHandle:
     """What the caller learns about one request while it runs: its id, whether it was sent, the server requests
@@ -6854,6 +6871,8 @@ class McpSession:
                 "the server sent an 'elicitation/create' request; nothing can answer it here and it was declined "
                 "(-32601)"
             )
+        elif handle.input.hold(request, lambda result: self._reply_later(message.id, result)):
+            return
         else:
             try:
                 answer = handle.input.answer(None, request, False)
@@ -6872,6 +6891,17 @@ class McpSession:
         self.transport.send(
             Outgoing(reply, self.core.rules, Deadline(CANCEL_BUDGET), self.core.session_id, strict=False)
         )
+
+    def _reply_later(self, request_id: Any, result: dict[str, Any]) -> None:
+        """The answer to a question held open (``InputSource.hold``); a session closed meanwhile drops it."""
+        rules = self.core.rules
+        if self.closed or rules is None:
+            return
+        try:
+            reply = build_response(request_id, result=result)
+            self.transport.send(Outgoing(reply, rules, Deadline(CANCEL_BUDGET), self.core.session_id, strict=False))
+        except BkmcpError as exc:
+            self.log.debug(f"a held question's answer could not be sent: {exc.code}")
 
     def _on_stray(self, stray: Stray) -> None:
         """A response that answers nothing in flight: reported (a warning; the resident's event too), never
@@ -11334,7 +11364,8 @@ bkmcp --resident - resident multi-server mode for agent platforms (docs/resident
 Usage:
   bkmcp --resident --registry SOURCE [--events FILE|-] [--max-processes N] [--max-user-processes N]
                    [--idle-timeout DURATION] [--shutdown-grace DURATION] [--timeout DURATION]
-                   [--inject-resource-tools] [--max-blob-bytes N] [-v] [--insecure]
+                   [--inject-resource-tools] [--max-blob-bytes N] [--elicitation off|forward]
+                   [--input-timeout DURATION] [-v] [--insecure]
   bkmcp --registry FILE --import mcp.json      add or replace mcp.json's servers in a SQLite registry
   bkmcp --registry FILE --list                 the registry's servers as JSON, never a credential
 
@@ -11348,6 +11379,9 @@ Options:
   --timeout DURATION       budget of one call without its own timeout_ms (default 60s)
   --inject-resource-tools  list_tools adds a resource-reading tool for each server that declares resources
   --max-blob-bytes N       read_resource with include_blobs: the largest blob answered (default {max_blob_bytes})
+  --elicitation off|forward  forward: a server's questions are answered input_required for the platform to answer
+                           with resume and input_responses (default off: nothing is declared, questions declined)
+  --input-timeout DURATION  how long a forwarded question waits for its answer (default {input_timeout})
 
 One JSON command per line on stdin, one answer per line on stdout (matched by task_id), e.g.
   {{"command": "invoke", "task_id": "t-1", "params": {{"action": "list_tools"}}, "user": {{"userId": "u1"}}}}
@@ -11364,6 +11398,7 @@ RESIDENT_HELP_DEFAULTS = {
     "idle_timeout": "10m",
     "shutdown_grace": "5s",
     "max_blob_bytes": 67108864,
+    "input_timeout": "5m",
 }
 
 
@@ -11388,8 +11423,8 @@ COMPLETION_TIMEOUT = 2.0  # seconds one completion may spend connecting to a ser
 _COMPLETION_OPTIONS = (
     "--help --version --config --timeout --jq --raw --verbose --insecure --check --tools --brief --body --dry-run "
     "--resident --registry --import --list --completion --events --max-processes --max-user-processes --idle-timeout "
-    "--shutdown-grace --max-blob-bytes --inject-resource-tools --keep-alive --sessions --stop --resources --read "
-    "--prompts --prompt --input --inputs --input-action --resume --out --task --detach"
+    "--shutdown-grace --max-blob-bytes --elicitation --input-timeout --inject-resource-tools --keep-alive --sessions "
+    "--stop --resources --read --prompts --prompt --input --inputs --input-action --resume --out --task --detach"
 )
 # the options valid after <server> (before a tool), and after <server> <tool> beside the tool's own flags
 _COMPLETION_SERVER_OPTIONS = (
@@ -11406,7 +11441,8 @@ _COMPLETION_TARGET_OPTIONS = (
 )
 _COMPLETION_VALUE_OPTIONS = (
     "--config --timeout --jq --body --registry --import --events --max-processes --max-user-processes "
-    "--idle-timeout --shutdown-grace --max-blob-bytes --completion --inputs --input-action --resume --out"
+    "--idle-timeout --shutdown-grace --max-blob-bytes --elicitation --input-timeout --completion --inputs "
+    "--input-action --resume --out"
 )
 _BASH_COMPLETION = """\
 # bkmcp completion for bash: eval "$(bkmcp --completion bash)" in ~/.bashrc, or save it as
@@ -13466,6 +13502,8 @@ DEFAULT_IDLE_TIMEOUT = 600.0
 DEFAULT_MAX_PROCESSES = 64
 DEFAULT_MAX_USER_PROCESSES = 8
 DEFAULT_SHUTDOWN_GRACE = 5.0  # shutdown: how long the commands in flight may still finish on their own
+DEFAULT_INPUT_TIMEOUT = 300.0  # --input-timeout: how long a forwarded question waits for the platform's answer
+MAX_FORWARDED_QUESTIONS = 8  # questions one user may have waiting for an answer at once (--elicitation forward)
 _RESTART_BACKOFF_MAX = 30.0
 LINES_CLOSE_WAIT = 2.0  # at the end, what stderr or the --events stream still holds is given up after this long
 _KEEPALIVE_IDLE = 5.0  # an HTTP session unused this long has its keep-alive connections closed (the session stays)
@@ -13555,9 +13593,17 @@ class ResidentSession:
     """
 
     def __init__(
-        self, server: ResolvedServer, *, log: Log, insecure: bool, events: EventSink, user_id: str | None
+        self,
+        server: ResolvedServer,
+        *,
+        log: Log,
+        insecure: bool,
+        events: EventSink,
+        user_id: str | None,
+        forward: bool = False,
     ) -> None:
         self.server = server
+        self.forward = forward  # --elicitation forward: it declares elicitation (form) and its questions are asked
         self.log = log
         self.insecure = insecure
         self.events = events
@@ -13595,8 +13641,8 @@ class ResidentSession:
         session = self._session
         return bool(session is not None and session.core.tools_stale)
 
-    def _ctx(self, timeout: float) -> OpContext:
-        return OpContext(Deadline(max(timeout, 0.001)), self.log)
+    def _ctx(self, timeout: float, source: InputSource | None = None) -> OpContext:
+        return OpContext(Deadline(max(timeout, 0.001)), self.log, input=source)
 
     def open(self, timeout: float) -> None:
         """Connect and negotiate. A ``close`` meanwhile (a shutdown while the child starts) ends the child and its
@@ -13611,6 +13657,8 @@ class ResidentSession:
                     )
                 session = McpSession(self.server, insecure=self.insecure, log=self.log, die_with_parent=True)
                 session.on_stray, session.on_fell_back = self._stray, self._fell_back
+                if self.forward:  # declared only when the platform answers (docs/contract.md §11.2)
+                    session.core.client_capabilities = dict(ELICITATION_FORM)
                 self._session = session
             try:
                 negotiate(session, self._ctx(timeout))
@@ -13655,26 +13703,43 @@ class ResidentSession:
         return usable, ttl_ms
 
     def call_tool(
-        self, name: str, arguments: dict[str, Any], timeout: float, tool: dict[str, Any] | None
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        timeout: float,
+        tool: dict[str, Any] | None,
+        source: InputSource | None = None,
+        pending: InputRound | None = None,
     ) -> dict[str, Any]:
-        return call_tool(self._require(), self._ctx(timeout), name, arguments, tool)
+        """``source``: who answers the server's questions (--elicitation forward); ``pending``: a round it answers."""
+        return call_tool(self._require(), self._ctx(timeout, source), name, arguments, tool, pending)
 
     # resources and prompts: the CLI's own section-7 paths (--resources, --read, --prompts, --prompt), one each
 
     def list_resources(self, timeout: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         return list_resources(self._require(), self._ctx(timeout))
 
-    def read_resource(self, uri: str, timeout: float) -> dict[str, Any]:
-        return read_resource(self._require(), self._ctx(timeout), uri)
+    def read_resource(
+        self, uri: str, timeout: float, source: InputSource | None = None, pending: InputRound | None = None
+    ) -> dict[str, Any]:
+        return read_resource(self._require(), self._ctx(timeout, source), uri, pending)
 
     def list_prompts(self, timeout: float) -> list[dict[str, Any]]:
         return list_prompts(self._require(), self._ctx(timeout))
 
-    def get_prompt(self, name: str, arguments: Mapping[str, str], timeout: float) -> dict[str, Any]:
+    def get_prompt(
+        self,
+        name: str,
+        arguments: Mapping[str, str],
+        timeout: float,
+        source: InputSource | None = None,
+        pending: InputRound | None = None,
+    ) -> dict[str, Any]:
         """``prompts/get`` once the arguments passed the prompt's declaration (``check_prompt_arguments``)."""
-        result = get_prompt(self._require(), self._ctx(timeout), name, lambda p: check_prompt_arguments(p, arguments))[
-            1
-        ]
+        ctx = self._ctx(timeout, source)
+        result = get_prompt(
+            self._require(), ctx, name, lambda p: check_prompt_arguments(p, arguments), pending=pending
+        )[1]
         assert result is not None
         return result
 
@@ -13785,6 +13850,7 @@ class Slot:
         self.trimmed = 0.0  # when the reaper last closed the idle keep-alive connections of its HTTP session
         self.resolved: SlotResolution | None = None  # the last resolution for this slot
         self.resources: bool | None = None  # its server declared resources at its last open (None: not opened yet)
+        self.questions = 0  # forwarded questions waiting for the platform's answer (10.2.6): never reaped meanwhile
 
 
 def slot_fingerprint(slot: Slot, server: ResolvedServer) -> str:
@@ -13877,6 +13943,8 @@ class ResidentOptions:
     shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE  # --shutdown-grace (0: cut at once)
     inject_resource_tools: bool = False  # --inject-resource-tools: list_tools adds a resource-reading tool per server
     max_blob_bytes: int = MAX_BLOB_BYTES  # --max-blob-bytes: read_resource's blobs with include_blobs
+    elicitation: str = "off"  # --elicitation forward: a server's questions go to the platform (contract §11.2)
+    input_timeout: float = DEFAULT_INPUT_TIMEOUT  # --input-timeout: how long a forwarded question waits for its answer
 
 
 def build_backoff_error(server: str, cause: BkmcpError, failures: int, wait_ms: int) -> BkmcpError:
@@ -13924,6 +13992,7 @@ class SessionPool:
         self._public: dict[str, Slot] = {}  # the public servers' slots, by server name (also in ``_slots``)
         # users the reaper forgot (no slot left) and when it decided so (monotonic)
         self.on_users_gone: Callable[[set[str], float], None] | None = None
+        self.on_reap: Callable[[], None] | None = None  # each reaper round first (the forwarded questions' expiry)
         self.http_limit = build_http_session_limit(opts.max_processes, _open_file_limit())
         self._closers: set[Any] = set()  # threads closing retired sessions (close_all waits for them)
 
@@ -14151,6 +14220,7 @@ class SessionPool:
                 insecure=self.opts.insecure,
                 events=self.events,
                 user_id=slot.user or None,
+                forward=self.opts.elicitation == "forward",
             )
             with self._lock:
                 if self._stop.is_set():
@@ -14355,13 +14425,22 @@ class SessionPool:
                 self.log.debug(f"reaper: {type(exc).__name__}")
 
     def reap_once(self) -> None:
+        if self.on_reap is not None:
+            self.on_reap()
         now = time.monotonic()
         keepalive = min(_KEEPALIVE_IDLE, self.opts.idle_timeout / 2)
         idle, dead, quiet = [], [], []
         with self._lock:
             for slot in self._slots.values():
                 session = slot.session
-                if session is None or slot.opening or slot.users or session.leases or session.in_flight:
+                if (
+                    session is None
+                    or slot.opening
+                    or slot.users
+                    or slot.questions
+                    or session.leases
+                    or session.in_flight
+                ):
                     continue
                 if not session.alive:
                     dead.append((slot, session))
@@ -14374,7 +14453,7 @@ class SessionPool:
             session.close_idle_connections()
         for slot, session in idle:
             with slot.open_lock:
-                if slot.session is session and slot.users == 0 and session.in_flight == 0:
+                if slot.session is session and slot.users == slot.questions == 0 and session.in_flight == 0:
                     self.log.debug(f"closing the idle session of {slot.server!r}")
                     self.detach(slot, session)
         for slot, session in dead:
@@ -14428,6 +14507,247 @@ class SessionPool:
             thread.join()
         if self._reaper is not None:
             self._reaper.join(2.0)
+
+
+# -- 10.2.6 forwarded questions: rounds kept for the platform's resume (docs/contract.md §11.2) -----------------------
+
+
+class HeldCall:
+    """A request run on its own thread while its server may ask mid-call (a legacy ``elicitation/create`` held
+    open, ``InputSource.hold``): the command waiting for it sees either a question or its end (``wait``)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._cond = threading.Condition()
+        self.questions: list[tuple[dict[str, Any], Callable[[dict[str, Any]], None]]] = []
+        self.finished = False
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+    def start(self, work: Callable[[], Any]) -> None:
+        import threading
+
+        def run() -> None:
+            result, error = None, None
+            try:
+                result = work()
+            except BaseException as exc:  # handed to the command that waits (``outcome``)
+                error = exc
+            with self._cond:
+                self.result, self.error, self.finished = result, error, True
+                self._cond.notify_all()
+
+        threading.Thread(target=run, name="bkmcp-asking", daemon=True).start()
+
+    def ask(self, request: Mapping[str, Any], reply: Callable[[dict[str, Any]], None]) -> None:
+        with self._cond:
+            self.questions.append((dict(request), reply))
+            self._cond.notify_all()
+
+    def wait(self, deadline: Deadline) -> tuple[dict[str, Any], Callable[[dict[str, Any]], None]] | None:
+        """The next question (request, reply), or None once the request ended (``outcome``); ``mcp_timeout`` when
+        ``deadline`` passes first (the request goes on within its own budget)."""
+        with self._cond:
+            while not self.questions and not self.finished:
+                left = deadline.left()
+                if left <= 0:
+                    raise McpTimeoutError(
+                        f"no answer within {int(deadline.seconds * 1000)} ms",
+                        details={"outcome": "unknown"},
+                    )
+                self._cond.wait(left)
+            return self.questions.pop(0) if self.questions and not self.finished else None
+
+    def outcome(self) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+@dataclass
+class ForwardedRound:
+    """A server's question the platform answers later (``--elicitation forward``): whose it is (the user, the slot
+    and the very session instance that asked), the action and request it belongs to, the round and its expiry."""
+
+    resume: str
+    user: str | None
+    slot: Slot
+    session: ResidentSession
+    action: str
+    method: str
+    params: dict[str, Any]
+    round: InputRound
+    expires: float
+    task_id: str
+    given: dict[str, Any]  # answers a resume gave to some of its questions: kept, the next resume adds the rest
+    held: HeldCall | None = None  # a legacy question held open: the request still in flight that asked it
+    reply: Callable[[dict[str, Any]], None] | None = None  # sends the held question's answer
+
+
+class ForwardedQuestions:
+    """The rounds waiting for the platform's answer, by resume handle (random, never derived from the state): at
+    most ``per_user`` per user (``input_pending_limit`` beyond), each kept ``ttl`` seconds (``--input-timeout``),
+    then forgotten with an ``input.expired`` event. A slot holding one is never reaped (``Slot.questions``). A
+    resume is taken once, and only by its user, on the action and server instance that asked
+    (``input_resume_invalid`` otherwise, the same for an unknown, expired or another user's handle)."""
+
+    def __init__(self, ttl: float, per_user: int, events: EventSink) -> None:
+        self.ttl, self.per_user, self.events = ttl, per_user, events
+        self._lock = _thread.allocate_lock()
+        self._rounds: dict[str, ForwardedRound] = {}
+
+    def keep(
+        self,
+        command: Any,  # a ResidentCommand (10.3.3)
+        slot: Slot,
+        session: ResidentSession,
+        method: str,
+        params: Mapping[str, Any],
+        pending: InputRound,
+        given: Mapping[str, Any],
+        held: HeldCall | None = None,
+        reply: Callable[[dict[str, Any]], None] | None = None,
+    ) -> dict[str, Any]:
+        """Keep ``pending`` (with the answers ``given`` to some of its questions): what the answer says about it
+        (``resume``, ``expires_in_ms``)."""
+        import secrets
+
+        self.sweep()
+        with self._lock:
+            count = sum(1 for r in self._rounds.values() if r.user == command.user_id)
+            if count >= self.per_user:
+                raise InputPendingLimitError(
+                    f"{method}: the server asks a question, and this user already has {count} waiting for an answer "
+                    f"(at most {self.per_user}); answer or let them expire first",
+                    details={"limit": self.per_user, "outcome": "not_completed"},
+                )
+            resume = "in-" + secrets.token_urlsafe(24)
+            self._rounds[resume] = ForwardedRound(
+                resume,
+                command.user_id,
+                slot,
+                session,
+                command.action,
+                method,
+                dict(params),
+                pending,
+                time.monotonic() + self.ttl,
+                command.task_id,
+                dict(given),
+                held,
+                reply,
+            )
+            slot.questions += 1
+        self.events.emit(
+            "input.requested",
+            server=slot.server,
+            user=command.user_id,
+            task_id=command.task_id,
+            method=method,
+            questions=len(pending.requests),
+        )
+        return {"resume": resume, "expires_in_ms": int(self.ttl * 1000)}
+
+    def take(self, command: Any, server_name: str, target: str) -> ForwardedRound:
+        """The round ``command``'s ``resume`` names, taken (once) when it is this user's, of this action, server
+        and tool, prompt or URI (``target``), or ``input_resume_invalid``."""
+        self.sweep()
+        resume = command.params.get("resume")
+        with self._lock:
+            found = self._rounds.get(resume) if isinstance(resume, str) else None
+            if (
+                found is None
+                or found.user != command.user_id
+                or found.action != command.action
+                or server_name != found.slot.server
+                or target != found.params.get("uri", found.params.get("name"))
+            ):
+                raise InputResumeInvalidError(
+                    "the resume handle is unknown, expired, already used, or not this user's for this action",
+                    details={"outcome": "not_sent"},
+                )
+            del self._rounds[found.resume]
+            found.slot.questions -= 1
+        self.events.emit(
+            "input.answered",
+            server=found.slot.server,
+            user=command.user_id,
+            task_id=command.task_id,
+            method=found.method,
+            answers=len(command.params.get("input_responses") or {}),
+        )
+        return found
+
+    def sweep(self) -> None:
+        """Forget the rounds past their expiry (an ``input.expired`` event each; nothing is sent to the server)."""
+        now = time.monotonic()
+        with self._lock:
+            gone = [r for r in self._rounds.values() if r.expires <= now]
+            for r in gone:
+                del self._rounds[r.resume]
+                r.slot.questions -= 1
+        for r in gone:
+            if r.reply is not None:  # a legacy question held open: answered cancel, never decline
+                r.reply({"action": "cancel"})
+            self.events.emit("input.expired", server=r.slot.server, user=r.user, task_id=r.task_id, method=r.method)
+
+
+class ResidentInput(InputSource):
+    """Who answers a server's questions in resident mode with ``--elicitation forward``: the platform. A first
+    request has no answer at hand, so its round is kept (``keep``) and answered ``input_required``; a resume answers
+    exactly the round it took (``answering``) with the platform's ``input_responses``, and any later round is kept
+    again. A legacy mid-call question is held open (``hold``) for the command that waits on ``held``."""
+
+    capabilities = ELICITATION_FORM
+
+    def __init__(
+        self,
+        keep: Callable[[str, Mapping[str, Any], InputRound, Mapping[str, Any]], dict[str, Any]],
+        answering: InputRound | None = None,
+        responses: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.keep, self.answering, self.responses = keep, answering, dict(responses or {})
+        self.held = HeldCall()
+
+    def hold(self, request: Mapping[str, Any], reply: Callable[[dict[str, Any]], None]) -> bool:
+        self.held.ask(request, reply)
+        return True
+
+    def answer(self, key: str | None, request: Mapping[str, Any], several: bool) -> InputAnswer:
+        if request.get("method") != "elicitation/create":
+            return InputAnswer(None, unsupported=str(request.get("method")))
+        round_ = self.answering
+        if key is None or round_ is None or round_.requests.get(key) is not request:
+            return InputAnswer(None)
+        given = self.responses.get(key)
+        return InputAnswer(dict(given) if isinstance(given, dict) else None)
+
+    def park(self, method: str, params: Mapping[str, Any], pending: InputRound, era: str | None) -> dict[str, Any]:
+        """A round kept; the same round partly answered keeps the answers given (only the rest is asked again)."""
+        given = {k: v for k, v in self.responses.items() if k in pending.requests} if pending is self.answering else {}
+        return self.keep(method, params, pending, given)
+
+
+class AskedAnswer(dict):  # type: ignore[type-arg]
+    """An action's ``input_required`` answer (``answer_or_ask``): a success answer, not the server's result."""
+
+
+def answer_or_ask(work: Callable[[], Any]) -> Any:
+    """``work()``; a round that was kept (its ``InputRequiredError`` has a ``resume``) becomes the platform's
+    ``{"status": "input_required", "input_requests", "resume", "expires_in_ms"}`` (docs/contract.md §11.2)."""
+    try:
+        return work()
+    except InputRequiredError as exc:
+        data = exc.data or {}
+        if not data.get("resume"):
+            raise
+        return AskedAnswer(
+            status="input_required",
+            input_requests=data.get("input_requests") or {},
+            resume=data["resume"],
+            expires_in_ms=data.get("expires_in_ms"),
+        )
 
 
 # -- 10.3 injected names and catalogues (docs/contract.md §11.2 TOOL, §11.5) -------------------------------------------
@@ -15434,6 +15754,30 @@ def _is_utf8(text: str) -> bool:
     return True
 
 
+_ASKING_ACTIONS = frozenset({"call_tool", "read_resource", "get_prompt"})  # a server may ask during these (§11.2)
+_ELICIT_ACTIONS = ("accept", "decline", "cancel")
+
+
+def _check_resume(params: Mapping[str, Any], task_id: Any) -> None:
+    """``resume`` (a string) and ``input_responses`` (an object of ElicitResults by question key: ``action`` one of
+    accept, decline, cancel; ``content`` an object) of an action a server may ask during; one needs the other."""
+    resume, responses = params.get("resume"), params.get("input_responses")
+    _field_type(params, "resume", str, task_id, "a string (the resume handle of an input_required answer)")
+    if (resume is None) != (responses is None):
+        raise InvalidCommandError("fields 'resume' and 'input_responses' go together", details={"task_id": task_id})
+    if responses is None:
+        return
+    if not isinstance(responses, dict) or not all(
+        isinstance(r, dict) and r.get("action") in _ELICIT_ACTIONS and isinstance(r.get("content", {}), dict)
+        for r in responses.values()
+    ):
+        raise InvalidCommandError(
+            "field 'input_responses' must be an object of answers by question key, each "
+            '{"action": "accept"|"decline"|"cancel", "content": {...}}',
+            details={"task_id": task_id},
+        )
+
+
 def parse_command(line: bytes, timeout: float = DEFAULT_TIMEOUT) -> ResidentCommand:
     """One stdin line -> a command with its one ``Deadline`` (its ``timeout_ms``, else ``timeout``: ``--timeout``)
     from now, its arrival; ``InvalidCommandError``/``UnknownActionError`` carry ``details.task_id`` (the task_id
@@ -15520,6 +15864,8 @@ def parse_command(line: bytes, timeout: float = DEFAULT_TIMEOUT) -> ResidentComm
             )
         if "arguments" in params and not isinstance(params["arguments"], dict):
             raise InvalidCommandError("field 'arguments' must be an object", details={"task_id": task_id})
+    if action in _ASKING_ACTIONS:
+        _check_resume(params, task_id)
     own = params.get("timeout_ms")  # checked above for _TIMED_ACTIONS; any action's integer counts, as it always did
     seconds = own / 1000 if isinstance(own, int) and not isinstance(own, bool) else timeout
     return ResidentCommand(task_id, action, params, user_id, access_token, Deadline(seconds))
@@ -15777,6 +16123,7 @@ class Actions:
     events: EventSink
     log: Log
     stopping: Any  # threading.Event: the end is closing the sessions under running commands (ResidentServer.cutting)
+    questions: ForwardedQuestions | None = None  # --elicitation forward: the rounds kept for the platform's resume
 
     def run(self, command: ResidentCommand) -> dict[str, Any]:
         return getattr(self, f"do_{command.action}")(command)  # type: ignore[no-any-return]
@@ -15833,6 +16180,87 @@ class Actions:
         if refresh:
             errors = [e for e in errors if e["server_name"] in {r.name for r in rows}]
         return self.catalogues.answer(command, view, rows, found, errors)
+
+    def _resumed(self, command: ResidentCommand, server_name: str, target: str) -> ForwardedRound | None:
+        """The round a ``resume`` names (``ForwardedQuestions.take``), or None for a first request."""
+        if command.params.get("resume") is None:
+            return None
+        if self.questions is None or self.opts.elicitation != "forward":
+            raise InputResumeInvalidError(
+                "there is nothing to resume: this resident does not forward questions (--elicitation off)",
+                details={"outcome": "not_sent"},
+            )
+        return self.questions.take(command, server_name, target)
+
+    def _input(
+        self, command: ResidentCommand, slot: Slot, session: ResidentSession, found: ForwardedRound | None
+    ) -> tuple[InputSource | None, InputRound | None]:
+        """Who answers this request's questions and the round a resume answers: (None, None) when forwarding is off.
+        A resume is answered only on the very session instance that asked (a restarted server knows no state)."""
+        if self.questions is None or self.opts.elicitation != "forward":
+            return None, None
+        self._same_instance(slot, session, found)
+        questions = self.questions
+        source = ResidentInput(
+            lambda method, params, pending, given: questions.keep(
+                command, slot, session, method, params, pending, given
+            ),
+            found.round if found is not None else None,
+            {**(found.given if found is not None else {}), **(command.params.get("input_responses") or {})},
+        )
+        return source, found.round if found is not None else None
+
+    @staticmethod
+    def _same_instance(slot: Slot, session: ResidentSession, found: ForwardedRound | None) -> None:
+        if found is not None and found.session is not session:
+            raise InputResumeInvalidError(
+                f"server {slot.server!r} was restarted since it asked; the question cannot be answered, ask again",
+                details={"outcome": "not_sent"},
+            )
+
+    def _asking(
+        self,
+        command: ResidentCommand,
+        slot: Slot,
+        session: ResidentSession,
+        found: ForwardedRound | None,
+        params: dict[str, Any],
+        work: Callable[[float, InputSource | None, InputRound | None], Any],
+    ) -> Any:
+        """``work(time left, source, pending)``; with ``--elicitation forward`` on its own thread (``HeldCall``), so
+        that a kept round or a legacy question held open becomes the ``input_required`` answer while the request
+        stays in flight; a resume of a held question sends its answer and waits on the same request (nothing is
+        sent again). ``params``: the request's (what a resume must name)."""
+        left = command.deadline.left()
+        if self.questions is None or self.opts.elicitation != "forward":
+            return work(left, None, None)
+        if found is not None and found.held is not None and found.reply is not None:
+            self._same_instance(slot, session, found)
+            key = next(iter(found.round.requests))
+            given = (command.params.get("input_responses") or {}).get(key)
+            found.reply(dict(given) if isinstance(given, dict) else {"action": "cancel"})  # no answer: never decline
+            held = found.held
+        else:
+            source, pending = self._input(command, slot, session, found)
+            assert isinstance(source, ResidentInput)
+            held = source.held
+            if session.era == "legacy":  # a question may be held open: its wait is not the request's own time
+                left += self.opts.input_timeout
+            held.start(lambda: work(left, source, pending))
+        asked = held.wait(command.deadline)
+        if asked is None:
+            return answer_or_ask(held.outcome)
+        request, reply = asked
+        method = {"call_tool": "tools/call", "get_prompt": "prompts/get"}.get(command.action, "resources/read")
+        round_ = InputRound({"elicitation-1": request}, None)
+        try:
+            kept = self.questions.keep(command, slot, session, method, params, round_, {}, held, reply)
+        except BkmcpError:
+            reply({"action": "cancel"})
+            raise
+        return AskedAnswer(
+            status="input_required", input_requests={"elicitation-1": describe_question(request)}, **kept
+        )
 
     # -- the actions ------------------------------------------------------------------------------
 
@@ -15978,6 +16406,9 @@ class Actions:
                 f"server {server_name!r} has no tool {clip_text(repr(tool_name), 80)}",
                 details={"server_name": server_name, "tool_name": tool_name},
             )
+        found = self._resumed(command, server_name, tool_name)
+        if found is not None:  # the retry carries the request that asked, exactly (docs/contract.md §11.2)
+            arguments = found.params.get("arguments") or {}
         deadline = command.deadline
         try:  # bounded by the command's own deadline, like every later step (docs/contract.md §11)
             # a strict-mode null for a field the server's schema makes optional and not nullable: left out, only for
@@ -16030,12 +16461,24 @@ class Actions:
 
             try:
                 result = self.pool.lend(
-                    slot, session, lambda: session.call_tool(tool_name, arguments, deadline.left(), tool), failed
+                    slot,
+                    session,
+                    lambda: self._asking(
+                        command,
+                        slot,
+                        session,
+                        found,
+                        {"name": tool_name, "arguments": arguments},
+                        lambda left, *asking: session.call_tool(tool_name, arguments, left, tool, *asking),
+                    ),
+                    failed,
                 )
             except BkmcpError as exc:
                 raise platform_error(exc, server=server_name, timeout=timeout) from None
         finally:
             self.pool.use(slot, -1)
+        if isinstance(result, AskedAnswer):  # the server asks: input.requested said so (no values)
+            return {"server_name": server_name, "tool_name": tool_name, **result}
         self.events.emit(
             "tool.finished", **base, ms=int((time.monotonic() - started) * 1000), is_error=result.get("isError") is True
         )
@@ -16049,12 +16492,15 @@ class Actions:
         view: Any,
         row: Any,
         event: tuple[str, dict[str, Any]] | None,
-        work: Callable[[ResidentSession, float], Any],
+        work: Callable[..., Any],
         counts: Callable[[Any], dict[str, Any]] = lambda _result: {},
+        asks: tuple[ForwardedRound | None, dict[str, Any]] | None = None,
     ) -> Any:
         """``work(session, time left)`` on this user's session of ``row`` (opened on demand within the command's one
         ``Deadline``), then one event (unless None), ``event`` = (name, fields without values), with
-        ``counts(result)`` or the failure's ``error_code``; a failure in the platform's words."""
+        ``counts(result)`` or the failure's ``error_code``; a failure in the platform's words. ``asks``: the request
+        may ask (``(round a resume answers or None, the request's params)``): ``work(session, left, source,
+        pending)`` through ``_asking``, a question is the ``input_required`` answer (no event: ``input.requested``)."""
         name, fields = event or ("", {})
         base = {"server": row.name, "user": command.user_id, "task_id": command.task_id, **fields}
         timeout = command.deadline.seconds
@@ -16072,12 +16518,22 @@ class Actions:
                     self.events.emit(name, **base, ms=int((time.monotonic() - started) * 1000), error_code=exc.code)
 
             try:
-                result = self.pool.lend(slot, session, lambda: work(session, command.deadline.left()), failed)
+                if asks is None:
+                    result = self.pool.lend(slot, session, lambda: work(session, command.deadline.left()), failed)
+                else:
+                    result = self.pool.lend(
+                        slot,
+                        session,
+                        lambda: self._asking(
+                            command, slot, session, asks[0], asks[1], lambda *asking: work(session, *asking)
+                        ),
+                        failed,
+                    )
             except BkmcpError as exc:
                 raise platform_error(exc, server=row.name, timeout=timeout) from None
         finally:
             self.pool.use(slot, -1)
-        if name:
+        if name and not isinstance(result, AskedAnswer):
             self.events.emit(name, **base, ms=int((time.monotonic() - started) * 1000), **counts(result))
         return result
 
@@ -16108,19 +16564,28 @@ class Actions:
             raise _cut_by_shutdown(command)
         return [found[row.name] for row in rows if row.name in found], sorted(errors, key=lambda e: e["server_name"])
 
-    def _read(self, command: ResidentCommand, view: Any, row: Any, uri: str, include_blobs: bool) -> dict[str, Any]:
+    def _read(
+        self,
+        command: ResidentCommand,
+        view: Any,
+        row: Any,
+        uri: str,
+        include_blobs: bool,
+        asks: tuple[ForwardedRound | None, dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
         """``resources/read`` of ``uri``, its blobs shaped by ``build_resource_contents``; ``resource.read`` names
-        the URI without its query string."""
+        the URI without its query string. ``asks``: as ``_on_server``'s (``read_resource`` may ask)."""
         cap = self.opts.max_blob_bytes
         return self._on_server(  # type: ignore[no-any-return]
             command,
             view,
             row,
             ("resource.read", {"uri": build_event_uri(uri)}),
-            lambda session, left: build_resource_contents(
-                session.read_resource(uri, left), include_blobs=include_blobs, cap=cap
+            lambda session, left, *asking: build_resource_contents(
+                session.read_resource(uri, left, *asking), include_blobs=include_blobs, cap=cap
             ),
             lambda r: {"content_count": len(r["contents"])},
+            asks,
         )
 
     def _read_by_tool(
@@ -16170,7 +16635,11 @@ class Actions:
         params = command.params
         view = self._view(command)
         row = self._row(view, params["server_name"])
-        result = self._read(command, view, row, params["uri"], params.get("include_blobs") is True)
+        found = self._resumed(command, row.name, params["uri"])
+        uri = params["uri"]
+        result = self._read(command, view, row, uri, params.get("include_blobs") is True, (found, {"uri": uri}))
+        if isinstance(result, AskedAnswer):
+            return {"server_name": row.name, "uri": params["uri"], **result}
         return {"server_name": row.name, "uri": params["uri"], "result": result}
 
     def do_list_prompts(self, command: ResidentCommand) -> dict[str, Any]:
@@ -16193,14 +16662,20 @@ class Actions:
         name, arguments = params["name"], params.get("arguments") or {}
         view = self._view(command)
         row = self._row(view, params["server_name"])
+        found = self._resumed(command, row.name, name)
+        if found is not None:  # the retry carries the request that asked, exactly (docs/contract.md §11.2)
+            arguments = found.params.get("arguments") or {}
         result = self._on_server(
             command,
             view,
             row,
             ("prompt.fetched", {"prompt": command_scrubber(self.log, command).scrub(name)}),
-            lambda session, left: session.get_prompt(name, arguments, left),
+            lambda session, left, *asking: session.get_prompt(name, arguments, left, *asking),
             lambda r: {"message_count": len(r.get("messages") or [])},
+            (found, {"name": name, "arguments": arguments}),
         )
+        if isinstance(result, AskedAnswer):
+            return {"server_name": row.name, "name": name, **result}
         return {"server_name": row.name, "name": name, "result": result}
 
     def do_list_skills(self, command: ResidentCommand) -> dict[str, Any]:
@@ -16296,7 +16771,9 @@ class ResidentServer:
             events=events,
             log=log,
             stopping=self.cutting,
+            questions=ForwardedQuestions(opts.input_timeout, MAX_FORWARDED_QUESTIONS, events),
         )
+        self.pool.on_reap = self.actions.questions.sweep if self.actions.questions is not None else None
         self.ended = threading.Event()  # the reader stopped (EOF, shutdown, unreadable stdin) or output broke
         self.signalled: int | None = None  # the terminating signal received (set by the handler, read by run_resident)
         self.shutdown_task: str | None = None
@@ -17016,6 +17493,8 @@ _RESIDENT_OPTIONS = {
     "--idle-timeout": "idle_timeout",
     "--shutdown-grace": "shutdown_grace",
     "--max-blob-bytes": "max_blob_bytes",
+    "--elicitation": "elicitation",
+    "--input-timeout": "input_timeout",
 }
 _RESIDENT_FLAG_OPTIONS = {"--inject-resource-tools": "inject_resource_tools"}
 _RESERVED_UNSUPPORTED = {"--format"}
@@ -17089,6 +17568,8 @@ class Invocation:
     max_user_processes: str | None = None
     idle_timeout: str | None = None
     shutdown_grace: str | None = None  # (--max-blob-bytes: with --out above, or the resident's blob cap)
+    elicitation: str | None = None
+    input_timeout: str | None = None
     inject_resource_tools: bool = False
     keep_alive: str | None = None  # --keep-alive ("") or --keep-alive=DURATION (docs/contract.md §14)
     # answers to a server's questions (docs/contract.md §5): --input FIELD=VALUE (repeatable), --inputs
@@ -17778,7 +18259,20 @@ def build_resident_options(inv: Invocation) -> ResidentOptions:
         shutdown_grace=_shutdown_grace(inv.shutdown_grace),
         inject_resource_tools=inv.inject_resource_tools,
         max_blob_bytes=_byte_count(inv.max_blob_bytes, "--max-blob-bytes", MAX_BLOB_BYTES),
+        elicitation=_elicitation_mode(inv.elicitation),
+        input_timeout=parse_duration(inv.input_timeout, option="--input-timeout")
+        if inv.input_timeout is not None
+        else DEFAULT_INPUT_TIMEOUT,
     )
+
+
+def _elicitation_mode(text: str | None) -> str:
+    """``--elicitation off|forward`` (docs/contract.md §11.2 "A server that asks"): off unless the platform says."""
+    if text is None:
+        return "off"
+    if text not in ("off", "forward"):
+        raise UsageError(f"--elicitation must be off or forward, got {clip_text(repr(text), 40)}")
+    return text
 
 
 def _byte_count(text: str | None, option: str, default: int) -> int:

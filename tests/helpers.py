@@ -466,3 +466,58 @@ def stdio_mock_log(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+_MOCK_TARGETS = iter(range(1 << 30))
+
+
+class MockTarget:
+    """The mock server (``mock_server/mcp_mock.py``) over one transport and era — HTTP in-process, or a stdio child
+    that logs JSON lines — as the server ``m`` of its own mcp.json (``pin``: with ``protocolVersion``); ``run`` runs
+    bkmcp in-process in ``cwd`` (``tmp/work``); ``received`` is the server's log of every request with an id."""
+
+    def __init__(
+        self, tmp: Path, transport: str, version: str, scenario: dict[str, Any] | None = None, *, pin: bool = False
+    ) -> None:
+        from mock_server.mcp_mock import MockServer
+
+        self.http: Any = None
+        self.log_path = tmp / f"stdio-{version}-{next(_MOCK_TARGETS)}.jsonl"  # one log per target
+        scenario = {"versions": [version], **(scenario or {})}
+        if transport == "http":
+            self.http = MockServer(scenario)
+            self.http.start()
+            entry: dict[str, Any] = {"type": "http", "url": self.http.url}
+        else:
+            argv = [str(ROOT / "mock_server" / "mcp_mock.py"), "--stdio", "--quiet", "--scenario-json"]
+            entry = {
+                "type": "stdio",
+                "command": sys.executable,
+                "args": [*argv, json.dumps(scenario), "--log", str(self.log_path)],
+            }
+        if pin:
+            entry["protocolVersion"] = version
+        self.config = write_mcp_json(tmp / f"mcp-{transport}-{version}.json", {"m": entry})
+        self.cwd = tmp / "work"
+        self.cwd.mkdir(exist_ok=True)
+
+    def run(self, *args: str) -> Any:
+        return run_bkmcp("--config", str(self.config), "m", *args, cwd=str(self.cwd))
+
+    def received(self) -> list[dict[str, Any]]:
+        """The log entry of every JSON-RPC request the server received, in order (notifications and responses left
+        out): ``rpc_method``, ``json`` and, over HTTP, ``headers``."""
+        if self.http is not None:
+            entries = self.http.log
+        else:
+            lines = self.log_path.read_text().splitlines() if self.log_path.exists() else []
+            entries = [json.loads(line) for line in lines]
+        return [e for e in entries if e.get("rpc_method") and isinstance(e.get("json"), dict) and "id" in e["json"]]
+
+    def requests(self) -> list[dict[str, Any]]:
+        """The JSON-RPC requests themselves, in order."""
+        return [e["json"] for e in self.received()]
+
+    def stop(self) -> None:
+        if self.http is not None:
+            self.http.stop()

@@ -20,58 +20,25 @@ from typing import Any
 
 import pytest
 
-from mock_server.mcp_mock import HOSTILE_BLOB_BYTES, TINY_PNG, MockServer, mock_tool
-from tests.helpers import ROOT, run_bkmcp, write_mcp_json
+from mock_server.mcp_mock import HOSTILE_BLOB_BYTES, TINY_PNG, mock_tool
+from tests.helpers import ROOT, MockTarget, run_bkmcp, write_mcp_json
 
 pytestmark = pytest.mark.integration
 
-MOCK = ROOT / "mock_server" / "mcp_mock.py"
 MODERN, LEGACY = "2026-07-28", "2025-11-25"
 PNG = base64.b64decode(TINY_PNG)
 
 
-class Mock:
-    """The mock with ``hostile_blobs`` over one transport and era; ``run`` runs bkmcp in-process in ``cwd``."""
+class Mock(MockTarget):
+    """The mock with ``hostile_blobs`` over one transport and era."""
 
     def __init__(self, tmp: Path, transport: str, version: str, scenario: dict[str, Any] | None = None) -> None:
+        super().__init__(tmp, transport, version, {"hostile_blobs": True, **(scenario or {})})
         self.tmp = tmp
-        self.http: MockServer | None = None
-        self.log_path = tmp / "stdio.jsonl"
-        scenario = {"versions": [version], "hostile_blobs": True, **(scenario or {})}
-        if transport == "http":
-            self.http = MockServer(scenario)
-            self.http.start()
-            entry: dict[str, Any] = {"type": "http", "url": self.http.url}
-        else:
-            argv = [
-                str(MOCK),
-                "--stdio",
-                "--quiet",
-                "--scenario-json",
-                json.dumps(scenario),
-                "--log",
-                str(self.log_path),
-            ]
-            entry = {"type": "stdio", "command": sys.executable, "args": argv}
-        self.config = write_mcp_json(tmp / "mcp.json", {"m": entry})
-        self.cwd = tmp / "work"
-        self.cwd.mkdir()
-
-    def run(self, *args: str):
-        return run_bkmcp("--config", str(self.config), "m", *args, cwd=str(self.cwd))
 
     def calls(self, method: str) -> list[dict[str, Any]]:
         """The params of every ``method`` request the server received."""
-        if self.http is not None:
-            entries = self.http.log
-        else:
-            lines = self.log_path.read_text().splitlines() if self.log_path.exists() else []
-            entries = [json.loads(line) for line in lines]
-        return [e["json"].get("params") or {} for e in entries if e.get("rpc_method") == method and "id" in e["json"]]
-
-    def stop(self) -> None:
-        if self.http is not None:
-            self.http.stop()
+        return [r.get("params") or {} for r in self.requests() if r.get("method") == method]
 
 
 @pytest.fixture(params=[("http", LEGACY), ("http", MODERN), ("stdio", LEGACY), ("stdio", MODERN)], ids="-".join)
@@ -155,7 +122,7 @@ def test_a_hostile_uri_never_chooses_where_the_file_goes(tmp_path, version):
             path = Path(result.json["data"]["result"]["contents"][0]["blob"]["path"])
             assert path.parent == out and path.name.split("-")[0].rsplit(".")[0] == name.rsplit(".")[0], path
         written = files_under(tmp_path)
-        assert sorted(k for k in written if not k.startswith("work/deep/out/")) == ["mcp.json"]
+        assert sorted(k for k in written if not k.startswith("work/deep/out/")) == [made.config.name]
         names = sorted(k.rsplit("/", 1)[1] for k in written if k.startswith("work/"))
         assert names == ["a_b_31mc_.png", "blob-1.png", "blob.png", "escape-1.png", "escape.png", "passwd.bin"]
         assert not Path("/etc/passwd.bin").exists() and not (tmp_path / "escape.png").exists()

@@ -201,7 +201,7 @@ def test_disabled_server_and_capability_results(tmp_path, resident, http_mock):
     answer = res.ask("call_tool", "u", server_name="pub", tool_name="ask", arguments={})
     assert answer["error_code"] == "mcp_capability_unsupported"
     assert answer["details"]["result"]["resultType"] == "input_required"
-    # issue 39: the resident has no one to ask (forwarding is not built): a legacy elicitation/create is declined
+    # --elicitation off (the default): the resident has no one to ask; a legacy elicitation/create is declined
     # with -32601, a request for a capability it never declared; never answered cancel or accept
     old = http_mock({"versions": ["2025-11-25"], "response_mode": "sse", "tools": [mock_tool("ask", "input_required")]})
     (tmp_path / "legacy").mkdir()

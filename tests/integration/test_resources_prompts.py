@@ -5,72 +5,24 @@ many requests; none at all without the capability).
 
 from __future__ import annotations
 
-import itertools
 import json
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from mock_server.mcp_mock import TINY_PNG, MockServer
-from tests.helpers import ROOT, run_bkmcp, write_mcp_json
+from tests.helpers import MockTarget, run_bkmcp, write_mcp_json
 
 pytestmark = pytest.mark.integration
 
-MOCK = ROOT / "mock_server" / "mcp_mock.py"
 MODERN, LEGACY = "2026-07-28", "2025-11-25"
-_TARGETS = itertools.count()
 
 
-class Target:
-    """One mock server (HTTP in-process, or a stdio child with a JSON-lines log) and ``run`` for bkmcp commands."""
-
-    def __init__(
-        self, tmp: Path, transport: str, version: str, scenario: dict[str, Any] | None = None, pin: bool = False
-    ) -> None:
-        self.transport = transport
-        self.http: MockServer | None = None
-        self.log_path = tmp / f"stdio-{version}-{next(_TARGETS)}.jsonl"  # one log per target
-        scenario = {"versions": [version], **(scenario or {})}
-        if transport == "http":
-            self.http = MockServer(scenario)
-            self.http.start()
-            entry: dict[str, Any] = {"type": "http", "url": self.http.url}
-        else:
-            args = [
-                str(MOCK),
-                "--stdio",
-                "--quiet",
-                "--scenario-json",
-                json.dumps(scenario),
-                "--log",
-                str(self.log_path),
-            ]
-            entry = {"type": "stdio", "command": sys.executable, "args": args}
-        if pin:
-            entry["protocolVersion"] = version
-        self.config = write_mcp_json(tmp / f"mcp-{transport}-{version}.json", {"m": entry})
-
-    def run(self, *args: str):
-        return run_bkmcp("--config", str(self.config), "m", *args)
-
-    def received(self) -> list[dict[str, Any]]:
-        """Every JSON-RPC request the server received, in order (notifications and responses left out)."""
-        if self.http is not None:
-            entries = self.http.log
-        else:
-            entries = (
-                [json.loads(line) for line in self.log_path.read_text().splitlines()] if self.log_path.exists() else []
-            )
-        return [e for e in entries if e.get("rpc_method") and isinstance(e.get("json"), dict) and "id" in e["json"]]
+class Target(MockTarget):
+    """The mock over one transport and era; ``methods``: what it received but the handshake."""
 
     def methods(self) -> list[str]:
         return [e["rpc_method"] for e in self.received() if e["rpc_method"] not in ("initialize", "server/discover")]
-
-    def stop(self) -> None:
-        if self.http is not None:
-            self.http.stop()
 
 
 @pytest.fixture(params=[("http", LEGACY), ("http", MODERN), ("stdio", LEGACY), ("stdio", MODERN)], ids="-".join)
@@ -85,7 +37,7 @@ def make_target(tmp_path):
     made: list[Target] = []
 
     def make(transport: str, version: str, pin: bool = False, **scenario: Any) -> Target:
-        made.append(Target(tmp_path, transport, version, scenario, pin))
+        made.append(Target(tmp_path, transport, version, scenario, pin=pin))
         return made[-1]
 
     yield make

@@ -11,60 +11,25 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from mock_server.mcp_mock import DEFAULT_SKILLS, SKILLS_EXTENSION, MockServer
-from tests.helpers import ROOT, run_bkmcp, write_mcp_json
+from mock_server.mcp_mock import DEFAULT_SKILLS, SKILLS_EXTENSION
+from tests.helpers import MockTarget, run_bkmcp
 
 pytestmark = pytest.mark.integration
 
-MOCK = ROOT / "mock_server" / "mcp_mock.py"
 MODERN, LEGACY = "2026-07-28", "2025-11-25"
 PDF = DEFAULT_SKILLS[0]["files"]
 
 
-class Skills:
-    """The mock with ``skills`` over one transport and era; ``run`` runs bkmcp in-process in ``cwd``."""
+class Skills(MockTarget):
+    """The mock with ``skills`` over one transport and era."""
 
     def __init__(self, tmp: Path, transport: str, version: str, skills: Any = True, **scenario: Any) -> None:
-        self.http: MockServer | None = None
-        self.log_path = tmp / "stdio.jsonl"
-        scenario = {"versions": [version], "skills": skills, **scenario}
-        if transport == "http":
-            self.http = MockServer(scenario)
-            self.http.start()
-            entry: dict[str, Any] = {"type": "http", "url": self.http.url}
-        else:
-            argv = [
-                str(MOCK),
-                "--stdio",
-                "--quiet",
-                "--scenario-json",
-                json.dumps(scenario),
-                "--log",
-                str(self.log_path),
-            ]
-            entry = {"type": "stdio", "command": sys.executable, "args": argv}
-        self.config = write_mcp_json(tmp / "mcp.json", {"m": entry})
-        self.cwd = tmp / "work"
-        self.cwd.mkdir()
-
-    def run(self, *args: str):
-        return run_bkmcp("--config", str(self.config), "m", *args, cwd=str(self.cwd))
-
-    def requests(self) -> list[dict[str, Any]]:
-        if self.http is not None:
-            entries = self.http.log
-        else:
-            lines = self.log_path.read_text().splitlines() if self.log_path.exists() else []
-            entries = [json.loads(line) for line in lines]
-        return [
-            e["json"] for e in entries if e.get("rpc_method") and isinstance(e.get("json"), dict) and "id" in e["json"]
-        ]
+        super().__init__(tmp, transport, version, {"skills": skills, **scenario})
 
     def reads(self) -> list[str]:
         return [r["params"]["uri"] for r in self.requests() if r["method"] == "resources/read"]
@@ -82,10 +47,6 @@ class Skills:
             elif "io.modelcontextprotocol/clientCapabilities" in (params.get("_meta") or {}):
                 found.append(params["_meta"]["io.modelcontextprotocol/clientCapabilities"])
         return found
-
-    def stop(self) -> None:
-        if self.http is not None:
-            self.http.stop()
 
 
 @pytest.fixture(params=[("http", LEGACY), ("http", MODERN), ("stdio", LEGACY), ("stdio", MODERN)], ids="-".join)

@@ -54,6 +54,8 @@ SPEC_INTERRUPTED = {"mcp_cancelled"}
 RESIDENT_LOCAL = {
     "invalid_command",
     "unknown_action",
+    "input_resume_invalid",
+    "input_pending_limit",
     "duplicate_task_id",
     "mcp_credentials_missing",
     "mcp_server_disabled",
