@@ -11444,6 +11444,8 @@ _COMPLETION_VALUE_OPTIONS = (
     "--idle-timeout --shutdown-grace --max-blob-bytes --elicitation --input-timeout --completion --inputs "
     "--input-action --resume --out"
 )
+_COMPLETION_FLAG_OPTIONS = "--raw -r --verbose -v --insecure --dry-run --help -h --keep-alive"  # (no value)
+_COMPLETION_FILE_OPTIONS = ("--config", "--body", "--registry", "--import", "--events")  # a file name as value
 _BASH_COMPLETION = """\
 # bkmcp completion for bash: eval "$(bkmcp --completion bash)" in ~/.bashrc, or save it as
 # ~/.local/share/bash-completion/completions/bkmcp. Server names come from the config file (offline); tool names
@@ -11571,17 +11573,9 @@ autoload -U +X bashcompinit && bashcompinit
 {bash}"""
 _FISH_COMPLETION = """\
 # bkmcp completion for fish: bkmcp --completion fish > ~/.config/fish/completions/bkmcp.fish
-# Server names come from the config file (offline).
-function __bkmcp_config
-    set -l words (commandline -opc)
-    for i in (seq 2 (count $words))
-        if test "$words[$i]" = --config; and test $i -lt (count $words)
-            echo --config; echo $words[(math $i + 1)]
-        else if string match -q -- '--config=*' $words[$i]
-            echo $words[$i]
-        end
-    end
-end
+# Server names come from the config file (offline); tool names, a tool's flags, prompt names, resource URIs and
+# templates, their flags and the values of completion/complete from the server (a warm session, else one connect
+# of at most 2 s). fish escapes every word it inserts, so what bkmcp prints is never expanded or run.
 function __bkmcp_no_server
     set -l words (commandline -opc)
     set -l value_options {value_options}
@@ -11596,15 +11590,100 @@ function __bkmcp_no_server
     end
     return 0
 end
+function __bkmcp_takes --argument-names option  # the value of OPTION is being typed (--OPTION VALUE, --OPTION=VALUE)
+    set -l words (commandline -opc)
+    set -l cur (commandline -ct)
+    test "$words[-1]" = $option; or string match -q -- "$option=*" "$cur"
+end
+function __bkmcp_option --argument-names option  # an option offered before <server>, or its value being typed
+    __bkmcp_no_server; or __bkmcp_takes $option
+end
+function __bkmcp_words  # servers; after one its tools, a tool's flags; after --read/--prompt URIs, names, flags, values
+    set -l words (commandline -opc)
+    set -l cur (commandline -ct)
+    set -l typed (string unescape -- "$cur"; or printf '%s\\n' "$cur")
+    set -l unquote "^'(.*)'\\$"  # a word bkmcp quoted ('...') is offered without its quotes: fish escapes it
+    set -l value_options {value_options}
+    set -l flag_options {flag_options}
+    set -l config
+    set -l positional
+    set -l mode
+    set -l target
+    set -l rest
+    set -l i 2
+    while test $i -le (count $words)
+        set -l w $words[$i]
+        set i (math $i + 1)
+        if test -n "$mode"
+            set -a rest $w
+        else if contains -- $w $value_options
+            test $w = --config; and set config --config $words[$i]
+            set i (math $i + 1)
+        else if contains -- $w --read --prompt; and test (count $positional) -eq 1
+            set mode $w
+            set target $words[$i]  # none yet: the URI or name is being typed
+            set i (math $i + 1)
+        else if string match -qr -- '^--(read|prompt)=' $w; and test (count $positional) -eq 1
+            set mode (string replace -r -- '=.*' '' $w)
+            set target (string replace -r -- '^[^=]*=' '' $w)
+        else if string match -q -- '--config=*' $w
+            set config $w
+        else if not string match -q -- '-*' $w
+            set -a positional $w
+        end
+    end
+    set -l server $positional[1]
+    if test -z "$server"
+        string match -q -- '-*' "$cur"; and return  # the options' own lines offer them
+        command {command} $config --completion servers 2>/dev/null
+    else if test -n "$mode"; and test (count $target) -eq 0
+        set -l word prompts
+        test $mode = --read; and set word resources
+        command {command} $config --completion $word $server 2>/dev/null | string replace -r -- $unquote '$1'
+    else if test -n "$mode"
+        set -l args
+        set -l pending
+        set -l skip
+        for w in $rest
+            if test -n "$skip"
+                set skip
+            else if test -n "$pending"
+                set -a args $pending $w
+                set pending
+            else if contains -- $w $value_options
+                set skip 1
+            else if contains -- $w $flag_options
+            else if string match -qr -- '^--(config|timeout|jq|keep-alive)=' $w
+            else if string match -q -- '--*=*' $w
+                set -a args $w
+            else if string match -q -- '--*' $w
+                set pending $w
+            end
+        end
+        if test -n "$pending"; and not string match -q -- '-*' "$cur"  # the server's values for that flag
+            command {command} $config --completion values $server $mode $target $args $pending "$typed" \\
+                2>/dev/null | string replace -r -- $unquote '$1'
+        else if test -z "$skip"
+            printf '%s\\n' {target_options}
+            command {command} $config --completion flags $server $mode $target 2>/dev/null
+        end
+    else if test (count $positional) -eq 1
+        if string match -q -- '-*' "$cur"
+            printf '%s\\n' {server_options}
+        else
+            command {command} $config --completion tools $server 2>/dev/null
+        end
+    else if string match -q -- '-*' "$words[-1]"; and not string match -q -- '*=*' "$words[-1]"
+        and not contains -- $words[-1] $flag_options; and not string match -q -- '-*' "$cur"
+        return  # the value of a tool's flag
+    else
+        printf '%s\\n' {call_options}
+        command {command} $config --completion flags $server $positional[2] 2>/dev/null
+    end
+end
 complete -c bkmcp -f
-complete -c bkmcp -n __bkmcp_no_server -a '(command {command} (__bkmcp_config) --completion servers 2>/dev/null)'
-{options}complete -c bkmcp -l completion -x -a '{shells}'
-complete -c bkmcp -l config -r -F
-complete -c bkmcp -l body -r -F
-complete -c bkmcp -l registry -r -F
-complete -c bkmcp -l import -r -F
-complete -c bkmcp -l events -r -F
-"""
+complete -c bkmcp -a '(__bkmcp_words)'
+{options}"""
 
 
 def render_completion(shell: str, command: Sequence[str]) -> str:
@@ -11617,21 +11696,33 @@ def render_completion(shell: str, command: Sequence[str]) -> str:
         server_options=_COMPLETION_SERVER_OPTIONS,
         call_options=_COMPLETION_CALL_OPTIONS,
         target_options=_COMPLETION_TARGET_OPTIONS,
-        flag_options="--raw -r --verbose -v --insecure --dry-run --help -h --keep-alive",
+        flag_options=_COMPLETION_FLAG_OPTIONS,
         command=quoted,
     )
     if shell == "bash":
         return bash
     if shell == "zsh":
         return _ZSH_COMPLETION.format(bash=bash)
-    options = "".join(
-        f"complete -c bkmcp -l {name[2:]}\n"
-        for name in _COMPLETION_OPTIONS.split()
-        if name not in ("--completion", "--config", "--body", "--registry", "--import", "--events")
-    )
     return _FISH_COMPLETION.format(
-        value_options=_COMPLETION_VALUE_OPTIONS, command=quoted, options=options, shells=" ".join(COMPLETION_SHELLS)
+        value_options=_COMPLETION_VALUE_OPTIONS,
+        flag_options=_COMPLETION_FLAG_OPTIONS,
+        server_options=_COMPLETION_SERVER_OPTIONS,
+        call_options=_COMPLETION_CALL_OPTIONS,
+        target_options=_COMPLETION_TARGET_OPTIONS,
+        command=quoted,
+        options="".join(map(_render_fish_option, _COMPLETION_OPTIONS.split())),
     )
+
+
+def _render_fish_option(name: str) -> str:
+    """The fish line offering ``name`` before <server>: an option taking a value also where that value is typed
+    (fish then completes the value by this line: a file, a shell, or nothing)."""
+    if name not in _COMPLETION_VALUE_OPTIONS.split():
+        return f"complete -c bkmcp -n __bkmcp_no_server -l {name[2:]}\n"
+    value = "-r -F" if name in _COMPLETION_FILE_OPTIONS else "-x"
+    if name == "--completion":
+        value = f"-x -a '{' '.join(COMPLETION_SHELLS)}'"
+    return f"complete -c bkmcp -n '__bkmcp_option {name}' -l {name[2:]} {value}\n"
 
 
 # The characters of a name the completion offers. The scripts take each word literally, but a shell inserts a

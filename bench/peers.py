@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""`--tools` against a local server, side by side with peer clients, in one run (docs/contract.md §13).
+"""`--tools` (and over HTTP `--resources` and `--read`) against a local server, side by side with peer clients, in
+one run (docs/contract.md §13).
 
     bench/install_peers.sh .peers                  # pinned peers (PyPI + npm), once
     python3 bench/peers.py [--runs 15] [--transport http,stdio] [--peers-dir .peers] [--pyz dist/bkmcp.pyz]
@@ -24,11 +25,19 @@ process, over HTTP (an in-process ``MockServer``) and over stdio (the client sta
 - over HTTP, the same validated call by the peers that have a one-shot call (Inspector ``--method tools/call
   --tool-name tool_000 --tool-arg q=hello --tool-arg n=7``, mcporter ``call --tool tool_000 --args JSON``): it
   counts only if the server received exactly those arguments once
+- over HTTP, the resource rows (issue 38): ``bkmcp.pyz bench --resources`` (``resources/list`` to the last page,
+  and ``resources/templates/list``) beside Inspector ``--method resources/list`` and mcporter ``resource bench
+  --json`` (a server of an ``mcporter.json``: ``resource`` takes no ``--http-url``), listing the mock's 50
+  resources over 2 pages; and ``bkmcp.pyz bench --read URI`` beside Inspector ``--method resources/read --uri URI``
+  and mcporter ``resource bench URI --json``, reading one text resource: a list counts only if its output names
+  every resource and the server answered a ``resources/list`` per page during it, a read only if the server
+  received exactly one ``resources/read`` of that URI and the output holds its text
 - over stdio, the floor row: the bare server, started with an empty stdin (it exits at EOF); the last column says
   what each client adds above it (wall ms)
 
-Each cell (``--tools``, the call) compares bkmcp.pyz with the fastest peer of that cell, and their geometric mean is
-printed (issue 31's goal: at most 0.30x the fastest peer's time).
+Each cell (``--tools``, the call, ``--resources``, ``--read``) compares bkmcp.pyz with the fastest peer of that cell;
+the geometric mean of the first two is printed (issue 31's goal: at most 0.30x the fastest peer's time), then that
+of all four, and what ``--resources`` and ``--read`` cost beside bkmcp.pyz's own ``--tools`` (issue 38: as much).
 
 A run counts only if it exits 0 and its output names every tool of the catalogue; over HTTP the server must also
 have answered at least one tools/list per page during it (no answer from a cache). A client that fails once is
@@ -69,6 +78,9 @@ PAGE_SIZE = 25
 TARGET = 3.0  # docs/contract.md §13: `--tools` at least 3x faster than the fastest peer, on each transport
 CALL = ["tool_000", "--q", "hello", "--n", "7"]  # bkmcp's call row: discover, map, validate, call once
 CALL_ARGUMENTS = {"q": "hello", "n": 7}
+READ_URI, READ_TEXT = "bench://res/007", "the text of resource 7"  # bkmcp's --read row and the peers' reads
+# what each kind of row asks the server for: it counts only when the server received that request
+METHODS = {"tools": "tools/list", "call": "tools/call", "resources": "resources/list", "read": "resources/read"}
 MOCK = str(ROOT / "mock_server" / "mcp_mock.py")
 
 SDK_CLIENT = r"""
@@ -92,13 +104,13 @@ asyncio.run(main(argv[0] if len(argv) == 1 else StdioServerParameters(command=ar
 
 @dataclass
 class Client:
-    """One client's way to list the tools once: `steps` are timed together, the last one prints the tools."""
+    """One client's way to do one `kind` of request once: `steps` are timed together, the last one prints it."""
 
     name: str
     steps: list[list[str]]
     cleanup: list[list[str]] = field(default_factory=list)  # after each run, untimed
     peer: bool = True  # False for bkmcp's own rows
-    call: bool = False  # a tools/call of CALL instead of listing the catalogue
+    kind: str = "tools"  # a key of METHODS: list the tools, call CALL, list the resources, read READ_URI
     floor: bool = False  # the bare stdio server, started and ended by EOF on stdin: what every stdio client pays
     baseline: bool = False  # --baseline-pyz's rows: another build of bkmcp, timed in the same sitting
     times: list[float] = field(default_factory=list)
@@ -117,11 +129,12 @@ def cpu_ms() -> float:
 
 
 def run_once(
-    client: Client, env: dict[str, str], cwd: str, names: set[str], server: MockServer | None
+    client: Client, env: dict[str, str], cwd: str, names: dict[str, set[str]], server: MockServer | None
 ) -> tuple[float, float]:
-    """(wall ms, CPU ms) of one run of `client`; raises RuntimeError with the error line unless it listed every tool."""
-    before = len(server.requests("tools/list")) if server else 0
-    before_calls = len(server.requests("tools/call")) if server else 0
+    """(wall ms, CPU ms) of one run of `client`; raises RuntimeError with the error line unless it did its request:
+    listed every name of `names[client.kind]` (tools or resources), or called or read once."""
+    method = METHODS[client.kind]
+    before = len(server.requests(method)) if server else 0
     try:
         cpu_start, start = cpu_ms(), time.perf_counter()
         for step, argv in enumerate(client.steps, 1):
@@ -139,23 +152,29 @@ def run_once(
             subprocess.run(argv, env=env, cwd=cwd, capture_output=True, timeout=120)
     if client.floor:
         return elapsed, cpu
-    if client.call:
-        calls = server.requests("tools/call")[-1:] if server else []
-        own_ok = client.peer or '"isError":false' in done.stdout  # a peer prints the result its own way
-        if not own_ok or (server and len(server.requests("tools/call")) != before_calls + 1):
-            raise RuntimeError(f"the call did not complete once: {last_line(done.stderr + done.stdout)}")
-        if server and json.loads(calls[0]["body"])["params"].get("arguments") != CALL_ARGUMENTS:
-            raise RuntimeError(f"the server received other arguments: {calls[0]['body'][:200]}")
+    if client.kind in ("call", "read"):
+        sent = server.requests(method)[before:] if server else []
+        own_ok = client.peer or client.kind == "read" or '"isError":false' in done.stdout  # a peer: its own way
+        if not own_ok or (server and len(sent) != 1):
+            raise RuntimeError(f"the {client.kind} did not complete once: {last_line(done.stderr + done.stdout)}")
+        params = json.loads(sent[0]["body"])["params"] if sent else {}
+        if sent and client.kind == "call" and params.get("arguments") != CALL_ARGUMENTS:
+            raise RuntimeError(f"the server received other arguments: {sent[0]['body'][:200]}")
+        if sent and client.kind == "read" and params.get("uri") != READ_URI:
+            raise RuntimeError(f"the server received another URI: {sent[0]['body'][:200]}")
+        if client.kind == "read" and READ_TEXT not in done.stdout:
+            raise RuntimeError(f"output lacks the resource's text: {last_line(done.stderr + done.stdout)}")
         return elapsed, cpu
-    missing = names - set(re.findall(r"\btool_\d+\b", done.stdout))
+    wanted = names[client.kind]
+    missing = wanted - set(re.findall(r"\b(?:tool|res)_\d+\b", done.stdout))
     if missing:
         raise RuntimeError(
-            f"output lacks {len(missing)} of {len(names)} tools (e.g. {min(missing)}): "
+            f"output lacks {len(missing)} of {len(wanted)} {client.kind} (e.g. {min(missing)}): "
             f"{last_line(done.stderr + done.stdout)}"
         )
-    pages = -(-len(names) // PAGE_SIZE)
-    if server and len(server.requests("tools/list")) - before < pages:
-        raise RuntimeError("the server answered fewer tools/list requests than there are pages (a cached answer?)")
+    pages = -(-len(wanted) // PAGE_SIZE)
+    if server and len(server.requests(method)) - before < pages:
+        raise RuntimeError(f"the server answered fewer {method} requests than there are pages (a cached answer?)")
     return elapsed, cpu
 
 
@@ -175,7 +194,7 @@ def build_clients(
     call = ["--config", str(config), "bench", *CALL]
     clients = [
         Client("bkmcp.pyz --tools", [[python, args.pyz, *bkmcp]], peer=False),
-        Client("bkmcp.pyz call (validated)", [[python, args.pyz, *call]], peer=False, call=True),
+        Client("bkmcp.pyz call (validated)", [[python, args.pyz, *call]], peer=False, kind="call"),
         # warm (docs/contract.md §14): the warm-up run starts the background process; it is stopped at the end
         Client("bkmcp.pyz --tools --keep-alive (warm)", [[python, args.pyz, *bkmcp, "--keep-alive"]], peer=False),
         Client("bkmcp.py --tools (source)", [[sys.executable, str(ROOT / "bkmcp.py"), *bkmcp]], peer=False),
@@ -183,8 +202,32 @@ def build_clients(
     if args.baseline_pyz:  # before and after in one sitting: the rows of another build, round-robin with the rest
         clients += [
             Client("baseline pyz --tools", [[python, args.baseline_pyz, *bkmcp]], peer=False, baseline=True),
-            Client("baseline pyz call", [[python, args.baseline_pyz, *call]], peer=False, call=True, baseline=True),
+            Client("baseline pyz call", [[python, args.baseline_pyz, *call]], peer=False, kind="call", baseline=True),
         ]
+    resources = ["--config", str(config), "bench", "--resources"]
+    read = ["--config", str(config), "bench", "--read", READ_URI]
+    if transport == "http":  # issue 38: the resource rows, over HTTP
+        clients += [
+            Client("bkmcp.pyz --resources", [[python, args.pyz, *resources]], peer=False, kind="resources"),
+            Client("bkmcp.pyz --read URI", [[python, args.pyz, *read]], peer=False, kind="read"),
+        ]
+        if args.baseline_pyz:
+            clients += [
+                Client(
+                    "baseline pyz --resources",
+                    [[python, args.baseline_pyz, *resources]],
+                    peer=False,
+                    kind="resources",
+                    baseline=True,
+                ),
+                Client(
+                    "baseline pyz --read URI",
+                    [[python, args.baseline_pyz, *read]],
+                    peer=False,
+                    kind="read",
+                    baseline=True,
+                ),
+            ]
     if transport == "stdio":  # the floor row: the server alone, which every stdio number above includes
         clients.append(Client("bare stdio server (floor)", [list(target)], peer=False, floor=True))
     missing = []
@@ -236,9 +279,20 @@ def build_clients(
                     [str(node), str(scripts["inspector"]), "--cli", *target, "--method", "tools/call"]
                     + ["--tool-name", CALL[0], *args_]
                 ],
-                call=True,
+                kind="call",
             )
         )
+        inspector = [str(node), str(scripts["inspector"]), "--cli", *target]
+        clients += [
+            Client(
+                "MCP Inspector CLI 2.12.0 resources", [[*inspector, "--method", "resources/list"]], kind="resources"
+            ),
+            Client(
+                "MCP Inspector CLI 2.12.0 read",
+                [[*inspector, "--method", "resources/read", "--uri", READ_URI]],
+                kind="read",
+            ),
+        ]
     if transport == "http" and scripts["mcporter"].exists():
         # --args, not q=hello n=7: mcporter 0.12.3 sent {"n": 7} for those (q dropped)
         how = ["--http-url", target[0], "--allow-http", "--tool", CALL[0], "--args", json.dumps(CALL_ARGUMENTS)]
@@ -246,9 +300,16 @@ def build_clients(
             Client(
                 "mcporter 0.12.3 call",
                 [[str(node), str(scripts["mcporter"]), "call", *how, "--output", "json"]],
-                call=True,
+                kind="call",
             )
         )
+        # `resource` names a configured server only (no --http-url): an mcporter.json of the same URL
+        (tmp / "mcporter.json").write_text(json.dumps({"mcpServers": {"bench": {"baseUrl": target[0]}}}))
+        mcporter = [str(node), str(scripts["mcporter"]), "--config", str(tmp / "mcporter.json"), "resource", "bench"]
+        clients += [
+            Client("mcporter 0.12.3 resource", [[*mcporter, "--json"]], kind="resources"),
+            Client("mcporter 0.12.3 resource URI", [[*mcporter, READ_URI, "--json"]], kind="read"),
+        ]
     if scripts["mcpc"].exists():
         mcpc = [str(node), str(scripts["mcpc"])]
         server = target[0] if transport == "http" else f"{config}:bench"
@@ -263,7 +324,12 @@ def build_clients(
 
 
 def measure(
-    clients: list[Client], runs: int, env: dict[str, str], cwd: str, names: set[str], server: MockServer | None
+    clients: list[Client],
+    runs: int,
+    env: dict[str, str],
+    cwd: str,
+    names: dict[str, set[str]],
+    server: MockServer | None,
 ) -> None:
     """Round-robin: one warm-up run of each client, then `runs` timed rounds; a failing client drops out."""
     for i in range(runs + 1):
@@ -298,41 +364,52 @@ def report(transport: str, clients: list[Client], missing: list[tuple[str, str]]
         print(f"  {client.name:39s} {'  '.join(cells)}")
     for name, why in missing:
         print(f"  {name:39s}    not installed: {why}")
+    cells = {"tools": "--tools", "call": "call", "resources": "--resources", "read": "--read"}
     for (label, series), baseline in itertools.product(
         (("wall", lambda c: c.times), ("CPU", lambda c: c.cpu)), (False, True)
     ):
-        ratios = []
-        for call in (False, True):
+        ratios, own = {}, {}
+        for kind, what in cells.items():
             mine = next(
-                (c for c in clients if not c.peer and c.baseline == baseline and c.call == call and not c.floor),
+                (c for c in clients if not c.peer and c.baseline == baseline and c.kind == kind and not c.floor),
                 None,
             )
-            mine = mine if mine is not None and series(mine) else None
-            timed = [c for c in clients if c.peer and c.call == call and not c.error]
-            if mine is None or not timed:
+            if mine is None or not series(mine):
+                continue
+            own[kind] = statistics.median(series(mine))
+            timed = [c for c in clients if c.peer and c.kind == kind and not c.error]
+            if not timed:
                 continue
             fastest = min(timed, key=lambda c: statistics.median(series(c)))
-            ratio = statistics.median(series(mine)) / statistics.median(series(fastest))
-            ratios.append(ratio)
-            what = "call" if call else "--tools"
+            ratio = own[kind] / statistics.median(series(fastest))
+            ratios[kind] = ratio
             print(
                 f"  {what} ({label}): fastest peer {fastest.name}; {mine.name} takes {ratio:.2f}x its time "
                 f"({1 / ratio:.2f}x faster): {'meets' if 1 / ratio >= TARGET else 'misses'} the >= {TARGET:g}x "
                 "target (docs/contract.md §13)"
             )
-        if len(ratios) == 2:
-            mean = statistics.geometric_mean(ratios)
-            who = "baseline pyz" if baseline else "bkmcp.pyz"
+        who = "baseline pyz" if baseline else "bkmcp.pyz"
+        if "tools" in ratios and "call" in ratios:
+            mean = statistics.geometric_mean([ratios["tools"], ratios["call"]])
             print(
-                f"  geometric mean of the two cells ({label}, {who}): {mean:.3f}x the fastest peer "
+                f"  geometric mean of --tools and call ({label}, {who}): {mean:.3f}x the fastest peer "
                 "(issue 31 goal: <= 0.30x)"
             )
+        if len(ratios) == len(cells):
+            mean = statistics.geometric_mean(ratios.values())
+            print(f"  geometric mean of the four cells ({label}, {who}): {mean:.3f}x the fastest peer")
+        for kind in ("resources", "read"):
+            if kind in own and "tools" in own:
+                print(
+                    f"  {cells[kind]} ({label}, {who}): {own[kind] / own['tools']:.2f}x its own --tools "
+                    "(issue 38: as much)"
+                )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=15)
-    parser.add_argument("--tools", type=int, default=50, help="catalogue size")
+    parser.add_argument("--tools", type=int, default=50, help="catalogue size (tools, and resources)")
     parser.add_argument("--pyz", default=str(ROOT / "dist" / "bkmcp.pyz"))
     parser.add_argument("--baseline-pyz", help="another bkmcp.pyz (an earlier build) timed beside it, same sitting")
     parser.add_argument("--sdk-python", default=str(ROOT / ".venv-sdk" / "bin" / "python"))
@@ -353,10 +430,26 @@ def main() -> int:
         mock_tool(f"tool_{i:03d}", properties={"q": {"type": "string"}, "n": {"type": "integer"}})
         for i in range(args.tools)
     ]
-    scenario = {"versions": versions, "tools": tools, "page_size": PAGE_SIZE}
-    names = {tool["name"] for tool in tools}
+    resources = [
+        {
+            "uri": f"bench://res/{i:03d}",
+            "name": f"res_{i:03d}",
+            "mimeType": "text/plain",
+            "x-mock-text": f"the text of resource {i}",
+        }
+        for i in range(args.tools)
+    ]
+    scenario = {
+        "versions": versions,
+        "tools": tools,
+        "resources": resources,
+        "resource_templates": [],
+        "page_size": PAGE_SIZE,
+    }
+    names = {"tools": {tool["name"] for tool in tools}, "resources": {r["name"] for r in resources}}
     print(
-        f"--tools against a local mock ({args.tools} tools, {PAGE_SIZE} a page, {len(versions)} version(s)), "
+        f"--tools against a local mock ({args.tools} tools, {PAGE_SIZE} a page, {len(versions)} version(s)); "
+        f"over HTTP --resources ({args.tools} resources, no template) and --read {READ_URI}; "
         f"medians of {args.runs} cold runs after a warm-up, round-robin; CPU = user+sys of the client and the "
         "children it waited for"
     )

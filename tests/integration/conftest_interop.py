@@ -43,6 +43,8 @@ Environment:
 * ``BKMCP_NODE``            node binary (default: ``node`` on PATH; Node >= 20).
 * ``BKMCP_MCP1_PYTHON``     interpreter that has ``mcp==1.30.0`` (default ``<repo>/.venv-mcp1/bin/python``).
 * ``BKMCP_CHROMA_VENV``     venv that has ``chroma-mcp==0.2.6`` (default ``<repo>/.venv-chroma``).
+* ``BKMCP_PEERS_DIR``       where ``bench/install_peers.sh`` (``make peers``) put the peer clients (default
+  ``<repo>/.peers``); fixture ``inspector_cli`` is the MCP Inspector CLI's argv there.
 * ``BKMCP_INTEROP_REQUIRED=1``  turn "not installed" skips into failures (set it in CI).
 
 Everything here is Python 3.9 compatible and only ever binds/connects 127.0.0.1.
@@ -87,6 +89,7 @@ TS2_SERVER_SCRIPT = INTEROP_DIR / "node" / "ts2_server.mjs"
 N8N_VERSION = "2.87.0"  # pinned in tests/interop_servers/node/package.json
 CHROMA_VERSION = "0.2.6"
 CHROMA_VENV = REPO_ROOT / ".venv-chroma"  # made by .ci/install_interop.sh
+INSPECTOR_VERSION = "2.12.0"  # pinned in bench/peers_node/package.json
 CHROMA_ENV = {"ANONYMIZED_TELEMETRY": "False"}  # chromadb's posthog telemetry: tests reach only 127.0.0.1
 # npm package, version (pinned in tests/interop_servers/node/package.json) and bin entry of each npm stdio server
 NODE_SERVERS = {
@@ -267,6 +270,22 @@ def resolve_node_server(name: str) -> list[str]:
             raise InteropUnavailable(f"{TS2_SERVER_SCRIPT.name} runs only from tests/interop_servers/node")
         return [_node_binary(), str(TS2_SERVER_SCRIPT)]
     return [_node_binary(), str(pkg.parent / entry)]
+
+
+def resolve_inspector() -> list[str]:
+    """``[node, cli]`` of the MCP Inspector CLI that ``bench/install_peers.sh`` installed (its own Node 24);
+    raises InteropUnavailable."""
+    base = os.environ.get("BKMCP_PEERS_DIR", "").strip()
+    modules = (Path(base).resolve() if base else REPO_ROOT / ".peers") / "node" / "node_modules"
+    package = modules / "@modelcontextprotocol" / "inspector"
+    found = _installed_version(package / "package.json")
+    node, cli = modules / ".bin" / "node", modules / ".bin" / "inspector"
+    if found != INSPECTOR_VERSION or not node.exists() or not cli.exists():
+        raise InteropUnavailable(
+            f"MCP Inspector {INSPECTOR_VERSION} not installed in {modules} (found {found}); run `make peers` "
+            "(bench/install_peers.sh .peers)"
+        )
+    return [str(node.resolve()), str(cli.resolve())]
 
 
 def resolve_mcp1_python() -> str:
@@ -534,15 +553,15 @@ def interop_log_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return Path(tmp_path_factory.mktemp("interop-logs"))
 
 
-def _sdk_fixture(variant: str, log_dir: Path) -> InteropServer:
+def _sdk_fixture(variant: str, log_dir: Path, extra: tuple[str, ...] = ()) -> InteropServer:
     try:
         python = resolve_sdk_python()
     except InteropUnavailable as exc:
         _unavailable(str(exc))
         raise  # unreachable
     return start_http_server(
-        "sdk-" + variant,
-        lambda port: [python, str(SDK_SERVER_SCRIPT), "--port", str(port), "--variant", variant],
+        "sdk-" + variant + "".join(extra),
+        lambda port: [python, str(SDK_SERVER_SCRIPT), "--port", str(port), "--variant", variant, *extra],
         # uvicorn's own line, printed after the socket is bound
         lambda port: f"Uvicorn running on http://{HOST}:{port}",
         log_dir,
@@ -573,6 +592,18 @@ def sdk_server_stateless(interop_log_dir: Path):
 def sdk_server_legacy(interop_log_dir: Path):
     """Python SDK 2.3.0 stateful SSE behind a 1.x-style version gate: legacy-only on the wire."""
     yield from _serving(_sdk_fixture("legacy-pinned", interop_log_dir))
+
+
+@pytest.fixture(scope="session")
+def sdk_everything_stateful(interop_log_dir: Path):
+    """Python SDK 2.3.0, stateful + SSE, with the SDK everything-server's resources and prompts."""
+    yield from _serving(_sdk_fixture("stateful-sse", interop_log_dir, ("--everything-fixtures",)))
+
+
+@pytest.fixture(scope="session")
+def sdk_everything_stateless(interop_log_dir: Path):
+    """Python SDK 2.3.0, stateless_http + json_response, with the SDK everything-server's resources and prompts."""
+    yield from _serving(_sdk_fixture("stateless-json", interop_log_dir, ("--everything-fixtures",)))
 
 
 @pytest.fixture(scope="session")
@@ -663,6 +694,16 @@ def real_stdio_argv() -> Callable[[str], list[str]]:
             raise  # unreachable
 
     return argv
+
+
+@pytest.fixture(scope="session")
+def inspector_cli() -> list[str]:
+    """argv of the MCP Inspector CLI 2.12.0 (``+ ["--cli", URL, "--transport", "http", "--method", M]``)."""
+    try:
+        return resolve_inspector()
+    except InteropUnavailable as exc:
+        _unavailable(str(exc))
+        raise  # unreachable
 
 
 @pytest.fixture(scope="session")

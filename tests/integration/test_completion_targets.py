@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from mock_server.mcp_mock import MockServer
+from mock_server.mcp_mock import DEFAULT_COMPLETIONS, MockServer
 from tests.helpers import ROOT, run_bkmcp, until, write_mcp_json
 from tests.integration.test_completion_shells import _count, _open_shell_world
 
@@ -158,10 +158,15 @@ def test_tab_offers_prompt_names_uris_flags_and_the_servers_values(shell_world):
     assert not (world.tmp / "pwned").exists()
 
 
-def test_a_kept_session_answers_the_value_completion(shell_world):
+@pytest.fixture(params=["bash", "zsh", "fish"])
+def any_shell_world(request, tmp_path):
+    yield from _open_shell_world(request.param, tmp_path)
+
+
+def test_a_kept_session_answers_the_value_completion(any_shell_world):
     """With ``--keep-alive`` holding a stdio server's session, a prompt's names, flags and values come from the
     kept process: the kept server received the ``completion/complete`` and no second server started."""
-    _kind, shell, world = shell_world
+    _kind, shell, world = any_shell_world
     log = world.tmp / "sc-log.jsonl"
     scenario = json.dumps({"capabilities": WITH_COMPLETIONS})
     args = [str(MOCK), "--stdio", "--quiet", "--scenario-json", scenario, "--log", str(log)]
@@ -236,3 +241,73 @@ def test_tab_offers_server_everythings_values_in_bash(bash_world, everything_ser
     shell.type("X")
     until(lambda: "--resourceId 4 X" in shell.screen(), "the resourceId value completed", 60)
     shell.keys("C-u")
+
+
+# what the hostile prompt's `tone` offers: each a value fish would expand, glob, split or run unescaped
+HOSTILE = ["friendly", "$(touch pwned)", "(touch pwned)", "*", "~", "{a,b}", "two words", "a;touch pwned", "it's"]
+
+
+@pytest.fixture
+def fish_world(tmp_path):
+    yield from _open_shell_world("fish", tmp_path)
+
+
+def _choose(shell: Any, line: str, typed: str, shown: str) -> None:
+    """Type ``line`` and ``typed``, press Tab until ``shown`` (the one value completed, as fish escaped it) follows
+    ``line``, then run the line (its output dropped) and wait for its end."""
+    shell.command("true")
+    shell.keys("C-u")
+    shell.type(line + typed)
+    shell.keys("Tab")
+    until(lambda: line + shown in shell.screen(), f"{shown!r} after {line + typed!r}<Tab>", 60)
+    shell.count += 1
+    shell.type(f">/dev/null; echo done-{shell.product}-{shell.count}")
+    shell.keys("Enter")
+    until(lambda: f"done-42-{shell.count}" in shell.screen(), f"the shell ran {line + typed!r}", 60)
+
+
+def test_fish_tab_offers_prompt_names_uris_flags_and_the_servers_values(fish_world):
+    """The real fish: ``--prompt <Tab>`` the prompt names, ``--read <Tab>`` the URIs and templates (a template
+    inserted escaped, its variables then offered as flags), a prompt's arguments as flags, and the values of
+    ``completion/complete`` for the argument typed, with the arguments before it as ``context.arguments``. A value
+    fish would expand, glob, split or run is inserted escaped by fish: choosing it and pressing Enter sends the
+    server exactly that value and runs nothing; one bkmcp cannot quote (``it's``) is never offered."""
+    _kind, shell, world = fish_world
+    completions = {**DEFAULT_COMPLETIONS, "ref/prompt greet tone": HOSTILE}
+    world.http.update(capabilities=WITH_COMPLETIONS, completions=completions)
+    screen = shell.complete("bkmcp hu --prompt ", "plain")
+    assert "greet" in screen and "ecfile" not in screen
+    screen = shell.complete("bkmcp hu --read ", "mock://images/dot.png")
+    assert "mock://notes/readme" in screen and "mock://notes/{id}" in screen and "search{?q,lang}" in screen, screen
+    shell.complete("bkmcp hu --read mock://notes/r", "bkmcp hu --read mock://notes/readme")
+    shell.complete("bkmcp hu --read mock://se", "bkmcp hu --read mock://search\\{\\?q,lang\\}")
+    screen = shell.complete("bkmcp hu --read mock://search\\{\\?q,lang\\} --", "--lang")
+    assert "--q" in screen and "--jq" in screen and "--body" not in screen and "--check" not in screen
+    screen = shell.complete("bkmcp hu --read='mock://search{?q,lang}' --q x --lang ", "en")
+    assert "de" in screen and "fr" in screen
+    screen = shell.complete("bkmcp hu --prompt greet --", "--tone")
+    assert "--who" in screen and "--jq" in screen and "--body" not in screen and "--check" not in screen
+    world.http.reset_log()
+    screen = shell.complete("bkmcp hu --prompt greet --who Ann --tone ", "friendly")
+    for value in HOSTILE[1:-1]:
+        assert value in screen, (value, screen)
+    assert "it's" not in screen
+    assert [_params(e) for e in _completions(world.http.log)] == [
+        {
+            "ref": {"type": "ref/prompt", "name": "greet"},
+            "argument": {"name": "tone", "value": ""},
+            "context": {"arguments": {"who": "Ann"}},
+        }
+    ]
+    typed = {"$(touch pwned)": "\\$", "(touch pwned)": "\\(", "*": "\\*", "~": "\\~", "{a,b}": "\\{"}
+    typed |= {"two words": "'two w", "a;touch pwned": "a"}
+    shown = {"$(touch pwned)": "\\$\\(touch\\ pwned\\)", "(touch pwned)": "\\(touch\\ pwned\\)", "*": "\\*"}
+    shown |= {"~": "\\~", "{a,b}": "\\{a,b\\}", "two words": "'two words'", "a;touch pwned": "a\\;touch\\ pwned"}
+    for value in HOSTILE[1:-1]:
+        world.http.reset_log()
+        _choose(shell, "bkmcp hu --prompt greet --who Ann --tone ", typed[value], shown[value])
+        (sent,) = _completions(world.http.log)
+        assert sent["json"]["params"]["argument"] == {"name": "tone", "value": typed[value].strip("'\\")}
+        (got,) = world.http.requests("prompts/get")
+        assert got["json"]["params"]["arguments"] == {"who": "Ann", "tone": value}
+    assert not (world.tmp / "pwned").exists()

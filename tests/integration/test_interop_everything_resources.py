@@ -135,3 +135,37 @@ def test_warm_answers_are_the_one_shot_answers(ev):
         warm = ev.run(*args, "--keep-alive")
         assert (warm.returncode, warm.stdout, warm.stderr) == (one.returncode, one.stdout, one.stderr), args
     assert pids_running(ev.daemon), "the warm commands ran in a background process"
+
+
+@pytest.mark.parametrize("server", ["everything_server", "sdk_everything_stateful"])
+def test_counts_equal_the_inspector_clis(request, tmp_path, inspector_cli, server):
+    """bkmcp's --resources and --prompts list what the MCP Inspector CLI 2.12.0 lists (resources/list,
+    resources/templates/list, prompts/list over HTTP), in the same order; skipped with the fixture's reason only
+    when the Inspector is not installed (`make peers`) and BKMCP_INTEROP_REQUIRED is not set."""
+    url = request.getfixturevalue(server).url
+
+    def inspector(method: str) -> dict:
+        argv = [*inspector_cli, "--cli", url, "--transport", "http", "--method", method]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert done.returncode == 0, (method, done.stdout, done.stderr)
+        answer = json.loads(done.stdout)
+        assert "nextCursor" not in answer, (method, "the Inspector listed one page only")
+        return answer
+
+    ev = Everything(tmp_path, {"type": "http", "url": url})
+    resources, prompts = ev.data("--resources"), ev.data("--prompts")
+    theirs = (
+        [r["uri"] for r in inspector("resources/list")["resources"]],
+        [t["uriTemplate"] for t in inspector("resources/templates/list")["resourceTemplates"]],
+        [p["name"] for p in inspector("prompts/list")["prompts"]],
+    )
+    ours = (
+        [r["uri"] for r in resources["resources"]],
+        [t["uriTemplate"] for t in resources["templates"]],
+        [p["name"] for p in prompts["prompts"]],
+    )
+    assert ours == theirs
+    assert (resources["resource_count"], resources["template_count"], prompts["prompt_count"]) == tuple(
+        map(len, theirs)
+    )
+    assert tuple(map(len, ours)) == {"everything_server": (7, 2, 4), "sdk_everything_stateful": (3, 1, 4)}[server]

@@ -41,6 +41,13 @@ shapes): the tools ``test_input_required_result_elicitation``, ``_request_state`
 SDK's sealed request state under a fixed key (so a state minted by one server process opens in the next, as in a
 deployment with a shared key).
 
+``--everything-fixtures`` adds the resources, resource template and prompts of the same everything-server
+(python-sdk@57394b0548d1, 2026-08-20; re-declared here with the same ``MCPServer`` decorators, so the same names, URIs,
+MIME types and arguments): the resources ``test://static-text``, ``test://static-binary`` (the 1x1 PNG's bytes) and
+``test://watched-resource``, the template ``test://template/{id}/data`` and the prompts ``test_simple_prompt``,
+``test_prompt_with_arguments`` (``arg1``, ``arg2``), ``test_prompt_with_embedded_resource`` (``resourceUri``) and
+``test_prompt_with_image`` (its fifth prompt, ``test_input_required_result_prompt``, is under ``--input-fixtures``).
+
 Readiness: HTTP variants log uvicorn's ``Uvicorn running on http://127.0.0.1:N``
 line on stderr once the socket is bound, and this script first prints
 ``sdk_server: starting variant=... url=...`` on stderr.  Poll the TCP port.
@@ -111,7 +118,7 @@ class WeatherReport(BaseModel):
     humidity_pct: int = Field(ge=0, le=100)
 
 
-def build_server(name: str, input_fixtures: bool = False) -> MCPServer:
+def build_server(name: str, input_fixtures: bool = False, everything_fixtures: bool = False) -> MCPServer:
     options: dict[str, Any] = {}
     if input_fixtures:
         from mcp.server.mcpserver import RequestStateSecurity
@@ -125,6 +132,8 @@ def build_server(name: str, input_fixtures: bool = False) -> MCPServer:
     )
     if input_fixtures:
         add_input_fixtures(mcp)
+    if everything_fixtures:
+        add_everything_fixtures(mcp)
 
     @mcp.tool()
     def add(a: int, b: int) -> int:
@@ -356,6 +365,69 @@ def add_input_fixtures(mcp: MCPServer) -> None:
         return InputRequiredResult(input_requests={"user_context": ask("What context should the prompt use?", schema)})
 
 
+# the everything-server's 1x1 PNG (python-sdk@57394b0548d1 examples/servers/everything-server, TEST_IMAGE_BASE64)
+TEST_IMAGE_BASE64 = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
+
+
+def add_everything_fixtures(mcp: MCPServer) -> None:
+    """The everything-server's resources, resource template and prompts (see the module docstring)."""
+    import base64
+
+    from mcp.types import EmbeddedResource, ImageContent, TextResourceContents
+
+    @mcp.resource("test://static-text")
+    def static_text_resource() -> str:
+        """A static text resource for testing"""
+        return "This is the content of the static text resource."
+
+    @mcp.resource("test://static-binary")
+    def static_binary_resource() -> bytes:
+        """A static binary resource (image) for testing"""
+        return base64.b64decode(TEST_IMAGE_BASE64)
+
+    @mcp.resource("test://template/{id}/data")
+    def template_resource(id: str) -> str:
+        """A resource template with parameter substitution"""
+        return json.dumps({"id": id, "templateTest": True, "data": f"Data for ID: {id}"})
+
+    @mcp.resource("test://watched-resource")
+    def watched_resource() -> str:
+        """A resource that can be subscribed to for updates"""
+        return "Watched resource content"
+
+    @mcp.prompt()
+    def test_simple_prompt() -> list[UserMessage]:
+        """A simple prompt without arguments"""
+        return [UserMessage(role="user", content=TextContent(type="text", text="This is a simple prompt for testing."))]
+
+    @mcp.prompt()
+    def test_prompt_with_arguments(arg1: str, arg2: str) -> list[UserMessage]:
+        """A prompt with required arguments"""
+        text = f"Prompt with arguments: arg1='{arg1}', arg2='{arg2}'"
+        return [UserMessage(role="user", content=TextContent(type="text", text=text))]
+
+    @mcp.prompt()
+    def test_prompt_with_embedded_resource(resourceUri: str) -> list[UserMessage]:  # noqa: N803 (the SDK's name)
+        """A prompt that includes an embedded resource"""
+        text = "Embedded resource content for testing."
+        resource = TextResourceContents(uri=resourceUri, mime_type="text/plain", text=text)
+        return [
+            UserMessage(role="user", content=EmbeddedResource(type="resource", resource=resource)),
+            UserMessage(
+                role="user", content=TextContent(type="text", text="Please process the embedded resource above.")
+            ),
+        ]
+
+    @mcp.prompt()
+    def test_prompt_with_image() -> list[UserMessage]:
+        """A prompt that includes image content"""
+        image = ImageContent(type="image", data=TEST_IMAGE_BASE64, mime_type="image/png")
+        return [
+            UserMessage(role="user", content=image),
+            UserMessage(role="user", content=TextContent(type="text", text="Please analyze the image above.")),
+        ]
+
+
 async def _serve_http(mcp: MCPServer, variant: str, port: int, log_level: str) -> None:
     import uvicorn
 
@@ -415,10 +487,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stdio", action="store_true", help="serve on stdin/stdout instead of HTTP")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.add_argument("--input-fixtures", action="store_true", help="add the SEP-2322 input_required fixtures")
+    p.add_argument(
+        "--everything-fixtures", action="store_true", help="add the everything-server's resources and prompts"
+    )
     args = p.parse_args(argv)
 
     _exit_with_parent()
-    mcp = build_server(f"bkmcp-interop-sdk-{args.variant}", input_fixtures=args.input_fixtures)
+    mcp = build_server(
+        f"bkmcp-interop-sdk-{args.variant}",
+        input_fixtures=args.input_fixtures,
+        everything_fixtures=args.everything_fixtures,
+    )
     if args.stdio:
         print(f"sdk_server: starting variant={args.variant} transport=stdio", file=sys.stderr, flush=True)
         if args.variant == "legacy-pinned":
