@@ -25,7 +25,8 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        2.7 blob files              the one writer of --out DIR (and --skill's copy), safe against its server: a
                                    name from the URI and MIME type (build_blob_name), a relative path part by part
                                    (parse_relative_path), O_EXCL | O_NOFOLLOW under the directory's descriptor,
-                                   numbered names, 0644 (BlobWriter); --out's --max-blob-bytes (OUT_MAX_BLOB_BYTES)
+                                   numbered names, 0644 (BlobWriter); --max-blob-bytes: one decoded blob, CLI and
+                                   resident alike (MAX_BLOB_BYTES, blob_over_cap: blob_too_large)
     3. Config                   file selection, strict parsing (a duplicate key: section 2's JSON), per-field
                                 validation (editor files: an unusable entry is refused only when selected,
                                 EDITOR_IGNORED_FIELDS), ${VAR} expansion, build_server_command (with --config)
@@ -84,8 +85,9 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                      session (ResumedSessions); the handle store (task_store_path)
        7.4 the CLI's operations    one session each: --check, --tools (and --tools --brief), --resources (and
                                    --resources --brief), --read, --prompts, --prompt, --skills, --skill (read
-                                   lazily, each file verified before the next: run_skill; the skills extension
-                                   declared by their sessions only: SkillSessions), --dry-run
+                                   lazily, each file verified before the next: load_skill, the resident's too;
+                                   the skills extension declared by their sessions only: SkillSessions),
+                                   --dry-run
     8. Schema flags             inputSchema -> typed flags, values, validation, answers, in seven rooms:
        8.1 flag records            ToolFlag, BodyOnlyField (why a property gets no flag: set it with --body)
        8.2 local references        resolve_schema: one resolver for flags and help examples, within one
@@ -125,7 +127,8 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                    --max-user-processes; eviction, reaper; a crashed stdio child's retry-after
                                    back-off):
        10.2.1 events                 EventSink (--events); a URI as an event names it (build_event_uri)
-       10.2.2 the live session       ResidentSession, the adapter over the section-7 engine
+       10.2.2 the live session       ResidentSession, the adapter over the section-7 engine; skills on it
+                                     (with_skills: the extension per request, a legacy server's own session)
        10.2.3 slots, limits          a slot per server instance, the open-file limit
        10.2.4 whose secrets          which secrets scrub whose answers
        10.2.5 the pool               SessionPool: limits, eviction, the idle reaper (--idle-timeout), back-off
@@ -144,7 +147,9 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        10.4.2 pool, writer           the bounded worker pool, the answer writer, commands in flight
        10.4.3 Actions                one method per action; resources and prompts (list_resources, read_resource
                                      with its blobs as size and sha256 within --max-blob-bytes: build_resource_contents,
-                                     list_prompts, get_prompt) on the CLI's section-7 paths
+                                     list_prompts, get_prompt) on the CLI's section-7 paths; skills
+                                     (list_skills, read_skill: load_skill, the CLI's verification; the extension
+                                     declared per request, or by a legacy server's own session: with_skills)
        10.4.4 ResidentServer         the reader and the end that answers all (--shutdown-grace); memory;
                                      run_resident
        10.5 warm sessions          WarmSessions: the --keep-alive process's kept sessions, lent by key
@@ -1892,7 +1897,9 @@ def parse_template_values(template: str, tokens: Sequence[ToolToken]) -> dict[st
 # numbered name instead, `dot-1.png`); files are 0644. Here, in section 2, because the CLI (11) and the resident (10)
 # both write through it.
 
-OUT_MAX_BLOB_BYTES = 64 * 1024 * 1024  # --out's --max-blob-bytes: bytes of one decoded blob (docs/contract.md §7)
+# --max-blob-bytes, one rule for the CLI's --out and the resident's include_blobs: the bytes of one decoded blob
+# (docs/contract.md §7 "Blobs to files", §11.2); one over it is blob_too_large (blob_over_cap)
+MAX_BLOB_BYTES = 64 * 1024 * 1024
 BLOB_NAME_LIMIT = 100  # characters of a file name built from a URI, its extension included
 _BLOB_NUMBER_LIMIT = 1000  # `name-1.png` … `name-999.png`, then blob_write_error
 _BLOB_NAME_UNSAFE = lazy_re(r"[^A-Za-z0-9._+-]+")
@@ -1915,6 +1922,18 @@ _MIME_EXTENSIONS = {
     "text/markdown": ".md",
     "text/plain": ".txt",
 }
+
+
+def blob_over_cap(what: str, size: int, limit: int, outcome: str, hint: str, data: Any = None) -> BlobTooLargeError:
+    """``blob_too_large``: ``what`` (a blob, a skill file) decodes to ``size`` bytes, over ``--max-blob-bytes``
+    (``limit``), the one rule of the CLI's ``--out`` and the resident's ``include_blobs``; ``outcome``: what was
+    not done."""
+    return BlobTooLargeError(
+        f"{what} is {size} bytes, over --max-blob-bytes {limit}: {outcome}",
+        hint=hint,
+        details={"bytes": size, "limit": limit},
+        data=data,
+    )
 
 
 def build_blob_name(uri: Any, mime_type: Any, kind: str = "blob") -> str:
@@ -6536,6 +6555,9 @@ class OpContext:
     # who answers the server's questions (elicitation) for this operation; None: nobody (the resident), and a
     # legacy question is declined with -32601 as a request for an undeclared capability
     input: InputSource | None = None
+    # what this operation's modern requests declare in their _meta instead of the session's client_capabilities
+    # (a resident skill command on a kept 2026-07-28 session: the skills extension, on its own requests only)
+    declares: Mapping[str, Any] | None = None
 
     def note_request(self, method: str) -> None:
         """``method`` is being handed to the transport (``McpSession.request``)."""
@@ -6710,7 +6732,7 @@ class McpSession:
         handle = handle or RequestHandle()
         with self._lock:
             message = self.core.start_request(
-                method, params, rules, ctx.input.capabilities if ctx.input is not None else None
+                method, params, rules, ctx.input.capabilities if ctx.input is not None else ctx.declares
             )
             handle.id, handle.method, handle.log, handle.input = message["id"], method, ctx.log, ctx.input
             self._handles[id_key(handle.id)] = handle
@@ -8523,41 +8545,40 @@ def find_skill(skills: Sequence[dict[str, Any]], name: str, server_name: str) ->
     )
 
 
-def run_skill(server: ResolvedServer, ctx: OpContext, name: str, *, insecure: bool) -> dict[str, Any]:
-    """``--skill NAME`` data: the listed skill's files read one by one through ``resources/read`` (SKILL.md
-    first), each verified against the listing before the next is read (``verify_skill_file``); the first that
-    fails ends the command with ``skill_unverified`` and no content. ``{"server", "skill", "uri", "frontmatter",
-    "files": [{"path", "uri", "mimeType", "bytes", "sha256", "text" | "blob"}]}``."""
+def load_skill(session: McpSession, ctx: OpContext, name: str) -> dict[str, Any]:
+    """The skill ``name``'s files read one by one through ``resources/read`` (SKILL.md first), each verified
+    against the listing before the next is read (``verify_skill_file``); the first that fails ends the command with
+    ``skill_unverified`` and no content. ``--skill`` and the resident's ``read_skill``, one path. ``{"skill",
+    "uri", "frontmatter", "files": [{"path", "uri", "mimeType", "bytes", "sha256", "text" | "blob"}]}``."""
     import base64
     import hashlib
 
-    def work(session: McpSession) -> dict[str, Any]:
-        entry = find_skill(list_skills(session, ctx), name, server.name)
-        files = []
-        for file in parse_skill_files(entry):
-            result = read_resource(session, ctx, file.uri)
-            data = verify_skill_file(entry, file, result)
-            item = result["contents"][0]
-            shown: dict[str, Any] = {
-                "path": "/".join(file.parts),
-                "uri": file.uri,
-                "mimeType": item.get("mimeType"),
-                "bytes": len(data),
-                "sha256": hashlib.sha256(data).hexdigest(),
-            }
-            try:
-                shown["text"] = data.decode("utf-8")
-            except UnicodeDecodeError:
-                shown["blob"] = base64.b64encode(data).decode("ascii")
-            files.append(shown)
-        frontmatter = entry.get("frontmatter")
-        return {
-            "server": server.name,
-            "skill": skill_name(entry),
-            "uri": entry["uri"],
-            "frontmatter": frontmatter,
-            "files": files,
+    entry = find_skill(list_skills(session, ctx), name, session.server.name)
+    files = []
+    for file in parse_skill_files(entry):
+        result = read_resource(session, ctx, file.uri)
+        data = verify_skill_file(entry, file, result)
+        item = result["contents"][0]
+        shown: dict[str, Any] = {
+            "path": "/".join(file.parts),
+            "uri": file.uri,
+            "mimeType": item.get("mimeType"),
+            "bytes": len(data),
+            "sha256": hashlib.sha256(data).hexdigest(),
         }
+        try:
+            shown["text"] = data.decode("utf-8")
+        except UnicodeDecodeError:
+            shown["blob"] = base64.b64encode(data).decode("ascii")
+        files.append(shown)
+    return {"skill": skill_name(entry), "uri": entry["uri"], "frontmatter": entry.get("frontmatter"), "files": files}
+
+
+def run_skill(server: ResolvedServer, ctx: OpContext, name: str, *, insecure: bool) -> dict[str, Any]:
+    """``--skill NAME`` data: ``{"server", **load_skill}``."""
+
+    def work(session: McpSession) -> dict[str, Any]:
+        return {"server": server.name, **load_skill(session, ctx, name)}
 
     return run_on_session(server, ctx, work, insecure=insecure, sessions=SkillSessions())
 
@@ -11331,9 +11352,7 @@ def render_root_help(
     else:
         config = f"Config file: {config_path}\nConfigured servers ({len(servers)}): {', '.join(servers) or '(none)'}"
     example = "\n".join("  " + line for line in CONFIG_EXAMPLE_LINES)
-    text = ROOT_HELP.format(
-        version=__version__, config=config, config_example=example, max_blob_bytes=OUT_MAX_BLOB_BYTES
-    )
+    text = ROOT_HELP.format(version=__version__, config=config, config_example=example, max_blob_bytes=MAX_BLOB_BYTES)
     if given:  # the examples carry the --config this help was run with (docs/contract.md §2)
         text = text.replace("\n  bkmcp report-prod ", f"\n  {build_server_command('report-prod', config_path)} ")
     return text
@@ -11359,7 +11378,7 @@ Options:
   --shutdown-grace DURATION  at shutdown, time commands in flight get to finish (default {shutdown_grace}; 0: none)
   --timeout DURATION       budget of one call without its own timeout_ms (default 60s)
   --inject-resource-tools  list_tools adds a resource-reading tool for each server that declares resources
-  --max-blob-bytes N       read_resource with include_blobs: at most N decoded blob bytes (default {max_blob_bytes})
+  --max-blob-bytes N       read_resource with include_blobs: the largest blob answered (default {max_blob_bytes})
   --elicitation off|forward  forward: a server's questions are answered input_required for the platform to answer
                            with resume and input_responses (default off: nothing is declared, questions declined)
   --input-timeout DURATION  how long a forwarded question waits for its answer (default {input_timeout})
@@ -11367,7 +11386,7 @@ Options:
 One JSON command per line on stdin, one answer per line on stdout (matched by task_id), e.g.
   {{"command": "invoke", "task_id": "t-1", "params": {{"action": "list_tools"}}, "user": {{"userId": "u1"}}}}
 Actions: init, list_servers, connect_server, disconnect_server, list_tools, refresh_tools, call_tool,
-list_resources, read_resource, list_prompts, get_prompt, shutdown.
+list_resources, read_resource, list_prompts, get_prompt, list_skills, read_skill, shutdown.
 Exit status: 0 after shutdown, end of input or SIGTERM; 130 after SIGINT; 1 when the registry cannot be opened.
 Command protocol: docs/resident.md; registry and credentials: docs/resident-registry.md.
 """
@@ -11378,7 +11397,7 @@ RESIDENT_HELP_DEFAULTS = {
     "max_user_processes": 8,
     "idle_timeout": "10m",
     "shutdown_grace": "5s",
-    "max_blob_bytes": 16777216,
+    "max_blob_bytes": 67108864,
     "input_timeout": "5m",
 }
 
@@ -12400,11 +12419,13 @@ def decode_blobs(spots: Sequence[BlobSpot], max_bytes: int, data: dict[str, Any]
         for spot, size in zip(spots, sizes):
             spot.holder[spot.key] = {"path": None, "bytes": size, "mimeType": spot.mime_type}
         what = f"the blob of {short_text(spots[over].uri, 80)}" if spots[over].uri is not None else "a blob"
-        raise BlobTooLargeError(
-            f"{what} is {sizes[over]} bytes, over --max-blob-bytes {max_bytes}: nothing was written",
-            hint=f"raise --max-blob-bytes (now {max_bytes}) to write it",
-            details={"bytes": sizes[over], "limit": max_bytes},
-            data=data,
+        raise blob_over_cap(
+            what,
+            sizes[over],
+            max_bytes,
+            "nothing was written",
+            f"raise --max-blob-bytes (now {max_bytes}) to write it",
+            data,
         )
     decoded = []
     for spot in spots:
@@ -12434,12 +12455,13 @@ def save_skill(data: dict[str, Any], writer: BlobWriter, max_bytes: int) -> None
     ]
     for file, payload in zip(files, payloads):
         if len(payload) > max_bytes:
-            raise BlobTooLargeError(
-                f"skill file {short_text(file['path'], 120)} is {len(payload)} bytes, over --max-blob-bytes "
-                f"{max_bytes}: nothing was written",
-                hint=f"raise --max-blob-bytes (now {max_bytes}) to write it",
-                details={"bytes": len(payload), "limit": max_bytes},
-                data={key: data[key] for key in ("server", "skill", "uri")},
+            raise blob_over_cap(
+                f"skill file {short_text(file['path'], 120)}",
+                len(payload),
+                max_bytes,
+                "nothing was written",
+                f"raise --max-blob-bytes (now {max_bytes}) to write it",
+                {key: data[key] for key in ("server", "skill", "uri")},
             )
     name = data["skill"] if _SKILL_DIRECTORY.fullmatch(data["skill"]) else "skill"
     try:
@@ -13571,7 +13593,6 @@ DEFAULT_IDLE_TIMEOUT = 600.0
 DEFAULT_MAX_PROCESSES = 64
 DEFAULT_MAX_USER_PROCESSES = 8
 DEFAULT_SHUTDOWN_GRACE = 5.0  # shutdown: how long the commands in flight may still finish on their own
-DEFAULT_MAX_BLOB_BYTES = 16 * 1024 * 1024  # read_resource with include_blobs: decoded blob bytes in one answer
 DEFAULT_INPUT_TIMEOUT = 300.0  # --input-timeout: how long a forwarded question waits for the platform's answer
 MAX_FORWARDED_QUESTIONS = 8  # questions one user may have waiting for an answer at once (--elicitation forward)
 _RESTART_BACKOFF_MAX = 30.0
@@ -13813,6 +13834,30 @@ class ResidentSession:
         assert result is not None
         return result
 
+    def with_skills(self, work: Callable[[McpSession, OpContext], Any], timeout: float) -> Any:
+        """``work(session, ctx)`` on a session that declares the skills extension (SEP-2640), and on its requests
+        only (docs/contract.md §11.2 "Skills"): a 2026-07-28 session declares per request, so this kept one does,
+        in the ``_meta`` of this command's requests alone; a legacy session declared its capabilities at
+        ``initialize`` (none), so the command gets its own session, negotiated with the extension and closed at
+        its end, on the same resolved server (the user's credentials)."""
+        session, ctx = self._require(), self._ctx(timeout)
+        if session.era == "modern":
+            ctx.declares = SKILLS_CAPABILITIES
+            return work(session, ctx)
+        own = McpSession(self.server, insecure=self.insecure, log=self.log, die_with_parent=True)
+        own.core.client_capabilities = SKILLS_CAPABILITIES
+        try:
+            negotiate(own, ctx)
+            return work(own, ctx)
+        finally:
+            own.close(Deadline(2.0))
+
+    def list_skills(self, timeout: float) -> list[dict[str, Any]]:
+        return self.with_skills(lambda session, ctx: [describe_skill(e) for e in list_skills(session, ctx)], timeout)  # type: ignore[no-any-return]
+
+    def read_skill(self, name: str, timeout: float) -> dict[str, Any]:
+        return self.with_skills(lambda session, ctx: load_skill(session, ctx, name), timeout)  # type: ignore[no-any-return]
+
     def declares(self, capability: str) -> bool:
         """Whether the server declared ``capability`` (``resources``, ``prompts``) when it was negotiated."""
         session = self._session
@@ -13988,7 +14033,7 @@ class ResidentOptions:
     insecure: bool
     shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE  # --shutdown-grace (0: cut at once)
     inject_resource_tools: bool = False  # --inject-resource-tools: list_tools adds a resource-reading tool per server
-    max_blob_bytes: int = DEFAULT_MAX_BLOB_BYTES  # --max-blob-bytes: read_resource's blobs with include_blobs
+    max_blob_bytes: int = MAX_BLOB_BYTES  # --max-blob-bytes: read_resource's blobs with include_blobs
     elicitation: str = "off"  # --elicitation forward: a server's questions go to the platform (contract §11.2)
     input_timeout: float = DEFAULT_INPUT_TIMEOUT  # --input-timeout: how long a forwarded question waits for its answer
 
@@ -15720,7 +15765,7 @@ class Catalogues:
 
 # -- 10.4.1 parsing a command: limits, the platform's wording (platform_error), parse_command -------------------------
 
-# JSON lines in, one answer per command out: the reader thread, a bounded worker pool, the eleven actions
+# JSON lines in, one answer per command out: the reader thread, a bounded worker pool, the thirteen actions
 # (``Actions``), the end (shutdown, EOF, signals) that answers every command read, and ``run_resident``. An error
 # reaches the platform in its words (``platform_error``: no hints, a timeout as the command's budget in ms).
 
@@ -15737,6 +15782,8 @@ RESIDENT_ACTIONS = (
     "read_resource",
     "list_prompts",
     "get_prompt",
+    "list_skills",
+    "read_skill",
     "shutdown",
 )
 _NO_USER_ACTIONS = frozenset({"init", "list_servers", "shutdown"})
@@ -15746,8 +15793,11 @@ _REQUIRED_PARAMS = {
     "disconnect_server": ("server_name",),
     "read_resource": ("server_name", "uri"),
     "get_prompt": ("server_name", "name"),
+    "read_skill": ("server_name", "name"),
 }
-_TIMED_ACTIONS = frozenset({"call_tool", "list_resources", "read_resource", "list_prompts", "get_prompt"})
+_TIMED_ACTIONS = frozenset(
+    {"call_tool", "list_resources", "read_resource", "list_prompts", "get_prompt", "list_skills", "read_skill"}
+)
 _MAX_COMMANDS_RUNNING = 4096  # commands executing at once; the reader waits (back-pressure) beyond it
 _IDLE_WORKERS = 16  # command threads kept waiting for the next command (starting a thread costs ~0.1 ms)
 _WORKER_IDLE_SECONDS = 30.0  # an idle command thread ends after this long without a command
@@ -16122,12 +16172,12 @@ class InFlight:
 def build_resource_contents(result: dict[str, Any], *, include_blobs: bool, cap: int) -> dict[str, Any]:
     """A ``resources/read`` result for the platform: text contents as received; each blob as ``{uri, mimeType, …,
     bytes, sha256}`` (its decoded size and SHA-256, the base64 left out) unless ``include_blobs``, then as received
-    while the blobs' decoded bytes stay within ``cap`` (``--max-blob-bytes``), else ``resource_limit``."""
+    when each blob decodes to at most ``cap`` bytes (``--max-blob-bytes``, the CLI's rule), else ``blob_too_large``
+    (the answer as a whole is bounded by what the server sent: one message, already read)."""
     import base64
     import hashlib
 
     contents: list[Any] = []
-    total = 0
     for item in result.get("contents") or []:
         if isinstance(item, dict) and isinstance(item.get("blob"), str):
             try:
@@ -16136,23 +16186,24 @@ def build_resource_contents(result: dict[str, Any], *, include_blobs: bool, cap:
                 raise ProtocolError(
                     f"resources/read: the blob of {clip_text(repr(item.get('uri')), 200)} is not base64"
                 ) from None
-            total += len(data)
+            if include_blobs and len(data) > cap:
+                raise blob_over_cap(
+                    f"the blob of {clip_text(repr(item.get('uri')), 200)}",
+                    len(data),
+                    cap,
+                    "nothing of it was answered",
+                    "read it without include_blobs for each blob's size and sha256",
+                )
             if not include_blobs:
                 item = {k: v for k, v in item.items() if k != "blob"}
                 item.update(bytes=len(data), sha256=hashlib.sha256(data).hexdigest())
         contents.append(item)
-    if include_blobs and total > cap:
-        raise ResourceLimitError(
-            f"the resource's blobs are {total} bytes, more than --max-blob-bytes ({cap}); read it without "
-            "include_blobs for each blob's size and sha256",
-            details={"limit": cap, "bytes": total, "kind": "blob"},
-        )
     return {**result, "contents": contents}
 
 
 @dataclass
 class Actions:
-    """The eleven actions of docs/contract.md §11.2 (``do_*``, one command each, on a worker thread): each takes its
+    """The thirteen actions of docs/contract.md §11.2 (``do_*``, one command each, on a worker thread): each takes its
     user's registry view (``_view``), uses the session pool (10.2) and the catalogues (10.3), and returns its
     ``result`` or raises the error its answer carries."""
 
@@ -16717,6 +16768,38 @@ class Actions:
         if isinstance(result, AskedAnswer):
             return {"server_name": row.name, "name": name, **result}
         return {"server_name": row.name, "name": name, "result": result}
+
+    def do_list_skills(self, command: ResidentCommand) -> dict[str, Any]:
+        def one(view: Any, row: Any) -> dict[str, Any]:
+            skills = self._on_server(
+                command,
+                view,
+                row,
+                ("skills.listed", {}),
+                lambda session, left: session.list_skills(left),
+                lambda r: {"skill_count": len(r)},
+            )
+            return {"server_name": row.name, "skill_count": len(skills), "skills": skills}
+
+        servers, errors = self._each_server(command, one)
+        return {"servers": servers, "errors": errors}
+
+    def do_read_skill(self, command: ResidentCommand) -> dict[str, Any]:
+        """The skill verified as ``--skill`` verifies it (``load_skill``); each file's text, a file that is not
+        UTF-8 as ``{mimeType, bytes, sha256}`` (as ``read_resource`` answers a blob). Unverified: the error alone."""
+        name = command.params["name"]
+        view = self._view(command)
+        row = self._row(view, command.params["server_name"])
+        skill = self._on_server(
+            command,
+            view,
+            row,
+            ("skill.read", {"skill": command_scrubber(self.log, command).scrub(name)}),
+            lambda session, left: session.read_skill(name, left),
+            lambda r: {"file_count": len(r["files"])},
+        )
+        files = [{k: v for k, v in f.items() if k != "blob"} for f in skill["files"]]
+        return {"server_name": row.name, "name": name, **skill, "files": files}
 
 
 # -- 10.4.4 ResidentServer: the reader and the end that answers all; memory; run_resident ------------------------------
@@ -17567,7 +17650,7 @@ class Invocation:
     wait: bool = False
     out: str | None = None  # --out DIR|-: blobs to files, or the one blob to stdout (docs/contract.md §7)
     max_blob_bytes: str | None = None  # as written; ``blob_limit`` is --out's value (the resident's: section 10)
-    blob_limit: int = OUT_MAX_BLOB_BYTES
+    blob_limit: int = MAX_BLOB_BYTES
     registry_import: str | None = None
     registry_list: bool = False
     completion: str | None = None  # --completion bash|zsh|fish|servers (root only)
@@ -18266,7 +18349,7 @@ def build_resident_options(inv: Invocation) -> ResidentOptions:
         insecure=inv.insecure,
         shutdown_grace=_shutdown_grace(inv.shutdown_grace),
         inject_resource_tools=inv.inject_resource_tools,
-        max_blob_bytes=_byte_count(inv.max_blob_bytes, "--max-blob-bytes", DEFAULT_MAX_BLOB_BYTES),
+        max_blob_bytes=_byte_count(inv.max_blob_bytes, "--max-blob-bytes", MAX_BLOB_BYTES),
         elicitation=_elicitation_mode(inv.elicitation),
         input_timeout=parse_duration(inv.input_timeout, option="--input-timeout")
         if inv.input_timeout is not None

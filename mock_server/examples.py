@@ -136,11 +136,17 @@ def example_config(urls: dict[str, str], python: str = sys.executable) -> dict:
 def write_resident_registry(path: Path, urls: dict[str, str], python: str = sys.executable) -> None:
     """The registry docs/resident.md's action examples run against (docs/resident-registry.md schema, created 0600:
     it holds credentials): ``weather`` (public HTTP, the ``demo`` mock with a system credential), ``notes`` (a
-    per-user stdio server; alice and bob have tokens), ``crm`` (per-user HTTP; nobody has a credential yet) and
-    ``broken`` (public HTTP, nothing listens)."""
+    per-user stdio server with the mock's skills; alice and bob have tokens), ``crm`` (per-user HTTP; nobody has a
+    credential yet) and ``broken`` (public HTTP, nothing listens)."""
     path.unlink(missing_ok=True)
     os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-    stdio = [str(HERE / "mcp_mock.py"), "--stdio", "--quiet", "--scenario-json", json.dumps({"tools": NOTES_TOOLS})]
+    stdio = [
+        str(HERE / "mcp_mock.py"),
+        "--stdio",
+        "--quiet",
+        "--scenario-json",
+        json.dumps({"tools": NOTES_TOOLS, "skills": True}),
+    ]
     db = sqlite3.connect(path)
     try:
         db.executescript(SCHEMA)

@@ -273,9 +273,10 @@ def test_resident_action_examples_answer_as_documented(mock_env) -> None:
         "read_resource",
         "list_prompts",
         "get_prompt",
+        "read_skill",
         "shutdown",
     ]
-    assert sum(1 for _, shown in actions if shown is not None) == 13
+    assert sum(1 for _, shown in actions if shown is not None) == 14
     proc = subprocess.Popen(
         [sys.executable, str(ROOT / "bkmcp.py"), "--resident", "--registry", "resident.db"],
         stdin=subprocess.PIPE,

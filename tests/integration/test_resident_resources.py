@@ -181,16 +181,18 @@ def test_a_server_without_the_capability_gets_no_request(make_world, transport, 
     assert not sent & {"resources/list", "resources/templates/list", "resources/read", "prompts/list", "prompts/get"}
 
 
-def test_blobs_over_the_cap_are_resource_limit_and_their_summary_still_reads(make_world):
+def test_a_blob_over_the_cap_is_blob_too_large_as_in_the_cli_and_its_summary_still_reads(make_world):
+    """One rule with the CLI's --out (docs/contract.md §7, §11.2): --max-blob-bytes bounds each decoded blob."""
     world = make_world("http", MODERN, "--max-blob-bytes", "69")
     res = world.res
     over = res.ask("read_resource", "ann", server_name="m", uri="mock://images/dot.png", include_blobs=True)
     assert (over["success"], over["error_code"], over["details"]["limit"], over["details"]["bytes"]) == (
         False,
-        "resource_limit",
+        "blob_too_large",
         69,
         70,
     )
+    assert TINY_PNG not in json.dumps(over)
     summary = res.ok("read_resource", "ann", server_name="m", uri="mock://images/dot.png")
     assert summary["result"]["contents"][0]["bytes"] == 70
     assert res.ok("read_resource", "ann", server_name="m", uri="mock://notes/readme", include_blobs=True)
@@ -362,14 +364,6 @@ def test_the_injected_resource_tool_reads_and_never_collides_with_a_server_tool(
         bare.stop()
 
 
-@pytest.mark.parametrize("action", ["list_skills", "read_skill"])
-def test_skills_actions_are_an_unknown_action_until_skills_arrive(make_world, action):
-    world = make_world("http", MODERN)
-    answer = world.res.ask(action, "ann", server_name="m", name="x")
-    assert (answer["success"], answer["error_code"]) == (False, "unknown_action")
-    assert "list_resources" in answer["error"] and "get_prompt" in answer["error"]  # the actions it has, named
-
-
 def test_parse_errors_of_the_new_actions_are_invalid_command(make_world):
     res = make_world("http", MODERN).res
     for action, params in (
@@ -453,7 +447,7 @@ def test_in_process_resources_prompts_and_the_reader(tmp_path):
             ("down", "mcp_connection_error"),
         ]
         assert got["b"]["result"]["result"]["contents"][0]["text"] == "hello from the mock\n"
-        assert (got["c"]["error_code"], got["c"]["details"]["bytes"]) == ("resource_limit", 70)
+        assert (got["c"]["error_code"], got["c"]["details"]["bytes"]) == ("blob_too_large", 70)
         assert got["d"]["result"]["result"]["contents"][0]["bytes"] == 70
         assert got["e"]["error_code"] == "mcp_resource_not_found"
         assert got["f"]["error_code"] == "mcp_capability_unsupported"

@@ -247,7 +247,7 @@ def test_an_event_names_a_uri_without_its_query_fragment_or_user(uri, shown):
     assert bkmcp.build_event_uri(uri) == shown
 
 
-def test_resource_contents_give_blobs_as_size_and_hash_unless_asked_and_within_the_cap():
+def test_resource_contents_give_blobs_as_size_and_hash_unless_asked_and_each_within_the_cap():
     import base64
 
     data = bytes(range(256)) * 3
@@ -268,9 +268,11 @@ def test_resource_contents_give_blobs_as_size_and_hash_unless_asked_and_within_t
         "_meta": {"k": 1},
     }
     assert bkmcp.build_resource_contents(result, include_blobs=True, cap=768) == result
-    with pytest.raises(bkmcp.ResourceLimitError) as info:
+    with pytest.raises(bkmcp.BlobTooLargeError) as info:  # the CLI's --out rule: one decoded blob
         bkmcp.build_resource_contents(result, include_blobs=True, cap=767)
-    assert info.value.details == {"limit": 767, "bytes": 768, "kind": "blob"}
+    assert info.value.details == {"limit": 767, "bytes": 768}
+    two = {"contents": [blob, {**blob, "uri": "x://c"}]}  # 1536 bytes in all, each 768: within a cap of 768
+    assert bkmcp.build_resource_contents(two, include_blobs=True, cap=768) == two
     wrapped = {"contents": [{**blob, "blob": "\n".join([blob["blob"][:76], blob["blob"][76:]])}]}
     assert bkmcp.build_resource_contents(wrapped, include_blobs=False, cap=1)["contents"][0]["bytes"] == 768
     with pytest.raises(bkmcp.ProtocolError, match="not base64"):
@@ -312,10 +314,14 @@ def test_parse_command_takes_the_new_actions():
         _command({"action": "get_prompt", "server_name": "s", "name": "p", "arguments": {"a": "1"}})
     )
     assert got.params["arguments"] == {"a": "1"}
-    for action in ("list_resources", "list_prompts"):
+    for action in ("list_resources", "list_prompts", "list_skills"):
         assert bkmcp.parse_command(_command({"action": action})).action == action
-    with pytest.raises(bkmcp.UnknownActionError):  # skills are not actions yet
-        bkmcp.parse_command(_command({"action": "list_skills"}))
+    skill = bkmcp.parse_command(
+        _command({"action": "read_skill", "server_name": "s", "name": "pdf", "timeout_ms": 500})
+    )
+    assert (skill.action, skill.params["name"], skill.deadline.seconds) == ("read_skill", "pdf", 0.5)
+    with pytest.raises(bkmcp.InvalidCommandError):
+        bkmcp.parse_command(_command({"action": "read_skill", "server_name": "s"}))
 
 
 def test_the_resource_options():
@@ -325,7 +331,7 @@ def test_the_resource_options():
         return bkmcp.build_resident_options(inv)
 
     default = options()
-    assert (default.inject_resource_tools, default.max_blob_bytes) == (False, 16 * 1024 * 1024)
+    assert (default.inject_resource_tools, default.max_blob_bytes) == (False, 64 * 1024 * 1024)  # the CLI's default
     given = options("--inject-resource-tools", "--max-blob-bytes", "1024")
     assert (given.inject_resource_tools, given.max_blob_bytes) == (True, 1024)
     for bad in ("0", "1k", "-5"):
@@ -333,4 +339,4 @@ def test_the_resource_options():
             options(f"--max-blob-bytes={bad}")
     inv = bkmcp.parse_argv(["srv", "tool", "--inject-resource-tools"])  # without --resident: a tool's flag
     assert inv.tool_tokens[0].name == "inject-resource-tools" and not inv.inject_resource_tools
-    assert f"(default {bkmcp.DEFAULT_MAX_BLOB_BYTES})" in bkmcp.render_resident_help()
+    assert f"(default {bkmcp.MAX_BLOB_BYTES})" in bkmcp.render_resident_help()
