@@ -201,6 +201,7 @@ def test_a_blob_over_the_cap_is_blob_too_large_as_in_the_cli_and_its_summary_sti
 def test_each_command_has_its_own_timeout(make_world):
     world = make_world("stdio", MODERN, faults={"slow_on": {"resources/read": 5000, "prompts/list": 5000}})
     res = world.res
+    res.ok("list_resources", "ann", timeout_ms=30000)  # the server started: 400 ms are the read's alone
     slow = res.send("read_resource", "ann", server_name="m", uri="mock://notes/readme", timeout_ms=400)
     fast = res.ok("list_resources", "ann", timeout_ms=30000)  # not held back by the slow read
     assert fast["servers"][0]["resource_count"] == 2
