@@ -16734,16 +16734,16 @@ class Actions:
         return {"server_name": row.name, "uri": params["uri"], "result": result}
 
     def do_list_prompts(self, command: ResidentCommand) -> dict[str, Any]:
+        return self._list_each(command, "prompts", lambda session, left: session.list_prompts(left))
+
+    def _list_each(self, command: ResidentCommand, kind: str, listing: Callable[..., Any]) -> dict[str, Any]:
+        """``list_prompts``/``list_skills``: each server's ``kind`` with their count (``prompt_count``…), and the
+        servers that failed; one ``{kind}.listed`` event per server."""
+        count = f"{kind[:-1]}_count"
+
         def one(view: Any, row: Any) -> dict[str, Any]:
-            prompts = self._on_server(
-                command,
-                view,
-                row,
-                ("prompts.listed", {}),
-                lambda session, left: session.list_prompts(left),
-                lambda r: {"prompt_count": len(r)},
-            )
-            return {"server_name": row.name, "prompt_count": len(prompts), "prompts": prompts}
+            found = self._on_server(command, view, row, (f"{kind}.listed", {}), listing, lambda r: {count: len(r)})
+            return {"server_name": row.name, count: len(found), kind: found}
 
         servers, errors = self._each_server(command, one)
         return {"servers": servers, "errors": errors}
@@ -16770,19 +16770,7 @@ class Actions:
         return {"server_name": row.name, "name": name, "result": result}
 
     def do_list_skills(self, command: ResidentCommand) -> dict[str, Any]:
-        def one(view: Any, row: Any) -> dict[str, Any]:
-            skills = self._on_server(
-                command,
-                view,
-                row,
-                ("skills.listed", {}),
-                lambda session, left: session.list_skills(left),
-                lambda r: {"skill_count": len(r)},
-            )
-            return {"server_name": row.name, "skill_count": len(skills), "skills": skills}
-
-        servers, errors = self._each_server(command, one)
-        return {"servers": servers, "errors": errors}
+        return self._list_each(command, "skills", lambda session, left: session.list_skills(left))
 
     def do_read_skill(self, command: ResidentCommand) -> dict[str, Any]:
         """The skill verified as ``--skill`` verifies it (``load_skill``); each file's text, a file that is not
