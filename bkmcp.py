@@ -4697,6 +4697,11 @@ def status_failure(status: int, message: Message | None, text: str, method: str,
     )
 
 
+def media_type(headers: Mapping[str, str]) -> str:
+    """A response's media type: its Content-Type without parameters, lowercased ("" when it has none)."""
+    return headers.get("content-type", "").split(";")[0].strip().lower()
+
+
 def _wire_headers(headers: list[tuple[str, str]]) -> list[tuple[str, str | bytes]]:
     """httpx encodes str header values as ASCII; a configured non-ASCII value goes out as its UTF-8 bytes."""
     return [(name, value if value.isascii() else value.encode("utf-8")) for name, value in headers]
@@ -5187,7 +5192,7 @@ class HttpTransport(Transport):
                     self._log_response(response, started)
                     self._check_status(response, method, with_session=session_id is not None)
                     self._answer_headers(method, response.headers)  # the core decides what they issue
-                    ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
+                    ctype = media_type(response.headers)
                     if response.status_code == 202:  # whatever its content type: an answer with no response
                         ctype = ""
                     if ctype == "text/event-stream":
@@ -5318,15 +5323,8 @@ class HttpTransport(Transport):
             )
             headers.append(("Last-Event-ID", last_id))
             started = time.monotonic()
-            self._log_request("GET", headers, None)
             with HttpxBoundary(self.url, deadline):
-                with self._http().stream(
-                    "GET",
-                    self.url,
-                    headers=_wire_headers(headers),
-                    timeout=self._timeout(deadline),
-                    extensions=self._extensions(marker, sent=True),
-                ) as response:
+                with self._open_get(headers, deadline, marker) as response:
                     self._log_response(response, started)
                     try:
                         self._check_status(response, "GET", with_session=session_id is not None)
@@ -5338,7 +5336,7 @@ class HttpTransport(Transport):
                             f"(GET with Last-Event-ID: HTTP {exc.http_status})",
                             request_sent=True,
                         ) from None
-                    ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
+                    ctype = media_type(response.headers)
                     if ctype != "text/event-stream":
                         raise ConnectionFailedError(
                             f"resuming the event stream returned {ctype or 'no content type'}, not text/event-stream",
@@ -5352,6 +5350,18 @@ class HttpTransport(Transport):
                 raise ConnectionFailedError(
                     "the server keeps closing the resumed event stream without sending anything", request_sent=True
                 )
+
+    def _open_get(self, headers: list[tuple[str, str]], deadline: Deadline, marker: object) -> Any:
+        """The GET of an event stream (a resumed answer's, or the standalone one), its request logged: the
+        response's context manager, entered inside ``HttpxBoundary``."""
+        self._log_request("GET", headers, None)
+        return self._http().stream(
+            "GET",
+            self.url,
+            headers=_wire_headers(headers),
+            timeout=self._timeout(deadline),
+            extensions=self._extensions(marker, sent=True),
+        )
 
     def listen(self, rules: EraRules, session_id: str | None, deadline: Deadline) -> None:
         """Open the optional standalone GET stream of a legacy session (docs/contract.md §5): only for a session that
@@ -5375,17 +5385,10 @@ class HttpTransport(Transport):
         headers = build_headers(rules, configured=self.configured, session_id=session_id, accept="text/event-stream")
         deadline = Deadline(LISTEN_BUDGET)
         try:
-            self._log_request("GET", headers, None)
             with HttpxBoundary(self.url, deadline):
-                with self._http().stream(
-                    "GET",
-                    self.url,
-                    headers=_wire_headers(headers),
-                    timeout=self._timeout(deadline),
-                    extensions=self._extensions(marker, sent=True),
-                ) as response:
+                with self._open_get(headers, deadline, marker) as response:
                     opened.set()
-                    ctype = response.headers.get("content-type", "").split(";")[0].strip().lower()
+                    ctype = media_type(response.headers)
                     if response.status_code != 200 or ctype != "text/event-stream":
                         self.log.debug(f"no standalone GET stream (HTTP {response.status_code}); it is optional")
                         return
