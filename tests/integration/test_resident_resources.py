@@ -11,11 +11,10 @@ import base64
 import hashlib
 import json
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
-from resident_harness import Resident, http_row, mock_stdio, stdio_row, write_registry
+from resident_harness import ResidentWorld, http_row, mock_stdio, stdio_row, write_registry
 
 from mock_server.mcp_mock import DEFAULT_TOOLS, TINY_PNG, MockServer, mock_tool
 
@@ -26,55 +25,7 @@ NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 FAMILIES = ("function", "function_strict", "anthropic", "gemini")
 
 
-class World:
-    """One mock server ``m`` (public HTTP in-process, or a per-user stdio child with a JSON-lines log) behind a
-    ``bkmcp --resident``, and what the server received."""
-
-    def __init__(self, tmp: Path, resident: Any, transport: str, version: str, *options: str, **scenario: Any):
-        tmp.mkdir()
-        self.http: MockServer | None = None
-        self.log_path = tmp / "stdio.jsonl"
-        scenario = {"versions": [version], **scenario}
-        if transport == "http":
-            self.http = MockServer(scenario)
-            self.http.start()
-            row = http_row("m", self.http.url)
-        else:
-            row = stdio_row("m", mock_stdio(scenario, log=self.log_path))
-        reg = tmp / "registry.db"
-        write_registry(str(reg), [row], {"m": {}})
-        self.res: Resident = resident(reg, *options)
-
-    def _log(self) -> list[dict[str, Any]]:
-        if self.http is not None:
-            return list(self.http.log)
-        text = self.log_path.read_text() if self.log_path.exists() else ""
-        return [json.loads(line) for line in text.splitlines()]
-
-    def received(self, method: str | None = None) -> list[dict[str, Any]]:
-        """Every JSON-RPC request the server received (``method``'s only), in order."""
-        return [
-            e
-            for e in self._log()
-            if e.get("rpc_method") and isinstance(e.get("json"), dict) and "id" in e["json"]
-            if method is None or e["rpc_method"] == method
-        ]
-
-    def notifications(self, method: str) -> list[dict[str, Any]]:
-        """The params of every ``method`` notification received."""
-        return [
-            e["json"].get("params") or {}
-            for e in self._log()
-            if e.get("rpc_method") == method and isinstance(e.get("json"), dict) and "id" not in e["json"]
-        ]
-
-    def params(self, method: str) -> list[dict[str, Any]]:
-        """The params of every ``method`` request received, without the 2026-07-28 era's ``_meta``."""
-        return [{k: v for k, v in e["json"]["params"].items() if k != "_meta"} for e in self.received(method)]
-
-    def stop(self) -> None:
-        if self.http is not None:
-            self.http.stop()
+World = ResidentWorld
 
 
 @pytest.fixture

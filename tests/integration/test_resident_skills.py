@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from resident_harness import Resident, http_row, mock_stdio, stdio_row, write_registry
+from resident_harness import ResidentWorld, http_row, mock_stdio, stdio_row, write_registry
 
 from mock_server.mcp_mock import DEFAULT_SKILLS, SKILLS_EXTENSION, MockServer
 
@@ -27,35 +27,11 @@ DECLARED = {"extensions": {SKILLS_EXTENSION: {}}}
 META = "io.modelcontextprotocol/clientCapabilities"
 
 
-class World:
-    """One mock server ``m`` with skills (public HTTP in-process, or a per-user stdio child logging JSON lines)
-    behind a ``bkmcp --resident``; what the server received."""
+class World(ResidentWorld):
+    """One mock server ``m`` with skills behind a ``bkmcp --resident``; what the server received."""
 
     def __init__(self, tmp: Path, resident: Any, transport: str, version: str, **scenario: Any) -> None:
-        tmp.mkdir()
-        self.http: MockServer | None = None
-        self.log_path = tmp / "stdio.jsonl"
-        scenario = {"versions": [version], "skills": True, **scenario}
-        if transport == "http":
-            self.http = MockServer(scenario)
-            self.http.start()
-            row = http_row("m", self.http.url)
-        else:
-            row = stdio_row("m", mock_stdio(scenario, log=self.log_path))
-        reg = tmp / "registry.db"
-        write_registry(str(reg), [row], {"m": {}})
-        self.res: Resident = resident(reg)
-
-    def requests(self) -> list[dict[str, Any]]:
-        """Every JSON-RPC request the server received, in order (its JSON)."""
-        if self.http is not None:
-            entries = list(self.http.log)
-        else:
-            text = self.log_path.read_text() if self.log_path.exists() else ""
-            entries = [json.loads(line) for line in text.splitlines()]
-        return [
-            e["json"] for e in entries if e.get("rpc_method") and isinstance(e.get("json"), dict) and "id" in e["json"]
-        ]
+        super().__init__(tmp, resident, transport, version, **{"skills": True, **scenario})
 
     def methods(self) -> list[str]:
         return [r["method"] for r in self.requests() if r["method"] not in ("initialize", "server/discover")]
@@ -74,10 +50,6 @@ class World:
             elif META in (params.get("_meta") or {}):
                 found.append((request["method"], params["_meta"][META]))
         return found
-
-    def stop(self) -> None:
-        if self.http is not None:
-            self.http.stop()
 
 
 @pytest.fixture
