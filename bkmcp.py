@@ -4572,7 +4572,8 @@ class StdioPart(Protocol):
     a position to count from, the end of its start-up (``mark_started``, as ``ChildProcess.stderr_tail`` counts);
     its stdout lines that were not JSON-RPC, counted alike. The era probe on the shared stream (docs/contract.md
     §5): how much of what was written the server has not read yet (None: cannot be told), and the probe's stderr
-    kept apart from the tail (``probe_begins`` before it is sent, ``probe_ends`` once answered or given up)."""
+    kept apart from the tail (``probe_begins`` before it is sent, ``probe_ends`` once answered or given up).
+    ``start()`` spawns the child before any message (a pinned server's resident session: negotiation sent none)."""
 
     @property
     def pid(self) -> int | None: ...
@@ -4581,6 +4582,8 @@ class StdioPart(Protocol):
     def exit_status(self) -> int | None: ...
 
     def restart_if_exited(self) -> bool: ...
+
+    def start(self) -> None: ...
 
     def stderr_tail(self, since: int | None = None) -> list[str]: ...
 
@@ -6296,7 +6299,8 @@ class StdioTransport(Transport, StdioPart):
         proc = self.child.proc
         return proc is not None and not self._ended and proc.poll() is None
 
-    def _start(self) -> None:
+    def start(self) -> None:
+        """Spawn the child unless it runs (the first message does it too): idempotent."""
         import threading
 
         with self._start_lock:
@@ -6440,7 +6444,7 @@ class StdioTransport(Transport, StdioPart):
                 deadline.remaining()
             except McpTimeoutError as exc:
                 raise exc.copy(request_sent=False) from None
-            self._start()
+            self.start()
             if not self.alive:
                 raise self.failure(method, sent=False)
             if self.log.verbose:
@@ -7587,9 +7591,16 @@ def find_tool(tools: Sequence[dict[str, Any]], name: str, server_name: str) -> d
     )
 
 
-def declares_capability(session: McpSession, capability: str, *, extension: str | None = None) -> bool:
-    """Whether the negotiated server declared ``capability`` (an object under ``capabilities``; with ``extension``,
-    an object under ``capabilities.extensions``: SEP-2640's skills)."""
+def declares_capability(session: McpSession, ctx: OpContext, capability: str, *, extension: str | None = None) -> bool:
+    """Whether the server declared ``capability`` (an object under ``capabilities``; with ``extension``, an object
+    under ``capabilities.extensions``: SEP-2640's skills). A session pinned to 2026-07-28 skipped
+    ``server/discover``, so it asks it now, once: until then nothing was declared. ``require_capability`` and the
+    resident's ``--inject-resource-tools`` ask here, one path."""
+    rules = session.core.rules
+    if not session.core.heard and rules is not None and not rules.handshake:
+        answer = session.request("server/discover", None, ctx, rules=rules)
+        if answer.kind == "result":
+            session.core.apply_discover(answer, rules.version)
     declared = (session.core.capabilities or {}).get(capability)
     if extension is not None:
         declared = declared.get(extension) if isinstance(declared, dict) else None
@@ -7601,14 +7612,8 @@ def require_capability(
 ) -> None:
     """``mcp_capability_unsupported`` before ``method`` is sent to a server that did not declare ``capability``
     (``resources``, ``prompts``, ``completions``; ``extensions`` with ``extension``: SEP-2640's skills): such a
-    server gets no request (docs/contract.md §5). A session pinned to 2026-07-28 skipped ``server/discover``, so it
-    asks it now, once: until then nothing was declared."""
-    rules = session.core.rules
-    if not session.core.heard and rules is not None and not rules.handshake:
-        answer = session.request("server/discover", None, ctx, rules=rules)
-        if answer.kind == "result":
-            session.core.apply_discover(answer, rules.version)
-    if declares_capability(session, capability, extension=extension):
+    server gets no request (docs/contract.md §5); a pinned one is asked first (``declares_capability``)."""
+    if declares_capability(session, ctx, capability, extension=extension):
         return
     capability = extension or capability
     raise CapabilityUnsupportedError(
@@ -13756,6 +13761,8 @@ class ResidentSession:
                 self._session = session
             try:
                 negotiate(session, self._ctx(timeout))
+                if session.transport.stdio is not None:  # pinned, nothing was sent: a live session is a running child
+                    session.transport.stdio.start()
             finally:
                 pid = session.transport.stdio.pid if session.transport.stdio is not None else None
                 if pid is not None and self.pid is None:
@@ -13861,10 +13868,10 @@ class ResidentSession:
     def read_skill(self, name: str, timeout: float) -> dict[str, Any]:
         return self.with_skills(lambda session, ctx: load_skill(session, ctx, name), timeout)  # type: ignore[no-any-return]
 
-    def declares(self, capability: str) -> bool:
-        """Whether the server declared ``capability`` (``resources``, ``prompts``) when it was negotiated."""
-        session = self._session
-        return session is not None and declares_capability(session, capability)
+    def declares(self, capability: str, timeout: float) -> bool:
+        """Whether the server declares ``capability`` (``resources``): section 7's ``declares_capability``, so a
+        server pinned to 2026-07-28 is asked ``server/discover`` once, as the CLI asks it."""
+        return declares_capability(self._require(), self._ctx(timeout), capability)
 
     def close_idle_connections(self) -> int:
         """HTTP: close the keep-alive connections no request uses (the session stays); stdio: nothing."""
@@ -13943,7 +13950,7 @@ class Slot:
         self.open_lock = threading.Lock()
         self.trimmed = 0.0  # when the reaper last closed the idle keep-alive connections of its HTTP session
         self.resolved: SlotResolution | None = None  # the last resolution for this slot
-        self.resources: bool | None = None  # its server declared resources at its last open (None: not opened yet)
+        self.resources: bool | None = None  # its session declares resources (None: not asked since it was opened)
         self.questions = 0  # forwarded questions waiting for the platform's answer (10.2.6): never reaped meanwhile
 
 
@@ -14363,7 +14370,7 @@ class SessionPool:
             with self._lock:
                 slot.last_error = None
                 slot.last_used = time.monotonic()
-                slot.resources = session.declares("resources")  # --inject-resource-tools asks (Catalogues)
+                slot.resources = None  # a new session: --inject-resource-tools asks it (Catalogues.reads_resources)
                 session.leases += 1
             return session
 
@@ -15677,14 +15684,18 @@ class Catalogues:
         }
 
     def reads_resources(self, command: ResidentCommand, view: Any, row: Any) -> bool:
-        """``--inject-resource-tools``: whether ``row``'s server declared resources when this user's session of it
-        was last opened; a catalogue read from the registry's cache has no session yet: one is opened to learn it."""
+        """``--inject-resource-tools``: whether ``row``'s server declares resources, asked once per session of this
+        user's slot through section 7's one path (``declares_capability``: a server pinned to 2026-07-28 gets its
+        one ``server/discover`` there); a catalogue from the registry's cache has no session yet: one is opened."""
         slot = self.pool.peek(command.user_id, row)
         if slot is None or slot.resources is None:
             slot, server = self.use(command, view, row)
             self.pool.use(slot, 1)
             try:
-                self.pool.release(self.session(command, row, slot, server))
+                session = self.session(command, row, slot, server)
+                slot.resources = self.pool.lend(
+                    slot, session, lambda: session.declares("resources", command.deadline.left()), lambda exc: None
+                )
             finally:
                 self.pool.use(slot, -1)
         return slot.resources is True
