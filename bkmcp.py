@@ -1675,9 +1675,7 @@ def printable(text: str) -> str:
 
 def short_text(value: Any, limit: int = 40) -> str:
     """A value quoted in a message: its text or JSON, ``printable``, at most ``limit`` characters."""
-    text = value if isinstance(value, str) else dump_json(value)
-    text = printable(text)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return clip_text(printable(value if isinstance(value, str) else dump_json(value)), limit)
 
 
 def terminal_safe(text: str) -> str:
@@ -1688,8 +1686,7 @@ def terminal_safe(text: str) -> str:
 def _progress_number(value: Any) -> str | None:
     if isinstance(value, bool) or not isinstance(value, (int, float, JsonNumber)):
         return None
-    text = dump_json(value) if not isinstance(value, int) or abs(value) < 10**30 else "1e30+"
-    return text if len(text) <= 24 else text[:23] + "…"
+    return clip_text(dump_json(value) if not isinstance(value, int) or abs(value) < 10**30 else "1e30+", 24)
 
 
 def render_progress(params: Mapping[str, Any], elapsed: float) -> str | None:
@@ -1701,8 +1698,7 @@ def render_progress(params: Mapping[str, Any], elapsed: float) -> str | None:
     text = f"progress {done}" + (f"/{total}" if total is not None else "")
     message = params.get("message")
     if isinstance(message, str) and message.strip():
-        message = terminal_safe(message).strip()
-        text += ": " + (message if len(message) <= 200 else message[:199] + "…")
+        text += ": " + clip_text(terminal_safe(message).strip(), 200)
     return f"{text} ({elapsed:.1f}s)"
 
 
@@ -8402,22 +8398,40 @@ def run_on_session(
         raise exc.copy(data={"server": server.name, **(exc.data or {})})  # noqa: B904 - its chain stays
 
 
-def run_resources(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict[str, Any]:
-    """``--resources`` data (docs/contract.md §7): every resource and resource template, as received."""
+def run_listing(
+    server: ResolvedServer,
+    ctx: OpContext,
+    listing: Callable[[McpSession], dict[str, list[Any]]],
+    *,
+    insecure: bool,
+    sessions: SessionSource | None = None,
+) -> dict[str, Any]:
+    """A listing command's data (``--resources``, ``--prompts``, ``--skills``; docs/contract.md §7), one shape: the
+    server, its protocol version, an ``<item>_count`` per list ``listing(session)`` names by its plural, then
+    ``complete`` and the lists."""
 
     def work(session: McpSession) -> dict[str, Any]:
-        resources, templates = list_resources(session, ctx)
+        lists = listing(session)
+        counts = {f"{name[:-1]}_count": len(items) for name, items in lists.items()}
         return {
             "server": server.name,
             "protocol_version": session.protocol_version,
-            "resource_count": len(resources),
-            "template_count": len(templates),
+            **counts,
             "complete": True,
-            "resources": resources,
-            "templates": templates,
+            **lists,
         }
 
-    return run_on_session(server, ctx, work, insecure=insecure)
+    return run_on_session(server, ctx, work, insecure=insecure, sessions=sessions)
+
+
+def run_resources(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict[str, Any]:
+    """``--resources`` data: every resource and resource template, as received."""
+
+    def listing(session: McpSession) -> dict[str, list[Any]]:
+        resources, templates = list_resources(session, ctx)
+        return {"resources": resources, "templates": templates}
+
+    return run_listing(server, ctx, listing, insecure=insecure)
 
 
 def describe_resource_brief(item: Mapping[str, Any]) -> dict[str, Any]:
@@ -8446,18 +8460,7 @@ def run_read(
 
 def run_prompts(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict[str, Any]:
     """``--prompts`` data: every prompt, as received."""
-
-    def work(session: McpSession) -> dict[str, Any]:
-        prompts = list_prompts(session, ctx)
-        return {
-            "server": server.name,
-            "protocol_version": session.protocol_version,
-            "prompt_count": len(prompts),
-            "complete": True,
-            "prompts": prompts,
-        }
-
-    return run_on_session(server, ctx, work, insecure=insecure)
+    return run_listing(server, ctx, lambda session: {"prompts": list_prompts(session, ctx)}, insecure=insecure)
 
 
 def run_prompt(
@@ -8516,18 +8519,13 @@ def describe_skill(entry: Mapping[str, Any]) -> dict[str, Any]:
 def run_skills(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict[str, Any]:
     """``--skills`` data: every listed skill (``describe_skill``); nothing read ahead (SEP-2640: no file before the
     skill is loaded)."""
-
-    def work(session: McpSession) -> dict[str, Any]:
-        skills = list_skills(session, ctx)
-        return {
-            "server": server.name,
-            "protocol_version": session.protocol_version,
-            "skill_count": len(skills),
-            "complete": True,
-            "skills": [describe_skill(entry) for entry in skills],
-        }
-
-    return run_on_session(server, ctx, work, insecure=insecure, sessions=SkillSessions())
+    return run_listing(
+        server,
+        ctx,
+        lambda session: {"skills": [describe_skill(entry) for entry in list_skills(session, ctx)]},
+        insecure=insecure,
+        sessions=SkillSessions(),
+    )
 
 
 def find_skill(skills: Sequence[dict[str, Any]], name: str, server_name: str) -> dict[str, Any]:
@@ -11263,8 +11261,7 @@ def render_tool_reason(result: Mapping[str, Any], scrub: Callable[[str], str]) -
         if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
             line = next((line.strip() for line in block["text"].splitlines() if line.strip()), "")
             if line:
-                line = printable(scrub(line))
-                return line if len(line) <= TOOL_REASON_LIMIT else line[: TOOL_REASON_LIMIT - 1] + "…"
+                return clip_text(printable(scrub(line)), TOOL_REASON_LIMIT)
     return None
 
 
