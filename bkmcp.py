@@ -17694,6 +17694,8 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
     # the resident options exist only beside --resident: elsewhere they stay free for tool flags
     value_options = {**_VALUE_OPTIONS, **_RESIDENT_OPTIONS} if "--resident" in tokens else _VALUE_OPTIONS
     flag_options = {**_FLAG_OPTIONS, **_RESIDENT_FLAG_OPTIONS} if "--resident" in tokens else _FLAG_OPTIONS
+    # before a tool name (or --read's, --prompt's, --skill's) only; after one, such a name is its own flag
+    before_target = {**_CATALOGUE_FLAGS, "--brief": "brief", "--wait": "wait"}
     i = 0
     while i < len(tokens):
         token = tokens[i]
@@ -17702,44 +17704,24 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
         registry_tool = inv.server is None and (name in _REGISTRY_VALUE_OPTIONS or token in _REGISTRY_FLAG_OPTIONS)
         # later flags are its own (a skill has none: any is refused)
         target = inv.tool is not None or inv.read is not None or inv.prompt is not None or inv.skill is not None
-        if not target and (token in _CATALOGUE_FLAGS or name in _TARGET_OPTIONS):
-            attr = _CATALOGUE_FLAGS.get(token) or _TARGET_OPTIONS[name]
+        if not target and (token in before_target or name in _TARGET_OPTIONS or name in _TASK_OPTIONS):
+            attr = before_target.get(token) or _TARGET_OPTIONS.get(name) or _TASK_OPTIONS[name]
             if attr in seen:
                 raise UsageError(f"option {name} given more than once")
             seen.add(attr)
-            if token in _CATALOGUE_FLAGS:
+            if token in before_target:
                 setattr(inv, attr, True)
                 continue
+            task = name in _TASK_OPTIONS
             if not eq and i < len(tokens) and not _is_bkmcp_option(tokens[i]):
                 inline, i = tokens[i], i + 1
-            elif not eq:
+            elif not eq and not task:
                 raise UsageError(f"option {name} needs a value", hint=f"write {name}=VALUE for a value starting with -")
+            if not inline and task:
+                raise UsageError(f"option {name} needs a task id", hint=f"bkmcp <server> {name} ID")
             if not inline:
                 raise UsageError(f"option {name} needs a {dict(read='URI').get(attr, attr + ' name')}")
             setattr(inv, attr, inline)
-            continue
-        if name in _TASK_OPTIONS and not target:
-            attr = _TASK_OPTIONS[name]
-            if attr in seen:
-                raise UsageError(f"option {name} given more than once")
-            seen.add(attr)
-            if not eq and i < len(tokens) and not _is_bkmcp_option(tokens[i]):
-                inline, i = tokens[i], i + 1
-            elif not eq:
-                raise UsageError(f"option {name} needs a task id", hint=f"bkmcp <server> {name} ID")
-            if not inline:
-                raise UsageError(f"option {name} needs a task id", hint=f"bkmcp <server> {name} ID")
-            setattr(inv, attr, inline)
-            continue
-        if token == "--wait" and not target:  # with --task-result only (check_invocation)
-            if inv.wait:
-                raise UsageError("option --wait given more than once")
-            inv.wait = True
-            continue
-        if token == "--brief" and not target:  # after a tool name (or --read/--prompt's), --brief is its own flag
-            if inv.brief:
-                raise UsageError("option --brief given more than once")
-            inv.brief = True
             continue
         if name == "--input":  # repeatable, anywhere: FIELD=VALUE (docs/contract.md §5)
             if eq:
