@@ -11693,30 +11693,18 @@ complete -c bkmcp -a '(__bkmcp_words)'
 
 def render_completion(shell: str, command: Sequence[str]) -> str:
     """The completion script for ``shell``; ``command`` is how the script runs bkmcp for server names."""
-    quoted = " ".join("'" + part.replace("'", "'\\''") + "'" for part in command)
-    bash = _BASH_COMPLETION.format(
-        value_options=_COMPLETION_VALUE_OPTIONS,
-        shells=" ".join(COMPLETION_SHELLS),
-        options=_COMPLETION_OPTIONS + " -h -v",
-        server_options=_COMPLETION_SERVER_OPTIONS,
-        call_options=_COMPLETION_CALL_OPTIONS,
-        target_options=_COMPLETION_TARGET_OPTIONS,
-        flag_options=_COMPLETION_FLAG_OPTIONS,
-        command=quoted,
-    )
-    if shell == "bash":
-        return bash
-    if shell == "zsh":
-        return _ZSH_COMPLETION.format(bash=bash)
-    return _FISH_COMPLETION.format(
-        value_options=_COMPLETION_VALUE_OPTIONS,
-        flag_options=_COMPLETION_FLAG_OPTIONS,
-        server_options=_COMPLETION_SERVER_OPTIONS,
-        call_options=_COMPLETION_CALL_OPTIONS,
-        target_options=_COMPLETION_TARGET_OPTIONS,
-        command=quoted,
-        options="".join(map(_render_fish_option, _COMPLETION_OPTIONS.split())),
-    )
+    words = {  # what both scripts are filled with
+        "value_options": _COMPLETION_VALUE_OPTIONS,
+        "server_options": _COMPLETION_SERVER_OPTIONS,
+        "call_options": _COMPLETION_CALL_OPTIONS,
+        "target_options": _COMPLETION_TARGET_OPTIONS,
+        "flag_options": _COMPLETION_FLAG_OPTIONS,
+        "command": " ".join("'" + part.replace("'", "'\\''") + "'" for part in command),
+    }
+    if shell == "fish":
+        return _FISH_COMPLETION.format(**words, options="".join(map(_render_fish_option, _COMPLETION_OPTIONS.split())))
+    bash = _BASH_COMPLETION.format(**words, shells=" ".join(COMPLETION_SHELLS), options=_COMPLETION_OPTIONS + " -h -v")
+    return bash if shell == "bash" else _ZSH_COMPLETION.format(bash=bash)
 
 
 def _render_fish_option(name: str) -> str:
