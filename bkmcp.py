@@ -9,8 +9,7 @@ The module is split into sections by banner comments (``grep -n '^# ====' -A1 bk
 numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the sections above it:
 
     1. Errors & exit codes      one exception root, every stable error code of docs/contract.md §7
-    2. Helpers                  small records, JSON, redaction, durations and deadlines, logging, terminal text,
-                                URI templates, the blob writer:
+    2. Helpers                  what every section uses, in seven rooms:
        2.1 records, JSON           a small dataclass, the heap frozen (freeze_heap), JSON with number fidelity (a
                                    duplicate key rejected: parse_json, dump_json), as deep as it parses
                                    (too_deep_words; call_with_headroom: a deep walk on a stack of its own)
@@ -32,8 +31,7 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                 EDITOR_IGNORED_FIELDS), ${VAR} expansion, build_server_command (with --config)
     4. Auth                     Bearer / X-Bkapi-Authorization forms, conflicts, secrets to scrub; a server resolved
                                 for its transport (ResolvedServer), with the environment a stdio child inherits
-    5. Protocol core (sans-IO)  JSON-RPC framing, SSE decoder, eras, request building, classification, the session
-                                core and negotiation as pure decision steps, in ten rooms:
+    5. Protocol core (sans-IO)  the protocol as pure decision steps (no I/O), in ten rooms:
        5.1 eras                    the protocol versions and what differs between them (EraRules, era_rules)
        5.2 JSON-RPC framing        Message, one line or body -> messages; the envelope of an answer too deep or
                                    too long to parse (parse_rpc_envelope, parse_trailing_id)
@@ -51,13 +49,11 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        5.10 skills (SEP-2640)      a skill's listed files (parse_skill_files), each verified against its digest
                                    and size, SKILL.md's YAML frontmatter against the listing's (verify_skill_file,
                                    parse_frontmatter): skill_unverified
-    6. Transports               the Transport seam: HTTP via httpx (concurrent POSTs on one pooled client),
-                                stdio framing (a bounded line reader, lines that are not JSON-RPC skipped)
-                                apart from child-process supervision, in four rooms:
+    6. Transports               HTTP via httpx, stdio framing apart from child-process supervision, in four rooms:
        6.1 the seam                Transport and Outgoing, whether a request was sent; open_transport ends section 6
        6.2 HTTP                    HttpTransport: status mapping (401/403 -> mcp_auth_required /
                                    mcp_permission_denied, status_failure for the rest), SSE resumption (GET +
-                                   Last-Event-ID)
+                                   Last-Event-ID); concurrent POSTs on one pooled client
        6.3 stdio framing           a bounded line reader (read_lines), the stderr tail kept for errors (LineTail)
        6.4 the child process       ChildProcess (its group, reaping) and StdioTransport over it: lines that are
                                    not JSON-RPC skipped, an answer too deep or too long failing its request, the
@@ -155,8 +151,7 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        10.5 warm sessions          WarmSessions: the --keep-alive process's kept sessions, lent by key
                                    (warm_session_key), catalogues kept by section 7's rule; its client and
                                    process: 11.4
-   11. CLI                      argument routing and ``main(argv) -> int``, the one exception -> exit ladder;
-                                the --keep-alive client and its background process (WarmServer), in five rooms:
+   11. CLI                      the command line to its exit status, in five rooms:
        11.1 argument routing       parse_argv -> Invocation, check_invocation (MODE_TABLE: the options each mode
                                    takes): --config, --timeout, --verbose, --insecure, --check, --tools, --brief,
                                    --dry-run, --jq, --raw, --help, --resources, --read, --prompts, --prompt,
@@ -221,10 +216,6 @@ Exception tree (section 1)::
           +-- SkillUnverifiedError  skill_unverified       (a skill file not as skills/list said)
           +-- CancelledError        mcp_cancelled          (exit 130: Ctrl-C once a request was sent)
           +-- ResourceLimitError    resource_limit         (resident)
-
-An error is a value: every field it carries (``request_sent``, ``http_status``, ``remedy``, ``what``/``budget``…)
-is declared on ``BkmcpError``; a raised or stored error is never changed (``copy(**changes)``), and each front end
-words it once from its fields (section 11 ``word_for_cli``, section 10 ``platform_error``).
 
 Heavy dependencies (httpx, jsonschema, jq) are imported lazily by the code paths that need them, so
 ``bkmcp --help`` and ``bkmcp <server> --help`` import none of them. Nothing connects at import time.
