@@ -20114,16 +20114,13 @@ def _end_without_a_last_collection() -> None:
 
 def report_error(exc: BkmcpError, envr: Environment, log: Log) -> int:
     envelope = build_failure(exc, log.redactor)
+    # remote (2), interrupted after a request was sent (130): on stdout, like every other envelope; local (1): on
+    # stderr, where a script reads the last line. Pretty on a terminal (emit_envelope), one line otherwise.
+    stream = envr.stdout if exc.exit_status != EXIT_LOCAL else envr.stderr
     try:
-        if exc.exit_status != EXIT_LOCAL:  # remote (2), interrupted after a request was sent (130)
-            # on stdout, like every other envelope: pretty on a terminal (emit_envelope), one line otherwise
-            terminal = is_terminal(envr.stdout)
-            envr.stdout.write(render_raw_text(dump_json(envelope, indent=2 if terminal else None), terminal) + "\n")
-            envr.stdout.flush()
-        else:  # piped, one line: a script reads the last line of stderr; on a terminal pretty, as on stdout
-            terminal = is_terminal(envr.stderr)
-            envr.stderr.write(render_raw_text(dump_json(envelope, indent=2 if terminal else None), terminal) + "\n")
-            envr.stderr.flush()
+        terminal = is_terminal(stream)
+        stream.write(render_raw_text(dump_json(envelope, indent=2 if terminal else None), terminal) + "\n")
+        stream.flush()
     except (OSError, ValueError):
         pass
     return exc.exit_status
