@@ -10145,12 +10145,9 @@ def _quick_valid(schema: Any, instance: Any, deadline: Deadline | None) -> bool:
             ok = sum(1 for s in value if _quick_valid(s, instance, deadline)) == 1
         elif key == "not":
             ok = not _quick_valid(value, instance, deadline)
-        elif key in ("minLength", "maxLength"):
-            ok = not is_string or (len(instance) >= value if key == "minLength" else len(instance) <= value)
-        elif key in ("minItems", "maxItems"):
-            ok = not is_array or (len(instance) >= value if key == "minItems" else len(instance) <= value)
-        elif key in ("minProperties", "maxProperties"):
-            ok = not is_object or (len(instance) >= value if key == "minProperties" else len(instance) <= value)
+        elif key in _QUICK_SIZES:  # minLength, maxItems, …: the size of a string, array or object
+            sized = {"Length": is_string, "Items": is_array, "Properties": is_object}[key[3:]]
+            ok = not sized or (len(instance) >= value if key.startswith("min") else len(instance) <= value)
         elif key in _QUICK_BOUNDS and is_number:
             ok = not (
                 key == "minimum"
