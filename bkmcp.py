@@ -11220,8 +11220,7 @@ def _raw_block_line(block: Any) -> str:
     parts = [inner[key] for key in ("uri", "mimeType") if isinstance(inner.get(key), str) and inner[key]]
     payload = inner.get("data", inner.get("blob"))
     if isinstance(payload, str):
-        chars = sum(1 for ch in payload if not ch.isspace() and ch != "=")  # base64: whitespace, padding: no data
-        parts.append(f"{chars * 3 // 4} bytes")  # the decoded size, without decoding it
+        parts.append(f"{blob_size(payload)} bytes")  # the decoded size, without decoding it (9.7)
     elif isinstance(payload, dict) and isinstance(payload.get("bytes"), int):  # written by --out (section 9.7)
         parts.append(f"{payload['bytes']} bytes")
         if isinstance(payload.get("path"), str):
