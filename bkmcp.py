@@ -1911,13 +1911,15 @@ _MIME_EXTENSIONS = {
 }
 
 
-def blob_over_cap(what: str, size: int, limit: int, outcome: str, hint: str, data: Any = None) -> BlobTooLargeError:
+def blob_over_cap(
+    what: str, size: int, limit: int, outcome: str = "nothing was written", hint: str | None = None, data: Any = None
+) -> BlobTooLargeError:
     """``blob_too_large``: ``what`` (a blob, a skill file) decodes to ``size`` bytes, over ``--max-blob-bytes``
     (``limit``), the one rule of the CLI's ``--out`` and the resident's ``include_blobs``; ``outcome``: what was
-    not done."""
+    not done (by default, what ``--out`` says, and its hint: raise the limit)."""
     return BlobTooLargeError(
         f"{what} is {size} bytes, over --max-blob-bytes {limit}: {outcome}",
-        hint=hint,
+        hint=hint or f"raise --max-blob-bytes (now {limit}) to write it",
         details={"bytes": size, "limit": limit},
         data=data,
     )
@@ -12399,14 +12401,7 @@ def decode_blobs(spots: Sequence[BlobSpot], max_bytes: int, data: dict[str, Any]
         for spot, size in zip(spots, sizes):
             spot.holder[spot.key] = {"path": None, "bytes": size, "mimeType": spot.mime_type}
         what = f"the blob of {short_text(spots[over].uri, 80)}" if spots[over].uri is not None else "a blob"
-        raise blob_over_cap(
-            what,
-            sizes[over],
-            max_bytes,
-            "nothing was written",
-            f"raise --max-blob-bytes (now {max_bytes}) to write it",
-            data,
-        )
+        raise blob_over_cap(what, sizes[over], max_bytes, data=data)
     decoded = []
     for spot in spots:
         try:
@@ -12439,9 +12434,7 @@ def save_skill(data: dict[str, Any], writer: BlobWriter, max_bytes: int) -> None
                 f"skill file {short_text(file['path'], 120)}",
                 len(payload),
                 max_bytes,
-                "nothing was written",
-                f"raise --max-blob-bytes (now {max_bytes}) to write it",
-                {key: data[key] for key in ("server", "skill", "uri")},
+                data={key: data[key] for key in ("server", "skill", "uri")},
             )
     name = data["skill"] if _SKILL_DIRECTORY.fullmatch(data["skill"]) else "skill"
     try:
