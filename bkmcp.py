@@ -7133,15 +7133,9 @@ def _discover_step(session: McpSession, ctx: OpContext, step: Step) -> Evidence:
     except RemoteError as exc:
         status = exc.http_status
         if status is not None:
-            message = exc.http_message
-            if not probing and not (
-                status == 404
-                and message is not None
-                and message.kind == "error"
-                and (message.error or {}).get("code") == -32601
-            ):
+            if not probing and not is_method_unknown(exc):
                 raise
-            evidence = Evidence(status, message)
+            evidence = Evidence(status, exc.http_message)
         elif isinstance(exc, ProtocolError):
             if not probing or stdio is not None:  # stdio skips lines that are not JSON-RPC (§9): no era evidence here
                 raise
