@@ -12057,27 +12057,21 @@ def _clip_strings(value: Any, limit: int = 32) -> Any:
     return value
 
 
-def _shell_quote(text: str) -> str:
-    import shlex
-
-    return shlex.quote(text)
-
-
 def _flag_example(flag: ToolFlag, value: Any) -> list[str]:
     """Shell words for one flag in an example; a placeholder of the right type when the value does not fit."""
     if flag.kind == "boolean":
         return [f"{flag.option}={'false' if value is False else 'true'}"]
     if flag.kind == "string":
         ok = isinstance(value, str) and value.isprintable()  # newlines/controls make a poor example
-        return [flag.option, _shell_quote(value if ok else f"<{flag.name}>")]
+        return [flag.option, shell_quote(value if ok else f"<{flag.name}>")]
     if flag.kind in ("integer", "number"):
         fits = is_json_number(value) and not isinstance(value, float)
         fits = fits and (flag.kind == "number" or is_json_integer(value))
         return [flag.option, dump_json(value) if fits else "1"]
     if flag.kind == "json":
-        return [flag.option, _shell_quote(printable(dump_json(value)))]
+        return [flag.option, shell_quote(printable(dump_json(value)))]
     fits = isinstance(value, list if flag.kind == "array" else dict)
-    return [flag.option, _shell_quote(printable(dump_json(value if fits else [] if flag.kind == "array" else {})))]
+    return [flag.option, shell_quote(printable(dump_json(value if fits else [] if flag.kind == "array" else {})))]
 
 
 def _flag_example_value(flag: ToolFlag, root: Any) -> Any:
@@ -12170,13 +12164,13 @@ def render_tool_help(server_name: str, tool: Mapping[str, Any], config: str | No
     example, omitted = _example_object(schema, schema, 0, limit=6)
     example = _clip_strings(example)
     out += ["", "--body example (required fields first; placeholder values):"]
-    one_line = f"  {command} --body {_shell_quote(_compact_json(example))}"
+    one_line = f"  {command} --body {shell_quote(_compact_json(example))}"
     if _cell_width(one_line) <= HELP_WIDTH:
         out.append(one_line)
     else:
         prefix = command_lines("--body")
         start = _cell_width(f"{prefix[-1]} '")
-        body_lines = _shell_quote(_pretty_json(example, 2, HELP_WIDTH, start)).split("\n")
+        body_lines = shell_quote(_pretty_json(example, 2, HELP_WIDTH, start)).split("\n")
         out += prefix[:-1]
         out.append(f"{prefix[-1]} {body_lines[0]}")
         out += body_lines[1:]
