@@ -9723,24 +9723,18 @@ def _guarded_validators(base: Any) -> dict[str, Any]:
         return originals["uniqueItems"](validator, value, instance, schema)
 
     def any_of(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
-        context = _failed_branches(validator, value, instance)
-        if context is not None:
+        passed, context = _failed_branches(validator, enumerate(value), instance)
+        if passed is None:
             yield _validation_error(f"{instance!r} is not valid under any of the given schemas", context=context)
 
     def one_of(validator: Any, value: Any, instance: Any, schema: Any) -> Any:  # jsonschema's, context kept short
-        branches, first = enumerate(value), None
-        kept: list[Any] = []
-        for index, subschema in branches:
-            errors = list(validator.descend(instance, subschema, schema_path=index))
-            if not errors:
-                first = subschema
-                break
-            kept += errors[: _CONTEXT_KEPT - len(kept)]
-        else:
-            yield _validation_error(f"{instance!r} is not valid under any of the given schemas", context=kept)
+        branches = enumerate(value)
+        passed, context = _failed_branches(validator, branches, instance)
+        if passed is None:
+            yield _validation_error(f"{instance!r} is not valid under any of the given schemas", context=context)
         more = [each for _, each in branches if validator.evolve(schema=each).is_valid(instance)]
-        if more:
-            reprs = ", ".join(repr(each) for each in [*more, first])
+        if more and passed is not None:  # (more is empty when none passed: every branch was read)
+            reprs = ", ".join(repr(each) for each in [*more, passed[1]])
             yield _validation_error(f"{instance!r} is valid under each of {reprs}")
 
     replaced: dict[str, Callable[..., Any]] = {"pattern": pattern, "uniqueItems": unique_items}
@@ -9756,15 +9750,18 @@ def _guarded_validators(base: Any) -> dict[str, Any]:
 _CONTEXT_KEPT = 8
 
 
-def _failed_branches(validator: Any, branches: Any, instance: Any, first: int = 0) -> list[Any] | None:
-    """The first errors of ``branches`` when every one fails (at most ``_CONTEXT_KEPT``), None when one passes."""
+def _failed_branches(
+    validator: Any, branches: Iterator[tuple[int, Any]], instance: Any
+) -> tuple[tuple[int, Any] | None, list[Any]]:
+    """(the first of ``branches``, (index, subschema) pairs, that ``instance`` passes, read no further; None when
+    every one fails), the first errors of those that failed (at most ``_CONTEXT_KEPT``): anyOf's and oneOf's."""
     kept: list[Any] = []
-    for index, subschema in enumerate(branches, first):
+    for index, subschema in branches:
         errors = list(validator.descend(instance, subschema, schema_path=index))
         if not errors:
-            return None
+            return (index, subschema), kept
         kept += errors[: _CONTEXT_KEPT - len(kept)]
-    return kept
+    return None, kept
 
 
 def _validation_error(message: str, **fields: Any) -> Any:
