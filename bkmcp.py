@@ -8810,18 +8810,16 @@ class SchemaWork:
         return None, why, 0, frozenset()
 
 
-def resolve_schema(
-    schema: Any, root: Any, chain: tuple[str, ...] = (), depth: int = 0, *, work: SchemaWork | None = None
-) -> tuple[Any, str]:
+def resolve_schema(schema: Any, root: Any, *, work: SchemaWork | None = None) -> tuple[Any, str]:
     """``schema`` as if its local references were written inline: ``$ref`` (its sibling keywords kept beside the
     target, e.g. a description), single-schema ``allOf`` wrappers, and the same in each ``anyOf``/``oneOf``
     branch. Returns (schema, "") or (None, why it cannot be followed: remote, recursive, dangling, too large to
     type). Bounded by ``REF_DEPTH_LIMIT`` and by ``work`` (one operation's ``SchemaWork``; a fresh one when
     None): at most ``RESOLVE_NODE_LIMIT`` schemas written out, parts used again shared, not copied. ``root`` is the
-    inputSchema the pointers start from; ``chain`` the references followed to get here, ``depth`` how many steps."""
+    inputSchema the pointers start from."""
     if not isinstance(schema, dict) or schema.keys().isdisjoint(INLINED_KEYWORDS):
         return schema, ""
-    resolved, why, _size, _refs = _resolve_counted(schema, root, chain, depth, work or SchemaWork())
+    resolved, why, _size, _refs = _resolve_counted(schema, root, (), 0, work or SchemaWork())
     return resolved, why
 
 
