@@ -1,0 +1,260 @@
+"""A task that asks for input (docs/contract.md §5 "Tasks", "A server that asks"), against the mock's "job" tools
+with ``x-mock-end: "input"``: the 2026-07-28 extension's questions come in ``tasks/get`` views (``inputRequests``)
+and are answered with ``tasks/update`` (``inputResponses``, each key once however many polls show it); a
+2025-11-25 task's come as ``elicitation/create`` on the ``tasks/result`` stream and are answered there. Headless,
+with no answer at hand, nothing is made up and nothing is declined: the wait ends as ``input_required`` with the
+questions and the task's handle, and a later command (``--task-result ID --wait --input …``) answers it. What the
+server received is asserted: one ``tools/call``, the exact ``inputResponses`` keys once each, never ``decline``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mock_server.mcp_mock import DEFAULT_TOOLS, TASK_CAPABILITIES, MockServer, mock_tool
+from tests.helpers import ROOT, run_bkmcp, write_mcp_json
+from tests.integration.test_warm_inprocess import Place
+
+pytestmark = [pytest.mark.integration]
+
+LEGACY, MODERN = "2025-11-25", "2026-07-28"
+TEXT = {"text": {"type": "string"}}
+OK = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+PROFILE = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "size": {"type": "integer"}},
+    "required": ["name", "size"],
+}
+
+
+def job(name: str, after_ms: int = 50, **options: object) -> dict:
+    tool = mock_tool(name, "job", TEXT, poll_ms=40, end="input", after_ms=after_ms, **options)
+    tool["execution"] = {"taskSupport": "optional"}
+    return tool
+
+
+# "twice": two rounds (confirm, then name+size), and after each answered round two polls still show it as it was
+TOOLS = [job("asking"), job("at_once", after_ms=0), job("twice", rounds=[{"confirm": OK}, {"name": PROFILE, "size": PROFILE}], lag_polls=2)]
+
+
+def without_meta(params: dict) -> dict:
+    return {k: v for k, v in params.items() if k != "_meta"}
+
+
+class Cli:
+    """bkmcp against one mock, with a private state directory (the task store)."""
+
+    def __init__(self, tmp_path: Path, srv: MockServer, version: str) -> None:
+        self.srv = srv
+        entry = {"type": "http", "url": srv.url, "protocolVersion": version}
+        self.config = write_mcp_json(tmp_path / "mcp.json", {"m": entry})
+        self.state = tmp_path / "state"
+        self.env = {"HOME": str(tmp_path), "XDG_STATE_HOME": str(self.state)}
+
+    def __call__(self, *args: str):
+        return run_bkmcp("--config", str(self.config), "m", *args, env=self.env)
+
+    def process(self, *args: str) -> tuple[int, dict]:
+        """A second process (not this interpreter): what a later command in a shell is."""
+        env = {**self.env, "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONDONTWRITEBYTECODE": "1"}
+        argv = [sys.executable, str(ROOT / "bkmcp.py"), "--config", str(self.config), "m", *args]
+        done = subprocess.run(argv, capture_output=True, env=env, timeout=60, stdin=subprocess.DEVNULL)
+        return done.returncode, json.loads(done.stdout or b"null")
+
+    def params(self, method: str) -> list[dict]:
+        """What each ``method`` request carried, but its ``_meta`` (the era's own)."""
+        return [without_meta(json.loads(e["body"])["params"]) for e in self.srv.requests(method)]
+
+    def never_declined(self) -> None:
+        bodies = [e["body"] for e in self.srv.requests()]
+        assert not any('"decline"' in body for body in bodies)
+        assert all(r.get("result", {}).get("action") != "decline" for r in self.srv.client_responses)
+
+
+@pytest.fixture
+def server():
+    srv = MockServer({"tools": TOOLS, "capabilities": TASK_CAPABILITIES})
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def modern(tmp_path, server):
+    return Cli(tmp_path, server, MODERN)
+
+
+@pytest.fixture
+def legacy(tmp_path, server):
+    return Cli(tmp_path, server, LEGACY)
+
+
+def test_a_modern_task_asking_once_is_answered_with_tasks_update(modern):
+    result = modern("asking", "--text", "x", "--task", "--input", "ok=true")
+    assert result.exit_status == 0, result.stdout + result.stderr
+    answer = {"action": "accept", "content": {"ok": True}}
+    text = result.json["data"]["result"]["content"][0]["text"]
+    assert text == 'job done: {"text":"x"} answers: ' + json.dumps({"confirm": answer}, separators=(",", ":"))
+    assert len(modern.params("tools/call")) == 1
+    (update,) = modern.srv.requests("tasks/update")
+    params = json.loads(update["body"])["params"]
+    assert params["inputResponses"] == {"confirm": answer}
+    assert update["headers"]["mcp-name"] == params["taskId"]  # routed by the task id, as tasks/get is
+    assert not modern.srv.requests("tasks/cancel") and not modern.srv.requests("tasks/result")
+    modern.never_declined()
+
+
+def test_keys_are_answered_once_across_polls_before_the_server_caught_up(modern):
+    """Two rounds; after each tasks/update the server shows the answered round twice more (it has not caught up):
+    each key is sent once, in the round that asked it, and the wait goes on to the result."""
+    args = ("twice", "--text", "x", "--task", "--input", "ok=false", "--input", "name=Ada", "--input", "size=3")
+    result = modern(*args)
+    assert result.exit_status == 0, result.stdout + result.stderr
+    sent = [p["inputResponses"] for p in modern.params("tasks/update")]
+    assert sent == [
+        {"confirm": {"action": "accept", "content": {"ok": False}}},
+        {
+            "name": {"action": "accept", "content": {"name": "Ada", "size": 3}},
+            "size": {"action": "accept", "content": {"name": "Ada", "size": 3}},
+        },
+    ]
+    assert len(modern.params("tasks/get")) >= 2 + 2 + 2  # the stale views were seen, and not answered again
+    assert len(modern.params("tools/call")) == 1
+    modern.never_declined()
+
+
+def test_headless_a_modern_task_waits_with_its_questions_and_a_second_process_answers_it(modern):
+    first = modern("asking", "--text", "x", "--task")
+    assert (first.exit_status, first.error_code) == (2, "input_required"), first.stdout + first.stderr
+    data = first.json["data"]
+    task_id = data["task"]["mcp_task_id"]
+    assert data["task"]["status"] == "input_required"
+    assert data["input_requests"]["confirm"]["requested_schema"] == OK
+    assert data["input_requests"]["confirm"]["message"] == "Question confirm?"
+    assert data["commands"]["result"].endswith(f"--task-result {task_id} --wait")
+    assert f"--task-result {task_id} --wait --input FIELD=VALUE" in first.json["error"]["hint"]
+    assert not modern.srv.requests("tasks/update") and not modern.srv.requests("tasks/cancel")
+    stored = json.loads((modern.state / "bkmcp" / "tasks.json").read_text())["tasks"]
+    assert [(t["mcp_task_id"], t["status"]) for t in stored] == [(task_id, "input_required")]
+    status, envelope = modern.process("--task-result", task_id, "--wait", "--input", "ok=true")
+    assert status == 0, envelope
+    assert envelope["data"]["task"]["status"] == "completed"
+    assert envelope["data"]["result"]["content"][0]["text"].startswith('job done: {"text":"x"} answers:')
+    (update,) = modern.params("tasks/update")
+    assert update == {"taskId": task_id, "inputResponses": {"confirm": {"action": "accept", "content": {"ok": True}}}}
+    assert len(modern.params("tools/call")) == 1  # the later command never calls again
+    modern.never_declined()
+
+
+def test_a_result_asked_without_wait_answers_the_questions_and_says_it_still_runs(modern):
+    task_id = modern("at_once", "--text", "x", "--detach").json["data"]["task"]["mcp_task_id"]
+    asked = modern("--task-result", task_id)  # no answers at hand: the questions, nothing sent
+    assert (asked.exit_status, asked.error_code) == (2, "input_required"), asked.stdout + asked.stderr
+    assert list(asked.json["data"]["input_requests"]) == ["confirm"]
+    assert not modern.srv.requests("tasks/update")
+    early = modern("--task-result", task_id, "--inputs", '{"ok": true}')
+    assert (early.exit_status, early.error_code) == (2, "mcp_task_running"), early.stdout + early.stderr
+    assert "its questions were answered (tasks/update)" in early.json["error"]["message"]
+    done = modern("--task-result", task_id, "--wait")  # answered: nothing more to give
+    assert done.exit_status == 0, done.stdout + done.stderr
+    assert [p["inputResponses"] for p in modern.params("tasks/update")] == [
+        {"confirm": {"action": "accept", "content": {"ok": True}}}
+    ]
+    modern.never_declined()
+
+
+def test_answers_are_taken_by_task_result(tmp_path):
+    """``--task-result ID --input …`` passes the usage checks (the server is then unreachable)."""
+    config = write_mcp_json(tmp_path / "mcp.json", {"m": {"type": "http", "url": "http://127.0.0.1:9/mcp"}})
+    result = run_bkmcp("--config", str(config), "m", "--task-result", "t", "--wait", "--input", "ok=true",
+                       env={"HOME": str(tmp_path)})  # fmt: skip
+    assert result.error_code == "mcp_connection_error", result.stdout + result.stderr
+
+
+def test_a_legacy_task_question_comes_on_tasks_result_and_is_answered_there(legacy):
+    result = legacy("asking", "--text", "x", "--task", "--input", "ok=true")
+    assert result.exit_status == 0, result.stdout + result.stderr
+    assert result.json["data"]["result"]["content"][0]["text"].startswith('job done: {"text":"x"} answers:')
+    (call,) = legacy.params("tools/call")
+    assert call["task"] == {}
+    assert len(legacy.params("tasks/result")) == 1 and not legacy.srv.requests("tasks/update")
+    (answered,) = legacy.srv.client_responses
+    assert answered["result"] == {"action": "accept", "content": {"ok": True}}
+    (init,) = legacy.params("initialize")
+    assert init["capabilities"] == {"elicitation": {"form": {}}}  # answers at hand: elicitation declared
+    legacy.never_declined()
+
+
+def test_headless_a_legacy_task_question_is_answered_cancel_and_reported(legacy):
+    result = legacy("asking", "--text", "x", "--task")
+    assert (result.exit_status, result.error_code) == (2, "input_required"), result.stdout + result.stderr
+    data = result.json["data"]
+    assert data["input_requests"]["elicitation-1"]["requested_schema"] == OK
+    assert data["task"]["status"] == "completed" and "result" in data  # the task went on with the cancel
+    assert "commands" not in data  # nothing is left to answer: the same command again, with --input
+    (answered,) = legacy.srv.client_responses
+    assert answered["result"] == {"action": "cancel"}
+    (init,) = legacy.params("initialize")
+    assert init["capabilities"] == {}  # headless: nothing declared (the mock asks anyway)
+    assert len(legacy.params("tools/call")) == 1
+    legacy.never_declined()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--task-status", "x", "--input", "ok=true"), "--resume or --task-result"),
+        (("--tasks", "--inputs", "{}"), "--resume or --task-result"),
+        (("--task-cancel", "x", "--input-action", "cancel"), "--resume or --task-result"),
+    ],
+)
+def test_answers_go_with_a_task_result_only(tmp_path, args, message):
+    config = write_mcp_json(tmp_path / "mcp.json", {"m": {"type": "http", "url": "http://127.0.0.1:9/mcp"}})
+    result = run_bkmcp("--config", str(config), "m", *args, env={"HOME": str(tmp_path)})
+    assert (result.exit_status, result.error_code) == (1, "usage_error"), result.stderr
+    assert message in result.json["error"]["message"]
+
+
+@pytest.fixture
+def warm(tmp_path: Path):
+    made = Place(tmp_path)
+    made.env["XDG_STATE_HOME"] = str(tmp_path / "state")
+
+    def serve(version: str) -> Place:
+        made.srv.stop()
+        made.srv = MockServer({"tools": [*DEFAULT_TOOLS, *TOOLS], "capabilities": TASK_CAPABILITIES})
+        made.srv.start()
+        entry = {"type": "http", "url": made.srv.url, "protocolVersion": version}
+        made.config = write_mcp_json(tmp_path / "mcp.json", {"m": entry})
+        return made
+
+    yield serve
+    made.close()
+
+
+def test_warm_a_modern_task_waits_headless_and_the_next_warm_command_answers_it(warm):
+    place = warm(MODERN)
+    status, out, err = place.main("m", "asking", "--text", "x", "--task", "--keep-alive")
+    envelope = json.loads(out)
+    assert (status, envelope["error"]["code"]) == (2, "input_required"), out + err
+    task_id = envelope["data"]["task"]["mcp_task_id"]
+    status, out, err = place.main("m", "--task-result", task_id, "--wait", "--input", "ok=true", "--keep-alive")
+    assert status == 0, out + err
+    sent = [without_meta(json.loads(e["body"])["params"]) for e in place.srv.requests("tasks/update")]
+    assert sent == [{"taskId": task_id, "inputResponses": {"confirm": {"action": "accept", "content": {"ok": True}}}}]
+    assert len(place.srv.requests("tools/call")) == 1
+
+
+def test_warm_a_legacy_task_is_answered_from_the_commands_answers(warm):
+    place = warm(LEGACY)
+    status, out, err = place.main("m", "asking", "--text", "x", "--task", "--input", "ok=true", "--keep-alive")
+    assert status == 0, out + err
+    assert json.loads(out)["data"]["result"]["content"][0]["text"].startswith('job done: {"text":"x"} answers:')
+    assert [r["result"] for r in place.srv.client_responses] == [{"action": "accept", "content": {"ok": True}}]
+    assert len(place.srv.requests("tasks/result")) == 1 and len(place.srv.requests("tools/call")) == 1
