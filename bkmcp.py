@@ -7955,8 +7955,8 @@ def task_outcome(
         result = task_request(session, ctx, "tasks/result", task_id)
     except InputRequiredError as exc:  # a question on its stream had no answer at hand: answered cancel, and the
         # task went on to its end (tasks/result answers only then)
-        said = exc.data.get("result") if isinstance(exc.data, dict) else None
-        ended = "failed" if isinstance(said, dict) and said.get("isError") is True else "completed"
+        answered = exc.data.get("result") if isinstance(exc.data, dict) else None
+        ended = "failed" if isinstance(answered, dict) and answered.get("isError") is True else "completed"
         raise exc.copy(data={**base, "task": {**handle, "status": ended}, **(exc.data or {})}) from None
     except ProtocolError as exc:
         rpc = exc.details.get("rpc_error")
@@ -8039,7 +8039,10 @@ def await_task(
                     raise _still_running(session, ctx, handle) from None
                 session.keep_session = False  # nothing lives in the session any more: it may end
                 if legacy_asks:
-                    handle = ctx.task = {**handle, "status": "failed" if outcome.get("isError") is True else "completed"}
+                    handle = ctx.task = {
+                        **handle,
+                        "status": "failed" if outcome.get("isError") is True else "completed",
+                    }
                 if choice is not None and choice.on_handle is not None:
                     choice.on_handle(handle, None)
                 return outcome

@@ -40,7 +40,11 @@ def job(name: str, after_ms: int = 50, **options: object) -> dict:
 
 
 # "twice": two rounds (confirm, then name+size), and after each answered round two polls still show it as it was
-TOOLS = [job("asking"), job("at_once", after_ms=0), job("twice", rounds=[{"confirm": OK}, {"name": PROFILE, "size": PROFILE}], lag_polls=2)]
+TOOLS = [
+    job("asking"),
+    job("at_once", after_ms=0),
+    job("twice", rounds=[{"confirm": OK}, {"name": PROFILE, "size": PROFILE}], lag_polls=2),
+]
 
 
 def without_meta(params: dict) -> dict:
