@@ -81,8 +81,10 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                    (send_with_input: the requestState echoed exactly, at most MAX_INPUT_ROUNDS
                                    rounds)
        7.3.1 tasks                   a call run as a task and waited for (--task, --detach); --task-status,
-                                     --task-result [--wait], --task-cancel, --tasks; a legacy HTTP task's own
-                                     session (ResumedSessions); the handle store (task_store_path)
+                                     --task-result [--wait], --task-cancel, --tasks; a task that asks for input
+                                     (answer_task_input: tasks/update, keys once across polls; legacy:
+                                     tasks/result); a legacy HTTP task's own session (ResumedSessions); the
+                                     handle store (task_store_path)
        7.4 the CLI's operations    one session each: --check, --tools (and --tools --brief), --resources (and
                                    --resources --brief), --read, --prompts, --prompt, --skills, --skill (read
                                    lazily, each file verified before the next: load_skill, the resident's too;
@@ -11371,12 +11373,13 @@ Usage:
                                                        frontmatter), else nothing printed but skill_unverified
   bkmcp [GLOBAL...] <server> --resume ID --input FIELD=VALUE   answer a question a call stopped at (data.resume)
 
-When the server asks a question (elicitation; a call, --read or --prompt stopped with input_required):
+When the server asks a question (elicitation; a call, --read, --prompt or a task stopped with input_required):
   --input FIELD=VALUE  an answer, typed by the question's schema as tool flags are (repeatable)
   --inputs JSON|@FILE|-  answers as an object by field (or by question key); '{{}}' accepts the defaults
   --input-action decline|cancel  refuse instead (decline only when you mean no)
   On a terminal bkmcp asks each field and shows the answers before sending; elsewhere, without answers, it stops
-  with error input_required (the questions in data.input_requests, a handle in data.resume).
+  with error input_required (the questions in data.input_requests, a handle in data.resume; a task's are
+  answered with --task-result ID --wait --input FIELD=VALUE).
 
 Other modes (bkmcp --resident --help; docs/resident.md):
   bkmcp --resident --registry SOURCE [...]     resident multi-server mode for agent platforms (JSON lines)
