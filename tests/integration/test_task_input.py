@@ -9,6 +9,7 @@ server received is asserted: one ``tools/call``, the exact ``inputResponses`` ke
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -17,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
+import bkmcp
 from mock_server.mcp_mock import DEFAULT_TOOLS, TASK_CAPABILITIES, MockServer, mock_tool
-from tests.helpers import ROOT, run_bkmcp, write_mcp_json
+from tests.helpers import ROOT, http_server, run_bkmcp, write_mcp_json
 from tests.integration.test_warm_inprocess import Place
 
 pytestmark = [pytest.mark.integration]
@@ -262,3 +264,94 @@ def test_warm_a_legacy_task_is_answered_from_the_commands_answers(warm):
     assert json.loads(out)["data"]["result"]["content"][0]["text"].startswith('job done: {"text":"x"} answers:')
     assert [r["result"] for r in place.srv.client_responses] == [{"action": "accept", "content": {"ok": True}}]
     assert len(place.srv.requests("tasks/result")) == 1 and len(place.srv.requests("tools/call")) == 1
+
+
+class Counting(bkmcp.InputSource):
+    """An answering source (a person, a resident's platform) that counts each time a question is put to it."""
+
+    capabilities = {"elicitation": {"form": {}}}
+
+    def __init__(self) -> None:
+        self.asked: list[str | None] = []
+
+    def answer(self, key, request, several):
+        self.asked.append(key)
+        fields = request["params"]["requestedSchema"]["properties"]
+        content = {name: {"ok": True, "name": "Ada", "size": 3}[name] for name in fields}
+        return bkmcp.InputAnswer({"action": "accept", "content": content})
+
+
+def _run_call(srv: MockServer, name: str, source: bkmcp.InputSource | None) -> dict:
+    ctx = bkmcp.OpContext(bkmcp.Deadline(30), bkmcp.Log(io.StringIO()), input=source)
+    server = http_server(srv.url, protocol_version=MODERN)
+    choice = bkmcp.TaskChoice(wanted=True)
+    return bkmcp.run_call(server, ctx, name, insecure=False, prepare=lambda _tool: {"text": "x"}, task=choice)
+
+
+def test_a_question_is_put_once_however_many_polls_show_it(server):
+    """Through the flow any front end uses (``run_call`` -> ``await_task``, answers from ``ctx.input``): the
+    stale polls show answered keys again, and the source is asked each key once."""
+    source = Counting()
+    data = _run_call(server, "twice", source)
+    assert data["result"]["content"][0]["text"].startswith('job done: {"text":"x"} answers:')
+    assert source.asked == ["confirm", "name", "size"]
+    assert len(server.requests("tasks/update")) == 2
+
+
+def test_with_nobody_to_answer_the_wait_ends_input_required_and_nothing_is_sent(server):
+    with pytest.raises(bkmcp.InputRequiredError) as caught:
+        _run_call(server, "asking", None)
+    assert caught.value.data["task"]["status"] == "input_required"
+    assert list(caught.value.data["input_requests"]) == ["confirm"]
+    assert not server.requests("tasks/update") and not server.requests("tasks/cancel")
+
+
+def test_warm_stdio_tasks_ask_and_the_background_process_answers(tmp_path):
+    """A stdio server's task lives in its process, which the background process keeps (``--keep-alive``): a legacy
+    task's question on tasks/result is answered from the command's ``--input``; a 2026-07-28 task left waiting by a
+    headless command is answered by the next command's ``--task-result ID --wait --input`` in the same process."""
+    from tests.helpers import pids_running, stdio_mock_entry, stdio_mock_log, until
+
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(tmp_path),
+        "XDG_RUNTIME_DIR": str(runtime),
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    servers, logs = {}, {}
+    for name, version in (("old", LEGACY), ("new", MODERN)):
+        (tmp_path / name).mkdir()
+        servers[name], logs[name] = stdio_mock_entry(
+            tmp_path / name, {"tools": TOOLS, "capabilities": TASK_CAPABILITIES}, version
+        )
+    config = write_mcp_json(tmp_path / "mcp.json", servers)
+
+    def run(*args: str) -> tuple[int, dict]:
+        argv = [sys.executable, str(ROOT / "bkmcp.py"), "--config", str(config), *args]
+        done = subprocess.run(argv, capture_output=True, env=env, cwd=tmp_path, timeout=120, stdin=subprocess.DEVNULL)
+        return done.returncode, json.loads(done.stdout or b"null")
+
+    marker = f"--keep-alive-daemon {runtime / 'bkmcp'}"
+    try:
+        status, envelope = run("old", "asking", "--text", "x", "--task", "--input", "ok=true", "--keep-alive")
+        assert status == 0, envelope
+        assert envelope["data"]["result"]["content"][0]["text"].startswith('job done: {"text":"x"} answers:')
+        status, envelope = run("new", "asking", "--text", "y", "--task", "--keep-alive")
+        assert (status, envelope["error"]["code"]) == (2, "input_required"), envelope
+        task_id = envelope["data"]["task"]["mcp_task_id"]
+        assert envelope["data"]["commands"]["result"].endswith(f"--task-result {task_id} --wait --keep-alive")
+        status, envelope = run("new", "--task-result", task_id, "--wait", "--input", "ok=false", "--keep-alive")
+        assert status == 0, envelope
+        assert envelope["data"]["result"]["content"][0]["text"].startswith('job done: {"text":"y"} answers:')
+    finally:
+        run("--sessions", "--stop")
+        until(lambda: not pids_running(marker), "the background process ended", 20)
+    old = stdio_mock_log(logs["old"])
+    answered = [e["json"] for e in old if "result" in (e.get("json") or {}) and "method" not in e["json"]]
+    assert [a["result"] for a in answered] == [{"action": "accept", "content": {"ok": True}}]
+    new = stdio_mock_log(logs["new"])
+    assert len([e for e in new if e.get("rpc_method") == "tools/call"]) == 1
+    updates = [e["json"]["params"]["inputResponses"] for e in new if e.get("rpc_method") == "tasks/update"]
+    assert updates == [{"confirm": {"action": "accept", "content": {"ok": False}}}]
