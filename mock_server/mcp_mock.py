@@ -1337,6 +1337,9 @@ class Core:
         for key, schema in rounds[task["round"]].items():
             if key in task["answers"]:
                 continue
+            if "method" in schema:  # a request given whole (e.g. sampling/createMessage, which no client should answer)
+                out[key] = schema
+                continue
             params: dict[str, Any] = {"mode": "form", "message": f"Question {key}?", "requestedSchema": schema}
             if related:
                 params["_meta"] = {"io.modelcontextprotocol/related-task": {"taskId": task["id"]}}

@@ -42,10 +42,13 @@ def job(name: str, after_ms: int = 50, **options: object) -> dict:
 
 
 # "twice": two rounds (confirm, then name+size), and after each answered round two polls still show it as it was
+SAMPLING = {"method": "sampling/createMessage", "params": {"messages": [], "maxTokens": 8}}
 TOOLS = [
     job("asking"),
     job("at_once", after_ms=0),
     job("twice", rounds=[{"confirm": OK}, {"name": PROFILE, "size": PROFILE}], lag_polls=2),
+    job("forever", rounds=[{f"q{i}": OK} for i in range(11)]),  # eleven rounds: more than bkmcp answers
+    job("sampling", rounds=[{"llm": SAMPLING}]),
 ]
 
 
@@ -102,7 +105,7 @@ def legacy(tmp_path, server):
 
 
 def test_a_modern_task_asking_once_is_answered_with_tasks_update(modern):
-    result = modern("asking", "--text", "x", "--task", "--input", "ok=true")
+    result = modern("-v", "asking", "--text", "x", "--task", "--input", "ok=true")
     assert result.exit_status == 0, result.stdout + result.stderr
     answer = {"action": "accept", "content": {"ok": True}}
     text = result.json["data"]["result"]["content"][0]["text"]
@@ -158,6 +161,23 @@ def test_headless_a_modern_task_waits_with_its_questions_and_a_second_process_an
     modern.never_declined()
 
 
+def test_a_task_that_keeps_asking_is_answered_at_most_ten_rounds(modern):
+    result = modern("forever", "--text", "x", "--task", "--input", "ok=true")
+    assert (result.exit_status, result.error_code) == (2, "mcp_protocol_error"), result.stdout + result.stderr
+    assert "asked for input 10 times and still asks" in result.json["error"]["message"]
+    assert result.json["data"]["task"]["status"] == "input_required"
+    assert [list(p["inputResponses"]) for p in modern.params("tasks/update")] == [[f"q{i}"] for i in range(10)]
+    assert not modern.srv.requests("tasks/cancel")
+
+
+def test_a_task_asking_for_sampling_gets_no_made_up_answer(modern):
+    result = modern("sampling", "--text", "x", "--task", "--input", "ok=true")
+    assert (result.exit_status, result.error_code) == (2, "mcp_capability_unsupported"), result.stdout + result.stderr
+    assert result.json["error"]["capability"] == "sampling/createMessage"
+    assert result.json["data"]["task"]["status"] == "input_required"
+    assert not modern.srv.requests("tasks/update")
+
+
 def test_a_result_asked_without_wait_answers_the_questions_and_says_it_still_runs(modern):
     task_id = modern("at_once", "--text", "x", "--detach").json["data"]["task"]["mcp_task_id"]
     asked = modern("--task-result", task_id)  # no answers at hand: the questions, nothing sent
@@ -184,7 +204,7 @@ def test_answers_are_taken_by_task_result(tmp_path):
 
 
 def test_a_legacy_task_question_comes_on_tasks_result_and_is_answered_there(legacy):
-    result = legacy("asking", "--text", "x", "--task", "--input", "ok=true")
+    result = legacy("-v", "asking", "--text", "x", "--task", "--input", "ok=true")
     assert result.exit_status == 0, result.stdout + result.stderr
     assert result.json["data"]["result"]["content"][0]["text"].startswith('job done: {"text":"x"} answers:')
     (call,) = legacy.params("tools/call")
