@@ -375,3 +375,23 @@ def test_warm_stdio_tasks_ask_and_the_background_process_answers(tmp_path):
     assert len([e for e in new if e.get("rpc_method") == "tools/call"]) == 1
     updates = [e["json"]["params"]["inputResponses"] for e in new if e.get("rpc_method") == "tasks/update"]
     assert updates == [{"confirm": {"action": "accept", "content": {"ok": False}}}]
+
+
+def test_on_a_terminal_each_question_is_asked_once_though_polls_show_it_again(tmp_path, server):
+    """A person on a terminal (a real pty) answers a 2026-07-28 task's two rounds; the polls that still show an
+    answered round (the server not caught up) ask nothing: each question is on the terminal once, and the answers
+    typed ahead are exactly enough (a second asking would wait for more)."""
+    from tests.integration.test_input_required_interop import on_a_terminal
+
+    cli = Cli(tmp_path, server, MODERN)
+    argv = [sys.executable, str(ROOT / "bkmcp.py"), "--config", str(cli.config), "m", "twice", "--text", "x", "--task"]
+    typed = b"true\ny\n" + b"Ada\n3\ny\n" * 2  # confirm's ok; then name's and size's forms (each: name, size)
+    env = {**os.environ, **cli.env, "PYTHONDONTWRITEBYTECODE": "1"}
+    status, out, terminal = on_a_terminal(argv, typed, env)
+    shown = terminal.decode(errors="replace")
+    assert status == 0, out + shown
+    assert [shown.count(f"The server asks: Question {key}?") for key in ("confirm", "name", "size")] == [1, 1, 1]
+    sent = [p["inputResponses"] for p in cli.params("tasks/update")]
+    assert sent[0] == {"confirm": {"action": "accept", "content": {"ok": True}}}
+    assert sent[1]["name"] == sent[1]["size"] == {"action": "accept", "content": {"name": "Ada", "size": 3}}
+    assert len(sent) == 2 and len(cli.params("tools/call")) == 1
