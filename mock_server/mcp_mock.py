@@ -1288,7 +1288,10 @@ class Core:
         if end == "expires":
             return "gone"
         if end == "input":  # until every round of x-mock-rounds is answered (tasks/update, or legacy tasks/result)
-            return "completed" if task["round"] >= len(self.job_rounds(tool)) else "input_required"
+            if task["round"] < len(self.job_rounds(tool)):
+                return "input_required"
+            working = (time.monotonic() - task["answered"]) * 1000 < float(tool.get("x-mock-then-ms", 0))
+            return "working" if working else "completed"
         if end == "is_error":
             return "failed" if task["era"] == "legacy" else "completed"
         return end
@@ -1359,6 +1362,7 @@ class Core:
                     task["answers"][key] = response
             if outstanding and all(key in task["answers"] for key in outstanding):
                 task["round"] += 1
+                task["answered"] = time.monotonic()
                 task["stale"], task["lag"] = before, int(task["tool"].get("x-mock-lag-polls", 0))
 
     def _job(self, call: Call) -> Reply:
@@ -1393,6 +1397,7 @@ class Core:
             "round": 0,  # x-mock-end "input": the round of questions asked now, their answers by key
             "answers": {},
             "lag": 0,  # tasks/get answers still showing "stale" (a server that has not caught up)
+            "answered": 0.0,  # when the last round was answered (x-mock-then-ms of work follow)
         }
         with self.lock:
             self.tasks[task_id] = task

@@ -49,6 +49,7 @@ TOOLS = [
     job("twice", rounds=[{"confirm": OK}, {"name": PROFILE, "size": PROFILE}], lag_polls=2),
     job("forever", rounds=[{f"q{i}": OK} for i in range(11)]),  # eleven rounds: more than bkmcp answers
     job("sampling", rounds=[{"llm": SAMPLING}]),
+    job("slow_after", then_ms=60000),  # answered, it works a minute more
 ]
 
 
@@ -193,6 +194,23 @@ def test_a_result_asked_without_wait_answers_the_questions_and_says_it_still_run
         {"confirm": {"action": "accept", "content": {"ok": True}}}
     ]
     modern.never_declined()
+
+
+@pytest.mark.parametrize("version", [LEGACY, MODERN])
+def test_answered_a_task_that_outlasts_timeout_detaches(tmp_path, server, version):
+    """Answered, the task works on past ``--timeout``: a 2025-11-25 ``tasks/result`` (which blocks) and the
+    2026-07-28 polls both end as ``mcp_task_running``, the task left running and nothing cancelled."""
+    cli = Cli(tmp_path, server, version)
+    result = cli("slow_after", "--text", "x", "--task", "--input", "ok=true", "--timeout", "1s")
+    assert (result.exit_status, result.error_code) == (2, "mcp_task_running"), result.stdout + result.stderr
+    task_id = result.json["data"]["task"]["mcp_task_id"]
+    assert result.json["data"]["commands"]["result"].endswith(f"--task-result {task_id} --wait")
+    assert not server.requests("tasks/cancel") and len(server.requests("tools/call")) == 1
+    if version == LEGACY:
+        assert len(server.requests("tasks/result")) == 1
+        assert [r["result"] for r in server.client_responses] == [{"action": "accept", "content": {"ok": True}}]
+    else:
+        assert len(server.requests("tasks/update")) == 1
 
 
 def test_answers_are_taken_by_task_result(tmp_path):
