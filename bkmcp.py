@@ -17578,51 +17578,31 @@ class _WarmSource(SessionSource):
 
 # -- 11.1 argument routing: argv -> Invocation, checked (docs/contract.md §2) ------------------------------------------
 
-_VALUE_OPTIONS = {
-    "--config": "config",
-    "--timeout": "timeout",
-    "--jq": "jq",
-    "--context": "context",
-    "--body": "body",
-    "--registry": "registry",
-    "--out": "out",
-    "--max-blob-bytes": "max_blob_bytes",
-    "--inputs": "inputs",
-    "--input-action": "input_action",
-    "--resume": "resume",
-}
-_FLAG_OPTIONS = {
-    "-v": "verbose",
-    "--verbose": "verbose",
-    "--insecure": "insecure",
-    "--check": "check",
-    "--tools": "tools",
-    "--dry-run": "dry_run",
-    "-h": "help",
-    "--help": "help",
-    "--version": "version",
-    "--resident": "resident",
-    "-r": "raw",
-    "--raw": "raw",
-    "--task": "task",  # a call run as a task (docs/contract.md §5 "Tasks"): reserved, as --timeout is (§6)
-    "--detach": "detach",
-}
+
+def _options(names: str) -> dict[str, str]:
+    """Options by name, each with its ``Invocation`` attribute: the name without its dashes, ``-`` as ``_``
+    (``--dry-run``: ``dry_run``)."""
+    return {name: name.lstrip("-").replace("-", "_") for name in names.split()}
+
+
+_VALUE_OPTIONS = _options(
+    "--config --timeout --jq --context --body --registry --out --max-blob-bytes --inputs --input-action --resume"
+)
+# --task: a call run as a task (docs/contract.md §5 "Tasks"): reserved, as --timeout is (§6)
+_FLAG_OPTIONS = _options(
+    "--verbose --insecure --check --tools --dry-run --help --version --resident --raw --task --detach"
+)
+_FLAG_OPTIONS.update({"-v": "verbose", "-h": "help", "-r": "raw"})
 # `bkmcp --registry FILE --import mcp.json | --list` (contract §11.3): options only before any server name, so a tool's
 # own `--list`/`--import` parameter (after the tool name) keeps working as a tool option.
 # `--completion SHELL` is the same kind of root-only option.
 _REGISTRY_VALUE_OPTIONS = {"--import": "registry_import", "--completion": "completion"}
 _REGISTRY_FLAG_OPTIONS = {"--list": "registry_list", "--sessions": "sessions", "--stop": "stop"}
 _REGISTRY_OPTION_NAMES = frozenset({*_REGISTRY_VALUE_OPTIONS, *_REGISTRY_FLAG_OPTIONS})
-_RESIDENT_OPTIONS = {
-    "--events": "events",
-    "--max-processes": "max_processes",
-    "--max-user-processes": "max_user_processes",
-    "--idle-timeout": "idle_timeout",
-    "--shutdown-grace": "shutdown_grace",
-    "--max-blob-bytes": "max_blob_bytes",
-    "--elicitation": "elicitation",
-    "--input-timeout": "input_timeout",
-}
+_RESIDENT_OPTIONS = _options(
+    "--events --max-processes --max-user-processes --idle-timeout --shutdown-grace --max-blob-bytes --elicitation "
+    "--input-timeout"
+)
 _RESIDENT_FLAG_OPTIONS = {"--inject-resource-tools": "inject_resource_tools"}
 _RESERVED_UNSUPPORTED = {"--format"}
 # `bkmcp <server> --resources | --prompts | --read URI | --prompt NAME` (contract §2): before a tool name (and
