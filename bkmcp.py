@@ -7192,13 +7192,11 @@ def initialize(session: McpSession, ctx: OpContext, offer: str) -> None:
         session.transport.listen(rules, session.core.session_id, ctx.deadline)
 
 
-def open_session(
-    server: ResolvedServer, ctx: OpContext, *, insecure: bool, server_info: bool = False, **transport_options: Any
-) -> McpSession:
+def open_session(server: ResolvedServer, ctx: OpContext, *, insecure: bool, **transport_options: Any) -> McpSession:
     """A negotiated session (closed again if negotiation fails)."""
     session = McpSession(server, insecure=insecure, log=ctx.log, **transport_options)
     try:
-        negotiate(session, ctx, server_info=server_info)
+        negotiate(session, ctx)
     except BaseException:
         session.close(ctx.deadline)
         raise
