@@ -155,10 +155,7 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                    process: 11.4
    11. CLI                      the command line to its exit status, in five rooms:
        11.1 argument routing       parse_argv -> Invocation, check_invocation (MODE_TABLE: the options each mode
-                                   takes): --config, --timeout, --verbose, --insecure, --check, --tools, --brief,
-                                   --dry-run, --jq, --raw, --help, --resources, --read, --prompts, --prompt,
-                                   --input, --inputs, --input-action, --resume, --skills, --skill, --out,
-                                   --max-blob-bytes
+                                   takes, each named on the line of its room); --verbose, --insecure
        11.2 --body                 inline, @FILE or - (stdin), read and bounded (read_body)
        11.3 the runner             Environment, Runner: one command, local or remote, to its envelope; which
                                    servers a Tab may start, and where (resolve_completion_server); the kept
