@@ -15,7 +15,8 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                    duplicate key rejected: parse_json, dump_json), as deep as it parses
                                    (too_deep_words; call_with_headroom: a deep walk on a stack of its own)
        2.2 redaction               secrets scrubbed from every output (Redactor, redact_url)
-       2.3 durations, deadlines    --timeout's durations (parse_duration), the default timeout, Deadline
+       2.3 durations, deadlines    --timeout's durations (parse_duration), the default timeout, Deadline (paused
+                                   while a person answers: Deadline.paused)
        2.4 logging                 is_terminal, the line writer that never blocks (resident log and events), Log
        2.5 terminal text           server text in a message or on a terminal, the helpers every room uses
                                    (CONTROL, clip_text, printable, short_text, terminal_safe); the progress line,
@@ -101,7 +102,7 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                    locally before a call
        8.7 answers                 a server's questions answered: --input, --inputs, --input-action typed by the
                                    requested schema with its defaults (CommandLineInput), a person on the
-                                   terminal (TerminalQuestions)
+                                   terminal (TerminalQuestions) or on a warm client's (RelayedQuestions)
     9. Output                   envelopes, --jq, --raw, help text, completion, blobs to files, in seven rooms:
        9.1 envelopes               build_success, build_failure
        9.2 --jq                    JqProgram: compiled, applied with number fidelity
@@ -169,8 +170,9 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        11.3.1 tasks                  a task handle's commands (task_commands), the store written (save_task), the
                                      task-id modes run (run_task_mode)
        11.4 --keep-alive           the client and its background process (WarmServer), --sessions and --stop, the
-                                   client's Ctrl-C (Interrupt), a process that dies mid-call; the sessions it
-                                   keeps: 10.5
+                                   client's Ctrl-C (Interrupt), a process that dies mid-call, a server's question
+                                   asked on the client's terminal (build_warm_relay, ask_on_terminal); the
+                                   sessions it keeps: 10.5
        11.5 main, exit ladder      last: word_for_cli, main, report_error; a short command's exit skips the
                                    interpreter's last collection (_end_without_a_last_collection)
 

@@ -1,20 +1,25 @@
 """A server that asks, through a warm session (docs/contract.md §5, §14): the command's answers travel with it to
 the background process; a legacy session that declared elicitation is kept apart from one that did not (each
-declared at initialize what its first command could answer); a ``--resume`` gets a session of its own. The warm
-server runs in this interpreter (``tests/integration/test_warm_inprocess.py``'s ``Place``).
+declared at initialize what its first command could answer); a ``--resume`` gets a session of its own; a client on a
+terminal is asked the server's questions there (relayed by the process), and one that presses Ctrl-C while asked
+makes the server hear ``cancel``. The warm server runs in this interpreter
+(``tests/integration/test_warm_inprocess.py``'s ``Place``); tests/integration/test_terminal_questions.py drives the
+same through real pseudo-terminals.
 
 Seed row R04.
 """
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
 import pytest
 
+import bkmcp
 from mock_server.mcp_mock import DEFAULT_TOOLS, MockServer, mock_tool
-from tests.helpers import write_mcp_json
+from tests.helpers import until, write_mcp_json
 from tests.integration.test_warm_inprocess import Place
 
 pytestmark = [pytest.mark.integration]
@@ -61,3 +66,66 @@ def test_R04_warm_modern_round_kept_and_resumed_on_a_session_of_its_own(warm):
     assert retry["id"] != first["id"] and retry["params"]["inputResponses"]["confirm"]["content"] == {"ok": True}
     [state] = place.srv.core.issued_states
     assert retry["params"]["requestState"] == state
+
+
+class Tty(io.StringIO):
+    """A terminal's side of the client: what the person types (``readline``), what is shown (``getvalue``)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+class LeavingTty(Tty):
+    """A person who presses Ctrl-C instead of answering."""
+
+    def readline(self, *args) -> str:
+        raise KeyboardInterrupt
+
+
+def on_the_client_terminal(place: Place, typed: Tty, *args: str) -> tuple[int, str, str]:
+    out, shown = io.StringIO(), Tty()
+    status = bkmcp.main(
+        ["--config", str(place.config), *args, "--keep-alive"],
+        stdin=typed,
+        stdout=out,
+        stderr=shown,
+        env=place.env,
+        cwd=str(place.runtime),
+    )
+    return status, out.getvalue(), shown.getvalue()
+
+
+def test_R04_warm_legacy_question_relayed_to_the_client_terminal(warm):
+    place = warm({"versions": ["2025-11-25"], "response_mode": "sse"})
+    status, out, _err = place.main("m", "ask", "--keep-alive")  # not on a terminal: nobody to ask, cancel
+    assert status == 2 and json.loads(out)["error"]["code"] == "input_required"
+    status, out, shown = on_the_client_terminal(place, Tty("true\ny\n"), "m", "ask")
+    assert status == 0, out + shown
+    assert "The server asks: Please confirm" in shown and "Send them?" in shown  # asked here, on the client's side
+    answers = [r["result"] for r in place.srv.client_responses]
+    assert answers == [{"action": "cancel"}, {"action": "accept", "content": {"ok": True}}]
+    inits = [e["json"]["params"]["capabilities"] for e in place.srv.requests("initialize")]
+    assert inits == [{}, {"elicitation": {"form": {}, "url": {}}}]  # each declares what its client can answer
+    assert len(place.srv.requests("tools/call")) == 2
+
+
+def test_R04_warm_modern_round_relayed_to_the_client_terminal(warm):
+    place = warm({"versions": ["2026-07-28"]})
+    status, out, shown = on_the_client_terminal(place, Tty("true\ny\n"), "m", "ask")
+    assert status == 0, out + shown
+    first, retry = (e["json"] for e in place.srv.requests("tools/call"))
+    assert first["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"] == {
+        "elicitation": {"form": {}, "url": {}}
+    }
+    assert retry["params"]["inputResponses"] == {"confirm": {"action": "accept", "content": {"ok": True}}}
+
+
+@pytest.mark.parametrize("version", ["2025-11-25", "2026-07-28"])
+def test_R04_warm_client_ctrl_c_while_asked_is_cancel_to_the_server(warm, version):
+    place = warm({"versions": [version], "response_mode": "sse"})
+    status, out, shown = on_the_client_terminal(place, LeavingTty(), "m", "ask")
+    assert status == 130 and json.loads(out)["error"]["code"] == "mcp_cancelled", out + shown
+    assert len(place.srv.requests("tools/call")) == 1  # a 2026-07-28 round is not retried
+    if version == "2025-11-25":
+        until(lambda: place.srv.client_responses, "the server heard an answer")
+        assert place.srv.client_responses[0]["result"] == {"action": "cancel"}  # never decline
