@@ -171,8 +171,12 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                      task-id modes run (run_task_mode)
        11.4 --keep-alive           the client and its background process (WarmServer), --sessions and --stop, the
                                    client's Ctrl-C (Interrupt), a process that dies mid-call, a server's question
-                                   asked on the client's terminal (build_warm_relay, ask_on_terminal); the
+                                   asked on the client's terminal; the private folder, the frames, the start; the
                                    sessions it keeps: 10.5
+       11.4.1 the warm client        run_warm_client, _warm_relay (a process that dies mid-call), a question
+                                     asked on the client's terminal (ask_on_terminal), --sessions (sessions_data)
+       11.4.2 the process            WarmServer: a forwarded command run by main, its streams as frames, a
+                                     question relayed to the client (build_warm_relay), serve_warm_process
        11.5 main, exit ladder      last: word_for_cli, main, report_error; a short command's exit skips the
                                    interpreter's last collection (_end_without_a_last_collection)
 
@@ -6886,8 +6890,8 @@ class McpSession:
                         else [h for h in self._handles.values() if h.input is not None]
                     )
                     asked.append((event, candidates[0] if candidates else None))
-        for event, handle in asked:
-            self._answer_question(event.message, handle)
+        for event, handle in asked:  # a question on a request's own stream (HTTP) is read by that request's thread
+            self._answer_question(event.message, handle, shared_reader=related is None)
         for event in events:
             if isinstance(event, Notified):
                 self._on_notification(event.message)
@@ -6907,10 +6911,12 @@ class McpSession:
                 self._on_stray(event)
         return answered
 
-    def _answer_question(self, message: Message, handle: RequestHandle | None) -> None:
+    def _answer_question(self, message: Message, handle: RequestHandle | None, *, shared_reader: bool = True) -> None:
         """A legacy ``elicitation/create``: answered from the operation's ``InputSource`` (docs/contract.md §5); no
         answer at hand (or answers that do not fit) is ``cancel``, never ``decline``; an operation with no source
-        (the resident) declines it with -32601 as before. What was asked and answered goes on the handle."""
+        (the resident) declines it with -32601 as before. What was asked and answered goes on the handle.
+        ``shared_reader``: it came on a stream the whole session shares (stdio, the standalone GET stream), whose
+        reader a question for a person elsewhere (``InputSource.relayed``) must not hold."""
         request = {"method": "elicitation/create", "params": message.params if isinstance(message.params, dict) else {}}
         if handle is None or handle.input is None:
             reply = build_response(message.id, error={"code": -32601, "message": "Method not found"})
@@ -6922,7 +6928,7 @@ class McpSession:
             )
         elif handle.input.hold(request, lambda result: self._reply_later(message.id, result)):
             return
-        elif handle.input.relayed:  # a person in another process: the reader goes on for the session's others
+        elif handle.input.relayed and shared_reader:  # a person in another process: the reader goes on meanwhile
             import threading
 
             threading.Thread(
@@ -6930,14 +6936,26 @@ class McpSession:
             ).start()
             return
         else:
-            try:
-                answer = handle.input.answer(None, request, False)
-            except BkmcpError as exc:  # e.g. the terminal went away: the question stays unanswered
-                answer = InputAnswer(None, ({"message": exc.message},))
-            reply = build_response(message.id, result=self._record_answer(request, answer, handle))
+            result = self._record_answer(request, self._ask(request, handle), handle)
+            reply = build_response(message.id, result=result)
         self.transport.send(
             Outgoing(reply, self.core.rules, Deadline(CANCEL_BUDGET), self.core.session_id, strict=False)
         )
+
+    @staticmethod
+    def _ask(request: dict[str, Any], handle: RequestHandle) -> InputAnswer:
+        """The operation's ``InputSource``'s answer; unanswered when it fails (the terminal went away) or, for a
+        person elsewhere (``relayed``), when the warm client left or pressed Ctrl-C (``KeyboardInterrupt`` from the
+        relay: the server hears ``cancel``, and the command's interrupt ends it at its next look)."""
+        assert handle.input is not None
+        try:
+            return handle.input.answer(None, request, False)
+        except BkmcpError as exc:
+            return InputAnswer(None, ({"message": exc.message},))
+        except KeyboardInterrupt:
+            if not handle.input.relayed:  # this process's own Ctrl-C: it ends the command here
+                raise
+            return InputAnswer(None, ({"message": "the client left while the question was asked"},))
 
     @staticmethod
     def _record_answer(request: dict[str, Any], answer: InputAnswer, handle: RequestHandle) -> dict[str, Any]:
@@ -6954,16 +6972,8 @@ class McpSession:
         return result
 
     def _answer_relayed(self, request_id: Any, request: dict[str, Any], handle: RequestHandle) -> None:
-        """A question a warm client's person answers (``InputSource.relayed``), on a thread of its own; a client
-        that left or pressed Ctrl-C meanwhile (``KeyboardInterrupt`` from the relay) is ``cancel`` to the server."""
-        assert handle.input is not None
-        try:
-            answer = handle.input.answer(None, request, False)
-        except BkmcpError as exc:
-            answer = InputAnswer(None, ({"message": exc.message},))
-        except KeyboardInterrupt:
-            answer = InputAnswer(None, ({"message": "the client left while the question was asked"},))
-        self._reply_later(request_id, self._record_answer(request, answer, handle))
+        """A question a warm client's person answers (``InputSource.relayed``), asked on a thread of its own."""
+        self._reply_later(request_id, self._record_answer(request, self._ask(request, handle), handle))
 
     def _reply_later(self, request_id: Any, result: dict[str, Any]) -> None:
         """The answer to a question held open (``InputSource.hold``); a session closed meanwhile drops it."""
@@ -19649,6 +19659,9 @@ def _warm_request(op: str, inv: Invocation, envr: Environment, **more: Any) -> d
     return {"op": op, "argv": inv.argv, "env": dict(envr.env), "cwd": envr.cwd, "timeout": inv.timeout_seconds, **more}
 
 
+# -- 11.4.1 the warm client: a command handed over, its frames printed, a question asked here --------------------------
+
+
 def run_warm_client(inv: Invocation, envr: Environment, log: Log, seconds: float) -> int | None:
     """Run the command in the warm process and print what it printed, exiting as it exited; None (after one
     warning saying why) when the warm process cannot be used: the caller then runs the command one-shot."""
@@ -19815,7 +19828,7 @@ def _warm_relay(sock: Any, inv: Invocation, envr: Environment, log: Log) -> int:
     return report_error(error, envr, log)
 
 
-def ask_on_terminal(payload: bytes, envr: Environment) -> bytes:
+def ask_on_terminal(payload: bytes, envr: Environment) -> bytes:  # pyz: remote part
     """A warm client asks its person the question the process relayed (a Q frame: ``elicitation/create`` params)
     with the one-shot terminal form (``TerminalQuestions``: server text made terminal-safe) and returns the P frame
     (``build_relayed_answer``). Its own ``--timeout`` waits in the process, paused meanwhile."""
@@ -19878,6 +19891,9 @@ def _warm_ask(place: WarmPlace, name: str, op: str) -> dict[str, Any] | None:
         )
     answer: dict[str, Any] = json.loads(frame[1])
     return answer
+
+
+# -- 11.4.2 the background process: WarmServer, a command's streams as frames, a question relayed ----------------------
 
 
 class _FrameStream:

@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import io
 import json
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 import bkmcp
 from mock_server.mcp_mock import DEFAULT_TOOLS, MockServer, mock_tool
-from tests.helpers import until, write_mcp_json
+from tests.helpers import ROOT, until, write_mcp_json
 from tests.integration.test_warm_inprocess import Place
 
 pytestmark = [pytest.mark.integration]
@@ -129,3 +131,46 @@ def test_R04_warm_client_ctrl_c_while_asked_is_cancel_to_the_server(warm, versio
     if version == "2025-11-25":
         until(lambda: place.srv.client_responses, "the server heard an answer")
         assert place.srv.client_responses[0]["result"] == {"action": "cancel"}  # never decline
+
+
+class SlowTty(Tty):
+    """A person who takes 2 s for the first answer: longer than the whole --timeout of 1 s below."""
+
+    def readline(self, *args) -> str:
+        if self.tell() == 0:
+            time.sleep(2)
+        return super().readline(*args)
+
+
+@pytest.mark.parametrize("transport", ["http", "stdio"])
+@pytest.mark.parametrize("kept", [True, False], ids=["warm", "one-shot"])
+def test_R04_the_time_a_person_takes_is_not_spent_from_the_timeout(warm, kept, transport):
+    """A legacy question on the call's own HTTP stream (answered in the call's thread) and on a stdio server's
+    shared reader (answered off it when relayed): the budget stands still while the person answers."""
+    place = warm({"versions": ["2025-11-25"], "response_mode": "sse", "server_request_wait_ms": 60000})
+    if transport == "stdio":
+        scenario = {
+            "versions": ["2025-11-25"],
+            "tools": [mock_tool("ask", "input_required")],
+            "server_request_wait_ms": 60000,
+        }
+        stdio = ["--stdio", "--quiet", "--scenario-json", json.dumps(scenario), "--log", str(place.runtime / "log")]
+        entry = {
+            "type": "stdio",
+            "command": sys.executable,
+            "args": [str(ROOT / "mock_server" / "mcp_mock.py"), *stdio],
+        }
+        place.config = write_mcp_json(place.runtime / "stdio.json", {"m": entry})
+    args = ("m", "ask", "--timeout", "1s", *(["--keep-alive"] if kept else []))
+    out, shown = io.StringIO(), Tty()
+    status = bkmcp.main(
+        ["--config", str(place.config), *args],
+        stdin=SlowTty("true\ny\n"),
+        stdout=out,
+        stderr=shown,
+        env=place.env,
+        cwd=str(place.runtime),
+    )
+    assert status == 0, out.getvalue() + shown.getvalue()
+    answer = json.loads(out.getvalue())["data"]["result"]["structuredContent"]["result"]
+    assert answer == {"action": "accept", "content": {"ok": True}}  # what the server received, as it echoes it
