@@ -19737,9 +19737,11 @@ def ask_warm_completion(inv: Invocation, envr: Environment) -> str | None:
 
 
 def _warm_relay(sock: Any, inv: Invocation, envr: Environment, log: Log) -> int:
-    """Print the process's frames as they come; Ctrl-C is forwarded once (the call is cancelled on the wire
-    there), a second one leaves at once. A process that dies mid-command: ``mcp_connection_error``, never a retry;
-    one that is alive but sends nothing past the command's --timeout (busy): ``mcp_timeout``, its command cancelled."""
+    """Print the process's frames as they come and ask the person here the questions it relays (Q frames, answered
+    with P frames: ``ask_on_terminal``); Ctrl-C, while waiting or while asked, is forwarded once (the call is
+    cancelled on the wire there), a second one leaves at once. A process that dies mid-command:
+    ``mcp_connection_error``, never a retry; one that is alive but sends nothing past the command's --timeout
+    (busy): ``mcp_timeout``, its command cancelled."""
     import json
 
     stage: str | None = None
@@ -19749,7 +19751,10 @@ def _warm_relay(sock: Any, inv: Invocation, envr: Environment, log: Log) -> int:
         while True:
             try:
                 frame = recv_frame(sock)
-            except KeyboardInterrupt:
+                if frame is not None and frame[0] == b"Q":  # a server's question for the person here (§14)
+                    send_frame(sock, b"P", ask_on_terminal(frame[1], envr))
+                    continue
+            except KeyboardInterrupt:  # while waiting, or while the person was asked
                 if interrupted:
                     log.warn("interrupted")
                     return EXIT_INTERRUPTED
@@ -19776,19 +19781,6 @@ def _warm_relay(sock: Any, inv: Invocation, envr: Environment, log: Log) -> int:
             elif kind == b"S":  # the stage of the request being sent (docs/contract.md §7)
                 stage = payload.decode("utf-8", "replace")
                 call_sent = call_sent or stage == "call"
-            elif kind == b"Q":  # a server's question for the person here (docs/contract.md §14)
-                try:
-                    answer = ask_on_terminal(payload, envr)
-                except KeyboardInterrupt:  # as a Ctrl-C at any other moment: the process hears it once
-                    if interrupted:
-                        log.warn("interrupted")
-                        return EXIT_INTERRUPTED
-                    interrupted = True
-                    answer = None
-                try:
-                    send_frame(sock, b"C" if answer is None else b"P", answer or b"")
-                except OSError:
-                    pass
             elif kind == b"X":
                 return int(json.loads(payload)["status"])
         if silent:
@@ -20136,14 +20128,13 @@ class WarmServer:
                     frame = recv_frame(conn)
                 except OSError:
                     frame = None
-                if frame is not None and frame[0] == b"P":
-                    answers.put(frame[1])
-                    continue
                 if frame is None or frame[0] == b"C":
                     interrupt.fire()
                     answers.put(None)
-                if frame is None:
-                    return
+                    if frame is None:
+                        return
+                else:  # P: the person's answer to the question asked (``build_warm_relay``)
+                    answers.put(frame[1])
 
         def heard(method: str) -> None:
             with lock:

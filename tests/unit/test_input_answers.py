@@ -278,6 +278,9 @@ def test_a_relayed_question_is_the_clients_answer_with_the_budget_paused_R04():
     assert source.relayed and source.capabilities == ELICITATION_FORM_AND_URL
     assert source.answer(None, FORM, False).result == {"action": "accept", "content": {"age": 3}}
     assert asked == [FORM["params"]] and deadline.left() == 1.0
+    url = {"method": "elicitation/create", "params": {"mode": "url", "url": "https://h.example/x", "message": "Go"}}
+    assert source.answer(None, url, False).result == {"action": "accept", "content": {"age": 3}}  # as relayed
+    assert asked[-1] == url["params"]
     unfit = bkmcp.RelayedQuestions(lambda p: {"result": None, "problems": [{"message": "no"}, "junk"]})
     assert unfit.question(FORM["params"]) == bkmcp.InputAnswer(None, ({"message": "no"},))
     assert bkmcp.RelayedQuestions(lambda p: "junk").question({"mode": "url"}) == bkmcp.InputAnswer(None)
