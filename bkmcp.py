@@ -82,8 +82,10 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                    (send_with_input: the requestState echoed exactly, at most MAX_INPUT_ROUNDS
                                    rounds)
        7.3.1 tasks                   a call run as a task and waited for (--task, --detach); --task-status,
-                                     --task-result [--wait], --task-cancel, --tasks; a legacy HTTP task's own
-                                     session (ResumedSessions); the handle store (task_store_path)
+                                     --task-result [--wait], --task-cancel, --tasks; a task that asks for input
+                                     (answer_task_input: tasks/update, keys once across polls; legacy:
+                                     tasks/result); a legacy HTTP task's own session (ResumedSessions); the
+                                     handle store (task_store_path)
        7.4 the CLI's operations    one session each: --check, --tools (and --tools --brief), --resources (and
                                    --resources --brief), --read, --prompts, --prompt, --skills, --skill (read
                                    lazily, each file verified before the next: load_skill, the resident's too;
@@ -1722,9 +1724,7 @@ def printable(text: str) -> str:
 
 def short_text(value: Any, limit: int = 40) -> str:
     """A value quoted in a message: its text or JSON, ``printable``, at most ``limit`` characters."""
-    text = value if isinstance(value, str) else dump_json(value)
-    text = printable(text)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return clip_text(printable(value if isinstance(value, str) else dump_json(value)), limit)
 
 
 def terminal_safe(text: str) -> str:
@@ -1735,8 +1735,7 @@ def terminal_safe(text: str) -> str:
 def _progress_number(value: Any) -> str | None:
     if isinstance(value, bool) or not isinstance(value, (int, float, JsonNumber)):
         return None
-    text = dump_json(value) if not isinstance(value, int) or abs(value) < 10**30 else "1e30+"
-    return text if len(text) <= 24 else text[:23] + "…"
+    return clip_text(dump_json(value) if not isinstance(value, int) or abs(value) < 10**30 else "1e30+", 24)
 
 
 def render_progress(params: Mapping[str, Any], elapsed: float) -> str | None:
@@ -1748,8 +1747,7 @@ def render_progress(params: Mapping[str, Any], elapsed: float) -> str | None:
     text = f"progress {done}" + (f"/{total}" if total is not None else "")
     message = params.get("message")
     if isinstance(message, str) and message.strip():
-        message = terminal_safe(message).strip()
-        text += ": " + (message if len(message) <= 200 else message[:199] + "…")
+        text += ": " + clip_text(terminal_safe(message).strip(), 200)
     return f"{text} ({elapsed:.1f}s)"
 
 
@@ -4619,7 +4617,8 @@ class StdioPart(Protocol):
     a position to count from, the end of its start-up (``mark_started``, as ``ChildProcess.stderr_tail`` counts);
     its stdout lines that were not JSON-RPC, counted alike. The era probe on the shared stream (docs/contract.md
     §5): how much of what was written the server has not read yet (None: cannot be told), and the probe's stderr
-    kept apart from the tail (``probe_begins`` before it is sent, ``probe_ends`` once answered or given up)."""
+    kept apart from the tail (``probe_begins`` before it is sent, ``probe_ends`` once answered or given up).
+    ``start()`` spawns the child before any message (a pinned server's resident session: negotiation sent none)."""
 
     @property
     def pid(self) -> int | None: ...
@@ -4628,6 +4627,8 @@ class StdioPart(Protocol):
     def exit_status(self) -> int | None: ...
 
     def restart_if_exited(self) -> bool: ...
+
+    def start(self) -> None: ...
 
     def stderr_tail(self, since: int | None = None) -> list[str]: ...
 
@@ -6343,7 +6344,8 @@ class StdioTransport(Transport, StdioPart):
         proc = self.child.proc
         return proc is not None and not self._ended and proc.poll() is None
 
-    def _start(self) -> None:
+    def start(self) -> None:
+        """Spawn the child unless it runs (the first message does it too): idempotent."""
         import threading
 
         with self._start_lock:
@@ -6487,7 +6489,7 @@ class StdioTransport(Transport, StdioPart):
                 deadline.remaining()
             except McpTimeoutError as exc:
                 raise exc.copy(request_sent=False) from None
-            self._start()
+            self.start()
             if not self.alive:
                 raise self.failure(method, sent=False)
             if self.log.verbose:
@@ -7517,8 +7519,14 @@ def build_input_required(
     said = first.get("message")
     shown = f": {clip_text(said, 200)}" if isinstance(said, str) and said.strip() else ""
     fits = any(q.get("problems") for q in questions.values())
+    task = (data or {}).get("task")
     if parked.get("resume"):
         how = f"answer it: bkmcp <server> --resume {parked['resume']} --input FIELD=VALUE (or --inputs JSON)"
+    elif isinstance(task, dict) and task.get("status") == "input_required":  # a task waiting for the answers
+        how = (
+            f"answer it: bkmcp <server> --task-result {shell_quote(str(task.get('mcp_task_id')))} --wait "
+            "--input FIELD=VALUE (or --inputs JSON)"
+        )
     elif data and "result" in data:  # a legacy server asked mid-call and was answered cancel
         how = "the server was answered cancel; run the same command again with --input FIELD=VALUE (or --inputs JSON)"
     else:
@@ -7667,9 +7675,16 @@ def find_tool(tools: Sequence[dict[str, Any]], name: str, server_name: str) -> d
     )
 
 
-def declares_capability(session: McpSession, capability: str, *, extension: str | None = None) -> bool:
-    """Whether the negotiated server declared ``capability`` (an object under ``capabilities``; with ``extension``,
-    an object under ``capabilities.extensions``: SEP-2640's skills)."""
+def declares_capability(session: McpSession, ctx: OpContext, capability: str, *, extension: str | None = None) -> bool:
+    """Whether the server declared ``capability`` (an object under ``capabilities``; with ``extension``, an object
+    under ``capabilities.extensions``: SEP-2640's skills). A session pinned to 2026-07-28 skipped
+    ``server/discover``, so it asks it now, once: until then nothing was declared. ``require_capability`` and the
+    resident's ``--inject-resource-tools`` ask here, one path."""
+    rules = session.core.rules
+    if not session.core.heard and rules is not None and not rules.handshake:
+        answer = session.request("server/discover", None, ctx, rules=rules)
+        if answer.kind == "result":
+            session.core.apply_discover(answer, rules.version)
     declared = (session.core.capabilities or {}).get(capability)
     if extension is not None:
         declared = declared.get(extension) if isinstance(declared, dict) else None
@@ -7681,14 +7696,8 @@ def require_capability(
 ) -> None:
     """``mcp_capability_unsupported`` before ``method`` is sent to a server that did not declare ``capability``
     (``resources``, ``prompts``, ``completions``; ``extensions`` with ``extension``: SEP-2640's skills): such a
-    server gets no request (docs/contract.md §5). A session pinned to 2026-07-28 skipped ``server/discover``, so it
-    asks it now, once: until then nothing was declared."""
-    rules = session.core.rules
-    if not session.core.heard and rules is not None and not rules.handshake:
-        answer = session.request("server/discover", None, ctx, rules=rules)
-        if answer.kind == "result":
-            session.core.apply_discover(answer, rules.version)
-    if declares_capability(session, capability, extension=extension):
+    server gets no request (docs/contract.md §5); a pinned one is asked first (``declares_capability``)."""
+    if declares_capability(session, ctx, capability, extension=extension):
         return
     capability = extension or capability
     raise CapabilityUnsupportedError(
@@ -7948,10 +7957,13 @@ class TaskChoice:
     told: bool = False  # the user was told the call runs as a task (one stderr line, not two)
 
 
-def task_request(session: McpSession, ctx: OpContext, method: str, task_id: str) -> dict[str, Any]:
+def task_request(
+    session: McpSession, ctx: OpContext, method: str, task_id: str, extra: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """One of ``tasks/get|result|cancel|update`` for ``task_id`` (modern: the extension declared, ``Mcp-Name`` the
-    task id); a task the server no longer knows (-32602) is ``mcp_task_expired``."""
-    params: dict[str, Any] = {"taskId": task_id}
+    task id; ``extra``: further params, ``tasks/update``'s ``inputResponses``); a task the server no longer knows
+    (-32602) is ``mcp_task_expired``."""
+    params: dict[str, Any] = {"taskId": task_id, **dict(extra or {})}
     if session.rules is not None and session.rules.request_meta:
         params["_meta"] = {META_CLIENT_CAPABILITIES: {"extensions": {TASKS_EXTENSION: {}}}}
     try:
@@ -7996,7 +8008,10 @@ def task_outcome(
     session: McpSession, ctx: OpContext, view: Mapping[str, Any], handle: dict[str, Any]
 ) -> dict[str, Any]:
     """A terminal task's result (the call's own ``CallToolResult``, ``isError`` included), or its error:
-    ``mcp_task_cancelled``, ``mcp_task_failed`` (the JSON-RPC error the call ended with)."""
+    ``mcp_task_cancelled``, ``mcp_task_failed`` (the JSON-RPC error the call ended with). A legacy task asking for
+    input (``input_required``) is read the same way: ``tasks/result`` blocks until it ends, and the questions the
+    server sends on its stream are answered by ``ctx.input`` mid-call (``McpSession._answer_question``: no answer
+    at hand is ``cancel``, then ``input_required`` with the questions and the result)."""
     status, task_id = view.get("status"), handle["mcp_task_id"]
     base = {"server": session.server.name, "tool": handle.get("tool"), "task": handle}
     said = f": {handle['status_message']}" if handle.get("status_message") else ""
@@ -8021,12 +8036,18 @@ def task_outcome(
         )
     try:  # the 2025-11-25 core: tasks/result answers what the call itself would have (a result or an error)
         result = task_request(session, ctx, "tasks/result", task_id)
+    except InputRequiredError as exc:  # a question on its stream had no answer at hand: answered cancel, and the
+        # task went on to its end (tasks/result answers only then)
+        answered = exc.data.get("result") if isinstance(exc.data, dict) else None
+        ended = "failed" if isinstance(answered, dict) and answered.get("isError") is True else "completed"
+        raise exc.copy(data={**base, "task": {**handle, "status": ended}, **(exc.data or {})}) from None
     except ProtocolError as exc:
         rpc = exc.details.get("rpc_error")
         if rpc is None:
             raise
         raise TaskFailedError(
-            f"task {clip_text(repr(task_id), 80)} of server {session.server.name!r} {status}: "
+            f"task {clip_text(repr(task_id), 80)} of server {session.server.name!r} "
+            f"{status if status in TASK_TERMINAL else 'failed'}: "
             f"{clip_text(printable(str(rpc.get('message', ''))), 300)}",
             hint="the call the task ran ended with a JSON-RPC error; see error.rpc_error",
             details={"rpc_error": rpc},
@@ -8057,14 +8078,19 @@ def await_task(
     """Poll ``tasks/get`` until the task ends (``task_outcome``): the first at once, each next after
     ``task_poll_delay`` of the interval the server last gave, within ``ctx.deadline``: when it is spent the wait
     ends (the task goes on) as ``mcp_task_running``. ``ctx.task`` follows the handle (a Ctrl-C reports it); on a
-    terminal or with ``-v`` each status is shown (``Log.progress``). A task asking for input ends the wait as
-    ``mcp_capability_unsupported`` (bkmcp answers no elicitation yet), the task left as it is."""
+    terminal or with ``-v`` each status is shown (``Log.progress``). A task asking for input is answered through
+    ``ctx.input`` (None: nobody, as headless): 2026-07-28, its questions sent back with ``tasks/update``
+    (``answer_task_input``, keys deduplicated across polls); 2025-11-25, ``tasks/result`` at once, whose stream
+    carries the questions (``task_outcome``). A question no answer is at hand for ends the wait as
+    ``input_required``, the task left waiting for a later command's answers."""
     import random
 
     task_id = handle["mcp_task_id"]
     started = time.monotonic()
     ctx.task = handle
     shown = ctx.progress is not None
+    answered: dict[str, int] = {}  # inputRequests key -> the tasks/update round that answered it (a poll may show
+    # an answered one again before the server caught up)
     first = True  # the first poll goes at once, as the TypeScript SDK's requestStream does (sdk 1.32.2,
     # shared/protocol.js): a task that ends at once costs a round trip, not an interval
     try:
@@ -8086,22 +8112,78 @@ def await_task(
             if shown:
                 said = f": {handle['status_message']}" if handle.get("status_message") else ""
                 ctx.log.progress(f"task {status}{said} ({time.monotonic() - started:.1f}s)")
-            if status in TASK_TERMINAL:
+            legacy_asks = status == "input_required" and not (session.rules is not None and session.rules.request_meta)
+            if status in TASK_TERMINAL or legacy_asks:
+                if shown and legacy_asks:
+                    ctx.log.progress_end()  # a question may be asked on the terminal next
+                try:
+                    outcome = task_outcome(session, ctx, view, handle)
+                except McpTimeoutError:  # a legacy tasks/result that outlasted the budget: the task goes on
+                    raise _still_running(session, ctx, handle) from None
                 session.keep_session = False  # nothing lives in the session any more: it may end
+                if legacy_asks:
+                    handle = ctx.task = {
+                        **handle,
+                        "status": "failed" if outcome.get("isError") is True else "completed",
+                    }
                 if choice is not None and choice.on_handle is not None:
                     choice.on_handle(handle, None)
-                return task_outcome(session, ctx, view, handle)
+                return outcome
             if status == "input_required":
-                raise CapabilityUnsupportedError(
-                    f"task {clip_text(repr(task_id), 80)} of server {session.server.name!r} needs input from the "
-                    "client (status input_required), which bkmcp cannot give yet; the task is left waiting",
-                    hint="answer it from a client with elicitation, or cancel it (--task-cancel)",
-                    details={"capability": "elicitation", "outcome": "task_waiting"},
-                    data={"server": session.server.name, "tool": handle.get("tool"), "task": handle},
-                )
+                if shown:
+                    ctx.log.progress_end()
+                try:
+                    answer_task_input(session, ctx, view, handle, answered)
+                except InputRequiredError:
+                    if choice is not None and choice.on_handle is not None:
+                        choice.on_handle(handle, None)  # the store says it waits for input
+                    raise
     finally:
         if shown:
             ctx.log.progress_end()
+
+
+def answer_task_input(
+    session: McpSession, ctx: OpContext, view: Mapping[str, Any], handle: dict[str, Any], answered: dict[str, int]
+) -> bool:
+    """A 2026-07-28 task in ``input_required`` (modelcontextprotocol/ext-tasks@e434597, specification/draft/tasks.md,
+    2026-08-21, "Task Update Requests"): the ``inputRequests`` its ``tasks/get`` view carries that ``answered`` does
+    not hold yet (a key is unique over the task's life, and a poll before the server caught up shows an answered one
+    again: it is neither asked nor sent twice) are answered by ``ctx.input`` and sent in one ``tasks/update``
+    (``inputResponses`` by key; ``answered`` maps each key sent to its round, at most ``MAX_INPUT_ROUNDS``); True
+    when one was sent. All or nothing: a question no answer is at hand for (or
+    whose answers do not fit) sends nothing and ends the wait as ``input_required`` (exit 2) with the questions
+    and the task's handle: the task keeps waiting, and ``--task-result ID --wait --input …`` answers it. Never
+    ``decline`` unless the user said so; sampling or roots asked is ``mcp_capability_unsupported``."""
+    requests = view.get("inputRequests")
+    if requests is None:  # not surfaced (yet): the next poll looks again
+        return False
+    task_id = handle["mcp_task_id"]
+    label = f"task {clip_text(repr(task_id), 80)}"
+    asked = parse_input_round(label, {"inputRequests": requests})
+    fresh = InputRound({k: r for k, r in asked.requests.items() if k not in answered}, None)
+    if not fresh.requests:
+        return False
+    rounds = max(answered.values(), default=0)
+    if rounds >= MAX_INPUT_ROUNDS:
+        raise ProtocolError(
+            f"{label} of server {session.server.name!r} asked for input {rounds} times and still asks; bkmcp "
+            f"stopped answering it (at most {MAX_INPUT_ROUNDS} rounds)",
+            hint="the task is left as it is; cancel it with --task-cancel ID, or report it to the server's authors",
+            details={"outcome": "not_completed"},
+            data={"server": session.server.name, "tool": handle.get("tool"), "task": handle},
+        )
+    data = {"server": session.server.name, "tool": handle.get("tool"), "task": handle}
+    try:
+        responses, unanswered = answer_round(ctx.input or InputSource(), label, fresh)
+    except CapabilityUnsupportedError as exc:
+        raise exc.copy(data=data) from None
+    if unanswered:
+        raise build_input_required(label, unanswered, {}, data)
+    task_request(session, ctx, "tasks/update", task_id, {"inputResponses": responses})
+    answered.update(dict.fromkeys(responses, rounds + 1))
+    ctx.log.debug(f"{label}: answered {', '.join(map(repr, responses))} (tasks/update)")
+    return True
 
 
 def _still_running(session: McpSession, ctx: OpContext, handle: dict[str, Any]) -> TaskRunningError:
@@ -8163,7 +8245,8 @@ def run_task_action(
 ) -> dict[str, Any]:
     """``--task-status``, ``--task-result [--wait]``, ``--task-cancel`` of ``task_id`` on this session. ``handle``:
     the local store's (else one is made from the server's answer). Data: ``{"server", "task"}``, plus ``tool`` and
-    ``result`` for a result."""
+    ``result`` for a result. A result of a task asking for input answers its questions through ``ctx.input``
+    (``await_task``; without ``wait``, a 2026-07-28 task's once, ``answer_task_input``)."""
     server = session.server
     if handle is None:
         handle = build_task_handle(
@@ -8191,10 +8274,13 @@ def run_task_action(
     elif wait:
         result = await_task(session, ctx, handle)
         handle = ctx.task or handle
-    else:
+    else:  # a 2026-07-28 task's questions are answered (or reported) all the same; the result is not there yet
+        modern = session.rules is not None and session.rules.request_meta
+        sent = bool(modern) and view["status"] == "input_required" and answer_task_input(session, ctx, view, handle, {})
         raise TaskRunningError(
-            f"task {clip_text(repr(task_id), 80)} of server {server.name!r} is still {view['status']}; "
-            "its result is not there yet",
+            f"task {clip_text(repr(task_id), 80)} of server {server.name!r} is still {view['status']}"
+            + ("; its questions were answered (tasks/update)" if sent else "")
+            + "; its result is not there yet",
             hint="wait for it with --task-result ID --wait (within --timeout)",
             details={"outcome": "task_running"},
             data={"server": server.name, "tool": handle.get("tool"), "task": handle},
@@ -8477,22 +8563,40 @@ def run_on_session(
         raise exc.copy(data={"server": server.name, **(exc.data or {})})  # noqa: B904 - its chain stays
 
 
-def run_resources(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict[str, Any]:
-    """``--resources`` data (docs/contract.md §7): every resource and resource template, as received."""
+def run_listing(
+    server: ResolvedServer,
+    ctx: OpContext,
+    listing: Callable[[McpSession], dict[str, list[Any]]],
+    *,
+    insecure: bool,
+    sessions: SessionSource | None = None,
+) -> dict[str, Any]:
+    """A listing command's data (``--resources``, ``--prompts``, ``--skills``; docs/contract.md §7), one shape: the
+    server, its protocol version, an ``<item>_count`` per list ``listing(session)`` names by its plural, then
+    ``complete`` and the lists."""
 
     def work(session: McpSession) -> dict[str, Any]:
-        resources, templates = list_resources(session, ctx)
+        lists = listing(session)
+        counts = {f"{name[:-1]}_count": len(items) for name, items in lists.items()}
         return {
             "server": server.name,
             "protocol_version": session.protocol_version,
-            "resource_count": len(resources),
-            "template_count": len(templates),
+            **counts,
             "complete": True,
-            "resources": resources,
-            "templates": templates,
+            **lists,
         }
 
-    return run_on_session(server, ctx, work, insecure=insecure)
+    return run_on_session(server, ctx, work, insecure=insecure, sessions=sessions)
+
+
+def run_resources(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict[str, Any]:
+    """``--resources`` data: every resource and resource template, as received."""
+
+    def listing(session: McpSession) -> dict[str, list[Any]]:
+        resources, templates = list_resources(session, ctx)
+        return {"resources": resources, "templates": templates}
+
+    return run_listing(server, ctx, listing, insecure=insecure)
 
 
 def describe_resource_brief(item: Mapping[str, Any]) -> dict[str, Any]:
@@ -8521,18 +8625,7 @@ def run_read(
 
 def run_prompts(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict[str, Any]:
     """``--prompts`` data: every prompt, as received."""
-
-    def work(session: McpSession) -> dict[str, Any]:
-        prompts = list_prompts(session, ctx)
-        return {
-            "server": server.name,
-            "protocol_version": session.protocol_version,
-            "prompt_count": len(prompts),
-            "complete": True,
-            "prompts": prompts,
-        }
-
-    return run_on_session(server, ctx, work, insecure=insecure)
+    return run_listing(server, ctx, lambda session: {"prompts": list_prompts(session, ctx)}, insecure=insecure)
 
 
 def run_prompt(
@@ -8591,18 +8684,13 @@ def describe_skill(entry: Mapping[str, Any]) -> dict[str, Any]:
 def run_skills(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict[str, Any]:
     """``--skills`` data: every listed skill (``describe_skill``); nothing read ahead (SEP-2640: no file before the
     skill is loaded)."""
-
-    def work(session: McpSession) -> dict[str, Any]:
-        skills = list_skills(session, ctx)
-        return {
-            "server": server.name,
-            "protocol_version": session.protocol_version,
-            "skill_count": len(skills),
-            "complete": True,
-            "skills": [describe_skill(entry) for entry in skills],
-        }
-
-    return run_on_session(server, ctx, work, insecure=insecure, sessions=SkillSessions())
+    return run_listing(
+        server,
+        ctx,
+        lambda session: {"skills": [describe_skill(entry) for entry in list_skills(session, ctx)]},
+        insecure=insecure,
+        sessions=SkillSessions(),
+    )
 
 
 def find_skill(skills: Sequence[dict[str, Any]], name: str, server_name: str) -> dict[str, Any]:
@@ -11381,8 +11469,7 @@ def render_tool_reason(result: Mapping[str, Any], scrub: Callable[[str], str]) -
         if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
             line = next((line.strip() for line in block["text"].splitlines() if line.strip()), "")
             if line:
-                line = printable(scrub(line))
-                return line if len(line) <= TOOL_REASON_LIMIT else line[: TOOL_REASON_LIMIT - 1] + "…"
+                return clip_text(printable(scrub(line)), TOOL_REASON_LIMIT)
     return None
 
 
@@ -11411,12 +11498,13 @@ Usage:
                                                        frontmatter), else nothing printed but skill_unverified
   bkmcp [GLOBAL...] <server> --resume ID --input FIELD=VALUE   answer a question a call stopped at (data.resume)
 
-When the server asks a question (elicitation; a call, --read or --prompt stopped with input_required):
+When the server asks a question (elicitation; a call, --read, --prompt or a task stopped with input_required):
   --input FIELD=VALUE  an answer, typed by the question's schema as tool flags are (repeatable)
   --inputs JSON|@FILE|-  answers as an object by field (or by question key); '{{}}' accepts the defaults
   --input-action decline|cancel  refuse instead (decline only when you mean no)
   On a terminal bkmcp asks each field and shows the answers before sending; elsewhere, without answers, it stops
-  with error input_required (the questions in data.input_requests, a handle in data.resume).
+  with error input_required (the questions in data.input_requests, a handle in data.resume; a task's are
+  answered with --task-result ID --wait --input FIELD=VALUE).
 
 Other modes (bkmcp --resident --help; docs/resident.md):
   bkmcp --resident --registry SOURCE [...]     resident multi-server mode for agent platforms (JSON lines)
@@ -13879,6 +13967,8 @@ class ResidentSession:
                 self._session = session
             try:
                 negotiate(session, self._ctx(timeout))
+                if session.transport.stdio is not None:  # pinned, nothing was sent: a live session is a running child
+                    session.transport.stdio.start()
             finally:
                 pid = session.transport.stdio.pid if session.transport.stdio is not None else None
                 if pid is not None and self.pid is None:
@@ -13984,10 +14074,10 @@ class ResidentSession:
     def read_skill(self, name: str, timeout: float) -> dict[str, Any]:
         return self.with_skills(lambda session, ctx: load_skill(session, ctx, name), timeout)  # type: ignore[no-any-return]
 
-    def declares(self, capability: str) -> bool:
-        """Whether the server declared ``capability`` (``resources``, ``prompts``) when it was negotiated."""
-        session = self._session
-        return session is not None and declares_capability(session, capability)
+    def declares(self, capability: str, timeout: float) -> bool:
+        """Whether the server declares ``capability`` (``resources``): section 7's ``declares_capability``, so a
+        server pinned to 2026-07-28 is asked ``server/discover`` once, as the CLI asks it."""
+        return declares_capability(self._require(), self._ctx(timeout), capability)
 
     def close_idle_connections(self) -> int:
         """HTTP: close the keep-alive connections no request uses (the session stays); stdio: nothing."""
@@ -14066,7 +14156,7 @@ class Slot:
         self.open_lock = threading.Lock()
         self.trimmed = 0.0  # when the reaper last closed the idle keep-alive connections of its HTTP session
         self.resolved: SlotResolution | None = None  # the last resolution for this slot
-        self.resources: bool | None = None  # its server declared resources at its last open (None: not opened yet)
+        self.resources: bool | None = None  # its session declares resources (None: not asked since it was opened)
         self.questions = 0  # forwarded questions waiting for the platform's answer (10.2.6): never reaped meanwhile
 
 
@@ -14486,7 +14576,7 @@ class SessionPool:
             with self._lock:
                 slot.last_error = None
                 slot.last_used = time.monotonic()
-                slot.resources = session.declares("resources")  # --inject-resource-tools asks (Catalogues)
+                slot.resources = None  # a new session: --inject-resource-tools asks it (Catalogues.reads_resources)
                 session.leases += 1
             return session
 
@@ -15800,14 +15890,18 @@ class Catalogues:
         }
 
     def reads_resources(self, command: ResidentCommand, view: Any, row: Any) -> bool:
-        """``--inject-resource-tools``: whether ``row``'s server declared resources when this user's session of it
-        was last opened; a catalogue read from the registry's cache has no session yet: one is opened to learn it."""
+        """``--inject-resource-tools``: whether ``row``'s server declares resources, asked once per session of this
+        user's slot through section 7's one path (``declares_capability``: a server pinned to 2026-07-28 gets its
+        one ``server/discover`` there); a catalogue from the registry's cache has no session yet: one is opened."""
         slot = self.pool.peek(command.user_id, row)
         if slot is None or slot.resources is None:
             slot, server = self.use(command, view, row)
             self.pool.use(slot, 1)
             try:
-                self.pool.release(self.session(command, row, slot, server))
+                session = self.session(command, row, slot, server)
+                slot.resources = self.pool.lend(
+                    slot, session, lambda: session.declares("resources", command.deadline.left()), lambda exc: None
+                )
             finally:
                 self.pool.use(slot, -1)
         return slot.resources is True
@@ -18039,7 +18133,8 @@ MODE_TABLE: dict[str, tuple[Callable[[Invocation], bool], str, str, str]] = {
     "--detach": (lambda inv: inv.detach and not inv.help, "", "", "a tool: task needs"),
     "--tasks": (lambda inv: inv.tasks, "--tasks, " + _SERVER, *_SERVER_MODE),
     "--task-status": (lambda inv: inv.task_status is not None, "--task-status, " + _SERVER, *_SERVER_MODE),
-    "--task-result": (lambda inv: inv.task_result is not None, "--task-result, --wait, " + _SERVER, *_SERVER_MODE),
+    "--task-result": (lambda inv: inv.task_result is not None, "--task-result, --wait, " + _ANSWERS + _SERVER,
+                      *_SERVER_MODE),
     "--task-cancel": (lambda inv: inv.task_cancel is not None, "--task-cancel, " + _SERVER, *_SERVER_MODE),
     "--body": (lambda inv: inv.body is not None, "", "", "a tool|--help: body needs"),
     "a tool call": (lambda inv: inv.tool is not None,
@@ -18162,7 +18257,8 @@ SERVER_MODES = (
 
 def check_input_options(inv: Invocation) -> None:
     """``--input``, ``--inputs``, ``--input-action`` and ``--resume`` (docs/contract.md §2, §5): answers go with a
-    tool call, ``--prompt``, ``--read`` or ``--resume``; an explicit refusal goes alone."""
+    tool call, ``--prompt``, ``--read``, ``--resume`` or ``--task-result`` (a task's questions); an explicit refusal
+    goes alone."""
     answers = bool(inv.input) or inv.inputs is not None
     if inv.input_action is not None and inv.input_action not in ("decline", "cancel"):
         raise UsageError(
@@ -18172,9 +18268,9 @@ def check_input_options(inv: Invocation) -> None:
     if inv.input_action is not None and answers:
         raise UsageError("--input-action cannot be combined with --input or --inputs: answer, or refuse")
     target = inv.tool is not None or inv.prompt is not None or inv.read is not None or inv.resume is not None
-    if (answers or inv.input_action is not None) and not target and not inv.help:
+    if (answers or inv.input_action is not None) and not target and inv.task_result is None and not inv.help:
         raise UsageError(
-            "--input, --inputs and --input-action go with a tool call, --prompt, --read or --resume",
+            "--input, --inputs and --input-action go with a tool call, --prompt, --read, --resume or --task-result",
             hint="bkmcp <server> <tool> --input FIELD=VALUE",
         )
     if inv.inputs == "-" and inv.body == "-":
@@ -18906,9 +19002,11 @@ class Runner:
     def input_source(self, server: ResolvedServer, deadline: Deadline) -> CommandLineInput | None:  # pyz: remote part
         """Who answers the server's questions in this command (docs/contract.md §5): the answers on the command line,
         else a person when stdin and stderr are a terminal; a 2026-07-28 round nobody answered is kept for
-        ``--resume``. Listings and --check ask nothing: no source."""
+        ``--resume``. Listings and --check ask nothing: no source. ``--task-result`` answers the task's questions but
+        declares nothing: the task's session declared what it did when the call was made (a warm one is found by it)."""
         inv, envr = self.inv, self.envr
-        if inv.tool is None and inv.prompt is None and inv.read is None and inv.resume is None:
+        asking = inv.tool is not None or inv.prompt is not None or inv.read is not None or inv.resume is not None
+        if not asking and inv.task_result is None:
             return None
         inputs = None
         if inv.inputs is not None:
@@ -18925,9 +19023,12 @@ class Runner:
         def keep(method: str, params: Mapping[str, Any], pending: InputRound, era: str | None) -> dict[str, Any]:
             return save_resume(envr.env, server, method, params, pending, self.log)
 
-        return CommandLineInput(
+        source = CommandLineInput(
             inv.input, inputs, inv.input_action, terminal, keep=keep, resuming=inv.resume is not None
         )
+        if not asking:
+            source.capabilities = {}
+        return source
 
     def run_resume(self, server: ResolvedServer, jq: JqProgram | None, ctx: OpContext) -> int:  # pyz: remote part
         """``bkmcp <server> --resume ID --input …``: the request an earlier command left asking (its kept round,
@@ -19217,21 +19318,24 @@ def word_task_error(runner: Runner, error: BkmcpError) -> BkmcpError:  # pyz: re
     """An error about a task still alive (the wait ran out, it asks for input) names the commands that go on
     with it; a one-shot stdio server's says the task ended with the server's process."""
     task = (error.data or {}).get("task") if isinstance(error.data, dict) else None
+    asks = isinstance(error, InputRequiredError)
     if (
         not isinstance(task, dict)
         or task.get("status") in TASK_TERMINAL
-        or error.details.get("outcome")
-        not in (
-            "task_running",
-            "task_waiting",
-        )
+        or not (asks or error.details.get("outcome") == "task_running")
     ):
         return error
     if not task_lives_on(runner):
         hint = "a stdio server's task lives in its process, which ended with this command; add --keep-alive"
         return error.copy(hint=hint)
     commands = task_commands(runner, task["mcp_task_id"])
-    hint = f"wait for it: {commands['result']}; cancel it: {commands['cancel']}"
+    if asks:  # the answers go with the command that waits for the result
+        hint = (
+            f"answer it: {commands['result']} --input FIELD=VALUE (or --inputs JSON; the questions and their schemas "
+            f"are in data.input_requests); cancel it: {commands['cancel']}"
+        )
+    else:
+        hint = f"wait for it: {commands['result']}; cancel it: {commands['cancel']}"
     return error.copy(hint=hint, data={**(error.data or {}), "commands": commands})
 
 
