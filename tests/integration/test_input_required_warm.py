@@ -174,3 +174,26 @@ def test_R04_the_time_a_person_takes_is_not_spent_from_the_timeout(warm, kept, t
     assert status == 0, out.getvalue() + shown.getvalue()
     answer = json.loads(out.getvalue())["data"]["result"]["structuredContent"]["result"]
     assert answer == {"action": "accept", "content": {"ok": True}}  # what the server received, as it echoes it
+
+
+def test_R04_warm_task_question_relayed_to_the_client_terminal(tmp_path):
+    """A 2026-07-28 task that asks (its ``inputRequests`` while polled) inside a warm call: asked on the client's
+    terminal, answered through ``tasks/update``, the call sent once."""
+    from tests.integration.test_task_input import TASK_CAPABILITIES
+    from tests.integration.test_task_input import TOOLS as TASK_TOOLS
+
+    place = Place(tmp_path)
+    try:
+        place.srv.stop()
+        place.srv = MockServer({"tools": [*DEFAULT_TOOLS, *TASK_TOOLS], "capabilities": TASK_CAPABILITIES})
+        place.srv.start()
+        entry = {"type": "http", "url": place.srv.url, "protocolVersion": "2026-07-28"}
+        place.config = write_mcp_json(tmp_path / "mcp.json", {"m": entry})
+        status, out, shown = on_the_client_terminal(place, Tty("true\ny\n"), "m", "asking", "--text", "x", "--task")
+        assert status == 0, out + shown
+        assert "Send them?" in shown
+        [update] = [json.loads(e["body"])["params"] for e in place.srv.requests("tasks/update")]
+        assert update["inputResponses"] == {"confirm": {"action": "accept", "content": {"ok": True}}}
+        assert len(place.srv.requests("tools/call")) == 1
+    finally:
+        place.close()
