@@ -76,6 +76,13 @@ _DROP_NAMES = {"py.typed"}
 # Patches to vendored files, kept minimal and exceptional (docs/building.md). The build fails when a patch no
 # longer applies, so a pin bump forces a look.
 PATCHES: dict[str, list[tuple[bytes, bytes, str]]] = {
+    "httpcore/_ssl.py": [
+        (
+            b"def default_ssl_context() -> ssl.SSLContext:",
+            b'def default_ssl_context() -> "ssl.SSLContext":',
+            "the one annotation evaluated while httpcore loads that names ssl: an http:// command never loads ssl",
+        )
+    ],
     "jsonschema/validators.py": [
         (
             b'package.joinpath("schemas", "vocabularies")',
