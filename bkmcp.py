@@ -4842,7 +4842,7 @@ def _plain_transport(httpx: Any, limits: Any) -> Any:
     class Backend(httpcore.SyncBackend):  # getaddrinfo gets an ASCII host name as bytes: _ascii_host
         def connect_tcp(self, host: str, port: int, *more: Any, **options: Any) -> Any:
             stream = super().connect_tcp(_ascii_host(host), port, *more, **options)  # type: ignore[arg-type]
-            return Stream(stream._sock)
+            return Stream(stream._sock)  # type: ignore[attr-defined]  # the SyncStream it just made
 
     transport = httpx.HTTPTransport.__new__(httpx.HTTPTransport)
     transport._pool = httpcore.ConnectionPool(
