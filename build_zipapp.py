@@ -380,14 +380,17 @@ def _pyc(source: bytes, arcname: str) -> bytes:
 
 
 # Run by the build Python in a child process (argv: the vendor zip, a folder with bkmcp.py and zipapp_support.py):
-# loads what a remote command and a validated call load, as bkmcp loads them, and compiles bkmcp's own patterns.
+# loads what a remote command and a validated call load, as bkmcp loads them, takes a response's cookies as every
+# httpx client does (urllib.request's URL parsing compiles two patterns), and compiles bkmcp's own patterns.
 _RECORD_REGEXES = """
 import sys
 sys.path[:0] = sys.argv[1:3]
 import zipapp_support
 def load():
     import bkmcp
-    bkmcp.import_httpx()
+    httpx = bkmcp.import_httpx()
+    request = httpx.Request("POST", "http://127.0.0.1/mcp")
+    httpx.Cookies().extract_cookies(httpx.Response(200, request=request))
     import jsonschema
     for value in list(vars(bkmcp).values()):
         if type(value).__name__ == "_LazyPattern":
