@@ -4766,7 +4766,7 @@ _HTTPX_HIDDEN = (
     "h2",
     "socksio",
 )
-_HTTPX_DEFERRED = ("certifi", "idna", "ipaddress", "mimetypes")  # stood in for while httpx loads: _deferred_module
+_HTTPX_DEFERRED = ("certifi", "idna", "ipaddress", "mimetypes", "ssl")  # stood in for while httpx loads
 _HTTPX_LOCK = _thread.allocate_lock()  # the builtin lock type: `threading` is not imported by the help paths
 _TLS_LOCK = _thread.allocate_lock()  # verifying clients are made one at a time (their CA bundle's first lookup)
 _HTTPX: list[Any] = []  # the httpx module once its import has *finished* (sys.modules holds it while it runs)
@@ -4819,8 +4819,9 @@ def import_httpx() -> Any:
 
 def _deferred_module(module: str) -> Any:
     """A stand-in, while httpx loads, for a module it imports at the top but uses only in functions: certifi (https://,
-    ~10 ms), idna (a non-ASCII host), ipaddress (an IP literal; urllib.parse's too), mimetypes (uploads). Every
-    attribute is the real module's, loaded on first access: exact; ``import_httpx`` then removes it."""
+    ~10 ms), idna (a non-ASCII host), ipaddress (an IP literal; urllib.parse's too), mimetypes (uploads), ssl (TLS,
+    ~3 ms: an http:// pool never asks it, ``_plain_transport``; from source, httpcore's ``_ssl`` loads it at once).
+    Every attribute is the real module's, loaded on first access: exact; ``import_httpx`` then removes it."""
     stand_in = type(sys)(module)  # a module object (types.ModuleType)
 
     def real(name: str) -> Any:
@@ -4867,12 +4868,19 @@ def _plain_transport(httpx: Any, limits: Any) -> Any:
     """The ``httpx.HTTPTransport`` that ``httpx.Client(limits=limits)`` builds, minus its TLS context: httpx 0.28
     makes one (``create_ssl_context``, which imports certifi) even for ``verify=False``; here the httpcore pool
     gets ``ssl_context=None``, which httpcore uses only for an https:// origin (then its own verifying default).
-    Its network back end is httpcore's own but for the host name it resolves (``_ascii_host``)."""
+    Its network back end is httpcore's own but for the host name it resolves (``_ascii_host``) and the TLS object
+    of a plain socket, which it knows is None without asking ``ssl``, so an http:// command never loads it."""
     import httpcore
+    from httpcore._backends.sync import SyncStream
+
+    class Stream(SyncStream):  # holds the plain socket connect_tcp made (start_tls gives a stream of its own)
+        def get_extra_info(self, info: str) -> Any:
+            return None if info == "ssl_object" else super().get_extra_info(info)
 
     class Backend(httpcore.SyncBackend):  # getaddrinfo gets an ASCII host name as bytes: _ascii_host
         def connect_tcp(self, host: str, port: int, *more: Any, **options: Any) -> Any:
-            return super().connect_tcp(_ascii_host(host), port, *more, **options)  # type: ignore[arg-type]
+            stream = super().connect_tcp(_ascii_host(host), port, *more, **options)  # type: ignore[arg-type]
+            return Stream(stream._sock)  # type: ignore[attr-defined]  # the SyncStream it just made
 
     transport = httpx.HTTPTransport.__new__(httpx.HTTPTransport)
     transport._pool = httpcore.ConnectionPool(

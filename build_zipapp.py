@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from zipapp_support import lean_code  # the same compile the pyz's compiled cache uses for bkmcp.py
+from zipapp_support import REGEX_TABLE, lean_code  # lean_code: the compile the pyz's compiled cache uses too
 
 HERE = Path(__file__).resolve().parent
 LOCK_FILE = HERE / "vendor.txt"
@@ -76,6 +76,13 @@ _DROP_NAMES = {"py.typed"}
 # Patches to vendored files, kept minimal and exceptional (docs/building.md). The build fails when a patch no
 # longer applies, so a pin bump forces a look.
 PATCHES: dict[str, list[tuple[bytes, bytes, str]]] = {
+    "httpcore/_ssl.py": [
+        (
+            b"def default_ssl_context() -> ssl.SSLContext:",
+            b'def default_ssl_context() -> "ssl.SSLContext":',
+            "the one annotation evaluated while httpcore loads that names ssl: an http:// command never loads ssl",
+        )
+    ],
     "jsonschema/validators.py": [
         (
             b'package.joinpath("schemas", "vocabularies")',
@@ -372,6 +379,44 @@ def _pyc(source: bytes, arcname: str) -> bytes:
     return importlib.util.MAGIC_NUMBER + flags + importlib.util.source_hash(source) + marshal.dumps(code)
 
 
+# Run by the build Python in a child process (argv: the vendor zip, a folder with bkmcp.py and zipapp_support.py):
+# loads what a remote command and a validated call load, as bkmcp loads them, takes a response's cookies as every
+# httpx client does (urllib.request's URL parsing compiles two patterns), and compiles bkmcp's own patterns.
+_RECORD_REGEXES = """
+import sys
+sys.path[:0] = sys.argv[1:3]
+import zipapp_support
+def load():
+    import bkmcp
+    httpx = bkmcp.import_httpx()
+    request = httpx.Request("POST", "http://127.0.0.1/mcp")
+    httpx.Cookies().extract_cookies(httpx.Response(200, request=request))
+    import jsonschema
+    for value in list(vars(bkmcp).values()):
+        if type(value).__name__ == "_LazyPattern":
+            value.pattern
+sys.stdout.buffer.write(zipapp_support.record_regexes(load))
+"""
+
+
+def regex_table(files: dict[str, bytes]) -> bytes:
+    """REGEX_TABLE for the pyz (zipapp_support.record_regexes): recorded by the build Python, with a fixed hash
+    seed and no site-packages, so that the same inputs give the same bytes."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in (VENDOR_ZIP, "bkmcp.py"):
+            Path(tmp, name).write_bytes(files[name])
+        Path(tmp, "zipapp_support.py").write_bytes(files[f"{BOOT_MODULE}.py"])
+        proc = subprocess.run(
+            [sys.executable, "-S", "-s", "-c", _RECORD_REGEXES, str(Path(tmp, VENDOR_ZIP)), tmp],
+            capture_output=True,
+            env={"PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"},
+            check=False,
+        )
+    if proc.returncode != 0:
+        raise BuildError(f"recording the regular expressions failed:\n{proc.stderr.decode(errors='replace')}")
+    return proc.stdout
+
+
 def _bkmcp_version(source: bytes) -> str:
     m = re.search(rb"^__version__\s*=\s*['\"]([^'\"]+)['\"]", source, re.M)
     return m.group(1).decode() if m else "unknown"
@@ -473,6 +518,7 @@ def collect(
     files["__main__.py"] = main
     if with_pyc:
         files["__main__.pyc"] = _pyc(main, "__main__.py")
+        files[REGEX_TABLE] = regex_table(files)
     info = {
         "name": "bkmcp",
         "version": _bkmcp_version(program),
@@ -513,8 +559,8 @@ def zip_bytes(files: dict[str, bytes], epoch: int, prefix: bytes = b"") -> bytes
             info.external_attr = 0o100644 << 16
             # bytecode is read on every start: stored, it skips inflating (and, for __main__.py, which Pythons
             # other than the build one read as source, importing zlib); the nested zip is stored so that it is
-            # copied out as is; everything else is deflated
-            stored = name.endswith((".pyc", ".zip")) or name == "__main__.py"
+            # copied out as is, and the regex table is read as the bytecode is; everything else is deflated
+            stored = name.endswith((".pyc", ".zip")) or name in ("__main__.py", REGEX_TABLE)
             info.compress_type = zipfile.ZIP_STORED if stored else zipfile.ZIP_DEFLATED
             zf.writestr(info, files[name], compresslevel=None if stored else 6)
     return buf.getvalue()

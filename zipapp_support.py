@@ -635,7 +635,8 @@ def use_vendor_zip(
     own: the first run writes the copy under a temporary name, checks its sha256 and renames it into place
     (concurrent first runs are safe); later runs only find it. Raises ImportError, saying why, when there is no
     folder to copy it to or the pyz is damaged. With the build's bytecode `magic` (the zip has a `.pyc` beside
-    every `.py`), the packages `top_level` and their modules get their specs from `VendoredSpecs`.
+    every `.py`), the packages `top_level` and their modules get their specs from `VendoredSpecs`, and the
+    pyz's REGEX_TABLE is put to use (`use_regex_table`).
     """
     global ARCHIVE
     ARCHIVE = archive
@@ -661,6 +662,10 @@ def use_vendor_zip(
     sys.path.insert(0, path)
     if magic is not None:
         VendoredSpecs.install(path, top_level, magic)
+        try:  # what they compile while they load (all but a few of a command's patterns) comes from the table
+            use_regex_table(_zipapp_read(archive, REGEX_TABLE))
+        except OSError:  # a build without one
+            pass
 
 
 class VendoredSpecs:
@@ -765,6 +770,105 @@ def _install_writing_finder(tree: str) -> None:
     for path in list(sys.path_importer_cache):
         if path == tree or path.startswith(prefix):
             del sys.path_importer_cache[path]
+
+
+# ---------------------------------------------------------------------------------------- regular expressions
+# re parses and compiles a pattern in Python: the ~85 that httpx, h11, http.cookiejar, email and urllib.request
+# compile while they load were ~9 % of the instructions of a `--tools` over HTTP. The build records, in a child
+# process of its own Python, what that Python's compiler hands `_sre.compile` for each pattern compiled while
+# bkmcp loads httpx and jsonschema (`record_regexes`); the pyz stores that as REGEX_TABLE, and on the first
+# vendored import the very same CPython (`regex_key`) makes those patterns from the table (`use_regex_table`).
+
+REGEX_TABLE = "_bkmcp_regexes.marshal"  # a pyz member: marshal of (regex_key(), {(pattern, flags): arguments})
+
+
+def regex_key() -> tuple[str, int, int, int, str]:
+    """What the compiled form of a pattern depends on: the CPython release (its re compiler, Unicode tables), the
+    `_sre` engine's version and code size, and the byte order the table's code words are written in."""
+    import _sre
+
+    return (sys.implementation.cache_tag, sys.hexversion, _sre.MAGIC, _sre.CODESIZE, sys.byteorder)
+
+
+def _regex_compiler():  # type: ignore[no-untyped-def]
+    """The module whose `compile(pattern, flags)` `re._compile` calls (re._compiler from 3.11, sre_compile before)."""
+    import re
+
+    return re._compiler if hasattr(re, "_compiler") else re.sre_compile  # type: ignore[attr-defined]
+
+
+def record_regexes(load: Any) -> bytes:
+    """Call `load()` and return REGEX_TABLE's content for the patterns compiled meanwhile, in a canonical order:
+    for each str or bytes pattern and int flags, the arguments re's compiler gave `_sre.compile` after the pattern
+    itself, the code words as bytes (native unsigned ints: they load ~3x faster than a list of ints). A pattern
+    that warned while it compiled, or asked for DEBUG output, is left out."""
+    import array
+    import marshal
+    import re
+    import warnings
+
+    compiler = _regex_compiler()
+    real_compile, real_sre, made = compiler.compile, compiler._sre, []
+
+    class Recorder:  # stands in for `_sre` inside the compiler module: sees what `_sre.compile` is given
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real_sre, name)
+
+        @staticmethod
+        def compile(pattern: Any, *rest: Any) -> Any:
+            made.append(rest)
+            return real_sre.compile(pattern, *rest)
+
+    table = {}
+
+    def recording(pattern: Any, flags: Any = 0) -> Any:
+        del made[:]
+        with warnings.catch_warnings(record=True) as warned:
+            warnings.simplefilter("always")
+            compiled = real_compile(pattern, flags)
+        if type(pattern) in (str, bytes) and type(flags) is int and not flags & re.DEBUG and not warned:
+            ((final, code, groups, groupindex, indexgroup),) = made
+            words = array.array("I", code).tobytes()
+            table[(pattern, flags)] = (int(final), words, int(groups), dict(groupindex), tuple(indexgroup))
+        return compiled
+
+    compiler.compile, compiler._sre = recording, Recorder()
+    try:
+        load()
+    finally:
+        compiler.compile, compiler._sre = real_compile, real_sre
+    ordered = dict(sorted(table.items(), key=lambda item: (type(item[0][0]).__name__, item[0])))
+    return marshal.dumps((regex_key(), ordered), 2)  # version 2: no back-references, the same bytes every build
+
+
+REGEX_TABLE_USED: dict[Any, Any] = {}  # the table in use, once `use_regex_table` installed it
+
+
+def use_regex_table(data: bytes) -> bool:
+    """Let re make each pattern of REGEX_TABLE's `data` from the table, if it was recorded by this very CPython
+    (`regex_key`): `_sre.compile` gets what re's own compiler would give it, so the pattern is the same (equal,
+    same flags, groups and group names), only its parsing is skipped. Any other pattern, or flags, compiles as
+    ever (and `re`'s cache works as ever: it sits in front of this). Returns whether the table is in use."""
+    import _sre
+    import marshal
+
+    key, table = marshal.loads(data)
+    if tuple(key) != regex_key() or memoryview(b"").cast("I").itemsize != _sre.CODESIZE or REGEX_TABLE_USED:
+        return False
+    compiler = _regex_compiler()
+    compile_pattern, make = compiler.compile, _sre.compile
+
+    def compile(pattern: Any, flags: Any = 0) -> Any:
+        entry = table.get((pattern, flags)) if type(pattern) in (str, bytes) and type(flags) is int else None
+        if entry is None:
+            return compile_pattern(pattern, flags)
+        final, words, groups, groupindex, indexgroup = entry
+        return make(pattern, final, memoryview(words).cast("I").tolist(), groups, dict(groupindex), indexgroup)
+
+    compile.__wrapped__ = compile_pattern  # type: ignore[attr-defined]
+    REGEX_TABLE_USED.update(table)
+    compiler.compile = compile
+    return True
 
 
 # ---------------------------------------------------------------------------------------------------- natives

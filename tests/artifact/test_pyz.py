@@ -479,6 +479,56 @@ def test_a_host_name_reaches_getaddrinfo_as_the_idna_codec_would_give_it(
         server.stop()
 
 
+_SSL_STOOD_IN = """
+import bkmcp
+httpx = bkmcp.import_httpx()
+import httpcore._backends.sync as backend
+print("ssl" in sys.modules, "_ssl" in sys.modules)
+import ssl
+print(backend.ssl.SSLSocket is ssl.SSLSocket, backend.ssl.MemoryBIO is ssl.MemoryBIO)
+"""
+
+
+def test_an_http_command_never_loads_ssl_and_an_https_one_still_speaks_tls(
+    python: str, pyz_path: Path, pyz_env: dict, build_info: dict, tmp_path: Path
+) -> None:
+    """httpcore imports ssl at the top of its modules but an http:// pool never uses it (bkmcp's
+    ``_plain_transport`` knows its plain socket has no TLS object; the pyz's httpcore/_ssl.py annotation is a
+    string): loading httpx leaves ssl (and OpenSSL's _ssl) out, a --tools and a call over http:// never load it;
+    httpcore's own reference answers the real module's classes afterwards, and an https:// URL on that plain port
+    still fails its TLS handshake, as before (mcp_connection_error, nothing sent)."""
+    vendor, magic = build_info["vendor_zip"], bytes.fromhex(build_info["bytecode"]["magic"])
+    prelude = (  # what the pyz's __main__ does: the compiled cache, or the vendor zip with the build's bytecode
+        f"if sys.implementation.cache_tag != {build_info['bytecode']['cache_tag']!r}:\n"
+        f"    assert boot.use_compiled_cache({build_info['build_id']!r}, {str(pyz_path)!r})\n"
+        "else:\n"
+        f"    boot.use_vendor_zip({build_info['build_id']!r}, {str(pyz_path)!r}, {vendor['sha256']!r},"
+        f" {tuple(vendor['top_level'])!r}, {magic!r})\n"
+    )
+    proc = run_in_pyz(python, pyz_path, prelude + _SSL_STOOD_IN, env=pyz_env, no_site=True)
+    assert proc.returncode == 0 and proc.stdout.split() == ["False", "False", "True", "True"], proc.stderr
+
+    server = MockServer({"tools": [{"name": "echo", "inputSchema": {"type": "object"}}]})
+    url = server.start()
+    try:
+        for name, target in (("plain", url), ("tls", url.replace("http://", "https://"))):
+            config = write_mcp_json(tmp_path / name, {"local": {"type": "http", "url": target}})
+            for args in (["--tools"], ["echo", "--body", '{"a": 1}']):
+                command = [python, "-X", "importtime", str(pyz_path), "--config", str(config), "local", *args]
+                proc = subprocess.run(command, capture_output=True, text=True, env=pyz_env, timeout=120)
+                loaded = {line.rpartition("|")[2].strip() for line in proc.stderr.splitlines() if "|" in line}
+                if name == "plain":
+                    assert proc.returncode == 0 and json.loads(proc.stdout)["ok"], proc.stderr[-2000:]
+                    assert "h11" in loaded and not {"ssl", "_ssl"} & loaded
+                else:
+                    error = json.loads(proc.stdout)["error"]
+                    assert proc.returncode == 2 and error["code"] == "mcp_connection_error", proc.stdout
+                    assert "TLS" in error["message"] and {"ssl", "_ssl"} <= loaded
+        assert len(server.requests("tools/list")) == 2 and len(server.requests("tools/call")) == 1
+    finally:
+        server.stop()
+
+
 def test_help_runs_without_the_deferred_sections_on_every_python(
     python: str, pyz_path: Path, pyz_env: dict, build_info: dict, tmp_path: Path
 ) -> None:

@@ -12,7 +12,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from artifact_helpers import TIMEOUT, build_pyz, program_source, run_in_pyz
+from artifact_helpers import ROOT, TIMEOUT, build_pyz, program_source, run_in_pyz
 
 # Run with the pyz's path and "pyz" (its own __main__, as `python bkmcp.pyz` runs it) or "plain" (bkmcp imported
 # from the pyz, the vendor zip copy put first on sys.path by hand: zipimport alone). Loads what a remote command
@@ -169,4 +169,95 @@ def test_vendored_specs_answer_only_where_the_path_finder_would_ask_the_vendor_z
         f"True {tmp_path / 'shadow' / 'idna' / '__init__.py'}",
         "h11.no_such_module",
         "True True",
+    ]
+
+
+# Runs the pyz's own __main__ (`--version`: nothing vendored loads), then loads what a remote command and a
+# validated call load, counting the patterns re had to parse meanwhile; then compares every pattern of the pyz's
+# regex table with what re's own compiler makes of it.
+_REGEX_PROBE = """
+import json, runpy, sys
+pyz = sys.argv[1]
+sys.path.insert(0, pyz)
+sys.argv = [pyz, "--version"]
+try:
+    runpy.run_path(pyz, run_name="__main__")
+except SystemExit as exc:
+    assert exc.code in (0, None), exc.code
+import bkmcp, re, _bkmcp_boot as boot
+parser = re._parser if hasattr(re, "_parser") else re.sre_parse
+real_parse, parsed = parser.parse, []
+def parse(pattern, *rest):
+    parsed.append(repr(pattern))
+    return real_parse(pattern, *rest)
+parser.parse = parse
+bkmcp.import_httpx()
+import jsonschema
+parser.parse = real_parse
+compiler = re._compiler if hasattr(re, "_compiler") else re.sre_compile
+plain = getattr(compiler.compile, "__wrapped__", compiler.compile)
+differ = []
+for (pattern, flags) in boot.REGEX_TABLE_USED:
+    made, want = compiler.compile(pattern, flags), plain(pattern, flags)
+    facts = lambda p: [type(p).__name__, p.pattern is pattern, p.flags, p.groups, dict(p.groupindex)]
+    if made != want or facts(made) != facts(want):
+        differ.append(repr(pattern))
+print(json.dumps({"used": len(boot.REGEX_TABLE_USED), "parsed": parsed, "differ": differ}))
+"""
+
+
+def test_patterns_compiled_while_the_vendored_packages_load_come_from_the_build_pythons_table(
+    python: str, pyz_path: Path, pyz_env: dict
+) -> None:
+    """On the build Python (same CPython release), every pattern httpx & co and jsonschema compile while they load
+    is made from the pyz's regex table, not parsed, and each pattern of the table equals what re's own compiler
+    makes (code, flags, groups, group names); on any other Python the table is not used."""
+    pyz_env = dict(pyz_env, BKMCP_NO_COMPILED_CACHE="1")  # another Python then runs from the zip too
+    command = [python, "-S", "-c", _REGEX_PROBE, str(pyz_path)]
+    proc = subprocess.run(command, env=pyz_env, capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode == 0, proc.stderr
+    ran = json.loads(proc.stdout.splitlines()[-1])
+    same_release = subprocess.run(
+        [python, "-c", "import sys; print(sys.hexversion)"], capture_output=True, text=True, check=True
+    ).stdout.strip() == str(sys.hexversion)  # the session's pyz is built by this interpreter
+    if same_release:
+        assert ran["used"] > 80 and ran["parsed"] == [] and ran["differ"] == []
+    else:
+        assert ran["used"] == 0 and ran["parsed"]
+
+
+_TABLE_CHECK = """
+import marshal, re, warnings
+import zipapp_support as support
+def load():
+    re.compile(r"(?P<key>[a-z]+)=(?P<value>\\d*)", re.I)
+    re.compile(rb"[\\x80-\\xff]+")
+    re.compile("x", re.DEBUG)
+    warnings.simplefilter("ignore")
+    re.compile("[[a]")  # FutureWarning: possible nested set
+data = support.record_regexes(load)
+key, table = marshal.loads(data)
+print(list(table) == [(rb"[\\x80-\\xff]+", 0), (r"(?P<key>[a-z]+)=(?P<value>\\d*)", re.I.value)])
+other_release = marshal.dumps((key[:1] + (key[1] + 1,) + key[2:], table))
+print(support.use_regex_table(other_release), support.REGEX_TABLE_USED == {})
+print(support.use_regex_table(data), support.use_regex_table(data))
+re.purge()  # re's cache holds what load() compiled
+made = re._compile(r"(?P<key>[a-z]+)=(?P<value>\\d*)", re.I)
+plain = support._regex_compiler().compile.__wrapped__(r"(?P<key>[a-z]+)=(?P<value>\\d*)", re.I.value)
+print(made == plain, made.groupindex == plain.groupindex, made.flags == plain.flags, made.match("A=12").groups())
+"""
+
+
+def test_the_regex_table_keeps_what_compiled_quietly_and_serves_only_its_own_release() -> None:
+    """record_regexes leaves out a pattern that warned or asked for DEBUG; a table of another CPython release is
+    refused; a table is installed once; a pattern made from it equals the one re's compiler makes."""
+    proc = subprocess.run(
+        [sys.executable, "-S", "-c", _TABLE_CHECK], cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-4:] == [  # before them: re.DEBUG's output
+        "True",
+        "False True",
+        "True False",
+        "True True True ('A', '12')",
     ]
