@@ -1,0 +1,237 @@
+"""Resident tasks (docs/contract.md §11.2 "Tasks", docs/resident.md): ``call_tool`` with ``task: "wait"|"detach"``
+(wait the default of a task-only tool), ``get_task``, ``get_task_result`` (``wait``), ``cancel_task`` and
+``list_tasks`` on the CLI's own task paths, in both shapes — the 2025-11-25 core (``params.task``) and the
+2026-07-28 extension ``io.modelcontextprotocol/tasks`` — against the mock's "job" tools and server-everything's
+``simulate-research-query``. Two users: each sees only their own tasks, and one user's ``mcp_task_id`` does
+nothing for the other (the server receives nothing). Exactly one ``tools/call`` per ``call_tool``; a live task
+keeps its server from the idle reaper; ``task.*`` events carry ids, the server and the status, never a value."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from resident_harness import Resident, http_row, mock_stdio, stdio_row, write_registry
+
+from mock_server.mcp_mock import TASK_CAPABILITIES, TASKS_EXTENSION, mock_tool
+
+pytestmark = [pytest.mark.integration]
+
+LEGACY, MODERN = "2025-11-25", "2026-07-28"
+TEXT = {"text": {"type": "string"}}
+VALUE = "kept-arg-7f3"  # an argument value: never in an event
+CAPS = "io.modelcontextprotocol/clientCapabilities"
+
+
+def job(name: str, support: str | None = "optional", **options: object) -> dict:
+    tool = mock_tool(name, "job", TEXT, poll_ms=40, **options)
+    if support is not None:
+        tool["execution"] = {"taskSupport": support}
+    return tool
+
+
+TOOLS = [
+    job("slowish", after_ms=300),
+    job("must", "required"),
+    job("never", end="never"),
+    job("failing", end="failed"),
+    job("asking", end="input", after_ms=50),
+    job("plain_only", None),
+]
+
+
+def scenario(version: str) -> dict:
+    return {"tools": TOOLS, "capabilities": TASK_CAPABILITIES, "versions": [version]}
+
+
+@pytest.fixture(params=[LEGACY, MODERN])
+def world(request, tmp_path, resident, http_mock):
+    """A public HTTP mock of one era behind a resident, shared by two users."""
+    srv = http_mock(scenario(request.param))
+    reg = tmp_path / "registry.db"
+    write_registry(str(reg), [http_row("m", srv.url)])
+    return request.param, srv, resident(reg)
+
+
+def received(srv, method: str) -> list[dict]:
+    return [json.loads(e["body"]) for e in srv.requests(method)]
+
+
+def asked_for(srv, method: str, task_id: str) -> list[dict]:
+    """The ``method`` requests the server received for task ``task_id``."""
+    return [r for r in received(srv, method) if r["params"].get("taskId") == task_id]
+
+
+def call(res: Resident, user: str, tool: str, **params: object) -> dict:
+    return res.ask("call_tool", user, server_name="m", tool_name=tool, arguments={"text": VALUE}, **params)
+
+
+def test_each_user_sees_only_their_own_tasks_and_another_users_id_sends_nothing(world):
+    era, srv, res = world
+    mine = call(res, "u1", "never", task="detach")
+    theirs = call(res, "u2", "never", task="detach")
+    assert mine["success"] and theirs["success"], (mine, theirs)
+    mine_id, theirs_id = mine["result"]["task"]["mcp_task_id"], theirs["result"]["task"]["mcp_task_id"]
+    assert [t["mcp_task_id"] for t in res.ok("list_tasks", "u1")["tasks"]] == [mine_id]
+    assert [t["mcp_task_id"] for t in res.ok("list_tasks", "u2")["tasks"]] == [theirs_id]
+    for action in ("get_task", "get_task_result", "cancel_task"):
+        refused = res.ask(action, "u2", mcp_task_id=mine_id)
+        assert refused["success"] is False and refused["error_code"] == "mcp_task_unknown", refused
+        assert refused["details"]["outcome"] == "not_sent"
+    assert res.ask("get_task", "u2", mcp_task_id=mine_id, server_name="m")["error_code"] == "mcp_task_unknown"
+    for method in ("tasks/get", "tasks/result", "tasks/cancel"):
+        assert asked_for(srv, method, mine_id) == []  # nothing reached the server for u2
+    status = res.ok("get_task", "u1", mcp_task_id=mine_id)
+    assert status["server_name"] == "m" and status["task"]["status"] == "working"
+    assert len(asked_for(srv, "tasks/get", mine_id)) == 1
+    assert len(received(srv, "tools/call")) == 2  # one per call_tool
+    if era == MODERN:  # the extension routes by task id
+        (polled,) = [e for e in srv.requests("tasks/get")]
+        assert polled["headers"]["mcp-name"] == mine_id
+
+
+def test_detach_then_get_task_result_reads_it_once_done(world):
+    era, srv, res = world
+    detached = call(res, "u1", "slowish", task="detach")
+    assert detached["success"], detached
+    handle = detached["result"]["task"]
+    assert set(detached["result"]) == {"server_name", "tool_name", "task"}
+    assert (handle["server"], handle["tool"], handle["status"]) == ("m", "slowish", "working")
+    assert handle["era"] == ("modern" if era == MODERN else "legacy") and handle["ttl_ms"] == 60000
+    (sent,) = received(srv, "tools/call")
+    if era == MODERN:
+        assert sent["params"]["_meta"][CAPS]["extensions"] == {TASKS_EXTENSION: {}} and "task" not in sent["params"]
+    else:
+        assert sent["params"]["task"] == {}
+    done = res.ok("get_task_result", "u1", mcp_task_id=handle["mcp_task_id"], wait=True)
+    assert done["result"]["content"][0]["text"] == f'job done: {{"text":"{VALUE}"}}'
+    assert (done["server_name"], done["tool_name"], done["task"]["status"]) == ("m", "slowish", "completed")
+    assert len(received(srv, "tools/call")) == 1 and received(srv, "tasks/cancel") == []
+    assert res.ok("list_tasks", "u1")["tasks"][0]["status"] == "completed"
+    created = res.wait_event("task.created", mcp_task_id=handle["mcp_task_id"])
+    (completed,) = res.wait_event("task.completed", mcp_task_id=handle["mcp_task_id"])
+    assert created[0]["user"] == "u1" and created[0]["server"] == "m" and completed["status"] == "completed"
+    assert set(completed) == {"ts", "event", "server", "user", "task_id", "mcp_task_id", "status"}
+    assert VALUE not in res.events_path.read_text()
+
+
+def test_a_task_only_tool_waits_by_default_with_one_tools_call(world):
+    era, srv, res = world
+    waited = call(res, "u1", "must")
+    assert waited["success"], waited
+    assert waited["result"]["result"]["content"][0]["text"] == f'job done: {{"text":"{VALUE}"}}'
+    assert waited["result"]["task"]["status"] == "completed"
+    assert len(received(srv, "tools/call")) == 1 and len(received(srv, "tasks/get")) >= 1
+    assert [e["event"] for e in res.events() if e["event"].startswith(("task.", "tool."))] == [
+        "tool.started",
+        "task.created",
+        "task.completed",
+        "tool.finished",
+    ]
+
+
+def test_a_wait_that_runs_out_answers_the_handle_then_cancel_sends_one_tasks_cancel(world):
+    era, srv, res = world
+    ran_out = call(res, "u1", "never", task="wait", timeout_ms=600)
+    assert ran_out["success"] is False and ran_out["error_code"] == "mcp_task_running", ran_out
+    task_id = ran_out["details"]["task"]["mcp_task_id"]
+    assert ran_out["details"]["outcome"] == "task_running" and asked_for(srv, "tasks/cancel", task_id) == []
+    cancelled = res.ok("cancel_task", "u1", mcp_task_id=task_id)
+    assert cancelled["task"]["status"] == ("cancel_requested" if era == MODERN else "cancelled")
+    assert len(asked_for(srv, "tasks/cancel", task_id)) == 1
+    (event,) = res.wait_event("task.cancelled", mcp_task_id=task_id)
+    assert event["status"] == cancelled["task"]["status"]
+    ended = res.ask("get_task_result", "u1", mcp_task_id=task_id)
+    assert ended["error_code"] == "mcp_task_cancelled" and ended["details"]["task"]["status"] == "cancelled"
+    assert len(asked_for(srv, "tasks/cancel", task_id)) == 1 and len(received(srv, "tools/call")) == 1
+
+
+def test_a_failed_task_and_a_tool_that_cannot_run_one(world):
+    era, srv, res = world
+    failed = call(res, "u1", "failing", task="wait")
+    assert failed["error_code"] == "mcp_task_failed" and failed["details"]["task"]["status"] == "failed", failed
+    res.wait_event("task.failed", mcp_task_id=failed["details"]["task"]["mcp_task_id"])
+    if era == LEGACY:  # the 2025-11-25 core: a tool without taskSupport cannot run as one, nothing is sent
+        refused = call(res, "u1", "plain_only", task="detach")
+        assert refused["error_code"] == "mcp_capability_unsupported" and refused["details"]["outcome"] == "not_sent"
+        assert refused["error"].startswith("tool 'plain_only' of server 'm' cannot run as a task")
+        res.wait_event("tool.rejected", tool="plain_only")
+    bad = call(res, "u1", "slowish", task="later")
+    assert bad["error_code"] == "invalid_command"
+    assert res.ask("get_task", "u1")["error_code"] == "invalid_command"  # mcp_task_id is required
+    assert res.ask("get_task_result", "u1", mcp_task_id="x", wait="yes")["error_code"] == "invalid_command"
+    assert len(received(srv, "tools/call")) == 1
+
+
+def test_a_task_that_asks_for_input_ends_with_a_stable_code_and_its_handle(tmp_path, resident, http_mock):
+    """--elicitation forward passes the resident's InputSource to the task's wait; until the wait answers a task's
+    questions (issue 39, item 2's task half), such a task ends the wait as mcp_capability_unsupported
+    (``outcome: "task_waiting"``), the task left as it is and its handle in the answer."""
+    srv = http_mock(scenario(MODERN))
+    reg = tmp_path / "registry.db"
+    write_registry(str(reg), [http_row("m", srv.url)])
+    res = resident(reg, "--elicitation", "forward")
+    asked = call(res, "u1", "asking", task="wait")
+    assert asked["error_code"] == "mcp_capability_unsupported", asked
+    assert asked["details"]["outcome"] == "task_waiting" and asked["details"]["task"]["status"] == "input_required"
+    assert received(srv, "tasks/cancel") == [] and len(received(srv, "tools/call")) == 1
+
+
+def test_idle_reaping_keeps_a_server_that_holds_a_live_task(tmp_path, resident):
+    """Per-user stdio servers (a legacy task lives in its process): u2's idle instance is reaped, u1's holding a
+    live task is not — the task is still there on the same process — until the task is cancelled."""
+    log = tmp_path / "stdio.jsonl"
+    reg = tmp_path / "registry.db"
+    write_registry(str(reg), [stdio_row("m", mock_stdio(scenario(LEGACY), log))], {"m": {}})
+    res = resident(reg, "--idle-timeout", "1s")
+    held = call(res, "u1", "never", task="detach")
+    assert held["success"], held
+    assert call(res, "u2", "slowish")["success"]  # no task: a plain call
+    task_id = held["result"]["task"]["mcp_task_id"]
+    started = {e["user"]: e["pid"] for e in res.wait_event("process.started", count=2)}
+    (gone,) = res.wait_event("process.exited", user="u2")  # idle since after u1's last use
+    assert gone["pid"] == started["u2"]
+    assert [e["user"] for e in res.events("process.exited")] == ["u2"]  # u1's, idle longer, is kept
+    assert res.ok("get_task", "u1", mcp_task_id=task_id)["task"]["status"] == "working"  # the same process
+    assert [e["pid"] for e in res.events("process.started") if e["user"] == "u1"] == [started["u1"]]
+    res.ok("cancel_task", "u1", mcp_task_id=task_id)
+    (reaped,) = res.wait_event("process.exited", user="u1")
+    assert reaped["pid"] == started["u1"]
+    sent = [json.loads(line)["json"] for line in log.read_text().splitlines() if '"tasks/cancel"' in line]
+    assert len([r for r in sent if r.get("method") == "tasks/cancel"]) == 1
+
+
+@pytest.mark.interop
+def test_simulate_research_query_waits_detaches_and_stays_with_its_user(
+    tmp_path, everything_stdio_argv, interop_subprocess_env
+):
+    """server-everything's task-only ``simulate-research-query`` (2025-11-25 core) behind a resident: u1's call
+    waits for the report by default, u2's detaches and is read with get_task_result; neither sees the other's
+    task; the -v log shows exactly one tools/call written per call_tool."""
+    reg = tmp_path / "registry.db"
+    write_registry(str(reg), [stdio_row("every", everything_stdio_argv, isolation="public")])
+    res = Resident(reg, "-v", env=interop_subprocess_env)
+    try:
+
+        def research(user: str, topic: str, **params: object) -> dict:
+            return res.ask(
+                "call_tool", user, server_name="every", tool_name="simulate-research-query",
+                arguments={"topic": topic}, **params,
+            )  # fmt: skip
+
+        waited = research("u1", "mcp")
+        assert waited["success"], waited
+        assert "Research Report: mcp" in waited["result"]["result"]["content"][0]["text"]
+        assert waited["result"]["task"]["status"] == "completed"
+        detached = research("u2", "later", task="detach")["result"]["task"]
+        assert detached["status"] == "working" and detached["era"] == "legacy"
+        assert res.ask("get_task", "u1", mcp_task_id=detached["mcp_task_id"])["error_code"] == "mcp_task_unknown"
+        done = res.ok("get_task_result", "u2", mcp_task_id=detached["mcp_task_id"], wait=True)
+        assert "Research Report: later" in done["result"]["content"][0]["text"]
+        assert [t["mcp_task_id"] for t in res.ok("list_tasks", "u2")["tasks"]] == [detached["mcp_task_id"]]
+        assert [t["status"] for t in res.ok("list_tasks", "u1")["tasks"]] == ["completed"]
+    finally:
+        assert res.close() == []
+    sent = [line for line in res.stderr_lines if "-> stdio [tools/call" in line]
+    assert len(sent) == 2
+    assert "can only run as a task" not in "".join(res.stderr_lines)  # the operator log gets no CLI note
