@@ -13850,27 +13850,11 @@ class ResidentSession:
         server declared); one that cannot is refused, nothing sent."""
         return plan_task(self._require(), self._ctx(1.0), tool, choice)
 
-    def task_action(
-        self,
-        action: str,
-        handle: Mapping[str, Any],
-        timeout: float,
-        source: InputSource | None = None,
-        *,
-        wait: bool = False,
-        seen: Callable[[dict[str, Any]], None],
-    ) -> dict[str, Any]:
-        """``run_task_action`` (status, result, cancel) of the task ``handle`` names, the CLI's own path;
-        ``seen`` hears the task's handle as last known, however the action ends."""
-        ctx = self._ctx(timeout, source)
-        try:
-            answer = run_task_action(self._require(), ctx, action, handle["mcp_task_id"], dict(handle), wait=wait)
-        finally:
-            if ctx.task is not None:
-                seen(ctx.task)
-        if isinstance(answer.get("task"), dict):
-            seen(answer["task"])
-        return answer
+    def task_action(self, action: str, handle: dict[str, Any], timeout: float, *asking: Any, wait: bool) -> Any:
+        """``run_task_action`` (status, result, cancel) of the task ``handle`` names, the CLI's own path; ``asking``:
+        who answers the task's questions (``source``, --elicitation forward)."""
+        ctx = self._ctx(timeout, *asking[:1])
+        return run_task_action(self._require(), ctx, action, handle["mcp_task_id"], dict(handle), wait=wait)
 
     # resources and prompts: the CLI's own section-7 paths (--resources, --read, --prompts, --prompt), one each
 
@@ -15994,20 +15978,9 @@ _REQUIRED_PARAMS = {
     "get_task_result": ("mcp_task_id",),
     "cancel_task": ("mcp_task_id",),
 }
-_TIMED_ACTIONS = frozenset(
-    {
-        "call_tool",
-        "list_resources",
-        "read_resource",
-        "list_prompts",
-        "get_prompt",
-        "list_skills",
-        "read_skill",
-        "get_task",
-        "get_task_result",
-        "cancel_task",
-    }
-)
+# the actions that take a timeout_ms: all but these, whose steps use --timeout each
+_UNTIMED_ACTIONS = "init list_servers connect_server disconnect_server list_tools refresh_tools list_tasks shutdown"
+_TIMED_ACTIONS = frozenset(RESIDENT_ACTIONS) - frozenset(_UNTIMED_ACTIONS.split())
 _TASK_MODES = ("wait", "detach")  # call_tool's task: wait for a task's result, or answer its handle
 _MAX_COMMANDS_RUNNING = 4096  # commands executing at once; the reader waits (back-pressure) beyond it
 _IDLE_WORKERS = 16  # command threads kept waiting for the next command (starting a thread costs ~0.1 ms)
@@ -16850,19 +16823,23 @@ class Actions:
         view = self._view(command)
         row = self._row(view, record.handle["server"])
 
-        def seen(handle: dict[str, Any]) -> None:
-            self.tasks.seen(command, record.slot, handle)
-
-        answer = self._on_server(
-            command,
-            view,
-            row,
-            None,
-            lambda session, left, *asking: session.task_action(
-                action, record.handle, self._task_budget(command, left, wait or None), *asking[:1], wait=wait, seen=seen
-            ),
-            asks=(None, {"mcp_task_id": record.handle["mcp_task_id"]}) if wait else None,
-        )
+        try:
+            answer = self._on_server(
+                command,
+                view,
+                row,
+                None,
+                lambda session, left, *asking: session.task_action(
+                    action, record.handle, self._task_budget(command, left, wait or None), *asking, wait=wait
+                ),
+                asks=(None, {"mcp_task_id": record.handle["mcp_task_id"]}) if wait else None,
+            )
+        except BkmcpError as exc:  # a task's failure carries its handle as last seen
+            if isinstance(exc.data, dict) and isinstance(exc.data.get("task"), dict):
+                self.tasks.seen(command, record.slot, exc.data["task"])
+            raise
+        if isinstance(answer.get("task"), dict):
+            self.tasks.seen(command, record.slot, answer["task"])
         if isinstance(answer, AskedAnswer):
             return {"server_name": row.name, "mcp_task_id": record.handle["mcp_task_id"], **answer}
         return {"server_name": row.name, **{k: v for k, v in answer.items() if k != "server"}}

@@ -13,21 +13,14 @@ import json
 import pytest
 from resident_harness import Resident, http_row, mock_stdio, stdio_row, write_registry
 
-from mock_server.mcp_mock import TASK_CAPABILITIES, TASKS_EXTENSION, mock_tool
+from mock_server.mcp_mock import TASK_CAPABILITIES, TASKS_EXTENSION
+from tests.integration.test_tasks import job
 
 pytestmark = [pytest.mark.integration]
 
 LEGACY, MODERN = "2025-11-25", "2026-07-28"
-TEXT = {"text": {"type": "string"}}
 VALUE = "kept-arg-7f3"  # an argument value: never in an event
 CAPS = "io.modelcontextprotocol/clientCapabilities"
-
-
-def job(name: str, support: str | None = "optional", **options: object) -> dict:
-    tool = mock_tool(name, "job", TEXT, poll_ms=40, **options)
-    if support is not None:
-        tool["execution"] = {"taskSupport": support}
-    return tool
 
 
 TOOLS = [
@@ -235,3 +228,41 @@ def test_simulate_research_query_waits_detaches_and_stays_with_its_user(
     sent = [line for line in res.stderr_lines if "-> stdio [tools/call" in line]
     assert len(sent) == 2
     assert "can only run as a task" not in "".join(res.stderr_lines)  # the operator log gets no CLI note
+
+
+def test_each_users_records_are_bounded_forgotten_after_their_ttl_and_never_ambiguous():
+    """``ResidentTasks`` in-process: beyond the per-user cap the oldest ended record goes (else the oldest, its
+    slot freed); a record past its ttl is forgotten with its hold; an id two of the user's servers gave needs
+    ``server_name``; another user's id is ``mcp_task_unknown``."""
+    import bkmcp
+
+    events: list[tuple[str, dict]] = []
+    sink = bkmcp.EventSink(None, bkmcp.Redactor())
+    sink.emit = lambda event, **fields: events.append((event, fields))  # type: ignore[method-assign]
+    tasks = bkmcp.ResidentTasks(sink, per_user=2)
+    one, other = bkmcp.Slot("u1", "a", "user"), bkmcp.Slot("u1", "b", "user")
+    command = bkmcp.ResidentCommand("t1", "call_tool", {}, "u1", None, bkmcp.Deadline(5))
+    stranger = bkmcp.ResidentCommand("t2", "get_task", {}, "u2", None, bkmcp.Deadline(5))
+
+    def handle(server: str, task: str, status: str = "working", ttl: int | None = 60000) -> dict:
+        return {"mcp_task_id": task, "server": server, "status": status, "ttl_ms": ttl}
+
+    tasks.seen(command, one, handle("a", "x1"))
+    tasks.seen(command, other, handle("b", "x1"))
+    assert (one.tasks, other.tasks) == (1, 1)
+    with pytest.raises(bkmcp.InvalidCommandError, match="server_name"):
+        tasks.find(command, "x1", None)
+    assert tasks.find(command, "x1", "b").handle["server"] == "b"
+    with pytest.raises(bkmcp.TaskUnknownError):
+        tasks.find(stranger, "x1", "a")
+    tasks.seen(command, other, handle("b", "x1", "completed"))
+    tasks.seen(command, other, handle("b", "x1", "completed"))  # an end is said once
+    assert [e for e, _ in events] == ["task.created", "task.created", "task.completed"]
+    assert other.tasks == 0
+    tasks.seen(command, one, handle("a", "x2"))  # a third: the ended one goes first
+    assert [t["mcp_task_id"] for t in tasks.listing(command, None)] == ["x1", "x2"]
+    assert [t["server"] for t in tasks.listing(command, None)] == ["a", "a"] and one.tasks == 2
+    tasks.seen(command, one, handle("a", "x3", ttl=0))  # a fourth: the oldest live one goes, its hold freed
+    assert [t["mcp_task_id"] for t in tasks.listing(command, "a")] == ["x2"]  # x3's ttl passed: forgotten
+    assert one.tasks == 1 and tasks.listing(stranger, None) == []
+    assert all(set(fields) == {"server", "user", "task_id", "mcp_task_id", "status"} for _, fields in events)
