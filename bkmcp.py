@@ -1686,9 +1686,7 @@ def printable(text: str) -> str:
 
 def short_text(value: Any, limit: int = 40) -> str:
     """A value quoted in a message: its text or JSON, ``printable``, at most ``limit`` characters."""
-    text = value if isinstance(value, str) else dump_json(value)
-    text = printable(text)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return clip_text(printable(value if isinstance(value, str) else dump_json(value)), limit)
 
 
 def terminal_safe(text: str) -> str:
@@ -1699,8 +1697,7 @@ def terminal_safe(text: str) -> str:
 def _progress_number(value: Any) -> str | None:
     if isinstance(value, bool) or not isinstance(value, (int, float, JsonNumber)):
         return None
-    text = dump_json(value) if not isinstance(value, int) or abs(value) < 10**30 else "1e30+"
-    return text if len(text) <= 24 else text[:23] + "…"
+    return clip_text(dump_json(value) if not isinstance(value, int) or abs(value) < 10**30 else "1e30+", 24)
 
 
 def render_progress(params: Mapping[str, Any], elapsed: float) -> str | None:
@@ -1712,8 +1709,7 @@ def render_progress(params: Mapping[str, Any], elapsed: float) -> str | None:
     text = f"progress {done}" + (f"/{total}" if total is not None else "")
     message = params.get("message")
     if isinstance(message, str) and message.strip():
-        message = terminal_safe(message).strip()
-        text += ": " + (message if len(message) <= 200 else message[:199] + "…")
+        text += ": " + clip_text(terminal_safe(message).strip(), 200)
     return f"{text} ({elapsed:.1f}s)"
 
 
@@ -4583,7 +4579,8 @@ class StdioPart(Protocol):
     a position to count from, the end of its start-up (``mark_started``, as ``ChildProcess.stderr_tail`` counts);
     its stdout lines that were not JSON-RPC, counted alike. The era probe on the shared stream (docs/contract.md
     §5): how much of what was written the server has not read yet (None: cannot be told), and the probe's stderr
-    kept apart from the tail (``probe_begins`` before it is sent, ``probe_ends`` once answered or given up)."""
+    kept apart from the tail (``probe_begins`` before it is sent, ``probe_ends`` once answered or given up).
+    ``start()`` spawns the child before any message (a pinned server's resident session: negotiation sent none)."""
 
     @property
     def pid(self) -> int | None: ...
@@ -4592,6 +4589,8 @@ class StdioPart(Protocol):
     def exit_status(self) -> int | None: ...
 
     def restart_if_exited(self) -> bool: ...
+
+    def start(self) -> None: ...
 
     def stderr_tail(self, since: int | None = None) -> list[str]: ...
 
@@ -6307,7 +6306,8 @@ class StdioTransport(Transport, StdioPart):
         proc = self.child.proc
         return proc is not None and not self._ended and proc.poll() is None
 
-    def _start(self) -> None:
+    def start(self) -> None:
+        """Spawn the child unless it runs (the first message does it too): idempotent."""
         import threading
 
         with self._start_lock:
@@ -6451,7 +6451,7 @@ class StdioTransport(Transport, StdioPart):
                 deadline.remaining()
             except McpTimeoutError as exc:
                 raise exc.copy(request_sent=False) from None
-            self._start()
+            self.start()
             if not self.alive:
                 raise self.failure(method, sent=False)
             if self.log.verbose:
@@ -7598,9 +7598,16 @@ def find_tool(tools: Sequence[dict[str, Any]], name: str, server_name: str) -> d
     )
 
 
-def declares_capability(session: McpSession, capability: str, *, extension: str | None = None) -> bool:
-    """Whether the negotiated server declared ``capability`` (an object under ``capabilities``; with ``extension``,
-    an object under ``capabilities.extensions``: SEP-2640's skills)."""
+def declares_capability(session: McpSession, ctx: OpContext, capability: str, *, extension: str | None = None) -> bool:
+    """Whether the server declared ``capability`` (an object under ``capabilities``; with ``extension``, an object
+    under ``capabilities.extensions``: SEP-2640's skills). A session pinned to 2026-07-28 skipped
+    ``server/discover``, so it asks it now, once: until then nothing was declared. ``require_capability`` and the
+    resident's ``--inject-resource-tools`` ask here, one path."""
+    rules = session.core.rules
+    if not session.core.heard and rules is not None and not rules.handshake:
+        answer = session.request("server/discover", None, ctx, rules=rules)
+        if answer.kind == "result":
+            session.core.apply_discover(answer, rules.version)
     declared = (session.core.capabilities or {}).get(capability)
     if extension is not None:
         declared = declared.get(extension) if isinstance(declared, dict) else None
@@ -7612,14 +7619,8 @@ def require_capability(
 ) -> None:
     """``mcp_capability_unsupported`` before ``method`` is sent to a server that did not declare ``capability``
     (``resources``, ``prompts``, ``completions``; ``extensions`` with ``extension``: SEP-2640's skills): such a
-    server gets no request (docs/contract.md §5). A session pinned to 2026-07-28 skipped ``server/discover``, so it
-    asks it now, once: until then nothing was declared."""
-    rules = session.core.rules
-    if not session.core.heard and rules is not None and not rules.handshake:
-        answer = session.request("server/discover", None, ctx, rules=rules)
-        if answer.kind == "result":
-            session.core.apply_discover(answer, rules.version)
-    if declares_capability(session, capability, extension=extension):
+    server gets no request (docs/contract.md §5); a pinned one is asked first (``declares_capability``)."""
+    if declares_capability(session, ctx, capability, extension=extension):
         return
     capability = extension or capability
     raise CapabilityUnsupportedError(
@@ -8423,22 +8424,40 @@ def run_on_session(
         raise exc.copy(data={"server": server.name, **(exc.data or {})})  # noqa: B904 - its chain stays
 
 
-def run_resources(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict[str, Any]:
-    """``--resources`` data (docs/contract.md §7): every resource and resource template, as received."""
+def run_listing(
+    server: ResolvedServer,
+    ctx: OpContext,
+    listing: Callable[[McpSession], dict[str, list[Any]]],
+    *,
+    insecure: bool,
+    sessions: SessionSource | None = None,
+) -> dict[str, Any]:
+    """A listing command's data (``--resources``, ``--prompts``, ``--skills``; docs/contract.md §7), one shape: the
+    server, its protocol version, an ``<item>_count`` per list ``listing(session)`` names by its plural, then
+    ``complete`` and the lists."""
 
     def work(session: McpSession) -> dict[str, Any]:
-        resources, templates = list_resources(session, ctx)
+        lists = listing(session)
+        counts = {f"{name[:-1]}_count": len(items) for name, items in lists.items()}
         return {
             "server": server.name,
             "protocol_version": session.protocol_version,
-            "resource_count": len(resources),
-            "template_count": len(templates),
+            **counts,
             "complete": True,
-            "resources": resources,
-            "templates": templates,
+            **lists,
         }
 
-    return run_on_session(server, ctx, work, insecure=insecure)
+    return run_on_session(server, ctx, work, insecure=insecure, sessions=sessions)
+
+
+def run_resources(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict[str, Any]:
+    """``--resources`` data: every resource and resource template, as received."""
+
+    def listing(session: McpSession) -> dict[str, list[Any]]:
+        resources, templates = list_resources(session, ctx)
+        return {"resources": resources, "templates": templates}
+
+    return run_listing(server, ctx, listing, insecure=insecure)
 
 
 def describe_resource_brief(item: Mapping[str, Any]) -> dict[str, Any]:
@@ -8467,18 +8486,7 @@ def run_read(
 
 def run_prompts(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict[str, Any]:
     """``--prompts`` data: every prompt, as received."""
-
-    def work(session: McpSession) -> dict[str, Any]:
-        prompts = list_prompts(session, ctx)
-        return {
-            "server": server.name,
-            "protocol_version": session.protocol_version,
-            "prompt_count": len(prompts),
-            "complete": True,
-            "prompts": prompts,
-        }
-
-    return run_on_session(server, ctx, work, insecure=insecure)
+    return run_listing(server, ctx, lambda session: {"prompts": list_prompts(session, ctx)}, insecure=insecure)
 
 
 def run_prompt(
@@ -8537,18 +8545,13 @@ def describe_skill(entry: Mapping[str, Any]) -> dict[str, Any]:
 def run_skills(server: ResolvedServer, ctx: OpContext, *, insecure: bool) -> dict[str, Any]:
     """``--skills`` data: every listed skill (``describe_skill``); nothing read ahead (SEP-2640: no file before the
     skill is loaded)."""
-
-    def work(session: McpSession) -> dict[str, Any]:
-        skills = list_skills(session, ctx)
-        return {
-            "server": server.name,
-            "protocol_version": session.protocol_version,
-            "skill_count": len(skills),
-            "complete": True,
-            "skills": [describe_skill(entry) for entry in skills],
-        }
-
-    return run_on_session(server, ctx, work, insecure=insecure, sessions=SkillSessions())
+    return run_listing(
+        server,
+        ctx,
+        lambda session: {"skills": [describe_skill(entry) for entry in list_skills(session, ctx)]},
+        insecure=insecure,
+        sessions=SkillSessions(),
+    )
 
 
 def find_skill(skills: Sequence[dict[str, Any]], name: str, server_name: str) -> dict[str, Any]:
@@ -11284,8 +11287,7 @@ def render_tool_reason(result: Mapping[str, Any], scrub: Callable[[str], str]) -
         if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
             line = next((line.strip() for line in block["text"].splitlines() if line.strip()), "")
             if line:
-                line = printable(scrub(line))
-                return line if len(line) <= TOOL_REASON_LIMIT else line[: TOOL_REASON_LIMIT - 1] + "…"
+                return clip_text(printable(scrub(line)), TOOL_REASON_LIMIT)
     return None
 
 
@@ -13786,6 +13788,8 @@ class ResidentSession:
                 self._session = session
             try:
                 negotiate(session, self._ctx(timeout))
+                if session.transport.stdio is not None:  # pinned, nothing was sent: a live session is a running child
+                    session.transport.stdio.start()
             finally:
                 pid = session.transport.stdio.pid if session.transport.stdio is not None else None
                 if pid is not None and self.pid is None:
@@ -13909,10 +13913,10 @@ class ResidentSession:
     def read_skill(self, name: str, timeout: float) -> dict[str, Any]:
         return self.with_skills(lambda session, ctx: load_skill(session, ctx, name), timeout)  # type: ignore[no-any-return]
 
-    def declares(self, capability: str) -> bool:
-        """Whether the server declared ``capability`` (``resources``, ``prompts``) when it was negotiated."""
-        session = self._session
-        return session is not None and declares_capability(session, capability)
+    def declares(self, capability: str, timeout: float) -> bool:
+        """Whether the server declares ``capability`` (``resources``): section 7's ``declares_capability``, so a
+        server pinned to 2026-07-28 is asked ``server/discover`` once, as the CLI asks it."""
+        return declares_capability(self._require(), self._ctx(timeout), capability)
 
     def close_idle_connections(self) -> int:
         """HTTP: close the keep-alive connections no request uses (the session stays); stdio: nothing."""
@@ -13991,7 +13995,7 @@ class Slot:
         self.open_lock = threading.Lock()
         self.trimmed = 0.0  # when the reaper last closed the idle keep-alive connections of its HTTP session
         self.resolved: SlotResolution | None = None  # the last resolution for this slot
-        self.resources: bool | None = None  # its server declared resources at its last open (None: not opened yet)
+        self.resources: bool | None = None  # its session declares resources (None: not asked since it was opened)
         self.questions = 0  # forwarded questions waiting for the platform's answer (10.2.6): never reaped meanwhile
         self.tasks = 0  # live tasks its users' calls made on it (10.2.7): never reaped meanwhile
 
@@ -14412,7 +14416,7 @@ class SessionPool:
             with self._lock:
                 slot.last_error = None
                 slot.last_used = time.monotonic()
-                slot.resources = session.declares("resources")  # --inject-resource-tools asks (Catalogues)
+                slot.resources = None  # a new session: --inject-resource-tools asks it (Catalogues.reads_resources)
                 session.leases += 1
             return session
 
@@ -15850,14 +15854,18 @@ class Catalogues:
         }
 
     def reads_resources(self, command: ResidentCommand, view: Any, row: Any) -> bool:
-        """``--inject-resource-tools``: whether ``row``'s server declared resources when this user's session of it
-        was last opened; a catalogue read from the registry's cache has no session yet: one is opened to learn it."""
+        """``--inject-resource-tools``: whether ``row``'s server declares resources, asked once per session of this
+        user's slot through section 7's one path (``declares_capability``: a server pinned to 2026-07-28 gets its
+        one ``server/discover`` there); a catalogue from the registry's cache has no session yet: one is opened."""
         slot = self.pool.peek(command.user_id, row)
         if slot is None or slot.resources is None:
             slot, server = self.use(command, view, row)
             self.pool.use(slot, 1)
             try:
-                self.pool.release(self.session(command, row, slot, server))
+                session = self.session(command, row, slot, server)
+                slot.resources = self.pool.lend(
+                    slot, session, lambda: session.declares("resources", command.deadline.left()), lambda exc: None
+                )
             finally:
                 self.pool.use(slot, -1)
         return slot.resources is True

@@ -282,19 +282,23 @@ def resident_serving(registry: Path, server: Any, *options: str) -> Any:
 
 class ResidentWorld:
     """One mock server ``m`` (public HTTP in-process, or a per-user stdio child with a JSON-lines log) behind a
-    ``bkmcp --resident``, and what the server received."""
+    ``bkmcp --resident``, and what the server received. ``pin``: the registry row pins ``version``
+    (``protocol_version``), so the era probe is skipped."""
 
-    def __init__(self, tmp: Path, resident: Any, transport: str, version: str, *options: str, **scenario: Any):
+    def __init__(
+        self, tmp: Path, resident: Any, transport: str, version: str, *options: str, pin: bool = False, **scenario: Any
+    ):
         tmp.mkdir()
         self.http: MockServer | None = None
         self.log_path = tmp / "stdio.jsonl"
         scenario = {"versions": [version], **scenario}
+        pinned = {"protocol_version": version} if pin else {}
         if transport == "http":
             self.http = MockServer(scenario)
             self.http.start()
-            row = http_row("m", self.http.url)
+            row = http_row("m", self.http.url, **pinned)
         else:
-            row = stdio_row("m", mock_stdio(scenario, log=self.log_path))
+            row = stdio_row("m", mock_stdio(scenario, log=self.log_path), **pinned)
         reg = tmp / "registry.db"
         write_registry(str(reg), [row], {"m": {}})
         self.res: Resident = resident(reg, *options)
@@ -333,3 +337,34 @@ class ResidentWorld:
     def stop(self) -> None:
         if self.http is not None:
             self.http.stop()
+
+
+MODERN, LEGACY = "2026-07-28", "2025-11-25"
+KINDS = [("http", LEGACY), ("http", MODERN), ("stdio", LEGACY), ("stdio", MODERN)]  # (transport, era) of a world
+
+
+def world_fixtures(cls: type[ResidentWorld] = ResidentWorld, **defaults: Any) -> tuple[Any, Any]:
+    """A test module's two fixtures, bound as ``make_world, world = world_fixtures(World, …)``: ``make_world``
+    builds ``cls(…, transport, version, *options, **{**defaults, **scenario})`` on each call and stops them all at
+    teardown; ``world`` is one per (transport, era) of ``KINDS``."""
+    import pytest
+
+    @pytest.fixture
+    def make_world(tmp_path: Path, resident: Any) -> Any:
+        made: list[ResidentWorld] = []
+
+        def make(transport: str, version: str, *options: str, **scenario: Any) -> Any:
+            made.append(
+                cls(tmp_path / f"w{len(made)}", resident, transport, version, *options, **{**defaults, **scenario})
+            )
+            return made[-1]
+
+        yield make
+        for world in made:
+            world.stop()
+
+    @pytest.fixture(params=KINDS, ids="-".join)
+    def world(request: Any, make_world: Any) -> Any:
+        return make_world(*request.param)
+
+    return make_world, world

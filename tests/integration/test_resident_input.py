@@ -27,6 +27,14 @@ def calls(srv) -> list[dict]:
     return [e["json"] for e in srv.requests("tools/call")]
 
 
+def resumed(send, user: str, server: str, asked: dict, answers: dict = ACCEPT, tool: str = "ask", **params) -> dict:
+    """``call_tool`` of ``tool`` on ``server`` as ``user`` resuming the round ``asked`` with ``answers``; ``send`` is
+    ``res.ok`` (it must succeed) or ``res.ask`` (the answer as it came)."""
+    return send(
+        "call_tool", user, server_name=server, tool_name=tool, resume=asked["resume"], input_responses=answers, **params
+    )
+
+
 def test_forwarded_round_resumed_with_exact_state_and_new_id(tmp_path, resident, http_mock):
     srv = http_mock({"tools": [mock_tool("ask", "input_required")]})
     res = resident(registry(tmp_path, [http_row("pub", srv.url)]), "--elicitation", "forward")
@@ -36,15 +44,7 @@ def test_forwarded_round_resumed_with_exact_state_and_new_id(tmp_path, resident,
     assert asked["input_requests"]["confirm"]["requested_schema"]["required"] == ["ok"]
     assert asked["expires_in_ms"] == 300000 and asked["resume"].startswith("in-")
     assert len(calls(srv)) == 1 and calls(srv)[0]["params"]["_meta"][CAPS] == {"elicitation": {"form": {}}}
-    done = res.ok(
-        "call_tool",
-        "u1",
-        server_name="pub",
-        tool_name="ask",
-        arguments={},
-        resume=asked["resume"],
-        input_responses=ACCEPT,
-    )
+    done = resumed(res.ok, "u1", "pub", asked, arguments={})
     assert done["result"].get("isError") is not True and "status" not in done
     first, retry = calls(srv)
     [state] = srv.core.issued_states
@@ -53,7 +53,7 @@ def test_forwarded_round_resumed_with_exact_state_and_new_id(tmp_path, resident,
     assert retry["params"]["arguments"] == {"text": "kept-arg-7"}  # the request that asked, not the platform's
     assert done["result"]["structuredContent"]["requestState"] == state
     # a handle is used once
-    again = res.ask("call_tool", "u1", server_name="pub", tool_name="ask", resume=asked["resume"], input_responses={})
+    again = resumed(res.ask, "u1", "pub", asked, {})
     assert again["error_code"] == "input_resume_invalid" and len(calls(srv)) == 2
     names = [e["event"] for e in res.events() if e["event"].startswith("input.")]
     assert names == ["input.requested", "input.answered"]
@@ -65,24 +65,14 @@ def test_another_users_resume_is_refused_and_nothing_is_sent(tmp_path, resident,
     srv = http_mock({"tools": [mock_tool("ask", "input_required")]})
     res = resident(registry(tmp_path, [http_row("pub", srv.url)]), "--elicitation", "forward")
     asked = res.ok("call_tool", "alice", server_name="pub", tool_name="ask", arguments={"text": "alice-only-31"})
-    stolen = res.ask(
-        "call_tool",
-        "bob",
-        server_name="pub",
-        tool_name="ask",
-        arguments={},
-        resume=asked["resume"],
-        input_responses=ACCEPT,
-    )
+    stolen = resumed(res.ask, "bob", "pub", asked, arguments={})
     assert stolen["success"] is False and stolen["error_code"] == "input_resume_invalid"
     assert "alice-only-31" not in json.dumps(stolen) and len(calls(srv)) == 1
     wrong_action = res.ask(
         "get_prompt", "alice", server_name="pub", name="ask", resume=asked["resume"], input_responses=ACCEPT
     )
     assert wrong_action["error_code"] == "input_resume_invalid"
-    done = res.ok(
-        "call_tool", "alice", server_name="pub", tool_name="ask", resume=asked["resume"], input_responses=ACCEPT
-    )
+    done = resumed(res.ok, "alice", "pub", asked)
     assert done["result"]["structuredContent"]["requestState"] in srv.core.issued_states
     assert [c["params"]["arguments"] for c in calls(srv)] == [{"text": "alice-only-31"}] * 2
 
@@ -98,15 +88,11 @@ def test_several_questions_state_only_and_forever_each_round_resumed(tmp_path, r
     res = resident(registry(tmp_path, [http_row("pub", srv.url)]), "--elicitation", "forward")
     asked = res.ok("call_tool", "u", server_name="pub", tool_name="two", arguments={})
     assert set(asked["input_requests"]) == {"confirm", "profile"}
-    partial = res.ok(
-        "call_tool", "u", server_name="pub", tool_name="two", resume=asked["resume"], input_responses=ACCEPT
-    )  # one of two answered: asked again, nothing made up
+    partial = resumed(res.ok, "u", "pub", asked, tool="two")  # one of two answered: asked again, nothing made up
     assert partial["status"] == "input_required" and list(partial["input_requests"]) == ["profile"]
     assert len(calls(srv)) == 1
     profile = {"profile": {"action": "accept", "content": {"name": "Ada"}}}
-    both = res.ok(
-        "call_tool", "u", server_name="pub", tool_name="two", resume=partial["resume"], input_responses=profile
-    )  # the first answer was kept with the round
+    both = resumed(res.ok, "u", "pub", partial, profile, tool="two")  # the first answer was kept with the round
     assert "result" in both and calls(srv)[-1]["params"]["inputResponses"] == {**ACCEPT, **profile}
     st = res.ok("call_tool", "u", server_name="pub", tool_name="st", arguments={})  # a state only: no question
     assert "result" in st
@@ -116,14 +102,10 @@ def test_several_questions_state_only_and_forever_each_round_resumed(tmp_path, r
     ever = res.ok("call_tool", "u", server_name="pub", tool_name="ever", arguments={})
     for _ in range(3):  # each round is the platform's: the resident never answers a later round by itself
         before = len(calls(srv))
-        ever = res.ok(
-            "call_tool", "u", server_name="pub", tool_name="ever", resume=ever["resume"], input_responses=ACCEPT
-        )
+        ever = resumed(res.ok, "u", "pub", ever, tool="ever")
         assert ever["status"] == "input_required" and len(calls(srv)) == before + 1
     rej = res.ok("call_tool", "u", server_name="pub", tool_name="rej", arguments={})
-    refused = res.ask(
-        "call_tool", "u", server_name="pub", tool_name="rej", resume=rej["resume"], input_responses=ACCEPT
-    )
+    refused = resumed(res.ask, "u", "pub", rej, tool="rej")
     assert refused["success"] is False and "requestState" in refused["error"]  # the server's error, not retried
     assert [c["params"]["name"] for c in calls(srv)].count("rej") == 2
 
@@ -161,9 +143,7 @@ def test_cap_per_user_and_expiry_with_event(tmp_path, resident, http_mock):
     assert over["error_code"] == "input_pending_limit"
     assert res.ok("call_tool", "other", server_name="pub", tool_name="ask", arguments={})["status"] == "input_required"
     res.wait_event("input.expired", count=9)
-    late = res.ask(
-        "call_tool", "u", server_name="pub", tool_name="ask", resume=kept[0]["resume"], input_responses=ACCEPT
-    )
+    late = resumed(res.ask, "u", "pub", kept[0])
     assert late["error_code"] == "input_resume_invalid" and len(calls(srv)) == 10
     assert all(set(e) <= {"ts", "event", "server", "user", "task_id", "method"} for e in res.events("input.expired"))
 
@@ -182,6 +162,7 @@ def test_off_by_default_resume_refused(tmp_path, resident, http_mock):
 # -- legacy: an elicitation/create held open while the platform answers ----------------------------------------------
 
 LEGACY = {"versions": ["2025-11-25"], "response_mode": "sse", "tools": [mock_tool("ask", "input_required")]}
+ANSWERED = {"elicitation-1": {"action": "accept", "content": {"ok": True}}}  # the legacy elicitation/create accepted
 
 
 def test_legacy_question_held_open_answered_by_the_resume_one_call(tmp_path, resident, http_mock):
@@ -193,23 +174,9 @@ def test_legacy_question_held_open_answered_by_the_resume_one_call(tmp_path, res
     )
     assert old.client_responses == []  # held open: nothing answered yet, never a decline
     assert old.requests("initialize")[0]["json"]["params"]["capabilities"] == {"elicitation": {"form": {}}}
-    stolen = res.ask(
-        "call_tool",
-        "bob",
-        server_name="old",
-        tool_name="ask",
-        resume=asked["resume"],
-        input_responses={"elicitation-1": {"action": "accept", "content": {"ok": False}}},
-    )
+    stolen = resumed(res.ask, "bob", "old", asked, {"elicitation-1": {"action": "accept", "content": {"ok": False}}})
     assert stolen["error_code"] == "input_resume_invalid" and old.client_responses == []
-    done = res.ok(
-        "call_tool",
-        "alice",
-        server_name="old",
-        tool_name="ask",
-        resume=asked["resume"],
-        input_responses={"elicitation-1": {"action": "accept", "content": {"ok": True}}},
-    )
+    done = resumed(res.ok, "alice", "old", asked, ANSWERED)
     assert [r["result"] for r in old.client_responses] == [{"action": "accept", "content": {"ok": True}}]
     assert "result" in done and "status" not in done
     assert len(old.requests("tools/call")) == 1  # the same call, never sent again
@@ -227,14 +194,7 @@ def test_legacy_question_expired_is_answered_cancel(tmp_path, resident, http_moc
     assert asked["status"] == "input_required" and asked["expires_in_ms"] == 1000
     res.wait_event("input.expired")  # the answer was sent before the event was written
     assert [r["result"] for r in old.client_responses] == [{"action": "cancel"}]
-    late = res.ask(
-        "call_tool",
-        "u",
-        server_name="old",
-        tool_name="ask",
-        resume=asked["resume"],
-        input_responses={"elicitation-1": {"action": "accept", "content": {"ok": True}}},
-    )
+    late = resumed(res.ask, "u", "old", asked, ANSWERED)
     assert late["error_code"] == "input_resume_invalid" and len(old.requests("tools/call")) == 1
 
 
@@ -248,7 +208,7 @@ def test_idle_reaping_keeps_a_user_server_holding_a_question_stdio(tmp_path, res
     assert asked["status"] == "input_required"
     time.sleep(3)  # three idle timeouts: an idle instance without a question would be reaped by now
     assert res.events("process.exited") == []
-    done = res.ok("call_tool", "u", server_name="mine", tool_name="ask", resume=asked["resume"], input_responses=ACCEPT)
+    done = resumed(res.ok, "u", "mine", asked)
     assert done["result"]["structuredContent"]["requestState"].startswith("mock-state-")
     assert len(res.events("process.started")) == 1
 
@@ -261,14 +221,7 @@ def test_legacy_stdio_question_held_open_on_the_shared_stream(tmp_path, resident
     res = resident(reg, "--elicitation", "forward")
     asked = res.ok("call_tool", "u", server_name="mine", tool_name="ask", arguments={})
     assert asked["status"] == "input_required" and "elicitation-1" in asked["input_requests"]
-    done = res.ok(
-        "call_tool",
-        "u",
-        server_name="mine",
-        tool_name="ask",
-        resume=asked["resume"],
-        input_responses={"elicitation-1": {"action": "accept", "content": {"ok": True}}},
-    )
+    done = resumed(res.ok, "u", "mine", asked, ANSWERED)
     assert "result" in done and json.dumps({"action": "accept", "content": {"ok": True}}) in json.dumps(done)
 
 
@@ -316,9 +269,7 @@ def test_resume_after_the_server_instance_was_restarted_is_refused(tmp_path, res
     res = resident(reg, "--elicitation", "forward")
     asked = res.ok("call_tool", "u", server_name="mine", tool_name="ask", arguments={})
     res.ok("disconnect_server", "u", server_name="mine")
-    again = res.ask(
-        "call_tool", "u", server_name="mine", tool_name="ask", resume=asked["resume"], input_responses=ACCEPT
-    )
+    again = resumed(res.ask, "u", "mine", asked)
     assert again["error_code"] == "input_resume_invalid" and "restarted" in again["error"]
 
 
@@ -337,8 +288,6 @@ def test_legacy_questions_over_the_per_user_cap_are_answered_cancel(tmp_path, re
     over = res.ask("call_tool", "u", server_name="old", tool_name="ask", arguments={})
     assert over["error_code"] == "input_pending_limit"
     assert [r["result"] for r in old.client_responses] == [{"action": "cancel"}]  # the ninth: cancel, never decline
-    done = res.ok(
-        "call_tool", "u", server_name="old", tool_name="ask", resume=kept[3]["resume"], input_responses={}
-    )  # no answer given for its question: cancel
+    done = resumed(res.ok, "u", "old", kept[3], {})  # no answer given for its question: cancel
     assert "result" in done and [r["result"] for r in old.client_responses][-1] == {"action": "cancel"}
     assert len(old.requests("tools/call")) == 9

@@ -14,39 +14,16 @@ import re
 from typing import Any
 
 import pytest
-from resident_harness import ResidentWorld, http_row, mock_stdio, stdio_row, write_registry
+from resident_harness import KINDS, LEGACY, MODERN, http_row, mock_stdio, stdio_row, world_fixtures, write_registry
 
 from mock_server.mcp_mock import DEFAULT_TOOLS, TINY_PNG, MockServer, mock_tool
 
 pytestmark = pytest.mark.integration
 
-MODERN, LEGACY = "2026-07-28", "2025-11-25"
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 FAMILIES = ("function", "function_strict", "anthropic", "gemini")
 
-
-World = ResidentWorld
-
-
-@pytest.fixture
-def make_world(tmp_path, resident):
-    made: list[World] = []
-
-    def make(transport: str, version: str, *options: str, **scenario: Any) -> World:
-        made.append(World(tmp_path / f"w{len(made)}", resident, transport, version, *options, **scenario))
-        return made[-1]
-
-    yield make
-    for world in made:
-        world.stop()
-
-
-KINDS = [("http", LEGACY), ("http", MODERN), ("stdio", LEGACY), ("stdio", MODERN)]
-
-
-@pytest.fixture(params=KINDS, ids="-".join)
-def world(request, make_world):
-    return make_world(*request.param)
+make_world, world = world_fixtures()
 
 
 def test_list_resources_gives_every_resource_and_template_per_server(world):
@@ -314,6 +291,32 @@ def test_the_injected_resource_tool_reads_and_never_collides_with_a_server_tool(
     finally:
         srv.stop()
         bare.stop()
+
+
+@pytest.mark.parametrize("transport", ["http", "stdio"])
+def test_a_server_pinned_to_2026_07_28_gets_its_resource_tool_after_one_server_discover(make_world, transport):
+    """A pin turns the era probe off, so the session never heard the server's capabilities: --inject-resource-tools
+    asks them as the CLI does (declares_capability, one server/discover), then injects the reader; a pinned server
+    without resources gets none; a second list_tools and a read ask nothing again. A pinned stdio server's child is
+    spawned when its session opens (before, nothing had been sent, so the session was "not connected")."""
+    world = make_world(transport, MODERN, "--inject-resource-tools", pin=True)
+    listed = world.res.ok("list_tools", "ann")
+    assert listed["errors"] == []
+    [reader] = [t for t in listed["tools"] if t.get("resource_reader")]
+    assert reader["server_name"] == "m" and reader["anthropic"]["input_schema"]["required"] == ["uri"]
+    world.res.ok("list_tools", "ann")
+    read = world.res.ok("call_tool", "ann", name=reader["name"], arguments={"uri": "mock://notes/readme"})
+    assert read["result"]["content"][0]["resource"]["text"] == "hello from the mock\n"
+    assert [e["rpc_method"] for e in world.received()] == [
+        "tools/list",
+        "server/discover",
+        "resources/read",
+    ]
+    assert len(world.res.events("process.started")) == (transport == "stdio")  # spawned when its session opened
+    bare = make_world(transport, MODERN, "--inject-resource-tools", pin=True, capabilities={"tools": {}})
+    listed = bare.res.ok("list_tools", "ann")
+    assert listed["errors"] == [] and not [t for t in listed["tools"] if t.get("resource_reader")]
+    assert [e["rpc_method"] for e in bare.received()] == ["tools/list", "server/discover"]
 
 
 def test_parse_errors_of_the_new_actions_are_invalid_command(make_world):

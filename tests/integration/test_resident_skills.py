@@ -11,17 +11,25 @@ from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
-from resident_harness import ResidentWorld, http_row, mock_stdio, stdio_row, write_registry
+from resident_harness import (
+    KINDS,
+    LEGACY,
+    MODERN,
+    ResidentWorld,
+    http_row,
+    mock_stdio,
+    stdio_row,
+    world_fixtures,
+    write_registry,
+)
 
 from mock_server.mcp_mock import DEFAULT_SKILLS, SKILLS_EXTENSION, MockServer
 
 pytestmark = pytest.mark.integration
 
-MODERN, LEGACY = "2026-07-28", "2025-11-25"
 PDF = DEFAULT_SKILLS[0]["files"]
 DECLARED = {"extensions": {SKILLS_EXTENSION: {}}}
 META = "io.modelcontextprotocol/clientCapabilities"
@@ -29,9 +37,6 @@ META = "io.modelcontextprotocol/clientCapabilities"
 
 class World(ResidentWorld):
     """One mock server ``m`` with skills behind a ``bkmcp --resident``; what the server received."""
-
-    def __init__(self, tmp: Path, resident: Any, transport: str, version: str, **scenario: Any) -> None:
-        super().__init__(tmp, resident, transport, version, **{"skills": True, **scenario})
 
     def methods(self) -> list[str]:
         return [r["method"] for r in self.requests() if r["method"] not in ("initialize", "server/discover")]
@@ -52,25 +57,7 @@ class World(ResidentWorld):
         return found
 
 
-@pytest.fixture
-def make_world(tmp_path, resident):
-    made: list[World] = []
-
-    def make(transport: str, version: str, **scenario: Any) -> World:
-        made.append(World(tmp_path / f"w{len(made)}", resident, transport, version, **scenario))
-        return made[-1]
-
-    yield make
-    for world in made:
-        world.stop()
-
-
-KINDS = [("http", LEGACY), ("http", MODERN), ("stdio", LEGACY), ("stdio", MODERN)]
-
-
-@pytest.fixture(params=KINDS, ids="-".join)
-def world(request, make_world):
-    return make_world(*request.param)
+make_world, world = world_fixtures(World, skills=True)
 
 
 def test_list_skills_lists_each_skill_and_reads_nothing(world):

@@ -248,7 +248,7 @@ def test_a_resident_command_gets_one_deadline_when_it_is_parsed_and_every_step_a
 SEAM = {"kind", "has_sessions", "shared_stream", "responses", "stdio", "alive", "attach", "send", "failure"}
 SEAM |= {"timeout_error", "stop_requests", "close_idle_connections", "end_session", "close", "listen"}
 STDIO_ONLY = {"pid", "exit_status", "restart_if_exited", "stderr_tail", "stderr_position", "mark_started"}
-STDIO_ONLY |= {"stdout_skipped", "stdout_position", "unread_input", "probe_begins", "probe_ends"}
+STDIO_ONLY |= {"stdout_skipped", "stdout_position", "unread_input", "probe_begins", "probe_ends", "start"}
 
 
 def _members(cls: type) -> set[str]:
