@@ -15987,8 +15987,8 @@ _REQUIRED_PARAMS = {
     "cancel_task": ("mcp_task_id",),
 }
 # the actions that take a timeout_ms: all but these, whose steps use --timeout each
-_UNTIMED_ACTIONS = "init list_servers connect_server disconnect_server list_tools refresh_tools list_tasks shutdown"
-_TIMED_ACTIONS = frozenset(RESIDENT_ACTIONS) - frozenset(_UNTIMED_ACTIONS.split())
+_QUICK_ACTIONS = frozenset({"init", "list_servers", "connect_server", "disconnect_server", "list_tools"})
+_TIMED_ACTIONS = frozenset(RESIDENT_ACTIONS) - _QUICK_ACTIONS - {"refresh_tools", "list_tasks", "shutdown"}
 _TASK_MODES = ("wait", "detach")  # call_tool's task: wait for a task's result, or answer its handle
 _MAX_COMMANDS_RUNNING = 4096  # commands executing at once; the reader waits (back-pressure) beyond it
 _IDLE_WORKERS = 16  # command threads kept waiting for the next command (starting a thread costs ~0.1 ms)
