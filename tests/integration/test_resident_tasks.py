@@ -8,12 +8,17 @@ keeps its server from the idle reaper; ``task.*`` events carry ids, the server a
 
 from __future__ import annotations
 
+import io
+import itertools
 import json
 
 import pytest
 from resident_harness import Resident, http_row, mock_stdio, stdio_row, write_registry
 
+import bkmcp
 from mock_server.mcp_mock import TASK_CAPABILITIES, TASKS_EXTENSION
+from tests.helpers import resident_options
+from tests.integration.test_resident_inprocess import _Answers
 from tests.integration.test_tasks import job
 
 pytestmark = [pytest.mark.integration]
@@ -37,13 +42,55 @@ def scenario(version: str) -> dict:
     return {"tools": TOOLS, "capabilities": TASK_CAPABILITIES, "versions": [version]}
 
 
-@pytest.fixture(params=[LEGACY, MODERN])
+class InProcess:
+    """The resident run in this process (``ResidentServer`` with injected streams, so coverage measures it),
+    asked as ``resident_harness.Resident`` is: ``ask``, ``ok``, ``events``, ``wait_event``."""
+
+    _ids = itertools.count(1)
+    events = Resident.events
+    wait_event = Resident.wait_event
+    ok = Resident.ok
+
+    def __init__(self, registry, *options: str) -> None:
+        self.log = bkmcp.Log(io.StringIO())
+        opts = resident_options(str(registry), *options)
+        self.registry = bkmcp.open_registry(opts.registry, env={}, log=self.log, timeout=5.0)
+        self.events_path = registry.with_suffix(".events.jsonl")
+        self.sink = bkmcp.EventSink(open(self.events_path, "w"), self.log.redactor, owned=True)
+        self.out = _Answers()
+        self.server = bkmcp.ResidentServer(
+            opts, registry=self.registry, stdout=self.out, log=self.log, events=self.sink, env={"PATH": "/usr/bin:/bin"}
+        )
+
+    def ask(self, action: str, user: str | None = None, **params: object) -> dict:
+        task_id = f"p{next(self._ids)}"
+        body = {"command": "invoke", "task_id": task_id, "params": {"action": action, **params}}
+        if user is not None:
+            body["user"] = {"userId": user}
+        self.server.dispatch(json.dumps(body).encode())
+        return self.out.wait(task_id)  # its events are in the file already (a file takes each line at once)
+
+    def close(self) -> None:
+        self.server.finish(grace=5.0)
+        self.registry.close()
+        self.sink.close()
+
+
+@pytest.fixture(params=[(LEGACY, "process"), (MODERN, "process"), (LEGACY, "inprocess"), (MODERN, "inprocess")])
 def world(request, tmp_path, resident, http_mock):
-    """A public HTTP mock of one era behind a resident, shared by two users."""
-    srv = http_mock(scenario(request.param))
+    """A public HTTP mock of one era behind a resident (a process, or in this one), shared by two users."""
+    era, how = request.param
+    srv = http_mock(scenario(era))
     reg = tmp_path / "registry.db"
     write_registry(str(reg), [http_row("m", srv.url)])
-    return request.param, srv, resident(reg)
+    if how == "process":
+        yield era, srv, resident(reg)
+        return
+    res = InProcess(reg)
+    try:
+        yield era, srv, res
+    finally:
+        res.close()
 
 
 def received(srv, method: str) -> list[dict]:
@@ -265,4 +312,6 @@ def test_each_users_records_are_bounded_forgotten_after_their_ttl_and_never_ambi
     tasks.seen(command, one, handle("a", "x3", ttl=0))  # a fourth: the oldest live one goes, its hold freed
     assert [t["mcp_task_id"] for t in tasks.listing(command, "a")] == ["x2"]  # x3's ttl passed: forgotten
     assert one.tasks == 1 and tasks.listing(stranger, None) == []
+    tasks.seen(stranger, one, handle("a", "y1", ttl=0))  # u2's one task, forgotten at once: u2 with it
+    assert tasks.listing(stranger, None) == [] and one.tasks == 1 and "u2" not in tasks._users
     assert all(set(fields) == {"server", "user", "task_id", "mcp_task_id", "status"} for _, fields in events)
