@@ -215,6 +215,9 @@ def test_a_task_that_asks_for_input_ends_with_a_stable_code_and_its_handle(tmp_p
     assert asked["error_code"] == "mcp_capability_unsupported", asked
     assert asked["details"]["outcome"] == "task_waiting" and asked["details"]["task"]["status"] == "input_required"
     assert received(srv, "tasks/cancel") == [] and len(received(srv, "tools/call")) == 1
+    # the wait runs on the forwarding thread: it still ends before the command does, with the handle
+    ran_out = call(res, "u1", "never", task="wait", timeout_ms=500)
+    assert ran_out["error_code"] == "mcp_task_running" and ran_out["details"]["task"]["status"] == "working"
 
 
 def test_idle_reaping_keeps_a_server_that_holds_a_live_task(tmp_path, resident):
