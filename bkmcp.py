@@ -81,8 +81,10 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                    (send_with_input: the requestState echoed exactly, at most MAX_INPUT_ROUNDS
                                    rounds)
        7.3.1 tasks                   a call run as a task and waited for (--task, --detach); --task-status,
-                                     --task-result [--wait], --task-cancel, --tasks; a legacy HTTP task's own
-                                     session (ResumedSessions); the handle store (task_store_path)
+                                     --task-result [--wait], --task-cancel, --tasks; a task that asks for input
+                                     (answer_task_input: tasks/update, keys once across polls; legacy:
+                                     tasks/result); a legacy HTTP task's own session (ResumedSessions); the
+                                     handle store (task_store_path)
        7.4 the CLI's operations    one session each: --check, --tools (and --tools --brief), --resources (and
                                    --resources --brief), --read, --prompts, --prompt, --skills, --skill (read
                                    lazily, each file verified before the next: load_skill, the resident's too;
@@ -7448,8 +7450,14 @@ def build_input_required(
     said = first.get("message")
     shown = f": {clip_text(said, 200)}" if isinstance(said, str) and said.strip() else ""
     fits = any(q.get("problems") for q in questions.values())
+    task = (data or {}).get("task")
     if parked.get("resume"):
         how = f"answer it: bkmcp <server> --resume {parked['resume']} --input FIELD=VALUE (or --inputs JSON)"
+    elif isinstance(task, dict) and task.get("status") == "input_required":  # a task waiting for the answers
+        how = (
+            f"answer it: bkmcp <server> --task-result {shell_quote(str(task.get('mcp_task_id')))} --wait "
+            "--input FIELD=VALUE (or --inputs JSON)"
+        )
     elif data and "result" in data:  # a legacy server asked mid-call and was answered cancel
         how = "the server was answered cancel; run the same command again with --input FIELD=VALUE (or --inputs JSON)"
     else:
@@ -7880,10 +7888,13 @@ class TaskChoice:
     told: bool = False  # the user was told the call runs as a task (one stderr line, not two); the resident: none
 
 
-def task_request(session: McpSession, ctx: OpContext, method: str, task_id: str) -> dict[str, Any]:
+def task_request(
+    session: McpSession, ctx: OpContext, method: str, task_id: str, extra: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """One of ``tasks/get|result|cancel|update`` for ``task_id`` (modern: the extension declared, ``Mcp-Name`` the
-    task id); a task the server no longer knows (-32602) is ``mcp_task_expired``."""
-    params: dict[str, Any] = {"taskId": task_id}
+    task id; ``extra``: further params, ``tasks/update``'s ``inputResponses``); a task the server no longer knows
+    (-32602) is ``mcp_task_expired``."""
+    params: dict[str, Any] = {"taskId": task_id, **dict(extra or {})}
     if session.rules is not None and session.rules.request_meta:
         params["_meta"] = {META_CLIENT_CAPABILITIES: {"extensions": {TASKS_EXTENSION: {}}}}
     try:
@@ -7928,7 +7939,10 @@ def task_outcome(
     session: McpSession, ctx: OpContext, view: Mapping[str, Any], handle: dict[str, Any]
 ) -> dict[str, Any]:
     """A terminal task's result (the call's own ``CallToolResult``, ``isError`` included), or its error:
-    ``mcp_task_cancelled``, ``mcp_task_failed`` (the JSON-RPC error the call ended with)."""
+    ``mcp_task_cancelled``, ``mcp_task_failed`` (the JSON-RPC error the call ended with). A legacy task asking for
+    input (``input_required``) is read the same way: ``tasks/result`` blocks until it ends, and the questions the
+    server sends on its stream are answered by ``ctx.input`` mid-call (``McpSession._answer_question``: no answer
+    at hand is ``cancel``, then ``input_required`` with the questions and the result)."""
     status, task_id = view.get("status"), handle["mcp_task_id"]
     base = {"server": session.server.name, "tool": handle.get("tool"), "task": handle}
     said = f": {handle['status_message']}" if handle.get("status_message") else ""
@@ -7953,12 +7967,18 @@ def task_outcome(
         )
     try:  # the 2025-11-25 core: tasks/result answers what the call itself would have (a result or an error)
         result = task_request(session, ctx, "tasks/result", task_id)
+    except InputRequiredError as exc:  # a question on its stream had no answer at hand: answered cancel, and the
+        # task went on to its end (tasks/result answers only then)
+        answered = exc.data.get("result") if isinstance(exc.data, dict) else None
+        ended = "failed" if isinstance(answered, dict) and answered.get("isError") is True else "completed"
+        raise exc.copy(data={**base, "task": {**handle, "status": ended}, **(exc.data or {})}) from None
     except ProtocolError as exc:
         rpc = exc.details.get("rpc_error")
         if rpc is None:
             raise
         raise TaskFailedError(
-            f"task {clip_text(repr(task_id), 80)} of server {session.server.name!r} {status}: "
+            f"task {clip_text(repr(task_id), 80)} of server {session.server.name!r} "
+            f"{status if status in TASK_TERMINAL else 'failed'}: "
             f"{clip_text(printable(str(rpc.get('message', ''))), 300)}",
             hint="the call the task ran ended with a JSON-RPC error; see error.rpc_error",
             details={"rpc_error": rpc},
@@ -7989,14 +8009,19 @@ def await_task(
     """Poll ``tasks/get`` until the task ends (``task_outcome``): the first at once, each next after
     ``task_poll_delay`` of the interval the server last gave, within ``ctx.deadline``: when it is spent the wait
     ends (the task goes on) as ``mcp_task_running``. ``ctx.task`` follows the handle (a Ctrl-C reports it); on a
-    terminal or with ``-v`` each status is shown (``Log.progress``). A task asking for input ends the wait as
-    ``mcp_capability_unsupported`` (bkmcp answers no elicitation yet), the task left as it is."""
+    terminal or with ``-v`` each status is shown (``Log.progress``). A task asking for input is answered through
+    ``ctx.input`` (None: nobody, as headless): 2026-07-28, its questions sent back with ``tasks/update``
+    (``answer_task_input``, keys deduplicated across polls); 2025-11-25, ``tasks/result`` at once, whose stream
+    carries the questions (``task_outcome``). A question no answer is at hand for ends the wait as
+    ``input_required``, the task left waiting for a later command's answers."""
     import random
 
     task_id = handle["mcp_task_id"]
     started = time.monotonic()
     ctx.task = handle
     shown = ctx.progress is not None
+    answered: dict[str, int] = {}  # inputRequests key -> the tasks/update round that answered it (a poll may show
+    # an answered one again before the server caught up)
     first = True  # the first poll goes at once, as the TypeScript SDK's requestStream does (sdk 1.32.2,
     # shared/protocol.js): a task that ends at once costs a round trip, not an interval
     try:
@@ -8018,22 +8043,78 @@ def await_task(
             if shown:
                 said = f": {handle['status_message']}" if handle.get("status_message") else ""
                 ctx.log.progress(f"task {status}{said} ({time.monotonic() - started:.1f}s)")
-            if status in TASK_TERMINAL:
+            legacy_asks = status == "input_required" and not (session.rules is not None and session.rules.request_meta)
+            if status in TASK_TERMINAL or legacy_asks:
+                if shown and legacy_asks:
+                    ctx.log.progress_end()  # a question may be asked on the terminal next
+                try:
+                    outcome = task_outcome(session, ctx, view, handle)
+                except McpTimeoutError:  # a legacy tasks/result that outlasted the budget: the task goes on
+                    raise _still_running(session, ctx, handle) from None
                 session.keep_session = False  # nothing lives in the session any more: it may end
+                if legacy_asks:
+                    handle = ctx.task = {
+                        **handle,
+                        "status": "failed" if outcome.get("isError") is True else "completed",
+                    }
                 if choice is not None and choice.on_handle is not None:
                     choice.on_handle(handle, None)
-                return task_outcome(session, ctx, view, handle)
+                return outcome
             if status == "input_required":
-                raise CapabilityUnsupportedError(
-                    f"task {clip_text(repr(task_id), 80)} of server {session.server.name!r} needs input from the "
-                    "client (status input_required), which bkmcp cannot give yet; the task is left waiting",
-                    hint="answer it from a client with elicitation, or cancel it (--task-cancel)",
-                    details={"capability": "elicitation", "outcome": "task_waiting"},
-                    data={"server": session.server.name, "tool": handle.get("tool"), "task": handle},
-                )
+                if shown:
+                    ctx.log.progress_end()
+                try:
+                    answer_task_input(session, ctx, view, handle, answered)
+                except InputRequiredError:
+                    if choice is not None and choice.on_handle is not None:
+                        choice.on_handle(handle, None)  # the store says it waits for input
+                    raise
     finally:
         if shown:
             ctx.log.progress_end()
+
+
+def answer_task_input(
+    session: McpSession, ctx: OpContext, view: Mapping[str, Any], handle: dict[str, Any], answered: dict[str, int]
+) -> bool:
+    """A 2026-07-28 task in ``input_required`` (modelcontextprotocol/ext-tasks@e434597, specification/draft/tasks.md,
+    2026-08-21, "Task Update Requests"): the ``inputRequests`` its ``tasks/get`` view carries that ``answered`` does
+    not hold yet (a key is unique over the task's life, and a poll before the server caught up shows an answered one
+    again: it is neither asked nor sent twice) are answered by ``ctx.input`` and sent in one ``tasks/update``
+    (``inputResponses`` by key; ``answered`` maps each key sent to its round, at most ``MAX_INPUT_ROUNDS``); True
+    when one was sent. All or nothing: a question no answer is at hand for (or
+    whose answers do not fit) sends nothing and ends the wait as ``input_required`` (exit 2) with the questions
+    and the task's handle: the task keeps waiting, and ``--task-result ID --wait --input …`` answers it. Never
+    ``decline`` unless the user said so; sampling or roots asked is ``mcp_capability_unsupported``."""
+    requests = view.get("inputRequests")
+    if requests is None:  # not surfaced (yet): the next poll looks again
+        return False
+    task_id = handle["mcp_task_id"]
+    label = f"task {clip_text(repr(task_id), 80)}"
+    asked = parse_input_round(label, {"inputRequests": requests})
+    fresh = InputRound({k: r for k, r in asked.requests.items() if k not in answered}, None)
+    if not fresh.requests:
+        return False
+    rounds = max(answered.values(), default=0)
+    if rounds >= MAX_INPUT_ROUNDS:
+        raise ProtocolError(
+            f"{label} of server {session.server.name!r} asked for input {rounds} times and still asks; bkmcp "
+            f"stopped answering it (at most {MAX_INPUT_ROUNDS} rounds)",
+            hint="the task is left as it is; cancel it with --task-cancel ID, or report it to the server's authors",
+            details={"outcome": "not_completed"},
+            data={"server": session.server.name, "tool": handle.get("tool"), "task": handle},
+        )
+    data = {"server": session.server.name, "tool": handle.get("tool"), "task": handle}
+    try:
+        responses, unanswered = answer_round(ctx.input or InputSource(), label, fresh)
+    except CapabilityUnsupportedError as exc:
+        raise exc.copy(data=data) from None
+    if unanswered:
+        raise build_input_required(label, unanswered, {}, data)
+    task_request(session, ctx, "tasks/update", task_id, {"inputResponses": responses})
+    answered.update(dict.fromkeys(responses, rounds + 1))
+    ctx.log.debug(f"{label}: answered {', '.join(map(repr, responses))} (tasks/update)")
+    return True
 
 
 def _still_running(session: McpSession, ctx: OpContext, handle: dict[str, Any]) -> TaskRunningError:
@@ -8117,7 +8198,8 @@ def run_task_action(
 ) -> dict[str, Any]:
     """``--task-status``, ``--task-result [--wait]``, ``--task-cancel`` of ``task_id`` on this session. ``handle``:
     the local store's (else one is made from the server's answer). Data: ``{"server", "task"}``, plus ``tool`` and
-    ``result`` for a result."""
+    ``result`` for a result. A result of a task asking for input answers its questions through ``ctx.input``
+    (``await_task``; without ``wait``, a 2026-07-28 task's once, ``answer_task_input``)."""
     server = session.server
     if handle is None:
         handle = build_task_handle(
@@ -8145,10 +8227,13 @@ def run_task_action(
     elif wait:
         result = await_task(session, ctx, handle)
         handle = ctx.task or handle
-    else:
+    else:  # a 2026-07-28 task's questions are answered (or reported) all the same; the result is not there yet
+        modern = session.rules is not None and session.rules.request_meta
+        sent = bool(modern) and view["status"] == "input_required" and answer_task_input(session, ctx, view, handle, {})
         raise TaskRunningError(
-            f"task {clip_text(repr(task_id), 80)} of server {server.name!r} is still {view['status']}; "
-            "its result is not there yet",
+            f"task {clip_text(repr(task_id), 80)} of server {server.name!r} is still {view['status']}"
+            + ("; its questions were answered (tasks/update)" if sent else "")
+            + "; its result is not there yet",
             hint="wait for it with --task-result ID --wait (within --timeout)",
             details={"outcome": "task_running"},
             data={"server": server.name, "tool": handle.get("tool"), "task": handle},
@@ -11316,12 +11401,13 @@ Usage:
                                                        frontmatter), else nothing printed but skill_unverified
   bkmcp [GLOBAL...] <server> --resume ID --input FIELD=VALUE   answer a question a call stopped at (data.resume)
 
-When the server asks a question (elicitation; a call, --read or --prompt stopped with input_required):
+When the server asks a question (elicitation; a call, --read, --prompt or a task stopped with input_required):
   --input FIELD=VALUE  an answer, typed by the question's schema as tool flags are (repeatable)
   --inputs JSON|@FILE|-  answers as an object by field (or by question key); '{{}}' accepts the defaults
   --input-action decline|cancel  refuse instead (decline only when you mean no)
   On a terminal bkmcp asks each field and shows the answers before sending; elsewhere, without answers, it stops
-  with error input_required (the questions in data.input_requests, a handle in data.resume).
+  with error input_required (the questions in data.input_requests, a handle in data.resume; a task's are
+  answered with --task-result ID --wait --input FIELD=VALUE).
 
 Other modes (bkmcp --resident --help; docs/resident.md):
   bkmcp --resident --registry SOURCE [...]     resident multi-server mode for agent platforms (JSON lines)
@@ -18213,7 +18299,8 @@ MODE_TABLE: dict[str, tuple[Callable[[Invocation], bool], str, str, str]] = {
     "--detach": (lambda inv: inv.detach and not inv.help, "", "", "a tool: task needs"),
     "--tasks": (lambda inv: inv.tasks, "--tasks, " + _SERVER, *_SERVER_MODE),
     "--task-status": (lambda inv: inv.task_status is not None, "--task-status, " + _SERVER, *_SERVER_MODE),
-    "--task-result": (lambda inv: inv.task_result is not None, "--task-result, --wait, " + _SERVER, *_SERVER_MODE),
+    "--task-result": (lambda inv: inv.task_result is not None, "--task-result, --wait, " + _ANSWERS + _SERVER,
+                      *_SERVER_MODE),
     "--task-cancel": (lambda inv: inv.task_cancel is not None, "--task-cancel, " + _SERVER, *_SERVER_MODE),
     "--body": (lambda inv: inv.body is not None, "", "", "a tool|--help: body needs"),
     "a tool call": (lambda inv: inv.tool is not None,
@@ -18336,7 +18423,8 @@ SERVER_MODES = (
 
 def check_input_options(inv: Invocation) -> None:
     """``--input``, ``--inputs``, ``--input-action`` and ``--resume`` (docs/contract.md §2, §5): answers go with a
-    tool call, ``--prompt``, ``--read`` or ``--resume``; an explicit refusal goes alone."""
+    tool call, ``--prompt``, ``--read``, ``--resume`` or ``--task-result`` (a task's questions); an explicit refusal
+    goes alone."""
     answers = bool(inv.input) or inv.inputs is not None
     if inv.input_action is not None and inv.input_action not in ("decline", "cancel"):
         raise UsageError(
@@ -18346,9 +18434,9 @@ def check_input_options(inv: Invocation) -> None:
     if inv.input_action is not None and answers:
         raise UsageError("--input-action cannot be combined with --input or --inputs: answer, or refuse")
     target = inv.tool is not None or inv.prompt is not None or inv.read is not None or inv.resume is not None
-    if (answers or inv.input_action is not None) and not target and not inv.help:
+    if (answers or inv.input_action is not None) and not target and inv.task_result is None and not inv.help:
         raise UsageError(
-            "--input, --inputs and --input-action go with a tool call, --prompt, --read or --resume",
+            "--input, --inputs and --input-action go with a tool call, --prompt, --read, --resume or --task-result",
             hint="bkmcp <server> <tool> --input FIELD=VALUE",
         )
     if inv.inputs == "-" and inv.body == "-":
@@ -19080,9 +19168,11 @@ class Runner:
     def input_source(self, server: ResolvedServer, deadline: Deadline) -> CommandLineInput | None:  # pyz: remote part
         """Who answers the server's questions in this command (docs/contract.md §5): the answers on the command line,
         else a person when stdin and stderr are a terminal; a 2026-07-28 round nobody answered is kept for
-        ``--resume``. Listings and --check ask nothing: no source."""
+        ``--resume``. Listings and --check ask nothing: no source. ``--task-result`` answers the task's questions but
+        declares nothing: the task's session declared what it did when the call was made (a warm one is found by it)."""
         inv, envr = self.inv, self.envr
-        if inv.tool is None and inv.prompt is None and inv.read is None and inv.resume is None:
+        asking = inv.tool is not None or inv.prompt is not None or inv.read is not None or inv.resume is not None
+        if not asking and inv.task_result is None:
             return None
         inputs = None
         if inv.inputs is not None:
@@ -19095,9 +19185,12 @@ class Runner:
         def keep(method: str, params: Mapping[str, Any], pending: InputRound, era: str | None) -> dict[str, Any]:
             return save_resume(envr.env, server, method, params, pending, self.log)
 
-        return CommandLineInput(
+        source = CommandLineInput(
             inv.input, inputs, inv.input_action, terminal, keep=keep, resuming=inv.resume is not None
         )
+        if not asking:
+            source.capabilities = {}
+        return source
 
     def run_resume(self, server: ResolvedServer, jq: JqProgram | None, ctx: OpContext) -> int:  # pyz: remote part
         """``bkmcp <server> --resume ID --input …``: the request an earlier command left asking (its kept round,
@@ -19387,21 +19480,24 @@ def word_task_error(runner: Runner, error: BkmcpError) -> BkmcpError:  # pyz: re
     """An error about a task still alive (the wait ran out, it asks for input) names the commands that go on
     with it; a one-shot stdio server's says the task ended with the server's process."""
     task = (error.data or {}).get("task") if isinstance(error.data, dict) else None
+    asks = isinstance(error, InputRequiredError)
     if (
         not isinstance(task, dict)
         or task.get("status") in TASK_TERMINAL
-        or error.details.get("outcome")
-        not in (
-            "task_running",
-            "task_waiting",
-        )
+        or not (asks or error.details.get("outcome") == "task_running")
     ):
         return error
     if not task_lives_on(runner):
         hint = "a stdio server's task lives in its process, which ended with this command; add --keep-alive"
         return error.copy(hint=hint)
     commands = task_commands(runner, task["mcp_task_id"])
-    hint = f"wait for it: {commands['result']}; cancel it: {commands['cancel']}"
+    if asks:  # the answers go with the command that waits for the result
+        hint = (
+            f"answer it: {commands['result']} --input FIELD=VALUE (or --inputs JSON; the questions and their schemas "
+            f"are in data.input_requests); cancel it: {commands['cancel']}"
+        )
+    else:
+        hint = f"wait for it: {commands['result']}; cancel it: {commands['cancel']}"
     return error.copy(hint=hint, data={**(error.data or {}), "commands": commands})
 
 

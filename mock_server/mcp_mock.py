@@ -144,6 +144,8 @@ TASK_CAPABILITIES = {
     "extensions": {TASKS_EXTENSION: {}},
 }
 TERMINAL = ("completed", "failed", "cancelled")
+# What a job with x-mock-end "input" asks by default: one round, one question keyed "confirm" (a required boolean).
+JOB_ROUNDS = [{"confirm": {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}}]
 TASK_METHODS = ("tasks/get", "tasks/result", "tasks/list", "tasks/cancel", "tasks/update")
 # The other list methods: method -> (the result's key, the scenario key of its items); tools/list is tools_list.
 LISTINGS = {
@@ -1285,8 +1287,11 @@ class Core:
             return "working"
         if end == "expires":
             return "gone"
-        if end == "input":
-            return "input_required"
+        if end == "input":  # until every round of x-mock-rounds is answered (tasks/update, or legacy tasks/result)
+            if task["round"] < len(self.job_rounds(tool)):
+                return "input_required"
+            working = (time.monotonic() - task["answered"]) * 1000 < float(tool.get("x-mock-then-ms", 0))
+            return "working" if working else "completed"
         if end == "is_error":
             return "failed" if task["era"] == "legacy" else "completed"
         return end
@@ -1308,12 +1313,7 @@ class Core:
             elif status == "failed":
                 view["error"] = {"code": -32603, "message": "mock job failed"}
             elif status == "input_required":
-                view["inputRequests"] = {
-                    "confirm": {
-                        "method": "elicitation/create",
-                        "params": {"message": "Proceed?", "requestedSchema": {"type": "object", "properties": {}}},
-                    }
-                }
+                view["inputRequests"] = self.job_questions(task)
         else:
             view.update(ttl=ttl, pollInterval=poll)
         return view
@@ -1321,7 +1321,49 @@ class Core:
     def task_outcome(self, task: dict) -> dict:
         error = task["tool"].get("x-mock-end") == "is_error"
         text = ("job failed: " if error else "job done: ") + dump_json(task["args"])
+        if task.get("answers"):
+            text += " answers: " + dump_json(task["answers"])
         return {"content": [{"type": "text", "text": text}], "isError": error}
+
+    @staticmethod
+    def job_rounds(tool: dict) -> list:
+        """The rounds of questions a job with x-mock-end "input" asks: each an object of key -> requested schema."""
+        return tool.get("x-mock-rounds") or JOB_ROUNDS
+
+    def job_questions(self, task: dict, related: bool = False) -> dict:
+        """The questions of the task's current round not answered yet, as inputRequests (``related``: each with the
+        related-task _meta, as a legacy server's elicitation/create on the tasks/result stream)."""
+        rounds = self.job_rounds(task["tool"])
+        if task["round"] >= len(rounds):
+            return {}
+        out = {}
+        for key, schema in rounds[task["round"]].items():
+            if key in task["answers"]:
+                continue
+            if "method" in schema:  # a request given whole (e.g. sampling/createMessage, which no client should answer)
+                out[key] = schema
+                continue
+            params: dict[str, Any] = {"mode": "form", "message": f"Question {key}?", "requestedSchema": schema}
+            if related:
+                params["_meta"] = {"io.modelcontextprotocol/related-task": {"taskId": task["id"]}}
+            out[key] = {"method": "elicitation/create", "params": params}
+        return out
+
+    def job_answer(self, task: dict, responses: Any) -> None:
+        """Answers to the current round (keys not outstanding are ignored, as the extension says); a round fully
+        answered moves on. ``x-mock-lag-polls``: that many tasks/get after it still show the round as it was."""
+        if not isinstance(responses, dict):
+            return
+        with self.lock:
+            before = self.task_view(task, self.task_state(task))
+            outstanding = self.job_questions(task)
+            for key, response in responses.items():
+                if key in outstanding:
+                    task["answers"][key] = response
+            if outstanding and all(key in task["answers"] for key in outstanding):
+                task["round"] += 1
+                task["answered"] = time.monotonic()
+                task["stale"], task["lag"] = before, int(task["tool"].get("x-mock-lag-polls", 0))
 
     def _job(self, call: Call) -> Reply:
         """A tool that runs as a task when the client asks for one (legacy ``params.task``, modern: the extension
@@ -1352,6 +1394,10 @@ class Core:
             "created": time.monotonic(),
             "created_at": _now_iso(),
             "cancelled": False,
+            "round": 0,  # x-mock-end "input": the round of questions asked now, their answers by key
+            "answers": {},
+            "lag": 0,  # tasks/get answers still showing "stale" (a server that has not caught up)
+            "answered": 0.0,  # when the last round was answered (x-mock-then-ms of work follow)
         }
         with self.lock:
             self.tasks[task_id] = task
@@ -1372,8 +1418,13 @@ class Core:
         if status == "gone":
             return Reply.error(-32602, "Failed to retrieve task: Task not found")
         if method == "tasks/get":
+            with self.lock:
+                if task["lag"] > 0:
+                    task["lag"] -= 1
+                    return Reply("result", task["stale"])
             return Reply("result", self.task_view(task, status))
         if method == "tasks/update":
+            self.job_answer(task, params.get("inputResponses"))
             return Reply("result", {})
         if method == "tasks/cancel":
             if status in TERMINAL and not modern:
@@ -1383,7 +1434,11 @@ class Core:
         # legacy tasks/result: blocks until the task is terminal (bounded by MAX_SLEEP_S), then its outcome
         deadline = time.monotonic() + MAX_SLEEP_S
         while status not in TERMINAL and time.monotonic() < deadline:
-            if self.sleep_ms(20, sink.client_closed):
+            if status == "input_required":  # its questions go on this stream (2025-11-25: related-task _meta)
+                for key, question in self.job_questions(task, related=True).items():
+                    response = self._ask(sink, question)
+                    self.job_answer(task, {key: response.get("result", response)})
+            elif self.sleep_ms(20, sink.client_closed):
                 return Reply("drop", "client_closed")
             status = self.task_state(task)
         related = {"io.modelcontextprotocol/related-task": {"taskId": task["id"]}}

@@ -217,3 +217,37 @@ def test_interop_everything_tool_help(everything):
     result = everything()("ev", "get-structured-content", "--help")
     assert result.exit_status == 0
     assert "--location" in result.stdout
+
+
+def test_interop_everything_ambiguous_research_asks_on_tasks_result_and_is_answered(everything):
+    """``ambiguous`` and an answer at hand (elicitation declared at initialize): the task moves to input_required
+    and its question (``elicitation/create`` with the related-task ``_meta``) comes on the ``tasks/result`` stream
+    (2025-11-25 tasks utility); ``--input`` answers it there, and the report names the chosen interpretation.
+    tools/call is sent once, tasks/result once."""
+    body = '{"topic": "python", "ambiguous": true}'
+    result = everything()("-v", "ev", "simulate-research-query", "--body", body, "--input", "interpretation=snake")
+    assert result.exit_status == 0, result.stdout + result.stderr
+    report = result.json["data"]["result"]["content"][0]["text"]
+    assert "Research Report: python (snake)" in report and "Clarification**: snake" in report
+    assert _sent(result.stderr, "tools/call") == 1 and _sent(result.stderr, "tasks/result") == 1
+    assert _sent(result.stderr, "tasks/cancel") == 0
+
+
+def test_interop_everything_ambiguous_research_detached_is_answered_by_a_later_command(everything_server, tmp_path):
+    """Detached (one-shot HTTP, the legacy session kept for the task): a later command continues that session with
+    ``--task-result ID --wait --input …``; the question queued for the task comes on its ``tasks/result`` stream
+    and that command's answer reaches it."""
+    env = {"HOME": str(tmp_path)}
+    config = write_mcp_json(tmp_path / "mcp-ev.json", {"ev": {"type": "http", "url": everything_server.url}})
+
+    def run(*args: str):
+        return run_bkmcp("--config", str(config), "ev", *args, env=env)
+
+    body = '{"topic": "python", "ambiguous": true}'
+    detached = run("simulate-research-query", "--body", body, "--detach", "--input", "interpretation=comedy")
+    assert detached.exit_status == 0, detached.stdout + detached.stderr
+    task_id = detached.json["data"]["task"]["mcp_task_id"]
+    done = run("-v", "--task-result", task_id, "--wait", "--input", "interpretation=comedy")
+    assert done.exit_status == 0, done.stdout + done.stderr
+    assert "Research Report: python (comedy)" in done.json["data"]["result"]["content"][0]["text"]
+    assert _sent(done.stderr, "tasks/result") == 1 and _sent(done.stderr, "tools/call") == 0

@@ -42,7 +42,6 @@ TOOLS = [
     job("erring", end="is_error"),
     job("cancelled", end="cancelled"),
     job("expiring", end="expires", after_ms=100),
-    job("asking", end="input", after_ms=50),
     job("plain_only", None),
     mock_tool("echoer", "echo", TEXT),
 ]
@@ -167,15 +166,6 @@ def test_a_wait_that_outlasts_timeout_detaches_with_the_handle(cli):
     assert not cli.sent("tasks/cancel") and len(cli.sent("tools/call")) == 1
     kept = json.loads(cli.store.read_text())["tasks"]
     assert [t["mcp_task_id"] for t in kept] == [task["mcp_task_id"]]
-
-
-def test_a_task_asking_for_input_ends_with_a_clear_error_and_is_left_waiting(cli):
-    result = cli("asking", "--text", "x", "--task")
-    assert result.exit_status == 2, result.stdout + result.stderr
-    error = result.json["error"]
-    assert error["code"] == "mcp_capability_unsupported" and error["capability"] == "elicitation"
-    assert "input_required" in error["message"] and error["outcome"] == "task_waiting"
-    assert not cli.sent("tasks/cancel") and not cli.sent("tasks/update")
 
 
 def test_task_on_a_tool_that_cannot_run_as_one_is_refused_unsent(tmp_path, server):
