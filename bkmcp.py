@@ -14931,7 +14931,23 @@ class ForwardedQuestions:
             self.events.emit("input.expired", server=r.slot.server, user=r.user, task_id=r.task_id, method=r.method)
 
 
-class ResidentInput(InputSource):
+class GivenAnswers(InputSource):
+    """The platform's ``input_responses`` by question key (``get_task_result`` of a task waiting for input): a
+    question without one stays unanswered (nothing is made up, never ``decline``); sampling or roots: unsupported."""
+
+    capabilities = ELICITATION_FORM
+
+    def __init__(self, responses: Mapping[str, Any] | None = None) -> None:
+        self.responses = dict(responses or {})
+
+    def answer(self, key: str | None, request: Mapping[str, Any], several: bool) -> InputAnswer:
+        if request.get("method") != "elicitation/create":
+            return InputAnswer(None, unsupported=str(request.get("method")))
+        given = self.responses.get(key) if key is not None else None
+        return InputAnswer(dict(given) if isinstance(given, dict) else None)
+
+
+class ResidentInput(GivenAnswers):
     """Who answers a server's questions in resident mode with ``--elicitation forward``: the platform. A first
     request has no answer at hand, so its round is kept (``keep``) and answered ``input_required``; a resume answers
     exactly the round it took (``answering``) with the platform's ``input_responses``, and any later round is kept
@@ -14945,7 +14961,8 @@ class ResidentInput(InputSource):
         answering: InputRound | None = None,
         responses: Mapping[str, Any] | None = None,
     ) -> None:
-        self.keep, self.answering, self.responses = keep, answering, dict(responses or {})
+        super().__init__(responses)
+        self.keep, self.answering = keep, answering
         self.held = HeldCall()
 
     def hold(self, request: Mapping[str, Any], reply: Callable[[dict[str, Any]], None]) -> bool:
@@ -14953,13 +14970,11 @@ class ResidentInput(InputSource):
         return True
 
     def answer(self, key: str | None, request: Mapping[str, Any], several: bool) -> InputAnswer:
-        if request.get("method") != "elicitation/create":
-            return InputAnswer(None, unsupported=str(request.get("method")))
+        """Only the questions of the round a resume answers (``answering``) get the platform's answers."""
         round_ = self.answering
-        if key is None or round_ is None or round_.requests.get(key) is not request:
-            return InputAnswer(None)
-        given = self.responses.get(key)
-        return InputAnswer(dict(given) if isinstance(given, dict) else None)
+        if round_ is None or key is None or round_.requests.get(key) is not request:
+            return GivenAnswers().answer(key, request, several)
+        return super().answer(key, request, several)
 
     def park(self, method: str, params: Mapping[str, Any], pending: InputRound, era: str | None) -> dict[str, Any]:
         """A round kept; the same round partly answered keeps the answers given (only the rest is asked again)."""
@@ -14973,11 +14988,16 @@ class AskedAnswer(dict):  # type: ignore[type-arg]
 
 def answer_or_ask(work: Callable[[], Any]) -> Any:
     """``work()``; a round that was kept (its ``InputRequiredError`` has a ``resume``) becomes the platform's
-    ``{"status": "input_required", "input_requests", "resume", "expires_in_ms"}`` (docs/contract.md §11.2)."""
+    ``{"status": "input_required", "input_requests", "resume", "expires_in_ms"}`` (docs/contract.md §11.2); a task
+    waiting for answers, ``{"status": "input_required", "input_requests", "task"}`` (``get_task_result`` with
+    ``input_responses`` answers it: its ``mcp_task_id`` is the handle)."""
     try:
         return work()
     except InputRequiredError as exc:
         data = exc.data or {}
+        task = data.get("task")
+        if isinstance(task, dict) and task.get("status") == "input_required" and not data.get("resume"):
+            return AskedAnswer(status="input_required", input_requests=data.get("input_requests") or {}, task=task)
         if not data.get("resume"):
             raise
         return AskedAnswer(
@@ -16131,13 +16151,15 @@ _ASKING_ACTIONS = frozenset({"call_tool", "read_resource", "get_prompt"})  # a s
 _ELICIT_ACTIONS = ("accept", "decline", "cancel")
 
 
-def _check_resume(params: Mapping[str, Any], task_id: Any) -> None:
+def _check_resume(params: Mapping[str, Any], task_id: Any, resumed: bool = True) -> None:
     """``resume`` (a string) and ``input_responses`` (an object of ElicitResults by question key: ``action`` one of
-    accept, decline, cancel; ``content`` an object) of an action a server may ask during; one needs the other."""
+    accept, decline, cancel; ``content`` an object) of an action a server may ask during; one needs the other.
+    Not ``resumed`` (``get_task_result``: the task id names what they answer): ``input_responses`` alone."""
     resume, responses = params.get("resume"), params.get("input_responses")
-    _field_type(params, "resume", str, task_id, "a string (the resume handle of an input_required answer)")
-    if (resume is None) != (responses is None):
-        raise InvalidCommandError("fields 'resume' and 'input_responses' go together", details={"task_id": task_id})
+    if resumed:
+        _field_type(params, "resume", str, task_id, "a string (the resume handle of an input_required answer)")
+        if (resume is None) != (responses is None):
+            raise InvalidCommandError("fields 'resume' and 'input_responses' go together", details={"task_id": task_id})
     if responses is None:
         return
     if not isinstance(responses, dict) or not all(
@@ -16241,6 +16263,7 @@ def parse_command(line: bytes, timeout: float = DEFAULT_TIMEOUT) -> ResidentComm
             raise InvalidCommandError('field \'task\' must be "wait" or "detach"', details={"task_id": task_id})
     if action == "get_task_result":
         _field_type(params, "wait", bool, task_id, "a boolean")
+        _check_resume(params, task_id, resumed=False)
     if action in _ASKING_ACTIONS:
         _check_resume(params, task_id)
     own = params.get("timeout_ms")  # checked above for _TIMED_ACTIONS; any action's integer counts, as it always did
@@ -16805,6 +16828,8 @@ class Actions:
             self.events.emit("tool.failed", **base, error_code=exc.code, outcome="not_sent")
             raise platform_error(exc, server=server_name, timeout=timeout) from None
         mode = params.get("task")  # wait (the default of a task-only tool) or detach: a task (docs/contract.md §11.2)
+        if found is not None and found.held is not None:  # a held question's resume: the call it answers chose
+            mode = found.params.get("task")
         choice: TaskChoice | None = None
         made: list[dict[str, Any]] = []  # the task's handle as it changes (a call run as one)
         if mode is not None or tool_task_support(tool) == "required":
@@ -16850,7 +16875,7 @@ class Actions:
                         slot,
                         session,
                         found,
-                        {"name": tool_name, "arguments": arguments},
+                        {"name": tool_name, "arguments": arguments, **({"task": mode} if mode else {})},
                         lambda left, *asking: session.call_tool(
                             tool_name, arguments, self._task_budget(command, left, task), tool, *asking, task=task
                         ),
@@ -16858,6 +16883,8 @@ class Actions:
                     failed,
                 )
             except BkmcpError as exc:
+                if task is not None:
+                    self._failed_task(command, slot, exc)
                 raise platform_error(exc, server=server_name, timeout=timeout) from None
         finally:
             self.pool.use(slot, -1)
@@ -16903,6 +16930,12 @@ class Actions:
         choice.on_handle = on_handle
         return choice, as_task
 
+    def _failed_task(self, command: ResidentCommand, slot: Slot, exc: BkmcpError) -> None:
+        """A task's failure carries its handle as last seen (``data.task``): kept for the user (its end's event)."""
+        task = exc.data.get("task") if isinstance(exc.data, dict) else None
+        if isinstance(task, dict):
+            self.tasks.seen(command, slot, task)
+
     @staticmethod
     def _task_budget(command: ResidentCommand, left: float, task: Any) -> float:
         """A task's wait ends ``RESIDENT_TASK_SLACK`` before the command's deadline (its answer is then the
@@ -16914,6 +16947,8 @@ class Actions:
         CLI's ``run_task_action``; an unknown id (another user's among them) is refused before anything else."""
         params = command.params
         record = self.tasks.find(command, params["mcp_task_id"], params.get("server_name"))
+        responses = params.get("input_responses")  # answers to the task's questions, by key (tasks/update)
+        given = (GivenAnswers(responses),) if responses is not None else ()
         view = self._view(command)
         row = self._row(view, record.handle["server"])
 
@@ -16924,13 +16959,12 @@ class Actions:
                 row,
                 None,
                 lambda session, left, *asking: session.task_action(
-                    action, record.handle, self._task_budget(command, left, wait or None), *asking, wait=wait
+                    action, record.handle, self._task_budget(command, left, wait or None), *given, *asking, wait=wait
                 ),
                 asks=(None, {"mcp_task_id": record.handle["mcp_task_id"]}) if wait else None,
             )
-        except BkmcpError as exc:  # a task's failure carries its handle as last seen
-            if isinstance(exc.data, dict) and isinstance(exc.data.get("task"), dict):
-                self.tasks.seen(command, record.slot, exc.data["task"])
+        except BkmcpError as exc:
+            self._failed_task(command, record.slot, exc)
             raise
         if isinstance(answer.get("task"), dict):
             self.tasks.seen(command, record.slot, answer["task"])

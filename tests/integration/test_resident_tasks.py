@@ -203,21 +203,72 @@ def test_a_failed_task_and_a_tool_that_cannot_run_one(world):
     assert len(received(srv, "tools/call")) == 1
 
 
-def test_a_task_that_asks_for_input_ends_with_a_stable_code_and_its_handle(tmp_path, resident, http_mock):
-    """--elicitation forward passes the resident's InputSource to the task's wait; until the wait answers a task's
-    questions (issue 39, item 2's task half), such a task ends the wait as mcp_capability_unsupported
-    (``outcome: "task_waiting"``), the task left as it is and its handle in the answer."""
+ACCEPT = {"action": "accept", "content": {"ok": True}}
+
+
+@pytest.mark.parametrize("how", ["process", "inprocess"])
+def test_a_task_that_asks_is_answered_by_its_user_through_get_task_result(tmp_path, resident, http_mock, how):
+    """2026-07-28 with --elicitation forward: the task's question ends the wait as a success ``input_required``
+    with the questions and the task's handle; its user answers with ``get_task_result`` (``input_responses`` by key,
+    ``wait``): one ``tasks/update``, then the result; no second tools/call. Another user's answers send nothing."""
     srv = http_mock(scenario(MODERN))
+    reg = tmp_path / "registry.db"
+    write_registry(str(reg), [http_row("m", srv.url)])
+    res = resident(reg, "--elicitation", "forward") if how == "process" else InProcess(reg, "--elicitation", "forward")
+    try:
+        asked = call(res, "u1", "asking", task="wait")
+        assert asked["success"] and asked["result"]["status"] == "input_required", asked
+        assert asked["result"]["input_requests"]["confirm"]["message"] == "Question confirm?"
+        task_id = asked["result"]["task"]["mcp_task_id"]
+        assert asked["result"]["task"]["status"] == "input_required" and received(srv, "tasks/update") == []
+        stolen = res.ask("get_task_result", "u2", mcp_task_id=task_id, wait=True, input_responses={"confirm": ACCEPT})
+        assert stolen["error_code"] == "mcp_task_unknown" and received(srv, "tasks/update") == []
+        done = res.ok("get_task_result", "u1", mcp_task_id=task_id, wait=True, input_responses={"confirm": ACCEPT})
+        assert done["result"]["content"][0]["text"].endswith(
+            'answers: {"confirm":{"action":"accept","content":{"ok":true}}}'
+        )
+        (update,) = received(srv, "tasks/update")
+        assert update["params"]["inputResponses"] == {"confirm": ACCEPT} and update["params"]["taskId"] == task_id
+        assert len(received(srv, "tools/call")) == 1 and received(srv, "tasks/cancel") == []
+        # the wait runs on the forwarding thread: it still ends before the command does, with the handle
+        ran_out = call(res, "u1", "never", task="wait", timeout_ms=500)
+        assert ran_out["error_code"] == "mcp_task_running" and ran_out["details"]["task"]["status"] == "working"
+    finally:
+        if how == "inprocess":
+            res.close()
+
+
+def test_a_legacy_task_question_is_held_and_answered_by_the_resume(tmp_path, resident, http_mock):
+    """2025-11-25 with --elicitation forward: the question comes on the tasks/result stream (related-task _meta),
+    is held open and answered ``input_required`` (``elicitation-1``); the same call_tool with ``resume`` sends the
+    answer on that very request, and the result follows; one tools/call, one tasks/result."""
+    srv = http_mock(scenario(LEGACY))
     reg = tmp_path / "registry.db"
     write_registry(str(reg), [http_row("m", srv.url)])
     res = resident(reg, "--elicitation", "forward")
     asked = call(res, "u1", "asking", task="wait")
-    assert asked["error_code"] == "mcp_capability_unsupported", asked
-    assert asked["details"]["outcome"] == "task_waiting" and asked["details"]["task"]["status"] == "input_required"
-    assert received(srv, "tasks/cancel") == [] and len(received(srv, "tools/call")) == 1
-    # the wait runs on the forwarding thread: it still ends before the command does, with the handle
-    ran_out = call(res, "u1", "never", task="wait", timeout_ms=500)
-    assert ran_out["error_code"] == "mcp_task_running" and ran_out["details"]["task"]["status"] == "working"
+    assert asked["success"] and asked["result"]["status"] == "input_required", asked
+    assert list(asked["result"]["input_requests"]) == ["elicitation-1"]
+    done = call(res, "u1", "asking", resume=asked["result"]["resume"], input_responses={"elicitation-1": ACCEPT})
+    assert done["success"], done
+    assert done["result"]["result"]["content"][0]["text"].endswith('"content":{"ok":true}}}')
+    assert len(received(srv, "tools/call")) == 1 and len(received(srv, "tasks/result")) == 1
+
+
+def test_without_forwarding_a_task_question_is_input_required_with_its_handle(world):
+    """--elicitation off: a 2026-07-28 task's question ends the wait as ``input_required`` (the questions' keys and
+    the handle in ``details``), nothing answered; a 2025-11-25 one, asked on the tasks/result stream, gets the
+    JSON-RPC error of a capability never declared (-32601), never an answer made up."""
+    era, srv, res = world
+    asked = call(res, "u1", "asking", task="wait")
+    if era == LEGACY:
+        assert asked["success"], asked
+        text = asked["result"]["result"]["content"][0]["text"]
+        assert '"error":{"code":-32601' in text and '"action"' not in text
+        return
+    assert asked["success"] is False and asked["error_code"] == "input_required", asked
+    assert asked["details"]["input_requests"] == ["confirm"] and asked["details"]["task"]["status"] == "input_required"
+    assert received(srv, "tasks/update") == [] and received(srv, "tasks/cancel") == []
 
 
 def test_idle_reaping_keeps_a_server_that_holds_a_live_task(tmp_path, resident):
