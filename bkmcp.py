@@ -11506,8 +11506,8 @@ Actions: init, list_servers, connect_server, disconnect_server, list_tools, refr
 list_resources, read_resource, list_prompts, get_prompt, list_skills, read_skill, get_task, get_task_result,
 cancel_task, list_tasks, shutdown.
 Tasks: call_tool with "task": "wait" (the default of a task-only tool) or "detach" (answers the handle, its
-mcp_task_id); get_task, get_task_result (wait: true to wait), cancel_task take mcp_task_id; list_tasks lists
-this user's tasks only.
+mcp_task_id); get_task, get_task_result (wait: true to wait; input_responses answers a task's questions),
+cancel_task take mcp_task_id; list_tasks lists this user's tasks only.
 Exit status: 0 after shutdown, end of input or SIGTERM; 130 after SIGINT; 1 when the registry cannot be opened.
 Command protocol: docs/resident.md; registry and credentials: docs/resident-registry.md.
 """
