@@ -71,6 +71,7 @@ class InProcess:
         return self.out.wait(task_id)  # its events are in the file already (a file takes each line at once)
 
     def close(self) -> None:
+        self.server.pool.reap_once()  # a reaper round: the records past their time forgotten first
         self.server.finish(grace=5.0)
         self.registry.close()
         self.sink.close()
@@ -221,6 +222,9 @@ def test_a_task_that_asks_is_answered_by_its_user_through_get_task_result(tmp_pa
         assert asked["result"]["input_requests"]["confirm"]["message"] == "Question confirm?"
         task_id = asked["result"]["task"]["mcp_task_id"]
         assert asked["result"]["task"]["status"] == "input_required" and received(srv, "tasks/update") == []
+        again = res.ok("get_task_result", "u1", mcp_task_id=task_id, wait=True, input_responses={})  # no answer
+        assert again["status"] == "input_required" and list(again["input_requests"]) == ["confirm"]
+        assert again["mcp_task_id"] == task_id and received(srv, "tasks/update") == []
         stolen = res.ask("get_task_result", "u2", mcp_task_id=task_id, wait=True, input_responses={"confirm": ACCEPT})
         assert stolen["error_code"] == "mcp_task_unknown" and received(srv, "tasks/update") == []
         done = res.ok("get_task_result", "u1", mcp_task_id=task_id, wait=True, input_responses={"confirm": ACCEPT})
