@@ -16263,7 +16263,7 @@ def parse_command(line: bytes, timeout: float = DEFAULT_TIMEOUT) -> ResidentComm
             raise InvalidCommandError('field \'task\' must be "wait" or "detach"', details={"task_id": task_id})
     if action == "get_task_result":
         _field_type(params, "wait", bool, task_id, "a boolean")
-        _check_resume(params, task_id, resumed=False)
+        _check_resume(params, task_id, resumed=params.get("resume") is not None)  # resume: a held legacy question
     if action in _ASKING_ACTIONS:
         _check_resume(params, task_id)
     own = params.get("timeout_ms")  # checked above for _TIMED_ACTIONS; any action's integer counts, as it always did
@@ -16947,10 +16947,13 @@ class Actions:
         CLI's ``run_task_action``; an unknown id (another user's among them) is refused before anything else."""
         params = command.params
         record = self.tasks.find(command, params["mcp_task_id"], params.get("server_name"))
+        task_id = record.handle["mcp_task_id"]
         responses = params.get("input_responses")  # answers to the task's questions, by key (tasks/update)
         given = (GivenAnswers(responses),) if responses is not None else ()
         view = self._view(command)
         row = self._row(view, record.handle["server"])
+        found = self._resumed(command, row.name, task_id) if action == "result" else None  # a held legacy question
+        wait = wait or found is not None  # its resume waits on the very request that asked
 
         try:
             answer = self._on_server(
@@ -16961,7 +16964,7 @@ class Actions:
                 lambda session, left, *asking: session.task_action(
                     action, record.handle, self._task_budget(command, left, wait or None), *given, *asking, wait=wait
                 ),
-                asks=(None, {"mcp_task_id": record.handle["mcp_task_id"]}) if wait else None,
+                asks=(found, {"name": task_id}) if wait else None,
             )
         except BkmcpError as exc:
             self._failed_task(command, record.slot, exc)
@@ -16969,7 +16972,7 @@ class Actions:
         if isinstance(answer.get("task"), dict):
             self.tasks.seen(command, record.slot, answer["task"])
         if isinstance(answer, AskedAnswer):
-            return {"server_name": row.name, "mcp_task_id": record.handle["mcp_task_id"], **answer}
+            return {"server_name": row.name, "mcp_task_id": task_id, **answer}
         return {"server_name": row.name, **{k: v for k, v in answer.items() if k != "server"}}
 
     def do_get_task(self, command: ResidentCommand) -> dict[str, Any]:

@@ -373,3 +373,27 @@ def test_each_users_records_are_bounded_forgotten_after_their_ttl_and_never_ambi
     tasks.seen(stranger, one, handle("a", "y1", ttl=0))  # u2's one task, forgotten at once: u2 with it
     assert tasks.listing(stranger, None) == [] and one.tasks == 1 and "u2" not in tasks._users
     assert all(set(fields) == {"server", "user", "task_id", "mcp_task_id", "status"} for _, fields in events)
+
+
+def test_a_detached_legacy_task_that_asks_is_answered_through_get_task_result(tmp_path, resident, http_mock):
+    """2025-11-25, --elicitation forward: a detached task's question, asked on the tasks/result stream of a later
+    ``get_task_result`` wait, is held open and answered ``input_required`` (``elicitation-1``, a ``resume``); the
+    ``get_task_result`` with that ``resume`` answers that very request and gets the result (one tasks/result)."""
+    srv = http_mock(scenario(LEGACY))
+    reg = tmp_path / "registry.db"
+    write_registry(str(reg), [http_row("m", srv.url)])
+    res = resident(reg, "--elicitation", "forward")
+    task_id = call(res, "u1", "asking", task="detach")["result"]["task"]["mcp_task_id"]
+    asked = res.ok("get_task_result", "u1", mcp_task_id=task_id, wait=True)
+    assert asked["status"] == "input_required" and list(asked["input_requests"]) == ["elicitation-1"], asked
+    stolen = res.ask("get_task_result", "u2", mcp_task_id=task_id, resume=asked["resume"], input_responses={})
+    assert stolen["error_code"] == "mcp_task_unknown"
+    done = res.ok(
+        "get_task_result", "u1", mcp_task_id=task_id, resume=asked["resume"], input_responses={"elicitation-1": ACCEPT}
+    )
+    assert done["result"]["content"][0]["text"].endswith('"content":{"ok":true}}}') and done["tool_name"] == "asking"
+    assert len(received(srv, "tasks/result")) == 1 and len(received(srv, "tools/call")) == 1
+    assert [e["event"] for e in res.events() if e["event"].startswith("input.")] == [
+        "input.requested",
+        "input.answered",
+    ]
