@@ -15,7 +15,8 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                    duplicate key rejected: parse_json, dump_json), as deep as it parses
                                    (too_deep_words; call_with_headroom: a deep walk on a stack of its own)
        2.2 redaction               secrets scrubbed from every output (Redactor, redact_url)
-       2.3 durations, deadlines    --timeout's durations (parse_duration), the default timeout, Deadline
+       2.3 durations, deadlines    --timeout's durations (parse_duration), the default timeout, Deadline (paused
+                                   while a person answers: Deadline.paused)
        2.4 logging                 is_terminal, the line writer that never blocks (resident log and events), Log
        2.5 terminal text           server text in a message or on a terminal, the helpers every room uses
                                    (CONTROL, clip_text, printable, short_text, terminal_safe); the progress line,
@@ -103,7 +104,7 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                    locally before a call
        8.7 answers                 a server's questions answered: --input, --inputs, --input-action typed by the
                                    requested schema with its defaults (CommandLineInput), a person on the
-                                   terminal (TerminalQuestions)
+                                   terminal (TerminalQuestions) or on a warm client's (RelayedQuestions)
     9. Output                   envelopes, --jq, --raw, help text, completion, blobs to files, in seven rooms:
        9.1 envelopes               build_success, build_failure
        9.2 --jq                    JqProgram: compiled, applied with number fidelity
@@ -175,8 +176,13 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        11.3.1 tasks                  a task handle's commands (task_commands), the store written (save_task), the
                                      task-id modes run (run_task_mode)
        11.4 --keep-alive           the client and its background process (WarmServer), --sessions and --stop, the
-                                   client's Ctrl-C (Interrupt), a process that dies mid-call; the sessions it
-                                   keeps: 10.5
+                                   client's Ctrl-C (Interrupt), a process that dies mid-call, a server's question
+                                   asked on the client's terminal; the private folder, the frames, the start; the
+                                   sessions it keeps: 10.5
+       11.4.1 the warm client        run_warm_client, _warm_relay (a process that dies mid-call), a question
+                                     asked on the client's terminal (ask_on_terminal), --sessions (sessions_data)
+       11.4.2 the process            WarmServer: a forwarded command run by main, its streams as frames, a
+                                     question relayed to the client (build_warm_relay), serve_warm_process
        11.5 main, exit ladder      last: word_for_cli, main, report_error; a short command's exit skips the
                                    interpreter's last collection (_end_without_a_last_collection)
 
@@ -1331,7 +1337,11 @@ DEFAULT_TIMEOUT = 60.0
 class Deadline:
     """The whole remote operation's time budget (docs/contract.md §2): every step asks how much is left. An
     ``interrupt`` (a warm client's Ctrl-C: ``Interrupt``, section 11.4) ends it early with ``KeyboardInterrupt``,
-    as a Ctrl-C does. Built whole: nothing is attached to it afterwards."""
+    as a Ctrl-C does. ``paused()`` stops it while a person answers a question on the terminal (docs/contract.md
+    §5): the time left stays what it was, and the end moves by the time the person took. Built whole: nothing is
+    attached to it afterwards."""
+
+    PAUSED_POLL = 0.25  # while paused, a wait looks again this often (the time left stands still meanwhile)
 
     def __init__(
         self, seconds: float, clock: Callable[[], float] = time.monotonic, *, interrupt: Interrupt | None = None
@@ -1341,6 +1351,9 @@ class Deadline:
         self._clock = clock
         self._start = self.start = clock()  # when the budget began (a resident command: its arrival)
         self.end = self._start + seconds
+        self._pauses = 0  # pauses open now (questions asked at once share one)
+        self._paused_at = 0.0
+        self._pause_lock = _thread.allocate_lock()
 
     def remaining(self) -> float:
         """Seconds left; raises ``McpTimeoutError`` once the budget is spent (``KeyboardInterrupt`` once
@@ -1353,18 +1366,52 @@ class Deadline:
         return left
 
     def left(self) -> float:
-        """Seconds left by this deadline's clock, ``<= 0`` once spent; never raises (``remaining`` does)."""
-        return self.end - self._clock()
+        """Seconds left by this deadline's clock, ``<= 0`` once spent; never raises (``remaining`` does). While
+        paused: what was left when the pause began."""
+        with self._pause_lock:
+            return self.end - (self._paused_at if self._pauses else self._clock())
+
+    def paused(self) -> DeadlinePause:
+        """A context in which the budget stands still (a person answering on the terminal, never answers given on
+        the command line). Requests in flight stay in flight: a server or transport that gives up on its own is
+        reported as ever."""
+        return DeadlinePause(self)
+
+    def pause(self) -> None:
+        with self._pause_lock:
+            if not self._pauses:
+                self._paused_at = self._clock()
+            self._pauses += 1
+
+    def resume(self) -> None:
+        with self._pause_lock:
+            self._pauses -= 1
+            if not self._pauses:
+                self.end += self._clock() - self._paused_at
 
     def elapsed_ms(self) -> int:
         return int((self._clock() - self._start) * 1000)
 
     def wait(self, event: Any) -> bool:
         """Wait for ``event`` (a ``threading.Event``) until the end; True once it is set, False when time is up."""
-        while not event.wait(max(self.left(), 0)):
-            if self._clock() >= self.end:  # a wait may end a hair early: the deadline decides
+        while not event.wait(max(self.left(), self.PAUSED_POLL if self._pauses else 0)):
+            if self.left() <= 0:  # a wait may end a hair early: the deadline decides
                 return False
         return True
+
+
+class DeadlinePause:
+    """``Deadline.paused()``: the budget stands still from entry to exit."""
+
+    def __init__(self, deadline: Deadline) -> None:
+        self.deadline = deadline
+
+    def __enter__(self) -> Deadline:
+        self.deadline.pause()
+        return self.deadline
+
+    def __exit__(self, *exc: object) -> None:
+        self.deadline.resume()
 
 
 _SLOW_HINT = "allow more time if the server is slow"
@@ -6613,6 +6660,9 @@ class InputSource:
 
     capabilities: dict[str, Any] = {}  # what the session declares: only what this source can answer
     resuming = False  # it answers a round an earlier process kept: request ids start at random (``ids_from``)
+    # its person answers in another process (a warm client's terminal): a legacy question is asked off the session's
+    # reader thread, which the other commands on a kept session share
+    relayed = False
 
     def answer(self, key: str | None, request: Mapping[str, Any], several: bool) -> InputAnswer:
         """The answer to one question (``request``: ``{"method", "params"}``); ``key`` is its ``inputRequests`` key
@@ -6853,8 +6903,8 @@ class McpSession:
                         else [h for h in self._handles.values() if h.input is not None]
                     )
                     asked.append((event, candidates[0] if candidates else None))
-        for event, handle in asked:
-            self._answer_question(event.message, handle)
+        for event, handle in asked:  # a question on a request's own stream (HTTP) is read by that request's thread
+            self._answer_question(event.message, handle, shared_reader=related is None)
         for event in events:
             if isinstance(event, Notified):
                 self._on_notification(event.message)
@@ -6874,10 +6924,12 @@ class McpSession:
                 self._on_stray(event)
         return answered
 
-    def _answer_question(self, message: Message, handle: RequestHandle | None) -> None:
+    def _answer_question(self, message: Message, handle: RequestHandle | None, *, shared_reader: bool = True) -> None:
         """A legacy ``elicitation/create``: answered from the operation's ``InputSource`` (docs/contract.md §5); no
         answer at hand (or answers that do not fit) is ``cancel``, never ``decline``; an operation with no source
-        (the resident) declines it with -32601 as before. What was asked and answered goes on the handle."""
+        (the resident) declines it with -32601 as before. What was asked and answered goes on the handle.
+        ``shared_reader``: it came on a stream the whole session shares (stdio, the standalone GET stream), whose
+        reader a question for a person elsewhere (``InputSource.relayed``) must not hold."""
         request = {"method": "elicitation/create", "params": message.params if isinstance(message.params, dict) else {}}
         if handle is None or handle.input is None:
             reply = build_response(message.id, error={"code": -32601, "message": "Method not found"})
@@ -6889,24 +6941,52 @@ class McpSession:
             )
         elif handle.input.hold(request, lambda result: self._reply_later(message.id, result)):
             return
+        elif handle.input.relayed and shared_reader:  # a person in another process: the reader goes on meanwhile
+            import threading
+
+            threading.Thread(
+                target=self._answer_relayed, args=(message.id, request, handle), name="bkmcp-question", daemon=True
+            ).start()
+            return
         else:
-            try:
-                answer = handle.input.answer(None, request, False)
-            except BkmcpError as exc:  # e.g. the terminal went away: the question stays unanswered
-                answer = InputAnswer(None, ({"message": exc.message},))
-            result = answer.result if answer.result is not None else {"action": "cancel"}
-            handle.asked.append(
-                {
-                    "request": request,
-                    "answer": result,
-                    "problems": list(answer.problems),
-                    "given": answer.result is not None,
-                }
-            )
+            result = self._record_answer(request, self._ask(request, handle), handle)
             reply = build_response(message.id, result=result)
         self.transport.send(
             Outgoing(reply, self.core.rules, Deadline(CANCEL_BUDGET), self.core.session_id, strict=False)
         )
+
+    @staticmethod
+    def _ask(request: dict[str, Any], handle: RequestHandle) -> InputAnswer:
+        """The operation's ``InputSource``'s answer; unanswered when it fails (the terminal went away) or, for a
+        person elsewhere (``relayed``), when the warm client left or pressed Ctrl-C (``KeyboardInterrupt`` from the
+        relay: the server hears ``cancel``, and the command's interrupt ends it at its next look)."""
+        assert handle.input is not None
+        try:
+            return handle.input.answer(None, request, False)
+        except BkmcpError as exc:
+            return InputAnswer(None, ({"message": exc.message},))
+        except KeyboardInterrupt:
+            if not handle.input.relayed:  # this process's own Ctrl-C: it ends the command here
+                raise
+            return InputAnswer(None, ({"message": "the client left while the question was asked"},))
+
+    @staticmethod
+    def _record_answer(request: dict[str, Any], answer: InputAnswer, handle: RequestHandle) -> dict[str, Any]:
+        """The ``ElicitResult`` to send for ``answer`` (``cancel`` when none is at hand), recorded on the handle."""
+        result = answer.result if answer.result is not None else {"action": "cancel"}
+        handle.asked.append(
+            {
+                "request": request,
+                "answer": result,
+                "problems": list(answer.problems),
+                "given": answer.result is not None,
+            }
+        )
+        return result
+
+    def _answer_relayed(self, request_id: Any, request: dict[str, Any], handle: RequestHandle) -> None:
+        """A question a warm client's person answers (``InputSource.relayed``), asked on a thread of its own."""
+        self._reply_later(request_id, self._record_answer(request, self._ask(request, handle), handle))
 
     def _reply_later(self, request_id: Any, result: dict[str, Any]) -> None:
         """The answer to a question held open (``InputSource.hold``); a session closed meanwhile drops it."""
@@ -10593,6 +10673,7 @@ class CommandLineInput(InputSource):
         self.resuming = resuming
         answers = bool(self.given) or inputs is not None or action is not None or resuming
         self.capabilities = ELICITATION_FORM_AND_URL if terminal is not None else ELICITATION_FORM if answers else {}
+        self.relayed = isinstance(terminal, RelayedQuestions)
 
     def answer(self, key: str | None, request: Mapping[str, Any], several: bool) -> InputAnswer:
         method = request.get("method")
@@ -10603,11 +10684,11 @@ class CommandLineInput(InputSource):
         if self.action is not None:  # the user said so: the only way bkmcp ever answers decline
             return InputAnswer({"action": self.action})
         if params.get("mode", "form") == "url":
-            return self.terminal.ask_url(params) if self.terminal is not None else InputAnswer(None)
+            return self.terminal.question(params) if self.terminal is not None else InputAnswer(None)
         schema = params.get("requestedSchema")
         content, problems, given = self.typed(key, schema, several)
         if not given:
-            return self.terminal.ask_form(params) if self.terminal is not None else InputAnswer(None)
+            return self.terminal.question(params) if self.terminal is not None else InputAnswer(None)
         if problems:
             return InputAnswer(None, tuple(problems))
         content = with_defaults(schema, content)
@@ -10646,12 +10727,22 @@ class TerminalQuestions:
     """A person on the terminal answers (docs/contract.md §5): each form field prompted on ``out`` with its title,
     type, choices and default (Enter keeps the default), the answers reviewed before they are sent; a URL shown with
     its host and asked consent for, never opened by bkmcp. Server text is made terminal-safe first (no control
-    characters reach the terminal). End of input, or no, is ``cancel``; ``decline`` only when the person says so."""
+    characters reach the terminal). End of input, or no, is ``cancel``; ``decline`` only when the person says so.
+    The operation's ``deadline`` stands still while the person answers (``question``)."""
 
     TRIES = 3  # a field typed wrong this many times ends the form (cancel)
 
-    def __init__(self, stdin: IO[str], out: IO[str]) -> None:
-        self.stdin, self.out = stdin, out
+    def __init__(self, stdin: IO[str], out: IO[str], deadline: Deadline | None = None) -> None:
+        self.stdin, self.out, self.deadline = stdin, out, deadline
+
+    def question(self, params: Mapping[str, Any]) -> InputAnswer:
+        """One question (``elicitation/create`` params, form or URL) asked of the person, the operation's budget
+        paused meanwhile: the time a person takes never spends ``--timeout``."""
+        ask = self.ask_url if params.get("mode", "form") == "url" else self.ask_form
+        if self.deadline is None:
+            return ask(params)
+        with self.deadline.paused():
+            return ask(params)
 
     def say(self, text: str) -> None:
         self.out.write(text)
@@ -10743,6 +10834,38 @@ class TerminalQuestions:
         if said in ("n", "no"):
             return InputAnswer({"action": "decline"})
         return InputAnswer({"action": "cancel"})
+
+
+class RelayedQuestions(TerminalQuestions):
+    """A person on a warm client's terminal answers (docs/contract.md §14): the background process has no terminal,
+    so ``relay`` sends the question to the client, which asks it with its own ``TerminalQuestions``, and returns
+    the client's answer (``{"result", "problems"}``: ``build_relayed_answer``). A client that went away (its socket
+    closed, its Ctrl-C) is ``KeyboardInterrupt`` from ``relay``: the question is then unanswered (``cancel`` to a
+    legacy server). The budget stands still meanwhile, as on a terminal of its own (``question``)."""
+
+    def __init__(self, relay: Callable[[Mapping[str, Any]], Any], deadline: Deadline | None = None) -> None:
+        super().__init__(None, None, deadline)  # type: ignore[arg-type]  # nothing is read or written here
+        self.relay = relay
+
+    def ask_form(self, params: Mapping[str, Any]) -> InputAnswer:
+        return self.relayed(params)
+
+    def ask_url(self, params: Mapping[str, Any]) -> InputAnswer:
+        return self.relayed(params)
+
+    def relayed(self, params: Mapping[str, Any]) -> InputAnswer:
+        answer = self.relay(params)
+        result = answer.get("result") if isinstance(answer, dict) else None
+        problems = answer.get("problems") if isinstance(answer, dict) else None
+        return InputAnswer(
+            result if isinstance(result, dict) else None,
+            tuple(p for p in problems if isinstance(p, dict)) if isinstance(problems, list) else (),
+        )
+
+
+def build_relayed_answer(answer: InputAnswer) -> dict[str, Any]:
+    """What a warm client sends back for a question it asked on its terminal (``RelayedQuestions``)."""
+    return {"result": answer.result, "problems": [dict(p) for p in answer.problems]}
 
 
 _CANCELLED = object()  # a field the person did not answer (end of input, too many wrong tries)
@@ -19215,9 +19338,13 @@ class Runner:
         if inv.inputs is not None:
             inputs = read_body(inv.inputs, envr.stdin, envr.cwd, deadline, env=envr.env, option="--inputs")
         answers = bool(inv.input) or inputs is not None or inv.input_action is not None
-        terminal = None
-        if not answers and envr.warm is None and is_terminal(envr.stdin) and is_terminal(envr.stderr):
-            terminal = TerminalQuestions(envr.stdin, envr.stderr)
+        terminal: TerminalQuestions | None = None
+        if answers:
+            pass
+        elif envr.warm is not None:  # a warm client on a terminal has its questions relayed to it (§14)
+            terminal = RelayedQuestions(envr.warm.ask, deadline) if envr.warm.ask is not None else None
+        elif is_terminal(envr.stdin) and is_terminal(envr.stderr):
+            terminal = TerminalQuestions(envr.stdin, envr.stderr, deadline)
 
         def keep(method: str, params: Mapping[str, Any], pending: InputRound, era: str | None) -> dict[str, Any]:
             return save_resume(envr.env, server, method, params, pending, self.log)
@@ -19660,12 +19787,16 @@ class Interrupt:
 @dataclass
 class WarmRun:
     """What the background process gives the ``main`` it runs for a client: the kept sessions, the client's
-    Ctrl-C, and who hears each request as it is sent (the client must know whether ``tools/call`` was)."""
+    Ctrl-C, who hears each request as it is sent (the client must know whether ``tools/call`` was), and who asks
+    the client's person a server's question (``ask``: ``WarmServer.relay``)."""
 
     sessions: Any  # SessionSource (section 7) lending WarmSessions' sessions (section 10.5)
     interrupt: Interrupt
     on_request: Callable[[str], None]
     timeout: float  # the client's --timeout, as it parsed it
+    # a server's question (elicitation/create params) -> the client's answer, asked on its terminal; None when the
+    # client's stdin and stderr are not both a terminal (nobody there to ask)
+    ask: Callable[[Mapping[str, Any]], Any] | None = None
 
 
 def keep_alive_seconds(inv: Invocation, env: Mapping[str, str], log: Log) -> float | None:
@@ -19958,6 +20089,9 @@ def _warm_request(op: str, inv: Invocation, envr: Environment, **more: Any) -> d
     return {"op": op, "argv": inv.argv, "env": dict(envr.env), "cwd": envr.cwd, "timeout": inv.timeout_seconds, **more}
 
 
+# -- 11.4.1 the warm client: a command handed over, its frames printed, a question asked here --------------------------
+
+
 def run_warm_client(inv: Invocation, envr: Environment, log: Log, seconds: float) -> int | None:
     """Run the command in the warm process and print what it printed, exiting as it exited; None (after one
     warning saying why) when the warm process cannot be used: the caller then runs the command one-shot."""
@@ -19978,6 +20112,8 @@ def run_warm_client(inv: Invocation, envr: Environment, log: Log, seconds: float
             stdin=stdin is not None,
             stdout_tty=is_terminal(envr.stdout),
             stderr_tty=is_terminal(envr.stderr),
+            # a person can be asked a server's question here, as one-shot decides it (Runner.input_source)
+            terminal=stdin is None and is_terminal(envr.stdin) and is_terminal(envr.stderr),
             keep_alive=seconds,
         )
         sock = _warm_open(place, artifact, warm_build(artifact), request, stdin)
@@ -20031,9 +20167,11 @@ def ask_warm_completion(inv: Invocation, envr: Environment) -> str | None:
 
 
 def _warm_relay(sock: Any, inv: Invocation, envr: Environment, log: Log) -> int:
-    """Print the process's frames as they come; Ctrl-C is forwarded once (the call is cancelled on the wire
-    there), a second one leaves at once. A process that dies mid-command: ``mcp_connection_error``, never a retry;
-    one that is alive but sends nothing past the command's --timeout (busy): ``mcp_timeout``, its command cancelled."""
+    """Print the process's frames as they come and ask the person here the questions it relays (Q frames, answered
+    with P frames: ``ask_on_terminal``); Ctrl-C, while waiting or while asked, is forwarded once (the call is
+    cancelled on the wire there), a second one leaves at once. A process that dies mid-command:
+    ``mcp_connection_error``, never a retry; one that is alive but sends nothing past the command's --timeout
+    (busy): ``mcp_timeout``, its command cancelled."""
     import json
 
     stage: str | None = None
@@ -20043,7 +20181,10 @@ def _warm_relay(sock: Any, inv: Invocation, envr: Environment, log: Log) -> int:
         while True:
             try:
                 frame = recv_frame(sock)
-            except KeyboardInterrupt:
+                if frame is not None and frame[0] == b"Q":  # a server's question for the person here (§14)
+                    send_frame(sock, b"P", ask_on_terminal(frame[1], envr))
+                    continue
+            except KeyboardInterrupt:  # while waiting, or while the person was asked
                 if interrupted:
                     log.warn("interrupted")
                     return EXIT_INTERRUPTED
@@ -20109,6 +20250,15 @@ def _warm_relay(sock: Any, inv: Invocation, envr: Environment, log: Log) -> int:
     return report_error(error, envr, log)
 
 
+def ask_on_terminal(payload: bytes, envr: Environment) -> bytes:  # pyz: remote part
+    """A warm client asks its person the question the process relayed (a Q frame: ``elicitation/create`` params)
+    with the one-shot terminal form (``TerminalQuestions``: server text made terminal-safe) and returns the P frame
+    (``build_relayed_answer``). Its own ``--timeout`` waits in the process, paused meanwhile."""
+    params = parse_json(payload.decode("utf-8", "surrogatepass"))
+    answer = TerminalQuestions(envr.stdin, envr.stderr).question(params if isinstance(params, dict) else {})
+    return dump_json(build_relayed_answer(answer)).encode("utf-8", "surrogatepass")
+
+
 def sessions_data(inv: Invocation, envr: Environment) -> dict[str, Any]:
     """The data of ``bkmcp --sessions`` (the warm sessions, never a secret) and ``bkmcp --sessions --stop``: this
     build's process at the top, the other builds' in ``other_builds``; ``--stop`` stops them all. Never starts one."""
@@ -20163,6 +20313,9 @@ def _warm_ask(place: WarmPlace, name: str, op: str) -> dict[str, Any] | None:
         )
     answer: dict[str, Any] = json.loads(frame[1])
     return answer
+
+
+# -- 11.4.2 the background process: WarmServer, a command's streams as frames, a question relayed ----------------------
 
 
 class _FrameStream:
@@ -20383,6 +20536,7 @@ class WarmServer:
         """One forwarded command; its exit status (for the X frame), None when the client sent no stdin. ``peek``:
         a completion's (``--completion tools|flags|…``), which uses a kept session or none and sets no linger."""
         import io
+        import queue
         import threading
 
         stdin = b""
@@ -20396,14 +20550,21 @@ class WarmServer:
             self.linger = seconds
         lock = threading.Lock()
         interrupt = Interrupt()
+        answers: queue.Queue[bytes | None] = queue.Queue()  # the person's answers (P frames); None: the client left
 
         def watch() -> None:  # the client's Ctrl-C (a C frame) or its end: the call is cancelled on the wire
-            try:
-                frame = recv_frame(conn)
-            except OSError:
-                frame = None
-            if frame is None or frame[0] == b"C":
-                interrupt.fire()
+            while True:
+                try:
+                    frame = recv_frame(conn)
+                except OSError:
+                    frame = None
+                if frame is None or frame[0] == b"C":
+                    interrupt.fire()
+                    answers.put(None)
+                    if frame is None:
+                        return
+                else:  # P: the person's answer to the question asked (``build_warm_relay``)
+                    answers.put(frame[1])
 
         def heard(method: str) -> None:
             with lock:
@@ -20411,7 +20572,11 @@ class WarmServer:
 
         threading.Thread(target=watch, name="bkmcp-warm-watch", daemon=True).start()
         warm = WarmRun(
-            self.sessions.for_command(request["cwd"], seconds, peek=peek), interrupt, heard, float(request["timeout"])
+            self.sessions.for_command(request["cwd"], seconds, peek=peek),
+            interrupt,
+            heard,
+            float(request["timeout"]),
+            ask=build_warm_relay(conn, lock, interrupt, answers) if request.get("terminal") else None,
         )
         return main(
             request["argv"],
@@ -20440,6 +20605,30 @@ class WarmServer:
             self._trim_again = not again
         finally:
             self._trimming = False
+
+
+def build_warm_relay(conn: Any, lock: Any, interrupt: Interrupt, answers: Any) -> Callable[[Mapping[str, Any]], Any]:
+    """``WarmRun.ask`` for a client on a terminal (docs/contract.md §14): a server's question goes to the client as a
+    Q frame (the ``elicitation/create`` params), one at a time; its answer comes back as a P frame (``answers``,
+    filled by the connection's watcher). ``KeyboardInterrupt`` when the client pressed Ctrl-C or left, before or
+    while it was asked: nobody is there to answer."""
+    one_at_a_time = _thread.allocate_lock()
+
+    def ask(params: Mapping[str, Any]) -> Any:
+        with one_at_a_time:
+            interrupt.check()
+            try:
+                with lock:
+                    send_frame(conn, b"Q", dump_json(dict(params)).encode("utf-8", "surrogatepass"))
+            except OSError:
+                raise KeyboardInterrupt from None
+            payload = answers.get()
+        if payload is None:
+            answers.put(None)  # the client is gone for every later question too
+            raise KeyboardInterrupt
+        return parse_json(payload.decode("utf-8", "surrogatepass"))
+
+    return ask
 
 
 def serve_warm_process(args: Sequence[str]) -> int:  # pyz: remote part

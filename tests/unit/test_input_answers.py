@@ -210,3 +210,79 @@ def test_base_input_source_answers_nothing_and_keeps_nothing_R04():
 def test_input_without_a_value_R04(argv, said):
     with pytest.raises(UsageError, match=said):
         parse_argv(argv)
+
+
+# -- the budget stands still while a person answers (Deadline.paused) ---------------------------------------------
+
+
+class _Person(io.StringIO):
+    """A person who takes ``seconds`` (on the test's clock) for every line typed."""
+
+    def __init__(self, typed: str, now: list[float], seconds: float) -> None:
+        super().__init__(typed)
+        self.now, self.seconds = now, seconds
+
+    def readline(self, *args) -> str:
+        self.now[0] += self.seconds
+        return super().readline(*args)
+
+
+def test_the_budget_stands_still_while_a_person_answers_on_the_terminal_R04():
+    now = [100.0]
+    deadline = bkmcp.Deadline(1.0, clock=lambda: now[0])
+    person = TerminalQuestions(_Person("\n7\n\ny\n", now, 30.0), io.StringIO(), deadline)
+    answer = CommandLineInput(terminal=person).answer(None, FORM, False)
+    assert answer.result == {"action": "accept", "content": {"name": "Ada", "age": 7}}
+    assert now[0] == 220.0 and deadline.left() == 1.0 and deadline.remaining() == 1.0  # 2 minutes, none counted
+    now[0] += 0.5  # the budget runs again once the person answered
+    assert deadline.left() == 0.5
+    given = CommandLineInput([("age", "7")]).answer(None, FORM, False)  # answers on the command line: no person
+    assert given.result is not None and deadline.left() == 0.5
+
+
+def test_a_paused_deadline_waits_on_and_counts_again_after_the_pause_R04():
+    now = [0.0]
+    deadline = bkmcp.Deadline(1.0, clock=lambda: now[0])
+    waits: list[float] = []
+
+    class Event:
+        def wait(self, timeout: float) -> bool:  # time passes as the wait asks; the person answers at the 3rd look
+            waits.append(timeout)
+            now[0] += timeout
+            if len(waits) == 3:
+                deadline.resume()
+            return False
+
+    now[0] = 0.9
+    deadline.pause()
+    deadline.pause()  # two questions at once share one pause
+    deadline.resume()
+    assert deadline.wait(Event()) is False  # spent in the end, but only after the pause and the 0.1 s left
+    assert waits[:3] == [pytest.approx(0.25), pytest.approx(0.25), pytest.approx(0.25)]  # looks again while paused
+    assert waits[3] == pytest.approx(0.1) and now[0] == pytest.approx(1.75)
+    with pytest.raises(bkmcp.McpTimeoutError):
+        deadline.remaining()
+
+
+def test_a_relayed_question_is_the_clients_answer_with_the_budget_paused_R04():
+    now = [0.0]
+    deadline = bkmcp.Deadline(1.0, clock=lambda: now[0])
+    asked: list[dict] = []
+
+    def relay(params):  # the warm client: its person takes 5 s, then accepts
+        asked.append(dict(params))
+        now[0] += 5.0
+        return {"result": {"action": "accept", "content": {"age": 3}}, "problems": []}
+
+    source = CommandLineInput(terminal=bkmcp.RelayedQuestions(relay, deadline))
+    assert source.relayed and source.capabilities == ELICITATION_FORM_AND_URL
+    assert source.answer(None, FORM, False).result == {"action": "accept", "content": {"age": 3}}
+    assert asked == [FORM["params"]] and deadline.left() == 1.0
+    url = {"method": "elicitation/create", "params": {"mode": "url", "url": "https://h.example/x", "message": "Go"}}
+    assert source.answer(None, url, False).result == {"action": "accept", "content": {"age": 3}}  # as relayed
+    assert asked[-1] == url["params"]
+    unfit = bkmcp.RelayedQuestions(lambda p: {"result": None, "problems": [{"message": "no"}, "junk"]})
+    assert unfit.question(FORM["params"]) == bkmcp.InputAnswer(None, ({"message": "no"},))
+    assert bkmcp.RelayedQuestions(lambda p: "junk").question({"mode": "url"}) == bkmcp.InputAnswer(None)
+    shown = bkmcp.build_relayed_answer(bkmcp.InputAnswer(None, ({"message": "no"},)))
+    assert shown == {"result": None, "problems": [{"message": "no"}]}
