@@ -9,8 +9,7 @@ The module is split into sections by banner comments (``grep -n '^# ====' -A1 bk
 numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the sections above it:
 
     1. Errors & exit codes      one exception root, every stable error code of docs/contract.md §7
-    2. Helpers                  small records, JSON, redaction, durations and deadlines, logging, terminal text,
-                                URI templates, the blob writer:
+    2. Helpers                  what every section uses, in seven rooms:
        2.1 records, JSON           a small dataclass, the heap frozen (freeze_heap), JSON with number fidelity (a
                                    duplicate key rejected: parse_json, dump_json), as deep as it parses
                                    (too_deep_words; call_with_headroom: a deep walk on a stack of its own)
@@ -33,8 +32,7 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                 EDITOR_IGNORED_FIELDS), ${VAR} expansion, build_server_command (with --config)
     4. Auth                     Bearer / X-Bkapi-Authorization forms, conflicts, secrets to scrub; a server resolved
                                 for its transport (ResolvedServer), with the environment a stdio child inherits
-    5. Protocol core (sans-IO)  JSON-RPC framing, SSE decoder, eras, request building, classification, the session
-                                core and negotiation as pure decision steps, in ten rooms:
+    5. Protocol core (sans-IO)  the protocol as pure decision steps (no I/O), in ten rooms:
        5.1 eras                    the protocol versions and what differs between them (EraRules, era_rules)
        5.2 JSON-RPC framing        Message, one line or body -> messages; the envelope of an answer too deep or
                                    too long to parse (parse_rpc_envelope, parse_trailing_id)
@@ -52,13 +50,11 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        5.10 skills (SEP-2640)      a skill's listed files (parse_skill_files), each verified against its digest
                                    and size, SKILL.md's YAML frontmatter against the listing's (verify_skill_file,
                                    parse_frontmatter): skill_unverified
-    6. Transports               the Transport seam: HTTP via httpx (concurrent POSTs on one pooled client),
-                                stdio framing (a bounded line reader, lines that are not JSON-RPC skipped)
-                                apart from child-process supervision, in four rooms:
+    6. Transports               HTTP via httpx, stdio framing apart from child-process supervision, in four rooms:
        6.1 the seam                Transport and Outgoing, whether a request was sent; open_transport ends section 6
        6.2 HTTP                    HttpTransport: status mapping (401/403 -> mcp_auth_required /
                                    mcp_permission_denied, status_failure for the rest), SSE resumption (GET +
-                                   Last-Event-ID)
+                                   Last-Event-ID); concurrent POSTs on one pooled client
        6.3 stdio framing           a bounded line reader (read_lines), the stderr tail kept for errors (LineTail)
        6.4 the child process       ChildProcess (its group, reaping) and StdioTransport over it: lines that are
                                    not JSON-RPC skipped, an answer too deep or too long failing its request, the
@@ -162,13 +158,9 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        10.5 warm sessions          WarmSessions: the --keep-alive process's kept sessions, lent by key
                                    (warm_session_key), catalogues kept by section 7's rule; its client and
                                    process: 11.4
-   11. CLI                      argument routing and ``main(argv) -> int``, the one exception -> exit ladder;
-                                the --keep-alive client and its background process (WarmServer), in five rooms:
+   11. CLI                      the command line to its exit status, in five rooms:
        11.1 argument routing       parse_argv -> Invocation, check_invocation (MODE_TABLE: the options each mode
-                                   takes): --config, --timeout, --verbose, --insecure, --check, --tools, --brief,
-                                   --dry-run, --jq, --raw, --help, --resources, --read, --prompts, --prompt,
-                                   --input, --inputs, --input-action, --resume, --skills, --skill, --out,
-                                   --max-blob-bytes
+                                   takes, each named on the line of its room); --verbose, --insecure
        11.2 --body                 inline, @FILE or - (stdin), read and bounded (read_body)
        11.3 the runner             Environment, Runner: one command, local or remote, to its envelope; which
                                    servers a Tab may start, and where (resolve_completion_server); the kept
@@ -234,10 +226,6 @@ Exception tree (section 1)::
           +-- SkillUnverifiedError  skill_unverified       (a skill file not as skills/list said)
           +-- CancelledError        mcp_cancelled          (exit 130: Ctrl-C once a request was sent)
           +-- ResourceLimitError    resource_limit         (resident)
-
-An error is a value: every field it carries (``request_sent``, ``http_status``, ``remedy``, ``what``/``budget``…)
-is declared on ``BkmcpError``; a raised or stored error is never changed (``copy(**changes)``), and each front end
-words it once from its fields (section 11 ``word_for_cli``, section 10 ``platform_error``).
 
 Heavy dependencies (httpx, jsonschema, jq) are imported lazily by the code paths that need them, so
 ``bkmcp --help`` and ``bkmcp <server> --help`` import none of them. Nothing connects at import time.
@@ -1980,13 +1968,15 @@ _MIME_EXTENSIONS = {
 }
 
 
-def blob_over_cap(what: str, size: int, limit: int, outcome: str, hint: str, data: Any = None) -> BlobTooLargeError:
+def blob_over_cap(
+    what: str, size: int, limit: int, outcome: str = "nothing was written", hint: str | None = None, data: Any = None
+) -> BlobTooLargeError:
     """``blob_too_large``: ``what`` (a blob, a skill file) decodes to ``size`` bytes, over ``--max-blob-bytes``
     (``limit``), the one rule of the CLI's ``--out`` and the resident's ``include_blobs``; ``outcome``: what was
-    not done."""
+    not done (by default, what ``--out`` says, and its hint: raise the limit)."""
     return BlobTooLargeError(
         f"{what} is {size} bytes, over --max-blob-bytes {limit}: {outcome}",
-        hint=hint,
+        hint=hint or f"raise --max-blob-bytes (now {limit}) to write it",
         details={"bytes": size, "limit": limit},
         data=data,
     )
@@ -7241,15 +7231,9 @@ def _discover_step(session: McpSession, ctx: OpContext, step: Step) -> Evidence:
     except RemoteError as exc:
         status = exc.http_status
         if status is not None:
-            message = exc.http_message
-            if not probing and not (
-                status == 404
-                and message is not None
-                and message.kind == "error"
-                and (message.error or {}).get("code") == -32601
-            ):
+            if not probing and not is_method_unknown(exc):
                 raise
-            evidence = Evidence(status, message)
+            evidence = Evidence(status, exc.http_message)
         elif isinstance(exc, ProtocolError):
             if not probing or stdio is not None:  # stdio skips lines that are not JSON-RPC (§9): no era evidence here
                 raise
@@ -7304,13 +7288,11 @@ def initialize(session: McpSession, ctx: OpContext, offer: str) -> None:
         session.transport.listen(rules, session.core.session_id, ctx.deadline)
 
 
-def open_session(
-    server: ResolvedServer, ctx: OpContext, *, insecure: bool, server_info: bool = False, **transport_options: Any
-) -> McpSession:
+def open_session(server: ResolvedServer, ctx: OpContext, *, insecure: bool, **transport_options: Any) -> McpSession:
     """A negotiated session (closed again if negotiation fails)."""
     session = McpSession(server, insecure=insecure, log=ctx.log, **transport_options)
     try:
-        negotiate(session, ctx, server_info=server_info)
+        negotiate(session, ctx)
     except BaseException:
         session.close(ctx.deadline)
         raise
@@ -9022,18 +9004,16 @@ class SchemaWork:
         return None, why, 0, frozenset()
 
 
-def resolve_schema(
-    schema: Any, root: Any, chain: tuple[str, ...] = (), depth: int = 0, *, work: SchemaWork | None = None
-) -> tuple[Any, str]:
+def resolve_schema(schema: Any, root: Any, *, work: SchemaWork | None = None) -> tuple[Any, str]:
     """``schema`` as if its local references were written inline: ``$ref`` (its sibling keywords kept beside the
     target, e.g. a description), single-schema ``allOf`` wrappers, and the same in each ``anyOf``/``oneOf``
     branch. Returns (schema, "") or (None, why it cannot be followed: remote, recursive, dangling, too large to
     type). Bounded by ``REF_DEPTH_LIMIT`` and by ``work`` (one operation's ``SchemaWork``; a fresh one when
     None): at most ``RESOLVE_NODE_LIMIT`` schemas written out, parts used again shared, not copied. ``root`` is the
-    inputSchema the pointers start from; ``chain`` the references followed to get here, ``depth`` how many steps."""
+    inputSchema the pointers start from."""
     if not isinstance(schema, dict) or schema.keys().isdisjoint(INLINED_KEYWORDS):
         return schema, ""
-    resolved, why, _size, _refs = _resolve_counted(schema, root, chain, depth, work or SchemaWork())
+    resolved, why, _size, _refs = _resolve_counted(schema, root, (), 0, work or SchemaWork())
     return resolved, why
 
 
@@ -9935,24 +9915,18 @@ def _guarded_validators(base: Any) -> dict[str, Any]:
         return originals["uniqueItems"](validator, value, instance, schema)
 
     def any_of(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
-        context = _failed_branches(validator, value, instance)
-        if context is not None:
+        passed, context = _failed_branches(validator, enumerate(value), instance)
+        if passed is None:
             yield _validation_error(f"{instance!r} is not valid under any of the given schemas", context=context)
 
     def one_of(validator: Any, value: Any, instance: Any, schema: Any) -> Any:  # jsonschema's, context kept short
-        branches, first = enumerate(value), None
-        kept: list[Any] = []
-        for index, subschema in branches:
-            errors = list(validator.descend(instance, subschema, schema_path=index))
-            if not errors:
-                first = subschema
-                break
-            kept += errors[: _CONTEXT_KEPT - len(kept)]
-        else:
-            yield _validation_error(f"{instance!r} is not valid under any of the given schemas", context=kept)
+        branches = enumerate(value)
+        passed, context = _failed_branches(validator, branches, instance)
+        if passed is None:
+            yield _validation_error(f"{instance!r} is not valid under any of the given schemas", context=context)
         more = [each for _, each in branches if validator.evolve(schema=each).is_valid(instance)]
-        if more:
-            reprs = ", ".join(repr(each) for each in [*more, first])
+        if more and passed is not None:  # (more is empty when none passed: every branch was read)
+            reprs = ", ".join(repr(each) for each in [*more, passed[1]])
             yield _validation_error(f"{instance!r} is valid under each of {reprs}")
 
     replaced: dict[str, Callable[..., Any]] = {"pattern": pattern, "uniqueItems": unique_items}
@@ -9968,15 +9942,18 @@ def _guarded_validators(base: Any) -> dict[str, Any]:
 _CONTEXT_KEPT = 8
 
 
-def _failed_branches(validator: Any, branches: Any, instance: Any, first: int = 0) -> list[Any] | None:
-    """The first errors of ``branches`` when every one fails (at most ``_CONTEXT_KEPT``), None when one passes."""
+def _failed_branches(
+    validator: Any, branches: Iterator[tuple[int, Any]], instance: Any
+) -> tuple[tuple[int, Any] | None, list[Any]]:
+    """(the first of ``branches``, (index, subschema) pairs, that ``instance`` passes, read no further; None when
+    every one fails), the first errors of those that failed (at most ``_CONTEXT_KEPT``): anyOf's and oneOf's."""
     kept: list[Any] = []
-    for index, subschema in enumerate(branches, first):
+    for index, subschema in branches:
         errors = list(validator.descend(instance, subschema, schema_path=index))
         if not errors:
-            return None
+            return (index, subschema), kept
         kept += errors[: _CONTEXT_KEPT - len(kept)]
-    return kept
+    return None, kept
 
 
 def _validation_error(message: str, **fields: Any) -> Any:
@@ -10353,12 +10330,9 @@ def _quick_valid(schema: Any, instance: Any, deadline: Deadline | None) -> bool:
             ok = sum(1 for s in value if _quick_valid(s, instance, deadline)) == 1
         elif key == "not":
             ok = not _quick_valid(value, instance, deadline)
-        elif key in ("minLength", "maxLength"):
-            ok = not is_string or (len(instance) >= value if key == "minLength" else len(instance) <= value)
-        elif key in ("minItems", "maxItems"):
-            ok = not is_array or (len(instance) >= value if key == "minItems" else len(instance) <= value)
-        elif key in ("minProperties", "maxProperties"):
-            ok = not is_object or (len(instance) >= value if key == "minProperties" else len(instance) <= value)
+        elif key in _QUICK_SIZES:  # minLength, maxItems, …: the size of a string, array or object
+            sized = {"Length": is_string, "Items": is_array, "Properties": is_object}[key[3:]]
+            ok = not sized or (len(instance) >= value if key.startswith("min") else len(instance) <= value)
         elif key in _QUICK_BOUNDS and is_number:
             ok = not (
                 key == "minimum"
@@ -11474,8 +11448,7 @@ def _raw_block_line(block: Any) -> str:
     parts = [inner[key] for key in ("uri", "mimeType") if isinstance(inner.get(key), str) and inner[key]]
     payload = inner.get("data", inner.get("blob"))
     if isinstance(payload, str):
-        chars = sum(1 for ch in payload if not ch.isspace() and ch != "=")  # base64: whitespace, padding: no data
-        parts.append(f"{chars * 3 // 4} bytes")  # the decoded size, without decoding it
+        parts.append(f"{blob_size(payload)} bytes")  # the decoded size, without decoding it (9.7)
     elif isinstance(payload, dict) and isinstance(payload.get("bytes"), int):  # written by --out (section 9.7)
         parts.append(f"{payload['bytes']} bytes")
         if isinstance(payload.get("path"), str):
@@ -11940,30 +11913,18 @@ complete -c bkmcp -a '(__bkmcp_words)'
 
 def render_completion(shell: str, command: Sequence[str]) -> str:
     """The completion script for ``shell``; ``command`` is how the script runs bkmcp for server names."""
-    quoted = " ".join("'" + part.replace("'", "'\\''") + "'" for part in command)
-    bash = _BASH_COMPLETION.format(
-        value_options=_COMPLETION_VALUE_OPTIONS,
-        shells=" ".join(COMPLETION_SHELLS),
-        options=_COMPLETION_OPTIONS + " -h -v",
-        server_options=_COMPLETION_SERVER_OPTIONS,
-        call_options=_COMPLETION_CALL_OPTIONS,
-        target_options=_COMPLETION_TARGET_OPTIONS,
-        flag_options=_COMPLETION_FLAG_OPTIONS,
-        command=quoted,
-    )
-    if shell == "bash":
-        return bash
-    if shell == "zsh":
-        return _ZSH_COMPLETION.format(bash=bash)
-    return _FISH_COMPLETION.format(
-        value_options=_COMPLETION_VALUE_OPTIONS,
-        flag_options=_COMPLETION_FLAG_OPTIONS,
-        server_options=_COMPLETION_SERVER_OPTIONS,
-        call_options=_COMPLETION_CALL_OPTIONS,
-        target_options=_COMPLETION_TARGET_OPTIONS,
-        command=quoted,
-        options="".join(map(_render_fish_option, _COMPLETION_OPTIONS.split())),
-    )
+    words = {  # what both scripts are filled with
+        "value_options": _COMPLETION_VALUE_OPTIONS,
+        "server_options": _COMPLETION_SERVER_OPTIONS,
+        "call_options": _COMPLETION_CALL_OPTIONS,
+        "target_options": _COMPLETION_TARGET_OPTIONS,
+        "flag_options": _COMPLETION_FLAG_OPTIONS,
+        "command": " ".join("'" + part.replace("'", "'\\''") + "'" for part in command),
+    }
+    if shell == "fish":
+        return _FISH_COMPLETION.format(**words, options="".join(map(_render_fish_option, _COMPLETION_OPTIONS.split())))
+    bash = _BASH_COMPLETION.format(**words, shells=" ".join(COMPLETION_SHELLS), options=_COMPLETION_OPTIONS + " -h -v")
+    return bash if shell == "bash" else _ZSH_COMPLETION.format(bash=bash)
 
 
 def _render_fish_option(name: str) -> str:
@@ -12333,27 +12294,21 @@ def _clip_strings(value: Any, limit: int = 32) -> Any:
     return value
 
 
-def _shell_quote(text: str) -> str:
-    import shlex
-
-    return shlex.quote(text)
-
-
 def _flag_example(flag: ToolFlag, value: Any) -> list[str]:
     """Shell words for one flag in an example; a placeholder of the right type when the value does not fit."""
     if flag.kind == "boolean":
         return [f"{flag.option}={'false' if value is False else 'true'}"]
     if flag.kind == "string":
         ok = isinstance(value, str) and value.isprintable()  # newlines/controls make a poor example
-        return [flag.option, _shell_quote(value if ok else f"<{flag.name}>")]
+        return [flag.option, shell_quote(value if ok else f"<{flag.name}>")]
     if flag.kind in ("integer", "number"):
         fits = is_json_number(value) and not isinstance(value, float)
         fits = fits and (flag.kind == "number" or is_json_integer(value))
         return [flag.option, dump_json(value) if fits else "1"]
     if flag.kind == "json":
-        return [flag.option, _shell_quote(printable(dump_json(value)))]
+        return [flag.option, shell_quote(printable(dump_json(value)))]
     fits = isinstance(value, list if flag.kind == "array" else dict)
-    return [flag.option, _shell_quote(printable(dump_json(value if fits else [] if flag.kind == "array" else {})))]
+    return [flag.option, shell_quote(printable(dump_json(value if fits else [] if flag.kind == "array" else {})))]
 
 
 def _flag_example_value(flag: ToolFlag, root: Any) -> Any:
@@ -12446,13 +12401,13 @@ def render_tool_help(server_name: str, tool: Mapping[str, Any], config: str | No
     example, omitted = _example_object(schema, schema, 0, limit=6)
     example = _clip_strings(example)
     out += ["", "--body example (required fields first; placeholder values):"]
-    one_line = f"  {command} --body {_shell_quote(_compact_json(example))}"
+    one_line = f"  {command} --body {shell_quote(_compact_json(example))}"
     if _cell_width(one_line) <= HELP_WIDTH:
         out.append(one_line)
     else:
         prefix = command_lines("--body")
         start = _cell_width(f"{prefix[-1]} '")
-        body_lines = _shell_quote(_pretty_json(example, 2, HELP_WIDTH, start)).split("\n")
+        body_lines = shell_quote(_pretty_json(example, 2, HELP_WIDTH, start)).split("\n")
         out += prefix[:-1]
         out.append(f"{prefix[-1]} {body_lines[0]}")
         out += body_lines[1:]
@@ -12671,14 +12626,7 @@ def decode_blobs(spots: Sequence[BlobSpot], max_bytes: int, data: dict[str, Any]
         for spot, size in zip(spots, sizes):
             spot.holder[spot.key] = {"path": None, "bytes": size, "mimeType": spot.mime_type}
         what = f"the blob of {short_text(spots[over].uri, 80)}" if spots[over].uri is not None else "a blob"
-        raise blob_over_cap(
-            what,
-            sizes[over],
-            max_bytes,
-            "nothing was written",
-            f"raise --max-blob-bytes (now {max_bytes}) to write it",
-            data,
-        )
+        raise blob_over_cap(what, sizes[over], max_bytes, data=data)
     decoded = []
     for spot in spots:
         try:
@@ -12711,9 +12659,7 @@ def save_skill(data: dict[str, Any], writer: BlobWriter, max_bytes: int) -> None
                 f"skill file {short_text(file['path'], 120)}",
                 len(payload),
                 max_bytes,
-                "nothing was written",
-                f"raise --max-blob-bytes (now {max_bytes}) to write it",
-                {key: data[key] for key in ("server", "skill", "uri")},
+                data={key: data[key] for key in ("server", "skill", "uri")},
             )
     name = data["skill"] if _SKILL_DIRECTORY.fullmatch(data["skill"]) else "skill"
     try:
@@ -18084,51 +18030,31 @@ class _WarmSource(SessionSource):
 
 # -- 11.1 argument routing: argv -> Invocation, checked (docs/contract.md §2) ------------------------------------------
 
-_VALUE_OPTIONS = {
-    "--config": "config",
-    "--timeout": "timeout",
-    "--jq": "jq",
-    "--context": "context",
-    "--body": "body",
-    "--registry": "registry",
-    "--out": "out",
-    "--max-blob-bytes": "max_blob_bytes",
-    "--inputs": "inputs",
-    "--input-action": "input_action",
-    "--resume": "resume",
-}
-_FLAG_OPTIONS = {
-    "-v": "verbose",
-    "--verbose": "verbose",
-    "--insecure": "insecure",
-    "--check": "check",
-    "--tools": "tools",
-    "--dry-run": "dry_run",
-    "-h": "help",
-    "--help": "help",
-    "--version": "version",
-    "--resident": "resident",
-    "-r": "raw",
-    "--raw": "raw",
-    "--task": "task",  # a call run as a task (docs/contract.md §5 "Tasks"): reserved, as --timeout is (§6)
-    "--detach": "detach",
-}
+
+def _options(names: str) -> dict[str, str]:
+    """Options by name, each with its ``Invocation`` attribute: the name without its dashes, ``-`` as ``_``
+    (``--dry-run``: ``dry_run``)."""
+    return {name: name.lstrip("-").replace("-", "_") for name in names.split()}
+
+
+_VALUE_OPTIONS = _options(
+    "--config --timeout --jq --context --body --registry --out --max-blob-bytes --inputs --input-action --resume"
+)
+# --task: a call run as a task (docs/contract.md §5 "Tasks"): reserved, as --timeout is (§6)
+_FLAG_OPTIONS = _options(
+    "--verbose --insecure --check --tools --dry-run --help --version --resident --raw --task --detach"
+)
+_FLAG_OPTIONS.update({"-v": "verbose", "-h": "help", "-r": "raw"})
 # `bkmcp --registry FILE --import mcp.json | --list` (contract §11.3): options only before any server name, so a tool's
 # own `--list`/`--import` parameter (after the tool name) keeps working as a tool option.
 # `--completion SHELL` is the same kind of root-only option.
 _REGISTRY_VALUE_OPTIONS = {"--import": "registry_import", "--completion": "completion"}
 _REGISTRY_FLAG_OPTIONS = {"--list": "registry_list", "--sessions": "sessions", "--stop": "stop"}
 _REGISTRY_OPTION_NAMES = frozenset({*_REGISTRY_VALUE_OPTIONS, *_REGISTRY_FLAG_OPTIONS})
-_RESIDENT_OPTIONS = {
-    "--events": "events",
-    "--max-processes": "max_processes",
-    "--max-user-processes": "max_user_processes",
-    "--idle-timeout": "idle_timeout",
-    "--shutdown-grace": "shutdown_grace",
-    "--max-blob-bytes": "max_blob_bytes",
-    "--elicitation": "elicitation",
-    "--input-timeout": "input_timeout",
-}
+_RESIDENT_OPTIONS = _options(
+    "--events --max-processes --max-user-processes --idle-timeout --shutdown-grace --max-blob-bytes --elicitation "
+    "--input-timeout"
+)
 _RESIDENT_FLAG_OPTIONS = {"--inject-resource-tools": "inject_resource_tools"}
 _RESERVED_UNSUPPORTED = {"--format"}
 # `bkmcp <server> --resources | --prompts | --read URI | --prompt NAME` (contract §2): before a tool name (and
@@ -18237,6 +18163,8 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
     # the resident options exist only beside --resident: elsewhere they stay free for tool flags
     value_options = {**_VALUE_OPTIONS, **_RESIDENT_OPTIONS} if "--resident" in tokens else _VALUE_OPTIONS
     flag_options = {**_FLAG_OPTIONS, **_RESIDENT_FLAG_OPTIONS} if "--resident" in tokens else _FLAG_OPTIONS
+    # before a tool name (or --read's, --prompt's, --skill's) only; after one, such a name is its own flag
+    before_target = {**_CATALOGUE_FLAGS, "--brief": "brief", "--wait": "wait"}
     i = 0
     while i < len(tokens):
         token = tokens[i]
@@ -18245,44 +18173,24 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
         registry_tool = inv.server is None and (name in _REGISTRY_VALUE_OPTIONS or token in _REGISTRY_FLAG_OPTIONS)
         # later flags are its own (a skill has none: any is refused)
         target = inv.tool is not None or inv.read is not None or inv.prompt is not None or inv.skill is not None
-        if not target and (token in _CATALOGUE_FLAGS or name in _TARGET_OPTIONS):
-            attr = _CATALOGUE_FLAGS.get(token) or _TARGET_OPTIONS[name]
+        if not target and (token in before_target or name in _TARGET_OPTIONS or name in _TASK_OPTIONS):
+            attr = before_target.get(token) or _TARGET_OPTIONS.get(name) or _TASK_OPTIONS[name]
             if attr in seen:
                 raise UsageError(f"option {name} given more than once")
             seen.add(attr)
-            if token in _CATALOGUE_FLAGS:
+            if token in before_target:
                 setattr(inv, attr, True)
                 continue
+            task = name in _TASK_OPTIONS
             if not eq and i < len(tokens) and not _is_bkmcp_option(tokens[i]):
                 inline, i = tokens[i], i + 1
-            elif not eq:
+            elif not eq and not task:
                 raise UsageError(f"option {name} needs a value", hint=f"write {name}=VALUE for a value starting with -")
+            if not inline and task:
+                raise UsageError(f"option {name} needs a task id", hint=f"bkmcp <server> {name} ID")
             if not inline:
                 raise UsageError(f"option {name} needs a {dict(read='URI').get(attr, attr + ' name')}")
             setattr(inv, attr, inline)
-            continue
-        if name in _TASK_OPTIONS and not target:
-            attr = _TASK_OPTIONS[name]
-            if attr in seen:
-                raise UsageError(f"option {name} given more than once")
-            seen.add(attr)
-            if not eq and i < len(tokens) and not _is_bkmcp_option(tokens[i]):
-                inline, i = tokens[i], i + 1
-            elif not eq:
-                raise UsageError(f"option {name} needs a task id", hint=f"bkmcp <server> {name} ID")
-            if not inline:
-                raise UsageError(f"option {name} needs a task id", hint=f"bkmcp <server> {name} ID")
-            setattr(inv, attr, inline)
-            continue
-        if token == "--wait" and not target:  # with --task-result only (check_invocation)
-            if inv.wait:
-                raise UsageError("option --wait given more than once")
-            inv.wait = True
-            continue
-        if token == "--brief" and not target:  # after a tool name (or --read/--prompt's), --brief is its own flag
-            if inv.brief:
-                raise UsageError("option --brief given more than once")
-            inv.brief = True
             continue
         if name == "--input":  # repeatable, anywhere: FIELD=VALUE (docs/contract.md §5)
             if eq:
@@ -20772,16 +20680,13 @@ def _end_without_a_last_collection() -> None:
 
 def report_error(exc: BkmcpError, envr: Environment, log: Log) -> int:
     envelope = build_failure(exc, log.redactor)
+    # remote (2), interrupted after a request was sent (130): on stdout, like every other envelope; local (1): on
+    # stderr, where a script reads the last line. Pretty on a terminal (emit_envelope), one line otherwise.
+    stream = envr.stdout if exc.exit_status != EXIT_LOCAL else envr.stderr
     try:
-        if exc.exit_status != EXIT_LOCAL:  # remote (2), interrupted after a request was sent (130)
-            # on stdout, like every other envelope: pretty on a terminal (emit_envelope), one line otherwise
-            terminal = is_terminal(envr.stdout)
-            envr.stdout.write(render_raw_text(dump_json(envelope, indent=2 if terminal else None), terminal) + "\n")
-            envr.stdout.flush()
-        else:  # piped, one line: a script reads the last line of stderr; on a terminal pretty, as on stdout
-            terminal = is_terminal(envr.stderr)
-            envr.stderr.write(render_raw_text(dump_json(envelope, indent=2 if terminal else None), terminal) + "\n")
-            envr.stderr.flush()
+        terminal = is_terminal(stream)
+        stream.write(render_raw_text(dump_json(envelope, indent=2 if terminal else None), terminal) + "\n")
+        stream.flush()
     except (OSError, ValueError):
         pass
     return exc.exit_status
