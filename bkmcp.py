@@ -8166,15 +8166,15 @@ def answer_task_input(
     if not fresh.requests:
         return False
     rounds = max(answered.values(), default=0)
+    data = {"server": session.server.name, "tool": handle.get("tool"), "task": handle}
     if rounds >= MAX_INPUT_ROUNDS:
         raise ProtocolError(
             f"{label} of server {session.server.name!r} asked for input {rounds} times and still asks; bkmcp "
             f"stopped answering it (at most {MAX_INPUT_ROUNDS} rounds)",
             hint="the task is left as it is; cancel it with --task-cancel ID, or report it to the server's authors",
             details={"outcome": "not_completed"},
-            data={"server": session.server.name, "tool": handle.get("tool"), "task": handle},
+            data=data,
         )
-    data = {"server": session.server.name, "tool": handle.get("tool"), "task": handle}
     try:
         responses, unanswered = answer_round(ctx.input or InputSource(), label, fresh)
     except CapabilityUnsupportedError as exc:
@@ -16907,11 +16907,16 @@ class Actions:
         mode = params.get("task")  # wait (the default of a task-only tool) or detach: a task (docs/contract.md §11.2)
         if found is not None and found.held is not None:  # a held question's resume: the call it answers chose
             mode = found.params.get("task")
-        choice: TaskChoice | None = None
-        made: list[dict[str, Any]] = []  # the task's handle as it changes (a call run as one)
-        if mode is not None or tool_task_support(tool) == "required":
-            choice = TaskChoice(wanted=mode is not None, detach=mode == "detach", told=True)
         slot, server = self.pool.use_server(view, row, command.user_id, command.chosen)
+        made: list[dict[str, Any]] = []  # the task's handle as it changes (a call run as one), kept for the user
+
+        def on_handle(handle: dict[str, Any], _holder: str | None) -> None:
+            made.append(handle)
+            self.tasks.seen(command, slot, handle)
+
+        choice: TaskChoice | None = None
+        if mode is not None or tool_task_support(tool) == "required":
+            choice = TaskChoice(wanted=mode is not None, detach=mode == "detach", on_handle=on_handle, told=True)
         self.pool.use(slot, 1)
         started = time.monotonic()
         try:
@@ -16920,7 +16925,7 @@ class Actions:
             except BkmcpError as exc:
                 self.events.emit("tool.failed", **base, error_code=exc.code, outcome="not_sent")
                 raise platform_error(exc, server=server_name, timeout=timeout) from None
-            task = None if choice is None else self._plan_task(command, slot, session, tool, choice, base, made)
+            task = None if choice is None else self._plan_task(session, tool, choice, base)
             self.events.emit("tool.started", **base)
             started = time.monotonic()
 
@@ -16981,31 +16986,16 @@ class Actions:
     # -- tasks: the CLI's 7.3.1 paths on this user's sessions, each user's records (ResidentTasks) --------------------
 
     def _plan_task(
-        self,
-        command: ResidentCommand,
-        slot: Slot,
-        session: ResidentSession,
-        tool: dict[str, Any],
-        choice: TaskChoice,
-        base: dict[str, Any],
-        made: list[dict[str, Any]],
+        self, session: ResidentSession, tool: dict[str, Any], choice: TaskChoice, base: dict[str, Any]
     ) -> tuple[TaskChoice, bool]:
         """``plan_task`` on the leased ``session`` (a call that cannot run as asked: ``tool.rejected``, the lease
-        given back, nothing sent); the task's handle, once the server makes one, is kept for the user (``made``
-        holds its states)."""
+        given back, nothing sent)."""
         try:
-            as_task = session.plan_task(tool, choice)
+            return choice, session.plan_task(tool, choice)
         except BkmcpError as exc:
             self.pool.release(session)
             self.events.emit("tool.rejected", **base, error_code=exc.code)
             raise platform_error(exc.copy(message=exc.message.removeprefix("--task: "))) from None
-
-        def on_handle(handle: dict[str, Any], _holder: str | None) -> None:
-            made.append(handle)
-            self.tasks.seen(command, slot, handle)
-
-        choice.on_handle = on_handle
-        return choice, as_task
 
     def _failed_task(self, command: ResidentCommand, slot: Slot, exc: BkmcpError) -> None:
         """A task's failure carries its handle as last seen (``data.task``): kept for the user (its end's event)."""
