@@ -115,16 +115,13 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        9.7 blobs to files          --out: a result's base64 found (find_blobs), checked against --max-blob-bytes
                                    before anything is written (decode_blobs), saved through 2.7 (save_blobs); a
                                    verified skill's copy (save_skill)
-   10. Resident mode            many users' sessions behind one JSON stdin/stdout process, and the --keep-alive
-                                process's kept sessions, in five rooms:
-       10.1 registry, credentials  SQLite / HTTP sources, one user's view, a row -> ResolvedServer:
+   10. Resident mode            many users' sessions behind one JSON-lines process; the --keep-alive kept sessions:
+       10.1 registry, credentials  a registry row -> one user's ResolvedServer:
        10.1.1 rows, credentials      a row checked, a user's credential chosen (select_credential), what a
                                      listing shows
        10.1.2 sources                the SQLite file (SqliteRegistry, --registry --import/--list) and the HTTP
                                      endpoint (HttpRegistry), open_registry
-       10.2 sessions               events, the live session, slots, the pool (limits: --max-processes and
-                                   --max-user-processes; eviction, reaper; a crashed stdio child's retry-after
-                                   back-off):
+       10.2 sessions               the live sessions and their limits (--max-processes, --max-user-processes):
        10.2.1 events                 EventSink (--events); a URI as an event names it (build_event_uri)
        10.2.2 the live session       ResidentSession, the adapter over the section-7 engine; skills on it
                                      (with_skills: the extension per request, a legacy server's own session)
@@ -136,16 +133,13 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        10.2.7 tasks per user         ResidentTasks: each user's task handles (call_tool task wait|detach,
                                      get_task, get_task_result, cancel_task, list_tasks); a live task holds its
                                      server from the reaper; task.* events
-       10.3 names, catalogues      injected mcp_{server}_{tool} names (shortened past 64 characters), model-ready
-                                   definitions per family (OpenAI, OpenAI strict, Anthropic, Gemini), Catalogues
-                                   (cached per session):
+       10.3 names, catalogues      what list_tools shows a model (names shortened past 64 characters):
        10.3.1 injected names         build_injected_names (a server's resource-reading tool among them)
        10.3.2 definitions            build_definitions per model family; a model's arguments back to the schema;
                                      the resource-reading tool of --inject-resource-tools (build_resource_reader)
        10.3.3 a command, catalogues  the parsed command record, Catalogues cached per session
-       10.4 command server         the reader, a bounded worker pool, Actions (seventeen), the end that answers all
-                                   (shutdown, EOF, a signal), an error worded for the platform (platform_error):
-       10.4.1 parsing a command      limits, the platform's wording, parse_command
+       10.4 command server         a command per line on stdin, its answer on stdout (seventeen actions):
+       10.4.1 parsing a command      limits, the platform's wording (platform_error), parse_command
        10.4.2 pool, writer           the bounded worker pool, the answer writer, commands in flight
        10.4.3 Actions                one method per action; resources and prompts (list_resources, read_resource
                                      with its blobs as size and sha256 within --max-blob-bytes: build_resource_contents,
