@@ -7551,14 +7551,8 @@ def raise_unanswered(method: str, handles: Sequence[RequestHandle], data: Mappin
 
 def discover_tools(session: McpSession, ctx: OpContext) -> tuple[list[dict[str, Any]], int]:
     """Every page of ``tools/list`` with the contract.md §5 guards: (the catalogue exactly as received, pages read)."""
-    tools, pages, _ttl_ms = discover_catalogue(session, ctx)
+    tools, pages, _ttl_ms = discover_listing(session, ctx, LISTINGS["tools/list"])
     return tools, pages
-
-
-def discover_catalogue(session: McpSession, ctx: OpContext) -> tuple[list[dict[str, Any]], int, int]:
-    """``discover_tools`` with how long the server says the catalogue stays fresh, in ms: the smallest ``ttlMs`` of
-    its pages, 0 as soon as one page has none (or in an era without it). Kept catalogues: ``catalogue_kept_until``."""
-    return discover_listing(session, ctx, LISTINGS["tools/list"])
 
 
 def discover_listing(session: McpSession, ctx: OpContext, listing: Listing) -> tuple[list[dict[str, Any]], int, int]:
@@ -13983,7 +13977,7 @@ class ResidentSession:
         """The usable catalogue (in the modern era without the tools whose x-mcp-header is invalid, contract.md §5)
         and its ``ttlMs`` (``catalogue_kept_until`` says what it means)."""
         session, ctx = self._require(), self._ctx(timeout)
-        tools, _pages, ttl_ms = discover_catalogue(session, ctx)
+        tools, _pages, ttl_ms = discover_listing(session, ctx, LISTINGS["tools/list"])
         usable, _excluded = usable_tools(session, ctx, tools)
         return usable, ttl_ms
 
