@@ -269,17 +269,17 @@ else:
 class _LazyPattern:
     """A regular expression compiled on first use (module-level patterns must not import ``re`` at start-up)."""
 
-    def __init__(self, pattern: str, flags: int = 0) -> None:
-        self._source = (pattern, flags)
+    def __init__(self, pattern: str) -> None:
+        self._source = pattern
 
     def __getattr__(self, attr: str) -> Any:
-        value = getattr(re.compile(*self._source), attr)
+        value = getattr(re.compile(self._source), attr)
         setattr(self, attr, value)  # later lookups skip __getattr__: the bound method of the compiled pattern
         return value
 
 
-def lazy_re(pattern: str, flags: int = 0) -> re.Pattern[str]:
-    return _LazyPattern(pattern, flags)  # type: ignore[return-value]
+def lazy_re(pattern: str) -> re.Pattern[str]:
+    return _LazyPattern(pattern)  # type: ignore[return-value]
 
 
 __version__ = "0.1.0"
