@@ -10560,20 +10560,15 @@ def validate_arguments(
 # -- 8.7 answers to a server's questions: --input typed by the requested schema, the terminal form (CommandLineInput) --
 
 
-def _answer_flags(schema: Any) -> ToolFlags:
-    """The requested schema's fields as flags (``build_tool_flags``): ``--input FIELD=VALUE`` is typed as a tool's
-    ``--FIELD VALUE`` is (docs/contract.md §5, §6)."""
-    return build_tool_flags({"inputSchema": schema if isinstance(schema, dict) else {"type": "object"}})
-
-
 def _schema_fields(schema: Any) -> dict[str, Any]:
     properties = schema.get("properties") if isinstance(schema, dict) else None
     return properties if isinstance(properties, dict) else {}
 
 
 def type_answer(schema: Any, field_name: str, text: str) -> Any:
-    """One answer's text -> its JSON value by the field's schema; ``ValueError`` saying why it does not fit."""
-    flags = _answer_flags(schema)
+    """One answer's text -> its JSON value by the field's schema, typed as a tool's ``--FIELD VALUE`` is
+    (``build_tool_flags``, docs/contract.md §5, §6); ``ValueError`` saying why it does not fit."""
+    flags = build_tool_flags({"inputSchema": schema if isinstance(schema, dict) else {"type": "object"}})
     flag = flags.flags.get(field_name)
     prop = _schema_fields(schema).get(field_name)
     if flag is None and isinstance(prop, dict):  # a name that is a bkmcp option still types as its schema says
