@@ -1378,6 +1378,15 @@ class Deadline:
             if not self._pauses:
                 self.end += self._clock() - self._paused_at
 
+    def next_wait(self) -> float:
+        """How long a wait that ran out may wait again before it asks anew: the time left (``<= 0`` once spent),
+        and while paused at least ``PAUSED_POLL`` (the time left stands still then)."""
+        with self._pause_lock:
+            if not self._pauses:
+                return self.end - self._clock()
+            left = self.end - self._paused_at
+            return max(left, self.PAUSED_POLL) if left > 0 else left
+
     def elapsed_ms(self) -> int:
         return int((self._clock() - self._start) * 1000)
 
@@ -4869,9 +4878,86 @@ def new_http_client(url: str, *, insecure: bool) -> Any:
         "limits": httpx.Limits(max_connections=None, max_keepalive_connections=20),
     }
     if not url.lower().startswith("https:"):
-        return _keep_hand_overs(httpx.Client(**options, transport=_plain_transport(httpx, options["limits"])))
-    with _TLS_LOCK:  # certifi.where() fills a global on first use (from the pyz: a temporary copy of the CA bundle)
-        return _keep_hand_overs(httpx.Client(**options))
+        client = httpx.Client(**options, transport=_plain_transport(httpx, options["limits"]))
+    else:
+        with _TLS_LOCK:  # certifi.where() fills a global on first use (from the pyz: a temporary copy of the CA bundle)
+            client = httpx.Client(**options)
+    return _keep_hand_overs(_reads_ask_deadlines(client))
+
+
+class ReadBudget(float):
+    """The read timeout of one HTTP request: the seconds its ``Deadline`` had left when the request was sent (what
+    httpx and the socket see), carrying that deadline, which a read asks again when it runs out
+    (``_AskingStream``). So a read outlived by a pause of the deadline (a person answering a question that came on
+    another stream, docs/contract.md §5) goes on until the moved end; with no pause it ends when it did."""
+
+    __slots__ = ("deadline",)
+
+    def __new__(cls, seconds: float, deadline: Deadline) -> ReadBudget:
+        made = super().__new__(cls, seconds)
+        made.deadline = deadline
+        return made
+
+
+def _reads_ask_deadlines(client: Any) -> Any:
+    """``client`` with its pool's network streams made ``_AskingStream``s (left as it is when the pool is not
+    httpcore 1.0's: an injected test transport)."""
+    pool = _shaped_pool(client)
+    if pool is not None and hasattr(pool, "_network_backend"):
+        pool._network_backend = _AskingBackend(pool._network_backend)
+    return client
+
+
+class _AskingBackend:
+    """An httpcore network backend whose streams are ``_AskingStream``s (the rest is the wrapped backend's)."""
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+
+    def connect_tcp(self, *args: Any, **options: Any) -> _AskingStream:
+        return _AskingStream(self.backend.connect_tcp(*args, **options))
+
+    def connect_unix_socket(self, *args: Any, **options: Any) -> _AskingStream:  # pragma: no cover - never a socket path
+        return _AskingStream(self.backend.connect_unix_socket(*args, **options))
+
+    def sleep(self, seconds: float) -> None:  # pragma: no cover - httpx's transport never retries here
+        self.backend.sleep(seconds)
+
+
+class _AskingStream:
+    """An httpcore network stream (plain or TLS) whose read, when its timeout is a ``ReadBudget`` and runs out,
+    asks the deadline again (``Deadline.next_wait``): spent, the timeout stands (``mcp_timeout`` as ever); paused or
+    moved by a pause, the read goes on. A timed-out socket read took nothing, so reading again loses nothing."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        deadline = timeout.deadline if isinstance(timeout, ReadBudget) else None
+        while True:
+            try:
+                data: bytes = self.stream.read(max_bytes, timeout)
+                return data
+            except Exception as exc:
+                import httpcore
+
+                if deadline is None or not isinstance(exc, httpcore.ReadTimeout):
+                    raise
+                timeout = deadline.next_wait()
+                if timeout <= 0:
+                    raise
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self.stream.write(buffer, timeout)
+
+    def close(self) -> None:
+        self.stream.close()
+
+    def start_tls(self, *args: Any, **options: Any) -> _AskingStream:
+        return _AskingStream(self.stream.start_tls(*args, **options))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self.stream.get_extra_info(info)
 
 
 def _plain_transport(httpx: Any, limits: Any) -> Any:
@@ -5116,7 +5202,9 @@ class HttpTransport(Transport):
         httpx = import_httpx()
 
         left = deadline.remaining()
-        return httpx.Timeout(min(left, cap) if cap else left)
+        if cap:
+            return httpx.Timeout(min(left, cap))
+        return httpx.Timeout(left, read=ReadBudget(left, deadline))  # a read asks the deadline again (a pause)
 
     def _log_request(self, verb: str, headers: list[tuple[str, str]], message: Mapping[str, Any] | None) -> None:
         if not self.log.verbose:
