@@ -56,9 +56,14 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                 stdio framing (a bounded line reader, lines that are not JSON-RPC skipped)
                                 apart from child-process supervision, in four rooms:
        6.1 the seam                Transport and Outgoing, whether a request was sent; open_transport ends section 6
-       6.2 HTTP                    HttpTransport: status mapping (401/403 -> mcp_auth_required /
-                                   mcp_permission_denied, status_failure for the rest), SSE resumption (GET +
-                                   Last-Event-ID)
+       6.2 HTTP                    status mapping (401/403 in HttpTransport, status_failure for the rest), SSE
+                                   resumption, in two rooms:
+       6.2.1 the httpx client        import_httpx, new_http_client (no redirects, cookies or proxies; a pool
+                                     without the hand-over race), reads that ask the deadline again (ReadBudget:
+                                     a person's pause never times a read out), the httpx error boundary
+       6.2.2 HttpTransport           a POST per message (401/403 -> mcp_auth_required / mcp_permission_denied),
+                                     its JSON or SSE answer, SSE resumption (GET + Last-Event-ID), the standalone
+                                     GET stream
        6.3 stdio framing           a bounded line reader (read_lines), the stderr tail kept for errors (LineTail)
        6.4 the child process       ChildProcess (its group, reaping) and StdioTransport over it: lines that are
                                    not JSON-RPC skipped, an answer too deep or too long failing its request, the
@@ -4767,6 +4772,10 @@ def _wire_headers(headers: list[tuple[str, str]]) -> list[tuple[str, str | bytes
 _ERROR_BODY_LIMIT = 64 * 1024
 _RESUME_DEFAULT_MS = 1000
 _RESUME_MAX_IDLE = 20
+
+
+# -- 6.2.1 the httpx client: loading httpx, the pool, reads that ask the deadline, the error boundary ------------------
+
 # httpcore imports every async back end it can find (trio, anyio, sniffio) when it loads, and httpx its optional
 # extras (click, rich and pygments for its own CLI; brotli and zstandard decoders). bkmcp uses the sync client
 # only and must behave the same on every host, so while httpx loads these names are hidden (unless something
@@ -4892,6 +4901,7 @@ class ReadBudget(float):
     another stream, docs/contract.md §5) goes on until the moved end; with no pause it ends when it did."""
 
     __slots__ = ("deadline",)
+    deadline: Deadline
 
     def __new__(cls, seconds: float, deadline: Deadline) -> ReadBudget:
         made = super().__new__(cls, seconds)
@@ -4917,7 +4927,9 @@ class _AskingBackend:
     def connect_tcp(self, *args: Any, **options: Any) -> _AskingStream:
         return _AskingStream(self.backend.connect_tcp(*args, **options))
 
-    def connect_unix_socket(self, *args: Any, **options: Any) -> _AskingStream:  # pragma: no cover - never a socket path
+    def connect_unix_socket(
+        self, *args: Any, **options: Any
+    ) -> _AskingStream:  # pragma: no cover - never a socket path
         return _AskingStream(self.backend.connect_unix_socket(*args, **options))
 
     def sleep(self, seconds: float) -> None:  # pragma: no cover - httpx's transport never retries here
@@ -5150,6 +5162,9 @@ def _shut_down_stream(stream: Any) -> None:
             sock.shutdown(socket.SHUT_RDWR)
     except (OSError, AttributeError):
         pass
+
+
+# -- 6.2.2 HttpTransport: a POST per message, its answer read, SSE resumption, the standalone GET stream ---------------
 
 
 class HttpTransport(Transport):

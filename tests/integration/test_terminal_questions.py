@@ -332,4 +332,3 @@ def test_R04_a_question_on_the_standalone_get_stream_does_not_spend_the_timeout_
         assert get["headers"]["accept"] == "text/event-stream"  # the stream the question came on
     finally:
         http.stop()
-
