@@ -19060,7 +19060,8 @@ class Runner:
         """Who answers the server's questions in this command (docs/contract.md §5): the answers on the command line,
         else a person when stdin and stderr are a terminal; a 2026-07-28 round nobody answered is kept for
         ``--resume``. Listings and --check ask nothing: no source. ``--task-result`` answers the task's questions but
-        declares nothing: the task's session declared what it did when the call was made (a warm one is found by it)."""
+        declares nothing: the task's session declared what it did when the call was made (a warm command is lent the
+        kept session the task lives in, ``names_task``)."""
         inv, envr = self.inv, self.envr
         asking = inv.tool is not None or inv.prompt is not None or inv.read is not None or inv.resume is not None
         if not asking and inv.task_result is None:
