@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from mock_server.mcp_mock import TASK_CAPABILITIES, mock_tool
+from mock_server.mcp_mock import TASK_CAPABILITIES, MockServer, mock_tool
 from tests.helpers import ROOT, pids_running, stdio_mock_entry, stdio_mock_log, until, write_mcp_json
 
 pytestmark = [pytest.mark.integration]
@@ -35,10 +35,11 @@ TOOLS = [job("research", 300), job("long", 600000), job("asking", 50, end="input
 
 
 class Warm:
-    """bkmcp in its own processes against stdio mocks ``old`` (2025-11-25) and ``new`` (2026-07-28), each command
-    headless (stdin and stdout not terminals) with ``--keep-alive``; ``stop`` ends the background process."""
+    """bkmcp in its own processes against stdio mocks ``old`` (2025-11-25) and ``new`` (2026-07-28) and the HTTP
+    mock ``web`` (2026-07-28, ``http``), each command headless (stdin and stdout not terminals) with
+    ``--keep-alive``; ``stop`` ends the background process."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(self, tmp_path: Path, http: MockServer) -> None:
         runtime = tmp_path / "run"
         runtime.mkdir(mode=0o700)
         self.env = {
@@ -53,8 +54,10 @@ class Warm:
             (tmp_path / name).mkdir()
             scenario = {"tools": TOOLS, "capabilities": TASK_CAPABILITIES}
             servers[name], self.logs[name] = stdio_mock_entry(tmp_path / name, scenario, version)
+        self.http = http
+        servers["web"] = {"type": "http", "url": http.url, "protocolVersion": MODERN}
         self.config = write_mcp_json(tmp_path / "mcp.json", servers)
-        self.cwd = tmp_path
+        self.cwd = ROOT  # where on_a_terminal runs too: a stdio child runs in the client's directory (part of its key)
         self.marker = f"--keep-alive-daemon {runtime / 'bkmcp'}"
 
     def __call__(self, *args: str) -> tuple[int, dict]:
@@ -98,11 +101,14 @@ class Warm:
 
 @pytest.fixture
 def warm(tmp_path: Path) -> Iterator[Warm]:
-    made = Warm(tmp_path)
+    http = MockServer({"tools": TOOLS, "capabilities": TASK_CAPABILITIES})
+    http.start()
+    made = Warm(tmp_path, http)
     try:
         yield made
     finally:
         made.stop()
+        http.stop()
 
 
 @pytest.mark.parametrize("server", ["old", "new"])
@@ -147,12 +153,35 @@ def test_a_task_made_headless_is_answered_by_a_later_command_with_answers(warm):
 
 def test_a_task_whose_warm_session_ended_is_expired_and_no_server_starts(warm):
     """After the background process restarted, no kept session holds the task: ``mcp_task_expired`` (the stable
-    error of a task the server no longer knows), and no server process is started to ask."""
+    error of a task the server no longer knows), and no server process is started to ask. An HTTP server's
+    2026-07-28 task does not live in a session: a new one reaches it."""
     task_id = warm.task("old", "long", "--text", "x", "--input", "ok=true")
+    web = warm.task("web", "long", "--text", "w", "--input", "ok=true")
     warm.stop()
+    status, envelope = warm("web", "--task-status", web)
+    assert (status, envelope["data"]["task"]["status"]) == (0, "working"), envelope
+    assert len(warm.http.requests("tasks/get")) == 1
     before = warm.received("old")
     for mode in ("--task-status", "--task-result", "--task-cancel"):
         status, envelope = warm("old", mode, task_id)
         assert (status, envelope["error"]["code"]) == (2, "mcp_task_expired"), envelope
         assert "warm session that has ended" in envelope["error"]["message"]
     assert warm.received("old") == before
+
+
+def test_a_task_made_on_a_terminal_is_reached_by_a_command_without_one(warm):
+    """Made on a terminal (the warm client says so: its session declares elicitation form and url), a task is
+    waited for by a later command with no terminal and no answers, in the process that made it."""
+    from tests.integration.test_input_required_interop import on_a_terminal
+
+    argv = [sys.executable, str(ROOT / "bkmcp.py"), "--config", str(warm.config), "old", "research", "--text", "t"]
+    status, out, shown = on_a_terminal([*argv, "--task", "--detach", "--keep-alive"], b"", warm.env)
+    assert status == 0, out + shown.decode(errors="replace")
+    task_id = json.loads(out)["data"]["task"]["mcp_task_id"]
+    initialize = [e for e in warm.received("old") if e["rpc_method"] == "initialize"]
+    assert initialize[0]["json"]["params"]["capabilities"] == {"elicitation": {"form": {}, "url": {}}}
+    status, envelope = warm("old", "--task-result", task_id, "--wait")
+    assert status == 0, envelope
+    assert envelope["data"]["result"]["content"][0]["text"].startswith('job done: {"text":"t"}')
+    warm.process_of("old", task_id, "t")
+    assert len([e for e in warm.received("old") if e["rpc_method"] == "initialize"]) == 1
