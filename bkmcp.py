@@ -6619,6 +6619,9 @@ class OpContext:
     # what this operation's modern requests declare in their _meta instead of the session's client_capabilities
     # (a resident skill command on a kept 2026-07-28 session: the skills extension, on its own requests only)
     declares: Mapping[str, Any] | None = None
+    # the task a task-id command names (--task-status, --task-result, --task-cancel): a warm source lends the kept
+    # session it lives in (``McpSession.tasks``), whatever this command declares (docs/contract.md §14)
+    names_task: str | None = None
 
     def note_request(self, method: str) -> None:
         """``method`` is being handed to the transport (``McpSession.request``)."""
@@ -6741,6 +6744,9 @@ class McpSession:
         self.closed = False
         # a legacy HTTP session holding a task still alive is left open at the end (no DELETE): the task lives in it
         self.keep_session = False
+        # the ids of the tasks the server made for calls on this session, newest last (at most TASK_STORE_LIMIT): a
+        # task lives in its stdio server's process, so a warm source lends this session to a command naming one
+        self.tasks: list[str] = []
         self._lock = _thread.allocate_lock()
         self._renew_lock = _thread.allocate_lock()
         self._handles: dict[tuple[type, Any], RequestHandle] = {}
@@ -8224,6 +8230,8 @@ def run_created_task(
         transport=server.type,
     )
     ctx.task = handle
+    session.tasks.append(handle["mcp_task_id"])
+    del session.tasks[:-TASK_STORE_LIMIT]
     holder = session.core.session_id if session.transport.has_sessions else None
     session.keep_session = holder is not None  # a legacy HTTP task may be bound to its session (TypeScript SDK)
     if choice.on_handle is not None:
@@ -17730,6 +17738,7 @@ def run_resident(
 # ``WARM_MAX_SESSIONS``.
 
 WARM_MAX_SESSIONS = 32
+_WARM_DECLARES = "|declares "  # a session key's tail: what the session declared at initialize (its first command's)
 _WARM_OPEN_POLL = 0.05  # a command waiting for its key's opening asks this often whether its budget or Ctrl-C ended it
 
 
@@ -17790,6 +17799,25 @@ class WarmSessions:
             if entry is None or not _warm_alive(entry):
                 return None
             entry.lent += 1
+        return entry
+
+    def _holding(self, key: str, task_id: str) -> _Warm | None:
+        """The entry whose live session made task ``task_id``, among those of the server keyed ``key`` whatever
+        their sessions declared, lent to one more command; None when no kept session holds it."""
+        with self._lock:
+            entry = next(
+                (
+                    e
+                    for e in self._entries.values()
+                    if (e.key == key or e.key.startswith(key + _WARM_DECLARES))
+                    and _warm_alive(e)
+                    and e.session is not None
+                    and task_id in e.session.tasks
+                ),
+                None,
+            )
+            if entry is not None:
+                entry.lent += 1
         return entry
 
     def _entry(self, key: str, idle: float) -> _Warm | None:
@@ -17886,6 +17914,20 @@ def _warm_alive(entry: _Warm) -> bool:
     return entry.session is not None and entry.session.alive
 
 
+def _warm_task_gone(server: ResolvedServer, task_id: str) -> TaskExpiredError:
+    """A stdio server's task no kept session holds: its process ended with the session that made it (idled out,
+    its server exited, the background process restarted); nothing is started to ask a new one."""
+    return TaskExpiredError(
+        f"task {clip_text(repr(task_id), 80)} of server {server.name!r} lived in a warm session that has ended (it "
+        "idled out, its server exited, or the background process restarted): a stdio server's task ends with its "
+        "process",
+        hint="a stdio task lives as long as its warm session; run the call again with --keep-alive if its result "
+        "is still needed",
+        details={"outcome": "not_sent"},
+        data={"server": server.name, "mcp_task_id": task_id},
+    )
+
+
 class _WarmSource(SessionSource):
     """One command's view of ``WarmSessions``: the kept session of its key, opened (and kept) on first use. While
     another command opens that key's session, this one waits for the opening (within its own time budget), so one
@@ -17915,8 +17957,15 @@ class _WarmSource(SessionSource):
             return session
         # a legacy session declares at initialize what its first command could answer: one that declares
         # elicitation is kept apart from one that does not
-        key = warm_session_key(server, insecure) + (f"|declares {dump_json(declares)}" if declares else "")
-        entry = self.warm._kept_entry(key) if self.peek else self.warm._entry(key, self.idle)
+        base = warm_session_key(server, insecure)
+        key = base + (f"{_WARM_DECLARES}{dump_json(declares)}" if declares else "")
+        entry = None
+        if ctx.names_task is not None and not self.peek:  # a task command: the session its task lives in
+            entry = self.warm._holding(base, ctx.names_task)
+            if entry is None and server.type == "stdio":
+                raise _warm_task_gone(server, ctx.names_task)
+        if entry is None:
+            entry = self.warm._kept_entry(key) if self.peek else self.warm._entry(key, self.idle)
         if entry is None and self.peek:
             raise ConnectionFailedError(f"no warm session of {server.name!r} is kept")
         if entry is None:  # at the limit, every kept session in use
@@ -19245,7 +19294,8 @@ class Runner:
         """Who answers the server's questions in this command (docs/contract.md §5): the answers on the command line,
         else a person when stdin and stderr are a terminal; a 2026-07-28 round nobody answered is kept for
         ``--resume``. Listings and --check ask nothing: no source. ``--task-result`` answers the task's questions but
-        declares nothing: the task's session declared what it did when the call was made (a warm one is found by it)."""
+        declares nothing: the task's session declared what it did when the call was made (a warm command is lent the
+        kept session the task lives in, ``names_task``)."""
         inv, envr = self.inv, self.envr
         asking = inv.tool is not None or inv.prompt is not None or inv.read is not None or inv.resume is not None
         if not asking and inv.task_result is None:
@@ -19626,6 +19676,7 @@ def run_task_mode(
         if t is not None
     )
     known = next((e for e in mine if e.get("mcp_task_id") == task_id), None)
+    ctx.names_task = task_id  # a warm source lends the session it lives in (docs/contract.md §14)
     # one-shot: a legacy HTTP task's own session (a warm one is kept anyway)
     source = ctx.sessions or ResumedSessions(next((e for e in stored if e.get("mcp_task_id") == task_id), None))
 
