@@ -9,8 +9,7 @@ The module is split into sections by banner comments (``grep -n '^# ====' -A1 bk
 numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the sections above it:
 
     1. Errors & exit codes      one exception root, every stable error code of docs/contract.md §7
-    2. Helpers                  small records, JSON, redaction, durations and deadlines, logging, terminal text,
-                                URI templates, the blob writer:
+    2. Helpers                  what every section uses, in seven rooms:
        2.1 records, JSON           a small dataclass, the heap frozen (freeze_heap), JSON with number fidelity (a
                                    duplicate key rejected: parse_json, dump_json), as deep as it parses
                                    (too_deep_words; call_with_headroom: a deep walk on a stack of its own)
@@ -33,8 +32,7 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                 EDITOR_IGNORED_FIELDS), ${VAR} expansion, build_server_command (with --config)
     4. Auth                     Bearer / X-Bkapi-Authorization forms, conflicts, secrets to scrub; a server resolved
                                 for its transport (ResolvedServer), with the environment a stdio child inherits
-    5. Protocol core (sans-IO)  JSON-RPC framing, SSE decoder, eras, request building, classification, the session
-                                core and negotiation as pure decision steps, in ten rooms:
+    5. Protocol core (sans-IO)  the protocol as pure decision steps (no I/O), in ten rooms:
        5.1 eras                    the protocol versions and what differs between them (EraRules, era_rules)
        5.2 JSON-RPC framing        Message, one line or body -> messages; the envelope of an answer too deep or
                                    too long to parse (parse_rpc_envelope, parse_trailing_id)
@@ -52,12 +50,10 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        5.10 skills (SEP-2640)      a skill's listed files (parse_skill_files), each verified against its digest
                                    and size, SKILL.md's YAML frontmatter against the listing's (verify_skill_file,
                                    parse_frontmatter): skill_unverified
-    6. Transports               the Transport seam: HTTP via httpx (concurrent POSTs on one pooled client),
-                                stdio framing (a bounded line reader, lines that are not JSON-RPC skipped)
-                                apart from child-process supervision, in four rooms:
+    6. Transports               HTTP via httpx, stdio framing apart from child-process supervision, in four rooms:
        6.1 the seam                Transport and Outgoing, whether a request was sent; open_transport ends section 6
        6.2 HTTP                    status mapping (401/403 in HttpTransport, status_failure for the rest), SSE
-                                   resumption, in two rooms:
+                                   resumption; concurrent POSTs on one pooled client; in two rooms:
        6.2.1 the httpx client        import_httpx, new_http_client (no redirects, cookies or proxies; a pool
                                      without the hand-over race), reads that ask the deadline again (ReadBudget:
                                      a person's pause never times a read out), the httpx error boundary
@@ -142,6 +138,9 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        10.2.5 the pool               SessionPool: limits, eviction, the idle reaper (--idle-timeout), back-off
        10.2.6 forwarded questions    --elicitation forward: ForwardedQuestions keeps input_required rounds for
                                      the platform's resume (--input-timeout, a per-user cap), ResidentInput
+       10.2.7 tasks per user         ResidentTasks: each user's task handles (call_tool task wait|detach,
+                                     get_task, get_task_result, cancel_task, list_tasks); a live task holds its
+                                     server from the reaper; task.* events
        10.3 names, catalogues      injected mcp_{server}_{tool} names (shortened past 64 characters), model-ready
                                    definitions per family (OpenAI, OpenAI strict, Anthropic, Gemini), Catalogues
                                    (cached per session):
@@ -149,7 +148,7 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        10.3.2 definitions            build_definitions per model family; a model's arguments back to the schema;
                                      the resource-reading tool of --inject-resource-tools (build_resource_reader)
        10.3.3 a command, catalogues  the parsed command record, Catalogues cached per session
-       10.4 command server         the reader, a bounded worker pool, Actions (the eleven), the end that answers all
+       10.4 command server         the reader, a bounded worker pool, Actions (seventeen), the end that answers all
                                    (shutdown, EOF, a signal), an error worded for the platform (platform_error):
        10.4.1 parsing a command      limits, the platform's wording, parse_command
        10.4.2 pool, writer           the bounded worker pool, the answer writer, commands in flight
@@ -157,19 +156,16 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                      with its blobs as size and sha256 within --max-blob-bytes: build_resource_contents,
                                      list_prompts, get_prompt) on the CLI's section-7 paths; skills
                                      (list_skills, read_skill: load_skill, the CLI's verification; the extension
-                                     declared per request, or by a legacy server's own session: with_skills)
+                                     declared per request, or by a legacy server's own session: with_skills); tasks
+                                     on the CLI's 7.3.1 paths (call_chosen, run_task_action)
        10.4.4 ResidentServer         the reader and the end that answers all (--shutdown-grace); memory;
                                      run_resident
        10.5 warm sessions          WarmSessions: the --keep-alive process's kept sessions, lent by key
                                    (warm_session_key), catalogues kept by section 7's rule; its client and
                                    process: 11.4
-   11. CLI                      argument routing and ``main(argv) -> int``, the one exception -> exit ladder;
-                                the --keep-alive client and its background process (WarmServer), in five rooms:
+   11. CLI                      the command line to its exit status, in five rooms:
        11.1 argument routing       parse_argv -> Invocation, check_invocation (MODE_TABLE: the options each mode
-                                   takes): --config, --timeout, --verbose, --insecure, --check, --tools, --brief,
-                                   --dry-run, --jq, --raw, --help, --resources, --read, --prompts, --prompt,
-                                   --input, --inputs, --input-action, --resume, --skills, --skill, --out,
-                                   --max-blob-bytes
+                                   takes, each named on the line of its room); --verbose, --insecure
        11.2 --body                 inline, @FILE or - (stdin), read and bounded (read_body)
        11.3 the runner             Environment, Runner: one command, local or remote, to its envelope; which
                                    servers a Tab may start, and where (resolve_completion_server); the kept
@@ -210,6 +206,7 @@ Exception tree (section 1)::
      +-- UnknownActionError         unknown_action         (resident)
      +-- InputResumeInvalidError    input_resume_invalid   (resident, --elicitation forward)
      +-- InputPendingLimitError     input_pending_limit    (resident, --elicitation forward)
+     +-- TaskUnknownError           mcp_task_unknown       (resident: not one of this user's tasks)
      +-- DuplicateTaskIdError       duplicate_task_id      (resident)
      +-- CredentialsMissingError    mcp_credentials_missing (resident)
      +-- ServerDisabledError        mcp_server_disabled    (resident)
@@ -234,10 +231,6 @@ Exception tree (section 1)::
           +-- SkillUnverifiedError  skill_unverified       (a skill file not as skills/list said)
           +-- CancelledError        mcp_cancelled          (exit 130: Ctrl-C once a request was sent)
           +-- ResourceLimitError    resource_limit         (resident)
-
-An error is a value: every field it carries (``request_sent``, ``http_status``, ``remedy``, ``what``/``budget``…)
-is declared on ``BkmcpError``; a raised or stored error is never changed (``copy(**changes)``), and each front end
-words it once from its fields (section 11 ``word_for_cli``, section 10 ``platform_error``).
 
 Heavy dependencies (httpx, jsonschema, jq) are imported lazily by the code paths that need them, so
 ``bkmcp --help`` and ``bkmcp <server> --help`` import none of them. Nothing connects at import time.
@@ -576,6 +569,12 @@ class InputResumeInvalidError(BkmcpError):
 
 class InputPendingLimitError(BkmcpError):
     code = "input_pending_limit"
+
+
+class TaskUnknownError(BkmcpError):
+    """Resident mode: an ``mcp_task_id`` this user's task records do not hold (another user's among them)."""
+
+    code = "mcp_task_unknown"
 
 
 class DuplicateTaskIdError(BkmcpError):
@@ -1983,13 +1982,15 @@ _MIME_EXTENSIONS = {
 }
 
 
-def blob_over_cap(what: str, size: int, limit: int, outcome: str, hint: str, data: Any = None) -> BlobTooLargeError:
+def blob_over_cap(
+    what: str, size: int, limit: int, outcome: str = "nothing was written", hint: str | None = None, data: Any = None
+) -> BlobTooLargeError:
     """``blob_too_large``: ``what`` (a blob, a skill file) decodes to ``size`` bytes, over ``--max-blob-bytes``
     (``limit``), the one rule of the CLI's ``--out`` and the resident's ``include_blobs``; ``outcome``: what was
-    not done."""
+    not done (by default, what ``--out`` says, and its hint: raise the limit)."""
     return BlobTooLargeError(
         f"{what} is {size} bytes, over --max-blob-bytes {limit}: {outcome}",
-        hint=hint,
+        hint=hint or f"raise --max-blob-bytes (now {limit}) to write it",
         details={"bytes": size, "limit": limit},
         data=data,
     )
@@ -6721,6 +6722,9 @@ class OpContext:
     # what this operation's modern requests declare in their _meta instead of the session's client_capabilities
     # (a resident skill command on a kept 2026-07-28 session: the skills extension, on its own requests only)
     declares: Mapping[str, Any] | None = None
+    # the task a task-id command names (--task-status, --task-result, --task-cancel): a warm source lends the kept
+    # session it lives in (``McpSession.tasks``), whatever this command declares (docs/contract.md §14)
+    names_task: str | None = None
 
     def note_request(self, method: str) -> None:
         """``method`` is being handed to the transport (``McpSession.request``)."""
@@ -6843,6 +6847,9 @@ class McpSession:
         self.closed = False
         # a legacy HTTP session holding a task still alive is left open at the end (no DELETE): the task lives in it
         self.keep_session = False
+        # the ids of the tasks the server made for calls on this session, newest last (at most TASK_STORE_LIMIT): a
+        # task lives in its stdio server's process, so a warm source lends this session to a command naming one
+        self.tasks: list[str] = []
         self._lock = _thread.allocate_lock()
         self._renew_lock = _thread.allocate_lock()
         self._handles: dict[tuple[type, Any], RequestHandle] = {}
@@ -7333,15 +7340,9 @@ def _discover_step(session: McpSession, ctx: OpContext, step: Step) -> Evidence:
     except RemoteError as exc:
         status = exc.http_status
         if status is not None:
-            message = exc.http_message
-            if not probing and not (
-                status == 404
-                and message is not None
-                and message.kind == "error"
-                and (message.error or {}).get("code") == -32601
-            ):
+            if not probing and not is_method_unknown(exc):
                 raise
-            evidence = Evidence(status, message)
+            evidence = Evidence(status, exc.http_message)
         elif isinstance(exc, ProtocolError):
             if not probing or stdio is not None:  # stdio skips lines that are not JSON-RPC (§9): no era evidence here
                 raise
@@ -7396,13 +7397,11 @@ def initialize(session: McpSession, ctx: OpContext, offer: str) -> None:
         session.transport.listen(rules, session.core.session_id, ctx.deadline)
 
 
-def open_session(
-    server: ResolvedServer, ctx: OpContext, *, insecure: bool, server_info: bool = False, **transport_options: Any
-) -> McpSession:
+def open_session(server: ResolvedServer, ctx: OpContext, *, insecure: bool, **transport_options: Any) -> McpSession:
     """A negotiated session (closed again if negotiation fails)."""
     session = McpSession(server, insecure=insecure, log=ctx.log, **transport_options)
     try:
-        negotiate(session, ctx, server_info=server_info)
+        negotiate(session, ctx)
     except BaseException:
         session.close(ctx.deadline)
         raise
@@ -8065,7 +8064,7 @@ class TaskChoice:
     wanted: bool = False
     detach: bool = False
     on_handle: Callable[[dict[str, Any], str | None], None] | None = None  # (handle, the legacy session holding it)
-    told: bool = False  # the user was told the call runs as a task (one stderr line, not two)
+    told: bool = False  # the user was told the call runs as a task (one stderr line, not two); the resident: none
 
 
 def task_request(
@@ -8312,7 +8311,7 @@ def plan_task(session: McpSession, ctx: OpContext, tool: Mapping[str, Any], choi
     says a task-only tool runs as a task without ``--task``."""
     known = session.core.capabilities if session.core.heard else None  # a pinned modern server: never said
     as_task = decide_task(session.era, known, tool, choice.wanted, session.server.name)
-    if as_task and not choice.wanted and tool_task_support(tool) == "required":
+    if as_task and not choice.wanted and not choice.told and tool_task_support(tool) == "required":
         choice.told = True
         name = tool.get("name")
         ctx.log.note(f'tool {name!r} can only run as a task (execution.taskSupport "required"): running it as one')
@@ -8334,6 +8333,8 @@ def run_created_task(
         transport=server.type,
     )
     ctx.task = handle
+    session.tasks.append(handle["mcp_task_id"])
+    del session.tasks[:-TASK_STORE_LIMIT]
     holder = session.core.session_id if session.transport.has_sessions else None
     session.keep_session = holder is not None  # a legacy HTTP task may be bound to its session (TypeScript SDK)
     if choice.on_handle is not None:
@@ -8343,6 +8344,28 @@ def run_created_task(
     if not choice.wanted and not choice.told:
         ctx.log.note(f"the server runs tool {name!r} as a task; waiting for its result")
     return {"server": server.name, "tool": name, "result": await_task(session, ctx, handle, choice)}
+
+
+def call_chosen(
+    session: McpSession,
+    ctx: OpContext,
+    tool: Mapping[str, Any],
+    arguments: dict[str, Any],
+    choice: TaskChoice,
+    as_task: bool,
+    pending: InputRound | None = None,
+) -> dict[str, Any]:
+    """``tools/call`` of ``tool`` once, as ``plan_task`` chose (``as_task``): ``{"server", "tool", "result"}``, or
+    a created task's (``run_created_task``: its handle with ``choice.detach``, else the result waited for). The one
+    path of the CLI's call (``run_call``) and the resident's ``call_tool`` of a task."""
+    name = str(tool.get("name"))
+    result = call_tool(session, ctx, name, arguments, tool, pending, as_task=as_task)
+    created = parse_created_task(result, session.era) if as_task else None
+    if created is not None:
+        return run_created_task(session, ctx, name, created, choice)
+    if choice.wanted and not choice.told:
+        ctx.log.note(f"the server answered tool {name!r} at once: no task was made")
+    return {"server": session.server.name, "tool": name, "result": result}
 
 
 def run_task_action(
@@ -8640,16 +8663,9 @@ def run_call(
         arguments = prepare(tool)
         if arguments is None:
             return {"server": server.name, "tool": name, "schema": tool}
-        as_task = plan_task(session, ctx, tool, choice)
-        result = call_tool(session, ctx, name, arguments, tool, pending, as_task=as_task)
-        created = parse_created_task(result, session.era) if as_task else None
-        if created is not None:
-            return run_created_task(session, ctx, name, created, choice)
-        if choice.wanted:
-            ctx.log.note(f"the server answered tool {name!r} at once: no task was made")
+        return call_chosen(session, ctx, tool, arguments, choice, plan_task(session, ctx, tool, choice), pending)
     finally:
         sessions.done(session, ctx)
-    return {"server": server.name, "tool": name, "result": result}
 
 
 def run_on_session(
@@ -9099,18 +9115,16 @@ class SchemaWork:
         return None, why, 0, frozenset()
 
 
-def resolve_schema(
-    schema: Any, root: Any, chain: tuple[str, ...] = (), depth: int = 0, *, work: SchemaWork | None = None
-) -> tuple[Any, str]:
+def resolve_schema(schema: Any, root: Any, *, work: SchemaWork | None = None) -> tuple[Any, str]:
     """``schema`` as if its local references were written inline: ``$ref`` (its sibling keywords kept beside the
     target, e.g. a description), single-schema ``allOf`` wrappers, and the same in each ``anyOf``/``oneOf``
     branch. Returns (schema, "") or (None, why it cannot be followed: remote, recursive, dangling, too large to
     type). Bounded by ``REF_DEPTH_LIMIT`` and by ``work`` (one operation's ``SchemaWork``; a fresh one when
     None): at most ``RESOLVE_NODE_LIMIT`` schemas written out, parts used again shared, not copied. ``root`` is the
-    inputSchema the pointers start from; ``chain`` the references followed to get here, ``depth`` how many steps."""
+    inputSchema the pointers start from."""
     if not isinstance(schema, dict) or schema.keys().isdisjoint(INLINED_KEYWORDS):
         return schema, ""
-    resolved, why, _size, _refs = _resolve_counted(schema, root, chain, depth, work or SchemaWork())
+    resolved, why, _size, _refs = _resolve_counted(schema, root, (), 0, work or SchemaWork())
     return resolved, why
 
 
@@ -10012,24 +10026,18 @@ def _guarded_validators(base: Any) -> dict[str, Any]:
         return originals["uniqueItems"](validator, value, instance, schema)
 
     def any_of(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
-        context = _failed_branches(validator, value, instance)
-        if context is not None:
+        passed, context = _failed_branches(validator, enumerate(value), instance)
+        if passed is None:
             yield _validation_error(f"{instance!r} is not valid under any of the given schemas", context=context)
 
     def one_of(validator: Any, value: Any, instance: Any, schema: Any) -> Any:  # jsonschema's, context kept short
-        branches, first = enumerate(value), None
-        kept: list[Any] = []
-        for index, subschema in branches:
-            errors = list(validator.descend(instance, subschema, schema_path=index))
-            if not errors:
-                first = subschema
-                break
-            kept += errors[: _CONTEXT_KEPT - len(kept)]
-        else:
-            yield _validation_error(f"{instance!r} is not valid under any of the given schemas", context=kept)
+        branches = enumerate(value)
+        passed, context = _failed_branches(validator, branches, instance)
+        if passed is None:
+            yield _validation_error(f"{instance!r} is not valid under any of the given schemas", context=context)
         more = [each for _, each in branches if validator.evolve(schema=each).is_valid(instance)]
-        if more:
-            reprs = ", ".join(repr(each) for each in [*more, first])
+        if more and passed is not None:  # (more is empty when none passed: every branch was read)
+            reprs = ", ".join(repr(each) for each in [*more, passed[1]])
             yield _validation_error(f"{instance!r} is valid under each of {reprs}")
 
     replaced: dict[str, Callable[..., Any]] = {"pattern": pattern, "uniqueItems": unique_items}
@@ -10045,15 +10053,18 @@ def _guarded_validators(base: Any) -> dict[str, Any]:
 _CONTEXT_KEPT = 8
 
 
-def _failed_branches(validator: Any, branches: Any, instance: Any, first: int = 0) -> list[Any] | None:
-    """The first errors of ``branches`` when every one fails (at most ``_CONTEXT_KEPT``), None when one passes."""
+def _failed_branches(
+    validator: Any, branches: Iterator[tuple[int, Any]], instance: Any
+) -> tuple[tuple[int, Any] | None, list[Any]]:
+    """(the first of ``branches``, (index, subschema) pairs, that ``instance`` passes, read no further; None when
+    every one fails), the first errors of those that failed (at most ``_CONTEXT_KEPT``): anyOf's and oneOf's."""
     kept: list[Any] = []
-    for index, subschema in enumerate(branches, first):
+    for index, subschema in branches:
         errors = list(validator.descend(instance, subschema, schema_path=index))
         if not errors:
-            return None
+            return (index, subschema), kept
         kept += errors[: _CONTEXT_KEPT - len(kept)]
-    return kept
+    return None, kept
 
 
 def _validation_error(message: str, **fields: Any) -> Any:
@@ -10430,12 +10441,9 @@ def _quick_valid(schema: Any, instance: Any, deadline: Deadline | None) -> bool:
             ok = sum(1 for s in value if _quick_valid(s, instance, deadline)) == 1
         elif key == "not":
             ok = not _quick_valid(value, instance, deadline)
-        elif key in ("minLength", "maxLength"):
-            ok = not is_string or (len(instance) >= value if key == "minLength" else len(instance) <= value)
-        elif key in ("minItems", "maxItems"):
-            ok = not is_array or (len(instance) >= value if key == "minItems" else len(instance) <= value)
-        elif key in ("minProperties", "maxProperties"):
-            ok = not is_object or (len(instance) >= value if key == "minProperties" else len(instance) <= value)
+        elif key in _QUICK_SIZES:  # minLength, maxItems, …: the size of a string, array or object
+            sized = {"Length": is_string, "Items": is_array, "Properties": is_object}[key[3:]]
+            ok = not sized or (len(instance) >= value if key.startswith("min") else len(instance) <= value)
         elif key in _QUICK_BOUNDS and is_number:
             ok = not (
                 key == "minimum"
@@ -11551,8 +11559,7 @@ def _raw_block_line(block: Any) -> str:
     parts = [inner[key] for key in ("uri", "mimeType") if isinstance(inner.get(key), str) and inner[key]]
     payload = inner.get("data", inner.get("blob"))
     if isinstance(payload, str):
-        chars = sum(1 for ch in payload if not ch.isspace() and ch != "=")  # base64: whitespace, padding: no data
-        parts.append(f"{chars * 3 // 4} bytes")  # the decoded size, without decoding it
+        parts.append(f"{blob_size(payload)} bytes")  # the decoded size, without decoding it (9.7)
     elif isinstance(payload, dict) and isinstance(payload.get("bytes"), int):  # written by --out (section 9.7)
         parts.append(f"{payload['bytes']} bytes")
         if isinstance(payload.get("path"), str):
@@ -11711,7 +11718,11 @@ Options:
 One JSON command per line on stdin, one answer per line on stdout (matched by task_id), e.g.
   {{"command": "invoke", "task_id": "t-1", "params": {{"action": "list_tools"}}, "user": {{"userId": "u1"}}}}
 Actions: init, list_servers, connect_server, disconnect_server, list_tools, refresh_tools, call_tool,
-list_resources, read_resource, list_prompts, get_prompt, list_skills, read_skill, shutdown.
+list_resources, read_resource, list_prompts, get_prompt, list_skills, read_skill, get_task, get_task_result,
+cancel_task, list_tasks, shutdown.
+Tasks: call_tool with "task": "wait" (the default of a task-only tool) or "detach" (answers the handle, its
+mcp_task_id); get_task, get_task_result (wait: true to wait; input_responses answers a task's questions),
+cancel_task take mcp_task_id; list_tasks lists this user's tasks only.
 Exit status: 0 after shutdown, end of input or SIGTERM; 130 after SIGINT; 1 when the registry cannot be opened.
 Command protocol: docs/resident.md; registry and credentials: docs/resident-registry.md.
 """
@@ -12013,30 +12024,18 @@ complete -c bkmcp -a '(__bkmcp_words)'
 
 def render_completion(shell: str, command: Sequence[str]) -> str:
     """The completion script for ``shell``; ``command`` is how the script runs bkmcp for server names."""
-    quoted = " ".join("'" + part.replace("'", "'\\''") + "'" for part in command)
-    bash = _BASH_COMPLETION.format(
-        value_options=_COMPLETION_VALUE_OPTIONS,
-        shells=" ".join(COMPLETION_SHELLS),
-        options=_COMPLETION_OPTIONS + " -h -v",
-        server_options=_COMPLETION_SERVER_OPTIONS,
-        call_options=_COMPLETION_CALL_OPTIONS,
-        target_options=_COMPLETION_TARGET_OPTIONS,
-        flag_options=_COMPLETION_FLAG_OPTIONS,
-        command=quoted,
-    )
-    if shell == "bash":
-        return bash
-    if shell == "zsh":
-        return _ZSH_COMPLETION.format(bash=bash)
-    return _FISH_COMPLETION.format(
-        value_options=_COMPLETION_VALUE_OPTIONS,
-        flag_options=_COMPLETION_FLAG_OPTIONS,
-        server_options=_COMPLETION_SERVER_OPTIONS,
-        call_options=_COMPLETION_CALL_OPTIONS,
-        target_options=_COMPLETION_TARGET_OPTIONS,
-        command=quoted,
-        options="".join(map(_render_fish_option, _COMPLETION_OPTIONS.split())),
-    )
+    words = {  # what both scripts are filled with
+        "value_options": _COMPLETION_VALUE_OPTIONS,
+        "server_options": _COMPLETION_SERVER_OPTIONS,
+        "call_options": _COMPLETION_CALL_OPTIONS,
+        "target_options": _COMPLETION_TARGET_OPTIONS,
+        "flag_options": _COMPLETION_FLAG_OPTIONS,
+        "command": " ".join("'" + part.replace("'", "'\\''") + "'" for part in command),
+    }
+    if shell == "fish":
+        return _FISH_COMPLETION.format(**words, options="".join(map(_render_fish_option, _COMPLETION_OPTIONS.split())))
+    bash = _BASH_COMPLETION.format(**words, shells=" ".join(COMPLETION_SHELLS), options=_COMPLETION_OPTIONS + " -h -v")
+    return bash if shell == "bash" else _ZSH_COMPLETION.format(bash=bash)
 
 
 def _render_fish_option(name: str) -> str:
@@ -12406,27 +12405,21 @@ def _clip_strings(value: Any, limit: int = 32) -> Any:
     return value
 
 
-def _shell_quote(text: str) -> str:
-    import shlex
-
-    return shlex.quote(text)
-
-
 def _flag_example(flag: ToolFlag, value: Any) -> list[str]:
     """Shell words for one flag in an example; a placeholder of the right type when the value does not fit."""
     if flag.kind == "boolean":
         return [f"{flag.option}={'false' if value is False else 'true'}"]
     if flag.kind == "string":
         ok = isinstance(value, str) and value.isprintable()  # newlines/controls make a poor example
-        return [flag.option, _shell_quote(value if ok else f"<{flag.name}>")]
+        return [flag.option, shell_quote(value if ok else f"<{flag.name}>")]
     if flag.kind in ("integer", "number"):
         fits = is_json_number(value) and not isinstance(value, float)
         fits = fits and (flag.kind == "number" or is_json_integer(value))
         return [flag.option, dump_json(value) if fits else "1"]
     if flag.kind == "json":
-        return [flag.option, _shell_quote(printable(dump_json(value)))]
+        return [flag.option, shell_quote(printable(dump_json(value)))]
     fits = isinstance(value, list if flag.kind == "array" else dict)
-    return [flag.option, _shell_quote(printable(dump_json(value if fits else [] if flag.kind == "array" else {})))]
+    return [flag.option, shell_quote(printable(dump_json(value if fits else [] if flag.kind == "array" else {})))]
 
 
 def _flag_example_value(flag: ToolFlag, root: Any) -> Any:
@@ -12519,13 +12512,13 @@ def render_tool_help(server_name: str, tool: Mapping[str, Any], config: str | No
     example, omitted = _example_object(schema, schema, 0, limit=6)
     example = _clip_strings(example)
     out += ["", "--body example (required fields first; placeholder values):"]
-    one_line = f"  {command} --body {_shell_quote(_compact_json(example))}"
+    one_line = f"  {command} --body {shell_quote(_compact_json(example))}"
     if _cell_width(one_line) <= HELP_WIDTH:
         out.append(one_line)
     else:
         prefix = command_lines("--body")
         start = _cell_width(f"{prefix[-1]} '")
-        body_lines = _shell_quote(_pretty_json(example, 2, HELP_WIDTH, start)).split("\n")
+        body_lines = shell_quote(_pretty_json(example, 2, HELP_WIDTH, start)).split("\n")
         out += prefix[:-1]
         out.append(f"{prefix[-1]} {body_lines[0]}")
         out += body_lines[1:]
@@ -12744,14 +12737,7 @@ def decode_blobs(spots: Sequence[BlobSpot], max_bytes: int, data: dict[str, Any]
         for spot, size in zip(spots, sizes):
             spot.holder[spot.key] = {"path": None, "bytes": size, "mimeType": spot.mime_type}
         what = f"the blob of {short_text(spots[over].uri, 80)}" if spots[over].uri is not None else "a blob"
-        raise blob_over_cap(
-            what,
-            sizes[over],
-            max_bytes,
-            "nothing was written",
-            f"raise --max-blob-bytes (now {max_bytes}) to write it",
-            data,
-        )
+        raise blob_over_cap(what, sizes[over], max_bytes, data=data)
     decoded = []
     for spot in spots:
         try:
@@ -12784,9 +12770,7 @@ def save_skill(data: dict[str, Any], writer: BlobWriter, max_bytes: int) -> None
                 f"skill file {short_text(file['path'], 120)}",
                 len(payload),
                 max_bytes,
-                "nothing was written",
-                f"raise --max-blob-bytes (now {max_bytes}) to write it",
-                {key: data[key] for key in ("server", "skill", "uri")},
+                data={key: data[key] for key in ("server", "skill", "uri")},
             )
     name = data["skill"] if _SKILL_DIRECTORY.fullmatch(data["skill"]) else "skill"
     try:
@@ -14128,9 +14112,27 @@ class ResidentSession:
         tool: dict[str, Any] | None,
         source: InputSource | None = None,
         pending: InputRound | None = None,
+        *,
+        task: tuple[TaskChoice, bool] | None = None,
     ) -> dict[str, Any]:
-        """``source``: who answers the server's questions (--elicitation forward); ``pending``: a round it answers."""
-        return call_tool(self._require(), self._ctx(timeout, source), name, arguments, tool, pending)
+        """``source``: who answers the server's questions (--elicitation forward); ``pending``: a round it answers.
+        ``task``: (the choice, ``plan_task``'s decision) of a call run by the task rules, answered as ``call_chosen``
+        answers (``{"server", "tool", "result"}`` or a created task's ``{"server", "tool", "task"}``)."""
+        ctx = self._ctx(timeout, source)
+        if task is None or tool is None:
+            return call_tool(self._require(), ctx, name, arguments, tool, pending)
+        return call_chosen(self._require(), ctx, tool, arguments, task[0], task[1], pending)
+
+    def plan_task(self, tool: Mapping[str, Any], choice: TaskChoice) -> bool:
+        """Whether a call of ``tool`` goes as a task on this session (``plan_task``: its era, the capabilities the
+        server declared); one that cannot is refused, nothing sent."""
+        return plan_task(self._require(), self._ctx(1.0), tool, choice)
+
+    def task_action(self, action: str, handle: dict[str, Any], timeout: float, *asking: Any, wait: bool) -> Any:
+        """``run_task_action`` (status, result, cancel) of the task ``handle`` names, the CLI's own path; ``asking``:
+        who answers the task's questions (``source``, --elicitation forward)."""
+        ctx = self._ctx(timeout, *asking[:1])
+        return run_task_action(self._require(), ctx, action, handle["mcp_task_id"], dict(handle), wait=wait)
 
     # resources and prompts: the CLI's own section-7 paths (--resources, --read, --prompts, --prompt), one each
 
@@ -14269,6 +14271,7 @@ class Slot:
         self.resolved: SlotResolution | None = None  # the last resolution for this slot
         self.resources: bool | None = None  # its session declares resources (None: not asked since it was opened)
         self.questions = 0  # forwarded questions waiting for the platform's answer (10.2.6): never reaped meanwhile
+        self.tasks = 0  # live tasks its users' calls made on it (10.2.7): never reaped meanwhile
 
 
 def slot_fingerprint(slot: Slot, server: ResolvedServer) -> str:
@@ -14856,6 +14859,7 @@ class SessionPool:
                     or slot.opening
                     or slot.users
                     or slot.questions
+                    or slot.tasks
                     or session.leases
                     or session.in_flight
                 ):
@@ -14871,7 +14875,11 @@ class SessionPool:
             session.close_idle_connections()
         for slot, session in idle:
             with slot.open_lock:
-                if slot.session is session and slot.users == slot.questions == 0 and session.in_flight == 0:
+                if (
+                    slot.session is session
+                    and slot.users == slot.questions == slot.tasks == 0
+                    and not session.in_flight
+                ):
                     self.log.debug(f"closing the idle session of {slot.server!r}")
                     self.detach(slot, session)
         for slot, session in dead:
@@ -15111,7 +15119,23 @@ class ForwardedQuestions:
             self.events.emit("input.expired", server=r.slot.server, user=r.user, task_id=r.task_id, method=r.method)
 
 
-class ResidentInput(InputSource):
+class GivenAnswers(InputSource):
+    """The platform's ``input_responses`` by question key (``get_task_result`` of a task waiting for input): a
+    question without one stays unanswered (nothing is made up, never ``decline``); sampling or roots: unsupported."""
+
+    capabilities = ELICITATION_FORM
+
+    def __init__(self, responses: Mapping[str, Any] | None = None) -> None:
+        self.responses = dict(responses or {})
+
+    def answer(self, key: str | None, request: Mapping[str, Any], several: bool) -> InputAnswer:
+        if request.get("method") != "elicitation/create":
+            return InputAnswer(None, unsupported=str(request.get("method")))
+        given = self.responses.get(key) if key is not None else None
+        return InputAnswer(dict(given) if isinstance(given, dict) else None)
+
+
+class ResidentInput(GivenAnswers):
     """Who answers a server's questions in resident mode with ``--elicitation forward``: the platform. A first
     request has no answer at hand, so its round is kept (``keep``) and answered ``input_required``; a resume answers
     exactly the round it took (``answering``) with the platform's ``input_responses``, and any later round is kept
@@ -15125,7 +15149,8 @@ class ResidentInput(InputSource):
         answering: InputRound | None = None,
         responses: Mapping[str, Any] | None = None,
     ) -> None:
-        self.keep, self.answering, self.responses = keep, answering, dict(responses or {})
+        super().__init__(responses)
+        self.keep, self.answering = keep, answering
         self.held = HeldCall()
 
     def hold(self, request: Mapping[str, Any], reply: Callable[[dict[str, Any]], None]) -> bool:
@@ -15133,13 +15158,11 @@ class ResidentInput(InputSource):
         return True
 
     def answer(self, key: str | None, request: Mapping[str, Any], several: bool) -> InputAnswer:
-        if request.get("method") != "elicitation/create":
-            return InputAnswer(None, unsupported=str(request.get("method")))
+        """Only the questions of the round a resume answers (``answering``) get the platform's answers."""
         round_ = self.answering
-        if key is None or round_ is None or round_.requests.get(key) is not request:
-            return InputAnswer(None)
-        given = self.responses.get(key)
-        return InputAnswer(dict(given) if isinstance(given, dict) else None)
+        if round_ is None or key is None or round_.requests.get(key) is not request:
+            return GivenAnswers().answer(key, request, several)
+        return super().answer(key, request, several)
 
     def park(self, method: str, params: Mapping[str, Any], pending: InputRound, era: str | None) -> dict[str, Any]:
         """A round kept; the same round partly answered keeps the answers given (only the rest is asked again)."""
@@ -15153,11 +15176,16 @@ class AskedAnswer(dict):  # type: ignore[type-arg]
 
 def answer_or_ask(work: Callable[[], Any]) -> Any:
     """``work()``; a round that was kept (its ``InputRequiredError`` has a ``resume``) becomes the platform's
-    ``{"status": "input_required", "input_requests", "resume", "expires_in_ms"}`` (docs/contract.md §11.2)."""
+    ``{"status": "input_required", "input_requests", "resume", "expires_in_ms"}`` (docs/contract.md §11.2); a task
+    waiting for answers, ``{"status": "input_required", "input_requests", "task"}`` (``get_task_result`` with
+    ``input_responses`` answers it: its ``mcp_task_id`` is the handle)."""
     try:
         return work()
     except InputRequiredError as exc:
         data = exc.data or {}
+        task = data.get("task")
+        if isinstance(task, dict) and task.get("status") == "input_required" and not data.get("resume"):
+            return AskedAnswer(status="input_required", input_requests=data.get("input_requests") or {}, task=task)
         if not data.get("resume"):
             raise
         return AskedAnswer(
@@ -15166,6 +15194,125 @@ def answer_or_ask(work: Callable[[], Any]) -> Any:
             resume=data["resume"],
             expires_in_ms=data.get("expires_in_ms"),
         )
+
+
+# -- 10.2.7 tasks kept per user: each user's task handles; a live task holds its server (docs/contract.md §11.2) -------
+
+RESIDENT_TASKS_PER_USER = 256  # task records one user keeps (beyond: the oldest ended one goes, else the oldest)
+RESIDENT_TASK_HOLD = 3600.0  # seconds a task the server gave no ttl is kept (and holds its server) at most
+RESIDENT_TASK_SLACK = 0.1  # a task's wait ends this long before its command's deadline: the answer is the handle
+TASK_END_EVENTS = {
+    "completed": "task.completed",
+    "failed": "task.failed",
+    "cancelled": "task.cancelled",
+    "cancel_requested": "task.cancelled",  # the 2026-07-28 extension acknowledges a cancel without a status
+}
+
+
+@dataclass
+class ResidentTask:
+    """One user's task: its handle as last seen (``build_task_handle``), the slot it holds while it is not ended,
+    and until when it is kept (monotonic: its ttl from its creation, else ``RESIDENT_TASK_HOLD``)."""
+
+    handle: dict[str, Any]
+    user: str | None
+    slot: Slot
+    until: float
+    ended: bool = False
+
+
+class ResidentTasks:
+    """Each user's tasks, in memory only: what ``list_tasks`` lists and all that ``get_task``, ``get_task_result``
+    and ``cancel_task`` may name; an ``mcp_task_id`` of another user is unknown (``mcp_task_unknown``, nothing sent).
+    A task not ended holds its slot (``Slot.tasks``: idle reaping never stops its server) until it ends or is
+    forgotten (its ttl passed: ``sweep``). Events ``task.created`` and, once, ``task.completed|failed|cancelled``
+    carry ids, the server and the status only."""
+
+    def __init__(self, events: EventSink, per_user: int = RESIDENT_TASKS_PER_USER) -> None:
+        self.events, self.per_user = events, per_user
+        self._lock = _thread.allocate_lock()
+        self._users: dict[str | None, dict[tuple[str, str], ResidentTask]] = {}
+
+    def seen(self, command: Any, slot: Slot, handle: Mapping[str, Any]) -> None:
+        """Keep ``handle``, the state of a task of ``command``'s user on ``slot``'s server: a new one is
+        ``task.created``, its end (a status of ``TASK_END_EVENTS``) frees its slot and is said once."""
+        key = (handle["server"], handle["mcp_task_id"])
+        status = handle.get("status")
+        with self._lock:
+            records = self._users.setdefault(command.user_id, {})
+            record = records.get(key)
+            created = record is None
+            if record is None:
+                ttl = handle.get("ttl_ms")
+                until = time.monotonic() + (ttl / 1000 if isinstance(ttl, int) else RESIDENT_TASK_HOLD)
+                record = records[key] = ResidentTask(dict(handle), command.user_id, slot, until)
+                slot.tasks += 1
+                self._trim(records)
+            else:
+                record.handle = dict(handle)
+            ended = not record.ended and status in TASK_END_EVENTS
+            if ended:
+                self._release(record)
+        fields = {"server": key[0], "user": command.user_id, "task_id": command.task_id, "mcp_task_id": key[1]}
+        if created:
+            self.events.emit("task.created", **fields, status=status)
+        if ended:
+            self.events.emit(TASK_END_EVENTS[str(status)], **fields, status=status)
+
+    @staticmethod
+    def _release(record: ResidentTask) -> None:
+        """Under ``_lock``: the record no longer holds its slot."""
+        if not record.ended:
+            record.ended = True
+            record.slot.tasks -= 1
+
+    def _trim(self, records: dict[tuple[str, str], ResidentTask]) -> None:
+        while len(records) > self.per_user:
+            key = next((k for k, r in records.items() if r.ended), next(iter(records)))
+            self._release(records.pop(key))
+
+    def find(self, command: Any, mcp_task_id: str, server_name: str | None) -> ResidentTask:
+        """This user's task ``mcp_task_id`` (of ``server_name`` when given), or ``mcp_task_unknown``."""
+        self.sweep()
+        with self._lock:
+            found = [
+                r
+                for (server, task), r in (self._users.get(command.user_id) or {}).items()
+                if task == mcp_task_id and server_name in (None, server)
+            ]
+        if not found:
+            raise TaskUnknownError(
+                f"no task {clip_text(repr(mcp_task_id), 80)} for this user"
+                + (f" on server {server_name!r}" if server_name else "")
+                + " (unknown, forgotten after its ttl, or not made by this user's calls); nothing was sent",
+                details={"mcp_task_id": mcp_task_id, "outcome": "not_sent"},
+            )
+        if len(found) > 1:
+            raise InvalidCommandError(
+                f"servers {', '.join(sorted(r.handle['server'] for r in found))} each have a task "
+                f"{clip_text(repr(mcp_task_id), 80)}: name one with 'server_name'",
+                details={"task_id": command.task_id},
+            )
+        return found[0]
+
+    def listing(self, command: Any, server_name: str | None) -> list[dict[str, Any]]:
+        """The handles of this user's tasks (of ``server_name`` when given), oldest first, as last seen."""
+        self.sweep()
+        with self._lock:
+            records = list((self._users.get(command.user_id) or {}).values())
+        return [dict(r.handle) for r in records if server_name in (None, r.handle["server"])]
+
+    def sweep(self) -> None:
+        """Forget the tasks past their ttl (a live one frees its slot; the server forgets it too), and the users
+        left with none."""
+        now = time.monotonic()
+        with self._lock:
+            for user, records in list(self._users.items()):
+                for key, record in list(records.items()):
+                    if record.until <= now:
+                        self._release(records.pop(key))
+                if not records:
+                    del self._users[user]
 
 
 # -- 10.3 injected names and catalogues (docs/contract.md §11.2 TOOL, §11.5) -------------------------------------------
@@ -16096,7 +16243,7 @@ class Catalogues:
 
 # -- 10.4.1 parsing a command: limits, the platform's wording (platform_error), parse_command -------------------------
 
-# JSON lines in, one answer per command out: the reader thread, a bounded worker pool, the thirteen actions
+# JSON lines in, one answer per command out: the reader thread, a bounded worker pool, the seventeen actions
 # (``Actions``), the end (shutdown, EOF, signals) that answers every command read, and ``run_resident``. An error
 # reaches the platform in its words (``platform_error``: no hints, a timeout as the command's budget in ms).
 
@@ -16115,6 +16262,10 @@ RESIDENT_ACTIONS = (
     "get_prompt",
     "list_skills",
     "read_skill",
+    "get_task",
+    "get_task_result",
+    "cancel_task",
+    "list_tasks",
     "shutdown",
 )
 _NO_USER_ACTIONS = frozenset({"init", "list_servers", "shutdown"})
@@ -16125,10 +16276,14 @@ _REQUIRED_PARAMS = {
     "read_resource": ("server_name", "uri"),
     "get_prompt": ("server_name", "name"),
     "read_skill": ("server_name", "name"),
+    "get_task": ("mcp_task_id",),
+    "get_task_result": ("mcp_task_id",),
+    "cancel_task": ("mcp_task_id",),
 }
-_TIMED_ACTIONS = frozenset(
-    {"call_tool", "list_resources", "read_resource", "list_prompts", "get_prompt", "list_skills", "read_skill"}
-)
+# the actions that take a timeout_ms: all but these, whose steps use --timeout each
+_QUICK_ACTIONS = frozenset({"init", "list_servers", "connect_server", "disconnect_server", "list_tools"})
+_TIMED_ACTIONS = frozenset(RESIDENT_ACTIONS) - _QUICK_ACTIONS - {"refresh_tools", "list_tasks", "shutdown"}
+_TASK_MODES = ("wait", "detach")  # call_tool's task: wait for a task's result, or answer its handle
 _MAX_COMMANDS_RUNNING = 4096  # commands executing at once; the reader waits (back-pressure) beyond it
 _IDLE_WORKERS = 16  # command threads kept waiting for the next command (starting a thread costs ~0.1 ms)
 _WORKER_IDLE_SECONDS = 30.0  # an idle command thread ends after this long without a command
@@ -16141,7 +16296,8 @@ _MAX_TIMEOUT_MS = 7 * 24 * 3600 * 1000
 
 def platform_error(exc: BkmcpError, *, server: str | None = None, timeout: float | None = None) -> BkmcpError:
     """An error in the platform's words, built from its fields (a copy): no hints; a timeout names the
-    command's budget in ms; a connection that failed for want of descriptors is ``resource_limit``."""
+    command's budget in ms; a connection that failed for want of descriptors is ``resource_limit``; a task's
+    failure carries its handle (``data.task``, which no answer has) as ``details.task``."""
     if isinstance(exc, ConnectionFailedError) and is_exhaustion(exc.__cause__ or exc.__context__):
         return ResourceLimitError(
             exc.message + " (a system limit on open files is reached)",
@@ -16149,6 +16305,9 @@ def platform_error(exc: BkmcpError, *, server: str | None = None, timeout: float
             request_sent=request_was_sent(exc),
         )
     changes: dict[str, Any] = {"hint": None, "notes": (), "remedy": None}
+    task = exc.data.get("task") if isinstance(exc.data, dict) else None
+    if isinstance(task, dict) and "task" not in exc.details:
+        changes["details"] = {**exc.details, "task": task}
     if isinstance(exc, McpTimeoutError) and timeout is not None and exc.what is not None:
         where = f" on server {server!r}" if server else ""
         sent = request_was_sent(exc)
@@ -16180,13 +16339,15 @@ _ASKING_ACTIONS = frozenset({"call_tool", "read_resource", "get_prompt"})  # a s
 _ELICIT_ACTIONS = ("accept", "decline", "cancel")
 
 
-def _check_resume(params: Mapping[str, Any], task_id: Any) -> None:
+def _check_resume(params: Mapping[str, Any], task_id: Any, resumed: bool = True) -> None:
     """``resume`` (a string) and ``input_responses`` (an object of ElicitResults by question key: ``action`` one of
-    accept, decline, cancel; ``content`` an object) of an action a server may ask during; one needs the other."""
+    accept, decline, cancel; ``content`` an object) of an action a server may ask during; one needs the other.
+    Not ``resumed`` (``get_task_result``: the task id names what they answer): ``input_responses`` alone."""
     resume, responses = params.get("resume"), params.get("input_responses")
-    _field_type(params, "resume", str, task_id, "a string (the resume handle of an input_required answer)")
-    if (resume is None) != (responses is None):
-        raise InvalidCommandError("fields 'resume' and 'input_responses' go together", details={"task_id": task_id})
+    if resumed:
+        _field_type(params, "resume", str, task_id, "a string (the resume handle of an input_required answer)")
+        if (resume is None) != (responses is None):
+            raise InvalidCommandError("fields 'resume' and 'input_responses' go together", details={"task_id": task_id})
     if responses is None:
         return
     if not isinstance(responses, dict) or not all(
@@ -16252,7 +16413,7 @@ def parse_command(line: bytes, timeout: float = DEFAULT_TIMEOUT) -> ResidentComm
             raise InvalidCommandError("field 'user.accessToken' must be a string", details={"task_id": task_id})
     elif action not in _NO_USER_ACTIONS:
         raise InvalidCommandError(f"field 'user' is required for {action}", details={"task_id": task_id})
-    for name in ("server_name", "tool_name", "name"):
+    for name in ("server_name", "tool_name", "name", "mcp_task_id"):
         value = _field_type(params, name, str, task_id, "a string")
         if value == "":
             raise InvalidCommandError(f"field {name!r} must not be empty", details={"task_id": task_id})
@@ -16286,6 +16447,11 @@ def parse_command(line: bytes, timeout: float = DEFAULT_TIMEOUT) -> ResidentComm
             )
         if "arguments" in params and not isinstance(params["arguments"], dict):
             raise InvalidCommandError("field 'arguments' must be an object", details={"task_id": task_id})
+        if params.get("task") is not None and params["task"] not in _TASK_MODES:
+            raise InvalidCommandError('field \'task\' must be "wait" or "detach"', details={"task_id": task_id})
+    if action == "get_task_result":
+        _field_type(params, "wait", bool, task_id, "a boolean")
+        _check_resume(params, task_id, resumed=params.get("resume") is not None)  # resume: a held legacy question
     if action in _ASKING_ACTIONS:
         _check_resume(params, task_id)
     own = params.get("timeout_ms")  # checked above for _TIMED_ACTIONS; any action's integer counts, as it always did
@@ -16534,7 +16700,7 @@ def build_resource_contents(result: dict[str, Any], *, include_blobs: bool, cap:
 
 @dataclass
 class Actions:
-    """The thirteen actions of docs/contract.md §11.2 (``do_*``, one command each, on a worker thread): each takes its
+    """The seventeen actions of docs/contract.md §11.2 (``do_*``, one command each, on a worker thread): each takes its
     user's registry view (``_view``), uses the session pool (10.2) and the catalogues (10.3), and returns its
     ``result`` or raises the error its answer carries."""
 
@@ -16545,6 +16711,7 @@ class Actions:
     events: EventSink
     log: Log
     stopping: Any  # threading.Event: the end is closing the sessions under running commands (ResidentServer.cutting)
+    tasks: ResidentTasks  # each user's tasks: what the task actions may name
     questions: ForwardedQuestions | None = None  # --elicitation forward: the rounds kept for the platform's resume
 
     def run(self, command: ResidentCommand) -> dict[str, Any]:
@@ -16673,7 +16840,9 @@ class Actions:
         if asked is None:
             return answer_or_ask(held.outcome)
         request, reply = asked
-        method = {"call_tool": "tools/call", "get_prompt": "prompts/get"}.get(command.action, "resources/read")
+        method = {"call_tool": "tools/call", "get_prompt": "prompts/get", "get_task_result": "tasks/get"}.get(
+            command.action, "resources/read"
+        )
         round_ = InputRound({"elicitation-1": request}, None)
         try:
             kept = self.questions.keep(command, slot, session, method, params, round_, {}, held, reply)
@@ -16846,10 +17015,13 @@ class Actions:
         except McpTimeoutError as exc:
             self.events.emit("tool.failed", **base, error_code=exc.code, outcome="not_sent")
             raise platform_error(exc, server=server_name, timeout=timeout) from None
-        refusal = build_task_refusal(tool, server_name)
-        if refusal is not None:  # a task-only tool: no session is needed to refuse it (docs/contract.md §5)
-            self.events.emit("tool.rejected", **base, error_code=refusal.code)
-            raise platform_error(refusal)
+        mode = params.get("task")  # wait (the default of a task-only tool) or detach: a task (docs/contract.md §11.2)
+        if found is not None and found.held is not None:  # a held question's resume: the call it answers chose
+            mode = found.params.get("task")
+        choice: TaskChoice | None = None
+        made: list[dict[str, Any]] = []  # the task's handle as it changes (a call run as one)
+        if mode is not None or tool_task_support(tool) == "required":
+            choice = TaskChoice(wanted=mode is not None, detach=mode == "detach", told=True)
         slot, server = self.pool.use_server(view, row, command.user_id, command.chosen)
         self.pool.use(slot, 1)
         started = time.monotonic()
@@ -16859,6 +17031,7 @@ class Actions:
             except BkmcpError as exc:
                 self.events.emit("tool.failed", **base, error_code=exc.code, outcome="not_sent")
                 raise platform_error(exc, server=server_name, timeout=timeout) from None
+            task = None if choice is None else self._plan_task(command, slot, session, tool, choice, base, made)
             self.events.emit("tool.started", **base)
             started = time.monotonic()
 
@@ -16890,21 +17063,121 @@ class Actions:
                         slot,
                         session,
                         found,
-                        {"name": tool_name, "arguments": arguments},
-                        lambda left, *asking: session.call_tool(tool_name, arguments, left, tool, *asking),
+                        {"name": tool_name, "arguments": arguments, **({"task": mode} if mode else {})},
+                        lambda left, *asking: session.call_tool(
+                            tool_name, arguments, self._task_budget(command, left, task), tool, *asking, task=task
+                        ),
                     ),
                     failed,
                 )
             except BkmcpError as exc:
+                if task is not None:
+                    self._failed_task(command, slot, exc)
                 raise platform_error(exc, server=server_name, timeout=timeout) from None
         finally:
             self.pool.use(slot, -1)
         if isinstance(result, AskedAnswer):  # the server asks: input.requested said so (no values)
             return {"server_name": server_name, "tool_name": tool_name, **result}
+        held: dict[str, Any] = {}
+        if task is not None:  # run by the task rules: the handle, or the result waited for (task.* events)
+            held = {"task": made[-1]} if made else {}
+            if "result" not in result:  # detached: task.created said so, no tool.finished
+                return {"server_name": server_name, "tool_name": tool_name, **held}
+            result = result["result"]
         self.events.emit(
             "tool.finished", **base, ms=int((time.monotonic() - started) * 1000), is_error=result.get("isError") is True
         )
-        return {"server_name": server_name, "tool_name": tool_name, "result": result}
+        return {"server_name": server_name, "tool_name": tool_name, "result": result, **held}
+
+    # -- tasks: the CLI's 7.3.1 paths on this user's sessions, each user's records (ResidentTasks) --------------------
+
+    def _plan_task(
+        self,
+        command: ResidentCommand,
+        slot: Slot,
+        session: ResidentSession,
+        tool: dict[str, Any],
+        choice: TaskChoice,
+        base: dict[str, Any],
+        made: list[dict[str, Any]],
+    ) -> tuple[TaskChoice, bool]:
+        """``plan_task`` on the leased ``session`` (a call that cannot run as asked: ``tool.rejected``, the lease
+        given back, nothing sent); the task's handle, once the server makes one, is kept for the user (``made``
+        holds its states)."""
+        try:
+            as_task = session.plan_task(tool, choice)
+        except BkmcpError as exc:
+            self.pool.release(session)
+            self.events.emit("tool.rejected", **base, error_code=exc.code)
+            raise platform_error(exc.copy(message=exc.message.removeprefix("--task: "))) from None
+
+        def on_handle(handle: dict[str, Any], _holder: str | None) -> None:
+            made.append(handle)
+            self.tasks.seen(command, slot, handle)
+
+        choice.on_handle = on_handle
+        return choice, as_task
+
+    def _failed_task(self, command: ResidentCommand, slot: Slot, exc: BkmcpError) -> None:
+        """A task's failure carries its handle as last seen (``data.task``): kept for the user (its end's event)."""
+        task = exc.data.get("task") if isinstance(exc.data, dict) else None
+        if isinstance(task, dict):
+            self.tasks.seen(command, slot, task)
+
+    @staticmethod
+    def _task_budget(command: ResidentCommand, left: float, task: Any) -> float:
+        """A task's wait ends ``RESIDENT_TASK_SLACK`` before the command's deadline (its answer is then the
+        handle, ``mcp_task_running``: never the command's timeout); any other request keeps ``left``."""
+        return left if task is None else min(left, command.deadline.left() - RESIDENT_TASK_SLACK)
+
+    def _on_task(self, command: ResidentCommand, action: str, wait: bool = False) -> dict[str, Any]:
+        """``action`` (status, result, cancel) of this user's task ``mcp_task_id`` on its server, through the
+        CLI's ``run_task_action``; an unknown id (another user's among them) is refused before anything else."""
+        params = command.params
+        record = self.tasks.find(command, params["mcp_task_id"], params.get("server_name"))
+        task_id = record.handle["mcp_task_id"]
+        responses = params.get("input_responses")  # answers to the task's questions, by key (tasks/update)
+        given = (GivenAnswers(responses),) if responses is not None else ()
+        view = self._view(command)
+        row = self._row(view, record.handle["server"])
+        found = self._resumed(command, row.name, task_id) if action == "result" else None  # a held legacy question
+        wait = wait or found is not None  # its resume waits on the very request that asked
+
+        try:
+            answer = self._on_server(
+                command,
+                view,
+                row,
+                None,
+                lambda session, left, *asking: session.task_action(
+                    action, record.handle, self._task_budget(command, left, wait or None), *given, *asking, wait=wait
+                ),
+                asks=(found, {"name": task_id}) if wait else None,
+            )
+        except BkmcpError as exc:
+            self._failed_task(command, record.slot, exc)
+            raise
+        if isinstance(answer.get("task"), dict):
+            self.tasks.seen(command, record.slot, answer["task"])
+        if isinstance(answer, AskedAnswer):
+            return {"server_name": row.name, "mcp_task_id": task_id, **answer}
+        return {"server_name": row.name, **{k: v for k, v in answer.items() if k != "server"}}
+
+    def do_get_task(self, command: ResidentCommand) -> dict[str, Any]:
+        return self._on_task(command, "status")
+
+    def do_get_task_result(self, command: ResidentCommand) -> dict[str, Any]:
+        answer = self._on_task(command, "result", command.params.get("wait") is True)
+        if "tool" in answer:
+            answer["tool_name"] = answer.pop("tool")
+        return answer
+
+    def do_cancel_task(self, command: ResidentCommand) -> dict[str, Any]:
+        return self._on_task(command, "cancel")
+
+    def do_list_tasks(self, command: ResidentCommand) -> dict[str, Any]:
+        """This user's tasks as last seen (memory only: nothing is sent; ``get_task`` asks the server)."""
+        return {"tasks": self.tasks.listing(command, command.params.get("server_name"))}
 
     # -- resources and prompts: the CLI's section-7 paths on this user's sessions ----------------------------------
 
@@ -17182,8 +17455,9 @@ class ResidentServer:
             log=log,
             stopping=self.cutting,
             questions=ForwardedQuestions(opts.input_timeout, MAX_FORWARDED_QUESTIONS, events),
+            tasks=ResidentTasks(events),
         )
-        self.pool.on_reap = self.actions.questions.sweep if self.actions.questions is not None else None
+        self.pool.on_reap = self._reap_records
         self.ended = threading.Event()  # the reader stopped (EOF, shutdown, unreadable stdin) or output broke
         self.signalled: int | None = None  # the terminating signal received (set by the handler, read by run_resident)
         self.shutdown_task: str | None = None
@@ -17191,6 +17465,12 @@ class ResidentServer:
         # it holds ``_reading`` while it handles what it read, never while it waits for more
         self._input_closed = threading.Event()
         self._reading = threading.Lock()
+
+    def _reap_records(self) -> None:
+        """Each reaper round first: forget the forwarded questions and the tasks past their time."""
+        if self.actions.questions is not None:
+            self.actions.questions.sweep()
+        self.actions.tasks.sweep()
 
     def _output_broke(self) -> None:
         """The platform went away (stdout closed): stop serving."""
@@ -17561,6 +17841,7 @@ def run_resident(
 # ``WARM_MAX_SESSIONS``.
 
 WARM_MAX_SESSIONS = 32
+_WARM_DECLARES = "|declares "  # a session key's tail: what the session declared at initialize (its first command's)
 _WARM_OPEN_POLL = 0.05  # a command waiting for its key's opening asks this often whether its budget or Ctrl-C ended it
 
 
@@ -17621,6 +17902,25 @@ class WarmSessions:
             if entry is None or not _warm_alive(entry):
                 return None
             entry.lent += 1
+        return entry
+
+    def _holding(self, key: str, task_id: str) -> _Warm | None:
+        """The entry whose live session made task ``task_id``, among those of the server keyed ``key`` whatever
+        their sessions declared, lent to one more command; None when no kept session holds it."""
+        with self._lock:
+            entry = next(
+                (
+                    e
+                    for e in self._entries.values()
+                    if (e.key == key or e.key.startswith(key + _WARM_DECLARES))
+                    and _warm_alive(e)
+                    and e.session is not None
+                    and task_id in e.session.tasks
+                ),
+                None,
+            )
+            if entry is not None:
+                entry.lent += 1
         return entry
 
     def _entry(self, key: str, idle: float) -> _Warm | None:
@@ -17717,6 +18017,20 @@ def _warm_alive(entry: _Warm) -> bool:
     return entry.session is not None and entry.session.alive
 
 
+def _warm_task_gone(server: ResolvedServer, task_id: str) -> TaskExpiredError:
+    """A stdio server's task no kept session holds: its process ended with the session that made it (idled out,
+    its server exited, the background process restarted); nothing is started to ask a new one."""
+    return TaskExpiredError(
+        f"task {clip_text(repr(task_id), 80)} of server {server.name!r} lived in a warm session that has ended (it "
+        "idled out, its server exited, or the background process restarted): a stdio server's task ends with its "
+        "process",
+        hint="a stdio task lives as long as its warm session; run the call again with --keep-alive if its result "
+        "is still needed",
+        details={"outcome": "not_sent"},
+        data={"server": server.name, "mcp_task_id": task_id},
+    )
+
+
 class _WarmSource(SessionSource):
     """One command's view of ``WarmSessions``: the kept session of its key, opened (and kept) on first use. While
     another command opens that key's session, this one waits for the opening (within its own time budget), so one
@@ -17746,8 +18060,15 @@ class _WarmSource(SessionSource):
             return session
         # a legacy session declares at initialize what its first command could answer: one that declares
         # elicitation is kept apart from one that does not
-        key = warm_session_key(server, insecure) + (f"|declares {dump_json(declares)}" if declares else "")
-        entry = self.warm._kept_entry(key) if self.peek else self.warm._entry(key, self.idle)
+        base = warm_session_key(server, insecure)
+        key = base + (f"{_WARM_DECLARES}{dump_json(declares)}" if declares else "")
+        entry = None
+        if ctx.names_task is not None and not self.peek:  # a task command: the session its task lives in
+            entry = self.warm._holding(base, ctx.names_task)
+            if entry is None and server.type == "stdio":
+                raise _warm_task_gone(server, ctx.names_task)
+        if entry is None:
+            entry = self.warm._kept_entry(key) if self.peek else self.warm._entry(key, self.idle)
         if entry is None and self.peek:
             raise ConnectionFailedError(f"no warm session of {server.name!r} is kept")
         if entry is None:  # at the limit, every kept session in use
@@ -17861,51 +18182,31 @@ class _WarmSource(SessionSource):
 
 # -- 11.1 argument routing: argv -> Invocation, checked (docs/contract.md §2) ------------------------------------------
 
-_VALUE_OPTIONS = {
-    "--config": "config",
-    "--timeout": "timeout",
-    "--jq": "jq",
-    "--context": "context",
-    "--body": "body",
-    "--registry": "registry",
-    "--out": "out",
-    "--max-blob-bytes": "max_blob_bytes",
-    "--inputs": "inputs",
-    "--input-action": "input_action",
-    "--resume": "resume",
-}
-_FLAG_OPTIONS = {
-    "-v": "verbose",
-    "--verbose": "verbose",
-    "--insecure": "insecure",
-    "--check": "check",
-    "--tools": "tools",
-    "--dry-run": "dry_run",
-    "-h": "help",
-    "--help": "help",
-    "--version": "version",
-    "--resident": "resident",
-    "-r": "raw",
-    "--raw": "raw",
-    "--task": "task",  # a call run as a task (docs/contract.md §5 "Tasks"): reserved, as --timeout is (§6)
-    "--detach": "detach",
-}
+
+def _options(names: str) -> dict[str, str]:
+    """Options by name, each with its ``Invocation`` attribute: the name without its dashes, ``-`` as ``_``
+    (``--dry-run``: ``dry_run``)."""
+    return {name: name.lstrip("-").replace("-", "_") for name in names.split()}
+
+
+_VALUE_OPTIONS = _options(
+    "--config --timeout --jq --context --body --registry --out --max-blob-bytes --inputs --input-action --resume"
+)
+# --task: a call run as a task (docs/contract.md §5 "Tasks"): reserved, as --timeout is (§6)
+_FLAG_OPTIONS = _options(
+    "--verbose --insecure --check --tools --dry-run --help --version --resident --raw --task --detach"
+)
+_FLAG_OPTIONS.update({"-v": "verbose", "-h": "help", "-r": "raw"})
 # `bkmcp --registry FILE --import mcp.json | --list` (contract §11.3): options only before any server name, so a tool's
 # own `--list`/`--import` parameter (after the tool name) keeps working as a tool option.
 # `--completion SHELL` is the same kind of root-only option.
 _REGISTRY_VALUE_OPTIONS = {"--import": "registry_import", "--completion": "completion"}
 _REGISTRY_FLAG_OPTIONS = {"--list": "registry_list", "--sessions": "sessions", "--stop": "stop"}
 _REGISTRY_OPTION_NAMES = frozenset({*_REGISTRY_VALUE_OPTIONS, *_REGISTRY_FLAG_OPTIONS})
-_RESIDENT_OPTIONS = {
-    "--events": "events",
-    "--max-processes": "max_processes",
-    "--max-user-processes": "max_user_processes",
-    "--idle-timeout": "idle_timeout",
-    "--shutdown-grace": "shutdown_grace",
-    "--max-blob-bytes": "max_blob_bytes",
-    "--elicitation": "elicitation",
-    "--input-timeout": "input_timeout",
-}
+_RESIDENT_OPTIONS = _options(
+    "--events --max-processes --max-user-processes --idle-timeout --shutdown-grace --max-blob-bytes --elicitation "
+    "--input-timeout"
+)
 _RESIDENT_FLAG_OPTIONS = {"--inject-resource-tools": "inject_resource_tools"}
 _RESERVED_UNSUPPORTED = {"--format"}
 # `bkmcp <server> --resources | --prompts | --read URI | --prompt NAME` (contract §2): before a tool name (and
@@ -18014,6 +18315,8 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
     # the resident options exist only beside --resident: elsewhere they stay free for tool flags
     value_options = {**_VALUE_OPTIONS, **_RESIDENT_OPTIONS} if "--resident" in tokens else _VALUE_OPTIONS
     flag_options = {**_FLAG_OPTIONS, **_RESIDENT_FLAG_OPTIONS} if "--resident" in tokens else _FLAG_OPTIONS
+    # before a tool name (or --read's, --prompt's, --skill's) only; after one, such a name is its own flag
+    before_target = {**_CATALOGUE_FLAGS, "--brief": "brief", "--wait": "wait"}
     i = 0
     while i < len(tokens):
         token = tokens[i]
@@ -18022,44 +18325,24 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
         registry_tool = inv.server is None and (name in _REGISTRY_VALUE_OPTIONS or token in _REGISTRY_FLAG_OPTIONS)
         # later flags are its own (a skill has none: any is refused)
         target = inv.tool is not None or inv.read is not None or inv.prompt is not None or inv.skill is not None
-        if not target and (token in _CATALOGUE_FLAGS or name in _TARGET_OPTIONS):
-            attr = _CATALOGUE_FLAGS.get(token) or _TARGET_OPTIONS[name]
+        if not target and (token in before_target or name in _TARGET_OPTIONS or name in _TASK_OPTIONS):
+            attr = before_target.get(token) or _TARGET_OPTIONS.get(name) or _TASK_OPTIONS[name]
             if attr in seen:
                 raise UsageError(f"option {name} given more than once")
             seen.add(attr)
-            if token in _CATALOGUE_FLAGS:
+            if token in before_target:
                 setattr(inv, attr, True)
                 continue
+            task = name in _TASK_OPTIONS
             if not eq and i < len(tokens) and not _is_bkmcp_option(tokens[i]):
                 inline, i = tokens[i], i + 1
-            elif not eq:
+            elif not eq and not task:
                 raise UsageError(f"option {name} needs a value", hint=f"write {name}=VALUE for a value starting with -")
+            if not inline and task:
+                raise UsageError(f"option {name} needs a task id", hint=f"bkmcp <server> {name} ID")
             if not inline:
                 raise UsageError(f"option {name} needs a {dict(read='URI').get(attr, attr + ' name')}")
             setattr(inv, attr, inline)
-            continue
-        if name in _TASK_OPTIONS and not target:
-            attr = _TASK_OPTIONS[name]
-            if attr in seen:
-                raise UsageError(f"option {name} given more than once")
-            seen.add(attr)
-            if not eq and i < len(tokens) and not _is_bkmcp_option(tokens[i]):
-                inline, i = tokens[i], i + 1
-            elif not eq:
-                raise UsageError(f"option {name} needs a task id", hint=f"bkmcp <server> {name} ID")
-            if not inline:
-                raise UsageError(f"option {name} needs a task id", hint=f"bkmcp <server> {name} ID")
-            setattr(inv, attr, inline)
-            continue
-        if token == "--wait" and not target:  # with --task-result only (check_invocation)
-            if inv.wait:
-                raise UsageError("option --wait given more than once")
-            inv.wait = True
-            continue
-        if token == "--brief" and not target:  # after a tool name (or --read/--prompt's), --brief is its own flag
-            if inv.brief:
-                raise UsageError("option --brief given more than once")
-            inv.brief = True
             continue
         if name == "--input":  # repeatable, anywhere: FIELD=VALUE (docs/contract.md §5)
             if eq:
@@ -19114,7 +19397,8 @@ class Runner:
         """Who answers the server's questions in this command (docs/contract.md §5): the answers on the command line,
         else a person when stdin and stderr are a terminal; a 2026-07-28 round nobody answered is kept for
         ``--resume``. Listings and --check ask nothing: no source. ``--task-result`` answers the task's questions but
-        declares nothing: the task's session declared what it did when the call was made (a warm one is found by it)."""
+        declares nothing: the task's session declared what it did when the call was made (a warm command is lent the
+        kept session the task lives in, ``names_task``)."""
         inv, envr = self.inv, self.envr
         asking = inv.tool is not None or inv.prompt is not None or inv.read is not None or inv.resume is not None
         if not asking and inv.task_result is None:
@@ -19495,6 +19779,7 @@ def run_task_mode(
         if t is not None
     )
     known = next((e for e in mine if e.get("mcp_task_id") == task_id), None)
+    ctx.names_task = task_id  # a warm source lends the session it lives in (docs/contract.md §14)
     # one-shot: a legacy HTTP task's own session (a warm one is kept anyway)
     source = ctx.sessions or ResumedSessions(next((e for e in stored if e.get("mcp_task_id") == task_id), None))
 
@@ -20549,16 +20834,13 @@ def _end_without_a_last_collection() -> None:
 
 def report_error(exc: BkmcpError, envr: Environment, log: Log) -> int:
     envelope = build_failure(exc, log.redactor)
+    # remote (2), interrupted after a request was sent (130): on stdout, like every other envelope; local (1): on
+    # stderr, where a script reads the last line. Pretty on a terminal (emit_envelope), one line otherwise.
+    stream = envr.stdout if exc.exit_status != EXIT_LOCAL else envr.stderr
     try:
-        if exc.exit_status != EXIT_LOCAL:  # remote (2), interrupted after a request was sent (130)
-            # on stdout, like every other envelope: pretty on a terminal (emit_envelope), one line otherwise
-            terminal = is_terminal(envr.stdout)
-            envr.stdout.write(render_raw_text(dump_json(envelope, indent=2 if terminal else None), terminal) + "\n")
-            envr.stdout.flush()
-        else:  # piped, one line: a script reads the last line of stderr; on a terminal pretty, as on stdout
-            terminal = is_terminal(envr.stderr)
-            envr.stderr.write(render_raw_text(dump_json(envelope, indent=2 if terminal else None), terminal) + "\n")
-            envr.stderr.flush()
+        terminal = is_terminal(stream)
+        stream.write(render_raw_text(dump_json(envelope, indent=2 if terminal else None), terminal) + "\n")
+        stream.flush()
     except (OSError, ValueError):
         pass
     return exc.exit_status

@@ -258,7 +258,10 @@ def fake_engine(client_class: Any) -> dict[str, Any]:
 
     class Sessions:
         def start(self, server: Any, ctx: Any, *, insecure: bool) -> Any:
-            return client_class(server, deadline=ctx.deadline, insecure=insecure, log=ctx.log)
+            client = client_class(server, deadline=ctx.deadline, insecure=insecure, log=ctx.log)
+            if not hasattr(client, "server"):  # call_chosen names the session's server in its data, as a session does
+                client.server = server
+            return client
 
         def ready(self, session: Any, ctx: Any) -> None:
             session.connect()

@@ -190,8 +190,9 @@ def test_interop_everything_task_required_tool_completes_warm(everything_server,
 
 
 def test_interop_everything_task_required_tool_resident(tmp_path, everything_stdio_argv, interop_subprocess_env):
-    """The resident lists it marked (never hidden) and answers its call_tool unsent; the -v log shows every
-    tools/call written to the child's stdin: only the echo's."""
+    """The resident lists it marked (never hidden) and runs its call_tool as a task, waited for (issue 39: before,
+    it was refused unsent; test_resident_tasks.py detaches, resumes and keeps it per user); the -v log shows
+    every tools/call written to the child's stdin: the task's and the echo's."""
     reg = tmp_path / "registry.db"
     write_registry(str(reg), [stdio_row("every", everything_stdio_argv, isolation="public")])
     res = Resident(reg, "-v", env=interop_subprocess_env)
@@ -200,16 +201,16 @@ def test_interop_everything_task_required_tool_resident(tmp_path, everything_std
         assert set(tools) >= EVERYTHING_TOOLS - {"get-roots-list"}
         assert tools["simulate-research-query"]["task_support"] == "required"
         assert [name for name, t in tools.items() if "task_support" in t] == ["simulate-research-query"]
-        refused = res.ask("call_tool", "u", server_name="every", tool_name="simulate-research-query",
-                          arguments={"topic": "mcp"})  # fmt: skip
-        assert refused["error_code"] == "mcp_capability_unsupported" and refused["details"]["outcome"] == "not_sent"
+        done = res.ok("call_tool", "u", server_name="every", tool_name="simulate-research-query",
+                      arguments={"topic": "mcp"})  # fmt: skip
+        assert "Research Report: mcp" in done["result"]["content"][0]["text"]
         assert res.ok("call_tool", "u", server_name="every", tool_name="echo", arguments={"message": "x"})
-        (rejected,) = res.wait_event("tool.rejected", tool="simulate-research-query")
-        assert rejected["error_code"] == "mcp_capability_unsupported"
+        assert res.events("tool.rejected") == []
+        res.wait_event("task.completed", mcp_task_id=done["task"]["mcp_task_id"])
     finally:
         assert res.close() == []
     sent = [line for line in res.stderr_lines if "-> stdio [tools/call" in line]
-    assert len(sent) == 1  # the echo's
+    assert len(sent) == 2  # the task's and the echo's
 
 
 def test_interop_everything_tool_help(everything):

@@ -1,6 +1,6 @@
 """Task-only tools (issue 27 item 5, docs/contract.md §5): a tool declaring ``execution.taskSupport: "required"`` of
 a server that declares no tasks is refused as ``mcp_capability_unsupported`` before any ``tools/call`` reaches the
-server — one-shot (HTTP in both eras, stdio), warm (``--keep-alive``) and resident (which runs no tasks) —
+server — one-shot (HTTP in both eras, stdio), warm (``--keep-alive``) and resident (its task rules are the CLI's) —
 while ``"optional"``, absent and malformed declarations are called as before. Help, ``--tools`` and the
 resident's ``list_tools`` say so; the tool object stays as sent."""
 

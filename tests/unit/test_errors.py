@@ -56,6 +56,7 @@ RESIDENT_LOCAL = {
     "unknown_action",
     "input_resume_invalid",
     "input_pending_limit",
+    "mcp_task_unknown",
     "duplicate_task_id",
     "mcp_credentials_missing",
     "mcp_server_disabled",
