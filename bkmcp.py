@@ -52,9 +52,14 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                    parse_frontmatter): skill_unverified
     6. Transports               HTTP via httpx, stdio framing apart from child-process supervision, in four rooms:
        6.1 the seam                Transport and Outgoing, whether a request was sent; open_transport ends section 6
-       6.2 HTTP                    HttpTransport: status mapping (401/403 -> mcp_auth_required /
-                                   mcp_permission_denied, status_failure for the rest), SSE resumption (GET +
-                                   Last-Event-ID); concurrent POSTs on one pooled client
+       6.2 HTTP                    status mapping (401/403 in HttpTransport, status_failure for the rest), SSE
+                                   resumption; concurrent POSTs on one pooled client; in two rooms:
+       6.2.1 the httpx client        import_httpx, new_http_client (no redirects, cookies or proxies; a pool
+                                     without the hand-over race), reads that ask the deadline again (ReadBudget:
+                                     a person's pause never times a read out), the httpx error boundary
+       6.2.2 HttpTransport           a POST per message (401/403 -> mcp_auth_required / mcp_permission_denied),
+                                     its JSON or SSE answer, SSE resumption (GET + Last-Event-ID), the standalone
+                                     GET stream
        6.3 stdio framing           a bounded line reader (read_lines), the stderr tail kept for errors (LineTail)
        6.4 the child process       ChildProcess (its group, reaping) and StdioTransport over it: lines that are
                                    not JSON-RPC skipped, an answer too deep or too long failing its request, the
@@ -1376,6 +1381,15 @@ class Deadline:
             self._pauses -= 1
             if not self._pauses:
                 self.end += self._clock() - self._paused_at
+
+    def next_wait(self) -> float:
+        """How long a wait that ran out may wait again before it asks anew: the time left (``<= 0`` once spent),
+        and while paused at least ``PAUSED_POLL`` (the time left stands still then)."""
+        with self._pause_lock:
+            if not self._pauses:
+                return self.end - self._clock()
+            left = self.end - self._paused_at
+            return max(left, self.PAUSED_POLL) if left > 0 else left
 
     def elapsed_ms(self) -> int:
         return int((self._clock() - self._start) * 1000)
@@ -4759,6 +4773,10 @@ def _wire_headers(headers: list[tuple[str, str]]) -> list[tuple[str, str | bytes
 _ERROR_BODY_LIMIT = 64 * 1024
 _RESUME_DEFAULT_MS = 1000
 _RESUME_MAX_IDLE = 20
+
+
+# -- 6.2.1 the httpx client: loading httpx, the pool, reads that ask the deadline, the error boundary ------------------
+
 # httpcore imports every async back end it can find (trio, anyio, sniffio) when it loads, and httpx its optional
 # extras (click, rich and pygments for its own CLI; brotli and zstandard decoders). bkmcp uses the sync client
 # only and must behave the same on every host, so while httpx loads these names are hidden (unless something
@@ -4870,9 +4888,89 @@ def new_http_client(url: str, *, insecure: bool) -> Any:
         "limits": httpx.Limits(max_connections=None, max_keepalive_connections=20),
     }
     if not url.lower().startswith("https:"):
-        return _keep_hand_overs(httpx.Client(**options, transport=_plain_transport(httpx, options["limits"])))
-    with _TLS_LOCK:  # certifi.where() fills a global on first use (from the pyz: a temporary copy of the CA bundle)
-        return _keep_hand_overs(httpx.Client(**options))
+        client = httpx.Client(**options, transport=_plain_transport(httpx, options["limits"]))
+    else:
+        with _TLS_LOCK:  # certifi.where() fills a global on first use (from the pyz: a temporary copy of the CA bundle)
+            client = httpx.Client(**options)
+    return _keep_hand_overs(_reads_ask_deadlines(client))
+
+
+class ReadBudget(float):
+    """The read timeout of one HTTP request: the seconds its ``Deadline`` had left when the request was sent (what
+    httpx and the socket see), carrying that deadline, which a read asks again when it runs out
+    (``_AskingStream``). So a read outlived by a pause of the deadline (a person answering a question that came on
+    another stream, docs/contract.md §5) goes on until the moved end; with no pause it ends when it did."""
+
+    __slots__ = ("deadline",)
+    deadline: Deadline
+
+    def __new__(cls, seconds: float, deadline: Deadline) -> ReadBudget:
+        made = super().__new__(cls, seconds)
+        made.deadline = deadline
+        return made
+
+
+def _reads_ask_deadlines(client: Any) -> Any:
+    """``client`` with its pool's network streams made ``_AskingStream``s (left as it is when the pool is not
+    httpcore 1.0's: an injected test transport)."""
+    pool = _shaped_pool(client)
+    if pool is not None and hasattr(pool, "_network_backend"):
+        pool._network_backend = _AskingBackend(pool._network_backend)
+    return client
+
+
+class _AskingBackend:
+    """An httpcore network backend whose streams are ``_AskingStream``s (the rest is the wrapped backend's)."""
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+
+    def connect_tcp(self, *args: Any, **options: Any) -> _AskingStream:
+        return _AskingStream(self.backend.connect_tcp(*args, **options))
+
+    def connect_unix_socket(
+        self, *args: Any, **options: Any
+    ) -> _AskingStream:  # pragma: no cover - never a socket path
+        return _AskingStream(self.backend.connect_unix_socket(*args, **options))
+
+    def sleep(self, seconds: float) -> None:  # pragma: no cover - httpx's transport never retries here
+        self.backend.sleep(seconds)
+
+
+class _AskingStream:
+    """An httpcore network stream (plain or TLS) whose read, when its timeout is a ``ReadBudget`` and runs out,
+    asks the deadline again (``Deadline.next_wait``): spent, the timeout stands (``mcp_timeout`` as ever); paused or
+    moved by a pause, the read goes on. A timed-out socket read took nothing, so reading again loses nothing."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        deadline = timeout.deadline if isinstance(timeout, ReadBudget) else None
+        while True:
+            try:
+                data: bytes = self.stream.read(max_bytes, timeout)
+                return data
+            except Exception as exc:
+                import httpcore
+
+                if deadline is None or not isinstance(exc, httpcore.ReadTimeout):
+                    raise
+                timeout = deadline.next_wait()
+                if timeout <= 0:
+                    raise
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self.stream.write(buffer, timeout)
+
+    def close(self) -> None:
+        self.stream.close()
+
+    def start_tls(self, *args: Any, **options: Any) -> _AskingStream:
+        return _AskingStream(self.stream.start_tls(*args, **options))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self.stream.get_extra_info(info)
 
 
 def _plain_transport(httpx: Any, limits: Any) -> Any:
@@ -5067,6 +5165,9 @@ def _shut_down_stream(stream: Any) -> None:
         pass
 
 
+# -- 6.2.2 HttpTransport: a POST per message, its answer read, SSE resumption, the standalone GET stream ---------------
+
+
 class HttpTransport(Transport):
     """Streamable HTTP over one pooled ``httpx.Client`` (keep-alive, no redirects, no cookies, TLS verified);
     many requests may be in flight at once, one POST each. ``client`` injects a client (``httpx.MockTransport``
@@ -5117,7 +5218,9 @@ class HttpTransport(Transport):
         httpx = import_httpx()
 
         left = deadline.remaining()
-        return httpx.Timeout(min(left, cap) if cap else left)
+        if cap:
+            return httpx.Timeout(min(left, cap))
+        return httpx.Timeout(left, read=ReadBudget(left, deadline))  # a read asks the deadline again (a pause)
 
     def _log_request(self, verb: str, headers: list[tuple[str, str]], message: Mapping[str, Any] | None) -> None:
         if not self.log.verbose:
