@@ -52,9 +52,14 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
                                    parse_frontmatter): skill_unverified
     6. Transports               HTTP via httpx, stdio framing apart from child-process supervision, in four rooms:
        6.1 the seam                Transport and Outgoing, whether a request was sent; open_transport ends section 6
-       6.2 HTTP                    HttpTransport: status mapping (401/403 -> mcp_auth_required /
-                                   mcp_permission_denied, status_failure for the rest), SSE resumption (GET +
-                                   Last-Event-ID); concurrent POSTs on one pooled client
+       6.2 HTTP                    status mapping (401/403 in HttpTransport, status_failure for the rest), SSE
+                                   resumption; concurrent POSTs on one pooled client; in two rooms:
+       6.2.1 the httpx client        import_httpx, new_http_client (no redirects, cookies or proxies; a pool
+                                     without the hand-over race), reads that ask the deadline again (ReadBudget:
+                                     a person's pause never times a read out), the httpx error boundary
+       6.2.2 HttpTransport           a POST per message (401/403 -> mcp_auth_required / mcp_permission_denied),
+                                     its JSON or SSE answer, SSE resumption (GET + Last-Event-ID), the standalone
+                                     GET stream
        6.3 stdio framing           a bounded line reader (read_lines), the stderr tail kept for errors (LineTail)
        6.4 the child process       ChildProcess (its group, reaping) and StdioTransport over it: lines that are
                                    not JSON-RPC skipped, an answer too deep or too long failing its request, the
@@ -1370,6 +1375,15 @@ class Deadline:
             self._pauses -= 1
             if not self._pauses:
                 self.end += self._clock() - self._paused_at
+
+    def next_wait(self) -> float:
+        """How long a wait that ran out may wait again before it asks anew: the time left (``<= 0`` once spent),
+        and while paused at least ``PAUSED_POLL`` (the time left stands still then)."""
+        with self._pause_lock:
+            if not self._pauses:
+                return self.end - self._clock()
+            left = self.end - self._paused_at
+            return max(left, self.PAUSED_POLL) if left > 0 else left
 
     def elapsed_ms(self) -> int:
         return int((self._clock() - self._start) * 1000)
@@ -4753,6 +4767,10 @@ def _wire_headers(headers: list[tuple[str, str]]) -> list[tuple[str, str | bytes
 _ERROR_BODY_LIMIT = 64 * 1024
 _RESUME_DEFAULT_MS = 1000
 _RESUME_MAX_IDLE = 20
+
+
+# -- 6.2.1 the httpx client: loading httpx, the pool, reads that ask the deadline, the error boundary ------------------
+
 # httpcore imports every async back end it can find (trio, anyio, sniffio) when it loads, and httpx its optional
 # extras (click, rich and pygments for its own CLI; brotli and zstandard decoders). bkmcp uses the sync client
 # only and must behave the same on every host, so while httpx loads these names are hidden (unless something
@@ -4864,9 +4882,89 @@ def new_http_client(url: str, *, insecure: bool) -> Any:
         "limits": httpx.Limits(max_connections=None, max_keepalive_connections=20),
     }
     if not url.lower().startswith("https:"):
-        return _keep_hand_overs(httpx.Client(**options, transport=_plain_transport(httpx, options["limits"])))
-    with _TLS_LOCK:  # certifi.where() fills a global on first use (from the pyz: a temporary copy of the CA bundle)
-        return _keep_hand_overs(httpx.Client(**options))
+        client = httpx.Client(**options, transport=_plain_transport(httpx, options["limits"]))
+    else:
+        with _TLS_LOCK:  # certifi.where() fills a global on first use (from the pyz: a temporary copy of the CA bundle)
+            client = httpx.Client(**options)
+    return _keep_hand_overs(_reads_ask_deadlines(client))
+
+
+class ReadBudget(float):
+    """The read timeout of one HTTP request: the seconds its ``Deadline`` had left when the request was sent (what
+    httpx and the socket see), carrying that deadline, which a read asks again when it runs out
+    (``_AskingStream``). So a read outlived by a pause of the deadline (a person answering a question that came on
+    another stream, docs/contract.md §5) goes on until the moved end; with no pause it ends when it did."""
+
+    __slots__ = ("deadline",)
+    deadline: Deadline
+
+    def __new__(cls, seconds: float, deadline: Deadline) -> ReadBudget:
+        made = super().__new__(cls, seconds)
+        made.deadline = deadline
+        return made
+
+
+def _reads_ask_deadlines(client: Any) -> Any:
+    """``client`` with its pool's network streams made ``_AskingStream``s (left as it is when the pool is not
+    httpcore 1.0's: an injected test transport)."""
+    pool = _shaped_pool(client)
+    if pool is not None and hasattr(pool, "_network_backend"):
+        pool._network_backend = _AskingBackend(pool._network_backend)
+    return client
+
+
+class _AskingBackend:
+    """An httpcore network backend whose streams are ``_AskingStream``s (the rest is the wrapped backend's)."""
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+
+    def connect_tcp(self, *args: Any, **options: Any) -> _AskingStream:
+        return _AskingStream(self.backend.connect_tcp(*args, **options))
+
+    def connect_unix_socket(
+        self, *args: Any, **options: Any
+    ) -> _AskingStream:  # pragma: no cover - never a socket path
+        return _AskingStream(self.backend.connect_unix_socket(*args, **options))
+
+    def sleep(self, seconds: float) -> None:  # pragma: no cover - httpx's transport never retries here
+        self.backend.sleep(seconds)
+
+
+class _AskingStream:
+    """An httpcore network stream (plain or TLS) whose read, when its timeout is a ``ReadBudget`` and runs out,
+    asks the deadline again (``Deadline.next_wait``): spent, the timeout stands (``mcp_timeout`` as ever); paused or
+    moved by a pause, the read goes on. A timed-out socket read took nothing, so reading again loses nothing."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        deadline = timeout.deadline if isinstance(timeout, ReadBudget) else None
+        while True:
+            try:
+                data: bytes = self.stream.read(max_bytes, timeout)
+                return data
+            except Exception as exc:
+                import httpcore
+
+                if deadline is None or not isinstance(exc, httpcore.ReadTimeout):
+                    raise
+                timeout = deadline.next_wait()
+                if timeout <= 0:
+                    raise
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self.stream.write(buffer, timeout)
+
+    def close(self) -> None:
+        self.stream.close()
+
+    def start_tls(self, *args: Any, **options: Any) -> _AskingStream:
+        return _AskingStream(self.stream.start_tls(*args, **options))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self.stream.get_extra_info(info)
 
 
 def _plain_transport(httpx: Any, limits: Any) -> Any:
@@ -5061,6 +5159,9 @@ def _shut_down_stream(stream: Any) -> None:
         pass
 
 
+# -- 6.2.2 HttpTransport: a POST per message, its answer read, SSE resumption, the standalone GET stream ---------------
+
+
 class HttpTransport(Transport):
     """Streamable HTTP over one pooled ``httpx.Client`` (keep-alive, no redirects, no cookies, TLS verified);
     many requests may be in flight at once, one POST each. ``client`` injects a client (``httpx.MockTransport``
@@ -5111,7 +5212,9 @@ class HttpTransport(Transport):
         httpx = import_httpx()
 
         left = deadline.remaining()
-        return httpx.Timeout(min(left, cap) if cap else left)
+        if cap:
+            return httpx.Timeout(min(left, cap))
+        return httpx.Timeout(left, read=ReadBudget(left, deadline))  # a read asks the deadline again (a pause)
 
     def _log_request(self, verb: str, headers: list[tuple[str, str]], message: Mapping[str, Any] | None) -> None:
         if not self.log.verbose:
@@ -6613,6 +6716,9 @@ class OpContext:
     # what this operation's modern requests declare in their _meta instead of the session's client_capabilities
     # (a resident skill command on a kept 2026-07-28 session: the skills extension, on its own requests only)
     declares: Mapping[str, Any] | None = None
+    # the task a task-id command names (--task-status, --task-result, --task-cancel): a warm source lends the kept
+    # session it lives in (``McpSession.tasks``), whatever this command declares (docs/contract.md §14)
+    names_task: str | None = None
 
     def note_request(self, method: str) -> None:
         """``method`` is being handed to the transport (``McpSession.request``)."""
@@ -6735,6 +6841,9 @@ class McpSession:
         self.closed = False
         # a legacy HTTP session holding a task still alive is left open at the end (no DELETE): the task lives in it
         self.keep_session = False
+        # the ids of the tasks the server made for calls on this session, newest last (at most TASK_STORE_LIMIT): a
+        # task lives in its stdio server's process, so a warm source lends this session to a command naming one
+        self.tasks: list[str] = []
         self._lock = _thread.allocate_lock()
         self._renew_lock = _thread.allocate_lock()
         self._handles: dict[tuple[type, Any], RequestHandle] = {}
@@ -8212,6 +8321,8 @@ def run_created_task(
         transport=server.type,
     )
     ctx.task = handle
+    session.tasks.append(handle["mcp_task_id"])
+    del session.tasks[:-TASK_STORE_LIMIT]
     holder = session.core.session_id if session.transport.has_sessions else None
     session.keep_session = holder is not None  # a legacy HTTP task may be bound to its session (TypeScript SDK)
     if choice.on_handle is not None:
@@ -17703,6 +17814,7 @@ def run_resident(
 # ``WARM_MAX_SESSIONS``.
 
 WARM_MAX_SESSIONS = 32
+_WARM_DECLARES = "|declares "  # a session key's tail: what the session declared at initialize (its first command's)
 _WARM_OPEN_POLL = 0.05  # a command waiting for its key's opening asks this often whether its budget or Ctrl-C ended it
 
 
@@ -17763,6 +17875,25 @@ class WarmSessions:
             if entry is None or not _warm_alive(entry):
                 return None
             entry.lent += 1
+        return entry
+
+    def _holding(self, key: str, task_id: str) -> _Warm | None:
+        """The entry whose live session made task ``task_id``, among those of the server keyed ``key`` whatever
+        their sessions declared, lent to one more command; None when no kept session holds it."""
+        with self._lock:
+            entry = next(
+                (
+                    e
+                    for e in self._entries.values()
+                    if (e.key == key or e.key.startswith(key + _WARM_DECLARES))
+                    and _warm_alive(e)
+                    and e.session is not None
+                    and task_id in e.session.tasks
+                ),
+                None,
+            )
+            if entry is not None:
+                entry.lent += 1
         return entry
 
     def _entry(self, key: str, idle: float) -> _Warm | None:
@@ -17859,6 +17990,20 @@ def _warm_alive(entry: _Warm) -> bool:
     return entry.session is not None and entry.session.alive
 
 
+def _warm_task_gone(server: ResolvedServer, task_id: str) -> TaskExpiredError:
+    """A stdio server's task no kept session holds: its process ended with the session that made it (idled out,
+    its server exited, the background process restarted); nothing is started to ask a new one."""
+    return TaskExpiredError(
+        f"task {clip_text(repr(task_id), 80)} of server {server.name!r} lived in a warm session that has ended (it "
+        "idled out, its server exited, or the background process restarted): a stdio server's task ends with its "
+        "process",
+        hint="a stdio task lives as long as its warm session; run the call again with --keep-alive if its result "
+        "is still needed",
+        details={"outcome": "not_sent"},
+        data={"server": server.name, "mcp_task_id": task_id},
+    )
+
+
 class _WarmSource(SessionSource):
     """One command's view of ``WarmSessions``: the kept session of its key, opened (and kept) on first use. While
     another command opens that key's session, this one waits for the opening (within its own time budget), so one
@@ -17888,8 +18033,15 @@ class _WarmSource(SessionSource):
             return session
         # a legacy session declares at initialize what its first command could answer: one that declares
         # elicitation is kept apart from one that does not
-        key = warm_session_key(server, insecure) + (f"|declares {dump_json(declares)}" if declares else "")
-        entry = self.warm._kept_entry(key) if self.peek else self.warm._entry(key, self.idle)
+        base = warm_session_key(server, insecure)
+        key = base + (f"{_WARM_DECLARES}{dump_json(declares)}" if declares else "")
+        entry = None
+        if ctx.names_task is not None and not self.peek:  # a task command: the session its task lives in
+            entry = self.warm._holding(base, ctx.names_task)
+            if entry is None and server.type == "stdio":
+                raise _warm_task_gone(server, ctx.names_task)
+        if entry is None:
+            entry = self.warm._kept_entry(key) if self.peek else self.warm._entry(key, self.idle)
         if entry is None and self.peek:
             raise ConnectionFailedError(f"no warm session of {server.name!r} is kept")
         if entry is None:  # at the limit, every kept session in use
@@ -19218,7 +19370,8 @@ class Runner:
         """Who answers the server's questions in this command (docs/contract.md §5): the answers on the command line,
         else a person when stdin and stderr are a terminal; a 2026-07-28 round nobody answered is kept for
         ``--resume``. Listings and --check ask nothing: no source. ``--task-result`` answers the task's questions but
-        declares nothing: the task's session declared what it did when the call was made (a warm one is found by it)."""
+        declares nothing: the task's session declared what it did when the call was made (a warm command is lent the
+        kept session the task lives in, ``names_task``)."""
         inv, envr = self.inv, self.envr
         asking = inv.tool is not None or inv.prompt is not None or inv.read is not None or inv.resume is not None
         if not asking and inv.task_result is None:
@@ -19599,6 +19752,7 @@ def run_task_mode(
         if t is not None
     )
     known = next((e for e in mine if e.get("mcp_task_id") == task_id), None)
+    ctx.names_task = task_id  # a warm source lends the session it lives in (docs/contract.md §14)
     # one-shot: a legacy HTTP task's own session (a warm one is kept anyway)
     source = ctx.sessions or ResumedSessions(next((e for e in stored if e.get("mcp_task_id") == task_id), None))
 

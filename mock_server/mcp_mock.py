@@ -2651,6 +2651,7 @@ class StdioServer:
                 "seq": 0,
                 "time": time.time(),
                 "transport": "stdio",
+                "pid": os.getpid(),  # which server process got it (a warm client's calls must reach the same one)
                 "body": text,
                 "json": parsed,
                 "rpc_method": rpc_method,

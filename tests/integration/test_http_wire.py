@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import bkmcp
 from bkmcp import Deadline, HttpTransport, Log, era_rules
-from mock_server.mcp_mock import MockServer
+from mock_server.mcp_mock import MockServer, mock_tool
 from tests.helpers import FUZZ_EXAMPLES, FlowClient, attached, http_server, run_bkmcp, write_mcp_json
 
 pytestmark = [pytest.mark.integration]
@@ -249,6 +249,32 @@ def test_transport_exchange_against_the_mock_R01(mode):
         assert [e["http_method"] for e in log] == ["POST", "POST", "POST", "DELETE"]
         assert all(e["headers"]["x-a"] == "1" for e in log)
         assert log[1]["status"] == 202 and log[3]["session_id"] == log[2]["session_id"]
+
+
+@pytest.mark.parametrize("mode", ["json", "sse"])
+def test_a_read_of_the_answer_goes_on_while_the_deadline_is_paused_and_times_out_when_spent_R04(mode):
+    """A question asked on another stream pauses the call's deadline while its own answer is read (docs/contract.md
+    §5): the read outlives the time that was left when the request was sent and gets the answer; the same read with
+    no pause ends ``mcp_timeout`` as ever. The tool answers after 1.5 s; the budget is 0.5 s."""
+    with MockServer({"response_mode": mode, "tools": [mock_tool("nap", "slow", ms=1500)]}) as srv:
+        transport = HttpTransport(http_server(srv.url, name="m"), insecure=False, log=Log(io.StringIO()))
+        core, seen = attached(transport)
+        try:
+            legacy = era_rules("2025-11-25")
+            init = bkmcp.build_request(1, "initialize", bkmcp.build_initialize_params("2025-11-25"), legacy)
+            transport.send(bkmcp.Outgoing(init, None, Deadline(5)))
+            sid = core.session_id
+            call = bkmcp.build_request(2, "tools/call", {"name": "nap", "arguments": {}}, legacy)
+            deadline = Deadline(0.5)
+            with deadline.paused():  # a person answering, from before the request until after its answer came
+                transport.send(bkmcp.Outgoing(call, legacy, deadline, sid))
+            assert seen[-1].kind == "result" and seen[-1].id == 2
+            unpaused = bkmcp.build_request(3, "tools/call", {"name": "nap", "arguments": {}}, legacy)
+            with pytest.raises(bkmcp.McpTimeoutError):
+                transport.send(bkmcp.Outgoing(unpaused, legacy, Deadline(0.5), sid))
+        finally:
+            transport.close()
+        assert [e["json"]["id"] for e in srv.requests("tools/call")] == [2, 3]
 
 
 def test_modern_only_server_refusing_initialize_with_32022_is_modern_R01():

@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from mock_server.mcp_mock import mock_tool
+from mock_server.mcp_mock import MockServer, mock_tool
 from tests.helpers import ROOT, process_running, until, write_mcp_json
 from tests.integration.test_warm_sessions import World, _processes
 
@@ -297,3 +297,33 @@ def test_R04_time_a_person_takes_does_not_spend_the_timeout(place, warm, server)
         writer.join()
     assert status == 1 and b"delivered no end of input within --timeout 1s" in slow.shown, slow.shown
     assert len(place.calls(server)) == calls  # nothing was sent: the answers were not read in time
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["one-shot", "warm"])
+@pytest.mark.parametrize("mode", ["json", "sse"])
+def test_R04_a_question_on_the_standalone_get_stream_does_not_spend_the_timeout_of_the_call(place, mode, warm):
+    """Legacy HTTP, the question on the standalone GET stream (as a TypeScript SDK server sends it) while the call's
+    own answer (its JSON response's headers, or its event stream) is being read: --timeout 1s, the person answers
+    after 2 s, the call completes and the server received the answer."""
+    question = mock_tool("ask", "input_required", message=ASK)
+    http = MockServer(
+        {"standalone_get": True, "response_mode": mode, "tools": [question], "server_request_wait_ms": 60000}
+    )
+    http.start()
+    try:
+        place.servers["hq"] = {"type": "http", "url": http.url, "protocolVersion": LEGACY}
+        write_mcp_json(place.config, place.servers)
+        term = place.on_a_terminal("hq", "ask", "--timeout", "1s", *(["--keep-alive"] if warm else []))
+        term.expect("ok (boolean, required)")
+        time.sleep(2)  # longer than the whole --timeout: only a paused budget lets the call's read go on
+        term.type("true\ny\n")
+        status, envelope = term.finish()
+        assert status == 0, (envelope, term.shown)
+        accepted = {"action": "accept", "content": {"ok": True}}
+        assert [r["result"] for r in http.client_responses] == [accepted]
+        assert envelope["data"]["result"]["structuredContent"]["result"] == accepted
+        assert len(http.requests("tools/call")) == 1
+        [get] = [g for g in http.requests(http_method="GET") if "last-event-id" not in g["headers"]]
+        assert get["headers"]["accept"] == "text/event-stream"  # the stream the question came on
+    finally:
+        http.stop()

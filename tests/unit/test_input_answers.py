@@ -264,6 +264,25 @@ def test_a_paused_deadline_waits_on_and_counts_again_after_the_pause_R04():
         deadline.remaining()
 
 
+def test_a_wait_that_ran_out_waits_again_only_while_the_budget_is_paused_or_was_moved_R04():
+    """``Deadline.next_wait``, which an HTTP read that timed out asks (``ReadBudget``): the time left, at least
+    ``PAUSED_POLL`` while paused, ``<= 0`` once spent (paused or not)."""
+    now = [0.0]
+    deadline = bkmcp.Deadline(1.0, clock=lambda: now[0])
+    now[0] = 0.95
+    assert deadline.next_wait() == pytest.approx(0.05)
+    with deadline.paused():
+        now[0] = 30.0  # a person answering: the time left stands still, a wait looks again every PAUSED_POLL
+        assert deadline.next_wait() == deadline.PAUSED_POLL
+    assert deadline.next_wait() == pytest.approx(0.05)  # the end moved by the pause
+    now[0] = 31.0
+    assert deadline.next_wait() <= 0
+    with deadline.paused():
+        assert deadline.next_wait() <= 0  # spent before the pause: nothing to wait for
+    budget = bkmcp.ReadBudget(0.75, deadline)
+    assert budget == 0.75 and budget.deadline is deadline and isinstance(budget, float)
+
+
 def test_a_relayed_question_is_the_clients_answer_with_the_budget_paused_R04():
     now = [0.0]
     deadline = bkmcp.Deadline(1.0, clock=lambda: now[0])
