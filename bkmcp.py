@@ -120,16 +120,13 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        9.7 blobs to files          --out: a result's base64 found (find_blobs), checked against --max-blob-bytes
                                    before anything is written (decode_blobs), saved through 2.7 (save_blobs); a
                                    verified skill's copy (save_skill)
-   10. Resident mode            many users' sessions behind one JSON stdin/stdout process, and the --keep-alive
-                                process's kept sessions, in five rooms:
-       10.1 registry, credentials  SQLite / HTTP sources, one user's view, a row -> ResolvedServer:
+   10. Resident mode            many users' sessions behind one JSON-lines process; the --keep-alive kept sessions:
+       10.1 registry, credentials  a registry row -> one user's ResolvedServer:
        10.1.1 rows, credentials      a row checked, a user's credential chosen (select_credential), what a
                                      listing shows
        10.1.2 sources                the SQLite file (SqliteRegistry, --registry --import/--list) and the HTTP
                                      endpoint (HttpRegistry), open_registry
-       10.2 sessions               events, the live session, slots, the pool (limits: --max-processes and
-                                   --max-user-processes; eviction, reaper; a crashed stdio child's retry-after
-                                   back-off):
+       10.2 sessions               the live sessions and their limits (--max-processes, --max-user-processes):
        10.2.1 events                 EventSink (--events); a URI as an event names it (build_event_uri)
        10.2.2 the live session       ResidentSession, the adapter over the section-7 engine; skills on it
                                      (with_skills: the extension per request, a legacy server's own session)
@@ -141,16 +138,13 @@ numbered rooms (``grep -n '^# -- [0-9]' bkmcp.py``). Each section uses only the 
        10.2.7 tasks per user         ResidentTasks: each user's task handles (call_tool task wait|detach,
                                      get_task, get_task_result, cancel_task, list_tasks); a live task holds its
                                      server from the reaper; task.* events
-       10.3 names, catalogues      injected mcp_{server}_{tool} names (shortened past 64 characters), model-ready
-                                   definitions per family (OpenAI, OpenAI strict, Anthropic, Gemini), Catalogues
-                                   (cached per session):
+       10.3 names, catalogues      what list_tools shows a model (names shortened past 64 characters):
        10.3.1 injected names         build_injected_names (a server's resource-reading tool among them)
        10.3.2 definitions            build_definitions per model family; a model's arguments back to the schema;
                                      the resource-reading tool of --inject-resource-tools (build_resource_reader)
        10.3.3 a command, catalogues  the parsed command record, Catalogues cached per session
-       10.4 command server         the reader, a bounded worker pool, Actions (seventeen), the end that answers all
-                                   (shutdown, EOF, a signal), an error worded for the platform (platform_error):
-       10.4.1 parsing a command      limits, the platform's wording, parse_command
+       10.4 command server         a command per line on stdin, its answer on stdout (seventeen actions):
+       10.4.1 parsing a command      limits, the platform's wording (platform_error), parse_command
        10.4.2 pool, writer           the bounded worker pool, the answer writer, commands in flight
        10.4.3 Actions                one method per action; resources and prompts (list_resources, read_resource
                                      with its blobs as size and sha256 within --max-blob-bytes: build_resource_contents,
@@ -280,17 +274,17 @@ else:
 class _LazyPattern:
     """A regular expression compiled on first use (module-level patterns must not import ``re`` at start-up)."""
 
-    def __init__(self, pattern: str, flags: int = 0) -> None:
-        self._source = (pattern, flags)
+    def __init__(self, pattern: str) -> None:
+        self._source = pattern
 
     def __getattr__(self, attr: str) -> Any:
-        value = getattr(re.compile(*self._source), attr)
+        value = getattr(re.compile(self._source), attr)
         setattr(self, attr, value)  # later lookups skip __getattr__: the bound method of the compiled pattern
         return value
 
 
-def lazy_re(pattern: str, flags: int = 0) -> re.Pattern[str]:
-    return _LazyPattern(pattern, flags)  # type: ignore[return-value]
+def lazy_re(pattern: str) -> re.Pattern[str]:
+    return _LazyPattern(pattern)  # type: ignore[return-value]
 
 
 __version__ = "0.1.0"
@@ -7666,14 +7660,8 @@ def raise_unanswered(method: str, handles: Sequence[RequestHandle], data: Mappin
 
 def discover_tools(session: McpSession, ctx: OpContext) -> tuple[list[dict[str, Any]], int]:
     """Every page of ``tools/list`` with the contract.md §5 guards: (the catalogue exactly as received, pages read)."""
-    tools, pages, _ttl_ms = discover_catalogue(session, ctx)
+    tools, pages, _ttl_ms = discover_listing(session, ctx, LISTINGS["tools/list"])
     return tools, pages
-
-
-def discover_catalogue(session: McpSession, ctx: OpContext) -> tuple[list[dict[str, Any]], int, int]:
-    """``discover_tools`` with how long the server says the catalogue stays fresh, in ms: the smallest ``ttlMs`` of
-    its pages, 0 as soon as one page has none (or in an era without it). Kept catalogues: ``catalogue_kept_until``."""
-    return discover_listing(session, ctx, LISTINGS["tools/list"])
 
 
 def discover_listing(session: McpSession, ctx: OpContext, listing: Listing) -> tuple[list[dict[str, Any]], int, int]:
@@ -8275,15 +8263,15 @@ def answer_task_input(
     if not fresh.requests:
         return False
     rounds = max(answered.values(), default=0)
+    data = {"server": session.server.name, "tool": handle.get("tool"), "task": handle}
     if rounds >= MAX_INPUT_ROUNDS:
         raise ProtocolError(
             f"{label} of server {session.server.name!r} asked for input {rounds} times and still asks; bkmcp "
             f"stopped answering it (at most {MAX_INPUT_ROUNDS} rounds)",
             hint="the task is left as it is; cancel it with --task-cancel ID, or report it to the server's authors",
             details={"outcome": "not_completed"},
-            data={"server": session.server.name, "tool": handle.get("tool"), "task": handle},
+            data=data,
         )
-    data = {"server": session.server.name, "tool": handle.get("tool"), "task": handle}
     try:
         responses, unanswered = answer_round(ctx.input or InputSource(), label, fresh)
     except CapabilityUnsupportedError as exc:
@@ -10683,20 +10671,15 @@ def validate_arguments(
 # -- 8.7 answers to a server's questions: --input typed by the requested schema, the terminal form (CommandLineInput) --
 
 
-def _answer_flags(schema: Any) -> ToolFlags:
-    """The requested schema's fields as flags (``build_tool_flags``): ``--input FIELD=VALUE`` is typed as a tool's
-    ``--FIELD VALUE`` is (docs/contract.md §5, §6)."""
-    return build_tool_flags({"inputSchema": schema if isinstance(schema, dict) else {"type": "object"}})
-
-
 def _schema_fields(schema: Any) -> dict[str, Any]:
     properties = schema.get("properties") if isinstance(schema, dict) else None
     return properties if isinstance(properties, dict) else {}
 
 
 def type_answer(schema: Any, field_name: str, text: str) -> Any:
-    """One answer's text -> its JSON value by the field's schema; ``ValueError`` saying why it does not fit."""
-    flags = _answer_flags(schema)
+    """One answer's text -> its JSON value by the field's schema, typed as a tool's ``--FIELD VALUE`` is
+    (``build_tool_flags``, docs/contract.md §5, §6); ``ValueError`` saying why it does not fit."""
+    flags = build_tool_flags({"inputSchema": schema if isinstance(schema, dict) else {"type": "object"}})
     flag = flags.flags.get(field_name)
     prop = _schema_fields(schema).get(field_name)
     if flag is None and isinstance(prop, dict):  # a name that is a bkmcp option still types as its schema says
@@ -14100,7 +14083,7 @@ class ResidentSession:
         """The usable catalogue (in the modern era without the tools whose x-mcp-header is invalid, contract.md §5)
         and its ``ttlMs`` (``catalogue_kept_until`` says what it means)."""
         session, ctx = self._require(), self._ctx(timeout)
-        tools, _pages, ttl_ms = discover_catalogue(session, ctx)
+        tools, _pages, ttl_ms = discover_listing(session, ctx, LISTINGS["tools/list"])
         usable, _excluded = usable_tools(session, ctx, tools)
         return usable, ttl_ms
 
@@ -17018,11 +17001,16 @@ class Actions:
         mode = params.get("task")  # wait (the default of a task-only tool) or detach: a task (docs/contract.md §11.2)
         if found is not None and found.held is not None:  # a held question's resume: the call it answers chose
             mode = found.params.get("task")
-        choice: TaskChoice | None = None
-        made: list[dict[str, Any]] = []  # the task's handle as it changes (a call run as one)
-        if mode is not None or tool_task_support(tool) == "required":
-            choice = TaskChoice(wanted=mode is not None, detach=mode == "detach", told=True)
         slot, server = self.pool.use_server(view, row, command.user_id, command.chosen)
+        made: list[dict[str, Any]] = []  # the task's handle as it changes (a call run as one), kept for the user
+
+        def on_handle(handle: dict[str, Any], _holder: str | None) -> None:
+            made.append(handle)
+            self.tasks.seen(command, slot, handle)
+
+        choice: TaskChoice | None = None
+        if mode is not None or tool_task_support(tool) == "required":
+            choice = TaskChoice(wanted=mode is not None, detach=mode == "detach", on_handle=on_handle, told=True)
         self.pool.use(slot, 1)
         started = time.monotonic()
         try:
@@ -17031,7 +17019,7 @@ class Actions:
             except BkmcpError as exc:
                 self.events.emit("tool.failed", **base, error_code=exc.code, outcome="not_sent")
                 raise platform_error(exc, server=server_name, timeout=timeout) from None
-            task = None if choice is None else self._plan_task(command, slot, session, tool, choice, base, made)
+            task = None if choice is None else self._plan_task(session, tool, choice, base)
             self.events.emit("tool.started", **base)
             started = time.monotonic()
 
@@ -17092,31 +17080,16 @@ class Actions:
     # -- tasks: the CLI's 7.3.1 paths on this user's sessions, each user's records (ResidentTasks) --------------------
 
     def _plan_task(
-        self,
-        command: ResidentCommand,
-        slot: Slot,
-        session: ResidentSession,
-        tool: dict[str, Any],
-        choice: TaskChoice,
-        base: dict[str, Any],
-        made: list[dict[str, Any]],
+        self, session: ResidentSession, tool: dict[str, Any], choice: TaskChoice, base: dict[str, Any]
     ) -> tuple[TaskChoice, bool]:
         """``plan_task`` on the leased ``session`` (a call that cannot run as asked: ``tool.rejected``, the lease
-        given back, nothing sent); the task's handle, once the server makes one, is kept for the user (``made``
-        holds its states)."""
+        given back, nothing sent)."""
         try:
-            as_task = session.plan_task(tool, choice)
+            return choice, session.plan_task(tool, choice)
         except BkmcpError as exc:
             self.pool.release(session)
             self.events.emit("tool.rejected", **base, error_code=exc.code)
             raise platform_error(exc.copy(message=exc.message.removeprefix("--task: "))) from None
-
-        def on_handle(handle: dict[str, Any], _holder: str | None) -> None:
-            made.append(handle)
-            self.tasks.seen(command, slot, handle)
-
-        choice.on_handle = on_handle
-        return choice, as_task
 
     def _failed_task(self, command: ResidentCommand, slot: Slot, exc: BkmcpError) -> None:
         """A task's failure carries its handle as last seen (``data.task``): kept for the user (its end's event)."""

@@ -524,3 +524,30 @@ class MockTarget:
     def stop(self) -> None:
         if self.http is not None:
             self.http.stop()
+
+
+class KeepAliveCommands:
+    """``bkmcp.py --config CONFIG …`` run the way a user runs it (a fresh interpreter, cwd ``home``), with a runtime
+    folder of its own (``home/run``, 0700) for the background process ``--keep-alive`` starts; ``stop`` ends that
+    process and waits until it is gone. ``marker`` is on its command line (``pids_running``)."""
+
+    def __init__(self, home: Path, config: Path) -> None:
+        runtime = home / "run"
+        runtime.mkdir(mode=0o700)
+        self.home, self.config = home, config
+        self.marker = f"--keep-alive-daemon {runtime / 'bkmcp'}"
+        self.env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(home),
+            "XDG_RUNTIME_DIR": str(runtime),
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
+
+    def run(self, *args: str, **options: Any) -> subprocess.CompletedProcess:
+        """One command; ``options`` go to ``subprocess.run`` (e.g. ``stdin``)."""
+        argv = [sys.executable, str(ROOT / "bkmcp.py"), "--config", str(self.config), *args]
+        return subprocess.run(argv, capture_output=True, env=self.env, cwd=self.home, timeout=120, **options)
+
+    def stop(self) -> None:
+        self.run("--sessions", "--stop")
+        until(lambda: not pids_running(self.marker), "the background process ended", 20)

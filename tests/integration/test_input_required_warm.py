@@ -15,32 +15,20 @@ import io
 import json
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 import bkmcp
-from mock_server.mcp_mock import DEFAULT_TOOLS, MockServer, mock_tool
+from mock_server.mcp_mock import DEFAULT_TOOLS, mock_tool
 from tests.helpers import ROOT, until, write_mcp_json
-from tests.integration.test_warm_inprocess import Place
+from tests.integration.test_warm_inprocess import Place, serving  # noqa: F401 - the fixture
 
 pytestmark = [pytest.mark.integration]
 
 
 @pytest.fixture
-def warm(tmp_path: Path):
-    made = Place(tmp_path)
-    made.env["XDG_STATE_HOME"] = str(tmp_path / "state")
-
-    def serve(scenario: dict) -> Place:
-        made.srv.stop()
-        made.srv = MockServer({"tools": [*DEFAULT_TOOLS, mock_tool("ask", "input_required")], **scenario})
-        made.srv.start()
-        made.config = write_mcp_json(tmp_path / "mcp.json", {"m": {"type": "http", "url": made.srv.url}})
-        return made
-
-    yield serve
-    made.close()
+def warm(serving):  # noqa: F811
+    return lambda scenario: serving({"tools": [*DEFAULT_TOOLS, mock_tool("ask", "input_required")], **scenario})
 
 
 def test_R04_warm_legacy_session_that_declared_elicitation_is_kept_apart(warm):
@@ -184,11 +172,8 @@ def test_R04_warm_task_question_relayed_to_the_client_terminal(tmp_path):
 
     place = Place(tmp_path)
     try:
-        place.srv.stop()
-        place.srv = MockServer({"tools": [*DEFAULT_TOOLS, *TASK_TOOLS], "capabilities": TASK_CAPABILITIES})
-        place.srv.start()
-        entry = {"type": "http", "url": place.srv.url, "protocolVersion": "2026-07-28"}
-        place.config = write_mcp_json(tmp_path / "mcp.json", {"m": entry})
+        scenario = {"tools": [*DEFAULT_TOOLS, *TASK_TOOLS], "capabilities": TASK_CAPABILITIES}
+        place.serve(scenario, protocolVersion="2026-07-28")
         status, out, shown = on_the_client_terminal(place, Tty("true\ny\n"), "m", "asking", "--text", "x", "--task")
         assert status == 0, out + shown
         assert "Send them?" in shown

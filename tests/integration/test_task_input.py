@@ -21,7 +21,7 @@ import pytest
 import bkmcp
 from mock_server.mcp_mock import DEFAULT_TOOLS, TASK_CAPABILITIES, MockServer, mock_tool
 from tests.helpers import ROOT, http_server, run_bkmcp, write_mcp_json
-from tests.integration.test_warm_inprocess import Place
+from tests.integration.test_warm_inprocess import Place, serving  # noqa: F401 - the fixture
 
 pytestmark = [pytest.mark.integration]
 
@@ -88,11 +88,8 @@ class Cli:
 
 
 @pytest.fixture
-def server():
-    srv = MockServer({"tools": TOOLS, "capabilities": TASK_CAPABILITIES})
-    srv.start()
-    yield srv
-    srv.stop()
+def server(http_mock):
+    return http_mock({"tools": TOOLS, "capabilities": TASK_CAPABILITIES})
 
 
 @pytest.fixture
@@ -266,20 +263,9 @@ def test_answers_go_with_a_task_result_only(tmp_path, args, message):
 
 
 @pytest.fixture
-def warm(tmp_path: Path):
-    made = Place(tmp_path)
-    made.env["XDG_STATE_HOME"] = str(tmp_path / "state")
-
-    def serve(version: str) -> Place:
-        made.srv.stop()
-        made.srv = MockServer({"tools": [*DEFAULT_TOOLS, *TOOLS], "capabilities": TASK_CAPABILITIES})
-        made.srv.start()
-        entry = {"type": "http", "url": made.srv.url, "protocolVersion": version}
-        made.config = write_mcp_json(tmp_path / "mcp.json", {"m": entry})
-        return made
-
-    yield serve
-    made.close()
+def warm(serving):  # noqa: F811
+    scenario = {"tools": [*DEFAULT_TOOLS, *TOOLS], "capabilities": TASK_CAPABILITIES}
+    return lambda version: serving(scenario, protocolVersion=version)
 
 
 def test_warm_a_modern_task_waits_headless_and_the_next_warm_command_answers_it(warm):
@@ -348,30 +334,20 @@ def test_warm_stdio_tasks_ask_and_the_background_process_answers(tmp_path):
     """A stdio server's task lives in its process, which the background process keeps (``--keep-alive``): a legacy
     task's question on tasks/result is answered from the command's ``--input``; a 2026-07-28 task left waiting by a
     headless command is answered by the next command's ``--task-result ID --wait --input`` in the same process."""
-    from tests.helpers import pids_running, stdio_mock_entry, stdio_mock_log, until
+    from tests.helpers import KeepAliveCommands, stdio_mock_entry, stdio_mock_log
 
-    runtime = tmp_path / "run"
-    runtime.mkdir(mode=0o700)
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(tmp_path),
-        "XDG_RUNTIME_DIR": str(runtime),
-        "PYTHONDONTWRITEBYTECODE": "1",
-    }
     servers, logs = {}, {}
     for name, version in (("old", LEGACY), ("new", MODERN)):
         (tmp_path / name).mkdir()
         servers[name], logs[name] = stdio_mock_entry(
             tmp_path / name, {"tools": TOOLS, "capabilities": TASK_CAPABILITIES}, version
         )
-    config = write_mcp_json(tmp_path / "mcp.json", servers)
+    commands = KeepAliveCommands(tmp_path, write_mcp_json(tmp_path / "mcp.json", servers))
 
     def run(*args: str) -> tuple[int, dict]:
-        argv = [sys.executable, str(ROOT / "bkmcp.py"), "--config", str(config), *args]
-        done = subprocess.run(argv, capture_output=True, env=env, cwd=tmp_path, timeout=120, stdin=subprocess.DEVNULL)
+        done = commands.run(*args, stdin=subprocess.DEVNULL)
         return done.returncode, json.loads(done.stdout or b"null")
 
-    marker = f"--keep-alive-daemon {runtime / 'bkmcp'}"
     try:
         status, envelope = run("old", "asking", "--text", "x", "--task", "--input", "ok=true", "--keep-alive")
         assert status == 0, envelope
@@ -384,8 +360,7 @@ def test_warm_stdio_tasks_ask_and_the_background_process_answers(tmp_path):
         assert status == 0, envelope
         assert envelope["data"]["result"]["content"][0]["text"].startswith('job done: {"text":"y"} answers:')
     finally:
-        run("--sessions", "--stop")
-        until(lambda: not pids_running(marker), "the background process ended", 20)
+        commands.stop()
     old = stdio_mock_log(logs["old"])
     answered = [e["json"] for e in old if "result" in (e.get("json") or {}) and "method" not in e["json"]]
     assert [a["result"] for a in answered] == [{"action": "accept", "content": {"ok": True}}]

@@ -7,16 +7,13 @@ resident's ``list_tools`` say so; the tool object stays as sent."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from resident_harness import mock_stdio, stdio_row, write_registry
 
 from mock_server.mcp_mock import DEFAULT_TOOLS, MockServer, mock_tool
-from tests.helpers import ROOT, pids_running, run_bkmcp, until, write_mcp_json
+from tests.helpers import KeepAliveCommands, pids_running, run_bkmcp, write_mcp_json
 
 pytestmark = [pytest.mark.integration]
 
@@ -129,32 +126,18 @@ def test_tools_and_help_say_it_needs_task_support_and_keep_the_tool_as_sent(tmp_
 
 
 def test_a_warm_session_refuses_it_the_same_way(tmp_path, http_server):
-    runtime = tmp_path / "run"
-    runtime.mkdir(mode=0o700)
-    config = _config(tmp_path, {"m": {"type": "http", "url": http_server.url}})
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(tmp_path),
-        "XDG_RUNTIME_DIR": str(runtime),
-        "PYTHONDONTWRITEBYTECODE": "1",
-    }
-
-    def run(*args: str) -> subprocess.CompletedProcess:
-        argv = [sys.executable, str(ROOT / "bkmcp.py"), "--config", str(config), *args]
-        return subprocess.run(argv, capture_output=True, env=env, cwd=tmp_path, timeout=120)
-
-    marker = f"--keep-alive-daemon {runtime / 'bkmcp'}"
+    commands = KeepAliveCommands(tmp_path, _config(tmp_path, {"m": {"type": "http", "url": http_server.url}}))
+    run = commands.run
     try:
         one = run("m", "research", "--text", "x")
         warm = run("m", "research", "--text", "x", "--keep-alive")
-        assert _running(marker), "the warm command ran in the background process"
+        assert _running(commands.marker), "the warm command ran in the background process"
         assert (warm.returncode, warm.stdout, warm.stderr) == (one.returncode, one.stdout, one.stderr)
         assert json.loads(warm.stdout)["error"]["code"] == "mcp_capability_unsupported"
         assert run("m", "maybe", "--text", "y", "--keep-alive").returncode == 0
         assert _tool_calls(http_server) == ["maybe"]
     finally:
-        run("--sessions", "--stop")
-        until(lambda: not _running(marker), "the background process ended", 20)
+        commands.stop()
 
 
 def test_the_resident_lists_it_marked_and_refuses_its_call_unsent(tmp_path, resident):

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import stat
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -48,11 +47,8 @@ TOOLS = [
 
 
 @pytest.fixture
-def server():
-    srv = MockServer({"tools": TOOLS, "capabilities": TASK_CAPABILITIES})
-    srv.start()
-    yield srv
-    srv.stop()
+def server(http_mock):
+    return http_mock({"tools": TOOLS, "capabilities": TASK_CAPABILITIES})
 
 
 class Cli:
@@ -368,25 +364,15 @@ def test_a_modern_server_offering_tasks_gets_the_extension_on_every_call_and_dec
 def test_a_stdio_task_detaches_resumes_and_is_cancelled_within_keep_alive(tmp_path, version):
     """Warm stdio (the mock in both eras): the background process keeps the server and its tasks, so a detached
     task is resumed by id and another cancelled; one server process served every command, one tools/call each."""
-    from tests.helpers import pids_running, stdio_mock_entry, stdio_mock_log, until
+    from tests.helpers import KeepAliveCommands, stdio_mock_entry, stdio_mock_log
 
     entry, log = stdio_mock_entry(tmp_path, {"tools": TOOLS, "capabilities": TASK_CAPABILITIES}, version)
-    config = write_mcp_json(tmp_path / "mcp.json", {"s": entry})
-    runtime = tmp_path / "run"
-    runtime.mkdir(mode=0o700)
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(tmp_path),
-        "XDG_RUNTIME_DIR": str(runtime),
-        "PYTHONDONTWRITEBYTECODE": "1",
-    }
+    commands = KeepAliveCommands(tmp_path, write_mcp_json(tmp_path / "mcp.json", {"s": entry}))
 
     def run(*args: str) -> dict:
-        argv = [sys.executable, str(ROOT / "bkmcp.py"), "--config", str(config), *args]
-        done = subprocess.run(argv, capture_output=True, env=env, cwd=tmp_path, timeout=120)
+        done = commands.run(*args)
         return {"status": done.returncode, "envelope": json.loads(done.stdout or b"null"), "stderr": done.stderr}
 
-    marker = f"--keep-alive-daemon {runtime / 'bkmcp'}"
     try:
         detached = run("s", "slowish", "--text", "later", "--detach", "--keep-alive")
         assert detached["status"] == 0, detached
@@ -403,8 +389,7 @@ def test_a_stdio_task_detaches_resumes_and_is_cancelled_within_keep_alive(tmp_pa
         ended = run("s", "--task-result", other["mcp_task_id"], "--keep-alive")
         assert (ended["status"], ended["envelope"]["error"]["code"]) == (2, "mcp_task_cancelled")
     finally:
-        run("--sessions", "--stop")
-        until(lambda: not pids_running(marker), "the background process ended", 20)
+        commands.stop()
     received = stdio_mock_log(log)
     assert len([e for e in received if e.get("rpc_method") == "tools/call"]) == 2
     assert len([e for e in received if e.get("rpc_method") == "tasks/cancel"]) == 1

@@ -16,6 +16,7 @@ Seed row R04.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pty
@@ -88,6 +89,15 @@ class Terminal:
         self._reader.join(60)
         out = b"".join(self.out).decode()
         return status, json.loads(out) if out.strip() else {}
+
+    def answer(self, typed: str, send: str = "y\n") -> tuple[int, dict[str, Any]]:
+        """Types ``typed`` once the question's form asks its ``ok`` field, and ``send`` at "Send them?"; then
+        ``finish``."""
+        self.expect("ok (boolean, required)")
+        self.type(typed)
+        self.expect("Send them?")
+        self.type(send)
+        return self.finish()
 
     def close(self) -> None:
         os.close(self.master)
@@ -179,21 +189,14 @@ def write_when_read(fifo: Path, text: str) -> None:
 
 @pytest.fixture
 def place(tmp_path: Path):
-    made = Questions(tmp_path)
-    try:
+    with contextlib.closing(Questions(tmp_path)) as made:
         yield made
-    finally:
-        made.close()
 
 
 def test_R04_warm_legacy_question_is_asked_on_the_client_terminal(place):
     term = place.on_a_terminal("lg", "ask", "--keep-alive")
     term.expect("Ship it?")
-    term.expect("ok (boolean, required)")
-    term.type("true\n")
-    term.expect("Send them?")
-    term.type("y\n")
-    status, envelope = term.finish()
+    status, envelope = term.answer("true\n")
     assert status == 0, (envelope, term.shown)
     assert place.answers("lg") == [{"action": "accept", "content": {"ok": True}}]
     assert len(place.calls("lg")) == 1
@@ -206,22 +209,14 @@ def test_R04_warm_legacy_question_is_asked_on_the_client_terminal(place):
 
 def test_R04_warm_question_declined_only_when_the_person_says_so(place):
     term = place.on_a_terminal("lg", "ask", "--keep-alive")
-    term.expect("ok (boolean, required)")
-    term.type("false\n")
-    term.expect("Send them?")
-    term.type("d\n")
-    status, _envelope = term.finish()
+    status, _envelope = term.answer("false\n", "d\n")
     assert status == 0
     assert place.answers("lg") == [{"action": "decline"}] and len(place.calls("lg")) == 1
 
 
 def test_R04_warm_modern_round_is_asked_on_the_client_terminal(place):
     term = place.on_a_terminal("md", "ask", "--keep-alive")
-    term.expect("ok (boolean, required)")
-    term.type("true\n")
-    term.expect("Send them?")
-    term.type("y\n")
-    status, envelope = term.finish()
+    status, envelope = term.answer("true\n")
     assert status == 0, (envelope, term.shown)
     first, retry = place.calls("md")
     assert first["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"] == {

@@ -10,6 +10,7 @@ import os
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -61,6 +62,15 @@ class Place:
         )
         return status, out.getvalue(), err.getvalue()
 
+    def serve(self, scenario: dict[str, Any], **entry: Any) -> Place:
+        """The mock replaced by one that plays ``scenario``; server ``m`` of the config is it (``entry``: more of
+        its config entry, e.g. ``protocolVersion``)."""
+        self.srv.stop()
+        self.srv = MockServer(scenario)
+        self.srv.start()
+        self.config = write_mcp_json(self.config, {"m": {"type": "http", "url": self.srv.url, **entry}})
+        return self
+
     def close(self) -> None:
         self.server.stopping = True
         self.thread.join(10)
@@ -73,6 +83,15 @@ class Place:
 def place(tmp_path: Path):
     made = Place(tmp_path)
     yield made
+    made.close()
+
+
+@pytest.fixture
+def serving(tmp_path: Path):
+    """``Place.serve`` of a place whose state (``XDG_STATE_HOME``) is in the test's folder."""
+    made = Place(tmp_path)
+    made.env["XDG_STATE_HOME"] = str(tmp_path / "state")
+    yield made.serve
     made.close()
 
 
