@@ -399,8 +399,8 @@ def test_everything_research_runs_as_a_task_one_shot_and_warm_R04(bed, resident)
     """server-everything's task-only ``simulate-research-query`` (2025-11-25 core tasks) runs as a task without
     ``--task``: one-shot over stdio it is waited for in the one process; ``--detach`` there is refused unsent (the
     task would die with the process); warm (``--keep-alive``) it detaches, its status and result are asked later by
-    id, and another is cancelled. Every tools/call the server read carried ``params.task``; the resident, which runs
-    no tasks, still refuses it unsent."""
+    id, and another is cancelled. Every tools/call the server read carried ``params.task``; the resident runs it as
+    a task too, waited for, with one tools/call."""
     bed.need("everything")
 
     def calls() -> list[dict[str, Any]]:
@@ -444,5 +444,8 @@ def test_everything_research_runs_as_a_task_one_shot_and_warm_R04(bed, resident)
     answer = resident.ask(
         "call_tool", "alice", server_name="everything", tool_name="simulate-research-query", arguments={"topic": "mcp"}
     )
-    assert (answer["success"], answer["error_code"]) == (False, "mcp_capability_unsupported")
-    assert len(calls()) == before + 4  # the resident sent no tools/call
+    assert answer["success"] is True, answer  # the resident runs it as a task and waits (issue 39 item 3)
+    assert "Research Report: mcp" in answer["result"]["result"]["content"][0]["text"]
+    assert answer["result"]["task"]["era"] == "legacy" and answer["result"]["task"]["status"] == "completed"
+    sent = calls()[before:]
+    assert len(sent) == 5 and all(params.get("task") == {} for params in sent)  # one tools/call, as a task
