@@ -16821,7 +16821,10 @@ class Actions:
             held.start(lambda: work(left, source, pending))
         asked = held.wait(command.deadline)
         if asked is None:
-            return answer_or_ask(held.outcome)
+            answer = answer_or_ask(held.outcome)
+            if isinstance(answer, AskedAnswer) and "resume" not in answer:  # a task's questions: its id answers them
+                self._task_input_event(command, slot.server, "input.requested", questions=len(answer["input_requests"]))
+            return answer
         request, reply = asked
         method = {"call_tool": "tools/call", "get_prompt": "prompts/get", "get_task_result": "tasks/get"}.get(
             command.action, "resources/read"
@@ -17097,6 +17100,12 @@ class Actions:
         if isinstance(task, dict):
             self.tasks.seen(command, slot, task)
 
+    def _task_input_event(self, command: ResidentCommand, server: str, name: str, **count: int) -> None:
+        """A task's questions asked (``input.requested``, method ``tasks/get``) or answered by key
+        (``input.answered``, method ``tasks/update``): counts, never values."""
+        method = "tasks/get" if name == "input.requested" else "tasks/update"
+        self.events.emit(name, server=server, user=command.user_id, task_id=command.task_id, method=method, **count)
+
     @staticmethod
     def _task_budget(command: ResidentCommand, left: float, task: Any) -> float:
         """A task's wait ends ``RESIDENT_TASK_SLACK`` before the command's deadline (its answer is then the
@@ -17115,6 +17124,8 @@ class Actions:
         row = self._row(view, record.handle["server"])
         found = self._resumed(command, row.name, task_id) if action == "result" else None  # a held legacy question
         wait = wait or found is not None  # its resume waits on the very request that asked
+        if responses is not None and found is None:  # a task's questions answered by key (tasks/update)
+            self._task_input_event(command, row.name, "input.answered", answers=len(responses))
 
         try:
             answer = self._on_server(

@@ -234,6 +234,11 @@ def test_a_task_that_asks_is_answered_by_its_user_through_get_task_result(tmp_pa
         (update,) = received(srv, "tasks/update")
         assert update["params"]["inputResponses"] == {"confirm": ACCEPT} and update["params"]["taskId"] == task_id
         assert len(received(srv, "tools/call")) == 1 and received(srv, "tasks/cancel") == []
+        asked_events = [(e["method"], e["questions"]) for e in res.events("input.requested")]
+        assert asked_events == [("tasks/get", 1), ("tasks/get", 1)]  # the first wait's and the unanswered one's
+        answered = [(e["user"], e["method"], e["answers"]) for e in res.events("input.answered")]
+        assert answered == [("u1", "tasks/update", 0), ("u1", "tasks/update", 1)]  # u2's id was refused first
+        assert "ok" not in json.dumps(res.events("input.requested") + res.events("input.answered"))  # no values
         # the wait runs on the forwarding thread: it still ends before the command does, with the handle
         ran_out = call(res, "u1", "never", task="wait", timeout_ms=500)
         assert ran_out["error_code"] == "mcp_task_running" and ran_out["details"]["task"]["status"] == "working"
