@@ -40,6 +40,16 @@ JSON_SYNTAX_TYPOS = ["{bad", '{"a": 1,}', '{"a": "unterminated', '{"a": 1e}', "[
 # Hypothesis examples per property test: CI sets BKMCP_FUZZ_EXAMPLES=2000, the default keeps `make unit` quick.
 FUZZ_EXAMPLES = int(os.environ.get("BKMCP_FUZZ_EXAMPLES", "300"))
 
+# The mock's hostile skills (mock_server/mcp_mock.py DEFAULT_SKILLS), each with the ``skill_unverified`` reason bkmcp
+# gives and how many of its files are read before it stops: one list for --skill and the resident's read_skill.
+UNVERIFIED_SKILLS = [
+    ("tampered", "digest", 1),
+    ("wrong-size", "size", 1),
+    ("disguised", "frontmatter", 1),
+    ("escaping", "path", 0),
+    ("dynamic", "no_digests", 0),
+]
+
 
 @dataclass
 class Result:

@@ -27,6 +27,7 @@ from resident_harness import (
 )
 
 from mock_server.mcp_mock import DEFAULT_SKILLS, SKILLS_EXTENSION, MockServer
+from tests.helpers import UNVERIFIED_SKILLS
 
 pytestmark = pytest.mark.integration
 
@@ -103,16 +104,7 @@ def test_read_skill_answers_the_verified_files_and_declares_the_extension_on_its
     assert (event["skill"], event["file_count"], event["user"]) == ("pdf-processing", len(PDF), "ann")
 
 
-@pytest.mark.parametrize(
-    ("name", "reason", "reads"),
-    [
-        ("tampered", "digest", 1),
-        ("wrong-size", "size", 1),
-        ("disguised", "frontmatter", 1),
-        ("escaping", "path", 0),
-        ("dynamic", "no_digests", 0),
-    ],
-)
+@pytest.mark.parametrize(("name", "reason", "reads"), UNVERIFIED_SKILLS)
 @pytest.mark.parametrize("kind", KINDS, ids="-".join)
 def test_an_unverified_skill_is_the_error_alone(make_world, kind, name, reason, reads):
     world = make_world(*kind)

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from mock_server.mcp_mock import DEFAULT_SKILLS, SKILLS_EXTENSION
-from tests.helpers import MockTarget, run_bkmcp
+from tests.helpers import UNVERIFIED_SKILLS, MockTarget, run_bkmcp
 
 pytestmark = pytest.mark.integration
 
@@ -99,16 +99,7 @@ def test_skill_reads_its_files_lazily_each_verified(skills):
     assert "\n[references/FORMS.md]\n# Forms\n" in raw.stdout
 
 
-@pytest.mark.parametrize(
-    ("name", "reason", "reads"),
-    [
-        ("tampered", "digest", 1),
-        ("wrong-size", "size", 1),
-        ("disguised", "frontmatter", 1),
-        ("escaping", "path", 0),
-        ("dynamic", "no_digests", 0),
-    ],
-)
+@pytest.mark.parametrize(("name", "reason", "reads"), UNVERIFIED_SKILLS)
 def test_an_unverified_skill_reaches_neither_stdout_nor_disk(tmp_path, name, reason, reads):
     for version in (LEGACY, MODERN):
         (tmp_path / version).mkdir()
