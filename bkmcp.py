@@ -1390,7 +1390,7 @@ class Deadline:
 
     def wait(self, event: Any) -> bool:
         """Wait for ``event`` (a ``threading.Event``) until the end; True once it is set, False when time is up."""
-        while not event.wait(max(self.left(), self.PAUSED_POLL if self._pauses else 0)):
+        while not event.wait(max(self.next_wait(), 0)):  # paused: it looks again every PAUSED_POLL
             if self.left() <= 0:  # a wait may end a hair early: the deadline decides
                 return False
         return True
