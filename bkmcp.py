@@ -19266,6 +19266,7 @@ class Runner:
             arguments = read_body(inv.body, envr.stdin, envr.cwd, deadline, env=envr.env)
         log = self.log
         progress = (lambda token: ProgressLine(log, token)) if log.verbose or log.is_tty else None
+        task_ids = (inv.task_status, inv.task_result, inv.task_cancel)
         ctx = OpContext(
             deadline,
             log,
@@ -19274,13 +19275,13 @@ class Runner:
             sessions=warm.sessions if warm is not None else None,
             on_request=warm.on_request if warm is not None else None,
             input=self.input_source(server, deadline) if not inv.help else None,
+            names_task=next((t for t in task_ids if t is not None), None),
         )
         self.deadline, self.ctx = deadline, ctx
         if inv.out not in (None, "-") and not inv.help:  # an unusable directory fails before anything is sent
             assert inv.out is not None
             self.writer = BlobWriter(resolve_user_path(inv.out, envr.env, envr.cwd, option="--out"))
         self.server = server
-        task_ids = (inv.task_status, inv.task_result, inv.task_cancel)
         if server.type == "stdio" and warm is None and (inv.detach or any(t is not None for t in task_ids)):
             raise UsageError(
                 f"server {server.name!r} runs over stdio: its tasks live in its process, which a one-shot command "
@@ -19763,7 +19764,6 @@ def run_task_mode(
         if t is not None
     )
     known = next((e for e in mine if e.get("mcp_task_id") == task_id), None)
-    ctx.names_task = task_id  # a warm source lends the session it lives in (docs/contract.md §14)
     # one-shot: a legacy HTTP task's own session (a warm one is kept anyway)
     source = ctx.sessions or ResumedSessions(next((e for e in stored if e.get("mcp_task_id") == task_id), None))
 
