@@ -14024,8 +14024,10 @@ class ResidentSession:
         session = self._session
         return bool(session is not None and session.core.tools_stale)
 
-    def _ctx(self, timeout: float, source: InputSource | None = None) -> OpContext:
-        return OpContext(Deadline(max(timeout, 0.001)), self.log, input=source)
+    def _ctx(
+        self, timeout: float, source: InputSource | None = None, declares: Mapping[str, Any] | None = None
+    ) -> OpContext:
+        return OpContext(Deadline(max(timeout, 0.001)), self.log, input=source, declares=declares)
 
     def open(self, timeout: float) -> None:
         """Connect and negotiate. A ``close`` meanwhile (a shutdown while the child starts) ends the child and its
@@ -14152,10 +14154,10 @@ class ResidentSession:
         in the ``_meta`` of this command's requests alone; a legacy session declared its capabilities at
         ``initialize`` (none), so the command gets its own session, negotiated with the extension and closed at
         its end, on the same resolved server (the user's credentials)."""
-        session, ctx = self._require(), self._ctx(timeout)
+        session = self._require()
         if session.era == "modern":
-            ctx.declares = SKILLS_CAPABILITIES
-            return work(session, ctx)
+            return work(session, self._ctx(timeout, declares=SKILLS_CAPABILITIES))
+        ctx = self._ctx(timeout)
         own = McpSession(self.server, insecure=self.insecure, log=self.log, die_with_parent=True)
         own.core.client_capabilities = SKILLS_CAPABILITIES
         try:
