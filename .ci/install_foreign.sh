@@ -9,7 +9,7 @@
 #                      run by qemu-aarch64-static -L (qemu user-mode emulation, no binfmt_misc needed)
 #   aarch64-gnu-3.14   sid arm64 .debs (python3.14 3.14.10, libc6 2.43 …) into DIR/aarch64-sid, the same way
 #   x86_64-gnu-3.14    sid amd64 .debs into DIR/x86_64-sid, run through that sysroot's own ld.so (host glibc 2.36
-#                      is too old for sid's python3.14)
+#                      is too old for sid's python3.14) by a script whose sys.executable runs as well
 #   x86_64-musl-3.11   CPython 3.11.2 built from Debian's source tarball with Debian's musl-gcc (musl 1.2.3),
 #   x86_64-musl-3.9    and 3.9.2 (bullseye source), zlib 1.2.13 linked in statically; no ssl/ctypes/lzma, which
 #                      the --version/--help/--dry-run paths do not need
@@ -150,8 +150,24 @@ write_launcher() {  # $1 = name, $2 = body (one exec line)
   mv "$DIR/bin/$1.tmp" "$DIR/bin/$1"
 }
 
-launcher_ok() {  # $1 = launcher, $2 = expected "3.X machine"
-  [ -x "$1" ] && [ "$(timeout 120 "$1" -S -c 'import sys, platform; print("%d.%d %s" % (sys.version_info[:2] + (platform.machine(),)))' 2>/dev/null)" = "$2" ]
+launcher_ok() {  # $1 = launcher, $2 = expected "3.X machine"; an x86_64 one's sys.executable runs as well
+  [ -x "$1" ] && [ "$(timeout 120 "$1" -S -c 'import sys, platform, subprocess
+if platform.machine() == "x86_64":
+    subprocess.run([sys.executable, "-S", "-c", "pass"], check=True)
+print("%d.%d %s" % (sys.version_info[:2] + (platform.machine(),)))' 2>/dev/null)" = "$2" ]
+}
+
+# $1 = sysroot, $2 = python binary name, $3 = launcher name. The binary runs through the sysroot's own ld.so, with
+# argv[0] a script beside it that does the same: CPython's sys.executable is argv[0] (getpath), so a child started
+# with sys.executable runs too (build_zipapp.py records its regular expressions in one), and the stdlib is found
+# from that script's folder.
+ldso_launcher() {
+  local run="$1/usr/bin/$2-ldso"
+  printf '#!/bin/sh\n# written by .ci/install_foreign.sh\nexec %s --library-path %s --argv0 %s %s "$@"\n' \
+    "'$1/lib64/ld-linux-x86-64.so.2'" "'$1/lib/x86_64-linux-gnu:$1/usr/lib/x86_64-linux-gnu'" "'$run'" \
+    "'$1/usr/bin/$2'" > "$run.tmp"
+  chmod 755 "$run.tmp" && mv "$run.tmp" "$run"
+  write_launcher "$3" "exec '$run' \"\$@\""
 }
 
 LAUNCHERS=()
@@ -164,7 +180,7 @@ debian_target() {  # $1 target, $2 suite, $3 arch, $4 pkgs, $5 python binary nam
     if [ "$3" = arm64 ]; then
       write_launcher "$6" "exec /usr/bin/qemu-aarch64-static -L '$sysroot' '$sysroot/usr/bin/$5' \"\$@\""
     else
-      write_launcher "$6" "exec '$sysroot/lib64/ld-linux-x86-64.so.2' --library-path '$sysroot/lib/x86_64-linux-gnu:$sysroot/usr/lib/x86_64-linux-gnu' '$sysroot/usr/bin/$5' \"\$@\""
+      ldso_launcher "$sysroot" "$5" "$6"
     fi
     launcher_ok "$launcher" "$7" || die "$1: $launcher does not run ($("$launcher" -c pass 2>&1 | tail -1))"
   fi
