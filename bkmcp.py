@@ -16766,32 +16766,6 @@ class Actions:
             )
         return self.questions.take(command, server_name, target)
 
-    def _input(
-        self, command: ResidentCommand, slot: Slot, session: ResidentSession, found: ForwardedRound | None
-    ) -> tuple[InputSource | None, InputRound | None]:
-        """Who answers this request's questions and the round a resume answers: (None, None) when forwarding is off.
-        A resume is answered only on the very session instance that asked (a restarted server knows no state)."""
-        if self.questions is None or self.opts.elicitation != "forward":
-            return None, None
-        self._same_instance(slot, session, found)
-        questions = self.questions
-        source = ResidentInput(
-            lambda method, params, pending, given: questions.keep(
-                command, slot, session, method, params, pending, given
-            ),
-            found.round if found is not None else None,
-            {**(found.given if found is not None else {}), **(command.params.get("input_responses") or {})},
-        )
-        return source, found.round if found is not None else None
-
-    @staticmethod
-    def _same_instance(slot: Slot, session: ResidentSession, found: ForwardedRound | None) -> None:
-        if found is not None and found.session is not session:
-            raise InputResumeInvalidError(
-                f"server {slot.server!r} was restarted since it asked; the question cannot be answered, ask again",
-                details={"outcome": "not_sent"},
-            )
-
     def _asking(
         self,
         command: ResidentCommand,
@@ -16808,15 +16782,24 @@ class Actions:
         left = command.deadline.left()
         if self.questions is None or self.opts.elicitation != "forward":
             return work(left, None, None)
+        if found is not None and found.session is not session:  # a restarted server knows no state
+            raise InputResumeInvalidError(
+                f"server {slot.server!r} was restarted since it asked; the question cannot be answered, ask again",
+                details={"outcome": "not_sent"},
+            )
         if found is not None and found.held is not None and found.reply is not None:
-            self._same_instance(slot, session, found)
             key = next(iter(found.round.requests))
             given = (command.params.get("input_responses") or {}).get(key)
             found.reply(dict(given) if isinstance(given, dict) else {"action": "cancel"})  # no answer: never decline
             held = found.held
-        else:
-            source, pending = self._input(command, slot, session, found)
-            assert isinstance(source, ResidentInput)
+        else:  # the platform answers: a resume's round gets the answers given before and now, a new round is kept
+            questions = self.questions
+            pending = found.round if found is not None else None
+            source = ResidentInput(
+                lambda *kept: questions.keep(command, slot, session, *kept),
+                pending,
+                {**(found.given if found is not None else {}), **(command.params.get("input_responses") or {})},
+            )
             held = source.held
             if session.era == "legacy":  # a question may be held open: its wait is not the request's own time
                 left += self.opts.input_timeout
