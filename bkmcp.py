@@ -16721,13 +16721,9 @@ class Actions:
             raise ServerDisabledError(f"server {name!r} is disabled", details={"server_name": name})
         return row
 
-    def timeout(self, command: ResidentCommand) -> float:
-        """The command's configured budget (its ``timeout_ms``, else ``--timeout``): what its messages name."""
-        return command.deadline.seconds
-
     def budget(self, command: ResidentCommand) -> float:
         """How long ``command`` may run: its steps use ``--timeout`` from its arrival, a call its own ``timeout_ms``."""
-        return max(self.timeout(command), self.opts.timeout)
+        return max(command.deadline.seconds, self.opts.timeout)
 
     def _rejected(self, command: ResidentCommand, server: str | None, tool: str, exc: BkmcpError) -> None:
         """``tool.rejected`` for a call refused before any server was reached (the names are the platform's
@@ -16947,7 +16943,7 @@ class Actions:
         else:
             server_name, tool_name = params["server_name"], params["tool_name"]
         arguments = {} if params.get("arguments") is None else params["arguments"]
-        timeout = self.timeout(command)
+        timeout = command.deadline.seconds  # what a timeout's message names
         try:
             row = self._row(view, server_name)
         except BkmcpError as exc:  # unknown or disabled
