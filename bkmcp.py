@@ -14540,6 +14540,7 @@ class SessionPool:
         victims: list[ResidentSession] = []
         kind = server.type
         most = self.opts.max_processes if kind == "stdio" else self.http_limit
+        most_name = "--max-processes" if kind == "stdio" else "the HTTP session limit"
         end = time.monotonic() + timeout
         with self._lock:
             slot.transport = kind
@@ -14558,12 +14559,8 @@ class SessionPool:
                         self._closed.wait(left)
                         continue
                     if not candidates:
-                        if kind == "stdio":
-                            which = "--max-user-processes" if scope is not None else "--max-processes"
-                            what = "server processes"
-                        else:
-                            which = "--max-user-processes" if scope is not None else "the HTTP session limit"
-                            what = "HTTP sessions"
+                        which = "--max-user-processes" if scope is not None else most_name
+                        what = "server processes" if kind == "stdio" else "HTTP sessions"
                         raise ResourceLimitError(
                             f"too many live {what} ({live} of {which} {limit}); none is idle",
                             details={
