@@ -15123,8 +15123,6 @@ class ResidentInput(GivenAnswers):
     exactly the round it took (``answering``) with the platform's ``input_responses``, and any later round is kept
     again. A legacy mid-call question is held open (``hold``) for the command that waits on ``held``."""
 
-    capabilities = ELICITATION_FORM
-
     def __init__(
         self,
         keep: Callable[[str, Mapping[str, Any], InputRound, Mapping[str, Any]], dict[str, Any]],
