@@ -16092,7 +16092,6 @@ class Catalogues:
         """Every server's catalogue, discovered concurrently; a failing server goes to ``errors``."""
         import threading
 
-        view_rows = rows
         found: dict[str, list[dict[str, Any]]] = {}
         errors: list[dict[str, Any]] = []
         lock = threading.Lock()
@@ -16113,7 +16112,7 @@ class Catalogues:
                         with lock:
                             found.setdefault(row.name, slot.tools)
 
-        run_each(one, view_rows)
+        run_each(one, rows)
         errors.sort(key=lambda e: e["server_name"])
         return found, errors
 
