@@ -17564,11 +17564,9 @@ class ResidentServer:
         """EOF: let the commands already read finish, each within its own deadline (``Actions.budget`` from its arrival,
         plus ``_DRAIN_SLACK`` for closing), however long that is (at most ``seconds`` when given); a terminating
         signal cuts the wait short."""
-        cap = None if seconds is None else time.monotonic() + seconds
+        cap = float("inf") if seconds is None else time.monotonic() + seconds
         self.in_flight.wait(
-            lambda c: min(
-                c.deadline.start + self.actions.budget(c) + _DRAIN_SLACK, cap if cap is not None else float("inf")
-            ),
+            lambda c: min(c.deadline.start + self.actions.budget(c) + _DRAIN_SLACK, cap),
             lambda: self.signalled is not None,
         )
 
