@@ -16031,16 +16031,19 @@ class Catalogues:
             session = self.session(command, row, slot, server)
             started = time.monotonic()
 
-            def failed(exc: BkmcpError) -> None:
+            def discovered(tool_count: int, **failure: Any) -> None:  # complete unless a failure's error_code
                 self.events.emit(
                     "server.discover",
                     server=row.name,
                     user=slot.user or None,
-                    tool_count=len((exc.data or {}).get("tools", [])),
-                    complete=False,
+                    tool_count=tool_count,
+                    complete=not failure,
                     ms=int((time.monotonic() - started) * 1000),
-                    error_code=exc.code,
+                    **failure,
                 )
+
+            def failed(exc: BkmcpError) -> None:
+                discovered(len((exc.data or {}).get("tools", [])), error_code=exc.code)
 
             try:
                 tools, ttl_ms = self.pool.lend(
@@ -16048,14 +16051,7 @@ class Catalogues:
                 )
             except BkmcpError as exc:
                 raise platform_error(exc, server=row.name, timeout=timeout) from None
-            self.events.emit(
-                "server.discover",
-                server=row.name,
-                user=slot.user or None,
-                tool_count=len(tools),
-                complete=True,
-                ms=int((time.monotonic() - started) * 1000),
-            )
+            discovered(len(tools))
             slot.tools, slot.tools_version = tools, session.protocol_version
             slot.fresh_until = catalogue_kept_until(ttl_ms, started)
             self._store(slot, ttl_ms)
