@@ -14694,13 +14694,11 @@ class SessionPool:
         (``after_failure``), then raised as it is."""
         try:
             result = work()
-        except BkmcpError as exc:
+        except BaseException as exc:
             self.release(session)
-            failed(exc)
-            self.after_failure(slot, session)
-            raise
-        except BaseException:
-            self.release(session)
+            if isinstance(exc, BkmcpError):
+                failed(exc)
+                self.after_failure(slot, session)
             raise
         self.release(session)
         slot.failures = 0
