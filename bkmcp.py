@@ -17728,9 +17728,7 @@ def run_resident(
         log.warn(f"created a new, empty registry {registry.path} (is --registry the path you meant?)")
     _warm_resident_imports(log)
     events_stream: IO[str] | None = None
-    if opts.events == "-":
-        events_stream = stderr
-    elif opts.events is not None:
+    if opts.events is not None and opts.events != "-":
         try:
             events_path = resolve_user_path(opts.events, env, cwd, option="--events")
             events_stream = open(events_path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the process
@@ -17739,7 +17737,7 @@ def run_resident(
             log_lines.close()
             raise UsageError(f"cannot open --events file {opts.events!r}: {exc.strerror or exc}") from None
     shared = log_lines if opts.events == "-" else None
-    events = EventSink(events_stream, log.redactor, owned=opts.events not in (None, "-"), lines=shared)
+    events = EventSink(events_stream, log.redactor, owned=events_stream is not None, lines=shared)
     server = ResidentServer(opts, registry=registry, stdout=stdout, log=log, events=events, env=env)
     server.pool.start_reaper()
     previous: dict[int, Any] = {}
