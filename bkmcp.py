@@ -13348,7 +13348,6 @@ class SqliteRegistry(Registry):
         self._cache_ttl = False  # mcp_tools_cache has the ttl_ms column (``_connect``)
         self._gone_warned = False  # the file's deletion was told (once per deletion)
         self.created = False  # this process created the file (``--resident`` warns: a mistyped path?)
-        self._busy_ms = int(timeout * 1000)  # SQLite's busy timeout now (sqlite3.connect sets it to ``timeout``)
         if os.path.isdir(path):
             raise RegistryError(f"the registry path is a directory, not a SQLite file: {path}")
         exists = os.path.exists(path)
@@ -13376,6 +13375,7 @@ class SqliteRegistry(Registry):
         except BaseException:
             db.close()
             raise
+        self._busy_ms = int(self.timeout * 1000)  # SQLite's busy timeout now (sqlite3.connect sets it to ``timeout``)
         return db
 
     def _follow_rename(self) -> None:
@@ -13401,7 +13401,6 @@ class SqliteRegistry(Registry):
             raise
         old.close()
         self._identity = identity
-        self._busy_ms = int(self.timeout * 1000)  # the new connection's busy timeout
         self._cached, self._version = None, None
         self._users.clear()
         self.log.warn(f"{self.source}: the file was replaced; reading the new one")
