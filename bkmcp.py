@@ -14590,8 +14590,7 @@ class SessionPool:
             session = slot.session
             fingerprint = slot_fingerprint(slot, server)
             if session is not None and not session.alive:
-                self.detach(slot, session)
-                self.crashed(slot, session)
+                self.after_failure(slot, session)
                 session = None
             elif session is not None and slot.fingerprint != fingerprint:
                 self.retire(slot, session)
@@ -14788,7 +14787,7 @@ class SessionPool:
         self._close_counted(session)
 
     def after_failure(self, slot: Slot, session: ResidentSession) -> None:
-        """A call failed: a session whose child died is dropped now (the next use restarts it)."""
+        """A session whose child died (seen by lend, session, the reaper) is dropped now: the next use restarts it."""
         if not session.alive and slot.session is session:
             self.detach(slot, session)
             self.crashed(slot, session)
@@ -14863,9 +14862,7 @@ class SessionPool:
                     self.detach(slot, session)
         for slot, session in dead:
             with slot.open_lock:
-                if slot.session is session:
-                    self.detach(slot, session)
-                    self.crashed(slot, session)
+                self.after_failure(slot, session)
         self._forget_idle(now)
 
     def _forget_idle(self, now: float) -> None:
