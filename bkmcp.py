@@ -16731,8 +16731,6 @@ class Actions:
         found, errors = self.catalogues.gather(command, view, rows, refresh)
         if errors and self.stopping.is_set():  # cut by the shutdown: a failure, never a partial catalogue
             raise _cut_by_shutdown(command)
-        if refresh:
-            errors = [e for e in errors if e["server_name"] in {r.name for r in rows}]
         return self.catalogues.answer(command, view, rows, found, errors)
 
     def _resumed(self, command: ResidentCommand, server_name: str, target: str) -> ForwardedRound | None:
