@@ -2160,7 +2160,7 @@ EDITOR_IGNORED_FIELDS = {
     "dev": "VS Code's watch and debug settings",
 }
 # Other spellings of "type" that editors write for a Streamable HTTP entry (Cline, Roo Code / Kilo Code).
-_HTTP_TYPE_ALIASES = frozenset({"streamableHttp", "streamable-http"})
+_HTTP_TYPE_ALIASES = ("streamableHttp", "streamable-http")  # a tuple: a "type" that is a list is compared, not hashed
 # Top-level fields of an editor's file that are about the editor, not its servers (VS Code's prompted inputs,
 # Claude Desktop's app settings): accepted and not read.
 _EDITOR_TOP_FIELDS = frozenset({"inputs", "globalShortcut", "preferences"})
