@@ -363,8 +363,7 @@ class BkmcpError(Exception):
     def copy(self: _Error, **changes: Any) -> _Error:
         """A new error of the same class with ``changes`` to its fields (``message`` included); the chain it was
         raised from stays, its traceback does not."""
-        fields = {name: getattr(self, name) for name in self._FIELDS}
-        fields["details"] = dict(self.details)
+        fields = {name: getattr(self, name) for name in self._FIELDS}  # __init__ copies ``details``
         fields.update(changes)
         copy = type(self)(fields.pop("message", self.template), **fields)
         copy.__cause__, copy.__suppress_context__ = self.__cause__, self.__suppress_context__
