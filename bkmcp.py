@@ -1678,8 +1678,7 @@ class Log:
     def progress(self, message: str) -> None:
         """Progress for long work: one updating line when stderr is a terminal, else a plain line with -v."""
         if not self.is_tty:
-            if self.verbose:
-                self._write(f"bkmcp: {message}")
+            self.debug(message)
             return
         try:
             columns = os.get_terminal_size(self.stream.fileno()).columns or 80  # 0: the size is not known
