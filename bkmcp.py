@@ -2720,6 +2720,9 @@ def check_bkapi_value(value: str, *, where: str) -> list[str]:
     return list(document.values())
 
 
+_IDENTITY_VALUE_CHECKS = {"authorization": check_authorization_value, "x-bkapi-authorization": check_bkapi_value}
+
+
 def resolve_server(
     server: ServerConfig, env: Mapping[str, str], *, user: Mapping[str, str] | None = None, cwd: str | None = None
 ) -> ResolvedServer:
@@ -2732,6 +2735,7 @@ def resolve_server(
     redactor = Redactor()
     where = f"server {server.name!r} in {server.config_file}"
     headers: dict[str, str] = {}
+    auth_source = "none"
     for name, template in server.headers:
         value, used = expand_env(template, env, where=f"{where}, header {name!r}", user=user)
         if any(ch in value for ch in "\r\n\x00"):  # e.g. a token read from a file with its trailing newline
@@ -2739,8 +2743,7 @@ def resolve_server(
                 f"{where}: header {name!r} contains a line break or NUL after expansion",
                 hint='strip the newline from the variable\'s value (export VAR="$(cat file)" does that)',
             )
-        secret = is_secret_name(name)
-        if secret:
+        if is_secret_name(name):
             if not value.strip():
                 raise InvalidConfigError(
                     f"{where}: credential header {name!r} is empty after expansion",
@@ -2749,20 +2752,12 @@ def resolve_server(
             redactor.add(value)
             for fragment in used:
                 redactor.add(fragment, whole=False)
-        headers[name] = value
-    auth_source = "none"
-    for name, value in headers.items():
-        lowered = name.lower()
-        if lowered == "authorization":
-            fragments = check_authorization_value(value, where=where)
-        elif lowered == "x-bkapi-authorization":
-            fragments = check_bkapi_value(value, where=where)
-        else:
-            fragments = []
-        for fragment in fragments:
-            redactor.add(fragment, whole=False)
-        if is_secret_name(name):
             auth_source = "server_headers"
+        headers[name] = value
+    for name, value in headers.items():  # each identity header's value checked once every header has expanded
+        check = _IDENTITY_VALUE_CHECKS.get(name.lower())
+        for fragment in check(value, where=where) if check is not None else ():
+            redactor.add(fragment, whole=False)
     args = [expand_env(arg, env, where=f"{where}, args[{i}]")[0] for i, arg in enumerate(server.args)]
     if any("\x00" in arg for arg in args):
         raise InvalidConfigError(f"{where}: an argument contains a NUL character after expansion")
