@@ -20273,11 +20273,11 @@ def _warm_relay(sock: Any, inv: Invocation, envr: Environment, log: Log) -> int:
     if stage:
         details["stage"] = stage
     data = {"server": inv.server} if inv.tool is None else {"server": inv.server, "tool": inv.tool}
+    sent = ": tools/call had been sent, so the call may or may not have run" if call_sent else ""
     if silent:
         error: BkmcpError = McpTimeoutError(
             "the background bkmcp process (--keep-alive) is still running but sent nothing for "
-            f"{format_duration(waited)}, past the command's --timeout"
-            + (": tools/call had been sent, so the call may or may not have run" if call_sent else ""),
+            f"{format_duration(waited)}, past the command's --timeout{sent}",
             hint="check whether the tool ran before calling it again (bkmcp never resends a call); "
             "bkmcp --sessions --stop ends a process that stays busy"
             if call_sent
@@ -20287,14 +20287,13 @@ def _warm_relay(sock: Any, inv: Invocation, envr: Environment, log: Log) -> int:
         )
         return report_error(error, envr, log)
     error = ConnectionFailedError(
-        "the background bkmcp process (--keep-alive) ended during the command"
-        + (": tools/call had been sent, so the call may or may not have run" if call_sent else ""),
+        f"the background bkmcp process (--keep-alive) ended during the command{sent}",
         hint="check whether the tool ran before calling it again (bkmcp never resends a call); the next command "
         "starts a new background process"
         if call_sent
         else "run the command again: the next one starts a new background process",
         details=details,
-        data={"server": inv.server} if inv.tool is None else {"server": inv.server, "tool": inv.tool},
+        data=data,
     )
     return report_error(error, envr, log)
 
