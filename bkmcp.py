@@ -19415,15 +19415,11 @@ class Runner:
         pending = InputRound(record["input_requests"], record.get("request_state"))
         method, params = record["method"], record["params"]
         try:
-            if method == "tools/call":
-                name, arguments = params["name"], params.get("arguments") or {}
-                data = run_call(
-                    server, ctx, name, insecure=inv.insecure, prepare=lambda _tool: arguments, pending=pending
-                )
-            elif method == "prompts/get":
-                name, arguments = params["name"], params.get("arguments") or {}
-                data = run_prompt(
-                    server, ctx, name, insecure=inv.insecure, prepare=lambda _prompt: arguments, pending=pending
+            if method in ("tools/call", "prompts/get"):
+                run = run_call if method == "tools/call" else run_prompt
+                arguments = params.get("arguments") or {}
+                data = run(
+                    server, ctx, params["name"], insecure=inv.insecure, prepare=lambda _: arguments, pending=pending
                 )
             else:
                 data = run_read(server, ctx, params["uri"], insecure=inv.insecure, pending=pending)
