@@ -18375,14 +18375,10 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
                 close = closest_names(name, _LONG_OPTIONS) if not target else []
                 hint = f"did you mean {', '.join(close)}? (every option: bkmcp --help)" if close else "run bkmcp --help"
                 raise UsageError(f"unknown option {name}{where}", hint=hint)
-            flag = name[2:]
-            if eq:
-                inv.tool_tokens.append(ToolToken(flag, inline, True, token))
-            elif i < len(tokens) and not _is_bkmcp_option(tokens[i]):
-                inv.tool_tokens.append(ToolToken(flag, tokens[i], False, token))
-                i += 1
-            else:
-                inv.tool_tokens.append(ToolToken(flag, None, False, token))
+            flag_value = inline if eq else None  # --name alone: no value
+            if not eq and i < len(tokens) and not _is_bkmcp_option(tokens[i]):
+                flag_value, i = tokens[i], i + 1
+            inv.tool_tokens.append(ToolToken(name[2:], flag_value, bool(eq), token))
         elif inv.server is None:
             problem = check_server_name(token)
             if problem:
