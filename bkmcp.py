@@ -19058,14 +19058,12 @@ class Runner:
                     self.envr.stderr.write(halt.message)
                     self.envr.stderr.flush()
                     return halt.status
+            elif raw:
+                out.write(render_raw_data(envelope["data"], pretty=terminal, terminal=terminal))
             else:
-                pretty = 2 if terminal else None
-                if raw:
-                    out.write(render_raw_data(envelope["data"], pretty=terminal, terminal=terminal))
-                else:
-                    text = dump_json(envelope, indent=pretty)
-                    out.write(render_raw_text(text, terminal) if terminal else text)  # then its newline: not copied
-                    out.write("\n")
+                text = dump_json(envelope, indent=2 if terminal else None)
+                out.write(render_raw_text(text, terminal) if terminal else text)  # then its newline: not copied
+                out.write("\n")
             out.flush()
         except BrokenPipeError:
             if out is sys.__stdout__:  # the interpreter would flush what is left at exit, fail again, exit 120
