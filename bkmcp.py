@@ -2053,19 +2053,17 @@ class BlobWriter:
                 pass
         self.made.clear()
 
-    def _open_dir(self, parts: Sequence[str], create: bool) -> int:
-        """A descriptor of the directory ``parts`` below this one (each made when ``create`` and missing), no part
-        a link."""
+    def _open_dir(self, parts: Sequence[str]) -> int:
+        """A descriptor of the directory ``parts`` below this one (each made when missing), no part a link."""
         fd = os.dup(self.fd)
         flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
         try:
             for depth, part in enumerate(parts):
-                if create:
-                    try:
-                        os.mkdir(part, 0o755, dir_fd=fd)
-                        self.made.append(("/".join(parts[: depth + 1]), True))
-                    except FileExistsError:
-                        pass
+                try:
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                    self.made.append(("/".join(parts[: depth + 1]), True))
+                except FileExistsError:
+                    pass
                 inner = os.open(part, flags, dir_fd=fd)
                 os.close(fd)
                 fd = inner
@@ -2097,7 +2095,7 @@ class BlobWriter:
         stem, dot = (stem, dot) if stem else (name, "")
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
         try:
-            folder = self._open_dir(folders, create=True)
+            folder = self._open_dir(folders)
         except OSError as exc:
             raise BlobWriteError(f"--out {self.path}: cannot make {'/'.join(folders)}: {exc.strerror or exc}") from None
         try:
