@@ -2329,11 +2329,10 @@ def load_config(path: str) -> ConfigFile:
             f"cannot read config file {path}: {getattr(exc, 'strerror', None) or exc}",
             hint="check the path and its permissions",
         ) from None
-    config = parse_config(raw, path)
-    return ConfigFile(config.path, config.servers, bool(mode & 0o044), config.invalid_names, config.unusable)
+    return parse_config(raw, path, readable_by_others=bool(mode & 0o044))
 
 
-def parse_config(raw: str | bytes, path: str) -> ConfigFile:
+def parse_config(raw: str | bytes, path: str, *, readable_by_others: bool = False) -> ConfigFile:
     """Parse strict JSON and validate every server entry. Messages name file, server and field, never values."""
     try:
         document = parse_json(raw)
@@ -2370,7 +2369,7 @@ def parse_config(raw: str | bytes, path: str) -> ConfigFile:
             servers[name] = parse_server(path, name, entry)
         except InvalidConfigError as exc:  # an error when selected; the file's other servers stay usable
             unusable.append((name, exc.message, exc.hint))
-    return ConfigFile(path, servers, invalid_names=tuple(invalid), unusable=tuple(unusable))
+    return ConfigFile(path, servers, readable_by_others, tuple(invalid), tuple(unusable))
 
 
 def safe_name(name: str) -> str:
