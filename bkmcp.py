@@ -19379,11 +19379,9 @@ class Runner:
             inputs = read_body(inv.inputs, envr.stdin, envr.cwd, deadline, env=envr.env, option="--inputs")
         answers = bool(inv.input) or inputs is not None or inv.input_action is not None
         terminal: TerminalQuestions | None = None
-        if answers:
-            pass
-        elif envr.warm is not None:  # a warm client on a terminal has its questions relayed to it (§14)
+        if not answers and envr.warm is not None:  # a warm client on a terminal has its questions relayed to it (§14)
             terminal = RelayedQuestions(envr.warm.ask, deadline) if envr.warm.ask is not None else None
-        elif is_terminal(envr.stdin) and is_terminal(envr.stderr):
+        elif not answers and is_terminal(envr.stdin) and is_terminal(envr.stderr):
             terminal = TerminalQuestions(envr.stdin, envr.stderr, deadline)
 
         def keep(method: str, params: Mapping[str, Any], pending: InputRound, era: str | None) -> dict[str, Any]:
