@@ -1274,13 +1274,11 @@ def redact_url(url: str) -> str:
     pieces = []
     for piece in query.split("&"):
         name, equals, _value = piece.partition("=")
+        lowered = name.lower()
         if "%" in name or "+" in name:  # urllib.parse (with re) only when the name is encoded: help stays lean
             from urllib.parse import unquote_plus
 
-            name_text = unquote_plus(name)
-        else:
-            name_text = name
-        lowered = name_text.lower()
+            lowered = unquote_plus(name).lower()
         secret = (
             is_secret_name(lowered)
             or lowered in _SECRET_QUERY_NAMES
