@@ -19101,8 +19101,7 @@ class Runner:
             if status is not None:
                 return status
         # help (root, server, tool; bare `bkmcp <server>` too) is never projected, so --jq is not even compiled
-        projected = inv.jq is not None and not inv.help and mode
-        jq = compile_jq(inv.jq) if projected and inv.jq is not None else None
+        jq = compile_jq(inv.jq) if inv.jq is not None and not inv.help and mode else None
         self.log.debug(f"config file: {config_path}")
         config = load_config(config_path)
         for name, problem in config.invalid_names:
