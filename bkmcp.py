@@ -363,8 +363,7 @@ class BkmcpError(Exception):
     def copy(self: _Error, **changes: Any) -> _Error:
         """A new error of the same class with ``changes`` to its fields (``message`` included); the chain it was
         raised from stays, its traceback does not."""
-        fields = {name: getattr(self, name) for name in self._FIELDS}
-        fields["details"] = dict(self.details)
+        fields = {name: getattr(self, name) for name in self._FIELDS}  # __init__ copies ``details``
         fields.update(changes)
         copy = type(self)(fields.pop("message", self.template), **fields)
         copy.__cause__, copy.__suppress_context__ = self.__cause__, self.__suppress_context__
@@ -1275,13 +1274,11 @@ def redact_url(url: str) -> str:
     pieces = []
     for piece in query.split("&"):
         name, equals, _value = piece.partition("=")
+        lowered = name.lower()
         if "%" in name or "+" in name:  # urllib.parse (with re) only when the name is encoded: help stays lean
             from urllib.parse import unquote_plus
 
-            name_text = unquote_plus(name)
-        else:
-            name_text = name
-        lowered = name_text.lower()
+            lowered = unquote_plus(name).lower()
         secret = (
             is_secret_name(lowered)
             or lowered in _SECRET_QUERY_NAMES
@@ -1679,8 +1676,7 @@ class Log:
     def progress(self, message: str) -> None:
         """Progress for long work: one updating line when stderr is a terminal, else a plain line with -v."""
         if not self.is_tty:
-            if self.verbose:
-                self._write(f"bkmcp: {message}")
+            self.debug(message)
             return
         try:
             columns = os.get_terminal_size(self.stream.fileno()).columns or 80  # 0: the size is not known
@@ -2055,19 +2051,17 @@ class BlobWriter:
                 pass
         self.made.clear()
 
-    def _open_dir(self, parts: Sequence[str], create: bool) -> int:
-        """A descriptor of the directory ``parts`` below this one (each made when ``create`` and missing), no part
-        a link."""
+    def _open_dir(self, parts: Sequence[str]) -> int:
+        """A descriptor of the directory ``parts`` below this one (each made when missing), no part a link."""
         fd = os.dup(self.fd)
         flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
         try:
             for depth, part in enumerate(parts):
-                if create:
-                    try:
-                        os.mkdir(part, 0o755, dir_fd=fd)
-                        self.made.append(("/".join(parts[: depth + 1]), True))
-                    except FileExistsError:
-                        pass
+                try:
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                    self.made.append(("/".join(parts[: depth + 1]), True))
+                except FileExistsError:
+                    pass
                 inner = os.open(part, flags, dir_fd=fd)
                 os.close(fd)
                 fd = inner
@@ -2099,7 +2093,7 @@ class BlobWriter:
         stem, dot = (stem, dot) if stem else (name, "")
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
         try:
-            folder = self._open_dir(folders, create=True)
+            folder = self._open_dir(folders)
         except OSError as exc:
             raise BlobWriteError(f"--out {self.path}: cannot make {'/'.join(folders)}: {exc.strerror or exc}") from None
         try:
@@ -2333,11 +2327,10 @@ def load_config(path: str) -> ConfigFile:
             f"cannot read config file {path}: {getattr(exc, 'strerror', None) or exc}",
             hint="check the path and its permissions",
         ) from None
-    config = parse_config(raw, path)
-    return ConfigFile(config.path, config.servers, bool(mode & 0o044), config.invalid_names, config.unusable)
+    return parse_config(raw, path, readable_by_others=bool(mode & 0o044))
 
 
-def parse_config(raw: str | bytes, path: str) -> ConfigFile:
+def parse_config(raw: str | bytes, path: str, *, readable_by_others: bool = False) -> ConfigFile:
     """Parse strict JSON and validate every server entry. Messages name file, server and field, never values."""
     try:
         document = parse_json(raw)
@@ -2374,7 +2367,7 @@ def parse_config(raw: str | bytes, path: str) -> ConfigFile:
             servers[name] = parse_server(path, name, entry)
         except InvalidConfigError as exc:  # an error when selected; the file's other servers stay usable
             unusable.append((name, exc.message, exc.hint))
-    return ConfigFile(path, servers, invalid_names=tuple(invalid), unusable=tuple(unusable))
+    return ConfigFile(path, servers, readable_by_others, tuple(invalid), tuple(unusable))
 
 
 def safe_name(name: str) -> str:
@@ -2722,6 +2715,9 @@ def check_bkapi_value(value: str, *, where: str) -> list[str]:
     return list(document.values())
 
 
+_IDENTITY_VALUE_CHECKS = {"authorization": check_authorization_value, "x-bkapi-authorization": check_bkapi_value}
+
+
 def resolve_server(
     server: ServerConfig, env: Mapping[str, str], *, user: Mapping[str, str] | None = None, cwd: str | None = None
 ) -> ResolvedServer:
@@ -2734,6 +2730,7 @@ def resolve_server(
     redactor = Redactor()
     where = f"server {server.name!r} in {server.config_file}"
     headers: dict[str, str] = {}
+    auth_source = "none"
     for name, template in server.headers:
         value, used = expand_env(template, env, where=f"{where}, header {name!r}", user=user)
         if any(ch in value for ch in "\r\n\x00"):  # e.g. a token read from a file with its trailing newline
@@ -2741,8 +2738,7 @@ def resolve_server(
                 f"{where}: header {name!r} contains a line break or NUL after expansion",
                 hint='strip the newline from the variable\'s value (export VAR="$(cat file)" does that)',
             )
-        secret = is_secret_name(name)
-        if secret:
+        if is_secret_name(name):
             if not value.strip():
                 raise InvalidConfigError(
                     f"{where}: credential header {name!r} is empty after expansion",
@@ -2751,20 +2747,12 @@ def resolve_server(
             redactor.add(value)
             for fragment in used:
                 redactor.add(fragment, whole=False)
-        headers[name] = value
-    auth_source = "none"
-    for name, value in headers.items():
-        lowered = name.lower()
-        if lowered == "authorization":
-            fragments = check_authorization_value(value, where=where)
-        elif lowered == "x-bkapi-authorization":
-            fragments = check_bkapi_value(value, where=where)
-        else:
-            fragments = []
-        for fragment in fragments:
-            redactor.add(fragment, whole=False)
-        if is_secret_name(name):
             auth_source = "server_headers"
+        headers[name] = value
+    for name, value in headers.items():  # each identity header's value checked once every header has expanded
+        check = _IDENTITY_VALUE_CHECKS.get(name.lower())
+        for fragment in check(value, where=where) if check is not None else ():
+            redactor.add(fragment, whole=False)
     args = [expand_env(arg, env, where=f"{where}, args[{i}]")[0] for i, arg in enumerate(server.args)]
     if any("\x00" in arg for arg in args):
         raise InvalidConfigError(f"{where}: an argument contains a NUL character after expansion")
@@ -18382,14 +18370,10 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
                 close = closest_names(name, _LONG_OPTIONS) if not target else []
                 hint = f"did you mean {', '.join(close)}? (every option: bkmcp --help)" if close else "run bkmcp --help"
                 raise UsageError(f"unknown option {name}{where}", hint=hint)
-            flag = name[2:]
-            if eq:
-                inv.tool_tokens.append(ToolToken(flag, inline, True, token))
-            elif i < len(tokens) and not _is_bkmcp_option(tokens[i]):
-                inv.tool_tokens.append(ToolToken(flag, tokens[i], False, token))
-                i += 1
-            else:
-                inv.tool_tokens.append(ToolToken(flag, None, False, token))
+            flag_value = inline if eq else None  # --name alone: no value
+            if not eq and i < len(tokens) and not _is_bkmcp_option(tokens[i]):
+                flag_value, i = tokens[i], i + 1
+            inv.tool_tokens.append(ToolToken(name[2:], flag_value, bool(eq), token))
         elif inv.server is None:
             problem = check_server_name(token)
             if problem:
@@ -19069,14 +19053,12 @@ class Runner:
                     self.envr.stderr.write(halt.message)
                     self.envr.stderr.flush()
                     return halt.status
+            elif raw:
+                out.write(render_raw_data(envelope["data"], pretty=terminal, terminal=terminal))
             else:
-                pretty = 2 if terminal else None
-                if raw:
-                    out.write(render_raw_data(envelope["data"], pretty=terminal, terminal=terminal))
-                else:
-                    text = dump_json(envelope, indent=pretty)
-                    out.write(render_raw_text(text, terminal) if terminal else text)  # then its newline: not copied
-                    out.write("\n")
+                text = dump_json(envelope, indent=2 if terminal else None)
+                out.write(render_raw_text(text, terminal) if terminal else text)  # then its newline: not copied
+                out.write("\n")
             out.flush()
         except BrokenPipeError:
             if out is sys.__stdout__:  # the interpreter would flush what is left at exit, fail again, exit 120
@@ -19119,8 +19101,7 @@ class Runner:
             if status is not None:
                 return status
         # help (root, server, tool; bare `bkmcp <server>` too) is never projected, so --jq is not even compiled
-        projected = inv.jq is not None and not inv.help and mode
-        jq = compile_jq(inv.jq) if projected and inv.jq is not None else None
+        jq = compile_jq(inv.jq) if inv.jq is not None and not inv.help and mode else None
         self.log.debug(f"config file: {config_path}")
         config = load_config(config_path)
         for name, problem in config.invalid_names:
@@ -19395,11 +19376,9 @@ class Runner:
             inputs = read_body(inv.inputs, envr.stdin, envr.cwd, deadline, env=envr.env, option="--inputs")
         answers = bool(inv.input) or inputs is not None or inv.input_action is not None
         terminal: TerminalQuestions | None = None
-        if answers:
-            pass
-        elif envr.warm is not None:  # a warm client on a terminal has its questions relayed to it (§14)
+        if not answers and envr.warm is not None:  # a warm client on a terminal has its questions relayed to it (§14)
             terminal = RelayedQuestions(envr.warm.ask, deadline) if envr.warm.ask is not None else None
-        elif is_terminal(envr.stdin) and is_terminal(envr.stderr):
+        elif not answers and is_terminal(envr.stdin) and is_terminal(envr.stderr):
             terminal = TerminalQuestions(envr.stdin, envr.stderr, deadline)
 
         def keep(method: str, params: Mapping[str, Any], pending: InputRound, era: str | None) -> dict[str, Any]:
@@ -19422,15 +19401,11 @@ class Runner:
         pending = InputRound(record["input_requests"], record.get("request_state"))
         method, params = record["method"], record["params"]
         try:
-            if method == "tools/call":
-                name, arguments = params["name"], params.get("arguments") or {}
-                data = run_call(
-                    server, ctx, name, insecure=inv.insecure, prepare=lambda _tool: arguments, pending=pending
-                )
-            elif method == "prompts/get":
-                name, arguments = params["name"], params.get("arguments") or {}
-                data = run_prompt(
-                    server, ctx, name, insecure=inv.insecure, prepare=lambda _prompt: arguments, pending=pending
+            if method in ("tools/call", "prompts/get"):
+                run = run_call if method == "tools/call" else run_prompt
+                arguments = params.get("arguments") or {}
+                data = run(
+                    server, ctx, params["name"], insecure=inv.insecure, prepare=lambda _: arguments, pending=pending
                 )
             else:
                 data = run_read(server, ctx, params["uri"], insecure=inv.insecure, pending=pending)
@@ -20280,11 +20255,11 @@ def _warm_relay(sock: Any, inv: Invocation, envr: Environment, log: Log) -> int:
     if stage:
         details["stage"] = stage
     data = {"server": inv.server} if inv.tool is None else {"server": inv.server, "tool": inv.tool}
+    sent = ": tools/call had been sent, so the call may or may not have run" if call_sent else ""
     if silent:
         error: BkmcpError = McpTimeoutError(
             "the background bkmcp process (--keep-alive) is still running but sent nothing for "
-            f"{format_duration(waited)}, past the command's --timeout"
-            + (": tools/call had been sent, so the call may or may not have run" if call_sent else ""),
+            f"{format_duration(waited)}, past the command's --timeout{sent}",
             hint="check whether the tool ran before calling it again (bkmcp never resends a call); "
             "bkmcp --sessions --stop ends a process that stays busy"
             if call_sent
@@ -20294,14 +20269,13 @@ def _warm_relay(sock: Any, inv: Invocation, envr: Environment, log: Log) -> int:
         )
         return report_error(error, envr, log)
     error = ConnectionFailedError(
-        "the background bkmcp process (--keep-alive) ended during the command"
-        + (": tools/call had been sent, so the call may or may not have run" if call_sent else ""),
+        f"the background bkmcp process (--keep-alive) ended during the command{sent}",
         hint="check whether the tool ran before calling it again (bkmcp never resends a call); the next command "
         "starts a new background process"
         if call_sent
         else "run the command again: the next one starts a new background process",
         details=details,
-        data={"server": inv.server} if inv.tool is None else {"server": inv.server, "tool": inv.tool},
+        data=data,
     )
     return report_error(error, envr, log)
 
