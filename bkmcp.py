@@ -2829,38 +2829,31 @@ MAX_TOOLS = 100_000
 
 @dataclass(frozen=True)
 class EraRules:
-    """What one protocol version changes on the wire (docs/protocol.md §0). Flows read this table, not ifs."""
+    """What one protocol version changes on the wire (docs/protocol.md §0). Flows read this table, not ifs. The
+    defaults are the rules of 2025-11-25: a row of the table names what its version changes."""
 
     version: str
-    era: str  # "legacy" | "modern"
-    handshake: bool  # initialize + notifications/initialized
-    version_header: bool  # MCP-Protocol-Version on requests after the handshake (every request when modern)
-    sessions: bool  # Mcp-Session-Id issued by initialize, DELETE at close
-    request_meta: bool  # params._meta protocolVersion / clientCapabilities / clientInfo on every request
-    method_headers: bool  # Mcp-Method, Mcp-Name, Mcp-Param-*
-    sse_resumption: bool  # GET + Last-Event-ID when a POST's stream closes early
-    cancel_notification: bool  # Ctrl-C sends notifications/cancelled (modern HTTP closes the stream)
+    era: str = "legacy"  # "legacy" | "modern"
+    handshake: bool = True  # initialize + notifications/initialized
+    version_header: bool = True  # MCP-Protocol-Version on requests after the handshake (every request when modern)
+    sessions: bool = True  # Mcp-Session-Id issued by initialize, DELETE at close
+    request_meta: bool = False  # params._meta protocolVersion / clientCapabilities / clientInfo on every request
+    method_headers: bool = False  # Mcp-Method, Mcp-Name, Mcp-Param-*
+    sse_resumption: bool = True  # GET + Last-Event-ID when a POST's stream closes early
+    cancel_notification: bool = True  # Ctrl-C sends notifications/cancelled (modern HTTP closes the stream)
     # Mcp-Param-* come from inputSchema x-mcp-header: a tool whose declaration is invalid is excluded (§5)
-    header_exclusion: bool
-    list_ttl: bool  # a tools/list page's ttlMs says how long it may be kept (a warm session keeps it: contract §14)
-
-
-def _era(version: str, era: str = "legacy", **changes: bool) -> EraRules:
-    """A row of the table: the rules of 2025-11-25 with ``changes``."""
-    base = {"handshake": True, "version_header": True, "sessions": True, "request_meta": False}
-    base.update(method_headers=False, sse_resumption=True, cancel_notification=True, header_exclusion=False)
-    base.update(list_ttl=False)
-    return EraRules(version=version, era=era, **{**base, **changes})
+    header_exclusion: bool = False
+    list_ttl: bool = False  # a tools/list page's ttlMs: how long it may be kept (a warm session keeps it: contract §14)
 
 
 ERA_TABLE: dict[str, EraRules] = {
     # 2024-11-05's messages are a subset of 2025-03-26's (no batches, annotations, audio, progress message); its
     # HTTP+SSE transport is not spoken: a server that chose it over Streamable HTTP or stdio gets these rules
-    "2024-11-05": _era("2024-11-05", version_header=False),
-    "2025-03-26": _era("2025-03-26", version_header=False),
-    "2025-06-18": _era("2025-06-18"),
-    "2025-11-25": _era("2025-11-25"),
-    "2026-07-28": _era(
+    "2024-11-05": EraRules("2024-11-05", version_header=False),
+    "2025-03-26": EraRules("2025-03-26", version_header=False),
+    "2025-06-18": EraRules("2025-06-18"),
+    "2025-11-25": EraRules("2025-11-25"),
+    "2026-07-28": EraRules(
         "2026-07-28",
         era="modern",
         handshake=False,
