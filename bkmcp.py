@@ -3149,7 +3149,13 @@ def build_notification(
     method: str, params: dict[str, Any] | None, rules: EraRules, capabilities: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
-    params = _with_meta(params, rules, capabilities)
+    if rules.request_meta:
+        params = dict(params or {})
+        meta = dict(params.get("_meta") or {})
+        meta[META_PROTOCOL_VERSION] = rules.version
+        meta[META_CLIENT_CAPABILITIES] = merge_capabilities(capabilities, meta.get(META_CLIENT_CAPABILITIES))
+        meta[META_CLIENT_INFO] = dict(CLIENT_INFO)
+        params["_meta"] = meta
     if params is not None:
         message["params"] = params
     return message
@@ -3170,20 +3176,6 @@ def merge_capabilities(declared: Mapping[str, Any] | None, asked: Any) -> dict[s
             both = isinstance(merged.get(key), Mapping) and isinstance(value, Mapping)
             merged[key] = {**merged[key], **value} if key == "extensions" and both else value
     return merged
-
-
-def _with_meta(
-    params: dict[str, Any] | None, rules: EraRules, capabilities: Mapping[str, Any] | None
-) -> dict[str, Any] | None:
-    if not rules.request_meta:
-        return params
-    params = dict(params or {})
-    meta = dict(params.get("_meta") or {})
-    meta[META_PROTOCOL_VERSION] = rules.version
-    meta[META_CLIENT_CAPABILITIES] = merge_capabilities(capabilities, meta.get(META_CLIENT_CAPABILITIES))
-    meta[META_CLIENT_INFO] = dict(CLIENT_INFO)
-    params["_meta"] = meta
-    return params
 
 
 def build_initialize_params(version: str, capabilities: Mapping[str, Any] | None = None) -> dict[str, Any]:
