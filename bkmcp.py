@@ -3204,8 +3204,6 @@ def encode_header_value(value: Any) -> str | None:
     Plain visible ASCII without surrounding whitespace goes as is; anything else, or a value that itself looks
     like the sentinel, is sent as ``=?base64?<base64 of UTF-8>?=`` (2026-07-28 streamable-http §Request Metadata).
     """
-    if value is None:
-        return None
     if isinstance(value, bool):
         text = "true" if value else "false"
     elif isinstance(value, int):
@@ -5647,15 +5645,14 @@ LISTEN_BUDGET = 24 * 3600.0  # the standalone GET stream lives as long as the se
 
 
 def _decode_error_message(text: str) -> Message | None:
-    """The JSON-RPC message in an error body, if there is one."""
+    """The JSON-RPC message in an error body, if there is one (a body that is a JSON object: one message)."""
     stripped = text.strip()
     if not stripped.startswith("{"):
         return None
     try:
-        messages = decode_messages(stripped)
+        return decode_messages(stripped)[0]
     except ProtocolError:
         return None
-    return messages[0] if len(messages) == 1 else None
 
 
 # -- 6.3 stdio framing: the bounded line reader and the stderr tail (docs/contract.md §9) ------------------------------
