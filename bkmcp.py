@@ -5259,14 +5259,12 @@ class HttpTransport(Transport):
 
     @staticmethod
     def _read_error_body(response: Any) -> str:
-        chunks: list[bytes] = []
-        size = 0
+        body = bytearray()
         for chunk in response.iter_bytes():
-            chunks.append(chunk)
-            size += len(chunk)
-            if size >= _ERROR_BODY_LIMIT:
+            body += chunk
+            if len(body) >= _ERROR_BODY_LIMIT:
                 break
-        return b"".join(chunks)[:_ERROR_BODY_LIMIT].decode("utf-8", "replace")
+        return body[:_ERROR_BODY_LIMIT].decode("utf-8", "replace")
 
     # -- the seam --------------------------------------------------------------------------------------
 
