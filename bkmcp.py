@@ -5300,27 +5300,19 @@ class HttpTransport(Transport):
         headers = build_headers(
             rules, configured=self.configured, message=message, session_id=session_id, extra=outgoing.extra_headers
         )
-        body = dump_json(message).encode("utf-8")  # dump_json escapes lone surrogates: always valid UTF-8
         decoder: SseDecoder | None = None
         try:
             timeout = self._timeout(deadline)
         except McpTimeoutError as exc:
             raise exc.copy(request_sent=False) from None
         started = time.monotonic()
-        self._log_request("POST", headers, message)
         interrupt = deadline.interrupt  # a warm client's Ctrl-C: the wait for the answer ends at once
         marker = object()  # finds this request's pooled connection (``_shut_pending``)
         hook = interrupt.hook(lambda: self._shut_pending(marker)) if interrupt is not None else None
         try:
             with HttpxBoundary(self.url, deadline):
-                with self._http().stream(
-                    "POST",
-                    self.url,
-                    content=body,
-                    headers=_wire_headers(headers),
-                    timeout=timeout,
-                    extensions=self._extensions(marker, sent=False),
-                ) as response:
+                extensions = self._extensions(marker, sent=False)
+                with self._open("POST", headers, deadline, message, extensions, timeout) as response:
                     if hook is not None and interrupt is not None:
                         interrupt.unhook(hook)
                         hook = interrupt.hook(lambda: _shut_down_stream(response.extensions.get("network_stream")))
@@ -5459,7 +5451,7 @@ class HttpTransport(Transport):
             headers.append(("Last-Event-ID", last_id))
             started = time.monotonic()
             with HttpxBoundary(self.url, deadline):
-                with self._open_get(headers, deadline, marker) as response:
+                with self._open("GET", headers, deadline, extensions=self._extensions(marker, sent=True)) as response:
                     self._log_response(response, started)
                     try:
                         self._check_status(response, "GET", with_session=session_id is not None)
@@ -5486,16 +5478,26 @@ class HttpTransport(Transport):
                     "the server keeps closing the resumed event stream without sending anything", request_sent=True
                 )
 
-    def _open_get(self, headers: list[tuple[str, str]], deadline: Deadline, marker: object) -> Any:
-        """The GET of an event stream (a resumed answer's, or the standalone one), its request logged: the
-        response's context manager, entered inside ``HttpxBoundary``."""
-        self._log_request("GET", headers, None)
+    def _open(
+        self,
+        verb: str,
+        headers: list[tuple[str, str]],
+        deadline: Deadline,
+        message: Mapping[str, Any] | None = None,
+        extensions: dict[str, Any] | None = None,
+        timeout: Any = None,
+    ) -> Any:
+        """One request of the session, logged: a message's POST, or the GET of an event stream (a resumed answer's,
+        or the standalone one); the response's context manager, entered inside ``HttpxBoundary``. ``timeout``: the
+        one the caller took of ``deadline`` already, else it is taken here."""
+        self._log_request(verb, headers, message)
         return self._http().stream(
-            "GET",
+            verb,
             self.url,
+            content=None if message is None else dump_json(message).encode("utf-8"),  # lone surrogates escaped: UTF-8
             headers=_wire_headers(headers),
-            timeout=self._timeout(deadline),
-            extensions=self._extensions(marker, sent=True),
+            timeout=self._timeout(deadline) if timeout is None else timeout,
+            extensions=extensions,
         )
 
     def listen(self, rules: EraRules, session_id: str | None, deadline: Deadline) -> None:
@@ -5521,7 +5523,7 @@ class HttpTransport(Transport):
         deadline = Deadline(LISTEN_BUDGET)
         try:
             with HttpxBoundary(self.url, deadline):
-                with self._open_get(headers, deadline, marker) as response:
+                with self._open("GET", headers, deadline, extensions=self._extensions(marker, sent=True)) as response:
                     opened.set()
                     ctype = media_type(response.headers)
                     if response.status_code != 200 or ctype != "text/event-stream":
@@ -5541,17 +5543,10 @@ class HttpTransport(Transport):
         message, deadline, session_id = outgoing.message, outgoing.deadline, outgoing.session_id
         headers = build_headers(outgoing.rules, configured=self.configured, message=message, session_id=session_id)
         started = time.monotonic()
-        self._log_request("POST", headers, message)
         what = str(message.get("method", "a response"))
         try:
             with HttpxBoundary(self.url, deadline):
-                with self._http().stream(
-                    "POST",
-                    self.url,
-                    content=dump_json(message).encode("utf-8"),
-                    headers=_wire_headers(headers),
-                    timeout=self._timeout(deadline),
-                ) as response:
+                with self._open("POST", headers, deadline, message) as response:
                     self._log_response(response, started)
                     if outgoing.strict:
                         self._check_status(response, what, with_session=session_id is not None)
