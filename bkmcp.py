@@ -3064,11 +3064,8 @@ class SseDecoder:
             if text.startswith("\ufeff"):
                 text = text[1:]
         events: list[SseEvent] = []
-        pos = 0
-        if self._skip_lf and text:
-            self._skip_lf = False
-            if text[0] == "\n":
-                pos = 1
+        pos = 1 if self._skip_lf and text[:1] == "\n" else 0  # the "\n" of a CRLF split across chunks
+        self._skip_lf = False
         for match in _SSE_EOL.finditer(text, pos):
             start = match.start()
             if self._pieces:
@@ -3095,8 +3092,7 @@ class SseDecoder:
 
     def close(self) -> list[SseEvent]:
         """End of stream: an unterminated event is discarded (WHATWG), nothing else to flush."""
-        tail = self._utf8.decode(b"", final=True)
-        events = self.feed(tail) if tail else []
+        events = self.feed(self._utf8.decode(b"", final=True))
         self._pieces = []
         self._data = []
         return events
