@@ -4379,11 +4379,9 @@ def verify_skill_file(entry: Mapping[str, Any], file: SkillFile, result: Mapping
         frontmatter = parse_frontmatter(data.decode("utf-8", "replace"))
         if frontmatter is None:
             raise skill_unverified(entry, file.uri, "frontmatter", "has no YAML frontmatter bkmcp can read")
-        listed = entry.get("frontmatter")
-        for key in sorted(set(frontmatter) | set(listed if isinstance(listed, dict) else {})):
-            mine = _yaml_value(frontmatter.get(key))
-            theirs = _yaml_value(listed.get(key) if isinstance(listed, dict) else None)
-            if mine != theirs:
+        listed = entry["frontmatter"] if isinstance(entry.get("frontmatter"), dict) else {}
+        for key in sorted(set(frontmatter) | set(listed)):
+            if _yaml_value(frontmatter.get(key)) != _yaml_value(listed.get(key)):
                 raise skill_unverified(entry, file.uri, "frontmatter", f"has frontmatter {key!r} unlike the listing's")
         name = frontmatter.get("name")
         if name != entry["uri"][: -len("/" + SKILL_FILE)].rsplit("/", 1)[-1]:
