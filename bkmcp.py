@@ -4863,7 +4863,13 @@ def new_http_client(url: str, *, insecure: bool) -> Any:
     else:
         with _TLS_LOCK:  # certifi.where() fills a global on first use (from the pyz: a temporary copy of the CA bundle)
             client = httpx.Client(**options)
-    return _keep_hand_overs(_reads_ask_deadlines(client))
+    pool = _shaped_pool(client)  # None: not the httpcore 1.0 pool these two changes are made for
+    if pool is not None and hasattr(pool, "_network_backend"):  # its reads ask the deadline again (``_AskingStream``)
+        pool._network_backend = _AskingBackend(pool._network_backend)
+    hand_over = _hand_over_pool()
+    if hand_over is not None and type(pool) is hand_over.__bases__[0]:  # the same state, one method changed
+        pool.__class__ = hand_over
+    return client
 
 
 class ReadBudget(float):
@@ -4879,15 +4885,6 @@ class ReadBudget(float):
         made = super().__new__(cls, seconds)
         made.deadline = deadline
         return made
-
-
-def _reads_ask_deadlines(client: Any) -> Any:
-    """``client`` with its pool's network streams made ``_AskingStream``s (left as it is when the pool is not
-    httpcore 1.0's: an injected test transport)."""
-    pool = _shaped_pool(client)
-    if pool is not None and hasattr(pool, "_network_backend"):
-        pool._network_backend = _AskingBackend(pool._network_backend)
-    return client
 
 
 class _AskingBackend:
@@ -5028,15 +5025,6 @@ def _hand_over_pool() -> type | None:
 
     _HAND_OVER_POOL.append(HandOverPool)
     return HandOverPool
-
-
-def _keep_hand_overs(client: Any) -> Any:
-    """``client`` with its connection pool a ``_hand_over_pool()`` (same state, one method changed)."""
-    pool = _shaped_pool(client)
-    cls = _hand_over_pool()
-    if cls is not None and type(pool) is cls.__bases__[0]:
-        pool.__class__ = cls
-    return client
 
 
 def _shaped_pool(client: Any) -> Any:
