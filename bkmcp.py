@@ -5301,9 +5301,8 @@ class HttpTransport(Transport):
                     self._log_response(response, started)
                     self._check_status(response, method, with_session=session_id is not None)
                     self._answer_headers(method, response.headers)  # the core decides what they issue
-                    ctype = media_type(response.headers)
-                    if response.status_code == 202:  # whatever its content type: an answer with no response
-                        ctype = ""
+                    # a 202, whatever its content type, is an answer with no response
+                    ctype = "" if response.status_code == 202 else media_type(response.headers)
                     if ctype == "text/event-stream":
                         decoder = SseDecoder()
                         for incoming in self._read_sse(response, decoder, deadline):
@@ -5322,7 +5321,7 @@ class HttpTransport(Transport):
                         raise ProtocolError(
                             f"the server's JSON answer to {method} has no response for request id {request_id}"
                         )
-                    elif response.status_code == 202 or not ctype:
+                    elif not ctype:
                         raise ProtocolError(
                             f"the server answered request {method} with HTTP {response.status_code} and no "
                             "JSON-RPC response"
