@@ -2817,38 +2817,31 @@ MAX_TOOLS = 100_000
 
 @dataclass(frozen=True)
 class EraRules:
-    """What one protocol version changes on the wire (docs/protocol.md §0). Flows read this table, not ifs."""
+    """What one protocol version changes on the wire (docs/protocol.md §0). Flows read this table, not ifs. The
+    defaults are the rules of 2025-11-25: a row of the table names what its version changes."""
 
     version: str
-    era: str  # "legacy" | "modern"
-    handshake: bool  # initialize + notifications/initialized
-    version_header: bool  # MCP-Protocol-Version on requests after the handshake (every request when modern)
-    sessions: bool  # Mcp-Session-Id issued by initialize, DELETE at close
-    request_meta: bool  # params._meta protocolVersion / clientCapabilities / clientInfo on every request
-    method_headers: bool  # Mcp-Method, Mcp-Name, Mcp-Param-*
-    sse_resumption: bool  # GET + Last-Event-ID when a POST's stream closes early
-    cancel_notification: bool  # Ctrl-C sends notifications/cancelled (modern HTTP closes the stream)
+    era: str = "legacy"  # "legacy" | "modern"
+    handshake: bool = True  # initialize + notifications/initialized
+    version_header: bool = True  # MCP-Protocol-Version on requests after the handshake (every request when modern)
+    sessions: bool = True  # Mcp-Session-Id issued by initialize, DELETE at close
+    request_meta: bool = False  # params._meta protocolVersion / clientCapabilities / clientInfo on every request
+    method_headers: bool = False  # Mcp-Method, Mcp-Name, Mcp-Param-*
+    sse_resumption: bool = True  # GET + Last-Event-ID when a POST's stream closes early
+    cancel_notification: bool = True  # Ctrl-C sends notifications/cancelled (modern HTTP closes the stream)
     # Mcp-Param-* come from inputSchema x-mcp-header: a tool whose declaration is invalid is excluded (§5)
-    header_exclusion: bool
-    list_ttl: bool  # a tools/list page's ttlMs says how long it may be kept (a warm session keeps it: contract §14)
-
-
-def _era(version: str, era: str = "legacy", **changes: bool) -> EraRules:
-    """A row of the table: the rules of 2025-11-25 with ``changes``."""
-    base = {"handshake": True, "version_header": True, "sessions": True, "request_meta": False}
-    base.update(method_headers=False, sse_resumption=True, cancel_notification=True, header_exclusion=False)
-    base.update(list_ttl=False)
-    return EraRules(version=version, era=era, **{**base, **changes})
+    header_exclusion: bool = False
+    list_ttl: bool = False  # a tools/list page's ttlMs: how long it may be kept (a warm session keeps it: contract §14)
 
 
 ERA_TABLE: dict[str, EraRules] = {
     # 2024-11-05's messages are a subset of 2025-03-26's (no batches, annotations, audio, progress message); its
     # HTTP+SSE transport is not spoken: a server that chose it over Streamable HTTP or stdio gets these rules
-    "2024-11-05": _era("2024-11-05", version_header=False),
-    "2025-03-26": _era("2025-03-26", version_header=False),
-    "2025-06-18": _era("2025-06-18"),
-    "2025-11-25": _era("2025-11-25"),
-    "2026-07-28": _era(
+    "2024-11-05": EraRules("2024-11-05", version_header=False),
+    "2025-03-26": EraRules("2025-03-26", version_header=False),
+    "2025-06-18": EraRules("2025-06-18"),
+    "2025-11-25": EraRules("2025-11-25"),
+    "2026-07-28": EraRules(
         "2026-07-28",
         era="modern",
         handshake=False,
@@ -3059,11 +3052,8 @@ class SseDecoder:
             if text.startswith("\ufeff"):
                 text = text[1:]
         events: list[SseEvent] = []
-        pos = 0
-        if self._skip_lf and text:
-            self._skip_lf = False
-            if text[0] == "\n":
-                pos = 1
+        pos = 1 if self._skip_lf and text[:1] == "\n" else 0  # the "\n" of a CRLF split across chunks
+        self._skip_lf = False
         for match in _SSE_EOL.finditer(text, pos):
             start = match.start()
             if self._pieces:
@@ -3090,8 +3080,7 @@ class SseDecoder:
 
     def close(self) -> list[SseEvent]:
         """End of stream: an unterminated event is discarded (WHATWG), nothing else to flush."""
-        tail = self._utf8.decode(b"", final=True)
-        events = self.feed(tail) if tail else []
+        events = self.feed(self._utf8.decode(b"", final=True))
         self._pieces = []
         self._data = []
         return events
@@ -3144,7 +3133,13 @@ def build_notification(
     method: str, params: dict[str, Any] | None, rules: EraRules, capabilities: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
-    params = _with_meta(params, rules, capabilities)
+    if rules.request_meta:
+        params = dict(params or {})
+        meta = dict(params.get("_meta") or {})
+        meta[META_PROTOCOL_VERSION] = rules.version
+        meta[META_CLIENT_CAPABILITIES] = merge_capabilities(capabilities, meta.get(META_CLIENT_CAPABILITIES))
+        meta[META_CLIENT_INFO] = dict(CLIENT_INFO)
+        params["_meta"] = meta
     if params is not None:
         message["params"] = params
     return message
@@ -3165,20 +3160,6 @@ def merge_capabilities(declared: Mapping[str, Any] | None, asked: Any) -> dict[s
             both = isinstance(merged.get(key), Mapping) and isinstance(value, Mapping)
             merged[key] = {**merged[key], **value} if key == "extensions" and both else value
     return merged
-
-
-def _with_meta(
-    params: dict[str, Any] | None, rules: EraRules, capabilities: Mapping[str, Any] | None
-) -> dict[str, Any] | None:
-    if not rules.request_meta:
-        return params
-    params = dict(params or {})
-    meta = dict(params.get("_meta") or {})
-    meta[META_PROTOCOL_VERSION] = rules.version
-    meta[META_CLIENT_CAPABILITIES] = merge_capabilities(capabilities, meta.get(META_CLIENT_CAPABILITIES))
-    meta[META_CLIENT_INFO] = dict(CLIENT_INFO)
-    params["_meta"] = meta
-    return params
 
 
 def build_initialize_params(version: str, capabilities: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -3207,8 +3188,6 @@ def encode_header_value(value: Any) -> str | None:
     Plain visible ASCII without surrounding whitespace goes as is; anything else, or a value that itself looks
     like the sentinel, is sent as ``=?base64?<base64 of UTF-8>?=`` (2026-07-28 streamable-http §Request Metadata).
     """
-    if value is None:
-        return None
     if isinstance(value, bool):
         text = "true" if value else "false"
     elif isinstance(value, int):
@@ -4388,11 +4367,9 @@ def verify_skill_file(entry: Mapping[str, Any], file: SkillFile, result: Mapping
         frontmatter = parse_frontmatter(data.decode("utf-8", "replace"))
         if frontmatter is None:
             raise skill_unverified(entry, file.uri, "frontmatter", "has no YAML frontmatter bkmcp can read")
-        listed = entry.get("frontmatter")
-        for key in sorted(set(frontmatter) | set(listed if isinstance(listed, dict) else {})):
-            mine = _yaml_value(frontmatter.get(key))
-            theirs = _yaml_value(listed.get(key) if isinstance(listed, dict) else None)
-            if mine != theirs:
+        listed = entry["frontmatter"] if isinstance(entry.get("frontmatter"), dict) else {}
+        for key in sorted(set(frontmatter) | set(listed)):
+            if _yaml_value(frontmatter.get(key)) != _yaml_value(listed.get(key)):
                 raise skill_unverified(entry, file.uri, "frontmatter", f"has frontmatter {key!r} unlike the listing's")
         name = frontmatter.get("name")
         if name != entry["uri"][: -len("/" + SKILL_FILE)].rsplit("/", 1)[-1]:
@@ -4874,7 +4851,13 @@ def new_http_client(url: str, *, insecure: bool) -> Any:
     else:
         with _TLS_LOCK:  # certifi.where() fills a global on first use (from the pyz: a temporary copy of the CA bundle)
             client = httpx.Client(**options)
-    return _keep_hand_overs(_reads_ask_deadlines(client))
+    pool = _shaped_pool(client)  # None: not the httpcore 1.0 pool these two changes are made for
+    if pool is not None and hasattr(pool, "_network_backend"):  # its reads ask the deadline again (``_AskingStream``)
+        pool._network_backend = _AskingBackend(pool._network_backend)
+    hand_over = _hand_over_pool()
+    if hand_over is not None and type(pool) is hand_over.__bases__[0]:  # the same state, one method changed
+        pool.__class__ = hand_over
+    return client
 
 
 class ReadBudget(float):
@@ -4890,15 +4873,6 @@ class ReadBudget(float):
         made = super().__new__(cls, seconds)
         made.deadline = deadline
         return made
-
-
-def _reads_ask_deadlines(client: Any) -> Any:
-    """``client`` with its pool's network streams made ``_AskingStream``s (left as it is when the pool is not
-    httpcore 1.0's: an injected test transport)."""
-    pool = _shaped_pool(client)
-    if pool is not None and hasattr(pool, "_network_backend"):
-        pool._network_backend = _AskingBackend(pool._network_backend)
-    return client
 
 
 class _AskingBackend:
@@ -5039,15 +5013,6 @@ def _hand_over_pool() -> type | None:
 
     _HAND_OVER_POOL.append(HandOverPool)
     return HandOverPool
-
-
-def _keep_hand_overs(client: Any) -> Any:
-    """``client`` with its connection pool a ``_hand_over_pool()`` (same state, one method changed)."""
-    pool = _shaped_pool(client)
-    cls = _hand_over_pool()
-    if cls is not None and type(pool) is cls.__bases__[0]:
-        pool.__class__ = cls
-    return client
 
 
 def _shaped_pool(client: Any) -> Any:
@@ -5264,14 +5229,12 @@ class HttpTransport(Transport):
 
     @staticmethod
     def _read_error_body(response: Any) -> str:
-        chunks: list[bytes] = []
-        size = 0
+        body = bytearray()
         for chunk in response.iter_bytes():
-            chunks.append(chunk)
-            size += len(chunk)
-            if size >= _ERROR_BODY_LIMIT:
+            body += chunk
+            if len(body) >= _ERROR_BODY_LIMIT:
                 break
-        return b"".join(chunks)[:_ERROR_BODY_LIMIT].decode("utf-8", "replace")
+        return body[:_ERROR_BODY_LIMIT].decode("utf-8", "replace")
 
     # -- the seam --------------------------------------------------------------------------------------
 
@@ -5307,36 +5270,27 @@ class HttpTransport(Transport):
         headers = build_headers(
             rules, configured=self.configured, message=message, session_id=session_id, extra=outgoing.extra_headers
         )
-        body = dump_json(message).encode("utf-8")  # dump_json escapes lone surrogates: always valid UTF-8
         decoder: SseDecoder | None = None
         try:
             timeout = self._timeout(deadline)
         except McpTimeoutError as exc:
             raise exc.copy(request_sent=False) from None
         started = time.monotonic()
-        self._log_request("POST", headers, message)
         interrupt = deadline.interrupt  # a warm client's Ctrl-C: the wait for the answer ends at once
         marker = object()  # finds this request's pooled connection (``_shut_pending``)
         hook = interrupt.hook(lambda: self._shut_pending(marker)) if interrupt is not None else None
         try:
             with HttpxBoundary(self.url, deadline):
-                with self._http().stream(
-                    "POST",
-                    self.url,
-                    content=body,
-                    headers=_wire_headers(headers),
-                    timeout=timeout,
-                    extensions=self._extensions(marker, sent=False),
-                ) as response:
+                extensions = self._extensions(marker, sent=False)
+                with self._open("POST", headers, deadline, message, extensions, timeout) as response:
                     if hook is not None and interrupt is not None:
                         interrupt.unhook(hook)
                         hook = interrupt.hook(lambda: _shut_down_stream(response.extensions.get("network_stream")))
                     self._log_response(response, started)
                     self._check_status(response, method, with_session=session_id is not None)
                     self._answer_headers(method, response.headers)  # the core decides what they issue
-                    ctype = media_type(response.headers)
-                    if response.status_code == 202:  # whatever its content type: an answer with no response
-                        ctype = ""
+                    # a 202, whatever its content type, is an answer with no response
+                    ctype = "" if response.status_code == 202 else media_type(response.headers)
                     if ctype == "text/event-stream":
                         decoder = SseDecoder()
                         for incoming in self._read_sse(response, decoder, deadline):
@@ -5355,7 +5309,7 @@ class HttpTransport(Transport):
                         raise ProtocolError(
                             f"the server's JSON answer to {method} has no response for request id {request_id}"
                         )
-                    elif response.status_code == 202 or not ctype:
+                    elif not ctype:
                         raise ProtocolError(
                             f"the server answered request {method} with HTTP {response.status_code} and no "
                             "JSON-RPC response"
@@ -5466,7 +5420,7 @@ class HttpTransport(Transport):
             headers.append(("Last-Event-ID", last_id))
             started = time.monotonic()
             with HttpxBoundary(self.url, deadline):
-                with self._open_get(headers, deadline, marker) as response:
+                with self._open("GET", headers, deadline, extensions=self._extensions(marker, sent=True)) as response:
                     self._log_response(response, started)
                     try:
                         self._check_status(response, "GET", with_session=session_id is not None)
@@ -5493,16 +5447,26 @@ class HttpTransport(Transport):
                     "the server keeps closing the resumed event stream without sending anything", request_sent=True
                 )
 
-    def _open_get(self, headers: list[tuple[str, str]], deadline: Deadline, marker: object) -> Any:
-        """The GET of an event stream (a resumed answer's, or the standalone one), its request logged: the
-        response's context manager, entered inside ``HttpxBoundary``."""
-        self._log_request("GET", headers, None)
+    def _open(
+        self,
+        verb: str,
+        headers: list[tuple[str, str]],
+        deadline: Deadline,
+        message: Mapping[str, Any] | None = None,
+        extensions: dict[str, Any] | None = None,
+        timeout: Any = None,
+    ) -> Any:
+        """One request of the session, logged: a message's POST, or the GET of an event stream (a resumed answer's,
+        or the standalone one); the response's context manager, entered inside ``HttpxBoundary``. ``timeout``: the
+        one the caller took of ``deadline`` already, else it is taken here."""
+        self._log_request(verb, headers, message)
         return self._http().stream(
-            "GET",
+            verb,
             self.url,
+            content=None if message is None else dump_json(message).encode("utf-8"),  # lone surrogates escaped: UTF-8
             headers=_wire_headers(headers),
-            timeout=self._timeout(deadline),
-            extensions=self._extensions(marker, sent=True),
+            timeout=self._timeout(deadline) if timeout is None else timeout,
+            extensions=extensions,
         )
 
     def listen(self, rules: EraRules, session_id: str | None, deadline: Deadline) -> None:
@@ -5528,7 +5492,7 @@ class HttpTransport(Transport):
         deadline = Deadline(LISTEN_BUDGET)
         try:
             with HttpxBoundary(self.url, deadline):
-                with self._open_get(headers, deadline, marker) as response:
+                with self._open("GET", headers, deadline, extensions=self._extensions(marker, sent=True)) as response:
                     opened.set()
                     ctype = media_type(response.headers)
                     if response.status_code != 200 or ctype != "text/event-stream":
@@ -5548,17 +5512,10 @@ class HttpTransport(Transport):
         message, deadline, session_id = outgoing.message, outgoing.deadline, outgoing.session_id
         headers = build_headers(outgoing.rules, configured=self.configured, message=message, session_id=session_id)
         started = time.monotonic()
-        self._log_request("POST", headers, message)
         what = str(message.get("method", "a response"))
         try:
             with HttpxBoundary(self.url, deadline):
-                with self._http().stream(
-                    "POST",
-                    self.url,
-                    content=dump_json(message).encode("utf-8"),
-                    headers=_wire_headers(headers),
-                    timeout=self._timeout(deadline),
-                ) as response:
+                with self._open("POST", headers, deadline, message) as response:
                     self._log_response(response, started)
                     if outgoing.strict:
                         self._check_status(response, what, with_session=session_id is not None)
@@ -5650,15 +5607,14 @@ LISTEN_BUDGET = 24 * 3600.0  # the standalone GET stream lives as long as the se
 
 
 def _decode_error_message(text: str) -> Message | None:
-    """The JSON-RPC message in an error body, if there is one."""
+    """The JSON-RPC message in an error body, if there is one (a body that is a JSON object: one message)."""
     stripped = text.strip()
     if not stripped.startswith("{"):
         return None
     try:
-        messages = decode_messages(stripped)
+        return decode_messages(stripped)[0]
     except ProtocolError:
         return None
-    return messages[0] if len(messages) == 1 else None
 
 
 # -- 6.3 stdio framing: the bounded line reader and the stderr tail (docs/contract.md §9) ------------------------------
