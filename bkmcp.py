@@ -7046,34 +7046,32 @@ class McpSession:
             import threading
 
             threading.Thread(
-                target=self._answer_relayed, args=(message.id, request, handle), name="bkmcp-question", daemon=True
+                target=lambda: self._reply_later(message.id, self._ask(request, handle)),
+                name="bkmcp-question",
+                daemon=True,
             ).start()
             return
         else:
-            result = self._record_answer(request, self._ask(request, handle), handle)
-            reply = build_response(message.id, result=result)
+            reply = build_response(message.id, result=self._ask(request, handle))
         self.transport.send(
             Outgoing(reply, self.core.rules, Deadline(CANCEL_BUDGET), self.core.session_id, strict=False)
         )
 
     @staticmethod
-    def _ask(request: dict[str, Any], handle: RequestHandle) -> InputAnswer:
-        """The operation's ``InputSource``'s answer; unanswered when it fails (the terminal went away) or, for a
-        person elsewhere (``relayed``), when the warm client left or pressed Ctrl-C (``KeyboardInterrupt`` from the
-        relay: the server hears ``cancel``, and the command's interrupt ends it at its next look)."""
+    def _ask(request: dict[str, Any], handle: RequestHandle) -> dict[str, Any]:
+        """The ``ElicitResult`` to send, recorded on the handle: the operation's ``InputSource``'s answer, ``cancel``
+        when none is at hand. Unanswered when it fails (the terminal went away) or, for a person elsewhere
+        (``relayed``), when the warm client left or pressed Ctrl-C (``KeyboardInterrupt`` from the relay: the server
+        hears ``cancel``, and the command's interrupt ends it at its next look)."""
         assert handle.input is not None
         try:
-            return handle.input.answer(None, request, False)
+            answer = handle.input.answer(None, request, False)
         except BkmcpError as exc:
-            return InputAnswer(None, ({"message": exc.message},))
+            answer = InputAnswer(None, ({"message": exc.message},))
         except KeyboardInterrupt:
             if not handle.input.relayed:  # this process's own Ctrl-C: it ends the command here
                 raise
-            return InputAnswer(None, ({"message": "the client left while the question was asked"},))
-
-    @staticmethod
-    def _record_answer(request: dict[str, Any], answer: InputAnswer, handle: RequestHandle) -> dict[str, Any]:
-        """The ``ElicitResult`` to send for ``answer`` (``cancel`` when none is at hand), recorded on the handle."""
+            answer = InputAnswer(None, ({"message": "the client left while the question was asked"},))
         result = answer.result if answer.result is not None else {"action": "cancel"}
         handle.asked.append(
             {
@@ -7084,10 +7082,6 @@ class McpSession:
             }
         )
         return result
-
-    def _answer_relayed(self, request_id: Any, request: dict[str, Any], handle: RequestHandle) -> None:
-        """A question a warm client's person answers (``InputSource.relayed``), asked on a thread of its own."""
-        self._reply_later(request_id, self._record_answer(request, self._ask(request, handle), handle))
 
     def _reply_later(self, request_id: Any, result: dict[str, Any]) -> None:
         """The answer to a question held open (``InputSource.hold``); a session closed meanwhile drops it."""
