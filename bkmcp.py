@@ -7010,11 +7010,7 @@ class McpSession:
             if isinstance(event, Notified):
                 self._on_notification(event.message)
             elif isinstance(event, Reply):
-                self.transport.send(
-                    Outgoing(
-                        event.message, self.core.rules, Deadline(CANCEL_BUDGET), self.core.session_id, strict=False
-                    )
-                )
+                self._reply(event.message)
             elif isinstance(event, Declined):
                 for log in declined_logs.get(id(event), [self.log]):
                     log.warn(
@@ -7053,9 +7049,7 @@ class McpSession:
             return
         else:
             reply = build_response(message.id, result=self._ask(request, handle))
-        self.transport.send(
-            Outgoing(reply, self.core.rules, Deadline(CANCEL_BUDGET), self.core.session_id, strict=False)
-        )
+        self._reply(reply)
 
     @staticmethod
     def _ask(request: dict[str, Any], handle: RequestHandle) -> dict[str, Any]:
@@ -7085,14 +7079,18 @@ class McpSession:
 
     def _reply_later(self, request_id: Any, result: dict[str, Any]) -> None:
         """The answer to a question held open (``InputSource.hold``); a session closed meanwhile drops it."""
-        rules = self.core.rules
-        if self.closed or rules is None:
+        if self.closed or self.core.rules is None:
             return
         try:
-            reply = build_response(request_id, result=result)
-            self.transport.send(Outgoing(reply, rules, Deadline(CANCEL_BUDGET), self.core.session_id, strict=False))
+            self._reply(build_response(request_id, result=result))
         except BkmcpError as exc:
             self.log.debug(f"a held question's answer could not be sent: {exc.code}")
+
+    def _reply(self, message: dict[str, Any]) -> None:
+        """The answer to a server request, sent at once: a short attempt (``CANCEL_BUDGET``) whose failure is logged."""
+        self.transport.send(
+            Outgoing(message, self.core.rules, Deadline(CANCEL_BUDGET), self.core.session_id, strict=False)
+        )
 
     def _on_stray(self, stray: Stray) -> None:
         """A response that answers nothing in flight: reported (a warning; the resident's event too), never
