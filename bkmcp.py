@@ -6982,28 +6982,20 @@ class McpSession:
             events = self.core.receive(message, related=related)
             answered = related is not None and id_key(related) not in self._handles
             for event in events:
+                own = self._handles.get(id_key(related)) if related is not None else None  # the request it came with
                 if isinstance(event, Answered):
                     handle = self._handles.pop(id_key(event.request_id), None)
                     if handle is not None:
                         handle._finish(event.message)
                     answered = answered or (related is not None and same_id(event.request_id, related))
                 elif isinstance(event, Declined):
-                    targets = (
-                        [self._handles[id_key(related)]]
-                        if related is not None and id_key(related) in self._handles
-                        else list(self._handles.values())
-                    )
+                    targets = [own] if own is not None else list(self._handles.values())
                     for handle in targets:
                         handle.declined.append(event.method)
                     logs = {id(h.log): h.log for h in targets if h.log is not None}
                     declined_logs[id(event)] = list(logs.values()) or [self.log]
                 elif isinstance(event, Asked):  # the request it came with, else the one in flight that can answer
-                    candidates = (
-                        [self._handles[id_key(related)]]
-                        if related is not None and id_key(related) in self._handles
-                        else [h for h in self._handles.values() if h.input is not None]
-                    )
-                    asked.append((event, candidates[0] if candidates else None))
+                    asked.append((event, own or next((h for h in self._handles.values() if h.input is not None), None)))
         for event, handle in asked:  # a question on a request's own stream (HTTP) is read by that request's thread
             self._answer_question(event.message, handle, shared_reader=related is None)
         for event in events:
