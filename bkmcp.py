@@ -8290,21 +8290,21 @@ def plan_task(session: McpSession, ctx: OpContext, tool: Mapping[str, Any], choi
     return as_task
 
 
+def _session_task_handle(session: McpSession, task: Mapping[str, Any], tool: str | None) -> dict[str, Any]:
+    """``build_task_handle`` of a task of this session's server, in its era and protocol version."""
+    server = session.server
+    return build_task_handle(
+        task, server=server.name, tool=tool, era=session.era, version=session.protocol_version, transport=server.type
+    )
+
+
 def run_created_task(
     session: McpSession, ctx: OpContext, name: str, created: dict[str, Any], choice: TaskChoice
 ) -> dict[str, Any]:
     """A call the server answered with a task: its handle (``--detach``), or the task waited for. The handle is
     given to ``choice.on_handle`` as soon as it exists (never lost: a Ctrl-C or a timeout can come next)."""
     server = session.server
-    handle = build_task_handle(
-        created,
-        server=server.name,
-        tool=name,
-        era=session.era,
-        version=session.protocol_version,
-        transport=server.type,
-    )
-    ctx.task = handle
+    handle = ctx.task = _session_task_handle(session, created, name)
     session.tasks.append(handle["mcp_task_id"])
     del session.tasks[:-TASK_STORE_LIMIT]
     holder = session.core.session_id if session.transport.has_sessions else None
@@ -8355,14 +8355,7 @@ def run_task_action(
     (``await_task``; without ``wait``, a 2026-07-28 task's once, ``answer_task_input``)."""
     server = session.server
     if handle is None:
-        handle = build_task_handle(
-            {"taskId": task_id},
-            server=server.name,
-            tool=None,
-            era=session.era,
-            version=session.protocol_version,
-            transport=server.type,
-        )
+        handle = _session_task_handle(session, {"taskId": task_id}, None)
     if action == "cancel":
         answer = task_request(session, ctx, "tasks/cancel", task_id)
         status = answer.get("status") if isinstance(answer.get("status"), str) else "cancel_requested"
