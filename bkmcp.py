@@ -7450,10 +7450,32 @@ def request_result(
     ``resources/read`` and ``prompts/get``, whose work a server may go on doing. A server's questions
     (``prompts/get``, ``resources/read``) go through ``send_with_input``, as a call's do; ``pending``: a round
     kept by an earlier command (``--resume``), answered before anything else is sent."""
-    handles: list[RequestHandle] = []
+    handles: list[RequestHandle] = []  # each attempt's: the questions asked on it
 
     def send(current: dict[str, Any] | None) -> Message:
-        return _request_once(session, ctx, method, current, handles, cancel=cancel)
+        for attempt in range(2):
+            rules = session.core.rules
+            assert rules is not None
+            session_id = session.core.session_id
+            handle = RequestHandle()
+            handles.append(handle)
+            try:
+                return session.request(method, current, ctx, handle=handle)
+            except RemoteError as exc:
+                if cancel and isinstance(exc, McpTimeoutError) and request_was_sent(exc):
+                    why = f"timed out after {format_duration(ctx.deadline.seconds)}"
+                    _cancel(session, rules, handle.id, reason=why)
+                if attempt == 0 and session.core.refused_as_legacy(exc):  # never asked for tools/call (call_tool)
+                    ctx.log.debug(f"{method} refused as by a legacy server ({exc.message}); falling back to initialize")
+                    session.fall_back(ctx)
+                    continue
+                if exc.session_lost and attempt == 0 and rules.handshake and not ctx.renewed:
+                    ctx.renewed = True  # once per operation: a server that keeps losing it is an error
+                    ctx.log.debug(f"the server lost the session (HTTP {exc.http_status}); re-initializing once")
+                    session.renew(ctx, session_id)
+                    continue
+                raise
+        raise AssertionError("unreachable")  # pragma: no cover
 
     if ctx.input is not None and method in INPUT_METHODS:
         answer = send_with_input(session, ctx, method, params or {}, send, pending)
@@ -7462,40 +7484,6 @@ def request_result(
     result = check_result(method, answer)
     raise_unanswered(method, handles, {"result": result})
     return result
-
-
-def _request_once(
-    session: McpSession,
-    ctx: OpContext,
-    method: str,
-    params: dict[str, Any] | None,
-    handles: list[RequestHandle],
-    *,
-    cancel: bool,
-) -> Message:
-    """One request of ``request_result`` (each attempt's handle joins ``handles``: the questions asked on it)."""
-    for attempt in range(2):
-        rules = session.core.rules
-        assert rules is not None
-        session_id = session.core.session_id
-        handle = RequestHandle()
-        handles.append(handle)
-        try:
-            return session.request(method, params, ctx, handle=handle)
-        except RemoteError as exc:
-            if cancel and isinstance(exc, McpTimeoutError) and request_was_sent(exc):
-                _cancel(session, rules, handle.id, reason=f"timed out after {format_duration(ctx.deadline.seconds)}")
-            if attempt == 0 and session.core.refused_as_legacy(exc):  # never asked for tools/call (call_tool)
-                ctx.log.debug(f"{method} refused as by a legacy server ({exc.message}); falling back to initialize")
-                session.fall_back(ctx)
-                continue
-            if exc.session_lost and attempt == 0 and rules.handshake and not ctx.renewed:
-                ctx.renewed = True  # once per operation: a server that keeps losing it is an error
-                ctx.log.debug(f"the server lost the session (HTTP {exc.http_status}); re-initializing once")
-                session.renew(ctx, session_id)
-                continue
-            raise
-    raise AssertionError("unreachable")  # pragma: no cover
 
 
 INPUT_METHODS = ("tools/call", "prompts/get", "resources/read")  # the requests a server may answer input_required
