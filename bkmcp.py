@@ -7518,7 +7518,7 @@ def send_with_input(
         if rounds > MAX_INPUT_ROUNDS:
             raise ProtocolError(
                 f"{method}: the server asked for input {MAX_INPUT_ROUNDS} times and still asks; bkmcp stopped "
-                "(at most {MAX_INPUT_ROUNDS} rounds)".replace("{MAX_INPUT_ROUNDS}", str(MAX_INPUT_ROUNDS)),
+                f"(at most {MAX_INPUT_ROUNDS} rounds)",
                 hint="the server keeps asking; check the answers given, or report it to the server's authors",
                 details={"rounds": MAX_INPUT_ROUNDS, "outcome": "not_completed"},
             )
