@@ -6926,39 +6926,27 @@ class McpSession:
             events = self.core.receive(message, related=related)
             answered = related is not None and id_key(related) not in self._handles
             for event in events:
+                own = self._handles.get(id_key(related)) if related is not None else None  # the request it came with
                 if isinstance(event, Answered):
                     handle = self._handles.pop(id_key(event.request_id), None)
                     if handle is not None:
                         handle._finish(event.message)
                     answered = answered or (related is not None and same_id(event.request_id, related))
                 elif isinstance(event, Declined):
-                    targets = (
-                        [self._handles[id_key(related)]]
-                        if related is not None and id_key(related) in self._handles
-                        else list(self._handles.values())
-                    )
+                    targets = [own] if own is not None else list(self._handles.values())
                     for handle in targets:
                         handle.declined.append(event.method)
                     logs = {id(h.log): h.log for h in targets if h.log is not None}
                     declined_logs[id(event)] = list(logs.values()) or [self.log]
                 elif isinstance(event, Asked):  # the request it came with, else the one in flight that can answer
-                    candidates = (
-                        [self._handles[id_key(related)]]
-                        if related is not None and id_key(related) in self._handles
-                        else [h for h in self._handles.values() if h.input is not None]
-                    )
-                    asked.append((event, candidates[0] if candidates else None))
+                    asked.append((event, own or next((h for h in self._handles.values() if h.input is not None), None)))
         for event, handle in asked:  # a question on a request's own stream (HTTP) is read by that request's thread
             self._answer_question(event.message, handle, shared_reader=related is None)
         for event in events:
             if isinstance(event, Notified):
                 self._on_notification(event.message)
             elif isinstance(event, Reply):
-                self.transport.send(
-                    Outgoing(
-                        event.message, self.core.rules, Deadline(CANCEL_BUDGET), self.core.session_id, strict=False
-                    )
-                )
+                self._reply(event.message)
             elif isinstance(event, Declined):
                 for log in declined_logs.get(id(event), [self.log]):
                     log.warn(
@@ -6990,34 +6978,30 @@ class McpSession:
             import threading
 
             threading.Thread(
-                target=self._answer_relayed, args=(message.id, request, handle), name="bkmcp-question", daemon=True
+                target=lambda: self._reply_later(message.id, self._ask(request, handle)),
+                name="bkmcp-question",
+                daemon=True,
             ).start()
             return
         else:
-            result = self._record_answer(request, self._ask(request, handle), handle)
-            reply = build_response(message.id, result=result)
-        self.transport.send(
-            Outgoing(reply, self.core.rules, Deadline(CANCEL_BUDGET), self.core.session_id, strict=False)
-        )
+            reply = build_response(message.id, result=self._ask(request, handle))
+        self._reply(reply)
 
     @staticmethod
-    def _ask(request: dict[str, Any], handle: RequestHandle) -> InputAnswer:
-        """The operation's ``InputSource``'s answer; unanswered when it fails (the terminal went away) or, for a
-        person elsewhere (``relayed``), when the warm client left or pressed Ctrl-C (``KeyboardInterrupt`` from the
-        relay: the server hears ``cancel``, and the command's interrupt ends it at its next look)."""
+    def _ask(request: dict[str, Any], handle: RequestHandle) -> dict[str, Any]:
+        """The ``ElicitResult`` to send, recorded on the handle: the operation's ``InputSource``'s answer, ``cancel``
+        when none is at hand. Unanswered when it fails (the terminal went away) or, for a person elsewhere
+        (``relayed``), when the warm client left or pressed Ctrl-C (``KeyboardInterrupt`` from the relay: the server
+        hears ``cancel``, and the command's interrupt ends it at its next look)."""
         assert handle.input is not None
         try:
-            return handle.input.answer(None, request, False)
+            answer = handle.input.answer(None, request, False)
         except BkmcpError as exc:
-            return InputAnswer(None, ({"message": exc.message},))
+            answer = InputAnswer(None, ({"message": exc.message},))
         except KeyboardInterrupt:
             if not handle.input.relayed:  # this process's own Ctrl-C: it ends the command here
                 raise
-            return InputAnswer(None, ({"message": "the client left while the question was asked"},))
-
-    @staticmethod
-    def _record_answer(request: dict[str, Any], answer: InputAnswer, handle: RequestHandle) -> dict[str, Any]:
-        """The ``ElicitResult`` to send for ``answer`` (``cancel`` when none is at hand), recorded on the handle."""
+            answer = InputAnswer(None, ({"message": "the client left while the question was asked"},))
         result = answer.result if answer.result is not None else {"action": "cancel"}
         handle.asked.append(
             {
@@ -7029,20 +7013,20 @@ class McpSession:
         )
         return result
 
-    def _answer_relayed(self, request_id: Any, request: dict[str, Any], handle: RequestHandle) -> None:
-        """A question a warm client's person answers (``InputSource.relayed``), asked on a thread of its own."""
-        self._reply_later(request_id, self._record_answer(request, self._ask(request, handle), handle))
-
     def _reply_later(self, request_id: Any, result: dict[str, Any]) -> None:
         """The answer to a question held open (``InputSource.hold``); a session closed meanwhile drops it."""
-        rules = self.core.rules
-        if self.closed or rules is None:
+        if self.closed or self.core.rules is None:
             return
         try:
-            reply = build_response(request_id, result=result)
-            self.transport.send(Outgoing(reply, rules, Deadline(CANCEL_BUDGET), self.core.session_id, strict=False))
+            self._reply(build_response(request_id, result=result))
         except BkmcpError as exc:
             self.log.debug(f"a held question's answer could not be sent: {exc.code}")
+
+    def _reply(self, message: dict[str, Any]) -> None:
+        """The answer to a server request, sent at once: a short attempt (``CANCEL_BUDGET``) whose failure is logged."""
+        self.transport.send(
+            Outgoing(message, self.core.rules, Deadline(CANCEL_BUDGET), self.core.session_id, strict=False)
+        )
 
     def _on_stray(self, stray: Stray) -> None:
         """A response that answers nothing in flight: reported (a warning; the resident's event too), never
@@ -7410,10 +7394,32 @@ def request_result(
     ``resources/read`` and ``prompts/get``, whose work a server may go on doing. A server's questions
     (``prompts/get``, ``resources/read``) go through ``send_with_input``, as a call's do; ``pending``: a round
     kept by an earlier command (``--resume``), answered before anything else is sent."""
-    handles: list[RequestHandle] = []
+    handles: list[RequestHandle] = []  # each attempt's: the questions asked on it
 
     def send(current: dict[str, Any] | None) -> Message:
-        return _request_once(session, ctx, method, current, handles, cancel=cancel)
+        for attempt in range(2):
+            rules = session.core.rules
+            assert rules is not None
+            session_id = session.core.session_id
+            handle = RequestHandle()
+            handles.append(handle)
+            try:
+                return session.request(method, current, ctx, handle=handle)
+            except RemoteError as exc:
+                if cancel and isinstance(exc, McpTimeoutError) and request_was_sent(exc):
+                    why = f"timed out after {format_duration(ctx.deadline.seconds)}"
+                    _cancel(session, rules, handle.id, reason=why)
+                if attempt == 0 and session.core.refused_as_legacy(exc):  # never asked for tools/call (call_tool)
+                    ctx.log.debug(f"{method} refused as by a legacy server ({exc.message}); falling back to initialize")
+                    session.fall_back(ctx)
+                    continue
+                if exc.session_lost and attempt == 0 and rules.handshake and not ctx.renewed:
+                    ctx.renewed = True  # once per operation: a server that keeps losing it is an error
+                    ctx.log.debug(f"the server lost the session (HTTP {exc.http_status}); re-initializing once")
+                    session.renew(ctx, session_id)
+                    continue
+                raise
+        raise AssertionError("unreachable")  # pragma: no cover
 
     if ctx.input is not None and method in INPUT_METHODS:
         answer = send_with_input(session, ctx, method, params or {}, send, pending)
@@ -7422,40 +7428,6 @@ def request_result(
     result = check_result(method, answer)
     raise_unanswered(method, handles, {"result": result})
     return result
-
-
-def _request_once(
-    session: McpSession,
-    ctx: OpContext,
-    method: str,
-    params: dict[str, Any] | None,
-    handles: list[RequestHandle],
-    *,
-    cancel: bool,
-) -> Message:
-    """One request of ``request_result`` (each attempt's handle joins ``handles``: the questions asked on it)."""
-    for attempt in range(2):
-        rules = session.core.rules
-        assert rules is not None
-        session_id = session.core.session_id
-        handle = RequestHandle()
-        handles.append(handle)
-        try:
-            return session.request(method, params, ctx, handle=handle)
-        except RemoteError as exc:
-            if cancel and isinstance(exc, McpTimeoutError) and request_was_sent(exc):
-                _cancel(session, rules, handle.id, reason=f"timed out after {format_duration(ctx.deadline.seconds)}")
-            if attempt == 0 and session.core.refused_as_legacy(exc):  # never asked for tools/call (call_tool)
-                ctx.log.debug(f"{method} refused as by a legacy server ({exc.message}); falling back to initialize")
-                session.fall_back(ctx)
-                continue
-            if exc.session_lost and attempt == 0 and rules.handshake and not ctx.renewed:
-                ctx.renewed = True  # once per operation: a server that keeps losing it is an error
-                ctx.log.debug(f"the server lost the session (HTTP {exc.http_status}); re-initializing once")
-                session.renew(ctx, session_id)
-                continue
-            raise
-    raise AssertionError("unreachable")  # pragma: no cover
 
 
 INPUT_METHODS = ("tools/call", "prompts/get", "resources/read")  # the requests a server may answer input_required
@@ -7490,7 +7462,7 @@ def send_with_input(
         if rounds > MAX_INPUT_ROUNDS:
             raise ProtocolError(
                 f"{method}: the server asked for input {MAX_INPUT_ROUNDS} times and still asks; bkmcp stopped "
-                "(at most {MAX_INPUT_ROUNDS} rounds)".replace("{MAX_INPUT_ROUNDS}", str(MAX_INPUT_ROUNDS)),
+                f"(at most {MAX_INPUT_ROUNDS} rounds)",
                 hint="the server keeps asking; check the answers given, or report it to the server's authors",
                 details={"rounds": MAX_INPUT_ROUNDS, "outcome": "not_completed"},
             )
@@ -8250,21 +8222,21 @@ def plan_task(session: McpSession, ctx: OpContext, tool: Mapping[str, Any], choi
     return as_task
 
 
+def _session_task_handle(session: McpSession, task: Mapping[str, Any], tool: str | None) -> dict[str, Any]:
+    """``build_task_handle`` of a task of this session's server, in its era and protocol version."""
+    server = session.server
+    return build_task_handle(
+        task, server=server.name, tool=tool, era=session.era, version=session.protocol_version, transport=server.type
+    )
+
+
 def run_created_task(
     session: McpSession, ctx: OpContext, name: str, created: dict[str, Any], choice: TaskChoice
 ) -> dict[str, Any]:
     """A call the server answered with a task: its handle (``--detach``), or the task waited for. The handle is
     given to ``choice.on_handle`` as soon as it exists (never lost: a Ctrl-C or a timeout can come next)."""
     server = session.server
-    handle = build_task_handle(
-        created,
-        server=server.name,
-        tool=name,
-        era=session.era,
-        version=session.protocol_version,
-        transport=server.type,
-    )
-    ctx.task = handle
+    handle = ctx.task = _session_task_handle(session, created, name)
     session.tasks.append(handle["mcp_task_id"])
     del session.tasks[:-TASK_STORE_LIMIT]
     holder = session.core.session_id if session.transport.has_sessions else None
@@ -8315,14 +8287,7 @@ def run_task_action(
     (``await_task``; without ``wait``, a 2026-07-28 task's once, ``answer_task_input``)."""
     server = session.server
     if handle is None:
-        handle = build_task_handle(
-            {"taskId": task_id},
-            server=server.name,
-            tool=None,
-            era=session.era,
-            version=session.protocol_version,
-            transport=server.type,
-        )
+        handle = _session_task_handle(session, {"taskId": task_id}, None)
     if action == "cancel":
         answer = task_request(session, ctx, "tasks/cancel", task_id)
         status = answer.get("status") if isinstance(answer.get("status"), str) else "cancel_requested"
