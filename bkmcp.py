@@ -9683,8 +9683,6 @@ def build_positional_error(
     """A bare value after the tool name (``bkmcp fs list_directory ./notes``): tool arguments are flags, so the
     error names this tool's flags, and the one to write when exactly one required flag takes a string. ``follows``:
     the flag whose value came just before (``--text hello world``: the value's unquoted rest, most likely)."""
-    import shlex
-
     flags = list(build_tool_flags(tool).flags.values())
     command = tool_command(server_name, tool.get("name"), config)
     shown = printable(repr(value))
@@ -9699,7 +9697,7 @@ def build_positional_error(
     if follows is not None:
         hint = f"quote a value that contains spaces (--{printable(follows)} 'two words'); every flag: {command} --help"
     elif len(required) == 1 and required[0].kind == "string":
-        hint = f"write {printable(required[0].option + ' ' + shlex.quote(value))}; every flag: {command} --help"
+        hint = f"write {printable(required[0].option + ' ' + shell_quote(value))}; every flag: {command} --help"
     else:
         hint = f"every flag with its meaning: {command} --help"
     return UsageError(
