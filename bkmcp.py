@@ -10484,7 +10484,7 @@ def _jsonschema_importable() -> bool:
 
 
 def _schema_problems(
-    schema: dict[str, Any], arguments: Mapping[str, Any], budget: ValidationBudget | None = None
+    schema: dict[str, Any], arguments: Mapping[str, Any], budget: ValidationBudget
 ) -> list[dict[str, str]]:
     """The full schema via jsonschema; ``NotLocal`` when that is not possible without the network or within
     bkmcp's bounds (``unbounded_schema``)."""
@@ -10516,10 +10516,10 @@ _IN_PLACE_LEVELS = 40  # arguments' and schema's levels (together) validated on 
 
 
 def _jsonschema_problems(
-    schema: dict[str, Any], arguments: Mapping[str, Any], budget: ValidationBudget | None
+    schema: dict[str, Any], arguments: Mapping[str, Any], budget: ValidationBudget
 ) -> list[dict[str, str]]:
     """``_schema_problems`` once the schema is known local and bounded: the quick path, then jsonschema."""
-    if _jsonschema_importable() and _quickly_valid(schema, arguments, budget.deadline if budget else None):
+    if _jsonschema_importable() and _quickly_valid(schema, arguments, budget.deadline):
         return []  # what jsonschema would answer, without loading it (above)
     try:
         from jsonschema import exceptions as jexc
@@ -10527,7 +10527,7 @@ def _jsonschema_problems(
         raise NotLocal("the jsonschema library is not available") from None
     state = validation_state()
     previous = getattr(state, "budget", None)
-    state.budget = budget or ValidationBudget(None)  # what the shared validator class checks, on this thread
+    state.budget = budget  # what the shared validator class checks, on this thread
     try:
         cls, resolver_class = validator_class(schema)
         resolver = take_resolver(state, schema, cls, resolver_class)
