@@ -10921,12 +10921,6 @@ class RelayedQuestions(TerminalQuestions):
         super().__init__(None, None, deadline)  # type: ignore[arg-type]  # nothing is read or written here
         self.relay = relay
 
-    def ask_form(self, params: Mapping[str, Any]) -> InputAnswer:
-        return self.relayed(params)
-
-    def ask_url(self, params: Mapping[str, Any]) -> InputAnswer:
-        return self.relayed(params)
-
     def relayed(self, params: Mapping[str, Any]) -> InputAnswer:
         answer = self.relay(params)
         result = answer.get("result") if isinstance(answer, dict) else None
@@ -10935,6 +10929,8 @@ class RelayedQuestions(TerminalQuestions):
             result if isinstance(result, dict) else None,
             tuple(p for p in problems if isinstance(p, dict)) if isinstance(problems, list) else (),
         )
+
+    ask_form = ask_url = relayed  # a form and a URL alike: the client asks them on its own terminal
 
 
 def build_relayed_answer(answer: InputAnswer) -> dict[str, Any]:
