@@ -10317,7 +10317,12 @@ _QUICK_KEYWORDS = frozenset(  # what this path decides; the same code in every d
 _QUICK_DEPTH = 32  # deeper schemas go to jsonschema, whose recursion limit then decides as before
 _QUICK_TYPES = frozenset(("string", "integer", "number", "boolean", "array", "object", "null"))
 _QUICK_SIZES = ("maxItems", "maxLength", "maxProperties", "minItems", "minLength", "minProperties")
-_QUICK_BOUNDS = ("exclusiveMaximum", "exclusiveMinimum", "maximum", "minimum")
+_QUICK_BOUNDS: dict[str, Callable[[Any, Any], bool]] = {  # each bound's failing comparison, as jsonschema's
+    "exclusiveMaximum": lambda instance, bound: instance >= bound,
+    "exclusiveMinimum": lambda instance, bound: instance <= bound,
+    "maximum": lambda instance, bound: instance > bound,
+    "minimum": lambda instance, bound: instance < bound,
+}
 
 
 def _quick_schema(schema: Any, keywords: frozenset[str], depth: int) -> bool:
@@ -10431,16 +10436,7 @@ def _quick_valid(schema: Any, instance: Any, deadline: Deadline | None) -> bool:
             sized = {"Length": is_string, "Items": is_array, "Properties": is_object}[key[3:]]
             ok = not sized or (len(instance) >= value if key.startswith("min") else len(instance) <= value)
         elif key in _QUICK_BOUNDS and is_number:
-            ok = not (
-                key == "minimum"
-                and instance < value
-                or key == "maximum"
-                and instance > value
-                or key == "exclusiveMinimum"
-                and instance <= value
-                or key == "exclusiveMaximum"
-                and instance >= value
-            )
+            ok = not _QUICK_BOUNDS[key](instance, value)
         else:
             ok = True
         if not ok:
