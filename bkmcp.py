@@ -9733,12 +9733,8 @@ class ArgumentCheck:
 
     def describe(self) -> str:
         if self.scope == "full":
-            if self.notes:
-                return (
-                    f"arguments validated locally against the full inputSchema, except: {'; '.join(self.notes)}"
-                    "; the server validates those"
-                )
-            return "arguments validated locally against the full inputSchema"
+            but = f", except: {'; '.join(self.notes)}; the server validates those" if self.notes else ""
+            return f"arguments validated locally against the full inputSchema{but}"
         why = "; ".join(self.notes) or "no full schema check"
         return f"arguments checked locally for required fields, types and enum only ({why}); the server validates"
 
