@@ -11038,27 +11038,23 @@ class JqProgram:
                 self._program = self._module.compile(f"{defs}({expression}\n) | tojson")
             except ValueError:  # e.g. a leading import/include directive: run as given, all output at once
                 self._wrapped = False
-            self._check_halt_error()
-            return
-        import shutil
+        else:
+            import shutil
 
-        self._executable = shutil.which("jq")
-        if self._executable is None:
-            raise JqUnavailableError(
-                "--jq needs the jq library, which has no build for this Python/platform, and no jq executable "
-                "is on PATH",
-                hint="install jq (e.g. apt install jq) or drop --jq and filter the JSON output yourself",
-            )
-        self._source = f"{defs}(\n{expression}\n)"
-        if self._check_executable(f"{defs}if false then (\n{expression}\n) else empty end") is not None:
-            self._wrapped = False
-            self._source = f" {expression}"  # a leading "-" is no option
-            problem = self._check_executable(f"if false then (\n{expression}\n) else empty end")
-            if problem is not None:
-                raise InvalidJqExpressionError(f"invalid --jq expression: {problem}", hint=_JQ_SYNTAX_HINT)
-        self._check_halt_error()
-
-    def _check_halt_error(self) -> None:
+            self._executable = shutil.which("jq")
+            if self._executable is None:
+                raise JqUnavailableError(
+                    "--jq needs the jq library, which has no build for this Python/platform, and no jq executable "
+                    "is on PATH",
+                    hint="install jq (e.g. apt install jq) or drop --jq and filter the JSON output yourself",
+                )
+            self._source = f"{defs}(\n{expression}\n)"
+            if self._check_executable(f"{defs}if false then (\n{expression}\n) else empty end") is not None:
+                self._wrapped = False
+                self._source = f" {expression}"  # a leading "-" is no option
+                problem = self._check_executable(f"if false then (\n{expression}\n) else empty end")
+                if problem is not None:
+                    raise InvalidJqExpressionError(f"invalid --jq expression: {problem}", hint=_JQ_SYNTAX_HINT)
         if not self._wrapped and "halt_error" in self.expression:
             raise InvalidJqExpressionError(
                 "--jq: halt_error cannot be used in a program that starts with import/include",
