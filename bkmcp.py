@@ -8919,7 +8919,7 @@ JSON_NUMBER = lazy_re(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 IDENTIFIER = lazy_re(r"[A-Za-z_][A-Za-z0-9_]*")
 PLAIN_ASCII_NAME = lazy_re(r"[!#-~]+")  # printable ASCII without space and '"': always a fine flag name
 FAST_FLAG_NAME = lazy_re(r"[!#-,.-<>-~][!#-<>-~]*")  # the same, minus '=' and a leading '-'
-HARD_KEYWORDS = frozenset(REF_KEYWORDS + COMBINATORS)
+INLINED_KEYWORDS = frozenset((*REF_KEYWORDS, *COMBINATORS))  # what resolve_schema writes out inline
 FLAG_TYPE_SET = frozenset(FLAG_TYPES)
 
 
@@ -9002,7 +9002,7 @@ def nullable_simple(schema: dict[str, Any]) -> dict[str, Any] | None:
     if isinstance(declared, list):
         simple = [t for t in declared if t != "null"]
         if len(declared) == 2 and len(simple) == 1 and simple[0] in _SIMPLE_TYPES:
-            if any(k in schema for k in (*REF_KEYWORDS, *COMBINATORS)):
+            if not schema.keys().isdisjoint(INLINED_KEYWORDS):
                 return None
             return {**schema, "type": simple[0]}
         return None
@@ -9020,7 +9020,7 @@ def nullable_simple(schema: dict[str, Any]) -> dict[str, Any] | None:
     kind = branch.get("type")
     if isinstance(kind, list) and len(kind) == 1:
         kind = kind[0]
-    if kind not in _SIMPLE_TYPES or any(k in branch for k in (*REF_KEYWORDS, *COMBINATORS)):
+    if kind not in _SIMPLE_TYPES or not branch.keys().isdisjoint(INLINED_KEYWORDS):
         return None
     outer = {k: v for k, v in schema.items() if k != present[0]}
     return {**branch, **outer, "type": kind}
@@ -9069,9 +9069,6 @@ def _ref_pointer(ref: str) -> list[str] | None:
     if not fragment.startswith("/"):
         return None
     return [part.replace("~1", "/").replace("~0", "~") for part in fragment[1:].split("/")]
-
-
-INLINED_KEYWORDS = frozenset((*REF_KEYWORDS, *COMBINATORS))
 
 
 # A reference may be used many times (``{"anyOf": [{"$ref": "#/$defs/L4"}, …×30]}``, five levels: 30^5 branches
@@ -9339,7 +9336,7 @@ def build_tool_flags(tool: Mapping[str, Any]) -> ToolFlags:
         is_required = name in required_set
         if type(prop) is dict and FAST_FLAG_NAME.fullmatch(name) and name not in RESERVED_OPTION_NAMES:
             declared = prop.get("type")  # fast path for the common plain property; same rules as below
-            if type(declared) is str and declared in FLAG_TYPE_SET and prop.keys().isdisjoint(HARD_KEYWORDS):
+            if type(declared) is str and declared in FLAG_TYPE_SET and prop.keys().isdisjoint(INLINED_KEYWORDS):
                 flags[name] = ToolFlag(name, declared, is_required, prop)
                 continue
         problem = flag_name_problem(name)
