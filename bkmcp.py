@@ -10308,7 +10308,6 @@ _QUICK_KEYWORDS = frozenset(  # what this path decides; the same code in every d
     "maxProperties maximum minItems minLength minProperties minimum not oneOf properties required type".split()
 )
 _QUICK_DEPTH = 32  # deeper schemas go to jsonschema, whose recursion limit then decides as before
-_QUICK_TYPES = frozenset(("string", "integer", "number", "boolean", "array", "object", "null"))
 _QUICK_SIZES = ("maxItems", "maxLength", "maxProperties", "minItems", "minLength", "minProperties")
 _QUICK_BOUNDS: dict[str, Callable[[Any, Any], bool]] = {  # each bound's failing comparison, as jsonschema's
     "exclusiveMaximum": lambda instance, bound: instance >= bound,
@@ -10334,7 +10333,7 @@ def _quick_schema(schema: Any, keywords: frozenset[str], depth: int) -> bool:
             return False
         if key == "type":
             types = [value] if isinstance(value, str) else value
-            ok = isinstance(types, list) and all(isinstance(t, str) and t in _QUICK_TYPES for t in types)
+            ok = isinstance(types, list) and all(isinstance(t, str) and t in TYPE_TESTS for t in types)
         elif key == "properties":
             ok = isinstance(value, dict) and all(_quick_schema(s, keywords, depth + 1) for s in value.values())
         elif key in ("additionalProperties", "items", "not"):
