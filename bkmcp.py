@@ -10748,7 +10748,7 @@ class CommandLineInput(InputSource):
         if params.get("mode", "form") == "url":
             return self.terminal.question(params) if self.terminal is not None else InputAnswer(None)
         schema = params.get("requestedSchema")
-        content, problems, given = self.typed(key, schema, several)
+        content, problems, given = self.typed(key, schema)
         if not given:
             return self.terminal.question(params) if self.terminal is not None else InputAnswer(None)
         if problems:
@@ -10757,7 +10757,7 @@ class CommandLineInput(InputSource):
         problems = list(content_problems(schema, content))
         return InputAnswer(None, tuple(problems)) if problems else InputAnswer({"action": "accept", "content": content})
 
-    def typed(self, key: str | None, schema: Any, several: bool) -> tuple[dict[str, Any], list[dict[str, str]], bool]:
+    def typed(self, key: str | None, schema: Any) -> tuple[dict[str, Any], list[dict[str, str]], bool]:
         """(the answers given for this question, typed; problems; whether any answer was given for it at all). A
         field the question does not have is left for another question: answers for every round of a multi-round
         request can be given at once; answers that fit no field leave the question unanswered (reported)."""
