@@ -12391,16 +12391,6 @@ def _flag_example_value(flag: ToolFlag, root: Any) -> Any:
     return value
 
 
-def _annotation_lines(tool: Mapping[str, Any]) -> list[str]:
-    annotations = tool.get("annotations")
-    if not isinstance(annotations, dict):
-        return []
-    words = [yes if annotations[key] else no for key, yes, no in _HINT_WORDS if isinstance(annotations.get(key), bool)]
-    if not words:
-        return []
-    return _paragraph(", ".join(words) + " (hints declared by the server, not verified)")
-
-
 def render_tool_help(server_name: str, tool: Mapping[str, Any], config: str | None = None) -> str:
     """Tool help (D02, contract.md §7): flags with type, required, enum, default (information only) and description;
     the fields that need --body and why; a --body example built from the schema; examples. Fits 80 columns."""
@@ -12415,8 +12405,9 @@ def render_tool_help(server_name: str, tool: Mapping[str, Any], config: str | No
         return [line + " \\" for line in lines[:-1]] + lines[-1:]
 
     out: list[str] = []
-    annotations = tool.get("annotations") if isinstance(tool.get("annotations"), dict) else {}
-    title = tool.get("title") or (annotations or {}).get("title")
+    annotations = tool.get("annotations")
+    annotations = annotations if isinstance(annotations, dict) else {}
+    title = tool.get("title") or annotations.get("title")
     # the heading names the tool (its Usage and Examples lines carry --config, to be pasted)
     heading = tool_command(server_name, name) + (f" - {title}" if isinstance(title, str) and title.strip() else "")
     out += _wrap(heading, HELP_WIDTH)
@@ -12424,9 +12415,9 @@ def render_tool_help(server_name: str, tool: Mapping[str, Any], config: str | No
     if isinstance(description, str) and description.strip():
         out.append("")
         out += _paragraph(description.strip())
-    hints = _annotation_lines(tool)
+    hints = [yes if annotations[key] else no for key, yes, no in _HINT_WORDS if isinstance(annotations.get(key), bool)]
     if hints:
-        out += ["", "Annotations:", *hints]
+        out += ["", "Annotations:", *_paragraph(", ".join(hints) + " (hints declared by the server, not verified)")]
     if tool_task_support(tool) == "required":  # docs/contract.md §5: never called
         out += [""] + _paragraph(f"Task-only: {TASK_ONLY_NOTE}.")
 
