@@ -12421,8 +12421,7 @@ def render_tool_help(server_name: str, tool: Mapping[str, Any], config: str | No
     if tool_task_support(tool) == "required":  # docs/contract.md §5: never called
         out += [""] + _paragraph(f"Task-only: {TASK_ONLY_NOTE}.")
 
-    flags = list(mapped.flags.values())
-    flags.sort(key=lambda f: not f.required)  # required first, then schema order
+    flags = sorted(mapped.flags.values(), key=lambda f: not f.required)  # required first, then schema order
     out += ["", "Usage:"]
     optional = [f for f in flags if not f.required]
     usage_parts = [f.usage for f in flags if f.required]
