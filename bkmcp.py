@@ -11703,14 +11703,12 @@ def render_resident_help() -> str:
     return RESIDENT_HELP.format(**RESIDENT_HELP_DEFAULTS)
 
 
+# -- 9.5 shell completion: the bash, zsh and fish scripts and the words they ask for -----------------------------------
 # Shell completion (``bkmcp --completion bash|zsh|fish``): options, server names that the script asks
 # ``bkmcp [--config PATH] --completion servers`` for (the config file only), after a server its tool names and after
 # a tool that tool's flags, which it asks ``--completion tools SERVER`` and ``--completion flags SERVER TOOL`` for:
 # a live warm session's catalogue, else one connect bounded by ``COMPLETION_TIMEOUT`` (docs/contract.md §2). Never
 # file names where a server, tool or flag goes; only the options valid at each position.
-
-
-# -- 9.5 shell completion: the bash, zsh and fish scripts and the words they ask for -----------------------------------
 
 COMPLETION_SHELLS = ("bash", "zsh", "fish")
 # what the scripts ask for (hidden: --help names only the shells); docs/contract.md §2
