@@ -8828,7 +8828,7 @@ JSON_NUMBER = lazy_re(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 IDENTIFIER = lazy_re(r"[A-Za-z_][A-Za-z0-9_]*")
 PLAIN_ASCII_NAME = lazy_re(r"[!#-~]+")  # printable ASCII without space and '"': always a fine flag name
 FAST_FLAG_NAME = lazy_re(r"[!#-,.-<>-~][!#-<>-~]*")  # the same, minus '=' and a leading '-'
-HARD_KEYWORDS = frozenset(REF_KEYWORDS + COMBINATORS)
+INLINED_KEYWORDS = frozenset((*REF_KEYWORDS, *COMBINATORS))  # what resolve_schema writes out inline
 FLAG_TYPE_SET = frozenset(FLAG_TYPES)
 
 
@@ -8911,7 +8911,7 @@ def nullable_simple(schema: dict[str, Any]) -> dict[str, Any] | None:
     if isinstance(declared, list):
         simple = [t for t in declared if t != "null"]
         if len(declared) == 2 and len(simple) == 1 and simple[0] in _SIMPLE_TYPES:
-            if any(k in schema for k in (*REF_KEYWORDS, *COMBINATORS)):
+            if not schema.keys().isdisjoint(INLINED_KEYWORDS):
                 return None
             return {**schema, "type": simple[0]}
         return None
@@ -8929,7 +8929,7 @@ def nullable_simple(schema: dict[str, Any]) -> dict[str, Any] | None:
     kind = branch.get("type")
     if isinstance(kind, list) and len(kind) == 1:
         kind = kind[0]
-    if kind not in _SIMPLE_TYPES or any(k in branch for k in (*REF_KEYWORDS, *COMBINATORS)):
+    if kind not in _SIMPLE_TYPES or not branch.keys().isdisjoint(INLINED_KEYWORDS):
         return None
     outer = {k: v for k, v in schema.items() if k != present[0]}
     return {**branch, **outer, "type": kind}
@@ -8978,9 +8978,6 @@ def _ref_pointer(ref: str) -> list[str] | None:
     if not fragment.startswith("/"):
         return None
     return [part.replace("~1", "/").replace("~0", "~") for part in fragment[1:].split("/")]
-
-
-INLINED_KEYWORDS = frozenset((*REF_KEYWORDS, *COMBINATORS))
 
 
 # A reference may be used many times (``{"anyOf": [{"$ref": "#/$defs/L4"}, …×30]}``, five levels: 30^5 branches
@@ -9248,7 +9245,7 @@ def build_tool_flags(tool: Mapping[str, Any]) -> ToolFlags:
         is_required = name in required_set
         if type(prop) is dict and FAST_FLAG_NAME.fullmatch(name) and name not in RESERVED_OPTION_NAMES:
             declared = prop.get("type")  # fast path for the common plain property; same rules as below
-            if type(declared) is str and declared in FLAG_TYPE_SET and prop.keys().isdisjoint(HARD_KEYWORDS):
+            if type(declared) is str and declared in FLAG_TYPE_SET and prop.keys().isdisjoint(INLINED_KEYWORDS):
                 flags[name] = ToolFlag(name, declared, is_required, prop)
                 continue
         problem = flag_name_problem(name)
@@ -9592,8 +9589,6 @@ def build_positional_error(
     """A bare value after the tool name (``bkmcp fs list_directory ./notes``): tool arguments are flags, so the
     error names this tool's flags, and the one to write when exactly one required flag takes a string. ``follows``:
     the flag whose value came just before (``--text hello world``: the value's unquoted rest, most likely)."""
-    import shlex
-
     flags = list(build_tool_flags(tool).flags.values())
     command = tool_command(server_name, tool.get("name"), config)
     shown = printable(repr(value))
@@ -9608,7 +9603,7 @@ def build_positional_error(
     if follows is not None:
         hint = f"quote a value that contains spaces (--{printable(follows)} 'two words'); every flag: {command} --help"
     elif len(required) == 1 and required[0].kind == "string":
-        hint = f"write {printable(required[0].option + ' ' + shlex.quote(value))}; every flag: {command} --help"
+        hint = f"write {printable(required[0].option + ' ' + shell_quote(value))}; every flag: {command} --help"
     else:
         hint = f"every flag with its meaning: {command} --help"
     return UsageError(
@@ -9644,12 +9639,8 @@ class ArgumentCheck:
 
     def describe(self) -> str:
         if self.scope == "full":
-            if self.notes:
-                return (
-                    f"arguments validated locally against the full inputSchema, except: {'; '.join(self.notes)}"
-                    "; the server validates those"
-                )
-            return "arguments validated locally against the full inputSchema"
+            but = f", except: {'; '.join(self.notes)}; the server validates those" if self.notes else ""
+            return f"arguments validated locally against the full inputSchema{but}"
         why = "; ".join(self.notes) or "no full schema check"
         return f"arguments checked locally for required fields, types and enum only ({why}); the server validates"
 
@@ -10226,9 +10217,13 @@ _QUICK_KEYWORDS = frozenset(  # what this path decides; the same code in every d
     "maxProperties maximum minItems minLength minProperties minimum not oneOf properties required type".split()
 )
 _QUICK_DEPTH = 32  # deeper schemas go to jsonschema, whose recursion limit then decides as before
-_QUICK_TYPES = frozenset(("string", "integer", "number", "boolean", "array", "object", "null"))
 _QUICK_SIZES = ("maxItems", "maxLength", "maxProperties", "minItems", "minLength", "minProperties")
-_QUICK_BOUNDS = ("exclusiveMaximum", "exclusiveMinimum", "maximum", "minimum")
+_QUICK_BOUNDS: dict[str, Callable[[Any, Any], bool]] = {  # each bound's failing comparison, as jsonschema's
+    "exclusiveMaximum": lambda instance, bound: instance >= bound,
+    "exclusiveMinimum": lambda instance, bound: instance <= bound,
+    "maximum": lambda instance, bound: instance > bound,
+    "minimum": lambda instance, bound: instance < bound,
+}
 
 
 def _quick_schema(schema: Any, keywords: frozenset[str], depth: int) -> bool:
@@ -10247,7 +10242,7 @@ def _quick_schema(schema: Any, keywords: frozenset[str], depth: int) -> bool:
             return False
         if key == "type":
             types = [value] if isinstance(value, str) else value
-            ok = isinstance(types, list) and all(isinstance(t, str) and t in _QUICK_TYPES for t in types)
+            ok = isinstance(types, list) and all(isinstance(t, str) and t in TYPE_TESTS for t in types)
         elif key == "properties":
             ok = isinstance(value, dict) and all(_quick_schema(s, keywords, depth + 1) for s in value.values())
         elif key in ("additionalProperties", "items", "not"):
@@ -10342,16 +10337,7 @@ def _quick_valid(schema: Any, instance: Any, deadline: Deadline | None) -> bool:
             sized = {"Length": is_string, "Items": is_array, "Properties": is_object}[key[3:]]
             ok = not sized or (len(instance) >= value if key.startswith("min") else len(instance) <= value)
         elif key in _QUICK_BOUNDS and is_number:
-            ok = not (
-                key == "minimum"
-                and instance < value
-                or key == "maximum"
-                and instance > value
-                or key == "exclusiveMinimum"
-                and instance <= value
-                or key == "exclusiveMaximum"
-                and instance >= value
-            )
+            ok = not _QUICK_BOUNDS[key](instance, value)
         else:
             ok = True
         if not ok:
@@ -10395,7 +10381,7 @@ def _jsonschema_importable() -> bool:
 
 
 def _schema_problems(
-    schema: dict[str, Any], arguments: Mapping[str, Any], budget: ValidationBudget | None = None
+    schema: dict[str, Any], arguments: Mapping[str, Any], budget: ValidationBudget
 ) -> list[dict[str, str]]:
     """The full schema via jsonschema; ``NotLocal`` when that is not possible without the network or within
     bkmcp's bounds (``unbounded_schema``)."""
@@ -10427,10 +10413,10 @@ _IN_PLACE_LEVELS = 40  # arguments' and schema's levels (together) validated on 
 
 
 def _jsonschema_problems(
-    schema: dict[str, Any], arguments: Mapping[str, Any], budget: ValidationBudget | None
+    schema: dict[str, Any], arguments: Mapping[str, Any], budget: ValidationBudget
 ) -> list[dict[str, str]]:
     """``_schema_problems`` once the schema is known local and bounded: the quick path, then jsonschema."""
-    if _jsonschema_importable() and _quickly_valid(schema, arguments, budget.deadline if budget else None):
+    if _jsonschema_importable() and _quickly_valid(schema, arguments, budget.deadline):
         return []  # what jsonschema would answer, without loading it (above)
     try:
         from jsonschema import exceptions as jexc
@@ -10438,7 +10424,7 @@ def _jsonschema_problems(
         raise NotLocal("the jsonschema library is not available") from None
     state = validation_state()
     previous = getattr(state, "budget", None)
-    state.budget = budget or ValidationBudget(None)  # what the shared validator class checks, on this thread
+    state.budget = budget  # what the shared validator class checks, on this thread
     try:
         cls, resolver_class = validator_class(schema)
         resolver = take_resolver(state, schema, cls, resolver_class)
@@ -10671,7 +10657,7 @@ class CommandLineInput(InputSource):
         if params.get("mode", "form") == "url":
             return self.terminal.question(params) if self.terminal is not None else InputAnswer(None)
         schema = params.get("requestedSchema")
-        content, problems, given = self.typed(key, schema, several)
+        content, problems, given = self.typed(key, schema)
         if not given:
             return self.terminal.question(params) if self.terminal is not None else InputAnswer(None)
         if problems:
@@ -10680,7 +10666,7 @@ class CommandLineInput(InputSource):
         problems = list(content_problems(schema, content))
         return InputAnswer(None, tuple(problems)) if problems else InputAnswer({"action": "accept", "content": content})
 
-    def typed(self, key: str | None, schema: Any, several: bool) -> tuple[dict[str, Any], list[dict[str, str]], bool]:
+    def typed(self, key: str | None, schema: Any) -> tuple[dict[str, Any], list[dict[str, str]], bool]:
         """(the answers given for this question, typed; problems; whether any answer was given for it at all). A
         field the question does not have is left for another question: answers for every round of a multi-round
         request can be given at once; answers that fit no field leave the question unanswered (reported)."""
@@ -10832,12 +10818,6 @@ class RelayedQuestions(TerminalQuestions):
         super().__init__(None, None, deadline)  # type: ignore[arg-type]  # nothing is read or written here
         self.relay = relay
 
-    def ask_form(self, params: Mapping[str, Any]) -> InputAnswer:
-        return self.relayed(params)
-
-    def ask_url(self, params: Mapping[str, Any]) -> InputAnswer:
-        return self.relayed(params)
-
     def relayed(self, params: Mapping[str, Any]) -> InputAnswer:
         answer = self.relay(params)
         result = answer.get("result") if isinstance(answer, dict) else None
@@ -10846,6 +10826,8 @@ class RelayedQuestions(TerminalQuestions):
             result if isinstance(result, dict) else None,
             tuple(p for p in problems if isinstance(p, dict)) if isinstance(problems, list) else (),
         )
+
+    ask_form = ask_url = relayed  # a form and a URL alike: the client asks them on its own terminal
 
 
 def build_relayed_answer(answer: InputAnswer) -> dict[str, Any]:
@@ -10961,27 +10943,23 @@ class JqProgram:
                 self._program = self._module.compile(f"{defs}({expression}\n) | tojson")
             except ValueError:  # e.g. a leading import/include directive: run as given, all output at once
                 self._wrapped = False
-            self._check_halt_error()
-            return
-        import shutil
+        else:
+            import shutil
 
-        self._executable = shutil.which("jq")
-        if self._executable is None:
-            raise JqUnavailableError(
-                "--jq needs the jq library, which has no build for this Python/platform, and no jq executable "
-                "is on PATH",
-                hint="install jq (e.g. apt install jq) or drop --jq and filter the JSON output yourself",
-            )
-        self._source = f"{defs}(\n{expression}\n)"
-        if self._check_executable(f"{defs}if false then (\n{expression}\n) else empty end") is not None:
-            self._wrapped = False
-            self._source = f" {expression}"  # a leading "-" is no option
-            problem = self._check_executable(f"if false then (\n{expression}\n) else empty end")
-            if problem is not None:
-                raise InvalidJqExpressionError(f"invalid --jq expression: {problem}", hint=_JQ_SYNTAX_HINT)
-        self._check_halt_error()
-
-    def _check_halt_error(self) -> None:
+            self._executable = shutil.which("jq")
+            if self._executable is None:
+                raise JqUnavailableError(
+                    "--jq needs the jq library, which has no build for this Python/platform, and no jq executable "
+                    "is on PATH",
+                    hint="install jq (e.g. apt install jq) or drop --jq and filter the JSON output yourself",
+                )
+            self._source = f"{defs}(\n{expression}\n)"
+            if self._check_executable(f"{defs}if false then (\n{expression}\n) else empty end") is not None:
+                self._wrapped = False
+                self._source = f" {expression}"  # a leading "-" is no option
+                problem = self._check_executable(f"if false then (\n{expression}\n) else empty end")
+                if problem is not None:
+                    raise InvalidJqExpressionError(f"invalid --jq expression: {problem}", hint=_JQ_SYNTAX_HINT)
         if not self._wrapped and "halt_error" in self.expression:
             raise InvalidJqExpressionError(
                 "--jq: halt_error cannot be used in a program that starts with import/include",
@@ -11634,14 +11612,12 @@ def render_resident_help() -> str:
     return RESIDENT_HELP.format(**RESIDENT_HELP_DEFAULTS)
 
 
+# -- 9.5 shell completion: the bash, zsh and fish scripts and the words they ask for -----------------------------------
 # Shell completion (``bkmcp --completion bash|zsh|fish``): options, server names that the script asks
 # ``bkmcp [--config PATH] --completion servers`` for (the config file only), after a server its tool names and after
 # a tool that tool's flags, which it asks ``--completion tools SERVER`` and ``--completion flags SERVER TOOL`` for:
 # a live warm session's catalogue, else one connect bounded by ``COMPLETION_TIMEOUT`` (docs/contract.md §2). Never
 # file names where a server, tool or flag goes; only the options valid at each position.
-
-
-# -- 9.5 shell completion: the bash, zsh and fish scripts and the words they ask for -----------------------------------
 
 COMPLETION_SHELLS = ("bash", "zsh", "fish")
 # what the scripts ask for (hidden: --help names only the shells); docs/contract.md §2
@@ -12322,16 +12298,6 @@ def _flag_example_value(flag: ToolFlag, root: Any) -> Any:
     return value
 
 
-def _annotation_lines(tool: Mapping[str, Any]) -> list[str]:
-    annotations = tool.get("annotations")
-    if not isinstance(annotations, dict):
-        return []
-    words = [yes if annotations[key] else no for key, yes, no in _HINT_WORDS if isinstance(annotations.get(key), bool)]
-    if not words:
-        return []
-    return _paragraph(", ".join(words) + " (hints declared by the server, not verified)")
-
-
 def render_tool_help(server_name: str, tool: Mapping[str, Any], config: str | None = None) -> str:
     """Tool help (D02, contract.md §7): flags with type, required, enum, default (information only) and description;
     the fields that need --body and why; a --body example built from the schema; examples. Fits 80 columns."""
@@ -12346,8 +12312,9 @@ def render_tool_help(server_name: str, tool: Mapping[str, Any], config: str | No
         return [line + " \\" for line in lines[:-1]] + lines[-1:]
 
     out: list[str] = []
-    annotations = tool.get("annotations") if isinstance(tool.get("annotations"), dict) else {}
-    title = tool.get("title") or (annotations or {}).get("title")
+    annotations = tool.get("annotations")
+    annotations = annotations if isinstance(annotations, dict) else {}
+    title = tool.get("title") or annotations.get("title")
     # the heading names the tool (its Usage and Examples lines carry --config, to be pasted)
     heading = tool_command(server_name, name) + (f" - {title}" if isinstance(title, str) and title.strip() else "")
     out += _wrap(heading, HELP_WIDTH)
@@ -12355,14 +12322,13 @@ def render_tool_help(server_name: str, tool: Mapping[str, Any], config: str | No
     if isinstance(description, str) and description.strip():
         out.append("")
         out += _paragraph(description.strip())
-    hints = _annotation_lines(tool)
+    hints = [yes if annotations[key] else no for key, yes, no in _HINT_WORDS if isinstance(annotations.get(key), bool)]
     if hints:
-        out += ["", "Annotations:", *hints]
+        out += ["", "Annotations:", *_paragraph(", ".join(hints) + " (hints declared by the server, not verified)")]
     if tool_task_support(tool) == "required":  # docs/contract.md §5: never called
         out += [""] + _paragraph(f"Task-only: {TASK_ONLY_NOTE}.")
 
-    flags = list(mapped.flags.values())
-    flags.sort(key=lambda f: not f.required)  # required first, then schema order
+    flags = sorted(mapped.flags.values(), key=lambda f: not f.required)  # required first, then schema order
     out += ["", "Usage:"]
     optional = [f for f in flags if not f.required]
     usage_parts = [f.usage for f in flags if f.required]
