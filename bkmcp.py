@@ -363,8 +363,7 @@ class BkmcpError(Exception):
     def copy(self: _Error, **changes: Any) -> _Error:
         """A new error of the same class with ``changes`` to its fields (``message`` included); the chain it was
         raised from stays, its traceback does not."""
-        fields = {name: getattr(self, name) for name in self._FIELDS}
-        fields["details"] = dict(self.details)
+        fields = {name: getattr(self, name) for name in self._FIELDS}  # __init__ copies ``details``
         fields.update(changes)
         copy = type(self)(fields.pop("message", self.template), **fields)
         copy.__cause__, copy.__suppress_context__ = self.__cause__, self.__suppress_context__
@@ -1275,13 +1274,11 @@ def redact_url(url: str) -> str:
     pieces = []
     for piece in query.split("&"):
         name, equals, _value = piece.partition("=")
+        lowered = name.lower()
         if "%" in name or "+" in name:  # urllib.parse (with re) only when the name is encoded: help stays lean
             from urllib.parse import unquote_plus
 
-            name_text = unquote_plus(name)
-        else:
-            name_text = name
-        lowered = name_text.lower()
+            lowered = unquote_plus(name).lower()
         secret = (
             is_secret_name(lowered)
             or lowered in _SECRET_QUERY_NAMES
@@ -1679,8 +1676,7 @@ class Log:
     def progress(self, message: str) -> None:
         """Progress for long work: one updating line when stderr is a terminal, else a plain line with -v."""
         if not self.is_tty:
-            if self.verbose:
-                self._write(f"bkmcp: {message}")
+            self.debug(message)
             return
         try:
             columns = os.get_terminal_size(self.stream.fileno()).columns or 80  # 0: the size is not known
@@ -2055,19 +2051,17 @@ class BlobWriter:
                 pass
         self.made.clear()
 
-    def _open_dir(self, parts: Sequence[str], create: bool) -> int:
-        """A descriptor of the directory ``parts`` below this one (each made when ``create`` and missing), no part
-        a link."""
+    def _open_dir(self, parts: Sequence[str]) -> int:
+        """A descriptor of the directory ``parts`` below this one (each made when missing), no part a link."""
         fd = os.dup(self.fd)
         flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
         try:
             for depth, part in enumerate(parts):
-                if create:
-                    try:
-                        os.mkdir(part, 0o755, dir_fd=fd)
-                        self.made.append(("/".join(parts[: depth + 1]), True))
-                    except FileExistsError:
-                        pass
+                try:
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                    self.made.append(("/".join(parts[: depth + 1]), True))
+                except FileExistsError:
+                    pass
                 inner = os.open(part, flags, dir_fd=fd)
                 os.close(fd)
                 fd = inner
@@ -2099,7 +2093,7 @@ class BlobWriter:
         stem, dot = (stem, dot) if stem else (name, "")
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
         try:
-            folder = self._open_dir(folders, create=True)
+            folder = self._open_dir(folders)
         except OSError as exc:
             raise BlobWriteError(f"--out {self.path}: cannot make {'/'.join(folders)}: {exc.strerror or exc}") from None
         try:
@@ -2160,7 +2154,7 @@ EDITOR_IGNORED_FIELDS = {
     "dev": "VS Code's watch and debug settings",
 }
 # Other spellings of "type" that editors write for a Streamable HTTP entry (Cline, Roo Code / Kilo Code).
-_HTTP_TYPE_ALIASES = frozenset({"streamableHttp", "streamable-http"})
+_HTTP_TYPE_ALIASES = ("streamableHttp", "streamable-http")  # a tuple: a "type" that is a list is compared, not hashed
 # Top-level fields of an editor's file that are about the editor, not its servers (VS Code's prompted inputs,
 # Claude Desktop's app settings): accepted and not read.
 _EDITOR_TOP_FIELDS = frozenset({"inputs", "globalShortcut", "preferences"})
@@ -2333,11 +2327,10 @@ def load_config(path: str) -> ConfigFile:
             f"cannot read config file {path}: {getattr(exc, 'strerror', None) or exc}",
             hint="check the path and its permissions",
         ) from None
-    config = parse_config(raw, path)
-    return ConfigFile(config.path, config.servers, bool(mode & 0o044), config.invalid_names, config.unusable)
+    return parse_config(raw, path, readable_by_others=bool(mode & 0o044))
 
 
-def parse_config(raw: str | bytes, path: str) -> ConfigFile:
+def parse_config(raw: str | bytes, path: str, *, readable_by_others: bool = False) -> ConfigFile:
     """Parse strict JSON and validate every server entry. Messages name file, server and field, never values."""
     try:
         document = parse_json(raw)
@@ -2374,7 +2367,7 @@ def parse_config(raw: str | bytes, path: str) -> ConfigFile:
             servers[name] = parse_server(path, name, entry)
         except InvalidConfigError as exc:  # an error when selected; the file's other servers stay usable
             unusable.append((name, exc.message, exc.hint))
-    return ConfigFile(path, servers, invalid_names=tuple(invalid), unusable=tuple(unusable))
+    return ConfigFile(path, servers, readable_by_others, tuple(invalid), tuple(unusable))
 
 
 def safe_name(name: str) -> str:
@@ -2722,6 +2715,9 @@ def check_bkapi_value(value: str, *, where: str) -> list[str]:
     return list(document.values())
 
 
+_IDENTITY_VALUE_CHECKS = {"authorization": check_authorization_value, "x-bkapi-authorization": check_bkapi_value}
+
+
 def resolve_server(
     server: ServerConfig, env: Mapping[str, str], *, user: Mapping[str, str] | None = None, cwd: str | None = None
 ) -> ResolvedServer:
@@ -2734,6 +2730,7 @@ def resolve_server(
     redactor = Redactor()
     where = f"server {server.name!r} in {server.config_file}"
     headers: dict[str, str] = {}
+    auth_source = "none"
     for name, template in server.headers:
         value, used = expand_env(template, env, where=f"{where}, header {name!r}", user=user)
         if any(ch in value for ch in "\r\n\x00"):  # e.g. a token read from a file with its trailing newline
@@ -2741,8 +2738,7 @@ def resolve_server(
                 f"{where}: header {name!r} contains a line break or NUL after expansion",
                 hint='strip the newline from the variable\'s value (export VAR="$(cat file)" does that)',
             )
-        secret = is_secret_name(name)
-        if secret:
+        if is_secret_name(name):
             if not value.strip():
                 raise InvalidConfigError(
                     f"{where}: credential header {name!r} is empty after expansion",
@@ -2751,20 +2747,12 @@ def resolve_server(
             redactor.add(value)
             for fragment in used:
                 redactor.add(fragment, whole=False)
-        headers[name] = value
-    auth_source = "none"
-    for name, value in headers.items():
-        lowered = name.lower()
-        if lowered == "authorization":
-            fragments = check_authorization_value(value, where=where)
-        elif lowered == "x-bkapi-authorization":
-            fragments = check_bkapi_value(value, where=where)
-        else:
-            fragments = []
-        for fragment in fragments:
-            redactor.add(fragment, whole=False)
-        if is_secret_name(name):
             auth_source = "server_headers"
+        headers[name] = value
+    for name, value in headers.items():  # each identity header's value checked once every header has expanded
+        check = _IDENTITY_VALUE_CHECKS.get(name.lower())
+        for fragment in check(value, where=where) if check is not None else ():
+            redactor.add(fragment, whole=False)
     args = [expand_env(arg, env, where=f"{where}, args[{i}]")[0] for i, arg in enumerate(server.args)]
     if any("\x00" in arg for arg in args):
         raise InvalidConfigError(f"{where}: an argument contains a NUL character after expansion")
@@ -2829,38 +2817,31 @@ MAX_TOOLS = 100_000
 
 @dataclass(frozen=True)
 class EraRules:
-    """What one protocol version changes on the wire (docs/protocol.md §0). Flows read this table, not ifs."""
+    """What one protocol version changes on the wire (docs/protocol.md §0). Flows read this table, not ifs. The
+    defaults are the rules of 2025-11-25: a row of the table names what its version changes."""
 
     version: str
-    era: str  # "legacy" | "modern"
-    handshake: bool  # initialize + notifications/initialized
-    version_header: bool  # MCP-Protocol-Version on requests after the handshake (every request when modern)
-    sessions: bool  # Mcp-Session-Id issued by initialize, DELETE at close
-    request_meta: bool  # params._meta protocolVersion / clientCapabilities / clientInfo on every request
-    method_headers: bool  # Mcp-Method, Mcp-Name, Mcp-Param-*
-    sse_resumption: bool  # GET + Last-Event-ID when a POST's stream closes early
-    cancel_notification: bool  # Ctrl-C sends notifications/cancelled (modern HTTP closes the stream)
+    era: str = "legacy"  # "legacy" | "modern"
+    handshake: bool = True  # initialize + notifications/initialized
+    version_header: bool = True  # MCP-Protocol-Version on requests after the handshake (every request when modern)
+    sessions: bool = True  # Mcp-Session-Id issued by initialize, DELETE at close
+    request_meta: bool = False  # params._meta protocolVersion / clientCapabilities / clientInfo on every request
+    method_headers: bool = False  # Mcp-Method, Mcp-Name, Mcp-Param-*
+    sse_resumption: bool = True  # GET + Last-Event-ID when a POST's stream closes early
+    cancel_notification: bool = True  # Ctrl-C sends notifications/cancelled (modern HTTP closes the stream)
     # Mcp-Param-* come from inputSchema x-mcp-header: a tool whose declaration is invalid is excluded (§5)
-    header_exclusion: bool
-    list_ttl: bool  # a tools/list page's ttlMs says how long it may be kept (a warm session keeps it: contract §14)
-
-
-def _era(version: str, era: str = "legacy", **changes: bool) -> EraRules:
-    """A row of the table: the rules of 2025-11-25 with ``changes``."""
-    base = {"handshake": True, "version_header": True, "sessions": True, "request_meta": False}
-    base.update(method_headers=False, sse_resumption=True, cancel_notification=True, header_exclusion=False)
-    base.update(list_ttl=False)
-    return EraRules(version=version, era=era, **{**base, **changes})
+    header_exclusion: bool = False
+    list_ttl: bool = False  # a tools/list page's ttlMs: how long it may be kept (a warm session keeps it: contract §14)
 
 
 ERA_TABLE: dict[str, EraRules] = {
     # 2024-11-05's messages are a subset of 2025-03-26's (no batches, annotations, audio, progress message); its
     # HTTP+SSE transport is not spoken: a server that chose it over Streamable HTTP or stdio gets these rules
-    "2024-11-05": _era("2024-11-05", version_header=False),
-    "2025-03-26": _era("2025-03-26", version_header=False),
-    "2025-06-18": _era("2025-06-18"),
-    "2025-11-25": _era("2025-11-25"),
-    "2026-07-28": _era(
+    "2024-11-05": EraRules("2024-11-05", version_header=False),
+    "2025-03-26": EraRules("2025-03-26", version_header=False),
+    "2025-06-18": EraRules("2025-06-18"),
+    "2025-11-25": EraRules("2025-11-25"),
+    "2026-07-28": EraRules(
         "2026-07-28",
         era="modern",
         handshake=False,
@@ -3071,11 +3052,8 @@ class SseDecoder:
             if text.startswith("\ufeff"):
                 text = text[1:]
         events: list[SseEvent] = []
-        pos = 0
-        if self._skip_lf and text:
-            self._skip_lf = False
-            if text[0] == "\n":
-                pos = 1
+        pos = 1 if self._skip_lf and text[:1] == "\n" else 0  # the "\n" of a CRLF split across chunks
+        self._skip_lf = False
         for match in _SSE_EOL.finditer(text, pos):
             start = match.start()
             if self._pieces:
@@ -3102,8 +3080,7 @@ class SseDecoder:
 
     def close(self) -> list[SseEvent]:
         """End of stream: an unterminated event is discarded (WHATWG), nothing else to flush."""
-        tail = self._utf8.decode(b"", final=True)
-        events = self.feed(tail) if tail else []
+        events = self.feed(self._utf8.decode(b"", final=True))
         self._pieces = []
         self._data = []
         return events
@@ -3156,7 +3133,13 @@ def build_notification(
     method: str, params: dict[str, Any] | None, rules: EraRules, capabilities: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
-    params = _with_meta(params, rules, capabilities)
+    if rules.request_meta:
+        params = dict(params or {})
+        meta = dict(params.get("_meta") or {})
+        meta[META_PROTOCOL_VERSION] = rules.version
+        meta[META_CLIENT_CAPABILITIES] = merge_capabilities(capabilities, meta.get(META_CLIENT_CAPABILITIES))
+        meta[META_CLIENT_INFO] = dict(CLIENT_INFO)
+        params["_meta"] = meta
     if params is not None:
         message["params"] = params
     return message
@@ -3177,20 +3160,6 @@ def merge_capabilities(declared: Mapping[str, Any] | None, asked: Any) -> dict[s
             both = isinstance(merged.get(key), Mapping) and isinstance(value, Mapping)
             merged[key] = {**merged[key], **value} if key == "extensions" and both else value
     return merged
-
-
-def _with_meta(
-    params: dict[str, Any] | None, rules: EraRules, capabilities: Mapping[str, Any] | None
-) -> dict[str, Any] | None:
-    if not rules.request_meta:
-        return params
-    params = dict(params or {})
-    meta = dict(params.get("_meta") or {})
-    meta[META_PROTOCOL_VERSION] = rules.version
-    meta[META_CLIENT_CAPABILITIES] = merge_capabilities(capabilities, meta.get(META_CLIENT_CAPABILITIES))
-    meta[META_CLIENT_INFO] = dict(CLIENT_INFO)
-    params["_meta"] = meta
-    return params
 
 
 def build_initialize_params(version: str, capabilities: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -3219,8 +3188,6 @@ def encode_header_value(value: Any) -> str | None:
     Plain visible ASCII without surrounding whitespace goes as is; anything else, or a value that itself looks
     like the sentinel, is sent as ``=?base64?<base64 of UTF-8>?=`` (2026-07-28 streamable-http §Request Metadata).
     """
-    if value is None:
-        return None
     if isinstance(value, bool):
         text = "true" if value else "false"
     elif isinstance(value, int):
@@ -4400,11 +4367,9 @@ def verify_skill_file(entry: Mapping[str, Any], file: SkillFile, result: Mapping
         frontmatter = parse_frontmatter(data.decode("utf-8", "replace"))
         if frontmatter is None:
             raise skill_unverified(entry, file.uri, "frontmatter", "has no YAML frontmatter bkmcp can read")
-        listed = entry.get("frontmatter")
-        for key in sorted(set(frontmatter) | set(listed if isinstance(listed, dict) else {})):
-            mine = _yaml_value(frontmatter.get(key))
-            theirs = _yaml_value(listed.get(key) if isinstance(listed, dict) else None)
-            if mine != theirs:
+        listed = entry["frontmatter"] if isinstance(entry.get("frontmatter"), dict) else {}
+        for key in sorted(set(frontmatter) | set(listed)):
+            if _yaml_value(frontmatter.get(key)) != _yaml_value(listed.get(key)):
                 raise skill_unverified(entry, file.uri, "frontmatter", f"has frontmatter {key!r} unlike the listing's")
         name = frontmatter.get("name")
         if name != entry["uri"][: -len("/" + SKILL_FILE)].rsplit("/", 1)[-1]:
@@ -4886,7 +4851,13 @@ def new_http_client(url: str, *, insecure: bool) -> Any:
     else:
         with _TLS_LOCK:  # certifi.where() fills a global on first use (from the pyz: a temporary copy of the CA bundle)
             client = httpx.Client(**options)
-    return _keep_hand_overs(_reads_ask_deadlines(client))
+    pool = _shaped_pool(client)  # None: not the httpcore 1.0 pool these two changes are made for
+    if pool is not None and hasattr(pool, "_network_backend"):  # its reads ask the deadline again (``_AskingStream``)
+        pool._network_backend = _AskingBackend(pool._network_backend)
+    hand_over = _hand_over_pool()
+    if hand_over is not None and type(pool) is hand_over.__bases__[0]:  # the same state, one method changed
+        pool.__class__ = hand_over
+    return client
 
 
 class ReadBudget(float):
@@ -4902,15 +4873,6 @@ class ReadBudget(float):
         made = super().__new__(cls, seconds)
         made.deadline = deadline
         return made
-
-
-def _reads_ask_deadlines(client: Any) -> Any:
-    """``client`` with its pool's network streams made ``_AskingStream``s (left as it is when the pool is not
-    httpcore 1.0's: an injected test transport)."""
-    pool = _shaped_pool(client)
-    if pool is not None and hasattr(pool, "_network_backend"):
-        pool._network_backend = _AskingBackend(pool._network_backend)
-    return client
 
 
 class _AskingBackend:
@@ -5051,15 +5013,6 @@ def _hand_over_pool() -> type | None:
 
     _HAND_OVER_POOL.append(HandOverPool)
     return HandOverPool
-
-
-def _keep_hand_overs(client: Any) -> Any:
-    """``client`` with its connection pool a ``_hand_over_pool()`` (same state, one method changed)."""
-    pool = _shaped_pool(client)
-    cls = _hand_over_pool()
-    if cls is not None and type(pool) is cls.__bases__[0]:
-        pool.__class__ = cls
-    return client
 
 
 def _shaped_pool(client: Any) -> Any:
@@ -5276,14 +5229,12 @@ class HttpTransport(Transport):
 
     @staticmethod
     def _read_error_body(response: Any) -> str:
-        chunks: list[bytes] = []
-        size = 0
+        body = bytearray()
         for chunk in response.iter_bytes():
-            chunks.append(chunk)
-            size += len(chunk)
-            if size >= _ERROR_BODY_LIMIT:
+            body += chunk
+            if len(body) >= _ERROR_BODY_LIMIT:
                 break
-        return b"".join(chunks)[:_ERROR_BODY_LIMIT].decode("utf-8", "replace")
+        return body[:_ERROR_BODY_LIMIT].decode("utf-8", "replace")
 
     # -- the seam --------------------------------------------------------------------------------------
 
@@ -5319,36 +5270,27 @@ class HttpTransport(Transport):
         headers = build_headers(
             rules, configured=self.configured, message=message, session_id=session_id, extra=outgoing.extra_headers
         )
-        body = dump_json(message).encode("utf-8")  # dump_json escapes lone surrogates: always valid UTF-8
         decoder: SseDecoder | None = None
         try:
             timeout = self._timeout(deadline)
         except McpTimeoutError as exc:
             raise exc.copy(request_sent=False) from None
         started = time.monotonic()
-        self._log_request("POST", headers, message)
         interrupt = deadline.interrupt  # a warm client's Ctrl-C: the wait for the answer ends at once
         marker = object()  # finds this request's pooled connection (``_shut_pending``)
         hook = interrupt.hook(lambda: self._shut_pending(marker)) if interrupt is not None else None
         try:
             with HttpxBoundary(self.url, deadline):
-                with self._http().stream(
-                    "POST",
-                    self.url,
-                    content=body,
-                    headers=_wire_headers(headers),
-                    timeout=timeout,
-                    extensions=self._extensions(marker, sent=False),
-                ) as response:
+                extensions = self._extensions(marker, sent=False)
+                with self._open("POST", headers, deadline, message, extensions, timeout) as response:
                     if hook is not None and interrupt is not None:
                         interrupt.unhook(hook)
                         hook = interrupt.hook(lambda: _shut_down_stream(response.extensions.get("network_stream")))
                     self._log_response(response, started)
                     self._check_status(response, method, with_session=session_id is not None)
                     self._answer_headers(method, response.headers)  # the core decides what they issue
-                    ctype = media_type(response.headers)
-                    if response.status_code == 202:  # whatever its content type: an answer with no response
-                        ctype = ""
+                    # a 202, whatever its content type, is an answer with no response
+                    ctype = "" if response.status_code == 202 else media_type(response.headers)
                     if ctype == "text/event-stream":
                         decoder = SseDecoder()
                         for incoming in self._read_sse(response, decoder, deadline):
@@ -5367,7 +5309,7 @@ class HttpTransport(Transport):
                         raise ProtocolError(
                             f"the server's JSON answer to {method} has no response for request id {request_id}"
                         )
-                    elif response.status_code == 202 or not ctype:
+                    elif not ctype:
                         raise ProtocolError(
                             f"the server answered request {method} with HTTP {response.status_code} and no "
                             "JSON-RPC response"
@@ -5478,7 +5420,7 @@ class HttpTransport(Transport):
             headers.append(("Last-Event-ID", last_id))
             started = time.monotonic()
             with HttpxBoundary(self.url, deadline):
-                with self._open_get(headers, deadline, marker) as response:
+                with self._open("GET", headers, deadline, extensions=self._extensions(marker, sent=True)) as response:
                     self._log_response(response, started)
                     try:
                         self._check_status(response, "GET", with_session=session_id is not None)
@@ -5505,16 +5447,26 @@ class HttpTransport(Transport):
                     "the server keeps closing the resumed event stream without sending anything", request_sent=True
                 )
 
-    def _open_get(self, headers: list[tuple[str, str]], deadline: Deadline, marker: object) -> Any:
-        """The GET of an event stream (a resumed answer's, or the standalone one), its request logged: the
-        response's context manager, entered inside ``HttpxBoundary``."""
-        self._log_request("GET", headers, None)
+    def _open(
+        self,
+        verb: str,
+        headers: list[tuple[str, str]],
+        deadline: Deadline,
+        message: Mapping[str, Any] | None = None,
+        extensions: dict[str, Any] | None = None,
+        timeout: Any = None,
+    ) -> Any:
+        """One request of the session, logged: a message's POST, or the GET of an event stream (a resumed answer's,
+        or the standalone one); the response's context manager, entered inside ``HttpxBoundary``. ``timeout``: the
+        one the caller took of ``deadline`` already, else it is taken here."""
+        self._log_request(verb, headers, message)
         return self._http().stream(
-            "GET",
+            verb,
             self.url,
+            content=None if message is None else dump_json(message).encode("utf-8"),  # lone surrogates escaped: UTF-8
             headers=_wire_headers(headers),
-            timeout=self._timeout(deadline),
-            extensions=self._extensions(marker, sent=True),
+            timeout=self._timeout(deadline) if timeout is None else timeout,
+            extensions=extensions,
         )
 
     def listen(self, rules: EraRules, session_id: str | None, deadline: Deadline) -> None:
@@ -5540,7 +5492,7 @@ class HttpTransport(Transport):
         deadline = Deadline(LISTEN_BUDGET)
         try:
             with HttpxBoundary(self.url, deadline):
-                with self._open_get(headers, deadline, marker) as response:
+                with self._open("GET", headers, deadline, extensions=self._extensions(marker, sent=True)) as response:
                     opened.set()
                     ctype = media_type(response.headers)
                     if response.status_code != 200 or ctype != "text/event-stream":
@@ -5560,17 +5512,10 @@ class HttpTransport(Transport):
         message, deadline, session_id = outgoing.message, outgoing.deadline, outgoing.session_id
         headers = build_headers(outgoing.rules, configured=self.configured, message=message, session_id=session_id)
         started = time.monotonic()
-        self._log_request("POST", headers, message)
         what = str(message.get("method", "a response"))
         try:
             with HttpxBoundary(self.url, deadline):
-                with self._http().stream(
-                    "POST",
-                    self.url,
-                    content=dump_json(message).encode("utf-8"),
-                    headers=_wire_headers(headers),
-                    timeout=self._timeout(deadline),
-                ) as response:
+                with self._open("POST", headers, deadline, message) as response:
                     self._log_response(response, started)
                     if outgoing.strict:
                         self._check_status(response, what, with_session=session_id is not None)
@@ -5662,15 +5607,14 @@ LISTEN_BUDGET = 24 * 3600.0  # the standalone GET stream lives as long as the se
 
 
 def _decode_error_message(text: str) -> Message | None:
-    """The JSON-RPC message in an error body, if there is one."""
+    """The JSON-RPC message in an error body, if there is one (a body that is a JSON object: one message)."""
     stripped = text.strip()
     if not stripped.startswith("{"):
         return None
     try:
-        messages = decode_messages(stripped)
+        return decode_messages(stripped)[0]
     except ProtocolError:
         return None
-    return messages[0] if len(messages) == 1 else None
 
 
 # -- 6.3 stdio framing: the bounded line reader and the stderr tail (docs/contract.md §9) ------------------------------
@@ -6982,39 +6926,27 @@ class McpSession:
             events = self.core.receive(message, related=related)
             answered = related is not None and id_key(related) not in self._handles
             for event in events:
+                own = self._handles.get(id_key(related)) if related is not None else None  # the request it came with
                 if isinstance(event, Answered):
                     handle = self._handles.pop(id_key(event.request_id), None)
                     if handle is not None:
                         handle._finish(event.message)
                     answered = answered or (related is not None and same_id(event.request_id, related))
                 elif isinstance(event, Declined):
-                    targets = (
-                        [self._handles[id_key(related)]]
-                        if related is not None and id_key(related) in self._handles
-                        else list(self._handles.values())
-                    )
+                    targets = [own] if own is not None else list(self._handles.values())
                     for handle in targets:
                         handle.declined.append(event.method)
                     logs = {id(h.log): h.log for h in targets if h.log is not None}
                     declined_logs[id(event)] = list(logs.values()) or [self.log]
                 elif isinstance(event, Asked):  # the request it came with, else the one in flight that can answer
-                    candidates = (
-                        [self._handles[id_key(related)]]
-                        if related is not None and id_key(related) in self._handles
-                        else [h for h in self._handles.values() if h.input is not None]
-                    )
-                    asked.append((event, candidates[0] if candidates else None))
+                    asked.append((event, own or next((h for h in self._handles.values() if h.input is not None), None)))
         for event, handle in asked:  # a question on a request's own stream (HTTP) is read by that request's thread
             self._answer_question(event.message, handle, shared_reader=related is None)
         for event in events:
             if isinstance(event, Notified):
                 self._on_notification(event.message)
             elif isinstance(event, Reply):
-                self.transport.send(
-                    Outgoing(
-                        event.message, self.core.rules, Deadline(CANCEL_BUDGET), self.core.session_id, strict=False
-                    )
-                )
+                self._reply(event.message)
             elif isinstance(event, Declined):
                 for log in declined_logs.get(id(event), [self.log]):
                     log.warn(
@@ -7046,34 +6978,30 @@ class McpSession:
             import threading
 
             threading.Thread(
-                target=self._answer_relayed, args=(message.id, request, handle), name="bkmcp-question", daemon=True
+                target=lambda: self._reply_later(message.id, self._ask(request, handle)),
+                name="bkmcp-question",
+                daemon=True,
             ).start()
             return
         else:
-            result = self._record_answer(request, self._ask(request, handle), handle)
-            reply = build_response(message.id, result=result)
-        self.transport.send(
-            Outgoing(reply, self.core.rules, Deadline(CANCEL_BUDGET), self.core.session_id, strict=False)
-        )
+            reply = build_response(message.id, result=self._ask(request, handle))
+        self._reply(reply)
 
     @staticmethod
-    def _ask(request: dict[str, Any], handle: RequestHandle) -> InputAnswer:
-        """The operation's ``InputSource``'s answer; unanswered when it fails (the terminal went away) or, for a
-        person elsewhere (``relayed``), when the warm client left or pressed Ctrl-C (``KeyboardInterrupt`` from the
-        relay: the server hears ``cancel``, and the command's interrupt ends it at its next look)."""
+    def _ask(request: dict[str, Any], handle: RequestHandle) -> dict[str, Any]:
+        """The ``ElicitResult`` to send, recorded on the handle: the operation's ``InputSource``'s answer, ``cancel``
+        when none is at hand. Unanswered when it fails (the terminal went away) or, for a person elsewhere
+        (``relayed``), when the warm client left or pressed Ctrl-C (``KeyboardInterrupt`` from the relay: the server
+        hears ``cancel``, and the command's interrupt ends it at its next look)."""
         assert handle.input is not None
         try:
-            return handle.input.answer(None, request, False)
+            answer = handle.input.answer(None, request, False)
         except BkmcpError as exc:
-            return InputAnswer(None, ({"message": exc.message},))
+            answer = InputAnswer(None, ({"message": exc.message},))
         except KeyboardInterrupt:
             if not handle.input.relayed:  # this process's own Ctrl-C: it ends the command here
                 raise
-            return InputAnswer(None, ({"message": "the client left while the question was asked"},))
-
-    @staticmethod
-    def _record_answer(request: dict[str, Any], answer: InputAnswer, handle: RequestHandle) -> dict[str, Any]:
-        """The ``ElicitResult`` to send for ``answer`` (``cancel`` when none is at hand), recorded on the handle."""
+            answer = InputAnswer(None, ({"message": "the client left while the question was asked"},))
         result = answer.result if answer.result is not None else {"action": "cancel"}
         handle.asked.append(
             {
@@ -7085,20 +7013,20 @@ class McpSession:
         )
         return result
 
-    def _answer_relayed(self, request_id: Any, request: dict[str, Any], handle: RequestHandle) -> None:
-        """A question a warm client's person answers (``InputSource.relayed``), asked on a thread of its own."""
-        self._reply_later(request_id, self._record_answer(request, self._ask(request, handle), handle))
-
     def _reply_later(self, request_id: Any, result: dict[str, Any]) -> None:
         """The answer to a question held open (``InputSource.hold``); a session closed meanwhile drops it."""
-        rules = self.core.rules
-        if self.closed or rules is None:
+        if self.closed or self.core.rules is None:
             return
         try:
-            reply = build_response(request_id, result=result)
-            self.transport.send(Outgoing(reply, rules, Deadline(CANCEL_BUDGET), self.core.session_id, strict=False))
+            self._reply(build_response(request_id, result=result))
         except BkmcpError as exc:
             self.log.debug(f"a held question's answer could not be sent: {exc.code}")
+
+    def _reply(self, message: dict[str, Any]) -> None:
+        """The answer to a server request, sent at once: a short attempt (``CANCEL_BUDGET``) whose failure is logged."""
+        self.transport.send(
+            Outgoing(message, self.core.rules, Deadline(CANCEL_BUDGET), self.core.session_id, strict=False)
+        )
 
     def _on_stray(self, stray: Stray) -> None:
         """A response that answers nothing in flight: reported (a warning; the resident's event too), never
@@ -7466,10 +7394,32 @@ def request_result(
     ``resources/read`` and ``prompts/get``, whose work a server may go on doing. A server's questions
     (``prompts/get``, ``resources/read``) go through ``send_with_input``, as a call's do; ``pending``: a round
     kept by an earlier command (``--resume``), answered before anything else is sent."""
-    handles: list[RequestHandle] = []
+    handles: list[RequestHandle] = []  # each attempt's: the questions asked on it
 
     def send(current: dict[str, Any] | None) -> Message:
-        return _request_once(session, ctx, method, current, handles, cancel=cancel)
+        for attempt in range(2):
+            rules = session.core.rules
+            assert rules is not None
+            session_id = session.core.session_id
+            handle = RequestHandle()
+            handles.append(handle)
+            try:
+                return session.request(method, current, ctx, handle=handle)
+            except RemoteError as exc:
+                if cancel and isinstance(exc, McpTimeoutError) and request_was_sent(exc):
+                    why = f"timed out after {format_duration(ctx.deadline.seconds)}"
+                    _cancel(session, rules, handle.id, reason=why)
+                if attempt == 0 and session.core.refused_as_legacy(exc):  # never asked for tools/call (call_tool)
+                    ctx.log.debug(f"{method} refused as by a legacy server ({exc.message}); falling back to initialize")
+                    session.fall_back(ctx)
+                    continue
+                if exc.session_lost and attempt == 0 and rules.handshake and not ctx.renewed:
+                    ctx.renewed = True  # once per operation: a server that keeps losing it is an error
+                    ctx.log.debug(f"the server lost the session (HTTP {exc.http_status}); re-initializing once")
+                    session.renew(ctx, session_id)
+                    continue
+                raise
+        raise AssertionError("unreachable")  # pragma: no cover
 
     if ctx.input is not None and method in INPUT_METHODS:
         answer = send_with_input(session, ctx, method, params or {}, send, pending)
@@ -7478,40 +7428,6 @@ def request_result(
     result = check_result(method, answer)
     raise_unanswered(method, handles, {"result": result})
     return result
-
-
-def _request_once(
-    session: McpSession,
-    ctx: OpContext,
-    method: str,
-    params: dict[str, Any] | None,
-    handles: list[RequestHandle],
-    *,
-    cancel: bool,
-) -> Message:
-    """One request of ``request_result`` (each attempt's handle joins ``handles``: the questions asked on it)."""
-    for attempt in range(2):
-        rules = session.core.rules
-        assert rules is not None
-        session_id = session.core.session_id
-        handle = RequestHandle()
-        handles.append(handle)
-        try:
-            return session.request(method, params, ctx, handle=handle)
-        except RemoteError as exc:
-            if cancel and isinstance(exc, McpTimeoutError) and request_was_sent(exc):
-                _cancel(session, rules, handle.id, reason=f"timed out after {format_duration(ctx.deadline.seconds)}")
-            if attempt == 0 and session.core.refused_as_legacy(exc):  # never asked for tools/call (call_tool)
-                ctx.log.debug(f"{method} refused as by a legacy server ({exc.message}); falling back to initialize")
-                session.fall_back(ctx)
-                continue
-            if exc.session_lost and attempt == 0 and rules.handshake and not ctx.renewed:
-                ctx.renewed = True  # once per operation: a server that keeps losing it is an error
-                ctx.log.debug(f"the server lost the session (HTTP {exc.http_status}); re-initializing once")
-                session.renew(ctx, session_id)
-                continue
-            raise
-    raise AssertionError("unreachable")  # pragma: no cover
 
 
 INPUT_METHODS = ("tools/call", "prompts/get", "resources/read")  # the requests a server may answer input_required
@@ -7546,7 +7462,7 @@ def send_with_input(
         if rounds > MAX_INPUT_ROUNDS:
             raise ProtocolError(
                 f"{method}: the server asked for input {MAX_INPUT_ROUNDS} times and still asks; bkmcp stopped "
-                "(at most {MAX_INPUT_ROUNDS} rounds)".replace("{MAX_INPUT_ROUNDS}", str(MAX_INPUT_ROUNDS)),
+                f"(at most {MAX_INPUT_ROUNDS} rounds)",
                 hint="the server keeps asking; check the answers given, or report it to the server's authors",
                 details={"rounds": MAX_INPUT_ROUNDS, "outcome": "not_completed"},
             )
@@ -8306,21 +8222,21 @@ def plan_task(session: McpSession, ctx: OpContext, tool: Mapping[str, Any], choi
     return as_task
 
 
+def _session_task_handle(session: McpSession, task: Mapping[str, Any], tool: str | None) -> dict[str, Any]:
+    """``build_task_handle`` of a task of this session's server, in its era and protocol version."""
+    server = session.server
+    return build_task_handle(
+        task, server=server.name, tool=tool, era=session.era, version=session.protocol_version, transport=server.type
+    )
+
+
 def run_created_task(
     session: McpSession, ctx: OpContext, name: str, created: dict[str, Any], choice: TaskChoice
 ) -> dict[str, Any]:
     """A call the server answered with a task: its handle (``--detach``), or the task waited for. The handle is
     given to ``choice.on_handle`` as soon as it exists (never lost: a Ctrl-C or a timeout can come next)."""
     server = session.server
-    handle = build_task_handle(
-        created,
-        server=server.name,
-        tool=name,
-        era=session.era,
-        version=session.protocol_version,
-        transport=server.type,
-    )
-    ctx.task = handle
+    handle = ctx.task = _session_task_handle(session, created, name)
     session.tasks.append(handle["mcp_task_id"])
     del session.tasks[:-TASK_STORE_LIMIT]
     holder = session.core.session_id if session.transport.has_sessions else None
@@ -8371,14 +8287,7 @@ def run_task_action(
     (``await_task``; without ``wait``, a 2026-07-28 task's once, ``answer_task_input``)."""
     server = session.server
     if handle is None:
-        handle = build_task_handle(
-            {"taskId": task_id},
-            server=server.name,
-            tool=None,
-            era=session.era,
-            version=session.protocol_version,
-            transport=server.type,
-        )
+        handle = _session_task_handle(session, {"taskId": task_id}, None)
     if action == "cancel":
         answer = task_request(session, ctx, "tasks/cancel", task_id)
         status = answer.get("status") if isinstance(answer.get("status"), str) else "cancel_requested"
@@ -8919,7 +8828,7 @@ JSON_NUMBER = lazy_re(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 IDENTIFIER = lazy_re(r"[A-Za-z_][A-Za-z0-9_]*")
 PLAIN_ASCII_NAME = lazy_re(r"[!#-~]+")  # printable ASCII without space and '"': always a fine flag name
 FAST_FLAG_NAME = lazy_re(r"[!#-,.-<>-~][!#-<>-~]*")  # the same, minus '=' and a leading '-'
-HARD_KEYWORDS = frozenset(REF_KEYWORDS + COMBINATORS)
+INLINED_KEYWORDS = frozenset((*REF_KEYWORDS, *COMBINATORS))  # what resolve_schema writes out inline
 FLAG_TYPE_SET = frozenset(FLAG_TYPES)
 
 
@@ -9002,7 +8911,7 @@ def nullable_simple(schema: dict[str, Any]) -> dict[str, Any] | None:
     if isinstance(declared, list):
         simple = [t for t in declared if t != "null"]
         if len(declared) == 2 and len(simple) == 1 and simple[0] in _SIMPLE_TYPES:
-            if any(k in schema for k in (*REF_KEYWORDS, *COMBINATORS)):
+            if not schema.keys().isdisjoint(INLINED_KEYWORDS):
                 return None
             return {**schema, "type": simple[0]}
         return None
@@ -9020,7 +8929,7 @@ def nullable_simple(schema: dict[str, Any]) -> dict[str, Any] | None:
     kind = branch.get("type")
     if isinstance(kind, list) and len(kind) == 1:
         kind = kind[0]
-    if kind not in _SIMPLE_TYPES or any(k in branch for k in (*REF_KEYWORDS, *COMBINATORS)):
+    if kind not in _SIMPLE_TYPES or not branch.keys().isdisjoint(INLINED_KEYWORDS):
         return None
     outer = {k: v for k, v in schema.items() if k != present[0]}
     return {**branch, **outer, "type": kind}
@@ -9069,9 +8978,6 @@ def _ref_pointer(ref: str) -> list[str] | None:
     if not fragment.startswith("/"):
         return None
     return [part.replace("~1", "/").replace("~0", "~") for part in fragment[1:].split("/")]
-
-
-INLINED_KEYWORDS = frozenset((*REF_KEYWORDS, *COMBINATORS))
 
 
 # A reference may be used many times (``{"anyOf": [{"$ref": "#/$defs/L4"}, …×30]}``, five levels: 30^5 branches
@@ -9339,7 +9245,7 @@ def build_tool_flags(tool: Mapping[str, Any]) -> ToolFlags:
         is_required = name in required_set
         if type(prop) is dict and FAST_FLAG_NAME.fullmatch(name) and name not in RESERVED_OPTION_NAMES:
             declared = prop.get("type")  # fast path for the common plain property; same rules as below
-            if type(declared) is str and declared in FLAG_TYPE_SET and prop.keys().isdisjoint(HARD_KEYWORDS):
+            if type(declared) is str and declared in FLAG_TYPE_SET and prop.keys().isdisjoint(INLINED_KEYWORDS):
                 flags[name] = ToolFlag(name, declared, is_required, prop)
                 continue
         problem = flag_name_problem(name)
@@ -9683,8 +9589,6 @@ def build_positional_error(
     """A bare value after the tool name (``bkmcp fs list_directory ./notes``): tool arguments are flags, so the
     error names this tool's flags, and the one to write when exactly one required flag takes a string. ``follows``:
     the flag whose value came just before (``--text hello world``: the value's unquoted rest, most likely)."""
-    import shlex
-
     flags = list(build_tool_flags(tool).flags.values())
     command = tool_command(server_name, tool.get("name"), config)
     shown = printable(repr(value))
@@ -9699,7 +9603,7 @@ def build_positional_error(
     if follows is not None:
         hint = f"quote a value that contains spaces (--{printable(follows)} 'two words'); every flag: {command} --help"
     elif len(required) == 1 and required[0].kind == "string":
-        hint = f"write {printable(required[0].option + ' ' + shlex.quote(value))}; every flag: {command} --help"
+        hint = f"write {printable(required[0].option + ' ' + shell_quote(value))}; every flag: {command} --help"
     else:
         hint = f"every flag with its meaning: {command} --help"
     return UsageError(
@@ -9735,12 +9639,8 @@ class ArgumentCheck:
 
     def describe(self) -> str:
         if self.scope == "full":
-            if self.notes:
-                return (
-                    f"arguments validated locally against the full inputSchema, except: {'; '.join(self.notes)}"
-                    "; the server validates those"
-                )
-            return "arguments validated locally against the full inputSchema"
+            but = f", except: {'; '.join(self.notes)}; the server validates those" if self.notes else ""
+            return f"arguments validated locally against the full inputSchema{but}"
         why = "; ".join(self.notes) or "no full schema check"
         return f"arguments checked locally for required fields, types and enum only ({why}); the server validates"
 
@@ -10317,9 +10217,13 @@ _QUICK_KEYWORDS = frozenset(  # what this path decides; the same code in every d
     "maxProperties maximum minItems minLength minProperties minimum not oneOf properties required type".split()
 )
 _QUICK_DEPTH = 32  # deeper schemas go to jsonschema, whose recursion limit then decides as before
-_QUICK_TYPES = frozenset(("string", "integer", "number", "boolean", "array", "object", "null"))
 _QUICK_SIZES = ("maxItems", "maxLength", "maxProperties", "minItems", "minLength", "minProperties")
-_QUICK_BOUNDS = ("exclusiveMaximum", "exclusiveMinimum", "maximum", "minimum")
+_QUICK_BOUNDS: dict[str, Callable[[Any, Any], bool]] = {  # each bound's failing comparison, as jsonschema's
+    "exclusiveMaximum": lambda instance, bound: instance >= bound,
+    "exclusiveMinimum": lambda instance, bound: instance <= bound,
+    "maximum": lambda instance, bound: instance > bound,
+    "minimum": lambda instance, bound: instance < bound,
+}
 
 
 def _quick_schema(schema: Any, keywords: frozenset[str], depth: int) -> bool:
@@ -10338,7 +10242,7 @@ def _quick_schema(schema: Any, keywords: frozenset[str], depth: int) -> bool:
             return False
         if key == "type":
             types = [value] if isinstance(value, str) else value
-            ok = isinstance(types, list) and all(isinstance(t, str) and t in _QUICK_TYPES for t in types)
+            ok = isinstance(types, list) and all(isinstance(t, str) and t in TYPE_TESTS for t in types)
         elif key == "properties":
             ok = isinstance(value, dict) and all(_quick_schema(s, keywords, depth + 1) for s in value.values())
         elif key in ("additionalProperties", "items", "not"):
@@ -10433,16 +10337,7 @@ def _quick_valid(schema: Any, instance: Any, deadline: Deadline | None) -> bool:
             sized = {"Length": is_string, "Items": is_array, "Properties": is_object}[key[3:]]
             ok = not sized or (len(instance) >= value if key.startswith("min") else len(instance) <= value)
         elif key in _QUICK_BOUNDS and is_number:
-            ok = not (
-                key == "minimum"
-                and instance < value
-                or key == "maximum"
-                and instance > value
-                or key == "exclusiveMinimum"
-                and instance <= value
-                or key == "exclusiveMaximum"
-                and instance >= value
-            )
+            ok = not _QUICK_BOUNDS[key](instance, value)
         else:
             ok = True
         if not ok:
@@ -10486,7 +10381,7 @@ def _jsonschema_importable() -> bool:
 
 
 def _schema_problems(
-    schema: dict[str, Any], arguments: Mapping[str, Any], budget: ValidationBudget | None = None
+    schema: dict[str, Any], arguments: Mapping[str, Any], budget: ValidationBudget
 ) -> list[dict[str, str]]:
     """The full schema via jsonschema; ``NotLocal`` when that is not possible without the network or within
     bkmcp's bounds (``unbounded_schema``)."""
@@ -10518,10 +10413,10 @@ _IN_PLACE_LEVELS = 40  # arguments' and schema's levels (together) validated on 
 
 
 def _jsonschema_problems(
-    schema: dict[str, Any], arguments: Mapping[str, Any], budget: ValidationBudget | None
+    schema: dict[str, Any], arguments: Mapping[str, Any], budget: ValidationBudget
 ) -> list[dict[str, str]]:
     """``_schema_problems`` once the schema is known local and bounded: the quick path, then jsonschema."""
-    if _jsonschema_importable() and _quickly_valid(schema, arguments, budget.deadline if budget else None):
+    if _jsonschema_importable() and _quickly_valid(schema, arguments, budget.deadline):
         return []  # what jsonschema would answer, without loading it (above)
     try:
         from jsonschema import exceptions as jexc
@@ -10529,7 +10424,7 @@ def _jsonschema_problems(
         raise NotLocal("the jsonschema library is not available") from None
     state = validation_state()
     previous = getattr(state, "budget", None)
-    state.budget = budget or ValidationBudget(None)  # what the shared validator class checks, on this thread
+    state.budget = budget  # what the shared validator class checks, on this thread
     try:
         cls, resolver_class = validator_class(schema)
         resolver = take_resolver(state, schema, cls, resolver_class)
@@ -10762,7 +10657,7 @@ class CommandLineInput(InputSource):
         if params.get("mode", "form") == "url":
             return self.terminal.question(params) if self.terminal is not None else InputAnswer(None)
         schema = params.get("requestedSchema")
-        content, problems, given = self.typed(key, schema, several)
+        content, problems, given = self.typed(key, schema)
         if not given:
             return self.terminal.question(params) if self.terminal is not None else InputAnswer(None)
         if problems:
@@ -10771,7 +10666,7 @@ class CommandLineInput(InputSource):
         problems = list(content_problems(schema, content))
         return InputAnswer(None, tuple(problems)) if problems else InputAnswer({"action": "accept", "content": content})
 
-    def typed(self, key: str | None, schema: Any, several: bool) -> tuple[dict[str, Any], list[dict[str, str]], bool]:
+    def typed(self, key: str | None, schema: Any) -> tuple[dict[str, Any], list[dict[str, str]], bool]:
         """(the answers given for this question, typed; problems; whether any answer was given for it at all). A
         field the question does not have is left for another question: answers for every round of a multi-round
         request can be given at once; answers that fit no field leave the question unanswered (reported)."""
@@ -10923,12 +10818,6 @@ class RelayedQuestions(TerminalQuestions):
         super().__init__(None, None, deadline)  # type: ignore[arg-type]  # nothing is read or written here
         self.relay = relay
 
-    def ask_form(self, params: Mapping[str, Any]) -> InputAnswer:
-        return self.relayed(params)
-
-    def ask_url(self, params: Mapping[str, Any]) -> InputAnswer:
-        return self.relayed(params)
-
     def relayed(self, params: Mapping[str, Any]) -> InputAnswer:
         answer = self.relay(params)
         result = answer.get("result") if isinstance(answer, dict) else None
@@ -10937,6 +10826,8 @@ class RelayedQuestions(TerminalQuestions):
             result if isinstance(result, dict) else None,
             tuple(p for p in problems if isinstance(p, dict)) if isinstance(problems, list) else (),
         )
+
+    ask_form = ask_url = relayed  # a form and a URL alike: the client asks them on its own terminal
 
 
 def build_relayed_answer(answer: InputAnswer) -> dict[str, Any]:
@@ -11052,27 +10943,23 @@ class JqProgram:
                 self._program = self._module.compile(f"{defs}({expression}\n) | tojson")
             except ValueError:  # e.g. a leading import/include directive: run as given, all output at once
                 self._wrapped = False
-            self._check_halt_error()
-            return
-        import shutil
+        else:
+            import shutil
 
-        self._executable = shutil.which("jq")
-        if self._executable is None:
-            raise JqUnavailableError(
-                "--jq needs the jq library, which has no build for this Python/platform, and no jq executable "
-                "is on PATH",
-                hint="install jq (e.g. apt install jq) or drop --jq and filter the JSON output yourself",
-            )
-        self._source = f"{defs}(\n{expression}\n)"
-        if self._check_executable(f"{defs}if false then (\n{expression}\n) else empty end") is not None:
-            self._wrapped = False
-            self._source = f" {expression}"  # a leading "-" is no option
-            problem = self._check_executable(f"if false then (\n{expression}\n) else empty end")
-            if problem is not None:
-                raise InvalidJqExpressionError(f"invalid --jq expression: {problem}", hint=_JQ_SYNTAX_HINT)
-        self._check_halt_error()
-
-    def _check_halt_error(self) -> None:
+            self._executable = shutil.which("jq")
+            if self._executable is None:
+                raise JqUnavailableError(
+                    "--jq needs the jq library, which has no build for this Python/platform, and no jq executable "
+                    "is on PATH",
+                    hint="install jq (e.g. apt install jq) or drop --jq and filter the JSON output yourself",
+                )
+            self._source = f"{defs}(\n{expression}\n)"
+            if self._check_executable(f"{defs}if false then (\n{expression}\n) else empty end") is not None:
+                self._wrapped = False
+                self._source = f" {expression}"  # a leading "-" is no option
+                problem = self._check_executable(f"if false then (\n{expression}\n) else empty end")
+                if problem is not None:
+                    raise InvalidJqExpressionError(f"invalid --jq expression: {problem}", hint=_JQ_SYNTAX_HINT)
         if not self._wrapped and "halt_error" in self.expression:
             raise InvalidJqExpressionError(
                 "--jq: halt_error cannot be used in a program that starts with import/include",
@@ -11725,14 +11612,12 @@ def render_resident_help() -> str:
     return RESIDENT_HELP.format(**RESIDENT_HELP_DEFAULTS)
 
 
+# -- 9.5 shell completion: the bash, zsh and fish scripts and the words they ask for -----------------------------------
 # Shell completion (``bkmcp --completion bash|zsh|fish``): options, server names that the script asks
 # ``bkmcp [--config PATH] --completion servers`` for (the config file only), after a server its tool names and after
 # a tool that tool's flags, which it asks ``--completion tools SERVER`` and ``--completion flags SERVER TOOL`` for:
 # a live warm session's catalogue, else one connect bounded by ``COMPLETION_TIMEOUT`` (docs/contract.md §2). Never
 # file names where a server, tool or flag goes; only the options valid at each position.
-
-
-# -- 9.5 shell completion: the bash, zsh and fish scripts and the words they ask for -----------------------------------
 
 COMPLETION_SHELLS = ("bash", "zsh", "fish")
 # what the scripts ask for (hidden: --help names only the shells); docs/contract.md §2
@@ -12413,16 +12298,6 @@ def _flag_example_value(flag: ToolFlag, root: Any) -> Any:
     return value
 
 
-def _annotation_lines(tool: Mapping[str, Any]) -> list[str]:
-    annotations = tool.get("annotations")
-    if not isinstance(annotations, dict):
-        return []
-    words = [yes if annotations[key] else no for key, yes, no in _HINT_WORDS if isinstance(annotations.get(key), bool)]
-    if not words:
-        return []
-    return _paragraph(", ".join(words) + " (hints declared by the server, not verified)")
-
-
 def render_tool_help(server_name: str, tool: Mapping[str, Any], config: str | None = None) -> str:
     """Tool help (D02, contract.md §7): flags with type, required, enum, default (information only) and description;
     the fields that need --body and why; a --body example built from the schema; examples. Fits 80 columns."""
@@ -12437,8 +12312,9 @@ def render_tool_help(server_name: str, tool: Mapping[str, Any], config: str | No
         return [line + " \\" for line in lines[:-1]] + lines[-1:]
 
     out: list[str] = []
-    annotations = tool.get("annotations") if isinstance(tool.get("annotations"), dict) else {}
-    title = tool.get("title") or (annotations or {}).get("title")
+    annotations = tool.get("annotations")
+    annotations = annotations if isinstance(annotations, dict) else {}
+    title = tool.get("title") or annotations.get("title")
     # the heading names the tool (its Usage and Examples lines carry --config, to be pasted)
     heading = tool_command(server_name, name) + (f" - {title}" if isinstance(title, str) and title.strip() else "")
     out += _wrap(heading, HELP_WIDTH)
@@ -12446,14 +12322,13 @@ def render_tool_help(server_name: str, tool: Mapping[str, Any], config: str | No
     if isinstance(description, str) and description.strip():
         out.append("")
         out += _paragraph(description.strip())
-    hints = _annotation_lines(tool)
+    hints = [yes if annotations[key] else no for key, yes, no in _HINT_WORDS if isinstance(annotations.get(key), bool)]
     if hints:
-        out += ["", "Annotations:", *hints]
+        out += ["", "Annotations:", *_paragraph(", ".join(hints) + " (hints declared by the server, not verified)")]
     if tool_task_support(tool) == "required":  # docs/contract.md §5: never called
         out += [""] + _paragraph(f"Task-only: {TASK_ONLY_NOTE}.")
 
-    flags = list(mapped.flags.values())
-    flags.sort(key=lambda f: not f.required)  # required first, then schema order
+    flags = sorted(mapped.flags.values(), key=lambda f: not f.required)  # required first, then schema order
     out += ["", "Usage:"]
     optional = [f for f in flags if not f.required]
     usage_parts = [f.usage for f in flags if f.required]
@@ -18339,14 +18214,10 @@ def parse_argv(argv: Sequence[str]) -> Invocation:
                 close = closest_names(name, _LONG_OPTIONS) if not target else []
                 hint = f"did you mean {', '.join(close)}? (every option: bkmcp --help)" if close else "run bkmcp --help"
                 raise UsageError(f"unknown option {name}{where}", hint=hint)
-            flag = name[2:]
-            if eq:
-                inv.tool_tokens.append(ToolToken(flag, inline, True, token))
-            elif i < len(tokens) and not _is_bkmcp_option(tokens[i]):
-                inv.tool_tokens.append(ToolToken(flag, tokens[i], False, token))
-                i += 1
-            else:
-                inv.tool_tokens.append(ToolToken(flag, None, False, token))
+            flag_value = inline if eq else None  # --name alone: no value
+            if not eq and i < len(tokens) and not _is_bkmcp_option(tokens[i]):
+                flag_value, i = tokens[i], i + 1
+            inv.tool_tokens.append(ToolToken(name[2:], flag_value, bool(eq), token))
         elif inv.server is None:
             problem = check_server_name(token)
             if problem:
@@ -19026,14 +18897,12 @@ class Runner:
                     self.envr.stderr.write(halt.message)
                     self.envr.stderr.flush()
                     return halt.status
+            elif raw:
+                out.write(render_raw_data(envelope["data"], pretty=terminal, terminal=terminal))
             else:
-                pretty = 2 if terminal else None
-                if raw:
-                    out.write(render_raw_data(envelope["data"], pretty=terminal, terminal=terminal))
-                else:
-                    text = dump_json(envelope, indent=pretty)
-                    out.write(render_raw_text(text, terminal) if terminal else text)  # then its newline: not copied
-                    out.write("\n")
+                text = dump_json(envelope, indent=2 if terminal else None)
+                out.write(render_raw_text(text, terminal) if terminal else text)  # then its newline: not copied
+                out.write("\n")
             out.flush()
         except BrokenPipeError:
             if out is sys.__stdout__:  # the interpreter would flush what is left at exit, fail again, exit 120
@@ -19076,8 +18945,7 @@ class Runner:
             if status is not None:
                 return status
         # help (root, server, tool; bare `bkmcp <server>` too) is never projected, so --jq is not even compiled
-        projected = inv.jq is not None and not inv.help and mode
-        jq = compile_jq(inv.jq) if projected and inv.jq is not None else None
+        jq = compile_jq(inv.jq) if inv.jq is not None and not inv.help and mode else None
         self.log.debug(f"config file: {config_path}")
         config = load_config(config_path)
         for name, problem in config.invalid_names:
@@ -19352,11 +19220,9 @@ class Runner:
             inputs = read_body(inv.inputs, envr.stdin, envr.cwd, deadline, env=envr.env, option="--inputs")
         answers = bool(inv.input) or inputs is not None or inv.input_action is not None
         terminal: TerminalQuestions | None = None
-        if answers:
-            pass
-        elif envr.warm is not None:  # a warm client on a terminal has its questions relayed to it (§14)
+        if not answers and envr.warm is not None:  # a warm client on a terminal has its questions relayed to it (§14)
             terminal = RelayedQuestions(envr.warm.ask, deadline) if envr.warm.ask is not None else None
-        elif is_terminal(envr.stdin) and is_terminal(envr.stderr):
+        elif not answers and is_terminal(envr.stdin) and is_terminal(envr.stderr):
             terminal = TerminalQuestions(envr.stdin, envr.stderr, deadline)
 
         def keep(method: str, params: Mapping[str, Any], pending: InputRound, era: str | None) -> dict[str, Any]:
@@ -19379,15 +19245,11 @@ class Runner:
         pending = InputRound(record["input_requests"], record.get("request_state"))
         method, params = record["method"], record["params"]
         try:
-            if method == "tools/call":
-                name, arguments = params["name"], params.get("arguments") or {}
-                data = run_call(
-                    server, ctx, name, insecure=inv.insecure, prepare=lambda _tool: arguments, pending=pending
-                )
-            elif method == "prompts/get":
-                name, arguments = params["name"], params.get("arguments") or {}
-                data = run_prompt(
-                    server, ctx, name, insecure=inv.insecure, prepare=lambda _prompt: arguments, pending=pending
+            if method in ("tools/call", "prompts/get"):
+                run = run_call if method == "tools/call" else run_prompt
+                arguments = params.get("arguments") or {}
+                data = run(
+                    server, ctx, params["name"], insecure=inv.insecure, prepare=lambda _: arguments, pending=pending
                 )
             else:
                 data = run_read(server, ctx, params["uri"], insecure=inv.insecure, pending=pending)
@@ -20237,11 +20099,11 @@ def _warm_relay(sock: Any, inv: Invocation, envr: Environment, log: Log) -> int:
     if stage:
         details["stage"] = stage
     data = {"server": inv.server} if inv.tool is None else {"server": inv.server, "tool": inv.tool}
+    sent = ": tools/call had been sent, so the call may or may not have run" if call_sent else ""
     if silent:
         error: BkmcpError = McpTimeoutError(
             "the background bkmcp process (--keep-alive) is still running but sent nothing for "
-            f"{format_duration(waited)}, past the command's --timeout"
-            + (": tools/call had been sent, so the call may or may not have run" if call_sent else ""),
+            f"{format_duration(waited)}, past the command's --timeout{sent}",
             hint="check whether the tool ran before calling it again (bkmcp never resends a call); "
             "bkmcp --sessions --stop ends a process that stays busy"
             if call_sent
@@ -20251,14 +20113,13 @@ def _warm_relay(sock: Any, inv: Invocation, envr: Environment, log: Log) -> int:
         )
         return report_error(error, envr, log)
     error = ConnectionFailedError(
-        "the background bkmcp process (--keep-alive) ended during the command"
-        + (": tools/call had been sent, so the call may or may not have run" if call_sent else ""),
+        f"the background bkmcp process (--keep-alive) ended during the command{sent}",
         hint="check whether the tool ran before calling it again (bkmcp never resends a call); the next command "
         "starts a new background process"
         if call_sent
         else "run the command again: the next one starts a new background process",
         details=details,
-        data={"server": inv.server} if inv.tool is None else {"server": inv.server, "tool": inv.tool},
+        data=data,
     )
     return report_error(error, envr, log)
 

@@ -225,8 +225,7 @@ DEFERRED_MARK = "— deferred in the pyz"  # ends the title line of a deferred s
 REMOTE_MARK = "# pyz: remote part"  # on a def line of bkmcp.py: the help paths end here (it may load deferred code)
 DEFERRABLE_CALLS = frozenset(  # what a deferred statement may call: each builds a value and touches nothing else
     "dataclass field frozenset tuple dict set list object range iter property staticmethod classmethod "
-    "lazy_re _thread.allocate_lock "  # bkmcp.py section 2
-    "_era".split()  # bkmcp.py section 5: one EraRules row from a local dict
+    "lazy_re _thread.allocate_lock".split()  # bkmcp.py section 2
 )
 
 _DEFERRED_SUPPORT = """

@@ -219,6 +219,8 @@ def test_c02_an_entry_with_command_and_no_type_is_stdio():
 EDITOR_REFUSALS = {
     "sse": ({"type": "sse", "url": "https://x/"}, "unsupported type 'sse'", "Streamable HTTP"),
     "neither": ({"args": ["x"]}, 'field "type" is required', None),
+    "type-a-list": ({"type": ["http"], "url": "https://x/"}, '"type" must be a string', '"http"'),
+    "type-an-object": ({"type": {"http": 1}, "command": "x"}, '"type" must be a string', '"stdio"'),
     "typo": ({"command": "x", "arg": ["y"]}, "unknown field(s) 'arg'", "known fields"),
     "timeout-typo": ({"command": "x", "timout": 60}, "unknown field(s) 'timout'", "known fields"),
     "windsurf-serverUrl": ({"serverUrl": "https://x/"}, 'field "type" is required', None),
@@ -320,12 +322,16 @@ def test_c02_an_editor_file_works_as_it_is(editor, write_config, no_network):
 def test_c02_an_entry_bkmcp_cannot_take_is_the_error_only_when_selected(write_config, no_network):
     """Issue 40 item 1: selecting the entry is invalid_mcp_config with the entry's own message and hint; an unknown
     field of the selected entry (a typo) still fails."""
-    path = write_config(cfg(good=http(), legacy={"type": "sse", "url": URL}, typo={"command": "x", "arg": ["y"]}))
+    listy = {"type": ["http"], "url": URL}
+    path = write_config(
+        cfg(good=http(), legacy={"type": "sse", "url": URL}, typo={"command": "x", "arg": ["y"]}, l=listy)
+    )
     res = dry("--config", str(path), "legacy")
     assert res.exit_status == 1 and res.error_code == "invalid_mcp_config"
     assert res.json["error"]["message"] == f"{path}: server 'legacy': unsupported type 'sse'"
     assert "Streamable HTTP" in res.json["error"]["hint"]
     assert "server 'typo': unknown field(s) 'arg'" in res.stderr  # the other one: a warning line
+    assert "server 'l': \"type\" must be a string; this server is left out" in res.stderr
     res = dry("--config", str(path), "typo")
     assert res.error_code == "invalid_mcp_config" and "unknown field(s) 'arg'" in res.json["error"]["message"]
     assert "known fields" in res.json["error"]["hint"]
