@@ -17467,7 +17467,6 @@ _RESIDENT_MODULES = (
     "queue",
     "select",
     "selectors",
-    "shlex",
     "shutil",
     "signal",
     "socket",
