@@ -19257,15 +19257,7 @@ class Runner:
                 forget_resume(self.envr.env, inv.resume)
             raise
         forget_resume(self.envr.env, inv.resume)
-        result = data["result"]
-        if method == "tools/call" and result.get("isError") is True:
-            reason = render_tool_reason(result, self.redactor.scrub)
-            raise ToolError(
-                f"tool {data['tool']!r} failed: {reason}" if reason else f"tool {data['tool']!r} reported an error",
-                hint="the tool ran and returned an error result; see data.result",
-                data=data,
-            )
-        return self.emit_envelope(build_success(data), jq, EXIT_OK, raw=inv.raw)
+        return self.emit_call(data, jq) if method == "tools/call" else self.emit_result(data, jq)
 
     def cancelled(self) -> CancelledError | None:  # pyz: remote part
         """What a Ctrl-C must tell once a request was sent (docs/contract.md §7): whether ``tools/call`` had been

@@ -67,7 +67,7 @@ retry that carries ``inputResponses`` and the issued ``requestState``, complete 
 ``x-mock-variant``: ``once`` (default), ``forever`` (asks again every round), ``reject_state`` (answers the retry
 with -32602 "invalid requestState", as a server that finds the state tampered with), ``several`` (two questions:
 ``confirm`` and ``profile``), ``state_only`` (only a ``requestState``: load shedding), ``sampling`` (asks for
-``sampling/createMessage``). A prompt or resource with ``"x-mock": "input_required"`` (and the same keys) asks the
+``sampling/createMessage``), ``is_error`` (the answered call is ``isError: true`` with no content). A prompt or resource with ``"x-mock": "input_required"`` (and the same keys) asks the
 same way on 2026-07-28 sessions before its answer. Any tool may also have
 ``"x-mock-stderr": LINE``: a stdio server writes that line to its stderr on each call, before the behaviour runs;
 ``"x-mock-stdout": LINE or [LINE, ...]`` likewise on its stdout (log lines that are not JSON-RPC; ``$ID`` in a line
@@ -1583,6 +1583,8 @@ class Core:
                 "inputResponses": call.params.get("inputResponses"),
                 "requestState": call.params.get("requestState"),
             }
+            if call.tool.get("x-mock-variant") == "is_error":  # the answered call fails, with no text to say why
+                return Reply("result", {"content": [], "isError": True, "structuredContent": answered})
             text = "answered: " + dump_json(answered["inputResponses"])
             return Reply("result", {"content": [{"type": "text", "text": text}], "structuredContent": answered})
         question = self._question(call.tool)

@@ -84,6 +84,23 @@ def test_R04_modern_headless_without_answers_exits_2_with_resume_that_a_second_p
     assert len(calls(target)) == 2
 
 
+@pytest.mark.parametrize("how", ["answered", "resumed"])
+def test_R04_an_answered_call_that_fails_is_the_same_tool_error_answered_now_or_resumed(mock, tmp_path, how):
+    """isError: true with no text says "reported an error (isError: true)" (docs/contract.md §7), whether the
+    answers came with the call or with --resume in a second process."""
+    target = mock({"tools": [mock_tool("ask", "input_required", variant="is_error")]}, protocol_version=MODERN)
+    if how == "answered":
+        result = run(target, tmp_path, target.name, "ask", "--input", "ok=true")
+    else:
+        handle = run(target, tmp_path, target.name, "ask").json["data"]["resume"]
+        result = run(target, tmp_path, target.name, "--resume", handle, "--input", "ok=true")
+    assert result.exit_status == 2 and result.error_code == "mcp_tool_error", result.stdout + result.stderr
+    assert result.json["error"]["message"] == "tool 'ask' reported an error (isError: true)"
+    assert result.json["data"]["result"]["isError"] is True
+    first, retry = calls(target)
+    assert retry["params"]["inputResponses"] == {"confirm": {"action": "accept", "content": {"ok": True}}}
+
+
 def test_R04_resume_handle_for_another_server_is_refused_and_nothing_is_sent(mock, tmp_path):
     target = mock({"tools": [mock_tool("ask", "input_required")]}, protocol_version=MODERN)
     handle = run(target, tmp_path, target.name, "ask").json["data"]["resume"]
