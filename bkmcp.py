@@ -17721,18 +17721,24 @@ class WarmSessions:
             entry.lent += 1
         return entry
 
-    def _holding(self, key: str, task_id: str) -> _Warm | None:
-        """The entry whose live session made task ``task_id``, among those of the server keyed ``key`` whatever
-        their sessions declared, lent to one more command; None when no kept session holds it."""
+    def _holding(self, server: ResolvedServer, key: str, task_id: str) -> _Warm | None:
+        """The entry whose live session made task ``task_id``, lent to one more command; None when no kept session
+        holds it. Looked for among the sessions of the server keyed ``key`` whatever they declared; for a stdio
+        server, among those of its config entry (name and file) whatever else differs (the directory its child
+        runs in, the environment): the task lives in that child, wherever the command that asks for it runs."""
         with self._lock:
             entry = next(
                 (
                     e
                     for e in self._entries.values()
-                    if (e.key == key or e.key.startswith(key + _WARM_DECLARES))
-                    and _warm_alive(e)
+                    if _warm_alive(e)
                     and e.session is not None
                     and task_id in e.session.tasks
+                    and (
+                        (e.session.server.name, e.session.server.config_file) == (server.name, server.config_file)
+                        if server.type == "stdio"
+                        else e.key == key or e.key.startswith(key + _WARM_DECLARES)
+                    )
                 ),
                 None,
             )
@@ -17881,7 +17887,7 @@ class _WarmSource(SessionSource):
         key = base + (f"{_WARM_DECLARES}{dump_json(declares)}" if declares else "")
         entry = None
         if ctx.names_task is not None and not self.peek:  # a task command: the session its task lives in
-            entry = self.warm._holding(base, ctx.names_task)
+            entry = self.warm._holding(server, base, ctx.names_task)
             if entry is None and server.type == "stdio":
                 raise _warm_task_gone(server, ctx.names_task)
         if entry is None:

@@ -151,6 +151,24 @@ def test_a_task_made_headless_is_answered_by_a_later_command_with_answers(warm):
     assert updates == [{"confirm": {"action": "accept", "content": {"ok": True}}}]
 
 
+def test_a_stdio_task_is_reached_from_another_directory_in_the_process_that_made_it(warm, tmp_path):
+    """A stdio server with no ``cwd`` runs in the directory of the command that started it, which is part of its
+    session's key; a task command run elsewhere is still lent the session its task lives in (the same config
+    entry), and no second server process is started."""
+    task_id = warm.task("old", "research", "--text", "d", "--input", "ok=true")
+    started = [e for e in warm.received("old") if e["rpc_method"] == "initialize"]
+    warm.cwd = tmp_path / "elsewhere"
+    warm.cwd.mkdir()
+    status, envelope = warm("old", "--task-result", task_id, "--wait")
+    assert status == 0, envelope
+    assert envelope["data"]["result"]["content"][0]["text"].startswith('job done: {"text":"d"}')
+    warm.process_of("old", task_id, "d")
+    assert [e for e in warm.received("old") if e["rpc_method"] == "initialize"] == started
+    status, envelope = warm("old", "--task-status", "no-such-task")  # one it does not hold: no process started
+    assert (status, envelope["error"]["code"]) == (2, "mcp_task_expired"), envelope
+    assert [e for e in warm.received("old") if e["rpc_method"] == "initialize"] == started
+
+
 def test_a_task_whose_warm_session_ended_is_expired_and_no_server_starts(warm):
     """After the background process restarted, no kept session holds the task: ``mcp_task_expired`` (the stable
     error of a task the server no longer knows), and no server process is started to ask. An HTTP server's
