@@ -150,11 +150,10 @@ write_launcher() {  # $1 = name, $2 = body (one exec line)
   mv "$DIR/bin/$1.tmp" "$DIR/bin/$1"
 }
 
-launcher_ok() {  # $1 = launcher, $2 = expected "3.X machine"; an x86_64 one's sys.executable runs as well
-  [ -x "$1" ] && [ "$(timeout 120 "$1" -S -c 'import sys, platform, subprocess
-if platform.machine() == "x86_64":
-    subprocess.run([sys.executable, "-S", "-c", "pass"], check=True)
-print("%d.%d %s" % (sys.version_info[:2] + (platform.machine(),)))' 2>/dev/null)" = "$2" ]
+launcher_ok() {  # $1 = launcher, $2 = expected "3.X machine", $3 = "self": its sys.executable runs as well
+  local probe='import sys, platform'
+  if [ "${3:-}" = self ]; then probe="$probe"'; import subprocess; subprocess.run([sys.executable, "-S", "-c", ""], check=True)'; fi
+  [ -x "$1" ] && [ "$(timeout 120 "$1" -S -c "$probe"'; print("%d.%d %s" % (sys.version_info[:2] + (platform.machine(),)))' 2>/dev/null)" = "$2" ]
 }
 
 # $1 = sysroot, $2 = python binary name, $3 = launcher name. The binary runs through the sysroot's own ld.so, with
@@ -172,8 +171,9 @@ ldso_launcher() {
 
 LAUNCHERS=()
 debian_target() {  # $1 target, $2 suite, $3 arch, $4 pkgs, $5 python binary name, $6 launcher name, $7 "3.X machine"
-  local sysroot="$DIR/$(echo "$1" | cut -d- -f1)-$2" launcher="$DIR/bin/$6"
-  if ! launcher_ok "$launcher" "$7"; then
+  local sysroot="$DIR/$(echo "$1" | cut -d- -f1)-$2" launcher="$DIR/bin/$6" runs_itself=""
+  [ "$3" = amd64 ] && runs_itself=self  # ldso_launcher: a child started with its sys.executable runs too
+  if ! launcher_ok "$launcher" "$7" "$runs_itself"; then
     log "$1: Debian $2 $3 packages -> $sysroot"
     fetch_debs "$2" "$3" "$DIR/debs/$2-$3" "$4"
     unpack_sysroot "$DIR/debs/$2-$3" "$sysroot"
@@ -182,7 +182,7 @@ debian_target() {  # $1 target, $2 suite, $3 arch, $4 pkgs, $5 python binary nam
     else
       ldso_launcher "$sysroot" "$5" "$6"
     fi
-    launcher_ok "$launcher" "$7" || die "$1: $launcher does not run ($("$launcher" -c pass 2>&1 | tail -1))"
+    launcher_ok "$launcher" "$7" "$runs_itself" || die "$1: $launcher does not run ($("$launcher" -c pass 2>&1 | tail -1))"
   fi
   log "$1: $launcher ($("$launcher" -S -c 'import sys; print(sys.version.split()[0])'))"
   LAUNCHERS+=("$launcher")
