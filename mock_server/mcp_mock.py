@@ -67,8 +67,9 @@ retry that carries ``inputResponses`` and the issued ``requestState``, complete 
 ``x-mock-variant``: ``once`` (default), ``forever`` (asks again every round), ``reject_state`` (answers the retry
 with -32602 "invalid requestState", as a server that finds the state tampered with), ``several`` (two questions:
 ``confirm`` and ``profile``), ``state_only`` (only a ``requestState``: load shedding), ``sampling`` (asks for
-``sampling/createMessage``), ``is_error`` (the answered call is ``isError: true`` with no content). A prompt or resource with ``"x-mock": "input_required"`` (and the same keys) asks the
-same way on 2026-07-28 sessions before its answer. Any tool may also have
+``sampling/createMessage``), ``is_error`` (the answered call is ``isError: true`` with no content). A prompt or
+resource with ``"x-mock": "input_required"`` (and the same keys) asks the same way on 2026-07-28 sessions before its
+answer. Any tool may also have
 ``"x-mock-stderr": LINE``: a stdio server writes that line to its stderr on each call, before the behaviour runs;
 ``"x-mock-stdout": LINE or [LINE, ...]`` likewise on its stdout (log lines that are not JSON-RPC; ``$ID`` in a line
 becomes the call's request id).
