@@ -799,8 +799,9 @@ def _regex_compiler():  # type: ignore[no-untyped-def]
 def record_regexes(load: Any) -> bytes:
     """Call `load()` and return REGEX_TABLE's content for the patterns compiled meanwhile, in a canonical order:
     for each str or bytes pattern and int flags, the arguments re's compiler gave `_sre.compile` after the pattern
-    itself, the code words as bytes (native unsigned ints: they load ~3x faster than a list of ints). A pattern
-    that warned while it compiled, or asked for DEBUG output, is left out."""
+    itself, the code words as bytes (native unsigned ints: they load ~3x faster than a list of ints), and any
+    integers a later CPython may pass after the group names (3.9-3.13 pass none). A pattern that warned while it
+    compiled, or asked for DEBUG output, is left out."""
     import array
     import marshal
     import re
@@ -826,9 +827,10 @@ def record_regexes(load: Any) -> bytes:
             warnings.simplefilter("always")
             compiled = real_compile(pattern, flags)
         if type(pattern) in (str, bytes) and type(flags) is int and not flags & re.DEBUG and not warned:
-            ((final, code, groups, groupindex, indexgroup),) = made
+            ((final, code, groups, groupindex, indexgroup, *more),) = made  # more: what a later re passes after them
             words = array.array("I", code).tobytes()
-            table[(pattern, flags)] = (int(final), words, int(groups), dict(groupindex), tuple(indexgroup))
+            if all(type(value) is int for value in more):
+                table[(pattern, flags)] = (int(final), words, int(groups), dict(groupindex), tuple(indexgroup), *more)
         return compiled
 
     compiler.compile, compiler._sre = recording, Recorder()
@@ -861,8 +863,8 @@ def use_regex_table(data: bytes) -> bool:
         entry = table.get((pattern, flags)) if type(pattern) in (str, bytes) and type(flags) is int else None
         if entry is None:
             return compile_pattern(pattern, flags)
-        final, words, groups, groupindex, indexgroup = entry
-        return make(pattern, final, memoryview(words).cast("I").tolist(), groups, dict(groupindex), indexgroup)
+        final, words, groups, groupindex, indexgroup, *more = entry
+        return make(pattern, final, memoryview(words).cast("I").tolist(), groups, dict(groupindex), indexgroup, *more)
 
     compile.__wrapped__ = compile_pattern  # type: ignore[attr-defined]
     REGEX_TABLE_USED.update(table)

@@ -261,3 +261,41 @@ def test_the_regex_table_keeps_what_compiled_quietly_and_serves_only_its_own_rel
         "True False",
         "True True True ('A', '12')",
     ]
+
+
+_LATER_RE = """
+import _sre, re
+import zipapp_support as support
+compiler, real_sre_compile, seen, calls = support._regex_compiler(), _sre.compile, [], []
+class Seeing:
+    def __getattr__(self, name):
+        return getattr(_sre, name)
+    @staticmethod
+    def compile(*args):
+        seen.append(args)
+        return real_sre_compile(*args)
+compiler._sre = Seeing()
+re.compile("later-re")
+compiler._sre = _sre
+re.purge()
+def later_sre_compile(pattern, flags, code, groups, groupindex, indexgroup, repeats):
+    calls.append((pattern, repeats))
+    return real_sre_compile(pattern, flags, code, groups, groupindex, indexgroup)
+def later_compile(pattern, flags=0):  # re's compiler as a later CPython's may be: one more integer for _sre
+    return compiler._sre.compile(*seen[0], 7)
+compiler.compile, _sre.compile = later_compile, later_sre_compile
+data = support.record_regexes(lambda: re.compile("later-re"))
+print(support.use_regex_table(data), calls)
+re.purge()
+print(re.compile("later-re").match("later-re") is not None, calls[-1], len(calls))
+"""
+
+
+def test_the_regex_table_carries_what_a_later_re_passes_after_the_group_names() -> None:
+    """A CPython whose re compiler gives `_sre.compile` more integers after the group names gets them back from the
+    table: a pattern is recorded and made from the table with every argument its compiler gave."""
+    proc = subprocess.run(
+        [sys.executable, "-S", "-c", _LATER_RE], cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["True [('later-re', 7)]", "True ('later-re', 7) 2"]
