@@ -5,6 +5,7 @@ names mentions it, and the definition that implements it is inside that section 
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -203,6 +204,7 @@ BEHAVIOURS = [
 ]
 
 
+@functools.cache  # SOURCE does not change: read once per run (each behaviour row asks)
 def _docstring_lines() -> dict[str, str]:
     """Section number ("2", "10.3") -> its docstring line, continuation lines joined."""
     listing = (bkmcp.__doc__ or "").split("uses only the sections above it:", 1)[1].split("Exception tree", 1)[0]
@@ -229,6 +231,7 @@ def _banners(source: str) -> list[tuple[int, str]]:
     return sorted(marks)
 
 
+@functools.cache  # SOURCE does not change: read once per run (each behaviour row asks)
 def _extents() -> dict[str, tuple[int, int]]:
     """Section number -> (first line, last line) of its code, sub-sections from their ``# -- 10.N`` banners."""
     lines = SOURCE.splitlines()
@@ -243,6 +246,7 @@ def _extents() -> dict[str, tuple[int, int]]:
     return extents
 
 
+@functools.cache  # SOURCE does not change: read once per run (each behaviour row asks)
 def _definitions() -> dict[str, int]:
     """Name -> line of every module-level definition, and ``Class.method`` -> its class's line (a method is found
     through its class)."""
