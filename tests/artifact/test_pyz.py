@@ -551,6 +551,7 @@ gc.callbacks.append(_count)
 atexit.register(lambda: open({marker!r}, "a").write("%d\\n" % len(_seen)))
 """
 
+
 def _imported(command: list[str], env: dict) -> set[str]:
     """The modules a successful ``python -X importtime …`` run imported."""
     proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
