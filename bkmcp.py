@@ -4807,7 +4807,7 @@ def import_httpx() -> Any:
         }
         import gc
 
-        collecting = gc.isenabled()  # loading makes garbage of no one: no collection runs while it lasts
+        collecting = gc.isenabled()  # no collection while it loads: loading makes almost no garbage
         gc.disable()
         try:
             importlib.import_module("httpcore")  # httpx imports it on the first Client: load it with the rest hidden
