@@ -332,7 +332,8 @@ if sys.version_info < (3, 9):
     sys.stderr.write("bkmcp needs Python 3.9 or newer; %%s is Python %%s. Run it with a newer python3.\\n"
                      %% (sys.executable or "this interpreter", sys.version.split()[0]))
     sys.exit(1)
-import os
+import gc, os
+gc.disable()  # loading bkmcp makes no garbage worth a collection: none runs until main (docs/building.md)
 _archive = os.path.dirname(os.path.abspath(__file__))
 _copy = False
 if sys.implementation.cache_tag != %(cache_tag)r:  # the zip's bytecode is for one Python: others use a per-user copy
@@ -344,8 +345,7 @@ if sys.implementation.cache_tag != %(cache_tag)r:  # the zip's bytecode is for o
             sys.path.insert(0, _tree)
     import _bkmcp_boot
     _copy = _bkmcp_boot.use_compiled_cache(%(build_id)r, _archive)
-if not _copy:
-    # Finds nothing: the first vendored import puts their nested zip on sys.path, once (docs/building.md)
+if not _copy:  # a finder that finds nothing: the first vendored import puts their nested zip on sys.path, once
     class _Vendored:
         lock, done = __import__("_thread").allocate_lock(), False
         def find_spec(name, path=None, target=None):  # looked up on the class: a plain function
@@ -363,7 +363,7 @@ if not _copy and type(globals().get("__loader__")).__name__ == "zipimporter" and
         "bkmcp", __loader__.archive + "/" + __loader__.prefix + "bkmcp.pyc", loader=__loader__))
     __loader__.exec_module(sys.modules["bkmcp"])
 import bkmcp
-
+gc.enable()
 sys.exit(bkmcp.main())
 """
 

@@ -229,17 +229,21 @@ DEFERRABLE_CALLS = frozenset(  # what a deferred statement may call: each builds
 )
 
 _DEFERRED_SUPPORT = """
-def _bkmcp_load(unit, _lock=__import__("_thread").RLock(), _loading=[], _codes=CODES):
+def _bkmcp_load(unit, _lock=__import__("_thread").RLock(), _loading=[], _codes=CODES, _gc=__import__("gc")):
     with _lock:
         scope = globals()
         for number, code in enumerate(_codes[:unit], 1):
             flag = "_bkmcp_lazy_%d" % number
             if scope[flag] and number not in _loading:
                 _loading.append(number)
+                collecting = _gc.isenabled()
+                _gc.disable()
                 try:
                     exec(__import__("marshal").loads(code), scope)
                 finally:
                     _loading.remove(number)
+                    if collecting:
+                        _gc.enable()
                 scope[flag] = False
 
 

@@ -529,6 +529,68 @@ def test_an_http_command_never_loads_ssl_and_an_https_one_still_speaks_tls(
         server.stop()
 
 
+# A site hook: counts the collections that run while bkmcp's module, one of its deferred sections, or a module of
+# the HTTP stack is being executed (a frame of that code on the stack when the collection starts)
+_COUNT_LOADING_COLLECTIONS = """
+import atexit, gc, os, sys
+_seen = []
+def _loading(frame):
+    while frame is not None:
+        code = frame.f_code
+        name = code.co_filename.replace(os.sep, "/")
+        if code.co_name == "_bkmcp_load" or code.co_name == "<module>" and (
+            name.endswith("bkmcp.py") or any(part in name for part in ("/httpx/", "/httpcore/", "/h11/"))
+        ):
+            return True
+        frame = frame.f_back
+    return False
+def _count(phase, info):
+    if phase == "start" and _loading(sys._getframe()):
+        _seen.append(info["generation"])
+gc.callbacks.append(_count)
+atexit.register(lambda: open({marker!r}, "a").write("%d\\n" % len(_seen)))
+"""
+
+
+def _imported(command: list[str], env: dict) -> set[str]:
+    """The modules a successful ``python -X importtime …`` run imported."""
+    proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    return {line.rpartition("|")[2].strip() for line in proc.stderr.splitlines() if "|" in line}
+
+
+# stdlib modules that the HTTP stack imports at the top but uses only in functions (bkmcp.py ``_HTTPX_DEFERRED``)
+_STOOD_IN_STDLIB = {"shutil", "traceback", "linecache", "tokenize", "selectors", "locale", "hashlib", "_hashlib"}
+
+
+def test_an_http_command_loads_no_module_it_does_not_use_and_collects_nothing_while_it_loads(
+    python: str, pyz_path: Path, pyz_env: dict, tmp_path: Path
+) -> None:
+    """At the real entry point on every Python: a --tools and a call over http:// load none of the stdlib modules
+    ``import_httpx`` stands in for (hashlib with OpenSSL's _hashlib, shutil, traceback, ...), and no collection
+    runs while bkmcp's module, its deferred sections or httpx, httpcore and h11 are executed (the pyz's __main__
+    pauses the collector while bkmcp loads, ``_bkmcp_load`` while a section runs, ``import_httpx`` while the HTTP
+    stack loads); the server received both requests."""
+    hooks, marker = tmp_path / "hooks", tmp_path / "collections.txt"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(_COUNT_LOADING_COLLECTIONS.format(marker=str(marker)), encoding="utf-8")
+    env = dict(pyz_env, PYTHONPATH=str(hooks))
+    server = MockServer({"tools": [{"name": "echo", "inputSchema": {"type": "object"}}]})
+    url = server.start()
+    try:
+        config = write_mcp_json(tmp_path, {"local": {"type": "http", "url": url}})
+        run_pyz(python, pyz_path, "--config", str(config), "local", "--tools", env=pyz_env)  # the per-user copies
+        site = _imported([python, "-X", "importtime", "-c", "pass"], env)  # a site .pth may load some of them
+        for args in (["--tools"], ["echo", "--body", '{"a": 1}']):
+            command = [python, "-X", "importtime", str(pyz_path), "--config", str(config), "local", *args]
+            loaded = _imported(command, env)
+            assert "h11" in loaded and "sitecustomize" in site and not _STOOD_IN_STDLIB & (loaded - site), loaded
+        assert marker.read_text().split() == ["0", "0", "0"]
+        assert len(server.requests("tools/list")) == 3 and len(server.requests("tools/call")) == 1
+    finally:
+        server.stop()
+
+
 def test_help_runs_without_the_deferred_sections_on_every_python(
     python: str, pyz_path: Path, pyz_env: dict, build_info: dict, tmp_path: Path
 ) -> None:

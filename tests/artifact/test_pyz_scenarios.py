@@ -211,7 +211,7 @@ def test_damaged_vendor_zip_fails_cleanly_and_never_falls_back_to_host_packages(
 
     # the pyz's own __main__ (minus running bkmcp), then two attempts to import a vendored package
     main = zipfile.ZipFile(damaged).read("__main__.py").decode()
-    tail = "import bkmcp\n\nsys.exit(bkmcp.main())\n"
+    tail = "import bkmcp\ngc.enable()\nsys.exit(bkmcp.main())\n"
     assert main.endswith(tail)
     probe = (
         f"import sys; sys.path.insert(0, {str(damaged)!r}); __file__ = {str(damaged / '__main__.py')!r}\n"

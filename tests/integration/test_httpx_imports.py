@@ -141,6 +141,41 @@ def test_modules_stood_in_for_while_httpx_loads_answer_as_the_real_ones_afterwar
     assert proc.returncode == 0 and proc.stdout.startswith("ok Invalid IDNA hostname"), proc.stdout + proc.stderr
 
 
+_STDLIB_AFTER_IMPORT = """
+import gc, sys
+sys.path.insert(0, sys.argv[1])
+import bkmcp
+collections = []
+def seen(phase, info):  # a collection while the HTTP stack loads: httpcore's import began, httpx's has not ended
+    if phase == "start" and "httpcore" in sys.modules and not bkmcp._HTTPX:
+        collections.append(info["generation"])
+gc.callbacks.append(seen)
+httpx = bkmcp.import_httpx()
+assert gc.isenabled() and collections == [], collections  # none while httpx loaded; the collector is back
+stood_in = {"shutil", "traceback", "linecache", "tokenize", "selectors", "locale", "hashlib", "_hashlib"}
+assert not stood_in & set(sys.modules), sorted(stood_in & set(sys.modules))
+import calendar, hashlib, locale, logging, selectors, shutil, socket, tempfile, traceback
+import httpx._auth
+digest = httpx._auth.DigestAuth._ALGORITHM_TO_HASH_FUNCTION
+assert digest["SHA-256"](b"x").hexdigest() == hashlib.sha256(b"x").hexdigest()
+assert digest["MD5"](b"x", usedforsecurity=False).hexdigest() == hashlib.md5(b"x").hexdigest()
+assert logging.traceback.format_exception is traceback.format_exception
+assert tempfile._shutil.rmtree is shutil.rmtree and calendar._locale.setlocale is locale.setlocale
+assert socket.selectors.DefaultSelector is selectors.DefaultSelector
+print("ok")
+"""
+
+
+def test_stdlib_modules_stood_in_for_load_only_when_used_and_nothing_is_collected_meanwhile(tmp_path: Path) -> None:
+    """``import_httpx`` stands in for the stdlib modules that httpx's imports load but use only in functions
+    (shutil, traceback, linecache, tokenize, selectors, locale, hashlib and OpenSSL's _hashlib), and runs no
+    collection while httpx loads (the collector is enabled again after). What holds a stand-in gets the real
+    module's answers afterwards: httpx's DigestAuth table hashes as hashlib does (its constructors are forwarders),
+    logging's traceback, tempfile's shutil, calendar's locale and socket's selectors are the real ones."""
+    proc = _probe(_STDLIB_AFTER_IMPORT, tmp_path)
+    assert (proc.returncode, proc.stdout.strip()) == (0, "ok"), proc.stderr
+
+
 _FROZEN_AFTER_IMPORT = """
 import gc, sys
 sys.path.insert(0, sys.argv[1])
