@@ -209,14 +209,15 @@ def main() -> int:
         with zipfile.ZipFile(empty, "w") as zf:
             zf.writestr("__main__.py", "pass\n")
         # The pyz's own __main__.py, run with `-c` as zipimport runs it (its __file__ and __loader__), minus its
-        # last step (bkmcp.main()).
-        tail = "import bkmcp\n\nsys.exit(bkmcp.main())\n"
+        # last steps (import bkmcp, the collector back on, bkmcp.main()); the collector is back on before the
+        # imports are timed, as for the same imports from site-packages.
+        tail = "import bkmcp\ngc.enable()\nsys.exit(bkmcp.main())\n"
         assert main_src.endswith(tail), "unexpected __main__.py"
         boot = (
             f"import sys, zipimport; sys.path.insert(0, {str(pyz)!r}); __file__ = {str(pyz / '__main__.py')!r}; "
             f"__loader__ = zipimport.zipimporter({str(pyz)!r})\n"
         )
-        boot += main_src[: -len(tail)]
+        boot += main_src[: -len(tail)] + "gc.enable()\n"
         header = (
             f"{'python':<7}{'pass':>7}{'empty':>7}{'--version':>15}{'--help':>15}{'srv --help':>15}"
             f"{'help src':>13}"
