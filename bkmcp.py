@@ -20618,6 +20618,7 @@ def main(
             import atexit
 
             SHORT_COMMAND[:] = [True]
+            freeze_heap()  # the interpreter's start and bkmcp's module live to the end: later collections skip them
             atexit.unregister(_end_without_a_last_collection)  # once, however often main() runs
             atexit.register(_end_without_a_last_collection)
         runner = Runner(inv, envr, log)

@@ -1109,12 +1109,14 @@ def test_only_the_process_own_short_command_ends_without_the_last_collection(mon
     assert bkmcp.main(stdout=out, env={}) == 0 and bkmcp.main(stdout=out, env={}) == 0
     assert registered == [bkmcp._end_without_a_last_collection] and bkmcp.SHORT_COMMAND == [True]
 
+    left = [{} for _ in range(3)]  # made after main() froze the heap: what the exit's collection has to freeze
     frozen = gc.get_freeze_count()
     try:
         bkmcp._end_without_a_last_collection()
         assert gc.get_freeze_count() > frozen
     finally:
         gc.unfreeze()
+        del left
 
     def interrupted() -> None:
         raise KeyboardInterrupt
@@ -1127,6 +1129,25 @@ def test_only_the_process_own_short_command_ends_without_the_last_collection(mon
     bkmcp.freeze_heap()
     bkmcp._end_without_a_last_collection()
     assert gc.get_freeze_count() == unfrozen
+
+
+def test_the_process_own_short_command_freezes_the_heap_once_it_knows_it_is_one(monkeypatch):
+    """11.5: what exists when ``main()`` knows its command is the process's own short one (the interpreter's start,
+    bkmcp's module) is frozen then, before the command runs, so that the exit's collection looks only at what the
+    command made; ``main(argv)`` and the resident freeze nothing there."""
+    import gc
+
+    frozen_at: list = []
+    monkeypatch.setattr(bkmcp, "SHORT_COMMAND", [])
+    monkeypatch.setattr(gc, "freeze", lambda: frozen_at.append(list(bkmcp.SHORT_COMMAND)))
+    monkeypatch.setattr(bkmcp, "_end_without_a_last_collection", lambda: None)  # registered, never run here
+    out = io.StringIO()
+    assert bkmcp.main(["--version"], stdout=out, env={}) == 0 and frozen_at == []
+    monkeypatch.setattr(sys, "argv", ["bkmcp", "--resident", "--help"])
+    assert bkmcp.main(stdout=out, env={}) == 0 and frozen_at == []
+    monkeypatch.setattr(sys, "argv", ["bkmcp", "--version"])
+    assert bkmcp.main(stdout=out, env={}) == 0 and frozen_at == [[True]]
+    assert bkmcp.__version__ in out.getvalue()
 
 
 # -- issue 40: printed commands carry --config; readable errors on a terminal; close spellings of options ------
