@@ -37,6 +37,11 @@ VERSIONS = bkmcp.SUPPORTED_VERSIONS  # ("2024-11-05", "2025-03-26", "2025-06-18"
 LEGACY = bkmcp.LEGACY_VERSIONS
 # JSON texts with a syntax error (and a position to report), shared by the JSON parser's tests
 JSON_SYNTAX_TYPOS = ["{bad", '{"a": 1,}', '{"a": "unterminated', '{"a": 1e}', "[1, 2,]", '{"a" 1}']
+# stdlib modules the HTTP stack imports at the top but uses only in functions, which bkmcp.py's ``import_httpx``
+# stands in for (``_HTTPX_DEFERRED``; OpenSSL's ``_hashlib`` with hashlib): a remote command loads none of them
+STOOD_IN_STDLIB = frozenset(
+    ("shutil", "traceback", "linecache", "tokenize", "selectors", "locale", "hashlib", "_hashlib")
+)
 # Hypothesis examples per property test: CI sets BKMCP_FUZZ_EXAMPLES=2000, the default keeps `make unit` quick.
 FUZZ_EXAMPLES = int(os.environ.get("BKMCP_FUZZ_EXAMPLES", "300"))
 

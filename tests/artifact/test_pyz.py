@@ -18,7 +18,7 @@ import pytest
 from artifact_helpers import ROOT, build_pyz, find_python, program_source, run_in_pyz, run_pyz
 
 from mock_server.mcp_mock import MockServer
-from tests.helpers import write_mcp_json
+from tests.helpers import STOOD_IN_STDLIB, write_mcp_json
 
 pytestmark = pytest.mark.artifact
 
@@ -559,10 +559,6 @@ def _imported(command: list[str], env: dict) -> set[str]:
     return {line.rpartition("|")[2].strip() for line in proc.stderr.splitlines() if "|" in line}
 
 
-# stdlib modules that the HTTP stack imports at the top but uses only in functions (bkmcp.py ``_HTTPX_DEFERRED``)
-_STOOD_IN_STDLIB = {"shutil", "traceback", "linecache", "tokenize", "selectors", "locale", "hashlib", "_hashlib"}
-
-
 def test_an_http_command_loads_no_module_it_does_not_use_and_collects_nothing_while_it_loads(
     python: str, pyz_path: Path, pyz_env: dict, tmp_path: Path
 ) -> None:
@@ -584,7 +580,7 @@ def test_an_http_command_loads_no_module_it_does_not_use_and_collects_nothing_wh
         for args in (["--tools"], ["echo", "--body", '{"a": 1}']):
             command = [python, "-X", "importtime", str(pyz_path), "--config", str(config), "local", *args]
             loaded = _imported(command, env)
-            assert "h11" in loaded and "sitecustomize" in site and not _STOOD_IN_STDLIB & (loaded - site), loaded
+            assert "h11" in loaded and "sitecustomize" in site and not STOOD_IN_STDLIB & (loaded - site), loaded
         assert marker.read_text().split() == ["0", "0", "0"]
         assert len(server.requests("tools/list")) == 3 and len(server.requests("tools/call")) == 1
     finally:

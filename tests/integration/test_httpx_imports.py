@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.helpers import run_bkmcp_modules
+from tests.helpers import STOOD_IN_STDLIB, run_bkmcp_modules
 
 HIDDEN = ("trio", "anyio", "sniffio", "click", "rich", "pygments", "brotli", "brotlicffi", "zstandard")
 
@@ -152,7 +152,7 @@ def seen(phase, info):  # a collection while the HTTP stack loads: httpcore's im
 gc.callbacks.append(seen)
 httpx = bkmcp.import_httpx()
 assert gc.isenabled() and collections == [], collections  # none while httpx loaded; the collector is back
-stood_in = {"shutil", "traceback", "linecache", "tokenize", "selectors", "locale", "hashlib", "_hashlib"}
+stood_in = set(STOOD_IN)  # tests.helpers.STOOD_IN_STDLIB, given on the probe's first line
 assert not stood_in & set(sys.modules), sorted(stood_in & set(sys.modules))
 import calendar, hashlib, locale, logging, selectors, shutil, socket, tempfile, traceback
 import httpx._auth
@@ -172,7 +172,7 @@ def test_stdlib_modules_stood_in_for_load_only_when_used_and_nothing_is_collecte
     collection while httpx loads (the collector is enabled again after). What holds a stand-in gets the real
     module's answers afterwards: httpx's DigestAuth table hashes as hashlib does (its constructors are forwarders),
     logging's traceback, tempfile's shutil, calendar's locale and socket's selectors are the real ones."""
-    proc = _probe(_STDLIB_AFTER_IMPORT, tmp_path)
+    proc = _probe(f"STOOD_IN = {sorted(STOOD_IN_STDLIB)!r}\n" + _STDLIB_AFTER_IMPORT, tmp_path)
     assert (proc.returncode, proc.stdout.strip()) == (0, "ok"), proc.stderr
 
 
